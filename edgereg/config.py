@@ -1,0 +1,599 @@
+"""The models.toml schema: what a team declares, validated before anything runs.
+
+Every table forbids unknown keys, so a typo is an error rather than a silently
+ignored setting. Errors name the file, the dotted key path and what is allowed
+(see :func:`load`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import semver
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from edgereg.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+DEFAULT_CONFIG_FILE = "models.toml"
+
+NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Toolchain(_Strict):
+    """Exact versions of the tools a build must run with."""
+
+    mnn: VersionPin
+    onnx: VersionPin
+    onnxruntime: VersionPin
+
+    def as_dict(self) -> dict[str, str]:
+        """Return the pins keyed by Python distribution name."""
+        return {"mnn": self.mnn, "onnx": self.onnx, "onnxruntime": self.onnxruntime}
+
+
+class TierRules(_Strict):
+    """Which devices belong to a tier. A tier with no rules is the catch-all."""
+
+    description: str = ""
+    min_ram_mb: int | None = Field(default=None, ge=0)
+    min_cpu_cores: int | None = Field(default=None, ge=1)
+    soc_allow: list[str] | None = Field(
+        default=None,
+        description="SoC names (case-insensitive, '*' wildcards) a device must match.",
+    )
+    os: list[Literal["android", "ios"]] | None = None
+
+    @property
+    def is_catch_all(self) -> bool:
+        """True when the tier accepts every device."""
+        return (
+            self.min_ram_mb is None
+            and self.min_cpu_cores is None
+            and self.soc_allow is None
+            and self.os is None
+        )
+
+
+class PinnedFile(_Strict):
+    """A file (path relative to models.toml, or a file:// URI) pinned by sha256."""
+
+    path: str = Field(min_length=1)
+    sha256: Sha256
+
+    @field_validator("path")
+    @classmethod
+    def _local_only(cls, value: str) -> str:
+        if "://" in value and not value.startswith("file://"):
+            scheme = value.split("://", 1)[0]
+            raise ValueError(
+                f"'{scheme}://' sources are not supported; use a path relative to "
+                "models.toml or a file:// URI (fetch remote files into the repository "
+                "with `dvc import-url` first)"
+            )
+        return value
+
+
+class CalibrationSet(PinnedFile):
+    """The calibration set for int8 quantization (an .npz, see docs)."""
+
+    samples: int | None = Field(
+        default=None, ge=1, description="How many samples to use; all when unset."
+    )
+    balanced: bool = Field(
+        default=True,
+        description="Sample the same number of each class when the set has labels.",
+    )
+
+
+class InputSpec(_Strict):
+    """One model input and how dataset values become that tensor."""
+
+    name: str = Field(min_length=1)
+    shape: list[Annotated[int, Field(ge=1)]] = Field(
+        min_length=1, description="Shape of one sample, batch dimension (1) first."
+    )
+    dtype: Literal["float32"] = "float32"
+    kind: Literal["tensor", "image"] = "tensor"
+    layout: Literal["NCHW", "NHWC"] | None = None
+    color: Literal["RGB", "BGR", "GRAY"] | None = None
+    mean: list[float] | None = None
+    std: list[Annotated[float, Field(gt=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _image_fields(self) -> InputSpec:
+        image_only = {"layout": self.layout, "color": self.color}
+        if self.kind == "tensor":
+            given = [key for key, value in image_only.items() if value is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} only apply to kind = \"image\" inputs"
+                )
+            return self
+        if self.layout is None or self.color is None:
+            raise ValueError('kind = "image" inputs need layout ("NCHW" or "NHWC") and color')
+        if len(self.shape) != 4 or self.shape[0] != 1:
+            raise ValueError("image inputs have shape [1, C, H, W] or [1, H, W, C]")
+        channels = self.shape[1] if self.layout == "NCHW" else self.shape[3]
+        expected = 1 if self.color == "GRAY" else 3
+        if channels != expected:
+            raise ValueError(f"color {self.color} needs {expected} channel(s), shape has {channels}")
+        for key in ("mean", "std"):
+            values = getattr(self, key)
+            if values is not None and len(values) != channels:
+                raise ValueError(f"{key} needs one value per channel ({channels})")
+        return self
+
+
+class OutputSpec(_Strict):
+    """One model output."""
+
+    name: str = Field(min_length=1)
+
+
+class Budgets(_Strict):
+    """Limits a variant must stay within; unset means not gated."""
+
+    max_size_mb: float | None = Field(default=None, gt=0)
+    max_abs_error: float | None = Field(
+        default=None,
+        ge=0,
+        description="Max absolute output difference against ONNX Runtime "
+        "(gated for variants without quantization).",
+    )
+    max_accuracy_drop: float | None = Field(
+        default=None, ge=0, le=1, description="Fraction, 0.01 = one accuracy point."
+    )
+    max_class_recall_drop: float | None = Field(
+        default=None, ge=0, le=1, description="Fraction, for the worst class."
+    )
+    max_latency_p50_ms: float | None = Field(
+        default=None, gt=0, description="Host p50 latency at the variant's thread count."
+    )
+
+    def merged(self, override: Budgets | None) -> Budgets:
+        """Return these budgets with every field set in ``override`` replaced."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_unset=True))
+
+
+class NoQuantization(_Strict):
+    """Keep weights and activations in float."""
+
+    mode: Literal["none"] = "none"
+
+
+class WeightOnlyQuantization(_Strict):
+    """Weight-only quantization through the converter; activations stay float."""
+
+    mode: Literal["weight"]
+    bits: int = Field(default=8, ge=2, le=8)
+    block: int | None = Field(default=None, ge=0, description="Block size; per channel when unset.")
+    asymmetric: bool = True
+
+
+class Int8Quantization(_Strict):
+    """Full int8 post-training quantization calibrated on the calibration set."""
+
+    mode: Literal["int8"]
+    method: Literal["KL", "ADMM", "EMA"] = "KL"
+    weight_method: Literal["MAX_ABS", "ADMM"] = "MAX_ABS"
+    skip_ops: list[str] = Field(
+        default_factory=list, description="Layer names kept in float (skip_quant_op_names)."
+    )
+    samples: int | None = Field(
+        default=None, ge=1, description="Calibration samples; overrides the set's own count."
+    )
+
+
+Quantization = Annotated[
+    Union[NoQuantization, WeightOnlyQuantization, Int8Quantization],  # noqa: UP007
+    Field(discriminator="mode"),
+]
+
+
+class ConverterOptions(_Strict):
+    """MNN converter settings beyond precision and quantization."""
+
+    transformer_fuse: bool = False
+    optimize_prefer: Literal[0, 1, 2] | None = None
+
+
+class RuntimeHints(_Strict):
+    """Settings that travel with the variant to the app."""
+
+    threads: int = Field(default=4, ge=1, le=16)
+    backends: list[Backend] = Field(default_factory=lambda: ["cpu"], min_length=1)
+    precision: Literal["low", "normal", "high"] = "normal"
+
+    @field_validator("backends")
+    @classmethod
+    def _cpu_last(cls, value: list[str]) -> list[str]:
+        if value[-1] != "cpu":
+            raise ValueError(
+                'the backend list must end with "cpu" so the app falls back to it '
+                "when a GPU driver fails"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("each backend may appear once")
+        return value
+
+
+class Variant(_Strict):
+    """One build of a model for one device tier."""
+
+    tier: Name
+    precision: Literal["fp32", "fp16"] = "fp32"
+    quantization: Quantization = Field(default_factory=NoQuantization)
+    converter: ConverterOptions = Field(default_factory=ConverterOptions)
+    runtime: RuntimeHints = Field(default_factory=RuntimeHints)
+    budgets: Budgets | None = None
+    source: PinnedFile | None = Field(
+        default=None, description="A different ONNX for this tier (pruned, distilled)."
+    )
+    inputs: list[InputSpec] | None = Field(
+        default=None, description="Input shapes of this variant's own source."
+    )
+    calibration: CalibrationSet | None = None
+    evaluation: PinnedFile | None = None
+
+    @model_validator(mode="after")
+    def _precision_and_quantization(self) -> Variant:
+        if self.precision == "fp16" and self.quantization.mode != "none":
+            raise ValueError(
+                'precision = "fp16" cannot be combined with quantization; '
+                'use precision = "fp32" with a quantization mode'
+            )
+        if self.inputs is not None and self.source is None:
+            raise ValueError("inputs may only be overridden together with source")
+        return self
+
+
+class Model(_Strict):
+    """One model: its source, data, budgets and variants."""
+
+    version: str
+    task: Literal["classification", "generic"] = "classification"
+    description: str = ""
+    source: PinnedFile
+    inputs: list[InputSpec] = Field(min_length=1)
+    outputs: list[OutputSpec] = Field(min_length=1)
+    classes: list[str] | None = Field(default=None, description="Class names, index order.")
+    calibration: CalibrationSet | None = None
+    evaluation: PinnedFile
+    budgets: Budgets = Field(default_factory=Budgets)
+    variants: dict[Name, Variant] = Field(min_length=1)
+
+    @field_validator("version")
+    @classmethod
+    def _semver(cls, value: str) -> str:
+        if not semver.Version.is_valid(value):
+            raise ValueError(
+                f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Model:
+        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
+            names = [spec.name for spec in specs]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{kind} names must be unique, got {names}")
+        return self
+
+
+class Registry(_Strict):
+    """Where releases are published."""
+
+    url: str = "file://registry"
+
+
+class Config(_Strict):
+    """The whole models.toml."""
+
+    toolchain: Toolchain
+    registry: Registry = Field(default_factory=Registry)
+    tiers: dict[Name, TierRules] = Field(
+        min_length=1, description="Device tiers, best first; the last one is the catch-all."
+    )
+    models: dict[Name, Model] = Field(min_length=1)
+
+    _path: Path = PrivateAttr(default=Path(DEFAULT_CONFIG_FILE))
+
+    @model_validator(mode="after")
+    def _tiers_and_variants(self) -> Config:
+        tier_names = list(self.tiers)
+        *upper, last = tier_names
+        if not self.tiers[last].is_catch_all:
+            raise ValueError(
+                f"the last tier ('{last}') must be a catch-all with no rules, so every "
+                "device gets a tier; add an empty [tiers.<name>] table at the end"
+            )
+        for name in upper:
+            if self.tiers[name].is_catch_all:
+                raise ValueError(
+                    f"tier '{name}' has no rules, so it catches every device and the "
+                    "tiers after it can never match; give it rules or move it last"
+                )
+        for model_name, model in self.models.items():
+            by_tier: dict[str, str] = {}
+            for variant_name, variant in model.variants.items():
+                where = f"models.{model_name}.variants.{variant_name}"
+                if variant.tier not in self.tiers:
+                    raise ValueError(
+                        f"{where}.tier: unknown tier '{variant.tier}'; "
+                        f"declared tiers: {', '.join(tier_names)}"
+                    )
+                if variant.tier in by_tier:
+                    raise ValueError(
+                        f"{where}.tier: tier '{variant.tier}' already has variant "
+                        f"'{by_tier[variant.tier]}'; each tier takes exactly one variant "
+                        "of a model"
+                    )
+                by_tier[variant.tier] = variant_name
+                needs_calibration = variant.quantization.mode == "int8"
+                if needs_calibration and variant.calibration is None and model.calibration is None:
+                    raise ValueError(
+                        f"{where}.quantization: int8 quantization needs a calibration set; "
+                        f"add [models.{model_name}.calibration] with path and sha256"
+                    )
+            if last not in by_tier:
+                raise ValueError(
+                    f"models.{model_name}: no variant for the catch-all tier '{last}', so "
+                    "devices there would get no model; add a variant with "
+                    f'tier = "{last}" (lower tiers have no tier below to fall back to)'
+                )
+        return self
+
+    @property
+    def path(self) -> Path:
+        """The models.toml this configuration was loaded from."""
+        return self._path
+
+    @property
+    def root(self) -> Path:
+        """The directory relative paths in the file are resolved against."""
+        return self._path.parent
+
+    def resolve_path(self, ref: PinnedFile) -> Path:
+        """Return the local path a pinned file refers to."""
+        raw = ref.path.removeprefix("file://")
+        path = Path(raw)
+        return path if path.is_absolute() else self.root / path
+
+    def tier_variants(self, model_name: str) -> dict[str, tuple[str, bool]]:
+        """Map every tier to the variant its devices get.
+
+        Returns:
+            tier name -> (variant name, True when the tier falls back to the
+            variant of a lower tier because it has none of its own).
+        """
+        model = self.models[model_name]
+        own = {variant.tier: name for name, variant in model.variants.items()}
+        result: dict[str, tuple[str, bool]] = {}
+        fallback: str | None = None
+        for tier in reversed(list(self.tiers)):
+            if tier in own:
+                fallback = own[tier]
+                result[tier] = (fallback, False)
+            else:
+                assert fallback is not None  # the catch-all always has a variant
+                result[tier] = (fallback, True)
+        return {tier: result[tier] for tier in self.tiers}
+
+    def notes(self) -> list[str]:
+        """Things worth knowing that are not errors (tier fallbacks)."""
+        notes = []
+        for model_name in self.models:
+            for tier, (variant, fell_back) in self.tier_variants(model_name).items():
+                if fell_back:
+                    notes.append(
+                        f"models.{model_name}: tier '{tier}' has no variant of its own and "
+                        f"falls back to '{variant}' (the variant of the next lower tier)"
+                    )
+        return notes
+
+    def recipe(self, model_name: str, variant_name: str) -> dict[str, Any]:
+        """Everything that determines a variant's bytes and gates, resolved.
+
+        Model-level settings are merged with the variant's overrides, so two
+        variants with the same recipe build the same artifact.
+        """
+        model = self.models[model_name]
+        variant = model.variants[variant_name]
+        calibration = variant.calibration or model.calibration
+        return {
+            "model": model_name,
+            "variant": variant_name,
+            "task": model.task,
+            "source": (variant.source or model.source).model_dump(),
+            "inputs": [spec.model_dump() for spec in (variant.inputs or model.inputs)],
+            "outputs": [spec.model_dump() for spec in model.outputs],
+            "calibration": calibration.model_dump() if calibration else None,
+            "evaluation": (variant.evaluation or model.evaluation).model_dump(),
+            "precision": variant.precision,
+            "quantization": variant.quantization.model_dump(),
+            "converter": variant.converter.model_dump(),
+            "budgets": model.budgets.merged(variant.budgets).model_dump(),
+            "toolchain": self.toolchain.as_dict(),
+        }
+
+    def recipe_digest(self, model_name: str, variant_name: str) -> str:
+        """sha256 of the canonical JSON of :meth:`recipe`."""
+        canonical = json.dumps(
+            self.recipe(model_name, variant_name), sort_keys=True, separators=(",", ":")
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
+    """Read and validate a models.toml.
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, or breaks the schema;
+            the message names the file, the key path and what is allowed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            "file not found",
+            file=str(path),
+            hint="Run edgereg from the directory that holds models.toml, or pass --config PATH.",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+    return parse(text, file=str(path))
+
+
+def parse(text: str, *, file: str = DEFAULT_CONFIG_FILE) -> Config:
+    """Validate the text of a models.toml; ``file`` is used in errors and paths."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"not valid TOML: {exc}",
+            file=file,
+            hint="Fix the syntax at the line and column shown.",
+        ) from None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, data, file) from None
+    config._path = Path(file)
+    return config
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of models.toml, for editors and the reference docs."""
+    schema = Config.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "edgereg models.toml"
+    return schema
+
+
+def _config_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> ConfigError:
+    problems = []
+    for error in exc.errors():
+        key_path = _key_path(error["loc"], data)
+        problems.append((key_path, _describe(error, key_path)))
+    if len(problems) == 1:
+        key_path, message = problems[0]
+        return ConfigError(message, file=file, key_path=key_path or None)
+    body = "\n".join(f"  {key or '(top level)'}: {message}" for key, message in problems)
+    return ConfigError(f"{len(problems)} problems\n{body}", file=file)
+
+
+def _key_path(loc: tuple[int | str, ...], data: Any) -> str:
+    """Turn a pydantic error location into the dotted path a user wrote.
+
+    Union tags and validator names that pydantic puts into locations are not
+    keys of the document; walking the document alongside drops them.
+    """
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(node, Mapping) and isinstance(item, str) and item in node:
+            node = node[item]
+            parts.append(item)
+        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+            node = node[item]
+            parts.append(str(item))
+        elif isinstance(node, Mapping) and isinstance(item, str) and not parts[-1:] == [item]:
+            # A missing or unknown key: the last element names it.
+            if item == loc[-1]:
+                parts.append(item)
+    return ".".join(parts)
+
+
+def _describe(error: Any, key_path: str) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(key_path.split(".")[:-1])
+        listed = ", ".join(allowed) if allowed else "none"
+        return f"unknown key; allowed keys here: {listed}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "string_pattern_mismatch":
+        pattern = error.get("ctx", {}).get("pattern", "")
+        if "0-9a-f]{64}" in pattern:
+            return "must be a sha256: 64 lowercase hex characters (run `sha256sum FILE`)"
+        if "a-z0-9_-" in pattern:
+            return f"'{error['input']}' is not a valid name: {NAME_RULE}"
+        return f"'{error['input']}' is not a version like 3.6.1"
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _allowed_keys(parts: list[str]) -> list[str]:
+    """Keys the schema allows at a dotted path (for 'unknown key' errors)."""
+    node: Any = Config
+    for part in parts:
+        node = _step(node, part)
+        if node is None:
+            return []
+    node = _unwrap(node)
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return list(node.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(args) == 1:
+            return _unwrap(args[0])
+    return annotation
+
+
+def _step(node: Any, part: str) -> Any:
+    node = _unwrap(node)
+    origin = typing.get_origin(node)
+    if origin is dict:
+        return typing.get_args(node)[1]
+    if origin is list:
+        return typing.get_args(node)[0] if part.isdigit() else None
+    if origin in (Union, types.UnionType):
+        # A tagged union (quantization): the tag picks the member.
+        for member in typing.get_args(node):
+            field = getattr(member, "model_fields", {}).get(part)
+            if field is not None:
+                return field.annotation
+        return None
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        field = node.model_fields.get(part)
+        return field.annotation if field else None
+    return None

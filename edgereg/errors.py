@@ -1,0 +1,94 @@
+"""One error hierarchy for edgereg; each error carries the text that helps fix it.
+
+The CLI maps these to a message and an exit code in one place
+(:mod:`edgereg.cli`); the library raises and never prints.
+"""
+
+from __future__ import annotations
+
+
+class EdgeregError(Exception):
+    """Base of every error edgereg reports to a user.
+
+    Attributes:
+        message: What was found and what was expected, in one sentence or two.
+        hint: The next thing the user can do about it, if there is one.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def diagnostics(self) -> str:
+        """Return the full human-readable report: message, then hint."""
+        if self.hint:
+            return f"{self.message}\n{self.hint}"
+        return self.message
+
+
+class ConfigError(EdgeregError):
+    """models.toml (or another config file) is malformed or inconsistent."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str,
+        key_path: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = f"{file}: {key_path}" if key_path else file
+        super().__init__(f"{where}: {message}", hint=hint)
+        self.file = file
+        self.key_path = key_path
+        self.detail = message
+
+
+class BuildError(EdgeregError):
+    """A build stage failed: a tool crashed, an input is wrong or a gate failed."""
+
+    exit_code = 3
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stage: str,
+        hint: str | None = None,
+        tool: str | None = None,
+        exit_status: int | None = None,
+        output_tail: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.stage = stage
+        self.tool = tool
+        self.exit_status = exit_status
+        self.output_tail = output_tail
+
+    def diagnostics(self) -> str:
+        """Return the stage, the message, the tool's status and its last output."""
+        lines = [f"build stage '{self.stage}' failed: {self.message}"]
+        if self.tool is not None:
+            status = "" if self.exit_status is None else f" (exit status {self.exit_status})"
+            lines.append(f"tool: {self.tool}{status}")
+        if self.output_tail:
+            lines.append("last output:")
+            lines.extend("  " + line for line in self.output_tail.rstrip().splitlines())
+        if self.hint:
+            lines.append(self.hint)
+        return "\n".join(lines)
+
+
+class ToolchainError(BuildError):
+    """The installed toolchain differs from the pinned one."""
+
+
+class GateError(BuildError):
+    """A built variant exceeds one or more of its budgets."""
+
+    exit_code = 4
