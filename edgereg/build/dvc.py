@@ -49,11 +49,16 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 command += f" --config {config_name}"
             if out_root != "build":
                 command += f" --out {out_root}"
-            deps = [(variant.source or model.source).path, (variant.evaluation or model.evaluation).path]
+            deps = [
+                (variant.source or model.source).path,
+                (variant.evaluation or model.evaluation).path,
+            ]
             calibration = variant.calibration or model.calibration
             if variant.quantization.mode == "int8" and calibration is not None:
                 deps.append(calibration.path)
-            keys = [k for k in model_keys if k != "calibration" or variant.quantization.mode == "int8"]
+            # Only int8 reads the calibration set: other variants ignore edits to it.
+            int8 = variant.quantization.mode == "int8"
+            keys = [k for k in model_keys if k != "calibration" or int8]
             params = ["toolchain", *(f"models.{model_name}.{key}" for key in keys)]
             params.append(f"models.{model_name}.variants.{variant_name}")
             lines += [
@@ -72,12 +77,13 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 "    plots:",
             ]
             if model.task == "classification":
+                recall_title = f"{model_name}/{variant_name}: recall change per class"
                 lines += [
                     f"      - {_q(f'{out}/{CLASS_RECALL_PLOT}')}:",
                     "          x: class",
                     "          y: change",
                     "          template: bar_horizontal",
-                    f"          title: {_q(f'{model_name}/{variant_name}: recall change per class')}",
+                    f"          title: {_q(recall_title)}",
                 ]
             lines += [
                 f"      - {_q(f'{out}/{LATENCY_PLOT}')}:",

@@ -293,7 +293,7 @@ def build_variant(
                 budgets,
                 size_bytes=size_bytes,
                 agreement=agree,
-                gate_abs_error=variant.quantization.mode == "none",
+                gate_abs_error=variant.precision == "fp32" and variant.quantization.mode == "none",
                 baseline=baseline,
                 variant=result,
                 latency_p50_ms=timing.latency_ms[variant.runtime.threads].p50,
