@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from edgereg import __version__
@@ -40,12 +41,15 @@ def handle_errors(command: F) -> F:
         except EdgeregError as exc:
             if verbose:
                 traceback.print_exc()
-            stderr.print(f"[bold red]error:[/] {exc.diagnostics()}", markup=True, soft_wrap=True)
+            # Messages quote TOML tables ("[models.x.calibration]"): not markup.
+            stderr.print(
+                f"[bold red]error:[/] {escape(exc.diagnostics())}", markup=True, soft_wrap=True
+            )
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             stderr.print("interrupted")
             sys.exit(130)
-        except Exception:  # noqa: BLE001 - the last line of defence
+        except Exception:  # the last line of defence
             traceback.print_exc()
             stderr.print(
                 "edgereg hit an internal error (above); please report it with the traceback."
@@ -87,7 +91,10 @@ def validate(config_path: Path, as_json: bool) -> None:
                     "valid": True,
                     "notes": config.notes(),
                     "tiers": {
-                        model: {tier: {"variant": v, "fallback": fb} for tier, (v, fb) in tiers.items()}
+                        model: {
+                            tier: {"variant": variant, "fallback": fell_back}
+                            for tier, (variant, fell_back) in tiers.items()
+                        }
                         for model, tiers in resolution.items()
                     },
                 },
@@ -118,13 +125,19 @@ def validate(config_path: Path, as_json: bool) -> None:
     default=None,
     help="Write to this file instead of standard output.",
 )
+@handle_errors
 def schema(out: Path | None) -> None:
     """Print the JSON Schema of models.toml."""
     text = json.dumps(config_module.json_schema(), indent=2) + "\n"
     if out is None:
         click.echo(text, nl=False)
     else:
-        out.write_text(text, encoding="utf-8")
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise EdgeregError(
+                f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
+            ) from None
 
 
 @main.command()
@@ -179,30 +192,36 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="edgereg build summary")
-    columns = (
-        ("model", "model"),
-        ("variant", "variant"),
-        ("tier", "tier"),
-        ("size MB", "size_mb"),
-        ("accuracy", "accuracy"),
-        ("Δ acc vs ONNX", "accuracy_change"),
-        ("worst class Δ recall", "worst_recall_change"),
-        ("p50 ms", "p50_ms"),
-        ("status", "status"),
-    )
-    for title, _ in columns:
-        table.add_column(title, justify="right" if title not in ("model", "variant", "tier") else "left")
+    for title in ("model", "variant", "tier"):
+        table.add_column(title)
+    for title in ("size MB", "accuracy", "Δ acc", "worst Δ recall", "p50 ms", "status"):
+        table.add_column(title, justify="right")
     for row in rows:
-        table.add_row(*[_fmt(row.get(key)) for _, key in columns])
-    Console().print(table)
+        table.add_row(
+            row["model"],
+            row["variant"],
+            row["tier"],
+            _number(row.get("size_mb"), "{:.3f}"),
+            _number(row.get("accuracy"), "{:.2%}"),
+            _points(row.get("accuracy_change")),
+            _points(row.get("worst_recall_change")),
+            _number(row.get("p50_ms"), "{:.3f}"),
+            row["status"],
+        )
+    Console(width=max(Console().width, 100)).print(table)
+    stderr.print("Δ: change against the fp32 ONNX Runtime baseline, in percentage points.")
 
 
-def _fmt(value: Any) -> str:
+def _number(value: float | None, template: str) -> str:
+    return "-" if value is None else template.format(value)
+
+
+def _points(value: float | None) -> str:
+    """A fraction as signed percentage points (0.0123 -> +1.23 pp)."""
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:+.4f}" if abs(value) < 1 and value != 0 and value < 0 else f"{value:.4g}"
-    return str(value)
+    points = round(value * 100, 2) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return f"{points:+.2f} pp"
 
 
 @main.group()
@@ -232,18 +251,20 @@ def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
     if check:
         if current != text:
             stderr.print(
-                f"{target} is stale against {config_path}; run `edgereg dvc sync` and commit it."
+                f"{target} is stale against {config_path}; run `edgereg dvc sync` and commit it.",
+                markup=False,
+                soft_wrap=True,
             )
             sys.exit(1)
-        stderr.print(f"{target} is up to date")
+        stderr.print(f"{target} is up to date", markup=False, soft_wrap=True)
         return
     if current == text:
-        stderr.print(f"{target} is up to date")
+        stderr.print(f"{target} is up to date", markup=False, soft_wrap=True)
         return
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(target)
-    stderr.print(f"wrote {target}")
+    stderr.print(f"wrote {target}", markup=False, soft_wrap=True)
 
 
 def _require_variant(config: config_module.Config, model: str, variant: str) -> None:

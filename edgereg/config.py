@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from edgereg.errors import ConfigError
 
@@ -46,6 +47,15 @@ Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# A cross-field rule broken: pydantic reports such errors at the table that was
+# validated, so the error carries the key (relative to that table) it is about.
+_RULE_ERROR = "edgereg_rule"
+
+
+def _rule_error(key: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(_RULE_ERROR, "{message}", {"key": key, "message": message})
 
 
 class Toolchain(_Strict):
@@ -134,22 +144,32 @@ class InputSpec(_Strict):
         if self.kind == "tensor":
             given = [key for key, value in image_only.items() if value is not None]
             if given:
-                raise ValueError(
-                    f"{', '.join(given)} only apply to kind = \"image\" inputs"
+                raise _rule_error(
+                    given[0], f"{', '.join(given)} only apply to kind = \"image\" inputs"
                 )
             return self
-        if self.layout is None or self.color is None:
-            raise ValueError('kind = "image" inputs need layout ("NCHW" or "NHWC") and color')
+        if self.layout is None:
+            raise _rule_error(
+                "layout", 'kind = "image" inputs need layout ("NCHW" or "NHWC") and color'
+            )
+        if self.color is None:
+            raise _rule_error(
+                "color", 'kind = "image" inputs need color ("RGB", "BGR" or "GRAY") and layout'
+            )
         if len(self.shape) != 4 or self.shape[0] != 1:
-            raise ValueError("image inputs have shape [1, C, H, W] or [1, H, W, C]")
+            raise _rule_error("shape", "image inputs have shape [1, C, H, W] or [1, H, W, C]")
         channels = self.shape[1] if self.layout == "NCHW" else self.shape[3]
         expected = 1 if self.color == "GRAY" else 3
         if channels != expected:
-            raise ValueError(f"color {self.color} needs {expected} channel(s), shape has {channels}")
+            raise _rule_error(
+                "shape", f"color {self.color} needs {expected} channel(s), shape has {channels}"
+            )
         for key in ("mean", "std"):
             values = getattr(self, key)
             if values is not None and len(values) != channels:
-                raise ValueError(f"{key} needs one value per channel ({channels})")
+                raise _rule_error(
+                    key, f"{key} needs one value per channel ({channels}), got {len(values)}"
+                )
         return self
 
 
@@ -232,7 +252,7 @@ class RuntimeHints(_Strict):
     """Settings that travel with the variant to the app."""
 
     threads: int = Field(default=4, ge=1, le=16)
-    backends: list[Backend] = Field(default_factory=lambda: ["cpu"], min_length=1)
+    backends: list[Backend] = Field(default_factory=lambda: list[Backend](["cpu"]), min_length=1)
     precision: Literal["low", "normal", "high"] = "normal"
 
     @field_validator("backends")
@@ -269,12 +289,13 @@ class Variant(_Strict):
     @model_validator(mode="after")
     def _precision_and_quantization(self) -> Variant:
         if self.precision == "fp16" and self.quantization.mode != "none":
-            raise ValueError(
+            raise _rule_error(
+                "precision",
                 'precision = "fp16" cannot be combined with quantization; '
-                'use precision = "fp32" with a quantization mode'
+                'use precision = "fp32" with a quantization mode',
             )
         if self.inputs is not None and self.source is None:
-            raise ValueError("inputs may only be overridden together with source")
+            raise _rule_error("inputs", "inputs may only be overridden together with source")
         return self
 
 
@@ -307,7 +328,7 @@ class Model(_Strict):
         for kind, specs in (("input", self.inputs), ("output", self.outputs)):
             names = [spec.name for spec in specs]
             if len(set(names)) != len(names):
-                raise ValueError(f"{kind} names must be unique, got {names}")
+                raise _rule_error(f"{kind}s", f"{kind} names must be unique, got {names}")
         return self
 
 
@@ -334,43 +355,48 @@ class Config(_Strict):
         tier_names = list(self.tiers)
         *upper, last = tier_names
         if not self.tiers[last].is_catch_all:
-            raise ValueError(
+            raise _rule_error(
+                f"tiers.{last}",
                 f"the last tier ('{last}') must be a catch-all with no rules, so every "
-                "device gets a tier; add an empty [tiers.<name>] table at the end"
+                "device gets a tier; add an empty [tiers.<name>] table at the end",
             )
         for name in upper:
             if self.tiers[name].is_catch_all:
-                raise ValueError(
+                raise _rule_error(
+                    f"tiers.{name}",
                     f"tier '{name}' has no rules, so it catches every device and the "
-                    "tiers after it can never match; give it rules or move it last"
+                    "tiers after it can never match; give it rules or move it last",
                 )
         for model_name, model in self.models.items():
             by_tier: dict[str, str] = {}
             for variant_name, variant in model.variants.items():
                 where = f"models.{model_name}.variants.{variant_name}"
                 if variant.tier not in self.tiers:
-                    raise ValueError(
-                        f"{where}.tier: unknown tier '{variant.tier}'; "
-                        f"declared tiers: {', '.join(tier_names)}"
+                    raise _rule_error(
+                        f"{where}.tier",
+                        f"unknown tier '{variant.tier}'; declared tiers: {', '.join(tier_names)}",
                     )
                 if variant.tier in by_tier:
-                    raise ValueError(
-                        f"{where}.tier: tier '{variant.tier}' already has variant "
+                    raise _rule_error(
+                        f"{where}.tier",
+                        f"tier '{variant.tier}' already has variant "
                         f"'{by_tier[variant.tier]}'; each tier takes exactly one variant "
-                        "of a model"
+                        "of a model",
                     )
                 by_tier[variant.tier] = variant_name
                 needs_calibration = variant.quantization.mode == "int8"
                 if needs_calibration and variant.calibration is None and model.calibration is None:
-                    raise ValueError(
-                        f"{where}.quantization: int8 quantization needs a calibration set; "
-                        f"add [models.{model_name}.calibration] with path and sha256"
+                    raise _rule_error(
+                        f"{where}.quantization",
+                        "int8 quantization needs a calibration set; "
+                        f"add [models.{model_name}.calibration] with path and sha256",
                     )
             if last not in by_tier:
-                raise ValueError(
-                    f"models.{model_name}: no variant for the catch-all tier '{last}', so "
+                raise _rule_error(
+                    f"models.{model_name}.variants",
+                    f"no variant for the catch-all tier '{last}', so "
                     "devices there would get no model; add a variant with "
-                    f'tier = "{last}" (lower tiers have no tier below to fall back to)'
+                    f'tier = "{last}" (lower tiers have no tier below to fall back to)',
                 )
         return self
 
@@ -430,7 +456,14 @@ class Config(_Strict):
         """
         model = self.models[model_name]
         variant = model.variants[variant_name]
-        calibration = variant.calibration or model.calibration
+        # Only int8 reads the calibration set; keeping it out of the other recipes
+        # keeps their bytes (the id derives from this digest) in step with dvc.yaml,
+        # which does not rerun them when the set changes.
+        calibration = (
+            variant.calibration or model.calibration
+            if variant.quantization.mode == "int8"
+            else None
+        )
         return {
             "model": model_name,
             "variant": variant_name,
@@ -443,6 +476,7 @@ class Config(_Strict):
             "precision": variant.precision,
             "quantization": variant.quantization.model_dump(),
             "converter": variant.converter.model_dump(),
+            "runtime": variant.runtime.model_dump(),
             "budgets": model.budgets.merged(variant.budgets).model_dump(),
             "toolchain": self.toolchain.as_dict(),
         }
@@ -499,14 +533,36 @@ def json_schema() -> dict[str, Any]:
     schema = Config.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "edgereg models.toml"
+    _forbid_unnamed_keys(schema)
     return schema
+
+
+def _forbid_unnamed_keys(node: Any) -> None:
+    """Make tables keyed by names (tiers, models, variants) reject keys that are not names.
+
+    pydantic describes them with ``patternProperties`` only, which lets any
+    other key through; the loader rejects those, so the schema should too.
+    """
+    if isinstance(node, dict):
+        if "patternProperties" in node:
+            node.setdefault("additionalProperties", False)
+        for value in node.values():
+            _forbid_unnamed_keys(value)
+    elif isinstance(node, list):
+        for value in node:
+            _forbid_unnamed_keys(value)
 
 
 def _config_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> ConfigError:
     problems = []
     for error in exc.errors():
         key_path = _key_path(error["loc"], data)
-        problems.append((key_path, _describe(error, key_path)))
+        if error["type"] == _RULE_ERROR:
+            key_path = ".".join(part for part in (key_path, error["ctx"]["key"]) if part)
+        elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            tag_key = error["ctx"]["discriminator"].strip("'")
+            key_path = ".".join(part for part in (key_path, tag_key) if part)
+        problems.append((key_path, _describe(error, key_path, data)))
     if len(problems) == 1:
         key_path, message = problems[0]
         return ConfigError(message, file=file, key_path=key_path or None)
@@ -523,27 +579,42 @@ def _key_path(loc: tuple[int | str, ...], data: Any) -> str:
     parts: list[str] = []
     node = data
     for item in loc:
+        if item == "[key]":
+            # pydantic's marker for a dict key that failed validation: the key
+            # itself, already in the path, is what is wrong.
+            continue
         if isinstance(node, Mapping) and isinstance(item, str) and item in node:
             node = node[item]
             parts.append(item)
         elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
             node = node[item]
             parts.append(str(item))
-        elif isinstance(node, Mapping) and isinstance(item, str) and not parts[-1:] == [item]:
+        elif (
+            isinstance(node, Mapping)
+            and isinstance(item, str)
+            and parts[-1:] != [item]
+            and item == loc[-1]
+        ):
             # A missing or unknown key: the last element names it.
-            if item == loc[-1]:
-                parts.append(item)
+            parts.append(item)
     return ".".join(parts)
 
 
-def _describe(error: Any, key_path: str) -> str:
+def _describe(error: Any, key_path: str, data: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        allowed = _allowed_keys(key_path.split(".")[:-1])
+        allowed = _allowed_keys(key_path.split(".")[:-1], data)
         listed = ", ".join(allowed) if allowed else "none"
         return f"unknown key; allowed keys here: {listed}"
     if kind == "missing":
         return "required key is missing"
+    if kind == "union_tag_invalid":
+        ctx = error["ctx"]
+        key = ctx["discriminator"].strip("'")
+        return f"unknown {key} '{ctx['tag']}'; allowed: {ctx['expected_tags']}"
+    if kind == "union_tag_not_found":
+        tags = ", ".join(repr(tag) for tag in _union_tags(key_path.split(".")[:-1], data))
+        return f"required key is missing; allowed: {tags}"
     if kind == "string_pattern_mismatch":
         pattern = error.get("ctx", {}).get("pattern", "")
         if "0-9a-f]{64}" in pattern:
@@ -555,17 +626,64 @@ def _describe(error: Any, key_path: str) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _allowed_keys(parts: list[str]) -> list[str]:
+def _allowed_keys(parts: list[str], data: Mapping[str, Any]) -> list[str]:
     """Keys the schema allows at a dotted path (for 'unknown key' errors)."""
-    node: Any = Config
-    for part in parts:
-        node = _step(node, part)
-        if node is None:
-            return []
+    node = _annotation_at(parts, data)
+    if node is None:
+        return []
     node = _unwrap(node)
+    if typing.get_origin(node) in (Union, types.UnionType):
+        # A tagged union whose tag is missing or unknown: any member's keys.
+        members = typing.get_args(node)
+        return list(dict.fromkeys(key for member in members for key in member.model_fields))
     if isinstance(node, type) and issubclass(node, BaseModel):
         return list(node.model_fields)
     return []
+
+
+def _union_tags(parts: list[str], data: Mapping[str, Any]) -> list[str]:
+    """The values of the tag key a tagged union at a dotted path accepts."""
+    node = _unwrap(_annotation_at(parts, data))
+    tags: list[str] = []
+    if typing.get_origin(node) in (Union, types.UnionType):
+        for member in typing.get_args(node):
+            field = member.model_fields.get("mode")
+            if field is not None:
+                tags.extend(typing.get_args(field.annotation))
+    return tags
+
+
+def _annotation_at(parts: list[str], data: Any) -> Any:
+    """The schema annotation at a dotted path, or None when the schema has no such key.
+
+    The document is walked alongside, so a tagged union resolves to the member
+    its tag (``mode``) selects.
+    """
+    node: Any = Config
+    for part in parts:
+        if isinstance(data, Mapping):
+            data = data.get(part)
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            data = None
+        node = _step(node, part)
+        if node is None:
+            return None
+        node = _select_member(node, data)
+    return node
+
+
+def _select_member(annotation: Any, value: Any) -> Any:
+    """For a tagged union, the member whose ``mode`` literal matches ``value``."""
+    node = _unwrap(annotation)
+    if typing.get_origin(node) not in (Union, types.UnionType) or not isinstance(value, Mapping):
+        return annotation
+    for member in typing.get_args(node):
+        field = getattr(member, "model_fields", {}).get("mode")
+        if field is not None and value.get("mode") in typing.get_args(field.annotation):
+            return member
+    return annotation
 
 
 def _unwrap(annotation: Any) -> Any:

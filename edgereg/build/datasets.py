@@ -133,13 +133,13 @@ def _image_tensor(raw: np.ndarray, spec: InputSpec, path: Path, stage: str) -> n
             stage=stage,
             hint="Image datasets hold uint8 N×H×W×C pictures in RGB at the input's size.",
         )
-    images = raw.astype(np.float32)
+    images: np.ndarray = raw.astype(np.float32)
     if spec.color == "BGR":
         images = images[..., ::-1]
     if spec.mean is not None:
-        images = images - np.asarray(spec.mean, dtype=np.float32)
+        images = np.subtract(images, np.asarray(spec.mean, dtype=np.float32))
     if spec.std is not None:
-        images = images / np.asarray(spec.std, dtype=np.float32)
+        images = np.divide(images, np.asarray(spec.std, dtype=np.float32))
     if spec.layout == "NCHW":
         images = images.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(images, dtype=np.float32)

@@ -224,6 +224,8 @@ def build_variant(
                 optimize_prefer=variant.converter.optimize_prefer,
             )
         calibration_info: dict[str, Any] | None = None
+        quantize_run: toolchain.ToolRun | None = None
+        batch_size = bench.batch_size if graph["dynamic_batch"] else 1
         evaluation = load_dataset(evaluation_path, inputs, stage="evaluate", need_labels=classification)
         if isinstance(variant.quantization, Int8Quantization):
             assert calibration_ref is not None and calibration_path is not None
@@ -237,7 +239,7 @@ def build_variant(
                 )
                 float_artifact = work_dir / "float.mnn"
                 artifact.rename(float_artifact)
-                toolchain.quantize(
+                quantize_run = toolchain.quantize(
                     float_artifact,
                     artifact,
                     inputs=[toolchain.QuantInput(spec.name, list(spec.shape)) for spec in inputs],
@@ -257,13 +259,15 @@ def build_variant(
             mnn_uuid = toolchain.make_deterministic(artifact, recipe_digest.encode())
 
         with stage("verify"):
-            reference = toolchain.run_onnx(source, evaluation.inputs, batch_size=bench.batch_size)
+            reference = toolchain.run_onnx(
+                source, evaluation.inputs, batch_size=batch_size, output_names=output_names
+            )
             produced = toolchain.run_inference(
                 artifact,
                 evaluation.inputs,
                 input_names=input_names,
                 output_names=output_names,
-                batch_size=bench.batch_size,
+                batch_size=batch_size,
             )
             agree = agreement(reference, produced, classification=classification)
         baseline = result = None
@@ -303,11 +307,11 @@ def build_variant(
             raise GateError(
                 _gate_message(model_name, variant_name, gates),
                 stage="gate",
-                hint=_gate_hint(variant.quantization, gates),
+                hint=_gate_hint(variant.quantization, gates, quantize_run),
             )
 
         artifact_sha = sha256_file(artifact)
-        metrics = _metrics(size_bytes, agree, baseline, result, timing, gates)
+        metrics = _metrics(model.classes, size_bytes, agree, baseline, result, timing, gates)
         provenance = {
             "edgereg": __version__,
             "model": model_name,
@@ -325,7 +329,8 @@ def build_variant(
             "recipe_sha256": recipe_digest,
             "converter_argv": convert_run.argv,
             "mnn_uuid": mnn_uuid,
-            "min_mnn_runtime": toolchain.installed_versions()["mnn"],
+            # A newer runtime loads older models; the reverse is not promised.
+            "min_mnn_runtime": convert_run.model.version,
             "runtime": variant.runtime.model_dump(),
             "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": size_bytes},
         }
@@ -353,6 +358,7 @@ def _samples(dataset: Dataset) -> list[dict[str, np.ndarray]]:
 
 
 def _metrics(
+    class_names: list[str] | None,
     size_bytes: int,
     agree: Agreement,
     baseline: Classification | None,
@@ -378,9 +384,10 @@ def _metrics(
             "variant": result.accuracy,
             "change": result.accuracy - baseline.accuracy,
         }
+        names = class_names or []
         metrics["class_recall"] = {
-            "worst_change": -drops[worst_label],
-            "worst_class": worst_label,
+            "worst_change": -drops[worst_label] + 0.0,
+            "worst_class": names[worst_label] if worst_label < len(names) else str(worst_label),
         }
     metrics["benchmark"] = {
         "load_ms": timing.load_ms,
@@ -421,20 +428,32 @@ def _gate_message(model_name: str, variant_name: str, gates: GateReport) -> str:
     return "\n".join(lines)
 
 
-def _gate_hint(quantization: Any, gates: GateReport) -> str:
+def _gate_hint(
+    quantization: Any, gates: GateReport, quantize_run: toolchain.ToolRun | None
+) -> str:
     failed = {failure.name for failure in gates.failures}
     if isinstance(quantization, Int8Quantization) and failed & {
         "max_accuracy_drop",
         "max_class_recall_drop",
     }:
+        lines = ["Int8 quantization lost accuracy."]
+        worst = [
+            layer
+            for layer in (quantize_run.layer_errors if quantize_run else [])
+            if layer.cosine == layer.cosine  # NaN: MNN could not measure the layer
+        ][:3]
+        if worst:
+            lines.append("Layers with the largest quantization error (cosine similarity):")
+            lines += [f"  {layer.op}: {layer.cosine:.4f}" for layer in worst]
+            names = ", ".join(f'"{layer.op}"' for layer in worst[:2])
+            lines.append(f"Keep them in float: skip_ops = [{names}].")
         other = "EMA" if quantization.method != "EMA" else "KL"
-        return (
-            f"Int8 quantization lost accuracy: try method = \"{other}\", more calibration "
-            "samples, or keep sensitive layers in float with skip_ops; `edgereg build "
-            "--debug-quant` reports the per-layer error."
+        lines.append(
+            f'Or try method = "{other}", or more (class-balanced) calibration samples.'
         )
+        return "\n".join(lines)
     if "max_size_mb" in failed:
-        return "Use weight-only quantization (mode = \"weight\") or int8 to make it smaller."
+        return 'Use weight-only quantization (mode = "weight") or int8 to make it smaller.'
     if "max_abs_error" in failed:
         return "The float conversion drifts from ONNX Runtime; check converter options."
     return "Raise the budget in models.toml only if the measured numbers are acceptable."

@@ -1,0 +1,75 @@
+"""The toolchain: pinned-version checks and every call into MNN and ONNX tools.
+
+Each MNN tool call runs in a child process in its own scratch directory, with
+a timeout; crashes, timeouts and silent failures become
+:class:`~edgereg.errors.BuildError` with the stage, tool, exit status and the
+tail of the tool's output. Outputs are written atomically.
+"""
+
+from edgereg.toolchain.mnn import (
+    BIZ_CODE,
+    FEATURE_METHODS,
+    WEIGHT_METHODS,
+    BenchmarkResult,
+    LatencyStats,
+    LayerError,
+    MnnModelInfo,
+    QuantInput,
+    ToolRun,
+    benchmark,
+    convert,
+    make_deterministic,
+    mnn_runtime_version,
+    model_info,
+    parse_layer_errors,
+    quantize,
+    run_inference,
+    write_calibration,
+)
+from edgereg.toolchain.onnx_check import (
+    OnnxReport,
+    TensorSpec,
+    inspect_onnx,
+    parse_op_listing,
+    supported_onnx_ops,
+    unsupported_ops,
+)
+from edgereg.toolchain.onnxrt import run_onnx
+from edgereg.toolchain.versions import (
+    TOOLCHAIN_PACKAGES,
+    check_versions,
+    installed_version,
+    installed_versions,
+)
+
+__all__ = [
+    "BIZ_CODE",
+    "FEATURE_METHODS",
+    "TOOLCHAIN_PACKAGES",
+    "WEIGHT_METHODS",
+    "BenchmarkResult",
+    "LatencyStats",
+    "LayerError",
+    "MnnModelInfo",
+    "OnnxReport",
+    "QuantInput",
+    "TensorSpec",
+    "ToolRun",
+    "benchmark",
+    "check_versions",
+    "convert",
+    "inspect_onnx",
+    "installed_version",
+    "installed_versions",
+    "make_deterministic",
+    "mnn_runtime_version",
+    "model_info",
+    "parse_layer_errors",
+    "parse_op_listing",
+    "quantize",
+    "run_inference",
+    "run_onnx",
+    "supported_onnx_ops",
+    "unsupported_ops",
+    "write_calibration",
+]

@@ -1,0 +1,189 @@
+"""Running the MNN worker in a child process, and writing outputs atomically.
+
+Everything that can go wrong in a child (a crash, a signal, a timeout, an
+exception, a missing result) comes back as one :class:`BuildError` naming the
+stage, the tool, the exit status and the tail of what the child printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgereg.errors import BuildError
+
+WORKER = Path(__file__).with_name("_worker.py")
+TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """What one worker call produced.
+
+    Attributes:
+        result: The JSON result the worker wrote.
+        output: Everything the child printed (stdout and stderr, merged).
+        duration: Wall-clock seconds of the child, start to exit.
+        exit_status: The child's return code.
+    """
+
+    result: dict[str, Any]
+    output: str
+    duration: float
+    exit_status: int
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> str:
+    """Return the last ``lines`` non-empty lines of ``text``.
+
+    Progress bars redraw with carriage returns; each redraw counts as a line
+    so the tail shows where they stopped, not thousands of percentages.
+    """
+    kept = [line.rstrip() for line in text.replace("\r", "\n").split("\n") if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+def describe_status(status: int) -> str:
+    """Render a return code, naming the signal when the child was killed."""
+    if status < 0:
+        try:
+            return f"killed by signal {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+@contextlib.contextmanager
+def scratch_dir(near: Path | None = None) -> Iterator[Path]:
+    """Yield a fresh directory, removed with its contents afterwards.
+
+    Args:
+        near: Create it inside this directory (so a file moved from it to
+            ``near`` is a same-filesystem, atomic rename); else in the system
+            temp directory.
+    """
+    path = Path(tempfile.mkdtemp(prefix=".edgereg-", dir=near))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale(path: Path) -> None:
+    """Delete ``path`` if it exists, so a failed step cannot leave an old file."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file and ``os.replace``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def run_worker(
+    op: str,
+    request: dict[str, Any],
+    *,
+    scratch: Path,
+    stage: str,
+    tool: str,
+    timeout: float,
+) -> WorkerRun:
+    """Run one worker operation in a child process with ``scratch`` as cwd.
+
+    Args:
+        op: Worker operation name.
+        request: Operation arguments (JSON-serialisable; paths absolute).
+        scratch: Existing empty directory owned by this call.
+        stage: Build stage named in errors.
+        tool: Tool named in errors (``mnnconvert``, ``mnnquant``, ``MNN``).
+        timeout: Seconds before the child is killed.
+
+    Returns:
+        The run, when the child exited 0 and wrote a result.
+
+    Raises:
+        BuildError: The child timed out, crashed, exited non-zero, reported an
+            exception, or wrote no result.
+    """
+    result_path = scratch / "result.json"
+    request_path = scratch / "request.json"
+    request_path.write_text(
+        json.dumps({**request, "op": op, "result": str(result_path)}), encoding="utf-8"
+    )
+    # -P (3.11+): keep this package's directory off the child's sys.path, so
+    # its module names never shadow anything; -X faulthandler: a segfault
+    # prints the Python stack into the captured output.
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    argv: Sequence[str] = [
+        sys.executable,
+        *safe_path,
+        "-X",
+        "faulthandler",
+        str(WORKER),
+        str(request_path),
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
+        raise BuildError(
+            f"{tool} did not finish within {timeout:g} s and was killed",
+            stage=stage,
+            tool=tool,
+            output_tail=tail(partial),
+            hint="raise the timeout, or check the model is not unexpectedly large",
+        ) from None
+    duration = time.perf_counter() - started
+    output = proc.stdout.decode("utf-8", "replace")
+    result: dict[str, Any] | None = None
+    if result_path.is_file():
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+    if proc.returncode != 0 or result is None or not result.get("ok"):
+        if result is not None and not result.get("ok"):
+            message = f"{tool} failed: {result.get('error', 'unknown error')}"
+            output = output + "\n" + str(result.get("traceback", ""))
+        elif proc.returncode < 0:
+            message = f"{tool} crashed ({describe_status(proc.returncode)})"
+        else:
+            message = f"{tool} stopped ({describe_status(proc.returncode)}) without a result"
+        raise BuildError(
+            message,
+            stage=stage,
+            tool=tool,
+            exit_status=proc.returncode,
+            output_tail=tail(output),
+        )
+    return WorkerRun(result=result, output=output, duration=duration, exit_status=proc.returncode)

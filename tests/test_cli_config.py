@@ -1,0 +1,283 @@
+"""`edgereg validate` and `edgereg schema`, and the JSON Schema they are built on."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from edgereg import config
+from edgereg.cli import main
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+BAD_METHOD = 'quantization = { mode = "int8", method = "MINMAX" }'
+KEY_PATH = "models.digits.variants.int8.quantization.method"
+EDGEREG = Path(sys.executable).parent / "edgereg"
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture
+def bad_toml(tmp_path: Path, small_toml: str) -> Path:
+    path = tmp_path / "models.toml"
+    path.write_text(
+        small_toml.replace('quantization = { mode = "int8", method = "KL" }', BAD_METHOD),
+        encoding="utf-8",
+    )
+    return path
+
+
+# --- validate -----------------------------------------------------------------
+
+
+def test_validate_repo_file(repo_root: Path) -> None:
+    result = invoke("validate", "--config", str(repo_root / "models.toml"))
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.stdout
+    for name in ("digits", "sensor", "tier high", "tier mid", "tier low", "int8", "w8"):
+        assert name in result.stdout
+    assert result.stderr == ""
+
+
+def test_validate_bad_file_exits_2_naming_the_key(bad_toml: Path) -> None:
+    result = invoke("validate", "--config", str(bad_toml))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert f"error: {bad_toml}: {KEY_PATH}: " in result.stderr
+    assert "'KL', 'ADMM' or 'EMA'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_error_text_is_not_taken_for_markup(tmp_path: Path, small_toml: str) -> None:
+    # The fix-it text quotes TOML tables in brackets, which rich would swallow as markup.
+    path = tmp_path / "models.toml"
+    path.write_text(
+        small_toml.replace('description = "Everything else"', "min_ram_mb = 1"), encoding="utf-8"
+    )
+    result = invoke("validate", "--config", str(path))
+    assert result.exit_code == 2
+    assert "add an empty [tiers.<name>] table at the end" in result.stderr
+
+
+def test_validate_json(repo_root: Path) -> None:
+    result = invoke("validate", "--json", "--config", str(repo_root / "models.toml"))
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["valid"] is True
+    assert report["notes"] == []
+    assert report["tiers"]["digits"] == {
+        "high": {"variant": "fp32", "fallback": False},
+        "mid": {"variant": "int8", "fallback": False},
+        "low": {"variant": "w8", "fallback": False},
+    }
+    assert set(report["tiers"]) == {"digits", "sensor"}
+
+
+def test_validate_shows_tier_fallback(tmp_path: Path, small_toml: str) -> None:
+    int8_table = (
+        '[models.digits.variants.int8]\ntier = "mid"\n'
+        'quantization = { mode = "int8", method = "KL" }\nruntime = { threads = 2 }\n'
+    )
+    assert int8_table in small_toml
+    path = tmp_path / "models.toml"
+    path.write_text(small_toml.replace(int8_table, ""), encoding="utf-8")
+
+    table = invoke("validate", "--config", str(path))
+    assert table.exit_code == 0, table.output
+    assert "w8 (fallback)" in table.stdout
+    assert "note: models.digits: tier 'mid' has no variant of its own" in table.stdout
+
+    report = json.loads(invoke("validate", "--json", "--config", str(path)).stdout)
+    assert report["tiers"]["digits"]["mid"] == {"variant": "w8", "fallback": True}
+    assert len(report["notes"]) == 1
+
+
+def test_validate_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "models.toml"
+    result = invoke("validate", "--config", str(missing))
+    assert result.exit_code == 2
+    assert f"{missing}: file not found" in result.stderr
+    assert "pass --config PATH" in result.stderr
+
+
+def test_validate_default_path_is_models_toml_in_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_toml: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = invoke("validate")
+    assert missing.exit_code == 2
+    assert "models.toml: file not found" in missing.stderr
+    (tmp_path / "models.toml").write_text(small_toml, encoding="utf-8")
+    assert invoke("validate").exit_code == 0
+
+
+def test_verbose_prints_the_traceback(bad_toml: Path) -> None:
+    result = invoke("--verbose", "validate", "--config", str(bad_toml))
+    assert result.exit_code == 2
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "edgereg.errors.ConfigError" in result.stderr
+    assert KEY_PATH in result.stderr
+
+
+# --- the installed command, in a real process ----------------------------------
+
+
+@pytest.fixture
+def edgereg_bin() -> Path:
+    if not EDGEREG.exists():
+        pytest.skip(f"{EDGEREG} is not installed (pip install -e .)")
+    return EDGEREG
+
+
+def test_installed_command_validates(edgereg_bin: Path, repo_root: Path, bad_toml: Path) -> None:
+    good = subprocess.run(
+        [edgereg_bin, "validate", "--json", "--config", repo_root / "models.toml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["valid"] is True  # nothing else on stdout
+
+    bad = subprocess.run(
+        [edgereg_bin, "validate", "--config", bad_toml],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert f"{bad_toml}: {KEY_PATH}: Input should be 'KL', 'ADMM' or 'EMA'" in bad.stderr
+
+    verbose = subprocess.run(
+        [edgereg_bin, "-v", "validate", "--config", bad_toml],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert verbose.returncode == 2
+    assert "Traceback (most recent call last)" in verbose.stderr
+
+
+# --- schema -------------------------------------------------------------------
+
+
+def test_schema_to_stdout_and_file(tmp_path: Path) -> None:
+    printed = invoke("schema")
+    assert printed.exit_code == 0, printed.output
+    assert json.loads(printed.stdout) == config.json_schema()
+
+    out = tmp_path / "models.schema.json"
+    written = invoke("schema", "--out", str(out))
+    assert written.exit_code == 0, written.output
+    assert written.stdout == ""
+    assert out.read_text(encoding="utf-8") == printed.stdout
+
+
+def test_schema_structure() -> None:
+    schema = config.json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] == "edgereg models.toml"
+    assert schema["type"] == "object"
+    assert {"toolchain", "tiers", "models", "registry"} == set(schema["properties"])
+    assert set(schema["required"]) == {"toolchain", "tiers", "models"}
+    assert schema["additionalProperties"] is False
+    json.dumps(schema)  # serialisable as is
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        name = node["$ref"].removeprefix("#/$defs/")
+        node = schema["$defs"][name]
+    return node
+
+
+def _check_keys(schema: dict[str, Any], node: dict[str, Any], value: Any, where: str) -> int:
+    """Check every key of ``value`` is one the schema declares; return how many were seen."""
+    node = _resolve(schema, node)
+    for choice in ("anyOf", "oneOf"):
+        if choice in node:
+            options = [_resolve(schema, option) for option in node[choice]]
+            if isinstance(value, dict) and "mode" in value:
+                options = [
+                    option
+                    for option in options
+                    if option.get("properties", {}).get("mode", {}).get("const") == value["mode"]
+                ]
+            typed = [option for option in options if option.get("type") != "null"]
+            assert len(typed) == 1, f"{where}: no single schema option for {value!r}"
+            node = typed[0]
+    seen = 0
+    if isinstance(value, dict):
+        properties = node.get("properties")
+        if properties is not None:
+            assert node.get("additionalProperties") is False, where
+            for key, item in value.items():
+                assert key in properties, f"{where}.{key} is not in the schema"
+                seen += 1 + _check_keys(schema, properties[key], item, f"{where}.{key}")
+        else:
+            # A table keyed by names (tiers, models, variants).
+            ((pattern, item_schema),) = node["patternProperties"].items()
+            assert node.get("additionalProperties") is False, where
+            for key, item in value.items():
+                assert re.fullmatch(pattern, key), f"{where}.{key} is not a valid name"
+                seen += 1 + _check_keys(schema, item_schema, item, f"{where}.{key}")
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for index, item in enumerate(value):
+            seen += _check_keys(schema, node["items"], item, f"{where}.{index}")
+    return seen
+
+
+def test_repo_models_toml_has_the_schema_key_structure(repo_root: Path) -> None:
+    schema = config.json_schema()
+    data = tomllib.loads((repo_root / "models.toml").read_text(encoding="utf-8"))
+    assert _check_keys(schema, schema, data, "(top)") > 50
+
+
+def test_repo_models_toml_conforms_to_the_schema(repo_root: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = config.json_schema()
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    validator = validator_class(schema)
+    data = tomllib.loads((repo_root / "models.toml").read_text(encoding="utf-8"))
+    assert list(validator.iter_errors(data)) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value"),
+    [
+        (("models", "digits", "variants", "int8", "quantization"), "method", "MINMAX"),
+        (("models", "digits", "variants", "int8", "quantization"), "mode", "int4"),
+        (("models", "digits", "variants", "fp32"), "threads", 4),
+        (("models", "digits", "variants"), "FP32", {"tier": "high"}),
+        (("tiers",), "Mid", {}),
+        ((), "telemetry", True),
+    ],
+    ids=["bad-method", "bad-mode", "unknown-key", "bad-variant-name", "bad-tier-name", "top"],
+)
+def test_schema_rejects_what_the_loader_rejects(
+    repo_root: Path, where: tuple[str, ...], key: str, value: Any
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = config.json_schema()
+    data = tomllib.loads((repo_root / "models.toml").read_text(encoding="utf-8"))
+    table = data
+    for part in where:
+        table = table[part]
+    table[key] = value
+    errors = list(jsonschema.validators.validator_for(schema)(schema).iter_errors(data))
+    assert errors
+    assert all(tuple(error.absolute_path)[: len(where)] == where for error in errors)

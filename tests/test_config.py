@@ -1,0 +1,474 @@
+"""models.toml validation: every mistake names the file, the key path and what is allowed."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edgereg import config
+from edgereg.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SMALL_TOML = Path(__file__).parent / "data" / "small_models.toml"
+FILE = "conf/models.toml"
+
+
+def edit(text: str, *edits: tuple[str, str]) -> str:
+    """Apply (old, new) replacements, each of which must match exactly once.
+
+    An ``old`` starting with ``*`` replaces every occurrence of the rest.
+    """
+    for old, new in edits:
+        if old.startswith("*"):
+            assert old[1:] in text, f"{old[1:]!r} not found"
+            text = text.replace(old[1:], new)
+            continue
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+        text = text.replace(old, new)
+    return text
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One broken models.toml: the edits that break it and what the error must say."""
+
+    id: str
+    edits: tuple[tuple[str, str], ...]
+    key_path: str
+    fragments: tuple[str, ...]
+
+
+INT8 = "models.digits.variants.int8"
+KL = 'quantization = { mode = "int8", method = "KL" }'
+W8 = 'quantization = { mode = "weight", bits = 8 }'
+CALIBRATION_LINE = next(
+    line + "\n"
+    for line in SMALL_TOML.read_text(encoding="utf-8").splitlines()
+    if line.startswith("calibration = ")
+)
+W8_TABLE = f'[models.digits.variants.w8]\ntier = "low"\n{W8}\nruntime = {{ threads = 2 }}\n'
+
+BAD_CASES = [
+    Bad(
+        "unknown-top-level-key",
+        (("[toolchain]", "telemetry = true\n\n[toolchain]"),),
+        "telemetry",
+        ("unknown key", "allowed keys here: toolchain, registry, tiers, models"),
+    ),
+    Bad(
+        "unknown-model-key",
+        (('version = "1.0.0"', 'version = "1.0.0"\nsorce = "x.onnx"'),),
+        "models.digits.sorce",
+        ("unknown key", "source", "variants"),
+    ),
+    Bad(
+        "unknown-variant-key",
+        (('tier = "high"', 'tier = "high"\nthreads = 4'),),
+        "models.digits.variants.fp32.threads",
+        ("unknown key", "tier, precision, quantization, converter, runtime"),
+    ),
+    Bad(
+        "unknown-int8-quantization-key",
+        ((KL, 'quantization = { mode = "int8", skip_op = ["conv1"] }'),),
+        f"{INT8}.quantization.skip_op",
+        ("allowed keys here: mode, method, weight_method, skip_ops, samples",),
+    ),
+    Bad(
+        "unknown-weight-quantization-key",
+        ((W8, 'quantization = { mode = "weight", method = "KL" }'),),
+        "models.digits.variants.w8.quantization.method",
+        ("allowed keys here: mode, bits, block, asymmetric",),
+    ),
+    Bad(
+        "unknown-runtime-key",
+        (("runtime = { threads = 4,", "runtime = { thread = 4,"),),
+        "models.digits.variants.fp32.runtime.thread",
+        ("allowed keys here: threads, backends, precision",),
+    ),
+    Bad(
+        "bad-semver",
+        (('version = "1.0.0"', 'version = "1.0"'),),
+        "models.digits.version",
+        ("'1.0' is not a semantic version", "MAJOR.MINOR.PATCH"),
+    ),
+    Bad(
+        "bad-sha256",
+        (("1111111111111111111111111111111111111111111111111111111111111111", "ABC123"),),
+        "models.digits.source.sha256",
+        ("64 lowercase hex characters", "sha256sum"),
+    ),
+    Bad(
+        "remote-https-source",
+        (('path = "data/model.onnx"', 'path = "https://example.com/model.onnx"'),),
+        "models.digits.source.path",
+        ("'https://' sources are not supported", "file:// URI", "dvc import-url"),
+    ),
+    Bad(
+        "wrong-quantization-method",
+        ((KL, 'quantization = { mode = "int8", method = "MINMAX" }'),),
+        f"{INT8}.quantization.method",
+        ("'KL', 'ADMM' or 'EMA'",),
+    ),
+    Bad(
+        "unknown-quantization-mode",
+        ((KL, 'quantization = { mode = "int4" }'),),
+        f"{INT8}.quantization.mode",
+        ("unknown mode 'int4'", "'none', 'weight', 'int8'"),
+    ),
+    Bad(
+        "quantization-without-mode",
+        ((KL, 'quantization = { method = "KL" }'),),
+        f"{INT8}.quantization.mode",
+        ("required key is missing", "'none', 'weight', 'int8'"),
+    ),
+    Bad(
+        "fp16-with-quantization",
+        ((KL, f'precision = "fp16"\n{KL}'),),
+        f"{INT8}.precision",
+        ('"fp16" cannot be combined with quantization', 'precision = "fp32"'),
+    ),
+    Bad(
+        "two-variants-on-one-tier",
+        (('tier = "mid"', 'tier = "high"'),),
+        f"{INT8}.tier",
+        ("tier 'high' already has variant 'fp32'", "exactly one variant"),
+    ),
+    Bad(
+        "variant-on-unknown-tier",
+        (('tier = "mid"', 'tier = "ultra"'),),
+        f"{INT8}.tier",
+        ("unknown tier 'ultra'", "declared tiers: high, mid, low"),
+    ),
+    Bad(
+        "last-tier-not-catch-all",
+        (('description = "Everything else"', "min_ram_mb = 1024"),),
+        "tiers.low",
+        ("must be a catch-all with no rules", "[tiers.<name>]"),
+    ),
+    Bad(
+        "catch-all-tier-not-last",
+        (("[tiers.mid]\nmin_ram_mb = 3072\n", "[tiers.mid]\n"),),
+        "tiers.mid",
+        ("catches every device", "give it rules or move it last"),
+    ),
+    Bad(
+        "no-variant-for-catch-all-tier",
+        ((W8_TABLE, ""),),
+        "models.digits.variants",
+        ("no variant for the catch-all tier 'low'", 'tier = "low"'),
+    ),
+    Bad(
+        "int8-without-calibration",
+        ((CALIBRATION_LINE, ""),),
+        f"{INT8}.quantization",
+        ("needs a calibration set", "[models.digits.calibration]"),
+    ),
+    Bad(
+        "image-input-without-layout",
+        (('layout = "NCHW"\n', ""),),
+        "models.digits.inputs.0.layout",
+        ('"NCHW" or "NHWC"',),
+    ),
+    Bad(
+        "image-input-without-color",
+        (('color = "RGB"\n', ""),),
+        "models.digits.inputs.0.color",
+        ('"RGB", "BGR" or "GRAY"',),
+    ),
+    Bad(
+        "image-channels-do-not-match-color",
+        (('color = "RGB"', 'color = "GRAY"'),),
+        "models.digits.inputs.0.shape",
+        ("color GRAY needs 1 channel(s), shape has 3",),
+    ),
+    Bad(
+        "layout-on-tensor-input",
+        (('kind = "image"', 'kind = "tensor"'),),
+        "models.digits.inputs.0.layout",
+        ('only apply to kind = "image" inputs',),
+    ),
+    Bad(
+        "mean-of-wrong-length",
+        (("mean = [127.5, 127.5, 127.5]", "mean = [127.5, 127.5]"),),
+        "models.digits.inputs.0.mean",
+        ("one value per channel (3), got 2",),
+    ),
+    Bad(
+        "backends-not-ending-with-cpu",
+        (('backends = ["opencl", "cpu"]', 'backends = ["cpu", "opencl"]'),),
+        "models.digits.variants.fp32.runtime.backends",
+        ('must end with "cpu"',),
+    ),
+    Bad(
+        "unknown-backend",
+        (('backends = ["opencl", "cpu"]', 'backends = ["cuda", "cpu"]'),),
+        "models.digits.variants.fp32.runtime.backends.0",
+        ("'cpu', 'opencl', 'vulkan', 'metal'",),
+    ),
+    Bad(
+        "weight-bits-too-high",
+        ((W8, 'quantization = { mode = "weight", bits = 9 }'),),
+        "models.digits.variants.w8.quantization.bits",
+        ("less than or equal to 8",),
+    ),
+    Bad(
+        "weight-bits-too-low",
+        ((W8, 'quantization = { mode = "weight", bits = 1 }'),),
+        "models.digits.variants.w8.quantization.bits",
+        ("greater than or equal to 2",),
+    ),
+    Bad(
+        "bad-model-name",
+        (("*[models.digits", "[models.Digits"),),
+        "models.Digits",
+        ("'Digits' is not a valid name", "a lowercase letter"),
+    ),
+    Bad(
+        "bad-variant-name",
+        (("[models.digits.variants.w8]", "[models.digits.variants.W8]"),),
+        "models.digits.variants.W8",
+        ("'W8' is not a valid name", "lowercase letters, digits, '_' or '-'"),
+    ),
+    Bad(
+        "bad-tier-name",
+        (("[tiers.mid]", "[tiers.Mid]"),),
+        "tiers.Mid",
+        ("'Mid' is not a valid name",),
+    ),
+    Bad(
+        "bad-toolchain-pin",
+        (('mnn = "3.6.1"', 'mnn = "latest"'),),
+        "toolchain.mnn",
+        ("'latest' is not a version like 3.6.1",),
+    ),
+    Bad(
+        "missing-required-key",
+        (('version = "1.0.0"\n', ""),),
+        "models.digits.version",
+        ("required key is missing",),
+    ),
+    Bad(
+        "missing-toolchain-pin",
+        (('onnx = "1.23.2"\n', ""),),
+        "toolchain.onnx",
+        ("required key is missing",),
+    ),
+    Bad(
+        "wrong-type",
+        (("runtime = { threads = 4,", 'runtime = { threads = "four",'),),
+        "models.digits.variants.fp32.runtime.threads",
+        ("valid integer",),
+    ),
+    Bad(
+        "variant-inputs-without-source",
+        (('tier = "high"', 'tier = "high"\ninputs = [{ name = "image", shape = [1, 8] }]'),),
+        "models.digits.variants.fp32.inputs",
+        ("only be overridden together with source",),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD_CASES, ids=[case.id for case in BAD_CASES])
+def test_bad_config_names_file_key_path_and_what_is_allowed(small_toml: str, case: Bad) -> None:
+    text = edit(small_toml, *case.edits)
+    with pytest.raises(ConfigError) as caught:
+        config.parse(text, file=FILE)
+    error = caught.value
+    assert error.file == FILE
+    assert error.key_path == case.key_path
+    assert str(error).startswith(f"{FILE}: {case.key_path}: ")
+    for fragment in case.fragments:
+        assert fragment in error.detail
+    assert error.exit_code == 2
+
+
+def test_case_ids_are_unique() -> None:
+    ids = [case.id for case in BAD_CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_malformed_toml_names_line_and_column(small_toml: str) -> None:
+    text = edit(small_toml, ('version = "1.0.0"', 'version = "1.0.0'))
+    line = 1 + next(i for i, row in enumerate(text.splitlines()) if row.startswith("version"))
+    with pytest.raises(ConfigError) as caught:
+        config.parse(text, file=FILE)
+    error = caught.value
+    assert error.file == FILE
+    assert error.key_path is None
+    assert "not valid TOML" in error.detail
+    assert re.search(rf"line {line}, column \d+", error.detail), error.detail
+    assert error.hint is not None
+    assert "line and column" in error.hint
+
+
+def test_several_problems_are_all_listed(small_toml: str) -> None:
+    text = edit(
+        small_toml,
+        ('version = "1.0.0"', 'version = "one"'),
+        (KL, 'quantization = { mode = "int8", method = "MINMAX" }'),
+    )
+    with pytest.raises(ConfigError) as caught:
+        config.parse(text, file=FILE)
+    message = str(caught.value)
+    assert message.startswith(f"{FILE}: 2 problems")
+    assert "  models.digits.version: 'one' is not a semantic version" in message
+    assert f"  {INT8}.quantization.method: Input should be 'KL', 'ADMM' or 'EMA'" in message
+
+
+def test_missing_file_says_how_to_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "models.toml"
+    with pytest.raises(ConfigError) as caught:
+        config.load(missing)
+    assert caught.value.file == str(missing)
+    assert "file not found" in caught.value.detail
+    assert caught.value.hint is not None
+    assert "--config" in caught.value.hint
+
+
+def test_undecodable_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_bytes(b"\xff\xfe[toolchain]\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        config.load(path)
+
+
+# --- valid files --------------------------------------------------------------
+
+
+def test_repo_models_toml_loads(repo_root: Path) -> None:
+    loaded = config.load(repo_root / "models.toml")
+    assert loaded.path == repo_root / "models.toml"
+    assert loaded.root == repo_root
+    assert set(loaded.models) == {"digits", "sensor"}
+    assert list(loaded.tiers) == ["high", "mid", "low"]
+    for name in loaded.models:
+        resolution = loaded.tier_variants(name)
+        assert list(resolution) == list(loaded.tiers)
+        assert not any(fell_back for _, fell_back in resolution.values())
+    assert loaded.notes() == []
+
+
+def test_small_config_loads_with_defaults(small_toml: str) -> None:
+    loaded = config.parse(small_toml, file=FILE)
+    assert loaded.path == Path(FILE)
+    assert loaded.registry.url == "file://registry"
+    fp32 = loaded.models["digits"].variants["fp32"]
+    assert fp32.quantization.mode == "none"
+    assert fp32.precision == "fp32"
+    assert loaded.resolve_path(loaded.models["digits"].source) == Path("conf/data/model.onnx")
+
+
+def test_file_uri_source_is_allowed(small_toml: str) -> None:
+    text = edit(small_toml, ('path = "data/model.onnx"', 'path = "file:///srv/model.onnx"'))
+    loaded = config.parse(text, file=FILE)
+    assert loaded.resolve_path(loaded.models["digits"].source) == Path("/srv/model.onnx")
+
+
+def test_tier_without_variant_falls_back_to_the_lower_tier(small_toml: str) -> None:
+    int8_table = f'[models.digits.variants.int8]\ntier = "mid"\n{KL}\nruntime = {{ threads = 2 }}\n'
+    loaded = config.parse(edit(small_toml, (int8_table, "")), file=FILE)
+    assert loaded.tier_variants("digits") == {
+        "high": ("fp32", False),
+        "mid": ("w8", True),
+        "low": ("w8", False),
+    }
+    notes = loaded.notes()
+    assert len(notes) == 1
+    assert "models.digits" in notes[0]
+    assert "tier 'mid'" in notes[0]
+    assert "falls back to 'w8'" in notes[0]
+
+
+def _digests(loaded: config.Config) -> dict[str, str]:
+    return {name: loaded.recipe_digest("digits", name) for name in ("fp32", "int8", "w8")}
+
+
+def test_recipe_digest_follows_only_the_variant_it_describes(small_toml: str) -> None:
+    before = _digests(config.parse(small_toml, file=FILE))
+    assert len(set(before.values())) == 3
+
+    changed_variant = _digests(
+        config.parse(
+            edit(small_toml, (KL, 'quantization = { mode = "int8", method = "EMA" }')), file=FILE
+        )
+    )
+    assert changed_variant["int8"] != before["int8"]
+    assert changed_variant["fp32"] == before["fp32"]
+    assert changed_variant["w8"] == before["w8"]
+
+    new_version = _digests(
+        config.parse(edit(small_toml, ('version = "1.0.0"', 'version = "1.1.0"')), file=FILE)
+    )
+    assert new_version == before
+
+    # Model-level keys every variant builds from change every recipe.
+    new_source = _digests(config.parse(edit(small_toml, ("1" * 64, "4" * 64)), file=FILE))
+    assert all(new_source[name] != before[name] for name in before)
+
+
+def test_calibration_only_enters_the_int8_recipe(small_toml: str) -> None:
+    before = _digests(config.parse(small_toml, file=FILE))
+    after = _digests(config.parse(edit(small_toml, ("samples = 30", "samples = 60")), file=FILE))
+    assert after["int8"] != before["int8"]
+    assert after["fp32"] == before["fp32"]
+    assert after["w8"] == before["w8"]
+
+
+def test_variant_budgets_override_model_budgets(small_toml: str) -> None:
+    text = edit(small_toml, ('tier = "high"', 'tier = "high"\nbudgets = { max_size_mb = 2.0 }'))
+    recipe = config.parse(text, file=FILE).recipe("digits", "fp32")
+    assert recipe["budgets"]["max_size_mb"] == 2.0
+    assert recipe["budgets"]["max_accuracy_drop"] == 0.02
+
+
+# --- tier resolution, for any tiers and any set of variants --------------------
+
+SMALL_DATA = tomllib.loads(SMALL_TOML.read_text(encoding="utf-8"))
+
+
+@st.composite
+def tiers_with_variants(draw: st.DrawFn) -> tuple[list[str], list[bool]]:
+    """Tier names best first, and which tiers have a variant (the catch-all always)."""
+    count = draw(st.integers(min_value=1, max_value=7))
+    names = [f"t{index}" for index in range(count)]
+    has_variant = [*draw(st.lists(st.booleans(), min_size=count - 1, max_size=count - 1)), True]
+    return names, has_variant
+
+
+@given(tiers_with_variants())
+def test_every_tier_resolves_to_one_variant(drawn: tuple[list[str], list[bool]]) -> None:
+    names, has_variant = drawn
+    data: dict[str, Any] = {key: value for key, value in SMALL_DATA.items() if key != "tiers"}
+    data["tiers"] = {name: {"min_ram_mb": 1024 * (len(names) - i)} for i, name in enumerate(names)}
+    data["tiers"][names[-1]] = {}
+    model = dict(data["models"]["digits"])
+    model["variants"] = {f"v{i}": {"tier": name} for i, name in enumerate(names) if has_variant[i]}
+    data["models"] = {"digits": model}
+    loaded = config.Config.model_validate(data)
+    variant_tier = {name: v.tier for name, v in loaded.models["digits"].variants.items()}
+
+    resolution = loaded.tier_variants("digits")
+    assert list(resolution) == names
+    for index, (tier, (variant, fell_back)) in enumerate(resolution.items()):
+        assert fell_back is not has_variant[index]
+        if not fell_back:
+            assert variant_tier[variant] == tier
+            continue
+        # The variant of the nearest lower tier that has one of its own.
+        own_index = names.index(variant_tier[variant])
+        assert own_index > index
+        assert has_variant[own_index]
+        assert not any(has_variant[index + 1 : own_index])
+        assert resolution[names[own_index]] == (variant, False)
+    assert len(loaded.notes()) == has_variant.count(False)

@@ -1,0 +1,235 @@
+"""Tiny, real ONNX models built with ``onnx.helper`` for fast toolchain tests.
+
+Every builder writes one model to ``path`` and returns ``path``. Weights come
+from a seeded generator, so the same call always writes the same bytes. The
+models are small enough that converting, quantizing and running one takes a
+fraction of a second, yet they exercise the real MNN converter, quantizer and
+runtime and ONNX Runtime: a convolution stack with BatchNorm, a model with two
+non-image inputs, a model with an operator the MNN converter cannot handle, and
+a model with a dead layer that trips the quantizer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+#: Opset and IR version every model here is written with: old enough for any
+#: MNN converter and ONNX Runtime in use, new enough for every op we use.
+OPSET = 17
+IR_VERSION = 8
+
+#: Name of the unsupported operator used by :func:`unsupported_op_model`.
+UNSUPPORTED_OP = "Hardmax"
+
+#: Input and output names, shared with the tests that feed these models.
+CONV_INPUT = "image"
+CONV_OUTPUT = "logits"
+CONV_CLASSES = 4
+CONV_SHAPE = (3, 8, 8)
+CONV_CHANNELS = 16
+TWO_INPUT_NAMES = ("a", "b")
+TWO_INPUT_WIDTHS = (8, 4)
+TWO_INPUT_OUTPUT = "y"
+
+
+def _save(model: onnx.ModelProto, path: Path | str) -> Path:
+    onnx.checker.check_model(model, full_check=True)
+    out = Path(path)
+    onnx.save(model, out)
+    return out
+
+
+def _batch(batch_dynamic: bool) -> str | int:
+    return "N" if batch_dynamic else 1
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="edgereg-tests",
+    )
+    model.ir_version = IR_VERSION
+    return model
+
+
+def conv_classifier(path: Path | str, *, batch_dynamic: bool = True, seed: int = 0) -> Path:
+    """Write a tiny image classifier.
+
+    Conv, BatchNorm, Relu, Conv, Relu, GlobalAveragePool, Flatten, Gemm. The
+    second convolution holds most of the ~11 KB of weights, enough for weight
+    quantization to shrink the converted file visibly.
+
+    Args:
+        path: Where to write the ``.onnx`` file.
+        batch_dynamic: Give the input and output a symbolic batch dimension
+            ``N``; otherwise the batch is fixed at 1.
+        seed: Seed of the weight generator.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`. Input ``image`` is float32
+        ``(N, 3, 8, 8)``; output ``logits`` is float32 ``(N, 4)``.
+    """
+    rng = np.random.default_rng(seed)
+    channels = CONV_CHANNELS
+    in_channels = CONV_SHAPE[0]
+
+    def tensor(name: str, array: np.ndarray) -> onnx.TensorProto:
+        return numpy_helper.from_array(array.astype(np.float32), name)
+
+    inits = [
+        tensor("conv1_w", rng.normal(0, 0.4, (channels, in_channels, 3, 3))),
+        tensor("conv1_b", rng.normal(0, 0.1, channels)),
+        tensor("bn_scale", rng.uniform(0.5, 1.5, channels)),
+        tensor("bn_bias", rng.normal(0, 0.1, channels)),
+        tensor("bn_mean", rng.normal(0, 0.1, channels)),
+        tensor("bn_var", rng.uniform(0.5, 1.5, channels)),
+        tensor("conv2_w", rng.normal(0, 0.15, (channels, channels, 3, 3))),
+        tensor("conv2_b", rng.normal(0, 0.1, channels)),
+        tensor("fc_w", rng.normal(0, 0.5, (CONV_CLASSES, channels))),
+        tensor("fc_b", rng.normal(0, 0.1, CONV_CLASSES)),
+    ]
+    nodes = [
+        helper.make_node(
+            "Conv", [CONV_INPUT, "conv1_w", "conv1_b"], ["c1"], name="conv1", pads=[1, 1, 1, 1]
+        ),
+        helper.make_node(
+            "BatchNormalization",
+            ["c1", "bn_scale", "bn_bias", "bn_mean", "bn_var"],
+            ["bn"],
+            name="bn",
+        ),
+        helper.make_node("Relu", ["bn"], ["r1"], name="relu1"),
+        helper.make_node(
+            "Conv", ["r1", "conv2_w", "conv2_b"], ["c2"], name="conv2", pads=[1, 1, 1, 1]
+        ),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["pool"], name="pool"),
+        helper.make_node("Flatten", ["pool"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], [CONV_OUTPUT], name="fc", transB=1),
+    ]
+    batch = _batch(batch_dynamic)
+    graph = helper.make_graph(
+        nodes,
+        "conv_classifier",
+        [helper.make_tensor_value_info(CONV_INPUT, TensorProto.FLOAT, [batch, *CONV_SHAPE])],
+        [helper.make_tensor_value_info(CONV_OUTPUT, TensorProto.FLOAT, [batch, CONV_CLASSES])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+def two_input_model(path: Path | str, *, seed: int = 1) -> Path:
+    """Write a model with two non-image inputs: Concat, then Gemm, then Relu.
+
+    Args:
+        path: Where to write the ``.onnx`` file.
+        seed: Seed of the weight generator.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`. Inputs ``a`` float32 ``(N, 8)``
+        and ``b`` float32 ``(N, 4)``; output ``y`` float32 ``(N, 6)``.
+    """
+    rng = np.random.default_rng(seed)
+    width = sum(TWO_INPUT_WIDTHS)
+    out = 6
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (out, width)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(0, 0.1, out).astype(np.float32), "bias"),
+    ]
+    nodes = [
+        helper.make_node("Concat", list(TWO_INPUT_NAMES), ["ab"], name="concat", axis=1),
+        helper.make_node("Gemm", ["ab", "w", "bias"], ["fc"], name="fc", transB=1),
+        helper.make_node("Relu", ["fc"], [TWO_INPUT_OUTPUT], name="relu"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", w])
+        for name, w in zip(TWO_INPUT_NAMES, TWO_INPUT_WIDTHS, strict=True)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two_input_model",
+        inputs,
+        [helper.make_tensor_value_info(TWO_INPUT_OUTPUT, TensorProto.FLOAT, ["N", out])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+def unsupported_op_model(path: Path | str) -> Path:
+    """Write a valid ONNX model that the MNN converter cannot convert.
+
+    It applies :data:`UNSUPPORTED_OP` (``Hardmax``, a plain float operator
+    that ONNX Runtime runs but MNN 3.6.1 does not list under ``--OP``) after a
+    Relu.
+
+    Args:
+        path: Where to write the ``.onnx`` file.
+
+    Returns:
+        ``path``; input ``x`` float32 ``(N, 5)``, output ``y`` float32 ``(N, 5)``.
+    """
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node(UNSUPPORTED_OP, ["r"], ["y"], name="hardmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "unsupported_op_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+    )
+    return _save(_model(graph), path)
+
+
+def dead_layer_model(path: Path | str, *, seed: int = 2) -> Path:
+    """Write a model with a "dead" layer whose output is always zero.
+
+    A Gemm with all-zero weights and bias feeds a normal Gemm. Float
+    inference is fine, but the activation range of the dead layer is zero,
+    which MNN 3.6.1's EMA quantizer turns into NaN outputs (0/0 scale).
+
+    Args:
+        path: Where to write the ``.onnx`` file.
+        seed: Seed of the generator for the live layer's weights.
+
+    Returns:
+        ``path``; input ``x`` float32 ``(N, 8)``, output ``y`` float32 ``(N, 4)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(np.zeros((8, 8), np.float32), "dead_w"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "dead_b"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (4, 8)).astype(np.float32), "live_w"),
+        numpy_helper.from_array(rng.normal(0, 0.1, 4).astype(np.float32), "live_b"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "dead_w", "dead_b"], ["dead"], name="dead", transB=1),
+        helper.make_node("Gemm", ["dead", "live_w", "live_b"], ["y"], name="live", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dead_layer_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+def corrupt_file(path: Path | str) -> Path:
+    """Write a file named like a model that is not a valid ONNX protobuf.
+
+    Args:
+        path: Where to write the file.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
+    out = Path(path)
+    out.write_bytes(b"\x08\x07this is not an onnx model\xff\xfe" * 4)
+    return out
