@@ -92,3 +92,44 @@ class GateError(BuildError):
     """A built variant exceeds one or more of its budgets."""
 
     exit_code = 4
+
+
+class TrustError(EdgeregError):
+    """A signature, key or signed document cannot be trusted.
+
+    Bad or unknown-key signatures, malformed envelopes, expired or rolled-back
+    documents, unreadable or unsafe keys. Never retried: trying again fetches
+    the same untrustworthy bytes.
+    """
+
+    exit_code = 5
+
+
+class StorageError(EdgeregError):
+    """Reading or writing the registry's storage (a directory or S3) failed.
+
+    Most storage failures are transient (a network blip, a lock held by another
+    publisher), so they are marked retryable unless the cause says otherwise.
+
+    Attributes:
+        url: The registry URL the operation was addressed to.
+        retryable: Whether running the same command again may succeed.
+    """
+
+    exit_code = 6
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        hint: str | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.url = url
+        self.retryable = retryable
+
+
+class ConflictError(StorageError):
+    """A compare-and-swap lost: someone else changed the object first; retry."""
