@@ -21,6 +21,11 @@ demo: venv
 	edgereg validate
 	dvc repro
 	edgereg summary
+	test -f .edgereg/signing-key.pem || edgereg keys generate
+	edgereg publish digits --canary 5%
+	edgereg publish sensor --canary 5%
+	edgereg status
+	edgereg verify
 
 lint: venv
 	ruff check edgereg tests benchmarks pipelines
@@ -38,4 +43,4 @@ bench: venv
 	python benchmarks/build.py
 
 clean:
-	rm -rf build registry .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build registry .edgereg .pytest_cache .mypy_cache .ruff_cache

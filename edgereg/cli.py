@@ -27,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 INTERNAL_ERROR = 70
 
-stderr = Console(stderr=True, highlight=False)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def handle_errors(command: F) -> F:
@@ -265,6 +265,597 @@ def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(target)
     stderr.print(f"wrote {target}", markup=False, soft_wrap=True)
+
+
+# --- registry: keys, publish, rollout ------------------------------------------
+
+DEFAULT_KEY_FILE = Path(".edgereg/signing-key.pem")
+KEY_ENV = "EDGEREG_SIGNING_KEY"
+KEY_FILE_ENV = "EDGEREG_SIGNING_KEY_FILE"
+
+registry_option = click.option(
+    "--registry",
+    "registry_url",
+    default=None,
+    help="Registry URL (file://PATH or s3://BUCKET/PREFIX); default: models.toml [registry].",
+)
+endpoint_option = click.option(
+    "--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores."
+)
+key_option = click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"Private key file (default: ${KEY_FILE_ENV}, ${KEY_ENV} or {DEFAULT_KEY_FILE}).",
+)
+actor_option = click.option(
+    "--actor", default=None, help="Who is acting, for the history (default: user@host)."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _optional_config(config_path: Path) -> config_module.Config | None:
+    return config_module.load(config_path) if config_path.exists() else None
+
+
+def _open_registry(
+    config: config_module.Config | None, registry_url: str | None, endpoint_url: str | None
+) -> Any:
+    from edgereg.registry import Registry
+    from edgereg.storage import open_storage
+
+    if registry_url is None and config is None:
+        raise ConfigError(
+            "no registry given and no models.toml here",
+            file=config_module.DEFAULT_CONFIG_FILE,
+            hint="Pass --registry URL, or run from the directory that holds models.toml.",
+        )
+    if registry_url is not None:
+        return Registry(open_storage(registry_url, endpoint_url=endpoint_url))
+    assert config is not None
+    return Registry(
+        open_storage(
+            config.registry.url,
+            endpoint_url=endpoint_url or config.registry.endpoint_url,
+            base_dir=config.root,
+        )
+    )
+
+
+def _signer(key_path: Path | None) -> Any:
+    import os
+
+    from edgereg.signing import private_key_from_env, read_private_key_file
+
+    if key_path is not None:
+        return read_private_key_file(key_path)
+    if os.environ.get(KEY_FILE_ENV):
+        return read_private_key_file(os.environ[KEY_FILE_ENV])
+    if os.environ.get(KEY_ENV):
+        return private_key_from_env(KEY_ENV)
+    if DEFAULT_KEY_FILE.exists():
+        return read_private_key_file(DEFAULT_KEY_FILE)
+    from edgereg.errors import TrustError
+
+    raise TrustError(
+        f"no signing key: --key not given, ${KEY_FILE_ENV} and ${KEY_ENV} unset, "
+        f"and no {DEFAULT_KEY_FILE}",
+        hint="Create one with `edgereg keys generate`, or point --key at your key file.",
+    )
+
+
+def _actor(actor: str | None) -> str:
+    import getpass
+    import os
+    import socket
+
+    if actor:
+        return actor
+    if os.environ.get("EDGEREG_ACTOR"):
+        return os.environ["EDGEREG_ACTOR"]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _expires_days(config: config_module.Config | None) -> int:
+    return config.registry.expires_days if config else config_module.Registry().expires_days
+
+
+@main.group()
+def keys() -> None:
+    """Signing keys."""
+
+
+@keys.command("generate")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=DEFAULT_KEY_FILE,
+    show_default=True,
+    help="Private key file to write (mode 0600); the public key goes next to it.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing key file.")
+@click.option("--no-publish", is_flag=True, help="Do not put the public key into the registry.")
+@config_option
+@registry_option
+@endpoint_option
+@handle_errors
+def keys_generate(
+    out: Path,
+    force: bool,
+    no_publish: bool,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+) -> None:
+    """Create an Ed25519 key pair and publish its public key to the registry."""
+    import os
+
+    from edgereg.signing import Signer, generate_key
+
+    if out.exists() and not force:
+        raise EdgeregError(
+            f"{out} already exists; refusing to overwrite a private key",
+            hint="Use it as it is, choose another --out, or pass --force.",
+        )
+    private_pem, public_pem = generate_key()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(private_pem)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, out)
+    public_path = out.with_name(out.stem + ".pub.pem")
+    public_path.write_bytes(public_pem)
+    signer = Signer.from_pem(private_pem)
+    stderr.print(f"wrote private key {out} (mode 0600) and public key {public_path}")
+    stderr.print(f"key id {signer.key_id}")
+    if not no_publish:
+        config = _optional_config(config_path)
+        if config is not None or registry_url is not None:
+            registry = _open_registry(config, registry_url, endpoint_url)
+            registry.add_public_key(signer)
+            stderr.print(f"published the public key to {registry.storage.url}")
+
+
+@main.command()
+@click.argument("model")
+@click.option("--canary", default=None, help="Start with this share of devices, like 5%.")
+@click.option("--full", is_flag=True, help="Release to every device at once.")
+@click.option("--version", "version", default=None, help="Override models.toml's version.")
+@click.option(
+    "--out",
+    "out_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("build"),
+    show_default=True,
+    help="Where the build outputs are.",
+)
+@config_option
+@registry_option
+@endpoint_option
+@key_option
+@actor_option
+@json_option
+@handle_errors
+def publish(
+    model: str,
+    canary: str | None,
+    full: bool,
+    version: str | None,
+    out_root: Path,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    key_path: Path | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Upload MODEL's built variants as a signed release and start its rollout."""
+    import semver
+
+    from edgereg.registry import prepare_release, utcnow
+    from edgereg.rollout import parse_percent
+
+    if (canary is None) == (not full):
+        raise EdgeregError(
+            "choose how to release: --canary PERCENT (for example --canary 5%) or --full"
+        )
+    percent = parse_percent(canary, option="--canary") if canary is not None else None
+    config = config_module.load(config_path)
+    if model not in config.models:
+        raise ConfigError(
+            f"no model '{model}'; models: {', '.join(config.models)}", file=str(config.path)
+        )
+    version = version or config.models[model].version
+    if not semver.Version.is_valid(version):
+        raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
+    signer = _signer(key_path)
+    registry = _open_registry(config, registry_url, endpoint_url)
+    prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
+    result = registry.publish(
+        prepared,
+        signer=signer,
+        percent=percent,
+        full=full,
+        actor=_actor(actor),
+        expires_days=_expires_days(config),
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "model": result.model,
+                    "version": result.version,
+                    "already_published": result.already_published,
+                    "uploaded_blobs": result.uploaded_blobs,
+                    "uploaded_bytes": result.uploaded_bytes,
+                    "sequence": result.state.sequence,
+                    "percent": result.state.percent,
+                }
+            )
+        )
+        return
+    if result.already_published:
+        stderr.print(f"{model} {version} was already published; manifests are up to date")
+        return
+    share = "every device" if full else f"{percent:g}% of devices"
+    stderr.print(
+        f"published {model} {version} to {registry.storage.url}: "
+        f"{result.uploaded_blobs} new blob(s), {result.uploaded_bytes} bytes; "
+        f"rolling out to {share} (sequence {result.state.sequence})"
+    )
+
+
+def _transition_command(
+    model: str,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    key_path: Path | None,
+    make: Callable[[config_module.Config | None, str], Any],
+) -> Any:
+    config = _optional_config(config_path)
+    registry = _open_registry(config, registry_url, endpoint_url)
+    signer = _signer(key_path)
+    return registry.change(
+        model, make(config, model), signer=signer, expires_days=_expires_days(config)
+    )
+
+
+def _describe_state(state: Any) -> str:
+    if state.candidate is None:
+        return f"{state.model}: stable {state.stable} for every device (sequence {state.sequence})"
+    paused = ", paused" if state.paused else ""
+    return (
+        f"{state.model}: candidate {state.candidate} at {state.percent:g}%{paused}, "
+        f"stable {state.stable or 'none'} (sequence {state.sequence})"
+    )
+
+
+@main.command()
+@click.argument("model")
+@click.option("--to", "to_percent", default=None, help="Move the candidate to this share.")
+@click.option("--next", "next_step", is_flag=True, help="Move to the policy's next step.")
+@click.option("--force", is_flag=True, help="Ignore the soak time (recorded in the history).")
+@config_option
+@registry_option
+@endpoint_option
+@key_option
+@actor_option
+@handle_errors
+def rollout(
+    model: str,
+    to_percent: str | None,
+    next_step: bool,
+    force: bool,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    key_path: Path | None,
+    actor: str | None,
+) -> None:
+    """Raise (or lower) the share of devices that get MODEL's candidate."""
+    from edgereg.registry._transitions import set_percent
+    from edgereg.rollout import parse_percent
+
+    if (to_percent is None) == (not next_step):
+        raise EdgeregError("choose --to PERCENT (for example --to 25%) or --next")
+    percent = parse_percent(to_percent, option="--to") if to_percent is not None else None
+
+    def make(config: config_module.Config | None, name: str) -> Any:
+        policy = (
+            config.rollout_policy(name)
+            if config is not None and name in config.models
+            else (config.rollout if config else config_module.RolloutPolicy())
+        )
+        return lambda state, now, expires: set_percent(
+            state,
+            name,
+            percent,
+            policy=policy,
+            now=now,
+            expires=expires,
+            actor=_actor(actor),
+            force=force,
+        )
+
+    state = _transition_command(model, config_path, registry_url, endpoint_url, key_path, make)
+    stderr.print(_describe_state(state))
+
+
+@main.command()
+@click.argument("model")
+@click.option("--force", is_flag=True, help="Promote a canary never rolled out (recorded).")
+@config_option
+@registry_option
+@endpoint_option
+@key_option
+@actor_option
+@handle_errors
+def promote(
+    model: str,
+    force: bool,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    key_path: Path | None,
+    actor: str | None,
+) -> None:
+    """Make MODEL's candidate the stable release for every device."""
+    from edgereg.registry._transitions import promote as promote_state
+
+    state = _transition_command(
+        model,
+        config_path,
+        registry_url,
+        endpoint_url,
+        key_path,
+        lambda _config, name: lambda st, now, expires: promote_state(
+            st, name, now=now, expires=expires, actor=_actor(actor), force=force
+        ),
+    )
+    stderr.print(_describe_state(state))
+
+
+@main.command()
+@click.argument("model")
+@click.option("--to-version", default=None, help="Restore this earlier release as stable.")
+@config_option
+@registry_option
+@endpoint_option
+@key_option
+@actor_option
+@handle_errors
+def rollback(
+    model: str,
+    to_version: str | None,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    key_path: Path | None,
+    actor: str | None,
+) -> None:
+    """Drop MODEL's candidate, or restore an earlier stable with --to-version."""
+    from edgereg.registry._transitions import rollback as rollback_state
+
+    config = _optional_config(config_path)
+    published = set(_open_registry(config, registry_url, endpoint_url).versions(model))
+    state = _transition_command(
+        model,
+        config_path,
+        registry_url,
+        endpoint_url,
+        key_path,
+        lambda _config, name: lambda st, now, expires: rollback_state(
+            st,
+            name,
+            to_version=to_version,
+            published=published,
+            now=now,
+            expires=expires,
+            actor=_actor(actor),
+        ),
+    )
+    stderr.print(_describe_state(state))
+
+
+def _simple_transition(name: str, doc: str) -> None:
+    @main.command(name=name, help=doc)
+    @click.argument("model")
+    @config_option
+    @registry_option
+    @endpoint_option
+    @key_option
+    @actor_option
+    @handle_errors
+    def command(
+        model: str,
+        config_path: Path,
+        registry_url: str | None,
+        endpoint_url: str | None,
+        key_path: Path | None,
+        actor: str | None,
+    ) -> None:
+        from edgereg.registry import _transitions
+
+        transition = getattr(_transitions, name)
+        state = _transition_command(
+            model,
+            config_path,
+            registry_url,
+            endpoint_url,
+            key_path,
+            lambda _config, m: lambda st, now, expires: transition(
+                st, m, now=now, expires=expires, actor=_actor(actor)
+            ),
+        )
+        stderr.print(_describe_state(state))
+
+
+_simple_transition("pause", "Stop handing out MODEL's candidate; every device gets stable.")
+_simple_transition("resume", "Hand out MODEL's candidate again at its percent.")
+_simple_transition("resign", "Renew the expiry and signatures of MODEL's state and manifests.")
+
+
+@main.command()
+@click.argument("model", required=False)
+@config_option
+@registry_option
+@endpoint_option
+@json_option
+@handle_errors
+def status(
+    model: str | None,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Every model's stable and candidate versions, rollout percent and tiers."""
+    from edgereg.registry import model_status
+
+    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    names = [model] if model else registry.models()
+    statuses = []
+    for name in names:
+        try:
+            statuses.append(model_status(registry, name))
+        except KeyError:
+            raise EdgeregError(
+                f"model '{name}' has no release in {registry.storage.url}",
+                hint=f"Publish one: edgereg publish {name} --canary 5%",
+            ) from None
+    if as_json:
+        click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
+        return
+    if not statuses:
+        stderr.print(f"no models in {registry.storage.url} yet")
+        return
+    table = Table(title=f"registry {registry.storage.url}")
+    for title in ("model", "stable", "candidate", "rollout", "tier", "variant", "size KB"):
+        table.add_column(title)
+    for st in statuses:
+        rollout_text = "-"
+        if st.candidate is not None:
+            rollout_text = f"{st.percent:g}%" + (" paused" if st.paused else "")
+        for index, tier in enumerate(st.tiers):
+            variants = " -> ".join(
+                v for v in (tier.stable_variant, tier.candidate_variant) if v is not None
+            )
+            sizes = " -> ".join(
+                f"{size / 1e3:.1f}"
+                for size in (tier.stable_size, tier.candidate_size)
+                if size is not None
+            )
+            first = index == 0
+            table.add_row(
+                st.model if first else "",
+                (st.stable or "-") if first else "",
+                (st.candidate or "-") if first else "",
+                rollout_text if first else "",
+                tier.tier,
+                variants,
+                sizes,
+            )
+    Console(width=max(Console().width, 100)).print(table)
+
+
+@main.command()
+@click.argument("model")
+@config_option
+@registry_option
+@endpoint_option
+@json_option
+@handle_errors
+def history(
+    model: str,
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    as_json: bool,
+) -> None:
+    """Who changed MODEL's rollout, what and when, from the signed state."""
+    from edgereg.wire import format_time
+
+    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    state, _ = registry.read_state(model)
+    if state is None:
+        raise EdgeregError(f"model '{model}' has no release in {registry.storage.url}")
+    if as_json:
+        click.echo(
+            json.dumps([event.model_dump(mode="json") for event in state.history], indent=2)
+        )
+        return
+    table = Table(title=f"{model} history")
+    for title in ("seq", "when (UTC)", "who", "action", "stable", "candidate", "note"):
+        table.add_column(title)
+    for event in state.history:
+        after = event.after
+        candidate = "-"
+        if after.candidate:
+            candidate = f"{after.candidate} @ {after.percent:g}%" + (
+                " paused" if after.paused else ""
+            )
+        note = " ".join(part for part in (event.note, "FORCED" if event.forced else None) if part)
+        table.add_row(
+            str(event.sequence),
+            format_time(event.at),
+            event.actor,
+            event.action,
+            after.stable or "-",
+            candidate,
+            note,
+        )
+    Console(width=max(Console().width, 110)).print(table)
+
+
+@main.command()
+@config_option
+@registry_option
+@endpoint_option
+@click.option("--shallow", is_flag=True, help="Check blob sizes only, not their sha256.")
+@json_option
+@handle_errors
+def verify(
+    config_path: Path,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    shallow: bool,
+    as_json: bool,
+) -> None:
+    """Check every signature, digest and reference in the registry."""
+    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    report = registry.verify(deep=not shallow)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "checked": report.checked,
+                    "errors": report.errors,
+                    "warnings": report.warnings,
+                },
+                indent=2,
+            )
+        )
+    else:
+        for warning in report.warnings:
+            stderr.print(f"warning: {warning}", markup=False)
+        for error in report.errors:
+            stderr.print(f"error: {error}", markup=False)
+        verdict = "ok" if report.ok else f"{len(report.errors)} problem(s)"
+        stderr.print(f"{registry.storage.url}: {report.checked} objects checked, {verdict}")
+    if not report.ok:
+        sys.exit(VERIFY_FAILED)
+
+
+VERIFY_FAILED = 9
 
 
 def _require_variant(config: config_module.Config, model: str, variant: str) -> None:

@@ -8,6 +8,7 @@ ignored setting. Errors name the file, the dotted key path and what is allowed
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sys
 import types
@@ -312,6 +313,9 @@ class Model(_Strict):
     calibration: CalibrationSet | None = None
     evaluation: PinnedFile
     budgets: Budgets = Field(default_factory=Budgets)
+    rollout: RolloutPolicy | None = Field(
+        default=None, description="This model's rollout policy; the global one when unset."
+    )
     variants: dict[Name, Variant] = Field(min_length=1)
 
     @field_validator("version")
@@ -333,9 +337,43 @@ class Model(_Strict):
 
 
 class Registry(_Strict):
-    """Where releases are published."""
+    """Where releases are published, and how long signed documents stay valid."""
 
-    url: str = "file://registry"
+    url: str = Field(
+        default="file://registry",
+        description="file://PATH (relative to models.toml) or s3://BUCKET/PREFIX.",
+    )
+    endpoint_url: str | None = Field(
+        default=None, description="S3 endpoint for S3-compatible stores (MinIO, R2, ...)."
+    )
+    expires_days: int = Field(
+        default=30,
+        ge=1,
+        le=366,
+        description="Signed state and manifests expire after this; `edgereg resign` renews.",
+    )
+
+
+class RolloutPolicy(_Strict):
+    """How a candidate moves from canary to everyone."""
+
+    steps: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        default_factory=lambda: [5.0, 25.0, 50.0, 100.0],
+        min_length=1,
+        description="Percentages `edgereg rollout --next` moves through, ending at 100.",
+    )
+    min_soak_hours: float = Field(
+        default=24.0, ge=0, description="Minimum time at one step before the next."
+    )
+
+    @field_validator("steps")
+    @classmethod
+    def _increasing(cls, value: list[float]) -> list[float]:
+        if any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError(f"steps must increase strictly, got {value}")
+        if value[-1] != 100:
+            raise ValueError(f"steps must end at 100, got {value}")
+        return value
 
 
 class Config(_Strict):
@@ -343,6 +381,9 @@ class Config(_Strict):
 
     toolchain: Toolchain
     registry: Registry = Field(default_factory=Registry)
+    rollout: RolloutPolicy = Field(
+        default_factory=RolloutPolicy, description="Default rollout policy of every model."
+    )
     tiers: dict[Name, TierRules] = Field(
         min_length=1, description="Device tiers, best first; the last one is the catch-all."
     )
@@ -409,6 +450,10 @@ class Config(_Strict):
     def root(self) -> Path:
         """The directory relative paths in the file are resolved against."""
         return self._path.parent
+
+    def rollout_policy(self, model_name: str) -> RolloutPolicy:
+        """The rollout policy that applies to a model."""
+        return self.models[model_name].rollout or self.rollout
 
     def resolve_path(self, ref: PinnedFile) -> Path:
         """Return the local path a pinned file refers to."""

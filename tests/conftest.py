@@ -8,6 +8,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# A real S3-protocol server (moto in server mode) on loopback: moto_endpoint, s3_env, s3_bucket.
+pytest_plugins = ["s3server"]
+
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -144,8 +144,10 @@ def check_gates(
             worst = sorted(drops.items(), key=lambda item: item[1], reverse=True)
             label, drop = worst[0]
             names = class_names or []
+            # Only classes that lost recall are worth naming; at least the worst one.
+            losers = [item for item in worst[:3] if item[1] > 0] or worst[:1]
             shown = ", ".join(
-                f"{names[lbl] if lbl < len(names) else lbl}: -{d:.3f}" for lbl, d in worst[:3]
+                f"{names[lbl] if lbl < len(names) else lbl}: -{d:.3f}" for lbl, d in losers
             )
             results.append(
                 GateResult(

@@ -34,7 +34,7 @@ from edgereg.build.quality import (
     recall_drops,
 )
 from edgereg.config import Config, InputSpec, Int8Quantization, PinnedFile, WeightOnlyQuantization
-from edgereg.errors import BuildError, GateError
+from edgereg.errors import BuildError, ConfigError, GateError
 
 ARTIFACT = "model.mnn"
 METRICS = "metrics.json"
@@ -167,8 +167,18 @@ def build_variant(
         GateError: the variant exceeds a budget; nothing is left either.
     """
     bench = bench or BenchSettings()
-    model = config.models[model_name]
-    variant = model.variants[variant_name]
+    model = config.models.get(model_name)
+    if model is None:
+        raise ConfigError(
+            f"no model '{model_name}'; models: {', '.join(config.models)}", file=str(config.path)
+        )
+    variant = model.variants.get(variant_name)
+    if variant is None:
+        raise ConfigError(
+            f"model '{model_name}' has no variant '{variant_name}'; variants: "
+            f"{', '.join(model.variants)}",
+            file=str(config.path),
+        )
     recipe = config.recipe(model_name, variant_name)
     recipe_digest = config.recipe_digest(model_name, variant_name)
     inputs = variant.inputs or model.inputs
@@ -327,7 +337,14 @@ def build_variant(
             "toolchain": toolchain.installed_versions(),
             "recipe": recipe,
             "recipe_sha256": recipe_digest,
-            "converter_argv": convert_run.argv,
+            # Paths as models.toml names them: the work directory is random and
+            # absolute paths differ per checkout, which would make provenance vary.
+            "converter_argv": [
+                {str(source.resolve()): source_ref.path, str(artifact.resolve()): ARTIFACT}.get(
+                    arg, arg
+                )
+                for arg in convert_run.argv
+            ],
             "mnn_uuid": mnn_uuid,
             # A newer runtime loads older models; the reverse is not promised.
             "min_mnn_runtime": convert_run.model.version,

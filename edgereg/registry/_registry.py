@@ -1,0 +1,438 @@
+"""The registry: signed releases, rollout state and manifests on a storage backend.
+
+Writes go blobs, then release record, then state, then manifests, each one
+atomic, so a crash at any point leaves a registry that verifies, and running
+the same command again finishes the job. The state is written with
+compare-and-swap: of two concurrent publishers one wins and the other gets a
+:class:`~edgereg.errors.ConflictError` and retries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import semver
+
+from edgereg.errors import ConflictError, TrustError
+from edgereg.registry import _transitions as transitions
+from edgereg.registry._manifests import build_manifests
+from edgereg.registry._release import PreparedRelease, ReleaseError
+from edgereg.signing import Signer, TrustedKeys, key_id, load_public_key, public_key_pem
+from edgereg.storage import NotFound, Storage
+from edgereg.wire import (
+    Manifest,
+    ReleaseRecord,
+    RolloutState,
+    blob_path,
+    sign_document,
+    verify_document,
+)
+
+KEYS_PREFIX = "keys/"
+
+
+def state_key(model: str) -> str:
+    """Where a model's signed rollout state lives."""
+    return f"models/{model}/state.json"
+
+
+def release_key(model: str, version: str) -> str:
+    """Where a release record lives."""
+    return f"models/{model}/releases/{version}.json"
+
+
+def manifest_key(model: str, tier: str) -> str:
+    """Where the manifest of one tier lives."""
+    return f"manifests/{model}/{tier}.json"
+
+
+def public_key_key(keyid: str) -> str:
+    """Where a public key lives."""
+    return f"{KEYS_PREFIX}{keyid}.pem"
+
+
+def utcnow() -> datetime:
+    """The current time, UTC, whole seconds (what the wire format keeps)."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publish did."""
+
+    model: str
+    version: str
+    state: RolloutState
+    uploaded_blobs: int
+    uploaded_bytes: int
+    already_published: bool
+
+
+@dataclass
+class VerifyReport:
+    """Problems found by :meth:`Registry.verify`; warnings do not fail it."""
+
+    checked: int = 0
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong."""
+        return not self.errors
+
+
+class Registry:
+    """A model registry on one storage backend.
+
+    Args:
+        storage: Where the registry lives.
+        trusted: Public keys whose signatures are accepted. By default, the
+            keys published in the registry's ``keys/``.
+        clock: Returns the current UTC time (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        trusted: TrustedKeys | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.storage = storage
+        self._trusted = trusted
+        self.clock = clock
+
+    # -- trust ----------------------------------------------------------------------
+
+    def trusted_keys(self) -> TrustedKeys:
+        """The keys signatures are checked against."""
+        if self._trusted is not None:
+            return self._trusted
+        keys = []
+        for key in self.storage.list(KEYS_PREFIX):
+            if key.endswith(".pem"):
+                keys.append(load_public_key(self.storage.get(key)))
+        return TrustedKeys(keys)
+
+    def add_public_key(self, signer: Signer) -> bool:
+        """Publish the signer's public key under keys/ (True if it was new)."""
+        return self.storage.put_if_absent(public_key_key(signer.key_id), signer.public_pem())
+
+    # -- reading --------------------------------------------------------------------
+
+    def models(self) -> list[str]:
+        """Every model with a rollout state, sorted."""
+        names = {
+            key.split("/")[1]
+            for key in self.storage.list("models/")
+            if key.endswith("/state.json") and key.count("/") == 2
+        }
+        return sorted(names)
+
+    def read_state(self, model: str) -> tuple[RolloutState | None, str | None]:
+        """The verified state and its version token, or (None, None) for a new model."""
+        try:
+            data, token = self.storage.get_versioned(state_key(model))
+        except NotFound:
+            return None, None
+        state = verify_document(RolloutState, data, self._trust_for_signed())
+        if state.model != model:
+            raise TrustError(f"{state_key(model)} is the state of model '{state.model}'")
+        return state, token
+
+    def versions(self, model: str) -> list[str]:
+        """Every version with a release record, oldest first."""
+        prefix = f"models/{model}/releases/"
+        found = [
+            key[len(prefix) : -len(".json")]
+            for key in self.storage.list(prefix)
+            if key.endswith(".json")
+        ]
+        return sorted(
+            (v for v in found if semver.Version.is_valid(v)), key=semver.Version.parse
+        )
+
+    def read_release(self, model: str, version: str) -> ReleaseRecord:
+        """A verified release record."""
+        record = verify_document(
+            ReleaseRecord, self.storage.get(release_key(model, version)), self._trust_for_signed()
+        )
+        if record.model != model or record.version != version:
+            raise TrustError(
+                f"{release_key(model, version)} holds {record.model} {record.version}"
+            )
+        return record
+
+    def read_manifest(self, model: str, tier: str) -> Manifest:
+        """A verified manifest."""
+        return verify_document(
+            Manifest, self.storage.get(manifest_key(model, tier)), self._trust_for_signed()
+        )
+
+    def _trust_for_signed(self) -> TrustedKeys:
+        trusted = self.trusted_keys()
+        if not trusted:
+            raise TrustError(
+                f"the registry {self.storage.url} holds no public keys, so nothing in it "
+                "can be verified",
+                hint="Publish with a key (edgereg keys generate) or pass --trusted-key.",
+            )
+        return trusted
+
+    # -- publishing -----------------------------------------------------------------
+
+    def publish(
+        self,
+        prepared: PreparedRelease,
+        *,
+        signer: Signer,
+        percent: float | None,
+        full: bool,
+        actor: str,
+        expires_days: int,
+    ) -> PublishResult:
+        """Upload a release and start its rollout (idempotent for the same content).
+
+        Raises:
+            ReleaseError: the version exists with other content.
+            RolloutError: the version is not above stable and candidate.
+            ConflictError: another publisher changed the state meanwhile; retry.
+            StorageError: the backend failed; nothing half-written is visible.
+        """
+        record = prepared.record
+        model, version = record.model, record.version
+        self.add_public_key(signer)
+        state, token = self.read_state(model)
+        existing = self._existing_release(model, version)
+        if existing is not None and not prepared.same_content(existing):
+            raise ReleaseError(
+                f"{model} {version} is already published with other content; a version "
+                "never changes once published",
+                hint="Bump `version` in models.toml (or pass --version).",
+            )
+        if existing is not None and state is not None and version in (
+            state.stable,
+            state.candidate,
+        ):
+            # Published before; make sure the last step (manifests) happened.
+            self._write_manifests(state, signer)
+            return PublishResult(model, version, state, 0, 0, already_published=True)
+        transitions.check_new_version(state, version)
+
+        uploaded_blobs = uploaded_bytes = 0
+        for digest, path in sorted(prepared.blobs.items()):
+            if self.storage.put_file_if_absent(blob_path(digest), path):
+                uploaded_blobs += 1
+                uploaded_bytes += path.stat().st_size
+        if existing is None:
+            created = self.storage.put_if_absent(
+                release_key(model, version), sign_document(record, [signer])
+            )
+            if not created:
+                existing = self._existing_release(model, version)
+                if existing is None or not prepared.same_content(existing):
+                    raise ConflictError(
+                        f"another publisher wrote {model} {version} at the same time",
+                        url=self.storage.url,
+                        hint="Run the command again.",
+                    )
+        now = self.clock()
+        new_state = transitions.publish(
+            state,
+            model,
+            version,
+            percent=percent,
+            full=full,
+            salt=secrets.token_hex(8),
+            now=now,
+            expires=now + timedelta(days=expires_days),
+            actor=actor,
+        )
+        new_state = self._write_state(new_state, token, signer)
+        return PublishResult(
+            model, version, new_state, uploaded_blobs, uploaded_bytes, already_published=False
+        )
+
+    def change(
+        self,
+        model: str,
+        transition: Callable[[RolloutState | None, datetime, datetime], RolloutState],
+        *,
+        signer: Signer,
+        expires_days: int,
+    ) -> RolloutState:
+        """Apply one rollout transition (rollout, promote, rollback, pause, resume, resign).
+
+        Args:
+            transition: called with (state, now, expires); returns the next state.
+        """
+        self.add_public_key(signer)
+        state, token = self.read_state(model)
+        now = self.clock()
+        new_state = transition(state, now, now + timedelta(days=expires_days))
+        return self._write_state(new_state, token, signer)
+
+    def _existing_release(self, model: str, version: str) -> ReleaseRecord | None:
+        try:
+            return self.read_release(model, version)
+        except NotFound:
+            return None
+
+    def _write_state(
+        self, state: RolloutState, token: str | None, signer: Signer
+    ) -> RolloutState:
+        try:
+            self.storage.put_if_unchanged(
+                state_key(state.model), sign_document(state, [signer]), token
+            )
+        except ConflictError as exc:
+            raise ConflictError(
+                f"the rollout state of {state.model} changed while this command ran "
+                "(another publisher?); nothing was lost",
+                url=self.storage.url,
+                hint="Run the command again.",
+            ) from exc
+        self._write_manifests(state, signer)
+        return state
+
+    def _write_manifests(self, state: RolloutState, signer: Signer) -> None:
+        releases = {
+            version: self.read_release(state.model, version)
+            for version in (state.stable, state.candidate)
+            if version is not None
+        }
+        for tier, manifest in build_manifests(state, releases).items():
+            self.storage.put(manifest_key(state.model, tier), sign_document(manifest, [signer]))
+
+    # -- checking -------------------------------------------------------------------
+
+    def verify(self, *, deep: bool = True) -> VerifyReport:
+        """Check every signature, digest and reference in the registry.
+
+        Args:
+            deep: also re-hash every blob (otherwise only sizes are checked).
+        """
+        report = VerifyReport()
+        try:
+            trusted = self._trust_for_signed()
+        except TrustError as exc:
+            if not self.storage.list("models/"):
+                report.warnings.append("the registry is empty")
+                return report
+            report.errors.append(exc.message)
+            return report
+        checked_blobs: dict[str, str | None] = {}
+        for model in self.models():
+            self._verify_model(model, trusted, report, checked_blobs, deep=deep)
+        return report
+
+    def _verify_model(
+        self,
+        model: str,
+        trusted: TrustedKeys,
+        report: VerifyReport,
+        checked_blobs: dict[str, str | None],
+        *,
+        deep: bool,
+    ) -> None:
+        try:
+            state, _ = self.read_state(model)
+        except TrustError as exc:
+            report.errors.append(f"{state_key(model)}: {exc.message}")
+            return
+        assert state is not None
+        report.checked += 1
+        if state.expires <= self.clock():
+            report.warnings.append(
+                f"{state_key(model)}: expired at {state.expires:%Y-%m-%d %H:%M} UTC; "
+                f"run `edgereg resign {model}`"
+            )
+        records: dict[str, ReleaseRecord] = {}
+        for version in self.versions(model):
+            key = release_key(model, version)
+            try:
+                records[version] = self.read_release(model, version)
+            except TrustError as exc:
+                report.errors.append(f"{key}: {exc.message}")
+                continue
+            report.checked += 1
+            for name, variant in records[version].variants.items():
+                problem = self._check_blob(variant.sha256, variant.size, checked_blobs, deep)
+                report.checked += 1
+                if problem:
+                    report.errors.append(f"{key}: variant {name}: {problem}")
+        for role, named in (("stable", state.stable), ("candidate", state.candidate)):
+            if named is not None and named not in records:
+                report.errors.append(
+                    f"{state_key(model)}: {role} {named} has no valid release record"
+                )
+        if any(v is not None and v not in records for v in (state.stable, state.candidate)):
+            return
+        expected = build_manifests(state, records)
+        for tier, want in expected.items():
+            key = manifest_key(model, tier)
+            try:
+                got = verify_document(Manifest, self.storage.get(key), trusted)
+            except NotFound:
+                report.warnings.append(
+                    f"{key}: missing; run `edgereg resign {model}` to write it"
+                )
+                continue
+            except TrustError as exc:
+                report.errors.append(f"{key}: {exc.message}")
+                continue
+            report.checked += 1
+            if got.sequence < state.sequence:
+                report.warnings.append(
+                    f"{key}: sequence {got.sequence} is behind the state's {state.sequence} "
+                    "(an interrupted command?); run it again or `edgereg resign "
+                    f"{model}`"
+                )
+                continue
+            if got.sequence > state.sequence:
+                report.errors.append(
+                    f"{key}: sequence {got.sequence} is ahead of the state's {state.sequence}"
+                )
+            elif got != want:
+                report.errors.append(f"{key}: does not match the rollout state")
+
+    def _check_blob(
+        self, digest: str, size: int, checked: dict[str, str | None], deep: bool
+    ) -> str | None:
+        if digest in checked:
+            return checked[digest]
+        key = blob_path(digest)
+        problem: str | None = None
+        try:
+            actual_size = self.storage.size(key)
+            if actual_size != size:
+                problem = f"{key} is {actual_size} bytes, the record says {size}"
+            elif deep:
+                hasher = hashlib.sha256()
+                stream = self.storage.open_read(key)
+                try:
+                    for chunk in stream.iter_chunks():
+                        hasher.update(chunk)
+                finally:
+                    stream.close()
+                if hasher.hexdigest() != digest:
+                    problem = f"{key} content does not match its sha256"
+        except NotFound:
+            problem = f"{key} is missing"
+        checked[digest] = problem
+        return problem
+
+
+def public_key_id(pem: bytes) -> str:
+    """The key id of a PEM public key."""
+    return key_id(load_public_key(pem))
+
+
+def export_public_key(signer: Signer) -> bytes:
+    """The PEM of a signer's public key."""
+    return public_key_pem(signer.public_key)

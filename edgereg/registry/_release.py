@@ -1,0 +1,102 @@
+"""Gather a model's build outputs into a release record, refusing anything not fit to ship."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE, sha256_file, variant_dir
+from edgereg.config import Config
+from edgereg.errors import EdgeregError
+from edgereg.wire import ReleaseRecord, ReleaseVariant
+
+
+class ReleaseError(EdgeregError):
+    """The build outputs cannot be published as they are."""
+
+    exit_code = 8
+
+
+@dataclass(frozen=True)
+class PreparedRelease:
+    """A release record and the local files of its blobs."""
+
+    record: ReleaseRecord
+    blobs: dict[str, Path]
+
+    def same_content(self, other: ReleaseRecord) -> bool:
+        """True when ``other`` ships exactly the same artifacts to the same tiers."""
+        return (
+            {name: v.sha256 for name, v in other.variants.items()}
+            == {name: v.sha256 for name, v in self.record.variants.items()}
+            and other.tiers == self.record.tiers
+        )
+
+
+def prepare_release(
+    config: Config, model_name: str, out_root: Path, *, version: str, now: datetime
+) -> PreparedRelease:
+    """Check every variant's build and assemble the release record.
+
+    Raises:
+        ReleaseError: a variant is not built, failed a gate, or is stale
+            against models.toml or its source; the message lists them all.
+    """
+    if model_name not in config.models:
+        raise ReleaseError(
+            f"no model '{model_name}' in {config.path}; models: {', '.join(config.models)}"
+        )
+    model = config.models[model_name]
+    problems: list[str] = []
+    variants: dict[str, ReleaseVariant] = {}
+    blobs: dict[str, Path] = {}
+    for variant_name, variant in model.variants.items():
+        out_dir = variant_dir(out_root, model_name, variant_name)
+        where = f"{model_name}/{variant_name}"
+        artifact = out_dir / ARTIFACT
+        if not artifact.is_file():
+            problems.append(f"{where}: not built (no {artifact}); it may have failed a gate")
+            continue
+        try:
+            provenance: dict[str, Any] = json.loads((out_dir / PROVENANCE).read_text("utf-8"))
+            metrics: dict[str, Any] = json.loads((out_dir / METRICS).read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append(f"{where}: build outputs unreadable ({exc})")
+            continue
+        if provenance.get("recipe_sha256") != config.recipe_digest(model_name, variant_name):
+            problems.append(
+                f"{where}: stale: models.toml or the source changed since it was built"
+            )
+            continue
+        failed = [name for name, passed in metrics.get("gates", {}).items() if not passed]
+        if failed:
+            problems.append(f"{where}: failed gates {', '.join(failed)}")
+            continue
+        digest = sha256_file(artifact)
+        if digest != provenance.get("artifact", {}).get("sha256"):
+            problems.append(f"{where}: {artifact} differs from the one its provenance records")
+            continue
+        variants[variant_name] = ReleaseVariant(
+            tier=variant.tier,
+            sha256=digest,
+            size=artifact.stat().st_size,
+            metrics=metrics,
+            provenance=provenance,
+            min_mnn_runtime=provenance["min_mnn_runtime"],
+            runtime=variant.runtime,
+        )
+        blobs[digest] = artifact
+    if problems:
+        raise ReleaseError(
+            f"cannot publish {model_name}:\n" + "\n".join(f"  {p}" for p in problems),
+            hint="Run `dvc repro` (or `edgereg build MODEL VARIANT`) and fix what the gates "
+            "report, then publish again.",
+        )
+    tiers = {tier: name for tier, (name, _) in config.tier_variants(model_name).items()}
+    record = ReleaseRecord(
+        model=model_name, version=version, created=now, variants=variants, tiers=tiers
+    )
+    return PreparedRelease(record=record, blobs=blobs)

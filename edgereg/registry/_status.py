@@ -1,0 +1,80 @@
+"""What `edgereg status` shows: one model's rollout at a glance."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from edgereg.registry._manifests import entry_for
+from edgereg.registry._registry import Registry
+from edgereg.wire import format_time
+
+
+@dataclass(frozen=True)
+class TierStatus:
+    """What devices of one tier get."""
+
+    tier: str
+    stable_variant: str | None
+    stable_size: int | None
+    candidate_variant: str | None
+    candidate_size: int | None
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """The rollout of one model."""
+
+    model: str
+    stable: str | None
+    candidate: str | None
+    percent: float | None
+    paused: bool
+    sequence: int
+    expires: str
+    tiers: list[TierStatus]
+    last_change: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for --json."""
+        return asdict(self)
+
+
+def model_status(registry: Registry, model: str) -> ModelStatus:
+    """Read and verify one model's state and the release records it names."""
+    state, _ = registry.read_state(model)
+    if state is None:
+        raise KeyError(model)
+    stable = registry.read_release(model, state.stable) if state.stable else None
+    candidate = registry.read_release(model, state.candidate) if state.candidate else None
+    tier_names: dict[str, None] = {}
+    for record in (stable, candidate):
+        if record is not None:
+            tier_names.update(dict.fromkeys(record.tiers))
+    tiers = []
+    for tier in tier_names:
+        s = entry_for(stable, tier) if stable else None
+        c = entry_for(candidate, tier) if candidate else None
+        tiers.append(
+            TierStatus(
+                tier=tier,
+                stable_variant=s.variant if s else None,
+                stable_size=s.size if s else None,
+                candidate_variant=c.variant if c else None,
+                candidate_size=c.size if c else None,
+            )
+        )
+    last = state.history[-1] if state.history else None
+    return ModelStatus(
+        model=model,
+        stable=state.stable,
+        candidate=state.candidate,
+        percent=state.percent,
+        paused=state.paused,
+        sequence=state.sequence,
+        expires=format_time(state.expires),
+        tiers=tiers,
+        last_change=(
+            f"{format_time(last.at)} {last.action} by {last.actor}" if last else None
+        ),
+    )

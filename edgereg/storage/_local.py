@@ -1,0 +1,262 @@
+"""The local-directory backend: a registry that is a plain directory tree.
+
+Every write goes to a temporary file in the target's directory, is fsynced,
+and only then takes the final name, so a reader (or a static web server) sees
+the old object or the new one, never half of one. Temporary files of a write
+that crashed keep their ``.tmp-`` prefix and are ignored by :meth:`list`;
+lock files (``.lock-<name>``) likewise.
+
+* write once: ``os.link(temp, final)`` fails if ``final`` exists, so of two
+  writers exactly one wins and nothing is overwritten;
+* compare-and-swap: an exclusive ``flock`` on ``.lock-<name>`` next to the
+  object, then a check of the current version, then ``os.replace``. The lock
+  is advisory and held only by edgereg writers; it is released by the kernel
+  if a writer dies. It needs a filesystem with working ``flock`` (local disks
+  do; some network filesystems do not);
+* version tokens are the SHA-256 of the content, so they survive copies and
+  do not depend on timestamps.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from edgereg.errors import StorageError
+from edgereg.storage import RESERVED_PREFIXES, Storage
+
+_COPY_CHUNK = 1024 * 1024
+_LOCK_TIMEOUT_S = 30.0
+
+
+def _token(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class LocalStorage(Storage):
+    """A registry rooted at a local directory (created on the first write)."""
+
+    def __init__(self, root: Path, *, lock_timeout: float = _LOCK_TIMEOUT_S) -> None:
+        """Use ``root`` (an absolute path) as the registry root."""
+        self.root = root
+        self.url = f"file://{root}"
+        self._lock_timeout = lock_timeout
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _get(self, key: str) -> bytes:
+        with self._open(key) as f:
+            return f.read()
+
+    def _get_versioned(self, key: str) -> tuple[bytes, str]:
+        data = self._get(key)
+        return data, _token(data)
+
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        with self._open(key) as f:
+            f.seek(start)
+            return f.read(length)
+
+    def _open_read(self, key: str) -> BinaryIO:
+        return self._open(key)
+
+    def _exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def _size(self, key: str) -> int:
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise self._not_found(key) from None
+        if not path.is_file():
+            raise self._not_found(key)
+        return st.st_size
+
+    def _list(self, prefix: str) -> builtins.list[str]:
+        directory, _, _ = prefix.rpartition("/")
+        start = self.root.joinpath(*directory.split("/")) if directory else self.root
+        if not start.is_dir():
+            return []
+        keys = []
+
+        def fail(exc: OSError) -> None:
+            raise exc
+
+        for dirpath, dirnames, filenames in os.walk(start, onerror=fail):
+            dirnames[:] = [d for d in dirnames if not d.startswith(RESERVED_PREFIXES)]
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            base = "" if rel == "." else rel + "/"
+            for name in filenames:
+                if name.startswith(RESERVED_PREFIXES):
+                    continue  # our own temp and lock files
+                key = base + name
+                if key.startswith(prefix):
+                    keys.append(key)
+        return keys
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        return self._create(key, lambda f: f.write(data))
+
+    def _put_file_if_absent(self, key: str, path: Path) -> bool:
+        if self._check_target(key).is_file():
+            return False  # do not even copy
+        with path.open("rb") as source:
+            return self._create(key, lambda f: shutil.copyfileobj(source, f, _COPY_CHUNK))
+
+    def _put_if_unchanged(self, key: str, data: bytes, token: str | None) -> str:
+        target = self._check_target(key)
+        with self._lock(target):
+            try:
+                current: str | None = _token(target.read_bytes())
+            except FileNotFoundError:
+                current = None
+            if current != token:
+                raise self._conflict(key, token)
+            if token is None:
+                # link, not replace: a concurrent put_if_absent (which takes
+                # no lock) must not be overwritten either.
+                if not self._create(key, lambda f: f.write(data)):
+                    raise self._conflict(key, token)
+            else:
+                self._replace(target, lambda f: f.write(data))
+        return _token(data)
+
+    def _put(self, key: str, data: bytes) -> None:
+        target = self._check_target(key)
+        with self._lock(target):
+            self._replace(target, lambda f: f.write(data))
+
+    def _delete(self, key: str) -> None:
+        path = self._path(key)
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            path.unlink()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def _open(self, key: str) -> BinaryIO:
+        try:
+            return self._path(key).open("rb")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise self._not_found(key) from None
+
+    def _check_target(self, key: str) -> Path:
+        target = self._path(key)
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a directory is in the way", str(target))
+        return target
+
+    def _create(self, key: str, write: Callable[[BinaryIO], object]) -> bool:
+        """Write a new object via a temp file and link(2); False if it exists."""
+        target = self._check_target(key)
+        if target.is_file():
+            return False
+        tmp = self._write_temp(target, write)
+        try:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
+            _fsync_dir(target.parent)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _replace(self, target: Path, write: Callable[[BinaryIO], object]) -> None:
+        tmp = self._write_temp(target, write)
+        try:
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+        finally:
+            tmp.unlink(missing_ok=True)  # only still there if replace failed
+
+    def _write_temp(self, target: Path, write: Callable[[BinaryIO], object]) -> Path:
+        """Write a complete, fsynced temp file next to ``target``; never leave it on error."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        while True:
+            tmp = target.parent / f".tmp-{target.name}-{secrets.token_hex(6)}"
+            try:
+                # 0o666 minus the umask, like any other file the user creates:
+                # the registry directory may be served as static files.
+                fd = os.open(tmp, flags, 0o666)
+                break
+            except FileExistsError:
+                continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    @contextlib.contextmanager
+    def _lock(self, target: Path) -> Iterator[None]:
+        import fcntl  # POSIX only; imported here so reads work everywhere
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = target.parent / f".lock-{target.name}"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            deadline = time.monotonic() + self._lock_timeout
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StorageError(
+                            f"'{lock_path}' is still locked after {self._lock_timeout:g}s",
+                            url=self.url,
+                            hint="Another edgereg process is writing to this registry; "
+                            "wait for it to finish and run the command again.",
+                        ) from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            yield  # the lock is released when fd is closed
+        finally:
+            os.close(fd)
+
+    def _translate(self, exc: Exception, operation: str, key: str) -> StorageError:
+        error = super()._translate(exc, operation, key)
+        if isinstance(exc, PermissionError):
+            error.hint = f"Check that you may read and write the registry directory {self.root}."
+        elif isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            error.hint = f"The disk holding {self.root} is full."
+        elif isinstance(exc, (NotADirectoryError, IsADirectoryError, FileExistsError)):
+            error.hint = (
+                f"Something in {self.root} is not laid out as a registry; check the registry URL."
+            )
+        return error
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename or link in ``directory`` durable (best effort where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,484 @@
+"""The S3 backend (AWS or any S3-compatible store), through boto3.
+
+boto3 is imported here only, and only when the first request is made, so
+``edgereg`` works without it for local registries.
+
+Writes use S3 conditional requests (AWS since 2024-08/11; MinIO, R2, Ceph,
+moto >= 5.0.15 as well):
+
+* write once: ``PutObject`` / ``CompleteMultipartUpload`` with
+  ``If-None-Match: *``; a 412 means the object exists and nothing changed.
+* compare-and-swap: ``PutObject`` with ``If-Match: <etag>`` (or
+  ``If-None-Match: *`` when the object must not exist yet); 412, a 409
+  ``ConditionalRequestConflict`` or a 404 become :class:`ConflictError`.
+
+A store that silently ignores these headers would turn both into plain
+overwrites: harmless for content-addressed blobs, not for the rollout state.
+Check that yours honours them before pointing two publishers at it.
+
+Large files go up as a multipart upload of file slices read from disk by a
+few threads, so memory stays at a few buffers whatever the file size.
+boto3's ``upload_file`` cannot be used for this: its transfer manager does
+not pass ``IfNoneMatch`` to ``CompleteMultipartUpload``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import os
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from edgereg.errors import StorageError
+from edgereg.storage import Storage, validate_key
+
+MiB = 1024 * 1024
+_MAX_PARTS = 10_000
+_MIN_PART_SIZE = 5 * MiB  # S3's lower bound for every part but the last
+
+_CREDENTIALS_HINT = (
+    "Check the credentials boto3 finds (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials) and that they may read, write "
+    "and list the bucket."
+)
+_ENDPOINT_HINT = (
+    "Check the network and the endpoint (--endpoint-url, EDGEREG_S3_ENDPOINT_URL "
+    "or AWS_ENDPOINT_URL for an S3-compatible store)."
+)
+_ACCESS_CODES = {
+    "AccessDenied",
+    "AllAccessDisabled",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "403",
+}
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+
+
+def _code(exc: BaseException) -> str | None:
+    """Return the S3 error code of a botocore ClientError, else None."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    code = response.get("Error", {}).get("Code")
+    return str(code) if code is not None else None
+
+
+class S3Storage(Storage):
+    """A registry under ``s3://bucket/prefix``.
+
+    Args:
+        bucket: The bucket name.
+        prefix: Key prefix of the registry root inside the bucket ('' for the top).
+        endpoint_url: Endpoint of an S3-compatible store, or None for AWS.
+        multipart_threshold: Files at least this large are uploaded in parts.
+        part_size: Size of each part (raised when a file would need more than
+            10,000 parts).
+        max_concurrency: Parts uploaded at the same time.
+        connect_timeout: Seconds to wait for a TCP connection.
+        read_timeout: Seconds to wait for a response to arrive.
+        max_attempts: Attempts per request, including the first: an
+            unreachable endpoint fails within roughly
+            ``max_attempts * connect_timeout`` seconds.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        multipart_threshold: int = 8 * MiB,
+        part_size: int = 8 * MiB,
+        max_concurrency: int = 8,
+        connect_timeout: float = 3.0,
+        read_timeout: float = 60.0,
+        max_attempts: int = 2,
+    ) -> None:
+        if part_size < _MIN_PART_SIZE:
+            raise ValueError(f"part_size must be at least {_MIN_PART_SIZE} bytes (S3's minimum)")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.multipart_threshold = max(multipart_threshold, 1)
+        self.part_size = part_size
+        self.max_concurrency = max(max_concurrency, 1)
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_attempts = max_attempts
+        self._client_lock = threading.Lock()
+        self._client_obj: Any = None
+        self._bucket_seen = False
+
+    # -- client -----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client (created on first use; thread-safe)."""
+        with self._client_lock:
+            if self._client_obj is None:
+                import boto3  # type: ignore[import-untyped]
+                from botocore.config import Config  # type: ignore[import-untyped]
+
+                session = boto3.session.Session()
+                config = Config(
+                    connect_timeout=self._connect_timeout,
+                    read_timeout=self._read_timeout,
+                    retries={"max_attempts": self._max_attempts, "mode": "standard"},
+                    max_pool_connections=max(10, self.max_concurrency + 2),
+                    # S3-compatible stores rarely have wildcard DNS for buckets.
+                    s3={"addressing_style": "path"} if self.endpoint_url else None,
+                )
+                self._client_obj = session.client(
+                    "s3",
+                    endpoint_url=self.endpoint_url,
+                    region_name=session.region_name or "us-east-1",
+                    config=config,
+                )
+            return self._client_obj
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _get_object(self, key: str, **extra: Any) -> Any:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
+        except Exception as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                raise self._not_found(key) from None
+            raise
+
+    def _get(self, key: str) -> bytes:
+        return self._get_versioned(key)[0]
+
+    def _get_versioned(self, key: str) -> tuple[bytes, str]:
+        response = self._get_object(key)
+        with contextlib.closing(response["Body"]) as body:
+            data: bytes = body.read()
+        return data, str(response["ETag"])
+
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            response = self._get_object(key, Range=f"bytes={start}-{start + length - 1}")
+        except Exception as exc:
+            if _code(exc) == "InvalidRange":  # start is past the end
+                return b""
+            raise
+        with contextlib.closing(response["Body"]) as body:
+            data: bytes = body.read()
+        return data
+
+    def _open_read(self, key: str) -> Any:
+        return self._get_object(key)["Body"]
+
+    def _head(self, key: str) -> Any:
+        """Return head_object's response, or None if the object does not exist."""
+        try:
+            response = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if _code(exc) not in ("404", "NoSuchKey", "NotFound"):
+                raise
+            # HEAD has no body, so a missing bucket also looks like a plain 404.
+            self._check_bucket()
+            return None
+        self._bucket_seen = True
+        return response
+
+    def _check_bucket(self) -> None:
+        if self._bucket_seen:
+            return
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            if _code(exc) in ("404", "NoSuchBucket", "NotFound"):
+                raise self._no_bucket() from exc
+            raise
+        self._bucket_seen = True
+
+    def _exists(self, key: str) -> bool:
+        return self._head(key) is not None
+
+    def _size(self, key: str) -> int:
+        response = self._head(key)
+        if response is None:
+            raise self._not_found(key)
+        return int(response["ContentLength"])
+
+    def _list(self, prefix: str) -> builtins.list[str]:
+        root = f"{self.prefix}/" if self.prefix else ""
+        paginator = self.client.get_paginator("list_objects_v2")
+        keys = []
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
+            for item in page.get("Contents", ()):
+                key = str(item["Key"])[len(root) :]
+                try:
+                    validate_key(key)
+                except ValueError:
+                    continue  # "folder/" markers and keys other tools wrote
+                keys.append(key)
+        return keys
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
+        return self._create(
+            key,
+            lambda: self.client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
+            ),
+        )
+
+    def _put_file_if_absent(self, key: str, path: Path) -> bool:
+        if self._exists(key):
+            return False  # costs one HEAD, uploads nothing
+        size = path.stat().st_size
+        if size < self.multipart_threshold:
+            with path.open("rb") as f:
+                return self._create(key, lambda: self._put_stream(key, f))
+        return self._multipart_if_absent(key, path, size)
+
+    def _put_stream(self, key: str, f: BinaryIO) -> Any:
+        f.seek(0)  # a retry after a 409 sends the file again
+        return self.client.put_object(
+            Bucket=self.bucket, Key=self._key(key), Body=f, IfNoneMatch="*"
+        )
+
+    def _create(self, key: str, send: Any) -> bool:
+        """Run a conditional create; True if it created the object, False if it existed.
+
+        A 409 means another conditional write to the same key was in flight:
+        try again, and the loser of that race then sees 412 (exists).
+        """
+        for attempt in range(4):
+            try:
+                send()
+                self._bucket_seen = True
+                return True
+            except Exception as exc:
+                code = _code(exc)
+                if code in ("PreconditionFailed", "412"):
+                    return False
+                if code not in ("ConditionalRequestConflict", "409"):
+                    raise
+            time.sleep(0.05 * 2**attempt)
+        raise self._conflict(key, None)
+
+    def _multipart_if_absent(self, key: str, path: Path, size: int) -> bool:
+        client = self.client
+        full_key = self._key(key)
+        part_size = max(self.part_size, -(-size // _MAX_PARTS))
+        count = -(-size // part_size)
+        # CRC32 per part, checked by S3 and combined into the object's checksum
+        # on completion (what boto3's upload_file does too).
+        upload_id = client.create_multipart_upload(
+            Bucket=self.bucket, Key=full_key, ChecksumAlgorithm="CRC32"
+        )["UploadId"]
+        finished = False
+
+        def send(number: int) -> dict[str, Any]:
+            offset = (number - 1) * part_size
+            length = min(part_size, size - offset)
+            with path.open("rb") as f:
+                response = client.upload_part(
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=_FileSlice(f, offset, length),
+                    ContentLength=length,
+                    ChecksumAlgorithm="CRC32",
+                )
+            part = {"PartNumber": number, "ETag": response["ETag"]}
+            if "ChecksumCRC32" in response:
+                part["ChecksumCRC32"] = response["ChecksumCRC32"]
+            return part
+
+        try:
+            with ThreadPoolExecutor(min(self.max_concurrency, count)) as pool:
+                futures = [pool.submit(send, n) for n in range(1, count + 1)]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f for f in done if f.exception() is not None]
+                if failed:
+                    for future in futures:
+                        future.cancel()
+                    failed[0].result()  # raises
+                parts = [f.result() for f in futures]
+            try:
+                client.complete_multipart_upload(
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                    IfNoneMatch="*",
+                )
+            except Exception as exc:
+                code = _code(exc)
+                if code in ("PreconditionFailed", "412"):
+                    return False  # someone else finished the same key first
+                if code in ("ConditionalRequestConflict", "409"):
+                    # Another upload of this key completed meanwhile: per AWS
+                    # the loser restarts; for an immutable key, existing is enough.
+                    if self._head(key) is not None:
+                        return False
+                    raise self._conflict(key, None) from exc
+                raise
+            finished = True
+            self._bucket_seen = True
+            return True
+        finally:
+            if not finished:
+                # Parts of an unfinished upload are billed until aborted.
+                with contextlib.suppress(Exception):
+                    client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=full_key, UploadId=upload_id
+                    )
+
+    def _put_if_unchanged(self, key: str, data: bytes, token: str | None) -> str:
+        condition = {"IfNoneMatch": "*"} if token is None else {"IfMatch": token}
+        try:
+            response = self.client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=data, **condition
+            )
+        except Exception as exc:
+            code = _code(exc)
+            # NoSuchKey: If-Match on an object someone deleted meanwhile.
+            if code in _CONFLICT_CODES or (token is not None and code == "NoSuchKey"):
+                raise self._conflict(key, token) from exc
+            raise
+        self._bucket_seen = True
+        return str(response["ETag"])
+
+    def _put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        self._bucket_seen = True
+
+    def _delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    # -- errors -----------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return f" at {self.endpoint_url}" if self.endpoint_url else ""
+
+    def _no_bucket(self) -> StorageError:
+        return StorageError(
+            f"S3 bucket '{self.bucket}' does not exist{self._where()} (registry {self.url})",
+            url=self.url,
+            hint="Check the bucket name in the registry URL, and the endpoint "
+            "(--endpoint-url, EDGEREG_S3_ENDPOINT_URL) if it is on an S3-compatible store.",
+            retryable=False,
+        )
+
+    def _translate(self, exc: Exception, operation: str, key: str) -> StorageError:
+        if isinstance(exc, ImportError):
+            return StorageError(
+                f"registry {self.url} needs boto3, which is not installed ({exc})",
+                url=self.url,
+                hint="Install it: pip install boto3",
+                retryable=False,
+            )
+        code = _code(exc)
+        name = type(exc).__name__
+        if code == "NoSuchBucket":
+            return self._no_bucket()
+        if code in _ACCESS_CODES:
+            return StorageError(
+                f"access to S3 bucket '{self.bucket}' was denied{self._where()} "
+                f"while trying to {operation} '{key}' ({code})",
+                url=self.url,
+                hint=_CREDENTIALS_HINT,
+                retryable=False,
+            )
+        if name in ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError"):
+            return StorageError(
+                f"no usable AWS credentials for registry {self.url}: {exc}",
+                url=self.url,
+                hint=_CREDENTIALS_HINT,
+                retryable=False,
+            )
+        if name in (
+            "EndpointConnectionError",
+            "ConnectTimeoutError",
+            "ConnectionClosedError",
+            "ReadTimeoutError",
+            "ProxyConnectionError",
+            "SSLError",
+        ):
+            endpoint = self.endpoint_url or "AWS S3"
+            return StorageError(
+                f"could not reach S3 endpoint {endpoint} for registry {self.url} "
+                f"while trying to {operation} '{key}': {exc}",
+                url=self.url,
+                hint=_ENDPOINT_HINT,
+            )
+        if isinstance(exc, ValueError) and "endpoint" in str(exc).lower():
+            return StorageError(
+                f"invalid S3 endpoint URL {self.endpoint_url!r}: {exc}",
+                url=self.url,
+                hint=_ENDPOINT_HINT,
+                retryable=False,
+            )
+        error = super()._translate(exc, operation, key)
+        if code is not None:
+            error.hint = _ENDPOINT_HINT if code.startswith("5") else _CREDENTIALS_HINT
+        return error
+
+
+class _FileSlice(io.RawIOBase):
+    """A read-only, seekable view of ``length`` bytes of ``f`` from ``offset``.
+
+    botocore reads it in small blocks (and seeks back to compute a checksum or
+    to retry), so a part is never held in memory whole.
+    """
+
+    def __init__(self, f: BinaryIO, offset: int, length: int) -> None:
+        super().__init__()
+        self._f = f
+        self._offset = offset
+        self._length = length
+        self._pos = 0
+        f.seek(offset)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        return self._length
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._length}[whence]
+        self._pos = min(max(base + pos, 0), self._length)
+        self._f.seek(self._offset + self._pos)
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        remaining = self._length - self._pos
+        if size is None or size < 0 or size > remaining:
+            size = remaining
+        if size == 0:
+            return b""
+        data = self._f.read(size)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
