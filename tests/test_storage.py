@@ -18,7 +18,6 @@ from edgereg.storage import NotFound, Storage, open_storage
 from edgereg.storage._local import LocalStorage
 from edgereg.storage._s3 import S3Storage
 
-
 MiB = 1024 * 1024
 
 
