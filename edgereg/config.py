@@ -146,7 +146,7 @@ class InputSpec(_Strict):
             given = [key for key, value in image_only.items() if value is not None]
             if given:
                 raise _rule_error(
-                    given[0], f"{', '.join(given)} only apply to kind = \"image\" inputs"
+                    given[0], f'{", ".join(given)} only apply to kind = "image" inputs'
                 )
             return self
         if self.layout is None:
@@ -322,9 +322,7 @@ class Model(_Strict):
     @classmethod
     def _semver(cls, value: str) -> str:
         if not semver.Version.is_valid(value):
-            raise ValueError(
-                f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)"
-            )
+            raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
         return value
 
     @model_validator(mode="after")

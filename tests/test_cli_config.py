@@ -191,7 +191,7 @@ def test_schema_structure() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["title"] == "edgereg models.toml"
     assert schema["type"] == "object"
-    assert {"toolchain", "tiers", "models", "registry"} == set(schema["properties"])
+    assert {"toolchain", "tiers", "models", "registry", "rollout"} == set(schema["properties"])
     assert set(schema["required"]) == {"toolchain", "tiers", "models"}
     assert schema["additionalProperties"] is False
     json.dumps(schema)  # serialisable as is

@@ -64,7 +64,7 @@ BAD_CASES = [
         "unknown-top-level-key",
         (("[toolchain]", "telemetry = true\n\n[toolchain]"),),
         "telemetry",
-        ("unknown key", "allowed keys here: toolchain, registry, tiers, models"),
+        ("unknown key", "allowed keys here: toolchain, registry, rollout, tiers, models"),
     ),
     Bad(
         "unknown-model-key",

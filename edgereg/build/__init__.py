@@ -1,0 +1,1 @@
+"""The build of one variant: datasets, numeric checks, stages, DVC stage rendering."""

@@ -51,9 +51,7 @@ class Dataset:
         return hasher.hexdigest()
 
 
-def load_dataset(
-    path: Path, specs: list[InputSpec], *, stage: str, need_labels: bool
-) -> Dataset:
+def load_dataset(path: Path, specs: list[InputSpec], *, stage: str, need_labels: bool) -> Dataset:
     """Read an .npz dataset and turn it into model inputs.
 
     Raises:
@@ -118,7 +116,8 @@ def _prepare(arrays: dict[str, np.ndarray], spec: InputSpec, path: Path, stage: 
 
 
 def _image_tensor(raw: np.ndarray, spec: InputSpec, path: Path, stage: str) -> np.ndarray:
-    assert spec.layout is not None and spec.color is not None
+    assert spec.layout is not None
+    assert spec.color is not None
     if spec.layout == "NCHW":
         _, channels, height, width = spec.shape
     else:

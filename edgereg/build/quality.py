@@ -125,7 +125,9 @@ def check_gates(
     if budgets.max_abs_error is not None and gate_abs_error:
         error = agreement.max_abs_error
         results.append(
-            GateResult("max_abs_error", budgets.max_abs_error, error, error <= budgets.max_abs_error)
+            GateResult(
+                "max_abs_error", budgets.max_abs_error, error, error <= budgets.max_abs_error
+            )
         )
     if baseline is not None and variant is not None:
         if budgets.max_accuracy_drop is not None:
@@ -142,7 +144,7 @@ def check_gates(
         if budgets.max_class_recall_drop is not None:
             drops = recall_drops(baseline, variant)
             worst = sorted(drops.items(), key=lambda item: item[1], reverse=True)
-            label, drop = worst[0]
+            _label, drop = worst[0]
             names = class_names or []
             # Only classes that lost recall are worth naming; at least the worst one.
             losers = [item for item in worst[:3] if item[1] > 0] or worst[:1]

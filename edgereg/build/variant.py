@@ -106,7 +106,7 @@ def check_source(path: Path, inputs: list[InputSpec], output_names: list[str]) -
             f"{path} uses operators the MNN converter cannot convert: {', '.join(missing)}",
             stage="check",
             hint="Replace them in the model before export, or pin an MNN version that "
-            "supports them (see `edgereg ops`).",
+            "supports them.",
         )
     graph_inputs = {tensor.name: tensor for tensor in report.inputs}
     for spec in inputs:
@@ -225,28 +225,38 @@ def build_variant(
                 source,
                 artifact,
                 fp16=variant.precision == "fp16",
-                weight_quant_bits=weight.bits if isinstance(weight, WeightOnlyQuantization) else None,
-                weight_quant_block=weight.block if isinstance(weight, WeightOnlyQuantization) else None,
+                weight_quant_bits=weight.bits
+                if isinstance(weight, WeightOnlyQuantization)
+                else None,
+                weight_quant_block=weight.block
+                if isinstance(weight, WeightOnlyQuantization)
+                else None,
                 weight_quant_asymmetric=(
                     weight.asymmetric if isinstance(weight, WeightOnlyQuantization) else True
                 ),
                 transformer_fuse=variant.converter.transformer_fuse,
                 optimize_prefer=variant.converter.optimize_prefer,
+                # Same inputs, same bytes: the random id becomes one derived
+                # from the recipe. The quantizer keeps it (KL/ADMM) or writes
+                # none (EMA). The verify stage loads the artifact anyway.
+                uuid_seed=recipe_digest.encode(),
+                check_load=False,
             )
         calibration_info: dict[str, Any] | None = None
         quantize_run: toolchain.ToolRun | None = None
         batch_size = bench.batch_size if graph["dynamic_batch"] else 1
-        evaluation = load_dataset(evaluation_path, inputs, stage="evaluate", need_labels=classification)
+        evaluation = load_dataset(
+            evaluation_path, inputs, stage="evaluate", need_labels=classification
+        )
         if isinstance(variant.quantization, Int8Quantization):
-            assert calibration_ref is not None and calibration_path is not None
+            assert calibration_ref is not None
+            assert calibration_path is not None
             with stage("quantize"):
                 calibration = load_dataset(
                     calibration_path, inputs, stage="quantize", need_labels=False
                 )
                 count = variant.quantization.samples or calibration_ref.samples
-                selected = select_calibration(
-                    calibration, count, balanced=calibration_ref.balanced
-                )
+                selected = select_calibration(calibration, count, balanced=calibration_ref.balanced)
                 float_artifact = work_dir / "float.mnn"
                 artifact.rename(float_artifact)
                 quantize_run = toolchain.quantize(
@@ -265,8 +275,7 @@ def build_variant(
                     "balanced": calibration_ref.balanced and calibration.labels is not None,
                     "selected_sha256": selected.digest(),
                 }
-        with stage("deterministic"):
-            mnn_uuid = toolchain.make_deterministic(artifact, recipe_digest.encode())
+        mnn_uuid = convert_run.uuid
 
         with stage("verify"):
             reference = toolchain.run_onnx(
@@ -321,6 +330,7 @@ def build_variant(
             )
 
         artifact_sha = sha256_file(artifact)
+        installed = toolchain.installed_versions()
         metrics = _metrics(model.classes, size_bytes, agree, baseline, result, timing, gates)
         provenance = {
             "edgereg": __version__,
@@ -334,7 +344,7 @@ def build_variant(
                 "sha256": evaluation_ref.sha256,
                 "samples": len(evaluation),
             },
-            "toolchain": toolchain.installed_versions(),
+            "toolchain": installed,
             "recipe": recipe,
             "recipe_sha256": recipe_digest,
             # Paths as models.toml names them: the work directory is random and
@@ -346,8 +356,9 @@ def build_variant(
                 for arg in convert_run.argv
             ],
             "mnn_uuid": mnn_uuid,
-            # A newer runtime loads older models; the reverse is not promised.
-            "min_mnn_runtime": convert_run.model.version,
+            # A newer runtime loads older models, not the reverse; the model
+            # records the converter's version, which the toolchain check pinned.
+            "min_mnn_runtime": installed["mnn"],
             "runtime": variant.runtime.model_dump(),
             "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": size_bytes},
         }
@@ -364,7 +375,9 @@ def build_variant(
         # The artifact moves last: its presence means every other file is there.
         for name in (*OUTPUT_FILES[1:], ARTIFACT):
             os.replace(work_dir / name, out_dir / name)
-    return BuildResult(out_dir=out_dir, metrics=metrics, provenance=provenance, stage_seconds=seconds)
+    return BuildResult(
+        out_dir=out_dir, metrics=metrics, provenance=provenance, stage_seconds=seconds
+    )
 
 
 def _samples(dataset: Dataset) -> list[dict[str, np.ndarray]]:
@@ -439,15 +452,12 @@ def _gate_message(model_name: str, variant_name: str, gates: GateReport) -> str:
     lines = [f"{model_name}/{variant_name} exceeds its budgets:"]
     for failure in gates.failures:
         detail = f" ({failure.detail})" if failure.detail else ""
-        lines.append(
-            f"  {failure.name}: measured {failure.measured:.6g}, budget {failure.budget:.6g}{detail}"
-        )
+        numbers = f"measured {failure.measured:.6g}, budget {failure.budget:.6g}"
+        lines.append(f"  {failure.name}: {numbers}{detail}")
     return "\n".join(lines)
 
 
-def _gate_hint(
-    quantization: Any, gates: GateReport, quantize_run: toolchain.ToolRun | None
-) -> str:
+def _gate_hint(quantization: Any, gates: GateReport, quantize_run: toolchain.ToolRun | None) -> str:
     failed = {failure.name for failure in gates.failures}
     if isinstance(quantization, Int8Quantization) and failed & {
         "max_accuracy_drop",
@@ -465,9 +475,7 @@ def _gate_hint(
             names = ", ".join(f'"{layer.op}"' for layer in worst[:2])
             lines.append(f"Keep them in float: skip_ops = [{names}].")
         other = "EMA" if quantization.method != "EMA" else "KL"
-        lines.append(
-            f'Or try method = "{other}", or more (class-balanced) calibration samples.'
-        )
+        lines.append(f'Or try method = "{other}", or more (class-balanced) calibration samples.')
         return "\n".join(lines)
     if "max_size_mb" in failed:
         return 'Use weight-only quantization (mode = "weight") or int8 to make it smaller.'

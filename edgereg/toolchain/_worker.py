@@ -27,9 +27,10 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 # Exit status of a worker that caught an error and wrote it to the result file.
 EXIT_REPORTED_ERROR = 3
@@ -102,6 +103,9 @@ def _module(path: str, inputs: list[str], outputs: list[str], threads: int) -> A
 
 
 def _forward(module: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    # numpy is imported where needed: a bare conversion should not pay for it.
+    import numpy as np
+
     expr = _mnn().expr
     info = module.get_info()["inputs"]
     variables = []
@@ -137,13 +141,15 @@ def _convert(req: dict[str, Any]) -> dict[str, Any]:
     ret = bool(_tools.mnnconvert(list(req["argv"])))
     out = Path(req["output"])
     result: dict[str, Any] = {"ret": ret, "exists": out.is_file()}
-    if out.is_file():
+    if out.is_file() and req.get("describe", True):
         result["model"] = _describe(str(out))
     return result
 
 
 def _quantize(req: dict[str, Any]) -> dict[str, Any]:
+    # numpy is imported where needed: a bare conversion should not pay for it.
     import _tools
+    import numpy as np
 
     # _tools.mnnquant takes one list (argv); the packaged `mnnquant` command
     # passes three strings and aborts.
@@ -174,6 +180,9 @@ def _load(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def _infer(req: dict[str, Any]) -> dict[str, Any]:
+    # numpy is imported where needed: a bare conversion should not pay for it.
+    import numpy as np
+
     names = list(req["input_names"])
     out_names = list(req["output_names"])
     module = _module(req["path"], names, out_names, int(req["threads"]))
@@ -212,6 +221,9 @@ def _infer(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bench(req: dict[str, Any]) -> dict[str, Any]:
+    # numpy is imported where needed: a bare conversion should not pay for it.
+    import numpy as np
+
     names = list(req["input_names"])
     with np.load(req["inputs"]) as data:
         arrays = [data[n] for n in names]

@@ -102,7 +102,10 @@ class ToolRun:
             the final destination rather than the scratch file written first.
         duration: Wall-clock seconds of the child process.
         output: Everything the tool printed.
-        model: What the written model says about itself.
+        model: What the written model says about itself (None when the
+            caller skipped the load check).
+        uuid: The model's id after the run (derived from the seed when one
+            was given; None when the model carries none).
         layer_errors: Per-tensor quantization error, worst (lowest cosine)
             first; empty unless the quantizer ran in debug mode with KL/ADMM.
         config: The quantizer configuration used (empty for conversion);
@@ -113,7 +116,8 @@ class ToolRun:
     argv: tuple[str, ...]
     duration: float
     output: str
-    model: MnnModelInfo
+    model: MnnModelInfo | None
+    uuid: str | None = None
     layer_errors: tuple[LayerError, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -255,6 +259,8 @@ def convert(
     transformer_fuse: bool = False,
     optimize_prefer: int | None = None,
     target_version: str | None = None,
+    uuid_seed: bytes | None = None,
+    check_load: bool = True,
     timeout: float = 600.0,
 ) -> ToolRun:
     """Convert an ONNX model to MNN with ``mnnconvert``.
@@ -270,6 +276,12 @@ def convert(
         optimize_prefer: Graph optimization preference: 0 normal, 1 smallest,
             2 fastest.
         target_version: Oldest MNN runtime to stay compatible with, ``"3.0"``.
+        uuid_seed: Replace the random ``mnn_uuid`` with one derived from these
+            bytes (see :func:`make_deterministic`), so the same inputs give
+            the same file.
+        check_load: Load the result in a second child to prove it loads. A
+            build that loads the model in a later stage anyway (inference)
+            skips it: the load costs more than a small model's conversion.
         timeout: Seconds before the converter is killed.
 
     Returns:
@@ -302,7 +314,11 @@ def convert(
         written = scratch / dest.name
         run = run_worker(
             "convert",
-            {"argv": [*head, str(written), *tail_args], "output": str(written)},
+            {
+                "argv": [*head, str(written), *tail_args],
+                "output": str(written),
+                "describe": check_load and uuid_seed is None,
+            },
             scratch=scratch,
             stage="convert",
             tool="mnnconvert",
@@ -330,14 +346,44 @@ def convert(
                 exit_status=run.exit_status,
                 output_tail=tail(run.output),
             )
-        info = _loaded_info(run, stage="convert", tool="mnnconvert", what="the converted model")
+        uuid = None
+        if uuid_seed is not None:
+            uuid = _patch_uuid(written, uuid_seed, stage="convert")
+        info = None
+        if check_load and uuid_seed is None:
+            info = _loaded_info(
+                run, stage="convert", tool="mnnconvert", what="the converted model"
+            )
+            uuid = info.uuid
+        elif check_load:
+            load = run_worker(
+                "load", {"path": str(written)}, scratch=scratch, stage="convert", tool="MNN",
+                timeout=timeout,
+            )
+            info = _loaded_info(load, stage="convert", tool="MNN", what="the converted model")
         written.replace(dest)
     return ToolRun(
         argv=(*head, str(dest), *tail_args),
         duration=run.duration,
         output=run.output,
         model=info,
+        uuid=uuid,
     )
+
+
+def _patch_uuid(path: Path, seed: bytes, *, stage: str) -> str | None:
+    """Overwrite the model's id in place with one derived from ``seed``."""
+    new_uuid = _mnnfile.derive_uuid(seed)
+    try:
+        patched, old = _mnnfile.replace_uuid(path.read_bytes(), new_uuid)
+    except (OSError, _mnnfile.MnnFormatError) as exc:
+        raise BuildError(
+            f"cannot set a deterministic id in {path.name}: {exc}", stage=stage, tool="edgereg"
+        ) from exc
+    if old is None:
+        return None
+    path.write_bytes(patched)
+    return new_uuid
 
 
 def parse_layer_errors(output: str) -> tuple[LayerError, ...]:
