@@ -1,0 +1,704 @@
+"""`edgereg build`: one variant of models.toml becomes a verified, gated, reproducible model.mnn.
+
+Real MNN (through edgereg.toolchain) and ONNX Runtime on the tiny project of
+tests/buildkit.py. Every variant is built once per module; tests that change
+something work on a copy, so every failing build starts with the good outputs
+of an earlier build in place and has to remove them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import buildkit
+import numpy as np
+import pytest
+import tiny_models
+from buildkit import FAST_BENCH, IMAGE_MODEL, TENSOR_MODEL, Project
+from click.testing import CliRunner, Result
+
+from edgereg import toolchain
+from edgereg.build.datasets import Dataset, load_dataset, select_calibration
+from edgereg.build.quality import Agreement, check_gates, classify
+from edgereg.build.variant import (
+    ARTIFACT,
+    CLASS_RECALL_PLOT,
+    LATENCY_PLOT,
+    METRICS,
+    OUTPUT_FILES,
+    PROVENANCE,
+    build_variant,
+)
+from edgereg.cli import main
+from edgereg.config import Budgets
+from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError, ToolchainError
+from edgereg.toolchain import _mnnfile, _process
+
+ALL_VARIANTS = [
+    (model, variant) for model, variants in buildkit.VARIANTS.items() for variant in variants
+]
+CLASSES = {IMAGE_MODEL: buildkit.IMAGE_CLASSES, TENSOR_MODEL: buildkit.TENSOR_CLASSES}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """The tiny project with every variant built once (read-only: copy before changing)."""
+    return buildkit.write_built_project(tmp_path_factory.mktemp("built"))
+
+
+@pytest.fixture
+def project(built: Project, tmp_path: Path) -> Project:
+    """A private copy of the built project, good outputs of every variant included."""
+    root = tmp_path / "project"
+    shutil.copytree(built.root, root)
+    return Project(root)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def cli_build(project: Project, model: str, variant: str) -> Result:
+    return cli(
+        "build",
+        model,
+        variant,
+        "--config",
+        str(project.config_path),
+        "--out",
+        str(project.out_root),
+        "--iterations",
+        "3",
+    )
+
+
+# --- what a build writes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "variant"), ALL_VARIANTS)
+def test_every_variant_builds_with_metrics_and_provenance(
+    built: Project, model: str, variant: str
+) -> None:
+    out = built.out_dir(model, variant)
+    assert sorted(path.name for path in out.iterdir()) == sorted(OUTPUT_FILES)
+    config = built.load()
+    declared = config.models[model].variants[variant]
+    artifact = out / ARTIFACT
+
+    metrics = read_json(out / METRICS)
+    assert {"size_mb", "verify", "accuracy", "class_recall", "benchmark", "gates"} <= set(metrics)
+    assert metrics["size_mb"] == pytest.approx(artifact.stat().st_size / 1e6)
+    assert {"max_abs_error", "min_cosine", "mean_cosine", "top1_agreement"} <= set(
+        metrics["verify"]
+    )
+    assert metrics["verify"]["top1_agreement"] == 1.0
+    assert metrics["verify"]["mean_cosine"] > 0.99
+    # The labels are ONNX Runtime's own predictions on the raw uint8 pictures, so a
+    # perfect baseline also proves the build preprocessed them as declared.
+    assert metrics["accuracy"]["onnx"] == 1.0
+    assert metrics["accuracy"]["change"] == metrics["accuracy"]["variant"] - 1.0
+    assert metrics["class_recall"]["worst_change"] <= 0.0
+    assert metrics["class_recall"]["worst_class"] in CLASSES[model]
+    threads = declared.runtime.threads
+    for count in {1, threads}:
+        latency = metrics["benchmark"][f"threads_{count}"]
+        assert 0 < latency["p50_ms"] <= latency["p90_ms"]
+    assert metrics["benchmark"]["load_ms"] > 0
+    assert metrics["benchmark"]["peak_rss_mb"] > 0
+    gates = metrics["gates"]
+    assert {"max_size_mb", "max_accuracy_drop", "max_class_recall_drop"} <= set(gates)
+    assert all(gates.values())
+    # The float error budget is gated for the plain fp32 conversion only.
+    assert ("max_abs_error" in gates) == (variant == "fp32")
+
+    recall = read_json(out / CLASS_RECALL_PLOT)
+    assert [row["class"] for row in recall] == list(CLASSES[model])
+    assert all(row["change"] == row["variant"] - row["onnx"] for row in recall)
+    latency_rows = read_json(out / LATENCY_PLOT)
+    assert [row["threads"] for row in latency_rows] == sorted({1, threads})
+
+    provenance = read_json(out / PROVENANCE)
+    ref = declared.source or config.models[model].source
+    assert (
+        provenance["source"]["sha256"] == ref.sha256 == buildkit.sha256_file(built.path(ref.path))
+    )
+    assert provenance["source"]["path"] == ref.path
+    assert provenance["evaluation"]["sha256"] == config.models[model].evaluation.sha256
+    assert provenance["evaluation"]["samples"] == buildkit.EVALUATION_PER_CLASS * len(
+        CLASSES[model]
+    )
+    assert provenance["toolchain"] == toolchain.installed_versions()
+    assert provenance["toolchain"] == config.toolchain.as_dict()
+    digest = config.recipe_digest(model, variant)
+    assert provenance["recipe_sha256"] == digest
+    assert provenance["recipe"] == config.recipe(model, variant)
+    assert provenance["mnn_uuid"] == _mnnfile.derive_uuid(digest.encode())
+    assert provenance["artifact"] == {
+        "path": ARTIFACT,
+        "sha256": buildkit.sha256_file(artifact),
+        "size": artifact.stat().st_size,
+    }
+    assert provenance["min_mnn_runtime"] == toolchain.installed_version("mnn")
+    assert (provenance["model"], provenance["variant"]) == (model, variant)
+    assert provenance["tier"] == declared.tier
+    assert provenance["runtime"] == declared.runtime.model_dump()
+    if declared.quantization.mode == "int8":
+        calibration = provenance["calibration"]
+        declared_set = config.models[model].calibration
+        assert declared_set is not None
+        assert calibration["sha256"] == declared_set.sha256
+        assert calibration["samples"] == buildkit.CALIBRATION_SAMPLES
+        assert calibration["balanced"] is True
+        assert re.fullmatch(r"[0-9a-f]{64}", calibration["selected_sha256"])
+    else:
+        assert provenance["calibration"] is None
+
+
+def test_variants_are_converted_as_declared(built: Project) -> None:
+    def argv(model: str, variant: str) -> list[str]:
+        return list(read_json(built.out_dir(model, variant) / PROVENANCE)["converter_argv"])
+
+    def size(model: str, variant: str) -> int:
+        return built.out_dir(model, variant).joinpath(ARTIFACT).stat().st_size
+
+    assert "--fp16" in argv(TENSOR_MODEL, "fp16")
+    assert "--fp16" not in argv(IMAGE_MODEL, "fp32")
+    for model in buildkit.MODELS:
+        flags = argv(model, "w8")
+        assert flags[flags.index("--weightQuantBits") + 1] == "8"
+        assert "--weightQuantBits" not in argv(model, "int8")
+    # Weight-only and int8 shrink the float model; the conv weights dominate its size.
+    fp32 = size(IMAGE_MODEL, "fp32")
+    assert size(IMAGE_MODEL, "w8") < 0.6 * fp32
+    assert size(IMAGE_MODEL, "int8") < 0.6 * fp32
+    int8 = toolchain.model_info(built.out_dir(IMAGE_MODEL, "int8") / ARTIFACT)
+    assert int8.input_names == ("image",)
+
+
+def test_calibration_subset_is_class_balanced_and_recorded(built: Project) -> None:
+    config = built.load()
+    for model in buildkit.MODELS:
+        spec = config.models[model]
+        assert spec.calibration is not None
+        full = load_dataset(
+            config.resolve_path(spec.calibration), spec.inputs, stage="quantize", need_labels=False
+        )
+        selected = select_calibration(full, buildkit.CALIBRATION_SAMPLES, balanced=True)
+        assert selected.labels is not None
+        counts = np.bincount(selected.labels, minlength=len(CLASSES[model]))
+        assert counts.sum() == buildkit.CALIBRATION_SAMPLES
+        assert counts.max() - counts.min() <= 1
+        recorded = read_json(built.out_dir(model, "int8") / PROVENANCE)["calibration"]
+        assert recorded["selected_sha256"] == selected.digest()
+        assert recorded["selected_sha256"] != full.digest()
+
+
+@pytest.mark.parametrize(
+    ("model", "variant"), [(IMAGE_MODEL, "fp32"), (IMAGE_MODEL, "int8"), (TENSOR_MODEL, "int8")]
+)
+def test_same_inputs_build_identical_bytes(
+    built: Project, project: Project, model: str, variant: str
+) -> None:
+    project.build(model, variant)
+    again = project.out_dir(model, variant)
+    first = built.out_dir(model, variant)
+    assert (again / ARTIFACT).read_bytes() == (first / ARTIFACT).read_bytes()
+    assert read_json(again / PROVENANCE) == read_json(first / PROVENANCE)
+    assert read_json(again / CLASS_RECALL_PLOT) == read_json(first / CLASS_RECALL_PLOT)
+
+
+def test_a_changed_variant_gets_a_new_recipe_and_id(built: Project, project: Project) -> None:
+    project.edit_table(f"models.{IMAGE_MODEL}.variants.int8", '"KL"', '"ADMM"')
+    result = project.build(IMAGE_MODEL, "int8")
+    before = read_json(built.out_dir(IMAGE_MODEL, "int8") / PROVENANCE)
+    after = result.provenance
+    assert after["recipe"]["quantization"]["method"] == "ADMM"
+    assert after["recipe_sha256"] != before["recipe_sha256"]
+    assert after["recipe_sha256"] == project.load().recipe_digest(IMAGE_MODEL, "int8")
+    assert after["artifact"]["sha256"] != before["artifact"]["sha256"]
+    assert after["mnn_uuid"] == _mnnfile.derive_uuid(after["recipe_sha256"].encode())
+    assert after["mnn_uuid"] != before["mnn_uuid"]
+    # Another variant's recipe does not move.
+    assert project.load().recipe_digest(IMAGE_MODEL, "fp32") == built.load().recipe_digest(
+        IMAGE_MODEL, "fp32"
+    )
+
+
+def test_cli_build_reports_stages_and_writes_the_outputs(project: Project) -> None:
+    shutil.rmtree(project.out_dir(TENSOR_MODEL, "w8"))
+    result = cli_build(project, TENSOR_MODEL, "w8")
+    assert result.exit_code == 0, result.output
+    assert f"{TENSOR_MODEL}/w8: convert" in result.stderr
+    assert f"{TENSOR_MODEL}/w8: built" in result.stderr
+    out = project.out_dir(TENSOR_MODEL, "w8")
+    assert sorted(path.name for path in out.iterdir()) == sorted(OUTPUT_FILES)
+    metrics = read_json(out / METRICS)
+    assert all(metrics["gates"].values())
+
+
+# --- class-balanced calibration ----------------------------------------------
+
+
+def _labelled(labels: list[int]) -> Dataset:
+    count = len(labels)
+    return Dataset(
+        inputs={"x": np.arange(count, dtype=np.float32).reshape(count, 1)},
+        labels=np.asarray(labels, dtype=np.int64),
+    )
+
+
+def test_select_calibration_takes_classes_in_turn() -> None:
+    # Class 0 dominates; class 1 has only two samples; labels are interleaved.
+    labels = [0, 0, 2, 0, 1, 0, 2, 0, 0, 2, 0, 1, 0, 2, 0, 0]
+    data = _labelled(labels)
+    for count, expected in [(3, [1, 1, 1]), (6, [2, 2, 2]), (7, [3, 2, 2]), (9, [4, 2, 3])]:
+        chosen = select_calibration(data, count, balanced=True)
+        assert chosen.labels is not None
+        assert np.bincount(chosen.labels, minlength=3).tolist() == expected, count
+        # The earliest samples of each class, kept in file order.
+        indices = chosen.inputs["x"][:, 0].astype(int).tolist()
+        assert indices == sorted(indices)
+        for label in range(3):
+            of_class = [i for i, value in enumerate(labels) if value == label]
+            picked = [i for i in indices if labels[i] == label]
+            assert picked == of_class[: len(picked)]
+    again = select_calibration(data, 9, balanced=True)
+    assert again.digest() == select_calibration(data, 9, balanced=True).digest()
+
+
+def test_select_calibration_without_labels_or_balance_takes_the_first() -> None:
+    data = _labelled([0, 0, 0, 1, 1, 2])
+    first = select_calibration(data, 3, balanced=False)
+    assert first.inputs["x"][:, 0].tolist() == [0, 1, 2]
+    unlabelled = Dataset(inputs=data.inputs, labels=None)
+    assert select_calibration(unlabelled, 2, balanced=True).inputs["x"][:, 0].tolist() == [0, 1]
+    assert select_calibration(data, None, balanced=True) is data
+    assert select_calibration(data, 100, balanced=True) is data
+
+
+# --- gates (pure) -------------------------------------------------------------
+
+
+PERFECT = Agreement(max_abs_error=0.0, min_cosine=1.0, mean_cosine=1.0, top1_agreement=1.0)
+
+
+def test_per_class_gate_catches_a_class_that_overall_accuracy_hides() -> None:
+    names = [f"class{label}" for label in range(10)]
+    labels = np.repeat(np.arange(10), 10)
+    reference = np.eye(10, dtype=np.float32)[labels]
+    quantized = reference.copy()
+    # Three of the ten "class7" samples now come out as class 1: 3 % of everything,
+    # 30 % of class 7.
+    quantized[np.flatnonzero(labels == 7)[:3]] = np.eye(10, dtype=np.float32)[1]
+    baseline = classify(reference, labels, 10)
+    variant = classify(quantized, labels, 10)
+    assert variant.accuracy == pytest.approx(0.97)
+
+    report = check_gates(
+        Budgets(max_accuracy_drop=0.05, max_class_recall_drop=0.1),
+        size_bytes=1000,
+        agreement=PERFECT,
+        gate_abs_error=False,
+        baseline=baseline,
+        variant=variant,
+        latency_p50_ms=None,
+        class_names=names,
+    )
+    gates = {result.name: result for result in report.results}
+    assert gates["max_accuracy_drop"].passed
+    assert gates["max_accuracy_drop"].measured == pytest.approx(0.03)
+    assert not gates["max_class_recall_drop"].passed
+    assert gates["max_class_recall_drop"].measured == pytest.approx(0.3)
+    assert gates["max_class_recall_drop"].budget == 0.1
+    assert "class7: -0.300" in gates["max_class_recall_drop"].detail
+    # Classes that lost nothing are not listed as "worst".
+    assert "class0" not in gates["max_class_recall_drop"].detail
+    assert not report.passed
+    assert [failure.name for failure in report.failures] == ["max_class_recall_drop"]
+
+
+def test_gates_pass_at_the_budget_and_skip_unset_budgets() -> None:
+    labels = np.repeat(np.arange(4), 5)
+    reference = np.eye(4, dtype=np.float32)[labels]
+    quantized = reference.copy()
+    quantized[0] = np.eye(4, dtype=np.float32)[3]  # class 0 loses one of five
+    common: dict[str, Any] = {
+        "size_bytes": 500_000,
+        "agreement": Agreement(0.002, 0.99, 0.999, 0.95),
+        "baseline": classify(reference, labels, 4),
+        "variant": classify(quantized, labels, 4),
+        "latency_p50_ms": 3.0,
+    }
+    assert check_gates(Budgets(), gate_abs_error=True, **common).results == []
+    exact = Budgets(
+        max_size_mb=0.5,
+        max_abs_error=0.002,
+        max_accuracy_drop=0.05,
+        max_class_recall_drop=0.2,
+        max_latency_p50_ms=3.0,
+    )
+    report = check_gates(exact, gate_abs_error=True, **common)
+    assert report.passed
+    assert {result.name for result in report.results} == {
+        "max_size_mb",
+        "max_abs_error",
+        "max_accuracy_drop",
+        "max_class_recall_drop",
+        "max_latency_p50_ms",
+    }
+    # The float error budget does not apply to quantized variants.
+    loose = check_gates(exact, gate_abs_error=False, **common)
+    assert "max_abs_error" not in {result.name for result in loose.results}
+    tight = check_gates(
+        exact.model_copy(update={"max_abs_error": 0.001}), gate_abs_error=True, **common
+    )
+    assert [failure.name for failure in tight.failures] == ["max_abs_error"]
+
+
+# --- bad input: a clear error, and nothing left that looks current ------------
+
+
+def assert_fails(
+    project: Project,
+    model: str,
+    variant: str,
+    error_type: type[EdgeregError],
+    stage: str,
+    *fragments: str,
+) -> BuildError:
+    """Build with the library and the CLI; both must fail the same way and leave nothing.
+
+    Before each attempt the variant's outputs from the earlier good build are in
+    place, so a failure that left them would look like a current artifact.
+    """
+    out = project.out_dir(model, variant)
+    stale = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert ARTIFACT in stale, "the project copy starts with a good build"
+
+    with pytest.raises(error_type) as caught:
+        build_variant(project.load(), model, variant, project.out_root, bench=FAST_BENCH)
+    error = caught.value
+    assert type(error) is error_type, f"{type(error).__name__}: {error.diagnostics()}"
+    assert isinstance(error, BuildError)
+    assert error.stage == stage
+    for fragment in fragments:
+        assert fragment in error.diagnostics(), f"{fragment!r} not in:\n{error.diagnostics()}"
+    assert_no_outputs(project, model, variant)
+
+    for name, data in stale.items():
+        (out / name).write_bytes(data)
+    result = cli_build(project, model, variant)
+    assert result.exit_code == error.exit_code != 0, result.output
+    assert "Traceback" not in result.stderr
+    message = result.stderr[result.stderr.index("error: ") :].strip()
+    assert "\n\n" not in message, f"not one paragraph:\n{message}"
+    assert f"build stage '{stage}' failed" in message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+    assert_no_outputs(project, model, variant)
+    return error
+
+
+def assert_no_outputs(project: Project, model: str, variant: str) -> None:
+    out = project.out_dir(model, variant)
+    left = sorted(path.name for path in out.iterdir()) if out.exists() else []
+    assert left == [], f"{out} still holds {left}"
+    # Nor a work directory next to it.
+    assert [path.name for path in out.parent.iterdir() if path.name.startswith(".")] == []
+
+
+def test_missing_source(project: Project) -> None:
+    project.path("data/vision.onnx").unlink()
+    assert_fails(
+        project, IMAGE_MODEL, "fp32", BuildError, "source", "source", "data/vision.onnx not found"
+    )
+
+
+def test_source_sha256_mismatch(project: Project) -> None:
+    tiny_models.conv_classifier(project.path("data/vision.onnx"), seed=7)
+    actual = buildkit.sha256_file(project.path("data/vision.onnx"))
+    pinned = project.load().models[IMAGE_MODEL].source.sha256
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "w8",
+        BuildError,
+        "source",
+        "data/vision.onnx",
+        f"has sha256 {actual}",
+        f"pins {pinned}",
+    )
+    assert error.hint is not None
+    assert "update the sha256 pin" in error.hint
+
+
+def test_corrupt_onnx(project: Project) -> None:
+    tiny_models.corrupt_file(project.path("data/vision.onnx"))
+    project.pin("data/vision.onnx")
+    assert_fails(
+        project,
+        IMAGE_MODEL,
+        "fp32",
+        BuildError,
+        "check",
+        "data/vision.onnx is not a valid ONNX model",
+    )
+
+
+def test_unsupported_operator_is_named_before_conversion(project: Project) -> None:
+    tiny_models.unsupported_op_model(project.path("data/sensor.onnx"))
+    project.pin("data/sensor.onnx")
+    error = assert_fails(
+        project,
+        TENSOR_MODEL,
+        "fp16",
+        BuildError,
+        "check",
+        "data/sensor.onnx uses operators the MNN converter cannot convert",
+        tiny_models.UNSUPPORTED_OP,
+    )
+    assert error.tool is None  # found by the pre-check, not by running the converter
+
+
+def test_calibration_data_missing(project: Project) -> None:
+    project.path("data/vision-calibration.npz").unlink()
+    assert_fails(
+        project,
+        IMAGE_MODEL,
+        "int8",
+        BuildError,
+        "source",
+        "calibration set",
+        "data/vision-calibration.npz not found",
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "arrays", "fragments"),
+    [
+        pytest.param(
+            IMAGE_MODEL,
+            {"image": np.zeros((4, 4, 4, 3), np.uint8)},
+            ("images in 'image' are (4, 4, 3) (H, W, C)", "the input needs (8, 8, 3)"),
+            id="image",
+        ),
+        pytest.param(
+            TENSOR_MODEL,
+            {"a": np.zeros((4, 7), np.float32), "b": np.zeros((4, 4), np.float32)},
+            ("array 'a' has samples of shape (7,)", "declared as (1, 8)"),
+            id="tensor",
+        ),
+    ],
+)
+def test_calibration_data_of_the_wrong_shape(
+    project: Project, model: str, arrays: dict[str, np.ndarray], fragments: tuple[str, ...]
+) -> None:
+    relative = f"data/{model}-calibration.npz"
+    buildkit.write_npz(project.path(relative), arrays, np.arange(4) % 2)
+    project.pin(relative)
+    assert_fails(project, model, "int8", BuildError, "quantize", relative, *fragments)
+
+
+def test_evaluation_set_without_labels(project: Project) -> None:
+    relative = f"data/{TENSOR_MODEL}-evaluation.npz"
+    with np.load(project.path(relative)) as archive:
+        inputs = {name: archive[name] for name in archive.files if name != "labels"}
+    buildkit.write_npz(project.path(relative), inputs)
+    project.pin(relative)
+    assert_fails(
+        project,
+        TENSOR_MODEL,
+        "w8",
+        BuildError,
+        "evaluate",
+        f"{relative} has no 'labels' array",
+        "classification",
+    )
+
+
+def test_declared_input_not_in_the_graph(project: Project) -> None:
+    project.edit('name = "b"', 'name = "bearing"')
+    assert_fails(
+        project,
+        TENSOR_MODEL,
+        "int8",
+        BuildError,
+        "check",
+        "data/sensor.onnx has no input 'bearing' (inputs: a, b)",
+    )
+
+
+def test_toolchain_version_mismatch(project: Project) -> None:
+    installed = toolchain.installed_version("mnn")
+    project.edit(f'mnn = "{installed}"', 'mnn = "0.0.1"')
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "fp32",
+        ToolchainError,
+        "pin check",
+        f"mnn 0.0.1 is pinned in models.toml [toolchain] but {installed} is installed",
+    )
+    assert error.exit_code == 3
+
+
+def test_a_crashing_converter(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toolchain.supported_onnx_ops()  # cached: only the converter itself meets the crash
+    crashing = tmp_path / "crashing_worker.py"
+    crashing.write_text(
+        "import ctypes\n"
+        "import sys\n"
+        "print('converter starting on', sys.argv[1], flush=True)\n"
+        "ctypes.string_at(0)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(_process, "WORKER", crashing)
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "w8",
+        BuildError,
+        "convert",
+        "mnnconvert crashed (killed by signal SIGSEGV)",
+        "converter starting on",
+    )
+    assert error.tool == "mnnconvert"
+    assert error.exit_status == -11
+    assert error.output_tail is not None
+    assert "converter starting on" in error.output_tail
+
+
+def test_a_size_gate_failure_names_budget_and_measurement(project: Project) -> None:
+    size_mb = read_json(project.out_dir(IMAGE_MODEL, "fp32") / METRICS)["size_mb"]
+    project.edit_table(
+        f"models.{IMAGE_MODEL}.variants.fp32",
+        'tier = "high"',
+        'tier = "high"\nbudgets = { max_size_mb = 0.001 }',
+    )
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "fp32",
+        GateError,
+        "gate",
+        f"{IMAGE_MODEL}/fp32 exceeds its budgets",
+        f"max_size_mb: measured {size_mb:.6g}, budget 0.001",
+    )
+    assert error.exit_code == 4
+    assert "max_accuracy_drop" not in error.message  # only the failed gate is listed
+    assert error.hint is not None
+    assert "weight-only quantization" in error.hint
+
+
+def test_an_int8_recall_drop_names_worst_classes_and_layers(project: Project) -> None:
+    # One all-black picture is a poor calibration set: the activation ranges it
+    # gives clip the real pictures, and int8 loses predictions.
+    relative = f"data/{IMAGE_MODEL}-calibration.npz"
+    buildkit.write_npz(
+        project.path(relative), {"image": np.zeros((1, 8, 8, 3), np.uint8)}, np.zeros(1)
+    )
+    project.pin(relative)
+    project.edit_table(
+        f"models.{IMAGE_MODEL}.variants.int8",
+        'tier = "mid"',
+        'tier = "mid"\nbudgets = { max_accuracy_drop = 0.0, max_class_recall_drop = 0.0 }',
+    )
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "int8",
+        GateError,
+        "gate",
+        "max_class_recall_drop: measured",
+        "budget 0 (worst classes ",
+        "Int8 quantization lost accuracy",
+        "skip_ops = [",
+    )
+    detail = re.search(r"worst classes (.*)\)", error.message)
+    assert detail is not None
+    worst = [item.split(":")[0] for item in detail.group(1).split(", ")]
+    assert worst
+    assert set(worst) <= set(buildkit.IMAGE_CLASSES)
+    assert error.hint is not None
+    layers = re.findall(r"^  (\S+): [0-9.]+$", error.hint, re.MULTILINE)
+    assert layers, error.hint
+    assert f'skip_ops = ["{layers[0]}"' in error.hint
+    assert 'method = "EMA"' in error.hint
+
+
+def test_unknown_model_or_variant_is_a_config_error(project: Project) -> None:
+    config = project.load()
+    with pytest.raises(ConfigError) as caught:
+        build_variant(config, IMAGE_MODEL, "fp8", project.out_root, bench=FAST_BENCH)
+    assert "has no variant 'fp8'" in caught.value.message
+    assert "fp32, int8, w8" in caught.value.message
+    with pytest.raises(ConfigError):
+        build_variant(config, "nope", "fp32", project.out_root, bench=FAST_BENCH)
+    assert not (project.out_root / IMAGE_MODEL / "fp8").exists()
+    assert not (project.out_root / "nope").exists()
+    result = cli_build(project, IMAGE_MODEL, "fp8")
+    assert result.exit_code == 2
+    assert "has no variant 'fp8'" in result.stderr
+
+
+# --- edgereg summary ------------------------------------------------------------
+
+
+def summary(project: Project, *extra: str) -> Result:
+    return cli(
+        "summary", "--config", str(project.config_path), "--out", str(project.out_root), *extra
+    )
+
+
+def test_summary_table_lists_every_variant(project: Project) -> None:
+    result = summary(project)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    config = project.load()
+    for model, variant in ALL_VARIANTS:
+        tier = config.models[model].variants[variant].tier
+        rows = [
+            line for line in lines if re.search(rf"\b{model}\b.*\b{variant}\b.*\b{tier}\b", line)
+        ]
+        assert len(rows) == 1, f"{model}/{variant}:\n{result.stdout}"
+        assert "built" in rows[0]
+        assert "+0.00 pp" in rows[0]
+
+
+def test_summary_json_gives_numbers_and_marks_stale_and_missing(project: Project) -> None:
+    rows = json.loads(summary(project, "--json").stdout)
+    assert [(row["model"], row["variant"]) for row in rows] == ALL_VARIANTS
+    for row in rows:
+        assert row["status"] == "built"
+        metrics = read_json(project.out_dir(row["model"], row["variant"]) / METRICS)
+        assert row["size_mb"] == metrics["size_mb"]
+        assert row["accuracy"] == metrics["accuracy"]["variant"] == 1.0
+        assert row["accuracy_change"] == 0.0
+        assert row["worst_recall_change"] == 0.0
+        p50 = metrics["benchmark"][f"threads_{row['threads']}"]["p50_ms"]
+        assert row["p50_ms"] == p50
+        assert isinstance(row["p50_ms"], float)
+
+    # The recipe of one variant changes after its build; another was never built.
+    project.edit_table(f"models.{TENSOR_MODEL}.variants.w8", "threads = 1", "threads = 2")
+    shutil.rmtree(project.out_dir(IMAGE_MODEL, "w8"))
+    status = {
+        (row["model"], row["variant"]): row["status"]
+        for row in json.loads(summary(project, "--json").stdout)
+    }
+    assert status.pop((TENSOR_MODEL, "w8")) == "stale"
+    assert status.pop((IMAGE_MODEL, "w8")) == "not built"
+    assert set(status.values()) == {"built"}
+    table = summary(project)
+    assert table.exit_code == 0
+    assert re.search(rf"{TENSOR_MODEL}\s.*\bw8\b.*stale", table.stdout)

@@ -1,0 +1,227 @@
+"""`dvc repro` on a tiny project: real DVC and git in a temporary repository.
+
+What a platform engineer relies on: the first repro builds every variant, a
+second does nothing, a forced rebuild gives the same bytes, editing one
+variant rebuilds one stage, changing a pinned tool rebuilds all of them, a
+failed gate fails the pipeline, and DVC's metrics and plots read the outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import buildkit
+import pytest
+from buildkit import IMAGE_MODEL, TENSOR_MODEL, Project
+
+from edgereg.build.dvc import stage_name
+from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE
+from edgereg.toolchain import installed_version
+
+VENV_BIN = Path(sys.executable).parent
+ALL_VARIANTS = [
+    (model, variant) for model, variants in buildkit.VARIANTS.items() for variant in variants
+]
+ALL_STAGES = [stage_name(model, variant) for model, variant in ALL_VARIANTS]
+RUNNING = re.compile(r"Running stage '([^']+)'")
+
+
+def run(repo: Project, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+    """Run a command in the repository with the venv first on PATH (dvc.yaml calls edgereg)."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DVC_NO_ANALYTICS": "1",
+    }
+    done = subprocess.run(args, cwd=repo.root, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == expect, (
+        f"{' '.join(args)} exited {done.returncode}, expected {expect}:\n"
+        f"{done.stdout}\n{done.stderr}"
+    )
+    return done
+
+
+def output(done: subprocess.CompletedProcess[str]) -> str:
+    return done.stdout + done.stderr
+
+
+def ran(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The stages a `dvc repro` ran, in order."""
+    return RUNNING.findall(output(done))
+
+
+def status(repo: Project) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(run(repo, "dvc", "status", "--json").stdout)
+    return result
+
+
+def artifacts(repo: Project) -> dict[str, bytes]:
+    return {
+        f"{model}/{variant}": repo.out_dir(model, variant).joinpath(ARTIFACT).read_bytes()
+        for model, variant in ALL_VARIANTS
+    }
+
+
+def provenances(repo: Project) -> dict[str, Any]:
+    return {
+        f"{model}/{variant}": json.loads(
+            repo.out_dir(model, variant).joinpath(PROVENANCE).read_text(encoding="utf-8")
+        )
+        for model, variant in ALL_VARIANTS
+    }
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """The tiny project with every variant built by the library (no git, no DVC)."""
+    if not (VENV_BIN / "dvc").exists() or not (VENV_BIN / "edgereg").exists():
+        pytest.skip("dvc and edgereg must be installed next to the test interpreter")
+    return buildkit.write_built_project(tmp_path_factory.mktemp("template"))
+
+
+@pytest.fixture
+def repo(template: Project, tmp_path: Path) -> Project:
+    """A fresh git + DVC repository holding the project, nothing built yet."""
+    project = Project(tmp_path / "repo")
+    shutil.copytree(template.root, project.root, ignore=shutil.ignore_patterns("build"))
+    run(project, "git", "init", "--quiet")
+    run(project, "dvc", "init", "--quiet")
+    run(project, "dvc", "config", "core.analytics", "false")
+    run(project, "edgereg", "dvc", "sync")
+    run(project, "git", "add", "--all")
+    run(project, "git", "commit", "--quiet", "-m", "tiny project")
+    return project
+
+
+@pytest.fixture
+def built_repo(repo: Project, template: Project) -> Project:
+    """The repository with every stage up to date.
+
+    The outputs come from the library build of the same project and are
+    recorded in dvc.lock with `dvc commit`, which is what a finished `dvc repro`
+    leaves behind, without paying for one; the first test checks a real one.
+    """
+    shutil.copytree(template.out_root, repo.out_root)
+    run(repo, "dvc", "commit", "--force", "--quiet")
+    run(repo, "git", "add", "--all")
+    run(repo, "git", "commit", "--quiet", "-m", "build")
+    assert status(repo) == {}
+    return repo
+
+
+def test_repro_builds_everything_once_and_force_is_byte_identical(
+    repo: Project, template: Project
+) -> None:
+    assert sorted(status(repo)) == sorted(ALL_STAGES)
+
+    first = run(repo, "dvc", "repro")
+    assert ran(first) == ALL_STAGES
+    built = artifacts(repo)
+    # The pipeline's `edgereg build` and the library build make the same bytes.
+    assert built == artifacts(template)
+    assert status(repo) == {}
+
+    again = run(repo, "dvc", "repro")
+    assert ran(again) == []
+    assert "Data and pipelines are up to date." in output(again)
+    assert status(repo) == {}
+
+    recorded = provenances(repo)
+    for _ in range(2):
+        forced = run(repo, "dvc", "repro", "--force")
+        assert ran(forced) == ALL_STAGES
+        assert artifacts(repo) == built
+        assert provenances(repo) == recorded
+    assert status(repo) == {}
+
+
+def test_editing_one_variant_reruns_only_its_stage(built_repo: Project) -> None:
+    repo = built_repo
+    before = artifacts(repo)
+
+    repo.edit_table(f"models.{TENSOR_MODEL}.variants.w8", "threads = 1", "threads = 2")
+    assert list(status(repo)) == [stage_name(TENSOR_MODEL, "w8")]
+    done = run(repo, "dvc", "repro")
+    assert ran(done) == [stage_name(TENSOR_MODEL, "w8")]
+    assert f"Stage '{stage_name(IMAGE_MODEL, 'fp32')}' didn't change, skipping" in output(done)
+    assert provenances(repo)[f"{TENSOR_MODEL}/w8"]["runtime"]["threads"] == 2
+
+    repo.edit_table(f"models.{IMAGE_MODEL}.variants.int8", '"KL"', '"ADMM"')
+    done = run(repo, "dvc", "repro")
+    assert ran(done) == [stage_name(IMAGE_MODEL, "int8")]
+    assert provenances(repo)[f"{IMAGE_MODEL}/int8"]["recipe"]["quantization"]["method"] == "ADMM"
+    assert status(repo) == {}
+
+    after = artifacts(repo)
+    changed = {key for key in before if before[key] != after[key]}
+    # Both rebuilt variants get new bytes (at least a new id); nothing else moved.
+    assert changed == {f"{TENSOR_MODEL}/w8", f"{IMAGE_MODEL}/int8"}
+
+
+def test_changing_a_pinned_version_invalidates_every_stage(built_repo: Project) -> None:
+    repo = built_repo
+    installed = installed_version("onnx")
+    repo.edit(f'onnx = "{installed}"', 'onnx = "1.0.0"')
+
+    changed = status(repo)
+    assert sorted(changed) == sorted(ALL_STAGES)
+    for entries in changed.values():
+        assert {"changed deps": {"models.toml": {"toolchain": "modified"}}} in entries
+
+    # The installed onnx is not the pinned one, so the first stage refuses to build.
+    failed = run(repo, "dvc", "repro", expect=255)
+    text = output(failed)
+    assert ran(failed) == [ALL_STAGES[0]]
+    assert f"onnx 1.0.0 is pinned in models.toml [toolchain] but {installed} is installed" in text
+    assert f"failed to reproduce '{ALL_STAGES[0]}'" in text
+    assert not repo.out_dir(*ALL_VARIANTS[0]).joinpath(ARTIFACT).exists()
+
+
+def test_a_gate_failure_fails_repro_and_names_the_budget(built_repo: Project) -> None:
+    repo = built_repo
+    repo.edit_table(
+        f"models.{IMAGE_MODEL}.variants.fp32",
+        'tier = "high"',
+        'tier = "high"\nbudgets = { max_size_mb = 0.001 }',
+    )
+    failed = run(repo, "dvc", "repro", expect=255)
+    text = output(failed)
+    assert ran(failed) == [stage_name(IMAGE_MODEL, "fp32")]
+    assert f"{IMAGE_MODEL}/fp32 exceeds its budgets" in text
+    assert re.search(r"max_size_mb: measured [0-9.]+, budget 0\.001", text)
+    assert not repo.out_dir(IMAGE_MODEL, "fp32").joinpath(ARTIFACT).exists()
+    for model, variant in ALL_VARIANTS[1:]:
+        assert repo.out_dir(model, variant).joinpath(ARTIFACT).exists()
+    assert list(status(repo)) == [stage_name(IMAGE_MODEL, "fp32")]
+
+
+def test_metrics_show_every_variant(built_repo: Project) -> None:
+    shown = json.loads(run(built_repo, "dvc", "metrics", "show", "--json").stdout)
+    files = shown[""]["data"]
+    assert sorted(files) == sorted(
+        f"build/{model}/{variant}/{METRICS}" for model, variant in ALL_VARIANTS
+    )
+    for path, entry in files.items():
+        metrics = entry["data"]
+        on_disk = json.loads((built_repo.root / path).read_text(encoding="utf-8"))
+        assert metrics == on_disk
+        assert metrics["accuracy"]["variant"] == 1.0
+        assert metrics["size_mb"] > 0
+        assert all(metrics["gates"].values())
+
+
+def test_plots_show_writes_the_recall_and_latency_plots(built_repo: Project) -> None:
+    done = run(built_repo, "dvc", "plots", "show", "--out", "plots")
+    page = built_repo.root / "plots" / "index.html"
+    assert page.is_file(), output(done)
+    html = page.read_text(encoding="utf-8")
+    for model, variant in ALL_VARIANTS:
+        assert f"{model}/{variant}: recall change per class" in html
+        assert f"{model}/{variant}: host p50 latency (ms)" in html
