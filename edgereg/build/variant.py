@@ -41,6 +41,8 @@ METRICS = "metrics.json"
 PROVENANCE = "provenance.json"
 CLASS_RECALL_PLOT = "class_recall.json"
 LATENCY_PLOT = "latency.json"
+#: Below this cosine similarity (float vs int8) a layer is named in the gate hint.
+LAYER_COSINE_SUSPECT = 0.999
 OUTPUT_FILES = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT, LATENCY_PLOT)
 
 
@@ -467,7 +469,9 @@ def _gate_hint(quantization: Any, gates: GateReport, quantize_run: toolchain.Too
         worst = [
             layer
             for layer in (quantize_run.layer_errors if quantize_run else [])
-            if layer.cosine == layer.cosine  # NaN: MNN could not measure the layer
+            # NaN: MNN could not measure the layer. Near 1.0 the layer is fine on
+            # the calibration data, and naming it would send the user astray.
+            if layer.cosine == layer.cosine and layer.cosine < LAYER_COSINE_SUSPECT
         ][:3]
         if worst:
             lines.append("Layers with the largest quantization error (cosine similarity):")
