@@ -28,7 +28,7 @@ demo: venv
 	edgereg verify
 
 lint: venv
-	ruff check edgereg tests benchmarks pipelines
+	ruff check edgereg tests benchmarks pipelines docs/gen
 	edgereg dvc sync --check
 
 typecheck: venv

@@ -1,16 +1,21 @@
 """The edgereg command line: parse, call the library, print.
 
 Exit codes: 0 success, 1 other edgereg error, 2 bad configuration or usage,
-3 a build stage failed, 4 a variant failed a gate, 70 an unexpected internal error.
+3 a build stage failed, 4 a variant failed a gate, 5 a signature, key or signed
+document cannot be trusted, 6 the registry storage failed (also a lost race with
+another publisher: run again), 7 a rollout command not allowed in the current
+state, 8 the build outputs cannot be published, 9 `edgereg verify` found problems,
+70 an unexpected internal error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -27,7 +32,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 INTERNAL_ERROR = 70
 
+# Progress and notes go to `stderr` (silenced by --quiet); errors always show.
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def handle_errors(command: F) -> F:
@@ -42,16 +49,16 @@ def handle_errors(command: F) -> F:
             if verbose:
                 traceback.print_exc()
             # Messages quote TOML tables ("[models.x.calibration]"): not markup.
-            stderr.print(
+            errors.print(
                 f"[bold red]error:[/] {escape(exc.diagnostics())}", markup=True, soft_wrap=True
             )
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            stderr.print("interrupted")
+            errors.print("interrupted")
             sys.exit(130)
         except Exception:  # the last line of defence
             traceback.print_exc()
-            stderr.print(
+            errors.print(
                 "edgereg hit an internal error (above); please report it with the traceback."
             )
             sys.exit(INTERNAL_ERROR)
@@ -72,8 +79,17 @@ config_option = click.option(
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgereg")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
-def main(verbose: bool) -> None:
-    """Build MNN model variants per device tier and ship them to apps."""
+@click.option("--quiet", "-q", is_flag=True, help="Print only results and errors.")
+def main(verbose: bool, quiet: bool) -> None:
+    """Build MNN model variants per device tier and ship them to apps.
+
+    Exit codes: 0 ok, 1 error, 2 bad models.toml or usage, 3 build stage failed,
+    4 gate failed, 5 trust, 6 storage (retryable), 7 rollout not allowed, 8
+    build outputs not publishable, 9 verify found problems, 70 internal error.
+    Shell completion: eval "$(_EDGEREG_COMPLETE=bash_source edgereg)" (or
+    zsh_source, fish_source).
+    """
+    stderr.quiet = quiet
 
 
 @main.command()
@@ -153,22 +169,38 @@ def schema(out: Path | None) -> None:
     help="Outputs go to OUT/MODEL/VARIANT/.",
 )
 @click.option("--iterations", default=50, show_default=True, help="Benchmark iterations.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @handle_errors
-def build(model: str, variant: str, config_path: Path, out_root: Path, iterations: int) -> None:
+def build(
+    model: str, variant: str, config_path: Path, out_root: Path, iterations: int, as_json: bool
+) -> None:
     """Build, verify, evaluate, gate and benchmark one variant."""
     from edgereg.build.variant import BenchSettings, build_variant
 
     config = config_module.load(config_path)
     _require_variant(config, model, variant)
-    result = build_variant(
-        config,
-        model,
-        variant,
-        out_root,
-        bench=BenchSettings(iterations=iterations),
-        on_stage=lambda stage: stderr.print(f"{model}/{variant}: {stage}"),
-    )
+    with _stage_reporter(f"{model}/{variant}") as on_stage:
+        result = build_variant(
+            config,
+            model,
+            variant,
+            out_root,
+            bench=BenchSettings(iterations=iterations),
+            on_stage=on_stage,
+        )
+    if as_json:
+        click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
     stderr.print(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
+
+
+@contextlib.contextmanager
+def _stage_reporter(label: str) -> Iterator[Callable[[str], None]]:
+    """A live status line on a terminal; one plain line per stage otherwise (logs, DVC)."""
+    if not stderr.is_terminal or stderr.quiet:
+        yield lambda stage: stderr.print(f"{label}: {stage}")
+        return
+    with stderr.status(f"{label}: starting") as status:
+        yield lambda stage: status.update(f"{label}: {stage}")
 
 
 @main.command()
@@ -616,8 +648,10 @@ def promote(
         registry_url,
         endpoint_url,
         key_path,
-        lambda _config, name: lambda st, now, expires: promote_state(
-            st, name, now=now, expires=expires, actor=_actor(actor), force=force
+        lambda _config, name: (
+            lambda st, now, expires: promote_state(
+                st, name, now=now, expires=expires, actor=_actor(actor), force=force
+            )
         ),
     )
     stderr.print(_describe_state(state))
@@ -652,14 +686,16 @@ def rollback(
         registry_url,
         endpoint_url,
         key_path,
-        lambda _config, name: lambda st, now, expires: rollback_state(
-            st,
-            name,
-            to_version=to_version,
-            published=published,
-            now=now,
-            expires=expires,
-            actor=_actor(actor),
+        lambda _config, name: (
+            lambda st, now, expires: rollback_state(
+                st,
+                name,
+                to_version=to_version,
+                published=published,
+                now=now,
+                expires=expires,
+                actor=_actor(actor),
+            )
         ),
     )
     stderr.print(_describe_state(state))
@@ -691,8 +727,10 @@ def _simple_transition(name: str, doc: str) -> None:
             registry_url,
             endpoint_url,
             key_path,
-            lambda _config, m: lambda st, now, expires: transition(
-                st, m, now=now, expires=expires, actor=_actor(actor)
+            lambda _config, m: (
+                lambda st, now, expires: transition(
+                    st, m, now=now, expires=expires, actor=_actor(actor)
+                )
             ),
         )
         stderr.print(_describe_state(state))
@@ -788,9 +826,7 @@ def history(
     if state is None:
         raise EdgeregError(f"model '{model}' has no release in {registry.storage.url}")
     if as_json:
-        click.echo(
-            json.dumps([event.model_dump(mode="json") for event in state.history], indent=2)
-        )
+        click.echo(json.dumps([event.model_dump(mode="json") for event in state.history], indent=2))
         return
     table = Table(title=f"{model} history")
     for title in ("seq", "when (UTC)", "who", "action", "stable", "candidate", "note"):
@@ -820,6 +856,13 @@ def history(
 @registry_option
 @endpoint_option
 @click.option("--shallow", is_flag=True, help="Check blob sizes only, not their sha256.")
+@click.option(
+    "--trusted-key",
+    "trusted_key_paths",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Trust only this public key (PEM), not the registry's keys/; repeatable.",
+)
 @json_option
 @handle_errors
 def verify(
@@ -827,10 +870,25 @@ def verify(
     registry_url: str | None,
     endpoint_url: str | None,
     shallow: bool,
+    trusted_key_paths: tuple[Path, ...],
     as_json: bool,
 ) -> None:
     """Check every signature, digest and reference in the registry."""
     registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    if trusted_key_paths:
+        # keys/ is only as trustworthy as write access to the registry; apps
+        # pin their keys, and this checks the registry the way they see it.
+        from edgereg.errors import TrustError
+        from edgereg.registry import Registry
+        from edgereg.signing import TrustedKeys
+
+        pems = []
+        for path in trusted_key_paths:
+            try:
+                pems.append(path.read_bytes())
+            except OSError as exc:
+                raise TrustError(f"cannot read trusted key {path}: {exc.strerror}") from None
+        registry = Registry(registry.storage, trusted=TrustedKeys.from_pems(pems))
     report = registry.verify(deep=not shallow)
     if as_json:
         click.echo(
@@ -871,6 +929,15 @@ def _require_variant(config: config_module.Config, model: str, variant: str) -> 
             file=str(config.path),
         )
 
+
+def _register_commands() -> None:
+    """Commands that live with their layer (the client SDK, the server)."""
+    from edgereg.client._cli import pull_command
+
+    main.add_command(pull_command)
+
+
+_register_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,86 @@
+"""The reference client SDK: fetch, verify, choose, download, install; never break the app.
+
+Typical use::
+
+    from edgereg.client import Client, DeviceProfile, TrustedKeys
+
+    client = Client(
+        "https://models.example.com/registry/",
+        TrustedKeys.from_pems([REGISTRY_PUBLIC_KEY_PEM]),
+        cache_dir,
+        model="digits",
+        device=DeviceProfile(device_id=install_id, ram_mb=6144, cpu_cores=8,
+                             mnn_runtime="3.6.1"),
+        tier="high",
+    )
+    result = client.fetch()          # never raises for network, trust or disk problems
+    if result.path is not None:
+        load_mnn_model(result.path, result.runtime)
+    if result.error:
+        log.warning("model update failed (%s): %s", result.error_code, result.error)
+
+:func:`decide` is the pure trust core the client runs on every manifest; a
+port to another language can be checked against the conformance vectors in
+tests/vectors/ with it. docs/protocol.md describes the protocol.
+"""
+
+from edgereg.client._trust import (
+    MAX_MANIFEST_BYTES,
+    BadBlob,
+    BadSignature,
+    BlobCheck,
+    BlobTooLarge,
+    Decision,
+    Expired,
+    Malformed,
+    Rejected,
+    Rollback,
+    RuntimeTooOld,
+    UnknownKey,
+    WrongModel,
+    WrongTier,
+    compare_versions,
+    decide,
+)
+from edgereg.client._updater import (
+    CacheError,
+    Client,
+    Fetcher,
+    FetchResult,
+    manifest_path,
+    open_fetcher,
+    unsafe_registry_keys,
+)
+from edgereg.errors import TransportError, TrustError
+from edgereg.rollout import DeviceProfile
+from edgereg.signing import TrustedKeys
+
+__all__ = [
+    "MAX_MANIFEST_BYTES",
+    "BadBlob",
+    "BadSignature",
+    "BlobCheck",
+    "BlobTooLarge",
+    "CacheError",
+    "Client",
+    "Decision",
+    "DeviceProfile",
+    "Expired",
+    "FetchResult",
+    "Fetcher",
+    "Malformed",
+    "Rejected",
+    "Rollback",
+    "RuntimeTooOld",
+    "TransportError",
+    "TrustError",
+    "TrustedKeys",
+    "UnknownKey",
+    "WrongModel",
+    "WrongTier",
+    "compare_versions",
+    "decide",
+    "manifest_path",
+    "open_fetcher",
+    "unsafe_registry_keys",
+]

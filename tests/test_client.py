@@ -1,0 +1,415 @@
+"""The client's pure trust core: a table of named cases, properties, and the golden vectors."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgereg.client import (
+    BadBlob,
+    BadSignature,
+    BlobCheck,
+    BlobTooLarge,
+    Decision,
+    Expired,
+    Malformed,
+    Rejected,
+    Rollback,
+    RuntimeTooOld,
+    TrustedKeys,
+    UnknownKey,
+    WrongModel,
+    WrongTier,
+    compare_versions,
+    decide,
+)
+from edgereg.config import RuntimeHints
+from edgereg.errors import TrustError
+from edgereg.rollout import in_cohort
+from edgereg.signing import Signer, canonical_json, generate_key
+from edgereg.wire import Manifest, ManifestEntry, blob_path, sign_document
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
+SALT = "0123456789abcdef"
+KEY = Signer.from_pem(generate_key()[0])
+OTHER = Signer.from_pem(generate_key()[0])
+TRUSTED = TrustedKeys([KEY.public_key])
+
+
+def entry(version: str, *, runtime: str = "3.6.1", variant: str = "int8") -> ManifestEntry:
+    digest = hashlib.sha256(version.encode()).hexdigest()
+    return ManifestEntry(
+        version=version,
+        variant=variant,
+        path=blob_path(digest),
+        sha256=digest,
+        size=1000,
+        min_mnn_runtime=runtime,
+        runtime=RuntimeHints(),
+    )
+
+
+def manifest(**changes: Any) -> Manifest:
+    fields: dict[str, Any] = {
+        "model": "digits",
+        "tier": "mid",
+        "sequence": 9,
+        "expires": NOW + timedelta(days=30),
+        "stable": entry("1.0.0"),
+    }
+    fields.update(changes)
+    return Manifest(**fields)
+
+
+def rollout(**changes: Any) -> Manifest:
+    return manifest(**{"candidate": entry("1.1.0"), "percent": 50.0, "salt": SALT, **changes})
+
+
+def device(inside: bool) -> str:
+    n = 0
+    while in_cohort(f"d{n}", SALT, 50.0) != inside:
+        n += 1
+    return f"d{n}"
+
+
+INSIDE, OUTSIDE = device(True), device(False)
+
+
+def flip_payload(data: bytes) -> bytes:
+    envelope = json.loads(data)
+    payload = base64.b64decode(envelope["payload"]).replace(b'"sequence":9', b'"sequence":99')
+    envelope["payload"] = base64.b64encode(payload).decode()
+    return canonical_json(envelope)
+
+
+@dataclass
+class Case:
+    """One row: a manifest, how the client is set up, and what it must decide."""
+
+    doc: Manifest
+    signers: list[Signer] = field(default_factory=lambda: [KEY])
+    mutate: Any = None  # bytes -> bytes, applied after signing
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    accept: tuple[str, bool] | None = None  # (version, is_candidate)
+    reject: type[Rejected] | None = None
+    message: str | None = None
+
+
+CASES: dict[str, Case] = {
+    "stable only": Case(manifest(), accept=("1.0.0", False)),
+    "candidate inside cohort": Case(
+        rollout(), kwargs={"device_id": INSIDE}, accept=("1.1.0", True)
+    ),
+    "stable outside cohort": Case(
+        rollout(), kwargs={"device_id": OUTSIDE}, accept=("1.0.0", False)
+    ),
+    "paused rollout serves stable": Case(
+        rollout(paused=True), kwargs={"device_id": INSIDE}, accept=("1.0.0", False)
+    ),
+    "candidate at 100% for everyone": Case(
+        rollout(percent=100.0), kwargs={"device_id": OUTSIDE}, accept=("1.1.0", True)
+    ),
+    "same sequence again": Case(
+        manifest(), kwargs={"highest_seen_sequence": 9}, accept=("1.0.0", False)
+    ),
+    "higher sequence": Case(
+        manifest(sequence=10), kwargs={"highest_seen_sequence": 9}, accept=("1.0.0", False)
+    ),
+    "rotation: untrusted and trusted signer": Case(
+        manifest(), signers=[OTHER, KEY], accept=("1.0.0", False)
+    ),
+    "runtime unknown skips the runtime rule": Case(
+        manifest(stable=entry("1.0.0", runtime="9.0")),
+        kwargs={"app_mnn_runtime": None},
+        accept=("1.0.0", False),
+    ),
+    "runtime fallback to stable": Case(
+        rollout(candidate=entry("1.1.0", runtime="3.7.0")),
+        kwargs={"device_id": INSIDE},
+        accept=("1.0.0", False),
+    ),
+    "runtime equal to the need": Case(
+        manifest(stable=entry("1.0.0", runtime="3.6.1.0")), accept=("1.0.0", False)
+    ),
+    "rollback": Case(
+        manifest(sequence=7),
+        kwargs={"highest_seen_sequence": 9},
+        reject=Rollback,
+        message="sequence 7 is older than 9 already seen",
+    ),
+    "expired": Case(manifest(expires=NOW), reject=Expired),
+    "expired long ago": Case(manifest(expires=NOW - timedelta(days=400)), reject=Expired),
+    "untrusted key only": Case(manifest(), signers=[OTHER], reject=UnknownKey),
+    "tampered payload": Case(manifest(), mutate=flip_payload, reject=BadSignature),
+    "wrong model": Case(
+        manifest(model="sensor"),
+        reject=WrongModel,
+        message="manifest is for model 'sensor', expected 'digits'",
+    ),
+    "wrong tier": Case(manifest(tier="high"), reject=WrongTier),
+    "stable needs a newer runtime": Case(
+        manifest(stable=entry("1.0.0", runtime="3.7.0")),
+        reject=RuntimeTooOld,
+        message="stable 1.0.0 (int8) needs MNN 3.7.0, the app has 3.6.1",
+    ),
+    "first-release candidate needs a newer runtime": Case(
+        rollout(stable=None, candidate=entry("1.1.0", runtime="3.7.0")),
+        kwargs={"device_id": INSIDE},
+        reject=RuntimeTooOld,
+        message="candidate 1.1.0 (int8) needs MNN 3.7.0, the app has 3.6.1",
+    ),
+    "not json": Case(manifest(), mutate=lambda b: b"not json", reject=Malformed),
+    "json but not an envelope": Case(manifest(), mutate=lambda b: b"[1, 2]", reject=Malformed),
+    "no signatures": Case(
+        manifest(),
+        mutate=lambda b: canonical_json({**json.loads(b), "signatures": []}),
+        reject=Malformed,
+    ),
+    "payload type of another kind": Case(
+        manifest(),
+        mutate=lambda b: canonical_json({**json.loads(b), "payloadType": "application/x"}),
+        reject=Malformed,
+    ),
+    "too large": Case(
+        manifest(),
+        mutate=lambda b: b + b" " * 70_000,
+        reject=Malformed,
+        message="manifest is",
+    ),
+}
+
+
+def run(case: Case) -> Decision:
+    data = sign_document(case.doc, case.signers)
+    if case.mutate is not None:
+        data = case.mutate(data)
+    kwargs: dict[str, Any] = {
+        "trusted": TRUSTED,
+        "model": "digits",
+        "tier": "mid",
+        "device_id": "device-1",
+        "app_mnn_runtime": "3.6.1",
+        "highest_seen_sequence": None,
+        "now": NOW,
+        **case.kwargs,
+    }
+    return decide(data, **kwargs)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_decide(name: str) -> None:
+    case = CASES[name]
+    if case.reject is not None:
+        with pytest.raises(case.reject) as info:
+            run(case)
+        assert isinstance(info.value, TrustError)
+        assert type(info.value) is case.reject, "each reason has its own class"
+        if case.message:
+            assert info.value.message.startswith(case.message), info.value.message
+        return
+    decision = run(case)
+    assert decision.entry is not None
+    assert case.accept is not None
+    assert (decision.entry.version, decision.is_candidate) == case.accept
+    assert decision.sequence == max(
+        case.doc.sequence, case.kwargs.get("highest_seen_sequence") or 0
+    )
+
+
+def test_outside_a_first_release_canary_there_is_no_entry() -> None:
+    decision = run(Case(rollout(stable=None), kwargs={"device_id": OUTSIDE}))
+    assert decision.entry is None
+    assert not decision.is_candidate
+
+
+def test_runtime_fallback_is_flagged() -> None:
+    case = CASES["runtime fallback to stable"]
+    assert run(case).runtime_fallback
+    assert not run(CASES["stable only"]).runtime_fallback
+
+
+def test_reason_codes_are_distinct() -> None:
+    classes = [BadSignature, UnknownKey, Expired, Rollback, WrongModel, WrongTier]
+    classes += [RuntimeTooOld, Malformed, BadBlob, BlobTooLarge]
+    assert len({c.reason for c in classes}) == len(classes)
+
+
+def test_size_limit_is_checked_before_parsing() -> None:
+    with pytest.raises(Malformed, match="more than the limit of 100"):
+        decide(
+            b"{" * 101,
+            trusted=TRUSTED,
+            model="digits",
+            tier="mid",
+            device_id="d",
+            app_mnn_runtime=None,
+            highest_seen_sequence=None,
+            now=NOW,
+            max_manifest_bytes=100,
+        )
+
+
+def test_caller_mistakes_are_value_errors() -> None:
+    data = sign_document(manifest(), [KEY])
+    args: dict[str, Any] = {"trusted": TRUSTED, "model": "digits", "tier": "mid"}
+    args |= {"device_id": "d", "highest_seen_sequence": None}
+    with pytest.raises(ValueError, match="timezone"):
+        decide(data, app_mnn_runtime=None, now=datetime(2025, 1, 1), **args)
+    with pytest.raises(ValueError, match="not an MNN runtime version"):
+        decide(data, app_mnn_runtime="three", now=NOW, **args)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("3.6.1", "3.6.1", 0),
+        ("3.7", "3.7.0", 0),
+        ("3.6.1", "3.7.0", -1),
+        ("3.10.0", "3.9.9", 1),
+        ("3.6.1", "3.6.1.1", -1),
+        ("4", "3.99.99", 1),
+    ],
+)
+def test_compare_versions(a: str, b: str, expected: int) -> None:
+    assert compare_versions(a, b) == expected
+    assert compare_versions(b, a) == -expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_flipping_any_byte_is_rejected(data: st.DataObject) -> None:
+    signed = sign_document(rollout(), [KEY])
+    index = data.draw(st.integers(0, len(signed) - 1), label="index")
+    xor = data.draw(st.integers(1, 255), label="xor")
+    mutated = bytearray(signed)
+    mutated[index] ^= xor
+    with pytest.raises(Rejected):
+        decide(
+            bytes(mutated),
+            trusted=TRUSTED,
+            model="digits",
+            tier="mid",
+            device_id=INSIDE,
+            app_mnn_runtime="3.6.1",
+            highest_seen_sequence=None,
+            now=NOW,
+        )
+
+
+@settings(max_examples=100, deadline=None)
+@given(seen=st.integers(1, 1000), sequence=st.integers(1, 1000))
+def test_rollback_rule(seen: int, sequence: int) -> None:
+    data = sign_document(manifest(sequence=sequence), [KEY])
+    args: dict[str, Any] = {"trusted": TRUSTED, "model": "digits", "tier": "mid"}
+    args |= {"device_id": "d", "app_mnn_runtime": None, "now": NOW}
+    if sequence < seen:
+        with pytest.raises(Rollback):
+            decide(data, highest_seen_sequence=seen, **args)
+    else:
+        assert decide(data, highest_seen_sequence=seen, **args).sequence == sequence
+
+
+# --- blobs --------------------------------------------------------------------
+
+
+def blob_entry(data: bytes) -> ManifestEntry:
+    digest = hashlib.sha256(data).hexdigest()
+    return entry("1.0.0").model_copy(
+        update={"sha256": digest, "path": blob_path(digest), "size": len(data)}
+    )
+
+
+def test_blob_check_accepts_the_exact_bytes_in_any_chunking() -> None:
+    data = bytes(range(256)) * 40
+    check = BlobCheck(blob_entry(data))
+    for start in range(0, len(data), 777):
+        check.update(data[start : start + 777])
+    assert check.remaining == 0
+    check.finish()
+
+
+def test_blob_check_rejects_more_fewer_or_other_bytes() -> None:
+    data = b"x" * 1000
+    with pytest.raises(BlobTooLarge):
+        BlobCheck(blob_entry(data)).update(data + b"!")
+    with pytest.raises(BlobTooLarge, match="announces 1001 bytes"):
+        BlobCheck(blob_entry(data)).expect(1001)
+    short = BlobCheck(blob_entry(data))
+    short.update(data[:-1])
+    with pytest.raises(BadBlob, match="999 bytes"):
+        short.finish()
+    other = BlobCheck(blob_entry(data))
+    other.update(b"y" * 1000)
+    with pytest.raises(BadBlob, match="sha256"):
+        other.finish()
+    restarted = BlobCheck(blob_entry(data))
+    restarted.update(b"y" * 10)
+    restarted.reset()
+    restarted.update(data)
+    restarted.finish()
+
+
+# --- golden vectors and the schema --------------------------------------------
+
+VECTORS = Path(__file__).parent / "vectors"
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("vectors_generate", VECTORS / "generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_vectors_and_schema_are_current() -> None:
+    stale = load_generator().stale()
+    assert not stale, f"regenerate with: .venv/bin/python tests/vectors/generate.py ({stale})"
+
+
+def vector_files() -> list[Path]:
+    return sorted(VECTORS.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", vector_files(), ids=lambda p: p.stem)
+def test_vector(path: Path) -> None:
+    vector = json.loads(path.read_text("utf-8"))
+    assert load_generator().run(vector["input"]) == vector["expected"]
+
+
+def test_vectors_cover_every_required_case() -> None:
+    names = {p.stem for p in vector_files()}
+    required = {"valid-stable", "valid-candidate-in-cohort", "outside-cohort", "tampered"}
+    required |= {"expired", "rolled-back", "wrong-key", "wrong-tier", "wrong-model"}
+    required |= {"too-new-runtime"}
+    assert required <= names
+    reasons = {json.loads(p.read_text())["expected"].get("reason") for p in vector_files()}
+    assert {"bad-signature", "unknown-key", "expired", "rollback"} <= reasons
+    assert {"wrong-model", "wrong-tier", "runtime-too-old", "malformed"} <= reasons
+
+
+def test_schema_accepts_real_payloads_and_refuses_unknown_keys() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((VECTORS.parent.parent / "docs/schemas/manifest.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in vector_files():
+        vector = json.loads(path.read_text("utf-8"))
+        if not vector["expected"]["accept"]:
+            continue
+        envelope = json.loads(base64.b64decode(vector["input"]["manifest"]))
+        validator.validate(json.loads(base64.b64decode(envelope["payload"])))
+    payload = json.loads(manifest().model_dump_json())
+    assert not list(validator.iter_errors(payload))
+    assert list(validator.iter_errors({**payload, "extra": 1}))

@@ -1,0 +1,710 @@
+"""The client SDK against real HTTP on loopback: happy paths, attacks, failures, resume.
+
+The registry is written with the library (edgereg.registry) and served by a
+static file server (tests/statichttp.py, or the stdlib's plain
+SimpleHTTPRequestHandler): no edgereg code on the server side, which is the
+path to S3 and a CDN.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import functools
+import hashlib
+import json
+import os
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from statichttp import StaticServer, TcpProxy, free_port
+
+from edgereg.client import Client, DeviceProfile, FetchResult, TrustedKeys
+from edgereg.client._cli import pull_command
+from edgereg.config import RuntimeHints
+from edgereg.registry import PreparedRelease, Registry
+from edgereg.registry import _transitions as transitions
+from edgereg.rollout import in_cohort
+from edgereg.signing import Signer, generate_key
+from edgereg.storage import open_storage
+from edgereg.wire import Manifest, ReleaseRecord, ReleaseVariant, blob_path, from_bytes
+
+HIGH_SIZE = 300_000
+LOW_SIZE = 120_000
+
+
+def new_signer() -> Signer:
+    return Signer.from_pem(generate_key()[0])
+
+
+@dataclass
+class Reg:
+    """A registry directory written with the library, plus helpers to change it."""
+
+    root: Path
+    signer: Signer
+    sources: Path
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc).replace(microsecond=0)
+    blobs: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(open_storage(str(self.root)), clock=self.now)
+
+    def publish(
+        self,
+        version: str,
+        *,
+        model: str = "digits",
+        percent: float | None = None,
+        min_runtime: str = "3.6.1",
+        promote: bool = False,
+    ) -> None:
+        variants: dict[str, ReleaseVariant] = {}
+        files: dict[str, Path] = {}
+        for name, tier, size in (("fp32", "high", HIGH_SIZE), ("int8", "low", LOW_SIZE)):
+            data = random.Random(f"{model}-{version}-{name}").randbytes(size)
+            digest = hashlib.sha256(data).hexdigest()
+            path = self.sources / f"{model}-{version}-{name}.mnn"
+            path.write_bytes(data)
+            self.blobs[(model, version, tier)] = data
+            files[digest] = path
+            variants[name] = ReleaseVariant(
+                tier=tier,
+                sha256=digest,
+                size=size,
+                min_mnn_runtime=min_runtime,
+                runtime=RuntimeHints(threads=2, backends=["opencl", "cpu"]),
+            )
+        record = ReleaseRecord(
+            model=model,
+            version=version,
+            created=self.now(),
+            variants=variants,
+            tiers={"high": "fp32", "low": "int8"},
+        )
+        self.registry.publish(
+            PreparedRelease(record=record, blobs=files),
+            signer=self.signer,
+            percent=percent,
+            full=percent is None,
+            actor="tests",
+            expires_days=30,
+        )
+        if promote:
+            self.registry.change(
+                model,
+                lambda state, now, expires: transitions.promote(
+                    state, model, now=now, expires=expires, actor="tests", force=True
+                ),
+                signer=self.signer,
+                expires_days=30,
+            )
+
+    def manifest_bytes(self, model: str = "digits", tier: str = "high") -> bytes:
+        return (self.root / "manifests" / model / f"{tier}.json").read_bytes()
+
+    def manifest(self, model: str = "digits", tier: str = "high") -> Manifest:
+        envelope = json.loads(self.manifest_bytes(model, tier))
+        return from_bytes(Manifest, base64.b64decode(envelope["payload"]))
+
+    def blob(self, version: str, tier: str = "high", model: str = "digits") -> bytes:
+        return self.blobs[(model, version, tier)]
+
+
+@pytest.fixture
+def reg(tmp_path: Path) -> Reg:
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    return Reg(tmp_path / "registry", new_signer(), sources)
+
+
+@pytest.fixture
+def server(reg: Reg) -> Iterator[StaticServer]:
+    with StaticServer(reg.root) as running:
+        yield running
+
+
+def device(device_id: str = "device-1", *, runtime: str | None = "3.6.1") -> DeviceProfile:
+    return DeviceProfile(device_id=device_id, ram_mb=4096, cpu_cores=8, mnn_runtime=runtime)
+
+
+def make_client(
+    reg: Reg,
+    url: str,
+    cache: Path,
+    *,
+    device_id: str = "device-1",
+    tier: str = "high",
+    trusted: TrustedKeys | None = None,
+    runtime: str | None = "3.6.1",
+    clock: Callable[[], datetime] | None = None,
+    model: str = "digits",
+) -> Client:
+    return Client(
+        url,
+        trusted if trusted is not None else TrustedKeys([reg.signer.public_key]),
+        cache,
+        model=model,
+        device=device(device_id, runtime=runtime),
+        tier=tier,
+        timeout=5,
+        **({"clock": clock} if clock else {}),
+    )
+
+
+def device_in_cohort(manifest: Manifest, inside: bool) -> str:
+    assert manifest.salt is not None
+    assert manifest.percent is not None
+    for index in range(10_000):
+        candidate = f"device-{index}"
+        if in_cohort(candidate, manifest.salt, manifest.percent) == inside:
+            return candidate
+    raise AssertionError("no device found")  # pragma: no cover
+
+
+def assert_installed(result: FetchResult, data: bytes, version: str) -> None:
+    assert result.path is not None
+    assert result.version == version
+    assert result.path.read_bytes() == data
+    assert result.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def no_partial_files(cache: Path) -> bool:
+    return not list(cache.rglob("*.part")) and not list(cache.rglob(".tmp-*"))
+
+
+def later(days: int) -> Callable[[], datetime]:
+    return lambda: datetime.now(timezone.utc) + timedelta(days=days)
+
+
+# --- happy paths ----------------------------------------------------------------
+
+
+def test_plain_static_server_stable_then_nothing_new(reg: Reg, tmp_path: Path) -> None:
+    """The stdlib's SimpleHTTPRequestHandler: no ETag, no Range, no edgereg code."""
+    reg.publish("1.0.0", promote=True)
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(reg.root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"  # no trailing slash on purpose
+        client = make_client(reg, url, tmp_path / "cache")
+        first = client.fetch()
+        assert first.ok, first.error
+        assert_installed(first, reg.blob("1.0.0"), "1.0.0")
+        assert (first.variant, first.is_candidate, first.updated) == ("fp32", False, True)
+        assert first.downloaded_bytes == HIGH_SIZE
+        assert first.runtime == RuntimeHints(threads=2, backends=["opencl", "cpu"])
+        second = client.fetch()
+        assert second.ok
+        assert not second.updated
+        assert second.downloaded_bytes == 0
+        assert client.current() == second
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_candidate_in_cohort_stable_outside(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    reg.publish("1.1.0", percent=50)
+    manifest = reg.manifest()
+    inside, outside = device_in_cohort(manifest, True), device_in_cohort(manifest, False)
+
+    got_in = make_client(reg, server.url, tmp_path / "in", device_id=inside).fetch()
+    assert got_in.ok, got_in.error
+    assert_installed(got_in, reg.blob("1.1.0"), "1.1.0")
+    assert got_in.is_candidate
+
+    got_out = make_client(reg, server.url, tmp_path / "out", device_id=outside).fetch()
+    assert got_out.ok, got_out.error
+    assert_installed(got_out, reg.blob("1.0.0"), "1.0.0")
+    assert not got_out.is_candidate
+
+    low = make_client(reg, server.url, tmp_path / "low", device_id=outside, tier="low").fetch()
+    assert_installed(low, reg.blob("1.0.0", "low"), "1.0.0")
+    assert low.variant == "int8"
+
+
+def test_first_release_canary_outside_cohort_gets_nothing(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", percent=5)
+    outside = device_in_cohort(reg.manifest(), False)
+    result = make_client(reg, server.url, tmp_path / "c", device_id=outside).fetch()
+    assert result.ok
+    assert result.path is None
+    assert result.downloaded_bytes == 0
+
+
+def test_unchanged_check_is_a_304_and_still_verified(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    client = make_client(reg, server.url, tmp_path / "c")
+    assert client.fetch().ok
+    server.state.reset_counts()
+    again = client.fetch()
+    assert again.ok
+    assert again.not_modified
+    assert not again.updated
+    assert server.state.statuses() == [304]
+    request = server.state.requests[0]
+    assert "If-None-Match" in request.headers
+    assert request.wire_in + request.wire_out < 400, (request.wire_in, request.wire_out)
+
+    # The cached manifest is verified again on a 304: once expired, nothing changes.
+    stale = make_client(reg, server.url, tmp_path / "c", clock=later(60))
+    result = stale.fetch()
+    assert result.error_code == "expired"
+    assert result.not_modified is False
+    assert_installed(result, reg.blob("1.0.0"), "1.0.0")
+
+
+def test_file_url_and_resume_from_a_partial_file(reg: Reg, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    data = reg.blob("1.0.0")
+    cache = tmp_path / "c"
+    part = cache / "blobs" / f"{hashlib.sha256(data).hexdigest()}.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data[:100_000])
+    result = make_client(reg, reg.root.as_uri(), cache).fetch()
+    assert result.ok, result.error
+    assert result.downloaded_bytes == HIGH_SIZE - 100_000
+    assert_installed(result, data, "1.0.0")
+    assert no_partial_files(cache)
+
+
+# --- attacks ------------------------------------------------------------------
+
+
+def install_then_publish(reg: Reg, url: str, cache: Path) -> FetchResult:
+    """Install 1.0.0, then publish 1.1.0 to everyone: the next fetch would update."""
+    reg.publish("1.0.0", promote=True)
+    first = make_client(reg, url, cache).fetch()
+    assert first.ok, first.error
+    reg.publish("1.1.0", promote=True)
+    return first
+
+
+def assert_kept(result: FetchResult, reg: Reg, code: str) -> None:
+    assert result.error_code == code, result.error
+    assert result.error
+    assert_installed(result, reg.blob("1.0.0"), "1.0.0")
+    assert not result.updated
+
+
+def test_tampered_manifest(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    install_then_publish(reg, server.url, tmp_path / "c")
+    envelope = json.loads(reg.manifest_bytes())
+    payload = base64.b64decode(envelope["payload"]).replace(b'"threads":2', b'"threads":9')
+    envelope["payload"] = base64.b64encode(payload).decode()
+    server.state.overrides["manifests/digits/high.json"] = json.dumps(envelope).encode()
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert_kept(result, reg, "bad-signature")
+    assert server.state.body_bytes("blobs/") == HIGH_SIZE  # only the first install
+
+
+def test_tampered_blob(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    install_then_publish(reg, server.url, tmp_path / "c")
+    bad = bytearray(reg.blob("1.1.0"))
+    bad[1234] ^= 0x01
+    server.state.overrides[reg.manifest().stable.path] = bytes(bad)  # type: ignore[union-attr]
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert_kept(result, reg, "bad-blob")
+    assert no_partial_files(tmp_path / "c")
+    assert not (tmp_path / "c" / "blobs" / hashlib.sha256(reg.blob("1.1.0")).hexdigest()).exists()
+
+
+def test_signature_by_an_untrusted_key(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    stranger = TrustedKeys([new_signer().public_key])
+    result = make_client(reg, server.url, tmp_path / "c", trusted=stranger).fetch()
+    assert result.error_code == "unknown-key"
+    assert result.path is None
+    assert server.state.body_bytes("blobs/") == 0
+
+
+def test_expired_manifest_installs_nothing(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    result = make_client(reg, server.url, tmp_path / "c", clock=later(31)).fetch()
+    assert result.error_code == "expired"
+    assert result.path is None
+    assert server.state.body_bytes("blobs/") == 0
+
+
+def test_expired_manifest_never_installs_a_new_model(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    install_then_publish(reg, server.url, tmp_path / "c")
+    result = make_client(reg, server.url, tmp_path / "c", clock=later(31)).fetch()
+    assert_kept(result, reg, "expired")
+
+
+def test_replayed_older_manifest_is_a_rollback_even_after_restart(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    old = reg.manifest_bytes()
+    cache = tmp_path / "c"
+    assert make_client(reg, server.url, cache).fetch().ok
+    reg.publish("1.1.0", promote=True)
+    newer = make_client(reg, server.url, cache).fetch()
+    assert newer.ok
+    assert newer.version == "1.1.0"
+
+    server.state.overrides["manifests/digits/high.json"] = old
+    for _ in range(2):  # a new Client: the highest sequence is persisted
+        result = make_client(reg, server.url, cache).fetch()
+        assert result.error_code == "rollback"
+        assert result.error is not None
+        assert "already seen" in result.error
+        assert_installed(result, reg.blob("1.1.0"), "1.1.0")
+
+
+def test_manifest_of_another_model(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    reg.publish("2.0.0", model="sensor", promote=True)
+    server.state.overrides["manifests/digits/high.json"] = reg.manifest_bytes("sensor")
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert result.error_code == "wrong-model"
+    assert result.path is None
+
+
+def test_manifest_of_another_tier(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    server.state.overrides["manifests/digits/high.json"] = reg.manifest_bytes(tier="low")
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert result.error_code == "wrong-tier"
+
+
+def test_oversized_manifest_is_refused_unread(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    server.state.overrides["manifests/digits/high.json"] = b" " * (1024 * 1024)
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert result.error_code == "malformed"
+    assert result.error is not None
+    assert "more than the limit of 65536" in result.error
+    assert result.path is None
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["content-length", "until-close"])
+def test_blob_larger_than_declared(
+    reg: Reg, server: StaticServer, tmp_path: Path, announced: bool
+) -> None:
+    install_then_publish(reg, server.url, tmp_path / "c")
+    path = reg.manifest().stable.path  # type: ignore[union-attr]
+    server.state.overrides[path] = reg.blob("1.1.0") + b"x" * 50_000
+    if not announced:
+        server.state.omit_length.add(path)
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert_kept(result, reg, "blob-too-large")
+    assert no_partial_files(tmp_path / "c")
+
+
+def test_too_new_runtime_falls_back_to_stable_or_is_refused(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    reg.publish("1.1.0", percent=50, min_runtime="3.7.0")
+    inside = device_in_cohort(reg.manifest(), True)
+
+    fallback = make_client(reg, server.url, tmp_path / "a", device_id=inside).fetch()
+    assert fallback.ok, fallback.error
+    assert_installed(fallback, reg.blob("1.0.0"), "1.0.0")
+    assert fallback.runtime_fallback
+    assert not fallback.is_candidate
+
+    newer_app = make_client(reg, server.url, tmp_path / "b", device_id=inside, runtime="3.7.0")
+    assert newer_app.fetch().version == "1.1.0"
+
+    old_app = make_client(reg, server.url, tmp_path / "c", device_id=inside, runtime="3.5.0")
+    refused = old_app.fetch()
+    assert refused.error_code == "runtime-too-old"
+    assert refused.error == (
+        "candidate 1.1.0 (fp32) needs MNN 3.7.0 and stable 1.0.0 needs MNN 3.6.1, the app has 3.5.0"
+    )
+    assert refused.path is None
+
+
+# --- failures -----------------------------------------------------------------
+
+
+def test_connection_dropped_mid_download_then_resumed(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    path = reg.manifest().stable.path  # type: ignore[union-attr]
+    server.state.drop_after[path] = 100_000
+    cache = tmp_path / "c"
+    first = make_client(reg, server.url, cache).fetch()
+    assert first.error_code == "transport"
+    assert first.error is not None
+    assert "resumes" in first.error
+    assert first.path is None
+    parts = list(cache.rglob("*.part"))
+    assert [p.stat().st_size for p in parts] == [100_000]
+
+    server.state.reset_counts()
+    second = make_client(reg, server.url, cache).fetch()
+    assert second.ok, second.error
+    assert_installed(second, reg.blob("1.0.0"), "1.0.0")
+    blob_requests = [r for r in server.state.requests if r.path == path]
+    assert [r.status for r in blob_requests] == [206]
+    assert blob_requests[0].headers["Range"] == "bytes=100000-"
+    assert server.state.body_bytes(path) == HIGH_SIZE - 100_000
+    assert second.downloaded_bytes == HIGH_SIZE - 100_000
+    assert no_partial_files(cache)
+
+
+def test_resume_against_a_server_without_range_restarts_cleanly(reg: Reg, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    path = reg.manifest().stable.path  # type: ignore[union-attr]
+    cache = tmp_path / "c"
+    with StaticServer(reg.root, ranges=False) as plain:
+        plain.state.drop_after[path] = 100_000
+        assert make_client(reg, plain.url, cache).fetch().error_code == "transport"
+        result = make_client(reg, plain.url, cache).fetch()
+        assert result.ok, result.error
+        assert result.downloaded_bytes == HIGH_SIZE
+        assert_installed(result, reg.blob("1.0.0"), "1.0.0")
+        assert no_partial_files(cache)
+
+
+def test_server_down_keeps_last_known_good(reg: Reg, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    cache = tmp_path / "c"
+    with StaticServer(reg.root) as running:
+        url = running.url
+        assert make_client(reg, url, cache).fetch().ok
+    result = make_client(reg, url, cache).fetch()
+    assert_kept(result, reg, "transport")
+    assert "cannot fetch" in (result.error or "")
+    # Offline long after the manifest expired: the installed model stays usable.
+    offline = make_client(reg, url, cache, clock=later(365)).fetch()
+    assert_kept(offline, reg, "transport")
+    # Nothing listening at all.
+    nobody = make_client(reg, f"http://127.0.0.1:{free_port()}/", tmp_path / "fresh").fetch()
+    assert nobody.error_code == "transport"
+    assert nobody.path is None
+
+
+def test_redirects_are_followed(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    path = reg.manifest().stable.path  # type: ignore[union-attr]
+    server.state.redirects["manifests/digits/high.json"] = "/mirror/manifests/digits/high.json"
+    server.state.redirects[path] = f"{server.url}mirror/{path}"
+    (reg.root / "mirror").symlink_to(reg.root)
+    result = make_client(reg, server.url, tmp_path / "c").fetch()
+    assert result.ok, result.error
+    assert_installed(result, reg.blob("1.0.0"), "1.0.0")
+
+
+def test_server_error_and_unknown_tier(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    result = make_client(reg, server.url, tmp_path / "c", tier="mid").fetch()
+    assert result.error_code == "transport"
+    assert result.exception is not None
+    assert "404" in result.error
+    assert not result.exception.retryable  # type: ignore[attr-defined]
+
+
+def test_disk_full_keeps_last_known_good(
+    reg: Reg, server: StaticServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "c"
+    install_then_publish(reg, server.url, cache)
+    real_write = os.write
+
+    def full_disk(fd: int, data: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".part"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    result = make_client(reg, server.url, cache).fetch()
+    assert_kept(result, reg, "cache")
+    assert "No space left on device" in (result.error or "")
+    assert no_partial_files(cache)
+    monkeypatch.setattr(os, "write", real_write)
+    healed = make_client(reg, server.url, cache).fetch()
+    assert healed.ok
+    assert healed.version == "1.1.0"
+    assert healed.updated
+
+
+def test_unwritable_part_file_keeps_last_known_good(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    cache = tmp_path / "c"
+    install_then_publish(reg, server.url, cache)
+    digest = hashlib.sha256(reg.blob("1.1.0")).hexdigest()
+    (cache / "blobs" / f"{digest}.part").mkdir()  # the .part path cannot be written
+    result = make_client(reg, server.url, cache).fetch()
+    assert_kept(result, reg, "cache")
+
+
+def test_cache_hit_downloads_nothing(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    cache = tmp_path / "c"
+    assert make_client(reg, server.url, cache).fetch().ok
+    server.state.reset_counts()
+    # App update: a new client on the same cache; another device id; lost bookkeeping.
+    again = make_client(reg, server.url, cache, device_id="other-device").fetch()
+    (cache / "installed.json").unlink()
+    for state in (cache / "state").rglob("*.json"):
+        state.unlink()
+    reinstall = make_client(reg, server.url, cache).fetch()
+    for result in (again, reinstall):
+        assert result.ok
+        assert result.downloaded_bytes == 0
+        assert_installed(result, reg.blob("1.0.0"), "1.0.0")
+    assert server.state.body_bytes("blobs/") == 0
+    assert reinstall.updated  # nothing was installed after the bookkeeping was lost
+
+
+# --- edgereg pull ---------------------------------------------------------------
+
+
+def write_public_key(reg: Reg, tmp_path: Path) -> Path:
+    path = tmp_path / "registry.pub.pem"
+    path.write_bytes(reg.signer.public_pem())
+    return path
+
+
+def test_pull_command(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    key = write_public_key(reg, tmp_path)
+    args = ["digits", "--registry-url", server.url, "--device-id", "d1", "--tier", "low"]
+    args += ["--trusted-key", str(key), "--out", str(tmp_path / "out")]
+    text = CliRunner().invoke(pull_command, args)
+    assert text.exit_code == 0, text.output
+    assert "digits 1.0.0 variant int8 for tier low (stable)" in text.output
+    as_json = CliRunner().invoke(pull_command, [*args, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert data["version"] == "1.0.0"
+    assert data["downloaded_bytes"] == 0
+    assert Path(data["path"]).read_bytes() == reg.blob("1.0.0", "low")
+
+
+@pytest.mark.parametrize(("ram_mb", "tier"), [("64000", "high"), ("1000", "low")])
+def test_pull_resolves_the_tier_from_models_toml(
+    reg: Reg, server: StaticServer, tmp_path: Path, small_toml: str, ram_mb: str, tier: str
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    toml = tmp_path / "models.toml"
+    toml.write_text(small_toml, encoding="utf-8")  # tiers high (6 GB, 8 cores), mid, low
+    args = ["digits", "--registry-url", server.url, "--device-id", "d1", "--config", str(toml)]
+    args += ["--trusted-key", str(write_public_key(reg, tmp_path)), "--out", str(tmp_path / "o")]
+    args += ["--ram-mb", ram_mb, "--cpu-cores", "8", "--json"]
+    result = CliRunner().invoke(pull_command, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tier"] == tier
+    assert Path(data["path"]).read_bytes() == reg.blob("1.0.0", tier)
+
+
+def test_pull_without_tier_needs_the_device_profile(reg: Reg, tmp_path: Path) -> None:
+    key = tmp_path / "k.pem"
+    key.write_bytes(reg.signer.public_pem())
+    args = ["digits", "--registry-url", "file:///nowhere", "--device-id", "d"]
+    args += ["--trusted-key", str(key), "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(pull_command, args)
+    assert result.exit_code == 2
+    assert "--ram-mb and --cpu-cores" in result.output
+
+
+def test_pull_needs_keys_and_warns_on_trust_on_first_use(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    args = ["digits", "--registry-url", server.url, "--device-id", "d", "--tier", "high"]
+    args += ["--out", str(tmp_path / "out")]
+    refused = CliRunner().invoke(pull_command, args)
+    assert refused.exit_code == 2
+    assert "--unsafe-trust-registry-keys" in refused.output
+    tofu = CliRunner().invoke(pull_command, [*args, "--unsafe-trust-registry-keys"])
+    assert tofu.exit_code == 0, tofu.output
+    assert "WARNING" in tofu.stderr
+    assert "trust on first use" in tofu.stderr
+    assert "digits 1.0.0 variant fp32" in tofu.stdout
+
+
+def test_pull_exit_code_on_failure(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
+    reg.publish("1.0.0", promote=True)
+    other = tmp_path / "other.pem"
+    other.write_bytes(new_signer().public_pem())
+    args = ["digits", "--registry-url", server.url, "--device-id", "d", "--tier", "high"]
+    args += ["--trusted-key", str(other), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(pull_command, args)
+    assert result.exit_code == 5
+    assert "update failed (unknown-key)" in result.stderr
+
+
+def test_blob_path_matches_registry_layout(reg: Reg) -> None:
+    reg.publish("1.0.0", promote=True)
+    entry = reg.manifest().stable
+    assert entry is not None
+    assert entry.path == blob_path(entry.sha256)
+    assert (reg.root / entry.path).read_bytes() == reg.blob("1.0.0")
+
+
+# --- through `edgereg serve` ----------------------------------------------------
+
+
+def test_through_edgereg_serve_happy_path_304_and_resume(tmp_path: Path) -> None:
+    servekit = pytest.importorskip("servekit")
+    fake = servekit.make_registry(tmp_path / "registry", models=("digits",))
+    trusted = TrustedKeys([fake.signer.public_key])
+    manifest = fake.registry.read_manifest("digits", "high")
+    outside = device_in_cohort(manifest, False)
+    inside = device_in_cohort(manifest, True)
+    size = len(fake.blob("digits", "1.0.0", "high").data)
+
+    def client(url: str, cache: Path, device_id: str) -> Client:
+        return Client(
+            url, trusted, cache, model="digits", device=device(device_id), tier="high", timeout=5
+        )
+
+    with servekit.serve(fake.root) as base_url:
+        port = int(base_url.rsplit(":", 1)[1].strip("/"))
+        canary = client(base_url, tmp_path / "in", inside).fetch()
+        assert canary.ok, canary.error
+        assert canary.is_candidate
+        assert canary.version == "1.1.0"
+        assert canary.path is not None
+        assert canary.path.read_bytes() == fake.blob("digits", "1.1.0", "high").data
+
+        cache = tmp_path / "out"
+        with TcpProxy(port, cut_after=100_000) as proxy:
+            cut = client(proxy.url, cache, outside).fetch()
+            assert cut.error_code == "transport", cut.error
+            (part,) = cache.rglob("*.part")
+            have = part.stat().st_size
+            assert 0 < have < size
+            resumed = client(proxy.url, cache, outside).fetch()
+        assert resumed.ok, resumed.error
+        assert resumed.version == "1.0.0"
+        assert not resumed.is_candidate
+        assert resumed.downloaded_bytes == size - have
+        assert resumed.path is not None
+        assert resumed.path.read_bytes() == fake.blob("digits", "1.0.0", "high").data
+
+        again = client(base_url, cache, outside).fetch()
+        assert again.ok
+        assert again.not_modified
+        assert again.downloaded_bytes == 0
