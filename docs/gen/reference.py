@@ -1,0 +1,556 @@
+"""Write the generated reference pages, so they cannot drift from the code.
+
+- docs/reference/models-toml.md from ``edgereg.config.json_schema()``: every
+  table, key, type, default, allowed values and description.
+- docs/reference/cli.md from the click commands under ``edgereg.cli.main``:
+  usage, help, arguments and options with their defaults.
+
+Run from anywhere, after changing edgereg/config.py or a command::
+
+    python docs/gen/reference.py           # rewrite both pages
+    python docs/gen/reference.py --check   # exit 1 when a committed page is stale
+
+tests/test_docs.py runs the same comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parents[1]
+
+# Keys the JSON Schema does not describe yet, keyed by (schema definition, key).
+# The schema's own description wins: once a Field in edgereg/config.py gets a
+# description, the generator asks for its entry here to be deleted, and it
+# refuses entries for keys that no longer exist. Every sentence here must be
+# true of edgereg/config.py and the build.
+NOTES: dict[tuple[str, str], str] = {
+    ("Config", "toolchain"): "Exact versions of the build tools; a DVC param of every stage, "
+    "so changing a pin rebuilds everything.",
+    ("Config", "registry"): "Where `edgereg publish` writes and `edgereg serve` reads.",
+    ("Toolchain", "mnn"): "Exact version of the installed `mnn` package.",
+    ("Toolchain", "onnx"): "Exact version of the installed `onnx` package.",
+    ("Toolchain", "onnxruntime"): "Exact version of the installed `onnxruntime` package.",
+    ("TierRules", "description"): "Free text for people (reports, status).",
+    ("TierRules", "min_ram_mb"): "A device with less RAM (MB) does not match.",
+    ("TierRules", "min_cpu_cores"): "A device with fewer CPU cores does not match.",
+    ("TierRules", "os"): "Operating systems the tier accepts; a device that reports none "
+    "does not match.",
+    ("PinnedFile", "path"): "Path relative to models.toml, or a `file://` URI. Other URL "
+    "schemes are refused: bring remote files into the repository first "
+    "(`dvc import-url`).",
+    ("PinnedFile", "sha256"): "sha256 of the file, 64 lowercase hex characters "
+    "(`sha256sum FILE`). A build refuses a file that does not match.",
+    ("CalibrationSet", "path"): "Path of the `.npz` set, relative to models.toml, or a "
+    "`file://` URI.",
+    ("CalibrationSet", "sha256"): "sha256 of the file (`sha256sum FILE`).",
+    ("InputSpec", "name"): "The input's name in the ONNX graph.",
+    ("InputSpec", "dtype"): "Element type; only float32.",
+    ("InputSpec", "kind"): '`"image"`: the datasets hold uint8 pictures that edgereg '
+    'converts, normalizes and lays out; `"tensor"`: samples exactly as the model takes them.',
+    ("InputSpec", "layout"): "Image inputs only, and required for them.",
+    ("InputSpec", "color"): "Channel order of an image input; image inputs only, and "
+    "required for them.",
+    ("InputSpec", "mean"): "Image inputs: subtracted from the pixel values, one value per channel.",
+    ("InputSpec", "std"): "Image inputs: the pixel values are divided by it after "
+    "subtracting `mean`, one value per channel.",
+    ("OutputSpec", "name"): "The output's name in the ONNX graph.",
+    ("Budgets", "max_size_mb"): "Largest artifact size, in MB (10^6 bytes).",
+    ("NoQuantization", "mode"): "Selects this table.",
+    ("WeightOnlyQuantization", "mode"): "Selects this table.",
+    ("WeightOnlyQuantization", "bits"): "Bits per weight (converter `--weightQuantBits`).",
+    ("WeightOnlyQuantization", "asymmetric"): "Asymmetric weight quantization "
+    "(converter `--weightQuantAsymmetric`).",
+    ("Int8Quantization", "mode"): "Selects this table.",
+    ("Int8Quantization", "method"): "How MNN's quantizer picks activation ranges from the "
+    "calibration set; a BatchNorm left in the graph needs EMA.",
+    ("Int8Quantization", "weight_method"): "How MNN's quantizer quantizes weights.",
+    ("ConverterOptions", "transformer_fuse"): "Fuse transformer blocks (converter "
+    "`--transformerFuse`).",
+    ("ConverterOptions", "optimize_prefer"): "Converter `--optimizePrefer`.",
+    ("RuntimeHints", "threads"): "Threads the app should run the model with; the host "
+    "benchmark and the latency budget also use it.",
+    ("RuntimeHints", "backends"): 'Backends the app should try, in order; must end with "cpu" '
+    "(the fallback when a GPU driver fails), each at most once.",
+    ("RuntimeHints", "precision"): "MNN precision mode the app should ask for.",
+    ("Variant", "tier"): "The tier this variant is for; a tier takes at most one variant of "
+    "a model.",
+    ("Variant", "precision"): '`"fp16"` stores weights as float16 (converter `--fp16`) and '
+    "cannot be combined with quantization.",
+    ("Variant", "quantization"): "How to quantize; one of three tables, chosen by `mode`.",
+    ("Variant", "converter"): "Extra MNN converter options.",
+    ("Variant", "runtime"): "Hints that travel with the variant to the app.",
+    ("Variant", "budgets"): "Overrides the model's budgets key by key.",
+    ("Variant", "calibration"): "This variant's own calibration set (for a variant with its "
+    "own source).",
+    ("Variant", "evaluation"): "This variant's own evaluation set (for a variant with its "
+    "own source).",
+    ("Model", "version"): "Semantic version (MAJOR.MINOR.PATCH) of the next release; "
+    "`edgereg publish --version` overrides it.",
+    ("Model", "task"): '`"classification"`: accuracy and per-class recall are evaluated and gated.',
+    ("Model", "description"): "Free text for people.",
+    ("Model", "source"): "The ONNX model, pinned by sha256.",
+    ("Model", "inputs"): "Every input of the graph.",
+    ("Model", "outputs"): "Every output of the graph.",
+    ("Model", "calibration"): "Calibration set; int8 variants need one here or in the variant.",
+    ("Model", "evaluation"): "Evaluation set, with labels for classification.",
+    ("Model", "budgets"): "Gates every variant must pass; a variant may override them.",
+    ("Model", "variants"): "One build per tier, by variant name.",
+}
+
+PLACEHOLDERS = {"tiers": "<tier>", "models": "<model>", "variants": "<variant>"}
+
+# A table still to document: (schema definition, its schema, TOML path, array of tables).
+_Child = tuple[str, dict[str, Any], list[str], bool]
+
+
+# --- text helpers ---------------------------------------------------------------------
+
+
+def _escape(text: str) -> str:
+    """Escape Markdown outside `code spans`, and pipes everywhere (table cells)."""
+    parts = text.split("`")
+    for index in range(0, len(parts), 2):  # the even parts are outside code spans
+        for char in ("\\", "*", "_", "<", ">", "[", "]"):
+            parts[index] = parts[index].replace(char, "\\" + char)
+    return "`".join(parts).replace("|", "\\|").replace("\n", " ")
+
+
+def _toml(value: Any) -> str:
+    """A value as TOML would spell it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+# --- models.toml --------------------------------------------------------------------
+
+
+class _SchemaPage:
+    """Walks the JSON Schema depth first, one section per TOML table."""
+
+    def __init__(self, schema: dict[str, Any], defaults: Callable[[str, str], Any]) -> None:
+        self.schema = schema
+        self.defs: dict[str, Any] = schema.get("$defs", {})
+        self.defaults = defaults
+        self.documented: dict[str, tuple[str, str]] = {}  # def name -> (title, anchor)
+        self.used_notes: set[tuple[str, str]] = set()
+        self.lines: list[str] = []
+
+    def render(self) -> list[str]:
+        self._section("Config", self.schema, [], array=False, title="Top level")
+        unused = sorted(set(NOTES) - self.used_notes)
+        if unused:
+            raise SystemExit(
+                f"docs/gen/reference.py: NOTES has entries for keys the schema does not have: "
+                f"{unused}; delete them"
+            )
+        return self.lines
+
+    # -- naming
+
+    @staticmethod
+    def _title(path: list[str], array: bool) -> str:
+        dotted = ".".join(path)
+        return f"[[{dotted}]]" if array else f"[{dotted}]"
+
+    @staticmethod
+    def _anchor(path: list[str]) -> str:
+        words = [part.strip("<>") for part in path]
+        return "-".join(words) or "top"
+
+    def _deref(self, node: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        ref = node.get("$ref")
+        if ref is None:
+            return None, node
+        name = ref.rsplit("/", 1)[-1]
+        return name, self.defs[name]
+
+    @staticmethod
+    def _strip_null(node: dict[str, Any]) -> dict[str, Any]:
+        options = node.get("anyOf")
+        if options is None:
+            return node
+        rest = [option for option in options if option.get("type") != "null"]
+        return rest[0] if len(rest) == 1 else {"anyOf": rest}
+
+    # -- sections
+
+    def _section(
+        self,
+        def_name: str,
+        node: dict[str, Any],
+        path: list[str],
+        *,
+        array: bool,
+        title: str | None = None,
+        level: int = 2,
+    ) -> None:
+        title = title or self._title(path, array)
+        anchor = self._anchor(path)
+        self.documented.setdefault(def_name, (title, anchor))
+        shown = title if not path else _code(title)
+        self.lines += ["", f"{'#' * level} {shown} {{#{anchor}}}", ""]
+        if node.get("description"):
+            self.lines += [_escape(node["description"]), ""]
+        children: list[_Child] = []
+        rows = []
+        required = set(node.get("required", []))
+        for key, prop in node.get("properties", {}).items():
+            type_text, child = self._type(prop, [*path, key])
+            if child is not None:
+                children.append(child)
+            rows.append(
+                [
+                    _code(key),
+                    type_text,
+                    self._default(def_name, key, prop, key in required),
+                    self._description(def_name, key, prop),
+                ]
+            )
+        if rows:
+            self.lines += _table(["key", "type", "default", "description"], rows)
+        for child_def, child_node, child_path, child_array in children:
+            if child_node.get("oneOf"):
+                self._union_section(child_node, child_path)
+            else:
+                self._section(child_def, child_node, child_path, array=child_array)
+
+    def _union_section(self, node: dict[str, Any], path: list[str]) -> None:
+        anchor = self._anchor(path)
+        tag = node["discriminator"]["propertyName"]
+        self.lines += ["", f"## {_code(self._title(path, False))} {{#{anchor}}}", ""]
+        self.lines += [f"One of these tables, chosen by `{tag}`.", ""]
+        for option in node["oneOf"]:
+            name, member = self._deref(option)
+            assert name is not None
+            value = member["properties"][tag]["const"]
+            sub_path = [*path[:-1], f"{path[-1]}-{value}"]
+            self._section(
+                name,
+                member,
+                sub_path,
+                array=False,
+                title=f"{tag} = {_toml(value)}",
+                level=3,
+            )
+
+    def _type(self, prop: dict[str, Any], path: list[str]) -> tuple[str, _Child | None]:
+        """The type column, and the child table to document after this one, if any."""
+        prop = self._strip_null(prop)
+        if "oneOf" in prop:
+            anchor = self._anchor(path)
+            return f"[table, by `{prop['discriminator']['propertyName']}`](#{anchor})", (
+                "",
+                prop,
+                path,
+                False,
+            )
+        def_name, target = self._deref(prop)
+        if def_name is not None:
+            return self._table_link(def_name, target, path, array=False)
+        kind = prop.get("type")
+        if kind == "array":
+            item_def, item = self._deref(prop["items"])
+            if item_def is not None:
+                text, child = self._table_link(item_def, item, path, array=True)
+                return "array of " + text, child
+            text = "array of " + self._scalar(item) + self._count(prop, "minItems", "item")
+            return text, None
+        if kind == "object" and "patternProperties" in prop:
+            ((_pattern, value),) = prop["patternProperties"].items()
+            placeholder = PLACEHOLDERS.get(path[-1], "<name>")
+            value_def, target = self._deref(value)
+            assert value_def is not None
+            text, child = self._table_link(value_def, target, [*path, placeholder], array=False)
+            text = text.replace("[table]", "[tables]", 1).replace("table,", "tables,", 1)
+            return text + " by name" + self._count(prop, "minProperties", "table"), child
+        return self._scalar(prop), None
+
+    def _table_link(
+        self, def_name: str, target: dict[str, Any], path: list[str], *, array: bool
+    ) -> tuple[str, _Child | None]:
+        if def_name in self.documented:
+            title, anchor = self.documented[def_name]
+            return f"table, keys as in [{_code(title)}](#{anchor})", None
+        anchor = self._anchor(path)
+        self.documented[def_name] = (self._title(path, array), anchor)
+        return f"[table](#{anchor})", (def_name, target, path, array)
+
+    @staticmethod
+    def _count(node: dict[str, Any], key: str, noun: str) -> str:
+        if key not in node:
+            return ""
+        count = node[key]
+        return f" (at least {count} {noun}{'s' if count != 1 else ''})"
+
+    def _scalar(self, node: dict[str, Any]) -> str:
+        node = self._strip_null(node)
+        if "const" in node:
+            return _code(_toml(node["const"]))
+        if "enum" in node:
+            return "one of " + ", ".join(_code(_toml(value)) for value in node["enum"])
+        kind = node.get("type", "any")
+        words = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+        text = words.get(kind, str(kind))
+        bounds = []
+        for key, sign in (
+            ("minimum", "≥"),
+            ("exclusiveMinimum", ">"),
+            ("maximum", "≤"),
+            ("exclusiveMaximum", "<"),
+        ):
+            if key in node:
+                bounds.append(f"{sign} {_toml(node[key])}")
+        if bounds:
+            text += ", " + " and ".join(bounds)
+        if node.get("pattern"):
+            text += " matching " + _code(node["pattern"])
+        if node.get("minLength") == 1:
+            text = "non-empty " + text
+        return text
+
+    def _default(self, def_name: str, key: str, prop: dict[str, Any], required: bool) -> str:
+        if required:
+            return "required"
+        # pydantic leaves default_factory values out of the schema.
+        value = prop["default"] if "default" in prop else self.defaults(def_name, key)
+        if value is None or isinstance(value, dict):
+            return "—"
+        return _code(_toml(value))
+
+    def _description(self, def_name: str, key: str, prop: dict[str, Any]) -> str:
+        text = prop.get("description")
+        note = NOTES.get((def_name, key))
+        if note is not None:
+            self.used_notes.add((def_name, key))
+            if text:
+                raise SystemExit(
+                    f"docs/gen/reference.py: the schema now describes {def_name}.{key}; "
+                    f"delete NOTES[{(def_name, key)!r}]"
+                )
+            text = note
+        return _escape(text or "")
+
+
+def _factory_default(def_name: str, key: str) -> Any:
+    """A key's default when pydantic left it out of the schema (a default_factory)."""
+    from pydantic import BaseModel
+
+    from edgereg import config
+
+    model = getattr(config, def_name, None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    field = model.model_fields.get(key)
+    if field is None or field.default_factory is None:
+        return None
+    value = field.get_default(call_default_factory=True)
+    return None if isinstance(value, BaseModel) else value
+
+
+def models_toml_reference() -> str:
+    """The models.toml reference page."""
+    from edgereg.config import NAME_RULE, json_schema
+
+    head = [
+        "<!-- Generated by docs/gen/reference.py from edgereg.config.json_schema(); "
+        "do not edit. Run: python docs/gen/reference.py -->",
+        "",
+        "# models.toml reference",
+        "",
+        "Every table and key `edgereg validate` accepts. Unknown keys are errors. "
+        "`edgereg schema` prints the same JSON Schema, for editors.",
+        "",
+        f"Names of tiers, models and variants: {_escape(NAME_RULE)}. A default of — means "
+        "unset. Rules that span several keys (one variant per tier, tier fallback, the "
+        "catch-all tier, int8 needs a calibration set) are in the "
+        "[models.toml guide](../models-toml.md).",
+    ]
+    body = _SchemaPage(json_schema(), _factory_default).render()
+    return "\n".join(head + body) + "\n"
+
+
+# --- CLI ----------------------------------------------------------------------------
+
+
+def _commands(command: Any, ctx: Any) -> Iterator[tuple[Any, Any]]:
+    import click
+
+    yield command, ctx
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is None or sub.hidden:
+                continue
+            yield from _commands(sub, click.Context(sub, info_name=name, parent=ctx))
+
+
+def _help_text(command: Any) -> str:
+    text = inspect.cleandoc(command.help or "").split("\f", 1)[0]
+    return "\n".join(line for line in text.splitlines() if line.strip() != "\b").strip()
+
+
+def _param_type(param: Any, ctx: Any) -> str:
+    import click
+
+    if isinstance(param, click.Option) and param.is_flag and not param.count:
+        return "flag"
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        return "one of " + ", ".join(_code(str(choice)) for choice in kind.choices)
+    try:
+        metavar = param.make_metavar(ctx)
+    except TypeError:  # click < 8.2
+        metavar = param.make_metavar()
+    describe = getattr(kind, "_describe_range", None)
+    text = _code(metavar)
+    if describe is not None:
+        text += f" {_code(describe())}"
+    if getattr(param, "multiple", False):
+        text += ", repeatable"
+    return text
+
+
+def _param_default(param: Any, ctx: Any) -> str:
+    import click
+
+    if param.required:
+        return "required"
+    default = param.get_default(ctx, call=False)
+    if callable(default):
+        return "computed"
+    if default is None or type(default).__name__ == "Sentinel" or default == ():
+        return "—"
+    if isinstance(param, click.Option) and param.is_flag and default is False:
+        return "—"
+    return _code(str(default))
+
+
+def cli_reference() -> str:
+    """The command-line reference page."""
+    import click
+
+    from edgereg.cli import main
+
+    lines = [
+        "<!-- Generated by docs/gen/reference.py from the click commands; do not edit. "
+        "Run: python docs/gen/reference.py -->",
+        "",
+        "# Command-line reference",
+        "",
+        "Every command takes `-h`/`--help`. `edgereg --verbose COMMAND` shows a traceback "
+        "with an error. What each exit status means: [exit codes](exit-codes.md).",
+    ]
+    root = click.Context(main, info_name="edgereg")
+    for command, ctx in _commands(main, root):
+        lines += ["", f"## {ctx.command_path}", ""]
+        usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
+        lines += ["```", usage, "```", ""]
+        help_text = _help_text(command)
+        if help_text:
+            lines += [help_text, ""]
+        help_option = command.get_help_option(ctx)
+        params = [
+            p
+            for p in command.get_params(ctx)
+            if p is not help_option and not getattr(p, "hidden", False)
+        ]
+        arguments = [p for p in params if isinstance(p, click.Argument)]
+        options = [p for p in params if isinstance(p, click.Option)]
+        if arguments:
+            rows = [
+                [_code(p.human_readable_name), "yes" if p.required else "no"] for p in arguments
+            ]
+            lines += [*_table(["argument", "required"], rows), ""]
+        if options:
+            rows = []
+            for p in options:
+                names = ", ".join(_code(opt) for opt in [*p.opts, *p.secondary_opts])
+                help_cell = _escape(p.help or "")
+                if p.envvar:
+                    envvars = [p.envvar] if isinstance(p.envvar, str) else list(p.envvar)
+                    help_cell += " Environment: " + ", ".join(_code(e) for e in envvars) + "."
+                rows.append([names, _param_type(p, ctx), _param_default(p, ctx), help_cell])
+            lines += [*_table(["option", "type", "default", "description"], rows), ""]
+        if isinstance(command, click.Group):
+            rows = []
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is None or sub.hidden:
+                    continue
+                anchor = f"{ctx.command_path} {name}".replace(" ", "-")
+                rows.append(
+                    [f"[{_code(name)}](#{anchor})", _escape(sub.get_short_help_str(limit=300))]
+                )
+            lines += [*_table(["command", "what it does"], rows), ""]
+        while lines[-1] == "":
+            lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+# --- entry point --------------------------------------------------------------------
+
+PAGES: dict[str, Callable[[], str]] = {
+    "reference/models-toml.md": models_toml_reference,
+    "reference/cli.md": cli_reference,
+}
+
+
+def stale_pages(docs: Path = DOCS) -> list[str]:
+    """The generated pages whose committed text differs from what the code gives."""
+    stale = []
+    for relative, render in PAGES.items():
+        path = docs / relative
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current != render():
+            stale.append(relative)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite the generated pages, or with --check report the stale ones."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_pages()
+        for relative in stale:
+            print(f"docs/{relative} is stale; run python docs/gen/reference.py", file=sys.stderr)
+        return 1 if stale else 0
+    for relative, render in PAGES.items():
+        path = DOCS / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = render()
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote docs/{relative}")
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as a script from any directory: make the repository importable.
+    sys.path.insert(0, str(DOCS.parent))
+    sys.exit(main())
