@@ -17,6 +17,13 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+DEMO_PULL = edgereg pull --registry-url file://$(CURDIR)/registry \
+	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
+FLAGSHIP = --device-id demo-flagship-0001 --ram-mb 12288 --cpu-cores 8 --os android \
+	--out .edgereg/demo-devices/flagship
+BUDGET_PHONE = --device-id demo-budget-0002 --ram-mb 2048 --cpu-cores 4 --os android \
+	--out .edgereg/demo-devices/budget
+
 demo: venv
 	edgereg validate
 	dvc repro
@@ -25,6 +32,15 @@ demo: venv
 	edgereg publish digits --canary 5%
 	edgereg publish sensor --canary 5%
 	edgereg status
+	@echo "--- sensor stays a 5% canary: devices outside the cohort get no model yet ---"
+	$(DEMO_PULL) sensor $(FLAGSHIP)
+	$(DEMO_PULL) sensor $(BUDGET_PHONE)
+	@echo "--- demo only: digits goes to everyone now, skipping the soak time (--force) ---"
+	if edgereg status digits --json | grep -q '"candidate": "'; then \
+		edgereg rollout digits --to 100% --force && edgereg promote digits; fi
+	$(DEMO_PULL) digits $(FLAGSHIP)
+	$(DEMO_PULL) digits $(BUDGET_PHONE)
+	edgereg history digits
 	edgereg verify
 
 lint: venv

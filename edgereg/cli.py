@@ -758,12 +758,14 @@ def status(
     """Every model's stable and candidate versions, rollout percent and tiers."""
     from edgereg.registry import model_status
 
-    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    config = _optional_config(config_path)
+    registry = _open_registry(config, registry_url, endpoint_url)
+    tier_order = list(config.tiers) if config is not None else []
     names = [model] if model else registry.models()
     statuses = []
     for name in names:
         try:
-            statuses.append(model_status(registry, name))
+            statuses.append(model_status(registry, name, tier_order))
         except KeyError:
             raise EdgeregError(
                 f"model '{name}' has no release in {registry.storage.url}",

@@ -38,6 +38,10 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 DEFAULT_CONFIG_FILE = "models.toml"
+#: What `edgereg validate` says about a models.toml that declares no model yet.
+NO_MODELS_NOTE = (
+    "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
+)
 
 NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
@@ -188,7 +192,7 @@ class Budgets(_Strict):
         default=None,
         ge=0,
         description="Max absolute output difference against ONNX Runtime "
-        "(gated for variants without quantization).",
+        "(gated for fp32 variants without quantization).",
     )
     max_accuracy_drop: float | None = Field(
         default=None, ge=0, le=1, description="Fraction, 0.01 = one accuracy point."
@@ -385,7 +389,10 @@ class Config(_Strict):
     tiers: dict[Name, TierRules] = Field(
         min_length=1, description="Device tiers, best first; the last one is the catch-all."
     )
-    models: dict[Name, Model] = Field(min_length=1)
+    models: dict[Name, Model] = Field(
+        default_factory=dict,
+        description="The models to build; none yet right after `edgereg init`.",
+    )
 
     _path: Path = PrivateAttr(default=Path(DEFAULT_CONFIG_FILE))
 
@@ -480,7 +487,9 @@ class Config(_Strict):
         return {tier: result[tier] for tier in self.tiers}
 
     def notes(self) -> list[str]:
-        """Things worth knowing that are not errors (tier fallbacks)."""
+        """Things worth knowing that are not errors (no models yet, tier fallbacks)."""
+        if not self.models:
+            return [NO_MODELS_NOTE]
         notes = []
         for model_name in self.models:
             for tier, (variant, fell_back) in self.tier_variants(model_name).items():

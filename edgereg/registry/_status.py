@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,8 +41,17 @@ class ModelStatus:
         return asdict(self)
 
 
-def model_status(registry: Registry, model: str) -> ModelStatus:
-    """Read and verify one model's state and the release records it names."""
+def model_status(
+    registry: Registry, model: str, tier_order: Sequence[str] = ()
+) -> ModelStatus:
+    """Read and verify one model's state and the release records it names.
+
+    Args:
+        registry: Where to read.
+        model: Which model.
+        tier_order: Tier names best first (models.toml order); tiers not
+            named come after them. Records keep tiers in sorted order.
+    """
     state, _ = registry.read_state(model)
     if state is None:
         raise KeyError(model)
@@ -51,8 +61,9 @@ def model_status(registry: Registry, model: str) -> ModelStatus:
     for record in (stable, candidate):
         if record is not None:
             tier_names.update(dict.fromkeys(record.tiers))
+    rank = {tier: index for index, tier in enumerate(tier_order)}
     tiers = []
-    for tier in tier_names:
+    for tier in sorted(tier_names, key=lambda name: rank.get(name, len(rank))):
         s = entry_for(stable, tier) if stable else None
         c = entry_for(candidate, tier) if candidate else None
         tiers.append(
@@ -74,7 +85,5 @@ def model_status(registry: Registry, model: str) -> ModelStatus:
         sequence=state.sequence,
         expires=format_time(state.expires),
         tiers=tiers,
-        last_change=(
-            f"{format_time(last.at)} {last.action} by {last.actor}" if last else None
-        ),
+        last_change=(f"{format_time(last.at)} {last.action} by {last.actor}" if last else None),
     )
