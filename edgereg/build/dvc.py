@@ -91,6 +91,9 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 "          y: p50_ms",
                 f"          title: {_q(f'{model_name}/{variant_name}: host p50 latency (ms)')}",
             ]
+    if len(lines) == 2:
+        # No model yet (right after `edgereg init`): DVC rejects a null `stages:`.
+        lines[-1] = "stages: {}"
     return "\n".join(lines) + "\n"
 
 

@@ -120,8 +120,37 @@ class Registry:
         return TrustedKeys(keys)
 
     def add_public_key(self, signer: Signer) -> bool:
-        """Publish the signer's public key under keys/ (True if it was new)."""
+        """Publish the signer's public key under keys/ (True if it was new).
+
+        This is how a key becomes trusted: `edgereg keys generate` calls it.
+        Signing commands call :meth:`check_signer` instead, so a wrong key is
+        refused rather than quietly added.
+        """
         return self.storage.put_if_absent(public_key_key(signer.key_id), signer.public_pem())
+
+    def check_signer(self, signer: Signer) -> None:
+        """Refuse a signing key the registry does not trust yet.
+
+        The first key of an empty registry is accepted (the first publish
+        brings it along); after that, only keys already in keys/ may sign.
+        A document signed by another key would be rejected by every app that
+        trusts the registry's keys, so the key must be added on purpose first.
+
+        Raises:
+            TrustError: keys/ holds keys and the signer's is not among them.
+        """
+        trusted = self.trusted_keys()
+        if not trusted or signer.key_id in trusted:
+            return
+        known = ", ".join(keyid[:12] for keyid in trusted)
+        raise TrustError(
+            f"the signing key {signer.key_id[:12]} is not one of the keys of registry "
+            f"{self.storage.url} ({known}); apps that trust those keys would reject "
+            "whatever it signs",
+            hint="Sign with the registry's key (--key PATH). To rotate to a new key, add "
+            "its public key first: `edgereg keys generate` publishes a new one, or copy "
+            f"the .pub.pem to keys/{signer.key_id}.pem in the registry.",
+        )
 
     # -- reading --------------------------------------------------------------------
 
@@ -153,9 +182,7 @@ class Registry:
             for key in self.storage.list(prefix)
             if key.endswith(".json")
         ]
-        return sorted(
-            (v for v in found if semver.Version.is_valid(v)), key=semver.Version.parse
-        )
+        return sorted((v for v in found if semver.Version.is_valid(v)), key=semver.Version.parse)
 
     def read_release(self, model: str, version: str) -> ReleaseRecord:
         """A verified release record."""
@@ -163,9 +190,7 @@ class Registry:
             ReleaseRecord, self.storage.get(release_key(model, version)), self._trust_for_signed()
         )
         if record.model != model or record.version != version:
-            raise TrustError(
-                f"{release_key(model, version)} holds {record.model} {record.version}"
-            )
+            raise TrustError(f"{release_key(model, version)} holds {record.model} {record.version}")
         return record
 
     def read_manifest(self, model: str, tier: str) -> Manifest:
@@ -206,7 +231,7 @@ class Registry:
         """
         record = prepared.record
         model, version = record.model, record.version
-        self.add_public_key(signer)
+        self.check_signer(signer)
         state, token = self.read_state(model)
         existing = self._existing_release(model, version)
         if existing is not None and not prepared.same_content(existing):
@@ -215,15 +240,25 @@ class Registry:
                 "never changes once published",
                 hint="Bump `version` in models.toml (or pass --version).",
             )
-        if existing is not None and state is not None and version in (
-            state.stable,
-            state.candidate,
+        if (
+            existing is not None
+            and state is not None
+            and version
+            in (
+                state.stable,
+                state.candidate,
+            )
         ):
             # Published before; make sure the last step (manifests) happened.
             self._write_manifests(state, signer)
             return PublishResult(model, version, state, 0, 0, already_published=True)
         transitions.check_new_version(state, version)
+        if full == (percent is not None):
+            raise transitions.RolloutError("choose exactly one of --canary PERCENT and --full")
 
+        # Nothing was written before this point: a refused publish changes nothing.
+        # The key goes first, so whatever is signed next can be verified.
+        self.add_public_key(signer)
         uploaded_blobs = uploaded_bytes = 0
         for digest, path in sorted(prepared.blobs.items()):
             if self.storage.put_file_if_absent(blob_path(digest), path):
@@ -271,7 +306,8 @@ class Registry:
         Args:
             transition: called with (state, now, expires); returns the next state.
         """
-        self.add_public_key(signer)
+        self.check_signer(signer)
+        self.repair_manifests(model, signer)
         state, token = self.read_state(model)
         now = self.clock()
         new_state = transition(state, now, now + timedelta(days=expires_days))
@@ -283,9 +319,11 @@ class Registry:
         except NotFound:
             return None
 
-    def _write_state(
-        self, state: RolloutState, token: str | None, signer: Signer
-    ) -> RolloutState:
+    def _write_state(self, state: RolloutState, token: str | None, signer: Signer) -> RolloutState:
+        # Verify the releases the new state names before it is written, so a
+        # missing or tampered record refuses the command instead of leaving a
+        # state that no manifest can be built from.
+        releases = self._releases_of(state)
         try:
             self.storage.put_if_unchanged(
                 state_key(state.model), sign_document(state, [signer]), token
@@ -297,17 +335,86 @@ class Registry:
                 url=self.storage.url,
                 hint="Run the command again.",
             ) from exc
-        self._write_manifests(state, signer)
+        self._write_manifests(state, signer, releases)
         return state
 
-    def _write_manifests(self, state: RolloutState, signer: Signer) -> None:
-        releases = {
+    def _releases_of(self, state: RolloutState) -> dict[str, ReleaseRecord]:
+        return {
             version: self.read_release(state.model, version)
             for version in (state.stable, state.candidate)
             if version is not None
         }
-        for tier, manifest in build_manifests(state, releases).items():
-            self.storage.put(manifest_key(state.model, tier), sign_document(manifest, [signer]))
+
+    def _write_manifests(
+        self,
+        state: RolloutState,
+        signer: Signer,
+        releases: dict[str, ReleaseRecord] | None = None,
+    ) -> None:
+        if releases is None:
+            releases = self._releases_of(state)
+        for manifest in build_manifests(state, releases).values():
+            self._put_manifest(manifest, signer)
+
+    def _put_manifest(self, manifest: Manifest, signer: Signer) -> None:
+        """Write a manifest unless the registry already holds one at least as new.
+
+        Compare-and-swap, so a command that read an older state (a publish
+        rerun racing a rollout) never replaces newer manifests with older ones.
+        """
+        key = manifest_key(manifest.model, manifest.tier)
+        envelope = sign_document(manifest, [signer])
+        for _ in range(5):
+            try:
+                data, token = self.storage.get_versioned(key)
+            except NotFound:
+                data, token = b"", None
+            if token is not None:
+                try:
+                    current = verify_document(Manifest, data, self._trust_for_signed())
+                except TrustError:
+                    current = None  # unreadable or foreign: replace it
+                if current is not None and current.sequence >= manifest.sequence:
+                    return
+            try:
+                self.storage.put_if_unchanged(key, envelope, token)
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(
+            f"{key} kept changing while this command wrote it",
+            url=self.storage.url,
+            hint="Run the command again.",
+        )
+
+    def repair_manifests(self, model: str, signer: Signer) -> bool:
+        """Write the manifests of the current state where they lag behind it.
+
+        A command interrupted between the state and the manifests leaves them
+        behind; every later command calls this first, so rerunning finishes
+        the job.
+
+        Returns:
+            True if any manifest was behind.
+        """
+        state, _ = self.read_state(model)
+        if state is None:
+            return False
+        trusted = self._trust_for_signed()
+        releases = self._releases_of(state)
+        behind = False
+        for tier, want in build_manifests(state, releases).items():
+            try:
+                got = verify_document(
+                    Manifest, self.storage.get(manifest_key(model, tier)), trusted
+                )
+                stale = got.sequence < want.sequence
+            except (NotFound, TrustError):
+                stale = True
+            if stale:
+                behind = True
+                self._put_manifest(want, signer)
+        return behind
 
     # -- checking -------------------------------------------------------------------
 
@@ -379,9 +486,7 @@ class Registry:
             try:
                 got = verify_document(Manifest, self.storage.get(key), trusted)
             except NotFound:
-                report.warnings.append(
-                    f"{key}: missing; run `edgereg resign {model}` to write it"
-                )
+                report.warnings.append(f"{key}: missing; run `edgereg resign {model}` to write it")
                 continue
             except TrustError as exc:
                 report.errors.append(f"{key}: {exc.message}")

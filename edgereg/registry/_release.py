@@ -8,7 +8,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE, sha256_file, variant_dir
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
 from edgereg.wire import ReleaseRecord, ReleaseVariant
@@ -29,11 +28,9 @@ class PreparedRelease:
 
     def same_content(self, other: ReleaseRecord) -> bool:
         """True when ``other`` ships exactly the same artifacts to the same tiers."""
-        return (
-            {name: v.sha256 for name, v in other.variants.items()}
-            == {name: v.sha256 for name, v in self.record.variants.items()}
-            and other.tiers == self.record.tiers
-        )
+        return {name: v.sha256 for name, v in other.variants.items()} == {
+            name: v.sha256 for name, v in self.record.variants.items()
+        } and other.tiers == self.record.tiers
 
 
 def prepare_release(
@@ -45,6 +42,10 @@ def prepare_release(
         ReleaseError: a variant is not built, failed a gate, or is stale
             against models.toml or its source; the message lists them all.
     """
+    # Imported here: the build layer pulls in numpy and the toolchain, which
+    # `edgereg status` and the other read-only commands do not need.
+    from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE, sha256_file, variant_dir
+
     if model_name not in config.models:
         raise ReleaseError(
             f"no model '{model_name}' in {config.path}; models: {', '.join(config.models)}"
@@ -67,9 +68,7 @@ def prepare_release(
             problems.append(f"{where}: build outputs unreadable ({exc})")
             continue
         if provenance.get("recipe_sha256") != config.recipe_digest(model_name, variant_name):
-            problems.append(
-                f"{where}: stale: models.toml or the source changed since it was built"
-            )
+            problems.append(f"{where}: stale: models.toml or the source changed since it was built")
             continue
         failed = [name for name, passed in metrics.get("gates", {}).items() if not passed]
         if failed:

@@ -208,10 +208,15 @@ def promote(
     ``--full``) may be promoted; ``force`` overrides and is recorded.
     """
     current = _require_candidate(state, model, "promote")
-    rolled_out = any(
-        event.action == "rollout" and event.after.candidate == current.candidate
-        for event in current.history
-    )
+    rolled_out = False
+    # Only rollouts since this candidate was (last) published count: a version
+    # dropped by a rollback and published again starts over as a canary.
+    for event in reversed(current.history):
+        if event.action == "publish" and event.after.candidate == current.candidate:
+            break
+        if event.action == "rollout" and event.after.candidate == current.candidate:
+            rolled_out = True
+            break
     forced = False
     if not (rolled_out or current.full):
         if not force:
@@ -273,11 +278,20 @@ def rollback(
         raise RolloutError(f"model '{model}' has no release in this registry")
     if to_version not in published:
         listed = ", ".join(sorted(published, key=semver.Version.parse)) or "none"
-        raise RolloutError(
-            f"{model} {to_version} was never published here (published: {listed})"
-        )
+        raise RolloutError(f"{model} {to_version} was never published here (published: {listed})")
     if to_version == state.stable and state.candidate is None:
         raise RolloutError(f"{model} {to_version} is already the stable release")
+    # Going forward is not a rollback: it would make a version stable for every
+    # device without the canary and rollout that promote requires.
+    if state.stable is None or semver.Version.parse(to_version) > semver.Version.parse(
+        state.stable
+    ):
+        raise RolloutError(
+            f"{model} {to_version} is not older than the stable release "
+            f"({state.stable or 'none yet'}); --to-version only goes back",
+            hint=f"To move forward, roll the candidate out and promote it (edgereg promote "
+            f"{model}), or publish a new version.",
+        )
     return _advance(
         state,
         model,

@@ -1,0 +1,720 @@
+"""`edgereg keys generate` and `edgereg publish`: what a release manager does first.
+
+Real builds of the tiny project (tests/buildkit.py, built once per session),
+real signing, a real directory registry and a real S3-protocol server (moto in
+server mode on loopback). Every refused command must leave the registry
+byte-for-byte as it was.
+
+The helpers at the top (the built project, :class:`Site`, snapshots) are also
+used by test_rollout_commands.py and test_registry_safety.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import buildkit
+import pytest
+from buildkit import Project
+from click.testing import CliRunner, Result
+from s3server import MotoServer, make_client
+
+from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE
+from edgereg.cli import main
+from edgereg.registry import Registry
+from edgereg.signing import TrustedKeys, generate_key, key_id, load_public_key
+from edgereg.storage import open_storage
+from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document
+
+MODEL = buildkit.IMAGE_MODEL  # "vision": three variants, one per tier
+OTHER = buildkit.TENSOR_MODEL  # "sensor"
+TIERS = ("high", "mid", "low")
+VERSION = "1.0.0"  # models.toml's version of both models
+KEY_FILE = ".edgereg/signing-key.pem"  # the CLI's default key, relative to the project
+PUBLIC_KEY_FILE = ".edgereg/signing-key.pub.pem"
+_DONE = ".built-for-registry-tests"
+
+
+# --- the built project, shared by the registry test modules --------------------------
+
+
+def build_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny project with every variant built and a signing key, made once per session.
+
+    Kept under the session's base temp directory, so the three registry test
+    modules (each with its own fixture) build only once between them.
+    """
+    root = tmp_path_factory.getbasetemp() / "registry-built-project"
+    if not (root / _DONE).exists():
+        shutil.rmtree(root, ignore_errors=True)
+        project = buildkit.write_project(root)
+        for model, variants in buildkit.VARIANTS.items():
+            for variant in variants:
+                project.build(model, variant)
+        write_key(root / KEY_FILE)
+        (root / _DONE).touch()
+    return root
+
+
+def write_key(path: Path) -> str:
+    """Write a fresh private key (mode 0600) and its .pub.pem next to it; return its id."""
+    private_pem, public_pem = generate_key()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(private_pem)
+    path.with_name(path.stem + ".pub.pem").write_bytes(public_pem)
+    return key_id(load_public_key(public_pem))
+
+
+def copy_project(built: Path, dest: Path) -> Project:
+    """A private copy of the built project (build outputs and key included)."""
+    shutil.copytree(built, dest, ignore=shutil.ignore_patterns(_DONE))
+    return Project(dest)
+
+
+def cli(*args: str) -> Result:
+    """Run edgereg in-process, as a user would in the current directory."""
+    return CliRunner().invoke(main, list(args))
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, f"exit {result.exit_code}:\n{result.output}"
+    return result
+
+
+def assert_refused(result: Result, exit_code: int, *fragments: str) -> str:
+    """A clean refusal: the exit code, one paragraph on stderr naming the problem."""
+    assert result.exit_code == exit_code, (
+        f"exit {result.exit_code}, not {exit_code}:\n{result.output}"
+    )
+    assert "Traceback" not in result.output
+    message = result.stderr.strip()
+    assert message.startswith("error: "), message
+    assert "\n\n" not in message, f"not one paragraph:\n{message}"
+    for fragment in fragments:
+        assert fragment.lower() in message.lower(), f"{fragment!r} not in:\n{message}"
+    return message
+
+
+@dataclass
+class Site:
+    """A project copy (the current directory) and the registry its commands use.
+
+    Attributes:
+        project: The copy; its models.toml and build/ are what commands read.
+        url: The registry URL.
+        flags: What every registry command gets (--registry, --endpoint-url).
+        endpoint: The S3 endpoint, for S3 registries.
+        s3: A plain boto3 client on that endpoint, to inspect the bucket.
+    """
+
+    project: Project
+    url: str
+    flags: tuple[str, ...] = ()
+    endpoint: str | None = None
+    s3: Any = None
+
+    @property
+    def root(self) -> Path:
+        return self.project.root
+
+    def run(self, command: str, *args: str) -> Result:
+        """``edgereg COMMAND ARGS`` against this site's registry."""
+        return cli(*command.split(), *args, *self.flags)
+
+    def registry(self, trusted: TrustedKeys | None = None) -> Registry:
+        return Registry(open_storage(self.url, endpoint_url=self.endpoint), trusted=trusted)
+
+    def public_keys(self, *files: str) -> TrustedKeys:
+        """The public keys in these files of the project (default: the signing key)."""
+        return TrustedKeys.from_pems(
+            (self.root / name).read_bytes() for name in (files or (PUBLIC_KEY_FILE,))
+        )
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every object of the registry, with its bytes (local: every file, dotfiles too)."""
+        if self.s3 is not None:
+            bucket, _, prefix = self.url.removeprefix("s3://").partition("/")
+            return s3_objects(self.s3, bucket, prefix)
+        return dir_files(Path(self.url.removeprefix("file://")))
+
+    def objects(self) -> dict[str, bytes]:
+        """The registry's objects without the local backend's bookkeeping files."""
+        return {
+            key: data
+            for key, data in self.snapshot().items()
+            if not key.rsplit("/", 1)[-1].startswith((".lock-", ".tmp-"))
+        }
+
+    def state(self, model: str = MODEL) -> RolloutState:
+        state, _ = self.registry().read_state(model)
+        assert state is not None
+        return state
+
+    def manifests(self, model: str = MODEL) -> dict[str, Manifest]:
+        registry = self.registry()
+        return {tier: registry.read_manifest(model, tier) for tier in TIERS}
+
+    def artifact(self, model: str, variant: str) -> bytes:
+        return (self.project.out_dir(model, variant) / ARTIFACT).read_bytes()
+
+
+def dir_files(root: Path) -> dict[str, bytes]:
+    if not root.exists():
+        return {}
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def s3_objects(client: Any, bucket: str, prefix: str = "") -> dict[str, bytes]:
+    root = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    found = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root):
+        for item in page.get("Contents", ()):
+            body = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            found[item["Key"][len(root) :]] = body
+    return found
+
+
+def enter(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work in the project directory, with no signing key or actor from the environment."""
+    monkeypatch.chdir(project.root)
+    for name in ("EDGEREG_SIGNING_KEY", "EDGEREG_SIGNING_KEY_FILE", "EDGEREG_ACTOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def local_site(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
+    """A project copy as the current directory, with its default registry (./registry)."""
+    project = copy_project(built, tmp_path / "project")
+    enter(project, monkeypatch)
+    return Site(project, f"file://{project.root / 'registry'}")
+
+
+def s3_site(
+    built: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    endpoint: str,
+    bucket: str,
+) -> Site:
+    """A project copy as the current directory, publishing to s3://BUCKET/reg."""
+    project = copy_project(built, tmp_path / "project")
+    enter(project, monkeypatch)
+    url = f"s3://{bucket}/reg"
+    return Site(
+        project,
+        url,
+        ("--registry", url, "--endpoint-url", endpoint),
+        endpoint=endpoint,
+        s3=make_client(endpoint),
+    )
+
+
+def add_table(project: Project, text: str) -> None:
+    """Append TOML tables (like [rollout]) to models.toml."""
+    project.config_path.write_text(project.toml() + "\n" + text.strip() + "\n", encoding="utf-8")
+
+
+# --- fixtures ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_once(tmp_path_factory)
+
+
+@pytest.fixture
+def site(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
+    return local_site(built, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def s3site(
+    built: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    moto_endpoint: str,
+    s3_bucket: str,
+) -> Site:
+    return s3_site(built, tmp_path, monkeypatch, moto_endpoint, s3_bucket)
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_site(request: pytest.FixtureRequest) -> Site:
+    site: Site = request.getfixturevalue("site" if request.param == "local" else "s3site")
+    return site
+
+
+# --- keys ----------------------------------------------------------------------------
+
+
+def test_keys_generate_writes_a_private_key_0600_and_publishes_the_public_key(
+    site: Site,
+) -> None:
+    result = ok(cli("keys", "generate", "--out", "secrets/release.pem"))
+    private = site.root / "secrets/release.pem"
+    public = site.root / "secrets/release.pub.pem"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert private.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    keyid = key_id(load_public_key(public.read_bytes()))
+    assert keyid in result.stderr
+    # The registry of models.toml ([registry] default: ./registry) holds the public key only.
+    assert site.objects() == {f"keys/{keyid}.pem": public.read_bytes()}
+    assert b"PRIVATE" not in b"".join(site.snapshot().values())
+
+    first = private.read_bytes()
+    before = site.snapshot()
+    again = cli("keys", "generate", "--out", "secrets/release.pem")
+    assert_refused(again, 1, "already exists", "--force")
+    assert private.read_bytes() == first
+    assert site.snapshot() == before
+
+    ok(cli("keys", "generate", "--out", "secrets/release.pem", "--force"))
+    assert private.read_bytes() != first
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    new_id = key_id(load_public_key(public.read_bytes()))
+    # The old public key stays: apps may still trust it (rotation).
+    assert sorted(site.objects()) == sorted({f"keys/{keyid}.pem", f"keys/{new_id}.pem"})
+
+
+def test_keys_generate_no_publish_leaves_the_registry_alone(site: Site) -> None:
+    ok(cli("keys", "generate", "--out", "offline.pem", "--no-publish"))
+    assert (site.root / "offline.pem").exists()
+    assert site.snapshot() == {}
+
+
+def test_keys_generate_publishes_to_s3(s3site: Site) -> None:
+    ok(s3site.run("keys generate", "--out", "s3key.pem"))
+    public = (s3site.root / "s3key.pub.pem").read_bytes()
+    assert s3site.objects() == {f"keys/{key_id(load_public_key(public))}.pem": public}
+
+
+# --- publish: layout, signatures, manifests ----------------------------------------------
+
+
+def check_published(
+    site: Site,
+    *,
+    model: str = MODEL,
+    version: str = VERSION,
+    percent: float,
+    full: bool = False,
+) -> None:
+    """The registry holds exactly DESIGN.md's layout for one release, all of it verified."""
+    objects = site.objects()
+    config = site.project.load()
+    trusted = site.public_keys()  # the key file, not the registry's own keys/
+    (keyid,) = trusted
+    variants = buildkit.VARIANTS[model]
+    artifacts = {v: site.artifact(model, v) for v in variants}
+    digests = {v: hashlib.sha256(data).hexdigest() for v, data in artifacts.items()}
+
+    assert sorted(objects) == sorted(
+        [f"blobs/sha256/{digest}" for digest in digests.values()]
+        + [
+            f"models/{model}/releases/{version}.json",
+            f"models/{model}/state.json",
+            *(f"manifests/{model}/{tier}.json" for tier in TIERS),
+            f"keys/{keyid}.pem",
+        ]
+    )
+    assert objects[f"keys/{keyid}.pem"] == (site.root / PUBLIC_KEY_FILE).read_bytes()
+    for variant, digest in digests.items():
+        assert objects[f"blobs/sha256/{digest}"] == artifacts[variant]
+
+    record = verify_document(
+        ReleaseRecord, objects[f"models/{model}/releases/{version}.json"], trusted
+    )
+    assert (record.model, record.version) == (model, version)
+    assert record.tiers == {tier: name for tier, (name, _) in config.tier_variants(model).items()}
+    for variant in variants:
+        entry = record.variants[variant]
+        out = site.project.out_dir(model, variant)
+        assert entry.tier == config.models[model].variants[variant].tier
+        assert (entry.sha256, entry.size) == (digests[variant], len(artifacts[variant]))
+        assert entry.metrics == json.loads((out / METRICS).read_text())
+        assert entry.provenance == json.loads((out / PROVENANCE).read_text())
+        assert entry.min_mnn_runtime == entry.provenance["min_mnn_runtime"]
+        assert entry.runtime == config.models[model].variants[variant].runtime
+
+    state = verify_document(RolloutState, objects[f"models/{model}/state.json"], trusted)
+    assert (state.model, state.candidate, state.stable) == (model, version, None)
+    assert state.percent == percent
+    assert state.full is full
+    assert state.salt is not None
+    assert len(state.salt) >= 8
+    assert [event.action for event in state.history] == ["publish"]
+
+    for tier in TIERS:
+        manifest = verify_document(Manifest, objects[f"manifests/{model}/{tier}.json"], trusted)
+        variant = record.tiers[tier]
+        assert (manifest.model, manifest.tier) == (model, tier)
+        assert manifest.sequence == state.sequence
+        assert manifest.expires == state.expires
+        assert manifest.stable is None  # a first canary: devices outside get no model yet
+        assert manifest.candidate is not None
+        assert manifest.candidate.version == version
+        assert manifest.candidate.variant == variant
+        assert manifest.candidate.sha256 == digests[variant]
+        assert manifest.candidate.size == len(artifacts[variant])
+        assert manifest.candidate.path == f"blobs/sha256/{digests[variant]}"
+        assert manifest.candidate.runtime == config.models[model].variants[variant].runtime
+        assert manifest.percent == percent
+        assert manifest.salt == state.salt
+        assert not manifest.paused
+
+
+def test_publish_canary_writes_the_documented_layout(any_site: Site) -> None:
+    result = ok(any_site.run("publish", MODEL, "--canary", "5%", "--actor", "rm@example"))
+    assert "5% of devices" in result.stderr
+    check_published(any_site, percent=5.0)
+    assert any_site.state().history[0].actor == "rm@example"
+    report = ok(any_site.run("verify", "--json"))
+    assert json.loads(report.stdout) == {
+        "ok": True,
+        "checked": 1 + 1 + 3 + 3,  # state, record, blobs, manifests
+        "errors": [],
+        "warnings": [],
+    }
+
+
+def test_publish_full(any_site: Site) -> None:
+    ok(any_site.run("publish", MODEL, "--full"))
+    check_published(any_site, percent=100.0, full=True)
+
+
+def test_publishing_again_uploads_nothing_and_changes_nothing(any_site: Site) -> None:
+    first = json.loads(ok(any_site.run("publish", MODEL, "--canary", "5%", "--json")).stdout)
+    assert first["uploaded_blobs"] == 3
+    assert first["uploaded_bytes"] == sum(
+        len(any_site.artifact(MODEL, v)) for v in buildkit.VARIANTS[MODEL]
+    )
+    before = any_site.objects()
+    again = json.loads(ok(any_site.run("publish", MODEL, "--canary", "5%", "--json")).stdout)
+    assert again == {**first, "already_published": True, "uploaded_blobs": 0, "uploaded_bytes": 0}
+    assert any_site.objects() == before
+
+
+def test_the_same_version_with_other_content_is_refused(site: Site) -> None:
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    # A rebuilt variant with another recipe: a different artifact under the same version.
+    site.project.edit_table(f"models.{MODEL}.variants.w8", "threads = 1", "threads = 3")
+    site.project.build(MODEL, "w8")
+    before = site.snapshot()
+    assert_refused(
+        site.run("publish", MODEL, "--canary", "5%"),
+        8,
+        f"{MODEL} {VERSION} is already published with other content",
+        "--version",
+    )
+    assert site.snapshot() == before
+    # Under a new version it goes out.
+    ok(site.run("publish", MODEL, "--canary", "5%", "--version", "1.0.1"))
+    assert site.state().candidate == "1.0.1"
+
+
+def test_version_override(site: Site) -> None:
+    ok(site.run("publish", MODEL, "--canary", "12.5%", "--version", "2.3.4-rc.1"))
+    check_published(site, version="2.3.4-rc.1", percent=12.5)
+
+
+def test_status_history_and_verify(site: Site) -> None:
+    ok(site.run("publish", MODEL, "--canary", "5%", "--actor", "alice"))
+    ok(site.run("publish", OTHER, "--full", "--actor", "bob"))
+
+    statuses = json.loads(ok(site.run("status", "--json")).stdout)
+    assert [s["model"] for s in statuses] == sorted([MODEL, OTHER])
+    vision = next(s for s in statuses if s["model"] == MODEL)
+    assert vision["candidate"] == VERSION
+    assert vision["stable"] is None
+    assert vision["percent"] == 5.0
+    assert vision["paused"] is False
+    assert vision["sequence"] == 1
+    assert vision["last_change"].endswith("publish by alice")
+    assert {t["tier"]: t["candidate_variant"] for t in vision["tiers"]} == {
+        "high": "fp32",
+        "mid": "int8",
+        "low": "w8",
+    }
+    assert {t["tier"]: t["candidate_size"] for t in vision["tiers"]} == {
+        tier: len(site.artifact(MODEL, v))
+        for tier, v in (("high", "fp32"), ("mid", "int8"), ("low", "w8"))
+    }
+    one = json.loads(ok(site.run("status", OTHER, "--json")).stdout)
+    assert [s["model"] for s in one] == [OTHER]
+    assert one[0]["percent"] == 100.0
+
+    table = ok(site.run("status")).stdout
+    for word in (MODEL, OTHER, VERSION, "5%", "100%", "high", "mid", "low", "fp32", "w8"):
+        assert word in table
+    assert_refused(site.run("status", "nomodel"), 1, "'nomodel' has no release")
+
+    events = json.loads(ok(site.run("history", MODEL, "--json")).stdout)
+    assert [(e["sequence"], e["action"], e["actor"]) for e in events] == [(1, "publish", "alice")]
+    assert events[0]["after"] == {
+        "stable": None,
+        "candidate": VERSION,
+        "percent": 5.0,
+        "paused": False,
+    }
+    human = ok(site.run("history", MODEL)).stdout
+    assert "publish" in human
+    assert "alice" in human
+    assert f"{VERSION} @ 5%" in human
+    assert_refused(site.run("history", "nomodel"), 1, "'nomodel' has no release")
+
+    report = json.loads(ok(site.run("verify", "--json")).stdout)
+    assert report["ok"]
+    assert report["errors"] == []
+    assert report["warnings"] == []
+    assert report["checked"] == 2 * (1 + 1 + 3 + 3)
+    assert "16 objects checked, ok" in ok(site.run("verify")).stderr
+    assert "16 objects checked, ok" in ok(site.run("verify", "--shallow")).stderr
+
+
+def test_status_of_an_empty_registry(site: Site) -> None:
+    assert json.loads(ok(site.run("status", "--json")).stdout) == []
+    assert "no models" in ok(site.run("status")).stderr
+
+
+# --- keys decide who may publish ---------------------------------------------------------
+
+
+def test_a_new_key_signs_only_once_it_is_added_on_purpose(site: Site) -> None:
+    """The registry trusts the keys in keys/; a publish never adds another one quietly.
+
+    Apps trust a fixed set of keys. A release signed by a key outside that set
+    would be rejected by every app, so a stray key is refused, and rotating to
+    a new key starts with publishing its public key (`keys generate` does).
+    """
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    write_key(site.root / "intruder.pem")
+    before = site.snapshot()
+    assert_refused(
+        site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0", "--key", "intruder.pem"),
+        5,
+        "is not one of the keys of registry",
+        "keys generate",
+    )
+    assert_refused(site.run("rollout", MODEL, "--to", "1%", "--key", "intruder.pem"), 5)
+    assert site.snapshot() == before
+
+    # Rotation: generate the new key (its public key goes into keys/), then sign with it.
+    ok(cli("keys", "generate", "--out", "next.pem"))
+    ok(site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0", "--key", "next.pem"))
+    assert site.registry().verify().ok  # trusts keys/: both keys
+    # An app (or `verify --trusted-key`) that still trusts only the old key rejects it.
+    pinned = site.run("verify", "--json", "--trusted-key", PUBLIC_KEY_FILE)
+    assert pinned.exit_code == 9
+    errors = json.loads(pinned.stdout)["errors"]
+    assert any(e.startswith(f"models/{MODEL}/state.json:") for e in errors), errors
+    both = site.run(
+        "verify", "--json", "--trusted-key", PUBLIC_KEY_FILE, "--trusted-key", "next.pub.pem"
+    )
+    assert json.loads(ok(both).stdout)["ok"]
+
+
+# --- bad input: a clear error, and the registry exactly as before ----------------------
+
+
+def _no_build(site: Site) -> None:
+    shutil.rmtree(site.root / "build")
+
+
+def _stale_build(site: Site) -> None:
+    site.project.edit_table(f"models.{MODEL}.variants.w8", "threads = 1", "threads = 3")
+
+
+def _rebuilt(site: Site) -> None:
+    _stale_build(site)
+    site.project.build(MODEL, "w8")
+
+
+def _failed_gate(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "int8") / METRICS
+    metrics = json.loads(path.read_text())
+    metrics["gates"]["max_accuracy_drop"] = False
+    path.write_text(json.dumps(metrics))
+
+
+def _no_key(site: Site) -> None:
+    shutil.rmtree(site.root / ".edgereg")
+
+
+def _key_readable_by_others(site: Site) -> None:
+    (site.root / KEY_FILE).chmod(0o644)
+
+
+def _other_key(site: Site) -> None:
+    write_key(site.root / "other.pem")
+
+
+def _nothing(site: Site) -> None:
+    pass
+
+
+BAD_PUBLISH = [
+    # id, arguments after `publish`, setup, exit code, what the message must say
+    ("canary-0", [MODEL, "--canary", "0%"], _nothing, 2, ["--canary", "greater than 0", "'0%'"]),
+    ("canary-150", [MODEL, "--canary", "150%"], _nothing, 2, ["at most 100", "'150%'"]),
+    ("canary-abc", [MODEL, "--canary", "abc"], _nothing, 2, ["percentage", "'abc'"]),
+    ("no-canary-no-full", [MODEL], _nothing, 1, ["--canary PERCENT", "--full"]),
+    ("canary-and-full", [MODEL, "--canary", "5%", "--full"], _nothing, 1, ["--full"]),
+    ("unknown-model", ["digits", "--canary", "5%"], _nothing, 2, ["no model 'digits'", MODEL]),
+    ("bad-version", [MODEL, "--canary", "5%", "--version", "1.x"], _nothing, 1, ["semantic"]),
+    ("no-build", [MODEL, "--canary", "5%"], _no_build, 8, ["not built", "dvc repro"]),
+    ("stale-build", [MODEL, "--canary", "5%"], _stale_build, 8, [f"{MODEL}/w8: stale"]),
+    ("failed-gate", [MODEL, "--canary", "5%"], _failed_gate, 8, ["int8: failed gates"]),
+    ("missing-key", [MODEL, "--canary", "5%", "--key", "nope.pem"], _nothing, 5, ["nope.pem"]),
+    ("no-key", [MODEL, "--canary", "5%"], _no_key, 5, ["no signing key", "keys generate"]),
+    ("key-0644", [MODEL, "--canary", "5%"], _key_readable_by_others, 5, ["0644", "chmod 600"]),
+    ("wrong-key", [MODEL, "--canary", "5%", "--key", "other.pem"], _other_key, 5, ["not one of"]),
+    ("url-ftp", [MODEL, "--canary", "5%", "--registry", "ftp://x"], _nothing, 6, ["ftp://x"]),
+    ("url-garbage", [MODEL, "--canary", "5%", "--registry", "s3://"], _nothing, 6, ["bucket"]),
+    (
+        "lower-than-stable",
+        [MODEL, "--canary", "5%", "--version", "0.8.0"],
+        _nothing,
+        7,
+        ["0.8.0 is not greater than the stable version 0.9.0"],
+    ),
+    (
+        "same-version-other-content",
+        [MODEL, "--canary", "5%", "--version", "0.9.0"],
+        _rebuilt,
+        8,
+        ["0.9.0 is already published with other content"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "setup", "exit_code", "fragments"),
+    [pytest.param(*row[1:], id=row[0]) for row in BAD_PUBLISH],
+)
+def test_bad_publish_is_refused_and_changes_nothing(
+    site: Site,
+    args: list[str],
+    setup: Callable[[Site], None],
+    exit_code: int,
+    fragments: list[str],
+) -> None:
+    # A registry with history: 0.9.0 published to everyone and promoted.
+    ok(site.run("publish", MODEL, "--full", "--version", "0.9.0"))
+    ok(site.run("promote", MODEL))
+    setup(site)
+    before = site.snapshot()
+    assert_refused(cli("publish", *args), exit_code, *fragments)
+    assert site.snapshot() == before
+
+
+def test_bad_publish_into_an_empty_registry_creates_nothing(site: Site) -> None:
+    for args in ([MODEL, "--canary", "0%"], ["digits", "--full"]):
+        assert cli("publish", *args).exit_code != 0
+    _stale_build(site)
+    assert cli("publish", MODEL, "--full").exit_code == 8
+    assert not (site.root / "registry").exists()
+
+
+@pytest.mark.parametrize("case", ["wrong-key", "lower-than-stable", "stale-build"])
+def test_bad_publish_to_s3_changes_nothing(s3site: Site, case: str) -> None:
+    ok(s3site.run("publish", MODEL, "--full", "--version", "0.9.0"))
+    ok(s3site.run("promote", MODEL))
+    _, args, setup, exit_code, fragments = next(row for row in BAD_PUBLISH if row[0] == case)
+    setup(s3site)
+    before = s3site.snapshot()
+    assert_refused(s3site.run("publish", *args), exit_code, *fragments)
+    assert s3site.snapshot() == before
+
+
+def test_s3_unreachable_fails_within_seconds(s3site: Site, closed_port: int) -> None:
+    ok(s3site.run("publish", MODEL, "--canary", "5%"))
+    before = s3site.snapshot()
+    endpoint = f"http://127.0.0.1:{closed_port}"
+    started = time.monotonic()
+    result = cli(
+        "publish", MODEL, "--canary", "5%", "--registry", s3site.url, "--endpoint-url", endpoint
+    )
+    elapsed = time.monotonic() - started
+    assert_refused(result, 6, f"could not reach S3 endpoint {endpoint}", "--endpoint-url")
+    assert elapsed < 10, f"took {elapsed:.1f}s"
+    assert s3site.snapshot() == before
+
+
+def test_s3_unknown_bucket(s3site: Site, moto_endpoint: str) -> None:
+    ok(s3site.run("publish", MODEL, "--canary", "5%"))
+    before = s3site.snapshot()
+    result = cli(
+        "publish",
+        MODEL,
+        "--canary",
+        "5%",
+        "--version",
+        "1.1.0",
+        "--registry",
+        "s3://no-such-bucket-here/reg",
+        "--endpoint-url",
+        moto_endpoint,
+    )
+    assert_refused(result, 6, "bucket 'no-such-bucket-here' does not exist", "bucket name")
+    assert s3site.snapshot() == before
+
+
+@pytest.fixture
+def auth_server(s3_env: None) -> Iterator[str]:
+    """A moto server of its own, whose authentication a test may switch on."""
+    with MotoServer() as endpoint:
+        yield endpoint
+
+
+def _enforce_auth(endpoint: str, on: bool) -> None:
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth",
+        data=b"0" if on else b"inf",
+        method="POST",
+        headers={"Content-Type": "text/plain"},  # a form body would be parsed away
+    )
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def test_s3_access_denied(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, auth_server: str
+) -> None:
+    make_client(auth_server).create_bucket(Bucket="locked")
+    site = s3_site(built, tmp_path, monkeypatch, auth_server, "locked")
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    import boto3  # type: ignore[import-untyped]
+
+    iam = boto3.session.Session().client("iam", endpoint_url=auth_server, region_name="us-east-1")
+    iam.create_user(UserName="nobody")  # a real identity with no S3 permission at all
+    access = iam.create_access_key(UserName="nobody")["AccessKey"]
+    before = site.snapshot()
+
+    _enforce_auth(auth_server, on=True)
+    try:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", access["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", access["SecretAccessKey"])
+        monkeypatch.delenv("AWS_SESSION_TOKEN")
+        denied = site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNKEY000000")
+        unknown = site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0")
+    finally:
+        _enforce_auth(auth_server, on=False)
+    assert_refused(denied, 6, "access to S3 bucket 'locked' was denied", "credentials")
+    assert_refused(unknown, 6, "was denied", "InvalidAccessKeyId")
+    assert site.snapshot() == before
