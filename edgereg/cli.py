@@ -935,8 +935,10 @@ def _require_variant(config: config_module.Config, model: str, variant: str) -> 
 def _register_commands() -> None:
     """Commands that live with their layer (the client SDK, the server)."""
     from edgereg.client._cli import pull_command
+    from edgereg.serve._cli import serve_command
 
     main.add_command(pull_command)
+    main.add_command(serve_command, "serve")
 
 
 _register_commands()

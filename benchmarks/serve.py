@@ -1,0 +1,418 @@
+"""Serving benchmark: `edgereg serve` against nginx on the same registry files, on loopback.
+
+In one run:
+
+1. manifest requests per second and p99 latency, for `edgereg serve` and for
+   nginx serving the registry directory as static files (Debian's nginx,
+   started as a user process with a temporary config), as ratios; the same
+   load generator drives both (wrk when installed, else a threaded Python
+   client);
+2. the same for a blob (throughput in MB/s);
+3. the bytes a client spends on a check when nothing changed: a conditional
+   GET answered 304, request plus response as they go on the wire (HTTP
+   bytes; TCP/IP framing not counted). Target: under 400 bytes.
+
+nginx and wrk come from Debian: `apt-get install -y nginx-light wrk`. Without
+nginx the comparison prints SKIP; without wrk the Python client is used.
+
+Usage: .venv/bin/python benchmarks/serve.py [--registry DIR] [--seconds 5]
+       [--rounds 3] [--connections 50] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from servekit import make_registry  # noqa: E402
+
+NOT_MODIFIED_TARGET = 400  # bytes on the wire for an unchanged check
+SERVE_CMD = [sys.executable, "-c", "from edgereg.serve._cli import serve_command; serve_command()"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(url: str, timeout: float = 30) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing answers on {url}") from None
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def edgereg_server(registry: Path, workdir: Path) -> Iterator[str]:
+    port = free_port()
+    log = (workdir / "edgereg-serve.log").open("wb")
+    proc = subprocess.Popen(
+        [*SERVE_CMD, "--registry", str(registry), "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+NGINX_CONF = """
+{user}worker_processes 2;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    types {{ application/json json; application/x-pem-file pem; }}
+    default_type application/octet-stream;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location ~ /\\. {{ deny all; }}
+        location /manifests/ {{ add_header Cache-Control "public, max-age=60"; }}
+        location /blobs/ {{ add_header Cache-Control "public, max-age=31536000, immutable"; }}
+    }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def nginx_server(nginx: str, registry: Path, workdir: Path) -> Iterator[str]:
+    port = free_port()
+    tmp = workdir / "nginx"
+    tmp.mkdir()
+    # As root, nginx would drop its workers to "nobody", who may not read a
+    # private temp directory; a user process keeps its own user anyway.
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(user=user, tmp=tmp, port=port, root=registry.resolve()))
+    proc = subprocess.Popen(
+        [nginx, "-c", str(conf), "-p", str(tmp), "-e", str(tmp / "error.log")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGQUIT)  # nginx's graceful stop
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- load generators -------------------------------------------------------------------
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(text: str) -> float:
+    match = re.fullmatch(r"([0-9.]+)(us|ms|s|m)", text)
+    if not match:
+        raise ValueError(f"cannot read the duration {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, float]:
+    result = subprocess.run(
+        [wrk, "-t2", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = result.stdout
+    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
+    p99 = re.search(r"^\s+99%\s+(\S+)", out, re.MULTILINE)
+    p50 = re.search(r"^\s+50%\s+(\S+)", out, re.MULTILINE)
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = 0
+    for pattern in (
+        r"Non-2xx or 3xx responses: (\d+)",
+        r"Socket errors: connect (\d+), "
+        r"read (\d+), write (\d+), timeout (\d+)",
+    ):
+        found = re.search(pattern, out)
+        if found:
+            errors += sum(int(g) for g in found.groups())
+    transfer = re.search(r"Transfer/sec:\s+([0-9.]+)(B|KB|MB|GB)", out)
+    mbps = 0.0
+    if transfer:
+        scale = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}[transfer.group(2)]
+        mbps = float(transfer.group(1)) * scale / 1e6
+    return {
+        "requests_per_s": rps,
+        "p50_ms": _seconds(p50.group(1)) * 1000 if p50 else float("nan"),
+        "p99_ms": _seconds(p99.group(1)) * 1000 if p99 else float("nan"),
+        "requests": total,
+        "errors": errors,
+        "mb_per_s": mbps,
+    }
+
+
+def run_python_client(url: str, seconds: float, connections: int) -> dict[str, float]:
+    """Fallback load generator: one keep-alive connection per thread."""
+    host, port_path = url.removeprefix("http://").split(":", 1)
+    port, _, path = port_path.partition("/")
+    latencies: list[list[float]] = [[] for _ in range(connections)]
+    errors = [0] * connections
+    received = [0] * connections
+    deadline = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            try:
+                conn.request("GET", "/" + path)
+                response = conn.getresponse()
+                body = response.read()
+                if response.status != 200:
+                    errors[index] += 1
+                received[index] += len(body)
+            except (OSError, http.client.HTTPException):
+                errors[index] += 1
+                conn.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=10)
+                continue
+            latencies[index].append(time.perf_counter() - started)
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(connections)]
+    begun = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - begun
+    everything = sorted(x for per in latencies for x in per)
+    quantiles = statistics.quantiles(everything, n=100) if len(everything) > 1 else [0.0] * 99
+    return {
+        "requests_per_s": len(everything) / elapsed,
+        "p50_ms": quantiles[49] * 1000,
+        "p99_ms": quantiles[98] * 1000,
+        "requests": len(everything),
+        "errors": sum(errors),
+        "mb_per_s": sum(received) / elapsed / 1e6,
+    }
+
+
+# -- the 304 check ---------------------------------------------------------------------
+
+
+def not_modified_bytes(url: str, path: str) -> tuple[int, int, int]:
+    """(request bytes, response bytes, status) of a conditional GET with the current ETag."""
+    host = url.removeprefix("http://")
+    conn = http.client.HTTPConnection(*host.split(":"), timeout=10)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    response.read()
+    etag = response.getheader("ETag")
+    conn.close()
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nIf-None-Match: {etag}\r\n\r\n".encode()
+    hostname, port = host.split(":")
+    with socket.create_connection((hostname, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    status = int(answer.split(b" ", 2)[1])
+    return len(request), len(answer), status
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def median_run(runs: list[dict[str, float]], key: str) -> dict[str, float]:
+    """The run with the median ``key`` (errors summed over every run)."""
+    ordered = sorted(runs, key=lambda run: run[key])
+    chosen = dict(ordered[len(ordered) // 2])
+    chosen["errors"] = sum(run["errors"] for run in runs)
+    return chosen
+
+
+def pick_paths(registry: Path) -> tuple[str, str]:
+    def visible(paths: Iterator[Path]) -> list[Path]:
+        # Skip the local backend's own .lock-* and .tmp-* files.
+        return [p for p in paths if not p.name.startswith(".")]
+
+    manifests = sorted(visible((registry / "manifests").glob("*/*.json")))
+    blobs = sorted(
+        visible((registry / "blobs" / "sha256").iterdir()), key=lambda p: -p.stat().st_size
+    )
+    if not manifests or not blobs:
+        raise SystemExit(f"{registry} holds no manifest or blob")
+    manifest = "/" + manifests[0].relative_to(registry).as_posix()
+    blob = "/" + blobs[0].relative_to(registry).as_posix()
+    return manifest, blob
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--registry",
+        type=Path,
+        help="serve this registry directory (default: a fresh one made with tests/servekit.py)",
+    )
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="edgereg-bench-serve-"))
+    try:
+        registry = args.registry
+        if registry is None:
+            registry = workdir / "registry"
+            make_registry(
+                registry,
+                models=("digits",),
+                sizes={"high": 2_000_000, "mid": 500_000, "low": 100_000},
+            )
+        manifest, blob = pick_paths(registry)
+        wrk = shutil.which("wrk")
+        nginx = shutil.which("nginx") or (
+            "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+        )
+        generator = "wrk" if wrk else "python threads"
+
+        def load(url: str, path: str, connections: int) -> dict[str, float]:
+            if wrk:
+                return run_wrk(wrk, url + path, args.seconds, connections)
+            return run_python_client(url + path, args.seconds, connections)
+
+        results: dict[str, Any] = {
+            "registry": str(registry),
+            "manifest": manifest,
+            "blob": blob,
+            "generator": generator,
+            "connections": args.connections,
+            "seconds": args.seconds,
+            "rounds": args.rounds,
+        }
+        with contextlib.ExitStack() as stack:
+            urls = {"edgereg": stack.enter_context(edgereg_server(registry, workdir))}
+            if nginx:
+                urls["nginx"] = stack.enter_context(nginx_server(nginx, registry, workdir))
+            runs: dict[str, dict[str, list[dict[str, float]]]] = {
+                name: {"manifest": [], "blob": []} for name in urls
+            }
+            # Alternate the servers round by round, so a noisy neighbour on the
+            # machine hurts both alike; report the median round.
+            for _ in range(args.rounds):
+                for name, url in urls.items():
+                    runs[name]["manifest"].append(load(url, manifest, args.connections))
+                    runs[name]["blob"].append(load(url, blob, min(args.connections, 10)))
+            for name, url in urls.items():
+                results[name] = {
+                    "manifest": median_run(runs[name]["manifest"], "requests_per_s"),
+                    "blob": median_run(runs[name]["blob"], "mb_per_s"),
+                    "not_modified": not_modified_bytes(url, manifest),
+                }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    ours = results["edgereg"]
+    request_bytes, response_bytes, status = ours["not_modified"]
+    wire = request_bytes + response_bytes
+    passed = status == 304 and wire < NOT_MODIFIED_TARGET
+    results["not_modified_pass"] = passed
+    if "nginx" in results:
+        theirs = results["nginx"]
+        results["ratios"] = {
+            "manifest_rps": ours["manifest"]["requests_per_s"]
+            / theirs["manifest"]["requests_per_s"],
+            "manifest_p99": ours["manifest"]["p99_ms"] / theirs["manifest"]["p99_ms"],
+            "blob_mbps": ours["blob"]["mb_per_s"] / max(theirs["blob"]["mb_per_s"], 1e-9),
+        }
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0 if passed else 1
+
+    print(
+        f"registry {registry}; load: {generator}, {args.connections} connections, "
+        f"median of {args.rounds} rounds of {args.seconds:g}s; server and load generator "
+        f"share {os.cpu_count()} cores"
+    )
+    print(f"{'':24}{'edgereg serve':>16}{'nginx':>16}{'ratio':>10}")
+
+    def row(label: str, key: str, what: str, fmt: str, ratio: str | None) -> None:
+        mine = format(ours[what][key], fmt)
+        other = format(results["nginx"][what][key], fmt) if "nginx" in results else "SKIP"
+        value = format(results["ratios"][ratio], ".2f") if ratio and "ratios" in results else ""
+        print(f"{label:24}{mine:>16}{other:>16}{value:>10}")
+
+    row("manifest requests/s", "requests_per_s", "manifest", ",.0f", "manifest_rps")
+    row("manifest p50 ms", "p50_ms", "manifest", ".2f", None)
+    row("manifest p99 ms", "p99_ms", "manifest", ".2f", "manifest_p99")
+    row("manifest errors", "errors", "manifest", ".0f", None)
+    row("blob MB/s", "mb_per_s", "blob", ",.0f", "blob_mbps")
+    if "nginx" not in results:
+        print("SKIP nginx comparison: nginx is not installed (apt-get install -y nginx-light)")
+    theirs_wire = ""
+    if "nginx" in results:
+        n_req, n_resp, _ = results["nginx"]["not_modified"]
+        theirs_wire = f" (nginx: {n_req} + {n_resp} = {n_req + n_resp})"
+    print(
+        f"unchanged check (304): {request_bytes} request + {response_bytes} response = "
+        f"{wire} bytes on the wire{theirs_wire}; target < {NOT_MODIFIED_TARGET}: "
+        f"{'PASS' if passed else 'FAIL'}"
+    )
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

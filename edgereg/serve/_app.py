@@ -1,0 +1,401 @@
+"""The request logic of ``edgereg serve``, apart from any socket.
+
+:meth:`App.handle` takes a :class:`Request` (method, raw target, headers)
+and returns a :class:`Response` (status, headers, body). It routes, checks
+parameters, reads the registry through :class:`~edgereg.storage.Storage`,
+and applies the caching rules:
+
+* signed documents (manifests, rollout states, release records, keys):
+  ``Cache-Control: public, max-age=<manifest_max_age>`` and a strong ETag,
+  the quoted lowercase hex SHA-256 of the bytes; ``If-None-Match`` → 304;
+* blobs: the ETag is the quoted digest from the path (which, the registry
+  being content-addressed, is the SHA-256 of the bytes too), immutable
+  caching, single byte ranges (206, or 416 with ``Content-Range: bytes */size``),
+  ``If-Range``; the body streams from storage in chunks.
+
+The socket layer (:mod:`edgereg.serve._server`) writes the response and
+records metrics; tests call :meth:`App.handle` directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from edgereg.errors import StorageError
+from edgereg.serve import _routes as routes
+from edgereg.serve._http import (
+    BadTarget,
+    Unsatisfiable,
+    if_range_matches,
+    none_match,
+    parse_range,
+    quote_etag,
+    request_path,
+)
+from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from edgereg.serve._metrics import Metrics
+from edgereg.storage import NotFound, ReadStream, Storage
+
+log = logging.getLogger("edgereg.serve")
+
+ALLOW = "GET, HEAD"
+IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
+NO_STORE = "no-store"
+#: Bytes read from storage per chunk when streaming a blob.
+CHUNK_SIZE = 256 * 1024
+#: Bytes fetched per ranged storage read when serving a Range from an offset.
+RANGE_CHUNK_SIZE = 1024 * 1024
+
+_CONTENT_TYPES = {
+    routes.MANIFEST.name: "application/json",
+    routes.STATE.name: "application/json",
+    routes.RELEASE.name: "application/json",
+    routes.KEY.name: "application/x-pem-file",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request as the app sees it.
+
+    Attributes:
+        method: The method token, as sent (``GET``, ``HEAD``, ...).
+        target: The raw request target (``/manifests/digits/high.json``).
+        headers: Header values by lowercase name; repeated headers joined with ", ".
+    """
+
+    method: str
+    target: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def header(self, name: str) -> str | None:
+        """A header's value, or None."""
+        return self.headers.get(name.lower())
+
+
+class Body(Protocol):
+    """A response body streamed from storage."""
+
+    length: int
+
+    def chunks(self) -> Iterator[bytes]:
+        """Yield the body's bytes; at most ``length`` in total."""
+        ...
+
+    def close(self) -> None:
+        """Release the storage stream (called after the body is sent or abandoned)."""
+        ...
+
+
+class StreamBody:
+    """The first ``length`` bytes of an open storage stream."""
+
+    def __init__(self, stream: ReadStream, length: int, chunk_size: int = CHUNK_SIZE) -> None:
+        self.length = length
+        self._stream = stream
+        self._chunk_size = chunk_size
+
+    def chunks(self) -> Iterator[bytes]:
+        """Yield chunks until ``length`` bytes or the end of the stream."""
+        left = self.length
+        while left > 0:
+            chunk = self._stream.read(min(self._chunk_size, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        """Close the storage stream."""
+        self._stream.close()
+
+
+class RangeBody:
+    """``length`` bytes from offset ``start`` of a stored object, read in ranged chunks."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        key: str,
+        start: int,
+        length: int,
+        chunk_size: int = RANGE_CHUNK_SIZE,
+    ) -> None:
+        self.length = length
+        self._storage = storage
+        self._key = key
+        self._start = start
+        self._chunk_size = chunk_size
+
+    def chunks(self) -> Iterator[bytes]:
+        """Yield ranged reads until ``length`` bytes or the end of the object."""
+        offset, left = self._start, self.length
+        while left > 0:
+            chunk = self._storage.get_range(self._key, offset, min(self._chunk_size, left))
+            if not chunk:
+                return
+            offset += len(chunk)
+            left -= len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        """Nothing to release: each chunk is its own read."""
+
+
+@dataclass
+class Response:
+    """What to send back.
+
+    Attributes:
+        status: The status code.
+        headers: Header name/value pairs, in order; the socket layer adds
+            ``Date``, ``Content-Length`` and ``Connection``.
+        body: The bytes of the body, or a :class:`Body` streamed from storage.
+            For a HEAD request the body is never sent, but its length is the
+            Content-Length.
+        route: The route name (a metrics label).
+    """
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes | Body = b""
+    route: str = routes.OTHER
+
+    @property
+    def content_length(self) -> int | None:
+        """The Content-Length to send; None for a status that has no body (304)."""
+        if self.status == 304 or self.status < 200 or self.status == 204:
+            return None
+        return len(self.body) if isinstance(self.body, bytes) else self.body.length
+
+    def header(self, name: str) -> str | None:
+        """The first value of a response header, or None."""
+        lowered = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lowered), None)
+
+    def close(self) -> None:
+        """Release a streamed body's storage resources."""
+        if not isinstance(self.body, bytes):
+            self.body.close()
+
+
+def error_response(status: int, message: str, route: str = routes.OTHER) -> Response:
+    """A small JSON error: ``{"error": <reason>, "detail": <message>}``, never cached."""
+    body = json.dumps({"error": _REASONS.get(status, "error"), "detail": message}).encode()
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Cache-Control", NO_STORE),
+        ("X-Content-Type-Options", "nosniff"),
+    ]
+    if status == 405:
+        headers.append(("Allow", ALLOW))
+    return Response(status, headers, body, route)
+
+
+_REASONS = {
+    400: "bad request",
+    404: "not found",
+    405: "method not allowed",
+    413: "request too large",
+    416: "range not satisfiable",
+    500: "internal error",
+    503: "unavailable",
+}
+
+
+class App:
+    """The read-only registry over HTTP.
+
+    Args:
+        storage: The registry to serve.
+        manifest_max_age: ``max-age`` (seconds) for manifests, rollout states,
+            release records and keys: how long a CDN or client may reuse one
+            without asking again.
+        metrics: Where the server counts requests (a fresh one by default).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        manifest_max_age: int = 60,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if manifest_max_age < 0:
+            raise ValueError("manifest_max_age must not be negative")
+        self.storage = storage
+        self.manifest_max_age = manifest_max_age
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._openapi: bytes | None = None
+
+    def handle(self, request: Request) -> Response:
+        """Answer one request (never raises for anything a client can send)."""
+        try:
+            return self._handle(request)
+        except Exception:  # the server must answer; the log keeps the traceback
+            log.exception("internal error answering %s %r", request.method, request.target[:200])
+            return error_response(500, "internal error; see the server log")
+
+    def _handle(self, request: Request) -> Response:
+        try:
+            path = request_path(request.target)
+        except BadTarget as exc:
+            return error_response(400, str(exc))
+        try:
+            found = routes.match(path)
+        except routes.BadParameter as exc:
+            if request.method not in ("GET", "HEAD"):
+                return error_response(405, f"{request.method} is not allowed; use GET or HEAD")
+            return error_response(400, str(exc))
+        if request.method not in ("GET", "HEAD"):
+            route_name = found[0].name if found else routes.OTHER
+            return error_response(
+                405, f"{request.method} is not allowed; use GET or HEAD", route_name
+            )
+        if found is None:
+            return error_response(404, f"no such resource: {path[:200]}")
+        route, params = found
+        try:
+            if route is routes.BLOB:
+                return self._blob(request, params["digest"])
+            if route is routes.STATUS_PAGE:
+                return self._status_page()
+            if route is routes.HEALTHZ:
+                return self._healthz()
+            if route is routes.METRICS:
+                return self._metrics()
+            if route is routes.OPENAPI:
+                return self._openapi_document(request)
+            key = route.key(params)
+            assert key is not None
+            return self._document(request, route, key)
+        except NotFound:
+            return error_response(404, f"not in the registry: {path[:200]}", route.name)
+        except StorageError as exc:
+            log.warning("storage error answering %s: %s", path[:200], exc.message)
+            response = error_response(503, "the registry storage is unavailable", route.name)
+            response.headers.append(("Retry-After", "5"))
+            return response
+
+    # -- registry objects -----------------------------------------------------------
+
+    def _document(self, request: Request, route: routes.Route, key: str) -> Response:
+        data = self.storage.get(key)
+        etag = quote_etag(hashlib.sha256(data).hexdigest())
+        cache = f"public, max-age={self.manifest_max_age}"
+        if none_match(request.header("if-none-match"), etag):
+            return Response(304, [("ETag", etag), ("Cache-Control", cache)], b"", route.name)
+        headers = [
+            ("Content-Type", _CONTENT_TYPES[route.name]),
+            ("ETag", etag),
+            ("Cache-Control", cache),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        return Response(200, headers, data, route.name)
+
+    def _blob(self, request: Request, digest: str) -> Response:
+        key = f"blobs/sha256/{digest}"
+        name = routes.BLOB.name
+        etag = quote_etag(digest)
+        if none_match(request.header("if-none-match"), etag):
+            self.storage.size(key)  # a 304 still means "it exists"
+            return Response(304, [("ETag", etag), ("Cache-Control", IMMUTABLE_CACHE)], b"", name)
+        size = self.storage.size(key)
+        headers = [
+            ("Content-Type", "application/octet-stream"),
+            ("ETag", etag),
+            ("Cache-Control", IMMUTABLE_CACHE),
+            ("Accept-Ranges", "bytes"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        byte_range = None
+        if request.method == "GET" and if_range_matches(request.header("if-range"), etag):
+            try:
+                byte_range = parse_range(request.header("range"), size)
+            except Unsatisfiable as exc:
+                response = error_response(416, f"{exc}; the blob has {size} bytes", name)
+                response.headers += [
+                    ("Content-Range", f"bytes */{size}"),
+                    ("Accept-Ranges", "bytes"),
+                ]
+                return response
+        if request.method == "HEAD":
+            return Response(200, headers, _Unopened(size), name)
+        if byte_range is None:
+            return Response(200, headers, StreamBody(self.storage.open_read(key), size), name)
+        headers.append(("Content-Range", byte_range.content_range()))
+        if byte_range.start == 0:
+            body: Body = StreamBody(self.storage.open_read(key), byte_range.length)
+        else:
+            body = RangeBody(self.storage, key, byte_range.start, byte_range.length)
+        return Response(206, headers, body, name)
+
+    # -- built-in pages -------------------------------------------------------------
+
+    def _healthz(self) -> Response:
+        name = routes.HEALTHZ.name
+        try:
+            self.storage.list("keys/")
+        except StorageError as exc:
+            log.warning("health check failed: %s", exc.message)
+            body = json.dumps(
+                {"status": "unavailable", "detail": "the registry storage is unreachable"}
+            ).encode()
+            headers = [("Content-Type", "application/json"), ("Cache-Control", NO_STORE)]
+            return Response(503, headers, body, name)
+        body = json.dumps({"status": "ok"}).encode()
+        return Response(
+            200, [("Content-Type", "application/json"), ("Cache-Control", NO_STORE)], body, name
+        )
+
+    def _metrics(self) -> Response:
+        body = self.metrics.render().encode()
+        headers = [("Content-Type", METRICS_CONTENT_TYPE), ("Cache-Control", NO_STORE)]
+        return Response(200, headers, body, routes.METRICS.name)
+
+    def _openapi_document(self, request: Request) -> Response:
+        if self._openapi is None:
+            from edgereg.serve._openapi import openapi_document
+
+            self._openapi = json.dumps(openapi_document(), indent=1).encode()
+        etag = quote_etag(hashlib.sha256(self._openapi).hexdigest())
+        headers = [("ETag", etag), ("Cache-Control", "no-cache")]
+        if none_match(request.header("if-none-match"), etag):
+            return Response(304, headers, b"", routes.OPENAPI.name)
+        return Response(
+            200,
+            [("Content-Type", "application/json"), *headers],
+            self._openapi,
+            routes.OPENAPI.name,
+        )
+
+    def _status_page(self) -> Response:
+        from edgereg.serve._status_page import render_status_page
+
+        body = render_status_page(self.storage).encode()
+        headers = [
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Cache-Control", "no-cache"),
+            # No script, font or image from anywhere: the page is plain HTML + inline CSS.
+            ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        return Response(200, headers, body, routes.STATUS_PAGE.name)
+
+
+class _Unopened:
+    """The body of a HEAD answer: a length, nothing to read."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def chunks(self) -> Iterator[bytes]:
+        return iter(())
+
+    def close(self) -> None:
+        pass

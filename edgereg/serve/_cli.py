@@ -1,0 +1,130 @@
+"""The ``edgereg serve`` command (registered in :mod:`edgereg.cli`)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from edgereg.serve._server import DEFAULT_TIMEOUT
+
+
+@click.command("serve")
+@click.option(
+    "--registry",
+    "registry_url",
+    default=None,
+    help="Registry URL (file://PATH or s3://BUCKET/PREFIX); default: models.toml [registry].",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("models.toml"),
+    show_default=True,
+    help="The models.toml whose [registry] to serve when --registry is not given.",
+)
+@click.option("--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free port; the chosen one is printed).",
+)
+@click.option(
+    "--manifest-max-age",
+    type=click.IntRange(min=0),
+    default=60,
+    show_default=True,
+    help="Seconds clients and CDNs may reuse a manifest without asking again.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds a connection may stay idle or stall.",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM/SIGINT, seconds to let answers in flight finish.",
+)
+@click.option("--access-log", is_flag=True, help="Log every request to stderr.")
+def serve_command(**options: Any) -> None:
+    """Serve the registry over read-only HTTP (manifests, blobs, status page, metrics).
+
+    Stops gracefully on SIGTERM or Ctrl-C: no new connections, answers in
+    flight finish, exit status 0.
+    """
+    # Imported here: edgereg.cli imports this module to register the command.
+    from edgereg.cli import handle_errors
+
+    handle_errors(_serve)(**options)
+
+
+def _serve(
+    registry_url: str | None,
+    config_path: Path,
+    endpoint_url: str | None,
+    host: str,
+    port: int,
+    manifest_max_age: int,
+    timeout: float,
+    shutdown_timeout: float,
+    access_log: bool,
+) -> None:
+    from edgereg.cli import _open_registry, _optional_config, stderr
+    from edgereg.errors import EdgeregError
+    from edgereg.serve._server import make_server
+
+    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("edgereg.serve")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if access_log else logging.WARNING)
+    try:
+        server = make_server(
+            registry.storage, host, port, manifest_max_age=manifest_max_age, timeout=timeout
+        )
+    except OSError as exc:
+        raise EdgeregError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="Pick another --port, or stop what is using it.",
+        ) from None
+
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+        # A second signal stops at once (the default action).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    stderr.print(
+        f"serving {registry.storage.url} on {server.base_url} (Ctrl-C or SIGTERM to stop)",
+        markup=False,
+    )
+    while not stop.wait(0.5):
+        pass
+    stderr.print(f"{received[0]}: finishing answers in flight, then stopping", markup=False)
+    if not server.drain(shutdown_timeout):
+        stderr.print(
+            f"stopped with connections still open after {shutdown_timeout:g}s", markup=False
+        )

@@ -1,0 +1,487 @@
+"""The socket layer: HTTP/1.1 on the standard library's threading server.
+
+One thread per connection, persistent connections, ``Content-Length`` on
+every answer, ``TCP_NODELAY`` and small answers written in one send, an
+idle/IO timeout per connection, a deep listen backlog for bursts of
+clients. :meth:`RegistryServer.drain` is the graceful stop: no new
+connections, idle keep-alive connections closed, requests in flight
+finished (up to a deadline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from edgereg.errors import StorageError
+from edgereg.serve._app import App, Request, Response, error_response
+from edgereg.storage import Storage, open_storage
+
+log = logging.getLogger("edgereg.serve")
+access_log = logging.getLogger("edgereg.serve.access")
+
+#: Seconds a connection may stay idle, or a read or write may stall.
+DEFAULT_TIMEOUT = 30.0
+#: Bodies up to this size go out in the same send as the headers.
+_SMALL_BODY = 64 * 1024
+#: Longest request or header line, and most header lines, a request may have.
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")
+
+
+class RegistryServer(ThreadingHTTPServer):
+    """An HTTP server answering with an :class:`App`.
+
+    Use :func:`make_server` or :func:`start_in_thread` rather than the constructor.
+
+    Attributes:
+        app: The request logic (holds the storage and the metrics).
+        timeout_s: Idle and IO timeout per connection, in seconds.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], app: App, *, timeout: float) -> None:
+        self.app = app
+        self.timeout_s = timeout
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._connections: dict[_Handler, bool] = {}  # handler -> busy answering a request
+        self._starting = 0  # accepted, handler thread not running yet
+        self._draining = False
+        self._serving_thread: threading.Thread | None = None
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful with port 0)."""
+        return int(self.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of this server (IPv6 hosts in brackets)."""
+        host = str(self.server_address[0])
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def draining(self) -> bool:
+        """True once :meth:`drain` has begun."""
+        return self._draining
+
+    # -- connection bookkeeping (called by handlers) --------------------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Count an accepted connection at once, before its thread starts."""
+        with self._lock:
+            self._starting += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self._lock:
+                self._starting -= 1
+            raise
+
+    def _register(self, handler: _Handler) -> None:
+        with self._lock:
+            self._starting -= 1
+            self._connections[handler] = False
+
+    def _unregister(self, handler: _Handler) -> None:
+        with self._lock:
+            self._connections.pop(handler, None)
+            self._changed.notify_all()
+
+    def _set_busy(self, handler: _Handler, busy: bool) -> bool:
+        """Mark a connection busy or idle; returns whether the server is draining."""
+        with self._lock:
+            if handler in self._connections:
+                self._connections[handler] = busy
+            if not busy:
+                self._changed.notify_all()
+            return self._draining
+
+    # -- running --------------------------------------------------------------------
+
+    def start(self) -> threading.Thread:
+        """Run :meth:`serve_forever` in a daemon thread; returns the thread."""
+        thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"edgereg-serve-{self.port}",
+            daemon=True,
+        )
+        self._serving_thread = thread
+        thread.start()
+        return thread
+
+    # -- stopping -------------------------------------------------------------------
+
+    def drain(self, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Stop gracefully: refuse new connections, finish the requests in flight.
+
+        Idle keep-alive connections are closed at once; a connection in the
+        middle of an answer (a long blob download) is closed after it.
+        Call from any thread but the one running :meth:`serve_forever`.
+
+        Args:
+            timeout: Seconds to wait for answers in flight.
+
+        Returns:
+            True if every connection finished in time.
+        """
+        with self._lock:
+            self._draining = True
+        if self._serving_thread is not None and self._serving_thread.is_alive():
+            self.shutdown()  # the accept loop ends (waits for it: never from its thread)
+        self.socket.close()  # the kernel refuses new connections from now on
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._connections or self._starting:
+                for handler, busy in self._connections.items():
+                    if not busy:
+                        handler.stop_reading()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, 0.05))
+            finished = not self._connections and not self._starting
+        self.server_close()
+        if self._serving_thread is not None:
+            self._serving_thread.join(timeout=5)
+        return finished
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Drain (see :meth:`drain`) if serving, then release the socket."""
+        if self._serving_thread is not None and self._serving_thread.is_alive():
+            self.drain(timeout)
+        else:
+            self.server_close()
+
+    def __exit__(self, *args: object) -> None:
+        self.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log an error that escaped a handler (the connection is dropped)."""
+        log.exception("error on the connection from %s", client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: RegistryServer
+
+    def setup(self) -> None:
+        self._unread_body = False
+        self.timeout = self.server.timeout_s  # type: ignore[misc]  # per connection
+        self.server._register(self)
+        try:
+            super().setup()
+        except BaseException:
+            self.server._unregister(self)  # finish() does not run when setup() fails
+            raise
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+            if self._unread_body:
+                self._lingering_close()
+        finally:
+            self.server._unregister(self)
+
+    def _lingering_close(self) -> None:
+        """Read what the client still sends before closing.
+
+        Closing a socket with unread bytes makes the kernel reset the
+        connection, and the client may lose the answer it was sent.
+        """
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(1.0)
+            for _ in range(64):  # at most 4 MiB, at most a few seconds
+                if not self.connection.recv(65536):
+                    break
+
+    def stop_reading(self) -> None:
+        """Wake an idle keep-alive read so the connection ends (used while draining)."""
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_RD)
+
+    def handle_one_request(self) -> None:
+        try:
+            line = self.rfile.readline(_MAX_LINE + 1)
+        except OSError:  # idle timeout, reset, or stop_reading() while draining
+            self.close_connection = True
+            return
+        if not line:
+            self.close_connection = True
+            return
+        started = time.perf_counter()
+        draining = self.server._set_busy(self, True)
+        self.server.app.metrics.started()
+        self._sent = 0
+        self._route = "other"
+        self._status = 0
+        self.command = ""
+        self.request_version = "HTTP/1.1"
+        try:
+            problem = self._parse(line)
+            if problem is not None:
+                self.send_error(*problem)
+                return
+            if draining:
+                self.close_connection = True
+            if self._headers.get("content-length", "0").strip() not in ("", "0") or (
+                "transfer-encoding" in self._headers
+            ):
+                # A body this server never reads would be taken for the next
+                # request: answer, then close (lingering, see finish()).
+                self.close_connection = True
+                self._unread_body = True
+            self._answer(started)
+        except OSError as exc:  # timeouts, resets, broken pipes
+            log.debug("connection from %s ended: %s", self.client_address[0], exc)
+            self.close_connection = True
+        finally:
+            self.server.app.metrics.observe(
+                self._route, self.command, self._status, self._sent, time.perf_counter() - started
+            )
+            if self.server._set_busy(self, False):
+                self.close_connection = True
+
+    def _parse(self, line: bytes) -> tuple[int, str] | None:
+        """Read the request line and headers (RFC 9112); an error to answer, or None.
+
+        Stricter and much cheaper than the standard library's email-based
+        parser: no HTTP/0.9, no obsolete line folding, tokens for names.
+        """
+        self.close_connection = True
+        if len(line) > _MAX_LINE:
+            return 414, "the request line is too long"
+        self.requestline = line.decode("latin-1").rstrip("\r\n")
+        parts = self.requestline.split(" ")
+        if len(parts) != 3 or not all(parts):
+            return 400, "malformed request line"
+        self.command, self.path, version = parts
+        if not _TOKEN.fullmatch(self.command):
+            return 400, "malformed method"
+        found = _VERSION.fullmatch(version)
+        if found is None:
+            return 400, f"malformed HTTP version {version[:20]!r}"
+        if found.group(1) != "1":
+            return 505, "only HTTP/1.0 and HTTP/1.1 are supported"
+        self.request_version = version
+        headers: dict[str, str] = {}
+        for _ in range(_MAX_HEADERS + 1):
+            raw = self.rfile.readline(_MAX_LINE + 1)
+            if len(raw) > _MAX_LINE:
+                return 431, "a header line is too long"
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            if raw[:1] in (b" ", b"\t"):
+                return 400, "obsolete header line folding"
+            name, sep, value = raw.decode("latin-1").partition(":")
+            if not sep or not _TOKEN.fullmatch(name):
+                return 400, "malformed header line"
+            key = name.lower()
+            value = value.strip()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        else:
+            return 431, f"more than {_MAX_HEADERS} header lines"
+        self._headers = headers
+        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+        if version == "HTTP/1.1":
+            self.close_connection = "close" in tokens
+        else:
+            self.close_connection = "keep-alive" not in tokens
+        return None
+
+    def _answer(self, started: float) -> None:
+        request = Request(self.command, self.path, self._headers)
+        response = self.server.app.handle(request)
+        try:
+            self._write(response, head=self.command == "HEAD")
+        finally:
+            response.close()
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                '%s "%s %s" %d %d %.1fms',
+                self.client_address[0],
+                self.command,
+                self.path[:200],
+                response.status,
+                self._sent,
+                (time.perf_counter() - started) * 1000,
+            )
+
+    def _write(self, response: Response, *, head: bool) -> None:
+        self._route = response.route
+        self._status = response.status
+        lines = [
+            f"{self.protocol_version} {response.status} {_reason(response.status)}",
+            f"Date: {_http_date()}",
+        ]
+        lines += [f"{name}: {value}" for name, value in response.headers]
+        length = response.content_length
+        if length is not None:
+            lines.append(f"Content-Length: {length}")
+        if self.close_connection:
+            lines.append("Connection: close")
+        elif self.request_version == "HTTP/1.0":
+            lines.append("Connection: keep-alive")
+        head_bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        body = response.body
+        if head or length is None:
+            self._send(head_bytes)
+            return
+        if isinstance(body, bytes):
+            if len(body) <= _SMALL_BODY:
+                self._send(head_bytes + body)
+            else:
+                self._send(head_bytes)
+                self._send(body)
+            return
+        self._send(head_bytes)
+        left = length
+        try:
+            for chunk in body.chunks():
+                piece = chunk[:left]
+                self._send(piece)
+                left -= len(piece)
+                if left == 0:
+                    break
+        except StorageError as exc:
+            log.error("reading %s failed mid-answer: %s", self.path[:200], exc.message)
+        if left:
+            # The object was shorter than its size said: the framing is broken,
+            # so the client must see the connection end, not wait for bytes.
+            log.error("%s ended %d bytes early; closing the connection", self.path[:200], left)
+            self.close_connection = True
+
+    def _send(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self._sent += len(data)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Answer a request that could not be parsed, then close the connection."""
+        self.close_connection = True
+        self._unread_body = True  # the rest of what it sent is unread
+        self._route = "other"
+        response = error_response(code, message or _reason(code))
+        with contextlib.suppress(OSError):
+            self._write(response, head=self.command == "HEAD")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format, *args)
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _http_date() -> str:
+    """The Date header value, formatted once per second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, formatdate(now, usegmt=True))
+    return _date_cache[1]
+
+
+def _reason(status: int) -> str:
+    reasons = BaseHTTPRequestHandler.responses
+    return reasons[status][0] if status in reasons else "Unknown"
+
+
+def make_server(
+    storage: Storage | str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    *,
+    manifest_max_age: int = 60,
+    timeout: float = DEFAULT_TIMEOUT,
+    endpoint_url: str | None = None,
+) -> RegistryServer:
+    """Bind a server over a registry (not serving yet: call ``serve_forever``).
+
+    Args:
+        storage: A :class:`~edgereg.storage.Storage`, or a registry URL or
+            directory (opened with :func:`~edgereg.storage.open_storage`).
+        host: Address to listen on.
+        port: Port to listen on; 0 picks a free one (see ``server.port``).
+        manifest_max_age: ``max-age`` of signed documents, in seconds.
+        timeout: Idle and IO timeout per connection, in seconds.
+        endpoint_url: S3 endpoint, when ``storage`` is an ``s3://`` URL.
+
+    Raises:
+        OSError: The address cannot be bound (in use, not permitted).
+        StorageError: ``storage`` is a URL that cannot be opened.
+    """
+    if not isinstance(storage, Storage):
+        storage = open_storage(os.fspath(storage), endpoint_url=endpoint_url)
+    app = App(storage, manifest_max_age=manifest_max_age)
+    return RegistryServer((host, port), app, timeout=timeout)
+
+
+def start_in_thread(
+    storage: Storage | str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    **options: Any,
+) -> tuple[RegistryServer, str]:
+    """Serve a registry from a background thread (for tests and tools).
+
+    Takes the arguments of :func:`make_server`, but ``port`` defaults to 0
+    (a free port). Stop it with ``server.close()`` (or use the server as a
+    context manager).
+
+    Returns:
+        The server and its base URL, e.g. ``http://127.0.0.1:41234``.
+    """
+    server = make_server(storage, host, port, **options)
+    server.start()
+    return server, server.base_url
+
+
+class _Serving:
+    """Context manager form of :func:`start_in_thread` (see :func:`serving`)."""
+
+    def __init__(self, server: RegistryServer, url: str) -> None:
+        self.server = server
+        self.url = url
+
+    def __enter__(self) -> str:
+        return self.url
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.server.close()
+
+
+def serving(storage: Storage | str | os.PathLike[str], **options: Any) -> _Serving:
+    """Run a server in a background thread for the length of a ``with`` block.
+
+    Example: ``with serving(registry_dir) as base_url: ...``; takes the
+    arguments of :func:`start_in_thread`.
+    """
+    server, url = start_in_thread(storage, **options)
+    return _Serving(server, url)
