@@ -510,14 +510,16 @@ def publish(
     signer = _signer(key_path)
     registry = _open_registry(config, registry_url, endpoint_url)
     prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
-    result = registry.publish(
-        prepared,
-        signer=signer,
-        percent=percent,
-        full=full,
-        actor=_actor(actor),
-        expires_days=_expires_days(config),
-    )
+    with _stage_reporter(f"publish {model} {version}") as on_step:
+        result = registry.publish(
+            prepared,
+            signer=signer,
+            percent=percent,
+            full=full,
+            actor=_actor(actor),
+            expires_days=_expires_days(config),
+            on_step=on_step,
+        )
     if as_json:
         click.echo(
             json.dumps(
@@ -534,7 +536,13 @@ def publish(
         )
         return
     if result.already_published:
-        stderr.print(f"{model} {version} was already published; manifests are up to date")
+        hint = ""
+        if result.state.candidate == version:
+            hint = f"; change its share with `edgereg rollout {model} --to PERCENT`"
+        stderr.print(
+            f"{model} {version} was already published; manifests are up to date. "
+            f"{_describe_state(result.state)}{hint}."
+        )
         return
     share = "every device" if full else f"{percent:g}% of devices"
     stderr.print(

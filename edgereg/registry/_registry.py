@@ -220,8 +220,12 @@ class Registry:
         full: bool,
         actor: str,
         expires_days: int,
+        on_step: Callable[[str], None] | None = None,
     ) -> PublishResult:
         """Upload a release and start its rollout (idempotent for the same content).
+
+        Args:
+            on_step: Told what is being written, for progress output.
 
         Raises:
             ReleaseError: the version exists with other content.
@@ -240,14 +244,11 @@ class Registry:
                 "never changes once published",
                 hint="Bump `version` in models.toml (or pass --version).",
             )
+        step = on_step or (lambda _: None)
         if (
             existing is not None
             and state is not None
-            and version
-            in (
-                state.stable,
-                state.candidate,
-            )
+            and version in (state.stable, state.candidate)
         ):
             # Published before; make sure the last step (manifests) happened.
             self._write_manifests(state, signer)
@@ -261,9 +262,11 @@ class Registry:
         self.add_public_key(signer)
         uploaded_blobs = uploaded_bytes = 0
         for digest, path in sorted(prepared.blobs.items()):
+            step(f"blob {digest[:12]} ({path.stat().st_size / 1e6:.2f} MB)")
             if self.storage.put_file_if_absent(blob_path(digest), path):
                 uploaded_blobs += 1
                 uploaded_bytes += path.stat().st_size
+        step(f"release record {version}")
         if existing is None:
             created = self.storage.put_if_absent(
                 release_key(model, version), sign_document(record, [signer])
@@ -288,6 +291,7 @@ class Registry:
             expires=now + timedelta(days=expires_days),
             actor=actor,
         )
+        step("rollout state and manifests")
         new_state = self._write_state(new_state, token, signer)
         return PublishResult(
             model, version, new_state, uploaded_blobs, uploaded_bytes, already_published=False
