@@ -7,7 +7,8 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv demo test lint typecheck unit bench clean
+.PHONY: venv demo test lint typecheck unit bench clean system-deps
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# Debian packages the tests need: chromium renders the HTML report and status page.
+system-deps:
+	test -x /usr/bin/chromium || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
 
 DEMO_PULL = edgereg pull --registry-url file://$(CURDIR)/registry \
 	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
@@ -53,7 +58,7 @@ typecheck: venv
 unit: venv
 	pytest
 
-test: lint typecheck unit
+test: system-deps lint typecheck unit
 
 bench: venv
 	python benchmarks/build.py

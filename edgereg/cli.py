@@ -242,6 +242,8 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
         )
     Console(width=max(Console().width, 100)).print(table)
     stderr.print("Δ: change against the fp32 ONNX Runtime baseline, in percentage points.")
+    if any(row["status"] != "built" for row in rows):
+        stderr.print("Some variants are not built or stale: run `dvc repro`.")
 
 
 def _number(value: float | None, template: str) -> str:
@@ -341,7 +343,8 @@ def _open_registry(
         raise ConfigError(
             "no registry given and no models.toml here",
             file=config_module.DEFAULT_CONFIG_FILE,
-            hint="Pass --registry URL, or run from the directory that holds models.toml.",
+            hint="Pass --registry URL, run from the directory that holds models.toml, or "
+            "create one with `edgereg init`.",
         )
     if registry_url is not None:
         return Registry(open_storage(registry_url, endpoint_url=endpoint_url))
@@ -501,9 +504,7 @@ def publish(
     percent = parse_percent(canary, option="--canary") if canary is not None else None
     config = config_module.load(config_path)
     if model not in config.models:
-        raise ConfigError(
-            f"no model '{model}'; models: {', '.join(config.models)}", file=str(config.path)
-        )
+        raise _no_such_model(config, model)
     version = version or config.models[model].version
     if not semver.Version.is_valid(version):
         raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
@@ -783,7 +784,10 @@ def status(
         click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
         return
     if not statuses:
-        stderr.print(f"no models in {registry.storage.url} yet")
+        stderr.print(
+            f"no models in {registry.storage.url} yet; publish one with "
+            "`edgereg publish MODEL --canary 5%`"
+        )
         return
     table = Table(title=f"registry {registry.storage.url}")
     for title in ("model", "stable", "candidate", "rollout", "tier", "variant", "size KB"):
@@ -834,7 +838,10 @@ def history(
     registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
     state, _ = registry.read_state(model)
     if state is None:
-        raise EdgeregError(f"model '{model}' has no release in {registry.storage.url}")
+        raise EdgeregError(
+            f"model '{model}' has no release in {registry.storage.url}",
+            hint=f"Publish one: edgereg publish {model} --canary 5%",
+        )
     if as_json:
         click.echo(json.dumps([event.model_dump(mode="json") for event in state.history], indent=2))
         return
@@ -926,12 +933,21 @@ def verify(
 VERIFY_FAILED = 9
 
 
+def _no_such_model(config: config_module.Config, model: str) -> ConfigError:
+    if not config.models:
+        return ConfigError(
+            f"no model '{model}': the file declares no models yet",
+            file=str(config.path),
+            hint="Add one with `edgereg add path/to/model.onnx --evaluation data.npz`.",
+        )
+    return ConfigError(
+        f"no model '{model}'; models: {', '.join(config.models)}", file=str(config.path)
+    )
+
+
 def _require_variant(config: config_module.Config, model: str, variant: str) -> None:
     if model not in config.models:
-        raise ConfigError(
-            f"no model '{model}'; models: {', '.join(config.models)}",
-            file=str(config.path),
-        )
+        raise _no_such_model(config, model)
     if variant not in config.models[model].variants:
         raise ConfigError(
             f"model '{model}' has no variant '{variant}'; variants: "
@@ -942,9 +958,14 @@ def _require_variant(config: config_module.Config, model: str, variant: str) -> 
 
 def _register_commands() -> None:
     """Commands that live with their layer (the client SDK, the server)."""
+    from edgereg._onboard_cli import add_command, init_command
     from edgereg.client._cli import pull_command
+    from edgereg.report._cli import report_command
     from edgereg.serve._cli import serve_command
 
+    main.add_command(init_command)
+    main.add_command(add_command)
+    main.add_command(report_command)
     main.add_command(pull_command)
     main.add_command(serve_command, "serve")
 

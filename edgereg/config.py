@@ -555,7 +555,8 @@ def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
         raise ConfigError(
             "file not found",
             file=str(path),
-            hint="Run edgereg from the directory that holds models.toml, or pass --config PATH.",
+            hint="Run edgereg from the directory that holds models.toml, pass --config PATH, "
+            "or create one with `edgereg init`.",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from None

@@ -622,7 +622,6 @@ def test_an_int8_recall_drop_names_worst_classes_and_layers(project: Project) ->
         "max_class_recall_drop: measured",
         "budget 0 (worst classes ",
         "Int8 quantization lost accuracy",
-        "skip_ops = [",
     )
     detail = re.search(r"worst classes (.*)\)", error.message)
     assert detail is not None
@@ -630,10 +629,33 @@ def test_an_int8_recall_drop_names_worst_classes_and_layers(project: Project) ->
     assert worst
     assert set(worst) <= set(buildkit.IMAGE_CLASSES)
     assert error.hint is not None
-    layers = re.findall(r"^  (\S+): [0-9.]+$", error.hint, re.MULTILINE)
-    assert layers, error.hint
-    assert f'skip_ops = ["{layers[0]}"' in error.hint
+    # MNN measures layer error on the calibration samples. On one black picture
+    # every layer looks fine, so the hint must blame the calibration set and
+    # not send the user to keep healthy layers in float.
+    assert "skip_ops" not in error.hint
+    assert "calibration set probably does not look like the evaluation data" in error.hint
     assert 'method = "EMA"' in error.hint
+
+
+def test_an_int8_gate_hint_names_layers_that_lost_precision() -> None:
+    from edgereg.build.quality import GateReport, GateResult
+    from edgereg.build.variant import _gate_hint
+    from edgereg.config import Int8Quantization
+    from edgereg.toolchain import ToolRun
+    from edgereg.toolchain.mnn import LayerError
+
+    layers = (
+        LayerError(tensor="conv2 output_tensor_0", op="conv2", cosine=0.91, overflow_ratio=0.1),
+        LayerError(tensor="fc output_tensor_0", op="fc", cosine=0.98, overflow_ratio=0.0),
+        LayerError(tensor="conv1 output_tensor_0", op="conv1", cosine=0.9999, overflow_ratio=0.0),
+    )
+    run = ToolRun(argv=("mnnquant",), duration=0.1, output="", model=None, layer_errors=layers)
+    gates = GateReport([GateResult("max_class_recall_drop", 0.0, 0.2, False)])
+    hint = _gate_hint(Int8Quantization(mode="int8"), gates, run)
+    assert "  conv2: 0.9100" in hint
+    assert "  fc: 0.9800" in hint
+    assert "conv1" not in hint
+    assert 'skip_ops = ["conv2", "fc"]' in hint
 
 
 def test_unknown_model_or_variant_is_a_config_error(project: Project) -> None:

@@ -466,20 +466,27 @@ def _gate_hint(quantization: Any, gates: GateReport, quantize_run: toolchain.Too
         "max_class_recall_drop",
     }:
         lines = ["Int8 quantization lost accuracy."]
-        worst = [
+        measured = [
             layer
             for layer in (quantize_run.layer_errors if quantize_run else [])
-            # NaN: MNN could not measure the layer. Near 1.0 the layer is fine on
-            # the calibration data, and naming it would send the user astray.
-            if layer.cosine == layer.cosine and layer.cosine < LAYER_COSINE_SUSPECT
-        ][:3]
+            if layer.cosine == layer.cosine  # NaN: MNN could not measure the layer
+        ]
+        worst = [layer for layer in measured if layer.cosine < LAYER_COSINE_SUSPECT][:3]
         if worst:
             lines.append("Layers with the largest quantization error (cosine similarity):")
             lines += [f"  {layer.op}: {layer.cosine:.4f}" for layer in worst]
             names = ", ".join(f'"{layer.op}"' for layer in worst[:2])
             lines.append(f"Keep them in float: skip_ops = [{names}].")
+        elif measured:
+            # MNN measures layer error on the calibration samples themselves.
+            lines.append(
+                f"Every layer keeps a cosine similarity of at least {LAYER_COSINE_SUSPECT} on "
+                "the calibration samples, yet accuracy dropped: the calibration set probably "
+                "does not look like the evaluation data. Calibrate on more samples drawn "
+                "like production data, covering every class (samples, balanced = true)."
+            )
         other = "EMA" if quantization.method != "EMA" else "KL"
-        lines.append(f'Or try method = "{other}", or more (class-balanced) calibration samples.')
+        lines.append(f'Or try method = "{other}".')
         return "\n".join(lines)
     if "max_size_mb" in failed:
         return 'Use weight-only quantization (mode = "weight") or int8 to make it smaller.'

@@ -1,0 +1,195 @@
+"""``edgereg init`` and ``edgereg add``: click commands that :mod:`edgereg.cli` registers.
+
+Errors go through the CLI's one error handler (:func:`edgereg.cli.handle_errors`),
+looked up when a command runs, so this module can be imported before or after
+:mod:`edgereg.cli`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+
+from edgereg import config as config_module
+
+__all__ = ["add_command", "init_command"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path(config_module.DEFAULT_CONFIG_FILE),
+    show_default=True,
+    help="The models.toml to read.",
+)
+
+
+def handle_errors(command: F) -> F:
+    """Run ``command`` under the CLI's error handler (one message, its exit code)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from edgereg.cli import handle_errors as cli_handle_errors
+
+        return cli_handle_errors(command)(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+def _say(message: str) -> None:
+    from edgereg.cli import stderr
+
+    stderr.print(message, markup=False, soft_wrap=True, highlight=False)
+
+
+@click.command("init")
+@config_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing models.toml, and a dvc.yaml edgereg did not write.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def init_command(config_path: Path, force: bool, as_json: bool) -> None:
+    """Make this git repository an edgereg project (models.toml, DVC, .gitignore)."""
+    from edgereg.onboard import init_project
+
+    result = init_project(config_path, force=force)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "root": str(result.root),
+                    "written": result.written,
+                    "dvc_initialised": result.dvc_initialised,
+                    "gitignore_added": result.gitignore_added,
+                    "next": result.next_steps,
+                },
+                indent=2,
+            )
+        )
+        return
+    if result.dvc_initialised:
+        _say(f"initialised DVC in {result.root} (analytics off)")
+    for name in result.written:
+        detail = ""
+        if name == ".gitignore":
+            detail = f" (added {', '.join(result.gitignore_added)})"
+        _say(f"wrote {name}{detail}")
+    _say("next:")
+    for step in result.next_steps:
+        _say(f"  {step}")
+
+
+@click.command("add")
+@click.argument("source", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--name", default=None, help="Model name (default: from the file name).")
+@click.option(
+    "--evaluation",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Labelled .npz every variant is verified and evaluated on (required).",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=".npz for int8 calibration; without it the model gets no int8 variant.",
+)
+@click.option(
+    "--task",
+    type=click.Choice(["classification", "generic"]),
+    default=None,
+    help="Default: classification when the evaluation set has 'labels'.",
+)
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def add_command(
+    source: Path,
+    name: str | None,
+    evaluation: Path | None,
+    calibration: Path | None,
+    task: str | None,
+    config_path: Path,
+    as_json: bool,
+) -> None:
+    """Add the ONNX model SOURCE to models.toml with a variant per tier; sync dvc.yaml."""
+    from edgereg.onboard import UsageError, add_model
+
+    if evaluation is None:
+        raise UsageError(
+            "--evaluation is required: every variant is checked against ONNX Runtime and "
+            "evaluated on it, so no build can run without one",
+            hint="Save an .npz with one array per model input (samples first, named like "
+            "the input) and an integer 'labels' array, for example "
+            "numpy.savez('data/eval.npz', input=x, labels=y), then: "
+            f"edgereg add {source} --evaluation data/eval.npz",
+        )
+    argv = ["edgereg add", str(source)]
+    if name:
+        argv += ["--name", name]
+    result = add_model(
+        config_path,
+        source,
+        evaluation=evaluation,
+        calibration=calibration,
+        name=name,
+        task=cast(Any, task),
+        command=" ".join(argv),
+    )
+    proposal = result.proposal
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "model": proposal.name,
+                    "task": proposal.task,
+                    "variants": proposal.variants,
+                    "inputs": [
+                        {"name": spec.name, "shape": spec.shape, "kind": spec.kind}
+                        for spec in proposal.inputs
+                    ],
+                    "notes": proposal.notes,
+                    "unsupported_ops": result.unsupported_ops,
+                    "dvc_yaml": result.dvc_yaml,
+                },
+                indent=2,
+            )
+        )
+        return
+    variants = ", ".join(f"{variant} ({tier})" for variant, tier in proposal.variants.items())
+    _say(f"added [models.{proposal.name}] to {config_path}: {proposal.task}, variants {variants}")
+    if result.unsupported_ops:
+        _say(
+            "warning: the installed MNN converter cannot convert these operators: "
+            f"{', '.join(result.unsupported_ops)}; builds will fail until the model is "
+            "exported without them"
+        )
+    for note in proposal.notes:
+        _say(f"note: {note}")
+    dvc_yaml = config_path.parent / "dvc.yaml"
+    if result.dvc_yaml == "kept":
+        _say(
+            f"note: {dvc_yaml} was not written by edgereg, so it was left alone; "
+            "`edgereg dvc sync` replaces it with the generated one"
+        )
+    else:
+        _say(f"{dvc_yaml}: {result.dvc_yaml}")
+    _say("next:")
+    if not result.dvc_repo:
+        _say("  dvc init            # no DVC repository here yet")
+    _say(f"  dvc repro           # builds {', '.join(proposal.variants)}")
+    _say("  edgereg report      # writes report.html")
+    _say(
+        "  git add models.toml dvc.yaml dvc.lock and the model and datasets "
+        "(`dvc add` large files), then commit"
+    )

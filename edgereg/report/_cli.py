@@ -1,0 +1,81 @@
+"""``edgereg report``: a click command that :mod:`edgereg.cli` registers."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from edgereg._onboard_cli import config_option, handle_errors
+
+__all__ = ["report_command"]
+
+
+@click.command("report")
+@config_option
+@click.option(
+    "--out",
+    "target",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+@click.option(
+    "--build-dir",
+    "out_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("build"),
+    show_default=True,
+    help="Where the build outputs are (as `edgereg build --out`).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what the report holds as JSON.")
+@handle_errors
+def report_command(config_path: Path, target: Path, out_root: Path, as_json: bool) -> None:
+    """Write an HTML report of every variant's build: sizes, accuracy, latency, provenance."""
+    from edgereg import config as config_module
+    from edgereg.cli import stderr
+    from edgereg.errors import EdgeregError
+    from edgereg.report import write_report
+
+    config = config_module.load(config_path)
+    try:
+        data = write_report(config, out_root, target, generated=_now())
+    except OSError as exc:
+        raise EdgeregError(
+            f"cannot write {target}: {exc.strerror}", hint="Check that the directory is writable."
+        ) from None
+    variants = [v for m in data.models for v in m.variants]
+    built = sum(v.built for v in variants)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "out": str(target),
+                    "variants": [
+                        {"model": v.model, "variant": v.variant, "tier": v.tier, "status": v.status}
+                        for v in variants
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    stderr.print(
+        f"wrote {target}: {len(data.models)} model(s), {built} of {len(variants)} variant(s) built",
+        markup=False,
+        soft_wrap=True,
+    )
+    if not data.models:
+        stderr.print(
+            "no models yet: run `edgereg add path/to/model.onnx --evaluation data/eval.npz`",
+            markup=False,
+        )
+    elif built < len(variants):
+        stderr.print("some variants are not built: run `dvc repro`", markup=False)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

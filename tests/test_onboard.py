@@ -1,0 +1,477 @@
+"""A team adopts edgereg in its own repository: `edgereg init`, then `edgereg add`.
+
+Real git, DVC, ONNX and MNN in temporary repositories; the commands run through
+click as the CLI wires them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import buildkit
+import click
+import numpy as np
+import onnx
+import pytest
+import tiny_models
+from click.testing import CliRunner, Result
+
+from edgereg import config as config_module
+from edgereg._onboard_cli import add_command, init_command
+from edgereg.build.dvc import render_dvc_yaml
+from edgereg.onboard import (
+    ArrayInfo,
+    DatasetInfo,
+    GraphTensor,
+    Proposal,
+    UsageError,
+    model_name_from_path,
+    propose_model,
+    render_models_toml,
+)
+from edgereg.toolchain import installed_versions
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def cli() -> click.Group:
+    @click.group()
+    @click.option("--verbose", is_flag=True)
+    def main(verbose: bool) -> None:
+        """The edgereg group, as edgereg.cli wires init_command and add_command into it."""
+
+    main.add_command(init_command)
+    main.add_command(add_command)
+    return main
+
+
+def edgereg(*args: str, expect: int = 0) -> Result:
+    result = CliRunner().invoke(cli(), list(args))
+    assert result.exit_code == expect, f"exit {result.exit_code}:\n{result.output}"
+    return result
+
+
+def sh(cwd: Path, *args: str, expect: int = 0) -> str:
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DVC_NO_ANALYTICS": "1",
+    }
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == expect, f"{' '.join(args)} exited {done.returncode}:\n{output}"
+    return output
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty git repository, the working directory."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    sh(root, "git", "init", "--quiet")
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny project's data directory: two ONNX models and their datasets."""
+    return buildkit.write_project(tmp_path_factory.mktemp("kit")).root / "data"
+
+
+@pytest.fixture
+def project(repo: Path, kit: Path) -> Path:
+    """The repository after `edgereg init`, with the tiny models' files in data/."""
+    edgereg("init")
+    shutil.copytree(kit, repo / "data")
+    return repo
+
+
+# --- init --------------------------------------------------------------------------
+
+
+def test_init_outside_git_says_git_init(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = edgereg("init", expect=2)
+    assert "is not inside a git repository" in result.output
+    assert "Run `git init` first, then `edgereg init` again." in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_sets_up_a_project_with_no_model_yet(repo: Path) -> None:
+    result = edgereg("init")
+    assert "initialised DVC" in result.output
+    assert "edgereg add path/to/model.onnx" in result.output
+
+    text = (repo / "models.toml").read_text()
+    config = config_module.parse(text, file="models.toml")
+    assert config.models == {}
+    assert list(config.tiers) == ["high", "mid", "low"]
+    assert config.toolchain.as_dict() == installed_versions()
+    assert config.registry.url == "file://registry"
+    assert config.notes() == [config_module.NO_MODELS_NOTE]
+    assert text.count("\n#") > 10, "the file explains itself in comments"
+
+    assert (repo / ".dvc").is_dir()
+    assert "analytics = false" in (repo / ".dvc" / "config").read_text()
+    assert (repo / ".gitignore").read_text().splitlines()[-2:] == ["/registry/", "/.edgereg/"]
+    assert (repo / "dvc.yaml").read_text() == render_dvc_yaml(config)
+    assert "stages: {}" in (repo / "dvc.yaml").read_text()
+
+    # DVC and edgereg both accept the empty project.
+    assert "Data and pipelines are up to date." in sh(repo, "dvc", "repro")
+    sh(repo, "edgereg", "dvc", "sync", "--check")
+    assert "no models yet: run `edgereg add" in sh(repo, "edgereg", "validate")
+
+
+def test_init_never_overwrites_without_force(repo: Path) -> None:
+    (repo / ".gitignore").write_text("*.pyc\n/registry\n", encoding="utf-8")
+    edgereg("init")
+    # Entries already there (in any spelling) are not added twice; the rest stays.
+    assert (repo / ".gitignore").read_text().splitlines() == [
+        "*.pyc",
+        "/registry",
+        "",
+        "# edgereg: the local registry and the private signing key stay out of git",
+        "/.edgereg/",
+    ]
+    (repo / "models.toml").write_text("# mine\n", encoding="utf-8")
+    result = edgereg("init", expect=2)
+    assert "refusing to overwrite: models.toml exists" in result.output
+    assert "edgereg init --force" in result.output
+    assert (repo / "models.toml").read_text() == "# mine\n"
+
+    edgereg("init", "--force")
+    config_module.load(repo / "models.toml")
+    assert (repo / ".gitignore").read_text().count("/.edgereg/") == 1
+
+
+def test_init_keeps_a_dvc_yaml_it_did_not_write_and_an_existing_dvc_setup(repo: Path) -> None:
+    sh(repo, "dvc", "init", "--quiet")
+    (repo / ".dvc" / "config").write_text("[core]\n    remote = mine\n", encoding="utf-8")
+    (repo / "dvc.yaml").write_text("stages:\n  train:\n    cmd: python train.py\n")
+    result = edgereg("init", expect=2)
+    assert "dvc.yaml exists and was not written by `edgereg dvc sync`" in result.output
+    assert not (repo / "models.toml").exists()
+
+    result = edgereg("init", "--force")
+    assert "initialised DVC" not in result.output
+    assert (repo / ".dvc" / "config").read_text() == "[core]\n    remote = mine\n"
+    assert "stages: {}" in (repo / "dvc.yaml").read_text()
+
+
+def test_init_in_a_subdirectory_makes_a_dvc_subdir_repo(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub = repo / "ml"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    edgereg("init")
+    assert (sub / ".dvc").is_dir()
+    assert not (repo / ".dvc").exists()
+    assert "Data and pipelines are up to date." in sh(sub, "dvc", "repro")
+
+
+# --- add -----------------------------------------------------------------------------
+
+
+def test_add_appends_the_model_keeping_the_file_and_repro_builds_it(project: Path) -> None:
+    before = (project / "models.toml").read_text()
+    result = edgereg(
+        "add",
+        "data/sensor.onnx",
+        "--evaluation",
+        "data/sensor-evaluation.npz",
+        "--calibration",
+        "data/sensor-calibration.npz",
+    )
+    assert "added [models.sensor]" in result.output
+    assert "fp32 (high), int8 (mid), w8 (low)" in result.output
+    assert "dvc.yaml: written" in result.output
+    assert "dvc repro" in result.output
+
+    text = (project / "models.toml").read_text()
+    assert text.startswith(before), "comments and formatting of the file are kept"
+    config = config_module.load(project / "models.toml")
+    model = config.models["sensor"]
+    assert model.task == "classification"
+    assert [(spec.name, spec.shape, spec.kind) for spec in model.inputs] == [
+        ("a", [1, 8], "tensor"),
+        ("b", [1, 4], "tensor"),
+    ]
+    assert [spec.name for spec in model.outputs] == ["y"]
+    assert model.source.sha256 == buildkit.sha256_file(project / "data" / "sensor.onnx")
+    assert model.calibration is not None
+    assert model.calibration.path == "data/sensor-calibration.npz"
+    assert {name: v.tier for name, v in model.variants.items()} == {
+        "fp32": "high",
+        "int8": "mid",
+        "w8": "low",
+    }
+    assert model.variants["int8"].quantization.mode == "int8"
+    assert model.variants["w8"].quantization.mode == "weight"
+    assert config.notes() == []
+    assert (project / "dvc.yaml").read_text() == render_dvc_yaml(config)
+    sh(project, "edgereg", "dvc", "sync", "--check")
+
+    built = sh(project, "dvc", "repro")
+    for variant in ("fp32", "int8", "w8"):
+        assert f"Running stage 'build-sensor-{variant}'" in built
+        assert (project / "build" / "sensor" / variant / "model.mnn").is_file()
+
+    # A second model goes after the first, and the first stays as it was.
+    edgereg("add", "data/vision.onnx", "--evaluation", "data/vision-evaluation.npz")
+    assert (project / "models.toml").read_text().startswith(text)
+    assert set(config_module.load(project / "models.toml").models) == {"sensor", "vision"}
+
+
+def test_add_without_calibration_proposes_no_int8_and_says_how_to_add_it(project: Path) -> None:
+    result = edgereg("add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz")
+    assert "fp32 (high), w8 (low)" in result.output
+    assert "no --calibration set, so no int8 variant" in result.output
+    config = config_module.load(project / "models.toml")
+    assert list(config.models["sensor"].variants) == ["fp32", "w8"]
+    assert config.tier_variants("sensor")["mid"] == ("w8", True)
+    assert "# [models.sensor.variants.int8]" in (project / "models.toml").read_text()
+
+
+def test_add_picks_image_inputs_from_uint8_pictures(project: Path) -> None:
+    result = edgereg(
+        "add",
+        "data/vision.onnx",
+        "--name",
+        "colours",
+        "--evaluation",
+        "data/vision-evaluation.npz",
+        "--calibration",
+        "data/vision-calibration.npz",
+    )
+    assert 'kind = "image"' in result.output
+    spec = config_module.load(project / "models.toml").models["colours"].inputs[0]
+    assert (spec.kind, spec.layout, spec.color, spec.shape) == (
+        "image",
+        "NCHW",
+        "RGB",
+        [1, 3, 8, 8],
+    )
+    assert "# mean = [127.5, 127.5, 127.5]" in (project / "models.toml").read_text()
+
+
+def dynamic_size_model(path: Path) -> Path:
+    """The tiny conv classifier with symbolic height and width."""
+    tiny_models.conv_classifier(path)
+    model = onnx.load(str(path))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for axis, name in ((2, "height"), (3, "width")):
+        dims[axis].Clear()
+        dims[axis].dim_param = name
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_add_flags_dynamic_axes_and_fixes_them_from_the_evaluation_set(project: Path) -> None:
+    dynamic_size_model(project / "data" / "resizable.onnx")
+    rng = np.random.default_rng(0)
+    buildkit.write_npz(
+        project / "data" / "resizable.npz",
+        {"image": rng.normal(0, 1, (12, 3, 16, 12)).astype(np.float32)},
+        rng.integers(0, 4, 12),
+    )
+    result = edgereg("add", "data/resizable.onnx", "--evaluation", "data/resizable.npz")
+    assert "models.resizable.inputs.0.shape" in result.output
+    assert "dynamic axes 2 ('height'), 3 ('width')" in result.output
+    assert "fixed to [1, 3, 16, 12] from the evaluation set" in result.output
+    text = (project / "models.toml").read_text()
+    assert "shape = [1, 3, 16, 12]   # dynamic in the ONNX" in text
+    assert config_module.load(project / "models.toml").models["resizable"].inputs[0].shape == [
+        1,
+        3,
+        16,
+        12,
+    ]
+
+
+def test_add_warns_about_operators_mnn_cannot_convert(project: Path) -> None:
+    tiny_models.unsupported_op_model(project / "data" / "odd.onnx")
+    report_inputs = onnx.load(str(project / "data" / "odd.onnx")).graph.input
+    arrays = {}
+    for value in report_inputs:
+        dims = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
+        arrays[value.name] = np.zeros((4, *dims[1:]), dtype=np.float32)
+    buildkit.write_npz(project / "data" / "odd.npz", arrays)
+    result = edgereg("add", "data/odd.onnx", "--evaluation", "data/odd.npz")
+    assert "cannot convert these operators" in result.output
+    assert tiny_models.UNSUPPORTED_OP in result.output
+    model = config_module.load(project / "models.toml").models["odd"]
+    assert model.task == "generic"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["data/sensor.onnx"], "--evaluation is required", id="no-evaluation"),
+        pytest.param(
+            ["data/missing.onnx", "--evaluation", "data/sensor-evaluation.npz"],
+            "model data/missing.onnx: no such file",
+            id="missing-model",
+        ),
+        pytest.param(
+            ["data/sensor.onnx", "--evaluation", "data/vision-evaluation.npz"],
+            "has no array 'a' for the model's input 'a'",
+            id="dataset-of-another-model",
+        ),
+        pytest.param(
+            [
+                "data/sensor.onnx",
+                "--evaluation",
+                "data/sensor-evaluation.npz",
+                "--calibration",
+                "data/vision-calibration.npz",
+            ],
+            "--calibration data/vision-calibration.npz has no array 'a'",
+            id="calibration-of-another-model",
+        ),
+        pytest.param(
+            ["data/sensor.onnx", "--name", "Sensor", "--evaluation", "data/sensor-evaluation.npz"],
+            "'Sensor' is not a valid model name",
+            id="bad-name",
+        ),
+    ],
+)
+def test_add_rejects_bad_input_and_leaves_files_alone(
+    project: Path, args: list[str], message: str
+) -> None:
+    before = {name: (project / name).read_text() for name in ("models.toml", "dvc.yaml")}
+    result = edgereg("add", *args, expect=2)
+    assert message in result.output
+    assert {name: (project / name).read_text() for name in before} == before
+
+
+def test_add_refuses_a_taken_name_and_files_outside_the_project(project: Path, kit: Path) -> None:
+    edgereg("add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz")
+    before = (project / "models.toml").read_text()
+    result = edgereg(
+        "add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz", expect=2
+    )
+    assert "models.sensor: a model named 'sensor' exists already" in result.output
+    assert "--name" in result.output
+
+    outside = kit / "sensor.onnx"
+    result = edgereg(
+        "add",
+        str(outside),
+        "--name",
+        "other",
+        "--evaluation",
+        "data/sensor-evaluation.npz",
+        expect=2,
+    )
+    assert "is outside the project" in result.output
+    assert "Copy it in" in result.output
+    assert (project / "models.toml").read_text() == before
+
+
+def test_add_validates_before_writing(project: Path) -> None:
+    # A valid file the appended block cannot extend: models is an inline table.
+    config = project / "models.toml"
+    config.write_text("models = {}\n" + config.read_text(), encoding="utf-8")
+    config_module.load(config)
+    before = config.read_text()
+    result = edgereg(
+        "add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz", expect=2
+    )
+    assert "models.toml is unchanged" in result.output
+    assert config.read_text() == before
+
+
+def test_add_needs_a_models_toml(repo: Path, kit: Path) -> None:
+    shutil.copytree(kit, repo / "data")
+    result = edgereg(
+        "add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz", expect=2
+    )
+    assert "models.toml: file not found" in result.output
+    assert "Run `edgereg init`" in result.output
+
+
+def test_add_keeps_a_hand_written_dvc_yaml(project: Path) -> None:
+    (project / "dvc.yaml").write_text("stages:\n  train:\n    cmd: python train.py\n")
+    result = edgereg("add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz")
+    assert "was not written by edgereg, so it was left alone" in result.output
+    assert "train.py" in (project / "dvc.yaml").read_text()
+
+
+# --- the pure parts ------------------------------------------------------------------
+
+
+def dataset(**arrays: tuple[str, tuple[int, ...]]) -> DatasetInfo:
+    return DatasetInfo(
+        path="data/eval.npz",
+        sha256="0" * 64,
+        arrays={name: ArrayInfo(dtype, shape) for name, (dtype, shape) in arrays.items()},
+    )
+
+
+def propose(tiers: list[str], *, calibration: bool = True, **overrides: object) -> Proposal:
+    evaluation = dataset(x=("float32", (10, 5)), labels=("int64", (10,)))
+    kwargs: dict[str, object] = {
+        "name": "net",
+        "source": "net.onnx",
+        "source_sha256": "1" * 64,
+        "source_bytes": 5_000_000,
+        "inputs": [GraphTensor("x", ("N", 5), "float32")],
+        "outputs": [GraphTensor("y", ("N", 3), "float32")],
+        "evaluation": evaluation,
+        "calibration": evaluation if calibration else None,
+        "tiers": tiers,
+    }
+    kwargs.update(overrides)
+    return propose_model(**kwargs)  # type: ignore[arg-type]
+
+
+def test_proposals_fit_the_declared_tiers() -> None:
+    base = render_models_toml(installed_versions())
+    three = propose(["high", "mid", "low"])
+    assert three.variants == {"fp32": "high", "int8": "mid", "w8": "low"}
+    config = config_module.parse(base + three.text)
+    assert config.models["net"].budgets.max_size_mb == 6.0
+    assert config.models["net"].task == "classification"
+
+    mid = base[base.index("[tiers.mid]") : base.index("[tiers.low]")]
+    two = propose(["high", "low"])
+    assert two.variants == {"fp32": "high", "w8": "low"}
+    assert list(config_module.parse(base.replace(mid, "") + two.text).models["net"].variants) == [
+        "fp32",
+        "w8",
+    ]
+
+    one = propose(["all"])
+    assert one.variants == {"fp32": "all"}
+
+
+def test_proposals_reject_what_a_build_cannot_use() -> None:
+    with pytest.raises(UsageError, match="input 'x' is int64"):
+        propose(["high"], inputs=[GraphTensor("x", ("N", 5), "int64")])
+    with pytest.raises(UsageError, match="has no 'labels' array"):
+        propose(["high"], evaluation=dataset(x=("float32", (10, 5))), task="classification")
+    with pytest.raises(UsageError, match=r"samples of shape \[6\]"):
+        propose(["high"], evaluation=dataset(x=("float32", (10, 6)), labels=("int64", (10,))))
+    fixed = propose(["high"], inputs=[GraphTensor("x", (8, 5), "float32")])
+    assert any("fixed batch of 8" in note for note in fixed.notes)
+
+
+@pytest.mark.parametrize(
+    ("file", "name"),
+    [
+        ("MobileNet_v2.onnx", "mobilenet_v2"),
+        ("my model (final).onnx", "my-model-final"),
+        ("2024-resnet.onnx", "model-2024-resnet"),
+        ("___.onnx", "model"),
+    ],
+)
+def test_model_names_from_file_names(file: str, name: str) -> None:
+    assert model_name_from_path(Path(file)) == name
