@@ -418,6 +418,7 @@ def keys() -> None:
 @config_option
 @registry_option
 @endpoint_option
+@json_option
 @handle_errors
 def keys_generate(
     out: Path,
@@ -426,6 +427,7 @@ def keys_generate(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
+    as_json: bool,
 ) -> None:
     """Create an Ed25519 key pair and publish its public key to the registry."""
     import os
@@ -450,12 +452,25 @@ def keys_generate(
     signer = Signer.from_pem(private_pem)
     stderr.print(f"wrote private key {out} (mode 0600) and public key {public_path}")
     stderr.print(f"key id {signer.key_id}")
+    published_to = None
     if not no_publish:
         config = _optional_config(config_path)
         if config is not None or registry_url is not None:
             registry = _open_registry(config, registry_url, endpoint_url)
             registry.add_public_key(signer)
-            stderr.print(f"published the public key to {registry.storage.url}")
+            published_to = registry.storage.url
+            stderr.print(f"published the public key to {published_to}")
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "key_id": signer.key_id,
+                    "private_key": str(out),
+                    "public_key": str(public_path),
+                    "published_to": published_to,
+                }
+            )
+        )
 
 
 @main.command()
@@ -569,6 +584,22 @@ def _transition_command(
     )
 
 
+def _report_state(state: Any, as_json: bool) -> None:
+    """The new rollout state: JSON on stdout for scripts, one line on stderr for people."""
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "model": state.model,
+                    "sequence": state.sequence,
+                    **state.snapshot().model_dump(mode="json"),
+                }
+            )
+        )
+    else:
+        stderr.print(_describe_state(state))
+
+
 def _describe_state(state: Any) -> str:
     if state.candidate is None:
         return f"{state.model}: stable {state.stable} for every device (sequence {state.sequence})"
@@ -589,6 +620,7 @@ def _describe_state(state: Any) -> str:
 @endpoint_option
 @key_option
 @actor_option
+@json_option
 @handle_errors
 def rollout(
     model: str,
@@ -600,6 +632,7 @@ def rollout(
     endpoint_url: str | None,
     key_path: Path | None,
     actor: str | None,
+    as_json: bool,
 ) -> None:
     """Raise (or lower) the share of devices that get MODEL's candidate."""
     from edgereg.registry._transitions import set_percent
@@ -627,7 +660,7 @@ def rollout(
         )
 
     state = _transition_command(model, config_path, registry_url, endpoint_url, key_path, make)
-    stderr.print(_describe_state(state))
+    _report_state(state, as_json)
 
 
 @main.command()
@@ -638,6 +671,7 @@ def rollout(
 @endpoint_option
 @key_option
 @actor_option
+@json_option
 @handle_errors
 def promote(
     model: str,
@@ -647,6 +681,7 @@ def promote(
     endpoint_url: str | None,
     key_path: Path | None,
     actor: str | None,
+    as_json: bool,
 ) -> None:
     """Make MODEL's candidate the stable release for every device."""
     from edgereg.registry._transitions import promote as promote_state
@@ -663,7 +698,7 @@ def promote(
             )
         ),
     )
-    stderr.print(_describe_state(state))
+    _report_state(state, as_json)
 
 
 @main.command()
@@ -674,6 +709,7 @@ def promote(
 @endpoint_option
 @key_option
 @actor_option
+@json_option
 @handle_errors
 def rollback(
     model: str,
@@ -683,6 +719,7 @@ def rollback(
     endpoint_url: str | None,
     key_path: Path | None,
     actor: str | None,
+    as_json: bool,
 ) -> None:
     """Drop MODEL's candidate, or restore an earlier stable with --to-version."""
     from edgereg.registry._transitions import rollback as rollback_state
@@ -707,7 +744,7 @@ def rollback(
             )
         ),
     )
-    stderr.print(_describe_state(state))
+    _report_state(state, as_json)
 
 
 def _simple_transition(name: str, doc: str) -> None:
@@ -718,6 +755,7 @@ def _simple_transition(name: str, doc: str) -> None:
     @endpoint_option
     @key_option
     @actor_option
+    @json_option
     @handle_errors
     def command(
         model: str,
@@ -726,6 +764,7 @@ def _simple_transition(name: str, doc: str) -> None:
         endpoint_url: str | None,
         key_path: Path | None,
         actor: str | None,
+        as_json: bool,
     ) -> None:
         from edgereg.registry import _transitions
 
@@ -742,7 +781,7 @@ def _simple_transition(name: str, doc: str) -> None:
                 )
             ),
         )
-        stderr.print(_describe_state(state))
+        _report_state(state, as_json)
 
 
 _simple_transition("pause", "Stop handing out MODEL's candidate; every device gets stable.")
