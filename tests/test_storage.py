@@ -205,6 +205,8 @@ BAD_KEYS = {
     "empty": "",
     "reserved temp name": "blobs/.tmp-x",
     "reserved lock name": ".lock-state.json",
+    "part longer than a file name": "models/digits/releases/" + "1" * 256 + ".json",
+    "key longer than S3 allows": "/".join(["a" * 200] * 6),
 }
 
 

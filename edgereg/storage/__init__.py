@@ -72,6 +72,11 @@ class NotFound(StorageError):
         self.key = key
 
 
+#: S3's limit for a whole key, and the usual file system limit for one name.
+MAX_KEY_BYTES = 1024
+MAX_PART_BYTES = 255
+
+
 def validate_key(key: str, *, prefix: bool = False) -> str:
     """Check that ``key`` is a safe relative, '/'-separated registry key.
 
@@ -100,7 +105,12 @@ def validate_key(key: str, *, prefix: bool = False) -> str:
         raise ValueError("a key is '/'-separated and may not contain a backslash")
     if "\x00" in body:
         raise ValueError("a key may not contain a NUL character")
+    if len(body.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ValueError(f"a key may be at most {MAX_KEY_BYTES} bytes long (as on S3)")
     for part in body.split("/"):
+        if len(part.encode("utf-8")) > MAX_PART_BYTES:
+            # Longer than a file name may be on disk: such a key can never exist.
+            raise ValueError(f"a key part may be at most {MAX_PART_BYTES} bytes long")
         if part == "":
             raise ValueError("a key may not contain an empty part ('//' or a trailing '/')")
         if part in (".", ".."):
