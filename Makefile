@@ -60,8 +60,16 @@ unit: venv
 
 test: system-deps lint typecheck unit
 
+# Ratios measured in one run each (a failed target does not stop the others);
+# serve.py compares against nginx (Debian packages).
 bench: venv
-	python benchmarks/build.py
+	command -v nginx >/dev/null && command -v wrk >/dev/null || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y nginx-light wrk)
+	-python benchmarks/build.py
+	-python benchmarks/storage.py
+	-python benchmarks/registry.py
+	-python benchmarks/serve.py
+	-python benchmarks/client.py
 
 clean:
 	rm -rf build registry .edgereg .pytest_cache .mypy_cache .ruff_cache
