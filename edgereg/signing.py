@@ -79,6 +79,20 @@ def canonical_json(value: Any) -> bytes:
     return text.encode("utf-8")
 
 
+def strict_json_loads(data: bytes) -> Any:
+    """Parse UTF-8 JSON, refusing duplicate keys, NaN and infinities.
+
+    Two parsers that disagree on a duplicate key would see two documents
+    behind one signature; refusing them leaves one reading.
+
+    Raises:
+        ValueError: not UTF-8, not JSON, a duplicate key or a non-finite number.
+    """
+    # Decoded here, not by json.loads, which would guess UTF-16 or UTF-32.
+    text = data.decode("utf-8")
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+
+
 def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE pre-authentication encoding: what a signature actually covers.
 
@@ -343,9 +357,7 @@ def verify_envelope(
 
 def _parse_envelope(envelope_bytes: bytes) -> dict[str, Any]:
     try:
-        # Decoded here, not by json.loads, which would guess UTF-16 or UTF-32.
-        text = envelope_bytes.decode("utf-8")
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+        data = strict_json_loads(envelope_bytes)
     except (ValueError, UnicodeDecodeError) as exc:
         raise TrustError(
             f"envelope is not JSON ({exc}); expected a signed envelope "

@@ -20,7 +20,6 @@ so an expiry only ever moves earlier.
 
 from __future__ import annotations
 
-import json
 import re
 import typing
 from collections.abc import Mapping, Sequence
@@ -45,7 +44,13 @@ from pydantic import (
 from edgereg.config import NAME_RULE, Name, RuntimeHints, Sha256, VersionPin
 from edgereg.errors import TrustError
 from edgereg.rollout import check_percent
-from edgereg.signing import Signer, canonical_json, sign_envelope, verify_envelope
+from edgereg.signing import (
+    Signer,
+    canonical_json,
+    sign_envelope,
+    strict_json_loads,
+    verify_envelope,
+)
 
 __all__ = [
     "PAYLOAD_TYPE_MANIFEST",
@@ -398,9 +403,7 @@ def from_bytes(cls: type[W], data: bytes) -> W:
     """
     kind = cls.kind
     try:
-        value = json.loads(
-            data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant
-        )
+        value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError(f"{kind} is not JSON: {exc}") from None
     try:
@@ -466,16 +469,3 @@ def _describe(exc: ValidationError) -> str:
             message = f"{error['input']!r} {rule}"
         parts.append(f"{where}: {message}")
     return "; ".join(parts)
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")

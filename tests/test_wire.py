@@ -291,7 +291,7 @@ def _literal(text: str) -> str:
         pytest.param(b"\xff", "manifest is not JSON", id="not-utf8"),
         pytest.param(b"[]", "manifest is not valid", id="array"),
         pytest.param(b'{"model":"a","model":"b"}', "duplicate key 'model'", id="duplicate-key"),
-        pytest.param(b'{"percent":NaN}', "NaN is not allowed", id="nan"),
+        pytest.param(b'{"percent":NaN}', "NaN is not JSON", id="nan"),
     ],
 )
 def test_manifest_rejects_bad_json(data: bytes, match: str) -> None:
