@@ -329,6 +329,23 @@ actor_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+def _stack(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """Apply several click options as one decorator, first option outermost."""
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+registry_read_options = _stack(config_option, registry_option, endpoint_option, json_option)
+registry_write_options = _stack(
+    config_option, registry_option, endpoint_option, key_option, actor_option, json_option
+)
+
+
 def _optional_config(config_path: Path) -> config_module.Config | None:
     return config_module.load(config_path) if config_path.exists() else None
 
@@ -415,10 +432,7 @@ def keys() -> None:
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing key file.")
 @click.option("--no-publish", is_flag=True, help="Do not put the public key into the registry.")
-@config_option
-@registry_option
-@endpoint_option
-@json_option
+@registry_read_options
 @handle_errors
 def keys_generate(
     out: Path,
@@ -486,12 +500,7 @@ def keys_generate(
     show_default=True,
     help="Where the build outputs are.",
 )
-@config_option
-@registry_option
-@endpoint_option
-@key_option
-@actor_option
-@json_option
+@registry_write_options
 @handle_errors
 def publish(
     model: str,
@@ -615,12 +624,7 @@ def _describe_state(state: Any) -> str:
 @click.option("--to", "to_percent", default=None, help="Move the candidate to this share.")
 @click.option("--next", "next_step", is_flag=True, help="Move to the policy's next step.")
 @click.option("--force", is_flag=True, help="Ignore the soak time (recorded in the history).")
-@config_option
-@registry_option
-@endpoint_option
-@key_option
-@actor_option
-@json_option
+@registry_write_options
 @handle_errors
 def rollout(
     model: str,
@@ -666,12 +670,7 @@ def rollout(
 @main.command()
 @click.argument("model")
 @click.option("--force", is_flag=True, help="Promote a canary never rolled out (recorded).")
-@config_option
-@registry_option
-@endpoint_option
-@key_option
-@actor_option
-@json_option
+@registry_write_options
 @handle_errors
 def promote(
     model: str,
@@ -704,12 +703,7 @@ def promote(
 @main.command()
 @click.argument("model")
 @click.option("--to-version", default=None, help="Restore this earlier release as stable.")
-@config_option
-@registry_option
-@endpoint_option
-@key_option
-@actor_option
-@json_option
+@registry_write_options
 @handle_errors
 def rollback(
     model: str,
@@ -750,12 +744,7 @@ def rollback(
 def _simple_transition(name: str, doc: str) -> None:
     @main.command(name=name, help=doc)
     @click.argument("model")
-    @config_option
-    @registry_option
-    @endpoint_option
-    @key_option
-    @actor_option
-    @json_option
+    @registry_write_options
     @handle_errors
     def command(
         model: str,
@@ -791,10 +780,7 @@ _simple_transition("resign", "Renew the expiry and signatures of MODEL's state a
 
 @main.command()
 @click.argument("model", required=False)
-@config_option
-@registry_option
-@endpoint_option
-@json_option
+@registry_read_options
 @handle_errors
 def status(
     model: str | None,
@@ -859,10 +845,7 @@ def status(
 
 @main.command()
 @click.argument("model")
-@config_option
-@registry_option
-@endpoint_option
-@json_option
+@registry_read_options
 @handle_errors
 def history(
     model: str,
