@@ -1,51 +1,22 @@
 """``edgereg init`` and ``edgereg add``: click commands that :mod:`edgereg.cli` registers.
 
-Errors go through the CLI's one error handler (:func:`edgereg.cli.handle_errors`),
-looked up when a command runs, so this module can be imported before or after
-:mod:`edgereg.cli`.
+Errors go through the CLI's one error handler
+(:func:`edgereg._cli_common.handle_errors`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import click
 
-from edgereg import config as config_module
+from edgereg._cli_common import config_option, handle_errors, stderr
 
 __all__ = ["add_command", "init_command"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path(config_module.DEFAULT_CONFIG_FILE),
-    show_default=True,
-    help="The models.toml to read.",
-)
-
-
-def handle_errors(command: F) -> F:
-    """Run ``command`` under the CLI's error handler (one message, its exit code)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from edgereg.cli import handle_errors as cli_handle_errors
-
-        return cli_handle_errors(command)(*args, **kwargs)
-
-    return cast(F, wrapper)
-
-
 def _say(message: str) -> None:
-    from edgereg.cli import stderr
-
     stderr.print(message, markup=False, soft_wrap=True, highlight=False)
 
 

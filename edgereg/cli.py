@@ -10,70 +10,36 @@ state, 8 the build outputs cannot be published, 9 `edgereg verify` found problem
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import sys
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from edgereg import __version__
 from edgereg import config as config_module
-from edgereg.errors import ConfigError, EdgeregError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-INTERNAL_ERROR = 70
-
-# Progress and notes go to `stderr` (silenced by --quiet); errors always show.
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def handle_errors(command: F) -> F:
-    """Turn every edgereg error into one message on stderr and its exit code."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        verbose = bool(click.get_current_context().find_root().params.get("verbose"))
-        try:
-            return command(*args, **kwargs)
-        except EdgeregError as exc:
-            if verbose:
-                traceback.print_exc()
-            # Messages quote TOML tables ("[models.x.calibration]"): not markup.
-            errors.print(
-                f"[bold red]error:[/] {escape(exc.diagnostics())}", markup=True, soft_wrap=True
-            )
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            errors.print("interrupted")
-            sys.exit(130)
-        except Exception:  # the last line of defence
-            traceback.print_exc()
-            errors.print(
-                "edgereg hit an internal error (above); please report it with the traceback."
-            )
-            sys.exit(INTERNAL_ERROR)
-
-    return cast(F, wrapper)
-
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path(config_module.DEFAULT_CONFIG_FILE),
-    show_default=True,
-    help="The models.toml to read.",
+from edgereg._cli_common import (
+    DEFAULT_KEY_FILE,
+    actor_name,
+    config_option,
+    endpoint_option,
+    expiry_days,
+    handle_errors,
+    json_option,
+    open_registry,
+    optional_config,
+    registry_option,
+    registry_read_options,
+    registry_write_options,
+    signer_from_options,
+    stage_reporter,
+    stderr,
 )
+from edgereg.errors import ConfigError, EdgeregError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -179,7 +145,7 @@ def build(
 
     config = config_module.load(config_path)
     _require_variant(config, model, variant)
-    with _stage_reporter(f"{model}/{variant}") as on_stage:
+    with stage_reporter(f"{model}/{variant}") as on_stage:
         result = build_variant(
             config,
             model,
@@ -191,16 +157,6 @@ def build(
     if as_json:
         click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
     stderr.print(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
-
-
-@contextlib.contextmanager
-def _stage_reporter(label: str) -> Iterator[Callable[[str], None]]:
-    """A live status line on a terminal; one plain line per stage otherwise (logs, DVC)."""
-    if not stderr.is_terminal or stderr.quiet:
-        yield lambda stage: stderr.print(f"{label}: {stage}")
-        return
-    with stderr.status(f"{label}: starting") as status:
-        yield lambda stage: status.update(f"{label}: {stage}")
 
 
 @main.command()
@@ -303,120 +259,6 @@ def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
 
 # --- registry: keys, publish, rollout ------------------------------------------
 
-DEFAULT_KEY_FILE = Path(".edgereg/signing-key.pem")
-KEY_ENV = "EDGEREG_SIGNING_KEY"
-KEY_FILE_ENV = "EDGEREG_SIGNING_KEY_FILE"
-
-registry_option = click.option(
-    "--registry",
-    "registry_url",
-    default=None,
-    help="Registry URL (file://PATH or s3://BUCKET/PREFIX); default: models.toml [registry].",
-)
-endpoint_option = click.option(
-    "--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores."
-)
-key_option = click.option(
-    "--key",
-    "key_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"Private key file (default: ${KEY_FILE_ENV}, ${KEY_ENV} or {DEFAULT_KEY_FILE}).",
-)
-actor_option = click.option(
-    "--actor", default=None, help="Who is acting, for the history (default: user@host)."
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-
-
-def _stack(*options: Callable[[F], F]) -> Callable[[F], F]:
-    """Apply several click options as one decorator, first option outermost."""
-
-    def decorate(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
-
-
-registry_read_options = _stack(config_option, registry_option, endpoint_option, json_option)
-registry_write_options = _stack(
-    config_option, registry_option, endpoint_option, key_option, actor_option, json_option
-)
-
-
-def _optional_config(config_path: Path) -> config_module.Config | None:
-    return config_module.load(config_path) if config_path.exists() else None
-
-
-def _open_registry(
-    config: config_module.Config | None, registry_url: str | None, endpoint_url: str | None
-) -> Any:
-    from edgereg.registry import Registry
-    from edgereg.storage import open_storage
-
-    if registry_url is None and config is None:
-        raise ConfigError(
-            "no registry given and no models.toml here",
-            file=config_module.DEFAULT_CONFIG_FILE,
-            hint="Pass --registry URL, run from the directory that holds models.toml, or "
-            "create one with `edgereg init`.",
-        )
-    if registry_url is not None:
-        return Registry(open_storage(registry_url, endpoint_url=endpoint_url))
-    assert config is not None
-    return Registry(
-        open_storage(
-            config.registry.url,
-            endpoint_url=endpoint_url or config.registry.endpoint_url,
-            base_dir=config.root,
-        )
-    )
-
-
-def _signer(key_path: Path | None) -> Any:
-    import os
-
-    from edgereg.signing import private_key_from_env, read_private_key_file
-
-    if key_path is not None:
-        return read_private_key_file(key_path)
-    if os.environ.get(KEY_FILE_ENV):
-        return read_private_key_file(os.environ[KEY_FILE_ENV])
-    if os.environ.get(KEY_ENV):
-        return private_key_from_env(KEY_ENV)
-    if DEFAULT_KEY_FILE.exists():
-        return read_private_key_file(DEFAULT_KEY_FILE)
-    from edgereg.errors import TrustError
-
-    raise TrustError(
-        f"no signing key: --key not given, ${KEY_FILE_ENV} and ${KEY_ENV} unset, "
-        f"and no {DEFAULT_KEY_FILE}",
-        hint="Create one with `edgereg keys generate`, or point --key at your key file.",
-    )
-
-
-def _actor(actor: str | None) -> str:
-    import getpass
-    import os
-    import socket
-
-    if actor:
-        return actor
-    if os.environ.get("EDGEREG_ACTOR"):
-        return os.environ["EDGEREG_ACTOR"]
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-def _expires_days(config: config_module.Config | None) -> int:
-    return config.registry.expires_days if config else config_module.Registry().expires_days
-
-
 @main.group()
 def keys() -> None:
     """Signing keys."""
@@ -468,9 +310,9 @@ def keys_generate(
     stderr.print(f"key id {signer.key_id}")
     published_to = None
     if not no_publish:
-        config = _optional_config(config_path)
+        config = optional_config(config_path)
         if config is not None or registry_url is not None:
-            registry = _open_registry(config, registry_url, endpoint_url)
+            registry = open_registry(config, registry_url, endpoint_url)
             registry.add_public_key(signer)
             published_to = registry.storage.url
             stderr.print(f"published the public key to {published_to}")
@@ -532,17 +374,17 @@ def publish(
     version = version or config.models[model].version
     if not semver.Version.is_valid(version):
         raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
-    signer = _signer(key_path)
-    registry = _open_registry(config, registry_url, endpoint_url)
+    signer = signer_from_options(key_path)
+    registry = open_registry(config, registry_url, endpoint_url)
     prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
-    with _stage_reporter(f"publish {model} {version}") as on_step:
+    with stage_reporter(f"publish {model} {version}") as on_step:
         result = registry.publish(
             prepared,
             signer=signer,
             percent=percent,
             full=full,
-            actor=_actor(actor),
-            expires_days=_expires_days(config),
+            actor=actor_name(actor),
+            expires_days=expiry_days(config),
             on_step=on_step,
         )
     if as_json:
@@ -585,11 +427,11 @@ def _transition_command(
     key_path: Path | None,
     make: Callable[[config_module.Config | None, str], Any],
 ) -> Any:
-    config = _optional_config(config_path)
-    registry = _open_registry(config, registry_url, endpoint_url)
-    signer = _signer(key_path)
+    config = optional_config(config_path)
+    registry = open_registry(config, registry_url, endpoint_url)
+    signer = signer_from_options(key_path)
     return registry.change(
-        model, make(config, model), signer=signer, expires_days=_expires_days(config)
+        model, make(config, model), signer=signer, expires_days=expiry_days(config)
     )
 
 
@@ -659,7 +501,7 @@ def rollout(
             policy=policy,
             now=now,
             expires=expires,
-            actor=_actor(actor),
+            actor=actor_name(actor),
             force=force,
         )
 
@@ -693,7 +535,7 @@ def promote(
         key_path,
         lambda _config, name: (
             lambda st, now, expires: promote_state(
-                st, name, now=now, expires=expires, actor=_actor(actor), force=force
+                st, name, now=now, expires=expires, actor=actor_name(actor), force=force
             )
         ),
     )
@@ -718,8 +560,8 @@ def rollback(
     """Drop MODEL's candidate, or restore an earlier stable with --to-version."""
     from edgereg.registry._transitions import rollback as rollback_state
 
-    config = _optional_config(config_path)
-    published = set(_open_registry(config, registry_url, endpoint_url).versions(model))
+    config = optional_config(config_path)
+    published = set(open_registry(config, registry_url, endpoint_url).versions(model))
     state = _transition_command(
         model,
         config_path,
@@ -734,7 +576,7 @@ def rollback(
                 published=published,
                 now=now,
                 expires=expires,
-                actor=_actor(actor),
+                actor=actor_name(actor),
             )
         ),
     )
@@ -766,7 +608,7 @@ def _simple_transition(name: str, doc: str) -> None:
             key_path,
             lambda _config, m: (
                 lambda st, now, expires: transition(
-                    st, m, now=now, expires=expires, actor=_actor(actor)
+                    st, m, now=now, expires=expires, actor=actor_name(actor)
                 )
             ),
         )
@@ -792,8 +634,8 @@ def status(
     """Every model's stable and candidate versions, rollout percent and tiers."""
     from edgereg.registry import model_status
 
-    config = _optional_config(config_path)
-    registry = _open_registry(config, registry_url, endpoint_url)
+    config = optional_config(config_path)
+    registry = open_registry(config, registry_url, endpoint_url)
     tier_order = list(config.tiers) if config is not None else []
     names = [model] if model else registry.models()
     statuses = []
@@ -857,7 +699,7 @@ def history(
     """Who changed MODEL's rollout, what and when, from the signed state."""
     from edgereg.wire import format_time
 
-    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
     state, _ = registry.read_state(model)
     if state is None:
         raise EdgeregError(
@@ -913,7 +755,7 @@ def verify(
     as_json: bool,
 ) -> None:
     """Check every signature, digest and reference in the registry."""
-    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
     if trusted_key_paths:
         # keys/ is only as trustworthy as write access to the registry; apps
         # pin their keys, and this checks the registry the way they see it.

@@ -17,7 +17,7 @@ import click
 import pytest
 
 import edgereg
-from edgereg import cli
+from edgereg import _cli_common, cli
 from edgereg.errors import EdgeregError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def _exit_codes_in_code() -> set[int]:
         if info.name.rsplit(".", 1)[-1] == "_worker":  # the MNN child process's entry point
             continue
         importlib.import_module(info.name)
-    codes = {cli.INTERNAL_ERROR, cli.VERIFY_FAILED, 130}
+    codes = {_cli_common.INTERNAL_ERROR, cli.VERIFY_FAILED, 130}
     pending: list[type[EdgeregError]] = [EdgeregError]
     while pending:
         kind = pending.pop()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from edgereg._onboard_cli import config_option, handle_errors
+from edgereg._cli_common import config_option, handle_errors, stderr
 
 __all__ = ["report_command"]
 
@@ -36,7 +36,6 @@ __all__ = ["report_command"]
 def report_command(config_path: Path, target: Path, out_root: Path, as_json: bool) -> None:
     """Write an HTML report of every variant's build: sizes, accuracy, latency, provenance."""
     from edgereg import config as config_module
-    from edgereg.cli import stderr
     from edgereg.errors import EdgeregError
     from edgereg.report import write_report
 

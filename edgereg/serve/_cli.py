@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from edgereg._cli_common import handle_errors, open_registry, optional_config, stderr
 from edgereg.serve._server import DEFAULT_TIMEOUT
 
 
@@ -67,9 +68,6 @@ def serve_command(**options: Any) -> None:
     Stops gracefully on SIGTERM or Ctrl-C: no new connections, answers in
     flight finish, exit status 0.
     """
-    # Imported here: edgereg.cli imports this module to register the command.
-    from edgereg.cli import handle_errors
-
     handle_errors(_serve)(**options)
 
 
@@ -84,11 +82,10 @@ def _serve(
     shutdown_timeout: float,
     access_log: bool,
 ) -> None:
-    from edgereg.cli import _open_registry, _optional_config, stderr
     from edgereg.errors import EdgeregError
     from edgereg.serve._server import make_server
 
-    registry = _open_registry(_optional_config(config_path), registry_url, endpoint_url)
+    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger = logging.getLogger("edgereg.serve")
