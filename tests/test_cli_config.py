@@ -282,3 +282,31 @@ def test_schema_rejects_what_the_loader_rejects(
     errors = list(jsonschema.validators.validator_for(schema)(schema).iter_errors(data))
     assert errors
     assert all(tuple(error.absolute_path)[: len(where)] == where for error in errors)
+
+
+def test_quiet_keeps_results_and_errors_only(repo_root: Path, tmp_path: Path) -> None:
+    edgereg = str(EDGEREG)
+    quiet = subprocess.run(
+        [edgereg, "-q", "dvc", "sync", "--check", "--config", str(repo_root / "models.toml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == ""
+    loud = subprocess.run(
+        [edgereg, "dvc", "sync", "--check", "--config", str(repo_root / "models.toml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "up to date" in loud.stderr
+    # Errors still show under --quiet.
+    missing = subprocess.run(
+        [edgereg, "-q", "validate", "--config", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "file not found" in missing.stderr
