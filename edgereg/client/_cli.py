@@ -7,13 +7,23 @@ from the CLI module and can be tried on its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TransferSpeedColumn,
+)
 
 from edgereg import config as config_module
 from edgereg.client._updater import Client, FetchResult, open_fetcher, unsafe_registry_keys
@@ -139,7 +149,8 @@ def pull_command(
         raise click.UsageError(str(exc)) from None
     except (EdgeregError, OSError) as exc:
         _fail(exc)
-    result = client.fetch()
+    with _download_progress(client, enabled=not as_json):
+        result = client.fetch()
     if as_json:
         click.echo(json.dumps(_as_json(result), indent=2))
     else:
@@ -212,3 +223,30 @@ def _print(result: FetchResult) -> None:
             click.echo(f"  installed ({result.downloaded_bytes} bytes downloaded)")
         else:
             click.echo(f"  up to date ({result.downloaded_bytes} bytes downloaded)")
+
+
+@contextlib.contextmanager
+def _download_progress(client: Client, *, enabled: bool) -> Iterator[None]:
+    """A progress bar on a terminal while the blob downloads; nothing otherwise."""
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        yield
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"{client.model} ({client.tier})", total=None)
+
+        def update(received: int, total: int) -> None:
+            progress.update(task, completed=received, total=total)
+
+        client.on_progress = update
+        try:
+            yield
+        finally:
+            client.on_progress = None

@@ -584,6 +584,7 @@ class Client:
         timeout: float = 30.0,
         max_manifest_bytes: int = MAX_MANIFEST_BYTES,
         clock: Callable[[], datetime] = _utcnow,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         if not trusted_keys:
             raise ValueError("a client needs at least one trusted public key")
@@ -606,6 +607,8 @@ class Client:
         self.cache = _Cache(Path(cache_dir))
         self.max_manifest_bytes = max_manifest_bytes
         self.clock = clock
+        # Told (bytes received, blob size) as a download goes, for progress bars.
+        self.on_progress = on_progress
 
     # -- public ---------------------------------------------------------------
 
@@ -810,6 +813,8 @@ class Client:
                 check.update(chunk)
                 transferred += len(chunk)
                 _write_all(fd, chunk)
+                if self.on_progress is not None:
+                    self.on_progress(check.received, check.entry.size)
             check.update(response.read(1))  # anything more is BlobTooLarge
             os.fsync(fd)
         except OSError as exc:
