@@ -86,10 +86,11 @@ endpoint_option = click.option(
 )
 key_option = click.option(
     "--key",
-    "key_path",
+    "key_paths",
     type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"Private key file (default: ${KEY_FILE_ENV}, ${KEY_ENV} or {DEFAULT_KEY_FILE}).",
+    multiple=True,
+    help=f"Private key file (default: ${KEY_FILE_ENV}, ${KEY_ENV} or {DEFAULT_KEY_FILE}); "
+    "repeat to sign with several keys while rotating.",
 )
 actor_option = click.option(
     "--actor", default=None, help="Who is acting, for the history (default: user@host)."
@@ -143,19 +144,20 @@ def open_registry(
     )
 
 
-def signer_from_options(key_path: Path | None) -> Any:
+def signer_from_options(key_paths: tuple[Path, ...]) -> list[Any]:
+    """The signers of a command: every --key, else the environment, else the default file."""
     import os
 
     from edgereg.signing import private_key_from_env, read_private_key_file
 
-    if key_path is not None:
-        return read_private_key_file(key_path)
+    if key_paths:
+        return [read_private_key_file(path) for path in key_paths]
     if os.environ.get(KEY_FILE_ENV):
-        return read_private_key_file(os.environ[KEY_FILE_ENV])
+        return [read_private_key_file(os.environ[KEY_FILE_ENV])]
     if os.environ.get(KEY_ENV):
-        return private_key_from_env(KEY_ENV)
+        return [private_key_from_env(KEY_ENV)]
     if DEFAULT_KEY_FILE.exists():
-        return read_private_key_file(DEFAULT_KEY_FILE)
+        return [read_private_key_file(DEFAULT_KEY_FILE)]
     from edgereg.errors import TrustError
 
     raise TrustError(

@@ -353,7 +353,7 @@ def publish(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
-    key_path: Path | None,
+    key_paths: tuple[Path, ...],
     actor: str | None,
     as_json: bool,
 ) -> None:
@@ -374,7 +374,7 @@ def publish(
     version = version or config.models[model].version
     if not semver.Version.is_valid(version):
         raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
-    signer = signer_from_options(key_path)
+    signer = signer_from_options(key_paths)
     registry = open_registry(config, registry_url, endpoint_url)
     prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
     with stage_reporter(f"publish {model} {version}") as on_step:
@@ -424,12 +424,12 @@ def _transition_command(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
-    key_path: Path | None,
+    key_paths: tuple[Path, ...],
     make: Callable[[config_module.Config | None, str], Any],
 ) -> Any:
     config = optional_config(config_path)
     registry = open_registry(config, registry_url, endpoint_url)
-    signer = signer_from_options(key_path)
+    signer = signer_from_options(key_paths)
     return registry.change(
         model, make(config, model), signer=signer, expires_days=expiry_days(config)
     )
@@ -476,7 +476,7 @@ def rollout(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
-    key_path: Path | None,
+    key_paths: tuple[Path, ...],
     actor: str | None,
     as_json: bool,
 ) -> None:
@@ -505,7 +505,7 @@ def rollout(
             force=force,
         )
 
-    state = _transition_command(model, config_path, registry_url, endpoint_url, key_path, make)
+    state = _transition_command(model, config_path, registry_url, endpoint_url, key_paths, make)
     _report_state(state, as_json)
 
 
@@ -520,7 +520,7 @@ def promote(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
-    key_path: Path | None,
+    key_paths: tuple[Path, ...],
     actor: str | None,
     as_json: bool,
 ) -> None:
@@ -532,7 +532,7 @@ def promote(
         config_path,
         registry_url,
         endpoint_url,
-        key_path,
+        key_paths,
         lambda _config, name: (
             lambda st, now, expires: promote_state(
                 st, name, now=now, expires=expires, actor=actor_name(actor), force=force
@@ -553,7 +553,7 @@ def rollback(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
-    key_path: Path | None,
+    key_paths: tuple[Path, ...],
     actor: str | None,
     as_json: bool,
 ) -> None:
@@ -567,7 +567,7 @@ def rollback(
         config_path,
         registry_url,
         endpoint_url,
-        key_path,
+        key_paths,
         lambda _config, name: (
             lambda st, now, expires: rollback_state(
                 st,
@@ -593,7 +593,7 @@ def _simple_transition(name: str, doc: str) -> None:
         config_path: Path,
         registry_url: str | None,
         endpoint_url: str | None,
-        key_path: Path | None,
+        key_paths: tuple[Path, ...],
         actor: str | None,
         as_json: bool,
     ) -> None:
@@ -605,7 +605,7 @@ def _simple_transition(name: str, doc: str) -> None:
             config_path,
             registry_url,
             endpoint_url,
-            key_path,
+            key_paths,
             lambda _config, m: (
                 lambda st, now, expires: transition(
                     st, m, now=now, expires=expires, actor=actor_name(actor)

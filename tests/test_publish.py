@@ -31,6 +31,7 @@ from s3server import MotoServer, make_client
 
 from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE
 from edgereg.cli import main
+from edgereg.errors import TrustError
 from edgereg.registry import Registry
 from edgereg.signing import TrustedKeys, generate_key, key_id, load_public_key
 from edgereg.storage import open_storage
@@ -526,6 +527,29 @@ def test_a_new_key_signs_only_once_it_is_added_on_purpose(site: Site) -> None:
         "verify", "--json", "--trusted-key", PUBLIC_KEY_FILE, "--trusted-key", "next.pub.pem"
     )
     assert json.loads(ok(both).stdout)["ok"]
+
+
+def test_signing_with_the_old_and_the_new_key_during_a_rotation(site: Site) -> None:
+    """Documents signed by both keys verify for apps that trust either one."""
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    ok(cli("keys", "generate", "--out", "next.pem"))
+    ok(site.run("rollout", MODEL, "--to", "25%", "--force", "--key", KEY_FILE, "--key", "next.pem"))
+    old_only = site.public_keys(PUBLIC_KEY_FILE)
+    new_only = site.public_keys("next.pub.pem")
+    for trusted in (old_only, new_only):
+        registry = site.registry(trusted=trusted)
+        state, _ = registry.read_state(MODEL)
+        assert state is not None
+        assert state.percent == 25.0
+        for tier in TIERS:
+            assert registry.read_manifest(MODEL, tier).sequence == state.sequence
+    # Once every app trusts the new key, sign with it alone.
+    ok(site.run("rollout", MODEL, "--to", "50%", "--force", "--key", "next.pem"))
+    new_state, _ = site.registry(trusted=new_only).read_state(MODEL)
+    assert new_state is not None
+    assert new_state.percent == 50.0
+    with pytest.raises(TrustError):
+        site.registry(trusted=old_only).read_state(MODEL)
 
 
 # --- bad input: a clear error, and the registry exactly as before ----------------------

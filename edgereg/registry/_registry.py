@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -53,6 +53,14 @@ def manifest_key(model: str, tier: str) -> str:
 def public_key_key(keyid: str) -> str:
     """Where a public key lives."""
     return f"{KEYS_PREFIX}{keyid}.pem"
+
+
+def signers_of(signer: Signer | Sequence[Signer]) -> list[Signer]:
+    """One signer or several (a key rotation signs with the old and the new key)."""
+    signers = [signer] if isinstance(signer, Signer) else list(signer)
+    if not signers:
+        raise ValueError("at least one signer is needed")
+    return signers
 
 
 def utcnow() -> datetime:
@@ -128,7 +136,7 @@ class Registry:
         """
         return self.storage.put_if_absent(public_key_key(signer.key_id), signer.public_pem())
 
-    def check_signer(self, signer: Signer) -> None:
+    def check_signer(self, signer: Signer | Sequence[Signer]) -> None:
         """Refuse a signing key the registry does not trust yet.
 
         The first key of an empty registry is accepted (the first publish
@@ -140,16 +148,20 @@ class Registry:
             TrustError: keys/ holds keys and the signer's is not among them.
         """
         trusted = self.trusted_keys()
-        if not trusted or signer.key_id in trusted:
+        if not trusted:
             return
+        unknown = [one for one in signers_of(signer) if one.key_id not in trusted]
+        if not unknown:
+            return
+        stranger = unknown[0]
         known = ", ".join(keyid[:12] for keyid in trusted)
         raise TrustError(
-            f"the signing key {signer.key_id[:12]} is not one of the keys of registry "
+            f"the signing key {stranger.key_id[:12]} is not one of the keys of registry "
             f"{self.storage.url} ({known}); apps that trust those keys would reject "
             "whatever it signs",
             hint="Sign with the registry's key (--key PATH). To rotate to a new key, add "
             "its public key first: `edgereg keys generate` publishes a new one, or copy "
-            f"the .pub.pem to keys/{signer.key_id}.pem in the registry.",
+            f"the .pub.pem to keys/{stranger.key_id}.pem in the registry.",
         )
 
     # -- reading --------------------------------------------------------------------
@@ -215,7 +227,7 @@ class Registry:
         self,
         prepared: PreparedRelease,
         *,
-        signer: Signer,
+        signer: Signer | Sequence[Signer],
         percent: float | None,
         full: bool,
         actor: str,
@@ -235,7 +247,8 @@ class Registry:
         """
         record = prepared.record
         model, version = record.model, record.version
-        self.check_signer(signer)
+        signers = signers_of(signer)
+        self.check_signer(signers)
         state, token = self.read_state(model)
         existing = self._existing_release(model, version)
         if existing is not None and not prepared.same_content(existing):
@@ -251,7 +264,7 @@ class Registry:
             and version in (state.stable, state.candidate)
         ):
             # Published before; make sure the last step (manifests) happened.
-            self._write_manifests(state, signer)
+            self._write_manifests(state, signers)
             return PublishResult(model, version, state, 0, 0, already_published=True)
         transitions.check_new_version(state, version)
         if full == (percent is not None):
@@ -259,7 +272,8 @@ class Registry:
 
         # Nothing was written before this point: a refused publish changes nothing.
         # The key goes first, so whatever is signed next can be verified.
-        self.add_public_key(signer)
+        for one in signers:
+            self.add_public_key(one)
         uploaded_blobs = uploaded_bytes = 0
         for digest, path in sorted(prepared.blobs.items()):
             step(f"blob {digest[:12]} ({path.stat().st_size / 1e6:.2f} MB)")
@@ -269,7 +283,7 @@ class Registry:
         step(f"release record {version}")
         if existing is None:
             created = self.storage.put_if_absent(
-                release_key(model, version), sign_document(record, [signer])
+                release_key(model, version), sign_document(record, signers)
             )
             if not created:
                 existing = self._existing_release(model, version)
@@ -292,7 +306,7 @@ class Registry:
             actor=actor,
         )
         step("rollout state and manifests")
-        new_state = self._write_state(new_state, token, signer)
+        new_state = self._write_state(new_state, token, signers)
         return PublishResult(
             model, version, new_state, uploaded_blobs, uploaded_bytes, already_published=False
         )
@@ -302,7 +316,7 @@ class Registry:
         model: str,
         transition: Callable[[RolloutState | None, datetime, datetime], RolloutState],
         *,
-        signer: Signer,
+        signer: Signer | Sequence[Signer],
         expires_days: int,
     ) -> RolloutState:
         """Apply one rollout transition (rollout, promote, rollback, pause, resume, resign).
@@ -310,12 +324,13 @@ class Registry:
         Args:
             transition: called with (state, now, expires); returns the next state.
         """
-        self.check_signer(signer)
-        self.repair_manifests(model, signer)
+        signers = signers_of(signer)
+        self.check_signer(signers)
+        self.repair_manifests(model, signers)
         state, token = self.read_state(model)
         now = self.clock()
         new_state = transition(state, now, now + timedelta(days=expires_days))
-        return self._write_state(new_state, token, signer)
+        return self._write_state(new_state, token, signers)
 
     def _existing_release(self, model: str, version: str) -> ReleaseRecord | None:
         try:
@@ -323,14 +338,16 @@ class Registry:
         except NotFound:
             return None
 
-    def _write_state(self, state: RolloutState, token: str | None, signer: Signer) -> RolloutState:
+    def _write_state(
+        self, state: RolloutState, token: str | None, signers: list[Signer]
+    ) -> RolloutState:
         # Verify the releases the new state names before it is written, so a
         # missing or tampered record refuses the command instead of leaving a
         # state that no manifest can be built from.
         releases = self._releases_of(state)
         try:
             self.storage.put_if_unchanged(
-                state_key(state.model), sign_document(state, [signer]), token
+                state_key(state.model), sign_document(state, signers), token
             )
         except ConflictError as exc:
             raise ConflictError(
@@ -339,7 +356,7 @@ class Registry:
                 url=self.storage.url,
                 hint="Run the command again.",
             ) from exc
-        self._write_manifests(state, signer, releases)
+        self._write_manifests(state, signers, releases)
         return state
 
     def _releases_of(self, state: RolloutState) -> dict[str, ReleaseRecord]:
@@ -352,22 +369,22 @@ class Registry:
     def _write_manifests(
         self,
         state: RolloutState,
-        signer: Signer,
+        signers: list[Signer],
         releases: dict[str, ReleaseRecord] | None = None,
     ) -> None:
         if releases is None:
             releases = self._releases_of(state)
         for manifest in build_manifests(state, releases).values():
-            self._put_manifest(manifest, signer)
+            self._put_manifest(manifest, signers)
 
-    def _put_manifest(self, manifest: Manifest, signer: Signer) -> None:
+    def _put_manifest(self, manifest: Manifest, signers: list[Signer]) -> None:
         """Write a manifest unless the registry already holds one at least as new.
 
         Compare-and-swap, so a command that read an older state (a publish
         rerun racing a rollout) never replaces newer manifests with older ones.
         """
         key = manifest_key(manifest.model, manifest.tier)
-        envelope = sign_document(manifest, [signer])
+        envelope = sign_document(manifest, signers)
         for _ in range(5):
             try:
                 data, token = self.storage.get_versioned(key)
@@ -391,7 +408,7 @@ class Registry:
             hint="Run the command again.",
         )
 
-    def repair_manifests(self, model: str, signer: Signer) -> bool:
+    def repair_manifests(self, model: str, signer: Signer | Sequence[Signer]) -> bool:
         """Write the manifests of the current state where they lag behind it.
 
         A command interrupted between the state and the manifests leaves them
@@ -417,7 +434,7 @@ class Registry:
                 stale = True
             if stale:
                 behind = True
-                self._put_manifest(want, signer)
+                self._put_manifest(want, signers_of(signer))
         return behind
 
     # -- checking -------------------------------------------------------------------
