@@ -359,9 +359,23 @@ class ReleaseRecord(WireModel):
     tiers: dict[Name, Name] = Field(
         min_length=1, description="Every tier -> the variant its devices get (with fallbacks)."
     )
+    tier_order: list[Name] | None = Field(
+        default=None,
+        description="The tiers best first, as models.toml lists them (canonical JSON sorts "
+        "the keys of `tiers`); absent in records written before it existed.",
+    )
+
+    def ordered_tiers(self) -> list[str]:
+        """The tiers best first (sorted by name for records without an order)."""
+        return list(self.tier_order) if self.tier_order is not None else sorted(self.tiers)
 
     @model_validator(mode="after")
     def _tiers_name_variants(self) -> ReleaseRecord:
+        if self.tier_order is not None and sorted(self.tier_order) != sorted(self.tiers):
+            raise ValueError(
+                f"tier_order {self.tier_order} must list exactly the tiers "
+                f"({', '.join(sorted(self.tiers))})"
+            )
         for tier, variant_name in self.tiers.items():
             if variant_name not in self.variants:
                 raise ValueError(

@@ -382,12 +382,25 @@ def test_state_last_change_and_snapshot() -> None:
             id="variant-tier-not-mapped",
         ),
         pytest.param(release_data(variants={}), "variants", id="no-variants"),
+        pytest.param(
+            release_data(tier_order=["high", "low"]),
+            "tier_order ['high', 'low'] must list exactly the tiers (high, low, mid)",
+            id="tier-order-incomplete",
+        ),
         pytest.param(release_data(version="v1.3.0"), "not a semantic version", id="version"),
     ],
 )
 def test_release_rejects(data: dict[str, Any], match: str) -> None:
     with pytest.raises(WireError, match=_literal(match)):
         from_bytes(ReleaseRecord, raw(data))
+
+
+def test_tier_order_survives_canonical_json() -> None:
+    record = from_bytes(ReleaseRecord, raw(release_data(tier_order=["high", "mid", "low"])))
+    assert list(record.tiers) == ["high", "low", "mid"]  # canonical JSON sorted the keys
+    assert record.ordered_tiers() == ["high", "mid", "low"]
+    older = from_bytes(ReleaseRecord, raw(release_data()))  # written before tier_order
+    assert older.ordered_tiers() == ["high", "low", "mid"]
 
 
 def test_nan_metric_cannot_be_serialized() -> None:

@@ -96,6 +96,11 @@ def prepare_release(
         )
     tiers = {tier: name for tier, (name, _) in config.tier_variants(model_name).items()}
     record = ReleaseRecord(
-        model=model_name, version=version, created=now, variants=variants, tiers=tiers
+        model=model_name,
+        version=version,
+        created=now,
+        variants=variants,
+        tiers=tiers,
+        tier_order=list(tiers),
     )
     return PreparedRelease(record=record, blobs=blobs)

@@ -58,10 +58,10 @@ def model_status(
     stable = registry.read_release(model, state.stable) if state.stable else None
     candidate = registry.read_release(model, state.candidate) if state.candidate else None
     tier_names: dict[str, None] = {}
-    for record in (stable, candidate):
+    for record in (candidate, stable):  # the newest release knows the current order
         if record is not None:
-            tier_names.update(dict.fromkeys(record.tiers))
-    rank = {tier: index for index, tier in enumerate(tier_order)}
+            tier_names.update(dict.fromkeys(record.ordered_tiers()))
+    rank = {tier: index for index, tier in enumerate(tier_order or list(tier_names))}
     tiers = []
     for tier in sorted(tier_names, key=lambda name: rank.get(name, len(rank))):
         s = entry_for(stable, tier) if stable else None
