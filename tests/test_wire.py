@@ -396,10 +396,12 @@ def test_release_rejects(data: dict[str, Any], match: str) -> None:
 
 
 def test_tier_order_survives_canonical_json() -> None:
-    record = from_bytes(ReleaseRecord, raw(release_data(tier_order=["high", "mid", "low"])))
+    written = ReleaseRecord.model_validate(release_data(tier_order=["high", "mid", "low"]))
+    record = from_bytes(ReleaseRecord, to_bytes(written))
     assert list(record.tiers) == ["high", "low", "mid"]  # canonical JSON sorted the keys
     assert record.ordered_tiers() == ["high", "mid", "low"]
-    older = from_bytes(ReleaseRecord, raw(release_data()))  # written before tier_order
+    # A record written before tier_order existed.
+    older = from_bytes(ReleaseRecord, to_bytes(ReleaseRecord.model_validate(release_data())))
     assert older.ordered_tiers() == ["high", "low", "mid"]
 
 
