@@ -724,3 +724,50 @@ def test_summary_json_gives_numbers_and_marks_stale_and_missing(project: Project
     table = summary(project)
     assert table.exit_code == 0
     assert re.search(rf"{TENSOR_MODEL}\s.*\bw8\b.*stale", table.stdout)
+
+
+def test_a_low_tier_variant_can_run_its_own_lower_resolution_model(project: Project) -> None:
+    # The same network at half the resolution (global pooling makes it size-agnostic),
+    # with its own ONNX, input shape and evaluation set: what a low tier often runs.
+    import onnx
+
+    graph = onnx.load(project.path("data/vision.onnx"))
+    dims = graph.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_value = dims[3].dim_value = 4
+    onnx.save(graph, project.path("data/vision-4px.onnx"))
+    with np.load(project.path("data/vision-evaluation.npz")) as full:
+        small = full["image"][:, ::2, ::2, :]
+        labels = full["labels"]
+    buildkit.write_npz(project.path("data/vision-4px-evaluation.npz"), {"image": small}, labels)
+    source = buildkit.sha256_file(project.path("data/vision-4px.onnx"))
+    evaluation = buildkit.sha256_file(project.path("data/vision-4px-evaluation.npz"))
+    project.edit_table(
+        f"models.{IMAGE_MODEL}.variants.w8",
+        'tier = "low"',
+        'tier = "low"\n'
+        f'source = {{ path = "data/vision-4px.onnx", sha256 = "{source}" }}\n'
+        f'evaluation = {{ path = "data/vision-4px-evaluation.npz", sha256 = "{evaluation}" }}\n'
+        'inputs = [{ name = "image", shape = [1, 3, 4, 4], kind = "image", layout = "NCHW", '
+        'color = "RGB", mean = [127.5, 127.5, 127.5], std = [127.5, 127.5, 127.5] }]',
+    )
+    config = project.load()
+    result = project.build(IMAGE_MODEL, "w8")
+
+    provenance = result.provenance
+    assert provenance["source"]["path"] == "data/vision-4px.onnx"
+    assert provenance["evaluation"]["path"] == "data/vision-4px-evaluation.npz"
+    assert provenance["recipe"]["inputs"][0]["shape"] == [1, 3, 4, 4]
+    # Verified and evaluated against its own ONNX, not the high tier's.
+    assert result.metrics["verify"]["top1_agreement"] > 0.9
+    assert "accuracy" in result.metrics
+    info = toolchain.model_info(project.out_dir(IMAGE_MODEL, "w8") / ARTIFACT)
+    assert list(info.input_names) == ["image"]
+    # DVC reruns the variant when its own files change.
+    from edgereg.build.dvc import render_dvc_yaml, stage_name
+
+    rendered = render_dvc_yaml(config)
+    stage = rendered[rendered.index(stage_name(IMAGE_MODEL, "w8")) :]
+    stage = stage[: stage.index("    outs:")]
+    assert '"data/vision-4px.onnx"' in stage
+    assert '"data/vision-4px-evaluation.npz"' in stage
+    assert '"data/vision.onnx"' not in stage
