@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import os
 import resource
@@ -48,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from s3server import FAKE_CREDENTIALS, MotoServer, make_client  # noqa: E402
 
+from edgereg._files import sha256_file  # noqa: E402
 from edgereg.registry import PreparedRelease, Registry, prepare_release, utcnow  # noqa: E402
 from edgereg.signing import Signer, generate_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
@@ -104,14 +104,6 @@ def release(project: Path, version: str, artifact: Path | None = None) -> Prepar
     blobs[digest] = artifact
     record = record.model_copy(update={"variants": {**record.variants, name: variant}})
     return PreparedRelease(record=record, blobs=blobs)
-
-
-def sha256_file(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def publish(registry: Registry, prepared: PreparedRelease, signer: Signer) -> Any:

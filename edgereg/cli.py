@@ -39,6 +39,7 @@ from edgereg._cli_common import (
     stage_reporter,
     stderr,
 )
+from edgereg._files import atomic_write
 from edgereg.errors import ConfigError, EdgeregError
 
 
@@ -251,9 +252,7 @@ def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
     if current == text:
         stderr.print(f"{target} is up to date", markup=False, soft_wrap=True)
         return
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    atomic_write(target, text)
     stderr.print(f"wrote {target}", markup=False, soft_wrap=True)
 
 
@@ -286,8 +285,6 @@ def keys_generate(
     as_json: bool,
 ) -> None:
     """Create an Ed25519 key pair and publish its public key to the registry."""
-    import os
-
     from edgereg.signing import Signer, generate_key
 
     if out.exists() and not force:
@@ -297,14 +294,9 @@ def keys_generate(
         )
     private_pem, public_pem = generate_key()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(private_pem)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, out)
+    atomic_write(out, private_pem, mode=0o600)
     public_path = out.with_name(out.stem + ".pub.pem")
-    public_path.write_bytes(public_pem)
+    atomic_write(public_path, public_pem)
     signer = Signer.from_pem(private_pem)
     stderr.print(f"wrote private key {out} (mode 0600) and public key {public_path}")
     stderr.print(f"key id {signer.key_id}")

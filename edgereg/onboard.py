@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from edgereg import config as config_module
+from edgereg._files import atomic_write, sha256_file
 from edgereg.errors import BuildError, ConfigError, EdgeregError
 
 #: Entries ``edgereg init`` adds to .gitignore: the local registry and signing keys.
@@ -187,11 +188,11 @@ def init_project(config_path: Path, *, force: bool = False) -> InitResult:
         run_dvc(root, "config", "core.analytics", "false")
         result.dvc_initialised = True
 
-    write_atomic(config_path, text)
+    atomic_write(config_path, text)
     result.written.append(config_path.name)
     from edgereg.build.dvc import render_dvc_yaml
 
-    write_atomic(dvc_yaml, render_dvc_yaml(config))
+    atomic_write(dvc_yaml, render_dvc_yaml(config))
     result.written.append(dvc_yaml.name)
     result.gitignore_added = ensure_gitignore(root / ".gitignore", GITIGNORE_ENTRIES)
     if result.gitignore_added:
@@ -275,15 +276,8 @@ def ensure_gitignore(path: Path, entries: Sequence[str]) -> list[str]:
         prefix = "" if not text or text.endswith("\n") else "\n"
         if text:
             prefix += "\n"
-        write_atomic(path, text + prefix + "\n".join([GITIGNORE_COMMENT, *missing]) + "\n")
+        atomic_write(path, text + prefix + "\n".join([GITIGNORE_COMMENT, *missing]) + "\n")
     return missing
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _generated(dvc_yaml: Path) -> bool:
@@ -753,8 +747,6 @@ def read_dataset_info(path: Path, root: Path, option: str) -> DatasetInfo:
             hint="Write datasets with numpy.savez: one array per model input (samples "
             "first) and, for classification, an integer 'labels' array.",
         ) from None
-    from edgereg.build.variant import sha256_file
-
     return DatasetInfo(path=relative, sha256=sha256_file(path), arrays=arrays)
 
 
@@ -803,7 +795,6 @@ def add_model(
     from edgereg import toolchain
     from edgereg.build.datasets import load_dataset
     from edgereg.build.dvc import render_dvc_yaml
-    from edgereg.build.variant import sha256_file
 
     if not config_path.is_file():
         raise ConfigError(
@@ -887,9 +878,9 @@ def add_model(
         dvc_status = "kept"
     elif dvc_yaml.exists() and dvc_yaml.read_text(encoding="utf-8") == dvc_text:
         dvc_status = "up to date"
-    write_atomic(config_path, new_text)
+    atomic_write(config_path, new_text)
     if dvc_status == "written":
-        write_atomic(dvc_yaml, dvc_text)
+        atomic_write(dvc_yaml, dvc_text)
     try:
         top = git_toplevel(root)
     except UsageError:

@@ -8,7 +8,6 @@ leaves an artifact that looks good.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgereg import __version__, toolchain
+from edgereg._files import sha256_file
 from edgereg.build.datasets import Dataset, load_dataset, select_calibration
 from edgereg.build.quality import (
     Agreement,
@@ -69,15 +69,6 @@ class BuildResult:
 def variant_dir(out_root: Path, model_name: str, variant_name: str) -> Path:
     """Where a variant's outputs live."""
     return out_root / model_name / variant_name
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    hasher = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) -> Path:

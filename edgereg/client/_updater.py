@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import re
-import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -40,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import TypeAdapter, ValidationError
 
 from edgereg import __version__
+from edgereg._files import atomic_write as write_whole
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BlobCheck,
@@ -491,28 +491,15 @@ class _Cache:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write a file whole or not at all: temp file in the same directory, fsync, rename.
+    """Write a cache file whole or not at all (see :func:`edgereg._files.atomic_write`).
 
     Raises:
         CacheError: the write failed (disk full, permissions); the old file is untouched.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_whole(path, data)
     except OSError as exc:
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(tmp)
         raise _cache_error(f"cannot write {path}", exc) from None
     _fsync_dir(path.parent)
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from edgereg._files import sha256_file
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
 from edgereg.wire import ReleaseRecord, ReleaseVariant
@@ -44,7 +45,7 @@ def prepare_release(
     """
     # Imported here: the build layer pulls in numpy and the toolchain, which
     # `edgereg status` and the other read-only commands do not need.
-    from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE, sha256_file, variant_dir
+    from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE, variant_dir
 
     if model_name not in config.models:
         raise ReleaseError(

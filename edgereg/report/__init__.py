@@ -34,12 +34,9 @@ def write_report(config: Config, out_root: Path, target: Path, *, generated: str
     Returns:
         What the report shows.
     """
-    import os
+    from edgereg._files import atomic_write
 
     data = collect(config, out_root, generated=generated)
-    text = render_html(data)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write(target, render_html(data))
     return data

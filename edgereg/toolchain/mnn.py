@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from edgereg._files import atomic_write
 from edgereg.errors import BuildError
 from edgereg.toolchain import _mnnfile
 from edgereg.toolchain._process import (
     WorkerRun,
-    atomic_write_bytes,
     remove_stale,
     run_worker,
     scratch_dir,
@@ -722,7 +722,7 @@ def make_deterministic(mnn_path: Path | str, seed: bytes, *, timeout: float = 12
                 stage=stage,
                 tool="MNN",
             )
-    atomic_write_bytes(path, patched)
+    atomic_write(path, patched)
     return new_uuid
 
 
