@@ -411,20 +411,34 @@ def publish(
     )
 
 
-def _transition_command(
+def _apply_transition(
     model: str,
-    config_path: Path,
-    registry_url: str | None,
-    endpoint_url: str | None,
-    key_paths: tuple[Path, ...],
-    make: Callable[[config_module.Config | None, str], Any],
-) -> Any:
-    config = optional_config(config_path)
-    registry = open_registry(config, registry_url, endpoint_url)
-    signer = signer_from_options(key_paths)
-    return registry.change(
-        model, make(config, model), signer=signer, expires_days=expiry_days(config)
+    options: dict[str, Any],
+    transition: Callable[..., Any],
+    arguments: Callable[[config_module.Config | None, Any], dict[str, Any]] | None = None,
+) -> None:
+    """Run one rollout transition of ``edgereg.registry._transitions`` and report the state.
+
+    Args:
+        model: The model whose rollout changes.
+        options: The registry write options (see ``registry_write_options``).
+        transition: Called as ``transition(state, model, now=, expires=, actor=, **extra)``.
+        arguments: Returns the transition's extra keyword arguments, given the
+            configuration (None without a models.toml) and the registry.
+    """
+    config = optional_config(options["config_path"])
+    registry = open_registry(config, options["registry_url"], options["endpoint_url"])
+    extra = arguments(config, registry) if arguments is not None else {}
+    actor = actor_name(options["actor"])
+    state = registry.change(
+        model,
+        lambda current, now, expires: transition(
+            current, model, now=now, expires=expires, actor=actor, **extra
+        ),
+        signer=signer_from_options(options["key_paths"]),
+        expires_days=expiry_days(config),
     )
+    _report_state(state, options["as_json"])
 
 
 def _report_state(state: Any, as_json: bool) -> None:
@@ -461,16 +475,7 @@ def _describe_state(state: Any) -> str:
 @registry_write_options
 @handle_errors
 def rollout(
-    model: str,
-    to_percent: str | None,
-    next_step: bool,
-    force: bool,
-    config_path: Path,
-    registry_url: str | None,
-    endpoint_url: str | None,
-    key_paths: tuple[Path, ...],
-    actor: str | None,
-    as_json: bool,
+    model: str, to_percent: str | None, next_step: bool, force: bool, **options: Any
 ) -> None:
     """Raise (or lower) the share of devices that get MODEL's candidate."""
     from edgereg.registry._transitions import set_percent
@@ -479,26 +484,16 @@ def rollout(
     if (to_percent is None) == (not next_step):
         raise EdgeregError("choose --to PERCENT (for example --to 25%) or --next")
     percent = parse_percent(to_percent, option="--to") if to_percent is not None else None
-
-    def make(config: config_module.Config | None, name: str) -> Any:
-        policy = (
-            config.rollout_policy(name)
-            if config is not None and name in config.models
-            else (config.rollout if config else config_module.RolloutPolicy())
-        )
-        return lambda state, now, expires: set_percent(
-            state,
-            name,
-            percent,
-            policy=policy,
-            now=now,
-            expires=expires,
-            actor=actor_name(actor),
-            force=force,
-        )
-
-    state = _transition_command(model, config_path, registry_url, endpoint_url, key_paths, make)
-    _report_state(state, as_json)
+    _apply_transition(
+        model,
+        options,
+        set_percent,
+        lambda config, _registry: {
+            "percent": percent,
+            "force": force,
+            "policy": config.rollout_policy(model) if config else config_module.RolloutPolicy(),
+        },
+    )
 
 
 @main.command()
@@ -506,32 +501,11 @@ def rollout(
 @click.option("--force", is_flag=True, help="Promote a canary never rolled out (recorded).")
 @registry_write_options
 @handle_errors
-def promote(
-    model: str,
-    force: bool,
-    config_path: Path,
-    registry_url: str | None,
-    endpoint_url: str | None,
-    key_paths: tuple[Path, ...],
-    actor: str | None,
-    as_json: bool,
-) -> None:
+def promote(model: str, force: bool, **options: Any) -> None:
     """Make MODEL's candidate the stable release for every device."""
     from edgereg.registry._transitions import promote as promote_state
 
-    state = _transition_command(
-        model,
-        config_path,
-        registry_url,
-        endpoint_url,
-        key_paths,
-        lambda _config, name: (
-            lambda st, now, expires: promote_state(
-                st, name, now=now, expires=expires, actor=actor_name(actor), force=force
-            )
-        ),
-    )
-    _report_state(state, as_json)
+    _apply_transition(model, options, promote_state, lambda _config, _registry: {"force": force})
 
 
 @main.command()
@@ -539,40 +513,19 @@ def promote(
 @click.option("--to-version", default=None, help="Restore this earlier release as stable.")
 @registry_write_options
 @handle_errors
-def rollback(
-    model: str,
-    to_version: str | None,
-    config_path: Path,
-    registry_url: str | None,
-    endpoint_url: str | None,
-    key_paths: tuple[Path, ...],
-    actor: str | None,
-    as_json: bool,
-) -> None:
+def rollback(model: str, to_version: str | None, **options: Any) -> None:
     """Drop MODEL's candidate, or restore an earlier stable with --to-version."""
     from edgereg.registry._transitions import rollback as rollback_state
 
-    config = optional_config(config_path)
-    published = set(open_registry(config, registry_url, endpoint_url).versions(model))
-    state = _transition_command(
+    _apply_transition(
         model,
-        config_path,
-        registry_url,
-        endpoint_url,
-        key_paths,
-        lambda _config, name: (
-            lambda st, now, expires: rollback_state(
-                st,
-                name,
-                to_version=to_version,
-                published=published,
-                now=now,
-                expires=expires,
-                actor=actor_name(actor),
-            )
-        ),
+        options,
+        rollback_state,
+        lambda _config, registry: {
+            "to_version": to_version,
+            "published": set(registry.versions(model)),
+        },
     )
-    _report_state(state, as_json)
 
 
 def _simple_transition(name: str, doc: str) -> None:
@@ -580,31 +533,10 @@ def _simple_transition(name: str, doc: str) -> None:
     @click.argument("model")
     @registry_write_options
     @handle_errors
-    def command(
-        model: str,
-        config_path: Path,
-        registry_url: str | None,
-        endpoint_url: str | None,
-        key_paths: tuple[Path, ...],
-        actor: str | None,
-        as_json: bool,
-    ) -> None:
+    def command(model: str, **options: Any) -> None:
         from edgereg.registry import _transitions
 
-        transition = getattr(_transitions, name)
-        state = _transition_command(
-            model,
-            config_path,
-            registry_url,
-            endpoint_url,
-            key_paths,
-            lambda _config, m: (
-                lambda st, now, expires: transition(
-                    st, m, now=now, expires=expires, actor=actor_name(actor)
-                )
-            ),
-        )
-        _report_state(state, as_json)
+        _apply_transition(model, options, getattr(_transitions, name))
 
 
 _simple_transition("pause", "Stop handing out MODEL's candidate; every device gets stable.")

@@ -457,8 +457,12 @@ class Config(_Strict):
         return self._path.parent
 
     def rollout_policy(self, model_name: str) -> RolloutPolicy:
-        """The rollout policy that applies to a model."""
-        return self.models[model_name].rollout or self.rollout
+        """The rollout policy of a model: its own, else the global one.
+
+        A model published from elsewhere (not in this file) gets the global one.
+        """
+        model = self.models.get(model_name)
+        return (model.rollout if model is not None else None) or self.rollout
 
     def resolve_path(self, ref: PinnedFile) -> Path:
         """Return the local path a pinned file refers to."""
