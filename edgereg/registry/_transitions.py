@@ -21,6 +21,16 @@ from edgereg.wire import Action, HistoryEvent, RolloutState
 HISTORY_LIMIT = 200
 
 
+#: The state fields of a rollout in progress, cleared when it ends (promote, rollback).
+_NO_ROLLOUT: dict[str, object] = {
+    "candidate": None,
+    "percent": None,
+    "salt": None,
+    "paused": False,
+    "full": False,
+}
+
+
 class RolloutError(EdgeregError):
     """A rollout command is not allowed in the current state."""
 
@@ -37,6 +47,7 @@ def _advance(
     action: Action,
     forced: bool = False,
     note: str | None = None,
+    end_rollout: bool = False,
     **changes: object,
 ) -> RolloutState:
     if state is None:
@@ -48,6 +59,8 @@ def _advance(
         sequence = state.sequence + 1
         before = state.snapshot()
         fields = state.model_dump()
+    if end_rollout:
+        fields.update(_NO_ROLLOUT)
     fields.update(changes)
     fields.update(sequence=sequence, expires=expires)
     draft = RolloutState.model_validate({**fields, "history": []})
@@ -235,11 +248,7 @@ def promote(
         action="promote",
         forced=forced,
         stable=current.candidate,
-        candidate=None,
-        percent=None,
-        salt=None,
-        paused=False,
-        full=False,
+        end_rollout=True,
     )
 
 
@@ -268,11 +277,7 @@ def rollback(
             actor=actor,
             action="rollback",
             note=f"dropped candidate {current.candidate}",
-            candidate=None,
-            percent=None,
-            salt=None,
-            paused=False,
-            full=False,
+            end_rollout=True,
         )
     if state is None:
         raise RolloutError(f"model '{model}' has no release in this registry")
@@ -301,11 +306,7 @@ def rollback(
         action="rollback",
         note=f"stable {state.stable} -> {to_version}",
         stable=to_version,
-        candidate=None,
-        percent=None,
-        salt=None,
-        paused=False,
-        full=False,
+        end_rollout=True,
     )
 
 
