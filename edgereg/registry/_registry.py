@@ -113,6 +113,9 @@ class Registry:
     ) -> None:
         self.storage = storage
         self._trusted = trusted
+        # keys/ read once per Registry: a command verifies many documents. A
+        # Registry lives for one command (or one status page), so it is fresh.
+        self._published_keys: TrustedKeys | None = None
         self.clock = clock
 
     # -- trust ----------------------------------------------------------------------
@@ -121,11 +124,13 @@ class Registry:
         """The keys signatures are checked against."""
         if self._trusted is not None:
             return self._trusted
-        keys = []
-        for key in self.storage.list(KEYS_PREFIX):
-            if key.endswith(".pem"):
-                keys.append(load_public_key(self.storage.get(key)))
-        return TrustedKeys(keys)
+        if self._published_keys is None:
+            self._published_keys = TrustedKeys(
+                load_public_key(self.storage.get(key))
+                for key in self.storage.list(KEYS_PREFIX)
+                if key.endswith(".pem")
+            )
+        return self._published_keys
 
     def add_public_key(self, signer: Signer) -> bool:
         """Publish the signer's public key under keys/ (True if it was new).
@@ -134,7 +139,9 @@ class Registry:
         Signing commands call :meth:`check_signer` instead, so a wrong key is
         refused rather than quietly added.
         """
-        return self.storage.put_if_absent(public_key_key(signer.key_id), signer.public_pem())
+        created = self.storage.put_if_absent(public_key_key(signer.key_id), signer.public_pem())
+        self._published_keys = None
+        return created
 
     def check_signer(self, signer: Signer | Sequence[Signer]) -> None:
         """Refuse a signing key the registry does not trust yet.
