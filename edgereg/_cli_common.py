@@ -92,6 +92,14 @@ key_option = click.option(
     help=f"Private key file (default: ${KEY_FILE_ENV}, ${KEY_ENV} or {DEFAULT_KEY_FILE}); "
     "repeat to sign with several keys while rotating.",
 )
+build_dir_option = click.option(
+    "--build-dir",
+    "out_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("build"),
+    show_default=True,
+    help="Where the build outputs are (what `edgereg build --out` wrote).",
+)
 actor_option = click.option(
     "--actor", default=None, help="Who is acting, for the history (default: user@host)."
 )

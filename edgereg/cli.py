@@ -25,6 +25,7 @@ from edgereg import config as config_module
 from edgereg._cli_common import (
     DEFAULT_KEY_FILE,
     actor_name,
+    build_dir_option,
     config_option,
     endpoint_option,
     expiry_days,
@@ -162,13 +163,7 @@ def build(
 
 @main.command()
 @config_option
-@click.option(
-    "--out",
-    "out_root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("build"),
-    show_default=True,
-)
+@build_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @handle_errors
 def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
@@ -326,14 +321,7 @@ def keys_generate(
 @click.option("--canary", default=None, help="Start with this share of devices, like 5%.")
 @click.option("--full", is_flag=True, help="Release to every device at once.")
 @click.option("--version", "version", default=None, help="Override models.toml's version.")
-@click.option(
-    "--out",
-    "out_root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("build"),
-    show_default=True,
-    help="Where the build outputs are.",
-)
+@build_dir_option
 @registry_write_options
 @handle_errors
 def publish(

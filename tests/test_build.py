@@ -678,7 +678,12 @@ def test_unknown_model_or_variant_is_a_config_error(project: Project) -> None:
 
 def summary(project: Project, *extra: str) -> Result:
     return cli(
-        "summary", "--config", str(project.config_path), "--out", str(project.out_root), *extra
+        "summary",
+        "--config",
+        str(project.config_path),
+        "--build-dir",
+        str(project.out_root),
+        *extra,
     )
 
 

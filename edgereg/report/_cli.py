@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from edgereg._cli_common import config_option, handle_errors, stderr
+from edgereg._cli_common import build_dir_option, config_option, handle_errors, stderr
 
 __all__ = ["report_command"]
 
@@ -23,14 +23,7 @@ __all__ = ["report_command"]
     show_default=True,
     help="The HTML file to write.",
 )
-@click.option(
-    "--build-dir",
-    "out_root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("build"),
-    show_default=True,
-    help="Where the build outputs are (as `edgereg build --out`).",
-)
+@build_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print what the report holds as JSON.")
 @handle_errors
 def report_command(config_path: Path, target: Path, out_root: Path, as_json: bool) -> None:
