@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -25,14 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_publish import (
+from registrykit import (
     KEY_FILE,
     MODEL,
     PUBLIC_KEY_FILE,
     Site,
     assert_refused,
-    build_once,
-    local_site,
     ok,
     s3_site,
     write_key,
@@ -46,16 +45,6 @@ from edgereg.storage._local import LocalStorage
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, sign_document, verify_document
 
 EDGEREG = Path(sys.executable).with_name("edgereg")
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_once(tmp_path_factory)
-
-
-@pytest.fixture
-def site(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
-    return local_site(built, tmp_path, monkeypatch)
 
 
 def child_env() -> dict[str, str]:
@@ -638,7 +627,12 @@ def test_a_command_refuses_before_writing_a_state_whose_release_is_damaged(
     if damage == "deleted":
         path.unlink()
     else:
-        flip(path)
+        # Alter the signed payload but keep the envelope well-formed, so the
+        # failure is the signature whatever bytes this run's record holds.
+        envelope = json.loads(path.read_bytes())
+        payload = base64.b64decode(envelope["payload"]).replace(b'"1.0.0"', b'"1.0.1"', 1)
+        envelope["payload"] = base64.b64encode(payload).decode()
+        path.write_text(json.dumps(envelope))
     before = site.snapshot()
     for command in (["rollout", MODEL, "--to", "25%", "--force"], ["pause", MODEL]):
         result = site.run(*command)
