@@ -9,7 +9,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # A real S3-protocol server (moto in server mode) on loopback: moto_endpoint, s3_env, s3_bucket.
-pytest_plugins = ["s3server"]
+pytest_plugins = ["s3server", "registrykit"]
 
 
 @pytest.fixture(autouse=True)

@@ -10,19 +10,16 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import buildkit
 import pytest
-from test_publish import (
+from registrykit import (
     MODEL,
     OTHER,
     TIERS,
     Site,
     add_table,
     assert_refused,
-    build_once,
-    local_site,
     ok,
 )
 
@@ -34,17 +31,6 @@ WALK = """
 steps = [5, 25, 50, 100]
 min_soak_hours = 0
 """
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_once(tmp_path_factory)
-
-
-@pytest.fixture
-def site(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
-    """The default policy: steps 5, 25, 50, 100 and 24 hours of soak."""
-    return local_site(built, tmp_path, monkeypatch)
 
 
 @pytest.fixture
