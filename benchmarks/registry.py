@@ -27,7 +27,6 @@ Usage: .venv/bin/python benchmarks/registry.py [--size-mb 50] [--rounds 3] [--mo
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -36,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from _memory import peak_growth  # noqa: E402
 from s3server import FAKE_CREDENTIALS, MotoServer, make_client  # noqa: E402
 
 from edgereg._files import sha256_file  # noqa: E402
@@ -195,11 +194,6 @@ def throughput(endpoint: str, project: Path, signer: Signer, big: Path, rounds: 
 # --- 3. memory ---------------------------------------------------------------------------------
 
 
-def current_rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def memory_child(endpoint: str, project: str, artifact: str, prefix: str, key_pem: str) -> None:
     """In a fresh process: one publish; print its peak RSS growth and ru_maxrss as JSON.
 
@@ -212,26 +206,9 @@ def memory_child(endpoint: str, project: str, artifact: str, prefix: str, key_pe
     prepared = release(Path(project), "1.0.0", Path(artifact))
     registry = s3_registry(endpoint, prefix)
     registry.storage.list("keys/")  # client, connection, service model loaded
-    gc.collect()
-    baseline = current_rss()
-    peak = baseline
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.001):
-            peak = max(peak, current_rss())
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        publish(registry, prepared, signer)
-    finally:
-        done.set()
-        sampler.join()
-    peak = max(peak, current_rss())
+    growth = peak_growth(lambda: publish(registry, prepared, signer))
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    print(json.dumps({"growth_mb": (peak - baseline) / MB, "maxrss_mb": maxrss / MB}))
+    print(json.dumps({"growth_mb": growth / MB, "maxrss_mb": maxrss / MB}))
 
 
 def memory(endpoint: str, project: Path, key: Path, tmp: Path, sizes: list[int]) -> None:

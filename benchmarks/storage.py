@@ -15,15 +15,12 @@ Usage: .venv/bin/python benchmarks/storage.py [--size-mb 50] [--rounds 3]
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from _memory import peak_growth  # noqa: E402
 from s3server import FAKE_CREDENTIALS, MotoServer, make_client  # noqa: E402
 
 from edgereg.storage import open_storage  # noqa: E402
@@ -102,16 +100,6 @@ def throughput(endpoint: str, path: Path, rounds: int) -> tuple[float, float]:
     return statistics.median(bare), statistics.median(ours)
 
 
-def current_rss() -> int:
-    """Resident set size of this process now, in bytes (Linux; else the peak so far)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
-
-
 def rss_child(endpoint: str, path: str, key: str, mode: str) -> None:
     """Run in a fresh process: one upload; print peak RSS growth in MB as JSON.
 
@@ -124,28 +112,15 @@ def rss_child(endpoint: str, path: str, key: str, mode: str) -> None:
     client = make_client(endpoint)
     store.put(f"{key}.warm", b"x")
     client.put_object(Bucket=BUCKET, Key=f"{key}.warm2", Body=b"x")
-    gc.collect()
-    baseline = current_rss()
-    peak = baseline
-    done = threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.001):
-            peak = max(peak, current_rss())
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
+    def upload() -> None:
         if mode == "edgereg":
             assert store.put_file_if_absent(key, Path(path))
         else:
             client.upload_file(path, BUCKET, f"registry/{key}")
-    finally:
-        done.set()
-        sampler.join()
-    peak = max(peak, current_rss())
-    print(json.dumps({"growth_mb": (peak - baseline) / MB}))
+
+    growth = peak_growth(upload)
+    print(json.dumps({"growth_mb": growth / MB}))
 
 
 def rss_growth(endpoint: str, path: Path, key: str, mode: str) -> float:
