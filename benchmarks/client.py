@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from _memory import current_rss  # noqa: E402
 from statichttp import StaticServer, TcpProxy  # noqa: E402
 
 from edgereg.client import Client, DeviceProfile, TrustedKeys  # noqa: E402
@@ -150,17 +151,6 @@ def device(device_id: str = "bench-device") -> DeviceProfile:
 # --- 1. memory ----------------------------------------------------------------
 
 
-def current_rss_kb() -> int:
-    """The resident set size now (not the peak), in KiB: Linux /proc, else the peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 def child_memory(url: str, key_pem: str, cache: str) -> None:
     """Run in the child: fetch once and print the ru_maxrss growth as JSON."""
     client = Client(
@@ -173,7 +163,7 @@ def child_memory(url: str, key_pem: str, cache: str) -> None:
         timeout=60,
     )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    current = current_rss_kb()
+    current = current_rss() // 1024
     start = time.perf_counter()
     result = client.fetch()
     seconds = time.perf_counter() - start
