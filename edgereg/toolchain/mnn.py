@@ -604,7 +604,7 @@ def quantize(
                 exit_status=run.exit_status,
                 output_tail=tail(run.output),
                 hint="try another method (KL or ADMM instead of EMA, or the reverse), or keep "
-                "the failing layers in float with skip_quant_op_names",
+                "the failing layers in float with skip_ops in the variant's quantization table",
             )
         written.replace(dest)
     config["path"] = "<calibration>"
