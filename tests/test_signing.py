@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -172,7 +173,9 @@ def test_sign_verify_roundtrip() -> None:
 
 def test_signature_covers_pae_not_just_payload() -> None:
     sig = base64.b64decode(json.loads(envelope(OLD))["signatures"][0]["sig"])
-    OLD.public_key.verify(sig, pae(MANIFEST, PAYLOAD))
+    OLD.public_key.verify(sig, pae(MANIFEST, PAYLOAD))  # raises InvalidSignature if not
+    with pytest.raises(InvalidSignature):
+        OLD.public_key.verify(sig, PAYLOAD)  # the payload alone is not what was signed
 
 
 def test_raw_private_key_can_sign() -> None:
