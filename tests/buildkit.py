@@ -49,7 +49,8 @@ import pytest
 import tiny_models
 
 from edgereg import config as config_module
-from edgereg.build.variant import BenchSettings, BuildResult, build_variant, variant_dir
+from edgereg.build.outputs import variant_dir
+from edgereg.build.variant import BenchSettings, BuildResult, build_variant
 from edgereg.toolchain import installed_versions
 
 #: A benchmark short enough for tests: one warm-up and three timed runs.

@@ -20,7 +20,7 @@ from buildkit import Project
 from click.testing import CliRunner, Result
 from s3server import make_client
 
-from edgereg.build.variant import ARTIFACT
+from edgereg.build.outputs import ARTIFACT
 from edgereg.cli import main
 from edgereg.registry import Registry
 from edgereg.signing import TrustedKeys, generate_key, key_id, load_public_key

@@ -23,16 +23,16 @@ from click.testing import CliRunner, Result
 
 from edgereg import toolchain
 from edgereg.build.datasets import Dataset, load_dataset, select_calibration
-from edgereg.build.quality import Agreement, check_gates, classify
-from edgereg.build.variant import (
+from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
     LATENCY_PLOT,
     METRICS,
     OUTPUT_FILES,
     PROVENANCE,
-    build_variant,
 )
+from edgereg.build.quality import Agreement, check_gates, classify
+from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.config import Budgets
 from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError, ToolchainError

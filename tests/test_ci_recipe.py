@@ -25,7 +25,7 @@ import pytest
 from buildkit import IMAGE_MODEL, Project
 
 from edgereg.build.dvc import stage_name
-from edgereg.build.variant import OUTPUT_FILES
+from edgereg.build.outputs import OUTPUT_FILES
 
 VENV_BIN = Path(sys.executable).parent
 VARIANTS = buildkit.VARIANTS[IMAGE_MODEL]

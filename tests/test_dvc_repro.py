@@ -22,7 +22,7 @@ import pytest
 from buildkit import IMAGE_MODEL, TENSOR_MODEL, Project
 
 from edgereg.build.dvc import stage_name
-from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE
+from edgereg.build.outputs import ARTIFACT, METRICS, PROVENANCE
 from edgereg.toolchain import installed_version
 
 VENV_BIN = Path(sys.executable).parent

@@ -38,7 +38,7 @@ from registrykit import (
 )
 from s3server import MotoServer, make_client
 
-from edgereg.build.variant import METRICS, PROVENANCE
+from edgereg.build.outputs import METRICS, PROVENANCE
 from edgereg.errors import TrustError
 from edgereg.signing import key_id, load_public_key
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document

@@ -21,7 +21,7 @@ import pytest
 from buildkit import IMAGE_MODEL, TENSOR_MODEL, Project
 from click.testing import CliRunner
 
-from edgereg.build.variant import CLASS_RECALL_PLOT
+from edgereg.build.outputs import CLASS_RECALL_PLOT
 from edgereg.report import ModelData, ReportData, VariantData, collect, render_html, write_report
 from edgereg.report._cli import report_command
 

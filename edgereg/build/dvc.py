@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from edgereg.build.variant import (
+from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
     LATENCY_PLOT,

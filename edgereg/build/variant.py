@@ -24,6 +24,15 @@ import numpy as np
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
 from edgereg.build.datasets import Dataset, load_dataset, select_calibration
+from edgereg.build.outputs import (
+    ARTIFACT,
+    CLASS_RECALL_PLOT,
+    LATENCY_PLOT,
+    METRICS,
+    OUTPUT_FILES,
+    PROVENANCE,
+    variant_dir,
+)
 from edgereg.build.quality import (
     Agreement,
     Classification,
@@ -36,14 +45,8 @@ from edgereg.build.quality import (
 from edgereg.config import Config, InputSpec, Int8Quantization, PinnedFile, WeightOnlyQuantization
 from edgereg.errors import BuildError, ConfigError, GateError
 
-ARTIFACT = "model.mnn"
-METRICS = "metrics.json"
-PROVENANCE = "provenance.json"
-CLASS_RECALL_PLOT = "class_recall.json"
-LATENCY_PLOT = "latency.json"
 #: Below this cosine similarity (float vs int8) a layer is named in the gate hint.
 LAYER_COSINE_SUSPECT = 0.999
-OUTPUT_FILES = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT, LATENCY_PLOT)
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,6 @@ class BuildResult:
     metrics: dict[str, Any]
     provenance: dict[str, Any]
     stage_seconds: dict[str, float] = field(default_factory=dict)
-
-
-def variant_dir(out_root: Path, model_name: str, variant_name: str) -> Path:
-    """Where a variant's outputs live."""
-    return out_root / model_name / variant_name
 
 
 def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) -> Path:

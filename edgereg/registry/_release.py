@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from edgereg._files import sha256_file
+from edgereg.build.outputs import NOT_BUILT, STALE, UNREADABLE, read_outputs
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
 from edgereg.wire import ReleaseRecord, ReleaseVariant
@@ -43,10 +42,6 @@ def prepare_release(
         ReleaseError: a variant is not built, failed a gate, or is stale
             against models.toml or its source; the message lists them all.
     """
-    # Imported here: the build layer pulls in numpy and the toolchain, which
-    # `edgereg status` and the other read-only commands do not need.
-    from edgereg.build.variant import ARTIFACT, METRICS, PROVENANCE, variant_dir
-
     if model_name not in config.models:
         raise ReleaseError(
             f"no model '{model_name}' in {config.path}; models: {', '.join(config.models)}"
@@ -56,21 +51,19 @@ def prepare_release(
     variants: dict[str, ReleaseVariant] = {}
     blobs: dict[str, Path] = {}
     for variant_name, variant in model.variants.items():
-        out_dir = variant_dir(out_root, model_name, variant_name)
+        outputs = read_outputs(config, model_name, variant_name, out_root)
         where = f"{model_name}/{variant_name}"
-        artifact = out_dir / ARTIFACT
-        if not artifact.is_file():
+        artifact = outputs.artifact
+        if outputs.status == NOT_BUILT:
             problems.append(f"{where}: not built (no {artifact}); it may have failed a gate")
             continue
-        try:
-            provenance: dict[str, Any] = json.loads((out_dir / PROVENANCE).read_text("utf-8"))
-            metrics: dict[str, Any] = json.loads((out_dir / METRICS).read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            problems.append(f"{where}: build outputs unreadable ({exc})")
+        if outputs.status == UNREADABLE:
+            problems.append(f"{where}: build outputs unreadable ({outputs.problem})")
             continue
-        if provenance.get("recipe_sha256") != config.recipe_digest(model_name, variant_name):
+        if outputs.status == STALE:
             problems.append(f"{where}: stale: models.toml or the source changed since it was built")
             continue
+        metrics, provenance = outputs.metrics, outputs.provenance
         failed = [name for name, passed in metrics.get("gates", {}).items() if not passed]
         if failed:
             problems.append(f"{where}: failed gates {', '.join(failed)}")

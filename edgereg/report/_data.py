@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgereg.build.variant import (
-    ARTIFACT,
+from edgereg.build.outputs import (
     CLASS_RECALL_PLOT,
     LATENCY_PLOT,
-    METRICS,
-    PROVENANCE,
-    variant_dir,
+    NOT_BUILT,
+    UNREADABLE,
+    read_json,
+    read_outputs,
 )
 from edgereg.config import Config
-
-BUILT = "built"
-STALE = "stale"
-NOT_BUILT = "not built"
-UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -140,7 +134,7 @@ def collect(config: Config, out_root: Path, *, generated: str) -> ReportData:
 def _variant(config: Config, out_root: Path, model_name: str, variant_name: str) -> VariantData:
     model = config.models[model_name]
     variant = model.variants[variant_name]
-    out_dir = variant_dir(out_root, model_name, variant_name)
+    outputs = read_outputs(config, model_name, variant_name, out_root)
     base = VariantData(
         model=model_name,
         variant=variant_name,
@@ -150,25 +144,22 @@ def _variant(config: Config, out_root: Path, model_name: str, variant_name: str)
         budgets=model.budgets.merged(variant.budgets).model_dump(),
         precision=variant.precision,
         quantization=variant.quantization.model_dump(),
-        out_dir=str(out_dir),
+        out_dir=str(outputs.out_dir),
     )
-    if not (out_dir / ARTIFACT).is_file() or not (out_dir / METRICS).is_file():
+    if outputs.status == NOT_BUILT:
         return base
+    if outputs.status == UNREADABLE:
+        return replace(base, status=UNREADABLE, problem=outputs.problem)
     try:
-        metrics = _read(out_dir / METRICS)
-        provenance = _read(out_dir / PROVENANCE)
-        recall = _read_optional(out_dir / CLASS_RECALL_PLOT)
-        latency = _read_optional(out_dir / LATENCY_PLOT)
+        recall = _read_optional(outputs.out_dir / CLASS_RECALL_PLOT)
+        latency = _read_optional(outputs.out_dir / LATENCY_PLOT)
     except (OSError, ValueError) as exc:
         return replace(base, status=UNREADABLE, problem=str(exc))
-    if not isinstance(metrics, dict) or not isinstance(provenance, dict):
-        return replace(base, status=UNREADABLE, problem="metrics or provenance is not an object")
-    current = provenance.get("recipe_sha256") == config.recipe_digest(model_name, variant_name)
     return replace(
         base,
-        status=BUILT if current else STALE,
-        metrics=metrics,
-        provenance=provenance,
+        status=outputs.status,
+        metrics=outputs.metrics,
+        provenance=outputs.provenance,
         class_recall=_rows(recall),
         latency=_rows(latency),
     )
@@ -179,8 +170,4 @@ def _rows(value: Any) -> list[dict[str, Any]]:
 
 
 def _read_optional(path: Path) -> Any:
-    return _read(path) if path.is_file() else []
-
-
-def _read(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path) if path.is_file() else []

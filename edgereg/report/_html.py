@@ -12,7 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from edgereg.report._data import BUILT, NOT_BUILT, STALE, ModelData, ReportData, VariantData
+from edgereg.build.outputs import BUILT, NOT_BUILT, STALE
+from edgereg.report._data import ModelData, ReportData, VariantData
 
 #: Tier colours, in tier order (best first).
 PALETTE = ("#2563eb", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#65a30d")
