@@ -546,14 +546,12 @@ def status(
     """Every model's stable and candidate versions, rollout percent and tiers."""
     from edgereg.registry import model_status
 
-    config = optional_config(config_path)
-    registry = open_registry(config, registry_url, endpoint_url)
-    tier_order = list(config.tiers) if config is not None else []
+    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
     names = [model] if model else registry.models()
     statuses = []
     for name in names:
         try:
-            statuses.append(model_status(registry, name, tier_order))
+            statuses.append(model_status(registry, name))
         except KeyError:
             raise EdgeregError(
                 f"model '{name}' has no release in {registry.storage.url}",

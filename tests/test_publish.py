@@ -227,6 +227,7 @@ def test_status_history_and_verify(site: Site) -> None:
     assert vision["paused"] is False
     assert vision["sequence"] == 1
     assert vision["last_change"].endswith("publish by alice")
+    assert [t["tier"] for t in vision["tiers"]] == list(TIERS)  # models.toml order, best first
     assert {t["tier"]: t["candidate_variant"] for t in vision["tiers"]} == {
         "high": "fp32",
         "mid": "int8",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,16 +40,10 @@ class ModelStatus:
         return asdict(self)
 
 
-def model_status(
-    registry: Registry, model: str, tier_order: Sequence[str] = ()
-) -> ModelStatus:
+def model_status(registry: Registry, model: str) -> ModelStatus:
     """Read and verify one model's state and the release records it names.
 
-    Args:
-        registry: Where to read.
-        model: Which model.
-        tier_order: Tier names best first (models.toml order); tiers not
-            named come after them. Records keep tiers in sorted order.
+    Tiers are listed best first, in the order the newest release recorded.
     """
     state, _ = registry.read_state(model)
     if state is None:
@@ -61,9 +54,8 @@ def model_status(
     for record in (candidate, stable):  # the newest release knows the current order
         if record is not None:
             tier_names.update(dict.fromkeys(record.ordered_tiers()))
-    rank = {tier: index for index, tier in enumerate(tier_order or list(tier_names))}
     tiers = []
-    for tier in sorted(tier_names, key=lambda name: rank.get(name, len(rank))):
+    for tier in tier_names:
         s = entry_for(stable, tier) if stable else None
         c = entry_for(candidate, tier) if candidate else None
         tiers.append(
