@@ -10,11 +10,12 @@ state, 8 the build outputs cannot be published, 9 `edgereg verify` found problem
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 from rich.console import Console
@@ -44,7 +45,33 @@ from edgereg._files import atomic_write
 from edgereg.errors import ConfigError, EdgeregError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Commands that live with their layer, imported only when asked for.
+
+    `edgereg build` (run once per DVC stage) should not pay for importing the
+    client SDK, the server or the report renderer.
+    """
+
+    LAZY: ClassVar[dict[str, str]] = {
+        "add": "edgereg._onboard_cli:add_command",
+        "init": "edgereg._onboard_cli:init_command",
+        "pull": "edgereg.client._cli:pull_command",
+        "report": "edgereg.report._cli:report_command",
+        "serve": "edgereg.serve._cli:serve_command",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            module, attribute = self.LAZY[cmd_name].split(":")
+            command: click.Command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgereg")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only results and errors.")
@@ -729,22 +756,6 @@ def _require_variant(config: config_module.Config, model: str, variant: str) -> 
             file=str(config.path),
         )
 
-
-def _register_commands() -> None:
-    """Commands that live with their layer (the client SDK, the server)."""
-    from edgereg._onboard_cli import add_command, init_command
-    from edgereg.client._cli import pull_command
-    from edgereg.report._cli import report_command
-    from edgereg.serve._cli import serve_command
-
-    main.add_command(init_command)
-    main.add_command(add_command)
-    main.add_command(report_command)
-    main.add_command(pull_command)
-    main.add_command(serve_command, "serve")
-
-
-_register_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()
