@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 import semver
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -46,6 +47,14 @@ NO_MODELS_NOTE = (
 NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
+def _check_semver(value: str) -> str:
+    if not semver.Version.is_valid(value):
+        raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
+    return value
+
+
+SemVer = Annotated[str, AfterValidator(_check_semver)]
+"""A semantic version, MAJOR.MINOR.PATCH with optional pre-release and build."""
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi"]
 
@@ -307,7 +316,7 @@ class Variant(_Strict):
 class Model(_Strict):
     """One model: its source, data, budgets and variants."""
 
-    version: str
+    version: SemVer
     task: Literal["classification", "generic"] = "classification"
     description: str = ""
     source: PinnedFile
@@ -321,13 +330,6 @@ class Model(_Strict):
         default=None, description="This model's rollout policy; the global one when unset."
     )
     variants: dict[Name, Variant] = Field(min_length=1)
-
-    @field_validator("version")
-    @classmethod
-    def _semver(cls, value: str) -> str:
-        if not semver.Version.is_valid(value):
-            raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
-        return value
 
     @model_validator(mode="after")
     def _unique_names(self) -> Model:

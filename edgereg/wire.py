@@ -41,7 +41,7 @@ from pydantic import (
     model_validator,
 )
 
-from edgereg.config import NAME_RULE, Name, RuntimeHints, Sha256, VersionPin
+from edgereg.config import NAME_RULE, Name, RuntimeHints, SemVer, Sha256, VersionPin
 from edgereg.errors import TrustError
 from edgereg.rollout import check_percent
 from edgereg.signing import (
@@ -89,16 +89,6 @@ class WireError(TrustError):
 
 # --- field types --------------------------------------------------------------
 
-
-def _check_semver(value: str) -> str:
-    # Same rule and words as models.toml's model version (edgereg.config.Model).
-    if not semver.Version.is_valid(value):
-        raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
-    return value
-
-
-SemVer = Annotated[str, AfterValidator(_check_semver)]
-"""A semantic version string, MAJOR.MINOR.PATCH with optional pre-release and build."""
 
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
