@@ -14,13 +14,15 @@ import sys
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import semver
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -60,7 +62,9 @@ Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "0.5" is not a number and 4.0 is not a thread count; a budget of
+    # inf is no budget at all.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # A cross-field rule broken: pydantic reports such errors at the table that was
@@ -138,19 +142,81 @@ class CalibrationSet(PinnedFile):
     )
 
 
+InputDtype = Literal["float32", "int32", "int64", "uint8"]
+#: numpy dtype names of what a dataset may hold for each input dtype.
+NO_BATCH_AXIS = "none"
+
+
 class InputSpec(_Strict):
     """One model input and how dataset values become that tensor."""
 
     name: str = Field(min_length=1)
     shape: list[Annotated[int, Field(ge=1)]] = Field(
-        min_length=1, description="Shape of one sample, batch dimension (1) first."
+        description="The tensor one sample is fed as, batch axis (of size 1) included; "
+        "[] for a scalar.",
     )
-    dtype: Literal["float32"] = "float32"
+    dtype: InputDtype = Field(
+        default="float32",
+        description="Element type the model takes (int64 token ids and scalars as the ONNX "
+        "graph declares them).",
+    )
+    batch_axis: int | Literal["none"] = Field(
+        default=0,
+        description='Which axis of shape is the batch (size 1), or "none" for inputs that '
+        "have none (a recurrent state such as [2, 1, 128], a scalar).",
+    )
     kind: Literal["tensor", "image"] = "tensor"
     layout: Literal["NCHW", "NHWC"] | None = None
     color: Literal["RGB", "BGR", "GRAY"] | None = None
     mean: list[float] | None = None
     std: list[Annotated[float, Field(gt=0)]] | None = None
+
+    @property
+    def batch(self) -> int | None:
+        """The batch axis, or None when the input has none."""
+        return None if self.batch_axis == NO_BATCH_AXIS else int(self.batch_axis)
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """The shape of one sample in a dataset: ``shape`` without its batch axis."""
+        axis = self.batch
+        shape = list(self.shape)
+        if axis is not None:
+            del shape[axis]
+        return tuple(shape)
+
+    @model_validator(mode="after")
+    def _batch_axis(self) -> InputSpec:
+        axis = self.batch
+        if axis is None:
+            return self
+        if not self.shape:
+            raise _rule_error(
+                "batch_axis",
+                f'input \'{self.name}\' is a scalar (shape []): it has no batch axis; '
+                'set batch_axis = "none"',
+            )
+        if not 0 <= axis < len(self.shape):
+            raise _rule_error(
+                "batch_axis",
+                f"batch_axis {axis} is outside shape {self.shape} "
+                f"(axes 0..{len(self.shape) - 1})",
+            )
+        if self.shape[axis] != 1:
+            hint = (
+                f"declare the axis of size 1 that is the batch (batch_axis = "
+                f"{self.shape.index(1)})"
+                if 1 in self.shape
+                else ""
+            )
+            raise _rule_error(
+                "batch_axis" if "batch_axis" in self.model_fields_set else "shape",
+                f"axis {axis} of shape {self.shape} is {self.shape[axis]}, not a batch of 1: "
+                + (hint + ", or " if hint else "")
+                + 'set batch_axis = "none" when the input has no batch axis (a recurrent '
+                "state, a fixed-size tensor)",
+            )
+        return self
 
     @model_validator(mode="after")
     def _image_fields(self) -> InputSpec:
@@ -162,6 +228,8 @@ class InputSpec(_Strict):
                     given[0], f'{", ".join(given)} only apply to kind = "image" inputs'
                 )
             return self
+        if self.dtype != "float32":
+            raise _rule_error("dtype", 'kind = "image" inputs are float32 tensors')
         if self.layout is None:
             raise _rule_error(
                 "layout", 'kind = "image" inputs need layout ("NCHW" or "NHWC") and color'
@@ -170,7 +238,7 @@ class InputSpec(_Strict):
             raise _rule_error(
                 "color", 'kind = "image" inputs need color ("RGB", "BGR" or "GRAY") and layout'
             )
-        if len(self.shape) != 4 or self.shape[0] != 1:
+        if len(self.shape) != 4 or self.shape[0] != 1 or self.batch != 0:
             raise _rule_error("shape", "image inputs have shape [1, C, H, W] or [1, H, W, C]")
         channels = self.shape[1] if self.layout == "NCHW" else self.shape[3]
         expected = 1 if self.color == "GRAY" else 3
@@ -187,37 +255,244 @@ class InputSpec(_Strict):
         return self
 
 
+class StatePair(_Strict):
+    """A recurrent state: what ``output`` returns at one step is fed to ``input`` at the next."""
+
+    input: str = Field(min_length=1, description="The state input (zeros at a sequence start).")
+    output: str = Field(min_length=1, description="The output that carries the next state.")
+
+
 class OutputSpec(_Strict):
     """One model output."""
 
     name: str = Field(min_length=1)
 
 
+class MetricBudget(_Strict):
+    """Limits on one task metric (see the task's metric list in the docs)."""
+
+    min: float | None = Field(default=None, description="The variant's value must be at least this.")
+    max: float | None = Field(default=None, description="The variant's value must be at most this.")
+    max_drop: float | None = Field(
+        default=None,
+        ge=0,
+        description="Label metrics: at most this much worse than the fp32 ONNX baseline on the "
+        "same labels (for lower-is-better metrics such as CER, a rise).",
+    )
+    min_baseline: float | None = Field(
+        default=None,
+        description="Label metrics: the fp32 ONNX baseline itself must reach this; a baseline "
+        "below it points at broken preprocessing, not at the variant.",
+    )
+    max_baseline: float | None = Field(
+        default=None, description="As min_baseline, for lower-is-better metrics."
+    )
+
+    def merged(self, override: MetricBudget | None) -> MetricBudget:
+        """Return these limits with every field set in ``override`` replaced."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_unset=True))
+
+
 class Budgets(_Strict):
-    """Limits a variant must stay within; unset means not gated."""
+    """Limits a variant must stay within.
+
+    Output agreement (cosine, SNR, max abs error) and the task's metrics have
+    documented defaults per precision; a key set here replaces the default.
+    """
 
     max_size_mb: float | None = Field(default=None, gt=0)
+    min_cosine: float | None = Field(
+        default=None,
+        ge=-1,
+        le=1,
+        description="Cosine similarity of each output with the fp32 ONNX Runtime reference, "
+        "over the whole evaluation set.",
+    )
+    min_snr_db: float | None = Field(
+        default=None,
+        description="Signal-to-noise ratio of each output against the reference, in dB "
+        "(10·log10 of reference energy over error energy; 20 dB = 10% relative L2 error).",
+    )
     max_abs_error: float | None = Field(
         default=None,
         ge=0,
-        description="Max absolute output difference against ONNX Runtime "
-        "(gated for fp32 variants without quantization).",
-    )
-    max_accuracy_drop: float | None = Field(
-        default=None, ge=0, le=1, description="Fraction, 0.01 = one accuracy point."
-    )
-    max_class_recall_drop: float | None = Field(
-        default=None, ge=0, le=1, description="Fraction, for the worst class."
+        description="Max absolute difference of any output value from the reference.",
     )
     max_latency_p50_ms: float | None = Field(
         default=None, gt=0, description="Host p50 latency at the variant's thread count."
     )
+    metrics: dict[str, MetricBudget] = Field(
+        default_factory=dict,
+        description="Limits on the task's metrics, by metric name (e.g. iou = { min = 0.9 }).",
+    )
 
     def merged(self, override: Budgets | None) -> Budgets:
-        """Return these budgets with every field set in ``override`` replaced."""
+        """Return these budgets with every field set in ``override`` replaced.
+
+        Metric limits merge per metric and per field, so a variant can change
+        one limit of one metric and keep the rest.
+        """
         if override is None:
             return self
-        return self.model_copy(update=override.model_dump(exclude_unset=True))
+        update: dict[str, Any] = override.model_dump(exclude_unset=True, exclude={"metrics"})
+        if "metrics" in override.model_fields_set:
+            metrics = dict(self.metrics)
+            for name, limits in override.metrics.items():
+                metrics[name] = metrics[name].merged(limits) if name in metrics else limits
+            update["metrics"] = metrics
+        return self.model_copy(update=update)
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    """One metric a task's evaluator measures.
+
+    Attributes:
+        name: The key in metrics.json and in ``budgets.metrics``.
+        against: ``reference`` (the variant compared with the fp32 ONNX
+            Runtime outputs) or ``labels`` (the variant scored on the labels,
+            next to the fp32 ONNX baseline on the same labels).
+        higher_is_better: The direction of "worse" for ``max_drop``.
+        description: One line for the docs.
+    """
+
+    name: str
+    against: Literal["reference", "labels"]
+    higher_is_better: bool
+    description: str
+
+
+class _Task(_Strict):
+    output: str | None = Field(
+        default=None, description="The output the metric reads; the first output when unset."
+    )
+
+    #: What the task measures; a custom evaluator names its own.
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = ()
+
+    def metric(self, name: str) -> TaskMetric | None:
+        """The metric called ``name``, or None when the task does not measure it."""
+        return next((metric for metric in self.METRICS if metric.name == name), None)
+
+
+class ClassificationTask(_Task):
+    """Scores over classes: top-1 agreement, accuracy and per-class recall."""
+
+    kind: Literal["classification"]
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric("top1_agreement", "reference", True, "share of samples whose top-1 class "
+                   "matches the reference's"),
+        TaskMetric("accuracy", "labels", True, "top-1 accuracy"),
+        TaskMetric("class_recall_drop", "labels", False, "the worst class's recall loss against "
+                   "the baseline (gate it with max)"),
+    )
+
+
+class DenseMapTask(_Task):
+    """Probability maps (text or object detection, segmentation), binarized at a threshold."""
+
+    kind: Literal["dense_map"]
+    threshold: float = Field(
+        default=0.5, description="A value above this is foreground (a probability, or a logit)."
+    )
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric("iou", "reference", True, "mean IoU of the variant's mask with the "
+                   "reference's mask"),
+        TaskMetric("label_iou", "labels", True, "mean IoU of the mask with the label masks"),
+    )
+
+
+class CtcTask(_Task):
+    """Sequence recognition with CTC: greedy decoding over a character list."""
+
+    kind: Literal["ctc"]
+    charset: PinnedFile = Field(
+        description="UTF-8 text file, one character per line, in class order (the blank "
+        "class is not listed)."
+    )
+    blank: int = Field(default=0, ge=0, description="Index of the CTC blank class.")
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric("line_match", "reference", True, "share of lines decoded exactly as the "
+                   "reference decodes them"),
+        TaskMetric("cer", "reference", False, "character error rate against the reference's "
+                   "decoding"),
+        TaskMetric("label_line_accuracy", "labels", True, "share of lines decoded exactly "
+                   "as labelled"),
+        TaskMetric("label_cer", "labels", False, "character error rate against the labels"),
+    )
+
+
+class EmbeddingTask(_Task):
+    """Embeddings compared by cosine: agreement and nearest neighbours over the set."""
+
+    kind: Literal["embedding"]
+    k: int = Field(default=5, ge=1, description="Neighbours considered by neighbour_recall.")
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric("embedding_cosine", "reference", True, "worst cosine similarity of an "
+                   "embedding with the reference's"),
+        TaskMetric("neighbour_agreement", "reference", True, "share of samples whose nearest "
+                   "neighbour in the set is the reference's nearest neighbour"),
+        TaskMetric("neighbour_recall", "reference", True, "share of samples whose reference "
+                   "nearest neighbour is among the variant's k nearest"),
+        TaskMetric("label_neighbour_accuracy", "labels", True, "share of samples whose "
+                   "nearest neighbour has the same label"),
+    )
+
+
+class FrameDecisionTask(_Task):
+    """Binary decisions per frame or chunk (voice activity, wake word) at a threshold."""
+
+    kind: Literal["frame_decision"]
+    threshold: float = Field(default=0.5, description="A score above this is a positive frame.")
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric("frame_agreement", "reference", True, "share of frames decided as the "
+                   "reference decides them"),
+        TaskMetric("f1", "labels", True, "F1 of the positive frames against the labels"),
+    )
+
+
+class GenericTask(_Task):
+    """No task metric: output agreement only."""
+
+    kind: Literal["generic"]
+
+
+class CustomTask(_Task):
+    """Metrics from the team's own evaluator, ``module:function`` in their repository."""
+
+    kind: Literal["custom"]
+    evaluator: Annotated[
+        str,
+        StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
+                          r"[A-Za-z_][A-Za-z0-9_]*$"),
+    ] = Field(description="module:function, imported with the models.toml directory on sys.path.")
+
+    def metric(self, name: str) -> TaskMetric | None:
+        """Any name: the evaluator says what it measures when it runs."""
+        return TaskMetric(name, "labels", True, "")
+
+
+def _task_shorthand(value: Any) -> Any:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+Task = Annotated[
+    Union[  # noqa: UP007
+        ClassificationTask,
+        DenseMapTask,
+        CtcTask,
+        EmbeddingTask,
+        FrameDecisionTask,
+        GenericTask,
+        CustomTask,
+    ],
+    BeforeValidator(_task_shorthand),
+    Field(discriminator="kind"),
+]
+TASK_KINDS = ("classification", "dense_map", "ctc", "embedding", "frame_decision", "generic",
+              "custom")
 
 
 class NoQuantization(_Strict):
@@ -239,7 +514,18 @@ class Int8Quantization(_Strict):
     """Full int8 post-training quantization calibrated on the calibration set."""
 
     mode: Literal["int8"]
-    method: Literal["KL", "ADMM", "EMA"] = "KL"
+    method: Literal["KL", "ADMM", "EMA", "auto"] = Field(
+        default="KL",
+        description='Feature method; "auto" tries KL, EMA and ADMM, keeps the best that passes '
+        "the gates and, when none does, keeps the worst layers in float until one does "
+        "(recorded in provenance).",
+    )
+    max_skip_ops: int = Field(
+        default=4,
+        ge=0,
+        le=32,
+        description='"auto" only: at most this many layers kept in float by the search.',
+    )
     weight_method: Literal["MAX_ABS", "ADMM"] = "MAX_ABS"
     skip_ops: list[str] = Field(
         default_factory=list, description="Layer names kept in float (skip_quant_op_names)."
@@ -317,11 +603,21 @@ class Model(_Strict):
     """One model: its source, data, budgets and variants."""
 
     version: SemVer
-    task: Literal["classification", "generic"] = "classification"
+    task: Task = Field(
+        default_factory=lambda: ClassificationTask(kind="classification"),
+        description='What the model computes and how it is scored: "classification", '
+        '"dense_map", "ctc", "embedding", "frame_decision", "generic", or a table '
+        '{ kind = ..., ... } with the task\'s settings.',
+    )
     description: str = ""
     source: PinnedFile
     inputs: list[InputSpec] = Field(min_length=1)
     outputs: list[OutputSpec] = Field(min_length=1)
+    state: list[StatePair] = Field(
+        default_factory=list,
+        description="Recurrent state pairs: the model is verified and evaluated as a stream, "
+        "each sequence feeding back the variant's own state.",
+    )
     classes: list[str] | None = Field(default=None, description="Class names, index order.")
     calibration: CalibrationSet | None = None
     evaluation: PinnedFile
@@ -337,7 +633,72 @@ class Model(_Strict):
             names = [spec.name for spec in specs]
             if len(set(names)) != len(names):
                 raise _rule_error(f"{kind}s", f"{kind} names must be unique, got {names}")
+        input_names = [spec.name for spec in self.inputs]
+        output_names = [spec.name for spec in self.outputs]
+        for index, pair in enumerate(self.state):
+            if pair.input not in input_names:
+                raise _rule_error(
+                    f"state.{index}.input",
+                    f"'{pair.input}' is not a declared input (inputs: {', '.join(input_names)})",
+                )
+            if pair.output not in output_names:
+                raise _rule_error(
+                    f"state.{index}.output",
+                    f"'{pair.output}' is not a declared output "
+                    f"(outputs: {', '.join(output_names)})",
+                )
+        fed = [pair.input for pair in self.state]
+        if len(set(fed)) != len(fed) or len({p.output for p in self.state}) != len(fed):
+            raise _rule_error("state", "each state input and output may appear in one pair")
+        task_output = self.task.output
+        if task_output is not None and task_output not in output_names:
+            raise _rule_error(
+                "task.output",
+                f"'{task_output}' is not a declared output (outputs: {', '.join(output_names)})",
+            )
+        if task_output is not None and task_output in {p.output for p in self.state}:
+            raise _rule_error("task.output", f"'{task_output}' is a state output")
+        if self.classes is not None and self.task.kind != "classification":
+            raise _rule_error("classes", 'classes apply to task = "classification" only')
+        self._check_budgets(self.budgets, "budgets")
+        for name, variant in self.variants.items():
+            if variant.budgets is not None:
+                self._check_budgets(variant.budgets, f"variants.{name}.budgets")
         return self
+
+    def _check_budgets(self, budgets: Budgets, where: str) -> None:
+        for metric_name, limits in budgets.metrics.items():
+            metric = self.task.metric(metric_name)
+            if metric is None:
+                known = ", ".join(m.name for m in self.task.METRICS) or "none"
+                raise _rule_error(
+                    f"{where}.metrics.{metric_name}",
+                    f"task '{self.task.kind}' does not measure '{metric_name}'; "
+                    f"its metrics: {known}",
+                )
+            label_only = ("max_drop", "min_baseline", "max_baseline")
+            used = [key for key in label_only if getattr(limits, key) is not None]
+            if metric.against == "reference" and used:
+                raise _rule_error(
+                    f"{where}.metrics.{metric_name}.{used[0]}",
+                    f"'{metric_name}' compares the variant with the reference itself, so it has "
+                    f"no baseline; use min or max",
+                )
+            wrong_way = "min_baseline" if not metric.higher_is_better else "max_baseline"
+            if getattr(limits, wrong_way) is not None and self.task.kind != "custom":
+                right = "max_baseline" if wrong_way == "min_baseline" else "min_baseline"
+                raise _rule_error(
+                    f"{where}.metrics.{metric_name}.{wrong_way}",
+                    f"'{metric_name}' is {'higher' if metric.higher_is_better else 'lower'}"
+                    f" is better; use {right}",
+                )
+
+    @property
+    def task_output(self) -> str:
+        """The output the task's metric reads."""
+        return self.task.output or next(
+            spec.name for spec in self.outputs if spec.name not in {p.output for p in self.state}
+        )
 
 
 class Registry(_Strict):
@@ -497,7 +858,22 @@ class Config(_Strict):
         if not self.models:
             return [NO_MODELS_NOTE]
         notes = []
-        for model_name in self.models:
+        for model_name, model in self.models.items():
+            specs = [("", model.inputs)] + [
+                (f"variants.{name}.", variant.inputs)
+                for name, variant in model.variants.items()
+                if variant.inputs is not None
+            ]
+            for prefix, inputs in specs:
+                for index, spec in enumerate(inputs):
+                    if spec.kind == "image" and (spec.mean is None or spec.std is None):
+                        missing = " and ".join(k for k in ("mean", "std") if getattr(spec, k) is None)
+                        notes.append(
+                            f"warning: models.{model_name}.{prefix}inputs.{index} "
+                            f"('{spec.name}'): image input without {missing}: pixels reach "
+                            "the model as 0..255; if it was trained on normalised images, "
+                            "declare the mean and std it was trained with"
+                        )
             for tier, (variant, fell_back) in self.tier_variants(model_name).items():
                 if fell_back:
                     notes.append(
@@ -525,7 +901,8 @@ class Config(_Strict):
         return {
             "model": model_name,
             "variant": variant_name,
-            "task": model.task,
+            "task": model.task.model_dump(),
+            "state": [pair.model_dump() for pair in model.state],
             "source": (variant.source or model.source).model_dump(),
             "inputs": [spec.model_dump() for spec in (variant.inputs or model.inputs)],
             "outputs": [spec.model_dump() for spec in model.outputs],
@@ -659,8 +1036,17 @@ def _key_path(loc: tuple[int | str, ...], data: Any) -> str:
     return ".".join(parts)
 
 
+#: Keys of earlier releases and where their setting lives now.
+MOVED_KEYS = {
+    "max_accuracy_drop": "write metrics.accuracy = { max_drop = N } in the budgets table",
+    "max_class_recall_drop": "write metrics.class_recall_drop = { max = N } in the budgets table",
+}
+
+
 def _describe(error: Any, key_path: str, data: Mapping[str, Any]) -> str:
     kind = error["type"]
+    if kind == "extra_forbidden" and key_path.rsplit(".", 1)[-1] in MOVED_KEYS:
+        return f"this key moved: {MOVED_KEYS[key_path.rsplit('.', 1)[-1]]}"
     if kind == "extra_forbidden":
         allowed = _allowed_keys(key_path.split(".")[:-1], data)
         listed = ", ".join(allowed) if allowed else "none"

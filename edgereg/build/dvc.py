@@ -10,6 +10,7 @@ pinned tool version reruns them all.
 from __future__ import annotations
 
 import json
+import shlex
 
 from edgereg.build.outputs import (
     ARTIFACT,
@@ -44,15 +45,19 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
         ]
         for variant_name, variant in model.variants.items():
             out = f"{out_root}/{model_name}/{variant_name}"
-            command = f"edgereg build {model_name} {variant_name}"
+            # Shell-quoted: a file name is data, never a command (`a;rm -rf x.toml`).
+            command = f"edgereg build {shlex.quote(model_name)} {shlex.quote(variant_name)}"
             if config_name != DEFAULT_CONFIG_FILE:
-                command += f" --config {config_name}"
+                command += f" --config {shlex.quote(config_name)}"
             if out_root != "build":
-                command += f" --out {out_root}"
+                command += f" --out {shlex.quote(out_root)}"
             deps = [
                 (variant.source or model.source).path,
                 (variant.evaluation or model.evaluation).path,
             ]
+            charset = getattr(model.task, "charset", None)
+            if charset is not None:
+                deps.append(charset.path)
             calibration = variant.calibration or model.calibration
             if variant.quantization.mode == "int8" and calibration is not None:
                 deps.append(calibration.path)
@@ -76,7 +81,7 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 f"      - {_q(f'{out}/{METRICS}')}",
                 "    plots:",
             ]
-            if model.task == "classification":
+            if model.task.kind == "classification":
                 recall_title = f"{model_name}/{variant_name}: recall change per class"
                 lines += [
                     f"      - {_q(f'{out}/{CLASS_RECALL_PLOT}')}:",

@@ -1,30 +1,490 @@
-"""Pure numeric checks of a variant: agreement with ONNX Runtime, accuracy, gates."""
+"""Pure numeric checks of a variant: output agreement, task metrics, default budgets, gates.
+
+Everything here takes arrays and returns numbers; the build stages feed it the
+outputs of ONNX Runtime (the fp32 reference) and of the variant, run the same
+way an app runs the model (see :mod:`edgereg.toolchain._streaming`). Outputs
+arrive per sample, ``(N, *tensor shape)``; a task reads its output with the
+batch axis (first, of size 1) removed.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 import numpy as np
 
-from edgereg.config import Budgets
+from edgereg.config import (
+    Budgets,
+    ClassificationTask,
+    CtcTask,
+    DenseMapTask,
+    EmbeddingTask,
+    FrameDecisionTask,
+    MetricBudget,
+    TaskMetric,
+)
+
+PrecisionClass = Literal["fp32", "fp16", "weight", "int8"]
+
+#: Output agreement every variant must reach unless its budgets say otherwise,
+#: by precision: (min_cosine, min_snr_db). Chosen on the example models (see
+#: docs/build.md): loose enough for every healthy variant, strict enough that
+#: a broken one (a detector at cosine 0.09, a recogniser reading nothing) fails.
+DEFAULT_AGREEMENT: dict[PrecisionClass, tuple[float, float]] = {
+    "fp32": (0.9999, 40.0),
+    "fp16": (0.999, 30.0),
+    "weight": (0.99, 18.0),
+    "int8": (0.98, 13.0),
+}
+
+#: Default limits on the task metrics compared with the reference, by precision.
+DEFAULT_METRICS: dict[str, dict[PrecisionClass, dict[str, MetricBudget]]] = {
+    "classification": {
+        cast(PrecisionClass, p): {"top1_agreement": MetricBudget(min=v)}
+        for p, v in (("fp32", 0.99), ("fp16", 0.98), ("weight", 0.95), ("int8", 0.95))
+    },
+    "dense_map": {
+        cast(PrecisionClass, p): {"iou": MetricBudget(min=v)}
+        for p, v in (("fp32", 0.98), ("fp16", 0.95), ("weight", 0.9), ("int8", 0.85))
+    },
+    "ctc": {
+        cast(PrecisionClass, p): {"line_match": MetricBudget(min=v)}
+        for p, v in (("fp32", 0.98), ("fp16", 0.95), ("weight", 0.9), ("int8", 0.85))
+    },
+    "embedding": {
+        cast(PrecisionClass, p): {"neighbour_agreement": MetricBudget(min=v)}
+        for p, v in (("fp32", 0.98), ("fp16", 0.97), ("weight", 0.95), ("int8", 0.95))
+    },
+    "frame_decision": {
+        cast(PrecisionClass, p): {"frame_agreement": MetricBudget(min=v)}
+        for p, v in (("fp32", 0.99), ("fp16", 0.98), ("weight", 0.95), ("int8", 0.95))
+    },
+}
+
+#: Label metrics lost against the fp32 baseline, by default, for every precision.
+DEFAULT_LABEL_DROP = 0.05
+
+
+def default_budgets(task: str, precision: PrecisionClass) -> Budgets:
+    """The budgets a variant gets before models.toml overrides them."""
+    cosine, snr = DEFAULT_AGREEMENT[precision]
+    metrics = dict(DEFAULT_METRICS.get(task, {}).get(precision, {}))
+    for name in _LABEL_DROP_DEFAULTS.get(task, ()):
+        metrics[name] = MetricBudget(max_drop=DEFAULT_LABEL_DROP)
+    return Budgets(min_cosine=cosine, min_snr_db=snr, metrics=metrics)
+
+
+_LABEL_DROP_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "classification": ("accuracy",),
+    "dense_map": ("label_iou",),
+    "ctc": ("label_line_accuracy",),
+    "frame_decision": ("f1",),
+}
+
+
+def effective_budgets(
+    task: str,
+    precision: PrecisionClass,
+    declared: Budgets,
+    evaluator_gates: Mapping[str, MetricBudget] | None = None,
+) -> Budgets:
+    """Defaults for the task and precision, then a custom evaluator's own gates,
+    then what models.toml declares on top (only keys it sets replace others)."""
+    defaults = default_budgets(task, precision)
+    if evaluator_gates:
+        defaults = defaults.merged(Budgets(metrics=dict(evaluator_gates)))
+    return defaults.merged(declared)
 
 
 @dataclass(frozen=True)
-class Agreement:
-    """How closely the variant reproduces the ONNX Runtime outputs."""
+class OutputAgreement:
+    """How closely one output of the variant reproduces ONNX Runtime's.
 
+    Attributes:
+        cosine: Cosine similarity over the whole evaluation set.
+        snr_db: 10·log10(reference energy / error energy); inf when identical.
+        max_abs_error: Largest absolute difference of any value.
+        min_sample_cosine: The worst sample's cosine similarity.
+    """
+
+    cosine: float
+    snr_db: float
     max_abs_error: float
-    min_cosine: float
-    mean_cosine: float
-    top1_agreement: float | None
+    min_sample_cosine: float
+
+
+def agreement(
+    reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray]
+) -> dict[str, OutputAgreement]:
+    """Compare the variant's outputs with ONNX Runtime's, output by output."""
+    result = {}
+    for name, expected in reference.items():
+        want = expected.astype(np.float64)
+        got = np.asarray(candidate[name]).reshape(expected.shape).astype(np.float64)
+        error = got - want
+        signal = float(np.sum(want * want))
+        noise = float(np.sum(error * error))
+        snr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal else -math.inf)
+        result[name] = OutputAgreement(
+            cosine=_cosine(want.reshape(-1), got.reshape(-1)),
+            snr_db=snr,
+            max_abs_error=float(np.max(np.abs(error))) if error.size else 0.0,
+            min_sample_cosine=float(
+                np.min(_row_cosines(want.reshape(len(want), -1), got.reshape(len(got), -1)))
+            )
+            if len(want)
+            else 1.0,
+        )
+    return result
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    if norms == 0:
+        return 1.0 if not np.any(a) and not np.any(b) else 0.0
+    return float(np.dot(a, b) / norms)
+
+
+def _row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.sum(a * b, axis=1)
+    both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(b, axis=1) == 0)
+    return np.where(norms > 0, dots / np.maximum(norms, 1e-300), np.where(both_zero, 1.0, 0.0))
+
+
+class TaskDataError(ValueError):
+    """Labels or task settings that do not fit the model's outputs (a user error)."""
 
 
 @dataclass(frozen=True)
-class Classification:
-    """Accuracy and per-class recall of one set of predictions."""
+class TaskScores:
+    """What a task's evaluator measured.
 
-    accuracy: float
-    class_recall: dict[int, float]
+    Attributes:
+        metrics: The variant's value of each metric (against the reference or
+            the labels).
+        baseline: The fp32 ONNX reference's value of each label metric.
+        metric_info: How each metric is read (direction, against what).
+        class_recall: Classification only: class index -> (baseline recall,
+            variant recall), for the plots and the report.
+        details: Short texts that explain a number (the worst classes).
+    """
+
+    metrics: dict[str, float]
+    baseline: dict[str, float] = field(default_factory=dict)
+    metric_info: dict[str, TaskMetric] = field(default_factory=dict)
+    class_recall: dict[int, tuple[float, float]] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
+
+
+def task_rows(outputs: np.ndarray) -> np.ndarray:
+    """Per-sample tensors without their batch axis: ``(N, 1, ...)`` -> ``(N, ...)``."""
+    if outputs.ndim >= 2 and outputs.shape[1] == 1:
+        return outputs[:, 0]
+    return outputs
+
+
+def classification_scores(
+    task: ClassificationTask,
+    reference: np.ndarray,
+    variant: np.ndarray,
+    labels: np.ndarray | None,
+    class_names: Sequence[str] | None,
+) -> TaskScores:
+    """Top-1 agreement, and with labels accuracy and per-class recall."""
+    ref = task_rows(reference).reshape(len(reference), -1)
+    var = task_rows(variant).reshape(len(variant), -1)
+    classes = ref.shape[1]
+    if class_names is not None and len(class_names) != classes:
+        raise TaskDataError(
+            f"classes lists {len(class_names)} names, but the model's output has {classes} "
+            "scores per sample; list one name per output score, in index order"
+        )
+    info = {metric.name: metric for metric in task.METRICS}
+    ref_top1 = np.argmax(ref, axis=1)
+    var_top1 = np.argmax(var, axis=1)
+    metrics = {"top1_agreement": float(np.mean(ref_top1 == var_top1))}
+    if labels is None:
+        return TaskScores(metrics, metric_info=info)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise TaskDataError(
+            f"classification labels must be class indices, a 1-D integer array; got "
+            f"{labels.dtype} {labels.shape}"
+        )
+    if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+        raise TaskDataError(
+            f"labels hold class indices {int(labels.min())}..{int(labels.max())}, but the model "
+            f"has {classes} classes (0..{classes - 1})"
+        )
+    base_acc = float(np.mean(ref_top1 == labels))
+    var_acc = float(np.mean(var_top1 == labels))
+    recall: dict[int, tuple[float, float]] = {}
+    for label in range(classes):
+        mask = labels == label
+        if np.any(mask):
+            recall[label] = (
+                float(np.mean(ref_top1[mask] == label)),
+                float(np.mean(var_top1[mask] == label)),
+            )
+    drops = {label: base - got for label, (base, got) in recall.items()}
+    worst = sorted(drops.items(), key=lambda item: item[1], reverse=True)
+    names = list(class_names or [])
+    losers = [item for item in worst[:3] if item[1] > 0] or worst[:1]
+    shown = ", ".join(f"{names[lbl] if lbl < len(names) else lbl}: -{d:.3f}" for lbl, d in losers)
+    metrics["accuracy"] = var_acc
+    metrics["class_recall_drop"] = max(0.0, worst[0][1]) if worst else 0.0
+    return TaskScores(
+        metrics,
+        baseline={"accuracy": base_acc, "class_recall_drop": 0.0},
+        metric_info=info,
+        class_recall=recall,
+        details={
+            "class_recall_drop": f"worst classes {shown}",
+            "accuracy": f"accuracy {base_acc:.4f} (ONNX) -> {var_acc:.4f}",
+        },
+    )
+
+
+def chance_level(classes: int) -> float:
+    """Accuracy at or below which a classifier's baseline is treated as guessing."""
+    chance = 1.0 / classes
+    return chance + 0.1 * (1.0 - chance)
+
+
+def _masks(rows: np.ndarray, threshold: float) -> np.ndarray:
+    return rows > threshold
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean per-sample IoU of boolean masks; two empty masks agree fully."""
+    a2 = a.reshape(len(a), -1)
+    b2 = b.reshape(len(b), -1)
+    inter = np.sum(a2 & b2, axis=1)
+    union = np.sum(a2 | b2, axis=1)
+    return float(np.mean(np.where(union > 0, inter / np.maximum(union, 1), 1.0)))
+
+
+def dense_map_scores(
+    task: DenseMapTask, reference: np.ndarray, variant: np.ndarray, labels: np.ndarray | None
+) -> TaskScores:
+    """IoU of the binarized maps with the reference's, and with the label masks."""
+    ref = _masks(task_rows(reference), task.threshold)
+    var = _masks(task_rows(variant), task.threshold)
+    info = {metric.name: metric for metric in task.METRICS}
+    metrics = {"iou": _iou(ref, var)}
+    if labels is None:
+        return TaskScores(metrics, metric_info=info)
+    if labels.shape[1:] != ref.shape[1:] and labels.reshape(len(labels), -1).shape != ref.reshape(
+        len(ref), -1
+    ).shape:
+        raise TaskDataError(
+            f"label masks have rows of shape {labels.shape[1:]}, the output map has "
+            f"{ref.shape[1:]}; store one mask per sample shaped like one output (batch axis "
+            "removed)"
+        )
+    truth = labels.reshape(ref.shape) > 0
+    metrics["label_iou"] = _iou(var, truth)
+    return TaskScores(metrics, baseline={"label_iou": _iou(ref, truth)}, metric_info=info)
+
+
+def read_charset(text: str) -> list[str]:
+    """The characters of a charset file, one per line, in class order."""
+    chars = [line for line in text.split("\n")]
+    while chars and chars[-1] == "":
+        chars.pop()
+    return chars
+
+
+def ctc_greedy(rows: np.ndarray, charset: Sequence[str], blank: int) -> list[str]:
+    """Greedy CTC decoding: best class per step, repeats merged, blanks dropped."""
+    best = np.argmax(rows, axis=-1)
+    lines = []
+    for sequence in best:
+        chars = []
+        previous = -1
+        for cls in sequence.tolist():
+            if cls != previous and cls != blank:
+                chars.append(charset[cls if cls < blank else cls - 1])
+            previous = cls
+        lines.append("".join(chars))
+    return lines
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance between two strings."""
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        previous = current
+    return previous[-1]
+
+
+def _cer(predicted: Sequence[str], truth: Sequence[str]) -> float:
+    errors = sum(edit_distance(p, t) for p, t in zip(predicted, truth, strict=True))
+    length = sum(len(t) for t in truth)
+    return errors / length if length else float(errors > 0)
+
+
+def ctc_scores(
+    task: CtcTask,
+    charset: Sequence[str],
+    reference: np.ndarray,
+    variant: np.ndarray,
+    labels: np.ndarray | None,
+) -> TaskScores:
+    """Exact-line match and CER of greedy decodings, against the reference and the labels."""
+    ref_rows = task_rows(reference)
+    var_rows = task_rows(variant)
+    if ref_rows.ndim != 3:
+        raise TaskDataError(
+            f"a CTC output must be (batch, time, classes) per sample; got rows of shape "
+            f"{ref_rows.shape[1:]}"
+        )
+    width = ref_rows.shape[-1]
+    if width != len(charset) + 1:
+        raise TaskDataError(
+            f"the charset lists {len(charset)} characters, so the output needs "
+            f"{len(charset) + 1} classes (with the blank), but it has {width}"
+        )
+    if task.blank >= width:
+        raise TaskDataError(f"blank index {task.blank} is outside the {width} output classes")
+    ref_lines = ctc_greedy(ref_rows, charset, task.blank)
+    var_lines = ctc_greedy(var_rows, charset, task.blank)
+    info = {metric.name: metric for metric in task.METRICS}
+    metrics = {
+        "line_match": float(np.mean([a == b for a, b in zip(ref_lines, var_lines, strict=True)])),
+        "cer": _cer(var_lines, ref_lines),
+    }
+    if labels is None:
+        return TaskScores(metrics, metric_info=info)
+    if labels.ndim != 1 or labels.dtype.kind != "U":
+        raise TaskDataError(
+            f"CTC labels must be the text of each line, a 1-D unicode string array; got "
+            f"{labels.dtype} {labels.shape}"
+        )
+    truth = [str(text) for text in labels]
+    metrics["label_line_accuracy"] = float(
+        np.mean([a == b for a, b in zip(var_lines, truth, strict=True)])
+    )
+    metrics["label_cer"] = _cer(var_lines, truth)
+    baseline = {
+        "label_line_accuracy": float(np.mean([a == b for a, b in zip(ref_lines, truth, strict=True)])),
+        "label_cer": _cer(ref_lines, truth),
+    }
+    return TaskScores(metrics, baseline=baseline, metric_info=info)
+
+
+def _neighbours(rows: np.ndarray) -> np.ndarray:
+    """Indices of every sample's neighbours by cosine, nearest first, itself excluded."""
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    unit = rows / np.maximum(norms, 1e-30)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    # A stable sort keeps ties in index order on every run.
+    return np.argsort(-similarity, axis=1, kind="stable")
+
+
+def embedding_scores(
+    task: EmbeddingTask, reference: np.ndarray, variant: np.ndarray, labels: np.ndarray | None
+) -> TaskScores:
+    """Cosine to the reference embedding and nearest-neighbour agreement over the set."""
+    ref = task_rows(reference).reshape(len(reference), -1).astype(np.float64)
+    var = task_rows(variant).reshape(len(variant), -1).astype(np.float64)
+    info = {metric.name: metric for metric in task.METRICS}
+    metrics = {"embedding_cosine": float(np.min(_row_cosines(ref, var)))}
+    if len(ref) < 2:
+        raise TaskDataError("an embedding evaluation set needs at least 2 samples")
+    ref_nn = _neighbours(ref)
+    var_nn = _neighbours(var)
+    k = min(task.k, len(ref) - 1)
+    metrics["neighbour_agreement"] = float(np.mean(ref_nn[:, 0] == var_nn[:, 0]))
+    metrics["neighbour_recall"] = float(
+        np.mean([ref_nn[i, 0] in var_nn[i, :k] for i in range(len(ref))])
+    )
+    if labels is None:
+        return TaskScores(metrics, metric_info=info)
+    if labels.ndim != 1:
+        raise TaskDataError(
+            f"embedding labels are one group id per sample (1-D); got shape {labels.shape}"
+        )
+    metrics["label_neighbour_accuracy"] = float(np.mean(labels[var_nn[:, 0]] == labels))
+    baseline = {"label_neighbour_accuracy": float(np.mean(labels[ref_nn[:, 0]] == labels))}
+    return TaskScores(metrics, baseline=baseline, metric_info=info)
+
+
+def _f1(predicted: np.ndarray, truth: np.ndarray) -> float:
+    tp = int(np.sum(predicted & truth))
+    fp = int(np.sum(predicted & ~truth))
+    fn = int(np.sum(~predicted & truth))
+    return 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def frame_decision_scores(
+    task: FrameDecisionTask, reference: np.ndarray, variant: np.ndarray, labels: np.ndarray | None
+) -> TaskScores:
+    """Per-frame decisions at a threshold: agreement with the reference, F1 on labels."""
+    ref = task_rows(reference).reshape(len(reference), -1) > task.threshold
+    var = task_rows(variant).reshape(len(variant), -1) > task.threshold
+    info = {metric.name: metric for metric in task.METRICS}
+    metrics = {"frame_agreement": float(np.mean(ref == var))}
+    if labels is None:
+        return TaskScores(metrics, metric_info=info)
+    if labels.reshape(len(labels), -1).shape != ref.shape:
+        raise TaskDataError(
+            f"frame labels have rows of shape {labels.shape[1:]}, the output has "
+            f"{task_rows(reference).shape[1:]} decisions per sample; store one 0/1 per decision"
+        )
+    truth = labels.reshape(ref.shape) > 0
+    metrics["f1"] = _f1(var, truth)
+    return TaskScores(metrics, baseline={"f1": _f1(ref, truth)}, metric_info=info)
+
+
+def custom_scores(result: Any, evaluator: str) -> tuple[TaskScores, dict[str, MetricBudget]]:
+    """Check and read what a custom evaluator returned.
+
+    The evaluator returns ``{"metrics": {name: number}, "gates": {name:
+    {"min": x} | {"max": x}}}`` (``gates`` optional); every metric value must be
+    a finite number.
+    """
+    if not isinstance(result, Mapping) or not isinstance(result.get("metrics"), Mapping):
+        raise TaskDataError(
+            f"evaluator {evaluator} returned {type(result).__name__}; it must return a dict "
+            '{"metrics": {name: number, ...}, "gates": {name: {"min": x} or {"max": x}}}'
+        )
+    metrics: dict[str, float] = {}
+    for name, value in result["metrics"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise TaskDataError(
+                f"evaluator {evaluator} returned metric {name!r} = {value!r}, not a number"
+            )
+        if not math.isfinite(float(value)):
+            raise TaskDataError(f"evaluator {evaluator} returned metric {name!r} = {value}")
+        metrics[str(name)] = float(value)
+    gates: dict[str, MetricBudget] = {}
+    raw_gates = result.get("gates", {})
+    if not isinstance(raw_gates, Mapping):
+        raise TaskDataError(f"evaluator {evaluator} returned gates that are not a dict")
+    for name, limits in raw_gates.items():
+        if name not in metrics:
+            raise TaskDataError(
+                f"evaluator {evaluator} gates {name!r}, which is not among its metrics"
+            )
+        try:
+            gates[str(name)] = MetricBudget.model_validate(dict(limits))
+        except Exception as exc:
+            raise TaskDataError(
+                f"evaluator {evaluator} returned gate {name!r} = {limits!r}: use "
+                '{"min": number} or {"max": number}'
+            ) from exc
+    info = {name: TaskMetric(name, "reference", True, "") for name in metrics}
+    return TaskScores(metrics, metric_info=info), gates
 
 
 @dataclass(frozen=True)
@@ -36,6 +496,16 @@ class GateResult:
     measured: float
     passed: bool
     detail: str = ""
+    #: "at least" or "at most", for messages: "IoU 0.20 < 0.90".
+    bound: Literal["min", "max"] = "max"
+
+    def describe(self) -> str:
+        """One line: the measured number against the budget."""
+        sign = "<" if self.bound == "min" else ">"
+        ok_sign = ">=" if self.bound == "min" else "<="
+        relation = ok_sign if self.passed else sign
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.name} {self.measured:.4g} {relation} {self.budget:.4g}{detail}"
 
 
 @dataclass(frozen=True)
@@ -55,111 +525,59 @@ class GateReport:
         return [result for result in self.results if not result.passed]
 
 
-def agreement(
-    reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray], *, classification: bool
-) -> Agreement:
-    """Compare the variant's outputs with ONNX Runtime's, output by output."""
-    max_error = 0.0
-    cosines: list[np.ndarray] = []
-    for name, expected in reference.items():
-        actual = candidate[name].reshape(expected.shape).astype(np.float64)
-        expected64 = expected.astype(np.float64)
-        max_error = max(max_error, float(np.max(np.abs(actual - expected64))))
-        flat_expected = expected64.reshape(len(expected64), -1)
-        flat_actual = actual.reshape(len(actual), -1)
-        norms = np.linalg.norm(flat_expected, axis=1) * np.linalg.norm(flat_actual, axis=1)
-        dots = np.sum(flat_expected * flat_actual, axis=1)
-        cosines.append(np.where(norms > 0, dots / np.maximum(norms, 1e-30), 1.0))
-    all_cosines = np.concatenate(cosines)
-    top1 = None
-    if classification:
-        first = next(iter(reference))
-        expected_top1 = np.argmax(reference[first].reshape(len(reference[first]), -1), axis=1)
-        actual_top1 = np.argmax(candidate[first].reshape(len(candidate[first]), -1), axis=1)
-        top1 = float(np.mean(expected_top1 == actual_top1))
-    return Agreement(
-        max_abs_error=max_error,
-        min_cosine=float(np.min(all_cosines)),
-        mean_cosine=float(np.mean(all_cosines)),
-        top1_agreement=top1,
-    )
-
-
-def classify(logits: np.ndarray, labels: np.ndarray, num_classes: int) -> Classification:
-    """Accuracy and recall of every class present in ``labels``."""
-    predicted = np.argmax(logits.reshape(len(logits), -1), axis=1)
-    recall = {}
-    for label in range(num_classes):
-        mask = labels == label
-        if np.any(mask):
-            recall[label] = float(np.mean(predicted[mask] == label))
-    return Classification(accuracy=float(np.mean(predicted == labels)), class_recall=recall)
-
-
-def recall_drops(baseline: Classification, variant: Classification) -> dict[int, float]:
-    """Per-class recall lost by the variant (positive means worse)."""
-    return {
-        label: baseline.class_recall[label] - variant.class_recall.get(label, 0.0)
-        for label in baseline.class_recall
-    }
-
-
 def check_gates(
     budgets: Budgets,
     *,
     size_bytes: int,
-    agreement: Agreement,
-    gate_abs_error: bool,
-    baseline: Classification | None,
-    variant: Classification | None,
+    agreement: Mapping[str, OutputAgreement],
+    scores: TaskScores | None,
     latency_p50_ms: float | None,
-    class_names: list[str] | None = None,
 ) -> GateReport:
-    """Check every budget that is set; a budget that is unset is not gated."""
-    results = []
+    """Check every budget that is set; an unset budget is not gated.
+
+    Raises:
+        TaskDataError: a metric budget names a metric that was not measured
+            (a label metric on an evaluation set without labels).
+    """
+    results: list[GateResult] = []
+    tolerance = 1e-12
     if budgets.max_size_mb is not None:
         size_mb = size_bytes / 1e6
         results.append(
             GateResult("max_size_mb", budgets.max_size_mb, size_mb, size_mb <= budgets.max_size_mb)
         )
-    if budgets.max_abs_error is not None and gate_abs_error:
-        error = agreement.max_abs_error
-        results.append(
-            GateResult(
-                "max_abs_error", budgets.max_abs_error, error, error <= budgets.max_abs_error
-            )
-        )
-    if baseline is not None and variant is not None:
-        if budgets.max_accuracy_drop is not None:
-            drop = baseline.accuracy - variant.accuracy
+    for name, agree in agreement.items():
+        if budgets.min_cosine is not None:
             results.append(
                 GateResult(
-                    "max_accuracy_drop",
-                    budgets.max_accuracy_drop,
-                    drop,
-                    drop <= budgets.max_accuracy_drop + 1e-12,
-                    f"accuracy {baseline.accuracy:.4f} (ONNX) -> {variant.accuracy:.4f}",
+                    f"min_cosine[{name}]",
+                    budgets.min_cosine,
+                    agree.cosine,
+                    agree.cosine >= budgets.min_cosine - tolerance,
+                    bound="min",
                 )
             )
-        if budgets.max_class_recall_drop is not None:
-            drops = recall_drops(baseline, variant)
-            worst = sorted(drops.items(), key=lambda item: item[1], reverse=True)
-            _label, drop = worst[0]
-            names = class_names or []
-            # Only classes that lost recall are worth naming; at least the worst one.
-            losers = [item for item in worst[:3] if item[1] > 0] or worst[:1]
-            shown = ", ".join(
-                f"{names[lbl] if lbl < len(names) else lbl}: -{d:.3f}" for lbl, d in losers
-            )
+        if budgets.min_snr_db is not None:
             results.append(
                 GateResult(
-                    "max_class_recall_drop",
-                    budgets.max_class_recall_drop,
-                    drop,
-                    drop <= budgets.max_class_recall_drop + 1e-12,
-                    f"worst classes {shown}",
+                    f"min_snr_db[{name}]",
+                    budgets.min_snr_db,
+                    agree.snr_db,
+                    agree.snr_db >= budgets.min_snr_db,
+                    bound="min",
                 )
             )
+        if budgets.max_abs_error is not None:
+            results.append(
+                GateResult(
+                    f"max_abs_error[{name}]",
+                    budgets.max_abs_error,
+                    agree.max_abs_error,
+                    agree.max_abs_error <= budgets.max_abs_error,
+                )
+            )
+    if scores is not None:
+        results += _metric_gates(budgets.metrics, scores, tolerance)
     if budgets.max_latency_p50_ms is not None and latency_p50_ms is not None:
         results.append(
             GateResult(
@@ -170,3 +588,69 @@ def check_gates(
             )
         )
     return GateReport(results)
+
+
+def _metric_gates(
+    limits_by_metric: Mapping[str, MetricBudget], scores: TaskScores, tolerance: float
+) -> list[GateResult]:
+    results = []
+    for name, limits in limits_by_metric.items():
+        if name not in scores.metrics:
+            info = scores.metric_info.get(name)
+            if info is not None and info.against == "labels":
+                raise TaskDataError(
+                    f"budgets.metrics.{name} is set, but '{name}' is scored on labels and the "
+                    "evaluation set has none; add labels to the evaluation set or remove the "
+                    "budget"
+                )
+            raise TaskDataError(f"budgets.metrics.{name} names a metric that was not measured")
+        value = scores.metrics[name]
+        detail = scores.details.get(name, "")
+        higher = scores.metric_info[name].higher_is_better if name in scores.metric_info else True
+        if limits.min is not None:
+            results.append(
+                GateResult(f"{name}.min", limits.min, value, value >= limits.min - tolerance,
+                           detail, "min")
+            )
+        if limits.max is not None:
+            results.append(
+                GateResult(f"{name}.max", limits.max, value, value <= limits.max + tolerance,
+                           detail, "max")
+            )
+        baseline = scores.baseline.get(name)
+        if baseline is None:
+            continue
+        if limits.max_drop is not None:
+            drop = baseline - value if higher else value - baseline
+            results.append(
+                GateResult(
+                    f"{name}.max_drop",
+                    limits.max_drop,
+                    drop,
+                    drop <= limits.max_drop + tolerance,
+                    detail or f"{name} {baseline:.4f} (ONNX) -> {value:.4f}",
+                )
+            )
+        if limits.min_baseline is not None:
+            results.append(
+                GateResult(
+                    f"{name}.min_baseline",
+                    limits.min_baseline,
+                    baseline,
+                    baseline >= limits.min_baseline - tolerance,
+                    "the fp32 ONNX model itself",
+                    "min",
+                )
+            )
+        if limits.max_baseline is not None:
+            results.append(
+                GateResult(
+                    f"{name}.max_baseline",
+                    limits.max_baseline,
+                    baseline,
+                    baseline <= limits.max_baseline + tolerance,
+                    "the fp32 ONNX model itself",
+                    "max",
+                )
+            )
+    return results

@@ -8,21 +8,26 @@ leaves an artifact that looks good.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import io
 import json
+import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from edgereg import __version__, toolchain
-from edgereg._files import sha256_file
+from edgereg._files import atomic_write, sha256_file
 from edgereg.build.datasets import Dataset, load_dataset, select_calibration
 from edgereg.build.outputs import (
     ARTIFACT,
@@ -34,19 +39,42 @@ from edgereg.build.outputs import (
     variant_dir,
 )
 from edgereg.build.quality import (
-    Agreement,
-    Classification,
     GateReport,
+    OutputAgreement,
+    PrecisionClass,
+    TaskDataError,
+    TaskScores,
     agreement,
     check_gates,
-    classify,
-    recall_drops,
+    classification_scores,
+    ctc_scores,
+    custom_scores,
+    dense_map_scores,
+    effective_budgets,
+    embedding_scores,
+    frame_decision_scores,
+    read_charset,
 )
-from edgereg.config import Config, InputSpec, Int8Quantization, PinnedFile, WeightOnlyQuantization
+from edgereg.config import (
+    Budgets,
+    ClassificationTask,
+    Config,
+    CtcTask,
+    CustomTask,
+    DenseMapTask,
+    EmbeddingTask,
+    FrameDecisionTask,
+    InputSpec,
+    Int8Quantization,
+    MetricBudget,
+    Model,
+    PinnedFile,
+    Variant,
+    WeightOnlyQuantization,
+)
 from edgereg.errors import BuildError, ConfigError, GateError
 
-#: Below this cosine similarity (float vs int8) a layer is named in the gate hint.
-LAYER_COSINE_SUSPECT = 0.999
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,7 +116,9 @@ def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) ->
     return path
 
 
-def check_source(path: Path, inputs: list[InputSpec], output_names: list[str]) -> dict[str, Any]:
+def check_source(
+    path: Path, inputs: list[InputSpec], output_names: list[str]
+) -> dict[str, Any]:
     """Stage 2: the ONNX is valid, matches the declared I/O and MNN converts every op."""
     report = toolchain.inspect_onnx(path)
     missing = toolchain.unsupported_ops(report)
@@ -109,14 +139,39 @@ def check_source(path: Path, inputs: list[InputSpec], output_names: list[str]) -
                 hint="Fix the input names in models.toml.",
             )
         if len(tensor.shape) != len(spec.shape) or any(
-            isinstance(dim, int) and dim != want
-            for dim, want in zip(tensor.shape[1:], spec.shape[1:], strict=False)
+            isinstance(dim, int) and dim != want and axis != spec.batch
+            for axis, (dim, want) in enumerate(zip(tensor.shape, spec.shape, strict=False))
         ):
             raise BuildError(
                 f"{path} input '{spec.name}' has shape {list(tensor.shape)}, "
                 f"models.toml declares {spec.shape}",
                 stage="check",
+                hint="Declare the shape one sample is fed with (dynamic axes at the size the "
+                "app uses); batch_axis names the axis of size 1 that is the batch, or "
+                '"none".',
             )
+        if tensor.dtype != spec.dtype and tensor.dtype in _INPUT_DTYPES:
+            raise BuildError(
+                f"{path} input '{spec.name}' is {tensor.dtype}, models.toml declares "
+                f"dtype = \"{spec.dtype}\"",
+                stage="check",
+                hint=f'Set dtype = "{tensor.dtype}" for this input.',
+            )
+        if tensor.dtype not in _INPUT_DTYPES:
+            raise BuildError(
+                f"{path} input '{spec.name}' is {tensor.dtype}; MNN models take "
+                f"{', '.join(_INPUT_DTYPES)} inputs",
+                stage="check",
+                hint="Re-export the model with a supported input type (cast inside the graph).",
+            )
+    declared = {spec.name for spec in inputs}
+    undeclared = [name for name in graph_inputs if name not in declared]
+    if undeclared:
+        raise BuildError(
+            f"{path} has inputs that models.toml does not declare: {', '.join(undeclared)}",
+            stage="check",
+            hint="Declare every graph input in [[models.<name>.inputs]] (state inputs too).",
+        )
     graph_outputs = [tensor.name for tensor in report.outputs]
     for name in output_names:
         if name not in graph_outputs:
@@ -124,11 +179,19 @@ def check_source(path: Path, inputs: list[InputSpec], output_names: list[str]) -
                 f"{path} has no output '{name}' (outputs: {', '.join(graph_outputs)})",
                 stage="check",
             )
+    batchable = [spec for spec in inputs if spec.batch is not None]
     return {
         "opsets": report.opsets,
         "op_types": report.op_types,
-        "dynamic_batch": all(not isinstance(t.shape[0], int) for t in report.inputs),
+        "dynamic_batch": bool(batchable)
+        and all(
+            not isinstance(graph_inputs[spec.name].shape[spec.batch or 0], int)
+            for spec in batchable
+        ),
     }
+
+
+_INPUT_DTYPES = ("float32", "int32", "int64", "uint8")
 
 
 @contextmanager
@@ -137,7 +200,8 @@ def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
     try:
         yield
     finally:
-        seconds[stage] = time.perf_counter() - start
+        # A search runs some stages more than once: the stage's total counts.
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - start
 
 
 def build_variant(
@@ -151,11 +215,14 @@ def build_variant(
 ) -> BuildResult:
     """Build, verify, evaluate, gate and benchmark one variant.
 
+    A variant that fails a gate leaves its measured numbers in
+    ``metrics.json`` (``"status": "failed"``) and no artifact.
+
     Raises:
         ConfigError: unknown model or variant.
         ToolchainError: the installed tools differ from ``[toolchain]``.
         BuildError: a stage failed; nothing is left in the output directory.
-        GateError: the variant exceeds a budget; nothing is left either.
+        GateError: the variant exceeds a budget; only its metrics are left.
     """
     bench = bench or BenchSettings()
     model = config.models.get(model_name)
@@ -173,9 +240,9 @@ def build_variant(
     recipe = config.recipe(model_name, variant_name)
     recipe_digest = config.recipe_digest(model_name, variant_name)
     inputs = variant.inputs or model.inputs
-    input_names = [spec.name for spec in inputs]
     output_names = [spec.name for spec in model.outputs]
-    classification = model.task == "classification"
+    state = [(pair.input, pair.output) for pair in model.state]
+    state_outputs = {pair.output for pair in model.state}
     seconds: dict[str, float] = {}
 
     def stage(name: str) -> Any:
@@ -204,8 +271,54 @@ def build_variant(
             calibration_path = resolve_pinned(
                 config, calibration_ref, stage="source", what="calibration set"
             )
+        charset = _charset(config, model.task)
     with stage("check"):
         graph = check_source(source, inputs, output_names)
+    feeds = [
+        toolchain.InputFeed(spec.name, spec.dtype, tuple(spec.shape), spec.batch)
+        for spec in inputs
+    ]
+    batch_size = bench.batch_size if graph["dynamic_batch"] and not state else 1
+    evaluation = load_dataset(
+        evaluation_path,
+        inputs,
+        stage="evaluate",
+        need_labels=model.task.kind == "classification" and model.classes is not None,
+        state_inputs=[pair[0] for pair in state],
+    )
+    evaluator = TaskEvaluator(config, model, charset, evaluation)
+    precision = precision_class(variant)
+    declared = model.budgets.merged(variant.budgets)
+
+    def budgets() -> Budgets:
+        # A custom evaluator declares its gates when it first runs.
+        return effective_budgets(model.task.kind, precision, declared, evaluator.custom_gates)
+
+    with stage("reference"):
+        reference = reference_outputs(
+            out_root, source, source_ref.sha256, evaluation, evaluation_ref.sha256, feeds,
+            output_names, state, batch_size,
+        )
+        evaluator.check_reference(reference.outputs)
+
+    def score(artifact: Path) -> Scored:
+        with stage("verify"):
+            produced = toolchain.run_inference(
+                artifact,
+                evaluation.inputs,
+                feeds=feeds,
+                output_names=output_names,
+                state=state,
+                sequences=evaluation.sequences,
+                batch_size=batch_size,
+            )
+            gated = {n: v for n, v in reference.outputs.items() if n not in state_outputs}
+            agree = agreement(gated, {n: produced[n] for n in gated})
+        with stage("evaluate"):
+            scores = evaluator.scores(reference.outputs, produced)
+        size_bytes = artifact.stat().st_size
+        gates = _gates(budgets(), size_bytes, agree, scores, None)
+        return Scored(agree, scores, gates, size_bytes)
 
     with tempfile.TemporaryDirectory(prefix=f".{variant_name}.", dir=out_dir.parent) as work:
         work_dir = Path(work)
@@ -234,95 +347,81 @@ def build_variant(
                 check_load=False,
             )
         calibration_info: dict[str, Any] | None = None
-        quantize_run: toolchain.ToolRun | None = None
-        batch_size = bench.batch_size if graph["dynamic_batch"] else 1
-        evaluation = load_dataset(
-            evaluation_path, inputs, stage="evaluate", need_labels=classification
-        )
+        quant_record: dict[str, Any] | None = None
         if isinstance(variant.quantization, Int8Quantization):
             assert calibration_ref is not None
             assert calibration_path is not None
             with stage("quantize"):
                 calibration = load_dataset(
-                    calibration_path, inputs, stage="quantize", need_labels=False
+                    calibration_path,
+                    inputs,
+                    stage="quantize",
+                    need_labels=False,
+                    state_inputs=[pair[0] for pair in state],
                 )
                 count = variant.quantization.samples or calibration_ref.samples
                 selected = select_calibration(calibration, count, balanced=calibration_ref.balanced)
+                samples = calibration_samples(source, selected, feeds, output_names, state)
                 float_artifact = work_dir / "float.mnn"
                 artifact.rename(float_artifact)
-                quantize_run = toolchain.quantize(
-                    float_artifact,
-                    artifact,
-                    inputs=[toolchain.QuantInput(spec.name, list(spec.shape)) for spec in inputs],
-                    samples=_samples(selected),
-                    method=variant.quantization.method,
-                    weight_method=variant.quantization.weight_method,
-                    skip_ops=variant.quantization.skip_ops,
-                )
                 calibration_info = {
                     "path": calibration_ref.path,
                     "sha256": calibration_ref.sha256,
                     "samples": len(selected),
-                    "balanced": calibration_ref.balanced and calibration.labels is not None,
+                    "balanced": calibration_ref.balanced
+                    and selected.labels is not None
+                    and selected.labels.ndim == 1,
                     "selected_sha256": selected.digest(),
                 }
-        mnn_uuid = convert_run.uuid
-
-        with stage("verify"):
-            reference = toolchain.run_onnx(
-                source, evaluation.inputs, batch_size=batch_size, output_names=output_names
+            search = QuantSearch(
+                float_artifact,
+                work_dir,
+                quantization=variant.quantization,
+                inputs=[toolchain.QuantInput(f.name, list(f.shape)) for f in feeds],
+                samples=samples,
+                score=score,
+                on_stage=stage,
             )
-            produced = toolchain.run_inference(
-                artifact,
-                evaluation.inputs,
-                input_names=input_names,
-                output_names=output_names,
-                batch_size=batch_size,
-            )
-            agree = agreement(reference, produced, classification=classification)
-        baseline = result = None
-        with stage("evaluate"):
-            if classification:
-                assert evaluation.labels is not None
-                logits = reference[output_names[0]]
-                num_classes = int(logits.reshape(len(logits), -1).shape[1])
-                baseline = classify(logits, evaluation.labels, num_classes)
-                result = classify(produced[output_names[0]], evaluation.labels, num_classes)
+            chosen = search.run()
+            assert chosen.scored is not None  # run() returns a scored attempt or raises
+            os.replace(chosen.path, artifact)
+            scored = chosen.scored
+            quant_record = search.record(chosen)
+        else:
+            scored = score(artifact)
         with stage("benchmark"):
-            sample = {name: array[:1] for name, array in evaluation.inputs.items()}
+            sample = benchmark_sample(feeds, evaluation, state)
             threads = tuple(sorted({*bench.threads, variant.runtime.threads}))
             timing = toolchain.benchmark(
                 artifact,
                 sample,
-                input_names=input_names,
+                input_names=[f.name for f in feeds],
                 output_names=output_names,
                 threads=threads,
                 warmup=bench.warmup,
                 iterations=bench.iterations,
             )
-        size_bytes = artifact.stat().st_size
-        budgets = model.budgets.merged(variant.budgets)
         with stage("gate"):
-            gates = check_gates(
-                budgets,
-                size_bytes=size_bytes,
-                agreement=agree,
-                gate_abs_error=variant.precision == "fp32" and variant.quantization.mode == "none",
-                baseline=baseline,
-                variant=result,
-                latency_p50_ms=timing.latency_ms[variant.runtime.threads].p50,
-                class_names=model.classes,
+            gates = _gates(
+                budgets(),
+                scored.size_bytes,
+                scored.agreement,
+                scored.scores,
+                timing.latency_ms[variant.runtime.threads].p50,
             )
+        metrics = _metrics(
+            model.task.kind, precision, scored, timing, gates, quant_record
+        )
         if not gates.passed:
+            _write_json(out_dir / METRICS, metrics)
             raise GateError(
                 _gate_message(model_name, variant_name, gates),
                 stage="gate",
-                hint=_gate_hint(variant.quantization, gates, quantize_run),
+                hint=_gate_hint(variant, gates, quant_record),
             )
 
         artifact_sha = sha256_file(artifact)
         installed = toolchain.installed_versions()
-        metrics = _metrics(model.classes, size_bytes, agree, baseline, result, timing, gates)
         provenance = {
             "edgereg": __version__,
             "model": model_name,
@@ -330,10 +429,14 @@ def build_variant(
             "tier": variant.tier,
             "source": {"path": source_ref.path, "sha256": source_ref.sha256, **graph},
             "calibration": calibration_info,
+            "quantization": quant_record,
             "evaluation": {
                 "path": evaluation_ref.path,
                 "sha256": evaluation_ref.sha256,
                 "samples": len(evaluation),
+                "sequences": None
+                if evaluation.sequences is None
+                else len(toolchain.sequence_bounds(evaluation.sequences)),
             },
             "toolchain": installed,
             "recipe": recipe,
@@ -346,16 +449,18 @@ def build_variant(
                 )
                 for arg in convert_run.argv
             ],
-            "mnn_uuid": mnn_uuid,
+            "mnn_uuid": convert_run.uuid,
             # A newer runtime loads older models, not the reverse; the model
             # records the converter's version, which the toolchain check pinned.
             "min_mnn_runtime": installed["mnn"],
             "runtime": variant.runtime.model_dump(),
-            "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": size_bytes},
+            "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": scored.size_bytes},
         }
         _write_json(work_dir / METRICS, metrics)
         _write_json(work_dir / PROVENANCE, provenance)
-        _write_json(work_dir / CLASS_RECALL_PLOT, _recall_rows(baseline, result, model.classes))
+        _write_json(
+            work_dir / CLASS_RECALL_PLOT, _recall_rows(scored.scores, model.classes)
+        )
         _write_json(
             work_dir / LATENCY_PLOT,
             [
@@ -371,44 +476,492 @@ def build_variant(
     )
 
 
-def _samples(dataset: Dataset) -> list[dict[str, np.ndarray]]:
-    return [
-        {name: array[index : index + 1] for name, array in dataset.inputs.items()}
-        for index in range(len(dataset))
-    ]
+def precision_class(variant: Variant) -> PrecisionClass:
+    """Which default budgets a variant gets: fp32, fp16, weight-only or int8."""
+    if variant.quantization.mode == "int8":
+        return "int8"
+    if variant.quantization.mode == "weight":
+        return "weight"
+    return "fp16" if variant.precision == "fp16" else "fp32"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate artifact's agreement, task scores and gates (latency not yet in)."""
+
+    agreement: dict[str, OutputAgreement]
+    scores: TaskScores | None
+    gates: GateReport
+    size_bytes: int
+
+
+def _gates(
+    budgets: Budgets,
+    size_bytes: int,
+    agree: dict[str, OutputAgreement],
+    scores: TaskScores | None,
+    latency: float | None,
+) -> GateReport:
+    try:
+        return check_gates(
+            budgets, size_bytes=size_bytes, agreement=agree, scores=scores, latency_p50_ms=latency
+        )
+    except TaskDataError as exc:
+        raise BuildError(str(exc), stage="evaluate") from exc
+
+
+def _charset(config: Config, task: Any) -> list[str] | None:
+    if not isinstance(task, CtcTask):
+        return None
+    path = resolve_pinned(config, task.charset, stage="source", what="charset")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BuildError(
+            f"charset {path} is not readable UTF-8 text: {exc}", stage="source"
+        ) from exc
+    chars = read_charset(text)
+    if not chars:
+        raise BuildError(f"charset {path} lists no characters", stage="source")
+    return chars
+
+
+class TaskEvaluator:
+    """The model's task, scored on one evaluation set (built-in or the team's own)."""
+
+    def __init__(
+        self, config: Config, model: Model, charset: list[str] | None, evaluation: Dataset
+    ) -> None:
+        self._config = config
+        self._model = model
+        self._charset = charset
+        self._evaluation = evaluation
+        self._output = model.task_output
+        self._custom_gates: dict[str, MetricBudget] = {}
+
+    def check_reference(self, reference: dict[str, np.ndarray]) -> None:
+        """Fail early when the labels or task settings cannot fit the outputs."""
+        self.scores(reference, reference)
+
+    def scores(
+        self, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
+    ) -> TaskScores | None:
+        """Score the variant's outputs against the reference and the labels."""
+        task = self._model.task
+        labels = self._evaluation.labels
+        ref = reference[self._output]
+        var = produced[self._output]
+        try:
+            if isinstance(task, ClassificationTask):
+                return classification_scores(task, ref, var, labels, self._model.classes)
+            if isinstance(task, DenseMapTask):
+                return dense_map_scores(task, ref, var, labels)
+            if isinstance(task, CtcTask):
+                assert self._charset is not None
+                return ctc_scores(task, self._charset, ref, var, labels)
+            if isinstance(task, EmbeddingTask):
+                return embedding_scores(task, ref, var, labels)
+            if isinstance(task, FrameDecisionTask):
+                return frame_decision_scores(task, ref, var, labels)
+            if isinstance(task, CustomTask):
+                return self._custom(task, reference, produced)
+        except TaskDataError as exc:
+            raise BuildError(
+                f"evaluation set {self._model.evaluation.path}: {exc}",
+                stage="evaluate",
+                hint="Fix the labels or the task settings in models.toml so they fit the "
+                "model's outputs.",
+            ) from exc
+        return None
+
+    @property
+    def custom_gates(self) -> dict[str, MetricBudget]:
+        """Gates a custom evaluator declared for its metrics."""
+        return self._custom_gates
+
+    def _custom(
+        self, task: CustomTask, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
+    ) -> TaskScores:
+        function = load_evaluator(self._config.root, task.evaluator)
+        try:
+            result = function(
+                inputs=self._evaluation.inputs,
+                reference=reference,
+                outputs=produced,
+                labels=self._evaluation.labels,
+            )
+        except Exception as exc:
+            raise BuildError(
+                f"evaluator {task.evaluator} raised {type(exc).__name__}: {exc}",
+                stage="evaluate",
+                hint="Fix the evaluator; it is called as f(inputs=, reference=, outputs=, "
+                "labels=) with dicts of numpy arrays (N samples first).",
+            ) from exc
+        scores, gates = custom_scores(result, task.evaluator)
+        self._custom_gates = gates
+        return scores
+
+
+def load_evaluator(root: Path, spec: str) -> Callable[..., Any]:
+    """Import ``module:function`` with the project directory first on sys.path."""
+    module_name, _, function_name = spec.partition(":")
+    root_text = str(root.resolve())
+    if root_text not in sys.path:
+        sys.path.insert(0, root_text)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise BuildError(
+            f"cannot import evaluator module '{module_name}': {type(exc).__name__}: {exc}",
+            stage="evaluate",
+            hint=f"The module is looked up from {root_text} (the directory of models.toml).",
+        ) from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise BuildError(
+            f"evaluator module '{module_name}' has no function '{function_name}'",
+            stage="evaluate",
+        )
+    return cast(Callable[..., Any], function)
+
+
+def reference_outputs(
+    out_root: Path,
+    source: Path,
+    source_sha256: str,
+    dataset: Dataset,
+    dataset_sha256: str,
+    feeds: list[toolchain.InputFeed],
+    output_names: list[str],
+    state: list[tuple[str, str]],
+    batch_size: int,
+) -> toolchain.StreamResult:
+    """The fp32 ONNX Runtime outputs on a dataset, computed once per model and set.
+
+    Cached by digest under ``<out>/.cache/reference/``: every variant of a
+    model (and every candidate of an ``auto`` quantization) compares against
+    the same reference, so it is computed once.
+    """
+    key = hashlib.sha256(
+        json.dumps(
+            {
+                "source": source_sha256,
+                "dataset": dataset_sha256,
+                "rows": dataset.digest(),
+                "feeds": [f.to_json() for f in feeds],
+                "outputs": output_names,
+                "state": state,
+                "onnxruntime": toolchain.installed_version("onnxruntime"),
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
+    cache = out_root / REFERENCE_CACHE / f"{key}.npz"
+    if cache.is_file():
+        try:
+            with np.load(cache, allow_pickle=False) as data:
+                outputs = {n: np.array(data[f"out:{n}"]) for n in output_names}
+                states = {n: np.array(data[f"state:{n}"]) for n, _ in state}
+            return toolchain.StreamResult(outputs, states, batch_size)
+        except (OSError, KeyError, ValueError):
+            logger.info("reference cache %s unreadable; computing it again", cache)
+    result = toolchain.run_onnx(
+        source,
+        dataset.inputs,
+        feeds=feeds,
+        output_names=output_names,
+        state=state,
+        sequences=dataset.sequences,
+        batch_size=batch_size,
+    )
+    for name, array in result.outputs.items():
+        if not np.isfinite(array).all():
+            raise BuildError(
+                f"ONNX Runtime computes NaN or infinity in output '{name}' of {source.name} on "
+                "the evaluation set",
+                stage="reference",
+                hint="Check the evaluation inputs and their preprocessing (mean/std, dtype).",
+            )
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    arrays = {f"out:{n}": a for n, a in result.outputs.items()}
+    arrays.update({f"state:{n}": a for n, a in result.states.items()})
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    atomic_write(cache, buffer.getvalue())
+    return result
+
+
+REFERENCE_CACHE = Path(".cache") / "reference"
+
+
+def calibration_samples(
+    source: Path,
+    selected: Dataset,
+    feeds: list[toolchain.InputFeed],
+    output_names: list[str],
+    state: list[tuple[str, str]],
+) -> list[dict[str, np.ndarray]]:
+    """Calibration samples as the quantizer feeds them, every input from real data.
+
+    State inputs take the states the fp32 model itself carries through each
+    calibration sequence (run with ONNX Runtime), never zeros or noise.
+    """
+    states: dict[str, np.ndarray] = {}
+    if state:
+        streamed = toolchain.run_onnx(
+            source,
+            selected.inputs,
+            feeds=feeds,
+            output_names=output_names,
+            state=state,
+            sequences=selected.sequences,
+        )
+        states = streamed.states
+    samples = []
+    for index in range(len(selected)):
+        sample = {}
+        for feed in feeds:
+            if feed.name in states:
+                sample[feed.name] = states[feed.name][index]
+            elif feed.batch_axis is None:
+                sample[feed.name] = feed.tensor(selected.inputs[feed.name][index])
+            else:
+                sample[feed.name] = feed.tensor(selected.inputs[feed.name][index : index + 1])
+        samples.append(sample)
+    return samples
+
+
+def benchmark_sample(
+    feeds: list[toolchain.InputFeed], evaluation: Dataset, state: list[tuple[str, str]]
+) -> dict[str, np.ndarray]:
+    """One forward's inputs: the first evaluation sample, zero state."""
+    state_inputs = {pair[0] for pair in state}
+    sample = {}
+    for feed in feeds:
+        if feed.name in state_inputs:
+            sample[feed.name] = np.zeros(feed.shape, dtype=feed.dtype)
+        elif feed.batch_axis is None:
+            sample[feed.name] = feed.tensor(evaluation.inputs[feed.name][0])
+        else:
+            sample[feed.name] = feed.tensor(evaluation.inputs[feed.name][:1])
+    return sample
+
+
+@dataclass(frozen=True)
+class QuantAttempt:
+    """One quantizer run of a search: its recipe and what came of it."""
+
+    method: str
+    skip_ops: tuple[str, ...]
+    path: Path
+    scored: Scored | None
+    error: str | None = None
+    layer_errors: tuple[toolchain.LayerError, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """True when the quantizer produced a model that passes every gate so far."""
+        return self.scored is not None and self.scored.gates.passed
+
+    def summary(self) -> dict[str, Any]:
+        """What provenance records of the attempt."""
+        failed = [] if self.scored is None else [g.describe() for g in self.scored.gates.failures]
+        return {
+            "method": self.method,
+            "skip_ops": list(self.skip_ops),
+            "passed": self.passed,
+            "failed_gates": failed,
+            "error": self.error,
+        }
+
+
+class QuantSearch:
+    """Find an int8 recipe that passes the gates, deterministically.
+
+    A fixed method is run once. ``method = "auto"`` runs KL, EMA and ADMM
+    (in that order) and keeps the best that passes; when none passes it keeps
+    the worst layers of the best attempt in float, one more at a time, up to
+    ``max_skip_ops``. The same inputs give the same attempts in the same
+    order, so the same recipe and the same bytes.
+
+    A fixed method that fails is followed by the other methods, run only to
+    measure what the hint would gain: a hint is printed only when measured.
+    """
+
+    def __init__(
+        self,
+        float_artifact: Path,
+        work_dir: Path,
+        *,
+        quantization: Int8Quantization,
+        inputs: list[toolchain.QuantInput],
+        samples: list[dict[str, np.ndarray]],
+        score: Callable[[Path], Scored],
+        on_stage: Callable[[str], Any],
+    ) -> None:
+        self._float = float_artifact
+        self._work = work_dir
+        self._quant = quantization
+        self._inputs = inputs
+        self._samples = samples
+        self._score = score
+        self._stage = on_stage
+        self.attempts: list[QuantAttempt] = []
+        self.hints: list[QuantAttempt] = []
+
+    def _attempt(self, method: str, skip_ops: tuple[str, ...]) -> QuantAttempt:
+        path = self._work / f"int8-{len(self.attempts) + len(self.hints):02d}.mnn"
+        try:
+            with self._stage("quantize"):
+                run = toolchain.quantize(
+                    self._float,
+                    path,
+                    inputs=self._inputs,
+                    samples=self._samples,
+                    method=method,
+                    weight_method=self._quant.weight_method,
+                    skip_ops=skip_ops,
+                )
+        except BuildError as exc:
+            return QuantAttempt(method, skip_ops, path, None, error=exc.message)
+        used = run.config.get("feature_quantize_method_used", method)
+        scored = self._score(path)
+        return QuantAttempt(used, skip_ops, path, scored, layer_errors=run.layer_errors)
+
+    def run(self) -> QuantAttempt:
+        """Run the search and return the attempt to ship.
+
+        Raises:
+            BuildError: the quantizer failed on every method tried.
+            GateError: no attempt passed (raised by the caller's gate stage
+                with the best attempt's numbers; here the best is returned).
+        """
+        requested = self._quant.method
+        methods = list(toolchain.FEATURE_METHODS_AUTO) if requested == "auto" else [requested]
+        skip = tuple(self._quant.skip_ops)
+        for method in methods:
+            self.attempts.append(self._attempt(method, skip))
+        best = self._best(self.attempts)
+        if requested == "auto" and (best is None or not best.passed):
+            best = self._skip_search(best) or best
+        if requested != "auto" and (best is None or not best.passed):
+            # Measure what another method would give before suggesting it.
+            for method in toolchain.FEATURE_METHODS_AUTO:
+                if method != requested:
+                    self.hints.append(self._attempt(method, skip))
+        if best is None:
+            errors = "; ".join(f"{a.method}: {a.error}" for a in self.attempts + self.hints)
+            working = [a for a in self.hints if a.scored is not None]
+            hint = (
+                f'method = "{working[0].method}" quantizes (measured: '
+                f"{_attempt_outcome(working[0])}); or use method = \"auto\""
+                if working
+                else "Every feature method failed: keep this tier on weight-only quantization "
+                '(mode = "weight"), or keep the failing layers in float with skip_ops.'
+            )
+            raise BuildError(
+                f"the int8 quantizer failed with {requested if requested != 'auto' else 'every method'}"
+                f": {errors}",
+                stage="quantize",
+                tool="mnnquant",
+                hint=hint,
+            )
+        return best
+
+    def _skip_search(self, start: QuantAttempt | None) -> QuantAttempt | None:
+        if start is None or start.scored is None:
+            return None
+        # Layer error comes from KL/ADMM's debug pass; an EMA start has none of its own.
+        layers = start.layer_errors or next(
+            (a.layer_errors for a in self.attempts if a.layer_errors), ()
+        )
+        ranked = [
+            layer.op
+            for layer in layers
+            if layer.cosine == layer.cosine and layer.op not in start.skip_ops
+        ]
+        skip = list(start.skip_ops)
+        best = start
+        for op in ranked[: self._quant.max_skip_ops]:
+            skip.append(op)
+            attempt = self._attempt(start.method, tuple(skip))
+            self.attempts.append(attempt)
+            if attempt.passed:
+                return attempt
+            better = self._best([best, attempt])
+            best = better if better is not None else best
+        return best
+
+    @staticmethod
+    def _best(attempts: list[QuantAttempt]) -> QuantAttempt | None:
+        scored = [a for a in attempts if a.scored is not None]
+        if not scored:
+            return None
+        # Passing first, then fewest failed gates, then the highest worst-output SNR;
+        # ties keep the earlier attempt (the fixed method order).
+        return max(
+            scored,
+            key=lambda a: (
+                a.passed,
+                -len(a.scored.gates.failures) if a.scored else 0,
+                min((g.snr_db for g in a.scored.agreement.values()), default=0.0)
+                if a.scored
+                else 0.0,
+            ),
+        )
+
+    def record(self, chosen: QuantAttempt) -> dict[str, Any]:
+        """The recipe chosen and every attempt, for provenance and metrics."""
+        return {
+            "method_requested": self._quant.method,
+            "method": chosen.method,
+            "skip_ops": list(chosen.skip_ops),
+            "quantizer_runs": len(self.attempts) + len(self.hints),
+            "attempts": [a.summary() for a in self.attempts],
+            "measured_alternatives": [a.summary() for a in self.hints],
+        }
+
+
+def _attempt_outcome(attempt: QuantAttempt) -> str:
+    if attempt.scored is None:
+        return f"fails: {attempt.error}"
+    if attempt.passed:
+        return "passes every gate"
+    return "; ".join(g.describe() for g in attempt.scored.gates.failures[:2])
 
 
 def _metrics(
-    class_names: list[str] | None,
-    size_bytes: int,
-    agree: Agreement,
-    baseline: Classification | None,
-    result: Classification | None,
+    task: str,
+    precision: str,
+    scored: Scored,
     timing: Any,
     gates: GateReport,
+    quant_record: dict[str, Any] | None,
 ) -> dict[str, Any]:
+    scores = scored.scores
     metrics: dict[str, Any] = {
-        "size_mb": round(size_bytes / 1e6, 6),
-        "verify": {
-            "max_abs_error": agree.max_abs_error,
-            "min_cosine": agree.min_cosine,
-            "mean_cosine": agree.mean_cosine,
+        "status": "passed" if gates.passed else "failed",
+        "task": task,
+        "precision": precision,
+        "size_mb": round(scored.size_bytes / 1e6, 6),
+        "agreement": {
+            name: {
+                "cosine": a.cosine,
+                # JSON has no infinity: identical outputs are recorded as 999 dB.
+                "snr_db": min(a.snr_db, SNR_CAP_DB),
+                "max_abs_error": a.max_abs_error,
+                "min_sample_cosine": a.min_sample_cosine,
+            }
+            for name, a in scored.agreement.items()
         },
+        "metrics": dict(scores.metrics) if scores else {},
+        "baseline": dict(scores.baseline) if scores else {},
     }
-    if agree.top1_agreement is not None:
-        metrics["verify"]["top1_agreement"] = agree.top1_agreement
-    if baseline is not None and result is not None:
-        drops = recall_drops(baseline, result)
-        worst_label = max(drops, key=lambda label: drops[label])
-        metrics["accuracy"] = {
-            "onnx": baseline.accuracy,
-            "variant": result.accuracy,
-            "change": result.accuracy - baseline.accuracy,
-        }
-        names = class_names or []
-        metrics["class_recall"] = {
-            "worst_change": -drops[worst_label] + 0.0,
-            "worst_class": names[worst_label] if worst_label < len(names) else str(worst_label),
+    if quant_record is not None:
+        metrics["quantization"] = {
+            "method": quant_record["method"],
+            "skip_ops": quant_record["skip_ops"],
+            "quantizer_runs": quant_record["quantizer_runs"],
         }
     metrics["benchmark"] = {
         "load_ms": timing.load_ms,
@@ -419,69 +972,73 @@ def _metrics(
         },
     }
     metrics["gates"] = {result.name: result.passed for result in gates.results}
+    metrics["failed"] = [result.describe() for result in gates.failures]
     return metrics
 
 
-def _recall_rows(
-    baseline: Classification | None, result: Classification | None, names: list[str] | None
-) -> list[dict[str, Any]]:
-    if baseline is None or result is None:
+#: What a perfect match (infinite SNR) is written as in metrics.json.
+SNR_CAP_DB = 999.0
+
+
+def _recall_rows(scores: TaskScores | None, names: list[str] | None) -> list[dict[str, Any]]:
+    if scores is None or not scores.class_recall:
         return []
     names = names or []
     return [
         {
             "class": names[label] if label < len(names) else str(label),
-            "onnx": recall,
-            "variant": result.class_recall.get(label, 0.0),
-            "change": result.class_recall.get(label, 0.0) - recall,
+            "onnx": base,
+            "variant": got,
+            "change": got - base,
         }
-        for label, recall in sorted(baseline.class_recall.items())
+        for label, (base, got) in sorted(scores.class_recall.items())
     ]
 
 
 def _gate_message(model_name: str, variant_name: str, gates: GateReport) -> str:
-    lines = [f"{model_name}/{variant_name} exceeds its budgets:"]
-    for failure in gates.failures:
-        detail = f" ({failure.detail})" if failure.detail else ""
-        numbers = f"measured {failure.measured:.6g}, budget {failure.budget:.6g}"
-        lines.append(f"  {failure.name}: {numbers}{detail}")
+    lines = [f"{model_name}/{variant_name} failed its gates:"]
+    lines += [f"  {failure.describe()}" for failure in gates.failures]
     return "\n".join(lines)
 
 
-def _gate_hint(quantization: Any, gates: GateReport, quantize_run: toolchain.ToolRun | None) -> str:
+def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None) -> str:
     failed = {failure.name for failure in gates.failures}
-    if isinstance(quantization, Int8Quantization) and failed & {
-        "max_accuracy_drop",
-        "max_class_recall_drop",
-    }:
-        lines = ["Int8 quantization lost accuracy."]
-        measured = [
-            layer
-            for layer in (quantize_run.layer_errors if quantize_run else [])
-            if layer.cosine == layer.cosine  # NaN: MNN could not measure the layer
-        ]
-        worst = [layer for layer in measured if layer.cosine < LAYER_COSINE_SUSPECT][:3]
-        if worst:
-            lines.append("Layers with the largest quantization error (cosine similarity):")
-            lines += [f"  {layer.op}: {layer.cosine:.4f}" for layer in worst]
-            names = ", ".join(f'"{layer.op}"' for layer in worst[:2])
-            lines.append(f"Keep them in float: skip_ops = [{names}].")
-        elif measured:
-            # MNN measures layer error on the calibration samples themselves.
+    lines = []
+    if any(name.endswith(".min_baseline") or name.endswith(".max_baseline") for name in failed):
+        lines.append(
+            "The fp32 ONNX model itself scores poorly on the evaluation set, so the "
+            "preprocessing probably differs from training: check mean/std, color order "
+            "(RGB/BGR), layout (NCHW/NHWC) and the input dtype in models.toml."
+        )
+    if quant is not None:
+        passing = [a for a in quant["measured_alternatives"] if a["passed"]]
+        if passing:
             lines.append(
-                f"Every layer keeps a cosine similarity of at least {LAYER_COSINE_SUSPECT} on "
-                "the calibration samples, yet accuracy dropped: the calibration set probably "
-                "does not look like the evaluation data. Calibrate on more samples drawn "
-                "like production data, covering every class (samples, balanced = true)."
+                f'Measured: method = "{passing[0]["method"]}" passes every gate on these '
+                'samples; set it, or method = "auto".'
             )
-        other = "EMA" if quantization.method != "EMA" else "KL"
-        lines.append(f'Or try method = "{other}".')
-        return "\n".join(lines)
+        elif quant["method_requested"] == "auto":
+            tried = quant["quantizer_runs"]
+            lines.append(
+                f"No int8 recipe passed after {tried} quantizer runs (KL, EMA, ADMM and up to "
+                f"{variant.quantization.max_skip_ops if isinstance(variant.quantization, Int8Quantization) else 0} "
+                "layers kept in float). Keep this tier on weight-only quantization "
+                '(mode = "weight"), calibrate on more representative samples, or raise '
+                "max_skip_ops."
+            )
+        elif quant["measured_alternatives"]:
+            lines.append(
+                "No other feature method passed either (measured); try method = \"auto\", "
+                "which also keeps the worst layers in float, or weight-only quantization."
+            )
     if "max_size_mb" in failed:
-        return 'Use weight-only quantization (mode = "weight") or int8 to make it smaller.'
-    if "max_abs_error" in failed:
-        return "The float conversion drifts from ONNX Runtime; check converter options."
-    return "Raise the budget in models.toml only if the measured numbers are acceptable."
+        lines.append('Use weight-only quantization (mode = "weight") or int8 to make it smaller.')
+    if not lines:
+        lines.append(
+            "Raise a budget in models.toml only if the measured numbers are acceptable for "
+            "the app."
+        )
+    return "\n".join(lines)
 
 
 def _write_json(path: Path, data: Any) -> None:

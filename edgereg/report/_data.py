@@ -113,7 +113,7 @@ def collect(config: Config, out_root: Path, *, generated: str) -> ReportData:
             ModelData(
                 name=name,
                 version=model.version,
-                task=model.task,
+                task=model.task.kind,
                 description=model.description,
                 source_path=model.source.path,
                 source_sha256=model.source.sha256,

@@ -6,9 +6,11 @@ a timeout; crashes, timeouts and silent failures become
 tail of the tool's output. Outputs are written atomically.
 """
 
+from edgereg.toolchain._streaming import InputFeed, StreamResult, sequence_bounds
 from edgereg.toolchain.mnn import (
     BIZ_CODE,
     FEATURE_METHODS,
+    FEATURE_METHODS_AUTO,
     WEIGHT_METHODS,
     BenchmarkResult,
     LatencyStats,
@@ -45,14 +47,17 @@ from edgereg.toolchain.versions import (
 __all__ = [
     "BIZ_CODE",
     "FEATURE_METHODS",
+    "FEATURE_METHODS_AUTO",
     "TOOLCHAIN_PACKAGES",
     "WEIGHT_METHODS",
     "BenchmarkResult",
+    "InputFeed",
     "LatencyStats",
     "LayerError",
     "MnnModelInfo",
     "OnnxReport",
     "QuantInput",
+    "StreamResult",
     "TensorSpec",
     "ToolRun",
     "benchmark",
@@ -69,6 +74,7 @@ __all__ = [
     "quantize",
     "run_inference",
     "run_onnx",
+    "sequence_bounds",
     "supported_onnx_ops",
     "unsupported_ops",
     "write_calibration",

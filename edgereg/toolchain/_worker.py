@@ -110,12 +110,16 @@ def _forward(module: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
     info = module.get_info()["inputs"]
     variables = []
     for array, spec in zip(arrays, info, strict=True):
+        # MNN takes int64 graph inputs (token ids, a sample rate) as int32.
         if spec.dtype == expr.int:
-            var = expr.const(array.astype(np.int32), list(array.shape), expr.NCHW, expr.int)
+            value = np.ascontiguousarray(np.asarray(array), dtype=np.int32)
+            var = expr.const(value, list(value.shape), expr.NCHW, expr.int)
+        elif spec.dtype == expr.uint8:
+            value = np.ascontiguousarray(np.asarray(array), dtype=np.uint8)
+            var = expr.const(value, list(value.shape), expr.NCHW, expr.uint8)
         else:
-            var = expr.const(
-                np.ascontiguousarray(array, dtype=np.float32), list(array.shape), expr.NCHW
-            )
+            value = np.ascontiguousarray(np.asarray(array), dtype=np.float32)
+            var = expr.const(value, list(value.shape), expr.NCHW)
         if spec.data_format != expr.NCHW:
             var = expr.convert(var, spec.data_format)
         variables.append(var)
@@ -127,6 +131,23 @@ def _forward(module: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
         # Copy: the module may reuse the buffer on the next forward.
         result.append(np.array(out.read(), copy=True))
     return result
+
+
+def _streaming() -> Any:
+    """The shared runner (``_streaming.py`` beside this file), loaded by path.
+
+    Importing it through the ``edgereg`` package would run the package's
+    imports (onnx, pydantic) in every child.
+    """
+    import importlib.util
+
+    path = Path(__file__).with_name("_streaming.py")
+    spec = importlib.util.spec_from_file_location("_edgereg_streaming", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def _op_list(_: dict[str, Any]) -> dict[str, Any]:
@@ -183,41 +204,32 @@ def _infer(req: dict[str, Any]) -> dict[str, Any]:
     # numpy is imported where needed: a bare conversion should not pay for it.
     import numpy as np
 
-    names = list(req["input_names"])
+    streaming = _streaming()
+    feeds = [streaming.InputFeed.from_json(raw) for raw in req["feeds"]]
+    names = [feed.name for feed in feeds]
     out_names = list(req["output_names"])
     module = _module(req["path"], names, out_names, int(req["threads"]))
     if not out_names:
         out_names = [str(n) for n in module.get_info()["outputNames"]]
+
+    def forward(tensors: Any) -> dict[str, Any]:
+        values = _forward(module, [tensors[name] for name in names])
+        return dict(zip(out_names, values, strict=True))
+
     with np.load(req["inputs"]) as data:
-        arrays = [data[n] for n in names]
-    total = arrays[0].shape[0]
-    batch = max(1, min(int(req["batch_size"]), total))
-    chunks: list[list[np.ndarray]] = [[] for _ in out_names]
-    start = 0
-    while start < total:
-        stop = min(start + batch, total)
-        if batch == 1:
-            outputs = _forward(module, [a[start:stop] for a in arrays])
-            # An output without a batch axis is one sample's result.
-            outputs = [o if o.shape[:1] == (1,) else o[np.newaxis] for o in outputs]
-        else:
-            try:
-                outputs = _forward(module, [a[start:stop] for a in arrays])
-                fits = all(o.shape[:1] == (stop - start,) for o in outputs)
-            except Exception:
-                fits = False
-            if not fits:
-                # The graph fixes its batch (a Reshape to 1, say): start again
-                # one sample at a time.
-                batch, start = 1, 0
-                chunks = [[] for _ in out_names]
-                continue
-        for chunk, out in zip(chunks, outputs, strict=True):
-            chunk.append(out)
-        start = stop
-    results = {name: np.concatenate(c, axis=0) for name, c in zip(out_names, chunks, strict=True)}
-    np.savez(req["output"], **results)  # type: ignore[arg-type]
-    return {"batch_size": batch, "output_names": out_names}
+        rows = {name: data[name] for name in data.files if name != "__sequences__"}
+        sequences = data["__sequences__"] if "__sequences__" in data.files else None
+    result = streaming.run_rows(
+        forward,
+        feeds,
+        out_names,
+        rows,
+        state=[tuple(pair) for pair in req["state"]],
+        sequences=sequences,
+        batch_size=int(req["batch_size"]),
+    )
+    np.savez(req["output"], **result.outputs)
+    return {"batch_size": result.batch_size, "output_names": out_names}
 
 
 def _bench(req: dict[str, Any]) -> dict[str, Any]:

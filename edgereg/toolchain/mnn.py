@@ -30,6 +30,7 @@ from edgereg.toolchain._process import (
     scratch_dir,
     tail,
 )
+from edgereg.toolchain._streaming import InputFeed
 from edgereg.toolchain.versions import installed_version
 
 #: Written into every model's ``bizCode`` field.
@@ -38,6 +39,9 @@ BIZ_CODE = "edgereg"
 FeatureMethod = Literal["KL", "ADMM", "EMA"]
 WeightMethod = Literal["MAX_ABS", "ADMM"]
 FEATURE_METHODS: tuple[str, ...] = ("KL", "ADMM", "EMA")
+#: The order ``method = "auto"`` tries them in (EMA before ADMM: cheaper, and it
+#: survives graphs where KL divides by zero).
+FEATURE_METHODS_AUTO: tuple[str, ...] = ("KL", "EMA", "ADMM")
 #: How many calibration samples are run through a quantized model to check
 #: that it computes finite numbers.
 PROBE_SAMPLES = 32
@@ -744,32 +748,36 @@ def _dataset(
 
 def run_inference(
     mnn_path: Path | str,
-    inputs: Mapping[str, np.ndarray],
+    rows: Mapping[str, np.ndarray],
     *,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
+    feeds: Sequence[InputFeed],
+    output_names: Sequence[str],
+    state: Sequence[tuple[str, str]] = (),
+    sequences: np.ndarray | None = None,
     batch_size: int = 1,
     threads: int = 1,
     timeout: float = 600.0,
 ) -> dict[str, np.ndarray]:
-    """Run a whole dataset through an MNN model in a child process.
+    """Run a whole dataset through an MNN model in a child process, as an app would.
 
-    Samples go through in batches of ``batch_size``; when the model does not
-    return one output row per sample of a batch (a fixed batch dimension), the
-    child starts over one sample at a time. Pass ``batch_size=1`` when the
-    ONNX source has a fixed batch of 1.
+    Stateless models run in batches of ``batch_size`` when every input has a
+    batch axis (one sample at a time otherwise, or when the graph fixes its
+    batch); stateful models run each sequence step by step, feeding back
+    their own state (see :func:`edgereg.toolchain._streaming.run_rows`).
 
     Args:
         mnn_path: The model.
-        inputs: Input name to array with the samples on axis 0, ``(N, ...)``.
-        input_names: Inputs in the model's order; defaults to ``inputs``' order.
-        output_names: Outputs to return; defaults to every model output.
+        rows: Input name to ``(N, *row shape)`` (state inputs are not given).
+        feeds: Every model input in the model's order, with dtype and batch axis.
+        output_names: Outputs to return (state outputs included).
+        state: ``(input, output)`` state pairs.
+        sequences: ``(N,)`` sequence ids of a stateful model's rows.
         batch_size: Samples per forward pass.
         threads: CPU threads.
         timeout: Seconds before the child is killed.
 
     Returns:
-        Output name to array of ``N`` stacked results.
+        Output name to ``(N, *tensor shape)``.
 
     Raises:
         ValueError: Inputs missing or of different lengths.
@@ -779,8 +787,10 @@ def run_inference(
     path = Path(mnn_path).resolve()
     if not path.is_file():
         raise BuildError(f"{path} does not exist", stage=stage, tool="MNN")
-    names = list(input_names) if input_names is not None else list(inputs)
-    arrays = _dataset(inputs, names, stage)
+    state_inputs = {pair[0] for pair in state}
+    arrays = _dataset(rows, [f.name for f in feeds if f.name not in state_inputs], stage)
+    if sequences is not None:
+        arrays["__sequences__"] = np.asarray(sequences, dtype=np.int64)
     with scratch_dir() as scratch:
         _savez(scratch / "inputs.npz", arrays)
         run = run_worker(
@@ -789,8 +799,9 @@ def run_inference(
                 "path": str(path),
                 "inputs": str(scratch / "inputs.npz"),
                 "output": str(scratch / "outputs.npz"),
-                "input_names": names,
-                "output_names": list(output_names or []),
+                "feeds": [feed.to_json() for feed in feeds],
+                "output_names": list(output_names),
+                "state": [list(pair) for pair in state],
                 "batch_size": int(batch_size),
                 "threads": int(threads),
             },
@@ -839,7 +850,11 @@ def benchmark(
     if not path.is_file():
         raise BuildError(f"{path} does not exist", stage="benchmark", tool="MNN")
     names = list(input_names) if input_names is not None else list(sample)
-    arrays = _dataset(sample, names, "benchmark")
+    missing = [name for name in names if name not in sample]
+    if missing:
+        raise ValueError(f"no data for input(s) {', '.join(missing)}")
+    # One forward's tensors as the model takes them (a scalar, a state).
+    arrays = {name: np.ascontiguousarray(sample[name]) for name in names}
     with scratch_dir() as scratch:
         _savez(scratch / "inputs.npz", arrays)
         run = run_worker(

@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from edgereg.errors import BuildError
+from edgereg.toolchain._streaming import InputFeed, StreamResult, run_rows
 
 #: Stage named in errors raised here.
 STAGE = "reference"
@@ -30,25 +31,33 @@ def _session(path: Path) -> ort.InferenceSession:
 
 def run_onnx(
     onnx_path: Path | str,
-    inputs: Mapping[str, np.ndarray],
+    rows: Mapping[str, np.ndarray],
     *,
+    feeds: Sequence[InputFeed],
+    output_names: Sequence[str],
+    state: Sequence[tuple[str, str]] = (),
+    sequences: np.ndarray | None = None,
     batch_size: int = 1,
-    output_names: Sequence[str] | None = None,
-) -> dict[str, np.ndarray]:
-    """Run a whole dataset through an ONNX model with ONNX Runtime.
+) -> StreamResult:
+    """Run a whole dataset through an ONNX model with ONNX Runtime, as an app would.
+
+    The same runner as the MNN side (:func:`edgereg.toolchain._streaming.run_rows`):
+    batches for stateless models, step-by-step streams that feed back the
+    model's own state for stateful ones.
 
     Args:
         onnx_path: The model.
-        inputs: Input name to array with the samples on axis 0, ``(N, ...)``.
-        batch_size: Samples per run when every input has a dynamic first
-            dimension; a model with a fixed batch runs one sample at a time.
-        output_names: Outputs to return; defaults to every graph output.
+        rows: Input name to ``(N, *row shape)`` (state inputs are not given).
+        feeds: Every graph input, with dtype and batch axis.
+        output_names: Outputs to return (state outputs included).
+        state: ``(input, output)`` state pairs.
+        sequences: ``(N,)`` sequence ids of a stateful model's rows.
+        batch_size: Samples per run when every input has a dynamic batch axis.
 
     Returns:
-        Output name to array of ``N`` stacked results.
+        Per-sample outputs ``(N, *tensor shape)`` and the states fed.
 
     Raises:
-        ValueError: Inputs missing or of different lengths.
         BuildError: (stage ``reference``) ONNX Runtime cannot load or run it.
     """
     path = Path(onnx_path)
@@ -58,37 +67,35 @@ def run_onnx(
         raise BuildError(
             f"ONNX Runtime cannot load {path}: {exc}", stage=STAGE, tool="onnxruntime"
         ) from exc
-    specs = session.get_inputs()
-    arrays: dict[str, np.ndarray] = {}
-    for spec in specs:
-        if spec.name not in inputs:
-            raise ValueError(f"no data for input {spec.name!r}; got {', '.join(inputs) or 'none'}")
-        arrays[spec.name] = np.asarray(inputs[spec.name])
-    sizes = {a.shape[0] if a.ndim else 0 for a in arrays.values()}
-    if len(sizes) != 1 or 0 in sizes:
-        raise ValueError(
-            f"inputs must share a non-zero first (sample) dimension; got {sorted(sizes)}"
-        )
-    total = sizes.pop()
-    dynamic = all(spec.shape and not isinstance(spec.shape[0], int) for spec in specs)
-    batch = max(1, min(batch_size, total)) if dynamic else 1
-    names = (
-        list(output_names) if output_names is not None else [o.name for o in session.get_outputs()]
+    graph_inputs = {spec.name: spec for spec in session.get_inputs()}
+    dynamic = all(
+        not isinstance(graph_inputs[f.name].shape[f.batch_axis], int)
+        for f in feeds
+        if f.batch_axis is not None and f.name in graph_inputs
+        and len(graph_inputs[f.name].shape) > f.batch_axis
     )
-    chunks: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    for start in range(0, total, batch):
-        feed = {name: a[start : start + batch] for name, a in arrays.items()}
+    names = list(output_names)
+    calls = 0
+
+    def forward(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal calls
+        calls += 1
         try:
-            results = session.run(names, feed)
+            values = session.run(names, dict(tensors))
         except Exception as exc:
             raise BuildError(
-                f"ONNX Runtime failed on samples {start}-{start + batch - 1} of {path.name}: {exc}",
+                f"ONNX Runtime failed on {path.name} (call {calls}): {exc}",
                 stage=STAGE,
                 tool="onnxruntime",
             ) from exc
-        for name, value in zip(names, results, strict=True):
-            array = np.asarray(value)
-            if batch == 1 and array.shape[:1] != (1,):
-                array = array[np.newaxis]  # an output without a batch axis
-            chunks[name].append(array)
-    return {name: np.concatenate(parts, axis=0) for name, parts in chunks.items()}
+        return dict(zip(names, (np.asarray(v) for v in values), strict=True))
+
+    return run_rows(
+        forward,
+        feeds,
+        names,
+        rows,
+        state=state,
+        sequences=sequences,
+        batch_size=batch_size if dynamic else 1,
+    )
