@@ -205,23 +205,37 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
     table = Table(title="edgereg build summary")
     for title in ("model", "variant", "tier"):
         table.add_column(title)
-    for title in ("size MB", "accuracy", "Δ acc", "worst Δ recall", "p50 ms", "status"):
+    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "p50 ms"):
         table.add_column(title, justify="right")
+    table.add_column("status")
     for row in rows:
+        status = row["status"]
+        if row.get("failed"):
+            status = "failed: " + "; ".join(row["failed"])
         table.add_row(
             row["model"],
             row["variant"],
             row["tier"],
             _number(row.get("size_mb"), "{:.3f}"),
-            _number(row.get("accuracy"), "{:.2%}"),
-            _points(row.get("accuracy_change")),
-            _points(row.get("worst_recall_change")),
+            row.get("metric") or "-",
+            _number(row.get("value"), "{:.4f}"),
+            _points(row.get("change")),
+            _number(row.get("min_cosine"), "{:.5f}"),
+            _number(row.get("min_snr_db"), "{:.1f}"),
             _number(row.get("p50_ms"), "{:.3f}"),
-            row["status"],
+            status,
         )
-    Console(width=max(Console().width, 100)).print(table)
-    stderr.print("Δ: change against the fp32 ONNX Runtime baseline, in percentage points.")
-    if any(row["status"] != "built" for row in rows):
+    Console(width=max(Console().width, 120)).print(table)
+    stderr.print(
+        "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
+        "on the labels, in percentage points; cosine, SNR: worst output against the reference."
+    )
+    if any(row["status"] == "failed" for row in rows):
+        stderr.print(
+            "Failed variants keep their numbers: fix what the gate names (see `edgereg build "
+            "MODEL VARIANT` for the hint), then `dvc repro`."
+        )
+    if any(row["status"] not in ("built", "failed") for row in rows):
         stderr.print("Some variants are not built or stale: run `dvc repro`.")
 
 
@@ -279,6 +293,7 @@ def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
 
 
 # --- registry: keys, publish, rollout ------------------------------------------
+
 
 @main.group()
 def keys() -> None:

@@ -49,6 +49,8 @@ NO_MODELS_NOTE = (
 NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
+
+
 def _check_semver(value: str) -> str:
     if not semver.Version.is_valid(value):
         raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
@@ -193,19 +195,17 @@ class InputSpec(_Strict):
         if not self.shape:
             raise _rule_error(
                 "batch_axis",
-                f'input \'{self.name}\' is a scalar (shape []): it has no batch axis; '
+                f"input '{self.name}' is a scalar (shape []): it has no batch axis; "
                 'set batch_axis = "none"',
             )
         if not 0 <= axis < len(self.shape):
             raise _rule_error(
                 "batch_axis",
-                f"batch_axis {axis} is outside shape {self.shape} "
-                f"(axes 0..{len(self.shape) - 1})",
+                f"batch_axis {axis} is outside shape {self.shape} (axes 0..{len(self.shape) - 1})",
             )
         if self.shape[axis] != 1:
             hint = (
-                f"declare the axis of size 1 that is the batch (batch_axis = "
-                f"{self.shape.index(1)})"
+                f"declare the axis of size 1 that is the batch (batch_axis = {self.shape.index(1)})"
                 if 1 in self.shape
                 else ""
             )
@@ -271,7 +271,9 @@ class OutputSpec(_Strict):
 class MetricBudget(_Strict):
     """Limits on one task metric (see the task's metric list in the docs)."""
 
-    min: float | None = Field(default=None, description="The variant's value must be at least this.")
+    min: float | None = Field(
+        default=None, description="The variant's value must be at least this."
+    )
     max: float | None = Field(default=None, description="The variant's value must be at most this.")
     max_drop: float | None = Field(
         default=None,
@@ -382,11 +384,19 @@ class ClassificationTask(_Task):
 
     kind: Literal["classification"]
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
-        TaskMetric("top1_agreement", "reference", True, "share of samples whose top-1 class "
-                   "matches the reference's"),
+        TaskMetric(
+            "top1_agreement",
+            "reference",
+            True,
+            "share of samples whose top-1 class matches the reference's",
+        ),
         TaskMetric("accuracy", "labels", True, "top-1 accuracy"),
-        TaskMetric("class_recall_drop", "labels", False, "the worst class's recall loss against "
-                   "the baseline (gate it with max)"),
+        TaskMetric(
+            "class_recall_drop",
+            "labels",
+            False,
+            "the worst class's recall loss against the baseline (gate it with max)",
+        ),
     )
 
 
@@ -398,8 +408,9 @@ class DenseMapTask(_Task):
         default=0.5, description="A value above this is foreground (a probability, or a logit)."
     )
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
-        TaskMetric("iou", "reference", True, "mean IoU of the variant's mask with the "
-                   "reference's mask"),
+        TaskMetric(
+            "iou", "reference", True, "mean IoU of the variant's mask with the reference's mask"
+        ),
         TaskMetric("label_iou", "labels", True, "mean IoU of the mask with the label masks"),
     )
 
@@ -414,12 +425,18 @@ class CtcTask(_Task):
     )
     blank: int = Field(default=0, ge=0, description="Index of the CTC blank class.")
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
-        TaskMetric("line_match", "reference", True, "share of lines decoded exactly as the "
-                   "reference decodes them"),
-        TaskMetric("cer", "reference", False, "character error rate against the reference's "
-                   "decoding"),
-        TaskMetric("label_line_accuracy", "labels", True, "share of lines decoded exactly "
-                   "as labelled"),
+        TaskMetric(
+            "line_match",
+            "reference",
+            True,
+            "share of lines decoded exactly as the reference decodes them",
+        ),
+        TaskMetric(
+            "cer", "reference", False, "character error rate against the reference's decoding"
+        ),
+        TaskMetric(
+            "label_line_accuracy", "labels", True, "share of lines decoded exactly as labelled"
+        ),
         TaskMetric("label_cer", "labels", False, "character error rate against the labels"),
     )
 
@@ -430,14 +447,31 @@ class EmbeddingTask(_Task):
     kind: Literal["embedding"]
     k: int = Field(default=5, ge=1, description="Neighbours considered by neighbour_recall.")
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
-        TaskMetric("embedding_cosine", "reference", True, "worst cosine similarity of an "
-                   "embedding with the reference's"),
-        TaskMetric("neighbour_agreement", "reference", True, "share of samples whose nearest "
-                   "neighbour in the set is the reference's nearest neighbour"),
-        TaskMetric("neighbour_recall", "reference", True, "share of samples whose reference "
-                   "nearest neighbour is among the variant's k nearest"),
-        TaskMetric("label_neighbour_accuracy", "labels", True, "share of samples whose "
-                   "nearest neighbour has the same label"),
+        TaskMetric(
+            "embedding_cosine",
+            "reference",
+            True,
+            "worst cosine similarity of an embedding with the reference's",
+        ),
+        TaskMetric(
+            "neighbour_agreement",
+            "reference",
+            True,
+            "share of samples whose nearest "
+            "neighbour in the set is the reference's nearest neighbour",
+        ),
+        TaskMetric(
+            "neighbour_recall",
+            "reference",
+            True,
+            "share of samples whose reference nearest neighbour is among the variant's k nearest",
+        ),
+        TaskMetric(
+            "label_neighbour_accuracy",
+            "labels",
+            True,
+            "share of samples whose nearest neighbour has the same label",
+        ),
     )
 
 
@@ -447,8 +481,12 @@ class FrameDecisionTask(_Task):
     kind: Literal["frame_decision"]
     threshold: float = Field(default=0.5, description="A score above this is a positive frame.")
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
-        TaskMetric("frame_agreement", "reference", True, "share of frames decided as the "
-                   "reference decides them"),
+        TaskMetric(
+            "frame_agreement",
+            "reference",
+            True,
+            "share of frames decided as the reference decides them",
+        ),
         TaskMetric("f1", "labels", True, "F1 of the positive frames against the labels"),
     )
 
@@ -465,8 +503,10 @@ class CustomTask(_Task):
     kind: Literal["custom"]
     evaluator: Annotated[
         str,
-        StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
-                          r"[A-Za-z_][A-Za-z0-9_]*$"),
+        StringConstraints(
+            pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
+            r"[A-Za-z_][A-Za-z0-9_]*$"
+        ),
     ] = Field(description="module:function, imported with the models.toml directory on sys.path.")
 
     def metric(self, name: str) -> TaskMetric | None:
@@ -491,8 +531,15 @@ Task = Annotated[
     BeforeValidator(_task_shorthand),
     Field(discriminator="kind"),
 ]
-TASK_KINDS = ("classification", "dense_map", "ctc", "embedding", "frame_decision", "generic",
-              "custom")
+TASK_KINDS = (
+    "classification",
+    "dense_map",
+    "ctc",
+    "embedding",
+    "frame_decision",
+    "generic",
+    "custom",
+)
 
 
 class NoQuantization(_Strict):
@@ -607,7 +654,7 @@ class Model(_Strict):
         default_factory=lambda: ClassificationTask(kind="classification"),
         description='What the model computes and how it is scored: "classification", '
         '"dense_map", "ctc", "embedding", "frame_decision", "generic", or a table '
-        '{ kind = ..., ... } with the task\'s settings.',
+        "{ kind = ..., ... } with the task's settings.",
     )
     description: str = ""
     source: PinnedFile
@@ -867,7 +914,9 @@ class Config(_Strict):
             for prefix, inputs in specs:
                 for index, spec in enumerate(inputs):
                     if spec.kind == "image" and (spec.mean is None or spec.std is None):
-                        missing = " and ".join(k for k in ("mean", "std") if getattr(spec, k) is None)
+                        missing = " and ".join(
+                            k for k in ("mean", "std") if getattr(spec, k) is None
+                        )
                         notes.append(
                             f"warning: models.{model_name}.{prefix}inputs.{index} "
                             f"('{spec.name}'): image input without {missing}: pixels reach "

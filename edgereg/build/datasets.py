@@ -168,9 +168,7 @@ def _prepare(arrays: dict[str, np.ndarray], spec: InputSpec, path: Path, stage: 
         return _image_tensor(raw, spec, path, stage)
     sample_shape = spec.row_shape
     if raw.ndim == 0 or raw.shape[1:] != sample_shape:
-        where = (
-            "" if spec.batch is None else f", without its batch axis {spec.batch}"
-        )
+        where = "" if spec.batch is None else f", without its batch axis {spec.batch}"
         raise BuildError(
             f"dataset {path}: array '{spec.name}' has rows of shape "
             f"{raw.shape[1:] if raw.ndim else '(a scalar)'}, the input is declared as "

@@ -91,8 +91,11 @@ def effective_budgets(
     declared: Budgets,
     evaluator_gates: Mapping[str, MetricBudget] | None = None,
 ) -> Budgets:
-    """Defaults for the task and precision, then a custom evaluator's own gates,
-    then what models.toml declares on top (only keys it sets replace others)."""
+    """The budgets a variant is gated on.
+
+    Defaults for the task and precision, then a custom evaluator's own gates,
+    then what models.toml declares on top (only keys it sets replace others).
+    """
     defaults = default_budgets(task, precision)
     if evaluator_gates:
         defaults = defaults.merged(Budgets(metrics=dict(evaluator_gates)))
@@ -277,9 +280,10 @@ def dense_map_scores(
     metrics = {"iou": _iou(ref, var)}
     if labels is None:
         return TaskScores(metrics, metric_info=info)
-    if labels.shape[1:] != ref.shape[1:] and labels.reshape(len(labels), -1).shape != ref.reshape(
-        len(ref), -1
-    ).shape:
+    if (
+        labels.shape[1:] != ref.shape[1:]
+        and labels.reshape(len(labels), -1).shape != ref.reshape(len(ref), -1).shape
+    ):
         raise TaskDataError(
             f"label masks have rows of shape {labels.shape[1:]}, the output map has "
             f"{ref.shape[1:]}; store one mask per sample shaped like one output (batch axis "
@@ -375,7 +379,9 @@ def ctc_scores(
     )
     metrics["label_cer"] = _cer(var_lines, truth)
     baseline = {
-        "label_line_accuracy": float(np.mean([a == b for a, b in zip(ref_lines, truth, strict=True)])),
+        "label_line_accuracy": float(
+            np.mean([a == b for a, b in zip(ref_lines, truth, strict=True)])
+        ),
         "label_cer": _cer(ref_lines, truth),
     }
     return TaskScores(metrics, baseline=baseline, metric_info=info)
@@ -609,13 +615,15 @@ def _metric_gates(
         higher = scores.metric_info[name].higher_is_better if name in scores.metric_info else True
         if limits.min is not None:
             results.append(
-                GateResult(f"{name}.min", limits.min, value, value >= limits.min - tolerance,
-                           detail, "min")
+                GateResult(
+                    f"{name}.min", limits.min, value, value >= limits.min - tolerance, detail, "min"
+                )
             )
         if limits.max is not None:
             results.append(
-                GateResult(f"{name}.max", limits.max, value, value <= limits.max + tolerance,
-                           detail, "max")
+                GateResult(
+                    f"{name}.max", limits.max, value, value <= limits.max + tolerance, detail, "max"
+                )
             )
         baseline = scores.baseline.get(name)
         if baseline is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgereg.build.outputs import BUILT, STALE, read_outputs
+from edgereg.build.outputs import BUILT, FAILED, STALE, headline, read_outputs
 from edgereg.config import Config
 
 
@@ -21,18 +21,25 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                 "tier": variant.tier,
                 "status": outputs.status,
             }
-            if outputs.status in (BUILT, STALE):
+            if outputs.status in (BUILT, STALE, FAILED):
                 metrics = outputs.metrics
-                accuracy = metrics.get("accuracy", {})
                 threads = variant.runtime.threads
                 latency = metrics.get("benchmark", {}).get(f"threads_{threads}", {})
+                top = headline(metrics)
+                agreement = metrics.get("agreement") or {}
+                cosines = [a.get("cosine") for a in agreement.values() if isinstance(a, dict)]
+                snrs = [a.get("snr_db") for a in agreement.values() if isinstance(a, dict)]
                 row.update(
                     size_mb=metrics.get("size_mb"),
-                    accuracy=accuracy.get("variant"),
-                    accuracy_change=accuracy.get("change"),
-                    worst_recall_change=metrics.get("class_recall", {}).get("worst_change"),
+                    metric=None if top is None else top.name,
+                    value=None if top is None else top.value,
+                    baseline=None if top is None else top.baseline,
+                    change=None if top is None else top.change,
+                    min_cosine=min((c for c in cosines if c is not None), default=None),
+                    min_snr_db=min((v for v in snrs if v is not None), default=None),
                     p50_ms=latency.get("p50_ms"),
                     threads=threads,
+                    failed=list(metrics.get("failed") or []),
                 )
             rows.append(row)
     return rows

@@ -116,9 +116,7 @@ def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) ->
     return path
 
 
-def check_source(
-    path: Path, inputs: list[InputSpec], output_names: list[str]
-) -> dict[str, Any]:
+def check_source(path: Path, inputs: list[InputSpec], output_names: list[str]) -> dict[str, Any]:
     """Stage 2: the ONNX is valid, matches the declared I/O and MNN converts every op."""
     report = toolchain.inspect_onnx(path)
     missing = toolchain.unsupported_ops(report)
@@ -153,7 +151,7 @@ def check_source(
         if tensor.dtype != spec.dtype and tensor.dtype in _INPUT_DTYPES:
             raise BuildError(
                 f"{path} input '{spec.name}' is {tensor.dtype}, models.toml declares "
-                f"dtype = \"{spec.dtype}\"",
+                f'dtype = "{spec.dtype}"',
                 stage="check",
                 hint=f'Set dtype = "{tensor.dtype}" for this input.',
             )
@@ -275,8 +273,7 @@ def build_variant(
     with stage("check"):
         graph = check_source(source, inputs, output_names)
     feeds = [
-        toolchain.InputFeed(spec.name, spec.dtype, tuple(spec.shape), spec.batch)
-        for spec in inputs
+        toolchain.InputFeed(spec.name, spec.dtype, tuple(spec.shape), spec.batch) for spec in inputs
     ]
     batch_size = bench.batch_size if graph["dynamic_batch"] and not state else 1
     evaluation = load_dataset(
@@ -296,8 +293,15 @@ def build_variant(
 
     with stage("reference"):
         reference = reference_outputs(
-            out_root, source, source_ref.sha256, evaluation, evaluation_ref.sha256, feeds,
-            output_names, state, batch_size,
+            out_root,
+            source,
+            source_ref.sha256,
+            evaluation,
+            evaluation_ref.sha256,
+            feeds,
+            output_names,
+            state,
+            batch_size,
         )
         evaluator.check_reference(reference.outputs)
 
@@ -409,9 +413,9 @@ def build_variant(
                 scored.scores,
                 timing.latency_ms[variant.runtime.threads].p50,
             )
-        metrics = _metrics(
-            model.task.kind, precision, scored, timing, gates, quant_record
-        )
+        metrics = _metrics(model.task.kind, precision, scored, timing, gates, quant_record)
+        # Lets summary and report tell a failure of this recipe from an old one.
+        metrics["recipe_sha256"] = recipe_digest
         if not gates.passed:
             _write_json(out_dir / METRICS, metrics)
             raise GateError(
@@ -458,9 +462,7 @@ def build_variant(
         }
         _write_json(work_dir / METRICS, metrics)
         _write_json(work_dir / PROVENANCE, provenance)
-        _write_json(
-            work_dir / CLASS_RECALL_PLOT, _recall_rows(scored.scores, model.classes)
-        )
+        _write_json(work_dir / CLASS_RECALL_PLOT, _recall_rows(scored.scores, model.classes))
         _write_json(
             work_dir / LATENCY_PLOT,
             [
@@ -854,14 +856,14 @@ class QuantSearch:
             working = [a for a in self.hints if a.scored is not None]
             hint = (
                 f'method = "{working[0].method}" quantizes (measured: '
-                f"{_attempt_outcome(working[0])}); or use method = \"auto\""
+                f'{_attempt_outcome(working[0])}); or use method = "auto"'
                 if working
                 else "Every feature method failed: keep this tier on weight-only quantization "
                 '(mode = "weight"), or keep the failing layers in float with skip_ops.'
             )
+            which = "every method" if requested == "auto" else f"method {requested}"
             raise BuildError(
-                f"the int8 quantizer failed with {requested if requested != 'auto' else 'every method'}"
-                f": {errors}",
+                f"the int8 quantizer failed with {which}: {errors}",
                 stage="quantize",
                 tool="mnnquant",
                 hint=hint,
@@ -1019,24 +1021,24 @@ def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None
             )
         elif quant["method_requested"] == "auto":
             tried = quant["quantizer_runs"]
+            bound = getattr(variant.quantization, "max_skip_ops", 0)
             lines.append(
                 f"No int8 recipe passed after {tried} quantizer runs (KL, EMA, ADMM and up to "
-                f"{variant.quantization.max_skip_ops if isinstance(variant.quantization, Int8Quantization) else 0} "
+                f"{bound} "
                 "layers kept in float). Keep this tier on weight-only quantization "
                 '(mode = "weight"), calibrate on more representative samples, or raise '
                 "max_skip_ops."
             )
         elif quant["measured_alternatives"]:
             lines.append(
-                "No other feature method passed either (measured); try method = \"auto\", "
+                'No other feature method passed either (measured); try method = "auto", '
                 "which also keeps the worst layers in float, or weight-only quantization."
             )
     if "max_size_mb" in failed:
         lines.append('Use weight-only quantization (mode = "weight") or int8 to make it smaller.')
     if not lines:
         lines.append(
-            "Raise a budget in models.toml only if the measured numbers are acceptable for "
-            "the app."
+            "Raise a budget in models.toml only if the measured numbers are acceptable for the app."
         )
     return "\n".join(lines)
 

@@ -119,11 +119,15 @@ def run_rows(
     """
     state_inputs = {pair[0]: pair[1] for pair in state}
     data_feeds = [feed for feed in feeds if feed.name not in state_inputs]
-    total = len(next(iter(rows.values()))) if rows else (len(sequences) if sequences is not None else 0)
+    total = (
+        len(next(iter(rows.values()))) if rows else (len(sequences) if sequences is not None else 0)
+    )
     if state:
-        bounds = sequence_bounds(sequences) if sequences is not None else [
-            (i, i + 1) for i in range(total)
-        ]
+        bounds = (
+            sequence_bounds(sequences)
+            if sequences is not None
+            else [(i, i + 1) for i in range(total)]
+        )
         return _stream(forward, feeds, output_names, rows, state_inputs, bounds, total)
     batchable = all(feed.batch_axis is not None for feed in data_feeds)
     batch = max(1, min(int(batch_size), total)) if batchable else 1
@@ -136,9 +140,16 @@ def run_rows(
             pass
     outputs: dict[str, list[np.ndarray]] = {name: [] for name in output_names}
     for index in range(total):
-        result = forward({f.name: f.tensor(rows[f.name][index : index + 1]
-                          if f.batch_axis is not None else rows[f.name][index])
-                          for f in data_feeds})
+        result = forward(
+            {
+                f.name: f.tensor(
+                    rows[f.name][index : index + 1]
+                    if f.batch_axis is not None
+                    else rows[f.name][index]
+                )
+                for f in data_feeds
+            }
+        )
         for name in output_names:
             outputs[name].append(np.array(result[name], copy=True))
     return StreamResult(_stack(outputs), {}, 1)

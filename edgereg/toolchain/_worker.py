@@ -143,7 +143,8 @@ def _streaming() -> Any:
 
     path = Path(__file__).with_name("_streaming.py")
     spec = importlib.util.spec_from_file_location("_edgereg_streaming", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)

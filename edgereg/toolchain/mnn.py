@@ -355,13 +355,15 @@ def convert(
             uuid = _patch_uuid(written, uuid_seed, stage="convert")
         info = None
         if check_load and uuid_seed is None:
-            info = _loaded_info(
-                run, stage="convert", tool="mnnconvert", what="the converted model"
-            )
+            info = _loaded_info(run, stage="convert", tool="mnnconvert", what="the converted model")
             uuid = info.uuid
         elif check_load:
             load = run_worker(
-                "load", {"path": str(written)}, scratch=scratch, stage="convert", tool="MNN",
+                "load",
+                {"path": str(written)},
+                scratch=scratch,
+                stage="convert",
+                tool="MNN",
                 timeout=timeout,
             )
             info = _loaded_info(load, stage="convert", tool="MNN", what="the converted model")

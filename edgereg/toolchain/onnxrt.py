@@ -71,7 +71,8 @@ def run_onnx(
     dynamic = all(
         not isinstance(graph_inputs[f.name].shape[f.batch_axis], int)
         for f in feeds
-        if f.batch_axis is not None and f.name in graph_inputs
+        if f.batch_axis is not None
+        and f.name in graph_inputs
         and len(graph_inputs[f.name].shape) > f.batch_axis
     )
     names = list(output_names)
