@@ -116,9 +116,8 @@ name = "logits"
 
 [models.vision.budgets]
 max_size_mb = 1.0
-max_abs_error = 0.001
-max_accuracy_drop = 0.25
-max_class_recall_drop = 0.5
+metrics.accuracy = {{ max_drop = 0.25 }}
+metrics.class_recall_drop = {{ max = 0.5 }}
 
 [models.vision.variants.fp32]
 tier = "high"
@@ -159,9 +158,8 @@ name = "y"
 
 [models.sensor.budgets]
 max_size_mb = 1.0
-max_abs_error = 0.001
-max_accuracy_drop = 0.25
-max_class_recall_drop = 0.5
+metrics.accuracy = {{ max_drop = 0.25 }}
+metrics.class_recall_drop = {{ max = 0.5 }}
 
 [models.sensor.variants.fp16]
 tier = "high"

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from edgereg._files import sha256_file
-from edgereg.build.outputs import NOT_BUILT, STALE, UNREADABLE, read_outputs
+from edgereg.build.outputs import FAILED, NOT_BUILT, STALE, UNREADABLE, read_outputs
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
 from edgereg.wire import ReleaseRecord, ReleaseVariant
@@ -56,6 +56,10 @@ def prepare_release(
         artifact = outputs.artifact
         if outputs.status == NOT_BUILT:
             problems.append(f"{where}: not built (no {artifact}); it may have failed a gate")
+            continue
+        if outputs.status == FAILED:
+            failed = "; ".join(outputs.metrics.get("failed") or []) or "see metrics.json"
+            problems.append(f"{where}: failed its gates ({failed})")
             continue
         if outputs.status == UNREADABLE:
             problems.append(f"{where}: build outputs unreadable ({outputs.problem})")
