@@ -1115,6 +1115,11 @@ def _describe(error: Any, key_path: str, data: Mapping[str, Any]) -> str:
             return "must be a sha256: 64 lowercase hex characters (run `sha256sum FILE`)"
         if "a-z0-9_-" in pattern:
             return f"'{error['input']}' is not a valid name: {NAME_RULE}"
+        if key_path.endswith(".evaluator"):
+            return (
+                f"'{error['input']}' is not module:function (a dotted module path, a colon, "
+                "a function name, e.g. 'evals.ocr:score')"
+            )
         return f"'{error['input']}' is not a version like 3.6.1"
     message = str(error["msg"])
     return message.removeprefix("Value error, ")

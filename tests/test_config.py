@@ -82,7 +82,7 @@ BAD_CASES = [
         "unknown-int8-quantization-key",
         ((KL, 'quantization = { mode = "int8", skip_op = ["conv1"] }'),),
         f"{INT8}.quantization.skip_op",
-        ("allowed keys here: mode, method, weight_method, skip_ops, samples",),
+        ("allowed keys here: mode, method, max_skip_ops, weight_method, skip_ops, samples",),
     ),
     Bad(
         "unknown-weight-quantization-key",
@@ -118,7 +118,7 @@ BAD_CASES = [
         "wrong-quantization-method",
         ((KL, 'quantization = { mode = "int8", method = "MINMAX" }'),),
         f"{INT8}.quantization.method",
-        ("'KL', 'ADMM' or 'EMA'",),
+        ("'KL', 'ADMM', 'EMA' or 'auto'",),
     ),
     Bad(
         "unknown-quantization-mode",
@@ -276,6 +276,154 @@ BAD_CASES = [
         "models.digits.variants.fp32.inputs",
         ("only be overridden together with source",),
     ),
+    Bad(
+        "string-number",
+        (("max_size_mb = 0.5", 'max_size_mb = "0.5"'),),
+        "models.digits.budgets.max_size_mb",
+        ("valid number",),
+    ),
+    Bad(
+        "infinite-budget",
+        (("max_size_mb = 0.5", "max_size_mb = inf"),),
+        "models.digits.budgets.max_size_mb",
+        ("finite number",),
+    ),
+    Bad(
+        "float-thread-count",
+        (("runtime = { threads = 4,", "runtime = { threads = 4.0,"),),
+        "models.digits.variants.fp32.runtime.threads",
+        ("valid integer",),
+    ),
+    Bad(
+        "moved-budget-key",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmax_accuracy_drop = 0.02"),),
+        "models.digits.budgets.max_accuracy_drop",
+        ("this key moved", "metrics.accuracy = { max_drop = N }"),
+    ),
+    Bad(
+        "metric-the-task-does-not-measure",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmetrics.iou = { min = 0.9 }"),),
+        "models.digits.budgets.metrics.iou",
+        ("task 'classification' does not measure 'iou'", "top1_agreement, accuracy"),
+    ),
+    Bad(
+        "baseline-limit-on-a-reference-metric",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmetrics.top1_agreement = { max_drop = 0.1 }"),),
+        "models.digits.budgets.metrics.top1_agreement.max_drop",
+        ("compares the variant with the reference itself", "use min or max"),
+    ),
+    Bad(
+        "variant-metric-the-task-does-not-measure",
+        (('tier = "high"', 'tier = "high"\nbudgets = { metrics.cer = { max = 0.1 } }'),),
+        "models.digits.variants.fp32.budgets.metrics.cer",
+        ("does not measure 'cer'",),
+    ),
+    Bad(
+        "unknown-task",
+        (('version = "1.0.0"', 'version = "1.0.0"\ntask = "detection"'),),
+        "models.digits.task.kind",
+        ("unknown kind 'detection'", "'dense_map'", "'ctc'"),
+    ),
+    Bad(
+        "ctc-without-charset",
+        (('version = "1.0.0"', 'version = "1.0.0"\ntask = { kind = "ctc" }'),),
+        "models.digits.task.charset",
+        ("required key is missing",),
+    ),
+    Bad(
+        "custom-evaluator-not-module-function",
+        (('version = "1.0.0"', 'version = "1.0.0"\ntask = { kind = "custom", evaluator = "x" }'),),
+        "models.digits.task.evaluator",
+        ("'x' is not module:function",),
+    ),
+    Bad(
+        "task-output-unknown",
+        (
+            (
+                'version = "1.0.0"',
+                'version = "1.0.0"\ntask = { kind = "classification", output = "p" }',
+            ),
+        ),
+        "models.digits.task.output",
+        ("'p' is not a declared output", "logits"),
+    ),
+    Bad(
+        "unknown-input-dtype",
+        (("shape = [1, 3, 8, 8]", 'shape = [1, 3, 8, 8]\ndtype = "float64"'),),
+        "models.digits.inputs.0.dtype",
+        ("'float32', 'int32', 'int64' or 'uint8'",),
+    ),
+    Bad(
+        "image-input-of-ints",
+        (("shape = [1, 3, 8, 8]", 'shape = [1, 3, 8, 8]\ndtype = "int64"'),),
+        "models.digits.inputs.0.dtype",
+        ('kind = "image" inputs are float32',),
+    ),
+    Bad(
+        "first-axis-not-a-batch",
+        (
+            (
+                "[[models.digits.outputs]]",
+                '[[models.digits.inputs]]\nname = "state"\nshape = [2, 1, 16]\n\n[[models.digits.outputs]]',
+            ),
+        ),
+        "models.digits.inputs.1.shape",
+        (
+            "axis 0 of shape [2, 1, 16] is 2, not a batch of 1",
+            "batch_axis = 1",
+            'batch_axis = "none"',
+        ),
+    ),
+    Bad(
+        "scalar-with-a-batch-axis",
+        (
+            (
+                "[[models.digits.outputs]]",
+                '[[models.digits.inputs]]\nname = "sr"\nshape = []\ndtype = "int64"\n\n[[models.digits.outputs]]',
+            ),
+        ),
+        "models.digits.inputs.1.batch_axis",
+        ("is a scalar", 'batch_axis = "none"'),
+    ),
+    Bad(
+        "batch-axis-outside-shape",
+        (
+            (
+                "[[models.digits.outputs]]",
+                '[[models.digits.inputs]]\nname = "x"\nshape = [1, 4]\nbatch_axis = 2\n\n[[models.digits.outputs]]',
+            ),
+        ),
+        "models.digits.inputs.1.batch_axis",
+        ("outside shape [1, 4]",),
+    ),
+    Bad(
+        "state-pair-names-a-missing-input",
+        (
+            (
+                "[[models.digits.outputs]]",
+                '[[models.digits.state]]\ninput = "h"\noutput = "logits"\n\n[[models.digits.outputs]]',
+            ),
+        ),
+        "models.digits.state.0.input",
+        ("'h' is not a declared input", "image"),
+    ),
+    Bad(
+        "state-pair-names-a-missing-output",
+        (
+            (
+                "[[models.digits.outputs]]",
+                '[[models.digits.state]]\ninput = "image"\noutput = "hn"\n\n[[models.digits.outputs]]',
+            ),
+        ),
+        "models.digits.state.0.output",
+        ("'hn' is not a declared output", "logits"),
+    ),
+    Bad(
+        "classes-on-a-task-without-classes",
+        (('version = "1.0.0"', 'version = "1.0.0"\ntask = "dense_map"'),),
+        "models.digits.classes",
+        ('classes apply to task = "classification" only',),
+    ),
 ]
 
 
@@ -323,7 +471,7 @@ def test_several_problems_are_all_listed(small_toml: str) -> None:
     message = str(caught.value)
     assert message.startswith(f"{FILE}: 2 problems")
     assert "  models.digits.version: 'one' is not a semantic version" in message
-    assert f"  {INT8}.quantization.method: Input should be 'KL', 'ADMM' or 'EMA'" in message
+    assert f"  {INT8}.quantization.method: Input should be 'KL', 'ADMM', 'EMA' or 'auto'" in message
 
 
 def test_missing_file_says_how_to_fix(tmp_path: Path) -> None:
@@ -429,7 +577,23 @@ def test_variant_budgets_override_model_budgets(small_toml: str) -> None:
     text = edit(small_toml, ('tier = "high"', 'tier = "high"\nbudgets = { max_size_mb = 2.0 }'))
     recipe = config.parse(text, file=FILE).recipe("digits", "fp32")
     assert recipe["budgets"]["max_size_mb"] == 2.0
-    assert recipe["budgets"]["max_accuracy_drop"] == 0.02
+    assert recipe["budgets"]["metrics"]["accuracy"]["max_drop"] == 0.02
+
+
+def test_variant_metric_budgets_merge_per_metric_and_field(small_toml: str) -> None:
+    text = edit(
+        small_toml,
+        (
+            'tier = "high"',
+            'tier = "high"\nbudgets = { metrics.accuracy = { min_baseline = 0.5 }, '
+            "metrics.top1_agreement = { min = 0.9 } }",
+        ),
+    )
+    recipe = config.parse(text, file=FILE).recipe("digits", "fp32")
+    metrics = recipe["budgets"]["metrics"]
+    assert metrics["accuracy"]["max_drop"] == 0.02  # kept from the model
+    assert metrics["accuracy"]["min_baseline"] == 0.5  # added by the variant
+    assert metrics["top1_agreement"]["min"] == 0.9
 
 
 # --- tier resolution, for any tiers and any set of variants --------------------
