@@ -31,10 +31,15 @@ from edgereg.build.outputs import (
     OUTPUT_FILES,
     PROVENANCE,
 )
-from edgereg.build.quality import Agreement, check_gates, classify
+from edgereg.build.quality import (
+    OutputAgreement,
+    check_gates,
+    classification_scores,
+    default_budgets,
+)
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
-from edgereg.config import Budgets
+from edgereg.config import Budgets, ClassificationTask, MetricBudget
 from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError, ToolchainError
 from edgereg.toolchain import _mnnfile, _process
 
@@ -94,19 +99,23 @@ def test_every_variant_builds_with_metrics_and_provenance(
     artifact = out / ARTIFACT
 
     metrics = read_json(out / METRICS)
-    assert {"size_mb", "verify", "accuracy", "class_recall", "benchmark", "gates"} <= set(metrics)
-    assert metrics["size_mb"] == pytest.approx(artifact.stat().st_size / 1e6)
-    assert {"max_abs_error", "min_cosine", "mean_cosine", "top1_agreement"} <= set(
-        metrics["verify"]
+    assert {"status", "task", "precision", "size_mb", "agreement", "metrics", "baseline"} <= set(
+        metrics
     )
-    assert metrics["verify"]["top1_agreement"] == 1.0
-    assert metrics["verify"]["mean_cosine"] > 0.99
+    assert metrics["status"] == "passed"
+    assert metrics["failed"] == []
+    assert metrics["task"] == "classification"
+    assert metrics["size_mb"] == pytest.approx(artifact.stat().st_size / 1e6)
+    output = config.models[model].outputs[0].name
+    agree = metrics["agreement"][output]
+    assert {"cosine", "snr_db", "max_abs_error", "min_sample_cosine"} <= set(agree)
+    assert agree["cosine"] > 0.99
+    assert metrics["metrics"]["top1_agreement"] == 1.0
     # The labels are ONNX Runtime's own predictions on the raw uint8 pictures, so a
     # perfect baseline also proves the build preprocessed them as declared.
-    assert metrics["accuracy"]["onnx"] == 1.0
-    assert metrics["accuracy"]["change"] == metrics["accuracy"]["variant"] - 1.0
-    assert metrics["class_recall"]["worst_change"] <= 0.0
-    assert metrics["class_recall"]["worst_class"] in CLASSES[model]
+    assert metrics["baseline"]["accuracy"] == 1.0
+    assert metrics["metrics"]["accuracy"] == 1.0
+    assert metrics["metrics"]["class_recall_drop"] == 0.0
     threads = declared.runtime.threads
     for count in {1, threads}:
         latency = metrics["benchmark"][f"threads_{count}"]
@@ -114,10 +123,16 @@ def test_every_variant_builds_with_metrics_and_provenance(
     assert metrics["benchmark"]["load_ms"] > 0
     assert metrics["benchmark"]["peak_rss_mb"] > 0
     gates = metrics["gates"]
-    assert {"max_size_mb", "max_accuracy_drop", "max_class_recall_drop"} <= set(gates)
+    assert {
+        "max_size_mb",
+        f"min_cosine[{output}]",
+        f"min_snr_db[{output}]",
+        "top1_agreement.min",
+        "accuracy.max_drop",
+        "accuracy.min_baseline",
+        "class_recall_drop.max",
+    } <= set(gates)
     assert all(gates.values())
-    # The float error budget is gated for the plain fp32 conversion only.
-    assert ("max_abs_error" in gates) == (variant == "fp32")
 
     recall = read_json(out / CLASS_RECALL_PLOT)
     assert [row["class"] for row in recall] == list(CLASSES[model])
@@ -287,80 +302,102 @@ def test_select_calibration_without_labels_or_balance_takes_the_first() -> None:
 # --- gates (pure) -------------------------------------------------------------
 
 
-PERFECT = Agreement(max_abs_error=0.0, min_cosine=1.0, mean_cosine=1.0, top1_agreement=1.0)
+PERFECT = {
+    "logits": OutputAgreement(cosine=1.0, snr_db=99.0, max_abs_error=0.0, min_sample_cosine=1.0)
+}
+CLASSIFY = ClassificationTask(kind="classification")
 
 
 def test_per_class_gate_catches_a_class_that_overall_accuracy_hides() -> None:
     names = [f"class{label}" for label in range(10)]
     labels = np.repeat(np.arange(10), 10)
-    reference = np.eye(10, dtype=np.float32)[labels]
+    reference = np.eye(10, dtype=np.float32)[labels][:, None]
     quantized = reference.copy()
     # Three of the ten "class7" samples now come out as class 1: 3 % of everything,
     # 30 % of class 7.
     quantized[np.flatnonzero(labels == 7)[:3]] = np.eye(10, dtype=np.float32)[1]
-    baseline = classify(reference, labels, 10)
-    variant = classify(quantized, labels, 10)
-    assert variant.accuracy == pytest.approx(0.97)
+    scores = classification_scores(CLASSIFY, reference, quantized, labels, names)
+    assert scores.metrics["accuracy"] == pytest.approx(0.97)
 
     report = check_gates(
-        Budgets(max_accuracy_drop=0.05, max_class_recall_drop=0.1),
+        Budgets(
+            metrics={
+                "accuracy": MetricBudget(max_drop=0.05),
+                "class_recall_drop": MetricBudget(max=0.1),
+            }
+        ),
         size_bytes=1000,
         agreement=PERFECT,
-        gate_abs_error=False,
-        baseline=baseline,
-        variant=variant,
+        scores=scores,
         latency_p50_ms=None,
-        class_names=names,
     )
     gates = {result.name: result for result in report.results}
-    assert gates["max_accuracy_drop"].passed
-    assert gates["max_accuracy_drop"].measured == pytest.approx(0.03)
-    assert not gates["max_class_recall_drop"].passed
-    assert gates["max_class_recall_drop"].measured == pytest.approx(0.3)
-    assert gates["max_class_recall_drop"].budget == 0.1
-    assert "class7: -0.300" in gates["max_class_recall_drop"].detail
+    assert gates["accuracy.max_drop"].passed
+    assert gates["accuracy.max_drop"].measured == pytest.approx(0.03)
+    assert not gates["class_recall_drop.max"].passed
+    assert gates["class_recall_drop.max"].measured == pytest.approx(0.3)
+    assert gates["class_recall_drop.max"].budget == 0.1
+    assert "class7: -0.300" in gates["class_recall_drop.max"].detail
     # Classes that lost nothing are not listed as "worst".
-    assert "class0" not in gates["max_class_recall_drop"].detail
+    assert "class0" not in gates["class_recall_drop.max"].detail
     assert not report.passed
-    assert [failure.name for failure in report.failures] == ["max_class_recall_drop"]
+    assert [failure.name for failure in report.failures] == ["class_recall_drop.max"]
+    assert report.failures[0].describe().startswith("class_recall_drop.max 0.3 > 0.1")
 
 
 def test_gates_pass_at_the_budget_and_skip_unset_budgets() -> None:
     labels = np.repeat(np.arange(4), 5)
-    reference = np.eye(4, dtype=np.float32)[labels]
+    reference = np.eye(4, dtype=np.float32)[labels][:, None]
     quantized = reference.copy()
     quantized[0] = np.eye(4, dtype=np.float32)[3]  # class 0 loses one of five
+    scores = classification_scores(CLASSIFY, reference, quantized, labels, None)
     common: dict[str, Any] = {
         "size_bytes": 500_000,
-        "agreement": Agreement(0.002, 0.99, 0.999, 0.95),
-        "baseline": classify(reference, labels, 4),
-        "variant": classify(quantized, labels, 4),
+        "agreement": {"logits": OutputAgreement(0.99, 20.0, 0.002, 0.9)},
+        "scores": scores,
         "latency_p50_ms": 3.0,
     }
-    assert check_gates(Budgets(), gate_abs_error=True, **common).results == []
+    assert check_gates(Budgets(), **common).results == []
     exact = Budgets(
         max_size_mb=0.5,
+        min_cosine=0.99,
+        min_snr_db=20.0,
         max_abs_error=0.002,
-        max_accuracy_drop=0.05,
-        max_class_recall_drop=0.2,
         max_latency_p50_ms=3.0,
+        metrics={
+            "accuracy": MetricBudget(max_drop=0.05),
+            "class_recall_drop": MetricBudget(max=0.2),
+            "top1_agreement": MetricBudget(min=0.95),
+        },
     )
-    report = check_gates(exact, gate_abs_error=True, **common)
-    assert report.passed
+    report = check_gates(exact, **common)
+    assert report.passed, [f.describe() for f in report.failures]
     assert {result.name for result in report.results} == {
         "max_size_mb",
-        "max_abs_error",
-        "max_accuracy_drop",
-        "max_class_recall_drop",
+        "min_cosine[logits]",
+        "min_snr_db[logits]",
+        "max_abs_error[logits]",
+        "accuracy.max_drop",
+        "class_recall_drop.max",
+        "top1_agreement.min",
         "max_latency_p50_ms",
     }
-    # The float error budget does not apply to quantized variants.
-    loose = check_gates(exact, gate_abs_error=False, **common)
-    assert "max_abs_error" not in {result.name for result in loose.results}
-    tight = check_gates(
-        exact.model_copy(update={"max_abs_error": 0.001}), gate_abs_error=True, **common
-    )
-    assert [failure.name for failure in tight.failures] == ["max_abs_error"]
+    tight = check_gates(exact.model_copy(update={"max_abs_error": 0.001}), **common)
+    assert [failure.name for failure in tight.failures] == ["max_abs_error[logits]"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "weight", "int8"])
+def test_default_agreement_budgets_loosen_with_precision(precision: str) -> None:
+    order = ["fp32", "fp16", "weight", "int8"]
+    budgets = default_budgets("classification", precision)  # type: ignore[arg-type]
+    assert budgets.min_cosine is not None
+    assert budgets.min_snr_db is not None
+    for looser in order[order.index(precision) + 1 :]:
+        other = default_budgets("classification", looser)  # type: ignore[arg-type]
+        assert other.min_cosine is not None
+        assert other.min_snr_db is not None
+        assert other.min_cosine <= budgets.min_cosine
+        assert other.min_snr_db <= budgets.min_snr_db
 
 
 # --- bad input: a clear error, and nothing left that looks current ------------
@@ -391,7 +428,7 @@ def assert_fails(
     assert error.stage == stage
     for fragment in fragments:
         assert fragment in error.diagnostics(), f"{fragment!r} not in:\n{error.diagnostics()}"
-    assert_no_outputs(project, model, variant)
+    assert_no_outputs(project, model, variant, measured=error_type is GateError)
 
     for name, data in stale.items():
         (out / name).write_bytes(data)
@@ -403,14 +440,21 @@ def assert_fails(
     assert f"build stage '{stage}' failed" in message
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in:\n{message}"
-    assert_no_outputs(project, model, variant)
+    assert_no_outputs(project, model, variant, measured=error_type is GateError)
     return error
 
 
-def assert_no_outputs(project: Project, model: str, variant: str) -> None:
+def assert_no_outputs(
+    project: Project, model: str, variant: str, *, measured: bool = False
+) -> None:
+    """No artifact; a gate failure leaves exactly its measured numbers (metrics.json)."""
     out = project.out_dir(model, variant)
     left = sorted(path.name for path in out.iterdir()) if out.exists() else []
-    assert left == [], f"{out} still holds {left}"
+    assert left == ([METRICS] if measured else []), f"{out} still holds {left}"
+    if measured:
+        metrics = read_json(out / METRICS)
+        assert metrics["status"] == "failed"
+        assert metrics["failed"]
     # Nor a work directory next to it.
     assert [path.name for path in out.parent.iterdir() if path.name.startswith(".")] == []
 
@@ -493,7 +537,7 @@ def test_calibration_data_missing(project: Project) -> None:
         pytest.param(
             TENSOR_MODEL,
             {"a": np.zeros((4, 7), np.float32), "b": np.zeros((4, 4), np.float32)},
-            ("array 'a' has samples of shape (7,)", "declared as (1, 8)"),
+            ("array 'a' has rows of shape (7,)", "declared as (1, 8)"),
             id="tensor",
         ),
     ],
@@ -591,16 +635,16 @@ def test_a_size_gate_failure_names_budget_and_measurement(project: Project) -> N
         "fp32",
         GateError,
         "gate",
-        f"{IMAGE_MODEL}/fp32 exceeds its budgets",
-        f"max_size_mb: measured {size_mb:.6g}, budget 0.001",
+        f"{IMAGE_MODEL}/fp32 failed its gates",
+        f"max_size_mb {size_mb:.4g} > 0.001",
     )
     assert error.exit_code == 4
-    assert "max_accuracy_drop" not in error.message  # only the failed gate is listed
+    assert "accuracy" not in error.message  # only the failed gate is listed
     assert error.hint is not None
     assert "weight-only quantization" in error.hint
 
 
-def test_an_int8_recall_drop_names_worst_classes_and_layers(project: Project) -> None:
+def test_an_int8_recall_drop_names_worst_classes_and_a_measured_hint(project: Project) -> None:
     # One all-black picture is a poor calibration set: the activation ranges it
     # gives clip the real pictures, and int8 loses predictions.
     relative = f"data/{IMAGE_MODEL}-calibration.npz"
@@ -611,7 +655,8 @@ def test_an_int8_recall_drop_names_worst_classes_and_layers(project: Project) ->
     project.edit_table(
         f"models.{IMAGE_MODEL}.variants.int8",
         'tier = "mid"',
-        'tier = "mid"\nbudgets = { max_accuracy_drop = 0.0, max_class_recall_drop = 0.0 }',
+        'tier = "mid"\nbudgets = { metrics.accuracy = { max_drop = 0.0 }, '
+        "metrics.class_recall_drop = { max = 0.0 } }",
     )
     error = assert_fails(
         project,
@@ -619,43 +664,59 @@ def test_an_int8_recall_drop_names_worst_classes_and_layers(project: Project) ->
         "int8",
         GateError,
         "gate",
-        "max_class_recall_drop: measured",
-        "budget 0 (worst classes ",
-        "Int8 quantization lost accuracy",
+        "class_recall_drop.max",
+        "> 0 (worst classes ",
     )
     detail = re.search(r"worst classes (.*)\)", error.message)
     assert detail is not None
     worst = [item.split(":")[0] for item in detail.group(1).split(", ")]
     assert worst
     assert set(worst) <= set(buildkit.IMAGE_CLASSES)
+    # The other methods were run to measure the hint before it is given.
     assert error.hint is not None
-    # MNN measures layer error on the calibration samples. On one black picture
-    # every layer looks fine, so the hint must blame the calibration set and
-    # not send the user to keep healthy layers in float.
-    assert "skip_ops" not in error.hint
-    assert "calibration set probably does not look like the evaluation data" in error.hint
-    assert 'method = "EMA"' in error.hint
+    assert "Measured:" in error.hint or "(measured)" in error.hint
+    metrics = read_json(project.out_dir(IMAGE_MODEL, "int8") / METRICS)
+    assert metrics["quantization"]["quantizer_runs"] == 3
+    assert metrics["metrics"]["class_recall_drop"] > 0
 
 
-def test_an_int8_gate_hint_names_layers_that_lost_precision() -> None:
-    from edgereg.build.quality import GateReport, GateResult
-    from edgereg.build.variant import _gate_hint
-    from edgereg.config import Int8Quantization
-    from edgereg.toolchain import ToolRun
-    from edgereg.toolchain.mnn import LayerError
-
-    layers = (
-        LayerError(tensor="conv2 output_tensor_0", op="conv2", cosine=0.91, overflow_ratio=0.1),
-        LayerError(tensor="fc output_tensor_0", op="fc", cosine=0.98, overflow_ratio=0.0),
-        LayerError(tensor="conv1 output_tensor_0", op="conv1", cosine=0.9999, overflow_ratio=0.0),
+def test_auto_quantization_keeps_the_best_passing_method_and_records_it(
+    project: Project,
+) -> None:
+    project.edit_table(
+        f"models.{IMAGE_MODEL}.variants.int8",
+        'quantization = { mode = "int8", method = "KL" }',
+        'quantization = { mode = "int8", method = "auto" }',
     )
-    run = ToolRun(argv=("mnnquant",), duration=0.1, output="", model=None, layer_errors=layers)
-    gates = GateReport([GateResult("max_class_recall_drop", 0.0, 0.2, False)])
-    hint = _gate_hint(Int8Quantization(mode="int8"), gates, run)
-    assert "  conv2: 0.9100" in hint
-    assert "  fc: 0.9800" in hint
-    assert "conv1" not in hint
-    assert 'skip_ops = ["conv2", "fc"]' in hint
+    first = project.build(IMAGE_MODEL, "int8")
+    record = first.provenance["quantization"]
+    assert record["method_requested"] == "auto"
+    assert record["method"] in ("KL", "EMA", "ADMM")
+    assert [a["method"] for a in record["attempts"]][:1] == ["KL"]
+    assert record["quantizer_runs"] == len(record["attempts"]) >= 3
+    assert first.metrics["quantization"]["method"] == record["method"]
+    digest = buildkit.sha256_file(first.out_dir / ARTIFACT)
+    # Same inputs, same search, same recipe, same bytes.
+    again = project.build(IMAGE_MODEL, "int8")
+    assert again.provenance["quantization"] == record
+    assert buildkit.sha256_file(again.out_dir / ARTIFACT) == digest
+
+
+def test_auto_quantization_that_finds_nothing_says_what_it_tried(project: Project) -> None:
+    project.edit_table(
+        f"models.{IMAGE_MODEL}.variants.int8",
+        'quantization = { mode = "int8", method = "KL" }',
+        'quantization = { mode = "int8", method = "auto", max_skip_ops = 2 }\n'
+        "budgets = { min_snr_db = 500.0 }",
+    )
+    error = assert_fails(
+        project, IMAGE_MODEL, "int8", GateError, "gate", "min_snr_db[logits]", "< 500"
+    )
+    assert error.hint is not None
+    assert "No int8 recipe passed after" in error.hint
+    metrics = read_json(project.out_dir(IMAGE_MODEL, "int8") / METRICS)
+    runs = metrics["quantization"]["quantizer_runs"]
+    assert 3 <= runs <= 5  # three methods, then at most max_skip_ops layers in float
 
 
 def test_unknown_model_or_variant_is_a_config_error(project: Project) -> None:
@@ -709,9 +770,10 @@ def test_summary_json_gives_numbers_and_marks_stale_and_missing(project: Project
         assert row["status"] == "built"
         metrics = read_json(project.out_dir(row["model"], row["variant"]) / METRICS)
         assert row["size_mb"] == metrics["size_mb"]
-        assert row["accuracy"] == metrics["accuracy"]["variant"] == 1.0
-        assert row["accuracy_change"] == 0.0
-        assert row["worst_recall_change"] == 0.0
+        assert row["metric"] == "accuracy"
+        assert row["value"] == metrics["metrics"]["accuracy"] == 1.0
+        assert row["change"] == 0.0
+        assert row["min_cosine"] == metrics["agreement"][next(iter(metrics["agreement"]))]["cosine"]
         p50 = metrics["benchmark"][f"threads_{row['threads']}"]["p50_ms"]
         assert row["p50_ms"] == p50
         assert isinstance(row["p50_ms"], float)
@@ -763,8 +825,8 @@ def test_a_low_tier_variant_can_run_its_own_lower_resolution_model(project: Proj
     assert provenance["evaluation"]["path"] == "data/vision-4px-evaluation.npz"
     assert provenance["recipe"]["inputs"][0]["shape"] == [1, 3, 4, 4]
     # Verified and evaluated against its own ONNX, not the high tier's.
-    assert result.metrics["verify"]["top1_agreement"] > 0.9
-    assert "accuracy" in result.metrics
+    assert result.metrics["metrics"]["top1_agreement"] > 0.9
+    assert "accuracy" in result.metrics["metrics"]
     info = toolchain.model_info(project.out_dir(IMAGE_MODEL, "w8") / ARTIFACT)
     assert list(info.input_names) == ["image"]
     # DVC reruns the variant when its own files change.

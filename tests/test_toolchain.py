@@ -222,7 +222,7 @@ def test_fp32_mnn_matches_onnx_runtime(
         mnn_path = tmp_path / f"{onnx_name}.mnn"
         convert(models / f"{onnx_name}.onnx", mnn_path)
     data = pairs if onnx_name == "two" else {"image": images}
-    expected = run_onnx(models / f"{onnx_name}.onnx", data, batch_size=batch_size)
+    expected = run_onnx(models / f"{onnx_name}.onnx", data, batch_size=batch_size).outputs
     got = run_inference(mnn_path, data, batch_size=batch_size)
     assert got.keys() == expected.keys()
     for name, value in expected.items():
@@ -336,7 +336,7 @@ def test_int8_quantization_of_a_two_input_model_is_deterministic(
     quantize(models / "two.mnn", tmp_path / "b.mnn", inputs=inputs, samples=samples, debug=False)
     assert first.layer_errors == ()
     assert (tmp_path / "a.mnn").read_bytes() == (tmp_path / "b.mnn").read_bytes()
-    reference = run_onnx(models / "two.onnx", pairs, batch_size=6)["y"]
+    reference = run_onnx(models / "two.onnx", pairs, batch_size=6).outputs["y"]
     quantized = run_inference(tmp_path / "a.mnn", pairs, batch_size=6)["y"]
     _assert_close_to_fp32(quantized, reference)
 

@@ -71,6 +71,7 @@ def load_dataset(
     stage: str,
     need_labels: bool,
     state_inputs: Collection[str] = (),
+    task: str = "classification",
 ) -> Dataset:
     """Read an .npz dataset and turn it into model-ready rows.
 
@@ -114,8 +115,8 @@ def load_dataset(
         counts[LABELS] = len(labels)
     elif need_labels:
         raise BuildError(
-            f"dataset {path} has no '{LABELS}' array; this model's task scores the variant "
-            "on labels (one row per sample)",
+            f"dataset {path} has no '{LABELS}' array; a {task} model's evaluation set needs "
+            "labels (one row per sample)",
             stage=stage,
         )
     sequences = arrays.get(SEQUENCES)

@@ -45,6 +45,7 @@ from edgereg.build.quality import (
     TaskDataError,
     TaskScores,
     agreement,
+    chance_level,
     check_gates,
     classification_scores,
     ctc_scores,
@@ -54,6 +55,7 @@ from edgereg.build.quality import (
     embedding_scores,
     frame_decision_scores,
     read_charset,
+    task_rows,
 )
 from edgereg.config import (
     Budgets,
@@ -280,7 +282,7 @@ def build_variant(
         evaluation_path,
         inputs,
         stage="evaluate",
-        need_labels=model.task.kind == "classification" and model.classes is not None,
+        need_labels=model.task.kind == "classification",
         state_inputs=[pair[0] for pair in state],
     )
     evaluator = TaskEvaluator(config, model, charset, evaluation)
@@ -288,8 +290,9 @@ def build_variant(
     declared = model.budgets.merged(variant.budgets)
 
     def budgets() -> Budgets:
-        # A custom evaluator declares its gates when it first runs.
-        return effective_budgets(model.task.kind, precision, declared, evaluator.custom_gates)
+        # A custom evaluator declares its gates, and a classifier's chance level is
+        # known, once the evaluator has run.
+        return effective_budgets(model.task.kind, precision, declared, evaluator.derived_gates)
 
     with stage("reference"):
         reference = reference_outputs(
@@ -539,7 +542,7 @@ class TaskEvaluator:
         self._charset = charset
         self._evaluation = evaluation
         self._output = model.task_output
-        self._custom_gates: dict[str, MetricBudget] = {}
+        self._derived_gates: dict[str, MetricBudget] = {}
 
     def check_reference(self, reference: dict[str, np.ndarray]) -> None:
         """Fail early when the labels or task settings cannot fit the outputs."""
@@ -555,7 +558,15 @@ class TaskEvaluator:
         var = produced[self._output]
         try:
             if isinstance(task, ClassificationTask):
-                return classification_scores(task, ref, var, labels, self._model.classes)
+                scores = classification_scores(task, ref, var, labels, self._model.classes)
+                if "accuracy" in scores.baseline:
+                    # A baseline at chance means the inputs are not what the model was
+                    # trained on (mean/std, color order, layout), whatever the variant does.
+                    classes = int(task_rows(ref).reshape(len(ref), -1).shape[1])
+                    self._derived_gates = {
+                        "accuracy": MetricBudget(min_baseline=round(chance_level(classes), 4))
+                    }
+                return scores
             if isinstance(task, DenseMapTask):
                 return dense_map_scores(task, ref, var, labels)
             if isinstance(task, CtcTask):
@@ -577,9 +588,13 @@ class TaskEvaluator:
         return None
 
     @property
-    def custom_gates(self) -> dict[str, MetricBudget]:
-        """Gates a custom evaluator declared for its metrics."""
-        return self._custom_gates
+    def derived_gates(self) -> dict[str, MetricBudget]:
+        """Gates the evaluation itself sets; models.toml overrides them.
+
+        A custom evaluator's own, and a classifier's chance level
+        (``accuracy.min_baseline``).
+        """
+        return self._derived_gates
 
     def _custom(
         self, task: CustomTask, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
@@ -600,7 +615,7 @@ class TaskEvaluator:
                 "labels=) with dicts of numpy arrays (N samples first).",
             ) from exc
         scores, gates = custom_scores(result, task.evaluator)
-        self._custom_gates = gates
+        self._derived_gates = gates
         return scores
 
 

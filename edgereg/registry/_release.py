@@ -58,8 +58,8 @@ def prepare_release(
             problems.append(f"{where}: not built (no {artifact}); it may have failed a gate")
             continue
         if outputs.status == FAILED:
-            failed = "; ".join(outputs.metrics.get("failed") or []) or "see metrics.json"
-            problems.append(f"{where}: failed its gates ({failed})")
+            reasons = "; ".join(outputs.metrics.get("failed") or []) or "see metrics.json"
+            problems.append(f"{where}: failed its gates ({reasons})")
             continue
         if outputs.status == UNREADABLE:
             problems.append(f"{where}: build outputs unreadable ({outputs.problem})")

@@ -39,6 +39,12 @@ class InputFeed:
             return np.ascontiguousarray(array.reshape(self.shape))
         return np.ascontiguousarray(np.moveaxis(array, 0, self.batch_axis))
 
+    @classmethod
+    def batched(cls, name: str, rows: np.ndarray) -> InputFeed:
+        """A batch-first input of the rows' own dtype: ``(N, ...)`` rows, ``(1, ...)`` tensors."""
+        array = np.asarray(rows)
+        return cls(name, str(array.dtype), (1, *array.shape[1:]), 0)
+
     def to_json(self) -> dict[str, Any]:
         """The plain form the worker request carries."""
         return {
@@ -76,6 +82,11 @@ class StreamResult:
     outputs: dict[str, np.ndarray]
     states: dict[str, np.ndarray]
     batch_size: int
+
+
+def default_feeds(rows: Mapping[str, np.ndarray]) -> list[InputFeed]:
+    """Batch-first feeds for plain ``(N, ...)`` arrays, in the mapping's order."""
+    return [InputFeed.batched(name, array) for name, array in rows.items()]
 
 
 def sequence_bounds(sequences: np.ndarray) -> list[tuple[int, int]]:

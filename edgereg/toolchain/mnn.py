@@ -30,7 +30,7 @@ from edgereg.toolchain._process import (
     scratch_dir,
     tail,
 )
-from edgereg.toolchain._streaming import InputFeed
+from edgereg.toolchain._streaming import InputFeed, default_feeds
 from edgereg.toolchain.versions import installed_version
 
 #: Written into every model's ``bizCode`` field.
@@ -752,8 +752,8 @@ def run_inference(
     mnn_path: Path | str,
     rows: Mapping[str, np.ndarray],
     *,
-    feeds: Sequence[InputFeed],
-    output_names: Sequence[str],
+    feeds: Sequence[InputFeed] | None = None,
+    output_names: Sequence[str] | None = None,
     state: Sequence[tuple[str, str]] = (),
     sequences: np.ndarray | None = None,
     batch_size: int = 1,
@@ -770,8 +770,10 @@ def run_inference(
     Args:
         mnn_path: The model.
         rows: Input name to ``(N, *row shape)`` (state inputs are not given).
-        feeds: Every model input in the model's order, with dtype and batch axis.
-        output_names: Outputs to return (state outputs included).
+        feeds: Every model input in the model's order, with dtype and batch
+            axis; by default each array of ``rows`` is a batch-first input.
+        output_names: Outputs to return (state outputs included); every
+            model output by default.
         state: ``(input, output)`` state pairs.
         sequences: ``(N,)`` sequence ids of a stateful model's rows.
         batch_size: Samples per forward pass.
@@ -789,6 +791,7 @@ def run_inference(
     path = Path(mnn_path).resolve()
     if not path.is_file():
         raise BuildError(f"{path} does not exist", stage=stage, tool="MNN")
+    feeds = list(feeds) if feeds is not None else default_feeds(rows)
     state_inputs = {pair[0] for pair in state}
     arrays = _dataset(rows, [f.name for f in feeds if f.name not in state_inputs], stage)
     if sequences is not None:
@@ -802,7 +805,7 @@ def run_inference(
                 "inputs": str(scratch / "inputs.npz"),
                 "output": str(scratch / "outputs.npz"),
                 "feeds": [feed.to_json() for feed in feeds],
-                "output_names": list(output_names),
+                "output_names": list(output_names or []),
                 "state": [list(pair) for pair in state],
                 "batch_size": int(batch_size),
                 "threads": int(threads),

@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from edgereg.errors import BuildError
-from edgereg.toolchain._streaming import InputFeed, StreamResult, run_rows
+from edgereg.toolchain._streaming import InputFeed, StreamResult, default_feeds, run_rows
 
 #: Stage named in errors raised here.
 STAGE = "reference"
@@ -33,8 +33,8 @@ def run_onnx(
     onnx_path: Path | str,
     rows: Mapping[str, np.ndarray],
     *,
-    feeds: Sequence[InputFeed],
-    output_names: Sequence[str],
+    feeds: Sequence[InputFeed] | None = None,
+    output_names: Sequence[str] | None = None,
     state: Sequence[tuple[str, str]] = (),
     sequences: np.ndarray | None = None,
     batch_size: int = 1,
@@ -48,8 +48,10 @@ def run_onnx(
     Args:
         onnx_path: The model.
         rows: Input name to ``(N, *row shape)`` (state inputs are not given).
-        feeds: Every graph input, with dtype and batch axis.
-        output_names: Outputs to return (state outputs included).
+        feeds: Every graph input, with dtype and batch axis; by default each
+            array of ``rows`` is a batch-first input.
+        output_names: Outputs to return (state outputs included); every graph
+            output by default.
         state: ``(input, output)`` state pairs.
         sequences: ``(N,)`` sequence ids of a stateful model's rows.
         batch_size: Samples per run when every input has a dynamic batch axis.
@@ -67,6 +69,7 @@ def run_onnx(
         raise BuildError(
             f"ONNX Runtime cannot load {path}: {exc}", stage=STAGE, tool="onnxruntime"
         ) from exc
+    feeds = list(feeds) if feeds is not None else default_feeds(rows)
     graph_inputs = {spec.name: spec for spec in session.get_inputs()}
     dynamic = all(
         not isinstance(graph_inputs[f.name].shape[f.batch_axis], int)
@@ -75,7 +78,9 @@ def run_onnx(
         and f.name in graph_inputs
         and len(graph_inputs[f.name].shape) > f.batch_axis
     )
-    names = list(output_names)
+    names = (
+        list(output_names) if output_names is not None else [o.name for o in session.get_outputs()]
+    )
     calls = 0
 
     def forward(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
