@@ -210,8 +210,6 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
     table.add_column("status")
     for row in rows:
         status = row["status"]
-        if row.get("failed"):
-            status = "failed: " + "; ".join(row["failed"])
         table.add_row(
             row["model"],
             row["variant"],
@@ -230,6 +228,9 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
         "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
         "on the labels, in percentage points; cosine, SNR: worst output against the reference."
     )
+    for row in rows:
+        if row.get("failed"):
+            click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "

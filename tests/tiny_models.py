@@ -233,3 +233,171 @@ def corrupt_file(path: Path | str) -> Path:
     out = Path(path)
     out.write_bytes(b"\x08\x07this is not an onnx model\xff\xfe" * 4)
     return out
+
+
+#: The streaming model's input, state and outputs (shaped like Silero VAD's).
+STREAM_CHUNK = 8
+STREAM_STATE_SHAPE = (2, 1, 4)
+
+
+def streaming_model(path: Path | str, *, seed: int = 3) -> Path:
+    """Write a recurrent model with state in and out, and an int64 scalar input.
+
+    ``state_out = tanh(state @ U + (chunk * sr / 16000) @ W)``; ``prob =
+    sigmoid(mean over the layers of state_out @ V)``. The state's first axis is
+    the layer, not a batch (batch axis 1), like Silero VAD's ``[2, 1, 128]``.
+
+    Returns:
+        ``path``; inputs ``chunk`` float32 ``(1, 8)``, ``sr`` int64 ``()``,
+        ``state`` float32 ``(2, 1, 4)``; outputs ``prob`` float32 ``(1, 1)`` and
+        ``state_out`` float32 ``(2, 1, 4)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.6, (STREAM_CHUNK, 4)).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.normal(0, 0.6, (4, 4))).astype(np.float32), "U"),
+        numpy_helper.from_array(rng.normal(0, 1.5, (4, 1)).astype(np.float32), "V"),
+        numpy_helper.from_array(np.array(16000.0, np.float32), "rate"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["srf", "rate"], ["scale"]),
+        helper.make_node("Mul", ["chunk", "scale"], ["scaled"]),
+        helper.make_node("MatMul", ["scaled", "W"], ["drive"], name="drive"),
+        helper.make_node("MatMul", ["state", "U"], ["carry"], name="carry"),
+        helper.make_node("Add", ["carry", "drive"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["state_out"]),
+        helper.make_node("ReduceMean", ["state_out"], ["pooled"], axes=[0], keepdims=0),
+        helper.make_node("MatMul", ["pooled", "V"], ["score"], name="head"),
+        helper.make_node("Sigmoid", ["score"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "streaming_model",
+        [
+            helper.make_tensor_value_info("chunk", TensorProto.FLOAT, [1, STREAM_CHUNK]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, list(STREAM_STATE_SHAPE)),
+        ],
+        [
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1]),
+            helper.make_tensor_value_info("state_out", TensorProto.FLOAT, list(STREAM_STATE_SHAPE)),
+        ],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+TOKEN_LENGTH = 6
+TOKEN_VOCAB = 40
+EMBEDDING_WIDTH = 8
+
+
+def token_embedding_model(path: Path | str, *, seed: int = 4) -> Path:
+    """Write a sentence-embedding model over int64 token ids and an attention mask.
+
+    Token embedding (Gather), masked mean pool, a projection, L2 normalisation.
+
+    Returns:
+        ``path``; inputs ``input_ids`` and ``attention_mask`` int64 ``(N, 6)``;
+        output ``embedding`` float32 ``(N, 8)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 1, (TOKEN_VOCAB, 16)).astype(np.float32), "table"),
+        numpy_helper.from_array(
+            rng.normal(0, 0.5, (16, EMBEDDING_WIDTH)).astype(np.float32), "proj"
+        ),
+        numpy_helper.from_array(np.array([2], np.int64), "last"),
+        numpy_helper.from_array(np.array([1], np.int64), "time"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["tokens"], axis=0),
+        helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["maskf", "last"], ["mask3"]),
+        helper.make_node("Mul", ["tokens", "mask3"], ["kept"]),
+        helper.make_node("ReduceSum", ["kept", "time"], ["summed"], keepdims=0),
+        helper.make_node("ReduceSum", ["mask3", "time"], ["count"], keepdims=0),
+        helper.make_node("Div", ["summed", "count"], ["pooled"]),
+        helper.make_node("MatMul", ["pooled", "proj"], ["projected"], name="proj"),
+        helper.make_node("LpNormalization", ["projected"], ["embedding"], axis=1, p=2),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "token_embedding_model",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["N", TOKEN_LENGTH]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["N", TOKEN_LENGTH]),
+        ],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["N", EMBEDDING_WIDTH])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+MAP_SIZE = 8
+
+
+def dense_map_model(path: Path | str, *, seed: int = 5) -> Path:
+    """Write a probability-map model: two 3x3 convolutions, then a sigmoid.
+
+    Returns:
+        ``path``; input ``image`` float32 ``(N, 1, 8, 8)``, output ``prob`` float32
+        ``(N, 1, 8, 8)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (8, 1, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (1, 8, 3, 3)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.zeros(1, np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1] * 4),
+        helper.make_node("Sigmoid", ["c2"], ["prob"]),
+    ]
+    size = [MAP_SIZE, MAP_SIZE]
+    graph = helper.make_graph(
+        nodes,
+        "dense_map_model",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, *size])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, *size])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+CTC_STEPS = 10
+CTC_FEATURES = 6
+CTC_CHARSET = ("a", "b", "c")
+
+
+def ctc_model(path: Path | str, *, seed: int = 6) -> Path:
+    """Write a per-timestep classifier for CTC: a projection of each step's features.
+
+    Returns:
+        ``path``; input ``features`` float32 ``(N, 10, 6)``, output ``logits`` float32
+        ``(N, 10, 4)`` (class 0 is the CTC blank, then the three characters).
+    """
+    rng = np.random.default_rng(seed)
+    classes = len(CTC_CHARSET) + 1
+    inits = [
+        numpy_helper.from_array(
+            rng.normal(0, 1.0, (CTC_FEATURES, classes)).astype(np.float32), "w"
+        ),
+    ]
+    nodes = [helper.make_node("MatMul", ["features", "w"], ["logits"], name="proj")]
+    graph = helper.make_graph(
+        nodes,
+        "ctc_model",
+        [
+            helper.make_tensor_value_info(
+                "features", TensorProto.FLOAT, ["N", CTC_STEPS, CTC_FEATURES]
+            )
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", CTC_STEPS, classes])],
+        inits,
+    )
+    return _save(_model(graph), path)

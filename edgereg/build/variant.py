@@ -324,7 +324,7 @@ def build_variant(
         with stage("evaluate"):
             scores = evaluator.scores(reference.outputs, produced)
         size_bytes = artifact.stat().st_size
-        gates = _gates(budgets(), size_bytes, agree, scores, None)
+        gates = _gates(budgets(), size_bytes, agree, scores, None, declared)
         return Scored(agree, scores, gates, size_bytes)
 
     with tempfile.TemporaryDirectory(prefix=f".{variant_name}.", dir=out_dir.parent) as work:
@@ -415,6 +415,7 @@ def build_variant(
                 scored.agreement,
                 scored.scores,
                 timing.latency_ms[variant.runtime.threads].p50,
+                declared,
             )
         metrics = _metrics(model.task.kind, precision, scored, timing, gates, quant_record)
         # Lets summary and report tell a failure of this recipe from an old one.
@@ -506,7 +507,17 @@ def _gates(
     agree: dict[str, OutputAgreement],
     scores: TaskScores | None,
     latency: float | None,
+    declared: Budgets | None = None,
 ) -> GateReport:
+    if scores is not None:
+        # A default on a label metric lapses without labels; one models.toml sets does not.
+        asked = set(declared.metrics) if declared is not None else set()
+        kept = {
+            name: limits
+            for name, limits in budgets.metrics.items()
+            if name in scores.metrics or name in asked
+        }
+        budgets = budgets.model_copy(update={"metrics": kept})
     try:
         return check_gates(
             budgets, size_bytes=size_bytes, agreement=agree, scores=scores, latency_p50_ms=latency
@@ -867,7 +878,7 @@ class QuantSearch:
                 if method != requested:
                     self.hints.append(self._attempt(method, skip))
         if best is None:
-            errors = "; ".join(f"{a.method}: {a.error}" for a in self.attempts + self.hints)
+            errors = "; ".join(f"{a.method}: {a.error}" for a in self.attempts + self.hints if a.error)
             working = [a for a in self.hints if a.scored is not None]
             hint = (
                 f'method = "{working[0].method}" quantizes (measured: '
