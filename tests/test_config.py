@@ -50,6 +50,14 @@ class Bad:
 
 
 INT8 = "models.digits.variants.int8"
+OUTPUTS = "[[models.digits.outputs]]"
+
+
+def before_outputs(table: str) -> tuple[str, str]:
+    """An edit that adds a TOML table just before the first output table."""
+    return (OUTPUTS, f"{table}\n\n{OUTPUTS}")
+
+
 KL = 'quantization = { mode = "int8", method = "KL" }'
 W8 = 'quantization = { mode = "weight", bits = 8 }'
 CALIBRATION_LINE = next(
@@ -361,12 +369,7 @@ BAD_CASES = [
     ),
     Bad(
         "first-axis-not-a-batch",
-        (
-            (
-                "[[models.digits.outputs]]",
-                '[[models.digits.inputs]]\nname = "state"\nshape = [2, 1, 16]\n\n[[models.digits.outputs]]',
-            ),
-        ),
+        (before_outputs('[[models.digits.inputs]]\nname = "state"\nshape = [2, 1, 16]'),),
         "models.digits.inputs.1.shape",
         (
             "axis 0 of shape [2, 1, 16] is 2, not a batch of 1",
@@ -376,45 +379,25 @@ BAD_CASES = [
     ),
     Bad(
         "scalar-with-a-batch-axis",
-        (
-            (
-                "[[models.digits.outputs]]",
-                '[[models.digits.inputs]]\nname = "sr"\nshape = []\ndtype = "int64"\n\n[[models.digits.outputs]]',
-            ),
-        ),
+        (before_outputs('[[models.digits.inputs]]\nname = "sr"\nshape = []\ndtype = "int64"'),),
         "models.digits.inputs.1.batch_axis",
         ("is a scalar", 'batch_axis = "none"'),
     ),
     Bad(
         "batch-axis-outside-shape",
-        (
-            (
-                "[[models.digits.outputs]]",
-                '[[models.digits.inputs]]\nname = "x"\nshape = [1, 4]\nbatch_axis = 2\n\n[[models.digits.outputs]]',
-            ),
-        ),
+        (before_outputs('[[models.digits.inputs]]\nname = "x"\nshape = [1, 4]\nbatch_axis = 2'),),
         "models.digits.inputs.1.batch_axis",
         ("outside shape [1, 4]",),
     ),
     Bad(
         "state-pair-names-a-missing-input",
-        (
-            (
-                "[[models.digits.outputs]]",
-                '[[models.digits.state]]\ninput = "h"\noutput = "logits"\n\n[[models.digits.outputs]]',
-            ),
-        ),
+        (before_outputs('[[models.digits.state]]\ninput = "h"\noutput = "logits"'),),
         "models.digits.state.0.input",
         ("'h' is not a declared input", "image"),
     ),
     Bad(
         "state-pair-names-a-missing-output",
-        (
-            (
-                "[[models.digits.outputs]]",
-                '[[models.digits.state]]\ninput = "image"\noutput = "hn"\n\n[[models.digits.outputs]]',
-            ),
-        ),
+        (before_outputs('[[models.digits.state]]\ninput = "image"\noutput = "hn"'),),
         "models.digits.state.0.output",
         ("'hn' is not a declared output", "logits"),
     ),

@@ -878,7 +878,8 @@ class QuantSearch:
                 if method != requested:
                     self.hints.append(self._attempt(method, skip))
         if best is None:
-            errors = "; ".join(f"{a.method}: {a.error}" for a in self.attempts + self.hints if a.error)
+            tried = self.attempts + self.hints
+            errors = "; ".join(f"{a.method}: {a.error}" for a in tried if a.error)
             working = [a for a in self.hints if a.scored is not None]
             hint = (
                 f'method = "{working[0].method}" quantizes (measured: '
