@@ -13,8 +13,10 @@ from typing import Any, cast
 import click
 
 from edgereg._cli_common import config_option, handle_errors, stderr
+from edgereg.config import TASK_KINDS
 
 __all__ = ["add_command", "init_command"]
+
 
 def _say(message: str) -> None:
     stderr.print(message, markup=False, soft_wrap=True, highlight=False)
@@ -77,7 +79,8 @@ def init_command(config_path: Path, force: bool, as_json: bool) -> None:
 )
 @click.option(
     "--task",
-    type=click.Choice(["classification", "generic"]),
+    # CTC and custom tasks need settings of their own (a charset, an evaluator).
+    type=click.Choice([kind for kind in TASK_KINDS if kind not in ("ctc", "custom")]),
     default=None,
     help="Default: classification when the evaluation set has 'labels'.",
 )
@@ -101,7 +104,7 @@ def add_command(
             "--evaluation is required: every variant is checked against ONNX Runtime and "
             "evaluated on it, so no build can run without one",
             hint="Save an .npz with one array per model input (samples first, named like "
-            "the input) and an integer 'labels' array, for example "
+            "the input) and, for scoring on labels, a 'labels' array, for example "
             "numpy.savez('data/eval.npz', input=x, labels=y), then: "
             f"edgereg add {source} --evaluation data/eval.npz",
         )

@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -45,7 +45,10 @@ MIN_SIZE_BUDGET_MB = 1.0
 #: Calibration samples proposed at most (MNN calibrates one sample at a time).
 MAX_CALIBRATION_SAMPLES = 200
 
-Task = Literal["classification", "generic"]
+Task = Literal["classification", "dense_map", "embedding", "frame_decision", "generic"]
+INPUT_DTYPES = ("float32", "int32", "int64", "uint8")
+#: Metadata keys that exporters use for class names (torchvision, ultralytics, ...).
+CLASS_METADATA_KEYS = ("classes", "class_names", "labels", "names")
 
 
 class UsageError(EdgeregError):
@@ -340,6 +343,8 @@ class ProposedInput:
 
     name: str
     shape: list[int]
+    dtype: str = "float32"
+    batch_axis: int | None = 0
     kind: Literal["tensor", "image"] = "tensor"
     layout: Literal["NCHW", "NHWC"] | None = None
     color: Literal["RGB", "GRAY"] | None = None
@@ -367,6 +372,8 @@ class Proposal:
     inputs: list[ProposedInput]
     classes: int | None
     notes: list[str]
+    state: list[tuple[str, str]] = field(default_factory=list)
+    class_names: list[str] | None = None
 
 
 def model_name_from_path(path: Path) -> str:
@@ -390,20 +397,27 @@ def propose_model(
     tiers: Sequence[str],
     task: Task | None = None,
     command: str = "edgereg add",
+    metadata: Mapping[str, str] | None = None,
 ) -> Proposal:
     """Propose a models.toml block for an ONNX model (pure).
 
-    Inputs take their shape from the graph with batch 1; a dynamic axis other
-    than the batch takes its size from the evaluation set, and a note names
-    the key to edit. An input the evaluation set holds as uint8 pictures
-    becomes ``kind = "image"``. Variants: fp32 on the first tier, int8 on the
-    second when there are three or more tiers and a calibration set, weight-only
-    8-bit on the last (the catch-all).
+    Inputs take their dtype from the graph and their shape from the graph and
+    the evaluation set: a row one axis shorter than the input has a batch axis
+    (the dynamic or size-1 axis missing from the row), a row of the input's
+    full rank has none (a scalar, a recurrent state fed whole). A graph input
+    the evaluation set does not hold, with an output of the same shape, is a
+    recurrent state (``[[state]]``). An input the evaluation set holds as uint8
+    pictures becomes ``kind = "image"``. Class names come from the ONNX
+    metadata when it has them. Variants: fp32 on the first tier, int8 on the
+    second when there are three or more tiers and a calibration set,
+    weight-only 8-bit on the last (the catch-all).
 
     Raises:
-        UsageError: An input is not float32 or the datasets do not fit the graph.
+        UsageError: An input has a type MNN cannot take or the datasets do not
+            fit the graph.
     """
     notes: list[str] = []
+    state = _state_pairs(inputs, outputs, evaluation)
     if task is None:
         task = "classification" if evaluation.labels is not None else "generic"
     if task == "classification" and evaluation.labels is None:
@@ -414,13 +428,25 @@ def propose_model(
             "against ONNX Runtime without accuracy.",
         )
     proposed = [
-        _propose_input(name, index, tensor, evaluation, notes)
+        _propose_input(name, index, tensor, evaluation, notes, {i for i, _ in state})
         for index, tensor in enumerate(inputs)
     ]
+    if state and "sequences" not in evaluation.arrays:
+        raise UsageError(
+            f"--evaluation {evaluation.path} has no 'sequences' array, but the model carries "
+            f"state ({', '.join(f'{i} <- {o}' for i, o in state)}): it is evaluated as streams",
+            hint="Add 'sequences', an int array (N,) naming the sequence of each row, the rows "
+            "of one sequence contiguous and in time order. State inputs are not stored; each "
+            "sequence starts from zeros.",
+        )
     if calibration is not None:
         for spec in proposed:
-            _check_dataset_array(calibration, spec, "--calibration")
-    classes = _class_count(task, outputs, notes, name)
+            if spec.name not in {i for i, _ in state}:
+                _check_dataset_array(calibration, spec, "--calibration")
+    task_outputs = [t for t in outputs if t.name not in {o for _, o in state}]
+    classes = _class_count(task, task_outputs, notes, name)
+    class_names = _class_names(metadata or {}, classes, notes, name)
+    _suggest_task(task, evaluation, notes, name)
 
     variants: dict[str, str] = {"fp32": tiers[0]}
     int8_tier = tiers[1] if len(tiers) >= 3 else None
@@ -444,7 +470,9 @@ def propose_model(
         f"task = {_str(task)}",
         f"source = {{ path = {_str(source)}, sha256 = {_str(source_sha256)} }}",
     ]
-    if classes is not None:
+    if class_names is not None:
+        lines.append(f"classes = [{', '.join(_str(c) for c in class_names)}]   # ONNX metadata")
+    elif classes is not None:
         listed = ", ".join(_str(str(i)) for i in range(min(classes, 8)))
         more = ", ..." if classes > 8 else ""
         lines.append(
@@ -466,6 +494,12 @@ def propose_model(
         lines += ["", f"[[models.{name}.inputs]]", f"name = {_str(spec.name)}"]
         shape = f"shape = {_list(spec.shape)}"
         lines.append(f"{shape}   # {spec.comment}" if spec.comment else shape)
+        if spec.dtype != "float32":
+            lines.append(f"dtype = {_str(spec.dtype)}")
+        if spec.batch_axis is None:
+            lines.append('batch_axis = "none"')
+        elif spec.batch_axis != 0:
+            lines.append(f"batch_axis = {spec.batch_axis}")
         if spec.kind == "image":
             assert spec.color is not None
             channels = 3 if spec.color == "RGB" else 1
@@ -479,6 +513,13 @@ def propose_model(
             ]
     for tensor in outputs:
         lines += ["", f"[[models.{name}.outputs]]", f"name = {_str(tensor.name)}"]
+    for state_input, state_output in state:
+        lines += [
+            "",
+            f"[[models.{name}.state]]   # recurrent state: fed back at the next step",
+            f"input = {_str(state_input)}",
+            f"output = {_str(state_output)}",
+        ]
 
     size_mb = source_bytes / 1e6
     lines += [
@@ -486,12 +527,14 @@ def propose_model(
         f"[models.{name}.budgets]",
         f"max_size_mb = {max(_round_up(size_mb * 1.2), MIN_SIZE_BUDGET_MB):g}   "
         f"# red line for every variant (the ONNX is {size_mb:.3g} MB)",
-        "max_abs_error = 0.01    # fp32: largest output difference against ONNX Runtime",
+        "# Output agreement with ONNX Runtime (min_cosine, min_snr_db) and the task's",
+        "# metric have defaults per precision (docs/models-toml.md); set keys to change them.",
     ]
     if task == "classification":
         lines += [
-            "max_accuracy_drop = 0.02       # accuracy lost against the ONNX baseline",
-            "max_class_recall_drop = 0.05   # recall lost on the worst class",
+            "metrics.accuracy = { max_drop = 0.02 }         # accuracy lost against the ONNX "
+            "baseline",
+            "metrics.class_recall_drop = { max = 0.05 }     # recall lost on the worst class",
         ]
     variant_tables = {
         "fp32": [
@@ -529,23 +572,132 @@ def propose_model(
         inputs=proposed,
         classes=classes,
         notes=notes,
+        state=state,
+        class_names=class_names,
     )
 
 
+def _state_pairs(
+    inputs: Sequence[GraphTensor], outputs: Sequence[GraphTensor], evaluation: DatasetInfo
+) -> list[tuple[str, str]]:
+    """Graph inputs the dataset does not hold that an output of the same shape feeds."""
+    pairs: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for tensor in inputs:
+        if tensor.name in evaluation.arrays:
+            continue
+        candidates = [
+            out
+            for out in outputs
+            if out.name not in taken
+            and out.dtype == tensor.dtype
+            and len(out.shape) == len(tensor.shape)
+            and all(
+                not isinstance(a, int) or not isinstance(b, int) or a == b
+                for a, b in zip(out.shape, tensor.shape, strict=True)
+            )
+        ]
+        if not candidates:
+            continue
+        # state -> stateN / state_out, h0 -> hn: the longest shared name prefix wins.
+        stem = tensor.name.rstrip("0").removesuffix("_in")
+        best = max(candidates, key=lambda out: _shared_prefix(stem, out.name))
+        if len(candidates) > 1 and not _shared_prefix(stem, best.name):
+            continue  # several outputs fit and none is named like the input: do not guess
+        pairs.append((tensor.name, best.name))
+        taken.add(best.name)
+    return pairs
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """How many leading characters two names share."""
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def _class_names(
+    metadata: Mapping[str, str], classes: int | None, notes: list[str], model: str
+) -> list[str] | None:
+    """Class names from the ONNX metadata: a JSON or Python list or dict, or lines."""
+    import ast
+    import json
+
+    for key in CLASS_METADATA_KEYS:
+        raw = metadata.get(key)
+        if raw is None:
+            continue
+        value: Any
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            try:
+                value = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                value = [line.strip() for line in re.split(r"[\n,]", raw) if line.strip()]
+        if isinstance(value, dict):
+            try:
+                value = [value[k] for k in sorted(value, key=int)]
+            except (TypeError, ValueError):
+                value = list(value.values())
+        names = [str(v) for v in value] if isinstance(value, list) else []
+        if classes is not None and len(names) != classes:
+            notes.append(
+                f"models.{model}.classes: the ONNX metadata '{key}' lists {len(names)} names "
+                f"but the output has {classes} scores; not used"
+            )
+            return None
+        if names:
+            notes.append(
+                f"models.{model}.classes: {len(names)} class names from the ONNX metadata '{key}'"
+            )
+            return names
+    return None
+
+
+def _suggest_task(task: Task, evaluation: DatasetInfo, notes: list[str], model: str) -> None:
+    labels = evaluation.labels
+    if task != "generic" or labels is None:
+        return
+    if labels.dtype.startswith("<U") or labels.dtype.startswith("str"):
+        notes.append(
+            f"models.{model}.task: the labels are text: for a CTC recogniser set task = "
+            '{ kind = "ctc", charset = { path = ..., sha256 = ... } } (one character per '
+            "line, in output class order)"
+        )
+    elif len(labels.shape) > 2:
+        notes.append(
+            f"models.{model}.task: the labels are maps: for a detector or segmenter set "
+            'task = { kind = "dense_map", threshold = 0.5 }'
+        )
+
+
 def _propose_input(
-    model: str, index: int, tensor: GraphTensor, evaluation: DatasetInfo, notes: list[str]
+    model: str,
+    index: int,
+    tensor: GraphTensor,
+    evaluation: DatasetInfo,
+    notes: list[str],
+    state_inputs: set[str],
 ) -> ProposedInput:
     key = f"models.{model}.inputs.{index}"
-    if tensor.dtype != "float32":
+    if tensor.dtype not in INPUT_DTYPES:
         raise UsageError(
-            f"input '{tensor.name}' is {tensor.dtype}; edgereg builds models with float32 "
-            "inputs only",
-            hint="Export the model with float32 inputs (cast inside the graph if needed).",
+            f"input '{tensor.name}' is {tensor.dtype}; MNN models take "
+            f"{', '.join(INPUT_DTYPES)} inputs",
+            hint="Export the model with a supported input type (cast inside the graph).",
         )
-    if not tensor.shape:
-        raise UsageError(
-            f"input '{tensor.name}' is a scalar; edgereg needs inputs with a batch dimension",
-            hint="Export the model with a leading batch dimension.",
+    if tensor.name in state_inputs:
+        shape = [dim if isinstance(dim, int) else 1 for dim in tensor.shape]
+        return ProposedInput(
+            name=tensor.name,
+            shape=shape,
+            dtype=tensor.dtype,
+            batch_axis=None,
+            comment="recurrent state, zeros at the start of each sequence",
         )
     array = evaluation.arrays.get(tensor.name)
     if array is None:
@@ -555,13 +707,14 @@ def _propose_input(
             hint="Save one array per model input, named like the input, samples first: "
             f"numpy.savez('{evaluation.path}', **{{'{tensor.name}': x, 'labels': y}})",
         )
-    batch = tensor.shape[0]
-    if isinstance(batch, int) and batch != 1:
-        notes.append(
-            f"{key}: input '{tensor.name}' has a fixed batch of {batch}; edgereg feeds one "
-            "sample at a time, so re-export the model with batch 1 or a dynamic batch"
+    integer = tensor.dtype != "float32"
+    if integer and not (array.dtype.startswith("int") or array.dtype.startswith("uint")):
+        raise UsageError(
+            f"--evaluation {evaluation.path}: array '{tensor.name}' holds {array.dtype}, but "
+            f"the model's input is {tensor.dtype}",
+            hint="Store token ids, masks and counts as integers, exactly as the app feeds them.",
         )
-    image = _image_layout(tensor, array)
+    image = None if integer else _image_layout(tensor, array)
     if image is not None:
         layout, color = image
         pictures = array.shape[1:] if len(array.shape) == 4 else (*array.shape[1:], 1)
@@ -577,21 +730,54 @@ def _propose_input(
             kind="image",
             layout=layout,
             color=color,
-            comment=_dynamic_comment(tensor, key, notes, shape),
+            comment=_dynamic_comment(tensor, key, notes, shape, 0),
         )
-    sample = array.shape[1:]
-    if len(sample) != len(tensor.shape) - 1 or any(
-        isinstance(dim, int) and dim != got
-        for dim, got in zip(tensor.shape[1:], sample, strict=False)
-    ):
+    row = list(array.shape[1:])
+    graph = tensor.shape
+
+    def fits(dims: Sequence[int | str], want: Sequence[int]) -> bool:
+        return len(dims) == len(want) and all(
+            not isinstance(d, int) or d == w for d, w in zip(dims, want, strict=True)
+        )
+
+    if len(row) == len(graph) and fits(graph, row):
+        # Rows are whole tensors: a scalar, or an input with no batch axis.
+        return ProposedInput(
+            name=tensor.name,
+            shape=row,
+            dtype=tensor.dtype,
+            batch_axis=None,
+            comment=_dynamic_comment(tensor, key, notes, row, None),
+        )
+    axes = [
+        axis
+        for axis, dim in enumerate(graph)
+        if (not isinstance(dim, int) or dim == 1) and fits([*graph[:axis], *graph[axis + 1 :]], row)
+    ]
+    if not axes:
+        batch = graph[0] if graph else None
+        if isinstance(batch, int) and batch != 1 and fits(graph[1:], row):
+            notes.append(
+                f"{key}: input '{tensor.name}' has a fixed batch of {batch}; edgereg feeds one "
+                "sample at a time, so re-export the model with batch 1 or a dynamic batch (or "
+                f'store rows of the whole tensor and set batch_axis = "none")'
+            )
+            shape = [1, *row]
+            return ProposedInput(name=tensor.name, shape=shape, dtype=tensor.dtype)
         raise UsageError(
             f"--evaluation {evaluation.path}: array '{tensor.name}' has samples of shape "
-            f"{list(sample)}, the ONNX input is {_shape_text(tensor.shape)} (batch first)",
-            hint="Regenerate the dataset for the model's input shape.",
+            f"{row}, the ONNX input is {_shape_text(graph)}",
+            hint="Store one row per sample: the input tensor without its batch axis, or the "
+            "whole tensor when the input has no batch axis.",
         )
-    shape = [1, *sample]
+    axis = axes[0]
+    shape = [*row[:axis], 1, *row[axis:]]
     return ProposedInput(
-        name=tensor.name, shape=shape, comment=_dynamic_comment(tensor, key, notes, shape)
+        name=tensor.name,
+        shape=shape,
+        dtype=tensor.dtype,
+        batch_axis=axis,
+        comment=_dynamic_comment(tensor, key, notes, shape, axis),
     )
 
 
@@ -618,10 +804,12 @@ def _image_layout(
 
 
 def _dynamic_comment(
-    tensor: GraphTensor, key: str, notes: list[str], shape: list[int]
+    tensor: GraphTensor, key: str, notes: list[str], shape: list[int], batch_axis: int | None
 ) -> str | None:
     dynamic = [
-        (axis, dim) for axis, dim in enumerate(tensor.shape) if axis and isinstance(dim, str)
+        (axis, dim)
+        for axis, dim in enumerate(tensor.shape)
+        if axis != batch_axis and isinstance(dim, str)
     ]
     if not dynamic:
         return None
@@ -645,10 +833,13 @@ def _check_dataset_array(dataset: DatasetInfo, spec: ProposedInput, option: str)
         )
     if spec.kind == "image":
         return  # checked with the pictures when the set is loaded
-    if list(array.shape[1:]) != spec.shape[1:]:
+    row = list(spec.shape)
+    if spec.batch_axis is not None:
+        del row[spec.batch_axis]
+    if list(array.shape[1:]) != row:
         raise UsageError(
             f"{option} {dataset.path}: array '{spec.name}' has samples of shape "
-            f"{list(array.shape[1:])}, the evaluation set's have {spec.shape[1:]}",
+            f"{list(array.shape[1:])}, the evaluation set's have {row}",
             hint="Both sets must hold samples of the model's input shape.",
         )
 
@@ -843,6 +1034,7 @@ def add_model(
         tiers=list(config.tiers),
         task=task,
         command=command,
+        metadata=report.metadata,
     )
     separator = "" if text.endswith("\n") or not text else "\n"
     new_text = text + separator + proposal.text
@@ -866,6 +1058,7 @@ def add_model(
                 model.inputs,
                 stage="add",
                 need_labels=option == "--evaluation" and proposal.task == "classification",
+                state_inputs=[pair.input for pair in model.state],
             )
         except BuildError as exc:
             raise UsageError(f"{option}: {exc.message}", hint=exc.hint) from None

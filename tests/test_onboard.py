@@ -198,7 +198,7 @@ def test_add_appends_the_model_keeping_the_file_and_repro_builds_it(project: Pat
     assert text.startswith(before), "comments and formatting of the file are kept"
     config = config_module.load(project / "models.toml")
     model = config.models["sensor"]
-    assert model.task == "classification"
+    assert model.task.kind == "classification"
     assert [(spec.name, spec.shape, spec.kind) for spec in model.inputs] == [
         ("a", [1, 8], "tensor"),
         ("b", [1, 4], "tensor"),
@@ -308,7 +308,7 @@ def test_add_warns_about_operators_mnn_cannot_convert(project: Path) -> None:
     assert "cannot convert these operators" in result.output
     assert tiny_models.UNSUPPORTED_OP in result.output
     model = config_module.load(project / "models.toml").models["odd"]
-    assert model.task == "generic"
+    assert model.task.kind == "generic"
 
 
 @pytest.mark.parametrize(
@@ -439,7 +439,7 @@ def test_proposals_fit_the_declared_tiers() -> None:
     assert three.variants == {"fp32": "high", "int8": "mid", "w8": "low"}
     config = config_module.parse(base + three.text)
     assert config.models["net"].budgets.max_size_mb == 6.0
-    assert config.models["net"].task == "classification"
+    assert config.models["net"].task.kind == "classification"
 
     mid = base[base.index("[tiers.mid]") : base.index("[tiers.low]")]
     two = propose(["high", "low"])
@@ -454,7 +454,9 @@ def test_proposals_fit_the_declared_tiers() -> None:
 
 
 def test_proposals_reject_what_a_build_cannot_use() -> None:
-    with pytest.raises(UsageError, match="input 'x' is int64"):
+    with pytest.raises(UsageError, match="input 'x' is float64; MNN models take"):
+        propose(["high"], inputs=[GraphTensor("x", ("N", 5), "float64")])
+    with pytest.raises(UsageError, match="array 'x' holds float32, but the model's input is int64"):
         propose(["high"], inputs=[GraphTensor("x", ("N", 5), "int64")])
     with pytest.raises(UsageError, match="has no 'labels' array"):
         propose(["high"], evaluation=dataset(x=("float32", (10, 5))), task="classification")
@@ -475,3 +477,79 @@ def test_proposals_reject_what_a_build_cannot_use() -> None:
 )
 def test_model_names_from_file_names(file: str, name: str) -> None:
     assert model_name_from_path(Path(file)) == name
+
+
+def test_proposals_take_dtypes_scalars_state_and_class_names_from_the_model() -> None:
+    evaluation = dataset(
+        chunk=("float32", (30, 8)),
+        sr=("int64", (30,)),
+        sequences=("int64", (30,)),
+        labels=("int64", (30, 1)),
+    )
+    proposal = propose(
+        ["high", "low"],
+        calibration=False,
+        inputs=[
+            GraphTensor("chunk", (1, 8), "float32"),
+            GraphTensor("sr", (), "int64"),
+            GraphTensor("state", (2, 1, 16), "float32"),
+        ],
+        outputs=[
+            GraphTensor("prob", (1, 1), "float32"),
+            GraphTensor("stateN", (2, 1, 16), "float32"),
+        ],
+        evaluation=evaluation,
+        task="frame_decision",
+    )
+    assert proposal.state == [("state", "stateN")]
+    base = render_models_toml(installed_versions())
+    mid = base[base.index("[tiers.mid]") : base.index("[tiers.low]")]
+    model = config_module.parse(base.replace(mid, "") + proposal.text).models["net"]
+    inputs = {spec.name: spec for spec in model.inputs}
+    assert (inputs["chunk"].shape, inputs["chunk"].batch) == ([1, 8], 0)
+    assert (inputs["sr"].shape, inputs["sr"].dtype, inputs["sr"].batch) == ([], "int64", None)
+    assert (inputs["state"].shape, inputs["state"].batch) == ([2, 1, 16], None)
+    assert [(p.input, p.output) for p in model.state] == [("state", "stateN")]
+    assert model.task.kind == "frame_decision"
+
+    # A stateful model needs its sequences named.
+    without = dataset(chunk=("float32", (30, 8)), sr=("int64", (30,)))
+    with pytest.raises(UsageError, match="no 'sequences' array"):
+        propose(
+            ["high"],
+            inputs=[
+                GraphTensor("chunk", (1, 8), "float32"),
+                GraphTensor("h", (2, 1, 4), "float32"),
+            ],
+            outputs=[GraphTensor("y", (1, 1), "float32"), GraphTensor("hn", (2, 1, 4), "float32")],
+            evaluation=without,
+            task="generic",
+        )
+
+    named = propose(["high"], metadata={"names": "{0: 'cat', 1: 'dog', 2: 'bird'}"})
+    assert named.class_names == ["cat", "dog", "bird"]
+    assert 'classes = ["cat", "dog", "bird"]' in named.text
+    wrong = propose(["high"], metadata={"classes": '["cat", "dog"]'})
+    assert wrong.class_names is None
+    assert any("lists 2 names but the output has 3" in note for note in wrong.notes)
+
+
+def test_proposals_take_token_ids_with_their_dtype() -> None:
+    evaluation = dataset(input_ids=("int64", (10, 16)), attention_mask=("int64", (10, 16)))
+    proposal = propose(
+        ["high", "mid", "low"],
+        calibration=False,
+        inputs=[
+            GraphTensor("input_ids", ("batch", 16), "int64"),
+            GraphTensor("attention_mask", ("batch", 16), "int64"),
+        ],
+        outputs=[GraphTensor("embedding", ("batch", 32), "float32")],
+        evaluation=evaluation,
+        task="embedding",
+    )
+    model = config_module.parse(render_models_toml(installed_versions()) + proposal.text)
+    inputs = model.models["net"].inputs
+    assert [(i.name, i.shape, i.dtype, i.batch) for i in inputs] == [
+        ("input_ids", [1, 16], "int64", 0),
+        ("attention_mask", [1, 16], "int64", 0),
+    ]

@@ -11,7 +11,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -70,6 +70,8 @@ class OnnxReport:
     op_counts: dict[str, int]
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    #: The model's ``metadata_props`` (class names, preprocessing notes, ...).
+    metadata: dict[str, str] = field(default_factory=dict)
 
     @property
     def op_types(self) -> list[str]:
@@ -166,6 +168,7 @@ def inspect_onnx(path: Path | str) -> OnnxReport:
         op_counts=dict(sorted(counts.items())),
         inputs=tuple(_spec(v) for v in model.graph.input if v.name not in initializers),
         outputs=tuple(_spec(v) for v in model.graph.output),
+        metadata={prop.key: prop.value for prop in model.metadata_props},
     )
 
 
