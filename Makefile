@@ -77,6 +77,7 @@ bench: venv
 	-python benchmarks/registry.py
 	-python benchmarks/serve.py
 	-python benchmarks/client.py
+	-python benchmarks/runtime_proof.py
 
 # .edgereg/runtimes/ stays: the MNN runtimes are a download cache, like .venv.
 clean:

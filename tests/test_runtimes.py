@@ -339,7 +339,7 @@ def test_an_exact_tolerance_is_stricter_than_two_runtimes_agree(
             expected,
             input_names=names,
             output_names=outputs,
-            tolerance=Tolerance(0.0, 0.0),
+            tolerance=Tolerance(0.0, 0.0, 0.0),
             root=runtimes_root,
         )
     assert caught.value.reason == "mismatch"
