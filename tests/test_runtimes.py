@@ -509,6 +509,7 @@ def test_installing_an_installed_runtime_downloads_nothing(runtimes_root: Path) 
 def test_the_runtime_cache_follows_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(RUNTIMES_DIR_ENV)  # conftest points it at the repository's cache
     assert runtimes_dir(tmp_path) == tmp_path / ".edgereg" / "runtimes"
     monkeypatch.setenv(RUNTIMES_DIR_ENV, str(tmp_path / "cache"))
     assert runtimes_dir(tmp_path) == tmp_path / "cache"
