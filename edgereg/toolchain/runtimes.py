@@ -60,6 +60,8 @@ MARKER = "edgereg-runtime.json"
 INSTALL_COMMAND = "edgereg toolchain runtimes install"
 #: Build stage named in errors raised here.
 STAGE = "runtime proof"
+#: Stage named in errors of :func:`install_runtime`.
+INSTALL_STAGE = "runtime install"
 
 PROBE = Path(__file__).with_name("_runtime_probe.py")
 _VERSION_CHARS = frozenset("0123456789.")
@@ -93,10 +95,11 @@ class RuntimeProofError(BuildError):
         exit_status: int | None = None,
         output_tail: str | None = None,
         comparison: Comparison | None = None,
+        stage: str = STAGE,
     ) -> None:
         super().__init__(
             message,
-            stage=STAGE,
+            stage=stage,
             tool=f"MNN {version}",
             hint=hint,
             exit_status=exit_status,
@@ -412,13 +415,14 @@ def _run_tool(argv: Sequence[str], *, what: str, version: str, timeout: float) -
         )
     except OSError as exc:
         raise RuntimeProofError(
-            f"{what} could not start: {exc}", reason="failed", version=version
+            f"{what} could not start: {exc}", reason="failed", version=version, stage=INSTALL_STAGE
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise RuntimeProofError(
             f"{what} did not finish within {timeout:g} s",
             reason="timeout",
             version=version,
+            stage=INSTALL_STAGE,
             hint="check the connection to the package index, then run the command again",
         ) from exc
     output = proc.stdout.decode("utf-8", "replace")
@@ -427,6 +431,7 @@ def _run_tool(argv: Sequence[str], *, what: str, version: str, timeout: float) -
             f"{what} failed ({describe_status(proc.returncode)})",
             reason="failed",
             version=version,
+            stage=INSTALL_STAGE,
             exit_status=proc.returncode,
             output_tail=tail(output),
             hint=f"is mnn=={version} published for this Python and platform? A pip "
@@ -507,6 +512,7 @@ def install_runtime(
                 f"the new environment imports MNN {reported.get('mnn_version')}, not {version}",
                 reason="broken",
                 version=version,
+                stage=INSTALL_STAGE,
             )
         record = {
             "mnn": version,
