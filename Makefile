@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv demo test lint typecheck unit bench clean system-deps
+.PHONY: venv runtimes demo test lint typecheck unit bench clean system-deps
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(VENV)/.installed: pyproject.toml
@@ -16,7 +16,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-venv: $(VENV)/.installed
+# Old MNN runtimes that builds prove artifacts on (models.toml [toolchain]
+# min_mnn_runtime; the tests prove on 3.0.0): one isolated venv per version in
+# .edgereg/runtimes/, downloaded once and kept (a second run downloads nothing).
+TEST_MNN_RUNTIMES := 3.0.0
+runtimes: $(VENV)/.installed
+	edgereg toolchain runtimes install $(addprefix --version ,$(TEST_MNN_RUNTIMES))
+
+venv: $(VENV)/.installed runtimes
 
 # Debian packages the tests need: chromium renders the HTML report and status page.
 system-deps:
@@ -70,6 +77,9 @@ bench: venv
 	-python benchmarks/registry.py
 	-python benchmarks/serve.py
 	-python benchmarks/client.py
+	-python benchmarks/runtime_proof.py
 
+# .edgereg/runtimes/ stays: the MNN runtimes are a download cache, like .venv.
 clean:
-	rm -rf build registry .edgereg .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build registry .pytest_cache .mypy_cache .ruff_cache
+	test ! -d .edgereg || find .edgereg -mindepth 1 -maxdepth 1 ! -name runtimes -exec rm -rf {} +

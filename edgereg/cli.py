@@ -58,6 +58,7 @@ class _LazyGroup(click.Group):
         "pull": "edgereg.client._cli:pull_command",
         "report": "edgereg.report._cli:report_command",
         "serve": "edgereg.serve._cli:serve_command",
+        "toolchain": "edgereg.toolchain._cli:toolchain_group",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

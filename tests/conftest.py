@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,13 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
         (home / sub).mkdir(parents=True)
         monkeypatch.setenv(name, str(home / sub))
     monkeypatch.setenv("HOME", str(home))
+    # The old MNN runtimes that prove min_mnn_runtime are a cache `make venv`
+    # fills (nothing downloads in a test); builds in temporary projects, and
+    # their DVC stages, find it through this variable.
+    monkeypatch.setenv(
+        "EDGEREG_RUNTIMES_DIR",
+        os.environ.get("EDGEREG_RUNTIMES_DIR") or str(REPO_ROOT / ".edgereg" / "runtimes"),
+    )
     # DVC: no telemetry, no update check, no Studio, nothing shared between tests.
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     monkeypatch.setenv("DVC_STUDIO_OFFLINE", "1")

@@ -1,0 +1,150 @@
+"""Run one model under an isolated MNN runtime: a script for that runtime's own python.
+
+Run as a script, never imported by the library::
+
+    RUNTIME/bin/python -P -X faulthandler _runtime_probe.py REQUEST.json
+
+The runtime is a virtual environment holding only ``mnn==X`` and numpy (see
+:mod:`edgereg.toolchain.runtimes`), so this file imports nothing but the
+standard library, numpy and MNN, and uses only MNN Python API that MNN 3.0
+already had. Requests and results travel as files (JSON, ``.npz``), never
+through stdout, which belongs to MNN's chatter.
+
+Operations (``"op"`` in the request):
+
+- ``version``: report the MNN and numpy versions the runtime imports.
+- ``run``: load the model, feed each sample (a batch of one) through it in
+  order and write the stacked outputs.
+
+A result always says which phase failed (``import``, ``load``, ``forward``),
+so the parent can tell a model the runtime refuses from one that crashes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+# Exit status of a probe that caught an error and wrote it to the result file.
+EXIT_REPORTED_ERROR = 3
+
+
+def _versions() -> dict[str, str]:
+    import MNN
+    import numpy as np
+
+    version = MNN.version() if hasattr(MNN, "version") else "unknown"
+    return {"mnn_version": str(version), "numpy_version": str(np.__version__)}
+
+
+def _load(path: str, inputs: list[str], outputs: list[str]) -> Any:
+    import MNN
+
+    # One thread and normal precision: the same arithmetic as the build's
+    # inference child, so a difference in the outputs is the runtime's own.
+    runtime = MNN.nn.create_runtime_manager(
+        ({"backend": "CPU", "numThread": 1, "precision": "normal"},)
+    )
+    module = MNN.nn.load_module_from_file(path, inputs, outputs, runtime_manager=runtime)
+    if module is None:
+        raise RuntimeError("load_module_from_file returned None")
+    return module
+
+
+def _forward(module: Any, arrays: list[Any]) -> list[Any]:
+    import MNN
+    import numpy as np
+
+    expr = MNN.expr
+    specs = module.get_info()["inputs"]
+    variables = []
+    for array, spec in zip(arrays, specs, strict=True):
+        if spec.dtype == expr.int:
+            var = expr.const(
+                np.ascontiguousarray(array, dtype=np.int32), list(array.shape), expr.NCHW, expr.int
+            )
+        else:
+            var = expr.const(
+                np.ascontiguousarray(array, dtype=np.float32), list(array.shape), expr.NCHW
+            )
+        if spec.data_format != expr.NCHW:
+            var = expr.convert(var, spec.data_format)
+        variables.append(var)
+    results = []
+    for out in module.forward(variables):
+        if out.data_format == expr.NC4HW4:
+            out = expr.convert(out, expr.NCHW)
+        # Copy: the module may reuse the buffer on the next forward.
+        results.append(np.array(out.read(), copy=True))
+    return results
+
+
+def _run(req: dict[str, Any], result: dict[str, Any]) -> None:
+    import numpy as np
+
+    names = [str(n) for n in req["input_names"]]
+    wanted = [str(n) for n in req["output_names"]]
+    result["phase"] = "load"
+    module = _load(req["model"], names, wanted)
+    info = module.get_info()
+    out_names = wanted or [str(n) for n in info["outputNames"]]
+    result["model_version"] = str(info.get("version", ""))
+    with np.load(req["inputs"]) as data:
+        arrays = [data[n] for n in names]
+    total = int(arrays[0].shape[0])
+    result["phase"] = "forward"
+    chunks: list[list[Any]] = [[] for _ in out_names]
+    for index in range(total):
+        result["sample"] = index
+        outputs = _forward(module, [a[index : index + 1] for a in arrays])
+        if len(outputs) != len(out_names):
+            raise RuntimeError(
+                f"the model returned {len(outputs)} outputs, expected {len(out_names)}"
+            )
+        for chunk, out in zip(chunks, outputs, strict=True):
+            # An output without a batch axis is one sample's result.
+            chunk.append(out if out.shape[:1] == (1,) else out[np.newaxis])
+    stacked = {name: np.concatenate(c, axis=0) for name, c in zip(out_names, chunks, strict=True)}
+    np.savez(req["output"], **stacked)  # type: ignore[arg-type]
+    result["output_names"] = out_names
+    result["samples"] = total
+    del result["sample"]
+
+
+def main(argv: list[str]) -> int:
+    """Run the request in ``argv[1]`` and write its result file.
+
+    Returns:
+        0 on success, :data:`EXIT_REPORTED_ERROR` when an exception was caught
+        and written to the result file.
+    """
+    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    result_path = Path(request["result"])
+    result: dict[str, Any] = {"phase": "import"}
+    status = 0
+    try:
+        result.update(_versions())
+        if request["op"] == "run":
+            _run(request, result)
+        result["ok"] = True
+    except Exception as exc:  # every failure goes back to the parent as data
+        # MNN's loader raises "SystemError: ... returned a result with an
+        # exception set"; the exception it chains says what failed.
+        cause = exc.__cause__ or exc
+        result.update(
+            ok=False, error=f"{type(cause).__name__}: {cause}", traceback=traceback.format_exc()
+        )
+        status = EXIT_REPORTED_ERROR
+    tmp = result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(tmp, result_path)
+    sys.stdout.flush()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
