@@ -1032,7 +1032,7 @@ class Config(_Strict):
             "converter": variant.converter.model_dump(),
             "runtime": variant.runtime.model_dump(),
             "budgets": model.budgets.merged(variant.budgets).model_dump(),
-            "toolchain": self.toolchain.as_dict(),
+            "toolchain": self.toolchain.model_dump(),
         }
 
     def recipe_digest(self, model_name: str, variant_name: str) -> str:

@@ -27,7 +27,14 @@ from edgereg import config as config_module
 from edgereg.build.datasets import load_dataset
 from edgereg.cli import main
 from edgereg.errors import ConfigError
-from edgereg.toolchain import QuantInput, convert, installed_version, quantize, run_inference
+from edgereg.toolchain import (
+    InputFeed,
+    QuantInput,
+    convert,
+    installed_version,
+    quantize,
+    run_inference,
+)
 from edgereg.toolchain.runtimes import (
     FLOAT_TOLERANCE,
     INSTALL_COMMAND,
@@ -50,6 +57,11 @@ REPO = Path(__file__).resolve().parent.parent
 OLD = "3.0.0"
 SAMPLES = 16
 VARIANTS = ("fp32", "fp16", "w8", "int8")
+
+
+def _feeds(inputs: dict[str, np.ndarray], names: list[str]) -> list[InputFeed]:
+    """Batch-first feeds of the arrays, in the model's input order."""
+    return [InputFeed.batched(name, inputs[name]) for name in names]
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +146,7 @@ def test_example_artifacts_are_proven_on_mnn_3_0_0(
     inputs = _evaluation(example, model)
     names, outputs = _io(example, model)
     expected = run_inference(
-        artifact, inputs, input_names=names, output_names=outputs, batch_size=1
+        artifact, inputs, feeds=_feeds(inputs, names), output_names=outputs, batch_size=1
     )
 
     mode = "int8" if variant == "int8" else "weight"
@@ -171,7 +183,9 @@ def test_old_runtime_returns_what_run_inference_returns(
 ) -> None:
     inputs = _evaluation(example, "sensor")
     names, outputs = _io(example, "sensor")
-    build = run_inference(artifacts["sensor", "fp32"], inputs, input_names=names, batch_size=1)
+    build = run_inference(
+        artifacts["sensor", "fp32"], inputs, feeds=_feeds(inputs, names), batch_size=1
+    )
 
     run = run_under_runtime(
         artifacts["sensor", "fp32"], OLD, inputs, input_names=names, root=runtimes_root
@@ -179,10 +193,10 @@ def test_old_runtime_returns_what_run_inference_returns(
 
     assert run.mnn_version == OLD
     assert list(run.outputs) == list(build) == outputs
-    assert run.outputs["logits"].shape == build["logits"].shape == (SAMPLES, 6)
+    assert run.outputs["logits"].shape == build["logits"].shape == (SAMPLES, 1, 6)
     assert run.outputs["logits"].dtype == np.float32
     # Same labels from both runtimes.
-    assert (run.outputs["logits"].argmax(1) == build["logits"].argmax(1)).all()
+    assert (run.outputs["logits"].argmax(-1) == build["logits"].argmax(-1)).all()
 
 
 def test_the_build_runtime_itself_needs_no_old_runtime(
@@ -190,7 +204,9 @@ def test_the_build_runtime_itself_needs_no_old_runtime(
 ) -> None:
     inputs = _evaluation(example, "digits")
     names, outputs = _io(example, "digits")
-    expected = run_inference(artifacts["digits", "w8"], inputs, input_names=names, batch_size=1)
+    expected = run_inference(
+        artifacts["digits", "w8"], inputs, feeds=_feeds(inputs, names), batch_size=1
+    )
     build_mnn = installed_version("mnn")
     assert build_mnn is not None
 
@@ -300,8 +316,10 @@ def test_outputs_beyond_the_tolerance_fail_the_proof(
 ) -> None:
     inputs = _evaluation(example, "digits")
     names, outputs = _io(example, "digits")
-    expected = run_inference(artifacts["digits", "fp32"], inputs, input_names=names, batch_size=1)
-    expected["logits"][3, 2] += 0.5  # what another arithmetic would look like
+    expected = run_inference(
+        artifacts["digits", "fp32"], inputs, feeds=_feeds(inputs, names), batch_size=1
+    )
+    expected["logits"][3, 0, 2] += 0.5  # what another arithmetic would look like
 
     with pytest.raises(ProofError) as caught:
         prove_min_runtime(
@@ -329,7 +347,9 @@ def test_an_exact_tolerance_is_stricter_than_two_runtimes_agree(
     # MNN 3.0.0 and 3.6.1 order float sums differently: close, not identical.
     inputs = _evaluation(example, "sensor")
     names, outputs = _io(example, "sensor")
-    expected = run_inference(artifacts["sensor", "fp32"], inputs, input_names=names, batch_size=1)
+    expected = run_inference(
+        artifacts["sensor", "fp32"], inputs, feeds=_feeds(inputs, names), batch_size=1
+    )
 
     with pytest.raises(ProofError) as caught:
         prove_min_runtime(
@@ -377,7 +397,7 @@ def test_int64_model_inputs_are_fed_as_int32(runtimes_root: Path, tmp_path: Path
 
     assert proof.identical  # a table lookup has no rounding to differ in
     table = np.arange(30, dtype=np.float32).reshape(10, 3) / 7.0
-    np.testing.assert_array_equal(expected["y"], table[ids["ids"]])
+    np.testing.assert_array_equal(expected["y"][:, 0], table[ids["ids"]])
 
 
 @pytest.mark.parametrize(

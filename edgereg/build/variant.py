@@ -75,6 +75,12 @@ from edgereg.config import (
     WeightOnlyQuantization,
 )
 from edgereg.errors import BuildError, ConfigError, GateError
+from edgereg.toolchain.runtimes import (
+    RuntimeProof,
+    default_tolerance,
+    prove_min_runtime,
+    runtimes_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -347,6 +353,7 @@ def build_variant(
                 ),
                 transformer_fuse=variant.converter.transformer_fuse,
                 optimize_prefer=variant.converter.optimize_prefer,
+                target_version=config.toolchain.mnn_target_version,
                 # Same inputs, same bytes: the random id becomes one derived
                 # from the recipe. The quantizer keeps it (KL/ADMM) or writes
                 # none (EMA). The verify stage loads the artifact anyway.
@@ -428,6 +435,18 @@ def build_variant(
                 hint=_gate_hint(variant, gates, quant_record),
             )
 
+        with stage("runtime"):
+            proof = prove_runtime(
+                artifact,
+                config.toolchain.minimum_runtime,
+                feeds,
+                output_names,
+                evaluation,
+                reference,
+                state,
+                mode=variant.quantization.mode,
+                root=runtimes_dir(config.root),
+            )
         artifact_sha = sha256_file(artifact)
         installed = toolchain.installed_versions()
         provenance = {
@@ -458,9 +477,10 @@ def build_variant(
                 for arg in convert_run.argv
             ],
             "mnn_uuid": convert_run.uuid,
-            # A newer runtime loads older models, not the reverse; the model
-            # records the converter's version, which the toolchain check pinned.
-            "min_mnn_runtime": installed["mnn"],
+            # Not the converter's version: the oldest runtime this artifact was
+            # loaded and run with, its outputs compared with the build's.
+            "min_mnn_runtime": proof.version,
+            "runtime_proof": proof.as_dict(),
             "runtime": variant.runtime.model_dump(),
             "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": scored.size_bytes},
         }
@@ -757,6 +777,54 @@ def calibration_samples(
                 sample[feed.name] = feed.tensor(selected.inputs[feed.name][index : index + 1])
         samples.append(sample)
     return samples
+
+
+#: Samples the minimum-runtime proof runs (each one forward in the old runtime).
+PROOF_SAMPLES = 64
+
+
+def prove_runtime(
+    artifact: Path,
+    version: str,
+    feeds: list[toolchain.InputFeed],
+    output_names: list[str],
+    evaluation: Dataset,
+    reference: toolchain.StreamResult,
+    state: list[tuple[str, str]],
+    *,
+    mode: str,
+    root: Path,
+) -> RuntimeProof:
+    """Load and run the artifact with the declared minimum MNN runtime.
+
+    The first :data:`PROOF_SAMPLES` forwards are fed as whole tensors to both
+    runtimes (a stateful model's steps take the states the reference carried),
+    so the old runtime and the build's compute the same thing.
+    """
+    count = min(PROOF_SAMPLES, len(evaluation))
+    states = dict(reference.states)
+    rows: dict[str, np.ndarray] = {}
+    for feed in feeds:
+        if feed.name in states:
+            rows[feed.name] = states[feed.name][:count]
+        elif feed.batch_axis is None:
+            rows[feed.name] = evaluation.inputs[feed.name][:count]
+        else:
+            data = evaluation.inputs[feed.name]
+            rows[feed.name] = np.stack([feed.tensor(data[i : i + 1]) for i in range(count)])
+    whole = [toolchain.InputFeed(f.name, f.dtype, f.shape, None) for f in feeds]
+    expected = toolchain.run_inference(artifact, rows, feeds=whole, output_names=output_names)
+    return prove_min_runtime(
+        artifact,
+        version,
+        rows,
+        expected,
+        input_names=[f.name for f in feeds],
+        output_names=output_names,
+        tolerance=default_tolerance(mode),
+        root=root,
+        whole_tensors=True,
+    )
 
 
 def benchmark_sample(

@@ -98,16 +98,22 @@ def _run(req: dict[str, Any], result: dict[str, Any]) -> None:
     total = int(arrays[0].shape[0])
     result["phase"] = "forward"
     chunks: list[list[Any]] = [[] for _ in out_names]
+    # "whole": each row is the full tensor of one forward (scalars, states);
+    # otherwise a row is one sample of a batch-first input, fed as a batch of one.
+    whole = bool(req.get("whole"))
     for index in range(total):
         result["sample"] = index
-        outputs = _forward(module, [a[index : index + 1] for a in arrays])
+        outputs = _forward(
+            module, [a[index] if whole else a[index : index + 1] for a in arrays]
+        )
         if len(outputs) != len(out_names):
             raise RuntimeError(
                 f"the model returned {len(outputs)} outputs, expected {len(out_names)}"
             )
         for chunk, out in zip(chunks, outputs, strict=True):
-            # An output without a batch axis is one sample's result.
-            chunk.append(out if out.shape[:1] == (1,) else out[np.newaxis])
+            # Each sample's tensor as returned, stacked: the convention of
+            # edgereg.toolchain.run_inference.
+            chunk.append(out[np.newaxis])
     stacked = {name: np.concatenate(c, axis=0) for name, c in zip(out_names, chunks, strict=True)}
     np.savez(req["output"], **stacked)  # type: ignore[arg-type]
     result["output_names"] = out_names

@@ -665,12 +665,14 @@ def run_under_runtime(
     output_names: Sequence[str] = (),
     root: Path | str | None = None,
     timeout: float = 300.0,
+    whole_tensors: bool = False,
 ) -> RuntimeRun:
     """Run an artifact under the isolated MNN ``version``, one forward pass per sample.
 
-    Sample ``i`` is fed as ``inputs[name][i:i+1]`` (a batch of one) and the
-    outputs are stacked on axis 0, exactly as
-    :func:`edgereg.toolchain.run_inference` does with ``batch_size=1``.
+    Sample ``i`` is fed as ``inputs[name][i:i+1]`` (a batch of one), or with
+    ``whole_tensors`` as ``inputs[name][i]``, the whole tensor of one forward
+    (a scalar, a recurrent state). Each output is stacked as returned,
+    ``(N, *tensor shape)``, as :func:`edgereg.toolchain.run_inference` does.
 
     Args:
         artifact: The ``.mnn`` file.
@@ -707,6 +709,7 @@ def run_under_runtime(
                 "output": str(scratch / "outputs.npz"),
                 "input_names": list(input_names),
                 "output_names": list(output_names),
+                "whole": whole_tensors,
             },
             timeout=timeout,
             what=f"run of {path.name}",
@@ -836,6 +839,7 @@ def prove_min_runtime(
     tolerance: Tolerance = FLOAT_TOLERANCE,
     root: Path | str | None = None,
     timeout: float = 300.0,
+    whole_tensors: bool = False,
 ) -> RuntimeProof:
     """Prove that ``artifact`` loads and computes the same outputs under MNN ``version``.
 
@@ -856,6 +860,8 @@ def prove_min_runtime(
         tolerance: How far the old runtime's values may be from ``expected``.
         root: The runtime cache (default: :func:`runtimes_dir`).
         timeout: Seconds before the old runtime's child is killed.
+        whole_tensors: Each row of ``inputs`` is one forward's whole tensor
+            (see :func:`run_under_runtime`).
 
     Returns:
         The proof, for provenance (:meth:`RuntimeProof.as_dict`).
@@ -902,6 +908,7 @@ def prove_min_runtime(
         output_names=names,
         root=root,
         timeout=timeout,
+        whole_tensors=whole_tensors,
     )
     comparison = compare_outputs(wanted, run.outputs, tolerance=tolerance)
     if not comparison.within:
