@@ -388,12 +388,15 @@ def bench_batching(
     )
 
     def mnn(data: dict[str, np.ndarray], size: int) -> Callable[[], object]:
+        feeds = [toolchain.InputFeed.batched(name, data[name]) for name in names]
         return lambda: toolchain.run_inference(
-            artifact, data, input_names=names, output_names=outs, batch_size=size
+            artifact, data, feeds=feeds, output_names=outs, batch_size=size
         )
 
     def ort(data: dict[str, np.ndarray], size: int) -> Callable[[], object]:
-        return lambda: toolchain.run_onnx(source, data, batch_size=size, output_names=outs)
+        return lambda: toolchain.run_onnx(
+            source, data, batch_size=size, output_names=outs
+        ).outputs
 
     # Same answers either way, or the comparison means nothing.
     for run in (mnn, ort):

@@ -117,7 +117,7 @@ def main() -> int:
                     toolchain.run_inference,
                     artifact,
                     data.inputs,
-                    input_names=names,
+                    feeds=[toolchain.InputFeed.batched(n, data.inputs[n]) for n in names],
                     output_names=outputs,
                 )
                 plain_s, expected = _median_seconds(
