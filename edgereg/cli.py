@@ -218,7 +218,7 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
             _number(row.get("size_mb"), "{:.3f}"),
             row.get("metric") or "-",
             _number(row.get("value"), "{:.4f}"),
-            _points(row.get("change")),
+            _points(row.get("change")) if row.get("baseline") is not None else "vs ref",
             _number(row.get("min_cosine"), "{:.5f}"),
             _number(row.get("min_snr_db"), "{:.1f}"),
             _number(row.get("p50_ms"), "{:.3f}"),
@@ -227,10 +227,12 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
     Console(width=max(Console().width, 120)).print(table)
     stderr.print(
         "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
-        "on the labels, in percentage points; cosine, SNR: worst output against the reference."
+        "on the labels, in percentage points (vs ref: the metric compares with the reference "
+        "itself); cosine, SNR: worst output against the reference."
     )
     for row in rows:
         if row.get("failed"):
+            # Plain text: gate names hold brackets ("min_cosine[logits]") rich would eat.
             click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
     if any(row["status"] == "failed" for row in rows):
         stderr.print(

@@ -702,6 +702,14 @@ class Variant(_Strict):
     )
     calibration: CalibrationSet | None = None
     evaluation: PinnedFile | None = None
+    min_mnn_runtime: (
+        Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] | None
+    ) = Field(
+        default=None,
+        description="This variant's own minimum MNN runtime, when the proof of "
+        "[toolchain] min_mnn_runtime fails for it (an int8 kernel that an older runtime "
+        "computes differently); between that and `mnn`.",
+    )
 
     @model_validator(mode="after")
     def _precision_and_quantization(self) -> Variant:
@@ -910,6 +918,18 @@ class Config(_Strict):
                         "of a model",
                     )
                 by_tier[variant.tier] = variant_name
+                own = variant.min_mnn_runtime
+                release = Toolchain._release
+                if own is not None and not (
+                    release(self.toolchain.minimum_runtime)
+                    <= release(own)
+                    <= release(self.toolchain.mnn)
+                ):
+                    raise _rule_error(
+                        f"{where}.min_mnn_runtime",
+                        f"{own} is outside {self.toolchain.minimum_runtime} (the toolchain's "
+                        f"min_mnn_runtime) .. {self.toolchain.mnn} (the converter)",
+                    )
                 needs_calibration = variant.quantization.mode == "int8"
                 if needs_calibration and variant.calibration is None and model.calibration is None:
                     raise _rule_error(
@@ -1000,6 +1020,11 @@ class Config(_Strict):
                         f"falls back to '{variant}' (the variant of the next lower tier)"
                     )
         return notes
+
+    def minimum_runtime(self, model_name: str, variant_name: str) -> str:
+        """The MNN runtime a variant must be proven on: its own, else the toolchain's."""
+        own = self.models[model_name].variants[variant_name].min_mnn_runtime
+        return own or self.toolchain.minimum_runtime
 
     def recipe(self, model_name: str, variant_name: str) -> dict[str, Any]:
         """Everything that determines a variant's bytes and gates, resolved.

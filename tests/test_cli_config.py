@@ -56,7 +56,7 @@ def test_validate_bad_file_exits_2_naming_the_key(bad_toml: Path) -> None:
     assert result.exit_code == 2
     assert result.stdout == ""
     assert f"error: {bad_toml}: {KEY_PATH}: " in result.stderr
-    assert "'KL', 'ADMM' or 'EMA'" in result.stderr
+    assert "'KL', 'ADMM', 'EMA' or 'auto'" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -438,7 +438,7 @@ def build_variant(
         with stage("runtime"):
             proof = prove_runtime(
                 artifact,
-                config.toolchain.minimum_runtime,
+                config.minimum_runtime(model_name, variant_name),
                 feeds,
                 output_names,
                 evaluation,
@@ -904,6 +904,7 @@ class QuantSearch:
         self._stage = on_stage
         self.attempts: list[QuantAttempt] = []
         self.hints: list[QuantAttempt] = []
+        self.skip_search_note: str | None = None
 
     def _attempt(self, method: str, skip_ops: tuple[str, ...]) -> QuantAttempt:
         path = self._work / f"int8-{len(self.attempts) + len(self.hints):02d}.mnn"
@@ -939,7 +940,8 @@ class QuantSearch:
             self.attempts.append(self._attempt(method, skip))
         best = self._best(self.attempts)
         if requested == "auto" and (best is None or not best.passed):
-            best = self._skip_search(best) or best
+            searched = self._skip_search()
+            best = self._best([a for a in (best, searched) if a is not None])
         if requested != "auto" and (best is None or not best.passed):
             # Measure what another method would give before suggesting it.
             for method in toolchain.FEATURE_METHODS_AUTO:
@@ -965,29 +967,61 @@ class QuantSearch:
             )
         return best
 
-    def _skip_search(self, start: QuantAttempt | None) -> QuantAttempt | None:
-        if start is None or start.scored is None:
+    def _skip_search(self) -> QuantAttempt | None:
+        """Keep the worst-measured layers in float: 1, 2, 4, ... up to ``max_skip_ops``.
+
+        Only KL and ADMM honour ``skip_quant_op_names`` (MNN's EMA path ignores
+        it, measured), and only they report per-layer error, so the search
+        starts from the best of those. Layers are MNN op names, read from the
+        float model, ranked by the lowest cosine the quantizer measured on
+        their output.
+        """
+        bases = [a for a in self.attempts if a.scored is not None and a.method in ("KL", "ADMM")]
+        base = self._best(bases)
+        if base is None or not base.layer_errors or self._quant.max_skip_ops == 0:
+            self.skip_search_note = (
+                "no layer search: KL and ADMM produced no model with per-layer error "
+                "(EMA ignores skip lists)"
+                if base is None or not base.layer_errors
+                else "no layer search: max_skip_ops = 0"
+            )
             return None
-        # Layer error comes from KL/ADMM's debug pass; an EMA start has none of its own.
-        layers = start.layer_errors or next(
-            (a.layer_errors for a in self.attempts if a.layer_errors), ()
-        )
-        ranked = [
-            layer.op
-            for layer in layers
-            if layer.cosine == layer.cosine and layer.op not in start.skip_ops
-        ]
-        skip = list(start.skip_ops)
-        best = start
-        for op in ranked[: self._quant.max_skip_ops]:
-            skip.append(op)
-            attempt = self._attempt(start.method, tuple(skip))
+        ranked = self._ranked_ops(base)
+        best: QuantAttempt = base
+        counts: list[int] = []
+        count = 1
+        while count < min(self._quant.max_skip_ops, len(ranked)):
+            counts.append(count)
+            count *= 2
+        counts.append(min(self._quant.max_skip_ops, len(ranked)))
+        for count in dict.fromkeys(counts):
+            skip = (*base.skip_ops, *ranked[:count])
+            attempt = self._attempt(base.method, skip)
             self.attempts.append(attempt)
             if attempt.passed:
                 return attempt
-            better = self._best([best, attempt])
-            best = better if better is not None else best
+            best = self._best([best, attempt]) or best
         return best
+
+    def _ranked_ops(self, base: QuantAttempt) -> list[str]:
+        worst: dict[str, float] = {}
+        ops = [op.name for op in toolchain.model_ops(self._float)]
+        for layer in base.layer_errors:
+            if layer.cosine != layer.cosine:  # NaN: not measured
+                continue
+            # MNN names ops after their output tensor; splits of it are "<op>_raster_N".
+            op = next(
+                (
+                    name
+                    for name in (layer.op, layer.tensor, layer.tensor.split("_raster_")[0])
+                    if name in ops
+                ),
+                None,
+            )
+            if op is not None and op not in base.skip_ops:
+                worst[op] = min(worst.get(op, 1.0), layer.cosine)
+        order = {name: index for index, name in enumerate(ops)}
+        return sorted(worst, key=lambda name: (worst[name], order[name]))
 
     @staticmethod
     def _best(attempts: list[QuantAttempt]) -> QuantAttempt | None:
@@ -1016,6 +1050,7 @@ class QuantSearch:
             "quantizer_runs": len(self.attempts) + len(self.hints),
             "attempts": [a.summary() for a in self.attempts],
             "measured_alternatives": [a.summary() for a in self.hints],
+            "skip_search": self.skip_search_note,
         }
 
 

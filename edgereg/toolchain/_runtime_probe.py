@@ -103,9 +103,7 @@ def _run(req: dict[str, Any], result: dict[str, Any]) -> None:
     whole = bool(req.get("whole"))
     for index in range(total):
         result["sample"] = index
-        outputs = _forward(
-            module, [a[index] if whole else a[index : index + 1] for a in arrays]
-        )
+        outputs = _forward(module, [a[index] if whole else a[index : index + 1] for a in arrays])
         if len(outputs) != len(out_names):
             raise RuntimeError(
                 f"the model returned {len(outputs)} outputs, expected {len(out_names)}"

@@ -197,6 +197,26 @@ def _quantize(req: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _ops(req: dict[str, Any]) -> dict[str, Any]:
+    import _tools
+
+    # The converter reads an .mnn back (-f MNN) and writes it as JSON: the only
+    # way to the op names and types that skip_quant_op_names matches.
+    out = Path(req["output"])
+    _tools.mnnconvert(
+        ["mnnconvert", "-f", "MNN", "--modelFile", req["path"], "--JsonFile", str(out)]
+    )
+    if not out.is_file():
+        raise RuntimeError(f"MNN wrote no JSON for {req['path']}")
+    model = json.loads(out.read_text(encoding="utf-8"))
+    return {
+        "ops": [
+            {"name": str(op.get("name", "")), "type": str(op.get("type", ""))}
+            for op in model.get("oplists", [])
+        ]
+    }
+
+
 def _load(req: dict[str, Any]) -> dict[str, Any]:
     return {"model": _describe(req["path"])}
 
@@ -268,6 +288,7 @@ _OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "convert": _convert,
     "quantize": _quantize,
     "load": _load,
+    "ops": _ops,
     "infer": _infer,
     "bench": _bench,
 }

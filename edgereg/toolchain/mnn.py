@@ -626,6 +626,36 @@ def quantize(
     )
 
 
+@dataclass(frozen=True)
+class MnnOp:
+    """One op of a converted model: the name ``skip_quant_op_names`` matches, and its type."""
+
+    name: str
+    type: str
+
+
+def model_ops(mnn_path: Path | str, *, timeout: float = 120.0) -> list[MnnOp]:
+    """The ops of an ``.mnn`` file in graph order (read back by the converter as JSON).
+
+    MNN names each op after its output tensor, which is not always an ONNX
+    node name (``…__matmul_converted``); the quantizer's skip list needs these.
+
+    Raises:
+        BuildError: (stage ``quantize``) the converter cannot read the model.
+    """
+    path = Path(mnn_path).resolve()
+    with scratch_dir() as scratch:
+        run = run_worker(
+            "ops",
+            {"path": str(path), "output": str(scratch / "model.json")},
+            scratch=scratch,
+            stage="quantize",
+            tool="mnnconvert",
+            timeout=timeout,
+        )
+    return [MnnOp(op["name"], op["type"]) for op in run.result["ops"]]
+
+
 def model_info(mnn_path: Path | str, *, timeout: float = 120.0) -> MnnModelInfo:
     """Load a model in a child process and return what it records.
 
