@@ -656,6 +656,28 @@ def test_report_command(project: Project, monkeypatch: pytest.MonkeyPatch) -> No
     assert "missing.toml: file not found" in result.output
 
 
+def test_report_command_names_failed_variants(
+    with_failure: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(with_failure.root)
+    result = CliRunner().invoke(cli(), ["report", "--out", "out/failed.html"])
+    assert result.exit_code == 0, result.output
+    assert "5 of 6 variant(s) built, 1 failed a gate" in result.output
+    assert re.search(r"vision/int8 failed: min_snr_db\[logits\] [\d.]+ < 60", result.output)
+    assert "not built" not in result.output
+
+    result = CliRunner().invoke(cli(), ["report", "--out", "out/failed.html", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {(r["model"], r["variant"]): r for r in json.loads(result.output)["variants"]}
+    failed = rows[(IMAGE_MODEL, "int8")]
+    assert failed["status"] == "failed"
+    assert failed["metric"] == "accuracy"
+    assert failed["value"] == 1.0
+    assert failed["min_snr_db"] < 60
+    assert failed["failed"][0].startswith("min_snr_db[logits]")
+    assert rows[(TENSOR_MODEL, "w8")]["failed"] == []
+
+
 def test_report_renders_in_a_real_browser(with_failure: Project, tmp_path: Path) -> None:
     project = Project(tmp_path / "project")
     shutil.copytree(with_failure.root, project.root)
