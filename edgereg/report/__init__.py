@@ -1,9 +1,12 @@
 """The build report: one self-contained HTML page per project.
 
-Per model: a table of variants (tier, size, accuracy and its change against
-the ONNX baseline, host latency at each benchmarked thread count, gates), a
-chart of size against accuracy with latency as marker size, per-class recall
+Per model: a table of variants (tier, size, the task's headline metric and
+its change against the fp32 ONNX baseline, the worst output's cosine and SNR
+against ONNX Runtime, host latency at each benchmarked thread count, and every
+gate with its measured number and budget), a chart of size against the
+headline metric with latency as marker size, for classifiers per-class recall
 change bars so a damaged class stands out, and every artifact's provenance.
+A variant that failed a gate shows "failed: <the gate>" and all its numbers.
 It reads what builds wrote under ``build/<model>/<variant>/`` and works
 offline: no script, font or stylesheet comes from the network.
 """

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from edgereg._cli_common import build_dir_option, config_option, handle_errors, stderr
+
+if TYPE_CHECKING:
+    from edgereg.report import VariantData
 
 __all__ = ["report_command"]
 
@@ -27,8 +31,9 @@ __all__ = ["report_command"]
 @click.option("--json", "as_json", is_flag=True, help="Print what the report holds as JSON.")
 @handle_errors
 def report_command(config_path: Path, target: Path, out_root: Path, as_json: bool) -> None:
-    """Write an HTML report of every variant's build: sizes, accuracy, latency, provenance."""
+    """Write an HTML report of every variant: task metric, agreement, gates, latency, provenance."""
     from edgereg import config as config_module
+    from edgereg.build.outputs import FAILED
     from edgereg.errors import EdgeregError
     from edgereg.report import write_report
 
@@ -41,32 +46,54 @@ def report_command(config_path: Path, target: Path, out_root: Path, as_json: boo
         ) from None
     variants = [v for m in data.models for v in m.variants]
     built = sum(v.built for v in variants)
+    failed = [v for v in variants if v.status == FAILED]
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "out": str(target),
-                    "variants": [
-                        {"model": v.model, "variant": v.variant, "tier": v.tier, "status": v.status}
-                        for v in variants
-                    ],
+                    "variants": [_variant_json(v) for v in variants],
                 },
                 indent=2,
             )
         )
         return
+    counts = f"{built} of {len(variants)} variant(s) built"
+    if failed:
+        counts += f", {len(failed)} failed a gate"
     stderr.print(
-        f"wrote {target}: {len(data.models)} model(s), {built} of {len(variants)} variant(s) built",
-        markup=False,
-        soft_wrap=True,
+        f"wrote {target}: {len(data.models)} model(s), {counts}", markup=False, soft_wrap=True
     )
+    for variant in failed:
+        stderr.print(
+            f"{variant.model}/{variant.variant} failed: {variant.failed[0]}",
+            markup=False,
+            soft_wrap=True,
+        )
     if not data.models:
         stderr.print(
             "no models yet: run `edgereg add path/to/model.onnx --evaluation data/eval.npz`",
             markup=False,
         )
-    elif built < len(variants):
+    elif built + len(failed) < len(variants):
         stderr.print("some variants are not built: run `dvc repro`", markup=False)
+
+
+def _variant_json(variant: VariantData) -> dict[str, Any]:
+    top = variant.headline
+    return {
+        "model": variant.model,
+        "variant": variant.variant,
+        "tier": variant.tier,
+        "status": variant.status,
+        "metric": None if top is None else top.name,
+        "value": None if top is None else top.value,
+        "baseline": None if top is None else top.baseline,
+        "change": None if top is None else top.change,
+        "min_cosine": variant.agreement("cosine"),
+        "min_snr_db": variant.agreement("snr_db"),
+        "failed": variant.failed,
+    }
 
 
 def _now() -> str:

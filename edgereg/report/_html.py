@@ -12,21 +12,39 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from edgereg.build.outputs import BUILT, NOT_BUILT, STALE
-from edgereg.report._data import ModelData, ReportData, VariantData
+from edgereg.build.outputs import BUILT, FAILED, HEADLINE_METRICS, NOT_BUILT, STALE
+from edgereg.report._data import Gate, ModelData, ReportData, VariantData
 
 #: Tier colours, in tier order (best first).
 PALETTE = ("#2563eb", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#65a30d")
 #: A recall chart with more classes shows the worst ones only.
 MAX_RECALL_BARS = 20
 
-GATE_LABELS = {
-    "max_size_mb": "size",
-    "max_abs_error": "abs error",
-    "max_accuracy_drop": "acc. drop",
-    "max_class_recall_drop": "recall drop",
-    "max_latency_p50_ms": "p50",
+#: How a table names each task metric.
+METRIC_LABELS = {
+    "accuracy": "accuracy",
+    "top1_agreement": "top-1 agreement",
+    "class_recall_drop": "worst class recall drop",
+    "iou": "IoU",
+    "label_iou": "IoU (labels)",
+    "line_match": "line match",
+    "cer": "CER",
+    "label_line_accuracy": "line accuracy",
+    "label_cer": "CER (labels)",
+    "embedding_cosine": "embedding cosine",
+    "neighbour_agreement": "neighbour agreement",
+    "neighbour_recall": "neighbour recall",
+    "label_neighbour_accuracy": "neighbour accuracy (labels)",
+    "frame_agreement": "frame agreement",
+    "f1": "F1",
+    "cosine": "cosine",
 }
+#: Built-in metrics that are shares of samples, lines or frames: shown in
+#: percent, their changes in percentage points.
+FRACTION_METRICS = frozenset(
+    {name for names in HEADLINE_METRICS.values() for name in names}
+    | {"class_recall_drop", "cer", "label_cer", "neighbour_recall", "label_neighbour_accuracy"}
+)
 
 CSS = """
 :root { --fg: #1f2937; --muted: #6b7280; --line: #e5e7eb; --bad: #dc2626; --good: #059669;
@@ -41,29 +59,37 @@ h3 { font-size: 15px; margin: 24px 0 8px; }
 .meta span + span::before { content: " · "; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
   font-size: 12px; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 8px 0; }
 th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: left;
   vertical-align: top; }
 th { font-weight: 600; background: var(--bg-alt); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.num { white-space: nowrap; }
+td.num, .nowrap { white-space: nowrap; }
 tr.baseline td { color: var(--muted); font-style: italic; }
 tr.not-built td, tr.unreadable td { color: var(--muted); }
+tr.failed td { background: #fef2f2; }
+tr.has-gates td { border-bottom: none; padding-bottom: 2px; }
+tr.gates-row td { padding-top: 0; font-size: 12px; }
 .neg { color: var(--bad); }
 .pos { color: var(--good); }
 .badge { display: inline-block; padding: 1px 7px; border-radius: 9px; font-size: 12px;
   white-space: nowrap; }
 .status-built { background: #d1fae5; color: #065f46; }
 .status-stale { background: #fef3c7; color: #92400e; }
+.status-failed { background: #fee2e2; color: #991b1b; }
 .status-not-built, .status-unreadable { background: #f3f4f6; color: #4b5563; }
+.failure { color: var(--bad); font-size: 12px; margin-top: 3px; max-width: 260px; }
 .gate { display: inline-block; margin: 0 6px 2px 0; font-size: 12px; white-space: nowrap; }
 .gate.pass::before { content: "\\2713 "; color: var(--good); font-weight: 700; }
 .gate.fail::before { content: "\\2717 "; color: var(--bad); font-weight: 700; }
+.gate.fail { color: var(--bad); }
 .tier-dot { display: inline-block; width: 10px; height: 10px; border-radius: 50%;
   margin-right: 6px; vertical-align: baseline; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px 28px; align-items: flex-start; }
-figure { margin: 0; }
+figure { margin: 0; max-width: 100%; }
 figcaption { color: var(--muted); font-size: 12px; max-width: 560px; }
+svg.chart { max-width: 100%; height: auto; }
 svg text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; fill: #374151; }
 svg .axis line, svg .axis path { stroke: #9ca3af; }
 svg .grid line { stroke: #f0f0f0; }
@@ -72,19 +98,34 @@ svg .bar.pos { fill: var(--good); }
 svg .bar.zero { fill: #9ca3af; }
 svg .budget { stroke: var(--warn); stroke-dasharray: 4 3; }
 svg .point { fill-opacity: 0.75; stroke: #fff; stroke-width: 1.5; }
+svg .point.failed { fill-opacity: 0.2; stroke: var(--bad); stroke-width: 2;
+  stroke-dasharray: 3 2; }
+svg .label.failed { fill: var(--bad); }
+svg .leader { stroke: #9ca3af; stroke-width: 1; }
+svg .true-position { fill: #374151; }
 svg .baseline-point { fill: none; stroke: #111827; stroke-width: 1.5; }
 .recall-grid { display: flex; flex-wrap: wrap; gap: 12px 24px; }
 .notice { padding: 10px 14px; background: #fffbeb; border-left: 4px solid #f59e0b; margin: 12px 0; }
 table.provenance td { max-width: 340px; }
 table.variants td:first-child { min-width: 150px; }
 table.provenance code { word-break: break-all; }
+@media (max-width: 640px) {
+  body { padding: 12px 12px 32px; }
+  th, td { padding: 4px 6px; }
+  table.variants td:first-child { min-width: 110px; }
+}
 """
 
 
 def render_html(report: ReportData) -> str:
     """The whole report page for ``report``."""
-    built = sum(v.built for m in report.models for v in m.variants)
-    total = sum(len(m.variants) for m in report.models)
+    variants = [v for m in report.models for v in m.variants]
+    built = sum(v.built for v in variants)
+    failed = sum(v.status == FAILED for v in variants)
+    total = len(variants)
+    counts = f"{built} of {total} variants built"
+    if failed:
+        counts += f", {failed} failed a gate"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -103,7 +144,7 @@ def render_html(report: ReportData) -> str:
         '<p class="meta">',
         f"<span>{_e(report.config_path)}</span>",
         f"<span>builds in {_e(report.out_root)}/</span>",
-        f"<span>{built} of {total} variants built</span>",
+        f"<span>{counts}</span>",
         f"<span>generated {_e(report.generated)}</span>",
         "</p>",
         '<p class="meta">toolchain: '
@@ -118,11 +159,17 @@ def render_html(report: ReportData) -> str:
             "<code>edgereg add path/to/model.onnx --evaluation data/eval.npz</code>, "
             "then <code>dvc repro</code>.</p>"
         )
-    elif built == 0:
+    elif built == 0 and failed == 0:
         parts.append(
             '<p class="notice">Nothing is built yet: run <code>dvc repro</code> '
             "(or <code>edgereg build MODEL VARIANT</code>), then <code>edgereg report</code> "
             "again.</p>"
+        )
+    if failed:
+        parts.append(
+            f'<p class="notice">{failed} variant(s) failed a gate; their measured numbers are '
+            "shown. Fix what the gate names (<code>edgereg build MODEL VARIANT</code> prints "
+            "the hint), then <code>dvc repro</code>.</p>"
         )
     if len(report.models) > 1:
         parts.append(
@@ -133,9 +180,12 @@ def render_html(report: ReportData) -> str:
     for model in report.models:
         parts.append(_model_section(model, report.tiers))
     parts += [
-        '<footer class="muted"><p>Δ: change against the fp32 ONNX Runtime baseline on the '
-        "evaluation set (percentage points). Latency: host p50 in ms, not a device measurement; "
-        "* marks the variant's own thread count."
+        '<footer class="muted"><p>Each variant is compared with the fp32 ONNX Runtime '
+        "reference on the evaluation set. Δ: the headline metric's change against the fp32 "
+        "ONNX baseline on the labels (percentage points). Cosine and SNR: the worst output. "
+        "Gates: the measured number against the budget it was checked on (the task's "
+        "defaults for the variant's precision, models.toml on top). Latency: host p50 in ms, "
+        "not a device measurement; * marks the variant's own thread count."
         "</p></footer>",
         "</body>",
         "</html>",
@@ -166,8 +216,9 @@ def _tier_legend(tiers: Sequence[str]) -> str:
 
 
 def _model_section(model: ModelData, tiers: Sequence[str]) -> str:
-    built = [v for v in model.variants if v.built]
-    meta = [f"version {_e(model.version)}", _e(model.task)]
+    measured = [v for v in model.variants if v.measured]
+    with_provenance = [v for v in measured if v.provenance]
+    meta = [f"version {_e(model.version)}", f"task {_e(model.task)}"]
     if model.description:
         meta.append(_e(model.description))
     parts = [
@@ -175,9 +226,11 @@ def _model_section(model: ModelData, tiers: Sequence[str]) -> str:
         f"<h2>{_e(model.name)}</h2>",
         '<p class="meta">' + "".join(f"<span>{m}</span>" for m in meta) + "</p>",
         "<h3>Variants</h3>",
+        '<div class="scroll">',
         _variant_table(model, tiers),
+        "</div>",
     ]
-    if built:
+    if measured:
         parts += [
             '<div class="charts">',
             _tradeoff_chart(model, tiers),
@@ -187,72 +240,137 @@ def _model_section(model: ModelData, tiers: Sequence[str]) -> str:
             parts += [
                 "<h3>Per-class recall change against the ONNX baseline</h3>",
                 '<div class="recall-grid">',
-                *(_recall_chart(model, v) for v in built),
+                *(_recall_chart(model, v) for v in measured),
                 "</div>",
             ]
-        parts += ["<h3>Provenance</h3>", _provenance_table(model, built)]
+    if with_provenance:
+        parts += [
+            "<h3>Provenance</h3>",
+            '<div class="scroll">',
+            _provenance_table(model, with_provenance),
+            "</div>",
+        ]
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _metric_label(name: str) -> str:
+    return METRIC_LABELS.get(name, name)
+
+
+def _metric_value(name: str, value: float | None) -> str:
+    """A task metric as the table shows it: a share in percent, else the number."""
+    if value is None:
+        return "-"
+    if name in FRACTION_METRICS:
+        return _percent(value)
+    if name in ("cosine", "embedding_cosine"):
+        return _cosine(value)
+    return f"{value:.4g}"
+
+
+def _metric_change(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if name in FRACTION_METRICS:
+        return _points(value)
+    return f"{round(value, 6) + 0.0:+.4g}"
 
 
 def _variant_table(model: ModelData, tiers: Sequence[str]) -> str:
     threads = sorted({n for v in model.variants for n in v.thread_counts}) or [1, 2, 4]
     classification = model.task == "classification"
-    head = ["variant", "tier", "status", "size"]
-    head += ["accuracy", "Δ accuracy", "worst class Δ recall"] if classification else []
-    head += ["mean cosine"] if not classification else []
-    head += [f"p50 ms @{n} thr" for n in threads]
-    head += ["gates"]
-    numeric = {"size", "accuracy", "Δ accuracy", "worst class Δ recall", "mean cosine"}
-    numeric |= {f"p50 ms @{n} thr" for n in threads}
+    names = model.headline_names
+    # One metric for the whole table names its column; otherwise each cell says.
+    metric_head = _metric_label(names[0]) if len(names) == 1 else "metric"
+    head: list[tuple[str, bool]] = [
+        ("variant", False),
+        ("tier", False),
+        ("status", False),
+        ("size", True),
+        (metric_head, True),
+        ("Δ vs ONNX", True),
+        ("cosine", True),
+        ("SNR dB", True),
+    ]
+    if classification:
+        head.append(("worst class Δ recall", True))
+    head += [(f"p50 ms @{n} thr", True) for n in threads]
     rows = [
         f'<table class="variants" id="variants-{_e(model.name)}">',
         "<thead><tr>"
         + "".join(
-            f'<th class="num">{_e(h)}</th>' if h in numeric else f"<th>{_e(h)}</th>" for h in head
+            f'<th class="num">{_e(h)}</th>' if numeric else f"<th>{_e(h)}</th>"
+            for h, numeric in head
         )
         + "</tr></thead>",
         "<tbody>",
     ]
-    baseline = _baseline_accuracy(model)
+    baseline = model.baseline_headline()
+    reference = '<td class="num muted">reference</td>'
     cells = [
-        "<td>ONNX baseline</td>",
+        f'<td>ONNX baseline<br><code class="muted">{_e(model.source_path)}</code></td>',
         "<td></td>",
         "<td>source</td>",
         f'<td class="num">{_size(model.source_size / 1e6) if model.source_size else "-"}</td>',
+        f'<td class="num">{_metric_value(names[0], baseline)}</td>'
+        if len(names) == 1 and baseline is not None
+        else "<td></td>",
+        "<td></td>",
+        reference,
+        reference,
     ]
     if classification:
-        cells += [f'<td class="num">{_percent(baseline)}</td>', "<td></td>", "<td></td>"]
-    else:
-        cells += ['<td class="num">1</td>']
-    cells += ["<td></td>" for _ in threads] + [f"<td><code>{_e(model.source_path)}</code></td>"]
+        cells.append("<td></td>")
+    cells += ["<td></td>" for _ in threads]
     rows.append('<tr class="baseline">' + "".join(cells) + "</tr>")
     for variant in model.variants:
-        rows.append(_variant_row(variant, tiers, threads, classification))
+        rows.append(
+            _variant_row(variant, tiers, threads, classification, len(names) > 1, len(head))
+        )
     rows += ["</tbody>", "</table>"]
     return "\n".join(rows)
 
 
 def _variant_row(
-    variant: VariantData, tiers: Sequence[str], threads: Sequence[int], classification: bool
+    variant: VariantData,
+    tiers: Sequence[str],
+    threads: Sequence[int],
+    classification: bool,
+    name_metric: bool,
+    columns: int,
 ) -> str:
+    """The variant's row of numbers and, when it was measured, a row of its gates.
+
+    The gates go in a row of their own, spanning the table: a column of them
+    made the table too wide for a laptop, let alone a phone.
+    """
     status_class = variant.status.replace(" ", "-")
     dot = f'<span class="tier-dot" style="background:{_tier_color(tiers, variant.tier)}"></span>'
     title = {
         BUILT: "built from the recipe models.toml declares",
         STALE: "models.toml changed since this build: run dvc repro",
         NOT_BUILT: f"no outputs in {variant.out_dir}: run dvc repro",
+        FAILED: "; ".join(variant.failed),
     }.get(variant.status, variant.problem or "")
+    status = (
+        f'<span class="badge status-{status_class}" title="{_e(title)}">{_e(variant.status)}</span>'
+    )
+    if variant.status == FAILED:
+        failures = variant.failed
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        status += f'<div class="failure">failed: {_e(failures[0])}{_e(more)}</div>'
     cells = [
         f"<td><b>{_e(variant.variant)}</b><br>"
         f'<span class="muted">{_e(_recipe_text(variant))}</span></td>',
-        f"<td>{dot}{_e(variant.tier)}</td>",
-        f'<td><span class="badge status-{status_class}" title="{_e(title)}">'
-        f"{_e(variant.status)}</span></td>",
+        f'<td class="nowrap">{dot}{_e(variant.tier)}</td>',
+        f"<td>{status}</td>",
     ]
+    row_id = f'id="row-{_e(variant.model)}-{_e(variant.variant)}"'
+    row_open = f'<tr class="{status_class}" {row_id}>'
     metrics = variant.metrics
     if metrics is None:
-        span = (3 if classification else 1) + len(threads) + 2
+        span = columns - 3
         hint = (
             f"run <code>dvc repro</code> or <code>edgereg build {_e(variant.model)} "
             f"{_e(variant.variant)}</code>"
@@ -260,38 +378,59 @@ def _variant_row(
             else _e(variant.problem or "")
         )
         cells.append(f'<td colspan="{span}">{hint}</td>')
-        return (
-            f'<tr class="{status_class}" id="row-{_e(variant.model)}-{_e(variant.variant)}">'
-            + "".join(cells)
-            + "</tr>"
-        )
+        return row_open + "".join(cells) + "</tr>"
     cells.append(f'<td class="num">{_size(_float(metrics.get("size_mb")))}</td>')
-    if classification:
-        accuracy = metrics.get("accuracy", {})
-        recall = metrics.get("class_recall", {})
-        worst = _float(recall.get("worst_change"))
-        worst_text = _points(worst)
-        if worst is not None and worst < 0 and recall.get("worst_class") is not None:
-            worst_text += f' <span class="muted">(class {_e(recall["worst_class"])})</span>'
-        cells += [
-            f'<td class="num">{_percent(_float(accuracy.get("variant")))}</td>',
-            f'<td class="num{_sign_class(_float(accuracy.get("change")))}">'
-            f"{_points(_float(accuracy.get('change')))}</td>",
-            f'<td class="num{_sign_class(worst)}">{worst_text}</td>',
-        ]
+    top = variant.headline
+    if top is None:
+        cells += ['<td class="num muted">no metric</td>', "<td></td>"]
     else:
-        cosine = _float(metrics.get("verify", {}).get("mean_cosine"))
-        cells.append(f'<td class="num">{"-" if cosine is None else f"{cosine:.5f}"}</td>')
+        shown = _metric_value(top.name, top.value)
+        if name_metric:
+            shown = f'<span class="muted">{_e(_metric_label(top.name))}</span> {shown}'
+        cells += [
+            f'<td class="num" title="{_e(top.name)}">{shown}</td>',
+            f'<td class="num{_sign_class(top.change)}">'
+            + (
+                _metric_change(top.name, top.change)
+                if top.change is not None
+                else '<span class="muted">vs reference</span>'
+            )
+            + "</td>",
+        ]
+    cosine, snr = variant.agreement("cosine"), variant.agreement("snr_db")
+    cells += [
+        f'<td class="num">{_cosine(cosine)}</td>',
+        f'<td class="num">{_db(snr)}</td>',
+    ]
+    if classification:
+        cells.append(_worst_class_cell(variant))
     for n in threads:
         value = variant.latency_ms(n)
         mark = " *" if n == variant.threads else ""
         cells.append(f'<td class="num">{_ms(value)}{mark}</td>')
-    cells.append(f"<td>{_gates(variant)}</td>")
-    return (
-        f'<tr class="{status_class}" id="row-{_e(variant.model)}-{_e(variant.variant)}">'
-        + "".join(cells)
-        + "</tr>"
+    gates_row = (
+        f'<tr class="gates-row {status_class}" id="gates-{_e(variant.model)}-'
+        f'{_e(variant.variant)}"><td class="muted">gates</td>'
+        f'<td colspan="{columns - 1}">{_gates(variant)}</td></tr>'
     )
+    return (
+        f'<tr class="{status_class} has-gates" {row_id}>' + "".join(cells) + "</tr>\n" + gates_row
+    )
+
+
+def _worst_class_cell(variant: VariantData) -> str:
+    rows = [r for r in variant.class_recall if _float(r.get("change")) is not None]
+    if rows:
+        worst_row = min(rows, key=lambda r: float(r["change"]))
+        worst: float | None = float(worst_row["change"])
+        name = worst_row.get("class")
+    else:
+        drop = variant.metric("class_recall_drop")
+        worst, name = (None if drop is None else -drop + 0.0), None
+    text = _points(worst)
+    if worst is not None and worst < 0 and name is not None:
+        text += f' <span class="muted">(class {_e(name)})</span>'
+    return f'<td class="num{_sign_class(worst)}">{text}</td>'
 
 
 def _recipe_text(variant: VariantData) -> str:
@@ -299,6 +438,16 @@ def _recipe_text(variant: VariantData) -> str:
     mode = quant.get("mode", "none")
     if mode == "int8":
         text = f"int8 {quant.get('method', '')}"
+        chosen = (variant.metrics or {}).get("quantization") or {}
+        if isinstance(chosen, dict) and chosen.get("method"):
+            if chosen["method"] != quant.get("method"):
+                text += f" → {chosen['method']}"
+            skipped = chosen.get("skip_ops") or []
+            if skipped:
+                text += f", {len(skipped)} op(s) in float"
+            runs = chosen.get("quantizer_runs")
+            if isinstance(runs, int) and runs > 1:
+                text += f", {runs} quantizer runs"
     elif mode == "weight":
         text = f"weight-only {quant.get('bits', '')}-bit"
     else:
@@ -307,107 +456,127 @@ def _recipe_text(variant: VariantData) -> str:
 
 
 def _gates(variant: VariantData) -> str:
-    metrics = variant.metrics or {}
-    results: dict[str, Any] = metrics.get("gates", {})
-    budgets = variant.budgets
-    measured = {
-        "max_size_mb": _float(metrics.get("size_mb")),
-        "max_abs_error": _float(metrics.get("verify", {}).get("max_abs_error")),
-        "max_accuracy_drop": _negate(_float(metrics.get("accuracy", {}).get("change"))),
-        "max_class_recall_drop": _negate(
-            _float(metrics.get("class_recall", {}).get("worst_change"))
-        ),
-        "max_latency_p50_ms": variant.latency_ms(variant.threads),
-    }
-    if not results:
+    gates = variant.gates
+    if not gates:
         return '<span class="muted">none</span>'
-    spans = []
-    for name, passed in results.items():
-        label = GATE_LABELS.get(name, name)
-        value, budget = measured.get(name), _float(budgets.get(name))
-        detail = ""
-        if value is not None and budget is not None:
-            detail = f"{_gate_value(name, value)} ≤ {_gate_value(name, budget)}"
-        css = "pass" if passed else "fail"
-        spans.append(
-            f'<span class="gate {css}" title="{_e(name)}">{_e(label)} '
-            f'<span class="muted">{_e(detail)}</span></span>'
-        )
-    return "<br>".join(spans)
+    order = ("size", "cosine", "snr", "abs_error", "metric", "drop", "latency")
+    return " ".join(_gate(gate) for gate in sorted(gates, key=lambda g: order.index(g.kind)))
 
 
-def _gate_value(name: str, value: float) -> str:
-    if name == "max_size_mb":
+def _gate(gate: Gate) -> str:
+    css = "pass" if gate.passed else "fail"
+    label = _gate_label(gate)
+    detail = ""
+    if gate.measured is not None:
+        detail = _gate_number(gate, gate.measured)
+        if gate.budget is not None:
+            if gate.bound == "min":
+                relation = "≥" if gate.passed else "<"
+            else:
+                relation = "≤" if gate.passed else ">"
+            detail += f" {relation} {_gate_number(gate, gate.budget)}"
+    return (
+        f'<span class="gate {css}" title="{_e(gate.name)}">{_e(label)} '
+        f'<span class="muted">{_e(detail)}</span></span>'
+    )
+
+
+def _gate_label(gate: Gate) -> str:
+    if gate.kind == "size":
+        return "size"
+    if gate.kind == "latency":
+        return "p50"
+    if gate.kind in ("cosine", "snr", "abs_error"):
+        what = {"cosine": "cosine", "snr": "SNR", "abs_error": "abs error"}[gate.kind]
+        return f"{what}[{gate.metric}]"
+    label = _metric_label(gate.metric)
+    if gate.kind == "drop":
+        return f"{label} drop"
+    if gate.name.endswith("_baseline"):
+        return f"{label} of the ONNX baseline"
+    return label
+
+
+def _gate_number(gate: Gate, value: float) -> str:
+    if gate.kind == "size":
         return _size(value)
-    if name in ("max_accuracy_drop", "max_class_recall_drop"):
-        return f"{value * 100:.2f} pp"
-    if name == "max_latency_p50_ms":
+    if gate.kind == "latency":
         return f"{_ms(value)} ms"
+    if gate.kind == "snr":
+        return f"{_db(value)} dB"
+    if gate.kind == "cosine":
+        return _cosine(value)
+    if (gate.kind == "drop" or gate.metric == "class_recall_drop") and (
+        gate.metric in FRACTION_METRICS
+    ):
+        return f"{value * 100 + 0.0:.2f} pp"
+    if gate.kind in ("metric", "drop"):
+        return _metric_value(gate.metric, value)
     return f"{value:.3g}"
-
-
-def _baseline_accuracy(model: ModelData) -> float | None:
-    for variant in model.variants:
-        value = _float((variant.metrics or {}).get("accuracy", {}).get("onnx"))
-        if value is not None:
-            return value
-    return None
 
 
 # --- charts --------------------------------------------------------------------------
 
 
 def _tradeoff_chart(model: ModelData, tiers: Sequence[str]) -> str:
-    """Size (x) against accuracy (y); marker area grows with p50 latency."""
-    classification = model.task == "classification"
+    """Size (x) against the headline metric (y); marker area grows with p50 latency."""
+    names = model.headline_names
+    metric = names[0] if names else "cosine"
     points = []
     for variant in model.variants:
         metrics = variant.metrics
-        if metrics is None:
+        top = variant.headline
+        if metrics is None or top is None or top.name != metric:
             continue
         size = _float(metrics.get("size_mb"))
-        if classification:
-            quality = _float(metrics.get("accuracy", {}).get("variant"))
-        else:
-            quality = _float(metrics.get("verify", {}).get("mean_cosine"))
-        if size is None or quality is None:
+        if size is None:
             continue
-        points.append((variant, size, quality, variant.latency_ms(variant.threads)))
-    baseline_quality = _baseline_accuracy(model) if classification else 1.0
+        points.append((variant, size, top.value, variant.latency_ms(variant.threads)))
+    baseline_quality = model.baseline_headline()
     baseline_size = model.source_size / 1e6 if model.source_size else None
     width, height = 560, 330
-    left, right, top, bottom = 64, 24, 30, 48
-    plot_w, plot_h = width - left - right, height - top - bottom
+    left, right, top_pad, bottom = 64, 24, 30, 48
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
     sizes = [p[1] for p in points] + ([baseline_size] if baseline_size else [])
     qualities = [p[2] for p in points] + (
         [baseline_quality] if baseline_quality is not None and baseline_size else []
     )
     chart_id = f"tradeoff-{_e(model.name)}"
-    y_label = "accuracy" if classification else "mean cosine vs ONNX Runtime"
+    y_label = _metric_label(metric)
+    if metric == "cosine":
+        y_label = "worst output cosine vs ONNX Runtime"
+    bounded = metric in FRACTION_METRICS or metric == "cosine"
     out = [
         "<figure>",
         f'<svg id="{chart_id}" class="chart tradeoff" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{_e(model.name)}: size against {_e(y_label)}">',
     ]
-    if not sizes:
-        out += [f'<text x="{left}" y="{top + 20}">no measurements</text>', "</svg>", "</figure>"]
+    if not points:
+        out += [
+            f'<text x="{left}" y="{top_pad + 20}">no measurements</text>',
+            "</svg>",
+            "</figure>",
+        ]
         return "\n".join(out)
     x_hi = max(sizes) * 1.12
     x_ticks = _nice_ticks(0.0, x_hi)
     x_hi = max(x_hi, x_ticks[-1])
     q_lo, q_hi = min(qualities), max(qualities)
-    pad = max((q_hi - q_lo) * 0.2, 0.01)
-    y_lo, y_hi = max(q_lo - pad, 0.0), min(q_hi + pad, 1.0)
-    if y_hi - y_lo < 0.02:
-        y_lo = max(y_hi - 0.02, 0.0)
+    span = 0.02 if bounded else max(abs(q_hi) * 0.02, 1e-6)
+    pad = max((q_hi - q_lo) * 0.2, span / 2)
+    y_lo, y_hi = q_lo - pad, q_hi + pad
+    if bounded:
+        y_lo, y_hi = max(y_lo, 0.0), min(y_hi, 1.0)
+        if y_hi - y_lo < span:
+            y_lo = max(y_hi - span, 0.0)
     y_ticks = [t for t in _nice_ticks(y_lo, y_hi) if y_lo - 1e-12 <= t <= y_hi + 1e-12]
 
     def sx(value: float) -> float:
         return left + plot_w * value / x_hi
 
     def sy(value: float) -> float:
-        return top + plot_h * (1 - (value - y_lo) / (y_hi - y_lo))
+        return top_pad + plot_h * (1 - (value - y_lo) / (y_hi - y_lo))
 
     out.append('<g class="grid">')
     out += [
@@ -416,11 +585,12 @@ def _tradeoff_chart(model: ModelData, tiers: Sequence[str]) -> str:
     ]
     out.append("</g>")
     out.append('<g class="axis x-axis">')
-    out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}"/>')
+    axis_y = top_pad + plot_h
+    out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{axis_y}" y2="{axis_y}"/>')
     for t in x_ticks:
         out.append(
-            f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}"/>'
-            f'<text x="{sx(t):.1f}" y="{top + plot_h + 17}" text-anchor="middle">'
+            f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{axis_y}" y2="{axis_y + 4}"/>'
+            f'<text x="{sx(t):.1f}" y="{axis_y + 17}" text-anchor="middle">'
             f"{_e(_tick(t, x_ticks))}</text>"
         )
     out.append(
@@ -428,62 +598,88 @@ def _tradeoff_chart(model: ModelData, tiers: Sequence[str]) -> str:
     )
     out.append("</g>")
     out.append('<g class="axis y-axis">')
-    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}"/>')
+    out.append(f'<line x1="{left}" x2="{left}" y1="{top_pad}" y2="{axis_y}"/>')
+    step = y_ticks[1] - y_ticks[0] if len(y_ticks) > 1 else 0.01
     for t in y_ticks:
-        label = f"{t * 100:.1f}%" if classification else f"{t:.3f}"
+        if metric in FRACTION_METRICS:
+            decimals = max(0, min(4, -math.floor(math.log10(step * 100)))) if step else 1
+            label = f"{t * 100:.{decimals}f}%"
+        else:
+            label = _tick(t, y_ticks)
         out.append(
             f'<line x1="{left - 4}" x2="{left}" y1="{sy(t):.1f}" y2="{sy(t):.1f}"/>'
             f'<text x="{left - 7}" y="{sy(t) + 4:.1f}" text-anchor="end">{_e(label)}</text>'
         )
     out.append(
-        f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" '
+        f'<text transform="translate(14 {top_pad + plot_h / 2:.1f}) rotate(-90)" '
         f'text-anchor="middle">{_e(y_label)}</text>'
     )
     out.append("</g>")
     latencies = [p[3] for p in points if p[3] is not None]
     slowest = max(latencies) if latencies else None
+    bounds = (left, top_pad, left + plot_w, axis_y)
+    # Markers never hide each other: one that would overlap an earlier one (or
+    # the baseline diamond) moves to the nearest free spot, with a leader line
+    # from the true position.
+    placed: list[tuple[float, float, float]] = []
+    baseline_at: tuple[float, float] | None = None
+    if baseline_size and baseline_quality is not None:
+        baseline_at = (sx(baseline_size), sy(baseline_quality))
+        placed.append((*baseline_at, 7.0))
     markers = []
     for variant, size, quality, latency in points:
         radius = 5.0
         if latency is not None and slowest:
             radius = 5.0 + 13.0 * math.sqrt(latency / slowest)
-        markers.append((variant, size, quality, latency, sx(size), sy(quality), radius))
-    # Circles first, the baseline diamond over them, then the labels, each
-    # placed where it hides no marker and no other label.
-    taken: list[Box] = [(cx - r, cy - r, cx + r, cy + r) for *_, cx, cy, r in markers]
+        true_x, true_y = sx(size), sy(quality)
+        cx, cy = _free_spot(true_x, true_y, radius, placed, bounds)
+        placed.append((cx, cy, radius))
+        markers.append((variant, size, quality, latency, true_x, true_y, cx, cy, radius))
+    taken: list[Box] = [(x - r, y - r, x + r, y + r) for x, y, r in placed]
     labels: list[str] = []
-    for variant, size, quality, latency, cx, cy, radius in markers:
-        quality_text = f"{quality:.2%}" if classification else f"{quality:.5f}"
+    for variant, size, quality, latency, true_x, true_y, cx, cy, radius in markers:
         tooltip = (
-            f"{variant.variant} ({variant.tier}): {_size(size)}, {quality_text}, "
-            f"p50 {_ms(latency)} ms at {variant.threads} threads"
+            f"{variant.variant} ({variant.tier}): {_size(size)}, {y_label} "
+            f"{_metric_value(metric, quality)}, p50 {_ms(latency)} ms at {variant.threads} threads"
         )
+        failed = variant.status == FAILED
+        if failed:
+            tooltip += f"; failed: {variant.failed[0]}"
+        if (cx, cy) != (true_x, true_y):
+            out.append(
+                f'<line class="leader" x1="{true_x:.1f}" y1="{true_y:.1f}" x2="{cx:.1f}" '
+                f'y2="{cy:.1f}"/><circle class="true-position" cx="{true_x:.1f}" '
+                f'cy="{true_y:.1f}" r="1.8"/>'
+            )
+            taken.append((true_x - 2, true_y - 2, true_x + 2, true_y + 2))
+        css = "point failed" if failed else "point"
         out.append(
-            f'<circle class="point" data-variant="{_e(variant.variant)}" cx="{cx:.1f}" '
+            f'<circle class="{css}" data-variant="{_e(variant.variant)}" cx="{cx:.1f}" '
             f'cy="{cy:.1f}" r="{radius:.1f}" fill="{_tier_color(tiers, variant.tier)}">'
             f"<title>{_e(tooltip)}</title></circle>"
         )
-    markers_and_baseline: list[tuple[str | None, float, float, float]] = []
-    if baseline_size and baseline_quality is not None:
-        bx, by = sx(baseline_size), sy(baseline_quality)
+    labelled: list[tuple[str | None, bool, float, float, float]] = []
+    if baseline_at is not None:
+        bx, by = baseline_at
         out.append(
             f'<path class="baseline-point" '
             f'd="M{bx:.1f} {by - 7:.1f} L{bx + 7:.1f} {by:.1f} L{bx:.1f} {by + 7:.1f} '
             f'L{bx - 7:.1f} {by:.1f} Z"><title>ONNX baseline: {_size(baseline_size)}'
             f"</title></path>"
         )
-        taken.append((bx - 7, by - 7, bx + 7, by + 7))
-        markers_and_baseline.append((None, bx, by, 7.0))
+        labelled.append((None, False, bx, by, 7.0))
     for variant, *_, cx, cy, radius in markers:
-        markers_and_baseline.append((variant.variant, cx, cy, radius))
-    for text, cx, cy, radius in reversed(markers_and_baseline):
-        label = text or "ONNX"
+        labelled.append((variant.variant, variant.status == FAILED, cx, cy, radius))
+    for text, failed, cx, cy, radius in reversed(labelled):
+        label = (text or "ONNX") + (" (failed)" if failed else "")
         own = (cx - radius, cy - radius, cx + radius, cy + radius)
         x, y, anchor = _place_label(label, cx, cy, radius, [b for b in taken if b != own])
         width_px = _text_width(label)
         left_edge = {"start": x, "end": x - width_px, "middle": x - width_px / 2}[anchor]
         taken.append((left_edge, y - 10, left_edge + width_px, y + 2))
         css = "label" if text else "label baseline-label"
+        if failed:
+            css += " failed"
         labels.append(
             f'<text class="{css}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{_e(label)}</text>'
         )
@@ -491,11 +687,39 @@ def _tradeoff_chart(model: ModelData, tiers: Sequence[str]) -> str:
     out += [
         "</svg>",
         f"<figcaption>{_e(model.name)}: size against {_e(y_label)}. Marker area grows with "
-        "the host p50 latency at the variant's own thread count; colour is the tier; the "
-        "hollow diamond is the ONNX source.</figcaption>",
+        "the host p50 latency at the variant's own thread count; colour is the tier; a dashed "
+        "red ring failed a gate; the hollow diamond is the ONNX source. A marker that would "
+        "hide another is moved aside, a line pointing at its true position.</figcaption>",
         "</figure>",
     ]
     return "\n".join(out)
+
+
+def _free_spot(
+    x: float,
+    y: float,
+    radius: float,
+    placed: Sequence[tuple[float, float, float]],
+    bounds: tuple[float, float, float, float],
+) -> tuple[float, float]:
+    """``(x, y)`` if a circle there overlaps none placed, else the nearest free centre."""
+
+    def free(cx: float, cy: float) -> bool:
+        return all(math.hypot(cx - px, cy - py) >= radius + pr + 1.0 for px, py, pr in placed)
+
+    if free(x, y):
+        return x, y
+    left, top, right, bottom = bounds
+    for ring in range(1, 40):
+        distance = ring * 3.0
+        for step in range(24):
+            # Straight down first: a lower marker reads as "worse", not "better".
+            angle = math.pi / 2 + step * math.pi / 12
+            cx, cy = x + distance * math.cos(angle), y + distance * math.sin(angle)
+            inside = left + radius <= cx <= right - radius and top + radius <= cy <= bottom - radius
+            if inside and free(cx, cy):
+                return cx, cy
+    return x, y
 
 
 Box = tuple[float, float, float, float]
@@ -553,16 +777,25 @@ def _recall_chart(model: ModelData, variant: VariantData) -> str:
     chart_id = f"recall-{_e(model.name)}-{_e(variant.variant)}"
     caption = f"{_e(variant.variant)} ({_e(variant.tier)})"
     if not rows:
+        note = "no per-class recall"
+        drop = variant.metric("class_recall_drop")
+        if variant.status == FAILED:
+            # A failed build keeps metrics.json only, which has the worst drop.
+            note = "failed: per-class recall not kept"
+            if drop is not None:
+                note += f"; worst class {_points(-drop + 0.0)}"
         return (
-            f'<figure><svg id="{chart_id}" class="chart recall" width="260" height="40">'
-            '<text x="4" y="24">no per-class recall</text></svg>'
+            f'<figure><svg id="{chart_id}" class="chart recall" width="300" height="40" '
+            'viewBox="0 0 300 40">'
+            f'<text x="4" y="24">{_e(note)}</text></svg>'
             f"<figcaption>{caption}</figcaption></figure>"
         )
     shown = rows
     if len(rows) > MAX_RECALL_BARS:
         shown = sorted(rows, key=lambda r: float(r["change"]))[:MAX_RECALL_BARS]
         caption += f": the {MAX_RECALL_BARS} worst of {len(rows)} classes"
-    budget = _float(variant.budgets.get("max_class_recall_drop"))
+    limits = (variant.budgets.get("metrics") or {}).get("class_recall_drop") or {}
+    budget = _float(limits.get("max")) if isinstance(limits, dict) else None
     changes = [float(r["change"]) for r in shown]
     span = max([abs(c) for c in changes] + ([budget] if budget else []) + [0.01]) * 1.1
     label_w, bar_w, value_w, row_h, top = 72, 150, 64, 18, 22
@@ -717,8 +950,20 @@ def _float(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _negate(value: float | None) -> float | None:
-    return None if value is None else -value + 0.0
+def _cosine(value: float | None) -> str:
+    """A cosine that never rounds to 1 unless it is 1: 0.99839, 1 − 3e-08."""
+    if value is None:
+        return "-"
+    if 0 < 1 - value < 1e-5:
+        return f"1 − {1 - value:.0e}"
+    return f"{value:.5f}"
+
+
+def _db(value: float | None) -> str:
+    if value is None:
+        return "-"
+    # metrics.json writes a perfect match (infinite SNR) as 999 dB.
+    return "exact" if value >= 999 else f"{value:.1f}"
 
 
 def _size(mb: float | None) -> str:
