@@ -438,7 +438,9 @@ class TaskMetric:
 
 class _Task(_Strict):
     output: str | None = Field(
-        default=None, description="The output the metric reads; the first output when unset."
+        default=None,
+        description="The output the metric reads; the first output that is not a state output "
+        "when unset.",
     )
 
     #: What the task measures; a custom evaluator names its own.
@@ -580,8 +582,11 @@ class CustomTask(_Task):
     ] = Field(description="module:function, imported with the models.toml directory on sys.path.")
 
     def metric(self, name: str) -> TaskMetric | None:
-        """Any name: the evaluator says what it measures when it runs."""
-        return TaskMetric(name, "labels", True, "")
+        """Any name: the evaluator says what it measures when it runs.
+
+        Its metrics have no fp32 baseline, so only ``min`` and ``max`` apply.
+        """
+        return TaskMetric(name, "reference", True, "")
 
 
 def _task_shorthand(value: Any) -> Any:

@@ -419,7 +419,13 @@ def propose_model(
     notes: list[str] = []
     state = _state_pairs(inputs, outputs, evaluation)
     if task is None:
-        task = "classification" if evaluation.labels is not None else "generic"
+        labels = evaluation.labels
+        class_ids = (
+            labels is not None
+            and len(labels.shape) == 1
+            and (labels.dtype.startswith("int") or labels.dtype.startswith("uint"))
+        )
+        task = "classification" if class_ids else "generic"
     if task == "classification" and evaluation.labels is None:
         raise UsageError(
             f"--evaluation {evaluation.path} has no 'labels' array, which a classification "
@@ -545,7 +551,7 @@ def propose_model(
         ],
         "int8": [
             f'tier = "{int8_tier}"',
-            'quantization = { mode = "int8", method = "KL" }   # or "EMA", "ADMM"',
+            'quantization = { mode = "int8", method = "auto" }   # or "KL", "EMA", "ADMM"',
             "runtime = { threads = 2 }",
         ],
         "w8": [
@@ -1089,7 +1095,7 @@ def add_model(
 
 def _check_labels(proposal: Proposal, config: config_module.Config, name: str) -> None:
     """Labels must index the model's classes (the output width)."""
-    if proposal.task != "classification":
+    if proposal.task != "classification" or proposal.classes is None:
         return
     model = config.models[name]
     with np.load(config.resolve_path(model.evaluation), allow_pickle=False) as archive:

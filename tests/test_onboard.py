@@ -553,3 +553,20 @@ def test_proposals_take_token_ids_with_their_dtype() -> None:
         ("input_ids", [1, 16], "int64", 0),
         ("attention_mask", [1, 16], "int64", 0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("labels", "note"),
+    [
+        pytest.param(("<U8", (10,)), 'kind = "ctc"', id="text-labels"),
+        pytest.param(("uint8", (10, 1, 5)), 'kind = "dense_map"', id="mask-labels"),
+    ],
+)
+def test_labels_that_are_not_class_ids_propose_no_classifier(
+    labels: tuple[str, tuple[int, ...]], note: str
+) -> None:
+    evaluation = dataset(x=("float32", (10, 5)), labels=labels)
+    proposal = propose(["high"], calibration=False, evaluation=evaluation)
+    assert proposal.task == "generic"
+    assert proposal.classes is None
+    assert any(note in line for line in proposal.notes), proposal.notes

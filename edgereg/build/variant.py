@@ -1095,6 +1095,10 @@ def _metrics(
             "skip_ops": quant_record["skip_ops"],
             "quantizer_runs": quant_record["quantizer_runs"],
         }
+        if not gates.passed:
+            # No provenance is written for a failure: what was tried lives here.
+            metrics["quantization"]["attempts"] = quant_record["attempts"]
+            metrics["quantization"]["measured_alternatives"] = quant_record["measured_alternatives"]
     metrics["benchmark"] = {
         "load_ms": timing.load_ms,
         "peak_rss_mb": timing.peak_rss_mb,
@@ -1152,12 +1156,15 @@ def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None
         elif quant["method_requested"] == "auto":
             tried = quant["quantizer_runs"]
             bound = getattr(variant.quantization, "max_skip_ops", 0)
+            searched = (
+                f"; {quant['skip_search']}"
+                if quant.get("skip_search")
+                else f" and up to {bound} layers kept in float"
+            )
             lines.append(
-                f"No int8 recipe passed after {tried} quantizer runs (KL, EMA, ADMM and up to "
-                f"{bound} "
-                "layers kept in float). Keep this tier on weight-only quantization "
-                '(mode = "weight"), calibrate on more representative samples, or raise '
-                "max_skip_ops."
+                f"No int8 recipe passed after {tried} quantizer runs (KL, EMA, ADMM{searched}). "
+                'Keep this tier on weight-only quantization (mode = "weight"), calibrate on '
+                "more representative samples, or raise max_skip_ops."
             )
         elif quant["measured_alternatives"]:
             lines.append(
