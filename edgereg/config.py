@@ -1119,6 +1119,16 @@ def json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "edgereg models.toml"
     _forbid_unnamed_keys(schema)
+    # `task = "dense_map"` is shorthand for `task = { kind = "dense_map" }` (the
+    # loader's BeforeValidator); the schema says so too, for the kinds that need
+    # no settings.
+    task = schema["$defs"]["Model"]["properties"]["task"]
+    described = {key: task.pop(key) for key in ("description", "title") if key in task}
+    shorthand = [kind for kind in TASK_KINDS if kind not in ("ctc", "custom")]
+    schema["$defs"]["Model"]["properties"]["task"] = {
+        **described,
+        "anyOf": [{"type": "string", "enum": shorthand}, task],
+    }
     return schema
 
 

@@ -10,15 +10,29 @@ import pkgutil
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import click
 import pytest
 
 import edgereg
 from edgereg import _cli_common, cli
+from edgereg import config as config_module
+from edgereg.build.quality import (
+    DEFAULT_AGREEMENT,
+    DEFAULT_LABEL_DROP,
+    DEFAULT_METRICS,
+    default_budgets,
+)
 from edgereg.errors import EdgeregError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs"
@@ -116,3 +130,93 @@ def test_pages_name_only_real_commands() -> None:
     assert not unknown, "the docs name commands edgereg does not have:\n" + "\n".join(
         sorted(set(unknown))
     )
+
+
+def _table_after(text: str, heading: str, first_column: str) -> list[list[str]]:
+    """The first Markdown table after ``heading`` whose header starts with
+    ``first_column``: its header and body rows, cells stripped of code marks."""
+    lines = text[text.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_column} |"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().replace("`", "") for cell in line.strip().strip("|").split("|")])
+    return [rows[0], *rows[2:]]
+
+
+def test_default_budgets_table_matches_the_code() -> None:
+    text = (DOCS / "models-toml.md").read_text(encoding="utf-8")
+    header, *rows = _table_after(text, "## Default budgets", "precision")
+    # After precision, min_cosine and min_snr_db: one "<task> <metric>.min" column per task.
+    columns = [cell.split() for cell in header[3:]]
+    assert [task for task, _ in columns] == list(DEFAULT_METRICS), "one column per task"
+    assert [row[0] for row in rows] == list(DEFAULT_AGREEMENT), "one row per precision"
+    for precision, cosine, snr, *limits in rows:
+        assert (float(cosine), float(snr)) == DEFAULT_AGREEMENT[precision], precision  # type: ignore[index]
+        for (task, metric), value in zip(columns, limits, strict=True):
+            budget = DEFAULT_METRICS[task][precision][metric.removesuffix(".min")]  # type: ignore[index]
+            assert budget.min == float(value), f"docs/models-toml.md: {precision} {task} {metric}"
+    _, *drops = _table_after(text, "## Default budgets", "task")
+    documented = {task: limit for task, limit in drops}
+    for task in DEFAULT_METRICS:
+        for precision in DEFAULT_AGREEMENT:
+            budgets = default_budgets(task, precision)
+            expected = ", ".join(
+                f"{name}.max_drop = {limits.max_drop:g}"
+                for name, limits in budgets.metrics.items()
+                if limits.max_drop is not None
+            )
+            assert documented.get(task, "") == expected, f"docs/models-toml.md: {task} {precision}"
+    assert all(limit.endswith(f"= {DEFAULT_LABEL_DROP:g}") for limit in documented.values())
+
+
+def test_task_metrics_table_matches_the_code() -> None:
+    text = (DOCS / "models-toml.md").read_text(encoding="utf-8")
+    _, *rows = _table_after(text, "## Tasks and their metrics", "task | metric")
+    documented = {(task, metric, against, better) for task, metric, against, better, _ in rows}
+    union = typing.get_args(config_module.Task)[0]
+    expected = set()
+    for task_class in typing.get_args(union):
+        (kind,) = typing.get_args(task_class.model_fields["kind"].annotation)
+        for metric in task_class.METRICS:
+            better = "higher" if metric.higher_is_better else "lower"
+            expected.add((kind, metric.name, metric.against, better))
+    assert documented == expected, "the metric table in docs/models-toml.md is out of date"
+
+
+def test_toml_examples_are_valid() -> None:
+    """Every TOML example in the docs parses, and the tables it shows validate."""
+    from pydantic import BaseModel, create_model
+
+    # Each checked as a field of a model, as models.toml has it: the task's string
+    # shorthand is a validator on the field.
+    fields: dict[str, Any] = {
+        "budgets": config_module.Budgets,
+        "inputs": list[config_module.InputSpec],
+        "state": list[config_module.StatePair],
+        "task": config_module.Task,
+        "quantization": config_module.Quantization,
+    }
+    checks: dict[str, type[BaseModel]] = {
+        key: create_model(f"Example_{key}", value=(annotation, ...))
+        for key, annotation in fields.items()
+    }
+    examples = 0
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"^```toml\n(.*?)^```", text, flags=re.S | re.M):
+            examples += 1
+            where = f"{page.relative_to(REPO_ROOT)}, example {block.splitlines()[0]!r}"
+            data = tomllib.loads(block)
+            if "toolchain" in data:
+                config_module.Toolchain.model_validate(data["toolchain"])
+            for model in data.get("models", {}).values():
+                for table in [model, *model.get("variants", {}).values()]:
+                    for key, adapter in checks.items():
+                        if key in table:
+                            try:
+                                adapter.model_validate({"value": table[key]})
+                            except ValueError as exc:
+                                raise AssertionError(f"{where}: {key}: {exc}") from None
+    assert examples > 10

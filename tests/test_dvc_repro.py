@@ -194,8 +194,8 @@ def test_a_gate_failure_fails_repro_and_names_the_budget(built_repo: Project) ->
     failed = run(repo, "dvc", "repro", expect=255)
     text = output(failed)
     assert ran(failed) == [stage_name(IMAGE_MODEL, "fp32")]
-    assert f"{IMAGE_MODEL}/fp32 exceeds its budgets" in text
-    assert re.search(r"max_size_mb: measured [0-9.]+, budget 0\.001", text)
+    assert f"{IMAGE_MODEL}/fp32 failed its gates" in text
+    assert re.search(r"max_size_mb [0-9.]+ > 0\.001", text)
     assert not repo.out_dir(IMAGE_MODEL, "fp32").joinpath(ARTIFACT).exists()
     for model, variant in ALL_VARIANTS[1:]:
         assert repo.out_dir(model, variant).joinpath(ARTIFACT).exists()
@@ -211,8 +211,9 @@ def test_metrics_show_every_variant(built_repo: Project) -> None:
     for path, entry in files.items():
         metrics = entry["data"]
         on_disk = json.loads((built_repo.root / path).read_text(encoding="utf-8"))
-        assert metrics == on_disk
-        assert metrics["accuracy"]["variant"] == 1.0
+        # DVC leaves out empty lists ("failed": [] of a variant that passed).
+        assert metrics == {key: value for key, value in on_disk.items() if value != []}
+        assert metrics["metrics"]["accuracy"] == 1.0
         assert metrics["size_mb"] > 0
         assert all(metrics["gates"].values())
 

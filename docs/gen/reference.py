@@ -51,7 +51,6 @@ NOTES: dict[tuple[str, str], str] = {
     "`file://` URI.",
     ("CalibrationSet", "sha256"): "sha256 of the file (`sha256sum FILE`).",
     ("InputSpec", "name"): "The input's name in the ONNX graph.",
-    ("InputSpec", "dtype"): "Element type; only float32.",
     ("InputSpec", "kind"): '`"image"`: the datasets hold uint8 pictures that edgereg '
     'converts, normalizes and lays out; `"tensor"`: samples exactly as the model takes them.',
     ("InputSpec", "layout"): "Image inputs only, and required for them.",
@@ -68,8 +67,18 @@ NOTES: dict[tuple[str, str], str] = {
     ("WeightOnlyQuantization", "asymmetric"): "Asymmetric weight quantization "
     "(converter `--weightQuantAsymmetric`).",
     ("Int8Quantization", "mode"): "Selects this table.",
-    ("Int8Quantization", "method"): "How MNN's quantizer picks activation ranges from the "
-    "calibration set; a BatchNorm left in the graph needs EMA.",
+    **{
+        (f"{kind}Task", "kind"): "Selects this table."
+        for kind in (
+            "Classification",
+            "DenseMap",
+            "Ctc",
+            "Embedding",
+            "FrameDecision",
+            "Generic",
+            "Custom",
+        )
+    },
     ("Int8Quantization", "weight_method"): "How MNN's quantizer quantizes weights.",
     ("ConverterOptions", "transformer_fuse"): "Fuse transformer blocks (converter "
     "`--transformerFuse`).",
@@ -93,18 +102,31 @@ NOTES: dict[tuple[str, str], str] = {
     "own source).",
     ("Model", "version"): "Semantic version (MAJOR.MINOR.PATCH) of the next release; "
     "`edgereg publish --version` overrides it.",
-    ("Model", "task"): '`"classification"`: accuracy and per-class recall are evaluated and gated.',
     ("Model", "description"): "Free text for people.",
     ("Model", "source"): "The ONNX model, pinned by sha256.",
     ("Model", "inputs"): "Every input of the graph.",
     ("Model", "outputs"): "Every output of the graph.",
     ("Model", "calibration"): "Calibration set; int8 variants need one here or in the variant.",
-    ("Model", "evaluation"): "Evaluation set, with labels for classification.",
+    ("Model", "evaluation"): "Evaluation set: every variant's outputs are compared with ONNX "
+    "Runtime's on it and its task metrics scored; `labels` as the task reads them (required "
+    "for classification).",
     ("Model", "budgets"): "Gates every variant must pass; a variant may override them.",
     ("Model", "variants"): "One build per tier, by variant name.",
 }
 
-PLACEHOLDERS = {"tiers": "<tier>", "models": "<model>", "variants": "<variant>"}
+PLACEHOLDERS = {
+    "tiers": "<tier>",
+    "models": "<model>",
+    "variants": "<variant>",
+    "metrics": "<metric>",
+}
+
+# A sentence after "One of these tables" for unions that also take a shorthand.
+UNION_NOTES = {
+    "task": 'A string is short for a table with only `kind`: `task = "embedding"` is '
+    '`task = { kind = "embedding" }`. The metrics each kind measures, and their default '
+    "budgets, are in the [models.toml guide](../models-toml.md#tasks-and-their-metrics).",
+}
 
 # A table still to document: (schema definition, its schema, TOML path, array of tables).
 _Child = tuple[str, dict[str, Any], list[str], bool]
@@ -243,6 +265,8 @@ class _SchemaPage:
         tag = node["discriminator"]["propertyName"]
         self.lines += ["", f"## {_code(self._title(path, False))} {{#{anchor}}}", ""]
         self.lines += [f"One of these tables, chosen by `{tag}`.", ""]
+        if path[-1] in UNION_NOTES:
+            self.lines += [UNION_NOTES[path[-1]], ""]
         for option in node["oneOf"]:
             name, member = self._deref(option)
             assert name is not None
@@ -260,6 +284,15 @@ class _SchemaPage:
     def _type(self, prop: dict[str, Any], path: list[str]) -> tuple[str, _Child | None]:
         """The type column, and the child table to document after this one, if any."""
         prop = self._strip_null(prop)
+        unions = [option for option in prop.get("anyOf", []) if "oneOf" in option]
+        if unions:
+            # A string shorthand or a tagged table (task = "dense_map" or { kind = ... }).
+            union = unions[0]
+            others = [option for option in prop["anyOf"] if option is not union]
+            anchor = self._anchor(path)
+            shorthand = " or ".join(self._scalar(option) for option in others)
+            tag = union["discriminator"]["propertyName"]
+            return f"{shorthand}, or [table, by `{tag}`](#{anchor})", ("", union, path, False)
         if "oneOf" in prop:
             anchor = self._anchor(path)
             return f"[table, by `{prop['discriminator']['propertyName']}`](#{anchor})", (
@@ -279,8 +312,13 @@ class _SchemaPage:
                 return "array of " + text, child
             text = "array of " + self._scalar(item) + self._count(prop, "minItems", "item")
             return text, None
-        if kind == "object" and "patternProperties" in prop:
-            ((_pattern, value),) = prop["patternProperties"].items()
+        by_name = prop.get("patternProperties") or (
+            {"": prop["additionalProperties"]}
+            if isinstance(prop.get("additionalProperties"), dict)
+            else None
+        )
+        if kind == "object" and by_name:
+            ((_pattern, value),) = by_name.items()
             placeholder = PLACEHOLDERS.get(path[-1], "<name>")
             value_def, target = self._deref(value)
             assert value_def is not None
@@ -312,6 +350,8 @@ class _SchemaPage:
             return _code(_toml(node["const"]))
         if "enum" in node:
             return "one of " + ", ".join(_code(_toml(value)) for value in node["enum"])
+        if "anyOf" in node:
+            return " or ".join(self._scalar(option) for option in node["anyOf"])
         kind = node.get("type", "any")
         words = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
         text = words.get(kind, str(kind))
@@ -368,7 +408,10 @@ def _factory_default(def_name: str, key: str) -> Any:
     if field is None or field.default_factory is None:
         return None
     value = field.get_default(call_default_factory=True)
-    return None if isinstance(value, BaseModel) else value
+    if isinstance(value, BaseModel):
+        # A task default is written as its string shorthand; other tables have none.
+        return getattr(value, "kind", None) if key == "task" else None
+    return value
 
 
 def models_toml_reference() -> str:
