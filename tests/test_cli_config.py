@@ -88,7 +88,7 @@ def test_validate_json(repo_root: Path) -> None:
         "mid": {"variant": "int8", "fallback": False},
         "low": {"variant": "w8", "fallback": False},
     }
-    assert set(report["tiers"]) == {"digits", "sensor"}
+    assert set(report["tiers"]) == {"digits", "sensor", "textdet", "textrec", "vad", "embed"}
 
 
 def test_validate_shows_tier_fallback(tmp_path: Path, small_toml: str) -> None:
@@ -228,9 +228,7 @@ def _json_type_fits(option: dict[str, Any], value: Any) -> bool:
         "array": list,
         "boolean": bool,
     }[kind]
-    return isinstance(value, python) and (
-        "const" not in option or option["const"] == value
-    )
+    return isinstance(value, python) and ("const" not in option or option["const"] == value)
 
 
 def _check_keys(schema: dict[str, Any], node: dict[str, Any], value: Any, where: str) -> int:
@@ -245,7 +243,7 @@ def _check_keys(schema: dict[str, Any], node: dict[str, Any], value: Any, where:
                         option
                         for option in options
                         if option.get("properties", {}).get(tag, {}).get("const") == value[tag]
-                        or choice in option  # a nested union, resolved below
+                        or "oneOf" in option  # a nested union, resolved below
                     ]
             typed = [option for option in options if _json_type_fits(option, value)]
             assert len(typed) == 1, f"{where}: no single schema option for {value!r}"
@@ -258,6 +256,12 @@ def _check_keys(schema: dict[str, Any], node: dict[str, Any], value: Any, where:
             for key, item in value.items():
                 assert key in properties, f"{where}.{key} is not in the schema"
                 seen += 1 + _check_keys(schema, properties[key], item, f"{where}.{key}")
+        elif isinstance(node.get("additionalProperties"), dict):
+            # A table keyed by free names (budgets.metrics).
+            for key, item in value.items():
+                seen += 1 + _check_keys(
+                    schema, node["additionalProperties"], item, f"{where}.{key}"
+                )
         else:
             # A table keyed by names (tiers, models, variants).
             ((pattern, item_schema),) = node["patternProperties"].items()
