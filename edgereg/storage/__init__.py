@@ -42,6 +42,7 @@ __all__ = [
     "ReadStream",
     "Storage",
     "StorageError",
+    "UnsafeObject",
     "open_storage",
     "validate_key",
 ]
@@ -69,6 +70,27 @@ class NotFound(StorageError):
 
     def __init__(self, key: str, *, url: str) -> None:
         super().__init__(f"'{key}' does not exist in registry {url}", url=url, retryable=False)
+        self.key = key
+
+
+class UnsafeObject(StorageError):
+    """The object exists but must never be read through the registry.
+
+    A local registry entry that is a symbolic link to somewhere outside the
+    registry root (``keys/x.pem`` -> the private signing key, ``/etc/passwd``).
+    Never retryable: the same link is there next time.
+
+    Attributes:
+        key: The key that was refused.
+    """
+
+    def __init__(self, key: str, reason: str, *, url: str) -> None:
+        super().__init__(
+            f"'{key}' in registry {url} {reason}; edgereg never reads it",
+            url=url,
+            retryable=False,
+            hint="Remove the link and copy the file into the registry if it belongs there.",
+        )
         self.key = key
 
 

@@ -26,13 +26,14 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from edgereg.errors import StorageError
-from edgereg.storage import RESERVED_PREFIXES, Storage
+from edgereg.storage import RESERVED_PREFIXES, Storage, UnsafeObject
 
 _COPY_CHUNK = 1024 * 1024
 _LOCK_TIMEOUT_S = 30.0
@@ -70,10 +71,10 @@ class LocalStorage(Storage):
         return self._open(key)
 
     def _exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return self._read_path(key).is_file()
 
     def _size(self, key: str) -> int:
-        path = self._path(key)
+        path = self._read_path(key)
         try:
             st = path.stat()
         except (FileNotFoundError, NotADirectoryError):
@@ -148,11 +149,42 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
+    def _read_path(self, key: str) -> Path:
+        """The path to read ``key`` from; refused if a symlink leads out of the root.
+
+        A link inside the registry (to another registry file) is followed; one
+        to the signing key or ``/etc/passwd`` is how a registry would leak them.
+        The path returned has no links left in it.
+        """
+        path = self._path(key)
+        real = os.path.realpath(path)
+        if real == os.fspath(path):
+            return path
+        root = os.path.realpath(self.root)  # the root itself may be a link
+        if not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise UnsafeObject(
+                key, "is a symbolic link leading outside the registry root", url=self.url
+            )
+        return Path(real)
+
     def _open(self, key: str) -> BinaryIO:
+        path = self._read_path(key)
         try:
-            return self._path(key).open("rb")
+            # O_NOFOLLOW: a link swapped in after the check is not followed;
+            # O_NONBLOCK: a FIFO planted in the registry does not hang the reader.
+            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+            fd = os.open(path, flags)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise self._not_found(key) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeObject(key, "became a symbolic link while read", url=self.url) from exc
+            raise
+        f = os.fdopen(fd, "rb")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device
+            f.close()
+            raise self._not_found(key)
+        return f
 
     def _check_target(self, key: str) -> Path:
         target = self._path(key)
