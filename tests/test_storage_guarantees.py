@@ -1,0 +1,236 @@
+"""Storage proves its guarantees (issue 11, findings 6 and 10), against real S3 over HTTP.
+
+The stores are moto in server mode, directly (honest) or behind a loopback
+proxy that tampers with conditional writes (tests/s3proxy.py): one that
+accepts ``If-None-Match``/``If-Match`` and overwrites anyway, and one that
+answers 501. Each case is a named row.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3proxy import S3Proxy
+from s3server import make_client
+from servekit import make_registry
+
+from edgereg.errors import StorageError
+from edgereg.storage import Storage, open_storage
+from edgereg.storage._local import LocalStorage
+from edgereg.storage._s3 import PROBE_KEY, S3Storage
+
+MiB = 1024 * 1024
+
+
+# -- the conditional-write probe -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Store:
+    name: str
+    mode: str  # the proxy's mode
+    error: str | None  # a phrase of the refusal, or None: the store is used
+
+
+STORES = [
+    Store("honest-store", "honest", None),
+    Store("store-ignoring-conditions", "ignore", "ignores conditional writes"),
+    Store("store-answering-501", "refuse", "does not implement conditional writes"),
+]
+WRITES = {
+    "put_if_absent": lambda s: s.put_if_absent("blobs/sha256/" + "a" * 64, b"x"),
+    "put_if_unchanged": lambda s: s.put_if_unchanged("models/m/state.json", b"{}", None),
+    "put": lambda s: s.put("manifests/m/high.json", b"{}"),
+    "put_file_if_absent": lambda s: s.put_file_if_absent("blobs/sha256/" + "b" * 64, __file__),
+}
+
+
+@pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
+@pytest.mark.parametrize("store", STORES, ids=[s.name for s in STORES])
+def test_the_first_write_proves_conditional_writes(
+    store: Store, write: Any, moto_endpoint: str, s3_bucket: str, s3_client: Any
+) -> None:
+    with S3Proxy(moto_endpoint, store.mode) as proxy:
+        storage = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=proxy.url)
+        if store.error is None:
+            write(storage)
+            return
+        with pytest.raises(StorageError) as info:
+            write(storage)
+    error = info.value
+    assert store.error in error.message
+    assert error.retryable is False
+    assert error.exit_code == 6
+    assert error.hint is not None
+    assert "conditional writes" in error.hint
+    assert "credentials" not in error.diagnostics().lower()
+    keys = [o["Key"] for o in s3_client.list_objects_v2(Bucket=s3_bucket).get("Contents", [])]
+    assert keys in ([], [f"reg/{PROBE_KEY}"]), "nothing of the registry was written"
+
+
+def test_the_dishonest_proxy_really_overwrites(moto_endpoint: str, s3_bucket: str) -> None:
+    """The rows above mean something only if the proxy's store really loses writes."""
+    with S3Proxy(moto_endpoint, "ignore") as proxy:
+        client = make_client(proxy.url)
+        client.put_object(Bucket=s3_bucket, Key="k", Body=b"first")
+        client.put_object(Bucket=s3_bucket, Key="k", Body=b"second", IfNoneMatch="*")
+        assert client.get_object(Bucket=s3_bucket, Key="k")["Body"].read() == b"second"
+
+
+def test_a_registry_is_never_written_to_a_dishonest_store(
+    moto_endpoint: str, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Two rollouts at once on such a store both 'succeeded' and lost a change: now none starts."""
+    with S3Proxy(moto_endpoint, "ignore") as proxy:
+        storage = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=proxy.url)
+        with pytest.raises(StorageError, match="ignores conditional writes") as info:
+            make_registry(storage, models=("digits",), workdir=tmp_path)
+    assert info.value.retryable is False
+    assert not [key for key in storage.list() if not key.startswith(".")]
+
+
+def test_reads_need_no_probe(moto_endpoint: str, s3_bucket: str, tmp_path: Path) -> None:
+    honest = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=moto_endpoint)
+    make_registry(honest, models=("digits",), workdir=tmp_path)
+    with S3Proxy(moto_endpoint, "ignore") as proxy:
+        storage = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=proxy.url)
+        assert storage.get("manifests/digits/high.json")
+        assert not any(PROBE_KEY in line for line in proxy.requests)
+
+
+def test_the_probe_runs_once_per_process_and_store(moto_endpoint: str, s3_bucket: str) -> None:
+    with S3Proxy(moto_endpoint, "honest") as proxy:
+        for _ in range(3):
+            storage = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=proxy.url)
+            storage.put("manifests/m/high.json", b"{}")
+            storage.check_conditional_writes()
+    probes = [line for line in proxy.requests if PROBE_KEY in line]
+    assert len(probes) == 3, probes  # one create and two writes that must be refused
+    assert all(line.endswith("(if)") for line in probes)
+
+
+def test_the_probe_object_is_not_a_registry_key(moto_endpoint: str, s3_bucket: str) -> None:
+    storage = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=moto_endpoint)
+    storage.put("manifests/m/high.json", b"{}")
+    assert storage.list() == ["manifests/m/high.json"]
+
+
+def test_an_unreachable_store_is_not_cached_as_a_verdict(
+    s3_env: None, closed_port: int, moto_endpoint: str, s3_bucket: str
+) -> None:
+    url = f"http://127.0.0.1:{closed_port}"
+    storage = S3Storage(s3_bucket, "reg", endpoint_url=url, connect_timeout=0.5, max_attempts=1)
+    with pytest.raises(StorageError) as info:
+        storage.put("manifests/m/high.json", b"{}")
+    assert info.value.retryable is True  # the network, not the store's rules
+
+
+# -- Content-Type and Cache-Control on S3 objects -------------------------------------
+
+
+TYPES = {
+    "blob": ("blobs/sha256/" + "c" * 64, "application/octet-stream", "immutable"),
+    "manifest": ("manifests/digits/high.json", "application/json", "max-age=60"),
+    "state": ("models/digits/state.json", "application/json", "max-age=60"),
+    "release": ("models/digits/releases/1.0.0.json", "application/json", "max-age=60"),
+    "public-key": ("keys/" + "d" * 64 + ".pem", "application/x-pem-file", "max-age=60"),
+}
+
+
+WAYS = ["put", "put_if_absent", "put_if_unchanged", "put_file_if_absent"]
+TYPE_ROWS = [
+    pytest.param(*row, how, id=f"{name}-{how}")
+    for name, row in TYPES.items()
+    for how in [*WAYS, *(["multipart"] if name == "blob" else [])]
+]
+
+
+@pytest.mark.parametrize(("key", "content_type", "cache", "how"), TYPE_ROWS)
+def test_objects_carry_content_type_and_cache_control(
+    key: str,
+    content_type: str,
+    cache: str,
+    how: str,
+    moto_endpoint: str,
+    s3_bucket: str,
+    s3_client: Any,
+    tmp_path: Path,
+) -> None:
+    storage = S3Storage(s3_bucket, "reg", endpoint_url=moto_endpoint, multipart_threshold=6 * MiB)
+    source = tmp_path / "object"
+    source.write_bytes(os.urandom(7 * MiB) if how == "multipart" else b"{}")
+    if how == "put":
+        storage.put(key, b"{}")
+    elif how == "put_if_absent":
+        assert storage.put_if_absent(key, b"{}")
+    elif how == "put_if_unchanged":
+        storage.put_if_unchanged(key, b"{}", None)
+    else:
+        assert storage.put_file_if_absent(key, source)
+    head = s3_client.head_object(Bucket=s3_bucket, Key=f"reg/{key}")
+    assert head["ContentType"] == content_type
+    assert cache in head["CacheControl"]
+
+
+# -- a bug in a backend is a bug, not "storage unavailable, retry" --------------------
+
+
+class _Buggy(LocalStorage):
+    def _get(self, key: str) -> bytes:
+        return len(key) + "x"  # type: ignore[no-any-return, operator]
+
+    def _size(self, key: str) -> int:
+        return {}["missing"]  # type: ignore[no-any-return]
+
+    def _list(self, prefix: str) -> list[str]:
+        return self.nonexistent  # type: ignore[attr-defined, no-any-return]
+
+
+class _Flaky(LocalStorage):
+    def _get(self, key: str) -> bytes:
+        raise OSError(5, "Input/output error")
+
+
+BUGS = {
+    "type-error": (_Buggy, lambda s: s.get("a"), TypeError),
+    "key-error": (_Buggy, lambda s: s.size("a"), KeyError),
+    "attribute-error": (_Buggy, lambda s: s.list(""), AttributeError),
+}
+
+
+@pytest.mark.parametrize(("cls", "call", "raised"), BUGS.values(), ids=BUGS.keys())
+def test_backend_bugs_are_internal_errors(
+    cls: type[Storage], call: Any, raised: type[Exception], tmp_path: Path
+) -> None:
+    storage = cls(tmp_path)  # type: ignore[call-arg]
+    with pytest.raises(raised) as info:
+        call(storage)
+    assert not isinstance(info.value, StorageError)  # the CLI reports it as internal (70)
+
+
+def test_a_real_storage_failure_stays_a_retryable_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageError) as info:
+        _Flaky(tmp_path).get("a")
+    assert info.value.retryable is True
+    assert info.value.exit_code == 6
+
+
+def test_the_cli_reports_a_backend_bug_as_internal(tmp_path: Path) -> None:
+    """Through the CLI's one error handler: exit 70, not 6."""
+    import click
+    from click.testing import CliRunner
+
+    from edgereg._cli_common import INTERNAL_ERROR, handle_errors
+
+    @click.command()
+    @handle_errors
+    def read() -> None:
+        _Buggy(tmp_path).get("a")
+
+    result = CliRunner().invoke(read, [])
+    assert result.exit_code == INTERNAL_ERROR
+    assert "internal error" in result.output
