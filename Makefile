@@ -18,9 +18,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Debian packages the tests need: chromium renders the HTML report and status page.
+# Debian packages the tests need: chromium renders the HTML report and status page;
+# nginx runs the documented static-host configuration (tests/test_static_hosting.py).
 system-deps:
-	test -x /usr/bin/chromium || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	test -x /usr/bin/chromium -a -x /usr/sbin/nginx || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium nginx-light)
 
 DEMO_PULL = edgereg pull --registry-url file://$(CURDIR)/registry \
 	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
