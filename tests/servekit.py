@@ -201,7 +201,7 @@ def make_registry(
         where: A registry directory (created) or a Storage (e.g. S3).
         models: Model names.
         sizes: Blob size per tier (bytes); default high 300 KB, mid 120 KB, low 40 KB.
-        actor: Who the history says acted (the status page shows it).
+        actor: Who the history says acted (kept in the signed history, never on the status page).
         workdir: Where the blob files are staged (default: next to the registry).
         expires_days: Validity of the signed state and manifests.
     """
