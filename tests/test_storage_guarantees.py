@@ -19,7 +19,7 @@ from s3server import make_client
 from servekit import make_registry
 
 from edgereg.errors import StorageError
-from edgereg.storage import Storage, open_storage
+from edgereg.storage import NotFound, Storage, UnsafeObject, open_storage
 from edgereg.storage._local import LocalStorage
 from edgereg.storage._s3 import PROBE_KEY, S3Storage
 
@@ -234,3 +234,69 @@ def test_the_cli_reports_a_backend_bug_as_internal(tmp_path: Path) -> None:
     result = CliRunner().invoke(read, [])
     assert result.exit_code == INTERNAL_ERROR
     assert "internal error" in result.output
+
+
+# -- a directory registry never reads outside its root ----------------------------------
+
+
+LINKS = {
+    # name: (what the key is, the outcome of get/size/exists)
+    "link-to-a-file-outside": ("link-out", "unsafe"),
+    "link-to-etc-passwd": ("link-passwd", "unsafe"),
+    "directory-link-outside": ("dir-link-out", "unsafe"),
+    "link-inside-the-registry": ("link-in", "read"),
+    "fifo-does-not-hang": ("fifo", "missing"),
+    "directory-is-not-an-object": ("directory", "missing"),
+}
+
+
+@pytest.mark.parametrize(("kind", "outcome"), LINKS.values(), ids=LINKS.keys())
+def test_local_reads_stay_inside_the_root(kind: str, outcome: str, tmp_path: Path) -> None:
+    root = tmp_path / "registry"
+    (root / "keys").mkdir(parents=True)
+    (root / "keys" / "real.pem").write_bytes(b"inside")
+    (tmp_path / "secret.pem").write_bytes(b"outside")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.pem").write_bytes(b"outside")
+    key = "keys/x.pem"
+    target = root / key
+    if kind == "link-out":
+        target.symlink_to(tmp_path / "secret.pem")
+    elif kind == "link-passwd":
+        target.symlink_to("/etc/passwd")
+    elif kind == "dir-link-out":
+        (root / "manifests").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+        key = "manifests/x.pem"
+    elif kind == "link-in":
+        target.symlink_to("real.pem")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    storage = open_storage(str(root))
+    if outcome == "read":
+        assert storage.get(key) == b"inside"
+        assert storage.size(key) == 6
+        assert storage.exists(key)
+        with storage.open_read(key) as stream:
+            assert stream.read() == b"inside"
+        return
+    if outcome == "missing":
+        assert not storage.exists(key)
+        with pytest.raises(NotFound):
+            storage.get(key)
+        return
+    for call in (storage.get, storage.size, storage.exists, storage.open_read):
+        with pytest.raises(UnsafeObject) as info:
+            call(key)
+        assert info.value.retryable is False
+        assert "outside the registry root" in info.value.message
+        for target_name in ("secret", "elsewhere", "passwd"):  # where it leads is not said
+            assert target_name not in info.value.message
+
+
+def test_a_linked_registry_root_is_fine(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.json").write_bytes(b"{}")
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert open_storage(str(tmp_path / "link")).get("a.json") == b"{}"

@@ -329,7 +329,7 @@ class App:
 
     def _document(self, request: Request, route: routes.Route, key: str) -> Response:
         data = self.storage.get(key)
-        if _PRIVATE_KEY.search(data):
+        if b"PRIVATE KEY-----" in data and _PRIVATE_KEY.search(data):
             log.error(
                 "refusing %s: it holds a private key; remove it from the registry and "
                 "rotate that key (docs/operations/keys.md)",

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from edgereg.errors import StorageError
-from edgereg.storage import RESERVED_PREFIXES, Storage, UnsafeObject
+from edgereg.storage import RESERVED_PREFIXES, NotFound, Storage, UnsafeObject
 
 _COPY_CHUNK = 1024 * 1024
 _LOCK_TIMEOUT_S = 30.0
@@ -51,12 +51,24 @@ class LocalStorage(Storage):
         self.root = root
         self.url = f"file://{root}"
         self._lock_timeout = lock_timeout
+        self._real_root_cache: str | None = None
 
     # -- reads ------------------------------------------------------------------------
 
     def _get(self, key: str) -> bytes:
-        with self._open(key) as f:
-            return f.read()
+        # Straight from the descriptor: the hot path of serving a manifest.
+        fd = self._open_fd(key)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            if len(data) <= size:  # a regular file reads short only at its end
+                return data
+            chunks = [data]
+            while chunks[-1]:  # the file grew since fstat: read to the end
+                chunks.append(os.read(fd, 1 << 20))
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def _get_versioned(self, key: str) -> tuple[bytes, str]:
         data = self._get(key)
@@ -71,17 +83,18 @@ class LocalStorage(Storage):
         return self._open(key)
 
     def _exists(self, key: str) -> bool:
-        return self._read_path(key).is_file()
+        try:
+            os.close(self._open_fd(key))
+        except NotFound:
+            return False
+        return True
 
     def _size(self, key: str) -> int:
-        path = self._read_path(key)
+        fd = self._open_fd(key)
         try:
-            st = path.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            raise self._not_found(key) from None
-        if not path.is_file():
-            raise self._not_found(key)
-        return st.st_size
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
     def _list(self, prefix: str) -> builtins.list[str]:
         directory, _, _ = prefix.rpartition("/")
@@ -149,42 +162,48 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def _read_path(self, key: str) -> Path:
-        """The path to read ``key`` from; refused if a symlink leads out of the root.
+    def _open_fd(self, key: str) -> int:
+        """Open ``key`` for reading; refused if what was opened lies outside the root.
 
-        A link inside the registry (to another registry file) is followed; one
-        to the signing key or ``/etc/passwd`` is how a registry would leak them.
-        The path returned has no links left in it.
+        Links inside the registry are followed; a link to the signing key or
+        ``/etc/passwd`` is how a registry would leak them. The check is on the
+        file actually opened (``/proc/self/fd``), so a link swapped in between
+        a check and the open cannot slip through; ``O_NONBLOCK`` keeps a FIFO
+        planted in the registry from hanging the reader.
         """
         path = self._path(key)
-        real = os.path.realpath(path)
-        if real == os.fspath(path):
-            return path
-        root = os.path.realpath(self.root)  # the root itself may be a link
-        if not real.startswith(root.rstrip(os.sep) + os.sep):
-            raise UnsafeObject(
-                key, "is a symbolic link leading outside the registry root", url=self.url
-            )
-        return Path(real)
-
-    def _open(self, key: str) -> BinaryIO:
-        path = self._read_path(key)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
-            # O_NOFOLLOW: a link swapped in after the check is not followed;
-            # O_NONBLOCK: a FIFO planted in the registry does not hang the reader.
-            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
             fd = os.open(path, flags)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise self._not_found(key) from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafeObject(key, "became a symbolic link while read", url=self.url) from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device
+                raise self._not_found(key)
+            try:
+                opened = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # no /proc (not Linux): resolve the path instead
+                opened = os.path.realpath(path)
+            if not opened.startswith(self._real_root()):
+                raise UnsafeObject(
+                    key, "is a symbolic link leading outside the registry root", url=self.url
+                )
+        except BaseException:
+            os.close(fd)
             raise
-        f = os.fdopen(fd, "rb")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device
-            f.close()
-            raise self._not_found(key)
-        return f
+        return fd
+
+    def _real_root(self) -> str:
+        """The root with every link resolved, ending in '/' (cached once it exists)."""
+        if self._real_root_cache is not None:
+            return self._real_root_cache
+        real = os.path.join(os.path.realpath(self.root), "")
+        if self.root.is_dir():
+            self._real_root_cache = real
+        return real
+
+    def _open(self, key: str) -> BinaryIO:
+        return os.fdopen(self._open_fd(key), "rb")
 
     def _check_target(self, key: str) -> Path:
         target = self._path(key)
