@@ -36,6 +36,7 @@ from edgereg.errors import StorageError
 from edgereg.storage import RESERVED_PREFIXES, NotFound, Storage, UnsafeObject
 
 _COPY_CHUNK = 1024 * 1024
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _LOCK_TIMEOUT_S = 30.0
 
 
@@ -52,14 +53,15 @@ class LocalStorage(Storage):
         self.url = f"file://{root}"
         self._lock_timeout = lock_timeout
         self._real_root_cache: str | None = None
+        self._root_prefix = os.path.join(os.fspath(root), "")
 
     # -- reads ------------------------------------------------------------------------
 
     def _get(self, key: str) -> bytes:
         # Straight from the descriptor: the hot path of serving a manifest.
-        fd = self._open_fd(key)
+        fd, st = self._open_fd(key)
         try:
-            size = os.fstat(fd).st_size
+            size = st.st_size
             data = os.read(fd, size + 1)
             if len(data) <= size:  # a regular file reads short only at its end
                 return data
@@ -84,17 +86,15 @@ class LocalStorage(Storage):
 
     def _exists(self, key: str) -> bool:
         try:
-            os.close(self._open_fd(key))
+            os.close(self._open_fd(key)[0])
         except NotFound:
             return False
         return True
 
     def _size(self, key: str) -> int:
-        fd = self._open_fd(key)
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        fd, st = self._open_fd(key)
+        os.close(fd)
+        return st.st_size
 
     def _list(self, prefix: str) -> builtins.list[str]:
         directory, _, _ = prefix.rpartition("/")
@@ -162,7 +162,7 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def _open_fd(self, key: str) -> int:
+    def _open_fd(self, key: str) -> tuple[int, os.stat_result]:
         """Open ``key`` for reading; refused if what was opened lies outside the root.
 
         Links inside the registry are followed; a link to the signing key or
@@ -171,14 +171,14 @@ class LocalStorage(Storage):
         a check and the open cannot slip through; ``O_NONBLOCK`` keeps a FIFO
         planted in the registry from hanging the reader.
         """
-        path = self._path(key)
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        path = self._root_prefix + key  # a valid key has no '..' and no empty part
         try:
-            fd = os.open(path, flags)
+            fd = os.open(path, _READ_FLAGS)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise self._not_found(key) from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a directory, a FIFO, a device
                 raise self._not_found(key)
             try:
                 opened = os.readlink(f"/proc/self/fd/{fd}")
@@ -191,7 +191,7 @@ class LocalStorage(Storage):
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, st
 
     def _real_root(self) -> str:
         """The root with every link resolved, ending in '/' (cached once it exists)."""
@@ -203,7 +203,7 @@ class LocalStorage(Storage):
         return real
 
     def _open(self, key: str) -> BinaryIO:
-        return os.fdopen(self._open_fd(key), "rb")
+        return os.fdopen(self._open_fd(key)[0], "rb")
 
     def _check_target(self, key: str) -> Path:
         target = self._path(key)
