@@ -70,7 +70,7 @@ bench: venv
 	-python benchmarks/build.py
 	-python benchmarks/storage.py
 	-python benchmarks/registry.py
-	-python benchmarks/serve.py
+	-python benchmarks/serve.py --soak 30
 	-python benchmarks/client.py
 
 clean:

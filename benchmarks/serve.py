@@ -111,6 +111,59 @@ def edgereg_server(
         log.close()
 
 
+# The minimal Python alternative the issue compares against: uvicorn + Starlette
+# reading the manifest per request (as edgereg serve does), same headers.
+STARLETTE_APP = """
+import hashlib, sys
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+root, port = sys.argv[1], int(sys.argv[2])
+
+async def manifest(request):
+    p = request.path_params
+    with open(f"{root}/manifests/{p['model']}/{p['tier']}.json", "rb") as f:
+        data = f.read()
+    etag = '"' + hashlib.sha256(data).hexdigest() + '"'
+    headers = {"ETag": etag, "Cache-Control": "public, max-age=60"}
+    return Response(data, media_type="application/json", headers=headers)
+
+app = Starlette(routes=[Route("/manifests/{model}/{tier}.json", manifest)])
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+"""
+
+
+@contextlib.contextmanager
+def starlette_server(registry: Path, workdir: Path) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARLETTE_APP, str(registry.resolve()), str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=workdir,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def have_starlette() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) for name in ("uvicorn", "starlette"))
+
+
 NGINX_CONF = """
 {user}worker_processes 2;
 daemon off;
@@ -350,6 +403,8 @@ def soak(
         while not done.wait(0.05):
             peak[0] = max(peak[0], rss(pid))
 
+    # The control: the same clients without idle sockets, so "unaffected" is a ratio.
+    control = load(url, path, clients, min(seconds, 10.0))
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     with IdleSockets(url, idle) as holder:
@@ -362,6 +417,9 @@ def soak(
             "rss_before_mb": before / 1e6,
             "rss_peak_mb": max(peak[0], rss(pid, "VmHWM")) / 1e6,
             "idle_sockets": idle,
+            "control_requests_per_s": control["requests_per_s"],
+            "control_p99_ms": control["p99_ms"],
+            "control_errors": control["errors"],
             "idle_reopened": holder.reopened,
             "idle_refused": holder.refused,
             "clients": clients,
@@ -492,6 +550,8 @@ def main() -> int:
                     edgereg_server(registry, workdir, source=source)
                 )
                 results["baseline_revision"] = args.baseline
+            if have_starlette():
+                urls["starlette"] = stack.enter_context(starlette_server(registry, workdir))
             if nginx:
                 urls["nginx"] = stack.enter_context(nginx_server(nginx, registry, workdir))
             runs: dict[str, dict[str, list[dict[str, float]]]] = {
@@ -502,7 +562,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for name, url in urls.items():
                     runs[name]["manifest"].append(load(url, manifest, args.connections))
-                    if name != "baseline":
+                    if name not in ("baseline", "starlette"):
                         runs[name]["blob"].append(load(url, blob, min(args.connections, 10)))
             for name, url in urls.items():
                 results[name] = {
@@ -533,9 +593,14 @@ def main() -> int:
         results.setdefault("ratios", {})["manifest_rps_vs_baseline"] = (
             ours["manifest"]["requests_per_s"] / results["baseline"]["manifest"]["requests_per_s"]
         )
+    if "starlette" in results and "nginx" in results:
+        results["ratios"]["starlette_manifest_rps"] = (
+            results["starlette"]["manifest"]["requests_per_s"]
+            / results["nginx"]["manifest"]["requests_per_s"]
+        )
     soaked = results.get("soak")
     if soaked is not None:
-        passed = passed and soaked["errors"] == 0
+        passed = passed and soaked["errors"] == 0 and soaked["control_errors"] == 0
     if args.json:
         print(json.dumps(results, indent=2))
         return 0 if passed else 1
@@ -560,6 +625,17 @@ def main() -> int:
     row("blob MB/s", "mb_per_s", "blob", ",.0f", "blob_mbps")
     if "nginx" not in results:
         print("SKIP nginx comparison: nginx is not installed (apt-get install -y nginx-light)")
+    if "starlette" in results:
+        other = results["starlette"]["manifest"]
+        vs_nginx = results.get("ratios", {}).get("starlette_manifest_rps")
+        print(
+            f"manifest requests/s, minimal uvicorn + Starlette app: {other['requests_per_s']:,.0f}"
+            + (f" ({vs_nginx:.2f} of nginx)" if vs_nginx else "")
+            + f"; edgereg serve / it = "
+            f"{ours['manifest']['requests_per_s'] / other['requests_per_s']:.2f}"
+        )
+    else:
+        print("SKIP uvicorn + Starlette comparison: pip install uvicorn starlette")
     if "baseline" in results:
         before = results["baseline"]["manifest"]
         print(
@@ -576,6 +652,12 @@ def main() -> int:
             f"p99 {soaked['p99_ms']:.1f} ms, errors {soaked['errors']:.0f} (target 0: "
             f"{'PASS' if soaked['errors'] == 0 else 'FAIL'}); server RSS "
             f"{soaked['rss_before_mb']:.0f} MB before, peak {soaked['rss_peak_mb']:.0f} MB"
+        )
+        print(
+            f"soak control, the same clients without idle sockets: "
+            f"{soaked['control_requests_per_s']:,.0f}/s, p99 {soaked['control_p99_ms']:.1f} ms; "
+            f"with / without = "
+            f"{soaked['requests_per_s'] / soaked['control_requests_per_s']:.2f}"
         )
     theirs_wire = ""
     if "nginx" in results:
