@@ -7,6 +7,8 @@ Real S3 protocol, real sockets; only the conditional headers are tampered with:
   anyway (the store of issue 11, finding 6);
 * ``refuse``: answers such writes ``501 NotImplemented``, like a store that
   does not implement them;
+* ``no-etag``: forwards everything but leaves ``ETag`` out of the answers, like
+  a store that does not answer as S3 does;
 * ``honest``: forwards everything (to count requests).
 
 Every request line is recorded in :attr:`S3Proxy.requests`.
@@ -32,7 +34,7 @@ class S3Proxy:
     """Forward S3 requests to ``upstream``, tampering per ``mode``."""
 
     def __init__(self, upstream: str, mode: str) -> None:
-        if mode not in ("ignore", "refuse", "honest"):
+        if mode not in ("ignore", "refuse", "no-etag", "honest"):
             raise ValueError(mode)
         self.mode = mode
         self.requests: list[str] = []
@@ -87,8 +89,11 @@ class S3Proxy:
                     upstream.close()
                 self.send_response(answer.status, answer.reason)
                 for k, v in answer.getheaders():
-                    if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
-                        self.send_header(k, v)
+                    if k.lower() in HOP_BY_HOP or k.lower() == "content-length":
+                        continue
+                    if proxy.mode == "no-etag" and k.lower() == "etag":
+                        continue
+                    self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":

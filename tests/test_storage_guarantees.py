@@ -129,6 +129,18 @@ def test_an_unreachable_store_is_not_cached_as_a_verdict(
     assert info.value.retryable is True  # the network, not the store's rules
 
 
+def test_a_store_answering_without_etags_is_a_storage_error_not_a_bug(
+    moto_endpoint: str, s3_bucket: str
+) -> None:
+    honest = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=moto_endpoint)
+    honest.put("models/m/state.json", b"{}")
+    with S3Proxy(moto_endpoint, "no-etag") as proxy:
+        storage = open_storage(f"s3://{s3_bucket}/reg", endpoint_url=proxy.url)
+        with pytest.raises(StorageError, match="without a valid ETag") as info:
+            storage.get_versioned("models/m/state.json")
+    assert info.value.retryable is False
+
+
 # -- Content-Type and Cache-Control on S3 objects -------------------------------------
 
 

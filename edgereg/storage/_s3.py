@@ -216,7 +216,7 @@ class S3Storage(Storage):
 
     def _get_versioned(self, key: str) -> tuple[bytes, str]:
         response = self._get_object(key)
-        with contextlib.closing(response["Body"]) as body:
+        with contextlib.closing(self._field(response, "Body", key)) as body:
             data: bytes = body.read()
         return data, self._etag(response, key)
 
@@ -227,12 +227,12 @@ class S3Storage(Storage):
             if _code(exc) == "InvalidRange":  # start is past the end
                 return b""
             raise
-        with contextlib.closing(response["Body"]) as body:
+        with contextlib.closing(self._field(response, "Body", key)) as body:
             data: bytes = body.read()
         return data
 
     def _open_read(self, key: str) -> Any:
-        return self._get_object(key)["Body"]
+        return self._field(self._get_object(key), "Body", key)
 
     def _head(self, key: str) -> Any:
         """Return head_object's response, or None if the object does not exist."""
@@ -265,7 +265,10 @@ class S3Storage(Storage):
         response = self._head(key)
         if response is None:
             raise self._not_found(key)
-        return int(response["ContentLength"])
+        size = self._field(response, "ContentLength", key)
+        if not isinstance(size, int) or size < 0:
+            raise self._malformed("ContentLength", key)
+        return size
 
     def _list(self, prefix: str) -> builtins.list[str]:
         root = f"{self.prefix}/" if self.prefix else ""
@@ -273,7 +276,10 @@ class S3Storage(Storage):
         keys = []
         for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
             for item in page.get("Contents", ()):
-                key = str(item["Key"])[len(root) :]
+                name = item.get("Key") if isinstance(item, dict) else None
+                if not isinstance(name, str):
+                    raise self._malformed("Key", prefix or "/")
+                key = name[len(root) :]
                 try:
                     validate_key(key)
                 except ValueError:
@@ -337,9 +343,13 @@ class S3Storage(Storage):
         count = -(-size // part_size)
         # CRC32 per part, checked by S3 and combined into the object's checksum
         # on completion (what boto3's upload_file does too).
-        upload_id = client.create_multipart_upload(
-            Bucket=self.bucket, Key=full_key, ChecksumAlgorithm="CRC32", **object_headers(key)
-        )["UploadId"]
+        upload_id = self._field(
+            client.create_multipart_upload(
+                Bucket=self.bucket, Key=full_key, ChecksumAlgorithm="CRC32", **object_headers(key)
+            ),
+            "UploadId",
+            key,
+        )
         finished = False
 
         def send(number: int) -> dict[str, Any]:
@@ -426,15 +436,26 @@ class S3Storage(Storage):
         self._bucket_seen = True
 
     def _etag(self, response: Any, key: str) -> str:
-        etag = response.get("ETag") if isinstance(response, dict) else None
+        etag = self._field(response, "ETag", key)
         if not isinstance(etag, str) or not etag:
-            raise StorageError(
-                f"the S3 store{self._where()} answered for '{key}' without an ETag",
-                url=self.url,
-                hint="edgereg needs an S3-compatible store that returns ETags.",
-                retryable=False,
-            )
+            raise self._malformed("ETag", key)
         return etag
+
+    def _field(self, response: Any, name: str, key: str) -> Any:
+        """``response[name]``; a store that left it out is a storage error, not a bug."""
+        value = response.get(name) if isinstance(response, dict) else None
+        if value is None:
+            raise self._malformed(name, key)
+        return value
+
+    def _malformed(self, name: str, key: str) -> StorageError:
+        return StorageError(
+            f"the S3 store{self._where()} answered for '{key}' without a valid {name}",
+            url=self.url,
+            hint="edgereg needs an S3-compatible store that answers as S3 does; check the "
+            "endpoint (--endpoint-url, EDGEREG_S3_ENDPOINT_URL).",
+            retryable=False,
+        )
 
     # -- the conditional-write probe ----------------------------------------------------
 
