@@ -122,7 +122,7 @@ def _serve(
         raise EdgeregError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
             hint="Pick another --port, or stop what is using it.",
-        ) from None
+        ) from exc
 
     stop = threading.Event()
     received: list[str] = []

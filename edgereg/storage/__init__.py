@@ -367,7 +367,7 @@ class Storage(abc.ABC):
         except ValueError as exc:
             raise StorageError(
                 f"invalid registry key {key!r}: {exc}", url=self.url, retryable=False
-            ) from None
+            ) from exc
 
     def _guard(self, operation: str, key: str, fn: Callable[[], T]) -> T:
         try:
@@ -494,7 +494,7 @@ def open_storage(
             try:
                 validate_key(prefix)
             except ValueError as exc:
-                raise _unsupported(url, f"bad prefix: {exc}") from None
+                raise _unsupported(url, f"bad prefix: {exc}") from exc
         endpoint = (
             endpoint_url
             or os.environ.get(ENDPOINT_ENV)

@@ -174,8 +174,8 @@ class LocalStorage(Storage):
         path = self._root_prefix + key  # a valid key has no '..' and no empty part
         try:
             fd = os.open(path, _READ_FLAGS)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise self._not_found(key) from None
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+            raise self._not_found(key) from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # a directory, a FIFO, a device
@@ -272,14 +272,14 @@ class LocalStorage(Storage):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
-                except BlockingIOError:
+                except BlockingIOError as exc:
                     if time.monotonic() >= deadline:
                         raise StorageError(
                             f"'{lock_path}' is still locked after {self._lock_timeout:g}s",
                             url=self.url,
                             hint="Another edgereg process is writing to this registry; "
                             "wait for it to finish and run the command again.",
-                        ) from None
+                        ) from exc
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
             yield  # the lock is released when fd is closed

@@ -208,7 +208,7 @@ class S3Storage(Storage):
             return self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
         except Exception as exc:
             if _code(exc) in ("NoSuchKey", "404"):
-                raise self._not_found(key) from None
+                raise self._not_found(key) from exc
             raise
 
     def _get(self, key: str) -> bytes:
