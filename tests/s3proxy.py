@@ -6,7 +6,7 @@ Real S3 protocol, real sockets; only the conditional headers are tampered with:
   moto sees them, like a store that accepts conditional PUTs and overwrites
   anyway (the store of issue 11, finding 6);
 * ``refuse``: answers such writes ``501 NotImplemented``, like a store that
-  does not implement them;
+  does not implement them; ``refuse-400`` answers ``400 InvalidArgument``;
 * ``no-etag``: forwards everything but leaves ``ETag`` out of the answers, like
   a store that does not answer as S3 does;
 * ``honest``: forwards everything (to count requests).
@@ -29,12 +29,17 @@ NOT_IMPLEMENTED = (
     b"</Message></Error>"
 )
 
+INVALID_ARGUMENT = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InvalidArgument</Code>'
+    b"<Message>Unsupported header If-None-Match</Message></Error>"
+)
+
 
 class S3Proxy:
     """Forward S3 requests to ``upstream``, tampering per ``mode``."""
 
     def __init__(self, upstream: str, mode: str) -> None:
-        if mode not in ("ignore", "refuse", "no-etag", "honest"):
+        if mode not in ("ignore", "refuse", "refuse-400", "no-etag", "honest"):
             raise ValueError(mode)
         self.mode = mode
         self.requests: list[str] = []
@@ -66,12 +71,17 @@ class S3Proxy:
                 conditional = any(name in self.headers for name in CONDITIONS)
                 write = self.command in ("PUT", "POST")
                 proxy.requests.append(f"{self.command} {self.path}{' (if)' if conditional else ''}")
-                if write and conditional and proxy.mode == "refuse":
-                    self.send_response(501)
+                if write and conditional and proxy.mode.startswith("refuse"):
+                    status, error = (
+                        (400, INVALID_ARGUMENT)
+                        if proxy.mode == "refuse-400"
+                        else (501, NOT_IMPLEMENTED)
+                    )
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(NOT_IMPLEMENTED)))
+                    self.send_header("Content-Length", str(len(error)))
                     self.end_headers()
-                    self.wfile.write(NOT_IMPLEMENTED)
+                    self.wfile.write(error)
                     return
                 headers = {
                     k: v

@@ -40,6 +40,7 @@ STORES = [
     Store("honest-store", "honest", None),
     Store("store-ignoring-conditions", "ignore", "ignores conditional writes"),
     Store("store-answering-501", "refuse", "does not implement conditional writes"),
+    Store("store-answering-400", "refuse-400", "does not implement conditional writes"),
 ]
 WRITES = {
     "put_if_absent": lambda s: s.put_if_absent("blobs/sha256/" + "a" * 64, b"x"),

@@ -503,11 +503,19 @@ class S3Storage(Storage):
             if put(IfMatch=_WRONG_ETAG):
                 return self._not_honoured("If-Match with an ETag the object does not have")
         except Exception as exc:
-            if _code(exc) in _NOT_IMPLEMENTED_CODES or _status(exc) == 501:
+            code, status = _code(exc), _status(exc)
+            if code in _ACCESS_CODES or code == "NoSuchBucket" or status in (403, 404):
+                raise  # the usual errors, with their usual advice
+            if (
+                code in _NOT_IMPLEMENTED_CODES
+                or status == 501
+                or (status is not None and 400 <= status < 500)
+            ):
+                # Some stores answer 400 (InvalidArgument, ...) to headers they lack.
                 return StorageError(
                     f"the S3 store{self._where()} does not implement conditional writes "
-                    f"(it answered 501 to a PUT with If-None-Match or If-Match); "
-                    f"registry {self.url} cannot be written safely",
+                    f"(it answered {status or '?'} {code or ''} to a PUT with If-None-Match "
+                    f"or If-Match); registry {self.url} cannot be written safely",
                     url=self.url,
                     hint=_CONDITIONAL_HINT,
                     retryable=False,
