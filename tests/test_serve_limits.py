@@ -216,6 +216,16 @@ HEADS = [
     Head(
         "request-line-at-the-limit", b"GET /" + b"a" * 8000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 404
     ),
+    Head(
+        "request-line-of-8193-bytes",
+        b"GET /" + b"a" * (8193 - len("GET / HTTP/1.1")) + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        414,
+    ),
+    Head(
+        "request-line-of-8192-bytes",
+        b"GET /" + b"a" * (8192 - len("GET / HTTP/1.1")) + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        404,
+    ),
     Head("request-line-past-8-KiB", b"GET /" + b"a" * 8200 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
     Head("request-line-of-1-MB", b"GET /" + b"a" * 1_000_000 + b" HTTP/1.1\r\n\r\n", 414),
     Head(

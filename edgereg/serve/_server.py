@@ -378,6 +378,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         lines = head.decode("latin-1").split("\n")
         self.requestline = lines[0].rstrip("\r")
+        if len(self.requestline) > _MAX_REQUEST_LINE:
+            self.requestline = self.requestline[:200]
+            return 414, f"the request line is longer than {_MAX_REQUEST_LINE} bytes"
         parts = self.requestline.split(" ")
         if len(parts) != 3 or not all(parts):
             return 400, "malformed request line"
