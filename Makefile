@@ -25,9 +25,11 @@ runtimes: $(VENV)/.installed
 
 venv: $(VENV)/.installed runtimes
 
-# Debian packages the tests need: chromium renders the HTML report and status page.
+# Debian packages the tests need: chromium renders the HTML report and status page;
+# nginx runs the documented static-host configuration (tests/test_static_hosting.py).
 system-deps:
-	test -x /usr/bin/chromium || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	test -x /usr/bin/chromium -a -x /usr/sbin/nginx || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium nginx-light)
 
 DEMO_PULL = edgereg pull --registry-url file://$(CURDIR)/registry \
 	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
@@ -75,7 +77,7 @@ bench: venv
 	-python benchmarks/build.py
 	-python benchmarks/storage.py
 	-python benchmarks/registry.py
-	-python benchmarks/serve.py
+	-python benchmarks/serve.py --soak 30
 	-python benchmarks/client.py
 	-python benchmarks/runtime_proof.py
 

@@ -10,13 +10,21 @@ In one run:
 2. the same for a blob (throughput in MB/s);
 3. the bytes a client spends on a check when nothing changed: a conditional
    GET answered 304, request plus response as they go on the wire (HTTP
-   bytes; TCP/IP framing not counted). Target: under 400 bytes.
+   bytes; TCP/IP framing not counted). Target: under 400 bytes;
+4. with ``--baseline REV``: the same manifest load against `edgereg serve`
+   as of git revision REV (e.g. the commit before a change), alternating
+   with the current code round by round, as a ratio: a change must not
+   lower it;
+5. with ``--soak SECONDS``: 200 keep-alive clients (wrk) on manifests for
+   that long while 100 idle sockets are held open (half of them with half a
+   request head sent, reopened whenever the server closes them); reports
+   errors (target 0), the clients' p99 and the server's peak RSS.
 
 nginx and wrk come from Debian: `apt-get install -y nginx-light wrk`. Without
 nginx the comparison prints SKIP; without wrk the Python client is used.
 
 Usage: .venv/bin/python benchmarks/serve.py [--registry DIR] [--seconds 5]
-       [--rounds 3] [--connections 50] [--json]
+       [--rounds 3] [--connections 50] [--baseline REV] [--soak 30] [--json]
 """
 
 from __future__ import annotations
@@ -70,15 +78,25 @@ def wait_for(url: str, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
-def edgereg_server(registry: Path, workdir: Path) -> Iterator[str]:
+def edgereg_server(
+    registry: Path, workdir: Path, *, source: Path | None = None, pids: list[int] | None = None
+) -> Iterator[str]:
+    """Run `edgereg serve`; ``source`` is another checkout's top directory to run instead."""
     port = free_port()
-    log = (workdir / "edgereg-serve.log").open("wb")
+    log = (workdir / f"edgereg-serve-{port}.log").open("wb")
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)  # ahead of the editable install
     proc = subprocess.Popen(
         [*SERVE_CMD, "--registry", str(registry), "--port", str(port)],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
+        env=env,
+        cwd=workdir,
     )
+    if pids is not None:
+        pids.append(proc.pid)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(url)
@@ -91,6 +109,59 @@ def edgereg_server(registry: Path, workdir: Path) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+# The minimal Python alternative the issue compares against: uvicorn + Starlette
+# reading the manifest per request (as edgereg serve does), same headers.
+STARLETTE_APP = """
+import hashlib, sys
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+root, port = sys.argv[1], int(sys.argv[2])
+
+async def manifest(request):
+    p = request.path_params
+    with open(f"{root}/manifests/{p['model']}/{p['tier']}.json", "rb") as f:
+        data = f.read()
+    etag = '"' + hashlib.sha256(data).hexdigest() + '"'
+    headers = {"ETag": etag, "Cache-Control": "public, max-age=60"}
+    return Response(data, media_type="application/json", headers=headers)
+
+app = Starlette(routes=[Route("/manifests/{model}/{tier}.json", manifest)])
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+"""
+
+
+@contextlib.contextmanager
+def starlette_server(registry: Path, workdir: Path) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARLETTE_APP, str(registry.resolve()), str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=workdir,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def have_starlette() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) for name in ("uvicorn", "starlette"))
 
 
 NGINX_CONF = """
@@ -246,6 +317,118 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
     }
 
 
+# -- a baseline revision and the soak --------------------------------------------------
+
+
+def extract_revision(revision: str, workdir: Path) -> Path:
+    """The ``edgereg`` package as of a git revision, in a directory to put on PYTHONPATH."""
+    target = workdir / "baseline"
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision, "edgereg"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def rss(pid: int, field: str = "VmRSS") -> int:
+    """A memory figure of a process from /proc (VmRSS now, VmHWM the peak), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class IdleSockets:
+    """Hold ``count`` connections open doing nothing (half with half a request head).
+
+    A connection the server closes (idle or head timeout) is reopened at once,
+    so the server always has ``count`` idle sockets on its hands.
+    """
+
+    def __init__(self, url: str, count: int) -> None:
+        self._address = url.removeprefix("http://").split(":")
+        self._count = count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.reopened = 0
+        self.refused = 0
+
+    def _open(self, index: int) -> socket.socket | None:
+        try:
+            sock = socket.create_connection((self._address[0], int(self._address[1])), timeout=5)
+            if index % 2:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            return sock
+        except OSError:
+            self.refused += 1
+            return None
+
+    def _run(self) -> None:
+        import select
+
+        sockets = [self._open(i) for i in range(self._count)]
+        while not self._stop.wait(0.2):
+            live = [s for s in sockets if s is not None]
+            readable = set(select.select(live, [], [], 0)[0]) if live else set()
+            for index, sock in enumerate(sockets):
+                if sock is None or sock in readable:  # closed or answered by the server
+                    if sock is not None:
+                        sock.close()
+                        self.reopened += 1
+                    sockets[index] = self._open(index)
+        for sock in sockets:
+            if sock is not None:
+                sock.close()
+
+    def __enter__(self) -> IdleSockets:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def soak(
+    load: Any, url: str, path: str, seconds: float, pid: int, clients: int = 200, idle: int = 100
+) -> dict[str, float]:
+    """``clients`` busy clients for ``seconds`` while ``idle`` sockets are held open."""
+    before = rss(pid)
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], rss(pid))
+
+    # The control: the same clients without idle sockets, so "unaffected" is a ratio.
+    control = load(url, path, clients, min(seconds, 10.0))
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with IdleSockets(url, idle) as holder:
+        time.sleep(1.0)  # every idle socket is open before the load starts
+        result = load(url, path, clients, seconds)
+    done.set()
+    sampler.join()
+    result.update(
+        {
+            "rss_before_mb": before / 1e6,
+            "rss_peak_mb": max(peak[0], rss(pid, "VmHWM")) / 1e6,
+            "idle_sockets": idle,
+            "control_requests_per_s": control["requests_per_s"],
+            "control_p99_ms": control["p99_ms"],
+            "control_errors": control["errors"],
+            "idle_reopened": holder.reopened,
+            "idle_refused": holder.refused,
+            "clients": clients,
+            "seconds": seconds,
+        }
+    )
+    return result
+
+
 # -- the 304 check ---------------------------------------------------------------------
 
 
@@ -309,6 +492,18 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also measure manifests against `edgereg serve` as of this git revision",
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="then run 200 clients for this long with 100 idle sockets held open",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
@@ -329,10 +524,13 @@ def main() -> int:
         )
         generator = "wrk" if wrk else "python threads"
 
-        def load(url: str, path: str, connections: int) -> dict[str, float]:
+        def load(
+            url: str, path: str, connections: int, seconds: float | None = None
+        ) -> dict[str, float]:
+            duration = args.seconds if seconds is None else seconds
             if wrk:
-                return run_wrk(wrk, url + path, args.seconds, connections)
-            return run_python_client(url + path, args.seconds, connections)
+                return run_wrk(wrk, url + path, duration, connections)
+            return run_python_client(url + path, duration, connections)
 
         results: dict[str, Any] = {
             "registry": str(registry),
@@ -344,24 +542,37 @@ def main() -> int:
             "rounds": args.rounds,
         }
         with contextlib.ExitStack() as stack:
-            urls = {"edgereg": stack.enter_context(edgereg_server(registry, workdir))}
+            pids: list[int] = []
+            urls = {"edgereg": stack.enter_context(edgereg_server(registry, workdir, pids=pids))}
+            if args.baseline:
+                source = extract_revision(args.baseline, workdir)
+                urls["baseline"] = stack.enter_context(
+                    edgereg_server(registry, workdir, source=source)
+                )
+                results["baseline_revision"] = args.baseline
+            if have_starlette():
+                urls["starlette"] = stack.enter_context(starlette_server(registry, workdir))
             if nginx:
                 urls["nginx"] = stack.enter_context(nginx_server(nginx, registry, workdir))
             runs: dict[str, dict[str, list[dict[str, float]]]] = {
                 name: {"manifest": [], "blob": []} for name in urls
             }
             # Alternate the servers round by round, so a noisy neighbour on the
-            # machine hurts both alike; report the median round.
+            # machine hurts all alike; report the median round.
             for _ in range(args.rounds):
                 for name, url in urls.items():
                     runs[name]["manifest"].append(load(url, manifest, args.connections))
-                    runs[name]["blob"].append(load(url, blob, min(args.connections, 10)))
+                    if name not in ("baseline", "starlette"):
+                        runs[name]["blob"].append(load(url, blob, min(args.connections, 10)))
             for name, url in urls.items():
                 results[name] = {
                     "manifest": median_run(runs[name]["manifest"], "requests_per_s"),
-                    "blob": median_run(runs[name]["blob"], "mb_per_s"),
                     "not_modified": not_modified_bytes(url, manifest),
                 }
+                if runs[name]["blob"]:
+                    results[name]["blob"] = median_run(runs[name]["blob"], "mb_per_s")
+            if args.soak > 0:
+                results["soak"] = soak(load, urls["edgereg"], manifest, args.soak, pids[0])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -378,6 +589,18 @@ def main() -> int:
             "manifest_p99": ours["manifest"]["p99_ms"] / theirs["manifest"]["p99_ms"],
             "blob_mbps": ours["blob"]["mb_per_s"] / max(theirs["blob"]["mb_per_s"], 1e-9),
         }
+    if "baseline" in results:
+        results.setdefault("ratios", {})["manifest_rps_vs_baseline"] = (
+            ours["manifest"]["requests_per_s"] / results["baseline"]["manifest"]["requests_per_s"]
+        )
+    if "starlette" in results and "nginx" in results:
+        results["ratios"]["starlette_manifest_rps"] = (
+            results["starlette"]["manifest"]["requests_per_s"]
+            / results["nginx"]["manifest"]["requests_per_s"]
+        )
+    soaked = results.get("soak")
+    if soaked is not None:
+        passed = passed and soaked["errors"] == 0 and soaked["control_errors"] == 0
     if args.json:
         print(json.dumps(results, indent=2))
         return 0 if passed else 1
@@ -402,6 +625,40 @@ def main() -> int:
     row("blob MB/s", "mb_per_s", "blob", ",.0f", "blob_mbps")
     if "nginx" not in results:
         print("SKIP nginx comparison: nginx is not installed (apt-get install -y nginx-light)")
+    if "starlette" in results:
+        other = results["starlette"]["manifest"]
+        vs_nginx = results.get("ratios", {}).get("starlette_manifest_rps")
+        print(
+            f"manifest requests/s, minimal uvicorn + Starlette app: {other['requests_per_s']:,.0f}"
+            + (f" ({vs_nginx:.2f} of nginx)" if vs_nginx else "")
+            + f"; edgereg serve / it = "
+            f"{ours['manifest']['requests_per_s'] / other['requests_per_s']:.2f}"
+        )
+    else:
+        print("SKIP uvicorn + Starlette comparison: pip install uvicorn starlette")
+    if "baseline" in results:
+        before = results["baseline"]["manifest"]
+        print(
+            f"manifest requests/s at {results['baseline_revision']}: "
+            f"{before['requests_per_s']:,.0f} (p99 {before['p99_ms']:.2f} ms); now / then = "
+            f"{results['ratios']['manifest_rps_vs_baseline']:.2f}"
+        )
+    if soaked is not None:
+        print(
+            f"soak: {soaked['clients']:.0f} clients for {soaked['seconds']:g}s with "
+            f"{soaked['idle_sockets']:.0f} idle sockets held open "
+            f"(reopened {soaked['idle_reopened']:.0f} times after the server cut them off): "
+            f"{soaked['requests']:,.0f} requests, {soaked['requests_per_s']:,.0f}/s, "
+            f"p99 {soaked['p99_ms']:.1f} ms, errors {soaked['errors']:.0f} (target 0: "
+            f"{'PASS' if soaked['errors'] == 0 else 'FAIL'}); server RSS "
+            f"{soaked['rss_before_mb']:.0f} MB before, peak {soaked['rss_peak_mb']:.0f} MB"
+        )
+        print(
+            f"soak control, the same clients without idle sockets: "
+            f"{soaked['control_requests_per_s']:,.0f}/s, p99 {soaked['control_p99_ms']:.1f} ms; "
+            f"with / without = "
+            f"{soaked['requests_per_s'] / soaked['control_requests_per_s']:.2f}"
+        )
     theirs_wire = ""
     if "nginx" in results:
         n_req, n_resp, _ = results["nginx"]["not_modified"]

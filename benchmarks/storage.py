@@ -7,7 +7,10 @@ Starts its own moto server (tests/s3server.py), then measures in one run:
 2. peak RSS growth of one upload of 5, 50, 200 and 400 MB, each in a fresh
    child process: uploads stream from disk, so growth is bounded by the parts
    in flight (max_concurrency x a few MB of buffers), not by the file size;
-3. bytes sent by a second put of the same blob (target: 0).
+3. bytes sent by a second put of the same blob (target: 0);
+4. the cost of the conditional-write probe a process runs before its first
+   write (three small PUTs, once per process and store), against one small
+   conditional PUT.
 
 Usage: .venv/bin/python benchmarks/storage.py [--size-mb 50] [--rounds 3]
 """
@@ -188,6 +191,25 @@ def main() -> None:
         print(
             f"second put of the same {args.size_mb} MB blob: returned {created}, "
             f"uploaded {counter.bytes} bytes in {elapsed * 1000:.1f} ms, requests {counter.calls}"
+        )
+
+        # A bucket this process has not written to yet: its first write probes.
+        make_client(endpoint).create_bucket(Bucket=f"{BUCKET}-probe")
+        fresh = open_storage(f"s3://{BUCKET}-probe/registry", endpoint_url=endpoint)
+        fresh.exists("blobs/warm")  # the boto3 client and a connection, not timed
+        start = time.perf_counter()
+        fresh.check_conditional_writes()
+        probe = time.perf_counter() - start
+        start = time.perf_counter()
+        fresh.check_conditional_writes()
+        cached = time.perf_counter() - start
+        start = time.perf_counter()
+        fresh.put_if_absent("blobs/small", b"x" * 1000)
+        small = time.perf_counter() - start
+        print(
+            f"conditional-write probe: {probe * 1000:.1f} ms once per process and store "
+            f"({probe / small:.1f}x one small conditional PUT of {small * 1000:.1f} ms); "
+            f"cached afterwards: {cached * 1e6:.1f} us"
         )
 
 

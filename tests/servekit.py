@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -43,6 +46,8 @@ from edgereg.storage import Storage, open_storage  # noqa: E402
 from edgereg.wire import ReleaseRecord, ReleaseVariant  # noqa: E402
 
 TIERS = ("high", "mid", "low")
+# Until `edgereg serve` is registered in edgereg.cli, run the click command directly.
+SERVE_CMD = [sys.executable, "-c", "from edgereg.serve._cli import serve_command; serve_command()"]
 NOW = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
 
 
@@ -54,6 +59,55 @@ def serve(registry: Storage | str | os.PathLike[str], **options: Any) -> Iterato
         yield base_url
     finally:
         server.close()
+
+
+@contextlib.contextmanager
+def serve_process(log: Path, *args: str, cwd: Path | None = None) -> Iterator[tuple[Any, str]]:
+    """Run the `edgereg serve` command in a child process on a free port.
+
+    Yields (process, base URL); the process is killed after the block if it
+    still runs. ``args`` are command-line options (``--registry DIR`` ...).
+    """
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*SERVE_CMD, "--port", "0", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            found = re.search(r" on (http://[0-9.:]+) ", log.read_text(errors="replace"))
+            if found:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"edgereg serve did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield proc, found.group(1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def peak_rss(pid: int) -> int:
+    """The peak resident set size of a running process, in bytes (Linux)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/<pid>/status")  # pragma: no cover
+
+
+def current_rss(pid: int) -> int:
+    """The resident set size of a running process now, in bytes (Linux)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/<pid>/status")  # pragma: no cover
 
 
 @pytest.fixture
@@ -147,7 +201,7 @@ def make_registry(
         where: A registry directory (created) or a Storage (e.g. S3).
         models: Model names.
         sizes: Blob size per tier (bytes); default high 300 KB, mid 120 KB, low 40 KB.
-        actor: Who the history says acted (the status page shows it).
+        actor: Who the history says acted (kept in the signed history, never on the status page).
         workdir: Where the blob files are staged (default: next to the registry).
         expires_days: Validity of the signed state and manifests.
     """

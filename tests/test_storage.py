@@ -541,6 +541,7 @@ def test_s3_keys_live_under_the_prefix(s3_storage: S3Storage, s3_client: Any) ->
     listed = client.list_objects_v2(Bucket=s3_storage.bucket)["Contents"]
     assert sorted(o["Key"] for o in listed) == [
         "outside/x",
+        "reg/.lock-conditional-write-probe",  # see tests/test_storage_guarantees.py
         "reg/folder/",
         "reg/models/m/state.json",
     ]

@@ -25,6 +25,11 @@ or ``with serving("path/to/registry") as base_url: ...``.
 
 The server keeps no state of its own beyond its metrics counters, so any
 number can run behind a load balancer.
+
+It never serves a symbolic link out of the registry, a PEM private key, or
+anything under ``keys/`` that is not one public key (403, logged), bounds
+request heads (414/431) and slow clients (408 past ``head_timeout``), and
+answers 503 past ``max_connections`` (see docs/operations/s3-cdn.md).
 """
 
 from edgereg.serve._app import App, Request, Response

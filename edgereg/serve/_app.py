@@ -13,6 +13,10 @@ and applies the caching rules:
   caching, single byte ranges (206, or 416 with ``Content-Range: bytes */size``),
   ``If-Range``; the body streams from storage in chunks.
 
+Never served, answered 403 and logged instead: an object that is a
+symbolic link out of the registry root, anything holding a PEM private key
+block, and anything under ``keys/`` that is not exactly one PEM public key.
+
 The socket layer (:mod:`edgereg.serve._server`) writes the response and
 records metrics; tests call :meth:`App.handle` directly.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,7 +44,7 @@ from edgereg.serve._http import (
 )
 from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgereg.serve._metrics import Metrics
-from edgereg.storage import NotFound, ReadStream, Storage
+from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 log = logging.getLogger("edgereg.serve")
 
@@ -50,6 +55,16 @@ NO_STORE = "no-store"
 CHUNK_SIZE = 256 * 1024
 #: Bytes fetched per ranged storage read when serving a Range from an offset.
 RANGE_CHUNK_SIZE = 1024 * 1024
+
+#: Any PEM private key block (PKCS#8, encrypted, RSA, EC, OpenSSH ...): never served.
+_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+#: What ``keys/<id>.pem`` must be: one PEM public key block and nothing else.
+_PUBLIC_KEY = re.compile(
+    rb"-----BEGIN PUBLIC KEY-----\r?\n(?:[A-Za-z0-9+/=]{1,76}\r?\n){1,40}"
+    rb"-----END PUBLIC KEY-----(?:\r?\n)?"
+)
+#: Bytes at the start of a blob checked for a private key before a ranged answer.
+_SNIFF_BYTES = 4096
 
 _CONTENT_TYPES = {
     routes.MANIFEST.name: "application/json",
@@ -93,16 +108,31 @@ class Body(Protocol):
 
 
 class StreamBody:
-    """The first ``length`` bytes of an open storage stream."""
+    """The first ``length`` bytes of an open storage stream.
 
-    def __init__(self, stream: ReadStream, length: int, chunk_size: int = CHUNK_SIZE) -> None:
+    ``first`` is what was already read from the stream (it is sent first).
+    """
+
+    def __init__(
+        self,
+        stream: ReadStream,
+        length: int,
+        chunk_size: int = CHUNK_SIZE,
+        *,
+        first: bytes = b"",
+    ) -> None:
         self.length = length
         self._stream = stream
         self._chunk_size = chunk_size
+        self._first = first
 
     def chunks(self) -> Iterator[bytes]:
         """Yield chunks until ``length`` bytes or the end of the stream."""
         left = self.length
+        if self._first:
+            first, self._first = self._first[:left], b""
+            left -= len(first)
+            yield first
         while left > 0:
             chunk = self._stream.read(min(self._chunk_size, left))
             if not chunk:
@@ -199,13 +229,23 @@ def error_response(status: int, message: str, route: str = routes.OTHER) -> Resp
 
 _REASONS = {
     400: "bad request",
+    403: "forbidden",
     404: "not found",
     405: "method not allowed",
+    408: "request timeout",
     413: "request too large",
+    414: "request line too long",
     416: "range not satisfiable",
+    431: "request header fields too large",
     500: "internal error",
     503: "unavailable",
+    505: "http version not supported",
 }
+
+
+def _refused(route: str) -> Response:
+    # The reason is in the server log only: a client learns nothing about the file.
+    return error_response(403, "this object is not served; see the server log", route)
 
 
 class App:
@@ -276,6 +316,9 @@ class App:
             return self._document(request, route, key)
         except NotFound:
             return error_response(404, f"not in the registry: {path[:200]}", route.name)
+        except UnsafeObject as exc:
+            log.error("refusing %s: %s", exc.key, exc.message)
+            return _refused(route.name)
         except StorageError as exc:
             log.warning("storage error answering %s: %s", path[:200], exc.message)
             response = error_response(503, "the registry storage is unavailable", route.name)
@@ -286,6 +329,16 @@ class App:
 
     def _document(self, request: Request, route: routes.Route, key: str) -> Response:
         data = self.storage.get(key)
+        if b"PRIVATE KEY-----" in data and _PRIVATE_KEY.search(data):
+            log.error(
+                "refusing %s: it holds a private key; remove it from the registry and "
+                "rotate that key (docs/operations/keys.md)",
+                key,
+            )
+            return _refused(route.name)
+        if route is routes.KEY and not _PUBLIC_KEY.fullmatch(data):
+            log.error("refusing %s: it is not one PEM public key and nothing else", key)
+            return _refused(route.name)
         etag = quote_etag(hashlib.sha256(data).hexdigest())
         cache = f"public, max-age={self.manifest_max_age}"
         if none_match(request.header("if-none-match"), etag):
@@ -325,15 +378,35 @@ class App:
                 ]
                 return response
         if request.method == "HEAD":
+            # HEAD answers what GET would, so the same check (one small read).
+            if _PRIVATE_KEY.search(self.storage.get_range(key, 0, _SNIFF_BYTES)):
+                return self._refuse_blob(key)
             return Response(200, headers, _Unopened(size), name)
-        if byte_range is None:
-            return Response(200, headers, StreamBody(self.storage.open_read(key), size), name)
-        headers.append(("Content-Range", byte_range.content_range()))
-        if byte_range.start == 0:
-            body: Body = StreamBody(self.storage.open_read(key), byte_range.length)
+        if byte_range is None or byte_range.start == 0:
+            length = size if byte_range is None else byte_range.length
+            stream = self.storage.open_read(key)
+            try:
+                # The first chunk is read before anything is sent, to check it.
+                first = stream.read(min(CHUNK_SIZE, length))
+            except BaseException:
+                stream.close()
+                raise
+            if _PRIVATE_KEY.search(first):
+                stream.close()
+                return self._refuse_blob(key)
+            body: Body = StreamBody(stream, length, first=first)
         else:
+            if _PRIVATE_KEY.search(self.storage.get_range(key, 0, _SNIFF_BYTES)):
+                return self._refuse_blob(key)
             body = RangeBody(self.storage, key, byte_range.start, byte_range.length)
+        if byte_range is None:
+            return Response(200, headers, body, name)
+        headers.append(("Content-Range", byte_range.content_range()))
         return Response(206, headers, body, name)
+
+    def _refuse_blob(self, key: str) -> Response:
+        log.error("refusing %s: it holds a private key; remove it from the registry", key)
+        return _refused(routes.BLOB.name)
 
     # -- built-in pages -------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from edgereg._cli_common import handle_errors, open_registry, optional_config, stderr
-from edgereg.serve._server import DEFAULT_TIMEOUT
+from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT
 
 
 @click.command("serve")
@@ -55,6 +55,21 @@ from edgereg.serve._server import DEFAULT_TIMEOUT
     help="Seconds a connection may stay idle or stall.",
 )
 @click.option(
+    "--head-timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_HEAD_TIMEOUT,
+    show_default=True,
+    help="Seconds a client has to send a whole request head once it began (slow clients "
+    "are cut off).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    help="Connections served at once; more are answered 503 at once.",
+)
+@click.option(
     "--shutdown-timeout",
     type=click.FloatRange(min=0),
     default=30.0,
@@ -79,6 +94,8 @@ def _serve(
     port: int,
     manifest_max_age: int,
     timeout: float,
+    head_timeout: float,
+    max_connections: int,
     shutdown_timeout: float,
     access_log: bool,
 ) -> None:
@@ -93,13 +110,19 @@ def _serve(
     logger.setLevel(logging.INFO if access_log else logging.WARNING)
     try:
         server = make_server(
-            registry.storage, host, port, manifest_max_age=manifest_max_age, timeout=timeout
+            registry.storage,
+            host,
+            port,
+            manifest_max_age=manifest_max_age,
+            timeout=timeout,
+            head_timeout=head_timeout,
+            max_connections=max_connections,
         )
     except OSError as exc:
         raise EdgeregError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
             hint="Pick another --port, or stop what is using it.",
-        ) from None
+        ) from exc
 
     stop = threading.Event()
     received: list[str] = []

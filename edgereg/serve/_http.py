@@ -41,8 +41,8 @@ def request_path(target: str) -> str:
             raise BadTarget("invalid percent-encoding in the path")
         try:
             path = unquote_to_bytes(path).decode("ascii")
-        except UnicodeDecodeError:
-            raise BadTarget("non-ASCII bytes in the path") from None
+        except UnicodeDecodeError as exc:
+            raise BadTarget("non-ASCII bytes in the path") from exc
     if not path.isascii() or _CONTROL.search(path):
         raise BadTarget("control or non-ASCII characters in the path")
     if "\\" in path:

@@ -12,6 +12,11 @@ from edgereg import __version__
 from edgereg.serve import _routes as routes
 
 _ERROR = {"$ref": "#/components/responses/Error"}
+_REFUSED = {
+    "description": "Refused: a link out of the registry, a private key, or a file under "
+    "keys/ that is not one public key (the server log says which).",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
 _JSON_DOC_SCHEMA = {"$ref": "#/components/schemas/Envelope"}
 
 
@@ -92,6 +97,7 @@ def _document_operation(
                 "headers": {"ETag": _ETAG, "Cache-Control": _CACHE},
             },
             "400": _ERROR,
+            "403": _REFUSED,
             "404": _ERROR,
             "503": _ERROR,
         },
@@ -196,6 +202,7 @@ def openapi_document() -> dict[str, Any]:
                     },
                 },
                 "400": _ERROR,
+                "403": _REFUSED,
                 "404": _ERROR,
                 "416": {
                     "description": "The range cannot be satisfied.",

@@ -6,6 +6,12 @@ idle/IO timeout per connection, a deep listen backlog for bursts of
 clients. :meth:`RegistryServer.drain` is the graceful stop: no new
 connections, idle keep-alive connections closed, requests in flight
 finished (up to a deadline).
+
+Hostile clients are bounded: a request head must arrive whole within
+``head_timeout`` once begun (408) and stay within the size limits below
+(414, 431), and past ``max_connections`` a new connection is answered 503
+on the accepting thread, so each connection costs at most one thread and
+~100 KiB, and a flood of idle sockets cannot starve the clients being served.
 """
 
 from __future__ import annotations
@@ -33,9 +39,21 @@ access_log = logging.getLogger("edgereg.serve.access")
 DEFAULT_TIMEOUT = 30.0
 #: Bodies up to this size go out in the same send as the headers.
 _SMALL_BODY = 64 * 1024
-#: Longest request or header line, and most header lines, a request may have.
-_MAX_LINE = 65536
+#: Seconds a client has to send a whole request head once it started one.
+DEFAULT_HEAD_TIMEOUT = 10.0
+#: Connections served at once; more are answered 503 and closed at once.
+DEFAULT_MAX_CONNECTIONS = 1024
+#: Limits of a request head (nginx's defaults are of the same order): longer
+#: request line -> 414, longer header line, more header bytes or lines -> 431.
+_MAX_REQUEST_LINE = 8192
+_MAX_HEADER_LINE = 8192
+_MAX_HEADER_BYTES = 32768
 _MAX_HEADERS = 100
+_RECV_SIZE = 65536
+#: Seconds spent reading what a client still sends before a close (see _lingering_close).
+_LINGER_SECONDS = 2.0
+#: The blank line ending a head (a bare LF is tolerated, as RFC 9112 allows).
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")
 
@@ -54,9 +72,19 @@ class RegistryServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, address: tuple[str, int], app: App, *, timeout: float) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: App,
+        *,
+        timeout: float,
+        head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
         self.app = app
         self.timeout_s = timeout
+        self.head_timeout_s = min(head_timeout, timeout)
+        self.max_connections = max_connections
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._connections: dict[_Handler, bool] = {}  # handler -> busy answering a request
@@ -88,9 +116,23 @@ class RegistryServer(ThreadingHTTPServer):
     # -- connection bookkeeping (called by handlers) --------------------------------
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Count an accepted connection at once, before its thread starts."""
+        """Count an accepted connection at once, before its thread starts.
+
+        Past ``max_connections``, answer 503 on the accepting thread and close:
+        a flood of connections costs no threads and cannot exhaust memory.
+        """
         with self._lock:
-            self._starting += 1
+            full = len(self._connections) + self._starting >= self.max_connections
+            if not full:
+                self._starting += 1
+        if full:
+            self.app.metrics.started()
+            self.app.metrics.observe("other", "", 503, len(_BUSY), 0.0)
+            with contextlib.suppress(OSError):
+                request.setblocking(False)  # never wait for a client here
+                request.send(_BUSY)
+            self.shutdown_request(request)
+            return
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -189,7 +231,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self._unread_body = False
+        self._buffer = b""
         self.timeout = self.server.timeout_s  # type: ignore[misc]  # per connection
+        self._socket_timeout: float | None = self.timeout
         self.server._register(self)
         try:
             super().setup()
@@ -213,8 +257,12 @@ class _Handler(BaseHTTPRequestHandler):
         """
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_WR)
-            self.connection.settimeout(1.0)
-            for _ in range(64):  # at most 4 MiB, at most a few seconds
+            deadline = time.monotonic() + _LINGER_SECONDS
+            for _ in range(64):  # at most 4 MiB, at most _LINGER_SECONDS
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.connection.settimeout(left)
                 if not self.connection.recv(65536):
                     break
 
@@ -224,12 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.request.shutdown(socket.SHUT_RD)
 
     def handle_one_request(self) -> None:
-        try:
-            line = self.rfile.readline(_MAX_LINE + 1)
-        except OSError:  # idle timeout, reset, or stop_reading() while draining
-            self.close_connection = True
-            return
-        if not line:
+        head = self._read_head()
+        if head is None:
             self.close_connection = True
             return
         started = time.perf_counter()
@@ -241,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.command = ""
         self.request_version = "HTTP/1.1"
         try:
-            problem = self._parse(line)
+            problem = head if isinstance(head, tuple) else self._parse(head)
             if problem is not None:
                 self.send_error(*problem)
                 return
@@ -265,16 +309,78 @@ class _Handler(BaseHTTPRequestHandler):
             if self.server._set_busy(self, False):
                 self.close_connection = True
 
-    def _parse(self, line: bytes) -> tuple[int, str] | None:
-        """Read the request line and headers (RFC 9112); an error to answer, or None.
+    def _set_timeout(self, seconds: float) -> None:
+        if seconds != self._socket_timeout:
+            self.connection.settimeout(seconds)
+            self._socket_timeout = seconds
+
+    def _read_head(self) -> bytes | tuple[int, str] | None:
+        """Read the next request head: its bytes, an error to answer, or None to close.
+
+        The server owns the read buffer (``rfile`` is never used), so limits
+        hold for the whole head, not per line: a keep-alive connection may be
+        idle up to ``timeout_s``; once a request starts, its whole head must
+        arrive within ``head_timeout_s`` (a client trickling a byte at a time
+        is cut off) and may not exceed the size limits (each connection holds
+        at most ~40 KiB of it in memory).
+        """
+        buffer = self._buffer
+        deadline = None
+        while True:
+            end = _HEAD_END.search(buffer)
+            if end is not None:
+                if end.start() > self._head_limit(buffer):
+                    break
+                self._buffer = buffer[end.end() :]  # pipelined requests stay buffered
+                return buffer[: end.start()]
+            if len(buffer) > self._head_limit(buffer):
+                break
+            if deadline is None and buffer:
+                deadline = time.monotonic() + self.server.head_timeout_s
+            try:
+                if deadline is None:
+                    self._set_timeout(self.server.timeout_s)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    self._set_timeout(left)
+                chunk = self.connection.recv(_RECV_SIZE)
+            except TimeoutError:
+                if not buffer:
+                    return None  # idle keep-alive connection: just close
+                return 408, "the request head did not arrive in time"
+            except OSError:  # reset, or stop_reading() while draining
+                return None
+            if not chunk:
+                return None  # the client closed (a half-sent head is dropped)
+            buffer += chunk
+        self._buffer = b""
+        line_end = buffer.find(b"\n")
+        if line_end < 0 or line_end > _MAX_REQUEST_LINE:
+            return 414, f"the request line is longer than {_MAX_REQUEST_LINE} bytes"
+        return 431, f"the request header fields are longer than {_MAX_HEADER_BYTES} bytes"
+
+    @staticmethod
+    def _head_limit(buffer: bytes) -> int:
+        """How long a head starting like ``buffer`` may be, up to its blank line."""
+        line_end = buffer.find(b"\n", 0, _MAX_REQUEST_LINE + 2)
+        if line_end < 0:
+            return _MAX_REQUEST_LINE + 1
+        return line_end + 1 + _MAX_HEADER_BYTES + 4
+
+    def _parse(self, head: bytes) -> tuple[int, str] | None:
+        """Parse the request line and headers (RFC 9112); an error to answer, or None.
 
         Stricter and much cheaper than the standard library's email-based
         parser: no HTTP/0.9, no obsolete line folding, tokens for names.
         """
         self.close_connection = True
-        if len(line) > _MAX_LINE:
-            return 414, "the request line is too long"
-        self.requestline = line.decode("latin-1").rstrip("\r\n")
+        lines = head.decode("latin-1").split("\n")
+        self.requestline = lines[0].rstrip("\r")
+        if len(self.requestline) > _MAX_REQUEST_LINE:
+            self.requestline = self.requestline[:200]
+            return 414, f"the request line is longer than {_MAX_REQUEST_LINE} bytes"
         parts = self.requestline.split(" ")
         if len(parts) != 3 or not all(parts):
             return 400, "malformed request line"
@@ -287,23 +393,20 @@ class _Handler(BaseHTTPRequestHandler):
         if found.group(1) != "1":
             return 505, "only HTTP/1.0 and HTTP/1.1 are supported"
         self.request_version = version
+        if len(lines) - 1 > _MAX_HEADERS:
+            return 431, f"more than {_MAX_HEADERS} header lines"
         headers: dict[str, str] = {}
-        for _ in range(_MAX_HEADERS + 1):
-            raw = self.rfile.readline(_MAX_LINE + 1)
-            if len(raw) > _MAX_LINE:
-                return 431, "a header line is too long"
-            if raw in (b"\r\n", b"\n", b""):
-                break
-            if raw[:1] in (b" ", b"\t"):
+        for raw in lines[1:]:
+            if len(raw) > _MAX_HEADER_LINE:
+                return 431, f"a header line is longer than {_MAX_HEADER_LINE} bytes"
+            if raw[:1] in (" ", "\t"):
                 return 400, "obsolete header line folding"
-            name, sep, value = raw.decode("latin-1").partition(":")
+            name, sep, value = raw.partition(":")
             if not sep or not _TOKEN.fullmatch(name):
                 return 400, "malformed header line"
             key = name.lower()
             value = value.strip()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        else:
-            return 431, f"more than {_MAX_HEADERS} header lines"
         self._headers = headers
         tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
         if version == "HTTP/1.1":
@@ -391,6 +494,13 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug(format, *args)
 
 
+_BUSY_BODY = b'{"error": "unavailable", "detail": "too many connections; try again shortly"}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Cache-Control: no-store\r\nRetry-After: 1\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
+
 _date_cache: tuple[int, str] = (0, "")
 
 
@@ -415,6 +525,8 @@ def make_server(
     *,
     manifest_max_age: int = 60,
     timeout: float = DEFAULT_TIMEOUT,
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     endpoint_url: str | None = None,
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
@@ -426,6 +538,9 @@ def make_server(
         port: Port to listen on; 0 picks a free one (see ``server.port``).
         manifest_max_age: ``max-age`` of signed documents, in seconds.
         timeout: Idle and IO timeout per connection, in seconds.
+        head_timeout: Seconds a client has to send a whole request head once
+            it began one (slow clients are cut off; at most ``timeout``).
+        max_connections: Connections served at once; more are answered 503.
         endpoint_url: S3 endpoint, when ``storage`` is an ``s3://`` URL.
 
     Raises:
@@ -435,7 +550,13 @@ def make_server(
     if not isinstance(storage, Storage):
         storage = open_storage(os.fspath(storage), endpoint_url=endpoint_url)
     app = App(storage, manifest_max_age=manifest_max_age)
-    return RegistryServer((host, port), app, timeout=timeout)
+    return RegistryServer(
+        (host, port),
+        app,
+        timeout=timeout,
+        head_timeout=head_timeout,
+        max_connections=max_connections,
+    )
 
 
 def start_in_thread(

@@ -2,7 +2,9 @@
 
 Every model with its stable and candidate versions, rollout percent (and
 whether it is paused), what each tier gets with sizes, and the last changes
-from the signed history. Everything shown comes from documents verified
+from the signed history: when and what, never who (actor names such as
+``user@host`` stay in the signed history, for the release tools; the page is
+often public). Everything shown comes from documents verified
 against the registry's own keys (``keys/``); a model whose documents do not
 verify is listed with the reason instead. Every value is HTML-escaped.
 """
@@ -141,7 +143,6 @@ def _history(events: list[HistoryEvent]) -> str:
         "<tr>"
         f'<td class="num">{event.sequence}</td>'
         f"<td>{escape(format_time(event.at))}</td>"
-        f"<td>{escape(event.actor)}</td>"
         f"<td>{escape(event.action)}{' (forced)' if event.forced else ''}</td>"
         f"<td>{escape(_snapshot(event.after))}</td>"
         f"<td>{escape(event.note or '')}</td>"
@@ -149,7 +150,7 @@ def _history(events: list[HistoryEvent]) -> str:
         for event in events
     )
     return (
-        "<h3>Last changes</h3><table><thead><tr><th>seq</th><th>when (UTC)</th><th>who</th>"
+        "<h3>Last changes</h3><table><thead><tr><th>seq</th><th>when (UTC)</th>"
         "<th>action</th><th>after</th><th>note</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )

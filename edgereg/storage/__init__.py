@@ -42,11 +42,24 @@ __all__ = [
     "ReadStream",
     "Storage",
     "StorageError",
+    "UnsafeObject",
     "open_storage",
     "validate_key",
 ]
 
 T = TypeVar("T")
+
+#: Exceptions that mean a programming error, whichever backend raised them.
+_BUGS = (
+    TypeError,
+    AttributeError,
+    NameError,
+    AssertionError,
+    LookupError,
+    NotImplementedError,
+    RecursionError,
+    ArithmeticError,
+)
 
 #: Environment variable naming the S3 endpoint (for S3-compatible stores).
 ENDPOINT_ENV = "EDGEREG_S3_ENDPOINT_URL"
@@ -69,6 +82,27 @@ class NotFound(StorageError):
 
     def __init__(self, key: str, *, url: str) -> None:
         super().__init__(f"'{key}' does not exist in registry {url}", url=url, retryable=False)
+        self.key = key
+
+
+class UnsafeObject(StorageError):
+    """The object exists but must never be read through the registry.
+
+    A local registry entry that is a symbolic link to somewhere outside the
+    registry root (``keys/x.pem`` -> the private signing key, ``/etc/passwd``).
+    Never retryable: the same link is there next time.
+
+    Attributes:
+        key: The key that was refused.
+    """
+
+    def __init__(self, key: str, reason: str, *, url: str) -> None:
+        super().__init__(
+            f"'{key}' in registry {url} {reason}; edgereg never reads it",
+            url=url,
+            retryable=False,
+            hint="Remove the link and copy the file into the registry if it belongs there.",
+        )
         self.key = key
 
 
@@ -233,6 +267,20 @@ class Storage(abc.ABC):
         raw = self._call("open", key, lambda: self._open_read(key))
         return ReadStream(raw, storage=self, key=key)
 
+    def check_conditional_writes(self) -> None:
+        """Prove that this store refuses a conditional write it must refuse.
+
+        Run before the first write (cached per process and store, so it costs
+        a few requests once); a registry opened for writing may call it up
+        front. A no-op where the guarantee comes from the file system.
+
+        Raises:
+            StorageError: (not retryable) the store accepts ``If-None-Match``
+                or ``If-Match`` writes without honouring them, or does not
+                implement them: two publishers at once would lose changes.
+        """
+        self._guard("check", "conditional writes", self._check_conditional_writes)
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Write the object unless it exists; never overwrite.
 
@@ -309,6 +357,8 @@ class Storage(abc.ABC):
 
     def _call(self, operation: str, key: str, fn: Callable[[], T]) -> T:
         self._check_key(key)
+        if operation == "write":
+            self.check_conditional_writes()
         return self._guard(operation, key, fn)
 
     def _check_key(self, key: str, *, prefix: bool = False) -> None:
@@ -317,12 +367,16 @@ class Storage(abc.ABC):
         except ValueError as exc:
             raise StorageError(
                 f"invalid registry key {key!r}: {exc}", url=self.url, retryable=False
-            ) from None
+            ) from exc
 
     def _guard(self, operation: str, key: str, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except StorageError:
+            raise
+        except _BUGS:
+            # A bug in edgereg (or in boto3), not a storage failure: it must
+            # surface as an internal error (exit 70), never as "retry".
             raise
         except Exception as exc:
             raise self._translate(exc, operation, key) from exc
@@ -345,6 +399,9 @@ class Storage(abc.ABC):
         )
 
     # -- primitives: what a backend implements ---------------------------------------
+
+    def _check_conditional_writes(self) -> None:  # noqa: B027 - optional, not abstract
+        """Backends whose conditional writes can fail silently override this."""
 
     @abc.abstractmethod
     def _get(self, key: str) -> bytes: ...
@@ -437,7 +494,7 @@ def open_storage(
             try:
                 validate_key(prefix)
             except ValueError as exc:
-                raise _unsupported(url, f"bad prefix: {exc}") from None
+                raise _unsupported(url, f"bad prefix: {exc}") from exc
         endpoint = (
             endpoint_url
             or os.environ.get(ENDPOINT_ENV)

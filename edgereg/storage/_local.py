@@ -26,15 +26,17 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from edgereg.errors import StorageError
-from edgereg.storage import RESERVED_PREFIXES, Storage
+from edgereg.storage import RESERVED_PREFIXES, NotFound, Storage, UnsafeObject
 
 _COPY_CHUNK = 1024 * 1024
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _LOCK_TIMEOUT_S = 30.0
 
 
@@ -50,12 +52,25 @@ class LocalStorage(Storage):
         self.root = root
         self.url = f"file://{root}"
         self._lock_timeout = lock_timeout
+        self._real_root_cache: str | None = None
+        self._root_prefix = os.path.join(os.fspath(root), "")
 
     # -- reads ------------------------------------------------------------------------
 
     def _get(self, key: str) -> bytes:
-        with self._open(key) as f:
-            return f.read()
+        # Straight from the descriptor: the hot path of serving a manifest.
+        fd, st = self._open_fd(key)
+        try:
+            size = st.st_size
+            data = os.read(fd, size + 1)
+            if len(data) <= size:  # a regular file reads short only at its end
+                return data
+            chunks = [data]
+            while chunks[-1]:  # the file grew since fstat: read to the end
+                chunks.append(os.read(fd, 1 << 20))
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def _get_versioned(self, key: str) -> tuple[bytes, str]:
         data = self._get(key)
@@ -70,16 +85,15 @@ class LocalStorage(Storage):
         return self._open(key)
 
     def _exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        try:
+            os.close(self._open_fd(key)[0])
+        except NotFound:
+            return False
+        return True
 
     def _size(self, key: str) -> int:
-        path = self._path(key)
-        try:
-            st = path.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            raise self._not_found(key) from None
-        if not path.is_file():
-            raise self._not_found(key)
+        fd, st = self._open_fd(key)
+        os.close(fd)
         return st.st_size
 
     def _list(self, prefix: str) -> builtins.list[str]:
@@ -148,11 +162,48 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def _open(self, key: str) -> BinaryIO:
+    def _open_fd(self, key: str) -> tuple[int, os.stat_result]:
+        """Open ``key`` for reading; refused if what was opened lies outside the root.
+
+        Links inside the registry are followed; a link to the signing key or
+        ``/etc/passwd`` is how a registry would leak them. The check is on the
+        file actually opened (``/proc/self/fd``), so a link swapped in between
+        a check and the open cannot slip through; ``O_NONBLOCK`` keeps a FIFO
+        planted in the registry from hanging the reader.
+        """
+        path = self._root_prefix + key  # a valid key has no '..' and no empty part
         try:
-            return self._path(key).open("rb")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise self._not_found(key) from None
+            fd = os.open(path, _READ_FLAGS)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+            raise self._not_found(key) from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a directory, a FIFO, a device
+                raise self._not_found(key)
+            try:
+                opened = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # no /proc (not Linux): resolve the path instead
+                opened = os.path.realpath(path)
+            if not opened.startswith(self._real_root()):
+                raise UnsafeObject(
+                    key, "is a symbolic link leading outside the registry root", url=self.url
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+    def _real_root(self) -> str:
+        """The root with every link resolved, ending in '/' (cached once it exists)."""
+        if self._real_root_cache is not None:
+            return self._real_root_cache
+        real = os.path.join(os.path.realpath(self.root), "")
+        if self.root.is_dir():
+            self._real_root_cache = real
+        return real
+
+    def _open(self, key: str) -> BinaryIO:
+        return os.fdopen(self._open_fd(key)[0], "rb")
 
     def _check_target(self, key: str) -> Path:
         target = self._path(key)
@@ -221,14 +272,14 @@ class LocalStorage(Storage):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
-                except BlockingIOError:
+                except BlockingIOError as exc:
                     if time.monotonic() >= deadline:
                         raise StorageError(
                             f"'{lock_path}' is still locked after {self._lock_timeout:g}s",
                             url=self.url,
                             hint="Another edgereg process is writing to this registry; "
                             "wait for it to finish and run the command again.",
-                        ) from None
+                        ) from exc
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
             yield  # the lock is released when fd is closed

@@ -13,8 +13,18 @@ moto >= 5.0.15 as well):
   ``ConditionalRequestConflict`` or a 404 become :class:`ConflictError`.
 
 A store that silently ignores these headers would turn both into plain
-overwrites: harmless for content-addressed blobs, not for the rollout state.
-Check that yours honours them before pointing two publishers at it.
+overwrites: harmless for content-addressed blobs, not for the rollout state
+(two rollouts at once would both succeed and one change would vanish). So
+before the first write a process proves it once per store
+(:meth:`S3Storage._check_conditional_writes`): an ``If-None-Match: *`` PUT
+on an object that exists, and an ``If-Match`` PUT with a wrong ETag, must
+both be refused. A store that accepts either, or answers 501, is refused
+with a non-retryable error.
+
+Objects carry ``Content-Type`` (``application/json`` for documents,
+``application/x-pem-file`` for keys, ``application/octet-stream`` for blobs)
+and ``Cache-Control`` (the same rules ``edgereg serve`` sends), so a CDN in
+front of the bucket needs no per-path header rules.
 
 Large files go up as a multipart upload of file slices read from disk by a
 few threads, so memory stays at a few buffers whatever the file size.
@@ -61,6 +71,48 @@ _ACCESS_CODES = {
     "403",
 }
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_NOT_IMPLEMENTED_CODES = {"NotImplemented", "501"}
+_CONDITIONAL_HINT = (
+    "edgereg needs S3 conditional writes (PutObject with If-None-Match and If-Match) so that "
+    "two publishers at once cannot lose a change. Use a store that implements them (AWS S3, "
+    "MinIO, Cloudflare R2, Ceph RGW), or a directory registry (file://) on one machine."
+)
+#: Where the conditional-write probe writes, under the registry prefix. The
+#: reserved ``.lock-`` prefix keeps it out of listings and static hosting.
+PROBE_KEY = ".lock-conditional-write-probe"
+_PROBE_BODY = b"written by edgereg to check that this store honours conditional writes\n"
+_WRONG_ETAG = '"00000000000000000000000000000000"'
+# (endpoint, bucket) -> None when proven; an error when the store cannot be trusted.
+_probed: dict[tuple[str | None, str], StorageError | None] = {}
+_probe_lock = threading.Lock()
+
+IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
+DOCUMENT_CACHE = "public, max-age=60"
+
+
+def object_headers(key: str) -> dict[str, str]:
+    """``ContentType`` and ``CacheControl`` for a registry key (boto3 argument names).
+
+    The same rules as ``edgereg serve``: blobs never change, signed documents
+    are reused for at most 60 seconds, the rest is not cached.
+    """
+    if key.startswith("blobs/"):
+        return {"ContentType": "application/octet-stream", "CacheControl": IMMUTABLE_CACHE}
+    if key.startswith("keys/") and key.endswith(".pem"):
+        return {"ContentType": "application/x-pem-file", "CacheControl": DOCUMENT_CACHE}
+    if key.endswith(".json"):
+        cache = DOCUMENT_CACHE if key.startswith(("manifests/", "models/")) else "no-cache"
+        return {"ContentType": "application/json", "CacheControl": cache}
+    return {"ContentType": "application/octet-stream", "CacheControl": "no-cache"}
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status of a botocore ClientError, else None."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
 
 
 def _code(exc: BaseException) -> str | None:
@@ -156,7 +208,7 @@ class S3Storage(Storage):
             return self.client.get_object(Bucket=self.bucket, Key=self._key(key), **extra)
         except Exception as exc:
             if _code(exc) in ("NoSuchKey", "404"):
-                raise self._not_found(key) from None
+                raise self._not_found(key) from exc
             raise
 
     def _get(self, key: str) -> bytes:
@@ -164,9 +216,9 @@ class S3Storage(Storage):
 
     def _get_versioned(self, key: str) -> tuple[bytes, str]:
         response = self._get_object(key)
-        with contextlib.closing(response["Body"]) as body:
+        with contextlib.closing(self._field(response, "Body", key)) as body:
             data: bytes = body.read()
-        return data, str(response["ETag"])
+        return data, self._etag(response, key)
 
     def _get_range(self, key: str, start: int, length: int) -> bytes:
         try:
@@ -175,12 +227,12 @@ class S3Storage(Storage):
             if _code(exc) == "InvalidRange":  # start is past the end
                 return b""
             raise
-        with contextlib.closing(response["Body"]) as body:
+        with contextlib.closing(self._field(response, "Body", key)) as body:
             data: bytes = body.read()
         return data
 
     def _open_read(self, key: str) -> Any:
-        return self._get_object(key)["Body"]
+        return self._field(self._get_object(key), "Body", key)
 
     def _head(self, key: str) -> Any:
         """Return head_object's response, or None if the object does not exist."""
@@ -213,7 +265,10 @@ class S3Storage(Storage):
         response = self._head(key)
         if response is None:
             raise self._not_found(key)
-        return int(response["ContentLength"])
+        size = self._field(response, "ContentLength", key)
+        if not isinstance(size, int) or size < 0:
+            raise self._malformed("ContentLength", key)
+        return size
 
     def _list(self, prefix: str) -> builtins.list[str]:
         root = f"{self.prefix}/" if self.prefix else ""
@@ -221,7 +276,10 @@ class S3Storage(Storage):
         keys = []
         for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
             for item in page.get("Contents", ()):
-                key = str(item["Key"])[len(root) :]
+                name = item.get("Key") if isinstance(item, dict) else None
+                if not isinstance(name, str):
+                    raise self._malformed("Key", prefix or "/")
+                key = name[len(root) :]
                 try:
                     validate_key(key)
                 except ValueError:
@@ -235,7 +293,11 @@ class S3Storage(Storage):
         return self._create(
             key,
             lambda: self.client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"
+                Bucket=self.bucket,
+                Key=self._key(key),
+                Body=data,
+                IfNoneMatch="*",
+                **object_headers(key),
             ),
         )
 
@@ -251,7 +313,7 @@ class S3Storage(Storage):
     def _put_stream(self, key: str, f: BinaryIO) -> Any:
         f.seek(0)  # a retry after a 409 sends the file again
         return self.client.put_object(
-            Bucket=self.bucket, Key=self._key(key), Body=f, IfNoneMatch="*"
+            Bucket=self.bucket, Key=self._key(key), Body=f, IfNoneMatch="*", **object_headers(key)
         )
 
     def _create(self, key: str, send: Any) -> bool:
@@ -281,9 +343,13 @@ class S3Storage(Storage):
         count = -(-size // part_size)
         # CRC32 per part, checked by S3 and combined into the object's checksum
         # on completion (what boto3's upload_file does too).
-        upload_id = client.create_multipart_upload(
-            Bucket=self.bucket, Key=full_key, ChecksumAlgorithm="CRC32"
-        )["UploadId"]
+        upload_id = self._field(
+            client.create_multipart_upload(
+                Bucket=self.bucket, Key=full_key, ChecksumAlgorithm="CRC32", **object_headers(key)
+            ),
+            "UploadId",
+            key,
+        )
         finished = False
 
         def send(number: int) -> dict[str, Any]:
@@ -299,7 +365,7 @@ class S3Storage(Storage):
                     ContentLength=length,
                     ChecksumAlgorithm="CRC32",
                 )
-            part = {"PartNumber": number, "ETag": response["ETag"]}
+            part = {"PartNumber": number, "ETag": self._etag(response, key)}
             if "ChecksumCRC32" in response:
                 part["ChecksumCRC32"] = response["ChecksumCRC32"]
             return part
@@ -348,7 +414,11 @@ class S3Storage(Storage):
         condition = {"IfNoneMatch": "*"} if token is None else {"IfMatch": token}
         try:
             response = self.client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, **condition
+                Bucket=self.bucket,
+                Key=self._key(key),
+                Body=data,
+                **condition,
+                **object_headers(key),
             )
         except Exception as exc:
             code = _code(exc)
@@ -357,11 +427,111 @@ class S3Storage(Storage):
                 raise self._conflict(key, token) from exc
             raise
         self._bucket_seen = True
-        return str(response["ETag"])
+        return self._etag(response, key)
 
     def _put(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        self.client.put_object(
+            Bucket=self.bucket, Key=self._key(key), Body=data, **object_headers(key)
+        )
         self._bucket_seen = True
+
+    def _etag(self, response: Any, key: str) -> str:
+        etag = self._field(response, "ETag", key)
+        if not isinstance(etag, str) or not etag:
+            raise self._malformed("ETag", key)
+        return etag
+
+    def _field(self, response: Any, name: str, key: str) -> Any:
+        """``response[name]``; a store that left it out is a storage error, not a bug."""
+        value = response.get(name) if isinstance(response, dict) else None
+        if value is None:
+            raise self._malformed(name, key)
+        return value
+
+    def _malformed(self, name: str, key: str) -> StorageError:
+        return StorageError(
+            f"the S3 store{self._where()} answered for '{key}' without a valid {name}",
+            url=self.url,
+            hint="edgereg needs an S3-compatible store that answers as S3 does; check the "
+            "endpoint (--endpoint-url, EDGEREG_S3_ENDPOINT_URL).",
+            retryable=False,
+        )
+
+    # -- the conditional-write probe ----------------------------------------------------
+
+    def _check_conditional_writes(self) -> None:
+        """Prove once per process and store that conditional PUTs are honoured.
+
+        Three small PUTs of :data:`PROBE_KEY`: make sure it exists, then an
+        ``If-None-Match: *`` and an ``If-Match`` with a wrong ETag, which must
+        both be refused (412). Network failures are not cached (the next
+        write tries again); a verdict is.
+        """
+        cache_key = (self.endpoint_url, self.bucket)
+        with _probe_lock:
+            if cache_key not in _probed:
+                _probed[cache_key] = self._probe()
+            verdict = _probed[cache_key]
+        if verdict is not None:
+            raise verdict
+
+    def _probe(self) -> StorageError | None:
+        key = self._key(PROBE_KEY)
+
+        def put(**condition: str) -> bool:
+            """True if the store accepted the write, False if it refused it (412/409)."""
+            try:
+                self.client.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=_PROBE_BODY,
+                    ContentType="text/plain",
+                    CacheControl="no-store",
+                    **condition,
+                )
+            except Exception as exc:
+                if _code(exc) in _CONFLICT_CODES:
+                    return False
+                raise
+            self._bucket_seen = True
+            return True
+
+        try:
+            put(IfNoneMatch="*")  # created now, or it was there: either way it exists
+            if put(IfNoneMatch="*"):
+                return self._not_honoured("If-None-Match: * on an object that exists")
+            if put(IfMatch=_WRONG_ETAG):
+                return self._not_honoured("If-Match with an ETag the object does not have")
+        except Exception as exc:
+            code, status = _code(exc), _status(exc)
+            if code in _ACCESS_CODES or code == "NoSuchBucket" or status in (403, 404):
+                raise  # the usual errors, with their usual advice
+            if (
+                code in _NOT_IMPLEMENTED_CODES
+                or status == 501
+                or (status is not None and 400 <= status < 500)
+            ):
+                # Some stores answer 400 (InvalidArgument, ...) to headers they lack.
+                return StorageError(
+                    f"the S3 store{self._where()} does not implement conditional writes "
+                    f"(it answered {status or '?'} {code or ''} to a PUT with If-None-Match "
+                    f"or If-Match); registry {self.url} cannot be written safely",
+                    url=self.url,
+                    hint=_CONDITIONAL_HINT,
+                    retryable=False,
+                )
+            raise
+        return None
+
+    def _not_honoured(self, what: str) -> StorageError:
+        return StorageError(
+            f"the S3 store{self._where()} accepted a PUT with {what}, which it must refuse: "
+            f"it ignores conditional writes, so two publishers at once would silently lose "
+            f"a change; registry {self.url} is not written",
+            url=self.url,
+            hint=_CONDITIONAL_HINT,
+            retryable=False,
+        )
 
     def _delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
@@ -392,6 +562,14 @@ class S3Storage(Storage):
         name = type(exc).__name__
         if code == "NoSuchBucket":
             return self._no_bucket()
+        if code in _NOT_IMPLEMENTED_CODES or _status(exc) == 501:
+            return StorageError(
+                f"the S3 store{self._where()} does not implement what edgereg asked while "
+                f"trying to {operation} '{key}' ({code or 501}): {exc}",
+                url=self.url,
+                hint=_CONDITIONAL_HINT if operation == "write" else _ENDPOINT_HINT,
+                retryable=False,
+            )
         if code in _ACCESS_CODES:
             return StorageError(
                 f"access to S3 bucket '{self.bucket}' was denied{self._where()} "
@@ -430,8 +608,11 @@ class S3Storage(Storage):
                 retryable=False,
             )
         error = super()._translate(exc, operation, key)
-        if code is not None:
-            error.hint = _ENDPOINT_HINT if code.startswith("5") else _CREDENTIALS_HINT
+        status = _status(exc)
+        if (status is not None and status >= 500) or (code is not None and code.startswith("5")):
+            error.hint = _ENDPOINT_HINT
+        elif code is not None:
+            error.hint = _CREDENTIALS_HINT
         return error
 
 
