@@ -71,5 +71,7 @@ bench: venv
 	-python benchmarks/serve.py
 	-python benchmarks/client.py
 
+# Never the signing key (.edgereg/signing-key.pem) nor the pinned publisher-keys/:
+# a deleted private key cannot be made again, and apps trust only that one.
 clean:
-	rm -rf build registry .edgereg .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build registry .edgereg/demo-devices .pytest_cache .mypy_cache .ruff_cache

@@ -39,6 +39,8 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 DEFAULT_CONFIG_FILE = "models.toml"
+#: Where the publisher's public keys are pinned, beside models.toml (committed).
+DEFAULT_TRUSTED_KEYS = "publisher-keys"
 #: What `edgereg validate` says about a models.toml that declares no model yet.
 NO_MODELS_NOTE = (
     "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
@@ -47,6 +49,8 @@ NO_MODELS_NOTE = (
 NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
+
+
 def _check_semver(value: str) -> str:
     if not semver.Version.is_valid(value):
         raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
@@ -356,6 +360,13 @@ class Registry(_Strict):
         le=366,
         description="Signed state and manifests expire after this; `edgereg resign` renews.",
     )
+    trusted_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: [DEFAULT_TRUSTED_KEYS],
+        description="The publisher's public keys every registry command verifies against "
+        "(never the registry's own keys/): PEM files, or directories of *.pem files, "
+        "relative to models.toml. `edgereg keys generate` pins its key in the first "
+        "directory listed.",
+    )
 
 
 class RolloutPolicy(_Strict):
@@ -465,6 +476,14 @@ class Config(_Strict):
         """
         model = self.models.get(model_name)
         return (model.rollout if model is not None else None) or self.rollout
+
+    def trusted_key_paths(self) -> list[Path]:
+        """The files and directories ``[registry] trusted_keys`` names, resolved."""
+        paths = []
+        for entry in self.registry.trusted_keys:
+            path = Path(entry.removeprefix("file://"))
+            paths.append(path if path.is_absolute() else self.root / path)
+        return paths
 
     def resolve_path(self, ref: PinnedFile) -> Path:
         """Return the local path a pinned file refers to."""

@@ -49,6 +49,12 @@ class ConfigError(EdgeregError):
         self.detail = message
 
 
+class UsageError(EdgeregError):
+    """A command was called with options that do not go together, or without a required one."""
+
+    exit_code = 2
+
+
 class BuildError(EdgeregError):
     """A build stage failed: a tool crashed, an input is wrong or a gate failed."""
 

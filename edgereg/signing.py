@@ -50,10 +50,12 @@ __all__ = [
     "key_id",
     "load_private_key",
     "load_public_key",
+    "looks_like_private_key",
     "pae",
     "private_key_from_env",
     "public_key_pem",
     "read_private_key_file",
+    "read_trusted_keys",
     "sign_envelope",
     "verify_envelope",
 ]
@@ -149,12 +151,14 @@ def load_private_key(pem: bytes | str) -> Ed25519PrivateKey:
             "unencrypted PKCS#8 PEM key",
             hint="Store it unencrypted with permissions 0600, or in a secret environment variable.",
         ) from None
-    except (ValueError, UnsupportedAlgorithm):
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        # Never quote the text: a key pasted without its header is still secret.
         raise TrustError(
-            f"not a PEM private key: expected '-----BEGIN PRIVATE KEY-----', "
-            f"found {_preview(data)}",
-            hint="Create one with `edgereg keys generate`.",
-        ) from None
+            "not a PEM private key: expected text starting with "
+            f"'-----BEGIN PRIVATE KEY-----', found {_shape(data)}",
+            hint="Create one with `edgereg keys generate`; a CI secret must hold the whole "
+            "PEM file, header and footer lines included.",
+        ) from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise TrustError(
             f"the private key is {type(key).__name__.removeprefix('_')}, expected Ed25519",
@@ -436,6 +440,17 @@ def _short(keyid: str) -> str:
     return keyid[:12] if _KEY_ID.match(keyid) else repr(keyid)
 
 
+def _shape(data: bytes) -> str:
+    """Describe possibly secret bytes without quoting any of them."""
+    text = data.strip()
+    if not text:
+        return "nothing (empty input)"
+    if text.startswith(b"-----BEGIN "):
+        label = text.split(b"\n", 1)[0][:40].decode("ascii", "replace")
+        return f"a PEM block {label!r} (not an unencrypted Ed25519 private key)"
+    return f"{len(text)} bytes without a PEM header"
+
+
 def _preview(data: bytes) -> str:
     first = data.strip().split(b"\n", 1)[0][:40]
     return repr(first.decode("utf-8", "replace")) if first else "nothing (empty input)"
@@ -495,3 +510,50 @@ def private_key_from_env(var: str) -> Signer:
         return Signer.from_pem(value)
     except TrustError as exc:
         raise TrustError(f"environment variable {var}: {exc.message}", hint=exc.hint) from None
+
+
+def looks_like_private_key(data: bytes) -> bool:
+    """True when bytes hold a PEM private key of any kind (never publish or serve those)."""
+    return b"PRIVATE KEY-----" in data[:4096]
+
+
+def read_trusted_keys(paths: Iterable[str | os.PathLike[str]]) -> TrustedKeys:
+    """Load the publisher keys pinned in the project.
+
+    Each path is a PEM public key file, or a directory whose ``*.pem`` files
+    are. A directory that does not exist pins nothing (no key generated yet);
+    a named file that does not exist is an error.
+
+    Raises:
+        TrustError: a file is missing or unreadable, is not an Ed25519 public
+            key, or holds a private key.
+    """
+    files: list[Path] = []
+    for entry in paths:
+        path = Path(entry)
+        if path.is_dir():
+            files.extend(sorted(p for p in path.iterdir() if p.suffix == ".pem" and p.is_file()))
+        elif path.exists() or path.suffix == ".pem":
+            files.append(path)
+    keys: list[Ed25519PublicKey] = []
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise TrustError(
+                f"cannot read pinned publisher key {path}: {exc.strerror or exc}",
+                hint="Fix the path in [registry] trusted_keys of models.toml, or pass "
+                "--trusted-key PUBLIC_KEY.pem.",
+            ) from exc
+        if looks_like_private_key(data):
+            raise TrustError(
+                f"pinned publisher key {path} is a PRIVATE key; only public keys are pinned "
+                "(and a private key must never be committed)",
+                hint="Move it out of the project, treat it as leaked, and pin its .pub.pem "
+                "instead (docs/operations/keys.md).",
+            )
+        try:
+            keys.append(load_public_key(data))
+        except TrustError as exc:
+            raise TrustError(f"pinned publisher key {path}: {exc.message}", hint=exc.hint) from exc
+    return TrustedKeys(keys)

@@ -121,6 +121,7 @@ def test_next_walks_the_policy_steps_from_models_toml(walk: Site) -> None:
     assert walk.state(OTHER).percent == 100.0
 
     # Between steps after a manual move, --next goes to the next step above.
+    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
     ok(walk.run("rollout", MODEL, "--to", "30%"))
     ok(walk.run("rollout", MODEL, "--next"))
@@ -130,8 +131,8 @@ def test_next_walks_the_policy_steps_from_models_toml(walk: Site) -> None:
 @pytest.mark.parametrize(
     ("args", "exit_code", "fragments"),
     [
-        pytest.param([], 1, ["--to PERCENT", "--next"], id="neither"),
-        pytest.param(["--to", "25%", "--next"], 1, ["--next"], id="both"),
+        pytest.param([], 2, ["--to PERCENT", "--next"], id="neither"),
+        pytest.param(["--to", "25%", "--next"], 2, ["--next", "not both"], id="both"),
         pytest.param(["--to", "0%"], 2, ["--to must be", "'0%'"], id="zero"),
         pytest.param(["--to", "101"], 2, ["'101'"], id="over-100"),
         pytest.param(["--to", "5%"], 7, ["already at 5%"], id="same"),
@@ -180,10 +181,20 @@ def test_promote_needs_a_rollout_beyond_the_canary(walk: Site) -> None:
     assert_refused(walk.run("promote", MODEL), 7, "no rollout in progress", "stable is 1.0.0")
 
 
-def test_promote_right_after_full(walk: Site) -> None:
+def test_a_first_full_release_is_stable_at_once(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full"))
+    state, manifests = check_consistent(walk)
+    assert (state.stable, state.candidate, state.percent) == ("1.0.0", None, None)
+    assert all(m.stable and m.stable.version == "1.0.0" for m in manifests.values())
+    assert_refused(walk.run("promote", MODEL), 7, "no rollout in progress")
+
+
+def test_promote_right_after_full_over_a_stable(walk: Site) -> None:
+    ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    ok(walk.run("publish", MODEL, "--full", "--version", "1.1.0"))
+    assert (walk.state().candidate, walk.state().percent) == ("1.1.0", 100.0)
     ok(walk.run("promote", MODEL))
-    assert walk.state().stable == "1.0.0"
+    assert walk.state().stable == "1.1.0"
     assert last_event(walk)["forced"] is False
 
 
@@ -196,7 +207,6 @@ def test_promote_force_is_recorded(walk: Site) -> None:
 
 def test_a_dropped_candidate_published_again_starts_over_as_a_canary(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
-    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
     ok(walk.run("rollout", MODEL, "--next"))
     ok(walk.run("rollback", MODEL))
@@ -211,7 +221,6 @@ def test_a_dropped_candidate_published_again_starts_over_as_a_canary(walk: Site)
 
 def test_rollback_drops_the_candidate(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
-    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
     ok(walk.run("rollout", MODEL, "--next"))
     ok(walk.run("rollback", MODEL))
@@ -228,7 +237,6 @@ def test_rollback_drops_the_candidate(walk: Site) -> None:
 
 def test_rollback_to_version_restores_an_older_stable(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
-    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--full", "--version", "1.1.0"))
     ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.2.0"))
