@@ -507,11 +507,15 @@ def publish(
             f"{_describe_state(result.state)}{hint}."
         )
         return
-    share = "every device" if full else f"{percent:g}% of devices"
+    if result.state.stable == version:
+        what = "the first release, now the stable release for every device"
+    else:
+        what = "rolling out to " + ("every device" if full else f"{percent:g}% of devices")
     stderr.print(
         f"published {model} {version} to {registry.storage.url}: "
         f"{result.uploaded_blobs} new blob(s), {result.uploaded_bytes} bytes; "
-        f"rolling out to {share} (sequence {result.state.sequence})"
+        f"{what} (sequence {result.state.sequence})",
+        markup=False,
     )
 
 

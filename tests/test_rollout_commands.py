@@ -45,7 +45,7 @@ def check_consistent(site: Site, model: str = MODEL) -> tuple[RolloutState, dict
     registry = site.registry()
     state = site.state(model)
     releases = {v: registry.read_release(model, v) for v in (state.stable, state.candidate) if v}
-    expected = build_manifests(state, releases)
+    expected = build_manifests(state, releases, registry.manifest_tiers(model))
     manifests = {tier: registry.read_manifest(model, tier) for tier in expected}
     assert manifests == expected
     assert {m.sequence for m in manifests.values()} == {state.sequence}
@@ -377,3 +377,97 @@ def test_a_tier_without_its_own_variant_gets_the_next_lower_ones(walk: Site) -> 
     status = json.loads(ok(walk.run("status", OTHER, "--json")).stdout)[0]
     assert {t["tier"]: t["candidate_variant"] for t in status["tiers"]} == record.tiers
     check_consistent(walk, OTHER)
+
+
+# --- finding 4: states that always mean something for a device -----------------------------
+
+
+def _status(site: Site) -> dict[str, object]:
+    status: dict[str, object] = json.loads(ok(site.run("status", MODEL, "--json")).stdout)[0]
+    return status
+
+
+ROLLOUT_STATES = [
+    # id, commands before, the command, exit code, fragments of its message (stderr)
+    ("first-full-is-stable", [], ["publish", MODEL, "--full"], 0, ["stable"]),
+    (
+        "canary-over-a-first-canary-is-refused",
+        [["publish", MODEL, "--canary", "5%"]],
+        ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"],
+        7,
+        ["no stable release", "no model", "promote", "rollback"],
+    ),
+    (
+        "full-over-a-first-canary-is-refused",
+        [["publish", MODEL, "--canary", "5%"]],
+        ["publish", MODEL, "--full", "--version", "1.1.0"],
+        7,
+        ["no stable release", "promote", "rollback"],
+    ),
+    (
+        "canary-over-a-first-canary-at-100-is-refused",
+        [["publish", MODEL, "--canary", "5%"], ["rollout", MODEL, "--to", "100%"]],
+        ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"],
+        7,
+        ["candidate at 100% with no stable release"],
+    ),
+    (
+        "canary-over-a-candidate-with-a-stable-replaces-it",
+        [["publish", MODEL, "--full"], ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"]],
+        ["publish", MODEL, "--canary", "5%", "--version", "1.2.0"],
+        0,
+        [],
+    ),
+    (
+        "rollback-with-no-stable-withdraws",
+        [["publish", MODEL, "--canary", "5%"]],
+        ["rollback", MODEL],
+        0,
+        ["withdrawn"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "command", "exit_code", "fragments"),
+    [pytest.param(*row[1:], id=row[0]) for row in ROLLOUT_STATES],
+)
+def test_rollout_states_never_strand_devices(
+    walk: Site,
+    before: list[list[str]],
+    command: list[str],
+    exit_code: int,
+    fragments: list[str],
+) -> None:
+    for earlier in before:
+        ok(walk.run(*earlier))
+    snapshot = walk.snapshot()
+    result = walk.run(*command)
+    if exit_code:
+        assert_refused(result, exit_code, *fragments)
+        assert walk.snapshot() == snapshot
+        return
+    ok(result)
+    assert "None" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr
+    state, manifests = check_consistent(walk)
+    assert set(manifests) == set(TIERS)
+    if state.stable is None and state.candidate is None:
+        # Withdrawn: every tier's manifest is re-signed with no entry.
+        assert all(m.stable is None and m.candidate is None for m in manifests.values())
+        assert _status(walk)["warnings"] == [
+            f"{MODEL} is withdrawn: the devices of every tier get no model "
+            f"(publish a release: edgereg publish {MODEL} --canary 5%)"
+        ]
+    else:
+        assert all(m.stable is not None for m in manifests.values())
+        assert _status(walk)["warnings"] == []
+
+
+def test_status_warns_when_a_paused_first_canary_serves_nobody(walk: Site) -> None:
+    ok(walk.run("publish", MODEL, "--canary", "5%"))
+    ok(walk.run("pause", MODEL))
+    shown = ok(walk.run("status", MODEL))
+    assert "WARNING" in shown.stderr
+    assert "every device gets no model (the rollout is paused" in shown.stderr
