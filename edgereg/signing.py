@@ -81,18 +81,44 @@ def canonical_json(value: Any) -> bytes:
     return text.encode("utf-8")
 
 
-def strict_json_loads(data: bytes) -> Any:
-    """Parse UTF-8 JSON, refusing duplicate keys, NaN and infinities.
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects any edgereg document may have (real ones: 8)."""
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_A_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of ``[`` and ``{`` in JSON bytes, strings skipped (no parsing)."""
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_A_BRACKET)
+    depth = deepest = 0
+    for byte in brackets:
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse UTF-8 JSON, refusing duplicate keys, NaN, infinities and deep nesting.
 
     Two parsers that disagree on a duplicate key would see two documents
-    behind one signature; refusing them leaves one reading.
+    behind one signature; refusing them leaves one reading. Nesting deeper
+    than ``max_depth`` is refused before parsing, so 60,000 ``[`` cannot
+    exhaust the parser's stack.
 
     Raises:
-        ValueError: not UTF-8, not JSON, a duplicate key or a non-finite number.
+        ValueError: not UTF-8, not JSON, a duplicate key, a non-finite number,
+            or nested deeper than ``max_depth``.
     """
     # Decoded here, not by json.loads, which would guess UTF-16 or UTF-32.
     text = data.decode("utf-8")
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise ValueError(f"nested {depth} levels deep, more than the limit of {max_depth}")
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    except RecursionError as exc:  # pragma: no cover - the depth check comes first
+        raise ValueError("nested too deeply") from exc
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:

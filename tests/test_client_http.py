@@ -99,7 +99,8 @@ class Reg:
             actor="tests",
             expires_days=30,
         )
-        if promote:
+        state, _ = self.registry.read_state(model)
+        if promote and state is not None and state.candidate is not None:
             self.registry.change(
                 model,
                 lambda state, now, expires: transitions.promote(
@@ -516,7 +517,10 @@ def test_redirects_are_followed(reg: Reg, server: StaticServer, tmp_path: Path) 
 def test_server_error_and_unknown_tier(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
     reg.publish("1.0.0", promote=True)
     result = make_client(reg, server.url, tmp_path / "c", tier="mid").fetch()
-    assert result.error_code == "transport"
+    # Not a blip to retry: the model or tier does not exist there (exit 2 from pull).
+    assert result.error_code == "not-found"
+    assert result.exception is not None
+    assert result.exception.exit_code == 2
     assert result.exception is not None
     assert "404" in result.error
     assert not result.exception.retryable  # type: ignore[attr-defined]
