@@ -17,14 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import semver
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
-    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -32,6 +29,16 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from edgereg.errors import ConfigError
+from edgereg.protocol.fields import (
+    NAME_RULE,
+    Backend,
+    Name,
+    RuntimeHints,
+    SemVer,
+    Sha256,
+    TierRules,
+    VersionPin,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,21 +53,21 @@ NO_MODELS_NOTE = (
     "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
 )
 
-NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
-Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
-VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
-
-
-def _check_semver(value: str) -> str:
-    if not semver.Version.is_valid(value):
-        raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
-    return value
-
-
-SemVer = Annotated[str, AfterValidator(_check_semver)]
-"""A semantic version, MAJOR.MINOR.PATCH with optional pre-release and build."""
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi"]
+# One definition of each wire-visible type, in the protocol; re-exported here.
+__all__ = [
+    "NAME_RULE",
+    "Backend",
+    "Config",
+    "Name",
+    "RuntimeHints",
+    "SemVer",
+    "Sha256",
+    "TierRules",
+    "VersionPin",
+    "json_schema",
+    "load",
+    "parse",
+]
 
 
 class _Strict(BaseModel):
@@ -86,29 +93,6 @@ class Toolchain(_Strict):
     def as_dict(self) -> dict[str, str]:
         """Return the pins keyed by Python distribution name."""
         return {"mnn": self.mnn, "onnx": self.onnx, "onnxruntime": self.onnxruntime}
-
-
-class TierRules(_Strict):
-    """Which devices belong to a tier. A tier with no rules is the catch-all."""
-
-    description: str = ""
-    min_ram_mb: int | None = Field(default=None, ge=0)
-    min_cpu_cores: int | None = Field(default=None, ge=1)
-    soc_allow: list[str] | None = Field(
-        default=None,
-        description="SoC names (case-insensitive, '*' wildcards) a device must match.",
-    )
-    os: list[Literal["android", "ios"]] | None = None
-
-    @property
-    def is_catch_all(self) -> bool:
-        """True when the tier accepts every device."""
-        return (
-            self.min_ram_mb is None
-            and self.min_cpu_cores is None
-            and self.soc_allow is None
-            and self.os is None
-        )
 
 
 class PinnedFile(_Strict):
@@ -264,26 +248,6 @@ class ConverterOptions(_Strict):
 
     transformer_fuse: bool = False
     optimize_prefer: Literal[0, 1, 2] | None = None
-
-
-class RuntimeHints(_Strict):
-    """Settings that travel with the variant to the app."""
-
-    threads: int = Field(default=4, ge=1, le=16)
-    backends: list[Backend] = Field(default_factory=lambda: list[Backend](["cpu"]), min_length=1)
-    precision: Literal["low", "normal", "high"] = "normal"
-
-    @field_validator("backends")
-    @classmethod
-    def _cpu_last(cls, value: list[str]) -> list[str]:
-        if value[-1] != "cpu":
-            raise ValueError(
-                'the backend list must end with "cpu" so the app falls back to it '
-                "when a GPU driver fails"
-            )
-        if len(set(value)) != len(value):
-            raise ValueError("each backend may appear once")
-        return value
 
 
 class Variant(_Strict):

@@ -471,6 +471,20 @@ def _failed_gate(site: Site) -> None:
     path.write_text(json.dumps(metrics))
 
 
+def _provenance_without_min_runtime(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "int8") / PROVENANCE
+    provenance = json.loads(path.read_text())
+    del provenance["min_mnn_runtime"]
+    path.write_text(json.dumps(provenance))
+
+
+def _provenance_threads_as_float(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "int8") / PROVENANCE
+    provenance = json.loads(path.read_text())
+    provenance["runtime"]["threads"] = 4.0
+    path.write_text(json.dumps(provenance))
+
+
 def _no_key(site: Site) -> None:
     shutil.rmtree(site.root / ".edgereg")
 
@@ -503,6 +517,20 @@ BAD_PUBLISH = [
     ("no-build", [MODEL, "--canary", "5%"], _no_build, 8, ["not built", "dvc repro"]),
     ("stale-build", [MODEL, "--canary", "5%"], _stale_build, 8, [f"{MODEL}/w8: stale"]),
     ("failed-gate", [MODEL, "--canary", "5%"], _failed_gate, 8, ["int8: failed gates"]),
+    (
+        "provenance-without-min-runtime",
+        [MODEL, "--canary", "5%"],
+        _provenance_without_min_runtime,
+        8,
+        ["int8: build outputs unreadable", "provenance.json: min_mnn_runtime"],
+    ),
+    (
+        "provenance-threads-as-float",
+        [MODEL, "--canary", "5%"],
+        _provenance_threads_as_float,
+        8,
+        ["provenance.json: runtime.threads"],
+    ),
     ("missing-key", [MODEL, "--canary", "5%", "--key", "nope.pem"], _nothing, 5, ["nope.pem"]),
     ("no-key", [MODEL, "--canary", "5%"], _no_key, 5, ["no signing key", "keys generate"]),
     ("key-0644", [MODEL, "--canary", "5%"], _key_readable_by_others, 5, ["0644", "chmod 600"]),

@@ -55,6 +55,7 @@ from edgereg.client._trust import (
 )
 from edgereg.config import Name, RuntimeHints, TierRules
 from edgereg.errors import EdgeregError, TransportError, TrustError
+from edgereg.protocol import layout
 from edgereg.rollout import DeviceProfile, resolve_tier
 from edgereg.signing import TrustedKeys, key_id, load_public_key, strict_json_loads
 from edgereg.wire import ManifestEntry
@@ -77,9 +78,7 @@ USER_AGENT = f"edgereg/{__version__}"
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
 
 
-def manifest_path(model: str, tier: str) -> str:
-    """The URL path of a tier's manifest, relative to the registry root."""
-    return f"manifests/{model}/{tier}.json"
+manifest_path = layout.manifest_path
 
 
 class ManifestNotFound(TransportError):
@@ -1129,15 +1128,15 @@ def unsafe_registry_keys(fetcher: Fetcher, model: str, tier: str) -> TrustedKeys
             raise TransportError(f"{response.url} answered HTTP {response.status}")
         data = _read_up_to(response, MAX_MANIFEST_BYTES + 1)
     try:
-        envelope = json.loads(data)
+        envelope = strict_json_loads(data)
         keyids = [str(sig["keyid"]) for sig in envelope["signatures"]]
-    except (ValueError, KeyError, TypeError):
-        raise Malformed("the manifest is not a signed envelope; no key ids to look up") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Malformed("the manifest is not a signed envelope; no key ids to look up") from exc
     keys = []
     for keyid in _unique(keyids):
         if not re.fullmatch(r"[0-9a-f]{64}", keyid):
             continue
-        with fetcher.open(f"keys/{keyid}.pem") as response:
+        with fetcher.open(layout.public_key_path(keyid)) as response:
             pem = _read_up_to(response, 16 * 1024)
         key = load_public_key(pem)
         if key_id(key) == keyid:

@@ -19,6 +19,8 @@ from datetime import datetime, timedelta, timezone
 import semver
 
 from edgereg.errors import ConflictError, TrustError
+from edgereg.protocol import layout
+from edgereg.protocol.layout import KEYS_PREFIX
 from edgereg.registry import _transitions as transitions
 from edgereg.registry._manifests import build_manifests
 from edgereg.registry._release import PreparedRelease, ReleaseError
@@ -41,28 +43,13 @@ from edgereg.wire import (
     verify_document,
 )
 
-KEYS_PREFIX = "keys/"
 _TIER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 
-
-def state_key(model: str) -> str:
-    """Where a model's signed rollout state lives."""
-    return f"models/{model}/state.json"
-
-
-def release_key(model: str, version: str) -> str:
-    """Where a release record lives."""
-    return f"models/{model}/releases/{version}.json"
-
-
-def manifest_key(model: str, tier: str) -> str:
-    """Where the manifest of one tier lives."""
-    return f"manifests/{model}/{tier}.json"
-
-
-def public_key_key(keyid: str) -> str:
-    """Where a public key lives."""
-    return f"{KEYS_PREFIX}{keyid}.pem"
+# The registry layout is spelled once, in the protocol.
+state_key = layout.state_path
+release_key = layout.release_path
+manifest_key = layout.manifest_path
+public_key_key = layout.public_key_path
 
 
 def signers_of(signer: Signer | Sequence[Signer]) -> list[Signer]:
@@ -238,7 +225,7 @@ class Registry:
 
     def versions(self, model: str) -> list[str]:
         """Every version with a release record, oldest first."""
-        prefix = f"models/{model}/releases/"
+        prefix = layout.releases_prefix(model)
         found = [
             key[len(prefix) : -len(".json")]
             for key in self.storage.list(prefix)
@@ -442,7 +429,7 @@ class Registry:
 
     def manifest_tiers(self, model: str) -> list[str]:
         """The tiers that have a manifest of ``model`` in the registry."""
-        prefix = f"manifests/{model}/"
+        prefix = layout.manifest_prefix(model)
         names = (key[len(prefix) :].removesuffix(".json") for key in self.storage.list(prefix))
         return sorted(name for name in names if _TIER_NAME.fullmatch(name))
 
