@@ -221,7 +221,7 @@ class Response:
     def _failure(self, exc: BaseException | None) -> TransportError:
         if self.watchdog is not None and self.watchdog.fired:
             return TransportError(
-                f"reading {self.url} took longer than {self.watchdog.fired}; gave up",
+                f"reading {self.url}: {self.watchdog.fired}; gave up",
                 url=self.url,
                 hint="A slow or hostile server; the next fetch tries again (a blob resumes).",
             )
@@ -321,7 +321,7 @@ class HttpFetcher(Fetcher):
             watchdog = _Watchdog(connection)
             # The status line and headers within one timeout (however they trickle).
             headers_by = min(self._deadline(), time.monotonic() + self.timeout)
-            watchdog.arm(headers_by, f"{self.timeout:g} s for the response headers")
+            watchdog.arm(headers_by, f"the response headers took longer than {self.timeout:g} s")
             try:
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 connection.putrequest("GET", target, skip_accept_encoding=True)
@@ -336,10 +336,7 @@ class HttpFetcher(Fetcher):
                 watchdog.cancel()
                 connection.close()
                 if watchdog.fired:
-                    raise TransportError(
-                        f"cannot fetch {url}: no response headers within {watchdog.fired}",
-                        url=url,
-                    ) from exc
+                    raise TransportError(f"cannot fetch {url}: {watchdog.fired}", url=url) from exc
                 raise
             location = raw.getheader("Location")
             if raw.status in (301, 302, 303, 307, 308) and location:
@@ -352,7 +349,10 @@ class HttpFetcher(Fetcher):
                 url = target_url
                 continue
             if self._deadline() < float("inf"):
-                watchdog.arm(self._deadline(), f"the fetch deadline of {self.limits.deadline:g} s")
+                watchdog.arm(
+                    self._deadline(),
+                    f"the fetch took longer than its deadline of {self.limits.deadline:g} s",
+                )
             else:
                 watchdog.cancel()
             return self._response(url, raw, connection, watchdog)
