@@ -151,7 +151,7 @@ def schema(out: Path | None) -> None:
         except OSError as exc:
             raise EdgeregError(
                 f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
-            ) from None
+            ) from exc
 
 
 @main.command()

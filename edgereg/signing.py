@@ -83,11 +83,11 @@ def read_private_key_file(path: str | os.PathLike[str]) -> Signer:
             "with --key PATH.",
         ) from None
     except OSError as exc:
-        raise TrustError(f"cannot read private key file {path}: {exc.strerror}") from None
+        raise TrustError(f"cannot read private key file {path}: {exc.strerror}") from exc
     try:
         return Signer.from_pem(pem)
     except TrustError as exc:
-        raise TrustError(f"{path}: {exc.message}", hint=exc.hint) from None
+        raise TrustError(f"{path}: {exc.message}", hint=exc.hint) from exc
 
 
 def private_key_from_env(var: str) -> Signer:
@@ -106,7 +106,7 @@ def private_key_from_env(var: str) -> Signer:
     try:
         return Signer.from_pem(value)
     except TrustError as exc:
-        raise TrustError(f"environment variable {var}: {exc.message}", hint=exc.hint) from None
+        raise TrustError(f"environment variable {var}: {exc.message}", hint=exc.hint) from exc
 
 
 def looks_like_private_key(data: bytes) -> bool:

@@ -149,7 +149,7 @@ def pull_command(
             mnn_runtime=mnn_runtime,
         )
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(str(exc)) from exc
     try:
         if tier is None:
             if ram_mb is None or cpu_cores is None:
@@ -187,7 +187,7 @@ def pull_command(
             min_rate=min_rate,
         )
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(str(exc)) from exc
     except (EdgeregError, OSError) as exc:
         _fail(exc)
     with _download_progress(client, enabled=not as_json):

@@ -710,7 +710,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_whole(path, data)
     except OSError as exc:
-        raise _cache_error(f"cannot write {path}", exc) from None
+        raise _cache_error(f"cannot write {path}", exc) from exc
     _fsync_dir(path.parent)
 
 
@@ -809,7 +809,7 @@ class Client:
         except ValidationError as exc:
             raise ValueError(
                 f"not a valid model or tier name: {exc.errors()[0]['input']!r}"
-            ) from None
+            ) from exc
         if device.mnn_runtime is not None:
             compare_versions(device.mnn_runtime, device.mnn_runtime)  # ValueError if malformed
         self.device = device
@@ -961,7 +961,7 @@ class Client:
         try:
             part.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _cache_error(f"cannot create {part.parent}", exc) from None
+            raise _cache_error(f"cannot create {part.parent}", exc) from exc
         check = BlobCheck(entry)
         have = self._resume_from(part, check)
         transferred = 0
@@ -975,7 +975,7 @@ class Client:
         try:
             os.replace(part, self.cache.blob(entry.sha256))
         except OSError as exc:
-            raise _cache_error(f"cannot install {part.name}", exc) from None
+            raise _cache_error(f"cannot install {part.name}", exc) from exc
         _fsync_dir(part.parent)
         return transferred
 
@@ -986,7 +986,7 @@ class Client:
         except FileNotFoundError:
             return 0
         except OSError as exc:
-            raise _cache_error(f"cannot read {part}", exc) from None
+            raise _cache_error(f"cannot read {part}", exc) from exc
         if size > check.entry.size:
             _unlink(part)
             return 0
@@ -995,7 +995,7 @@ class Client:
                 for chunk in iter(lambda: handle.read(CHUNK), b""):
                     check.update(chunk)
         except OSError as exc:
-            raise _cache_error(f"cannot read {part}", exc) from None
+            raise _cache_error(f"cannot read {part}", exc) from exc
         return size
 
     def _transfer(self, entry: ManifestEntry, part: Path, check: BlobCheck, have: int) -> int:
@@ -1032,7 +1032,7 @@ class Client:
         try:
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
-            raise _cache_error(f"cannot write {part}", exc) from None
+            raise _cache_error(f"cannot write {part}", exc) from exc
         try:
             while check.remaining:
                 # At most one byte past the declared size is ever read.
@@ -1054,7 +1054,7 @@ class Client:
             os.close(fd)
             fd = -1
             _unlink(part)  # free the space: the app needs it more than a resume
-            raise _cache_error(f"cannot write {part}", exc) from None
+            raise _cache_error(f"cannot write {part}", exc) from exc
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -97,12 +97,12 @@ def load_private_key(pem: bytes | str) -> Ed25519PrivateKey:
     data = pem.encode("utf-8") if isinstance(pem, str) else pem
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except TypeError:
+    except TypeError as exc:
         raise TrustError(
             "the private key is encrypted with a passphrase; edgereg needs an "
             "unencrypted PKCS#8 PEM key",
             hint="Store it unencrypted with permissions 0600, or in a secret environment variable.",
-        ) from None
+        ) from exc
     except (ValueError, UnsupportedAlgorithm) as exc:
         # Never quote the text: a key pasted without its header is still secret.
         raise TrustError(
