@@ -15,6 +15,7 @@ import hashlib
 import json
 import shutil
 import stat
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -690,3 +691,12 @@ def test_s3_access_denied(
     assert_refused(denied, 6, "access to S3 bucket 'locked' was denied", "credentials")
     assert_refused(unknown, 6, "was denied", "InvalidAccessKeyId")
     assert site.snapshot() == before
+
+
+def test_make_clean_never_deletes_the_signing_key_or_the_pinned_keys() -> None:
+    root = Path(__file__).resolve().parent.parent
+    commands = subprocess.run(
+        ["make", "-n", "clean"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert ".edgereg" not in commands
+    assert not any(word.startswith((".edgereg/signing-key", "publisher-keys")) for word in commands)
