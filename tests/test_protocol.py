@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import semver
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import edgereg.protocol
+from edgereg.protocol.fields import compare_semver
 
 PACKAGE = Path(edgereg.protocol.__file__).parent
 
@@ -58,3 +62,25 @@ def test_old_import_paths_still_work() -> None:
     assert signing.verify_envelope is envelope.verify_envelope
     assert rollout.in_cohort is rules.in_cohort
     assert _trust.decide is decision.decide is client.decide
+
+
+_IDENT = st.from_regex(r"\A(0|[1-9][0-9]{0,2}|[a-z-][0-9a-z-]{0,3})\Z")
+_VERSION = st.builds(
+    lambda a, b, c, pre, build: (
+        f"{a}.{b}.{c}"
+        + (f"-{'.'.join(pre)}" if pre else "")
+        + (f"+{'.'.join(build)}" if build else "")
+    ),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.lists(_IDENT, max_size=3),
+    st.lists(st.from_regex(r"\A[0-9a-z]{1,3}\Z"), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VERSION, _VERSION)
+def test_semver_precedence_agrees_with_the_semver_package(a: str, b: str) -> None:
+    """The protocol orders versions itself (no dependency); the publisher uses `semver`."""
+    assert compare_semver(a, b) == semver.Version.parse(a).compare(semver.Version.parse(b))
