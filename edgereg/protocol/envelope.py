@@ -143,7 +143,8 @@ def load_public_key(pem: bytes | str) -> Ed25519PublicKey:
         key = serialization.load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm) as exc:
         raise TrustError(
-            f"not a PEM public key: expected '-----BEGIN PUBLIC KEY-----', found {_preview(data)}",
+            # Not quoted either: a private key pasted in the wrong place is still secret.
+            f"not a PEM public key: expected '-----BEGIN PUBLIC KEY-----', found {_shape(data)}",
             hint="Use the .pub file `edgereg keys generate` wrote, or keys/ in the registry.",
         ) from exc
     if not isinstance(key, Ed25519PublicKey):
@@ -390,11 +391,6 @@ def _json_kind(value: Any) -> str:
 
 def _short(keyid: str) -> str:
     return keyid[:12] if _KEY_ID.match(keyid) else repr(keyid[:16])
-
-
-def _preview(data: bytes) -> str:
-    first = data.strip().split(b"\n", 1)[0][:40]
-    return repr(first.decode("utf-8", "replace")) if first else "nothing (empty input)"
 
 
 def _shape(data: bytes) -> str:
