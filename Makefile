@@ -81,7 +81,8 @@ bench: venv
 	-python benchmarks/client.py
 	-python benchmarks/runtime_proof.py
 
-# .edgereg/runtimes/ stays: the MNN runtimes are a download cache, like .venv.
+# Never the signing key (.edgereg/signing-key.pem) nor the pinned publisher-keys/:
+# a deleted private key cannot be made again, and apps trust only that one.
+# .edgereg/runtimes/ stays too: the MNN runtimes are a download cache, like .venv.
 clean:
-	rm -rf build registry .pytest_cache .mypy_cache .ruff_cache
-	test ! -d .edgereg || find .edgereg -mindepth 1 -maxdepth 1 ! -name runtimes -exec rm -rf {} +
+	rm -rf build registry .edgereg/demo-devices .pytest_cache .mypy_cache .ruff_cache

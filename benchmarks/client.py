@@ -45,7 +45,6 @@ from statichttp import StaticServer, TcpProxy  # noqa: E402
 from edgereg.client import Client, DeviceProfile, TrustedKeys  # noqa: E402
 from edgereg.config import RuntimeHints  # noqa: E402
 from edgereg.registry import PreparedRelease, Registry  # noqa: E402
-from edgereg.registry import _transitions as transitions  # noqa: E402
 from edgereg.signing import Signer, generate_key, load_public_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
 from edgereg.wire import ReleaseRecord, ReleaseVariant  # noqa: E402
@@ -96,14 +95,7 @@ def publish_blob(root: Path, work: Path, size: int, *, model: str = "big") -> Si
         actor="benchmark",
         expires_days=7,
     )
-    registry.change(
-        model,
-        lambda state, now, expires: transitions.promote(
-            state, model, now=now, expires=expires, actor="benchmark"
-        ),
-        signer=signer,
-        expires_days=7,
-    )
+    # A first release published --full is stable for every device already.
     blob.unlink()
     return signer
 

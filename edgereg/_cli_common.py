@@ -70,7 +70,6 @@ config_option = click.option(
 )
 
 
-
 DEFAULT_KEY_FILE = Path(".edgereg/signing-key.pem")
 KEY_ENV = "EDGEREG_SIGNING_KEY"
 KEY_FILE_ENV = "EDGEREG_SIGNING_KEY_FILE"
@@ -104,6 +103,14 @@ actor_option = click.option(
     "--actor", default=None, help="Who is acting, for the history (default: user@host)."
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+trusted_key_option = click.option(
+    "--trusted-key",
+    "trusted_key_paths",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Verify against this publisher public key (PEM file, or a directory of them) "
+    "instead of models.toml's [registry] trusted_keys; repeatable. Never the registry's keys/.",
+)
 
 
 def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
@@ -117,9 +124,17 @@ def stack(*options: Callable[[F], F]) -> Callable[[F], F]:
     return decorate
 
 
-registry_read_options = stack(config_option, registry_option, endpoint_option, json_option)
+registry_read_options = stack(
+    config_option, registry_option, endpoint_option, trusted_key_option, json_option
+)
 registry_write_options = stack(
-    config_option, registry_option, endpoint_option, key_option, actor_option, json_option
+    config_option,
+    registry_option,
+    endpoint_option,
+    trusted_key_option,
+    key_option,
+    actor_option,
+    json_option,
 )
 
 
@@ -127,11 +142,38 @@ def optional_config(config_path: Path) -> config_module.Config | None:
     return config_module.load(config_path) if config_path.exists() else None
 
 
-def open_registry(
-    config: config_module.Config | None, registry_url: str | None, endpoint_url: str | None
+def pinned_keys(
+    config: config_module.Config | None, trusted_key_paths: tuple[Path, ...] = ()
 ) -> Any:
+    """The publisher keys the operator pinned: --trusted-key, else models.toml's trusted_keys.
+
+    Never the registry's own keys/: whoever can write to the storage could
+    plant a key there (docs/operations/keys.md).
+
+    Raises:
+        TrustError: a pinned file is missing, unreadable, or not a public key.
+    """
+    from edgereg.signing import TrustedKeys, read_trusted_keys
+
+    if trusted_key_paths:
+        return read_trusted_keys(trusted_key_paths)
+    if config is None:
+        return TrustedKeys()
+    return read_trusted_keys(config.trusted_key_paths())
+
+
+def open_registry(
+    config: config_module.Config | None,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...] = (),
+) -> Any:
+    """The registry of the command, verifying against the pinned publisher keys."""
     from edgereg.registry import Registry
     from edgereg.storage import open_storage
+
+    def trusted() -> Any:
+        return pinned_keys(config, trusted_key_paths)
 
     if registry_url is None and config is None:
         raise ConfigError(
@@ -141,14 +183,15 @@ def open_registry(
             "create one with `edgereg init`.",
         )
     if registry_url is not None:
-        return Registry(open_storage(registry_url, endpoint_url=endpoint_url))
+        return Registry(open_storage(registry_url, endpoint_url=endpoint_url), trusted=trusted)
     assert config is not None
     return Registry(
         open_storage(
             config.registry.url,
             endpoint_url=endpoint_url or config.registry.endpoint_url,
             base_dir=config.root,
-        )
+        ),
+        trusted=trusted,
     )
 
 
@@ -159,7 +202,12 @@ def signer_from_options(key_paths: tuple[Path, ...]) -> list[Any]:
     from edgereg.signing import private_key_from_env, read_private_key_file
 
     if key_paths:
-        return [read_private_key_file(path) for path in key_paths]
+        signers: dict[str, Any] = {}
+        for path in key_paths:
+            signer = read_private_key_file(path)
+            # --key K --key K (or two copies of one key): sign once with it.
+            signers.setdefault(signer.key_id, signer)
+        return list(signers.values())
     if os.environ.get(KEY_FILE_ENV):
         return [read_private_key_file(os.environ[KEY_FILE_ENV])]
     if os.environ.get(KEY_ENV):
@@ -193,7 +241,6 @@ def actor_name(actor: str | None) -> str:
 
 def expiry_days(config: config_module.Config | None) -> int:
     return config.registry.expires_days if config else config_module.Registry().expires_days
-
 
 
 @contextlib.contextmanager

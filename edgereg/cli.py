@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from edgereg import __version__
@@ -29,6 +30,7 @@ from edgereg._cli_common import (
     build_dir_option,
     config_option,
     endpoint_option,
+    errors,
     expiry_days,
     handle_errors,
     json_option,
@@ -40,9 +42,10 @@ from edgereg._cli_common import (
     signer_from_options,
     stage_reporter,
     stderr,
+    trusted_key_option,
 )
 from edgereg._files import atomic_write
-from edgereg.errors import ConfigError, EdgeregError
+from edgereg.errors import ConfigError, EdgeregError, UsageError
 
 
 class _LazyGroup(click.Group):
@@ -149,7 +152,7 @@ def schema(out: Path | None) -> None:
         except OSError as exc:
             raise EdgeregError(
                 f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
-            ) from None
+            ) from exc
 
 
 @main.command()
@@ -312,43 +315,77 @@ def keys() -> None:
     show_default=True,
     help="Private key file to write (mode 0600); the public key goes next to it.",
 )
-@click.option("--force", is_flag=True, help="Overwrite an existing key file.")
+@click.option(
+    "--add",
+    is_flag=True,
+    help="Add a key next to the pinned ones (rotation, a recovery key: docs/operations/keys.md).",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing private key file at --out.")
 @click.option("--no-publish", is_flag=True, help="Do not put the public key into the registry.")
 @registry_read_options
 @handle_errors
 def keys_generate(
     out: Path,
+    add: bool,
     force: bool,
     no_publish: bool,
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """Create an Ed25519 key pair and publish its public key to the registry."""
+    """Create an Ed25519 key pair, pin its public key in the project and publish it."""
     from edgereg.signing import Signer, generate_key
 
+    config = optional_config(config_path)
+    registry = None
+    if not no_publish and (config is not None or registry_url is not None):
+        registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
+    pin_dir = _pin_directory(config)
+    _refuse_key_inside(out, registry, pin_dir)
     if out.exists() and not force:
         raise EdgeregError(
             f"{out} already exists; refusing to overwrite a private key",
             hint="Use it as it is, choose another --out, or pass --force.",
         )
+    if not add:
+        _refuse_second_key(config, trusted_key_paths, registry)
     private_pem, public_pem = generate_key()
+    signer = Signer.from_pem(private_pem)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, private_pem, mode=0o600)
     public_path = out.with_name(out.stem + ".pub.pem")
     atomic_write(public_path, public_pem)
-    signer = Signer.from_pem(private_pem)
-    stderr.print(f"wrote private key {out} (mode 0600) and public key {public_path}")
+    stderr.print(f"wrote private key {out} (mode 0600) and public key {public_path}", markup=False)
     stderr.print(f"key id {signer.key_id}")
+    pinned_at = None
+    if pin_dir is not None:
+        pinned_at = pin_dir / f"{signer.key_id}.pem"
+        pin_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(pinned_at, public_pem)
+        stderr.print(
+            f"pinned the public key in {pinned_at}: commit it; registry commands verify "
+            "against the keys pinned there",
+            markup=False,
+        )
+    elif config is None:
+        stderr.print(
+            f"no models.toml here, so the key is not pinned: pass --trusted-key {public_path} "
+            "to registry commands",
+            markup=False,
+        )
+    else:
+        stderr.print(
+            f"warning: [registry] trusted_keys of {config.path} names no directory to pin "
+            f"the key in; add {public_path} to it",
+            markup=False,
+        )
     published_to = None
-    if not no_publish:
-        config = optional_config(config_path)
-        if config is not None or registry_url is not None:
-            registry = open_registry(config, registry_url, endpoint_url)
-            registry.add_public_key(signer)
-            published_to = registry.storage.url
-            stderr.print(f"published the public key to {published_to}")
+    if registry is not None:
+        registry.add_public_key(signer)
+        published_to = registry.storage.url
+        stderr.print(f"published the public key to {published_to}", markup=False)
     if as_json:
         click.echo(
             json.dumps(
@@ -356,9 +393,58 @@ def keys_generate(
                     "key_id": signer.key_id,
                     "private_key": str(out),
                     "public_key": str(public_path),
+                    "pinned": None if pinned_at is None else str(pinned_at),
                     "published_to": published_to,
                 }
             )
+        )
+
+
+def _pin_directory(config: config_module.Config | None) -> Path | None:
+    """The first directory of [registry] trusted_keys: where a new key is pinned."""
+    if config is None:
+        return None
+    for path in config.trusted_key_paths():
+        if path.is_dir() or (not path.exists() and path.suffix != ".pem"):
+            return path
+    return None
+
+
+def _refuse_key_inside(out: Path, registry: Any, pin_dir: Path | None) -> None:
+    """A private key never goes into the registry (it is served) or the pinned keys (committed)."""
+    target = out.resolve()
+    places = [("the pinned publisher keys", pin_dir)]
+    root = getattr(registry.storage, "root", None) if registry is not None else None
+    if isinstance(root, Path):
+        places.append((f"the registry {registry.storage.url}", root))
+    for what, place in places:
+        if place is not None and target.is_relative_to(place.resolve()):
+            raise EdgeregError(
+                f"--out {out} is inside {what} ({place}); a private key there would be "
+                "published or committed",
+                hint=f"Keep the private key outside it, e.g. the default {DEFAULT_KEY_FILE}.",
+            )
+
+
+def _refuse_second_key(
+    config: config_module.Config | None, trusted_key_paths: tuple[Path, ...], registry: Any
+) -> None:
+    """A second key needs --add: apps that trust the first would reject what it signs."""
+    from edgereg._cli_common import pinned_keys
+    from edgereg.signing import TrustedKeys
+
+    existing = dict(pinned_keys(config, trusted_key_paths))
+    where = "pinned in the project"
+    if not existing and registry is not None:
+        existing = dict(registry.published_keys())
+        where = f"published in {registry.storage.url}"
+    if existing:
+        known = ", ".join(keyid[:12] for keyid in TrustedKeys(existing.values()))
+        raise EdgeregError(
+            f"a publisher key already exists ({known}, {where}); a new key would sign "
+            "documents that every app trusting the existing key rejects (unknown-key)",
+            hint="Sign with the existing key (--key PATH). To rotate, or to make a recovery "
+            "key, follow docs/operations/keys.md: `edgereg keys generate --add --out NEW.pem`.",
         )
 
 
@@ -379,6 +465,7 @@ def publish(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...],
     key_paths: tuple[Path, ...],
     actor: str | None,
     as_json: bool,
@@ -390,8 +477,9 @@ def publish(
     from edgereg.rollout import parse_percent
 
     if (canary is None) == (not full):
-        raise EdgeregError(
+        raise UsageError(
             "choose how to release: --canary PERCENT (for example --canary 5%) or --full"
+            + (", not both" if full else "")
         )
     percent = parse_percent(canary, option="--canary") if canary is not None else None
     config = config_module.load(config_path)
@@ -401,7 +489,7 @@ def publish(
     if not semver.Version.is_valid(version):
         raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
     signer = signer_from_options(key_paths)
-    registry = open_registry(config, registry_url, endpoint_url)
+    registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
     prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
     with stage_reporter(f"publish {model} {version}") as on_step:
         result = registry.publish(
@@ -437,11 +525,15 @@ def publish(
             f"{_describe_state(result.state)}{hint}."
         )
         return
-    share = "every device" if full else f"{percent:g}% of devices"
+    if result.state.stable == version:
+        what = "the first release, now the stable release for every device"
+    else:
+        what = "rolling out to " + ("every device" if full else f"{percent:g}% of devices")
     stderr.print(
         f"published {model} {version} to {registry.storage.url}: "
         f"{result.uploaded_blobs} new blob(s), {result.uploaded_bytes} bytes; "
-        f"rolling out to {share} (sequence {result.state.sequence})"
+        f"{what} (sequence {result.state.sequence})",
+        markup=False,
     )
 
 
@@ -461,7 +553,9 @@ def _apply_transition(
             configuration (None without a models.toml) and the registry.
     """
     config = optional_config(options["config_path"])
-    registry = open_registry(config, options["registry_url"], options["endpoint_url"])
+    registry = open_registry(
+        config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
+    )
     extra = arguments(config, registry) if arguments is not None else {}
     actor = actor_name(options["actor"])
     state = registry.change(
@@ -492,6 +586,11 @@ def _report_state(state: Any, as_json: bool) -> None:
 
 
 def _describe_state(state: Any) -> str:
+    if state.candidate is None and state.stable is None:
+        return (
+            f"{state.model}: withdrawn, no release for any device; every tier's manifest "
+            f"now offers none (sequence {state.sequence})"
+        )
     if state.candidate is None:
         return f"{state.model}: stable {state.stable} for every device (sequence {state.sequence})"
     paused = ", paused" if state.paused else ""
@@ -516,7 +615,10 @@ def rollout(
     from edgereg.rollout import parse_percent
 
     if (to_percent is None) == (not next_step):
-        raise EdgeregError("choose --to PERCENT (for example --to 25%) or --next")
+        raise UsageError(
+            "choose --to PERCENT (for example --to 25%) or --next"
+            + (", not both" if next_step else "")
+        )
     percent = parse_percent(to_percent, option="--to") if to_percent is not None else None
     _apply_transition(
         model,
@@ -587,12 +689,15 @@ def status(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...],
     as_json: bool,
 ) -> None:
     """Every model's stable and candidate versions, rollout percent and tiers."""
     from edgereg.registry import model_status
 
-    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
+    registry = open_registry(
+        optional_config(config_path), registry_url, endpoint_url, trusted_key_paths
+    )
     names = [model] if model else registry.models()
     statuses = []
     for name in names:
@@ -603,6 +708,9 @@ def status(
                 f"model '{name}' has no release in {registry.storage.url}",
                 hint=f"Publish one: edgereg publish {name} --canary 5%",
             ) from None
+    for st in statuses:
+        for warning in st.warnings:
+            errors.print(f"[bold red]WARNING:[/] {escape(warning)}", markup=True)
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
         return
@@ -650,12 +758,15 @@ def history(
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...],
     as_json: bool,
 ) -> None:
     """Who changed MODEL's rollout, what and when, from the signed state."""
     from edgereg.wire import format_time
 
-    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
+    registry = open_registry(
+        optional_config(config_path), registry_url, endpoint_url, trusted_key_paths
+    )
     state, _ = registry.read_state(model)
     if state is None:
         raise EdgeregError(
@@ -693,13 +804,7 @@ def history(
 @registry_option
 @endpoint_option
 @click.option("--shallow", is_flag=True, help="Check blob sizes only, not their sha256.")
-@click.option(
-    "--trusted-key",
-    "trusted_key_paths",
-    multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Trust only this public key (PEM), not the registry's keys/; repeatable.",
-)
+@trusted_key_option
 @json_option
 @handle_errors
 def verify(
@@ -710,22 +815,17 @@ def verify(
     trusted_key_paths: tuple[Path, ...],
     as_json: bool,
 ) -> None:
-    """Check every signature, digest and reference in the registry."""
-    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
-    if trusted_key_paths:
-        # keys/ is only as trustworthy as write access to the registry; apps
-        # pin their keys, and this checks the registry the way they see it.
-        from edgereg.errors import TrustError
-        from edgereg.registry import Registry
-        from edgereg.signing import TrustedKeys
+    """Check every signature, digest and reference in the registry, against the pinned keys.
 
-        pems = []
-        for path in trusted_key_paths:
-            try:
-                pems.append(path.read_bytes())
-            except OSError as exc:
-                raise TrustError(f"cannot read trusted key {path}: {exc.strerror}") from None
-        registry = Registry(registry.storage, trusted=TrustedKeys.from_pems(pems))
+    Also reports what does not belong in keys/: keys not pinned in the project
+    (planted?), private keys, files that are not keys.
+    """
+    # keys/ is only as trustworthy as write access to the registry; apps pin
+    # their keys, and this checks the registry the way they see it.
+    registry = open_registry(
+        optional_config(config_path), registry_url, endpoint_url, trusted_key_paths
+    )
+    registry.trusted_keys()  # a bad pinned key file is an error of its own, not a finding
     report = registry.verify(deep=not shallow)
     if as_json:
         click.echo(

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-import semver
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -35,6 +33,16 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from edgereg.errors import ConfigError
+from edgereg.protocol.fields import (
+    NAME_RULE,
+    Backend,
+    Name,
+    RuntimeHints,
+    SemVer,
+    Sha256,
+    TierRules,
+    VersionPin,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,26 +50,28 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 DEFAULT_CONFIG_FILE = "models.toml"
+#: Where the publisher's public keys are pinned, beside models.toml (committed).
+DEFAULT_TRUSTED_KEYS = "publisher-keys"
 #: What `edgereg validate` says about a models.toml that declares no model yet.
 NO_MODELS_NOTE = (
     "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
 )
 
-NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
-Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
-VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
-
-
-def _check_semver(value: str) -> str:
-    if not semver.Version.is_valid(value):
-        raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
-    return value
-
-
-SemVer = Annotated[str, AfterValidator(_check_semver)]
-"""A semantic version, MAJOR.MINOR.PATCH with optional pre-release and build."""
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi"]
+# One definition of each wire-visible type, in the protocol; re-exported here.
+__all__ = [
+    "NAME_RULE",
+    "Backend",
+    "Config",
+    "Name",
+    "RuntimeHints",
+    "SemVer",
+    "Sha256",
+    "TierRules",
+    "VersionPin",
+    "json_schema",
+    "load",
+    "parse",
+]
 
 
 class _Strict(BaseModel):
@@ -158,29 +168,6 @@ class Toolchain(_Strict):
     def as_dict(self) -> dict[str, str]:
         """Return the pins keyed by Python distribution name."""
         return {"mnn": self.mnn, "onnx": self.onnx, "onnxruntime": self.onnxruntime}
-
-
-class TierRules(_Strict):
-    """Which devices belong to a tier. A tier with no rules is the catch-all."""
-
-    description: str = ""
-    min_ram_mb: int | None = Field(default=None, ge=0)
-    min_cpu_cores: int | None = Field(default=None, ge=1)
-    soc_allow: list[str] | None = Field(
-        default=None,
-        description="SoC names (case-insensitive, '*' wildcards) a device must match.",
-    )
-    os: list[Literal["android", "ios"]] | None = None
-
-    @property
-    def is_catch_all(self) -> bool:
-        """True when the tier accepts every device."""
-        return (
-            self.min_ram_mb is None
-            and self.min_cpu_cores is None
-            and self.soc_allow is None
-            and self.os is None
-        )
 
 
 class PinnedFile(_Strict):
@@ -670,26 +657,6 @@ class ConverterOptions(_Strict):
     optimize_prefer: Literal[0, 1, 2] | None = None
 
 
-class RuntimeHints(_Strict):
-    """Settings that travel with the variant to the app."""
-
-    threads: int = Field(default=4, ge=1, le=16)
-    backends: list[Backend] = Field(default_factory=lambda: list[Backend](["cpu"]), min_length=1)
-    precision: Literal["low", "normal", "high"] = "normal"
-
-    @field_validator("backends")
-    @classmethod
-    def _cpu_last(cls, value: list[str]) -> list[str]:
-        if value[-1] != "cpu":
-            raise ValueError(
-                'the backend list must end with "cpu" so the app falls back to it '
-                "when a GPU driver fails"
-            )
-        if len(set(value)) != len(value):
-            raise ValueError("each backend may appear once")
-        return value
-
-
 class Variant(_Strict):
     """One build of a model for one device tier."""
 
@@ -847,6 +814,13 @@ class Registry(_Strict):
         le=366,
         description="Signed state and manifests expire after this; `edgereg resign` renews.",
     )
+    trusted_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: [DEFAULT_TRUSTED_KEYS],
+        description="The publisher's public keys every registry command verifies against "
+        "(never the registry's own keys/): PEM files, or directories of *.pem files, "
+        "relative to models.toml. `edgereg keys generate` pins its key in the first "
+        "directory listed.",
+    )
 
 
 class RolloutPolicy(_Strict):
@@ -968,6 +942,14 @@ class Config(_Strict):
         """
         model = self.models.get(model_name)
         return (model.rollout if model is not None else None) or self.rollout
+
+    def trusted_key_paths(self) -> list[Path]:
+        """The files and directories ``[registry] trusted_keys`` names, resolved."""
+        paths = []
+        for entry in self.registry.trusted_keys:
+            path = Path(entry.removeprefix("file://"))
+            paths.append(path if path.is_absolute() else self.root / path)
+        return paths
 
     def resolve_path(self, ref: PinnedFile) -> Path:
         """Return the local path a pinned file refers to."""

@@ -6,27 +6,20 @@ The CLI maps these to a message and an exit code in one place
 
 from __future__ import annotations
 
+from edgereg.protocol.errors import EdgeregError, TrustError
 
-class EdgeregError(Exception):
-    """Base of every error edgereg reports to a user.
-
-    Attributes:
-        message: What was found and what was expected, in one sentence or two.
-        hint: The next thing the user can do about it, if there is one.
-    """
-
-    exit_code = 1
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def diagnostics(self) -> str:
-        """Return the full human-readable report: message, then hint."""
-        if self.hint:
-            return f"{self.message}\n{self.hint}"
-        return self.message
+__all__ = [
+    "BuildError",
+    "ConfigError",
+    "ConflictError",
+    "EdgeregError",
+    "GateError",
+    "StorageError",
+    "ToolchainError",
+    "TransportError",
+    "TrustError",
+    "UsageError",
+]
 
 
 class ConfigError(EdgeregError):
@@ -47,6 +40,12 @@ class ConfigError(EdgeregError):
         self.file = file
         self.key_path = key_path
         self.detail = message
+
+
+class UsageError(EdgeregError):
+    """A command was called with options that do not go together, or without a required one."""
+
+    exit_code = 2
 
 
 class BuildError(EdgeregError):
@@ -92,17 +91,6 @@ class GateError(BuildError):
     """A built variant exceeds one or more of its budgets."""
 
     exit_code = 4
-
-
-class TrustError(EdgeregError):
-    """A signature, key or signed document cannot be trusted.
-
-    Bad or unknown-key signatures, malformed envelopes, expired or rolled-back
-    documents, unreadable or unsafe keys. Never retried: trying again fetches
-    the same untrustworthy bytes.
-    """
-
-    exit_code = 5
 
 
 class StorageError(EdgeregError):

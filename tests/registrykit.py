@@ -23,7 +23,7 @@ from s3server import make_client
 from edgereg.build.outputs import ARTIFACT
 from edgereg.cli import main
 from edgereg.registry import Registry
-from edgereg.signing import TrustedKeys, generate_key, key_id, load_public_key
+from edgereg.signing import TrustedKeys, generate_key, key_id, load_public_key, read_trusted_keys
 from edgereg.storage import open_storage
 from edgereg.wire import Manifest, RolloutState
 
@@ -33,6 +33,7 @@ TIERS = ("high", "mid", "low")
 VERSION = "1.0.0"  # models.toml's version of both models
 KEY_FILE = ".edgereg/signing-key.pem"  # the CLI's default key, relative to the project
 PUBLIC_KEY_FILE = ".edgereg/signing-key.pub.pem"
+PINNED_DIR = "publisher-keys"  # models.toml's default [registry] trusted_keys
 _DONE = ".built-for-registry-tests"
 
 
@@ -52,7 +53,7 @@ def build_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for model, variants in buildkit.VARIANTS.items():
             for variant in variants:
                 project.build(model, variant)
-        write_key(root / KEY_FILE)
+        pin_key(root, write_key(root / KEY_FILE), root / PUBLIC_KEY_FILE)
         (root / _DONE).touch()
     return root
 
@@ -66,6 +67,14 @@ def write_key(path: Path) -> str:
         handle.write(private_pem)
     path.with_name(path.stem + ".pub.pem").write_bytes(public_pem)
     return key_id(load_public_key(public_pem))
+
+
+def pin_key(project_root: Path, keyid: str, public_key_file: Path) -> Path:
+    """Pin a public key in the project, as `edgereg keys generate` does."""
+    pinned = project_root / PINNED_DIR / f"{keyid}.pem"
+    pinned.parent.mkdir(parents=True, exist_ok=True)
+    pinned.write_bytes(public_key_file.read_bytes())
+    return pinned
 
 
 def copy_project(built: Path, dest: Path) -> Project:
@@ -125,6 +134,9 @@ class Site:
         return cli(*command.split(), *args, *self.flags)
 
     def registry(self, trusted: TrustedKeys | None = None) -> Registry:
+        """The registry, verifying against ``trusted`` (default: the keys pinned in the project)."""
+        if trusted is None:
+            trusted = read_trusted_keys([self.root / PINNED_DIR])
         return Registry(open_storage(self.url, endpoint_url=self.endpoint), trusted=trusted)
 
     def public_keys(self, *files: str) -> TrustedKeys:

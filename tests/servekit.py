@@ -195,7 +195,7 @@ def make_registry(
     workdir: Path | None = None,
     expires_days: int = 3650,
 ) -> FakeRegistry:
-    """Publish, for each model, 1.0.0 (promoted to stable) and 1.1.0 (a 5% canary).
+    """Publish, for each model, 1.0.0 (stable, published --full) and 1.1.0 (a 5% canary).
 
     Args:
         where: A registry directory (created) or a Storage (e.g. S3).
@@ -229,7 +229,8 @@ def make_registry(
                 actor=actor,
                 expires_days=expires_days,
             )
-            if version == "1.0.0":
+            # A first --full release is stable already; older edgereg needed a promote.
+            if version == "1.0.0" and registry.read_state(model)[0].candidate:  # type: ignore[union-attr]
                 registry.change(
                     model,
                     lambda state, now, expires, model=model: transitions.promote(

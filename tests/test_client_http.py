@@ -16,6 +16,7 @@ import json
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -99,7 +100,8 @@ class Reg:
             actor="tests",
             expires_days=30,
         )
-        if promote:
+        state, _ = self.registry.read_state(model)
+        if promote and state is not None and state.candidate is not None:
             self.registry.change(
                 model,
                 lambda state, now, expires: transitions.promote(
@@ -516,7 +518,10 @@ def test_redirects_are_followed(reg: Reg, server: StaticServer, tmp_path: Path) 
 def test_server_error_and_unknown_tier(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
     reg.publish("1.0.0", promote=True)
     result = make_client(reg, server.url, tmp_path / "c", tier="mid").fetch()
-    assert result.error_code == "transport"
+    # Not a blip to retry: the model or tier does not exist there (exit 2 from pull).
+    assert result.error_code == "not-found"
+    assert result.exception is not None
+    assert result.exception.exit_code == 2
     assert result.exception is not None
     assert "404" in result.error
     assert not result.exception.retryable  # type: ignore[attr-defined]
@@ -708,3 +713,263 @@ def test_through_edgereg_serve_happy_path_304_and_resume(tmp_path: Path) -> None
         assert again.ok
         assert again.not_modified
         assert again.downloaded_bytes == 0
+
+
+# --- finding 3 and 10: a server with no key cannot crash or hold the client ----------------
+
+
+class HostileServer:
+    """A raw TCP server on loopback answering every request the way ``behave`` says.
+
+    ``behave(sock)`` gets the connection after the request was read; it writes
+    whatever it likes (slowly, forever, nothing) until the client goes away.
+    """
+
+    def __init__(self, behave: Callable[[Any], None]) -> None:
+        import socket
+
+        self.behave = behave
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: Any) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                self.behave(conn)
+            except OSError:
+                pass  # the client gave up: what these tests want
+
+    def __enter__(self) -> HostileServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.listener.close()
+        self.thread.join(timeout=2)
+
+
+def _body(data: bytes, *, length: bool = True) -> Callable[[Any], None]:
+    def behave(conn: Any) -> None:
+        head = b"HTTP/1.1 200 OK\r\n"
+        if length:
+            head += b"Content-Length: %d\r\n" % len(data)
+        conn.sendall(head + b"Connection: close\r\n\r\n" + data)
+
+    return behave
+
+
+def _trickle_body(conn: Any) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+    for _ in range(10_000):
+        conn.sendall(b"[")
+        time.sleep(0.05)
+
+
+def _trickle_headers(conn: Any) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(10_000):
+        conn.sendall(b"X")
+        time.sleep(0.05)
+
+
+def _fast_enough_forever(conn: Any) -> None:
+    # 2 KB/s: above the minimum rate, under the manifest limit for ~30 s.
+    conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+    for _ in range(100_000):
+        conn.sendall(b" " * 200)
+        time.sleep(0.1)
+
+
+def _silence(conn: Any) -> None:
+    time.sleep(30)
+
+
+HOSTILE = [
+    # id, server behaviour, client limits, expected error code, fragment, at most seconds
+    ("deeply-nested-manifest", _body(b"[" * 60_000), {}, "malformed", "nested 60000", 3),
+    (
+        "deeply-nested-payload",
+        None,  # a signed envelope whose payload nests 60,000 deep: built below
+        {},
+        "malformed",
+        "nested",
+        3,
+    ),
+    (
+        "huge-manifest-without-length",
+        _body(b" " * 200_000, length=False),
+        {},
+        "malformed",
+        "more than the limit",
+        3,
+    ),
+    ("trickled-body", _trickle_body, {"timeout": 0.5}, "transport", "slower than the minimum", 3),
+    (
+        "trickled-headers",
+        _trickle_headers,
+        {"timeout": 0.5},
+        "transport",
+        "the response headers took longer than 0.5 s",
+        3,
+    ),
+    ("silent-server", _silence, {"timeout": 0.5}, "transport", "took longer than 0.5 s", 3),
+    (
+        "whole-fetch-deadline",
+        _fast_enough_forever,
+        {"timeout": 5, "deadline": 1.0},
+        "transport",
+        "the fetch took longer than its deadline of 1 s",
+        4,
+    ),
+]
+
+
+def _deep_payload_envelope(signer: Signer) -> bytes:
+    from edgereg.signing import sign_envelope
+
+    # Small enough for the 64 KiB limit once in base64: only the depth check stops it.
+    return sign_envelope(b"[" * 20_000 + b"]" * 20_000, Manifest.payload_type, [signer])
+
+
+@pytest.mark.parametrize(
+    ("behave", "limits", "code", "fragment", "seconds"),
+    [pytest.param(*row[1:], id=row[0]) for row in HOSTILE],
+)
+def test_a_hostile_server_gets_a_reason_code_never_a_crash_or_a_hang(
+    tmp_path: Path,
+    behave: Callable[[Any], None] | None,
+    limits: dict[str, float],
+    code: str,
+    fragment: str,
+    seconds: float,
+) -> None:
+    signer = new_signer()
+    if behave is None:
+        behave = _body(_deep_payload_envelope(signer))
+    with HostileServer(behave) as hostile:
+        client = Client(
+            hostile.url,
+            TrustedKeys([signer.public_key]),
+            tmp_path / "cache",
+            model="digits",
+            device=device(),
+            tier="high",
+            **limits,  # type: ignore[arg-type]
+        )
+        started = time.monotonic()
+        result = client.fetch()  # documented never to raise
+        took = time.monotonic() - started
+    assert (result.error_code, result.path) == (code, None), result.error
+    assert result.error is not None
+    assert fragment in result.error
+    assert took < seconds, f"held for {took:.1f}s"
+
+
+def test_pull_against_a_hostile_server_prints_a_reason_not_a_traceback(tmp_path: Path) -> None:
+    signer = new_signer()
+    key = tmp_path / "registry.pub.pem"
+    key.write_bytes(signer.public_pem())
+    with HostileServer(_body(b"[" * 60_000)) as hostile:
+        result = CliRunner().invoke(
+            pull_command,
+            [
+                "digits",
+                "--registry-url",
+                hostile.url,
+                "--device-id",
+                "d",
+                "--tier",
+                "high",
+                "--trusted-key",
+                str(key),
+                "--out",
+                str(tmp_path / "out"),
+                "--timeout",
+                "2",
+            ],
+        )
+    assert result.exit_code == 5, result.output
+    assert "Traceback" not in result.output
+    assert "update failed (malformed)" in result.stderr
+
+
+def test_a_corrupt_client_state_refuses_instead_of_forgetting_rollback_protection(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0")
+    cache = tmp_path / "c"
+    assert make_client(reg, server.url, cache).fetch().ok
+    sequence_file = cache / "state" / "digits" / "sequence.json"
+    assert json.loads(sequence_file.read_text()) == {"highest_sequence": 1}
+    for damage in (b"{not json", b'{"highest_sequence": "7"}', b"[]"):
+        sequence_file.write_bytes(damage)
+        result = make_client(reg, server.url, cache).fetch()
+        assert result.error_code == "cache", result.error
+        assert "corrupt" in (result.error or "")
+        assert str(sequence_file) in (result.error or "")
+        assert result.version == "1.0.0"  # the installed model stays
+    sequence_file.unlink()
+    assert make_client(reg, server.url, cache).fetch().ok  # deleting it is the way out
+
+
+def test_the_highest_sequence_is_per_model_so_a_new_tier_accepts_no_older_manifest(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0")
+    old_low = reg.manifest_bytes(tier="low")  # sequence 1
+    reg.publish("1.1.0", percent=5.0)
+    cache = tmp_path / "c"
+    assert make_client(reg, server.url, cache, tier="high").fetch().ok  # sequence 2 seen
+    server.state.overrides["manifests/digits/low.json"] = old_low
+    moved = make_client(reg, server.url, cache, tier="low").fetch()  # the device moved tier
+    assert moved.error_code == "rollback", moved.error
+
+
+def test_pull_with_a_tier_models_toml_does_not_declare_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "models.toml"
+    config.write_text(
+        '[toolchain]\nmnn = "3.6.1"\nonnx = "1.17.0"\nonnxruntime = "1.20.1"\n'
+        "[tiers.high]\nmin_ram_mb = 4096\n[tiers.low]\n",
+        encoding="utf-8",
+    )
+    key = tmp_path / "k.pub.pem"
+    key.write_bytes(new_signer().public_pem())
+    result = CliRunner().invoke(
+        pull_command,
+        [
+            "digits",
+            "--registry-url",
+            f"file://{tmp_path}",
+            "--device-id",
+            "d",
+            "--tier",
+            "mid",
+            "--config",
+            str(config),
+            "--trusted-key",
+            str(key),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "'mid' is not a tier of" in result.output

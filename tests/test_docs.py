@@ -220,3 +220,87 @@ def test_toml_examples_are_valid() -> None:
                             except ValueError as exc:
                                 raise AssertionError(f"{where}: {key}: {exc}") from None
     assert examples > 10
+
+
+# --- docs/protocol.md says what the protocol package says -------------------------------
+
+
+def _protocol_rows() -> dict[str, str]:
+    """Every row of the field tables in docs/protocol.md §3: field -> its type and meaning."""
+    text = (DOCS / "protocol.md").read_text(encoding="utf-8")
+    section = text[text.index("## 3. The manifest") : text.index("## 4. Trust")]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        match = re.match(r"^\| `([a-z0-9_.]+)` \| (.*) \|$", line)
+        if match:
+            assert match.group(1) not in rows, f"{match.group(1)} is documented twice"
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+def _protocol_fields() -> dict[str, dict[str, object]]:
+    from edgereg.protocol.wire import Manifest
+
+    schema = Manifest.model_json_schema()
+    fields: dict[str, dict[str, object]] = {}
+    for name, prop in schema["properties"].items():
+        fields[name] = prop
+    for name, prop in schema["$defs"]["ManifestEntry"]["properties"].items():
+        if name != "runtime":
+            fields[name] = prop
+    for name, prop in schema["$defs"]["RuntimeHints"]["properties"].items():
+        fields[f"runtime.{name}"] = prop
+    return fields
+
+
+def _facts(prop: dict[str, object]) -> list[str]:
+    """What a row must say for a schema property: the same rule, in the page's words."""
+    from edgereg.protocol.fields import MAX_SAFE_INTEGER, SEMVER_PATTERN, TIME_PATTERN
+
+    node = prop
+    for option in prop.get("anyOf", []):  # type: ignore[attr-defined]
+        if option.get("type") != "null":
+            node = option
+    facts = []
+    if node.get("maximum") == MAX_SAFE_INTEGER:
+        facts.append(f"integer, {node['minimum']} to 2^53 − 1")
+    elif node.get("type") == "integer" and "minimum" in node:
+        facts.append(f"integer, {node['minimum']} to {node['maximum']}")
+    if node.get("pattern") == TIME_PATTERN:
+        facts.append("exactly `YYYY-MM-DDTHH:MM:SSZ`")
+    if node.get("pattern") == SEMVER_PATTERN:
+        facts.append("semantic version")
+    if node.get("pattern") == r"^[0-9a-f]{64}$":
+        facts.append("64 lowercase hex")
+    if node.get("pattern") == r"^[0-9a-f]{8,64}$":
+        facts.append("8–64 lowercase hex")
+    if node.get("pattern") == r"^blobs/sha256/[0-9a-f]{64}$":
+        facts.append("Always `blobs/sha256/` + `sha256`")
+    if "exclusiveMinimum" in node:
+        facts.append(
+            f"{node['exclusiveMinimum']} < percent ≤ {node['maximum']}, at most 2 decimals"
+        )
+    if node.get("type") == "array" and node.get("uniqueItems"):
+        facts.append("each once, ending with `cpu`")
+        facts.extend(f"`{value}`" for value in node["items"]["enum"])  # type: ignore[index]
+    elif "enum" in node:
+        facts.extend(f"`{value}`" for value in node["enum"])  # type: ignore[union-attr]
+    return facts
+
+
+def test_protocol_page_documents_every_manifest_field_once_with_its_rule() -> None:
+    rows, fields = _protocol_rows(), _protocol_fields()
+    assert set(rows) == set(fields)
+    for name, prop in fields.items():
+        for fact in _facts(prop):
+            assert fact in rows[name], f"docs/protocol.md, `{name}`: should say {fact!r}"
+
+
+def test_protocol_page_states_the_limits_the_protocol_enforces() -> None:
+    from edgereg.protocol import MAX_JSON_DEPTH, MAX_MANIFEST_BYTES
+    from edgereg.protocol.fields import NAME_PATTERN
+
+    text = (DOCS / "protocol.md").read_text(encoding="utf-8")
+    assert f"`{NAME_PATTERN}`" in text
+    assert f"nested at most {MAX_JSON_DEPTH} deep" in text
+    assert f"At most {MAX_MANIFEST_BYTES // 1024} KiB" in text

@@ -15,6 +15,7 @@ import hashlib
 import json
 import shutil
 import stat
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -26,12 +27,14 @@ from registrykit import (
     KEY_FILE,
     MODEL,
     OTHER,
+    PINNED_DIR,
     PUBLIC_KEY_FILE,
     TIERS,
     VERSION,
     Site,
     assert_refused,
     cli,
+    dir_files,
     ok,
     s3_site,
     write_key,
@@ -44,9 +47,16 @@ from edgereg.signing import key_id, load_public_key
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document
 
 
-def test_keys_generate_writes_a_private_key_0600_and_publishes_the_public_key(
+def _fresh_project(site: Site) -> None:
+    """The project as before its first `keys generate`: no key, none pinned."""
+    shutil.rmtree(site.root / ".edgereg")
+    shutil.rmtree(site.root / PINNED_DIR)
+
+
+def test_keys_generate_writes_a_private_key_0600_pins_and_publishes_the_public_key(
     site: Site,
 ) -> None:
+    _fresh_project(site)
     result = ok(cli("keys", "generate", "--out", "secrets/release.pem"))
     private = site.root / "secrets/release.pem"
     public = site.root / "secrets/release.pub.pem"
@@ -54,7 +64,10 @@ def test_keys_generate_writes_a_private_key_0600_and_publishes_the_public_key(
     assert private.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     keyid = key_id(load_public_key(public.read_bytes()))
     assert keyid in result.stderr
-    # The registry of models.toml ([registry] default: ./registry) holds the public key only.
+    assert b"PRIVATE" not in result.stderr_bytes + result.stdout_bytes
+    # Pinned in the project (what every registry command verifies against) ...
+    assert (site.root / PINNED_DIR / f"{keyid}.pem").read_bytes() == public.read_bytes()
+    # ... and published: the registry of models.toml holds the public key only.
     assert site.objects() == {f"keys/{keyid}.pem": public.read_bytes()}
     assert b"PRIVATE" not in b"".join(site.snapshot().values())
 
@@ -65,21 +78,98 @@ def test_keys_generate_writes_a_private_key_0600_and_publishes_the_public_key(
     assert private.read_bytes() == first
     assert site.snapshot() == before
 
-    ok(cli("keys", "generate", "--out", "secrets/release.pem", "--force"))
-    assert private.read_bytes() != first
-    assert stat.S_IMODE(private.stat().st_mode) == 0o600
-    new_id = key_id(load_public_key(public.read_bytes()))
-    # The old public key stays: apps may still trust it (rotation).
-    assert sorted(site.objects()) == sorted({f"keys/{keyid}.pem", f"keys/{new_id}.pem"})
+
+def _pinned(site: Site) -> list[str]:
+    return sorted(path.name for path in (site.root / PINNED_DIR).iterdir())
+
+
+def _planted_key_in_registry(site: Site) -> None:
+    shutil.rmtree(site.root / PINNED_DIR)
+    write_key(site.root / "planted.pem")
+    pem = (site.root / "planted.pub.pem").read_bytes()
+    registry_keys = site.root / "registry" / "keys"
+    registry_keys.mkdir(parents=True)
+    (registry_keys / f"{key_id(load_public_key(pem))}.pem").write_bytes(pem)
+
+
+def _nothing_more(site: Site) -> None:
+    pass
+
+
+# Finding 5: a second key is never added without a word.
+SECOND_KEY = [
+    # id, setup, arguments after `keys generate`, exit code, what the message must say
+    (
+        "pinned-key-exists",
+        _nothing_more,
+        ["--out", "k2.pem"],
+        1,
+        ["already exists", "--add", "keys.md"],
+    ),
+    (
+        "force-does-not-add-a-key",
+        _nothing_more,
+        ["--out", KEY_FILE, "--force"],
+        1,
+        ["already exists", "--add"],
+    ),
+    (
+        "registry-has-a-key",
+        _planted_key_in_registry,
+        ["--out", "k2.pem"],
+        1,
+        ["published in", "--add"],
+    ),
+    (
+        "out-inside-registry",
+        _fresh_project,
+        ["--out", "registry/keys/x.pem"],
+        1,
+        ["inside the registry"],
+    ),
+    (
+        "out-inside-pinned-keys",
+        _fresh_project,
+        ["--out", f"{PINNED_DIR}/x.pem"],
+        1,
+        ["inside the pinned publisher keys"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "exit_code", "fragments"),
+    [pytest.param(*row[1:], id=row[0]) for row in SECOND_KEY],
+)
+def test_keys_generate_refuses(
+    site: Site,
+    setup: Callable[[Site], None],
+    args: list[str],
+    exit_code: int,
+    fragments: list[str],
+) -> None:
+    setup(site)
+    before = dir_files(site.root)
+    assert_refused(cli("keys", "generate", *args), exit_code, *fragments)
+    assert dir_files(site.root) == before
+
+
+def test_keys_generate_add_pins_a_second_key_for_rotation(site: Site) -> None:
+    (old,) = _pinned(site)
+    result = ok(cli("keys", "generate", "--add", "--out", "next.pem", "--json"))
+    new_id = json.loads(result.stdout)["key_id"]
+    assert _pinned(site) == sorted([old, f"{new_id}.pem"])
+    assert f"keys/{new_id}.pem" in site.objects()
 
 
 def test_keys_generate_no_publish_leaves_the_registry_alone(site: Site) -> None:
-    ok(cli("keys", "generate", "--out", "offline.pem", "--no-publish"))
+    ok(cli("keys", "generate", "--add", "--out", "offline.pem", "--no-publish"))
     assert (site.root / "offline.pem").exists()
     assert site.snapshot() == {}
 
 
 def test_keys_generate_publishes_to_s3(s3site: Site) -> None:
+    _fresh_project(s3site)
     ok(s3site.run("keys generate", "--out", "s3key.pem"))
     public = (s3site.root / "s3key.pub.pem").read_bytes()
     assert s3site.objects() == {f"keys/{key_id(load_public_key(public))}.pem": public}
@@ -134,12 +224,16 @@ def check_published(
         assert entry.runtime == config.models[model].variants[variant].runtime
 
     state = verify_document(RolloutState, objects[f"models/{model}/state.json"], trusted)
-    assert (state.model, state.candidate, state.stable) == (model, version, None)
-    assert state.percent == percent
-    assert state.full is full
-    assert state.salt is not None
-    assert len(state.salt) >= 8
     assert [event.action for event in state.history] == ["publish"]
+    if full:
+        # A first release published --full is stable for every device: no rollout.
+        assert (state.model, state.candidate, state.stable) == (model, None, version)
+        assert (state.percent, state.salt, state.full) == (None, None, False)
+    else:
+        assert (state.model, state.candidate, state.stable) == (model, version, None)
+        assert state.percent == percent
+        assert state.salt is not None
+        assert len(state.salt) >= 8
 
     for tier in TIERS:
         manifest = verify_document(Manifest, objects[f"manifests/{model}/{tier}.json"], trusted)
@@ -147,15 +241,20 @@ def check_published(
         assert (manifest.model, manifest.tier) == (model, tier)
         assert manifest.sequence == state.sequence
         assert manifest.expires == state.expires
-        assert manifest.stable is None  # a first canary: devices outside get no model yet
-        assert manifest.candidate is not None
-        assert manifest.candidate.version == version
-        assert manifest.candidate.variant == variant
-        assert manifest.candidate.sha256 == digests[variant]
-        assert manifest.candidate.size == len(artifacts[variant])
-        assert manifest.candidate.path == f"blobs/sha256/{digests[variant]}"
-        assert manifest.candidate.runtime == config.models[model].variants[variant].runtime
-        assert manifest.percent == percent
+        if full:
+            assert manifest.candidate is None
+            entry = manifest.stable
+        else:
+            assert manifest.stable is None  # a first canary: devices outside get no model yet
+            entry = manifest.candidate
+        assert entry is not None
+        assert entry.version == version
+        assert entry.variant == variant
+        assert entry.sha256 == digests[variant]
+        assert entry.size == len(artifacts[variant])
+        assert entry.path == f"blobs/sha256/{digests[variant]}"
+        assert entry.runtime == config.models[model].variants[variant].runtime
+        assert manifest.percent == (None if full else percent)
         assert manifest.salt == state.salt
         assert not manifest.paused
 
@@ -204,7 +303,8 @@ def test_the_same_version_with_other_content_is_refused(site: Site) -> None:
         "--version",
     )
     assert site.snapshot() == before
-    # Under a new version it goes out.
+    # Under a new version it goes out (once the first canary is stable or withdrawn).
+    ok(site.run("rollback", MODEL))
     ok(site.run("publish", MODEL, "--canary", "5%", "--version", "1.0.1"))
     assert site.state().candidate == "1.0.1"
 
@@ -237,13 +337,22 @@ def test_status_history_and_verify(site: Site) -> None:
         tier: len(site.artifact(MODEL, v))
         for tier, v in (("high", "fp32"), ("mid", "int8"), ("low", "w8"))
     }
+    # The first canary has no stable under it: status says loudly who gets nothing.
+    assert vision["warnings"] == [
+        f"{MODEL}: tiers high, mid, low: 95% of devices (outside the candidate's cohort) get "
+        f"no model; there is no stable release (edgereg rollout {MODEL} --next, then promote)"
+    ]
     one = json.loads(ok(site.run("status", OTHER, "--json")).stdout)
     assert [s["model"] for s in one] == [OTHER]
-    assert one[0]["percent"] == 100.0
+    # A first release published --full is stable for everyone at once.
+    assert (one[0]["stable"], one[0]["candidate"], one[0]["percent"]) == (VERSION, None, None)
+    assert one[0]["warnings"] == []
 
-    table = ok(site.run("status")).stdout
-    for word in (MODEL, OTHER, VERSION, "5%", "100%", "high", "mid", "low", "fp32", "w8"):
+    shown = ok(site.run("status"))
+    table = shown.stdout
+    for word in (MODEL, OTHER, VERSION, "5%", "high", "mid", "low", "fp32", "w8"):
         assert word in table
+    assert "WARNING: vision: tiers high, mid, low: 95% of devices" in shown.stderr
     assert_refused(site.run("status", "nomodel"), 1, "'nomodel' has no release")
 
     events = json.loads(ok(site.run("history", MODEL, "--json")).stdout)
@@ -277,29 +386,35 @@ def test_status_of_an_empty_registry(site: Site) -> None:
 # --- keys decide who may publish ---------------------------------------------------------
 
 
-def test_a_new_key_signs_only_once_it_is_added_on_purpose(site: Site) -> None:
-    """The registry trusts the keys in keys/; a publish never adds another one quietly.
+def test_a_new_key_signs_only_once_it_is_pinned_on_purpose(site: Site) -> None:
+    """Commands trust the keys pinned in the project; a publish never adds another one quietly.
 
     Apps trust a fixed set of keys. A release signed by a key outside that set
-    would be rejected by every app, so a stray key is refused, and rotating to
-    a new key starts with publishing its public key (`keys generate` does).
+    would be rejected by every app, so a stray key is refused, even when its
+    public key sits in the registry's keys/; rotating to a new key starts with
+    pinning it (`keys generate --add` does).
     """
-    ok(site.run("publish", MODEL, "--canary", "5%"))
+    ok(site.run("publish", MODEL, "--full"))
     write_key(site.root / "intruder.pem")
+    intruder = (site.root / "intruder.pub.pem").read_bytes()
+    (site.root / "registry" / "keys" / f"{key_id(load_public_key(intruder))}.pem").write_bytes(
+        intruder
+    )
     before = site.snapshot()
     assert_refused(
         site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0", "--key", "intruder.pem"),
         5,
-        "is not one of the keys of registry",
-        "keys generate",
+        "not one of the publisher keys pinned in the project",
+        "keys generate --add",
     )
     assert_refused(site.run("rollout", MODEL, "--to", "1%", "--key", "intruder.pem"), 5)
     assert site.snapshot() == before
+    (site.root / "registry" / "keys" / f"{key_id(load_public_key(intruder))}.pem").unlink()
 
-    # Rotation: generate the new key (its public key goes into keys/), then sign with it.
-    ok(cli("keys", "generate", "--out", "next.pem"))
+    # Rotation: generate the new key (pinned, and its public key goes into keys/), sign with it.
+    ok(cli("keys", "generate", "--add", "--out", "next.pem"))
     ok(site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0", "--key", "next.pem"))
-    assert site.registry().verify().ok  # trusts keys/: both keys
+    assert site.registry().verify().ok  # the pinned keys: both
     # An app (or `verify --trusted-key`) that still trusts only the old key rejects it.
     pinned = site.run("verify", "--json", "--trusted-key", PUBLIC_KEY_FILE)
     assert pinned.exit_code == 9
@@ -314,7 +429,7 @@ def test_a_new_key_signs_only_once_it_is_added_on_purpose(site: Site) -> None:
 def test_signing_with_the_old_and_the_new_key_during_a_rotation(site: Site) -> None:
     """Documents signed by both keys verify for apps that trust either one."""
     ok(site.run("publish", MODEL, "--canary", "5%"))
-    ok(cli("keys", "generate", "--out", "next.pem"))
+    ok(cli("keys", "generate", "--add", "--out", "next.pem"))
     ok(site.run("rollout", MODEL, "--to", "25%", "--force", "--key", KEY_FILE, "--key", "next.pem"))
     old_only = site.public_keys(PUBLIC_KEY_FILE)
     new_only = site.public_keys("next.pub.pem")
@@ -357,6 +472,20 @@ def _failed_gate(site: Site) -> None:
     path.write_text(json.dumps(metrics))
 
 
+def _provenance_without_min_runtime(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "int8") / PROVENANCE
+    provenance = json.loads(path.read_text())
+    del provenance["min_mnn_runtime"]
+    path.write_text(json.dumps(provenance))
+
+
+def _provenance_threads_as_float(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "int8") / PROVENANCE
+    provenance = json.loads(path.read_text())
+    provenance["runtime"]["threads"] = 4.0
+    path.write_text(json.dumps(provenance))
+
+
 def _no_key(site: Site) -> None:
     shutil.rmtree(site.root / ".edgereg")
 
@@ -373,22 +502,41 @@ def _nothing(site: Site) -> None:
     pass
 
 
+def _unpinned(site: Site) -> None:
+    shutil.rmtree(site.root / PINNED_DIR)
+
+
 BAD_PUBLISH = [
     # id, arguments after `publish`, setup, exit code, what the message must say
     ("canary-0", [MODEL, "--canary", "0%"], _nothing, 2, ["--canary", "greater than 0", "'0%'"]),
     ("canary-150", [MODEL, "--canary", "150%"], _nothing, 2, ["at most 100", "'150%'"]),
     ("canary-abc", [MODEL, "--canary", "abc"], _nothing, 2, ["percentage", "'abc'"]),
-    ("no-canary-no-full", [MODEL], _nothing, 1, ["--canary PERCENT", "--full"]),
-    ("canary-and-full", [MODEL, "--canary", "5%", "--full"], _nothing, 1, ["--full"]),
+    ("no-canary-no-full", [MODEL], _nothing, 2, ["--canary PERCENT", "--full"]),
+    ("canary-and-full", [MODEL, "--canary", "5%", "--full"], _nothing, 2, ["--full", "not both"]),
     ("unknown-model", ["digits", "--canary", "5%"], _nothing, 2, ["no model 'digits'", MODEL]),
     ("bad-version", [MODEL, "--canary", "5%", "--version", "1.x"], _nothing, 1, ["semantic"]),
     ("no-build", [MODEL, "--canary", "5%"], _no_build, 8, ["not built", "dvc repro"]),
     ("stale-build", [MODEL, "--canary", "5%"], _stale_build, 8, [f"{MODEL}/w8: stale"]),
     ("failed-gate", [MODEL, "--canary", "5%"], _failed_gate, 8, ["int8: failed gates"]),
+    (
+        "provenance-without-min-runtime",
+        [MODEL, "--canary", "5%"],
+        _provenance_without_min_runtime,
+        8,
+        ["int8: build outputs unreadable", "provenance.json: min_mnn_runtime"],
+    ),
+    (
+        "provenance-threads-as-float",
+        [MODEL, "--canary", "5%"],
+        _provenance_threads_as_float,
+        8,
+        ["provenance.json: runtime.threads"],
+    ),
     ("missing-key", [MODEL, "--canary", "5%", "--key", "nope.pem"], _nothing, 5, ["nope.pem"]),
     ("no-key", [MODEL, "--canary", "5%"], _no_key, 5, ["no signing key", "keys generate"]),
     ("key-0644", [MODEL, "--canary", "5%"], _key_readable_by_others, 5, ["0644", "chmod 600"]),
     ("wrong-key", [MODEL, "--canary", "5%", "--key", "other.pem"], _other_key, 5, ["not one of"]),
+    ("unpinned", [MODEL, "--canary", "5%"], _unpinned, 5, ["no publisher key is pinned"]),
     ("url-ftp", [MODEL, "--canary", "5%", "--registry", "ftp://x"], _nothing, 6, ["ftp://x"]),
     ("url-garbage", [MODEL, "--canary", "5%", "--registry", "s3://"], _nothing, 6, ["bucket"]),
     (
@@ -419,13 +567,33 @@ def test_bad_publish_is_refused_and_changes_nothing(
     exit_code: int,
     fragments: list[str],
 ) -> None:
-    # A registry with history: 0.9.0 published to everyone and promoted.
+    # A registry with history: 0.9.0 published to everyone (a first --full is stable).
     ok(site.run("publish", MODEL, "--full", "--version", "0.9.0"))
-    ok(site.run("promote", MODEL))
     setup(site)
     before = site.snapshot()
     assert_refused(cli("publish", *args), exit_code, *fragments)
     assert site.snapshot() == before
+
+
+def test_a_header_stripped_key_in_the_environment_is_never_echoed(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pem = (site.root / KEY_FILE).read_text()
+    body = "".join(line for line in pem.splitlines() if not line.startswith("-----"))
+    shutil.rmtree(site.root / ".edgereg")
+    monkeypatch.setenv("EDGEREG_SIGNING_KEY", body)
+    for verbose in ((), ("--verbose",)):
+        result = cli(*verbose, "publish", MODEL, "--canary", "5%")
+        assert result.exit_code == 5, result.output
+        assert "without a PEM header" in result.stderr
+        assert body[:16] not in result.output, "secret bytes in the output"
+    assert site.snapshot() == {}
+
+
+def test_the_same_key_twice_signs_once(site: Site) -> None:
+    ok(site.run("publish", MODEL, "--canary", "5%", "--key", KEY_FILE, "--key", KEY_FILE))
+    envelope = json.loads(site.objects()[f"models/{MODEL}/state.json"])
+    assert len(envelope["signatures"]) == 1
 
 
 def test_bad_publish_into_an_empty_registry_creates_nothing(site: Site) -> None:
@@ -439,7 +607,6 @@ def test_bad_publish_into_an_empty_registry_creates_nothing(site: Site) -> None:
 @pytest.mark.parametrize("case", ["wrong-key", "lower-than-stable", "stale-build"])
 def test_bad_publish_to_s3_changes_nothing(s3site: Site, case: str) -> None:
     ok(s3site.run("publish", MODEL, "--full", "--version", "0.9.0"))
-    ok(s3site.run("promote", MODEL))
     _, args, setup, exit_code, fragments = next(row for row in BAD_PUBLISH if row[0] == case)
     setup(s3site)
     before = s3site.snapshot()
@@ -524,3 +691,12 @@ def test_s3_access_denied(
     assert_refused(denied, 6, "access to S3 bucket 'locked' was denied", "credentials")
     assert_refused(unknown, 6, "was denied", "InvalidAccessKeyId")
     assert site.snapshot() == before
+
+
+def test_make_clean_never_deletes_the_signing_key_or_the_pinned_keys() -> None:
+    root = Path(__file__).resolve().parent.parent
+    commands = subprocess.run(
+        ["make", "-n", "clean"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert ".edgereg" not in commands
+    assert not any(word.startswith((".edgereg/signing-key", "publisher-keys")) for word in commands)

@@ -29,7 +29,6 @@ import pytest
 from registrykit import (
     KEY_FILE,
     MODEL,
-    PUBLIC_KEY_FILE,
     Site,
     assert_refused,
     ok,
@@ -148,7 +147,6 @@ def _first_publish(site: Site) -> None:
 
 def _later_publish(site: Site) -> None:
     ok(site.run("publish", MODEL, "--full", "--version", "0.9.0"))
-    ok(site.run("promote", MODEL))
     # A rebuilt variant, so the new release brings a new blob too.
     site.project.edit_table(f"models.{MODEL}.variants.w8", "threads = 1", "threads = 3")
     site.project.build(MODEL, "w8")
@@ -246,6 +244,8 @@ def test_killing_publish_at_random_moments_never_breaks_the_registry(site: Site)
     for run, (where, fraction) in enumerate(plan):
         if run % 4 == 0:
             shutil.rmtree(site.root / "registry", ignore_errors=True)  # keys and blobs again
+            # A stable under the canaries: a canary may replace another only then.
+            ok(site.run("publish", MODEL, "--full", "--version", "0.1.0"))
         start = 0.9 * before_writes if where == "writes" else 0.0
         delay = start + (full - start) * fraction
         version = f"1.{run}.0"
@@ -357,6 +357,8 @@ def _check_races(site: Site, tmp_path: Path, rounds: list[tuple[str, str, bool]]
     racer = tmp_path / "racer.py"
     racer.write_text(RACER, encoding="utf-8")
     published: list[str] = []
+    # A stable under the racing canaries: a canary may replace another only then.
+    ok(site.run("publish", MODEL, "--full", "--version", "0.1.0"))
     for number, (low, high, ordered) in enumerate(rounds):
         results = _race(site, racer, tmp_path / f"gate-{number}", (low, high), ordered)
         winners = [v for v, (code, _) in results.items() if code == 0]
@@ -380,7 +382,9 @@ def _check_races(site: Site, tmp_path: Path, rounds: list[tuple[str, str, bool]]
             assert_refused(again, 7, f"{loser} is not greater than the candidate version {high}")
 
     state = site.state()
-    assert [e.after.candidate for e in state.history if e.action == "publish"] == published
+    assert [
+        e.after.candidate for e in state.history if e.action == "publish" and e.after.candidate
+    ] == published
     assert [e.sequence for e in state.history] == list(range(1, state.sequence + 1))
     assert_finished(site, published[-1])
 
@@ -390,7 +394,7 @@ def test_two_publishers_at_once_on_a_directory(site: Site, tmp_path: Path) -> No
         site,
         tmp_path,
         [
-            ("1.0.0", "1.0.1", False),  # both create the first state
+            ("1.0.0", "1.0.1", False),
             ("1.1.0", "1.1.1", True),  # the older version wins; the newer retries
             ("1.2.0", "1.2.1", False),
             ("1.3.0", "1.3.1", False),
@@ -505,9 +509,27 @@ def _manifest_of_another_key(site: Site, older: dict[str, bytes]) -> list[str]:
     return [f"{MID}: no signature by a trusted key"]
 
 
-def _no_keys(site: Site, older: dict[str, bytes]) -> list[str]:
-    shutil.rmtree(site.root / "registry" / "keys")
-    return ["holds no public keys"]
+def _planted_key(site: Site, older: dict[str, bytes]) -> list[str]:
+    keyid = write_key(site.root / "planted.pem")
+    (site.root / "registry" / "keys" / f"{keyid}.pem").write_bytes(
+        (site.root / "planted.pub.pem").read_bytes()
+    )
+    return [f"keys/{keyid}.pem: key {keyid[:12]} is not pinned in the project"]
+
+
+def _private_key_in_keys(site: Site, older: dict[str, bytes]) -> list[str]:
+    shutil.copy(site.root / KEY_FILE, site.root / "registry" / "keys" / "oops.pem")
+    return ["keys/oops.pem: holds a PRIVATE key"]
+
+
+def _not_a_key_in_keys(site: Site, older: dict[str, bytes]) -> list[str]:
+    (site.root / "registry" / "keys" / "junk.pem").write_text("hello\n")
+    return ["keys/junk.pem: not a PEM public key"]
+
+
+def _state_deleted(site: Site, older: dict[str, bytes]) -> list[str]:
+    (site.root / "registry" / STATE).unlink()
+    return [f"{STATE}: missing, but manifests of {MODEL} exist"]
 
 
 TAMPERING = [
@@ -521,7 +543,10 @@ TAMPERING = [
     pytest.param(_flip_manifest, id="manifest-flipped"),
     pytest.param(_other_tier_manifest, id="manifest-of-another-tier"),
     pytest.param(_manifest_of_another_key, id="manifest-signed-by-another-key"),
-    pytest.param(_no_keys, id="keys-deleted"),
+    pytest.param(_planted_key, id="key-planted-in-keys"),
+    pytest.param(_private_key_in_keys, id="private-key-in-keys"),
+    pytest.param(_not_a_key_in_keys, id="junk-in-keys"),
+    pytest.param(_state_deleted, id="state-deleted"),
 ]
 
 
@@ -641,18 +666,58 @@ def test_a_command_refuses_before_writing_a_state_whose_release_is_damaged(
     assert site.snapshot() == before
 
 
-def test_verify_trusted_key_checks_the_registry_as_apps_see_it(site: Site) -> None:
-    """keys/ is only as safe as write access to the registry; apps pin their keys."""
-    ok(site.run("publish", MODEL, "--canary", "5%"))
-    # Someone with write access adds their key and re-signs the state with it.
-    write_key(site.root / "forger.pem")
+# Finding 1: keys/ lives in the storage the docs call untrusted. A key planted
+# there, with a state signed by it, must pass no command, and no command may
+# re-sign it with the real key.
+LAUNDERING = [
+    # id, command, exit code, what the message must say
+    ("status", ["status"], 5, [f"{STATE}: no signature by a trusted key"]),
+    ("status-of-the-model", ["status", MODEL], 5, ["no signature by a trusted key"]),
+    ("history", ["history", MODEL], 5, ["no signature by a trusted key"]),
+    ("resign", ["resign", MODEL], 5, ["no signature by a trusted key"]),
+    ("resign-with-the-planted-key", ["resign", MODEL, "--key", "forger.pem"], 5, ["not one of"]),
+    ("rollout", ["rollout", MODEL, "--to", "50%", "--force"], 5, ["no signature by a trusted"]),
+    ("promote", ["promote", MODEL, "--force"], 5, ["no signature by a trusted key"]),
+    ("rollback", ["rollback", MODEL], 5, ["no signature by a trusted key"]),
+    ("pause", ["pause", MODEL], 5, ["no signature by a trusted key"]),
+    (
+        "publish",
+        ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"],
+        5,
+        ["no signature by a trusted key"],
+    ),
+]
+
+
+@pytest.fixture
+def laundered(site: Site) -> Site:
+    """A registry where someone with write access planted a key and re-signed the state."""
+    ok(site.run("publish", MODEL, "--full"))
+    ok(site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
+    keyid = write_key(site.root / "forger.pem")
     forger = read_private_key_file(site.root / "forger.pem")
-    registry = site.registry()
-    registry.add_public_key(forger)
-    state = site.state()
+    (site.root / "registry" / "keys" / f"{keyid}.pem").write_bytes(forger.public_pem())
+    state = site.state().model_copy(update={"percent": 100.0})
     (site.root / "registry" / STATE).write_bytes(sign_document(state, [forger]))
-    assert ok(site.run("verify")).exit_code == 0  # keys/ trusts the forger now
-    pinned = site.run("verify", "--json", "--trusted-key", PUBLIC_KEY_FILE)
-    assert pinned.exit_code == 9
-    assert json.loads(pinned.stdout)["errors"][0].startswith(f"{STATE}: no signature by a trusted")
-    assert_refused(site.run("verify", "--trusted-key", "nope.pem"), 5, "nope.pem")
+    return site
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code", "fragments"),
+    [pytest.param(*row[1:], id=row[0]) for row in LAUNDERING],
+)
+def test_a_planted_key_passes_no_command(
+    laundered: Site, command: list[str], exit_code: int, fragments: list[str]
+) -> None:
+    before = laundered.snapshot()
+    assert_refused(laundered.run(*command), exit_code, *fragments)
+    assert laundered.snapshot() == before
+
+
+def test_verify_names_the_planted_key_and_what_it_signed(laundered: Site) -> None:
+    result = laundered.run("verify", "--json")
+    assert result.exit_code == 9, result.output
+    errors = json.loads(result.stdout)["errors"]
+    assert any("is not pinned in the project" in e for e in errors), errors
+    assert any(e.startswith(f"{STATE}: no signature by a trusted key") for e in errors), errors
+    assert_refused(laundered.run("verify", "--trusted-key", "nope.pem"), 5, "nope.pem")

@@ -45,7 +45,7 @@ def check_consistent(site: Site, model: str = MODEL) -> tuple[RolloutState, dict
     registry = site.registry()
     state = site.state(model)
     releases = {v: registry.read_release(model, v) for v in (state.stable, state.candidate) if v}
-    expected = build_manifests(state, releases)
+    expected = build_manifests(state, releases, registry.manifest_tiers(model))
     manifests = {tier: registry.read_manifest(model, tier) for tier in expected}
     assert manifests == expected
     assert {m.sequence for m in manifests.values()} == {state.sequence}
@@ -121,6 +121,7 @@ def test_next_walks_the_policy_steps_from_models_toml(walk: Site) -> None:
     assert walk.state(OTHER).percent == 100.0
 
     # Between steps after a manual move, --next goes to the next step above.
+    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
     ok(walk.run("rollout", MODEL, "--to", "30%"))
     ok(walk.run("rollout", MODEL, "--next"))
@@ -130,8 +131,8 @@ def test_next_walks_the_policy_steps_from_models_toml(walk: Site) -> None:
 @pytest.mark.parametrize(
     ("args", "exit_code", "fragments"),
     [
-        pytest.param([], 1, ["--to PERCENT", "--next"], id="neither"),
-        pytest.param(["--to", "25%", "--next"], 1, ["--next"], id="both"),
+        pytest.param([], 2, ["--to PERCENT", "--next"], id="neither"),
+        pytest.param(["--to", "25%", "--next"], 2, ["--next", "not both"], id="both"),
         pytest.param(["--to", "0%"], 2, ["--to must be", "'0%'"], id="zero"),
         pytest.param(["--to", "101"], 2, ["'101'"], id="over-100"),
         pytest.param(["--to", "5%"], 7, ["already at 5%"], id="same"),
@@ -180,10 +181,20 @@ def test_promote_needs_a_rollout_beyond_the_canary(walk: Site) -> None:
     assert_refused(walk.run("promote", MODEL), 7, "no rollout in progress", "stable is 1.0.0")
 
 
-def test_promote_right_after_full(walk: Site) -> None:
+def test_a_first_full_release_is_stable_at_once(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full"))
+    state, manifests = check_consistent(walk)
+    assert (state.stable, state.candidate, state.percent) == ("1.0.0", None, None)
+    assert all(m.stable and m.stable.version == "1.0.0" for m in manifests.values())
+    assert_refused(walk.run("promote", MODEL), 7, "no rollout in progress")
+
+
+def test_promote_right_after_full_over_a_stable(walk: Site) -> None:
+    ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    ok(walk.run("publish", MODEL, "--full", "--version", "1.1.0"))
+    assert (walk.state().candidate, walk.state().percent) == ("1.1.0", 100.0)
     ok(walk.run("promote", MODEL))
-    assert walk.state().stable == "1.0.0"
+    assert walk.state().stable == "1.1.0"
     assert last_event(walk)["forced"] is False
 
 
@@ -196,7 +207,6 @@ def test_promote_force_is_recorded(walk: Site) -> None:
 
 def test_a_dropped_candidate_published_again_starts_over_as_a_canary(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
-    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
     ok(walk.run("rollout", MODEL, "--next"))
     ok(walk.run("rollback", MODEL))
@@ -211,7 +221,6 @@ def test_a_dropped_candidate_published_again_starts_over_as_a_canary(walk: Site)
 
 def test_rollback_drops_the_candidate(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
-    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
     ok(walk.run("rollout", MODEL, "--next"))
     ok(walk.run("rollback", MODEL))
@@ -228,7 +237,6 @@ def test_rollback_drops_the_candidate(walk: Site) -> None:
 
 def test_rollback_to_version_restores_an_older_stable(walk: Site) -> None:
     ok(walk.run("publish", MODEL, "--full", "--version", "1.0.0"))
-    ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--full", "--version", "1.1.0"))
     ok(walk.run("promote", MODEL))
     ok(walk.run("publish", MODEL, "--canary", "5%", "--version", "1.2.0"))
@@ -369,3 +377,97 @@ def test_a_tier_without_its_own_variant_gets_the_next_lower_ones(walk: Site) -> 
     status = json.loads(ok(walk.run("status", OTHER, "--json")).stdout)[0]
     assert {t["tier"]: t["candidate_variant"] for t in status["tiers"]} == record.tiers
     check_consistent(walk, OTHER)
+
+
+# --- finding 4: states that always mean something for a device -----------------------------
+
+
+def _status(site: Site) -> dict[str, object]:
+    status: dict[str, object] = json.loads(ok(site.run("status", MODEL, "--json")).stdout)[0]
+    return status
+
+
+ROLLOUT_STATES = [
+    # id, commands before, the command, exit code, fragments of its message (stderr)
+    ("first-full-is-stable", [], ["publish", MODEL, "--full"], 0, ["stable"]),
+    (
+        "canary-over-a-first-canary-is-refused",
+        [["publish", MODEL, "--canary", "5%"]],
+        ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"],
+        7,
+        ["no stable release", "no model", "promote", "rollback"],
+    ),
+    (
+        "full-over-a-first-canary-is-refused",
+        [["publish", MODEL, "--canary", "5%"]],
+        ["publish", MODEL, "--full", "--version", "1.1.0"],
+        7,
+        ["no stable release", "promote", "rollback"],
+    ),
+    (
+        "canary-over-a-first-canary-at-100-is-refused",
+        [["publish", MODEL, "--canary", "5%"], ["rollout", MODEL, "--to", "100%"]],
+        ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"],
+        7,
+        ["candidate at 100% with no stable release"],
+    ),
+    (
+        "canary-over-a-candidate-with-a-stable-replaces-it",
+        [["publish", MODEL, "--full"], ["publish", MODEL, "--canary", "5%", "--version", "1.1.0"]],
+        ["publish", MODEL, "--canary", "5%", "--version", "1.2.0"],
+        0,
+        [],
+    ),
+    (
+        "rollback-with-no-stable-withdraws",
+        [["publish", MODEL, "--canary", "5%"]],
+        ["rollback", MODEL],
+        0,
+        ["withdrawn"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "command", "exit_code", "fragments"),
+    [pytest.param(*row[1:], id=row[0]) for row in ROLLOUT_STATES],
+)
+def test_rollout_states_never_strand_devices(
+    walk: Site,
+    before: list[list[str]],
+    command: list[str],
+    exit_code: int,
+    fragments: list[str],
+) -> None:
+    for earlier in before:
+        ok(walk.run(*earlier))
+    snapshot = walk.snapshot()
+    result = walk.run(*command)
+    if exit_code:
+        assert_refused(result, exit_code, *fragments)
+        assert walk.snapshot() == snapshot
+        return
+    ok(result)
+    assert "None" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr
+    state, manifests = check_consistent(walk)
+    assert set(manifests) == set(TIERS)
+    if state.stable is None and state.candidate is None:
+        # Withdrawn: every tier's manifest is re-signed with no entry.
+        assert all(m.stable is None and m.candidate is None for m in manifests.values())
+        assert _status(walk)["warnings"] == [
+            f"{MODEL} is withdrawn: the devices of every tier get no model "
+            f"(publish a release: edgereg publish {MODEL} --canary 5%)"
+        ]
+    else:
+        assert all(m.stable is not None for m in manifests.values())
+        assert _status(walk)["warnings"] == []
+
+
+def test_status_warns_when_a_paused_first_canary_serves_nobody(walk: Site) -> None:
+    ok(walk.run("publish", MODEL, "--canary", "5%"))
+    ok(walk.run("pause", MODEL))
+    shown = ok(walk.run("status", MODEL))
+    assert "WARNING" in shown.stderr
+    assert "every device gets no model (the rollout is paused" in shown.stderr

@@ -104,7 +104,8 @@ def _encrypted_pem() -> bytes:
     ("pem", "match"),
     [
         pytest.param(b"", "found nothing", id="empty"),
-        pytest.param(b"hello world", "not a PEM private key.*'hello world'", id="garbage"),
+        # Never quoted: a private key pasted without its header is still secret.
+        pytest.param(b"hello world", "not a PEM private key.*11 bytes without", id="garbage"),
         pytest.param(generate_key()[1], "not a PEM private key", id="public-key"),
         pytest.param(_ec_private_pem(), "expected Ed25519", id="ec-key"),
         pytest.param(_encrypted_pem(), "encrypted with a passphrase", id="encrypted"),
@@ -275,7 +276,7 @@ REJECTIONS = [
     pytest.param(
         lambda: edit(_drop(("signatures", 0, "keyid"))), {}, "no string 'keyid'", id="no-keyid"
     ),
-    pytest.param(lambda: edit(_drop(("signatures", 0, "sig"))), {}, "no string 'sig'", id="no-sig"),
+    pytest.param(lambda: edit(_drop(("signatures", 0, "sig"))), {}, "has no 'sig'", id="no-sig"),
     pytest.param(
         lambda: edit(_set(("signatures",), {"keyid": "x"})),
         {},
@@ -294,7 +295,7 @@ REJECTIONS = [
     pytest.param(
         lambda: edit(_set(("signatures", 0, "keyid"), OLD.key_id.upper())),
         {},
-        "is not a key id",
+        "no signature by a trusted key",  # an id that is no trusted key's id
         id="keyid-uppercase",
     ),
     pytest.param(
@@ -324,6 +325,29 @@ def test_verify_rejects(make: Callable[[], bytes], kwargs: dict[str, Any], match
     options: dict[str, Any] = {"payload_type": MANIFEST, **kwargs}
     with pytest.raises(TrustError, match=match):
         verify_envelope(make(), trust(OLD), **options)
+
+
+def _with_extra_signature(extra: dict[str, Any]) -> bytes:
+    return edit(lambda data: data["signatures"].append(extra))
+
+
+# Finding 8 (docs/protocol.md §2, decision 0001): a signature by a key the
+# verifier does not trust is skipped, whatever it holds.
+EXTRA_UNTRUSTED_SIGNATURES = [
+    pytest.param({"keyid": OTHER.key_id, "sig": "AAAA"}, id="garbage-sig"),
+    pytest.param({"keyid": OTHER.key_id, "sig": "not base64!"}, id="sig-not-base64"),
+    pytest.param({"keyid": OTHER.key_id}, id="no-sig"),
+    pytest.param({"keyid": OTHER.key_id, "sig": 5}, id="sig-not-a-string"),
+    pytest.param({"keyid": "not-a-key-id", "sig": "AAAA"}, id="keyid-not-hex"),
+    pytest.param({"keyid": OTHER.key_id, "sig": "AAAA", "extra": [1]}, id="unknown-field"),
+]
+
+
+@pytest.mark.parametrize("extra", EXTRA_UNTRUSTED_SIGNATURES)
+def test_an_extra_signature_by_an_untrusted_key_is_skipped(extra: dict[str, Any]) -> None:
+    assert verify_envelope(_with_extra_signature(extra), trust(OLD), payload_type=MANIFEST) == (
+        PAYLOAD
+    )
 
 
 def test_untrusted_error_names_both_key_sets_and_hints_rotation() -> None:

@@ -83,10 +83,6 @@ NOTES: dict[tuple[str, str], str] = {
     ("ConverterOptions", "transformer_fuse"): "Fuse transformer blocks (converter "
     "`--transformerFuse`).",
     ("ConverterOptions", "optimize_prefer"): "Converter `--optimizePrefer`.",
-    ("RuntimeHints", "threads"): "Threads the app should run the model with; the host "
-    "benchmark and the latency budget also use it.",
-    ("RuntimeHints", "backends"): 'Backends the app should try, in order; must end with "cpu" '
-    "(the fallback when a GPU driver fails), each at most once.",
     ("RuntimeHints", "precision"): "MNN precision mode the app should ask for.",
     ("Variant", "tier"): "The tier this variant is for; a tier takes at most one variant of "
     "a model.",
@@ -366,7 +362,11 @@ class _SchemaPage:
                 bounds.append(f"{sign} {_toml(node[key])}")
         if bounds:
             text += ", " + " and ".join(bounds)
-        if node.get("pattern"):
+        from edgereg.protocol.fields import SEMVER_PATTERN
+
+        if node.get("pattern") == SEMVER_PATTERN:
+            text = "semantic version " + text  # the SemVer 2.0 regex says less to a reader
+        elif node.get("pattern"):
             text += " matching " + _code(node["pattern"])
         if node.get("minLength") == 1:
             text = "non-empty " + text

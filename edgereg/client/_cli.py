@@ -26,7 +26,13 @@ from rich.progress import (
 )
 
 from edgereg import config as config_module
-from edgereg.client._updater import Client, FetchResult, open_fetcher, unsafe_registry_keys
+from edgereg.client._updater import (
+    Client,
+    FetchResult,
+    Limits,
+    open_fetcher,
+    unsafe_registry_keys,
+)
 from edgereg.errors import EdgeregError
 from edgereg.rollout import DeviceProfile, resolve_tier
 from edgereg.signing import TrustedKeys, load_public_key
@@ -80,7 +86,27 @@ TOFU_WARNING = (
     type=click.Path(path_type=Path, file_okay=False),
     help="The client cache directory (blobs/, state/, installed.json).",
 )
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds for connecting, for each read, and for a response's headers.",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds the whole pull (manifest and blob) may take.",
+)
+@click.option(
+    "--min-rate",
+    type=click.IntRange(min=0),
+    default=1024,
+    show_default=True,
+    help="Bytes/s a download must average over each --timeout window (0: no minimum).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def pull_command(
     model: str,
@@ -99,6 +125,8 @@ def pull_command(
     unsafe_trust_registry_keys: bool,
     out_dir: Path,
     timeout: float,
+    deadline: float,
+    min_rate: int,
     as_json: bool,
 ) -> None:
     """Fetch MODEL for one device as an app would: verify, choose, download, install."""
@@ -121,7 +149,7 @@ def pull_command(
             mnn_runtime=mnn_runtime,
         )
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(str(exc)) from exc
     try:
         if tier is None:
             if ram_mb is None or cpu_cores is None:
@@ -130,11 +158,22 @@ def pull_command(
                     f"the tier from {config_path}"
                 )
             tier = resolve_tier(config_module.load(config_path).tiers, device)
+        elif config_path.exists():
+            tiers = config_module.load(config_path).tiers
+            if tier not in tiers:
+                raise click.UsageError(
+                    f"--tier {tier!r} is not a tier of {config_path}; tiers: {', '.join(tiers)}"
+                )
         if trusted_key_files:
             trusted = TrustedKeys(load_public_key(path.read_bytes()) for path in trusted_key_files)
         else:
             click.echo(TOFU_WARNING, err=True)
-            fetcher = open_fetcher(registry_url, timeout=timeout)
+            fetcher = open_fetcher(
+                registry_url,
+                timeout=timeout,
+                limits=Limits(timeout=timeout, deadline=deadline, min_rate=min_rate),
+            )
+            fetcher.start_deadline()
             trusted = unsafe_registry_keys(fetcher, model, tier)
         client = Client(
             registry_url,
@@ -144,9 +183,11 @@ def pull_command(
             device=device,
             tier=tier,
             timeout=timeout,
+            deadline=deadline,
+            min_rate=min_rate,
         )
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(str(exc)) from exc
     except (EdgeregError, OSError) as exc:
         _fail(exc)
     with _download_progress(client, enabled=not as_json):

@@ -25,8 +25,12 @@ import contextlib
 import errno
 import http.client
 import json
+import logging
 import os
 import re
+import socket
+import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -51,8 +55,9 @@ from edgereg.client._trust import (
 )
 from edgereg.config import Name, RuntimeHints, TierRules
 from edgereg.errors import EdgeregError, TransportError, TrustError
+from edgereg.protocol import layout
 from edgereg.rollout import DeviceProfile, resolve_tier
-from edgereg.signing import TrustedKeys, key_id, load_public_key
+from edgereg.signing import TrustedKeys, key_id, load_public_key, strict_json_loads
 from edgereg.wire import ManifestEntry
 
 __all__ = [
@@ -60,19 +65,26 @@ __all__ = [
     "Client",
     "FetchResult",
     "Fetcher",
+    "Limits",
+    "ManifestNotFound",
     "manifest_path",
     "open_fetcher",
     "unsafe_registry_keys",
 ]
 
 CHUNK = 64 * 1024
+_log = logging.getLogger("edgereg.client")
 USER_AGENT = f"edgereg/{__version__}"
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
 
 
-def manifest_path(model: str, tier: str) -> str:
-    """The URL path of a tier's manifest, relative to the registry root."""
-    return f"manifests/{model}/{tier}.json"
+manifest_path = layout.manifest_path
+
+
+class ManifestNotFound(TransportError):
+    """The registry has no manifest for this model and tier: a wrong name, not a blip."""
+
+    exit_code = 2
 
 
 class CacheError(EdgeregError):
@@ -92,6 +104,70 @@ class CacheError(EdgeregError):
 # --- transport: one public method, one error type ---------------------------------
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How long and how slowly a server may keep the client waiting.
+
+    Attributes:
+        timeout: Seconds for connecting, for each read, and for the response
+            headers of each request.
+        deadline: Seconds for a whole :meth:`Client.fetch` (manifest and blob
+            together): a server that trickles bytes is cut off here.
+        min_rate: Bytes per second a body must average over each ``timeout``
+            window (a real manifest arrives in one read; a blob at far more).
+    """
+
+    timeout: float = 30.0
+    deadline: float = 600.0
+    min_rate: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("timeout", "deadline"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if (
+            isinstance(self.min_rate, bool)
+            or not isinstance(self.min_rate, int)
+            or self.min_rate < 0
+        ):
+            raise ValueError(
+                f"min_rate must be a whole number of bytes/s >= 0, got {self.min_rate!r}"
+            )
+
+
+class _Watchdog:
+    """Shuts a connection's socket down when a time limit passes.
+
+    A socket timeout bounds one read; a server sending one byte a second
+    never trips it. This bounds the headers of a request and the whole fetch.
+    """
+
+    def __init__(self, connection: http.client.HTTPConnection) -> None:
+        self._connection = connection
+        self._timer: threading.Timer | None = None
+        self.fired: str | None = None
+
+    def arm(self, at: float, what: str) -> None:
+        """Cut the connection at monotonic time ``at``; ``what`` names the limit."""
+        self.cancel()
+        self._timer = threading.Timer(max(0.0, at - time.monotonic()), self._fire, (what,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self, what: str) -> None:
+        self.fired = what
+        sock = self._connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 @dataclass
 class Response:
     """An open response: status, validators and a body to read in chunks."""
@@ -103,22 +179,59 @@ class Response:
     range_start: int | None = None
     _read: Callable[[int], bytes] = field(default=lambda n: b"", repr=False)
     _close: Callable[[], None] = field(default=lambda: None, repr=False)
+    min_rate: int = 0
+    """Bytes/s the body must average over each ``rate_window`` seconds."""
+    rate_window: float = 30.0
+    watchdog: _Watchdog | None = field(default=None, repr=False)
+    _window_start: float = field(default_factory=time.monotonic, repr=False)
+    _window_bytes: int = field(default=0, repr=False)
 
     def read(self, size: int) -> bytes:
-        """Read up to ``size`` bytes; b"" at the end.
+        """Read up to ``size`` bytes, as many as have arrived; b"" at the end.
 
         Raises:
-            TransportError: the connection failed or timed out.
+            TransportError: the connection failed or timed out, the fetch
+                passed its deadline, or the body arrives slower than ``min_rate``.
         """
         try:
-            return self._read(size)
-        except (OSError, http.client.HTTPException) as exc:
+            chunk = self._read(size)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise self._failure(exc) from exc
+        if self.watchdog is not None and self.watchdog.fired:
+            raise self._failure(None)
+        self._check_rate(len(chunk))
+        return chunk
+
+    def _check_rate(self, received: int) -> None:
+        if not self.min_rate:
+            return
+        self._window_bytes += received
+        elapsed = time.monotonic() - self._window_start
+        if elapsed < self.rate_window:
+            return
+        if self._window_bytes < self.min_rate * elapsed:
             raise TransportError(
-                f"reading {self.url} failed: {_describe(exc)}", url=self.url
-            ) from None
+                f"{self.url} sent {self._window_bytes} bytes in {elapsed:.0f} s, slower than "
+                f"the minimum of {self.min_rate} bytes/s; gave up",
+                url=self.url,
+                hint="A slow or hostile server; the next fetch tries again (a blob resumes).",
+            )
+        self._window_start, self._window_bytes = time.monotonic(), 0
+
+    def _failure(self, exc: BaseException | None) -> TransportError:
+        if self.watchdog is not None and self.watchdog.fired:
+            return TransportError(
+                f"reading {self.url}: {self.watchdog.fired}; gave up",
+                url=self.url,
+                hint="A slow or hostile server; the next fetch tries again (a blob resumes).",
+            )
+        assert exc is not None
+        return TransportError(f"reading {self.url} failed: {_describe(exc)}", url=self.url)
 
     def close(self) -> None:
         """Release the connection or file."""
+        if self.watchdog is not None:
+            self.watchdog.cancel()
         with contextlib.suppress(OSError, http.client.HTTPException):
             self._close()
 
@@ -135,9 +248,18 @@ class Fetcher(abc.ABC):
     Implementations write only :meth:`_open`.
     """
 
-    def __init__(self, base_url: str, *, timeout: float) -> None:
+    def __init__(self, base_url: str, *, timeout: float, limits: Limits | None = None) -> None:
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
-        self.timeout = timeout
+        self.limits = limits or Limits(timeout=timeout)
+        self.timeout = self.limits.timeout
+        self._deadline_at: float | None = None
+
+    def start_deadline(self) -> None:
+        """Start the clock of one whole fetch (:attr:`Limits.deadline` from now)."""
+        self._deadline_at = time.monotonic() + self.limits.deadline
+
+    def _deadline(self) -> float:
+        return self._deadline_at if self._deadline_at is not None else float("inf")
 
     def url(self, path: str) -> str:
         """The absolute URL of a registry path."""
@@ -157,12 +279,17 @@ class Fetcher(abc.ABC):
             TransportError: unreachable, timed out, or an error status.
         """
         url = self.url(path)
+        if time.monotonic() >= self._deadline():
+            raise TransportError(
+                f"cannot fetch {url}: the fetch passed its deadline of {self.limits.deadline:g} s",
+                url=url,
+            )
         try:
             return self._open(url, etag, start)
         except TransportError:
             raise
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise TransportError(f"cannot fetch {url}: {_describe(exc)}", url=url) from None
+            raise TransportError(f"cannot fetch {url}: {_describe(exc)}", url=url) from exc
 
     @abc.abstractmethod
     def _open(self, url: str, etag: str | None, start: int) -> Response:
@@ -191,6 +318,10 @@ class HttpFetcher(Fetcher):
                 else http.client.HTTPConnection
             )
             connection = connection_class(parts.hostname, parts.port, timeout=self.timeout)
+            watchdog = _Watchdog(connection)
+            # The status line and headers within one timeout (however they trickle).
+            headers_by = min(self._deadline(), time.monotonic() + self.timeout)
+            watchdog.arm(headers_by, f"the response headers took longer than {self.timeout:g} s")
             try:
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 connection.putrequest("GET", target, skip_accept_encoding=True)
@@ -201,11 +332,15 @@ class HttpFetcher(Fetcher):
                     connection.putheader("Range", f"bytes={start}-")
                 connection.endheaders()
                 raw = connection.getresponse()
-            except BaseException:
+            except BaseException as exc:
+                watchdog.cancel()
                 connection.close()
+                if watchdog.fired:
+                    raise TransportError(f"cannot fetch {url}: {watchdog.fired}", url=url) from exc
                 raise
             location = raw.getheader("Location")
             if raw.status in (301, 302, 303, 307, 308) and location:
+                watchdog.cancel()
                 raw.close()
                 connection.close()
                 target_url = urllib.parse.urljoin(url, location)
@@ -213,14 +348,25 @@ class HttpFetcher(Fetcher):
                     raise TransportError(f"{url} redirects to {target_url}: not https", url=url)
                 url = target_url
                 continue
-            return self._response(url, raw, connection)
+            if self._deadline() < float("inf"):
+                watchdog.arm(
+                    self._deadline(),
+                    f"the fetch took longer than its deadline of {self.limits.deadline:g} s",
+                )
+            else:
+                watchdog.cancel()
+            return self._response(url, raw, connection, watchdog)
         raise TransportError(f"{url}: more than {self.MAX_REDIRECTS} redirects", url=url)
 
-    @staticmethod
     def _response(
-        url: str, raw: http.client.HTTPResponse, connection: http.client.HTTPConnection
+        self,
+        url: str,
+        raw: http.client.HTTPResponse,
+        connection: http.client.HTTPConnection,
+        watchdog: _Watchdog,
     ) -> Response:
         def close() -> None:
+            watchdog.cancel()
             raw.close()
             connection.close()
 
@@ -250,16 +396,21 @@ class HttpFetcher(Fetcher):
             etag=raw.getheader("ETag"),
             length=int(length) if length and length.isdigit() else None,
             range_start=range_start,
-            _read=raw.read,
+            # read1: what has arrived, not a wait for the whole chunk, so the
+            # rate and the deadline are checked as bytes trickle in.
+            _read=raw.read1,
             _close=close,
+            min_rate=self.limits.min_rate,
+            rate_window=self.limits.timeout,
+            watchdog=watchdog,
         )
 
 
 class FileFetcher(Fetcher):
     """A registry directory through a ``file://`` URL; Range emulated by seeking."""
 
-    def __init__(self, base_url: str, *, timeout: float) -> None:
-        super().__init__(base_url, timeout=timeout)
+    def __init__(self, base_url: str, *, timeout: float, limits: Limits | None = None) -> None:
+        super().__init__(base_url, timeout=timeout, limits=limits)
         parsed = urllib.parse.urlparse(self.base_url)
         self.root = Path(urllib.request.url2pathname(parsed.path))
 
@@ -287,7 +438,7 @@ class FileFetcher(Fetcher):
         )
 
 
-def open_fetcher(base_url: str, *, timeout: float = 30.0) -> Fetcher:
+def open_fetcher(base_url: str, *, timeout: float = 30.0, limits: Limits | None = None) -> Fetcher:
     """The fetcher for a registry URL: ``http://``, ``https://`` or ``file://``.
 
     Raises:
@@ -295,9 +446,9 @@ def open_fetcher(base_url: str, *, timeout: float = 30.0) -> Fetcher:
     """
     scheme = urllib.parse.urlparse(base_url).scheme.lower()
     if scheme in ("http", "https"):
-        return HttpFetcher(base_url, timeout=timeout)
+        return HttpFetcher(base_url, timeout=timeout, limits=limits)
     if scheme == "file":
-        return FileFetcher(base_url, timeout=timeout)
+        return FileFetcher(base_url, timeout=timeout, limits=limits)
     raise ValueError(f"registry URL {base_url!r} must start with http://, https:// or file://")
 
 
@@ -411,6 +562,7 @@ class _TierState:
     envelope: bytes | None = None
     etag: str | None = None
     highest_sequence: int | None = None
+    """Read from caches written before the sequence was kept per model."""
 
 
 class _Cache:
@@ -426,21 +578,30 @@ class _Cache:
     def _state_file(self, model: str, tier: str) -> Path:
         return self.root / "state" / model / f"{tier}.json"
 
+    def _sequence_file(self, model: str) -> Path:
+        return self.root / "state" / model / "sequence.json"
+
     def read_state(self, model: str, tier: str) -> _TierState:
-        data = self._read_json(self._state_file(model, tier))
+        path = self._state_file(model, tier)
+        data = self._read_json(path, strict=True)
         if data is None:
             return _TierState()
+        envelope = data.get("envelope")
+        sequence = data.get("highest_sequence")
+        etag = data.get("etag")
         try:
-            envelope = data.get("envelope")
-            sequence = data.get("highest_sequence")
-            etag = data.get("etag")
-            return _TierState(
-                envelope=base64.b64decode(envelope) if isinstance(envelope, str) else None,
-                etag=etag if isinstance(etag, str) else None,
-                highest_sequence=sequence if isinstance(sequence, int) else None,
+            decoded = (
+                base64.b64decode(envelope, validate=True) if isinstance(envelope, str) else None
             )
-        except ValueError:
-            return _TierState()
+        except ValueError as exc:
+            raise _corrupt(path, "its envelope is not base64") from exc
+        if sequence is not None and (type(sequence) is not int or sequence < 1):
+            raise _corrupt(path, f"highest_sequence is {sequence!r}")
+        return _TierState(
+            envelope=decoded,
+            etag=etag if isinstance(etag, str) else None,
+            highest_sequence=sequence,
+        )
 
     def write_state(self, model: str, tier: str, state: _TierState) -> None:
         data = {
@@ -449,6 +610,38 @@ class _Cache:
             "highest_sequence": state.highest_sequence,
         }
         self._write_json(self._state_file(model, tier), data)
+
+    def read_sequence(self, model: str) -> int | None:
+        """The highest manifest sequence accepted for ``model``, whatever the tier.
+
+        One per model, not per tier: every tier's manifest of a model carries
+        the same sequence, so a device whose tier changed must not accept an
+        older manifest of its new tier. Caches written before this kept it
+        per tier; the highest of those counts too.
+
+        Raises:
+            CacheError: a file holding it is unreadable or corrupt. Refused,
+                not reset: a reset would accept a replayed old manifest.
+        """
+        path = self._sequence_file(model)
+        data = self._read_json(path, strict=True)
+        found: list[int] = []
+        if data is not None:
+            sequence = data.get("highest_sequence")
+            if type(sequence) is not int or sequence < 1:
+                raise _corrupt(path, f"highest_sequence is {sequence!r}")
+            found.append(sequence)
+        tiers = self.root / "state" / model
+        with contextlib.suppress(OSError):
+            for tier_file in sorted(tiers.glob("*.json")):
+                if tier_file.name != "sequence.json":
+                    legacy = self.read_state(model, tier_file.stem).highest_sequence
+                    if legacy is not None:
+                        found.append(legacy)
+        return max(found) if found else None
+
+    def write_sequence(self, model: str, sequence: int) -> None:
+        self._write_json(self._sequence_file(model), {"highest_sequence": sequence})
 
     def read_installed(self, model: str) -> _Installed | None:
         data = self._read_json(self.root / "installed.json")
@@ -477,14 +670,31 @@ class _Cache:
         except OSError:
             return False
 
-    def _read_json(self, path: Path) -> dict[str, Any] | None:
+    def _read_json(self, path: Path, *, strict: bool = False) -> dict[str, Any] | None:
+        """A JSON object from the cache, None when the file does not exist.
+
+        With ``strict`` an unreadable or corrupt file raises :class:`CacheError`
+        (rollback protection lives there); otherwise it counts as absent and
+        is rewritten (the install pointer: the blobs it names are verified).
+        """
         try:
-            value = json.loads(path.read_bytes())
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            return None  # unreadable bookkeeping counts as absent; it is rewritten
-        return value if isinstance(value, dict) else None
+        except OSError as exc:
+            if strict:
+                raise _cache_error(f"cannot read {path}", exc) from exc
+            return None
+        try:
+            value = strict_json_loads(data[: 1024 * 1024 + 1]) if len(data) <= 1024 * 1024 else None
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict):
+            return value
+        if strict:
+            raise _corrupt(path, "it is not a JSON object")
+        _log.warning("cache file %s is unreadable; treating it as absent", path)
+        return None
 
     def _write_json(self, path: Path, value: Any) -> None:
         atomic_write(path, json.dumps(value, indent=1, sort_keys=True).encode() + b"\n")
@@ -500,7 +710,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_whole(path, data)
     except OSError as exc:
-        raise _cache_error(f"cannot write {path}", exc) from None
+        raise _cache_error(f"cannot write {path}", exc) from exc
     _fsync_dir(path.parent)
 
 
@@ -519,6 +729,15 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _corrupt(path: Path, why: str) -> CacheError:
+    return CacheError(
+        f"the client state {path} is corrupt ({why}); refusing to update, because starting "
+        "over would drop rollback protection (an old, replayed manifest would be accepted)",
+        hint=f"The installed model stays in use. If the disk was at fault, delete {path} "
+        "to start over.",
+    )
 
 
 def _cache_error(what: str, exc: OSError) -> CacheError:
@@ -549,7 +768,10 @@ class Client:
             ``mnn_runtime`` which entries fit).
         tier: The device's tier; when None, resolved from ``tiers``.
         tiers: The published tier rules (models.toml ``[tiers]``), best first.
-        timeout: Seconds before a connection or read gives up.
+        timeout: Seconds before a connection, a read or a response's headers give up.
+        deadline: Seconds a whole :meth:`fetch` may take (manifest and blob).
+        min_rate: Bytes per second a response body must average over each
+            ``timeout`` window; slower is given up (a blob resumes next time).
         max_manifest_bytes: Larger manifests are refused unread.
         clock: Returns the current time, timezone-aware.
 
@@ -569,6 +791,8 @@ class Client:
         tier: str | None = None,
         tiers: Mapping[str, TierRules] | None = None,
         timeout: float = 30.0,
+        deadline: float = Limits.deadline,
+        min_rate: int = Limits.min_rate,
         max_manifest_bytes: int = MAX_MANIFEST_BYTES,
         clock: Callable[[], datetime] = _utcnow,
         on_progress: Callable[[int, int], None] | None = None,
@@ -585,12 +809,13 @@ class Client:
         except ValidationError as exc:
             raise ValueError(
                 f"not a valid model or tier name: {exc.errors()[0]['input']!r}"
-            ) from None
+            ) from exc
         if device.mnn_runtime is not None:
             compare_versions(device.mnn_runtime, device.mnn_runtime)  # ValueError if malformed
         self.device = device
         self.trusted = trusted_keys
-        self.fetcher = open_fetcher(base_url, timeout=timeout)
+        limits = Limits(timeout=timeout, deadline=deadline, min_rate=min_rate)
+        self.fetcher = open_fetcher(base_url, timeout=timeout, limits=limits)
         self.cache = _Cache(Path(cache_dir))
         self.max_manifest_bytes = max_manifest_bytes
         self.clock = clock
@@ -613,6 +838,7 @@ class Client:
         """
         installed = self.cache.read_installed(self.model)
         code: str
+        self.fetcher.start_deadline()
         try:
             return self._fetch(installed)
         except Rejected as exc:
@@ -620,6 +846,8 @@ class Client:
             code = exc.reason
         except TrustError as exc:
             error, code = exc, "untrusted"
+        except ManifestNotFound as exc:
+            error, code = exc, "not-found"
         except TransportError as exc:
             error, code = exc, "transport"
         except CacheError as exc:
@@ -641,6 +869,7 @@ class Client:
 
     def _fetch(self, installed: _Installed | None) -> FetchResult:
         state = self.cache.read_state(self.model, self.tier)
+        highest = self.cache.read_sequence(self.model)
         data, etag, not_modified = self._get_manifest(state)
         decision = decide(
             data,
@@ -649,10 +878,13 @@ class Client:
             tier=self.tier,
             device_id=self.device.device_id,
             app_mnn_runtime=self.device.mnn_runtime,
-            highest_seen_sequence=state.highest_sequence,
+            highest_seen_sequence=highest,
             now=self.clock(),
             max_manifest_bytes=self.max_manifest_bytes,
         )
+        # Rollback protection first, before anything is downloaded.
+        if decision.sequence != highest:
+            self.cache.write_sequence(self.model, decision.sequence)
         accepted = _TierState(data, etag, decision.sequence)
         if accepted != state:
             self.cache.write_state(self.model, self.tier, accepted)
@@ -684,7 +916,21 @@ class Client:
         """The manifest bytes to verify, their ETag, and whether the server said 304."""
         cached = state.envelope
         path = manifest_path(self.model, self.tier)
-        with self.fetcher.open(path, etag=state.etag if cached else None) as response:
+        try:
+            response = self.fetcher.open(path, etag=state.etag if cached else None)
+        except TransportError as exc:
+            if exc.status == 404:
+                raise ManifestNotFound(
+                    f"the registry has no manifest for model '{self.model}', tier "
+                    f"'{self.tier}' ({exc.url} answered 404)",
+                    url=exc.url,
+                    status=404,
+                    retryable=False,
+                    hint="Check the model name and --tier (the tiers of models.toml), and "
+                    "that the model was published to this registry.",
+                ) from exc
+            raise
+        with response:
             if response.status == 304 and cached is not None:
                 # Still verified again below: the cached copy may have expired.
                 return cached, response.etag or state.etag, True
@@ -715,7 +961,7 @@ class Client:
         try:
             part.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _cache_error(f"cannot create {part.parent}", exc) from None
+            raise _cache_error(f"cannot create {part.parent}", exc) from exc
         check = BlobCheck(entry)
         have = self._resume_from(part, check)
         transferred = 0
@@ -729,7 +975,7 @@ class Client:
         try:
             os.replace(part, self.cache.blob(entry.sha256))
         except OSError as exc:
-            raise _cache_error(f"cannot install {part.name}", exc) from None
+            raise _cache_error(f"cannot install {part.name}", exc) from exc
         _fsync_dir(part.parent)
         return transferred
 
@@ -740,7 +986,7 @@ class Client:
         except FileNotFoundError:
             return 0
         except OSError as exc:
-            raise _cache_error(f"cannot read {part}", exc) from None
+            raise _cache_error(f"cannot read {part}", exc) from exc
         if size > check.entry.size:
             _unlink(part)
             return 0
@@ -749,7 +995,7 @@ class Client:
                 for chunk in iter(lambda: handle.read(CHUNK), b""):
                     check.update(chunk)
         except OSError as exc:
-            raise _cache_error(f"cannot read {part}", exc) from None
+            raise _cache_error(f"cannot read {part}", exc) from exc
         return size
 
     def _transfer(self, entry: ManifestEntry, part: Path, check: BlobCheck, have: int) -> int:
@@ -786,7 +1032,7 @@ class Client:
         try:
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
-            raise _cache_error(f"cannot write {part}", exc) from None
+            raise _cache_error(f"cannot write {part}", exc) from exc
         try:
             while check.remaining:
                 # At most one byte past the declared size is ever read.
@@ -808,7 +1054,7 @@ class Client:
             os.close(fd)
             fd = -1
             _unlink(part)  # free the space: the app needs it more than a resume
-            raise _cache_error(f"cannot write {part}", exc) from None
+            raise _cache_error(f"cannot write {part}", exc) from exc
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -882,15 +1128,15 @@ def unsafe_registry_keys(fetcher: Fetcher, model: str, tier: str) -> TrustedKeys
             raise TransportError(f"{response.url} answered HTTP {response.status}")
         data = _read_up_to(response, MAX_MANIFEST_BYTES + 1)
     try:
-        envelope = json.loads(data)
+        envelope = strict_json_loads(data)
         keyids = [str(sig["keyid"]) for sig in envelope["signatures"]]
-    except (ValueError, KeyError, TypeError):
-        raise Malformed("the manifest is not a signed envelope; no key ids to look up") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Malformed("the manifest is not a signed envelope; no key ids to look up") from exc
     keys = []
     for keyid in _unique(keyids):
         if not re.fullmatch(r"[0-9a-f]{64}", keyid):
             continue
-        with fetcher.open(f"keys/{keyid}.pem") as response:
+        with fetcher.open(layout.public_key_path(keyid)) as response:
             pem = _read_up_to(response, 16 * 1024)
         key = load_public_key(pem)
         if key_id(key) == keyid:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from edgereg.wire import Manifest, ManifestEntry, ReleaseRecord, RolloutState, blob_path
 
@@ -25,7 +25,9 @@ def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:
 
 
 def build_manifests(
-    state: RolloutState, releases: Mapping[str, ReleaseRecord]
+    state: RolloutState,
+    releases: Mapping[str, ReleaseRecord],
+    published_tiers: Iterable[str] = (),
 ) -> dict[str, Manifest]:
     """One manifest per tier known to the stable or the candidate release.
 
@@ -33,6 +35,10 @@ def build_manifests(
         state: The rollout state the manifests reflect; they carry its
             sequence and expiry.
         releases: Release records by version; must hold stable and candidate.
+        published_tiers: Tiers that already have a manifest in the registry.
+            Those the current releases do not serve get a manifest with no
+            entry, so their devices learn (signed) that the model was
+            withdrawn instead of installing what an older manifest said.
     """
     stable = releases[state.stable] if state.stable else None
     candidate = releases[state.candidate] if state.candidate else None
@@ -40,6 +46,7 @@ def build_manifests(
     for record in (stable, candidate):
         if record is not None:
             tiers.update(dict.fromkeys(record.tiers))
+    tiers.update(dict.fromkeys(sorted(published_tiers)))
     manifests = {}
     for tier in tiers:
         stable_entry = entry_for(stable, tier) if stable else None

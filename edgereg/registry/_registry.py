@@ -10,6 +10,7 @@ compare-and-swap: of two concurrent publishers one wins and the other gets a
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,41 +19,37 @@ from datetime import datetime, timedelta, timezone
 import semver
 
 from edgereg.errors import ConflictError, TrustError
+from edgereg.protocol import layout
+from edgereg.protocol.layout import KEYS_PREFIX
 from edgereg.registry import _transitions as transitions
 from edgereg.registry._manifests import build_manifests
 from edgereg.registry._release import PreparedRelease, ReleaseError
-from edgereg.signing import Signer, TrustedKeys, key_id, load_public_key, public_key_pem
+from edgereg.signing import (
+    Signer,
+    TrustedKeys,
+    key_id,
+    load_public_key,
+    looks_like_private_key,
+    public_key_pem,
+)
 from edgereg.storage import NotFound, Storage
 from edgereg.wire import (
     Manifest,
     ReleaseRecord,
     RolloutState,
+    W,
     blob_path,
     sign_document,
     verify_document,
 )
 
-KEYS_PREFIX = "keys/"
+_TIER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 
-
-def state_key(model: str) -> str:
-    """Where a model's signed rollout state lives."""
-    return f"models/{model}/state.json"
-
-
-def release_key(model: str, version: str) -> str:
-    """Where a release record lives."""
-    return f"models/{model}/releases/{version}.json"
-
-
-def manifest_key(model: str, tier: str) -> str:
-    """Where the manifest of one tier lives."""
-    return f"manifests/{model}/{tier}.json"
-
-
-def public_key_key(keyid: str) -> str:
-    """Where a public key lives."""
-    return f"{KEYS_PREFIX}{keyid}.pem"
+# The registry layout is spelled once, in the protocol.
+state_key = layout.state_path
+release_key = layout.release_path
+manifest_key = layout.manifest_path
+public_key_key = layout.public_key_path
 
 
 def signers_of(signer: Signer | Sequence[Signer]) -> list[Signer]:
@@ -99,8 +96,15 @@ class Registry:
 
     Args:
         storage: Where the registry lives.
-        trusted: Public keys whose signatures are accepted. By default, the
-            keys published in the registry's ``keys/``.
+        trusted: The publisher keys the operator pinned (models.toml
+            ``[registry] trusted_keys`` or ``--trusted-key``): the only keys
+            whose signatures are accepted, and the only keys that may sign.
+            None falls back to the keys published in the registry's own
+            ``keys/``, which anyone with write access to the storage can
+            plant: only for read-only views without a project (the status
+            page); every edgereg command passes pinned keys. A callable is
+            called once, on first use (the server opens a registry it never
+            verifies, and need not read the keys).
         clock: Returns the current UTC time (tests pass a fixed one).
     """
 
@@ -108,11 +112,12 @@ class Registry:
         self,
         storage: Storage,
         *,
-        trusted: TrustedKeys | None = None,
+        trusted: TrustedKeys | Callable[[], TrustedKeys] | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.storage = storage
         self._trusted = trusted
+        self.pinned = trusted is not None
         # keys/ read once per Registry: a command verifies many documents. A
         # Registry lives for one command (or one status page), so it is fresh.
         self._published_keys: TrustedKeys | None = None
@@ -122,14 +127,27 @@ class Registry:
 
     def trusted_keys(self) -> TrustedKeys:
         """The keys signatures are checked against."""
+        if callable(self._trusted):
+            self._trusted = self._trusted()
         if self._trusted is not None:
             return self._trusted
+        return self.published_keys()
+
+    def published_keys(self) -> TrustedKeys:
+        """The public keys in the registry's keys/: what apps may download, never trust.
+
+        Files that are not public keys are skipped here; `verify` reports them.
+        """
         if self._published_keys is None:
-            self._published_keys = TrustedKeys(
-                load_public_key(self.storage.get(key))
-                for key in self.storage.list(KEYS_PREFIX)
-                if key.endswith(".pem")
-            )
+            keys = []
+            for key in self.storage.list(KEYS_PREFIX):
+                if not key.endswith(".pem"):
+                    continue
+                try:
+                    keys.append(load_public_key(self.storage.get(key)))
+                except (TrustError, NotFound):
+                    continue
+            self._published_keys = TrustedKeys(keys)
         return self._published_keys
 
     def add_public_key(self, signer: Signer) -> bool:
@@ -155,12 +173,24 @@ class Registry:
             TrustError: keys/ holds keys and the signer's is not among them.
         """
         trusted = self.trusted_keys()
-        if not trusted:
+        if not trusted and not self.pinned:
             return
         unknown = [one for one in signers_of(signer) if one.key_id not in trusted]
         if not unknown:
             return
         stranger = unknown[0]
+        if self.pinned and not trusted:
+            self._trust_for_signed()  # raises: no publisher key is pinned
+        if self.pinned:
+            known = ", ".join(keyid[:12] for keyid in trusted) or "none"
+            raise TrustError(
+                f"the signing key {stranger.key_id[:12]} is not one of the publisher keys "
+                f"pinned in the project ({known}); apps and `edgereg verify` would reject "
+                "whatever it signs",
+                hint="Sign with a pinned key (--key PATH). A first key: `edgereg keys "
+                "generate` makes and pins one; another key: `edgereg keys generate --add`, "
+                "or copy its .pub.pem into publisher-keys/ (docs/operations/keys.md).",
+            )
         known = ", ".join(keyid[:12] for keyid in trusted)
         raise TrustError(
             f"the signing key {stranger.key_id[:12]} is not one of the keys of registry "
@@ -188,14 +218,14 @@ class Registry:
             data, token = self.storage.get_versioned(state_key(model))
         except NotFound:
             return None, None
-        state = verify_document(RolloutState, data, self._trust_for_signed())
+        state = self._verified(RolloutState, state_key(model), data)
         if state.model != model:
             raise TrustError(f"{state_key(model)} is the state of model '{state.model}'")
         return state, token
 
     def versions(self, model: str) -> list[str]:
         """Every version with a release record, oldest first."""
-        prefix = f"models/{model}/releases/"
+        prefix = layout.releases_prefix(model)
         found = [
             key[len(prefix) : -len(".json")]
             for key in self.storage.list(prefix)
@@ -205,22 +235,36 @@ class Registry:
 
     def read_release(self, model: str, version: str) -> ReleaseRecord:
         """A verified release record."""
-        record = verify_document(
-            ReleaseRecord, self.storage.get(release_key(model, version)), self._trust_for_signed()
-        )
+        key = release_key(model, version)
+        record = self._verified(ReleaseRecord, key, self.storage.get(key))
         if record.model != model or record.version != version:
             raise TrustError(f"{release_key(model, version)} holds {record.model} {record.version}")
         return record
 
     def read_manifest(self, model: str, tier: str) -> Manifest:
         """A verified manifest."""
-        return verify_document(
-            Manifest, self.storage.get(manifest_key(model, tier)), self._trust_for_signed()
-        )
+        key = manifest_key(model, tier)
+        return self._verified(Manifest, key, self.storage.get(key))
+
+    def _verified(self, cls: type[W], key: str, data: bytes) -> W:
+        """Verify a document against the pinned keys; a failure names the object."""
+        trusted = self._trust_for_signed()
+        try:
+            return verify_document(cls, data, trusted)
+        except TrustError as exc:
+            raise type(exc)(f"{key}: {exc.message}", hint=exc.hint) from exc
 
     def _trust_for_signed(self) -> TrustedKeys:
         trusted = self.trusted_keys()
         if not trusted:
+            if self.pinned:
+                raise TrustError(
+                    "no publisher key is pinned in the project, so nothing in registry "
+                    f"{self.storage.url} can be verified",
+                    hint="Run `edgereg keys generate` (it pins its public key in "
+                    "publisher-keys/), list your keys in [registry] trusted_keys of "
+                    "models.toml, or pass --trusted-key PUBLIC_KEY.pem.",
+                )
             raise TrustError(
                 f"the registry {self.storage.url} holds no public keys, so nothing in it "
                 "can be verified",
@@ -273,9 +317,7 @@ class Registry:
             # Published before; make sure the last step (manifests) happened.
             self._write_manifests(state, signers)
             return PublishResult(model, version, state, 0, 0, already_published=True)
-        transitions.check_new_version(state, version)
-        if full == (percent is not None):
-            raise transitions.RolloutError("choose exactly one of --canary PERCENT and --full")
+        transitions.check_publish(state, model, version, percent=percent, full=full)
 
         # Nothing was written before this point: a refused publish changes nothing.
         # The key goes first, so whatever is signed next can be verified.
@@ -381,8 +423,15 @@ class Registry:
     ) -> None:
         if releases is None:
             releases = self._releases_of(state)
-        for manifest in build_manifests(state, releases).values():
+        published = self.manifest_tiers(state.model)
+        for manifest in build_manifests(state, releases, published).values():
             self._put_manifest(manifest, signers)
+
+    def manifest_tiers(self, model: str) -> list[str]:
+        """The tiers that have a manifest of ``model`` in the registry."""
+        prefix = layout.manifest_prefix(model)
+        names = (key[len(prefix) :].removesuffix(".json") for key in self.storage.list(prefix))
+        return sorted(name for name in names if _TIER_NAME.fullmatch(name))
 
     def _put_manifest(self, manifest: Manifest, signers: list[Signer]) -> None:
         """Write a manifest unless the registry already holds one at least as new.
@@ -431,7 +480,8 @@ class Registry:
         trusted = self._trust_for_signed()
         releases = self._releases_of(state)
         behind = False
-        for tier, want in build_manifests(state, releases).items():
+        published = self.manifest_tiers(model)
+        for tier, want in build_manifests(state, releases, published).items():
             try:
                 got = verify_document(
                     Manifest, self.storage.get(manifest_key(model, tier)), trusted
@@ -453,18 +503,76 @@ class Registry:
             deep: also re-hash every blob (otherwise only sizes are checked).
         """
         report = VerifyReport()
+        self._verify_keys(report)
         try:
             trusted = self._trust_for_signed()
         except TrustError as exc:
-            if not self.storage.list("models/"):
+            if not self.storage.list("models/") and not self.storage.list("manifests/"):
                 report.warnings.append("the registry is empty")
                 return report
             report.errors.append(exc.message)
             return report
         checked_blobs: dict[str, str | None] = {}
-        for model in self.models():
+        models = self.models()
+        for model in models:
             self._verify_model(model, trusted, report, checked_blobs, deep=deep)
+        with_manifests, releases_only = self._models_without_state(models)
+        for model in with_manifests:
+            report.errors.append(
+                f"{state_key(model)}: missing, but manifests of {model} exist (was it "
+                "deleted?); devices keep installing what they say, and no command can "
+                "change it; restore state.json from a backup"
+            )
+        for model in releases_only:
+            report.warnings.append(
+                f"{state_key(model)}: missing, but release records of {model} exist (a first "
+                f"publish interrupted?); run `edgereg publish {model}` again"
+            )
         return report
+
+    def _verify_keys(self, report: VerifyReport) -> None:
+        """keys/ holds public keys only, each named by its id, and (pinned) each one pinned."""
+        pinned = self.trusted_keys() if self.pinned else None
+        for key in self.storage.list(KEYS_PREFIX):
+            try:
+                data = self.storage.get(key)
+            except NotFound:
+                continue
+            if looks_like_private_key(data):
+                report.errors.append(
+                    f"{key}: holds a PRIVATE key, readable by anyone who can read the "
+                    "registry; delete it now and rotate that key (docs/operations/keys.md)"
+                )
+                continue
+            try:
+                keyid = key_id(load_public_key(data))
+            except TrustError as exc:
+                report.errors.append(f"{key}: {exc.message}")
+                continue
+            if key != public_key_key(keyid):
+                report.errors.append(
+                    f"{key}: holds key {keyid[:12]}, expected at {public_key_key(keyid)}"
+                )
+            elif pinned is not None and keyid not in pinned:
+                report.errors.append(
+                    f"{key}: key {keyid[:12]} is not pinned in the project, so nothing it "
+                    "signs is trusted; delete it from the registry (was it planted?), or pin "
+                    "it if it is yours (docs/operations/keys.md)"
+                )
+
+    def _models_without_state(self, models: list[str]) -> tuple[list[str], list[str]]:
+        """Models with no state.json: (those with manifests, those with release records only)."""
+        found = {
+            prefix: {
+                key.split("/")[1]
+                for key in self.storage.list(prefix)
+                if key.count("/") >= 2 and key.endswith(".json")
+            }
+            - set(models)
+            for prefix in ("models/", "manifests/")
+        }
+        with_manifests = found["manifests/"]
+        return sorted(with_manifests), sorted(found["models/"] - with_manifests)
 
     def _verify_model(
         self,
@@ -478,7 +586,7 @@ class Registry:
         try:
             state, _ = self.read_state(model)
         except TrustError as exc:
-            report.errors.append(f"{state_key(model)}: {exc.message}")
+            report.errors.append(exc.message)
             return
         assert state is not None
         report.checked += 1
@@ -493,7 +601,7 @@ class Registry:
             try:
                 records[version] = self.read_release(model, version)
             except TrustError as exc:
-                report.errors.append(f"{key}: {exc.message}")
+                report.errors.append(exc.message)
                 continue
             report.checked += 1
             for name, variant in records[version].variants.items():
@@ -508,7 +616,7 @@ class Registry:
                 )
         if any(v is not None and v not in records for v in (state.stable, state.candidate)):
             return
-        expected = build_manifests(state, records)
+        expected = build_manifests(state, records, self.manifest_tiers(model))
         for tier, want in expected.items():
             key = manifest_key(model, tier)
             try:

@@ -10,6 +10,7 @@ from edgereg._files import sha256_file
 from edgereg.build.outputs import FAILED, NOT_BUILT, STALE, UNREADABLE, read_outputs
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
+from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.wire import ReleaseRecord, ReleaseVariant
 
 
@@ -67,22 +68,37 @@ def prepare_release(
         if outputs.status == STALE:
             problems.append(f"{where}: stale: models.toml or the source changed since it was built")
             continue
-        metrics, provenance = outputs.metrics, outputs.provenance
-        failed = [name for name, passed in metrics.get("gates", {}).items() if not passed]
+        try:
+            metrics = BuildMetrics.parse(outputs.metrics)
+            provenance = Provenance.parse(outputs.provenance)
+        except BuildOutputError as exc:
+            problems.append(f"{where}: build outputs unreadable ({exc})")
+            continue
+        failed = metrics.failed_gates()
         if failed:
             problems.append(f"{where}: failed gates {', '.join(failed)}")
             continue
+        if (provenance.model, provenance.variant, provenance.tier) != (
+            model_name,
+            variant_name,
+            variant.tier,
+        ):
+            problems.append(
+                f"{where}: its provenance is of {provenance.model}/{provenance.variant} for "
+                f"tier {provenance.tier}"
+            )
+            continue
         digest = sha256_file(artifact)
-        if digest != provenance.get("artifact", {}).get("sha256"):
+        if digest != provenance.artifact.sha256:
             problems.append(f"{where}: {artifact} differs from the one its provenance records")
             continue
         variants[variant_name] = ReleaseVariant(
             tier=variant.tier,
             sha256=digest,
             size=artifact.stat().st_size,
-            metrics=metrics,
-            provenance=provenance,
-            min_mnn_runtime=provenance["min_mnn_runtime"],
+            metrics=outputs.metrics,
+            provenance=outputs.provenance,
+            min_mnn_runtime=provenance.min_mnn_runtime,
             runtime=variant.runtime,
         )
         blobs[digest] = artifact

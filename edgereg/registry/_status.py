@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgereg.registry._manifests import entry_for
@@ -34,6 +34,8 @@ class ModelStatus:
     expires: str
     tiers: list[TierStatus]
     last_change: str | None
+    warnings: list[str] = field(default_factory=list)
+    """Tiers whose devices (some or all) get no model, in plain words."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for --json."""
@@ -68,6 +70,7 @@ def model_status(registry: Registry, model: str) -> ModelStatus:
             )
         )
     last = state.history[-1] if state.history else None
+    warnings = _no_model_warnings(model, tiers, state.percent, state.paused)
     return ModelStatus(
         model=model,
         stable=state.stable,
@@ -78,4 +81,36 @@ def model_status(registry: Registry, model: str) -> ModelStatus:
         expires=format_time(state.expires),
         tiers=tiers,
         last_change=(f"{format_time(last.at)} {last.action} by {last.actor}" if last else None),
+        warnings=warnings,
     )
+
+
+def _no_model_warnings(
+    model: str, tiers: list[TierStatus], percent: float | None, paused: bool
+) -> list[str]:
+    """Say which tiers' devices get no model, and how many of them."""
+    if not tiers:
+        return [
+            f"{model} is withdrawn: the devices of every tier get no model "
+            f"(publish a release: edgereg publish {model} --canary 5%)"
+        ]
+    by_problem: dict[str, list[str]] = {}
+    for tier in tiers:
+        if tier.stable_variant is not None:
+            continue
+        if tier.candidate_variant is None:
+            problem = "every device gets no model (withdrawn)"
+        elif paused:
+            problem = "every device gets no model (the rollout is paused and there is no stable)"
+        elif percent is not None and percent < 100:
+            problem = (
+                f"{100 - percent:g}% of devices (outside the candidate's cohort) get no model; "
+                f"there is no stable release (edgereg rollout {model} --next, then promote)"
+            )
+        else:
+            continue
+        by_problem.setdefault(problem, []).append(tier.tier)
+    return [
+        f"{model}: tier{'s' if len(names) > 1 else ''} {', '.join(names)}: {problem}"
+        for problem, names in by_problem.items()
+    ]

@@ -91,6 +91,30 @@ def check_new_version(state: RolloutState | None, version: str) -> None:
             )
 
 
+def check_publish(
+    state: RolloutState | None, model: str, version: str, *, percent: float | None, full: bool
+) -> None:
+    """Refuse a publish before anything is written (see :func:`publish` for the rules).
+
+    Raises:
+        RolloutError: the version is not new, neither or both of percent and
+            full, or a candidate with no stable under it would be replaced.
+    """
+    check_new_version(state, version)
+    if full == (percent is not None):
+        raise RolloutError("choose exactly one of --canary PERCENT and --full")
+    if state is not None and state.candidate is not None and state.stable is None:
+        assert state.percent is not None
+        raise RolloutError(
+            f"{model} {state.candidate} is a candidate at {state.percent:g}% with no stable "
+            f"release; publishing {version} would replace it, and the devices that run "
+            f"{state.candidate} now would get no model unless they fall in the new cohort",
+            hint=f"Make it stable first (edgereg promote {model}; a canary needs "
+            f"`edgereg rollout {model} --next` or --force), or withdraw it "
+            f"(edgereg rollback {model}), then publish again.",
+        )
+
+
 def publish(
     state: RolloutState | None,
     model: str,
@@ -105,16 +129,36 @@ def publish(
 ) -> RolloutState:
     """Start the rollout of a new release: a canary at ``percent``, or everyone with ``full``.
 
-    A release published ``full`` goes to 100 % of devices as candidate and may
-    be promoted at once; a canary must be rolled out before it is promoted.
-    A candidate still in flight is replaced by the newer release.
+    Rules (docs/release.md, "What devices get"):
+
+    - The first release of a model published ``full`` (no stable yet) becomes
+      the stable release for every device at once.
+    - Otherwise a ``full`` release goes to 100 % of devices as candidate and
+      may be promoted at once; a canary must be rolled out before it is promoted.
+    - A candidate in flight is replaced by the newer release only when there is
+      a stable release: the devices of the old cohort go back to stable, which
+      they had before. Without a stable the old candidate is all those devices
+      have, so the publish is refused until it is promoted or rolled back.
     """
-    check_new_version(state, version)
-    if full == (percent is not None):
-        raise RolloutError("choose exactly one of --canary PERCENT and --full")
+    check_publish(state, model, version, percent=percent, full=full)
+    if full and (state is None or state.stable is None):
+        return _advance(
+            state,
+            model,
+            now=now,
+            expires=expires,
+            actor=actor,
+            action="publish",
+            note="first release, published --full: stable for every device",
+            end_rollout=True,
+            stable=version,
+        )
     note = None
     if state is not None and state.candidate is not None:
-        note = f"replaces candidate {state.candidate} at {state.percent:g}%"
+        note = (
+            f"replaces candidate {state.candidate} at {state.percent:g}%; its cohort goes "
+            f"back to stable {state.stable}"
+        )
     return _advance(
         state,
         model,
@@ -139,8 +183,8 @@ def _require_candidate(state: RolloutState | None, model: str, command: str) -> 
         )
     if state.candidate is None:
         raise RolloutError(
-            f"model '{model}' has no rollout in progress (stable is {state.stable}); "
-            f"nothing to {command}",
+            f"model '{model}' has no rollout in progress (stable is "
+            f"{state.stable or 'none: the model is withdrawn'}); nothing to {command}",
             hint=f"Publish a new version first: edgereg publish {model} --canary 5%",
         )
     return state
@@ -264,11 +308,18 @@ def rollback(
 ) -> RolloutState:
     """Drop the candidate, or with ``to_version`` restore an older stable release.
 
+    Dropping a candidate that has no stable release under it withdraws the
+    model: every tier's manifest then offers no entry (signed), so devices stop
+    installing the dropped version.
+
     Args:
         published: versions with a release record in the registry.
     """
     if to_version is None:
         current = _require_candidate(state, model, "roll back")
+        note = f"dropped candidate {current.candidate}"
+        if current.stable is None:
+            note += "; no stable release: the model is withdrawn from every tier"
         return _advance(
             current,
             model,
@@ -276,7 +327,7 @@ def rollback(
             expires=expires,
             actor=actor,
             action="rollback",
-            note=f"dropped candidate {current.candidate}",
+            note=note,
             end_rollout=True,
         )
     if state is None:

@@ -28,9 +28,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgereg.client import Rejected, TrustedKeys, decide
-from edgereg.config import RuntimeHints
-from edgereg.rollout import in_cohort
+from edgereg.protocol.decision import BlobCheck, decide
+from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.fields import RuntimeHints, TierRules
+from edgereg.protocol.reasons import Rejected
+from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
 from edgereg.signing import Signer, canonical_json, sign_envelope
 from edgereg.wire import (
     PAYLOAD_TYPE_STATE,
@@ -117,6 +119,37 @@ def _tampered_signature() -> bytes:
     sig[0] ^= 0x01
     envelope["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
     return canonical_json(envelope)
+
+
+def _raw_payload(edit: Callable[[dict[str, Any]], None], manifest: Manifest | None = None) -> bytes:
+    """A manifest payload edited as JSON (what the model would refuse to build), then signed."""
+    data = json.loads(to_bytes(manifest or _manifest()))
+    edit(data)
+    payload = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return sign_envelope(payload, Manifest.payload_type, [_signer("registry")])
+
+
+def _set(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        for dotted, value in changes.items():
+            node = data
+            *parents, last = dotted.split("__")
+            for key in parents:
+                node = node[key]
+            node[last] = value
+
+    return edit
+
+
+def _extra_signature(extra: dict[str, Any]) -> bytes:
+    envelope = json.loads(_signed(_manifest()))
+    envelope["signatures"].append(extra)
+    return canonical_json(envelope)
+
+
+def _duplicate_key() -> bytes:
+    envelope = _signed(_manifest()).decode()
+    return envelope.replace('{"payload":', '{"payloadType":"x","payload":', 1).encode()
 
 
 def _state_envelope() -> bytes:
@@ -225,6 +258,106 @@ CASES: dict[str, Case] = {
         lambda: b"<html>502 Bad Gateway</html>",
         {},
     ),
+    # Rule 1: size, and nesting before parsing.
+    "too-large": (
+        "65537 bytes: one more than the 64 KiB limit, refused before parsing.",
+        lambda: b" " * (64 * 1024 + 1),
+        {},
+    ),
+    "deeply-nested": (
+        "60,000 '[': nesting deeper than 64 is refused before parsing (malformed, no crash).",
+        lambda: b"[" * 60_000,
+        {},
+    ),
+    "duplicate-envelope-key": (
+        "The envelope names payloadType twice: two readings of one document.",
+        _duplicate_key,
+        {},
+    ),
+    # Rules 2-5: one envelope parser; untrusted signatures are skipped, whatever they hold.
+    "extra-garbage-signature-by-untrusted-key": (
+        "A valid signature by the trusted key and a garbage one by another key: accepted.",
+        lambda: _extra_signature({"keyid": "not-a-key-id", "sig": "!!"}),
+        {},
+    ),
+    "extra-signature-without-sig": (
+        "A valid signature and one by an untrusted key id without 'sig': accepted.",
+        lambda: _extra_signature({"keyid": "0" * 64}),
+        {},
+    ),
+    "signature-without-keyid": (
+        "A signature object without a string keyid breaks the envelope shape (rule 2).",
+        lambda: _extra_signature({"sig": "AAAA"}),
+        {},
+    ),
+    # Rule 6: the strict schema (docs/protocol.md section 3).
+    "sequence-as-float": (
+        "sequence 9.0: a JSON number that is not an integer.",
+        lambda: _raw_payload(_set(sequence=9.0)),
+        {},
+    ),
+    "sequence-above-max-safe-integer": (
+        "sequence 2^53: beyond what every JSON reader holds exactly.",
+        lambda: _raw_payload(_set(sequence=2**53)),
+        {},
+    ),
+    "size-as-string": (
+        'size "1234567": JSON types must match exactly.',
+        lambda: _raw_payload(_set(stable__size="1234567")),
+        {},
+    ),
+    "expires-with-fraction": (
+        "expires 2025-07-01T12:00:00.5Z: only whole seconds with Z are valid.",
+        lambda: _raw_payload(_set(expires="2025-07-01T12:00:00.5Z")),
+        {},
+    ),
+    "expires-with-offset": (
+        "expires 2025-07-01T12:00:00+00:00: the only spelling is with Z.",
+        lambda: _raw_payload(_set(expires="2025-07-01T12:00:00+00:00")),
+        {},
+    ),
+    "percent-three-decimals": (
+        "percent 12.345: at most two decimals.",
+        lambda: _raw_payload(_set(percent=12.345), _rollout()),
+        {},
+    ),
+    "percent-above-100": (
+        "percent 100.5: at most 100.",
+        lambda: _raw_payload(_set(percent=100.5), _rollout()),
+        {},
+    ),
+    "backends-not-ending-in-cpu": (
+        'runtime.backends ["cpu", "opencl"]: the list must end with "cpu".',
+        lambda: _raw_payload(_set(stable__runtime__backends=["cpu", "opencl"])),
+        {},
+    ),
+    "path-not-the-digest": (
+        "path names another blob than sha256: path is always blobs/sha256/<sha256>.",
+        lambda: _raw_payload(_set(stable__path="blobs/sha256/" + "a" * 64)),
+        {},
+    ),
+    "version-not-semver": (
+        "version 1.0: not a semantic version.",
+        lambda: _raw_payload(_set(stable__version="1.0")),
+        {},
+    ),
+    "unknown-field": (
+        "An unknown payload field: refused (unknown envelope fields are ignored, payload "
+        "fields are not).",
+        lambda: _raw_payload(_set(url="http://x")),
+        {},
+    ),
+    "candidate-at-100-percent": (
+        "A rollout at 100%: every bucket is below 10000, every device gets the candidate.",
+        lambda: _signed(_rollout(percent=100.0)),
+        {"device_id": _device(False)},
+    ),
+    "withdrawn": (
+        "No stable and no candidate (a model rolled back with nothing stable): accepted, "
+        "nothing to install.",
+        lambda: _signed(_manifest(stable=None)),
+        {},
+    ),
 }
 
 
@@ -299,20 +432,176 @@ def schema_text() -> str:
     schema["description"] = (
         "The payload of a signed manifest envelope (payloadType "
         f"{Manifest.payload_type}); see docs/protocol.md. Generated by "
-        "tests/vectors/generate.py from edgereg.wire.Manifest."
+        "tests/vectors/generate.py from edgereg.protocol.wire.Manifest."
+    )
+    schema["$comment"] = (
+        "Rules JSON Schema cannot state, which a client checks too (docs/protocol.md "
+        "section 3): integers are written without a fraction or exponent (9, never 9.0); "
+        "an entry's path is exactly blobs/sha256/ followed by its sha256; percent has at "
+        "most two decimals; percent and salt are set iff candidate is; paused is true "
+        "only with a candidate; the candidate's version is higher than stable's."
     )
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
+# --- blob rules 13 and 14 ----------------------------------------------------------
+
+BLOB = b"edgereg blob vector \x00\x01\x02" * 10
+BLOB_CASES: dict[str, tuple[str, bytes, int | None, int, str | None]] = {
+    # name: (description, body sent, Content-Length announced, declared size, expected reason)
+    "blob-exact": ("Exactly size bytes with the right sha256.", BLOB, len(BLOB), len(BLOB), None),
+    "blob-no-content-length": (
+        "No Content-Length: the bytes alone decide.",
+        BLOB,
+        None,
+        len(BLOB),
+        None,
+    ),
+    "blob-content-length-too-large": (
+        "Content-Length announces more than size: refused before reading (rule 13).",
+        BLOB,
+        len(BLOB) + 1,
+        len(BLOB),
+        "blob-too-large",
+    ),
+    "blob-one-byte-too-many": (
+        "One byte past size: a failure (rule 13).",
+        BLOB + b"x",
+        None,
+        len(BLOB),
+        "blob-too-large",
+    ),
+    "blob-short": ("One byte fewer than size (rule 14).", BLOB[:-1], None, len(BLOB), "bad-blob"),
+    "blob-wrong-digest": (
+        "Exactly size bytes, another sha256 (rule 14).",
+        BLOB[:-1] + b"y",
+        None,
+        len(BLOB),
+        "bad-blob",
+    ),
+}
+
+
+def run_blob(vector_input: dict[str, Any]) -> dict[str, Any]:
+    """The reference decision for one blob vector: feed the body to BlobCheck."""
+    entry = _entry("1.0.0").model_copy(
+        update={
+            "sha256": vector_input["entry"]["sha256"],
+            "path": blob_path(vector_input["entry"]["sha256"]),
+            "size": vector_input["entry"]["size"],
+        }
+    )
+    check = BlobCheck(entry)
+    body = base64.b64decode(vector_input["body"])
+    try:
+        check.expect(vector_input["content_length"])
+        check.update(body)
+        check.finish()
+    except Rejected as exc:
+        return {"accept": False, "reason": exc.reason}
+    return {"accept": True}
+
+
+def build_blobs() -> dict[str, str]:
+    files = {}
+    digest = hashlib.sha256(BLOB).hexdigest()
+    for name, (description, body, length, size, _reason) in BLOB_CASES.items():
+        vector_input = {
+            "entry": {"sha256": digest, "size": size},
+            "content_length": length,
+            "body": base64.b64encode(body).decode("ascii"),
+        }
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": run_blob(vector_input),
+        }
+        files[f"blobs/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- tier resolution and cohort buckets ----------------------------------------------
+
+TIERS = {
+    "high": {"min_ram_mb": 6144, "min_cpu_cores": 6, "soc_allow": ["Snapdragon 8*", "Apple A1?"]},
+    "mid": {"min_ram_mb": 3072, "os": ["android"]},
+    "low": {},
+}
+DEVICES = [
+    ("flagship", {"ram_mb": 12288, "cpu_cores": 8, "soc": "Snapdragon 8 Gen 2", "os": "android"}),
+    ("flagship-soc-case", {"ram_mb": 8192, "cpu_cores": 8, "soc": "snapdragon 8 GEN 3"}),
+    ("iphone", {"ram_mb": 6144, "cpu_cores": 6, "soc": "Apple A15", "os": "ios"}),
+    ("soc-question-mark-needs-one-char", {"ram_mb": 8192, "cpu_cores": 8, "soc": "Apple A1"}),
+    ("soc-brackets-are-literal", {"ram_mb": 8192, "cpu_cores": 8, "soc": "[Snapdragon 8]"}),
+    ("no-soc", {"ram_mb": 12288, "cpu_cores": 8, "os": "android"}),
+    ("mid-android", {"ram_mb": 4096, "cpu_cores": 4, "os": "android"}),
+    ("mid-ram-on-ios", {"ram_mb": 4096, "cpu_cores": 4, "os": "ios"}),
+    ("exactly-3072", {"ram_mb": 3072, "cpu_cores": 1, "os": "android"}),
+    ("one-below-3072", {"ram_mb": 3071, "cpu_cores": 8, "os": "android"}),
+    ("nothing-known", {"ram_mb": 0, "cpu_cores": 1}),
+]
+COHORT_SALTS = ["5f3a9c0e1b2d4c6a", "00000000"]
+COHORT_DEVICES = ["device-0", "device-1", "device-42", "ünïcödé-device", "a" * 200]
+COHORT_PERCENTS = [0.01, 1.1, 5.0, 12.5, 50.0, 99.99, 100.0]
+
+
+def build_rules() -> dict[str, str]:
+    tiers = {name: TierRules(**rules) for name, rules in TIERS.items()}
+    tier_cases = []
+    for name, fields in DEVICES:
+        device = DeviceProfile(device_id=name, **fields)
+        tier_cases.append({"name": name, "device": fields, "tier": resolve_tier(tiers, device)})
+    tier_vector = {
+        "description": "Tier resolution (docs/protocol.md section 5): the first tier, best "
+        "first, whose every set rule holds; the last tier is the catch-all.",
+        "tiers": [{"name": name, "rules": rules} for name, rules in TIERS.items()],
+        "cases": tier_cases,
+    }
+    cohort_cases = []
+    for salt in COHORT_SALTS:
+        for device_id in COHORT_DEVICES:
+            bucket = cohort_bucket(device_id, salt)
+            cohort_cases.append(
+                {
+                    "salt": salt,
+                    "device_id": device_id,
+                    "bucket": bucket,
+                    "in_cohort": {f"{p:g}": in_cohort(device_id, salt, p) for p in COHORT_PERCENTS},
+                }
+            )
+    cohort_vector = {
+        "description": "Cohort buckets (docs/protocol.md section 6): bucket = "
+        "int(sha256(utf8(salt + ':' + device_id)) hex [0:8], 16) % 10000; in cohort iff "
+        "bucket < round(percent * 100), compared as integers.",
+        "cases": cohort_cases,
+    }
+    return {
+        "rules/tiers.json": json.dumps(tier_vector, indent=2, ensure_ascii=False) + "\n",
+        "rules/cohorts.json": json.dumps(cohort_vector, indent=2, ensure_ascii=False) + "\n",
+    }
+
+
+def everything() -> dict[str, str]:
+    """Every golden file under tests/vectors/, by relative path."""
+    return {**build(), **build_blobs(), **build_rules()}
+
+
+def _existing() -> list[Path]:
+    return sorted(p for p in HERE.rglob("*.json") if p.parent.name != "keys" and p.is_file())
+
+
 def stale() -> list[str]:
     """Golden files that differ from what this script would write (or should not exist)."""
-    wanted = build()
+    wanted = everything()
     problems = [
         name
         for name, text in wanted.items()
         if not (HERE / name).exists() or (HERE / name).read_text("utf-8") != text
     ]
-    problems += sorted(p.name for p in HERE.glob("*.json") if p.name not in wanted)
+    problems += [
+        str(p.relative_to(HERE)) for p in _existing() if str(p.relative_to(HERE)) not in wanted
+    ]
     if not SCHEMA_FILE.exists() or SCHEMA_FILE.read_text("utf-8") != schema_text():
         problems.append(str(SCHEMA_FILE.relative_to(ROOT)))
     return problems
@@ -324,11 +613,12 @@ def main(argv: list[str]) -> int:
         for name in problems:
             print(f"stale: {name}")
         return 1 if problems else 0
-    wanted = build()
-    for path in HERE.glob("*.json"):
-        if path.name not in wanted:
+    wanted = everything()
+    for path in _existing():
+        if str(path.relative_to(HERE)) not in wanted:
             path.unlink()
     for name, text in wanted.items():
+        (HERE / name).parent.mkdir(parents=True, exist_ok=True)
         (HERE / name).write_text(text, encoding="utf-8")
     SCHEMA_FILE.parent.mkdir(parents=True, exist_ok=True)
     SCHEMA_FILE.write_text(schema_text(), encoding="utf-8")

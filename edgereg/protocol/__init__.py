@@ -1,0 +1,76 @@
+"""The contract between the registry, the server, the client and apps: nothing else of edgereg.
+
+Like python-tuf's ``tuf/api``, this package imports only pydantic and
+cryptography, so the registry, ``edgereg serve`` and the client SDK (and a
+port checking itself against tests/vectors/) share one definition of each
+rule:
+
+- :mod:`~edgereg.protocol.layout`: registry paths;
+- :mod:`~edgereg.protocol.fields`: names, versions, digests, times, percents,
+  runtime hints and tier rules;
+- :mod:`~edgereg.protocol.envelope`: keys, DSSE envelopes, the PAE and the one
+  envelope parser;
+- :mod:`~edgereg.protocol.wire`: the signed documents (manifest, rollout
+  state, release record) and their one serialization;
+- :mod:`~edgereg.protocol.rules`: cohorts, tiers, the entry a device runs;
+- :mod:`~edgereg.protocol.decision`: the client's decision and blob check;
+- :mod:`~edgereg.protocol.reasons`: one exception per reason code;
+- :mod:`~edgereg.protocol.build_outputs`: what publish reads from a build.
+"""
+
+from edgereg.protocol._json import MAX_JSON_DEPTH, canonical_json, strict_json_loads
+from edgereg.protocol.decision import MAX_MANIFEST_BYTES, BlobCheck, Decision, decide
+from edgereg.protocol.envelope import Signer, TrustedKeys, pae, sign_envelope, verify_envelope
+from edgereg.protocol.errors import EdgeregError, TrustError
+from edgereg.protocol.reasons import REASONS, Rejected
+from edgereg.protocol.rules import (
+    DeviceProfile,
+    choose_entry,
+    cohort_bucket,
+    in_cohort,
+    resolve_tier,
+)
+from edgereg.protocol.wire import (
+    PAYLOAD_TYPE_MANIFEST,
+    PAYLOAD_TYPE_RELEASE,
+    PAYLOAD_TYPE_STATE,
+    Manifest,
+    ManifestEntry,
+    ReleaseRecord,
+    RolloutState,
+    from_bytes,
+    to_bytes,
+)
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_MANIFEST_BYTES",
+    "PAYLOAD_TYPE_MANIFEST",
+    "PAYLOAD_TYPE_RELEASE",
+    "PAYLOAD_TYPE_STATE",
+    "REASONS",
+    "BlobCheck",
+    "Decision",
+    "DeviceProfile",
+    "EdgeregError",
+    "Manifest",
+    "ManifestEntry",
+    "Rejected",
+    "ReleaseRecord",
+    "RolloutState",
+    "Signer",
+    "TrustError",
+    "TrustedKeys",
+    "canonical_json",
+    "choose_entry",
+    "cohort_bucket",
+    "decide",
+    "from_bytes",
+    "in_cohort",
+    "pae",
+    "resolve_tier",
+    "sign_envelope",
+    "strict_json_loads",
+    "to_bytes",
+    "verify_envelope",
+]

@@ -1,0 +1,326 @@
+"""The field types of every wire format and of models.toml, each defined once.
+
+Each type's error message states its rule. Integers are strict everywhere
+(``9.0`` and ``"9"`` are not integers), and integers on the wire stay within
+2^53 - 1 so that JavaScript ports read them exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    Strict,
+    StringConstraints,
+    field_validator,
+)
+
+from edgereg.protocol.errors import EdgeregError
+
+__all__ = [
+    "BUCKETS",
+    "MAX_SAFE_INTEGER",
+    "NAME_RULE",
+    "PERCENT_RULE",
+    "SEMVER_PATTERN",
+    "TIME_PATTERN",
+    "Backend",
+    "BlobPath",
+    "Name",
+    "Percent",
+    "PercentError",
+    "RuntimeHints",
+    "Salt",
+    "SemVer",
+    "SequenceNumber",
+    "Sha256",
+    "Size",
+    "StrictInt",
+    "TierRules",
+    "UtcTime",
+    "VersionPin",
+    "basis_points",
+    "check_percent",
+    "compare_semver",
+    "format_time",
+]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer every JSON reader (JavaScript's Number included) holds exactly."""
+
+StrictInt = Annotated[int, Strict()]
+"""A JSON integer: not a float (``9.0``), a string (``"9"``) or a boolean."""
+
+SequenceNumber = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)]
+"""A document sequence number, 1 to 2^53 - 1."""
+
+Size = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)]
+"""A blob size in bytes, 1 to 2^53 - 1."""
+
+NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
+NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+"""A model, tier or variant name."""
+
+VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
+"""A tool or runtime version like 3.6.1."""
+
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+"""A sha256 digest: 64 lowercase hex characters."""
+
+Salt = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{8,64}$")]
+"""A cohort salt: 8 to 64 lowercase hex characters."""
+
+BlobPath = Annotated[str, StringConstraints(pattern=r"^blobs/sha256/[0-9a-f]{64}$")]
+"""The registry path of a blob: ``blobs/sha256/`` and its sha256."""
+
+Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi"]
+
+
+# --- semantic versions --------------------------------------------------------
+
+SEMVER_PATTERN = (
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+"""Semantic Versioning 2.0.0 (https://semver.org), the regex it publishes."""
+_SEMVER = re.compile(SEMVER_PATTERN)
+
+
+def _check_semver(value: str) -> str:
+    if not _SEMVER.match(value):
+        raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
+    return value
+
+
+SemVer = Annotated[
+    str, Field(json_schema_extra={"pattern": SEMVER_PATTERN}), AfterValidator(_check_semver)
+]
+"""A semantic version, MAJOR.MINOR.PATCH with optional pre-release and build."""
+
+
+def _semver_key(version: str) -> tuple[Any, ...]:
+    match = _SEMVER.match(version)
+    if match is None:
+        raise ValueError(f"'{version}' is not a semantic version")
+    major, minor, patch, pre, _build = match.groups()
+    # A release sorts after its pre-releases; numeric identifiers sort below text ones.
+    pre_key: tuple[Any, ...] = (1,)
+    if pre is not None:
+        pre_key = (
+            0,
+            *((0, int(part), "") if part.isdigit() else (1, 0, part) for part in pre.split(".")),
+        )
+    return (int(major), int(minor), int(patch), pre_key)
+
+
+def compare_semver(a: str, b: str) -> int:
+    """Compare two semantic versions by SemVer 2.0 precedence: -1, 0 or 1 (build ignored).
+
+    Raises:
+        ValueError: a version is not a semantic version.
+    """
+    ka, kb = _semver_key(a), _semver_key(b)
+    return (ka > kb) - (ka < kb)
+
+
+# --- times ----------------------------------------------------------------------
+
+TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+"""The only spelling of a time on the wire: RFC 3339, UTC, ``Z``, whole seconds."""
+_TIME = re.compile(TIME_PATTERN)
+
+
+def _parse_time(value: Any) -> Any:
+    if isinstance(value, str):
+        if not _TIME.match(value):
+            raise ValueError(
+                f"{value!r} is not a time like 2025-01-31T12:00:00Z (RFC 3339, UTC, 'Z', "
+                "whole seconds)"
+            )
+        try:
+            return datetime.fromisoformat(value[:-1] + "+00:00")
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a valid date and time") from exc
+    if not isinstance(value, datetime):
+        raise ValueError(f"{value!r} is not a time like 2025-01-31T12:00:00Z")
+    return value
+
+
+def _check_utc(value: datetime) -> datetime:
+    offset = value.utcoffset()
+    if offset is None:
+        raise ValueError(
+            "time has no timezone; expected UTC, e.g. datetime.now(timezone.utc) "
+            "or 2025-01-31T12:00:00Z"
+        )
+    if offset:
+        raise ValueError(f"time is at UTC offset {offset}; expected UTC (offset zero)")
+    # Whole seconds: a fraction is dropped, so an expiry only ever moves earlier.
+    return value.replace(tzinfo=timezone.utc, microsecond=0)
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 with ``Z`` and whole seconds: the wire spelling of a UTC time."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+UtcTime = Annotated[
+    datetime,
+    Field(json_schema_extra={"pattern": TIME_PATTERN}),
+    BeforeValidator(_parse_time),
+    AfterValidator(_check_utc),
+    PlainSerializer(format_time, return_type=str, when_used="json"),
+]
+"""A timezone-aware UTC time; on the wire exactly ``YYYY-MM-DDTHH:MM:SSZ``."""
+
+
+# --- percentages -----------------------------------------------------------------
+
+BUCKETS = 10_000
+"""Cohort buckets: one per 0.01 percent."""
+
+PERCENT_RULE = "a percentage greater than 0 and at most 100, like 5%"
+
+
+class PercentError(EdgeregError, ValueError):
+    """A percentage outside (0, 100] or finer than 0.01.
+
+    Also a ValueError, so pydantic validators can use :func:`check_percent`.
+    """
+
+    exit_code = 2
+
+
+def basis_points(percent: float) -> int:
+    """Return ``percent`` in hundredths of a percent, as an exact integer.
+
+    Accepts 0 to 100 inclusive (0 admits no device, 100 every device).
+
+    Raises:
+        PercentError: not a finite number in [0, 100], or more than two decimals.
+    """
+    if isinstance(percent, bool) or not isinstance(percent, (int, float)):
+        raise PercentError(f"percent must be a number, got {percent!r}")
+    if not math.isfinite(percent) or not 0 <= percent <= 100:
+        raise PercentError(f"percent must be between 0 and 100, got {percent!r}")
+    scaled = percent * 100
+    points = round(scaled)
+    # percent * 100 is inexact in binary (0.29 * 100 = 28.999999999999996);
+    # anything farther than this from an integer had a third decimal.
+    if abs(scaled - points) > 1e-6:
+        raise PercentError(
+            f"percent {percent!r} has more than two decimals; rollouts move in steps of 0.01%"
+        )
+    return points
+
+
+def check_percent(percent: float) -> float:
+    """Validate a rollout percent: greater than 0, at most 100, at most two decimals.
+
+    Raises:
+        PercentError: (also a ValueError) when the rule is broken.
+    """
+    points = basis_points(percent)
+    if points == 0:
+        raise PercentError(f"percent must be greater than 0, got {percent!r}")
+    return float(percent)
+
+
+Percent = Annotated[
+    float,
+    # The bounds are checked by check_percent (one message); these are for the schema.
+    # No multipleOf: 0.29 / 0.01 is 28.999999999999996 in floating point, and JSON
+    # Schema validators would refuse a valid percent. "Two decimals" is in the text.
+    Field(
+        json_schema_extra={
+            "exclusiveMinimum": 0,
+            "maximum": 100,
+            "$comment": "At most two decimals: round(percent * 100) is within 1e-6 of "
+            "percent * 100 (docs/protocol.md section 6).",
+        }
+    ),
+    AfterValidator(check_percent),
+]
+"""A rollout share: 0 < percent <= 100, at most two decimals."""
+
+
+# --- models shared by models.toml and the wire -------------------------------------
+
+
+def _cpu_last_schema() -> list[JsonValue]:
+    """JSON Schema for "ends with cpu": one alternative per length (JSON Schema has no "last")."""
+    names: list[JsonValue] = [b for b in typing.get_args(Backend) if b != "cpu"]
+    others: JsonValue = {"enum": names}
+    cpu: JsonValue = {"const": "cpu"}
+    alternatives: list[JsonValue] = []
+    for length in range(1, len(names) + 2):
+        prefix: list[JsonValue] = [*([others] * (length - 1)), cpu]
+        alternatives.append({"prefixItems": prefix, "minItems": length, "maxItems": length})
+    return alternatives
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeHints(_Frozen):
+    """Settings that travel with the variant to the app."""
+
+    threads: Annotated[int, Strict()] = Field(
+        default=4, ge=1, le=16, description="Recommended inference threads, 1 to 16."
+    )
+    backends: list[Backend] = Field(
+        default_factory=lambda: list[Backend](["cpu"]),
+        min_length=1,
+        description='Backends to try in order, each once, ending with "cpu".',
+        json_schema_extra={"uniqueItems": True, "allOf": [{"anyOf": _cpu_last_schema()}]},
+    )
+    precision: Literal["low", "normal", "high"] = "normal"
+
+    @field_validator("backends")
+    @classmethod
+    def _cpu_last(cls, value: list[str]) -> list[str]:
+        if value[-1] != "cpu":
+            raise ValueError(
+                'the backend list must end with "cpu" so the app falls back to it '
+                "when a GPU driver fails"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("each backend may appear once")
+        return value
+
+
+class TierRules(_Frozen):
+    """Which devices belong to a tier. A tier with no rules is the catch-all."""
+
+    description: str = ""
+    min_ram_mb: Annotated[int, Strict()] | None = Field(default=None, ge=0)
+    min_cpu_cores: Annotated[int, Strict()] | None = Field(default=None, ge=1)
+    soc_allow: list[str] | None = Field(
+        default=None,
+        description="SoC names (case-insensitive, '*' wildcards) a device must match.",
+    )
+    os: list[Literal["android", "ios"]] | None = None
+
+    @property
+    def is_catch_all(self) -> bool:
+        """True when the tier accepts every device."""
+        return (
+            self.min_ram_mb is None
+            and self.min_cpu_cores is None
+            and self.soc_allow is None
+            and self.os is None
+        )

@@ -1,0 +1,151 @@
+"""Cohorts, tiers and the entry a device runs: pure, shared bit for bit.
+
+The registry, ``edgereg serve`` and the client SDK all decide with these
+functions; a Kotlin or Swift port must reproduce :func:`cohort_bucket`,
+:func:`in_cohort` and :func:`resolve_tier` exactly (the conformance vectors in
+tests/vectors/ are the check).
+
+Cohort rule (docs/protocol.md §6)::
+
+    bucket = int(sha256(utf8(salt + ":" + device_id)).hexdigest()[:8], 16) % 10000
+    in cohort  <=>  bucket < basis_points(percent)
+
+``basis_points(percent)`` is the percent times 100 as an exact integer
+(5 -> 500, 12.5 -> 1250, 99.99 -> 9999). Comparing the bucket with the float
+``percent * 100`` instead would differ when the float product lands just
+above an integer (``1.1 * 100`` is 110.00000000000001), so ports must compare
+integers. A bucket below a threshold stays below any higher threshold, so
+raising the percent never removes a device from the cohort while the salt
+stays the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.fields import BUCKETS, TierRules, basis_points
+from edgereg.protocol.wire import Manifest, ManifestEntry
+
+__all__ = [
+    "DeviceProfile",
+    "NoTierError",
+    "choose_entry",
+    "cohort_bucket",
+    "in_cohort",
+    "resolve_tier",
+    "soc_matches",
+    "tier_matches",
+]
+
+
+class NoTierError(EdgeregError):
+    """A device matches none of the tiers (the tier rules have no catch-all)."""
+
+    exit_code = 2
+
+
+def cohort_bucket(device_id: str, salt: str) -> int:
+    """Return the device's bucket in [0, 10000) for a rollout salt."""
+    digest = hashlib.sha256((salt + ":" + device_id).encode("utf-8")).hexdigest()
+    return int(digest[:8], 16) % BUCKETS
+
+
+def in_cohort(device_id: str, salt: str, percent: float) -> bool:
+    """True when the device is in the candidate cohort at this percent.
+
+    Raises:
+        PercentError: ``percent`` is outside [0, 100] or has more than two decimals.
+    """
+    return cohort_bucket(device_id, salt) < basis_points(percent)
+
+
+def choose_entry(manifest: Manifest, device_id: str) -> tuple[ManifestEntry, bool] | None:
+    """Pick what a device should run: the candidate inside the cohort, else stable.
+
+    A paused rollout serves stable to everyone. Without a stable entry (the
+    first release of a model, published as a canary) devices outside the
+    cohort get nothing yet.
+
+    Returns:
+        (entry, True when it is the candidate), or None when the device gets no model.
+    """
+    candidate = manifest.candidate
+    if (
+        candidate is not None
+        and not manifest.paused
+        and manifest.salt is not None
+        and manifest.percent is not None
+        and in_cohort(device_id, manifest.salt, manifest.percent)
+    ):
+        return candidate, True
+    if manifest.stable is not None:
+        return manifest.stable, False
+    return None
+
+
+class DeviceProfile(BaseModel):
+    """What a device reports about itself; the input of tier and cohort choice."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device_id: str = Field(min_length=1)
+    ram_mb: int = Field(ge=0)
+    cpu_cores: int = Field(ge=1)
+    soc: str | None = None
+    os: Literal["android", "ios"] | None = None
+    os_version: str | None = None
+    abi: str | None = None
+    mnn_runtime: str | None = Field(
+        default=None, description="Version of the MNN runtime in the app, like 3.6.1."
+    )
+
+
+def soc_matches(pattern: str, soc: str) -> bool:
+    """Match a SoC name against a ``soc_allow`` pattern.
+
+    Case-insensitive; ``*`` matches any run of characters (also none) and
+    ``?`` exactly one. Unlike fnmatch, ``[`` and ``]`` are literal, so the
+    rule is the same in every language.
+    """
+    regex = "".join(
+        ".*" if char == "*" else "." if char == "?" else re.escape(char) for char in pattern.lower()
+    )
+    return re.fullmatch(regex, soc.lower(), flags=re.DOTALL) is not None
+
+
+def tier_matches(rules: TierRules, device: DeviceProfile) -> bool:
+    """True when the device meets every rule the tier sets (unset rules always hold)."""
+    if rules.min_ram_mb is not None and device.ram_mb < rules.min_ram_mb:
+        return False
+    if rules.min_cpu_cores is not None and device.cpu_cores < rules.min_cpu_cores:
+        return False
+    if rules.soc_allow is not None and (
+        device.soc is None or not any(soc_matches(p, device.soc) for p in rules.soc_allow)
+    ):
+        return False
+    return rules.os is None or (device.os is not None and device.os in rules.os)
+
+
+def resolve_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> str:
+    """Return the first tier, best first, whose every rule the device meets.
+
+    With a valid models.toml the last tier is a catch-all, so every device
+    gets exactly one tier.
+
+    Raises:
+        NoTierError: no tier matches (the tiers have no catch-all).
+    """
+    for name, rules in tiers.items():
+        if tier_matches(rules, device):
+            return name
+    raise NoTierError(
+        f"device {device.device_id!r} matches none of the tiers "
+        f"{', '.join(tiers) or '(none given)'}",
+        hint="The last tier must be a catch-all with no rules; check [tiers] in models.toml.",
+    )
