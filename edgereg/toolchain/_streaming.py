@@ -130,16 +130,18 @@ def run_rows(
     """
     state_inputs = {pair[0]: pair[1] for pair in state}
     data_feeds = [feed for feed in feeds if feed.name not in state_inputs]
-    total = (
-        len(next(iter(rows.values()))) if rows else (len(sequences) if sequences is not None else 0)
-    )
+    # A model whose every input is a state has no rows: its sequences say how long it runs.
+    if rows:
+        total = len(next(iter(rows.values())))
+    else:
+        total = len(sequences) if sequences is not None else 0
     if state:
         bounds = (
             sequence_bounds(sequences)
             if sequences is not None
             else [(i, i + 1) for i in range(total)]
         )
-        return _stream(forward, feeds, output_names, rows, state_inputs, bounds, total)
+        return _stream(forward, feeds, output_names, rows, state_inputs, bounds)
     batchable = all(feed.batch_axis is not None for feed in data_feeds)
     batch = max(1, min(int(batch_size), total)) if batchable else 1
     if batch > 1:
@@ -201,7 +203,6 @@ def _stream(
     rows: Mapping[str, np.ndarray],
     state_inputs: Mapping[str, str],
     bounds: Sequence[tuple[int, int]],
-    total: int,
 ) -> StreamResult:
     outputs: dict[str, list[np.ndarray]] = {name: [] for name in output_names}
     fed: dict[str, list[np.ndarray]] = {name: [] for name in state_inputs}
@@ -229,7 +230,6 @@ def _stream(
                 current[name] = np.ascontiguousarray(
                     np.asarray(result[output], dtype=feed.dtype).reshape(feed.shape)
                 )
-    del total
     return StreamResult(_stack(outputs), _stack(fed), 1)
 
 
