@@ -241,6 +241,7 @@ HEADS = [
     Head("101-header-lines", b"GET /healthz HTTP/1.1\r\n" + _headers(101, 10) + b"\r\n", 431),
     Head("30-KiB-of-headers", b"GET /healthz HTTP/1.1\r\n" + _headers(30, 1000) + b"\r\n", 200),
     Head("40-KiB-of-headers", b"GET /healthz HTTP/1.1\r\n" + _headers(40, 1000) + b"\r\n", 431),
+    Head("99-lines-of-60-KB", b"GET /healthz HTTP/1.1\r\n" + _headers(99, 60_000) + b"\r\n", 431),
     Head("6-MB-of-headers", b"GET /healthz HTTP/1.1\r\n" + _headers(6000, 1000) + b"\r\n", 431),
     Head("6-MB-without-a-line-end", b"GET /healthz HTTP/1.1\r\nX: " + b"a" * 6_000_000, 431),
     Head("bare-line-feeds-are-fine", b"GET /healthz HTTP/1.1\nHost: x\n\n", 200),
@@ -385,7 +386,8 @@ def test_150_clients_sending_6_MB_of_headers_cost_little_memory(
     assert fake.root is not None
     with serve_process(log, "--registry", str(fake.root)) as (proc, url):
         before = current_rss(proc.pid)
-        flood = b"GET /healthz HTTP/1.1\r\n" + _headers(6000, 1000) + b"\r\n"
+        # The attack: under the old 100-line and 64 KiB-per-line limits, ~6 MB each.
+        flood = b"GET /healthz HTTP/1.1\r\n" + _headers(99, 60_000) + b"\r\n"
         statuses: list[int] = []
 
         def attacker() -> None:
@@ -397,6 +399,9 @@ def test_150_clients_sending_6_MB_of_headers_cost_little_memory(
         for thread in threads:
             thread.join()
         growth = peak_rss(proc.pid) - before
+        print(
+            f"150 x 6 MB of headers: server RSS {before / 1e6:.0f} MB, peak +{growth / 1e6:.1f} MB"
+        )
         assert statuses == [431] * 150
         assert growth < 64 * 1024 * 1024, f"the server grew by {growth / 1e6:.0f} MB"
         assert status_of(raw(url, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")) == 200
