@@ -721,3 +721,20 @@ def test_verify_names_the_planted_key_and_what_it_signed(laundered: Site) -> Non
     assert any("is not pinned in the project" in e for e in errors), errors
     assert any(e.startswith(f"{STATE}: no signature by a trusted key") for e in errors), errors
     assert_refused(laundered.run("verify", "--trusted-key", "nope.pem"), 5, "nope.pem")
+
+
+def test_verify_names_what_does_not_belong_in_keys_on_s3(s3site: Site) -> None:
+    ok(s3site.run("publish", MODEL, "--full"))
+    bucket = s3site.url.removeprefix("s3://").split("/", 1)[0]
+    keyid = write_key(s3site.root / "planted.pem")
+    planted = (s3site.root / "planted.pub.pem").read_bytes()
+    s3site.s3.put_object(Bucket=bucket, Key=f"reg/keys/{keyid}.pem", Body=planted)
+    s3site.s3.put_object(
+        Bucket=bucket, Key="reg/keys/oops.pem", Body=(s3site.root / KEY_FILE).read_bytes()
+    )
+    result = s3site.run("verify", "--json")
+    assert result.exit_code == 9, result.output
+    errors = json.loads(result.stdout)["errors"]
+    assert any(e.startswith(f"keys/{keyid}.pem: key {keyid[:12]} is not pinned") for e in errors)
+    assert any(e.startswith("keys/oops.pem: holds a PRIVATE key") for e in errors), errors
+    assert b"PRIVATE" not in result.stdout_bytes.replace(b"a PRIVATE key", b"")
