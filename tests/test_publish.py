@@ -700,3 +700,31 @@ def test_make_clean_never_deletes_the_signing_key_or_the_pinned_keys() -> None:
     ).stdout.split()
     assert ".edgereg" not in commands
     assert not any(word.startswith((".edgereg/signing-key", "publisher-keys")) for word in commands)
+
+
+def test_an_artifact_rewritten_after_it_was_checked_is_not_published(site: Site) -> None:
+    # finding 9: publish hashed an artifact, then uploaded whatever the file held later.
+    from datetime import datetime, timezone
+
+    from edgereg.registry._release import ReleaseError, prepare_release
+    from edgereg.signing import read_private_key_file
+
+    config = site.project.load()
+    prepared = prepare_release(
+        config, MODEL, site.project.out_root, version="1.0.0", now=datetime.now(timezone.utc)
+    )
+    artifact = site.project.out_dir(MODEL, "w8") / "model.mnn"
+    artifact.write_bytes(artifact.read_bytes() + b"rebuilt meanwhile")
+    before = site.snapshot()
+    with pytest.raises(ReleaseError) as caught:
+        site.registry().publish(
+            prepared,
+            signer=read_private_key_file(site.root / KEY_FILE),
+            percent=5.0,
+            full=False,
+            actor="test",
+            expires_days=30,
+        )
+    assert "changed while it was being published" in caught.value.message
+    assert "nothing was uploaded" in caught.value.message
+    assert site.snapshot() == before

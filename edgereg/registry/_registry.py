@@ -12,9 +12,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import semver
 
@@ -320,15 +323,22 @@ class Registry:
         transitions.check_publish(state, model, version, percent=percent, full=full)
 
         # Nothing was written before this point: a refused publish changes nothing.
-        # The key goes first, so whatever is signed next can be verified.
-        for one in signers:
-            self.add_public_key(one)
-        uploaded_blobs = uploaded_bytes = 0
-        for digest, path in sorted(prepared.blobs.items()):
-            step(f"blob {digest[:12]} ({path.stat().st_size / 1e6:.2f} MB)")
-            if self.storage.put_file_if_absent(blob_path(digest), path):
-                uploaded_blobs += 1
-                uploaded_bytes += path.stat().st_size
+        with ExitStack() as frozen_blobs:
+            # Every artifact is copied and re-hashed before the first write, so a
+            # file rewritten since it was checked stops the publish here.
+            frozen = {
+                digest: frozen_blobs.enter_context(_snapshot(path, digest))
+                for digest, path in sorted(prepared.blobs.items())
+            }
+            # The key goes first, so whatever is signed next can be verified.
+            for one in signers:
+                self.add_public_key(one)
+            uploaded_blobs = uploaded_bytes = 0
+            for digest, path in frozen.items():
+                step(f"blob {digest[:12]} ({path.stat().st_size / 1e6:.2f} MB)")
+                if self.storage.put_file_if_absent(blob_path(digest), path):
+                    uploaded_blobs += 1
+                    uploaded_bytes += path.stat().st_size
         step(f"release record {version}")
         if existing is None:
             created = self.storage.put_if_absent(
@@ -677,3 +687,30 @@ def public_key_id(pem: bytes) -> str:
 def export_public_key(signer: Signer) -> bytes:
     """The PEM of a signer's public key."""
     return public_key_pem(signer.public_key)
+
+
+@contextmanager
+def _snapshot(path: Path, digest: str) -> Iterator[Path]:
+    """A private copy of an artifact, proven to have ``digest``; the upload reads the copy.
+
+    The artifact was hashed when the release was prepared; a file rewritten
+    since (a rebuild racing the publish) would become a blob whose content
+    does not match its name, forever. Copying while hashing closes that gap.
+
+    Raises:
+        ReleaseError: the file changed since the release was prepared.
+    """
+    with tempfile.TemporaryDirectory(prefix=".edgereg-publish-", dir=path.parent) as work:
+        frozen = Path(work) / path.name
+        hasher = hashlib.sha256()
+        with path.open("rb") as source, frozen.open("wb") as copy:
+            while chunk := source.read(1 << 20):
+                hasher.update(chunk)
+                copy.write(chunk)
+        if hasher.hexdigest() != digest:
+            raise ReleaseError(
+                f"{path} changed while it was being published (sha256 {hasher.hexdigest()[:12]}, "
+                f"checked as {digest[:12]}); nothing was uploaded for it",
+                hint="Let the build finish (`dvc repro`), then publish again.",
+            )
+        yield frozen
