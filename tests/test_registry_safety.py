@@ -738,3 +738,19 @@ def test_verify_names_what_does_not_belong_in_keys_on_s3(s3site: Site) -> None:
     assert any(e.startswith(f"keys/{keyid}.pem: key {keyid[:12]} is not pinned") for e in errors)
     assert any(e.startswith("keys/oops.pem: holds a PRIVATE key") for e in errors), errors
     assert b"PRIVATE" not in result.stdout_bytes.replace(b"a PRIVATE key", b"")
+
+
+def test_the_status_page_does_not_launder_a_planted_key(laundered: Site) -> None:
+    from registrykit import PINNED_DIR
+
+    from edgereg.serve._status_page import render_status_page
+    from edgereg.signing import read_trusted_keys
+
+    storage = laundered.registry().storage
+    pinned = read_trusted_keys([laundered.root / PINNED_DIR])
+    verified = render_status_page(storage, trusted=lambda: pinned)
+    assert "no signature by a trusted key" in verified
+    assert "Unverified" not in verified
+    # Without pinned keys the page still renders, and says it is unverified.
+    unverified = render_status_page(storage)
+    assert "Unverified: no pinned publisher keys" in unverified

@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,6 +44,7 @@ from edgereg.serve._http import (
 )
 from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgereg.serve._metrics import Metrics
+from edgereg.signing import TrustedKeys
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 log = logging.getLogger("edgereg.serve")
@@ -257,6 +258,8 @@ class App:
             release records and keys: how long a CDN or client may reuse one
             without asking again.
         metrics: Where the server counts requests (a fresh one by default).
+        trusted: The pinned publisher keys the status page verifies against;
+            without them the page says that it shows unverified state.
     """
 
     def __init__(
@@ -265,10 +268,12 @@ class App:
         *,
         manifest_max_age: int = 60,
         metrics: Metrics | None = None,
+        trusted: Callable[[], TrustedKeys] | None = None,
     ) -> None:
         if manifest_max_age < 0:
             raise ValueError("manifest_max_age must not be negative")
         self.storage = storage
+        self.trusted = trusted
         self.manifest_max_age = manifest_max_age
         self.metrics = metrics if metrics is not None else Metrics()
         self._openapi: bytes | None = None
@@ -450,7 +455,7 @@ class App:
     def _status_page(self) -> Response:
         from edgereg.serve._status_page import render_status_page
 
-        body = render_status_page(self.storage).encode()
+        body = render_status_page(self.storage, trusted=self.trusted).encode()
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),
             ("Cache-Control", "no-cache"),

@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
-from edgereg._cli_common import handle_errors, open_registry, optional_config, stderr
+from edgereg._cli_common import (
+    handle_errors,
+    open_registry,
+    optional_config,
+    stderr,
+    trusted_key_option,
+)
 from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT
 
 
@@ -32,6 +38,7 @@ from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     help="The models.toml whose [registry] to serve when --registry is not given.",
 )
 @click.option("--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores.")
+@trusted_key_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -90,6 +97,7 @@ def _serve(
     registry_url: str | None,
     config_path: Path,
     endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...],
     host: str,
     port: int,
     manifest_max_age: int,
@@ -102,7 +110,17 @@ def _serve(
     from edgereg.errors import EdgeregError
     from edgereg.serve._server import make_server
 
-    registry = open_registry(optional_config(config_path), registry_url, endpoint_url)
+    config = optional_config(config_path)
+    registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
+    pinned = config is not None or bool(trusted_key_paths)
+    if pinned:
+        registry.trusted_keys()  # a bad pinned key file stops the start, not the first page
+    else:
+        stderr.print(
+            "warning: no models.toml here and no --trusted-key: the status page shows the "
+            "registry unverified (manifests and blobs are served as they are; apps verify them)",
+            markup=False,
+        )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger = logging.getLogger("edgereg.serve")
@@ -117,6 +135,7 @@ def _serve(
             timeout=timeout,
             head_timeout=head_timeout,
             max_connections=max_connections,
+            trusted=registry.trusted_keys if pinned else None,
         )
     except OSError as exc:
         raise EdgeregError(

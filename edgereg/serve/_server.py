@@ -23,6 +23,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -30,6 +31,7 @@ from typing import Any
 
 from edgereg.errors import StorageError
 from edgereg.serve._app import App, Request, Response, error_response
+from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage, open_storage
 
 log = logging.getLogger("edgereg.serve")
@@ -528,6 +530,7 @@ def make_server(
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     endpoint_url: str | None = None,
+    trusted: Callable[[], TrustedKeys] | None = None,
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
 
@@ -542,6 +545,8 @@ def make_server(
             it began one (slow clients are cut off; at most ``timeout``).
         max_connections: Connections served at once; more are answered 503.
         endpoint_url: S3 endpoint, when ``storage`` is an ``s3://`` URL.
+        trusted: The publisher keys the operator pinned, for the status page
+            (serving manifests and blobs needs none: apps verify them).
 
     Raises:
         OSError: The address cannot be bound (in use, not permitted).
@@ -549,7 +554,7 @@ def make_server(
     """
     if not isinstance(storage, Storage):
         storage = open_storage(os.fspath(storage), endpoint_url=endpoint_url)
-    app = App(storage, manifest_max_age=manifest_max_age)
+    app = App(storage, manifest_max_age=manifest_max_age, trusted=trusted)
     return RegistryServer(
         (host, port),
         app,

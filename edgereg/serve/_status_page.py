@@ -11,11 +11,13 @@ verify is listed with the reason instead. Every value is HTML-escaped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
 from edgereg import __version__
 from edgereg.errors import EdgeregError
 from edgereg.registry import ModelStatus, Registry, model_status
+from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage
 from edgereg.wire import HistoryEvent, RolloutSnapshot, format_time
 
@@ -41,10 +43,25 @@ code { font-size: .85rem; }
 """
 
 
-def render_status_page(storage: Storage) -> str:
-    """The whole page for the registry in ``storage``."""
-    registry = Registry(storage)
+def render_status_page(
+    storage: Storage, *, trusted: Callable[[], TrustedKeys] | None = None
+) -> str:
+    """The whole page for the registry in ``storage``.
+
+    With ``trusted`` (the publisher keys pinned in the project) every document
+    shown is verified against them. Without, the registry's own keys/ are all
+    there is, and anyone who can write to the storage can plant one: the page
+    says so at the top.
+    """
+    registry = Registry(storage, trusted=trusted)
     sections: list[str] = []
+    if trusted is None:
+        sections.append(
+            '<p class="error">Unverified: no pinned publisher keys, so this page checks '
+            "signatures against the registry's own <code>keys/</code>, which whoever can "
+            "write to the storage controls. Start <code>edgereg serve</code> beside the "
+            "project's models.toml, or pass <code>--trusted-key</code>.</p>"
+        )
     try:
         models = registry.models()
     except EdgeregError as exc:
