@@ -18,7 +18,7 @@ def test_status_page_renders_in_a_real_browser(tmp_path: Path) -> None:
     assert "<title>" in dom
     for model in ("digits", "sensor"):
         assert model in dom
-    for text in ("1.0.0", "1.1.0", "5%", "high", "mid", "low", "promote"):
+    for text in ("1.0.0", "1.1.0", "5%", "high", "mid", "low", "published --full"):
         assert text in dom, text
     assert "release-bot@ci" not in dom  # who acted stays in the signed history
     # One row per tier and model in the tier tables.
