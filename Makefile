@@ -78,6 +78,7 @@ bench: venv
 	-python benchmarks/serve.py
 	-python benchmarks/client.py
 	-python benchmarks/runtime_proof.py
+	-python benchmarks/verify.py
 
 # .edgereg/runtimes/ stays: the MNN runtimes are a download cache, like .venv.
 clean:

@@ -54,6 +54,7 @@ from edgereg import config as config_mod
 from edgereg import toolchain
 from edgereg._files import atomic_write, sha256_file
 from edgereg.build.datasets import Dataset, load_dataset
+from edgereg.build.outputs import METRICS, variant_dir
 from edgereg.build.quality import agreement
 from edgereg.build.variant import REFERENCE_CACHE, BenchSettings, BuildResult, build_variant
 from edgereg.config import Config, Int8Quantization
@@ -110,6 +111,33 @@ open(req["result"], "w").write(json.dumps(
     {"startup_load": ready - start, "loop": loop, "get_info_per_call": get_info / calls,
      "calls": calls}))
 """
+
+
+# The verify stage's output comparison, timed in a child whose environment we choose.
+AGREEMENT_CHILD = """
+import statistics, sys, time
+import numpy as np
+from edgereg.build.quality import agreement
+with np.load(sys.argv[1]) as data:
+    reference = {name: np.array(data[name]) for name in data.files}
+times = []
+for _ in range(9):
+    start = time.perf_counter()
+    agreement(reference, reference)
+    times.append(time.perf_counter() - start)
+print(statistics.median(times) * 1000.0)
+"""
+
+
+def agreement_in_child(outputs: Path, env: dict[str, str]) -> float:
+    proc = subprocess.run(
+        [sys.executable, "-c", AGREEMENT_CHILD, str(outputs)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(proc.stdout.strip().splitlines()[-1])
 
 
 @dataclass
@@ -366,6 +394,9 @@ def overhead_parts(
         "outputs npz write": _median_ms(lambda: np.savez(outputs, **reference)),  # type: ignore[arg-type]
         "outputs npz read": _median_ms(load_outputs),
         "agreement": _median_ms(lambda: agreement(reference, reference)),
+        # np.dot in the cosine goes to OpenBLAS, whose threads fight for the 2 busy cores.
+        "agreement child": agreement_in_child(outputs, {}),
+        "agreement child 1 BLAS thread": agreement_in_child(outputs, {"OPENBLAS_NUM_THREADS": "1"}),
         # reference: the cache key hashes every input row; the result is written once.
         "dataset digest": _median_ms(evaluation.digest),
         "cache write": _median_ms(write_cache),
@@ -387,8 +418,22 @@ class ModelRun:
 
 
 def stage_comparison(
-    config: Config, model_name: str, variants: Sequence[str], repeat: int, work: Path
+    config: Config,
+    model_name: str,
+    variants: Sequence[str],
+    repeat: int,
+    work: Path,
+    *,
+    later_variants: Sequence[str] | None = None,
 ) -> ModelRun:
+    """Build the variants ``repeat`` times, each time into a fresh out dir, and time
+    the raw calls on the same work.
+
+    The first rep runs the raw calls after each build (they need its converter argv and
+    artifact); later reps run them before the build, on the first rep's argv and
+    artifact (the same bytes), so whatever the order favours cancels out in the median.
+    ``later_variants`` (default: all) are built in the reps after the first.
+    """
     model = config.models[model_name]
     source = config.resolve_path(model.source)
     output_names = [spec.name for spec in model.outputs]
@@ -406,52 +451,60 @@ def stage_comparison(
     reference_by_variant: dict[str, list[float]] = {v: [] for v in variants}
     cache_files: list[int] = []
     results: dict[str, BuildResult] = {}
-    probe: dict[str, Any] = {}
     parts: dict[str, float] = {}
+    batch = 1
+    argvs: dict[str, list[str]] = {}
+
+    def row(label: str, stage: str) -> StageRow:
+        return rows.setdefault((label, stage), StageRow(label, stage))
+
+    def raw_calls(variant_name: str, first: bool) -> None:
+        label = f"{model_name}/{variant_name}"
+        if first:
+            took, reference = raw_reference(source, evaluation.inputs, output_names, batch)
+            row(model_name, "reference").raw.append(took)
+            if not parts:
+                parts.update(overhead_parts(evaluation, reference, results[variant_name], work))
+        row(label, "convert").raw.append(raw_convert(argvs[variant_name]))
+        if isinstance(model.variants[variant_name].quantization, Int8Quantization):
+            return  # its verify stage sums every search attempt
+        artifact = results[variant_name].out_dir / "model.mnn"
+        took, probe = raw_forward(artifact, data, input_names, output_names, batch, work)
+        verify = row(label, "verify")
+        verify.raw.append(took)
+        verify.note = (
+            f"raw child: start+import+load {probe['startup_load'] * 1000:.0f} ms, "
+            f"loop {probe['loop'] * 1000:.0f} ms ({probe['calls']} forwards of {batch}); "
+            f"get_info {probe['get_info_per_call'] * 1e6:.0f} us/call"
+        )
+
     for rep in range(repeat):
         out_root = work / f"{model_name}-out-{rep}"  # fresh: the reference is computed again
-        for variant_name in variants:
-            label = f"{model_name}/{variant_name}"
-            print(f"  [{rep + 1}/{repeat}] building {label} ...", flush=True)
+        chosen = list(variants) if rep == 0 or later_variants is None else list(later_variants)
+        for variant_name in chosen:
+            first = variant_name == chosen[0]
+            if rep > 0:
+                raw_calls(variant_name, first)
+            print(f"  [{rep + 1}/{repeat}] building {model_name}/{variant_name} ...", flush=True)
             result = build_variant(config, model_name, variant_name, out_root, bench=SETTINGS)
-            results[variant_name] = result
             seconds = result.stage_seconds
             reference_by_variant[variant_name].append(seconds["reference"])
             cache_files.append(len(list((out_root / REFERENCE_CACHE).glob("*.npz"))))
-            if variant_name == variants[0]:
-                row = rows.setdefault((model_name, "reference"), StageRow(model_name, "reference"))
+            if first:
+                row(model_name, "reference").edgereg.append(seconds["reference"])
+            row(f"{model_name}/{variant_name}", "convert").edgereg.append(seconds["convert"])
+            if not isinstance(model.variants[variant_name].quantization, Int8Quantization):
+                row(f"{model_name}/{variant_name}", "verify").edgereg.append(seconds["verify"])
+            if rep == 0:
+                results[variant_name] = result
                 batch = SETTINGS.batch_size if result.provenance["source"]["dynamic_batch"] else 1
-                row.edgereg.append(seconds["reference"])
-                took, reference = raw_reference(source, evaluation.inputs, output_names, batch)
-                row.raw.append(took)
-                if rep == 0:
-                    parts = overhead_parts(evaluation, reference, result, work)
-            argv = [
-                {"model.mnn": str(work / "raw.mnn")}.get(arg, arg)
-                for arg in result.provenance["converter_argv"]
-            ]
-            argv[argv.index("--modelFile") + 1] = str(source)
-            row = rows.setdefault((label, "convert"), StageRow(label, "convert"))
-            row.edgereg.append(seconds["convert"])
-            row.raw.append(raw_convert(argv))
-            if isinstance(model.variants[variant_name].quantization, Int8Quantization):
-                continue  # its verify stage sums every search attempt
-            batch = SETTINGS.batch_size if result.provenance["source"]["dynamic_batch"] else 1
-            row = rows.setdefault((label, "verify"), StageRow(label, "verify"))
-            row.edgereg.append(seconds["verify"])
-            took, probe = raw_forward(
-                result.out_dir / "model.mnn", data, input_names, output_names, batch, work
-            )
-            row.raw.append(took)
-            row.note = (
-                f"raw child: start+import+load {probe['startup_load'] * 1000:.0f} ms, "
-                f"loop {probe['loop'] * 1000:.0f} ms ({probe['calls']} forwards of {batch})"
-            )
-        if rep == 0:
-            print(
-                f"  module.get_info() (edgereg's worker calls it on every forward): "
-                f"{probe.get('get_info_per_call', 0.0) * 1e6:.0f} us per call"
-            )
+                argv = [
+                    {"model.mnn": str(work / "raw.mnn")}.get(arg, arg)
+                    for arg in result.provenance["converter_argv"]
+                ]
+                argv[argv.index("--modelFile") + 1] = str(source)
+                argvs[variant_name] = argv
+                raw_calls(variant_name, first)
     return ModelRun(list(rows.values()), reference_by_variant, cache_files, results, parts)
 
 
@@ -466,6 +519,7 @@ def print_stage_rows(rows: Sequence[StageRow]) -> list[Target]:
             [
                 row.label,
                 row.stage,
+                str(len(row.edgereg)),
                 f"{ours * 1000:.0f}",
                 f"{raw * 1000:.0f}",
                 f"{(ours - raw) * 1000:+.0f}",
@@ -486,6 +540,7 @@ def print_stage_rows(rows: Sequence[StageRow]) -> list[Target]:
             [
                 "model/variant",
                 "stage",
+                "runs",
                 "edgereg ms",
                 "raw ms",
                 "diff ms",
@@ -517,13 +572,12 @@ def bench_stages(config: Config, repeat: int, work: Path) -> tuple[list[Target],
         "                out dir, so the first variant computes the reference"
     )
     # Every variant in rep 0 (section 2 needs them all); later reps only the float ones.
-    example = stage_comparison(config, name, variants, 1, work)
     float_variants = [
         v for v in variants if not isinstance(model.variants[v].quantization, Int8Quantization)
     ]
-    if repeat > 1:
-        more = stage_comparison(config, name, float_variants, repeat - 1, work / "more")
-        merge(example, more)
+    example = stage_comparison(
+        config, name, variants, repeat, work / name, later_variants=float_variants
+    )
     wide_dir = work / "wide"
     wide_dir.mkdir()
     wide = write_wide_model(wide_dir)
@@ -549,18 +603,10 @@ def print_parts(label: str, parts: dict[str, float]) -> None:
         f"{parts['uuid patch']:.1f} ms (the {parts['model bytes'] / 1e6:.1f} MB file read and "
         "rewritten)"
     )
-
-
-def merge(into: ModelRun, more: ModelRun) -> None:
-    by_key = {(r.label, r.stage): r for r in into.rows}
-    for row in more.rows:
-        if (row.label, row.stage) in by_key:
-            target = by_key[(row.label, row.stage)]
-            target.edgereg += row.edgereg
-            target.raw += row.raw
-            target.note = row.note or target.note
-        else:
-            into.rows.append(row)
+    print(
+        f"    agreement() alone in a fresh child: {parts['agreement child']:.1f} ms; with "
+        f"OPENBLAS_NUM_THREADS=1: {parts['agreement child 1 BLAS thread']:.1f} ms"
+    )
 
 
 def report_cache(model_name: str, run: ModelRun) -> list[Target]:
@@ -617,11 +663,11 @@ def counted_quantizer() -> Iterator[list[QuantCall]]:
         calls.append(QuantCall(str(kwargs.get("method")), time.perf_counter() - start, True))
         return run
 
-    toolchain.quantize = timed  # type: ignore[assignment]
+    toolchain.quantize = timed
     try:
         yield calls
     finally:
-        toolchain.quantize = real  # type: ignore[assignment]
+        toolchain.quantize = real
 
 
 def stage_timeline(events: list[tuple[str, float]], end: float) -> dict[str, float]:
@@ -637,6 +683,7 @@ class SearchRun:
     label: str
     calls: list[QuantCall]
     recorded_runs: int | None
+    chosen: str
     checked_s: float
     build_s: float
     outcome: str
@@ -652,7 +699,7 @@ def search_one(config: Config, model_name: str, variant_name: str, out_root: Pat
     with counted_quantizer() as calls:
         start = time.perf_counter()
         try:
-            result = build_variant(
+            build_variant(
                 config,
                 model_name,
                 variant_name,
@@ -660,17 +707,25 @@ def search_one(config: Config, model_name: str, variant_name: str, out_root: Pat
                 bench=SETTINGS,
                 on_stage=lambda name: events.append((name, time.perf_counter())),
             )
-            recorded = result.metrics.get("quantization", {}).get("quantizer_runs")
         except GateError as exc:
             outcome = "gate failed: " + exc.message.splitlines()[-1].strip()[:60]
         except BuildError as exc:
             outcome = "build error: " + exc.message.splitlines()[0][:60]
         end = time.perf_counter()
     seconds = stage_timeline(events, end)
+    # A failed gate leaves its metrics (with the recipe kept) but no artifact.
+    metrics_path = variant_dir(out_root, model_name, variant_name) / METRICS
+    chosen = "-"
+    if metrics_path.is_file():
+        quant = json.loads(metrics_path.read_text(encoding="utf-8")).get("quantization") or {}
+        recorded = quant.get("quantizer_runs")
+        skipped = len(quant.get("skip_ops", []))
+        chosen = f"{quant.get('method', '?')}" + (f" +{skipped} float ops" if skipped else "")
     return SearchRun(
         f"{model_name}/{variant_name} ({variant.quantization.method})",
         calls,
         recorded,
+        chosen,
         seconds.get("verify", 0.0) + seconds.get("evaluate", 0.0),
         end - start,
         outcome,
@@ -680,8 +735,9 @@ def search_one(config: Config, model_name: str, variant_name: str, out_root: Pat
 def bench_search(config: Config, extra: Config, work: Path) -> list[Target]:
     heading("3. int8 quantization search: quantizer runs and their seconds vs one plain run")
     print(
-        "plain run     = the search's own first quantizer call: the variant's method, KL for\n"
-        "                `auto` (what a fixed-method build runs once)\n"
+        "plain run     = the search's own first quantizer call that produced a model: the\n"
+        "                variant's method, KL for `auto` (the next method when one crashes);\n"
+        "                what a fixed-method build runs once\n"
         "quantize s    = every quantizer call of the build (calibration loading excluded)\n"
         "verify+eval s = the search also verifies and evaluates every quantized candidate\n"
         "[added]       = int8 auto variant added to a copy of models.toml (none in the repo)"
@@ -703,8 +759,10 @@ def bench_search(config: Config, extra: Config, work: Path) -> list[Target]:
         run = search_one(source_config, model_name, variant_name, work / "search")
         label = run.label + (" [added]" if source_config is extra else "")
         quant_s = sum(c.seconds for c in run.calls)
-        plain = run.calls[0].seconds if run.calls else float("nan")
-        ratio = quant_s / plain if run.calls else float("nan")
+        # One working run: the first call that produced a model (a crash returns early).
+        working = [c for c in run.calls if c.ok]
+        plain = working[0].seconds if working else float("nan")
+        ratio = quant_s / plain if working else float("nan")
         count = str(len(run.calls))
         if run.recorded_runs not in (None, len(run.calls)):
             count += f" (provenance says {run.recorded_runs})"
@@ -713,6 +771,7 @@ def bench_search(config: Config, extra: Config, work: Path) -> list[Target]:
                 label,
                 count,
                 ", ".join(f"{c.method}{'' if c.ok else '!'}" for c in run.calls),
+                run.chosen,
                 f"{quant_s:.2f}",
                 f"{plain:.2f}",
                 f"{ratio:.1f}x",
@@ -735,6 +794,7 @@ def bench_search(config: Config, extra: Config, work: Path) -> list[Target]:
                 "variant",
                 "quantizer runs",
                 "methods (! = crashed)",
+                "kept",
                 "quantize s",
                 "plain run s",
                 "ratio",
@@ -763,7 +823,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"edgereg verification benchmark, {time.strftime('%Y-%m-%d %H:%M')}, "
         f"{platform.machine()} with {os.cpu_count()} CPUs (shared with other sessions: noisy), "
         f"Python {platform.python_version()}, mnn {toolchain.installed_version('mnn')}, "
-        f"onnxruntime {toolchain.installed_version('onnxruntime')}; load average {load_average()}"
+        f"onnxruntime {toolchain.installed_version('onnxruntime')}; "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; "
+        f"load average {load_average()}"
     )
     config = config_mod.load(ROOT / "models.toml")
     targets: list[Target] = []
