@@ -54,7 +54,7 @@ from edgereg import config as config_mod
 from edgereg import toolchain
 from edgereg._files import atomic_write, sha256_file
 from edgereg.build.datasets import Dataset, load_dataset
-from edgereg.build.outputs import METRICS, variant_dir
+from edgereg.build.outputs import METRICS, PROVENANCE, variant_dir
 from edgereg.build.quality import agreement
 from edgereg.build.variant import REFERENCE_CACHE, BenchSettings, BuildResult, build_variant
 from edgereg.config import Config, Int8Quantization
@@ -668,8 +668,16 @@ def report_cache(model_name: str, run: ModelRun) -> list[Target]:
 @dataclass
 class QuantCall:
     method: str
+    skipped: int  # ops kept in float
     seconds: float
     ok: bool
+    passed: bool | None = None  # from provenance, when the build passed
+
+    def describe(self) -> str:
+        text = self.method + (f"+{self.skipped}" if self.skipped else "")
+        if not self.ok:
+            return text + "!"
+        return text + {True: " ok", False: "", None: ""}[self.passed]
 
 
 @contextmanager
@@ -680,13 +688,16 @@ def counted_quantizer() -> Iterator[list[QuantCall]]:
     real = toolchain.quantize
 
     def timed(*args: Any, **kwargs: Any) -> toolchain.ToolRun:
+        method = str(kwargs.get("method"))
         start = time.perf_counter()
         try:
             run = real(*args, **kwargs)
         except BuildError:
-            calls.append(QuantCall(str(kwargs.get("method")), time.perf_counter() - start, False))
+            took = time.perf_counter() - start
+            calls.append(QuantCall(method, len(kwargs.get("skip_ops", ())), took, False))
             raise
-        calls.append(QuantCall(str(kwargs.get("method")), time.perf_counter() - start, True))
+        took = time.perf_counter() - start
+        calls.append(QuantCall(method, len(kwargs.get("skip_ops", ())), took, True))
         return run
 
     toolchain.quantize = timed
@@ -746,7 +757,14 @@ def search_one(config: Config, model_name: str, variant_name: str, out_root: Pat
         quant = json.loads(metrics_path.read_text(encoding="utf-8")).get("quantization") or {}
         recorded = quant.get("quantizer_runs")
         skipped = len(quant.get("skip_ops", []))
-        chosen = f"{quant.get('method', '?')}" + (f" +{skipped} float ops" if skipped else "")
+        chosen = f"{quant.get('method', '?')}" + (f"+{skipped}" if skipped else "")
+    provenance_path = metrics_path.with_name(PROVENANCE)
+    if provenance_path.is_file():
+        record = json.loads(provenance_path.read_text(encoding="utf-8")).get("quantization") or {}
+        tried = [*record.get("attempts", []), *record.get("measured_alternatives", [])]
+        if len(tried) == len(calls):
+            for call, attempt in zip(calls, tried, strict=True):
+                call.passed = bool(attempt.get("passed"))
     return SearchRun(
         f"{model_name}/{variant_name} ({variant.quantization.method})",
         calls,
@@ -796,7 +814,7 @@ def bench_search(config: Config, extra: Config, work: Path) -> list[Target]:
             [
                 label,
                 count,
-                ", ".join(f"{c.method}{'' if c.ok else '!'}" for c in run.calls),
+                ", ".join(c.describe() for c in run.calls),
                 run.chosen,
                 f"{quant_s:.2f}",
                 f"{plain:.2f}",
@@ -819,7 +837,7 @@ def bench_search(config: Config, extra: Config, work: Path) -> list[Target]:
             [
                 "variant",
                 "quantizer runs",
-                "methods (! = crashed)",
+                "runs: method+float ops (ok passed, ! crashed)",
                 "kept",
                 "quantize s",
                 "plain run s",
