@@ -209,7 +209,7 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
     table = Table(title="edgereg build summary")
     for title in ("model", "variant", "tier"):
         table.add_column(title)
-    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "p50 ms"):
+    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
         table.add_column(title, justify="right")
     table.add_column("status")
     for row in rows:

@@ -450,10 +450,14 @@ def assert_fails(
 def assert_no_outputs(
     project: Project, model: str, variant: str, *, measured: bool = False
 ) -> None:
-    """No artifact; a gate failure leaves exactly its measured numbers (metrics.json)."""
+    """No artifact; a gate failure leaves exactly its measured numbers.
+
+    Those are metrics.json and the host benchmark of the rejected candidate.
+    """
     out = project.out_dir(model, variant)
     left = sorted(path.name for path in out.iterdir()) if out.exists() else []
-    assert left == ([METRICS] if measured else []), f"{out} still holds {left}"
+    expected = sorted([HOST_BENCHMARK, METRICS]) if measured else []
+    assert left == expected, f"{out} still holds {left}"
     if measured:
         metrics = read_json(out / METRICS)
         assert metrics["status"] == "failed"

@@ -302,7 +302,7 @@ def test_a_failed_variant_keeps_its_numbers(with_failure: Project) -> None:
         with_failure.out_dir(IMAGE_MODEL, "int8").joinpath(HOST_BENCHMARK).read_text()
     )
     p50 = host["threads_2"]["p50_ms"]
-    assert f"{p50:.3f} *" in row
+    assert (f"{p50:.3f} *" if p50 < 10 else f"{p50:.1f} *") in row  # the report's rounding
     gates = page[page.index(f'id="gates-{IMAGE_MODEL}-int8"') :]
     gates = gates[: gates.index("</tr>")]
     assert re.search(
