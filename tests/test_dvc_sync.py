@@ -343,7 +343,15 @@ def test_publish_names_a_stale_dvc_yaml(renamed: Path) -> None:
 def test_the_stage_command_names_a_stale_dvc_yaml(renamed: Path) -> None:
     # The data files are not the pinned ones, so the build stops at its first
     # stage; the warning comes before, where `dvc repro` shows it.
-    result = invoke("build", "digits", "fp32", "--config", str(renamed / "models.toml"))
+    result = invoke(
+        "build",
+        "digits",
+        "fp32",
+        "--config",
+        str(renamed / "models.toml"),
+        "--out",
+        str(renamed / "build"),
+    )
     assert result.exit_code != 0
     assert f"warning: {STALE}" in result.stderr
     assert result.stderr.index(STALE) < result.stderr.index("error:")
