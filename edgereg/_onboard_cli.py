@@ -44,6 +44,7 @@ def init_command(config_path: Path, force: bool, as_json: bool) -> None:
                     "written": result.written,
                     "dvc_initialised": result.dvc_initialised,
                     "gitignore_added": result.gitignore_added,
+                    "notes": result.notes,
                     "next": result.next_steps,
                 },
                 indent=2,
@@ -57,6 +58,8 @@ def init_command(config_path: Path, force: bool, as_json: bool) -> None:
         if name == ".gitignore":
             detail = f" (added {', '.join(result.gitignore_added)})"
         _say(f"wrote {name}{detail}")
+    for note in result.notes:
+        _say(f"note: {note}")
     _say("next:")
     for step in result.next_steps:
         _say(f"  {step}")
@@ -135,6 +138,8 @@ def add_command(
                     "notes": proposal.notes,
                     "unsupported_ops": result.unsupported_ops,
                     "dvc_yaml": result.dvc_yaml,
+                    "untracked": result.untracked,
+                    "next": result.commit_steps(),
                 },
                 indent=2,
             )
@@ -163,7 +168,11 @@ def add_command(
         _say("  dvc init            # no DVC repository here yet")
     _say(f"  dvc repro           # builds {', '.join(proposal.variants)}")
     _say("  edgereg report      # writes report.html")
-    _say(
-        "  git add models.toml dvc.yaml dvc.lock and the model and datasets "
-        "(`dvc add` large files), then commit"
-    )
+    if result.untracked:
+        # A clone without them cannot build. Small files may go to git instead.
+        _say(
+            f"  # not in git or DVC yet: {', '.join(result.untracked)}; `dvc add` keeps them "
+            "out of git, `dvc push` needs a DVC remote (docs/own-repository.md)"
+        )
+    for step in result.commit_steps():
+        _say(f"  {step}")

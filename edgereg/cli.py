@@ -98,6 +98,7 @@ def main(verbose: bool, quiet: bool) -> None:
 def validate(config_path: Path, as_json: bool) -> None:
     """Check models.toml and show which variant each tier gets."""
     config = config_module.load(config_path)
+    _warn_if_dvc_yaml_stale(config)
     resolution = {name: config.tier_variants(name) for name in config.models}
     if as_json:
         click.echo(
@@ -178,6 +179,7 @@ def build(
 
     config = config_module.load(config_path)
     _require_variant(config, model, variant)
+    _warn_if_dvc_yaml_stale(config)
     with stage_reporter(f"{model}/{variant}") as on_stage:
         result = build_variant(
             config,
@@ -202,6 +204,7 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
     from edgereg.build.report import summary_rows
 
     config = config_module.load(config_path)
+    stale = _warn_if_dvc_yaml_stale(config)
     rows = summary_rows(config, out_root)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -209,7 +212,7 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
     table = Table(title="edgereg build summary")
     for title in ("model", "variant", "tier"):
         table.add_column(title)
-    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "p50 ms"):
+    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
         table.add_column(title, justify="right")
     table.add_column("status")
     for row in rows:
@@ -243,7 +246,8 @@ def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
             "MODEL VARIANT` for the hint), then `dvc repro`."
         )
     if any(row["status"] not in ("built", "failed") for row in rows):
-        stderr.print("Some variants are not built or stale: run `dvc repro`.")
+        fix = "`edgereg dvc sync`, then `dvc repro`" if stale else "`dvc repro`"
+        stderr.print(f"Some variants are not built or stale: run {fix}.")
 
 
 def _number(value: float | None, template: str) -> str:
@@ -256,6 +260,15 @@ def _points(value: float | None) -> str:
         return "-"
     points = round(value * 100, 2) + 0.0  # + 0.0 turns -0.0 into 0.0
     return f"{points:+.2f} pp"
+
+
+def _warn_if_dvc_yaml_stale(config: config_module.Config) -> str | None:
+    from edgereg.build.dvc import stale_dvc_yaml
+
+    stale = stale_dvc_yaml(config)
+    if stale is not None:
+        stderr.print(f"warning: {stale}", markup=False, soft_wrap=True)
+    return stale
 
 
 @main.group()
@@ -483,6 +496,7 @@ def publish(
         )
     percent = parse_percent(canary, option="--canary") if canary is not None else None
     config = config_module.load(config_path)
+    stale = _warn_if_dvc_yaml_stale(config)
     if model not in config.models:
         raise _no_such_model(config, model)
     version = version or config.models[model].version
@@ -490,7 +504,12 @@ def publish(
         raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
     signer = signer_from_options(key_paths)
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
-    prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
+    try:
+        prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
+    except EdgeregError as exc:
+        if stale is not None:
+            exc.hint = f"{stale}."  # `dvc repro` alone fails on a stale dvc.yaml
+        raise
     with stage_reporter(f"publish {model} {version}") as on_step:
         result = registry.publish(
             prepared,

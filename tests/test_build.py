@@ -26,7 +26,7 @@ from edgereg.build.datasets import Dataset, load_dataset, select_calibration
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
-    LATENCY_PLOT,
+    HOST_BENCHMARK,
     METRICS,
     OUTPUT_FILES,
     PROVENANCE,
@@ -117,11 +117,15 @@ def test_every_variant_builds_with_metrics_and_provenance(
     assert metrics["metrics"]["accuracy"] == 1.0
     assert metrics["metrics"]["class_recall_drop"] == 0.0
     threads = declared.runtime.threads
+    # Host timings live apart from the reproducible metrics (a DVC stage output).
+    assert "benchmark" not in metrics
+    host = read_json(out / HOST_BENCHMARK)
+    assert host["figures"] == "host"
     for count in {1, threads}:
-        latency = metrics["benchmark"][f"threads_{count}"]
+        latency = host[f"threads_{count}"]
         assert 0 < latency["p50_ms"] <= latency["p90_ms"]
-    assert metrics["benchmark"]["load_ms"] > 0
-    assert metrics["benchmark"]["peak_rss_mb"] > 0
+    assert host["load_ms"] > 0
+    assert host["peak_rss_mb"] > 0
     gates = metrics["gates"]
     assert {
         "max_size_mb",
@@ -137,8 +141,7 @@ def test_every_variant_builds_with_metrics_and_provenance(
     recall = read_json(out / CLASS_RECALL_PLOT)
     assert [row["class"] for row in recall] == list(CLASSES[model])
     assert all(row["change"] == row["variant"] - row["onnx"] for row in recall)
-    latency_rows = read_json(out / LATENCY_PLOT)
-    assert [row["threads"] for row in latency_rows] == sorted({1, threads})
+    assert [row["threads"] for row in host["latency"]] == sorted({1, threads})
 
     provenance = read_json(out / PROVENANCE)
     ref = declared.source or config.models[model].source
@@ -447,10 +450,14 @@ def assert_fails(
 def assert_no_outputs(
     project: Project, model: str, variant: str, *, measured: bool = False
 ) -> None:
-    """No artifact; a gate failure leaves exactly its measured numbers (metrics.json)."""
+    """No artifact; a gate failure leaves exactly its measured numbers.
+
+    Those are metrics.json and the host benchmark of the rejected candidate.
+    """
     out = project.out_dir(model, variant)
     left = sorted(path.name for path in out.iterdir()) if out.exists() else []
-    assert left == ([METRICS] if measured else []), f"{out} still holds {left}"
+    expected = sorted([HOST_BENCHMARK, METRICS]) if measured else []
+    assert left == expected, f"{out} still holds {left}"
     if measured:
         metrics = read_json(out / METRICS)
         assert metrics["status"] == "failed"
@@ -774,7 +781,8 @@ def test_summary_json_gives_numbers_and_marks_stale_and_missing(project: Project
         assert row["value"] == metrics["metrics"]["accuracy"] == 1.0
         assert row["change"] == 0.0
         assert row["min_cosine"] == metrics["agreement"][next(iter(metrics["agreement"]))]["cosine"]
-        p50 = metrics["benchmark"][f"threads_{row['threads']}"]["p50_ms"]
+        host = read_json(project.out_dir(row["model"], row["variant"]) / HOST_BENCHMARK)
+        p50 = host[f"threads_{row['threads']}"]["p50_ms"]
         assert row["p50_ms"] == p50
         assert isinstance(row["p50_ms"], float)
 

@@ -22,7 +22,7 @@ import pytest
 from buildkit import IMAGE_MODEL, TENSOR_MODEL, Project
 
 from edgereg.build.dvc import stage_name
-from edgereg.build.outputs import ARTIFACT, METRICS, PROVENANCE
+from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK, METRICS, PROVENANCE
 from edgereg.toolchain import installed_version
 
 VENV_BIN = Path(sys.executable).parent
@@ -60,6 +60,13 @@ def ran(done: subprocess.CompletedProcess[str]) -> list[str]:
 def status(repo: Project) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(run(repo, "dvc", "status", "--json").stdout)
     return result
+
+
+def host_benchmarks(repo: Project) -> dict[str, bytes]:
+    return {
+        f"{model}/{variant}": repo.out_dir(model, variant).joinpath(HOST_BENCHMARK).read_bytes()
+        for model, variant in ALL_VARIANTS
+    }
 
 
 def artifacts(repo: Project) -> dict[str, bytes]:
@@ -117,7 +124,7 @@ def built_repo(repo: Project, template: Project) -> Project:
 
 
 def test_repro_builds_everything_once_and_force_is_byte_identical(
-    repo: Project, template: Project
+    repo: Project, template: Project, tmp_path: Path
 ) -> None:
     assert sorted(status(repo)) == sorted(ALL_STAGES)
 
@@ -133,13 +140,47 @@ def test_repro_builds_everything_once_and_force_is_byte_identical(
     assert "Data and pipelines are up to date." in output(again)
     assert status(repo) == {}
 
+    run(repo, "git", "add", "--all")
+    run(repo, "git", "commit", "--quiet", "-m", "built")
+    # Git keeps the metrics and plots (not cached by DVC) and the host figures;
+    # DVC caches the artifact and provenance.
+    tracked = run(repo, "git", "ls-files", "build").stdout.split()
+    out = f"build/{IMAGE_MODEL}/fp32"
+    assert {f"{out}/{METRICS}", f"{out}/{HOST_BENCHMARK}", f"{out}/class_recall.json"} <= set(
+        tracked
+    )
+    assert f"{out}/{ARTIFACT}" not in tracked
+
     recorded = provenances(repo)
+    measured = host_benchmarks(repo)
     for _ in range(2):
         forced = run(repo, "dvc", "repro", "--force")
         assert ran(forced) == ALL_STAGES
         assert artifacts(repo) == built
         assert provenances(repo) == recorded
+        # Same bytes, so dvc.lock records the same hashes, and metrics.json is unchanged ...
+        run(repo, "git", "diff", "--exit-code", "--", "dvc.lock", "*/metrics.json")
+        # ... while the host was measured again, outside what DVC locks.
+        remeasured = host_benchmarks(repo)
+        assert remeasured.keys() == measured.keys()
+        assert all(remeasured[key] != measured[key] for key in measured)
+        measured = remeasured
     assert status(repo) == {}
+
+    # The host figures still show, as the metrics that changed; nothing fails to load.
+    diff = run(repo, "dvc", "metrics", "diff", "--json")
+    assert sorted(json.loads(diff.stdout)) == sorted(
+        f"build/{model}/{variant}/{HOST_BENCHMARK}" for model, variant in ALL_VARIANTS
+    )
+    assert "failed to load" not in output(diff)
+
+    # A teammate's fresh clone (no DVC cache, no remote) reads each commit's metrics from git.
+    run(repo, "git", "commit", "--quiet", "--all", "-m", "measured again")
+    clone = Project(tmp_path / "clone")
+    run(repo, "git", "clone", "--quiet", str(repo.root), str(clone.root))
+    fresh = run(clone, "dvc", "metrics", "diff", "HEAD~1", "HEAD", "--json")
+    assert "failed to load" not in output(fresh)
+    assert json.loads(fresh.stdout) == json.loads(diff.stdout)
 
 
 def test_editing_one_variant_reruns_only_its_stage(built_repo: Project) -> None:
@@ -195,16 +236,17 @@ def test_a_gate_failure_fails_repro_and_names_the_budget(built_repo: Project) ->
     text = output(failed)
     assert ran(failed) == [stage_name(IMAGE_MODEL, "fp32")]
     assert f"{IMAGE_MODEL}/fp32 failed its gates" in text
-    assert re.search(r"max_size_mb [0-9.]+ > 0\.001", text)
+    assert re.search(r"max_size_mb [0-9.e+-]+ > 0\.001", text)
     assert not repo.out_dir(IMAGE_MODEL, "fp32").joinpath(ARTIFACT).exists()
     for model, variant in ALL_VARIANTS[1:]:
         assert repo.out_dir(model, variant).joinpath(ARTIFACT).exists()
     assert list(status(repo)) == [stage_name(IMAGE_MODEL, "fp32")]
 
 
-def _without_empty_lists(value: Any) -> Any:
+def without_lists(value: Any) -> Any:
+    """A JSON document as `dvc metrics show` reads it: lists left out, at any depth."""
     if isinstance(value, dict):
-        return {k: _without_empty_lists(v) for k, v in value.items() if v != []}
+        return {k: without_lists(v) for k, v in value.items() if not isinstance(v, list)}
     return value
 
 
@@ -212,13 +254,20 @@ def test_metrics_show_every_variant(built_repo: Project) -> None:
     shown = json.loads(run(built_repo, "dvc", "metrics", "show", "--json").stdout)
     files = shown[""]["data"]
     assert sorted(files) == sorted(
-        f"build/{model}/{variant}/{METRICS}" for model, variant in ALL_VARIANTS
+        f"build/{model}/{variant}/{name}"
+        for model, variant in ALL_VARIANTS
+        for name in (METRICS, HOST_BENCHMARK)
     )
+    for path in [path for path in files if path.endswith(HOST_BENCHMARK)]:
+        host = files.pop(path)["data"]
+        assert host["figures"] == "host"
+        assert host["threads_1"]["p50_ms"] > 0
     for path, entry in files.items():
         metrics = entry["data"]
         on_disk = json.loads((built_repo.root / path).read_text(encoding="utf-8"))
-        # DVC leaves out empty lists ("failed": [] of a variant that passed).
-        assert metrics == _without_empty_lists(on_disk)
+        # DVC shows numbers and strings; it leaves out lists (the failed gates, none here).
+        assert metrics == without_lists(on_disk)
+        assert on_disk["failed"] == []
         assert metrics["metrics"]["accuracy"] == 1.0
         assert metrics["size_mb"] > 0
         assert all(metrics["gates"].values())

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from ruamel.yaml import YAML
 
 from edgereg import config
-from edgereg.build.dvc import render_dvc_yaml, stage_name
+from edgereg.build.dvc import render_dvc_yaml, stage_name, stale_dvc_yaml
 from edgereg.cli import main
 
 if sys.version_info >= (3, 11):
@@ -34,7 +34,7 @@ def invoke(*args: str) -> Result:
 
 def stages(text: str) -> dict[str, Any]:
     document = YAML(typ="safe", pure=True).load(text)
-    assert list(document) == ["stages"]
+    assert list(document) in (["stages"], ["stages", "metrics", "plots"])
     result: dict[str, Any] = document["stages"]
     return result
 
@@ -82,9 +82,23 @@ def test_one_stage_per_variant(small_toml: str) -> None:
         assert stage["cmd"] == f"edgereg build digits {variant}"
         out = f"build/digits/{variant}"
         assert stage["outs"] == [f"{out}/model.mnn", f"{out}/provenance.json"]
-        assert stage["metrics"] == [f"{out}/metrics.json"]
-        plots = [next(iter(plot)) for plot in stage["plots"]]
-        assert plots == [f"{out}/class_recall.json", f"{out}/latency.json"]
+        # Git keeps metrics and plots, so `dvc metrics diff` reads HEAD on a fresh clone.
+        assert stage["metrics"] == [{f"{out}/metrics.json": {"cache": False}}]
+        ((plot, props),) = (next(iter(plot.items())) for plot in stage["plots"])
+        assert plot == f"{out}/class_recall.json"
+        assert props["cache"] is False
+
+
+def test_host_benchmarks_are_top_level_metrics_and_plots_not_stage_outputs(
+    small_toml: str,
+) -> None:
+    document = YAML(typ="safe", pure=True).load(render_dvc_yaml(config.parse(small_toml)))
+    host = [f"build/digits/{variant}/host-benchmark.json" for variant in VARIANTS]
+    assert document["metrics"] == host
+    assert [next(iter(plot)) for plot in document["plots"]] == host
+    assert document["plots"][0][host[0]]["title"] == "digits/fp32: host p50 latency (ms)"
+    for stage in document["stages"].values():
+        assert "host-benchmark.json" not in json.dumps(stage)
 
 
 def test_rendering_is_deterministic(small_toml: str) -> None:
@@ -155,6 +169,31 @@ def test_repo_dvc_yaml_is_current(repo_root: Path) -> None:
     result = invoke("dvc", "sync", "--check", "--config", str(repo_root / "models.toml"))
     assert result.exit_code == 0, result.output
     assert "up to date" in result.stderr
+
+
+def test_example_training_stages_are_quiet_at_the_root_and_reproducible_on_demand(
+    repo_root: Path,
+) -> None:
+    if not (VENV_BIN / "dvc").exists():
+        pytest.skip("dvc must be installed next to the test interpreter")
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+    def dvc(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(VENV_BIN / "dvc"), *args], cwd=cwd, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    # pipelines/ is a DVC project of its own: root commands never collect its stages.
+    root = dvc(repo_root, "status", "--json")
+    assert "WARNING" not in root.stderr, root.stderr
+    assert not any(name.startswith("train-") for name in json.loads(root.stdout))
+    pipelines = repo_root / "pipelines"
+    assert json.loads(dvc(pipelines, "status", "--json").stdout) == {}  # files match dvc.lock
+    forced = dvc(pipelines, "repro", "--dry", "--force", "train-digits")
+    assert "Running stage 'train-digits'" in forced.stdout
+    assert "WARNING" not in forced.stderr
 
 
 # --- the command --------------------------------------------------------------
@@ -231,6 +270,93 @@ def test_sync_refuses_a_bad_config(project: Path) -> None:
     assert not (project / "dvc.yaml").exists()
 
 
+# --- a stale dvc.yaml is named by every command that reads builds ---------------
+
+STALE = "dvc.yaml is stale: run `edgereg dvc sync`"
+
+
+@pytest.fixture
+def renamed(project: Path) -> Path:
+    """A project whose w8 variant was renamed w4 after `edgereg dvc sync`."""
+    assert invoke("dvc", "sync", "--config", str(project / "models.toml")).exit_code == 0
+    toml = project / "models.toml"
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace("variants.w8]", "variants.w4]"), encoding="utf-8"
+    )
+    return project
+
+
+def test_stale_helper_names_the_fix_and_the_stages(renamed: Path) -> None:
+    loaded = config.load(renamed / "models.toml")
+    message = stale_dvc_yaml(loaded)
+    assert message is not None
+    assert message.startswith(STALE)
+    assert "missing stages: build-digits-w4" in message
+    assert "stages of removed variants: build-digits-w8" in message
+    (renamed / "dvc.yaml").write_text(render_dvc_yaml(loaded), encoding="utf-8")
+    assert stale_dvc_yaml(loaded) is None
+    # No dvc.yaml at all: a project that does not use DVC is not told to.
+    (renamed / "dvc.yaml").unlink()
+    assert stale_dvc_yaml(loaded) is None
+
+
+def test_validate_names_a_stale_dvc_yaml(renamed: Path) -> None:
+    result = invoke("validate", "--config", str(renamed / "models.toml"))
+    assert result.exit_code == 0, result.output  # models.toml itself is valid
+    assert f"warning: {STALE}" in result.stderr
+    assert "valid" in result.stdout
+
+
+def test_summary_names_a_stale_dvc_yaml(renamed: Path) -> None:
+    result = invoke(
+        "summary", "--config", str(renamed / "models.toml"), "--build-dir", str(renamed / "build")
+    )
+    assert result.exit_code == 0, result.output
+    assert f"warning: {STALE}" in result.stderr
+    assert "run `edgereg dvc sync`, then `dvc repro`." in result.stderr
+
+
+def test_publish_names_a_stale_dvc_yaml(renamed: Path) -> None:
+    key = renamed / "key.pem"
+    assert invoke("keys", "generate", "--out", str(key), "--no-publish").exit_code == 0
+    result = invoke(
+        "publish",
+        "digits",
+        "--canary",
+        "5%",
+        "--config",
+        str(renamed / "models.toml"),
+        "--build-dir",
+        str(renamed / "build"),
+        "--registry",
+        (renamed / "registry").as_uri(),
+        "--key",
+        str(key),
+    )
+    assert result.exit_code == 8, result.output  # nothing is built
+    assert f"warning: {STALE}" in result.stderr
+    # The fix the error offers is the sync, not `dvc repro` (which would fail).
+    assert result.stderr.rstrip().endswith("then `dvc repro`.")
+    assert "Run `dvc repro` (or" not in result.stderr
+
+
+def test_the_stage_command_names_a_stale_dvc_yaml(renamed: Path) -> None:
+    # The data files are not the pinned ones, so the build stops at its first
+    # stage; the warning comes before, where `dvc repro` shows it.
+    result = invoke(
+        "build",
+        "digits",
+        "fp32",
+        "--config",
+        str(renamed / "models.toml"),
+        "--out",
+        str(renamed / "build"),
+    )
+    assert result.exit_code != 0
+    assert f"warning: {STALE}" in result.stderr
+    assert result.stderr.index(STALE) < result.stderr.index("error:")
+
+
 # --- real DVC in a temporary git repository ------------------------------------
 
 
@@ -276,7 +402,11 @@ def test_dvc_reruns_only_the_stage_whose_params_changed(dvc_repo: Path) -> None:
     # Stand-ins for build outputs, recorded in dvc.lock without running the stages:
     # what is under test is which params each stage depends on.
     for stage in stages((dvc_repo / "dvc.yaml").read_text(encoding="utf-8")).values():
-        outputs = [*stage["outs"], *stage["metrics"], *(next(iter(p)) for p in stage["plots"])]
+        outputs = [
+            *stage["outs"],
+            *(next(iter(m)) for m in stage["metrics"]),
+            *(next(iter(p)) for p in stage.get("plots", [])),
+        ]
         for output in outputs:
             (dvc_repo / output).parent.mkdir(parents=True, exist_ok=True)
             (dvc_repo / output).write_text("{}\n", encoding="utf-8")

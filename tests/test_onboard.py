@@ -24,6 +24,7 @@ from edgereg import config as config_module
 from edgereg._onboard_cli import add_command, init_command
 from edgereg.build.dvc import render_dvc_yaml
 from edgereg.onboard import (
+    GITIGNORE_ENTRIES,
     ArrayInfo,
     DatasetInfo,
     GraphTensor,
@@ -118,7 +119,10 @@ def test_init_sets_up_a_project_with_no_model_yet(repo: Path) -> None:
 
     assert (repo / ".dvc").is_dir()
     assert "analytics = false" in (repo / ".dvc" / "config").read_text()
-    assert (repo / ".gitignore").read_text().splitlines()[-2:] == ["/registry/", "/.edgereg/"]
+    assert (repo / ".gitignore").read_text().splitlines()[-len(GITIGNORE_ENTRIES) :] == list(
+        GITIGNORE_ENTRIES
+    )
+    assert "git add --all && git commit -m 'edgereg project'" in result.output
     assert (repo / "dvc.yaml").read_text() == render_dvc_yaml(config)
     assert "stages: {}" in (repo / "dvc.yaml").read_text()
 
@@ -132,13 +136,10 @@ def test_init_never_overwrites_without_force(repo: Path) -> None:
     (repo / ".gitignore").write_text("*.pyc\n/registry\n", encoding="utf-8")
     edgereg("init")
     # Entries already there (in any spelling) are not added twice; the rest stays.
-    assert (repo / ".gitignore").read_text().splitlines() == [
-        "*.pyc",
-        "/registry",
-        "",
-        "# edgereg: the local registry and the private signing key stay out of git",
-        "/.edgereg/",
-    ]
+    lines = (repo / ".gitignore").read_text().splitlines()
+    assert lines[:5] == ["*.pyc", "/registry", "", lines[3], lines[4]]
+    assert lines[3].startswith("# edgereg: virtual environments")
+    assert lines[5:] == [entry for entry in GITIGNORE_ENTRIES if entry != "/registry/"]
     (repo / "models.toml").write_text("# mine\n", encoding="utf-8")
     result = edgereg("init", expect=2)
     assert "refusing to overwrite: models.toml exists" in result.output
@@ -147,7 +148,92 @@ def test_init_never_overwrites_without_force(repo: Path) -> None:
 
     edgereg("init", "--force")
     config_module.load(repo / "models.toml")
-    assert (repo / ".gitignore").read_text().count("/.edgereg/") == 1
+    assert (repo / ".gitignore").read_text().count("/.edgereg/*\n") == 1
+
+
+def test_init_gitignore_keeps_environments_builds_and_secrets_out_and_metrics_in(
+    repo: Path,
+) -> None:
+    edgereg("init")
+    wanted = {
+        "models.toml": True,
+        ".venv/bin/python": False,
+        "venv/bin/python": False,
+        "env/bin/python": False,
+        "registry/keys/a.pem": False,
+        ".edgereg/signing-key.pem": False,
+        ".edgereg/runtimes/mnn-3.0.0/x.py": False,
+        ".edgereg/signing-key.pub.pem": True,  # committing a public key pins it
+        "build/m/v/model.mnn": False,
+        "build/m/v/provenance.json": False,
+        "build/m/v/.v.tmp/metrics.json": False,  # a build's scratch directory
+        "build/m/v/metrics.json": True,
+        "build/m/v/class_recall.json": True,
+        "build/m/v/host-benchmark.json": True,
+    }
+    for path in wanted:
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("x", encoding="utf-8")
+    sh(repo, "git", "add", "--all")
+    tracked = set(sh(repo, "git", "ls-files").split())
+    assert {path for path, keep in wanted.items() if keep} <= tracked
+    assert not {path for path, keep in wanted.items() if not keep} & tracked
+
+
+def test_init_says_when_an_older_gitignore_line_hides_the_build_metrics(repo: Path) -> None:
+    (repo / ".gitignore").write_text("/build/\n", encoding="utf-8")
+    result = edgereg("init")
+    assert "note: an earlier .gitignore line ignores all of build/" in result.output
+
+
+def test_the_suggested_commit_gives_a_teammate_a_clone_that_builds_the_same_bytes(
+    project: Path, tmp_path: Path
+) -> None:
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "bin" / "python").write_text("", encoding="utf-8")
+    remote = tmp_path / "dvc-remote"  # a directory remote; S3 works the same way
+    sh(project, "dvc", "remote", "add", "--default", "storage", str(remote))
+    result = edgereg(
+        "add",
+        "data/sensor.onnx",
+        "--evaluation",
+        "data/sensor-evaluation.npz",
+        "--calibration",
+        "data/sensor-calibration.npz",
+    )
+    steps = [
+        line.strip()
+        for line in result.output.splitlines()
+        if line.strip().startswith(("dvc add", "git add", "dvc push"))
+    ]
+    assert steps == [
+        "dvc add data/sensor.onnx data/sensor-evaluation.npz data/sensor-calibration.npz",
+        "git add --all && git commit -m 'add sensor'",
+        "dvc push",
+    ]
+    sh(project, "dvc", "repro")
+    for step in steps:
+        sh(project, "sh", "-c", step)
+
+    clone = tmp_path / "clone"
+    sh(tmp_path, "git", "clone", "--quiet", str(project), str(clone))
+    tracked = set(sh(clone, "git", "ls-files").split())
+    assert {"models.toml", "dvc.yaml", "dvc.lock", ".gitignore", ".dvc/config"} <= tracked
+    assert "data/sensor.onnx.dvc" in tracked
+    assert "data/sensor.onnx" not in tracked  # DVC keeps the large files
+    assert "build/sensor/fp32/metrics.json" in tracked
+    assert not any(path.startswith(".venv/") for path in tracked)
+    # The teammate pulls what DVC keeps and rebuilds: the same bytes, dvc.lock unchanged.
+    sh(clone, "dvc", "pull")
+    sh(clone, "dvc", "repro", "--force", "build-sensor-fp32")
+    artifact = Path("build/sensor/fp32/model.mnn")
+    assert (clone / artifact).read_bytes() == (project / artifact).read_bytes()
+    sh(clone, "git", "diff", "--exit-code", "--", "dvc.lock")
+    # Files git already tracks need no `dvc add`.
+    sh(project, "git", "add", "data/vision.onnx", "data/vision-evaluation.npz")
+    vision = edgereg("add", "data/vision.onnx", "--evaluation", "data/vision-evaluation.npz")
+    assert "dvc add" not in vision.output
+    assert "git add --all && git commit -m 'add vision'" in vision.output
 
 
 def test_init_keeps_a_dvc_yaml_it_did_not_write_and_an_existing_dvc_setup(repo: Path) -> None:

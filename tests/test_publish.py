@@ -41,7 +41,7 @@ from registrykit import (
 )
 from s3server import MotoServer, make_client
 
-from edgereg.build.outputs import METRICS, PROVENANCE
+from edgereg.build.outputs import HOST_BENCHMARK, METRICS, PROVENANCE
 from edgereg.errors import TrustError
 from edgereg.signing import key_id, load_public_key
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document
@@ -218,7 +218,17 @@ def check_published(
         out = site.project.out_dir(model, variant)
         assert entry.tier == config.models[model].variants[variant].tier
         assert (entry.sha256, entry.size) == (digests[variant], len(artifacts[variant]))
-        assert entry.metrics == json.loads((out / METRICS).read_text())
+        # metrics.json, plus the build host's benchmark labelled as host figures.
+        host = json.loads((out / HOST_BENCHMARK).read_text())
+        assert entry.metrics == {
+            **json.loads((out / METRICS).read_text()),
+            "host_benchmark": {
+                key: value
+                for key, value in host.items()
+                if key not in ("latency", "artifact_sha256", "recipe_sha256")
+            },
+        }
+        assert entry.metrics["host_benchmark"]["figures"] == "host"
         assert entry.provenance == json.loads((out / PROVENANCE).read_text())
         assert entry.min_mnn_runtime == entry.provenance["min_mnn_runtime"]
         assert entry.runtime == config.models[model].variants[variant].runtime

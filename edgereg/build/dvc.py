@@ -10,12 +10,14 @@ pinned tool version reruns them all.
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from pathlib import Path
 
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
-    LATENCY_PLOT,
+    HOST_BENCHMARK,
     METRICS,
     PROVENANCE,
 )
@@ -37,6 +39,7 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
     """Return the text of dvc.yaml for ``config`` (deterministic)."""
     config_name = config.path.name
     lines = [HEADER.format(config=config_name).rstrip("\n"), "stages:"]
+    host_files: list[tuple[str, str]] = []
     for model_name, model in config.models.items():
         model_keys = [
             key
@@ -77,29 +80,76 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 "    outs:",
                 f"      - {_q(f'{out}/{ARTIFACT}')}",
                 f"      - {_q(f'{out}/{PROVENANCE}')}",
+                # Not cached: git keeps metrics and plots, so `dvc metrics diff`
+                # and `dvc plots diff` read HEAD on a fresh clone with no remote.
                 "    metrics:",
-                f"      - {_q(f'{out}/{METRICS}')}",
-                "    plots:",
+                f"      - {_q(f'{out}/{METRICS}')}:",
+                "          cache: false",
             ]
             if model.task.kind == "classification":
                 recall_title = f"{model_name}/{variant_name}: recall change per class"
                 lines += [
+                    "    plots:",
                     f"      - {_q(f'{out}/{CLASS_RECALL_PLOT}')}:",
+                    "          cache: false",
                     "          x: class",
                     "          y: change",
                     "          template: bar_horizontal",
                     f"          title: {_q(recall_title)}",
                 ]
-            lines += [
-                f"      - {_q(f'{out}/{LATENCY_PLOT}')}:",
-                "          x: threads",
-                "          y: p50_ms",
-                f"          title: {_q(f'{model_name}/{variant_name}: host p50 latency (ms)')}",
-            ]
+            host_files.append((f"{out}/{HOST_BENCHMARK}", f"{model_name}/{variant_name}"))
     if len(lines) == 2:
         # No model yet (right after `edgereg init`): DVC rejects a null `stages:`.
         lines[-1] = "stages: {}"
+    if host_files:
+        # Host timings differ on every run: top-level metrics and plots, which
+        # DVC shows but never records in dvc.lock, so a forced rebuild of the
+        # same inputs leaves dvc.lock unchanged.
+        lines.append("metrics:")
+        lines += [f"  - {_q(path)}" for path, _ in host_files]
+        lines.append("plots:")
+        for path, label in host_files:
+            lines += [
+                f"  - {_q(path)}:",
+                "      x: threads",
+                "      y: p50_ms",
+                f"      title: {_q(f'{label}: host p50 latency (ms)')}",
+            ]
     return "\n".join(lines) + "\n"
+
+
+_STAGE_LINE = re.compile(r"^  ([^\s:]+):$", re.MULTILINE)
+
+
+def stale_dvc_yaml(config: Config, dvc_yaml: Path | None = None) -> str | None:
+    """Say so when dvc.yaml no longer matches models.toml; None when it does.
+
+    A dvc.yaml left behind by a renamed variant makes `dvc repro` fail with
+    DVC's "Parameters ... are missing" and delete that stage's outputs, and
+    nothing there names the fix. Every command that reads builds calls this.
+    A project without dvc.yaml (no DVC) is not stale.
+
+    Args:
+        config: The loaded models.toml.
+        dvc_yaml: The file to compare; default: dvc.yaml next to models.toml.
+    """
+    path = dvc_yaml or config.root / "dvc.yaml"
+    try:
+        current = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"dvc.yaml is stale: run `edgereg dvc sync` ({path} is unreadable: {exc})"
+    expected = render_dvc_yaml(config)
+    if current == expected:
+        return None
+    have, want = set(_STAGE_LINE.findall(current)), set(_STAGE_LINE.findall(expected))
+    details = [f"it no longer matches {config.path.name}"]
+    if want - have:
+        details.append(f"missing stages: {', '.join(sorted(want - have))}")
+    if have - want:
+        details.append(f"stages of removed variants: {', '.join(sorted(have - want))}")
+    return f"dvc.yaml is stale: run `edgereg dvc sync` ({'; '.join(details)}), then `dvc repro`"
 
 
 def _q(value: str) -> str:

@@ -19,8 +19,18 @@ ARTIFACT = "model.mnn"
 METRICS = "metrics.json"
 PROVENANCE = "provenance.json"
 CLASS_RECALL_PLOT = "class_recall.json"
-LATENCY_PLOT = "latency.json"
-OUTPUT_FILES = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT, LATENCY_PLOT)
+#: Host load time, memory and latency per thread count. Not a DVC stage output:
+#: timings differ on every run, and dvc.lock records only what a rebuild of the
+#: same inputs reproduces byte for byte. dvc.yaml lists it as a top-level metric
+#: and plot, so `dvc metrics show` and `dvc plots show` still read it.
+HOST_BENCHMARK = "host-benchmark.json"
+#: What the DVC stage declares as its outputs (all reproducible).
+STAGE_OUTPUTS = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT)
+#: Every file a build writes into its output directory.
+OUTPUT_FILES = (*STAGE_OUTPUTS, HOST_BENCHMARK)
+#: The label a host figure carries wherever it is copied (releases, reports):
+#: latency on the build machine says little about a phone.
+HOST_FIGURES = "host"
 
 BUILT = "built"
 STALE = "stale"
@@ -80,6 +90,109 @@ def variant_dir(out_root: Path, model_name: str, variant_name: str) -> Path:
 
 
 @dataclass(frozen=True)
+class ThreadLatency:
+    """Host latency of one inference at one thread count, milliseconds."""
+
+    threads: int
+    p50_ms: float
+    p90_ms: float
+
+
+@dataclass(frozen=True)
+class HostBenchmark:
+    """What the host benchmark measured for one artifact (host figures, not a device's).
+
+    Attributes:
+        load_ms: Fastest model load, milliseconds.
+        peak_rss_mb: Peak resident memory of the benchmark process, MiB.
+        latency: Per thread count, in increasing order of threads.
+        artifact_sha256: The artifact that was measured (a failed variant's
+            rejected candidate included).
+        recipe_sha256: The recipe it was built from.
+    """
+
+    load_ms: float
+    peak_rss_mb: float
+    latency: tuple[ThreadLatency, ...]
+    artifact_sha256: str
+    recipe_sha256: str
+
+    def p50_ms(self, threads: int) -> float | None:
+        """Median latency at ``threads`` threads, if measured."""
+        return next((row.p50_ms for row in self.latency if row.threads == threads), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The host-benchmark.json document: a DVC metric (numbers) and plot (``latency``)."""
+        return {
+            "figures": HOST_FIGURES,
+            "load_ms": self.load_ms,
+            "peak_rss_mb": self.peak_rss_mb,
+            # Flat keys for `dvc metrics show` (it skips lists) ...
+            **{
+                f"threads_{row.threads}": {"p50_ms": row.p50_ms, "p90_ms": row.p90_ms}
+                for row in self.latency
+            },
+            # ... and rows for `dvc plots show` (it plots the first list of records).
+            "latency": [
+                {"threads": row.threads, "p50_ms": row.p50_ms, "p90_ms": row.p90_ms}
+                for row in self.latency
+            ],
+            "artifact_sha256": self.artifact_sha256,
+            "recipe_sha256": self.recipe_sha256,
+        }
+
+    def release_metrics(self) -> dict[str, Any]:
+        """The host figures a release record carries, labelled as such."""
+        document = self.to_json()
+        del document["latency"], document["artifact_sha256"], document["recipe_sha256"]
+        return document
+
+    @classmethod
+    def from_json(cls, data: Any) -> HostBenchmark:
+        """Parse a host-benchmark.json document.
+
+        Raises:
+            ValueError: the document is not one the build writes.
+        """
+        if not isinstance(data, dict) or data.get("figures") != HOST_FIGURES:
+            raise ValueError('not a host benchmark (no "figures": "host")')
+        try:
+            rows = tuple(
+                ThreadLatency(int(row["threads"]), float(row["p50_ms"]), float(row["p90_ms"]))
+                for row in data["latency"]
+            )
+            return cls(
+                load_ms=float(data["load_ms"]),
+                peak_rss_mb=float(data["peak_rss_mb"]),
+                latency=tuple(sorted(rows, key=lambda row: row.threads)),
+                artifact_sha256=str(data["artifact_sha256"]),
+                recipe_sha256=str(data["recipe_sha256"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"host benchmark is missing or mistypes {exc}") from exc
+
+
+def read_host_benchmark(
+    out_dir: Path, *, recipe_sha256: str, artifact_sha256: str | None = None
+) -> HostBenchmark | None:
+    """The host benchmark of the build whose recipe (and artifact) are given.
+
+    None when there is none, it is unreadable, or it measured another build:
+    DVC may restore outputs from its run-cache or a remote without running the
+    stage, leaving a host-benchmark.json that belongs to different bytes.
+    """
+    try:
+        found = HostBenchmark.from_json(read_json(out_dir / HOST_BENCHMARK))
+    except (OSError, ValueError):
+        return None
+    if found.recipe_sha256 != recipe_sha256:
+        return None
+    if artifact_sha256 is not None and found.artifact_sha256 != artifact_sha256:
+        return None
+    return found
+
+
+@dataclass(frozen=True)
 class BuildOutputs:
     """A variant's build outputs as found on disk.
 
@@ -91,6 +204,8 @@ class BuildOutputs:
         metrics: metrics.json (empty unless built or stale).
         provenance: provenance.json (empty unless built or stale).
         problem: Why the outputs are unreadable.
+        host_benchmark: The host figures measured for these outputs, when
+            this checkout measured them (not part of what DVC reproduces).
     """
 
     out_dir: Path
@@ -98,6 +213,7 @@ class BuildOutputs:
     metrics: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+    host_benchmark: HostBenchmark | None = None
 
     @property
     def artifact(self) -> Path:
@@ -124,7 +240,15 @@ def read_outputs(
             out_dir, UNREADABLE, problem="metrics or provenance is not a JSON object"
         )
     current = provenance.get("recipe_sha256") == config.recipe_digest(model_name, variant_name)
-    return BuildOutputs(out_dir, BUILT if current else STALE, metrics, provenance)
+    artifact = provenance.get("artifact")
+    host = read_host_benchmark(
+        out_dir,
+        recipe_sha256=str(provenance.get("recipe_sha256")),
+        artifact_sha256=str(artifact.get("sha256")) if isinstance(artifact, dict) else "",
+    )
+    return BuildOutputs(
+        out_dir, BUILT if current else STALE, metrics, provenance, host_benchmark=host
+    )
 
 
 def _failed(config: Config, model_name: str, variant_name: str, out_dir: Path) -> BuildOutputs:
@@ -135,9 +259,11 @@ def _failed(config: Config, model_name: str, variant_name: str, out_dir: Path) -
         return BuildOutputs(out_dir, UNREADABLE, problem=str(exc))
     if not isinstance(metrics, dict) or metrics.get("status") != FAILED:
         return BuildOutputs(out_dir, NOT_BUILT)
-    if metrics.get("recipe_sha256") != config.recipe_digest(model_name, variant_name):
+    recipe_digest = config.recipe_digest(model_name, variant_name)
+    if metrics.get("recipe_sha256") != recipe_digest:
         return BuildOutputs(out_dir, NOT_BUILT)
-    return BuildOutputs(out_dir, FAILED, metrics)
+    host = read_host_benchmark(out_dir, recipe_sha256=recipe_digest)
+    return BuildOutputs(out_dir, FAILED, metrics, host_benchmark=host)
 
 
 def read_json(path: Path) -> Any:

@@ -24,7 +24,7 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
             if outputs.status in (BUILT, STALE, FAILED):
                 metrics = outputs.metrics
                 threads = variant.runtime.threads
-                latency = metrics.get("benchmark", {}).get(f"threads_{threads}", {})
+                host = outputs.host_benchmark
                 top = headline(metrics)
                 agreement = metrics.get("agreement") or {}
                 cosines = [a.get("cosine") for a in agreement.values() if isinstance(a, dict)]
@@ -37,7 +37,8 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     change=None if top is None else top.change,
                     min_cosine=min((c for c in cosines if c is not None), default=None),
                     min_snr_db=min((v for v in snrs if v is not None), default=None),
-                    p50_ms=latency.get("p50_ms"),
+                    # Host figures, when this checkout measured them.
+                    p50_ms=None if host is None else host.p50_ms(threads),
                     threads=threads,
                     failed=list(metrics.get("failed") or []),
                 )

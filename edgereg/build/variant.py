@@ -32,10 +32,12 @@ from edgereg.build.datasets import Dataset, load_dataset, select_calibration
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
-    LATENCY_PLOT,
+    HOST_BENCHMARK,
     METRICS,
     OUTPUT_FILES,
     PROVENANCE,
+    HostBenchmark,
+    ThreadLatency,
     variant_dir,
 )
 from edgereg.build.quality import (
@@ -424,11 +426,14 @@ def build_variant(
                 timing.latency_ms[variant.runtime.threads].p50,
                 declared,
             )
-        metrics = _metrics(model.task.kind, precision, scored, timing, gates, quant_record)
+        metrics = _metrics(model.task.kind, precision, scored, gates, quant_record)
         # Lets summary and report tell a failure of this recipe from an old one.
         metrics["recipe_sha256"] = recipe_digest
+        artifact_sha = sha256_file(artifact)
+        host = _host_benchmark(timing, artifact_sha=artifact_sha, recipe_sha=recipe_digest)
         if not gates.passed:
             _write_json(out_dir / METRICS, metrics)
+            _write_json(out_dir / HOST_BENCHMARK, host.to_json())
             raise GateError(
                 _gate_message(model_name, variant_name, gates),
                 stage="gate",
@@ -447,7 +452,6 @@ def build_variant(
                 mode=variant.quantization.mode,
                 root=runtimes_dir(config.root),
             )
-        artifact_sha = sha256_file(artifact)
         installed = toolchain.installed_versions()
         provenance = {
             "edgereg": __version__,
@@ -487,13 +491,7 @@ def build_variant(
         _write_json(work_dir / METRICS, metrics)
         _write_json(work_dir / PROVENANCE, provenance)
         _write_json(work_dir / CLASS_RECALL_PLOT, _recall_rows(scored.scores, model.classes))
-        _write_json(
-            work_dir / LATENCY_PLOT,
-            [
-                {"threads": n, "p50_ms": lat.p50, "p90_ms": lat.p90}
-                for n, lat in sorted(timing.latency_ms.items())
-            ],
-        )
+        _write_json(work_dir / HOST_BENCHMARK, host.to_json())
         # The artifact moves last: its presence means every other file is there.
         for name in (*OUTPUT_FILES[1:], ARTIFACT):
             os.replace(work_dir / name, out_dir / name)
@@ -1066,7 +1064,6 @@ def _metrics(
     task: str,
     precision: str,
     scored: Scored,
-    timing: Any,
     gates: GateReport,
     quant_record: dict[str, Any] | None,
 ) -> dict[str, Any]:
@@ -1099,17 +1096,23 @@ def _metrics(
             # No provenance is written for a failure: what was tried lives here.
             metrics["quantization"]["attempts"] = quant_record["attempts"]
             metrics["quantization"]["measured_alternatives"] = quant_record["measured_alternatives"]
-    metrics["benchmark"] = {
-        "load_ms": timing.load_ms,
-        "peak_rss_mb": timing.peak_rss_mb,
-        **{
-            f"threads_{n}": {"p50_ms": lat.p50, "p90_ms": lat.p90}
-            for n, lat in sorted(timing.latency_ms.items())
-        },
-    }
+    # No host timings here: metrics.json is a DVC stage output and must be the
+    # same bytes on every rebuild; they go to host-benchmark.json.
     metrics["gates"] = {result.name: result.passed for result in gates.results}
     metrics["failed"] = [result.describe() for result in gates.failures]
     return metrics
+
+
+def _host_benchmark(timing: Any, *, artifact_sha: str, recipe_sha: str) -> HostBenchmark:
+    return HostBenchmark(
+        load_ms=timing.load_ms,
+        peak_rss_mb=timing.peak_rss_mb,
+        latency=tuple(
+            ThreadLatency(n, lat.p50, lat.p90) for n, lat in sorted(timing.latency_ms.items())
+        ),
+        artifact_sha256=artifact_sha,
+        recipe_sha256=recipe_sha,
+    )
 
 
 #: What a perfect match (infinite SNR) is written as in metrics.json.

@@ -5,9 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from edgereg._files import sha256_file
-from edgereg.build.outputs import FAILED, NOT_BUILT, STALE, UNREADABLE, read_outputs
+from edgereg.build.outputs import (
+    FAILED,
+    NOT_BUILT,
+    STALE,
+    UNREADABLE,
+    HostBenchmark,
+    read_outputs,
+)
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
@@ -96,7 +104,7 @@ def prepare_release(
             tier=variant.tier,
             sha256=digest,
             size=artifact.stat().st_size,
-            metrics=outputs.metrics,
+            metrics=_with_host_figures(outputs.metrics, outputs.host_benchmark),
             provenance=outputs.provenance,
             min_mnn_runtime=provenance.min_mnn_runtime,
             runtime=variant.runtime,
@@ -118,3 +126,10 @@ def prepare_release(
         tier_order=list(tiers),
     )
     return PreparedRelease(record=record, blobs=blobs)
+
+
+def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> dict[str, Any]:
+    """metrics.json plus the build host's benchmark, labelled as host figures."""
+    if host is None:
+        return metrics
+    return {**metrics, "host_benchmark": host.release_metrics()}

@@ -18,7 +18,6 @@ from edgereg.build.outputs import (
     BUILT,
     CLASS_RECALL_PLOT,
     FAILED,
-    LATENCY_PLOT,
     NOT_BUILT,
     STALE,
     UNREADABLE,
@@ -169,16 +168,12 @@ class VariantData:
                 value = _number(row.get("p50_ms"))
                 if value is not None:
                     return value
-        bench = ((self.metrics or {}).get("benchmark") or {}).get(f"threads_{threads}") or {}
-        return _number(bench.get("p50_ms")) if isinstance(bench, dict) else None
+        return None
 
     @property
     def thread_counts(self) -> list[int]:
         """Thread counts the host benchmark measured."""
-        counts = {int(row["threads"]) for row in self.latency if "threads" in row}
-        bench = (self.metrics or {}).get("benchmark") or {}
-        counts |= {int(key.split("_", 1)[1]) for key in bench if key.startswith("threads_")}
-        return sorted(counts)
+        return sorted({int(row["threads"]) for row in self.latency if "threads" in row})
 
     @property
     def gates(self) -> list[Gate]:
@@ -409,12 +404,21 @@ def _variant(config: Config, out_root: Path, model_name: str, variant_name: str)
         return replace(base, status=UNREADABLE, problem=outputs.problem)
     try:
         recall = _read_optional(outputs.out_dir / CLASS_RECALL_PLOT)
-        latency = _read_optional(outputs.out_dir / LATENCY_PLOT)
     except (OSError, ValueError) as exc:
         return replace(base, status=UNREADABLE, problem=str(exc))
     if outputs.status == FAILED:
-        # Plot files left from an earlier passing build belong to other numbers.
-        recall, latency = [], []
+        # A plot file left from an earlier passing build belongs to other numbers.
+        recall = []
+    # Host figures come from their one reader, which drops a file measured on other bytes.
+    host = outputs.host_benchmark
+    latency = (
+        []
+        if host is None
+        else [
+            {"threads": row.threads, "p50_ms": row.p50_ms, "p90_ms": row.p90_ms}
+            for row in host.latency
+        ]
+    )
     return replace(
         base,
         status=outputs.status,
