@@ -145,10 +145,12 @@ def agreement(
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    # Elementwise sums, not np.dot/np.linalg.norm: BLAS threads stall for tens of
+    # milliseconds on a loaded 2-core build machine (benchmarks/verify.py).
+    norms = float(np.sqrt(np.sum(a * a)) * np.sqrt(np.sum(b * b)))
     if norms == 0:
         return 1.0 if not np.any(a) and not np.any(b) else 0.0
-    return float(np.dot(a, b) / norms)
+    return float(np.sum(a * b) / norms)
 
 
 def _row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
