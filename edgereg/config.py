@@ -1065,15 +1065,15 @@ def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise ConfigError(
             "file not found",
             file=str(path),
             hint="Run edgereg from the directory that holds models.toml, pass --config PATH, "
             "or create one with `edgereg init`.",
-        ) from None
+        ) from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", file=str(path)) from None
+        raise ConfigError(f"cannot read: {exc}", file=str(path)) from exc
     return parse(text, file=str(path))
 
 
@@ -1086,11 +1086,11 @@ def parse(text: str, *, file: str = DEFAULT_CONFIG_FILE) -> Config:
             f"not valid TOML: {exc}",
             file=file,
             hint="Fix the syntax at the line and column shown.",
-        ) from None
+        ) from exc
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise _config_error(exc, data, file) from None
+        raise _config_error(exc, data, file) from exc
     config._path = Path(file)
     return config
 

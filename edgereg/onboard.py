@@ -268,10 +268,10 @@ def git_toplevel(directory: Path) -> Path:
             text=True,
             check=False,
         )
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise UsageError(
             "git is not installed", hint="Install git (apt-get install git), then run this again."
-        ) from None
+        ) from exc
     if done.returncode != 0:
         raise UsageError(
             f"{directory} is not inside a git repository; edgereg keeps models.toml, "
@@ -1004,7 +1004,7 @@ def read_dataset_info(path: Path, root: Path, option: str) -> DatasetInfo:
             f"{option} {path} is not a readable .npz file: {exc}",
             hint="Write datasets with numpy.savez: one array per model input (samples "
             "first) and, for classification, an integer 'labels' array.",
-        ) from None
+        ) from exc
     return DatasetInfo(path=relative, sha256=sha256_file(path), arrays=arrays)
 
 
@@ -1019,13 +1019,13 @@ def project_path(path: Path, root: Path, option: str) -> str:
     absolute = path.resolve()
     try:
         relative = absolute.relative_to(root.resolve())
-    except ValueError:
+    except ValueError as exc:
         raise UsageError(
             f"{option} {path} is outside the project {root.resolve()}; models.toml pins "
             "files inside the repository",
             hint=f"Copy it in (cp {path} {root}/models/), `dvc add` it if it is large, "
             "and run edgereg add again with the copy.",
-        ) from None
+        ) from exc
     return relative.as_posix()
 
 
@@ -1080,7 +1080,7 @@ def add_model(
     try:
         report = toolchain.inspect_onnx(source)
     except BuildError as exc:
-        raise UsageError(exc.message, hint=exc.hint) from None
+        raise UsageError(exc.message, hint=exc.hint) from exc
     try:
         unsupported = toolchain.unsupported_ops(report)
     except BuildError:
@@ -1114,7 +1114,7 @@ def add_model(
             key_path=exc.key_path,
             hint=f"{config_path} is unchanged. Fix the file or the model, then run "
             "edgereg add again.",
-        ) from None
+        ) from exc
     model = new_config.models[name]
     for ref, option in ((model.evaluation, "--evaluation"), (model.calibration, "--calibration")):
         if ref is None:
@@ -1128,7 +1128,7 @@ def add_model(
                 state_inputs=[pair.input for pair in model.state],
             )
         except BuildError as exc:
-            raise UsageError(f"{option}: {exc.message}", hint=exc.hint) from None
+            raise UsageError(f"{option}: {exc.message}", hint=exc.hint) from exc
     _check_labels(proposal, new_config, name)
 
     dvc_yaml = root / "dvc.yaml"

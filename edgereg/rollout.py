@@ -74,10 +74,10 @@ def parse_percent(text: str, *, option: str = "--canary") -> float:
         raise PercentError(problem)
     try:
         basis_points(value)
-    except PercentError:
+    except PercentError as exc:
         raise PercentError(
             f"{option} must be {PERCENT_RULE}, with at most two decimals; got {text!r}"
-        ) from None
+        ) from exc
     return value
 
 

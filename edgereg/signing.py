@@ -76,12 +76,12 @@ def read_private_key_file(path: str | os.PathLike[str]) -> Signer:
                     hint=f"Run: chmod 600 {path}",
                 )
             pem = handle.read()
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise TrustError(
             f"private key file {path} does not exist",
             hint="Create a key pair with `edgereg keys generate`, or point to the key "
             "with --key PATH.",
-        ) from None
+        ) from exc
     except OSError as exc:
         raise TrustError(f"cannot read private key file {path}: {exc.strerror}") from exc
     try:

@@ -91,8 +91,8 @@ def load_dataset(
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
-    except FileNotFoundError:
-        raise BuildError(f"dataset {path} not found", stage=stage) from None
+    except FileNotFoundError as exc:
+        raise BuildError(f"dataset {path} not found", stage=stage) from exc
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise BuildError(
             f"dataset {path} is not a readable .npz file: {exc}",

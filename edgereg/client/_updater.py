@@ -419,10 +419,10 @@ class FileFetcher(Fetcher):
         path = self.root / relative
         try:
             handle = path.open("rb")
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
             raise TransportError(
                 f"{url} does not exist", url=url, status=404, retryable=False
-            ) from None
+            ) from exc
         size = os.fstat(handle.fileno()).st_size
         if start >= size > 0:
             handle.close()

@@ -43,7 +43,7 @@ def report_command(config_path: Path, target: Path, out_root: Path, as_json: boo
     except OSError as exc:
         raise EdgeregError(
             f"cannot write {target}: {exc.strerror}", hint="Check that the directory is writable."
-        ) from None
+        ) from exc
     variants = [v for m in data.models for v in m.variants]
     built = sum(v.built for v in variants)
     failed = [v for v in variants if v.status == FAILED]

@@ -150,7 +150,7 @@ def run_worker(
             tool=tool,
             output_tail=tail(partial),
             hint="raise the timeout, or check the model is not unexpectedly large",
-        ) from None
+        ) from exc
     duration = time.perf_counter() - started
     output = proc.stdout.decode("utf-8", "replace")
     result: dict[str, Any] | None = None

@@ -195,8 +195,8 @@ def parse_op_listing(output: str) -> frozenset[str]:
     lines = [line.strip() for line in output.splitlines()]
     try:
         start = next(i for i, line in enumerate(lines) if _HEADER.match(line)) + 1
-    except StopIteration:
-        raise ValueError("no 'Dump ONNX support Ops' header in the converter output") from None
+    except StopIteration as exc:
+        raise ValueError("no 'Dump ONNX support Ops' header in the converter output") from exc
     ops: set[str] = set()
     for line in lines[start:]:
         total = _TOTAL.match(line)

@@ -388,9 +388,9 @@ def find_runtime(version: str, *, root: Path | str | None = None) -> Runtime:
     marker = path / MARKER
     try:
         record = json.loads(marker.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         why = "no such directory" if not path.exists() else f"no {MARKER}: never finished"
-        raise _missing(version, path, why) from None
+        raise _missing(version, path, why) from exc
     except (OSError, ValueError) as exc:
         raise _missing(version, path, f"unreadable {MARKER}: {exc}") from exc
     python = _python_of(path)
