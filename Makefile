@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv runtimes demo test lint typecheck unit bench clean system-deps
+.PHONY: venv runtimes demo test test-fast lint typecheck unit bench clean system-deps
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(VENV)/.installed: pyproject.toml
@@ -59,6 +59,7 @@ demo: venv
 
 lint: venv
 	ruff check edgereg tests benchmarks pipelines docs/gen
+	ruff format --check edgereg tests benchmarks pipelines docs/gen
 	edgereg dvc sync --check
 
 typecheck: venv
@@ -68,6 +69,14 @@ unit: venv
 	pytest
 
 test: system-deps lint typecheck unit
+
+# The edit-test loop (about a minute): lint, types, and the tests of pure logic and
+# one real build per task; `make test` (and CI) still run everything.
+FAST_TESTS = tests/test_config.py tests/test_protocol.py tests/test_wire.py \
+	tests/test_signing.py tests/test_rollout.py tests/test_dvc_sync.py \
+	tests/test_storage.py tests/test_client.py tests/test_build_tasks.py
+test-fast: lint typecheck
+	pytest -x -q $(FAST_TESTS)
 
 # Ratios measured in one run each (a failed target does not stop the others);
 # serve.py compares against nginx (Debian packages).

@@ -394,9 +394,7 @@ def bench_batching(
         )
 
     def ort(data: dict[str, np.ndarray], size: int) -> Callable[[], object]:
-        return lambda: toolchain.run_onnx(
-            source, data, batch_size=size, output_names=outs
-        ).outputs
+        return lambda: toolchain.run_onnx(source, data, batch_size=size, output_names=outs).outputs
 
     # Same answers either way, or the comparison means nothing.
     for run in (mnn, ort):
