@@ -33,7 +33,7 @@ INTERRUPTED = 130
 # checks docs/reference/exit-codes.md (the long form) against it.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success (also: nothing to do, up to date)"),
-    (1, "other error; `dvc sync --check`: dvc.yaml is stale"),
+    (1, "other error; dvc sync --check: dvc.yaml is stale"),
     (2, "bad models.toml or command-line usage"),
     (3, "a build stage failed"),
     (4, "a variant failed a gate"),
@@ -41,9 +41,9 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (6, "storage: the registry could not be read or written (usually retryable)"),
     (7, "rollout command not allowed in the current state"),
     (8, "build outputs cannot be published"),
-    (9, "`verify` found problems"),
-    (10, "`pull`: the registry could not be reached or was too slow (retryable)"),
-    (11, "`pull`: the client cache could not be read or written"),
+    (9, "verify found problems"),
+    (10, "pull: the registry could not be reached or was too slow (retryable)"),
+    (11, "pull: the client cache could not be read or written"),
     (INTERNAL_ERROR, "internal error: please report it with the --verbose traceback"),
     (INTERRUPTED, "interrupted (Ctrl-C)"),
 )
@@ -421,8 +421,8 @@ def _open_registry(
         raise ConfigError(
             "no registry given and no models.toml here",
             file=config_module.DEFAULT_CONFIG_FILE,
-            hint="Pass --registry URL, run from the directory that holds models.toml, or "
-            "create one with `edgereg init`.",
+            hint="Pass --registry URL, run inside the project (models.toml here or in a "
+            "parent folder), or create one with `edgereg init`.",
         )
     if registry_url is not None:
         return Registry(open_storage(registry_url, endpoint_url=endpoint_url), trusted=trusted)

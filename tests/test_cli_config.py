@@ -334,7 +334,7 @@ def test_quiet_keeps_results_and_errors_only(repo_root: Path, tmp_path: Path) ->
         text=True,
         check=False,
     )
-    assert "up to date" in loud.stderr
+    assert "up to date" in loud.stdout
     # Errors still show under --quiet.
     missing = subprocess.run(
         [edgereg, "-q", "validate", "--config", str(tmp_path / "nope.toml")],

@@ -565,7 +565,7 @@ def test_tampering_fails_verify_naming_the_object(
         )
     human = site.run("verify")
     assert human.exit_code == 9
-    assert f"{len(errors)} problem(s)" in human.stderr
+    assert f"{len(errors)} problem(s)" in human.stdout
     assert all(f"error: {error}" in human.stderr for error in errors)
 
 
@@ -586,7 +586,7 @@ def test_a_replayed_older_manifest_is_reported_as_behind(
         f"{MID}: sequence 1 is behind the state's 2 (an interrupted command?); run it "
         f"again or `edgereg resign {MODEL}`"
     ]
-    assert "warning: " + MID in site.run("verify").stderr
+    assert "warning: " + MID in site.run("verify").stdout
     (site.root / "registry" / f"manifests/{MODEL}/low.json").unlink()
     report = verify_json(site)
     assert (
