@@ -181,7 +181,13 @@ def schema(out: Path | None) -> None:
     show_default=True,
     help="Outputs go to OUT/MODEL/VARIANT/.",
 )
-@click.option("--iterations", default=50, show_default=True, help="Benchmark iterations.")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Benchmark iterations.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @handle_errors
 def build(
@@ -503,7 +509,7 @@ def publish(
         raise _no_such_model(config, model)
     version = version or config.models[model].version
     if not semver.Version.is_valid(version):
-        raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
+        raise UsageError(f"--version {version!r} is not a semantic version like 1.2.0")
     signer = signer_from_options(key_paths, config)
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
     prepared = prepare_release(
