@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from registrykit import Site, ok
 
 from edgereg.cli import main
-from registrykit import Site, ok
 
 EDGEREG = Path(sys.executable).parent / "edgereg"
 REPO_TOML = Path(__file__).resolve().parents[1] / "models.toml"
@@ -109,9 +109,7 @@ CASES = [
     ),
     Case("rollout --to abc", ("rollout", "digits", "--to", "abc"), 2, (), ("--to must be",)),
     Case("publish without --canary or --full", ("publish", "digits"), 2, (), ("--canary",)),
-    Case(
-        "publish --canary 150%", ("publish", "digits", "--canary", "150%"), 2, (), ("--canary",)
-    ),
+    Case("publish --canary 150%", ("publish", "digits", "--canary", "150%"), 2, (), ("--canary",)),
     Case(
         "publish --version that is not semantic",
         ("publish", "digits", "--canary", "5%", "--version", "one", *CONFIG),
@@ -243,7 +241,8 @@ def test_results_go_to_stdout_and_notes_to_stderr(site: Site) -> None:
     assert "published vision" in published.stdout
     assert "published" not in published.stderr
     moved = ok(site.run("rollout", "vision", "--to", "25%", "--force"))
-    assert "candidate" in moved.stdout and "25%" in moved.stdout
+    assert "candidate" in moved.stdout
+    assert "25%" in moved.stdout
     assert moved.stderr == ""
     shown = ok(site.run("status"))
     assert "vision" in shown.stdout
