@@ -452,7 +452,7 @@ def _commands(command: Any, ctx: Any) -> Iterator[tuple[Any, Any]]:
 
 
 def _help_text(command: Any) -> str:
-    """The help text as Markdown: a click \\b paragraph (lines kept as written) is a code block."""
+    """The help text as Markdown; a paragraph click keeps unwrapped becomes a code block."""
     text = inspect.cleandoc(command.help or "").split("\f", 1)[0]
     paragraphs = []
     for paragraph in text.split("\n\n"):
