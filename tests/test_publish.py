@@ -379,6 +379,9 @@ def test_status_history_and_verify(site: Site) -> None:
 
 
 def test_status_of_an_empty_registry(site: Site) -> None:
+    # Before the first publish the registry directory does not exist: an error, not "empty".
+    assert_refused(site.run("status"), 6, "does not exist", "edgereg publish")
+    (site.root / "registry").mkdir()
     assert json.loads(ok(site.run("status", "--json")).stdout) == []
     assert "no models" in ok(site.run("status")).stdout
 
@@ -514,7 +517,7 @@ BAD_PUBLISH = [
     ("no-canary-no-full", [MODEL], _nothing, 2, ["--canary PERCENT", "--full"]),
     ("canary-and-full", [MODEL, "--canary", "5%", "--full"], _nothing, 2, ["--full", "not both"]),
     ("unknown-model", ["digits", "--canary", "5%"], _nothing, 2, ["no model 'digits'", MODEL]),
-    ("bad-version", [MODEL, "--canary", "5%", "--version", "1.x"], _nothing, 1, ["semantic"]),
+    ("bad-version", [MODEL, "--canary", "5%", "--version", "1.x"], _nothing, 2, ["semantic"]),
     ("no-build", [MODEL, "--canary", "5%"], _no_build, 8, ["not built", "dvc repro"]),
     ("stale-build", [MODEL, "--canary", "5%"], _stale_build, 8, [f"{MODEL}/w8: stale"]),
     ("failed-gate", [MODEL, "--canary", "5%"], _failed_gate, 8, ["int8: failed gates"]),
