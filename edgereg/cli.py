@@ -177,9 +177,8 @@ def schema(out: Path | None) -> None:
     "--out",
     "out_root",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("build"),
-    show_default=True,
-    help="Outputs go to OUT/MODEL/VARIANT/.",
+    default=None,
+    help="Outputs go to OUT/MODEL/VARIANT/. Default: build/ next to models.toml.",
 )
 @click.option(
     "--iterations",
@@ -191,7 +190,12 @@ def schema(out: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @handle_errors
 def build(
-    model: str, variant: str, config_path: Path, out_root: Path, iterations: int, as_json: bool
+    model: str,
+    variant: str,
+    config_path: Path,
+    out_root: Path | None,
+    iterations: int,
+    as_json: bool,
 ) -> None:
     """Build, verify, evaluate, gate and benchmark one variant."""
     from edgereg.build.variant import BenchSettings, build_variant
@@ -203,7 +207,7 @@ def build(
             config,
             model,
             variant,
-            out_root,
+            build_dir(out_root, config),
             bench=BenchSettings(iterations=iterations),
             on_stage=on_stage,
         )
