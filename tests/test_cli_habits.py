@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -263,3 +265,30 @@ def test_an_empty_registry_is_a_result_not_an_error(tmp_path: Path) -> None:
         assert done.exit_code == 0, done.stderr
         assert "no models in" in done.stdout
         assert "edgereg publish" in done.stderr
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
+    keys = run_subprocess(("keys", "generate", "--no-publish", "--out", "k.pem"), tmp_path)
+    assert keys.exit_code == 0, keys.stderr
+    # A registry that accepts the connection and never answers: the pull waits.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        args = ["pull", "digits", "--registry", f"http://127.0.0.1:{port}", "--device-id", "d"]
+        args += ["--tier", "low", "--trusted-key", "k.pub.pem", "--out", "c"]
+        pull = subprocess.Popen(
+            [str(EDGEREG), *args],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        connection, _ = silent.accept()  # the pull is now waiting for an answer
+        with connection:
+            pull.send_signal(signal.SIGINT)
+            _, stderr = pull.communicate(timeout=30)
+    assert pull.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr

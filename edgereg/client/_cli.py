@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from edgereg import config as config_module
-from edgereg._cli_common import Seconds, config_option_for, root_flag
+from edgereg._cli_common import INTERRUPTED, Seconds, config_option_for, root_flag
 from edgereg.client._updater import (
     Client,
     FetchResult,
@@ -189,8 +189,13 @@ def pull_command(
         raise click.UsageError(str(exc)) from exc
     except (EdgeregError, OSError) as exc:
         _fail(exc)
-    with _download_progress(client, enabled=not as_json):
-        result = client.fetch()
+    try:
+        with _download_progress(client, enabled=not as_json):
+            result = client.fetch()
+    except KeyboardInterrupt:
+        # Like every edgereg command (exit 130), not click's "Aborted!" with exit 1.
+        click.echo("interrupted", err=True)
+        sys.exit(INTERRUPTED)
     if as_json:
         click.echo(json.dumps(_as_json(result), indent=2))
     else:
