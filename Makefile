@@ -31,7 +31,7 @@ system-deps:
 	test -x /usr/bin/chromium -a -x /usr/sbin/nginx || \
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium nginx-light)
 
-DEMO_PULL = edgereg pull --registry-url file://$(CURDIR)/registry \
+DEMO_PULL = edgereg pull --registry file://$(CURDIR)/registry \
 	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
 FLAGSHIP = --device-id demo-flagship-0001 --ram-mb 12288 --cpu-cores 8 --os android \
 	--out .edgereg/demo-devices/flagship

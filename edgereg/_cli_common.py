@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -25,10 +27,133 @@ from edgereg.errors import ConfigError, EdgeregError
 F = TypeVar("F", bound=Callable[..., Any])
 
 INTERNAL_ERROR = 70
+INTERRUPTED = 130
 
-# Progress and notes go to `stderr` (silenced by --quiet); errors always show.
+# The one list of exit statuses: `edgereg --help` prints it, and tests/test_docs.py
+# checks docs/reference/exit-codes.md (the long form) against it.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success (also: nothing to do, up to date)"),
+    (1, "other error; dvc sync --check: dvc.yaml is stale"),
+    (2, "bad models.toml or command-line usage"),
+    (3, "a build stage failed"),
+    (4, "a variant failed a gate"),
+    (5, "trust: a signature, key or signed document is not acceptable"),
+    (6, "storage: the registry could not be read or written (usually retryable)"),
+    (7, "rollout command not allowed in the current state"),
+    (8, "build outputs cannot be published"),
+    (9, "verify found problems"),
+    (10, "pull: the registry could not be reached or was too slow (retryable)"),
+    (11, "pull: the client cache could not be read or written"),
+    (INTERNAL_ERROR, "internal error: please report it with the --verbose traceback"),
+    (INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+
+
+def exit_codes_help() -> str:
+    r"""The exit-code table as a click help paragraph (\b: keep the lines as they are)."""
+    rows = [f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES]
+    return "\n".join(["Exit codes:", "", "\b", *rows])
+
+
+# Results go to stdout (`out`), for pipes and scripts; progress, notes and
+# warnings to `stderr` (silenced by --quiet); errors always show.
+out = Console(highlight=False, soft_wrap=True)
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_result(text: str) -> None:
+    """Print one line of a command's result on stdout, as plain text (never markup)."""
+    out.print(text, markup=False, soft_wrap=True)
+
+
+def print_note(text: str) -> None:
+    """Print a diagnostic line (progress, a note, a hint) on stderr; --quiet drops it."""
+    stderr.print(text, markup=False, soft_wrap=True)
+
+
+# --- global flags: before or after the command, like git and DVC ------------------
+
+_FLAGS = "edgereg.flags"
+
+
+def root_flag(name: str) -> bool:
+    """Whether the global flag ``name`` (verbose, quiet, as_json) was given anywhere.
+
+    Given before the command it is a parameter of the root group; given after it,
+    a callback recorded it in the root context's meta.
+    """
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    root = ctx.find_root()
+    return bool(root.params.get(name)) or name in root.meta.get(_FLAGS, set())
+
+
+def _record_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value and param.name is not None:
+        ctx.find_root().meta.setdefault(_FLAGS, set()).add(param.name)
+        if param.name == "quiet":
+            stderr.quiet = True
+    return value
+
+
+def _json_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    # `edgereg --json status` means `edgereg status --json`.
+    return bool(value) or bool(ctx.find_root().params.get("as_json"))
+
+
+def _refuse_root_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    # Runs for every command without --json (click calls a callback even when the
+    # option is absent): `edgereg --json serve` is a usage error, not silently text.
+    _record_flag(ctx, param, value)
+    if ctx.find_root().params.get("as_json"):
+        raise click.UsageError(f"`{ctx.command_path}` has no --json output", ctx=ctx)
+    return value
+
+
+def add_global_options(command: click.Command) -> click.Command:
+    """Let -v/--verbose, -q/--quiet and --json follow the command name, as in `status -q`.
+
+    Applied to every command the root group hands out (and their subcommands),
+    so each command keeps declaring only its own options.
+    """
+    if getattr(command, "_edgereg_global_options", False):
+        return command
+    names = {name for param in command.params for name in getattr(param, "opts", ())}
+    has_json = False
+    for param in command.params:
+        if param.name == "as_json" and isinstance(param, click.Option):
+            param.callback = _json_flag
+            has_json = True
+    # A group passes the root --json on to its subcommand, which decides.
+    leaf = not isinstance(command, click.Group)
+    verbose_callback = _refuse_root_json if leaf and not has_json else _record_flag
+    if not names & {"-v", "--verbose"}:
+        command.params.append(
+            click.Option(
+                ["--verbose", "-v"],
+                is_flag=True,
+                expose_value=False,
+                callback=verbose_callback,
+                help="Show tracebacks on errors (also before the command).",
+            )
+        )
+    if not names & {"-q", "--quiet"}:
+        command.params.append(
+            click.Option(
+                ["--quiet", "-q"],
+                is_flag=True,
+                expose_value=False,
+                callback=_record_flag,
+                help="Print only results and errors (also before the command).",
+            )
+        )
+    command._edgereg_global_options = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_global_options(sub)
+    return command
 
 
 def handle_errors(command: F) -> F:
@@ -36,7 +161,7 @@ def handle_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        verbose = bool(click.get_current_context().find_root().params.get("verbose"))
+        verbose = root_flag("verbose")
         try:
             return command(*args, **kwargs)
         except EdgeregError as exc:
@@ -49,7 +174,7 @@ def handle_errors(command: F) -> F:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             errors.print("interrupted")
-            sys.exit(130)
+            sys.exit(INTERRUPTED)
         except Exception:  # the last line of defence
             traceback.print_exc()
             errors.print(
@@ -60,14 +185,44 @@ def handle_errors(command: F) -> F:
     return cast(F, wrapper)
 
 
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path(config_module.DEFAULT_CONFIG_FILE),
-    show_default=True,
-    help="The models.toml to read.",
-)
+def find_config(start: Path | None = None) -> Path:
+    """The models.toml of the project around ``start`` (default: the working directory).
+
+    Searched upward, like git and DVC find their repository: the directory
+    itself, then each parent, stopping after the first that holds .git or .dvc
+    (the repository root) so a stray models.toml above the repository is never
+    picked up. Without one, models.toml in ``start`` (which does not exist, so
+    the command says there is none here).
+    """
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        candidate = folder / config_module.DEFAULT_CONFIG_FILE
+        if candidate.is_file():
+            # Relative when found here: messages then name "models.toml" as before.
+            return Path(config_module.DEFAULT_CONFIG_FILE) if folder == here else candidate
+        if (folder / ".git").exists() or (folder / ".dvc").is_dir():
+            break
+    return Path(config_module.DEFAULT_CONFIG_FILE)
+
+
+def _config_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+    return find_config() if value is None else value
+
+
+def config_option_for(help_text: str) -> Callable[[F], F]:
+    """--config FILE: an explicit file wins, else the nearest models.toml upward."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        callback=_config_path,
+        help=f"{help_text} Default: models.toml in this directory or the nearest parent "
+        "up to the repository root, as git and DVC find theirs.",
+    )
+
+
+config_option = config_option_for("The models.toml to read.")
 
 
 DEFAULT_KEY_FILE = Path(".edgereg/signing-key.pem")
@@ -80,6 +235,45 @@ registry_option = click.option(
     default=None,
     help="Registry URL (file://PATH or s3://BUCKET/PREFIX); default: models.toml [registry].",
 )
+
+
+if TYPE_CHECKING:
+    # click 8.2 made ParamType generic; 8.1 (still supported) cannot subscript it.
+    _FloatParam: TypeAlias = click.ParamType[float, Any]
+else:
+    _FloatParam = click.ParamType
+
+
+class Seconds(_FloatParam):
+    """A finite number of seconds: nan, inf, negatives (and 0 unless allowed) are usage errors.
+
+    click.FloatRange lets nan through: every comparison with nan is false.
+    """
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, *, allow_zero: bool = False) -> None:
+        self.minimum = minimum
+        self.allow_zero = allow_zero
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if self.allow_zero and seconds == 0:
+            return 0.0
+        if not math.isfinite(seconds) or seconds <= 0 or seconds < self.minimum:
+            if self.minimum > 0:
+                bound = f"at least {self.minimum:g}"
+            else:
+                bound = "0 or more" if self.allow_zero else "greater than 0"
+            self.fail(f"{value!r} is not a finite number of seconds {bound}", param, ctx)
+        return seconds
+
+
 endpoint_option = click.option(
     "--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores."
 )
@@ -95,10 +289,17 @@ build_dir_option = click.option(
     "--build-dir",
     "out_root",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("build"),
-    show_default=True,
-    help="Where the build outputs are (what `edgereg build --out` wrote).",
+    default=None,
+    help="Where the build outputs are (what `edgereg build --out` wrote). "
+    "Default: build/ next to models.toml.",
 )
+
+
+def build_dir(out_root: Path | None, config: config_module.Config) -> Path:
+    """--build-dir, else build/ beside models.toml (where the DVC stages write it)."""
+    return out_root if out_root is not None else config.root / "build"
+
+
 actor_option = click.option(
     "--actor", default=None, help="Who is acting, for the history (default: user@host)."
 )
@@ -167,8 +368,49 @@ def open_registry(
     registry_url: str | None,
     endpoint_url: str | None,
     trusted_key_paths: tuple[Path, ...] = (),
+    *,
+    create: bool = False,
 ) -> Any:
-    """The registry of the command, verifying against the pinned publisher keys."""
+    """The registry of the command, verifying against the pinned publisher keys.
+
+    Args:
+        create: The command may create the registry (`publish`, `keys
+            generate`); every other command refuses a registry directory that
+            does not exist, rather than reporting it empty.
+
+    Raises:
+        StorageError: without ``create``, a file:// registry that does not exist.
+    """
+    registry = _open_registry(config, registry_url, endpoint_url, trusted_key_paths)
+    root = getattr(registry.storage, "root", None)
+    if not create and isinstance(root, Path) and not root.is_dir():
+        from edgereg.errors import StorageError
+
+        where = (
+            "--registry"
+            if registry_url is not None
+            else f"[registry] url of {config_path_of(config)}"
+        )
+        raise StorageError(
+            f"the registry {registry.storage.url} does not exist: no directory {root}",
+            url=registry.storage.url,
+            hint=f"Check {where}; `edgereg publish MODEL --canary 5%` creates the registry "
+            "with its first release.",
+            retryable=False,
+        )
+    return registry
+
+
+def config_path_of(config: config_module.Config | None) -> str:
+    return str(config.path) if config is not None else config_module.DEFAULT_CONFIG_FILE
+
+
+def _open_registry(
+    config: config_module.Config | None,
+    registry_url: str | None,
+    endpoint_url: str | None,
+    trusted_key_paths: tuple[Path, ...],
+) -> Any:
     from edgereg.registry import Registry
     from edgereg.storage import open_storage
 
@@ -179,8 +421,8 @@ def open_registry(
         raise ConfigError(
             "no registry given and no models.toml here",
             file=config_module.DEFAULT_CONFIG_FILE,
-            hint="Pass --registry URL, run from the directory that holds models.toml, or "
-            "create one with `edgereg init`.",
+            hint="Pass --registry URL, run inside the project (models.toml here or in a "
+            "parent folder), or create one with `edgereg init`.",
         )
     if registry_url is not None:
         return Registry(open_storage(registry_url, endpoint_url=endpoint_url), trusted=trusted)
@@ -195,10 +437,15 @@ def open_registry(
     )
 
 
-def signer_from_options(key_paths: tuple[Path, ...]) -> list[Any]:
-    """The signers of a command: every --key, else the environment, else the default file."""
-    import os
+def default_key_file(config: config_module.Config | None) -> Path:
+    """.edgereg/signing-key.pem of the project (beside models.toml), else of this directory."""
+    return config.root / DEFAULT_KEY_FILE if config is not None else DEFAULT_KEY_FILE
 
+
+def signer_from_options(
+    key_paths: tuple[Path, ...], config: config_module.Config | None = None
+) -> list[Any]:
+    """The signers of a command: every --key, else the environment, else the default file."""
     from edgereg.signing import private_key_from_env, read_private_key_file
 
     if key_paths:
@@ -212,20 +459,19 @@ def signer_from_options(key_paths: tuple[Path, ...]) -> list[Any]:
         return [read_private_key_file(os.environ[KEY_FILE_ENV])]
     if os.environ.get(KEY_ENV):
         return [private_key_from_env(KEY_ENV)]
-    if DEFAULT_KEY_FILE.exists():
-        return [read_private_key_file(DEFAULT_KEY_FILE)]
+    key_file = default_key_file(config)
+    if key_file.exists():
+        return [read_private_key_file(key_file)]
     from edgereg.errors import TrustError
 
     raise TrustError(
-        f"no signing key: --key not given, ${KEY_FILE_ENV} and ${KEY_ENV} unset, "
-        f"and no {DEFAULT_KEY_FILE}",
+        f"no signing key: --key not given, ${KEY_FILE_ENV} and ${KEY_ENV} unset, and no {key_file}",
         hint="Create one with `edgereg keys generate`, or point --key at your key file.",
     )
 
 
 def actor_name(actor: str | None) -> str:
     import getpass
-    import os
     import socket
 
     if actor:

@@ -12,18 +12,27 @@ from typing import Any, cast
 
 import click
 
-from edgereg._cli_common import config_option, handle_errors, stderr
-from edgereg.config import TASK_KINDS
+from edgereg._cli_common import config_option, handle_errors, print_note, print_result
+from edgereg.config import DEFAULT_CONFIG_FILE, TASK_KINDS
 
 __all__ = ["add_command", "init_command"]
 
-
-def _say(message: str) -> None:
-    stderr.print(message, markup=False, soft_wrap=True, highlight=False)
+# What was done is the result (stdout); notes, warnings and next steps are
+# diagnostics (stderr, dropped by --quiet).
+_done = print_result
+_say = print_note
 
 
 @click.command("init")
-@config_option
+# Not searched upward: init makes a project here, even inside another one.
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path(DEFAULT_CONFIG_FILE),
+    show_default=True,
+    help="The models.toml to write.",
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -52,12 +61,12 @@ def init_command(config_path: Path, force: bool, as_json: bool) -> None:
         )
         return
     if result.dvc_initialised:
-        _say(f"initialised DVC in {result.root} (analytics off)")
+        _done(f"initialised DVC in {result.root} (analytics off)")
     for name in result.written:
         detail = ""
         if name == ".gitignore":
             detail = f" (added {', '.join(result.gitignore_added)})"
-        _say(f"wrote {name}{detail}")
+        _done(f"wrote {name}{detail}")
     for note in result.notes:
         _say(f"note: {note}")
     _say("next:")
@@ -146,7 +155,7 @@ def add_command(
         )
         return
     variants = ", ".join(f"{variant} ({tier})" for variant, tier in proposal.variants.items())
-    _say(f"added [models.{proposal.name}] to {config_path}: {proposal.task}, variants {variants}")
+    _done(f"added [models.{proposal.name}] to {config_path}: {proposal.task}, variants {variants}")
     if result.unsupported_ops:
         _say(
             "warning: the installed MNN converter cannot convert these operators: "
@@ -162,7 +171,7 @@ def add_command(
             "`edgereg dvc sync` replaces it with the generated one"
         )
     else:
-        _say(f"{dvc_yaml}: {result.dvc_yaml}")
+        _done(f"{dvc_yaml}: {result.dvc_yaml}")
     _say("next:")
     if not result.dvc_repo:
         _say("  dvc init            # no DVC repository here yet")

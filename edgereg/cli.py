@@ -1,11 +1,7 @@
 """The edgereg command line: parse, call the library, print.
 
-Exit codes: 0 success, 1 other edgereg error, 2 bad configuration or usage,
-3 a build stage failed, 4 a variant failed a gate, 5 a signature, key or signed
-document cannot be trusted, 6 the registry storage failed (also a lost race with
-another publisher: run again), 7 a rollout command not allowed in the current
-state, 8 the build outputs cannot be published, 9 `edgereg verify` found problems,
-70 an unexpected internal error.
+Results go to stdout, diagnostics to stderr; the exit codes are
+``edgereg._cli_common.EXIT_CODES`` (docs/reference/exit-codes.md).
 """
 
 from __future__ import annotations
@@ -27,15 +23,21 @@ from edgereg import config as config_module
 from edgereg._cli_common import (
     DEFAULT_KEY_FILE,
     actor_name,
+    add_global_options,
+    build_dir,
     build_dir_option,
     config_option,
+    default_key_file,
     endpoint_option,
     errors,
+    exit_codes_help,
     expiry_days,
     handle_errors,
     json_option,
     open_registry,
     optional_config,
+    print_note,
+    print_result,
     registry_option,
     registry_read_options,
     registry_write_options,
@@ -70,24 +72,36 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.LAZY and cmd_name not in self.commands:
             module, attribute = self.LAZY[cmd_name].split(":")
-            command: click.Command = getattr(importlib.import_module(module), attribute)
-            self.add_command(command, cmd_name)
-        return super().get_command(ctx, cmd_name)
+            lazy: click.Command = getattr(importlib.import_module(module), attribute)
+            self.add_command(lazy, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        return None if command is None else add_global_options(command)
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+MAIN_HELP = f"""Build MNN model variants per device tier and ship them to apps.
+
+Results go to stdout, progress, notes and warnings to stderr. -v, -q and --json
+work before or after the command (`edgereg status -q`). Commands find models.toml
+in the working directory or the nearest parent, up to the repository root.
+
+{exit_codes_help()}
+
+Shell completion: eval "$(_EDGEREG_COMPLETE=bash_source edgereg)" (or
+zsh_source, fish_source).
+"""
+
+
+@click.group(
+    cls=_LazyGroup, help=MAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="edgereg")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only results and errors.")
-def main(verbose: bool, quiet: bool) -> None:
-    """Build MNN model variants per device tier and ship them to apps.
-
-    Exit codes: 0 ok, 1 error, 2 bad models.toml or usage, 3 build stage failed,
-    4 gate failed, 5 trust, 6 storage (retryable), 7 rollout not allowed, 8
-    build outputs not publishable, 9 verify found problems, 70 internal error.
-    Shell completion: eval "$(_EDGEREG_COMPLETE=bash_source edgereg)" (or
-    zsh_source, fish_source).
-    """
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON for scripts (commands that have --json)."
+)
+def main(verbose: bool, quiet: bool, as_json: bool) -> None:
+    """The edgereg command group (its help is MAIN_HELP, which holds the exit codes)."""
     stderr.quiet = quiet
 
 
@@ -130,8 +144,8 @@ def validate(config_path: Path, as_json: bool) -> None:
         ]
         table.add_row(name, model.version, *cells)
     Console().print(table)
-    for note in config.notes():
-        click.echo(f"note: {note}")
+    for text in config.notes():
+        print_note(f"note: {text}")
 
 
 @main.command()
@@ -164,15 +178,25 @@ def schema(out: Path | None) -> None:
     "--out",
     "out_root",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path("build"),
-    show_default=True,
-    help="Outputs go to OUT/MODEL/VARIANT/.",
+    default=None,
+    help="Outputs go to OUT/MODEL/VARIANT/. Default: build/ next to models.toml.",
 )
-@click.option("--iterations", default=50, show_default=True, help="Benchmark iterations.")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Benchmark iterations.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @handle_errors
 def build(
-    model: str, variant: str, config_path: Path, out_root: Path, iterations: int, as_json: bool
+    model: str,
+    variant: str,
+    config_path: Path,
+    out_root: Path | None,
+    iterations: int,
+    as_json: bool,
 ) -> None:
     """Build, verify, evaluate, gate and benchmark one variant."""
     from edgereg.build.variant import BenchSettings, build_variant
@@ -185,13 +209,14 @@ def build(
             config,
             model,
             variant,
-            out_root,
+            build_dir(out_root, config),
             bench=BenchSettings(iterations=iterations),
             on_stage=on_stage,
         )
     if as_json:
         click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
-    stderr.print(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
+        return
+    print_result(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
 
 
 @main.command()
@@ -199,13 +224,13 @@ def build(
 @build_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @handle_errors
-def summary(config_path: Path, out_root: Path, as_json: bool) -> None:
+def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     """Table of every built variant: tier, size, accuracy, recall, latency."""
     from edgereg.build.report import summary_rows
 
     config = config_module.load(config_path)
     stale = _warn_if_dvc_yaml_stale(config)
-    rows = summary_rows(config, out_root)
+    rows = summary_rows(config, build_dir(out_root, config))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -303,13 +328,13 @@ def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
                 soft_wrap=True,
             )
             sys.exit(1)
-        stderr.print(f"{target} is up to date", markup=False, soft_wrap=True)
+        print_result(f"{target} is up to date")
         return
     if current == text:
-        stderr.print(f"{target} is up to date", markup=False, soft_wrap=True)
+        print_result(f"{target} is up to date")
         return
     atomic_write(target, text)
-    stderr.print(f"wrote {target}", markup=False, soft_wrap=True)
+    print_result(f"wrote {target}")
 
 
 # --- registry: keys, publish, rollout ------------------------------------------
@@ -324,9 +349,9 @@ def keys() -> None:
 @click.option(
     "--out",
     type=click.Path(path_type=Path, dir_okay=False),
-    default=DEFAULT_KEY_FILE,
-    show_default=True,
-    help="Private key file to write (mode 0600); the public key goes next to it.",
+    default=None,
+    help="Private key file to write (mode 0600); the public key goes next to it. "
+    f"Default: {DEFAULT_KEY_FILE} beside models.toml.",
 )
 @click.option(
     "--add",
@@ -338,7 +363,7 @@ def keys() -> None:
 @registry_read_options
 @handle_errors
 def keys_generate(
-    out: Path,
+    out: Path | None,
     add: bool,
     force: bool,
     no_publish: bool,
@@ -352,9 +377,10 @@ def keys_generate(
     from edgereg.signing import Signer, generate_key
 
     config = optional_config(config_path)
+    out = out if out is not None else default_key_file(config)
     registry = None
     if not no_publish and (config is not None or registry_url is not None):
-        registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
+        registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
     pin_dir = _pin_directory(config)
     _refuse_key_inside(out, registry, pin_dir)
     if out.exists() and not force:
@@ -370,17 +396,17 @@ def keys_generate(
     atomic_write(out, private_pem, mode=0o600)
     public_path = out.with_name(out.stem + ".pub.pem")
     atomic_write(public_path, public_pem)
-    stderr.print(f"wrote private key {out} (mode 0600) and public key {public_path}", markup=False)
-    stderr.print(f"key id {signer.key_id}")
+    if not as_json:
+        print_result(f"wrote private key {out} (mode 0600) and public key {public_path}")
+        print_result(f"key id {signer.key_id}")
     pinned_at = None
     if pin_dir is not None:
         pinned_at = pin_dir / f"{signer.key_id}.pem"
         pin_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(pinned_at, public_pem)
-        stderr.print(
+        print_note(
             f"pinned the public key in {pinned_at}: commit it; registry commands verify "
-            "against the keys pinned there",
-            markup=False,
+            "against the keys pinned there"
         )
     elif config is None:
         stderr.print(
@@ -398,7 +424,7 @@ def keys_generate(
     if registry is not None:
         registry.add_public_key(signer)
         published_to = registry.storage.url
-        stderr.print(f"published the public key to {published_to}", markup=False)
+        print_note(f"published the public key to {published_to}")
     if as_json:
         click.echo(
             json.dumps(
@@ -474,7 +500,7 @@ def publish(
     canary: str | None,
     full: bool,
     version: str | None,
-    out_root: Path,
+    out_root: Path | None,
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
@@ -501,11 +527,13 @@ def publish(
         raise _no_such_model(config, model)
     version = version or config.models[model].version
     if not semver.Version.is_valid(version):
-        raise EdgeregError(f"--version {version!r} is not a semantic version like 1.2.0")
-    signer = signer_from_options(key_paths)
-    registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
+        raise UsageError(f"--version {version!r} is not a semantic version like 1.2.0")
+    signer = signer_from_options(key_paths, config)
+    registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
     try:
-        prepared = prepare_release(config, model, out_root, version=version, now=utcnow())
+        prepared = prepare_release(
+            config, model, build_dir(out_root, config), version=version, now=utcnow()
+        )
     except EdgeregError as exc:
         if stale is not None:
             exc.hint = f"{stale}."  # `dvc repro` alone fails on a stale dvc.yaml
@@ -539,7 +567,7 @@ def publish(
         hint = ""
         if result.state.candidate == version:
             hint = f"; change its share with `edgereg rollout {model} --to PERCENT`"
-        stderr.print(
+        print_result(
             f"{model} {version} was already published; manifests are up to date. "
             f"{_describe_state(result.state)}{hint}."
         )
@@ -548,11 +576,10 @@ def publish(
         what = "the first release, now the stable release for every device"
     else:
         what = "rolling out to " + ("every device" if full else f"{percent:g}% of devices")
-    stderr.print(
+    print_result(
         f"published {model} {version} to {registry.storage.url}: "
         f"{result.uploaded_blobs} new blob(s), {result.uploaded_bytes} bytes; "
-        f"{what} (sequence {result.state.sequence})",
-        markup=False,
+        f"{what} (sequence {result.state.sequence})"
     )
 
 
@@ -582,14 +609,14 @@ def _apply_transition(
         lambda current, now, expires: transition(
             current, model, now=now, expires=expires, actor=actor, **extra
         ),
-        signer=signer_from_options(options["key_paths"]),
+        signer=signer_from_options(options["key_paths"], config),
         expires_days=expiry_days(config),
     )
     _report_state(state, options["as_json"])
 
 
 def _report_state(state: Any, as_json: bool) -> None:
-    """The new rollout state: JSON on stdout for scripts, one line on stderr for people."""
+    """The new rollout state: JSON for scripts or one line for people, on stdout."""
     if as_json:
         click.echo(
             json.dumps(
@@ -601,7 +628,7 @@ def _report_state(state: Any, as_json: bool) -> None:
             )
         )
     else:
-        stderr.print(_describe_state(state))
+        print_result(_describe_state(state))
 
 
 def _describe_state(state: Any) -> str:
@@ -734,10 +761,8 @@ def status(
         click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
         return
     if not statuses:
-        stderr.print(
-            f"no models in {registry.storage.url} yet; publish one with "
-            "`edgereg publish MODEL --canary 5%`"
-        )
+        print_result(f"no models in {registry.storage.url} yet")
+        print_note("publish one with `edgereg publish MODEL --canary 5%`")
         return
     table = Table(title=f"registry {registry.storage.url}")
     for title in ("model", "stable", "candidate", "rollout", "tier", "variant", "size KB"):
@@ -859,12 +884,13 @@ def verify(
             )
         )
     else:
+        # The findings are verify's result: stdout, like the table of `status`.
         for warning in report.warnings:
-            stderr.print(f"warning: {warning}", markup=False)
+            print_result(f"warning: {warning}")
         for error in report.errors:
-            stderr.print(f"error: {error}", markup=False)
+            print_result(f"error: {error}")
         verdict = "ok" if report.ok else f"{len(report.errors)} problem(s)"
-        stderr.print(f"{registry.storage.url}: {report.checked} objects checked, {verdict}")
+        print_result(f"{registry.storage.url}: {report.checked} objects checked, {verdict}")
     if not report.ok:
         sys.exit(VERIFY_FAILED)
 

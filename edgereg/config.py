@@ -1069,8 +1069,9 @@ def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
         raise ConfigError(
             "file not found",
             file=str(path),
-            hint="Run edgereg from the directory that holds models.toml, pass --config PATH, "
-            "or create one with `edgereg init`.",
+            hint="Run edgereg inside the project (it looks for models.toml here and in the "
+            "parent folders up to the repository root), pass --config PATH, or create one "
+            "with `edgereg init`.",
         ) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", file=str(path)) from exc

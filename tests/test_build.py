@@ -255,7 +255,7 @@ def test_cli_build_reports_stages_and_writes_the_outputs(project: Project) -> No
     result = cli_build(project, TENSOR_MODEL, "w8")
     assert result.exit_code == 0, result.output
     assert f"{TENSOR_MODEL}/w8: convert" in result.stderr
-    assert f"{TENSOR_MODEL}/w8: built" in result.stderr
+    assert f"{TENSOR_MODEL}/w8: built" in result.stdout
     out = project.out_dir(TENSOR_MODEL, "w8")
     assert sorted(path.name for path in out.iterdir()) == sorted(OUTPUT_FILES)
     metrics = read_json(out / METRICS)

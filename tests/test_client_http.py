@@ -593,7 +593,7 @@ def write_public_key(reg: Reg, tmp_path: Path) -> Path:
 def test_pull_command(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
     reg.publish("1.0.0", promote=True)
     key = write_public_key(reg, tmp_path)
-    args = ["digits", "--registry-url", server.url, "--device-id", "d1", "--tier", "low"]
+    args = ["digits", "--registry", server.url, "--device-id", "d1", "--tier", "low"]
     args += ["--trusted-key", str(key), "--out", str(tmp_path / "out")]
     text = CliRunner().invoke(pull_command, args)
     assert text.exit_code == 0, text.output
@@ -613,7 +613,7 @@ def test_pull_resolves_the_tier_from_models_toml(
     reg.publish("1.0.0", promote=True)
     toml = tmp_path / "models.toml"
     toml.write_text(small_toml, encoding="utf-8")  # tiers high (6 GB, 8 cores), mid, low
-    args = ["digits", "--registry-url", server.url, "--device-id", "d1", "--config", str(toml)]
+    args = ["digits", "--registry", server.url, "--device-id", "d1", "--config", str(toml)]
     args += ["--trusted-key", str(write_public_key(reg, tmp_path)), "--out", str(tmp_path / "o")]
     args += ["--ram-mb", ram_mb, "--cpu-cores", "8", "--json"]
     result = CliRunner().invoke(pull_command, args)
@@ -626,7 +626,7 @@ def test_pull_resolves_the_tier_from_models_toml(
 def test_pull_without_tier_needs_the_device_profile(reg: Reg, tmp_path: Path) -> None:
     key = tmp_path / "k.pem"
     key.write_bytes(reg.signer.public_pem())
-    args = ["digits", "--registry-url", "file:///nowhere", "--device-id", "d"]
+    args = ["digits", "--registry", "file:///nowhere", "--device-id", "d"]
     args += ["--trusted-key", str(key), "--out", str(tmp_path / "o")]
     result = CliRunner().invoke(pull_command, args)
     assert result.exit_code == 2
@@ -637,7 +637,7 @@ def test_pull_needs_keys_and_warns_on_trust_on_first_use(
     reg: Reg, server: StaticServer, tmp_path: Path
 ) -> None:
     reg.publish("1.0.0", promote=True)
-    args = ["digits", "--registry-url", server.url, "--device-id", "d", "--tier", "high"]
+    args = ["digits", "--registry", server.url, "--device-id", "d", "--tier", "high"]
     args += ["--out", str(tmp_path / "out")]
     refused = CliRunner().invoke(pull_command, args)
     assert refused.exit_code == 2
@@ -653,7 +653,7 @@ def test_pull_exit_code_on_failure(reg: Reg, server: StaticServer, tmp_path: Pat
     reg.publish("1.0.0", promote=True)
     other = tmp_path / "other.pem"
     other.write_bytes(new_signer().public_pem())
-    args = ["digits", "--registry-url", server.url, "--device-id", "d", "--tier", "high"]
+    args = ["digits", "--registry", server.url, "--device-id", "d", "--tier", "high"]
     args += ["--trusted-key", str(other), "--out", str(tmp_path / "out")]
     result = CliRunner().invoke(pull_command, args)
     assert result.exit_code == 5
@@ -893,7 +893,7 @@ def test_pull_against_a_hostile_server_prints_a_reason_not_a_traceback(tmp_path:
             pull_command,
             [
                 "digits",
-                "--registry-url",
+                "--registry",
                 hostile.url,
                 "--device-id",
                 "d",
@@ -957,7 +957,7 @@ def test_pull_with_a_tier_models_toml_does_not_declare_is_a_usage_error(tmp_path
         pull_command,
         [
             "digits",
-            "--registry-url",
+            "--registry",
             f"file://{tmp_path}",
             "--device-id",
             "d",

@@ -104,6 +104,21 @@ def test_exit_codes_page_lists_every_code() -> None:
     assert documented - in_code - {0} == set(), "exit codes documented but not used"
 
 
+def test_help_lists_every_documented_exit_code() -> None:
+    # One table in code (EXIT_CODES): `edgereg --help` prints it, the page is checked against it.
+    text = (DOCS / "reference" / "exit-codes.md").read_text(encoding="utf-8")
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", text, flags=re.M)}
+    assert {code for code, _ in _cli_common.EXIT_CODES} == documented
+    help_text = subprocess.run(
+        [str(Path(sys.executable).parent / "edgereg"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    listed = {int(code) for code in re.findall(r"^ +(\d+) +\S", help_text, flags=re.M)}
+    assert listed == documented
+
+
 def _commands() -> dict[str, set[str] | None]:
     """Top-level command names, with their subcommands for groups."""
     ctx = click.Context(cli.main, info_name="edgereg")

@@ -168,7 +168,7 @@ def test_repo_dvc_yaml_is_current(repo_root: Path) -> None:
     assert render_dvc_yaml(config.load(repo_root / "models.toml")) == committed
     result = invoke("dvc", "sync", "--check", "--config", str(repo_root / "models.toml"))
     assert result.exit_code == 0, result.output
-    assert "up to date" in result.stderr
+    assert "up to date" in result.stdout
 
 
 def test_example_training_stages_are_quiet_at_the_root_and_reproducible_on_demand(
@@ -209,13 +209,13 @@ def test_sync_writes_next_to_the_config_then_is_idempotent(project: Path) -> Non
     config_path = str(project / "models.toml")
     first = invoke("dvc", "sync", "--config", config_path)
     assert first.exit_code == 0, first.output
-    assert "wrote" in first.stderr
+    assert "wrote" in first.stdout
     written = (project / "dvc.yaml").read_bytes()
     assert written == render_dvc_yaml(config.load(project / "models.toml")).encode()
 
     again = invoke("dvc", "sync", "--config", config_path)
     assert again.exit_code == 0, again.output
-    assert "up to date" in again.stderr
+    assert "up to date" in again.stdout
     assert (project / "dvc.yaml").read_bytes() == written
     assert sorted(path.name for path in project.iterdir()) == ["dvc.yaml", "models.toml"]
 

@@ -63,7 +63,7 @@ def test_keys_generate_writes_a_private_key_0600_pins_and_publishes_the_public_k
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert private.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     keyid = key_id(load_public_key(public.read_bytes()))
-    assert keyid in result.stderr
+    assert keyid in result.stdout
     assert b"PRIVATE" not in result.stderr_bytes + result.stdout_bytes
     # Pinned in the project (what every registry command verifies against) ...
     assert (site.root / PINNED_DIR / f"{keyid}.pem").read_bytes() == public.read_bytes()
@@ -271,7 +271,7 @@ def check_published(
 
 def test_publish_canary_writes_the_documented_layout(any_site: Site) -> None:
     result = ok(any_site.run("publish", MODEL, "--canary", "5%", "--actor", "rm@example"))
-    assert "5% of devices" in result.stderr
+    assert "5% of devices" in result.stdout
     check_published(any_site, percent=5.0)
     assert any_site.state().history[0].actor == "rm@example"
     report = ok(any_site.run("verify", "--json"))
@@ -384,13 +384,16 @@ def test_status_history_and_verify(site: Site) -> None:
     assert report["errors"] == []
     assert report["warnings"] == []
     assert report["checked"] == 2 * (1 + 1 + 3 + 3)
-    assert "16 objects checked, ok" in ok(site.run("verify")).stderr
-    assert "16 objects checked, ok" in ok(site.run("verify", "--shallow")).stderr
+    assert "16 objects checked, ok" in ok(site.run("verify")).stdout
+    assert "16 objects checked, ok" in ok(site.run("verify", "--shallow")).stdout
 
 
 def test_status_of_an_empty_registry(site: Site) -> None:
+    # Before the first publish the registry directory does not exist: an error, not "empty".
+    assert_refused(site.run("status"), 6, "does not exist", "edgereg publish")
+    (site.root / "registry").mkdir()
     assert json.loads(ok(site.run("status", "--json")).stdout) == []
-    assert "no models" in ok(site.run("status")).stderr
+    assert "no models" in ok(site.run("status")).stdout
 
 
 # --- keys decide who may publish ---------------------------------------------------------
@@ -524,7 +527,7 @@ BAD_PUBLISH = [
     ("no-canary-no-full", [MODEL], _nothing, 2, ["--canary PERCENT", "--full"]),
     ("canary-and-full", [MODEL, "--canary", "5%", "--full"], _nothing, 2, ["--full", "not both"]),
     ("unknown-model", ["digits", "--canary", "5%"], _nothing, 2, ["no model 'digits'", MODEL]),
-    ("bad-version", [MODEL, "--canary", "5%", "--version", "1.x"], _nothing, 1, ["semantic"]),
+    ("bad-version", [MODEL, "--canary", "5%", "--version", "1.x"], _nothing, 2, ["semantic"]),
     ("no-build", [MODEL, "--canary", "5%"], _no_build, 8, ["not built", "dvc repro"]),
     ("stale-build", [MODEL, "--canary", "5%"], _stale_build, 8, [f"{MODEL}/w8: stale"]),
     ("failed-gate", [MODEL, "--canary", "5%"], _failed_gate, 8, ["int8: failed gates"]),

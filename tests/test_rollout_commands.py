@@ -450,7 +450,7 @@ def test_rollout_states_never_strand_devices(
     ok(result)
     assert "None" not in result.stderr
     for fragment in fragments:
-        assert fragment in result.stderr
+        assert fragment in result.output
     state, manifests = check_consistent(walk)
     assert set(manifests) == set(TIERS)
     if state.stable is None and state.candidate is None:

@@ -452,8 +452,17 @@ def _commands(command: Any, ctx: Any) -> Iterator[tuple[Any, Any]]:
 
 
 def _help_text(command: Any) -> str:
+    """The help text as Markdown; a paragraph click keeps unwrapped becomes a code block."""
     text = inspect.cleandoc(command.help or "").split("\f", 1)[0]
-    return "\n".join(line for line in text.splitlines() if line.strip() != "\b").strip()
+    paragraphs = []
+    for paragraph in text.split("\n\n"):
+        lines = paragraph.splitlines()
+        if lines and lines[0].strip() == "\b":
+            block = inspect.cleandoc("\n".join(lines[1:]))
+            paragraphs.append(f"```\n{block}\n```")
+        else:
+            paragraphs.append(paragraph)
+    return "\n\n".join(paragraphs).strip()
 
 
 def _param_type(param: Any, ctx: Any) -> str:
@@ -504,8 +513,14 @@ def cli_reference() -> str:
         "",
         "# Command-line reference",
         "",
-        "Every command takes `-h`/`--help`. `edgereg --verbose COMMAND` shows a traceback "
-        "with an error. What each exit status means: [exit codes](exit-codes.md).",
+        "Every command takes `-h`/`--help`. Results go to stdout; progress, notes, warnings "
+        "and errors to stderr. `-v`/`--verbose` (a traceback with an error), `-q`/`--quiet` "
+        "(results and errors only) and `--json` (on commands that have it) work before or "
+        "after the command: `edgereg -q status` and `edgereg status -q` are the same. "
+        "Without `--config`, commands use the `models.toml` of the working directory or of "
+        "the nearest parent folder, up to the repository root (the folder with `.git` or "
+        "`.dvc`), as git and DVC find theirs; paths in it are relative to its own folder. "
+        "What each exit status means: [exit codes](exit-codes.md).",
     ]
     root = click.Context(main, info_name="edgereg")
     for command, ctx in _commands(main, root):

@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from edgereg import config as config_module
+from edgereg._cli_common import INTERRUPTED, Seconds, config_option_for, root_flag
 from edgereg.client._updater import (
     Client,
     FetchResult,
@@ -49,7 +50,12 @@ TOFU_WARNING = (
 
 @click.command("pull")
 @click.argument("model")
-@click.option("--registry-url", required=True, help="Registry root: http(s)://… or file://….")
+@click.option(
+    "--registry",
+    "registry_url",
+    required=True,
+    help="Registry root: http(s)://… or file://… (what `edgereg serve` or a static host serves).",
+)
 @click.option("--device-id", required=True, help="Sticky device id (decides the cohort).")
 @click.option("--ram-mb", type=click.IntRange(min=0), default=None, help="Device RAM in MB.")
 @click.option("--cpu-cores", type=click.IntRange(min=1), default=None, help="CPU cores.")
@@ -59,14 +65,7 @@ TOFU_WARNING = (
 @click.option("--abi", default=None, help="CPU ABI, like arm64-v8a.")
 @click.option("--mnn-runtime", default=None, help="MNN runtime version in the app, like 3.6.1.")
 @click.option("--tier", default=None, help="The device's tier (default: resolved from --config).")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path(config_module.DEFAULT_CONFIG_FILE),
-    show_default=True,
-    help="models.toml whose [tiers] resolve the tier when --tier is not given.",
-)
+@config_option_for("models.toml whose [tiers] resolve the tier when --tier is not given.")
 @click.option(
     "--trusted-key",
     "trusted_key_files",
@@ -88,14 +87,14 @@ TOFU_WARNING = (
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     default=30.0,
     show_default=True,
     help="Seconds for connecting, for each read, and for a response's headers.",
 )
 @click.option(
     "--deadline",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(),
     default=600.0,
     show_default=True,
     help="Seconds the whole pull (manifest and blob) may take.",
@@ -190,8 +189,13 @@ def pull_command(
         raise click.UsageError(str(exc)) from exc
     except (EdgeregError, OSError) as exc:
         _fail(exc)
-    with _download_progress(client, enabled=not as_json):
-        result = client.fetch()
+    try:
+        with _download_progress(client, enabled=not as_json):
+            result = client.fetch()
+    except KeyboardInterrupt:
+        # Like every edgereg command (exit 130), not click's "Aborted!" with exit 1.
+        click.echo("interrupted", err=True)
+        sys.exit(INTERRUPTED)
     if as_json:
         click.echo(json.dumps(_as_json(result), indent=2))
     else:
@@ -201,7 +205,7 @@ def pull_command(
 
 
 def _fail(exc: EdgeregError | OSError) -> NoReturn:
-    if click.get_current_context().find_root().params.get("verbose"):
+    if root_flag("verbose"):
         traceback.print_exc()
     if isinstance(exc, EdgeregError):
         click.echo(f"error: {exc.diagnostics()}", err=True)

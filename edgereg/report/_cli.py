@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgereg._cli_common import build_dir_option, config_option, handle_errors, stderr
+from edgereg._cli_common import (
+    build_dir,
+    build_dir_option,
+    config_option,
+    handle_errors,
+    print_note,
+    print_result,
+)
 
 if TYPE_CHECKING:
     from edgereg.report import VariantData
@@ -30,7 +37,7 @@ __all__ = ["report_command"]
 @build_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print what the report holds as JSON.")
 @handle_errors
-def report_command(config_path: Path, target: Path, out_root: Path, as_json: bool) -> None:
+def report_command(config_path: Path, target: Path, out_root: Path | None, as_json: bool) -> None:
     """Write an HTML report of every variant: task metric, agreement, gates, latency, provenance."""
     from edgereg import config as config_module
     from edgereg.build.outputs import FAILED
@@ -39,7 +46,7 @@ def report_command(config_path: Path, target: Path, out_root: Path, as_json: boo
 
     config = config_module.load(config_path)
     try:
-        data = write_report(config, out_root, target, generated=_now())
+        data = write_report(config, build_dir(out_root, config), target, generated=_now())
     except OSError as exc:
         raise EdgeregError(
             f"cannot write {target}: {exc.strerror}", hint="Check that the directory is writable."
@@ -61,22 +68,13 @@ def report_command(config_path: Path, target: Path, out_root: Path, as_json: boo
     counts = f"{built} of {len(variants)} variant(s) built"
     if failed:
         counts += f", {len(failed)} failed a gate"
-    stderr.print(
-        f"wrote {target}: {len(data.models)} model(s), {counts}", markup=False, soft_wrap=True
-    )
+    print_result(f"wrote {target}: {len(data.models)} model(s), {counts}")
     for variant in failed:
-        stderr.print(
-            f"{variant.model}/{variant.variant} failed: {variant.failed[0]}",
-            markup=False,
-            soft_wrap=True,
-        )
+        print_result(f"{variant.model}/{variant.variant} failed: {variant.failed[0]}")
     if not data.models:
-        stderr.print(
-            "no models yet: run `edgereg add path/to/model.onnx --evaluation data/eval.npz`",
-            markup=False,
-        )
+        print_note("no models yet: run `edgereg add path/to/model.onnx --evaluation data/eval.npz`")
     elif built + len(failed) < len(variants):
-        stderr.print("some variants are not built: run `dvc repro`", markup=False)
+        print_note("some variants are not built: run `dvc repro`")
 
 
 def _variant_json(variant: VariantData) -> dict[str, Any]:

@@ -13,9 +13,14 @@ from typing import Any
 import click
 
 from edgereg._cli_common import (
+    Seconds,
+    config_option_for,
+    endpoint_option,
     handle_errors,
     open_registry,
     optional_config,
+    print_result,
+    registry_option,
     stderr,
     trusted_key_option,
 )
@@ -23,21 +28,9 @@ from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
 
 
 @click.command("serve")
-@click.option(
-    "--registry",
-    "registry_url",
-    default=None,
-    help="Registry URL (file://PATH or s3://BUCKET/PREFIX); default: models.toml [registry].",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("models.toml"),
-    show_default=True,
-    help="The models.toml whose [registry] to serve when --registry is not given.",
-)
-@click.option("--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores.")
+@registry_option
+@config_option_for("The models.toml whose [registry] to serve when --registry is not given.")
+@endpoint_option
 @trusted_key_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -56,14 +49,14 @@ from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(minimum=0.1),
     default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds a connection may stay idle or stall.",
 )
 @click.option(
     "--head-timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(minimum=0.1),
     default=DEFAULT_HEAD_TIMEOUT,
     show_default=True,
     help="Seconds a client has to send a whole request head once it began (slow clients "
@@ -78,7 +71,7 @@ from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
 )
 @click.option(
     "--shutdown-timeout",
-    type=click.FloatRange(min=0),
+    type=Seconds(allow_zero=True),
     default=30.0,
     show_default=True,
     help="On SIGTERM/SIGINT, seconds to let answers in flight finish.",
@@ -156,10 +149,8 @@ def _serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    stderr.print(
-        f"serving {registry.storage.url} on {server.base_url} (Ctrl-C or SIGTERM to stop)",
-        markup=False,
-    )
+    # The address is the result (with --port 0, the only place it is told): stdout.
+    print_result(f"serving {registry.storage.url} on {server.base_url} (Ctrl-C or SIGTERM to stop)")
     while not stop.wait(0.5):
         pass
     stderr.print(f"{received[0]}: finishing answers in flight, then stopping", markup=False)

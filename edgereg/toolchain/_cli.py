@@ -42,8 +42,8 @@ def _declared(config_path: Path, extra: tuple[str, ...]) -> tuple[list[str], Pat
         raise ConfigError(
             "no models.toml here, so no min_mnn_runtime to install",
             file=str(config_path),
-            hint="run from the directory that holds models.toml, pass --config, or name a "
-            "version with --version 3.0.0",
+            hint="run inside the project (models.toml here or in a parent folder), pass "
+            "--config, or name a version with --version 3.0.0",
         )
     versions += [v for v in extra if v not in versions]
     return versions, runtimes_dir(config_path.parent)

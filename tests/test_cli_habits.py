@@ -1,0 +1,294 @@
+"""The command line keeps git's and DVC's habits.
+
+Global flags work after the command too, results go to stdout and diagnostics
+to stderr, models.toml is found from a subfolder, usage errors exit 2, and a
+registry that does not exist is an error. Each case runs through the installed
+`edgereg` entry point (a child process, as a shell runs it) and through
+click's CliRunner (in-process, as most tests run it): both must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from registrykit import Site, ok
+
+from edgereg.cli import main
+
+EDGEREG = Path(sys.executable).parent / "edgereg"
+REPO_TOML = Path(__file__).resolve().parents[1] / "models.toml"
+MISSING_REGISTRY = "file:///nonexistent/edgereg-registry"
+PULL = ("pull", "digits", "--registry", "file:///nowhere", "--device-id", "d", "--tier", "low")
+PULL_KEYS = ("--unsafe-trust-registry-keys", "--out", "cache")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one command line did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command line and what it must do (run in an empty directory)."""
+
+    name: str
+    args: tuple[str, ...]
+    exit_code: int
+    stdout: tuple[str, ...] = ()
+    stderr: tuple[str, ...] = ()
+    stderr_empty: bool = False
+
+
+CONFIG = ("--config", str(REPO_TOML))
+
+CASES = [
+    # Global flags after the command, as `git status -q` and `dvc status -q` take them.
+    Case("quiet after the command", ("validate", "-q", *CONFIG), 0, ("valid",), stderr_empty=True),
+    Case("quiet before the command", ("-q", "validate", *CONFIG), 0, ("valid",), stderr_empty=True),
+    Case("verbose after the command", ("validate", *CONFIG, "-v"), 0, ("valid",)),
+    Case("json before the command", ("--json", "validate", *CONFIG), 0, ('"valid": true',)),
+    Case("json after the command", ("validate", "--json", *CONFIG), 0, ('"valid": true',)),
+    Case(
+        "json before a group reaches its subcommand",
+        ("--json", "toolchain", "runtimes", "list", *CONFIG),
+        0,
+        ('"needed"',),
+    ),
+    Case("json for a command without it", ("--json", "dvc", "sync"), 2, (), ("has no --json",)),
+    Case("quiet in a group", ("dvc", "-q", "sync", "--check", *CONFIG), 0, ("up to date",)),
+    # A registry that does not exist is an error naming it and how to create it.
+    Case(
+        "status of a registry that does not exist",
+        ("status", "--registry", MISSING_REGISTRY),
+        6,
+        (),
+        ("/nonexistent/edgereg-registry", "does not exist", "edgereg publish"),
+    ),
+    Case(
+        "status -q of a registry that does not exist still says why",
+        ("status", "-q", "--registry", MISSING_REGISTRY),
+        6,
+        (),
+        ("does not exist",),
+    ),
+    Case(
+        "history of a registry that does not exist",
+        ("history", "digits", "--registry", MISSING_REGISTRY),
+        6,
+        (),
+        ("does not exist",),
+    ),
+    Case(
+        "verify of a registry that does not exist",
+        ("verify", "--registry", MISSING_REGISTRY),
+        6,
+        (),
+        ("does not exist",),
+    ),
+    # Usage errors exit 2, from click or from the command itself.
+    Case("unknown option", ("status", "--no-such-option"), 2, (), ("No such option",)),
+    Case("rollout without --to or --next", ("rollout", "digits"), 2, (), ("--to PERCENT",)),
+    Case(
+        "rollout with --to and --next",
+        ("rollout", "digits", "--to", "5%", "--next"),
+        2,
+        (),
+        ("not both",),
+    ),
+    Case("rollout --to abc", ("rollout", "digits", "--to", "abc"), 2, (), ("--to must be",)),
+    Case("publish without --canary or --full", ("publish", "digits"), 2, (), ("--canary",)),
+    Case("publish --canary 150%", ("publish", "digits", "--canary", "150%"), 2, (), ("--canary",)),
+    Case(
+        "publish --version that is not semantic",
+        ("publish", "digits", "--canary", "5%", "--version", "one", *CONFIG),
+        2,
+        (),
+        ("semantic version",),
+    ),
+    Case("build --iterations 0", ("build", "digits", "fp32", "--iterations", "0"), 2),
+    Case("pull --timeout -1", (*PULL, *PULL_KEYS, "--timeout", "-1"), 2, (), ("--timeout",)),
+    Case("pull --timeout 0", (*PULL, *PULL_KEYS, "--timeout", "0"), 2, (), ("--timeout",)),
+    Case("pull --timeout nan", (*PULL, *PULL_KEYS, "--timeout", "nan"), 2, (), ("--timeout",)),
+    Case("pull --timeout inf", (*PULL, *PULL_KEYS, "--timeout", "inf"), 2, (), ("--timeout",)),
+    Case("pull --deadline nan", (*PULL, *PULL_KEYS, "--deadline", "nan"), 2, (), ("--deadline",)),
+    Case("pull without a trust choice", (*PULL, "--out", "cache"), 2, (), ("--trusted-key",)),
+    Case("pull --registry-url is gone", ("pull", "digits", "--registry-url", "x"), 2),
+    Case("serve --timeout nan", ("serve", "--timeout", "nan"), 2, (), ("--timeout",)),
+    Case("serve --port 70000", ("serve", "--port", "70000"), 2, (), ("--port",)),
+    Case("add without --evaluation", ("add", "model.onnx"), 2, (), ("--evaluation",)),
+    Case("toolchain bad --version", ("toolchain", "runtimes", "install", "--version", "3"), 2),
+    # Without models.toml here (or above, up to the repository root), commands say so.
+    Case("validate without models.toml", ("validate",), 2, (), ("models.toml: file not found",)),
+]
+
+
+def run_subprocess(args: tuple[str, ...], cwd: Path) -> Run:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEREG_")}
+    done = subprocess.run(
+        [str(EDGEREG), *args], cwd=cwd, capture_output=True, text=True, check=False, env=env
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def run_in_process(args: tuple[str, ...], cwd: Path) -> Run:
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, list(args))
+    finally:
+        os.chdir(previous)
+    return Run(result.exit_code, result.stdout, result.stderr)
+
+
+RUNNERS = {"entry point": run_subprocess, "CliRunner": run_in_process}
+
+
+@pytest.fixture
+def empty_repo(tmp_path: Path) -> Path:
+    """An empty git repository: the upward search for models.toml stops at its root."""
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.parametrize("runner", list(RUNNERS))
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_command_line_habit(case: Case, runner: str, empty_repo: Path) -> None:
+    done = RUNNERS[runner](case.args, empty_repo)
+    assert done.exit_code == case.exit_code, f"{done.stdout}\n{done.stderr}"
+    for text in case.stdout:
+        assert text in done.stdout, done.stdout
+    for text in case.stderr:
+        assert text in done.stderr, done.stderr
+    if case.stderr_empty:
+        assert done.stderr == ""
+    assert "Traceback" not in done.stderr
+
+
+# --- models.toml from any subfolder -------------------------------------------------
+
+
+def test_models_toml_is_found_from_a_subfolder(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    shutil.copy(REPO_TOML, project / "models.toml")
+    deep = project / "notebooks" / "week1"
+    deep.mkdir(parents=True)
+    for run in RUNNERS.values():
+        done = run(("validate", "--json"), deep)
+        assert done.exit_code == 0, done.stderr
+        assert json.loads(done.stdout)["valid"] is True
+
+
+def test_search_stops_at_the_repository_root(tmp_path: Path) -> None:
+    # A models.toml above the repository belongs to something else.
+    shutil.copy(REPO_TOML, tmp_path / "models.toml")
+    inner = tmp_path / "repo" / "src"
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    inner.mkdir()
+    for run in RUNNERS.values():
+        done = run(("validate",), inner)
+        assert done.exit_code == 2
+        assert "models.toml: file not found" in done.stderr
+
+
+def test_explicit_config_wins(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "models.toml").write_text("not toml at all = = =\n", encoding="utf-8")
+    for run in RUNNERS.values():
+        assert run(("validate",), project).exit_code == 2
+        done = run(("validate", "--config", str(REPO_TOML)), project)
+        assert done.exit_code == 0, done.stderr
+
+
+def test_registry_commands_from_a_subfolder_use_the_projects_paths(site: Site) -> None:
+    # [registry] url = "registry" and build/ are relative to models.toml, not to the
+    # working directory; the default signing key lives beside models.toml too.
+    sub = site.root / "notes"
+    sub.mkdir()
+    publish = run_subprocess(("publish", "vision", "--canary", "5%", "-q"), sub)
+    assert publish.exit_code == 0, publish.stderr
+    assert "published vision" in publish.stdout
+    assert publish.stderr == ""
+    assert (site.root / "registry").is_dir()
+    assert not (sub / "registry").exists()
+    status = run_subprocess(("status", "--json"), sub)
+    assert status.exit_code == 0, status.stderr
+    assert [entry["model"] for entry in json.loads(status.stdout)] == ["vision"]
+    summary = run_subprocess(("summary", "--json"), sub)
+    assert summary.exit_code == 0, summary.stderr
+    assert {row["status"] for row in json.loads(summary.stdout)} == {"built"}
+
+
+# --- results on stdout, diagnostics on stderr ---------------------------------------
+
+
+def test_results_go_to_stdout_and_notes_to_stderr(site: Site) -> None:
+    published = ok(site.run("publish", "vision", "--canary", "5%"))
+    assert "published vision" in published.stdout
+    assert "published" not in published.stderr
+    moved = ok(site.run("rollout", "vision", "--to", "25%", "--force"))
+    assert "candidate" in moved.stdout
+    assert "25%" in moved.stdout
+    assert moved.stderr == ""
+    shown = ok(site.run("status"))
+    assert "vision" in shown.stdout
+    checked = ok(site.run("verify"))
+    assert "objects checked, ok" in checked.stdout
+    history = ok(site.run("history", "vision"))
+    assert "publish" in history.stdout
+    quiet = ok(site.run("publish", "vision", "--canary", "5%", "-q"))
+    assert "already published" in quiet.stdout
+    assert quiet.stderr == ""
+
+
+def test_an_empty_registry_is_a_result_not_an_error(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    for run in RUNNERS.values():
+        done = run(("status", "--registry", f"file://{registry}"), tmp_path)
+        assert done.exit_code == 0, done.stderr
+        assert "no models in" in done.stdout
+        assert "edgereg publish" in done.stderr
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------
+
+
+def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
+    keys = run_subprocess(("keys", "generate", "--no-publish", "--out", "k.pem"), tmp_path)
+    assert keys.exit_code == 0, keys.stderr
+    # A registry that accepts the connection and never answers: the pull waits.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        args = ["pull", "digits", "--registry", f"http://127.0.0.1:{port}", "--device-id", "d"]
+        args += ["--tier", "low", "--trusted-key", "k.pub.pem", "--out", "c"]
+        pull = subprocess.Popen(
+            [str(EDGEREG), *args],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        connection, _ = silent.accept()  # the pull is now waiting for an answer
+        with connection:
+            pull.send_signal(signal.SIGINT)
+            _, stderr = pull.communicate(timeout=30)
+    assert pull.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
