@@ -318,7 +318,8 @@ def test_summary_names_a_stale_dvc_yaml(renamed: Path) -> None:
 
 def test_publish_names_a_stale_dvc_yaml(renamed: Path) -> None:
     key = renamed / "key.pem"
-    assert invoke("keys", "generate", "--out", str(key), "--no-publish").exit_code == 0
+    made = invoke("keys", "generate", "--add", "--out", str(key), "--no-publish")
+    assert made.exit_code == 0, made.output
     result = invoke(
         "publish",
         "digits",

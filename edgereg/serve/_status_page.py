@@ -58,9 +58,9 @@ def render_status_page(
     if trusted is None:
         sections.append(
             '<p class="error">Unverified: no pinned publisher keys, so this page checks '
-            "signatures against the registry's own <code>keys/</code>, which whoever can "
-            "write to the storage controls. Start <code>edgereg serve</code> beside the "
-            "project's models.toml, or pass <code>--trusted-key</code>.</p>"
+            "signatures against the registry's own <code>keys/</code>, where anyone with "
+            "write access to the storage can plant a key. Start <code>edgereg serve</code> "
+            "beside the project's models.toml, or pass <code>--trusted-key</code>.</p>"
         )
     try:
         models = registry.models()
