@@ -18,7 +18,7 @@ import pytest
 from buildkit import FAST_BENCH
 
 from edgereg import config as config_module
-from edgereg.build.outputs import ARTIFACT, METRICS
+from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK, METRICS
 from edgereg.build.variant import build_variant
 from edgereg.errors import GateError
 
@@ -141,7 +141,7 @@ def test_a_damaged_example_variant_fails_its_gate_and_keeps_its_numbers(
         assert error.hint is not None
         assert hint in error.hint, error.hint
     out = tmp_path / model / name
-    assert sorted(p.name for p in out.iterdir()) == [METRICS]
+    assert sorted(p.name for p in out.iterdir()) == [HOST_BENCHMARK, METRICS]
     metrics = json.loads((out / METRICS).read_text(encoding="utf-8"))
     assert metrics["status"] == "failed"
     assert any(line.startswith(gates[0]) for line in metrics["failed"])

@@ -55,6 +55,7 @@ def render_status_page(
     """
     registry = Registry(storage, trusted=trusted)
     sections: list[str] = []
+    problems = 0
     if trusted is None:
         sections.append(
             '<p class="error">Unverified: no pinned publisher keys, so this page checks '
@@ -66,8 +67,9 @@ def render_status_page(
         models = registry.models()
     except EdgeregError as exc:
         models = []
+        problems += 1
         sections.append(f'<p class="error">Cannot list models: {escape(exc.message)}</p>')
-    if not models and not sections:
+    if not models and not problems:
         sections.append(
             '<p class="muted">No model is published yet. Publish one with '
             "<code>edgereg publish MODEL --canary 5%</code>.</p>"
