@@ -37,8 +37,8 @@ from edgereg.errors import BuildError, ConfigError, EdgeregError
 #: what the line before it ignores). Out of git: virtual environments, the local
 #: registry, ``.edgereg/`` (the private signing key, the MNN runtime cache) but
 #: not the public keys there (``*.pub.pem``: committing one pins it in the
-#: project), and build outputs except the small files DVC does not cache
-#: (metrics, plots, the host benchmark), which `dvc metrics diff` reads from git.
+#: project), and build outputs (DVC caches them, metrics included, so the
+#: run-cache can share builds between machines; host benchmarks are per machine).
 GITIGNORE_ENTRIES = (
     ".venv/",
     "venv/",
@@ -46,16 +46,11 @@ GITIGNORE_ENTRIES = (
     "/registry/",
     "/.edgereg/*",
     "!/.edgereg/*.pub.pem",
-    "/build/**",
-    "!/build/**/",
-    "!/build/**/metrics.json",
-    "!/build/**/class_recall.json",
-    "!/build/**/host-benchmark.json",
-    "/build/**/.*",
+    "/build/",
 )
 GITIGNORE_COMMENT = (
     "# edgereg: virtual environments, the local registry, the private signing key and\n"
-    "# build artifacts (DVC caches them) stay out of git; metrics and public keys go in"
+    "# build outputs (DVC caches them) stay out of git; public keys go in"
 )
 #: The commit every onboarding step suggests: the .gitignore above keeps out
 #: what must not go in, so "everything" is what a teammate's clone needs.
@@ -234,24 +229,7 @@ def init_project(config_path: Path, *, force: bool = False) -> InitResult:
     result.gitignore_added = ensure_gitignore(root / ".gitignore", GITIGNORE_ENTRIES)
     if result.gitignore_added:
         result.written.append(".gitignore")
-    if _git_ignores(root, "build/model/variant/metrics.json"):
-        # Git cannot re-include a file below a directory ignored as a whole.
-        result.notes.append(
-            "an earlier .gitignore line ignores all of build/, so git will not keep the "
-            "build metrics (`dvc metrics diff` needs them on a fresh clone); replace that "
-            "line with the /build/** lines edgereg added"
-        )
     return result
-
-
-def _git_ignores(root: Path, path: str) -> bool:
-    done = subprocess.run(
-        ["git", "check-ignore", "--quiet", "--no-index", "--", path],
-        cwd=root,
-        capture_output=True,
-        check=False,
-    )
-    return done.returncode == 0
 
 
 def git_toplevel(directory: Path) -> Path:

@@ -80,18 +80,18 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 "    outs:",
                 f"      - {_q(f'{out}/{ARTIFACT}')}",
                 f"      - {_q(f'{out}/{PROVENANCE}')}",
-                # Not cached: git keeps metrics and plots, so `dvc metrics diff`
-                # and `dvc plots diff` read HEAD on a fresh clone with no remote.
+                # Cached like the artifact, not `cache: false`: an uncached output
+                # turns off DVC's run-cache for the stage, which is how parallel CI
+                # jobs share builds (docs/operations/ci.md). A fresh clone reads past
+                # metrics after `dvc pull`.
                 "    metrics:",
-                f"      - {_q(f'{out}/{METRICS}')}:",
-                "          cache: false",
+                f"      - {_q(f'{out}/{METRICS}')}",
             ]
             if model.task.kind == "classification":
                 recall_title = f"{model_name}/{variant_name}: recall change per class"
                 lines += [
                     "    plots:",
                     f"      - {_q(f'{out}/{CLASS_RECALL_PLOT}')}:",
-                    "          cache: false",
                     "          x: class",
                     "          y: change",
                     "          template: bar_horizontal",
