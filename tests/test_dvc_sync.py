@@ -405,8 +405,8 @@ def test_dvc_reruns_only_the_stage_whose_params_changed(dvc_repo: Path) -> None:
     for stage in stages((dvc_repo / "dvc.yaml").read_text(encoding="utf-8")).values():
         outputs = [
             *stage["outs"],
-            *(next(iter(m)) for m in stage["metrics"]),
-            *(next(iter(p)) for p in stage.get("plots", [])),
+            *(m if isinstance(m, str) else next(iter(m)) for m in stage["metrics"]),
+            *(p if isinstance(p, str) else next(iter(p)) for p in stage.get("plots", [])),
         ]
         for output in outputs:
             (dvc_repo / output).parent.mkdir(parents=True, exist_ok=True)
