@@ -320,6 +320,26 @@ def test_every_device_resolves_to_exactly_one_tier(profile: DeviceProfile) -> No
         assert not any(tier_matches(tiers[name], profile) for name in names[: names.index(tier)])
 
 
+@settings(max_examples=300)
+@given(profile=profiles)
+def test_the_tier_explanation_tells_the_same_walk_as_resolve_tier(profile: DeviceProfile) -> None:
+    from edgereg.protocol.rules import explain_tier, unmet_rules
+
+    for tiers in (repo_tiers(), RULED_TIERS):
+        tier = resolve_tier(tiers, profile)
+        names = list(tiers)
+        lines = explain_tier(tiers, profile)
+        # One "not <tier>" line per better tier, each naming what the device misses,
+        # then the tier it lands in.
+        assert [line.split(":")[0] for line in lines] == [
+            *(f"not {name}" for name in names[: names.index(tier)]),
+            f"tier {tier}",
+        ]
+        for name in names[: names.index(tier)]:
+            assert unmet_rules(tiers[name], profile)
+        assert unmet_rules(tiers[tier], profile) == []
+
+
 def test_no_matching_tier_is_a_clear_error() -> None:
     with pytest.raises(EdgeregError, match=r"matches none of the tiers high") as caught:
         resolve_tier({"high": TierRules(min_ram_mb=8192)}, device())

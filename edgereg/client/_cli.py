@@ -35,6 +35,7 @@ from edgereg.client._updater import (
     unsafe_registry_keys,
 )
 from edgereg.errors import EdgeregError
+from edgereg.protocol.rules import explain_tier
 from edgereg.rollout import DeviceProfile, resolve_tier
 from edgereg.signing import TrustedKeys, load_public_key
 
@@ -156,7 +157,10 @@ def pull_command(
                     "give --tier, or --ram-mb and --cpu-cores (and --soc, --os) to resolve "
                     f"the tier from {config_path}"
                 )
-            tier = resolve_tier(config_module.load(config_path).tiers, device)
+            declared = config_module.load(config_path).tiers
+            tier = resolve_tier(declared, device)
+            for line in explain_tier(declared, device):
+                click.echo(line, err=True)
         elif config_path.exists():
             tiers = config_module.load(config_path).tiers
             if tier not in tiers:

@@ -37,10 +37,12 @@ __all__ = [
     "NoTierError",
     "choose_entry",
     "cohort_bucket",
+    "explain_tier",
     "in_cohort",
     "resolve_tier",
     "soc_matches",
     "tier_matches",
+    "unmet_rules",
 ]
 
 
@@ -130,6 +132,47 @@ def tier_matches(rules: TierRules, device: DeviceProfile) -> bool:
     ):
         return False
     return rules.os is None or (device.os is not None and device.os in rules.os)
+
+
+def unmet_rules(rules: TierRules, device: DeviceProfile) -> list[str]:
+    """Each rule of a tier the device misses, as a phrase ("needs 8 cores, has 4")."""
+    unmet = []
+    if rules.min_ram_mb is not None and device.ram_mb < rules.min_ram_mb:
+        unmet.append(f"needs {rules.min_ram_mb} MB RAM, has {device.ram_mb}")
+    if rules.min_cpu_cores is not None and device.cpu_cores < rules.min_cpu_cores:
+        unmet.append(f"needs {rules.min_cpu_cores} cores, has {device.cpu_cores}")
+    if rules.soc_allow is not None and (
+        device.soc is None or not any(soc_matches(p, device.soc) for p in rules.soc_allow)
+    ):
+        unmet.append(f"needs a SoC in {', '.join(rules.soc_allow)}, has {device.soc or 'none'}")
+    if rules.os is not None and (device.os is None or device.os not in rules.os):
+        unmet.append(f"needs OS {' or '.join(rules.os)}, has {device.os or 'none'}")
+    return unmet
+
+
+def explain_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> list[str]:
+    """Why a device lands in its tier: each better tier it misses, then the one it meets.
+
+    The same walk as :func:`resolve_tier`, in words, for people (the demo, `pull`).
+    """
+    lines = []
+    for name, rules in tiers.items():
+        unmet = unmet_rules(rules, device)
+        if unmet:
+            lines.append(f"not {name}: {'; '.join(unmet)}")
+            continue
+        met = []
+        if rules.min_ram_mb is not None:
+            met.append(f"{device.ram_mb} MB RAM >= {rules.min_ram_mb}")
+        if rules.min_cpu_cores is not None:
+            met.append(f"{device.cpu_cores} cores >= {rules.min_cpu_cores}")
+        if rules.soc_allow is not None:
+            met.append(f"SoC {device.soc} allowed")
+        if rules.os is not None:
+            met.append(f"OS {device.os}")
+        lines.append(f"tier {name}: " + (", ".join(met) if met else "the catch-all tier"))
+        break
+    return lines
 
 
 def resolve_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> str:
