@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv runtimes demo test test-fast lint typecheck unit bench clean system-deps
+.PHONY: venv runtimes demo test test-fast install-check lint typecheck unit bench clean system-deps
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(VENV)/.installed: pyproject.toml
@@ -69,6 +69,15 @@ unit: venv
 	pytest
 
 test: system-deps lint typecheck unit
+
+# The dependency set resolves quickly with the pip that Python 3.10-3.12 ship
+# (issue 12: pip 23.2 backtracked for over 14 minutes without the bounds in
+# pyproject.toml). Dry run: resolves and downloads metadata, installs nothing.
+OLD_PIP := /tmp/edgereg-old-pip
+install-check:
+	test -x $(OLD_PIP)/bin/pip || ($(PYTHON) -m venv $(OLD_PIP) && \
+		$(OLD_PIP)/bin/python -m pip install --quiet pip==23.2.1)
+	timeout 300 $(OLD_PIP)/bin/pip install --dry-run --quiet -e '.[dev]'
 
 # The edit-test loop (about a minute): lint, types, and the tests of pure logic and
 # one real build per task; `make test` (and CI) still run everything.
