@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -1185,9 +1184,3 @@ def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None
 
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def remove_outputs(out_dir: Path) -> None:
-    """Delete a variant's outputs (used before a rebuild)."""
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
