@@ -54,9 +54,10 @@ from edgereg import config as config_mod
 from edgereg import toolchain
 from edgereg._files import atomic_write, sha256_file
 from edgereg.build.datasets import Dataset, load_dataset
+from edgereg.build.evaluate import REFERENCE_CACHE
 from edgereg.build.outputs import METRICS, PROVENANCE, variant_dir
 from edgereg.build.quality import agreement
-from edgereg.build.variant import REFERENCE_CACHE, BenchSettings, BuildResult, build_variant
+from edgereg.build.variant import BenchSettings, BuildResult, build_variant
 from edgereg.config import Config, Int8Quantization
 from edgereg.errors import BuildError, GateError
 from edgereg.toolchain import mnn as mnn_module

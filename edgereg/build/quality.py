@@ -664,3 +664,13 @@ def _metric_gates(
                 )
             )
     return results
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate artifact's agreement, task scores and gates (latency not yet in)."""
+
+    agreement: dict[str, OutputAgreement]
+    scores: TaskScores | None
+    gates: GateReport
+    size_bytes: int

@@ -8,26 +8,27 @@ leaves an artifact that looks good.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import io
 import json
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
-
-import numpy as np
+from typing import Any
 
 from edgereg import __version__, toolchain
-from edgereg._files import atomic_write, sha256_file
-from edgereg.build.datasets import Dataset, load_dataset, select_calibration
+from edgereg._files import sha256_file
+from edgereg.build.datasets import load_dataset, select_calibration
+from edgereg.build.evaluate import (
+    TaskEvaluator,
+    benchmark_sample,
+    calibration_samples,
+    prove_runtime,
+    reference_outputs,
+)
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
@@ -43,45 +44,27 @@ from edgereg.build.quality import (
     GateReport,
     OutputAgreement,
     PrecisionClass,
+    Scored,
     TaskDataError,
     TaskScores,
     agreement,
-    chance_level,
     check_gates,
-    classification_scores,
-    ctc_scores,
-    custom_scores,
-    dense_map_scores,
     effective_budgets,
-    embedding_scores,
-    frame_decision_scores,
     read_charset,
-    task_rows,
 )
+from edgereg.build.quantsearch import QuantSearch
 from edgereg.config import (
     Budgets,
-    ClassificationTask,
     Config,
     CtcTask,
-    CustomTask,
-    DenseMapTask,
-    EmbeddingTask,
-    FrameDecisionTask,
     InputSpec,
     Int8Quantization,
-    MetricBudget,
-    Model,
     PinnedFile,
     Variant,
     WeightOnlyQuantization,
 )
 from edgereg.errors import BuildError, ConfigError, GateError
-from edgereg.toolchain.runtimes import (
-    RuntimeProof,
-    default_tolerance,
-    prove_min_runtime,
-    runtimes_dir,
-)
+from edgereg.toolchain.runtimes import runtimes_dir
 
 logger = logging.getLogger(__name__)
 
@@ -508,16 +491,6 @@ def precision_class(variant: Variant) -> PrecisionClass:
     return "fp16" if variant.precision == "fp16" else "fp32"
 
 
-@dataclass(frozen=True)
-class Scored:
-    """A candidate artifact's agreement, task scores and gates (latency not yet in)."""
-
-    agreement: dict[str, OutputAgreement]
-    scores: TaskScores | None
-    gates: GateReport
-    size_bytes: int
-
-
 def _gates(
     budgets: Budgets,
     size_bytes: int,
@@ -557,506 +530,6 @@ def _charset(config: Config, task: Any) -> list[str] | None:
     if not chars:
         raise BuildError(f"charset {path} lists no characters", stage="source")
     return chars
-
-
-class TaskEvaluator:
-    """The model's task, scored on one evaluation set (built-in or the team's own)."""
-
-    def __init__(
-        self, config: Config, model: Model, charset: list[str] | None, evaluation: Dataset
-    ) -> None:
-        self._config = config
-        self._model = model
-        self._charset = charset
-        self._evaluation = evaluation
-        self._output = model.task_output
-        self._derived_gates: dict[str, MetricBudget] = {}
-
-    def check_reference(self, reference: dict[str, np.ndarray]) -> None:
-        """Fail early when the labels or task settings cannot fit the outputs."""
-        self.scores(reference, reference)
-
-    def scores(
-        self, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
-    ) -> TaskScores | None:
-        """Score the variant's outputs against the reference and the labels."""
-        task = self._model.task
-        labels = self._evaluation.labels
-        ref = reference[self._output]
-        var = produced[self._output]
-        try:
-            if isinstance(task, ClassificationTask):
-                scores = classification_scores(task, ref, var, labels, self._model.classes)
-                if "accuracy" in scores.baseline:
-                    # A baseline at chance means the inputs are not what the model was
-                    # trained on (mean/std, color order, layout), whatever the variant does.
-                    classes = int(task_rows(ref).reshape(len(ref), -1).shape[1])
-                    self._derived_gates = {
-                        "accuracy": MetricBudget(min_baseline=round(chance_level(classes), 4))
-                    }
-                return scores
-            if isinstance(task, DenseMapTask):
-                return dense_map_scores(task, ref, var, labels)
-            if isinstance(task, CtcTask):
-                assert self._charset is not None
-                return ctc_scores(task, self._charset, ref, var, labels)
-            if isinstance(task, EmbeddingTask):
-                return embedding_scores(task, ref, var, labels)
-            if isinstance(task, FrameDecisionTask):
-                return frame_decision_scores(task, ref, var, labels)
-            if isinstance(task, CustomTask):
-                return self._custom(task, reference, produced)
-        except TaskDataError as exc:
-            raise BuildError(
-                f"evaluation set {self._model.evaluation.path}: {exc}",
-                stage="evaluate",
-                hint="Fix the labels or the task settings in models.toml so they fit the "
-                "model's outputs.",
-            ) from exc
-        return None
-
-    @property
-    def derived_gates(self) -> dict[str, MetricBudget]:
-        """Gates the evaluation itself sets; models.toml overrides them.
-
-        A custom evaluator's own, and a classifier's chance level
-        (``accuracy.min_baseline``).
-        """
-        return self._derived_gates
-
-    def _custom(
-        self, task: CustomTask, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
-    ) -> TaskScores:
-        function = load_evaluator(self._config.root, task.evaluator)
-        try:
-            result = function(
-                inputs=self._evaluation.inputs,
-                reference=reference,
-                outputs=produced,
-                labels=self._evaluation.labels,
-            )
-        except Exception as exc:
-            raise BuildError(
-                f"evaluator {task.evaluator} raised {type(exc).__name__}: {exc}",
-                stage="evaluate",
-                hint="Fix the evaluator; it is called as f(inputs=, reference=, outputs=, "
-                "labels=) with dicts of numpy arrays (N samples first).",
-            ) from exc
-        scores, gates = custom_scores(result, task.evaluator)
-        self._derived_gates = gates
-        return scores
-
-
-def load_evaluator(root: Path, spec: str) -> Callable[..., Any]:
-    """Import ``module:function`` with the project directory first on sys.path."""
-    module_name, _, function_name = spec.partition(":")
-    root_text = str(root.resolve())
-    if root_text not in sys.path:
-        sys.path.insert(0, root_text)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise BuildError(
-            f"cannot import evaluator module '{module_name}': {type(exc).__name__}: {exc}",
-            stage="evaluate",
-            hint=f"The module is looked up from {root_text} (the directory of models.toml).",
-        ) from exc
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise BuildError(
-            f"evaluator module '{module_name}' has no function '{function_name}'",
-            stage="evaluate",
-        )
-    return cast(Callable[..., Any], function)
-
-
-def reference_outputs(
-    out_root: Path,
-    source: Path,
-    source_sha256: str,
-    dataset: Dataset,
-    dataset_sha256: str,
-    feeds: list[toolchain.InputFeed],
-    output_names: list[str],
-    state: list[tuple[str, str]],
-    batch_size: int,
-) -> toolchain.StreamResult:
-    """The fp32 ONNX Runtime outputs on a dataset, computed once per model and set.
-
-    Cached by digest under ``<out>/.cache/reference/``: every variant of a
-    model (and every candidate of an ``auto`` quantization) compares against
-    the same reference, so it is computed once.
-    """
-    key = hashlib.sha256(
-        json.dumps(
-            {
-                "source": source_sha256,
-                "dataset": dataset_sha256,
-                "rows": dataset.digest(),
-                "feeds": [f.to_json() for f in feeds],
-                "outputs": output_names,
-                "state": state,
-                "onnxruntime": toolchain.installed_version("onnxruntime"),
-            },
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()
-    cache = out_root / REFERENCE_CACHE / f"{key}.npz"
-    if cache.is_file():
-        try:
-            with np.load(cache, allow_pickle=False) as data:
-                outputs = {n: np.array(data[f"out:{n}"]) for n in output_names}
-                states = {n: np.array(data[f"state:{n}"]) for n, _ in state}
-            return toolchain.StreamResult(outputs, states, batch_size)
-        except (OSError, KeyError, ValueError):
-            logger.info("reference cache %s unreadable; computing it again", cache)
-    result = toolchain.run_onnx(
-        source,
-        dataset.inputs,
-        feeds=feeds,
-        output_names=output_names,
-        state=state,
-        sequences=dataset.sequences,
-        batch_size=batch_size,
-    )
-    for name, array in result.outputs.items():
-        if not np.isfinite(array).all():
-            raise BuildError(
-                f"ONNX Runtime computes NaN or infinity in output '{name}' of {source.name} on "
-                "the evaluation set",
-                stage="reference",
-                hint="Check the evaluation inputs and their preprocessing (mean/std, dtype).",
-            )
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    arrays = {f"out:{n}": a for n, a in result.outputs.items()}
-    arrays.update({f"state:{n}": a for n, a in result.states.items()})
-    np.savez(buffer, **arrays)  # type: ignore[arg-type]
-    atomic_write(cache, buffer.getvalue())
-    return result
-
-
-REFERENCE_CACHE = Path(".cache") / "reference"
-
-
-def calibration_samples(
-    source: Path,
-    selected: Dataset,
-    feeds: list[toolchain.InputFeed],
-    output_names: list[str],
-    state: list[tuple[str, str]],
-) -> list[dict[str, np.ndarray]]:
-    """Calibration samples as the quantizer feeds them, every input from real data.
-
-    State inputs take the states the fp32 model itself carries through each
-    calibration sequence (run with ONNX Runtime), never zeros or noise.
-    """
-    states: dict[str, np.ndarray] = {}
-    if state:
-        streamed = toolchain.run_onnx(
-            source,
-            selected.inputs,
-            feeds=feeds,
-            output_names=output_names,
-            state=state,
-            sequences=selected.sequences,
-        )
-        states = streamed.states
-    samples = []
-    for index in range(len(selected)):
-        sample = {}
-        for feed in feeds:
-            if feed.name in states:
-                sample[feed.name] = states[feed.name][index]
-            elif feed.batch_axis is None:
-                sample[feed.name] = feed.tensor(selected.inputs[feed.name][index])
-            else:
-                sample[feed.name] = feed.tensor(selected.inputs[feed.name][index : index + 1])
-        samples.append(sample)
-    return samples
-
-
-#: Samples the minimum-runtime proof runs (each one forward in the old runtime).
-PROOF_SAMPLES = 64
-
-
-def prove_runtime(
-    artifact: Path,
-    version: str,
-    feeds: list[toolchain.InputFeed],
-    output_names: list[str],
-    evaluation: Dataset,
-    reference: toolchain.StreamResult,
-    state: list[tuple[str, str]],
-    *,
-    mode: str,
-    root: Path,
-) -> RuntimeProof:
-    """Load and run the artifact with the declared minimum MNN runtime.
-
-    The first :data:`PROOF_SAMPLES` forwards are fed as whole tensors to both
-    runtimes (a stateful model's steps take the states the reference carried),
-    so the old runtime and the build's compute the same thing.
-    """
-    count = min(PROOF_SAMPLES, len(evaluation))
-    states = dict(reference.states)
-    rows: dict[str, np.ndarray] = {}
-    for feed in feeds:
-        if feed.name in states:
-            rows[feed.name] = states[feed.name][:count]
-        elif feed.batch_axis is None:
-            rows[feed.name] = evaluation.inputs[feed.name][:count]
-        else:
-            data = evaluation.inputs[feed.name]
-            rows[feed.name] = np.stack([feed.tensor(data[i : i + 1]) for i in range(count)])
-    whole = [toolchain.InputFeed(f.name, f.dtype, f.shape, None) for f in feeds]
-    expected = toolchain.run_inference(artifact, rows, feeds=whole, output_names=output_names)
-    return prove_min_runtime(
-        artifact,
-        version,
-        rows,
-        expected,
-        input_names=[f.name for f in feeds],
-        output_names=output_names,
-        tolerance=default_tolerance(mode),
-        root=root,
-        whole_tensors=True,
-    )
-
-
-def benchmark_sample(
-    feeds: list[toolchain.InputFeed], evaluation: Dataset, state: list[tuple[str, str]]
-) -> dict[str, np.ndarray]:
-    """One forward's inputs: the first evaluation sample, zero state."""
-    state_inputs = {pair[0] for pair in state}
-    sample = {}
-    for feed in feeds:
-        if feed.name in state_inputs:
-            sample[feed.name] = np.zeros(feed.shape, dtype=feed.dtype)
-        elif feed.batch_axis is None:
-            sample[feed.name] = feed.tensor(evaluation.inputs[feed.name][0])
-        else:
-            sample[feed.name] = feed.tensor(evaluation.inputs[feed.name][:1])
-    return sample
-
-
-@dataclass(frozen=True)
-class QuantAttempt:
-    """One quantizer run of a search: its recipe and what came of it."""
-
-    method: str
-    skip_ops: tuple[str, ...]
-    path: Path
-    scored: Scored | None
-    error: str | None = None
-    layer_errors: tuple[toolchain.LayerError, ...] = ()
-
-    @property
-    def passed(self) -> bool:
-        """True when the quantizer produced a model that passes every gate so far."""
-        return self.scored is not None and self.scored.gates.passed
-
-    def summary(self) -> dict[str, Any]:
-        """What provenance records of the attempt."""
-        failed = [] if self.scored is None else [g.describe() for g in self.scored.gates.failures]
-        return {
-            "method": self.method,
-            "skip_ops": list(self.skip_ops),
-            "passed": self.passed,
-            "failed_gates": failed,
-            "error": self.error,
-        }
-
-
-class QuantSearch:
-    """Find an int8 recipe that passes the gates, deterministically.
-
-    A fixed method is run once. ``method = "auto"`` runs KL, EMA and ADMM
-    (in that order) and keeps the best that passes; when none passes it keeps
-    the worst layers of the best attempt in float, one more at a time, up to
-    ``max_skip_ops``. The same inputs give the same attempts in the same
-    order, so the same recipe and the same bytes.
-
-    A fixed method that fails is followed by the other methods, run only to
-    measure what the hint would gain: a hint is printed only when measured.
-    """
-
-    def __init__(
-        self,
-        float_artifact: Path,
-        work_dir: Path,
-        *,
-        quantization: Int8Quantization,
-        inputs: list[toolchain.QuantInput],
-        samples: list[dict[str, np.ndarray]],
-        score: Callable[[Path], Scored],
-        on_stage: Callable[[str], Any],
-    ) -> None:
-        self._float = float_artifact
-        self._work = work_dir
-        self._quant = quantization
-        self._inputs = inputs
-        self._samples = samples
-        self._score = score
-        self._stage = on_stage
-        self.attempts: list[QuantAttempt] = []
-        self.hints: list[QuantAttempt] = []
-        self.skip_search_note: str | None = None
-
-    def _attempt(self, method: str, skip_ops: tuple[str, ...]) -> QuantAttempt:
-        path = self._work / f"int8-{len(self.attempts) + len(self.hints):02d}.mnn"
-        try:
-            with self._stage("quantize"):
-                run = toolchain.quantize(
-                    self._float,
-                    path,
-                    inputs=self._inputs,
-                    samples=self._samples,
-                    method=method,
-                    weight_method=self._quant.weight_method,
-                    skip_ops=skip_ops,
-                )
-        except BuildError as exc:
-            return QuantAttempt(method, skip_ops, path, None, error=exc.message)
-        used = run.config.get("feature_quantize_method_used", method)
-        scored = self._score(path)
-        return QuantAttempt(used, skip_ops, path, scored, layer_errors=run.layer_errors)
-
-    def run(self) -> QuantAttempt:
-        """Run the search and return the attempt to ship.
-
-        Raises:
-            BuildError: the quantizer failed on every method tried.
-            GateError: no attempt passed (raised by the caller's gate stage
-                with the best attempt's numbers; here the best is returned).
-        """
-        requested = self._quant.method
-        methods = list(toolchain.FEATURE_METHODS_AUTO) if requested == "auto" else [requested]
-        skip = tuple(self._quant.skip_ops)
-        for method in methods:
-            self.attempts.append(self._attempt(method, skip))
-        best = self._best(self.attempts)
-        if requested == "auto" and (best is None or not best.passed):
-            searched = self._skip_search()
-            best = self._best([a for a in (best, searched) if a is not None])
-        if requested != "auto" and (best is None or not best.passed):
-            # Measure what another method would give before suggesting it.
-            for method in toolchain.FEATURE_METHODS_AUTO:
-                if method != requested:
-                    self.hints.append(self._attempt(method, skip))
-        if best is None:
-            tried = self.attempts + self.hints
-            errors = "; ".join(f"{a.method}: {a.error}" for a in tried if a.error)
-            working = [a for a in self.hints if a.scored is not None]
-            hint = (
-                f'method = "{working[0].method}" quantizes (measured: '
-                f'{_attempt_outcome(working[0])}); or use method = "auto"'
-                if working
-                else "Every feature method failed: keep this tier on weight-only quantization "
-                '(mode = "weight"), or keep the failing layers in float with skip_ops.'
-            )
-            which = "every method" if requested == "auto" else f"method {requested}"
-            raise BuildError(
-                f"the int8 quantizer failed with {which}: {errors}",
-                stage="quantize",
-                tool="mnnquant",
-                hint=hint,
-            )
-        return best
-
-    def _skip_search(self) -> QuantAttempt | None:
-        """Keep the worst-measured layers in float: 1, 2, 4, ... up to ``max_skip_ops``.
-
-        Only KL and ADMM honour ``skip_quant_op_names`` (MNN's EMA path ignores
-        it, measured), and only they report per-layer error, so the search
-        starts from the best of those. Layers are MNN op names, read from the
-        float model, ranked by the lowest cosine the quantizer measured on
-        their output.
-        """
-        bases = [a for a in self.attempts if a.scored is not None and a.method in ("KL", "ADMM")]
-        base = self._best(bases)
-        if base is None or not base.layer_errors or self._quant.max_skip_ops == 0:
-            self.skip_search_note = (
-                "no layer search: KL and ADMM produced no model with per-layer error "
-                "(EMA ignores skip lists)"
-                if base is None or not base.layer_errors
-                else "no layer search: max_skip_ops = 0"
-            )
-            return None
-        ranked = self._ranked_ops(base)
-        best: QuantAttempt = base
-        counts: list[int] = []
-        count = 1
-        while count < min(self._quant.max_skip_ops, len(ranked)):
-            counts.append(count)
-            count *= 2
-        counts.append(min(self._quant.max_skip_ops, len(ranked)))
-        for count in dict.fromkeys(counts):
-            skip = (*base.skip_ops, *ranked[:count])
-            attempt = self._attempt(base.method, skip)
-            self.attempts.append(attempt)
-            if attempt.passed:
-                return attempt
-            best = self._best([best, attempt]) or best
-        return best
-
-    def _ranked_ops(self, base: QuantAttempt) -> list[str]:
-        worst: dict[str, float] = {}
-        ops = [op.name for op in toolchain.model_ops(self._float)]
-        for layer in base.layer_errors:
-            if layer.cosine != layer.cosine:  # NaN: not measured
-                continue
-            # MNN names ops after their output tensor; splits of it are "<op>_raster_N".
-            op = next(
-                (
-                    name
-                    for name in (layer.op, layer.tensor, layer.tensor.split("_raster_")[0])
-                    if name in ops
-                ),
-                None,
-            )
-            if op is not None and op not in base.skip_ops:
-                worst[op] = min(worst.get(op, 1.0), layer.cosine)
-        order = {name: index for index, name in enumerate(ops)}
-        return sorted(worst, key=lambda name: (worst[name], order[name]))
-
-    @staticmethod
-    def _best(attempts: list[QuantAttempt]) -> QuantAttempt | None:
-        scored = [a for a in attempts if a.scored is not None]
-        if not scored:
-            return None
-        # Passing first, then fewest failed gates, then the highest worst-output SNR;
-        # ties keep the earlier attempt (the fixed method order).
-        return max(
-            scored,
-            key=lambda a: (
-                a.passed,
-                -len(a.scored.gates.failures) if a.scored else 0,
-                min((g.snr_db for g in a.scored.agreement.values()), default=0.0)
-                if a.scored
-                else 0.0,
-            ),
-        )
-
-    def record(self, chosen: QuantAttempt) -> dict[str, Any]:
-        """The recipe chosen and every attempt, for provenance and metrics."""
-        return {
-            "method_requested": self._quant.method,
-            "method": chosen.method,
-            "skip_ops": list(chosen.skip_ops),
-            "quantizer_runs": len(self.attempts) + len(self.hints),
-            "attempts": [a.summary() for a in self.attempts],
-            "measured_alternatives": [a.summary() for a in self.hints],
-            "skip_search": self.skip_search_note,
-        }
-
-
-def _attempt_outcome(attempt: QuantAttempt) -> str:
-    if attempt.scored is None:
-        return f"fails: {attempt.error}"
-    if attempt.passed:
-        return "passes every gate"
-    return "; ".join(g.describe() for g in attempt.scored.gates.failures[:2])
 
 
 def _metrics(
