@@ -388,7 +388,11 @@ def _patch_uuid(path: Path, seed: bytes, *, stage: str) -> str | None:
         ) from exc
     if old is None:
         return None
-    path.write_bytes(patched)
+    # 36 bytes in place, not the whole file again: the file is the converter's
+    # fresh output in the scratch directory, not yet anyone's artifact.
+    with path.open("r+b") as file:
+        file.seek(old.offset)
+        file.write(patched[old.offset : old.offset + _mnnfile.UUID_LENGTH])
     return new_uuid
 
 
