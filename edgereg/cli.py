@@ -750,10 +750,13 @@ def status(
     """Every model's stable and candidate versions, rollout percent and tiers."""
     from edgereg.registry import model_status
 
+    if html_path is not None and not html_path.parent.is_dir():
+        raise UsageError(
+            f"--html {html_path}: the directory {html_path.parent} does not exist",
+            hint="Create it first, or pick a file in an existing directory.",
+        )
     config = optional_config(config_path)
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
-    if html_path is not None:
-        _write_status_page(html_path, registry, config, pinned=bool(config or trusted_key_paths))
     names = [model] if model else registry.models()
     statuses = []
     for name in names:
@@ -764,6 +767,8 @@ def status(
                 f"model '{name}' has no release in {registry.storage.url}",
                 hint=f"Publish one: edgereg publish {name} --canary 5%",
             ) from None
+    if html_path is not None:  # after the checks above, so a failing status writes no page
+        _write_status_page(html_path, registry, config, pinned=bool(config or trusted_key_paths))
     for st in statuses:
         for warning in st.warnings:
             errors.print(f"[bold red]WARNING:[/] {escape(warning)}", markup=True)
@@ -809,11 +814,6 @@ def _write_status_page(
     """The page `edgereg serve` shows at /, as one file (every model, like the server)."""
     from edgereg.serve._status_page import render_status_page
 
-    if not path.parent.is_dir():
-        raise UsageError(
-            f"--html {path}: the directory {path.parent} does not exist",
-            hint="Create it first, or pick a file in an existing directory.",
-        )
     if pinned:
         registry.trusted_keys()  # a bad pinned key file is an error, not an unverified page
     page = render_status_page(
