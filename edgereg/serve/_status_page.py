@@ -50,7 +50,8 @@ th, td { text-align: left; padding: .25rem .6rem .25rem 0; border-bottom: 1px so
          vertical-align: top; }
 th { font-weight: 600; color: #4a5468; white-space: nowrap; }
 th.group { border-bottom: 2px solid #d8dce5; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.name { white-space: nowrap; }
 .muted { color: #6b7588; }
 .summary span { display: inline-block; margin-right: 1.4rem; }
 .badge { padding: .05rem .4rem; border-radius: .3rem; background: #e7f0ff; }
@@ -382,13 +383,13 @@ def _tiers(data: _Model) -> str:
         candidate = _metrics(data.candidate, tier.candidate_variant)
         rows.append(
             "<tr>"
-            f"<td>{escape(tier.tier)}</td>"
+            f'<td class="name">{escape(tier.tier)}</td>'
             f"<td>{_gets_now(tier, data.status)}</td>"
-            f"<td>{escape(tier.stable_variant or '—')}</td>"
+            f'<td class="name">{escape(tier.stable_variant or "—")}</td>'
             f'<td class="num">{_size(tier.stable_size)}</td>'
             + _headline_cell(stable)
             + (_gates_cell(stable) if tier.stable_variant else '<td class="muted">—</td>')
-            + f"<td>{escape(tier.candidate_variant or '—')}</td>"
+            + f'<td class="name">{escape(tier.candidate_variant or "—")}</td>'
             f'<td class="num">{_size(tier.candidate_size)}</td>'
             + _headline_cell(candidate, stable)
             + (_gates_cell(candidate) if tier.candidate_variant else '<td class="muted">—</td>')
