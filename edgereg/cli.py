@@ -728,10 +728,19 @@ _simple_transition("resign", "Renew the expiry and signatures of MODEL's state a
 
 @main.command()
 @click.argument("model", required=False)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also write the operator page of `edgereg serve` (gates, next steps, warnings) "
+    "to this self-contained HTML file, for a registry without a server.",
+)
 @registry_read_options
 @handle_errors
 def status(
     model: str | None,
+    html_path: Path | None,
     config_path: Path,
     registry_url: str | None,
     endpoint_url: str | None,
@@ -741,9 +750,13 @@ def status(
     """Every model's stable and candidate versions, rollout percent and tiers."""
     from edgereg.registry import model_status
 
-    registry = open_registry(
-        optional_config(config_path), registry_url, endpoint_url, trusted_key_paths
-    )
+    if html_path is not None and not html_path.parent.is_dir():
+        raise UsageError(
+            f"--html {html_path}: the directory {html_path.parent} does not exist",
+            hint="Create it first, or pick a file in an existing directory.",
+        )
+    config = optional_config(config_path)
+    registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
     names = [model] if model else registry.models()
     statuses = []
     for name in names:
@@ -754,6 +767,8 @@ def status(
                 f"model '{name}' has no release in {registry.storage.url}",
                 hint=f"Publish one: edgereg publish {name} --canary 5%",
             ) from None
+    if html_path is not None:  # after the checks above, so a failing status writes no page
+        _write_status_page(html_path, registry, config, pinned=bool(config or trusted_key_paths))
     for st in statuses:
         for warning in st.warnings:
             errors.print(f"[bold red]WARNING:[/] {escape(warning)}", markup=True)
@@ -791,6 +806,23 @@ def status(
                 sizes,
             )
     Console(width=max(Console().width, 100)).print(table)
+
+
+def _write_status_page(
+    path: Path, registry: Any, config: config_module.Config | None, *, pinned: bool
+) -> None:
+    """The page `edgereg serve` shows at /, as one file (every model, like the server)."""
+    from edgereg.serve._status_page import render_status_page
+
+    if pinned:
+        registry.trusted_keys()  # a bad pinned key file is an error, not an unverified page
+    page = render_status_page(
+        registry.storage,
+        trusted=registry.trusted_keys if pinned else None,
+        policy=config.rollout_policy if config is not None else None,
+    )
+    atomic_write(path, page)
+    print_note(f"wrote the status page to {path}")
 
 
 @main.command()

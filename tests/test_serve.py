@@ -14,18 +14,27 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from html import escape
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import servekit
+from click.testing import CliRunner
 from servekit import FakeRegistry, make_registry, serve, serve_registry  # noqa: F401
 
+from edgereg.cli import main
+from edgereg.config import RolloutPolicy
 from edgereg.errors import StorageError
-from edgereg.registry import Registry
+from edgereg.registry import PreparedRelease, Registry, model_status
 from edgereg.registry import _transitions as transitions
+from edgereg.registry._registry import export_public_key
 from edgereg.serve import App, Request, openapi_document, start_in_thread
 from edgereg.serve._http import BadTarget, Unsatisfiable, none_match, parse_range, request_path
+from edgereg.serve._status_page import render_status_page
+from edgereg.signing import Signer, generate_key, read_trusted_keys
 from edgereg.storage import open_storage
 from edgereg.storage._local import LocalStorage
 
@@ -925,3 +934,199 @@ def test_200_concurrent_clients_for_30_seconds(tmp_path: Path) -> None:
         metrics.decode(), "edgereg_http_requests_total", route="manifest", method="GET", code="304"
     )
     assert served >= total / 3
+
+
+# -- the operator page: gates, next step, warnings -----------------------------------------
+
+
+def _metrics_json(accuracy: float, *, failed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A variant's metrics.json as the build writes it (the parts the page reads)."""
+    return {
+        "task": "classification",
+        "status": "failed" if failed else "passed",
+        "metrics": {"accuracy": accuracy, "top1_agreement": 0.99},
+        "baseline": {"accuracy": 0.98},
+        "gates": {"accuracy.max_drop": not failed, "max_size_mb": True, "min_cosine[y]": True},
+        "failed": list(failed),
+    }
+
+
+def _operator_registry(
+    root: Path, *, expires_days: int = 3650, candidate_failed: bool = False
+) -> tuple[Registry, Signer]:
+    """digits: 1.0.0 stable (accuracy 0.95), 1.1.0 a 5% canary (0.97); fresh: only a canary."""
+    staging = root.parent / "staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    signer = Signer.from_pem(generate_key()[0])
+    clock = iter(OPS_T0 + timedelta(hours=hour) for hour in range(100))
+    registry = Registry(open_storage(str(root)), clock=lambda: next(clock))
+    releases = [
+        ("digits", "1.0.0", 0.95, None),
+        ("digits", "1.1.0", 0.97, 5.0),
+        ("fresh", "0.1.0", 0.90, 10.0),
+    ]
+    for model, version, accuracy, percent in releases:
+        prepared, _ = servekit._release(
+            model, version, {"high": 3000, "low": 1000}, staging, seed=version
+        )
+        failed = ("accuracy drop 0.03 > 0.02",) if candidate_failed and version == "1.1.0" else ()
+        variants = {
+            name: variant.model_copy(update={"metrics": _metrics_json(accuracy, failed=failed)})
+            for name, variant in prepared.record.variants.items()
+        }
+        record = prepared.record.model_copy(update={"variants": variants})
+        registry.publish(
+            PreparedRelease(record=record, blobs=prepared.blobs),
+            signer=signer,
+            percent=percent,
+            full=percent is None,
+            actor="ops@laptop",
+            expires_days=expires_days,
+        )
+    return registry, signer
+
+
+OPS_T0 = datetime(2025, 3, 1, 8, 0, tzinfo=timezone.utc)
+
+
+def _section(page: str, model: str) -> str:
+    found = re.search(rf'<section id="model-{model}">.*?</section>', page, re.S)
+    assert found, page
+    return found.group(0)
+
+
+def _rows(section: str) -> list[list[str]]:
+    """The tier table's body rows as lists of cell texts (tags stripped)."""
+    body = section.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    return [
+        [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", body)
+    ]
+
+
+def test_operator_page_shows_candidate_gates_next_to_stables(tmp_path: Path) -> None:
+    registry, _ = _operator_registry(tmp_path / "registry")
+    now = OPS_T0 + timedelta(hours=3)  # the canary went out at T0 + 1 h
+    page = render_status_page(
+        registry.storage, policy=lambda _model: RolloutPolicy(min_soak_hours=24), now=now
+    )
+    digits = _section(page, "digits")
+    high = _rows(digits)[0]
+    assert high[:2] == ["high", "5%: candidate high-int8; 95%: stable high-int8"]
+    # Stable: variant, size, headline, gates; then the candidate's, in the same row.
+    assert high[2:6] == ["high-int8", "3.0 KB", "accuracy 0.95 (fp32 0.98)", "3/3 passed"]
+    assert high[6:10] == [
+        "high-int8",
+        "3.0 KB",
+        "accuracy 0.97 (fp32 0.98) +0.02 vs stable",
+        "3/3 passed",
+    ]
+    # Rollout step and when the next one is allowed: 24 h after the canary went out.
+    assert "At 5% (steps <b>5%</b> → 25% → 50% → 100%)" in digits
+    assert "Next step 25%: allowed from 2025-03-02T09:00:00Z" in digits
+    assert "22.0 h left" in digits
+    assert "Wait for the soak time, then: <code>edgereg rollout digits --next</code>" in digits
+    assert "<code>edgereg rollback digits</code>" in digits
+    # Devices with no model: the warning `edgereg status` prints, word for word.
+    fresh = _section(page, "fresh")
+    warning = escape(model_status(registry, "fresh").warnings[0])
+    assert "90% of devices" in warning
+    assert f"<li>{warning}</li>" in fresh
+    assert "warnings" not in digits
+    assert "ops@laptop" not in page
+
+
+def test_operator_page_after_the_soak_and_without_a_policy(tmp_path: Path) -> None:
+    registry, _ = _operator_registry(tmp_path / "registry")
+    later = OPS_T0 + timedelta(days=3)
+    soaked = _section(
+        render_status_page(registry.storage, policy=lambda _m: RolloutPolicy(), now=later),
+        "digits",
+    )
+    assert "Next step 25%: allowed now." in soaked
+    assert "Next step: <code>edgereg rollout digits --next</code>" in soaked
+    unknown = _section(render_status_page(registry.storage, now=later), "digits")
+    assert "The next step and its soak time are unknown here" in unknown
+    assert "the last change was at 2025-03-01T09:00:00Z" in unknown
+    assert "<code>edgereg rollout digits --next</code>" in unknown
+
+
+def test_operator_page_next_command_follows_the_state(tmp_path: Path) -> None:
+    registry, signer = _operator_registry(tmp_path / "registry")
+    later = OPS_T0 + timedelta(days=30)
+    policy = RolloutPolicy(steps=[5, 100], min_soak_hours=1)
+
+    def page() -> str:
+        return _section(
+            render_status_page(registry.storage, policy=lambda _m: policy, now=later), "digits"
+        )
+
+    def change(transition: Any, **extra: Any) -> None:
+        registry.change(
+            "digits",
+            lambda state, now, expires: transition(
+                state, "digits", now=now, expires=expires, actor="ops", **extra
+            ),
+            signer=signer,
+            expires_days=3650,
+        )
+
+    change(transitions.pause)
+    assert "Resume the rollout: <code>edgereg resume digits</code>" in page()
+    assert "rollout paused" in page()
+    change(transitions.resume)
+    change(transitions.set_percent, percent=None, policy=policy, force=True)
+    assert "Make it stable for every device: <code>edgereg promote digits</code>" in page()
+    assert "100%: candidate high-int8" not in page()  # percent 100 says so in full
+    assert "candidate high-int8 (100%)" in page()
+    change(transitions.promote)
+    assert "Nothing to do" in page()
+    assert "<code>edgereg publish digits --canary 5%</code>" in page()
+
+
+def test_operator_page_warns_of_expiring_signatures_and_failed_gates(tmp_path: Path) -> None:
+    registry, _ = _operator_registry(tmp_path / "registry", expires_days=5, candidate_failed=True)
+    page = render_status_page(registry.storage, now=OPS_T0 + timedelta(hours=3))
+    digits = _section(page, "digits")
+    assert "digits: the signatures of its state and manifests expire at" in digits
+    assert "edgereg resign digits" in digits
+    assert "2/3 passed; failed: accuracy drop 0.03 &gt; 0.02" in digits
+    assert "The candidate failed gates: <code>edgereg rollback digits</code>" in digits
+    expired = render_status_page(registry.storage, now=OPS_T0 + timedelta(days=30))
+    assert "expired at" in _section(expired, "digits")
+
+
+def test_static_status_page_is_the_served_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no models.toml: neither side knows a rollout policy
+    fake = make_registry(tmp_path / "registry")
+    pinned = tmp_path / "publisher.pem"
+    pinned.write_bytes(export_public_key(fake.signer))
+    out = tmp_path / "status.html"
+    command = ["status", "--registry", str(fake.root), "--trusted-key", str(pinned)]
+    result = CliRunner().invoke(main, [*command, "--html", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    keys = read_trusted_keys([pinned])
+    with serve(fake.storage, trusted=lambda: keys) as url:
+        _, served = get(url, "/")
+    assert out.read_bytes() == served
+    page = out.read_text()
+    assert "Unverified" not in page
+    assert "<code>edgereg rollout digits --next</code>" in page
+    assert "release-bot@ci" not in page
+    assert not re.search(r"<script|(src|href)=", page)  # self-contained: nothing to load
+
+
+def test_static_status_page_into_a_missing_directory_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake = make_registry(tmp_path / "registry")
+    target = tmp_path / "nowhere" / "status.html"
+    result = CliRunner().invoke(
+        main, ["status", "--registry", str(fake.root), "--html", str(target)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "does not exist" in result.output
+    assert not target.parent.exists()

@@ -29,7 +29,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from edgereg.errors import StorageError
 from edgereg.serve import _routes as routes
@@ -46,6 +46,9 @@ from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgereg.serve._metrics import Metrics
 from edgereg.signing import TrustedKeys
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
+
+if TYPE_CHECKING:
+    from edgereg.config import RolloutPolicy
 
 log = logging.getLogger("edgereg.serve")
 
@@ -260,6 +263,8 @@ class App:
         metrics: Where the server counts requests (a fresh one by default).
         trusted: The pinned publisher keys the status page verifies against;
             without them the page says that it shows unverified state.
+        policy: A model's rollout policy (from models.toml), for the status
+            page's next step and soak time; unknown without.
     """
 
     def __init__(
@@ -269,11 +274,13 @@ class App:
         manifest_max_age: int = 60,
         metrics: Metrics | None = None,
         trusted: Callable[[], TrustedKeys] | None = None,
+        policy: Callable[[str], RolloutPolicy] | None = None,
     ) -> None:
         if manifest_max_age < 0:
             raise ValueError("manifest_max_age must not be negative")
         self.storage = storage
         self.trusted = trusted
+        self.policy = policy
         self.manifest_max_age = manifest_max_age
         self.metrics = metrics if metrics is not None else Metrics()
         self._openapi: bytes | None = None
@@ -455,7 +462,7 @@ class App:
     def _status_page(self) -> Response:
         from edgereg.serve._status_page import render_status_page
 
-        body = render_status_page(self.storage, trusted=self.trusted).encode()
+        body = render_status_page(self.storage, trusted=self.trusted, policy=self.policy).encode()
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),
             ("Cache-Control", "no-cache"),

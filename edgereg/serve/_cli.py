@@ -129,6 +129,7 @@ def _serve(
             head_timeout=head_timeout,
             max_connections=max_connections,
             trusted=registry.trusted_keys if pinned else None,
+            policy=config.rollout_policy if config is not None else None,
         )
     except OSError as exc:
         raise EdgeregError(

@@ -27,12 +27,15 @@ from collections.abc import Callable
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgereg.errors import StorageError
 from edgereg.serve._app import App, Request, Response, error_response
 from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from edgereg.config import RolloutPolicy
 
 log = logging.getLogger("edgereg.serve")
 access_log = logging.getLogger("edgereg.serve.access")
@@ -531,6 +534,7 @@ def make_server(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     endpoint_url: str | None = None,
     trusted: Callable[[], TrustedKeys] | None = None,
+    policy: Callable[[str], RolloutPolicy] | None = None,
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
 
@@ -547,6 +551,8 @@ def make_server(
         endpoint_url: S3 endpoint, when ``storage`` is an ``s3://`` URL.
         trusted: The publisher keys the operator pinned, for the status page
             (serving manifests and blobs needs none: apps verify them).
+        policy: A model's rollout policy (models.toml), for the status page's
+            next step and soak time.
 
     Raises:
         OSError: The address cannot be bound (in use, not permitted).
@@ -554,7 +560,7 @@ def make_server(
     """
     if not isinstance(storage, Storage):
         storage = open_storage(os.fspath(storage), endpoint_url=endpoint_url)
-    app = App(storage, manifest_max_age=manifest_max_age, trusted=trusted)
+    app = App(storage, manifest_max_age=manifest_max_age, trusted=trusted, policy=policy)
     return RegistryServer(
         (host, port),
         app,

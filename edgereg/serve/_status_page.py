@@ -1,59 +1,95 @@
-"""The read-only status page at ``/``: plain server-rendered HTML, nothing to load.
+"""The operator page at ``/``: plain server-rendered HTML, nothing to load.
 
-Every model with its stable and candidate versions, rollout percent (and
-whether it is paused), what each tier gets with sizes, and the last changes
-from the signed history: when and what, never who (actor names such as
-``user@host`` stay in the signed history, for the release tools; the page is
-often public). Everything shown comes from documents verified
-against the registry's own keys (``keys/``); a model whose documents do not
-verify is listed with the reason instead. Every value is HTML-escaped.
+Per model: what each tier's devices get now (stable, or the candidate for
+its cohort), the candidate's gates and headline metric next to the stable's
+(from the signed release records), the rollout step and when the next one is
+allowed, warnings (devices with no model, signatures about to expire) and the
+next command to run. The last changes come from the signed history: when and
+what, never who (actor names such as ``user@host`` stay in the signed
+history, for the release tools; the page is often public). Everything shown
+comes from documents verified against the pinned publisher keys, or the
+registry's own ``keys/`` (the page then says it is unverified); a model whose
+documents do not verify is listed with the reason instead. Every value is
+HTML-escaped. ``edgereg status --html FILE`` writes the same page as a file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from html import escape
+from typing import Any
 
 from edgereg import __version__
+from edgereg.build.outputs import headline
+from edgereg.config import RolloutPolicy
 from edgereg.errors import EdgeregError
-from edgereg.registry import ModelStatus, Registry, model_status
+from edgereg.registry import ModelStatus, Registry, TierStatus, model_status, utcnow
+from edgereg.rollout import check_soak, next_step
 from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage
-from edgereg.wire import HistoryEvent, RolloutSnapshot, format_time
+from edgereg.wire import HistoryEvent, ReleaseRecord, RolloutSnapshot, RolloutState, format_time
 
 #: History events shown per model, newest first.
 HISTORY_SHOWN = 10
+#: Signatures (state and manifests) expiring within this are warned about.
+EXPIRY_WARNING = timedelta(days=7)
 
+#: Tables sit in .scroll boxes: on a phone a wide table scrolls on its own,
+#: the page never gets wider than the screen.
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
-       margin: 2rem auto; max-width: 64rem; padding: 0 1rem; color: #1d2433; }
+       margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #1d2433; }
 h1 { font-size: 1.4rem; margin-bottom: .2rem; }
 h2 { font-size: 1.15rem; margin: 2rem 0 .4rem; border-bottom: 1px solid #d8dce5; }
 h3 { font-size: .95rem; margin: 1rem 0 .3rem; color: #4a5468; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; width: 100%; font-size: .9rem; }
-th, td { text-align: left; padding: .25rem .6rem .25rem 0; border-bottom: 1px solid #eef0f4; }
-th { font-weight: 600; color: #4a5468; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { text-align: left; padding: .25rem .6rem .25rem 0; border-bottom: 1px solid #eef0f4;
+         vertical-align: top; }
+th { font-weight: 600; color: #4a5468; white-space: nowrap; }
+th.group { border-bottom: 2px solid #d8dce5; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.name { white-space: nowrap; }
 .muted { color: #6b7588; }
 .summary span { display: inline-block; margin-right: 1.4rem; }
 .badge { padding: .05rem .4rem; border-radius: .3rem; background: #e7f0ff; }
 .paused { background: #fff1d6; }
-.error { color: #a3222f; }
-code { font-size: .85rem; }
+.pass { color: #1f6f3a; }
+.fail { color: #a3222f; font-weight: 600; }
+.error { color: #a3222f; overflow-wrap: anywhere; }
+.next { background: #f3f6fb; border-left: 3px solid #3b6fd8; padding: .4rem .8rem;
+        margin: .6rem 0; }
+.next p { margin: .2rem 0; }
+.warnings { border-left: 3px solid #a3222f; background: #fdf0f1; padding: .3rem .8rem .3rem 1.8rem;
+            margin: .6rem 0; }
+code { font-size: .85rem; overflow-wrap: anywhere; }
+@media (max-width: 40rem) { body { margin: 1rem auto; padding: 0 .6rem; } }
 """
 
 
 def render_status_page(
-    storage: Storage, *, trusted: Callable[[], TrustedKeys] | None = None
+    storage: Storage,
+    *,
+    trusted: Callable[[], TrustedKeys] | None = None,
+    policy: Callable[[str], RolloutPolicy] | None = None,
+    now: datetime | None = None,
 ) -> str:
     """The whole page for the registry in ``storage``.
 
-    With ``trusted`` (the publisher keys pinned in the project) every document
-    shown is verified against them. Without, the registry's own keys/ are all
-    there is, and anyone who can write to the storage can plant one: the page
-    says so at the top.
+    Args:
+        storage: The registry.
+        trusted: The publisher keys pinned in the project; every document shown
+            is verified against them. Without, the registry's own keys/ are all
+            there is, and anyone who can write to the storage can plant one:
+            the page says so at the top.
+        policy: The rollout policy of a model (models.toml); without it the
+            page says the next step and its soak time are unknown.
+        now: The current time (UTC), for soak times and expiry warnings.
     """
     registry = Registry(storage, trusted=trusted)
+    when = now or utcnow()
     sections: list[str] = []
     problems = 0
     if trusted is None:
@@ -75,7 +111,7 @@ def render_status_page(
             "<code>edgereg publish MODEL --canary 5%</code>.</p>"
         )
     for model in models:
-        sections.append(_model_section(registry, model))
+        sections.append(_model_section(registry, model, policy, when))
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -88,17 +124,52 @@ def render_status_page(
     )
 
 
-def _model_section(registry: Registry, model: str) -> str:
+@dataclass(frozen=True)
+class _Model:
+    """What one model's section is drawn from, all verified."""
+
+    status: ModelStatus
+    state: RolloutState
+    stable: ReleaseRecord | None
+    candidate: ReleaseRecord | None
+    policy: RolloutPolicy | None
+    now: datetime
+
+
+def _model_section(
+    registry: Registry,
+    model: str,
+    policy: Callable[[str], RolloutPolicy] | None,
+    now: datetime,
+) -> str:
     head = f'<section id="model-{escape(model, quote=True)}"><h2>{escape(model)}</h2>'
     try:
         status = model_status(registry, model)
         state, _ = registry.read_state(model)
+        if state is None:
+            raise KeyError(model)
+        data = _Model(
+            status=status,
+            state=state,
+            stable=registry.read_release(model, state.stable) if state.stable else None,
+            candidate=registry.read_release(model, state.candidate) if state.candidate else None,
+            policy=policy(model) if policy is not None else None,
+            now=now,
+        )
     except (EdgeregError, KeyError) as exc:
         reason = exc.message if isinstance(exc, EdgeregError) else "no rollout state"
         problem = f"Cannot show {escape(model)}: {escape(reason)}"
         return f'{head}<p class="error">{problem}</p></section>'
-    history = list(reversed(state.history))[:HISTORY_SHOWN] if state is not None else []
-    return head + _summary(status) + _tiers(status) + _history(history) + "</section>"
+    history = list(reversed(state.history))[:HISTORY_SHOWN]
+    return (
+        head
+        + _summary(status)
+        + _warnings(data)
+        + _next(data)
+        + _tiers(data)
+        + _history(history)
+        + "</section>"
+    )
 
 
 def _summary(status: ModelStatus) -> str:
@@ -115,9 +186,140 @@ def _summary(status: ModelStatus) -> str:
         f"<span>stable <b>{escape(status.stable or '—')}</b></span>"
         f"<span>{rollout}</span>"
         f'<span class="muted">sequence {status.sequence}</span>'
-        f'<span class="muted">expires {escape(status.expires)}</span>'
+        f'<span class="muted">signatures expire {escape(status.expires)}</span>'
         "</p>"
     )
+
+
+def expiry_warning(model: str, expires: datetime, now: datetime) -> str | None:
+    """A warning when the signed state and manifests of ``model`` expire within 7 days."""
+    left = expires - now
+    if left > EXPIRY_WARNING:
+        return None
+    when = format_time(expires)
+    if left <= timedelta(0):
+        return (
+            f"{model}: the signatures of its state and manifests expired at {when}; apps "
+            f"refuse them (renew them: edgereg resign {model})"
+        )
+    return (
+        f"{model}: the signatures of its state and manifests expire at {when}, in "
+        f"{_duration(left)}; apps refuse them after that (renew them: edgereg resign {model})"
+    )
+
+
+def _warnings(data: _Model) -> str:
+    # The no-model warnings are edgereg status's own, so the page and the CLI agree.
+    warnings = list(data.status.warnings)
+    expiring = expiry_warning(data.status.model, data.state.expires, data.now)
+    if expiring is not None:
+        warnings.append(expiring)
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{escape(warning)}</li>" for warning in warnings)
+    return f'<ul class="warnings" aria-label="warnings">{items}</ul>'
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = max(1, round(delta.total_seconds() / 60))
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = minutes / 60
+    if hours < 48:
+        return f"{hours:.1f} h"
+    return f"{hours / 24:.1f} days"
+
+
+def _cmd(text: str) -> str:
+    return f"<code>{escape(text)}</code>"
+
+
+def _candidate_failed(record: ReleaseRecord | None) -> bool:
+    if record is None:
+        return False
+    return any(variant.metrics.get("failed") for variant in record.variants.values())
+
+
+def _rollout_step(data: _Model) -> tuple[str, float | None, timedelta | None]:
+    """The step line, the policy's next percent (None: last step or unknown), soak left."""
+    state = data.state
+    assert state.percent is not None
+    if data.policy is None:
+        since = state.last_change_at()
+        changed = f"; the last change was at {format_time(since)}" if since else ""
+        return (
+            f"At {state.percent:g}%. The next step and its soak time are unknown here: "
+            f"the rollout policy is in the project's models.toml (start "
+            f"<code>edgereg serve</code> beside it){escape(changed)}.",
+            None,
+            None,
+        )
+    steps = data.policy.steps
+    shown = " → ".join(
+        f"<b>{step:g}%</b>" if step == state.percent else f"{step:g}%" for step in steps
+    )
+    following = next_step(steps, state.percent)
+    if following is None:
+        return f"At {state.percent:g}% (steps {shown}): the last step.", None, None
+    since = state.last_change_at()
+    soak = timedelta(hours=data.policy.min_soak_hours)
+    left = check_soak(since, data.now, soak) if since is not None else None
+    if left is None:
+        allowed = "allowed now"
+    else:
+        assert since is not None
+        allowed = (
+            f"allowed from {escape(format_time(since + soak))} (minimum soak "
+            f"{data.policy.min_soak_hours:g} h; {_duration(left)} left)"
+        )
+    return (
+        f"At {state.percent:g}% (steps {shown}). Next step {following:g}%: {allowed}.",
+        following,
+        left,
+    )
+
+
+def next_commands(data: _Model) -> list[str]:
+    """HTML lines: what to run next, as the state allows, first the likely one."""
+    model = data.status.model
+    state = data.state
+    if state.candidate is None:
+        if state.stable is None:
+            return [f"Publish a release: {_cmd(f'edgereg publish {model} --canary 5%')}"]
+        return [
+            "Nothing to do: every device gets the stable release. To roll out a new "
+            f"version: {_cmd(f'edgereg publish {model} --canary 5%')}"
+        ]
+    rollback = f"If the candidate misbehaves: {_cmd(f'edgereg rollback {model}')}"
+    if _candidate_failed(data.candidate):
+        return [
+            f"The candidate failed gates: {_cmd(f'edgereg rollback {model}')}",
+        ]
+    if state.paused:
+        return [
+            f"Resume the rollout: {_cmd(f'edgereg resume {model}')}",
+            f"or drop the candidate: {_cmd(f'edgereg rollback {model}')}",
+        ]
+    assert state.percent is not None
+    promote = f"Make it stable for every device: {_cmd(f'edgereg promote {model}')}"
+    if state.full or state.percent >= 100:
+        return [promote, rollback]
+    _, following, left = _rollout_step(data)
+    rollout = _cmd(f"edgereg rollout {model} --next")
+    if data.policy is not None and following is None:
+        return [promote, rollback]
+    if left is not None:
+        return [f"Wait for the soak time, then: {rollout}", rollback]
+    return [f"Next step: {rollout}", rollback]
+
+
+def _next(data: _Model) -> str:
+    lines = []
+    if data.state.candidate is not None and not data.state.paused and not data.state.full:
+        lines.append(_rollout_step(data)[0])
+    lines += next_commands(data)
+    body = "".join(f"<p>{line}</p>" for line in lines)
+    return f'<div class="next" aria-label="next step">{body}</div>'
 
 
 def _size(size: int | None) -> str:
@@ -128,21 +330,79 @@ def _size(size: int | None) -> str:
     return f"{size / 1e3:.1f} KB"
 
 
-def _tiers(status: ModelStatus) -> str:
-    rows = "".join(
-        "<tr>"
-        f"<td>{escape(t.tier)}</td>"
-        f"<td>{escape(t.stable_variant or '—')}</td>"
-        f'<td class="num">{_size(t.stable_size)}</td>'
-        f"<td>{escape(t.candidate_variant or '—')}</td>"
-        f'<td class="num">{_size(t.candidate_size)}</td>'
-        "</tr>"
-        for t in status.tiers
-    )
+def _metrics(record: ReleaseRecord | None, variant: str | None) -> dict[str, Any]:
+    if record is None or variant is None or variant not in record.variants:
+        return {}
+    return dict(record.variants[variant].metrics)
+
+
+def _headline_cell(metrics: dict[str, Any], other: dict[str, Any] | None = None) -> str:
+    found = headline(metrics) if metrics else None
+    if found is None:
+        return '<td class="muted">—</td>'
+    text = f"{escape(found.name)} {found.value:.4g}"
+    if found.baseline is not None:
+        text += f' <span class="muted">(fp32 {found.baseline:.4g})</span>'
+    compared = headline(other) if other else None
+    if compared is not None and compared.name == found.name:
+        text += f' <span class="muted">{found.value - compared.value:+.4g} vs stable</span>'
+    return f"<td>{text}</td>"
+
+
+def _gates_cell(metrics: dict[str, Any]) -> str:
+    gates = metrics.get("gates")
+    failed = [str(line) for line in metrics.get("failed") or []]
+    if not isinstance(gates, dict) or not gates:
+        if failed:
+            return f'<td class="fail">failed: {escape("; ".join(failed))}</td>'
+        return '<td class="muted">not recorded</td>'
+    passed = sum(1 for ok in gates.values() if ok is True)
+    if failed or passed < len(gates):
+        detail = escape("; ".join(failed)) if failed else "see the build's metrics"
+        return f'<td class="fail">{passed}/{len(gates)} passed; failed: {detail}</td>'
+    return f'<td class="pass">{passed}/{len(gates)} passed</td>'
+
+
+def _gets_now(tier: TierStatus, status: ModelStatus) -> str:
+    stable = f"stable {tier.stable_variant}" if tier.stable_variant else "no model"
+    if status.candidate is None or tier.candidate_variant is None:
+        return escape(stable)
+    if status.paused:
+        return escape(f"{stable} (rollout paused)")
+    assert status.percent is not None
+    candidate = f"candidate {tier.candidate_variant}"
+    if status.percent >= 100:
+        return escape(f"{candidate} (100%)")
+    return escape(f"{status.percent:g}%: {candidate}; {100 - status.percent:g}%: {stable}")
+
+
+def _tiers(data: _Model) -> str:
+    rows = []
+    for tier in data.status.tiers:
+        stable = _metrics(data.stable, tier.stable_variant)
+        candidate = _metrics(data.candidate, tier.candidate_variant)
+        rows.append(
+            "<tr>"
+            f'<td class="name">{escape(tier.tier)}</td>'
+            f"<td>{_gets_now(tier, data.status)}</td>"
+            f'<td class="name">{escape(tier.stable_variant or "—")}</td>'
+            f'<td class="num">{_size(tier.stable_size)}</td>'
+            + _headline_cell(stable)
+            + (_gates_cell(stable) if tier.stable_variant else '<td class="muted">—</td>')
+            + f'<td class="name">{escape(tier.candidate_variant or "—")}</td>'
+            f'<td class="num">{_size(tier.candidate_size)}</td>'
+            + _headline_cell(candidate, stable)
+            + (_gates_cell(candidate) if tier.candidate_variant else '<td class="muted">—</td>')
+            + "</tr>"
+        )
     return (
-        "<h3>Tiers</h3><table><thead><tr><th>tier</th><th>stable variant</th>"
-        '<th class="num">size</th><th>candidate variant</th><th class="num">size</th>'
-        f"</tr></thead><tbody>{rows}</tbody></table>"
+        '<h3>Tiers</h3><div class="scroll"><table><thead>'
+        '<tr><th></th><th></th><th class="group" colspan="4">stable</th>'
+        '<th class="group" colspan="4">candidate</th></tr>'
+        "<tr><th>tier</th><th>devices get now</th>"
+        '<th>variant</th><th class="num">size</th><th>headline</th><th>gates</th>'
+        '<th>variant</th><th class="num">size</th><th>headline</th><th>gates</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -169,7 +429,7 @@ def _history(events: list[HistoryEvent]) -> str:
         for event in events
     )
     return (
-        "<h3>Last changes</h3><table><thead><tr><th>seq</th><th>when (UTC)</th>"
-        "<th>action</th><th>after</th><th>note</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        '<h3>Last changes</h3><div class="scroll"><table><thead><tr><th>seq</th>'
+        "<th>when (UTC)</th><th>action</th><th>after</th><th>note</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
     )
