@@ -265,6 +265,8 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
         if row.get("failed"):
             # Plain text: gate names hold brackets ("min_cosine[logits]") rich would eat.
             click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
+            if row.get("hint"):
+                click.echo("  " + row["hint"].replace("\n", "\n  "))
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "

@@ -439,6 +439,9 @@ def test_two_bit_weights_fail_the_gate_and_keep_their_numbers(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     failed_line = next(line for line in result.stdout.splitlines() if "m/w8 failed:" in line)
     assert "min_snr_db[prob]" in failed_line
+    # ... with the build's hint under it, as metrics.json keeps it.
+    assert metrics["hint"] == caught.value.hint
+    assert f"  {metrics['hint'].splitlines()[0]}" in result.stdout.splitlines()
 
 
 def test_label_masks_of_the_wrong_shape_are_named(tmp_path: Path) -> None:

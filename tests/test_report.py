@@ -292,6 +292,8 @@ def test_a_failed_variant_keeps_its_numbers(with_failure: Project) -> None:
     row = cells(page, f"row-{IMAGE_MODEL}-int8")
     assert row[2].startswith(f"failed failed: {metrics['failed'][0]}")
     assert "not built" not in row[2]
+    # And what the build said to try next.
+    assert metrics["hint"].splitlines()[0] in row[2]
     # All its numbers, as a built variant shows them.
     snr = metrics["agreement"]["logits"]["snr_db"]
     assert row[3] == f"{metrics['size_mb'] * 1000:.1f} KB"

@@ -41,6 +41,7 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     p50_ms=None if host is None else host.p50_ms(threads),
                     threads=threads,
                     failed=list(metrics.get("failed") or []),
+                    hint=metrics.get("hint"),
                 )
             rows.append(row)
     return rows

@@ -414,13 +414,12 @@ def build_variant(
         artifact_sha = sha256_file(artifact)
         host = _host_benchmark(timing, artifact_sha=artifact_sha, recipe_sha=recipe_digest)
         if not gates.passed:
+            hint = _gate_hint(variant, gates, quant_record)
+            # The fix-it text travels with the numbers: summary and report show it.
+            metrics["hint"] = hint
             _write_json(out_dir / METRICS, metrics)
             _write_json(out_dir / HOST_BENCHMARK, host.to_json())
-            raise GateError(
-                _gate_message(model_name, variant_name, gates),
-                stage="gate",
-                hint=_gate_hint(variant, gates, quant_record),
-            )
+            raise GateError(_gate_message(model_name, variant_name, gates), stage="gate", hint=hint)
 
         with stage("runtime"):
             proof = prove_runtime(

@@ -131,6 +131,12 @@ class VariantData:
         return self.metrics is not None
 
     @property
+    def hint(self) -> str | None:
+        """What the build said to try next, for a variant that failed its gates."""
+        hint = (self.metrics or {}).get("hint")
+        return hint if isinstance(hint, str) and hint else None
+
+    @property
     def failed(self) -> list[str]:
         """Each failed gate as the build described it (``iou.min 0.2 < 0.9``)."""
         if self.status != FAILED:

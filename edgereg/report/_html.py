@@ -360,6 +360,8 @@ def _variant_row(
         failures = variant.failed
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         status += f'<div class="failure">failed: {_e(failures[0])}{_e(more)}</div>'
+        if variant.hint:
+            status += f'<div class="muted hint">{_e(variant.hint)}</div>'
     cells = [
         f"<td><b>{_e(variant.variant)}</b><br>"
         f'<span class="muted">{_e(_recipe_text(variant))}</span></td>',
