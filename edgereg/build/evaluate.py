@@ -262,10 +262,8 @@ def calibration_samples(
         for feed in feeds:
             if feed.name in states:
                 sample[feed.name] = states[feed.name][index]
-            elif feed.batch_axis is None:
-                sample[feed.name] = feed.tensor(selected.inputs[feed.name][index])
             else:
-                sample[feed.name] = feed.tensor(selected.inputs[feed.name][index : index + 1])
+                sample[feed.name] = feed.sample(selected.inputs[feed.name], index)
         samples.append(sample)
     return samples
 
@@ -298,11 +296,9 @@ def prove_runtime(
     for feed in feeds:
         if feed.name in states:
             rows[feed.name] = states[feed.name][:count]
-        elif feed.batch_axis is None:
-            rows[feed.name] = evaluation.inputs[feed.name][:count]
         else:
             data = evaluation.inputs[feed.name]
-            rows[feed.name] = np.stack([feed.tensor(data[i : i + 1]) for i in range(count)])
+            rows[feed.name] = np.stack([feed.sample(data, i) for i in range(count)])
     whole = [toolchain.InputFeed(f.name, f.dtype, f.shape, None) for f in feeds]
     expected = toolchain.run_inference(artifact, rows, feeds=whole, output_names=output_names)
     return prove_min_runtime(
@@ -327,8 +323,6 @@ def benchmark_sample(
     for feed in feeds:
         if feed.name in state_inputs:
             sample[feed.name] = np.zeros(feed.shape, dtype=feed.dtype)
-        elif feed.batch_axis is None:
-            sample[feed.name] = feed.tensor(evaluation.inputs[feed.name][0])
         else:
-            sample[feed.name] = feed.tensor(evaluation.inputs[feed.name][:1])
+            sample[feed.name] = feed.sample(evaluation.inputs[feed.name], 0)
     return sample

@@ -39,6 +39,10 @@ class InputFeed:
             return np.ascontiguousarray(array.reshape(self.shape))
         return np.ascontiguousarray(np.moveaxis(array, 0, self.batch_axis))
 
+    def sample(self, rows: np.ndarray, index: int) -> np.ndarray:
+        """The model tensor of sample ``index`` of this input's rows (a batch of one)."""
+        return self.tensor(rows[index] if self.batch_axis is None else rows[index : index + 1])
+
     @classmethod
     def batched(cls, name: str, rows: np.ndarray) -> InputFeed:
         """A batch-first input of the rows' own dtype: ``(N, ...)`` rows, ``(1, ...)`` tensors."""
@@ -153,16 +157,7 @@ def run_rows(
             pass
     outputs: dict[str, list[np.ndarray]] = {name: [] for name in output_names}
     for index in range(total):
-        result = forward(
-            {
-                f.name: f.tensor(
-                    rows[f.name][index : index + 1]
-                    if f.batch_axis is not None
-                    else rows[f.name][index]
-                )
-                for f in data_feeds
-            }
-        )
+        result = forward({f.name: f.sample(rows[f.name], index) for f in data_feeds})
         for name in output_names:
             outputs[name].append(np.array(result[name], copy=True))
     return StreamResult(_stack(outputs), {}, 1)
@@ -216,10 +211,8 @@ def _stream(
             for feed in feeds:
                 if feed.name in state_inputs:
                     tensors[feed.name] = current[feed.name]
-                elif feed.batch_axis is None:
-                    tensors[feed.name] = feed.tensor(rows[feed.name][index])
                 else:
-                    tensors[feed.name] = feed.tensor(rows[feed.name][index : index + 1])
+                    tensors[feed.name] = feed.sample(rows[feed.name], index)
             for name in state_inputs:
                 fed[name].append(current[name])
             result = forward(tensors)
