@@ -10,7 +10,7 @@ batch axis (first, of size 1) removed.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -540,12 +540,19 @@ def check_gates(
     agreement: Mapping[str, OutputAgreement],
     scores: TaskScores | None,
     latency_p50_ms: float | None,
+    required_metrics: Collection[str] | None = None,
 ) -> GateReport:
     """Check every budget that is set; an unset budget is not gated.
 
+    Args:
+        required_metrics: Metric budgets that must be measured (the ones
+            models.toml sets); the others (defaults) lapse when their metric was
+            not measured, such as a label metric on a set without labels.
+            None: every metric budget is required.
+
     Raises:
-        TaskDataError: a metric budget names a metric that was not measured
-            (a label metric on an evaluation set without labels).
+        TaskDataError: a required metric budget names a metric that was not
+            measured (a label metric on an evaluation set without labels).
     """
     results: list[GateResult] = []
     tolerance = 1e-12
@@ -585,7 +592,12 @@ def check_gates(
                 )
             )
     if scores is not None:
-        results += _metric_gates(budgets.metrics, scores, tolerance)
+        limits = {
+            name: value
+            for name, value in budgets.metrics.items()
+            if name in scores.metrics or required_metrics is None or name in required_metrics
+        }
+        results += _metric_gates(limits, scores, tolerance)
     if budgets.max_latency_p50_ms is not None and latency_p50_ms is not None:
         results.append(
             GateResult(

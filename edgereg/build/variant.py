@@ -498,18 +498,15 @@ def _gates(
     latency: float | None,
     declared: Budgets | None = None,
 ) -> GateReport:
-    if scores is not None:
-        # A default on a label metric lapses without labels; one models.toml sets does not.
-        asked = set(declared.metrics) if declared is not None else set()
-        kept = {
-            name: limits
-            for name, limits in budgets.metrics.items()
-            if name in scores.metrics or name in asked
-        }
-        budgets = budgets.model_copy(update={"metrics": kept})
     try:
         return check_gates(
-            budgets, size_bytes=size_bytes, agreement=agree, scores=scores, latency_p50_ms=latency
+            budgets,
+            size_bytes=size_bytes,
+            agreement=agree,
+            scores=scores,
+            latency_p50_ms=latency,
+            # A default on a label metric lapses without labels; one models.toml sets does not.
+            required_metrics=set(declared.metrics) if declared is not None else set(),
         )
     except TaskDataError as exc:
         raise BuildError(str(exc), stage="evaluate") from exc
