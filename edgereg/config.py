@@ -37,6 +37,7 @@ from edgereg.protocol.fields import (
     NAME_RULE,
     Backend,
     Name,
+    Requirements,
     RuntimeHints,
     SemVer,
     Sha256,
@@ -63,6 +64,7 @@ __all__ = [
     "Backend",
     "Config",
     "Name",
+    "Requirements",
     "RuntimeHints",
     "SemVer",
     "Sha256",
@@ -722,6 +724,11 @@ class Model(_Strict):
     rollout: RolloutPolicy | None = Field(
         default=None, description="This model's rollout policy; the global one when unset."
     )
+    requires: Requirements | None = Field(
+        default=None,
+        description="App and OS versions every release of this model needs; devices outside "
+        "them keep what they have (or stable).",
+    )
     variants: dict[Name, Variant] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -823,6 +830,52 @@ class Registry(_Strict):
     )
 
 
+class RateGuardrail(_Strict):
+    """A failure rate the candidate arm may not raise above the stable arm's."""
+
+    max_increase: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Largest allowed candidate rate minus stable rate (0.01 = one point).",
+    )
+    critical: bool = Field(
+        default=True, description="A failure pauses the rollout (and rolls back by policy)."
+    )
+
+
+class LatencyGuardrail(_Strict):
+    """A latency the candidate arm may not shift above the stable arm's."""
+
+    max_increase_pct: float = Field(
+        default=10.0,
+        ge=0,
+        description="Largest allowed Hodges-Lehmann shift, in percent of the stable median.",
+    )
+    critical: bool = Field(default=False, description="A failure pauses the rollout.")
+
+
+class Guardrails(_Strict):
+    """What the canary analysis checks and automatic rollouts act on, per tier."""
+
+    alpha: float = Field(default=0.05, gt=0, lt=1, description="Significance level of every test.")
+    min_devices: int = Field(
+        default=50,
+        ge=1,
+        description="Reports needed in each arm of a tier before a guardrail can pass.",
+    )
+    probe_failure: RateGuardrail = Field(default_factory=RateGuardrail)
+    load_failure: RateGuardrail = Field(default_factory=RateGuardrail)
+    revert: RateGuardrail = Field(default_factory=RateGuardrail)
+    load_ms: LatencyGuardrail = Field(default_factory=LatencyGuardrail)
+    inference_ms: LatencyGuardrail = Field(default_factory=LatencyGuardrail)
+    rollback_on_critical: bool = Field(
+        default=True,
+        description="When a critical guardrail fails, an automatic rollout rolls back (else "
+        "it only pauses).",
+    )
+
+
 class RolloutPolicy(_Strict):
     """How a candidate moves from canary to everyone."""
 
@@ -834,6 +887,10 @@ class RolloutPolicy(_Strict):
     min_soak_hours: float = Field(
         default=24.0, ge=0, description="Minimum time at one step before the next."
     )
+    guardrails: Guardrails = Field(
+        default_factory=Guardrails,
+        description="Canary analysis limits: what automatic rollouts act on.",
+    )
 
     @field_validator("steps")
     @classmethod
@@ -843,6 +900,49 @@ class RolloutPolicy(_Strict):
         if value[-1] != 100:
             raise ValueError(f"steps must end at 100, got {value}")
         return value
+
+
+class Bundle(_Strict):
+    """Models that ship together: one version, one rollout, installed as one set."""
+
+    version: SemVer
+    models: list[Name] = Field(
+        min_length=1, description="The member models, each declared under [models]."
+    )
+    description: str = ""
+    requires: Requirements | None = Field(
+        default=None, description="App and OS versions the bundle needs, beyond its members'."
+    )
+    rollout: RolloutPolicy | None = Field(
+        default=None, description="This bundle's rollout policy; the global one when unset."
+    )
+
+    @field_validator("models")
+    @classmethod
+    def _unique_members(cls, value: list[str]) -> list[str]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"each model may appear once; repeated: {', '.join(repeated)}")
+        return value
+
+
+class Reports(_Strict):
+    """Where devices report how releases run, and where the reports are kept."""
+
+    url: str | None = Field(
+        default=None,
+        description="What manifests tell devices to POST reports to: an http(s) URL of a "
+        "collector, or a path relative to the registry root (v1/reports with `edgereg "
+        "serve`). Unset: devices do not report.",
+    )
+    store: str = Field(
+        default="sqlite:///reports.sqlite",
+        description="sqlite:///PATH (relative to models.toml) or postgresql://... ; what "
+        "`edgereg serve` writes and the canary analysis reads.",
+    )
+    retention_days: int = Field(
+        default=90, ge=1, le=3650, description="Raw reports older than this are deleted."
+    )
 
 
 class Config(_Strict):
@@ -860,6 +960,11 @@ class Config(_Strict):
         default_factory=dict,
         description="The models to build; none yet right after `edgereg init`.",
     )
+    bundles: dict[Name, Bundle] = Field(
+        default_factory=dict,
+        description="Models that ship together as one unit (one version, one rollout).",
+    )
+    reports: Reports = Field(default_factory=Reports)
 
     _path: Path = PrivateAttr(default=Path(DEFAULT_CONFIG_FILE))
 
@@ -923,7 +1028,39 @@ class Config(_Strict):
                     "devices there would get no model; add a variant with "
                     f'tier = "{last}" (lower tiers have no tier below to fall back to)',
                 )
+        self._check_bundles()
         return self
+
+    def _check_bundles(self) -> None:
+        member_of: dict[str, str] = {}
+        for bundle_name, bundle in self.bundles.items():
+            if bundle_name in self.models:
+                raise _rule_error(
+                    f"bundles.{bundle_name}",
+                    f"'{bundle_name}' is also a model; bundles and models share one namespace "
+                    "in the registry, so give the bundle another name",
+                )
+            for index, member in enumerate(bundle.models):
+                if member not in self.models:
+                    known = ", ".join(self.models) or "none"
+                    raise _rule_error(
+                        f"bundles.{bundle_name}.models.{index}",
+                        f"unknown model '{member}'; models: {known}",
+                    )
+                if member in member_of:
+                    raise _rule_error(
+                        f"bundles.{bundle_name}.models.{index}",
+                        f"model '{member}' is already in bundle '{member_of[member]}'; a model "
+                        "ships in at most one bundle (one rollout decides what devices run)",
+                    )
+                member_of[member] = bundle_name
+
+    def bundle_of(self, model_name: str) -> str | None:
+        """The bundle a model ships in, or None when it ships on its own."""
+        for bundle_name, bundle in self.bundles.items():
+            if model_name in bundle.models:
+                return bundle_name
+        return None
 
     @property
     def path(self) -> Path:
@@ -940,8 +1077,8 @@ class Config(_Strict):
 
         A model published from elsewhere (not in this file) gets the global one.
         """
-        model = self.models.get(model_name)
-        return (model.rollout if model is not None else None) or self.rollout
+        unit = self.models.get(model_name) or self.bundles.get(model_name)
+        return (unit.rollout if unit is not None else None) or self.rollout
 
     def trusted_key_paths(self) -> list[Path]:
         """The files and directories ``[registry] trusted_keys`` names, resolved."""

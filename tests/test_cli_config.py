@@ -199,7 +199,9 @@ def test_schema_structure() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["title"] == "edgereg models.toml"
     assert schema["type"] == "object"
-    assert {"toolchain", "tiers", "models", "registry", "rollout"} == set(schema["properties"])
+    assert {"toolchain", "tiers", "models", "registry", "rollout", "bundles", "reports"} == set(
+        schema["properties"]
+    )
     # models may be empty: `edgereg init` writes a file with no model yet.
     assert set(schema["required"]) == {"toolchain", "tiers"}
     assert schema["additionalProperties"] is False

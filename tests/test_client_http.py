@@ -437,7 +437,8 @@ def test_too_new_runtime_falls_back_to_stable_or_is_refused(
     refused = old_app.fetch()
     assert refused.error_code == "runtime-too-old"
     assert refused.error == (
-        "candidate 1.1.0 (fp32) needs MNN 3.7.0 and stable 1.0.0 needs MNN 3.6.1, the app has 3.5.0"
+        "candidate 1.1.0 (fp32) needs MNN 3.7.0, the app has 3.5.0; stable 1.0.0 (fp32) needs "
+        "MNN 3.6.1, the app has 3.5.0"
     )
     assert refused.path is None
 

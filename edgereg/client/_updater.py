@@ -891,6 +891,7 @@ class Client:
         entry = decision.entry
         if entry is None:
             return FetchResult(self.model, self.tier, None, not_modified=not_modified)
+        assert isinstance(entry, ManifestEntry)  # decide() refuses a bundle's manifest here
         downloaded = 0 if self.cache.has_blob(entry) else self._download(entry)
         new = _Installed(
             sha256=entry.sha256,

@@ -22,8 +22,13 @@ Rules, in the order they are checked (docs/protocol.md §7 explains each):
    model (equal is a re-fetch of the same manifest and accepted);
 10. expiry: ``now < expires``;
 11. choice: candidate inside the cohort (not paused), else stable, else none;
-12. runtime: a chosen candidate that needs a newer MNN than the app has falls
-    back to stable when stable fits; an entry that does not fit is refused.
+12. fit: a chosen candidate that does not fit the app falls back to stable
+    when stable fits; an entry that does not fit is refused. An entry fits
+    when the app's MNN runtime is at least its ``min_mnn_runtime``
+    (``runtime-too-old``), the app version is in ``requires.app``
+    (``app-incompatible``) and the OS version in ``requires.android`` or
+    ``requires.ios`` (``os-incompatible``), checked in that order; a bundle
+    entry fits when its own ``requires`` and every member fit.
 
 Rules 2–5 are :func:`~edgereg.protocol.envelope.verify_envelope`, the same
 parser the registry uses. Blob rules 13 and 14 are :class:`BlobCheck`.
@@ -32,7 +37,6 @@ parser the registry uses. Blob rules 13 and 14 are :class:`BlobCheck`.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,26 +44,37 @@ from datetime import datetime
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgereg.protocol.envelope import verify_envelope
-from edgereg.protocol.fields import format_time
+from edgereg.protocol.fields import Requirements, _version_key, compare_versions, format_time
 from edgereg.protocol.reasons import (
+    AppIncompatible,
     BadBlob,
     BlobTooLarge,
     Expired,
+    Incompatible,
     Malformed,
+    OsIncompatible,
     Rollback,
     RuntimeTooOld,
     WrongModel,
     WrongTier,
 )
 from edgereg.protocol.rules import choose_entry
-from edgereg.protocol.wire import PAYLOAD_TYPE_MANIFEST, Manifest, ManifestEntry, from_bytes
+from edgereg.protocol.wire import (
+    PAYLOAD_TYPE_MANIFEST,
+    BundleEntry,
+    Manifest,
+    ManifestEntry,
+    from_bytes,
+)
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "AppFacts",
     "BlobCheck",
     "Decision",
     "compare_versions",
     "decide",
+    "unfit",
 ]
 
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -80,15 +95,48 @@ class Decision:
         is_candidate: The entry is the candidate of a rollout.
         sequence: The highest sequence seen, this manifest's included: what
             the client persists for rollback protection.
-        runtime_fallback: The device is in the candidate's cohort but the
-            candidate needs a newer MNN runtime than the app has, so it got stable.
+        fallback: The device is in the candidate's cohort but the candidate
+            does not fit the app, so it got stable: the reason code
+            (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``), else None.
     """
 
     manifest: Manifest
-    entry: ManifestEntry | None
+    entry: ManifestEntry | BundleEntry | None
     is_candidate: bool
     sequence: int
-    runtime_fallback: bool = False
+    fallback: str | None = None
+
+    @property
+    def runtime_fallback(self) -> bool:
+        """The candidate did not fit the app (any fit rule), so the device got stable."""
+        return self.fallback is not None
+
+
+@dataclass(frozen=True)
+class AppFacts:
+    """What the app says about itself for the fit rule (None: not said).
+
+    Attributes:
+        mnn_runtime: The MNN runtime in the app, like ``3.6.1`` (None skips that rule).
+        app_version: The app's own version, like ``2.4.0``.
+        os: ``android`` or ``ios``.
+        os_version: The Android API level (``34``) or the iOS version (``17.2``).
+    """
+
+    mnn_runtime: str | None = None
+    app_version: str | None = None
+    os: str | None = None
+    os_version: str | None = None
+
+    def check(self) -> None:
+        """Raise ValueError for a version that does not parse (the caller's bug)."""
+        for name in ("mnn_runtime", "app_version", "os_version"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    _version_key(value)
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from exc
 
 
 def decide(
@@ -102,6 +150,8 @@ def decide(
     highest_seen_sequence: int | None,
     now: datetime,
     max_manifest_bytes: int = MAX_MANIFEST_BYTES,
+    app: AppFacts | None = None,
+    bundle: bool = False,
 ) -> Decision:
     """Verify a manifest and choose what this device runs.
 
@@ -117,17 +167,26 @@ def decide(
             for this model (whatever the tier), None on first use.
         now: The current time, timezone-aware.
         max_manifest_bytes: Refuse larger manifests without parsing them.
+        app: The app's version and OS for ``requires`` (its ``mnn_runtime``
+            is ignored: ``app_mnn_runtime`` says it).
+        bundle: The client asked for a bundle: the entries must be bundle
+            entries (and model entries when False).
 
     Raises:
         Malformed, UnknownKey, BadSignature, WrongModel, WrongTier, Rollback,
-        Expired, RuntimeTooOld: the rule broken (all :class:`Rejected`,
-        a :class:`~edgereg.errors.TrustError`).
-        ValueError: ``now`` has no timezone or ``app_mnn_runtime`` is not a version.
+        Expired, RuntimeTooOld, AppIncompatible, OsIncompatible: the rule
+        broken (all :class:`Rejected`, a :class:`~edgereg.errors.TrustError`).
+        ValueError: ``now`` has no timezone or a version of the app is not a version.
     """
     if now.tzinfo is None:
         raise ValueError("decide needs a timezone-aware time")
-    if app_mnn_runtime is not None:
-        _version_key(app_mnn_runtime)  # a bad app version is the caller's bug, not the server's
+    facts = AppFacts(
+        mnn_runtime=app_mnn_runtime,
+        app_version=app.app_version if app else None,
+        os=app.os if app else None,
+        os_version=app.os_version if app else None,
+    )
+    facts.check()  # a bad app version is the caller's bug, not the server's
 
     manifest = _verify(manifest_bytes, trusted, max_manifest_bytes)
     if manifest.model != model:
@@ -139,6 +198,13 @@ def decide(
         raise WrongTier(
             f"manifest is for tier '{manifest.tier}', expected '{tier}'",
             hint="The server returned another tier's manifest at this path.",
+        )
+    has_entries = manifest.stable is not None or manifest.candidate is not None
+    if has_entries and manifest.is_bundle != bundle:
+        asked, got = ("bundle", "model") if bundle else ("model", "bundle")
+        raise Malformed(
+            f"the manifest of '{manifest.model}' is a {got}'s, the client asked for a {asked}",
+            hint="Open the client with bundle=... for a bundle and model=... for a model.",
         )
     if highest_seen_sequence is not None and manifest.sequence < highest_seen_sequence:
         raise Rollback(
@@ -158,19 +224,77 @@ def decide(
     if chosen is None:
         return Decision(manifest, None, False, sequence)
     entry, is_candidate = chosen
-    if app_mnn_runtime is None or _fits(entry, app_mnn_runtime):
+    misfit = unfit(entry, facts)
+    if misfit is None:
         return Decision(manifest, entry, is_candidate, sequence)
     stable = manifest.stable
-    if is_candidate and stable is not None and _fits(stable, app_mnn_runtime):
-        return Decision(manifest, stable, False, sequence, runtime_fallback=True)
+    stable_misfit = unfit(stable, facts) if is_candidate and stable is not None else None
+    if is_candidate and stable is not None and stable_misfit is None:
+        return Decision(manifest, stable, False, sequence, fallback=misfit.reason)
     role = "candidate" if is_candidate else "stable"
-    needs = f"{role} {entry.version} ({entry.variant}) needs MNN {entry.min_mnn_runtime}"
-    if is_candidate and stable is not None:
-        needs += f" and stable {stable.version} needs MNN {stable.min_mnn_runtime}"
-    raise RuntimeTooOld(
-        f"{needs}, the app has {app_mnn_runtime}",
-        hint="Update the app's MNN runtime, or publish a variant converted for it.",
+    message = f"{role} {entry.version} {misfit.message}"
+    if stable_misfit is not None and stable is not None:
+        message += f"; stable {stable.version} {stable_misfit.message}"
+    raise misfit(message, hint=misfit.hint)
+
+
+def unfit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> _Misfit | None:
+    """Why ``entry`` does not fit the app (the first rule broken), or None when it fits."""
+    if isinstance(entry, BundleEntry):
+        found = _unmet_requirements(entry.requires, facts)
+        if found is not None:
+            return found
+        for name in sorted(entry.members):
+            member = unfit(entry.members[name], facts)
+            if member is not None:
+                return _Misfit(member.kind, f"(member {name}) {member.message}", member.hint)
+        return None
+    if (
+        facts.mnn_runtime is not None
+        and compare_versions(entry.min_mnn_runtime, facts.mnn_runtime) > 0
+    ):
+        return _Misfit(
+            RuntimeTooOld,
+            f"({entry.variant}) needs MNN {entry.min_mnn_runtime}, the app has {facts.mnn_runtime}",
+            "Update the app's MNN runtime, or publish a variant converted for it.",
+        )
+    return _unmet_requirements(entry.requires, facts)
+
+
+@dataclass(frozen=True)
+class _Misfit:
+    kind: type[Incompatible]
+    message: str
+    hint: str
+
+    @property
+    def reason(self) -> str:
+        return self.kind.reason
+
+    def __call__(self, message: str, *, hint: str) -> Incompatible:
+        return self.kind(message, hint=hint)
+
+
+def _unmet_requirements(requires: Requirements | None, facts: AppFacts) -> _Misfit | None:
+    if requires is None:
+        return None
+    app_unmet = Requirements(app=requires.app).unmet(
+        app_version=facts.app_version, os=facts.os, os_version=facts.os_version
     )
+    if app_unmet:
+        return _Misfit(
+            AppIncompatible,
+            app_unmet[0],
+            "Update the app; devices keep the model they have until then.",
+        )
+    os_unmet = requires.model_copy(update={"app": None}).unmet(
+        app_version=facts.app_version, os=facts.os, os_version=facts.os_version
+    )
+    if os_unmet:
+        return _Misfit(
+            OsIncompatible, os_unmet[0], "The release needs a newer OS than this device runs."
+        )
+    return None
 
 
 def _verify(data: bytes, trusted: Mapping[str, Ed25519PublicKey], max_bytes: int) -> Manifest:
@@ -181,39 +305,6 @@ def _verify(data: bytes, trusted: Mapping[str, Ed25519PublicKey], max_bytes: int
 
 
 # --- runtime versions ---------------------------------------------------------
-
-_PART = re.compile(r"^([0-9]*)(.*)$")
-
-
-def _version_key(version: str) -> tuple[tuple[int, str], ...]:
-    if not re.fullmatch(r"[0-9]+(\.[0-9A-Za-z]+)*", version):
-        raise ValueError(f"{version!r} is not an MNN runtime version like 3.6.1")
-    parts = []
-    for part in version.split("."):
-        match = _PART.match(part)
-        assert match is not None
-        digits, rest = match.groups()
-        parts.append((int(digits) if digits else 0, rest))
-    while parts and parts[-1] == (0, ""):
-        parts.pop()  # 3.7 == 3.7.0
-    return tuple(parts)
-
-
-def compare_versions(a: str, b: str) -> int:
-    """Compare two MNN runtime versions: -1, 0 or 1.
-
-    Dot-separated parts compare by their leading number, then by the rest
-    as text; missing parts count as 0 (``3.7`` equals ``3.7.0``).
-
-    Raises:
-        ValueError: a version is not like ``3.6.1``.
-    """
-    ka, kb = _version_key(a), _version_key(b)
-    return (ka > kb) - (ka < kb)
-
-
-def _fits(entry: ManifestEntry, app_runtime: str) -> bool:
-    return compare_versions(entry.min_mnn_runtime, app_runtime) <= 0
 
 
 # --- blobs --------------------------------------------------------------------

@@ -45,6 +45,7 @@ __all__ = [
     "KEY_ID_RULE",
     "Signer",
     "TrustedKeys",
+    "envelope_payload_type",
     "generate_key",
     "key_id",
     "load_private_key",
@@ -328,6 +329,15 @@ def verify_envelope(
             f"key{'s' if len(verified) != 1 else ''}, {threshold} needed"
         )
     return payload
+
+
+def envelope_payload_type(envelope_bytes: bytes) -> str:
+    """The payloadType an envelope claims, unverified (to pick the document class).
+
+    Raises:
+        Malformed: not an envelope.
+    """
+    return str(_parse_envelope(envelope_bytes)["payloadType"])
 
 
 def _parse_envelope(envelope_bytes: bytes) -> dict[str, Any]:

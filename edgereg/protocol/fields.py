@@ -40,6 +40,7 @@ __all__ = [
     "Name",
     "Percent",
     "PercentError",
+    "Requirements",
     "RuntimeHints",
     "Salt",
     "SemVer",
@@ -50,10 +51,14 @@ __all__ = [
     "TierRules",
     "UtcTime",
     "VersionPin",
+    "VersionRange",
     "basis_points",
     "check_percent",
     "compare_semver",
+    "compare_versions",
     "format_time",
+    "parse_range",
+    "satisfies",
 ]
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -324,3 +329,132 @@ class TierRules(_Frozen):
             and self.soc_allow is None
             and self.os is None
         )
+
+
+# --- dotted versions and ranges (MNN runtimes, app and OS versions) ------------------
+
+_PART = re.compile(r"^([0-9]*)(.*)$")
+_DOTTED = re.compile(r"[0-9]+(\.[0-9A-Za-z]+)*")
+
+
+def _version_key(version: str) -> tuple[tuple[int, str], ...]:
+    if not _DOTTED.fullmatch(version):
+        raise ValueError(f"{version!r} is not a version like 3.6.1")
+    parts = []
+    for part in version.split("."):
+        match = _PART.match(part)
+        assert match is not None
+        digits, rest = match.groups()
+        parts.append((int(digits) if digits else 0, rest))
+    while parts and parts[-1] == (0, ""):
+        parts.pop()  # 3.7 == 3.7.0
+    return tuple(parts)
+
+
+def compare_versions(a: str, b: str) -> int:
+    """Compare two dotted versions (MNN runtimes, app versions, OS versions): -1, 0 or 1.
+
+    Dot-separated parts compare by their leading number, then by the rest
+    as text; missing parts count as 0 (``3.7`` equals ``3.7.0``).
+
+    Raises:
+        ValueError: a version is not like ``3.6.1``.
+    """
+    ka, kb = _version_key(a), _version_key(b)
+    return (ka > kb) - (ka < kb)
+
+
+RANGE_RULE = (
+    "comparators joined by commas, each an operator (>=, >, <=, <, ==) and a version, "
+    'like ">=2.3.0, <3"'
+)
+_COMPARATOR = re.compile(r"^(>=|<=|==|>|<)\s*([0-9]+(?:\.[0-9A-Za-z]+)*)$")
+_OPERATORS = {
+    ">=": lambda c: c >= 0,
+    ">": lambda c: c > 0,
+    "<=": lambda c: c <= 0,
+    "<": lambda c: c < 0,
+    "==": lambda c: c == 0,
+}
+
+
+def parse_range(text: str) -> list[tuple[str, str]]:
+    """The comparators of a version range: ``">=2.3, <3"`` -> [(">=", "2.3"), ("<", "3")].
+
+    Raises:
+        ValueError: the range does not parse; the message states the rule.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{text!r} is not a version range: {RANGE_RULE}")
+    comparators = []
+    for part in text.split(","):
+        match = _COMPARATOR.match(part.strip())
+        if match is None:
+            raise ValueError(f"{text!r} is not a version range ({part.strip()!r}): {RANGE_RULE}")
+        comparators.append((match.group(1), match.group(2)))
+    return comparators
+
+
+def satisfies(version: str, version_range: str) -> bool:
+    """True when ``version`` meets every comparator of ``version_range``.
+
+    Raises:
+        ValueError: the version or the range does not parse.
+    """
+    return all(
+        _OPERATORS[op](compare_versions(version, bound)) for op, bound in parse_range(version_range)
+    )
+
+
+def _check_range(value: str) -> str:
+    parse_range(value)
+    return value
+
+
+VersionRange = Annotated[str, StringConstraints(max_length=200), AfterValidator(_check_range)]
+"""A version range: comparators joined by commas, like ``>=2.3.0, <3``."""
+
+
+class Requirements(_Frozen):
+    """What a release needs of the app and the OS it runs in (unset: anything).
+
+    A device that does not report the version a set requirement reads does
+    not meet it: a model that needs a newer app must not reach apps too old
+    to say their version.
+    """
+
+    app: VersionRange | None = Field(
+        default=None,
+        description="The app versions (versionName / CFBundleShortVersionString) the release "
+        'needs, like ">=2.3.0, <3".',
+    )
+    android: VersionRange | None = Field(
+        default=None, description='Android API levels the release needs, like ">=29".'
+    )
+    ios: VersionRange | None = Field(
+        default=None, description='iOS versions the release needs, like ">=16.0".'
+    )
+
+    def unmet(
+        self, *, app_version: str | None, os: str | None, os_version: str | None
+    ) -> list[str]:
+        """Each requirement the device misses, as a phrase; empty when it fits.
+
+        Raises:
+            ValueError: ``app_version`` or ``os_version`` is not a dotted version.
+        """
+        unmet = []
+        if self.app is not None:
+            if app_version is None:
+                unmet.append(f"needs app {self.app}, the app did not say its version")
+            elif not satisfies(app_version, self.app):
+                unmet.append(f"needs app {self.app}, the app is {app_version}")
+        for name, wanted in (("android", self.android), ("ios", self.ios)):
+            if wanted is None or os != name:
+                continue
+            label = "Android API" if name == "android" else "iOS"
+            if os_version is None:
+                unmet.append(f"needs {label} {wanted}, the device did not say its version")
+            elif not satisfies(os_version, wanted):
+                unmet.append(f"needs {label} {wanted}, the device has {os_version}")
+        return unmet

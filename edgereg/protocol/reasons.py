@@ -12,11 +12,14 @@ from edgereg.protocol.errors import TrustError
 
 __all__ = [
     "REASONS",
+    "AppIncompatible",
     "BadBlob",
     "BadSignature",
     "BlobTooLarge",
     "Expired",
+    "Incompatible",
     "Malformed",
+    "OsIncompatible",
     "Rejected",
     "Rollback",
     "RuntimeTooOld",
@@ -77,10 +80,28 @@ class Expired(Rejected):
     reason = "expired"
 
 
-class RuntimeTooOld(Rejected):
+class Incompatible(Rejected):
+    """The entry for this device needs something of the app or OS it lacks."""
+
+    reason = "incompatible"
+
+
+class RuntimeTooOld(Incompatible):
     """The entry for this device needs a newer MNN runtime than the app has."""
 
     reason = "runtime-too-old"
+
+
+class AppIncompatible(Incompatible):
+    """The release needs other app versions (``requires.app``) than this app's."""
+
+    reason = "app-incompatible"
+
+
+class OsIncompatible(Incompatible):
+    """The release needs other OS versions (``requires.android`` / ``requires.ios``)."""
+
+    reason = "os-incompatible"
 
 
 class BadBlob(Rejected):
@@ -104,6 +125,8 @@ REASONS: tuple[type[Rejected], ...] = (
     Rollback,
     Expired,
     RuntimeTooOld,
+    AppIncompatible,
+    OsIncompatible,
     BlobTooLarge,
     BadBlob,
 )

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgereg.protocol.errors import EdgeregError
 from edgereg.protocol.fields import BUCKETS, TierRules, basis_points
-from edgereg.protocol.wire import Manifest, ManifestEntry
+from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry
 
 __all__ = [
     "DeviceProfile",
@@ -67,7 +67,9 @@ def in_cohort(device_id: str, salt: str, percent: float) -> bool:
     return cohort_bucket(device_id, salt) < basis_points(percent)
 
 
-def choose_entry(manifest: Manifest, device_id: str) -> tuple[ManifestEntry, bool] | None:
+def choose_entry(
+    manifest: Manifest, device_id: str
+) -> tuple[ManifestEntry | BundleEntry, bool] | None:
     """Pick what a device should run: the candidate inside the cohort, else stable.
 
     A paused rollout serves stable to everyone. Without a stable entry (the

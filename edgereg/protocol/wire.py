@@ -4,7 +4,22 @@ Three kinds, each the payload of a signed envelope (:mod:`edgereg.protocol.envel
 
 - :class:`Manifest` — ``manifests/<model>/<tier>.json``, what an app fetches;
 - :class:`RolloutState` — ``models/<model>/state.json``;
-- :class:`ReleaseRecord` — ``models/<model>/releases/<semver>.json``.
+- :class:`ReleaseRecord` — ``models/<model>/releases/<semver>.json``;
+  :class:`BundleRecord` at the same path for a bundle (models that ship
+  together under one version and one rollout).
+
+A bundle is a rollout unit like a model: one state, one sequence, one cohort
+salt. Its manifest entries are :class:`BundleEntry` values (a version and one
+:class:`ManifestEntry` per member) where a model's are :class:`ManifestEntry`.
+
+Compatibility: the manifest is the one document apps read, so it may grow.
+A newer publisher may add keys to a manifest or its entries within schema
+version 1; :func:`from_bytes` drops keys :class:`Manifest` does not know
+(after the signature verified) and checks the rest strictly, as TUF
+clients ignore unrecognised fields. A change an old client must not ignore
+raises ``schema_version``. Every other document is read strictly: a
+publisher tool older than the registry refuses what it cannot rewrite
+faithfully.
 
 :func:`to_bytes` is the only way these become bytes (canonical JSON) and
 :func:`from_bytes` the only way back; every failure to read is a
@@ -19,29 +34,39 @@ they are exactly ``YYYY-MM-DDTHH:MM:SSZ`` (:data:`~edgereg.protocol.fields.TIME_
 
 from __future__ import annotations
 
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     JsonValue,
     StringConstraints,
+    Tag,
     ValidationError,
     model_validator,
 )
 
 from edgereg.protocol._json import canonical_json, strict_json_loads
-from edgereg.protocol.envelope import Signer, sign_envelope, verify_envelope
+from edgereg.protocol.contract import BlobRef, IOContract
+from edgereg.protocol.envelope import (
+    Signer,
+    envelope_payload_type,
+    sign_envelope,
+    verify_envelope,
+)
 from edgereg.protocol.fields import (
     NAME_RULE,
     BlobPath,
     Name,
     Percent,
+    Requirements,
     RuntimeHints,
     Salt,
     SemVer,
@@ -58,11 +83,17 @@ from edgereg.protocol.reasons import Malformed
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
+    "PAYLOAD_TYPE_BUNDLE_RELEASE",
     "PAYLOAD_TYPE_MANIFEST",
     "PAYLOAD_TYPE_RELEASE",
     "PAYLOAD_TYPE_STATE",
     "SCHEMA_VERSION",
     "Action",
+    "AnyRelease",
+    "BundleEntry",
+    "BundleMember",
+    "BundleRecord",
+    "Entry",
     "HistoryEvent",
     "Manifest",
     "ManifestEntry",
@@ -80,6 +111,7 @@ __all__ = [
     "sign_document",
     "to_bytes",
     "verify_document",
+    "verify_release",
 ]
 
 SCHEMA_VERSION = 1
@@ -87,11 +119,37 @@ SCHEMA_VERSION = 1
 PAYLOAD_TYPE_MANIFEST = "application/vnd.edgereg.manifest+json"
 PAYLOAD_TYPE_STATE = "application/vnd.edgereg.state+json"
 PAYLOAD_TYPE_RELEASE = "application/vnd.edgereg.release+json"
+PAYLOAD_TYPE_BUNDLE_RELEASE = "application/vnd.edgereg.bundle-release+json"
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """The largest payload any signed document may have (a state with its history: ~100 KB)."""
 
 Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=200)]
+ReportUrl = typing.Annotated[
+    str,
+    StringConstraints(pattern=r"^(https?://[^\s]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
+]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _is_false(value: object) -> bool:
+    return value is False
+
+
+def _added(description: str, default: Any = None) -> Any:
+    """A field added after the first release: left off the wire while unset.
+
+    Documents that use nothing new stay byte for byte what older releases
+    wrote and parsed, so clients that refuse unknown keys keep reading them.
+    """
+    return Field(
+        default=default,
+        description=description,
+        exclude_if=_is_false if default is False else _is_none,
+    )
 
 
 class WireError(Malformed):
@@ -107,6 +165,8 @@ class WireModel(BaseModel):
     """The envelope payload type of a signed document of this kind."""
     kind: ClassVar[str] = "document"
     """What error messages call it."""
+    ignores_unknown_keys: ClassVar[bool] = False
+    """:func:`from_bytes` drops keys this document does not know (forward compatibility)."""
 
 
 def _check_rollout(
@@ -149,6 +209,15 @@ class ManifestEntry(WireModel):
         description="Oldest MNN runtime that loads the artifact (the converter's version)."
     )
     runtime: RuntimeHints
+    contract: IOContract | None = _added(
+        "How to call the model: inputs, outputs, state, task, labels. Absent in entries "
+        "published before it existed."
+    )
+    requires: Requirements | None = _added("App and OS versions the release needs; absent: any.")
+    probe: BlobRef | None = _added(
+        "The golden probe: inputs, expected outputs and tolerances the device checks the "
+        "model against before installing it."
+    )
 
     @model_validator(mode="after")
     def _path_is_digest(self) -> ManifestEntry:
@@ -157,11 +226,40 @@ class ManifestEntry(WireModel):
         return self
 
 
+class BundleEntry(WireModel):
+    """One release of a bundle as an app of one tier sees it: every member, one version."""
+
+    version: SemVer = Field(description="The bundle's version.")
+    members: dict[Name, ManifestEntry] = Field(
+        min_length=1,
+        description="Each member model's entry for this tier; its version is the model's own.",
+    )
+    requires: Requirements | None = _added("App and OS versions the bundle needs; absent: any.")
+
+    def blobs(self) -> list[ManifestEntry]:
+        """The members' entries, by member name."""
+        return [self.members[name] for name in sorted(self.members)]
+
+
+def _entry_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "bundle" if "members" in value else "model"
+    return "bundle" if isinstance(value, BundleEntry) else "model"
+
+
+Entry = Annotated[
+    Union[Annotated[ManifestEntry, Tag("model")], Annotated[BundleEntry, Tag("bundle")]],  # noqa: UP007
+    Discriminator(_entry_kind),
+]
+"""A manifest's stable or candidate: a model's entry, or a bundle's (it has ``members``)."""
+
+
 class Manifest(WireModel):
     """What an app of one tier fetches: stable, and during a rollout the candidate."""
 
     payload_type: ClassVar[str] = PAYLOAD_TYPE_MANIFEST
     kind: ClassVar[str] = "manifest"
+    ignores_unknown_keys: ClassVar[bool] = True
 
     schema_version: Literal[1] = 1
     model: Name
@@ -174,8 +272,8 @@ class Manifest(WireModel):
         description="RFC 3339 UTC time with Z and whole seconds; a client refuses the "
         "manifest when now >= expires."
     )
-    stable: ManifestEntry | None = None
-    candidate: ManifestEntry | None = None
+    stable: Entry | None = None
+    candidate: Entry | None = None
     percent: Percent | None = Field(
         default=None,
         description="Set iff candidate: the share of devices in the cohort, "
@@ -183,10 +281,25 @@ class Manifest(WireModel):
     )
     salt: Salt | None = Field(default=None, description="Cohort salt, hex; set iff candidate.")
     paused: bool = False
+    report_url: ReportUrl | None = _added(
+        "Where devices send reports (POST): an http(s) URL, or a path relative to the "
+        "registry root such as v1/reports. Absent: do not report."
+    )
+
+    @property
+    def is_bundle(self) -> bool:
+        """True when this is a bundle's manifest (its entries have members)."""
+        return isinstance(self.stable or self.candidate, BundleEntry)
 
     @model_validator(mode="after")
     def _rollout_fields(self) -> Manifest:
         _check_rollout(self.candidate, self.percent, self.salt, self.paused)
+        if (
+            self.stable is not None
+            and self.candidate is not None
+            and isinstance(self.stable, BundleEntry) != isinstance(self.candidate, BundleEntry)
+        ):
+            raise ValueError("stable and candidate must both be bundle entries, or neither")
         _version_above(
             self.candidate.version if self.candidate else None,
             self.stable.version if self.stable else None,
@@ -220,6 +333,10 @@ class HistoryEvent(WireModel):
     after: RolloutSnapshot
     forced: bool = Field(default=False, description="A rule (soak time) was overridden.")
     note: str | None = None
+    automatic: bool = _added("Decided by `edgereg rollout --auto`, not a person.", False)
+    evidence: dict[str, JsonValue] | None = _added(
+        "What an automatic decision was based on (the canary analysis)."
+    )
 
 
 class RolloutState(WireModel):
@@ -287,11 +404,22 @@ class ReleaseVariant(WireModel):
     provenance: dict[str, JsonValue] = Field(default_factory=dict)
     min_mnn_runtime: VersionPin
     runtime: RuntimeHints
+    contract: IOContract | None = _added("How to call the model (see ManifestEntry).")
+    probe: BlobRef | None = _added("The golden probe (see ManifestEntry).")
 
     @property
     def path(self) -> str:
         """The blob's registry path."""
         return blob_path(self.sha256)
+
+    def blob_refs(self) -> list[BlobRef]:
+        """Every blob this variant ships: the artifact, its probe and its labels."""
+        refs = [BlobRef.of(self.sha256, self.size)]
+        if self.probe is not None:
+            refs.append(self.probe)
+        if self.contract is not None and self.contract.labels_blob is not None:
+            refs.append(self.contract.labels_blob)
+        return refs
 
 
 class ReleaseRecord(WireModel):
@@ -313,6 +441,20 @@ class ReleaseRecord(WireModel):
         description="The tiers best first, as models.toml lists them (canonical JSON sorts "
         "the keys of `tiers`); absent in records written before it existed.",
     )
+    requires: Requirements | None = _added("App and OS versions the release needs.")
+
+    @property
+    def name(self) -> str:
+        """The rollout unit this record belongs to (the model)."""
+        return self.model
+
+    def blob_refs(self) -> list[tuple[str, BlobRef]]:
+        """(where, blob) for every blob the release ships."""
+        return [
+            (f"variant {name}", ref)
+            for name, variant in self.variants.items()
+            for ref in variant.blob_refs()
+        ]
 
     def ordered_tiers(self) -> list[str]:
         """The tiers best first (sorted by name for records without an order)."""
@@ -338,6 +480,72 @@ class ReleaseRecord(WireModel):
                     f"{variant.tier} is {self.tiers.get(variant.tier)!r}"
                 )
         return self
+
+
+class BundleMember(WireModel):
+    """One model inside a bundle release: its own version, variants and tiers."""
+
+    version: SemVer = Field(description="The model's own version (models.toml).")
+    variants: dict[Name, ReleaseVariant] = Field(min_length=1)
+    tiers: dict[Name, Name] = Field(min_length=1)
+    requires: Requirements | None = None
+
+    @model_validator(mode="after")
+    def _tiers_name_variants(self) -> BundleMember:
+        for tier, variant_name in self.tiers.items():
+            if variant_name not in self.variants:
+                raise ValueError(
+                    f"tiers.{tier} names variant '{variant_name}', which is not in variants"
+                )
+        return self
+
+
+class BundleRecord(WireModel):
+    """A published version of a bundle: every member built, evaluated and shipped together."""
+
+    payload_type: ClassVar[str] = PAYLOAD_TYPE_BUNDLE_RELEASE
+    kind: ClassVar[str] = "bundle release record"
+
+    schema_version: Literal[1] = 1
+    bundle: Name
+    version: SemVer
+    created: UtcTime
+    members: dict[Name, BundleMember] = Field(min_length=1)
+    tier_order: list[Name] = Field(min_length=1, description="Every tier, best first.")
+    requires: Requirements | None = None
+
+    @property
+    def name(self) -> str:
+        """The rollout unit this record belongs to (the bundle)."""
+        return self.bundle
+
+    def ordered_tiers(self) -> list[str]:
+        """The tiers best first."""
+        return list(self.tier_order)
+
+    def blob_refs(self) -> list[tuple[str, BlobRef]]:
+        """(where, blob) for every blob the release ships."""
+        return [
+            (f"member {member} variant {name}", ref)
+            for member, release in self.members.items()
+            for name, variant in release.variants.items()
+            for ref in variant.blob_refs()
+        ]
+
+    @model_validator(mode="after")
+    def _every_member_serves_every_tier(self) -> BundleRecord:
+        for member, release in self.members.items():
+            if sorted(release.tiers) != sorted(self.tier_order):
+                missing = sorted(set(self.tier_order) - set(release.tiers))
+                raise ValueError(
+                    f"member {member} serves tiers {sorted(release.tiers)}, the bundle "
+                    f"{self.tier_order}" + (f" (missing {', '.join(missing)})" if missing else "")
+                )
+        return self
+
+
+AnyRelease = ReleaseRecord | BundleRecord
+"""What a ``releases/<semver>.json`` holds: a model's release or a bundle's."""
 
 
 # --- serialization: the one place -----------------------------------------------
@@ -371,6 +579,8 @@ def from_bytes(cls: type[W], data: bytes) -> W:
         value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError(f"{kind} is not JSON: {exc}") from exc
+    if cls.ignores_unknown_keys:
+        value = _known_keys_only(value, cls)
     try:
         # Strict: JSON types must match exactly ("5" is not a number). Times
         # arrive as datetime objects from _parse_time, which strict mode needs.
@@ -410,6 +620,61 @@ def verify_document(
     return from_bytes(cls, payload)
 
 
+def verify_release(envelope_bytes: bytes, trusted: Mapping[str, Ed25519PublicKey]) -> AnyRelease:
+    """Verify a release record of a model or of a bundle (told apart by the payload type).
+
+    Raises:
+        TrustError, WireError: as :func:`verify_document`.
+    """
+    try:
+        claimed = envelope_payload_type(envelope_bytes)
+    except Malformed:
+        claimed = PAYLOAD_TYPE_RELEASE  # verify_document reports what is wrong
+    cls: type[AnyRelease] = (
+        BundleRecord if claimed == PAYLOAD_TYPE_BUNDLE_RELEASE else ReleaseRecord
+    )
+    return verify_document(cls, envelope_bytes, trusted)
+
+
+def _known_keys_only(value: Any, annotation: Any) -> Any:
+    """``value`` without the object keys ``annotation``'s models do not declare.
+
+    Only keys are dropped; values keep their types, so a known key with a
+    wrong type is still refused by the strict validation that follows.
+    """
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        args = typing.get_args(annotation)
+        inner = args[0]
+        for meta in args[1:]:
+            if isinstance(meta, Discriminator) and callable(meta.discriminator):
+                tag = meta.discriminator(value)
+                for member in typing.get_args(inner):
+                    member_args = typing.get_args(member)
+                    if any(isinstance(m, Tag) and m.tag == tag for m in member_args[1:]):
+                        return _known_keys_only(value, member_args[0])
+        return _known_keys_only(value, inner)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not isinstance(value, dict):
+            return value
+        fields = annotation.model_fields
+        return {
+            key: _known_keys_only(item, fields[key].annotation)
+            for key, item in value.items()
+            if key in fields
+        }
+    args = typing.get_args(annotation)
+    if origin in (list, Sequence) and isinstance(value, list) and args:
+        return [_known_keys_only(item, args[0]) for item in value]
+    if origin in (dict, Mapping) and isinstance(value, dict) and len(args) == 2:
+        return {key: _known_keys_only(item, args[1]) for key, item in value.items()}
+    if origin in (Union, types.UnionType) and isinstance(value, dict):
+        models = [a for a in args if a is not type(None)]
+        if len(models) == 1:
+            return _known_keys_only(value, models[0])
+    return value
+
+
 def _pattern(annotated: Any) -> str:
     """The regex of a constrained string type (config's are reused, not copied)."""
     for meta in typing.get_args(annotated)[1:]:
@@ -428,10 +693,20 @@ _PATTERN_RULES = {
 }
 
 
+def _readable_loc(loc: tuple[int | str, ...]) -> list[str]:
+    """The key path of an error, without the union tags pydantic inserts after an entry."""
+    parts: list[str] = []
+    for item in loc:
+        if item in ("model", "bundle") and parts and parts[-1] in ("stable", "candidate"):
+            continue
+        parts.append(str(item))
+    return parts
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
-        where = ".".join(str(item) for item in error["loc"]) or "(top level)"
+        where = ".".join(_readable_loc(error["loc"])) or "(top level)"
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"

@@ -342,8 +342,8 @@ CASES: dict[str, Case] = {
         {},
     ),
     "unknown-field": (
-        "An unknown payload field: refused (unknown envelope fields are ignored, payload "
-        "fields are not).",
+        "An unknown payload field: ignored (forward compatibility: a newer publisher may "
+        "add keys; docs/protocol.md section 3).",
         lambda: _raw_payload(_set(url="http://x")),
         {},
     ),
@@ -424,9 +424,22 @@ def build() -> dict[str, str]:
     return files
 
 
+def _open_objects(node: Any) -> Any:
+    """The schema without ``additionalProperties: false``: clients ignore unknown keys."""
+    if isinstance(node, dict):
+        return {
+            key: _open_objects(value)
+            for key, value in node.items()
+            if not (key == "additionalProperties" and value is False)
+        }
+    if isinstance(node, list):
+        return [_open_objects(item) for item in node]
+    return node
+
+
 def schema_text() -> str:
     """The JSON Schema of the manifest payload (docs/schemas/manifest.schema.json)."""
-    schema = Manifest.model_json_schema()
+    schema = _open_objects(Manifest.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "edgereg manifest payload"
     schema["description"] = (
@@ -438,7 +451,8 @@ def schema_text() -> str:
         "Rules JSON Schema cannot state, which a client checks too (docs/protocol.md "
         "section 3): integers are written without a fraction or exponent (9, never 9.0); "
         "an entry's path is exactly blobs/sha256/ followed by its sha256; percent has at "
-        "most two decimals; percent and salt are set iff candidate is; paused is true "
+        "most two decimals; keys not listed here are ignored (a newer publisher "
+        "may add them); percent and salt are set iff candidate is; paused is true "
         "only with a candidate; the candidate's version is higher than stable's."
     )
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
