@@ -355,6 +355,10 @@ class RolloutState(WireModel):
     salt: Salt | None = None
     paused: bool = False
     full: bool = Field(default=False, description="The candidate was published with --full.")
+    report_url: ReportUrl | None = _added(
+        "Where the manifests tell devices to report ([reports] url when the state was "
+        "written); kept here so every manifest derives from the signed state alone."
+    )
     history: list[HistoryEvent] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -1,0 +1,210 @@
+"""The golden probe: a few inputs, the outputs a correct device computes, and how close is close.
+
+The build stores one probe per variant (a blob, referenced by digest from the
+release record and every manifest entry). After a download, the client runs
+the model on each hinted backend and calls :func:`check_probe` with what it
+computed; a backend whose outputs miss the tolerance is skipped. A GPU driver
+that miscomputes is caught on the device it landed on, before the model is
+installed.
+
+The format is plain JSON (canonical, like every edgereg document), so a port
+needs no numpy: tensors are base64 of their little-endian bytes.
+
+- ``cases``: each case is one or more ``steps`` fed in order. A stateless
+  model has one step per case. A model with state pairs is fed its own state
+  back: at a case's first step every state input is zeros, at the next step
+  it is what the state output returned (exactly as the build evaluates it).
+- ``expected``: per step, the outputs the variant computed on the build host
+  (MNN, CPU backend): what a correct backend reproduces up to float rounding.
+- ``tolerance``: derived from the variant's measured agreement. A device
+  output passes when its cosine similarity with the expected output is at
+  least ``min_cosine`` and its largest absolute difference at most
+  ``max_abs_error``; both are looser than the host's own differences
+  between backends and runs, and far tighter than what a miscomputing
+  kernel produces.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from edgereg.protocol.contract import TensorDtype
+from edgereg.protocol.wire import WireModel
+
+__all__ = [
+    "PAYLOAD_TYPE_PROBE",
+    "GoldenProbe",
+    "ProbeCase",
+    "ProbeResult",
+    "ProbeStep",
+    "ProbeTensor",
+    "ProbeTolerance",
+    "check_probe",
+    "decode_tensor",
+]
+
+PAYLOAD_TYPE_PROBE = "application/vnd.edgereg.probe+json"
+
+_ITEM = {
+    "float32": ("f", 4),
+    "float16": ("e", 2),
+    "int8": ("b", 1),
+    "uint8": ("B", 1),
+    "int32": ("i", 4),
+    "int64": ("q", 8),
+    "bool": ("?", 1),
+}
+
+
+class ProbeTensor(WireModel):
+    """One tensor: its name, dtype, shape and little-endian bytes in base64."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    dtype: TensorDtype
+    shape: list[Annotated[int, Field(ge=0, strict=True)]]
+    data: str = Field(description="base64 of the little-endian element bytes, C order.")
+
+    @model_validator(mode="after")
+    def _size_matches(self) -> ProbeTensor:
+        count = math.prod(self.shape)
+        expected = count * _ITEM[self.dtype][1]
+        try:
+            raw = base64.b64decode(self.data, validate=True)
+        except ValueError as exc:
+            raise ValueError(f"tensor {self.name}: data is not base64") from exc
+        if len(raw) != expected:
+            raise ValueError(
+                f"tensor {self.name}: {len(raw)} bytes for shape {self.shape} of "
+                f"{self.dtype}, expected {expected}"
+            )
+        return self
+
+    def values(self) -> list[float]:
+        """The elements, flat, as Python numbers (C order)."""
+        return decode_tensor(self.dtype, base64.b64decode(self.data))
+
+
+def decode_tensor(dtype: str, raw: bytes) -> list[float]:
+    """Little-endian element bytes as a flat list of numbers."""
+    code, size = _ITEM[dtype]
+    return [float(v) for v in struct.unpack(f"<{len(raw) // size}{code}", raw)]
+
+
+class ProbeStep(WireModel):
+    """One step of a case: the inputs fed (state inputs excluded) and the outputs expected."""
+
+    inputs: list[ProbeTensor] = Field(min_length=1)
+    expected: list[ProbeTensor] = Field(
+        min_length=1, description="The app-facing outputs (state outputs are checked through them)."
+    )
+
+
+class ProbeCase(WireModel):
+    """One sample (stateless) or one short stream (state fed back, zeros first)."""
+
+    steps: list[ProbeStep] = Field(min_length=1)
+
+
+class ProbeTolerance(WireModel):
+    """How far a correct device's outputs may be from the expected ones."""
+
+    min_cosine: float = Field(ge=-1, le=1)
+    max_abs_error: float = Field(ge=0)
+
+
+class GoldenProbe(WireModel):
+    """The probe of one variant (a blob: canonical JSON of this document)."""
+
+    payload_type: ClassVar[str] = PAYLOAD_TYPE_PROBE
+    kind: ClassVar[str] = "golden probe"
+
+    schema_version: Literal[1] = 1
+    model: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+    variant: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+    artifact_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] = Field(
+        description="The artifact this probe was computed for."
+    )
+    state: list[tuple[str, str]] = Field(
+        default_factory=list, description="(state input, state output) pairs, fed back per step."
+    )
+    cases: list[ProbeCase] = Field(min_length=1)
+    tolerance: ProbeTolerance
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What :func:`check_probe` found.
+
+    Attributes:
+        passed: Every output of every step is within the tolerance.
+        worst_cosine: The lowest cosine similarity seen.
+        worst_abs_error: The largest absolute difference seen.
+        failure: Where it failed first ("case 2 step 1 output probs: cosine 0.41 < 0.999"),
+            or None.
+    """
+
+    passed: bool
+    worst_cosine: float
+    worst_abs_error: float
+    failure: str | None = None
+
+    reason: ClassVar[str] = "probe-mismatch"
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return dot / (na * nb)
+
+
+def check_probe(
+    probe: GoldenProbe, computed: Sequence[Sequence[Mapping[str, Sequence[float]]]]
+) -> ProbeResult:
+    """Compare what a device computed with the probe's expected outputs.
+
+    Args:
+        probe: The verified probe.
+        computed: Per case, per step, output name -> the flat values the
+            device computed (C order), for at least every expected output.
+
+    Returns:
+        The verdict; a missing output, a wrong element count or a NaN fails.
+    """
+    worst_cosine, worst_error = 1.0, 0.0
+    failure: str | None = None
+    if len(computed) != len(probe.cases):
+        return ProbeResult(
+            False, -1.0, math.inf, f"{len(computed)} cases computed, {len(probe.cases)} in probe"
+        )
+    tolerance = probe.tolerance
+    for case_index, (case, case_out) in enumerate(zip(probe.cases, computed, strict=True), 1):
+        if len(case_out) != len(case.steps):
+            return ProbeResult(False, -1.0, math.inf, f"case {case_index}: steps differ")
+        for step_index, (step, outputs) in enumerate(zip(case.steps, case_out, strict=True), 1):
+            for tensor in step.expected:
+                where = f"case {case_index} step {step_index} output {tensor.name}"
+                got = outputs.get(tensor.name)
+                want = tensor.values()
+                if got is None or len(got) != len(want):
+                    return ProbeResult(False, -1.0, math.inf, f"{where}: missing or wrong size")
+                if any(math.isnan(v) or math.isinf(v) for v in got):
+                    return ProbeResult(False, -1.0, math.inf, f"{where}: not finite")
+                cosine = _cosine(got, want)
+                error = max((abs(x - y) for x, y in zip(got, want, strict=True)), default=0.0)
+                worst_cosine = min(worst_cosine, cosine)
+                worst_error = max(worst_error, error)
+                if failure is None and cosine < tolerance.min_cosine:
+                    failure = f"{where}: cosine {cosine:.6f} < {tolerance.min_cosine:.6f}"
+                elif failure is None and error > tolerance.max_abs_error:
+                    failure = f"{where}: abs error {error:.6g} > {tolerance.max_abs_error:.6g}"
+    return ProbeResult(failure is None, worst_cosine, worst_error, failure)
