@@ -139,7 +139,7 @@ def print_analysis(analysis: Any) -> None:
     """The analysis for people: each tier, each guardrail with its numbers, the verdict."""
     print_result(
         f"{analysis.unit}: candidate {analysis.candidate} vs stable {analysis.stable}, "
-        f"reports since {analysis.since.isoformat().replace('+00:00', 'Z')}"
+        f"reports since {analysis.since.isoformat(timespec='seconds').replace('+00:00', 'Z')}"
     )
     for tier in analysis.tiers:
         print_result(

@@ -175,7 +175,12 @@ def _round(value: Number) -> Number:
 
 
 def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _p(value: float) -> str:
+    # Below double precision's resolution of 1 - p a printed 0 would claim certainty.
+    return "p<1e-16" if value < 1e-16 else f"p={value:.2g}"
 
 
 def combine(results: Iterable[GuardrailResult]) -> Verdict:
@@ -382,7 +387,7 @@ def _rate_result(
             name,
             rule.critical,
             "fail",
-            f"{described}; above the limit (p={result.p_worse:.2g})",
+            f"{described}; above the limit ({_p(result.p_worse)})",
             numbers,
         )
     if result.p_within < guardrails.alpha:
@@ -399,7 +404,7 @@ def _rate_result(
             name,
             rule.critical,
             "pass",
-            f"{described}; within the limit (p={result.p_within:.2g})",
+            f"{described}; within the limit ({_p(result.p_within)})",
             numbers,
         )
     return GuardrailResult(
@@ -407,7 +412,7 @@ def _rate_result(
         rule.critical,
         "inconclusive",
         f"{described}; not enough evidence either way "
-        f"(p={min(result.p_worse, result.p_within):.2g})"
+        f"({_p(min(result.p_worse, result.p_within))})"
         + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
         numbers,
     )
@@ -463,7 +468,7 @@ def _latency_result(
         f"median {result.candidate_median_ms:.3g} ms vs {result.stable_median_ms:.3g} ms "
         f"({result.candidate_devices} vs {result.stable_devices} devices): shift {shift:+.1f}% "
         f"of the stable median, {level}% CI {low:+.1f}% to {high:+.1f}%, limit "
-        f"+{rule.max_increase_pct:g}%; Mann-Whitney p={result.p_slower:.2g}"
+        f"+{rule.max_increase_pct:g}%; Mann-Whitney {_p(result.p_slower)}"
     )
     # The interval is the inverted rank test: above the limit means significantly slower by more.
     if low > rule.max_increase_pct:
