@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -369,7 +370,8 @@ def _rate_result(
         "difference": result.difference,
         "ci_low": result.ci_low,
         "ci_high": result.ci_high,
-        "z": result.z,
+        # JSON (and the signed evidence) has no infinity: only a margin of 1 can produce one.
+        "z": result.z if math.isfinite(result.z) else None,
         "p_worse": result.p_worse,
         "p_within": result.p_within,
         **limit,
