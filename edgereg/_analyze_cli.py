@@ -49,7 +49,8 @@ since_option = click.option(
     "--since",
     default=None,
     help="Count reports from this time (ISO 8601, UTC if no offset) or this long ago "
-    "(90m, 12h, 2d); default: the candidate's last percent change below 100%.",
+    "(90m, 12h, 2d), for both arms; default: since the candidate's last percent change "
+    "(at 100%, the stable arm's since the last step below).",
 )
 
 
@@ -110,26 +111,35 @@ def _analysis(
     state: Any,
     options: dict[str, Any],
 ) -> Any:
-    from edgereg.analysis import analysis_since, analyze
+    from edgereg.analysis import analysis_periods, analyze
 
     policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
     now = registry.clock()
     if options.get("since"):
-        since = parse_since(options["since"], now)
+        candidate_since = stable_since = parse_since(options["since"], now)
     else:
-        since = analysis_since(state) or state.last_change_at() or now
+        candidate_start, stable_start = analysis_periods(state)
+        candidate_since = candidate_start or now
+        stable_since = stable_start or candidate_since
     tiers = registry.manifest_tiers(unit)
     if config is not None:
         # models.toml's order (best first) reads better than the alphabet.
         order = list(config.tiers)
         tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
-    summaries = read_summaries(store_url(config, options.get("reports_url")), unit, since)
+    url = store_url(config, options.get("reports_url"))
+    summaries = read_summaries(url, unit, candidate_since)
+    if stable_since != candidate_since:
+        # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
+        summaries = [s for s in summaries if s.arm == "candidate"] + [
+            s for s in read_summaries(url, unit, stable_since) if s.arm == "stable"
+        ]
     return analyze(
         summaries,
         unit=unit,
         candidate=state.candidate,
         stable=state.stable,
-        since=since,
+        since=candidate_since,
+        stable_since=stable_since,
         guardrails=policy.guardrails,
         tiers=tiers,
     )
@@ -137,9 +147,12 @@ def _analysis(
 
 def print_analysis(analysis: Any) -> None:
     """The analysis for people: each tier, each guardrail with its numbers, the verdict."""
+    stable_since = ""
+    if analysis.stable_since is not None:
+        stable_since = f" (stable arm since {_iso(analysis.stable_since)})"
     print_result(
         f"{analysis.unit}: candidate {analysis.candidate} vs stable {analysis.stable}, "
-        f"reports since {analysis.since.isoformat(timespec='seconds').replace('+00:00', 'Z')}"
+        f"reports since {_iso(analysis.since)}{stable_since}"
     )
     for tier in analysis.tiers:
         print_result(
@@ -263,6 +276,10 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
         print_result(f"{model}: {verb}: {decision.reason}{sequence}")
     if decision.action in ("pause", "rollback"):
         raise SystemExit(ANALYZE_FAILED)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _short(analysis: Any) -> list[str]:

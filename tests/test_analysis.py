@@ -15,7 +15,7 @@ from scipy.special import xlogy
 from edgereg.analysis import (
     Analysis,
     GuardrailResult,
-    analysis_since,
+    analysis_periods,
     analyze,
     combine,
     compare_latency,
@@ -378,14 +378,28 @@ def state_with(*moves: tuple[str, float]) -> RolloutState:
 
 
 @pytest.mark.parametrize(
-    ("moves", "hours"),
+    ("moves", "candidate_hours", "stable_hours"),
     [
-        pytest.param([("publish", 5)], 2, id="canary"),
-        pytest.param([("publish", 5), ("rollout", 25)], 3, id="after-a-step"),
-        pytest.param([("publish", 5), ("rollout", 50), ("rollout", 100)], 3, id="at-100-last-step"),
-        pytest.param([("publish", 100)], None, id="published-at-100"),
+        pytest.param([("publish", 5)], 2, 2, id="canary"),
+        pytest.param([("publish", 5), ("rollout", 25)], 3, 3, id="after-a-step"),
+        pytest.param(
+            [("publish", 5), ("rollout", 50), ("rollout", 100)], 4, 3, id="at-100-last-step"
+        ),
+        pytest.param([("publish", 100)], 2, None, id="published-at-100"),
     ],
 )
-def test_analysis_since(moves: list[tuple[str, float]], hours: int | None) -> None:
-    since = analysis_since(state_with(*moves))
-    assert since == (None if hours is None else SINCE + timedelta(hours=hours))
+def test_analysis_periods(
+    moves: list[tuple[str, float]], candidate_hours: int, stable_hours: int | None
+) -> None:
+    candidate, stable = analysis_periods(state_with(*moves))
+    assert candidate == SINCE + timedelta(hours=candidate_hours)
+    assert stable == (None if stable_hours is None else SINCE + timedelta(hours=stable_hours))
+
+
+def test_at_100_percent_the_stable_period_is_recorded() -> None:
+    later = SINCE + timedelta(hours=5)
+    analysis = run(healthy("candidate"), healthy("stable"), stable_since=later)
+    assert analysis.stable_since == later
+    assert analysis.to_json()["stable_since"] == "2026-12-01T13:00:00Z"
+    assert analysis.evidence()["stable_since"] == "2026-12-01T13:00:00Z"
+    assert "stable_since" not in run(healthy("candidate"), healthy("stable")).evidence()

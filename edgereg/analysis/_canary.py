@@ -78,8 +78,9 @@ class Analysis:
         unit: The model or bundle.
         candidate: The candidate version.
         stable: The stable version.
-        since: Start of the period both arms are counted over.
+        since: Start of the period the candidate arm is counted over.
         tiers: One analysis per tier.
+        stable_since: Start of the stable arm's period, when it differs (at 100 %).
     """
 
     unit: str
@@ -87,6 +88,7 @@ class Analysis:
     stable: str
     since: datetime
     tiers: tuple[TierAnalysis, ...]
+    stable_since: datetime | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -100,6 +102,7 @@ class Analysis:
             "candidate": self.candidate,
             "stable": self.stable,
             "since": _iso(self.since),
+            "stable_since": _iso(self.stable_since or self.since),
             "verdict": self.verdict,
             "tiers": [
                 {
@@ -149,6 +152,7 @@ class Analysis:
             "candidate": self.candidate,
             "stable": self.stable,
             "since": _iso(self.since),
+            **({"stable_since": _iso(self.stable_since)} if self.stable_since else {}),
             "tiers": tiers,
         }
 
@@ -197,15 +201,25 @@ def combine(results: Iterable[GuardrailResult]) -> Verdict:
     return "inconclusive"
 
 
-def analysis_since(state: RolloutState) -> datetime | None:
-    """Where the period of both arms starts: the candidate's last percent change below 100 %.
+def analysis_periods(state: RolloutState) -> tuple[datetime | None, datetime | None]:
+    """Where the candidate's and the stable arm's periods start.
 
     Reports before a percent change came from a different cohort size, so
-    only the time since the last change counts. At 100 % no device gets the
-    stable release any more: the period then starts at the last step that
-    still had a stable arm, so that step's stable reports are the comparison.
-    None when the candidate was never below 100 % (published ``--full``).
+    only the time since the candidate's last percent change counts, for both
+    arms. At 100 % no device gets the stable release any more: the stable
+    arm's period then starts at the last step below 100 %, so that step's
+    stable reports are the comparison, while the candidate's still starts at
+    the move to 100 % (so a decision at 100 % rests on reports of 100 %, and a
+    second run right after the move finds none and waits).
+
+    Returns:
+        (candidate start, stable start); the stable start is None when the
+        candidate was never below 100 % (published ``--full``: no stable arm).
     """
+    return state.last_change_at(), _stable_since(state)
+
+
+def _stable_since(state: RolloutState) -> datetime | None:
     if state.candidate is None:
         return None
     for event in reversed(state.history):
@@ -255,6 +269,7 @@ def analyze(
     since: datetime,
     guardrails: Guardrails,
     tiers: Sequence[str] = (),
+    stable_since: datetime | None = None,
 ) -> Analysis:
     """Compare the candidate arm with the concurrent stable arm in every tier.
 
@@ -264,11 +279,12 @@ def analyze(
         unit: The model or bundle.
         candidate: The candidate version (only candidate-arm reports of it count).
         stable: The stable version (only stable-arm reports of it count).
-        since: Start of the period (for the record; the store already cut it).
+        since: Start of the candidate's period (for the record: the store cut it).
         guardrails: The declared guardrails.
         tiers: The tiers the candidate is released to; a tier without reports
             is then inconclusive rather than absent. Tiers seen in the reports
             are analysed as well.
+        stable_since: Start of the stable arm's period when it differs.
     """
     arms: dict[tuple[str, str], list[ArmSummary]] = {}
     for summary in summaries:
@@ -287,7 +303,12 @@ def analyze(
             )
         )
     return Analysis(
-        unit=unit, candidate=candidate, stable=stable, since=since, tiers=tuple(results)
+        unit=unit,
+        candidate=candidate,
+        stable=stable,
+        since=since,
+        tiers=tuple(results),
+        stable_since=stable_since if stable_since != since else None,
     )
 
 
