@@ -391,9 +391,13 @@ def state_with(*moves: tuple[str, float]) -> RolloutState:
 def test_analysis_periods(
     moves: list[tuple[str, float]], candidate_hours: int, stable_hours: int | None
 ) -> None:
+    # The history keeps whole seconds: a period starts at the second after its change.
+    second = timedelta(seconds=1)
     candidate, stable = analysis_periods(state_with(*moves))
-    assert candidate == SINCE + timedelta(hours=candidate_hours)
-    assert stable == (None if stable_hours is None else SINCE + timedelta(hours=stable_hours))
+    assert candidate == SINCE + timedelta(hours=candidate_hours) + second
+    assert stable == (
+        None if stable_hours is None else SINCE + timedelta(hours=stable_hours) + second
+    )
 
 
 def test_at_100_percent_the_stable_period_is_recorded() -> None:

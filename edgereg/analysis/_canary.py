@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from edgereg.analysis._ranks import compare_latency, total
@@ -212,11 +212,21 @@ def analysis_periods(state: RolloutState) -> tuple[datetime | None, datetime | N
     the move to 100 % (so a decision at 100 % rests on reports of 100 %, and a
     second run right after the move finds none and waits).
 
+    The signed history keeps whole seconds, so a report in the second of a
+    change may be from before it: each period starts at the next second.
+
     Returns:
         (candidate start, stable start); the stable start is None when the
         candidate was never below 100 % (published ``--full``: no stable arm).
     """
-    return state.last_change_at(), _stable_since(state)
+    changed, stable = state.last_change_at(), _stable_since(state)
+    return (
+        changed + _SECOND if changed is not None else None,
+        stable + _SECOND if stable is not None else None,
+    )
+
+
+_SECOND = timedelta(seconds=1)
 
 
 def _stable_since(state: RolloutState) -> datetime | None:
