@@ -221,6 +221,14 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
     )
     policy = config.rollout_policy(model) if config else config_module.RolloutPolicy()
     state, _ = registry.read_state(model)
+    if state is None:
+        from edgereg.registry import RolloutError
+
+        # A misspelt name in a cron line should fail loudly, not "wait" forever.
+        raise RolloutError(
+            f"model '{model}' has no release in this registry",
+            hint=f"Publish one first: edgereg publish {model} --canary 5%",
+        )
     analysis = None
     decision = precheck(state, model)
     if decision is None:
@@ -229,7 +237,7 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
     new_state = state
     if decision.changes_state:
         actor = actor_name(options["actor"])
-        expected = state.sequence if state is not None else None
+        expected = state.sequence
         new_state = registry.change(
             model,
             lambda current, now, expires: apply(
@@ -254,8 +262,8 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
                     "action": decision.action,
                     "changed": decision.changes_state,
                     "reason": decision.reason,
-                    "sequence": new_state.sequence if new_state else None,
-                    **(new_state.snapshot().model_dump(mode="json") if new_state else {}),
+                    "sequence": new_state.sequence,
+                    **new_state.snapshot().model_dump(mode="json"),
                     "analysis": analysis.to_json() if analysis is not None else None,
                 }
             )

@@ -296,6 +296,11 @@ def test_auto_options_that_do_not_go_together(
     assert_refused(auto_site.run("rollout", MODEL, *args), 2, fragment)
 
 
+def test_auto_on_a_model_never_published_is_an_error(auto_site: Site) -> None:
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    assert_refused(auto_site.run("rollout", "nosuch", "--auto"), 7, "no release")
+
+
 def test_analyze_without_a_rollout_in_flight_is_refused(auto_site: Site) -> None:
     ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
     assert_refused(auto_site.run("analyze", MODEL), 7, "no rollout in progress")
