@@ -12,7 +12,7 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,6 +29,11 @@ from edgereg._cli_common import (
     signer_from_options,
 )
 from edgereg.errors import ConfigError, EdgeregError, UsageError
+
+if TYPE_CHECKING:  # the command stays cheap to import: edgereg --help lists it
+    from edgereg.analysis import Analysis
+    from edgereg.protocol.wire import RolloutState
+    from edgereg.reports.summary import ArmSummary
 
 #: `edgereg analyze`: a critical guardrail failed (also `rollout --auto` when it halted).
 ANALYZE_FAILED = 12
@@ -90,7 +95,7 @@ def store_url(config: config_module.Config | None, reports_url: str | None) -> s
     return url
 
 
-def read_summaries(url: str, unit: str, since: datetime) -> list[Any]:
+def read_summaries(url: str, unit: str, since: datetime) -> list[ArmSummary]:
     """The store's per-arm summaries of ``unit`` since ``since``."""
     import edgereg.reports as reports
 
@@ -100,7 +105,7 @@ def read_summaries(url: str, unit: str, since: datetime) -> list[Any]:
             "this edgereg has no report store to read",
             hint="Install an edgereg with the report store (edgereg.reports.open_store).",
         )
-    summaries: list[Any] = open_store(url).summaries(unit, since)
+    summaries: list[ArmSummary] = open_store(url).summaries(unit, since)
     return summaries
 
 
@@ -108,11 +113,14 @@ def _analysis(
     unit: str,
     config: config_module.Config | None,
     registry: Any,
-    state: Any,
+    state: RolloutState,
     options: dict[str, Any],
-) -> Any:
+) -> Analysis:
     from edgereg.analysis import analysis_periods, analyze
 
+    # Callers refuse a state without both arms before asking for its analysis.
+    assert state.candidate is not None
+    assert state.stable is not None
     policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
     now = registry.clock()
     if options.get("since"):
@@ -145,7 +153,7 @@ def _analysis(
     )
 
 
-def print_analysis(analysis: Any) -> None:
+def print_analysis(analysis: Analysis) -> None:
     """The analysis for people: each tier, each guardrail with its numbers, the verdict."""
     stable_since = ""
     if analysis.stable_since is not None:
@@ -290,7 +298,7 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _short(analysis: Any) -> list[str]:
+def _short(analysis: Analysis) -> list[str]:
     lines = []
     for tier in analysis.tiers:
         verdicts = ", ".join(f"{result.name} {result.verdict}" for result in tier.guardrails)
