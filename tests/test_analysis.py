@@ -407,3 +407,52 @@ def test_at_100_percent_the_stable_period_is_recorded() -> None:
     assert analysis.to_json()["stable_since"] == "2026-12-01T13:00:00Z"
     assert analysis.evidence()["stable_since"] == "2026-12-01T13:00:00Z"
     assert "stable_since" not in run(healthy("candidate"), healthy("stable")).evidence()
+
+
+@pytest.mark.parametrize(
+    ("stable_rate", "increase", "devices"),
+    [
+        pytest.param(0.02, 0.01, 800, id="at-the-limit"),
+        pytest.param(0.005, 0.01, 3000, id="at-the-limit-rare-events"),
+        pytest.param(0.02, 0.0, 800, id="no-increase"),
+    ],
+)
+def test_rate_guardrail_fails_good_candidates_at_most_alpha_of_the_time(
+    stable_rate: float, increase: float, devices: int
+) -> None:
+    # Simulated canaries whose true increase is at (or below) the one-point limit:
+    # a calibrated one-sided test fails about alpha of them, never much more.
+    rng = np.random.default_rng(11)
+    trials = 1000
+    failed = sum(
+        compare_rates(
+            int(rng.binomial(devices, stable_rate + increase)),
+            devices,
+            int(rng.binomial(devices, stable_rate)),
+            devices,
+            margin=0.01,
+            alpha=0.05,
+        ).p_worse
+        < 0.05
+        for _ in range(trials)
+    )
+    assert failed / trials <= 0.05 + 0.02, failed
+    if increase == 0:
+        assert failed / trials < 0.01
+
+
+def test_rate_guardrail_catches_a_two_point_regression_with_enough_devices() -> None:
+    rng = np.random.default_rng(12)
+    failed = sum(
+        compare_rates(
+            int(rng.binomial(5000, 0.04)),
+            5000,
+            int(rng.binomial(5000, 0.01)),
+            5000,
+            margin=0.01,
+            alpha=0.05,
+        ).p_worse
+        < 0.05
+        for _ in range(200)
+    )
+    assert failed >= 195
