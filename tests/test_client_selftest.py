@@ -1,0 +1,290 @@
+"""The on-device self-test: real MNN models, real probes, the real probe check.
+
+Only the device is simulated: a "faulty GPU" runner plays an OpenCL backend
+by running real MNN on the CPU and perturbing its outputs, as a driver that
+miscomputes would. This host has no GPU, so real MNN reports OpenCL as
+unavailable, which is tested too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiny_models
+from probekit import entry_for, make_probe, probe_blob
+
+from edgereg import toolchain
+from edgereg.client._selftest import (
+    BackendUnavailableError,
+    MnnRunner,
+    ModelSession,
+    SelfTest,
+    parse_probe,
+)
+from edgereg.config import RuntimeHints
+from edgereg.protocol.fields import Backend
+from edgereg.protocol.probe import GoldenProbe
+from edgereg.protocol.reasons import REASONS, BadBlob, Malformed, ProbeFailed
+from edgereg.protocol.wire import ManifestEntry
+from edgereg.toolchain import InputFeed
+
+
+@dataclass
+class Models:
+    conv: Path
+    other: Path
+    stream: Path
+    conv_probe: GoldenProbe
+    stream_probe: GoldenProbe
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
+    root = tmp_path_factory.mktemp("selftest-models")
+    conv = root / "conv.mnn"
+    toolchain.convert(tiny_models.conv_classifier(root / "conv.onnx"), conv)
+    other = root / "other.mnn"
+    toolchain.convert(tiny_models.conv_classifier(root / "other.onnx", seed=7), other)
+    stream = root / "stream.mnn"
+    toolchain.convert(tiny_models.streaming_model(root / "stream.onnx"), stream)
+    rng = np.random.default_rng(0)
+    images = rng.normal(0, 1, (3, *tiny_models.CONV_SHAPE)).astype(np.float32)
+    conv_probe = make_probe(
+        conv,
+        {"image": images},
+        feeds=[InputFeed("image", "float32", (1, *tiny_models.CONV_SHAPE), 0)],
+        outputs=["logits"],
+    )
+    steps = 4
+    chunks = rng.normal(0, 1, (2 * steps, tiny_models.STREAM_CHUNK)).astype(np.float32)
+    stream_probe = make_probe(
+        stream,
+        {"chunk": chunks, "sr": np.full(2 * steps, 16000, np.int64)},
+        feeds=[
+            InputFeed("chunk", "float32", (1, tiny_models.STREAM_CHUNK), 0),
+            InputFeed("sr", "int64", (), None),
+            InputFeed("state", "float32", tiny_models.STREAM_STATE_SHAPE, None),
+        ],
+        outputs=["prob"],
+        state=[("state", "state_out")],
+        steps_per_case=steps,
+    )
+    return Models(conv, other, stream, conv_probe, stream_probe)
+
+
+class _Perturbed:
+    def __init__(self, inner: ModelSession, scale: float, rng: np.random.Generator) -> None:
+        self.inner, self.scale, self.rng = inner, scale, rng
+
+    def input_shapes(self) -> Mapping[str, tuple[int, ...]]:
+        return self.inner.input_shapes()
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        outputs = self.inner.run(feeds)
+        return {
+            name: value + self.scale * self.rng.normal(0, 1, value.shape).astype(value.dtype)
+            for name, value in outputs.items()
+        }
+
+
+@dataclass
+class FaultyGpuRunner:
+    """A device with an OpenCL GPU whose driver adds noise of ``scale`` to every output."""
+
+    scale: float = 0.5
+    real: MnnRunner = field(default_factory=MnnRunner)
+    loads: list[Backend] = field(default_factory=list)
+
+    def load(
+        self,
+        artifact: Path,
+        backend: Backend,
+        runtime: RuntimeHints,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+    ) -> ModelSession:
+        self.loads.append(backend)
+        if backend == "opencl":
+            inner = self.real.load(artifact, "cpu", runtime, inputs, outputs)
+            return _Perturbed(inner, self.scale, np.random.default_rng(1))
+        if backend != "cpu":
+            raise BackendUnavailableError(f"no {backend} on this simulated device")
+        return self.real.load(artifact, backend, runtime, inputs, outputs)
+
+
+def _entry(
+    artifact: Path,
+    probe: GoldenProbe | None,
+    *,
+    backends: Sequence[Backend] = ("cpu",),
+    version: str = "1.0.0",
+) -> ManifestEntry:
+    ref = probe_blob(probe)[1] if probe is not None else None
+    return entry_for(artifact, probe=ref, backends=backends, version=version)
+
+
+def test_real_mnn_here_has_no_gpu_so_opencl_is_unavailable_and_cpu_passes(
+    models: Models, tmp_path: Path
+) -> None:
+    entry = _entry(models.conv, models.conv_probe, backends=["opencl", "cpu"])
+    result = SelfTest(tmp_path).run("m", models.conv, entry, models.conv_probe)
+    assert result.backend == "cpu"
+    assert result.unavailable == ("opencl",)
+    assert result.skipped == ()
+    assert result.probe == "passed"
+    assert result.load_ms > 0
+    assert result.probe_ms > 0
+    # Unavailable is not a failure: nothing is remembered against the backend.
+    memory = tmp_path / "selftest.json"
+    assert (
+        not memory.exists() or not json.loads(memory.read_text())["models"]["m"]["1.0.0"]["failed"]
+    )
+
+
+def test_a_faulty_gpu_is_skipped_remembered_and_cpu_chosen(models: Models, tmp_path: Path) -> None:
+    entry = _entry(models.conv, models.conv_probe, backends=["opencl", "cpu"])
+    runner = FaultyGpuRunner()
+    result = SelfTest(tmp_path, runner=runner).run("m", models.conv, entry, models.conv_probe)
+    assert (result.backend, result.skipped, result.unavailable) == ("cpu", ("opencl",), ())
+    failed = result.trials[0]
+    assert failed.outcome == "failed"
+    assert failed.detail is not None
+    assert "case 1 step 1 output logits" in failed.detail
+
+    # The next self-test of the same version does not try the faulty backend again.
+    runner.loads.clear()
+    again = SelfTest(tmp_path, runner=runner).run("m", models.conv, entry, models.conv_probe)
+    assert runner.loads == ["cpu"]
+    assert again.skipped == ("opencl",)
+    assert again.trials[0].outcome == "remembered"
+
+    # A new version is tested afresh on every backend.
+    runner.loads.clear()
+    newer = _entry(models.conv, models.conv_probe, backends=["opencl", "cpu"], version="1.1.0")
+    SelfTest(tmp_path, runner=runner).run("m", models.conv, newer, models.conv_probe)
+    assert runner.loads == ["opencl", "cpu"]
+
+
+def test_a_gpu_within_the_tolerance_is_chosen(models: Models, tmp_path: Path) -> None:
+    entry = _entry(models.conv, models.conv_probe, backends=["opencl", "cpu"])
+    runner = FaultyGpuRunner(scale=1e-6)
+    result = SelfTest(tmp_path, runner=runner).run("m", models.conv, entry, models.conv_probe)
+    assert (result.backend, result.skipped) == ("opencl", ())
+    assert runner.loads == ["opencl"]
+
+
+def test_a_model_that_fails_on_cpu_is_rejected_for_good(models: Models, tmp_path: Path) -> None:
+    # The probe of one model, the artifact of another: wrong on every backend.
+    probe = models.conv_probe.model_copy(update={"artifact_sha256": _sha(models.other)})
+    entry = _entry(models.other, probe, backends=["opencl", "cpu"])
+    runner = FaultyGpuRunner()
+    with pytest.raises(ProbeFailed) as caught:
+        SelfTest(tmp_path, runner=runner).run("m", models.other, entry, probe)
+    error = caught.value
+    assert error.reason == "probe-failed"
+    assert error.permanent is True
+    assert "opencl:" in error.message
+    assert "cpu:" in error.message
+    assert ProbeFailed in REASONS
+
+    runner.loads.clear()
+    with pytest.raises(ProbeFailed, match="rejected before on this device"):
+        SelfTest(tmp_path, runner=runner).run("m", models.other, entry, probe)
+    assert runner.loads == []
+    assert SelfTest(tmp_path).rejected("m", "1.0.0", entry.sha256) is not None
+
+
+def test_a_model_that_does_not_load_is_rejected(models: Models, tmp_path: Path) -> None:
+    broken = tiny_models.corrupt_file(tmp_path / "broken.mnn")
+    entry = _entry(broken, models.conv_probe)
+    with pytest.raises(ProbeFailed, match="cpu: does not load"):
+        SelfTest(tmp_path).run("m", broken, entry, models.conv_probe)
+
+
+def test_a_stateful_probe_feeds_the_state_back(models: Models, tmp_path: Path) -> None:
+    entry = _entry(models.stream, models.stream_probe)
+    result = SelfTest(tmp_path).run("vad", models.stream, entry, models.stream_probe)
+    assert (result.backend, result.probe) == ("cpu", "passed")
+
+    @dataclass
+    class ForgetfulRunner:
+        """A runtime that loses the state between steps (zeros every step)."""
+
+        real: MnnRunner = field(default_factory=MnnRunner)
+
+        def load(
+            self,
+            artifact: Path,
+            backend: Backend,
+            runtime: RuntimeHints,
+            inputs: Sequence[str],
+            outputs: Sequence[str],
+        ) -> ModelSession:
+            session = self.real.load(artifact, backend, runtime, inputs, outputs)
+
+            class Forgetful:
+                def input_shapes(self) -> Mapping[str, tuple[int, ...]]:
+                    return session.input_shapes()
+
+                def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+                    zeros = np.zeros(tiny_models.STREAM_STATE_SHAPE, np.float32)
+                    return session.run({**feeds, "state": zeros})
+
+            return Forgetful()
+
+    with pytest.raises(ProbeFailed, match="step 2"):
+        SelfTest(tmp_path / "other", runner=ForgetfulRunner()).run(
+            "vad", models.stream, entry, models.stream_probe
+        )
+
+
+def test_without_a_probe_the_first_backend_that_loads_is_chosen(
+    models: Models, tmp_path: Path
+) -> None:
+    entry = _entry(models.conv, None, backends=["vulkan", "cpu"])
+    result = SelfTest(tmp_path).run("m", models.conv, entry, None)
+    assert (result.backend, result.probe, result.unavailable) == ("cpu", "none", ("vulkan",))
+    assert result.probe_ms == 0.0
+
+
+def test_the_probe_blob_is_checked_against_the_manifest(models: Models) -> None:
+    data, ref = probe_blob(models.conv_probe)
+    entry = _entry(models.conv, models.conv_probe)
+    assert parse_probe(data, ref, entry) == models.conv_probe
+    with pytest.raises(BadBlob, match="sha256"):
+        parse_probe(data.replace(b'"fp32"', b'"fp16"'), ref, entry)
+    other = _entry(models.other, models.conv_probe)
+    with pytest.raises(Malformed, match="is for artifact"):
+        parse_probe(data, ref, other)
+    garbage = b'{"schema_version": 1}'
+    with pytest.raises(Malformed, match="probe"):
+        parse_probe(garbage, ref.model_copy(update={"sha256": _digest(garbage), "size": 21}), entry)
+
+
+def test_an_unreadable_memory_is_logged_and_started_afresh(
+    models: Models, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "selftest.json").write_text("{not json")
+    entry = _entry(models.conv, models.conv_probe, backends=["opencl", "cpu"])
+    with caplog.at_level(logging.WARNING, logger="edgereg.client"):
+        result = SelfTest(tmp_path, runner=FaultyGpuRunner()).run(
+            "m", models.conv, entry, models.conv_probe
+        )
+    assert result.backend == "cpu"
+    assert "starting afresh" in caplog.text
+    assert json.loads((tmp_path / "selftest.json").read_text())["models"]["m"]["1.0.0"]["failed"]
+
+
+def _sha(path: Path) -> str:
+    return _digest(path.read_bytes())
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
