@@ -1,0 +1,138 @@
+"""Health confirmation and local revert: the crash-loop rule as a table, and its ledger on disk."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from edgereg.client._health import HealthLedger, Revert, UnitHealth, on_start
+
+# Each case: the events in order ("install X", "start", "confirm", "confirm X", "reverted"),
+# and what the last start decided: None, or (bad version, version reverted to).
+CASES = {
+    "confirmed on the first start: never reverted": (
+        ["install 1.0.0", "start", "confirm", "start", "start", "start", "start"],
+        None,
+    ),
+    "three unconfirmed starts are allowed": (
+        ["install 1.0.0", "start", "start", "start"],
+        None,
+    ),
+    "the fourth unconfirmed start reverts to nothing when nothing was confirmed": (
+        ["install 1.0.0", "start", "start", "start", "start"],
+        ("1.0.0", None),
+    ),
+    "a crash-looping update goes back to the last confirmed version": (
+        ["install 1.0.0", "start", "confirm", "install 1.1.0", "start", "start", "start", "start"],
+        ("1.1.0", "1.0.0"),
+    ),
+    "starts before the install do not count against it": (
+        ["install 1.0.0", "confirm", "start", "start", "start", "install 1.1.0", "start"],
+        None,
+    ),
+    "confirming the old model does not vouch for the update": (
+        ["install 1.0.0", "confirm 1.0.0", "install 1.1.0", "confirm 1.0.0"] + ["start"] * 4,
+        ("1.1.0", "1.0.0"),
+    ),
+    "a revert not yet carried out is said again at the next start": (
+        ["install 1.0.0", "confirm", "install 1.1.0"] + ["start"] * 5,
+        ("1.1.0", "1.0.0"),
+    ),
+    "after the revert the last good model runs confirmed": (
+        ["install 1.0.0", "confirm", "install 1.1.0"]
+        + ["start"] * 4
+        + ["reverted"]
+        + ["start"] * 5,
+        None,
+    ),
+    "a confirmation after the revert was decided does not cancel it": (
+        ["install 1.0.0", "confirm", "install 1.1.0"] + ["start"] * 4 + ["confirm", "start"],
+        ("1.1.0", "1.0.0"),
+    ),
+}
+
+
+def _play(ledger: HealthLedger, events: list[str]) -> Revert | None:
+    decided: Revert | None = None
+    for event in events:
+        word, _, arg = event.partition(" ")
+        if word == "install":
+            ledger.installed("digits", arg)
+        elif word == "start":
+            decided = ledger.app_started("digits")
+        elif word == "confirm":
+            ledger.confirm("digits", arg or None)
+        elif word == "reverted":
+            ledger.reverted("digits")
+    return decided
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_crash_loop_rule(name: str, tmp_path: Path) -> None:
+    events, expected = CASES[name]
+    decided = _play(HealthLedger(tmp_path), events)
+    if expected is None:
+        assert decided is None
+    else:
+        assert decided is not None
+        assert (decided.version, decided.to_version) == expected
+
+
+def test_a_reverted_version_is_marked_bad_for_good(tmp_path: Path) -> None:
+    ledger = HealthLedger(tmp_path, max_unconfirmed_starts=1)
+    _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "start", "reverted"])
+    assert ledger.is_bad("digits", "1.1.0")
+    assert not ledger.is_bad("digits", "1.0.0")
+    health = ledger.health("digits")
+    assert (health.installed, health.confirmed, health.last_good) == ("1.0.0", True, "1.0.0")
+    # The ledger is a file: a new process (the next app start) sees the same.
+    again = HealthLedger(tmp_path)
+    assert again.is_bad("digits", "1.1.0")
+    assert "not confirmed after 1 app starts" in again.health("digits").bad["1.1.0"]
+
+
+def test_the_app_declares_how_many_starts(tmp_path: Path) -> None:
+    events = ["install 1.0.0"] + ["start"] * 5
+    assert _play(HealthLedger(tmp_path / "a", max_unconfirmed_starts=5), events) is None
+    assert _play(HealthLedger(tmp_path / "b", max_unconfirmed_starts=5), [*events, "start"])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_unconfirmed_starts"):
+            HealthLedger(tmp_path, max_unconfirmed_starts=bad)  # type: ignore[arg-type]
+
+
+def test_units_are_counted_apart(tmp_path: Path) -> None:
+    ledger = HealthLedger(tmp_path, max_unconfirmed_starts=1)
+    ledger.installed("digits", "1.0.0")
+    ledger.installed("ocr", "2.0.0")
+    ledger.confirm("ocr")
+    for _ in range(2):
+        ledger.app_started("ocr")
+        decided = ledger.app_started("digits")
+    assert decided is not None
+    assert decided.unit == "digits"
+    assert ledger.app_started("ocr") is None
+
+
+def test_the_rule_is_pure() -> None:
+    health = UnitHealth(installed="1.0.0", starts=3, last_good="0.9.0")
+    new, revert = on_start(health, "digits", 3)
+    assert revert == Revert("digits", "1.0.0", "0.9.0", 3)
+    assert health.reverting is None  # the input is untouched
+    assert new.reverting == revert
+
+
+def test_an_unreadable_ledger_is_logged_and_started_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "health.json").write_text('{"units": {"digits": {"starts": "many"}}}')
+    ledger = HealthLedger(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="edgereg.client"):
+        assert ledger.app_started("digits") is None
+    assert "starting afresh" in caplog.text
+    ledger.installed("digits", "1.0.0")
+    assert json.loads((tmp_path / "health.json").read_text())["units"]["digits"]["installed"] == (
+        "1.0.0"
+    )
