@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -288,3 +289,42 @@ def _sha(path: Path) -> str:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+class _Member(NamedTuple):
+    entry: ManifestEntry
+    artifact: Path
+    probe: Path | None
+
+
+def test_as_the_clients_install_check_every_member_is_tested(
+    models: Models, tmp_path: Path
+) -> None:
+    data, ref = probe_blob(models.conv_probe)
+    probe_file = tmp_path / "probe.json"
+    probe_file.write_bytes(data)
+    conv = entry_for(models.conv, probe=ref, backends=["opencl", "cpu"])
+    stream = _entry(models.stream, None)
+    check = SelfTest(tmp_path, runner=FaultyGpuRunner())
+    chosen = check(
+        "ocr",
+        "2.0.0",
+        {
+            "det": _Member(conv, models.conv, probe_file),
+            "vad": _Member(stream, models.stream, None),
+        },
+    )
+    assert chosen == {"det": "cpu", "vad": "cpu"}
+    assert check.results["det"].skipped == ("opencl",)
+    assert check.results["vad"].probe == "none"
+
+    # One member failing rejects the release; a probe blob that is not the entry's is refused.
+    wrong = models.conv_probe.model_copy(update={"artifact_sha256": _sha(models.other)})
+    wrong_data, wrong_ref = probe_blob(wrong)
+    (tmp_path / "wrong.json").write_bytes(wrong_data)
+    other = entry_for(models.other, probe=wrong_ref)
+    with pytest.raises(ProbeFailed):
+        check("ocr", "2.1.0", {"det": _Member(other, models.other, tmp_path / "wrong.json")})
+    assert check.failed == {"det": "1.0.0"}
+    with pytest.raises(BadBlob):
+        check("ocr", "2.1.0", {"det": _Member(other, models.other, probe_file)})

@@ -48,6 +48,7 @@ __all__ = [
     "BackendRunner",
     "BackendTrial",
     "BackendUnavailableError",
+    "MemberFilesLike",
     "MnnRunner",
     "ModelSession",
     "SelfTest",
@@ -82,6 +83,19 @@ _NUMPY_DTYPES: Mapping[str, str] = {
 _MEMORY_FILE = "selftest.json"
 _MEMORY_VERSIONS_KEPT = 16
 """Per model, how many versions' verdicts are kept (older ones cannot come back as new)."""
+
+
+class MemberFilesLike(Protocol):
+    """One member of a release about to be installed (the client's ``MemberFiles``)."""
+
+    @property
+    def entry(self) -> ManifestEntry: ...
+
+    @property
+    def artifact(self) -> Path: ...
+
+    @property
+    def probe(self) -> Path | None: ...
 
 
 # --- the runner: what is device-specific ------------------------------------------
@@ -400,6 +414,48 @@ class SelfTest:
         self.runner: BackendRunner = runner if runner is not None else MnnRunner()
         self.clock = clock
         self._memory = _Memory(Path(cache_dir))
+        # What the last install check found, per member: for the reports.
+        self.results: dict[str, SelfTestResult] = {}
+        self.failed: dict[str, str] = {}
+
+    def __call__(
+        self, unit: str, version: str, files: Mapping[str, MemberFilesLike]
+    ) -> dict[str, str]:
+        """The client's install check: self-test every member; the backend chosen for each.
+
+        ``files`` maps each member (the model itself, for a model) to its
+        verified entry, artifact and probe blob. The results stay in
+        :attr:`results` for the reports.
+
+        Raises:
+            ProbeFailed: a member failed on every backend (the whole release
+                is refused: a device never holds a mix).
+            BadBlob, Malformed: a probe blob that does not match its entry.
+        """
+        self.results.clear()
+        self.failed.clear()
+        chosen: dict[str, str] = {}
+        for name in sorted(files):
+            member = files[name]
+            ref = member.entry.probe
+            probe = None
+            if ref is not None and member.probe is not None:
+                try:
+                    data = Path(member.probe).read_bytes()
+                except OSError as exc:
+                    raise BadBlob(
+                        f"probe of {name} {member.entry.version} unreadable: {exc}"
+                    ) from exc
+                probe = parse_probe(data, ref, member.entry)
+            try:
+                result = self.run(name, member.artifact, member.entry, probe)
+            except ProbeFailed:
+                self.results.pop(name, None)
+                self.failed[name] = member.entry.version
+                raise
+            self.results[name] = result
+            chosen[name] = result.backend
+        return chosen
 
     def rejected(self, model: str, version: str, sha256: str) -> str | None:
         """Why this version was rejected on this device earlier, or None."""
