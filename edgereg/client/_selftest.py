@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import tempfile
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -155,6 +156,7 @@ def _stdout_captured() -> Iterator[list[str]]:
     """
     captured: list[str] = []
     with _STDOUT_LOCK, tempfile.TemporaryFile() as sink:
+        sys.stdout.flush()  # what Python printed before belongs on the real stdout
         saved = os.dup(1)
         try:
             os.dup2(sink.fileno(), 1)
