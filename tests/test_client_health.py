@@ -48,6 +48,10 @@ CASES = {
         + ["start"] * 5,
         None,
     ),
+    "after a revert to nothing, a new install counts afresh": (
+        ["install 1.0.0"] + ["start"] * 4 + ["reverted", "install 1.1.0"] + ["start"] * 3,
+        None,
+    ),
     "a confirmation after the revert was decided does not cancel it": (
         ["install 1.0.0", "confirm", "install 1.1.0"] + ["start"] * 4 + ["confirm", "start"],
         ("1.1.0", "1.0.0"),
@@ -66,7 +70,7 @@ def _play(ledger: HealthLedger, events: list[str]) -> Revert | None:
         elif word == "confirm":
             ledger.confirm("digits", arg or None)
         elif word == "reverted":
-            ledger.reverted("digits")
+            ledger.reverted("digits", arg or None)
     return decided
 
 
@@ -83,7 +87,7 @@ def test_crash_loop_rule(name: str, tmp_path: Path) -> None:
 
 def test_a_reverted_version_is_marked_bad_for_good(tmp_path: Path) -> None:
     ledger = HealthLedger(tmp_path, max_unconfirmed_starts=1)
-    _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "start", "reverted"])
+    _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "start", "reverted 1.0.0"])
     assert ledger.is_bad("digits", "1.1.0")
     assert not ledger.is_bad("digits", "1.0.0")
     health = ledger.health("digits")
@@ -136,3 +140,10 @@ def test_an_unreadable_ledger_is_logged_and_started_afresh(
     assert json.loads((tmp_path / "health.json").read_text())["units"]["digits"]["installed"] == (
         "1.0.0"
     )
+
+
+def test_a_revert_the_app_makes_itself_marks_the_version_bad(tmp_path: Path) -> None:
+    ledger = HealthLedger(tmp_path)
+    _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "reverted 1.0.0"])
+    assert ledger.is_bad("digits", "1.1.0")
+    assert ledger.health("digits").confirmed

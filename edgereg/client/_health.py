@@ -130,13 +130,24 @@ def on_confirm(health: UnitHealth, version: str | None = None) -> tuple[UnitHeal
     return dataclasses.replace(health, confirmed=True, last_good=health.installed), True
 
 
-def on_reverted(health: UnitHealth) -> UnitHealth:
-    """The client put the last good version back: it is installed, and confirmed."""
-    if health.reverting is None:
-        return health
-    back = health.reverting.to_version
+def on_reverted(health: UnitHealth, to_version: str | None = None) -> UnitHealth:
+    """The client switched back to ``to_version`` (None: to nothing installed).
+
+    Whether the revert was the ledger's or the app's own (``Client.revert``),
+    the version left is confirmed only when it is the last good one; any other
+    starts its count again.
+    """
+    bad = dict(health.bad)
+    if health.reverting is None and health.installed is not None and not health.confirmed:
+        # The app reverted on its own: the version it left is bad too.
+        bad[health.installed] = f"{health.installed} reverted by the app"
     return dataclasses.replace(
-        health, installed=back, confirmed=back is not None, starts=0, reverting=None
+        health,
+        installed=to_version,
+        confirmed=to_version is not None and to_version == health.last_good,
+        starts=0,
+        reverting=None,
+        bad=bad,
     )
 
 
@@ -208,9 +219,9 @@ class HealthLedger:
         self._update(unit, step)
         return changed[0]
 
-    def reverted(self, unit: str) -> None:
-        """The client carried out the revert :meth:`app_started` asked for."""
-        self._update(unit, on_reverted)
+    def reverted(self, unit: str, to_version: str | None) -> None:
+        """The client switched ``unit`` back to ``to_version`` (a revert, asked for or not)."""
+        self._update(unit, lambda h: on_reverted(h, to_version))
 
     def is_bad(self, unit: str, version: str) -> bool:
         """Whether ``version`` was marked bad on this device (never install it again)."""
