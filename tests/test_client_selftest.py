@@ -325,6 +325,7 @@ def test_as_the_clients_install_check_every_member_is_tested(
     other = entry_for(models.other, probe=wrong_ref)
     with pytest.raises(ProbeFailed):
         check("ocr", "2.1.0", {"det": _Member(other, models.other, tmp_path / "wrong.json")})
-    assert check.failed == {"det": "1.0.0"}
+    assert [t.outcome for t in check.failed["det"]] == ["failed"]
+    assert "det" not in check.results
     with pytest.raises(BadBlob):
         check("ocr", "2.1.0", {"det": _Member(other, models.other, probe_file)})

@@ -25,8 +25,8 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -418,7 +418,8 @@ class SelfTest:
         self._memory = _Memory(Path(cache_dir))
         # What the last install check found, per member: for the reports.
         self.results: dict[str, SelfTestResult] = {}
-        self.failed: dict[str, str] = {}
+        self.failed: dict[str, tuple[BackendTrial, ...]] = {}
+        self.last_trials: tuple[BackendTrial, ...] = ()
 
     def __call__(
         self, unit: str, version: str, files: Mapping[str, MemberFilesLike]
@@ -452,8 +453,7 @@ class SelfTest:
             try:
                 result = self.run(name, member.artifact, member.entry, probe)
             except ProbeFailed:
-                self.results.pop(name, None)
-                self.failed[name] = member.entry.version
+                self.failed[name] = self.last_trials
                 raise
             self.results[name] = result
             chosen[name] = result.backend
@@ -481,6 +481,7 @@ class SelfTest:
                 was rejected on this device before; the version is marked bad.
         """
         path = Path(artifact)
+        self.last_trials = ()
         record = self._memory.version(model, entry.version, entry.sha256)
         if record.get("rejected"):
             raise self._failure(
@@ -503,6 +504,7 @@ class SelfTest:
             if trial.outcome in ("passed", "loaded"):
                 chosen = trial
                 break
+        self.last_trials = tuple(trials)
         if chosen is None:
             why = "; ".join(f"{t.backend}: {t.detail}" for t in trials)
             self._memory.write(model, entry.version, {**record, "failed": failed, "rejected": why})
