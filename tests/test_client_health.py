@@ -147,3 +147,14 @@ def test_a_revert_the_app_makes_itself_marks_the_version_bad(tmp_path: Path) -> 
     _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "reverted 1.0.0"])
     assert ledger.is_bad("digits", "1.1.0")
     assert ledger.health("digits").confirmed
+
+
+def test_a_ledger_that_cannot_be_written_fails_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "health.json").mkdir()  # not a file: every write fails
+    ledger = HealthLedger(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="edgereg.client"):
+        ledger.installed("digits", "1.0.0")
+        assert ledger.app_started("digits") is None
+    assert "cannot be written" in caplog.text

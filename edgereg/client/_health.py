@@ -250,8 +250,13 @@ class HealthLedger:
 
     def _write(self, units: dict[str, UnitHealth]) -> None:
         body = {"schema_version": 1, "units": {n: _to_json(h) for n, h in sorted(units.items())}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, json.dumps(body, indent=1, sort_keys=True) + "\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, json.dumps(body, indent=1, sort_keys=True) + "\n")
+        except OSError as exc:
+            # A full disk must not fail the install it records; the cost is that
+            # this install's starts go uncounted (no automatic revert for it).
+            _log.warning("health ledger %s cannot be written: %s", self.path, exc)
 
 
 def _to_json(health: UnitHealth) -> dict[str, Any]:
