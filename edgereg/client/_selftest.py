@@ -32,9 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from edgereg._files import atomic_write
 from edgereg.config import RuntimeHints
@@ -43,6 +41,10 @@ from edgereg.protocol.fields import Backend
 from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed
 from edgereg.protocol.wire import ManifestEntry, WireError, from_bytes
+
+if TYPE_CHECKING:
+    # Imported where used: an app's client that runs no self-test never loads numpy.
+    import numpy as np
 
 __all__ = [
     "MNN_BACKEND_NAMES",
@@ -234,6 +236,8 @@ class _MnnSession:
         }
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        import numpy as np
+
         expr = self._expr
         variables = []
         for index, name in enumerate(self._names):
@@ -292,6 +296,8 @@ def parse_probe(data: bytes, ref: BlobRef, entry: ManifestEntry) -> GoldenProbe:
 
 
 def _array(tensor: ProbeTensor) -> np.ndarray:
+    import numpy as np
+
     raw = base64.b64decode(tensor.data)
     return np.frombuffer(raw, dtype=np.dtype(_NUMPY_DTYPES[tensor.dtype])).reshape(tensor.shape)
 
@@ -565,6 +571,8 @@ class SelfTest:
 
 def _run_cases(session: ModelSession, probe: GoldenProbe) -> list[list[dict[str, list[float]]]]:
     """Every case's steps through the session, state fed back from zeros."""
+    import numpy as np
+
     shapes = session.input_shapes()
     computed: list[list[dict[str, list[float]]]] = []
     for case in probe.cases:
