@@ -124,9 +124,9 @@ def test_confirm_and_revert_are_reported_again_under_the_install_token(
 ) -> None:
     reporter = _reporter(collector, tmp_path)
     reporter.installed(FACTS, "v1/reports")
-    reporter.confirmed("digits")
+    reporter.confirmed("digits", "digits")
     # A new process (the next app start) finds the same install: same token.
-    _reporter(collector, tmp_path).reverted("digits")
+    _reporter(collector, tmp_path).reverted("digits", "digits")
     first, confirmed, reverted = collector.reports()
     assert first.token == confirmed.token == reverted.token
     assert (confirmed.confirmed, confirmed.reverted) == (True, False)
@@ -154,8 +154,8 @@ def test_latency_the_app_records_is_summarised_once(collector: Collector, tmp_pa
     reporter.installed(FACTS, "v1/reports")
     for ms in range(1, 101):
         reporter.record_inference("digits", float(ms))
-    reporter.confirmed("digits")
-    reporter.summary("digits")
+    reporter.confirmed("digits", "digits")
+    reporter.summary("digits", "digits")
     _, confirmed, later = collector.reports()
     assert confirmed.inference is not None
     assert (confirmed.inference.count, confirmed.inference.p50_ms) == (100, 50.0)
@@ -171,7 +171,7 @@ def test_opting_out_sends_and_stores_nothing(collector: Collector, tmp_path: Pat
     reporter = _reporter(collector, tmp_path, enabled=False)
     reporter.record_inference("digits", 3.0)
     assert reporter.installed(FACTS, "v1/reports") is None
-    assert reporter.confirmed("digits") is None
+    assert reporter.confirmed("digits", "digits") is None
     assert collector.received == []
     assert list(tmp_path.iterdir()) == []
 
@@ -238,7 +238,7 @@ def test_sending_never_blocks_the_caller(collector: Collector, tmp_path: Path) -
     reporter = Reporter(collector.base, tmp_path, device=DEVICE)
     # The collector holds every request until released: the caller goes on regardless.
     assert reporter.installed(FACTS, "v1/reports") is not None
-    assert reporter.confirmed("digits") is not None
+    assert reporter.confirmed("digits", "digits") is not None
     assert collector.received == []
     collector.hold.set()
     reporter.close(timeout=10)
@@ -262,4 +262,19 @@ def test_device_facts_are_checked_when_the_app_gives_them() -> None:
 def test_an_unreadable_reports_file_is_started_afresh(collector: Collector, tmp_path: Path) -> None:
     (tmp_path / "reports.json").write_text("[1, 2")
     assert _reporter(collector, tmp_path).installed(FACTS, "v1/reports") is not None
-    assert json.loads((tmp_path / "reports.json").read_text())["models"]["digits"]
+    assert json.loads((tmp_path / "reports.json").read_text())["models"]["digits/digits"]
+
+
+def test_members_of_one_install_share_its_token_and_are_kept_apart_for_the_retry(
+    collector: Collector, tmp_path: Path
+) -> None:
+    collector.status = 503
+    reporter = _reporter(collector, tmp_path)
+    for model in ("det", "rec"):
+        facts = InstallFacts(**{**FACTS.__dict__, "unit": "ocr", "model": model})
+        reporter.installed(facts, "v1/reports")
+    collector.status = 204
+    reporter.retry_pending()
+    det, rec, det_again, rec_again = collector.reports()
+    assert det.token == rec.token
+    assert {det_again.model, rec_again.model} == {"det", "rec"}

@@ -7,11 +7,12 @@ reverted, carrying the inference latency the app measured
 manifest's ``report_url``: a path relative to the registry root, or an
 absolute http(s) URL (a separate collector for a static or CDN registry).
 
-Nothing personal and no device id: the ``token`` is random per install and
-per version, kept in ``reports.json`` in the cache directory so later
-reports of the same install replace earlier ones at the receiver. Reporting
-never blocks or fails an update: sends run on a background thread with a
-bounded timeout, a failure is logged and retried once, later, then dropped.
+Nothing personal and no device id: the ``token`` is random per install of
+a unit version (a bundle's members share it), kept in ``reports.json`` in
+the cache directory so later reports of the same install replace earlier
+ones at the receiver. Reporting never blocks or fails an update: sends run
+on a background thread with a bounded timeout, a failure is logged and
+retried once, later, then dropped.
 ``Reporter(..., enabled=False)`` sends nothing and stores nothing.
 """
 
@@ -53,8 +54,8 @@ _FILE = "reports.json"
 _SAMPLES_KEPT = 2048
 """Latency samples kept per model between reports (a uniform sample of all calls)."""
 _TOKENS_KEPT = 8
-"""Tokens kept per model: enough to report a revert to an earlier version with its own."""
-_SHORT_TEXT = re.compile(r"^[A-Za-z0-9._ -]{1,32}$")
+"""Tokens kept per unit: enough to report a revert to an earlier version with its own."""
+SHORT_TEXT = re.compile(r"^[A-Za-z0-9._ -]{1,32}$")
 USER_AGENT = f"edgereg/{__version__}"
 
 
@@ -77,7 +78,7 @@ class DeviceFacts:
     def __post_init__(self) -> None:
         for name in ("os_version", "device_class"):
             value = getattr(self, name)
-            if value is not None and not _SHORT_TEXT.match(value):
+            if value is not None and not SHORT_TEXT.match(value):
                 raise ValueError(
                     f"{name} {value!r}: 1 to 32 letters, digits, '.', '_', '-' or spaces"
                 )
@@ -216,31 +217,36 @@ class Reporter:
             return None
         with self._lock:
             state = self._read()
-            tokens: dict[str, str] = state["tokens"].setdefault(facts.model, {})
-            token = tokens.get(facts.version) or secrets.token_hex(16)
-            tokens.pop(facts.version, None)
-            tokens[facts.version] = token
+            # One token per install of a unit version: a bundle's members share it
+            # (the receiver keeps the latest report per token and model).
+            tokens: dict[str, str] = state["tokens"].setdefault(facts.unit, {})
+            token = tokens.get(facts.unit_version) or secrets.token_hex(16)
+            tokens.pop(facts.unit_version, None)
+            tokens[facts.unit_version] = token
             for old in list(tokens)[:-_TOKENS_KEPT]:
                 del tokens[old]
             report = self._build(facts, token)
             if report is None:
                 return None
-            state["models"][facts.model] = {"url": url, "report": report.model_dump(mode="json")}
+            state["models"][_key(facts.unit, facts.model)] = {
+                "url": url,
+                "report": report.model_dump(mode="json"),
+            }
             self._write(state)
         self._send(url, report)
         return report
 
-    def confirmed(self, model: str) -> Report | None:
+    def confirmed(self, unit: str, model: str) -> Report | None:
         """Report again: the app confirmed the model (its first real inference succeeded)."""
-        return self._again(model, {"confirmed": True})
+        return self._again(unit, model, {"confirmed": True})
 
-    def reverted(self, model: str) -> Report | None:
+    def reverted(self, unit: str, model: str) -> Report | None:
         """Report again: the model was reverted (a crash loop)."""
-        return self._again(model, {"reverted": True})
+        return self._again(unit, model, {"reverted": True})
 
-    def summary(self, model: str) -> Report | None:
+    def summary(self, unit: str, model: str) -> Report | None:
         """Report again with the latency recorded since the last report (for a periodic send)."""
-        return self._again(model, {})
+        return self._again(unit, model, {})
 
     def retry_pending(self) -> None:
         """Send once more the reports whose first send failed; then forget them either way."""
@@ -272,12 +278,12 @@ class Reporter:
 
     # -- steps ---------------------------------------------------------------------------
 
-    def _again(self, model: str, changes: dict[str, Any]) -> Report | None:
+    def _again(self, unit: str, model: str, changes: dict[str, Any]) -> Report | None:
         if not self.enabled:
             return None
         with self._lock:
             state = self._read()
-            stored = state["models"].get(model)
+            stored = state["models"].get(_key(unit, model))
             if stored is None:
                 return None
             try:
@@ -369,8 +375,13 @@ class Reporter:
         document = json.loads(body)
         with self._lock:
             state = self._read()
-            # The latest report of a token is the one that counts: keep only it.
-            pending = [p for p in state["pending"] if p["body"].get("token") != document["token"]]
+            # The latest report of a token and model is the one that counts: keep only it.
+            same = (document["token"], document["model"])
+            pending = [
+                p
+                for p in state["pending"]
+                if (p["body"].get("token"), p["body"].get("model")) != same
+            ]
             pending.append({"url": url, "body": document})
             state["pending"] = pending[-16:]
             self._write(state)
@@ -400,6 +411,11 @@ class Reporter:
         except OSError as exc:
             # Reports are best effort: a full disk must not fail the update.
             _log.warning("reports: cannot write %s: %s", self.path, exc)
+
+
+def _key(unit: str, model: str) -> str:
+    """Where a unit's model's latest report is kept (a model may be in a bundle and alone)."""
+    return f"{unit}/{model}"
 
 
 def _http_post(url: str, body: bytes, timeout: float) -> int:
