@@ -647,7 +647,8 @@ def _member_versions(record: Any) -> dict[str, str]:
 
     if not isinstance(record, BundleRecord):
         return {}
-    return {name: member.version for name, member in record.members.items()}
+    # By name, as the signed record (canonical JSON) keeps them.
+    return {name: record.members[name].version for name in sorted(record.members)}
 
 
 def _apply_transition(
@@ -1049,8 +1050,9 @@ def _no_such_model(config: config_module.Config, model: str) -> ConfigError:
             file=str(config.path),
             hint="Add one with `edgereg add path/to/model.onnx --evaluation data.npz`.",
         )
+    bundles = f"; bundles: {', '.join(config.bundles)}" if config.bundles else ""
     return ConfigError(
-        f"no model '{model}'; models: {', '.join(config.models)}", file=str(config.path)
+        f"no model '{model}'; models: {', '.join(config.models)}{bundles}", file=str(config.path)
     )
 
 

@@ -78,7 +78,9 @@ def prepare_bundle_release(
             version=release.version,
             variants=dict(release.variants),
             tiers=dict(release.tiers),
-            requires=release.requires,
+            # The model's own requires (models.toml), whether or not the
+            # model's release record carries it.
+            requires=release.requires or config.models[name].requires,
         )
         blobs.update(prepared.blobs)
     if problems:
