@@ -413,3 +413,23 @@ def test_a_bundle_publishes_to_s3(s3kit: Site) -> None:
     assert got == {"1.0.0", None}
     report = verify_json(s3kit)
     assert (report["errors"], report["warnings"]) == ([], []), report
+
+
+def test_the_status_page_shows_a_bundle_with_its_members(kit: Site) -> None:
+    from edgereg.serve._status_page import render_status_page
+
+    ok(kit.run("publish", BUNDLE, "--full"))
+    next_member_version(kit, MODEL, "1.1.0")
+    ok(kit.run("publish", BUNDLE, "--canary", "5%", "--version", "1.1.0"))
+    registry = kit.registry()
+    page = render_status_page(registry.storage, trusted=registry.trusted_keys)
+    assert "Cannot show" not in page
+    assert "bundle of 2:" in page
+    assert f"<b>{MODEL}</b> stable 1.0.0 → candidate 1.1.0" in page
+    assert f"<b>{OTHER}</b> stable 1.0.0 → candidate 1.0.0" in page
+    assert "<th>member</th>" in page
+    for member in MEMBERS:
+        assert f'<td class="name">{member}</td>' in page
+    # The page and `edgereg status --html` are the same page.
+    ok(kit.run("status", "--html", "page.html"))
+    assert "bundle of 2:" in (kit.root / "page.html").read_text(encoding="utf-8")
