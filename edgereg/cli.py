@@ -667,11 +667,21 @@ def _apply_transition(
             configuration (None without a models.toml) and the registry.
     """
     config = optional_config(options["config_path"])
-    if config is not None and model in config.models:
+    in_bundle = config is not None and config.bundle_of(model) is not None
+    try:
+        registry = open_registry(
+            config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
+        )
+        # A model published alone before it joined a bundle keeps its own
+        # rollout (it can still be rolled back or re-signed); a new one has none.
+        unpublished_member = in_bundle and registry.read_state(model)[0] is None
+    except EdgeregError:
+        if not in_bundle:
+            raise
+        unpublished_member = True
+    if unpublished_member:
+        assert config is not None
         _refuse_bundle_member(config, model)
-    registry = open_registry(
-        config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
-    )
     extra = arguments(config, registry) if arguments is not None else {}
     actor = actor_name(options["actor"])
     state = registry.change(

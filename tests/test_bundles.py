@@ -248,6 +248,13 @@ def test_a_member_is_not_published_alone(kit: Site) -> None:
     assert kit.objects() == {}
 
 
+def test_a_model_published_alone_before_it_joined_a_bundle_keeps_its_rollout(site: Site) -> None:
+    ok(site.run("publish", MODEL, "--full"))
+    add_table(site.project, BUNDLE_TABLE)
+    ok(site.run("resign", MODEL))  # its devices' manifests must not expire
+    assert_refused(site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"), 2, BUNDLE)
+
+
 def test_an_unknown_bundle_is_refused(kit: Site) -> None:
     assert_refused(kit.run("publish", "ocr", "--canary", "5%"), 2, "no model 'ocr'", "bundles: kit")
 
