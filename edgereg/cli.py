@@ -901,7 +901,7 @@ def _member_cell(status: Any, member: str | None) -> str:
         return "-"
     for found in status.members:
         if found.name == member:
-            versions = [v for v in (found.stable, found.candidate) if v is not None]
+            versions = dict.fromkeys(v for v in (found.stable, found.candidate) if v is not None)
             return f"{member} {' -> '.join(versions)}"
     return member
 

@@ -698,7 +698,11 @@ class Registry:
                 )
         if any(v is not None and v not in records for v in (state.stable, state.candidate)):
             return
-        expected = build_manifests(state, records, self.manifest_tiers(model))
+        try:
+            expected = build_manifests(state, records, self.manifest_tiers(model))
+        except ValueError as exc:  # a model's release and a bundle's under one state
+            report.errors.append(f"{state_key(model)}: no manifest can be built from it: {exc}")
+            return
         for tier, want in expected.items():
             key = manifest_key(model, tier)
             try:
