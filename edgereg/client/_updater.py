@@ -10,8 +10,8 @@ Cache directory layout (one client at a time per directory)::
     blobs/<sha256>.part         an interrupted download, resumed with Range
     state/<unit>/sequence.json  highest sequence seen (rollback protection)
     state/<unit>/<tier>.json    last accepted manifest bytes and its ETag
-    state/<unit>/status.json    the pending release (downloading or deferred), last error
-    state/<unit>/bad.json       versions refused for good on this device
+    state/<unit>/_status.json   the pending release (downloading or deferred), last error
+    state/<unit>/_bad.json      versions refused for good on this device
     installed.json              models: model -> blob, version, variant, hints, contract;
                                 bundles: bundle -> version and every member; each with
                                 ``previous``, the last good set
@@ -622,10 +622,11 @@ class _Cache:
         return self.root / "state" / model / "sequence.json"
 
     def status_file(self, unit: str) -> Path:
-        return self.root / "state" / unit / "status.json"
+        # A leading "_" keeps these apart from <tier>.json: a tier name starts with a letter.
+        return self.root / "state" / unit / "_status.json"
 
     def _bad_file(self, unit: str) -> Path:
-        return self.root / "state" / unit / "bad.json"
+        return self.root / "state" / unit / "_bad.json"
 
     def read_state(self, model: str, tier: str) -> _TierState:
         path = self._state_file(model, tier)
@@ -680,7 +681,7 @@ class _Cache:
         tiers = self.root / "state" / model
         with contextlib.suppress(OSError):
             for tier_file in sorted(tiers.glob("*.json")):
-                if tier_file.stem not in ("sequence", "status", "bad"):
+                if tier_file.stem != "sequence" and not tier_file.stem.startswith("_"):
                     legacy = self.read_state(model, tier_file.stem).highest_sequence
                     if legacy is not None:
                         found.append(legacy)
@@ -774,7 +775,7 @@ class _Cache:
                     keep |= record.blobs
                     record = record.previous
         with contextlib.suppress(OSError):
-            for status_file in (self.root / "state").glob("*/status.json"):
+            for status_file in (self.root / "state").glob("*/_status.json"):
                 pending = self.read_status(status_file.parent.name).get("pending")
                 if isinstance(pending, dict):
                     blobs = pending.get("blobs")
@@ -1684,6 +1685,31 @@ def _installed_models(cache: _Cache, installed: _Installed) -> dict[str, Install
     return models
 
 
+def _pending_of(cache: _Cache, pend: object) -> Pending | None:
+    if not isinstance(pend, dict):
+        return None
+    blobs = [b for b in pend.get("blobs") or [] if isinstance(b, dict)]
+    total = sum(int(b.get("size", 0)) for b in blobs)
+    remaining = 0
+    for item in blobs:
+        digest, size = str(item.get("sha256")), int(item.get("size", 0))
+        if cache.has_blob(digest, size):
+            continue
+        try:
+            remaining += max(0, size - cache.part(digest).stat().st_size)
+        except OSError:
+            remaining += size
+    deferred = pend.get("deferred")
+    return Pending(
+        version=str(pend.get("version")),
+        is_candidate=pend.get("is_candidate") is True,
+        total_bytes=total,
+        remaining_bytes=remaining,
+        deferred=deferred if isinstance(deferred, str) else None,
+        since=str(pend.get("since")),
+    )
+
+
 def unit_status(
     cache_dir: str | os.PathLike[str],
     unit: str,
@@ -1699,28 +1725,11 @@ def unit_status(
     cache = _Cache(Path(cache_dir))
     record = cache.read_record(kind, unit)
     raw = cache.read_status(unit)
-    pending: Pending | None = None
-    pend = raw.get("pending")
-    if isinstance(pend, dict):
-        blobs = [b for b in pend.get("blobs") or [] if isinstance(b, dict)]
-        total = sum(int(b.get("size", 0)) for b in blobs)
-        remaining = 0
-        for item in blobs:
-            digest, size = str(item.get("sha256")), int(item.get("size", 0))
-            if cache.has_blob(digest, size):
-                continue
-            try:
-                remaining += max(0, size - cache.part(digest).stat().st_size)
-            except OSError:
-                remaining += size
-        pending = Pending(
-            version=str(pend.get("version")),
-            is_candidate=pend.get("is_candidate") is True,
-            total_bytes=total,
-            remaining_bytes=remaining,
-            deferred=pend.get("deferred") if isinstance(pend.get("deferred"), str) else None,
-            since=str(pend.get("since")),
-        )
+    try:
+        pending = _pending_of(cache, raw.get("pending"))
+    except (TypeError, ValueError):
+        _log.warning("the pending record of %s is damaged; ignoring it", unit)
+        pending = None
     err = raw.get("last_error")
     last_error = (
         LastError(code=str(err.get("code")), message=str(err.get("message")), at=str(err.get("at")))
