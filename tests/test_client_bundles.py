@@ -640,3 +640,53 @@ def test_pull_usage_errors_are_clear(tmp_path: Path) -> None:
     assert "MODEL or --bundle" in both.output
     neither = runner.invoke(pull_command, ["--status", "--out", str(tmp_path)])
     assert neither.exit_code == 2
+
+
+# --- bad input keeps the last good --------------------------------------------------------
+
+
+def test_a_labels_blob_that_is_not_a_list_of_strings_refuses_the_release(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    cache = tmp_path / "c"
+    kit.publish("digits", kit.entry("digits", "1.0.0"))
+    assert client(kit, server.url, cache, model="digits").fetch().ok
+    entry = kit.entry("digits", "1.1.0")
+    assert entry.contract is not None
+    not_labels = kit.blob(b'{"0": "cat"}')
+    broken = entry.model_copy(
+        update={"contract": entry.contract.model_copy(update={"labels_blob": not_labels})}
+    )
+    kit.publish("digits", broken)
+    result = client(kit, server.url, cache, model="digits").fetch()
+    assert result.error_code == "malformed"
+    assert "labels" in (result.error or "")
+    assert result.version == "1.0.0"
+
+
+KEYS_OF_0_1_0 = ("sha256", "version", "variant", "tier", "is_candidate", "min_mnn_runtime")
+KEYS_OF_0_1_0 += ("runtime", "sequence")
+
+
+def test_an_install_pointer_written_by_0_1_0_is_still_read(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    kit.publish("digits", kit.entry("digits", "1.0.0"))
+    cache = tmp_path / "c"
+    first = client(kit, server.url, cache, model="digits").fetch()
+    assert first.sha256 is not None
+    old = {  # the keys 0.1.0 wrote, nothing more
+        "schema_version": 1,
+        "models": {
+            "digits": {key: installed_json(cache)["models"]["digits"][key] for key in KEYS_OF_0_1_0}
+        },
+    }
+    (cache / "installed.json").write_text(json.dumps(old))
+    current = client(kit, server.url, cache, model="digits").current()
+    assert current is not None
+    assert current.sha256 == first.sha256
+    assert current.contract is None  # not recorded then; the next change brings it
+    again = client(kit, server.url, cache, model="digits").fetch()
+    assert again.ok
+    assert not again.updated
+    assert again.downloaded_bytes == 0
