@@ -349,7 +349,7 @@ def _print(result: FetchResult) -> None:
             click.echo(f"  {name} {member.version} variant {member.variant}")
             indent = "    "
         _print_member(member, indent)
-    if result.error is None:
+    if result.error is None and result.deferred is None:
         if result.updated:
             click.echo(f"  installed ({result.downloaded_bytes} bytes downloaded)")
         else:
