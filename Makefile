@@ -55,6 +55,11 @@ demo: venv
 	$(DEMO_PULL) digits $(FLAGSHIP)
 	$(DEMO_PULL) digits $(BUDGET_PHONE)
 	edgereg history digits
+	@echo "--- ocr ships textdet and textrec as one bundle: a device gets both members of one version ---"
+	edgereg publish ocr --canary 50%
+	$(DEMO_PULL) --bundle ocr $(FLAGSHIP)
+	$(DEMO_PULL) --bundle ocr $(BUDGET_PHONE)
+	$(DEMO_PULL) --status $(FLAGSHIP)
 	edgereg verify
 
 lint: venv
