@@ -8,6 +8,7 @@ of an earlier build in place and has to remove them.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -36,7 +37,13 @@ from edgereg.build.outputs import (
     PROBE,
     PROVENANCE,
 )
-from edgereg.build.probe import check_on_host, probe_outputs_on_host
+from edgereg.build.probe import (
+    check_on_host,
+    probe_bytes,
+    probe_outputs_on_host,
+    probe_tolerance,
+    select_probe_rows,
+)
 from edgereg.build.quality import (
     OutputAgreement,
     check_gates,
@@ -390,6 +397,68 @@ def test_the_probe_fails_five_percent_noise_on_a_float_variant(
     result = check_probe(probe, _perturbed(computed, noisy))
     assert not result.passed
     assert result.worst_cosine < probe.tolerance.min_cosine
+
+
+def test_the_probe_tolerance_follows_the_documented_rule() -> None:
+    expected = {"y": np.array([[[3.0, -1.0, 0.5]], [[2.0, 0.0, -4.0]]], np.float32)}
+    # The host reproduces itself exactly: the gate (capped at 0.9999) and 1% of the scale.
+    same = probe_tolerance(expected, expected, budget_min_cosine=0.98, variant_max_abs_error=0.0)
+    assert (same.min_cosine, same.max_abs_error) == (0.98, 0.04)
+    tight = probe_tolerance(expected, expected, budget_min_cosine=1.0, variant_max_abs_error=0.0)
+    assert tight.min_cosine == 0.9999
+    # The variant's own error against the fp32 model, rounded up to two digits.
+    loose = probe_tolerance(
+        expected, expected, budget_min_cosine=0.98, variant_max_abs_error=0.1234
+    )
+    assert loose.max_abs_error == 0.13
+    # A host that differs from itself loosens both, to twice its own deviation.
+    moved = {"y": expected["y"] + np.array([0.0, 0.0, 0.25], np.float32)}
+    wide = probe_tolerance(expected, moved, budget_min_cosine=1.0, variant_max_abs_error=0.0)
+    assert wide.max_abs_error == 0.5
+    assert wide.min_cosine < 0.999
+    check = GoldenProbe.model_validate(
+        {
+            **json.loads(probe_bytes(_one_step_probe(expected["y"][0], wide))),
+        }
+    )
+    assert check_probe(check, [[{"y": moved["y"][0].reshape(-1).tolist()}]]).passed
+
+
+def _one_step_probe(values: np.ndarray, tolerance: Any) -> GoldenProbe:
+    tensor = {
+        "name": "y",
+        "dtype": "float32",
+        "shape": list(values.shape),
+        "data": base64.b64encode(values.astype("<f4").tobytes()).decode(),
+    }
+    return GoldenProbe.model_validate(
+        {
+            "model": "m",
+            "variant": "v",
+            "artifact_sha256": "0" * 64,
+            "cases": [{"steps": [{"inputs": [tensor], "expected": [tensor]}]}],
+            "tolerance": tolerance.model_dump(),
+        }
+    )
+
+
+def test_large_inputs_get_fewer_probe_cases() -> None:
+    def dataset(width: int, count: int = 10) -> tuple[Dataset, list[toolchain.InputFeed]]:
+        rows = np.zeros((count, width), np.float32)
+        return Dataset({"x": rows}, None), [toolchain.InputFeed("x", "float32", (1, width), 0)]
+
+    small, feeds = dataset(8)
+    chosen = select_probe_rows(small, feeds, [], {"y": np.zeros((10, 1, 2), np.float32)})
+    assert chosen.rows.tolist() == [0, 3, 6, 9]  # spread, first and last included
+    # 100,000 floats a sample: about 533 KB of base64, so one case keeps it under 1 MB.
+    large, feeds = dataset(100_000)
+    chosen = select_probe_rows(large, feeds, [], {"y": np.zeros((10, 1, 2), np.float32)})
+    assert chosen.rows.tolist() == [0]
+    # 70,000 floats, about 373 KB of base64 each: two cases fit.
+    medium, feeds = dataset(70_000)
+    chosen = select_probe_rows(medium, feeds, [], {"y": np.zeros((10, 1, 2), np.float32)})
+    assert chosen.rows.tolist() == [0, 9]
+    assert [len(case) for case in chosen.cases()] == [1, 1]
 
 
 def test_a_changed_variant_gets_a_new_recipe_and_id(built: Project, project: Project) -> None:
@@ -996,6 +1065,12 @@ def test_a_low_tier_variant_can_run_its_own_lower_resolution_model(project: Proj
     assert "accuracy" in result.metrics["metrics"]
     info = toolchain.model_info(project.out_dir(IMAGE_MODEL, "w8") / ARTIFACT)
     assert list(info.input_names) == ["image"]
+    # Apps of the low tier are told the smaller input, and its probe feeds it.
+    out = project.out_dir(IMAGE_MODEL, "w8")
+    assert read_contract(out).inputs[0].shape == [1, 3, 4, 4]
+    probe = read_probe(out)
+    assert probe.cases[0].steps[0].inputs[0].shape == [1, 3, 4, 4]
+    assert check_on_host(out / ARTIFACT, probe, read_contract(out)).passed
     # DVC reruns the variant when its own files change.
     from edgereg.build.dvc import render_dvc_yaml, stage_name
 
