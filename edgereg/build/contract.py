@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import get_args
 
+from pydantic import ValidationError
+
 from edgereg.config import CtcTask, Model, Variant
 from edgereg.errors import BuildError
 from edgereg.protocol._json import canonical_json
@@ -89,6 +91,22 @@ def io_contract(
             the graph, or has a dtype no app-facing tensor can have.
     """
     where = f"{model_name}: {graph.path}"
+    try:
+        return _io_contract(where, model, variant, graph, charset)
+    except ValidationError as exc:
+        # A name or shape the wire format cannot carry (a 300-character tensor name).
+        raise BuildError(
+            f"{where}: the I/O contract cannot describe this model: {exc}", stage=STAGE
+        ) from exc
+
+
+def _io_contract(
+    where: str,
+    model: Model,
+    variant: Variant,
+    graph: OnnxReport,
+    charset: Sequence[str] | None,
+) -> BuiltContract:
     specs = variant.inputs or model.inputs
     inputs = [
         InputTensor(
@@ -152,15 +170,12 @@ def io_contract(
         if len(encoded) > INLINE_LABELS_MAX_BYTES:
             inline = None
             blob_ref = BlobRef.of(hashlib.sha256(encoded).hexdigest(), len(encoded))
-    try:
-        contract = IOContract(
-            inputs=inputs,
-            outputs=outputs,
-            state=[StateLink(input=pair.input, output=pair.output) for pair in model.state],
-            task=task,
-            labels=inline,
-            labels_blob=blob_ref,
-        )
-    except ValueError as exc:
-        raise BuildError(f"{where}: the I/O contract is inconsistent: {exc}", stage=STAGE) from exc
+    contract = IOContract(
+        inputs=inputs,
+        outputs=outputs,
+        state=[StateLink(input=pair.input, output=pair.output) for pair in model.state],
+        task=task,
+        labels=inline,
+        labels_blob=blob_ref,
+    )
     return BuiltContract(contract, labels)
