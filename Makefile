@@ -59,7 +59,7 @@ demo: venv
 	edgereg publish ocr --canary 50%
 	$(DEMO_PULL) --bundle ocr $(FLAGSHIP)
 	$(DEMO_PULL) --bundle ocr $(BUDGET_PHONE)
-	$(DEMO_PULL) --status $(FLAGSHIP)
+	$(DEMO_PULL) --bundle ocr --status $(FLAGSHIP)
 	edgereg verify
 
 lint: venv
