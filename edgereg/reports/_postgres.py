@@ -56,6 +56,13 @@ class PostgresStore(ReportStore):
                 url=self.url,
                 hint="Use postgresql://USER:PASSWORD@HOST:PORT/DATABASE.",
             ) from exc
+        port = str(params.get("port", "5432"))
+        if not all(part.isdigit() for part in port.split(",")):
+            raise StoreURLError(
+                f"{self.url!r} is not a PostgreSQL URL: port {port!r} is not a number",
+                url=self.url,
+                hint="Use postgresql://USER:PASSWORD@HOST:PORT/DATABASE.",
+            )
         self._conninfo = url
         self._options: dict[str, Any] = {"application_name": "edgereg-reports"}
         if "connect_timeout" not in params:
