@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgkit import PostgresServer, postgres_server, postgres_url  # noqa: F401 (fixtures)
+from pgkit import PostgresServer, free_port, postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 from edgereg.protocol.reports import Report
 from edgereg.reports import (
@@ -166,7 +166,7 @@ def test_schema_version_is_recorded_and_a_newer_one_refused(store_url: str) -> N
 
 def test_naive_times_are_refused(store: ReportStore) -> None:
     with pytest.raises(ValueError, match="time zone"):
-        store.ingest(report(1), datetime(2026, 1, 1))  # noqa: DTZ001 - the point of the test
+        store.ingest(report(1), datetime(2026, 1, 1))  # naive: the point of the test
 
 
 # -- SQLite specifics ----------------------------------------------------------------
@@ -217,9 +217,7 @@ def test_bad_urls_are_refused_without_showing_a_password(url: str, expected: str
 # -- PostgreSQL specifics ------------------------------------------------------------
 
 
-def test_postgres_unreachable_is_a_clear_retryable_error(postgres_server: PostgresServer) -> None:
-    from pgkit import free_port
-
+def test_postgres_unreachable_is_a_clear_retryable_error() -> None:
     url = f"postgresql://edgereg:secret@127.0.0.1:{free_port()}/x"
     with pytest.raises(ReportStoreError) as caught:
         open_store(url).summaries("digits")
