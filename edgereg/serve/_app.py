@@ -507,11 +507,6 @@ class App:
             response = error_response(429, "too many reports from this address; slow down", name)
             response.headers.append(("Retry-After", retry_after(wait)))
             return response
-        media = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
-        if media != "application/json":
-            return error_response(
-                415, f"a report is application/json, not {media[:60] or 'untyped'}", name
-            )
         if request.header("transfer-encoding") is not None:
             return error_response(411, "send a report with Content-Length, not chunked", name)
         declared = request.header("content-length")
@@ -520,6 +515,11 @@ class App:
         if int(declared) > MAX_REPORT_BYTES:
             return error_response(
                 413, f"a report is at most {MAX_REPORT_BYTES} bytes; this one says {declared}", name
+            )
+        media = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            return error_response(
+                415, f"a report is application/json, not {media[:60] or 'untyped'}", name
             )
         if len(request.body) != int(declared):
             return error_response(400, "the body is shorter than its Content-Length", name)
