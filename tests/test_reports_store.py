@@ -239,3 +239,38 @@ def test_postgres_store_recovers_after_a_restart(tmp_path: Path) -> None:
             server.start()
             store.ingest(report(3), T0)
             assert store.count() == 2
+
+
+# -- group commit (what `edgereg serve` puts in front of the store) ------------------
+
+
+def test_group_commit_shares_transactions_between_threads(store: ReportStore) -> None:
+    from edgereg.reports.batch import GroupCommit
+
+    front = GroupCommit(store)
+
+    def worker(base: int) -> None:
+        for n in range(base, base + 40):
+            front.ingest(report(n), T0)
+
+    threads = [threading.Thread(target=worker, args=(i * 1000,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.count() == 400
+    assert front.batched == 400
+    assert front.batches < 400
+    front.close()
+
+
+def test_group_commit_hands_a_failure_to_its_caller(tmp_path: Path) -> None:
+    from edgereg.reports.batch import GroupCommit
+
+    front = GroupCommit(open_store(f"sqlite:///{tmp_path}/missing/r.sqlite"))
+    with pytest.raises(ReportStoreError, match="does not exist"):
+        front.ingest(report(1), T0)
+    (tmp_path / "missing").mkdir()
+    front.ingest(report(2), T0)  # the writer outlived the failed batch
+    assert front.store.count() == 1
+    front.close()

@@ -157,6 +157,7 @@ def _serve(
     logger.setLevel(logging.INFO if access_log else logging.WARNING)
     from edgereg.config import Reports
     from edgereg.reports import ReportStoreError, StoreURLError, open_store
+    from edgereg.reports.batch import GroupCommit
     from edgereg.serve._ratelimit import RateLimiter
 
     report_settings = config.reports if config is not None else Reports()
@@ -180,6 +181,7 @@ def _serve(
                 f"warning: {exc.message}; POST /v1/reports answers 503 until it answers",
                 markup=False,
             )
+    sink = GroupCommit(store) if store is not None else None
     try:
         server = make_server(
             registry.storage,
@@ -191,7 +193,7 @@ def _serve(
             max_connections=max_connections,
             trusted=registry.trusted_keys if pinned else None,
             policy=config.rollout_policy if config is not None else None,
-            reports=store,
+            reports=sink,
             report_limiter=RateLimiter(reports_rate, reports_burst),
         )
     except OSError as exc:
@@ -225,8 +227,8 @@ def _serve(
         stderr.print(
             f"stopped with connections still open after {shutdown_timeout:g}s", markup=False
         )
-    if store is not None:
-        store.close()
+    if sink is not None:
+        sink.close()  # stores what is queued, then closes the store
 
 
 def _start_pruning(store: Any, retention_days: int, stop: threading.Event) -> None:
