@@ -320,3 +320,20 @@ def test_serve_command_refuses_a_bad_store_url(reg: FakeRegistry, tmp_path: Path
     assert "--reports: unsupported report store scheme 'mysql'" in result.stderr
     assert "pw" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_in_a_project_uses_its_reports_store(tmp_path: Path, small_toml: str) -> None:
+    # [registry] defaults to file://registry; [reports] store is set relative to models.toml.
+    (tmp_path / "models.toml").write_text(
+        small_toml + '\n[reports]\nstore = "sqlite:///data/reports.sqlite"\nretention_days = 30\n'
+    )
+    (tmp_path / "data").mkdir()
+    make_registry(tmp_path / "registry", models=("digits",))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--config", str(tmp_path / "models.toml"), cwd=elsewhere) as (_, url):
+        assert post(url, report_body(1))[0].status == 202
+    assert "reports: POST" in log.read_text()
+    with open_store(f"sqlite:///{tmp_path}/data/reports.sqlite") as store:
+        assert store.count() == 1
