@@ -416,7 +416,8 @@ def main() -> int:
         print(
             f"  summaries() over {summ['rows']:,} reports: {summ['summaries_s']:.2f} s "
             f"(target < {SUMMARY_TARGET_S:g} s) {verdict}; with since: "
-            f"{summ['summaries_since_s']:.2f} s; peak memory +{summ['peak_memory_mb']:.1f} MB; "
+            f"{summ['summaries_since_s']:.2f} s; "
+            f"peak memory +{summ['peak_memory_mb'] * 1000:.0f} KB; "
             f"{summ['arms']} arms, {summ['devices']:,} devices "
             f"(bulk insert {summ['insert_s']:.0f} s)"
         )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from datetime import datetime
 
@@ -29,10 +28,6 @@ MAX_BATCH = 1000
 MAX_QUEUED = 20_000
 #: Seconds a caller waits for its batch before giving up.
 WAIT_SECONDS = 30.0
-#: Seconds the writer waits for more reports before committing a small batch:
-#: under load it fills the batch (one commit for many), when idle it costs
-#: one report this much latency.
-LINGER_SECONDS = 0.002
 
 
 class _Pending:
@@ -103,10 +98,8 @@ class GroupCommit:
                     self._ready.wait()
                 if not self._queue:
                     return
-                linger = len(self._queue) < self._max_batch and not self._closed
-            if linger:
-                time.sleep(LINGER_SECONDS)
-            with self._ready:
+                # No waiting for more: while one batch commits, the next one
+                # gathers by itself (measured: waiting 2 ms lowered throughput).
                 batch = [
                     self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))
                 ]
