@@ -14,6 +14,8 @@ MAX_CLIENTS = 65536
 
 def client_key(address: str) -> str:
     """The bucket of an address: itself for IPv4, its /64 for IPv6 (one host holds a /64)."""
+    if ":" not in address:  # IPv4 as the socket gives it: nothing to normalise
+        return address
     try:
         parsed = ipaddress.ip_address(address)
     except ValueError:
