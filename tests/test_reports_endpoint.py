@@ -337,3 +337,45 @@ def test_serve_in_a_project_uses_its_reports_store(tmp_path: Path, small_toml: s
     assert "reports: POST" in log.read_text()
     with open_store(f"sqlite:///{tmp_path}/data/reports.sqlite") as store:
         assert store.count() == 1
+
+
+def test_schemathesis_finds_no_disagreement_on_reports(reg: FakeRegistry, tmp_path: Path) -> None:
+    """Fuzz POST /v1/reports from its OpenAPI schema against a server with a store.
+
+    Invalid reports must be refused with a 4xx and nothing may answer 5xx.
+    Schema-valid data is not required to be accepted: JSON Schema's "integer"
+    admits 1773.0, which the strict parser refuses (integers are written without
+    a fraction, as in manifests); the document says so in words.
+    """
+    import subprocess
+    import sys
+
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "schemathesis.cli",
+                "run",
+                f"{url}/openapi.json",
+                "--include-path",
+                "/v1/reports",
+                "--checks",
+                "all",
+                "--exclude-checks",
+                "positive_data_acceptance",
+                "--max-examples",
+                "60",
+                "--seed",
+                "1",
+                "--no-color",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]

@@ -141,6 +141,8 @@ def _report_operation() -> dict[str, Any]:
         "summary": "A device's report of how a release runs (docs/protocol.md, Reports endpoint).",
         "description": (
             f"One report, JSON, at most {MAX_REPORT_BYTES} bytes, with Content-Length. "
+            "Parsed strictly: unknown keys are refused, and integers are written without a "
+            "fraction (3, not 3.0). "
             "The latest report of an install (its token) replaces the earlier one, so a "
             "repeated report changes nothing. Never changes the registry. Answered 404 by a "
             "server started without a report store."
