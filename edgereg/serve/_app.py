@@ -514,7 +514,9 @@ class App:
             return error_response(411, "a report needs a Content-Length", name)
         if int(declared) > MAX_REPORT_BYTES:
             return error_response(
-                413, f"a report is at most {MAX_REPORT_BYTES} bytes; this one says {declared}", name
+                413,
+                f"a report is at most {MAX_REPORT_BYTES} bytes; this one says {declared[:20]}",
+                name,
             )
         media = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
         if media != "application/json":
