@@ -19,6 +19,7 @@ never reach Python.
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -129,10 +130,23 @@ META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, val
 _UPDATED = [c for c in COLUMNS if c not in ("token", "model", "first_received_at")]
 
 
-#: Rows per INSERT statement (SQLite allows 32766 parameters, PostgreSQL 65535).
-ROWS_PER_STATEMENT = 500
+#: Rows per INSERT statement at most (SQLite allows 32766 parameters, PostgreSQL
+#: 65535); statements hold a power of two of rows, so that a handful of
+#: distinct statements serve every batch size and stay prepared in the driver's cache.
+ROWS_PER_STATEMENT = 256
 
 
+def statement_sizes(rows: int) -> list[int]:
+    """How many rows each statement of a batch takes: powers of two, largest first."""
+    sizes = []
+    while rows:
+        size = min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
+        sizes.append(size)
+        rows -= size
+    return sizes
+
+
+@functools.lru_cache(maxsize=32)
 def upsert_sql(placeholder: str, rows: int = 1) -> str:
     """The upsert of ``rows`` rows; ``placeholder`` is the driver's (``?`` or ``%s``).
 
@@ -380,10 +394,12 @@ class ReportStore(abc.ABC):
         def write() -> int:
             with self._connection() as conn:
                 cur = conn.cursor()
-                for start in range(0, len(rows), ROWS_PER_STATEMENT):
-                    chunk = rows[start : start + ROWS_PER_STATEMENT]
+                start = 0
+                for size in statement_sizes(len(rows)):
+                    chunk = rows[start : start + size]
+                    start += size
                     cur.execute(
-                        upsert_sql(self.placeholder, len(chunk)),
+                        upsert_sql(self.placeholder, size),
                         [value for row in chunk for value in row],
                     )
                 conn.commit()

@@ -344,6 +344,8 @@ class App:
         """
         if method != "POST" or self.reports is None:
             return None
+        if target == routes.REPORTS.template:  # the usual spelling, without decoding it
+            return MAX_REPORT_BYTES
         try:
             path = request_path(target)
         except BadTarget:
