@@ -379,3 +379,39 @@ def test_schemathesis_finds_no_disagreement_on_reports(reg: FakeRegistry, tmp_pa
             timeout=300,
         )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_a_default_store_that_cannot_open_does_not_stop_delivery(
+    tmp_path: Path, small_toml: str
+) -> None:
+    import subprocess
+
+    from servekit import SERVE_CMD
+
+    (tmp_path / "models.toml").write_text(small_toml)  # [reports] store left at its default
+    (tmp_path / "reports.sqlite").mkdir()  # the default path cannot be a database
+    make_registry(tmp_path / "registry", models=("digits",))
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--config", str(tmp_path / "models.toml"), cwd=tmp_path) as (_, url):
+        assert get(url, "/manifests/digits/high.json")[0].status == 200
+        assert post(url, report_body(1))[0].status == 404
+    assert "this server keeps no reports" in log.read_text()
+    # Chosen explicitly, the same store stops the start with the reason.
+    result = subprocess.run(
+        [
+            *SERVE_CMD,
+            "--config",
+            str(tmp_path / "models.toml"),
+            "--port",
+            "0",
+            "--reports",
+            "sqlite:///reports.sqlite",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 6
+    assert "cannot open" in result.stderr
+    assert "Traceback" not in result.stderr

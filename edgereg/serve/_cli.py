@@ -170,17 +170,29 @@ def _serve(
             where = "--reports" if reports_url else f"{config_path}: [reports] store"
             exc.message = f"{where}: {exc.message}"
             raise
+        # The store a project gets without asking ([reports] store unset) must
+        # not stop a server that used to start, e.g. in a read-only checkout.
+        chosen = reports_url is not None or "store" in report_settings.model_fields_set
         try:
             store.check()
         except ReportStoreError as exc:
-            if not exc.retryable:
+            if not exc.retryable and chosen:
                 raise
-            # Delivery must not wait for the report store: serve, and answer
-            # reports 503 until the store answers.
-            stderr.print(
-                f"warning: {exc.message}; POST /v1/reports answers 503 until it answers",
-                markup=False,
-            )
+            if not exc.retryable:
+                stderr.print(
+                    f"warning: {exc.message}; this server keeps no reports (set [reports] "
+                    "store or --reports to choose a store)",
+                    markup=False,
+                )
+                store.close()
+                store = None
+            else:
+                # Delivery must not wait for the report store: serve, and answer
+                # reports 503 until the store answers.
+                stderr.print(
+                    f"warning: {exc.message}; POST /v1/reports answers 503 until it answers",
+                    markup=False,
+                )
     sink = GroupCommit(store) if store is not None else None
     try:
         server = make_server(
