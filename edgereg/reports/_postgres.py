@@ -9,7 +9,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from edgereg.reports.store import ReportStore, ReportStoreError, StoreURLError, redact_url
+from edgereg.reports.store import (
+    ReportStore,
+    ReportStoreError,
+    StoreURLError,
+    redact_url,
+    upsert_sql,
+)
 
 #: Connections a server keeps open; more concurrent requests wait for one.
 POOL_SIZE = 8
@@ -118,6 +124,13 @@ class PostgresStore(ReportStore):
             conn.close()
             return
         self._idle.put((conn, time.monotonic()))
+
+    def _write_rows(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+        # psycopg rewrites the placeholders of a long statement on every call
+        # (measured: most of the time of a 32-row upsert); its executemany sends
+        # the short one-row statement for every row in one pipeline instead
+        # (as fast as one unnest() of column arrays, measured, and plainer).
+        cursor.executemany(upsert_sql(self.placeholder), rows)
 
     def _lock_schema(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

@@ -363,6 +363,16 @@ class ReportStore(abc.ABC):
             conn.commit()
         self._schema_checked = True
 
+    def _write_rows(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Upsert rows (distinct keys) in the open transaction: a few multi-row statements."""
+        start = 0
+        for size in statement_sizes(len(rows)):
+            chunk = rows[start : start + size]
+            start += size
+            cursor.execute(
+                upsert_sql(self.placeholder, size), [value for row in chunk for value in row]
+            )
+
     @abc.abstractmethod
     def _lock_schema(self, cursor: Any) -> None:
         """Serialize schema creation between processes (the backend's way)."""
@@ -393,15 +403,7 @@ class ReportStore(abc.ABC):
 
         def write() -> int:
             with self._connection() as conn:
-                cur = conn.cursor()
-                start = 0
-                for size in statement_sizes(len(rows)):
-                    chunk = rows[start : start + size]
-                    start += size
-                    cur.execute(
-                        upsert_sql(self.placeholder, size),
-                        [value for row in chunk for value in row],
-                    )
+                self._write_rows(conn.cursor(), rows)
                 conn.commit()
             return given
 
