@@ -395,7 +395,11 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"report store benchmark on {os.cpu_count()} CPUs (one `edgereg serve` worker)")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"report store benchmark on {os.cpu_count()} CPUs (one `edgereg serve` worker); "
+        f"load average {load} (above the CPU count, other work skews the ratios)"
+    )
     for backend, result in results.items():
         ing, summ = result["ingestion"], result["summaries"]
         m, r = ing["manifest"], ing["reports"]
