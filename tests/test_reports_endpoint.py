@@ -415,3 +415,21 @@ def test_a_default_store_that_cannot_open_does_not_stop_delivery(
     assert result.returncode == 6
     assert "cannot open" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_expect_100_continue_gets_the_interim_answer(reg: FakeRegistry, tmp_path: Path) -> None:
+    body = report_body(1, device_class="x" * 32)
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(
+                b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+            )
+            assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(body)
+            assert sock.recv(100).startswith(b"HTTP/1.1 202 ")
+        assert store.count() == 1

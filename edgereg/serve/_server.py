@@ -339,6 +339,9 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         body = self._buffer[:length]
         self._buffer = self._buffer[length:]  # a pipelined request after the body stays
+        if len(body) < length and self._headers.get("expect", "").lower() == "100-continue":
+            # curl asks before sending a body over 1 KiB, and waits a second otherwise.
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         deadline = time.monotonic() + self.server.head_timeout_s
         while len(body) < length:
             left = deadline - time.monotonic()
