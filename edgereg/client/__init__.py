@@ -19,11 +19,26 @@ Typical use::
     if result.error:
         log.warning("model update failed (%s): %s", result.error_code, result.error)
 
+A bundle (models that ship together) is ``Client(..., bundle="ocr")``: every
+member is verified before one pointer switch, and ``result.members`` holds
+each model with its I/O contract and labels. ``status()``, ``revert()``,
+``DownloadPolicy`` / ``Conditions``, ``BundledRelease`` (offline first launch)
+and ``install_check=`` are described in docs/protocol.md §10.
+
 :func:`decide` is the pure trust core the client runs on every manifest; a
 port to another language can be checked against the conformance vectors in
 tests/vectors/ with it. docs/protocol.md describes the protocol.
 """
 
+from edgereg.client._installed import (
+    InstallCheck,
+    InstalledModel,
+    LastError,
+    MemberFiles,
+    Pending,
+    Status,
+)
+from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BadBlob,
@@ -43,12 +58,15 @@ from edgereg.client._trust import (
     decide,
 )
 from edgereg.client._updater import (
+    BadRelease,
     CacheError,
     Client,
     Fetcher,
     FetchResult,
+    NoSpace,
     manifest_path,
     open_fetcher,
+    unit_status,
     unsafe_registry_keys,
 )
 from edgereg.errors import TransportError, TrustError
@@ -58,20 +76,31 @@ from edgereg.signing import TrustedKeys
 __all__ = [
     "MAX_MANIFEST_BYTES",
     "BadBlob",
+    "BadRelease",
     "BadSignature",
     "BlobCheck",
     "BlobTooLarge",
+    "BundledRelease",
     "CacheError",
     "Client",
+    "Conditions",
     "Decision",
     "DeviceProfile",
+    "DownloadPolicy",
     "Expired",
     "FetchResult",
     "Fetcher",
+    "InstallCheck",
+    "InstalledModel",
+    "LastError",
     "Malformed",
+    "MemberFiles",
+    "NoSpace",
+    "Pending",
     "Rejected",
     "Rollback",
     "RuntimeTooOld",
+    "Status",
     "TransportError",
     "TrustError",
     "TrustedKeys",
@@ -82,5 +111,6 @@ __all__ = [
     "decide",
     "manifest_path",
     "open_fetcher",
+    "unit_status",
     "unsafe_registry_keys",
 ]
