@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from pathlib import Path
 
 import pytest
+from loopkit import LoopRegistry, serve
 
+from edgereg.client import Client, DeviceProfile
 from edgereg.client._health import HealthLedger, Revert, UnitHealth, on_start
 
 # Each case: the events in order ("install X", "start", "confirm", "confirm X", "reverted"),
@@ -147,6 +150,86 @@ def test_a_revert_the_app_makes_itself_marks_the_version_bad(tmp_path: Path) -> 
     _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "reverted 1.0.0"])
     assert ledger.is_bad("digits", "1.1.0")
     assert ledger.health("digits").confirmed
+
+
+# --- the client runs it: real registry over real HTTP, reports collected ---------------
+
+
+def test_a_crash_looping_candidate_is_reverted_marked_bad_and_reported(tmp_path: Path) -> None:
+    registry = LoopRegistry(tmp_path / "registry")
+    blobs = []
+    for version in ("1.0.0", "1.1.0"):
+        blob = tmp_path / f"model-{version}.mnn"
+        blob.write_bytes(random.Random(version).randbytes(2000))
+        blobs.append(registry.entry(blob, None, version=version, backends=("cpu",)))
+    stable, candidate = blobs
+    registry.publish(stable)
+    with serve(registry.root) as served:
+        client = Client(
+            served.url,
+            registry.trusted,
+            tmp_path / "cache",
+            model="digits",
+            device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+            tier="high",
+            max_unconfirmed_starts=2,
+        )
+        assert client.fetch().version == "1.0.0"
+        assert client.app_started() is None
+        client.record_inference(4.0)
+        assert client.confirm()
+        registry.publish(stable, candidate)  # 100%: this device gets it
+        assert client.fetch().version == "1.1.0"
+        # The app crashes before its first inference with 1.1.0, twice.
+        assert client.app_started() is None
+        assert client.app_started() is None
+        revert = client.app_started()
+        assert revert is not None
+        assert (revert.version, revert.to_version) == ("1.1.0", "1.0.0")
+        current = client.current()
+        assert current is not None
+        assert current.version == "1.0.0"
+        assert "1.1.0" in client.status().bad_releases
+        assert client.app_started() is None  # 1.0.0 was confirmed: nothing to count
+        after = client.fetch()
+        assert (after.version, after.fallback) == ("1.0.0", "bad-release")
+        client.close()
+        reports = served.reports()
+    assert [(r.version, r.confirmed, r.reverted) for r in reports] == [
+        ("1.0.0", False, False),
+        ("1.0.0", True, False),
+        ("1.1.0", False, False),
+        ("1.1.0", False, True),
+    ]
+    assert reports[1].inference is not None
+    assert reports[1].inference.count == 1
+    assert reports[2].arm == "candidate"
+    assert reports[0].token == reports[1].token != reports[2].token == reports[3].token
+
+
+def test_without_a_report_url_or_with_reporting_off_nothing_is_sent(tmp_path: Path) -> None:
+    registry = LoopRegistry(tmp_path / "registry")
+    blob = tmp_path / "model.mnn"
+    blob.write_bytes(b"x" * 100)
+    registry.publish(
+        registry.entry(blob, None, version="1.0.0", backends=("cpu",)), report_url=None
+    )
+    with serve(registry.root) as served:
+        for reporting, cache in ((True, "a"), (False, "b")):
+            client = Client(
+                served.url,
+                registry.trusted,
+                tmp_path / cache,
+                model="digits",
+                device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+                tier="high",
+                reporting=reporting,
+            )
+            assert client.fetch().version == "1.0.0"
+            assert client.confirm()
+            client.close()
+            registry.publish(registry.entry(blob, None, version="1.0.0", backends=("cpu",)))
+        assert served.posted == []
 
 
 def test_a_ledger_that_cannot_be_written_fails_nothing(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 from collections.abc import Iterator
@@ -11,7 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopkit import LoopRegistry, serve
 
+from edgereg.client import Client, DeviceProfile
 from edgereg.client._reporter import (
     DeviceFacts,
     InstallFacts,
@@ -20,7 +23,7 @@ from edgereg.client._reporter import (
     resolve_report_url,
 )
 from edgereg.protocol.reports import Report, parse_report
-from edgereg.protocol.wire import to_bytes
+from edgereg.protocol.wire import BundleEntry, to_bytes
 
 
 @dataclass
@@ -278,3 +281,42 @@ def test_members_of_one_install_share_its_token_and_are_kept_apart_for_the_retry
     det, rec, det_again, rec_again = collector.reports()
     assert det.token == rec.token
     assert {det_again.model, rec_again.model} == {"det", "rec"}
+
+
+# --- the client sends them: a bundle over real HTTP ------------------------------------
+
+
+def test_each_member_of_a_bundle_is_reported_under_the_bundle(tmp_path: Path) -> None:
+    registry = LoopRegistry(tmp_path / "registry", model="ocr")
+    members = {}
+    for name in ("det", "rec"):
+        blob = tmp_path / f"{name}.mnn"
+        blob.write_bytes(random.Random(name).randbytes(1000))
+        members[name] = registry.entry(blob, None, version="1.4.0", backends=("cpu",))
+    registry.publish(BundleEntry(version="2.0.0", members=members))
+    with serve(registry.root) as served:
+        client = Client(
+            served.url,
+            registry.trusted,
+            tmp_path / "cache",
+            bundle="ocr",
+            device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+            tier="high",
+        )
+        assert client.fetch().version == "2.0.0"
+        client.record_inference(5.0, model="rec")
+        assert client.confirm("2.0.0")
+        client.close()
+        reports = served.reports()
+    assert [(r.model, r.confirmed) for r in reports] == [
+        ("det", False),
+        ("rec", False),
+        ("det", True),
+        ("rec", True),
+    ]
+    assert {(r.unit, r.unit_version, r.version, r.probe) for r in reports} == {
+        ("ocr", "2.0.0", "1.4.0", "none")
+    }
+    assert reports[2].inference is None
+    assert reports[3].inference is not None
+    assert reports[0].token == reports[1].token  # one install, one token

@@ -19,9 +19,15 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import tiny_models
+from click.testing import CliRunner
+from clientkit import device_id
+from loopkit import LoopRegistry, Served, serve
 from probekit import entry_for, make_probe, probe_blob
+from registrykit import MODEL, PUBLIC_KEY_FILE, TIERS, Site, ok
+from registrykit import cli as registry_cli
 
-from edgereg import toolchain
+from edgereg import cli, toolchain
+from edgereg.client import Client, DeviceProfile
 from edgereg.client._selftest import (
     BackendUnavailableError,
     MnnRunner,
@@ -329,3 +335,121 @@ def test_as_the_clients_install_check_every_member_is_tested(
     assert "det" not in check.results
     with pytest.raises(BadBlob):
         check("ocr", "2.1.0", {"det": _Member(other, models.other, probe_file)})
+
+
+# --- the client runs it: real registry over real HTTP, reports collected ---------------
+
+
+def _client(served: Served, registry: LoopRegistry, cache: Path, check: SelfTest) -> Client:
+    return Client(
+        served.url,
+        registry.trusted,
+        cache,
+        model=registry.model,
+        device=DeviceProfile(
+            device_id=device_id(True, 50.0),
+            ram_mb=6144,
+            cpu_cores=8,
+            mnn_runtime="3.6.1",
+            os="android",
+        ),
+        tier=registry.tier,
+        self_test=check,
+        device_class="ram4-8c",
+    )
+
+
+def test_the_client_installs_on_the_backend_that_passed_and_reports_it(
+    models: Models, tmp_path: Path
+) -> None:
+    registry = LoopRegistry(tmp_path / "registry")
+    registry.publish(registry.entry(models.conv, models.conv_probe, version="1.0.0"))
+    with serve(registry.root) as served:
+        client = _client(
+            served,
+            registry,
+            tmp_path / "cache",
+            SelfTest(tmp_path / "cache", runner=FaultyGpuRunner()),
+        )
+        result = client.fetch()
+        client.close()
+        assert result.error is None, result.error
+        assert result.members["digits"].backend == "cpu"
+        [report] = served.reports()
+    assert (report.probe, report.backend, report.backends_skipped) == ("passed", "cpu", ["opencl"])
+    assert (report.arm, report.version, report.sequence) == ("stable", "1.0.0", 1)
+    assert (report.os, report.device_class, report.mnn_runtime) == ("android", "ram4-8c", "3.6.1")
+    assert report.load_ms is not None
+
+
+def test_a_candidate_that_fails_its_probe_is_never_installed(
+    models: Models, tmp_path: Path
+) -> None:
+    registry = LoopRegistry(tmp_path / "registry")
+    stable = registry.entry(models.conv, models.conv_probe, version="1.0.0")
+    # The candidate's artifact computes other outputs than its probe expects.
+    wrong = models.conv_probe.model_copy(update={"artifact_sha256": _sha(models.other)})
+    candidate = registry.entry(models.other, wrong, version="1.1.0")
+    registry.publish(stable)
+    cache = tmp_path / "cache"
+    with serve(registry.root) as served:
+        client = _client(served, registry, cache, SelfTest(cache, runner=FaultyGpuRunner()))
+        assert client.fetch().version == "1.0.0"
+        registry.publish(stable, candidate)
+        refused = client.fetch()
+        assert refused.error_code == "probe-failed"
+        assert refused.version == "1.0.0"  # the last good stays
+        assert client.current() is not None
+        assert client.current().version == "1.0.0"  # type: ignore[union-attr]
+        assert "1.1.0" in client.status().bad_releases
+        again = client.fetch()  # not tried again: stable, with the reason
+        client.close()
+        assert (again.version, again.fallback) == ("1.0.0", "bad-release")
+        stable_report, failed_report = served.reports()
+    assert (failed_report.version, failed_report.arm, failed_report.probe) == (
+        "1.1.0",
+        "candidate",
+        "failed",
+    )
+    assert failed_report.backend is None
+    assert failed_report.backends_skipped == ["opencl", "cpu"]
+    assert failed_report.token != stable_report.token
+
+
+def test_edgereg_pull_self_test_prints_the_backend_chosen_and_skipped(
+    models: Models, tmp_path: Path
+) -> None:
+    registry = LoopRegistry(tmp_path / "registry")
+    registry.publish(registry.entry(models.conv, models.conv_probe, version="1.0.0"))
+    (tmp_path / "registry.pub.pem").write_bytes(registry.signer.public_pem())
+    with serve(registry.root) as served:
+        args = [
+            "pull", "digits", "--registry", served.url, "--device-id", "d1", "--tier", "high",
+            "--trusted-key", str(tmp_path / "registry.pub.pem"), "--out", str(tmp_path / "c"),
+            "--self-test", "--config", str(tmp_path / "absent.toml"),
+        ]  # fmt: skip
+        text = CliRunner().invoke(cli.main, args)
+        assert text.exit_code == 0, text.output
+        assert "self-test digits: runs on cpu; not on this device: opencl" in text.output
+        fresh = [*args[:-4], str(tmp_path / "fresh"), *args[-3:]]  # a new device cache
+        as_json = CliRunner().invoke(cli.main, [*fresh, "--json", "--no-report"])
+        assert as_json.exit_code == 0, as_json.output
+        assert len(served.posted) == 1  # --no-report sent nothing
+    found = json.loads(as_json.output)["self_test"]["digits"]
+    assert (found["backend"], found["unavailable"], found["probe"]) == ("cpu", ["opencl"], "passed")
+
+
+# --- the build's own probes, checked on this host's real MNN ---------------------------
+
+
+def test_the_builds_probe_passes_on_this_hosts_cpu_for_every_tier(site: Site) -> None:
+    ok(site.run("publish", MODEL, "--full"))
+    key = str(site.root / PUBLIC_KEY_FILE)
+    for tier in TIERS:
+        args = [
+            "pull", MODEL, "--registry", site.url, "--device-id", "d1", "--tier", tier,
+            "--trusted-key", key, "--out", str(site.root / f"device-{tier}"), "--self-test",
+        ]  # fmt: skip
+        found = json.loads(ok(registry_cli(*args, "--json")).stdout)["self_test"][MODEL]
+        assert found["passed"], found
+        assert (found["probe"], found["backend"], found["skipped"]) == ("passed", "cpu", [])
