@@ -25,6 +25,7 @@ from loopkit import LoopRegistry, Served, serve
 from probekit import entry_for, make_probe, probe_blob
 from registrykit import MODEL, PUBLIC_KEY_FILE, TIERS, Site, ok
 from registrykit import cli as registry_cli
+from servekit import serve as serve_registry
 
 from edgereg import cli, toolchain
 from edgereg.client import Client, DeviceProfile
@@ -40,6 +41,7 @@ from edgereg.protocol.fields import Backend
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.reasons import REASONS, BadBlob, Malformed, ProbeFailed
 from edgereg.protocol.wire import ManifestEntry
+from edgereg.reports import open_store
 from edgereg.toolchain import InputFeed
 
 
@@ -453,3 +455,37 @@ def test_the_builds_probe_passes_on_this_hosts_cpu_for_every_tier(site: Site) ->
         found = json.loads(ok(registry_cli(*args, "--json")).stdout)["self_test"][MODEL]
         assert found["passed"], found
         assert (found["probe"], found["backend"], found["skipped"]) == ("passed", "cpu", [])
+
+
+def test_the_closed_loop_reaches_edgereg_serve_and_its_report_store(
+    models: Models, tmp_path: Path
+) -> None:
+    registry = LoopRegistry(tmp_path / "registry")
+    stable = registry.entry(models.conv, models.conv_probe, version="1.0.0")
+    wrong = models.conv_probe.model_copy(update={"artifact_sha256": _sha(models.other)})
+    candidate = registry.entry(models.other, wrong, version="1.1.0")
+    registry.publish(stable)
+    cache = tmp_path / "cache"
+    with (
+        open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store,
+        serve_registry(str(registry.root), reports=store) as url,
+    ):
+        client = Client(
+            url + "/",
+            registry.trusted,
+            cache,
+            model="digits",
+            device=DeviceProfile(device_id=device_id(True, 50.0), ram_mb=6144, cpu_cores=8),
+            tier="high",
+            self_test=SelfTest(cache, runner=FaultyGpuRunner()),
+        )
+        assert client.fetch().version == "1.0.0"
+        client.record_inference(3.0)
+        assert client.confirm()
+        registry.publish(stable, candidate)
+        assert client.fetch().error_code == "probe-failed"
+        client.close()
+        arms = {(s.arm, s.version): s for s in store.summaries("digits")}
+    assert arms[("stable", "1.0.0")].devices == 1
+    assert arms[("stable", "1.0.0")].confirmed == 1
+    assert arms[("candidate", "1.1.0")].probe_failed == 1
