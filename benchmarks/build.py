@@ -53,6 +53,7 @@ STAGES = (
     "toolchain",
     "source",
     "check",
+    "contract",
     "convert",
     "quantize",
     "deterministic",
@@ -60,6 +61,8 @@ STAGES = (
     "evaluate",
     "benchmark",
     "gate",
+    "runtime",
+    "probe",
 )
 
 # The raw converter call: nothing but the extension and its argv, never MNN.tools.

@@ -11,9 +11,13 @@ Measures, in one run:
    against ``edgereg serve`` (target < 400 bytes);
 3. the time to fetch every example model and tier from a cold cache, from
    the repository's ``registry/`` (made by ``make demo`` / ``edgereg
-   publish``), or from a small registry built here when there is none.
+   publish``), or from a small registry built here when there is none;
+4. installing a bundle of three models against installing the same three
+   models one by one (three clients): wall time and peak memory growth, each
+   in a fresh child process, and their ratios (target: the bundle costs no
+   more than 1.5x the time and memory of the three separate installs).
 
-Usage: .venv/bin/python benchmarks/client.py [--blob-mb 200] [--registry DIR]
+Usage: .venv/bin/python benchmarks/client.py [--blob-mb 200] [--member-mb 20] [--registry DIR]
 Prints the numbers and PASS or FAIL per target; exits 1 on any FAIL.
 """
 
@@ -44,6 +48,14 @@ from statichttp import StaticServer, TcpProxy  # noqa: E402
 
 from edgereg.client import Client, DeviceProfile, TrustedKeys  # noqa: E402
 from edgereg.config import RuntimeHints  # noqa: E402
+from edgereg.protocol.fields import format_time  # noqa: E402
+from edgereg.protocol.wire import (  # noqa: E402
+    BundleEntry,
+    Manifest,
+    ManifestEntry,
+    blob_path,
+    sign_document,
+)
 from edgereg.registry import PreparedRelease, Registry  # noqa: E402
 from edgereg.signing import Signer, generate_key, load_public_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
@@ -51,6 +63,8 @@ from edgereg.wire import ReleaseRecord, ReleaseVariant  # noqa: E402
 
 MEMORY_TARGET_MB = 50
 WIRE_TARGET_BYTES = 400
+BUNDLE_RATIO_TARGET = 1.5
+MEMBERS = ("det", "cls", "rec")
 results: list[tuple[str, bool]] = []
 
 
@@ -258,6 +272,16 @@ def manifests(root: Path) -> list[tuple[str, str]]:
     ]
 
 
+def is_bundle(root: Path, unit: str, tier: str) -> bool:
+    """A bundle's manifest (its entries have members), read without verifying: to pick the API."""
+    envelope = json.loads((root / "manifests" / unit / f"{tier}.json").read_bytes())
+    import base64
+
+    payload = json.loads(base64.b64decode(envelope["payload"]))
+    entry = payload.get("stable") or payload.get("candidate") or {}
+    return "members" in entry
+
+
 def cold_fetches(root: Path, url: str, work: Path, name: str) -> None:
     trusted = registry_keys(root)
     total = 0.0
@@ -265,7 +289,8 @@ def cold_fetches(root: Path, url: str, work: Path, name: str) -> None:
     all_ok = True
     for model, tier in manifests(root):
         cache = work / f"cold-{name}-{model}-{tier}"
-        client = Client(url, trusted, cache, model=model, device=device(), tier=tier, timeout=30)
+        unit = {"bundle" if is_bundle(root, model, tier) else "model": model}
+        client = Client(url, trusted, cache, **unit, device=device(), tier=tier, timeout=30)
         start = time.perf_counter()
         result = client.fetch()
         seconds = time.perf_counter() - start
@@ -285,6 +310,127 @@ def cold_fetches(root: Path, url: str, work: Path, name: str) -> None:
     print("\n".join(rows))
 
 
+# --- 4. a bundle of three against three models one by one ------------------------
+
+
+def write_trio(root: Path, member_mb: int) -> Signer:
+    """Three models and a bundle of the same three, as static files, signed by hand."""
+    signer = Signer.from_pem(generate_key()[0])
+    entries = {}
+    for name in MEMBERS:
+        data = os.urandom(member_mb * 1024 * 1024)
+        sha = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+        (root / blob_path(sha)).write_bytes(data)
+        entries[name] = ManifestEntry(
+            version="1.0.0",
+            variant="int8",
+            path=blob_path(sha),
+            sha256=sha,
+            size=len(data),
+            min_mnn_runtime="3.6.1",
+            runtime=RuntimeHints(),
+        )
+    expires = datetime.now(timezone.utc).replace(microsecond=0)
+    expires = datetime.fromisoformat(format_time(expires).replace("Z", "+00:00"))
+    expires = expires.replace(year=expires.year + 1)
+    units: dict[str, ManifestEntry | BundleEntry] = dict(entries)
+    units["trio"] = BundleEntry(version="1.0.0", members=entries)
+    for unit, entry in units.items():
+        manifest = Manifest(model=unit, tier="high", sequence=1, expires=expires, stable=entry)
+        path = root / "manifests" / unit / "high.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(sign_document(manifest, [signer]))
+    return signer
+
+
+def child_install(url: str, key_pem: str, cache: str, mode: str) -> None:
+    """Run in the child: install the bundle, or the three models; print time and memory."""
+    trusted = TrustedKeys.from_pems([key_pem])
+    units = [{"bundle": "trio"}] if mode == "bundle" else [{"model": m} for m in MEMBERS]
+    clients = [
+        Client(url, trusted, cache, **unit, device=device(), tier="high", timeout=60)
+        for unit in units
+    ]
+    reset = reset_peak_rss()
+    before_kb = peak_rss_kb() if reset else current_rss() // 1024
+    start = time.perf_counter()
+    results = [client.fetch() for client in clients]
+    seconds = time.perf_counter() - start
+    after_kb = peak_rss_kb()
+    ok = all(r.ok for r in results)
+    print(
+        json.dumps(
+            {
+                "ok": ok,
+                "errors": [r.error for r in results if r.error],
+                "seconds": seconds,
+                "peak_mb": (after_kb - before_kb) / 1024,
+                "peak_reset": reset,
+                "bytes": sum(r.downloaded_bytes for r in results),
+            }
+        )
+    )
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux clear_refs 5), so the import-time peak
+    cannot hide the fetch's own; False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_kb() -> int:
+    """The peak resident size: VmHWM on Linux, else ru_maxrss."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def bench_bundle(work: Path, member_mb: int, rounds: int = 3) -> None:
+    root = work / "trio-registry"
+    signer = write_trio(root, member_mb)
+    best: dict[str, dict[str, float]] = {}
+    with stdlib_server_process(root) as url:
+        for _ in range(rounds):
+            for mode in ("models", "bundle"):
+                cache = work / f"trio-cache-{mode}"
+                shutil.rmtree(cache, ignore_errors=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child-install", url, str(cache), mode],
+                    input=signer.public_pem().decode(),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                data = json.loads(out.stdout.strip().splitlines()[-1])
+                if not data["ok"]:
+                    report(f"install ({mode})", False, f"errors: {data['errors']}")
+                    return
+                kept = best.setdefault(mode, data)
+                kept["seconds"] = min(kept["seconds"], data["seconds"])
+                kept["peak_mb"] = min(kept["peak_mb"], data["peak_mb"])
+    models, bundle = best["models"], best["bundle"]
+    time_ratio = bundle["seconds"] / models["seconds"]
+    # Memory: both stream; compare peaks with a 1 MB floor so noise does not divide by ~0.
+    memory_ratio = max(bundle["peak_mb"], 1.0) / max(models["peak_mb"], 1.0)
+    ok = time_ratio <= BUNDLE_RATIO_TARGET and memory_ratio <= BUNDLE_RATIO_TARGET
+    report(
+        f"a bundle of three {member_mb} MB models against the three one by one",
+        ok,
+        f"bundle {bundle['seconds'] * 1000:.0f} ms, peak +{bundle['peak_mb']:.1f} MB; "
+        f"three models {models['seconds'] * 1000:.0f} ms, peak +{models['peak_mb']:.1f} MB; "
+        f"time ratio {time_ratio:.2f}, memory ratio {memory_ratio:.2f} "
+        f"(target <= {BUNDLE_RATIO_TARGET}; best of {rounds})",
+    )
+    shutil.rmtree(root)
+
+
 def example_registry(arg: str | None, work: Path) -> Path:
     if arg:
         return Path(arg)
@@ -300,8 +446,12 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--child-memory"]:
         child_memory(argv[1], sys.stdin.read(), argv[2])
         return 0
+    if argv[:1] == ["--child-install"]:
+        child_install(argv[1], sys.stdin.read(), argv[2], argv[3])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blob-mb", type=int, default=200)
+    parser.add_argument("--member-mb", type=int, default=20, help="size of each bundle member")
     parser.add_argument("--registry", default=None, help="registry directory with examples")
     args = parser.parse_args(argv)
 
@@ -310,6 +460,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="edgereg-client-bench-") as tmp:
         work = Path(tmp)
         bench_memory(work, args.blob_mb)
+        bench_bundle(work, args.member_mb)
 
         root = example_registry(args.registry, work)
         print(f"example registry: {root}")

@@ -128,6 +128,10 @@ def validate(config_path: Path, as_json: bool) -> None:
                         }
                         for model, tiers in resolution.items()
                     },
+                    "bundles": {
+                        name: {"version": bundle.version, "models": list(bundle.models)}
+                        for name, bundle in config.bundles.items()
+                    },
                 },
                 indent=2,
             )
@@ -145,6 +149,8 @@ def validate(config_path: Path, as_json: bool) -> None:
         ]
         table.add_row(name, model.version, *cells)
     Console().print(table)
+    for name, bundle in config.bundles.items():
+        print_result(f"bundle {name} {bundle.version}: {', '.join(bundle.models)} (one rollout)")
     for text in config.notes():
         print_note(f"note: {text}")
 
@@ -512,10 +518,14 @@ def publish(
     actor: str | None,
     as_json: bool,
 ) -> None:
-    """Upload MODEL's built variants as a signed release and start its rollout."""
+    """Upload MODEL's built variants as a signed release and start its rollout.
+
+    MODEL may name a bundle ([bundles.NAME] of models.toml): every member is
+    released together under the bundle's version, with one rollout.
+    """
     import semver
 
-    from edgereg.registry import prepare_release, utcnow
+    from edgereg.registry import prepare_bundle_release, prepare_release, utcnow
     from edgereg.rollout import parse_percent
 
     if (canary is None) == (not full):
@@ -526,15 +536,20 @@ def publish(
     percent = parse_percent(canary, option="--canary") if canary is not None else None
     config = config_module.load(config_path)
     stale = _warn_if_dvc_yaml_stale(config)
-    if model not in config.models:
-        raise _no_such_model(config, model)
-    version = version or config.models[model].version
+    is_bundle = model in config.bundles
+    if not is_bundle:
+        if model not in config.models:
+            raise _no_such_model(config, model)
+        _refuse_bundle_member(config, model)
+    version = version or (config.bundles[model] if is_bundle else config.models[model]).version
     if not semver.Version.is_valid(version):
         raise UsageError(f"--version {version!r} is not a semantic version like 1.2.0")
+    report_url = _report_url(config)
     signer = signer_from_options(key_paths, config)
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
     try:
-        prepared = prepare_release(
+        prepare = prepare_bundle_release if is_bundle else prepare_release
+        prepared = prepare(
             config, model, build_dir(out_root, config), version=version, now=utcnow()
         )
     except EdgeregError as exc:
@@ -550,7 +565,9 @@ def publish(
             actor=actor_name(actor),
             expires_days=expiry_days(config),
             on_step=on_step,
+            report_url=report_url,
         )
+    members = _member_versions(prepared.record)
     if as_json:
         click.echo(
             json.dumps(
@@ -562,10 +579,14 @@ def publish(
                     "uploaded_bytes": result.uploaded_bytes,
                     "sequence": result.state.sequence,
                     "percent": result.state.percent,
+                    **({"bundle": True, "members": members} if is_bundle else {}),
                 }
             )
         )
         return
+    if members:
+        listed = ", ".join(f"{name} {member}" for name, member in members.items())
+        print_result(f"bundle {model} {version}: {listed}")
     if result.already_published:
         hint = ""
         if result.state.candidate == version:
@@ -586,6 +607,51 @@ def publish(
     )
 
 
+def _refuse_bundle_member(config: config_module.Config, model: str) -> None:
+    """A bundle's member ships only with the bundle: one rollout decides what devices run."""
+    bundle = config.bundle_of(model)
+    if bundle is not None:
+        raise UsageError(
+            f"model '{model}' ships in bundle '{bundle}' ([bundles.{bundle}] of "
+            f"{config.path}), so it is published only with the bundle; published alone, "
+            "devices could run it beside members of another version",
+            hint=f"Publish the bundle: edgereg publish {bundle} --canary 5%",
+        )
+
+
+def _report_url(config: config_module.Config | None) -> Any:
+    """[reports] url, checked against the wire format; KEEP (the state's) without models.toml."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from edgereg.protocol.wire import ReportUrl
+    from edgereg.registry import KEEP
+
+    if config is None:
+        return KEEP
+    url = config.reports.url
+    if url is None:
+        return None
+    try:
+        return TypeAdapter(ReportUrl).validate_python(url)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{url!r} is not a report URL: expected an http(s) URL without spaces, or a "
+            "path relative to the registry root such as v1/reports",
+            file=str(config.path),
+            key_path="reports.url",
+        ) from exc
+
+
+def _member_versions(record: Any) -> dict[str, str]:
+    """A bundle release's members and their versions (empty for a model's release)."""
+    from edgereg.protocol.wire import BundleRecord
+
+    if not isinstance(record, BundleRecord):
+        return {}
+    # By name, as the signed record (canonical JSON) keeps them.
+    return {name: record.members[name].version for name in sorted(record.members)}
+
+
 def _apply_transition(
     model: str,
     options: dict[str, Any],
@@ -602,9 +668,21 @@ def _apply_transition(
             configuration (None without a models.toml) and the registry.
     """
     config = optional_config(options["config_path"])
-    registry = open_registry(
-        config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
-    )
+    in_bundle = config is not None and config.bundle_of(model) is not None
+    try:
+        registry = open_registry(
+            config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
+        )
+        # A model published alone before it joined a bundle keeps its own
+        # rollout (it can still be rolled back or re-signed); a new one has none.
+        unpublished_member = in_bundle and registry.read_state(model)[0] is None
+    except EdgeregError:
+        if not in_bundle:
+            raise
+        unpublished_member = True
+    if unpublished_member:
+        assert config is not None
+        _refuse_bundle_member(config, model)
     extra = arguments(config, registry) if arguments is not None else {}
     actor = actor_name(options["actor"])
     state = registry.change(
@@ -614,6 +692,7 @@ def _apply_transition(
         ),
         signer=signer_from_options(options["key_paths"], config),
         expires_days=expiry_days(config),
+        report_url=_report_url(config),
     )
     _report_state(state, options["as_json"])
 
@@ -805,7 +884,10 @@ def status(
         print_note("publish one with `edgereg publish MODEL --canary 5%`")
         return
     table = Table(title=f"registry {registry.storage.url}")
-    for title in ("model", "stable", "candidate", "rollout", "tier", "variant", "size KB"):
+    any_bundle = any(st.bundle for st in statuses)
+    titles = ["model", "stable", "candidate", "rollout", "tier"]
+    titles += ["member", "variant", "size KB"] if any_bundle else ["variant", "size KB"]
+    for title in titles:
         table.add_column(title)
     for st in statuses:
         rollout_text = "-"
@@ -821,16 +903,30 @@ def status(
                 if size is not None
             )
             first = index == 0
+            new_tier = first or st.tiers[index - 1].tier != tier.tier
+            member_cell = (_member_cell(st, tier.member),) if any_bundle else ()
             table.add_row(
-                st.model if first else "",
+                (f"{st.model} (bundle)" if st.bundle else st.model) if first else "",
                 (st.stable or "-") if first else "",
                 (st.candidate or "-") if first else "",
                 rollout_text if first else "",
-                tier.tier,
+                tier.tier if new_tier else "",
+                *member_cell,
                 variants,
                 sizes,
             )
     Console(width=max(Console().width, 100)).print(table)
+
+
+def _member_cell(status: Any, member: str | None) -> str:
+    """A bundle member and its versions, stable -> candidate ("-" for a model's row)."""
+    if member is None:
+        return "-"
+    for found in status.members:
+        if found.name == member:
+            versions = dict.fromkeys(v for v in (found.stable, found.candidate) if v is not None)
+            return f"{member} {' -> '.join(versions)}"
+    return member
 
 
 def _write_status_page(
@@ -898,6 +994,31 @@ def history(
             note,
         )
     Console(width=max(Console().width, 110)).print(table)
+    _print_bundle_versions(registry, state)
+
+
+def _print_bundle_versions(registry: Any, state: Any) -> None:
+    """Under a bundle's history: which member versions each bundle version holds."""
+    from edgereg.protocol.wire import BundleRecord
+
+    versions: dict[str, None] = {}
+    for event in state.history:
+        for version in (event.after.stable, event.after.candidate):
+            if version is not None:
+                versions[version] = None
+    lines = []
+    for version in versions:
+        try:
+            record = registry.read_release(state.model, version)
+        except EdgeregError as exc:
+            lines.append(f"{state.model} {version}: cannot read its release ({exc.message})")
+            continue
+        if not isinstance(record, BundleRecord):
+            return  # a model: its history says it all
+        members = ", ".join(f"{name} {m.version}" for name, m in record.members.items())
+        lines.append(f"bundle {state.model} {version}: {members}")
+    for line in lines:
+        print_result(line)
 
 
 @main.command()
@@ -962,8 +1083,9 @@ def _no_such_model(config: config_module.Config, model: str) -> ConfigError:
             file=str(config.path),
             hint="Add one with `edgereg add path/to/model.onnx --evaluation data.npz`.",
         )
+    bundles = f"; bundles: {', '.join(config.bundles)}" if config.bundles else ""
     return ConfigError(
-        f"no model '{model}'; models: {', '.join(config.models)}", file=str(config.path)
+        f"no model '{model}'; models: {', '.join(config.models)}{bundles}", file=str(config.path)
     )
 
 

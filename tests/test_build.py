@@ -8,6 +8,8 @@ of an earlier build in place and has to remove them.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import shutil
@@ -22,14 +24,25 @@ from buildkit import FAST_BENCH, IMAGE_MODEL, TENSOR_MODEL, Project
 from click.testing import CliRunner, Result
 
 from edgereg import toolchain
+from edgereg.build.contract import io_contract
 from edgereg.build.datasets import Dataset, load_dataset, select_calibration
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
+    CONTRACT,
     HOST_BENCHMARK,
+    LABELS,
     METRICS,
     OUTPUT_FILES,
+    PROBE,
     PROVENANCE,
+)
+from edgereg.build.probe import (
+    check_on_host,
+    probe_bytes,
+    probe_outputs_on_host,
+    probe_tolerance,
+    select_probe_rows,
 )
 from edgereg.build.quality import (
     OutputAgreement,
@@ -41,6 +54,9 @@ from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.config import Budgets, ClassificationTask, MetricBudget
 from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError, ToolchainError
+from edgereg.protocol.contract import INLINE_LABELS_MAX_BYTES, BlobRef, IOContract
+from edgereg.protocol.probe import GoldenProbe, check_probe
+from edgereg.protocol.wire import from_bytes
 from edgereg.toolchain import _mnnfile, _process
 
 ALL_VARIANTS = [
@@ -165,6 +181,13 @@ def test_every_variant_builds_with_metrics_and_provenance(
         "size": artifact.stat().st_size,
     }
     assert provenance["min_mnn_runtime"] == toolchain.installed_version("mnn")
+    # The record proves what apps are told: the contract and the probe, by digest.
+    for key, name in (("contract", CONTRACT), ("probe", PROBE)):
+        assert provenance[key] == {
+            "path": name,
+            "sha256": buildkit.sha256_file(out / name),
+            "size": (out / name).stat().st_size,
+        }
     assert (provenance["model"], provenance["variant"]) == (model, variant)
     assert provenance["tier"] == declared.tier
     assert provenance["runtime"] == declared.runtime.model_dump()
@@ -231,6 +254,208 @@ def test_same_inputs_build_identical_bytes(
     assert (again / ARTIFACT).read_bytes() == (first / ARTIFACT).read_bytes()
     assert read_json(again / PROVENANCE) == read_json(first / PROVENANCE)
     assert read_json(again / CLASS_RECALL_PLOT) == read_json(first / CLASS_RECALL_PLOT)
+    # The golden probe and the contract are the same bytes too (dvc.lock stays put).
+    for name in (PROBE, CONTRACT, LABELS):
+        assert (again / name).read_bytes() == (first / name).read_bytes()
+
+
+# --- the I/O contract and the golden probe -------------------------------------------
+
+
+def read_contract(out: Path) -> IOContract:
+    return IOContract.model_validate(read_json(out / CONTRACT))
+
+
+def read_probe(out: Path) -> GoldenProbe:
+    return from_bytes(GoldenProbe, (out / PROBE).read_bytes())
+
+
+def test_the_contract_of_a_two_input_model(built: Project) -> None:
+    contract = read_contract(built.out_dir(TENSOR_MODEL, "int8"))
+    assert [(t.name, t.dtype, t.shape, t.batch_axis, t.kind) for t in contract.inputs] == [
+        ("a", "float32", [1, 8], 0, "tensor"),
+        ("b", "float32", [1, 4], 0, "tensor"),
+    ]
+    assert all(t.layout is t.color is t.mean is t.std is None for t in contract.inputs)
+    # The output's shape is the ONNX graph's: its dynamic batch axis keeps its name.
+    (output,) = contract.outputs
+    assert (output.name, output.dtype) == ("y", "float32")
+    assert output.shape == ["N", len(buildkit.TENSOR_CLASSES)]  # tiny_models names it N
+    assert contract.state == []
+    assert (contract.task.kind, contract.task.output) == ("classification", "y")
+    assert contract.task.threshold is contract.task.blank is None
+    assert contract.labels == list(buildkit.TENSOR_CLASSES)
+    assert contract.labels_blob is None
+    assert json.loads((built.out_dir(TENSOR_MODEL, "int8") / LABELS).read_bytes()) == list(
+        buildkit.TENSOR_CLASSES
+    )
+
+
+def test_the_contract_of_an_image_model_says_how_to_preprocess(built: Project) -> None:
+    (image,) = read_contract(built.out_dir(IMAGE_MODEL, "fp32")).inputs
+    assert (image.kind, image.layout, image.color) == ("image", "NCHW", "RGB")
+    assert image.shape == [1, 3, buildkit.IMAGE_SIZE, buildkit.IMAGE_SIZE]
+    assert image.mean == image.std == [127.5, 127.5, 127.5]
+
+
+def test_a_large_class_list_becomes_a_labels_blob(built: Project) -> None:
+    config = built.load()
+    model = config.models[IMAGE_MODEL]
+    names = [f"class {index}: " + "x" * 40 for index in range(64)]
+    many = model.model_copy(update={"classes": names})
+    graph = toolchain.inspect_onnx(built.path(model.source.path))
+    built_contract = io_contract(IMAGE_MODEL, many, model.variants["fp32"], graph)
+    contract = built_contract.contract
+    blob = json.dumps(names, ensure_ascii=False, separators=(",", ":")).encode()
+    assert len(blob) > INLINE_LABELS_MAX_BYTES
+    assert contract.labels is None
+    assert contract.labels_blob == BlobRef.of(hashlib.sha256(blob).hexdigest(), len(blob))
+    assert built_contract.labels == names
+    # Small lists stay inline.
+    few = io_contract(IMAGE_MODEL, model, model.variants["fp32"], graph).contract
+    assert few.labels == list(buildkit.IMAGE_CLASSES)
+
+
+def test_a_contract_naming_an_output_the_graph_lacks_is_a_build_error(built: Project) -> None:
+    config = built.load()
+    model = config.models[IMAGE_MODEL]
+    renamed = model.model_copy(
+        update={"outputs": [model.outputs[0].model_copy(update={"name": "scores"})]}
+    )
+    graph = toolchain.inspect_onnx(built.path(model.source.path))
+    with pytest.raises(BuildError) as caught:
+        io_contract(IMAGE_MODEL, renamed, model.variants["fp32"], graph)
+    assert caught.value.stage == "contract"
+    assert "has no output 'scores'" in caught.value.message
+    assert tiny_models.CONV_OUTPUT in caught.value.message
+
+
+@pytest.mark.parametrize(("model", "variant"), ALL_VARIANTS)
+def test_the_probe_passes_the_variant_rerun_on_the_host(
+    built: Project, model: str, variant: str
+) -> None:
+    out = built.out_dir(model, variant)
+    probe = read_probe(out)
+    assert (probe.model, probe.variant) == (model, variant)
+    assert probe.artifact_sha256 == buildkit.sha256_file(out / ARTIFACT)
+    assert 2 <= len(probe.cases) <= 4
+    assert all(len(case.steps) == 1 for case in probe.cases)
+    assert (out / PROBE).stat().st_size < 1_000_000
+    # Two threads split the kernels differently from the build's one: still a pass.
+    for threads in (1, 2):
+        result = check_on_host(out / ARTIFACT, probe, read_contract(out), threads=threads)
+        assert result.passed, result.failure
+    assert probe.tolerance.max_abs_error > 0
+    assert probe.tolerance.min_cosine <= 0.9999
+
+
+def _perturbed(
+    computed: list[list[dict[str, list[float]]]], change: Any
+) -> list[list[dict[str, list[float]]]]:
+    return [
+        [
+            {name: change(np.asarray(values)).tolist() for name, values in step.items()}
+            for step in case
+        ]
+        for case in computed
+    ]
+
+
+def _flip_largest_channel(values: np.ndarray) -> np.ndarray:
+    flipped = values.copy()
+    index = int(np.argmax(np.abs(values)))
+    flipped[index] = -flipped[index]
+    return flipped
+
+
+@pytest.mark.parametrize(("model", "variant"), ALL_VARIANTS)
+def test_the_probe_fails_a_backend_that_flips_one_channel(
+    built: Project, model: str, variant: str
+) -> None:
+    out = built.out_dir(model, variant)
+    probe = read_probe(out)
+    computed = probe_outputs_on_host(out / ARTIFACT, probe, read_contract(out))
+    result = check_probe(probe, _perturbed(computed, _flip_largest_channel))
+    assert not result.passed
+    assert result.failure is not None
+    assert "case 1 step 1 output" in result.failure
+
+
+@pytest.mark.parametrize(("model", "variant"), [(IMAGE_MODEL, "fp32"), (TENSOR_MODEL, "fp16")])
+def test_the_probe_fails_five_percent_noise_on_a_float_variant(
+    built: Project, model: str, variant: str
+) -> None:
+    out = built.out_dir(model, variant)
+    probe = read_probe(out)
+    computed = probe_outputs_on_host(out / ARTIFACT, probe, read_contract(out))
+    rng = np.random.default_rng(5)
+
+    def noisy(values: np.ndarray) -> np.ndarray:
+        rms = float(np.sqrt(np.mean(values**2)))
+        return values + 0.05 * rms * rng.standard_normal(values.shape)
+
+    result = check_probe(probe, _perturbed(computed, noisy))
+    assert not result.passed
+    assert result.worst_cosine < probe.tolerance.min_cosine
+
+
+def test_the_probe_tolerance_follows_the_documented_rule() -> None:
+    expected = {"y": np.array([[[3.0, -1.0, 0.5]], [[2.0, 0.0, -4.0]]], np.float32)}
+    # The host reproduces itself exactly: the gate (capped at 0.9999) and 1% of the scale.
+    same = probe_tolerance(expected, expected, budget_min_cosine=0.98, variant_max_abs_error=0.0)
+    assert (same.min_cosine, same.max_abs_error) == (0.98, 0.04)
+    tight = probe_tolerance(expected, expected, budget_min_cosine=1.0, variant_max_abs_error=0.0)
+    assert tight.min_cosine == 0.9999
+    # The variant's own error against the fp32 model, rounded up to two digits.
+    loose = probe_tolerance(
+        expected, expected, budget_min_cosine=0.98, variant_max_abs_error=0.1234
+    )
+    assert loose.max_abs_error == 0.13
+    # A host that differs from itself loosens both, to twice its own deviation.
+    moved = {"y": expected["y"] + np.array([0.0, 0.0, 0.25], np.float32)}
+    wide = probe_tolerance(expected, moved, budget_min_cosine=1.0, variant_max_abs_error=0.0)
+    assert wide.max_abs_error == 0.5
+    assert wide.min_cosine < 0.999
+    # ... and the host's other run passes the probe it loosened, through its bytes.
+    check = from_bytes(GoldenProbe, probe_bytes(_one_step_probe(expected["y"][0], wide)))
+    assert check_probe(check, [[{"y": moved["y"][0].reshape(-1).tolist()}]]).passed
+
+
+def _one_step_probe(values: np.ndarray, tolerance: Any) -> GoldenProbe:
+    tensor = {
+        "name": "y",
+        "dtype": "float32",
+        "shape": list(values.shape),
+        "data": base64.b64encode(values.astype("<f4").tobytes()).decode(),
+    }
+    return GoldenProbe.model_validate(
+        {
+            "model": "m",
+            "variant": "v",
+            "artifact_sha256": "0" * 64,
+            "cases": [{"steps": [{"inputs": [tensor], "expected": [tensor]}]}],
+            "tolerance": tolerance.model_dump(),
+        }
+    )
+
+
+def test_large_inputs_get_fewer_probe_cases() -> None:
+    def dataset(width: int, count: int = 10) -> tuple[Dataset, list[toolchain.InputFeed]]:
+        rows = np.zeros((count, width), np.float32)
+        return Dataset({"x": rows}, None), [toolchain.InputFeed("x", "float32", (1, width), 0)]
+
+    small, feeds = dataset(8)
+    chosen = select_probe_rows(small, feeds, [], {"y": np.zeros((10, 1, 2), np.float32)})
+    assert chosen.rows.tolist() == [0, 3, 6, 9]  # spread, first and last included
+    # 100,000 floats a sample: about 533 KB of base64, so one case keeps it under 1 MB.
+    large, feeds = dataset(100_000)
+    chosen = select_probe_rows(large, feeds, [], {"y": np.zeros((10, 1, 2), np.float32)})
+    assert chosen.rows.tolist() == [0]
+    # 70,000 floats, about 373 KB of base64 each: two cases fit.
+    medium, feeds = dataset(70_000)
+    chosen = select_probe_rows(medium, feeds, [], {"y": np.zeros((10, 1, 2), np.float32)})
+    assert chosen.rows.tolist() == [0, 9]
+    assert [len(case) for case in chosen.cases()] == [1, 1]
 
 
 def test_a_changed_variant_gets_a_new_recipe_and_id(built: Project, project: Project) -> None:
@@ -837,6 +1062,12 @@ def test_a_low_tier_variant_can_run_its_own_lower_resolution_model(project: Proj
     assert "accuracy" in result.metrics["metrics"]
     info = toolchain.model_info(project.out_dir(IMAGE_MODEL, "w8") / ARTIFACT)
     assert list(info.input_names) == ["image"]
+    # Apps of the low tier are told the smaller input, and its probe feeds it.
+    out = project.out_dir(IMAGE_MODEL, "w8")
+    assert read_contract(out).inputs[0].shape == [1, 3, 4, 4]
+    probe = read_probe(out)
+    assert probe.cases[0].steps[0].inputs[0].shape == [1, 3, 4, 4]
+    assert check_on_host(out / ARTIFACT, probe, read_contract(out)).passed
     # DVC reruns the variant when its own files change.
     from edgereg.build.dvc import render_dvc_yaml, stage_name
 

@@ -22,11 +22,24 @@ from click.testing import CliRunner
 
 from edgereg import config as config_module
 from edgereg import toolchain
-from edgereg.build.outputs import ARTIFACT, FAILED, HOST_BENCHMARK, METRICS, read_outputs
+from edgereg.build.outputs import (
+    ARTIFACT,
+    CONTRACT,
+    FAILED,
+    HOST_BENCHMARK,
+    LABELS,
+    METRICS,
+    PROBE,
+    read_outputs,
+)
+from edgereg.build.probe import check_on_host, probe_outputs_on_host
 from edgereg.build.quality import ctc_greedy
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.errors import BuildError, ConfigError, GateError
+from edgereg.protocol.contract import IOContract
+from edgereg.protocol.probe import GoldenProbe, check_probe
+from edgereg.protocol.wire import from_bytes
 from edgereg.toolchain import InputFeed
 from edgereg.toolchain._streaming import run_rows
 
@@ -212,6 +225,48 @@ def test_a_streaming_model_is_verified_as_a_stream(tmp_path: Path) -> None:
     assert "f1.max_drop" in fp32["gates"]
     int8 = project.build("int8")
     assert int8.provenance["calibration"]["samples"] == 60  # whole sequences
+
+
+def test_a_stateful_model_has_a_contract_with_its_state_and_a_streamed_probe(
+    tmp_path: Path,
+) -> None:
+    project = _streaming_project(tmp_path, sequences=6, steps=10)
+    project.build("fp32")
+    out = project.out / "m" / "fp32"
+    contract = IOContract.model_validate(json.loads((out / CONTRACT).read_text()))
+    inputs = {spec.name: spec for spec in contract.inputs}
+    # The scalar sample rate: int64, shape [], no batch axis.
+    assert (inputs["sr"].dtype, inputs["sr"].shape, inputs["sr"].batch_axis) == ("int64", [], None)
+    assert (inputs["state"].shape, inputs["state"].batch_axis) == ([2, 1, 4], None)
+    assert (inputs["chunk"].shape, inputs["chunk"].batch_axis) == ([1, tiny_models.STREAM_CHUNK], 0)
+    assert [(link.input, link.output) for link in contract.state] == [("state", "state_out")]
+    assert (contract.task.kind, contract.task.output, contract.task.threshold) == (
+        "frame_decision",
+        "prob",
+        0.5,
+    )
+    assert contract.labels is None
+    assert not (out / LABELS).exists()
+
+    probe = from_bytes(GoldenProbe, (out / PROBE).read_bytes())
+    assert probe.state == [("state", "state_out")]
+    assert 1 <= len(probe.cases) <= 2
+    for case in probe.cases:
+        assert 2 <= len(case.steps) <= 4
+        for step in case.steps:
+            # State is fed back, never stored: inputs and outputs are the app's.
+            assert [t.name for t in step.inputs] == ["chunk", "sr"]
+            assert [t.name for t in step.expected] == ["prob"]
+            assert step.inputs[1].values() == [16000.0]
+    result = check_on_host(out / ARTIFACT, probe, contract)
+    assert result.passed, result.failure
+    # A backend that flips the sign of the score fails, even on a one-value output.
+    computed = probe_outputs_on_host(out / ARTIFACT, probe, contract)
+    flipped = [
+        [{name: [-v for v in values] for name, values in step.items()} for step in case]
+        for case in computed
+    ]
+    assert not check_probe(probe, flipped).passed
 
 
 def test_streamed_outputs_differ_from_steps_run_with_zero_state(tmp_path: Path) -> None:
@@ -502,6 +557,14 @@ def test_a_ctc_recogniser_is_gated_on_decoded_lines(tmp_path: Path) -> None:
         assert metrics["baseline"]["label_line_accuracy"] == 1.0
         assert metrics["baseline"]["label_cer"] == 0.0
     assert project.metrics("fp32")["metrics"]["line_match"] == 1.0
+    # Apps read the characters from the contract (the blank class is not listed).
+    contract = IOContract.model_validate(
+        json.loads((project.out / "m" / "w8" / CONTRACT).read_text())
+    )
+    assert contract.labels == list(tiny_models.CTC_CHARSET)
+    assert (contract.task.kind, contract.task.blank) == ("ctc", 0)
+    probe = from_bytes(GoldenProbe, (project.out / "m" / "w8" / PROBE).read_bytes())
+    assert check_on_host(project.out / "m" / "w8" / ARTIFACT, probe, contract).passed
 
 
 def test_a_charset_that_does_not_match_the_output_width_is_named(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ def test_validate_json(repo_root: Path) -> None:
         "low": {"variant": "w8", "fallback": False},
     }
     assert set(report["tiers"]) == {"digits", "sensor", "textdet", "textrec", "vad", "embed"}
+    assert report["bundles"] == {"ocr": {"version": "1.0.0", "models": ["textdet", "textrec"]}}
 
 
 def test_validate_shows_tier_fallback(tmp_path: Path, small_toml: str) -> None:

@@ -393,11 +393,39 @@ def test_vectors_cover_every_required_case() -> None:
     names = {p.stem for p in vector_files()}
     required = {"valid-stable", "valid-candidate-in-cohort", "outside-cohort", "tampered"}
     required |= {"expired", "rolled-back", "wrong-key", "wrong-tier", "wrong-model"}
-    required |= {"too-new-runtime"}
+    required |= {"too-new-runtime", "app-incompatible-candidate-falls-back"}
+    required |= {"os-incompatible-stable-refused", "bundle-in-cohort", "bundle-member-too-new"}
+    required |= {"bundle-asked-as-model"}
     assert required <= names
     reasons = {json.loads(p.read_text())["expected"].get("reason") for p in vector_files()}
     assert {"bad-signature", "unknown-key", "expired", "rollback"} <= reasons
     assert {"wrong-model", "wrong-tier", "runtime-too-old", "malformed"} <= reasons
+    assert "os-incompatible" in reasons
+    fallbacks = {json.loads(p.read_text())["expected"].get("fallback") for p in vector_files()}
+    assert {"app-incompatible", "runtime-too-old"} <= fallbacks
+
+
+# --- compatibility: the previous release's vectors, frozen --------------------------------
+
+GOLDEN_0_1_0 = Path(__file__).parent / "golden" / "manifests-0.1.0"
+ACCEPTED_SINCE = {
+    # 0.1.0 refused unknown payload keys; a newer publisher may now add them (§3).
+    "unknown-field": {"accept": True},
+}
+
+
+@pytest.mark.parametrize("path", sorted(GOLDEN_0_1_0.glob("*.json")), ids=lambda p: p.stem)
+def test_the_manifests_of_0_1_0_are_decided_as_that_release_did(path: Path) -> None:
+    """Every manifest 0.1.0 accepted or refused, this client decides the same way."""
+    vector = json.loads(path.read_text("utf-8"))
+    got = load_generator().run(vector["input"])
+    expected = ACCEPTED_SINCE.get(path.stem, vector["expected"])
+    # Keys added to the decision since (fallback) are not in the frozen files.
+    assert {key: got[key] for key in expected} == expected
+
+
+def test_the_frozen_0_1_0_vectors_are_all_there() -> None:
+    assert len(list(GOLDEN_0_1_0.glob("*.json"))) == 38
 
 
 def test_schema_accepts_real_payloads_and_unknown_keys() -> None:
@@ -458,6 +486,7 @@ SCHEMA_CANNOT_SAY = {
     "sequence-as-float": "JSON Schema's integer admits 9.0",
     "path-not-the-digest": "JSON Schema cannot compare two fields",
     "percent-three-decimals": "multipleOf 0.01 would refuse 0.29 in floating point",
+    "bundle-asked-as-model": "a valid bundle manifest; the client asked for a model",
 }
 
 

@@ -81,7 +81,13 @@ def test_one_stage_per_variant(small_toml: str) -> None:
         stage = rendered[f"build-digits-{variant}"]
         assert stage["cmd"] == f"edgereg build digits {variant}"
         out = f"build/digits/{variant}"
-        assert stage["outs"] == [f"{out}/model.mnn", f"{out}/provenance.json"]
+        assert stage["outs"] == [
+            f"{out}/model.mnn",
+            f"{out}/provenance.json",
+            f"{out}/contract.json",
+            f"{out}/probe.json",
+            f"{out}/labels.json",  # the model names its classes
+        ]
         # Cached by DVC: an uncached output would turn off the run-cache CI shares.
         assert stage["metrics"] == [f"{out}/metrics.json"]
         ((plot, props),) = (next(iter(plot.items())) for plot in stage["plots"])

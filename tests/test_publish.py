@@ -41,10 +41,18 @@ from registrykit import (
 )
 from s3server import MotoServer, make_client
 
-from edgereg.build.outputs import HOST_BENCHMARK, METRICS, PROVENANCE
+from edgereg.build.outputs import CONTRACT, HOST_BENCHMARK, METRICS, PROBE, PROVENANCE
 from edgereg.errors import TrustError
+from edgereg.protocol.contract import BlobRef, IOContract
+from edgereg.protocol.probe import GoldenProbe
+from edgereg.protocol.wire import from_bytes
 from edgereg.signing import key_id, load_public_key
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document
+
+CLASSES = {
+    buildkit.IMAGE_MODEL: buildkit.IMAGE_CLASSES,
+    buildkit.TENSOR_MODEL: buildkit.TENSOR_CLASSES,
+}
 
 
 def _fresh_project(site: Site) -> None:
@@ -194,9 +202,13 @@ def check_published(
     variants = buildkit.VARIANTS[model]
     artifacts = {v: site.artifact(model, v) for v in variants}
     digests = {v: hashlib.sha256(data).hexdigest() for v, data in artifacts.items()}
+    # Each variant's golden probe ships as a blob next to its artifact.
+    probes = {v: (site.project.out_dir(model, v) / PROBE).read_bytes() for v in variants}
+    probe_digests = {v: hashlib.sha256(data).hexdigest() for v, data in probes.items()}
 
     assert sorted(objects) == sorted(
         [f"blobs/sha256/{digest}" for digest in digests.values()]
+        + [f"blobs/sha256/{digest}" for digest in probe_digests.values()]
         + [
             f"models/{model}/releases/{version}.json",
             f"models/{model}/state.json",
@@ -232,6 +244,14 @@ def check_published(
         assert entry.provenance == json.loads((out / PROVENANCE).read_text())
         assert entry.min_mnn_runtime == entry.provenance["min_mnn_runtime"]
         assert entry.runtime == config.models[model].variants[variant].runtime
+        # Self-describing: the contract and the probe the build wrote, the probe by digest.
+        assert entry.contract == IOContract.model_validate(json.loads((out / CONTRACT).read_text()))
+        assert entry.contract.labels == list(CLASSES[model])
+        assert entry.probe == BlobRef.of(probe_digests[variant], len(probes[variant]))
+        assert objects[entry.probe.path] == probes[variant]
+        probe = from_bytes(GoldenProbe, objects[entry.probe.path])
+        assert probe.artifact_sha256 == digests[variant]
+    assert record.requires == config.models[model].requires
 
     state = verify_document(RolloutState, objects[f"models/{model}/state.json"], trusted)
     assert [event.action for event in state.history] == ["publish"]
@@ -290,9 +310,11 @@ def test_publish_full(any_site: Site) -> None:
 
 def test_publishing_again_uploads_nothing_and_changes_nothing(any_site: Site) -> None:
     first = json.loads(ok(any_site.run("publish", MODEL, "--canary", "5%", "--json")).stdout)
-    assert first["uploaded_blobs"] == 3
+    assert first["uploaded_blobs"] == 3 + 3  # artifacts and their probes
     assert first["uploaded_bytes"] == sum(
-        len(any_site.artifact(MODEL, v)) for v in buildkit.VARIANTS[MODEL]
+        len(any_site.artifact(MODEL, v))
+        + (any_site.project.out_dir(MODEL, v) / PROBE).stat().st_size
+        for v in buildkit.VARIANTS[MODEL]
     )
     before = any_site.objects()
     again = json.loads(ok(any_site.run("publish", MODEL, "--canary", "5%", "--json")).stdout)
@@ -499,6 +521,23 @@ def _provenance_threads_as_float(site: Site) -> None:
     path.write_text(json.dumps(provenance))
 
 
+def _built_before_probes(site: Site) -> None:
+    # What a build made before contracts and probes left: no contract.json, probe.json.
+    out = site.project.out_dir(MODEL, "int8")
+    provenance = json.loads((out / PROVENANCE).read_text())
+    del provenance["contract"], provenance["probe"]
+    (out / PROVENANCE).write_text(json.dumps(provenance))
+    (out / CONTRACT).unlink()
+    (out / PROBE).unlink()
+
+
+def _probe_edited(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "w8") / PROBE
+    probe = json.loads(path.read_text())
+    probe["tolerance"]["min_cosine"] = -1.0  # a probe anything passes
+    path.write_text(json.dumps(probe))
+
+
 def _no_key(site: Site) -> None:
     shutil.rmtree(site.root / ".edgereg")
 
@@ -544,6 +583,20 @@ BAD_PUBLISH = [
         _provenance_threads_as_float,
         8,
         ["provenance.json: runtime.threads"],
+    ),
+    (
+        "built-before-probes",
+        [MODEL, "--canary", "5%"],
+        _built_before_probes,
+        8,
+        ["int8: built before I/O contracts and golden probes existed", "dvc repro"],
+    ),
+    (
+        "probe-edited-after-the-build",
+        [MODEL, "--canary", "5%"],
+        _probe_edited,
+        8,
+        ["w8: ", "probe.json differs from the one its provenance records"],
     ),
     ("missing-key", [MODEL, "--canary", "5%", "--key", "nope.pem"], _nothing, 5, ["nope.pem"]),
     ("no-key", [MODEL, "--canary", "5%"], _no_key, 5, ["no signing key", "keys generate"]),
@@ -741,3 +794,43 @@ def test_an_artifact_rewritten_after_it_was_checked_is_not_published(site: Site)
     assert "changed while it was being published" in caught.value.message
     assert "nothing was uploaded" in caught.value.message
     assert site.snapshot() == before
+
+
+def test_a_large_class_list_ships_as_a_labels_blob(site: Site) -> None:
+    from datetime import datetime, timezone
+
+    from edgereg.build.outputs import LABELS
+    from edgereg.registry._release import prepare_release
+    from edgereg.signing import read_private_key_file
+
+    # Four long class names: their JSON is larger than what a contract inlines.
+    names = [f"{name}-" + "x" * 600 for name in buildkit.IMAGE_CLASSES]
+    site.project.edit(
+        "classes = " + json.dumps(list(buildkit.IMAGE_CLASSES)),
+        "classes = " + json.dumps(names),
+    )
+    for variant in buildkit.VARIANTS[MODEL]:
+        site.project.build(MODEL, variant)
+    prepared = prepare_release(
+        site.project.load(),
+        MODEL,
+        site.project.out_root,
+        version="1.0.0",
+        now=datetime.now(timezone.utc),
+    )
+    labels = site.project.out_dir(MODEL, "fp32") / LABELS
+    digest = hashlib.sha256(labels.read_bytes()).hexdigest()
+    for variant in prepared.record.variants.values():
+        assert variant.contract is not None
+        assert variant.contract.labels is None
+        assert variant.contract.labels_blob == BlobRef.of(digest, labels.stat().st_size)
+    assert digest in prepared.blobs
+    site.registry().publish(
+        prepared,
+        signer=read_private_key_file(site.root / KEY_FILE),
+        percent=5.0,
+        full=False,
+        actor="test",
+        expires_days=30,
+    )
+    assert json.loads(site.objects()[f"blobs/sha256/{digest}"]) == names

@@ -159,8 +159,9 @@ def _canary(site: Site) -> None:
 @pytest.mark.parametrize(
     ("setup", "operation", "writes"),
     [
-        pytest.param(_first_publish, "publish", 9, id="first-publish"),  # key 3 blobs rec st 3 m
-        pytest.param(_later_publish, "publish", 9, id="next-publish"),
+        # key, 3 artifacts, 3 golden probes, record, state, 3 manifests
+        pytest.param(_first_publish, "publish", 12, id="first-publish"),
+        pytest.param(_later_publish, "publish", 12, id="next-publish"),
         pytest.param(_canary, "rollout", 4, id="rollout"),  # state, 3 manifests
     ],
 )

@@ -17,9 +17,13 @@ from pathlib import Path
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
+    CONTRACT,
     HOST_BENCHMARK,
+    LABELS,
     METRICS,
+    PROBE,
     PROVENANCE,
+    writes_labels,
 )
 from edgereg.config import DEFAULT_CONFIG_FILE, Config
 
@@ -80,6 +84,9 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 "    outs:",
                 f"      - {_q(f'{out}/{ARTIFACT}')}",
                 f"      - {_q(f'{out}/{PROVENANCE}')}",
+                f"      - {_q(f'{out}/{CONTRACT}')}",
+                f"      - {_q(f'{out}/{PROBE}')}",
+                *([f"      - {_q(f'{out}/{LABELS}')}"] if writes_labels(model) else []),
                 # Cached like the artifact, not `cache: false`: an uncached output
                 # turns off DVC's run-cache for the stage, which is how parallel CI
                 # jobs share builds (docs/operations/ci.md). A fresh clone reads past

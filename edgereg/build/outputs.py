@@ -13,19 +13,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgereg.config import Config
+from edgereg.config import Config, Model
 
 ARTIFACT = "model.mnn"
 METRICS = "metrics.json"
 PROVENANCE = "provenance.json"
 CLASS_RECALL_PLOT = "class_recall.json"
+#: How an app calls the variant (edgereg.protocol.contract.IOContract), copied into releases.
+CONTRACT = "contract.json"
+#: The golden probe blob (canonical JSON of edgereg.protocol.probe.GoldenProbe).
+PROBE = "probe.json"
+#: The labels (canonical JSON array) of a model that has them: the contract
+#: references it as a blob when the labels are too large to inline.
+LABELS = "labels.json"
 #: Host load time, memory and latency per thread count. Not a DVC stage output:
 #: timings differ on every run, and dvc.lock records only what a rebuild of the
 #: same inputs reproduces byte for byte. dvc.yaml lists it as a top-level metric
 #: and plot, so `dvc metrics show` and `dvc plots show` still read it.
 HOST_BENCHMARK = "host-benchmark.json"
-#: What the DVC stage declares as its outputs (all reproducible).
-STAGE_OUTPUTS = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT)
+#: What the DVC stage declares as its outputs (all reproducible). The recall
+#: plot is declared for classifiers only, the labels for models with labels
+#: (:func:`writes_labels`).
+STAGE_OUTPUTS = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT, CONTRACT, PROBE, LABELS)
 #: Every file a build writes into its output directory.
 OUTPUT_FILES = (*STAGE_OUTPUTS, HOST_BENCHMARK)
 #: The label a host figure carries wherever it is copied (releases, reports):
@@ -82,6 +91,13 @@ def headline(metrics: dict[str, Any]) -> Headline | None:
         if isinstance(entry, dict) and isinstance(entry.get("cosine"), (int, float))
     ]
     return Headline("cosine", float(min(cosines)), None) if cosines else None
+
+
+def writes_labels(model: Model) -> bool:
+    """Whether a build of this model writes :data:`LABELS` (class names, or a CTC charset)."""
+    return model.task.kind == "ctc" or (
+        model.task.kind == "classification" and model.classes is not None
+    )
 
 
 def variant_dir(out_root: Path, model_name: str, variant_name: str) -> Path:

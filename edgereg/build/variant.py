@@ -21,6 +21,7 @@ from typing import Any
 
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
+from edgereg.build.contract import io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
 from edgereg.build.evaluate import (
     TaskEvaluator,
@@ -32,15 +33,20 @@ from edgereg.build.evaluate import (
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
+    CONTRACT,
     HOST_BENCHMARK,
+    LABELS,
     METRICS,
     OUTPUT_FILES,
+    PROBE,
     PROVENANCE,
     HostBenchmark,
     ThreadLatency,
     variant_dir,
 )
+from edgereg.build.probe import golden_probe, probe_bytes, select_probe_rows
 from edgereg.build.quality import (
+    DEFAULT_AGREEMENT,
     GateReport,
     OutputAgreement,
     PrecisionClass,
@@ -108,9 +114,17 @@ def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) ->
     return path
 
 
-def check_source(path: Path, inputs: list[InputSpec], output_names: list[str]) -> dict[str, Any]:
-    """Stage 2: the ONNX is valid, matches the declared I/O and MNN converts every op."""
-    report = toolchain.inspect_onnx(path)
+def check_source(
+    path: Path,
+    inputs: list[InputSpec],
+    output_names: list[str],
+    report: toolchain.OnnxReport | None = None,
+) -> dict[str, Any]:
+    """Stage 2: the ONNX is valid, matches the declared I/O and MNN converts every op.
+
+    ``report`` is :func:`edgereg.toolchain.inspect_onnx` of ``path`` when the caller has it.
+    """
+    report = report or toolchain.inspect_onnx(path)
     missing = toolchain.unsupported_ops(report)
     if missing:
         raise BuildError(
@@ -263,7 +277,10 @@ def build_variant(
             )
         charset = _charset(config, model.task)
     with stage("check"):
-        graph = check_source(source, inputs, output_names)
+        onnx_report = toolchain.inspect_onnx(source)
+        graph = check_source(source, inputs, output_names, onnx_report)
+    with stage("contract"):
+        built_contract = io_contract(model_name, model, variant, onnx_report, charset=charset)
     feeds = [
         toolchain.InputFeed(spec.name, spec.dtype, tuple(spec.shape), spec.batch) for spec in inputs
     ]
@@ -297,6 +314,13 @@ def build_variant(
             batch_size,
         )
         evaluator.check_reference(reference.outputs)
+    app_outputs = [name for name in output_names if name not in state_outputs]
+    probe_rows = select_probe_rows(
+        evaluation, feeds, state, {name: reference.outputs[name] for name in app_outputs}
+    )
+    # Per scored artifact, its outputs at the probe's rows: the "re-run" the probe's
+    # tolerance is measured against (batched, unlike the probe's own run).
+    rerun_at_probe: dict[Path, dict[str, Any]] = {}
 
     def score(artifact: Path) -> Scored:
         with stage("verify"):
@@ -311,6 +335,9 @@ def build_variant(
             )
             gated = {n: v for n, v in reference.outputs.items() if n not in state_outputs}
             agree = agreement(gated, {n: produced[n] for n in gated})
+            rerun_at_probe[artifact.resolve()] = {
+                name: produced[name][probe_rows.rows] for name in app_outputs
+            }
         with stage("evaluate"):
             scores = evaluator.scores(reference.outputs, produced)
         size_bytes = artifact.stat().st_size
@@ -382,6 +409,7 @@ def build_variant(
             )
             chosen = search.run()
             assert chosen.scored is not None  # run() returns a scored attempt or raises
+            rerun_at_probe[artifact.resolve()] = rerun_at_probe[chosen.path.resolve()]
             os.replace(chosen.path, artifact)
             scored = chosen.scored
             quant_record = search.record(chosen)
@@ -433,6 +461,31 @@ def build_variant(
                 mode=variant.quantization.mode,
                 root=runtimes_dir(config.root),
             )
+        with stage("probe"):
+            cosine_budget = budgets().min_cosine
+            probe = golden_probe(
+                model_name=model_name,
+                variant_name=variant_name,
+                artifact=artifact,
+                artifact_sha256=artifact_sha,
+                evaluation=evaluation,
+                selection=probe_rows,
+                feeds=feeds,
+                output_names=output_names,
+                state=state,
+                rerun=rerun_at_probe[artifact.resolve()],
+                budget_min_cosine=DEFAULT_AGREEMENT[precision][0]
+                if cosine_budget is None
+                else cosine_budget,
+                variant_max_abs_error=max(
+                    (a.max_abs_error for a in scored.agreement.values()), default=0.0
+                ),
+            )
+            probe_data = probe_bytes(probe)
+            (work_dir / PROBE).write_bytes(probe_data)
+            _write_json(work_dir / CONTRACT, built_contract.contract.model_dump(mode="json"))
+            if built_contract.labels is not None:
+                (work_dir / LABELS).write_bytes(labels_blob(built_contract.labels))
         installed = toolchain.installed_versions()
         provenance = {
             "edgereg": __version__,
@@ -468,6 +521,9 @@ def build_variant(
             "runtime_proof": proof.as_dict(),
             "runtime": variant.runtime.model_dump(),
             "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": scored.size_bytes},
+            # What the release will tell apps, by digest: the record proves what was built.
+            "contract": _file_record(work_dir / CONTRACT, CONTRACT),
+            "probe": _file_record(work_dir / PROBE, PROBE),
         }
         _write_json(work_dir / METRICS, metrics)
         _write_json(work_dir / PROVENANCE, provenance)
@@ -475,7 +531,8 @@ def build_variant(
         _write_json(work_dir / HOST_BENCHMARK, host.to_json())
         # The artifact moves last: its presence means every other file is there.
         for name in (*OUTPUT_FILES[1:], ARTIFACT):
-            os.replace(work_dir / name, out_dir / name)
+            if name != LABELS or (work_dir / name).exists():
+                os.replace(work_dir / name, out_dir / name)
     return BuildResult(
         out_dir=out_dir, metrics=metrics, provenance=provenance, stage_seconds=seconds
     )
@@ -649,6 +706,10 @@ def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None
             "Raise a budget in models.toml only if the measured numbers are acceptable for the app."
         )
     return "\n".join(lines)
+
+
+def _file_record(path: Path, name: str) -> dict[str, Any]:
+    return {"path": name, "sha256": sha256_file(path), "size": path.stat().st_size}
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -19,11 +19,29 @@ Typical use::
     if result.error:
         log.warning("model update failed (%s): %s", result.error_code, result.error)
 
+A bundle (models that ship together) is ``Client(..., bundle="ocr")``: every
+member is verified before one pointer switch, and ``result.members`` holds
+each model with its I/O contract and labels. ``status()``, ``revert()``,
+``DownloadPolicy`` / ``Conditions``, ``BundledRelease`` (offline first launch)
+and ``install_check=`` are described in docs/protocol.md §10.
+
 :func:`decide` is the pure trust core the client runs on every manifest; a
 port to another language can be checked against the conformance vectors in
 tests/vectors/ with it. docs/protocol.md describes the protocol.
 """
 
+from edgereg.client._health import HealthLedger, Revert
+from edgereg.client._installed import (
+    InstallCheck,
+    InstalledModel,
+    LastError,
+    MemberFiles,
+    Pending,
+    Status,
+)
+from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._reporter import DeviceFacts, Reporter
+from edgereg.client._selftest import BackendRunner, SelfTest, SelfTestResult
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BadBlob,
@@ -43,12 +61,15 @@ from edgereg.client._trust import (
     decide,
 )
 from edgereg.client._updater import (
+    BadRelease,
     CacheError,
     Client,
     Fetcher,
     FetchResult,
+    NoSpace,
     manifest_path,
     open_fetcher,
+    unit_status,
     unsafe_registry_keys,
 )
 from edgereg.errors import TransportError, TrustError
@@ -57,21 +78,39 @@ from edgereg.signing import TrustedKeys
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "BackendRunner",
     "BadBlob",
+    "BadRelease",
     "BadSignature",
     "BlobCheck",
     "BlobTooLarge",
+    "BundledRelease",
     "CacheError",
     "Client",
+    "Conditions",
     "Decision",
+    "DeviceFacts",
     "DeviceProfile",
+    "DownloadPolicy",
     "Expired",
     "FetchResult",
     "Fetcher",
+    "HealthLedger",
+    "InstallCheck",
+    "InstalledModel",
+    "LastError",
     "Malformed",
+    "MemberFiles",
+    "NoSpace",
+    "Pending",
     "Rejected",
+    "Reporter",
+    "Revert",
     "Rollback",
     "RuntimeTooOld",
+    "SelfTest",
+    "SelfTestResult",
+    "Status",
     "TransportError",
     "TrustError",
     "TrustedKeys",
@@ -82,5 +121,6 @@ __all__ = [
     "decide",
     "manifest_path",
     "open_fetcher",
+    "unit_status",
     "unsafe_registry_keys",
 ]

@@ -8,6 +8,7 @@ from the CLI module and can be tried on its own.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import traceback
@@ -27,11 +28,15 @@ from rich.progress import (
 
 from edgereg import config as config_module
 from edgereg._cli_common import INTERRUPTED, Seconds, config_option_for, root_flag
+from edgereg.client._installed import InstalledModel, Status, UnitKind
+from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._selftest import SelfTest
 from edgereg.client._updater import (
     Client,
     FetchResult,
     Limits,
     open_fetcher,
+    unit_status,
     unsafe_registry_keys,
 )
 from edgereg.errors import EdgeregError
@@ -50,21 +55,23 @@ TOFU_WARNING = (
 
 
 @click.command("pull")
-@click.argument("model")
+@click.argument("model", required=False)
+@click.option("--bundle", default=None, help="Pull a bundle (models that ship together) instead.")
 @click.option(
     "--registry",
     "registry_url",
-    required=True,
+    default=None,
     help="Registry root: http(s)://… or file://… (what `edgereg serve` or a static host serves).",
 )
-@click.option("--device-id", required=True, help="Sticky device id (decides the cohort).")
+@click.option("--device-id", default=None, help="Sticky device id (decides the cohort).")
 @click.option("--ram-mb", type=click.IntRange(min=0), default=None, help="Device RAM in MB.")
 @click.option("--cpu-cores", type=click.IntRange(min=1), default=None, help="CPU cores.")
 @click.option("--soc", default=None, help="SoC name, like 'Snapdragon 8 Gen 2'.")
 @click.option("--os", "os_name", type=click.Choice(["android", "ios"]), default=None)
-@click.option("--os-version", default=None, help="OS version.")
+@click.option("--os-version", default=None, help="OS version: Android API level or iOS version.")
 @click.option("--abi", default=None, help="CPU ABI, like arm64-v8a.")
 @click.option("--mnn-runtime", default=None, help="MNN runtime version in the app, like 3.6.1.")
+@click.option("--app-version", default=None, help="The app's version, for requires.app.")
 @click.option("--tier", default=None, help="The device's tier (default: resolved from --config).")
 @config_option_for("models.toml whose [tiers] resolve the tier when --tier is not given.")
 @click.option(
@@ -87,6 +94,28 @@ TOFU_WARNING = (
     help="The client cache directory (blobs/, state/, installed.json).",
 )
 @click.option(
+    "--status",
+    "show_status",
+    is_flag=True,
+    help="Print what is installed, pending and failing in --out, and exit (no network).",
+)
+@click.option(
+    "--offline-release",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    help="A release shipped with the app: a registry copy, or a manifest.json beside its "
+    "blobs (named by sha256). Installed first when nothing newer is.",
+)
+@click.option("--metered", is_flag=True, help="Pretend the network is metered.")
+@click.option("--charging", is_flag=True, help="Pretend the device is charging.")
+@click.option(
+    "--allow-metered/--no-allow-metered",
+    default=True,
+    show_default=True,
+    help="Download blobs over a metered network.",
+)
+@click.option("--require-charging", is_flag=True, help="Download blobs only while charging.")
+@click.option(
     "--timeout",
     type=Seconds(),
     default=30.0,
@@ -98,7 +127,7 @@ TOFU_WARNING = (
     type=Seconds(),
     default=600.0,
     show_default=True,
-    help="Seconds the whole pull (manifest and blob) may take.",
+    help="Seconds the whole pull (manifest and blobs) may take.",
 )
 @click.option(
     "--min-rate",
@@ -107,11 +136,24 @@ TOFU_WARNING = (
     show_default=True,
     help="Bytes/s a download must average over each --timeout window (0: no minimum).",
 )
+@click.option(
+    "--self-test",
+    is_flag=True,
+    help="Run each model's golden probe on its hinted backends before installing it "
+    "(docs/protocol.md §11); print the backend chosen and the ones skipped.",
+)
+@click.option(
+    "--report/--no-report",
+    default=True,
+    show_default=True,
+    help="Send the anonymous report the manifest asks for (no device id).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def pull_command(
-    model: str,
-    registry_url: str,
-    device_id: str,
+    model: str | None,
+    bundle: str | None,
+    registry_url: str | None,
+    device_id: str | None,
     ram_mb: int | None,
     cpu_cores: int | None,
     soc: str | None,
@@ -119,17 +161,37 @@ def pull_command(
     os_version: str | None,
     abi: str | None,
     mnn_runtime: str | None,
+    app_version: str | None,
     tier: str | None,
     config_path: Path,
     trusted_key_files: tuple[Path, ...],
     unsafe_trust_registry_keys: bool,
     out_dir: Path,
+    show_status: bool,
+    offline_release: Path | None,
+    metered: bool,
+    charging: bool,
+    allow_metered: bool,
+    require_charging: bool,
     timeout: float,
     deadline: float,
     min_rate: int,
+    self_test: bool,
+    report: bool,
     as_json: bool,
 ) -> None:
-    """Fetch MODEL for one device as an app would: verify, choose, download, install."""
+    """Fetch MODEL (or --bundle NAME) for one device as an app would, and install it."""
+    if (model is None) == (bundle is None):
+        raise click.UsageError("give MODEL or --bundle NAME (exactly one)")
+    unit = model if model is not None else bundle
+    assert unit is not None
+    kind: UnitKind = "bundle" if bundle is not None else "model"
+    if show_status:
+        status = unit_status(out_dir, unit, kind, tier)
+        click.echo(json.dumps(_status_json(status), indent=2) if as_json else _status_text(status))
+        return
+    if registry_url is None or device_id is None:
+        raise click.UsageError("give --registry URL and --device-id ID (or --status)")
     if not trusted_key_files and not unsafe_trust_registry_keys:
         raise click.UsageError(
             "give --trusted-key FILE (the registry's public key, from `edgereg keys "
@@ -167,6 +229,9 @@ def pull_command(
                 raise click.UsageError(
                     f"--tier {tier!r} is not a tier of {config_path}; tiers: {', '.join(tiers)}"
                 )
+        shipped = None
+        if offline_release is not None:
+            shipped = BundledRelease.from_dir(offline_release, unit, tier)
         if trusted_key_files:
             trusted = TrustedKeys(load_public_key(path.read_bytes()) for path in trusted_key_files)
         else:
@@ -177,14 +242,20 @@ def pull_command(
                 limits=Limits(timeout=timeout, deadline=deadline, min_rate=min_rate),
             )
             fetcher.start_deadline()
-            trusted = unsafe_registry_keys(fetcher, model, tier)
+            trusted = unsafe_registry_keys(fetcher, unit, tier)
         client = Client(
             registry_url,
             trusted,
             out_dir,
             model=model,
+            bundle=bundle,
             device=device,
             tier=tier,
+            app_version=app_version,
+            policy=DownloadPolicy(allow_metered=allow_metered, require_charging=require_charging),
+            bundled=shipped,
+            self_test=self_test,
+            reporting=report,
             timeout=timeout,
             deadline=deadline,
             min_rate=min_rate,
@@ -195,17 +266,67 @@ def pull_command(
         _fail(exc)
     try:
         with _download_progress(client, enabled=not as_json):
-            result = client.fetch()
+            result = client.fetch(Conditions(metered=metered, charging=charging))
     except KeyboardInterrupt:
         # Like every edgereg command (exit 130), not click's "Aborted!" with exit 1.
         click.echo("interrupted", err=True)
         sys.exit(INTERRUPTED)
+    finally:
+        client.close()
     if as_json:
-        click.echo(json.dumps(_as_json(result), indent=2))
+        data = _as_json(result)
+        if client.self_test is not None:
+            data["self_test"] = _self_test_json(client.self_test)
+        click.echo(json.dumps(data, indent=2))
     else:
         _print(result)
+        if client.self_test is not None:
+            _print_self_test(client.self_test)
     if result.exception is not None:
         sys.exit(result.exception.exit_code)
+
+
+def _self_test_json(check: SelfTest) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, result in sorted(check.results.items()):
+        found[name] = {
+            "passed": True,
+            "probe": result.probe,
+            "backend": result.backend,
+            "skipped": list(result.skipped),
+            "unavailable": list(result.unavailable),
+            "load_ms": round(result.load_ms, 3),
+            "probe_ms": round(result.probe_ms, 3),
+        }
+    for name, trials in sorted(check.failed.items()):
+        found[name] = {
+            "passed": False,
+            "probe": "failed",
+            "backend": None,
+            "skipped": [t.backend for t in trials if t.outcome in ("failed", "remembered")],
+            "unavailable": [t.backend for t in trials if t.outcome == "unavailable"],
+            "why": {t.backend: t.detail for t in trials if t.detail},
+        }
+    return found
+
+
+def _print_self_test(check: SelfTest) -> None:
+    for name, result in sorted(check.results.items()):
+        line = f"self-test {name}: runs on {result.backend}"
+        if result.probe == "none":
+            line += " (no probe: the first backend that loads)"
+        if result.skipped:
+            line += f"; skipped {', '.join(result.skipped)} (outputs missed the probe)"
+        if result.unavailable:
+            line += f"; not on this device: {', '.join(result.unavailable)}"
+        click.echo(f"{line}; load {result.load_ms:.1f} ms, probe {result.probe_ms:.1f} ms")
+        for trial in result.trials:
+            if trial.outcome in ("failed", "remembered"):
+                click.echo(f"  {trial.backend}: {trial.detail}")
+    for name, trials in sorted(check.failed.items()):
+        click.echo(f"self-test {name}: failed on every backend; not installed", err=True)
+        for trial in trials:
+            click.echo(f"  {trial.backend}: {trial.detail}", err=True)
 
 
 def _fail(exc: EdgeregError | OSError) -> NoReturn:
@@ -218,9 +339,27 @@ def _fail(exc: EdgeregError | OSError) -> NoReturn:
     sys.exit(1)
 
 
+def _member_json(member: InstalledModel) -> dict[str, Any]:
+    return {
+        "path": str(member.path),
+        "version": member.version,
+        "variant": member.variant,
+        "sha256": member.sha256,
+        "min_mnn_runtime": member.min_mnn_runtime,
+        "runtime": member.runtime.model_dump(mode="json"),
+        "backend": member.backend,
+        "contract": None
+        if member.contract is None
+        else member.contract.model_dump(mode="json", exclude_none=True),
+        "labels": member.labels,
+        "probe_path": None if member.probe_path is None else str(member.probe_path),
+    }
+
+
 def _as_json(result: FetchResult) -> dict[str, Any]:
     return {
         "model": result.model,
+        "bundle": result.bundle,
         "tier": result.tier,
         "path": None if result.path is None else str(result.path),
         "version": result.version,
@@ -229,10 +368,14 @@ def _as_json(result: FetchResult) -> dict[str, Any]:
         "is_candidate": result.is_candidate,
         "min_mnn_runtime": result.min_mnn_runtime,
         "runtime": None if result.runtime is None else result.runtime.model_dump(mode="json"),
+        "members": {name: _member_json(m) for name, m in result.members.items()},
         "updated": result.updated,
         "not_modified": result.not_modified,
         "downloaded_bytes": result.downloaded_bytes,
         "runtime_fallback": result.runtime_fallback,
+        "fallback": result.fallback,
+        "deferred": result.deferred,
+        "bundled": result.bundled,
         "error": result.error,
         "error_code": result.error_code,
     }
@@ -243,35 +386,122 @@ def _print(result: FetchResult) -> None:
         click.echo(f"update failed ({result.error_code}): {result.error}", err=True)
         if result.exception is not None and result.exception.hint:
             click.echo(result.exception.hint, err=True)
-    if result.path is None:
-        if result.error is None:
+    if result.deferred is not None:
+        click.echo(f"{result.model}: download deferred ({result.deferred}); nothing new downloaded")
+    if not result.installed:
+        if result.error is None and result.deferred is None:
             click.echo(
                 f"{result.model}: nothing for this device in tier {result.tier} yet (the first "
                 "release is a canary and this device is outside its cohort)"
             )
-        else:
+        elif result.deferred is None:
             click.echo(f"{result.model}: no model installed")
         return
     role = "candidate" if result.is_candidate else "stable"
-    if result.runtime_fallback:
-        role += ", the candidate needs a newer MNN runtime"
+    if result.fallback is not None:
+        role += f", the candidate does not fit ({result.fallback})"
+    if result.bundled:
+        role += ", shipped with the app"
     keeping = "keeping " if result.error is not None else ""
-    click.echo(
-        f"{keeping}{result.model} {result.version} variant {result.variant} "
-        f"for tier {result.tier} ({role})"
-    )
-    click.echo(f"  path: {result.path}")
-    if result.runtime is not None:
-        hints = result.runtime
+    if result.bundle:
+        click.echo(f"{keeping}{result.model} {result.version} for tier {result.tier} ({role})")
+    else:
         click.echo(
-            f"  runtime: threads={hints.threads} backends={','.join(hints.backends)} "
-            f"precision={hints.precision} (needs MNN >= {result.min_mnn_runtime})"
+            f"{keeping}{result.model} {result.version} variant {result.variant} "
+            f"for tier {result.tier} ({role})"
         )
-    if result.error is None:
+    for name, member in result.members.items():
+        indent = "  "
+        if result.bundle:
+            click.echo(f"  {name} {member.version} variant {member.variant}")
+            indent = "    "
+        _print_member(member, indent)
+    if result.error is None and result.deferred is None:
         if result.updated:
             click.echo(f"  installed ({result.downloaded_bytes} bytes downloaded)")
         else:
             click.echo(f"  up to date ({result.downloaded_bytes} bytes downloaded)")
+
+
+def _shape(dims: list[int | str]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _print_member(member: InstalledModel, indent: str) -> None:
+    click.echo(f"{indent}path: {member.path}")
+    hints = member.runtime
+    backend = f" chosen={member.backend}" if member.backend else ""
+    click.echo(
+        f"{indent}runtime: threads={hints.threads} backends={','.join(hints.backends)}{backend} "
+        f"precision={hints.precision} (needs MNN >= {member.min_mnn_runtime})"
+    )
+    contract = member.contract
+    if contract is None:
+        click.echo(f"{indent}contract: none in this release")
+        return
+    for spec in contract.inputs:
+        extra = " ".join(str(x) for x in (spec.layout, spec.color) if x is not None)
+        norm = f" mean={spec.mean} std={spec.std}" if spec.mean is not None else ""
+        click.echo(
+            f"{indent}input {spec.name} {spec.dtype} {_shape(spec.shape)}"
+            + (f" {extra}" if extra else "")
+            + norm
+        )
+    for out in contract.outputs:
+        click.echo(f"{indent}output {out.name} {out.dtype} {_shape(out.shape)}")
+    for link in contract.state:
+        click.echo(f"{indent}state {link.output} -> {link.input}")
+    click.echo(f"{indent}task: {contract.task.kind}")
+    if member.labels is not None:
+        shown = ", ".join(member.labels[:3]) + (", …" if len(member.labels) > 3 else "")
+        click.echo(f"{indent}labels: {len(member.labels)} labels ({shown})")
+
+
+def _status_json(status: Status) -> dict[str, Any]:
+    return {
+        "unit": status.unit,
+        "kind": status.kind,
+        "tier": status.tier,
+        "version": status.version,
+        "is_candidate": status.is_candidate,
+        "bundled": status.bundled,
+        "ready": status.ready,
+        "members": {name: _member_json(m) for name, m in status.members.items()},
+        "previous": status.previous,
+        "pending": None if status.pending is None else dataclasses.asdict(status.pending),
+        "last_error": None if status.last_error is None else dataclasses.asdict(status.last_error),
+        "bad_releases": dict(status.bad_releases),
+    }
+
+
+def _status_text(status: Status) -> str:
+    lines = []
+    if status.version is None:
+        lines.append(f"{status.unit}: nothing installed")
+    else:
+        ready = "ready" if status.ready else "NOT READY (a blob is missing or damaged)"
+        role = "candidate" if status.is_candidate else "stable"
+        shipped = ", shipped with the app" if status.bundled else ""
+        lines.append(
+            f"{status.unit} {status.version} for tier {status.tier} ({role}{shipped}): {ready}"
+        )
+        for name, member in status.members.items():
+            lines.append(f"  {name} {member.version} variant {member.variant}: {member.path}")
+        if status.previous is not None:
+            lines.append(f"  last good: {status.previous}")
+    if status.pending is not None:
+        pending = status.pending
+        why = f"deferred ({pending.deferred})" if pending.deferred else "downloading"
+        lines.append(
+            f"pending: {pending.version} {why}, {pending.remaining_bytes} of "
+            f"{pending.total_bytes} bytes to go (since {pending.since})"
+        )
+    if status.last_error is not None:
+        err = status.last_error
+        lines.append(f"last error ({err.code}) at {err.at}: {err.message}")
+    for version, why in status.bad_releases.items():
+        lines.append(f"refused on this device: {version} ({why})")
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager

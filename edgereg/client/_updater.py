@@ -5,11 +5,19 @@ module moves bytes and records what the pure core accepted.
 
 Cache directory layout (one client at a time per directory)::
 
-    blobs/<sha256>              verified blobs, written once (os.replace from .part)
+    blobs/<sha256>              verified blobs (artifacts, probes, labels), written
+                                once (os.replace from .part)
     blobs/<sha256>.part         an interrupted download, resumed with Range
-    state/<model>/<tier>.json   last accepted manifest bytes, its ETag, and the
-                                highest sequence seen (rollback protection)
-    installed.json              model -> the installed blob, version, variant, hints
+    state/<unit>/sequence.json  highest sequence seen (rollback protection)
+    state/<unit>/<tier>.json    last accepted manifest bytes and its ETag
+    state/<unit>/_status.json   the pending release (downloading or deferred), last error
+    state/<unit>/_bad.json      versions refused for good on this device
+    installed.json              models: model -> blob, version, variant, hints, contract;
+                                bundles: bundle -> version and every member; each with
+                                ``previous``, the last good set
+
+A unit is a model or a bundle. A bundle's pointer names every member, so a
+set switches in one rename: a crash leaves the old set or the new one.
 
 Every file is written to a temporary file in the same directory and renamed
 into place, so a crash or a full disk never leaves half a file where a reader
@@ -22,12 +30,14 @@ from __future__ import annotations
 import abc
 import base64
 import contextlib
+import dataclasses
 import errno
 import http.client
 import json
 import logging
 import os
 import re
+import shutil
 import socket
 import threading
 import time
@@ -35,7 +45,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -44,31 +54,53 @@ from pydantic import TypeAdapter, ValidationError
 
 from edgereg import __version__
 from edgereg._files import atomic_write as write_whole
+from edgereg._files import sha256_file
+from edgereg.client._health import DEFAULT_MAX_UNCONFIRMED_STARTS, HealthLedger, Revert
+from edgereg.client._installed import (
+    InstallCheck,
+    InstalledModel,
+    LastError,
+    MemberFiles,
+    Pending,
+    Status,
+    UnitKind,
+    _Installed,
+    _Member,
+)
+from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
+from edgereg.client._selftest import SelfTest
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BlobCheck,
     Decision,
     Malformed,
     Rejected,
-    compare_versions,
     decide,
 )
 from edgereg.config import Name, RuntimeHints, TierRules
 from edgereg.errors import EdgeregError, TransportError, TrustError
 from edgereg.protocol import layout
+from edgereg.protocol.contract import BlobRef, IOContract
+from edgereg.protocol.decision import AppFacts, unfit
+from edgereg.protocol.fields import format_time
+from edgereg.protocol.wire import BundleEntry, Manifest, verify_document
 from edgereg.rollout import DeviceProfile, resolve_tier
 from edgereg.signing import TrustedKeys, key_id, load_public_key, strict_json_loads
 from edgereg.wire import ManifestEntry
 
 __all__ = [
+    "BadRelease",
     "CacheError",
     "Client",
     "FetchResult",
     "Fetcher",
     "Limits",
     "ManifestNotFound",
+    "NoSpace",
     "manifest_path",
     "open_fetcher",
+    "unit_status",
     "unsafe_registry_keys",
 ]
 
@@ -467,31 +499,43 @@ def _describe(exc: BaseException) -> str:
 class FetchResult:
     """What the app should run after a fetch, and what happened.
 
-    On any failure the fields describe the last known good model (or no model,
-    if none was ever installed) and ``error`` says why nothing new was installed.
+    On any failure the fields describe the last known good model or bundle
+    (or nothing, if none was ever installed) and ``error`` says why nothing
+    new was installed.
 
     Attributes:
-        model: The model asked for.
+        model: The model (or bundle) asked for.
         tier: The device's tier.
         path: The installed, verified artifact to load; None when nothing was
-            ever installed, or when the manifest offers this device nothing
-            (a first release still a canary, device outside its cohort).
-        version: Its release version.
-        variant: Its variant name.
-        sha256: Its digest.
+            ever installed, when the manifest offers this device nothing
+            (a first release still a canary, device outside its cohort), and
+            for a bundle (its models are in ``members``).
+        version: Its release version (a bundle's own version for a bundle).
+        variant: Its variant name (None for a bundle).
+        sha256: Its digest (None for a bundle).
         runtime: Recommended runtime settings (threads, backend order, precision).
         min_mnn_runtime: The oldest MNN runtime that loads it.
         is_candidate: It is the candidate of a rollout (this device is in the cohort).
-        updated: This fetch installed a different artifact than before.
+        updated: This fetch installed a different release than before.
         error: Why the fetch failed, or None.
         error_code: A stable code for ``error``: a :class:`Rejected` reason
-            (``expired``, ``rollback``, ``bad-signature`` ...), ``transport``
-            or ``cache``.
+            (``expired``, ``rollback``, ``bad-signature``, ``app-incompatible``
+            ...), ``transport``, ``not-found``, ``cache``, ``no-space`` or
+            ``bad-release``.
         not_modified: The server answered 304 (the cached manifest was re-verified).
         downloaded_bytes: Blob bytes transferred by this fetch.
-        runtime_fallback: In the candidate's cohort, but it needs a newer MNN
-            than the app has, so stable was installed.
+        runtime_fallback: In the candidate's cohort, but the candidate does not
+            fit this app or device, so stable was installed (``fallback`` says why).
         exception: The error itself, for callers that want its type.
+        members: Every installed model by name, with its contract and labels
+            (for a model: one, the model itself).
+        bundle: The unit is a bundle.
+        fallback: Why the candidate was passed over for stable
+            (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``,
+            ``bad-release``), else None.
+        deferred: The download waits for the app's conditions (``metered``,
+            ``not-charging``); nothing new was downloaded.
+        bundled: What is installed is the release shipped inside the app.
     """
 
     model: str
@@ -510,51 +554,50 @@ class FetchResult:
     downloaded_bytes: int = 0
     runtime_fallback: bool = False
     exception: EdgeregError | None = field(default=None, repr=False, compare=False)
+    members: Mapping[str, InstalledModel] = field(default_factory=dict)
+    bundle: bool = False
+    fallback: str | None = None
+    deferred: str | None = None
+    bundled: bool = False
 
     @property
     def ok(self) -> bool:
         """True when the fetch succeeded (whether or not anything changed)."""
         return self.error is None
 
+    @property
+    def installed(self) -> bool:
+        """Something verified is installed (a model, or every member of a bundle)."""
+        return bool(self.members)
 
-@dataclass(frozen=True)
-class _Installed:
-    sha256: str
-    version: str
-    variant: str
-    tier: str
-    is_candidate: bool
-    min_mnn_runtime: str
-    runtime: RuntimeHints
-    sequence: int
+    @property
+    def contract(self) -> IOContract | None:
+        """The installed model's I/O contract (a model, not a bundle: see ``members``)."""
+        single = self._single()
+        return single.contract if single else None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sha256": self.sha256,
-            "version": self.version,
-            "variant": self.variant,
-            "tier": self.tier,
-            "is_candidate": self.is_candidate,
-            "min_mnn_runtime": self.min_mnn_runtime,
-            "runtime": self.runtime.model_dump(mode="json"),
-            "sequence": self.sequence,
-        }
+    @property
+    def labels(self) -> list[str] | None:
+        """The installed model's labels (a model, not a bundle: see ``members``)."""
+        single = self._single()
+        return single.labels if single else None
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> _Installed:
-        return cls(
-            sha256=str(data["sha256"]),
-            version=str(data["version"]),
-            variant=str(data["variant"]),
-            tier=str(data["tier"]),
-            is_candidate=bool(data["is_candidate"]),
-            min_mnn_runtime=str(data["min_mnn_runtime"]),
-            runtime=RuntimeHints.model_validate(data["runtime"]),
-            sequence=int(data["sequence"]),
-        )
+    @property
+    def backend(self) -> str | None:
+        """The backend the install check chose for the model, if one ran."""
+        single = self._single()
+        return single.backend if single else None
+
+    def _single(self) -> InstalledModel | None:
+        return None if self.bundle else self.members.get(self.model)
 
 
 # --- the cache directory ------------------------------------------------------
+
+_DIGEST_NAME = re.compile(r"^([0-9a-f]{64})(\.part)?$")
+_SECTIONS: dict[UnitKind, str] = {"model": "models", "bundle": "bundles"}
+MAX_LABELS_BYTES = 4 * 1024 * 1024
+"""A labels blob larger than this is refused (a real one is a few KiB)."""
 
 
 @dataclass
@@ -580,6 +623,13 @@ class _Cache:
 
     def _sequence_file(self, model: str) -> Path:
         return self.root / "state" / model / "sequence.json"
+
+    def status_file(self, unit: str) -> Path:
+        # A leading "_" keeps these apart from <tier>.json: a tier name starts with a letter.
+        return self.root / "state" / unit / "_status.json"
+
+    def _bad_file(self, unit: str) -> Path:
+        return self.root / "state" / unit / "_bad.json"
 
     def read_state(self, model: str, tier: str) -> _TierState:
         path = self._state_file(model, tier)
@@ -634,7 +684,7 @@ class _Cache:
         tiers = self.root / "state" / model
         with contextlib.suppress(OSError):
             for tier_file in sorted(tiers.glob("*.json")):
-                if tier_file.name != "sequence.json":
+                if tier_file.stem != "sequence" and not tier_file.stem.startswith("_"):
                     legacy = self.read_state(model, tier_file.stem).highest_sequence
                     if legacy is not None:
                         found.append(legacy)
@@ -643,32 +693,122 @@ class _Cache:
     def write_sequence(self, model: str, sequence: int) -> None:
         self._write_json(self._sequence_file(model), {"highest_sequence": sequence})
 
-    def read_installed(self, model: str) -> _Installed | None:
+    # -- the install pointer --------------------------------------------------------
+
+    def read_record(self, kind: UnitKind, unit: str) -> _Installed | None:
+        """The unit's pointer as written, whether or not its blobs are still there."""
         data = self._read_json(self.root / "installed.json")
-        entry = (data or {}).get("models", {}).get(model)
+        section = (data or {}).get(_SECTIONS[kind], {})
+        entry = section.get(unit) if isinstance(section, dict) else None
         if not isinstance(entry, dict):
             return None
         try:
-            installed = _Installed.from_json(entry)
+            return _Installed.from_json(kind, unit, entry)
         except (KeyError, TypeError, ValueError, ValidationError):
+            _log.warning("the install record of %s in installed.json is damaged; ignoring it", unit)
             return None
+
+    def read_installed(self, kind: UnitKind, unit: str) -> _Installed | None:
+        installed = self.read_record(kind, unit)
         # Only complete, verified blobs are ever renamed into blobs/; a missing
         # one (the app cleared its cache) means nothing is installed.
-        return installed if self.blob(installed.sha256).is_file() else None
+        if installed is None or not all(self.blob(d).is_file() for d in installed.blobs):
+            return None
+        return installed
 
-    def write_installed(self, model: str, installed: _Installed) -> None:
+    def write_installed(self, kind: UnitKind, unit: str, installed: _Installed | None) -> None:
+        """Switch the unit's pointer (every member at once: one atomic rename)."""
         path = self.root / "installed.json"
         data = self._read_json(path) or {}
-        models = data.get("models") if isinstance(data.get("models"), dict) else {}
-        assert isinstance(models, dict)
-        models[model] = installed.to_json()
-        self._write_json(path, {"schema_version": 1, "models": models})
+        out: dict[str, Any] = {"schema_version": 1}
+        for section in _SECTIONS.values():
+            value = data.get(section)
+            if isinstance(value, dict) and (value or section == "models"):
+                out[section] = dict(value)
+            elif section == "models":
+                out[section] = {}
+        units = out.setdefault(_SECTIONS[kind], {})
+        if installed is None:
+            units.pop(unit, None)
+        else:
+            units[unit] = installed.to_json()
+        self._write_json(path, out)
 
-    def has_blob(self, entry: ManifestEntry) -> bool:
+    def has_blob(self, sha256: str, size: int) -> bool:
         try:
-            return self.blob(entry.sha256).stat().st_size == entry.size
+            return self.blob(sha256).stat().st_size == size
         except OSError:
             return False
+
+    # -- status and bad releases ---------------------------------------------------
+
+    def read_status(self, unit: str) -> dict[str, Any]:
+        return self._read_json(self.status_file(unit)) or {}
+
+    def write_status(self, unit: str, status: dict[str, Any]) -> None:
+        if self.read_status(unit) != status:
+            self._write_json(self.status_file(unit), status)
+
+    def read_bad(self, unit: str) -> dict[str, str]:
+        """Versions of ``unit`` refused for good on this device -> why."""
+        data = self._read_json(self._bad_file(unit)) or {}
+        releases = data.get("releases")
+        if not isinstance(releases, dict):
+            return {}
+        return {str(k): str(v) for k, v in releases.items()}
+
+    def mark_bad(self, unit: str, version: str, why: str) -> None:
+        releases = self.read_bad(unit)
+        releases[version] = why
+        self._write_json(self._bad_file(unit), {"releases": releases})
+
+    # -- eviction ---------------------------------------------------------------------
+
+    def referenced(self) -> set[str]:
+        """Digests some unit needs: installed, its last good set, or a pending download."""
+        keep: set[str] = set()
+        data = self._read_json(self.root / "installed.json") or {}
+        for kind, section in _SECTIONS.items():
+            units = data.get(section)
+            if not isinstance(units, dict):
+                continue
+            for unit in units:
+                record = self.read_record(kind, str(unit))
+                while record is not None:
+                    keep |= record.blobs
+                    record = record.previous
+        with contextlib.suppress(OSError):
+            for status_file in (self.root / "state").glob("*/_status.json"):
+                pending = self.read_status(status_file.parent.name).get("pending")
+                if isinstance(pending, dict):
+                    blobs = pending.get("blobs")
+                    if isinstance(blobs, list):
+                        keep |= {
+                            b["sha256"]
+                            for b in blobs
+                            if isinstance(b, dict) and isinstance(b.get("sha256"), str)
+                        }
+        return keep
+
+    def evict(self) -> int:
+        """Delete blobs and partial downloads nothing references; returns the bytes freed."""
+        keep = self.referenced()
+        freed = 0
+        try:
+            names = list((self.root / "blobs").iterdir())
+        except OSError:
+            return 0
+        for path in names:
+            found = _DIGEST_NAME.match(path.name)
+            if found is None or found.group(1) in keep:
+                continue
+            with contextlib.suppress(OSError):
+                size = path.stat().st_size
+                path.unlink()
+                freed += size
+        if freed:
+            _log.info("evicted %d bytes of blobs no installed or pending release uses", freed)
+        return freed
 
     def _read_json(self, path: Path, *, strict: bool = False) -> dict[str, Any] | None:
         """A JSON object from the cache, None when the file does not exist.
@@ -749,6 +889,43 @@ def _cache_error(what: str, exc: OSError) -> CacheError:
     )
 
 
+def _error_code(exc: EdgeregError) -> str:
+    """The stable code of a fetch failure (docs/protocol.md §10)."""
+    if isinstance(exc, Rejected):
+        return exc.reason
+    if isinstance(exc, NoSpace):
+        return "no-space"
+    if isinstance(exc, TrustError):
+        return "untrusted"
+    if isinstance(exc, ManifestNotFound):
+        return "not-found"
+    if isinstance(exc, TransportError):
+        return "transport"
+    return "cache"
+
+
+def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
+    """Every blob a release needs (artifacts, probes, labels), each once, in member order."""
+    refs: dict[str, BlobRef] = {}
+    for name in sorted(entries):
+        entry = entries[name]
+        refs.setdefault(entry.sha256, BlobRef.of(entry.sha256, entry.size))
+        for extra in (entry.probe, entry.contract.labels_blob if entry.contract else None):
+            if extra is not None:
+                refs.setdefault(extra.sha256, extra)
+    return list(refs.values())
+
+
+def _parse_labels(data: bytes, where: str) -> list[str]:
+    try:
+        value = strict_json_loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise Malformed(f"the labels blob of {where} is not JSON: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise Malformed(f"the labels blob of {where} is not a JSON array of strings")
+    return value
+
+
 # --- the client ---------------------------------------------------------------
 
 
@@ -757,26 +934,45 @@ def _utcnow() -> datetime:
 
 
 class Client:
-    """Fetches, verifies and installs one model for one device.
+    """Fetches, verifies and installs one model, or one bundle of models, for one device.
 
     Args:
         base_url: The registry root: ``https://…``, ``http://…`` or ``file://…``.
         trusted_keys: The public keys manifests must be signed by (key id -> key).
         cache_dir: Where verified blobs, the manifest state and the install pointer live.
-        model: The model name.
+        model: The model name (give exactly one of ``model`` and ``bundle``).
+        bundle: The bundle name: every member is installed at one version, or none.
         device: The device profile (its ``device_id`` decides the cohort, its
-            ``mnn_runtime`` which entries fit).
+            ``mnn_runtime``, ``os`` and ``os_version`` which entries fit).
         tier: The device's tier; when None, resolved from ``tiers``.
         tiers: The published tier rules (models.toml ``[tiers]``), best first.
+        app_version: The app's own version, for releases that declare
+            ``requires.app`` (a release that needs one does not reach an app
+            that does not say its version).
+        policy: When blobs may be downloaded (metered network, charging) and
+            the free space to leave.
+        bundled: A release shipped inside the app: installed without network
+            when nothing (newer) is installed.
+        install_check: Called after every blob of a new release is verified and
+            before the switch (see :data:`~edgereg.client.InstallCheck`).
+        self_test: Run each member's golden probe on its hinted backends before
+            the switch (True, or a :class:`~edgereg.client.SelfTest` with its own
+            runner); the install check then (docs/protocol.md §11).
+        reporting: Send the anonymous reports the manifest asks for (§11);
+            False sends and stores nothing.
+        device_class: A coarse bucket of the app's own (``ram4-8c``) for reports.
+        max_unconfirmed_starts: App starts a new release gets to be confirmed
+            (:meth:`confirm`) before :meth:`app_started` reverts it.
         timeout: Seconds before a connection, a read or a response's headers give up.
-        deadline: Seconds a whole :meth:`fetch` may take (manifest and blob).
+        deadline: Seconds a whole :meth:`fetch` may take (manifest and blobs).
         min_rate: Bytes per second a response body must average over each
             ``timeout`` window; slower is given up (a blob resumes next time).
         max_manifest_bytes: Larger manifests are refused unread.
         clock: Returns the current time, timezone-aware.
 
     Raises:
-        ValueError: a bad URL, model name, runtime version, or neither tier nor tiers.
+        ValueError: a bad URL, name, version, both or neither of model and
+            bundle, or neither tier nor tiers.
         EdgeregError: the device matches none of ``tiers``.
     """
 
@@ -786,10 +982,19 @@ class Client:
         trusted_keys: Mapping[str, Ed25519PublicKey],
         cache_dir: str | os.PathLike[str],
         *,
-        model: str,
+        model: str | None = None,
+        bundle: str | None = None,
         device: DeviceProfile,
         tier: str | None = None,
         tiers: Mapping[str, TierRules] | None = None,
+        app_version: str | None = None,
+        policy: DownloadPolicy | None = None,
+        bundled: BundledRelease | None = None,
+        install_check: InstallCheck | None = None,
+        self_test: bool | SelfTest = False,
+        reporting: bool = True,
+        device_class: str | None = None,
+        max_unconfirmed_starts: int = DEFAULT_MAX_UNCONFIRMED_STARTS,
         timeout: float = 30.0,
         deadline: float = Limits.deadline,
         min_rate: int = Limits.min_rate,
@@ -799,8 +1004,11 @@ class Client:
     ) -> None:
         if not trusted_keys:
             raise ValueError("a client needs at least one trusted public key")
+        if (model is None) == (bundle is None):
+            raise ValueError("give exactly one of model= and bundle=")
+        unit = model if model is not None else bundle
         try:
-            self.model = _NAME.validate_python(model)
+            self.model = _NAME.validate_python(unit)
             if tier is None:
                 if tiers is None:
                     raise ValueError("give the device's tier, or the tier rules to resolve it")
@@ -808,70 +1016,218 @@ class Client:
             self.tier = _NAME.validate_python(tier)
         except ValidationError as exc:
             raise ValueError(
-                f"not a valid model or tier name: {exc.errors()[0]['input']!r}"
+                f"not a valid model, bundle or tier name: {exc.errors()[0]['input']!r}"
             ) from exc
-        if device.mnn_runtime is not None:
-            compare_versions(device.mnn_runtime, device.mnn_runtime)  # ValueError if malformed
+        self.kind: UnitKind = "bundle" if bundle is not None else "model"
+        self.app = AppFacts(
+            mnn_runtime=device.mnn_runtime,
+            app_version=app_version,
+            os=device.os,
+            os_version=device.os_version,
+        )
+        self.app.check()  # ValueError for a version that is not one
         self.device = device
         self.trusted = trusted_keys
         limits = Limits(timeout=timeout, deadline=deadline, min_rate=min_rate)
         self.fetcher = open_fetcher(base_url, timeout=timeout, limits=limits)
         self.cache = _Cache(Path(cache_dir))
+        self.policy = policy if policy is not None else DownloadPolicy()
+        self.bundled = bundled
+        self.install_check = install_check
+        self.self_test: SelfTest | None = None
+        if self_test is not False:
+            if install_check is not None:
+                raise ValueError("give self_test= or install_check=, not both")
+            self.self_test = SelfTest(self.cache.root) if self_test is True else self_test
+            self.install_check = self.self_test
+        self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
+        os_version = device.os_version
+        if os_version is not None and not SHORT_TEXT.match(os_version):
+            os_version = None  # reports carry a short, coarse version or none
+        self.reporter = Reporter(
+            base_url,
+            self.cache.root,
+            device=DeviceFacts(
+                os=device.os,
+                os_version=os_version,
+                device_class=device_class,
+                mnn_runtime=device.mnn_runtime,
+            ),
+            enabled=reporting,
+        )
         self.max_manifest_bytes = max_manifest_bytes
         self.clock = clock
         # Told (bytes received, blob size) as a download goes, for progress bars.
         self.on_progress = on_progress
 
+    @property
+    def unit(self) -> str:
+        """The model or bundle this client installs."""
+        return self.model
+
+    @property
+    def is_bundle(self) -> bool:
+        """This client installs a bundle."""
+        return self.kind == "bundle"
+
     # -- public ---------------------------------------------------------------
 
     def current(self) -> FetchResult | None:
-        """The installed model, without touching the network (what an app loads at start)."""
-        installed = self.cache.read_installed(self.model)
+        """What is installed, without touching the network (what an app loads at start).
+
+        On the first launch with a shipped release (``bundled=``) and nothing
+        installed, installs that release from the app's files first.
+        """
+        if self.bundled is not None:
+            self._install_shipped_or_record()
+        installed = self.cache.read_installed(self.kind, self.model)
         return None if installed is None else self._result(installed)
 
-    def fetch(self) -> FetchResult:
+    def fetch(self, conditions: Conditions | None = None) -> FetchResult:
         """Check for an update and install it; on any failure keep the last known good.
+
+        Args:
+            conditions: The network and power state now; the download waits
+                (``deferred``) when they break the client's :class:`DownloadPolicy`.
 
         Never raises for network, server, trust or disk problems: the result's
         ``error`` and ``error_code`` say what went wrong and its other fields
-        describe the model still installed.
+        describe what is still installed.
         """
-        installed = self.cache.read_installed(self.model)
-        code: str
+        if self.bundled is not None:
+            self._install_shipped_or_record()
+        installed = self.cache.read_installed(self.kind, self.model)
+        self.reporter.retry_pending()
         self.fetcher.start_deadline()
         try:
-            return self._fetch(installed)
-        except Rejected as exc:
-            error: EdgeregError = exc
-            code = exc.reason
-        except TrustError as exc:
-            error, code = exc, "untrusted"
-        except ManifestNotFound as exc:
-            error, code = exc, "not-found"
-        except TransportError as exc:
-            error, code = exc, "transport"
-        except CacheError as exc:
-            error, code = exc, "cache"
-        except OSError as exc:  # a cache operation not wrapped below
-            error, code = _cache_error("cache directory", exc), "cache"
-        if installed is None:
-            return FetchResult(
-                self.model,
-                self.tier,
-                None,
-                error=error.message,
-                error_code=code,
-                exception=error,
-            )
-        return self._result(installed, error=error, code=code)
+            result = self._fetch(installed, conditions or Conditions())
+        except (EdgeregError, OSError) as exc:
+            error = exc if isinstance(exc, EdgeregError) else _cache_error("cache directory", exc)
+            if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace)):
+                raise
+            code = _error_code(error)
+            self._record_error(code, error.message)
+            if installed is None:
+                return FetchResult(
+                    self.model,
+                    self.tier,
+                    None,
+                    error=error.message,
+                    error_code=code,
+                    exception=error,
+                    bundle=self.is_bundle,
+                )
+            return self._result(installed, error=error, code=code)
+        self._record_error(None, None)
+        return result
+
+    def status(self, *, verify: bool = True) -> Status:
+        """What is installed, pending and failing for this unit; whether it is ready to load.
+
+        Reads the cache only. With ``verify`` (the default) every installed
+        blob is hashed again, so ``ready`` means present and intact.
+        """
+        return unit_status(self.cache.root, self.model, self.kind, self.tier, verify=verify)
+
+    def revert(self, reason: str) -> FetchResult | None:
+        """Switch back to the last good set and mark the current release bad on this device.
+
+        For a model that fails in the app (a crash loop, a failed first
+        inference): the current version is never installed again here. When
+        there is no last good set, nothing is installed afterwards.
+
+        Returns:
+            What is installed now, or None.
+        """
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None:
+            return None
+        self.cache.mark_bad(self.model, record.version, f"reverted: {reason}")
+        previous = record.previous
+        if previous is not None and not all(self.cache.blob(d).is_file() for d in previous.blobs):
+            previous = None
+        self.cache.write_installed(self.kind, self.model, previous)
+        self._record_error("reverted", f"{record.version} reverted: {reason}")
+        self.cache.evict()
+        _log.warning("%s %s reverted (%s)", self.model, record.version, reason)
+        self.health.reverted(self.model, None if previous is None else previous.version)
+        for name in sorted(record.members):
+            self.reporter.reverted(self.model, name)
+        return None if previous is None else self._result(previous, updated=True)
+
+    def app_started(self) -> Revert | None:
+        """Call once at every start of the app, before it loads the model.
+
+        Counts the start against an unconfirmed install; when the installed
+        release was not confirmed within ``max_unconfirmed_starts`` starts (a
+        crash loop), reverts it to the last good set and marks it bad
+        (docs/protocol.md §11). Reads and writes the cache only.
+
+        Returns:
+            The revert carried out (load :meth:`current` then), or None.
+        """
+        revert = self.health.app_started(self.model)
+        if revert is None:
+            return None
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or record.version != revert.version:
+            # Something else is installed by now: nothing to take back.
+            self.health.reverted(self.model, None if record is None else record.version)
+            return None
+        self.revert(revert.reason)
+        return revert
+
+    def confirm(self, version: str | None = None) -> bool:
+        """The app's first real inference with the installed release succeeded.
+
+        Args:
+            version: The version the app ran (the bundle's for a bundle);
+                a confirmation of another version than the installed one
+                does not count.
+
+        Returns:
+            True when this confirmed a release that was waiting for it.
+        """
+        confirmed = self.health.confirm(self.model, version)
+        if confirmed:
+            record = self.cache.read_record(self.kind, self.model)
+            for name in sorted(record.members if record is not None else {}):
+                self.reporter.confirmed(self.model, name)
+        return confirmed
+
+    def record_inference(self, ms: float, model: str | None = None) -> None:
+        """Add one real inference's latency (``model``: a bundle member) to the next report."""
+        self.reporter.record_inference(model or self.model, ms)
+
+    def report_latency(self) -> None:
+        """Send the latency recorded since the last report now (for a periodic send)."""
+        record = self.cache.read_record(self.kind, self.model)
+        for name in sorted(record.members if record is not None else {}):
+            self.reporter.summary(self.model, name)
+
+    def close(self, timeout: float = 11.0) -> None:
+        """Wait up to ``timeout`` seconds for reports still being sent."""
+        self.reporter.close(timeout)
 
     # -- steps ------------------------------------------------------------------
 
-    def _fetch(self, installed: _Installed | None) -> FetchResult:
+    def _fetch(self, installed: _Installed | None, conditions: Conditions) -> FetchResult:
         state = self.cache.read_state(self.model, self.tier)
         highest = self.cache.read_sequence(self.model)
         data, etag, not_modified = self._get_manifest(state)
-        decision = decide(
+        decision = self._decide(data, highest, self.clock())
+        # Rollback protection first, before anything is downloaded.
+        if decision.sequence != highest:
+            self.cache.write_sequence(self.model, decision.sequence)
+        accepted = _TierState(data, etag, decision.sequence)
+        if accepted != state:
+            self.cache.write_state(self.model, self.tier, accepted)
+        return self._apply(
+            self._avoid_bad(decision), installed, conditions, not_modified=not_modified
+        )
+
+    def _decide(self, data: bytes, highest: int | None, now: datetime) -> Decision:
+        return decide(
             data,
             trusted=self.trusted,
             model=self.model,
@@ -879,39 +1235,362 @@ class Client:
             device_id=self.device.device_id,
             app_mnn_runtime=self.device.mnn_runtime,
             highest_seen_sequence=highest,
-            now=self.clock(),
+            now=now,
             max_manifest_bytes=self.max_manifest_bytes,
+            app=self.app,
+            bundle=self.is_bundle,
         )
-        # Rollback protection first, before anything is downloaded.
-        if decision.sequence != highest:
-            self.cache.write_sequence(self.model, decision.sequence)
-        accepted = _TierState(data, etag, decision.sequence)
-        if accepted != state:
-            self.cache.write_state(self.model, self.tier, accepted)
+
+    def _avoid_bad(self, decision: Decision) -> Decision:
+        """A release this device refused for good counts as not fitting (§10)."""
         entry = decision.entry
         if entry is None:
-            return FetchResult(self.model, self.tier, None, not_modified=not_modified)
-        assert isinstance(entry, ManifestEntry)  # decide() refuses a bundle's manifest here
-        downloaded = 0 if self.cache.has_blob(entry) else self._download(entry)
+            return decision
+        bad = self.cache.read_bad(self.model)
+        if entry.version not in bad:
+            return decision
+        stable = decision.manifest.stable
+        if (
+            decision.is_candidate
+            and stable is not None
+            and stable.version not in bad
+            and unfit(stable, self.app) is None
+        ):
+            return dataclasses.replace(
+                decision, entry=stable, is_candidate=False, fallback="bad-release"
+            )
+        raise BadRelease(
+            f"{self.model} {entry.version} was refused on this device before "
+            f"({bad[entry.version]}); it is not installed again",
+            hint="The installed release stays; a newer release replaces it.",
+        )
+
+    def _entries(self, entry: ManifestEntry | BundleEntry) -> dict[str, ManifestEntry]:
+        if isinstance(entry, BundleEntry):
+            return dict(entry.members)
+        return {self.model: entry}
+
+    def _apply(
+        self,
+        decision: Decision,
+        installed: _Installed | None,
+        conditions: Conditions,
+        *,
+        not_modified: bool,
+        shipped: BundledRelease | None = None,
+    ) -> FetchResult:
+        """Install what the decision chose: every blob verified, then one pointer switch."""
+        entry = decision.entry
+        if entry is None:
+            self._set_pending(None)
+            return FetchResult(
+                self.model, self.tier, None, not_modified=not_modified, bundle=self.is_bundle
+            )
+        entries = self._entries(entry)
         new = _Installed(
-            sha256=entry.sha256,
+            kind=self.kind,
             version=entry.version,
-            variant=entry.variant,
             tier=self.tier,
             is_candidate=decision.is_candidate,
-            min_mnn_runtime=entry.min_mnn_runtime,
-            runtime=entry.runtime,
             sequence=decision.manifest.sequence,
+            members={name: _Member.of(e) for name, e in entries.items()},
+            bundled=shipped is not None,
         )
-        if new != installed:
-            self.cache.write_installed(self.model, new)
+        if installed is not None and new.same_release(installed):
+            # Same blobs (a promote, a re-fetch): keep the check's backends and the last good.
+            kept = dataclasses.replace(
+                new,
+                members={
+                    name: dataclasses.replace(m, backend=installed.members[name].backend)
+                    for name, m in new.members.items()
+                },
+                previous=installed.previous,
+                bundled=installed.bundled and shipped is not None,
+            )
+            if kept.to_json() != installed.to_json():
+                self.cache.write_installed(self.kind, self.model, kept)
+            self._set_pending(None)
+            return self._result(kept, not_modified=not_modified, decision=decision)
+        missing = [
+            ref for ref in _blob_refs(entries) if not self.cache.has_blob(ref.sha256, ref.size)
+        ]
+        downloaded = 0
+        if missing:
+            if shipped is None:
+                deferred = self.policy.unmet(conditions)
+                self._set_pending(new, missing, deferred=deferred)
+                if deferred is not None:
+                    return self._deferred(installed, deferred, not_modified)
+            self._preflight(missing)
+            for ref in missing:
+                if shipped is None:
+                    downloaded += self._download(ref)
+                else:
+                    self._copy_shipped(ref, shipped)
+        for name, member_entry in entries.items():
+            self._labels_of(name, member_entry)  # a bad labels blob refuses the release
+        try:
+            new = self._check(new, entries)
+        except Rejected:
+            self._set_pending(None)
+            self._report_rejected(new, decision)
+            raise
+        if installed is not None:
+            new = dataclasses.replace(new, previous=installed.without_previous())
+        self.cache.write_installed(self.kind, self.model, new)
+        self._set_pending(None)
+        self.cache.evict()
+        self._report_installed(new, decision)
         return self._result(
             new,
-            updated=installed is None or installed.sha256 != new.sha256,
+            updated=True,
             not_modified=not_modified,
             downloaded=downloaded,
             decision=decision,
         )
+
+    def _deferred(self, installed: _Installed | None, why: str, not_modified: bool) -> FetchResult:
+        _log.info("%s: download deferred (%s)", self.model, why)
+        if installed is None:
+            return FetchResult(
+                self.model,
+                self.tier,
+                None,
+                not_modified=not_modified,
+                bundle=self.is_bundle,
+                deferred=why,
+            )
+        return dataclasses.replace(self._result(installed, not_modified=not_modified), deferred=why)
+
+    def _facts(self, new: _Installed, name: str, decision: Decision) -> InstallFacts:
+        member = new.members[name]
+        return InstallFacts(
+            unit=self.model,
+            model=name,
+            version=member.version,
+            unit_version=new.version,
+            variant=member.variant,
+            tier=self.tier,
+            arm="candidate" if new.is_candidate else "stable",
+            sequence=decision.manifest.sequence,
+        )
+
+    def _report_installed(self, new: _Installed, decision: Decision) -> None:
+        """A new release is installed: its count of starts begins, each member is reported."""
+        self.health.installed(self.model, new.version)
+        results = self.self_test.results if self.self_test is not None else {}
+        for name in sorted(new.members):
+            facts = self._facts(new, name, decision)
+            result = results.get(name)
+            if result is not None:
+                facts = dataclasses.replace(
+                    facts,
+                    probe=result.probe,
+                    backend=result.backend,
+                    backends_skipped=result.skipped,
+                    load_ms=result.load_ms,
+                )
+            self.reporter.installed(facts, decision.manifest.report_url)
+
+    def _report_rejected(self, new: _Installed, decision: Decision) -> None:
+        """The self-test refused a member: report it (the release is not installed)."""
+        failed = self.self_test.failed if self.self_test is not None else {}
+        for name, trials in sorted(failed.items()):
+            if name not in new.members:
+                continue
+            tried = [t for t in trials if t.outcome == "failed"]
+            facts = dataclasses.replace(
+                self._facts(new, name, decision),
+                probe="failed",
+                backends_skipped=[
+                    t.backend for t in trials if t.outcome in ("failed", "remembered")
+                ],
+                load_failed=bool(tried)
+                and all((t.detail or "").startswith("does not load") for t in tried),
+            )
+            self.reporter.installed(facts, decision.manifest.report_url)
+
+    def _check(self, new: _Installed, entries: Mapping[str, ManifestEntry]) -> _Installed:
+        """Run the app's install check; store the backend it chose per member."""
+        if self.install_check is None:
+            return new
+        files = {
+            name: MemberFiles(
+                entry,
+                self.cache.blob(entry.sha256),
+                self.cache.blob(entry.probe.sha256) if entry.probe is not None else None,
+            )
+            for name, entry in entries.items()
+        }
+        try:
+            chosen = self.install_check(self.model, new.version, files)
+        except Rejected as exc:
+            if getattr(exc, "permanent", False) is True:
+                self.cache.mark_bad(self.model, new.version, f"{exc.reason}: {exc.message}")
+                _log.warning("%s %s marked bad on this device: %s", self.model, new.version, exc)
+            raise
+        if chosen is None:
+            return new
+        members = dict(new.members)
+        for name, backend in chosen.items():
+            if name not in entries:
+                raise ValueError(f"install_check chose a backend for {name!r}, not a member")
+            if backend not in entries[name].runtime.backends:
+                raise ValueError(
+                    f"install_check chose backend {backend!r} for {name}, not one of its hints "
+                    f"{entries[name].runtime.backends}"
+                )
+            members[name] = dataclasses.replace(members[name], backend=backend)
+        return dataclasses.replace(new, members=members)
+
+    def _preflight(self, missing: list[BlobRef]) -> None:
+        """Refuse, before any byte, a download the free space cannot hold (``no-space``)."""
+        remaining = 0
+        for ref in missing:
+            try:
+                have = self.cache.part(ref.sha256).stat().st_size
+            except OSError:
+                have = 0
+            remaining += max(0, ref.size - have)
+        try:
+            self.cache.root.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(self.cache.root).free
+        except OSError as exc:
+            raise _cache_error(f"cannot check the free space of {self.cache.root}", exc) from exc
+        needed = remaining + self.policy.reserve_bytes
+        if free < needed:
+            raise NoSpace(
+                f"the download needs {needed} bytes ({remaining} to fetch and a reserve of "
+                f"{self.policy.reserve_bytes}) and {self.cache.root} has {free} free; "
+                "nothing was downloaded",
+                needed=needed,
+                free=free,
+            )
+
+    def _copy_shipped(self, ref: BlobRef, shipped: BundledRelease) -> None:
+        """Verify a blob the app ships and move a copy into the cache."""
+        source = shipped.blob(ref.sha256)
+        if source is None:
+            raise Malformed(
+                f"the shipped release has no blob {ref.sha256[:12]} in {shipped.blobs_dir}",
+                hint="Ship every blob of the bundled manifest, named by its sha256.",
+            )
+        part = self.cache.part(ref.sha256)
+        check = BlobCheck(ref)
+        try:
+            part.parent.mkdir(parents=True, exist_ok=True)
+            _unlink(part)
+            with source.open("rb") as handle, part.open("wb") as out:
+                for chunk in iter(lambda: handle.read(CHUNK), b""):
+                    check.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            check.finish()
+            os.replace(part, self.cache.blob(ref.sha256))
+        except Rejected:
+            _unlink(part)
+            raise
+        except OSError as exc:
+            _unlink(part)
+            raise _cache_error(f"cannot copy the shipped blob {source}", exc) from exc
+        _fsync_dir(part.parent)
+
+    def _labels_of(self, name: str, entry: ManifestEntry | _Member) -> list[str] | None:
+        contract = entry.contract
+        if contract is None:
+            return None
+        if contract.labels is not None:
+            return list(contract.labels)
+        blob = contract.labels_blob
+        if blob is None:
+            return None
+        if blob.size > MAX_LABELS_BYTES:
+            raise Malformed(
+                f"the labels blob of {name} is {blob.size} bytes, more than {MAX_LABELS_BYTES}"
+            )
+        try:
+            data = self.cache.blob(blob.sha256).read_bytes()
+        except OSError as exc:
+            raise _cache_error(f"cannot read the labels of {name}", exc) from exc
+        return _parse_labels(data, name)
+
+    def _install_shipped_or_record(self) -> None:
+        try:
+            self._install_shipped()
+        except (TrustError, CacheError, NoSpace) as exc:
+            code = _error_code(exc)
+            _log.warning("the release shipped in the app was not installed (%s): %s", code, exc)
+            with contextlib.suppress(CacheError):
+                self._record_error(code, f"shipped release: {exc.message}")
+
+    def _install_shipped(self) -> None:
+        """Install the app's shipped release when nothing, or something older, is installed.
+
+        Verified like a fetched manifest (signature, model or bundle, tier,
+        digests) except for its expiry: a copy inside the app cannot be
+        re-signed, and it never overrides a newer release (docs/protocol.md §10).
+        """
+        assert self.bundled is not None
+        data = self.bundled.manifest
+        manifest = verify_document(Manifest, data, self.trusted)
+        installed = self.cache.read_installed(self.kind, self.model)
+        highest = self.cache.read_sequence(self.model)
+        if installed is not None and manifest.sequence <= max(installed.sequence, highest or 0):
+            return
+        now = min(self.clock(), manifest.expires - timedelta(seconds=1))
+        decision = self._avoid_bad(self._decide(data, None, now))
+        if decision.manifest.sequence > (highest or 0):
+            self.cache.write_sequence(self.model, decision.manifest.sequence)
+        if decision.entry is None:
+            return
+        self._apply(decision, installed, Conditions(), not_modified=False, shipped=self.bundled)
+        _log.info("installed the release shipped in the app (%s)", decision.entry.version)
+
+    # -- status bookkeeping -------------------------------------------------------------
+
+    def _set_pending(
+        self,
+        new: _Installed | None,
+        missing: list[BlobRef] | None = None,
+        *,
+        deferred: str | None = None,
+    ) -> None:
+        status = self.cache.read_status(self.model)
+        if new is None:
+            if status.get("pending") is None:
+                return
+            status["pending"] = None
+        else:
+            old = status.get("pending")
+            since = (
+                old.get("since")
+                if isinstance(old, dict) and old.get("version") == new.version
+                else format_time(self.clock())
+            )
+            status["pending"] = {
+                "version": new.version,
+                "is_candidate": new.is_candidate,
+                "blobs": [{"sha256": r.sha256, "size": r.size} for r in missing or []],
+                "deferred": deferred,
+                "since": since,
+            }
+        self.cache.write_status(self.model, status)
+
+    def _record_error(self, code: str | None, message: str | None) -> None:
+        status = self.cache.read_status(self.model)
+        if code is None:
+            if status.get("last_error") is None:
+                return
+            status["last_error"] = None
+        else:
+            status["last_error"] = {
+                "code": code,
+                "message": message,
+                "at": format_time(self.clock()),
+            }
+        with contextlib.suppress(CacheError):
+            self.cache.write_status(self.model, status)
 
     def _get_manifest(self, state: _TierState) -> tuple[bytes, str | None, bool]:
         """The manifest bytes to verify, their ETag, and whether the server said 304."""
@@ -950,7 +1629,7 @@ class Client:
             data = _read_up_to(response, limit + 1)
             return data, response.etag, False
 
-    def _download(self, entry: ManifestEntry) -> int:
+    def _download(self, entry: BlobRef) -> int:
         """Download, verify and move a blob into the cache; returns the bytes transferred.
 
         Raises:
@@ -999,7 +1678,7 @@ class Client:
             raise _cache_error(f"cannot read {part}", exc) from exc
         return size
 
-    def _transfer(self, entry: ManifestEntry, part: Path, check: BlobCheck, have: int) -> int:
+    def _transfer(self, entry: BlobRef, part: Path, check: BlobCheck, have: int) -> int:
         response = self.fetcher.open(entry.path, start=have)
         try:
             if have and not (response.status == 206 and response.range_start == have):
@@ -1072,15 +1751,17 @@ class Client:
         downloaded: int = 0,
         decision: Decision | None = None,
     ) -> FetchResult:
+        members = _installed_models(self.cache, installed)
+        single = None if self.is_bundle else members.get(self.model)
         return FetchResult(
             model=self.model,
             tier=self.tier,
-            path=self.cache.blob(installed.sha256),
+            path=single.path if single else None,
             version=installed.version,
-            variant=installed.variant,
-            sha256=installed.sha256,
-            runtime=installed.runtime,
-            min_mnn_runtime=installed.min_mnn_runtime,
+            variant=single.variant if single else None,
+            sha256=single.sha256 if single else None,
+            runtime=single.runtime if single else None,
+            min_mnn_runtime=single.min_mnn_runtime if single else None,
             is_candidate=installed.is_candidate,
             updated=updated,
             error=None if error is None else error.message,
@@ -1089,7 +1770,144 @@ class Client:
             downloaded_bytes=downloaded,
             runtime_fallback=decision.runtime_fallback if decision else False,
             exception=error,
+            members=members,
+            bundle=self.is_bundle,
+            fallback=decision.fallback if decision else None,
+            bundled=installed.bundled,
         )
+
+
+class NoSpace(CacheError):
+    """The free space cannot hold the download plus the reserve; nothing was downloaded.
+
+    Attributes:
+        needed: Bytes the download needs (the bytes still to fetch plus the reserve).
+        free: Bytes free where the cache lives.
+    """
+
+    def __init__(self, message: str, *, needed: int, free: int) -> None:
+        super().__init__(
+            message,
+            errno=errno.ENOSPC,
+            hint="Free some storage; the installed model stays in use.",
+        )
+        self.needed = needed
+        self.free = free
+
+
+class BadRelease(Rejected):
+    """The release chosen for this device was refused here for good before (a failed check)."""
+
+    reason = "bad-release"
+
+
+def _installed_models(cache: _Cache, installed: _Installed) -> dict[str, InstalledModel]:
+    models = {}
+    for name, member in sorted(installed.members.items()):
+        labels: list[str] | None = None
+        if member.contract is not None:
+            labels = member.contract.labels
+            blob = member.contract.labels_blob
+            if blob is not None:
+                try:
+                    labels = _parse_labels(cache.blob(blob.sha256).read_bytes(), name)
+                except (OSError, Malformed):
+                    _log.warning("the labels blob of %s cannot be read", name)
+        models[name] = InstalledModel(
+            name=name,
+            path=cache.blob(member.sha256),
+            version=member.version,
+            variant=member.variant,
+            sha256=member.sha256,
+            runtime=member.runtime,
+            min_mnn_runtime=member.min_mnn_runtime,
+            contract=member.contract,
+            labels=None if labels is None else list(labels),
+            probe_path=None if member.probe_sha256 is None else cache.blob(member.probe_sha256),
+            backend=member.backend,
+        )
+    return models
+
+
+def _pending_of(cache: _Cache, pend: object) -> Pending | None:
+    if not isinstance(pend, dict):
+        return None
+    blobs = [b for b in pend.get("blobs") or [] if isinstance(b, dict)]
+    total = sum(int(b.get("size", 0)) for b in blobs)
+    remaining = 0
+    for item in blobs:
+        digest, size = str(item.get("sha256")), int(item.get("size", 0))
+        if cache.has_blob(digest, size):
+            continue
+        try:
+            remaining += max(0, size - cache.part(digest).stat().st_size)
+        except OSError:
+            remaining += size
+    deferred = pend.get("deferred")
+    return Pending(
+        version=str(pend.get("version")),
+        is_candidate=pend.get("is_candidate") is True,
+        total_bytes=total,
+        remaining_bytes=remaining,
+        deferred=deferred if isinstance(deferred, str) else None,
+        since=str(pend.get("since")),
+    )
+
+
+def unit_status(
+    cache_dir: str | os.PathLike[str],
+    unit: str,
+    kind: UnitKind = "model",
+    tier: str | None = None,
+    *,
+    verify: bool = True,
+) -> Status:
+    """The status of a model or bundle in a client cache directory, read from disk only.
+
+    Needs no keys and no network (``edgereg pull --status``); see :meth:`Client.status`.
+    """
+    cache = _Cache(Path(cache_dir))
+    record = cache.read_record(kind, unit)
+    raw = cache.read_status(unit)
+    try:
+        pending = _pending_of(cache, raw.get("pending"))
+    except (TypeError, ValueError):
+        _log.warning("the pending record of %s is damaged; ignoring it", unit)
+        pending = None
+    err = raw.get("last_error")
+    last_error = (
+        LastError(code=str(err.get("code")), message=str(err.get("message")), at=str(err.get("at")))
+        if isinstance(err, dict)
+        else None
+    )
+    ready = False
+    members: Mapping[str, InstalledModel] = {}
+    if record is not None:
+        members = _installed_models(cache, record)
+        sizes = {m.sha256: m.size for m in record.members.values()}
+        ready = True
+        for digest in record.blobs:
+            path = cache.blob(digest)
+            if not path.is_file() or (sizes.get(digest) not in (None, path.stat().st_size)):
+                ready = False
+                break
+            if verify and sha256_file(path) != digest:
+                ready = False
+                break
+    return Status(
+        unit=unit,
+        kind=kind,
+        tier=record.tier if record is not None else (tier or ""),
+        version=record.version if record is not None else None,
+        is_candidate=record.is_candidate if record is not None else False,
+        bundled=record.bundled if record is not None else False,
+        members=members,
+        previous=record.previous.version if record and record.previous else None,
+        pending=pending,
+        last_error=last_error,
+        bad_releases=cache.read_bad(unit),
+        ready=ready,
+    )
 
 
 def _read_up_to(response: Response, limit: int) -> bytes:

@@ -45,6 +45,12 @@ class Provenance(_Open):
     runtime: RuntimeHints
     min_mnn_runtime: VersionPin = Field(description="The oldest MNN runtime that loads it.")
     recipe_sha256: Sha256 = Field(description="Digest of the resolved models.toml recipe.")
+    contract: ArtifactRecord | None = Field(
+        default=None, description="contract.json; absent in builds made before it existed."
+    )
+    probe: ArtifactRecord | None = Field(
+        default=None, description="probe.json, the golden probe blob; absent in older builds."
+    )
 
     @classmethod
     def parse(cls, data: Any) -> Provenance:

@@ -43,6 +43,7 @@ from datetime import datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from edgereg.protocol.contract import BlobRef
 from edgereg.protocol.envelope import verify_envelope
 from edgereg.protocol.fields import Requirements, _version_key, compare_versions, format_time
 from edgereg.protocol.reasons import (
@@ -317,7 +318,8 @@ class BlobCheck:
     bytes already on disk first), then call :meth:`finish`.
     """
 
-    def __init__(self, entry: ManifestEntry) -> None:
+    def __init__(self, entry: ManifestEntry | BlobRef) -> None:
+        # Any blob by digest and size: an artifact, a golden probe, a labels blob.
         self.entry = entry
         self.received = 0
         self._hash = hashlib.sha256()

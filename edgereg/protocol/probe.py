@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from edgereg.protocol.contract import TensorDtype
 from edgereg.protocol.wire import WireModel
@@ -119,6 +119,14 @@ class ProbeTolerance(WireModel):
     max_abs_error: float = Field(ge=0)
 
 
+def _pair_from_json(value: object) -> object:
+    # JSON has no tuples: a pair arrives as a list, which strict parsing refuses.
+    return tuple(value) if isinstance(value, list) else value
+
+
+StatePairOnWire = Annotated[tuple[str, str], BeforeValidator(_pair_from_json)]
+
+
 class GoldenProbe(WireModel):
     """The probe of one variant (a blob: canonical JSON of this document)."""
 
@@ -131,7 +139,7 @@ class GoldenProbe(WireModel):
     artifact_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] = Field(
         description="The artifact this probe was computed for."
     )
-    state: list[tuple[str, str]] = Field(
+    state: list[StatePairOnWire] = Field(
         default_factory=list, description="(state input, state output) pairs, fed back per step."
     )
     cases: list[ProbeCase] = Field(min_length=1)

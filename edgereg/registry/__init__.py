@@ -1,5 +1,8 @@
 """The model registry: publish signed releases and move their rollouts on.
 
+A rollout unit is a model, or a bundle of models that ship together (one
+version, one state, one rollout; its release record is a ``BundleRecord``).
+
 Layout (the same on a directory, S3 or any static host)::
 
     blobs/sha256/<hex>                    immutable artifacts
@@ -9,8 +12,16 @@ Layout (the same on a directory, S3 or any static host)::
     keys/<keyid>.pem                      public keys only
 """
 
-from edgereg.registry._manifests import build_manifests, entry_for
+from edgereg.registry._bundle import PreparedBundle, prepare_bundle_release
+from edgereg.registry._manifests import (
+    build_manifests,
+    bundle_entry_for,
+    entry_for,
+    member_entry_for,
+    unit_entry_for,
+)
 from edgereg.registry._registry import (
+    KEEP,
     PublishResult,
     Registry,
     VerifyReport,
@@ -20,11 +31,14 @@ from edgereg.registry._registry import (
     utcnow,
 )
 from edgereg.registry._release import PreparedRelease, ReleaseError, prepare_release
-from edgereg.registry._status import ModelStatus, TierStatus, model_status
+from edgereg.registry._status import MemberStatus, ModelStatus, TierStatus, model_status
 from edgereg.registry._transitions import RolloutError
 
 __all__ = [
+    "KEEP",
+    "MemberStatus",
     "ModelStatus",
+    "PreparedBundle",
     "PreparedRelease",
     "PublishResult",
     "Registry",
@@ -33,11 +47,15 @@ __all__ = [
     "TierStatus",
     "VerifyReport",
     "build_manifests",
+    "bundle_entry_for",
     "entry_for",
     "manifest_key",
+    "member_entry_for",
     "model_status",
+    "prepare_bundle_release",
     "prepare_release",
     "release_key",
     "state_key",
+    "unit_entry_for",
     "utcnow",
 ]

@@ -4,7 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from edgereg.wire import Manifest, ManifestEntry, ReleaseRecord, RolloutState, blob_path
+from edgereg.protocol.fields import Requirements
+from edgereg.protocol.wire import (
+    AnyRelease,
+    BundleEntry,
+    BundleMember,
+    BundleRecord,
+    Manifest,
+    ManifestEntry,
+    ReleaseRecord,
+    ReleaseVariant,
+    RolloutState,
+)
+
+
+def _entry(
+    version: str, variant_name: str, variant: ReleaseVariant, requires: Requirements | None
+) -> ManifestEntry:
+    # The entry describes itself (contract, probe, requires), so an app needs
+    # nothing but the manifest to call, check and place the model.
+    return ManifestEntry(
+        version=version,
+        variant=variant_name,
+        path=variant.path,
+        sha256=variant.sha256,
+        size=variant.size,
+        min_mnn_runtime=variant.min_mnn_runtime,
+        runtime=variant.runtime,
+        contract=variant.contract,
+        requires=requires,
+        probe=variant.probe,
+    )
 
 
 def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:
@@ -12,29 +42,51 @@ def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:
     variant_name = record.tiers.get(tier)
     if variant_name is None:
         return None
-    variant = record.variants[variant_name]
-    return ManifestEntry(
-        version=record.version,
-        variant=variant_name,
-        path=blob_path(variant.sha256),
-        sha256=variant.sha256,
-        size=variant.size,
-        min_mnn_runtime=variant.min_mnn_runtime,
-        runtime=variant.runtime,
-    )
+    return _entry(record.version, variant_name, record.variants[variant_name], record.requires)
+
+
+def member_entry_for(member: BundleMember, tier: str) -> ManifestEntry | None:
+    """One bundle member's entry for ``tier`` (its own version and requires), or None."""
+    variant_name = member.tiers.get(tier)
+    if variant_name is None:
+        return None
+    return _entry(member.version, variant_name, member.variants[variant_name], member.requires)
+
+
+def bundle_entry_for(record: BundleRecord, tier: str) -> BundleEntry | None:
+    """The bundle entry of ``tier``: every member's entry, or None if the tier is unknown.
+
+    Each member falls back to a lower tier's variant on its own (its ``tiers``
+    map was resolved per member when the release was prepared).
+    """
+    members: dict[str, ManifestEntry] = {}
+    for name, member in record.members.items():
+        entry = member_entry_for(member, tier)
+        if entry is None:
+            return None  # a bundle is all of its members or nothing
+        members[name] = entry
+    return BundleEntry(version=record.version, members=members, requires=record.requires)
+
+
+def unit_entry_for(record: AnyRelease, tier: str) -> ManifestEntry | BundleEntry | None:
+    """The entry of a model's or a bundle's release for ``tier``."""
+    if isinstance(record, BundleRecord):
+        return bundle_entry_for(record, tier)
+    return entry_for(record, tier)
 
 
 def build_manifests(
     state: RolloutState,
-    releases: Mapping[str, ReleaseRecord],
+    releases: Mapping[str, AnyRelease],
     published_tiers: Iterable[str] = (),
 ) -> dict[str, Manifest]:
     """One manifest per tier known to the stable or the candidate release.
 
     Args:
         state: The rollout state the manifests reflect; they carry its
-            sequence and expiry.
-        releases: Release records by version; must hold stable and candidate.
+            sequence, expiry and report URL (so they derive from it alone).
+        releases: Release records (of a model or of a bundle) by version;
+            must hold stable and candidate.
         published_tiers: Tiers that already have a manifest in the registry.
             Those the current releases do not serve get a manifest with no
             entry, so their devices learn (signed) that the model was
@@ -45,12 +97,12 @@ def build_manifests(
     tiers: dict[str, None] = {}
     for record in (stable, candidate):
         if record is not None:
-            tiers.update(dict.fromkeys(record.tiers))
+            tiers.update(dict.fromkeys(record.ordered_tiers()))
     tiers.update(dict.fromkeys(sorted(published_tiers)))
     manifests = {}
     for tier in tiers:
-        stable_entry = entry_for(stable, tier) if stable else None
-        candidate_entry = entry_for(candidate, tier) if candidate else None
+        stable_entry = unit_entry_for(stable, tier) if stable else None
+        candidate_entry = unit_entry_for(candidate, tier) if candidate else None
         manifests[tier] = Manifest(
             model=state.model,
             tier=tier,
@@ -61,5 +113,6 @@ def build_manifests(
             percent=state.percent if candidate_entry else None,
             salt=state.salt if candidate_entry else None,
             paused=state.paused if candidate_entry else False,
+            report_url=state.report_url,
         )
     return manifests

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from enum import Enum
 from pathlib import Path
 
 import semver
@@ -24,7 +25,9 @@ import semver
 from edgereg.errors import ConflictError, TrustError
 from edgereg.protocol import layout
 from edgereg.protocol.layout import KEYS_PREFIX
+from edgereg.protocol.wire import AnyRelease, BundleRecord, verify_release
 from edgereg.registry import _transitions as transitions
+from edgereg.registry._bundle import PreparedBundle
 from edgereg.registry._manifests import build_manifests
 from edgereg.registry._release import PreparedRelease, ReleaseError
 from edgereg.signing import (
@@ -63,6 +66,18 @@ def signers_of(signer: Signer | Sequence[Signer]) -> list[Signer]:
     return signers
 
 
+class _Keep(Enum):
+    """The report URL a state write keeps: the one the current state has."""
+
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+"""Pass as ``report_url`` to keep the current state's (a command run without models.toml)."""
+
+ReportUrl = str | None | _Keep
+
+
 def utcnow() -> datetime:
     """The current time, UTC, whole seconds (what the wire format keeps)."""
     return datetime.now(timezone.utc).replace(microsecond=0)
@@ -73,11 +88,20 @@ class PublishResult:
     """What a publish did."""
 
     model: str
+    """The rollout unit: a model, or a bundle."""
     version: str
     state: RolloutState
     uploaded_blobs: int
     uploaded_bytes: int
     already_published: bool
+    record: AnyRelease | None = None
+    """The release published (a bundle's names its members and their versions)."""
+
+
+def _same_content(prepared: PreparedRelease | PreparedBundle, existing: AnyRelease) -> bool:
+    if isinstance(prepared, PreparedBundle):
+        return prepared.same_content(existing)
+    return isinstance(existing, ReleaseRecord) and prepared.same_content(existing)
 
 
 @dataclass
@@ -207,7 +231,7 @@ class Registry:
     # -- reading --------------------------------------------------------------------
 
     def models(self) -> list[str]:
-        """Every model with a rollout state, sorted."""
+        """Every rollout unit (model or bundle) with a rollout state, sorted."""
         names = {
             key.split("/")[1]
             for key in self.storage.list("models/")
@@ -236,12 +260,17 @@ class Registry:
         ]
         return sorted((v for v in found if semver.Version.is_valid(v)), key=semver.Version.parse)
 
-    def read_release(self, model: str, version: str) -> ReleaseRecord:
-        """A verified release record."""
+    def read_release(self, model: str, version: str) -> AnyRelease:
+        """A verified release record: a model's, or a bundle's when ``model`` is a bundle."""
         key = release_key(model, version)
-        record = self._verified(ReleaseRecord, key, self.storage.get(key))
-        if record.model != model or record.version != version:
-            raise TrustError(f"{release_key(model, version)} holds {record.model} {record.version}")
+        data = self.storage.get(key)
+        trusted = self._trust_for_signed()
+        try:
+            record = verify_release(data, trusted)
+        except TrustError as exc:
+            raise type(exc)(f"{key}: {exc.message}", hint=exc.hint) from exc
+        if record.name != model or record.version != version:
+            raise TrustError(f"{key} holds {record.name} {record.version}")
         return record
 
     def read_manifest(self, model: str, tier: str) -> Manifest:
@@ -279,7 +308,7 @@ class Registry:
 
     def publish(
         self,
-        prepared: PreparedRelease,
+        prepared: PreparedRelease | PreparedBundle,
         *,
         signer: Signer | Sequence[Signer],
         percent: float | None,
@@ -287,25 +316,33 @@ class Registry:
         actor: str,
         expires_days: int,
         on_step: Callable[[str], None] | None = None,
+        report_url: ReportUrl = KEEP,
     ) -> PublishResult:
-        """Upload a release and start its rollout (idempotent for the same content).
+        """Upload a release of a model or a bundle and start its rollout.
+
+        Idempotent for the same content. A bundle is one rollout unit: one
+        state, one sequence, one salt for all its members.
 
         Args:
             on_step: Told what is being written, for progress output.
+            report_url: ``[reports] url`` of models.toml, signed into the state
+                (and so into every manifest); :data:`KEEP` keeps the state's.
 
         Raises:
-            ReleaseError: the version exists with other content.
+            ReleaseError: the version exists with other content, or the name
+                is a model here and a bundle in the release (or the reverse).
             RolloutError: the version is not above stable and candidate.
             ConflictError: another publisher changed the state meanwhile; retry.
             StorageError: the backend failed; nothing half-written is visible.
         """
         record = prepared.record
-        model, version = record.model, record.version
+        model, version = record.name, record.version
         signers = signers_of(signer)
         self.check_signer(signers)
         state, token = self.read_state(model)
+        self._check_same_kind(state, record)
         existing = self._existing_release(model, version)
-        if existing is not None and not prepared.same_content(existing):
+        if existing is not None and not _same_content(prepared, existing):
             raise ReleaseError(
                 f"{model} {version} is already published with other content; a version "
                 "never changes once published",
@@ -319,7 +356,7 @@ class Registry:
         ):
             # Published before; make sure the last step (manifests) happened.
             self._write_manifests(state, signers)
-            return PublishResult(model, version, state, 0, 0, already_published=True)
+            return PublishResult(model, version, state, 0, 0, already_published=True, record=record)
         transitions.check_publish(state, model, version, percent=percent, full=full)
 
         # Nothing was written before this point: a refused publish changes nothing.
@@ -346,7 +383,7 @@ class Registry:
             )
             if not created:
                 existing = self._existing_release(model, version)
-                if existing is None or not prepared.same_content(existing):
+                if existing is None or not _same_content(prepared, existing):
                     raise ConflictError(
                         f"another publisher wrote {model} {version} at the same time",
                         url=self.storage.url,
@@ -365,9 +402,32 @@ class Registry:
             actor=actor,
         )
         step("rollout state and manifests")
-        new_state = self._write_state(new_state, token, signers)
+        new_state = self._write_state(new_state, token, signers, report_url)
         return PublishResult(
-            model, version, new_state, uploaded_blobs, uploaded_bytes, already_published=False
+            model,
+            version,
+            new_state,
+            uploaded_blobs,
+            uploaded_bytes,
+            already_published=False,
+            record=record,
+        )
+
+    def _check_same_kind(self, state: RolloutState | None, record: AnyRelease) -> None:
+        """A name is a model or a bundle for good: its manifests' entries must all be alike."""
+        if state is None:
+            return
+        current = state.candidate or state.stable
+        if current is None:
+            return
+        before = self.read_release(state.model, current)
+        if isinstance(before, BundleRecord) == isinstance(record, BundleRecord):
+            return
+        was, now = ("bundle", "model") if isinstance(before, BundleRecord) else ("model", "bundle")
+        raise ReleaseError(
+            f"'{state.model}' is a {was} in registry {self.storage.url} ({current}), and this "
+            f"release makes it a {now}; apps that asked for the {was} would refuse its manifests",
+            hint="Give the new one another name (models and bundles share one namespace).",
         )
 
     def change(
@@ -377,11 +437,15 @@ class Registry:
         *,
         signer: Signer | Sequence[Signer],
         expires_days: int,
+        report_url: ReportUrl = KEEP,
     ) -> RolloutState:
         """Apply one rollout transition (rollout, promote, rollback, pause, resume, resign).
 
+        Works the same on a model and on a bundle (one state for all members).
+
         Args:
             transition: called with (state, now, expires); returns the next state.
+            report_url: as for :meth:`publish`.
         """
         signers = signers_of(signer)
         self.check_signer(signers)
@@ -389,17 +453,24 @@ class Registry:
         state, token = self.read_state(model)
         now = self.clock()
         new_state = transition(state, now, now + timedelta(days=expires_days))
-        return self._write_state(new_state, token, signers)
+        return self._write_state(new_state, token, signers, report_url)
 
-    def _existing_release(self, model: str, version: str) -> ReleaseRecord | None:
+    def _existing_release(self, model: str, version: str) -> AnyRelease | None:
         try:
             return self.read_release(model, version)
         except NotFound:
             return None
 
     def _write_state(
-        self, state: RolloutState, token: str | None, signers: list[Signer]
+        self,
+        state: RolloutState,
+        token: str | None,
+        signers: list[Signer],
+        report_url: ReportUrl = KEEP,
     ) -> RolloutState:
+        if report_url is not KEEP:
+            # Re-validated (not model_copy): the URL's format is a rule of the state.
+            state = RolloutState.model_validate({**state.model_dump(), "report_url": report_url})
         # Verify the releases the new state names before it is written, so a
         # missing or tampered record refuses the command instead of leaving a
         # state that no manifest can be built from.
@@ -418,7 +489,7 @@ class Registry:
         self._write_manifests(state, signers, releases)
         return state
 
-    def _releases_of(self, state: RolloutState) -> dict[str, ReleaseRecord]:
+    def _releases_of(self, state: RolloutState) -> dict[str, AnyRelease]:
         return {
             version: self.read_release(state.model, version)
             for version in (state.stable, state.candidate)
@@ -429,7 +500,7 @@ class Registry:
         self,
         state: RolloutState,
         signers: list[Signer],
-        releases: dict[str, ReleaseRecord] | None = None,
+        releases: dict[str, AnyRelease] | None = None,
     ) -> None:
         if releases is None:
             releases = self._releases_of(state)
@@ -605,7 +676,7 @@ class Registry:
                 f"{state_key(model)}: expired at {state.expires:%Y-%m-%d %H:%M} UTC; "
                 f"run `edgereg resign {model}`"
             )
-        records: dict[str, ReleaseRecord] = {}
+        records: dict[str, AnyRelease] = {}
         for version in self.versions(model):
             key = release_key(model, version)
             try:
@@ -614,11 +685,12 @@ class Registry:
                 report.errors.append(exc.message)
                 continue
             report.checked += 1
-            for name, variant in records[version].variants.items():
-                problem = self._check_blob(variant.sha256, variant.size, checked_blobs, deep)
+            # Every blob: each member's artifacts of a bundle, probes and labels too.
+            for where, ref in records[version].blob_refs():
+                problem = self._check_blob(ref.sha256, ref.size, checked_blobs, deep)
                 report.checked += 1
                 if problem:
-                    report.errors.append(f"{key}: variant {name}: {problem}")
+                    report.errors.append(f"{key}: {where}: {problem}")
         for role, named in (("stable", state.stable), ("candidate", state.candidate)):
             if named is not None and named not in records:
                 report.errors.append(
@@ -626,7 +698,11 @@ class Registry:
                 )
         if any(v is not None and v not in records for v in (state.stable, state.candidate)):
             return
-        expected = build_manifests(state, records, self.manifest_tiers(model))
+        try:
+            expected = build_manifests(state, records, self.manifest_tiers(model))
+        except ValueError as exc:  # a model's release and a bundle's under one state
+            report.errors.append(f"{state_key(model)}: no manifest can be built from it: {exc}")
+            return
         for tier, want in expected.items():
             key = manifest_key(model, tier)
             try:

@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from edgereg._files import sha256_file
 from edgereg.build.outputs import (
+    CONTRACT,
     FAILED,
+    LABELS,
     NOT_BUILT,
+    PROBE,
     STALE,
     UNREADABLE,
+    BuildOutputs,
     HostBenchmark,
+    read_json,
     read_outputs,
 )
 from edgereg.config import Config
 from edgereg.errors import EdgeregError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
+from edgereg.protocol.contract import BlobRef, IOContract
+from edgereg.protocol.probe import GoldenProbe
+from edgereg.protocol.wire import WireError, from_bytes
 from edgereg.wire import ReleaseRecord, ReleaseVariant
 
 
@@ -100,6 +111,11 @@ def prepare_release(
         if digest != provenance.artifact.sha256:
             problems.append(f"{where}: {artifact} differs from the one its provenance records")
             continue
+        try:
+            shipped = _self_description(outputs, provenance, digest)
+        except _NotShippable as exc:
+            problems.append(f"{where}: {exc}")
+            continue
         variants[variant_name] = ReleaseVariant(
             tier=variant.tier,
             sha256=digest,
@@ -108,8 +124,11 @@ def prepare_release(
             provenance=outputs.provenance,
             min_mnn_runtime=provenance.min_mnn_runtime,
             runtime=variant.runtime,
+            contract=shipped.contract,
+            probe=shipped.probe,
         )
         blobs[digest] = artifact
+        blobs.update(shipped.blobs)
     if problems:
         raise ReleaseError(
             f"cannot publish {model_name}:\n" + "\n".join(f"  {p}" for p in problems),
@@ -124,8 +143,66 @@ def prepare_release(
         variants=variants,
         tiers=tiers,
         tier_order=list(tiers),
+        requires=model.requires,
     )
     return PreparedRelease(record=record, blobs=blobs)
+
+
+class _NotShippable(Exception):
+    """A variant's contract or probe is missing or does not match what its build recorded."""
+
+
+@dataclass(frozen=True)
+class _SelfDescription:
+    contract: IOContract
+    probe: BlobRef
+    blobs: dict[str, Path]
+
+
+_REBUILD = (
+    "built before I/O contracts and golden probes existed (no {name}): rebuild it "
+    "(`dvc repro`, or `edgereg build MODEL VARIANT`)"
+)
+
+
+def _self_description(
+    outputs: BuildOutputs, provenance: Provenance, artifact_sha256: str
+) -> _SelfDescription:
+    """The variant's contract and probe, checked against its provenance, and their blobs.
+
+    Raises:
+        _NotShippable: what is missing or differs, and that a rebuild fixes it.
+    """
+    files: dict[str, Path] = {}
+    for name, recorded in ((CONTRACT, provenance.contract), (PROBE, provenance.probe)):
+        path = outputs.out_dir / name
+        if recorded is None or not path.is_file():
+            raise _NotShippable(_REBUILD.format(name=name))
+        if sha256_file(path) != recorded.sha256:
+            raise _NotShippable(f"{path} differs from the one its provenance records")
+        files[name] = path
+    try:
+        contract = IOContract.model_validate(read_json(files[CONTRACT]))
+    except (OSError, ValueError, ValidationError) as exc:
+        raise _NotShippable(f"{files[CONTRACT]} is not an I/O contract: {exc}") from exc
+    probe_data = files[PROBE].read_bytes()
+    try:
+        probe = from_bytes(GoldenProbe, probe_data)
+    except WireError as exc:
+        raise _NotShippable(f"{files[PROBE]}: {exc}") from exc
+    if probe.artifact_sha256 != artifact_sha256:
+        raise _NotShippable(f"{files[PROBE]} was computed for another artifact")
+    probe_sha256 = hashlib.sha256(probe_data).hexdigest()
+    blobs = {probe_sha256: files[PROBE]}
+    if contract.labels_blob is not None:
+        labels = outputs.out_dir / LABELS
+        if not labels.is_file() or sha256_file(labels) != contract.labels_blob.sha256:
+            raise _NotShippable(
+                f"{labels} is missing or differs from the labels blob its contract names; "
+                "rebuild it (`dvc repro`)"
+            )
+        blobs[contract.labels_blob.sha256] = labels
+    return _SelfDescription(contract, BlobRef.of(probe_sha256, len(probe_data)), blobs)
 
 
 def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> dict[str, Any]:

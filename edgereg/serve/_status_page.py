@@ -1,6 +1,7 @@
 """The operator page at ``/``: plain server-rendered HTML, nothing to load.
 
-Per model: what each tier's devices get now (stable, or the candidate for
+Per model (or bundle: one row per tier and member, each member's version in
+the summary): what each tier's devices get now (stable, or the candidate for
 its cohort), the candidate's gates and headline metric next to the stable's
 (from the signed release records), the rollout step and when the next one is
 allowed, warnings (devices with no model, signatures about to expire) and the
@@ -25,11 +26,12 @@ from edgereg import __version__
 from edgereg.build.outputs import headline
 from edgereg.config import RolloutPolicy
 from edgereg.errors import EdgeregError
+from edgereg.protocol.wire import AnyRelease, BundleRecord, ReleaseVariant
 from edgereg.registry import ModelStatus, Registry, TierStatus, model_status, utcnow
 from edgereg.rollout import check_soak, next_step
 from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage
-from edgereg.wire import HistoryEvent, ReleaseRecord, RolloutSnapshot, RolloutState, format_time
+from edgereg.wire import HistoryEvent, RolloutSnapshot, RolloutState, format_time
 
 #: History events shown per model, newest first.
 HISTORY_SHOWN = 10
@@ -130,8 +132,8 @@ class _Model:
 
     status: ModelStatus
     state: RolloutState
-    stable: ReleaseRecord | None
-    candidate: ReleaseRecord | None
+    stable: AnyRelease | None
+    candidate: AnyRelease | None
     policy: RolloutPolicy | None
     now: datetime
 
@@ -164,6 +166,7 @@ def _model_section(
     return (
         head
         + _summary(status)
+        + _members(status)
         + _warnings(data)
         + _next(data)
         + _tiers(data)
@@ -189,6 +192,21 @@ def _summary(status: ModelStatus) -> str:
         f'<span class="muted">signatures expire {escape(status.expires)}</span>'
         "</p>"
     )
+
+
+def _members(status: ModelStatus) -> str:
+    """A bundle's members and the version of each in the stable and candidate bundle."""
+    if not status.bundle:
+        return ""
+    items = []
+    for member in status.members:
+        versions = " → ".join(
+            f"{role} {escape(version)}"
+            for role, version in (("stable", member.stable), ("candidate", member.candidate))
+            if version is not None
+        )
+        items.append(f"<span><b>{escape(member.name)}</b> {versions}</span>")
+    return f'<p class="summary members">bundle of {len(items)}: {"".join(items)}</p>'
 
 
 def expiry_warning(model: str, expires: datetime, now: datetime) -> str | None:
@@ -234,10 +252,23 @@ def _cmd(text: str) -> str:
     return f"<code>{escape(text)}</code>"
 
 
-def _candidate_failed(record: ReleaseRecord | None) -> bool:
+def _variants(record: AnyRelease | None, member: str | None = None) -> dict[str, ReleaseVariant]:
+    """The variants of a model's release, or of one member of a bundle's."""
     if record is None:
-        return False
-    return any(variant.metrics.get("failed") for variant in record.variants.values())
+        return {}
+    if isinstance(record, BundleRecord):
+        found = record.members.get(member) if member is not None else None
+        return dict(found.variants) if found is not None else {}
+    return dict(record.variants)
+
+
+def _candidate_failed(record: AnyRelease | None) -> bool:
+    members = list(record.members) if isinstance(record, BundleRecord) else [None]
+    return any(
+        variant.metrics.get("failed")
+        for member in members
+        for variant in _variants(record, member).values()
+    )
 
 
 def _rollout_step(data: _Model) -> tuple[str, float | None, timedelta | None]:
@@ -330,10 +361,13 @@ def _size(size: int | None) -> str:
     return f"{size / 1e3:.1f} KB"
 
 
-def _metrics(record: ReleaseRecord | None, variant: str | None) -> dict[str, Any]:
-    if record is None or variant is None or variant not in record.variants:
+def _metrics(
+    record: AnyRelease | None, variant: str | None, member: str | None = None
+) -> dict[str, Any]:
+    variants = _variants(record, member)
+    if variant is None or variant not in variants:
         return {}
-    return dict(record.variants[variant].metrics)
+    return dict(variants[variant].metrics)
 
 
 def _headline_cell(metrics: dict[str, Any], other: dict[str, Any] | None = None) -> str:
@@ -378,13 +412,16 @@ def _gets_now(tier: TierStatus, status: ModelStatus) -> str:
 
 def _tiers(data: _Model) -> str:
     rows = []
+    bundle = data.status.bundle
     for tier in data.status.tiers:
-        stable = _metrics(data.stable, tier.stable_variant)
-        candidate = _metrics(data.candidate, tier.candidate_variant)
+        stable = _metrics(data.stable, tier.stable_variant, tier.member)
+        candidate = _metrics(data.candidate, tier.candidate_variant, tier.member)
+        member = f'<td class="name">{escape(tier.member or "—")}</td>' if bundle else ""
         rows.append(
             "<tr>"
             f'<td class="name">{escape(tier.tier)}</td>'
-            f"<td>{_gets_now(tier, data.status)}</td>"
+            + member
+            + f"<td>{_gets_now(tier, data.status)}</td>"
             f'<td class="name">{escape(tier.stable_variant or "—")}</td>'
             f'<td class="num">{_size(tier.stable_size)}</td>'
             + _headline_cell(stable)
@@ -395,11 +432,12 @@ def _tiers(data: _Model) -> str:
             + (_gates_cell(candidate) if tier.candidate_variant else '<td class="muted">—</td>')
             + "</tr>"
         )
+    member_head = ("<th></th>", "<th>member</th>") if bundle else ("", "")
     return (
         '<h3>Tiers</h3><div class="scroll"><table><thead>'
-        '<tr><th></th><th></th><th class="group" colspan="4">stable</th>'
+        f'<tr><th></th>{member_head[0]}<th></th><th class="group" colspan="4">stable</th>'
         '<th class="group" colspan="4">candidate</th></tr>'
-        "<tr><th>tier</th><th>devices get now</th>"
+        f"<tr><th>tier</th>{member_head[1]}<th>devices get now</th>"
         '<th>variant</th><th class="num">size</th><th>headline</th><th>gates</th>'
         '<th>variant</th><th class="num">size</th><th>headline</th><th>gates</th>'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"

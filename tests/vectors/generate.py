@@ -28,11 +28,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgereg.protocol.decision import BlobCheck, decide
+from edgereg.protocol.decision import AppFacts, BlobCheck, decide
 from edgereg.protocol.envelope import TrustedKeys
-from edgereg.protocol.fields import RuntimeHints, TierRules
+from edgereg.protocol.fields import Requirements, RuntimeHints, TierRules, VersionRange
 from edgereg.protocol.reasons import Rejected
 from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
+from edgereg.protocol.wire import BundleEntry
 from edgereg.signing import Signer, canonical_json, sign_envelope
 from edgereg.wire import (
     PAYLOAD_TYPE_STATE,
@@ -71,6 +72,35 @@ def _entry(version: str, variant: str = "int8", *, runtime: str = "3.6.1") -> Ma
         min_mnn_runtime=runtime,
         runtime=RuntimeHints(threads=4, backends=["opencl", "cpu"], precision="normal"),
     )
+
+
+def _bundle(version: str, *, rec_runtime: str = "3.6.1") -> BundleEntry:
+    """The OCR bundle: three members with their own versions, one bundle version."""
+    members = {"det": "2.0.0", "cls": "1.3.0", "rec": "4.1.0"}
+    if version != "1.0.0":
+        members = {
+            name: f"{v.split('.')[0]}.{int(v.split('.')[1]) + 1}.0" for name, v in members.items()
+        }
+    return BundleEntry(
+        version=version,
+        members={
+            name: _entry(
+                member, variant="int8", runtime=rec_runtime if name == "rec" else "3.6.1"
+            ).model_copy(update={"variant": f"{name}-int8"})
+            for name, member in members.items()
+        },
+    )
+
+
+def _bundle_manifest(**changes: Any) -> Manifest:
+    fields: dict[str, Any] = {"model": "ocr", "stable": _bundle("1.0.0")}
+    fields.update(changes)
+    return _manifest(**fields)
+
+
+NEEDS_APP_3 = Requirements(app=VersionRange(">=3.0.0"))
+NEEDS_API_35 = Requirements(android=VersionRange(">=35"))
+OLD_ANDROID_APP = {"app_version": "2.4.0", "os": "android", "os_version": "33"}
 
 
 def _manifest(**changes: Any) -> Manifest:
@@ -347,6 +377,42 @@ CASES: dict[str, Case] = {
         lambda: _raw_payload(_set(url="http://x")),
         {},
     ),
+    # Rule 12: app and OS fit (requires), for models and bundles.
+    "app-incompatible-candidate-falls-back": (
+        "In the cohort, but the candidate needs app >=3.0.0 and the app is 2.4.0: stable "
+        "fits, so the device gets stable (fallback app-incompatible).",
+        lambda: _signed(
+            _rollout(candidate=_entry("1.1.0").model_copy(update={"requires": NEEDS_APP_3}))
+        ),
+        {"device_id": _device(True), "device": OLD_ANDROID_APP},
+    ),
+    "os-incompatible-stable-refused": (
+        "Stable needs Android API >=35, the device has 33, nothing to fall back to.",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_API_35}))
+        ),
+        {"device": OLD_ANDROID_APP},
+    ),
+    "bundle-in-cohort": (
+        "A bundle's 25% rollout; the device is in the cohort: every member at the candidate.",
+        lambda: _signed(_bundle_manifest(candidate=_bundle("1.1.0"), percent=PERCENT, salt=SALT)),
+        {"device_id": _device(True), "model": "ocr", "bundle": True},
+    ),
+    "bundle-member-too-new": (
+        "In the bundle's cohort, but the candidate's member rec needs MNN 3.7.0: the whole "
+        "bundle falls back to stable (never a mix).",
+        lambda: _signed(
+            _bundle_manifest(
+                candidate=_bundle("1.1.0", rec_runtime="3.7.0"), percent=PERCENT, salt=SALT
+            )
+        ),
+        {"device_id": _device(True), "model": "ocr", "bundle": True},
+    ),
+    "bundle-asked-as-model": (
+        "A bundle's manifest where the client asked for a model of that name: malformed.",
+        lambda: _signed(_bundle_manifest()),
+        {"model": "ocr"},
+    ),
     "candidate-at-100-percent": (
         "A rollout at 100%: every bucket is below 10000, every device gets the candidate.",
         lambda: _signed(_rollout(percent=100.0)),
@@ -363,48 +429,73 @@ CASES: dict[str, Case] = {
 
 def _input(manifest: bytes, overrides: dict[str, Any]) -> dict[str, Any]:
     now = overrides.get("now", NOW)
-    return {
+    vector_input: dict[str, Any] = {
         "manifest": base64.b64encode(manifest).decode("ascii"),
         "trusted_keys": [_signer("registry").public_pem().decode("ascii")],
-        "model": "digits",
+        "model": overrides.get("model", "digits"),
         "tier": "mid",
         "device": {
             "device_id": overrides.get("device_id", "device-42"),
             "mnn_runtime": APP_RUNTIME,
+            # app_version, os, os_version: only in the vectors that use them.
+            **overrides.get("device", {}),
         },
         "highest_seen_sequence": overrides.get("highest_seen_sequence"),
         "now": format_time(now),
+    }
+    if overrides.get("bundle"):
+        vector_input["bundle"] = True
+    return vector_input
+
+
+def _entry_json(entry: ManifestEntry) -> dict[str, Any]:
+    return {
+        "version": entry.version,
+        "variant": entry.variant,
+        "sha256": entry.sha256,
+        "size": entry.size,
     }
 
 
 def run(vector_input: dict[str, Any]) -> dict[str, Any]:
     """The reference implementation's decision for one vector input."""
+    device = vector_input["device"]
     try:
         decision = decide(
             base64.b64decode(vector_input["manifest"]),
             trusted=TrustedKeys.from_pems(vector_input["trusted_keys"]),
             model=vector_input["model"],
             tier=vector_input["tier"],
-            device_id=vector_input["device"]["device_id"],
-            app_mnn_runtime=vector_input["device"]["mnn_runtime"],
+            device_id=device["device_id"],
+            app_mnn_runtime=device["mnn_runtime"],
             highest_seen_sequence=vector_input["highest_seen_sequence"],
             now=datetime.fromisoformat(vector_input["now"].replace("Z", "+00:00")),
+            app=AppFacts(
+                app_version=device.get("app_version"),
+                os=device.get("os"),
+                os_version=device.get("os_version"),
+            ),
+            bundle=vector_input.get("bundle", False),
         )
     except Rejected as exc:
         return {"accept": False, "reason": exc.reason}
     entry = decision.entry
+    chosen: dict[str, Any] | None
+    if entry is None:
+        chosen = None
+    elif isinstance(entry, BundleEntry):
+        chosen = {
+            "version": entry.version,
+            "members": {name: _entry_json(m) for name, m in sorted(entry.members.items())},
+        }
+    else:
+        chosen = _entry_json(entry)
     return {
         "accept": True,
-        "entry": None
-        if entry is None
-        else {
-            "version": entry.version,
-            "variant": entry.variant,
-            "sha256": entry.sha256,
-            "size": entry.size,
-        },
+        "entry": chosen,
         "is_candidate": decision.is_candidate,
         "runtime_fallback": decision.runtime_fallback,
+        "fallback": decision.fallback,
         "sequence": decision.sequence,
     }
 

@@ -1,0 +1,418 @@
+"""The golden probe of a variant: a few evaluation inputs and what the variant computes on them.
+
+The device runs the probe before it installs a model (see
+:mod:`edgereg.protocol.probe`); the build writes it. Expected outputs are the
+variant's own, computed on the build host with MNN's CPU backend one sample at
+a time (through the toolchain's child-process worker, as every MNN call in the
+build), so a correct device backend reproduces them up to float rounding.
+
+The tolerance rule (docs/build.md, "The golden probe"):
+
+- ``min_cosine`` is the variant's cosine gate, capped at
+  :data:`COSINE_CEILING`, and never tighter than twice the host's own
+  deviation (the probe samples as the build's evaluation run computed them,
+  batched, against the probe's single-sample run);
+- ``max_abs_error`` is the largest of: :data:`ABS_SCALE_FRACTION` of the
+  largest expected magnitude, the variant's measured max abs error against
+  the fp32 ONNX reference, and twice the host's own deviation; rounded up to
+  two significant digits.
+
+A device within that distance of the host's variant is about as close to the
+fp32 model as the gates require; a miscomputing kernel (a flipped channel,
+garbage, NaN) is far outside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgereg import toolchain
+from edgereg.build.datasets import Dataset
+from edgereg.errors import BuildError
+from edgereg.protocol.contract import IOContract
+from edgereg.protocol.probe import (
+    GoldenProbe,
+    ProbeCase,
+    ProbeResult,
+    ProbeStep,
+    ProbeTensor,
+    ProbeTolerance,
+    check_probe,
+)
+from edgereg.protocol.wire import to_bytes
+from edgereg.toolchain import InputFeed, sequence_bounds
+
+__all__ = [
+    "ABS_SCALE_FRACTION",
+    "COSINE_CEILING",
+    "MAX_CASES",
+    "MAX_STREAM_CASES",
+    "PROBE_MAX_BYTES",
+    "STAGE",
+    "STREAM_STEPS",
+    "ProbeSelection",
+    "check_on_host",
+    "golden_probe",
+    "probe_bytes",
+    "probe_outputs_on_host",
+    "probe_tolerance",
+    "select_probe_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Stage named in errors raised here.
+STAGE = "probe"
+#: A probe blob stays under this (its tensors, base64 included); large inputs get fewer cases.
+PROBE_MAX_BYTES = 1_000_000
+#: Cases of a stateless model: one evaluation sample each.
+MAX_CASES = 4
+#: Cases of a stateful model: one stream each, of at most :data:`STREAM_STEPS` steps.
+MAX_STREAM_CASES = 2
+STREAM_STEPS = 4
+#: The tightest ``min_cosine`` a probe asks for: a GPU running fp32 kernels in
+#: fp16 stays well above it, a miscomputing one falls well below.
+COSINE_CEILING = 0.9999
+#: ``max_abs_error`` is at least this share of the largest expected magnitude.
+ABS_SCALE_FRACTION = 0.01
+#: Bytes per case that are not tensor data (names, shapes, JSON punctuation).
+_CASE_OVERHEAD = 256
+
+_WIRE_DTYPES = {
+    "float32": "float32",
+    "float64": "float32",
+    "float16": "float16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int16": "int32",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+}
+
+
+@dataclass(frozen=True)
+class ProbeSelection:
+    """The evaluation rows a probe feeds, case after case, each case's steps in order.
+
+    Attributes:
+        rows: Indices into the evaluation set.
+        case_ids: The case of each selected row (a stream id for stateful models).
+    """
+
+    rows: np.ndarray
+    case_ids: np.ndarray
+
+    def cases(self) -> list[list[int]]:
+        """Positions in :attr:`rows` of each case's steps."""
+        return [list(range(start, stop)) for start, stop in sequence_bounds(self.case_ids)]
+
+
+def _step_bytes(
+    feeds: Sequence[InputFeed], outputs: Mapping[str, np.ndarray], state_inputs: set[str]
+) -> int:
+    """Estimated probe bytes of one step: its tensors in base64."""
+    raw = sum(
+        math.prod(feed.shape) * np.dtype(feed.dtype).itemsize
+        for feed in feeds
+        if feed.name not in state_inputs
+    )
+    raw += sum(int(array[0].nbytes) if len(array) else 0 for array in outputs.values())
+    return math.ceil(raw * 4 / 3) + _CASE_OVERHEAD
+
+
+def _spread(count: int, wanted: int) -> list[int]:
+    """``wanted`` indices spread evenly over ``range(count)``, first and last included."""
+    if count <= 0:
+        return []
+    return sorted({round(float(i)) for i in np.linspace(0, count - 1, min(wanted, count))})
+
+
+def select_probe_rows(
+    evaluation: Dataset,
+    feeds: Sequence[InputFeed],
+    state: Sequence[tuple[str, str]],
+    reference: Mapping[str, np.ndarray],
+    *,
+    max_bytes: int = PROBE_MAX_BYTES,
+) -> ProbeSelection:
+    """Choose the probe's samples: spread over the evaluation set, within the size budget.
+
+    Args:
+        evaluation: The variant's evaluation set.
+        feeds: Every model input.
+        state: ``(input, output)`` state pairs.
+        reference: The app-facing outputs of the evaluation set (for their size).
+        max_bytes: The probe's size budget.
+
+    Raises:
+        BuildError: the model has no input that is not a state (nothing to feed).
+    """
+    state_inputs = {pair[0] for pair in state}
+    if not evaluation.inputs:
+        raise BuildError(
+            "cannot make a golden probe: every input of the model is a state input",
+            stage=STAGE,
+            hint="Give the model at least one data input (the chunk or frame it reads).",
+        )
+    per_step = _step_bytes(feeds, reference, state_inputs)
+    if not state:
+        count = max(1, min(MAX_CASES, max_bytes // per_step))
+        rows = _spread(len(evaluation), count)
+        return ProbeSelection(np.asarray(rows, np.int64), np.arange(len(rows), dtype=np.int64))
+    bounds = (
+        sequence_bounds(evaluation.sequences)
+        if evaluation.sequences is not None
+        else [(i, i + 1) for i in range(len(evaluation))]
+    )
+    steps = max(1, min(STREAM_STEPS, max_bytes // per_step))
+    count = max(1, min(MAX_STREAM_CASES, max_bytes // (per_step * steps)))
+    selected: list[int] = []
+    case_ids: list[int] = []
+    for case, index in enumerate(_spread(len(bounds), count)):
+        start, stop = bounds[index]
+        # The first steps of a stream: the state starts at zeros, as on the device.
+        for row in range(start, min(stop, start + steps)):
+            selected.append(row)
+            case_ids.append(case)
+    return ProbeSelection(np.asarray(selected, np.int64), np.asarray(case_ids, np.int64))
+
+
+def _tensor(name: str, array: np.ndarray) -> ProbeTensor:
+    value = np.asarray(array)
+    dtype = _WIRE_DTYPES.get(value.dtype.name)
+    if dtype is None:
+        raise BuildError(
+            f"cannot put tensor '{name}' of dtype {value.dtype} into the golden probe",
+            stage=STAGE,
+        )
+    data = np.ascontiguousarray(value, dtype=np.dtype(dtype).newbyteorder("<"))
+    return ProbeTensor(
+        name=name,
+        dtype=dtype,
+        shape=[int(d) for d in data.shape],
+        data=base64.b64encode(data.tobytes()).decode("ascii"),
+    )
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    x, y = a.astype(np.float64).reshape(-1), b.astype(np.float64).reshape(-1)
+    norms = float(np.sqrt(np.sum(x * x)) * np.sqrt(np.sum(y * y)))
+    if norms == 0:
+        return 1.0 if not np.any(x) and not np.any(y) else 0.0
+    return float(np.sum(x * y) / norms)
+
+
+def _round_up(value: float, digits: int = 2) -> float:
+    """``value`` rounded up to ``digits`` significant digits (stable bytes, never tighter)."""
+    if value <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    rounded = float(f"{math.ceil(value / step - 1e-9) * step:.{digits}g}")
+    return rounded if rounded >= value else float(f"{rounded + step:.{digits}g}")
+
+
+def probe_tolerance(
+    expected: Mapping[str, np.ndarray],
+    rerun: Mapping[str, np.ndarray],
+    *,
+    budget_min_cosine: float,
+    variant_max_abs_error: float,
+) -> ProbeTolerance:
+    """The tolerance rule (module docstring) applied to measured numbers.
+
+    Args:
+        expected: Output name -> ``(steps, *tensor shape)``, the probe's expected outputs.
+        rerun: The same steps as the build's evaluation run computed them.
+        budget_min_cosine: The variant's cosine gate.
+        variant_max_abs_error: The variant's largest abs error against the fp32 reference.
+    """
+    host_cosine, host_error, scale = 1.0, 0.0, 0.0
+    for name, want in expected.items():
+        got = np.asarray(rerun[name]).reshape(want.shape)
+        for step_want, step_got in zip(want, got, strict=True):
+            host_cosine = min(host_cosine, _cosine(step_want, step_got))
+        difference = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        host_error = max(host_error, float(np.max(difference)) if difference.size else 0.0)
+        scale = max(scale, float(np.max(np.abs(want))) if want.size else 0.0)
+    min_cosine = min(budget_min_cosine, COSINE_CEILING, 1 - 2 * (1 - host_cosine))
+    # Floor to 6 decimals: stable bytes from run to run, and never tighter than measured.
+    min_cosine = max(-1.0, math.floor(min_cosine * 1e6) / 1e6)
+    max_abs_error = max(ABS_SCALE_FRACTION * scale, variant_max_abs_error, 2 * host_error)
+    return ProbeTolerance(min_cosine=min_cosine, max_abs_error=_round_up(max_abs_error) or 1e-6)
+
+
+def golden_probe(
+    *,
+    model_name: str,
+    variant_name: str,
+    artifact: Path,
+    artifact_sha256: str,
+    evaluation: Dataset,
+    selection: ProbeSelection,
+    feeds: Sequence[InputFeed],
+    output_names: Sequence[str],
+    state: Sequence[tuple[str, str]],
+    rerun: Mapping[str, np.ndarray],
+    budget_min_cosine: float,
+    variant_max_abs_error: float,
+) -> GoldenProbe:
+    """Run the selected samples through the variant on the host (MNN CPU) and write the probe.
+
+    Args:
+        model_name: The model.
+        variant_name: The variant.
+        artifact: The variant's model.mnn.
+        artifact_sha256: Its digest, recorded in the probe.
+        evaluation: The evaluation set the selection indexes.
+        selection: From :func:`select_probe_rows`.
+        feeds: Every model input.
+        output_names: Every model output (state outputs included).
+        state: ``(input, output)`` state pairs.
+        rerun: App-facing output name -> the selected rows as the build's
+            evaluation run computed them (``(len(selection.rows), ...)``).
+        budget_min_cosine: The variant's cosine gate.
+        variant_max_abs_error: Its largest abs error against the fp32 reference.
+
+    Raises:
+        BuildError: MNN failed on the probe's samples.
+    """
+    state_inputs = {pair[0] for pair in state}
+    state_outputs = {pair[1] for pair in state}
+    app_outputs = [name for name in output_names if name not in state_outputs]
+    data_feeds = [feed for feed in feeds if feed.name not in state_inputs]
+    rows = {feed.name: evaluation.inputs[feed.name][selection.rows] for feed in data_feeds}
+    # One sample per call, as a device runs it; the stream's state fed back from zeros.
+    computed = toolchain.run_inference(
+        artifact,
+        rows,
+        feeds=feeds,
+        output_names=list(output_names),
+        state=state,
+        sequences=selection.case_ids if state else None,
+        batch_size=1,
+    )
+    expected = {name: computed[name] for name in app_outputs}
+    tolerance = probe_tolerance(
+        expected,
+        rerun,
+        budget_min_cosine=budget_min_cosine,
+        variant_max_abs_error=variant_max_abs_error,
+    )
+    cases = [
+        ProbeCase(
+            steps=[
+                ProbeStep(
+                    inputs=[_tensor(f.name, f.sample(rows[f.name], i)) for f in data_feeds],
+                    expected=[_tensor(name, expected[name][i]) for name in app_outputs],
+                )
+                for i in positions
+            ]
+        )
+        for positions in selection.cases()
+    ]
+    probe = GoldenProbe(
+        model=model_name,
+        variant=variant_name,
+        artifact_sha256=artifact_sha256,
+        state=[tuple(pair) for pair in state],
+        cases=cases,
+        tolerance=tolerance,
+    )
+    size = len(probe_bytes(probe))
+    if size > PROBE_MAX_BYTES:
+        logger.warning(
+            "%s/%s: golden probe is %d bytes (one sample is larger than the %d-byte budget)",
+            model_name,
+            variant_name,
+            size,
+            PROBE_MAX_BYTES,
+        )
+    return probe
+
+
+def probe_bytes(probe: GoldenProbe) -> bytes:
+    """The probe blob: canonical JSON, the bytes its digest names."""
+    return to_bytes(probe)
+
+
+def _row(tensor: np.ndarray, feed: InputFeed) -> np.ndarray:
+    """The dataset row of a model tensor: the tensor without its batch axis."""
+    return tensor if feed.batch_axis is None else np.take(tensor, 0, axis=feed.batch_axis)
+
+
+def probe_outputs_on_host(
+    artifact: Path, probe: GoldenProbe, contract: IOContract, *, threads: int = 1
+) -> list[list[dict[str, list[float]]]]:
+    """What the host's MNN CPU backend computes for the probe's inputs, in check_probe's form.
+
+    Args:
+        artifact: The model.mnn to run (the probe's own, or another to compare).
+        probe: The probe.
+        contract: The variant's I/O contract (for the state inputs' shapes).
+        threads: CPU threads.
+    """
+    feeds = [
+        InputFeed(spec.name, spec.dtype, tuple(int(d) for d in spec.shape), spec.batch_axis)
+        for spec in contract.inputs
+    ]
+    by_name = {feed.name: feed for feed in feeds}
+    steps = [step for case in probe.cases for step in case.steps]
+    names = [tensor.name for tensor in steps[0].inputs]
+    rows = {
+        name: np.stack(
+            [
+                _row(
+                    np.asarray(tensor.values(), dtype=by_name[name].dtype).reshape(tensor.shape),
+                    by_name[name],
+                )
+                for step in steps
+                for tensor in step.inputs
+                if tensor.name == name
+            ]
+        )
+        for name in names
+    }
+    case_ids = np.concatenate(
+        [np.full(len(case.steps), index, np.int64) for index, case in enumerate(probe.cases)]
+    )
+    state = [(a, b) for a, b in probe.state]
+    output_names = [tensor.name for tensor in steps[0].expected] + [b for _, b in state]
+    computed = toolchain.run_inference(
+        artifact,
+        rows,
+        feeds=feeds,
+        output_names=output_names,
+        state=state,
+        sequences=case_ids if state else None,
+        batch_size=1,
+        threads=threads,
+    )
+    result: list[list[dict[str, list[float]]]] = []
+    position = 0
+    for case in probe.cases:
+        case_out = []
+        for step in case.steps:
+            case_out.append(
+                {
+                    t.name: np.asarray(computed[t.name][position], np.float64).reshape(-1).tolist()
+                    for t in step.expected
+                }
+            )
+            position += 1
+        result.append(case_out)
+    return result
+
+
+def check_on_host(
+    artifact: Path, probe: GoldenProbe, contract: IOContract, *, threads: int = 1
+) -> ProbeResult:
+    """Run the probe on the host's MNN CPU backend and check it, as a device does."""
+    return check_probe(probe, probe_outputs_on_host(artifact, probe, contract, threads=threads))
