@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -28,12 +27,11 @@ from edgereg._cli_common import (
     registry_read_options,
     signer_from_options,
 )
-from edgereg.errors import ConfigError, EdgeregError, UsageError
+from edgereg.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:  # the command stays cheap to import: edgereg --help lists it
     from edgereg.analysis import Analysis
     from edgereg.protocol.wire import RolloutState
-    from edgereg.reports.summary import ArmSummary
 
 #: `edgereg analyze`: a critical guardrail failed (also `rollout --auto` when it halted).
 ANALYZE_FAILED = 12
@@ -78,35 +76,19 @@ def parse_since(text: str, now: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def store_url(config: config_module.Config | None, reports_url: str | None) -> str:
-    """--reports, else models.toml's [reports] store with a relative SQLite path made absolute."""
+def open_report_store(config: config_module.Config | None, reports_url: str | None) -> Any:
+    """--reports (a relative SQLite path: from here), else models.toml's [reports] store."""
+    from edgereg.reports import open_store
+
     if reports_url is not None:
-        return reports_url
+        return open_store(reports_url)
     if config is None:
         raise ConfigError(
             "no report store given and no models.toml here",
             file=config_module.DEFAULT_CONFIG_FILE,
             hint="Pass --reports sqlite:///PATH (or postgresql://...), or run inside the project.",
         )
-    url = config.reports.store
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and not Path(url[len(prefix) :]).is_absolute():
-        return prefix + str(config.root / url[len(prefix) :])
-    return url
-
-
-def read_summaries(url: str, unit: str, since: datetime) -> list[ArmSummary]:
-    """The store's per-arm summaries of ``unit`` since ``since``."""
-    import edgereg.reports as reports
-
-    open_store = getattr(reports, "open_store", None)
-    if open_store is None:  # the store lands separately from the analysis
-        raise EdgeregError(
-            "this edgereg has no report store to read",
-            hint="Install an edgereg with the report store (edgereg.reports.open_store).",
-        )
-    summaries: list[ArmSummary] = open_store(url).summaries(unit, since)
-    return summaries
+    return open_store(config.reports.store, base_dir=config.root)
 
 
 def _analysis(
@@ -134,13 +116,13 @@ def _analysis(
         # models.toml's order (best first) reads better than the alphabet.
         order = list(config.tiers)
         tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
-    url = store_url(config, options.get("reports_url"))
-    summaries = read_summaries(url, unit, candidate_since)
-    if stable_since != candidate_since:
-        # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
-        summaries = [s for s in summaries if s.arm == "candidate"] + [
-            s for s in read_summaries(url, unit, stable_since) if s.arm == "stable"
-        ]
+    with open_report_store(config, options.get("reports_url")) as store:
+        summaries = store.summaries(unit, candidate_since)
+        if stable_since != candidate_since:
+            # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
+            summaries = [s for s in summaries if s.arm == "candidate"] + [
+                s for s in store.summaries(unit, stable_since) if s.arm == "stable"
+            ]
     return analyze(
         summaries,
         unit=unit,

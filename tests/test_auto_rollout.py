@@ -8,17 +8,21 @@ no reports. The command with a real report store comes with the store.
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from registrykit import MODEL, Site, add_table, assert_refused, ok
+from registrykit import MODEL, TIERS, Site, add_table, assert_refused, ok
 
 from edgereg.analysis import Analysis, analyze
 from edgereg.config import Guardrails, RolloutPolicy
+from edgereg.protocol.reports import LatencySummary, Report
 from edgereg.registry import RolloutError
 from edgereg.registry._auto import AutoDecision, apply, decide, precheck
 from edgereg.registry._transitions import pause, publish, set_percent
+from edgereg.reports import open_store
 from edgereg.reports.summary import ArmSummary, latency_bucket
 from edgereg.wire import RolloutState
 
@@ -304,3 +308,157 @@ def test_auto_on_a_model_never_published_is_an_error(auto_site: Site) -> None:
 def test_analyze_without_a_rollout_in_flight_is_refused(auto_site: Site) -> None:
     ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
     assert_refused(auto_site.run("analyze", MODEL), 7, "no rollout in progress")
+
+
+# --- the commands with a real report store (SQLite) -------------------------------------
+
+STORE = "reports.sqlite"
+
+
+def reports_of(
+    site: Site,
+    arm: str,
+    version: str,
+    devices: int,
+    *,
+    probe_failed: int = 0,
+    load_ms: float = 30.0,
+) -> list[Report]:
+    """``devices`` reports per tier of one arm; the first ``probe_failed`` rejected the model."""
+    made = []
+    for tier in TIERS:
+        for index in range(devices):
+            failed = index < probe_failed
+            made.append(
+                Report(
+                    token=secrets.token_hex(16),
+                    unit=MODEL,
+                    model=MODEL,
+                    version=version,
+                    unit_version=version,
+                    variant=tier,
+                    tier=tier,
+                    arm=arm,  # type: ignore[arg-type]
+                    sequence=site.state().sequence,
+                    probe="failed" if failed else "passed",
+                    backend=None if failed else "cpu",
+                    load_ms=None if failed else load_ms * (1 + (index % 7) / 100),
+                    inference=None
+                    if failed
+                    else LatencySummary(count=20, p50_ms=5.0 + index % 3, p90_ms=9.0, p99_ms=12.0),
+                    confirmed=not failed,
+                )
+            )
+    return made
+
+
+def next_second() -> None:
+    """Wait for the next whole second: a period starts at the second after its change."""
+    time.sleep(1.02 - datetime.now(timezone.utc).microsecond / 1e6)
+
+
+def ingest(site: Site, reports: list[Report]) -> None:
+    with open_store(f"sqlite:///{STORE}", base_dir=site.root) as store:
+        store.ingest_many((report, datetime.now(timezone.utc)) for report in reports)
+
+
+@pytest.fixture
+def canary(auto_site: Site) -> Site:
+    """1.0.0 stable, 1.1.0 a 5% canary, a report store beside models.toml."""
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    ok(auto_site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
+    next_second()
+    return auto_site
+
+
+def test_analyze_reads_the_store_and_prints_every_guardrail(canary: Site) -> None:
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 300, probe_failed=45))
+    result = canary.run("analyze", MODEL)
+    assert result.exit_code == 12, result.output
+    assert "Traceback" not in result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{MODEL}: candidate 1.1.0 vs stable 1.0.0, reports since ")
+    assert "tier high: fail (candidate 300 devices, stable 300)" in lines
+    assert any(
+        line.startswith("  fail         probe_failure, critical: candidate 15.00% (45/300)")
+        for line in lines
+    ), result.stdout
+    assert lines[-1] == "verdict: fail"
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    assert data["verdict"] == "fail"
+    assert [tier["tier"] for tier in data["tiers"]] == list(TIERS)
+    (probe,) = (g for g in data["tiers"][0]["guardrails"] if g["name"] == "probe_failure")
+    assert (probe["candidate_events"], probe["stable_events"]) == (45, 0)
+    assert probe["p_worse"] < 0.05
+
+
+def test_analyze_with_too_few_reports_is_inconclusive(canary: Site) -> None:
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 10))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 10))
+    result = canary.run("analyze", MODEL, "--reports", f"sqlite:///{canary.root / STORE}")
+    assert result.exit_code == 13, result.output
+    assert "too few devices to pass (candidate 10, stable 10 of 50 needed per arm)" in result.stdout
+
+
+def test_auto_walks_a_good_candidate_to_stable_one_step_per_run(canary: Site) -> None:
+    # Each step starts a new period: the reports of the step before do not count.
+    # With no failures in either arm, about 270 devices per arm and tier show a rate
+    # within one point at 90%; 300 do.
+    for expected in ("rolled out", "rolled out", "promoted"):
+        next_second()
+        ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
+        ingest(canary, reports_of(canary, "candidate", "1.1.0", 300))
+        result = ok(canary.run("rollout", MODEL, "--auto"))
+        assert result.stdout.startswith(f"{MODEL}: {expected}: every guardrail passes"), (
+            result.stdout
+        )
+        # Right after a move nothing has been reported for the new period: the same
+        # command again changes nothing.
+        before = canary.objects()
+        again = ok(canary.run("rollout", MODEL, "--auto"))
+        assert ": waiting: " in again.stdout or ": nothing to do: " in again.stdout, again.stdout
+        assert canary.objects() == before
+    state = canary.state()
+    assert (state.stable, state.candidate) == ("1.1.0", None)
+    automatic = [event for event in state.history if event.automatic]
+    assert [event.action for event in automatic] == ["rollout", "rollout", "promote"]
+    for event in automatic:
+        assert event.evidence is not None
+        assert event.evidence["verdict"] == "pass"
+        assert set(event.evidence["tiers"]) == set(TIERS)  # type: ignore[arg-type]
+    history = json.loads(ok(canary.run("history", MODEL, "--json")).stdout)
+    assert history[-1]["automatic"] is True
+    assert history[-1]["evidence"]["candidate"] == "1.1.0"
+
+
+def test_auto_rolls_back_a_crashing_candidate_and_then_rests(canary: Site) -> None:
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 200))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 200, probe_failed=30))
+    result = canary.run("rollout", MODEL, "--auto", "--json")
+    assert result.exit_code == 12, result.output
+    decision = json.loads(result.stdout)
+    assert (decision["action"], decision["changed"], decision["candidate"]) == (
+        "rollback",
+        True,
+        None,
+    )
+    assert "probe_failure" in decision["reason"]
+    assert decision["analysis"]["verdict"] == "fail"
+    state = canary.state()
+    assert (state.stable, state.candidate) == ("1.0.0", None)
+    assert state.history[-1].automatic
+    before = canary.objects()
+    assert "nothing to do" in ok(canary.run("rollout", MODEL, "--auto")).stdout
+    assert canary.objects() == before
+
+
+def test_a_bad_store_url_is_a_clear_error_and_changes_nothing(canary: Site) -> None:
+    before = canary.objects()
+    assert_refused(canary.run("rollout", MODEL, "--auto", "--reports", "mysql://x"), 2, "mysql")
+    assert_refused(
+        canary.run("analyze", MODEL, "--reports", "sqlite:///no/such/dir/r.sqlite"),
+        6,
+        "does not exist",
+    )
+    assert canary.objects() == before
