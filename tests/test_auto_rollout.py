@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from registrykit import MODEL, TIERS, Site, add_table, assert_refused, ok
+from registrykit import MODEL, OTHER, TIERS, Site, add_table, assert_refused, ok
 
 from edgereg.analysis import Analysis, analyze
 from edgereg.config import Guardrails, RolloutPolicy
@@ -323,33 +323,59 @@ def reports_of(
     *,
     probe_failed: int = 0,
     load_ms: float = 30.0,
+    unit: str = MODEL,
+    members: tuple[str, ...] = (MODEL,),
 ) -> list[Report]:
-    """``devices`` reports per tier of one arm; the first ``probe_failed`` rejected the model."""
+    """``devices`` reports per tier of one arm; the first ``probe_failed`` rejected the model.
+
+    A bundle's install reports once per member under one token (the members
+    keep models.toml's version 1.0.0); only the first member fails its probe.
+    """
     made = []
+    sequence = site.state(unit).sequence
     for tier in TIERS:
         for index in range(devices):
-            failed = index < probe_failed
-            made.append(
-                Report(
-                    token=secrets.token_hex(16),
-                    unit=MODEL,
-                    model=MODEL,
-                    version=version,
-                    unit_version=version,
-                    variant=tier,
-                    tier=tier,
-                    arm=arm,  # type: ignore[arg-type]
-                    sequence=site.state().sequence,
-                    probe="failed" if failed else "passed",
-                    backend=None if failed else "cpu",
-                    load_ms=None if failed else load_ms * (1 + (index % 7) / 100),
-                    inference=None
-                    if failed
-                    else LatencySummary(count=20, p50_ms=5.0 + index % 3, p90_ms=9.0, p99_ms=12.0),
-                    confirmed=not failed,
+            token = secrets.token_hex(16)
+            for position, member in enumerate(members):
+                failed = index < probe_failed and position == 0
+                made.append(
+                    _report(
+                        token, unit, member, version, tier, arm, sequence, failed, index, load_ms
+                    )
                 )
-            )
     return made
+
+
+def _report(
+    token: str,
+    unit: str,
+    model: str,
+    unit_version: str,
+    tier: str,
+    arm: str,
+    sequence: int,
+    failed: bool,
+    index: int,
+    load_ms: float,
+) -> Report:
+    return Report(
+        token=token,
+        unit=unit,
+        model=model,
+        version=unit_version if unit == model else "1.0.0",
+        unit_version=unit_version,
+        variant=tier,
+        tier=tier,
+        arm=arm,  # type: ignore[arg-type]
+        sequence=sequence,
+        probe="failed" if failed else "passed",
+        backend=None if failed else "cpu",
+        load_ms=None if failed else load_ms * (1 + (index % 7) / 100),
+        inference=None
+        if failed
+        else LatencySummary(count=20, p50_ms=5.0 + index % 3, p90_ms=9.0, p99_ms=12.0),
+        confirmed=not failed,
+    )
 
 
 def next_second() -> None:
@@ -462,3 +488,35 @@ def test_a_bad_store_url_is_a_clear_error_and_changes_nothing(canary: Site) -> N
         "does not exist",
     )
     assert canary.objects() == before
+
+
+BUNDLE_TABLE = f"""
+[bundles.kit]
+version = "1.0.0"
+models = ["{MODEL}", "{OTHER}"]
+"""
+
+
+def test_analyze_a_bundle_counts_an_install_once_and_fails_it_when_a_member_fails(
+    auto_site: Site,
+) -> None:
+    add_table(auto_site.project, BUNDLE_TABLE)
+    ok(auto_site.run("publish", "kit", "--full"))
+    ok(auto_site.run("publish", "kit", "--canary", "5%", "--version", "1.1.0"))
+    next_second()
+    members = (MODEL, OTHER)
+    ingest(auto_site, reports_of(auto_site, "stable", "1.0.0", 300, unit="kit", members=members))
+    ingest(
+        auto_site,
+        reports_of(
+            auto_site, "candidate", "1.1.0", 300, probe_failed=30, unit="kit", members=members
+        ),
+    )
+    result = auto_site.run("analyze", "kit", "--json")
+    assert result.exit_code == 12, result.output
+    data = json.loads(result.stdout)
+    assert (data["unit"], data["candidate"], data["stable"]) == ("kit", "1.1.0", "1.0.0")
+    high = data["tiers"][0]
+    assert (high["candidate_devices"], high["stable_devices"]) == (300, 300)
+    (probe,) = (g for g in high["guardrails"] if g["name"] == "probe_failure")
+    assert (probe["verdict"], probe["candidate_events"]) == ("fail", 30)
