@@ -405,7 +405,7 @@ def test_status_history_and_verify(site: Site) -> None:
     assert report["ok"]
     assert report["errors"] == []
     assert report["warnings"] == []
-    assert report["checked"] == 2 * (1 + 1 + 3 + 3)
+    assert report["checked"] == 2 * (1 + 1 + 3 + 3 + 3)  # probes are checked too
     assert "16 objects checked, ok" in ok(site.run("verify")).stdout
     assert "16 objects checked, ok" in ok(site.run("verify", "--shallow")).stdout
 
