@@ -406,8 +406,8 @@ def test_status_history_and_verify(site: Site) -> None:
     assert report["errors"] == []
     assert report["warnings"] == []
     assert report["checked"] == 2 * (1 + 1 + 3 + 3 + 3)  # probes are checked too
-    assert "16 objects checked, ok" in ok(site.run("verify")).stdout
-    assert "16 objects checked, ok" in ok(site.run("verify", "--shallow")).stdout
+    assert "22 objects checked, ok" in ok(site.run("verify")).stdout
+    assert "22 objects checked, ok" in ok(site.run("verify", "--shallow")).stdout
 
 
 def test_status_of_an_empty_registry(site: Site) -> None:
