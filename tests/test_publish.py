@@ -297,7 +297,7 @@ def test_publish_canary_writes_the_documented_layout(any_site: Site) -> None:
     report = ok(any_site.run("verify", "--json"))
     assert json.loads(report.stdout) == {
         "ok": True,
-        "checked": 1 + 1 + 3 + 3,  # state, record, blobs, manifests
+        "checked": 1 + 1 + 3 + 3 + 3,  # state, record, artifacts, probes, manifests
         "errors": [],
         "warnings": [],
     }
