@@ -98,41 +98,20 @@ def _analysis(
     state: RolloutState,
     options: dict[str, Any],
 ) -> Analysis:
-    from edgereg.analysis import analysis_periods, analyze
+    from edgereg.reports.canary import rollout_analysis
 
-    # Callers refuse a state without both arms before asking for its analysis.
-    assert state.candidate is not None
-    assert state.stable is not None
     policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
     now = registry.clock()
-    if options.get("since"):
-        candidate_since = stable_since = parse_since(options["since"], now)
-    else:
-        candidate_start, stable_start = analysis_periods(state)
-        candidate_since = candidate_start or now
-        stable_since = stable_start or candidate_since
+    since = parse_since(options["since"], now) if options.get("since") else None
     tiers = registry.manifest_tiers(unit)
     if config is not None:
         # models.toml's order (best first) reads better than the alphabet.
         order = list(config.tiers)
         tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
     with open_report_store(config, options.get("reports_url")) as store:
-        summaries = store.summaries(unit, candidate_since)
-        if stable_since != candidate_since:
-            # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
-            summaries = [s for s in summaries if s.arm == "candidate"] + [
-                s for s in store.summaries(unit, stable_since) if s.arm == "stable"
-            ]
-    return analyze(
-        summaries,
-        unit=unit,
-        candidate=state.candidate,
-        stable=state.stable,
-        since=candidate_since,
-        stable_since=stable_since,
-        guardrails=policy.guardrails,
-        tiers=tiers,
-    )
+        return rollout_analysis(
+            store, state, guardrails=policy.guardrails, tiers=tiers, now=now, since=since
+        )
 
 
 def print_analysis(analysis: Analysis) -> None:

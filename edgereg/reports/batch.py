@@ -17,6 +17,7 @@ from datetime import datetime
 
 from edgereg.protocol.reports import Report
 from edgereg.reports.store import ReportStore, ReportStoreError
+from edgereg.reports.summary import ArmSummary
 
 __all__ = ["GroupCommit"]
 
@@ -116,6 +117,10 @@ class GroupCommit:
             for pending in batch:
                 pending.error = error
                 pending.done.set()
+
+    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+        """The store's summaries (reads need no batching)."""
+        return self.store.summaries(unit, since)
 
     def close(self) -> None:
         """Store what is queued, stop the writer, close the store."""

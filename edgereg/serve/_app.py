@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from edgereg.errors import StorageError
 from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
+from edgereg.reports.summary import ArmSummary
 from edgereg.serve import _routes as routes
 from edgereg.serve._http import (
     BadTarget,
@@ -274,6 +275,10 @@ class ReportSink(Protocol):
 
     def ingest(self, report: Report, received_at: datetime) -> None:
         """Store one report."""
+        ...
+
+    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+        """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
 
 
@@ -584,7 +589,9 @@ class App:
     def _status_page(self) -> Response:
         from edgereg.serve._status_page import render_status_page
 
-        body = render_status_page(self.storage, trusted=self.trusted, policy=self.policy).encode()
+        body = render_status_page(
+            self.storage, trusted=self.trusted, policy=self.policy, reports=self.reports
+        ).encode()
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),
             ("Cache-Control", "no-cache"),

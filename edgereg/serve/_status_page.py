@@ -10,8 +10,11 @@ what, never who (actor names such as ``user@host`` stay in the signed
 history, for the release tools; the page is often public). Everything shown
 comes from documents verified against the pinned publisher keys, or the
 registry's own ``keys/`` (the page then says it is unverified); a model whose
-documents do not verify is listed with the reason instead. Every value is
-HTML-escaped. ``edgereg status --html FILE`` writes the same page as a file.
+documents do not verify is listed with the reason instead. With a report
+store (``edgereg serve`` keeps one), a rollout's canary health: per tier,
+each guardrail's candidate and stable figures and its verdict, the same
+analysis `edgereg analyze` prints. Every value is HTML-escaped.
+``edgereg status --html FILE`` writes the same page as a file.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from html import escape
 from typing import Any
 
 from edgereg import __version__
+from edgereg.analysis import RATE_GUARDRAILS, Analysis
 from edgereg.build.outputs import headline
 from edgereg.config import RolloutPolicy
 from edgereg.errors import EdgeregError
 from edgereg.protocol.wire import AnyRelease, BundleRecord, ReleaseVariant
 from edgereg.registry import ModelStatus, Registry, TierStatus, model_status, utcnow
+from edgereg.reports.canary import SummarySource, rollout_analysis
 from edgereg.rollout import check_soak, next_step
 from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage
@@ -77,6 +82,7 @@ def render_status_page(
     trusted: Callable[[], TrustedKeys] | None = None,
     policy: Callable[[str], RolloutPolicy] | None = None,
     now: datetime | None = None,
+    reports: SummarySource | None = None,
 ) -> str:
     """The whole page for the registry in ``storage``.
 
@@ -89,6 +95,7 @@ def render_status_page(
         policy: The rollout policy of a model (models.toml); without it the
             page says the next step and its soak time are unknown.
         now: The current time (UTC), for soak times and expiry warnings.
+        reports: The report store; with one, each rollout shows its canary health.
     """
     registry = Registry(storage, trusted=trusted)
     when = now or utcnow()
@@ -113,7 +120,7 @@ def render_status_page(
             "<code>edgereg publish MODEL --canary 5%</code>.</p>"
         )
     for model in models:
-        sections.append(_model_section(registry, model, policy, when))
+        sections.append(_model_section(registry, model, policy, when, reports))
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -143,6 +150,7 @@ def _model_section(
     model: str,
     policy: Callable[[str], RolloutPolicy] | None,
     now: datetime,
+    reports: SummarySource | None = None,
 ) -> str:
     head = f'<section id="model-{escape(model, quote=True)}"><h2>{escape(model)}</h2>'
     try:
@@ -170,6 +178,7 @@ def _model_section(
         + _warnings(data)
         + _next(data)
         + _tiers(data)
+        + _health(data, reports)
         + _history(history)
         + "</section>"
     )
@@ -441,6 +450,75 @@ def _tiers(data: _Model) -> str:
         '<th>variant</th><th class="num">size</th><th>headline</th><th>gates</th>'
         '<th>variant</th><th class="num">size</th><th>headline</th><th>gates</th>'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _health(data: _Model, reports: SummarySource | None) -> str:
+    """The canary health of a rollout in progress: each arm per tier, each guardrail's verdict."""
+    state = data.state
+    if reports is None or state.candidate is None or state.stable is None:
+        return ""
+    guardrails = (data.policy or RolloutPolicy()).guardrails
+    tiers = [tier.tier for tier in data.status.tiers]
+    try:
+        analysis = rollout_analysis(
+            reports, state, guardrails=guardrails, tiers=list(dict.fromkeys(tiers)), now=data.now
+        )
+    except EdgeregError as exc:
+        return (
+            '<h3>Canary health</h3><p class="error">The report store cannot be read: '
+            f"{escape(exc.message)}</p>"
+        )
+    return _health_table(analysis)
+
+
+_VERDICT_CLASS = {"pass": "pass", "fail": "fail", "inconclusive": "muted"}
+
+
+def _arm_figure(name: str, numbers: dict[str, Any], arm: str) -> str:
+    if name in RATE_GUARDRAILS:
+        rate, devices = numbers.get(f"{arm}_rate"), numbers.get(f"{arm}_devices")
+        if rate is None:
+            return "—"
+        return f"{100 * float(rate):.1f}% of {devices}"
+    median = numbers.get(f"{arm}_median_ms")
+    return "—" if median is None else f"median {float(median):.1f} ms"
+
+
+def _health_table(analysis: Analysis) -> str:
+    rows = []
+    for tier in analysis.tiers:
+        for index, result in enumerate(tier.guardrails):
+            first = index == 0
+            verdict_class = _VERDICT_CLASS.get(result.verdict, "")
+            tier_cell = (
+                f'<td class="name">{escape(tier.tier)}</td>'
+                f'<td class="{_VERDICT_CLASS.get(tier.verdict, "")}">{escape(tier.verdict)}</td>'
+                f'<td class="num">{tier.candidate_devices}</td>'
+                f'<td class="num">{tier.stable_devices}</td>'
+                if first
+                else "<td></td><td></td><td></td><td></td>"
+            )
+            critical = " (critical)" if result.critical else ""
+            rows.append(
+                "<tr>" + tier_cell + f'<td class="name">{escape(result.name + critical)}</td>'
+                f"<td>{escape(_arm_figure(result.name, result.numbers, 'candidate'))}</td>"
+                f"<td>{escape(_arm_figure(result.name, result.numbers, 'stable'))}</td>"
+                f'<td class="{verdict_class}" title="{escape(result.reason, quote=True)}">'
+                f"{escape(result.verdict)}</td>"
+                "</tr>"
+            )
+    since = format_time(analysis.since)
+    return (
+        f'<h3>Canary health</h3><p class="muted">candidate {escape(analysis.candidate)} vs '
+        f"stable {escape(analysis.stable)}, reports since {escape(since)}: "
+        f'<span class="{_VERDICT_CLASS.get(analysis.verdict, "")}">'
+        f"{escape(analysis.verdict)}</span> (<code>edgereg analyze "
+        f"{escape(analysis.unit)}</code> gives every number)</p>"
+        '<div class="scroll"><table><thead><tr><th>tier</th><th>verdict</th>'
+        '<th class="num">candidate devices</th><th class="num">stable devices</th>'
+        "<th>guardrail</th><th>candidate</th><th>stable</th><th>result</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 

@@ -1,0 +1,75 @@
+"""A rollout's canary analysis as it stands: periods from the signed state, arms from the store.
+
+One place for what `edgereg analyze`, `edgereg rollout --auto` and the status
+page compute, so the three never disagree about a rollout's health.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from edgereg.analysis import Analysis, analysis_periods, analyze
+from edgereg.config import Guardrails
+from edgereg.protocol.wire import RolloutState
+from edgereg.reports.summary import ArmSummary
+
+__all__ = ["SummarySource", "rollout_analysis"]
+
+
+class SummarySource(Protocol):
+    """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
+
+    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+        """Per (tier, arm, version) of ``unit`` since ``since``."""
+        ...
+
+
+def rollout_analysis(
+    store: SummarySource,
+    state: RolloutState,
+    *,
+    guardrails: Guardrails,
+    tiers: Sequence[str],
+    now: datetime,
+    since: datetime | None = None,
+) -> Analysis:
+    """Compare a rollout's candidate arm with its concurrent stable arm, per tier.
+
+    Args:
+        store: Where the reports are.
+        state: The verified rollout state; it must have a candidate and a stable.
+        guardrails: The unit's declared guardrails.
+        tiers: The tiers the candidate is released to, best first.
+        now: The current time (a period that has not started counts from now).
+        since: Count both arms from this time instead of the state's periods.
+
+    Raises:
+        ValueError: the state has no candidate or no stable.
+        StorageError: the store cannot be read.
+    """
+    if state.candidate is None or state.stable is None:
+        raise ValueError(f"{state.model} has no candidate and stable to compare")
+    if since is not None:
+        candidate_since = stable_since = since
+    else:
+        candidate_start, stable_start = analysis_periods(state)
+        candidate_since = candidate_start or now
+        stable_since = stable_start or candidate_since
+    summaries = store.summaries(state.model, candidate_since)
+    if stable_since != candidate_since:
+        # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
+        summaries = [s for s in summaries if s.arm == "candidate"] + [
+            s for s in store.summaries(state.model, stable_since) if s.arm == "stable"
+        ]
+    return analyze(
+        summaries,
+        unit=state.model,
+        candidate=state.candidate,
+        stable=state.stable,
+        since=candidate_since,
+        stable_since=stable_since,
+        guardrails=guardrails,
+        tiers=tiers,
+    )
