@@ -298,12 +298,12 @@ class Fleet:
 
     def client(self, device: Device) -> Client:
         if device.client is None:
-            target: dict[str, str] = {"bundle" if self.bundle else "model": self.unit}
             device.client = Client(
                 self.base_url,
                 self.trusted,
                 device.cache_dir,
-                **target,
+                model=None if self.bundle else self.unit,
+                bundle=self.unit if self.bundle else None,
                 device=device.profile(),
                 tier=device.tier,
                 install_check=None if self.install_check is None else self.install_check(device),
