@@ -49,7 +49,17 @@ for _path in (ROOT, ROOT / "tests"):  # benchmarks import this module by path
         sys.path.insert(0, str(_path))
 
 from edgereg import config as config_module  # noqa: E402
-from edgereg.client import Client, DeviceProfile, FetchResult, InstallCheck  # noqa: E402
+from edgereg.build.probe import probe_outputs_on_host  # noqa: E402
+from edgereg.client import (  # noqa: E402
+    Client,
+    DeviceProfile,
+    FetchResult,
+    InstallCheck,
+    MemberFiles,
+    Rejected,
+)
+from edgereg.protocol.probe import GoldenProbe, check_probe  # noqa: E402
+from edgereg.protocol.wire import from_bytes  # noqa: E402
 from edgereg.registry import Registry, prepare_bundle_release  # noqa: E402
 from edgereg.registry._transitions import set_percent  # noqa: E402
 from edgereg.signing import Signer, TrustedKeys, generate_key  # noqa: E402
@@ -272,6 +282,112 @@ class FleetRegistry:
         )
 
 
+# --- the device's self-test -------------------------------------------------------
+
+
+class DeviceProbeFailed(Rejected):
+    """Every hinted backend missed the probe's tolerance on this device: never installed."""
+
+    reason = "probe-failed"
+    permanent = True
+
+
+@dataclass
+class ProbeLedger:
+    """What every device's self-test found, for the assertions: (device, member, version)."""
+
+    passed: dict[tuple[str, str, str], str] = field(default_factory=dict)  # -> backend
+    skipped: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    failed: set[tuple[str, str, str]] = field(default_factory=set)
+
+
+class HostOutputs:
+    """Real MNN outputs of each artifact on its probe's inputs, computed once per digest.
+
+    The host's MNN CPU backend is deterministic for one artifact, so the fleet
+    runs each distinct artifact once (one child process) and every device
+    reuses the numbers; what differs per device is the backend's fault.
+    """
+
+    def __init__(self) -> None:
+        self._outputs: dict[str, list[list[dict[str, list[float]]]]] = {}
+
+    def __call__(
+        self, files: MemberFiles, probe: GoldenProbe
+    ) -> list[list[dict[str, list[float]]]]:
+        digest = files.entry.sha256
+        if digest not in self._outputs:
+            assert files.entry.contract is not None
+            self._outputs[digest] = probe_outputs_on_host(
+                files.artifact, probe, files.entry.contract
+            )
+        return self._outputs[digest]
+
+
+def perturbed(
+    outputs: list[list[dict[str, list[float]]]], seed: str, scale: float = 0.5
+) -> list[list[dict[str, list[float]]]]:
+    """A miscomputing backend: every value moved by noise of ``scale`` times the output's spread."""
+    rng = random.Random(seed)
+    result = []
+    for case in outputs:
+        steps = []
+        for step in case:
+            moved = {}
+            for name, values in step.items():
+                spread = (max(values) - min(values)) or 1.0
+                moved[name] = [v + rng.gauss(0.0, scale * spread) for v in values]
+            steps.append(moved)
+        result.append(steps)
+    return result
+
+
+def device_self_test(
+    device: Device, host: HostOutputs, ledger: ProbeLedger, *, broken: frozenset[str] = frozenset()
+) -> InstallCheck:
+    """The install check of one simulated device: each member's probe on each hinted backend.
+
+    The outputs are real MNN outputs (:class:`HostOutputs`); the judge is the
+    protocol's real :func:`~edgereg.protocol.probe.check_probe`. On a device
+    with a faulty GPU the ``opencl`` backend's outputs are perturbed; a model
+    version in ``broken`` miscomputes on every backend of this device (a
+    kernel bug), so it must be rejected and never installed.
+    """
+
+    def check(unit: str, version: str, files: Mapping[str, MemberFiles]) -> dict[str, str]:
+        chosen: dict[str, str] = {}
+        for member, found in files.items():
+            key = (device.device_id, member, found.entry.version)
+            if found.probe is None:
+                raise DeviceProbeFailed(f"{member} {found.entry.version} has no golden probe")
+            probe = from_bytes(GoldenProbe, found.probe.read_bytes())
+            outputs = host(found, probe)
+            backends = list(found.entry.runtime.backends or ["cpu"])
+            if "cpu" not in backends:
+                backends.append("cpu")
+            skipped = []
+            for backend in backends:
+                faulty = found.entry.version in broken or (
+                    backend == "opencl" and device.kind.faulty_gpu
+                )
+                computed = perturbed(outputs, f"{key}:{backend}") if faulty else outputs
+                if check_probe(probe, computed).passed:
+                    chosen[member] = backend
+                    break
+                skipped.append(backend)
+            ledger.skipped[key] = skipped
+            if member not in chosen:
+                ledger.failed.add(key)
+                raise DeviceProbeFailed(
+                    f"{member} {found.entry.version} failed its probe on {', '.join(skipped)}"
+                )
+        for member, backend in chosen.items():
+            ledger.passed[(device.device_id, member, files[member].entry.version)] = backend
+        return chosen
+
+    return check
+
+
 # --- the fleet --------------------------------------------------------------------
 
 
@@ -359,10 +475,14 @@ __all__ = [
     "TIERS",
     "Device",
     "DeviceClass",
+    "DeviceProbeFailed",
     "Fleet",
     "FleetRegistry",
+    "HostOutputs",
+    "ProbeLedger",
     "SimClock",
     "build_bundle_project",
+    "device_self_test",
     "latencies",
     "make_devices",
     "set_member_versions",
