@@ -61,7 +61,7 @@ from edgereg.client import (  # noqa: E402
 from edgereg.protocol.probe import GoldenProbe, check_probe  # noqa: E402
 from edgereg.protocol.wire import from_bytes  # noqa: E402
 from edgereg.registry import Registry, prepare_bundle_release  # noqa: E402
-from edgereg.registry._transitions import set_percent  # noqa: E402
+from edgereg.registry._transitions import promote, set_percent  # noqa: E402
 from edgereg.signing import Signer, TrustedKeys, generate_key  # noqa: E402
 from edgereg.storage import Storage, open_storage  # noqa: E402
 
@@ -281,6 +281,17 @@ class FleetRegistry:
             expires_days=self.expires_days,
         )
 
+    def promote(self, name: str) -> None:
+        """``edgereg promote NAME``: the candidate becomes stable for every device."""
+        self.registry.change(
+            name,
+            lambda state, now, expires: promote(
+                state, name, now=now, expires=expires, actor="fleet"
+            ),
+            signer=self.signer,
+            expires_days=self.expires_days,
+        )
+
 
 # --- the device's self-test -------------------------------------------------------
 
@@ -311,6 +322,11 @@ class HostOutputs:
 
     def __init__(self) -> None:
         self._outputs: dict[str, list[list[dict[str, list[float]]]]] = {}
+
+    @property
+    def runs(self) -> int:
+        """How many artifacts were run on the host's MNN so far."""
+        return len(self._outputs)
 
     def __call__(
         self, files: MemberFiles, probe: GoldenProbe
