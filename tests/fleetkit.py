@@ -229,6 +229,8 @@ class FleetRegistry:
     trusted: TrustedKeys
     clock: SimClock
     expires_days: int = 30
+    # Signed into the state when set: where devices POST their reports.
+    report_url: str | None = None
 
     @classmethod
     def create(
@@ -254,6 +256,7 @@ class FleetRegistry:
         prepared = prepare_bundle_release(
             config, BUNDLE, self.project / "build", version=version, now=self.clock()
         )
+        extra: dict[str, Any] = {} if self.report_url is None else {"report_url": self.report_url}
         self.registry.publish(
             prepared,
             signer=self.signer,
@@ -261,6 +264,7 @@ class FleetRegistry:
             full=percent is None,
             actor="fleet",
             expires_days=self.expires_days,
+            **extra,
         )
 
     def set_percent(self, name: str, percent: float) -> None:
@@ -503,3 +507,357 @@ __all__ = [
     "make_devices",
     "set_member_versions",
 ]
+
+
+# --- the closed loop: the client's own self-test, health, reports; the store; --auto ---------
+#
+# Everything below needs the self-test, health ledger and reporter of the client
+# (edgereg.client._selftest/_health/_reporter), the report store (edgereg.reports.open_store)
+# and the canary analysis (edgereg.analysis, edgereg.registry._auto); they are imported
+# where used, so the delivery half of this module works without them.
+
+
+def closed_loop_available() -> bool:
+    """The client self-test, the report store and the canary analysis are installed."""
+    import importlib.util
+
+    needed = ("edgereg.client._selftest", "edgereg.client._reporter", "edgereg.analysis")
+    if any(importlib.util.find_spec(name) is None for name in needed):
+        return False
+    import edgereg.reports
+
+    return hasattr(edgereg.reports, "open_store")
+
+
+class _PerturbedSession:
+    """A model session whose every output is moved by noise: a miscomputing backend."""
+
+    def __init__(self, session: Any, seed: str) -> None:
+        self._session = session
+        self._seed = seed
+
+    def input_shapes(self) -> Any:
+        return self._session.input_shapes()
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        rng = np.random.default_rng(abs(hash(self._seed)) % 2**32)
+        out = {}
+        for name, value in self._session.run(feeds).items():
+            array = np.asarray(value, dtype=np.float64)
+            spread = float(array.max() - array.min()) or 1.0
+            out[name] = (array + rng.normal(0.0, 0.5 * spread, array.shape)).astype(np.float32)
+        return out
+
+
+class DeviceRunner:
+    """The self-test's backend runner on one simulated device (real MNN underneath).
+
+    Every backend runs on the host's MNN CPU backend (the host has no GPU), so
+    a healthy GPU computes what the CPU does; on a device class with a faulty
+    GPU the ``opencl`` outputs are perturbed, and a model version that is
+    broken on this device (a kernel bug) is perturbed on every backend.
+    ``version`` is set by :func:`device_selftest` before each model's trials:
+    the releases of the simulation share artifacts, so the digest cannot say.
+    """
+
+    def __init__(self, device: Device, broken: Callable[[Device], frozenset[str]]) -> None:
+        from edgereg.client._selftest import MnnRunner
+
+        self.device = device
+        self.broken = broken
+        self.version = ""
+        self._mnn = MnnRunner()
+
+    def load(self, artifact: Path, backend: str, runtime: Any, inputs: Any, outputs: Any) -> Any:
+        session = self._mnn.load(artifact, "cpu", runtime, inputs, outputs)
+        faulty = self.version in self.broken(self.device) or (
+            backend == "opencl" and self.device.kind.faulty_gpu
+        )
+        seed = f"{self.device.device_id}:{self.version}:{backend}"
+        return _PerturbedSession(session, seed) if faulty else session
+
+
+def device_selftest(device: Device, broken: Callable[[Device], frozenset[str]]) -> Any:
+    """The client's real :class:`SelfTest` over a :class:`DeviceRunner` for ``device``."""
+    from edgereg.client._selftest import SelfTest
+
+    class DeviceSelfTest(SelfTest):
+        def run(self, model: str, artifact: Any, entry: Any, probe: Any) -> Any:
+            runner.version = entry.version
+            return super().run(model, artifact, entry, probe)
+
+    runner = DeviceRunner(device, broken)
+    return DeviceSelfTest(device.cache_dir, runner=runner)
+
+
+class _ClockedSink:
+    """The server's report store, stamped with the simulated clock (the server takes a store)."""
+
+    def __init__(self, store: Any, clock: SimClock) -> None:
+        self.store = store
+        self.clock = clock
+        self.down = False
+
+    def ingest(self, report: Any, received_at: datetime) -> None:
+        from edgereg.errors import StorageError
+
+        if self.down:
+            raise StorageError("the report store is down (simulated outage)")
+        self.store.ingest(report, self.clock())
+
+
+@dataclass
+class Release:
+    """How a published version behaves on the fleet."""
+
+    latency_shift: float = 0.0  # +0.3: the app measures 30 % slower inferences
+    probe_broken_share: float = 0.0  # devices whose kernels miscompute it on every backend
+    crash_share: float = 0.0  # devices whose app crash-loops on it (never confirms)
+
+
+@dataclass
+class LoopDevice:
+    """The app-side state of one device: its self-test, health ledger and reporter."""
+
+    device: Device
+    selftest: Any
+    health: Any
+    reporter: Any
+    reported: dict[str, str] = field(default_factory=dict)  # member -> version reported
+
+
+class ClosedLoop:
+    """Devices that self-test, confirm or revert, and report; a store; ``rollout --auto``.
+
+    Args:
+        kit: The registry (its clock is the devices' and the store's).
+        base_url: Where ``edgereg serve`` (with ``sink`` behind ``POST /v1/reports``) listens.
+        devices: The fleet.
+        sink: The report sink given to the server (:meth:`make_sink`).
+        releases: How each version behaves (latency shift, broken probes, crashes).
+        seed: For which devices a release breaks or crashes on.
+    """
+
+    def __init__(
+        self,
+        kit: FleetRegistry,
+        base_url: str,
+        devices: list[Device],
+        sink: _ClockedSink,
+        releases: Mapping[str, Release],
+        *,
+        seed: int = 11,
+        max_unconfirmed_starts: int = 3,
+    ) -> None:
+        from edgereg.client._health import HealthLedger
+        from edgereg.client._reporter import DeviceFacts, Reporter
+
+        self.kit = kit
+        self.sink = sink
+        self.releases = dict(releases)
+        self.seed = seed
+        self.max_unconfirmed_starts = max_unconfirmed_starts
+        self.loop: dict[str, LoopDevice] = {}
+        self.rejected: set[tuple[str, str]] = set()  # (device, unit version) refused by probe
+        self.sent: list[Any] = []  # every install report the devices sent (Report)
+        self.reverts: set[tuple[str, str]] = set()
+        for device in devices:
+            selftest = device_selftest(device, self._broken)
+            self.loop[device.device_id] = LoopDevice(
+                device,
+                selftest,
+                HealthLedger(device.cache_dir, max_unconfirmed_starts=max_unconfirmed_starts),
+                Reporter(
+                    base_url,
+                    device.cache_dir,
+                    device=DeviceFacts(device_class=device.kind.name, mnn_runtime="3.6.1"),
+                    background=False,
+                    timeout=10,
+                ),
+            )
+        self.fleet = Fleet(
+            base_url,
+            kit.trusted,
+            devices,
+            kit.clock,
+            install_check=lambda device: self.loop[device.device_id].selftest,
+        )
+
+    @staticmethod
+    def make_sink(store: Any, clock: SimClock) -> _ClockedSink:
+        return _ClockedSink(store, clock)
+
+    def _chosen(self, device: Device, version: str, share: float, what: str) -> bool:
+        draw = random.Random(f"{self.seed}:{what}:{version}:{device.device_id}").random()
+        return draw < share
+
+    def _broken(self, device: Device) -> frozenset[str]:
+        """The versions that miscompute on every backend of ``device``."""
+        return frozenset(
+            version
+            for version, release in self.releases.items()
+            if self._chosen(device, version, release.probe_broken_share, "probe")
+        )
+
+    def day(self, starts: int = 4) -> None:
+        """One simulated day: every device checks for an update, starts the app, reports."""
+        for device in self.fleet.devices:
+            self._device_day(self.loop[device.device_id], starts)
+
+    def _device_day(self, app: LoopDevice, starts: int) -> None:
+        device = app.device
+        client = self.fleet.client(device)
+        before = client.status(verify=False).version
+        result = client.fetch()
+        sequence = client.cache.read_sequence(BUNDLE) or 1
+        status = client.status(verify=False)
+        if result.error_code == "probe-failed" and app.selftest.failed:
+            self._report_rejection(app, status, sequence)
+        if status.version is None:
+            return
+        if status.version != before:
+            app.health.installed(BUNDLE, status.version)
+            self._report_install(app, status, sequence)
+        release = self.releases.get(status.version, Release())
+        crashes = self._chosen(device, status.version, release.crash_share, "crash")
+        for _ in range(starts):
+            revert = app.health.app_started(BUNDLE)
+            if revert is not None:
+                client.revert(revert.reason)
+                app.health.reverted(BUNDLE, revert.to_version)
+                self.reverts.add((device.device_id, revert.version))
+                for member in status.members:
+                    app.reporter.reverted(member)
+                return
+            if crashes:
+                continue  # the app dies before its first inference: no confirmation
+            for member in status.members:
+                for ms in latencies(device, shift=release.latency_shift, count=20, seed=_):
+                    app.reporter.record_inference(member, ms)
+            if app.health.confirm(BUNDLE, status.version):
+                for member in status.members:
+                    app.reporter.confirmed(member)
+            else:
+                for member in status.members:
+                    app.reporter.summary(member)
+            break
+
+    def _facts(self, status: Any, member: str, sequence: int, **changes: Any) -> Any:
+        from edgereg.client._reporter import InstallFacts
+
+        model = status.members[member]
+        base = dict(
+            unit=BUNDLE,
+            model=member,
+            version=model.version,
+            unit_version=status.version,
+            variant=model.variant,
+            tier=status.tier,
+            arm="candidate" if status.is_candidate else "stable",
+            sequence=sequence,
+        )
+        return InstallFacts(**{**base, **changes})
+
+    def _report_install(self, app: LoopDevice, status: Any, sequence: int) -> None:
+        url = self.kit.report_url
+        for member in status.members:
+            found = app.selftest.results.get(member)
+            changes: dict[str, Any] = {}
+            if found is not None:
+                changes = dict(
+                    probe=found.probe,
+                    backend=found.backend,
+                    backends_skipped=list(found.skipped),
+                    load_ms=found.load_ms,
+                )
+            sent = app.reporter.installed(self._facts(status, member, sequence, **changes), url)
+            if sent is not None:
+                self.sent.append(sent)
+
+    def _report_rejection(self, app: LoopDevice, status: Any, sequence: int) -> None:
+        """The candidate failed its probe here: reported as the candidate arm, nothing installed."""
+        state, _ = self.kit.registry.read_state(BUNDLE)
+        if state is None or state.candidate is None or not status.members:
+            return
+        self.rejected.add((app.device.device_id, state.candidate))
+        for member in status.members:
+            sent = app.reporter.installed(
+                self._facts(
+                    status,
+                    member,
+                    sequence,
+                    version=state.candidate,
+                    unit_version=state.candidate,
+                    arm="candidate",
+                    probe="failed",
+                    backends_skipped=[t.backend for t in app.selftest.failed.get(member, ())],
+                ),
+                self.kit.report_url,
+            )
+            if sent is not None:
+                self.sent.append(sent)
+
+    def auto(self, policy: config_module.RolloutPolicy) -> Any:
+        """``edgereg rollout kit --auto`` on the simulated clock: analyse, then act.
+
+        The same steps as the command (edgereg/_analyze_cli.py): the periods
+        from the signed state, the store's per-arm summaries, the pure
+        analysis and decision, the automatic history event with its evidence.
+        Returns the :class:`~edgereg.registry._auto.AutoDecision`.
+        """
+        from edgereg.analysis import analysis_periods, analyze
+        from edgereg.registry._auto import apply, decide, precheck
+
+        registry = self.kit.registry
+        state, _ = registry.read_state(BUNDLE)
+        decision = precheck(state, BUNDLE)
+        analysis = None
+        if decision is None:
+            assert state is not None
+            assert state.candidate
+            assert state.stable
+            now = self.kit.clock()
+            candidate_since, stable_since = analysis_periods(state)
+            candidate_since = candidate_since or now
+            stable_since = stable_since or candidate_since
+            store = self.sink.store
+            summaries = store.summaries(BUNDLE, candidate_since)
+            if stable_since != candidate_since:
+                summaries = [s for s in summaries if s.arm == "candidate"] + [
+                    s for s in store.summaries(BUNDLE, stable_since) if s.arm == "stable"
+                ]
+            analysis = analyze(
+                summaries,
+                unit=BUNDLE,
+                candidate=state.candidate,
+                stable=state.stable,
+                since=candidate_since,
+                stable_since=stable_since,
+                guardrails=policy.guardrails,
+                # The fleet's tiers (the command uses every tier of the manifests).
+                tiers=sorted({device.tier for device in self.fleet.devices}),
+            )
+            decision = decide(state, BUNDLE, analysis, policy=policy, now=now)
+        if decision.changes_state:
+            assert state is not None
+            expected = state.sequence
+            registry.change(
+                BUNDLE,
+                lambda current, now, expires: apply(
+                    decision,
+                    current,
+                    BUNDLE,
+                    analysis=analysis,
+                    policy=policy,
+                    now=now,
+                    expires=expires,
+                    actor="fleet-cron",
+                    expected_sequence=expected,
+                ),
+                signer=self.kit.signer,
+                expires_days=self.kit.expires_days,
+            )
+        self.last_analysis = analysis
+        return decision

@@ -9,24 +9,32 @@ simulated: the device, its GPU's faults, the clock).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fleetkit import (
     BUNDLE,
+    CLASSES,
     MEMBERS,
+    ClosedLoop,
     Device,
     Fleet,
     FleetRegistry,
     HostOutputs,
     ProbeLedger,
+    Release,
     build_bundle_project,
+    closed_loop_available,
     device_self_test,
     make_devices,
 )
 from servekit import serve
 
 from edgereg.client import InstallCheck
+from edgereg.config import RolloutPolicy
 
 DEVICES = 200
 
@@ -115,3 +123,130 @@ def test_a_faulty_gpu_falls_back_to_cpu_and_a_failed_probe_is_never_installed(
             want = "cpu" if device.kind.faulty_gpu or device.tier != "high" else "opencl"
             assert backends["vision"] == want
     assert len(ledger.failed) >= len(broken_on)
+
+
+# --- the closed loop: self-test, reports, the store, rollout --auto ---------------------------
+
+needs_loop = pytest.mark.skipif(
+    not closed_loop_available(),
+    reason="needs the client's self-test and reports, the report store and the canary analysis",
+)
+
+# One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices, 3 members
+# each); the benchmark runs every tier with 1,000. Margins are wide for so few devices.
+HIGH_ONLY = tuple(kind for kind in CLASSES if kind.tier == "high")
+LOOP_POLICY = RolloutPolicy.model_validate(
+    {
+        "steps": [5, 25, 50, 100],
+        "min_soak_hours": 24,
+        "guardrails": {
+            "min_devices": 3,
+            "probe_failure": {"max_increase": 0.15},
+            "load_failure": {"max_increase": 0.15},
+            "revert": {"max_increase": 0.15},
+            "load_ms": {"max_increase_pct": 100, "critical": False},
+            "inference_ms": {"max_increase_pct": 15, "critical": True},
+        },
+    }
+)
+
+
+@contextlib.contextmanager
+def closed_loop(kit: FleetRegistry, tmp_path: Path, candidate: Release) -> Iterator[ClosedLoop]:
+    """1.0.0 installed and confirmed on 200 devices, then 2.0.0 (behaving as told) at 5 %."""
+    from edgereg.reports import open_store
+    from edgereg.serve._app import RateLimiter
+
+    kit.report_url = "v1/reports"
+    kit.publish_bundle("1.0.0", percent=None)  # again, now with the report URL signed in
+    with open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store:
+        sink = ClosedLoop.make_sink(store, kit.clock)
+        generous = RateLimiter(1e6, 10**6)  # every device posts from 127.0.0.1
+        with serve(kit.storage, reports=sink, report_limiter=generous) as base_url:
+            devices = make_devices(DEVICES, tmp_path / "d", classes=HIGH_ONLY)
+            loop = ClosedLoop(kit, base_url, devices, sink, {"2.0.0": candidate})
+            loop.day()
+            kit.clock.advance(1)
+            kit.publish_bundle("2.0.0", percent=5.0)
+            yield loop
+
+
+def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
+    """A day of use, then `rollout --auto` from cron, until it promotes or halts."""
+    decisions = []
+    for _ in range(days):
+        loop.kit.clock.advance(1)
+        loop.day()
+        loop.kit.clock.advance(24)
+        decision = loop.auto(LOOP_POLICY)
+        decisions.append(decision)
+        if decision.action in ("promote", "rollback", "pause"):
+            break
+    return decisions
+
+
+@needs_loop
+def test_a_good_candidate_is_promoted_step_by_step_by_auto(
+    kit: FleetRegistry, tmp_path: Path
+) -> None:
+    with closed_loop(kit, tmp_path, Release()) as loop:
+        decisions = run_auto(loop, days=8)
+        loop.day()
+        versions = loop.fleet.versions()
+        sent = list(loop.sent)
+    assert [(d.action, d.percent) for d in decisions] == [
+        ("step", 25.0),
+        ("step", 50.0),
+        ("step", 100.0),
+        ("promote", None),
+    ], [d.reason for d in decisions]
+    state, _ = kit.registry.read_state(BUNDLE)  # verified against the pinned key
+    assert state is not None
+    assert state.stable == "2.0.0"
+    assert state.candidate is None
+    automatic = [event for event in state.history if event.automatic]
+    assert len(automatic) == 4
+    assert all(event.evidence for event in automatic)
+    assert versions == {"2.0.0": DEVICES}
+    # The faulty GPU: opencl skipped, cpu chosen, the probe passed, and the reports say so.
+    faulty = [r for r in sent if r.device_class == "flagship-mali" and r.model != "tagger"]
+    assert faulty
+    assert {(r.backend, tuple(r.backends_skipped), r.probe) for r in faulty} == {
+        ("cpu", ("opencl",), "passed")
+    }
+    healthy = [r for r in sent if r.device_class == "flagship" and r.model != "tagger"]
+    assert {(r.backend, tuple(r.backends_skipped)) for r in healthy} == {("opencl", ())}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "guardrail"),
+    [
+        pytest.param(Release(latency_shift=0.3), "inference_ms", id="latency-plus-30-percent"),
+        pytest.param(Release(probe_broken_share=0.5), "probe_failure", id="probe-failures"),
+        pytest.param(Release(crash_share=0.5), "revert", id="crash-loop"),
+    ],
+)
+@needs_loop
+def test_a_bad_candidate_is_halted_and_rolled_back(
+    kit: FleetRegistry, tmp_path: Path, candidate: Release, guardrail: str
+) -> None:
+    with closed_loop(kit, tmp_path, candidate) as loop:
+        decisions = run_auto(loop, days=3)
+        loop.kit.clock.advance(1)
+        loop.day()
+        statuses = {d.device_id: loop.fleet.client(d).status() for d in loop.fleet.devices}
+    assert decisions[-1].action == "rollback", [d.reason for d in decisions]
+    assert guardrail in decisions[-1].reason
+    state, _ = kit.registry.read_state(BUNDLE)
+    assert state is not None
+    assert state.stable == "1.0.0"
+    assert state.history[-1].automatic
+    assert state.history[-1].evidence
+    for device_id, status in statuses.items():
+        assert status.version == "1.0.0", device_id
+        if (device_id, "2.0.0") in loop.rejected or (device_id, "2.0.0") in loop.reverts:
+            assert "2.0.0" in status.bad_releases
+    if guardrail == "probe_failure":
+        assert loop.rejected
+    if guardrail == "revert":
+        assert loop.reverts
