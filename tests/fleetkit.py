@@ -598,13 +598,8 @@ class _ClockedSink:
     def __init__(self, store: Any, clock: SimClock) -> None:
         self.store = store
         self.clock = clock
-        self.down = False
 
     def ingest(self, report: Any, received_at: datetime) -> None:
-        from edgereg.errors import StorageError
-
-        if self.down:
-            raise StorageError("the report store is down (simulated outage)")
         self.store.ingest(report, self.clock())
 
 

@@ -10,6 +10,9 @@ simulated: the device, its GPU's faults, the clock).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import http.client
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,14 +155,16 @@ LOOP_POLICY = RolloutPolicy.model_validate(
 
 
 @contextlib.contextmanager
-def closed_loop(kit: FleetRegistry, tmp_path: Path, candidate: Release) -> Iterator[ClosedLoop]:
+def closed_loop(
+    kit: FleetRegistry, tmp_path: Path, candidate: Release, *, store_url: str | None = None
+) -> Iterator[ClosedLoop]:
     """1.0.0 installed and confirmed on 200 devices, then 2.0.0 (behaving as told) at 5 %."""
     from edgereg.reports import open_store
     from edgereg.serve._app import RateLimiter
 
     kit.report_url = "v1/reports"
     kit.publish_bundle("1.0.0", percent=None)  # again, now with the report URL signed in
-    with open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store:
+    with open_store(store_url or f"sqlite:///{tmp_path}/reports.sqlite") as store:
         sink = ClosedLoop.make_sink(store, kit.clock)
         generous = RateLimiter(1e6, 10**6)  # every device posts from 127.0.0.1
         with serve(kit.storage, reports=sink, report_limiter=generous) as base_url:
@@ -250,3 +255,78 @@ def test_a_bad_candidate_is_halted_and_rolled_back(
         assert loop.rejected
     if guardrail == "revert":
         assert loop.reverts
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _post(base_url: str, body: bytes, headers: dict[str, str] | None = None) -> int:
+    conn = http.client.HTTPConnection(base_url.removeprefix("http://"), timeout=10)
+    try:
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        conn.request("POST", "/v1/reports", body=body, headers=sent)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+@needs_loop
+def test_bad_reports_and_a_store_outage_never_touch_delivery(
+    kit: FleetRegistry, tmp_path: Path
+) -> None:
+    pgkit = pytest.importorskip("pgkit")
+    if pgkit.postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed (make system-deps)")
+    from edgereg.protocol.wire import to_bytes
+    from edgereg.serve._app import RateLimiter
+
+    registry_root = tmp_path / "registry"
+    with (
+        pgkit.PostgresServer() as database,
+        closed_loop(kit, tmp_path, Release(), store_url=database.create_database()) as loop,
+    ):
+        kit.clock.advance(1)
+        loop.day()
+        base_url = loop.fleet.base_url
+        store = loop.sink.store
+        tree, stored = _tree(registry_root), store.count()
+        manifest = urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read()
+        replayed = to_bytes(loop.sent[-1])
+        statuses = [
+            _post(base_url, b"[]"),
+            _post(base_url, b"\xff\xfe"),
+            _post(base_url, b"{" * 3000),
+            _post(base_url, replayed.replace(b'"kit"', b'"../../manifests/kit"')),
+            _post(base_url, replayed),  # a replay: the same token, one row
+            _post(base_url, b"x" * 5000),
+        ]
+        assert statuses == [400, 400, 400, 400, 202, 413]
+        with serve(kit.storage, reports=loop.sink, report_limiter=RateLimiter(1, 5)) as strict:
+            flood = [_post(strict, replayed) for _ in range(40)]
+        assert flood.count(429) >= 30
+        assert store.count() == stored
+        assert _tree(registry_root) == tree
+        assert urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read() == (
+            manifest
+        )
+
+        database.stop()
+        before = loop.fleet.versions().get("2.0.0", 0)
+        kit.set_percent(BUNDLE, 50.0)
+        kit.clock.advance(1)
+        loop.day()  # every device checks, installs, and fails to report
+        assert all(result.ok for result in loop.fleet.last.values())
+        after = loop.fleet.versions().get("2.0.0", 0)
+        assert after > before
+        assert loop.fleet.mixed() == []
+        database.start()
+        kit.clock.advance(1)
+        loop.day()
+        assert store.count() > stored
