@@ -26,10 +26,11 @@ runtimes: $(VENV)/.installed
 venv: $(VENV)/.installed runtimes
 
 # Debian packages the tests need: chromium renders the HTML report and status page;
-# nginx runs the documented static-host configuration (tests/test_static_hosting.py).
+# nginx runs the documented static-host configuration (tests/test_static_hosting.py);
+# postgresql is the report store's server (tests/pgkit.py runs initdb/pg_ctl from it).
 system-deps:
-	test -x /usr/bin/chromium -a -x /usr/sbin/nginx || \
-		($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium nginx-light)
+	test -x /usr/bin/chromium -a -x /usr/sbin/nginx -a -n "$$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null)" || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium nginx-light postgresql)
 
 DEMO_PULL = edgereg pull --registry file://$(CURDIR)/registry \
 	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
@@ -59,7 +60,7 @@ demo: venv
 	edgereg publish ocr --canary 50%
 	$(DEMO_PULL) --bundle ocr $(FLAGSHIP)
 	$(DEMO_PULL) --bundle ocr $(BUDGET_PHONE)
-	$(DEMO_PULL) --status $(FLAGSHIP)
+	$(DEMO_PULL) --bundle ocr --status $(FLAGSHIP)
 	edgereg verify
 
 lint: venv
@@ -104,6 +105,7 @@ bench: venv
 	-python benchmarks/client.py
 	-python benchmarks/runtime_proof.py
 	-python benchmarks/verify.py
+	-python benchmarks/reports.py
 
 # Never the signing key (.edgereg/signing-key.pem) nor the pinned publisher-keys/:
 # a deleted private key cannot be made again, and apps trust only that one.

@@ -612,6 +612,7 @@ def test_openapi_document_is_valid_and_complete(base_url: str) -> None:
         "/models/{model}/releases/{version}.json",
         "/models/{model}/state.json",
         "/keys/{keyid}.pem",
+        "/v1/reports",
     }
     blob = document["paths"]["/blobs/sha256/{digest}"]["get"]
     assert {"200", "206", "304", "400", "404", "416"} <= set(blob["responses"])

@@ -5,7 +5,9 @@ Paths mirror the registry layout (``/manifests/<model>/<tier>.json``,
 ``/models/<model>/state.json``, ``/keys/<keyid>.pem``), so a client works
 the same against this server, a static web server, or S3 behind a CDN. Also
 ``/`` (status page), ``/healthz``, ``/metrics`` (Prometheus) and
-``/openapi.json``.
+``/openapi.json``. With a report store (``make_server(..., reports=store)``,
+``edgereg serve --reports URL``), ``POST /v1/reports`` takes device reports
+into that store, never the registry (docs/protocol.md §12).
 
 Caching: signed documents carry ``Cache-Control: public, max-age=60``
 (configurable) and a strong ETag, the quoted lowercase hex SHA-256 of their

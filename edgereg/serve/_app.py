@@ -13,6 +13,13 @@ and applies the caching rules:
   caching, single byte ranges (206, or 416 with ``Content-Range: bytes */size``),
   ``If-Range``; the body streams from storage in chunks.
 
+``POST /v1/reports`` (with a report store; 404 without) takes one device
+report: rate-limited per client address (429 with Retry-After), JSON of at
+most :data:`~edgereg.protocol.reports.MAX_REPORT_BYTES` (415, 411, 413),
+parsed by :func:`~edgereg.protocol.reports.parse_report` (400 with its
+message), stored by the store's upsert (202; 503 while the store is down).
+It never touches the registry storage.
+
 Never served, answered 403 and logged instead: an object that is a
 symbolic link out of the registry root, anything holding a PEM private key
 block, and anything under ``keys/`` that is not exactly one PEM public key.
@@ -27,11 +34,14 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Protocol
 
 from edgereg.errors import StorageError
+from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
 from edgereg.serve import _routes as routes
 from edgereg.serve._http import (
     BadTarget,
@@ -44,6 +54,7 @@ from edgereg.serve._http import (
 )
 from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgereg.serve._metrics import Metrics
+from edgereg.serve._ratelimit import RateLimiter, retry_after
 from edgereg.signing import TrustedKeys
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
@@ -86,11 +97,15 @@ class Request:
         method: The method token, as sent (``GET``, ``HEAD``, ...).
         target: The raw request target (``/manifests/digits/high.json``).
         headers: Header values by lowercase name; repeated headers joined with ", ".
+        body: The request body, read only where :meth:`App.body_limit` allows one.
+        client: The peer's address (the rate limit's key).
     """
 
     method: str
     target: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    client: str = ""
 
     def header(self, name: str) -> str | None:
         """A header's value, or None."""
@@ -237,14 +252,34 @@ _REASONS = {
     404: "not found",
     405: "method not allowed",
     408: "request timeout",
+    411: "length required",
     413: "request too large",
     414: "request line too long",
+    415: "unsupported media type",
     416: "range not satisfiable",
+    429: "too many requests",
     431: "request header fields too large",
     500: "internal error",
     503: "unavailable",
     505: "http version not supported",
 }
+
+
+class ReportSink(Protocol):
+    """Where ``POST /v1/reports`` puts a report (a :class:`~edgereg.reports.ReportStore`).
+
+    Its failures are :class:`~edgereg.errors.StorageError` (the store's error
+    type is one): the endpoint answers 503 and the registry is unaffected.
+    """
+
+    def ingest(self, report: Report, received_at: datetime) -> None:
+        """Store one report."""
+        ...
+
+
+#: Reports per second and burst per client address, by default (``--reports-rate``).
+DEFAULT_REPORT_RATE = 5.0
+DEFAULT_REPORT_BURST = 50
 
 
 def _refused(route: str) -> Response:
@@ -265,6 +300,12 @@ class App:
             without them the page says that it shows unverified state.
         policy: A model's rollout policy (from models.toml), for the status
             page's next step and soak time; unknown without.
+        reports: Where ``POST /v1/reports`` stores reports; without one the
+            path answers 404.
+        report_limiter: The per-address rate limit of reports (a default one
+            when None; pass a generous one to benchmark).
+        clock: The time a report is received (UTC); injected for tests.
+        monotonic: The rate limiter's clock, in seconds; injected for tests.
     """
 
     def __init__(
@@ -275,6 +316,10 @@ class App:
         metrics: Metrics | None = None,
         trusted: Callable[[], TrustedKeys] | None = None,
         policy: Callable[[str], RolloutPolicy] | None = None,
+        reports: ReportSink | None = None,
+        report_limiter: RateLimiter | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if manifest_max_age < 0:
             raise ValueError("manifest_max_age must not be negative")
@@ -283,7 +328,29 @@ class App:
         self.policy = policy
         self.manifest_max_age = manifest_max_age
         self.metrics = metrics if metrics is not None else Metrics()
+        self.reports = reports
+        self.report_limiter = report_limiter or RateLimiter(
+            DEFAULT_REPORT_RATE, DEFAULT_REPORT_BURST
+        )
+        self._clock = clock
+        self._monotonic = monotonic
         self._openapi: bytes | None = None
+
+    def body_limit(self, method: str, target: str) -> int | None:
+        """The most body bytes the socket layer may read for a request; None: read none.
+
+        Only a report to a server that keeps reports has a body worth reading;
+        any other body is left unread and the connection closed after the answer.
+        """
+        if method != "POST" or self.reports is None:
+            return None
+        if target == routes.REPORTS.template:  # the usual spelling, without decoding it
+            return MAX_REPORT_BYTES
+        try:
+            path = request_path(target)
+        except BadTarget:
+            return None
+        return MAX_REPORT_BYTES if routes.REPORTS.shape.match(path) else None
 
     def handle(self, request: Request) -> Response:
         """Answer one request (never raises for anything a client can send)."""
@@ -298,6 +365,8 @@ class App:
             path = request_path(request.target)
         except BadTarget as exc:
             return error_response(400, str(exc))
+        if routes.REPORTS.shape.match(path):
+            return self._report(request)
         try:
             found = routes.match(path)
         except routes.BadParameter as exc:
@@ -419,6 +488,59 @@ class App:
     def _refuse_blob(self, key: str) -> Response:
         log.error("refusing %s: it holds a private key; remove it from the registry", key)
         return _refused(routes.BLOB.name)
+
+    # -- device reports ---------------------------------------------------------------
+
+    def _report(self, request: Request) -> Response:
+        name = routes.REPORTS.name
+        if request.method != "POST":
+            response = error_response(405, f"{request.method} is not allowed; use POST", name)
+            response.headers = [(k, "POST" if k == "Allow" else v) for k, v in response.headers]
+            return response
+        if self.reports is None:
+            return error_response(
+                404,
+                "this server keeps no reports; start edgereg serve with --reports STORE_URL "
+                "(or [reports] store in models.toml), or send reports to your collector",
+                name,
+            )
+        wait = self.report_limiter.take(request.client, self._monotonic())
+        if wait:
+            response = error_response(429, "too many reports from this address; slow down", name)
+            response.headers.append(("Retry-After", retry_after(wait)))
+            return response
+        if request.header("transfer-encoding") is not None:
+            return error_response(411, "send a report with Content-Length, not chunked", name)
+        declared = request.header("content-length")
+        if declared is None or not declared.strip().isdigit():
+            return error_response(411, "a report needs a Content-Length", name)
+        if int(declared) > MAX_REPORT_BYTES:
+            return error_response(
+                413,
+                f"a report is at most {MAX_REPORT_BYTES} bytes; this one says {declared[:20]}",
+                name,
+            )
+        media = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            return error_response(
+                415, f"a report is application/json, not {media[:60] or 'untyped'}", name
+            )
+        if len(request.body) != int(declared):
+            return error_response(400, "the body is shorter than its Content-Length", name)
+        try:
+            report = parse_report(request.body)
+        except ReportError as exc:
+            return error_response(400, str(exc), name)
+        try:
+            self.reports.ingest(report, self._clock())
+        except StorageError as exc:
+            log.warning("report store error: %s", exc.message)
+            response = error_response(503, "the report store is unavailable; retry later", name)
+            response.headers.append(("Retry-After", "30"))
+            return response
+        body = b'{"status": "accepted"}'
+        headers = [("Content-Type", "application/json"), ("Cache-Control", NO_STORE)]
+        return Response(202, headers, body, name)
 
     # -- built-in pages -------------------------------------------------------------
 

@@ -19,12 +19,18 @@ from edgereg._cli_common import (
     handle_errors,
     open_registry,
     optional_config,
+    print_note,
     print_result,
     registry_option,
     stderr,
     trusted_key_option,
 )
+from edgereg.serve._app import DEFAULT_REPORT_BURST, DEFAULT_REPORT_RATE
 from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT
+
+log = logging.getLogger("edgereg.serve")
+#: Seconds between two retention passes over the report store.
+PRUNE_INTERVAL = 3600.0
 
 
 @click.command("serve")
@@ -76,9 +82,36 @@ from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     show_default=True,
     help="On SIGTERM/SIGINT, seconds to let answers in flight finish.",
 )
+@click.option(
+    "--reports",
+    "reports_url",
+    default=None,
+    metavar="STORE_URL",
+    help="Accept device reports on POST /v1/reports into this store (sqlite:///PATH or "
+    "postgresql://...). Default: models.toml [reports] store when serving a project; "
+    "without a project and this option, /v1/reports answers 404.",
+)
+@click.option(
+    "--reports-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_REPORT_RATE,
+    show_default=True,
+    help="Reports per second accepted from one client address (IPv6: one /64); more get 429.",
+)
+@click.option(
+    "--reports-burst",
+    type=click.IntRange(min=1),
+    default=DEFAULT_REPORT_BURST,
+    show_default=True,
+    help="Reports one address may send at once before --reports-rate applies.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 def serve_command(**options: Any) -> None:
-    """Serve the registry over read-only HTTP (manifests, blobs, status page, metrics).
+    """Serve the registry over read-only HTTP, and take device reports on POST /v1/reports.
+
+    Manifests, blobs, status page, metrics: read-only. Reports go to the
+    report store only, never the registry; a store outage answers reports
+    503 and leaves delivery alone.
 
     Stops gracefully on SIGTERM or Ctrl-C: no new connections, answers in
     flight finish, exit status 0.
@@ -98,6 +131,9 @@ def _serve(
     head_timeout: float,
     max_connections: int,
     shutdown_timeout: float,
+    reports_url: str | None,
+    reports_rate: float,
+    reports_burst: int,
     access_log: bool,
 ) -> None:
     from edgereg.errors import EdgeregError
@@ -119,6 +155,45 @@ def _serve(
     logger = logging.getLogger("edgereg.serve")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO if access_log else logging.WARNING)
+    from edgereg.config import Reports
+    from edgereg.reports import ReportStoreError, StoreURLError, open_store
+    from edgereg.reports.batch import GroupCommit
+    from edgereg.serve._ratelimit import RateLimiter
+
+    report_settings = config.reports if config is not None else Reports()
+    store_url = reports_url or (report_settings.store if config is not None else None)
+    store = None
+    if store_url is not None:
+        try:
+            store = open_store(store_url, base_dir=config.root if config is not None else None)
+        except StoreURLError as exc:
+            where = "--reports" if reports_url else f"{config_path}: [reports] store"
+            exc.message = f"{where}: {exc.message}"
+            raise
+        # The store a project gets without asking ([reports] store unset) must
+        # not stop a server that used to start, e.g. in a read-only checkout.
+        chosen = reports_url is not None or "store" in report_settings.model_fields_set
+        try:
+            store.check()
+        except ReportStoreError as exc:
+            if not exc.retryable and chosen:
+                raise
+            if not exc.retryable:
+                stderr.print(
+                    f"warning: {exc.message}; this server keeps no reports (set [reports] "
+                    "store or --reports to choose a store)",
+                    markup=False,
+                )
+                store.close()
+                store = None
+            else:
+                # Delivery must not wait for the report store: serve, and answer
+                # reports 503 until the store answers.
+                stderr.print(
+                    f"warning: {exc.message}; POST /v1/reports answers 503 until it answers",
+                    markup=False,
+                )
+    sink = GroupCommit(store) if store is not None else None
     try:
         server = make_server(
             registry.storage,
@@ -130,6 +205,8 @@ def _serve(
             max_connections=max_connections,
             trusted=registry.trusted_keys if pinned else None,
             policy=config.rollout_policy if config is not None else None,
+            reports=sink,
+            report_limiter=RateLimiter(reports_rate, reports_burst),
         )
     except OSError as exc:
         raise EdgeregError(
@@ -152,6 +229,9 @@ def _serve(
     server.start()
     # The address is the result (with --port 0, the only place it is told): stdout.
     print_result(f"serving {registry.storage.url} on {server.base_url} (Ctrl-C or SIGTERM to stop)")
+    if store is not None:
+        print_note(f"reports: POST {server.base_url}/v1/reports into {store.url}")
+        _start_pruning(store, report_settings.retention_days, stop)
     while not stop.wait(0.5):
         pass
     stderr.print(f"{received[0]}: finishing answers in flight, then stopping", markup=False)
@@ -159,3 +239,23 @@ def _serve(
         stderr.print(
             f"stopped with connections still open after {shutdown_timeout:g}s", markup=False
         )
+    if sink is not None:
+        sink.close()  # stores what is queued, then closes the store
+
+
+def _start_pruning(store: Any, retention_days: int, stop: threading.Event) -> None:
+    """Delete reports past the retention now and every hour, while serving."""
+    from datetime import datetime, timedelta, timezone
+
+    from edgereg.errors import StorageError
+
+    def prune() -> None:
+        while True:
+            try:
+                store.prune(datetime.now(timezone.utc) - timedelta(days=retention_days))
+            except StorageError as exc:  # the next pass tries again
+                log.warning("pruning the report store failed: %s", exc.message)
+            if stop.wait(PRUNE_INTERVAL):
+                return
+
+    threading.Thread(target=prune, name="edgereg-report-retention", daemon=True).start()

@@ -123,6 +123,69 @@ def _head(get: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _report_schemas() -> dict[str, Any]:
+    """The Report schema (from the one parser's model) and the schemas it refers to."""
+    from edgereg.protocol.reports import Report
+
+    schema = Report.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    return {**defs, "Report": schema}
+
+
+def _report_operation() -> dict[str, Any]:
+    from edgereg.protocol.reports import MAX_REPORT_BYTES
+
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    retry = {"Retry-After": _h("Seconds to wait before sending again.")}
+    return {
+        "summary": "A device's report of how a release runs (docs/protocol.md, Reports endpoint).",
+        "description": (
+            f"One report, JSON, at most {MAX_REPORT_BYTES} bytes, with Content-Length. "
+            "Parsed strictly: unknown keys are refused, and integers are written without a "
+            "fraction (3, not 3.0). "
+            "The latest report of an install (its token) replaces the earlier one, so a "
+            "repeated report changes nothing. Never changes the registry. Answered 404 by a "
+            "server started without a report store."
+        ),
+        "operationId": f"post_{routes.REPORTS.name}",
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Report"}}},
+        },
+        "responses": {
+            "202": {
+                "description": "Stored.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {"status": {"type": "string", "enum": ["accepted"]}},
+                        }
+                    }
+                },
+            },
+            "400": {"description": "Not a valid report; the detail says where.", "content": error},
+            "404": {"description": "This server keeps no reports.", "content": error},
+            "411": {"description": "No Content-Length (or chunked).", "content": error},
+            "413": {
+                "description": f"Content-Length above {MAX_REPORT_BYTES}; the body is not read.",
+                "content": error,
+            },
+            "415": {"description": "Not application/json.", "content": error},
+            "429": {
+                "description": "Too many reports from this address.",
+                "headers": retry,
+                "content": error,
+            },
+            "503": {
+                "description": "The report store is down (manifests and blobs are still served).",
+                "headers": retry,
+                "content": error,
+            },
+        },
+    }
+
+
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document (a JSON-ready dict)."""
     model = _param("model", "Model name.")
@@ -215,6 +278,7 @@ def openapi_document() -> dict[str, Any]:
             },
         },
     )
+    paths[routes.REPORTS.template] = {"post": _report_operation()}
     add(
         routes.STATUS_PAGE,
         {
@@ -290,13 +354,16 @@ def openapi_document() -> dict[str, Any]:
             "description": (
                 "Read-only HTTP over an edgereg registry. Paths are the registry layout, so a "
                 "static web server or S3 behind a CDN serves the same URLs. Only GET and HEAD "
-                "are allowed (405 with Allow otherwise). Signed documents are JSON envelopes "
-                "(DSSE) verified by the client; the server does not change a byte."
+                "are allowed (405 with Allow otherwise), except POST /v1/reports, which takes "
+                "device reports into the report store and never the registry. Signed documents "
+                "are JSON envelopes (DSSE) verified by the client; the server does not change "
+                "a byte."
             ),
         },
         "paths": paths,
         "components": {
             "schemas": {
+                **_report_schemas(),
                 "Envelope": {
                     "type": "object",
                     "required": ["payload", "payloadType", "signatures"],

@@ -97,8 +97,10 @@ BLOB = _route("blob", "/blobs/sha256/{digest}")
 RELEASE = _route("release", "/models/{model}/releases/{version}.json")
 STATE = _route("state", "/models/{model}/state.json")
 KEY = _route("key", "/keys/{keyid}.pem")
+#: Device reports (POST): never the registry, only the report store.
+REPORTS = _route("reports", "/v1/reports")
 
-ROUTES = (STATUS_PAGE, HEALTHZ, METRICS, OPENAPI, MANIFEST, BLOB, RELEASE, STATE, KEY)
+ROUTES = (STATUS_PAGE, HEALTHZ, METRICS, OPENAPI, MANIFEST, BLOB, RELEASE, STATE, KEY, REPORTS)
 #: Routes whose objects never change once written (content-addressed).
 IMMUTABLE = frozenset({BLOB.name})
 #: The metrics label of a request that matched no route.

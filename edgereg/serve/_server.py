@@ -30,7 +30,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from edgereg.errors import StorageError
-from edgereg.serve._app import App, Request, Response, error_response
+from edgereg.serve._app import App, ReportSink, Request, Response, error_response
+from edgereg.serve._ratelimit import RateLimiter
 from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage, open_storage
 
@@ -296,14 +297,22 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if draining:
                 self.close_connection = True
+            body = b""
             if self._headers.get("content-length", "0").strip() not in ("", "0") or (
                 "transfer-encoding" in self._headers
             ):
-                # A body this server never reads would be taken for the next
-                # request: answer, then close (lingering, see finish()).
-                self.close_connection = True
-                self._unread_body = True
-            self._answer(started)
+                read = self._read_body()
+                if read is None:
+                    # A body this server does not read would be taken for the next
+                    # request: answer, then close (lingering, see finish()).
+                    self.close_connection = True
+                    self._unread_body = True
+                elif isinstance(read, tuple):
+                    self.send_error(*read)
+                    return
+                else:
+                    body = read
+            self._answer(started, body)
         except OSError as exc:  # timeouts, resets, broken pipes
             log.debug("connection from %s ended: %s", self.client_address[0], exc)
             self.close_connection = True
@@ -313,6 +322,40 @@ class _Handler(BaseHTTPRequestHandler):
             )
             if self.server._set_busy(self, False):
                 self.close_connection = True
+
+    def _read_body(self) -> bytes | tuple[int, str] | None:
+        """Read the body the app takes for this request: its bytes, an error, or None.
+
+        None (nothing read) unless the app allows a body here and the
+        Content-Length is within its limit: an oversized report is answered
+        413 from its header alone. The body must arrive within ``head_timeout_s``.
+        """
+        limit = self.server.app.body_limit(self.command, self.path)
+        declared = self._headers.get("content-length", "").strip()
+        if limit is None or "transfer-encoding" in self._headers or not declared.isdigit():
+            return None
+        length = int(declared)
+        if length > limit:
+            return None
+        body = self._buffer[:length]
+        self._buffer = self._buffer[length:]  # a pipelined request after the body stays
+        if len(body) < length and self._headers.get("expect", "").lower() == "100-continue":
+            # curl asks before sending a body over 1 KiB, and waits a second otherwise.
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        deadline = time.monotonic() + self.server.head_timeout_s
+        while len(body) < length:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return 408, "the request body did not arrive in time"
+            self._set_timeout(left)
+            try:
+                chunk = self.connection.recv(min(_RECV_SIZE, length - len(body)))
+            except TimeoutError:
+                return 408, "the request body did not arrive in time"
+            if not chunk:
+                raise ConnectionResetError("the client closed in the middle of a body")
+            body += chunk
+        return body
 
     def _set_timeout(self, seconds: float) -> None:
         if seconds != self._socket_timeout:
@@ -420,8 +463,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = "keep-alive" not in tokens
         return None
 
-    def _answer(self, started: float) -> None:
-        request = Request(self.command, self.path, self._headers)
+    def _answer(self, started: float, body: bytes = b"") -> None:
+        request = Request(
+            self.command, self.path, self._headers, body=body, client=self.client_address[0]
+        )
         response = self.server.app.handle(request)
         try:
             self._write(response, head=self.command == "HEAD")
@@ -535,6 +580,8 @@ def make_server(
     endpoint_url: str | None = None,
     trusted: Callable[[], TrustedKeys] | None = None,
     policy: Callable[[str], RolloutPolicy] | None = None,
+    reports: ReportSink | None = None,
+    report_limiter: RateLimiter | None = None,
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
 
@@ -553,6 +600,8 @@ def make_server(
             (serving manifests and blobs needs none: apps verify them).
         policy: A model's rollout policy (models.toml), for the status page's
             next step and soak time.
+        reports: The report store behind ``POST /v1/reports`` (404 without).
+        report_limiter: The per-address rate limit of reports (the default when None).
 
     Raises:
         OSError: The address cannot be bound (in use, not permitted).
@@ -560,7 +609,14 @@ def make_server(
     """
     if not isinstance(storage, Storage):
         storage = open_storage(os.fspath(storage), endpoint_url=endpoint_url)
-    app = App(storage, manifest_max_age=manifest_max_age, trusted=trusted, policy=policy)
+    app = App(
+        storage,
+        manifest_max_age=manifest_max_age,
+        trusted=trusted,
+        policy=policy,
+        reports=reports,
+        report_limiter=report_limiter,
+    )
     return RegistryServer(
         (host, port),
         app,

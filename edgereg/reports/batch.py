@@ -1,0 +1,128 @@
+"""Group commit: concurrent ``ingest`` calls share one transaction.
+
+A commit per report costs far more than the row (in SQLite's WAL about 15×
+on the benchmark host), and a server answers many devices at once. Each
+caller of :meth:`GroupCommit.ingest` queues its report and waits; one
+writer thread takes everything queued, stores it with one ``ingest_many``
+and wakes the callers, so the answer (202, or 503 when the store failed)
+still means what it says: stored, or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from datetime import datetime
+
+from edgereg.protocol.reports import Report
+from edgereg.reports.store import ReportStore, ReportStoreError
+
+__all__ = ["GroupCommit"]
+
+log = logging.getLogger("edgereg.reports")
+
+#: Reports stored in one transaction at most.
+MAX_BATCH = 1000
+#: Reports waiting at most; past it a caller is refused at once (the store is behind).
+MAX_QUEUED = 20_000
+#: Seconds a caller waits for its batch before giving up.
+WAIT_SECONDS = 30.0
+
+
+class _Pending:
+    __slots__ = ("done", "error", "item")
+
+    def __init__(self, item: tuple[Report, datetime]) -> None:
+        self.item = item
+        self.done = threading.Event()
+        self.error: ReportStoreError | None = None
+
+
+class GroupCommit:
+    """A :class:`ReportStore` front that commits concurrent reports together.
+
+    Args:
+        store: Where the batches go.
+        max_batch: Reports per transaction at most.
+
+    Attributes:
+        batches: Transactions committed so far.
+        batched: Reports they held.
+    """
+
+    def __init__(self, store: ReportStore, *, max_batch: int = MAX_BATCH) -> None:
+        self.store = store
+        self.url = store.url
+        self._max_batch = max_batch
+        self._queue: deque[_Pending] = deque()
+        self._ready = threading.Condition()
+        self._writer: threading.Thread | None = None
+        self._closed = False
+        self.batches = 0
+        self.batched = 0
+
+    def ingest(self, report: Report, received_at: datetime) -> None:
+        """Store one report, together with whatever else is being stored right now.
+
+        Raises:
+            ReportStoreError: the batch could not be stored, the queue is full,
+                or it was not stored within :data:`WAIT_SECONDS`.
+        """
+        pending = _Pending((report, received_at))
+        with self._ready:
+            if self._closed:
+                raise ReportStoreError("the report store is closed", url=self.url)
+            if len(self._queue) >= MAX_QUEUED:
+                raise ReportStoreError(
+                    f"{MAX_QUEUED} reports are waiting for the store already", url=self.url
+                )
+            self._queue.append(pending)
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write, name="edgereg-report-writer", daemon=True
+                )
+                self._writer.start()
+            self._ready.notify()
+        if not pending.done.wait(WAIT_SECONDS):
+            raise ReportStoreError(
+                f"the report was not stored within {WAIT_SECONDS:g}s", url=self.url
+            )
+        if pending.error is not None:
+            raise pending.error
+
+    def _write(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                # No waiting for more: while one batch commits, the next one
+                # gathers by itself (measured: waiting 2 ms lowered throughput).
+                batch = [
+                    self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))
+                ]
+            self.batches += 1
+            self.batched += len(batch)
+            error: ReportStoreError | None = None
+            try:
+                self.store.ingest_many(p.item for p in batch)
+            except ReportStoreError as exc:
+                error = exc
+            except Exception as exc:  # the writer must outlive one bad batch
+                log.exception("storing %d reports failed", len(batch))
+                error = ReportStoreError(f"storing reports failed: {exc}", url=self.url)
+            for pending in batch:
+                pending.error = error
+                pending.done.set()
+
+    def close(self) -> None:
+        """Store what is queued, stop the writer, close the store."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+            writer = self._writer
+        if writer is not None:
+            writer.join(timeout=WAIT_SECONDS)
+        self.store.close()

@@ -1,0 +1,573 @@
+"""The report store: one row per device install, aggregated in the database.
+
+:func:`open_store` takes a URL: ``sqlite:///PATH`` (embedded, one file in WAL
+mode, created on first use; a relative PATH is relative to ``base_dir``, the
+folder of models.toml; ``sqlite:////abs/path`` is absolute) or
+``postgresql://USER:PASSWORD@HOST:PORT/DB`` (psycopg 3). Both backends share
+the schema and the SQL below; each only supplies a connection and its error
+translation (the shared guard in :class:`ReportStore` turns every database
+failure into one :class:`ReportStoreError`).
+
+A row is keyed by ``(token, model)``: the latest report of an install replaces
+the earlier one (an upsert, so a replayed or repeated report changes nothing
+but that row), and the members of a bundle, which report under the install's
+one token, keep a row each. :meth:`ReportStore.summaries` aggregates with
+``GROUP BY`` in the database and returns :class:`ArmSummary` values; raw rows
+never reach Python.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, cast
+
+from edgereg.errors import StorageError
+from edgereg.protocol.reports import Report
+from edgereg.reports.summary import ArmSummary, latency_bucket
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ReportStore",
+    "ReportStoreError",
+    "StoreURLError",
+    "open_store",
+    "redact_url",
+]
+
+log = logging.getLogger("edgereg.reports")
+
+#: The version of the tables below, kept in ``reports_meta``; a store written by a
+#: newer edgereg is refused rather than misread.
+SCHEMA_VERSION = 1
+
+#: Columns of ``reports`` filled from a report, in insert order.
+COLUMNS = (
+    "token",
+    "model",
+    "unit",
+    "unit_version",
+    "version",
+    "variant",
+    "tier",
+    "arm",
+    "sequence",
+    "probe",
+    "backend",
+    "backends_skipped",
+    "load_ms",
+    "load_bucket",
+    "load_failed",
+    "inference_count",
+    "inference_p50_ms",
+    "inference_p90_ms",
+    "inference_p99_ms",
+    "inference_p50_bucket",
+    "confirmed",
+    "reverted",
+    "mnn_runtime",
+    "os",
+    "os_version",
+    "device_class",
+    "first_received_at",
+    "received_at",
+)
+
+# One DDL for both databases: the types are ones SQLite maps to its affinities.
+# Flags are 0/1 integers (SUM works the same in both); times are epoch milliseconds.
+SCHEMA = (
+    """CREATE TABLE reports (
+    token TEXT NOT NULL,
+    model TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    unit_version TEXT NOT NULL,
+    version TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    arm TEXT NOT NULL,
+    sequence BIGINT NOT NULL,
+    probe TEXT NOT NULL,
+    backend TEXT,
+    backends_skipped TEXT NOT NULL,
+    load_ms DOUBLE PRECISION,
+    load_bucket INTEGER,
+    load_failed SMALLINT NOT NULL,
+    inference_count BIGINT,
+    inference_p50_ms DOUBLE PRECISION,
+    inference_p90_ms DOUBLE PRECISION,
+    inference_p99_ms DOUBLE PRECISION,
+    inference_p50_bucket INTEGER,
+    confirmed SMALLINT NOT NULL,
+    reverted SMALLINT NOT NULL,
+    mnn_runtime TEXT,
+    os TEXT,
+    os_version TEXT,
+    device_class TEXT,
+    first_received_at BIGINT NOT NULL,
+    received_at BIGINT NOT NULL,
+    PRIMARY KEY (token, model)
+)""",
+    # Covering indexes in GROUP BY order: the summaries stream from them without
+    # a sort or a table lookup (SQLite has no hash aggregate), with or without `since`.
+    # No token in it: a random key would make every insert dirty a random page.
+    "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+    "load_failed, reverted, confirmed, model, received_at)",
+    "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, load_bucket, "
+    "model, received_at)",
+    "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
+    "inference_p50_bucket, model, received_at)",
+    "CREATE INDEX reports_received ON reports (received_at)",
+)
+META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+_UPDATED = [c for c in COLUMNS if c not in ("token", "model", "first_received_at")]
+
+
+#: Rows per INSERT statement at most (SQLite allows 32766 parameters, PostgreSQL
+#: 65535); statements hold a power of two of rows, so that a handful of
+#: distinct statements serve every batch size and stay prepared in the driver's cache.
+ROWS_PER_STATEMENT = 256
+
+
+def statement_sizes(rows: int) -> list[int]:
+    """How many rows each statement of a batch takes: powers of two, largest first."""
+    sizes = []
+    while rows:
+        size = min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
+        sizes.append(size)
+        rows -= size
+    return sizes
+
+
+@functools.lru_cache(maxsize=32)
+def upsert_sql(placeholder: str, rows: int = 1) -> str:
+    """The upsert of ``rows`` rows; ``placeholder`` is the driver's (``?`` or ``%s``).
+
+    Many rows in one statement: one step of the database (and, in a server,
+    one release of the GIL) instead of one per row.
+    """
+    row = "(" + ", ".join([placeholder] * len(COLUMNS)) + ")"
+    values = ", ".join([row] * rows)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in _UPDATED)
+    # A report that arrives after a later one of the same install (a replay, a
+    # retry overtaken) does not rewind the row.
+    return (
+        f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES {values} "
+        f"ON CONFLICT (token, model) DO UPDATE SET {updates} "
+        "WHERE excluded.received_at >= reports.received_at"
+    )
+
+
+def _filters(placeholder: str, since: bool, model: bool) -> str:
+    where = f"unit = {placeholder}"
+    if since:
+        where += f" AND received_at >= {placeholder}"
+    if model:
+        where += f" AND model = {placeholder}"
+    return where
+
+
+def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> str:
+    """Per (tier, arm, version): devices and the devices with each outcome.
+
+    A model's install has one row, so the counts are one GROUP BY over the
+    covering index. A bundle's members report under the install's one token:
+    an inner GROUP BY folds them into one device (it failed a probe when any
+    member did, confirmed when every member did), which costs a sort.
+    """
+    where = _filters(placeholder, since, model)
+    if not bundle:
+        return (
+            "SELECT tier, arm, unit_version, COUNT(*), "
+            "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
+            "SUM(load_failed), SUM(reverted), SUM(confirmed) "
+            f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
+        )
+    return (
+        "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf) FROM ("
+        "SELECT tier, arm, unit_version, token, "
+        "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
+        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf "
+        f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
+        ") AS devices GROUP BY tier, arm, unit_version"
+    )
+
+
+def has_members_sql(placeholder: str) -> str:
+    """Whether a unit has rows of models other than itself (it is a bundle)."""
+    return (
+        f"SELECT EXISTS (SELECT 1 FROM reports WHERE unit = {placeholder} "
+        f"AND model <> {placeholder})"
+    )
+
+
+def histogram_sql(placeholder: str, *, since: bool, model: bool) -> str:
+    """Per (tier, arm, version): rows per load and inference-p50 bucket (kind 0 and 1)."""
+    where = _filters(placeholder, since, model)
+    return (
+        "SELECT 0, tier, arm, unit_version, load_bucket, COUNT(*) FROM reports "
+        f"WHERE {where} AND load_bucket IS NOT NULL "
+        "GROUP BY tier, arm, unit_version, load_bucket "
+        "UNION ALL "
+        "SELECT 1, tier, arm, unit_version, inference_p50_bucket, COUNT(*) FROM reports "
+        f"WHERE {where} AND inference_p50_bucket IS NOT NULL "
+        "GROUP BY tier, arm, unit_version, inference_p50_bucket"
+    )
+
+
+def epoch_ms(when: datetime) -> int:
+    """Milliseconds since the epoch of an aware datetime.
+
+    Raises:
+        ValueError: ``when`` has no time zone (a naive time would be read as local).
+    """
+    if when.tzinfo is None:
+        raise ValueError("a report time must carry its time zone (datetime.now(timezone.utc))")
+    return int(when.timestamp() * 1000)
+
+
+def report_row(report: Report, received_at: datetime) -> tuple[Any, ...]:
+    """The ``reports`` row of one report, in :data:`COLUMNS` order."""
+    inference = report.inference
+    received = epoch_ms(received_at)
+    return (
+        report.token,
+        report.model,
+        report.unit,
+        report.unit_version,
+        report.version,
+        report.variant,
+        report.tier,
+        report.arm,
+        report.sequence,
+        report.probe,
+        report.backend,
+        ",".join(report.backends_skipped),
+        report.load_ms,
+        None if report.load_ms is None else latency_bucket(report.load_ms),
+        int(report.load_failed),
+        None if inference is None else inference.count,
+        None if inference is None else inference.p50_ms,
+        None if inference is None else inference.p90_ms,
+        None if inference is None else inference.p99_ms,
+        None if inference is None else latency_bucket(inference.p50_ms),
+        int(report.confirmed),
+        int(report.reverted),
+        report.mnn_runtime,
+        report.os,
+        report.os_version,
+        report.device_class,
+        received,
+        received,
+    )
+
+
+class ReportStoreError(StorageError):
+    """The report store cannot be reached, read or written (usually retryable)."""
+
+
+class StoreURLError(ReportStoreError):
+    """A report store URL that names no store this edgereg can open."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, url: str, hint: str | None = None) -> None:
+        super().__init__(message, url=url, hint=hint, retryable=False)
+
+
+_PASSWORD = re.compile(r"(?<=://)([^:/@]*):[^@/]*@")
+_PASSWORD_PARAM = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for messages and logs)."""
+    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD.sub(r"\1:***@", url))
+
+
+class ReportStore(abc.ABC):
+    """Where device reports are kept and aggregated.
+
+    Public methods share one guard: whatever the database raises comes out as
+    :class:`ReportStoreError` (the URL in it without a password). The schema is
+    created (or checked) on first use. Safe to share between threads.
+
+    Attributes:
+        url: The store's URL, password redacted.
+    """
+
+    url: str
+
+    # -- the backend's primitives -----------------------------------------------
+
+    @abc.abstractmethod
+    def _connection(self) -> AbstractContextManager[Any]:
+        """A DB-API connection for one unit of work (committed by the caller)."""
+
+    @abc.abstractmethod
+    def _translate(self, exc: Exception) -> ReportStoreError | None:
+        """The store error for a driver exception, or None when it is not the driver's."""
+
+    placeholder: str = "?"
+    _schema_checked = False
+
+    # -- the guard ----------------------------------------------------------------
+
+    def _run(self, work: str, operation: Any) -> Any:
+        try:
+            if not self._schema_checked:
+                self._ensure_schema()
+            return operation()
+        except ReportStoreError:
+            raise
+        except Exception as exc:
+            error = self._translate(exc)
+            if error is None:
+                raise
+            error.message = f"{work}: {error.message}"
+            raise error from exc
+
+    def _ensure_schema(self) -> None:
+        with self._connection() as conn:
+            cur = conn.cursor()
+            self._lock_schema(cur)
+            cur.execute(META_TABLE)
+            cur.execute(
+                f"SELECT value FROM reports_meta WHERE key = {self.placeholder}", ("schema",)
+            )
+            found = cur.fetchone()
+            if found is None:
+                for statement in SCHEMA:
+                    cur.execute(statement)
+                cur.execute(
+                    f"INSERT INTO reports_meta (key, value) VALUES ({self.placeholder}, "
+                    f"{self.placeholder})",
+                    ("schema", str(SCHEMA_VERSION)),
+                )
+                log.info("created the report store schema %d in %s", SCHEMA_VERSION, self.url)
+            elif int(found[0]) > SCHEMA_VERSION:
+                conn.rollback()
+                raise ReportStoreError(
+                    f"the store holds schema {found[0]}, written by a newer edgereg; this one "
+                    f"reads schema {SCHEMA_VERSION}",
+                    url=self.url,
+                    hint="Upgrade edgereg, or point [reports] store at another database.",
+                    retryable=False,
+                )
+            conn.commit()
+        self._schema_checked = True
+
+    def _write_rows(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Upsert rows (distinct keys) in the open transaction: a few multi-row statements."""
+        start = 0
+        for size in statement_sizes(len(rows)):
+            chunk = rows[start : start + size]
+            start += size
+            cursor.execute(
+                upsert_sql(self.placeholder, size), [value for row in chunk for value in row]
+            )
+
+    @abc.abstractmethod
+    def _lock_schema(self, cursor: Any) -> None:
+        """Serialize schema creation between processes (the backend's way)."""
+
+    # -- the interface ------------------------------------------------------------
+
+    def check(self) -> None:
+        """Connect and create or check the schema now (rather than on first use)."""
+        self._run("opening the report store", lambda: None)
+
+    def ingest(self, report: Report, received_at: datetime) -> None:
+        """Store one report (replacing the earlier one of its install and model)."""
+        self.ingest_many([(report, received_at)])
+
+    def ingest_many(self, reports: Iterable[tuple[Report, datetime]]) -> int:
+        """Store reports in one transaction; returns how many were given."""
+        latest: dict[tuple[str, str], tuple[Any, ...]] = {}
+        given = 0
+        for report, when in reports:
+            given += 1
+            row = report_row(report, when)
+            key = (report.token, report.model)
+            # One statement may not touch a row twice (PostgreSQL refuses):
+            # the batch keeps each install's latest report, as the upsert would.
+            if key not in latest or latest[key][-1] <= row[-1]:
+                latest[key] = row
+        rows = list(latest.values())
+
+        def write() -> int:
+            with self._connection() as conn:
+                self._write_rows(conn.cursor(), rows)
+                conn.commit()
+            return given
+
+        return cast(int, self._run("storing reports", write))
+
+    def summaries(
+        self, unit: str, since: datetime | None = None, *, model: str | None = None
+    ) -> list[ArmSummary]:
+        """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
+
+        Args:
+            unit: The model or bundle.
+            since: Only installs whose latest report arrived at or after this time.
+            model: Only this member of a bundle (its own latency histograms).
+
+        Returns:
+            One summary per (tier, arm, version), sorted by tier, arm and version.
+        """
+        params: list[Any] = [unit]
+        if since is not None:
+            params.append(epoch_ms(since))
+        if model is not None:
+            params.append(model)
+        flags = {"since": since is not None, "model": model is not None}
+
+        def read() -> list[ArmSummary]:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                bundle = False
+                if model is None:
+                    cur.execute(has_members_sql(self.placeholder), (unit, unit))
+                    bundle = bool(cur.fetchone()[0])
+                cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), params)
+                counts = cur.fetchall()
+                cur.execute(histogram_sql(self.placeholder, **flags), params + params)
+                bins = cur.fetchall()
+                conn.rollback()  # read only: end the snapshot
+            return _assemble(unit, counts, bins)
+
+        return cast(list[ArmSummary], self._run("summarizing reports", read))
+
+    def prune(self, older_than: datetime) -> int:
+        """Delete installs whose latest report is older than ``older_than``.
+
+        Returns:
+            The rows deleted.
+        """
+        cutoff = epoch_ms(older_than)
+
+        def delete() -> int:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"DELETE FROM reports WHERE received_at < {self.placeholder}", (cutoff,)
+                )
+                deleted = int(cur.rowcount)
+                conn.commit()
+            return deleted
+
+        deleted = cast(int, self._run("pruning reports", delete))
+        if deleted:
+            log.info("pruned %d reports older than %s from %s", deleted, older_than, self.url)
+        return deleted
+
+    def count(self) -> int:
+        """Rows in the store (installs × models)."""
+
+        def read() -> int:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute("SELECT COUNT(*) FROM reports")
+                (n,) = cur.fetchone()
+                conn.rollback()
+            return int(n)
+
+        return cast(int, self._run("counting reports", read))
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connections."""
+
+    def __enter__(self) -> ReportStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _assemble(
+    unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]]
+) -> list[ArmSummary]:
+    histograms: dict[tuple[str, str, str], tuple[dict[int, int], dict[int, int]]] = {}
+    for kind, tier, arm, version, bucket, devices in bins:
+        pair = histograms.setdefault((tier, arm, version), ({}, {}))
+        pair[int(kind)][int(bucket)] = int(devices)
+    summaries = []
+    for tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed in counts:
+        load, inference = histograms.get((tier, arm, version), ({}, {}))
+        summaries.append(
+            ArmSummary(
+                unit=unit,
+                tier=tier,
+                arm=cast(Literal["candidate", "stable"], arm),
+                version=version,
+                devices=int(devices),
+                probe_failed=int(probe_failed),
+                load_failed=int(load_failed),
+                reverted=int(reverted),
+                confirmed=int(confirmed),
+                load_ms=dict(sorted(load.items())),
+                inference_p50_ms=dict(sorted(inference.items())),
+            )
+        )
+    return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))
+
+
+def open_store(url: str, *, base_dir: Path | None = None) -> ReportStore:
+    """Open the report store a URL names (nothing is connected until first use).
+
+    Args:
+        url: ``sqlite:///PATH`` or ``postgresql://...`` (also ``postgres://``).
+        base_dir: What a relative SQLite path is relative to (the folder of
+            models.toml); the current directory when None.
+
+    Raises:
+        StoreURLError: not a URL of a supported store, or malformed.
+    """
+    scheme, sep, rest = url.partition("://")
+    shown = redact_url(url)
+    if not sep:
+        raise StoreURLError(
+            f"{shown!r} is not a store URL",
+            url=shown,
+            hint="Use sqlite:///PATH (relative to models.toml) or postgresql://USER@HOST/DB.",
+        )
+    if scheme == "sqlite":
+        from edgereg.reports._sqlite import SQLiteStore
+
+        if not rest.startswith("/") or rest == "/":
+            raise StoreURLError(
+                f"{shown!r} names no file: write sqlite:///relative/path.sqlite or "
+                "sqlite:////absolute/path.sqlite (three slashes, then the path)",
+                url=shown,
+            )
+        path = Path(rest[1:])
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        return SQLiteStore(path, url=shown)
+    if scheme in ("postgresql", "postgres"):
+        from edgereg.reports._postgres import PostgresStore
+
+        return PostgresStore(url)
+    raise StoreURLError(
+        f"unsupported report store scheme {scheme!r} in {shown!r}",
+        url=shown,
+        hint="Use sqlite:///PATH or postgresql://USER@HOST:PORT/DB.",
+    )
+
+
+def now_utc() -> datetime:
+    """The current time, in UTC (the default ``received_at``)."""
+    return datetime.now(timezone.utc)

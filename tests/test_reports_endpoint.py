@@ -1,0 +1,435 @@
+"""POST /v1/reports on a real `edgereg serve` over HTTP, into a real SQLite or PostgreSQL store."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgkit import PostgresServer, postgres_server, postgres_url  # noqa: F401 (fixtures)
+from servekit import FakeRegistry, make_registry, serve, serve_process
+
+from edgereg.protocol.reports import MAX_REPORT_BYTES
+from edgereg.reports import ReportStore, open_store
+from edgereg.serve._ratelimit import RateLimiter, client_key
+
+GENEROUS = RateLimiter(10_000, 10_000)
+
+
+def report_body(n: int, **fields: Any) -> bytes:
+    data: dict[str, Any] = {
+        "token": f"{n:032x}",
+        "unit": "digits",
+        "model": "digits",
+        "version": "1.1.0",
+        "unit_version": "1.1.0",
+        "variant": "int8",
+        "tier": "high",
+        "arm": "candidate",
+        "sequence": 3,
+        "probe": "passed",
+        "backend": "cpu",
+        "load_ms": 12.5,
+        "inference": {"count": 20, "p50_ms": 2.0, "p90_ms": 3.0, "p99_ms": 4.0},
+    }
+    data.update(fields)
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+def post(
+    base_url: str,
+    body: bytes,
+    *,
+    content_type: str = "application/json",
+    conn: http.client.HTTPConnection | None = None,
+) -> tuple[http.client.HTTPResponse, bytes]:
+    own = conn is None
+    if conn is None:
+        conn = http.client.HTTPConnection(base_url.removeprefix("http://"), timeout=10)
+    try:
+        conn.request("POST", "/v1/reports", body=body, headers={"Content-Type": content_type})
+        response = conn.getresponse()
+        return response, response.read()
+    finally:
+        if own:
+            conn.close()
+
+
+def get(base_url: str, path: str) -> tuple[http.client.HTTPResponse, bytes]:
+    conn = http.client.HTTPConnection(base_url.removeprefix("http://"), timeout=10)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response, response.read()
+    finally:
+        conn.close()
+
+
+def raw(base_url: str, data: bytes, *, read_timeout: float = 5.0) -> bytes:
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=read_timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def reg(tmp_path: Path) -> FakeRegistry:
+    return make_registry(tmp_path / "registry", models=("digits",))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReportStore]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/reports.sqlite"
+    else:
+        url = str(request.getfixturevalue("postgres_url"))
+    with open_store(url) as opened:
+        yield opened
+
+
+def test_a_report_is_stored_and_answered_202(reg: FakeRegistry, store: ReportStore) -> None:
+    with serve(reg.storage, reports=store, report_limiter=GENEROUS) as url:
+        response, body = post(url, report_body(1))
+        assert response.status == 202, body
+        assert json.loads(body) == {"status": "accepted"}
+        assert response.getheader("Cache-Control") == "no-store"
+        # Keep-alive: the body was read exactly, so the next request on the
+        # connection parses (a second report, then a manifest).
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+        assert post(url, report_body(2), conn=conn)[0].status == 202
+        assert post(url, report_body(2, confirmed=True), conn=conn)[0].status == 202
+        conn.request("GET", "/manifests/digits/high.json")
+        assert conn.getresponse().status == 200
+        conn.close()
+    (summary,) = store.summaries("digits")
+    assert (summary.devices, summary.confirmed) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "detail"),
+    [
+        (b"{not json", "application/json", 400, "report is not JSON"),
+        (report_body(1, arm="canary"), "application/json", 400, "arm"),
+        (report_body(1, extra_field=1), "application/json", 400, "extra_field"),
+        (report_body(1, token="DEVICE-ID"), "application/json", 400, "token"),
+        (report_body(1), "text/plain", 415, "application/json"),
+        (report_body(1), "application/json; charset=utf-8", 202, ""),
+    ],
+)
+def test_bad_reports_are_refused_with_the_reason(
+    reg: FakeRegistry, tmp_path: Path, body: bytes, content_type: str, status: int, detail: str
+) -> None:
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        response, answer = post(url, body, content_type=content_type)
+        assert response.status == status, answer
+        if status != 202:
+            assert detail in json.loads(answer)["detail"]
+            assert store.count() == 0
+
+
+def test_an_oversized_report_is_refused_from_its_header(reg: FakeRegistry, tmp_path: Path) -> None:
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        # Only the head is sent: the answer comes without waiting for the 10 MB.
+        answer = raw(
+            url,
+            b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 10000000\r\n\r\n",
+        )
+        assert answer.startswith(b"HTTP/1.1 413 ")
+        assert b"Connection: close" in answer
+        assert str(MAX_REPORT_BYTES).encode() in answer
+        chunked = raw(
+            url,
+            b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        )
+        assert chunked.startswith(b"HTTP/1.1 411 ")
+        response, _ = post(url, b" " * (MAX_REPORT_BYTES + 1))
+        assert response.status == 413
+        assert store.count() == 0
+
+
+def test_only_post_and_only_with_a_store(reg: FakeRegistry, tmp_path: Path) -> None:
+    with serve(reg.storage) as url:
+        response, body = post(url, report_body(1))
+        assert response.status == 404
+        assert "--reports" in json.loads(body)["detail"]
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store) as url,
+    ):
+        response, _ = get(url, "/v1/reports")
+        assert response.status == 405
+        assert response.getheader("Allow") == "POST"
+        # Every other path stays GET/HEAD only.
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+        conn.request("POST", "/manifests/digits/high.json", body=report_body(1))
+        assert conn.getresponse().status == 405
+        conn.close()
+
+
+def test_a_flooding_address_is_limited_with_retry_after(reg: FakeRegistry, tmp_path: Path) -> None:
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=RateLimiter(0.5, 3)) as url,
+    ):
+        statuses = []
+        for n in range(6):
+            response, _ = post(url, report_body(n))
+            statuses.append(response.status)
+            if response.status == 429:
+                assert int(response.getheader("Retry-After", "0")) >= 1
+        assert statuses == [202, 202, 202, 429, 429, 429]
+        # The manifests are not rate-limited.
+        assert get(url, "/manifests/digits/high.json")[0].status == 200
+        assert store.count() == 3
+
+
+def test_rate_limit_buckets() -> None:
+    limiter = RateLimiter(rate=2, burst=2, max_clients=2)
+    assert [limiter.take("10.0.0.1", 0.0) for _ in range(3)] == [0.0, 0.0, 0.5]
+    assert limiter.take("10.0.0.1", 1.0) == 0.0  # refilled two in a second, one spent
+    assert limiter.take("10.0.0.2", 1.0) == 0.0  # another address, its own bucket
+    # One IPv6 host holds a /64: the whole prefix shares one bucket.
+    assert client_key("2001:db8::1") == client_key("2001:db8::ffff:1") == "2001:db8::/64"
+    assert client_key("::ffff:10.0.0.1") == "10.0.0.1"
+
+
+def test_a_flood_of_reports_never_touches_the_registry(
+    reg: FakeRegistry, store: ReportStore
+) -> None:
+    assert reg.root is not None
+    before = tree_digest(reg.root)
+    with serve(reg.storage, reports=store, report_limiter=RateLimiter(1000, 150)) as url:
+        manifest_before = get(url, "/manifests/digits/high.json")[1]
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+        statuses: dict[int, int] = {}
+        bodies = [
+            report_body(1),  # replayed below
+            b"[]",
+            b"\xff\xfe",
+            b"{" * 3000,
+            report_body(2, unit="../../manifests/digits", model="digits"),
+            report_body(3, version="9.9.9", tier="high", arm="stable"),
+        ]
+        for i in range(200):
+            body = bodies[i % len(bodies)]
+            try:
+                status = post(url, body, conn=conn)[0].status
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+                continue
+            statuses[status] = statuses.get(status, 0) + 1
+        conn.close()
+        assert raw(url, b"POST /v1/reports HTTP/1.1\r\nContent-Length: 99999\r\n\r\n")[:12] == (
+            b"HTTP/1.1 413"
+        )
+        response, manifest_after = get(url, "/manifests/digits/high.json")
+        assert response.status == 200
+        assert manifest_after == manifest_before
+        blob = reg.blob("digits", "1.1.0", "high")
+        response, data = get(url, f"/blobs/sha256/{blob.digest}")
+        assert (response.status, data) == (200, blob.data)
+    assert tree_digest(reg.root) == before
+    assert set(statuses) <= {202, 400, 429}
+    assert statuses[202] >= 2
+    assert statuses[400] >= 2
+    assert store.count() == 2  # the replays of token 1 and token 3 are one row each
+
+
+def test_a_store_outage_refuses_reports_but_keeps_delivering(reg: FakeRegistry) -> None:
+    blob = reg.blob("digits", "1.1.0", "high")
+    with PostgresServer() as database:
+        store = open_store(database.create_database())
+        with serve(reg.storage, reports=store, report_limiter=GENEROUS) as url:
+            assert post(url, report_body(1))[0].status == 202
+            database.stop()
+            response, body = post(url, report_body(2))
+            assert response.status == 503
+            assert response.getheader("Retry-After") == "30"
+            assert "report store" in json.loads(body)["detail"]
+            for path in ("/manifests/digits/high.json", f"/blobs/sha256/{blob.digest}"):
+                assert get(url, path)[0].status == 200
+            assert get(url, "/healthz")[0].status == 200
+            database.start()
+            assert post(url, report_body(3))[0].status == 202
+        assert store.count() == 2
+        store.close()
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+def test_serve_command_takes_reports_into_the_given_store(
+    reg: FakeRegistry, tmp_path: Path
+) -> None:
+    assert reg.root is not None
+    path = tmp_path / "reports.sqlite"
+    log = tmp_path / "serve.log"
+    with serve_process(
+        log, "--registry", str(reg.root), "--reports", f"sqlite:///{path}", cwd=tmp_path
+    ) as (_, url):
+        assert post(url, report_body(1))[0].status == 202
+    with open_store(f"sqlite:///{path}") as store:
+        assert store.count() == 1
+
+
+def test_serve_command_refuses_a_bad_store_url(reg: FakeRegistry, tmp_path: Path) -> None:
+    import subprocess
+
+    from servekit import SERVE_CMD
+
+    assert reg.root is not None
+    result = subprocess.run(
+        [*SERVE_CMD, "--registry", str(reg.root), "--port", "0", "--reports", "mysql://x:pw@db/r"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "--reports: unsupported report store scheme 'mysql'" in result.stderr
+    assert "pw" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_in_a_project_uses_its_reports_store(tmp_path: Path, small_toml: str) -> None:
+    # [registry] defaults to file://registry; [reports] store is set relative to models.toml.
+    (tmp_path / "models.toml").write_text(
+        small_toml + '\n[reports]\nstore = "sqlite:///data/reports.sqlite"\nretention_days = 30\n'
+    )
+    (tmp_path / "data").mkdir()
+    make_registry(tmp_path / "registry", models=("digits",))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--config", str(tmp_path / "models.toml"), cwd=elsewhere) as (_, url):
+        assert post(url, report_body(1))[0].status == 202
+    assert "reports: POST" in log.read_text()
+    with open_store(f"sqlite:///{tmp_path}/data/reports.sqlite") as store:
+        assert store.count() == 1
+
+
+def test_schemathesis_finds_no_disagreement_on_reports(reg: FakeRegistry, tmp_path: Path) -> None:
+    """Fuzz POST /v1/reports from its OpenAPI schema against a server with a store.
+
+    Invalid reports must be refused with a 4xx and nothing may answer 5xx.
+    Schema-valid data is not required to be accepted: JSON Schema's "integer"
+    admits 1773.0, which the strict parser refuses (integers are written without
+    a fraction, as in manifests); the document says so in words.
+    """
+    import subprocess
+    import sys
+
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "schemathesis.cli",
+                "run",
+                f"{url}/openapi.json",
+                "--include-path",
+                "/v1/reports",
+                "--checks",
+                "all",
+                "--exclude-checks",
+                "positive_data_acceptance",
+                "--max-examples",
+                "60",
+                "--seed",
+                "1",
+                "--no-color",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_a_default_store_that_cannot_open_does_not_stop_delivery(
+    tmp_path: Path, small_toml: str
+) -> None:
+    import subprocess
+
+    from servekit import SERVE_CMD
+
+    (tmp_path / "models.toml").write_text(small_toml)  # [reports] store left at its default
+    (tmp_path / "reports.sqlite").mkdir()  # the default path cannot be a database
+    make_registry(tmp_path / "registry", models=("digits",))
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--config", str(tmp_path / "models.toml"), cwd=tmp_path) as (_, url):
+        assert get(url, "/manifests/digits/high.json")[0].status == 200
+        assert post(url, report_body(1))[0].status == 404
+    assert "this server keeps no reports" in log.read_text()
+    # Chosen explicitly, the same store stops the start with the reason.
+    result = subprocess.run(
+        [
+            *SERVE_CMD,
+            "--config",
+            str(tmp_path / "models.toml"),
+            "--port",
+            "0",
+            "--reports",
+            "sqlite:///reports.sqlite",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 6
+    assert "cannot open" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_expect_100_continue_gets_the_interim_answer(reg: FakeRegistry, tmp_path: Path) -> None:
+    body = report_body(1, device_class="x" * 32)
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(
+                b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+            )
+            assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(body)
+            assert sock.recv(100).startswith(b"HTTP/1.1 202 ")
+        assert store.count() == 1

@@ -1,0 +1,276 @@
+"""The report store: the same behaviour on SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgkit import PostgresServer, free_port, postgres_server, postgres_url  # noqa: F401 (fixtures)
+
+from edgereg.protocol.reports import Report
+from edgereg.reports import (
+    SCHEMA_VERSION,
+    ArmSummary,
+    ReportStore,
+    ReportStoreError,
+    StoreURLError,
+    open_store,
+)
+from edgereg.reports.summary import latency_bucket
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def report(n: int, **fields: Any) -> Report:
+    """A valid report of install ``n`` (a candidate of digits on the high tier)."""
+    data: dict[str, Any] = {
+        "token": f"{n:032x}",
+        "unit": "digits",
+        "model": "digits",
+        "version": "1.1.0",
+        "unit_version": "1.1.0",
+        "variant": "int8",
+        "tier": "high",
+        "arm": "candidate",
+        "sequence": 7,
+        "probe": "passed",
+        "backend": "cpu",
+        "load_ms": 20.0,
+        "inference": {"count": 50, "p50_ms": 3.0, "p90_ms": 4.0, "p99_ms": 6.0},
+        "confirmed": True,
+    }
+    data.update(fields)
+    return Report.model_validate(data)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/reports.sqlite"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[ReportStore]:
+    with open_store(store_url) as opened:
+        yield opened
+
+
+def by_arm(summaries: list[ArmSummary]) -> dict[tuple[str, str, str], ArmSummary]:
+    return {(s.tier, s.arm, s.version): s for s in summaries}
+
+
+def test_summaries_group_by_tier_arm_and_version(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, load_ms=10.0), T0),
+            (report(2, load_ms=10.0, probe="failed", backend=None, confirmed=False), T0),
+            (report(3, load_ms=40.0, reverted=True, confirmed=False), T0),
+            (report(4, arm="stable", version="1.0.0", unit_version="1.0.0"), T0),
+            (report(5, tier="low", load_failed=True, load_ms=None, inference=None), T0),
+            (report(6, unit="sensor", model="sensor"), T0),
+        ]
+    )
+    arms = by_arm(store.summaries("digits"))
+    assert set(arms) == {
+        ("high", "candidate", "1.1.0"),
+        ("high", "stable", "1.0.0"),
+        ("low", "candidate", "1.1.0"),
+    }
+    candidate = arms[("high", "candidate", "1.1.0")]
+    assert (candidate.devices, candidate.probe_failed, candidate.reverted) == (3, 1, 1)
+    assert (candidate.confirmed, candidate.load_failed) == (1, 0)
+    assert candidate.load_ms == {latency_bucket(10.0): 2, latency_bucket(40.0): 1}
+    assert candidate.inference_p50_ms == {latency_bucket(3.0): 3}
+    low = arms[("low", "candidate", "1.1.0")]
+    assert (low.devices, low.load_failed, low.load_ms, low.inference_p50_ms) == (1, 1, {}, {})
+    assert store.summaries("nothing") == []
+
+
+def test_latest_report_of_an_install_wins_and_replays_change_nothing(store: ReportStore) -> None:
+    store.ingest(report(1, confirmed=False), T0)
+    store.ingest(report(1, confirmed=True, load_ms=80.0), T0 + timedelta(minutes=5))
+    for _ in range(3):  # a replay of the first report, arriving late
+        store.ingest(report(1, confirmed=False), T0 + timedelta(minutes=1))
+    (summary,) = store.summaries("digits")
+    assert (summary.devices, summary.confirmed) == (1, 1)
+    assert summary.load_ms == {latency_bucket(80.0): 1}
+    assert store.count() == 1
+
+
+def test_since_counts_installs_heard_from_since(store: ReportStore) -> None:
+    store.ingest(report(1), T0)
+    store.ingest(report(2), T0 + timedelta(hours=2))
+    (summary,) = store.summaries("digits", since=T0 + timedelta(hours=1))
+    assert summary.devices == 1
+
+
+def test_bundle_members_fold_into_one_device(store: ReportStore) -> None:
+    def member(model: str, **fields: Any) -> Report:
+        return report(9, unit="ocr", model=model, unit_version="2.0.0", **fields)
+
+    store.ingest_many(
+        [
+            (member("det", load_ms=5.0), T0),
+            (member("rec", load_ms=50.0, probe="failed", confirmed=False), T0),
+            (report(10, unit="ocr", model="det", unit_version="2.0.0"), T0),
+        ]
+    )
+    (summary,) = store.summaries("ocr")
+    assert (summary.devices, summary.probe_failed, summary.confirmed) == (2, 1, 1)
+    (rec,) = store.summaries("ocr", model="rec")
+    assert (rec.devices, rec.load_ms) == (1, {latency_bucket(50.0): 1})
+
+
+def test_prune_deletes_installs_not_heard_from(store: ReportStore) -> None:
+    store.ingest(report(1), T0)
+    store.ingest(report(2), T0 + timedelta(days=10))
+    assert store.prune(T0 + timedelta(days=1)) == 1
+    assert store.count() == 1
+    assert store.prune(T0 + timedelta(days=1)) == 0
+
+
+def test_concurrent_ingest_from_server_threads(store: ReportStore) -> None:
+    def worker(base: int) -> None:
+        for n in range(base, base + 50):
+            store.ingest(report(n), T0)
+
+    threads = [threading.Thread(target=worker, args=(i * 1000,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.count() == 400
+
+
+def test_schema_version_is_recorded_and_a_newer_one_refused(store_url: str) -> None:
+    with open_store(store_url) as store:
+        store.check()
+        with store._connection() as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT value FROM reports_meta WHERE key = 'schema'")
+            assert cur.fetchone()[0] == str(SCHEMA_VERSION)
+            cur.execute("UPDATE reports_meta SET value = '99' WHERE key = 'schema'")
+            conn.commit()
+    with open_store(store_url) as store, pytest.raises(ReportStoreError) as caught:
+        store.summaries("digits")
+    assert "schema 99" in caught.value.message
+    assert "newer edgereg" in caught.value.message
+    assert not caught.value.retryable
+
+
+def test_naive_times_are_refused(store: ReportStore) -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        store.ingest(report(1), datetime(2026, 1, 1))  # naive: the point of the test
+
+
+# -- SQLite specifics ----------------------------------------------------------------
+
+
+def test_sqlite_file_is_created_on_first_use_in_wal_mode(tmp_path: Path) -> None:
+    (tmp_path / "project").mkdir()
+    store = open_store("sqlite:///reports/r.sqlite", base_dir=tmp_path / "project")
+    with pytest.raises(ReportStoreError, match="does not exist") as caught:
+        store.check()
+    assert "Create it" in (caught.value.hint or "")
+    (tmp_path / "project" / "reports").mkdir()
+    store.check()
+    path = tmp_path / "project" / "reports" / "r.sqlite"
+    assert path.is_file()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+def test_sqlite_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "reports.sqlite"
+    path.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(ReportStoreError, match="not an SQLite database"):
+        open_store(f"sqlite:///{path}").check()
+    assert path.read_bytes() == b"not a database at all" * 100
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("reports.sqlite", "is not a store URL"),
+        ("sqlite://reports.sqlite", "names no file"),
+        ("sqlite:///", "names no file"),
+        ("mysql://u:secret@db/x", "unsupported report store scheme 'mysql'"),
+        ("postgresql://u:secret@db:notaport/x", "is not a PostgreSQL URL"),
+        ("postgresql://u:secret@db/x?bogus=1", "is not a PostgreSQL URL"),
+    ],
+)
+def test_bad_urls_are_refused_without_showing_a_password(url: str, expected: str) -> None:
+    with pytest.raises(StoreURLError) as caught:
+        open_store(url)
+    assert expected in caught.value.message
+    assert "secret" not in caught.value.diagnostics()
+    assert caught.value.exit_code == 2
+
+
+# -- PostgreSQL specifics ------------------------------------------------------------
+
+
+def test_postgres_unreachable_is_a_clear_retryable_error() -> None:
+    url = f"postgresql://edgereg:secret@127.0.0.1:{free_port()}/x"
+    with pytest.raises(ReportStoreError) as caught:
+        open_store(url).summaries("digits")
+    error = caught.value
+    assert "does not answer" in error.message
+    assert error.retryable
+    assert "secret" not in error.diagnostics()
+    assert "***" in error.url
+
+
+def test_postgres_store_recovers_after_a_restart(tmp_path: Path) -> None:
+    with PostgresServer() as server:
+        url = server.create_database()
+        with open_store(url) as store:
+            store.ingest(report(1), T0)
+            server.stop()
+            with pytest.raises(ReportStoreError, match="does not answer"):
+                store.ingest(report(2), T0)
+            server.start()
+            store.ingest(report(3), T0)
+            assert store.count() == 2
+
+
+# -- group commit (what `edgereg serve` puts in front of the store) ------------------
+
+
+def test_group_commit_shares_transactions_between_threads(store: ReportStore) -> None:
+    from edgereg.reports.batch import GroupCommit
+
+    front = GroupCommit(store)
+
+    def worker(base: int) -> None:
+        for n in range(base, base + 40):
+            front.ingest(report(n), T0)
+
+    threads = [threading.Thread(target=worker, args=(i * 1000,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.count() == 400
+    assert front.batched == 400
+    assert front.batches < 400
+    front.close()
+
+
+def test_group_commit_hands_a_failure_to_its_caller(tmp_path: Path) -> None:
+    from edgereg.reports.batch import GroupCommit
+
+    front = GroupCommit(open_store(f"sqlite:///{tmp_path}/missing/r.sqlite"))
+    with pytest.raises(ReportStoreError, match="does not exist"):
+        front.ingest(report(1), T0)
+    (tmp_path / "missing").mkdir()
+    front.ingest(report(2), T0)  # the writer outlived the failed batch
+    assert front.store.count() == 1
+    front.close()
