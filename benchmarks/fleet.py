@@ -25,7 +25,17 @@ Targets:
 4. a device's update check (reported: ms per device with and without a new
    release, the host MNN runs the self-test needed).
 
-Usage: .venv/bin/python benchmarks/fleet.py [--devices 1000]
+Then the closed loop (when the client's self-test and reports, the report
+store and the canary analysis are installed): on a fresh registry each,
+1.0.0 everywhere, then 2.0.0 at 5 % with ``rollout --auto`` once a simulated
+day, for a good candidate and three bad ones (+30 % latency, a probe failure
+on 30 % of devices, a crash loop on 30 %):
+
+5. the good one is promoted 5 -> 25 -> 50 -> 100 % -> stable, each step signed
+   as automatic with its evidence; each bad one is rolled back by its
+   guardrail and every device is back on 1.0.0.
+
+Usage: .venv/bin/python benchmarks/fleet.py [--devices 1000] [--loop-devices 1000]
 """
 
 from __future__ import annotations
@@ -48,12 +58,16 @@ from fleetkit import (  # noqa: E402
     FleetRegistry,
     HostOutputs,
     ProbeLedger,
+    Release,
     build_bundle_project,
+    closed_loop_available,
     device_self_test,
     make_devices,
+    open_closed_loop,
 )
 
 from edgereg.client import InstallCheck  # noqa: E402
+from edgereg.config import RolloutPolicy  # noqa: E402
 from edgereg.serve import start_in_thread  # noqa: E402
 
 results: list[tuple[str, bool, str]] = []
@@ -90,9 +104,84 @@ def step(fleet: Fleet, kit: FleetRegistry, label: str, ledger: ProbeLedger) -> N
     )
 
 
+# Wider than the defaults: a 5 % arm of 1,000 devices is ~50 devices over three tiers.
+LOOP_POLICY = RolloutPolicy.model_validate(
+    {
+        "steps": [5, 25, 50, 100],
+        "min_soak_hours": 24,
+        "guardrails": {
+            "min_devices": 10,
+            "probe_failure": {"max_increase": 0.1},
+            "load_failure": {"max_increase": 0.1},
+            "revert": {"max_increase": 0.1},
+            "load_ms": {"max_increase_pct": 100, "critical": False},
+            "inference_ms": {"max_increase_pct": 15, "critical": True},
+        },
+    }
+)
+SCENARIOS = (
+    ("good 2.0.0", Release(), None),
+    ("2.0.0 with +30 % latency", Release(latency_shift=0.3), "inference_ms"),
+    (
+        "2.0.0 failing its probe on 30 % of devices",
+        Release(probe_broken_share=0.3),
+        "probe_failure",
+    ),
+    ("2.0.0 crash-looping on 30 % of devices", Release(crash_share=0.3), "revert"),
+)
+
+
+def closed_loop(project: Path, work: Path, devices: int) -> None:
+    """Each scenario on a fresh registry: 1.0.0 everywhere, 2.0.0 at 5 %, rollout --auto daily."""
+    print(f"\nclosed loop: {devices} devices, every tier, guardrails {LOOP_POLICY.guardrails}")
+    for index, (label, release, guardrail) in enumerate(SCENARIOS):
+        kit = FleetRegistry.create(work / f"registry-{index}", project)
+        started = time.perf_counter()
+        with open_closed_loop(kit, work / f"loop-{index}", release, devices) as loop:
+            installed = time.perf_counter() - started
+            started = time.perf_counter()
+            decisions = loop.run_auto(LOOP_POLICY, days=8)
+            per_day = (time.perf_counter() - started) / len(decisions) / devices
+            loop.kit.clock.advance(1)
+            loop.day()
+            versions = loop.fleet.versions()
+            stored = loop.sink.store.count()
+        print(
+            f"\n{label}: first install {installed:.0f}s; {len(decisions)} days at "
+            f"{1000 * per_day:.1f} ms per device-day (check, app starts, reports); "
+            f"{stored} reports stored; now installed {versions}"
+        )
+        for day, decision in enumerate(decisions, 1):
+            print(f"    day {day}: {decision.action}: {decision.reason[:160]}")
+        state, _ = kit.registry.read_state(BUNDLE)
+        assert state is not None
+        automatic = [event for event in state.history if event.automatic and event.evidence]
+        if guardrail is None:
+            moves = [(d.action, d.percent) for d in decisions]
+            wanted = [("step", 25.0), ("step", 50.0), ("step", 100.0), ("promote", None)]
+            report(
+                "closed loop: a good candidate is promoted step by step by --auto",
+                moves == wanted and len(automatic) == 4 and versions == {"2.0.0": devices},
+                f"{' -> '.join(a if p is None else f'{p:g}%' for a, p in moves)} in "
+                f"{len(decisions)} days, {len(automatic)} signed automatic events with evidence",
+            )
+        else:
+            last = decisions[-1]
+            report(
+                f"closed loop: {label} is rolled back by --auto ({guardrail})",
+                last.action == "rollback"
+                and guardrail in last.reason
+                and versions == {"1.0.0": devices},
+                f"{last.action} on day {len(decisions)}; every device on {versions}",
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument(
+        "--loop-devices", type=int, default=1000, help="devices in the closed loop (0: skip)"
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -170,6 +259,11 @@ def main() -> None:
             f"{unchanged_ms:.1f} ms per device (304); "
             f"{host.runs} host MNN runs served {len(ledger.passed)} member self-tests",
         )
+
+        if args.loop_devices and closed_loop_available():
+            closed_loop(project, tmp, args.loop_devices)
+        elif args.loop_devices:
+            print("\nclosed loop skipped: needs the client self-test, report store and analysis")
 
     failed = [target for target, passed, _ in results if not passed]
     print(f"\n{len(results) - len(failed)}/{len(results)} targets met")

@@ -34,10 +34,11 @@ Typical use::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -493,6 +494,7 @@ __all__ = [
     "CLASSES",
     "MEMBERS",
     "TIERS",
+    "ClosedLoop",
     "Device",
     "DeviceClass",
     "DeviceProbeFailed",
@@ -500,11 +502,13 @@ __all__ = [
     "FleetRegistry",
     "HostOutputs",
     "ProbeLedger",
+    "Release",
     "SimClock",
     "build_bundle_project",
     "device_self_test",
     "latencies",
     "make_devices",
+    "open_closed_loop",
     "set_member_versions",
 ]
 
@@ -794,6 +798,19 @@ class ClosedLoop:
             if sent is not None:
                 self.sent.append(sent)
 
+    def run_auto(self, policy: config_module.RolloutPolicy, days: int) -> list[Any]:
+        """A day of use, then ``rollout --auto`` from cron, until it promotes or halts."""
+        decisions = []
+        for _ in range(days):
+            self.kit.clock.advance(1)
+            self.day()
+            self.kit.clock.advance(24)
+            decision = self.auto(policy)
+            decisions.append(decision)
+            if decision.action in ("promote", "rollback", "pause"):
+                break
+        return decisions
+
     def auto(self, policy: config_module.RolloutPolicy) -> Any:
         """``edgereg rollout kit --auto`` on the simulated clock: analyse, then act.
 
@@ -856,3 +873,38 @@ class ClosedLoop:
             )
         self.last_analysis = analysis
         return decision
+
+
+@contextlib.contextmanager
+def open_closed_loop(
+    kit: FleetRegistry,
+    work: Path,
+    candidate: Release,
+    devices: int,
+    *,
+    classes: Sequence[DeviceClass] = CLASSES,
+    store_url: str | None = None,
+) -> Iterator[ClosedLoop]:
+    """1.0.0 installed and confirmed on ``devices`` devices, then 2.0.0 (behaving as told) at 5 %.
+
+    The registry is served by ``edgereg serve`` with the report store behind
+    ``POST /v1/reports`` (SQLite in ``work`` unless ``store_url``), the report
+    URL signed into the manifests; every device posts from 127.0.0.1, so the
+    per-address rate limit is lifted.
+    """
+    from servekit import serve
+
+    from edgereg.reports import open_store
+    from edgereg.serve._app import RateLimiter
+
+    kit.report_url = "v1/reports"
+    kit.publish_bundle("1.0.0", percent=None)
+    with open_store(store_url or f"sqlite:///{work}/reports.sqlite") as store:
+        sink = ClosedLoop.make_sink(store, kit.clock)
+        with serve(kit.storage, reports=sink, report_limiter=RateLimiter(1e6, 10**6)) as base_url:
+            fleet = make_devices(devices, work / "devices", classes=classes)
+            loop = ClosedLoop(kit, base_url, fleet, sink, {"2.0.0": candidate})
+            loop.day()
+            kit.clock.advance(1)
+            kit.publish_bundle("2.0.0", percent=5.0)
+            yield loop

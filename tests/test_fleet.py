@@ -9,11 +9,9 @@ simulated: the device, its GPU's faults, the clock).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from fleetkit import (
     closed_loop_available,
     device_self_test,
     make_devices,
+    open_closed_loop,
 )
 from servekit import serve
 
@@ -154,47 +153,15 @@ LOOP_POLICY = RolloutPolicy.model_validate(
 )
 
 
-@contextlib.contextmanager
-def closed_loop(
-    kit: FleetRegistry, tmp_path: Path, candidate: Release, *, store_url: str | None = None
-) -> Iterator[ClosedLoop]:
-    """1.0.0 installed and confirmed on 200 devices, then 2.0.0 (behaving as told) at 5 %."""
-    from edgereg.reports import open_store
-    from edgereg.serve._app import RateLimiter
-
-    kit.report_url = "v1/reports"
-    kit.publish_bundle("1.0.0", percent=None)  # again, now with the report URL signed in
-    with open_store(store_url or f"sqlite:///{tmp_path}/reports.sqlite") as store:
-        sink = ClosedLoop.make_sink(store, kit.clock)
-        generous = RateLimiter(1e6, 10**6)  # every device posts from 127.0.0.1
-        with serve(kit.storage, reports=sink, report_limiter=generous) as base_url:
-            devices = make_devices(DEVICES, tmp_path / "d", classes=HIGH_ONLY)
-            loop = ClosedLoop(kit, base_url, devices, sink, {"2.0.0": candidate})
-            loop.day()
-            kit.clock.advance(1)
-            kit.publish_bundle("2.0.0", percent=5.0)
-            yield loop
-
-
 def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
-    """A day of use, then `rollout --auto` from cron, until it promotes or halts."""
-    decisions = []
-    for _ in range(days):
-        loop.kit.clock.advance(1)
-        loop.day()
-        loop.kit.clock.advance(24)
-        decision = loop.auto(LOOP_POLICY)
-        decisions.append(decision)
-        if decision.action in ("promote", "rollback", "pause"):
-            break
-    return decisions
+    return loop.run_auto(LOOP_POLICY, days)
 
 
 @needs_loop
 def test_a_good_candidate_is_promoted_step_by_step_by_auto(
     kit: FleetRegistry, tmp_path: Path
 ) -> None:
-    with closed_loop(kit, tmp_path, Release()) as loop:
+    with open_closed_loop(kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY) as loop:
         decisions = run_auto(loop, days=8)
         loop.day()
         versions = loop.fleet.versions()
@@ -235,7 +202,7 @@ def test_a_good_candidate_is_promoted_step_by_step_by_auto(
 def test_a_bad_candidate_is_halted_and_rolled_back(
     kit: FleetRegistry, tmp_path: Path, candidate: Release, guardrail: str
 ) -> None:
-    with closed_loop(kit, tmp_path, candidate) as loop:
+    with open_closed_loop(kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY) as loop:
         decisions = run_auto(loop, days=3)
         loop.kit.clock.advance(1)
         loop.day()
@@ -290,7 +257,14 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(
     registry_root = tmp_path / "registry"
     with (
         pgkit.PostgresServer() as database,
-        closed_loop(kit, tmp_path, Release(), store_url=database.create_database()) as loop,
+        open_closed_loop(
+            kit,
+            tmp_path,
+            Release(),
+            DEVICES,
+            classes=HIGH_ONLY,
+            store_url=database.create_database(),
+        ) as loop,
     ):
         kit.clock.advance(1)
         loop.day()
