@@ -35,6 +35,7 @@ Typical use::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import random
 import sys
@@ -117,7 +118,8 @@ CLASSES = (
     DeviceClass("midrange", "mid", 22.0),
     DeviceClass("budget", "low", 48.0, latency_sigma=0.35),
 )
-"""The default fleet mix, drawn uniformly: a quarter of high-tier... devices per class."""
+"""The default fleet mix, each class drawn with equal odds: half the devices are high tier
+(half of those with a faulty GPU), a quarter mid, a quarter low."""
 
 
 @dataclass
@@ -546,7 +548,8 @@ class _PerturbedSession:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        rng = np.random.default_rng(abs(hash(self._seed)) % 2**32)
+        # hashlib, not hash(): str hashes change per process, the noise must not.
+        rng = np.random.default_rng(int(hashlib.sha256(self._seed.encode()).hexdigest()[:8], 16))
         out = {}
         for name, value in self._session.run(feeds).items():
             array = np.asarray(value, dtype=np.float64)
@@ -721,7 +724,7 @@ class ClosedLoop:
             self._report_install(app, status, sequence)
         release = self.releases.get(status.version, Release())
         crashes = self._chosen(device, status.version, release.crash_share, "crash")
-        for _ in range(starts):
+        for start in range(starts):
             revert = app.health.app_started(BUNDLE)
             if revert is not None:
                 client.revert(revert.reason)
@@ -733,7 +736,7 @@ class ClosedLoop:
             if crashes:
                 continue  # the app dies before its first inference: no confirmation
             for member in status.members:
-                for ms in latencies(device, shift=release.latency_shift, count=20, seed=_):
+                for ms in latencies(device, shift=release.latency_shift, count=20, seed=start):
                     app.reporter.record_inference(member, ms)
             if app.health.confirm(BUNDLE, status.version):
                 for member in status.members:
@@ -895,7 +898,7 @@ def open_closed_loop(
     from servekit import serve
 
     from edgereg.reports import open_store
-    from edgereg.serve._app import RateLimiter
+    from edgereg.serve._ratelimit import RateLimiter
 
     kit.report_url = "v1/reports"
     kit.publish_bundle("1.0.0", percent=None)

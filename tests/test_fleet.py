@@ -252,7 +252,7 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(
     if pgkit.postgres_bin() is None:
         pytest.skip("PostgreSQL is not installed (make system-deps)")
     from edgereg.protocol.wire import to_bytes
-    from edgereg.serve._app import RateLimiter
+    from edgereg.serve._ratelimit import RateLimiter
 
     registry_root = tmp_path / "registry"
     with (
