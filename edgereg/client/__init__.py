@@ -30,6 +30,7 @@ port to another language can be checked against the conformance vectors in
 tests/vectors/ with it. docs/protocol.md describes the protocol.
 """
 
+from edgereg.client._health import HealthLedger, Revert
 from edgereg.client._installed import (
     InstallCheck,
     InstalledModel,
@@ -39,6 +40,8 @@ from edgereg.client._installed import (
     Status,
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._reporter import DeviceFacts, Reporter
+from edgereg.client._selftest import BackendRunner, SelfTest, SelfTestResult
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BadBlob,
@@ -75,6 +78,7 @@ from edgereg.signing import TrustedKeys
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "BackendRunner",
     "BadBlob",
     "BadRelease",
     "BadSignature",
@@ -85,11 +89,13 @@ __all__ = [
     "Client",
     "Conditions",
     "Decision",
+    "DeviceFacts",
     "DeviceProfile",
     "DownloadPolicy",
     "Expired",
     "FetchResult",
     "Fetcher",
+    "HealthLedger",
     "InstallCheck",
     "InstalledModel",
     "LastError",
@@ -98,8 +104,12 @@ __all__ = [
     "NoSpace",
     "Pending",
     "Rejected",
+    "Reporter",
+    "Revert",
     "Rollback",
     "RuntimeTooOld",
+    "SelfTest",
+    "SelfTestResult",
     "Status",
     "TransportError",
     "TrustError",

@@ -30,6 +30,7 @@ from edgereg import config as config_module
 from edgereg._cli_common import INTERRUPTED, Seconds, config_option_for, root_flag
 from edgereg.client._installed import InstalledModel, Status, UnitKind
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._selftest import SelfTest
 from edgereg.client._updater import (
     Client,
     FetchResult,
@@ -135,6 +136,18 @@ TOFU_WARNING = (
     show_default=True,
     help="Bytes/s a download must average over each --timeout window (0: no minimum).",
 )
+@click.option(
+    "--self-test",
+    is_flag=True,
+    help="Run each model's golden probe on its hinted backends before installing it "
+    "(docs/protocol.md §11); print the backend chosen and the ones skipped.",
+)
+@click.option(
+    "--report/--no-report",
+    default=True,
+    show_default=True,
+    help="Send the anonymous report the manifest asks for (no device id).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def pull_command(
     model: str | None,
@@ -163,6 +176,8 @@ def pull_command(
     timeout: float,
     deadline: float,
     min_rate: int,
+    self_test: bool,
+    report: bool,
     as_json: bool,
 ) -> None:
     """Fetch MODEL (or --bundle NAME) for one device as an app would, and install it."""
@@ -239,6 +254,8 @@ def pull_command(
             app_version=app_version,
             policy=DownloadPolicy(allow_metered=allow_metered, require_charging=require_charging),
             bundled=shipped,
+            self_test=self_test,
+            reporting=report,
             timeout=timeout,
             deadline=deadline,
             min_rate=min_rate,
@@ -254,12 +271,62 @@ def pull_command(
         # Like every edgereg command (exit 130), not click's "Aborted!" with exit 1.
         click.echo("interrupted", err=True)
         sys.exit(INTERRUPTED)
+    finally:
+        client.close()
     if as_json:
-        click.echo(json.dumps(_as_json(result), indent=2))
+        data = _as_json(result)
+        if client.self_test is not None:
+            data["self_test"] = _self_test_json(client.self_test)
+        click.echo(json.dumps(data, indent=2))
     else:
         _print(result)
+        if client.self_test is not None:
+            _print_self_test(client.self_test)
     if result.exception is not None:
         sys.exit(result.exception.exit_code)
+
+
+def _self_test_json(check: SelfTest) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, result in sorted(check.results.items()):
+        found[name] = {
+            "passed": True,
+            "probe": result.probe,
+            "backend": result.backend,
+            "skipped": list(result.skipped),
+            "unavailable": list(result.unavailable),
+            "load_ms": round(result.load_ms, 3),
+            "probe_ms": round(result.probe_ms, 3),
+        }
+    for name, trials in sorted(check.failed.items()):
+        found[name] = {
+            "passed": False,
+            "probe": "failed",
+            "backend": None,
+            "skipped": [t.backend for t in trials if t.outcome in ("failed", "remembered")],
+            "unavailable": [t.backend for t in trials if t.outcome == "unavailable"],
+            "why": {t.backend: t.detail for t in trials if t.detail},
+        }
+    return found
+
+
+def _print_self_test(check: SelfTest) -> None:
+    for name, result in sorted(check.results.items()):
+        line = f"self-test {name}: runs on {result.backend}"
+        if result.probe == "none":
+            line += " (no probe: the first backend that loads)"
+        if result.skipped:
+            line += f"; skipped {', '.join(result.skipped)} (outputs missed the probe)"
+        if result.unavailable:
+            line += f"; not on this device: {', '.join(result.unavailable)}"
+        click.echo(f"{line}; load {result.load_ms:.1f} ms, probe {result.probe_ms:.1f} ms")
+        for trial in result.trials:
+            if trial.outcome in ("failed", "remembered"):
+                click.echo(f"  {trial.backend}: {trial.detail}")
+    for name, trials in sorted(check.failed.items()):
+        click.echo(f"self-test {name}: failed on every backend; not installed", err=True)
+        for trial in trials:
+            click.echo(f"  {trial.backend}: {trial.detail}", err=True)
 
 
 def _fail(exc: EdgeregError | OSError) -> NoReturn:

@@ -55,6 +55,7 @@ from pydantic import TypeAdapter, ValidationError
 from edgereg import __version__
 from edgereg._files import atomic_write as write_whole
 from edgereg._files import sha256_file
+from edgereg.client._health import DEFAULT_MAX_UNCONFIRMED_STARTS, HealthLedger, Revert
 from edgereg.client._installed import (
     InstallCheck,
     InstalledModel,
@@ -67,6 +68,8 @@ from edgereg.client._installed import (
     _Member,
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
+from edgereg.client._selftest import SelfTest
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BlobCheck,
@@ -952,6 +955,14 @@ class Client:
             when nothing (newer) is installed.
         install_check: Called after every blob of a new release is verified and
             before the switch (see :data:`~edgereg.client.InstallCheck`).
+        self_test: Run each member's golden probe on its hinted backends before
+            the switch (True, or a :class:`~edgereg.client.SelfTest` with its own
+            runner); the install check then (docs/protocol.md §11).
+        reporting: Send the anonymous reports the manifest asks for (§11);
+            False sends and stores nothing.
+        device_class: A coarse bucket of the app's own (``ram4-8c``) for reports.
+        max_unconfirmed_starts: App starts a new release gets to be confirmed
+            (:meth:`confirm`) before :meth:`app_started` reverts it.
         timeout: Seconds before a connection, a read or a response's headers give up.
         deadline: Seconds a whole :meth:`fetch` may take (manifest and blobs).
         min_rate: Bytes per second a response body must average over each
@@ -980,6 +991,10 @@ class Client:
         policy: DownloadPolicy | None = None,
         bundled: BundledRelease | None = None,
         install_check: InstallCheck | None = None,
+        self_test: bool | SelfTest = False,
+        reporting: bool = True,
+        device_class: str | None = None,
+        max_unconfirmed_starts: int = DEFAULT_MAX_UNCONFIRMED_STARTS,
         timeout: float = 30.0,
         deadline: float = Limits.deadline,
         min_rate: int = Limits.min_rate,
@@ -1019,6 +1034,27 @@ class Client:
         self.policy = policy if policy is not None else DownloadPolicy()
         self.bundled = bundled
         self.install_check = install_check
+        self.self_test: SelfTest | None = None
+        if self_test is not False:
+            if install_check is not None:
+                raise ValueError("give self_test= or install_check=, not both")
+            self.self_test = SelfTest(self.cache.root) if self_test is True else self_test
+            self.install_check = self.self_test
+        self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
+        os_version = device.os_version
+        if os_version is not None and not SHORT_TEXT.match(os_version):
+            os_version = None  # reports carry a short, coarse version or none
+        self.reporter = Reporter(
+            base_url,
+            self.cache.root,
+            device=DeviceFacts(
+                os=device.os,
+                os_version=os_version,
+                device_class=device_class,
+                mnn_runtime=device.mnn_runtime,
+            ),
+            enabled=reporting,
+        )
         self.max_manifest_bytes = max_manifest_bytes
         self.clock = clock
         # Told (bytes received, blob size) as a download goes, for progress bars.
@@ -1061,6 +1097,7 @@ class Client:
         if self.bundled is not None:
             self._install_shipped_or_record()
         installed = self.cache.read_installed(self.kind, self.model)
+        self.reporter.retry_pending()
         self.fetcher.start_deadline()
         try:
             result = self._fetch(installed, conditions or Conditions())
@@ -1113,7 +1150,64 @@ class Client:
         self._record_error("reverted", f"{record.version} reverted: {reason}")
         self.cache.evict()
         _log.warning("%s %s reverted (%s)", self.model, record.version, reason)
+        self.health.reverted(self.model, None if previous is None else previous.version)
+        for name in sorted(record.members):
+            self.reporter.reverted(self.model, name)
         return None if previous is None else self._result(previous, updated=True)
+
+    def app_started(self) -> Revert | None:
+        """Call once at every start of the app, before it loads the model.
+
+        Counts the start against an unconfirmed install; when the installed
+        release was not confirmed within ``max_unconfirmed_starts`` starts (a
+        crash loop), reverts it to the last good set and marks it bad
+        (docs/protocol.md §11). Reads and writes the cache only.
+
+        Returns:
+            The revert carried out (load :meth:`current` then), or None.
+        """
+        revert = self.health.app_started(self.model)
+        if revert is None:
+            return None
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or record.version != revert.version:
+            # Something else is installed by now: nothing to take back.
+            self.health.reverted(self.model, None if record is None else record.version)
+            return None
+        self.revert(revert.reason)
+        return revert
+
+    def confirm(self, version: str | None = None) -> bool:
+        """The app's first real inference with the installed release succeeded.
+
+        Args:
+            version: The version the app ran (the bundle's for a bundle);
+                a confirmation of another version than the installed one
+                does not count.
+
+        Returns:
+            True when this confirmed a release that was waiting for it.
+        """
+        confirmed = self.health.confirm(self.model, version)
+        if confirmed:
+            record = self.cache.read_record(self.kind, self.model)
+            for name in sorted(record.members if record is not None else {}):
+                self.reporter.confirmed(self.model, name)
+        return confirmed
+
+    def record_inference(self, ms: float, model: str | None = None) -> None:
+        """Add one real inference's latency (``model``: a bundle member) to the next report."""
+        self.reporter.record_inference(model or self.model, ms)
+
+    def report_latency(self) -> None:
+        """Send the latency recorded since the last report now (for a periodic send)."""
+        record = self.cache.read_record(self.kind, self.model)
+        for name in sorted(record.members if record is not None else {}):
+            self.reporter.summary(self.model, name)
+
+    def close(self, timeout: float = 11.0) -> None:
+        """Wait up to ``timeout`` seconds for reports still being sent."""
+        self.reporter.close(timeout)
 
     # -- steps ------------------------------------------------------------------
 
@@ -1239,12 +1333,14 @@ class Client:
             new = self._check(new, entries)
         except Rejected:
             self._set_pending(None)
+            self._report_rejected(new, decision)
             raise
         if installed is not None:
             new = dataclasses.replace(new, previous=installed.without_previous())
         self.cache.write_installed(self.kind, self.model, new)
         self._set_pending(None)
         self.cache.evict()
+        self._report_installed(new, decision)
         return self._result(
             new,
             updated=True,
@@ -1265,6 +1361,54 @@ class Client:
                 deferred=why,
             )
         return dataclasses.replace(self._result(installed, not_modified=not_modified), deferred=why)
+
+    def _facts(self, new: _Installed, name: str, decision: Decision) -> InstallFacts:
+        member = new.members[name]
+        return InstallFacts(
+            unit=self.model,
+            model=name,
+            version=member.version,
+            unit_version=new.version,
+            variant=member.variant,
+            tier=self.tier,
+            arm="candidate" if new.is_candidate else "stable",
+            sequence=decision.manifest.sequence,
+        )
+
+    def _report_installed(self, new: _Installed, decision: Decision) -> None:
+        """A new release is installed: its count of starts begins, each member is reported."""
+        self.health.installed(self.model, new.version)
+        results = self.self_test.results if self.self_test is not None else {}
+        for name in sorted(new.members):
+            facts = self._facts(new, name, decision)
+            result = results.get(name)
+            if result is not None:
+                facts = dataclasses.replace(
+                    facts,
+                    probe=result.probe,
+                    backend=result.backend,
+                    backends_skipped=result.skipped,
+                    load_ms=result.load_ms,
+                )
+            self.reporter.installed(facts, decision.manifest.report_url)
+
+    def _report_rejected(self, new: _Installed, decision: Decision) -> None:
+        """The self-test refused a member: report it (the release is not installed)."""
+        failed = self.self_test.failed if self.self_test is not None else {}
+        for name, trials in sorted(failed.items()):
+            if name not in new.members:
+                continue
+            tried = [t for t in trials if t.outcome == "failed"]
+            facts = dataclasses.replace(
+                self._facts(new, name, decision),
+                probe="failed",
+                backends_skipped=[
+                    t.backend for t in trials if t.outcome in ("failed", "remembered")
+                ],
+                load_failed=bool(tried)
+                and all((t.detail or "").startswith("does not load") for t in tried),
+            )
+            self.reporter.installed(facts, decision.manifest.report_url)
 
     def _check(self, new: _Installed, entries: Mapping[str, ManifestEntry]) -> _Installed:
         """Run the app's install check; store the backend it chose per member."""

@@ -64,10 +64,8 @@ def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     # No document can nest deeper than it has brackets: counting them (in C)
     # spares the string-skipping walk for the small documents that are most
     # of the traffic (a device report has about five).
-    if data.count(b"[") + data.count(b"{") <= max_depth:
-        depth = 0
-    else:
-        depth = json_depth(data)
+    few_brackets = data.count(b"[") + data.count(b"{") <= max_depth
+    depth = 0 if few_brackets else json_depth(data)
     if depth > max_depth:
         raise ValueError(f"nested {depth} levels deep, more than the limit of {max_depth}")
     try:

@@ -20,6 +20,7 @@ __all__ = [
     "Incompatible",
     "Malformed",
     "OsIncompatible",
+    "ProbeFailed",
     "Rejected",
     "Rollback",
     "RuntimeTooOld",
@@ -116,6 +117,18 @@ class BlobTooLarge(BadBlob):
     reason = "blob-too-large"
 
 
+class ProbeFailed(Rejected):
+    """The model computed wrong outputs (or did not load) on every backend, CPU included.
+
+    Found by the on-device self-test (docs/protocol.md §11) after the blob
+    verified. ``permanent``: this version is marked bad on this device and
+    never tried again; the last good model stays.
+    """
+
+    reason = "probe-failed"
+    permanent: ClassVar[bool] = True
+
+
 REASONS: tuple[type[Rejected], ...] = (
     Malformed,
     UnknownKey,
@@ -129,5 +142,6 @@ REASONS: tuple[type[Rejected], ...] = (
     OsIncompatible,
     BlobTooLarge,
     BadBlob,
+    ProbeFailed,
 )
 """Every reason, in the order docs/protocol.md numbers the rules."""

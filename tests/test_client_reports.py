@@ -1,0 +1,322 @@
+"""Device reports: built, POSTed over real HTTP to a loopback collector, read by the one parser."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from loopkit import LoopRegistry, serve
+
+from edgereg.client import Client, DeviceProfile
+from edgereg.client._reporter import (
+    DeviceFacts,
+    InstallFacts,
+    Reporter,
+    latency_summary,
+    resolve_report_url,
+)
+from edgereg.protocol.reports import Report, parse_report
+from edgereg.protocol.wire import BundleEntry, to_bytes
+
+
+@dataclass
+class Collector:
+    """A real HTTP server that keeps what it is sent and answers ``status``."""
+
+    base: str
+    received: list[tuple[str, str, bytes]] = field(default_factory=list)
+    status: int = 204
+    hold: threading.Event | None = None
+
+    def reports(self) -> list[Report]:
+        return [parse_report(body) for _, _, body in self.received]
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    state = Collector("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if state.hold is not None:
+                state.hold.wait(10)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            state.received.append((self.path, self.headers["Content-Type"], body))
+            self.send_response(state.status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    state.base = f"http://127.0.0.1:{server.server_address[1]}/registry/"
+    try:
+        yield state
+    finally:
+        if state.hold is not None:
+            state.hold.set()
+        server.shutdown()
+        server.server_close()
+
+
+FACTS = InstallFacts(
+    unit="digits",
+    model="digits",
+    version="1.1.0",
+    unit_version="1.1.0",
+    variant="int8",
+    tier="high",
+    arm="candidate",
+    sequence=7,
+    probe="passed",
+    backend="cpu",
+    backends_skipped=["opencl"],
+    load_ms=12.3456,
+)
+DEVICE = DeviceFacts(os="android", os_version="14", device_class="ram4-8c", mnn_runtime="3.6.1")
+
+
+def _reporter(collector: Collector, tmp_path: Path, *, enabled: bool = True) -> Reporter:
+    return Reporter(collector.base, tmp_path, device=DEVICE, background=False, enabled=enabled)
+
+
+def test_an_install_is_reported_as_canonical_json_to_the_relative_url(
+    collector: Collector, tmp_path: Path
+) -> None:
+    sent = _reporter(collector, tmp_path).installed(FACTS, "v1/reports")
+    assert sent is not None
+    [(path, content_type, body)] = collector.received
+    assert (path, content_type) == ("/registry/v1/reports", "application/json")
+    assert body == to_bytes(sent)  # canonical: what the one parser reads back
+    report = parse_report(body)
+    assert (report.model, report.version, report.arm, report.sequence) == (
+        "digits",
+        "1.1.0",
+        "candidate",
+        7,
+    )
+    assert (report.backend, report.backends_skipped, report.probe) == ("cpu", ["opencl"], "passed")
+    assert (report.os, report.device_class, report.mnn_runtime) == ("android", "ram4-8c", "3.6.1")
+    assert report.load_ms == 12.346
+    assert not report.confirmed
+    assert not report.reverted
+
+
+def test_an_absolute_url_is_used_as_given(collector: Collector, tmp_path: Path) -> None:
+    other = collector.base.replace("/registry/", "/collector/in")
+    Reporter("file:///nowhere/registry", tmp_path, background=False).installed(FACTS, other)
+    assert [path for path, _, _ in collector.received] == ["/collector/in"]
+    assert resolve_report_url("file:///srv/registry", "v1/reports") is None
+    assert resolve_report_url("https://cdn.example/r", "v1/reports") == (
+        "https://cdn.example/r/v1/reports"
+    )
+
+
+def test_confirm_and_revert_are_reported_again_under_the_install_token(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    reporter.confirmed("digits", "digits")
+    # A new process (the next app start) finds the same install: same token.
+    _reporter(collector, tmp_path).reverted("digits", "digits")
+    first, confirmed, reverted = collector.reports()
+    assert first.token == confirmed.token == reverted.token
+    assert (confirmed.confirmed, confirmed.reverted) == (True, False)
+    assert (reverted.confirmed, reverted.reverted) == (True, True)
+
+
+def test_a_new_version_gets_a_new_token_and_an_old_one_keeps_its_own(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    stable = InstallFacts(**{**FACTS.__dict__, "version": "1.0.0", "unit_version": "1.0.0"})
+    stable = InstallFacts(**{**stable.__dict__, "arm": "stable"})
+    reporter.installed(stable, "v1/reports")
+    reporter.installed(FACTS, "v1/reports")
+    reporter.installed(stable, "v1/reports")  # reverted to the stable
+    old, new, back = collector.reports()
+    assert old.token != new.token
+    assert back.token == old.token
+    assert len({old.token, new.token}) == 2
+    assert all(len(r.token) == 32 for r in (old, new))
+
+
+def test_latency_the_app_records_is_summarised_once(collector: Collector, tmp_path: Path) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    for ms in range(1, 101):
+        reporter.record_inference("digits", float(ms))
+    reporter.confirmed("digits", "digits")
+    reporter.summary("digits", "digits")
+    _, confirmed, later = collector.reports()
+    assert confirmed.inference is not None
+    assert (confirmed.inference.count, confirmed.inference.p50_ms) == (100, 50.0)
+    assert (confirmed.inference.p90_ms, confirmed.inference.p99_ms) == (90.0, 99.0)
+    assert later.inference is None  # nothing measured since the last report
+    assert latency_summary([]) is None
+    one = latency_summary([7.0])
+    assert one is not None
+    assert (one.p50_ms, one.p99_ms) == (7.0, 7.0)
+
+
+def test_opting_out_sends_and_stores_nothing(collector: Collector, tmp_path: Path) -> None:
+    reporter = _reporter(collector, tmp_path, enabled=False)
+    reporter.record_inference("digits", 3.0)
+    assert reporter.installed(FACTS, "v1/reports") is None
+    assert reporter.confirmed("digits", "digits") is None
+    assert collector.received == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_report_url_no_report(collector: Collector, tmp_path: Path) -> None:
+    assert _reporter(collector, tmp_path).installed(FACTS, None) is None
+    assert collector.received == []
+
+
+def test_a_failed_send_is_retried_once_later_then_dropped(
+    collector: Collector, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    collector.status = 503
+    reporter = _reporter(collector, tmp_path)
+    assert reporter.installed(FACTS, "v1/reports") is not None  # never raises
+    assert len(collector.received) == 1
+    reporter.retry_pending()
+    assert len(collector.received) == 2
+    reporter.retry_pending()  # the retry failed too: dropped, not sent a third time
+    assert len(collector.received) == 2
+    assert "report dropped" in caplog.text
+
+
+def test_a_retry_that_succeeds_sends_the_same_report(collector: Collector, tmp_path: Path) -> None:
+    collector.status = 503
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    collector.status = 204
+    reporter.retry_pending()
+    first, retried = collector.received
+    assert first[2] == retried[2]
+
+
+def test_a_refused_report_is_not_retried(collector: Collector, tmp_path: Path) -> None:
+    collector.status = 400
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    reporter.retry_pending()
+    assert len(collector.received) == 1
+
+
+def test_an_unreachable_collector_fails_nothing(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    reporter = Reporter(f"http://127.0.0.1:{port}/", tmp_path, background=False, timeout=1.0)
+    assert reporter.installed(FACTS, "v1/reports") is not None
+    pending = json.loads((tmp_path / "reports.json").read_text())["pending"]
+    assert [p["url"] for p in pending] == [f"http://127.0.0.1:{port}/v1/reports"]
+
+
+def test_a_silent_collector_is_cut_off_by_the_timeout(tmp_path: Path) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # accepts the connection, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+        reporter = Reporter(url, tmp_path, background=False, timeout=0.3)
+        assert reporter.installed(FACTS, "v1/reports") is not None
+    assert json.loads((tmp_path / "reports.json").read_text())["pending"]
+
+
+def test_sending_never_blocks_the_caller(collector: Collector, tmp_path: Path) -> None:
+    collector.hold = threading.Event()
+    reporter = Reporter(collector.base, tmp_path, device=DEVICE)
+    # The collector holds every request until released: the caller goes on regardless.
+    assert reporter.installed(FACTS, "v1/reports") is not None
+    assert reporter.confirmed("digits", "digits") is not None
+    assert collector.received == []
+    collector.hold.set()
+    reporter.close(timeout=10)
+    assert [r.confirmed for r in collector.reports()] == [False, True]
+
+
+def test_reports_carry_nothing_that_identifies_the_device(
+    collector: Collector, tmp_path: Path
+) -> None:
+    _reporter(collector, tmp_path).installed(FACTS, "v1/reports")
+    document = json.loads(collector.received[0][2])
+    assert set(document) <= set(Report.model_fields)
+    assert not {"device_id", "ip", "user"} & set(document)
+
+
+def test_device_facts_are_checked_when_the_app_gives_them() -> None:
+    with pytest.raises(ValueError, match="device_class"):
+        DeviceFacts(device_class="Pixel 8 of jane@example.com")
+
+
+def test_an_unreadable_reports_file_is_started_afresh(collector: Collector, tmp_path: Path) -> None:
+    (tmp_path / "reports.json").write_text("[1, 2")
+    assert _reporter(collector, tmp_path).installed(FACTS, "v1/reports") is not None
+    assert json.loads((tmp_path / "reports.json").read_text())["models"]["digits/digits"]
+
+
+def test_members_of_one_install_share_its_token_and_are_kept_apart_for_the_retry(
+    collector: Collector, tmp_path: Path
+) -> None:
+    collector.status = 503
+    reporter = _reporter(collector, tmp_path)
+    for model in ("det", "rec"):
+        facts = InstallFacts(**{**FACTS.__dict__, "unit": "ocr", "model": model})
+        reporter.installed(facts, "v1/reports")
+    collector.status = 204
+    reporter.retry_pending()
+    det, rec, det_again, rec_again = collector.reports()
+    assert det.token == rec.token
+    assert {det_again.model, rec_again.model} == {"det", "rec"}
+
+
+# --- the client sends them: a bundle over real HTTP ------------------------------------
+
+
+def test_each_member_of_a_bundle_is_reported_under_the_bundle(tmp_path: Path) -> None:
+    registry = LoopRegistry(tmp_path / "registry", model="ocr")
+    members = {}
+    for name in ("det", "rec"):
+        blob = tmp_path / f"{name}.mnn"
+        blob.write_bytes(random.Random(name).randbytes(1000))
+        members[name] = registry.entry(blob, None, version="1.4.0", backends=("cpu",))
+    registry.publish(BundleEntry(version="2.0.0", members=members))
+    with serve(registry.root) as served:
+        client = Client(
+            served.url,
+            registry.trusted,
+            tmp_path / "cache",
+            bundle="ocr",
+            device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+            tier="high",
+        )
+        assert client.fetch().version == "2.0.0"
+        client.record_inference(5.0, model="rec")
+        assert client.confirm("2.0.0")
+        client.close()
+        reports = served.reports()
+    assert [(r.model, r.confirmed) for r in reports] == [
+        ("det", False),
+        ("rec", False),
+        ("det", True),
+        ("rec", True),
+    ]
+    assert {(r.unit, r.unit_version, r.version, r.probe) for r in reports} == {
+        ("ocr", "2.0.0", "1.4.0", "none")
+    }
+    assert reports[2].inference is None
+    assert reports[3].inference is not None
+    assert reports[0].token == reports[1].token  # one install, one token
