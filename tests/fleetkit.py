@@ -433,6 +433,8 @@ class Fleet:
     bundle: bool = True
     install_check: CheckFactory | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Per device: more Client options (self_test=, device_class=).
+    device_options: Callable[[Device], Mapping[str, Any]] | None = None
     last: dict[str, FetchResult] = field(default_factory=dict)
 
     def client(self, device: Device) -> Client:
@@ -449,6 +451,7 @@ class Fleet:
                 clock=self.clock,
                 timeout=10,
                 **self.options,
+                **(self.device_options(device) if self.device_options else {}),
             )
         return device.client
 
@@ -619,19 +622,12 @@ class Release:
     crash_share: float = 0.0  # devices whose app crash-loops on it (never confirms)
 
 
-@dataclass
-class LoopDevice:
-    """The app-side state of one device: its self-test, health ledger and reporter."""
-
-    device: Device
-    selftest: Any
-    health: Any
-    reporter: Any
-    reported: dict[str, str] = field(default_factory=dict)  # member -> version reported
-
-
 class ClosedLoop:
-    """Devices that self-test, confirm or revert, and report; a store; ``rollout --auto``.
+    """Devices that self-test, confirm or crash-loop, and report; a store; ``rollout --auto``.
+
+    Each device is the reference client with its own self-test (a
+    :class:`DeviceRunner` for the device's GPU), health ledger and reporter:
+    the app calls ``app_started``, ``record_inference`` and ``confirm``.
 
     Args:
         kit: The registry (its clock is the devices' and the store's).
@@ -653,38 +649,23 @@ class ClosedLoop:
         seed: int = 11,
         max_unconfirmed_starts: int = 3,
     ) -> None:
-        from edgereg.client._health import HealthLedger
-        from edgereg.client._reporter import DeviceFacts, Reporter
-
         self.kit = kit
         self.sink = sink
         self.releases = dict(releases)
         self.seed = seed
-        self.max_unconfirmed_starts = max_unconfirmed_starts
-        self.loop: dict[str, LoopDevice] = {}
         self.rejected: set[tuple[str, str]] = set()  # (device, unit version) refused by probe
-        self.sent: list[Any] = []  # every install report the devices sent (Report)
-        self.reverts: set[tuple[str, str]] = set()
-        for device in devices:
-            selftest = device_selftest(device, self._broken)
-            self.loop[device.device_id] = LoopDevice(
-                device,
-                selftest,
-                HealthLedger(device.cache_dir, max_unconfirmed_starts=max_unconfirmed_starts),
-                Reporter(
-                    base_url,
-                    device.cache_dir,
-                    device=DeviceFacts(device_class=device.kind.name, mnn_runtime="3.6.1"),
-                    background=False,
-                    timeout=10,
-                ),
-            )
+        self.reverts: set[tuple[str, str]] = set()  # (device, unit version) reverted
+        self.last_analysis: Any = None
         self.fleet = Fleet(
             base_url,
             kit.trusted,
             devices,
             kit.clock,
-            install_check=lambda device: self.loop[device.device_id].selftest,
+            options={"max_unconfirmed_starts": max_unconfirmed_starts},
+            device_options=lambda device: {
+                "self_test": device_selftest(device, self._broken),
+                "device_class": device.kind.name,
+            },
         )
 
     @staticmethod
@@ -706,100 +687,49 @@ class ClosedLoop:
     def day(self, starts: int = 4) -> None:
         """One simulated day: every device checks for an update, starts the app, reports."""
         for device in self.fleet.devices:
-            self._device_day(self.loop[device.device_id], starts)
+            self._device_day(device, starts)
+        for device in self.fleet.devices:
+            self.fleet.client(device).close()  # the reports of the day are in
 
-    def _device_day(self, app: LoopDevice, starts: int) -> None:
-        device = app.device
+    def _device_day(self, device: Device, starts: int) -> None:
         client = self.fleet.client(device)
-        before = client.status(verify=False).version
         result = client.fetch()
-        sequence = client.cache.read_sequence(BUNDLE) or 1
-        status = client.status(verify=False)
-        if result.error_code == "probe-failed" and app.selftest.failed:
-            self._report_rejection(app, status, sequence)
-        if status.version is None:
-            return
-        if status.version != before:
-            app.health.installed(BUNDLE, status.version)
-            self._report_install(app, status, sequence)
-        release = self.releases.get(status.version, Release())
-        crashes = self._chosen(device, status.version, release.crash_share, "crash")
+        if result.error_code == "probe-failed":
+            state, _ = self.kit.registry.read_state(BUNDLE)
+            if state is not None and state.candidate is not None:
+                self.rejected.add((device.device_id, state.candidate))
         for start in range(starts):
-            revert = app.health.app_started(BUNDLE)
+            installed = client.status(verify=False)
+            revert = client.app_started()
             if revert is not None:
-                client.revert(revert.reason)
-                app.health.reverted(BUNDLE, revert.to_version)
                 self.reverts.add((device.device_id, revert.version))
-                for member in status.members:
-                    app.reporter.reverted(member)
+                continue  # the app starts again on the last good set
+            if installed.version is None:
                 return
-            if crashes:
+            release = self.releases.get(installed.version, Release())
+            if self._chosen(device, installed.version, release.crash_share, "crash"):
                 continue  # the app dies before its first inference: no confirmation
-            for member in status.members:
+            for member in installed.members:
                 for ms in latencies(device, shift=release.latency_shift, count=20, seed=start):
-                    app.reporter.record_inference(member, ms)
-            if app.health.confirm(BUNDLE, status.version):
-                for member in status.members:
-                    app.reporter.confirmed(member)
-            else:
-                for member in status.members:
-                    app.reporter.summary(member)
-            break
-
-    def _facts(self, status: Any, member: str, sequence: int, **changes: Any) -> Any:
-        from edgereg.client._reporter import InstallFacts
-
-        model = status.members[member]
-        base = dict(
-            unit=BUNDLE,
-            model=member,
-            version=model.version,
-            unit_version=status.version,
-            variant=model.variant,
-            tier=status.tier,
-            arm="candidate" if status.is_candidate else "stable",
-            sequence=sequence,
-        )
-        return InstallFacts(**{**base, **changes})
-
-    def _report_install(self, app: LoopDevice, status: Any, sequence: int) -> None:
-        url = self.kit.report_url
-        for member in status.members:
-            found = app.selftest.results.get(member)
-            changes: dict[str, Any] = {}
-            if found is not None:
-                changes = dict(
-                    probe=found.probe,
-                    backend=found.backend,
-                    backends_skipped=list(found.skipped),
-                    load_ms=found.load_ms,
-                )
-            sent = app.reporter.installed(self._facts(status, member, sequence, **changes), url)
-            if sent is not None:
-                self.sent.append(sent)
-
-    def _report_rejection(self, app: LoopDevice, status: Any, sequence: int) -> None:
-        """The candidate failed its probe here: reported as the candidate arm, nothing installed."""
-        state, _ = self.kit.registry.read_state(BUNDLE)
-        if state is None or state.candidate is None or not status.members:
+                    client.record_inference(ms, member)
+            if not client.confirm(installed.version):
+                client.report_latency()
             return
-        self.rejected.add((app.device.device_id, state.candidate))
-        for member in status.members:
-            sent = app.reporter.installed(
-                self._facts(
-                    status,
-                    member,
-                    sequence,
-                    version=state.candidate,
-                    unit_version=state.candidate,
-                    arm="candidate",
-                    probe="failed",
-                    backends_skipped=[t.backend for t in app.selftest.failed.get(member, ())],
-                ),
-                self.kit.report_url,
-            )
-            if sent is not None:
-                self.sent.append(sent)
+
+    def sent(self) -> list[Any]:
+        """The last report of each member on each device (as kept in its cache)."""
+        import json
+
+        from edgereg.protocol.reports import Report
+
+        found = []
+        for device in self.fleet.devices:
+            path = device.cache_dir / "reports.json"
+            if path.is_file():
+                state = json.loads(path.read_text(encoding="utf-8"))
+                for kept in state.get("models", {}).values():
+                    found.append(Report.model_validate(kept["report"]))
+        return found
 
     def run_auto(self, policy: config_module.RolloutPolicy, days: int) -> list[Any]:
         """A day of use, then ``rollout --auto`` from cron, until it promotes or halts."""

@@ -165,7 +165,7 @@ def test_a_good_candidate_is_promoted_step_by_step_by_auto(
         decisions = run_auto(loop, days=8)
         loop.day()
         versions = loop.fleet.versions()
-        sent = list(loop.sent)
+        sent = loop.sent()
     assert [(d.action, d.percent) for d in decisions] == [
         ("step", 25.0),
         ("step", 50.0),
@@ -272,7 +272,7 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(
         store = loop.sink.store
         tree, stored = _tree(registry_root), store.count()
         manifest = urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read()
-        replayed = to_bytes(loop.sent[-1])
+        replayed = to_bytes(loop.sent()[-1])
         statuses = [
             _post(base_url, b"[]"),
             _post(base_url, b"\xff\xfe"),
