@@ -29,7 +29,7 @@ Then the closed loop (when the client's self-test and reports, the report
 store and the canary analysis are installed): on a fresh registry each,
 1.0.0 everywhere, then 2.0.0 at 5 % with ``rollout --auto`` once a simulated
 day, for a good candidate and three bad ones (+30 % latency, a probe failure
-on 30 % of devices, a crash loop on 30 %):
+on 60 % of devices, a crash loop on 60 %):
 
 5. the good one is promoted 5 -> 25 -> 50 -> 100 % -> stable, each step signed
    as automatic with its evidence; each bad one is rolled back by its
@@ -110,10 +110,10 @@ LOOP_POLICY = RolloutPolicy.model_validate(
         "steps": [5, 25, 50, 100],
         "min_soak_hours": 24,
         "guardrails": {
-            "min_devices": 10,
-            "probe_failure": {"max_increase": 0.1},
-            "load_failure": {"max_increase": 0.1},
-            "revert": {"max_increase": 0.1},
+            "min_devices": 5,
+            "probe_failure": {"max_increase": 0.25},
+            "load_failure": {"max_increase": 0.25},
+            "revert": {"max_increase": 0.25},
             "load_ms": {"max_increase_pct": 100, "critical": False},
             "inference_ms": {"max_increase_pct": 15, "critical": True},
         },
@@ -127,7 +127,7 @@ SCENARIOS = (
         Release(probe_broken_share=0.3),
         "probe_failure",
     ),
-    ("2.0.0 crash-looping on 30 % of devices", Release(crash_share=0.3), "revert"),
+    ("2.0.0 crash-looping on 60 % of devices", Release(crash_share=0.6), "revert"),
 )
 
 

@@ -820,6 +820,8 @@ def open_closed_loop(
 ) -> Iterator[ClosedLoop]:
     """1.0.0 installed and confirmed on ``devices`` devices, then 2.0.0 (behaving as told) at 5 %.
 
+    ``kit`` must be a registry with nothing published yet.
+
     The registry is served by ``edgereg serve`` with the report store behind
     ``POST /v1/reports`` (SQLite in ``work`` unless ``store_url``), the report
     URL signed into the manifests; every device posts from 127.0.0.1, so the
@@ -830,6 +832,8 @@ def open_closed_loop(
     from edgereg.reports import open_store
     from edgereg.serve._ratelimit import RateLimiter
 
+    # The first release already names where to report: a device reports an install
+    # only to the URL of the manifest it installed from.
     kit.report_url = "v1/reports"
     kit.publish_bundle("1.0.0", percent=None)
     with open_store(store_url or f"sqlite:///{work}/reports.sqlite") as store:

@@ -134,8 +134,9 @@ needs_loop = pytest.mark.skipif(
     reason="needs the client's self-test and reports, the report store and the canary analysis",
 )
 
-# One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices, 3 members
-# each); the benchmark runs every tier with 1,000. Margins are wide for so few devices.
+# One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices); the
+# benchmark runs every tier with 1,000. Margins are wide for so few devices: with none
+# failing, ten devices cannot show a rate rose by less than 26 points.
 HIGH_ONLY = tuple(kind for kind in CLASSES if kind.tier == "high")
 LOOP_POLICY = RolloutPolicy.model_validate(
     {
@@ -143,9 +144,9 @@ LOOP_POLICY = RolloutPolicy.model_validate(
         "min_soak_hours": 24,
         "guardrails": {
             "min_devices": 3,
-            "probe_failure": {"max_increase": 0.15},
-            "load_failure": {"max_increase": 0.15},
-            "revert": {"max_increase": 0.15},
+            "probe_failure": {"max_increase": 0.3},
+            "load_failure": {"max_increase": 0.3},
+            "revert": {"max_increase": 0.3},
             "load_ms": {"max_increase_pct": 100, "critical": False},
             "inference_ms": {"max_increase_pct": 15, "critical": True},
         },
@@ -158,9 +159,8 @@ def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
 
 
 @needs_loop
-def test_a_good_candidate_is_promoted_step_by_step_by_auto(
-    kit: FleetRegistry, tmp_path: Path
-) -> None:
+def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_path: Path) -> None:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
     with open_closed_loop(kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY) as loop:
         decisions = run_auto(loop, days=8)
         loop.day()
@@ -194,14 +194,15 @@ def test_a_good_candidate_is_promoted_step_by_step_by_auto(
     ("candidate", "guardrail"),
     [
         pytest.param(Release(latency_shift=0.3), "inference_ms", id="latency-plus-30-percent"),
-        pytest.param(Release(probe_broken_share=0.5), "probe_failure", id="probe-failures"),
-        pytest.param(Release(crash_share=0.5), "revert", id="crash-loop"),
+        pytest.param(Release(probe_broken_share=0.8), "probe_failure", id="probe-failures"),
+        pytest.param(Release(crash_share=0.8), "revert", id="crash-loop"),
     ],
 )
 @needs_loop
 def test_a_bad_candidate_is_halted_and_rolled_back(
-    kit: FleetRegistry, tmp_path: Path, candidate: Release, guardrail: str
+    project: Path, tmp_path: Path, candidate: Release, guardrail: str
 ) -> None:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
     with open_closed_loop(kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY) as loop:
         decisions = run_auto(loop, days=3)
         loop.kit.clock.advance(1)
@@ -245,9 +246,8 @@ def _post(base_url: str, body: bytes, headers: dict[str, str] | None = None) -> 
 
 
 @needs_loop
-def test_bad_reports_and_a_store_outage_never_touch_delivery(
-    kit: FleetRegistry, tmp_path: Path
-) -> None:
+def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_path: Path) -> None:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
     pgkit = pytest.importorskip("pgkit")
     if pgkit.postgres_bin() is None:
         pytest.skip("PostgreSQL is not installed (make system-deps)")
