@@ -106,6 +106,7 @@ bench: venv
 	-python benchmarks/runtime_proof.py
 	-python benchmarks/verify.py
 	-python benchmarks/reports.py
+	-python benchmarks/analyze.py
 
 # Never the signing key (.edgereg/signing-key.pem) nor the pinned publisher-keys/:
 # a deleted private key cannot be made again, and apps trust only that one.

@@ -44,6 +44,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (9, "verify found problems"),
     (10, "pull: the registry could not be reached or was too slow (retryable)"),
     (11, "pull: the client cache could not be read or written"),
+    (12, "analyze: a critical guardrail failed (rollout --auto: and the rollout was halted)"),
+    (13, "analyze: inconclusive, not every guardrail passes yet"),
     (INTERNAL_ERROR, "internal error: please report it with the --verbose traceback"),
     (INTERRUPTED, "interrupted (Ctrl-C)"),
 )

@@ -59,6 +59,7 @@ class _LazyGroup(click.Group):
 
     LAZY: ClassVar[dict[str, str]] = {
         "add": "edgereg._onboard_cli:add_command",
+        "analyze": "edgereg._analyze_cli:analyze_command",
         "init": "edgereg._onboard_cli:init_command",
         "pull": "edgereg.client._cli:pull_command",
         "report": "edgereg.report._cli:report_command",
@@ -732,18 +733,40 @@ def _describe_state(state: Any) -> str:
 @click.option("--to", "to_percent", default=None, help="Move the candidate to this share.")
 @click.option("--next", "next_step", is_flag=True, help="Move to the policy's next step.")
 @click.option("--force", is_flag=True, help="Ignore the soak time (recorded in the history).")
+@click.option(
+    "--auto",
+    is_flag=True,
+    help="Let the canary analysis decide: next step or promote when every guardrail passes "
+    "and the soak time is over, halt when a critical one fails, else wait. Safe to repeat.",
+)
+@click.option("--reports", "reports_url", default=None, help="With --auto: the report store.")
 @registry_write_options
 @handle_errors
 def rollout(
-    model: str, to_percent: str | None, next_step: bool, force: bool, **options: Any
+    model: str,
+    to_percent: str | None,
+    next_step: bool,
+    force: bool,
+    auto: bool,
+    reports_url: str | None,
+    **options: Any,
 ) -> None:
     """Raise (or lower) the share of devices that get MODEL's candidate."""
     from edgereg.registry._transitions import set_percent
     from edgereg.rollout import parse_percent
 
+    if auto or reports_url is not None:
+        from edgereg._analyze_cli import auto_rollout
+
+        if not auto:
+            raise UsageError("--reports is for --auto: the report store the analysis reads")
+        if to_percent is not None or next_step or force:
+            raise UsageError("--auto decides the percent itself: drop --to, --next and --force")
+        auto_rollout(model, {**options, "reports_url": reports_url})
+        return
     if (to_percent is None) == (not next_step):
         raise UsageError(
-            "choose --to PERCENT (for example --to 25%) or --next"
+            "choose --to PERCENT (for example --to 25%), --next or --auto"
             + (", not both" if next_step else "")
         )
     percent = parse_percent(to_percent, option="--to") if to_percent is not None else None

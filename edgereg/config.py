@@ -858,17 +858,39 @@ class LatencyGuardrail(_Strict):
 class Guardrails(_Strict):
     """What the canary analysis checks and automatic rollouts act on, per tier."""
 
-    alpha: float = Field(default=0.05, gt=0, lt=1, description="Significance level of every test.")
+    # Above 0.5 a one-sided test could call identical arms different.
+    alpha: float = Field(
+        default=0.05,
+        gt=0,
+        le=0.5,
+        description="Significance level of each one-sided test (the intervals shown are "
+        "two-sided at 1 - 2 alpha: 90% by default).",
+    )
     min_devices: int = Field(
         default=50,
         ge=1,
-        description="Reports needed in each arm of a tier before a guardrail can pass.",
+        description="Reports needed in each arm of a tier before a guardrail can pass "
+        "(a clear failure needs no minimum).",
     )
-    probe_failure: RateGuardrail = Field(default_factory=RateGuardrail)
-    load_failure: RateGuardrail = Field(default_factory=RateGuardrail)
-    revert: RateGuardrail = Field(default_factory=RateGuardrail)
-    load_ms: LatencyGuardrail = Field(default_factory=LatencyGuardrail)
-    inference_ms: LatencyGuardrail = Field(default_factory=LatencyGuardrail)
+    probe_failure: RateGuardrail = Field(
+        default_factory=RateGuardrail,
+        description="Devices whose self-test failed on every backend (the model was rejected).",
+    )
+    load_failure: RateGuardrail = Field(
+        default_factory=RateGuardrail, description="Devices where loading the model failed."
+    )
+    revert: RateGuardrail = Field(
+        default_factory=RateGuardrail,
+        description="Devices that reverted the model (not confirmed after the declared app "
+        "starts: a crash loop).",
+    )
+    load_ms: LatencyGuardrail = Field(
+        default_factory=LatencyGuardrail, description="Model load time, one value per device."
+    )
+    inference_ms: LatencyGuardrail = Field(
+        default_factory=LatencyGuardrail,
+        description="Each device's median inference time over the app's real calls.",
+    )
     rollback_on_critical: bool = Field(
         default=True,
         description="When a critical guardrail fails, an automatic rollout rolls back (else "

@@ -19,7 +19,7 @@ import click
 import pytest
 
 import edgereg
-from edgereg import _cli_common, cli
+from edgereg import _analyze_cli, _cli_common, cli
 from edgereg import config as config_module
 from edgereg.build.quality import (
     DEFAULT_AGREEMENT,
@@ -88,6 +88,7 @@ def _exit_codes_in_code() -> set[int]:
             continue
         importlib.import_module(info.name)
     codes = {_cli_common.INTERNAL_ERROR, cli.VERIFY_FAILED, 130}
+    codes |= {_analyze_cli.ANALYZE_FAILED, _analyze_cli.ANALYZE_INCONCLUSIVE}
     pending: list[type[EdgeregError]] = [EdgeregError]
     while pending:
         kind = pending.pop()

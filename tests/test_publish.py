@@ -297,7 +297,7 @@ def test_publish_canary_writes_the_documented_layout(any_site: Site) -> None:
     report = ok(any_site.run("verify", "--json"))
     assert json.loads(report.stdout) == {
         "ok": True,
-        "checked": 1 + 1 + 3 + 3,  # state, record, blobs, manifests
+        "checked": 1 + 1 + 3 + 3 + 3,  # state, record, artifacts, probes, manifests
         "errors": [],
         "warnings": [],
     }
@@ -405,9 +405,9 @@ def test_status_history_and_verify(site: Site) -> None:
     assert report["ok"]
     assert report["errors"] == []
     assert report["warnings"] == []
-    assert report["checked"] == 2 * (1 + 1 + 3 + 3)
-    assert "16 objects checked, ok" in ok(site.run("verify")).stdout
-    assert "16 objects checked, ok" in ok(site.run("verify", "--shallow")).stdout
+    assert report["checked"] == 2 * (1 + 1 + 3 + 3 + 3)  # probes are checked too
+    assert "22 objects checked, ok" in ok(site.run("verify")).stdout
+    assert "22 objects checked, ok" in ok(site.run("verify", "--shallow")).stdout
 
 
 def test_status_of_an_empty_registry(site: Site) -> None:

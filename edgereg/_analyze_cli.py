@@ -1,0 +1,288 @@
+"""`edgereg analyze` and `edgereg rollout --auto`: the canary analysis on the command line.
+
+Both read the verified rollout state (pinned keys, as every registry command)
+and the report store's per-arm summaries since the period started, run the
+pure analysis (:mod:`edgereg.analysis`) and print it; `rollout --auto` then
+applies the pure rule of :mod:`edgereg.registry._auto`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from edgereg import config as config_module
+from edgereg._cli_common import (
+    actor_name,
+    expiry_days,
+    handle_errors,
+    open_registry,
+    optional_config,
+    print_note,
+    print_result,
+    registry_read_options,
+    signer_from_options,
+)
+from edgereg.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:  # the command stays cheap to import: edgereg --help lists it
+    from edgereg.analysis import Analysis
+    from edgereg.protocol.wire import RolloutState
+
+#: `edgereg analyze`: a critical guardrail failed (also `rollout --auto` when it halted).
+ANALYZE_FAILED = 12
+#: `edgereg analyze`: not every guardrail passes, none critical fails.
+ANALYZE_INCONCLUSIVE = 13
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d)\s*$")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+reports_option = click.option(
+    "--reports",
+    "reports_url",
+    default=None,
+    help="The report store (sqlite:///PATH or postgresql://...); default: models.toml "
+    "[reports] store.",
+)
+since_option = click.option(
+    "--since",
+    default=None,
+    help="Count reports from this time (ISO 8601, UTC if no offset) or this long ago "
+    "(90m, 12h, 2d), for both arms; default: since the candidate's last percent change "
+    "(at 100%, the stable arm's since the last step below).",
+)
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """--since as typed: an ISO 8601 time, or a duration back from ``now``.
+
+    Raises:
+        UsageError: neither.
+    """
+    match = _DURATION.match(text)
+    if match is not None:
+        return now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"--since must be an ISO 8601 time (2026-12-01T08:00Z) or a duration (90m, 12h, "
+            f"2d); got {text!r}"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def open_report_store(config: config_module.Config | None, reports_url: str | None) -> Any:
+    """--reports (a relative SQLite path: from here), else models.toml's [reports] store."""
+    from edgereg.reports import open_store
+
+    if reports_url is not None:
+        return open_store(reports_url)
+    if config is None:
+        raise ConfigError(
+            "no report store given and no models.toml here",
+            file=config_module.DEFAULT_CONFIG_FILE,
+            hint="Pass --reports sqlite:///PATH (or postgresql://...), or run inside the project.",
+        )
+    return open_store(config.reports.store, base_dir=config.root)
+
+
+def _analysis(
+    unit: str,
+    config: config_module.Config | None,
+    registry: Any,
+    state: RolloutState,
+    options: dict[str, Any],
+) -> Analysis:
+    from edgereg.analysis import analysis_periods, analyze
+
+    # Callers refuse a state without both arms before asking for its analysis.
+    assert state.candidate is not None
+    assert state.stable is not None
+    policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
+    now = registry.clock()
+    if options.get("since"):
+        candidate_since = stable_since = parse_since(options["since"], now)
+    else:
+        candidate_start, stable_start = analysis_periods(state)
+        candidate_since = candidate_start or now
+        stable_since = stable_start or candidate_since
+    tiers = registry.manifest_tiers(unit)
+    if config is not None:
+        # models.toml's order (best first) reads better than the alphabet.
+        order = list(config.tiers)
+        tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
+    with open_report_store(config, options.get("reports_url")) as store:
+        summaries = store.summaries(unit, candidate_since)
+        if stable_since != candidate_since:
+            # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
+            summaries = [s for s in summaries if s.arm == "candidate"] + [
+                s for s in store.summaries(unit, stable_since) if s.arm == "stable"
+            ]
+    return analyze(
+        summaries,
+        unit=unit,
+        candidate=state.candidate,
+        stable=state.stable,
+        since=candidate_since,
+        stable_since=stable_since,
+        guardrails=policy.guardrails,
+        tiers=tiers,
+    )
+
+
+def print_analysis(analysis: Analysis) -> None:
+    """The analysis for people: each tier, each guardrail with its numbers, the verdict."""
+    stable_since = ""
+    if analysis.stable_since is not None:
+        stable_since = f" (stable arm since {_iso(analysis.stable_since)})"
+    print_result(
+        f"{analysis.unit}: candidate {analysis.candidate} vs stable {analysis.stable}, "
+        f"reports since {_iso(analysis.since)}{stable_since}"
+    )
+    for tier in analysis.tiers:
+        print_result(
+            f"tier {tier.tier}: {tier.verdict} (candidate {tier.candidate_devices} devices, "
+            f"stable {tier.stable_devices})"
+        )
+        for result in tier.guardrails:
+            critical = ", critical" if result.critical else ""
+            print_result(f"  {result.verdict:<12} {result.name}{critical}: {result.reason}")
+    print_result(f"verdict: {analysis.verdict}")
+
+
+@click.command("analyze")
+@click.argument("unit")
+@since_option
+@reports_option
+@registry_read_options
+@handle_errors
+def analyze_command(unit: str, **options: Any) -> None:
+    """Compare UNIT's candidate with the concurrent stable arm, per tier and guardrail.
+
+    Exits 0 when every guardrail passes, 12 when a critical one fails, 13 when
+    the evidence is not there yet (docs/operations/canary-analysis.md).
+    """
+    from edgereg.registry import RolloutError
+
+    config = optional_config(options["config_path"])
+    registry = open_registry(
+        config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
+    )
+    state, _ = registry.read_state(unit)
+    if state is None or state.candidate is None or state.stable is None:
+        what = (
+            "has no release in this registry"
+            if state is None
+            else "has no rollout in progress"
+            if state.candidate is None
+            else f"has no stable release under candidate {state.candidate}"
+        )
+        raise RolloutError(
+            f"{unit} {what}: there are no two arms to compare",
+            hint=f"Analysis needs a canary over a stable release: edgereg publish {unit} "
+            "--canary 5%",
+        )
+    analysis = _analysis(unit, config, registry, state, options)
+    if options["as_json"]:
+        click.echo(json.dumps(analysis.to_json()))
+    else:
+        print_analysis(analysis)
+    if analysis.verdict == "fail":
+        raise SystemExit(ANALYZE_FAILED)
+    if analysis.verdict == "inconclusive":
+        raise SystemExit(ANALYZE_INCONCLUSIVE)
+
+
+def auto_rollout(model: str, options: dict[str, Any]) -> None:
+    """`edgereg rollout MODEL --auto`: analyse, then step, promote, halt or wait.
+
+    Exits 0 (moved, waiting or nothing to do) or 12 (halted: a critical guardrail failed).
+    """
+    from edgereg.registry._auto import apply, decide, precheck
+
+    config = optional_config(options["config_path"])
+    registry = open_registry(
+        config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
+    )
+    policy = config.rollout_policy(model) if config else config_module.RolloutPolicy()
+    state, _ = registry.read_state(model)
+    if state is None:
+        from edgereg.registry import RolloutError
+
+        # A misspelt name in a cron line should fail loudly, not "wait" forever.
+        raise RolloutError(
+            f"model '{model}' has no release in this registry",
+            hint=f"Publish one first: edgereg publish {model} --canary 5%",
+        )
+    analysis = None
+    decision = precheck(state, model)
+    if decision is None:
+        analysis = _analysis(model, config, registry, state, options)
+        decision = decide(state, model, analysis, policy=policy, now=registry.clock())
+    new_state = state
+    if decision.changes_state:
+        actor = actor_name(options["actor"])
+        expected = state.sequence
+        new_state = registry.change(
+            model,
+            lambda current, now, expires: apply(
+                decision,
+                current,
+                model,
+                analysis=analysis,
+                policy=policy,
+                now=now,
+                expires=expires,
+                actor=actor,
+                expected_sequence=expected,
+            ),
+            signer=signer_from_options(options["key_paths"], config),
+            expires_days=expiry_days(config),
+        )
+    if options["as_json"]:
+        click.echo(
+            json.dumps(
+                {
+                    "model": model,
+                    "action": decision.action,
+                    "changed": decision.changes_state,
+                    "reason": decision.reason,
+                    "sequence": new_state.sequence,
+                    **new_state.snapshot().model_dump(mode="json"),
+                    "analysis": analysis.to_json() if analysis is not None else None,
+                }
+            )
+        )
+    else:
+        if analysis is not None:
+            for line in _short(analysis):
+                print_note(line)
+        verb = {
+            "nothing": "nothing to do",
+            "wait": "waiting",
+            "step": "rolled out",
+            "promote": "promoted",
+            "pause": "paused",
+            "rollback": "rolled back",
+        }[decision.action]
+        sequence = f" (sequence {new_state.sequence})" if decision.changes_state else ""
+        print_result(f"{model}: {verb}: {decision.reason}{sequence}")
+    if decision.action in ("pause", "rollback"):
+        raise SystemExit(ANALYZE_FAILED)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _short(analysis: Analysis) -> list[str]:
+    lines = []
+    for tier in analysis.tiers:
+        verdicts = ", ".join(f"{result.name} {result.verdict}" for result in tier.guardrails)
+        lines.append(f"tier {tier.tier}: {tier.verdict} ({verdicts})")
+    return lines

@@ -1,0 +1,50 @@
+"""Canary analysis: is the candidate arm of a rollout worse than the concurrent stable arm?
+
+Pure statistics over what the report store aggregates (:class:`ArmSummary`
+per tier and arm): no I/O, no clock. Per tier, each guardrail of
+``[rollout.guardrails]`` gets a verdict with its numbers:
+
+- failure rates (probe failure, load failure, revert): Farrington-Manning's
+  score test of "the candidate's rate is higher by more than max_increase"
+  and of the opposite, with the interval of the difference;
+- latencies (load time, median inference time): Mann-Whitney U and the
+  Hodges-Lehmann shift with Lehmann's interval, in percent of the stable median.
+
+A guardrail fails when the evidence says the candidate is worse by more than
+its limit, passes when it says the candidate is within the limit and each arm
+has ``min_devices``, and is inconclusive otherwise. docs/operations/canary-analysis.md
+explains the rules and how to read the numbers.
+"""
+
+from edgereg.analysis._canary import (
+    LATENCY_GUARDRAILS,
+    RATE_GUARDRAILS,
+    Analysis,
+    GuardrailResult,
+    TierAnalysis,
+    Verdict,
+    analysis_periods,
+    analyze,
+    analyze_tier,
+    combine,
+)
+from edgereg.analysis._ranks import ShiftComparison, compare_latency, mann_whitney
+from edgereg.analysis._rates import RateComparison, compare_rates
+
+__all__ = [
+    "LATENCY_GUARDRAILS",
+    "RATE_GUARDRAILS",
+    "Analysis",
+    "GuardrailResult",
+    "RateComparison",
+    "ShiftComparison",
+    "TierAnalysis",
+    "Verdict",
+    "analysis_periods",
+    "analyze",
+    "analyze_tier",
+    "combine",
+    "compare_latency",
+    "compare_rates",
+    "mann_whitney",
+]

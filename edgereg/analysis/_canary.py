@@ -1,0 +1,527 @@
+"""The canary analysis: every guardrail of every tier, candidate arm against stable arm."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Literal
+
+from edgereg.analysis._ranks import compare_latency, total
+from edgereg.analysis._rates import compare_rates
+from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
+from edgereg.protocol.wire import RolloutState
+from edgereg.reports.summary import ArmSummary
+
+Verdict = Literal["pass", "fail", "inconclusive"]
+
+RATE_GUARDRAILS: tuple[str, ...] = ("probe_failure", "load_failure", "revert")
+"""Rate guardrails, each named as in ``[rollout.guardrails]``."""
+LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms")
+"""Latency guardrails, each named as in ``[rollout.guardrails]``."""
+
+# Which ArmSummary field each guardrail reads.
+_RATE_FIELD = {"probe_failure": "probe_failed", "load_failure": "load_failed", "revert": "reverted"}
+_LATENCY_FIELD = {"load_ms": "load_ms", "inference_ms": "inference_p50_ms"}
+
+Number = float | int | None
+
+
+@dataclass(frozen=True)
+class GuardrailResult:
+    """One guardrail of one tier.
+
+    Attributes:
+        name: The guardrail (``probe_failure``, ``load_ms``, ...).
+        critical: A failure halts the rollout.
+        verdict: pass, fail or inconclusive.
+        reason: One line for people, with the numbers.
+        numbers: The numbers, for scripts and the signed evidence (rates are
+            fractions, shifts in ms and in percent of the stable median).
+    """
+
+    name: str
+    critical: bool
+    verdict: Verdict
+    reason: str
+    numbers: dict[str, Number] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TierAnalysis:
+    """Every guardrail of one tier.
+
+    Attributes:
+        tier: The device tier.
+        candidate_devices: Candidate devices that reported in the period.
+        stable_devices: Stable devices that reported in the period.
+        guardrails: One result per guardrail.
+    """
+
+    tier: str
+    candidate_devices: int
+    stable_devices: int
+    guardrails: tuple[GuardrailResult, ...]
+
+    @property
+    def verdict(self) -> Verdict:
+        """Fail if a critical guardrail fails, pass if all pass, else inconclusive."""
+        return combine(self.guardrails)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The canary analysis of one unit's rollout.
+
+    Attributes:
+        unit: The model or bundle.
+        candidate: The candidate version.
+        stable: The stable version.
+        since: Start of the period the candidate arm is counted over.
+        tiers: One analysis per tier.
+        stable_since: Start of the stable arm's period, when it differs (at 100 %).
+    """
+
+    unit: str
+    candidate: str
+    stable: str
+    since: datetime
+    tiers: tuple[TierAnalysis, ...]
+    stable_since: datetime | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        """Fail if a critical guardrail fails anywhere, pass if all pass, else inconclusive."""
+        return combine(result for tier in self.tiers for result in tier.guardrails)
+
+    def to_json(self) -> dict[str, object]:
+        """Everything, for ``edgereg analyze --json``."""
+        return {
+            "unit": self.unit,
+            "candidate": self.candidate,
+            "stable": self.stable,
+            "since": _iso(self.since),
+            "stable_since": _iso(self.stable_since or self.since),
+            "verdict": self.verdict,
+            "tiers": [
+                {
+                    "tier": tier.tier,
+                    "verdict": tier.verdict,
+                    "candidate_devices": tier.candidate_devices,
+                    "stable_devices": tier.stable_devices,
+                    "guardrails": [
+                        {
+                            "name": result.name,
+                            "critical": result.critical,
+                            "verdict": result.verdict,
+                            "reason": result.reason,
+                            **result.numbers,
+                        }
+                        for result in tier.guardrails
+                    ],
+                }
+                for tier in self.tiers
+            ],
+        }
+
+    def evidence(self) -> dict[str, object]:
+        """A compact summary for the signed history: verdicts and the key numbers, rounded.
+
+        Kept small because the signed state keeps up to 200 history events.
+        """
+        tiers: dict[str, object] = {}
+        for tier in self.tiers:
+            tiers[tier.tier] = {
+                "verdict": tier.verdict,
+                "devices": [tier.candidate_devices, tier.stable_devices],
+                "guardrails": {
+                    result.name: {
+                        "verdict": result.verdict,
+                        **{
+                            key: _round(value)
+                            for key, value in result.numbers.items()
+                            if key in _EVIDENCE_KEYS
+                        },
+                    }
+                    for result in tier.guardrails
+                },
+            }
+        return {
+            "verdict": self.verdict,
+            "candidate": self.candidate,
+            "stable": self.stable,
+            "since": _iso(self.since),
+            **({"stable_since": _iso(self.stable_since)} if self.stable_since else {}),
+            "tiers": tiers,
+        }
+
+
+_EVIDENCE_KEYS = frozenset(
+    {
+        "candidate_rate",
+        "stable_rate",
+        "difference",
+        "ci_low",
+        "ci_high",
+        "p_worse",
+        "limit",
+        "shift_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "limit_pct",
+        "p_slower",
+    }
+)
+
+
+def _round(value: Number) -> Number:
+    return float(f"{value:.4g}") if isinstance(value, float) else value
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _p(value: float) -> str:
+    # Below double precision's resolution of 1 - p a printed 0 would claim certainty.
+    return "p<1e-16" if value < 1e-16 else f"p={value:.2g}"
+
+
+def combine(results: Iterable[GuardrailResult]) -> Verdict:
+    """Fail if any critical guardrail fails, pass if every one passes, else inconclusive.
+
+    A non-critical failure does not halt a rollout, but it does not let it go on either.
+    """
+    verdicts = [(result.verdict, result.critical) for result in results]
+    if any(verdict == "fail" and critical for verdict, critical in verdicts):
+        return "fail"
+    if verdicts and all(verdict == "pass" for verdict, _ in verdicts):
+        return "pass"
+    return "inconclusive"
+
+
+def analysis_periods(state: RolloutState) -> tuple[datetime | None, datetime | None]:
+    """Where the candidate's and the stable arm's periods start.
+
+    Reports before a percent change came from a different cohort size, so
+    only the time since the candidate's last percent change counts, for both
+    arms. At 100 % no device gets the stable release any more: the stable
+    arm's period then starts at the last step below 100 %, so that step's
+    stable reports are the comparison, while the candidate's still starts at
+    the move to 100 % (so a decision at 100 % rests on reports of 100 %, and a
+    second run right after the move finds none and waits).
+
+    The signed history keeps whole seconds, so a report in the second of a
+    change may be from before it: each period starts at the next second.
+
+    Returns:
+        (candidate start, stable start); the stable start is None when the
+        candidate was never below 100 % (published ``--full``: no stable arm).
+    """
+    changed, stable = state.last_change_at(), _stable_since(state)
+    return (
+        changed + _SECOND if changed is not None else None,
+        stable + _SECOND if stable is not None else None,
+    )
+
+
+_SECOND = timedelta(seconds=1)
+
+
+def _stable_since(state: RolloutState) -> datetime | None:
+    if state.candidate is None:
+        return None
+    for event in reversed(state.history):
+        if event.action not in ("publish", "rollout") or event.after.candidate != state.candidate:
+            continue
+        if event.after.percent is not None and event.after.percent < 100:
+            return event.at
+        if event.action == "publish":
+            break
+    return None
+
+
+def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
+    """One arm's summaries (the store may split an arm, say by variant) added up."""
+    merged: ArmSummary | None = None
+    for summary in summaries:
+        if merged is None:
+            merged = replace(
+                summary,
+                load_ms=dict(summary.load_ms),
+                inference_p50_ms=dict(summary.inference_p50_ms),
+            )
+            continue
+        for histogram, more in (
+            (merged.load_ms, summary.load_ms),
+            (merged.inference_p50_ms, summary.inference_p50_ms),
+        ):
+            for index, count in more.items():
+                histogram[index] = histogram.get(index, 0) + count
+        merged = replace(
+            merged,
+            devices=merged.devices + summary.devices,
+            probe_failed=merged.probe_failed + summary.probe_failed,
+            load_failed=merged.load_failed + summary.load_failed,
+            reverted=merged.reverted + summary.reverted,
+            confirmed=merged.confirmed + summary.confirmed,
+        )
+    return merged
+
+
+def analyze(
+    summaries: Iterable[ArmSummary],
+    *,
+    unit: str,
+    candidate: str,
+    stable: str,
+    since: datetime,
+    guardrails: Guardrails,
+    tiers: Sequence[str] = (),
+    stable_since: datetime | None = None,
+) -> Analysis:
+    """Compare the candidate arm with the concurrent stable arm in every tier.
+
+    Args:
+        summaries: What the report store holds for the period; summaries of
+            other units, arms or versions are ignored.
+        unit: The model or bundle.
+        candidate: The candidate version (only candidate-arm reports of it count).
+        stable: The stable version (only stable-arm reports of it count).
+        since: Start of the candidate's period (for the record: the store cut it).
+        guardrails: The declared guardrails.
+        tiers: The tiers the candidate is released to; a tier without reports
+            is then inconclusive rather than absent. Tiers seen in the reports
+            are analysed as well.
+        stable_since: Start of the stable arm's period when it differs.
+    """
+    arms: dict[tuple[str, str], list[ArmSummary]] = {}
+    for summary in summaries:
+        wanted = candidate if summary.arm == "candidate" else stable
+        if summary.unit == unit and summary.version == wanted:
+            arms.setdefault((summary.tier, summary.arm), []).append(summary)
+    seen = sorted({tier for tier, _ in arms} - set(tiers))
+    results = []
+    for tier in (*tiers, *seen):
+        results.append(
+            analyze_tier(
+                tier,
+                _merge(arms.get((tier, "candidate"), [])),
+                _merge(arms.get((tier, "stable"), [])),
+                guardrails,
+            )
+        )
+    return Analysis(
+        unit=unit,
+        candidate=candidate,
+        stable=stable,
+        since=since,
+        tiers=tuple(results),
+        stable_since=stable_since if stable_since != since else None,
+    )
+
+
+def analyze_tier(
+    tier: str,
+    candidate: ArmSummary | None,
+    stable: ArmSummary | None,
+    guardrails: Guardrails,
+) -> TierAnalysis:
+    """Every guardrail of one tier (an arm without reports is None)."""
+    results: list[GuardrailResult] = []
+    for name in RATE_GUARDRAILS:
+        rule: RateGuardrail = getattr(guardrails, name)
+        results.append(_rate_result(name, rule, candidate, stable, guardrails))
+    for name in LATENCY_GUARDRAILS:
+        latency_rule: LatencyGuardrail = getattr(guardrails, name)
+        results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
+    return TierAnalysis(
+        tier=tier,
+        candidate_devices=candidate.devices if candidate else 0,
+        stable_devices=stable.devices if stable else 0,
+        guardrails=tuple(results),
+    )
+
+
+def _too_few(candidate_n: int, stable_n: int, needed: int) -> str:
+    short = [
+        f"{arm} {count}"
+        for arm, count in (("candidate", candidate_n), ("stable", stable_n))
+        if count < needed
+    ]
+    return f"too few devices to pass ({', '.join(short)} of {needed} needed per arm)"
+
+
+def _also_too_few(candidate_n: int, stable_n: int, needed: int) -> str:
+    return (
+        f"; {_too_few(candidate_n, stable_n, needed)}"
+        if min(candidate_n, stable_n) < needed
+        else ""
+    )
+
+
+def _points(rate: float) -> str:
+    return f"{100 * rate:+.2f} pt"
+
+
+def _rate_result(
+    name: str,
+    rule: RateGuardrail,
+    candidate: ArmSummary | None,
+    stable: ArmSummary | None,
+    guardrails: Guardrails,
+) -> GuardrailResult:
+    limit: dict[str, Number] = {"limit": rule.max_increase, "alpha": guardrails.alpha}
+    if candidate is None or stable is None or candidate.devices < 1 or stable.devices < 1:
+        missing = " and ".join(
+            arm
+            for arm, summary in (("candidate", candidate), ("stable", stable))
+            if summary is None or summary.devices < 1
+        )
+        return GuardrailResult(
+            name, rule.critical, "inconclusive", f"no {missing} reports in the period", limit
+        )
+    events = getattr(candidate, _RATE_FIELD[name]), getattr(stable, _RATE_FIELD[name])
+    result = compare_rates(
+        events[0],
+        candidate.devices,
+        events[1],
+        stable.devices,
+        margin=rule.max_increase,
+        alpha=guardrails.alpha,
+    )
+    numbers: dict[str, Number] = {
+        "candidate_events": result.candidate_events,
+        "candidate_devices": result.candidate_devices,
+        "stable_events": result.stable_events,
+        "stable_devices": result.stable_devices,
+        "candidate_rate": result.candidate_rate,
+        "stable_rate": result.stable_rate,
+        "difference": result.difference,
+        "ci_low": result.ci_low,
+        "ci_high": result.ci_high,
+        # JSON (and the signed evidence) has no infinity: only a margin of 1 can produce one.
+        "z": result.z if math.isfinite(result.z) else None,
+        "p_worse": result.p_worse,
+        "p_within": result.p_within,
+        **limit,
+    }
+    level = round(100 * (1 - 2 * guardrails.alpha))
+    described = (
+        f"candidate {100 * result.candidate_rate:.2f}% ({result.candidate_events}/"
+        f"{result.candidate_devices}) vs stable {100 * result.stable_rate:.2f}% "
+        f"({result.stable_events}/{result.stable_devices}): {_points(result.difference)}, "
+        f"{level}% CI {_points(result.ci_low)} to {_points(result.ci_high)}, "
+        f"limit {_points(rule.max_increase)}"
+    )
+    if result.p_worse < guardrails.alpha:
+        return GuardrailResult(
+            name,
+            rule.critical,
+            "fail",
+            f"{described}; above the limit ({_p(result.p_worse)})",
+            numbers,
+        )
+    if result.p_within < guardrails.alpha:
+        if min(candidate.devices, stable.devices) < guardrails.min_devices:
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "inconclusive",
+                f"{described}; "
+                + _too_few(candidate.devices, stable.devices, guardrails.min_devices),
+                numbers,
+            )
+        return GuardrailResult(
+            name,
+            rule.critical,
+            "pass",
+            f"{described}; within the limit ({_p(result.p_within)})",
+            numbers,
+        )
+    return GuardrailResult(
+        name,
+        rule.critical,
+        "inconclusive",
+        f"{described}; not enough evidence either way "
+        f"({_p(min(result.p_worse, result.p_within))})"
+        + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
+        numbers,
+    )
+
+
+def _latency_result(
+    name: str,
+    rule: LatencyGuardrail,
+    candidate: ArmSummary | None,
+    stable: ArmSummary | None,
+    guardrails: Guardrails,
+) -> GuardrailResult:
+    field_name = _LATENCY_FIELD[name]
+    limit: dict[str, Number] = {"limit_pct": rule.max_increase_pct, "alpha": guardrails.alpha}
+    histograms = [
+        getattr(summary, field_name) if summary is not None else {}
+        for summary in (candidate, stable)
+    ]
+    missing = [
+        arm
+        for arm, histogram in zip(("candidate", "stable"), histograms, strict=True)
+        if not total(histogram)
+    ]
+    if missing:
+        return GuardrailResult(
+            name,
+            rule.critical,
+            "inconclusive",
+            f"no {' and '.join(missing)} {name} values in the period",
+            limit,
+        )
+    result = compare_latency(histograms[0], histograms[1], alpha=guardrails.alpha)
+    shift, low, high = (
+        result.percent(result.shift_ms),
+        result.percent(result.ci_low_ms),
+        result.percent(result.ci_high_ms),
+    )
+    numbers: dict[str, Number] = {
+        "candidate_devices": result.candidate_devices,
+        "stable_devices": result.stable_devices,
+        "candidate_median_ms": result.candidate_median_ms,
+        "stable_median_ms": result.stable_median_ms,
+        "shift_ms": result.shift_ms,
+        "shift_pct": shift,
+        "ci_low_pct": low,
+        "ci_high_pct": high,
+        "u": result.u,
+        "p_slower": result.p_slower,
+        **limit,
+    }
+    level = round(100 * (1 - 2 * guardrails.alpha))
+    described = (
+        f"median {result.candidate_median_ms:.3g} ms vs {result.stable_median_ms:.3g} ms "
+        f"({result.candidate_devices} vs {result.stable_devices} devices): shift {shift:+.1f}% "
+        f"of the stable median, {level}% CI {low:+.1f}% to {high:+.1f}%, limit "
+        f"+{rule.max_increase_pct:g}%; Mann-Whitney {_p(result.p_slower)}"
+    )
+    # The interval is the inverted rank test: above the limit means significantly slower by more.
+    if low > rule.max_increase_pct:
+        return GuardrailResult(name, rule.critical, "fail", f"{described}; slower", numbers)
+    if high < rule.max_increase_pct:
+        if min(result.candidate_devices, result.stable_devices) < guardrails.min_devices:
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "inconclusive",
+                f"{described}; "
+                + _too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
+                numbers,
+            )
+        return GuardrailResult(name, rule.critical, "pass", f"{described}; within", numbers)
+    return GuardrailResult(
+        name,
+        rule.critical,
+        "inconclusive",
+        f"{described}; the interval holds the limit"
+        + _also_too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
+        numbers,
+    )

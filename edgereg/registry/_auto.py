@@ -1,0 +1,219 @@
+"""The automatic rollout rule: what `edgereg rollout --auto` does, given the state and the analysis.
+
+Pure: the state, the canary analysis and the time in, one :class:`AutoDecision`
+out; :func:`apply` turns it into the next signed state through the ordinary
+transitions (so every rule of a manual move holds) and marks the history event
+automatic, with the analysis as its evidence.
+
+The rules, first match wins:
+
+1. no rollout in progress (no candidate), or it is paused: nothing to do. A
+   pause is a person's call, or an earlier automatic halt; only a person resumes;
+2. no stable release under the candidate: nothing to compare with, so nothing
+   automatic (a person promotes or rolls back);
+3. a critical guardrail fails: roll back (``rollback_on_critical``) or pause, at
+   once, whatever the soak time;
+4. the soak time at this step has not passed: wait;
+5. any guardrail inconclusive, or a non-critical one failed: wait;
+6. every guardrail passes: the next step of the policy, or promote after the last.
+
+Each outcome but the moves is a no-op, and every move ends in a state where the
+rule says wait (new step: soak time restarts) or nothing (paused, promoted,
+rolled back), so running it twice in a row changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from edgereg.analysis import Analysis
+from edgereg.config import RolloutPolicy
+from edgereg.protocol.wire import RolloutState
+from edgereg.registry._transitions import RolloutError, pause, promote, rollback, set_percent
+from edgereg.rollout import check_soak, next_step
+
+AutoAction = Literal["nothing", "wait", "step", "promote", "pause", "rollback"]
+
+#: The actions that change the state.
+MOVES: frozenset[str] = frozenset({"step", "promote", "pause", "rollback"})
+
+
+@dataclass(frozen=True)
+class AutoDecision:
+    """What an automatic rollout does now, and why.
+
+    Attributes:
+        action: nothing / wait (no change), or step / promote / pause / rollback.
+        reason: One line for people and for the history note.
+        percent: The new percent of a step.
+    """
+
+    action: AutoAction
+    reason: str
+    percent: float | None = None
+
+    @property
+    def changes_state(self) -> bool:
+        """Whether the decision writes a new state."""
+        return self.action in MOVES
+
+
+def precheck(state: RolloutState | None, model: str) -> AutoDecision | None:
+    """A decision that needs no analysis (rules 1 and 2), or None when the reports decide."""
+    if state is None:
+        return AutoDecision("nothing", f"{model} has no release in this registry")
+    if state.candidate is None:
+        return AutoDecision(
+            "nothing",
+            f"no rollout in progress: stable is {state.stable or 'none (withdrawn)'}",
+        )
+    if state.paused:
+        return AutoDecision(
+            "nothing",
+            f"the rollout of {state.candidate} is paused; automatic rollouts never resume "
+            f"(edgereg resume {model}, or edgereg rollback {model})",
+        )
+    if state.stable is None:
+        return AutoDecision(
+            "nothing",
+            f"{state.candidate} has no stable release to be compared with; promote or roll "
+            "it back by hand",
+        )
+    return None
+
+
+def decide(
+    state: RolloutState | None,
+    model: str,
+    analysis: Analysis | None,
+    *,
+    policy: RolloutPolicy,
+    now: datetime,
+) -> AutoDecision:
+    """What `edgereg rollout --auto` does now (the module docstring lists the rules).
+
+    Args:
+        state: The verified rollout state.
+        model: The unit.
+        analysis: The canary analysis of the state's candidate; None only when
+            :func:`precheck` decides without one.
+        policy: The unit's rollout policy (steps, soak time, guardrails).
+        now: The current time.
+
+    Raises:
+        ValueError: no analysis although the state needs one, or one of other versions.
+    """
+    early = precheck(state, model)
+    if early is not None:
+        return early
+    assert state is not None
+    assert state.percent is not None
+    if analysis is None:
+        raise ValueError("the rollout state needs a canary analysis to decide")
+    if (analysis.candidate, analysis.stable) != (state.candidate, state.stable):
+        raise ValueError(
+            f"the analysis compares {analysis.candidate} with {analysis.stable}, the state "
+            f"{state.candidate} with {state.stable}"
+        )
+    failed = _failed(analysis, critical=True)
+    if analysis.verdict == "fail":
+        if policy.guardrails.rollback_on_critical:
+            return AutoDecision("rollback", f"critical guardrail failed: {failed}")
+        return AutoDecision("pause", f"critical guardrail failed: {failed}")
+    since = state.last_change_at()
+    remaining = check_soak(since, now, timedelta(hours=policy.min_soak_hours)) if since else None
+    if remaining is not None:
+        return AutoDecision(
+            "wait",
+            f"soaking at {state.percent:g}%: {_duration(remaining)} of the minimum "
+            f"{policy.min_soak_hours:g} h left",
+        )
+    if analysis.verdict == "inconclusive":
+        unclear = _unclear(analysis)
+        return AutoDecision("wait", f"not every guardrail passes yet: {unclear}")
+    target = next_step(policy.steps, state.percent)
+    if target is None:
+        return AutoDecision("promote", f"every guardrail passes at {state.percent:g}%")
+    return AutoDecision(
+        "step", f"every guardrail passes at {state.percent:g}%: on to {target:g}%", target
+    )
+
+
+def apply(
+    decision: AutoDecision,
+    state: RolloutState | None,
+    model: str,
+    *,
+    analysis: Analysis | None,
+    policy: RolloutPolicy,
+    now: datetime,
+    expires: datetime,
+    actor: str,
+    expected_sequence: int | None,
+) -> RolloutState:
+    """The next state of a decision that changes it, marked automatic with its evidence.
+
+    Args:
+        expected_sequence: The sequence of the state that was analysed; a
+            different one means someone moved the rollout meanwhile.
+
+    Raises:
+        RolloutError: the state changed since the analysis, or the move is not
+            allowed (the transition's own rules).
+    """
+    if not decision.changes_state:
+        raise ValueError(f"{decision.action!r} does not change the state")
+    if state is None or state.sequence != expected_sequence:
+        raise RolloutError(
+            f"the rollout state of {model} changed while the reports were analysed "
+            f"(sequence {state.sequence if state else 'none'}, analysed {expected_sequence})",
+            hint="Run `edgereg rollout --auto` again: it decides on the new state.",
+        )
+    if decision.action == "step":
+        new = set_percent(
+            state, model, decision.percent, policy=policy, now=now, expires=expires, actor=actor
+        )
+    elif decision.action == "promote":
+        new = promote(state, model, now=now, expires=expires, actor=actor)
+    elif decision.action == "pause":
+        new = pause(state, model, now=now, expires=expires, actor=actor)
+    else:
+        new = rollback(
+            state, model, to_version=None, published=set(), now=now, expires=expires, actor=actor
+        )
+    event = new.history[-1]
+    note = f"automatic: {decision.reason}"
+    if event.note:
+        note = f"{note}; {event.note}"
+    evidence = analysis.evidence() if analysis is not None else None
+    marked = event.model_copy(update={"automatic": True, "evidence": evidence, "note": note})
+    return new.model_copy(update={"history": [*new.history[:-1], marked]})
+
+
+def _failed(analysis: Analysis, *, critical: bool) -> str:
+    return "; ".join(
+        f"{tier.tier} {result.name} ({result.reason})"
+        for tier in analysis.tiers
+        for result in tier.guardrails
+        if result.verdict == "fail" and result.critical == critical
+    )
+
+
+def _unclear(analysis: Analysis) -> str:
+    names = [
+        f"{tier.tier} {result.name}"
+        + (" failed (not critical)" if result.verdict == "fail" else " inconclusive")
+        for tier in analysis.tiers
+        for result in tier.guardrails
+        if result.verdict != "pass"
+    ]
+    shown = ", ".join(names[:6])
+    return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = max(1, int(delta.total_seconds() // 60))
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"

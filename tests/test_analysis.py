@@ -1,0 +1,458 @@
+"""Canary analysis: statistics against scipy and brute force, and rules that always hold."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize_scalar
+from scipy.special import xlogy
+
+from edgereg.analysis import (
+    Analysis,
+    GuardrailResult,
+    analysis_periods,
+    analyze,
+    combine,
+    compare_latency,
+    compare_rates,
+    mann_whitney,
+)
+from edgereg.analysis._rates import restricted_rates
+from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
+from edgereg.reports.summary import ArmSummary, bucket_value_ms, latency_bucket
+from edgereg.wire import HistoryEvent, RolloutSnapshot, RolloutState
+
+SINCE = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+GUARDRAILS = Guardrails()
+
+
+def expand(histogram: dict[int, int]) -> np.ndarray:
+    return np.repeat([bucket_value_ms(index) for index in histogram], list(histogram.values()))
+
+
+def arm(
+    arm_name: str,
+    devices: int,
+    *,
+    tier: str = "high",
+    version: str | None = None,
+    unit: str = "vision",
+    **fields: object,
+) -> ArmSummary:
+    return ArmSummary(
+        unit=unit,
+        tier=tier,
+        arm=arm_name,  # type: ignore[arg-type]
+        version=version or ("1.1.0" if arm_name == "candidate" else "1.0.0"),
+        devices=devices,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def run(*summaries: ArmSummary, guardrails: Guardrails = GUARDRAILS, **kw: object) -> Analysis:
+    return analyze(
+        summaries,
+        unit="vision",
+        candidate="1.1.0",
+        stable="1.0.0",
+        since=SINCE,
+        guardrails=guardrails,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def verdicts(analysis: Analysis, tier: str = "high") -> dict[str, str]:
+    (found,) = (t for t in analysis.tiers if t.tier == tier)
+    return {result.name: result.verdict for result in found.guardrails}
+
+
+# --- the statistics, checked against independent computations ----------------------
+
+histograms = st.dictionaries(
+    st.integers(min_value=200, max_value=240), st.integers(min_value=1, max_value=30), min_size=1
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms, histograms)
+def test_mann_whitney_from_counts_matches_scipy_on_the_expanded_values(
+    candidate: dict[int, int], stable: dict[int, int]
+) -> None:
+    expected = scipy.stats.mannwhitneyu(
+        expand(candidate), expand(stable), alternative="greater", method="asymptotic"
+    )
+    u, _, p = mann_whitney(candidate, stable)
+    assert u == pytest.approx(expected.statistic)
+    if not np.isnan(expected.pvalue):
+        assert p == pytest.approx(expected.pvalue, abs=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(histograms, histograms)
+def test_hodges_lehmann_is_the_median_of_all_pairwise_differences(
+    candidate: dict[int, int], stable: dict[int, int]
+) -> None:
+    result = compare_latency(candidate, stable, alpha=0.05)
+    differences = np.subtract.outer(expand(candidate), expand(stable)).ravel()
+    assert result.shift_ms == pytest.approx(float(np.median(differences)))
+    assert result.stable_median_ms == pytest.approx(float(np.median(expand(stable))))
+    assert result.ci_low_ms <= result.shift_ms <= result.ci_high_ms
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(1, 400),
+    st.floats(0, 1),
+    st.floats(0, 1),
+    st.floats(-0.95, 0.95),
+)
+def test_restricted_rates_maximise_the_likelihood(
+    n1: int, n0: int, f1: float, f0: float, delta: float
+) -> None:
+    x1, x0 = round(f1 * n1), round(f0 * n0)
+
+    def minus_log_likelihood(p0: float) -> float:
+        p1 = p0 + delta
+        return -float(
+            xlogy(x1, p1) + xlogy(n1 - x1, 1 - p1) + xlogy(x0, p0) + xlogy(n0 - x0, 1 - p0)
+        )
+
+    rate1, rate0 = restricted_rates(x1, n1, x0, n0, delta)
+    assert rate1 - rate0 == pytest.approx(delta)
+    best = minimize_scalar(
+        minus_log_likelihood,
+        bounds=(max(0.0, -delta), min(1.0, 1 - delta)),
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
+    assert minus_log_likelihood(rate0) <= best.fun + 1e-5
+
+
+@pytest.mark.parametrize(
+    ("counts", "margin", "fails", "passes"),
+    [
+        pytest.param((0, 50, 0, 50), 0.01, False, False, id="zero-of-50-proves-nothing"),
+        pytest.param((0, 1000, 0, 1000), 0.01, False, True, id="zero-of-1000-is-within-1pt"),
+        pytest.param((50, 1000, 0, 1000), 0.01, True, False, id="5pt-more-fails"),
+        pytest.param((15, 1000, 10, 1000), 0.01, False, False, id="half-point-more-unclear"),
+        pytest.param((5, 100, 5, 100), 0.0, False, False, id="no-margin-never-passes"),
+    ],
+)
+def test_rate_comparison_table(
+    counts: tuple[int, int, int, int], margin: float, fails: bool, passes: bool
+) -> None:
+    result = compare_rates(*counts, margin=margin, alpha=0.05)
+    assert (result.p_worse < 0.05) is fails
+    assert (result.p_within < 0.05) is passes
+    # The interval is the inverted test: it lies above the margin exactly when the test fails.
+    assert (result.ci_low > margin) is fails
+    assert (result.ci_high < margin) is passes
+
+
+def test_rate_comparison_refuses_impossible_counts() -> None:
+    with pytest.raises(ValueError, match="candidate arm: 3 events of 2 devices"):
+        compare_rates(3, 2, 0, 10, margin=0.01, alpha=0.05)
+
+
+# --- rules that hold for every input -------------------------------------------------
+
+arm_counts = st.tuples(
+    st.integers(1, 5000), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), histograms, histograms
+)
+
+
+def summary_of(
+    name: str, counts: tuple[int, float, float, float, dict[int, int], dict[int, int]]
+) -> ArmSummary:
+    devices, probe, load, revert, load_ms, inference = counts
+    return arm(
+        name,
+        devices,
+        probe_failed=round(probe * devices),
+        load_failed=round(load * devices),
+        reverted=round(revert * devices),
+        load_ms=load_ms,
+        inference_p50_ms=inference,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arm_counts,
+    st.floats(0.001, 0.5),
+    st.floats(0, 0.2),
+    st.floats(0, 50),
+    st.booleans(),
+)
+def test_identical_arms_never_fail(
+    counts: tuple[int, float, float, float, dict[int, int], dict[int, int]],
+    alpha: float,
+    max_increase: float,
+    max_increase_pct: float,
+    critical: bool,
+) -> None:
+    rate = RateGuardrail(max_increase=max_increase, critical=critical)
+    latency = LatencyGuardrail(max_increase_pct=max_increase_pct, critical=critical)
+    guardrails = Guardrails(
+        alpha=alpha,
+        probe_failure=rate,
+        load_failure=rate,
+        revert=rate,
+        load_ms=latency,
+        inference_ms=latency,
+    )
+    analysis = run(
+        summary_of("candidate", counts), summary_of("stable", counts), guardrails=guardrails
+    )
+    assert "fail" not in verdicts(analysis).values()
+    assert analysis.verdict != "fail"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(GUARDRAILS.min_devices, 100_000),
+    st.integers(GUARDRAILS.min_devices, 100_000),
+    st.floats(0, 0.02),
+    st.integers(200, 300),
+)
+def test_a_huge_regression_with_enough_devices_always_fails(
+    candidate_devices: int, stable_devices: int, stable_rate: float, bucket: int
+) -> None:
+    slower = bucket + 40  # 2.7 times slower
+    candidate = arm(
+        "candidate",
+        candidate_devices,
+        probe_failed=candidate_devices // 2,
+        load_ms={slower: candidate_devices},
+        inference_p50_ms={slower: candidate_devices // 2, slower + 1: candidate_devices // 2},
+    )
+    stable = arm(
+        "stable",
+        stable_devices,
+        probe_failed=round(stable_rate * stable_devices),
+        load_ms={bucket: stable_devices},
+        inference_p50_ms={bucket: stable_devices},
+    )
+    analysis = run(candidate, stable)
+    found = verdicts(analysis)
+    assert found["probe_failure"] == "fail"
+    assert found["load_ms"] == "fail"
+    assert found["inference_ms"] == "fail"
+    assert analysis.verdict == "fail"
+
+
+# --- verdicts ----------------------------------------------------------------------
+
+
+def healthy(name: str, devices: int = 2000, **fields: object) -> ArmSummary:
+    latencies = {latency_bucket(40.0) + offset: devices // 5 for offset in range(5)}
+    values: dict[str, object] = {"load_ms": latencies, "inference_p50_ms": latencies, **fields}
+    return arm(name, devices, **values)
+
+
+def test_two_healthy_arms_pass_every_guardrail() -> None:
+    analysis = run(healthy("candidate"), healthy("stable"), tiers=["high"])
+    assert set(verdicts(analysis).values()) == {"pass"}
+    assert analysis.verdict == "pass"
+
+
+def test_below_min_devices_a_guardrail_cannot_pass_but_can_fail() -> None:
+    few = GUARDRAILS.min_devices - 1
+    analysis = run(healthy("candidate", few), healthy("stable", 100_000))
+    assert set(verdicts(analysis).values()) == {"inconclusive"}
+    (tier,) = analysis.tiers
+    assert f"candidate {few} of {GUARDRAILS.min_devices} needed" in tier.guardrails[0].reason
+    broken = run(healthy("candidate", 40, probe_failed=40), healthy("stable", 100_000))
+    assert verdicts(broken)["probe_failure"] == "fail"
+
+
+def test_a_tier_without_reports_is_inconclusive_and_named() -> None:
+    analysis = run(healthy("candidate"), healthy("stable"), tiers=["high", "low"])
+    assert [tier.tier for tier in analysis.tiers] == ["high", "low"]
+    assert set(verdicts(analysis, "low").values()) == {"inconclusive"}
+    assert analysis.tiers[1].guardrails[0].reason == "no candidate and stable reports in the period"
+    assert analysis.verdict == "inconclusive"
+
+
+def test_reports_of_other_versions_units_and_arms_are_ignored() -> None:
+    analysis = run(
+        healthy("candidate"),
+        healthy("stable"),
+        healthy("candidate", version="1.0.5", probe_failed=2000),
+        healthy("stable", version="0.9.0", probe_failed=2000),
+        healthy("candidate", unit="sensor", probe_failed=2000),
+    )
+    assert analysis.verdict == "pass"
+
+
+def test_summaries_of_one_arm_are_added_up() -> None:
+    analysis = run(healthy("candidate", 30), healthy("candidate", 30), healthy("stable"))
+    (tier,) = analysis.tiers
+    assert tier.candidate_devices == 60
+
+
+def test_a_latency_regression_names_its_numbers() -> None:
+    bucket = latency_bucket(40.0)
+    slow = healthy("candidate", load_ms={bucket + 8: 2000})  # about 22% slower
+    analysis = run(slow, healthy("stable"))
+    (tier,) = analysis.tiers
+    (load,) = (result for result in tier.guardrails if result.name == "load_ms")
+    assert load.verdict == "fail"
+    assert not load.critical
+    assert load.numbers["shift_pct"] == pytest.approx(17.5, abs=3)
+    assert "limit +10%" in load.reason
+    # A non-critical failure holds the rollout but does not halt it.
+    assert analysis.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("results", "expected"),
+    [
+        pytest.param([], "inconclusive", id="nothing-to-judge"),
+        pytest.param([("pass", True), ("pass", False)], "pass", id="all-pass"),
+        pytest.param([("fail", True), ("pass", False)], "fail", id="critical-fails"),
+        pytest.param([("fail", False), ("pass", True)], "inconclusive", id="non-critical-fails"),
+        pytest.param([("inconclusive", True), ("pass", True)], "inconclusive", id="one-unclear"),
+        pytest.param([("inconclusive", True), ("fail", True)], "fail", id="fail-beats-unclear"),
+    ],
+)
+def test_combine(results: list[tuple[str, bool]], expected: str) -> None:
+    rows = [GuardrailResult("x", critical, verdict, "") for verdict, critical in results]  # type: ignore[arg-type]
+    assert combine(rows) == expected
+
+
+def test_evidence_is_compact_json() -> None:
+    analysis = run(healthy("candidate"), healthy("stable"))
+    evidence = analysis.evidence()
+    assert evidence["verdict"] == "pass"
+    assert evidence["since"] == "2026-12-01T08:00:00Z"
+    guardrail = evidence["tiers"]["high"]["guardrails"]["probe_failure"]  # type: ignore[index]
+    assert set(guardrail) <= {
+        "verdict",
+        "candidate_rate",
+        "stable_rate",
+        "difference",
+        "ci_low",
+        "ci_high",
+        "p_worse",
+        "limit",
+    }
+    assert len(str(evidence)) < 2000
+
+
+# --- the period --------------------------------------------------------------------
+
+
+def state_with(*moves: tuple[str, float]) -> RolloutState:
+    history = []
+    snapshot = RolloutSnapshot(stable="1.0.0")
+    for sequence, (action, percent) in enumerate(moves, start=2):
+        after = RolloutSnapshot(stable="1.0.0", candidate="1.1.0", percent=percent)
+        history.append(
+            HistoryEvent(
+                sequence=sequence,
+                at=SINCE + timedelta(hours=sequence),
+                actor="test",
+                action=action,  # type: ignore[arg-type]
+                before=snapshot,
+                after=after,
+            )
+        )
+        snapshot = after
+    return RolloutState(
+        model="vision",
+        sequence=len(moves) + 1,
+        expires=SINCE + timedelta(days=30),
+        stable="1.0.0",
+        candidate="1.1.0",
+        percent=moves[-1][1],
+        salt="0" * 16,
+        history=history,
+    )
+
+
+@pytest.mark.parametrize(
+    ("moves", "candidate_hours", "stable_hours"),
+    [
+        pytest.param([("publish", 5)], 2, 2, id="canary"),
+        pytest.param([("publish", 5), ("rollout", 25)], 3, 3, id="after-a-step"),
+        pytest.param(
+            [("publish", 5), ("rollout", 50), ("rollout", 100)], 4, 3, id="at-100-last-step"
+        ),
+        pytest.param([("publish", 100)], 2, None, id="published-at-100"),
+    ],
+)
+def test_analysis_periods(
+    moves: list[tuple[str, float]], candidate_hours: int, stable_hours: int | None
+) -> None:
+    # The history keeps whole seconds: a period starts at the second after its change.
+    second = timedelta(seconds=1)
+    candidate, stable = analysis_periods(state_with(*moves))
+    assert candidate == SINCE + timedelta(hours=candidate_hours) + second
+    assert stable == (
+        None if stable_hours is None else SINCE + timedelta(hours=stable_hours) + second
+    )
+
+
+def test_at_100_percent_the_stable_period_is_recorded() -> None:
+    later = SINCE + timedelta(hours=5)
+    analysis = run(healthy("candidate"), healthy("stable"), stable_since=later)
+    assert analysis.stable_since == later
+    assert analysis.to_json()["stable_since"] == "2026-12-01T13:00:00Z"
+    assert analysis.evidence()["stable_since"] == "2026-12-01T13:00:00Z"
+    assert "stable_since" not in run(healthy("candidate"), healthy("stable")).evidence()
+
+
+@pytest.mark.parametrize(
+    ("stable_rate", "increase", "devices"),
+    [
+        pytest.param(0.02, 0.01, 800, id="at-the-limit"),
+        pytest.param(0.005, 0.01, 3000, id="at-the-limit-rare-events"),
+        pytest.param(0.02, 0.0, 800, id="no-increase"),
+    ],
+)
+def test_rate_guardrail_fails_good_candidates_at_most_alpha_of_the_time(
+    stable_rate: float, increase: float, devices: int
+) -> None:
+    # Simulated canaries whose true increase is at (or below) the one-point limit:
+    # a calibrated one-sided test fails about alpha of them, never much more.
+    rng = np.random.default_rng(11)
+    trials = 1000
+    failed = sum(
+        compare_rates(
+            int(rng.binomial(devices, stable_rate + increase)),
+            devices,
+            int(rng.binomial(devices, stable_rate)),
+            devices,
+            margin=0.01,
+            alpha=0.05,
+        ).p_worse
+        < 0.05
+        for _ in range(trials)
+    )
+    assert failed / trials <= 0.05 + 0.02, failed
+    if increase == 0:
+        assert failed / trials < 0.01
+
+
+def test_rate_guardrail_catches_a_two_point_regression_with_enough_devices() -> None:
+    rng = np.random.default_rng(12)
+    failed = sum(
+        compare_rates(
+            int(rng.binomial(5000, 0.04)),
+            5000,
+            int(rng.binomial(5000, 0.01)),
+            5000,
+            margin=0.01,
+            alpha=0.05,
+        ).p_worse
+        < 0.05
+        for _ in range(200)
+    )
+    assert failed >= 195

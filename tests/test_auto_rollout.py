@@ -1,0 +1,522 @@
+"""`edgereg rollout --auto`: the pure rule as a table, its signed evidence, and the command.
+
+The rule is tested on real transitions and real analyses of ArmSummary values;
+the command on a real registry (tests/registrykit.py) for the cases that need
+no reports. The command with a real report store comes with the store.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from registrykit import MODEL, OTHER, TIERS, Site, add_table, assert_refused, ok
+
+from edgereg.analysis import Analysis, analyze
+from edgereg.config import Guardrails, RolloutPolicy
+from edgereg.protocol.reports import LatencySummary, Report
+from edgereg.registry import RolloutError
+from edgereg.registry._auto import AutoDecision, apply, decide, precheck
+from edgereg.registry._transitions import pause, publish, set_percent
+from edgereg.reports import open_store
+from edgereg.reports.summary import ArmSummary, latency_bucket
+from edgereg.wire import RolloutState
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
+EXPIRES = T0 + timedelta(days=60)
+POLICY = RolloutPolicy(steps=[5, 25, 100], min_soak_hours=24)
+SALT = "0123456789abcdef"
+
+
+def released(*steps: float, paused: bool = False, stable: str | None = "1.0.0") -> RolloutState:
+    """1.0.0 stable (unless None); 1.1.0 published at steps[0], then each step a day apart."""
+    state = None
+    if stable is not None:
+        state = publish(
+            None,
+            MODEL,
+            stable,
+            percent=None,
+            full=True,
+            salt=SALT,
+            now=T0,
+            expires=EXPIRES,
+            actor="t",
+        )
+    at = T0 + timedelta(hours=1)
+    state = publish(
+        state,
+        MODEL,
+        "1.1.0",
+        percent=steps[0],
+        full=False,
+        salt=SALT,
+        now=at,
+        expires=EXPIRES,
+        actor="t",
+    )
+    for step in steps[1:]:
+        at += timedelta(hours=25)
+        state = set_percent(state, MODEL, step, policy=POLICY, now=at, expires=EXPIRES, actor="t")
+    if paused:
+        state = pause(state, MODEL, now=at, expires=EXPIRES, actor="t")
+    return state
+
+
+def summary(arm: str, devices: int = 2000, **fields: object) -> ArmSummary:
+    latencies = {latency_bucket(30.0) + offset: devices // 4 for offset in range(4)}
+    values: dict[str, object] = {"load_ms": latencies, "inference_p50_ms": latencies, **fields}
+    return ArmSummary(
+        unit=MODEL,
+        tier="high",
+        arm=arm,  # type: ignore[arg-type]
+        version="1.1.0" if arm == "candidate" else "1.0.0",
+        devices=devices,
+        **values,  # type: ignore[arg-type]
+    )
+
+
+def analysis_of(*summaries: ArmSummary, guardrails: Guardrails | None = None) -> Analysis:
+    return analyze(
+        summaries,
+        unit=MODEL,
+        candidate="1.1.0",
+        stable="1.0.0",
+        since=T0,
+        guardrails=guardrails or POLICY.guardrails,
+        tiers=["high"],
+    )
+
+
+GOOD = (summary("candidate"), summary("stable"))
+CRASHING = (summary("candidate", probe_failed=400), summary("stable"))
+FEW = (summary("candidate", 20), summary("stable"))
+SLOW = (summary("candidate", load_ms={latency_bucket(60.0): 2000}), summary("stable"))
+
+
+@dataclass(frozen=True)
+class Row:
+    state: RolloutState | None
+    reports: tuple[ArmSummary, ...] | None
+    hours_after_last_change: float
+    action: str
+    percent: float | None = None
+    reason: str = ""
+    policy: RolloutPolicy = POLICY
+
+
+NO_ROLLBACK = RolloutPolicy(
+    steps=[5, 25, 100], min_soak_hours=24, guardrails=Guardrails(rollback_on_critical=False)
+)
+
+TABLE = {
+    "never-published": Row(None, None, 48, "nothing", reason="no release"),
+    "no-candidate": Row(
+        publish(
+            None,
+            MODEL,
+            "1.0.0",
+            percent=None,
+            full=True,
+            salt=SALT,
+            now=T0,
+            expires=EXPIRES,
+            actor="t",
+        ),
+        None,
+        48,
+        "nothing",
+        reason="no rollout in progress",
+    ),
+    "paused": Row(released(5, paused=True), None, 48, "nothing", reason="never resume"),
+    "no-stable-to-compare": Row(released(5, stable=None), None, 48, "nothing", reason="by hand"),
+    "good-after-soak-steps": Row(released(5), GOOD, 25, "step", 25.0, "on to 25%"),
+    "good-during-soak-waits": Row(released(5), GOOD, 2, "wait", reason="22 h 0 min of the minimum"),
+    "good-at-last-step-promotes": Row(released(5, 25, 100), GOOD, 25, "promote"),
+    "crashing-rolls-back-at-once": Row(
+        released(5), CRASHING, 1, "rollback", reason="probe_failure"
+    ),
+    "crashing-pauses-by-policy": Row(
+        released(5), CRASHING, 1, "pause", reason="critical", policy=NO_ROLLBACK
+    ),
+    "too-few-waits": Row(released(5), FEW, 48, "wait", reason="high probe_failure inconclusive"),
+    "slow-not-critical-waits": Row(
+        released(5), SLOW, 48, "wait", reason="high load_ms failed (not critical)"
+    ),
+}
+
+
+@pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
+def test_auto_rule(row: Row) -> None:
+    last = row.state.last_change_at() if row.state else None
+    now = (last or T0) + timedelta(hours=row.hours_after_last_change)
+    analysis = analysis_of(*row.reports) if row.reports is not None else None
+    decision = decide(row.state, MODEL, analysis, policy=row.policy, now=now)
+    assert decision.action == row.action, decision.reason
+    assert decision.percent == row.percent
+    assert row.reason in decision.reason
+
+
+def test_a_critical_failure_halts_whatever_the_soak_time() -> None:
+    state = released(5)
+    decision = decide(
+        state, MODEL, analysis_of(*CRASHING), policy=POLICY, now=state.last_change_at()
+    )  # type: ignore[arg-type]
+    assert decision.action == "rollback"
+
+
+def test_decide_needs_the_analysis_of_the_states_versions() -> None:
+    state = released(5)
+    with pytest.raises(ValueError, match="needs a canary analysis"):
+        decide(state, MODEL, None, policy=POLICY, now=T0)
+    other = analyze(
+        [], unit=MODEL, candidate="1.2.0", stable="1.0.0", since=T0, guardrails=Guardrails()
+    )
+    with pytest.raises(ValueError, match=r"compares 1\.2\.0 with 1\.0\.0"):
+        decide(state, MODEL, other, policy=POLICY, now=T0)
+
+
+@pytest.mark.parametrize(
+    ("steps", "reports", "action", "after"),
+    [
+        pytest.param((5,), GOOD, "step", {"candidate": "1.1.0", "percent": 25.0}, id="step"),
+        pytest.param(
+            (5, 25, 100), GOOD, "promote", {"stable": "1.1.0", "candidate": None}, id="promote"
+        ),
+        pytest.param(
+            (5,), CRASHING, "rollback", {"stable": "1.0.0", "candidate": None}, id="rollback"
+        ),
+    ],
+)
+def test_every_automatic_change_is_signed_with_its_evidence_and_then_settles(
+    steps: tuple[float, ...], reports: tuple[ArmSummary, ...], action: str, after: dict[str, object]
+) -> None:
+    state = released(*steps)
+    now = state.last_change_at() + timedelta(hours=25)  # type: ignore[operator]
+    analysis = analysis_of(*reports)
+    decision = decide(state, MODEL, analysis, policy=POLICY, now=now)
+    assert decision.action == action
+    new = apply(
+        decision,
+        state,
+        MODEL,
+        analysis=analysis,
+        policy=POLICY,
+        now=now,
+        expires=EXPIRES,
+        actor="cron@ci",
+        expected_sequence=state.sequence,
+    )
+    assert new.sequence == state.sequence + 1
+    assert new.snapshot().model_dump(include=set(after)) == after
+    event = new.history[-1]
+    assert event.automatic
+    assert event.actor == "cron@ci"
+    assert event.note is not None
+    assert event.note.startswith("automatic: ")
+    assert event.evidence == analysis.evidence()
+    assert event.evidence["verdict"] == analysis.verdict  # type: ignore[index]
+    # The history before the new event is untouched, and it round-trips as a signed state does.
+    assert new.history[:-1] == state.history
+    assert RolloutState.model_validate_json(new.model_dump_json()) == new
+    # Idempotent: the same reports a moment later change nothing.
+    again = decide(new, MODEL, analysis if new.candidate else None, policy=POLICY, now=now)
+    assert not again.changes_state, again
+
+
+def test_apply_refuses_a_state_that_moved_since_the_analysis() -> None:
+    state = released(5)
+    decision = AutoDecision("step", "every guardrail passes", 25.0)
+    with pytest.raises(RolloutError, match="changed while the reports were analysed"):
+        apply(
+            decision,
+            state,
+            MODEL,
+            analysis=analysis_of(*GOOD),
+            policy=POLICY,
+            now=T0 + timedelta(days=3),
+            expires=EXPIRES,
+            actor="t",
+            expected_sequence=state.sequence - 1,
+        )
+
+
+def test_precheck_decides_without_reports_only_when_there_is_nothing_to_compare() -> None:
+    assert precheck(released(5), MODEL) is None
+    decision = precheck(released(5, paused=True), MODEL)
+    assert decision is not None
+    assert decision.action == "nothing"
+
+
+# --- the command, on a real registry -----------------------------------------------
+
+NO_SOAK = """
+[rollout]
+steps = [5, 25, 100]
+min_soak_hours = 0
+"""
+
+
+@pytest.fixture
+def auto_site(site: Site) -> Site:
+    add_table(site.project, NO_SOAK)
+    return site
+
+
+def test_auto_with_nothing_in_flight_does_nothing_and_exits_0(auto_site: Site) -> None:
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    before = auto_site.objects()
+    result = ok(auto_site.run("rollout", MODEL, "--auto"))
+    assert "nothing to do: no rollout in progress: stable is 1.0.0" in result.stdout
+    assert auto_site.objects() == before
+
+
+def test_auto_leaves_a_paused_rollout_to_people(auto_site: Site) -> None:
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    ok(auto_site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
+    ok(auto_site.run("pause", MODEL))
+    before = auto_site.objects()
+    result = ok(auto_site.run("rollout", MODEL, "--auto", "--json"))
+    decision = json.loads(result.stdout)
+    assert (decision["action"], decision["changed"], decision["paused"]) == ("nothing", False, True)
+    assert auto_site.objects() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--auto", "--next"), "drop --to, --next and --force"),
+        (("--auto", "--to", "25%"), "drop --to, --next and --force"),
+        (("--reports", "sqlite:///r.sqlite"), "--reports is for --auto"),
+    ],
+)
+def test_auto_options_that_do_not_go_together(
+    auto_site: Site, args: tuple[str, ...], fragment: str
+) -> None:
+    assert_refused(auto_site.run("rollout", MODEL, *args), 2, fragment)
+
+
+def test_auto_on_a_model_never_published_is_an_error(auto_site: Site) -> None:
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    assert_refused(auto_site.run("rollout", "nosuch", "--auto"), 7, "no release")
+
+
+def test_analyze_without_a_rollout_in_flight_is_refused(auto_site: Site) -> None:
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    assert_refused(auto_site.run("analyze", MODEL), 7, "no rollout in progress")
+
+
+# --- the commands with a real report store (SQLite) -------------------------------------
+
+STORE = "reports.sqlite"
+
+
+def reports_of(
+    site: Site,
+    arm: str,
+    version: str,
+    devices: int,
+    *,
+    probe_failed: int = 0,
+    load_ms: float = 30.0,
+    unit: str = MODEL,
+    members: tuple[str, ...] = (MODEL,),
+) -> list[Report]:
+    """``devices`` reports per tier of one arm; the first ``probe_failed`` rejected the model.
+
+    A bundle's install reports once per member under one token (the members
+    keep models.toml's version 1.0.0); only the first member fails its probe.
+    """
+    made = []
+    sequence = site.state(unit).sequence
+    for tier in TIERS:
+        for index in range(devices):
+            token = secrets.token_hex(16)
+            for position, member in enumerate(members):
+                failed = index < probe_failed and position == 0
+                made.append(
+                    _report(
+                        token, unit, member, version, tier, arm, sequence, failed, index, load_ms
+                    )
+                )
+    return made
+
+
+def _report(
+    token: str,
+    unit: str,
+    model: str,
+    unit_version: str,
+    tier: str,
+    arm: str,
+    sequence: int,
+    failed: bool,
+    index: int,
+    load_ms: float,
+) -> Report:
+    return Report(
+        token=token,
+        unit=unit,
+        model=model,
+        version=unit_version if unit == model else "1.0.0",
+        unit_version=unit_version,
+        variant=tier,
+        tier=tier,
+        arm=arm,  # type: ignore[arg-type]
+        sequence=sequence,
+        probe="failed" if failed else "passed",
+        backend=None if failed else "cpu",
+        load_ms=None if failed else load_ms * (1 + (index % 7) / 100),
+        inference=None
+        if failed
+        else LatencySummary(count=20, p50_ms=5.0 + index % 3, p90_ms=9.0, p99_ms=12.0),
+        confirmed=not failed,
+    )
+
+
+def next_second() -> None:
+    """Wait for the next whole second: a period starts at the second after its change."""
+    time.sleep(1.02 - datetime.now(timezone.utc).microsecond / 1e6)
+
+
+def ingest(site: Site, reports: list[Report]) -> None:
+    with open_store(f"sqlite:///{STORE}", base_dir=site.root) as store:
+        store.ingest_many((report, datetime.now(timezone.utc)) for report in reports)
+
+
+@pytest.fixture
+def canary(auto_site: Site) -> Site:
+    """1.0.0 stable, 1.1.0 a 5% canary, a report store beside models.toml."""
+    ok(auto_site.run("publish", MODEL, "--full", "--version", "1.0.0"))
+    ok(auto_site.run("publish", MODEL, "--canary", "5%", "--version", "1.1.0"))
+    next_second()
+    return auto_site
+
+
+def test_analyze_reads_the_store_and_prints_every_guardrail(canary: Site) -> None:
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 300, probe_failed=45))
+    result = canary.run("analyze", MODEL)
+    assert result.exit_code == 12, result.output
+    assert "Traceback" not in result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{MODEL}: candidate 1.1.0 vs stable 1.0.0, reports since ")
+    assert "tier high: fail (candidate 300 devices, stable 300)" in lines
+    assert any(
+        line.startswith("  fail         probe_failure, critical: candidate 15.00% (45/300)")
+        for line in lines
+    ), result.stdout
+    assert lines[-1] == "verdict: fail"
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    assert data["verdict"] == "fail"
+    assert [tier["tier"] for tier in data["tiers"]] == list(TIERS)
+    (probe,) = (g for g in data["tiers"][0]["guardrails"] if g["name"] == "probe_failure")
+    assert (probe["candidate_events"], probe["stable_events"]) == (45, 0)
+    assert probe["p_worse"] < 0.05
+
+
+def test_analyze_with_too_few_reports_is_inconclusive(canary: Site) -> None:
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 10))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 10))
+    result = canary.run("analyze", MODEL, "--reports", f"sqlite:///{canary.root / STORE}")
+    assert result.exit_code == 13, result.output
+    assert "too few devices to pass (candidate 10, stable 10 of 50 needed per arm)" in result.stdout
+
+
+def test_auto_walks_a_good_candidate_to_stable_one_step_per_run(canary: Site) -> None:
+    # Each step starts a new period: the reports of the step before do not count.
+    # With no failures in either arm, about 270 devices per arm and tier show a rate
+    # within one point at 90%; 300 do.
+    for expected in ("rolled out", "rolled out", "promoted"):
+        next_second()
+        ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
+        ingest(canary, reports_of(canary, "candidate", "1.1.0", 300))
+        result = ok(canary.run("rollout", MODEL, "--auto"))
+        assert result.stdout.startswith(f"{MODEL}: {expected}: every guardrail passes"), (
+            result.stdout
+        )
+        # Right after a move nothing has been reported for the new period: the same
+        # command again changes nothing.
+        before = canary.objects()
+        again = ok(canary.run("rollout", MODEL, "--auto"))
+        assert ": waiting: " in again.stdout or ": nothing to do: " in again.stdout, again.stdout
+        assert canary.objects() == before
+    state = canary.state()
+    assert (state.stable, state.candidate) == ("1.1.0", None)
+    automatic = [event for event in state.history if event.automatic]
+    assert [event.action for event in automatic] == ["rollout", "rollout", "promote"]
+    for event in automatic:
+        assert event.evidence is not None
+        assert event.evidence["verdict"] == "pass"
+        assert set(event.evidence["tiers"]) == set(TIERS)  # type: ignore[arg-type]
+    history = json.loads(ok(canary.run("history", MODEL, "--json")).stdout)
+    assert history[-1]["automatic"] is True
+    assert history[-1]["evidence"]["candidate"] == "1.1.0"
+
+
+def test_auto_rolls_back_a_crashing_candidate_and_then_rests(canary: Site) -> None:
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 200))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 200, probe_failed=30))
+    result = canary.run("rollout", MODEL, "--auto", "--json")
+    assert result.exit_code == 12, result.output
+    decision = json.loads(result.stdout)
+    assert (decision["action"], decision["changed"], decision["candidate"]) == (
+        "rollback",
+        True,
+        None,
+    )
+    assert "probe_failure" in decision["reason"]
+    assert decision["analysis"]["verdict"] == "fail"
+    state = canary.state()
+    assert (state.stable, state.candidate) == ("1.0.0", None)
+    assert state.history[-1].automatic
+    before = canary.objects()
+    assert "nothing to do" in ok(canary.run("rollout", MODEL, "--auto")).stdout
+    assert canary.objects() == before
+
+
+def test_a_bad_store_url_is_a_clear_error_and_changes_nothing(canary: Site) -> None:
+    before = canary.objects()
+    assert_refused(canary.run("rollout", MODEL, "--auto", "--reports", "mysql://x"), 2, "mysql")
+    assert_refused(
+        canary.run("analyze", MODEL, "--reports", "sqlite:///no/such/dir/r.sqlite"),
+        6,
+        "does not exist",
+    )
+    assert canary.objects() == before
+
+
+BUNDLE_TABLE = f"""
+[bundles.kit]
+version = "1.0.0"
+models = ["{MODEL}", "{OTHER}"]
+"""
+
+
+def test_analyze_a_bundle_counts_an_install_once_and_fails_it_when_a_member_fails(
+    auto_site: Site,
+) -> None:
+    add_table(auto_site.project, BUNDLE_TABLE)
+    ok(auto_site.run("publish", "kit", "--full"))
+    ok(auto_site.run("publish", "kit", "--canary", "5%", "--version", "1.1.0"))
+    next_second()
+    members = (MODEL, OTHER)
+    ingest(auto_site, reports_of(auto_site, "stable", "1.0.0", 300, unit="kit", members=members))
+    ingest(
+        auto_site,
+        reports_of(
+            auto_site, "candidate", "1.1.0", 300, probe_failed=30, unit="kit", members=members
+        ),
+    )
+    result = auto_site.run("analyze", "kit", "--json")
+    assert result.exit_code == 12, result.output
+    data = json.loads(result.stdout)
+    assert (data["unit"], data["candidate"], data["stable"]) == ("kit", "1.1.0", "1.0.0")
+    high = data["tiers"][0]
+    assert (high["candidate_devices"], high["stable_devices"]) == (300, 300)
+    (probe,) = (g for g in high["guardrails"] if g["name"] == "probe_failure")
+    assert (probe["verdict"], probe["candidate_events"]) == ("fail", 30)
