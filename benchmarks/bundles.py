@@ -37,7 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from fleetkit import (  # noqa: E402
+    BUNDLE,
+    MEMBERS,
+    TIERS,
+    Fleet,
+    FleetRegistry,
+    SimClock,
+    build_bundle_project,
+    make_devices,
+    set_member_versions,
+)
+from statichttp import TcpProxy  # noqa: E402
+
 from edgereg import config as config_module  # noqa: E402
+from edgereg.client import Client  # noqa: E402
 from edgereg.protocol.decision import decide  # noqa: E402
 from edgereg.protocol.wire import BundleEntry, ManifestEntry  # noqa: E402
 from edgereg.registry import (  # noqa: E402
@@ -48,50 +62,17 @@ from edgereg.registry import (  # noqa: E402
     utcnow,
 )
 from edgereg.registry._transitions import set_percent  # noqa: E402
+from edgereg.serve import start_in_thread  # noqa: E402
 from edgereg.signing import Signer, TrustedKeys, generate_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
 
-BUNDLE = "kit"
-MEMBERS = ("vision", "sensor", "tagger")
-TIERS = ("high", "mid", "low")
+WIRE_TARGET_BYTES = 400
 results: list[tuple[str, bool, str]] = []
 
 
 def report(target: str, passed: bool, measured: str) -> None:
     results.append((target, passed, measured))
     print(f"  {'PASS' if passed else 'FAIL'}  {target}: {measured}", flush=True)
-
-
-def build_project(root: Path) -> Path:
-    """The tiny project, a third model (one variant for every tier), the bundle; built."""
-    import buildkit
-
-    project = buildkit.write_project(root)
-    text = project.toml()
-    start = text.index("[models.vision]\n")
-    end = text.index("[models.vision.variants.fp32]")
-    third = text[start:end].replace("[models.vision", "[models.tagger")
-    third = third.replace("[[models.vision", "[[models.tagger")
-    third += '[models.tagger.variants.w8]\ntier = "low"\n'
-    third += 'quantization = { mode = "weight", bits = 8 }\nruntime = { threads = 1 }\n'
-    bundle = f'\n[bundles.{BUNDLE}]\nversion = "1.0.0"\nmodels = {list(MEMBERS)!r}\n'
-    project.config_path.write_text(text + "\n" + third + bundle.replace("'", '"'), encoding="utf-8")
-    for model, variants in {**buildkit.VARIANTS, "tagger": ("w8",)}.items():
-        for variant in variants:
-            project.build(model, variant)
-    return root
-
-
-def set_member_versions(project: Path, version: str) -> config_module.Config:
-    """models.toml with every member (and the bundle) at ``version``; builds stay current."""
-    path = project / "models.toml"
-    text = path.read_text(encoding="utf-8")
-    lines = [
-        f'version = "{version}"' if line.startswith("version = ") else line
-        for line in text.splitlines()
-    ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return config_module.load(path)
 
 
 def publish(registry: Registry, prepared: Any, signer: Signer, percent: float | None) -> None:
@@ -171,15 +152,96 @@ def fleet(
     }
 
 
+def real_clients(project: Path, work: Path, devices: int) -> None:
+    """The same canary through the REAL client against a real ``edgereg serve``.
+
+    Every device is an ``edgereg.client.Client`` with its own cache directory
+    (tiers drawn per device class); what each has installed is read back from
+    its cache (``status()``) after each step. Then a sample of devices checks
+    again through a counting TCP proxy: the bytes of that unchanged check.
+    """
+    kit = FleetRegistry.create(work / "registry", project, clock=SimClock())
+    kit.publish_bundle("1.0.0", percent=None)
+    kit.publish_bundle("2.0.0", percent=5.0)
+    server, base_url = start_in_thread(kit.storage)
+    try:
+        fleet = Fleet(base_url, kit.trusted, make_devices(devices, work / "devices"), kit.clock)
+        for percent in (5.0, 50.0):
+            if percent != 5.0:
+                kit.set_percent(BUNDLE, percent)
+                kit.clock.advance(24)
+            started = time.perf_counter()
+            results = fleet.check_all()
+            took = time.perf_counter() - started
+            failed = [r.error for r in results if not r.ok]
+            sets = fleet.installed_sets()
+            mixed = [d for d, versions in sets.items() if len(set(versions)) > 1]
+            candidate = sum(versions == ("2.0.0",) * len(MEMBERS) for versions in sets.values())
+            print(
+                f"\nreal clients, {percent:g}% canary: {devices} devices checked in {took:.1f}s "
+                f"({1000 * took / devices:.0f} ms each), {candidate} on 2.0.0, "
+                f"{len(sets) - candidate - len(mixed)} on 1.0.0, {len(failed)} failed"
+                + (f" (first: {failed[0]})" if failed else "")
+            )
+            report(
+                f"real clients: zero mixed installed sets at a {percent:g}% canary",
+                not mixed and not failed,
+                f"{len(mixed)} of {devices} mixed, {len(failed)} fetch errors",
+            )
+        unchanged_check_bytes(fleet, server.port, work, sample=min(50, devices))
+    finally:
+        server.close()
+
+
+def unchanged_check_bytes(fleet: Fleet, port: int, work: Path, *, sample: int) -> None:
+    """Bytes on the socket of one device's unchanged bundle check (request + 304)."""
+    totals: list[int] = []
+    requests: list[int] = []
+    bad: list[str] = []
+    for device in fleet.devices[:sample]:
+        with TcpProxy(port) as proxy:
+            # The device's own cache (its manifest and ETag), reached through the proxy.
+            client = Client(
+                proxy.url,
+                fleet.trusted,
+                device.cache_dir,
+                bundle=BUNDLE,
+                device=device.profile(),
+                tier=device.tier,
+                clock=fleet.clock,
+                timeout=10,
+            )
+            result = client.fetch()
+            deadline = time.monotonic() + 5
+            while not proxy.per_connection and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(0.02)  # a second connection, if the client opened one, would show here
+            requests.append(len(proxy.per_connection))
+            totals.append(sum(up + down for up, down in proxy.per_connection))
+            if not (result.ok and result.not_modified):
+                bad.append(result.error or "not a 304")
+    worst = max(totals)
+    report(
+        f"real clients: unchanged check of the bundle is one conditional request < "
+        f"{WIRE_TARGET_BYTES} bytes",
+        worst < WIRE_TARGET_BYTES and set(requests) == {1} and not bad,
+        f"{min(totals)}-{worst} bytes sent+received per device ({sample} devices, "
+        f"{max(requests)} connection(s) each)" + (f", {len(bad)} not 304: {bad[0]}" if bad else ""),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=1000)
+    parser.add_argument(
+        "--client-devices", type=int, default=1000, help="devices in the real-client run (0: skip)"
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         started = time.perf_counter()
-        project = build_project(tmp / "project")
+        project = build_bundle_project(tmp / "project")
         print(f"tiny project (3 models) built in {time.perf_counter() - started:.1f}s")
         private_pem, public_pem = generate_key()
         signer = Signer.from_pem(private_pem)
@@ -253,6 +315,9 @@ def main() -> None:
                 f"{size} bytes vs {sum(sizes)} ({' + '.join(map(str, sizes))}): "
                 f"{size / sum(sizes):.2f}x",
             )
+
+        if args.client_devices:
+            real_clients(project, tmp / "clients", args.client_devices)
 
     failed = [target for target, passed, _ in results if not passed]
     print(f"\n{len(results) - len(failed)}/{len(results)} targets met")

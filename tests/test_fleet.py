@@ -1,0 +1,306 @@
+"""Fleet simulation: a couple of hundred real clients against a real `edgereg serve`.
+
+Every device is the reference client with its own cache directory; the
+registry is published through the real publish path from a tiny project
+built with the real MNN converter; the device's self-test judges real MNN
+outputs with the protocol's probe check (tests/fleetkit.py says what is
+simulated: the device, its GPU's faults, the clock).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetkit import (
+    BUNDLE,
+    CLASSES,
+    MEMBERS,
+    ClosedLoop,
+    Device,
+    Fleet,
+    FleetRegistry,
+    HostOutputs,
+    ProbeLedger,
+    Release,
+    build_bundle_project,
+    closed_loop_available,
+    device_self_test,
+    make_devices,
+    open_closed_loop,
+)
+from servekit import serve
+
+from edgereg.client import InstallCheck
+from edgereg.config import RolloutPolicy
+
+DEVICES = 200
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_bundle_project(tmp_path_factory.mktemp("fleet") / "project")
+
+
+@pytest.fixture
+def kit(project: Path, tmp_path: Path) -> FleetRegistry:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
+    kit.publish_bundle("1.0.0", percent=None)
+    return kit
+
+
+def test_a_bundle_canary_reaches_real_clients_as_one_set(
+    kit: FleetRegistry, tmp_path: Path
+) -> None:
+    kit.publish_bundle("2.0.0", percent=5.0)
+    with serve(kit.storage) as base_url:
+        fleet = Fleet(base_url, kit.trusted, make_devices(DEVICES, tmp_path / "d"), kit.clock)
+        seen: dict[float, dict[str, int]] = {}
+        for percent in (5.0, 50.0, 100.0):
+            if percent != 5.0:
+                kit.set_percent(BUNDLE, percent)
+                kit.clock.advance(24)
+            results = fleet.check_all()
+            assert [r.error for r in results if not r.ok] == []
+            assert fleet.mixed() == []
+            seen[percent] = fleet.versions()
+        again = fleet.check_all()
+    assert all(r.ok and r.not_modified for r in again)
+    assert set(seen[5.0]) <= {"1.0.0", "2.0.0"}
+    assert seen[5.0]["1.0.0"] >= DEVICES * 0.85
+    assert abs(seen[50.0].get("2.0.0", 0) - DEVICES / 2) <= 0.15 * DEVICES
+    assert seen[100.0] == {"2.0.0": DEVICES}
+
+
+def test_a_faulty_gpu_falls_back_to_cpu_and_a_failed_probe_is_never_installed(
+    kit: FleetRegistry, tmp_path: Path
+) -> None:
+    # 2.0.0 of every member miscomputes on every backend of one device in
+    # five (a kernel bug in its class): those devices must keep 1.0.0.
+    host, ledger = HostOutputs(), ProbeLedger()
+    devices = make_devices(DEVICES, tmp_path / "d")
+    broken_on = {d.device_id for d in devices[::5]}
+
+    def check_of(device: Device) -> InstallCheck:
+        broken = frozenset({"2.0.0"}) if device.device_id in broken_on else frozenset()
+        return device_self_test(device, host, ledger, broken=broken)
+
+    with serve(kit.storage) as base_url:
+        fleet = Fleet(base_url, kit.trusted, devices, kit.clock, install_check=check_of)
+        assert all(r.ok for r in fleet.check_all())
+        kit.publish_bundle("2.0.0", percent=100.0)
+        kit.clock.advance(1)
+        results = {d.device_id: r for d, r in zip(devices, fleet.check_all(), strict=True)}
+        statuses = {d.device_id: fleet.client(d).status() for d in devices}
+
+    faulty = [d for d in devices if d.kind.faulty_gpu]
+    assert faulty, "the fleet mix has devices with a faulty GPU"
+    for device in faulty:
+        for member in ("vision", "sensor"):  # the members hinted ["opencl", "cpu"] on high
+            key = (device.device_id, member, "1.0.0")
+            assert ledger.skipped[key] == ["opencl"]
+            assert ledger.passed[key] == "cpu"
+            assert statuses[device.device_id].members[member].version in {"1.0.0", "2.0.0"}
+    healthy_high = [d for d in devices if d.tier == "high" and not d.kind.faulty_gpu]
+    assert all(ledger.passed[(d.device_id, "vision", "1.0.0")] == "opencl" for d in healthy_high)
+
+    for device in devices:
+        status = statuses[device.device_id]
+        installed = {(device.device_id, m, model.version) for m, model in status.members.items()}
+        assert not installed & ledger.failed, f"{device.device_id} installed a failed probe"
+        assert set(status.members) == set(MEMBERS)
+        assert len({*installed}) == len(MEMBERS)
+        if device.device_id in broken_on:
+            assert status.version == "1.0.0"
+            assert "2.0.0" in status.bad_releases
+            assert results[device.device_id].error_code == "probe-failed"
+        else:
+            assert status.version == "2.0.0"
+            assert results[device.device_id].ok
+            backends = {m: model.backend for m, model in status.members.items()}
+            want = "cpu" if device.kind.faulty_gpu or device.tier != "high" else "opencl"
+            assert backends["vision"] == want
+    assert len(ledger.failed) >= len(broken_on)
+
+
+# --- the closed loop: self-test, reports, the store, rollout --auto ---------------------------
+
+needs_loop = pytest.mark.skipif(
+    not closed_loop_available(),
+    reason="needs the client's self-test and reports, the report store and the canary analysis",
+)
+
+# One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices); the
+# benchmark runs every tier with 1,000. Margins are wide for so few devices: with none
+# failing, ten devices cannot show a rate rose by less than 26 points.
+HIGH_ONLY = tuple(kind for kind in CLASSES if kind.tier == "high")
+LOOP_POLICY = RolloutPolicy.model_validate(
+    {
+        "steps": [5, 25, 50, 100],
+        "min_soak_hours": 24,
+        "guardrails": {
+            "min_devices": 3,
+            "probe_failure": {"max_increase": 0.3},
+            "load_failure": {"max_increase": 0.3},
+            "revert": {"max_increase": 0.3},
+            "load_ms": {"max_increase_pct": 100, "critical": False},
+            "inference_ms": {"max_increase_pct": 15, "critical": True},
+        },
+    }
+)
+
+
+def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
+    return loop.run_auto(LOOP_POLICY, days)
+
+
+@needs_loop
+def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_path: Path) -> None:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
+    with open_closed_loop(kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY) as loop:
+        decisions = run_auto(loop, days=8)
+        loop.day()
+        versions = loop.fleet.versions()
+        sent = loop.sent()
+    assert [(d.action, d.percent) for d in decisions] == [
+        ("step", 25.0),
+        ("step", 50.0),
+        ("step", 100.0),
+        ("promote", None),
+    ], [d.reason for d in decisions]
+    state, _ = kit.registry.read_state(BUNDLE)  # verified against the pinned key
+    assert state is not None
+    assert state.stable == "2.0.0"
+    assert state.candidate is None
+    automatic = [event for event in state.history if event.automatic]
+    assert len(automatic) == 4
+    assert all(event.evidence for event in automatic)
+    assert versions == {"2.0.0": DEVICES}
+    # The faulty GPU: opencl skipped, cpu chosen, the probe passed, and the reports say so.
+    faulty = [r for r in sent if r.device_class == "flagship-mali" and r.model != "tagger"]
+    assert faulty
+    assert {(r.backend, tuple(r.backends_skipped), r.probe) for r in faulty} == {
+        ("cpu", ("opencl",), "passed")
+    }
+    healthy = [r for r in sent if r.device_class == "flagship" and r.model != "tagger"]
+    assert {(r.backend, tuple(r.backends_skipped)) for r in healthy} == {("opencl", ())}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "guardrail"),
+    [
+        pytest.param(Release(latency_shift=0.3), "inference_ms", id="latency-plus-30-percent"),
+        pytest.param(Release(probe_broken_share=0.8), "probe_failure", id="probe-failures"),
+        pytest.param(Release(crash_share=0.8), "revert", id="crash-loop"),
+    ],
+)
+@needs_loop
+def test_a_bad_candidate_is_halted_and_rolled_back(
+    project: Path, tmp_path: Path, candidate: Release, guardrail: str
+) -> None:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
+    with open_closed_loop(kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY) as loop:
+        decisions = run_auto(loop, days=3)
+        loop.kit.clock.advance(1)
+        loop.day()
+        statuses = {d.device_id: loop.fleet.client(d).status() for d in loop.fleet.devices}
+    assert decisions[-1].action == "rollback", [d.reason for d in decisions]
+    assert guardrail in decisions[-1].reason
+    state, _ = kit.registry.read_state(BUNDLE)
+    assert state is not None
+    assert state.stable == "1.0.0"
+    assert state.history[-1].automatic
+    assert state.history[-1].evidence
+    for device_id, status in statuses.items():
+        assert status.version == "1.0.0", device_id
+        if (device_id, "2.0.0") in loop.rejected or (device_id, "2.0.0") in loop.reverts:
+            assert "2.0.0" in status.bad_releases
+    if guardrail == "probe_failure":
+        assert loop.rejected
+    if guardrail == "revert":
+        assert loop.reverts
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _post(base_url: str, body: bytes, headers: dict[str, str] | None = None) -> int:
+    conn = http.client.HTTPConnection(base_url.removeprefix("http://"), timeout=10)
+    try:
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        conn.request("POST", "/v1/reports", body=body, headers=sent)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+@needs_loop
+def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_path: Path) -> None:
+    kit = FleetRegistry.create(tmp_path / "registry", project)
+    pgkit = pytest.importorskip("pgkit")
+    if pgkit.postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed (make system-deps)")
+    from edgereg.protocol.wire import to_bytes
+    from edgereg.serve._ratelimit import RateLimiter
+
+    registry_root = tmp_path / "registry"
+    with (
+        pgkit.PostgresServer() as database,
+        open_closed_loop(
+            kit,
+            tmp_path,
+            Release(),
+            DEVICES,
+            classes=HIGH_ONLY,
+            store_url=database.create_database(),
+        ) as loop,
+    ):
+        kit.clock.advance(1)
+        loop.day()
+        base_url = loop.fleet.base_url
+        store = loop.sink.store
+        tree, stored = _tree(registry_root), store.count()
+        manifest = urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read()
+        replayed = to_bytes(loop.sent()[-1])
+        statuses = [
+            _post(base_url, b"[]"),
+            _post(base_url, b"\xff\xfe"),
+            _post(base_url, b"{" * 3000),
+            _post(base_url, replayed.replace(b'"kit"', b'"../../manifests/kit"')),
+            _post(base_url, replayed),  # a replay: the same token, one row
+            _post(base_url, b"x" * 5000),
+        ]
+        assert statuses == [400, 400, 400, 400, 202, 413]
+        with serve(kit.storage, reports=loop.sink, report_limiter=RateLimiter(1, 5)) as strict:
+            flood = [_post(strict, replayed) for _ in range(40)]
+        assert flood.count(429) >= 30
+        assert store.count() == stored
+        assert _tree(registry_root) == tree
+        assert urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read() == (
+            manifest
+        )
+
+        database.stop()
+        before = loop.fleet.versions().get("2.0.0", 0)
+        kit.set_percent(BUNDLE, 50.0)
+        kit.clock.advance(1)
+        loop.day()  # every device checks, installs, and fails to report
+        assert all(result.ok for result in loop.fleet.last.values())
+        after = loop.fleet.versions().get("2.0.0", 0)
+        assert after > before
+        assert loop.fleet.mixed() == []
+        database.start()
+        kit.clock.advance(1)
+        loop.day()
+        assert store.count() > stored
