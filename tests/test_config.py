@@ -632,3 +632,72 @@ def test_every_tier_resolves_to_one_variant(drawn: tuple[list[str], list[bool]])
         assert not any(has_variant[index + 1 : own_index])
         assert resolution[names[own_index]] == (variant, False)
     assert len(loaded.notes()) == has_variant.count(False)
+
+
+# --- bundles and requirements ------------------------------------------------------
+
+BUNDLE_CASES = [
+    pytest.param(
+        '[bundles.ocr]\nversion = "1.0.0"\nmodels = ["digits", "textdet"]\n',
+        "bundles.ocr.models.1",
+        ("unknown model 'textdet'", "models: digits"),
+        id="unknown-member",
+    ),
+    pytest.param(
+        '[bundles.digits]\nversion = "1.0.0"\nmodels = ["digits"]\n',
+        "bundles.digits",
+        ("'digits' is also a model", "one namespace"),
+        id="bundle-named-like-a-model",
+    ),
+    pytest.param(
+        '[bundles.a]\nversion = "1.0.0"\nmodels = ["digits"]\n'
+        '[bundles.b]\nversion = "1.0.0"\nmodels = ["digits"]\n',
+        "bundles.b.models.0",
+        ("already in bundle 'a'", "at most one bundle"),
+        id="model-in-two-bundles",
+    ),
+    pytest.param(
+        '[bundles.ocr]\nversion = "1.0.0"\nmodels = ["digits", "digits"]\n',
+        "bundles.ocr.models",
+        ("repeated: digits",),
+        id="member-twice",
+    ),
+    pytest.param(
+        '[bundles.ocr]\nversion = "1.0.0"\nmodels = ["digits"]\nrequires = { app = "2.x" }\n',
+        "bundles.ocr.requires.app",
+        ("is not a version range", ">=2.3.0, <3"),
+        id="bundle-app-range-unparsable",
+    ),
+    pytest.param(
+        '[models.digits.requires]\nandroid = ">= twenty-nine"\n',
+        "models.digits.requires.android",
+        ("is not a version range",),
+        id="model-android-range-unparsable",
+    ),
+]
+
+
+@pytest.mark.parametrize(("appended", "key_path", "fragments"), BUNDLE_CASES)
+def test_bad_bundles_and_requirements_are_named(
+    small_toml: str, appended: str, key_path: str, fragments: tuple[str, ...]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.parse(small_toml + "\n" + appended, file=FILE)
+    assert caught.value.key_path == key_path, str(caught.value)
+    for fragment in fragments:
+        assert fragment in caught.value.detail, str(caught.value)
+
+
+def test_a_bundle_and_requirements_load(small_toml: str) -> None:
+    loaded = config.parse(
+        small_toml
+        + '\n[models.digits.requires]\napp = ">=2.3.0, <3"\nandroid = ">=29"\n'
+        + '[bundles.kit]\nversion = "2.0.0"\nmodels = ["digits"]\nrequires = { ios = ">=16" }\n',
+        file=FILE,
+    )
+    assert loaded.bundle_of("digits") == "kit"
+    assert loaded.models["digits"].requires is not None
+    assert loaded.models["digits"].requires.unmet(
+        app_version="2.2.9", os="android", os_version="30"
+    ) == ["needs app >=2.3.0, <3, the app is 2.2.9"]
+    assert loaded.rollout_policy("kit") == loaded.rollout
