@@ -502,3 +502,27 @@ def test_verified_envelope_with_invalid_payload_is_a_wire_error() -> None:
     signed = sign_envelope(b'{"model":"digits"}', PAYLOAD_TYPE_MANIFEST, [signer])
     with pytest.raises(WireError, match="sequence: Field required"):
         verify_document(Manifest, signed, TrustedKeys([signer.public_key]))
+
+
+def test_a_bundle_member_obeys_the_same_tier_rule_as_a_model_release() -> None:
+    from edgereg.protocol.fields import RuntimeHints
+    from edgereg.protocol.wire import BundleMember, ReleaseVariant
+
+    def variant(tier: str) -> ReleaseVariant:
+        return ReleaseVariant(
+            tier=tier, sha256=DIGEST_A, size=10, min_mnn_runtime="3.0.0", runtime=RuntimeHints()
+        )
+
+    # "fast" is built for tier high, but tiers.high names "slow": refused for both kinds.
+    variants = {"fast": variant("high"), "slow": variant("low")}
+    tiers = {"high": "slow", "low": "slow"}
+    with pytest.raises(ValidationError, match="variant 'fast' is built for tier 'high'"):
+        BundleMember(version="1.0.0", variants=variants, tiers=tiers)
+    with pytest.raises(ValidationError, match="variant 'fast' is built for tier 'high'"):
+        ReleaseRecord(
+            model="m",
+            version="1.0.0",
+            created=datetime(2025, 1, 1, tzinfo=timezone.utc),
+            variants=variants,
+            tiers=tiers,
+        )

@@ -426,6 +426,27 @@ class ReleaseVariant(WireModel):
         return refs
 
 
+def _check_tiers_name_variants(
+    tiers: Mapping[str, str], variants: Mapping[str, ReleaseVariant]
+) -> None:
+    """Every tier names a variant of the release, and each variant serves the tier it was built for.
+
+    One rule for a model's release and for each member of a bundle's.
+    """
+    for tier, variant_name in tiers.items():
+        if variant_name not in variants:
+            raise ValueError(
+                f"tiers.{tier} names variant '{variant_name}', which is not in variants "
+                f"({', '.join(variants)})"
+            )
+    for name, variant in variants.items():
+        if tiers.get(variant.tier) != name:
+            raise ValueError(
+                f"variant '{name}' is built for tier '{variant.tier}', but tiers."
+                f"{variant.tier} is {tiers.get(variant.tier)!r}"
+            )
+
+
 class ReleaseRecord(WireModel):
     """A published version of a model: immutable once written."""
 
@@ -471,18 +492,7 @@ class ReleaseRecord(WireModel):
                 f"tier_order {self.tier_order} must list exactly the tiers "
                 f"({', '.join(sorted(self.tiers))})"
             )
-        for tier, variant_name in self.tiers.items():
-            if variant_name not in self.variants:
-                raise ValueError(
-                    f"tiers.{tier} names variant '{variant_name}', which is not in variants "
-                    f"({', '.join(self.variants)})"
-                )
-        for name, variant in self.variants.items():
-            if self.tiers.get(variant.tier) != name:
-                raise ValueError(
-                    f"variant '{name}' is built for tier '{variant.tier}', but tiers."
-                    f"{variant.tier} is {self.tiers.get(variant.tier)!r}"
-                )
+        _check_tiers_name_variants(self.tiers, self.variants)
         return self
 
 
@@ -496,11 +506,7 @@ class BundleMember(WireModel):
 
     @model_validator(mode="after")
     def _tiers_name_variants(self) -> BundleMember:
-        for tier, variant_name in self.tiers.items():
-            if variant_name not in self.variants:
-                raise ValueError(
-                    f"tiers.{tier} names variant '{variant_name}', which is not in variants"
-                )
+        _check_tiers_name_variants(self.tiers, self.variants)
         return self
 
 
