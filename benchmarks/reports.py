@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from _memory import peak_growth  # noqa: E402
 from pgkit import PostgresServer  # noqa: E402
+from serve import free_port, wait_for  # noqa: E402  (benchmarks/serve.py)
 from servekit import SERVE_CMD, make_registry  # noqa: E402
 
 from edgereg.protocol.reports import LatencySummary, Report  # noqa: E402
@@ -98,29 +99,6 @@ function request()
   return wrk.format(nil, nil, nil, (template:gsub("TOKEN", token)))
 end
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(url: str, timeout: float = 30) -> None:
-    import socket
-
-    host, port = url.removeprefix("http://").split(":")
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing answers on {url}") from None
-            time.sleep(0.05)
 
 
 @contextlib.contextmanager
