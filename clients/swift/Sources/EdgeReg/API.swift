@@ -1,0 +1,187 @@
+import Foundation
+
+/// What installs as one: a model, or a bundle (models that ship together).
+public enum Unit: Sendable, Hashable, CustomStringConvertible {
+    case model(String)
+    case bundle(String)
+
+    public var name: String {
+        switch self {
+        case .model(let n), .bundle(let n): return n
+        }
+    }
+
+    public var isBundle: Bool { if case .bundle = self { return true } else { return false } }
+    public var description: String { isBundle ? "bundle \(name)" : "model \(name)" }
+}
+
+/// The network and power state now; nil means unknown, which counts as unmet.
+public struct Conditions: Sendable, Equatable {
+    public var metered: Bool?
+    public var charging: Bool?
+
+    public init(metered: Bool? = false, charging: Bool? = true) {
+        self.metered = metered
+        self.charging = charging
+    }
+}
+
+/// When blobs may be downloaded, and the free space to leave (docs/protocol.md §8).
+public struct DownloadPolicy: Sendable, Equatable {
+    public var allowMetered: Bool
+    public var requireCharging: Bool
+    public var reserveBytes: Int64
+
+    public init(allowMetered: Bool = true, requireCharging: Bool = false, reserveBytes: Int64 = 8 * 1024 * 1024) {
+        self.allowMetered = allowMetered
+        self.requireCharging = requireCharging
+        self.reserveBytes = reserveBytes
+    }
+
+    /// Why a download must wait (`metered`, `not-charging`), or nil.
+    public func unmet(_ c: Conditions) -> String? {
+        if !allowMetered, c.metered != false { return "metered" }
+        if requireCharging, c.charging != true { return "not-charging" }
+        return nil
+    }
+}
+
+/// A release shipped inside the app for the first offline launch (docs/protocol.md §10):
+/// the manifest envelope bytes as served, and a folder of its blobs named by sha256.
+public struct BundledRelease: Sendable {
+    public var manifest: Data
+    public var blobsDirectory: URL
+
+    public init(manifest: Data, blobsDirectory: URL) {
+        self.manifest = manifest
+        self.blobsDirectory = blobsDirectory
+    }
+
+    func blob(_ sha256: String) -> URL? {
+        for candidate in [blobsDirectory.appendingPathComponent(sha256),
+                          blobsDirectory.appendingPathComponent("blobs/sha256/\(sha256)")]
+        where FileManager.default.fileExists(atPath: candidate.path) {
+            return candidate
+        }
+        return nil
+    }
+}
+
+// MARK: - the app's model runner
+
+/// A loaded model on one backend. The app implements it over its MNN framework.
+public protocol ModelSession: Sendable {
+    /// One forward pass: inputs by name, outputs by name.
+    func run(_ inputs: [String: Tensor]) async throws -> [String: Tensor]
+    func close() async
+}
+
+/// The app's model runner: loads a verified artifact on a backend (docs/guides/ios.md shows
+/// the MNN adapter). Throw `BackendUnavailable` when the device has no such backend (MNN
+/// would fall back to the CPU silently: that is not a pass of the GPU).
+public protocol ModelRunner: Sendable {
+    func load(model: URL, backend: String, threads: Int, precision: String) async throws -> any ModelSession
+}
+
+/// The backend does not exist on this device: skipped, not counted as failing (rule 16).
+public struct BackendUnavailable: Error, Sendable {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+}
+
+// MARK: - results
+
+/// One installed, verified model: what the app loads and how it calls it.
+public struct InstalledModel: Sendable {
+    public let name: String
+    public let path: URL
+    public let version: String
+    public let variant: String
+    public let sha256: String
+    public let runtime: RuntimeHints
+    public let minMnnRuntime: String
+    public let contract: IOContract?
+    public let labels: [String]?
+    public let probePath: URL?
+    /// The backend the self-test chose (nil without a self-test).
+    public let backend: String?
+}
+
+/// The outcome of `update` or `current`: never thrown, always the last good model.
+public struct UpdateResult: Sendable {
+    public let unit: Unit
+    public let tier: String?
+    /// A reason code of docs/protocol.md §7 or a client code; nil when all went well.
+    public let errorCode: String?
+    public let error: String?
+    public let version: String?
+    public let isCandidate: Bool
+    public let updated: Bool
+    public let notModified: Bool
+    public let fallback: String?
+    public let deferred: String?
+    public let bundled: Bool
+    public let downloadedBytes: Int64
+    /// Every member (a model: itself) of what is installed now.
+    public let members: [String: InstalledModel]
+
+    public var ok: Bool { errorCode == nil }
+    public var runtimeFallback: Bool { fallback != nil }
+    /// A model unit's one member.
+    public var model: InstalledModel? { unit.isBundle ? nil : members[unit.name] }
+    public var contract: IOContract? { model?.contract }
+    public var labels: [String]? { model?.labels }
+    public var path: URL? { model?.path }
+}
+
+/// A release verified but not installed yet.
+public struct PendingRelease: Sendable, Equatable {
+    public let version: String
+    public let isCandidate: Bool
+    public let totalBytes: Int64
+    public let remainingBytes: Int64
+    public let deferred: String?
+    public let since: String
+}
+
+/// The last failure of an update: its code, message and time.
+public struct LastError: Sendable, Equatable {
+    public let code: String
+    public let message: String
+    public let at: String
+}
+
+/// One unit on this device, from the cache only.
+public struct UnitStatus: Sendable {
+    public struct SetInfo: Sendable, Equatable {
+        public let version: String
+        public let isCandidate: Bool
+        public let bundled: Bool
+        /// member -> (version, sha256)
+        public let members: [String: (version: String, sha256: String)]
+
+        public static func == (a: SetInfo, b: SetInfo) -> Bool {
+            a.version == b.version && a.isCandidate == b.isCandidate && a.bundled == b.bundled
+                && a.members.mapValues { "\($0.version) \($0.sha256)" } == b.members.mapValues { "\($0.version) \($0.sha256)" }
+        }
+    }
+
+    public let unit: Unit
+    public let installed: SetInfo?
+    public let previous: SetInfo?
+    public let pending: PendingRelease?
+    public let lastError: LastError?
+    /// Versions refused for good on this device, with why.
+    public let badReleases: [String: String]
+    /// Every installed blob is present with its declared digest.
+    public let ready: Bool
+}
+
+/// What `appStarted` did for a unit.
+public struct StartOutcome: Sendable, Equatable {
+    public let unit: Unit
+    public let reverted: Bool
+    /// The unconfirmed version that was taken back.
+    public let version: String?
+    public let reason: String?
+}

@@ -1,0 +1,834 @@
+import Foundation
+
+/// Everything a client is created with.
+public struct ClientConfiguration: Sendable {
+    /// The registry root (a directory URL; a trailing slash is added when missing).
+    public var registry: URL
+    public var trustedKeys: TrustedKeys
+    public var cacheDirectory: URL
+    public var device: DeviceFacts
+    /// The device's tier, when the app knows it; else resolved from `tiers`.
+    public var tier: String?
+    /// Tier rules, best first (the last one a catch-all).
+    public var tiers: [(String, TierRules)]
+    public var runner: (any ModelRunner)?
+    /// Run the golden probe on each hinted backend before every switch (§11).
+    public var selfTest: Bool
+    public var policy: DownloadPolicy
+    public var limits: Limits
+    public var reporting: Bool
+    public var deviceClass: String?
+    public var maxUnconfirmedStarts: Int
+    /// Releases shipped in the app, by unit name.
+    public var bundled: [String: BundledRelease]
+
+    public init(registry: URL, trustedKeys: TrustedKeys, cacheDirectory: URL, device: DeviceFacts, tier: String? = nil,
+                tiers: [(String, TierRules)] = [], runner: (any ModelRunner)? = nil, selfTest: Bool = false,
+                policy: DownloadPolicy = DownloadPolicy(), limits: Limits = Limits(), reporting: Bool = true,
+                deviceClass: String? = nil, maxUnconfirmedStarts: Int = 3, bundled: [String: BundledRelease] = [:]) {
+        self.registry = registry
+        self.trustedKeys = trustedKeys
+        self.cacheDirectory = cacheDirectory
+        self.device = device
+        self.tier = tier
+        self.tiers = tiers
+        self.runner = runner
+        self.selfTest = selfTest
+        self.policy = policy
+        self.limits = limits
+        self.reporting = reporting
+        self.deviceClass = deviceClass
+        self.maxUnconfirmedStarts = maxUnconfirmedStarts
+        self.bundled = bundled
+    }
+}
+
+/// An outcome of a step: a reason code and a message (never thrown across the public API).
+struct Failure: Error {
+    let code: String
+    let message: String
+    /// A self-test rejection marks the release bad on this device.
+    var permanent = false
+}
+
+extension Rejection { var failure: Failure { Failure(code: reason, message: message) } }
+extension CacheError { var failure: Failure { Failure(code: code, message: message) } }
+extension TransportError {
+    var failure: Failure { Failure(code: status == 404 ? Reason.notFound : Reason.transport, message: message) }
+}
+
+/// The edgereg client: fetch, verify, choose, download, self-test and install signed models
+/// (docs/protocol.md §7–§11). Every method returns a value; no client outcome is thrown.
+public actor EdgeRegClient {
+    public nonisolated let configuration: ClientConfiguration
+    /// The tier this device is in, and why (nil when no tier rule matched).
+    public nonisolated let tier: String?
+    public nonisolated let tierReason: String
+    let layout: CacheLayout
+    let transport: HTTPTransport
+    var fixedNow: Int64?
+    let reporter: Reporter
+
+    public init(_ configuration: ClientConfiguration) {
+        var config = configuration
+        if !config.registry.absoluteString.hasSuffix("/") {
+            config.registry = URL(string: config.registry.absoluteString + "/") ?? config.registry
+        }
+        self.configuration = config
+        let resolved: (String?, String)
+        if let tier = config.tier {
+            resolved = (tier, "tier \(tier): given by the app")
+        } else if let found = Tiers.resolve(config.tiers, config.device) {
+            resolved = (found.tier, found.reason)
+        } else {
+            resolved = (nil, "the device matches none of the tiers \(config.tiers.map(\.0).joined(separator: ", "))")
+        }
+        tier = resolved.0
+        tierReason = resolved.1
+        layout = CacheLayout(root: config.cacheDirectory)
+        transport = HTTPTransport(limits: config.limits)
+        reporter = Reporter(enabled: config.reporting, transport: transport, registry: config.registry, device: config.device,
+                            deviceClass: config.deviceClass)
+    }
+
+    /// Use a fixed clock (seconds since 1970), or the real one with nil.
+    public func setClock(_ now: Int64?) { fixedNow = now }
+
+    var now: Int64 { fixedNow ?? WireTime.now() }
+
+    // MARK: public API
+
+    /// Check for an update and install it; on any failure keep the last known good.
+    public func update(_ unit: Unit, conditions: Conditions = Conditions()) async -> UpdateResult {
+        await installShippedIfAny(unit)
+        let installed: InstalledSet?
+        do {
+            installed = try readInstalled(unit)
+        } catch {
+            recordError(unit, error.failure)
+            return result(unit, nil, error: error.failure)
+        }
+        await reporter.retryPending()
+        do {
+            let r = try await fetch(unit, installed: installed, conditions: conditions)
+            recordError(unit, nil)
+            return r
+        } catch let f as Failure {
+            recordError(unit, f)
+            return result(unit, installed, error: f)
+        } catch {
+            let f = Failure(code: Reason.transport, message: "\(error)")
+            recordError(unit, f)
+            return result(unit, installed, error: f)
+        }
+    }
+
+    /// What is installed, without network (installs a shipped release on the first launch).
+    public func current(_ unit: Unit) async -> UpdateResult {
+        await installShippedIfAny(unit)
+        do {
+            return result(unit, try readInstalled(unit))
+        } catch {
+            return result(unit, nil, error: error.failure)
+        }
+    }
+
+    /// What is installed, pending and failing for a unit; `ready` hashes every blob again.
+    public func status(_ unit: Unit, verify: Bool = true) -> UnitStatus {
+        let record = try? readInstalled(unit)
+        func info(_ s: InstalledSet?) -> UnitStatus.SetInfo? {
+            guard let s else { return nil }
+            return UnitStatus.SetInfo(version: s.version, isCandidate: s.isCandidate, bundled: s.bundled,
+                                      members: s.members.mapValues { ($0.entry.version, $0.entry.sha256) })
+        }
+        let status = (try? Files.readJSON(layout.statusFile(unit.name))) ?? JSONObject()
+        var pending: PendingRelease?
+        if let p = status["pending"]?.objectValue, let version = p["version"]?.stringValue {
+            var total: Int64 = 0, remaining: Int64 = 0
+            for blob in p["blobs"]?.arrayValue ?? [] {
+                guard let sha = blob["sha256"]?.stringValue, let size = blob["size"]?.intValue else { continue }
+                total += size
+                if !layout.hasBlob(BlobRef(sha256: sha, size: size)) {
+                    remaining += size - min(size, Files.size(layout.part(sha)) ?? 0)
+                }
+            }
+            pending = PendingRelease(version: version, isCandidate: p["is_candidate"]?.boolValue ?? false, totalBytes: total,
+                                     remainingBytes: remaining, deferred: p["deferred"]?.stringValue,
+                                     since: p["since"]?.stringValue ?? "")
+        }
+        var lastError: LastError?
+        if let e = status["last_error"]?.objectValue, let code = e["code"]?.stringValue {
+            lastError = LastError(code: code, message: e["message"]?.stringValue ?? "", at: e["at"]?.stringValue ?? "")
+        }
+        var ready = record != nil
+        if let record {
+            for blob in record.blobs {
+                guard layout.hasBlob(blob) else {
+                    ready = false
+                    break
+                }
+                if verify, hashFile(layout.blob(blob.sha256)) != blob.sha256 {
+                    ready = false
+                    break
+                }
+            }
+        }
+        return UnitStatus(unit: unit, installed: info(record), previous: info(record?.previous.first), pending: pending,
+                          lastError: lastError, badReleases: readBad(unit), ready: ready)
+    }
+
+    /// Call once at every start of the app, before loading: reverts a crash loop (§11).
+    public func appStarted(_ unit: Unit) async -> StartOutcome {
+        var ledger = readHealth()
+        var h = ledger[unit.name] ?? UnitHealth()
+        let decided = h.onStart(unit: unit.name, maxStarts: configuration.maxUnconfirmedStarts)
+        ledger[unit.name] = h
+        writeHealth(ledger)
+        guard let revert = decided else { return StartOutcome(unit: unit, reverted: false, version: nil, reason: nil) }
+        let record = try? readInstalled(unit)
+        guard let record, record.version == revert.version else {
+            // Something else is installed by now: nothing to take back.
+            var ledger = readHealth()
+            ledger[unit.name, default: UnitHealth()].onReverted(to: record?.version)
+            writeHealth(ledger)
+            return StartOutcome(unit: unit, reverted: false, version: nil, reason: nil)
+        }
+        _ = await self.revert(unit, reason: revert.reason)
+        return StartOutcome(unit: unit, reverted: true, version: revert.version, reason: revert.reason)
+    }
+
+    /// `appStarted` for every unit this cache holds.
+    public func appStarted() async -> [StartOutcome] {
+        var out: [StartOutcome] = []
+        for unit in installedUnits() { out.append(await appStarted(unit)) }
+        return out
+    }
+
+    /// The app's first real inference with the installed release succeeded.
+    @discardableResult
+    public func confirm(_ unit: Unit, version: String? = nil) async -> Bool {
+        var ledger = readHealth()
+        var h = ledger[unit.name] ?? UnitHealth()
+        let confirmed = h.onConfirm(version)
+        guard confirmed else { return false }
+        ledger[unit.name] = h
+        writeHealth(ledger)
+        if let record = try? readInstalled(unit) {
+            for name in record.members.keys.sorted() { await reporter.changed(unit: unit.name, model: name, confirmed: true) }
+        }
+        return true
+    }
+
+    /// One real inference's latency, for the next report (`model`: a bundle member).
+    public func recordInference(_ unit: Unit, ms: Double, model: String? = nil) async {
+        await reporter.recordInference(unit: unit.name, model: model ?? unit.name, ms: ms)
+    }
+
+    /// Switch back to the last good set and mark the current release bad on this device.
+    public func revert(_ unit: Unit, reason: String) async -> UpdateResult {
+        guard let record = try? readInstalled(unit) else { return result(unit, nil) }
+        markBad(unit, record.version, "reverted: \(reason)")
+        var previous = record.previous.first
+        if let p = previous, !p.blobs.allSatisfy({ layout.hasBlob($0) }) { previous = nil }
+        do {
+            try writeInstalled(unit, previous)
+        } catch {
+            return result(unit, record, error: error.failure)
+        }
+        recordError(unit, Failure(code: Reason.reverted, message: "\(record.version) reverted: \(reason)"))
+        evict()
+        var ledger = readHealth()
+        ledger[unit.name, default: UnitHealth()].onReverted(to: previous?.version)
+        writeHealth(ledger)
+        for name in record.members.keys.sorted() { await reporter.changed(unit: unit.name, model: name, reverted: true) }
+        return result(unit, previous, updated: true)
+    }
+
+    /// Send every pending report now and wait for them; the number sent.
+    public func flushReports() async -> Int { await reporter.flush() }
+
+    // MARK: the update
+
+    func fetch(_ unit: Unit, installed: InstalledSet?, conditions: Conditions) async throws -> UpdateResult {
+        guard let tier else { throw Failure(code: Reason.notFound, message: tierReason) }
+        let tierFile = layout.tierFile(unit.name, tier)
+        let state = try catching { () throws(CacheError) in try Files.readJSON(tierFile) }
+        let cachedEnvelope = state?["envelope"]?.stringValue.flatMap { Data(base64Encoded: $0) }
+        let cachedETag = state?["etag"]?.stringValue
+        let highest = try readSequence(unit)
+        let (data, etag, notModified) = try await getManifest(unit, tier: tier, cached: cachedEnvelope, etag: cachedETag)
+        let bad = readBad(unit)
+        var input = Decide.Input(manifest: data, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
+                                 deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
+                                 highestSeenSequence: highest, now: now, bundle: unit.isBundle)
+        input.badVersions = []
+        let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
+        // Rollback protection first, before anything is downloaded.
+        if decision.sequence != highest {
+            try catching { () throws(CacheError) in
+                try Files.writeJSON(JSONObject([("sequence", .int(decision.sequence))]), to: layout.sequenceFile(unit.name))
+            }
+        }
+        if cachedEnvelope != data || cachedETag != etag {
+            var o = JSONObject()
+            o["envelope"] = .string(data.base64EncodedString())
+            o["etag"] = etag.map { .string($0) } ?? .null
+            o["sequence"] = .int(decision.sequence)
+            try catching { () throws(CacheError) in try Files.writeJSON(o, to: tierFile) }
+        }
+        let chosen = try avoidBad(unit, decision, bad: bad)
+        return try await apply(unit, chosen, installed: installed, conditions: conditions, notModified: notModified, shipped: nil)
+    }
+
+    /// A release this device refused for good counts as not fitting (§8).
+    func avoidBad(_ unit: Unit, _ decision: Decision, bad: [String: String]) throws -> Decision {
+        guard let entry = decision.entry, let why = bad[entry.version] else { return decision }
+        if decision.isCandidate, let stable = decision.manifest.stable, bad[stable.version] == nil,
+            Decide.unfit(stable, configuration.device.appFacts, bad: []) == nil
+        {
+            return Decision(manifest: decision.manifest, entry: stable, isCandidate: false, sequence: decision.sequence,
+                            fallback: Reason.badRelease)
+        }
+        throw Failure(code: Reason.badRelease, message: "\(unit.name) \(entry.version) was refused on this device before (\(why)); it is not installed again")
+    }
+
+    func apply(_ unit: Unit, _ decision: Decision, installed: InstalledSet?, conditions: Conditions, notModified: Bool,
+               shipped: BundledRelease?) async throws -> UpdateResult {
+        guard let entry = decision.entry else {
+            try setPending(unit, nil)
+            return UpdateResult(unit: unit, tier: tier, errorCode: nil, error: nil, version: nil, isCandidate: false,
+                                updated: false, notModified: notModified, fallback: nil, deferred: nil, bundled: false,
+                                downloadedBytes: 0, members: [:])
+        }
+        let entries = entry.members(unit: unit.name)
+        var new = InstalledSet(version: entry.version, tier: tier ?? "", isCandidate: decision.isCandidate,
+                               sequence: decision.manifest.sequence, bundled: shipped != nil, token: nil,
+                               reportURL: decision.manifest.reportURL,
+                               members: entries.mapValues { InstalledSet.Member(entry: $0, backend: nil) })
+        if let installed, new.sameRelease(installed) {
+            // Same blobs (a promote, a re-fetch): keep the check's backends, the token and the last good.
+            var kept = new
+            for (name, m) in installed.members { kept.members[name]?.backend = m.backend }
+            kept.previous = installed.previous
+            kept.bundled = installed.bundled && shipped != nil
+            kept.token = installed.token
+            if kept != installed { try catching { () throws(CacheError) in try writeInstalled(unit, kept) } }
+            try setPending(unit, nil)
+            return result(unit, kept, notModified: notModified, decision: decision)
+        }
+        var seen = Set<String>()
+        let missing = entries.keys.sorted().flatMap { entries[$0]!.blobs }.filter { seen.insert($0.sha256).inserted && !layout.hasBlob($0) }
+        var downloaded: Int64 = 0
+        if !missing.isEmpty {
+            if shipped == nil {
+                let deferred = configuration.policy.unmet(conditions)
+                try setPending(unit, new, missing: missing, deferred: deferred)
+                if let deferred {
+                    let base = result(unit, installed, notModified: notModified)
+                    return UpdateResult(unit: unit, tier: tier, errorCode: nil, error: nil, version: base.version,
+                                        isCandidate: base.isCandidate, updated: false, notModified: notModified, fallback: nil,
+                                        deferred: deferred, bundled: base.bundled, downloadedBytes: 0, members: base.members)
+                }
+            }
+            try preflight(missing)
+            for ref in missing {
+                if let shipped {
+                    try copyShipped(ref, shipped)
+                } else {
+                    downloaded += try await download(ref)
+                }
+            }
+        }
+        for (name, e) in entries { _ = try labels(name, e) }  // a bad labels blob refuses the release
+        do {
+            new = try await check(unit, new, entries)
+        } catch let f as Failure {
+            try? setPending(unit, nil)
+            if f.permanent { markBad(unit, new.version, "\(f.code): \(f.message)") }
+            if configuration.reporting {
+                let token = Reporter.newToken()
+                for name in entries.keys.sorted() {
+                    await reporter.installed(facts(unit, new, name, decision, token: token, trial: lastTrials[name]),
+                                             reportURL: decision.manifest.reportURL)
+                }
+            }
+            throw f
+        }
+        if let installed {
+            var prev = installed
+            prev.previous = []
+            new.previous = [prev]
+        }
+        new.token = configuration.reporting ? Reporter.newToken() : nil
+        try catching { () throws(CacheError) in try writeInstalled(unit, new) }
+        try setPending(unit, nil)
+        evict()
+        var ledger = readHealth()
+        ledger[unit.name, default: UnitHealth()].onInstall(new.version)
+        writeHealth(ledger)
+        if let token = new.token {
+            for name in new.members.keys.sorted() {
+                await reporter.installed(facts(unit, new, name, decision, token: token, trial: lastTrials[name]),
+                                         reportURL: decision.manifest.reportURL)
+            }
+        }
+        return result(unit, new, updated: true, notModified: notModified, downloaded: downloaded, decision: decision)
+    }
+
+    // MARK: network
+
+    func getManifest(_ unit: Unit, tier: String, cached: Data?, etag: String?) async throws -> (Data, String?, Bool) {
+        let path = "manifests/\(unit.name)/\(tier).json"
+        guard let url = URL(string: path, relativeTo: configuration.registry) else {
+            throw Failure(code: Reason.transport, message: "bad registry URL")
+        }
+        var headers: [String: String] = [:]
+        if cached != nil, let etag { headers["If-None-Match"] = etag }
+        let response: StreamedResponse
+        do {
+            response = try await transport.get(url.absoluteURL, headers: headers)
+        } catch let e as TransportError {
+            throw e.failure
+        }
+        defer { response.close() }
+        if response.status == 304, let cached {
+            // Verified again by the caller: the cached copy may have expired.
+            return (cached, response.header("etag") ?? etag, true)
+        }
+        if response.status == 404 {
+            throw Failure(code: Reason.notFound, message: "the registry has no manifest for \(unit.name), tier \(tier) (\(url.absoluteString) answered 404)")
+        }
+        guard response.status == 200 else {
+            throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered HTTP \(response.status), expected 200")
+        }
+        let limit = Envelope.maxManifestBytes
+        if let length = response.contentLength, length > Int64(limit) {
+            throw Failure(code: Reason.malformed, message: "manifest is \(length) bytes, more than the limit of \(limit)")
+        }
+        var data = Data()
+        do {
+            while data.count <= limit, let chunk = try await response.next() {
+                data.append(chunk)
+            }
+        } catch let e as TransportError {
+            throw e.failure
+        }
+        // One byte past the limit is enough to refuse it (rule 1 decides).
+        return (data.prefix(limit + 1), response.header("etag"), false)
+    }
+
+    /// Download, verify and move a blob into the cache; the bytes transferred.
+    func download(_ ref: BlobRef) async throws -> Int64 {
+        let part = layout.part(ref.sha256)
+        try catching { () throws(CacheError) in
+            do {
+                try FileManager.default.createDirectory(at: layout.blobs, withIntermediateDirectories: true)
+            } catch {
+                throw CacheError(message: "cannot create \(layout.blobs.path)")
+            }
+        }
+        var check = BlobCheck(sha256: ref.sha256, size: ref.size)
+        var have: Int64 = 0
+        if let size = Files.size(part) {
+            if size > ref.size {
+                Files.remove(part)
+            } else if let handle = FileHandle(forReadingAtPath: part.path) {
+                defer { try? handle.close() }
+                while let chunk = try? handle.read(upToCount: 1 << 20), !chunk.isEmpty {
+                    try catching { () throws(Rejection) in try check.update(chunk) }
+                }
+                have = size
+            }
+        }
+        var transferred: Int64 = 0
+        if check.remaining > 0 {
+            transferred = try await transfer(ref, part: part, check: &check, have: have)
+        }
+        do {
+            try check.finish()
+        } catch {
+            Files.remove(part)
+            throw error.failure
+        }
+        guard rename(part.path, layout.blob(ref.sha256).path) == 0 else {
+            throw Failure(code: Reason.cache, message: "cannot install \(part.lastPathComponent)")
+        }
+        Files.fsyncDirectory(layout.blobs)
+        return transferred
+    }
+
+    func transfer(_ ref: BlobRef, part: URL, check: inout BlobCheck, have: Int64) async throws -> Int64 {
+        guard let url = URL(string: ref.path, relativeTo: configuration.registry)?.absoluteURL else {
+            throw Failure(code: Reason.transport, message: "bad registry URL")
+        }
+        do {
+            var response = try await transport.get(url, headers: have > 0 ? ["Range": "bytes=\(have)-"] : [:])
+            defer { response.close() }
+            if have > 0, !(response.status == 206 && response.rangeStart == have) {
+                // The server ignored the Range (a plain static server) or refused it: start over.
+                Files.remove(part)
+                check.reset()
+                if response.status != 200 {
+                    response.close()
+                    response = try await transport.get(url, headers: [:])
+                }
+            }
+            if response.status == 404 {
+                throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered 404")
+            }
+            guard response.status == 200 || (response.status == 206 && response.rangeStart == check.received) else {
+                throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered HTTP \(response.status), expected 200")
+            }
+            do {
+                try check.expect(response.contentLength)
+            } catch {
+                Files.remove(part)
+                throw error.failure
+            }
+            return try await stream(response, part: part, check: &check)
+        } catch let e as TransportError {
+            throw e.failure
+        }
+    }
+
+    func stream(_ response: StreamedResponse, part: URL, check: inout BlobCheck) async throws -> Int64 {
+        let fd = open(part.path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        guard fd >= 0 else { throw Failure(code: Reason.cache, message: "cannot write \(part.path)") }
+        var transferred: Int64 = 0
+        var closed = false
+        defer { if !closed { close(fd) } }
+        func fail(_ errnum: Int32) -> Failure {
+            close(fd)
+            closed = true
+            Files.remove(part)  // free the space: the app needs it more than a resume
+            return Failure(code: errnum == ENOSPC ? Reason.noSpace : Reason.cache,
+                           message: "cannot write \(part.path): \(String(cString: strerror(errnum)))")
+        }
+        while check.remaining > 0 {
+            guard let chunk = try await response.next() else {
+                throw Failure(code: Reason.transport, message: "\(response.url): connection closed after \(check.received) of \(check.size) bytes; the next update resumes")
+            }
+            do {
+                try check.update(chunk)
+            } catch {
+                close(fd)
+                closed = true
+                Files.remove(part)
+                throw error.failure
+            }
+            transferred += Int64(chunk.count)
+            let ok = chunk.withUnsafeBytes { raw -> Int32 in
+                var offset = 0
+                while offset < raw.count {
+                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                    if n <= 0 {
+                        if errno == EINTR { continue }
+                        return errno
+                    }
+                    offset += n
+                }
+                return 0
+            }
+            if ok != 0 { throw fail(ok) }
+        }
+        // Anything more than the declared size is refused.
+        if let extra = try? await response.next(), !extra.isEmpty {
+            close(fd)
+            closed = true
+            Files.remove(part)
+            throw Failure(code: Reason.blobTooLarge, message: "blob \(check.sha256.prefix(12)) is larger than the \(check.size) bytes the manifest declares")
+        }
+        if fsync(fd) != 0 { throw fail(errno) }
+        return transferred
+    }
+
+    func preflight(_ missing: [BlobRef]) throws {
+        var remaining: Int64 = 0
+        for ref in missing { remaining += max(0, ref.size - (Files.size(layout.part(ref.sha256)) ?? 0)) }
+        try? FileManager.default.createDirectory(at: layout.root, withIntermediateDirectories: true)
+        guard let free = Files.freeBytes(layout.root) else {
+            throw Failure(code: Reason.cache, message: "cannot check the free space of \(layout.root.path)")
+        }
+        let needed = remaining + configuration.policy.reserveBytes
+        if free < needed {
+            throw Failure(code: Reason.noSpace, message: "the download needs \(needed) bytes (\(remaining) to fetch and a reserve of \(configuration.policy.reserveBytes)) and \(layout.root.path) has \(free) free; nothing was downloaded")
+        }
+    }
+
+    func copyShipped(_ ref: BlobRef, _ shipped: BundledRelease) throws {
+        guard let source = shipped.blob(ref.sha256), let data = try? Data(contentsOf: source) else {
+            throw Failure(code: Reason.malformed, message: "the shipped release has no blob \(ref.sha256.prefix(12)) in \(shipped.blobsDirectory.path)")
+        }
+        var check = BlobCheck(sha256: ref.sha256, size: ref.size)
+        try catching { () throws(Rejection) in
+            try check.update(data)
+            try check.finish()
+        }
+        try catching { () throws(CacheError) in try Files.atomicWrite(data, to: layout.blob(ref.sha256)) }
+    }
+
+    static let maxLabelsBytes: Int64 = 1 << 20
+
+    /// A member's labels: inline, or the verified labels blob parsed as a list of strings.
+    func labels(_ name: String, _ entry: ModelEntry) throws -> [String]? {
+        guard let contract = entry.contract else { return nil }
+        if let labels = contract.labels { return labels }
+        guard let blob = contract.labelsBlob else { return nil }
+        guard blob.size <= EdgeRegClient.maxLabelsBytes else {
+            throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is \(blob.size) bytes, more than \(EdgeRegClient.maxLabelsBytes)")
+        }
+        guard let data = try? Data(contentsOf: layout.blob(blob.sha256)) else {
+            throw Failure(code: Reason.cache, message: "cannot read the labels of \(name)")
+        }
+        guard let list = try? StrictJSON.parse(data).arrayValue else {
+            throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is not a JSON array of strings")
+        }
+        let strings = list.compactMap(\.stringValue)
+        guard strings.count == list.count else {
+            throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is not a JSON array of strings")
+        }
+        return strings
+    }
+
+    // MARK: the shipped release
+
+    func installShippedIfAny(_ unit: Unit) async {
+        guard let shipped = configuration.bundled[unit.name] else { return }
+        do {
+            try await installShipped(unit, shipped)
+        } catch let f as Failure {
+            recordError(unit, Failure(code: f.code, message: "shipped release: \(f.message)"))
+        } catch {
+            recordError(unit, Failure(code: Reason.cache, message: "shipped release: \(error)"))
+        }
+    }
+
+    /// Verified like a fetched manifest except its expiry; never over a newer release (§10).
+    func installShipped(_ unit: Unit, _ shipped: BundledRelease) async throws {
+        guard let tier else { return }
+        let installed = try readInstalled(unit)
+        let highest = try readSequence(unit)
+        var input = Decide.Input(manifest: shipped.manifest, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
+                                 deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
+                                 highestSeenSequence: nil, now: now, bundle: unit.isBundle)
+        input.ignoreExpiry = true
+        let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
+        if let installed, decision.manifest.sequence <= max(installed.sequence, highest ?? 0) { return }
+        if installed == nil, let highest, decision.manifest.sequence < highest { return }
+        let chosen = try avoidBad(unit, decision, bad: readBad(unit))
+        if decision.manifest.sequence > (highest ?? 0) {
+            try catching { () throws(CacheError) in
+                try Files.writeJSON(JSONObject([("sequence", .int(decision.manifest.sequence))]), to: layout.sequenceFile(unit.name))
+            }
+        }
+        guard chosen.entry != nil else { return }
+        _ = try await apply(unit, chosen, installed: installed, conditions: Conditions(), notModified: false, shipped: shipped)
+    }
+
+    // MARK: results
+
+    func result(_ unit: Unit, _ set: InstalledSet?, error: Failure? = nil, updated: Bool = false, notModified: Bool = false,
+                downloaded: Int64 = 0, decision: Decision? = nil) -> UpdateResult {
+        var members: [String: InstalledModel] = [:]
+        for (name, m) in set?.members ?? [:] {
+            let e = m.entry
+            members[name] = InstalledModel(
+                name: name, path: layout.blob(e.sha256), version: e.version, variant: e.variant, sha256: e.sha256,
+                runtime: e.runtime, minMnnRuntime: e.minMnnRuntime, contract: e.contract, labels: (try? labels(name, e)) ?? nil,
+                probePath: e.probe.map { layout.blob($0.sha256) }, backend: m.backend)
+        }
+        return UpdateResult(unit: unit, tier: tier, errorCode: error?.code, error: error?.message, version: set?.version,
+                            isCandidate: set?.isCandidate ?? false, updated: updated, notModified: notModified,
+                            fallback: decision?.fallback, deferred: nil, bundled: set?.bundled ?? false,
+                            downloadedBytes: downloaded, members: members)
+    }
+
+    // MARK: cache records
+
+    func readInstalled(_ unit: Unit) throws(CacheError) -> InstalledSet? {
+        guard let all = try Files.readJSON(layout.installedFile) else { return nil }
+        guard let value = all[unit.isBundle ? "bundles" : "models"]?[unit.name], !value.isNull else { return nil }
+        guard let set = InstalledSet(json: value) else {
+            throw CacheError(message: "\(layout.installedFile.path) holds an unreadable record for \(unit)")
+        }
+        return set
+    }
+
+    func writeInstalled(_ unit: Unit, _ set: InstalledSet?) throws(CacheError) {
+        var all = try Files.readJSON(layout.installedFile) ?? JSONObject()
+        let key = unit.isBundle ? "bundles" : "models"
+        var group = all[key]?.objectValue ?? JSONObject()
+        group[unit.name] = set?.json
+        all[key] = .object(group)
+        try Files.writeJSON(all, to: layout.installedFile)
+    }
+
+    func installedUnits() -> [Unit] {
+        guard let all = try? Files.readJSON(layout.installedFile) else { return [] }
+        return (all["models"]?.objectValue?.keys.map { Unit.model($0) } ?? [])
+            + (all["bundles"]?.objectValue?.keys.map { Unit.bundle($0) } ?? [])
+    }
+
+    /// The highest sequence accepted; an unreadable file is never taken as "nothing seen".
+    func readSequence(_ unit: Unit) throws -> Int64? {
+        let file = layout.sequenceFile(unit.name)
+        let o = try catching { () throws(CacheError) in try Files.readJSON(file) }
+        guard let o else { return nil }
+        guard let seq = o["sequence"]?.intValue else {
+            throw Failure(code: Reason.cache, message: "\(file.path) is corrupt; refusing to update (starting over would accept a replayed manifest)")
+        }
+        return seq
+    }
+
+    func readBad(_ unit: Unit) -> [String: String] {
+        guard let o = try? Files.readJSON(layout.badFile(unit.name)) else { return [:] }
+        var out: [String: String] = [:]
+        for k in o.keys { out[k] = o[k]?.stringValue ?? "" }
+        return out
+    }
+
+    func markBad(_ unit: Unit, _ version: String, _ why: String) {
+        var o = (try? Files.readJSON(layout.badFile(unit.name))) ?? JSONObject()
+        o[version] = .string(why)
+        try? Files.writeJSON(o, to: layout.badFile(unit.name))
+    }
+
+    func setPending(_ unit: Unit, _ new: InstalledSet?, missing: [BlobRef] = [], deferred: String? = nil) throws {
+        let file = layout.statusFile(unit.name)
+        var status = (try? Files.readJSON(file)) ?? JSONObject()
+        if let new {
+            let old = status["pending"]?.objectValue
+            let since = old?["version"]?.stringValue == new.version ? (old?["since"]?.stringValue ?? WireTime.format(now)) : WireTime.format(now)
+            status["pending"] = .object(JSONObject([
+                ("version", .string(new.version)), ("is_candidate", .bool(new.isCandidate)),
+                ("blobs", .array(missing.map { .object(JSONObject([("sha256", .string($0.sha256)), ("size", .int($0.size))])) })),
+                ("deferred", deferred.map { .string($0) } ?? .null), ("since", .string(since)),
+            ]))
+        } else {
+            guard let p = status["pending"], !p.isNull else { return }
+            status["pending"] = .null
+        }
+        try catching { () throws(CacheError) in try Files.writeJSON(status, to: file) }
+    }
+
+    func recordError(_ unit: Unit, _ failure: Failure?) {
+        let file = layout.statusFile(unit.name)
+        var status = (try? Files.readJSON(file)) ?? JSONObject()
+        if let failure {
+            status["last_error"] = .object(JSONObject([
+                ("code", .string(failure.code)), ("message", .string(failure.message)), ("at", .string(WireTime.format(now))),
+            ]))
+        } else {
+            guard let e = status["last_error"], !e.isNull else { return }
+            status["last_error"] = .null
+        }
+        try? Files.writeJSON(status, to: file)
+    }
+
+    /// Delete every blob no installed set, last good set or pending download references.
+    func evict() {
+        var keep = Set<String>()
+        if let all = try? Files.readJSON(layout.installedFile) {
+            for group in ["models", "bundles"] {
+                guard let o = all[group]?.objectValue else { continue }
+                for k in o.keys {
+                    guard let set = o[k].flatMap(InstalledSet.init(json:)) else { return }  // unreadable: evict nothing
+                    keep.formUnion(set.blobs.map(\.sha256))
+                    keep.formUnion(set.previous.flatMap(\.blobs).map(\.sha256))
+                }
+            }
+        }
+        let stateRoot = layout.root.appendingPathComponent("state")
+        for unit in (try? FileManager.default.contentsOfDirectory(atPath: stateRoot.path)) ?? [] {
+            guard let status = try? Files.readJSON(layout.statusFile(unit)) else { continue }
+            for blob in status["pending"]?["blobs"]?.arrayValue ?? [] {
+                if let sha = blob["sha256"]?.stringValue { keep.insert(sha) }
+            }
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: layout.blobs.path)) ?? [] {
+            let sha = name.hasSuffix(".part") ? String(name.dropLast(5)) : name
+            if Fields.isSha256(sha), !keep.contains(sha) { Files.remove(layout.blobs.appendingPathComponent(name)) }
+        }
+    }
+
+    func hashFile(_ url: URL) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: url.path) else { return nil }
+        defer { try? handle.close() }
+        var hasher = SHA256Hasher()
+        while let chunk = try? handle.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(chunk) }
+        return hasher.finalize().hexString
+    }
+
+    // MARK: health ledger
+
+    func readHealth() -> [String: UnitHealth] {
+        guard let o = try? Files.readJSON(layout.healthFile) else { return [:] }
+        var out: [String: UnitHealth] = [:]
+        for k in o.keys { out[k] = UnitHealth(json: o[k]!) }
+        return out
+    }
+
+    func writeHealth(_ ledger: [String: UnitHealth]) {
+        try? Files.writeJSON(JSONObject(ledger.keys.sorted().map { ($0, ledger[$0]!.json) }), to: layout.healthFile)
+    }
+
+    // MARK: self-test
+
+    var lastTrials: [String: SelfTestOutcome] = [:]
+
+    func check(_ unit: Unit, _ new: InstalledSet, _ entries: [String: ModelEntry]) async throws -> InstalledSet {
+        lastTrials = [:]
+        guard configuration.selfTest else { return new }
+        var out = new
+        for name in entries.keys.sorted() {
+            let entry = entries[name]!
+            var probe: GoldenProbe?
+            if let ref = entry.probe {
+                guard let data = try? Data(contentsOf: layout.blob(ref.sha256)) else {
+                    throw Failure(code: Reason.badBlob, message: "probe of \(name) \(entry.version) unreadable")
+                }
+                do {
+                    probe = try GoldenProbe(data: data, artifactSHA256: entry.sha256)
+                } catch {
+                    throw Failure(code: Reason.malformed, message: "the probe of \(name) \(entry.version): \(error.message)")
+                }
+            }
+            let outcome = await SelfTest(layout: layout, runner: configuration.runner)
+                .run(model: name, artifact: layout.blob(entry.sha256), entry: entry, probe: probe)
+            lastTrials[name] = outcome
+            guard let backend = outcome.backend else {
+                throw Failure(code: Reason.probeFailed, message: "\(name) \(entry.version) (variant \(entry.variant)) failed its self-test on every backend: \(outcome.why)", permanent: true)
+            }
+            out.members[name]?.backend = backend
+        }
+        return out
+    }
+
+    func facts(_ unit: Unit, _ set: InstalledSet, _ name: String, _ decision: Decision, token: String,
+               trial: SelfTestOutcome?) -> ReportFacts {
+        let m = set.members[name]!
+        var probe = "none"
+        if let trial { probe = trial.backend == nil ? "failed" : (trial.probed ? "passed" : "none") }
+        return ReportFacts(token: token, unit: unit.name, model: name, version: m.entry.version, unitVersion: set.version,
+                           variant: m.entry.variant, tier: set.tier, arm: set.isCandidate ? "candidate" : "stable",
+                           sequence: decision.manifest.sequence, probe: probe, backend: trial?.backend ?? m.backend,
+                           backendsSkipped: trial?.skipped ?? [], loadMs: trial?.loadMs,
+                           loadFailed: trial.map { $0.backend == nil && !$0.failures.isEmpty && $0.failures.allSatisfy { $0.hasPrefix("does not load") } } ?? false)
+    }
+}
+
+/// Maps a typed error to a Failure.
+@inline(__always)
+func catching<T, E: Error>(_ body: () throws(E) -> T) throws -> T {
+    do {
+        return try body()
+    } catch let e as Rejection {
+        throw e.failure
+    } catch let e as CacheError {
+        throw e.failure
+    } catch let e as TransportError {
+        throw e.failure
+    } catch {
+        throw error
+    }
+}

@@ -1,0 +1,191 @@
+import Foundation
+
+/// A tensor as the model runner sees it: dtype, shape and little-endian bytes (C order).
+public struct Tensor: Sendable, Equatable {
+    public var dtype: String
+    public var shape: [Int]
+    public var data: Data
+
+    public init(dtype: String, shape: [Int], data: Data) {
+        self.dtype = dtype
+        self.shape = shape
+        self.data = data
+    }
+
+    static func itemSize(_ dtype: String) -> Int? {
+        switch dtype {
+        case "float32", "int32": return 4
+        case "float16": return 2
+        case "int8", "uint8", "bool": return 1
+        case "int64": return 8
+        default: return nil
+        }
+    }
+
+    /// Zeros of a shape (a state input at a case's first step).
+    public static func zeros(dtype: String, shape: [Int]) -> Tensor {
+        let count = shape.reduce(1, *) * (itemSize(dtype) ?? 4)
+        return Tensor(dtype: dtype, shape: shape, data: Data(count: max(0, count)))
+    }
+
+    /// The elements as doubles, flat; nil when the byte count does not fit the dtype.
+    public func values() -> [Double]? {
+        guard let size = Tensor.itemSize(dtype), data.count % size == 0 else { return nil }
+        let bytes = [UInt8](data)
+        let n = bytes.count / size
+        var out = [Double]()
+        out.reserveCapacity(n)
+        func le(_ i: Int, _ k: Int) -> UInt64 {
+            var v: UInt64 = 0
+            for j in (0..<k).reversed() { v = v << 8 | UInt64(bytes[i * k + j]) }
+            return v
+        }
+        for i in 0..<n {
+            switch dtype {
+            case "float32": out.append(Double(Float(bitPattern: UInt32(le(i, 4)))))
+            case "float16": out.append(Tensor.half(UInt16(le(i, 2))))
+            case "int8": out.append(Double(Int8(bitPattern: bytes[i])))
+            case "uint8": out.append(Double(bytes[i]))
+            case "bool": out.append(bytes[i] != 0 ? 1 : 0)
+            case "int32": out.append(Double(Int32(bitPattern: UInt32(le(i, 4)))))
+            default: out.append(Double(Int64(bitPattern: le(i, 8))))
+            }
+        }
+        return out
+    }
+
+    static func half(_ bits: UInt16) -> Double {
+        let sign: Double = bits & 0x8000 != 0 ? -1 : 1
+        let exp = Int((bits >> 10) & 0x1F), frac = Double(bits & 0x3FF)
+        if exp == 0 { return sign * frac * pow(2, -24) }
+        if exp == 31 { return frac == 0 ? sign * .infinity : .nan }
+        return sign * (1 + frac / 1024) * pow(2, Double(exp - 15))
+    }
+}
+
+/// The golden probe of one variant (docs/protocol.md §11).
+public struct GoldenProbe: Sendable {
+    public struct NamedTensor: Sendable {
+        public let name: String
+        public let tensor: Tensor
+    }
+
+    public struct Step: Sendable {
+        public let inputs: [NamedTensor]
+        public let expected: [NamedTensor]
+    }
+
+    public let model: String
+    public let variant: String
+    public let artifactSHA256: String
+    public let state: [(input: String, output: String)]
+    public let cases: [[Step]]
+    public let minCosine: Double
+    public let maxAbsError: Double
+
+    /// Parses a probe blob (already checked against its size and digest).
+    init(data: Data, artifactSHA256 expectedArtifact: String) throws(WireError) {
+        let value: JSONValue
+        do {
+            value = try StrictJSON.parse(data)
+        } catch {
+            throw WireError("golden probe is not JSON: \(error.message)")
+        }
+        let r = try Reader(value, "probe")
+        try r.only(["schema_version", "model", "variant", "artifact_sha256", "state", "cases", "tolerance"])
+        if let v = r.object["schema_version"], v.intValue != 1 { throw WireError("probe schema_version is not 1") }
+        model = try r.string("model")
+        variant = try r.string("variant")
+        artifactSHA256 = try r.string("artifact_sha256")
+        guard Fields.isName(model), Fields.isName(variant), Fields.isSha256(artifactSHA256) else {
+            throw WireError("probe model, variant or artifact_sha256 is not valid")
+        }
+        guard artifactSHA256 == expectedArtifact else {
+            throw WireError("probe is for artifact \(artifactSHA256.prefix(12)), the entry's is \(expectedArtifact.prefix(12))")
+        }
+        var pairs: [(String, String)] = []
+        if let list = r.object["state"] {
+            guard let items = list.arrayValue else { throw WireError("probe state is not a list") }
+            for item in items {
+                guard let pair = item.arrayValue, pair.count == 2, let a = pair[0].stringValue, let b = pair[1].stringValue else {
+                    throw WireError("probe state holds a non-pair")
+                }
+                pairs.append((a, b))
+            }
+        }
+        state = pairs
+        func tensors(_ v: JSONValue, _ path: String) throws(WireError) -> [NamedTensor] {
+            guard let list = v.arrayValue, !list.isEmpty else { throw WireError("\(path) is not a non-empty list") }
+            var out: [NamedTensor] = []
+            for (i, item) in list.enumerated() {
+                let tr = try Reader(item, "\(path)[\(i)]")
+                try tr.only(["name", "dtype", "shape", "data"])
+                let name = try TensorSpec.tensorName(tr, "name")
+                guard let dtype = try tr.oneOf("dtype", TensorSpec.dtypes) else { throw WireError("\(tr.at("dtype")) missing") }
+                var shape: [Int] = []
+                for dim in try tr.requiredList("shape") {
+                    guard let d = dim.intValue, d >= 0, d < Int64(Int32.max) else { throw WireError("\(tr.at("shape")) holds a bad size") }
+                    shape.append(Int(d))
+                }
+                guard let raw = Data(base64Encoded: try tr.string("data")) else { throw WireError("\(tr.at("data")) is not base64") }
+                guard raw.count == shape.reduce(1, *) * Tensor.itemSize(dtype)! else {
+                    throw WireError("\(tr.at("data")): \(raw.count) bytes for shape \(shape) of \(dtype)")
+                }
+                out.append(NamedTensor(name: name, tensor: Tensor(dtype: dtype, shape: shape, data: raw)))
+            }
+            return out
+        }
+        var cases: [[Step]] = []
+        let caseList = try r.requiredList("cases")
+        guard !caseList.isEmpty else { throw WireError("probe has no cases") }
+        for (ci, c) in caseList.enumerated() {
+            let cr = try Reader(c, "cases[\(ci)]")
+            try cr.only(["steps"])
+            let stepList = try cr.requiredList("steps")
+            guard !stepList.isEmpty else { throw WireError("\(cr.at("steps")) is empty") }
+            var steps: [Step] = []
+            for (si, s) in stepList.enumerated() {
+                let sr = try Reader(s, "\(cr.at("steps"))[\(si)]")
+                try sr.only(["inputs", "expected"])
+                steps.append(Step(inputs: try tensors(try sr.required("inputs"), sr.at("inputs")),
+                                  expected: try tensors(try sr.required("expected"), sr.at("expected"))))
+            }
+            cases.append(steps)
+        }
+        self.cases = cases
+        let tol = try Reader(try r.required("tolerance"), "tolerance")
+        try tol.only(["min_cosine", "max_abs_error"])
+        minCosine = try Reader.number(try tol.required("min_cosine"), "tolerance.min_cosine")
+        maxAbsError = try Reader.number(try tol.required("max_abs_error"), "tolerance.max_abs_error")
+        guard minCosine >= -1, minCosine <= 1, maxAbsError >= 0 else { throw WireError("probe tolerance out of range") }
+    }
+
+    /// Where the outputs of one step miss the tolerance, or nil when they pass.
+    func check(step: Step, outputs: [String: Tensor], where prefix: String) -> String? {
+        for expected in step.expected {
+            let at = "\(prefix) output \(expected.name)"
+            guard let want = expected.tensor.values(), let got = outputs[expected.name]?.values(), got.count == want.count else {
+                return "\(at): missing or wrong size"
+            }
+            if got.contains(where: { !$0.isFinite }) { return "\(at): not finite" }
+            var dot = 0.0, na = 0.0, nb = 0.0, worst = 0.0
+            for (x, y) in zip(got, want) {
+                dot += x * y
+                na += x * x
+                nb += y * y
+                worst = max(worst, abs(x - y))
+            }
+            let cosine = (na == 0 || nb == 0) ? (na == nb ? 1.0 : 0.0) : dot / (na.squareRoot() * nb.squareRoot())
+            if cosine < minCosine { return "\(at): cosine \(cosine) < \(minCosine)" }
+            if worst > maxAbsError { return "\(at): abs error \(worst) > \(maxAbsError)" }
+        }
+        return nil
+    }
+}
+
+extension Reader {
+    /// Refuses keys outside `keys` (documents other than the manifest are read strictly).
+    func only(_ keys: Set<String>) throws(WireError) {
+        for key in object.keys where !keys.contains(key) { throw WireError("\(at(key)): unknown key") }
+    }
+}

@@ -1,0 +1,170 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What a report says about one installed model (docs/protocol.md §11, schema in
+/// edgereg/protocol/reports.py). No device id: `token` is random per install.
+struct ReportFacts: Sendable, Equatable {
+    var token: String
+    var unit: String
+    var model: String
+    var version: String
+    var unitVersion: String
+    var variant: String
+    var tier: String
+    var arm: String
+    var sequence: Int64
+    var probe: String
+    var backend: String?
+    var backendsSkipped: [String]
+    var loadMs: Double?
+    var loadFailed: Bool
+    var confirmed = false
+    var reverted = false
+}
+
+/// Sends reports in the background; never a reason to fail, delay or retry an update.
+actor Reporter {
+    static let timeout = 5.0
+
+    let enabled: Bool
+    let transport: HTTPTransport
+    let registry: URL
+    let device: DeviceFacts
+    let deviceClass: String?
+    var latest: [String: (facts: ReportFacts, url: URL)] = [:]
+    var samples: [String: [Double]] = [:]
+    var retry: [(body: Data, url: URL)] = []
+    var inFlight: [Task<Bool, Never>] = []
+
+    init(enabled: Bool, transport: HTTPTransport, registry: URL, device: DeviceFacts, deviceClass: String?) {
+        self.enabled = enabled
+        self.transport = transport
+        self.registry = registry
+        self.device = device
+        self.deviceClass = deviceClass
+    }
+
+    static func newToken() -> String {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var rng = SystemRandomNumberGenerator()
+        for i in bytes.indices { bytes[i] = rng.next() }
+        return Data(bytes).hexString
+    }
+
+    /// `report_url` resolved against the registry root, or as given when absolute.
+    func resolve(_ reportURL: String?) -> URL? {
+        guard let reportURL else { return nil }
+        if reportURL.hasPrefix("http://") || reportURL.hasPrefix("https://") { return URL(string: reportURL) }
+        return URL(string: reportURL, relativeTo: registry)?.absoluteURL
+    }
+
+    func installed(_ facts: ReportFacts, reportURL: String?) {
+        guard enabled, let url = resolve(reportURL) else { return }
+        latest["\(facts.unit)/\(facts.model)"] = (facts, url)
+        send(facts, url)
+    }
+
+    func changed(unit: String, model: String, confirmed: Bool = false, reverted: Bool = false) {
+        guard enabled, var entry = latest["\(unit)/\(model)"] else { return }
+        if confirmed { entry.facts.confirmed = true }
+        if reverted { entry.facts.reverted = true }
+        latest["\(unit)/\(model)"] = entry
+        send(entry.facts, entry.url)
+    }
+
+    func recordInference(unit: String, model: String, ms: Double) {
+        guard enabled, ms.isFinite, ms >= 0 else { return }
+        samples["\(unit)/\(model)", default: []].append(min(ms, 3_600_000))
+    }
+
+    func body(_ f: ReportFacts) -> Data {
+        var o = JSONObject()
+        o["schema_version"] = .int(1)
+        o["token"] = .string(f.token)
+        o["unit"] = .string(f.unit)
+        o["model"] = .string(f.model)
+        o["version"] = .string(f.version)
+        o["unit_version"] = .string(f.unitVersion)
+        o["variant"] = .string(f.variant)
+        o["tier"] = .string(f.tier)
+        o["arm"] = .string(f.arm)
+        o["sequence"] = .int(f.sequence)
+        o["probe"] = .string(f.probe)
+        if let b = f.backend { o["backend"] = .string(b) }
+        o["backends_skipped"] = .array(f.backendsSkipped.prefix(8).map { .string($0) })
+        if let l = f.loadMs { o["load_ms"] = .double(min(max(l, 0), 3_600_000)) }
+        o["load_failed"] = .bool(f.loadFailed)
+        o["confirmed"] = .bool(f.confirmed)
+        o["reverted"] = .bool(f.reverted)
+        let key = "\(f.unit)/\(f.model)"
+        if let values = samples[key], !values.isEmpty {
+            let sorted = values.sorted()
+            func pct(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int((p * Double(sorted.count)).rounded(.up)) - 1 < 0 ? 0 : Int((p * Double(sorted.count)).rounded(.up)) - 1)] }
+            o["inference"] = .object(JSONObject([
+                ("count", .int(sorted.count)), ("p50_ms", .double(pct(0.5))), ("p90_ms", .double(pct(0.9))),
+                ("p99_ms", .double(pct(0.99))),
+            ]))
+            samples[key] = []
+        }
+        if let r = device.mnnRuntime, Fields.isDottedVersion(r) { o["mnn_runtime"] = .string(r) }
+        if let os = device.os, os == "android" || os == "ios" { o["os"] = .string(os) }
+        if let v = device.osVersion, Reporter.isShortText(v) { o["os_version"] = .string(v) }
+        if let c = deviceClass, Reporter.isShortText(c) { o["device_class"] = .string(c) }
+        return CanonicalJSON.encode(.object(o))
+    }
+
+    /// `^[A-Za-z0-9._ -]{1,32}$`
+    static func isShortText(_ s: String) -> Bool {
+        let b = Array(s.utf8)
+        return (1...32).contains(b.count) && b.allSatisfy { Fields.isAlnum($0) || $0 == 46 || $0 == 95 || $0 == 32 || $0 == 45 }
+    }
+
+    func send(_ facts: ReportFacts, _ url: URL) {
+        let data = body(facts)
+        guard data.count <= 4096 else { return }
+        startSend(data, url, retryOnFailure: true)
+    }
+
+    func startSend(_ data: Data, _ url: URL, retryOnFailure: Bool) {
+        let transport = self.transport
+        let task = Task<Bool, Never> { [weak self] in
+            let status: Int
+            do {
+                status = try await transport.post(url, body: data, contentType: "application/json", timeout: Reporter.timeout)
+            } catch {
+                status = 0
+            }
+            if (200..<300).contains(status) { return true }
+            // Kept for one more try at the next update: a network error, 408, 429 or 5xx.
+            if retryOnFailure, status == 0 || status == 408 || status == 429 || status >= 500 {
+                await self?.keep(data, url)
+            }
+            return false
+        }
+        inFlight.append(task)
+    }
+
+    func keep(_ data: Data, _ url: URL) { retry.append((data, url)) }
+
+    /// One more try for reports that failed before; then they are dropped.
+    func retryPending() {
+        let again = retry
+        retry = []
+        for (data, url) in again { startSend(data, url, retryOnFailure: false) }
+    }
+
+    /// Wait for every report in flight (and retry the kept ones once); the number delivered.
+    func flush() async -> Int {
+        retryPending()
+        var sent = 0
+        while !inFlight.isEmpty {
+            let tasks = inFlight
+            inFlight = []
+            for task in tasks where await task.value { sent += 1 }
+        }
+        return sent
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+
+/// What the self-test of one member found (docs/protocol.md §11, rules 15–19).
+struct SelfTestOutcome: Sendable {
+    /// The backend chosen, nil when every backend failed (`probe-failed`).
+    var backend: String?
+    /// Backends that failed now or before (remembered), in order.
+    var skipped: [String] = []
+    /// Backends this device lacks.
+    var unavailable: [String] = []
+    /// Why each tried backend failed.
+    var failures: [String] = []
+    var loadMs: Double?
+    var probed = false
+    var why: String { failures.joined(separator: "; ") }
+}
+
+/// Runs a model's golden probe on each hinted backend through the app's runner, CPU last.
+struct SelfTest {
+    let layout: CacheLayout
+    let runner: (any ModelRunner)?
+
+    func run(model: String, artifact: URL, entry: ModelEntry, probe: GoldenProbe?) async -> SelfTestOutcome {
+        var memory = (try? Files.readJSON(layout.selfTestFile)) ?? JSONObject()
+        var perModel = memory[model]?.objectValue ?? JSONObject()
+        var record = perModel[entry.version]?.objectValue ?? JSONObject()
+        if record["sha256"]?.stringValue != entry.sha256 { record = JSONObject([("sha256", .string(entry.sha256))]) }
+        var outcome = SelfTestOutcome()
+        outcome.probed = probe != nil
+        if let rejected = record["rejected"]?.stringValue {
+            outcome.failures = ["rejected before on this device: \(rejected)"]
+            return outcome
+        }
+        var failed = record["failed"]?.objectValue ?? JSONObject()
+        let before = failed
+        for backend in entry.runtime.backends {
+            if let why = failed[backend]?.stringValue {
+                // Rule 15: known to fail for this version on this device.
+                outcome.skipped.append(backend)
+                outcome.failures.append("\(backend): \(why) (remembered)")
+                continue
+            }
+            switch await trial(artifact: artifact, backend: backend, entry: entry, probe: probe) {
+            case .unavailable:
+                outcome.unavailable.append(backend)
+            case .failed(let why):
+                failed[backend] = .string(why)
+                outcome.skipped.append(backend)
+                outcome.failures.append("\(backend): \(why)")
+            case .passed(let loadMs):
+                outcome.backend = backend
+                outcome.loadMs = loadMs
+            }
+            if outcome.backend != nil { break }
+        }
+        if outcome.backend == nil {
+            record["failed"] = .object(failed)
+            record["rejected"] = .string(outcome.why.isEmpty ? "no backend" : outcome.why)
+        } else if failed != before {
+            record["failed"] = .object(failed)
+        } else {
+            return outcome
+        }
+        perModel[entry.version] = .object(record)
+        memory[model] = .object(perModel)
+        try? Files.writeJSON(memory, to: layout.selfTestFile)
+        return outcome
+    }
+
+    enum Trial {
+        case unavailable
+        case failed(String)
+        case passed(loadMs: Double)
+    }
+
+    func trial(artifact: URL, backend: String, entry: ModelEntry, probe: GoldenProbe?) async -> Trial {
+        guard let runner else { return .failed("does not load: the app gave no model runner") }
+        let started = Date()
+        let session: any ModelSession
+        do {
+            session = try await runner.load(model: artifact, backend: backend, threads: entry.runtime.threads,
+                                            precision: entry.runtime.precision)
+        } catch let e as BackendUnavailable {
+            _ = e
+            return .unavailable
+        } catch {
+            return .failed("does not load: \(error)")
+        }
+        let loadMs = Date().timeIntervalSince(started) * 1000
+        defer { Task { await session.close() } }
+        guard let probe else { return .passed(loadMs: loadMs) }
+        for (ci, steps) in probe.cases.enumerated() {
+            var state: [String: Tensor] = [:]
+            for pair in probe.state {
+                // Zeros of the shape the model declares (its contract; a named axis counts 1).
+                guard let spec = entry.contract?.inputs.first(where: { $0.spec.name == pair.input })?.spec else {
+                    return .failed("does not run: the contract declares no state input \(pair.input)")
+                }
+                let shape = spec.shape.map { dim -> Int in if case .size(let n) = dim { return Int(n) } else { return 1 } }
+                state[pair.input] = Tensor.zeros(dtype: spec.dtype, shape: shape)
+            }
+            for (si, step) in steps.enumerated() {
+                var feeds: [String: Tensor] = [:]
+                for t in step.inputs { feeds[t.name] = t.tensor }
+                for (k, v) in state { feeds[k] = v }
+                let outputs: [String: Tensor]
+                do {
+                    outputs = try await session.run(feeds)
+                } catch {
+                    return .failed("does not run: \(error)")
+                }
+                for pair in probe.state {
+                    guard let next = outputs[pair.output] else {
+                        return .failed("does not run: the model returned no state output \(pair.output)")
+                    }
+                    state[pair.input] = next
+                }
+                if let miss = probe.check(step: step, outputs: outputs, where: "case \(ci + 1) step \(si + 1)") {
+                    return .failed(miss)
+                }
+            }
+        }
+        return .passed(loadMs: loadMs)
+    }
+}
+
+/// The confirmation ledger of one unit (docs/protocol.md §11).
+struct UnitHealth: Sendable, Equatable {
+    struct Revert: Sendable, Equatable {
+        var version: String
+        var toVersion: String?
+        var starts: Int
+        var reason: String { "\(version) not confirmed after \(starts) app starts" }
+    }
+
+    var installed: String?
+    var confirmed = false
+    var starts = 0
+    var lastGood: String?
+    var reverting: Revert?
+
+    init() {}
+
+    mutating func onInstall(_ version: String) {
+        guard version != installed else { return }
+        installed = version
+        confirmed = false
+        starts = 0
+    }
+
+    /// A start; the revert due (this start must not load the unconfirmed version), if any.
+    mutating func onStart(unit: String, maxStarts: Int) -> Revert? {
+        if let reverting { return reverting }
+        guard let installed, !confirmed else { return nil }
+        if starts >= maxStarts {
+            let revert = Revert(version: installed, toVersion: lastGood, starts: starts)
+            reverting = revert
+            return revert
+        }
+        starts += 1
+        return nil
+    }
+
+    mutating func onConfirm(_ version: String?) -> Bool {
+        guard let installed, !confirmed, reverting == nil else { return false }
+        if let version, version != installed { return false }
+        confirmed = true
+        lastGood = installed
+        return true
+    }
+
+    mutating func onReverted(to version: String?) {
+        installed = version
+        confirmed = version != nil && version == lastGood
+        starts = 0
+        reverting = nil
+    }
+
+    var json: JSONValue {
+        var o = JSONObject()
+        o["installed"] = installed.map { .string($0) } ?? .null
+        o["confirmed"] = .bool(confirmed)
+        o["starts"] = .int(starts)
+        o["last_good"] = lastGood.map { .string($0) } ?? .null
+        if let r = reverting {
+            o["reverting"] = .object(JSONObject([
+                ("version", .string(r.version)), ("to_version", r.toVersion.map { .string($0) } ?? .null), ("starts", .int(r.starts)),
+            ]))
+        } else {
+            o["reverting"] = .null
+        }
+        return .object(o)
+    }
+
+    init(json: JSONValue) {
+        installed = json["installed"]?.stringValue
+        confirmed = json["confirmed"]?.boolValue ?? false
+        starts = Int(json["starts"]?.intValue ?? 0)
+        lastGood = json["last_good"]?.stringValue
+        if let r = json["reverting"]?.objectValue, let v = r["version"]?.stringValue {
+            reverting = Revert(version: v, toVersion: r["to_version"]?.stringValue, starts: Int(r["starts"]?.intValue ?? 0))
+        }
+    }
+}

@@ -1,0 +1,193 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A network failure worth retrying later (reason `transport`), or a 404 (`not-found`).
+struct TransportError: Error {
+    let message: String
+    var status: Int? = nil
+}
+
+/// Limits of docs/protocol.md §7: headers within `timeout`, the whole fetch within
+/// `deadline`, and a body no slower than `minRate` bytes/s over each `timeout` window.
+public struct Limits: Sendable, Equatable {
+    public var timeout: Double
+    public var deadline: Double
+    public var minRate: Double
+
+    public init(timeout: Double = 30, deadline: Double = 600, minRate: Double = 1024) {
+        self.timeout = timeout
+        self.deadline = deadline
+        self.minRate = minRate
+    }
+}
+
+/// One HTTP response whose body is read chunk by chunk.
+final class StreamedResponse: @unchecked Sendable {
+    let status: Int
+    let headers: [String: String]
+    let url: String
+    private var iterator: AsyncThrowingStream<Data, Error>.Iterator
+    private let cancel: @Sendable () -> Void
+    private let limits: Limits
+    private var windowStart = Date()
+    private var windowBytes = 0
+
+    init(status: Int, headers: [String: String], url: String, iterator: AsyncThrowingStream<Data, Error>.Iterator,
+         limits: Limits, cancel: @escaping @Sendable () -> Void) {
+        self.status = status
+        self.headers = headers
+        self.url = url
+        self.iterator = iterator
+        self.limits = limits
+        self.cancel = cancel
+    }
+
+    func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    var contentLength: Int64? {
+        header("content-length").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+    }
+
+    /// The first byte of a 206 answer (`Content-Range: bytes <n>-…`).
+    var rangeStart: Int64? {
+        guard let value = header("content-range"), value.hasPrefix("bytes ") else { return nil }
+        return Int64(value.dropFirst(6).prefix { $0 != "-" })
+    }
+
+    /// The next chunk, or nil at the end of the body.
+    func next() async throws -> Data? {
+        guard let chunk = try await iterator.next() else { return nil }
+        windowBytes += chunk.count
+        let elapsed = Date().timeIntervalSince(windowStart)
+        if elapsed >= limits.timeout {
+            // A server that trickles a byte a second never trips a read timeout.
+            if Double(windowBytes) < limits.minRate * elapsed {
+                close()
+                throw TransportError(message: "\(url): body slower than \(Int(limits.minRate)) bytes/s")
+            }
+            windowStart = Date()
+            windowBytes = 0
+        }
+        return chunk
+    }
+
+    func close() { cancel() }
+}
+
+/// HTTP GET and POST over URLSession (FoundationNetworking on Linux).
+final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var session: URLSession!
+    private var streams: [Int: (response: CheckedContinuation<URLResponse, Error>?, body: AsyncThrowingStream<Data, Error>.Continuation)] = [:]
+    let limits: Limits
+
+    init(limits: Limits) {
+        self.limits = limits
+        super.init()
+        let config = URLSessionConfiguration.ephemeral
+        config.requestCachePolicy = .reloadIgnoringLocalCacheData
+        config.urlCache = nil
+        config.timeoutIntervalForRequest = limits.timeout
+        config.timeoutIntervalForResource = limits.deadline
+        config.httpMaximumConnectionsPerHost = 2
+        session = URLSession(configuration: config, delegate: self, delegateQueue: nil)
+    }
+
+    deinit { session.invalidateAndCancel() }
+
+    func get(_ url: URL, headers: [String: String]) async throws -> StreamedResponse {
+        var request = URLRequest(url: url)
+        request.httpMethod = "GET"
+        request.timeoutInterval = limits.timeout
+        // Our own conditional and range requests: nothing may transform the bytes.
+        request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        for (k, v) in headers { request.setValue(v, forHTTPHeaderField: k) }
+        let task = session.dataTask(with: request)
+        let (stream, body) = AsyncThrowingStream<Data, Error>.makeStream()
+        let response: URLResponse
+        do {
+            response = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<URLResponse, Error>) in
+                lock.withLock { streams[task.taskIdentifier] = (continuation, body) }
+                task.resume()
+            }
+        } catch {
+            throw TransportError(message: "\(url.absoluteString): \(error.localizedDescription)")
+        }
+        guard let http = response as? HTTPURLResponse else {
+            task.cancel()
+            throw TransportError(message: "\(url.absoluteString): not an HTTP response")
+        }
+        var fields: [String: String] = [:]
+        for (k, v) in http.allHeaderFields {
+            if let k = k as? String, let v = v as? String { fields[k.lowercased()] = v }
+        }
+        return StreamedResponse(status: http.statusCode, headers: fields, url: url.absoluteString,
+                                iterator: stream.makeAsyncIterator(), limits: limits) { [weak task] in task?.cancel() }
+    }
+
+    /// POST a small body; the status code, or a TransportError.
+    func post(_ url: URL, body: Data, contentType: String, timeout: Double) async throws -> Int {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBody = body
+        request.timeoutInterval = timeout
+        request.setValue(contentType, forHTTPHeaderField: "Content-Type")
+        let response = try await get(request: request)
+        return response
+    }
+
+    private func get(request: URLRequest) async throws -> Int {
+        let task = session.dataTask(with: request)
+        let (stream, body) = AsyncThrowingStream<Data, Error>.makeStream()
+        let response: URLResponse
+        do {
+            response = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<URLResponse, Error>) in
+                lock.withLock { streams[task.taskIdentifier] = (continuation, body) }
+                task.resume()
+            }
+        } catch {
+            throw TransportError(message: "\(request.url?.absoluteString ?? ""): \(error.localizedDescription)")
+        }
+        for try await _ in stream {}
+        return (response as? HTTPURLResponse)?.statusCode ?? 0
+    }
+
+    // MARK: URLSessionDataDelegate
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        let continuation = lock.withLock { () -> CheckedContinuation<URLResponse, Error>? in
+            let c = streams[dataTask.taskIdentifier]?.response
+            streams[dataTask.taskIdentifier]?.response = nil
+            return c
+        }
+        continuation?.resume(returning: response)
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let body = lock.withLock { streams[dataTask.taskIdentifier]?.body }
+        body?.yield(data)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+        let entry = lock.withLock { streams.removeValue(forKey: task.taskIdentifier) }
+        guard let entry else { return }
+        if let error {
+            entry.response?.resume(throwing: error)
+            entry.body.finish(throwing: TransportError(message: error.localizedDescription))
+        } else {
+            if let response = task.response {
+                entry.response?.resume(returning: response)
+            } else {
+                entry.response?.resume(throwing: TransportError(message: "no response"))
+            }
+            entry.body.finish()
+        }
+    }
+
+    // Redirects are followed (a CDN may redirect); the bytes are checked anyway.
+}
