@@ -1,7 +1,7 @@
 import Foundation
 
 /// What installs as one: a model, or a bundle (models that ship together).
-public enum Unit: Sendable, Hashable, CustomStringConvertible {
+public enum ReleaseUnit: Sendable, Hashable, CustomStringConvertible {
     case model(String)
     case bundle(String)
 
@@ -109,7 +109,7 @@ public struct InstalledModel: Sendable {
 
 /// The outcome of `update` or `current`: never thrown, always the last good model.
 public struct UpdateResult: Sendable {
-    public let unit: Unit
+    public let unit: ReleaseUnit
     public let tier: String?
     /// A reason code of docs/protocol.md §7 or a client code; nil when all went well.
     public let errorCode: String?
@@ -166,7 +166,7 @@ public struct UnitStatus: Sendable {
         }
     }
 
-    public let unit: Unit
+    public let unit: ReleaseUnit
     public let installed: SetInfo?
     public let previous: SetInfo?
     public let pending: PendingRelease?
@@ -179,7 +179,7 @@ public struct UnitStatus: Sendable {
 
 /// What `appStarted` did for a unit.
 public struct StartOutcome: Sendable, Equatable {
-    public let unit: Unit
+    public let unit: ReleaseUnit
     public let reverted: Bool
     /// The unconfirmed version that was taken back.
     public let version: String?

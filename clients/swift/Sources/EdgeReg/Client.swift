@@ -99,7 +99,7 @@ public actor EdgeRegClient {
     // MARK: public API
 
     /// Check for an update and install it; on any failure keep the last known good.
-    public func update(_ unit: Unit, conditions: Conditions = Conditions()) async -> UpdateResult {
+    public func update(_ unit: ReleaseUnit, conditions: Conditions = Conditions()) async -> UpdateResult {
         await installShippedIfAny(unit)
         let installed: InstalledSet?
         do {
@@ -124,7 +124,7 @@ public actor EdgeRegClient {
     }
 
     /// What is installed, without network (installs a shipped release on the first launch).
-    public func current(_ unit: Unit) async -> UpdateResult {
+    public func current(_ unit: ReleaseUnit) async -> UpdateResult {
         await installShippedIfAny(unit)
         do {
             return result(unit, try readInstalled(unit))
@@ -134,7 +134,7 @@ public actor EdgeRegClient {
     }
 
     /// What is installed, pending and failing for a unit; `ready` hashes every blob again.
-    public func status(_ unit: Unit, verify: Bool = true) -> UnitStatus {
+    public func status(_ unit: ReleaseUnit, verify: Bool = true) -> UnitStatus {
         let record = try? readInstalled(unit)
         func info(_ s: InstalledSet?) -> UnitStatus.SetInfo? {
             guard let s else { return nil }
@@ -178,7 +178,7 @@ public actor EdgeRegClient {
     }
 
     /// Call once at every start of the app, before loading: reverts a crash loop (§11).
-    public func appStarted(_ unit: Unit) async -> StartOutcome {
+    public func appStarted(_ unit: ReleaseUnit) async -> StartOutcome {
         var ledger = readHealth()
         var h = ledger[unit.name] ?? UnitHealth()
         let decided = h.onStart(unit: unit.name, maxStarts: configuration.maxUnconfirmedStarts)
@@ -206,7 +206,7 @@ public actor EdgeRegClient {
 
     /// The app's first real inference with the installed release succeeded.
     @discardableResult
-    public func confirm(_ unit: Unit, version: String? = nil) async -> Bool {
+    public func confirm(_ unit: ReleaseUnit, version: String? = nil) async -> Bool {
         var ledger = readHealth()
         var h = ledger[unit.name] ?? UnitHealth()
         let confirmed = h.onConfirm(version)
@@ -220,12 +220,12 @@ public actor EdgeRegClient {
     }
 
     /// One real inference's latency, for the next report (`model`: a bundle member).
-    public func recordInference(_ unit: Unit, ms: Double, model: String? = nil) async {
+    public func recordInference(_ unit: ReleaseUnit, ms: Double, model: String? = nil) async {
         await reporter.recordInference(unit: unit.name, model: model ?? unit.name, ms: ms)
     }
 
     /// Switch back to the last good set and mark the current release bad on this device.
-    public func revert(_ unit: Unit, reason: String) async -> UpdateResult {
+    public func revert(_ unit: ReleaseUnit, reason: String) async -> UpdateResult {
         guard let record = try? readInstalled(unit) else { return result(unit, nil) }
         markBad(unit, record.version, "reverted: \(reason)")
         var previous = record.previous.first
@@ -249,7 +249,7 @@ public actor EdgeRegClient {
 
     // MARK: the update
 
-    func fetch(_ unit: Unit, installed: InstalledSet?, conditions: Conditions) async throws -> UpdateResult {
+    func fetch(_ unit: ReleaseUnit, installed: InstalledSet?, conditions: Conditions) async throws -> UpdateResult {
         guard let tier else { throw Failure(code: Reason.notFound, message: tierReason) }
         let tierFile = layout.tierFile(unit.name, tier)
         let state = try catching { () throws(CacheError) in try Files.readJSON(tierFile) }
@@ -281,7 +281,7 @@ public actor EdgeRegClient {
     }
 
     /// A release this device refused for good counts as not fitting (§8).
-    func avoidBad(_ unit: Unit, _ decision: Decision, bad: [String: String]) throws -> Decision {
+    func avoidBad(_ unit: ReleaseUnit, _ decision: Decision, bad: [String: String]) throws -> Decision {
         guard let entry = decision.entry, let why = bad[entry.version] else { return decision }
         if decision.isCandidate, let stable = decision.manifest.stable, bad[stable.version] == nil,
             Decide.unfit(stable, configuration.device.appFacts, bad: []) == nil
@@ -292,7 +292,7 @@ public actor EdgeRegClient {
         throw Failure(code: Reason.badRelease, message: "\(unit.name) \(entry.version) was refused on this device before (\(why)); it is not installed again")
     }
 
-    func apply(_ unit: Unit, _ decision: Decision, installed: InstalledSet?, conditions: Conditions, notModified: Bool,
+    func apply(_ unit: ReleaseUnit, _ decision: Decision, installed: InstalledSet?, conditions: Conditions, notModified: Bool,
                shipped: BundledRelease?) async throws -> UpdateResult {
         guard let entry = decision.entry else {
             try setPending(unit, nil)
@@ -377,7 +377,7 @@ public actor EdgeRegClient {
 
     // MARK: network
 
-    func getManifest(_ unit: Unit, tier: String, cached: Data?, etag: String?) async throws -> (Data, String?, Bool) {
+    func getManifest(_ unit: ReleaseUnit, tier: String, cached: Data?, etag: String?) async throws -> (Data, String?, Bool) {
         let path = "manifests/\(unit.name)/\(tier).json"
         guard let url = URL(string: path, relativeTo: configuration.registry) else {
             throw Failure(code: Reason.transport, message: "bad registry URL")
@@ -592,7 +592,7 @@ public actor EdgeRegClient {
 
     // MARK: the shipped release
 
-    func installShippedIfAny(_ unit: Unit) async {
+    func installShippedIfAny(_ unit: ReleaseUnit) async {
         guard let shipped = configuration.bundled[unit.name] else { return }
         do {
             try await installShipped(unit, shipped)
@@ -604,7 +604,7 @@ public actor EdgeRegClient {
     }
 
     /// Verified like a fetched manifest except its expiry; never over a newer release (§10).
-    func installShipped(_ unit: Unit, _ shipped: BundledRelease) async throws {
+    func installShipped(_ unit: ReleaseUnit, _ shipped: BundledRelease) async throws {
         guard let tier else { return }
         let installed = try readInstalled(unit)
         let highest = try readSequence(unit)
@@ -627,7 +627,7 @@ public actor EdgeRegClient {
 
     // MARK: results
 
-    func result(_ unit: Unit, _ set: InstalledSet?, error: Failure? = nil, updated: Bool = false, notModified: Bool = false,
+    func result(_ unit: ReleaseUnit, _ set: InstalledSet?, error: Failure? = nil, updated: Bool = false, notModified: Bool = false,
                 downloaded: Int64 = 0, decision: Decision? = nil) -> UpdateResult {
         var members: [String: InstalledModel] = [:]
         for (name, m) in set?.members ?? [:] {
@@ -645,7 +645,7 @@ public actor EdgeRegClient {
 
     // MARK: cache records
 
-    func readInstalled(_ unit: Unit) throws(CacheError) -> InstalledSet? {
+    func readInstalled(_ unit: ReleaseUnit) throws(CacheError) -> InstalledSet? {
         guard let all = try Files.readJSON(layout.installedFile) else { return nil }
         guard let value = all[unit.isBundle ? "bundles" : "models"]?[unit.name], !value.isNull else { return nil }
         guard let set = InstalledSet(json: value) else {
@@ -654,7 +654,7 @@ public actor EdgeRegClient {
         return set
     }
 
-    func writeInstalled(_ unit: Unit, _ set: InstalledSet?) throws(CacheError) {
+    func writeInstalled(_ unit: ReleaseUnit, _ set: InstalledSet?) throws(CacheError) {
         var all = try Files.readJSON(layout.installedFile) ?? JSONObject()
         let key = unit.isBundle ? "bundles" : "models"
         var group = all[key]?.objectValue ?? JSONObject()
@@ -663,14 +663,14 @@ public actor EdgeRegClient {
         try Files.writeJSON(all, to: layout.installedFile)
     }
 
-    func installedUnits() -> [Unit] {
+    func installedUnits() -> [ReleaseUnit] {
         guard let all = try? Files.readJSON(layout.installedFile) else { return [] }
-        return (all["models"]?.objectValue?.keys.map { Unit.model($0) } ?? [])
-            + (all["bundles"]?.objectValue?.keys.map { Unit.bundle($0) } ?? [])
+        return (all["models"]?.objectValue?.keys.map { ReleaseUnit.model($0) } ?? [])
+            + (all["bundles"]?.objectValue?.keys.map { ReleaseUnit.bundle($0) } ?? [])
     }
 
     /// The highest sequence accepted; an unreadable file is never taken as "nothing seen".
-    func readSequence(_ unit: Unit) throws -> Int64? {
+    func readSequence(_ unit: ReleaseUnit) throws -> Int64? {
         let file = layout.sequenceFile(unit.name)
         let o = try catching { () throws(CacheError) in try Files.readJSON(file) }
         guard let o else { return nil }
@@ -680,20 +680,20 @@ public actor EdgeRegClient {
         return seq
     }
 
-    func readBad(_ unit: Unit) -> [String: String] {
+    func readBad(_ unit: ReleaseUnit) -> [String: String] {
         guard let o = try? Files.readJSON(layout.badFile(unit.name)) else { return [:] }
         var out: [String: String] = [:]
         for k in o.keys { out[k] = o[k]?.stringValue ?? "" }
         return out
     }
 
-    func markBad(_ unit: Unit, _ version: String, _ why: String) {
+    func markBad(_ unit: ReleaseUnit, _ version: String, _ why: String) {
         var o = (try? Files.readJSON(layout.badFile(unit.name))) ?? JSONObject()
         o[version] = .string(why)
         try? Files.writeJSON(o, to: layout.badFile(unit.name))
     }
 
-    func setPending(_ unit: Unit, _ new: InstalledSet?, missing: [BlobRef] = [], deferred: String? = nil) throws {
+    func setPending(_ unit: ReleaseUnit, _ new: InstalledSet?, missing: [BlobRef] = [], deferred: String? = nil) throws {
         let file = layout.statusFile(unit.name)
         var status = (try? Files.readJSON(file)) ?? JSONObject()
         if let new {
@@ -711,7 +711,7 @@ public actor EdgeRegClient {
         try catching { () throws(CacheError) in try Files.writeJSON(status, to: file) }
     }
 
-    func recordError(_ unit: Unit, _ failure: Failure?) {
+    func recordError(_ unit: ReleaseUnit, _ failure: Failure?) {
         let file = layout.statusFile(unit.name)
         var status = (try? Files.readJSON(file)) ?? JSONObject()
         if let failure {
@@ -776,7 +776,7 @@ public actor EdgeRegClient {
 
     var lastTrials: [String: SelfTestOutcome] = [:]
 
-    func check(_ unit: Unit, _ new: InstalledSet, _ entries: [String: ModelEntry]) async throws -> InstalledSet {
+    func check(_ unit: ReleaseUnit, _ new: InstalledSet, _ entries: [String: ModelEntry]) async throws -> InstalledSet {
         lastTrials = [:]
         guard configuration.selfTest else { return new }
         var out = new
@@ -804,7 +804,7 @@ public actor EdgeRegClient {
         return out
     }
 
-    func facts(_ unit: Unit, _ set: InstalledSet, _ name: String, _ decision: Decision, token: String,
+    func facts(_ unit: ReleaseUnit, _ set: InstalledSet, _ name: String, _ decision: Decision, token: String,
                trial: SelfTestOutcome?) -> ReportFacts {
         let m = set.members[name]!
         var probe = "none"

@@ -1,1 +1,333 @@
-print("todo")
+// edgereg-device: the device program of docs/reference/device-program.md.
+// One JSON object per line in, one per line out; logs to stderr only.
+import EdgeReg
+import Foundation
+
+let sdkVersion = "0.3.0"
+
+struct Misuse: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
+}
+
+func log(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+func emit(_ value: JSONValue) {
+    var data = CanonicalJSON.encode(value)
+    data.append(0x0A)
+    FileHandle.standardOutput.write(data)
+}
+
+func opt(_ s: String?) -> JSONValue { s.map { .string($0) } ?? .null }
+
+// MARK: - the host runner adapter (ModelRunner over a JSON-lines process)
+
+/// Speaks the host runner protocol (tests/hostrunner.py) to one child process.
+actor ProcessRunner: ModelRunner {
+    let command: [String]
+    var process: Process?
+    var input: FileHandle?
+    var output: FileHandle?
+    var buffer = Data()
+
+    init(command: [String]) { self.command = command }
+
+    func start() throws {
+        if let process, process.isRunning { return }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = command
+        let stdin = Pipe(), stdout = Pipe()
+        p.standardInput = stdin
+        p.standardOutput = stdout
+        p.standardError = FileHandle.standardError
+        try p.run()
+        process = p
+        input = stdin.fileHandleForWriting
+        output = stdout.fileHandleForReading
+        buffer = Data()
+    }
+
+    func request(_ message: JSONValue) throws -> JSONValue {
+        try start()
+        var line = CanonicalJSON.encode(message)
+        line.append(0x0A)
+        try input!.write(contentsOf: line)
+        while true {
+            if let nl = buffer.firstIndex(of: 0x0A) {
+                let lineData = buffer[buffer.startIndex..<nl]
+                buffer = Data(buffer[(nl + 1)...])
+                guard let value = try? StrictJSON.parse(Data(lineData)) else {
+                    throw Misuse("the model runner answered something that is not JSON")
+                }
+                return value
+            }
+            let chunk = output!.availableData
+            if chunk.isEmpty {
+                process = nil
+                throw Misuse("the model runner exited")
+            }
+            buffer.append(chunk)
+        }
+    }
+
+    nonisolated func load(model: URL, backend: String, threads: Int, precision: String) async throws -> any ModelSession {
+        let answer = try await request(.object(JSONObject([
+            ("op", .string("load")), ("model", .string(model.path)), ("backend", .string(backend)),
+            ("threads", .int(threads)), ("precision", .string(precision)),
+        ])))
+        if let error = answer["error"]?.stringValue {
+            if answer["unavailable"]?.boolValue == true { throw BackendUnavailable(error) }
+            throw Misuse(error)
+        }
+        guard let session = answer["session"]?.stringValue else { throw Misuse("the model runner gave no session") }
+        return ProcessSession(runner: self, id: session)
+    }
+
+    func stop() {
+        if let process, process.isRunning {
+            try? input?.close()
+            process.waitUntilExit()
+        }
+        process = nil
+    }
+}
+
+struct ProcessSession: ModelSession {
+    let runner: ProcessRunner
+    let id: String
+
+    func run(_ inputs: [String: Tensor]) async throws -> [String: Tensor] {
+        var feeds = JSONObject()
+        for (name, t) in inputs {
+            feeds[name] = .object(JSONObject([
+                ("dtype", .string(t.dtype)), ("shape", .array(t.shape.map { .int($0) })),
+                ("data", .string(t.data.base64EncodedString())),
+            ]))
+        }
+        let answer = try await runner.request(.object(JSONObject([
+            ("op", .string("run")), ("session", .string(id)), ("inputs", .object(feeds)),
+        ])))
+        if let error = answer["error"]?.stringValue { throw Misuse(error) }
+        guard let outputs = answer["outputs"]?.objectValue else { throw Misuse("the model runner gave no outputs") }
+        var out: [String: Tensor] = [:]
+        for name in outputs.keys {
+            let o = outputs[name]!
+            guard let dtype = o["dtype"]?.stringValue, let shape = o["shape"]?.arrayValue?.compactMap(\.intValue),
+                let data = o["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) })
+            else { throw Misuse("the model runner gave a malformed output \(name)") }
+            out[name] = Tensor(dtype: dtype, shape: shape.map { Int($0) }, data: data)
+        }
+        return out
+    }
+
+    func close() async {
+        _ = try? await runner.request(.object(JSONObject([("op", .string("close")), ("session", .string(id))])))
+    }
+}
+
+// MARK: - the program
+
+final class Device {
+    var client: EdgeRegClient?
+    var unit: ReleaseUnit = .model("")
+    var runner: ProcessRunner?
+
+    func handle(_ request: JSONObject) async throws -> JSONValue? {
+        guard let op = request["op"]?.stringValue else { throw Misuse("no 'op'") }
+        switch op {
+        case "hello":
+            return .object(JSONObject([("client", .string("swift")), ("sdk_version", .string(sdkVersion))]))
+        case "decide":
+            guard let vector = request["vector"] else { throw Misuse("decide needs 'vector'") }
+            do { return try Conformance.decide(vector) } catch { throw Misuse(error.description) }
+        case "check_blob":
+            guard let vector = request["vector"] else { throw Misuse("check_blob needs 'vector'") }
+            do { return try Conformance.checkBlob(vector) } catch { throw Misuse(error.description) }
+        case "check_json":
+            guard let text = request["data"]?.stringValue, let data = Data(base64Encoded: text) else {
+                throw Misuse("check_json needs base64 'data'")
+            }
+            return .object(JSONObject([("valid", .bool(StrictJSON.isValid(data)))]))
+        case "configure":
+            return try await configure(request)
+        case "quit":
+            return nil
+        default:
+            break
+        }
+        guard let client else {
+            if ["set_clock", "update", "current", "status", "app_started", "confirm", "record_inference", "revert", "flush"].contains(op) {
+                throw Misuse("'\(op)' before 'configure'")
+            }
+            throw Misuse("unknown op '\(op)'")
+        }
+        switch op {
+        case "set_clock":
+            guard let text = request["now"]?.stringValue, let now = WireTime.parseLenient(text) else {
+                throw Misuse("set_clock needs an RFC 3339 'now'")
+            }
+            await client.setClock(now)
+            return .object(JSONObject())
+        case "update":
+            var conditions = Conditions()
+            if let c = request["conditions"]?.objectValue {
+                conditions = Conditions(metered: c["metered"].flatMap { $0.isNull ? nil : $0.boolValue },
+                                        charging: c["charging"].flatMap { $0.isNull ? nil : $0.boolValue })
+                if c["metered"] == nil { conditions.metered = false }
+                if c["charging"] == nil { conditions.charging = true }
+            }
+            return resultJSON(await client.update(unit, conditions: conditions))
+        case "current":
+            return resultJSON(await client.current(unit))
+        case "status":
+            return statusJSON(await client.status(unit))
+        case "app_started":
+            let outcome = await client.appStarted(unit)
+            return .object(JSONObject([
+                ("reverted", .bool(outcome.reverted)), ("version", opt(outcome.version)), ("reason", opt(outcome.reason)),
+            ]))
+        case "confirm":
+            let confirmed = await client.confirm(unit, version: request["version"]?.stringValue)
+            return .object(JSONObject([("confirmed", .bool(confirmed))]))
+        case "record_inference":
+            guard let ms = request["ms"]?.doubleValue else { throw Misuse("record_inference needs 'ms'") }
+            await client.recordInference(unit, ms: ms, model: request["model"]?.stringValue)
+            return .object(JSONObject())
+        case "revert":
+            return resultJSON(await client.revert(unit, reason: request["reason"]?.stringValue ?? "reverted by the app"))
+        case "flush":
+            return .object(JSONObject([("sent", .int(await client.flushReports()))]))
+        default:
+            throw Misuse("unknown op '\(op)'")
+        }
+    }
+
+    func configure(_ r: JSONObject) async throws -> JSONValue {
+        guard let registryText = r["registry"]?.stringValue, let registry = URL(string: registryText) else {
+            throw Misuse("configure needs 'registry'")
+        }
+        guard let pems = r["trusted_keys"]?.arrayValue?.compactMap(\.stringValue), let trusted = TrustedKeys(pems: pems) else {
+            throw Misuse("configure needs 'trusted_keys' (Ed25519 PEM public keys)")
+        }
+        guard let cacheDir = r["cache_dir"]?.stringValue, let unitName = r["unit"]?.stringValue else {
+            throw Misuse("configure needs 'cache_dir' and 'unit'")
+        }
+        guard let d = r["device"]?.objectValue, let deviceID = d["device_id"]?.stringValue else {
+            throw Misuse("configure needs 'device.device_id'")
+        }
+        let device = DeviceFacts(
+            deviceID: deviceID, ramMB: d["ram_mb"]?.intValue, cpuCores: d["cpu_cores"]?.intValue, soc: d["soc"]?.stringValue,
+            os: d["os"]?.stringValue, osVersion: d["os_version"]?.stringValue, mnnRuntime: d["mnn_runtime"]?.stringValue,
+            appVersion: r["app_version"]?.stringValue ?? d["app_version"]?.stringValue)
+        var tiers: [(String, TierRules)] = []
+        if let t = r["tiers"], !t.isNull {
+            guard let parsed = Conformance.tiers(t) else { throw Misuse("'tiers' are not tier rules") }
+            tiers = parsed
+        }
+        let tier = r["tier"]?.stringValue
+        if tier == nil, tiers.isEmpty { throw Misuse("configure needs 'tier' or 'tiers'") }
+        if let old = runner { await old.stop() }
+        runner = nil
+        if let command = r["runner"]?["command"]?.arrayValue?.compactMap(\.stringValue), !command.isEmpty {
+            runner = ProcessRunner(command: command)
+        }
+        var policy = DownloadPolicy()
+        if let p = r["policy"]?.objectValue {
+            policy.allowMetered = p["allow_metered"]?.boolValue ?? true
+            policy.requireCharging = p["require_charging"]?.boolValue ?? false
+            policy.reserveBytes = p["reserve_bytes"]?.intValue ?? policy.reserveBytes
+        }
+        var limits = Limits()
+        if let v = r["timeout_s"]?.doubleValue { limits.timeout = v }
+        if let v = r["deadline_s"]?.doubleValue { limits.deadline = v }
+        if let v = r["min_rate"]?.doubleValue { limits.minRate = v }
+        var bundled: [String: BundledRelease] = [:]
+        if let b = r["bundled"]?.objectValue {
+            guard let manifestPath = b["manifest"]?.stringValue, let blobs = b["blobs_dir"]?.stringValue,
+                let manifest = FileManager.default.contents(atPath: manifestPath)
+            else { throw Misuse("'bundled' needs a readable 'manifest' and 'blobs_dir'") }
+            bundled[unitName] = BundledRelease(manifest: manifest, blobsDirectory: URL(fileURLWithPath: blobs))
+        }
+        if let source = r["source_address"]?.stringValue {
+            log("edgereg-device: source_address \(source) is not supported by URLSession; using the default source")
+        }
+        let config = ClientConfiguration(
+            registry: registry, trustedKeys: trusted, cacheDirectory: URL(fileURLWithPath: cacheDir), device: device, tier: tier,
+            tiers: tiers, runner: runner, selfTest: r["self_test"]?.boolValue ?? false, policy: policy, limits: limits,
+            reporting: r["reporting"]?.boolValue ?? true, deviceClass: r["device_class"]?.stringValue,
+            maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled)
+        let client = EdgeRegClient(config)
+        if let nowText = r["now"]?.stringValue {
+            guard let now = WireTime.parseLenient(nowText) else { throw Misuse("'now' is not an RFC 3339 time") }
+            await client.setClock(now)
+        }
+        self.client = client
+        unit = r["bundle"]?.boolValue == true ? .bundle(unitName) : .model(unitName)
+        return .object(JSONObject([("tier", opt(client.tier)), ("tier_reason", .string(client.tierReason))]))
+    }
+
+    func resultJSON(_ r: UpdateResult) -> JSONValue {
+        var members = JSONObject()
+        for name in r.members.keys.sorted() {
+            let m = r.members[name]!
+            members[name] = .object(JSONObject([
+                ("version", .string(m.version)), ("variant", .string(m.variant)), ("sha256", .string(m.sha256)),
+                ("path", .string(m.path.path)), ("backend", opt(m.backend)),
+            ]))
+        }
+        return .object(JSONObject([
+            ("ok", .bool(r.ok)), ("error_code", opt(r.errorCode)), ("error", opt(r.error)), ("version", opt(r.version)),
+            ("is_candidate", .bool(r.isCandidate)), ("updated", .bool(r.updated)), ("not_modified", .bool(r.notModified)),
+            ("runtime_fallback", .bool(r.runtimeFallback)), ("fallback", opt(r.fallback)), ("deferred", opt(r.deferred)),
+            ("bundled", .bool(r.bundled)), ("downloaded_bytes", .int(r.downloadedBytes)), ("members", .object(members)),
+        ]))
+    }
+
+    func statusJSON(_ s: UnitStatus) -> JSONValue {
+        func set(_ info: UnitStatus.SetInfo?) -> JSONValue {
+            guard let info else { return .null }
+            var members = JSONObject()
+            for name in info.members.keys.sorted() {
+                let m = info.members[name]!
+                members[name] = .object(JSONObject([("version", .string(m.version)), ("sha256", .string(m.sha256))]))
+            }
+            return .object(JSONObject([("version", .string(info.version)), ("members", .object(members))]))
+        }
+        var pending: JSONValue = .null
+        if let p = s.pending {
+            pending = .object(JSONObject([
+                ("version", .string(p.version)), ("is_candidate", .bool(p.isCandidate)), ("total_bytes", .int(p.totalBytes)),
+                ("remaining_bytes", .int(p.remainingBytes)), ("deferred", opt(p.deferred)), ("since", .string(p.since)),
+            ]))
+        }
+        return .object(JSONObject([
+            ("installed", set(s.installed)), ("last_good", set(s.previous)), ("pending", pending),
+            ("last_error_code", opt(s.lastError?.code)),
+            ("refused", .array(s.badReleases.keys.sorted().map { .string($0) })), ("ready", .bool(s.ready)),
+        ]))
+    }
+}
+
+let device = Device()
+while let line = readLine(strippingNewline: true) {
+    if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
+    var id: JSONValue = .null
+    do {
+        guard let request = try? StrictJSON.parse(Data(line.utf8)).objectValue else { throw Misuse("not a JSON object") }
+        id = request["id"] ?? .null
+        let result = try await device.handle(request)
+        guard let result else {
+            emit(.object(JSONObject([("id", id), ("ok", .bool(true)), ("result", .object(JSONObject()))])))
+            break
+        }
+        emit(.object(JSONObject([("id", id), ("ok", .bool(true)), ("result", result)])))
+    } catch {
+        let message = (error as? Misuse)?.message ?? "\(error)"
+        emit(.object(JSONObject([("id", id), ("ok", .bool(false)), ("error", .object(JSONObject([("message", .string(message))])))])))
+    }
+}
+if let runner = device.runner { await runner.stop() }
+exit(0)
