@@ -36,6 +36,7 @@ from edgereg.client import (
 )
 from edgereg.config import RuntimeHints
 from edgereg.errors import TrustError
+from edgereg.protocol.decision import AppFacts
 from edgereg.rollout import in_cohort
 from edgereg.signing import Signer, canonical_json, generate_key, verify_envelope
 from edgereg.wire import Manifest, ManifestEntry, blob_path, sign_document
@@ -266,8 +267,11 @@ def test_caller_mistakes_are_value_errors() -> None:
     args |= {"device_id": "d", "highest_seen_sequence": None}
     with pytest.raises(ValueError, match="timezone"):
         decide(data, app_mnn_runtime=None, now=datetime(2025, 1, 1), **args)
-    with pytest.raises(ValueError, match=r"mnn_runtime: .three. is not a version"):
+    # A runtime version that does not parse is not the caller's crash: it fits nothing.
+    with pytest.raises(RuntimeTooOld, match=r"the app has 'three', which is not a version"):
         decide(data, app_mnn_runtime="three", now=NOW, **args)
+    with pytest.raises(ValueError, match=r"mnn_runtime: .three. is not a version"):
+        AppFacts(mnn_runtime="three").check()
 
 
 @pytest.mark.parametrize(

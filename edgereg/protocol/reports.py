@@ -18,7 +18,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StringConstraints, ValidationError
 
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.fields import Backend, Name, SemVer, VersionPin
+from edgereg.protocol.fields import Backend, Name, SchemaVersion, SemVer, VersionPin
 from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.wire import WireModel, _describe
 
@@ -56,7 +56,7 @@ class Report(WireModel):
 
     kind: ClassVar[str] = "report"
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     token: Token = Field(description="Random per install and rollout: 32 lowercase hex.")
     unit: Name = Field(description="The model or bundle the manifest was for.")
     model: Name = Field(description="The model (a bundle member, or the unit itself).")
