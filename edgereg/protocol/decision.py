@@ -294,7 +294,8 @@ class _Misfit:
 def _unmet_requirements(requires: Requirements | None, facts: AppFacts) -> _Misfit | None:
     if requires is None:
         return None
-    app_unmet = Requirements(app=requires.app).unmet(
+    # model_construct: a range that does not parse is read (and missed) here, not refused.
+    app_unmet = Requirements.model_construct(app=requires.app).unmet(
         app_version=facts.app_version, os=facts.os, os_version=facts.os_version
     )
     if app_unmet:
