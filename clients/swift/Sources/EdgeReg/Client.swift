@@ -301,6 +301,11 @@ public actor EdgeRegClient {
                                 downloadedBytes: 0, members: [:])
         }
         let entries = entry.members(unit: unit.name)
+        for (name, e) in entries {
+            if let labels = e.contract?.labelsBlob, labels.size > Labels.maxBytes {
+                throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is \(labels.size) bytes, more than \(Labels.maxBytes)")
+            }
+        }
         var new = InstalledSet(version: entry.version, tier: tier ?? "", isCandidate: decision.isCandidate,
                                sequence: decision.manifest.sequence, bundled: shipped != nil, token: nil,
                                reportURL: decision.manifest.reportURL,
@@ -567,7 +572,7 @@ public actor EdgeRegClient {
         try catching { () throws(CacheError) in try Files.atomicWrite(data, to: layout.blob(ref.sha256)) }
     }
 
-    static let maxLabelsBytes: Int64 = 1 << 20
+    static let maxLabelsBytes: Int64 = Labels.maxBytes
 
     /// A member's labels: inline, or the verified labels blob parsed as a list of strings.
     func labels(_ name: String, _ entry: ModelEntry) throws -> [String]? {
@@ -580,11 +585,7 @@ public actor EdgeRegClient {
         guard let data = try? Data(contentsOf: layout.blob(blob.sha256)) else {
             throw Failure(code: Reason.cache, message: "cannot read the labels of \(name)")
         }
-        guard let list = try? StrictJSON.parse(data).arrayValue else {
-            throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is not a JSON array of strings")
-        }
-        let strings = list.compactMap(\.stringValue)
-        guard strings.count == list.count else {
+        guard let strings = Labels.parse(data) else {
             throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is not a JSON array of strings")
         }
         return strings

@@ -100,3 +100,158 @@ public enum Conformance {
         return out
     }
 }
+
+extension Conformance {
+    /// A `tests/vectors/probes/*.json` input: the probe check on what a backend computed.
+    public static func checkProbe(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let probeText = input["probe"]?.stringValue, let data = Data(base64Encoded: probeText),
+            let artifact = input["artifact_sha256"]?.stringValue, let computedJSON = input["computed"]?.arrayValue
+        else { throw HarnessError("probe vector input needs probe, artifact_sha256 and computed") }
+        func verdict(_ pass: Bool, _ reason: String?) -> JSONValue {
+            .object(JSONObject([("pass", .bool(pass)), ("reason", reason.map { .string($0) } ?? .null)]))
+        }
+        let probe: GoldenProbe
+        do {
+            probe = try GoldenProbe(data: data, artifactSHA256: artifact)
+        } catch {
+            return verdict(false, Reason.malformed)
+        }
+        var computed: [[[String: Tensor]]] = []
+        for c in computedJSON {
+            var steps: [[String: Tensor]] = []
+            for s in c.arrayValue ?? [] {
+                var outputs: [String: Tensor] = [:]
+                for t in s.arrayValue ?? [] {
+                    guard let named = try? GoldenProbe.tensor(t, "computed") else { throw HarnessError("a computed tensor does not parse") }
+                    outputs[named.name] = named.tensor
+                }
+                steps.append(outputs)
+            }
+            computed.append(steps)
+        }
+        if let failure = probe.check(computed) { return verdict(false, failure.code) }
+        return verdict(true, nil)
+    }
+
+    /// A `tests/vectors/labels/*.json` input: a labels blob checked and parsed.
+    public static func checkLabels(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let sha = input["entry"]?["sha256"]?.stringValue, let size = input["entry"]?["size"]?.intValue,
+            let bodyText = input["body"]?.stringValue, let body = Data(base64Encoded: bodyText)
+        else { throw HarnessError("labels vector input needs entry.sha256, entry.size and a base64 body") }
+        func refuse(_ reason: String) -> JSONValue { .object(JSONObject([("accept", .bool(false)), ("reason", .string(reason))])) }
+        guard size <= Labels.maxBytes else { return refuse(Reason.malformed) }
+        var check = BlobCheck(sha256: sha, size: size)
+        do {
+            try check.update(body)
+            try check.finish()
+        } catch {
+            return refuse(error.reason)
+        }
+        guard let labels = Labels.parse(body) else { return refuse(Reason.malformed) }
+        return .object(JSONObject([("accept", .bool(true)), ("labels", .array(labels.map { .string($0) }))]))
+    }
+
+    /// A `tests/vectors/versions/*.json` input: a version against a range.
+    public static func checkVersion(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let version = input["version"]?.stringValue, let range = input["range"]?.stringValue else {
+            throw HarnessError("versions vector input needs version and range")
+        }
+        return .object(JSONObject([("result", .string(DottedVersion.check(version: version, range: range)))]))
+    }
+
+    /// A `tests/vectors/reports/*.json` input: the report schema (§12) on a request body.
+    public static func checkReport(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let bodyText = input["body"]?.stringValue, let body = Data(base64Encoded: bodyText) else {
+            throw HarnessError("reports vector input needs a base64 body")
+        }
+        guard let refusal = ReportSchema.refusal(body) else { return .object(JSONObject([("accept", .bool(true))])) }
+        return .object(JSONObject([
+            ("accept", .bool(false)), ("reason", .string(refusal.reason)), ("field", refusal.field.map { .string($0) } ?? .null),
+        ]))
+    }
+}
+
+/// Labels blobs (docs/protocol.md §8): at most 4 MiB, strict JSON holding an array of strings.
+enum Labels {
+    static let maxBytes: Int64 = 4 * 1024 * 1024
+
+    static func parse(_ data: Data) -> [String]? {
+        guard let list = (try? StrictJSON.parse(data))?.arrayValue else { return nil }
+        let strings = list.compactMap(\.stringValue)
+        return strings.count == list.count ? strings : nil
+    }
+}
+
+/// The report schema of docs/protocol.md §12, for a receiver and for the vectors.
+public enum ReportSchema {
+    public static let maxBytes = 4096
+
+    /// Why a body is refused (`too-large`, `not-json`, `invalid` and the key at fault), or nil.
+    public static func refusal(_ body: Data) -> (reason: String, field: String?)? {
+        guard body.count <= maxBytes else { return ("too-large", nil) }
+        guard let value = try? StrictJSON.parse(body) else { return ("not-json", nil) }
+        guard let o = value.objectValue else { return ("invalid", nil) }
+        let known: Set<String> = [
+            "schema_version", "token", "unit", "model", "version", "unit_version", "variant", "tier", "arm", "sequence", "probe",
+            "backend", "backends_skipped", "load_ms", "load_failed", "inference", "confirmed", "reverted", "mnn_runtime", "os",
+            "os_version", "device_class",
+        ]
+        for key in o.keys where !known.contains(key) { return ("invalid", key) }
+        func bad(_ key: String) -> (String, String?) { ("invalid", key) }
+        func required(_ key: String, _ ok: (JSONValue) -> Bool) -> (String, String?)? {
+            guard let v = o[key], ok(v) else { return bad(key) }
+            return nil
+        }
+        func optional(_ key: String, _ ok: (JSONValue) -> Bool) -> (String, String?)? {
+            guard let v = o[key], !v.isNull else { return nil }
+            return ok(v) ? nil : bad(key)
+        }
+        func string(_ test: @escaping (String) -> Bool) -> (JSONValue) -> Bool { { $0.stringValue.map(test) ?? false } }
+        func bool(_ key: String) -> (String, String?)? {
+            guard let v = o[key] else { return nil }
+            return v.boolValue == nil ? bad(key) : nil
+        }
+        func millis(_ v: JSONValue) -> Bool {
+            guard case .number(let n) = v else { return false }
+            return n.double >= 0 && n.double <= 3_600_000
+        }
+        let isToken: (String) -> Bool = { $0.utf8.count == 32 && $0.utf8.allSatisfy(Fields.isHexLower) }
+        let isSemver: (String) -> Bool = { SemVer($0) != nil }
+        let checks: [(String, String?)?] = [
+            required("schema_version") { $0.intValue == 1 },
+            required("token", string(isToken)),
+            required("unit", string(Fields.isName)),
+            required("model", string(Fields.isName)),
+            required("version", string(isSemver)),
+            required("unit_version", string(isSemver)),
+            required("variant", string(Fields.isName)),
+            required("tier", string(Fields.isName)),
+            required("arm", string { $0 == "candidate" || $0 == "stable" }),
+            required("sequence") { ($0.intValue ?? 0) >= 1 && ($0.intValue ?? 0) <= Fields.maxSafeInteger },
+            required("probe", string { ["passed", "failed", "none"].contains($0) }),
+            optional("backend", string { knownBackends.contains($0) }),
+            optional("backends_skipped") { v in
+                guard let list = v.arrayValue, list.count <= 8 else { return false }
+                return list.allSatisfy { $0.stringValue.map { knownBackends.contains($0) } ?? false }
+            },
+            optional("load_ms", millis),
+            bool("load_failed"),
+            bool("confirmed"),
+            bool("reverted"),
+            optional("mnn_runtime", string(Fields.isDottedVersion)),
+            optional("os", string { $0 == "android" || $0 == "ios" }),
+            optional("os_version", string(Reporter.isShortText)),
+            optional("device_class", string(Reporter.isShortText)),
+        ]
+        for check in checks { if let check { return check } }
+        if let inf = o["inference"], !inf.isNull {
+            guard let io = inf.objectValue else { return bad("inference") }
+            for key in io.keys where !["count", "p50_ms", "p90_ms", "p99_ms"].contains(key) { return ("invalid", "inference.\(key)") }
+            guard let count = io["count"]?.intValue, count >= 1, count <= 1_000_000_000 else { return bad("inference.count") }
+            for key in ["p50_ms", "p90_ms", "p99_ms"] {
+                guard let v = io[key], millis(v) else { return bad("inference.\(key)") }
+            }
+        }
+        return nil
+    }
+}

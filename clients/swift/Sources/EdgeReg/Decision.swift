@@ -231,7 +231,8 @@ public enum Decide {
     }
 
     static func unfitModel(_ entry: ModelEntry, _ facts: AppFacts) -> Rejection? {
-        if let runtime = facts.mnnRuntime, let c = DottedVersion.compare(entry.minMnnRuntime, runtime), c > 0 {
+        // A runtime that is not a version cannot be shown to be new enough.
+        if let runtime = facts.mnnRuntime, DottedVersion.compare(entry.minMnnRuntime, runtime).map({ $0 > 0 }) ?? true {
             return Rejection(Reason.runtimeTooOld, "(\(entry.variant)) needs MNN \(entry.minMnnRuntime), the app has \(runtime)")
         }
         return unmet(entry.requires, facts)

@@ -128,48 +128,102 @@ struct SemVer: Comparable, Sendable {
     }
 }
 
-// MARK: - dotted versions and ranges
+// MARK: - versions and ranges
 
-/// Dotted versions (MNN runtime, app, OS) compare part by part: leading digits as a
-/// number, then the rest as text; missing parts count as 0 (docs/protocol.md §7).
-enum DottedVersion {
-    struct Part: Comparable {
-        let number: [UInt8]  // digits without leading zeros, compared by length then value
+/// App, OS and MNN runtime versions (docs/protocol.md §7, "Versions"):
+/// `[v] number *("." part) ["-" pre] [build]`, ASCII, at most 64 characters.
+struct Version: Comparable, Sendable {
+    struct Part: Equatable {
+        let number: [UInt8]  // digits without leading zeros: compared by length, then bytes
         let rest: [UInt8]
-        static func < (a: Part, b: Part) -> Bool {
-            if a.number != b.number {
-                if a.number.count != b.number.count { return a.number.count < b.number.count }
-                return a.number.lexicographicallyPrecedes(b.number)
+    }
+
+    let core: [Part]
+    let pre: [[UInt8]]
+
+    init?(_ text: String) {
+        var b = Array(text.utf8)
+        guard !b.isEmpty, b.count <= 64, b.allSatisfy({ $0 < 0x80 }) else { return nil }
+        func isIdent(_ c: UInt8) -> Bool { Fields.isAlnum(c) || c == 45 }
+        // build: "+" 1*(alnum / "." / "-")  or  " (" 1*(alnum / "." / "-") ")"
+        if let plus = b.firstIndex(of: 43) {
+            let build = b[(plus + 1)...]
+            guard !build.isEmpty, build.allSatisfy({ isIdent($0) || $0 == 46 }) else { return nil }
+            b = Array(b[..<plus])
+        } else if let open = b.firstIndex(of: 40) {
+            guard open > 0, b[open - 1] == 32, b.last == 41, open + 1 < b.count - 1 else { return nil }
+            let build = b[(open + 1)..<(b.count - 1)]
+            guard build.allSatisfy({ isIdent($0) || $0 == 46 }) else { return nil }
+            b = Array(b[..<(open - 1)])
+        }
+        var preIDs: [[UInt8]] = []
+        if let dash = b.firstIndex(of: 45) {
+            let pre = b[(dash + 1)...]
+            guard !pre.isEmpty else { return nil }
+            preIDs = pre.split(separator: 46, omittingEmptySubsequences: false).map(Array.init)
+            guard preIDs.allSatisfy({ !$0.isEmpty && $0.allSatisfy(isIdent) }) else { return nil }
+            b = Array(b[..<dash])
+        }
+        if let first = b.first, first == 118 || first == 86 { b.removeFirst() }  // v / V
+        let parts = b.split(separator: 46, omittingEmptySubsequences: false)
+        guard let head = parts.first, !head.isEmpty, head.allSatisfy(Fields.isDigit) else { return nil }
+        var core: [Part] = []
+        for part in parts {
+            guard !part.isEmpty, part.allSatisfy(Fields.isAlnum) else { return nil }
+            let digits = part.prefix { Fields.isDigit($0) }
+            core.append(Part(number: Array(digits.drop { $0 == 48 }), rest: Array(part.dropFirst(digits.count))))
+        }
+        while let last = core.last, last.number.isEmpty, last.rest.isEmpty { core.removeLast() }
+        self.core = core
+        pre = preIDs
+    }
+
+    static func digitsLess(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
+    }
+
+    static func partLess(_ a: Part, _ b: Part) -> Bool {
+        if a.number != b.number { return digitsLess(a.number, b.number) }
+        return a.rest.lexicographicallyPrecedes(b.rest)
+    }
+
+    static func < (a: Version, b: Version) -> Bool {
+        let zero = Part(number: [], rest: [])
+        for i in 0..<max(a.core.count, b.core.count) {
+            let x = i < a.core.count ? a.core[i] : zero, y = i < b.core.count ? b.core[i] : zero
+            if x != y { return partLess(x, y) }
+        }
+        if a.pre.isEmpty || b.pre.isEmpty { return !a.pre.isEmpty && b.pre.isEmpty }
+        for (x, y) in zip(a.pre, b.pre) where x != y {
+            let xn = x.allSatisfy(Fields.isDigit), yn = y.allSatisfy(Fields.isDigit)
+            switch (xn, yn) {
+            case (true, true):
+                return digitsLess(Array(x.drop { $0 == 48 }), Array(y.drop { $0 == 48 }))
+            case (true, false): return true
+            case (false, true): return false
+            case (false, false): return x.lexicographicallyPrecedes(y)
             }
-            return a.rest.lexicographicallyPrecedes(b.rest)
         }
+        return a.pre.count < b.pre.count
     }
 
-    static func key(_ version: String) -> [Part]? {
-        guard Fields.isDottedVersion(version) else { return nil }
-        var parts: [Part] = version.split(separator: ".").map { part in
-            let bytes = Array(part.utf8)
-            let digits = bytes.prefix { Fields.isDigit($0) }
-            let number = Array(digits.drop { $0 == 48 })
-            return Part(number: number, rest: Array(bytes.dropFirst(digits.count)))
-        }
-        while let last = parts.last, last.number.isEmpty, last.rest.isEmpty { parts.removeLast() }
-        return parts
-    }
+    static func == (a: Version, b: Version) -> Bool { !(a < b) && !(b < a) }
+}
 
+enum DottedVersion {
     /// -1, 0 or 1; nil when either is not a version.
     static func compare(_ a: String, _ b: String) -> Int? {
-        guard let ka = key(a), let kb = key(b) else { return nil }
-        if ka == kb { return 0 }
-        return ka.lexicographicallyPrecedes(kb) ? -1 : 1
+        guard let va = Version(a), let vb = Version(b) else { return nil }
+        return va < vb ? -1 : (vb < va ? 1 : 0)
     }
 
-    /// The comparators of a range like `>=2.3.0, <3`, or nil when it does not parse.
-    static func parseRange(_ text: String) -> [(String, String)]? {
-        guard !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { return nil }
-        var out: [(String, String)] = []
+    /// The comparators of a range like `>=2.3.0, <3`, or nil when it is not a range.
+    static func parseRange(_ text: String) -> [(String, Version)]? {
+        guard !text.isEmpty, text.unicodeScalars.count <= 200 else { return nil }
+        var out: [(String, Version)] = []
         for raw in text.split(separator: ",", omittingEmptySubsequences: false) {
-            var part = Substring(raw.trimmingCharacters(in: .whitespacesAndNewlines))
+            var part = Substring(raw)
+            while part.first == " " { part = part.dropFirst() }
             var op = ""
             for candidate in [">=", "<=", "==", ">", "<"] where part.hasPrefix(candidate) {
                 op = candidate
@@ -177,11 +231,9 @@ enum DottedVersion {
             }
             guard !op.isEmpty else { return nil }
             part = part.dropFirst(op.count)
-            while let first = part.first, first == " " || first == "\t" || first == "\n" || first == "\r" || first == "\u{0B}" || first == "\u{0C}" {
-                part = part.dropFirst()
-            }
-            let version = String(part)
-            guard Fields.isDottedVersion(version) else { return nil }
+            while part.first == " " { part = part.dropFirst() }
+            while part.last == " " { part = part.dropLast() }
+            guard let version = Version(String(part)) else { return nil }
             out.append((op, version))
         }
         return out
@@ -189,9 +241,9 @@ enum DottedVersion {
 
     /// True when `version` meets every comparator; nil when either does not parse.
     static func satisfies(_ version: String, _ range: String) -> Bool? {
-        guard let comparators = parseRange(range) else { return nil }
+        guard let comparators = parseRange(range), let v = Version(version) else { return nil }
         for (op, bound) in comparators {
-            guard let c = compare(version, bound) else { return nil }
+            let c = v < bound ? -1 : (bound < v ? 1 : 0)
             let ok: Bool
             switch op {
             case ">=": ok = c >= 0
@@ -203,6 +255,13 @@ enum DottedVersion {
             if !ok { return false }
         }
         return true
+    }
+
+    /// The versions/ vectors' result: a bad range is reported before a bad version.
+    static func check(version: String, range: String) -> String {
+        guard parseRange(range) != nil else { return "invalid-range" }
+        guard Version(version) != nil else { return "invalid-version" }
+        return satisfies(version, range) == true ? "match" : "no-match"
     }
 }
 

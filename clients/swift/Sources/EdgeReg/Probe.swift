@@ -83,7 +83,8 @@ public struct GoldenProbe: Sendable {
     public let minCosine: Double
     public let maxAbsError: Double
 
-    /// Parses a probe blob (already checked against its size and digest).
+    /// Parses a probe blob (already checked against its size and digest); unknown keys
+    /// are ignored at every level, known keys read strictly (docs/protocol.md §11).
     init(data: Data, artifactSHA256 expectedArtifact: String) throws(WireError) {
         let value: JSONValue
         do {
@@ -92,8 +93,7 @@ public struct GoldenProbe: Sendable {
             throw WireError("golden probe is not JSON: \(error.message)")
         }
         let r = try Reader(value, "probe")
-        try r.only(["schema_version", "model", "variant", "artifact_sha256", "state", "cases", "tolerance"])
-        if let v = r.object["schema_version"], v.intValue != 1 { throw WireError("probe schema_version is not 1") }
+        guard r.object["schema_version"]?.intValue == 1 else { throw WireError("probe schema_version is not the integer 1") }
         model = try r.string("model")
         variant = try r.string("variant")
         artifactSHA256 = try r.string("artifact_sha256")
@@ -117,22 +117,8 @@ public struct GoldenProbe: Sendable {
         func tensors(_ v: JSONValue, _ path: String) throws(WireError) -> [NamedTensor] {
             guard let list = v.arrayValue, !list.isEmpty else { throw WireError("\(path) is not a non-empty list") }
             var out: [NamedTensor] = []
-            for (i, item) in list.enumerated() {
-                let tr = try Reader(item, "\(path)[\(i)]")
-                try tr.only(["name", "dtype", "shape", "data"])
-                let name = try TensorSpec.tensorName(tr, "name")
-                guard let dtype = try tr.oneOf("dtype", TensorSpec.dtypes) else { throw WireError("\(tr.at("dtype")) missing") }
-                var shape: [Int] = []
-                for dim in try tr.requiredList("shape") {
-                    guard let d = dim.intValue, d >= 0, d < Int64(Int32.max) else { throw WireError("\(tr.at("shape")) holds a bad size") }
-                    shape.append(Int(d))
-                }
-                guard let raw = Data(base64Encoded: try tr.string("data")) else { throw WireError("\(tr.at("data")) is not base64") }
-                guard raw.count == shape.reduce(1, *) * Tensor.itemSize(dtype)! else {
-                    throw WireError("\(tr.at("data")): \(raw.count) bytes for shape \(shape) of \(dtype)")
-                }
-                out.append(NamedTensor(name: name, tensor: Tensor(dtype: dtype, shape: shape, data: raw)))
-            }
+            for (i, item) in list.enumerated() { out.append(try GoldenProbe.tensor(item, "\(path)[\(i)]")) }
+            guard Set(out.map(\.name)).count == out.count else { throw WireError("\(path): tensor names repeat") }
             return out
         }
         var cases: [[Step]] = []
@@ -140,13 +126,11 @@ public struct GoldenProbe: Sendable {
         guard !caseList.isEmpty else { throw WireError("probe has no cases") }
         for (ci, c) in caseList.enumerated() {
             let cr = try Reader(c, "cases[\(ci)]")
-            try cr.only(["steps"])
             let stepList = try cr.requiredList("steps")
             guard !stepList.isEmpty else { throw WireError("\(cr.at("steps")) is empty") }
             var steps: [Step] = []
             for (si, s) in stepList.enumerated() {
                 let sr = try Reader(s, "\(cr.at("steps"))[\(si)]")
-                try sr.only(["inputs", "expected"])
                 steps.append(Step(inputs: try tensors(try sr.required("inputs"), sr.at("inputs")),
                                   expected: try tensors(try sr.required("expected"), sr.at("expected"))))
             }
@@ -154,30 +138,68 @@ public struct GoldenProbe: Sendable {
         }
         self.cases = cases
         let tol = try Reader(try r.required("tolerance"), "tolerance")
-        try tol.only(["min_cosine", "max_abs_error"])
         minCosine = try Reader.number(try tol.required("min_cosine"), "tolerance.min_cosine")
         maxAbsError = try Reader.number(try tol.required("max_abs_error"), "tolerance.max_abs_error")
         guard minCosine >= -1, minCosine <= 1, maxAbsError >= 0 else { throw WireError("probe tolerance out of range") }
     }
 
-    /// Where the outputs of one step miss the tolerance, or nil when they pass.
-    func check(step: Step, outputs: [String: Tensor], where prefix: String) -> String? {
+    /// A tensor in the probe's encoding: name, dtype, shape, canonical base64 of exactly its bytes.
+    static func tensor(_ item: JSONValue, _ path: String) throws(WireError) -> NamedTensor {
+        let tr = try Reader(item, path)
+        let name = try TensorSpec.tensorName(tr, "name")
+        guard let dtype = try tr.oneOf("dtype", TensorSpec.dtypes) else { throw WireError("\(tr.at("dtype")) missing") }
+        var shape: [Int] = []
+        for dim in try tr.requiredList("shape") {
+            guard let d = dim.intValue, d >= 0, d < Int64(Int32.max) else { throw WireError("\(tr.at("shape")) holds a bad size") }
+            shape.append(Int(d))
+        }
+        guard let raw = Base64.decodeCanonical(try tr.string("data")) else {
+            throw WireError("\(tr.at("data")) is not canonical base64")
+        }
+        let count = shape.reduce(1) { $0.multipliedReportingOverflow(by: $1).overflow ? Int.max / 16 : $0 * $1 }
+        guard raw.count == count * Tensor.itemSize(dtype)! else {
+            throw WireError("\(tr.at("data")): \(raw.count) bytes for shape \(shape) of \(dtype)")
+        }
+        return NamedTensor(name: name, tensor: Tensor(dtype: dtype, shape: shape, data: raw))
+    }
+
+    /// The first failure's code and where, or nil when every case passes (§11, "The check").
+    func check(_ computed: [[[String: Tensor]]]) -> (code: String, detail: String)? {
+        guard computed.count == cases.count else {
+            return ("count-mismatch", "\(computed.count) cases computed, \(cases.count) in the probe")
+        }
+        for (ci, steps) in cases.enumerated() {
+            guard computed[ci].count == steps.count else { return ("count-mismatch", "case \(ci + 1): steps differ") }
+            for (si, step) in steps.enumerated() {
+                if let miss = check(step: step, outputs: computed[ci][si], where: "case \(ci + 1) step \(si + 1)") { return miss }
+            }
+        }
+        return nil
+    }
+
+    /// The first failure of one step's outputs, or nil.
+    func check(step: Step, outputs: [String: Tensor], where prefix: String) -> (code: String, detail: String)? {
         for expected in step.expected {
             let at = "\(prefix) output \(expected.name)"
-            guard let want = expected.tensor.values(), let got = outputs[expected.name]?.values(), got.count == want.count else {
-                return "\(at): missing or wrong size"
+            guard let got = outputs[expected.name] else { return ("missing-output", at) }
+            guard got.shape == expected.tensor.shape else {
+                return ("shape-mismatch", "\(at): shape \(got.shape), expected \(expected.tensor.shape)")
             }
-            if got.contains(where: { !$0.isFinite }) { return "\(at): not finite" }
+            guard let want = expected.tensor.values(), let have = got.values(), have.count == want.count else {
+                return ("shape-mismatch", "\(at): element count differs")
+            }
+            if want.contains(where: { !$0.isFinite }) || have.contains(where: { !$0.isFinite }) { return ("not-finite", at) }
             var dot = 0.0, na = 0.0, nb = 0.0, worst = 0.0
-            for (x, y) in zip(got, want) {
+            for (x, y) in zip(have, want) {
                 dot += x * y
                 na += x * x
                 nb += y * y
                 worst = max(worst, abs(x - y))
             }
-            let cosine = (na == 0 || nb == 0) ? (na == nb ? 1.0 : 0.0) : dot / (na.squareRoot() * nb.squareRoot())
-            if cosine < minCosine { return "\(at): cosine \(cosine) < \(minCosine)" }
-            if worst > maxAbsError { return "\(at): abs error \(worst) > \(maxAbsError)" }
+            let ra = na.squareRoot(), rb = nb.squareRoot()
+            let cosine = (ra == 0 && rb == 0) ? 1.0 : ((ra == 0 || rb == 0) ? 0.0 : dot / (ra * rb))
+            if cosine < minCosine { return ("cosine", "\(at): cosine \(cosine) < \(minCosine)") }
+            if worst > maxAbsError { return ("abs-error", "\(at): abs error \(worst) > \(maxAbsError)") }
         }
         return nil
     }

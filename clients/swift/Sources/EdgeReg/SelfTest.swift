@@ -116,7 +116,7 @@ struct SelfTest {
                     state[pair.input] = next
                 }
                 if let miss = probe.check(step: step, outputs: outputs, where: "case \(ci + 1) step \(si + 1)") {
-                    return .failed(miss)
+                    return .failed("\(miss.code): \(miss.detail)")
                 }
             }
         }

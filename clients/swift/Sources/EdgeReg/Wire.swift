@@ -176,13 +176,9 @@ public struct Requirements: Sendable, Equatable {
 
     init(_ value: JSONValue, _ path: String) throws(WireError) {
         let r = try Reader(value, path)
-        func range(_ key: String) throws(WireError) -> String? {
-            guard let s = try r.optionalString(key) else { return nil }
-            guard Fields.length(s) <= 200, DottedVersion.parseRange(s) != nil else {
-                throw WireError("\(r.at(key)) '\(s)' is not a version range like \">=2.3.0, <3\"")
-            }
-            return s
-        }
+        // Only the type here: the content is read at rule 12, where a bad range makes
+        // the entry not fit (docs/protocol.md §7, "Version ranges").
+        func range(_ key: String) throws(WireError) -> String? { try r.optionalString(key) }
         app = try range("app")
         android = try range("android")
         ios = try range("ios")
@@ -459,9 +455,7 @@ public struct Manifest: Sendable, Equatable {
             throw WireError("manifest is not JSON: \(error.message)")
         }
         let r = try Reader(value, "manifest")
-        if let v = r.object["schema_version"] {
-            guard v.intValue == 1 else { throw WireError("schema_version is not 1") }
-        }
+        guard r.object["schema_version"]?.intValue == 1 else { throw WireError("schema_version is not the integer 1") }
         model = try r.string("model")
         tier = try r.string("tier")
         guard Fields.isName(model) else { throw WireError("model is not a name") }

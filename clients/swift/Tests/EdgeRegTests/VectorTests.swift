@@ -59,13 +59,25 @@ func runVector(_ relative: String) throws -> (expected: JSONValue, got: JSONValu
         return (.array(expected), .array(got))
     }
     let input = try #require(vector["input"]), expected = try #require(vector["expected"])
-    if relative.hasPrefix("blobs/") {
-        return (expected, try Conformance.checkBlob(input))
+    let stem = String(relative.split(separator: "/").last!.dropLast(5))
+    #expect(vector["name"]?.stringValue == stem, "\(relative): name is not the file's stem")
+    let folder = relative.contains("/") ? String(relative.split(separator: "/").first!) : ""
+    switch folder {
+    case "" where input["manifest"] != nil: return (expected, try Conformance.decide(input))
+    case "blobs": return (expected, try Conformance.checkBlob(input))
+    case "probes": return (expected, try Conformance.checkProbe(input))
+    case "labels": return (expected, try Conformance.checkLabels(input))
+    case "versions": return (expected, try Conformance.checkVersion(input))
+    case "reports":
+        // Matching `field` is recommended, not required (docs/protocol.md §9): compared when both say one.
+        var got = try Conformance.checkReport(input)
+        if expected["field"] == nil || expected["field"]?.isNull == true, var o = got.objectValue {
+            o["field"] = expected["field"]
+            got = .object(o)
+        }
+        return (expected, got)
+    default: throw Conformance.HarnessError(unknown: relative)
     }
-    if !relative.contains("/"), input["manifest"] != nil {
-        return (expected, try Conformance.decide(input))
-    }
-    throw Conformance.HarnessError(unknown: relative)
 }
 
 extension Conformance.HarnessError {
