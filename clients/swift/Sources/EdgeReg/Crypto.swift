@@ -77,6 +77,39 @@ public enum Ed25519 {
     }
 }
 
+extension Ed25519 {
+    /// The public key and signature for a 32-byte seed (RFC 8032 private key): for tests
+    /// and tools that sign; a client only verifies.
+    static func sign(_ message: Data, seed: Data) -> (publicKey: Data, signature: Data)? {
+        guard seed.count == 32 else { return nil }
+        #if canImport(CryptoKit)
+        guard let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: seed),
+            let sig = try? key.signature(for: message)
+        else { return nil }
+        return (key.publicKey.rawRepresentation, sig)
+        #else
+        Sodium.ready()
+        var pk = [UInt8](repeating: 0, count: 32), sk = [UInt8](repeating: 0, count: 64)
+        guard crypto_sign_seed_keypair(&pk, &sk, [UInt8](seed)) == 0 else { return nil }
+        var sig = [UInt8](repeating: 0, count: 64)
+        let msg = [UInt8](message)
+        guard crypto_sign_detached(&sig, nil, msg, UInt64(msg.count), sk) == 0 else { return nil }
+        return (Data(pk), Data(sig))
+        #endif
+    }
+
+    /// The seed of an unencrypted PKCS#8 PEM Ed25519 private key.
+    static func seed(pkcs8PEM text: String) -> Data? {
+        let begin = "-----BEGIN PRIVATE KEY-----", end = "-----END PRIVATE KEY-----"
+        guard let a = text.range(of: begin), let b = text.range(of: end, range: a.upperBound..<text.endIndex),
+            let der = Data(base64Encoded: String(text[a.upperBound..<b.lowerBound].filter { !$0.isWhitespace }))
+        else { return nil }
+        let prefix: [UInt8] = [0x30, 0x2E, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2B, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]
+        guard der.count == 48, Array(der.prefix(16)) == prefix else { return nil }
+        return der.suffix(32)
+    }
+}
+
 #if !canImport(CryptoKit)
 enum Sodium {
     private static let initialised: Bool = { sodium_init() >= 0 }()
