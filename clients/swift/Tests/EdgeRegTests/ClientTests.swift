@@ -1,0 +1,334 @@
+import Foundation
+import Testing
+
+@testable import EdgeReg
+
+/// A model runner for tests: y = [sum(x), 2·sum(x)] on a good backend; a faulty backend
+/// miscomputes (a bad GPU driver), an unavailable one does not exist on this device.
+final class FakeRunner: ModelRunner, @unchecked Sendable {
+    let faulty: Set<String>
+    let unavailable: Set<String>
+    private let lock = NSLock()
+    private var _loads: [String] = []
+
+    init(faulty: Set<String> = [], unavailable: Set<String> = []) {
+        self.faulty = faulty
+        self.unavailable = unavailable
+    }
+
+    var loads: [String] { lock.withLock { _loads } }
+
+    static func compute(_ x: Tensor) -> Tensor {
+        let sum = Float(x.values()!.reduce(0, +))
+        var data = Data()
+        for v in [sum, 2 * sum] { withUnsafeBytes(of: v.bitPattern.littleEndian) { data.append(contentsOf: $0) } }
+        return Tensor(dtype: "float32", shape: [2], data: data)
+    }
+
+    struct Session: ModelSession {
+        let faulty: Bool
+        func run(_ inputs: [String: Tensor]) async throws -> [String: Tensor] {
+            var y = FakeRunner.compute(inputs["x"]!)
+            if faulty { y = FakeRunner.compute(Tensor(dtype: "float32", shape: [1], data: Data([0, 0, 0x80, 0xBF]))) }
+            return ["y": y]
+        }
+        func close() async {}
+    }
+
+    func load(model: URL, backend: String, threads: Int, precision: String) async throws -> any ModelSession {
+        lock.withLock { _loads.append(backend) }
+        if unavailable.contains(backend) { throw BackendUnavailable("no \(backend) here") }
+        guard FileManager.default.fileExists(atPath: model.path) else { throw BackendUnavailable("no file") }
+        return Session(faulty: faulty.contains(backend))
+    }
+
+    /// A golden probe for this runner's good backends.
+    static func probe() -> JSONValue {
+        var x = Data()
+        for v: Float in [0.5, -1, 2, 0.25] { withUnsafeBytes(of: v.bitPattern.littleEndian) { x.append(contentsOf: $0) } }
+        let y = compute(Tensor(dtype: "float32", shape: [1, 4], data: x))
+        func tensor(_ name: String, _ t: Tensor) -> JSONValue {
+            .object(JSONObject([("name", .string(name)), ("dtype", .string(t.dtype)), ("shape", .array(t.shape.map { .int($0) })),
+                                ("data", .string(t.data.base64EncodedString()))]))
+        }
+        return .object(JSONObject([
+            ("schema_version", .int(1)), ("model", .string("digits")), ("variant", .string("int8")),
+            ("artifact_sha256", .string(String(repeating: "0", count: 64))), ("state", .array([])),
+            ("cases", .array([.object(JSONObject([("steps", .array([.object(JSONObject([
+                ("inputs", .array([tensor("x", Tensor(dtype: "float32", shape: [1, 4], data: x))])),
+                ("expected", .array([tensor("y", y)])),
+            ]))]))]))])),
+            ("tolerance", .object(JSONObject([("min_cosine", .double(0.99)), ("max_abs_error", .double(0.05))]))),
+        ]))
+    }
+}
+
+/// One registry served over real HTTP, and clients on a fresh cache directory.
+final class Fixture: @unchecked Sendable {
+    let dir = temporaryDirectory()
+    let registry: TestRegistry
+    let server: TestServer
+    let cache: URL
+
+    init() throws {
+        registry = try TestRegistry(root: dir.appendingPathComponent("registry"))
+        server = try TestServer(root: registry.root)
+        cache = dir.appendingPathComponent("device")
+    }
+
+    func client(_ device: String = deviceID(inside: true), policy: DownloadPolicy = DownloadPolicy(), selfTest: Bool = false,
+                runner: (any ModelRunner)? = nil, registryURL: URL? = nil, bundled: [String: BundledRelease] = [:],
+                reporting: Bool = false) -> EdgeRegClient {
+        EdgeRegClient(ClientConfiguration(
+            registry: registryURL ?? server.url, trustedKeys: registry.trusted, cacheDirectory: cache,
+            device: DeviceFacts(deviceID: device, ramMB: 8192, cpuCores: 6, os: "ios", osVersion: "17.2", mnnRuntime: "3.6.1",
+                                appVersion: "2.4.0"),
+            tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: Limits(timeout: 10, deadline: 60),
+            reporting: reporting, bundled: bundled))
+    }
+
+    deinit {
+        server.stop()
+        try? FileManager.default.removeItem(at: dir)
+    }
+}
+
+let digits = ReleaseUnit.model("digits")
+let ocr = ReleaseUnit.bundle("ocr")
+
+@Suite(.serialized) struct ClientTests {
+    @Test func installsThenAsksWithIfNoneMatch() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0", labels: ["zero", "one"])
+        try f.registry.publish("digits", stable: v1)
+        let client = f.client()
+        let first = await client.update(digits)
+        #expect(first.ok && first.updated && first.version == "1.0.0", "\(first.error ?? "")")
+        #expect(first.downloadedBytes == 40_000)
+        #expect(first.labels == ["zero", "one"])
+        let path = try #require(first.path)
+        #expect(SHA256Hasher.hex(try Data(contentsOf: path)) == v1["sha256"]?.stringValue)
+        let again = await client.update(digits)
+        #expect(again.ok && again.notModified && !again.updated && again.version == "1.0.0")
+        #expect(f.server.log.last?.status == 304)
+        let current = await client.current(digits)
+        #expect(current.version == "1.0.0" && current.contract?.inputs.first?.spec.name == "x")
+        let status = await client.status(digits)
+        #expect(status.ready && status.installed?.version == "1.0.0" && status.lastError == nil)
+    }
+
+    @Test func resumesAnInterruptedDownloadWithRange() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        f.server.dropAfter(v1["path"]!.stringValue!, 10_000)
+        let client = f.client()
+        let cut = await client.update(digits)
+        #expect(cut.errorCode == "transport" && cut.version == nil)
+        let pending = await client.status(digits).pending
+        #expect(pending?.version == "1.0.0" && pending?.remainingBytes == 30_000)
+        let resumed = await client.update(digits)
+        #expect(resumed.ok && resumed.version == "1.0.0")
+        #expect(resumed.downloadedBytes == 30_000)
+        #expect(f.server.log.contains { $0.status == 206 })
+        #expect(await client.status(digits).pending == nil)
+    }
+
+    @Test func aServerIgnoringRangesStartsOver() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        f.server.dropAfter(v1["path"]!.stringValue!, 10_000)
+        f.server.setRanges(false)
+        let client = f.client()
+        _ = await client.update(digits)
+        let full = await client.update(digits)
+        #expect(full.ok && full.downloadedBytes == 40_000)
+    }
+
+    @Test func aBundleInstallsAsOneSet() async throws {
+        let f = try Fixture()
+        let b1 = try f.registry.bundleEntry("1.0.0")
+        try f.registry.publish("ocr", stable: b1)
+        let client = f.client()
+        let first = await client.update(ocr)
+        #expect(first.ok && first.members.keys.sorted() == ["cls", "det", "rec"])
+        let b2 = try f.registry.bundleEntry("1.1.0")
+        try f.registry.publish("ocr", stable: b1, candidate: b2, percent: 100)
+        f.server.dropAfter(b2["members"]!["rec"]!["path"]!.stringValue!, 100)
+        let half = await client.update(ocr)
+        #expect(half.errorCode == "transport")
+        #expect(half.members.values.allSatisfy { $0.version == "1.0.0" }, "a partly downloaded set never becomes active")
+        #expect(await client.current(ocr).members.values.allSatisfy { $0.version == "1.0.0" })
+        let full = await client.update(ocr)
+        #expect(full.ok && full.isCandidate && full.members.values.allSatisfy { $0.version == "1.1.0" })
+        #expect(await client.status(ocr).previous?.version == "1.0.0")
+        // A bundle's manifest asked as a model is malformed; the model asked stays what it was.
+        #expect(await client.update(.model("ocr")).errorCode == "malformed")
+    }
+
+    @Test func rollbackExpiryAndTamperingKeepTheLastGood() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1, sequence: 5)
+        let client = f.client()
+        #expect(await client.update(digits).ok)
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "0.9.0"), sequence: 4)
+        let rolled = await client.update(digits)
+        #expect(rolled.errorCode == "rollback" && rolled.version == "1.0.0")
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"), expires: "2020-01-01T00:00:00Z", sequence: 6)
+        let expired = await client.update(digits)
+        #expect(expired.errorCode == "expired" && expired.version == "1.0.0")
+        let v2 = try f.registry.entry("digits", "1.2.0")
+        try f.registry.publish("digits", stable: v2, sequence: 7)
+        f.server.override(v2["path"]!.stringValue!, Data(repeating: 7, count: 40_000))
+        let tampered = await client.update(digits)
+        #expect(tampered.errorCode == "bad-blob" && tampered.version == "1.0.0")
+        #expect(!FileManager.default.fileExists(atPath: f.cache.appendingPathComponent("blobs/\(v2["sha256"]!.stringValue!).part").path))
+        f.server.override(v2["path"]!.stringValue!, Data(repeating: 7, count: 40_001))
+        #expect(await client.update(digits).errorCode == "blob-too-large")
+        f.server.override(v2["path"]!.stringValue!, nil)
+        #expect(await client.update(digits).version == "1.2.0")
+        // The highest sequence survives a new client on the same cache (an app restart).
+        try f.registry.publish("digits", stable: v1, sequence: 5)
+        #expect(await f.client().update(digits).errorCode == "rollback")
+        #expect(await client.update(.model("nothing")).errorCode == "not-found")
+    }
+
+    @Test func conditionsDeferAndAShortDiskRefusesBeforeAnyByte() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"))
+        let metered = await f.client(policy: DownloadPolicy(allowMetered: false)).update(digits, conditions: Conditions(metered: true))
+        #expect(metered.ok && metered.deferred == "metered" && metered.version == nil)
+        let unknown = await f.client(policy: DownloadPolicy(requireCharging: true)).update(digits, conditions: Conditions(charging: nil))
+        #expect(unknown.deferred == "not-charging", "an unknown condition counts as unmet")
+        #expect(await f.client().status(digits).pending?.deferred == "not-charging")
+        f.server.resetLog()
+        let full = await f.client(policy: DownloadPolicy(reserveBytes: 1 << 60)).update(digits)
+        #expect(full.errorCode == "no-space")
+        #expect(f.server.bodyBytes("blobs/") == 0, "nothing was downloaded")
+        #expect(await f.client().update(digits).ok)
+    }
+
+    @Test func selfTestSkipsAMiscomputingBackendAndChoosesCPU() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", backends: ["metal", "opencl", "cpu"], probe: FakeRunner.probe()))
+        let runner = FakeRunner(faulty: ["opencl"], unavailable: ["metal"])
+        let r = await f.client(selfTest: true, runner: runner).update(digits)
+        #expect(r.ok && r.model?.backend == "cpu", "\(r.error ?? "")")
+        #expect(runner.loads == ["metal", "opencl", "cpu"])
+        // The failing backend is remembered for this artifact; the unavailable one is not.
+        let memory = try StrictJSON.parse(Data(contentsOf: f.cache.appendingPathComponent("selftest.json")))
+        #expect(memory["digits"]?["1.0.0"]?["failed"]?["opencl"] != nil)
+        #expect(memory["digits"]?["1.0.0"]?["failed"]?["metal"] == nil)
+    }
+
+    @Test func aModelFailingOnEveryBackendIsRefusedForGood() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", probe: FakeRunner.probe()))
+        #expect(await f.client(selfTest: true, runner: FakeRunner()).update(digits).ok)
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0", probe: FakeRunner.probe()))
+        let runner = FakeRunner(faulty: ["opencl", "cpu"])
+        let r = await f.client(selfTest: true, runner: runner).update(digits)
+        #expect(r.errorCode == "probe-failed" && r.version == "1.0.0")
+        let again = await f.client(selfTest: true, runner: runner).update(digits)
+        #expect(again.errorCode == "bad-release" && again.version == "1.0.0")
+        #expect(runner.loads == ["opencl", "cpu"], "never tried again")
+        #expect(await f.client().status(digits).badReleases["1.1.0"] != nil)
+        // No runner at all: the self-test fails on CPU.
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.2.0"))
+        #expect(await f.client(selfTest: true).update(digits).errorCode == "probe-failed")
+    }
+
+    @Test func aCrashLoopRevertsToTheLastGood() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"))
+        let client = f.client()
+        #expect(await client.update(digits).ok)
+        #expect(await client.appStarted(digits).reverted == false)
+        #expect(await client.confirm(digits, version: "1.0.0"))
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"))
+        #expect(await client.update(digits).version == "1.1.0")
+        #expect(await client.confirm(digits, version: "1.0.0") == false, "a confirmation of another version does not count")
+        var outcomes: [Bool] = []
+        for _ in 0..<4 { outcomes.append(await client.appStarted(digits).reverted) }
+        #expect(outcomes == [false, false, false, true])
+        #expect(await client.current(digits).version == "1.0.0")
+        #expect(await client.status(digits).lastError?.code == "reverted")
+        #expect(await client.update(digits).errorCode == "bad-release")
+        #expect(await client.current(digits).version == "1.0.0")
+    }
+
+    @Test func evictionKeepsTheInstalledAndTheLastGoodSet() async throws {
+        let f = try Fixture()
+        let client = f.client()
+        var shas: [String] = []
+        for version in ["1.0.0", "1.1.0", "1.2.0"] {
+            let e = try f.registry.entry("digits", version)
+            shas.append(e["sha256"]!.stringValue!)
+            try f.registry.publish("digits", stable: e)
+            #expect(await client.update(digits).version == version)
+        }
+        let blobs = Set(try FileManager.default.contentsOfDirectory(atPath: f.cache.appendingPathComponent("blobs").path))
+        #expect(blobs == Set(shas.suffix(2)))
+        let reverted = await client.revert(digits, reason: "the app says so")
+        #expect(reverted.version == "1.1.0", "a revert needs no network")
+    }
+
+    @Test func aShippedReleaseInstallsOfflineAndANewerOneReplacesIt() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        let envelope = try f.registry.publish("digits", stable: v1, expires: "2020-01-01T00:00:00Z")
+        let shipped = BundledRelease(manifest: envelope, blobsDirectory: f.registry.root.appendingPathComponent("blobs/sha256"))
+        let offline = f.client(registryURL: URL(string: "http://127.0.0.1:9/")!, bundled: ["digits": shipped])
+        let first = await offline.current(digits)
+        #expect(first.version == "1.0.0" && first.bundled, "expiry is not checked for the copy inside the app")
+        let down = await offline.update(digits)
+        #expect(down.errorCode == "transport" && down.version == "1.0.0")
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"))
+        let online = await f.client(bundled: ["digits": shipped]).update(digits)
+        #expect(online.ok && online.version == "1.1.0" && !online.bundled)
+        #expect(await f.client(bundled: ["digits": shipped]).current(digits).version == "1.1.0", "never over a newer release")
+    }
+
+    @Test func reportsReachTheCollectorValid() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", probe: FakeRunner.probe()), reportURL: "v1/reports")
+        let client = f.client(selfTest: true, runner: FakeRunner(), reporting: true)
+        #expect(await client.update(digits).ok)
+        await client.recordInference(digits, ms: 12.5)
+        #expect(await client.confirm(digits))
+        #expect(await client.flushReports() == 2)
+        let reports = f.server.reports
+        #expect(reports.count == 2)
+        for body in reports { #expect(ReportSchema.refusal(body) == nil, "\(String(decoding: body, as: UTF8.self))") }
+        let last = try StrictJSON.parse(reports[1])
+        #expect(last["confirmed"]?.boolValue == true && last["probe"]?.stringValue == "passed")
+        #expect(last["inference"]?["count"]?.intValue == 1)
+        #expect(try StrictJSON.parse(reports[0])["token"] == last["token"], "one token per install")
+    }
+
+    @Test func statusIsNotReadyWhenABlobWasDamaged() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        let client = f.client()
+        #expect(await client.update(digits).ok)
+        let blob = f.cache.appendingPathComponent("blobs/\(v1["sha256"]!.stringValue!)")
+        var data = try Data(contentsOf: blob)
+        data[0] ^= 1
+        try data.write(to: blob)
+        #expect(await client.status(digits).ready == false)
+        #expect(await client.status(digits, verify: false).ready == true)
+    }
+
+    @Test func anUnreadableSequenceFileRefusesToUpdate() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"))
+        let client = f.client()
+        #expect(await client.update(digits).ok)
+        try Data("garbage".utf8).write(to: f.cache.appendingPathComponent("state/digits/sequence.json"))
+        let r = await client.update(digits)
+        #expect(r.errorCode == "cache" && r.version == "1.0.0")
+    }
+}
