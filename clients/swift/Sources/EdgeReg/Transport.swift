@@ -31,18 +31,20 @@ final class StreamedResponse: @unchecked Sendable {
     let url: String
     private var iterator: AsyncThrowingStream<Data, Error>.Iterator
     private let cancel: @Sendable () -> Void
+    private let consumed: @Sendable (Int) -> Void
     private let limits: Limits
     private var windowStart = Date()
     private var windowBytes = 0
 
     init(status: Int, headers: [String: String], url: String, iterator: AsyncThrowingStream<Data, Error>.Iterator,
-         limits: Limits, cancel: @escaping @Sendable () -> Void) {
+         limits: Limits, cancel: @escaping @Sendable () -> Void, consumed: @escaping @Sendable (Int) -> Void) {
         self.status = status
         self.headers = headers
         self.url = url
         self.iterator = iterator
         self.limits = limits
         self.cancel = cancel
+        self.consumed = consumed
     }
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
@@ -60,6 +62,7 @@ final class StreamedResponse: @unchecked Sendable {
     /// The next chunk, or nil at the end of the body.
     func next() async throws -> Data? {
         guard let chunk = try await iterator.next() else { return nil }
+        consumed(chunk.count)
         windowBytes += chunk.count
         let elapsed = Date().timeIntervalSince(windowStart)
         if elapsed >= limits.timeout {
@@ -82,6 +85,13 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
     private let lock = NSLock()
     private var session: URLSession!
     private var streams: [Int: (response: CheckedContinuation<URLResponse, Error>?, body: AsyncThrowingStream<Data, Error>.Continuation)] = [:]
+    /// Bytes received but not yet read, per task: above `highWater` the task is suspended
+    /// until the reader catches up, so a blob never piles up in memory.
+    private var buffered: [Int: Int] = [:]
+    private var paused: Set<Int> = []
+    private var tasks: [Int: URLSessionDataTask] = [:]
+    static let highWater = 4 << 20
+    static let lowWater = 1 << 20
     let limits: Limits
 
     init(limits: Limits) {
@@ -124,8 +134,27 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
         for (k, v) in http.allHeaderFields {
             if let k = k as? String, let v = v as? String { fields[k.lowercased()] = v }
         }
+        let id = task.taskIdentifier
+        lock.withLock { tasks[id] = task }
         return StreamedResponse(status: http.statusCode, headers: fields, url: url.absoluteString,
-                                iterator: stream.makeAsyncIterator(), limits: limits) { [weak task] in task?.cancel() }
+                                iterator: stream.makeAsyncIterator(), limits: limits,
+                                cancel: { [weak self] in self?.cancelTask(id) },
+                                consumed: { [weak self] n in self?.consumed(id, n) })
+    }
+
+    private func cancelTask(_ id: Int) {
+        let task = lock.withLock { tasks.removeValue(forKey: id) }
+        task?.cancel()
+    }
+
+    private func consumed(_ id: Int, _ n: Int) {
+        // Suspend and resume under the lock, so a resume never overtakes its suspend.
+        lock.withLock {
+            buffered[id, default: 0] -= n
+            guard paused.contains(id), buffered[id, default: 0] <= Self.lowWater else { return }
+            paused.remove(id)
+            tasks[id]?.resume()
+        }
     }
 
     /// POST a small body; the status code, or a TransportError.
@@ -169,12 +198,25 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        let body = lock.withLock { streams[dataTask.taskIdentifier]?.body }
+        let id = dataTask.taskIdentifier
+        let body = lock.withLock { () -> AsyncThrowingStream<Data, Error>.Continuation? in
+            buffered[id, default: 0] += data.count
+            if buffered[id, default: 0] > Self.highWater, !paused.contains(id), tasks[id] != nil {
+                paused.insert(id)
+                dataTask.suspend()
+            }
+            return streams[id]?.body
+        }
         body?.yield(data)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
-        let entry = lock.withLock { streams.removeValue(forKey: task.taskIdentifier) }
+        let entry = lock.withLock { () -> (response: CheckedContinuation<URLResponse, Error>?, body: AsyncThrowingStream<Data, Error>.Continuation)? in
+            buffered[task.taskIdentifier] = nil
+            paused.remove(task.taskIdentifier)
+            tasks[task.taskIdentifier] = nil
+            return streams.removeValue(forKey: task.taskIdentifier)
+        }
         guard let entry else { return }
         if let error {
             entry.response?.resume(throwing: error)

@@ -134,6 +134,15 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(await client.status(digits).pending == nil)
     }
 
+    @Test func aLargeBlobStreamsToDisk() async throws {
+        let f = try Fixture()
+        let big = try f.registry.entry("digits", "1.0.0", size: 24_000_000)
+        try f.registry.publish("digits", stable: big)
+        let r = await f.client().update(digits)
+        #expect(r.ok && r.downloadedBytes == 24_000_000, "\(r.error ?? "")")
+        #expect(SHA256Hasher.hex(try Data(contentsOf: try #require(r.path))) == big["sha256"]?.stringValue)
+    }
+
     @Test func aServerIgnoringRangesStartsOver() async throws {
         let f = try Fixture()
         let v1 = try f.registry.entry("digits", "1.0.0")
