@@ -466,84 +466,25 @@ public actor EdgeRegClient {
         guard let url = URL(string: ref.path, relativeTo: configuration.registry)?.absoluteURL else {
             throw Failure(code: Reason.transport, message: "bad registry URL")
         }
+        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString)
         do {
-            var response = try await transport.get(url, headers: have > 0 ? ["Range": "bytes=\(have)-"] : [:])
-            defer { response.close() }
-            if have > 0, !(response.status == 206 && response.rangeStart == have) {
-                // The server ignored the Range (a plain static server) or refused it: start over.
+            try await transport.fetch(url, headers: have > 0 ? ["Range": "bytes=\(have)-"] : [:], into: writer)
+            if writer.restart {
+                // The server refused the range (416) or answered another one: start over.
                 Files.remove(part)
                 check.reset()
-                if response.status != 200 {
-                    response.close()
-                    response = try await transport.get(url, headers: [:])
-                }
+                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString)
+                try await transport.fetch(url, headers: [:], into: writer)
             }
-            if response.status == 404 {
-                throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered 404")
-            }
-            guard response.status == 200 || (response.status == 206 && response.rangeStart == check.received) else {
-                throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered HTTP \(response.status), expected 200")
-            }
-            do {
-                try check.expect(response.contentLength)
-            } catch {
-                Files.remove(part)
-                throw error.failure
-            }
-            return try await stream(response, part: part, check: &check)
         } catch let e as TransportError {
-            throw e.failure
+            throw Failure(code: Reason.transport, message: "\(e.message); \(writer.transferred) bytes kept for a resume")
         }
-    }
-
-    func stream(_ response: StreamedResponse, part: URL, check: inout BlobCheck) async throws -> Int64 {
-        let fd = open(part.path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
-        guard fd >= 0 else { throw Failure(code: Reason.cache, message: "cannot write \(part.path)") }
-        var transferred: Int64 = 0
-        var closed = false
-        defer { if !closed { close(fd) } }
-        func fail(_ errnum: Int32) -> Failure {
-            close(fd)
-            closed = true
-            Files.remove(part)  // free the space: the app needs it more than a resume
-            return Failure(code: errnum == ENOSPC ? Reason.noSpace : Reason.cache,
-                           message: "cannot write \(part.path): \(String(cString: strerror(errnum)))")
+        let (result, failure, transferred) = writer.outcome
+        check = result
+        if let failure { throw failure }
+        guard check.remaining == 0 else {
+            throw Failure(code: Reason.transport, message: "\(url.absoluteString): connection closed after \(check.received) of \(check.size) bytes; the next update resumes")
         }
-        while check.remaining > 0 {
-            guard let chunk = try await response.next() else {
-                throw Failure(code: Reason.transport, message: "\(response.url): connection closed after \(check.received) of \(check.size) bytes; the next update resumes")
-            }
-            do {
-                try check.update(chunk)
-            } catch {
-                close(fd)
-                closed = true
-                Files.remove(part)
-                throw error.failure
-            }
-            transferred += Int64(chunk.count)
-            let ok = chunk.withUnsafeBytes { raw -> Int32 in
-                var offset = 0
-                while offset < raw.count {
-                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                    if n <= 0 {
-                        if errno == EINTR { continue }
-                        return errno
-                    }
-                    offset += n
-                }
-                return 0
-            }
-            if ok != 0 { throw fail(ok) }
-        }
-        // Anything more than the declared size is refused.
-        if let extra = try? await response.next(), !extra.isEmpty {
-            close(fd)
-            closed = true
-            Files.remove(part)
-            throw Failure(code: Reason.blobTooLarge, message: "blob \(check.sha256.prefix(12)) is larger than the \(check.size) bytes the manifest declares")
-        }
-        if fsync(fd) != 0 { throw fail(errno) }
         return transferred
     }
 

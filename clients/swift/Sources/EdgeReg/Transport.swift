@@ -31,20 +31,18 @@ final class StreamedResponse: @unchecked Sendable {
     let url: String
     private var iterator: AsyncThrowingStream<Data, Error>.Iterator
     private let cancel: @Sendable () -> Void
-    private let consumed: @Sendable (Int) -> Void
     private let limits: Limits
     private var windowStart = Date()
     private var windowBytes = 0
 
     init(status: Int, headers: [String: String], url: String, iterator: AsyncThrowingStream<Data, Error>.Iterator,
-         limits: Limits, cancel: @escaping @Sendable () -> Void, consumed: @escaping @Sendable (Int) -> Void) {
+         limits: Limits, cancel: @escaping @Sendable () -> Void) {
         self.status = status
         self.headers = headers
         self.url = url
         self.iterator = iterator
         self.limits = limits
         self.cancel = cancel
-        self.consumed = consumed
     }
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
@@ -62,7 +60,6 @@ final class StreamedResponse: @unchecked Sendable {
     /// The next chunk, or nil at the end of the body.
     func next() async throws -> Data? {
         guard let chunk = try await iterator.next() else { return nil }
-        consumed(chunk.count)
         windowBytes += chunk.count
         let elapsed = Date().timeIntervalSince(windowStart)
         if elapsed >= limits.timeout {
@@ -85,13 +82,8 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
     private let lock = NSLock()
     private var session: URLSession!
     private var streams: [Int: (response: CheckedContinuation<URLResponse, Error>?, body: AsyncThrowingStream<Data, Error>.Continuation)] = [:]
-    /// Bytes received but not yet read, per task: above `highWater` the task is suspended
-    /// until the reader catches up, so a blob never piles up in memory.
-    private var buffered: [Int: Int] = [:]
-    private var paused: Set<Int> = []
     private var tasks: [Int: URLSessionDataTask] = [:]
-    static let highWater = 4 << 20
-    static let lowWater = 1 << 20
+    private var sinks: [Int: (sink: any BodySink, done: CheckedContinuation<Void, Error>)] = [:]
     let limits: Limits
 
     init(limits: Limits) {
@@ -138,8 +130,7 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
         lock.withLock { tasks[id] = task }
         return StreamedResponse(status: http.statusCode, headers: fields, url: url.absoluteString,
                                 iterator: stream.makeAsyncIterator(), limits: limits,
-                                cancel: { [weak self] in self?.cancelTask(id) },
-                                consumed: { [weak self] n in self?.consumed(id, n) })
+                                cancel: { [weak self] in self?.cancelTask(id) })
     }
 
     private func cancelTask(_ id: Int) {
@@ -147,13 +138,22 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
         task?.cancel()
     }
 
-    private func consumed(_ id: Int, _ n: Int) {
-        // Suspend and resume under the lock, so a resume never overtakes its suspend.
-        lock.withLock {
-            buffered[id, default: 0] -= n
-            guard paused.contains(id), buffered[id, default: 0] <= Self.lowWater else { return }
-            paused.remove(id)
-            tasks[id]?.resume()
+    /// GET with the body handed to `sink` on the delegate's queue as it arrives: nothing
+    /// piles up in memory, and the sink stops the transfer the moment it refuses a byte.
+    func fetch(_ url: URL, headers: [String: String], into sink: any BodySink) async throws {
+        var request = URLRequest(url: url)
+        request.httpMethod = "GET"
+        request.timeoutInterval = limits.timeout
+        request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        for (k, v) in headers { request.setValue(v, forHTTPHeaderField: k) }
+        let task = session.dataTask(with: request)
+        do {
+            try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, Error>) in
+                lock.withLock { sinks[task.taskIdentifier] = (sink, done) }
+                task.resume()
+            }
+        } catch {
+            throw TransportError(message: "\(url.absoluteString): \(error.localizedDescription)")
         }
     }
 
@@ -188,6 +188,15 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
                     completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        if let sink = lock.withLock({ sinks[dataTask.taskIdentifier]?.sink }) {
+            var fields: [String: String] = [:]
+            let http = response as? HTTPURLResponse
+            for (k, v) in http?.allHeaderFields ?? [:] {
+                if let k = k as? String, let v = v as? String { fields[k.lowercased()] = v }
+            }
+            completionHandler(sink.begin(status: http?.statusCode ?? 0, headers: fields) ? .allow : .cancel)
+            return
+        }
         let continuation = lock.withLock { () -> CheckedContinuation<URLResponse, Error>? in
             let c = streams[dataTask.taskIdentifier]?.response
             streams[dataTask.taskIdentifier]?.response = nil
@@ -198,22 +207,26 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        let id = dataTask.taskIdentifier
-        let body = lock.withLock { () -> AsyncThrowingStream<Data, Error>.Continuation? in
-            buffered[id, default: 0] += data.count
-            if buffered[id, default: 0] > Self.highWater, !paused.contains(id), tasks[id] != nil {
-                paused.insert(id)
-                dataTask.suspend()
-            }
-            return streams[id]?.body
+        if let sink = lock.withLock({ sinks[dataTask.taskIdentifier]?.sink }) {
+            if !sink.receive(data) { dataTask.cancel() }
+            return
         }
+        let body = lock.withLock { streams[dataTask.taskIdentifier]?.body }
         body?.yield(data)
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+        if let entry = lock.withLock({ sinks.removeValue(forKey: task.taskIdentifier) }) {
+            entry.sink.end()
+            // A transfer the sink stopped is not a network error: the sink says what happened.
+            if let error, !entry.sink.stopped {
+                entry.done.resume(throwing: error)
+            } else {
+                entry.done.resume()
+            }
+            return
+        }
         let entry = lock.withLock { () -> (response: CheckedContinuation<URLResponse, Error>?, body: AsyncThrowingStream<Data, Error>.Continuation)? in
-            buffered[task.taskIdentifier] = nil
-            paused.remove(task.taskIdentifier)
             tasks[task.taskIdentifier] = nil
             return streams.removeValue(forKey: task.taskIdentifier)
         }
@@ -232,4 +245,16 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable
     }
 
     // Redirects are followed (a CDN may redirect); the bytes are checked anyway.
+}
+
+/// Receives a response body on the transport's queue, chunk by chunk.
+protocol BodySink: AnyObject, Sendable {
+    /// The status and headers (lowercased names); false stops the transfer.
+    func begin(status: Int, headers: [String: String]) -> Bool
+    /// The next bytes; false stops the transfer.
+    func receive(_ data: Data) -> Bool
+    /// The transfer ended (completed, failed or stopped).
+    func end()
+    /// The sink stopped the transfer itself.
+    var stopped: Bool { get }
 }

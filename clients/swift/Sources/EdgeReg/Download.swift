@@ -1,0 +1,122 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Streams one blob into its `.part` file as the bytes arrive, checking rules 13–14 on the
+/// way (docs/protocol.md §7–§8): nothing past the declared size is read or written, the
+/// digest is computed while downloading, and a refusal deletes the `.part`.
+final class BlobWriter: BodySink, @unchecked Sendable {
+    private let lock = NSLock()
+    private let part: URL
+    private let have: Int64
+    private let url: String
+    private var check: BlobCheck
+    private var fd: Int32 = -1
+    private var failure: Failure?
+    private var _transferred: Int64 = 0
+    private var _restart = false
+    private var _stopped = false
+
+    init(part: URL, check: BlobCheck, have: Int64, url: String) {
+        self.part = part
+        self.check = check
+        self.have = have
+        self.url = url
+    }
+
+    var restart: Bool { lock.withLock { _restart } }
+    var stopped: Bool { lock.withLock { _stopped } }
+    var transferred: Int64 { lock.withLock { _transferred } }
+    var outcome: (BlobCheck, Failure?, Int64) { lock.withLock { (check, failure, _transferred) } }
+
+    private func stop(_ f: Failure?, deletePart: Bool) -> Bool {
+        failure = f
+        _stopped = true
+        if fd >= 0 {
+            close(fd)
+            fd = -1
+        }
+        if deletePart { Files.remove(part) }
+        return false
+    }
+
+    func begin(status: Int, headers: [String: String]) -> Bool {
+        lock.withLock {
+            let rangeStart = headers["content-range"].flatMap { value -> Int64? in
+                guard value.hasPrefix("bytes ") else { return nil }
+                return Int64(value.dropFirst(6).prefix { $0 != "-" })
+            }
+            var truncate = false
+            if have > 0, !(status == 206 && rangeStart == have) {
+                if status == 200 {
+                    // The server ignored the Range (a plain static server): take the whole body.
+                    truncate = true
+                    check.reset()
+                } else {
+                    _restart = true
+                    return stop(nil, deletePart: false)
+                }
+            }
+            guard status == 200 || (status == 206 && rangeStart == check.received) else {
+                return stop(Failure(code: Reason.transport, message: "\(url) answered HTTP \(status), expected 200"), deletePart: false)
+            }
+            do {
+                try check.expect(headers["content-length"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) })
+            } catch {
+                return stop((error as? Rejection)?.failure ?? Failure(code: Reason.badBlob, message: "\(error)"), deletePart: true)
+            }
+            fd = open(part.path, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0o644)
+            guard fd >= 0 else {
+                return stop(Failure(code: Reason.cache, message: "cannot write \(part.path): \(String(cString: strerror(errno)))"), deletePart: false)
+            }
+            return true
+        }
+    }
+
+    func receive(_ data: Data) -> Bool {
+        lock.withLock {
+            guard fd >= 0 else { return false }
+            do {
+                // One byte past the declared size is a failure; it is never written.
+                try check.update(data)
+            } catch {
+                return stop((error as? Rejection)?.failure ?? Failure(code: Reason.badBlob, message: "\(error)"), deletePart: true)
+            }
+            let err = data.withUnsafeBytes { raw -> Int32 in
+                var offset = 0
+                while offset < raw.count {
+                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                    if n <= 0 {
+                        if errno == EINTR { continue }
+                        return errno
+                    }
+                    offset += n
+                }
+                return 0
+            }
+            if err != 0 {
+                // Free the space: the app needs it more than a resume.
+                return stop(Failure(code: err == ENOSPC ? Reason.noSpace : Reason.cache,
+                                    message: "cannot write \(part.path): \(String(cString: strerror(err)))"), deletePart: true)
+            }
+            _transferred += Int64(data.count)
+            return true
+        }
+    }
+
+    func end() {
+        lock.withLock {
+            if fd >= 0 {
+                if fsync(fd) != 0, failure == nil {
+                    failure = Failure(code: Reason.cache, message: "cannot sync \(part.path)")
+                }
+                close(fd)
+                fd = -1
+            }
+        }
+    }
+}
