@@ -466,14 +466,14 @@ public actor EdgeRegClient {
         guard let url = URL(string: ref.path, relativeTo: configuration.registry)?.absoluteURL else {
             throw Failure(code: Reason.transport, message: "bad registry URL")
         }
-        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString)
+        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString, limits: configuration.limits)
         do {
             try await transport.fetch(url, headers: have > 0 ? ["Range": "bytes=\(have)-"] : [:], into: writer)
             if writer.restart {
                 // The server refused the range (416) or answered another one: start over.
                 Files.remove(part)
                 check.reset()
-                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString)
+                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString, limits: configuration.limits)
                 try await transport.fetch(url, headers: [:], into: writer)
             }
         } catch let e as TransportError {

@@ -20,8 +20,12 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     private var _transferred: Int64 = 0
     private var _restart = false
     private var _stopped = false
+    private let limits: Limits
+    private var windowStart = Date()
+    private var windowBytes = 0
 
-    init(part: URL, check: BlobCheck, have: Int64, url: String) {
+    init(part: URL, check: BlobCheck, have: Int64, url: String, limits: Limits) {
+        self.limits = limits
         self.part = part
         self.check = check
         self.have = have
@@ -104,6 +108,17 @@ final class BlobWriter: BodySink, @unchecked Sendable {
                                     message: "cannot write \(part.path): \(String(cString: strerror(err)))"), deletePart: true)
             }
             _transferred += Int64(data.count)
+            // A body slower than the minimum rate over a whole window gives up; the part stays
+            // for a resume (a server trickling a byte a second never trips a read timeout).
+            windowBytes += data.count
+            let elapsed = Date().timeIntervalSince(windowStart)
+            if elapsed >= limits.timeout {
+                if Double(windowBytes) < limits.minRate * elapsed {
+                    return stop(Failure(code: Reason.transport, message: "\(url): body slower than \(Int(limits.minRate)) bytes/s; the next update resumes"), deletePart: false)
+                }
+                windowStart = Date()
+                windowBytes = 0
+            }
             return true
         }
     }
