@@ -73,6 +73,12 @@ def main() -> int:
         vector = json.loads(path.read_text())
         got = dev("check_blob", vector=vector["input"])
         check(f"check_blob {path.stem}", got == vector["expected"], got)
+    for folder, op in [("probes", "check_probe"), ("versions", "check_version"), ("reports", "check_report"),
+                       ("labels", "check_labels")]:
+        for path in sorted((vectors / folder).glob("*.json")):
+            vector = json.loads(path.read_text())
+            got = dev(op, vector=vector["input"])
+            check(f"{op} {path.stem}", got == vector["expected"], got)
     for text, valid in [(b'{"a":1}', True), (b'{"a":1,"a":2}', False), (b"[" * 65 + b"]" * 65, False),
                         (b"NaN", False), (b"1e400", False), (b"9.0", True)]:
         check(f"check_json {text[:20]!r}", dev("check_json", data=base64.b64encode(text).decode())["valid"] is valid)

@@ -218,7 +218,8 @@ public enum ReportSchema {
         let isToken: (String) -> Bool = { $0.utf8.count == 32 && $0.utf8.allSatisfy(Fields.isHexLower) }
         let isSemver: (String) -> Bool = { SemVer($0) != nil }
         let checks: [(String, String?)?] = [
-            required("schema_version") { $0.intValue == 1 },
+            // A receiver takes a missing schema_version as 1 (what shipped clients send is kept).
+            o["schema_version"] == nil ? nil : required("schema_version") { $0.intValue == 1 },
             required("token", string(isToken)),
             required("unit", string(Fields.isName)),
             required("model", string(Fields.isName)),

@@ -146,6 +146,18 @@ final class Device {
         case "check_blob":
             guard let vector = request["vector"] else { throw Misuse("check_blob needs 'vector'") }
             do { return try Conformance.checkBlob(vector) } catch { throw Misuse(error.description) }
+        case "check_probe", "check_version", "check_report", "check_labels":
+            guard let vector = request["vector"] else { throw Misuse("\(op) needs 'vector'") }
+            do {
+                switch op {
+                case "check_probe": return try Conformance.checkProbe(vector)
+                case "check_version": return try Conformance.checkVersion(vector)
+                case "check_report": return try Conformance.checkReport(vector)
+                default: return try Conformance.checkLabels(vector)
+                }
+            } catch {
+                throw Misuse(error.description)
+            }
         case "check_json":
             guard let text = request["data"]?.stringValue, let data = Data(base64Encoded: text) else {
                 throw Misuse("check_json needs base64 'data'")
