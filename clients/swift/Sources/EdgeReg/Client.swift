@@ -85,10 +85,11 @@ public actor EdgeRegClient {
         }
         tier = resolved.0
         tierReason = resolved.1
-        layout = CacheLayout(root: config.cacheDirectory)
+        let layout = CacheLayout(root: config.cacheDirectory)
+        self.layout = layout
         transport = HTTPTransport(limits: config.limits)
         reporter = Reporter(enabled: config.reporting, transport: transport, registry: config.registry, device: config.device,
-                            deviceClass: config.deviceClass)
+                            deviceClass: config.deviceClass, store: layout.root.appendingPathComponent("reports.json"))
     }
 
     /// Use a fixed clock (seconds since 1970), or the real one with nil.

@@ -6,7 +6,7 @@ import FoundationNetworking
 
 /// What a report says about one installed model (docs/protocol.md §11, schema in
 /// edgereg/protocol/reports.py). No device id: `token` is random per install.
-struct ReportFacts: Sendable, Equatable {
+struct ReportFacts: Sendable, Equatable, Codable {
     var token: String
     var unit: String
     var model: String
@@ -34,12 +34,21 @@ actor Reporter {
     let registry: URL
     let device: DeviceFacts
     let deviceClass: String?
+    /// The latest facts per unit/model and where they go, kept in the cache directory so a
+    /// confirmation after an app restart is reported under the install's token.
+    let store: URL?
     var latest: [String: (facts: ReportFacts, url: URL)] = [:]
     var samples: [String: [Double]] = [:]
     var retry: [(body: Data, url: URL)] = []
     var inFlight: [Task<Bool, Never>] = []
 
-    init(enabled: Bool, transport: HTTPTransport, registry: URL, device: DeviceFacts, deviceClass: String?) {
+    init(enabled: Bool, transport: HTTPTransport, registry: URL, device: DeviceFacts, deviceClass: String?, store: URL? = nil) {
+        self.store = store
+        if enabled, let store, let data = try? Data(contentsOf: store),
+            let saved = try? JSONDecoder().decode([String: Saved].self, from: data)
+        {
+            latest = saved.compactMapValues { s in URL(string: s.url).map { (s.facts, $0) } }
+        }
         self.enabled = enabled
         self.transport = transport
         self.registry = registry
@@ -61,9 +70,21 @@ actor Reporter {
         return URL(string: reportURL, relativeTo: registry)?.absoluteURL
     }
 
+    struct Saved: Codable {
+        var facts: ReportFacts
+        var url: String
+    }
+
+    func save() {
+        guard let store else { return }
+        let saved = latest.mapValues { Saved(facts: $0.facts, url: $0.url.absoluteString) }
+        if let data = try? JSONEncoder().encode(saved) { try? Files.atomicWrite(data, to: store) }
+    }
+
     func installed(_ facts: ReportFacts, reportURL: String?) {
         guard enabled, let url = resolve(reportURL) else { return }
         latest["\(facts.unit)/\(facts.model)"] = (facts, url)
+        save()
         send(facts, url)
     }
 
@@ -72,6 +93,7 @@ actor Reporter {
         if confirmed { entry.facts.confirmed = true }
         if reverted { entry.facts.reverted = true }
         latest["\(unit)/\(model)"] = entry
+        save()
         send(entry.facts, entry.url)
     }
 

@@ -97,6 +97,12 @@ struct SelfTest {
                     return .failed("does not run: the contract declares no state input \(pair.input)")
                 }
                 let shape = spec.shape.map { dim -> Int in if case .size(let n) = dim { return Int(n) } else { return 1 } }
+                var count = 1
+                for d in shape {
+                    let (p, overflow) = count.multipliedReportingOverflow(by: d)
+                    guard !overflow, p <= 1 << 28 else { return .failed("does not run: state \(pair.input) of shape \(shape) is too large") }
+                    count = p
+                }
                 state[pair.input] = Tensor.zeros(dtype: spec.dtype, shape: shape)
             }
             for (si, step) in steps.enumerated() {

@@ -305,9 +305,12 @@ let ocr = ReleaseUnit.bundle("ocr")
         try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", probe: FakeRunner.probe()), reportURL: "v1/reports")
         let client = f.client(selfTest: true, runner: FakeRunner(), reporting: true)
         #expect(await client.update(digits).ok)
-        await client.recordInference(digits, ms: 12.5)
-        #expect(await client.confirm(digits))
-        #expect(await client.flushReports() == 2)
+        #expect(await client.flushReports() == 1)
+        // The app restarts: the confirmation is reported under the install's token.
+        let restarted = f.client(reporting: true)
+        await restarted.recordInference(digits, ms: 12.5)
+        #expect(await restarted.confirm(digits))
+        #expect(await restarted.flushReports() == 1)
         let reports = f.server.reports
         #expect(reports.count == 2)
         for body in reports { #expect(ReportSchema.refusal(body) == nil, "\(String(decoding: body, as: UTF8.self))") }
