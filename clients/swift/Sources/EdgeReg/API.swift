@@ -80,7 +80,9 @@ public protocol ModelSession: Sendable {
 /// the MNN adapter). Throw `BackendUnavailable` when the device has no such backend (MNN
 /// would fall back to the CPU silently: that is not a pass of the GPU).
 public protocol ModelRunner: Sendable {
-    func load(model: URL, backend: String, threads: Int, precision: String) async throws -> any ModelSession
+    /// Load `model` on `backend`; `outputs` are the tensors the self-test reads (the probe's
+    /// expected outputs and state outputs; empty without a probe).
+    func load(model: URL, backend: String, threads: Int, precision: String, outputs: [String]) async throws -> any ModelSession
 }
 
 /// The backend does not exist on this device: skipped, not counted as failing (rule 16).

@@ -75,11 +75,16 @@ struct SelfTest {
 
     func trial(artifact: URL, backend: String, entry: ModelEntry, probe: GoldenProbe?) async -> Trial {
         guard let runner else { return .failed("does not load: the app gave no model runner") }
+        var outputs: [String] = []
+        if let first = probe?.cases.first?.first {
+            outputs = first.expected.map(\.name)
+            for pair in probe?.state ?? [] where !outputs.contains(pair.output) { outputs.append(pair.output) }
+        }
         let started = Date()
         let session: any ModelSession
         do {
             session = try await runner.load(model: artifact, backend: backend, threads: entry.runtime.threads,
-                                            precision: entry.runtime.precision)
+                                            precision: entry.runtime.precision, outputs: outputs)
         } catch let e as BackendUnavailable {
             _ = e
             return .unavailable

@@ -73,7 +73,7 @@ actor ProcessRunner: ModelRunner {
         }
     }
 
-    nonisolated func load(model: URL, backend: String, threads: Int, precision: String) async throws -> any ModelSession {
+    nonisolated func load(model: URL, backend: String, threads: Int, precision: String, outputs: [String]) async throws -> any ModelSession {
         let answer = try await request(.object(JSONObject([
             ("op", .string("load")), ("model", .string(model.path)), ("backend", .string(backend)),
             ("threads", .int(threads)), ("precision", .string(precision)),

@@ -35,7 +35,7 @@ final class FakeRunner: ModelRunner, @unchecked Sendable {
         func close() async {}
     }
 
-    func load(model: URL, backend: String, threads: Int, precision: String) async throws -> any ModelSession {
+    func load(model: URL, backend: String, threads: Int, precision: String, outputs: [String]) async throws -> any ModelSession {
         lock.withLock { _loads.append(backend) }
         if unavailable.contains(backend) { throw BackendUnavailable("no \(backend) here") }
         guard FileManager.default.fileExists(atPath: model.path) else { throw BackendUnavailable("no file") }

@@ -116,10 +116,11 @@ final class TestServer: @unchecked Sendable {
         h["Content-Length"] = String(body.count)
         for (k, v) in h { text += "\(k): \(v)\r\n" }
         text += "\r\n"
-        send(fd, Data(text.utf8))
         let sent = limit.map { min($0, body.count) } ?? body.count
-        send(fd, body.prefix(sent))
+        // Logged before the bytes go out, so a test that saw the answer also sees the entry.
         lock.withLock { _log.append((path, status, sent)) }
+        send(fd, Data(text.utf8))
+        send(fd, body.prefix(sent))
     }
 
     private func handle(_ fd: Int32) {
