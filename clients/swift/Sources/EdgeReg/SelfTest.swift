@@ -138,10 +138,11 @@ struct SelfTest {
 /// The confirmation ledger of one unit (docs/protocol.md §11).
 struct UnitHealth: Sendable, Equatable {
     struct Revert: Sendable, Equatable {
+        var unit: String
         var version: String
         var toVersion: String?
         var starts: Int
-        var reason: String { "\(version) not confirmed after \(starts) app starts" }
+        var reason: String { "\(unit) \(version) not confirmed after \(starts) app starts" }
     }
 
     var installed: String?
@@ -164,7 +165,7 @@ struct UnitHealth: Sendable, Equatable {
         if let reverting { return reverting }
         guard let installed, !confirmed else { return nil }
         if starts >= maxStarts {
-            let revert = Revert(version: installed, toVersion: lastGood, starts: starts)
+            let revert = Revert(unit: unit, version: installed, toVersion: lastGood, starts: starts)
             reverting = revert
             return revert
         }
@@ -195,7 +196,7 @@ struct UnitHealth: Sendable, Equatable {
         o["last_good"] = lastGood.map { .string($0) } ?? .null
         if let r = reverting {
             o["reverting"] = .object(JSONObject([
-                ("version", .string(r.version)), ("to_version", r.toVersion.map { .string($0) } ?? .null), ("starts", .int(r.starts)),
+                ("unit", .string(r.unit)), ("version", .string(r.version)), ("to_version", r.toVersion.map { .string($0) } ?? .null), ("starts", .int(r.starts)),
             ]))
         } else {
             o["reverting"] = .null
@@ -209,7 +210,8 @@ struct UnitHealth: Sendable, Equatable {
         starts = Int(json["starts"]?.intValue ?? 0)
         lastGood = json["last_good"]?.stringValue
         if let r = json["reverting"]?.objectValue, let v = r["version"]?.stringValue {
-            reverting = Revert(version: v, toVersion: r["to_version"]?.stringValue, starts: Int(r["starts"]?.intValue ?? 0))
+            reverting = Revert(unit: r["unit"]?.stringValue ?? "", version: v, toVersion: r["to_version"]?.stringValue,
+                               starts: Int(r["starts"]?.intValue ?? 0))
         }
     }
 }

@@ -186,10 +186,8 @@ final class Device {
         case "update":
             var conditions = Conditions()
             if let c = request["conditions"]?.objectValue {
-                conditions = Conditions(metered: c["metered"].flatMap { $0.isNull ? nil : $0.boolValue },
-                                        charging: c["charging"].flatMap { $0.isNull ? nil : $0.boolValue })
-                if c["metered"] == nil { conditions.metered = false }
-                if c["charging"] == nil { conditions.charging = true }
+                // A key left out is unknown, which counts as unmet (as the reference reads it).
+                conditions = Conditions(metered: c["metered"]?.boolValue, charging: c["charging"]?.boolValue)
             }
             return resultJSON(await client.update(unit, conditions: conditions))
         case "current":
@@ -282,6 +280,7 @@ final class Device {
     }
 
     func resultJSON(_ r: UpdateResult) -> JSONValue {
+        if let code = r.errorCode { log("edgereg-device: \(r.unit): \(code): \(r.error ?? "")") }
         var members = JSONObject()
         for name in r.members.keys.sorted() {
             let m = r.members[name]!
