@@ -21,11 +21,16 @@ public struct ClientConfiguration: Sendable {
     public var maxUnconfirmedStarts: Int
     /// Releases shipped in the app, by unit name.
     public var bundled: [String: BundledRelease]
+    /// Tests and fleet simulations only: plain `http://` from this local address (one per
+    /// simulated device), over the package's own socket client instead of URLSession.
+    public var sourceAddress: String?
 
     public init(registry: URL, trustedKeys: TrustedKeys, cacheDirectory: URL, device: DeviceFacts, tier: String? = nil,
                 tiers: [(String, TierRules)] = [], runner: (any ModelRunner)? = nil, selfTest: Bool = false,
                 policy: DownloadPolicy = DownloadPolicy(), limits: Limits = Limits(), reporting: Bool = true,
-                deviceClass: String? = nil, maxUnconfirmedStarts: Int = 3, bundled: [String: BundledRelease] = [:]) {
+                deviceClass: String? = nil, maxUnconfirmedStarts: Int = 3, bundled: [String: BundledRelease] = [:],
+                sourceAddress: String? = nil) {
+        self.sourceAddress = sourceAddress
         self.registry = registry
         self.trustedKeys = trustedKeys
         self.cacheDirectory = cacheDirectory
@@ -65,7 +70,7 @@ public actor EdgeRegClient {
     public nonisolated let tier: String?
     public nonisolated let tierReason: String
     let layout: CacheLayout
-    let transport: HTTPTransport
+    let transport: any Transport
     var fixedNow: Int64?
     let reporter: Reporter
 
@@ -87,7 +92,9 @@ public actor EdgeRegClient {
         tierReason = resolved.1
         let layout = CacheLayout(root: config.cacheDirectory)
         self.layout = layout
-        transport = HTTPTransport(limits: config.limits)
+        let transport: any Transport = config.sourceAddress.map { SocketTransport(source: $0, limits: config.limits) }
+            ?? HTTPTransport(limits: config.limits)
+        self.transport = transport
         reporter = Reporter(enabled: config.reporting, transport: transport, registry: config.registry, device: config.device,
                             deviceClass: config.deviceClass, store: layout.root.appendingPathComponent("reports.json"))
     }

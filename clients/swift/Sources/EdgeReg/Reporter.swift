@@ -30,7 +30,7 @@ actor Reporter {
     static let timeout = 5.0
 
     let enabled: Bool
-    let transport: HTTPTransport
+    let transport: any Transport
     let registry: URL
     let device: DeviceFacts
     let deviceClass: String?
@@ -42,7 +42,7 @@ actor Reporter {
     var retry: [(body: Data, url: URL)] = []
     var inFlight: [Task<Bool, Never>] = []
 
-    init(enabled: Bool, transport: HTTPTransport, registry: URL, device: DeviceFacts, deviceClass: String?, store: URL? = nil) {
+    init(enabled: Bool, transport: any Transport, registry: URL, device: DeviceFacts, deviceClass: String?, store: URL? = nil) {
         self.store = store
         if enabled, let store, let data = try? Data(contentsOf: store),
             let saved = try? JSONDecoder().decode([String: Saved].self, from: data)

@@ -29,7 +29,8 @@ final class StreamedResponse: @unchecked Sendable {
     let status: Int
     let headers: [String: String]
     let url: String
-    private var iterator: AsyncThrowingStream<Data, Error>.Iterator
+    private var iterator: AsyncThrowingStream<Data, Error>.Iterator?
+    private let read: (@Sendable () throws -> Data?)?
     private let cancel: @Sendable () -> Void
     private let limits: Limits
     private var windowStart = Date()
@@ -41,6 +42,19 @@ final class StreamedResponse: @unchecked Sendable {
         self.headers = headers
         self.url = url
         self.iterator = iterator
+        self.read = nil
+        self.limits = limits
+        self.cancel = cancel
+    }
+
+    /// A response read by a blocking function (the socket transport).
+    init(status: Int, headers: [String: String], url: String, limits: Limits,
+         read: @escaping @Sendable () throws -> Data?, cancel: @escaping @Sendable () -> Void) {
+        self.status = status
+        self.headers = headers
+        self.url = url
+        self.iterator = nil
+        self.read = read
         self.limits = limits
         self.cancel = cancel
     }
@@ -59,7 +73,13 @@ final class StreamedResponse: @unchecked Sendable {
 
     /// The next chunk, or nil at the end of the body.
     func next() async throws -> Data? {
-        guard let chunk = try await iterator.next() else { return nil }
+        let next: Data?
+        if let read {
+            next = try read()
+        } else {
+            next = try await iterator?.next()
+        }
+        guard let chunk = next else { return nil }
         windowBytes += chunk.count
         let elapsed = Date().timeIntervalSince(windowStart)
         if elapsed >= limits.timeout {
@@ -77,8 +97,15 @@ final class StreamedResponse: @unchecked Sendable {
     func close() { cancel() }
 }
 
+/// What the client needs of HTTP: a streamed GET, a GET into a sink, a small POST.
+protocol Transport: Sendable {
+    func get(_ url: URL, headers: [String: String]) async throws -> StreamedResponse
+    func fetch(_ url: URL, headers: [String: String], into sink: any BodySink) async throws
+    func post(_ url: URL, body: Data, contentType: String, timeout: Double) async throws -> Int
+}
+
 /// HTTP GET and POST over URLSession (FoundationNetworking on Linux).
-final class HTTPTransport: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+final class HTTPTransport: NSObject, URLSessionDataDelegate, Transport, @unchecked Sendable {
     private let lock = NSLock()
     private var session: URLSession!
     private var streams: [Int: (response: CheckedContinuation<URLResponse, Error>?, body: AsyncThrowingStream<Data, Error>.Continuation)] = [:]

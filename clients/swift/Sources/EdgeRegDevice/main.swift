@@ -261,14 +261,12 @@ final class Device {
             else { throw Misuse("'bundled' needs a readable 'manifest' and 'blobs_dir'") }
             bundled[unitName] = BundledRelease(manifest: manifest, blobsDirectory: URL(fileURLWithPath: blobs))
         }
-        if let source = r["source_address"]?.stringValue {
-            log("edgereg-device: source_address \(source) is not supported by URLSession; using the default source")
-        }
         let config = ClientConfiguration(
             registry: registry, trustedKeys: trusted, cacheDirectory: URL(fileURLWithPath: cacheDir), device: device, tier: tier,
             tiers: tiers, runner: runner, selfTest: r["self_test"]?.boolValue ?? false, policy: policy, limits: limits,
             reporting: r["reporting"]?.boolValue ?? true, deviceClass: r["device_class"]?.stringValue,
-            maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled)
+            maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled,
+            sourceAddress: r["source_address"]?.stringValue)
         let client = EdgeRegClient(config)
         if let nowText = r["now"]?.stringValue {
             guard let now = WireTime.parseLenient(nowText) else { throw Misuse("'now' is not an RFC 3339 time") }

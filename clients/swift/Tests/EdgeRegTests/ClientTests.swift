@@ -78,13 +78,13 @@ final class Fixture: @unchecked Sendable {
 
     func client(_ device: String = deviceID(inside: true), policy: DownloadPolicy = DownloadPolicy(), selfTest: Bool = false,
                 runner: (any ModelRunner)? = nil, registryURL: URL? = nil, bundled: [String: BundledRelease] = [:],
-                reporting: Bool = false) -> EdgeRegClient {
+                reporting: Bool = false, sourceAddress: String? = nil) -> EdgeRegClient {
         EdgeRegClient(ClientConfiguration(
             registry: registryURL ?? server.url, trustedKeys: registry.trusted, cacheDirectory: cache,
             device: DeviceFacts(deviceID: device, ramMB: 8192, cpuCores: 6, os: "ios", osVersion: "17.2", mnnRuntime: "3.6.1",
                                 appVersion: "2.4.0"),
             tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: Limits(timeout: 10, deadline: 60),
-            reporting: reporting, bundled: bundled))
+            reporting: reporting, bundled: bundled, sourceAddress: sourceAddress))
     }
 
     deinit {
@@ -141,6 +141,21 @@ let ocr = ReleaseUnit.bundle("ocr")
         let r = await f.client().update(digits)
         #expect(r.ok && r.downloadedBytes == 24_000_000, "\(r.error ?? "")")
         #expect(SHA256Hasher.hex(try Data(contentsOf: try #require(r.path))) == big["sha256"]?.stringValue)
+    }
+
+    @Test func theSocketTransportFromASourceAddressDoesTheSame() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1, reportURL: "v1/reports")
+        f.server.dropAfter(v1["path"]!.stringValue!, 10_000)
+        let client = f.client(reporting: true, sourceAddress: "127.0.0.2")
+        #expect(await client.update(digits).errorCode == "transport")
+        let resumed = await client.update(digits)
+        #expect(resumed.ok && resumed.downloadedBytes == 30_000, "\(resumed.error ?? "")")
+        let again = await client.update(digits)
+        #expect(again.notModified)
+        #expect(await client.flushReports() == 1)
+        #expect(ReportSchema.refusal(try #require(f.server.reports.first)) == nil)
     }
 
     @Test func aServerIgnoringRangesStartsOver() async throws {

@@ -1,0 +1,193 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Plain HTTP/1.1 over a socket bound to a given local address: for tests and fleet
+/// simulations, where each simulated device leaves from its own loopback address
+/// (URLSession cannot bind one). Never used by an app: `ClientConfiguration.sourceAddress`
+/// is nil there.
+final class SocketTransport: Transport, @unchecked Sendable {
+    let source: String
+    let limits: Limits
+
+    init(source: String, limits: Limits) {
+        self.source = source
+        self.limits = limits
+    }
+
+    /// One exchange on its own connection (`Connection: close`).
+    final class Exchange: @unchecked Sendable {
+        let fd: Int32
+        var buffer: [UInt8] = []
+        var status = 0
+        var headers: [String: String] = [:]
+        var remaining: Int64?  // Content-Length left, nil: until close (or chunked)
+        var chunked = false
+        var chunkLeft: Int64 = 0
+        var finished = false
+        let deadline: Date
+
+        init(fd: Int32, deadline: Date) {
+            self.fd = fd
+            self.deadline = deadline
+        }
+
+        deinit { close(fd) }
+
+        func fill() throws -> Bool {
+            guard Date() < deadline else { throw TransportError(message: "the fetch went past its deadline") }
+            var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+            let n = recv(fd, &chunk, chunk.count, 0)
+            if n < 0 { throw TransportError(message: "read failed: \(String(cString: strerror(errno)))") }
+            if n == 0 { return false }
+            buffer.append(contentsOf: chunk[0..<n])
+            return true
+        }
+
+        func line() throws -> String {
+            while true {
+                if let i = buffer.firstIndex(of: 0x0A) {
+                    let text = String(decoding: buffer[..<i], as: UTF8.self).trimmingCharacters(in: CharacterSet(charactersIn: "\r"))
+                    buffer.removeFirst(i + 1)
+                    return text
+                }
+                guard try fill() else { throw TransportError(message: "connection closed in the headers") }
+            }
+        }
+
+        func readHead() throws {
+            let statusLine = try line()
+            let parts = statusLine.split(separator: " ")
+            guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), let code = Int(parts[1]) else {
+                throw TransportError(message: "not an HTTP answer")
+            }
+            status = code
+            while true {
+                let header = try line()
+                if header.isEmpty { break }
+                guard let colon = header.firstIndex(of: ":") else { continue }
+                headers[header[..<colon].lowercased()] = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+            chunked = headers["transfer-encoding"]?.lowercased().contains("chunked") == true
+            remaining = chunked ? nil : headers["content-length"].flatMap { Int64($0) }
+            if status == 304 || status == 204 || (100..<200).contains(status) { remaining = 0 }
+        }
+
+        /// The next piece of the body, nil at its end.
+        func next() throws -> Data? {
+            if finished { return nil }
+            if chunked {
+                if chunkLeft == 0 {
+                    var size = try line()
+                    if size.isEmpty { size = try line() }  // the CRLF after the previous chunk
+                    guard let n = Int64(size.split(separator: ";").first.map(String.init) ?? "", radix: 16) else {
+                        throw TransportError(message: "bad chunk size")
+                    }
+                    if n == 0 {
+                        finished = true
+                        return nil
+                    }
+                    chunkLeft = n
+                }
+                if buffer.isEmpty { guard try fill() else { throw TransportError(message: "connection closed in a chunk") } }
+                let take = Int(min(Int64(buffer.count), chunkLeft))
+                let out = Data(buffer[..<take])
+                buffer.removeFirst(take)
+                chunkLeft -= Int64(take)
+                return out
+            }
+            if let left = remaining, left <= 0 {
+                finished = true
+                return nil
+            }
+            if buffer.isEmpty {
+                guard try fill() else {
+                    finished = true
+                    if let left = remaining, left > 0 { throw TransportError(message: "connection closed early") }
+                    return nil
+                }
+            }
+            var take = buffer.count
+            if let left = remaining { take = Int(min(Int64(take), left)) }
+            let out = Data(buffer[..<take])
+            buffer.removeFirst(take)
+            if remaining != nil { remaining! -= Int64(take) }
+            return out
+        }
+    }
+
+    func open(_ url: URL, method: String, headers: [String: String], body: Data?, timeout: Double) throws -> Exchange {
+        guard url.scheme == "http", let host = url.host else {
+            throw TransportError(message: "\(url.absoluteString): only plain http with a source address")
+        }
+        let port = url.port ?? 80
+        var hints = addrinfo()
+        hints.ai_family = AF_INET
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var info: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &info) == 0, let first = info else {
+            throw TransportError(message: "\(host): cannot resolve")
+        }
+        defer { freeaddrinfo(info) }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TransportError(message: "no socket") }
+        let exchange = Exchange(fd: fd, deadline: Date().addingTimeInterval(limits.deadline))
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(source)
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw TransportError(message: "cannot bind \(source): \(String(cString: strerror(errno)))") }
+        var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        guard connect(fd, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
+            throw TransportError(message: "\(url.absoluteString): cannot connect: \(String(cString: strerror(errno)))")
+        }
+        var path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? url.path
+        if path.isEmpty { path = "/" }
+        if let query = url.query { path += "?" + query }
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\nAccept-Encoding: identity\r\n"
+        for (k, v) in headers { head += "\(k): \(v)\r\n" }
+        if let body { head += "Content-Length: \(body.count)\r\n" }
+        head += "\r\n"
+        var out = Data(head.utf8)
+        if let body { out.append(body) }
+        try out.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if n <= 0 { throw TransportError(message: "\(url.absoluteString): write failed") }
+                offset += n
+            }
+        }
+        try exchange.readHead()
+        return exchange
+    }
+
+    func get(_ url: URL, headers: [String: String]) async throws -> StreamedResponse {
+        let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: limits.timeout)
+        return StreamedResponse(status: exchange.status, headers: exchange.headers, url: url.absoluteString, limits: limits,
+                                read: { try exchange.next() }, cancel: { shutdown(exchange.fd, Int32(SHUT_RDWR)) })
+    }
+
+    func fetch(_ url: URL, headers: [String: String], into sink: any BodySink) async throws {
+        let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: limits.timeout)
+        defer { sink.end() }
+        guard sink.begin(status: exchange.status, headers: exchange.headers) else { return }
+        while let chunk = try exchange.next() {
+            if !sink.receive(chunk) { return }
+        }
+    }
+
+    func post(_ url: URL, body: Data, contentType: String, timeout: Double) async throws -> Int {
+        let exchange = try open(url, method: "POST", headers: ["Content-Type": contentType], body: body, timeout: timeout)
+        while try exchange.next() != nil {}
+        return exchange.status
+    }
+}
