@@ -35,6 +35,7 @@ from edgereg.config._models import (
     Variant,
     WeightOnlyQuantization,
 )
+from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
 from edgereg.config._rollout import Guardrails, LatencyGuardrail, RateGuardrail, RolloutPolicy
 from edgereg.config._tasks import (
@@ -103,6 +104,7 @@ __all__ = [
     "Registry",
     "Reports",
     "Requirements",
+    "ResolvedVariant",
     "RolloutPolicy",
     "RuntimeHints",
     "SemVer",

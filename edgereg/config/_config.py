@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from edgereg.config import _recipe
 from edgereg.config._base import (
     DEFAULT_CONFIG_FILE,
     NO_MODELS_NOTE,
@@ -26,6 +25,7 @@ from edgereg.config._inputs import (
 from edgereg.config._models import (
     Model,
 )
+from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
 from edgereg.config._rollout import RolloutPolicy
 from edgereg.config._toolchain import Toolchain
@@ -104,8 +104,11 @@ class Config(_Strict):
                         f"{own} is outside {self.toolchain.minimum_runtime} (the toolchain's "
                         f"min_mnn_runtime) .. {self.toolchain.mnn} (the converter)",
                     )
-                needs_calibration = variant.quantization.mode == "int8"
-                if needs_calibration and variant.calibration is None and model.calibration is None:
+                if (
+                    variant.reads_calibration
+                    and variant.calibration is None
+                    and model.calibration is None
+                ):
                     raise _rule_error(
                         f"{where}.quantization",
                         "int8 quantization needs a calibration set; "
@@ -235,10 +238,21 @@ class Config(_Strict):
                     )
         return notes
 
+    def resolve(self, model_name: str, variant_name: str) -> ResolvedVariant:
+        """One variant with its model's settings filled in: what its build reads.
+
+        The one place a variant's overrides of its model (source and inputs,
+        evaluation and calibration sets, budgets, minimum runtime) are decided,
+        and that only int8 reads the calibration set.
+
+        Raises:
+            KeyError: no such model or variant.
+        """
+        return _recipe.resolve(self, model_name, variant_name)
+
     def minimum_runtime(self, model_name: str, variant_name: str) -> str:
         """The MNN runtime a variant must be proven on: its own, else the toolchain's."""
-        own = self.models[model_name].variants[variant_name].min_mnn_runtime
-        return own or self.toolchain.minimum_runtime
+        return self.resolve(model_name, variant_name).min_mnn_runtime
 
     def recipe(self, model_name: str, variant_name: str) -> dict[str, Any]:
         """Everything that determines a variant's bytes and gates, resolved.
@@ -246,37 +260,8 @@ class Config(_Strict):
         Model-level settings are merged with the variant's overrides, so two
         variants with the same recipe build the same artifact.
         """
-        model = self.models[model_name]
-        variant = model.variants[variant_name]
-        # Only int8 reads the calibration set; keeping it out of the other recipes
-        # keeps their bytes (the id derives from this digest) in step with dvc.yaml,
-        # which does not rerun them when the set changes.
-        calibration = (
-            variant.calibration or model.calibration
-            if variant.quantization.mode == "int8"
-            else None
-        )
-        return {
-            "model": model_name,
-            "variant": variant_name,
-            "task": model.task.model_dump(),
-            "state": [pair.model_dump() for pair in model.state],
-            "source": (variant.source or model.source).model_dump(),
-            "inputs": [spec.model_dump() for spec in (variant.inputs or model.inputs)],
-            "outputs": [spec.model_dump() for spec in model.outputs],
-            "calibration": calibration.model_dump() if calibration else None,
-            "evaluation": (variant.evaluation or model.evaluation).model_dump(),
-            "precision": variant.precision,
-            "quantization": variant.quantization.model_dump(),
-            "converter": variant.converter.model_dump(),
-            "runtime": variant.runtime.model_dump(),
-            "budgets": model.budgets.merged(variant.budgets).model_dump(),
-            "toolchain": self.toolchain.model_dump(),
-        }
+        return _recipe.recipe(self, model_name, variant_name)
 
     def recipe_digest(self, model_name: str, variant_name: str) -> str:
         """sha256 of the canonical JSON of :meth:`recipe`."""
-        canonical = json.dumps(
-            self.recipe(model_name, variant_name), sort_keys=True, separators=(",", ":")
-        )
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return _recipe.recipe_digest(self, model_name, variant_name)

@@ -126,6 +126,11 @@ class Variant(_Strict):
             raise _rule_error("inputs", "inputs may only be overridden together with source")
         return self
 
+    @property
+    def reads_calibration(self) -> bool:
+        """True for int8, the one quantization calibrated on a calibration set."""
+        return self.quantization.mode == "int8"
+
 
 class Model(_Strict):
     """One model: its source, data, budgets and variants."""
