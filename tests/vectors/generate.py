@@ -155,7 +155,7 @@ def _raw_payload(edit: Callable[[dict[str, Any]], None], manifest: Manifest | No
     """A manifest payload edited as JSON (what the model would refuse to build), then signed."""
     data = json.loads(to_bytes(manifest or _manifest()))
     edit(data)
-    payload = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    payload = canonical_json(data)
     return sign_envelope(payload, Manifest.payload_type, [_signer("registry")])
 
 
