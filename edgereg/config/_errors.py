@@ -20,6 +20,7 @@ from edgereg.errors import ConfigError
 from edgereg.protocol.fields import (
     NAME_RULE,
 )
+from edgereg.protocol.patterns import NAME, SHA256
 
 
 def _config_error(exc: ValidationError, data: Mapping[str, Any], file: str) -> ConfigError:
@@ -95,9 +96,9 @@ def _describe(error: Any, key_path: str, data: Mapping[str, Any]) -> str:
         return f"required key is missing; allowed: {tags}"
     if kind == "string_pattern_mismatch":
         pattern = error.get("ctx", {}).get("pattern", "")
-        if "0-9a-f]{64}" in pattern:
+        if SHA256 in pattern:
             return "must be a sha256: 64 lowercase hex characters (run `sha256sum FILE`)"
-        if "a-z0-9_-" in pattern:
+        if NAME in pattern:
             return f"'{error['input']}' is not a valid name: {NAME_RULE}"
         if key_path.endswith(".evaluator"):
             return (

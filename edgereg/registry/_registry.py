@@ -10,7 +10,6 @@ compare-and-swap: of two concurrent publishers one wins and the other gets a
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ import semver
 from edgereg.errors import ConflictError, TrustError
 from edgereg.protocol import layout
 from edgereg.protocol.layout import KEYS_PREFIX
+from edgereg.protocol.patterns import NAME_RE
 from edgereg.protocol.wire import AnyRelease, BundleRecord, verify_release
 from edgereg.registry import _transitions as transitions
 from edgereg.registry._bundle import PreparedBundle
@@ -48,8 +48,6 @@ from edgereg.wire import (
     sign_document,
     verify_document,
 )
-
-_TIER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 
 # The registry layout is spelled once, in the protocol.
 state_key = layout.state_path
@@ -168,7 +166,7 @@ class Registry:
         if self._published_keys is None:
             keys = []
             for key in self.storage.list(KEYS_PREFIX):
-                if not key.endswith(".pem"):
+                if not layout.is_public_key_path(key):
                     continue
                 try:
                     keys.append(load_public_key(self.storage.get(key)))
@@ -232,12 +230,8 @@ class Registry:
 
     def models(self) -> list[str]:
         """Every rollout unit (model or bundle) with a rollout state, sorted."""
-        names = {
-            key.split("/")[1]
-            for key in self.storage.list("models/")
-            if key.endswith("/state.json") and key.count("/") == 2
-        }
-        return sorted(names)
+        states = (layout.parse_state_path(key) for key in self.storage.list(layout.MODELS_PREFIX))
+        return sorted(name for name in states if name is not None)
 
     def read_state(self, model: str) -> tuple[RolloutState | None, str | None]:
         """The verified state and its version token, or (None, None) for a new model."""
@@ -512,7 +506,7 @@ class Registry:
         """The tiers that have a manifest of ``model`` in the registry."""
         prefix = layout.manifest_prefix(model)
         names = (key[len(prefix) :].removesuffix(".json") for key in self.storage.list(prefix))
-        return sorted(name for name in names if _TIER_NAME.fullmatch(name))
+        return sorted(name for name in names if NAME_RE.match(name))
 
     def _put_manifest(self, manifest: Manifest, signers: list[Signer]) -> None:
         """Write a manifest unless the registry already holds one at least as new.
@@ -588,7 +582,9 @@ class Registry:
         try:
             trusted = self._trust_for_signed()
         except TrustError as exc:
-            if not self.storage.list("models/") and not self.storage.list("manifests/"):
+            if not self.storage.list(layout.MODELS_PREFIX) and not self.storage.list(
+                layout.MANIFESTS_PREFIX
+            ):
                 report.warnings.append("the registry is empty")
                 return report
             report.errors.append(exc.message)
@@ -650,10 +646,10 @@ class Registry:
                 if key.count("/") >= 2 and key.endswith(".json")
             }
             - set(models)
-            for prefix in ("models/", "manifests/")
+            for prefix in (layout.MODELS_PREFIX, layout.MANIFESTS_PREFIX)
         }
-        with_manifests = found["manifests/"]
-        return sorted(with_manifests), sorted(found["models/"] - with_manifests)
+        with_manifests = found[layout.MANIFESTS_PREFIX]
+        return sorted(with_manifests), sorted(found[layout.MODELS_PREFIX] - with_manifests)
 
     def _verify_model(
         self,

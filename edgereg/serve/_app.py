@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Protocol
 
 from edgereg.errors import StorageError
+from edgereg.protocol import layout
 from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
 from edgereg.reports.summary import ArmSummary
 from edgereg.serve import _routes as routes
@@ -438,7 +439,7 @@ class App:
         return Response(200, headers, data, route.name)
 
     def _blob(self, request: Request, digest: str) -> Response:
-        key = f"blobs/sha256/{digest}"
+        key = layout.blob_path(digest)
         name = routes.BLOB.name
         etag = quote_etag(digest)
         if none_match(request.header("if-none-match"), etag):
@@ -552,7 +553,7 @@ class App:
     def _healthz(self) -> Response:
         name = routes.HEALTHZ.name
         try:
-            self.storage.list("keys/")
+            self.storage.list(layout.KEYS_PREFIX)
         except StorageError as exc:
             log.warning("health check failed: %s", exc.message)
             body = json.dumps(

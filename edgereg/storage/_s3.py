@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from edgereg.errors import StorageError
+from edgereg.protocol import layout
 from edgereg.storage import Storage, validate_key
 
 MiB = 1024 * 1024
@@ -96,12 +97,16 @@ def object_headers(key: str) -> dict[str, str]:
     The same rules as ``edgereg serve``: blobs never change, signed documents
     are reused for at most 60 seconds, the rest is not cached.
     """
-    if key.startswith("blobs/"):
+    if key.startswith(layout.BLOBS_PREFIX):
         return {"ContentType": "application/octet-stream", "CacheControl": IMMUTABLE_CACHE}
-    if key.startswith("keys/") and key.endswith(".pem"):
+    if layout.is_public_key_path(key):
         return {"ContentType": "application/x-pem-file", "CacheControl": DOCUMENT_CACHE}
     if key.endswith(".json"):
-        cache = DOCUMENT_CACHE if key.startswith(("manifests/", "models/")) else "no-cache"
+        cache = (
+            DOCUMENT_CACHE
+            if key.startswith((layout.MANIFESTS_PREFIX, layout.MODELS_PREFIX))
+            else "no-cache"
+        )
         return {"ContentType": "application/json", "CacheControl": cache}
     return {"ContentType": "application/octet-stream", "CacheControl": "no-cache"}
 
