@@ -23,23 +23,12 @@ import semver
 
 from edgereg.errors import ConflictError, TrustError
 from edgereg.protocol import layout
+from edgereg.protocol.envelope import Signer, TrustedKeys, key_id, load_public_key, public_key_pem
 from edgereg.protocol.layout import KEYS_PREFIX
 from edgereg.protocol.patterns import NAME_RE
-from edgereg.protocol.wire import AnyRelease, BundleRecord, verify_release
-from edgereg.registry import _transitions as transitions
-from edgereg.registry._bundle import PreparedBundle
-from edgereg.registry._manifests import build_manifests
-from edgereg.registry._release import PreparedRelease, ReleaseError
-from edgereg.signing import (
-    Signer,
-    TrustedKeys,
-    key_id,
-    load_public_key,
-    looks_like_private_key,
-    public_key_pem,
-)
-from edgereg.storage import NotFound, Storage
-from edgereg.wire import (
+from edgereg.protocol.wire import (
+    AnyRelease,
+    BundleRecord,
     Manifest,
     ReleaseRecord,
     RolloutState,
@@ -47,7 +36,14 @@ from edgereg.wire import (
     blob_path,
     sign_document,
     verify_document,
+    verify_release,
 )
+from edgereg.registry import _transitions as transitions
+from edgereg.registry._bundle import PreparedBundle
+from edgereg.registry._manifests import build_manifests
+from edgereg.registry._release import PreparedRelease, ReleaseError
+from edgereg.signing import looks_like_private_key
+from edgereg.storage import NotFound, Storage
 
 # The registry layout is spelled once, in the protocol.
 state_key = layout.state_path

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from edgereg.errors import StorageError
 from edgereg.protocol import layout
+from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
 from edgereg.reports.summary import ArmSummary
 from edgereg.serve import _routes as routes
@@ -57,7 +58,6 @@ from edgereg.serve._http import (
 from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgereg.serve._metrics import Metrics
 from edgereg.serve._ratelimit import RateLimiter, retry_after
-from edgereg.signing import TrustedKeys
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 if TYPE_CHECKING:

@@ -30,9 +30,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from edgereg.errors import StorageError
+from edgereg.protocol.envelope import TrustedKeys
 from edgereg.serve._app import App, ReportSink, Request, Response, error_response
 from edgereg.serve._ratelimit import RateLimiter
-from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage, open_storage
 
 if TYPE_CHECKING:

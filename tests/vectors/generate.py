@@ -28,15 +28,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from edgereg.protocol._json import canonical_json
 from edgereg.protocol.decision import AppFacts, BlobCheck, decide
-from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.envelope import Signer, TrustedKeys, sign_envelope
 from edgereg.protocol.fields import Requirements, RuntimeHints, TierRules, VersionRange
 from edgereg.protocol.reasons import Rejected
 from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
-from edgereg.protocol.wire import BundleEntry
-from edgereg.signing import Signer, canonical_json, sign_envelope
-from edgereg.wire import (
+from edgereg.protocol.wire import (
     PAYLOAD_TYPE_STATE,
+    BundleEntry,
     Manifest,
     ManifestEntry,
     blob_path,
