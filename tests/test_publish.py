@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import stat
 import subprocess
@@ -834,3 +835,23 @@ def test_a_large_class_list_ships_as_a_labels_blob(site: Site) -> None:
         expires_days=30,
     )
     assert json.loads(site.objects()[f"blobs/sha256/{digest}"]) == names
+
+
+def test_replacing_a_manifest_that_does_not_verify_is_logged(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    registry_root = Path(site.url.removeprefix("file://"))
+    broken = registry_root / "manifests" / MODEL / "high.json"
+    broken.write_bytes(b"not a manifest")
+    with caplog.at_level(logging.INFO, logger="edgereg.registry"):
+        ok(site.run("rollout", MODEL, "--to", "25%", "--force"))
+    replaced = [
+        record
+        for record in caplog.records
+        if record.name == "edgereg.registry._registry" and "does not verify" in record.message
+    ]
+    assert len(replaced) == 1
+    assert replaced[0].levelno == logging.WARNING
+    assert f"manifests/{MODEL}/high.json" in replaced[0].message
+    assert site.manifests()["high"].sequence == site.state().sequence

@@ -10,6 +10,7 @@ compare-and-swap: of two concurrent publishers one wins and the other gets a
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +45,8 @@ from edgereg.registry._manifests import build_manifests
 from edgereg.registry._release import PreparedRelease, ReleaseError
 from edgereg.signing import looks_like_private_key
 from edgereg.storage import NotFound, Storage
+
+log = logging.getLogger(__name__)
 
 # The registry layout is spelled once, in the protocol.
 state_key = layout.state_path
@@ -512,7 +515,7 @@ class Registry:
         """
         key = manifest_key(manifest.model, manifest.tier)
         envelope = sign_document(manifest, signers)
-        for _ in range(5):
+        for attempt in range(1, 6):
             try:
                 data, token = self.storage.get_versioned(key)
             except NotFound:
@@ -520,14 +523,27 @@ class Registry:
             if token is not None:
                 try:
                     current = verify_document(Manifest, data, self._trust_for_signed())
-                except TrustError:
+                except TrustError as exc:
                     current = None  # unreadable or foreign: replace it
+                    log.warning(
+                        "%s does not verify (%s); replacing it with sequence %d of %s",
+                        key,
+                        exc.message,
+                        manifest.sequence,
+                        self.storage.url,
+                    )
                 if current is not None and current.sequence >= manifest.sequence:
                     return
             try:
                 self.storage.put_if_unchanged(key, envelope, token)
                 return
             except ConflictError:
+                log.info(
+                    "%s changed while writing sequence %d (attempt %d of 5); reading it again",
+                    key,
+                    manifest.sequence,
+                    attempt,
+                )
                 continue
         raise ConflictError(
             f"{key} kept changing while this command wrote it",

@@ -63,7 +63,7 @@ from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 if TYPE_CHECKING:
     from edgereg.config import RolloutPolicy
 
-log = logging.getLogger("edgereg.serve")
+log = logging.getLogger(__name__)
 
 ALLOW = "GET, HEAD"
 IMMUTABLE_CACHE = "public, max-age=31536000, immutable"

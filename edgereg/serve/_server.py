@@ -38,8 +38,9 @@ from edgereg.storage import Storage, open_storage
 if TYPE_CHECKING:
     from edgereg.config import RolloutPolicy
 
-log = logging.getLogger("edgereg.serve")
-access_log = logging.getLogger("edgereg.serve.access")
+log = logging.getLogger(__name__)
+# A child of its own, so an operator can silence the access log and keep errors.
+access_log = logging.getLogger(f"{__name__}.access")
 
 #: Seconds a connection may stay idle, or a read or write may stall.
 DEFAULT_TIMEOUT = 30.0

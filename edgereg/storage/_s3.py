@@ -37,6 +37,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
+import logging
 import os
 import threading
 import time
@@ -71,6 +72,8 @@ _ACCESS_CODES = {
     "TokenRefreshRequired",
     "403",
 }
+log = logging.getLogger(__name__)
+
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _NOT_IMPLEMENTED_CODES = {"NotImplemented", "501"}
 _CONDITIONAL_HINT = (
@@ -338,6 +341,11 @@ class S3Storage(Storage):
                     return False
                 if code not in ("ConditionalRequestConflict", "409"):
                     raise
+            log.info(
+                "409 creating %s: another write to it was in flight (attempt %d of 4); retrying",
+                self._key(key),
+                attempt + 1,
+            )
             time.sleep(0.05 * 2**attempt)
         raise self._conflict(key, None)
 
@@ -401,6 +409,11 @@ class S3Storage(Storage):
                     # Another upload of this key completed meanwhile: per AWS
                     # the loser restarts; for an immutable key, existing is enough.
                     if self._head(key) is not None:
+                        log.info(
+                            "409 completing the upload of %s: another upload finished it "
+                            "first; keeping that one (the key is immutable)",
+                            full_key,
+                        )
                         return False
                     raise self._conflict(key, None) from exc
                 raise
