@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-)
+from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
 DEFAULT_CONFIG_FILE = "models.toml"

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import (
-    Field,
-)
+from pydantic import Field
 
-from edgereg.config._base import (
-    _Strict,
-)
+from edgereg.config._base import _Strict
 
 
 class MetricBudget(_Strict):

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    Field,
-    field_validator,
-)
+from pydantic import Field, field_validator
 
-from edgereg.config._base import (
-    _Strict,
-)
+from edgereg.config._base import _Strict
 from edgereg.config._rollout import RolloutPolicy
-from edgereg.protocol.fields import (
-    Name,
-    Requirements,
-    SemVer,
-)
+from edgereg.protocol.fields import Name, Requirements, SemVer
 
 
 class Bundle(_Strict):

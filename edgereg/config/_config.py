@@ -5,34 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    Field,
-    PrivateAttr,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, model_validator
 
 from edgereg.config import _recipe
-from edgereg.config._base import (
-    DEFAULT_CONFIG_FILE,
-    NO_MODELS_NOTE,
-    _rule_error,
-    _Strict,
-)
+from edgereg.config._base import DEFAULT_CONFIG_FILE, NO_MODELS_NOTE, _rule_error, _Strict
 from edgereg.config._bundles import Bundle
-from edgereg.config._inputs import (
-    PinnedFile,
-)
-from edgereg.config._models import (
-    Model,
-)
+from edgereg.config._inputs import PinnedFile
+from edgereg.config._models import Model
 from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
 from edgereg.config._rollout import RolloutPolicy
 from edgereg.config._toolchain import Toolchain
-from edgereg.protocol.fields import (
-    Name,
-    TierRules,
-)
+from edgereg.protocol.fields import Name, TierRules
 
 
 class Config(_Strict):

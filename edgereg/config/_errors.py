@@ -7,19 +7,12 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Union
 
-from pydantic import (
-    BaseModel,
-    ValidationError,
-)
+from pydantic import BaseModel, ValidationError
 
-from edgereg.config._base import (
-    _RULE_ERROR,
-)
+from edgereg.config._base import _RULE_ERROR
 from edgereg.config._config import Config
 from edgereg.errors import ConfigError
-from edgereg.protocol.fields import (
-    NAME_RULE,
-)
+from edgereg.protocol.fields import NAME_RULE
 from edgereg.protocol.patterns import NAME, SHA256
 
 

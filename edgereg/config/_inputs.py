@@ -4,19 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import (
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
-from edgereg.config._base import (
-    _rule_error,
-    _Strict,
-)
-from edgereg.protocol.fields import (
-    Sha256,
-)
+from edgereg.config._base import _rule_error, _Strict
+from edgereg.protocol.fields import Sha256
 
 
 class PinnedFile(_Strict):

@@ -6,20 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
-from edgereg.config._base import (
-    DEFAULT_CONFIG_FILE,
-)
+from edgereg.config._base import DEFAULT_CONFIG_FILE
 from edgereg.config._config import Config
-from edgereg.config._errors import (
-    _config_error,
-)
-from edgereg.config._tasks import (
-    TASK_KINDS,
-)
+from edgereg.config._errors import _config_error
+from edgereg.config._tasks import TASK_KINDS
 from edgereg.errors import ConfigError
 
 if sys.version_info >= (3, 11):

@@ -4,35 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import (
-    Field,
-    StringConstraints,
-    model_validator,
-)
+from pydantic import Field, StringConstraints, model_validator
 
-from edgereg.config._base import (
-    _rule_error,
-    _Strict,
-)
+from edgereg.config._base import _rule_error, _Strict
 from edgereg.config._budgets import Budgets
-from edgereg.config._inputs import (
-    CalibrationSet,
-    InputSpec,
-    OutputSpec,
-    PinnedFile,
-    StatePair,
-)
+from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
 from edgereg.config._rollout import RolloutPolicy
-from edgereg.config._tasks import (
-    ClassificationTask,
-    Task,
-)
-from edgereg.protocol.fields import (
-    Name,
-    Requirements,
-    RuntimeHints,
-    SemVer,
-)
+from edgereg.config._tasks import ClassificationTask, Task
+from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
 
 
 class NoQuantization(_Strict):

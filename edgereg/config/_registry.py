@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import (
-    Field,
-)
+from pydantic import Field
 
-from edgereg.config._base import (
-    DEFAULT_TRUSTED_KEYS,
-    _Strict,
-)
+from edgereg.config._base import DEFAULT_TRUSTED_KEYS, _Strict
 
 
 class Registry(_Strict):

@@ -5,14 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Annotated
 
-from pydantic import (
-    Field,
-    field_validator,
-)
+from pydantic import Field, field_validator
 
-from edgereg.config._base import (
-    _Strict,
-)
+from edgereg.config._base import _Strict
 
 
 class RateGuardrail(_Strict):

@@ -5,11 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import (
-    BeforeValidator,
-    Field,
-    StringConstraints,
-)
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from edgereg.config._base import _Strict
 from edgereg.config._inputs import PinnedFile

@@ -5,20 +5,10 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import (
-    Field,
-    StringConstraints,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from edgereg.config._base import (
-    _rule_error,
-    _Strict,
-)
-from edgereg.protocol.fields import (
-    VersionPin,
-)
+from edgereg.config._base import _rule_error, _Strict
+from edgereg.protocol.fields import VersionPin
 
 
 class Toolchain(_Strict):
