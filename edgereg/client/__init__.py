@@ -73,8 +73,8 @@ from edgereg.client._updater import (
     unsafe_registry_keys,
 )
 from edgereg.errors import TransportError, TrustError
-from edgereg.rollout import DeviceProfile
-from edgereg.signing import TrustedKeys
+from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.rules import DeviceProfile
 
 __all__ = [
     "MAX_MANIFEST_BYTES",

@@ -40,9 +40,8 @@ from edgereg.client._updater import (
     unsafe_registry_keys,
 )
 from edgereg.errors import EdgeregError
-from edgereg.protocol.rules import explain_tier
-from edgereg.rollout import DeviceProfile, resolve_tier
-from edgereg.signing import TrustedKeys, load_public_key
+from edgereg.protocol.envelope import TrustedKeys, load_public_key
+from edgereg.protocol.rules import DeviceProfile, explain_tier, resolve_tier
 
 __all__ = ["pull_command"]
 

@@ -81,13 +81,13 @@ from edgereg.client._trust import (
 from edgereg.config import Name, RuntimeHints, TierRules
 from edgereg.errors import EdgeregError, TransportError, TrustError
 from edgereg.protocol import layout
+from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.decision import AppFacts, unfit
+from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.fields import format_time
-from edgereg.protocol.wire import BundleEntry, Manifest, verify_document
-from edgereg.rollout import DeviceProfile, resolve_tier
-from edgereg.signing import TrustedKeys, key_id, load_public_key, strict_json_loads
-from edgereg.wire import ManifestEntry
+from edgereg.protocol.rules import DeviceProfile, resolve_tier
+from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
 
 __all__ = [
     "BadRelease",

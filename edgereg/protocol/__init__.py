@@ -6,6 +6,7 @@ port checking itself against tests/vectors/) share one definition of each
 rule:
 
 - :mod:`~edgereg.protocol.layout`: registry paths;
+- :mod:`~edgereg.protocol.patterns`: the name and sha256 (key id) rules, compiled once;
 - :mod:`~edgereg.protocol.fields`: names, versions, digests, times, percents,
   runtime hints and tier rules;
 - :mod:`~edgereg.protocol.envelope`: keys, DSSE envelopes, the PAE and the one
