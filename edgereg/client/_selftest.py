@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from edgereg._files import atomic_write
-from edgereg.config import RuntimeHints
 from edgereg.protocol.contract import BlobRef
-from edgereg.protocol.fields import Backend
+from edgereg.protocol.fields import Backend, RuntimeHints
 from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed
 from edgereg.protocol.wire import ManifestEntry, WireError, from_bytes
