@@ -766,8 +766,11 @@ class Client:
                 "message": message,
                 "at": format_time(self.clock()),
             }
-        with contextlib.suppress(CacheError):
+        try:
             self.cache.write_status(self.model, status)
+        except CacheError as exc:
+            # The fetch result still carries the error; only `status()` misses it.
+            _log.warning("cannot record the last error of %s: %s", self.model, exc)
 
     def _get_manifest(self, state: _TierState) -> tuple[bytes, str | None, bool]:
         """The manifest bytes to verify, their ETag, and whether the server said 304."""
@@ -845,8 +848,16 @@ class Client:
         except OSError as exc:
             raise cache_error(f"cannot read {part}", exc) from exc
         if size > check.entry.size:
+            _log.warning(
+                "dropped %s: %d bytes, more than the %d the manifest declares",
+                part,
+                size,
+                check.entry.size,
+            )
             unlink(part)
             return 0
+        if size:
+            _log.info("resuming %s from byte %d of %d", part.name, size, check.entry.size)
         try:
             with part.open("rb") as handle:
                 for chunk in iter(lambda: handle.read(CHUNK), b""):
@@ -861,6 +872,13 @@ class Client:
             if have and not (response.status == 206 and response.range_start == have):
                 # The server ignored the Range (200 and the whole body: a plain
                 # static server) or refused it: start again from the first byte.
+                _log.info(
+                    "%s answered HTTP %d to a range from byte %d; dropped %s, starting over",
+                    response.url,
+                    response.status,
+                    have,
+                    part.name,
+                )
                 unlink(part)
                 check.reset()
                 if response.status != 200:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import http.client
-import logging
 import os
 import re
 import socket
@@ -40,7 +39,6 @@ __all__ = [
     "read_up_to",
 ]
 
-_log = logging.getLogger(__name__)
 
 CHUNK = 64 * 1024
 USER_AGENT = f"edgereg/{__version__}"

@@ -14,7 +14,8 @@ rule:
   state, release record) and their one serialization;
 - :mod:`~edgereg.protocol.rules`: cohorts, tiers, the entry a device runs;
 - :mod:`~edgereg.protocol.decision`: the client's decision and blob check;
-- :mod:`~edgereg.protocol.reasons`: one exception per reason code;
+- :mod:`~edgereg.protocol.reasons`: one exception per reason code, and the
+  client's other codes with what the app does about each;
 - :mod:`~edgereg.protocol.build_outputs`: what publish reads from a build.
 """
 
@@ -22,7 +23,7 @@ from edgereg.protocol._json import MAX_JSON_DEPTH, canonical_json, strict_json_l
 from edgereg.protocol.decision import MAX_MANIFEST_BYTES, BlobCheck, Decision, decide
 from edgereg.protocol.envelope import Signer, TrustedKeys, pae, sign_envelope, verify_envelope
 from edgereg.protocol.errors import EdgeregError, TrustError
-from edgereg.protocol.reasons import REASONS, Rejected
+from edgereg.protocol.reasons import CLIENT_REASONS, REASONS, ClientReason, Rejected
 from edgereg.protocol.rules import (
     DeviceProfile,
     choose_entry,
@@ -43,6 +44,7 @@ from edgereg.protocol.wire import (
 )
 
 __all__ = [
+    "CLIENT_REASONS",
     "MAX_JSON_DEPTH",
     "MAX_MANIFEST_BYTES",
     "PAYLOAD_TYPE_MANIFEST",
@@ -50,6 +52,7 @@ __all__ = [
     "PAYLOAD_TYPE_STATE",
     "REASONS",
     "BlobCheck",
+    "ClientReason",
     "Decision",
     "DeviceProfile",
     "EdgeregError",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import StringConstraints
 
-from edgereg.config import Name, Sha256
+from edgereg.protocol.fields import Name, Sha256
 
 
 def _pattern(annotated: object) -> str:
