@@ -47,8 +47,9 @@ class FetchResult:
         error: Why the fetch failed, or None.
         error_code: A stable code for ``error``: a :class:`Rejected` reason
             (``expired``, ``rollback``, ``bad-signature``, ``app-incompatible``
-            ...), ``transport``, ``not-found``, ``cache``, ``no-space`` or
-            ``bad-release``.
+            ...), ``transport``, ``not-found``, ``untrusted``, ``cache``,
+            ``no-space`` or ``bad-release`` (the table of
+            :data:`~edgereg.protocol.reasons.CLIENT_REASONS` says what to do).
         not_modified: The server answered 304 (the cached manifest was re-verified).
         downloaded_bytes: Blob bytes transferred by this fetch.
         runtime_fallback: In the candidate's cohort, but the candidate does not
