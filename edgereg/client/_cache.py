@@ -45,6 +45,7 @@ from edgereg._files import atomic_write
 from edgereg.client._installed import UnitKind, _Installed
 from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.patterns import SHA256
 
 __all__ = [
     "MAX_STATE_BYTES",
@@ -113,7 +114,7 @@ class NoSpace(CacheError):
         self.free = free
 
 
-_DIGEST_NAME = re.compile(r"^([0-9a-f]{64})(\.part)?$")
+_DIGEST_NAME = re.compile(rf"^({SHA256})(\.part)?$")
 _SECTIONS: dict[UnitKind, str] = {"model": "models", "bundle": "bundles"}
 
 

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
@@ -58,7 +57,7 @@ from edgereg.client._results import BadRelease, FetchResult, error_code
 from edgereg.client._selftest import SelfTest
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.contract import BlobRef
+from edgereg.protocol.contract import BlobRef, parse_labels
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
     AppFacts,
@@ -70,6 +69,7 @@ from edgereg.protocol.decision import (
 from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
 from edgereg.protocol.fields import Name, TierRules, format_time
+from edgereg.protocol.patterns import SHA256_RE
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.rules import DeviceProfile, resolve_tier
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
@@ -94,16 +94,6 @@ def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
             if extra is not None:
                 refs.setdefault(extra.sha256, extra)
     return list(refs.values())
-
-
-def _parse_labels(data: bytes, where: str) -> list[str]:
-    try:
-        value = strict_json_loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise Malformed(f"the labels blob of {where} is not JSON: {exc}") from exc
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise Malformed(f"the labels blob of {where} is not a JSON array of strings")
-    return value
 
 
 def _utcnow() -> datetime:
@@ -690,7 +680,7 @@ class Client:
             data = self.cache.blob(blob.sha256).read_bytes()
         except OSError as exc:
             raise cache_error(f"cannot read the labels of {name}", exc) from exc
-        return _parse_labels(data, name)
+        return parse_labels(data)
 
     def _install_shipped_or_record(self) -> None:
         try:
@@ -981,7 +971,7 @@ def _installed_models(cache: _Cache, installed: _Installed) -> dict[str, Install
             blob = member.contract.labels_blob
             if blob is not None:
                 try:
-                    labels = _parse_labels(cache.blob(blob.sha256).read_bytes(), name)
+                    labels = parse_labels(cache.blob(blob.sha256).read_bytes())
                 except (OSError, Malformed):
                     _log.warning("the labels blob of %s cannot be read", name)
         models[name] = InstalledModel(
@@ -1104,7 +1094,7 @@ def unsafe_registry_keys(fetcher: Fetcher, model: str, tier: str) -> TrustedKeys
         raise Malformed("the manifest is not a signed envelope; no key ids to look up") from exc
     keys = []
     for keyid in _unique(keyids):
-        if not re.fullmatch(r"[0-9a-f]{64}", keyid):
+        if not SHA256_RE.fullmatch(keyid):
             continue
         with fetcher.open(layout.public_key_path(keyid)) as response:
             pem = read_up_to(response, 16 * 1024)
