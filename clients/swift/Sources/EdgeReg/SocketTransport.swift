@@ -6,6 +6,14 @@ import Glibc
 import Darwin
 #endif
 
+#if os(Linux)
+private let streamSocket = Int32(SOCK_STREAM.rawValue)
+private let noSignal = Int32(MSG_NOSIGNAL)
+#else
+private let streamSocket = SOCK_STREAM
+private let noSignal: Int32 = 0
+#endif
+
 /// Plain HTTP/1.1 over a socket bound to a given local address: for tests and fleet
 /// simulations, where each simulated device leaves from its own loopback address
 /// (URLSession cannot bind one). Never used by an app: `ClientConfiguration.sourceAddress`
@@ -127,16 +135,21 @@ final class SocketTransport: Transport, @unchecked Sendable {
         let port = url.port ?? 80
         var hints = addrinfo()
         hints.ai_family = AF_INET
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_socktype = streamSocket
         var info: UnsafeMutablePointer<addrinfo>?
         guard getaddrinfo(host, String(port), &hints, &info) == 0, let first = info else {
             throw TransportError(message: "\(host): cannot resolve")
         }
         defer { freeaddrinfo(info) }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, streamSocket, 0)
         guard fd >= 0 else { throw TransportError(message: "no socket") }
         let exchange = Exchange(fd: fd, deadline: Date().addingTimeInterval(limits.deadline))
         var local = sockaddr_in()
+        #if !os(Linux)
+        local.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, socklen_t(MemoryLayout<Int32>.size))
+        #endif
         local.sin_family = sa_family_t(AF_INET)
         local.sin_addr.s_addr = inet_addr(source)
         let bound = withUnsafePointer(to: &local) {
@@ -161,7 +174,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
         try out.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, noSignal)
                 if n <= 0 { throw TransportError(message: "\(url.absoluteString): write failed") }
                 offset += n
             }

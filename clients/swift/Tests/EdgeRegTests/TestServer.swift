@@ -8,6 +8,14 @@ import Darwin
 
 @testable import EdgeReg
 
+#if os(Linux)
+private let streamSocket = Int32(SOCK_STREAM.rawValue)
+private let noSignal = Int32(MSG_NOSIGNAL)
+#else
+private let streamSocket = SOCK_STREAM
+private let noSignal: Int32 = 0
+#endif
+
 /// A static HTTP/1.1 server on 127.0.0.1 for the client tests, the way nginx serves a
 /// registry: ETag and If-None-Match (304), Range (206, 416), and knobs to misbehave
 /// (drop a body part way, serve other bytes, ignore ranges). Real sockets, no mocks.
@@ -26,7 +34,7 @@ final class TestServer: @unchecked Sendable {
 
     init(root: URL) throws {
         self.root = root
-        listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        listener = socket(AF_INET, streamSocket, 0)
         var yes: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
         var addr = sockaddr_in()
@@ -99,11 +107,11 @@ final class TestServer: @unchecked Sendable {
         return (String(first[0]), String(first[1].dropFirst()), headers, body)
     }
 
-    private func send(_ fd: Int32, _ data: Data) {
+    private func sendAll(_ fd: Int32, _ data: Data) {
         data.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let n = Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, noSignal)
                 if n <= 0 { return }
                 offset += n
             }
@@ -119,8 +127,8 @@ final class TestServer: @unchecked Sendable {
         let sent = limit.map { min($0, body.count) } ?? body.count
         // Logged before the bytes go out, so a test that saw the answer also sees the entry.
         lock.withLock { _log.append((path, status, sent)) }
-        send(fd, Data(text.utf8))
-        send(fd, body.prefix(sent))
+        sendAll(fd, Data(text.utf8))
+        sendAll(fd, body.prefix(sent))
     }
 
     private func handle(_ fd: Int32) {
