@@ -106,8 +106,54 @@ public actor EdgeRegClient {
 
     // MARK: public API
 
+    // One operation at a time: an actor may run another call while one awaits the
+    // network, and an install must not interleave with a revert of the same cache.
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func exclusive<T: Sendable>(_ body: () async -> T) async -> T {
+        if busy {
+            await withCheckedContinuation { waiting.append($0) }
+        } else {
+            busy = true
+        }
+        let result = await body()
+        if waiting.isEmpty {
+            busy = false
+        } else {
+            waiting.removeFirst().resume()  // handed over: still busy
+        }
+        return result
+    }
+
     /// Check for an update and install it; on any failure keep the last known good.
     public func update(_ unit: ReleaseUnit, conditions: Conditions = Conditions()) async -> UpdateResult {
+        await exclusive { await self.updateNow(unit, conditions: conditions) }
+    }
+
+    /// What is installed, without network (installs a shipped release on the first launch).
+    public func current(_ unit: ReleaseUnit) async -> UpdateResult {
+        await exclusive { await self.currentNow(unit) }
+    }
+
+    /// Call once at every start of the app, before loading: reverts a crash loop (§11).
+    public func appStarted(_ unit: ReleaseUnit) async -> StartOutcome {
+        await exclusive { await self.appStartedNow(unit) }
+    }
+
+    /// The app's first real inference with the installed release succeeded.
+    @discardableResult
+    public func confirm(_ unit: ReleaseUnit, version: String? = nil) async -> Bool {
+        await exclusive { await self.confirmNow(unit, version: version) }
+    }
+
+    /// Switch back to the last good set and mark the current release bad on this device.
+    public func revert(_ unit: ReleaseUnit, reason: String) async -> UpdateResult {
+        await exclusive { await self.revertNow(unit, reason: reason) }
+    }
+
+    /// Check for an update and install it; on any failure keep the last known good.
+    func updateNow(_ unit: ReleaseUnit, conditions: Conditions) async -> UpdateResult {
         await installShippedIfAny(unit)
         let installed: InstalledSet?
         do {
@@ -132,7 +178,7 @@ public actor EdgeRegClient {
     }
 
     /// What is installed, without network (installs a shipped release on the first launch).
-    public func current(_ unit: ReleaseUnit) async -> UpdateResult {
+    func currentNow(_ unit: ReleaseUnit) async -> UpdateResult {
         await installShippedIfAny(unit)
         do {
             return result(unit, try readInstalled(unit))
@@ -186,7 +232,7 @@ public actor EdgeRegClient {
     }
 
     /// Call once at every start of the app, before loading: reverts a crash loop (§11).
-    public func appStarted(_ unit: ReleaseUnit) async -> StartOutcome {
+    func appStartedNow(_ unit: ReleaseUnit) async -> StartOutcome {
         var ledger = readHealth()
         var h = ledger[unit.name] ?? UnitHealth()
         let decided = h.onStart(unit: unit.name, maxStarts: configuration.maxUnconfirmedStarts)
@@ -201,20 +247,24 @@ public actor EdgeRegClient {
             writeHealth(ledger)
             return StartOutcome(unit: unit, reverted: false, version: nil, reason: nil)
         }
-        _ = await self.revert(unit, reason: revert.reason)
+        _ = await revertNow(unit, reason: revert.reason)
         return StartOutcome(unit: unit, reverted: true, version: revert.version, reason: revert.reason)
     }
 
     /// `appStarted` for every unit this cache holds.
     public func appStarted() async -> [StartOutcome] {
+        await exclusive { await self.allStarted() }
+    }
+
+    func allStarted() async -> [StartOutcome] {
         var out: [StartOutcome] = []
-        for unit in installedUnits() { out.append(await appStarted(unit)) }
+        for unit in installedUnits() { out.append(await appStartedNow(unit)) }
         return out
     }
 
     /// The app's first real inference with the installed release succeeded.
     @discardableResult
-    public func confirm(_ unit: ReleaseUnit, version: String? = nil) async -> Bool {
+    func confirmNow(_ unit: ReleaseUnit, version: String?) async -> Bool {
         var ledger = readHealth()
         var h = ledger[unit.name] ?? UnitHealth()
         let confirmed = h.onConfirm(version)
@@ -233,7 +283,7 @@ public actor EdgeRegClient {
     }
 
     /// Switch back to the last good set and mark the current release bad on this device.
-    public func revert(_ unit: ReleaseUnit, reason: String) async -> UpdateResult {
+    func revertNow(_ unit: ReleaseUnit, reason: String) async -> UpdateResult {
         guard let record = try? readInstalled(unit) else { return result(unit, nil) }
         markBad(unit, record.version, "reverted: \(reason)")
         var previous = record.previous.first

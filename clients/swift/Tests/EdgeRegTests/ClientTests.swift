@@ -158,6 +158,21 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(ReportSchema.refusal(try #require(f.server.reports.first)) == nil)
     }
 
+    @Test func concurrentCallsTakeTurns() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", size: 2_000_000))
+        let client = f.client()
+        let results = await withTaskGroup(of: UpdateResult.self) { group in
+            for _ in 0..<5 { group.addTask { await client.update(digits) } }
+            group.addTask { await client.revert(digits, reason: "racing") }
+            var out: [UpdateResult] = []
+            for await r in group { out.append(r) }
+            return out
+        }
+        #expect(results.allSatisfy { $0.errorCode == nil || $0.errorCode == "bad-release" }, "\(results.map { $0.error ?? "" })")
+        #expect(results.reduce(0) { $0 + $1.downloadedBytes } == 2_000_000, "one download, never two into one .part")
+    }
+
     @Test func aServerIgnoringRangesStartsOver() async throws {
         let f = try Fixture()
         let v1 = try f.registry.entry("digits", "1.0.0")
