@@ -45,9 +45,10 @@ actor Reporter {
     init(enabled: Bool, transport: any Transport, registry: URL, device: DeviceFacts, deviceClass: String?, store: URL? = nil) {
         self.store = store
         if enabled, let store, let data = try? Data(contentsOf: store),
-            let saved = try? JSONDecoder().decode([String: Saved].self, from: data)
+            let saved = try? JSONDecoder().decode(Store.self, from: data)
         {
-            latest = saved.compactMapValues { s in URL(string: s.url).map { (s.facts, $0) } }
+            latest = saved.latest.compactMapValues { s in URL(string: s.url).map { (s.facts, $0) } }
+            retry = saved.retry.compactMap { r in URL(string: r.url).map { (r.body, $0) } }
         }
         self.enabled = enabled
         self.transport = transport
@@ -75,9 +76,22 @@ actor Reporter {
         var url: String
     }
 
+    struct Retry: Codable {
+        var body: Data
+        var url: String
+    }
+
+    /// reports.json: the latest facts per unit/model, and the reports kept for one more try
+    /// (an app restart does not lose them).
+    struct Store: Codable {
+        var latest: [String: Saved]
+        var retry: [Retry]
+    }
+
     func save() {
         guard let store else { return }
-        let saved = latest.mapValues { Saved(facts: $0.facts, url: $0.url.absoluteString) }
+        let saved = Store(latest: latest.mapValues { Saved(facts: $0.facts, url: $0.url.absoluteString) },
+                          retry: retry.map { Retry(body: $0.body, url: $0.url.absoluteString) })
         if let data = try? JSONEncoder().encode(saved) { try? Files.atomicWrite(data, to: store) }
     }
 
@@ -169,12 +183,16 @@ actor Reporter {
         inFlight.append(task)
     }
 
-    func keep(_ data: Data, _ url: URL) { retry.append((data, url)) }
+    func keep(_ data: Data, _ url: URL) {
+        retry.append((data, url))
+        save()
+    }
 
     /// One more try for reports that failed before; then they are dropped.
     func retryPending() {
         let again = retry
         retry = []
+        if !again.isEmpty { save() }
         for (data, url) in again { startSend(data, url, retryOnFailure: false) }
     }
 

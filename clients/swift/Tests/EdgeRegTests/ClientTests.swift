@@ -350,6 +350,20 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(try StrictJSON.parse(reports[0])["token"] == last["token"], "one token per install")
     }
 
+    @Test func aReportRefusedWith503IsTriedOnceMoreAfterARestart() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"), reportURL: "v1/reports")
+        f.server.failPosts(1)
+        let client = f.client(reporting: true)
+        #expect(await client.update(digits).ok)
+        #expect(await client.flushReports() == 0)
+        #expect(f.server.reports.isEmpty)
+        let restarted = f.client(reporting: true)
+        #expect(await restarted.update(digits).ok)  // a report is never a reason to fail an update
+        _ = await restarted.flushReports()
+        #expect(f.server.reports.count == 1, "kept for one more try, across the restart")
+    }
+
     @Test func statusIsNotReadyWhenABlobWasDamaged() async throws {
         let f = try Fixture()
         let v1 = try f.registry.entry("digits", "1.0.0")

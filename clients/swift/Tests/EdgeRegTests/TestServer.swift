@@ -29,6 +29,7 @@ final class TestServer: @unchecked Sendable {
     private var _ranges = true
     private var _log: [(path: String, status: Int, bytes: Int)] = []
     private var _reports: [Data] = []
+    private var _failPosts = 0
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/")! }
 
@@ -65,6 +66,8 @@ final class TestServer: @unchecked Sendable {
     func dropAfter(_ path: String, _ bytes: Int) { lock.withLock { _dropAfter[path] = bytes } }
     func override(_ path: String, _ data: Data?) { lock.withLock { _overrides[path] = data } }
     func setRanges(_ on: Bool) { lock.withLock { _ranges = on } }
+    /// The next `n` reports are answered 503 (the store is down).
+    func failPosts(_ n: Int) { lock.withLock { _failPosts = n } }
     var log: [(path: String, status: Int, bytes: Int)] { lock.withLock { _log } }
     var reports: [Data] { lock.withLock { _reports } }
     func resetLog() { lock.withLock { _log = [] } }
@@ -135,6 +138,15 @@ final class TestServer: @unchecked Sendable {
         defer { close(fd) }
         guard let request = readRequest(fd) else { return }
         if request.method == "POST" {
+            let fail = lock.withLock { () -> Bool in
+                guard _failPosts > 0 else { return false }
+                _failPosts -= 1
+                return true
+            }
+            if fail {
+                respond(fd, 503, ["Retry-After": "1"], Data(), path: request.path)
+                return
+            }
             lock.withLock { _reports.append(request.body) }
             respond(fd, 202, ["Content-Type": "application/json"], Data("{\"status\":\"accepted\"}".utf8), path: request.path)
             return
