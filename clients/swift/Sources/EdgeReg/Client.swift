@@ -72,6 +72,8 @@ public actor EdgeRegClient {
     let layout: CacheLayout
     let transport: any Transport
     var fixedNow: Int64?
+    /// When the update under way must be over: the whole fetch is bounded, not only each read.
+    var deadline = Date.distantFuture
     let reporter: Reporter
 
     public init(_ configuration: ClientConfiguration) {
@@ -154,6 +156,7 @@ public actor EdgeRegClient {
 
     /// Check for an update and install it; on any failure keep the last known good.
     func updateNow(_ unit: ReleaseUnit, conditions: Conditions) async -> UpdateResult {
+        deadline = Date().addingTimeInterval(configuration.limits.deadline)
         await installShippedIfAny(unit)
         let installed: InstalledSet?
         do {
@@ -482,6 +485,9 @@ public actor EdgeRegClient {
 
     /// Download, verify and move a blob into the cache; the bytes transferred.
     func download(_ ref: BlobRef) async throws -> Int64 {
+        guard Date() < deadline else {
+            throw Failure(code: Reason.transport, message: "the update went past its deadline of \(Int(configuration.limits.deadline)) s; the next update resumes")
+        }
         let part = layout.part(ref.sha256)
         try catching { () throws(CacheError) in
             do {
@@ -524,14 +530,14 @@ public actor EdgeRegClient {
         guard let url = URL(string: ref.path, relativeTo: configuration.registry)?.absoluteURL else {
             throw Failure(code: Reason.transport, message: "bad registry URL")
         }
-        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString, limits: configuration.limits)
+        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString, limits: configuration.limits, deadline: deadline)
         do {
             try await transport.fetch(url, headers: have > 0 ? ["Range": "bytes=\(have)-"] : [:], into: writer)
             if writer.restart {
                 // The server refused the range (416) or answered another one: start over.
                 Files.remove(part)
                 check.reset()
-                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString, limits: configuration.limits)
+                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString, limits: configuration.limits, deadline: deadline)
                 try await transport.fetch(url, headers: [:], into: writer)
             }
         } catch let e as TransportError {

@@ -24,8 +24,11 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     private var windowStart = Date()
     private var windowBytes = 0
 
-    init(part: URL, check: BlobCheck, have: Int64, url: String, limits: Limits) {
+    private let deadline: Date
+
+    init(part: URL, check: BlobCheck, have: Int64, url: String, limits: Limits, deadline: Date) {
         self.limits = limits
+        self.deadline = deadline
         self.part = part
         self.check = check
         self.have = have
@@ -110,6 +113,9 @@ final class BlobWriter: BodySink, @unchecked Sendable {
             _transferred += Int64(data.count)
             // A body slower than the minimum rate over a whole window gives up; the part stays
             // for a resume (a server trickling a byte a second never trips a read timeout).
+            if Date() > deadline {
+                return stop(Failure(code: Reason.transport, message: "\(url): the update went past its deadline of \(Int(limits.deadline)) s; the next update resumes"), deletePart: false)
+            }
             windowBytes += data.count
             let elapsed = Date().timeIntervalSince(windowStart)
             if elapsed >= limits.timeout {

@@ -78,12 +78,13 @@ final class Fixture: @unchecked Sendable {
 
     func client(_ device: String = deviceID(inside: true), policy: DownloadPolicy = DownloadPolicy(), selfTest: Bool = false,
                 runner: (any ModelRunner)? = nil, registryURL: URL? = nil, bundled: [String: BundledRelease] = [:],
-                reporting: Bool = false, sourceAddress: String? = nil) -> EdgeRegClient {
+                reporting: Bool = false, sourceAddress: String? = nil,
+                limits: Limits = Limits(timeout: 10, deadline: 60)) -> EdgeRegClient {
         EdgeRegClient(ClientConfiguration(
             registry: registryURL ?? server.url, trustedKeys: registry.trusted, cacheDirectory: cache,
             device: DeviceFacts(deviceID: device, ramMB: 8192, cpuCores: 6, os: "ios", osVersion: "17.2", mnnRuntime: "3.6.1",
                                 appVersion: "2.4.0"),
-            tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: Limits(timeout: 10, deadline: 60),
+            tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: limits,
             reporting: reporting, bundled: bundled, sourceAddress: sourceAddress))
     }
 
@@ -171,6 +172,19 @@ let ocr = ReleaseUnit.bundle("ocr")
         }
         #expect(results.allSatisfy { $0.errorCode == nil || $0.errorCode == "bad-release" }, "\(results.map { $0.error ?? "" })")
         #expect(results.reduce(0) { $0 + $1.downloadedBytes } == 2_000_000, "one download, never two into one .part")
+    }
+
+    @Test func aTricklingServerIsGivenUpOnAndTheBlobResumes() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        f.server.trickle(v1["path"]!.stringValue!)
+        let slow = await f.client(limits: Limits(timeout: 1, deadline: 60, minRate: 100_000)).update(digits)
+        #expect(slow.errorCode == "transport", "\(slow.error ?? "")")
+        let late = await f.client(limits: Limits(timeout: 30, deadline: 1, minRate: 1)).update(digits)
+        #expect(late.errorCode == "transport", "\(late.error ?? "")")
+        let part = Files.size(f.cache.appendingPathComponent("blobs/\(v1["sha256"]!.stringValue!).part")) ?? 0
+        #expect(part > 0, "the bytes so far stay for a resume")
     }
 
     @Test func aServerIgnoringRangesStartsOver() async throws {

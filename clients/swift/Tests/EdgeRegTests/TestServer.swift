@@ -30,6 +30,7 @@ final class TestServer: @unchecked Sendable {
     private var _log: [(path: String, status: Int, bytes: Int)] = []
     private var _reports: [Data] = []
     private var _failPosts = 0
+    private var _trickle: Set<String> = []
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/")! }
 
@@ -66,6 +67,8 @@ final class TestServer: @unchecked Sendable {
     func dropAfter(_ path: String, _ bytes: Int) { lock.withLock { _dropAfter[path] = bytes } }
     func override(_ path: String, _ data: Data?) { lock.withLock { _overrides[path] = data } }
     func setRanges(_ on: Bool) { lock.withLock { _ranges = on } }
+    /// Serve `path` at about 2 KB/s (a server that never trips a read timeout).
+    func trickle(_ path: String) { lock.withLock { _ = _trickle.insert(path) } }
     /// The next `n` reports are answered 503 (the store is down).
     func failPosts(_ n: Int) { lock.withLock { _failPosts = n } }
     var log: [(path: String, status: Int, bytes: Int)] { lock.withLock { _log } }
@@ -131,6 +134,17 @@ final class TestServer: @unchecked Sendable {
         // Logged before the bytes go out, so a test that saw the answer also sees the entry.
         lock.withLock { _log.append((path, status, sent)) }
         sendAll(fd, Data(text.utf8))
+        if lock.withLock({ _trickle.contains(path) }) {
+            var offset = 0
+            while offset < sent {
+                let end = min(sent, offset + 100)
+                sendAll(fd, body.subdata(in: offset..<end))
+                offset = end
+                usleep(50_000)
+                if lock.withLock({ listener < 0 }) { return }
+            }
+            return
+        }
         sendAll(fd, body.prefix(sent))
     }
 
