@@ -187,6 +187,33 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(part > 0, "the bytes so far stay for a resume")
     }
 
+    /// README.md's start, as written there (the names it leaves to the app are locals here).
+    @Test func theReadmeStartWorks() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", probe: FakeRunner.probe()))
+        let registryPublicKeyPEM = f.registry.publicPEM, installID = deviceID(inside: true), appSupport = f.dir
+        let tierRules: [(String, TierRules)] = [("high", TierRules(minRamMB: 4096)), ("low", TierRules())]
+        func MNNRunner() -> FakeRunner { FakeRunner() }
+        var loaded: [String] = []
+        func load(_ path: URL, _ backend: String?, _ contract: IOContract?, _ labels: [String]?) { loaded.append(backend ?? "") }
+
+        let client = EdgeRegClient(ClientConfiguration(
+            registry: f.server.url,
+            trustedKeys: TrustedKeys(pems: [registryPublicKeyPEM])!,
+            cacheDirectory: appSupport.appendingPathComponent("models"),
+            device: DeviceFacts(deviceID: installID, ramMB: 6144, cpuCores: 6, soc: "Apple A15", os: "ios",
+                                osVersion: "17.2", mnnRuntime: "3.6.1", appVersion: "2.4.0"),
+            tiers: tierRules,                 // or tier: "high"
+            runner: MNNRunner(), selfTest: true))
+        if await client.appStarted(.model("digits")).reverted { /* a crash loop was taken back */ }
+        let result = await client.update(.model("digits"))   // never throws: errorCode + the last good model
+        if let model = result.model { load(model.path, model.backend, model.contract, model.labels) }
+        await client.confirm(.model("digits"), version: result.version)  // after the first real inference
+
+        #expect(client.tier == "high" && loaded == ["opencl"])
+        #expect(await client.status(.model("digits")).installed?.version == "1.0.0")
+    }
+
     @Test func aServerIgnoringRangesStartsOver() async throws {
         let f = try Fixture()
         let v1 = try f.registry.entry("digits", "1.0.0")
