@@ -40,7 +40,8 @@ class Device:
     def __call__(self, op: str, **args: Any) -> dict[str, Any]:
         """Send one op and return its result; a harness error fails the script."""
         self.next_id += 1
-        assert self.proc.stdin and self.proc.stdout
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.write(json.dumps({"id": self.next_id, "op": op, **args}) + "\n")
         self.proc.stdin.flush()
         answer = json.loads(self.proc.stdout.readline())
