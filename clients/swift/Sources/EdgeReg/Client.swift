@@ -620,7 +620,6 @@ public actor EdgeRegClient {
         input.ignoreExpiry = true
         let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
         if let installed, decision.manifest.sequence <= max(installed.sequence, highest ?? 0) { return }
-        if installed == nil, let highest, decision.manifest.sequence < highest { return }
         let chosen = try avoidBad(unit, decision, bad: readBad(unit))
         if decision.manifest.sequence > (highest ?? 0) {
             try catching { () throws(CacheError) in
