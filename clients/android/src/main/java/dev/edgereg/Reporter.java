@@ -1,0 +1,214 @@
+package dev.edgereg;
+
+import dev.edgereg.internal.Codec;
+import dev.edgereg.internal.Http;
+import dev.edgereg.internal.Json;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Device reports (docs/protocol.md section 11): sent on one background thread with a 5 s timeout,
+ * one more try for a network error, 408, 429 or 5xx, then dropped; a 4xx is dropped at once.
+ * Never a reason to fail, delay or retry an update. The latest report per (token, model) is
+ * kept in memory so a confirmation or a revert resends it with the flag set.
+ */
+final class Reporter {
+    static final int TIMEOUT_MS = 5000;
+    private static final SecureRandom RANDOM = new SecureRandom();
+
+    private final boolean enabled;
+    private final String registry;
+    private final DeviceFacts device;
+    private final String deviceClass;
+    private final ExecutorService executor;
+    private final Map<String, Map<String, Object>> latest = new LinkedHashMap<String, Map<String, Object>>();
+    private final Map<String, String> urls = new LinkedHashMap<String, String>();
+    private final List<Object[]> retry = new ArrayList<Object[]>();
+    private final Map<String, List<Double>> latency = new LinkedHashMap<String, List<Double>>();
+    private final AtomicInteger sent = new AtomicInteger();
+
+    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass) {
+        this.enabled = enabled;
+        this.registry = registry.endsWith("/") ? registry : registry + "/";
+        this.device = device;
+        this.deviceClass = deviceClass;
+        this.executor = enabled ? Executors.newSingleThreadExecutor(new ThreadFactory() {
+            @Override public Thread newThread(Runnable r) {
+                Thread t = new Thread(r, "edgereg-reports");
+                t.setDaemon(true);
+                return t;
+            }
+        }) : null;
+    }
+
+    boolean enabled() { return enabled; }
+
+    static String newToken() {
+        byte[] b = new byte[16];
+        RANDOM.nextBytes(b);
+        return Codec.hex(b);
+    }
+
+    String resolve(String reportUrl) {
+        if (reportUrl.startsWith("http://") || reportUrl.startsWith("https://")) return reportUrl;
+        return registry + reportUrl;
+    }
+
+    /** A member's first report after an install or a rejection. */
+    synchronized void installed(String reportUrl, Map<String, Object> report) {
+        if (!enabled || reportUrl == null) return;
+        String key = report.get("token") + "/" + report.get("model");
+        latest.put(key, report);
+        urls.put(key, resolve(reportUrl));
+        send(key);
+    }
+
+    synchronized void flag(String token, String model, String flag) {
+        if (!enabled || token == null) return;
+        String key = token + "/" + model;
+        Map<String, Object> r = latest.get(key);
+        if (r == null) return;
+        r.put(flag, true);
+        send(key);
+    }
+
+    synchronized void recordInference(String model, double ms) {
+        if (!enabled || Double.isNaN(ms) || ms < 0) return;
+        List<Double> l = latency.get(model);
+        if (l == null) latency.put(model, l = new ArrayList<Double>());
+        l.add(Math.min(ms, 3600000.0));
+    }
+
+    /** Attach the latency recorded for a model (and forget it) to its latest report, and send it. */
+    synchronized void summary(String token, String model) {
+        if (!enabled || token == null) return;
+        String key = token + "/" + model;
+        Map<String, Object> r = latest.get(key);
+        List<Double> l = latency.remove(model);
+        if (r == null || l == null || l.isEmpty()) return;
+        double[] v = new double[l.size()];
+        for (int i = 0; i < v.length; i++) v[i] = l.get(i);
+        Arrays.sort(v);
+        Map<String, Object> inf = new LinkedHashMap<String, Object>();
+        inf.put("count", (long) v.length);
+        inf.put("p50_ms", pct(v, 50));
+        inf.put("p90_ms", pct(v, 90));
+        inf.put("p99_ms", pct(v, 99));
+        r.put("inference", inf);
+        send(key);
+    }
+
+    static double pct(double[] sorted, int p) {
+        int i = (int) Math.ceil(p / 100.0 * sorted.length) - 1;
+        return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
+    }
+
+    private void send(final String key) {
+        final byte[] body = Json.canonical(new LinkedHashMap<String, Object>(latest.get(key)));
+        final String url = urls.get(key);
+        executor.execute(new Runnable() {
+            @Override public void run() {
+                deliver(url, body, true);
+            }
+        });
+    }
+
+    private void deliver(String url, byte[] body, boolean keepOnFailure) {
+        int status = Http.post(url, body, TIMEOUT_MS);
+        if (status >= 200 && status < 300) {
+            sent.incrementAndGet();
+        } else if (keepOnFailure && (status == -1 || status == 408 || status == 429 || status >= 500)) {
+            synchronized (this) {
+                retry.add(new Object[] {url, body});
+            }
+        }
+    }
+
+    /** Give the reports that failed once their one more try (at the next update). */
+    synchronized void retryPending() {
+        if (!enabled || retry.isEmpty()) return;
+        final List<Object[]> again = new ArrayList<Object[]>(retry);
+        retry.clear();
+        executor.execute(new Runnable() {
+            @Override public void run() {
+                for (Object[] r : again) deliver((String) r[0], (byte[]) r[1], false);
+            }
+        });
+    }
+
+    /** Wait (bounded) for reports in flight; returns how many were delivered since the last call. */
+    int flush(long timeoutMs) {
+        if (!enabled) return 0;
+        final Object done = new Object();
+        final boolean[] finished = {false};
+        executor.execute(new Runnable() {
+            @Override public void run() {
+                synchronized (done) {
+                    finished[0] = true;
+                    done.notifyAll();
+                }
+            }
+        });
+        long until = System.currentTimeMillis() + timeoutMs;
+        synchronized (done) {
+            while (!finished[0] && System.currentTimeMillis() < until) {
+                try {
+                    done.wait(Math.max(1, until - System.currentTimeMillis()));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    break;
+                }
+            }
+        }
+        return sent.getAndSet(0);
+    }
+
+    void close(long timeoutMs) {
+        if (!enabled) return;
+        executor.shutdown();
+        try {
+            executor.awaitTermination(timeoutMs, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** The report of one member (docs/protocol.md section 11; the schema of edgereg/protocol/reports.py). */
+    Map<String, Object> report(String token, String unit, String model, String version, String unitVersion, String variant,
+            String tier, boolean candidate, long sequence, String probe, String backend, List<String> skipped, Double loadMs,
+            boolean loadFailed) {
+        Map<String, Object> r = new LinkedHashMap<String, Object>();
+        r.put("schema_version", 1L);
+        r.put("token", token);
+        r.put("unit", unit);
+        r.put("model", model);
+        r.put("version", version);
+        r.put("unit_version", unitVersion);
+        r.put("variant", variant);
+        r.put("tier", tier);
+        r.put("arm", candidate ? "candidate" : "stable");
+        r.put("sequence", sequence);
+        r.put("probe", probe);
+        r.put("backend", backend == null ? Json.NULL : backend);
+        r.put("backends_skipped", new ArrayList<Object>(skipped.subList(0, Math.min(8, skipped.size()))));
+        r.put("load_ms", loadMs == null ? Json.NULL : (Object) Math.max(0.0, Math.min(3600000.0, loadMs)));
+        r.put("load_failed", loadFailed);
+        r.put("inference", Json.NULL);
+        r.put("confirmed", false);
+        r.put("reverted", false);
+        r.put("mnn_runtime", device.mnnRuntime == null ? Json.NULL : device.mnnRuntime);
+        r.put("os", "android".equals(device.os) || "ios".equals(device.os) ? device.os : Json.NULL);
+        r.put("os_version", device.osVersion != null && device.osVersion.matches("[A-Za-z0-9._ -]{1,32}") ? device.osVersion : Json.NULL);
+        r.put("device_class", deviceClass != null && deviceClass.matches("[A-Za-z0-9._ -]{1,32}") ? deviceClass : Json.NULL);
+        return r;
+    }
+}
