@@ -284,8 +284,19 @@ public final class Json {
         return b.toString();
     }
 
-    @SuppressWarnings("unchecked")
+    /** Compact JSON keeping each object's key order (where the order means something, like tiers). */
+    public static String orderedString(Object value) {
+        StringBuilder b = new StringBuilder();
+        write(b, value, false);
+        return b.toString();
+    }
+
     private static void write(StringBuilder b, Object v) {
+        write(b, v, true);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static void write(StringBuilder b, Object v, boolean sort) {
         if (v == null || v == NULL) {
             b.append("null");
         } else if (v instanceof String) {
@@ -301,7 +312,7 @@ public final class Json {
             if (Double.isNaN(d) || Double.isInfinite(d)) throw new IllegalArgumentException("NaN or infinity is not JSON");
             b.append(pyFloat(d));
         } else if (v instanceof Map) {
-            Map<String, Object> sorted = new TreeMap<String, Object>((Map<String, Object>) v);
+            Map<String, Object> sorted = sort ? new TreeMap<String, Object>((Map<String, Object>) v) : (Map<String, Object>) v;
             b.append('{');
             boolean first = true;
             for (Map.Entry<String, Object> e : sorted.entrySet()) {
@@ -309,14 +320,14 @@ public final class Json {
                 first = false;
                 quote(b, e.getKey());
                 b.append(':');
-                write(b, e.getValue());
+                write(b, e.getValue(), sort);
             }
             b.append('}');
         } else if (v instanceof List) {
             b.append('[');
             Iterator<Object> it = ((List<Object>) v).iterator();
             while (it.hasNext()) {
-                write(b, it.next());
+                write(b, it.next(), sort);
                 if (it.hasNext()) b.append(',');
             }
             b.append(']');
