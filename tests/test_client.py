@@ -36,6 +36,7 @@ from edgereg.client import (
 )
 from edgereg.config import RuntimeHints
 from edgereg.errors import TrustError
+from edgereg.protocol.decision import AppFacts
 from edgereg.rollout import in_cohort
 from edgereg.signing import Signer, canonical_json, generate_key, verify_envelope
 from edgereg.wire import Manifest, ManifestEntry, blob_path, sign_document
@@ -266,8 +267,11 @@ def test_caller_mistakes_are_value_errors() -> None:
     args |= {"device_id": "d", "highest_seen_sequence": None}
     with pytest.raises(ValueError, match="timezone"):
         decide(data, app_mnn_runtime=None, now=datetime(2025, 1, 1), **args)
-    with pytest.raises(ValueError, match=r"mnn_runtime: .three. is not a version"):
+    # A runtime version that does not parse is not the caller's crash: it fits nothing.
+    with pytest.raises(RuntimeTooOld, match=r"the app has 'three', which is not a version"):
         decide(data, app_mnn_runtime="three", now=NOW, **args)
+    with pytest.raises(ValueError, match=r"mnn_runtime: .three. is not a version"):
+        AppFacts(mnn_runtime="three").check()
 
 
 @pytest.mark.parametrize(
@@ -383,10 +387,74 @@ def vector_files() -> list[Path]:
     return sorted(VECTORS.glob("*.json"))
 
 
-@pytest.mark.parametrize("path", vector_files(), ids=lambda p: p.stem)
+def every_vector_file() -> list[Path]:
+    """Every vector in every folder (keys/ holds keys; rules/ is checked below)."""
+    return sorted(
+        p
+        for p in VECTORS.rglob("*.json")
+        if p.relative_to(VECTORS).parts[0] not in ("keys", "rules")
+    )
+
+
+@pytest.mark.parametrize(
+    "path", every_vector_file(), ids=lambda p: str(p.relative_to(VECTORS).with_suffix(""))
+)
 def test_vector(path: Path) -> None:
+    """Each file, whatever its folder, against the reference runner of that folder.
+
+    A folder without a runner fails: a new kind of vector must come with one
+    (and with its format in docs/protocol.md section 9), so no port can pass
+    by not knowing about it.
+    """
+    folder = "/".join(path.relative_to(VECTORS).parts[:-1])
+    runners = load_generator().RUNNERS
+    assert folder in runners, f"no runner for tests/vectors/{folder}/ (add one to generate.py)"
     vector = json.loads(path.read_text("utf-8"))
-    assert load_generator().run(vector["input"]) == vector["expected"]
+    assert set(vector) == {"name", "description", "input", "expected"}, path
+    assert vector["name"] == path.stem
+    assert runners[folder](vector["input"]) == vector["expected"]
+
+
+def test_every_vector_folder_is_documented() -> None:
+    protocol = (VECTORS.parent.parent / "docs" / "protocol.md").read_text("utf-8")
+    folders = {p.name for p in VECTORS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == {"blobs", "keys", "labels", "probes", "reports", "rules", "versions"}
+    for folder in folders - {"keys"}:
+        assert f"tests/vectors/{folder}/" in protocol, folder
+
+
+def test_new_vector_kinds_cover_their_rules() -> None:
+    def expected(folder: str) -> list[dict[str, Any]]:
+        return [
+            json.loads(p.read_text("utf-8"))["expected"]
+            for p in sorted((VECTORS / folder).glob("*.json"))
+        ]
+
+    probe_reasons = {e["reason"] for e in expected("probes")}
+    assert probe_reasons == {None, "malformed", "count-mismatch", "missing-output"} | {
+        "shape-mismatch",
+        "not-finite",
+        "cosine",
+        "abs-error",
+    }
+    assert {e["result"] for e in expected("versions")} == {
+        "match",
+        "no-match",
+        "invalid-version",
+        "invalid-range",
+    }
+    assert {e.get("reason") for e in expected("reports")} == {
+        None,
+        "too-large",
+        "not-json",
+        "invalid",
+    }
+    assert {e.get("reason") for e in expected("labels")} == {
+        None,
+        "malformed",
+        "bad-blob",
+        "blob-too-large",
+    }
 
 
 def test_vectors_cover_every_required_case() -> None:
@@ -487,6 +555,8 @@ SCHEMA_CANNOT_SAY = {
     "path-not-the-digest": "JSON Schema cannot compare two fields",
     "percent-three-decimals": "multipleOf 0.01 would refuse 0.29 in floating point",
     "bundle-asked-as-model": "a valid bundle manifest; the client asked for a model",
+    "schema-version-as-float": "JSON Schema's const 1 admits 1.0",
+    "infinity-in-unknown-key": "a JSON parser rule: 1e400 reads as infinity before any schema",
 }
 
 

@@ -38,7 +38,7 @@ from edgereg._files import atomic_write
 from edgereg.config import RuntimeHints
 from edgereg.protocol.contract import BlobRef
 from edgereg.protocol.fields import Backend
-from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
+from edgereg.protocol.probe import GoldenProbe, ProbeOutput, ProbeTensor, check_probe
 from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed
 from edgereg.protocol.wire import ManifestEntry, WireError, from_bytes
 
@@ -569,19 +569,21 @@ class SelfTest:
         return BackendTrial(backend, "passed", None, load_ms, probe_ms)
 
 
-def _run_cases(session: ModelSession, probe: GoldenProbe) -> list[list[dict[str, list[float]]]]:
+def _run_cases(session: ModelSession, probe: GoldenProbe) -> list[list[dict[str, ProbeOutput]]]:
     """Every case's steps through the session, state fed back from zeros."""
     import numpy as np
 
     shapes = session.input_shapes()
-    computed: list[list[dict[str, list[float]]]] = []
+    computed: list[list[dict[str, ProbeOutput]]] = []
     for case in probe.cases:
         state: dict[str, np.ndarray] = {}
         for state_input, _ in probe.state:
             if state_input not in shapes:
                 raise KeyError(f"the model has no state input {state_input!r}")
-            state[state_input] = np.zeros(shapes[state_input], dtype=np.float32)
-        steps: list[dict[str, list[float]]] = []
+            # A dynamic axis (declared as 0 or -1) is 1: the probe runs one sample.
+            zero_shape = tuple(d if d > 0 else 1 for d in shapes[state_input])
+            state[state_input] = np.zeros(zero_shape, dtype=np.float32)
+        steps: list[dict[str, ProbeOutput]] = []
         for step in case.steps:
             feeds = {tensor.name: _array(tensor) for tensor in step.inputs}
             feeds.update(state)
@@ -592,7 +594,10 @@ def _run_cases(session: ModelSession, probe: GoldenProbe) -> list[list[dict[str,
                 state[state_input] = outputs[state_output]
             steps.append(
                 {
-                    tensor.name: np.asarray(outputs[tensor.name], dtype=np.float64).ravel().tolist()
+                    tensor.name: ProbeOutput(
+                        tuple(np.shape(outputs[tensor.name])),
+                        np.asarray(outputs[tensor.name], dtype=np.float64).ravel().tolist(),
+                    )
                     for tensor in step.expected
                     if tensor.name in outputs
                 }

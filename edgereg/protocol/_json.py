@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from typing import Any
 
@@ -69,7 +70,12 @@ def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     if depth > max_depth:
         raise ValueError(f"nested {depth} levels deep, more than the limit of {max_depth}")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicate_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
     except RecursionError as exc:  # pragma: no cover - the depth check comes first
         raise ValueError("nested too deeply") from exc
 
@@ -81,6 +87,16 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {key!r}")
         result[key] = value
     return result
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 is valid JSON syntax but no double holds it; reading it as infinity
+    # would smuggle in the value the NaN/infinity rule refuses (anywhere, unknown
+    # keys included, since they are parsed before they are ignored).
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:40]} is too large for a double")
+    return value
 
 
 def _no_constant(name: str) -> Any:

@@ -16,11 +16,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.fields import BlobPath, Sha256, Size, StrictInt
 from edgereg.protocol.layout import blob_path
+from edgereg.protocol.reasons import Malformed
 
 __all__ = [
     "INLINE_LABELS_MAX_BYTES",
+    "MAX_LABELS_BYTES",
     "BlobRef",
     "IOContract",
     "InputTensor",
@@ -28,10 +31,33 @@ __all__ = [
     "TaskInfo",
     "TensorDtype",
     "TensorSpec",
+    "parse_labels",
 ]
 
 INLINE_LABELS_MAX_BYTES = 2048
 """Labels whose JSON is larger than this travel as a blob (``labels_blob``), not inline."""
+
+MAX_LABELS_BYTES = 4 * 1024 * 1024
+"""A labels blob declared larger than this is refused before download (a real one: a few KiB)."""
+
+
+def parse_labels(data: bytes) -> list[str]:
+    """A verified labels blob (``contract.labels_blob``) as its list of labels.
+
+    Strict JSON (UTF-8, no BOM, no duplicate key, no NaN, nested at most 64
+    deep) holding an array of strings, in index order; anything else refuses
+    the release.
+
+    Raises:
+        Malformed: not such an array.
+    """
+    try:
+        value = strict_json_loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise Malformed(f"the labels blob is not JSON: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise Malformed("the labels blob is not a JSON array of strings")
+    return value
 
 TensorDtype = Literal["float32", "float16", "int8", "uint8", "int32", "int64", "bool"]
 

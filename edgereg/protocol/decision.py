@@ -45,7 +45,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgereg.protocol.contract import BlobRef
 from edgereg.protocol.envelope import verify_envelope
-from edgereg.protocol.fields import Requirements, _version_key, compare_versions, format_time
+from edgereg.protocol.fields import (
+    Requirements,
+    compare_versions,
+    format_time,
+    is_version,
+    version_key,
+)
 from edgereg.protocol.reasons import (
     AppIncompatible,
     BadBlob,
@@ -118,7 +124,8 @@ class AppFacts:
     """What the app says about itself for the fit rule (None: not said).
 
     Attributes:
-        mnn_runtime: The MNN runtime in the app, like ``3.6.1`` (None skips that rule).
+        mnn_runtime: The MNN runtime in the app, like ``3.6.1`` (None skips that rule;
+            one that does not parse fits no entry).
         app_version: The app's own version, like ``2.4.0``.
         os: ``android`` or ``ios``.
         os_version: The Android API level (``34``) or the iOS version (``17.2``).
@@ -130,12 +137,17 @@ class AppFacts:
     os_version: str | None = None
 
     def check(self) -> None:
-        """Raise ValueError for a version that does not parse (the caller's bug)."""
+        """Raise ValueError for a version that does not parse.
+
+        :func:`decide` does not call it: there a version that does not parse
+        never meets a requirement (docs/protocol.md §7, rule 12). An SDK calls
+        it to tell its caller early.
+        """
         for name in ("mnn_runtime", "app_version", "os_version"):
             value = getattr(self, name)
             if value is not None:
                 try:
-                    _version_key(value)
+                    version_key(value)
                 except ValueError as exc:
                     raise ValueError(f"{name}: {exc}") from exc
 
@@ -177,7 +189,7 @@ def decide(
         Malformed, UnknownKey, BadSignature, WrongModel, WrongTier, Rollback,
         Expired, RuntimeTooOld, AppIncompatible, OsIncompatible: the rule
         broken (all :class:`Rejected`, a :class:`~edgereg.errors.TrustError`).
-        ValueError: ``now`` has no timezone or a version of the app is not a version.
+        ValueError: ``now`` has no timezone.
     """
     if now.tzinfo is None:
         raise ValueError("decide needs a timezone-aware time")
@@ -187,7 +199,6 @@ def decide(
         os=app.os if app else None,
         os_version=app.os_version if app else None,
     )
-    facts.check()  # a bad app version is the caller's bug, not the server's
 
     manifest = _verify(manifest_bytes, trusted, max_manifest_bytes)
     if manifest.model != model:
@@ -250,13 +261,17 @@ def unfit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> _Misfit | None
             if member is not None:
                 return _Misfit(member.kind, f"(member {name}) {member.message}", member.hint)
         return None
-    if (
-        facts.mnn_runtime is not None
-        and compare_versions(entry.min_mnn_runtime, facts.mnn_runtime) > 0
+    if facts.mnn_runtime is not None and (
+        not is_version(facts.mnn_runtime)
+        or compare_versions(entry.min_mnn_runtime, facts.mnn_runtime) > 0
     ):
+        # An MNN version that does not parse cannot be shown to be new enough.
+        said = facts.mnn_runtime
+        if not is_version(said):
+            said = f"{said!r}, which is not a version"
         return _Misfit(
             RuntimeTooOld,
-            f"({entry.variant}) needs MNN {entry.min_mnn_runtime}, the app has {facts.mnn_runtime}",
+            f"({entry.variant}) needs MNN {entry.min_mnn_runtime}, the app has {said}",
             "Update the app's MNN runtime, or publish a variant converted for it.",
         )
     return _unmet_requirements(entry.requires, facts)
@@ -279,7 +294,8 @@ class _Misfit:
 def _unmet_requirements(requires: Requirements | None, facts: AppFacts) -> _Misfit | None:
     if requires is None:
         return None
-    app_unmet = Requirements(app=requires.app).unmet(
+    # model_construct: a range that does not parse is read (and missed) here, not refused.
+    app_unmet = Requirements.model_construct(app=requires.app).unmet(
         app_version=facts.app_version, os=facts.os, os_version=facts.os_version
     )
     if app_unmet:

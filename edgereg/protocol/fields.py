@@ -23,6 +23,7 @@ from pydantic import (
     PlainSerializer,
     Strict,
     StringConstraints,
+    ValidationInfo,
     field_validator,
 )
 
@@ -33,8 +34,11 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "NAME_RULE",
     "PERCENT_RULE",
+    "RANGE_MAX_LENGTH",
     "SEMVER_PATTERN",
     "TIME_PATTERN",
+    "VERSION_MAX_LENGTH",
+    "VERSION_PATTERN",
     "Backend",
     "BlobPath",
     "Name",
@@ -43,6 +47,7 @@ __all__ = [
     "Requirements",
     "RuntimeHints",
     "Salt",
+    "SchemaVersion",
     "SemVer",
     "SequenceNumber",
     "Sha256",
@@ -57,8 +62,10 @@ __all__ = [
     "compare_semver",
     "compare_versions",
     "format_time",
+    "is_version",
     "parse_range",
     "satisfies",
+    "version_key",
 ]
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -66,6 +73,17 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 StrictInt = Annotated[int, Strict()]
 """A JSON integer: not a float (``9.0``), a string (``"9"``) or a boolean."""
+
+
+def _exactly_the_integer(value: Any) -> Any:
+    # Literal[1] alone admits 1.0 and true (both == 1 in Python): the wire says 1.
+    if type(value) is not int:
+        raise ValueError(f"schema_version must be the integer 1, got {value!r}")
+    return value
+
+
+SchemaVersion = Annotated[Literal[1], BeforeValidator(_exactly_the_integer)]
+"""A document's format version: the JSON integer 1 (``1.0``, ``true``, ``"1"`` are not)."""
 
 SequenceNumber = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)]
 """A document sequence number, 1 to 2^53 - 1."""
@@ -333,42 +351,90 @@ class TierRules(_Frozen):
 
 # --- dotted versions and ranges (MNN runtimes, app and OS versions) ------------------
 
+VERSION_MAX_LENGTH = 64
+"""The longest app, OS or runtime version a client reads (longer: not a version)."""
+VERSION_RULE = (
+    "an optional 'v', dot-separated parts starting with a number (2.4.0), an optional "
+    "pre-release (-beta.1) and an optional build (+123 or ' (123)')"
+)
+VERSION_PATTERN = (
+    r"[vV]?(?P<core>[0-9]+(?:\.[0-9A-Za-z]+)*)"
+    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+    r"(?:\+[0-9A-Za-z.-]+| \([0-9A-Za-z.-]+\))?"
+)
+"""An app, OS or MNN runtime version (docs/protocol.md §7, "Versions"), unanchored."""
+_VERSION = re.compile(VERSION_PATTERN)
 _PART = re.compile(r"^([0-9]*)(.*)$")
-_DOTTED = re.compile(r"[0-9]+(\.[0-9A-Za-z]+)*")
+
+VersionKey = tuple[tuple[tuple[int, str], ...], tuple[Any, ...]]
 
 
-def _version_key(version: str) -> tuple[tuple[int, str], ...]:
-    if not _DOTTED.fullmatch(version):
-        raise ValueError(f"{version!r} is not a version like 3.6.1")
+def version_key(version: str) -> VersionKey:
+    """The sort key of a version: its core parts, then its pre-release (build ignored).
+
+    Raises:
+        ValueError: not a version (:data:`VERSION_RULE`), or longer than 64 characters.
+    """
+    match = _VERSION.fullmatch(version) if len(version) <= VERSION_MAX_LENGTH else None
+    if match is None:
+        raise ValueError(f"{version!r} is not a version: {VERSION_RULE}")
     parts = []
-    for part in version.split("."):
-        match = _PART.match(part)
-        assert match is not None
-        digits, rest = match.groups()
+    for part in match.group("core").split("."):
+        found = _PART.match(part)
+        assert found is not None
+        digits, rest = found.groups()
         parts.append((int(digits) if digits else 0, rest))
     while parts and parts[-1] == (0, ""):
         parts.pop()  # 3.7 == 3.7.0
-    return tuple(parts)
+    pre = match.group("pre")
+    # A release sorts after its pre-releases (2.4.0-beta.1 < 2.4.0); identifiers as in
+    # SemVer 2.0: numeric ones by value and below text ones, text ones by ASCII.
+    pre_key: tuple[Any, ...] = (1,)
+    if pre is not None:
+        pre_key = (
+            0,
+            *((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split(".")),
+        )
+    return tuple(parts), pre_key
+
+
+def _version_key(version: str) -> VersionKey:
+    return version_key(version)
+
+
+def is_version(version: object) -> bool:
+    """True when ``version`` is a string a client reads as a version."""
+    if not isinstance(version, str):
+        return False
+    try:
+        version_key(version)
+    except ValueError:
+        return False
+    return True
 
 
 def compare_versions(a: str, b: str) -> int:
-    """Compare two dotted versions (MNN runtimes, app versions, OS versions): -1, 0 or 1.
+    """Compare two versions (MNN runtimes, app versions, OS versions): -1, 0 or 1.
 
-    Dot-separated parts compare by their leading number, then by the rest
-    as text; missing parts count as 0 (``3.7`` equals ``3.7.0``).
+    Core parts compare one by one by their leading number, then by the rest
+    as text; missing parts count as 0 (``3.7`` equals ``3.7.0``); a leading
+    ``v`` and the build (``+123``, `` (123)``) are ignored; a pre-release
+    sorts before its release (``2.4.0-beta.1`` < ``2.4.0``).
 
     Raises:
-        ValueError: a version is not like ``3.6.1``.
+        ValueError: a version is not a version (:data:`VERSION_RULE`).
     """
-    ka, kb = _version_key(a), _version_key(b)
+    ka, kb = version_key(a), version_key(b)
     return (ka > kb) - (ka < kb)
 
 
+RANGE_MAX_LENGTH = 200
+"""The longest version range; a longer one is not a range."""
 RANGE_RULE = (
     "comparators joined by commas, each an operator (>=, >, <=, <, ==) and a version, "
     'like ">=2.3.0, <3"'
 )
-_COMPARATOR = re.compile(r"^(>=|<=|==|>|<)\s*([0-9]+(?:\.[0-9A-Za-z]+)*)$")
+_COMPARATOR = re.compile(r" *(>=|<=|==|>|<) *(" + VERSION_PATTERN + r") *")
 _OPERATORS = {
     ">=": lambda c: c >= 0,
     ">": lambda c: c > 0,
@@ -384,12 +450,14 @@ def parse_range(text: str) -> list[tuple[str, str]]:
     Raises:
         ValueError: the range does not parse; the message states the rule.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{text!r} is not a version range: {RANGE_RULE}")
+    if not isinstance(text, str) or len(text) > RANGE_MAX_LENGTH:
+        raise ValueError(
+            f"{text!r} is not a version range (at most {RANGE_MAX_LENGTH} characters): {RANGE_RULE}"
+        )
     comparators = []
     for part in text.split(","):
-        match = _COMPARATOR.match(part.strip())
-        if match is None:
+        match = _COMPARATOR.fullmatch(part)
+        if match is None or len(match.group(2)) > VERSION_MAX_LENGTH:
             raise ValueError(f"{text!r} is not a version range ({part.strip()!r}): {RANGE_RULE}")
         comparators.append((match.group(1), match.group(2)))
     return comparators
@@ -401,17 +469,25 @@ def satisfies(version: str, version_range: str) -> bool:
     Raises:
         ValueError: the version or the range does not parse.
     """
-    return all(
-        _OPERATORS[op](compare_versions(version, bound)) for op, bound in parse_range(version_range)
-    )
+    comparators = parse_range(version_range)
+    return all(_OPERATORS[op](compare_versions(version, bound)) for op, bound in comparators)
 
 
-def _check_range(value: str) -> str:
+LENIENT_RANGES = "lenient_ranges"
+"""Validation context key: ranges are read at the fit rule, not at parse time (a manifest)."""
+
+
+def _check_range(value: str, info: ValidationInfo) -> str:
+    # In a signed manifest a range that does not parse is not a schema error: the
+    # entry does not fit (rule 12), so a range syntax added later only keeps the
+    # entries that use it from older clients (docs/protocol.md §7, "Version ranges").
+    if isinstance(info.context, dict) and info.context.get(LENIENT_RANGES):
+        return value
     parse_range(value)
     return value
 
 
-VersionRange = Annotated[str, StringConstraints(max_length=200), AfterValidator(_check_range)]
+VersionRange = Annotated[str, AfterValidator(_check_range)]
 """A version range: comparators joined by commas, like ``>=2.3.0, <3``."""
 
 
@@ -440,21 +516,34 @@ class Requirements(_Frozen):
     ) -> list[str]:
         """Each requirement the device misses, as a phrase; empty when it fits.
 
-        Raises:
-            ValueError: ``app_version`` or ``os_version`` is not a dotted version.
+        A version the device did not say, a version that does not parse and a
+        range that does not parse all miss the requirement (never an error).
         """
         unmet = []
         if self.app is not None:
-            if app_version is None:
-                unmet.append(f"needs app {self.app}, the app did not say its version")
-            elif not satisfies(app_version, self.app):
-                unmet.append(f"needs app {self.app}, the app is {app_version}")
+            missed = _misses(self.app, app_version, "app", "the app")
+            if missed:
+                unmet.append(missed)
         for name, wanted in (("android", self.android), ("ios", self.ios)):
             if wanted is None or os != name:
                 continue
             label = "Android API" if name == "android" else "iOS"
-            if os_version is None:
-                unmet.append(f"needs {label} {wanted}, the device did not say its version")
-            elif not satisfies(os_version, wanted):
-                unmet.append(f"needs {label} {wanted}, the device has {os_version}")
+            missed = _misses(wanted, os_version, label, "the device")
+            if missed:
+                unmet.append(missed)
         return unmet
+
+
+def _misses(wanted: str, version: str | None, label: str, who: str) -> str | None:
+    """Why ``version`` misses the range ``wanted`` (phrase), or None when it is in it."""
+    try:
+        parse_range(wanted)
+    except ValueError:
+        return f"needs {label} {wanted!r}, which is not a version range this client reads"
+    if version is None:
+        return f"needs {label} {wanted}, {who} did not say its version"
+    if not is_version(version):
+        return f"needs {label} {wanted}, {who} says {version!r}, which is not a version"
+    if not satisfies(version, wanted):
+        return f"needs {label} {wanted}, {who} {'is' if who == 'the app' else 'has'} {version}"
+    return None

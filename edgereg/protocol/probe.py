@@ -31,22 +31,26 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from edgereg.protocol.contract import TensorDtype
+from edgereg.protocol.fields import SchemaVersion
 from edgereg.protocol.wire import WireModel
 
 __all__ = [
     "PAYLOAD_TYPE_PROBE",
+    "PROBE_FAILURES",
     "GoldenProbe",
     "ProbeCase",
+    "ProbeOutput",
     "ProbeResult",
     "ProbeStep",
     "ProbeTensor",
     "ProbeTolerance",
     "check_probe",
+    "cosine_similarity",
     "decode_tensor",
 ]
 
@@ -79,6 +83,9 @@ class ProbeTensor(WireModel):
             raw = base64.b64decode(self.data, validate=True)
         except ValueError as exc:
             raise ValueError(f"tensor {self.name}: data is not base64") from exc
+        if base64.b64encode(raw).decode("ascii") != self.data:
+            # One spelling per tensor, as for the envelope's payload.
+            raise ValueError(f"tensor {self.name}: data is not canonical padded base64")
         if len(raw) != expected:
             raise ValueError(
                 f"tensor {self.name}: {len(raw)} bytes for shape {self.shape} of "
@@ -94,6 +101,8 @@ class ProbeTensor(WireModel):
 def decode_tensor(dtype: str, raw: bytes) -> list[float]:
     """Little-endian element bytes as a flat list of numbers."""
     code, size = _ITEM[dtype]
+    if dtype == "bool":
+        return [1.0 if byte else 0.0 for byte in raw]  # any nonzero byte is true
     return [float(v) for v in struct.unpack(f"<{len(raw) // size}{code}", raw)]
 
 
@@ -105,6 +114,14 @@ class ProbeStep(WireModel):
         min_length=1, description="The app-facing outputs (state outputs are checked through them)."
     )
 
+    @model_validator(mode="after")
+    def _names_once(self) -> ProbeStep:
+        for role, tensors in (("inputs", self.inputs), ("expected", self.expected)):
+            names = [tensor.name for tensor in tensors]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{role} names a tensor twice")
+        return self
+
 
 class ProbeCase(WireModel):
     """One sample (stateless) or one short stream (state fed back, zeros first)."""
@@ -115,8 +132,8 @@ class ProbeCase(WireModel):
 class ProbeTolerance(WireModel):
     """How far a correct device's outputs may be from the expected ones."""
 
-    min_cosine: float = Field(ge=-1, le=1)
-    max_abs_error: float = Field(ge=0)
+    min_cosine: float = Field(ge=-1, le=1, allow_inf_nan=False)
+    max_abs_error: float = Field(ge=0, allow_inf_nan=False)
 
 
 def _pair_from_json(value: object) -> object:
@@ -132,8 +149,11 @@ class GoldenProbe(WireModel):
 
     payload_type: ClassVar[str] = PAYLOAD_TYPE_PROBE
     kind: ClassVar[str] = "golden probe"
+    # A blob verified by the digest in a signed manifest: a newer build may add keys
+    # (ignored); a change an older client must not ignore raises schema_version.
+    ignores_unknown_keys: ClassVar[bool] = True
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     model: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
     variant: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
     artifact_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] = Field(
@@ -146,6 +166,17 @@ class GoldenProbe(WireModel):
     tolerance: ProbeTolerance
 
 
+PROBE_FAILURES = (
+    "count-mismatch",
+    "missing-output",
+    "shape-mismatch",
+    "not-finite",
+    "cosine",
+    "abs-error",
+)
+"""Why an output misses the probe, in the order they are checked (docs/protocol.md §11)."""
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """What :func:`check_probe` found.
@@ -156,63 +187,118 @@ class ProbeResult:
         worst_abs_error: The largest absolute difference seen.
         failure: Where it failed first ("case 2 step 1 output probs: cosine 0.41 < 0.999"),
             or None.
+        code: The kind of that failure (one of :data:`PROBE_FAILURES`), or None.
     """
 
     passed: bool
     worst_cosine: float
     worst_abs_error: float
     failure: str | None = None
+    code: str | None = None
 
     reason: ClassVar[str] = "probe-mismatch"
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+@dataclass(frozen=True)
+class ProbeOutput:
+    """An output a backend computed: its shape and its elements, flat, in C order."""
+
+    shape: tuple[int, ...]
+    values: Sequence[float]
+
+
+Computed = Sequence[float] | ProbeOutput | ProbeTensor
+"""One computed output: a tensor with its shape, or bare elements (then only their count is
+compared with the expected shape)."""
+
+
+def cosine_similarity(a: Sequence[float], b: Sequence[float]) -> float:
+    """dot(a, b) / (|a| |b|) in double precision; two all-zero vectors are 1, one is 0."""
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     na = math.sqrt(sum(x * x for x in a))
     nb = math.sqrt(sum(y * y for y in b))
     if na == 0 or nb == 0:
+        # Zero against zero is a perfect match (a mask with nothing in it); zero
+        # against anything else has no direction in common.
         return 1.0 if na == nb else 0.0
     return dot / (na * nb)
 
 
+def _shape_and_values(got: Computed) -> tuple[tuple[int, ...] | None, Sequence[float]]:
+    if isinstance(got, ProbeTensor):
+        return tuple(got.shape), got.values()
+    if isinstance(got, ProbeOutput):
+        return tuple(got.shape), got.values
+    return None, got
+
+
 def check_probe(
-    probe: GoldenProbe, computed: Sequence[Sequence[Mapping[str, Sequence[float]]]]
+    probe: GoldenProbe, computed: Sequence[Sequence[Mapping[str, Computed]]]
 ) -> ProbeResult:
     """Compare what a device computed with the probe's expected outputs.
 
+    The first output that misses decides, in probe order (case, step, expected
+    output) and, per output, in the order of :data:`PROBE_FAILURES`: absent,
+    another shape (or element count), a NaN or infinity in the expected or the
+    computed values, cosine below ``min_cosine``, largest absolute difference
+    above ``max_abs_error``.
+
     Args:
         probe: The verified probe.
-        computed: Per case, per step, output name -> the flat values the
-            device computed (C order), for at least every expected output.
+        computed: Per case, per step, output name -> what the device computed,
+            for at least every expected output (extra outputs are ignored).
 
     Returns:
-        The verdict; a missing output, a wrong element count or a NaN fails.
+        The verdict.
     """
     worst_cosine, worst_error = 1.0, 0.0
-    failure: str | None = None
+
+    def fail(code: str, message: str) -> ProbeResult:
+        if code in ("cosine", "abs-error"):
+            return ProbeResult(False, worst_cosine, worst_error, message, code)
+        return ProbeResult(False, -1.0, math.inf, message, code)
+
     if len(computed) != len(probe.cases):
-        return ProbeResult(
-            False, -1.0, math.inf, f"{len(computed)} cases computed, {len(probe.cases)} in probe"
+        return fail(
+            "count-mismatch", f"{len(computed)} cases computed, {len(probe.cases)} in probe"
         )
     tolerance = probe.tolerance
     for case_index, (case, case_out) in enumerate(zip(probe.cases, computed, strict=True), 1):
         if len(case_out) != len(case.steps):
-            return ProbeResult(False, -1.0, math.inf, f"case {case_index}: steps differ")
+            return fail(
+                "count-mismatch",
+                f"case {case_index}: {len(case_out)} steps computed, {len(case.steps)} in probe",
+            )
         for step_index, (step, outputs) in enumerate(zip(case.steps, case_out, strict=True), 1):
             for tensor in step.expected:
                 where = f"case {case_index} step {step_index} output {tensor.name}"
                 got = outputs.get(tensor.name)
+                if got is None:
+                    return fail("missing-output", f"{where}: missing")
+                shape, values = _shape_and_values(got)
                 want = tensor.values()
-                if got is None or len(got) != len(want):
-                    return ProbeResult(False, -1.0, math.inf, f"{where}: missing or wrong size")
-                if any(math.isnan(v) or math.isinf(v) for v in got):
-                    return ProbeResult(False, -1.0, math.inf, f"{where}: not finite")
-                cosine = _cosine(got, want)
-                error = max((abs(x - y) for x, y in zip(got, want, strict=True)), default=0.0)
+                if (shape is not None and list(shape) != list(tensor.shape)) or len(values) != len(
+                    want
+                ):
+                    shown = list(shape) if shape is not None else f"{len(values)} elements"
+                    return fail(
+                        "shape-mismatch", f"{where}: shape {shown}, expected {tensor.shape}"
+                    )
+                if not all(math.isfinite(v) for v in want):
+                    return fail("not-finite", f"{where}: the expected values hold NaN or infinity")
+                if not all(math.isfinite(v) for v in values):
+                    return fail("not-finite", f"{where}: NaN or infinity computed")
+                cosine = cosine_similarity(values, want)
+                error = max((abs(x - y) for x, y in zip(values, want, strict=True)), default=0.0)
                 worst_cosine = min(worst_cosine, cosine)
                 worst_error = max(worst_error, error)
-                if failure is None and cosine < tolerance.min_cosine:
-                    failure = f"{where}: cosine {cosine:.6f} < {tolerance.min_cosine:.6f}"
-                elif failure is None and error > tolerance.max_abs_error:
-                    failure = f"{where}: abs error {error:.6g} > {tolerance.max_abs_error:.6g}"
-    return ProbeResult(failure is None, worst_cosine, worst_error, failure)
+                if cosine < tolerance.min_cosine:
+                    return fail(
+                        "cosine", f"{where}: cosine {cosine:.6f} < {tolerance.min_cosine:.6f}"
+                    )
+                if error > tolerance.max_abs_error:
+                    return fail(
+                        "abs-error",
+                        f"{where}: abs error {error:.6g} > {tolerance.max_abs_error:.6g}",
+                    )
+    return ProbeResult(True, worst_cosine, worst_error)

@@ -18,7 +18,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StringConstraints, ValidationError
 
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.fields import Backend, Name, SemVer, VersionPin
+from edgereg.protocol.fields import Backend, Name, SchemaVersion, SemVer, VersionPin
 from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.wire import WireModel, _describe
 
@@ -39,7 +39,20 @@ ShortText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._ -]{1,32}$")
 
 
 class ReportError(Malformed):
-    """A report that does not parse or breaks the schema."""
+    """A report that does not parse or breaks the schema.
+
+    Attributes:
+        code: ``too-large``, ``not-json`` or ``invalid`` (docs/protocol.md §12).
+        field: For ``invalid``: the dotted path of the first key at fault
+            (``token``, ``inference.count``), or None for the document itself.
+    """
+
+    def __init__(
+        self, message: str, *, code: str = "invalid", field: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
 
 
 class LatencySummary(WireModel):
@@ -56,7 +69,7 @@ class Report(WireModel):
 
     kind: ClassVar[str] = "report"
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     token: Token = Field(description="Random per install and rollout: 32 lowercase hex.")
     unit: Name = Field(description="The model or bundle the manifest was for.")
     model: Name = Field(description="The model (a bundle member, or the unit itself).")
@@ -95,12 +108,21 @@ def parse_report(data: bytes) -> Report:
         ReportError: too large, not JSON, or not a valid report; the message says where.
     """
     if len(data) > MAX_REPORT_BYTES:
-        raise ReportError(f"report is {len(data)} bytes, more than the limit of {MAX_REPORT_BYTES}")
+        raise ReportError(
+            f"report is {len(data)} bytes, more than the limit of {MAX_REPORT_BYTES}",
+            code="too-large",
+        )
     try:
         value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ReportError(f"report is not JSON: {exc}") from exc
+        raise ReportError(f"report is not JSON: {exc}", code="not-json") from exc
+    if isinstance(value, dict) and "schema_version" not in value:
+        raise ReportError(
+            "report is not valid: schema_version: missing (must be 1)", field="schema_version"
+        )
     try:
         return Report.model_validate(value, strict=True)
     except ValidationError as exc:
-        raise ReportError(f"report is not valid: {_describe(exc)}") from exc
+        first = exc.errors()[0]["loc"]
+        field = ".".join(str(part) for part in first) or None
+        raise ReportError(f"report is not valid: {_describe(exc)}", field=field) from exc

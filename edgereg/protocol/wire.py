@@ -62,6 +62,7 @@ from edgereg.protocol.envelope import (
     verify_envelope,
 )
 from edgereg.protocol.fields import (
+    LENIENT_RANGES,
     NAME_RULE,
     BlobPath,
     Name,
@@ -69,6 +70,7 @@ from edgereg.protocol.fields import (
     Requirements,
     RuntimeHints,
     Salt,
+    SchemaVersion,
     SemVer,
     SequenceNumber,
     Sha256,
@@ -167,6 +169,8 @@ class WireModel(BaseModel):
     """What error messages call it."""
     ignores_unknown_keys: ClassVar[bool] = False
     """:func:`from_bytes` drops keys this document does not know (forward compatibility)."""
+    reads_ranges_at_fit: ClassVar[bool] = False
+    """A ``requires`` range that does not parse is a misfit at rule 12, not a schema error."""
 
 
 def _check_rollout(
@@ -260,8 +264,9 @@ class Manifest(WireModel):
     payload_type: ClassVar[str] = PAYLOAD_TYPE_MANIFEST
     kind: ClassVar[str] = "manifest"
     ignores_unknown_keys: ClassVar[bool] = True
+    reads_ranges_at_fit: ClassVar[bool] = True
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     model: Name
     tier: Name
     sequence: SequenceNumber = Field(
@@ -345,7 +350,7 @@ class RolloutState(WireModel):
     payload_type: ClassVar[str] = PAYLOAD_TYPE_STATE
     kind: ClassVar[str] = "rollout state"
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     model: Name
     sequence: SequenceNumber
     expires: UtcTime
@@ -453,7 +458,7 @@ class ReleaseRecord(WireModel):
     payload_type: ClassVar[str] = PAYLOAD_TYPE_RELEASE
     kind: ClassVar[str] = "release record"
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     model: Name
     version: SemVer
     created: UtcTime
@@ -516,7 +521,7 @@ class BundleRecord(WireModel):
     payload_type: ClassVar[str] = PAYLOAD_TYPE_BUNDLE_RELEASE
     kind: ClassVar[str] = "bundle release record"
 
-    schema_version: Literal[1] = 1
+    schema_version: SchemaVersion = 1
     bundle: Name
     version: SemVer
     created: UtcTime
@@ -589,12 +594,21 @@ def from_bytes(cls: type[W], data: bytes) -> W:
         value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError(f"{kind} is not JSON: {exc}") from exc
+    if (
+        "schema_version" in cls.model_fields
+        and isinstance(value, dict)
+        and "schema_version" not in value
+    ):
+        # Python callers may leave it out (it defaults to 1); the wire always says it.
+        raise WireError(f"{kind} is not valid: schema_version: missing (must be 1)")
     if cls.ignores_unknown_keys:
         value = _known_keys_only(value, cls)
     try:
         # Strict: JSON types must match exactly ("5" is not a number). Times
         # arrive as datetime objects from _parse_time, which strict mode needs.
-        return cls.model_validate(value, strict=True)
+        return cls.model_validate(
+            value, strict=True, context={LENIENT_RANGES: cls.reads_ranges_at_fit}
+        )
     except ValidationError as exc:
         raise WireError(f"{kind} is not valid: {_describe(exc)}") from exc
 

@@ -22,18 +22,31 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
+import struct
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
 from edgereg.protocol.decision import AppFacts, BlobCheck, decide
 from edgereg.protocol.envelope import TrustedKeys
-from edgereg.protocol.fields import Requirements, RuntimeHints, TierRules, VersionRange
-from edgereg.protocol.reasons import Rejected
+from edgereg.protocol.fields import (
+    Requirements,
+    RuntimeHints,
+    TierRules,
+    VersionRange,
+    is_version,
+    parse_range,
+    satisfies,
+)
+from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
+from edgereg.protocol.reasons import Malformed, Rejected
+from edgereg.protocol.reports import ReportError, parse_report
 from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
-from edgereg.protocol.wire import BundleEntry
+from edgereg.protocol.wire import BundleEntry, WireError, from_bytes
 from edgereg.signing import Signer, canonical_json, sign_envelope
 from edgereg.wire import (
     PAYLOAD_TYPE_STATE,
@@ -98,6 +111,7 @@ def _bundle_manifest(**changes: Any) -> Manifest:
     return _manifest(**fields)
 
 
+NEEDS_APP_2 = Requirements(app=VersionRange(">=2.0.0"))
 NEEDS_APP_3 = Requirements(app=VersionRange(">=3.0.0"))
 NEEDS_API_35 = Requirements(android=VersionRange(">=35"))
 OLD_ANDROID_APP = {"app_version": "2.4.0", "os": "android", "os_version": "33"}
@@ -169,6 +183,28 @@ def _set(**changes: Any) -> Callable[[dict[str, Any]], None]:
             node[last] = value
 
     return edit
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        del data[key]
+
+    return edit
+
+
+def _raw_text(edit: Callable[[str], str]) -> bytes:
+    """A manifest payload edited as text (what JSON libraries would not write), then signed."""
+    text = to_bytes(_manifest()).decode("utf-8")
+    edited = edit(text)
+    assert edited != text
+    return sign_envelope(edited.encode("utf-8"), Manifest.payload_type, [_signer("registry")])
+
+
+def _bundle_with_unfit_cls_and_rec() -> BundleEntry:
+    bundle = _bundle("1.0.0", rec_runtime="3.7.0")
+    members = dict(bundle.members)
+    members["cls"] = members["cls"].model_copy(update={"requires": NEEDS_API_35})
+    return bundle.model_copy(update={"members": members})
 
 
 def _extra_signature(extra: dict[str, Any]) -> bytes:
@@ -424,6 +460,172 @@ CASES: dict[str, Case] = {
         lambda: _signed(_manifest(stable=None)),
         {},
     ),
+    # The MNN runtime the app says (rule 12a).
+    "no-mnn-runtime": (
+        "The device does not say its MNN version (no mnn_runtime): rule 12(a) is skipped, "
+        "so stable needing MNN 3.7.0 is accepted.",
+        lambda: _signed(_manifest(stable=_entry("1.0.0", runtime="3.7.0"))),
+        {"device": {"mnn_runtime": None}},
+    ),
+    "garbage-mnn-runtime": (
+        "The app says MNN version 'three': not a version, so no entry can be shown to fit "
+        "(runtime-too-old), not an error.",
+        lambda: _signed(_manifest()),
+        {"device": {"mnn_runtime": "three"}},
+    ),
+    "unknown-newer-mnn-runtime": (
+        "MNN 9.0.0, newer than any release known today: it fits.",
+        lambda: _signed(_manifest()),
+        {"device": {"mnn_runtime": "9.0.0"}},
+    ),
+    "mnn-runtime-pre-release": (
+        "MNN 3.7.0-rc.1 against min_mnn_runtime 3.7.0: a pre-release is below its release.",
+        lambda: _signed(_manifest(stable=_entry("1.0.0", runtime="3.7.0"))),
+        {"device": {"mnn_runtime": "3.7.0-rc.1"}},
+    ),
+    # schema_version, numbers and nulls (rule 6).
+    "schema-version-as-float": (
+        "schema_version 1.0: an integer is written without a fraction.",
+        lambda: _raw_payload(_set(schema_version=1.0)),
+        {},
+    ),
+    "schema-version-missing": (
+        "No schema_version: the key is required on the wire.",
+        lambda: _raw_payload(_drop("schema_version")),
+        {},
+    ),
+    "schema-version-2": (
+        "schema_version 2: a format this client does not know; it keeps its model.",
+        lambda: _raw_payload(_set(schema_version=2)),
+        {},
+    ),
+    "infinity-in-unknown-key": (
+        "1e400 inside an unknown key: the number overflows a double to infinity, which "
+        "JSON cannot carry; malformed even though the key would be ignored.",
+        lambda: _raw_text(lambda text: text.replace('"expires":', '"comment":1e400,"expires":', 1)),
+        {},
+    ),
+    "paused-null": (
+        "paused null: a boolean key (absent means false) is never null.",
+        lambda: _raw_payload(_set(paused=None), _rollout()),
+        {"device_id": _device(True)},
+    ),
+    # requires and version ranges (rule 12b, 12c).
+    "bad-range-in-requires": (
+        "Stable's requires.app is 'at least 2.3': not a range. The manifest is valid; the "
+        "entry does not fit (app-incompatible) and there is nothing to fall back to.",
+        lambda: _raw_payload(_set(stable__requires={"app": "at least 2.3"})),
+        {"device": OLD_ANDROID_APP},
+    ),
+    "bad-range-candidate-falls-back": (
+        "The candidate's requires.app is '~>2.3' (an operator this client does not know): "
+        "the candidate does not fit, the device gets stable (fallback app-incompatible).",
+        lambda: _raw_payload(_set(candidate__requires={"app": "~>2.3"}), _rollout()),
+        {"device_id": _device(True), "device": OLD_ANDROID_APP},
+    ),
+    "bad-range-after-wrong-tier": (
+        "A bad range in a manifest of another tier: wrong-tier (rule 8) comes first, since "
+        "ranges are read at rule 12.",
+        lambda: _raw_payload(
+            _set(tier="high", stable__requires={"app": "at least 2.3"}), _manifest()
+        ),
+        {"device": OLD_ANDROID_APP},
+    ),
+    "bad-ios-range-on-android": (
+        "requires.ios does not parse, the device is Android: only the device's own OS key "
+        "is read, so the entry fits.",
+        lambda: _raw_payload(_set(stable__requires={"ios": "sixteen"})),
+        {"device": OLD_ANDROID_APP},
+    ),
+    "app-version-missing": (
+        "Stable needs app >=2.0.0 and the app does not say its version: it does not fit.",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_APP_2}))
+        ),
+        {"device": {"os": "android", "os_version": "33"}},
+    ),
+    "app-version-with-build": (
+        "App version '2.4.0 (123)' (a store build number): the build is ignored, 2.4.0 is "
+        "in >=2.0.0.",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_APP_2}))
+        ),
+        {"device": {**OLD_ANDROID_APP, "app_version": "2.4.0 (123)"}},
+    ),
+    "app-version-leading-v": (
+        "App version 'v3': a leading v is ignored, and 3 is 3.0.0, in >=3.0.0.",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_APP_3}))
+        ),
+        {"device": {**OLD_ANDROID_APP, "app_version": "v3"}},
+    ),
+    "app-version-pre-release": (
+        "App version '3.0.0-beta.1' against >=3.0.0: a pre-release is below its release.",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_APP_3}))
+        ),
+        {"device": {**OLD_ANDROID_APP, "app_version": "3.0.0-beta.1"}},
+    ),
+    "app-version-garbage": (
+        "App version 'latest': not a version, so it is in no range (app-incompatible).",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_APP_2}))
+        ),
+        {"device": {**OLD_ANDROID_APP, "app_version": "latest"}},
+    ),
+    # The order of the fit rules, and which reason refuses.
+    "runtime-before-requires": (
+        "Stable needs MNN 3.7.0 and app >=3.0.0; the app has 3.6.1 and 2.4.0: the runtime "
+        "is checked first (runtime-too-old).",
+        lambda: _signed(
+            _manifest(
+                stable=_entry("1.0.0", runtime="3.7.0").model_copy(update={"requires": NEEDS_APP_3})
+            )
+        ),
+        {"device": OLD_ANDROID_APP},
+    ),
+    "both-arms-fail-candidates-reason": (
+        "In the cohort; the candidate needs app >=3.0.0, stable needs Android API >=35: "
+        "neither fits, the refusal is the candidate's reason (app-incompatible).",
+        lambda: _signed(
+            _rollout(
+                candidate=_entry("1.1.0").model_copy(update={"requires": NEEDS_APP_3}),
+                stable=_entry("1.0.0").model_copy(update={"requires": NEEDS_API_35}),
+            )
+        ),
+        {"device_id": _device(True), "device": OLD_ANDROID_APP},
+    ),
+    "bundle-requires-before-members": (
+        "A bundle whose own requires.app (>=3.0.0) fails and whose member rec needs MNN "
+        "3.7.0: the bundle's requires is checked before its members (app-incompatible).",
+        lambda: _signed(
+            _bundle_manifest(
+                stable=_bundle("1.0.0", rec_runtime="3.7.0").model_copy(
+                    update={"requires": NEEDS_APP_3}
+                )
+            )
+        ),
+        {"model": "ocr", "bundle": True, "device": OLD_ANDROID_APP},
+    ),
+    "bundle-members-by-name": (
+        "Two members fail: cls needs Android API >=35, rec needs MNN 3.7.0. Members are "
+        "checked by name (cls < det < rec), so cls decides (os-incompatible).",
+        lambda: _signed(_bundle_manifest(stable=_bundle_with_unfit_cls_and_rec())),
+        {"model": "ocr", "bundle": True, "device": OLD_ANDROID_APP},
+    ),
+    "bundle-both-arms-fail": (
+        "In the cohort; the candidate bundle's rec needs MNN 3.7.0, the stable bundle "
+        "needs app >=3.0.0: the candidate's reason refuses (runtime-too-old).",
+        lambda: _signed(
+            _bundle_manifest(
+                stable=_bundle("1.0.0").model_copy(update={"requires": NEEDS_APP_3}),
+                candidate=_bundle("1.1.0", rec_runtime="3.7.0"),
+                percent=PERCENT,
+                salt=SALT,
+            )
+        ),
+        {"device_id": _device(True), "model": "ocr", "bundle": True, "device": OLD_ANDROID_APP},
+    ),
 }
 
 
@@ -435,10 +637,14 @@ def _input(manifest: bytes, overrides: dict[str, Any]) -> dict[str, Any]:
         "model": overrides.get("model", "digits"),
         "tier": "mid",
         "device": {
-            "device_id": overrides.get("device_id", "device-42"),
-            "mnn_runtime": APP_RUNTIME,
-            # app_version, os, os_version: only in the vectors that use them.
-            **overrides.get("device", {}),
+            key: value
+            for key, value in {
+                "device_id": overrides.get("device_id", "device-42"),
+                "mnn_runtime": APP_RUNTIME,
+                # app_version, os, os_version: only in the vectors that use them.
+                **overrides.get("device", {}),
+            }.items()
+            if value is not None  # a key left out: the app did not say
         },
         "highest_seen_sequence": overrides.get("highest_seen_sequence"),
         "now": format_time(now),
@@ -467,7 +673,7 @@ def run(vector_input: dict[str, Any]) -> dict[str, Any]:
             model=vector_input["model"],
             tier=vector_input["tier"],
             device_id=device["device_id"],
-            app_mnn_runtime=device["mnn_runtime"],
+            app_mnn_runtime=device.get("mnn_runtime"),
             highest_seen_sequence=vector_input["highest_seen_sequence"],
             now=datetime.fromisoformat(vector_input["now"].replace("Z", "+00:00")),
             app=AppFacts(
@@ -531,6 +737,8 @@ def _open_objects(node: Any) -> Any:
 def schema_text() -> str:
     """The JSON Schema of the manifest payload (docs/schemas/manifest.schema.json)."""
     schema = _open_objects(Manifest.model_json_schema())
+    # Optional for Python callers (it defaults to 1), required on the wire.
+    schema["required"] = sorted({*schema.get("required", []), "schema_version"})
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "edgereg manifest payload"
     schema["description"] = (
@@ -540,7 +748,9 @@ def schema_text() -> str:
     )
     schema["$comment"] = (
         "Rules JSON Schema cannot state, which a client checks too (docs/protocol.md "
-        "section 3): integers are written without a fraction or exponent (9, never 9.0); "
+        "section 3): integers are written without a fraction or exponent (9, never 9.0; "
+        "schema_version is 1, never 1.0); a number that overflows a double (1e400) is "
+        "malformed anywhere, in unknown keys too; "
         "an entry's path is exactly blobs/sha256/ followed by its sha256; percent has at "
         "most two decimals; keys not listed here are ignored (a newer publisher "
         "may add them); percent and salt are set iff candidate is; paused is true "
@@ -687,9 +897,653 @@ def build_rules() -> dict[str, str]:
     }
 
 
+# --- golden probes (docs/protocol.md section 11) --------------------------------------
+
+PROBE_ARTIFACT = hashlib.sha256(b"digits 1.0.0 int8").hexdigest()
+_PACK = {"float32": "f", "float16": "e", "int8": "b", "uint8": "B", "int32": "i", "int64": "q"}
+
+
+def _tensor(
+    name: str, values: list[float], shape: list[int] | None = None, dtype: str = "float32"
+) -> dict[str, Any]:
+    """A tensor in the probe encoding: base64 of the little-endian elements, C order."""
+    data = struct.pack(f"<{len(values)}{_PACK[dtype]}", *values)
+    return {
+        "name": name,
+        "dtype": dtype,
+        "shape": shape if shape is not None else [len(values)],
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+X = _tensor("x", [0.5, -1.0, 2.0, 0.25], [1, 4])
+PROBS = [0.05, 0.1, 0.6, 0.05, 0.2]
+
+
+def _probe(
+    expected: list[list[list[dict[str, Any]]]] | None = None,
+    *,
+    min_cosine: float = 0.99,
+    max_abs_error: float = 0.05,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A probe document: per case, per step, the expected tensors (input x each step)."""
+    cases = expected if expected is not None else [[[_tensor("probs", PROBS)]]]
+    document: dict[str, Any] = {
+        "schema_version": 1,
+        "model": "digits",
+        "variant": "int8",
+        "artifact_sha256": PROBE_ARTIFACT,
+        "state": [],
+        "cases": [
+            {"steps": [{"inputs": [X], "expected": step} for step in case]} for case in cases
+        ],
+        "tolerance": {"min_cosine": min_cosine, "max_abs_error": max_abs_error},
+    }
+    document.update(extra)
+    return document
+
+
+def _probs(values: list[float], shape: list[int] | None = None) -> list[list[list[dict[str, Any]]]]:
+    """One case, one step, output probs holding ``values``: the computed side."""
+    return [[[_tensor("probs", values, shape)]]]
+
+
+def _at_cosine(
+    cosine: float,
+) -> tuple[list[list[list[dict[str, Any]]]], list[list[list[dict[str, Any]]]]]:
+    """Expected [1, 0] and computed [c, sqrt(1 - c^2)]: their cosine is c."""
+    expected = [[[_tensor("direction", [1.0, 0.0])]]]
+    computed = [[[_tensor("direction", [cosine, math.sqrt(1 - cosine * cosine)])]]]
+    return expected, computed
+
+
+def _with_state() -> dict[str, Any]:
+    document = _probe(
+        [[[_tensor("y", [1.0, 2.0])], [_tensor("y", [3.0, 4.0])]]], state=[["h_in", "h_out"]]
+    )
+    return document
+
+
+_COS_UNDER = _at_cosine(0.9899)
+_COS_OVER = _at_cosine(0.9901)
+_NAN = float("nan")
+
+# name -> (description, probe document (or raw bytes), computed outputs, artifact sha256)
+PROBE_CASES: dict[str, tuple[str, dict[str, Any] | bytes, list[Any]]] = {
+    "exact": ("The computed outputs are the expected ones.", _probe(), _probs(PROBS)),
+    "within-tolerance": (
+        "Small float differences: cosine above 0.99, largest difference 0.01 <= 0.05.",
+        _probe(),
+        _probs([0.06, 0.09, 0.61, 0.04, 0.2]),
+    ),
+    "cosine-just-below": (
+        "Cosine 0.9899 < min_cosine 0.99 (max_abs_error 0.5 is met): fails on cosine.",
+        _probe(_COS_UNDER[0], max_abs_error=0.5),
+        _COS_UNDER[1],
+    ),
+    "cosine-just-above": (
+        "Cosine 0.9901 >= min_cosine 0.99, differences within 0.5: passes.",
+        _probe(_COS_OVER[0], max_abs_error=0.5),
+        _COS_OVER[1],
+    ),
+    "abs-error-above": (
+        "Every output doubled: cosine 1, but the largest difference 0.6 > 0.05.",
+        _probe(),
+        _probs([2 * v for v in PROBS]),
+    ),
+    "nan-in-expected": (
+        "The expected values hold a NaN; the device computed -7x the other values. A NaN "
+        "anywhere fails (never compare through it).",
+        _probe(_probs([0.05, _NAN, 0.6, 0.05, 0.2])),
+        _probs([-7 * v for v in PROBS]),
+    ),
+    "nan-in-computed": (
+        "The device computed a NaN.",
+        _probe(),
+        _probs([0.05, 0.1, _NAN, 0.05, 0.2]),
+    ),
+    "infinity-in-computed": (
+        "The device computed an infinity.",
+        _probe(),
+        _probs([0.05, 0.1, float("inf"), 0.05, 0.2]),
+    ),
+    "two-zero-vectors": (
+        "Expected all zeros, computed all zeros: cosine 1 by definition, difference 0.",
+        _probe(_probs([0.0, 0.0, 0.0])),
+        _probs([0.0, 0.0, 0.0]),
+    ),
+    "zero-against-nonzero": (
+        "Expected all zeros, computed 0.01s: cosine 0 by definition (fails), though every "
+        "difference is within 0.05.",
+        _probe(_probs([0.0, 0.0, 0.0])),
+        _probs([0.01, 0.01, 0.01]),
+    ),
+    "empty-tensor": (
+        "A tensor of shape [0] on both sides: nothing differs; passes.",
+        _probe(_probs([], [0])),
+        _probs([], [0]),
+    ),
+    "shape-mismatch": (
+        "The right 6 values, computed with shape [2, 3] where [6] is expected.",
+        _probe(_probs([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])),
+        _probs([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]),
+    ),
+    "element-count-mismatch": (
+        "Four values computed where five are expected.",
+        _probe(),
+        _probs(PROBS[:4]),
+    ),
+    "missing-output": (
+        "The device returned no output named probs.",
+        _probe(),
+        [[[_tensor("logits", PROBS)]]],
+    ),
+    "extra-output-ignored": (
+        "The device returned probs and another output: only expected outputs are compared.",
+        _probe(),
+        [[[_tensor("probs", PROBS), _tensor("logits", [9.0])]]],
+    ),
+    "float16-expected": (
+        "Expected values stored as float16, computed as float32: compared as numbers.",
+        _probe([[[_tensor("probs", PROBS, dtype="float16")]]]),
+        _probs(PROBS),
+    ),
+    "int8-output": (
+        "An int8 output (a quantized class map) computed exactly.",
+        _probe([[[_tensor("classes", [3, -2, 0, 7], dtype="int8")]]]),
+        [[[_tensor("classes", [3, -2, 0, 7], dtype="int8")]]],
+    ),
+    "stateful-two-steps": (
+        "A stateful probe (state h_in <- h_out): one case of two steps, each checked.",
+        _with_state(),
+        [[[_tensor("y", [1.0, 2.0])], [_tensor("y", [3.0, 4.0])]]],
+    ),
+    "steps-count-mismatch": (
+        "One step computed for a case of two steps.",
+        _with_state(),
+        [[[_tensor("y", [1.0, 2.0])]]],
+    ),
+    "first-failure-decides": (
+        "Case 1 misses max_abs_error, case 2 computed a NaN: the first failure in order "
+        "(case, step, expected output) is the reason.",
+        _probe([[[_tensor("probs", PROBS)]], [[_tensor("probs", PROBS)]]]),
+        [
+            [[_tensor("probs", [2 * v for v in PROBS])]],
+            [[_tensor("probs", [0.05, _NAN, 0.6, 0.05, 0.2])]],
+        ],
+    ),
+    "unknown-keys-ignored": (
+        "Keys this client does not know, at the top, in a case, a step, a tensor and the "
+        "tolerance: ignored (a newer build may add them).",
+        {
+            **_probe(
+                [[[{**_tensor("probs", PROBS), "quantization": {"scale": 0.1}}]]],
+                calibration={"runs": 3},
+            ),
+            "cases": [
+                {
+                    "steps": [
+                        {
+                            "inputs": [X],
+                            "expected": [{**_tensor("probs", PROBS), "quantization": 1}],
+                            "timing_ms": 3,
+                        }
+                    ],
+                    "label": "zero",
+                }
+            ],
+            "tolerance": {"min_cosine": 0.99, "max_abs_error": 0.05, "max_rel_error": 0.1},
+        },
+        _probs(PROBS),
+    ),
+    "zero-cases": ("cases is empty: malformed.", _probe([]), []),
+    "min-cosine-above-1": (
+        "min_cosine 1.5: no cosine reaches it; malformed.",
+        _probe(min_cosine=1.5),
+        _probs(PROBS),
+    ),
+    "negative-max-abs-error": (
+        "max_abs_error -0.1: malformed.",
+        _probe(max_abs_error=-0.1),
+        _probs(PROBS),
+    ),
+    "schema-version-2": (
+        "schema_version 2: a probe format this client does not know; malformed.",
+        _probe(schema_version=2),
+        _probs(PROBS),
+    ),
+    "schema-version-as-float": (
+        "schema_version 1.0: an integer is written without a fraction; malformed.",
+        _probe(schema_version=1.0),
+        _probs(PROBS),
+    ),
+    "data-size-wrong": (
+        "A tensor of shape [5] float32 whose data holds 16 bytes, not 20: malformed.",
+        _probe([[[{**_tensor("probs", PROBS), "data": _tensor("p", PROBS[:4])["data"]}]]]),
+        _probs(PROBS),
+    ),
+    "data-not-canonical-base64": (
+        "Tensor data without its base64 padding: only the canonical spelling is valid.",
+        _probe(
+            [[[{**_tensor("probs", PROBS[:4]), "data": _tensor("p", PROBS[:4])["data"] + "=="}]]]
+        ),
+        _probs(PROBS[:4]),
+    ),
+    "other-artifact": (
+        "artifact_sha256 names another artifact than the entry's: malformed.",
+        _probe(artifact_sha256="0" * 64),
+        _probs(PROBS),
+    ),
+    "infinity-in-unknown-key": (
+        "1e400 in an unknown key overflows a double: malformed (not JSON a client reads).",
+        canonical_json(_probe()).replace(b'"cases":', b'"future":1e400,"cases":', 1),
+        _probs(PROBS),
+    ),
+    "duplicate-key": (
+        "The tolerance names min_cosine twice: malformed.",
+        canonical_json(_probe()).replace(
+            b'"min_cosine":0.99', b'"min_cosine":0.0,"min_cosine":0.99', 1
+        ),
+        _probs(PROBS),
+    ),
+}
+
+
+def run_probe(vector_input: dict[str, Any]) -> dict[str, Any]:
+    """The reference verdict for one probe vector: parse the probe, then check the outputs."""
+    try:
+        probe = from_bytes(GoldenProbe, base64.b64decode(vector_input["probe"]))
+    except WireError:
+        return {"pass": False, "reason": "malformed"}
+    if probe.artifact_sha256 != vector_input["artifact_sha256"]:
+        return {"pass": False, "reason": "malformed"}
+    computed = [
+        [{t["name"]: ProbeTensor.model_validate(t, strict=True) for t in step} for step in case]
+        for case in vector_input["computed"]
+    ]
+    result = check_probe(probe, computed)
+    return {"pass": result.passed, "reason": result.code}
+
+
+def build_probes() -> dict[str, str]:
+    files = {}
+    for name, (description, document, computed) in PROBE_CASES.items():
+        data = document if isinstance(document, bytes) else canonical_json(document)
+        vector_input = {
+            "probe": base64.b64encode(data).decode("ascii"),
+            "artifact_sha256": PROBE_ARTIFACT,
+            "computed": computed,
+        }
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": run_probe(vector_input),
+        }
+        files[f"probes/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- versions and ranges (docs/protocol.md section 7, "Versions") ---------------------
+
+# name -> (version, range, what it shows)
+VERSION_CASES: dict[str, tuple[str, str, str]] = {
+    "in-range": ("2.4.0", ">=2.3.0, <3", "Every comparator holds."),
+    "at-upper-bound": ("3.0.0", ">=2.3.0, <3", "3 is 3.0.0, and <3 excludes it."),
+    "missing-parts-are-zero": ("3", "==3.0.0", "Missing parts count as 0."),
+    "trailing-zero-parts": ("2.4.0.0", "==2.4", "2.4.0.0 equals 2.4."),
+    "numeric-not-text": ("10.0", ">9.9", "Parts compare as numbers: 10 > 9."),
+    "leading-zeros": ("2.04.0", "==2.4.0", "A part's number ignores leading zeros."),
+    "huge-part": (
+        "99999999999999999999.1",
+        ">99999999999999999998.9",
+        "Parts are unbounded integers (20 digits here): compare them exactly.",
+    ),
+    "leading-v": ("v3", ">=3.0.0", "A leading v (or V) is ignored."),
+    "leading-capital-v": ("V2.1", "==2.1.0", "A leading V is ignored."),
+    "build-in-parentheses": ("2.4.0 (123)", "==2.4.0", "A build ' (123)' is ignored."),
+    "build-with-plus": ("2.4.0+456", "<=2.4.0, >=2.4.0", "A build '+456' is ignored."),
+    "bound-with-build": ("2.4.0", "==2.4.0 (7)", "A bound's build is ignored too."),
+    "pre-release-below-release": ("2.4.0-beta.1", ">=2.4.0", "A pre-release is below its release."),
+    "pre-release-above-previous": ("2.4.0-beta.1", ">2.3.9", "...and above the release before."),
+    "pre-release-numeric-identifiers": (
+        "2.4.0-beta.10",
+        ">2.4.0-beta.2",
+        "Numeric identifiers compare as numbers: 10 > 2.",
+    ),
+    "pre-release-numeric-below-text": (
+        "2.4.0-1",
+        "<2.4.0-alpha",
+        "A numeric identifier is below a text one.",
+    ),
+    "pre-release-shorter-is-lower": (
+        "2.4.0-alpha",
+        "<2.4.0-alpha.1",
+        "With equal leading identifiers, fewer identifiers is lower.",
+    ),
+    "pre-release-text-by-ascii": (
+        "2.4.0-RC.1",
+        "<2.4.0-beta.1",
+        "Text identifiers compare by ASCII ('R' < 'b').",
+    ),
+    "part-with-text-suffix": (
+        "3.6.1rc2",
+        ">3.6.1",
+        "A part's text after its number compares as text after the number: 1rc2 > 1 "
+        "(unlike a pre-release; kept from earlier releases for MNN versions).",
+    ),
+    "android-api-level": ("34", ">=29", "An Android API level is a one-part version."),
+    "android-api-level-too-low": ("33", ">=35", "33 < 35."),
+    "ios-version": ("17.2.1", ">=16.0, <18", "An iOS version."),
+    "equal-operator": ("2.4.1", "==2.4.0", "== needs equality."),
+    "spaces-around": (
+        "2.4.0",
+        "  >=  2.3.0 ,<3  ",
+        "Spaces around operators and commas are ignored.",
+    ),
+    "no-space-needed": ("2.4.0", ">=2.3.0,<3", "Spaces are optional."),
+    "version-empty": ("", ">=1", "An empty version is not a version."),
+    "version-text": ("latest", ">=1", "Not a version: no leading number."),
+    "version-surrounding-space": (" 2.4.0", ">=1", "No space around a version."),
+    "version-trailing-space": ("2.4.0 ", ">=1", "No space around a version."),
+    "version-empty-part": ("2..4", ">=1", "An empty part."),
+    "version-empty-pre-release": ("2.4.0-", ">=1", "A '-' with no pre-release."),
+    "version-empty-build": ("2.4.0+", ">=1", "A '+' with no build."),
+    "version-open-parenthesis": ("2.4.0 (123", ">=1", "An unclosed build."),
+    "version-space-in-build": ("2.4.0 (12 3)", ">=1", "A space inside the build."),
+    "version-underscore": ("2.4.0_beta", ">=1", "'_' is no separator."),
+    "version-double-v": ("vv2", ">=1", "One leading v at most."),
+    "version-negative": ("-1", ">=1", "No sign."),
+    "version-too-long": ("1." + "0." * 31 + "1", ">=1", "65 characters: more than 64."),
+    "version-at-length-limit": ("1." + "0." * 30 + "01", ">=1", "64 characters: a version."),
+    "range-empty": ("2.4.0", "", "An empty range."),
+    "range-without-operator": ("2.4.0", "2.4.0", "A bare version is not a range."),
+    "range-single-equals": ("2.4.0", "=2.4.0", "'=' is not an operator (==)."),
+    "range-not-equal": ("2.4.0", "!=2.3.0", "'!=' is not an operator."),
+    "range-tilde": ("2.4.0", "~>2.3", "'~>' is not an operator."),
+    "range-caret": ("2.4.0", "^2.3.0", "'^' is not an operator."),
+    "range-trailing-comma": ("2.4.0", ">=2.3.0,", "An empty comparator after the comma."),
+    "range-bad-bound": ("2.4.0", ">=two", "A bound that is not a version."),
+    "range-or": ("2.4.0", ">=2 || <1", "No alternatives: every comparator must hold."),
+    "range-too-long": ("2.4.0", ">=1," * 50 + ">=1", "203 characters: more than 200."),
+    "range-and-version-bad": ("latest", "at least 2", "Both bad: the range is read first."),
+}
+
+
+def run_version(vector_input: dict[str, Any]) -> dict[str, Any]:
+    """The reference answer for one version vector."""
+    try:
+        parse_range(vector_input["range"])
+    except ValueError:
+        return {"result": "invalid-range"}
+    if not is_version(vector_input["version"]):
+        return {"result": "invalid-version"}
+    matched = satisfies(vector_input["version"], vector_input["range"])
+    return {"result": "match" if matched else "no-match"}
+
+
+def build_versions() -> dict[str, str]:
+    files = {}
+    for name, (version, version_range, description) in VERSION_CASES.items():
+        vector_input = {"version": version, "range": version_range}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": run_version(vector_input),
+        }
+        files[f"versions/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- device reports (docs/protocol.md section 12) ---------------------------------------
+
+REPORT: dict[str, Any] = {
+    "schema_version": 1,
+    "token": "0123456789abcdef0123456789abcdef",
+    "unit": "digits",
+    "model": "digits",
+    "version": "1.1.0",
+    "unit_version": "1.1.0",
+    "variant": "int8",
+    "tier": "mid",
+    "arm": "candidate",
+    "sequence": 9,
+    "probe": "passed",
+}
+FULL_REPORT: dict[str, Any] = {
+    **REPORT,
+    "backend": "opencl",
+    "backends_skipped": ["vulkan"],
+    "load_ms": 41.5,
+    "load_failed": False,
+    "inference": {"count": 120, "p50_ms": 8.0, "p90_ms": 11.5, "p99_ms": 30.25},
+    "confirmed": True,
+    "reverted": False,
+    "mnn_runtime": "3.6.1",
+    "os": "android",
+    "os_version": "34",
+    "device_class": "ram4-8c",
+}
+
+
+def _report(**changes: Any) -> bytes:
+    body = {**REPORT, **changes}
+    return canonical_json({k: v for k, v in body.items() if v is not _DROP})
+
+
+_DROP = object()
+
+REPORT_CASES: dict[str, tuple[str, bytes]] = {
+    "minimal": ("Only the required keys.", _report()),
+    "full": ("Every key.", canonical_json(FULL_REPORT)),
+    "bundle-member": (
+        "A bundle member: unit is the bundle, model the member, unit_version the bundle's.",
+        _report(unit="ocr", model="det", version="2.1.0", unit_version="1.1.0"),
+    ),
+    "rejected-by-probe": (
+        "probe failed on every backend: no backend, every one skipped.",
+        _report(probe="failed", backend=None, backends_skipped=["opencl", "cpu"]),
+    ),
+    "optional-null": (
+        "Optional keys may be null (the same as absent).",
+        _report(
+            backend=None,
+            load_ms=None,
+            inference=None,
+            mnn_runtime=None,
+            os=None,
+            os_version=None,
+            device_class=None,
+        ),
+    ),
+    "exactly-4096-bytes": (
+        "4096 bytes (padded with JSON whitespace): at the limit, accepted.",
+        _report() + b" " * (4096 - len(_report())),
+    ),
+    "too-large": (
+        "4097 bytes: refused before parsing (413 at the endpoint).",
+        _report() + b" " * (4097 - len(_report())),
+    ),
+    "not-json": ("Not JSON.", b"token=0123"),
+    "not-utf8": ("Not UTF-8.", _report(device_class="ram4").replace(b"ram4", b"r\xe4m4")),
+    "duplicate-key": (
+        "token twice: not JSON a receiver reads.",
+        _report().replace(b'"token":', b'"token":"ffffffffffffffffffffffffffffffff","token":', 1),
+    ),
+    "nan": ("NaN is not JSON.", _report().replace(b'"sequence":9', b'"sequence":NaN')),
+    "infinity-overflow": (
+        "1e400 overflows a double: not JSON a receiver reads.",
+        _report().replace(b'"sequence":9', b'"sequence":1e400'),
+    ),
+    "not-an-object": ("A JSON array, not an object.", b"[]"),
+    "unknown-key": (
+        "A key the schema does not name (device_id): refused.",
+        _report(device_id="abc"),
+    ),
+    "schema-version-missing": ("No schema_version.", _report(schema_version=_DROP)),
+    "schema-version-2": ("schema_version 2.", _report(schema_version=2)),
+    "schema-version-as-float": ("schema_version 1.0.", _report(schema_version=1.0)),
+    "token-missing": ("No token.", _report(token=_DROP)),
+    "token-uppercase": (
+        "token in uppercase hex.",
+        _report(token="0123456789ABCDEF0123456789ABCDEF"),
+    ),
+    "token-short": ("token of 31 hex digits.", _report(token="0123456789abcdef0123456789abcde")),
+    "unit-not-a-name": ("unit 'Digits': not a name.", _report(unit="Digits")),
+    "version-not-semver": ("version 1.1: not a semantic version.", _report(version="1.1")),
+    "arm-unknown": ("arm 'canary': candidate or stable.", _report(arm="canary")),
+    "sequence-as-float": ("sequence 9.0: not an integer.", _report(sequence=9.0)),
+    "sequence-zero": ("sequence 0: at least 1.", _report(sequence=0)),
+    "sequence-above-max-safe-integer": ("sequence 2^53.", _report(sequence=2**53)),
+    "probe-unknown": ("probe 'skipped': passed, failed or none.", _report(probe="skipped")),
+    "backend-unknown": ("backend 'npu': not a backend.", _report(backend="npu")),
+    "backends-skipped-too-many": (
+        "9 backends skipped: at most 8.",
+        _report(backends_skipped=["cpu"] * 9),
+    ),
+    "load-ms-negative": ("load_ms -1.", _report(load_ms=-1)),
+    "load-ms-above-an-hour": ("load_ms 3600001: at most 3600000.", _report(load_ms=3600001)),
+    "load-ms-integer": ("load_ms 40: an integer is a number.", _report(load_ms=40)),
+    "inference-count-zero": (
+        "inference.count 0: at least 1 (leave inference out when nothing was measured).",
+        _report(inference={"count": 0, "p50_ms": 1.0, "p90_ms": 1.0, "p99_ms": 1.0}),
+    ),
+    "inference-missing-p99": (
+        "inference without p99_ms.",
+        _report(inference={"count": 3, "p50_ms": 1.0, "p90_ms": 1.0}),
+    ),
+    "confirmed-as-integer": ("confirmed 1: a boolean is true or false.", _report(confirmed=1)),
+    "load-failed-null": ("load_failed null: a boolean is never null.", _report(load_failed=None)),
+    "os-unknown": ("os 'windows'.", _report(os="windows")),
+    "mnn-runtime-not-a-version": ("mnn_runtime '3.x-1'.", _report(mnn_runtime="3.x-1")),
+    "device-class-too-long": ("device_class of 33 characters.", _report(device_class="r" * 33)),
+    "device-class-slash": (
+        "device_class 'ram4/8c': letters, digits, '.', '_', '-', ' '.",
+        _report(device_class="ram4/8c"),
+    ),
+}
+
+
+def run_report(vector_input: dict[str, Any]) -> dict[str, Any]:
+    """The receiver's answer for one report body."""
+    try:
+        parse_report(base64.b64decode(vector_input["body"]))
+    except ReportError as exc:
+        return {"accept": False, "reason": exc.code, "field": exc.field}
+    return {"accept": True}
+
+
+def build_reports() -> dict[str, str]:
+    files = {}
+    for name, (description, body) in REPORT_CASES.items():
+        vector_input = {"body": base64.b64encode(body).decode("ascii")}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": run_report(vector_input),
+        }
+        files[f"reports/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- labels blobs (docs/protocol.md section 8) ------------------------------------------
+
+LABELS_CASES: dict[str, tuple[str, bytes, int | None]] = {
+    # name: (description, blob body, declared size when it differs from the body's)
+    "ascii": ("Ten digit classes.", json.dumps([str(i) for i in range(10)]).encode(), None),
+    "unicode": (
+        "CTC characters beyond ASCII, as UTF-8 and as \\u escapes.",
+        '["é", "中", "\\u00e9", " ", ""]'.encode(),
+        None,
+    ),
+    "empty-list": ("An empty array is a list of no labels.", b"[]", None),
+    "whitespace": ("JSON whitespace anywhere.", b' [ "a" ,\n"b" ] \n', None),
+    "duplicates-kept": ("Repeated labels stay (index order is the meaning).", b'["a","a"]', None),
+    "not-json": ("Not JSON.", b"cat\ndog\n", None),
+    "object": ("An object, not an array.", b'{"0":"cat"}', None),
+    "number-inside": ("A number among the strings.", b'["cat",1]', None),
+    "null-inside": ("A null among the strings.", b'["cat",null]', None),
+    "nested-array": ("An array inside.", b'["cat",["dog"]]', None),
+    "byte-order-mark": ("A UTF-8 byte order mark first.", b'\xef\xbb\xbf["cat"]', None),
+    "not-utf8": ("Latin-1 bytes.", b'["caf\xe9"]', None),
+    "too-deep": ("Nested 65 deep.", b"[" * 65 + b"]" * 65, None),
+    "wrong-digest": ("The body differs from the declared sha256 (rule 14).", b'["cat"]', -1),
+    "short": ("One byte fewer than the declared size (rule 14).", b'["cat"', 7),
+    "too-long": ("One byte more than the declared size (rule 13).", b'["cat"] ', 7),
+    "declared-too-large": (
+        "A labels_blob declared larger than 4 MiB: refused before any byte is fetched.",
+        b'["cat"]',
+        4 * 1024 * 1024 + 1,
+    ),
+}
+
+
+def run_labels(vector_input: dict[str, Any]) -> dict[str, Any]:
+    """The reference answer for one labels blob: check it as a blob, then parse it."""
+    ref = vector_input["entry"]
+    body = base64.b64decode(vector_input["body"])
+    try:
+        if ref["size"] > MAX_LABELS_BYTES:
+            raise Malformed(f"labels blob of {ref['size']} bytes, more than {MAX_LABELS_BYTES}")
+        check = BlobCheck(BlobRef.of(ref["sha256"], ref["size"]))
+        check.update(body)
+        check.finish()
+        labels = parse_labels(body)
+    except Rejected as exc:
+        return {"accept": False, "reason": exc.reason}
+    return {"accept": True, "labels": labels}
+
+
+def build_labels() -> dict[str, str]:
+    files = {}
+    for name, (description, body, declared) in LABELS_CASES.items():
+        digest = hashlib.sha256(body).hexdigest()
+        size = len(body)
+        if declared == -1:
+            digest = hashlib.sha256(body + b" ").hexdigest()
+        elif declared is not None:
+            size = declared
+            digest = hashlib.sha256(body[:declared] if declared < len(body) else body).hexdigest()
+        vector_input = {
+            "entry": {"sha256": digest, "size": size},
+            "body": base64.b64encode(body).decode("ascii"),
+        }
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": run_labels(vector_input),
+        }
+        files[f"labels/{name}.json"] = json.dumps(vector, indent=2, ensure_ascii=False) + "\n"
+    return files
+
+
 def everything() -> dict[str, str]:
     """Every golden file under tests/vectors/, by relative path."""
-    return {**build(), **build_blobs(), **build_rules()}
+    return {
+        **build(),
+        **build_blobs(),
+        **build_rules(),
+        **build_probes(),
+        **build_versions(),
+        **build_reports(),
+        **build_labels(),
+    }
+
+
+RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "": run,
+    "blobs": run_blob,
+    "probes": run_probe,
+    "versions": run_version,
+    "reports": run_report,
+    "labels": run_labels,
+}
+"""The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its
+own format)."""
 
 
 def _existing() -> list[Path]:
