@@ -69,11 +69,7 @@ public final class DeviceFacts {
         @Nonnull public Builder appVersion(@Nullable String version) { this.appVersion = version; return this; }
 
         @Nonnull public DeviceFacts build() {
-            for (String v : new String[] {mnnRuntime, appVersion, osVersion}) {
-                if (v != null && !dev.edgereg.internal.Versions.isDotted(v)) {
-                    throw new IllegalArgumentException("'" + v + "' is not a version like 3.6.1");
-                }
-            }
+            // A version that does not parse is kept: rule 12 treats it as not meeting any requirement on it.
             return new DeviceFacts(this);
         }
     }

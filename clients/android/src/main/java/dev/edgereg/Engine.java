@@ -27,7 +27,7 @@ import java.util.TreeMap;
  */
 final class Engine {
     static final int CHUNK = 64 * 1024;
-    static final long MAX_LABELS_BYTES = 1024 * 1024;
+    static final long MAX_LABELS_BYTES = dev.edgereg.internal.Labels.MAX_BYTES;
 
     final EdgeregClient client;
     final String unit;
@@ -466,16 +466,7 @@ final class Engine {
     List<String> readLabels(String name, String sha, long size) throws Rejected {
         if (size > MAX_LABELS_BYTES) throw new Rejected(Reasons.MALFORMED, "the labels blob of " + name + " is " + size + " bytes, more than " + MAX_LABELS_BYTES);
         try {
-            Object v = Json.parse(Store.readAll(store().blob(sha), MAX_LABELS_BYTES));
-            if (!(v instanceof List)) throw new Rejected(Reasons.MALFORMED, "the labels of " + name + " are not a JSON array of strings");
-            List<String> out = new ArrayList<String>();
-            for (Object o : (List<?>) v) {
-                if (!(o instanceof String)) throw new Rejected(Reasons.MALFORMED, "the labels of " + name + " are not a JSON array of strings");
-                out.add((String) o);
-            }
-            return out;
-        } catch (Json.JsonException e) {
-            throw new Rejected(Reasons.MALFORMED, "the labels of " + name + " are not JSON: " + e.getMessage());
+            return dev.edgereg.internal.Labels.parse(Store.readAll(store().blob(sha), MAX_LABELS_BYTES), name);
         } catch (IOException e) {
             throw new Rejected(Reasons.CACHE, "cannot read the labels of " + name + ": " + e.getMessage(), e);
         }

@@ -149,15 +149,14 @@ final class SelfTest {
                 Map<String, Tensor> outputs = session.run(feeds);
                 for (String[] pair : probe.state) {
                     Tensor next = outputs.get(pair[1]);
-                    if (next == null) throw new IllegalStateException("the model returned no state output '" + pair[1] + "'");
+                    if (next == null) return "missing-output: the model returned no state output '" + pair[1] + "'";
                     state.put(pair[0], next);
                 }
                 for (Probe.T want : step.expected) {
                     Tensor got = outputs.get(want.name);
                     String where = "case " + caseIndex + " step " + stepIndex + " output " + want.name;
-                    double[] values = got == null ? null : Probe.decode(got.dtype, got.data);
-                    String failure = probe.judge(where, values, Probe.decode(want.dtype, want.data));
-                    if (failure != null) return failure;
+                    String[] failure = got == null ? probe.check(where, null, null, null, want) : probe.check(where, got.dtype, got.shape, got.data, want);
+                    if (failure != null) return failure[0] + ": " + failure[1];
                 }
             }
         }

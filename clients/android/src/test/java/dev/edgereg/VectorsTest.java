@@ -86,6 +86,19 @@ class VectorsTest {
                 }
                 assertEquals(Json.canonicalString(want), Json.canonicalString(got), ed.name() + " on " + f.getName());
             }
+        } else if (f.getParentFile().getName().equals("versions")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Conformance.versions(input)));
+        } else if (f.getParentFile().getName().equals("probes")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Conformance.probe(input)));
+        } else if (f.getParentFile().getName().equals("labels")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Conformance.labels(input)));
+        } else if (f.getParentFile().getName().equals("reports")) {
+            Map<String, Object> got = Conformance.report(input);
+            Map<String, Object> want = (Map<String, Object>) expected;
+            assertEquals(want.get("accept"), got.get("accept"), f.getName());
+            assertEquals(want.get("reason"), got.get("reason"), f.getName());
+            // field: recommended, not required (docs/protocol.md section 9); checked too.
+            assertEquals(Json.canonicalString(want.get("field")), Json.canonicalString(got.get("field")), f.getName());
         } else if (input != null && input.containsKey("entry") && input.containsKey("body")) {
             assertEquals(Json.canonicalString(expected), Json.canonicalString(Conformance.checkBlob(input)));
         } else if (v.containsKey("tiers") && v.containsKey("cases")) {

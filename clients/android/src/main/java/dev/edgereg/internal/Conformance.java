@@ -84,6 +84,100 @@ public final class Conformance {
         return out;
     }
 
+    /** tests/vectors/versions: {"result": match | no-match | invalid-version | invalid-range}. */
+    public static Map<String, Object> versions(Map<String, Object> input) {
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        Object range = input.get("range");
+        Object version = input.get("version");
+        if (!(range instanceof String) || Versions.parseRange((String) range) == null) out.put("result", "invalid-range");
+        else if (!(version instanceof String) || !Versions.isVersion((String) version)) out.put("result", "invalid-version");
+        else out.put("result", Versions.satisfies((String) version, (String) range) ? "match" : "no-match");
+        return out;
+    }
+
+    /** tests/vectors/probes: {"pass", "reason"}. */
+    @SuppressWarnings("unchecked")
+    public static Map<String, Object> probe(Map<String, Object> input) {
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        Probe probe;
+        try {
+            byte[] data = Codec.base64Decode(str(input, "probe"));
+            if (data == null) throw new IllegalArgumentException("probe is not base64");
+            probe = Probe.parse(data, str(input, "artifact_sha256"));
+        } catch (Rejected r) {
+            out.put("pass", false);
+            out.put("reason", r.code);
+            return out;
+        }
+        List<Object> computed = (List<Object>) input.get("computed");
+        String reason = null;
+        if (computed.size() != probe.cases.size()) reason = "count-mismatch";
+        for (int c = 0; reason == null && c < probe.cases.size(); c++) {
+            List<Object> steps = (List<Object>) computed.get(c);
+            if (steps.size() != probe.cases.get(c).size()) {
+                reason = "count-mismatch";
+                break;
+            }
+            for (int s = 0; reason == null && s < steps.size(); s++) {
+                Map<String, Map<String, Object>> byName = new LinkedHashMap<String, Map<String, Object>>();
+                for (Object t : (List<Object>) steps.get(s)) byName.put((String) ((Map<String, Object>) t).get("name"), (Map<String, Object>) t);
+                for (Probe.T want : probe.cases.get(c).get(s).expected) {
+                    Map<String, Object> got = byName.get(want.name);
+                    String[] failure;
+                    if (got == null) {
+                        failure = probe.check(want.name, null, null, null, want);
+                    } else {
+                        List<Object> dims = (List<Object>) got.get("shape");
+                        int[] shape = new int[dims.size()];
+                        for (int i = 0; i < shape.length; i++) shape[i] = ((Json.Num) dims.get(i)).longValue().intValue();
+                        failure = probe.check(want.name, (String) got.get("dtype"), shape, Codec.base64Decode((String) got.get("data")), want);
+                    }
+                    if (failure != null) {
+                        reason = failure[0];
+                        break;
+                    }
+                }
+            }
+        }
+        out.put("pass", reason == null);
+        out.put("reason", reason == null ? Json.NULL : reason);
+        return out;
+    }
+
+    /** tests/vectors/labels: {"accept", "labels"} or {"accept": false, "reason"}. */
+    @SuppressWarnings("unchecked")
+    public static Map<String, Object> labels(Map<String, Object> input) {
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        Map<String, Object> entry = (Map<String, Object>) input.get("entry");
+        long size = ((Json.Num) entry.get("size")).longValue();
+        byte[] body = Codec.base64Decode(str(input, "body"));
+        try {
+            if (size > Labels.MAX_BYTES) throw new Rejected(Reasons.MALFORMED, "labels blob declared larger than 4 MiB");
+            Decision.BlobCheck check = new Decision.BlobCheck(new Wire.BlobRef(str(entry, "sha256"), size));
+            check.update(body, 0, body.length);
+            check.finish();
+            List<String> labels = Labels.parse(body, "vector");
+            out.put("accept", true);
+            out.put("labels", new java.util.ArrayList<Object>(labels));
+        } catch (Rejected r) {
+            out.put("accept", false);
+            out.put("reason", r.code);
+        }
+        return out;
+    }
+
+    /** tests/vectors/reports: {"accept": true} or {"accept": false, "reason", "field"}. */
+    public static Map<String, Object> report(Map<String, Object> input) {
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        String[] r = ReportCheck.check(Codec.base64Decode(str(input, "body")));
+        out.put("accept", r == null);
+        if (r != null) {
+            out.put("reason", r[0]);
+            out.put("field", r[1] == null ? Json.NULL : r[1]);
+        }
+        return out;
+    }
+
     public static Map<String, byte[]> trustedKeys(List<?> pems) {
         Map<String, byte[]> trusted = new LinkedHashMap<String, byte[]>();
         if (pems == null) return trusted;

@@ -103,6 +103,9 @@ public final class Decision {
     }
 
     static String[] unfitEntry(Wire.Entry entry, AppFacts facts) {
+        if (facts.mnnRuntime != null && !Versions.isVersion(facts.mnnRuntime)) {
+            return new String[] {Reasons.RUNTIME_TOO_OLD, "(" + entry.variant + ") needs MNN " + entry.minMnnRuntime + ", the app says '" + facts.mnnRuntime + "', which is not a version"};
+        }
         if (facts.mnnRuntime != null && Versions.compareDotted(entry.minMnnRuntime, facts.mnnRuntime) > 0) {
             return new String[] {Reasons.RUNTIME_TOO_OLD, "(" + entry.variant + ") needs MNN " + entry.minMnnRuntime + ", the app has " + facts.mnnRuntime};
         }
@@ -112,15 +115,24 @@ public final class Decision {
     static String[] unmet(Wire.Requirements r, AppFacts facts) {
         if (r == null) return null;
         if (r.app != null) {
-            if (facts.appVersion == null) return new String[] {Reasons.APP_INCOMPATIBLE, "needs app " + r.app + ", the app did not say its version"};
-            if (!Versions.satisfies(facts.appVersion, r.app)) return new String[] {Reasons.APP_INCOMPATIBLE, "needs app " + r.app + ", the app is " + facts.appVersion};
+            String missed = misses(r.app, facts.appVersion, "app", "the app");
+            if (missed != null) return new String[] {Reasons.APP_INCOMPATIBLE, missed};
         }
         String[][] oses = {{"android", r.android, "Android API"}, {"ios", r.ios, "iOS"}};
         for (String[] os : oses) {
             if (os[1] == null || !os[0].equals(facts.os)) continue;
-            if (facts.osVersion == null) return new String[] {Reasons.OS_INCOMPATIBLE, "needs " + os[2] + " " + os[1] + ", the device did not say its version"};
-            if (!Versions.satisfies(facts.osVersion, os[1])) return new String[] {Reasons.OS_INCOMPATIBLE, "needs " + os[2] + " " + os[1] + ", the device has " + facts.osVersion};
+            String missed = misses(os[1], facts.osVersion, os[2], "the device");
+            if (missed != null) return new String[] {Reasons.OS_INCOMPATIBLE, missed};
         }
+        return null;
+    }
+
+    /** Why a version misses a range (a range or version that does not parse misses it), or null. */
+    static String misses(String wanted, String version, String label, String who) {
+        if (Versions.parseRange(wanted) == null) return "needs " + label + " '" + wanted + "', which is not a version range this client reads";
+        if (version == null) return "needs " + label + " " + wanted + ", " + who + " did not say its version";
+        if (!Versions.isVersion(version)) return "needs " + label + " " + wanted + ", " + who + " says '" + version + "', which is not a version";
+        if (!Versions.satisfies(version, wanted)) return "needs " + label + " " + wanted + ", " + who + " has " + version;
         return null;
     }
 

@@ -259,6 +259,9 @@ public final class Json {
                     pos = save; // not an exponent: the caller sees extra data
                 }
             }
+            if (!integer && Double.isInfinite(Double.parseDouble(s.substring(start, pos)))) {
+                throw error("number too large for a double");
+            }
             if (integer) {
                 int digits = intEnd - start - (s.charAt(start) == '-' ? 1 : 0);
                 if (digits > MAX_INT_DIGITS) throw error("integer of more than " + MAX_INT_DIGITS + " digits");

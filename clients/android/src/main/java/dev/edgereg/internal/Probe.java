@@ -47,7 +47,7 @@ public final class Probe {
         try {
             Map<String, Object> m = Wire.object(Json.parse(data), "probe");
             Object sv = m.get("schema_version");
-            if (sv != null && !(sv instanceof Json.Num && "1".equals(sv.toString()))) throw Wire.bad("probe.schema_version", "must be 1");
+            if (!(sv instanceof Json.Num && "1".equals(sv.toString()))) throw Wire.bad("probe.schema_version", "must be the integer 1");
             String artifact = Wire.string(Wire.required(m, "artifact_sha256", "probe.artifact_sha256"), "probe.artifact_sha256");
             if (!artifact.equals(artifactSha256)) {
                 throw new Rejected(Reasons.MALFORMED, "the probe is for artifact " + artifact.substring(0, Math.min(12, artifact.length()))
@@ -73,6 +73,8 @@ public final class Probe {
                     for (Object t : Wire.array(Wire.required(step, "inputs", "probe.inputs"), "probe.inputs")) st.inputs.add(tensor(t));
                     for (Object t : Wire.array(Wire.required(step, "expected", "probe.expected"), "probe.expected")) st.expected.add(tensor(t));
                     if (st.inputs.isEmpty() || st.expected.isEmpty()) throw Wire.bad("probe.step", "needs inputs and expected outputs");
+                    unique(st.inputs);
+                    unique(st.expected);
                     out.add(st);
                 }
                 p.cases.add(out);
@@ -80,10 +82,17 @@ public final class Probe {
             Map<String, Object> tol = Wire.object(Wire.required(m, "tolerance", "probe.tolerance"), "probe.tolerance");
             p.minCosine = number(Wire.required(tol, "min_cosine", "probe.tolerance.min_cosine"));
             p.maxAbsError = number(Wire.required(tol, "max_abs_error", "probe.tolerance.max_abs_error"));
+            if (p.minCosine < -1 || p.minCosine > 1) throw Wire.bad("probe.tolerance.min_cosine", "must be between -1 and 1");
+            if (p.maxAbsError < 0) throw Wire.bad("probe.tolerance.max_abs_error", "must be >= 0");
             return p;
         } catch (Json.JsonException e) {
             throw new Rejected(Reasons.MALFORMED, "the probe is not JSON: " + e.getMessage());
         }
+    }
+
+    private static void unique(List<T> tensors) throws Rejected {
+        java.util.Set<String> names = new java.util.HashSet<String>();
+        for (T t : tensors) if (!names.add(t.name)) throw Wire.bad("probe tensor " + t.name, "named twice in one step");
     }
 
     private static double number(Object v) throws Rejected {
@@ -94,6 +103,8 @@ public final class Probe {
     private static T tensor(Object v) throws Rejected {
         Map<String, Object> m = Wire.object(v, "probe tensor");
         String name = Wire.string(Wire.required(m, "name", "probe tensor name"), "probe tensor name");
+        int chars = name.codePointCount(0, name.length());
+        if (chars < 1 || chars > 256) throw Wire.bad("probe tensor name", "has 1 to 256 characters");
         String dtype = Wire.string(Wire.required(m, "dtype", "probe tensor dtype"), "probe tensor dtype");
         if (itemSize(dtype) < 0) throw Wire.bad("probe tensor " + name, "unknown dtype " + dtype);
         List<Object> dims = Wire.array(Wire.required(m, "shape", "probe tensor shape"), "probe tensor shape");
@@ -136,6 +147,26 @@ public final class Probe {
         else if (e == 31) v = f == 0 ? Double.POSITIVE_INFINITY : Double.NaN;
         else v = (1 + f / 1024.0) * Math.pow(2, e - 15);
         return s == 1 ? -v : v;
+    }
+
+    /** null when the output passes, else {code, why}: missing-output, shape-mismatch, not-finite, cosine, abs-error. */
+    public String[] check(String where, String gotDtype, int[] gotShape, byte[] gotData, T want) {
+        if (gotData == null) return new String[] {"missing-output", where + ": missing"};
+        if (!java.util.Arrays.equals(gotShape, want.shape)) {
+            return new String[] {"shape-mismatch", where + ": shape " + java.util.Arrays.toString(gotShape) + ", expected " + java.util.Arrays.toString(want.shape)};
+        }
+        double[] got;
+        try {
+            got = decode(gotDtype, gotData);
+        } catch (IllegalArgumentException e) {
+            return new String[] {"count-mismatch", where + ": " + e.getMessage()};
+        }
+        double[] exp = decode(want.dtype, want.data);
+        if (got.length != exp.length) return new String[] {"shape-mismatch", where + ": " + got.length + " elements, expected " + exp.length};
+        for (double v : exp) if (Double.isNaN(v) || Double.isInfinite(v)) return new String[] {"not-finite", where + ": the expected values are not finite"};
+        String why = judge(where, got, exp);
+        if (why == null) return null;
+        return new String[] {why.contains("cosine") ? "cosine" : why.contains("abs error") ? "abs-error" : "not-finite", why};
     }
 
     /** null when the output passes, else why it does not. */

@@ -15,8 +15,13 @@ public final class Versions {
             "(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)"
                     + "(?:-(" + ID + "(?:\\." + ID + ")*))?"
                     + "(?:\\+([0-9a-zA-Z-]+(?:\\.[0-9a-zA-Z-]+)*))?");
+    static final String VERSION = "[vV]?([0-9]+(?:\\.[0-9A-Za-z]+)*)(?:-([0-9A-Za-z-]+(?:\\.[0-9A-Za-z-]+)*))?(?:\\+[0-9A-Za-z.-]+| \\([0-9A-Za-z.-]+\\))?";
+    static final Pattern VERSION_RE = Pattern.compile(VERSION);
+    /** A runtime pin in a manifest (min_mnn_runtime): digits, then dot-separated parts. */
     static final Pattern DOTTED = Pattern.compile("[0-9]+(\\.[0-9A-Za-z]+)*");
-    private static final Pattern COMPARATOR = Pattern.compile("(>=|<=|==|>|<)\\s*([0-9]+(?:\\.[0-9A-Za-z]+)*)");
+    private static final Pattern COMPARATOR = Pattern.compile(" *(>=|<=|==|>|<) *(" + VERSION + ") *");
+    public static final int VERSION_MAX_LENGTH = 64;
+    public static final int RANGE_MAX_LENGTH = 200;
 
     public static boolean isSemver(String v) {
         return SEMVER.matcher(v).matches();
@@ -24,6 +29,11 @@ public final class Versions {
 
     public static boolean isDotted(String v) {
         return DOTTED.matcher(v).matches();
+    }
+
+    /** An app, OS or MNN runtime version (docs/protocol.md section 7, "Versions"). */
+    public static boolean isVersion(String v) {
+        return v != null && v.length() <= VERSION_MAX_LENGTH && VERSION_RE.matcher(v).matches();
     }
 
     /** SemVer 2.0 precedence (build metadata ignored); both must be semantic versions. */
@@ -52,10 +62,9 @@ public final class Versions {
         return Integer.signum(xa.length - xb.length);
     }
 
-    private static List<Object[]> key(String version) {
-        if (!isDotted(version)) throw new IllegalArgumentException("'" + version + "' is not a version like 3.6.1");
+    private static List<Object[]> core(String core) {
         List<Object[]> parts = new ArrayList<Object[]>();
-        for (String part : version.split("\\.", -1)) {
+        for (String part : core.split("\\.", -1)) {
             int i = 0;
             while (i < part.length() && part.charAt(i) >= '0' && part.charAt(i) <= '9') i++;
             BigInteger n = i == 0 ? BigInteger.ZERO : new BigInteger(part.substring(0, i));
@@ -69,10 +78,7 @@ public final class Versions {
         return parts;
     }
 
-    /** Dotted versions part by part: leading number, then the rest as text; 3.7 equals 3.7.0. */
-    public static int compareDotted(String a, String b) {
-        List<Object[]> ka = key(a);
-        List<Object[]> kb = key(b);
+    private static int compareCore(List<Object[]> ka, List<Object[]> kb) {
         for (int i = 0; i < Math.min(ka.size(), kb.size()); i++) {
             int c = ((BigInteger) ka.get(i)[0]).compareTo((BigInteger) kb.get(i)[0]);
             if (c == 0) c = ((String) ka.get(i)[1]).compareTo((String) kb.get(i)[1]);
@@ -81,13 +87,38 @@ public final class Versions {
         return Integer.signum(ka.size() - kb.size());
     }
 
+    private static int comparePre(String pa, String pb) {
+        if (pa == null || pb == null) return pa == null ? (pb == null ? 0 : 1) : -1;
+        String[] xa = pa.split("\\.");
+        String[] xb = pb.split("\\.");
+        for (int i = 0; i < Math.min(xa.length, xb.length); i++) {
+            boolean na = xa[i].matches("[0-9]+");
+            boolean nb = xb[i].matches("[0-9]+");
+            int c;
+            if (na && nb) c = new BigInteger(xa[i]).compareTo(new BigInteger(xb[i]));
+            else if (na != nb) c = na ? -1 : 1;
+            else c = xa[i].compareTo(xb[i]);
+            if (c != 0) return Integer.signum(c);
+        }
+        return Integer.signum(xa.length - xb.length);
+    }
+
+    /** Compare two versions: core part by part, then pre-release; a leading v and the build ignored. */
+    public static int compareDotted(String a, String b) {
+        Matcher ma = VERSION_RE.matcher(a);
+        Matcher mb = VERSION_RE.matcher(b);
+        if (!ma.matches() || !mb.matches()) throw new IllegalArgumentException("not a version: " + a + " / " + b);
+        int c = compareCore(core(ma.group(1)), core(mb.group(1)));
+        return c != 0 ? c : comparePre(ma.group(2), mb.group(2));
+    }
+
     /** The comparators of a range like {@code >=2.3.0, <3}, or null when it does not parse. */
     public static List<String[]> parseRange(String text) {
-        if (text.trim().isEmpty()) return null;
+        if (text == null || text.codePointCount(0, text.length()) > RANGE_MAX_LENGTH) return null;
         List<String[]> out = new ArrayList<String[]>();
         for (String part : text.split(",", -1)) {
-            Matcher m = COMPARATOR.matcher(pyStrip(part));
-            if (!m.matches()) return null;
+            Matcher m = COMPARATOR.matcher(part);
+            if (!m.matches() || m.group(2).length() > VERSION_MAX_LENGTH) return null;
             out.add(new String[] {m.group(1), m.group(2)});
         }
         return out;
@@ -109,11 +140,4 @@ public final class Versions {
         return true;
     }
 
-    private static String pyStrip(String s) {
-        int a = 0;
-        int b = s.length();
-        while (a < b && Character.isWhitespace(s.charAt(a))) a++;
-        while (b > a && Character.isWhitespace(s.charAt(b - 1))) b--;
-        return s.substring(a, b);
-    }
 }
