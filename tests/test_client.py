@@ -588,3 +588,33 @@ def test_the_schema_refuses_what_the_reference_refuses() -> None:
         vector = json.loads((VECTORS / f"{name}.json").read_text("utf-8"))
         assert vector["expected"]["reason"] == "malformed"
         assert not list(validator.iter_errors(_payload(vector))), (name, why)
+
+
+# Report vectors the JSON Schema cannot refuse (its $comment says so).
+REPORT_SCHEMA_CANNOT_SAY = {"schema-version-as-float", "sequence-as-float"}
+
+
+def test_the_report_and_probe_schemas_agree_with_the_vectors() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = VECTORS.parent.parent / "docs" / "schemas"
+    reports = jsonschema.Draft202012Validator(
+        json.loads((schemas / "report.schema.json").read_text())
+    )
+    for path in sorted((VECTORS / "reports").glob("*.json")):
+        vector = json.loads(path.read_text("utf-8"))
+        if vector["expected"].get("reason") in ("too-large", "not-json"):
+            continue
+        body = json.loads(base64.b64decode(vector["input"]["body"]))
+        errors = list(reports.iter_errors(body))
+        if vector["expected"]["accept"] or path.stem in REPORT_SCHEMA_CANNOT_SAY:
+            assert not errors, (path.stem, errors)
+        else:
+            assert errors, f"the report schema accepts {path.stem}"
+    probes = jsonschema.Draft202012Validator(
+        json.loads((schemas / "probe.schema.json").read_text())
+    )
+    for path in sorted((VECTORS / "probes").glob("*.json")):
+        vector = json.loads(path.read_text("utf-8"))
+        if vector["expected"]["reason"] != "malformed":
+            document = json.loads(base64.b64decode(vector["input"]["probe"]))
+            assert not list(probes.iter_errors(document)), path.stem

@@ -14,6 +14,9 @@ rule:
   state, release record) and their one serialization;
 - :mod:`~edgereg.protocol.rules`: cohorts, tiers, the entry a device runs;
 - :mod:`~edgereg.protocol.decision`: the client's decision and blob check;
+- :mod:`~edgereg.protocol.contract`: the I/O contract and the labels blob;
+- :mod:`~edgereg.protocol.probe`: the golden probe and its check;
+- :mod:`~edgereg.protocol.reports`: the device report and its one parser;
 - :mod:`~edgereg.protocol.reasons`: one exception per reason code;
 - :mod:`~edgereg.protocol.build_outputs`: what publish reads from a build.
 """
