@@ -87,6 +87,14 @@ public final class DeviceMain {
                 result = Conformance.decide(object(request, "vector"), Ed25519.best());
             } else if (op.equals("check_blob")) {
                 result = Conformance.checkBlob(object(request, "vector"));
+            } else if (op.equals("check_probe")) {
+                result = Conformance.probe(object(request, "vector"));
+            } else if (op.equals("check_version")) {
+                result = Conformance.versions(object(request, "vector"));
+            } else if (op.equals("check_report")) {
+                result = Conformance.report(object(request, "vector"));
+            } else if (op.equals("check_labels")) {
+                result = Conformance.labels(object(request, "vector"));
             } else if (op.equals("check_json")) {
                 Object data = request.get("data");
                 if (!(data instanceof String)) throw new Misuse("check_json needs 'data' (base64)");
