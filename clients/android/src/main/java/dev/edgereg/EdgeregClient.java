@@ -56,6 +56,7 @@ public final class EdgeregClient {
     final int timeoutMs;
     final long deadlineMs;
     final long minRate;
+    final java.net.InetAddress sourceAddress;
     private final Clock clock;
     private final Map<String, Engine> engines = new LinkedHashMap<String, Engine>();
 
@@ -83,10 +84,11 @@ public final class EdgeregClient {
         this.policy = b.policy;
         this.ed25519 = b.ed25519 != null ? b.ed25519 : Ed25519.best();
         this.health = new Health(store, b.maxUnconfirmedStarts);
-        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass);
+        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass, b.sourceAddress);
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;
+        this.sourceAddress = b.sourceAddress;
         this.clock = b.clock != null ? b.clock : new Clock() {
             @Override public long nowSeconds() {
                 return System.currentTimeMillis() / 1000L;
@@ -104,7 +106,7 @@ public final class EdgeregClient {
 
     long now() { return clock.nowSeconds(); }
 
-    Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate); }
+    Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate, sourceAddress); }
 
     long freeSpace() { return store.usableSpace(); }
 
@@ -210,7 +212,7 @@ public final class EdgeregClient {
     /** Switch back to the last good set and mark the installed release bad on this device. Blocks on disk. */
     @Nonnull public UpdateResult revert(@Nonnull String unit, @Nonnull String reason) { return engine(unit).revert(reason); }
 
-    /** Send the latency recorded so far and wait (bounded) for reports in flight; returns how many were delivered. */
+    /** Send the latency recorded so far and wait (bounded) for reports in flight; returns how many reports were made since the last flush. */
     public int flushReports(long timeoutMs) {
         for (Engine e : engines.values()) e.reportLatency();
         return reporter.flush(timeoutMs);
@@ -239,6 +241,7 @@ public final class EdgeregClient {
         private long minRate = 1024;
         private Clock clock;
         private Ed25519 ed25519;
+        private java.net.InetAddress sourceAddress;
 
         Builder(String registry, File cacheDir) {
             if (!registry.startsWith("http://") && !registry.startsWith("https://")) {
@@ -301,6 +304,12 @@ public final class EdgeregClient {
         }
 
         @Nonnull public Builder clock(@Nonnull Clock clock) { this.clock = clock; return this; }
+
+        /**
+         * Bind every socket to this local address (plain http:// registries only; a fleet
+         * simulation gives each device its own loopback source). Null: the system chooses.
+         */
+        @Nonnull public Builder sourceAddress(@Nullable java.net.InetAddress address) { this.sourceAddress = address; return this; }
 
         /** Force an Ed25519 implementation: {@code "platform"} or {@code "bouncycastle"} (tests). */
         @Nonnull public Builder ed25519(@Nonnull String provider) {

@@ -35,8 +35,12 @@ final class Reporter {
     private final List<Object[]> retry = new ArrayList<Object[]>();
     private final Map<String, List<Double>> latency = new LinkedHashMap<String, List<Double>>();
     private final AtomicInteger sent = new AtomicInteger();
+    private final AtomicInteger produced = new AtomicInteger();
 
-    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass) {
+    private final java.net.InetAddress source;
+
+    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, java.net.InetAddress source) {
+        this.source = source;
         this.enabled = enabled;
         this.registry = registry.endsWith("/") ? registry : registry + "/";
         this.device = device;
@@ -113,6 +117,7 @@ final class Reporter {
     }
 
     private void send(final String key) {
+        produced.incrementAndGet();
         final byte[] body = Json.canonical(new LinkedHashMap<String, Object>(latest.get(key)));
         final String url = urls.get(key);
         executor.execute(new Runnable() {
@@ -123,7 +128,7 @@ final class Reporter {
     }
 
     private void deliver(String url, byte[] body, boolean keepOnFailure) {
-        int status = Http.post(url, body, TIMEOUT_MS);
+        int status = Http.post(url, body, TIMEOUT_MS, source);
         if (status >= 200 && status < 300) {
             sent.incrementAndGet();
         } else if (keepOnFailure && (status == -1 || status == 408 || status == 429 || status >= 500)) {
@@ -145,7 +150,7 @@ final class Reporter {
         });
     }
 
-    /** Wait (bounded) for reports in flight; returns how many were delivered since the last call. */
+    /** Wait (bounded) for reports in flight; returns how many reports were made (handed to the sender) since the last call. */
     int flush(long timeoutMs) {
         if (!enabled) return 0;
         final Object done = new Object();
@@ -169,7 +174,8 @@ final class Reporter {
                 }
             }
         }
-        return sent.getAndSet(0);
+        sent.set(0);
+        return produced.getAndSet(0);
     }
 
     void close(long timeoutMs) {

@@ -323,6 +323,23 @@ class ClientTest {
     }
 
     @Test
+    void aSourceAddressBindsEverySocketAndResumesToo() throws Exception {
+        byte[] model = bytes(150000, 4);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, "v1/reports");
+        EdgeregClient client = builder(tmp).sourceAddress(java.net.InetAddress.getByName("127.0.0.9")).reporting(true, null).build();
+        registry.cutNextBlobAt.set(40000);
+        assertEquals("transport", client.update("digits").errorCode);
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertTrue(r.notModified, "If-None-Match over the raw socket too");
+        assertArrayEquals(model, Files.readAllBytes(r.model().file.toPath()));
+        client.flushReports(5000);
+        assertEquals(1, registry.count("POST v1/reports"));
+        assertEquals(java.util.Collections.singleton("127.0.0.9"), registry.peers);
+    }
+
+    @Test
     void aShippedReleaseInstallsOfflineDespiteItsExpiry() throws Exception {
         byte[] model = bytes(2000, 9);
         Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);

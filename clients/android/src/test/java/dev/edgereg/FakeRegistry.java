@@ -35,6 +35,7 @@ final class FakeRegistry implements AutoCloseable {
     final Map<String, byte[]> files = Collections.synchronizedMap(new HashMap<String, byte[]>());
     final List<String> requests = Collections.synchronizedList(new ArrayList<String>());
     final List<byte[]> reports = Collections.synchronizedList(new ArrayList<byte[]>());
+    final java.util.Set<String> peers = Collections.synchronizedSet(new java.util.HashSet<String>());
     /** Close the connection after this many body bytes of the next blob response (-1: off). */
     final AtomicInteger cutNextBlobAt = new AtomicInteger(-1);
     volatile boolean ignoreRange;
@@ -141,6 +142,7 @@ final class FakeRegistry implements AutoCloseable {
         String path = x.getRequestURI().getPath().substring(1);
         String range = x.getRequestHeaders().getFirst("Range");
         requests.add(x.getRequestMethod() + " " + path + (range == null ? "" : " " + range));
+        peers.add(x.getRemoteAddress().getAddress().getHostAddress());
         if (x.getRequestMethod().equals("POST")) {
             byte[] body = readAll(x);
             reports.add(body);

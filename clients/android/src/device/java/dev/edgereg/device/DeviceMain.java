@@ -208,6 +208,13 @@ public final class DeviceMain {
                 Map<String, Object> s = (Map<String, Object>) r.get("bundled");
                 b.bundled(unit, BundledRelease.fromFiles(new File(str(s, "manifest")), new File(str(s, "blobs_dir"))));
             }
+            if (r.get("source_address") instanceof String) {
+                try {
+                    b.sourceAddress(java.net.InetAddress.getByName((String) r.get("source_address")));
+                } catch (java.net.UnknownHostException e) {
+                    throw new Misuse("source_address is not an address: " + r.get("source_address"));
+                }
+            }
             fixedNow = time(r.get("now"));
             b.clock(new EdgeregClient.Clock() {
                 @Override public long nowSeconds() {

@@ -5,6 +5,7 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.HttpURLConnection;
 import java.net.URL;
+import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -23,7 +24,15 @@ public final class Http {
     public final long minRate;
     private long deadlineAt = Long.MAX_VALUE;
 
+    /** The local address sockets bind to (plain http:// only), or null for the system's choice. */
+    public final java.net.InetAddress source;
+
     public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate) {
+        this(baseUrl, timeoutMs, deadlineMs, minRate, null);
+    }
+
+    public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate, java.net.InetAddress source) {
+        this.source = source;
         this.base = baseUrl.endsWith("/") ? baseUrl : baseUrl + "/";
         this.timeoutMs = timeoutMs;
         this.deadlineMs = deadlineMs;
@@ -46,39 +55,36 @@ public final class Http {
         public final Long rangeStart;
         public final String url;
         private final HttpURLConnection conn;
+        private final java.net.Socket socket;
         private InputStream body;
         private long windowStart = System.currentTimeMillis();
         private long windowBytes;
 
         Response(HttpURLConnection conn, String url) throws IOException {
             this.conn = conn;
+            this.socket = null;
             this.url = url;
             this.status = conn.getResponseCode();
             this.etag = conn.getHeaderField("ETag");
-            long len = conn.getContentLength();
-            String cl = conn.getHeaderField("Content-Length");
-            Long parsed = null;
-            if (cl != null) {
-                try {
-                    parsed = Long.parseLong(cl.trim());
-                } catch (NumberFormatException e) {
-                    parsed = null;
-                }
-            }
-            this.length = parsed != null ? parsed : (len >= 0 ? Long.valueOf(len) : null);
-            String cr = conn.getHeaderField("Content-Range");
-            Long start = null;
-            if (cr != null) {
-                Matcher m = CONTENT_RANGE.matcher(cr.trim());
-                if (m.matches()) start = Long.parseLong(m.group(1));
-            }
-            this.rangeStart = start;
+            this.length = parseLength(conn.getHeaderField("Content-Length"));
+            this.rangeStart = parseRange(conn.getHeaderField("Content-Range"));
+        }
+
+        Response(java.net.Socket socket, String url, int status, Map<String, String> headers, InputStream body) {
+            this.conn = null;
+            this.socket = socket;
+            this.url = url;
+            this.status = status;
+            this.etag = headers.get("etag");
+            this.length = parseLength(headers.get("content-length"));
+            this.rangeStart = parseRange(headers.get("content-range"));
+            this.body = body;
         }
 
         /** Up to len bytes, -1 at the end; bounded by the deadline and the minimum rate. */
         public int read(byte[] buf, int off, int len) throws Rejected {
             try {
-                if (body == null) body = status >= 400 ? conn.getErrorStream() : conn.getInputStream();
+                if (body == null && conn != null) body = status >= 400 ? conn.getErrorStream() : conn.getInputStream();
                 if (body == null) return -1;
                 long now = System.currentTimeMillis();
                 if (now > deadlineAt) throw new Rejected(Reasons.TRANSPORT, url + ": the fetch took longer than its deadline of " + deadlineMs / 1000 + " s; it resumes next time");
@@ -104,14 +110,43 @@ public final class Http {
             } catch (IOException e) {
                 // closing a failed stream: nothing to keep
             }
-            conn.disconnect();
+            if (conn != null) conn.disconnect();
+            if (socket != null) {
+                try {
+                    socket.close();
+                } catch (IOException e) {
+                    // already gone
+                }
+            }
         }
+    }
+
+    static Long parseLength(String cl) {
+        if (cl == null) return null;
+        try {
+            return Long.parseLong(cl.trim());
+        } catch (NumberFormatException e) {
+            return null;
+        }
+    }
+
+    static Long parseRange(String cr) {
+        if (cr == null) return null;
+        Matcher m = CONTENT_RANGE.matcher(cr.trim());
+        return m.matches() ? Long.valueOf(Long.parseLong(m.group(1))) : null;
     }
 
     /** GET {@code path}; {@code etag} sends If-None-Match, {@code start > 0} a Range. */
     public Response get(String path, String etag, long start) throws Rejected {
         String u = url(path);
         if (System.currentTimeMillis() > deadlineAt) throw new Rejected(Reasons.TRANSPORT, u + ": the fetch took longer than its deadline");
+        if (source != null && u.startsWith("http://")) {
+            try {
+                return RawHttp.get(this, u, etag, start);
+            } catch (IOException e) {
+                throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
+            }
+        }
         try {
             HttpURLConnection c = (HttpURLConnection) new URL(u).openConnection();
             c.setConnectTimeout(timeoutMs);
@@ -132,6 +167,20 @@ public final class Http {
 
     /** POST a JSON body; returns the status, or -1 when the request did not complete. */
     public static int post(String url, byte[] body, int timeoutMs) {
+        return post(url, body, timeoutMs, null);
+    }
+
+    /** POST a JSON body from {@code source} (plain http:// only; null: any); the status, or -1. */
+    public static int post(String url, byte[] body, int timeoutMs, java.net.InetAddress source) {
+        if (source != null && url.startsWith("http://")) {
+            try {
+                return RawHttp.post(url, body, timeoutMs, source);
+            } catch (IOException e) {
+                return -1;
+            } catch (RuntimeException e) {
+                return -1;
+            }
+        }
         HttpURLConnection c = null;
         try {
             c = (HttpURLConnection) new URL(url).openConnection();
