@@ -618,3 +618,35 @@ def test_the_report_and_probe_schemas_agree_with_the_vectors() -> None:
         if vector["expected"]["reason"] != "malformed":
             document = json.loads(base64.b64decode(vector["input"]["probe"]))
             assert not list(probes.iter_errors(document)), path.stem
+
+
+# --- the version grammar: properties the versions/ vectors cannot enumerate --------------
+
+_IDENT = st.from_regex(r"[0-9A-Za-z-]{1,4}", fullmatch=True)
+_VERSIONS = st.builds(
+    lambda v, core, pre, build: v + core + pre + build,
+    st.sampled_from(["", "v", "V"]),
+    st.lists(st.from_regex(r"[0-9]{1,3}", fullmatch=True), min_size=1, max_size=4).map(".".join),
+    st.one_of(
+        st.just(""), st.lists(_IDENT, min_size=1, max_size=3).map(lambda p: "-" + ".".join(p))
+    ),
+    st.sampled_from(["", "+7", " (123)", "+build.5"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VERSIONS, _VERSIONS, _VERSIONS)
+def test_versions_are_totally_ordered(a: str, b: str, c: str) -> None:
+    from edgereg.protocol.fields import is_version, satisfies
+
+    assert is_version(a)
+    assert is_version(b)
+    assert is_version(c)
+    assert compare_versions(a, b) == -compare_versions(b, a)
+    assert compare_versions(a, a) == 0
+    assert satisfies(a, f"=={a}")
+    if compare_versions(a, b) <= 0 and compare_versions(b, c) <= 0:
+        assert compare_versions(a, c) <= 0
+    # The comparators agree with the comparison.
+    assert satisfies(a, f">={b}") == (compare_versions(a, b) >= 0)
+    assert satisfies(a, f"<{b}") == (compare_versions(a, b) < 0)

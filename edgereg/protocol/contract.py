@@ -59,6 +59,7 @@ def parse_labels(data: bytes) -> list[str]:
         raise Malformed("the labels blob is not a JSON array of strings")
     return value
 
+
 TensorDtype = Literal["float32", "float16", "int8", "uint8", "int32", "int64", "bool"]
 
 TensorName = Annotated[str, StringConstraints(min_length=1, max_length=256)]

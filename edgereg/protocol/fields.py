@@ -35,6 +35,7 @@ __all__ = [
     "NAME_RULE",
     "PERCENT_RULE",
     "RANGE_MAX_LENGTH",
+    "SCHEMA_VERSION_MISSING",
     "SEMVER_PATTERN",
     "TIME_PATTERN",
     "VERSION_MAX_LENGTH",
@@ -75,7 +76,13 @@ StrictInt = Annotated[int, Strict()]
 """A JSON integer: not a float (``9.0``), a string (``"9"``) or a boolean."""
 
 
+SCHEMA_VERSION_MISSING = object()
+"""What :func:`~edgereg.protocol.wire.from_bytes` puts where a document has no schema_version."""
+
+
 def _exactly_the_integer(value: Any) -> Any:
+    if value is SCHEMA_VERSION_MISSING:
+        raise ValueError("missing: the wire always says schema_version 1")
     # Literal[1] alone admits 1.0 and true (both == 1 in Python): the wire says 1.
     if type(value) is not int:
         raise ValueError(f"schema_version must be the integer 1, got {value!r}")

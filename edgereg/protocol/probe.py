@@ -252,8 +252,13 @@ def check_probe(
         The verdict.
     """
     worst_cosine, worst_error = 1.0, 0.0
+    # The first failure decides; after a tolerance miss the scan goes on only to
+    # report the worst cosine and error over every output (what the build logs).
+    first: tuple[str, str] | None = None
 
     def fail(code: str, message: str) -> ProbeResult:
+        if first is not None:
+            code, message = first
         if code in ("cosine", "abs-error"):
             return ProbeResult(False, worst_cosine, worst_error, message, code)
         return ProbeResult(False, -1.0, math.inf, message, code)
@@ -292,13 +297,13 @@ def check_probe(
                 error = max((abs(x - y) for x, y in zip(values, want, strict=True)), default=0.0)
                 worst_cosine = min(worst_cosine, cosine)
                 worst_error = max(worst_error, error)
-                if cosine < tolerance.min_cosine:
-                    return fail(
-                        "cosine", f"{where}: cosine {cosine:.6f} < {tolerance.min_cosine:.6f}"
-                    )
-                if error > tolerance.max_abs_error:
-                    return fail(
+                if first is None and cosine < tolerance.min_cosine:
+                    first = ("cosine", f"{where}: cosine {cosine:.6f} < {tolerance.min_cosine:.6f}")
+                elif first is None and error > tolerance.max_abs_error:
+                    first = (
                         "abs-error",
                         f"{where}: abs error {error:.6g} > {tolerance.max_abs_error:.6g}",
                     )
+    if first is not None:
+        return fail(*first)
     return ProbeResult(True, worst_cosine, worst_error)

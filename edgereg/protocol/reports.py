@@ -47,9 +47,7 @@ class ReportError(Malformed):
             (``token``, ``inference.count``), or None for the document itself.
     """
 
-    def __init__(
-        self, message: str, *, code: str = "invalid", field: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, code: str = "invalid", field: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.field = field
@@ -116,10 +114,6 @@ def parse_report(data: bytes) -> Report:
         value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ReportError(f"report is not JSON: {exc}", code="not-json") from exc
-    if isinstance(value, dict) and "schema_version" not in value:
-        raise ReportError(
-            "report is not valid: schema_version: missing (must be 1)", field="schema_version"
-        )
     try:
         return Report.model_validate(value, strict=True)
     except ValidationError as exc:

@@ -64,6 +64,7 @@ from edgereg.protocol.envelope import (
 from edgereg.protocol.fields import (
     LENIENT_RANGES,
     NAME_RULE,
+    SCHEMA_VERSION_MISSING,
     BlobPath,
     Name,
     Percent,
@@ -600,7 +601,8 @@ def from_bytes(cls: type[W], data: bytes) -> W:
         and "schema_version" not in value
     ):
         # Python callers may leave it out (it defaults to 1); the wire always says it.
-        raise WireError(f"{kind} is not valid: schema_version: missing (must be 1)")
+        # Refused by validation, so the message lists every other fault too.
+        value = {**value, "schema_version": SCHEMA_VERSION_MISSING}
     if cls.ignores_unknown_keys:
         value = _known_keys_only(value, cls)
     try:
