@@ -163,14 +163,19 @@ final class SelfTest {
         return null;
     }
 
-    /** Zeros of the state input's shape: the session's, else the contract's (named axes as 1). */
+    /**
+     * Zeros for a state input: dtype and shape from the entry's contract (a named axis as 1), or
+     * the shape the runtime reports (a dynamic axis, -1 or 0, as 1) when there is no contract.
+     */
     @SuppressWarnings("unchecked")
     private Tensor zeros(ModelRunner.Session session, String name) {
-        int[] shape = session.inputShape(name);
-        if (shape == null && entry.contract != null) {
+        int[] shape = null;
+        String dtype = "float32";
+        if (entry.contract != null) {
             for (Object o : (List<Object>) entry.contract.get("inputs")) {
                 Map<String, Object> spec = (Map<String, Object>) o;
                 if (!name.equals(spec.get("name"))) continue;
+                dtype = (String) spec.get("dtype");
                 List<Object> dims = (List<Object>) spec.get("shape");
                 shape = new int[dims.size()];
                 for (int i = 0; i < shape.length; i++) {
@@ -179,9 +184,17 @@ final class SelfTest {
                 }
             }
         }
+        if (shape == null) {
+            int[] declared = session.inputShape(name);
+            if (declared != null) {
+                shape = declared.clone();
+                for (int i = 0; i < shape.length; i++) if (shape[i] <= 0) shape[i] = 1;
+            }
+        }
         if (shape == null) throw new IllegalStateException("the model has no state input '" + name + "'");
         long count = 1;
         for (int d : shape) count *= d;
-        return new Tensor("float32", shape, new byte[(int) (count * 4)]);
+        int item = dtype.equals("int64") ? 8 : dtype.equals("float16") ? 2 : dtype.equals("int8") || dtype.equals("uint8") || dtype.equals("bool") ? 1 : 4;
+        return new Tensor(dtype, shape, new byte[(int) (count * item)]);
     }
 }

@@ -27,7 +27,8 @@ public final class ReportCheck {
         Map<String, Object> m = (Map<String, Object>) v;
         for (String k : m.keySet()) if (!KEYS.contains(k)) return new String[] {"invalid", k};
         Object sv = m.get("schema_version");
-        if (!(sv instanceof Json.Num && "1".equals(sv.toString()))) return new String[] {"invalid", "schema_version"};
+        // A receiver takes a missing schema_version as 1 (shipped senders are kept); 1.0, 2: refused.
+        if (m.containsKey("schema_version") && !(sv instanceof Json.Num && "1".equals(sv.toString()))) return new String[] {"invalid", "schema_version"};
         if (!matches(m.get("token"), "[0-9a-f]{32}")) return bad("token");
         for (String k : new String[] {"unit", "model", "variant", "tier"}) if (!(m.get(k) instanceof String) || !Wire.NAME.matcher((String) m.get(k)).matches()) return bad(k);
         for (String k : new String[] {"version", "unit_version"}) if (!(m.get(k) instanceof String) || !Versions.isSemver((String) m.get(k))) return bad(k);
