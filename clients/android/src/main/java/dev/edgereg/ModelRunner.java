@@ -25,9 +25,13 @@ public interface ModelRunner {
 
     /** One loaded model. */
     interface Session extends java.io.Closeable {
-        /** Run once; inputs and outputs by tensor name. */
+        /**
+         * Run once: inputs by tensor name; return at least the outputs named in {@code outputs}
+         * (the probe's expected outputs and the state outputs), by name, in the model's own
+         * layout (convert MNN's NC4HW4 GPU outputs first).
+         */
         @Nonnull
-        Map<String, Tensor> run(@Nonnull Map<String, Tensor> inputs) throws Exception;
+        Map<String, Tensor> run(@Nonnull Map<String, Tensor> inputs, @Nonnull java.util.List<String> outputs) throws Exception;
 
         /** The shape of an input (for the zero state of recurrent models), or null: the contract's is used. */
         @Nullable

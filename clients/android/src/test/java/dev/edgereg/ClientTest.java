@@ -241,7 +241,8 @@ class ClientTest {
             if (backend.equals("vulkan")) throw new BackendUnavailableException("no Vulkan driver");
             final boolean faulty = backend.equals("opencl") || cpuFaulty;
             return new Session() {
-                @Override public Map<String, Tensor> run(Map<String, Tensor> inputs) {
+                @Override public Map<String, Tensor> run(Map<String, Tensor> inputs, List<String> wanted) {
+                    assertEquals(Arrays.asList("y"), wanted);
                     Map<String, Tensor> out = new LinkedHashMap<String, Tensor>();
                     out.put("y", Tensor.ofFloats(new int[] {2}, faulty ? new float[] {2, 1} : new float[] {1, 2}));
                     return out;

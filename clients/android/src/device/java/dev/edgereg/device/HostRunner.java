@@ -64,7 +64,7 @@ final class HostRunner implements ModelRunner {
         }
         final String session = String.valueOf(answer.get("session"));
         return new Session() {
-            @Override public Map<String, Tensor> run(Map<String, Tensor> inputs) throws Exception {
+            @Override public Map<String, Tensor> run(Map<String, Tensor> inputs, List<String> wanted) throws Exception {
                 Map<String, Object> req = new LinkedHashMap<String, Object>();
                 req.put("op", "run");
                 req.put("session", session);
