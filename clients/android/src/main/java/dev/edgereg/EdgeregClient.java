@@ -84,7 +84,7 @@ public final class EdgeregClient {
         this.policy = b.policy;
         this.ed25519 = b.ed25519 != null ? b.ed25519 : Ed25519.best();
         this.health = new Health(store, b.maxUnconfirmedStarts);
-        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass, b.sourceAddress);
+        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass, b.sourceAddress, store);
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;
@@ -164,7 +164,15 @@ public final class EdgeregClient {
     @Nonnull public UpdateResult current() { return current(only()); }
 
     /** Installed, last good, pending, last error, refused versions, ready (blobs hashed again when {@code verify}). Blocks on disk. */
-    @Nonnull public Status status(@Nonnull String unit, boolean verify) { return engine(unit).status(verify); }
+    @Nonnull public Status status(@Nonnull String unit, boolean verify) {
+        Engine e = engine(unit);
+        try {
+            return e.status(verify);
+        } catch (RuntimeException x) {
+            // A cache damaged beyond reading: report it as nothing ready, never as a crash.
+            return new Status(unit, null, null, null, Reasons.CACHE, String.valueOf(x), null, new ArrayList<String>(), false);
+        }
+    }
 
     @Nonnull public Status status(@Nonnull String unit) { return status(unit, true); }
 
@@ -195,9 +203,11 @@ public final class EdgeregClient {
      * another version than the installed one does not count. Returns true when it confirmed.
      */
     public boolean confirm(@Nonnull String unit, @Nullable String version) {
+        Engine e = engine(unit);
         try {
-            return engine(unit).confirm(version);
-        } catch (Rejected e) {
+            return e.confirm(version);
+        } catch (Rejected | RuntimeException x) {
+            e.recordError(x instanceof Rejected ? ((Rejected) x).code : Reasons.INTERNAL, String.valueOf(x.getMessage()));
             return false;
         }
     }

@@ -19,7 +19,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * Device reports (docs/protocol.md section 11): sent on one background thread with a 5 s timeout,
  * one more try for a network error, 408, 429 or 5xx, then dropped; a 4xx is dropped at once.
  * Never a reason to fail, delay or retry an update. The latest report per (token, model) is
- * kept in memory so a confirmation or a revert resends it with the flag set.
+ * kept in reports.json in the cache (with the reports waiting for their one more try), so a
+ * confirmation in the app process resends what a background install reported, flag set.
  */
 final class Reporter {
     static final int TIMEOUT_MS = 5000;
@@ -39,8 +40,13 @@ final class Reporter {
 
     private final java.net.InetAddress source;
 
-    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, java.net.InetAddress source) {
+    static final int KEPT = 64;
+    private final dev.edgereg.internal.Store store;
+
+    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, java.net.InetAddress source,
+            dev.edgereg.internal.Store store) {
         this.source = source;
+        this.store = store;
         this.enabled = enabled;
         this.registry = registry.endsWith("/") ? registry : registry + "/";
         this.device = device;
@@ -52,6 +58,64 @@ final class Reporter {
                 return t;
             }
         }) : null;
+        if (enabled) load();
+    }
+
+    private java.io.File file() { return new java.io.File(store.root, "reports.json"); }
+
+    @SuppressWarnings("unchecked")
+    private synchronized void load() {
+        Map<String, Object> m = store.readLenient(file());
+        if (m == null) return;
+        if (m.get("latest") instanceof Map) {
+            for (Map.Entry<String, Object> e : ((Map<String, Object>) m.get("latest")).entrySet()) {
+                if (!(e.getValue() instanceof Map)) continue;
+                Map<String, Object> v = (Map<String, Object>) e.getValue();
+                if (v.get("url") instanceof String && v.get("report") instanceof Map) {
+                    urls.put(e.getKey(), (String) v.get("url"));
+                    latest.put(e.getKey(), (Map<String, Object>) v.get("report"));
+                }
+            }
+        }
+        if (m.get("retry") instanceof List) {
+            for (Object o : (List<Object>) m.get("retry")) {
+                if (!(o instanceof Map)) continue;
+                Map<String, Object> r = (Map<String, Object>) o;
+                byte[] body = r.get("body") instanceof String ? Codec.base64Decode((String) r.get("body")) : null;
+                if (r.get("url") instanceof String && body != null) retry.add(new Object[] {r.get("url"), body});
+            }
+        }
+    }
+
+    /** Called with this locked. Best effort: a report is never a reason to fail anything. */
+    private void save() {
+        while (latest.size() > KEPT) {
+            String oldest = latest.keySet().iterator().next();
+            latest.remove(oldest);
+            urls.remove(oldest);
+        }
+        Map<String, Object> m = new LinkedHashMap<String, Object>();
+        Map<String, Object> l = new LinkedHashMap<String, Object>();
+        for (Map.Entry<String, Map<String, Object>> e : latest.entrySet()) {
+            Map<String, Object> v = new LinkedHashMap<String, Object>();
+            v.put("url", urls.get(e.getKey()));
+            v.put("report", e.getValue());
+            l.put(e.getKey(), v);
+        }
+        m.put("latest", l);
+        List<Object> r = new ArrayList<Object>();
+        for (Object[] x : retry) {
+            Map<String, Object> v = new LinkedHashMap<String, Object>();
+            v.put("url", x[0]);
+            v.put("body", Codec.base64((byte[]) x[1]));
+            r.add(v);
+        }
+        m.put("retry", r);
+        try {
+            store.write(file(), m);
+        } catch (dev.edgereg.internal.Rejected | RuntimeException e) {
+            // the report stays in memory; the disk copy is best effort
+        }
     }
 
     boolean enabled() { return enabled; }
@@ -71,9 +135,11 @@ final class Reporter {
     synchronized void installed(String reportUrl, Map<String, Object> report) {
         if (!enabled || reportUrl == null) return;
         String key = report.get("token") + "/" + report.get("model");
+        latest.remove(key);
         latest.put(key, report);
         urls.put(key, resolve(reportUrl));
         send(key);
+        save();
     }
 
     synchronized void flag(String token, String model, String flag) {
@@ -83,6 +149,7 @@ final class Reporter {
         if (r == null) return;
         r.put(flag, true);
         send(key);
+        save();
     }
 
     synchronized void recordInference(String model, double ms) {
@@ -109,6 +176,7 @@ final class Reporter {
         inf.put("p99_ms", pct(v, 99));
         r.put("inference", inf);
         send(key);
+        save();
     }
 
     static double pct(double[] sorted, int p) {
@@ -134,6 +202,7 @@ final class Reporter {
         } else if (keepOnFailure && (status == -1 || status == 408 || status == 429 || status >= 500)) {
             synchronized (this) {
                 retry.add(new Object[] {url, body});
+                save();
             }
         }
     }
@@ -143,6 +212,7 @@ final class Reporter {
         if (!enabled || retry.isEmpty()) return;
         final List<Object[]> again = new ArrayList<Object[]>(retry);
         retry.clear();
+        save();
         executor.execute(new Runnable() {
             @Override public void run() {
                 for (Object[] r : again) deliver((String) r[0], (byte[]) r[1], false);

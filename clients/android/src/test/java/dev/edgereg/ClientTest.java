@@ -67,6 +67,8 @@ class ClientTest {
         assertTrue(s.ready);
         assertEquals("1.0.0", s.installed.version);
         assertEquals("1.0.0", client.current("digits").version);
+        assertFalse(new File(tmp, "reports.json").exists(), "reporting off stores nothing");
+        assertFalse(new String(Files.readAllBytes(new File(tmp, "installed.json").toPath()), "UTF-8").contains("token"), "and no token");
     }
 
     @Test
@@ -338,6 +340,22 @@ class ClientTest {
         client.flushReports(5000);
         assertEquals(1, registry.count("POST v1/reports"));
         assertEquals(java.util.Collections.singleton("127.0.0.9"), registry.peers);
+    }
+
+    @Test
+    void aConfirmationInAnotherProcessResendsTheInstallsReport() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, "v1/reports");
+        EdgeregClient worker = builder(tmp).reporting(true, "ram8-8c").build();
+        assertTrue(worker.update("digits").ok());
+        worker.close(5000);
+        EdgeregClient app = builder(tmp).reporting(true, "ram8-8c").build(); // a new process, the same cache
+        assertTrue(app.confirm("digits", "1.0.0"));
+        app.flushReports(5000);
+        assertEquals(2, registry.reports.size());
+        String first = Codec.utf8(registry.reports.get(0));
+        String second = Codec.utf8(registry.reports.get(1));
+        assertTrue(second.contains("\"confirmed\":true"), second);
+        assertEquals(first.replace("\"confirmed\":false", "\"confirmed\":true"), second, "the same report, one flag set");
     }
 
     @Test
