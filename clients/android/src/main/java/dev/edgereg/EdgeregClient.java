@@ -222,9 +222,14 @@ public final class EdgeregClient {
     /** Switch back to the last good set and mark the installed release bad on this device. Blocks on disk. */
     @Nonnull public UpdateResult revert(@Nonnull String unit, @Nonnull String reason) { return engine(unit).revert(reason); }
 
-    /** Send the latency recorded so far and wait (bounded) for reports in flight; returns how many reports were made since the last flush. */
-    public int flushReports(long timeoutMs) {
+    /** Report again now, with the latency recorded since the last report (a periodic send). Never blocks. */
+    public void reportLatency() {
         for (Engine e : engines.values()) e.reportLatency();
+    }
+
+    /** Give failed reports their one more try and wait (bounded) for reports in flight; returns how many reports were made since the last flush. */
+    public int flushReports(long timeoutMs) {
+        reporter.retryPending();
         return reporter.flush(timeoutMs);
     }
 

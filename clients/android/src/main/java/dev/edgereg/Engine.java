@@ -510,7 +510,7 @@ final class Engine {
             Wire.Entry entry = e.getValue();
             Map<String, Object> r = client.reporter.report(token, unit, e.getKey(), entry.version, chosen.version, entry.variant, client.tier,
                     decision.isCandidate, decision.manifest.sequence, st == null ? "none" : (String) st[3], st == null ? null : (String) st[0],
-                    st == null ? new ArrayList<String>() : (List<String>) st[1], st == null ? null : (Double) st[2], false);
+                    st == null ? new ArrayList<String>() : (List<String>) st[1], st == null || st[2] == null ? null : Math.round((Double) st[2] * 1000.0) / 1000.0, false);
             client.reporter.installed(decision.manifest.reportUrl, r);
         }
     }
@@ -545,8 +545,9 @@ final class Engine {
         Decision probe = decide(data, null, client.now(), false);
         long seq = probe.manifest.sequence;
         long seen = Math.max(installed == null ? 0 : Health.num(installed.get("sequence")), highest == null ? 0 : highest);
+        // Installed when nothing is, or when it is above everything seen; it never lowers the
+        // highest sequence (docs/protocol.md section 10).
         if (installed != null && seq <= seen) return;
-        if (installed == null && highest != null && seq < highest) return;
         Decision decision = avoidBad(probe);
         if (seq > (highest == null ? 0 : highest)) store().writeSequence(unit, seq);
         if (decision.unit == null) return;
@@ -738,10 +739,7 @@ final class Engine {
             recordError(Reasons.REVERTED, version + " reverted: " + reason);
             store().evict();
             client.health.reverted(unit, previous == null ? null : (String) previous.get("version"));
-            Object token = record.get("token");
-            for (String name : ((Map<String, Object>) record.get("members")).keySet()) {
-                client.reporter.flag(token instanceof String ? (String) token : null, name, "reverted");
-            }
+            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.flag(unit, name, "reverted");
             return previous == null ? empty(null, null) : result(previous, true, false, 0, null);
         } catch (Rejected r) {
             return empty(r.code, r.getMessage());
@@ -769,10 +767,8 @@ final class Engine {
         boolean confirmed = client.health.confirm(unit, version);
         if (confirmed) {
             Map<String, Object> record = store().readInstalled(kind, unit);
-            if (record != null && record.get("token") instanceof String) {
-                for (String name : ((Map<String, Object>) record.get("members")).keySet()) {
-                    client.reporter.flag((String) record.get("token"), name, "confirmed");
-                }
+            if (record != null) {
+                for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.flag(unit, name, "confirmed");
             }
         }
         return confirmed;
@@ -782,8 +778,8 @@ final class Engine {
     void reportLatency() {
         try {
             Map<String, Object> record = store().readInstalled(kind, unit);
-            if (record == null || !(record.get("token") instanceof String)) return;
-            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.summary((String) record.get("token"), name);
+            if (record == null) return;
+            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.summary(unit, name);
         } catch (Rejected r) {
             // reports never fail anything
         }

@@ -134,7 +134,8 @@ final class Reporter {
     /** A member's first report after an install or a rejection. */
     synchronized void installed(String reportUrl, Map<String, Object> report) {
         if (!enabled || reportUrl == null) return;
-        String key = report.get("token") + "/" + report.get("model");
+        String key = report.get("unit") + "/" + report.get("model");
+        report.put("inference", takeLatency((String) report.get("model")));
         latest.remove(key);
         latest.put(key, report);
         urls.put(key, resolve(reportUrl));
@@ -142,30 +143,43 @@ final class Reporter {
         save();
     }
 
-    synchronized void flag(String token, String model, String flag) {
-        if (!enabled || token == null) return;
-        String key = token + "/" + model;
+    /** Report again with a flag set (confirmed, reverted) and the latency measured since the last report. */
+    synchronized void flag(String unit, String model, String flag) {
+        if (!enabled) return;
+        String key = unit + "/" + model;
         Map<String, Object> r = latest.get(key);
         if (r == null) return;
         r.put(flag, true);
+        r.put("inference", takeLatency(model));
         send(key);
         save();
     }
 
+    private static final int SAMPLES_KEPT = 2048;
+    private final java.util.Random random = new java.util.Random();
+    private final Map<String, long[]> seen = new LinkedHashMap<String, long[]>();
+
     synchronized void recordInference(String model, double ms) {
-        if (!enabled || Double.isNaN(ms) || ms < 0) return;
+        if (!enabled || Double.isNaN(ms) || ms < 0 || ms > 3600000) return;
         List<Double> l = latency.get(model);
         if (l == null) latency.put(model, l = new ArrayList<Double>());
-        l.add(Math.min(ms, 3600000.0));
+        long[] n = seen.get(model);
+        if (n == null) seen.put(model, n = new long[1]);
+        n[0]++;
+        if (l.size() < SAMPLES_KEPT) {
+            l.add(ms);
+        } else {
+            // Reservoir sampling: every call so far equally likely to be kept.
+            long slot = (long) (random.nextDouble() * n[0]);
+            if (slot < SAMPLES_KEPT) l.set((int) slot, ms);
+        }
     }
 
-    /** Attach the latency recorded for a model (and forget it) to its latest report, and send it. */
-    synchronized void summary(String token, String model) {
-        if (!enabled || token == null) return;
-        String key = token + "/" + model;
-        Map<String, Object> r = latest.get(key);
+    /** The latency measured since the last report of {@code model} (and forget it), or JSON null. */
+    private Object takeLatency(String model) {
         List<Double> l = latency.remove(model);
-        if (r == null || l == null || l.isEmpty()) return;
+        seen.remove(model);
+        if (l == null || l.isEmpty()) return Json.NULL;
         double[] v = new double[l.size()];
         for (int i = 0; i < v.length; i++) v[i] = l.get(i);
         Arrays.sort(v);
@@ -174,14 +188,24 @@ final class Reporter {
         inf.put("p50_ms", pct(v, 50));
         inf.put("p90_ms", pct(v, 90));
         inf.put("p99_ms", pct(v, 99));
-        r.put("inference", inf);
+        return inf;
+    }
+
+    /** Report again with the latency recorded since the last report (a periodic send). */
+    synchronized void summary(String unit, String model) {
+        if (!enabled) return;
+        String key = unit + "/" + model;
+        Map<String, Object> r = latest.get(key);
+        if (r == null) return;
+        r.put("inference", takeLatency(model));
         send(key);
         save();
     }
 
+    /** Nearest rank, rounded to the microsecond as the reference does. */
     static double pct(double[] sorted, int p) {
-        int i = (int) Math.ceil(p / 100.0 * sorted.length) - 1;
-        return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
+        int i = (int) Math.ceil(p * (double) sorted.length / 100.0) - 1;
+        return Math.round(sorted[Math.max(0, Math.min(sorted.length - 1, i))] * 1000.0) / 1000.0;
     }
 
     private void send(final String key) {
@@ -201,9 +225,25 @@ final class Reporter {
             sent.incrementAndGet();
         } else if (keepOnFailure && (status == -1 || status == 408 || status == 429 || status >= 500)) {
             synchronized (this) {
+                // The latest report of a token and model is the one that counts: keep only it.
+                String id = identity(body);
+                for (java.util.Iterator<Object[]> it = retry.iterator(); it.hasNext();) {
+                    if (id.equals(identity((byte[]) it.next()[1]))) it.remove();
+                }
                 retry.add(new Object[] {url, body});
+                while (retry.size() > 16) retry.remove(0);
                 save();
             }
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private static String identity(byte[] body) {
+        try {
+            Map<String, Object> m = (Map<String, Object>) Json.parse(body);
+            return m.get("token") + "/" + m.get("model");
+        } catch (Json.JsonException | RuntimeException e) {
+            return "";
         }
     }
 

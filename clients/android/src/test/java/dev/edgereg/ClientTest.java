@@ -321,6 +321,8 @@ class ClientTest {
         assertTrue(bodies.size() >= 4, bodies.toString());
         for (String b : bodies) assertTrue(dev.edgereg.internal.ReportCheck.check(Codec.utf8(b)) == null, "a valid report: " + b);
         assertTrue(bodies.toString().contains("\"confirmed\":true"));
+        assertTrue(bodies.toString().contains("\"inference\":{\"count\":1,\"p50_ms\":12.5,\"p90_ms\":12.5,\"p99_ms\":12.5}"),
+                "the latency goes with the next report: " + bodies);
         assertTrue(bodies.toString().contains("\"reverted\":true"));
         assertTrue(registry.count("POST v1/reports") >= 4);
     }
