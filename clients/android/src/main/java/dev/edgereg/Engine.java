@@ -37,6 +37,8 @@ final class Engine {
     /** What the last self-test found per member: {backend, skipped list, load ms, probe outcome}. */
     private Map<String, Object[]> selfTestResults = new LinkedHashMap<String, Object[]>();
     private Map<String, List<String>> selfTestFailed = new LinkedHashMap<String, List<String>>();
+    /** The transport of the update in progress (its deadline covers every request). */
+    private Http http;
 
     Engine(EdgeregClient client, String unit, boolean bundle, BundledRelease shipped) {
         this.client = client;
@@ -70,6 +72,7 @@ final class Engine {
             client.reporter.retryPending();
             Http http = client.http();
             http.startDeadline();
+            this.http = http; // one deadline for the manifest and every blob of this update
             UpdateResult r = fetch(http, installed, conditions);
             recordError(null, null);
             return r;
@@ -232,6 +235,13 @@ final class Engine {
             setPending(null, null, null);
             return result(kept, false, notModified, 0, decision);
         }
+        for (Map.Entry<String, Wire.Entry> e : chosen.members.entrySet()) {
+            Wire.BlobRef labels = e.getValue().labelsBlob;
+            if (labels != null && labels.size > MAX_LABELS_BYTES) {
+                // Refused before any byte (docs/protocol.md section 8).
+                throw new Rejected(Reasons.MALFORMED, "the labels blob of " + e.getKey() + " declares " + labels.size + " bytes, more than " + MAX_LABELS_BYTES);
+            }
+        }
         List<Wire.BlobRef> missing = new ArrayList<Wire.BlobRef>();
         for (Wire.Entry e : chosen.members.values()) {
             for (Wire.BlobRef ref : e.blobs()) {
@@ -347,7 +357,6 @@ final class Engine {
     }
 
     private long transfer(Wire.BlobRef ref, File part, Decision.BlobCheck check, long have) throws Rejected {
-        Http http = client.http();
         Http.Response response = http.get(ref.path, null, have);
         try {
             boolean append = have > 0;

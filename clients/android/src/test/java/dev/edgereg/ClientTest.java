@@ -122,6 +122,21 @@ class ClientTest {
     }
 
     @Test
+    void theWholeUpdateHasADeadlineEvenWhenBytesKeepComing() throws Exception {
+        Map<String, Object> e = registry.blob(bytes(100000, 5), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        registry.trickleMs = 150; // about 6.7 KB/s: above the minimum rate, far below the deadline
+        EdgeregClient client = builder(tmp).limits(2000, 1500, 1).build();
+        long started = System.currentTimeMillis();
+        UpdateResult r = client.update("digits");
+        long took = System.currentTimeMillis() - started;
+        assertEquals("transport", r.errorCode, r.toString());
+        assertTrue(r.errorMessage.contains("deadline"), r.errorMessage);
+        assertTrue(took < 5000, "gave up after " + took + " ms");
+        assertTrue(client.store.part((String) e.get("sha256")).length() > 0, "the .part stays for a resume");
+    }
+
+    @Test
     void aBundleInstallsAsOneSet() throws Exception {
         Map<String, Object> det = registry.blob(bytes(3000, 1), "1.0.0", "det-int8", CPU);
         Map<String, Object> rec = registry.blob(bytes(4000, 2), "2.0.0", "rec-int8", CPU);

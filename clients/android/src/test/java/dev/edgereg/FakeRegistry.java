@@ -39,6 +39,8 @@ final class FakeRegistry implements AutoCloseable {
     /** Close the connection after this many body bytes of the next blob response (-1: off). */
     final AtomicInteger cutNextBlobAt = new AtomicInteger(-1);
     volatile boolean ignoreRange;
+    /** Send blob bodies 1000 bytes at a time with this pause between (0: at once). */
+    volatile int trickleMs;
     volatile int forceStatus;
     private final PrivateKey key;
     final String publicPem;
@@ -188,6 +190,19 @@ final class FakeRegistry implements AutoCloseable {
                 x.close();
             } catch (RuntimeException e) {
                 // insufficient bytes written: the connection is dropped, which is the point
+            }
+            return;
+        }
+        if (trickleMs > 0 && path.startsWith("blobs/")) {
+            try {
+                for (int off = 0; off < body.length; off += 1000) {
+                    out.write(body, off, Math.min(1000, body.length - off));
+                    out.flush();
+                    Thread.sleep(trickleMs);
+                }
+                out.close();
+            } catch (IOException | InterruptedException e) {
+                // the client gave up: that is what the test wants to see
             }
             return;
         }
