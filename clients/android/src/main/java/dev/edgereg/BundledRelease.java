@@ -19,6 +19,35 @@ public abstract class BundledRelease {
     @Nullable
     public abstract InputStream openBlob(@Nonnull String sha256) throws IOException;
 
+    /** Opens a shipped blob by its sha256 (an APK asset: {@code assets.open("models/blobs/" + sha256)}). */
+    public interface BlobOpener {
+        /** The blob, or null (or a FileNotFoundException) when the app does not ship it. */
+        @Nullable
+        InputStream open(@Nonnull String sha256) throws IOException;
+    }
+
+    /**
+     * The manifest envelope bytes as served, and a way to open the blobs. Kotlin:
+     * {@code BundledRelease.of(assets.open("models/manifest.json").readBytes()) { assets.open("models/blobs/$it") }}
+     */
+    @Nonnull
+    public static BundledRelease of(@Nonnull final byte[] manifest, @Nonnull final BlobOpener blobs) {
+        final byte[] copy = manifest.clone();
+        return new BundledRelease() {
+            @Override public byte[] manifest() {
+                return copy.clone();
+            }
+
+            @Override public InputStream openBlob(String sha256) throws IOException {
+                try {
+                    return blobs.open(sha256);
+                } catch (java.io.FileNotFoundException e) {
+                    return null;
+                }
+            }
+        };
+    }
+
     /** A manifest file beside a folder of blobs named by their hex digest. */
     @Nonnull
     public static BundledRelease fromFiles(@Nonnull final File manifest, @Nonnull final File blobsDir) {
