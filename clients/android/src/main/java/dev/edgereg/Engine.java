@@ -37,6 +37,7 @@ final class Engine {
     /** What the last self-test found per member: {backend, skipped list, load ms, probe outcome}. */
     private Map<String, Object[]> selfTestResults = new LinkedHashMap<String, Object[]>();
     private Map<String, List<String>> selfTestFailed = new LinkedHashMap<String, List<String>>();
+    private final Map<String, Boolean> selfTestLoadFailed = new LinkedHashMap<String, Boolean>();
     /** The transport of the update in progress (its deadline covers every request). */
     private Http http;
 
@@ -501,6 +502,7 @@ final class Engine {
             SelfTest.Outcome outcome = new SelfTest(client, e.getKey(), entry, store().blob(entry.blob.sha256), probe).run();
             if (outcome.backend == null) {
                 selfTestFailed.put(e.getKey(), outcome.skipped);
+                selfTestLoadFailed.put(e.getKey(), outcome.loadFailed);
                 throw new Rejected(Reasons.PROBE_FAILED, e.getKey() + " " + entry.version + " (variant " + entry.variant
                         + ") failed its self-test on every backend: " + outcome.why, true);
             }
@@ -520,7 +522,7 @@ final class Engine {
             Map<String, Object> r = client.reporter.report(token, unit, e.getKey(), entry.version, chosen.version, entry.variant, client.tier,
                     decision.isCandidate, decision.manifest.sequence, st == null ? "none" : (String) st[3], st == null ? null : (String) st[0],
                     st == null ? new ArrayList<String>() : (List<String>) st[1], st == null || st[2] == null ? null : Math.round((Double) st[2] * 1000.0) / 1000.0, false);
-            client.reporter.installed(decision.manifest.reportUrl, r);
+            client.reporter.installed(decision.manifest.reportUrl, r, true);
         }
     }
 
@@ -529,8 +531,8 @@ final class Engine {
         for (Map.Entry<String, List<String>> f : selfTestFailed.entrySet()) {
             Wire.Entry entry = chosen.members.get(f.getKey());
             Map<String, Object> r = client.reporter.report(token, unit, f.getKey(), entry.version, chosen.version, entry.variant, client.tier,
-                    decision.isCandidate, decision.manifest.sequence, "failed", null, f.getValue(), null, false);
-            client.reporter.installed(decision.manifest.reportUrl, r);
+                    decision.isCandidate, decision.manifest.sequence, "failed", null, f.getValue(), null, Boolean.TRUE.equals(selfTestLoadFailed.get(f.getKey())));
+            client.reporter.installed(decision.manifest.reportUrl, r, false);
         }
     }
 

@@ -131,14 +131,32 @@ final class Reporter {
         return registry + reportUrl;
     }
 
-    /** A member's first report after an install or a rejection. */
-    synchronized void installed(String reportUrl, Map<String, Object> report) {
+    /**
+     * A member's first report after an install, or after a rejection ({@code installed} false).
+     * Only an install's report becomes the latest that a confirmation or a revert resends: the
+     * reference client also stores the rejection's, so confirming the model still installed
+     * would flag the rejected version's report.
+     */
+    synchronized void installed(String reportUrl, Map<String, Object> report, boolean installed) {
         if (!enabled || reportUrl == null) return;
-        String key = report.get("unit") + "/" + report.get("model");
-        report.put("inference", takeLatency((String) report.get("model")));
+        String model = (String) report.get("model");
+        String url = resolve(reportUrl);
+        if (!installed) {
+            final byte[] body = Json.canonical(report);
+            produced.incrementAndGet();
+            final String to = url;
+            executor.execute(new Runnable() {
+                @Override public void run() {
+                    deliver(to, body, true);
+                }
+            });
+            return;
+        }
+        String key = report.get("unit") + "/" + model;
+        report.put("inference", takeLatency(model));
         latest.remove(key);
         latest.put(key, report);
-        urls.put(key, resolve(reportUrl));
+        urls.put(key, url);
         send(key);
         save();
     }

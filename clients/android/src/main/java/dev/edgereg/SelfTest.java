@@ -21,6 +21,8 @@ final class SelfTest {
         final List<String> unavailable = new ArrayList<String>();
         Double loadMs;
         String why;
+        /** Every backend tried in this run failed to load (no output was ever judged). */
+        boolean loadFailed;
     }
 
     private final EdgeregClient client;
@@ -66,6 +68,7 @@ final class SelfTest {
         }
         Map<String, Object> failed = (Map<String, Object>) rec.get("failed");
         boolean changed = false;
+        List<String> tried = new ArrayList<String>();
         StringBuilder why = new StringBuilder();
         for (String backend : entry.backends) {
             if (failed.containsKey(backend)) {
@@ -84,11 +87,15 @@ final class SelfTest {
                 continue;
             }
             failed.put(backend, trial[1]);
+            tried.add(trial[1]);
             out.skipped.add(backend);
             changed = true;
             why.append(why.length() > 0 ? "; " : "").append(backend).append(": ").append(trial[1]);
         }
         if (out.backend == null) {
+            boolean allLoad = !tried.isEmpty();
+            for (String t : tried) allLoad &= t.startsWith("does not load");
+            out.loadFailed = allLoad;
             out.why = why.length() == 0 ? "no backend" : why.toString();
             rec.put("rejected", out.why);
             changed = true;

@@ -309,6 +309,26 @@ class ClientTest {
     }
 
     @Test
+    void aRejectionIsReportedButAConfirmationFlagsTheInstalledVersionsReport() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, "v1/reports");
+        FakeRunner runner = new FakeRunner();
+        EdgeregClient client = builder(tmp).selfTest(true).runner(runner).reporting(true, null).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> e = withProbe(registry.blob(bytes(1000, 2), "1.1.0", "int8", Arrays.asList("opencl", "cpu")));
+        registry.manifest("digits", "mid", 6, e, null, null, "v1/reports");
+        runner.cpuFaulty = true;
+        assertEquals("probe-failed", client.update("digits").errorCode);
+        assertTrue(client.confirm("digits", null));
+        client.flushReports(5000);
+        assertEquals(3, registry.reports.size());
+        String rejected = Codec.utf8(registry.reports.get(1));
+        assertTrue(rejected.contains("\"probe\":\"failed\"") && rejected.contains("\"version\":\"1.1.0\""), rejected);
+        assertTrue(rejected.contains("\"backends_skipped\":[\"opencl\",\"cpu\"]"), rejected);
+        String confirmed = Codec.utf8(registry.reports.get(2));
+        assertTrue(confirmed.contains("\"confirmed\":true") && confirmed.contains("\"version\":\"1.0.0\""), confirmed);
+    }
+
+    @Test
     void unconfirmedInstallsAreRevertedAfterMaxStartsAndReportsFlow() throws Exception {
         Map<String, Object> v1 = registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU);
         registry.manifest("digits", "mid", 5, v1, null, null, "v1/reports");
