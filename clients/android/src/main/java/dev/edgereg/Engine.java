@@ -53,9 +53,24 @@ final class Engine {
 
     // --- public operations ---------------------------------------------------------------
 
-    synchronized UpdateResult current() {
+    /**
+     * Held by everything that changes this unit (update, revert, app start, confirm). Reads take
+     * no lock: every file is replaced atomically, so an app asking for current() while a Worker
+     * downloads gets the installed set at once instead of waiting for the download.
+     */
+    private final java.util.concurrent.locks.ReentrantLock lock = new java.util.concurrent.locks.ReentrantLock();
+
+    UpdateResult current() {
         try {
-            if (shipped != null) installShippedOrRecord();
+            // The shipped release is installed by whoever gets the lock first; an update in
+            // progress has already done it.
+            if (shipped != null && lock.tryLock()) {
+                try {
+                    installShippedOrRecord();
+                } finally {
+                    lock.unlock();
+                }
+            }
             Map<String, Object> installed = store().readInstalled(kind, unit);
             return installed == null ? empty(null, null) : result(installed, false, false, 0, null);
         } catch (Rejected r) {
@@ -65,7 +80,17 @@ final class Engine {
         }
     }
 
-    synchronized UpdateResult update(DownloadPolicy.Conditions conditions) {
+    UpdateResult update(DownloadPolicy.Conditions conditions) {
+        lock.lock();
+        try {
+            return updateLocked(conditions);
+        } finally {
+            http = null;
+            lock.unlock();
+        }
+    }
+
+    private UpdateResult updateLocked(DownloadPolicy.Conditions conditions) {
         Map<String, Object> installed = null;
         try {
             if (shipped != null) installShippedOrRecord();
@@ -655,7 +680,7 @@ final class Engine {
     // --- status, revert, health ------------------------------------------------------------------
 
     @SuppressWarnings("unchecked")
-    synchronized Status status(boolean verify) {
+    Status status(boolean verify) {
         Map<String, Object> installed = null;
         try {
             installed = store().readInstalled(kind, unit);
@@ -737,7 +762,17 @@ final class Engine {
 
     /** Switch back to the last good set and mark the current release bad on this device. */
     @SuppressWarnings("unchecked")
-    synchronized UpdateResult revert(String reason) {
+    UpdateResult revert(String reason) {
+        lock.lock();
+        try {
+            return revertLocked(reason);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private UpdateResult revertLocked(String reason) {
         try {
             Map<String, Object> record = store().readInstalled(kind, unit);
             if (record == null) return empty(null, null);
@@ -759,7 +794,16 @@ final class Engine {
         }
     }
 
-    synchronized AppStart appStarted() throws Rejected {
+    AppStart appStarted() throws Rejected {
+        lock.lock();
+        try {
+            return appStartedLocked();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private AppStart appStartedLocked() throws Rejected {
         String[] due = client.health.appStarted(unit);
         if (due == null) return null;
         Map<String, Object> record = store().readInstalled(kind, unit);
@@ -769,12 +813,22 @@ final class Engine {
             return null;
         }
         String reason = unit + " " + due[0] + " not confirmed after " + due[2] + " app starts";
-        UpdateResult now = revert(reason);
+        UpdateResult now = revertLocked(reason);
         return new AppStart(unit, due[0], now.version, reason);
     }
 
     @SuppressWarnings("unchecked")
-    synchronized boolean confirm(String version) throws Rejected {
+    boolean confirm(String version) throws Rejected {
+        lock.lock();
+        try {
+            return confirmLocked(version);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private boolean confirmLocked(String version) throws Rejected {
         boolean confirmed = client.health.confirm(unit, version);
         if (confirmed) {
             Map<String, Object> record = store().readInstalled(kind, unit);

@@ -56,8 +56,15 @@ final class SelfTest {
         return (Map<String, Object>) rec;
     }
 
-    @SuppressWarnings("unchecked")
+    /** Serialized across units: selftest.json is one file, and one model on the GPU at a time is kinder to a phone. */
     Outcome run() throws Rejected {
+        synchronized (client.store) {
+            return runLocked();
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private Outcome runLocked() throws Rejected {
         Map<String, Object> all = client.store.readLenient(file());
         if (all == null) all = new LinkedHashMap<String, Object>();
         Map<String, Object> rec = memory(all);

@@ -137,6 +137,25 @@ class ClientTest {
     }
 
     @Test
+    void currentAndStatusDoNotWaitForADownloadInProgress() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        final EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        registry.manifest("digits", "mid", 6, registry.blob(bytes(30000, 2), "1.1.0", "int8", CPU), null, null, null);
+        registry.trickleMs = 100; // 3 s for the new blob
+        final UpdateResult[] done = new UpdateResult[1];
+        Thread worker = new Thread(() -> done[0] = client.update("digits"));
+        worker.start();
+        Thread.sleep(500);
+        long started = System.currentTimeMillis();
+        assertEquals("1.0.0", client.current("digits").version);
+        assertEquals("1.0.0", client.status("digits").installed.version);
+        assertTrue(System.currentTimeMillis() - started < 1000, "reads do not wait for the download");
+        worker.join();
+        assertEquals("1.1.0", done[0].version);
+    }
+
+    @Test
     void aBundleInstallsAsOneSet() throws Exception {
         Map<String, Object> det = registry.blob(bytes(3000, 1), "1.0.0", "det-int8", CPU);
         Map<String, Object> rec = registry.blob(bytes(4000, 2), "2.0.0", "rec-int8", CPU);
