@@ -692,17 +692,19 @@ final class Engine {
         if (st.get("pending") instanceof Map) {
             Map<String, Object> p = (Map<String, Object>) st.get("pending");
             long remaining = 0;
+            long total = 0;
             if (p.get("blobs") instanceof List) {
                 for (Object b : (List<Object>) p.get("blobs")) {
                     Map<String, Object> blob = (Map<String, Object>) b;
                     String sha = (String) blob.get("sha256");
                     long size = Health.num(blob.get("size"));
+                    total += size;
                     if (store().hasBlob(sha, size)) continue;
                     File part = store().part(sha);
                     remaining += Math.max(0, size - (part.isFile() ? part.length() : 0));
                 }
             }
-            pending = new Status.Pending((String) p.get("version"), Boolean.TRUE.equals(p.get("is_candidate")), remaining,
+            pending = new Status.Pending((String) p.get("version"), Boolean.TRUE.equals(p.get("is_candidate")), total, remaining,
                     Health.str(p.get("deferred")), String.valueOf(p.get("since")));
         }
         String code = null;

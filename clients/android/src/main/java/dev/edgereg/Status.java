@@ -28,13 +28,17 @@ public final class Status {
     public static final class Pending {
         @Nonnull public final String version;
         public final boolean isCandidate;
+        /** Bytes of the blobs missing when it became pending. */
+        public final long totalBytes;
+        /** Of those, what is not downloaded yet (a .part counts for what it holds). */
         public final long remainingBytes;
         @Nullable public final String deferred;
         @Nonnull public final String since;
 
-        Pending(String version, boolean isCandidate, long remainingBytes, String deferred, String since) {
+        Pending(String version, boolean isCandidate, long totalBytes, long remainingBytes, String deferred, String since) {
             this.version = version;
             this.isCandidate = isCandidate;
+            this.totalBytes = totalBytes;
             this.remainingBytes = remainingBytes;
             this.deferred = deferred;
             this.since = since;

@@ -272,13 +272,15 @@ public final class DeviceMain {
                 Map<String, Object> p = new LinkedHashMap<String, Object>();
                 p.put("version", s.pending.version);
                 p.put("is_candidate", s.pending.isCandidate);
-                p.put("remaining_bytes", s.pending.remainingBytes);
                 p.put("deferred", nul(s.pending.deferred));
-                p.put("since", s.pending.since);
+                p.put("total_bytes", s.pending.totalBytes);
+                p.put("remaining_bytes", s.pending.remainingBytes);
                 m.put("pending", p);
             }
             m.put("last_error_code", nul(s.lastErrorCode));
-            m.put("refused", new java.util.ArrayList<Object>(s.refused));
+            List<String> sorted = new java.util.ArrayList<String>(s.refused);
+            java.util.Collections.sort(sorted);
+            m.put("refused", new java.util.ArrayList<Object>(sorted));
             m.put("ready", s.ready);
             return m;
         }
