@@ -72,6 +72,24 @@ class ClientTest {
     }
 
     @Test
+    void updateAsyncRunsOnTheGivenExecutor() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor(r -> new Thread(r, "worker-x"));
+        final java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(1);
+        final Object[] seen = new Object[2];
+        client.updateAsync("digits", null, pool, result -> {
+            seen[0] = result;
+            seen[1] = Thread.currentThread().getName();
+            done.countDown();
+        });
+        assertTrue(done.await(10, java.util.concurrent.TimeUnit.SECONDS));
+        assertEquals("1.0.0", ((UpdateResult) seen[0]).version);
+        assertEquals("worker-x", seen[1]);
+        pool.shutdown();
+    }
+
+    @Test
     void aTamperedBlobKeepsTheLastGood() throws Exception {
         Map<String, Object> good = registry.blob(bytes(5000, 1), "1.0.0", "int8", CPU);
         registry.manifest("digits", "mid", 5, good, null, null, null);
