@@ -6,7 +6,7 @@ import PackageDescription
 // library and FoundationNetworking. See README.md, "Apple-only code paths".
 let package = Package(
     name: "EdgeReg",
-    platforms: [.iOS(.v15), .macOS(.v12)],
+    platforms: [.iOS(.v16), .macOS(.v13)],
     products: [
         .library(name: "EdgeReg", targets: ["EdgeReg"]),
         .executable(name: "edgereg-device", targets: ["EdgeRegDevice"]),

@@ -11,7 +11,7 @@ import CSodium
 // `SHA256Hasher` and `Ed25519`, tested with the same vectors.
 
 /// Incremental SHA-256 (a blob is hashed while it downloads).
-public struct SHA256Hasher: Sendable {
+public struct SHA256Hasher: @unchecked Sendable {  // a value: its state is copied, never shared
     #if canImport(CryptoKit)
     private var hasher = CryptoKit.SHA256()
     #else

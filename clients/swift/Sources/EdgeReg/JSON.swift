@@ -118,7 +118,7 @@ public enum StrictJSON {
 
     public static func parse(bytes: [UInt8], maxDepth: Int = StrictJSON.maxDepth) throws(JSONError) -> JSONValue {
         // Whole-document UTF-8 validation first: a string slice is then always valid.
-        guard String(validating: bytes, as: UTF8.self) != nil else {
+        guard isUTF8(bytes) else {
             throw JSONError(message: "not UTF-8")
         }
         var parser = Parser(bytes: bytes, maxDepth: maxDepth)
@@ -129,6 +129,37 @@ public enum StrictJSON {
             throw JSONError(message: "extra data at byte \(parser.pos)")
         }
         return value
+    }
+
+    /// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
+    static func isUTF8(_ b: [UInt8]) -> Bool {
+        var i = 0
+        while i < b.count {
+            let c = b[i]
+            if c < 0x80 {
+                i += 1
+                continue
+            }
+            let n: Int
+            var low: UInt8 = 0x80, high: UInt8 = 0xBF
+            switch c {
+            case 0xC2...0xDF: n = 1
+            case 0xE0: n = 2; low = 0xA0
+            case 0xE1...0xEC, 0xEE...0xEF: n = 2
+            case 0xED: n = 2; high = 0x9F  // U+D800..U+DFFF are not characters
+            case 0xF0: n = 3; low = 0x90
+            case 0xF1...0xF3: n = 3
+            case 0xF4: n = 3; high = 0x8F
+            default: return false
+            }
+            guard i + n < b.count else { return false }
+            guard b[i + 1] >= low, b[i + 1] <= high else { return false }
+            for k in stride(from: 2, through: n, by: 1) {
+                guard b[i + k] >= 0x80, b[i + k] <= 0xBF else { return false }
+            }
+            i += n + 1
+        }
+        return true
     }
 
     /// True when the bytes are strict JSON (the device program's `check_json`).

@@ -121,6 +121,20 @@ func hex(_ s: String) -> Data { Data(hex: s)! }
     @Test func notUTF8() {
         #expect(!StrictJSON.isValid(Data([0x22, 0xFF, 0x22])))
         #expect(!StrictJSON.isValid(Data([0x22, 0xED, 0xA0, 0x80, 0x22])))  // an encoded surrogate
+        #expect(!StrictJSON.isValid(Data([0x22, 0xC0, 0xA2, 0x22])))  // overlong '"'
+        #expect(!StrictJSON.isValid(Data([0x22, 0xF4, 0x90, 0x80, 0x80, 0x22])))  // above U+10FFFF
+        #expect(!StrictJSON.isValid(Data([0x22, 0xE2, 0x82])))  // cut short
+        #expect(StrictJSON.isValid(Data("\"é€😀\"".utf8)))
+        // The validator agrees with the standard library on every 1- to 3-byte sequence start.
+        for a in UInt8(0x80)...UInt8(0xFF) {
+            for b in [UInt8(0x80), 0x9F, 0xA0, 0xBF, 0xC0] {
+                let bytes = [a, b, 0x80, 0x80]
+                for n in 2...4 {
+                    let slice = Array(bytes.prefix(n))
+                    #expect(StrictJSON.isUTF8(slice) == (String(validating: slice, as: UTF8.self) != nil), "\(slice)")
+                }
+            }
+        }
     }
 
     @Test func integersStayExact() throws {
