@@ -41,7 +41,12 @@ from edgereg.client._installed import (
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
-from edgereg.client._selftest import BackendRunner, SelfTest, SelfTestResult
+from edgereg.client._selftest import (
+    BackendRunner,
+    BackendUnavailableError,
+    SelfTest,
+    SelfTestResult,
+)
 from edgereg.client._trust import (
     MAX_MANIFEST_BYTES,
     BadBlob,
@@ -79,6 +84,7 @@ from edgereg.signing import TrustedKeys
 __all__ = [
     "MAX_MANIFEST_BYTES",
     "BackendRunner",
+    "BackendUnavailableError",
     "BadBlob",
     "BadRelease",
     "BadSignature",
