@@ -221,7 +221,6 @@ GENERATED = settings(
 )
 
 
-@GENERATED
 @settings(GENERATED, max_examples=1000)
 @given(data=st.binary(max_size=120))
 def test_random_bytes_get_the_reference_verdict(program: DeviceProgram, data: bytes) -> None:
