@@ -1,0 +1,700 @@
+"""One harness for every client: the same live scenarios through each client's device program.
+
+Each test runs once per client named in ``EDGEREG_CLIENTS`` (the Python
+reference, the JVM library, the Swift package; tests/devicekit.py) against a
+real ``edgereg serve`` child process over a registry published with the
+project's own commands (the tiny built project: real MNN models with their
+golden probes, a bundle) or its library (``Registry.publish`` with blobs of
+random bytes, for scenarios that need sizes and versions the models do not
+have). Every scenario asserts one normalized outcome (error code, version,
+candidate or not, each member's version and digest, the status) computed
+from what the registry signed, so every client must end in the same state
+with the same reason codes.
+
+The model runner of the self-test is tests/hostrunner.py: real MNN on this
+machine, with a faulty or missing GPU played on top of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import devicekit
+import pytest
+from devicekit import DeviceProgram, hostrunner
+from registrykit import PUBLIC_KEY_FILE, Site, add_table, ok
+from servekit import _release, serve_process
+
+from edgereg.protocol.rules import in_cohort
+from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
+from edgereg.registry import Registry, manifest_key
+from edgereg.signing import Signer, generate_key, key_id
+from edgereg.storage import open_storage
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "tests" / "vectors"
+MNN_VERSION = importlib.metadata.version("MNN")
+BUNDLE = "kit"
+BUNDLE_TABLE = f"""
+[bundles.{BUNDLE}]
+version = "1.0.0"
+models = ["vision", "sensor"]
+"""
+#: models.toml's [tiers] of the built project, best first.
+TIERS = {"high": {"min_ram_mb": 6144, "min_cpu_cores": 8}, "mid": {"min_ram_mb": 3072}, "low": {}}
+SIZES = {"high": 300_000, "mid": 120_000, "low": 40_000}
+
+
+# --- registries --------------------------------------------------------------------------
+
+
+@dataclass
+class LibRegistry:
+    """A registry published with the library: one model, blobs of random bytes per tier."""
+
+    root: Path
+    model: str = "digits"
+    signer: Signer = field(default_factory=lambda: Signer.from_pem(generate_key()[0]))
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(open_storage(str(self.root)))
+
+    @property
+    def pem(self) -> str:
+        return self.signer.public_pem().decode()
+
+    def publish(self, version: str, percent: float | None = None) -> Manifest:
+        """Publish ``version``: the first release --full, later ones as a canary at ``percent``."""
+        staging = self.root.parent / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        prepared, _ = _release(self.model, version, SIZES, staging, seed=version)
+        first = not self.registry.versions(self.model)
+        self.registry.publish(
+            prepared,
+            signer=self.signer,
+            percent=None if first else percent,
+            full=first,
+            actor="harness@tests",
+            expires_days=30,
+        )
+        return self.manifest()
+
+    def manifest(self, tier: str = "high") -> Manifest:
+        return self.registry.read_manifest(self.model, tier)
+
+    def manifest_file(self, tier: str = "high") -> Path:
+        return self.root / manifest_key(self.model, tier)
+
+    def blob_file(self, sha256: str) -> Path:
+        return self.root / "blobs" / "sha256" / sha256
+
+
+@pytest.fixture
+def lib(tmp_path: Path) -> LibRegistry:
+    reg = LibRegistry(tmp_path / "lib" / "registry")
+    reg.publish("1.0.0")
+    return reg
+
+
+@pytest.fixture
+def lib_url(lib: LibRegistry, tmp_path: Path) -> Iterator[str]:
+    """``edgereg serve`` over the library-published registry."""
+    with serve_process(tmp_path / "serve.log", "--registry", f"file://{lib.root}") as (_, url):
+        yield url + "/"
+
+
+@dataclass
+class Project:
+    """The built tiny project (real MNN models, probes) as the current directory, and its server."""
+
+    site: Site
+    url: str = ""
+
+    @property
+    def pem(self) -> str:
+        return (self.site.root / PUBLIC_KEY_FILE).read_text()
+
+    @property
+    def registry_root(self) -> Path:
+        return self.site.root / "registry"
+
+    def publish(self, unit: str, *args: str) -> None:
+        ok(self.site.run("publish", unit, *args))
+
+    def manifest(self, unit: str, tier: str) -> Manifest:
+        return self.site.registry().read_manifest(unit, tier)
+
+    def blob_file(self, sha256: str) -> Path:
+        return self.registry_root / "blobs" / "sha256" / sha256
+
+
+@pytest.fixture
+def project(site: Site, tmp_path: Path) -> Iterator[Project]:
+    """The project with a bundle ``kit`` (vision and sensor) and a model published --full."""
+    add_table(site.project, BUNDLE_TABLE)
+    made = Project(site)
+    made.publish(BUNDLE, "--full")
+    made.publish("vision", "--full")
+    log = tmp_path / "serve-project.log"
+    with serve_process(log, "--registry", f"file://{made.registry_root}") as (_, url):
+        made.url = url + "/"
+        yield made
+
+
+# --- a proxy that trickles, stalls or goes silent -----------------------------------------
+
+
+class Proxy:
+    """A loopback HTTP proxy in front of ``edgereg serve`` that misbehaves on demand.
+
+    ``mode``: ``pass`` relays everything; ``slow`` relays blob bodies at
+    ``rate`` bytes per second (a trickling server); ``silent`` reads each
+    request and never answers. Each request goes upstream with
+    ``Connection: close``, so the relay ends with the response.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        host_port = upstream.removeprefix("http://").strip("/")
+        host, _, port = host_port.partition(":")
+        self.upstream = (host, int(port))
+        self.mode = "pass"
+        self.rate = 200
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        self.thread.join(timeout=2)
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                head = _read_head(conn)
+                if head is None:
+                    return
+                if self.mode == "silent":
+                    conn.settimeout(0.2)
+                    while not self.stop.is_set():
+                        try:
+                            if not conn.recv(1024):
+                                return
+                        except TimeoutError:
+                            continue
+                    return
+                path = head.split(b" ", 2)[1]
+                lines = [
+                    line
+                    for line in head.split(b"\r\n")
+                    if line and not line.lower().startswith(b"connection:")
+                ]
+                request = b"\r\n".join([*lines, b"Connection: close", b"", b""])
+                with socket.create_connection(self.upstream, timeout=30) as up:
+                    up.sendall(request)
+                    slow = self.mode == "slow" and path.startswith(b"/blobs/")
+                    self._relay(up, conn, slow)
+            except OSError:
+                pass  # the client gave up or was killed: what these scenarios do
+
+    def _relay(self, up: socket.socket, conn: socket.socket, slow: bool) -> None:
+        pending = b""
+        if slow:
+            while b"\r\n\r\n" not in pending:
+                chunk = up.recv(65536)
+                if not chunk:
+                    break
+                pending += chunk
+            end = pending.find(b"\r\n\r\n") + 4
+            conn.sendall(pending[:end])
+            pending = pending[end:]
+        while not self.stop.is_set():
+            if not pending:
+                pending = up.recv(65536)
+                if not pending:
+                    return
+            if not slow:
+                conn.sendall(pending)
+                pending = b""
+                continue
+            step = max(1, self.rate // 10)
+            conn.sendall(pending[:step])
+            pending = pending[step:]
+            time.sleep(0.1)
+
+
+def _read_head(conn: socket.socket) -> bytes | None:
+    conn.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    return data.split(b"\r\n\r\n", 1)[0]
+
+
+@pytest.fixture
+def proxy(lib_url: str) -> Iterator[Proxy]:
+    running = Proxy(lib_url)
+    yield running
+    running.close()
+
+
+# --- the device and its normalized outcome ----------------------------------------------
+
+
+def configure(
+    device: DeviceProgram,
+    url: str,
+    pem: str,
+    cache: Path,
+    *,
+    unit: str = "digits",
+    bundle: bool = False,
+    device_id: str = "device-1",
+    ram_mb: int = 8192,
+    cpu_cores: int = 8,
+    **options: Any,
+) -> dict[str, Any]:
+    """``configure`` with a full request (every key of the doc), ``options`` overriding."""
+    request: dict[str, Any] = {
+        "registry": url,
+        "trusted_keys": [pem],
+        "cache_dir": str(cache),
+        "unit": unit,
+        "bundle": bundle,
+        "device": {
+            "device_id": device_id,
+            "ram_mb": ram_mb,
+            "cpu_cores": cpu_cores,
+            "soc": None,
+            "os": "android",
+            "os_version": "34",
+            "mnn_runtime": MNN_VERSION,
+        },
+        "app_version": "2.4.0",
+        "tier": "high",
+        "tiers": None,
+        "self_test": False,
+        "runner": None,
+        "reporting": True,
+        "device_class": "ram4-8c",
+        "max_unconfirmed_starts": 3,
+        "policy": {"allow_metered": True, "require_charging": False, "reserve_bytes": 8388608},
+        "timeout_s": 10,
+        "deadline_s": 120,
+        "min_rate": 1024,
+        "bundled": None,
+        "source_address": None,
+        "now": None,
+    }
+    request.update(options)
+    return device.request("configure", **request)
+
+
+def members_of(unit: str, entry: ManifestEntry | BundleEntry | None) -> dict[str, Any]:
+    if entry is None:
+        return {}
+    if isinstance(entry, BundleEntry):
+        return {
+            name: {"version": m.version, "sha256": m.sha256}
+            for name, m in sorted(entry.members.items())
+        }
+    return {unit: {"version": entry.version, "sha256": entry.sha256}}
+
+
+def want(
+    unit: str,
+    installed: ManifestEntry | BundleEntry | None,
+    *,
+    code: str | None = None,
+    candidate: bool = False,
+    refused: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The normalized outcome every client must reach: ``installed`` kept or installed."""
+    members = members_of(unit, installed)
+    version = None if installed is None else installed.version
+    return {
+        "ok": code is None,
+        "error_code": code,
+        "version": version,
+        "is_candidate": candidate,
+        "members": members,
+        "status": {
+            "installed": None if installed is None else {"version": version, "members": members},
+            "last_error_code": code,
+            "refused": sorted(refused),
+            "ready": installed is not None,
+        },
+    }
+
+
+def outcome(device: DeviceProgram, result: dict[str, Any]) -> dict[str, Any]:
+    """What the client says happened and what its status says now, normalized."""
+    status = device.request("status")
+    assert result["ok"] == (result["error_code"] is None), result
+    return {
+        "ok": result["ok"],
+        "error_code": result["error_code"],
+        "version": result["version"],
+        "is_candidate": result["is_candidate"],
+        "members": {
+            name: {"version": m["version"], "sha256": m["sha256"]}
+            for name, m in sorted(result["members"].items())
+        },
+        "status": {
+            "installed": status["installed"],
+            "last_error_code": status["last_error_code"],
+            "refused": sorted(status["refused"]),
+            "ready": status["ready"],
+        },
+    }
+
+
+def update(device: DeviceProgram, timeout: float = 120.0, **args: Any) -> dict[str, Any]:
+    return outcome(device, device.request("update", timeout=timeout, **args))
+
+
+def device_in_cohort(manifest: Manifest, inside: bool) -> str:
+    assert manifest.salt is not None
+    assert manifest.percent is not None
+    n = 0
+    while in_cohort(f"device-{n}", manifest.salt, manifest.percent) != inside:
+        n += 1
+    return f"device-{n}"
+
+
+Devices = Callable[[], DeviceProgram]
+
+# The fixtures: every test here runs once per client of EDGEREG_CLIENTS.
+device_client = devicekit.device_client
+devices = devicekit.devices
+
+
+# --- rollouts -------------------------------------------------------------------------------
+
+
+def test_canary_split_gives_the_cohort_the_candidate_and_the_rest_stable(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    manifest = lib.publish("1.1.0", percent=50.0)
+    assert manifest.stable is not None
+    assert manifest.candidate is not None
+    for inside, entry in ((True, manifest.candidate), (False, manifest.stable)):
+        device = devices()
+        cache = tmp_path / f"cache-{inside}"
+        configure(device, lib_url, lib.pem, cache, device_id=device_in_cohort(manifest, inside))
+        assert update(device) == want("digits", entry, candidate=inside)
+        again = device.request("update")
+        assert (again["not_modified"], again["updated"], again["version"]) == (
+            True,
+            False,
+            entry.version,
+        ), again
+
+
+def test_a_bundle_installs_as_one_set_on_two_tiers(
+    devices: Devices, project: Project, tmp_path: Path
+) -> None:
+    for ram_mb, cores, tier in ((8192, 8, "high"), (2048, 4, "low")):
+        device = devices()
+        configured = configure(
+            device,
+            project.url,
+            project.pem,
+            tmp_path / f"cache-{tier}",
+            unit=BUNDLE,
+            bundle=True,
+            ram_mb=ram_mb,
+            cpu_cores=cores,
+            tier=None,
+            tiers=TIERS,
+        )
+        assert configured["tier"] == tier, configured
+        expected = project.manifest(BUNDLE, tier).stable
+        assert isinstance(expected, BundleEntry)
+        assert update(device) == want(BUNDLE, expected)
+        assert outcome(device, device.request("current")) == want(BUNDLE, expected)
+    high = project.manifest(BUNDLE, "high").stable
+    low = project.manifest(BUNDLE, "low").stable
+    assert members_of(BUNDLE, high) != members_of(BUNDLE, low)  # two sets, really
+
+
+# --- tampered registry copies ------------------------------------------------------------
+
+
+def _swap_member(project: Project, entry: BundleEntry) -> None:
+    """Put a smaller member's bytes in a larger member's blob (no key needed for that)."""
+    small, large = sorted(entry.members.values(), key=lambda m: m.size)[:2]
+    assert small.size < large.size
+    shutil.copyfile(project.blob_file(small.sha256), project.blob_file(large.sha256))
+
+
+def _wrong_probe(project: Project, entry: BundleEntry) -> None:
+    """Change one byte of a member's golden probe: its digest no longer matches the manifest."""
+    probes = [m.probe for m in entry.members.values() if m.probe is not None]
+    assert probes, "the built members have golden probes"
+    path = project.blob_file(probes[0].sha256)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "tamper", [_swap_member, _wrong_probe], ids=["swapped-member", "wrong-probe-digest"]
+)
+def test_a_tampered_bundle_member_is_refused_and_the_last_good_set_stays(
+    devices: Devices,
+    project: Project,
+    tmp_path: Path,
+    tamper: Callable[[Project, BundleEntry], None],
+) -> None:
+    low = project.manifest(BUNDLE, "low").stable
+    high = project.manifest(BUNDLE, "high").stable
+    assert isinstance(low, BundleEntry)
+    assert isinstance(high, BundleEntry)
+    cache = tmp_path / "cache"
+    device = devices()
+    configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="low")
+    assert update(device) == want(BUNDLE, low)
+    tamper(project, high)
+    # The same device moves up a tier (more RAM after an OS update): the high set is tampered.
+    configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="high")
+    assert update(device) == want(BUNDLE, low, code="bad-blob")
+    fresh = devices()
+    configure(fresh, project.url, project.pem, tmp_path / "fresh", unit=BUNDLE, bundle=True)
+    assert update(fresh) == want(BUNDLE, None, code="bad-blob")
+
+
+def test_an_expired_manifest_installs_nothing_new(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    later = (newer.expires + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    device.request("set_clock", now=later)
+    assert update(device) == want("digits", first.stable, code="expired")
+
+
+def test_a_replayed_older_manifest_is_a_rollback(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    old_bytes = lib.manifest_file().read_bytes()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device)["version"] == "1.0.0"
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    lib.manifest_file().write_bytes(old_bytes)  # a mirror serving last month's copy
+    assert update(device) == want("digits", newer.candidate, candidate=True, code="rollback")
+
+
+def test_a_key_planted_in_the_registry_is_not_trusted(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    assert first.stable is not None
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    attacker = Signer.from_pem(generate_key()[0])
+    keys = lib.root / "keys"
+    keys.mkdir(exist_ok=True)
+    (keys / f"{key_id(attacker.public_key)}.pem").write_bytes(attacker.public_pem())
+    evil = b"not the model " * 1000
+    digest = hashlib.sha256(evil).hexdigest()
+    lib.blob_file(digest).write_bytes(evil)
+    forged_entry = first.stable.model_copy(
+        update={
+            "version": "9.0.0",
+            "sha256": digest,
+            "size": len(evil),
+            "path": f"blobs/sha256/{digest}",
+        }
+    )
+    forged = first.model_copy(update={"sequence": first.sequence + 1, "stable": forged_entry})
+    lib.manifest_file().write_bytes(sign_document(forged, [attacker]))
+    assert update(device) == want("digits", first.stable, code="unknown-key")
+
+
+# --- hostile networks, a full disk, a crash ----------------------------------------------------
+
+
+def test_a_trickling_server_is_given_up_and_the_last_good_stays(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", timeout_s=1)
+    assert update(device) == want("digits", first.stable)
+    lib.publish("1.1.0", percent=100.0)
+    proxy.mode, proxy.rate = "slow", 200  # 200 bytes/s: under the minimum rate of 1024
+    started = time.monotonic()
+    assert update(device) == want("digits", first.stable, code="transport")
+    assert time.monotonic() - started < 15
+
+
+def test_a_silent_server_is_given_up_and_the_last_good_stays(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", timeout_s=1)
+    assert update(device) == want("digits", first.stable)
+    proxy.mode = "silent"
+    started = time.monotonic()
+    assert update(device) == want("digits", first.stable, code="transport")
+    assert time.monotonic() - started < 15
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs: one 300 KB model fits, a second one does not."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs for the full-disk scenario: {done.stderr.decode()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_no_space_before_any_byte_and_the_last_good_stays(
+    devices: Devices, lib: LibRegistry, lib_url: str, small_disk: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    policy = {"allow_metered": True, "require_charging": False, "reserve_bytes": 0}
+    configure(device, lib_url, lib.pem, small_disk / "cache", policy=policy)
+    assert update(device) == want("digits", first.stable)
+    lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", first.stable, code="no-space")
+
+
+def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
+    devices: Devices, lib: LibRegistry, lib_url: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    cache = tmp_path / "cache"
+    device = devices()
+    configure(device, proxy.url, lib.pem, cache)
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    proxy.mode, proxy.rate = "slow", 40_000  # 300 KB in about 8 s: a download to interrupt
+    device.send_only("update")
+    time.sleep(2.0)
+    device.kill()
+    restarted = devices()
+    configure(restarted, lib_url, lib.pem, cache)
+    assert outcome(restarted, restarted.request("current")) == want("digits", first.stable)
+    assert update(restarted) == want("digits", newer.candidate, candidate=True)
+
+
+# --- the self-test on real MNN through the host runner --------------------------------------
+
+
+def test_self_test_skips_a_faulty_gpu_and_installs_on_cpu(
+    devices: Devices, project: Project, tmp_path: Path
+) -> None:
+    entry = project.manifest("vision", "high").stable
+    assert isinstance(entry, ManifestEntry)
+    assert entry.probe is not None
+    assert entry.runtime.backends[0] != "cpu"
+    gpu = entry.runtime.backends[0]
+    for faulty, unavailable in (([gpu], []), ([], [gpu])):
+        device = devices()
+        runner = {"command": hostrunner(faulty=faulty, unavailable=unavailable)}
+        configure(
+            device, project.url, project.pem, tmp_path / f"cache-{gpu in faulty}",
+            unit="vision", self_test=True, runner=runner,
+        )  # fmt: skip
+        result = device.request("update")
+        assert outcome(device, result) == want("vision", entry)
+        assert result["members"]["vision"]["backend"] == "cpu"
+
+
+def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_stays(
+    devices: Devices, project: Project, tmp_path: Path
+) -> None:
+    first = project.manifest("vision", "high").stable
+    assert isinstance(first, ManifestEntry)
+    cache = tmp_path / "cache"
+    device = devices()
+    good = {"command": hostrunner(unavailable=list(first.runtime.backends[:-1]))}
+    configure(device, project.url, project.pem, cache, unit="vision", self_test=True, runner=good)
+    assert update(device) == want("vision", first)
+    project.site.project.edit_table("models.vision", 'version = "1.0.0"', 'version = "1.1.0"')
+    project.publish("vision", "--full")
+    broken = {"command": hostrunner(faulty=list(first.runtime.backends))}
+    configure(device, project.url, project.pem, cache, unit="vision", self_test=True, runner=broken)
+    assert update(device) == want("vision", first, code="probe-failed", refused=("1.1.0",))
+    fresh = devices()
+    configure(
+        fresh, project.url, project.pem, tmp_path / "fresh",
+        unit="vision", self_test=True, runner=broken,
+    )  # fmt: skip
+    assert update(fresh) == want("vision", None, code="probe-failed", refused=("1.1.0",))
+
+
+# --- the conformance vectors through the device program ----------------------------------
+
+
+def test_every_vector_through_the_device_program(devices: Devices) -> None:
+    device = devices()
+    checked, wrong = 0, []
+    for path in sorted(VECTORS.glob("*.json")) + sorted((VECTORS / "blobs").glob("*.json")):
+        vector = json.loads(path.read_text("utf-8"))
+        op = "check_blob" if path.parent.name == "blobs" else "decide"
+        got = device.request(op, vector=vector["input"])
+        checked += 1
+        if got != vector["expected"]:
+            wrong.append(f"{path.relative_to(VECTORS)}: {got} != {vector['expected']}")
+    assert checked > 40
+    assert not wrong, "\n".join(wrong)
+
+
+def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:
+    device = devices()
+    assert device.raw(b"not json")["ok"] is False
+    assert device.call("no-such-op")["ok"] is False
+    assert device.call("update")["ok"] is False  # before configure
+    assert device.call("check_json")["ok"] is False  # no data
+    assert device.call("check_json", data=base64.b64encode(b"{}").decode())["result"] == {
+        "valid": True
+    }
+    assert device.quit() == 0
