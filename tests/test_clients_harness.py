@@ -36,7 +36,7 @@ import devicekit
 import pytest
 from devicekit import DeviceProgram, hostrunner
 from registrykit import PUBLIC_KEY_FILE, Site, add_table, ok
-from servekit import _release, serve_process
+from servekit import _release, serve, serve_process
 
 from edgereg.protocol.rules import in_cohort
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
@@ -111,9 +111,9 @@ def lib(tmp_path: Path) -> LibRegistry:
 
 
 @pytest.fixture
-def lib_url(lib: LibRegistry, tmp_path: Path) -> Iterator[str]:
-    """``edgereg serve`` over the library-published registry."""
-    with serve_process(tmp_path / "serve.log", "--registry", f"file://{lib.root}") as (_, url):
+def lib_url(lib: LibRegistry) -> Iterator[str]:
+    """``edgereg serve``'s server (in a thread: a process start per test is too slow)."""
+    with serve(f"file://{lib.root}") as url:
         yield url + "/"
 
 
@@ -142,17 +142,27 @@ class Project:
         return self.registry_root / "blobs" / "sha256" / sha256
 
 
+def _served(made: Project) -> Iterator[Project]:
+    with serve(f"file://{made.registry_root}") as url:
+        made.url = url + "/"
+        yield made
+
+
 @pytest.fixture
-def project(site: Site, tmp_path: Path) -> Iterator[Project]:
-    """The project with a bundle ``kit`` (vision and sensor) and a model published --full."""
+def bundle_project(site: Site) -> Iterator[Project]:
+    """The project with a bundle ``kit`` (vision and sensor) published --full, served."""
     add_table(site.project, BUNDLE_TABLE)
     made = Project(site)
     made.publish(BUNDLE, "--full")
+    yield from _served(made)
+
+
+@pytest.fixture
+def model_project(site: Site) -> Iterator[Project]:
+    """The project with its model ``vision`` published --full, served."""
+    made = Project(site)
     made.publish("vision", "--full")
-    log = tmp_path / "serve-project.log"
-    with serve_process(log, "--registry", f"file://{made.registry_root}") as (_, url):
-        made.url = url + "/"
-        yield made
+    yield from _served(made)
 
 
 # --- a proxy that trickles, stalls or goes silent -----------------------------------------
@@ -401,9 +411,18 @@ devices = devicekit.devices
 
 
 def test_canary_split_gives_the_cohort_the_candidate_and_the_rest_stable(
-    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+    devices: Devices, lib: LibRegistry, tmp_path: Path
 ) -> None:
+    """Through the `edgereg serve` command itself, in its own process."""
     manifest = lib.publish("1.1.0", percent=50.0)
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--registry", f"file://{lib.root}") as (_, url):
+        _canary_split(devices, lib, url + "/", manifest, tmp_path)
+
+
+def _canary_split(
+    devices: Devices, lib: LibRegistry, lib_url: str, manifest: Manifest, tmp_path: Path
+) -> None:
     assert manifest.stable is not None
     assert manifest.candidate is not None
     for inside, entry in ((True, manifest.candidate), (False, manifest.stable)):
@@ -420,8 +439,9 @@ def test_canary_split_gives_the_cohort_the_candidate_and_the_rest_stable(
 
 
 def test_a_bundle_installs_as_one_set_on_two_tiers(
-    devices: Devices, project: Project, tmp_path: Path
+    devices: Devices, bundle_project: Project, tmp_path: Path
 ) -> None:
+    project = bundle_project
     for ram_mb, cores, tier in ((8192, 8, "high"), (2048, 4, "low")):
         device = devices()
         configured = configure(
@@ -449,14 +469,15 @@ def test_a_bundle_installs_as_one_set_on_two_tiers(
 # --- tampered registry copies ------------------------------------------------------------
 
 
-def _swap_member(project: Project, entry: BundleEntry) -> None:
-    """Put a smaller member's bytes in a larger member's blob (no key needed for that)."""
+def _swap_member(project: Project, entry: BundleEntry) -> str:
+    """Serve a larger member's bytes as a smaller one's (no key needed for that)."""
     small, large = sorted(entry.members.values(), key=lambda m: m.size)[:2]
     assert small.size < large.size
-    shutil.copyfile(project.blob_file(small.sha256), project.blob_file(large.sha256))
+    shutil.copyfile(project.blob_file(large.sha256), project.blob_file(small.sha256))
+    return "blob-too-large"  # rule 13: its Content-Length is over the size, refused unread
 
 
-def _wrong_probe(project: Project, entry: BundleEntry) -> None:
+def _wrong_probe(project: Project, entry: BundleEntry) -> str:
     """Change one byte of a member's golden probe: its digest no longer matches the manifest."""
     probes = [m.probe for m in entry.members.values() if m.probe is not None]
     assert probes, "the built members have golden probes"
@@ -464,6 +485,7 @@ def _wrong_probe(project: Project, entry: BundleEntry) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
+    return "bad-blob"  # rule 14: the right size, another digest
 
 
 @pytest.mark.parametrize(
@@ -471,10 +493,11 @@ def _wrong_probe(project: Project, entry: BundleEntry) -> None:
 )
 def test_a_tampered_bundle_member_is_refused_and_the_last_good_set_stays(
     devices: Devices,
-    project: Project,
+    bundle_project: Project,
     tmp_path: Path,
-    tamper: Callable[[Project, BundleEntry], None],
+    tamper: Callable[[Project, BundleEntry], str],
 ) -> None:
+    project = bundle_project
     low = project.manifest(BUNDLE, "low").stable
     high = project.manifest(BUNDLE, "high").stable
     assert isinstance(low, BundleEntry)
@@ -483,13 +506,13 @@ def test_a_tampered_bundle_member_is_refused_and_the_last_good_set_stays(
     device = devices()
     configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="low")
     assert update(device) == want(BUNDLE, low)
-    tamper(project, high)
+    code = tamper(project, high)
     # The same device moves up a tier (more RAM after an OS update): the high set is tampered.
     configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="high")
-    assert update(device) == want(BUNDLE, low, code="bad-blob")
+    assert update(device) == want(BUNDLE, low, code=code)
     fresh = devices()
     configure(fresh, project.url, project.pem, tmp_path / "fresh", unit=BUNDLE, bundle=True)
-    assert update(fresh) == want(BUNDLE, None, code="bad-blob")
+    assert update(fresh) == want(BUNDLE, None, code=code)
 
 
 def test_an_expired_manifest_installs_nothing_new(
@@ -629,8 +652,9 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
 
 
 def test_self_test_skips_a_faulty_gpu_and_installs_on_cpu(
-    devices: Devices, project: Project, tmp_path: Path
+    devices: Devices, model_project: Project, tmp_path: Path
 ) -> None:
+    project = model_project
     entry = project.manifest("vision", "high").stable
     assert isinstance(entry, ManifestEntry)
     assert entry.probe is not None
@@ -649,8 +673,9 @@ def test_self_test_skips_a_faulty_gpu_and_installs_on_cpu(
 
 
 def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_stays(
-    devices: Devices, project: Project, tmp_path: Path
+    devices: Devices, model_project: Project, tmp_path: Path
 ) -> None:
+    project = model_project
     first = project.manifest("vision", "high").stable
     assert isinstance(first, ManifestEntry)
     cache = tmp_path / "cache"
