@@ -90,6 +90,8 @@ class LibRegistry:
             full=first,
             actor="harness@tests",
             expires_days=30,
+            # Devices report to the server's endpoint (docs/protocol.md §11-§12).
+            report_url="v1/reports",
         )
         return self.manifest()
 
@@ -183,6 +185,7 @@ class Proxy:
         self.upstream = (host, int(port))
         self.mode = "pass"
         self.rate = 200
+        self.peers: list[str] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
         self.stop = threading.Event()
@@ -198,9 +201,10 @@ class Proxy:
         self.listener.settimeout(0.2)
         while not self.stop.is_set():
             try:
-                conn, _ = self.listener.accept()
+                conn, peer = self.listener.accept()
             except OSError:
                 continue
+            self.peers.append(str(peer[0]))
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
@@ -646,6 +650,66 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
     configure(restarted, lib_url, lib.pem, cache)
     assert outcome(restarted, restarted.request("current")) == want("digits", first.stable)
     assert update(restarted) == want("digits", newer.candidate, candidate=True)
+
+
+# --- confirmation, crash loops, reverts, reports ------------------------------------------------
+
+
+def test_an_unconfirmed_release_is_reverted_after_a_crash_loop_and_never_again(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache", max_unconfirmed_starts=2)
+    assert update(device) == want("digits", first.stable)
+    assert device.request("app_started")["reverted"] is False
+    assert device.request("confirm", version="1.0.0") == {"confirmed": True}
+    assert device.request("flush")["sent"] == 2  # the install's report and the confirmation's
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    starts = []
+    for _ in range(4):  # the app crashes before it can confirm 1.1.0
+        started = device.request("app_started")
+        starts.append(started["reverted"])
+        if started["reverted"]:
+            assert started["version"] == "1.1.0", started
+            break
+    assert starts == [False, False, True]  # two unconfirmed starts allowed, the third reverts
+    kept = want("digits", first.stable, refused=("1.1.0",))
+    kept["status"]["last_error_code"] = "reverted"
+    assert outcome(device, device.request("current")) == kept
+    # The bad candidate is never installed again here: stable instead, and why.
+    again = device.request("update")
+    assert again["fallback"] == "bad-release", again
+    assert outcome(device, again) == want("digits", first.stable, refused=("1.1.0",))
+
+
+def test_the_app_reverts_a_release_that_fails_its_first_inference(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    device.request("record_inference", ms=12.5, model=None)
+    reverted = device.request("revert", reason="first inference crashed")
+    kept = want("digits", first.stable, refused=("1.1.0",))
+    kept["status"]["last_error_code"] = "reverted"
+    assert outcome(device, reverted) == kept
+    assert device.request("confirm", version="1.1.0") == {"confirmed": False}
+
+
+def test_each_device_binds_its_own_source_address(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", source_address="127.0.0.9")
+    assert update(device) == want("digits", first.stable)
+    assert proxy.peers
+    assert set(proxy.peers) == {"127.0.0.9"}
 
 
 # --- the self-test on real MNN through the host runner --------------------------------------
