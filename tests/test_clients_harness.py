@@ -186,6 +186,7 @@ class Proxy:
         self.mode = "pass"
         self.rate = 200
         self.peers: list[str] = []
+        self.slow_bytes = 0  # blob body bytes relayed in slow mode
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
         self.stop = threading.Event()
@@ -258,6 +259,7 @@ class Proxy:
                 continue
             step = max(1, self.rate // 10)
             conn.sendall(pending[:step])
+            self.slow_bytes += len(pending[:step])
             pending = pending[step:]
             time.sleep(0.1)
 
@@ -644,7 +646,10 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
     newer = lib.publish("1.1.0", percent=100.0)
     proxy.mode, proxy.rate = "slow", 40_000  # 300 KB in about 8 s: a download to interrupt
     device.send_only("update")
-    time.sleep(2.0)
+    deadline = time.monotonic() + 30
+    while proxy.slow_bytes < 60_000:  # well into the download, far from its end
+        assert time.monotonic() < deadline, "the download never started"
+        time.sleep(0.05)
     device.kill()
     restarted = devices()
     configure(restarted, lib_url, lib.pem, cache)
