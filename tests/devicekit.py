@@ -46,6 +46,11 @@ def selected_clients() -> list[str]:
     return [n for n in names if n]
 
 
+def sdk_root() -> Path:
+    """Where ``clients/`` is built: this checkout, or ``EDGEREG_SDK_ROOT`` (built elsewhere)."""
+    return Path(os.environ.get("EDGEREG_SDK_ROOT") or ROOT)
+
+
 def command(client: str) -> list[str]:
     """The device program's command line for ``client`` (the doc's table).
 
@@ -55,8 +60,12 @@ def command(client: str) -> list[str]:
     if client == "python":
         return [sys.executable, "-m", "edgereg.client.device"]
     if client == "jvm":
-        build = ROOT / "clients" / "android" / "build"
-        jars = sorted(build.glob("edgereg-android-*.jar"))
+        build = sdk_root() / "clients" / "android" / "build"
+        jars = [
+            jar
+            for jar in sorted(build.glob("edgereg-android-*.jar"))
+            if not jar.stem.endswith(("-sources", "-javadoc"))
+        ]
         device_jar = build / "device.jar"
         if not jars or not device_jar.is_file():
             pytest.fail(
@@ -66,7 +75,7 @@ def command(client: str) -> list[str]:
         classpath = os.pathsep.join([str(jars[-1]), str(device_jar)])
         return ["java", "-cp", classpath, "dev.edgereg.device.DeviceMain"]
     if client == "swift":
-        binary = ROOT / "clients" / "swift" / ".build" / "release" / "edgereg-device"
+        binary = sdk_root() / "clients" / "swift" / ".build" / "release" / "edgereg-device"
         if not binary.is_file():
             pytest.fail(f"the Swift device program is not built ({binary}): run `make sdk`")
         return [str(binary)]
