@@ -41,6 +41,7 @@ from servekit import _release, serve, serve_process
 from edgereg.protocol.rules import in_cohort
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
 from edgereg.registry import Registry, manifest_key
+from edgereg.reports import ReportStore, open_store
 from edgereg.signing import Signer, generate_key, key_id
 from edgereg.storage import open_storage
 
@@ -113,10 +114,30 @@ def lib(tmp_path: Path) -> LibRegistry:
 
 
 @pytest.fixture
-def lib_url(lib: LibRegistry) -> Iterator[str]:
+def reports(tmp_path: Path) -> Iterator[ReportStore]:
+    """The report store behind the server's ``POST /v1/reports``."""
+    with open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store:
+        yield store
+
+
+@pytest.fixture
+def lib_url(lib: LibRegistry, reports: ReportStore) -> Iterator[str]:
     """``edgereg serve``'s server (in a thread: a process start per test is too slow)."""
-    with serve(f"file://{lib.root}") as url:
+    with serve(f"file://{lib.root}", reports=reports) as url:
         yield url + "/"
+
+
+def arms(store: ReportStore, unit: str, **want: int) -> dict[tuple[str, str], dict[str, int]]:
+    """What the devices reported, per (arm, version): the counts named in ``want``."""
+    deadline = time.monotonic() + 10
+    while True:
+        found: dict[tuple[str, str], dict[str, int]] = {
+            (s.arm, s.version): {name: getattr(s, name) for name in want}
+            for s in store.summaries(unit)
+        }
+        if time.monotonic() > deadline or want in found.values():
+            return found
+        time.sleep(0.1)
 
 
 @dataclass
@@ -661,7 +682,7 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
 
 
 def test_an_unconfirmed_release_is_reverted_after_a_crash_loop_and_never_again(
-    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
 ) -> None:
     first = lib.manifest()
     device = devices()
@@ -669,7 +690,9 @@ def test_an_unconfirmed_release_is_reverted_after_a_crash_loop_and_never_again(
     assert update(device) == want("digits", first.stable)
     assert device.request("app_started")["reverted"] is False
     assert device.request("confirm", version="1.0.0") == {"confirmed": True}
-    assert device.request("flush")["sent"] == 2  # the install's report and the confirmation's
+    assert isinstance(device.request("flush")["sent"], int)
+    counts = {"devices": 1, "confirmed": 1, "reverted": 0}
+    assert arms(reports, "digits", **counts) == {("stable", "1.0.0"): counts}
     newer = lib.publish("1.1.0", percent=100.0)
     assert update(device) == want("digits", newer.candidate, candidate=True)
     starts = []
@@ -687,6 +710,9 @@ def test_an_unconfirmed_release_is_reverted_after_a_crash_loop_and_never_again(
     again = device.request("update")
     assert again["fallback"] == "bad-release", again
     assert outcome(device, again) == want("digits", first.stable, refused=("1.1.0",))
+    device.request("flush")
+    counts = {"devices": 1, "confirmed": 0, "reverted": 1}
+    assert arms(reports, "digits", **counts)[("candidate", "1.1.0")] == counts
 
 
 def test_the_app_reverts_a_release_that_fails_its_first_inference(
