@@ -814,6 +814,15 @@ def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:
     assert device.call("no-such-op")["ok"] is False
     assert device.call("update")["ok"] is False  # before configure
     assert device.call("check_json")["ok"] is False  # no data
+    assert device.call("decide", vector={})["ok"] is False  # not a vector input
+    assert device.call("set_clock", now="yesterday")["ok"] is False
+    bad_key = device.call(
+        "configure", registry="http://127.0.0.1:9/", trusted_keys=["not a PEM"],
+        cache_dir="/nonexistent/cache", unit="digits", bundle=False, tier="high",
+        device={"device_id": "d", "ram_mb": 1, "cpu_cores": 1},
+    )  # fmt: skip
+    assert bad_key["ok"] is False, bad_key
+    assert device.request("hello")["client"] == device.client  # still alive
     assert device.call("check_json", data=base64.b64encode(b"{}").decode())["result"] == {
         "valid": True
     }
