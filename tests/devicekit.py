@@ -95,7 +95,7 @@ def hostrunner(*, faulty: Sequence[str] = (), unavailable: Sequence[str] = ()) -
 class DeviceProgram:
     """One running device program: requests in order, one answer each."""
 
-    def __init__(self, client: str, log: Path, *, cwd: Path = ROOT) -> None:
+    def __init__(self, client: str, log: Path, *, cwd: Path | None = None) -> None:
         self.client = client
         self.log = log
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -105,7 +105,7 @@ class DeviceProgram:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
-                cwd=cwd,
+                cwd=cwd or log.parent,  # whatever a client writes stays in the test
                 env=env,
             )
         self._lines: queue.Queue[bytes] = queue.Queue()

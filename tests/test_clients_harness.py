@@ -443,7 +443,7 @@ def test_canary_split_gives_the_cohort_the_candidate_and_the_rest_stable(
     """Through the `edgereg serve` command itself, in its own process."""
     manifest = lib.publish("1.1.0", percent=50.0)
     log = tmp_path / "serve.log"
-    with serve_process(log, "--registry", f"file://{lib.root}") as (_, url):
+    with serve_process(log, "--registry", f"file://{lib.root}", cwd=tmp_path) as (_, url):
         _canary_split(devices, lib, url + "/", manifest, tmp_path)
 
 

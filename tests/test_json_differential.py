@@ -213,7 +213,7 @@ def _corrupt(text: str, data: st.DataObject) -> bytes:
 
 
 GENERATED = settings(
-    max_examples=1200,
+    max_examples=900,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -221,7 +221,7 @@ GENERATED = settings(
 )
 
 
-@settings(GENERATED, max_examples=1000)
+@settings(GENERATED, max_examples=800)
 @given(data=st.binary(max_size=120))
 def test_random_bytes_get_the_reference_verdict(program: DeviceProgram, data: bytes) -> None:
     assert_same(program, data)
@@ -235,7 +235,7 @@ def test_json_ish_texts_get_the_reference_verdict(
     assert_same(program, _corrupt(text, data))
 
 
-@settings(GENERATED, max_examples=300)
+@settings(GENERATED, max_examples=200)
 @given(
     value=st.recursive(
         st.none()
