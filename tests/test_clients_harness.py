@@ -678,6 +678,50 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
     assert update(restarted) == want("digits", newer.candidate, candidate=True)
 
 
+# --- what the app allows, what it ships ------------------------------------------------------
+
+
+def test_download_conditions_defer_the_blob_until_they_are_met(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    policy = {"allow_metered": False, "require_charging": True, "reserve_bytes": 8388608}
+    configure(device, lib_url, lib.pem, tmp_path / "cache", policy=policy)
+    for conditions, why in (
+        ({"metered": True, "charging": True}, "metered"),
+        ({"metered": False, "charging": False}, "not-charging"),
+    ):
+        deferred = device.request("update", conditions=conditions)
+        assert (deferred["deferred"], deferred["downloaded_bytes"]) == (why, 0), deferred
+        assert outcome(device, deferred) == want("digits", None)
+        assert device.request("status")["pending"]["version"] == "1.0.0"
+    met = device.request("update", conditions={"metered": False, "charging": True})
+    assert outcome(device, met) == want("digits", first.stable)
+    assert met["deferred"] is None
+
+
+def test_a_release_shipped_in_the_app_installs_offline_and_a_newer_replaces_it(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    assert isinstance(first.stable, ManifestEntry)
+    shipped = tmp_path / "app-assets"
+    shipped.mkdir()
+    (shipped / "manifest.json").write_bytes(lib.manifest_file().read_bytes())
+    shutil.copyfile(lib.blob_file(first.stable.sha256), shipped / first.stable.sha256)
+    bundled = {"manifest": str(shipped / "manifest.json"), "blobs_dir": str(shipped)}
+    device = devices()
+    offline = "http://127.0.0.1:9/"  # nothing listens: the first launch is offline
+    configure(device, offline, lib.pem, tmp_path / "cache", bundled=bundled)
+    current = device.request("current")
+    assert current["bundled"] is True, current
+    assert outcome(device, current) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    configure(device, lib_url, lib.pem, tmp_path / "cache", bundled=bundled)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+
+
 # --- confirmation, crash loops, reverts, reports ------------------------------------------------
 
 
