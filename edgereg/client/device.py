@@ -125,6 +125,7 @@ class HostModelRunner:
         self.command = list(command)
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._open: list[str] = []
 
     def ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Send one request and read its answer; a dead or garbled runner is a RuntimeError."""
@@ -169,6 +170,9 @@ class HostModelRunner:
             BackendUnavailableError: the runner says this device has no such backend.
             RuntimeError: the runner could not load it.
         """
+        # The self-test tries backends one after another: the previous session is done.
+        while self._open:
+            self.ask({"op": "close", "session": self._open.pop()})
         answer = self.ask(
             {
                 "op": "load",
@@ -182,6 +186,7 @@ class HostModelRunner:
             raise BackendUnavailableError(str(answer.get("error", f"no {backend} here")))
         if "error" in answer or not isinstance(answer.get("session"), str):
             raise RuntimeError(f"the model runner could not load it: {answer.get('error')}")
+        self._open.append(answer["session"])
         return _HostSession(self, answer["session"], dict(answer.get("input_shapes") or {}))
 
     def close(self) -> None:
@@ -195,6 +200,7 @@ class HostModelRunner:
                 self._process.kill()
                 self._process.wait()
         self._process = None
+        self._open.clear()
 
 
 class _NoRunner:
