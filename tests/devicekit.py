@@ -82,9 +82,13 @@ def command(client: str) -> list[str]:
     raise ValueError(f"no client {client!r}; the clients are {', '.join(ALL_CLIENTS)}")
 
 
-def hostrunner(*, faulty: Sequence[str] = (), unavailable: Sequence[str] = ()) -> list[str]:
+def hostrunner(
+    *, faulty: Sequence[str] = (), unavailable: Sequence[str] = (), log: Path | None = None
+) -> list[str]:
     """The host model runner's command line, for ``configure``'s ``runner.command``."""
     args = [sys.executable, str(HOSTRUNNER)]
+    if log is not None:
+        args += ["--log", str(log)]
     for backend in faulty:
         args += ["--faulty", backend]
     for backend in unavailable:

@@ -5,7 +5,7 @@ programs of every client (docs/reference/device-program.md) give theirs this
 process instead, so the golden-probe check runs on real MNN outputs whatever
 the client's language::
 
-    python tests/hostrunner.py [--faulty BACKEND]... [--unavailable BACKEND]...
+    python tests/hostrunner.py [--faulty BACKEND]... [--unavailable BACKEND]... [--log FILE]
 
 Requests and answers, one JSON object per line:
 
@@ -20,8 +20,11 @@ Requests and answers, one JSON object per line:
 Every backend runs on MNN's CPU (this host has no GPU): a ``--faulty``
 backend's outputs are perturbed well past any probe tolerance (a
 miscomputing driver), an ``--unavailable`` one answers that it does not
-exist. MNN prints from C++ to file descriptor 1: fd 1 is pointed at stderr
-and the answers go to a private copy of stdout.
+exist. ``--log FILE`` appends one line per load and run (``load opencl``,
+``run opencl``), so a test sees which backends a client really tried.
+
+MNN prints from C++ to file descriptor 1: fd 1 is pointed at stderr and
+the answers go to a private copy of stdout.
 """
 
 from __future__ import annotations
@@ -80,9 +83,13 @@ def perturb(array: np.ndarray) -> np.ndarray:
 class HostRunner:
     """The sessions of one runner process."""
 
-    def __init__(self, faulty: Sequence[str], unavailable: Sequence[str]) -> None:
+    def __init__(
+        self, faulty: Sequence[str], unavailable: Sequence[str], log: Path | None = None
+    ) -> None:
         self.faulty = set(faulty)
         self.unavailable = set(unavailable)
+        self.log = log
+        self.backends: dict[str, str] = {}
         self.mnn = MnnRunner()
         self.sessions: dict[str, tuple[ModelSession, bool]] = {}
         self.counter = 0
@@ -98,8 +105,14 @@ class HostRunner:
             return {}
         return {"error": f"unknown op {op!r}"}
 
+    def note(self, line: str) -> None:
+        if self.log is not None:
+            with self.log.open("a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+
     def load(self, request: Mapping[str, Any]) -> dict[str, Any]:
         backend = str(request.get("backend"))
+        self.note(f"load {backend}")
         if backend in self.unavailable:
             return {"error": f"no {backend} backend on this device", "unavailable": True}
         try:
@@ -115,6 +128,7 @@ class HostRunner:
         self.counter += 1
         name = f"s{self.counter}"
         self.sessions[name] = (session, backend in self.faulty)
+        self.backends[name] = backend
         shapes = {k: list(v) for k, v in session.input_shapes().items()}
         return {"session": name, "input_shapes": shapes}
 
@@ -123,6 +137,7 @@ class HostRunner:
         if found is None:
             return {"error": f"no session {request.get('session')!r}"}
         session, faulty = found
+        self.note(f"run {self.backends[str(request.get('session'))]}")
         try:
             feeds = {str(k): decode(v) for k, v in dict(request["inputs"]).items()}
             outputs = session.run(feeds)
@@ -139,12 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faulty", action="append", default=[], metavar="BACKEND")
     parser.add_argument("--unavailable", action="append", default=[], metavar="BACKEND")
+    parser.add_argument("--log", type=Path, default=None, metavar="FILE")
     args = parser.parse_args(argv)
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    runner = HostRunner(args.faulty, args.unavailable)
+    runner = HostRunner(args.faulty, args.unavailable, args.log)
     for line in sys.stdin.buffer:
         if not line.strip():
             continue

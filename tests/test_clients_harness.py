@@ -799,16 +799,32 @@ def test_self_test_skips_a_faulty_gpu_and_installs_on_cpu(
     assert entry.probe is not None
     assert entry.runtime.backends[0] != "cpu"
     gpu = entry.runtime.backends[0]
-    for faulty, unavailable in (([gpu], []), ([], [gpu])):
+    tried = {
+        "faulty": ["load " + gpu, "run " + gpu, "load cpu", "run cpu"],  # ran, missed, skipped
+        "unavailable": ["load " + gpu, "load cpu", "run cpu"],  # not there: never run
+    }
+    for case, expected_trials in tried.items():
         device = devices()
-        runner = {"command": hostrunner(faulty=faulty, unavailable=unavailable)}
+        log = tmp_path / f"runner-{case}.log"
+        runner = {
+            "command": hostrunner(
+                faulty=[gpu] if case == "faulty" else [],
+                unavailable=[gpu] if case == "unavailable" else [],
+                log=log,
+            )
+        }
         configure(
-            device, project.url, project.pem, tmp_path / f"cache-{gpu in faulty}",
+            device, project.url, project.pem, tmp_path / f"cache-{case}",
             unit="vision", self_test=True, runner=runner,
         )  # fmt: skip
         result = device.request("update")
         assert outcome(device, result) == want("vision", entry)
         assert result["members"]["vision"]["backend"] == "cpu"
+        trials = [line for line in log.read_text().splitlines() if line]
+        # Each probe case is one run; what matters is the order of backends.
+        assert [t for i, t in enumerate(trials) if i == 0 or t != trials[i - 1]] == (
+            expected_trials
+        ), trials
 
 
 def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_stays(
