@@ -45,7 +45,12 @@ from edgereg.client._installed import (
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult
-from edgereg.client._selftest import BackendRunner, SelfTest, SelfTestResult
+from edgereg.client._selftest import (
+    BackendRunner,
+    BackendUnavailableError,
+    SelfTest,
+    SelfTestResult,
+)
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
     BlobCheck,
@@ -73,6 +78,7 @@ from edgereg.protocol.rules import DeviceProfile
 __all__ = [
     "MAX_MANIFEST_BYTES",
     "BackendRunner",
+    "BackendUnavailableError",
     "BadBlob",
     "BadRelease",
     "BadSignature",
