@@ -74,6 +74,13 @@ public protocol ModelSession: Sendable {
     /// One forward pass: inputs by name, outputs by name.
     func run(_ inputs: [String: Tensor]) async throws -> [String: Tensor]
     func close() async
+    /// The model's declared input shapes (a dynamic axis as -1 or 0), when the runtime says
+    /// them: a state input without a contract starts as zeros of that shape.
+    var inputShapes: [String: [Int]] { get }
+}
+
+extension ModelSession {
+    public var inputShapes: [String: [Int]] { [:] }
 }
 
 /// The app's model runner: loads a verified artifact on a backend (docs/guides/ios.md shows

@@ -97,18 +97,25 @@ struct SelfTest {
         for (ci, steps) in probe.cases.enumerated() {
             var state: [String: Tensor] = [:]
             for pair in probe.state {
-                // Zeros of the shape the model declares (its contract; a named axis counts 1).
-                guard let spec = entry.contract?.inputs.first(where: { $0.spec.name == pair.input })?.spec else {
-                    return .failed("does not run: the contract declares no state input \(pair.input)")
+                // Zeros of the shape the model declares: its contract (a named axis counts 1),
+                // else what the runtime says (a dynamic axis, -1 or 0, counts 1).
+                let shape: [Int], dtype: String
+                if let spec = entry.contract?.inputs.first(where: { $0.spec.name == pair.input })?.spec {
+                    shape = spec.shape.map { dim -> Int in if case .size(let n) = dim { return Int(n) } else { return 1 } }
+                    dtype = spec.dtype
+                } else if let declared = session.inputShapes[pair.input] {
+                    shape = declared.map { $0 <= 0 ? 1 : $0 }
+                    dtype = "float32"
+                } else {
+                    return .failed("does not run: the model declares no state input \(pair.input)")
                 }
-                let shape = spec.shape.map { dim -> Int in if case .size(let n) = dim { return Int(n) } else { return 1 } }
                 var count = 1
                 for d in shape {
                     let (p, overflow) = count.multipliedReportingOverflow(by: d)
                     guard !overflow, p <= 1 << 28 else { return .failed("does not run: state \(pair.input) of shape \(shape) is too large") }
                     count = p
                 }
-                state[pair.input] = Tensor.zeros(dtype: spec.dtype, shape: shape)
+                state[pair.input] = Tensor.zeros(dtype: dtype, shape: shape)
             }
             for (si, step) in steps.enumerated() {
                 var feeds: [String: Tensor] = [:]

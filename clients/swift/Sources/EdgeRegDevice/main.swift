@@ -83,7 +83,13 @@ actor ProcessRunner: ModelRunner {
             throw Misuse(error)
         }
         guard let session = answer["session"]?.stringValue else { throw Misuse("the model runner gave no session") }
-        return ProcessSession(runner: self, id: session)
+        var shapes: [String: [Int]] = [:]
+        if let declared = answer["input_shapes"]?.objectValue {
+            for name in declared.keys {
+                shapes[name] = declared[name]?.arrayValue?.compactMap(\.intValue).map { Int($0) }
+            }
+        }
+        return ProcessSession(runner: self, id: session, inputShapes: shapes)
     }
 
     func stop() {
@@ -98,6 +104,7 @@ actor ProcessRunner: ModelRunner {
 struct ProcessSession: ModelSession {
     let runner: ProcessRunner
     let id: String
+    let inputShapes: [String: [Int]]
 
     func run(_ inputs: [String: Tensor]) async throws -> [String: Tensor] {
         var feeds = JSONObject()
@@ -268,6 +275,7 @@ final class Device {
             maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled,
             sourceAddress: r["source_address"]?.stringValue)
         let client = EdgeRegClient(config)
+        guard client.tier != nil else { throw Misuse("the client refused the configuration: \(client.tierReason)") }
         if let nowText = r["now"]?.stringValue {
             guard let now = WireTime.parseLenient(nowText) else { throw Misuse("'now' is not an RFC 3339 time") }
             await client.setClock(now)
