@@ -63,6 +63,53 @@ final class FakeRunner: ModelRunner, @unchecked Sendable {
     }
 }
 
+/// A stateful model for tests: y = [s + Σh, 2s + Σh] with s = Σx, and h_out = y; it declares
+/// its state input h_in as [-1, 2] (a dynamic first axis), as MNN reports a model's inputs.
+final class StatefulRunner: ModelRunner, @unchecked Sendable {
+    let declares: Bool
+    init(declares: Bool) { self.declares = declares }
+
+    static func floats(_ values: [Float], _ shape: [Int]) -> Tensor {
+        var data = Data()
+        for v in values { withUnsafeBytes(of: v.bitPattern.littleEndian) { data.append(contentsOf: $0) } }
+        return Tensor(dtype: "float32", shape: shape, data: data)
+    }
+
+    struct Session: ModelSession {
+        let inputShapes: [String: [Int]]
+        func run(_ inputs: [String: Tensor]) async throws -> [String: Tensor] {
+            guard let x = inputs["x"]?.values(), let h = inputs["h_in"]?.values() else { throw BackendUnavailable("no input") }
+            let s = Float(x.reduce(0, +)), hs = Float(h.reduce(0, +))
+            let y = StatefulRunner.floats([s + hs, 2 * s + hs], [2])
+            return ["y": y, "h_out": y]
+        }
+        func close() async {}
+    }
+
+    func load(model: URL, backend: String, threads: Int, precision: String, outputs: [String]) async throws -> any ModelSession {
+        Session(inputShapes: declares ? ["x": [1, 4], "h_in": [-1, 2]] : [:])
+    }
+
+    /// Two steps from x = [0.5, -1, 2, 0.25] (s = 1.75): y1 = [1.75, 3.5], y2 = [7, 8.75].
+    static func probe() -> JSONValue {
+        let x = floats([0.5, -1, 2, 0.25], [1, 4])
+        func tensor(_ name: String, _ t: Tensor) -> JSONValue {
+            .object(JSONObject([("name", .string(name)), ("dtype", .string(t.dtype)), ("shape", .array(t.shape.map { .int($0) })),
+                                ("data", .string(t.data.base64EncodedString()))]))
+        }
+        func step(_ y: [Float]) -> JSONValue {
+            .object(JSONObject([("inputs", .array([tensor("x", x)])), ("expected", .array([tensor("y", floats(y, [2]))]))]))
+        }
+        return .object(JSONObject([
+            ("schema_version", .int(1)), ("model", .string("vad")), ("variant", .string("int8")),
+            ("artifact_sha256", .string(String(repeating: "0", count: 64))),
+            ("state", .array([.array([.string("h_in"), .string("h_out")])])),
+            ("cases", .array([.object(JSONObject([("steps", .array([step([1.75, 3.5]), step([7, 8.75])]))]))])),
+            ("tolerance", .object(JSONObject([("min_cosine", .double(0.999)), ("max_abs_error", .double(0.001))]))),
+        ]))
+    }
+}
+
 /// One registry served over real HTTP, and clients on a fresh cache directory.
 final class Fixture: @unchecked Sendable {
     let dir = temporaryDirectory()
@@ -301,6 +348,17 @@ let ocr = ReleaseUnit.bundle("ocr")
         let memory = try StrictJSON.parse(Data(contentsOf: f.cache.appendingPathComponent("selftest.json")))
         #expect(memory["digits"]?["1.0.0"]?["failed"]?["opencl"] != nil)
         #expect(memory["digits"]?["1.0.0"]?["failed"]?["metal"] == nil)
+    }
+
+    @Test func aStatefulProbeFeedsItsStateBackFromZeros() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", probe: StatefulRunner.probe()))
+        let r = await f.client(selfTest: true, runner: StatefulRunner(declares: true)).update(digits)
+        #expect(r.ok && r.model?.backend == "opencl", "\(r.error ?? "")")
+        // Without a contract and without declared shapes there is nothing to zero.
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0", probe: StatefulRunner.probe()))
+        let none = await f.client(selfTest: true, runner: StatefulRunner(declares: false)).update(digits)
+        #expect(none.errorCode == "probe-failed" && none.version == "1.0.0")
     }
 
     @Test func aModelFailingOnEveryBackendIsRefusedForGood() async throws {
