@@ -31,7 +31,7 @@ import numpy as np
 
 from edgereg import config as config_module
 from edgereg._files import atomic_write, sha256_file
-from edgereg.errors import BuildError, ConfigError, EdgeregError
+from edgereg.errors import BuildError, ConfigError, EdgeregError, UsageError
 
 #: Entries ``edgereg init`` adds to .gitignore, in order (a ``!`` line re-includes
 #: what the line before it ignores). Out of git: virtual environments, the local
@@ -76,12 +76,6 @@ Task = Literal["classification", "dense_map", "embedding", "frame_decision", "ge
 INPUT_DTYPES = ("float32", "int32", "int64", "uint8")
 #: Metadata keys that exporters use for class names (torchvision, ultralytics, ...).
 CLASS_METADATA_KEYS = ("classes", "class_names", "labels", "names")
-
-
-class UsageError(EdgeregError):
-    """A command was asked for something it cannot do as given (exit code 2)."""
-
-    exit_code = 2
 
 
 # --- init -----------------------------------------------------------------------

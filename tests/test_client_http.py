@@ -28,8 +28,8 @@ import pytest
 from click.testing import CliRunner
 from statichttp import StaticServer, TcpProxy, free_port
 
+from edgereg.cli.pull import pull_command
 from edgereg.client import Client, DeviceProfile, FetchResult, TrustedKeys
-from edgereg.client._cli import pull_command
 from edgereg.config import RuntimeHints
 from edgereg.registry import PreparedRelease, Registry
 from edgereg.registry import _transitions as transitions

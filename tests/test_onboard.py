@@ -21,8 +21,8 @@ import tiny_models
 from click.testing import CliRunner, Result
 
 from edgereg import config as config_module
-from edgereg._onboard_cli import add_command, init_command
 from edgereg.build.dvc import render_dvc_yaml
+from edgereg.cli.onboard import add_command, init_command
 from edgereg.onboard import (
     GITIGNORE_ENTRIES,
     ArrayInfo,

@@ -237,7 +237,7 @@ def test_the_cli_reports_a_backend_bug_as_internal(tmp_path: Path) -> None:
     import click
     from click.testing import CliRunner
 
-    from edgereg._cli_common import INTERNAL_ERROR, handle_errors
+    from edgereg.cli._common import INTERNAL_ERROR, handle_errors
 
     @click.command()
     @handle_errors

@@ -38,6 +38,7 @@ from edgereg.client._installed import (
     MemberFiles,
     Pending,
     Status,
+    UnitKind,
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
@@ -66,6 +67,7 @@ from edgereg.client._updater import (
     Client,
     Fetcher,
     FetchResult,
+    Limits,
     NoSpace,
     manifest_path,
     open_fetcher,
@@ -99,6 +101,7 @@ __all__ = [
     "InstallCheck",
     "InstalledModel",
     "LastError",
+    "Limits",
     "Malformed",
     "MemberFiles",
     "NoSpace",
@@ -114,6 +117,7 @@ __all__ = [
     "TransportError",
     "TrustError",
     "TrustedKeys",
+    "UnitKind",
     "UnknownKey",
     "WrongModel",
     "WrongTier",

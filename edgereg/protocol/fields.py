@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
 )
 
-from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.errors import EdgeregError, ExitCode
 
 __all__ = [
     "BUCKETS",
@@ -206,7 +206,7 @@ class PercentError(EdgeregError, ValueError):
     Also a ValueError, so pydantic validators can use :func:`check_percent`.
     """
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 def basis_points(percent: float) -> int:

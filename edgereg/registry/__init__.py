@@ -32,7 +32,15 @@ from edgereg.registry._registry import (
 )
 from edgereg.registry._release import PreparedRelease, ReleaseError, prepare_release
 from edgereg.registry._status import MemberStatus, ModelStatus, TierStatus, model_status
-from edgereg.registry._transitions import RolloutError
+from edgereg.registry._transitions import (
+    RolloutError,
+    pause,
+    promote,
+    resign,
+    resume,
+    rollback,
+    set_percent,
+)
 
 __all__ = [
     "KEEP",
@@ -52,9 +60,15 @@ __all__ = [
     "manifest_key",
     "member_entry_for",
     "model_status",
+    "pause",
     "prepare_bundle_release",
     "prepare_release",
+    "promote",
     "release_key",
+    "resign",
+    "resume",
+    "rollback",
+    "set_percent",
     "state_key",
     "unit_entry_for",
     "utcnow",

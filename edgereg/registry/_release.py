@@ -25,7 +25,7 @@ from edgereg.build.outputs import (
     read_outputs,
 )
 from edgereg.config import Config
-from edgereg.errors import EdgeregError
+from edgereg.errors import EdgeregError, ExitCode
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
@@ -36,7 +36,7 @@ from edgereg.wire import ReleaseRecord, ReleaseVariant
 class ReleaseError(EdgeregError):
     """The build outputs cannot be published as they are."""
 
-    exit_code = 8
+    exit_code = ExitCode.NOT_PUBLISHABLE
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgereg import config as config_module
-from edgereg._cli_common import (
+from edgereg.cli._common import (
     actor_name,
     expiry_days,
     handle_errors,
@@ -27,16 +27,12 @@ from edgereg._cli_common import (
     registry_read_options,
     signer_from_options,
 )
-from edgereg.errors import ConfigError, UsageError
+from edgereg.errors import ConfigError, ExitCode, UsageError
 
 if TYPE_CHECKING:  # the command stays cheap to import: edgereg --help lists it
     from edgereg.analysis import Analysis
     from edgereg.protocol.wire import RolloutState
 
-#: `edgereg analyze`: a critical guardrail failed (also `rollout --auto` when it halted).
-ANALYZE_FAILED = 12
-#: `edgereg analyze`: not every guardrail passes, none critical fails.
-ANALYZE_INCONCLUSIVE = 13
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d)\s*$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -172,9 +168,9 @@ def analyze_command(unit: str, **options: Any) -> None:
     else:
         print_analysis(analysis)
     if analysis.verdict == "fail":
-        raise SystemExit(ANALYZE_FAILED)
+        raise SystemExit(ExitCode.ANALYZE_FAILED)
     if analysis.verdict == "inconclusive":
-        raise SystemExit(ANALYZE_INCONCLUSIVE)
+        raise SystemExit(ExitCode.ANALYZE_INCONCLUSIVE)
 
 
 def auto_rollout(model: str, options: dict[str, Any]) -> None:
@@ -252,7 +248,7 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
         sequence = f" (sequence {new_state.sequence})" if decision.changes_state else ""
         print_result(f"{model}: {verb}: {decision.reason}{sequence}")
     if decision.action in ("pause", "rollback"):
-        raise SystemExit(ANALYZE_FAILED)
+        raise SystemExit(ExitCode.ANALYZE_FAILED)
 
 
 def _iso(moment: datetime) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgereg._cli_common import (
+from edgereg.cli._common import (
     build_dir,
     build_dir_option,
     config_option,

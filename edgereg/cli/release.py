@@ -1,39 +1,34 @@
-"""The edgereg command line: parse, call the library, print.
+"""`edgereg publish`, `rollout`, `promote`, `rollback`, `status`, `history`, `verify`...
 
-Results go to stdout, diagnostics to stderr; the exit codes are
-``edgereg._cli_common.EXIT_CODES`` (docs/reference/exit-codes.md).
+Also `pause`, `resume` and `resign`: the signed registry and its rollouts.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from edgereg import __version__
 from edgereg import config as config_module
-from edgereg._cli_common import (
-    DEFAULT_KEY_FILE,
+from edgereg._files import atomic_write
+from edgereg.cli._common import (
     actor_name,
-    add_global_options,
     build_dir,
     build_dir_option,
     config_option,
-    default_key_file,
     endpoint_option,
     errors,
-    exit_codes_help,
     expiry_days,
     handle_errors,
     json_option,
+    no_such_model,
     open_registry,
     optional_config,
     print_note,
@@ -43,460 +38,13 @@ from edgereg._cli_common import (
     registry_write_options,
     signer_from_options,
     stage_reporter,
-    stderr,
     trusted_key_option,
+    warn_if_dvc_yaml_stale,
 )
-from edgereg._files import atomic_write
-from edgereg.errors import ConfigError, EdgeregError, UsageError
+from edgereg.errors import ConfigError, EdgeregError, ExitCode, UsageError
 
 
-class _LazyGroup(click.Group):
-    """Commands that live with their layer, imported only when asked for.
-
-    `edgereg build` (run once per DVC stage) should not pay for importing the
-    client SDK, the server or the report renderer.
-    """
-
-    LAZY: ClassVar[dict[str, str]] = {
-        "add": "edgereg._onboard_cli:add_command",
-        "analyze": "edgereg._analyze_cli:analyze_command",
-        "init": "edgereg._onboard_cli:init_command",
-        "pull": "edgereg.client._cli:pull_command",
-        "report": "edgereg.report._cli:report_command",
-        "serve": "edgereg.serve._cli:serve_command",
-        "toolchain": "edgereg.toolchain._cli:toolchain_group",
-    }
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.LAZY})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.LAZY and cmd_name not in self.commands:
-            module, attribute = self.LAZY[cmd_name].split(":")
-            lazy: click.Command = getattr(importlib.import_module(module), attribute)
-            self.add_command(lazy, cmd_name)
-        command = super().get_command(ctx, cmd_name)
-        return None if command is None else add_global_options(command)
-
-
-MAIN_HELP = f"""Build MNN model variants per device tier and ship them to apps.
-
-Results go to stdout, progress, notes and warnings to stderr. -v, -q and --json
-work before or after the command (`edgereg status -q`). Commands find models.toml
-in the working directory or the nearest parent, up to the repository root.
-
-{exit_codes_help()}
-
-Shell completion: eval "$(_EDGEREG_COMPLETE=bash_source edgereg)" (or
-zsh_source, fish_source).
-"""
-
-
-@click.group(
-    cls=_LazyGroup, help=MAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]}
-)
-@click.version_option(__version__, prog_name="edgereg")
-@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
-@click.option("--quiet", "-q", is_flag=True, help="Print only results and errors.")
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON for scripts (commands that have --json)."
-)
-def main(verbose: bool, quiet: bool, as_json: bool) -> None:
-    """The edgereg command group (its help is MAIN_HELP, which holds the exit codes)."""
-    stderr.quiet = quiet
-
-
-@main.command()
-@config_option
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@handle_errors
-def validate(config_path: Path, as_json: bool) -> None:
-    """Check models.toml and show which variant each tier gets."""
-    config = config_module.load(config_path)
-    _warn_if_dvc_yaml_stale(config)
-    resolution = {name: config.tier_variants(name) for name in config.models}
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "valid": True,
-                    "notes": config.notes(),
-                    "tiers": {
-                        model: {
-                            tier: {"variant": variant, "fallback": fell_back}
-                            for tier, (variant, fell_back) in tiers.items()
-                        }
-                        for model, tiers in resolution.items()
-                    },
-                    "bundles": {
-                        name: {"version": bundle.version, "models": list(bundle.models)}
-                        for name, bundle in config.bundles.items()
-                    },
-                },
-                indent=2,
-            )
-        )
-        return
-    table = Table(title=f"{config_path}: valid")
-    table.add_column("model")
-    table.add_column("version")
-    for tier in config.tiers:
-        table.add_column(f"tier {tier}")
-    for name, model in config.models.items():
-        cells = [
-            f"{variant} (fallback)" if fell_back else variant
-            for variant, fell_back in resolution[name].values()
-        ]
-        table.add_row(name, model.version, *cells)
-    Console().print(table)
-    for name, bundle in config.bundles.items():
-        print_result(f"bundle {name} {bundle.version}: {', '.join(bundle.models)} (one rollout)")
-    for text in config.notes():
-        print_note(f"note: {text}")
-
-
-@main.command()
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Write to this file instead of standard output.",
-)
-@handle_errors
-def schema(out: Path | None) -> None:
-    """Print the JSON Schema of models.toml."""
-    text = json.dumps(config_module.json_schema(), indent=2) + "\n"
-    if out is None:
-        click.echo(text, nl=False)
-    else:
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise EdgeregError(
-                f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
-            ) from exc
-
-
-@main.command()
-@click.argument("model")
-@click.argument("variant")
-@config_option
-@click.option(
-    "--out",
-    "out_root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Outputs go to OUT/MODEL/VARIANT/. Default: build/ next to models.toml.",
-)
-@click.option(
-    "--iterations",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    help="Benchmark iterations.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-@handle_errors
-def build(
-    model: str,
-    variant: str,
-    config_path: Path,
-    out_root: Path | None,
-    iterations: int,
-    as_json: bool,
-) -> None:
-    """Build, verify, evaluate, gate and benchmark one variant."""
-    from edgereg.build.variant import BenchSettings, build_variant
-
-    config = config_module.load(config_path)
-    _require_variant(config, model, variant)
-    _warn_if_dvc_yaml_stale(config)
-    with stage_reporter(f"{model}/{variant}") as on_stage:
-        result = build_variant(
-            config,
-            model,
-            variant,
-            build_dir(out_root, config),
-            bench=BenchSettings(iterations=iterations),
-            on_stage=on_stage,
-        )
-    if as_json:
-        click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
-        return
-    print_result(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
-
-
-@main.command()
-@config_option
-@build_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-@handle_errors
-def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
-    """Table of every built variant: tier, size, accuracy, recall, latency."""
-    from edgereg.build.report import summary_rows
-
-    config = config_module.load(config_path)
-    stale = _warn_if_dvc_yaml_stale(config)
-    rows = summary_rows(config, build_dir(out_root, config))
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    table = Table(title="edgereg build summary")
-    for title in ("model", "variant", "tier"):
-        table.add_column(title)
-    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
-        table.add_column(title, justify="right")
-    table.add_column("status")
-    for row in rows:
-        status = row["status"]
-        table.add_row(
-            row["model"],
-            row["variant"],
-            row["tier"],
-            _number(row.get("size_mb"), "{:.3f}"),
-            row.get("metric") or "-",
-            _number(row.get("value"), "{:.4f}"),
-            _points(row.get("change")) if row.get("baseline") is not None else "vs ref",
-            _number(row.get("min_cosine"), "{:.5f}"),
-            _number(row.get("min_snr_db"), "{:.1f}"),
-            _number(row.get("p50_ms"), "{:.3f}"),
-            status,
-        )
-    Console(width=max(Console().width, 120)).print(table)
-    stderr.print(
-        "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
-        "on the labels, in percentage points (vs ref: the metric compares with the reference "
-        "itself); cosine, SNR: worst output against the reference."
-    )
-    for row in rows:
-        if row.get("failed"):
-            # Plain text: gate names hold brackets ("min_cosine[logits]") rich would eat.
-            click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
-            if row.get("hint"):
-                click.echo("  " + row["hint"].replace("\n", "\n  "))
-    if any(row["status"] == "failed" for row in rows):
-        stderr.print(
-            "Failed variants keep their numbers: fix what the gate names (see `edgereg build "
-            "MODEL VARIANT` for the hint), then `dvc repro`."
-        )
-    if any(row["status"] not in ("built", "failed") for row in rows):
-        fix = "`edgereg dvc sync`, then `dvc repro`" if stale else "`dvc repro`"
-        stderr.print(f"Some variants are not built or stale: run {fix}.")
-
-
-def _number(value: float | None, template: str) -> str:
-    return "-" if value is None else template.format(value)
-
-
-def _points(value: float | None) -> str:
-    """A fraction as signed percentage points (0.0123 -> +1.23 pp)."""
-    if value is None:
-        return "-"
-    points = round(value * 100, 2) + 0.0  # + 0.0 turns -0.0 into 0.0
-    return f"{points:+.2f} pp"
-
-
-def _warn_if_dvc_yaml_stale(config: config_module.Config) -> str | None:
-    from edgereg.build.dvc import stale_dvc_yaml
-
-    stale = stale_dvc_yaml(config)
-    if stale is not None:
-        stderr.print(f"warning: {stale}", markup=False, soft_wrap=True)
-    return stale
-
-
-@main.group()
-def dvc() -> None:
-    """Keep dvc.yaml in step with models.toml."""
-
-
-@dvc.command("sync")
-@config_option
-@click.option("--check", is_flag=True, help="Exit 1 when dvc.yaml is stale; write nothing.")
-@click.option(
-    "--out",
-    "dvc_yaml",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="dvc.yaml to write (default: next to models.toml).",
-)
-@handle_errors
-def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
-    """Write dvc.yaml: one stage per (model, variant)."""
-    from edgereg.build.dvc import render_dvc_yaml
-
-    config = config_module.load(config_path)
-    target = dvc_yaml or config.root / "dvc.yaml"
-    text = render_dvc_yaml(config)
-    current = target.read_text(encoding="utf-8") if target.exists() else None
-    if check:
-        if current != text:
-            stderr.print(
-                f"{target} is stale against {config_path}; run `edgereg dvc sync` and commit it.",
-                markup=False,
-                soft_wrap=True,
-            )
-            sys.exit(1)
-        print_result(f"{target} is up to date")
-        return
-    if current == text:
-        print_result(f"{target} is up to date")
-        return
-    atomic_write(target, text)
-    print_result(f"wrote {target}")
-
-
-# --- registry: keys, publish, rollout ------------------------------------------
-
-
-@main.group()
-def keys() -> None:
-    """Signing keys."""
-
-
-@keys.command("generate")
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Private key file to write (mode 0600); the public key goes next to it. "
-    f"Default: {DEFAULT_KEY_FILE} beside models.toml.",
-)
-@click.option(
-    "--add",
-    is_flag=True,
-    help="Add a key next to the pinned ones (rotation, a recovery key: docs/operations/keys.md).",
-)
-@click.option("--force", is_flag=True, help="Overwrite an existing private key file at --out.")
-@click.option("--no-publish", is_flag=True, help="Do not put the public key into the registry.")
-@registry_read_options
-@handle_errors
-def keys_generate(
-    out: Path | None,
-    add: bool,
-    force: bool,
-    no_publish: bool,
-    config_path: Path,
-    registry_url: str | None,
-    endpoint_url: str | None,
-    trusted_key_paths: tuple[Path, ...],
-    as_json: bool,
-) -> None:
-    """Create an Ed25519 key pair, pin its public key in the project and publish it."""
-    from edgereg.signing import Signer, generate_key
-
-    config = optional_config(config_path)
-    out = out if out is not None else default_key_file(config)
-    registry = None
-    if not no_publish and (config is not None or registry_url is not None):
-        registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
-    pin_dir = _pin_directory(config)
-    _refuse_key_inside(out, registry, pin_dir)
-    if out.exists() and not force:
-        raise EdgeregError(
-            f"{out} already exists; refusing to overwrite a private key",
-            hint="Use it as it is, choose another --out, or pass --force.",
-        )
-    if not add:
-        _refuse_second_key(config, trusted_key_paths, registry)
-    private_pem, public_pem = generate_key()
-    signer = Signer.from_pem(private_pem)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, private_pem, mode=0o600)
-    public_path = out.with_name(out.stem + ".pub.pem")
-    atomic_write(public_path, public_pem)
-    if not as_json:
-        print_result(f"wrote private key {out} (mode 0600) and public key {public_path}")
-        print_result(f"key id {signer.key_id}")
-    pinned_at = None
-    if pin_dir is not None:
-        pinned_at = pin_dir / f"{signer.key_id}.pem"
-        pin_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(pinned_at, public_pem)
-        print_note(
-            f"pinned the public key in {pinned_at}: commit it; registry commands verify "
-            "against the keys pinned there"
-        )
-    elif config is None:
-        stderr.print(
-            f"no models.toml here, so the key is not pinned: pass --trusted-key {public_path} "
-            "to registry commands",
-            markup=False,
-        )
-    else:
-        stderr.print(
-            f"warning: [registry] trusted_keys of {config.path} names no directory to pin "
-            f"the key in; add {public_path} to it",
-            markup=False,
-        )
-    published_to = None
-    if registry is not None:
-        registry.add_public_key(signer)
-        published_to = registry.storage.url
-        print_note(f"published the public key to {published_to}")
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "key_id": signer.key_id,
-                    "private_key": str(out),
-                    "public_key": str(public_path),
-                    "pinned": None if pinned_at is None else str(pinned_at),
-                    "published_to": published_to,
-                }
-            )
-        )
-
-
-def _pin_directory(config: config_module.Config | None) -> Path | None:
-    """The first directory of [registry] trusted_keys: where a new key is pinned."""
-    if config is None:
-        return None
-    for path in config.trusted_key_paths():
-        if path.is_dir() or (not path.exists() and path.suffix != ".pem"):
-            return path
-    return None
-
-
-def _refuse_key_inside(out: Path, registry: Any, pin_dir: Path | None) -> None:
-    """A private key never goes into the registry (it is served) or the pinned keys (committed)."""
-    target = out.resolve()
-    places = [("the pinned publisher keys", pin_dir)]
-    root = getattr(registry.storage, "root", None) if registry is not None else None
-    if isinstance(root, Path):
-        places.append((f"the registry {registry.storage.url}", root))
-    for what, place in places:
-        if place is not None and target.is_relative_to(place.resolve()):
-            raise EdgeregError(
-                f"--out {out} is inside {what} ({place}); a private key there would be "
-                "published or committed",
-                hint=f"Keep the private key outside it, e.g. the default {DEFAULT_KEY_FILE}.",
-            )
-
-
-def _refuse_second_key(
-    config: config_module.Config | None, trusted_key_paths: tuple[Path, ...], registry: Any
-) -> None:
-    """A second key needs --add: apps that trust the first would reject what it signs."""
-    from edgereg._cli_common import pinned_keys
-    from edgereg.signing import TrustedKeys
-
-    existing = dict(pinned_keys(config, trusted_key_paths))
-    where = "pinned in the project"
-    if not existing and registry is not None:
-        existing = dict(registry.published_keys())
-        where = f"published in {registry.storage.url}"
-    if existing:
-        known = ", ".join(keyid[:12] for keyid in TrustedKeys(existing.values()))
-        raise EdgeregError(
-            f"a publisher key already exists ({known}, {where}); a new key would sign "
-            "documents that every app trusting the existing key rejects (unknown-key)",
-            hint="Sign with the existing key (--key PATH). To rotate, or to make a recovery "
-            "key, follow docs/operations/keys.md: `edgereg keys generate --add --out NEW.pem`.",
-        )
-
-
-@main.command()
+@click.command()
 @click.argument("model")
 @click.option("--canary", default=None, help="Start with this share of devices, like 5%.")
 @click.option("--full", is_flag=True, help="Release to every device at once.")
@@ -535,11 +83,11 @@ def publish(
         )
     percent = parse_percent(canary, option="--canary") if canary is not None else None
     config = config_module.load(config_path)
-    stale = _warn_if_dvc_yaml_stale(config)
+    stale = warn_if_dvc_yaml_stale(config)
     is_bundle = model in config.bundles
     if not is_bundle:
         if model not in config.models:
-            raise _no_such_model(config, model)
+            raise no_such_model(config, model)
         _refuse_bundle_member(config, model)
     version = version or (config.bundles[model] if is_bundle else config.models[model]).version
     if not semver.Version.is_valid(version):
@@ -658,7 +206,7 @@ def _apply_transition(
     transition: Callable[..., Any],
     arguments: Callable[[config_module.Config | None, Any], dict[str, Any]] | None = None,
 ) -> None:
-    """Run one rollout transition of ``edgereg.registry._transitions`` and report the state.
+    """Run one rollout transition of ``edgereg.registry`` and report the state.
 
     Args:
         model: The model whose rollout changes.
@@ -728,7 +276,7 @@ def _describe_state(state: Any) -> str:
     )
 
 
-@main.command()
+@click.command()
 @click.argument("model")
 @click.option("--to", "to_percent", default=None, help="Move the candidate to this share.")
 @click.option("--next", "next_step", is_flag=True, help="Move to the policy's next step.")
@@ -752,11 +300,11 @@ def rollout(
     **options: Any,
 ) -> None:
     """Raise (or lower) the share of devices that get MODEL's candidate."""
-    from edgereg.registry._transitions import set_percent
+    from edgereg.registry import set_percent
     from edgereg.rollout import parse_percent
 
     if auto or reports_url is not None:
-        from edgereg._analyze_cli import auto_rollout
+        from edgereg.cli.analyze import auto_rollout
 
         if not auto:
             raise UsageError("--reports is for --auto: the report store the analysis reads")
@@ -782,26 +330,26 @@ def rollout(
     )
 
 
-@main.command()
+@click.command()
 @click.argument("model")
 @click.option("--force", is_flag=True, help="Promote a canary never rolled out (recorded).")
 @registry_write_options
 @handle_errors
 def promote(model: str, force: bool, **options: Any) -> None:
     """Make MODEL's candidate the stable release for every device."""
-    from edgereg.registry._transitions import promote as promote_state
+    from edgereg.registry import promote as promote_state
 
     _apply_transition(model, options, promote_state, lambda _config, _registry: {"force": force})
 
 
-@main.command()
+@click.command()
 @click.argument("model")
 @click.option("--to-version", default=None, help="Restore this earlier release as stable.")
 @registry_write_options
 @handle_errors
 def rollback(model: str, to_version: str | None, **options: Any) -> None:
     """Drop MODEL's candidate, or restore an earlier stable with --to-version."""
-    from edgereg.registry._transitions import rollback as rollback_state
+    from edgereg.registry import rollback as rollback_state
 
     _apply_transition(
         model,
@@ -814,23 +362,27 @@ def rollback(model: str, to_version: str | None, **options: Any) -> None:
     )
 
 
-def _simple_transition(name: str, doc: str) -> None:
-    @main.command(name=name, help=doc)
+def _simple_transition(name: str, doc: str) -> click.Command:
+    @click.command(name=name, help=doc)
     @click.argument("model")
     @registry_write_options
     @handle_errors
     def command(model: str, **options: Any) -> None:
-        from edgereg.registry import _transitions
+        import edgereg.registry
 
-        _apply_transition(model, options, getattr(_transitions, name))
+        _apply_transition(model, options, getattr(edgereg.registry, name))
 
-
-_simple_transition("pause", "Stop handing out MODEL's candidate; every device gets stable.")
-_simple_transition("resume", "Hand out MODEL's candidate again at its percent.")
-_simple_transition("resign", "Renew the expiry and signatures of MODEL's state and manifests.")
+    return command
 
 
-@main.command()
+pause = _simple_transition("pause", "Stop handing out MODEL's candidate; every device gets stable.")
+resume = _simple_transition("resume", "Hand out MODEL's candidate again at its percent.")
+resign = _simple_transition(
+    "resign", "Renew the expiry and signatures of MODEL's state and manifests."
+)
+
+
+@click.command()
 @click.argument("model", required=False)
 @click.option(
     "--html",
@@ -933,7 +485,7 @@ def _write_status_page(
     path: Path, registry: Any, config: config_module.Config | None, *, pinned: bool
 ) -> None:
     """The page `edgereg serve` shows at /, as one file (every model, like the server)."""
-    from edgereg.serve._status_page import render_status_page
+    from edgereg.serve import render_status_page
 
     if pinned:
         registry.trusted_keys()  # a bad pinned key file is an error, not an unverified page
@@ -946,7 +498,7 @@ def _write_status_page(
     print_note(f"wrote the status page to {path}")
 
 
-@main.command()
+@click.command()
 @click.argument("model")
 @registry_read_options
 @handle_errors
@@ -1021,7 +573,7 @@ def _print_bundle_versions(registry: Any, state: Any) -> None:
         print_result(line)
 
 
-@main.command()
+@click.command()
 @config_option
 @registry_option
 @endpoint_option
@@ -1070,35 +622,4 @@ def verify(
         verdict = "ok" if report.ok else f"{len(report.errors)} problem(s)"
         print_result(f"{registry.storage.url}: {report.checked} objects checked, {verdict}")
     if not report.ok:
-        sys.exit(VERIFY_FAILED)
-
-
-VERIFY_FAILED = 9
-
-
-def _no_such_model(config: config_module.Config, model: str) -> ConfigError:
-    if not config.models:
-        return ConfigError(
-            f"no model '{model}': the file declares no models yet",
-            file=str(config.path),
-            hint="Add one with `edgereg add path/to/model.onnx --evaluation data.npz`.",
-        )
-    bundles = f"; bundles: {', '.join(config.bundles)}" if config.bundles else ""
-    return ConfigError(
-        f"no model '{model}'; models: {', '.join(config.models)}{bundles}", file=str(config.path)
-    )
-
-
-def _require_variant(config: config_module.Config, model: str, variant: str) -> None:
-    if model not in config.models:
-        raise _no_such_model(config, model)
-    if variant not in config.models[model].variants:
-        raise ConfigError(
-            f"model '{model}' has no variant '{variant}'; variants: "
-            f"{', '.join(config.models[model].variants)}",
-            file=str(config.path),
-        )
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+        sys.exit(ExitCode.VERIFY_FAILED)
