@@ -154,7 +154,7 @@ def build(
 @handle_errors
 def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     """Table of every built variant: tier, size, accuracy, recall, latency."""
-    from edgereg.build.report import summary_rows
+    from edgereg.build.summary_rows import summary_rows
 
     config = config_module.load(config_path)
     stale = warn_if_dvc_yaml_stale(config)

@@ -41,7 +41,7 @@ from edgereg.cli._common import (
     trusted_key_option,
     warn_if_dvc_yaml_stale,
 )
-from edgereg.errors import ConfigError, EdgeregError, ExitCode, UsageError
+from edgereg.errors import EdgeregError, ExitCode, UsageError
 
 
 @click.command()
@@ -71,9 +71,14 @@ def publish(
     MODEL may name a bundle ([bundles.NAME] of models.toml): every member is
     released together under the bundle's version, with one rollout.
     """
-    import semver
-
-    from edgereg.registry import prepare_bundle_release, prepare_release, utcnow
+    from edgereg.registry import (
+        check_publishable_unit,
+        prepare_bundle_release,
+        prepare_release,
+        release_version,
+        report_url_of,
+        utcnow,
+    )
     from edgereg.rollout import parse_percent
 
     if (canary is None) == (not full):
@@ -88,11 +93,9 @@ def publish(
     if not is_bundle:
         if model not in config.models:
             raise no_such_model(config, model)
-        _refuse_bundle_member(config, model)
-    version = version or (config.bundles[model] if is_bundle else config.models[model]).version
-    if not semver.Version.is_valid(version):
-        raise UsageError(f"--version {version!r} is not a semantic version like 1.2.0")
-    report_url = _report_url(config)
+        check_publishable_unit(config, model)
+    version = release_version(config, model, version)
+    report_url = report_url_of(config)
     signer = signer_from_options(key_paths, config)
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
     try:
@@ -155,41 +158,6 @@ def publish(
     )
 
 
-def _refuse_bundle_member(config: config_module.Config, model: str) -> None:
-    """A bundle's member ships only with the bundle: one rollout decides what devices run."""
-    bundle = config.bundle_of(model)
-    if bundle is not None:
-        raise UsageError(
-            f"model '{model}' ships in bundle '{bundle}' ([bundles.{bundle}] of "
-            f"{config.path}), so it is published only with the bundle; published alone, "
-            "devices could run it beside members of another version",
-            hint=f"Publish the bundle: edgereg publish {bundle} --canary 5%",
-        )
-
-
-def _report_url(config: config_module.Config | None) -> Any:
-    """[reports] url, checked against the wire format; KEEP (the state's) without models.toml."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from edgereg.protocol.wire import ReportUrl
-    from edgereg.registry import KEEP
-
-    if config is None:
-        return KEEP
-    url = config.reports.url
-    if url is None:
-        return None
-    try:
-        return TypeAdapter(ReportUrl).validate_python(url)
-    except ValidationError as exc:
-        raise ConfigError(
-            f"{url!r} is not a report URL: expected an http(s) URL without spaces, or a "
-            "path relative to the registry root such as v1/reports",
-            file=str(config.path),
-            key_path="reports.url",
-        ) from exc
-
-
 def _member_versions(record: Any) -> dict[str, str]:
     """A bundle release's members and their versions (empty for a model's release)."""
     from edgereg.protocol.wire import BundleRecord
@@ -215,6 +183,8 @@ def _apply_transition(
         arguments: Returns the transition's extra keyword arguments, given the
             configuration (None without a models.toml) and the registry.
     """
+    from edgereg.registry import check_publishable_unit, report_url_of
+
     config = optional_config(options["config_path"])
     in_bundle = config is not None and config.bundle_of(model) is not None
     try:
@@ -230,7 +200,7 @@ def _apply_transition(
         unpublished_member = True
     if unpublished_member:
         assert config is not None
-        _refuse_bundle_member(config, model)
+        check_publishable_unit(config, model)
     extra = arguments(config, registry) if arguments is not None else {}
     actor = actor_name(options["actor"])
     state = registry.change(
@@ -240,7 +210,7 @@ def _apply_transition(
         ),
         signer=signer_from_options(options["key_paths"], config),
         expires_days=expiry_days(config),
-        report_url=_report_url(config),
+        report_url=report_url_of(config),
     )
     _report_state(state, options["as_json"])
 

@@ -12,6 +12,7 @@ Layout (the same on a directory, S3 or any static host)::
     keys/<keyid>.pem                      public keys only
 """
 
+from edgereg.registry._auto import AutoDecision, AutoResult, run_auto
 from edgereg.registry._bundle import PreparedBundle, prepare_bundle_release
 from edgereg.registry._manifests import (
     build_manifests,
@@ -30,7 +31,14 @@ from edgereg.registry._registry import (
     state_key,
     utcnow,
 )
-from edgereg.registry._release import PreparedRelease, ReleaseError, prepare_release
+from edgereg.registry._release import (
+    PreparedRelease,
+    ReleaseError,
+    check_publishable_unit,
+    prepare_release,
+    release_version,
+    report_url_of,
+)
 from edgereg.registry._status import MemberStatus, ModelStatus, TierStatus, model_status
 from edgereg.registry._transitions import (
     RolloutError,
@@ -44,6 +52,8 @@ from edgereg.registry._transitions import (
 
 __all__ = [
     "KEEP",
+    "AutoDecision",
+    "AutoResult",
     "MemberStatus",
     "ModelStatus",
     "PreparedBundle",
@@ -56,6 +66,7 @@ __all__ = [
     "VerifyReport",
     "build_manifests",
     "bundle_entry_for",
+    "check_publishable_unit",
     "entry_for",
     "manifest_key",
     "member_entry_for",
@@ -65,9 +76,12 @@ __all__ = [
     "prepare_release",
     "promote",
     "release_key",
+    "release_version",
+    "report_url_of",
     "resign",
     "resume",
     "rollback",
+    "run_auto",
     "set_percent",
     "state_key",
     "unit_entry_for",
