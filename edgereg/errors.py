@@ -137,7 +137,7 @@ class TransportError(EdgeregError):
         retryable: Whether trying again may succeed (a 404 will not).
     """
 
-    exit_code = ExitCode.UNREACHABLE
+    exit_code: int = ExitCode.UNREACHABLE  # see EdgeregError.exit_code
 
     def __init__(
         self,

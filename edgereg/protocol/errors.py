@@ -71,7 +71,9 @@ class EdgeregError(Exception):
         hint: The next thing the user can do about it, if there is one.
     """
 
-    exit_code: ExitCode = ExitCode.ERROR
+    # int, not ExitCode, only while client/_updater.py (being split elsewhere) still
+    # spells its two codes as literals; every other error names its ExitCode.
+    exit_code: int = ExitCode.ERROR
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
