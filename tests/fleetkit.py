@@ -62,7 +62,7 @@ from edgereg.client import (  # noqa: E402
 )
 from edgereg.protocol.probe import GoldenProbe, check_probe  # noqa: E402
 from edgereg.protocol.wire import from_bytes  # noqa: E402
-from edgereg.registry import Registry, prepare_bundle_release, promote, set_percent  # noqa: E402  # noqa: E402
+from edgereg.registry import Registry, prepare_bundle_release, promote, set_percent  # noqa: E402
 from edgereg.signing import Signer, TrustedKeys, generate_key  # noqa: E402
 from edgereg.storage import Storage, open_storage  # noqa: E402
 

@@ -90,6 +90,3 @@ def main(verbose: bool, quiet: bool, as_json: bool) -> None:
     """The edgereg command group (its help is MAIN_HELP, which holds the exit codes)."""
     stderr.quiet = quiet
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
