@@ -89,4 +89,3 @@ zsh_source, fish_source).
 def main(verbose: bool, quiet: bool, as_json: bool) -> None:
     """The edgereg command group (its help is MAIN_HELP, which holds the exit codes)."""
     stderr.quiet = quiet
-
