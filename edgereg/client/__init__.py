@@ -32,7 +32,7 @@ tests/vectors/ with it. docs/protocol.md describes the protocol.
 
 from edgereg.client._cache import CacheError, NoSpace
 from edgereg.client._client import Client, manifest_path, unit_status, unsafe_registry_keys
-from edgereg.client._fetcher import Fetcher, open_fetcher
+from edgereg.client._fetcher import Fetcher, Limits, open_fetcher
 from edgereg.client._health import HealthLedger, Revert
 from edgereg.client._installed import (
     InstallCheck,
@@ -41,6 +41,7 @@ from edgereg.client._installed import (
     MemberFiles,
     Pending,
     Status,
+    UnitKind,
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
@@ -99,6 +100,7 @@ __all__ = [
     "InstallCheck",
     "InstalledModel",
     "LastError",
+    "Limits",
     "Malformed",
     "MemberFiles",
     "NoSpace",
@@ -114,6 +116,7 @@ __all__ = [
     "TransportError",
     "TrustError",
     "TrustedKeys",
+    "UnitKind",
     "UnknownKey",
     "WrongModel",
     "WrongTier",

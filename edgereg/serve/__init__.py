@@ -44,6 +44,7 @@ from edgereg.serve._server import (
     serving,
     start_in_thread,
 )
+from edgereg.serve._status_page import render_status_page
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -54,6 +55,7 @@ __all__ = [
     "Response",
     "make_server",
     "openapi_document",
+    "render_status_page",
     "serving",
     "start_in_thread",
 ]
