@@ -43,15 +43,18 @@ system-deps:
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y $(SYSTEM_PACKAGES))
 
 # The native SDKs (docs/guides/android.md, docs/guides/ios.md): `make sdk` builds
-# clients/android/build/edgereg-android-<version>.jar (with its sources jar and POM)
-# and the device programs the client harness drives (docs/reference/device-program.md).
+# clients/android/build/edgereg-android-<version>.jar (with its sources jar and POM),
+# the Swift package in clients/swift (release), and the device programs the client
+# harness drives (docs/reference/device-program.md).
 sdk: system-deps
 	$(MAKE) -C clients/android jar device
+	$(MAKE) -C clients/swift build
 
-# Each SDK's own suite (JUnit 5: every tests/vectors file, RFC 8032, real HTTP) and
-# the Android API 24 fit of the jar.
+# Each SDK's own suite (JUnit 5 and swift test: every tests/vectors file, RFC 8032,
+# real HTTP) and the Android API 24 fit of the jar.
 sdk-test: sdk
 	$(MAKE) -C clients/android test api-check
+	$(MAKE) -C clients/swift test
 
 DEMO_PULL = edgereg pull --registry file://$(CURDIR)/registry \
 	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
