@@ -146,7 +146,7 @@ def test_verbose_prints_the_traceback(bad_toml: Path) -> None:
 @pytest.fixture
 def edgereg_bin() -> Path:
     if not EDGEREG.exists():
-        pytest.skip(f"{EDGEREG} is not installed (pip install -e .)")
+        pytest.fail(f"{EDGEREG} is not installed: run `make venv`")
     return EDGEREG
 
 
@@ -287,7 +287,8 @@ def test_repo_models_toml_has_the_schema_key_structure(repo_root: Path) -> None:
 
 
 def test_repo_models_toml_conforms_to_the_schema(repo_root: Path) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
+
     schema = config.json_schema()
     validator_class = jsonschema.validators.validator_for(schema)
     validator_class.check_schema(schema)
@@ -311,7 +312,8 @@ def test_repo_models_toml_conforms_to_the_schema(repo_root: Path) -> None:
 def test_schema_rejects_what_the_loader_rejects(
     repo_root: Path, where: tuple[str, ...], key: str, value: Any
 ) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
+
     schema = config.json_schema()
     data = tomllib.loads((repo_root / "models.toml").read_text(encoding="utf-8"))
     table = data

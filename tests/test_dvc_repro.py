@@ -89,7 +89,9 @@ def provenances(repo: Project) -> dict[str, Any]:
 def template(tmp_path_factory: pytest.TempPathFactory) -> Project:
     """The tiny project with every variant built by the library (no git, no DVC)."""
     if not (VENV_BIN / "dvc").exists() or not (VENV_BIN / "edgereg").exists():
-        pytest.skip("dvc and edgereg must be installed next to the test interpreter")
+        pytest.fail(
+            "dvc and edgereg are not installed next to the test interpreter: run `make venv`"
+        )
     return buildkit.write_built_project(tmp_path_factory.mktemp("template"))
 
 

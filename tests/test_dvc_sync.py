@@ -182,7 +182,7 @@ def test_example_training_stages_are_quiet_at_the_root_and_reproducible_on_deman
     repo_root: Path,
 ) -> None:
     if not (VENV_BIN / "dvc").exists():
-        pytest.skip("dvc must be installed next to the test interpreter")
+        pytest.fail("dvc is not installed next to the test interpreter: run `make venv`")
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
 
     def dvc(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -383,7 +383,9 @@ def dvc_status(repo: Path) -> dict[str, Any]:
 @pytest.fixture
 def dvc_repo(tmp_path: Path, small_toml: str) -> Path:
     if not (VENV_BIN / "dvc").exists() or not (VENV_BIN / "edgereg").exists():
-        pytest.skip("dvc and edgereg must be installed next to the test interpreter")
+        pytest.fail(
+            "dvc and edgereg are not installed next to the test interpreter: run `make venv`"
+        )
     repo = tmp_path / "repo"
     (repo / "data").mkdir(parents=True)
     (repo / "models.toml").write_text(small_toml, encoding="utf-8")

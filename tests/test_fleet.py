@@ -239,9 +239,10 @@ def _post(base_url: str, body: bytes, headers: dict[str, str] | None = None) -> 
 
 def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_path: Path) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
-    pgkit = pytest.importorskip("pgkit")
+    import pgkit
+
     if pgkit.postgres_bin() is None:
-        pytest.skip("PostgreSQL is not installed (make system-deps)")
+        pytest.fail("PostgreSQL is not installed: run `make system-deps`")
     from edgereg.protocol.wire import to_bytes
     from edgereg.serve._ratelimit import RateLimiter
 
