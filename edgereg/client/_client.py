@@ -209,7 +209,7 @@ class Client:
             self.install_check = self.self_test
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
         os_version = device.os_version
-        if os_version is not None and not SHORT_TEXT.match(os_version):
+        if os_version is not None and not SHORT_TEXT.fullmatch(os_version):
             os_version = None  # reports carry a short, coarse version or none
         self.reporter = Reporter(
             base_url,
