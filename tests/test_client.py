@@ -527,7 +527,7 @@ def test_blob_vector(path: Path) -> None:
 
 def test_blob_vectors_cover_rules_13_and_14() -> None:
     reasons = {json.loads(p.read_text())["expected"].get("reason") for p in blob_vector_files()}
-    assert reasons == {None, "blob-too-large", "bad-blob"}
+    assert reasons == {None, "blob-too-large", "bad-blob", "transport"}
 
 
 def test_tier_and_cohort_vectors_match_the_implementation() -> None:

@@ -894,7 +894,38 @@ BLOB_CASES: dict[str, tuple[str, bytes, int | None, int, str | None]] = {
         len(BLOB),
         "blob-too-large",
     ),
-    "blob-short": ("One byte fewer than size (rule 14).", BLOB[:-1], None, len(BLOB), "bad-blob"),
+    "blob-short": (
+        "No Content-Length, and the body ends one byte before size (rule 14).",
+        BLOB[:-1],
+        None,
+        len(BLOB),
+        "bad-blob",
+    ),
+    "blob-content-length-short": (
+        "Content-Length announces one byte less than size and the whole body of that "
+        "length arrives: a complete answer holding another file, refused before reading "
+        "(rule 14), never a transport failure retried forever.",
+        BLOB[:-1],
+        len(BLOB) - 1,
+        len(BLOB),
+        "bad-blob",
+    ),
+    "blob-content-length-short-and-cut": (
+        "Content-Length announces less than size and the body is cut short too: the "
+        "announced length already decides (rule 14, before reading).",
+        BLOB[:5],
+        len(BLOB) - 10,
+        len(BLOB),
+        "bad-blob",
+    ),
+    "blob-cut-before-content-length": (
+        "Content-Length equals size, but the body ends one byte early: the connection was "
+        "cut (transport; the download resumes later), not a bad blob.",
+        BLOB[:-1],
+        len(BLOB),
+        len(BLOB),
+        "transport",
+    ),
     "blob-wrong-digest": (
         "Exactly size bytes, another sha256 (rule 14).",
         BLOB[:-1] + b"y",
@@ -916,9 +947,13 @@ def run_blob(vector_input: dict[str, Any]) -> dict[str, Any]:
     )
     check = BlobCheck(entry)
     body = base64.b64decode(vector_input["body"])
+    length = vector_input["content_length"]
     try:
-        check.expect(vector_input["content_length"])
+        check.expect(length)
         check.update(body)
+        if length is not None and len(body) < length:
+            # The body ended before the bytes it announced: a cut connection.
+            return {"accept": False, "reason": "transport"}
         check.finish()
     except Rejected as exc:
         return {"accept": False, "reason": exc.reason}
