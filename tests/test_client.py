@@ -558,6 +558,7 @@ SCHEMA_CANNOT_SAY = {
     "schema-version-as-float": "JSON Schema's const 1 admits 1.0",
     "infinity-in-unknown-key": "a JSON parser rule: 1e400 reads as infinity before any schema",
     "integer-beyond-double-in-unknown-key": "a JSON parser rule: a double's range",
+    "integer-rounding-to-infinity-in-unknown-key": "a JSON parser rule: a double's range",
     "integer-5000-digits-in-unknown-key": "a JSON parser rule: a double's range",
 }
 # Whole-string vectors: the schema's ^...$ patterns refuse them as JSON Schema

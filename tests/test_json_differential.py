@@ -90,6 +90,8 @@ EDGE_CASES: dict[str, bytes] = {
     # Integers: a double's range decides (docs/protocol.md section 2), not a digit limit.
     "int-largest-double": f"[{int(1.7976931348623157e308)}]".encode(),
     "int-309-digits-past-double": b"[" + b"9" * 309 + b"]",
+    "int-rounds-to-infinity": f"[{2**1024 - 2**970}]".encode(),
+    "int-rounds-to-largest-double": f"[{2**1024 - 2**970 - 1}]".encode(),
     "int-310-digits": b"[1" + b"0" * 309 + b"]",
     "negative-int-310-digits": b"[-1" + b"0" * 309 + b"]",
     "int-4300-digits": b"[" + b"9" * 4300 + b"]",

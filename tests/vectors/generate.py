@@ -471,6 +471,14 @@ CASES: dict[str, Case] = {
         ),
         {},
     ),
+    "integer-rounding-to-infinity-in-unknown-key": (
+        "2^1024 - 2^970 (309 digits) in an unknown key: the first integer whose nearest "
+        "double is infinity (round to nearest, ties to even), so malformed.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', f'"comment":{2**1024 - 2**970},"expires":', 1)
+        ),
+        {},
+    ),
     "integer-largest-double-in-unknown-key": (
         "The largest double written as a 309-digit integer in an unknown key: a finite "
         "double, so accepted (and ignored).",
