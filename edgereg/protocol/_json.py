@@ -8,7 +8,13 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "canonical_json", "json_depth", "strict_json_loads"]
+__all__ = [
+    "MAX_INTEGER_DIGITS",
+    "MAX_JSON_DEPTH",
+    "canonical_json",
+    "json_depth",
+    "strict_json_loads",
+]
 
 
 def canonical_json(value: Any) -> bytes:
