@@ -1037,7 +1037,7 @@ def add_model(
     config = config_module.parse(text, file=str(config_path))
     root = config.root
     name = name or model_name_from_path(source)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise UsageError(
             f"'{name}' is not a valid model name: {config_module.NAME_RULE}",
             hint="Choose one with --name.",

@@ -66,7 +66,7 @@ def parse_percent(text: str, *, option: str = "--canary") -> float:
         PercentError: e.g. "--canary must be a percentage greater than 0 and at
             most 100, like 5%; got 'abc'".
     """
-    match = _PERCENT_TEXT.match(text)
+    match = _PERCENT_TEXT.fullmatch(text)
     problem = f"{option} must be {PERCENT_RULE}; got {text!r}"
     if match is None:
         raise PercentError(problem)

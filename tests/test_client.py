@@ -528,7 +528,7 @@ def test_blob_vector(path: Path) -> None:
 
 def test_blob_vectors_cover_rules_13_and_14() -> None:
     reasons = {json.loads(p.read_text())["expected"].get("reason") for p in blob_vector_files()}
-    assert reasons == {None, "blob-too-large", "bad-blob"}
+    assert reasons == {None, "blob-too-large", "bad-blob", "transport"}
 
 
 def test_tier_and_cohort_vectors_match_the_implementation() -> None:
@@ -558,12 +558,30 @@ SCHEMA_CANNOT_SAY = {
     "bundle-asked-as-model": "a valid bundle manifest; the client asked for a model",
     "schema-version-as-float": "JSON Schema's const 1 admits 1.0",
     "infinity-in-unknown-key": "a JSON parser rule: 1e400 reads as infinity before any schema",
+    "integer-beyond-double-in-unknown-key": "a JSON parser rule: a double's range",
+    "integer-rounding-to-infinity-in-unknown-key": "a JSON parser rule: a double's range",
+    "integer-5000-digits-in-unknown-key": "a JSON parser rule: a double's range",
 }
+# Whole-string vectors: the schema's ^...$ patterns refuse them as JSON Schema
+# reads them (ECMA-262, where $ is the end of the string), but Python's
+# jsonschema uses re.search, whose $ also matches before a final newline.
+DOLLAR_BEFORE_NEWLINE = {
+    "version-trailing-newline",
+    "expires-trailing-newline",
+    "tier-trailing-newline",
+    "sha256-trailing-newline",
+    "salt-trailing-newline",
+}
+
+
+def _big_int(text: str) -> Any:
+    # Past CPython's digit limit json.loads raises; the schema only sees a number.
+    return int(text) if len(text) < 4000 else float("inf")
 
 
 def _payload(vector: dict[str, Any]) -> Any:
     envelope = json.loads(base64.b64decode(vector["input"]["manifest"]))
-    return json.loads(base64.b64decode(envelope["payload"]))
+    return json.loads(base64.b64decode(envelope["payload"]), parse_int=_big_int)
 
 
 def test_the_schema_refuses_what_the_reference_refuses() -> None:
@@ -574,7 +592,11 @@ def test_the_schema_refuses_what_the_reference_refuses() -> None:
     checked = []
     for path in vector_files():
         vector = json.loads(path.read_text("utf-8"))
-        if vector["expected"].get("reason") != "malformed" or path.stem in SCHEMA_CANNOT_SAY:
+        if (
+            vector["expected"].get("reason") != "malformed"
+            or path.stem in SCHEMA_CANNOT_SAY
+            or path.stem in DOLLAR_BEFORE_NEWLINE
+        ):
             continue
         data = base64.b64decode(vector["input"]["manifest"])
         trusted = TrustedKeys.from_pems(vector["input"]["trusted_keys"])
@@ -594,6 +616,8 @@ def test_the_schema_refuses_what_the_reference_refuses() -> None:
 
 # Report vectors the JSON Schema cannot refuse (its $comment says so).
 REPORT_SCHEMA_CANNOT_SAY = {"schema-version-as-float", "sequence-as-float"}
+# As DOLLAR_BEFORE_NEWLINE: refused by the schema read as ECMA-262, not by Python's re.
+REPORT_DOLLAR_BEFORE_NEWLINE = {"version-trailing-newline", "os-version-trailing-newline"}
 
 
 def test_the_report_and_probe_schemas_agree_with_the_vectors() -> None:
@@ -606,6 +630,8 @@ def test_the_report_and_probe_schemas_agree_with_the_vectors() -> None:
     for path in sorted((VECTORS / "reports").glob("*.json")):
         vector = json.loads(path.read_text("utf-8"))
         if vector["expected"].get("reason") in ("too-large", "not-json"):
+            continue
+        if path.stem in REPORT_DOLLAR_BEFORE_NEWLINE:
             continue
         body = json.loads(base64.b64decode(vector["input"]["body"]))
         errors = list(reports.iter_errors(body))

@@ -417,6 +417,41 @@ def test_blob_larger_than_declared(
     assert no_partial_files(tmp_path / "c")
 
 
+@pytest.mark.parametrize("announced", [True, False], ids=["content-length", "until-close"])
+def test_blob_shorter_than_declared_is_a_bad_blob_not_a_transport_failure(
+    reg: Reg, server: StaticServer, tmp_path: Path, announced: bool
+) -> None:
+    # A complete answer of fewer bytes (rule 14): the server holds another file,
+    # so every later fetch would get the same bytes; not a blip retried forever.
+    install_then_publish(reg, server.url, tmp_path / "c")
+    path = reg.manifest().stable.path  # type: ignore[union-attr]
+    server.state.overrides[path] = reg.blob("1.1.0")[:-1]
+    if not announced:
+        server.state.omit_length.add(path)
+    for _ in range(2):
+        result = make_client(reg, server.url, tmp_path / "c").fetch()
+        assert_kept(result, reg, "bad-blob")
+        assert no_partial_files(tmp_path / "c")
+    if announced:  # refused on the headers: not one body byte read into the cache
+        assert "announces" in (result.error or "")
+
+
+def test_a_resume_from_a_server_whose_file_is_now_shorter_is_a_bad_blob(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    path = reg.manifest().stable.path  # type: ignore[union-attr]
+    cache = tmp_path / "c"
+    server.state.drop_after[path] = 100_000  # Content-Length announced, then cut
+    cut = make_client(reg, server.url, cache).fetch()
+    assert cut.error_code == "transport", cut.error
+    assert [p.stat().st_size for p in cache.rglob("*.part")] == [100_000]
+    server.state.overrides[path] = reg.blob("1.0.0")[:-10]
+    shorter = make_client(reg, server.url, cache).fetch()
+    assert (shorter.error_code, shorter.path) == ("bad-blob", None), shorter.error
+    assert no_partial_files(cache)
+
+
 def test_too_new_runtime_falls_back_to_stable_or_is_refused(
     reg: Reg, server: StaticServer, tmp_path: Path
 ) -> None:

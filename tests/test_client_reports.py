@@ -136,6 +136,23 @@ def test_confirm_and_revert_are_reported_again_under_the_install_token(
     assert (reverted.confirmed, reverted.reverted) == (True, True)
 
 
+def test_a_confirm_after_a_rejection_re_sends_the_installed_versions_report(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    rejected = InstallFacts(
+        **{**FACTS.__dict__, "version": "1.2.0", "unit_version": "1.2.0", "probe": "failed"}
+    )
+    reporter.installed(rejected, "v1/reports")
+    # The app goes on running 1.1.0, still installed, and confirms it.
+    reporter.confirmed("digits", "digits")
+    installed, refused, confirmed = collector.reports()
+    assert (refused.version, refused.probe, refused.confirmed) == ("1.2.0", "failed", False)
+    assert (confirmed.version, confirmed.probe, confirmed.confirmed) == ("1.1.0", "passed", True)
+    assert confirmed.token == installed.token != refused.token
+
+
 def test_a_new_version_gets_a_new_token_and_an_old_one_keeps_its_own(
     collector: Collector, tmp_path: Path
 ) -> None:

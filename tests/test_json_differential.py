@@ -87,6 +87,13 @@ EDGE_CASES: dict[str, bytes] = {
     "deep-objects-over-limit": b'{"a":' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1),
     "brackets-inside-strings": b'["' + b"[" * 100 + b'"]',
     "big-int": b"[123456789012345678901234567890]",
+    # Integers: a double's range decides (docs/protocol.md section 2), not a digit limit.
+    "int-largest-double": f"[{int(1.7976931348623157e308)}]".encode(),
+    "int-309-digits-past-double": b"[" + b"9" * 309 + b"]",
+    "int-rounds-to-infinity": f"[{2**1024 - 2**970}]".encode(),
+    "int-rounds-to-largest-double": f"[{2**1024 - 2**970 - 1}]".encode(),
+    "int-310-digits": b"[1" + b"0" * 309 + b"]",
+    "negative-int-310-digits": b"[-1" + b"0" * 309 + b"]",
     "int-4300-digits": b"[" + b"9" * 4300 + b"]",
     "int-4301-digits": b"[" + b"9" * 4301 + b"]",
     "float-huge-exponent": b"[1e400]",

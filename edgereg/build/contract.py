@@ -143,7 +143,7 @@ def _io_contract(
             dim
             if isinstance(dim, int)
             # A dim_param is the app's to choose; an unnamed dynamic axis gets a name.
-            else (dim if _DIM_NAME.match(dim) else f"dim{axis}")
+            else (dim if _DIM_NAME.fullmatch(dim) else f"dim{axis}")
             for axis, dim in enumerate(tensor.shape)
         ]
         outputs.append(TensorSpec(name=tensor.name, dtype=tensor.dtype, shape=shape))

@@ -60,7 +60,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     Raises:
         UsageError: neither.
     """
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if match is not None:
         return now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
     try:

@@ -24,7 +24,7 @@ _VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 def _versions(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
-        if not _VERSION.match(value):
+        if not _VERSION.fullmatch(value):
             raise click.BadParameter(f"{value!r} is not an MNN version like 3.0.0")
     return values
 
@@ -128,7 +128,7 @@ def list_command(config_path: Path, as_json: bool) -> None:
     present = sorted(
         p.name.removeprefix("mnn-")
         for p in (root.glob("mnn-*") if root.is_dir() else ())
-        if p.is_dir() and _VERSION.match(p.name.removeprefix("mnn-"))
+        if p.is_dir() and _VERSION.fullmatch(p.name.removeprefix("mnn-"))
     )
     rows = []
     for version in dict.fromkeys([*needed, *present]):

@@ -320,7 +320,7 @@ class _Cache:
             _log.warning("cannot list %s (%s); nothing evicted", self.root / "blobs", exc)
             return 0
         for path in names:
-            found = _DIGEST_NAME.match(path.name)
+            found = _DIGEST_NAME.fullmatch(path.name)
             if found is None or found.group(1) in keep:
                 continue
             try:

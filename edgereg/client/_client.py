@@ -209,7 +209,7 @@ class Client:
             self.install_check = self.self_test
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
         os_version = device.os_version
-        if os_version is not None and not SHORT_TEXT.match(os_version):
+        if os_version is not None and not SHORT_TEXT.fullmatch(os_version):
             os_version = None  # reports carry a short, coarse version or none
         self.reporter = Reporter(
             base_url,
@@ -902,7 +902,13 @@ class Client:
             while check.remaining:
                 # At most one byte past the declared size is ever read.
                 chunk = response.read(min(CHUNK, check.remaining))
+                if not chunk and response.length is None:
+                    # No Content-Length: the end of the body is the end of the
+                    # answer, and a short answer is bad-blob (section 8, rule 14).
+                    check.finish()
                 if not chunk:
+                    # Fewer bytes than the Content-Length the server announced
+                    # (which expect() held to what remains): the connection was cut.
                     raise TransportError(
                         f"{response.url}: connection closed after {check.received} of "
                         f"{check.entry.size} bytes; the next fetch resumes",

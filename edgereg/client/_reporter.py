@@ -78,7 +78,7 @@ class DeviceFacts:
     def __post_init__(self) -> None:
         for name in ("os_version", "device_class"):
             value = getattr(self, name)
-            if value is not None and not SHORT_TEXT.match(value):
+            if value is not None and not SHORT_TEXT.fullmatch(value):
                 raise ValueError(
                     f"{name} {value!r}: 1 to 32 letters, digits, '.', '_', '-' or spaces"
                 )
@@ -228,10 +228,13 @@ class Reporter:
             report = self._build(facts, token)
             if report is None:
                 return None
-            state["models"][_key(facts.unit, facts.model)] = {
-                "url": url,
-                "report": report.model_dump(mode="json"),
-            }
+            # A rejected release is never installed: the report that a later
+            # confirm, revert or summary re-sends stays the installed one's.
+            if facts.probe != "failed":
+                state["models"][_key(facts.unit, facts.model)] = {
+                    "url": url,
+                    "report": report.model_dump(mode="json"),
+                }
             self._write(state)
         self._send(url, report)
         return report

@@ -8,7 +8,13 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "canonical_json", "json_depth", "strict_json_loads"]
+__all__ = [
+    "MAX_INTEGER_DIGITS",
+    "MAX_JSON_DEPTH",
+    "canonical_json",
+    "json_depth",
+    "strict_json_loads",
+]
 
 
 def canonical_json(value: Any) -> bytes:
@@ -75,6 +81,7 @@ def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
             object_pairs_hook=_no_duplicate_keys,
             parse_constant=_no_constant,
             parse_float=_finite_float,
+            parse_int=_finite_int,
         )
     except RecursionError as exc:  # pragma: no cover - the depth check comes first
         raise ValueError("nested too deeply") from exc
@@ -87,6 +94,21 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {key!r}")
         result[key] = value
     return result
+
+
+MAX_INTEGER_DIGITS = 309
+"""The most digits a JSON integer may have: 10^309 is past the largest double."""
+
+
+def _finite_int(text: str) -> int:
+    # The same rule as for a fraction or an exponent: a number no double holds
+    # is refused, however it is spelled. Checked here, explicitly, so the rule
+    # does not depend on CPython's int_max_str_digits (4300 by default, which
+    # PYTHONINTMAXSTRDIGITS changes); 309 digits are always well inside it.
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS or math.isinf(float(text)):
+        raise ValueError(f"integer {text[:40]}... ({digits} digits) is too large for a double")
+    return int(text)
 
 
 def _finite_float(text: str) -> float:

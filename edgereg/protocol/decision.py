@@ -351,13 +351,25 @@ class BlobCheck:
         self._hash = hashlib.sha256()
 
     def expect(self, length: int | None) -> None:
-        """Refuse up front a body announced (Content-Length) longer than what remains.
+        """Refuse up front a body announced (Content-Length) longer or shorter than what remains.
+
+        A complete answer of another length is another file: asking again
+        brings the same bytes, so it is a rule broken, not a blip. (A body
+        that then ends before ``length`` is a cut connection: the caller's
+        transport failure, resumed later.)
 
         Raises:
             BlobTooLarge: ``length`` is more than :attr:`remaining`.
+            BadBlob: ``length`` is less than :attr:`remaining`.
         """
         if length is not None and length > self.remaining:
             raise BlobTooLarge(
+                f"the server announces {self.received + length} bytes for blob "
+                f"{_short(self.entry.sha256)}, the manifest declares {self.entry.size}",
+                hint="The server holds a different file under this digest.",
+            )
+        if length is not None and length < self.remaining:
+            raise BadBlob(
                 f"the server announces {self.received + length} bytes for blob "
                 f"{_short(self.entry.sha256)}, the manifest declares {self.entry.size}",
                 hint="The server holds a different file under this digest.",

@@ -237,7 +237,7 @@ def sign_envelope(
     """
     if not private_keys:
         raise ValueError("sign_envelope needs at least one key")
-    if not _PAYLOAD_TYPE.match(payload_type):
+    if not _PAYLOAD_TYPE.fullmatch(payload_type):
         raise ValueError(f"payload type must be printable ASCII, got {payload_type!r}")
     signers = [key if isinstance(key, Signer) else Signer(key) for key in private_keys]
     ids = [signer.key_id for signer in signers]
@@ -400,7 +400,7 @@ def _json_kind(value: Any) -> str:
 
 
 def _short(keyid: str) -> str:
-    return keyid[:12] if SHA256_RE.match(keyid) else repr(keyid[:16])
+    return keyid[:12] if SHA256_RE.fullmatch(keyid) else repr(keyid[:16])
 
 
 def _shape(data: bytes) -> str:

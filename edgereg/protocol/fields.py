@@ -130,7 +130,7 @@ _SEMVER = re.compile(SEMVER_PATTERN)
 
 
 def _check_semver(value: str) -> str:
-    if not _SEMVER.match(value):
+    if not _SEMVER.fullmatch(value):
         raise ValueError(f"'{value}' is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.2.0)")
     return value
 
@@ -142,7 +142,7 @@ SemVer = Annotated[
 
 
 def _semver_key(version: str) -> tuple[Any, ...]:
-    match = _SEMVER.match(version)
+    match = _SEMVER.fullmatch(version)
     if match is None:
         raise ValueError(f"'{version}' is not a semantic version")
     major, minor, patch, pre, _build = match.groups()
@@ -175,7 +175,7 @@ _TIME = re.compile(TIME_PATTERN)
 
 def _parse_time(value: Any) -> Any:
     if isinstance(value, str):
-        if not _TIME.match(value):
+        if not _TIME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a time like 2025-01-31T12:00:00Z (RFC 3339, UTC, 'Z', "
                 "whole seconds)"
@@ -387,7 +387,7 @@ def version_key(version: str) -> VersionKey:
         raise ValueError(f"{version!r} is not a version: {VERSION_RULE}")
     parts = []
     for part in match.group("core").split("."):
-        found = _PART.match(part)
+        found = _PART.fullmatch(part)
         assert found is not None
         digits, rest = found.groups()
         parts.append((int(digits) if digits else 0, rest))

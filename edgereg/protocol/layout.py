@@ -74,13 +74,13 @@ def manifest_path(model: str, tier: str) -> str:
 
 def parse_manifest_path(path: str) -> tuple[str, str] | None:
     """(model, tier) of a manifest path, or None when ``path`` is not one."""
-    match = _MANIFEST.match(path)
+    match = _MANIFEST.fullmatch(path)
     return (match.group(1), match.group(2)) if match else None
 
 
 def parse_state_path(path: str) -> str | None:
     """The unit (model or bundle) whose rollout state ``path`` is, or None when it is not one."""
-    match = _STATE.match(path)
+    match = _STATE.fullmatch(path)
     return match.group(1) if match else None
 
 

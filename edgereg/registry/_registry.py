@@ -505,7 +505,7 @@ class Registry:
         """The tiers that have a manifest of ``model`` in the registry."""
         prefix = layout.manifest_prefix(model)
         names = (key[len(prefix) :].removesuffix(".json") for key in self.storage.list(prefix))
-        return sorted(name for name in names if NAME_RE.match(name))
+        return sorted(name for name in names if NAME_RE.fullmatch(name))
 
     def _put_manifest(self, manifest: Manifest, signers: list[Signer]) -> None:
         """Write a manifest unless the registry already holds one at least as new.

@@ -356,7 +356,7 @@ class App:
             path = request_path(target)
         except BadTarget:
             return None
-        return MAX_REPORT_BYTES if routes.REPORTS.shape.match(path) else None
+        return MAX_REPORT_BYTES if routes.REPORTS.shape.fullmatch(path) else None
 
     def handle(self, request: Request) -> Response:
         """Answer one request (never raises for anything a client can send)."""
@@ -371,7 +371,7 @@ class App:
             path = request_path(request.target)
         except BadTarget as exc:
             return error_response(400, str(exc))
-        if routes.REPORTS.shape.match(path):
+        if routes.REPORTS.shape.fullmatch(path):
             return self._report(request)
         try:
             found = routes.match(path)

@@ -138,7 +138,7 @@ def parse_range(value: str | None, size: int) -> ByteRange | None:
         return None
     if "," in specs:
         return None
-    match = _RANGE_SPEC.match(specs)
+    match = _RANGE_SPEC.fullmatch(specs)
     if match is None:
         raise Unsatisfiable(f"malformed range {specs.strip()!r}")
     first, last = match.group(1), match.group(2)

@@ -136,7 +136,7 @@ def match(path: str) -> tuple[Route, dict[str, str]] | None:
             message states the rule.
     """
     for route in ROUTES:
-        found = route.shape.match(path)
+        found = route.shape.fullmatch(path)
         if found is None:
             continue
         params = found.groupdict()

@@ -483,7 +483,7 @@ def open_storage(
         bucket, _, prefix = raw[len("s3://") :].partition("/")
         if not bucket:
             raise _unsupported(url, "no bucket is named")
-        if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        if not _BUCKET_RE.fullmatch(bucket) or ".." in bucket:
             raise _unsupported(
                 url,
                 f"'{bucket}' is not a valid S3 bucket name (3-63 lowercase letters, "

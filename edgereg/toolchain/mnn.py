@@ -409,7 +409,7 @@ def parse_layer_errors(output: str) -> tuple[LayerError, ...]:
     marker = text.rfind("Debug info:")
     errors = []
     for line in text[marker if marker >= 0 else 0 :].splitlines():
-        match = _LAYER_LINE.match(line.strip())
+        match = _LAYER_LINE.fullmatch(line.strip())
         if not match:
             continue
         tensor = match.group("tensor")

@@ -194,17 +194,17 @@ def parse_op_listing(output: str) -> frozenset[str]:
     """
     lines = [line.strip() for line in output.splitlines()]
     try:
-        start = next(i for i, line in enumerate(lines) if _HEADER.match(line)) + 1
+        start = next(i for i, line in enumerate(lines) if _HEADER.fullmatch(line)) + 1
     except StopIteration as exc:
         raise ValueError("no 'Dump ONNX support Ops' header in the converter output") from exc
     ops: set[str] = set()
     for line in lines[start:]:
-        total = _TOTAL.match(line)
+        total = _TOTAL.fullmatch(line)
         if total:
             if int(total.group(1)) != len(ops):
                 raise ValueError(f"listing says Total: {total.group(1)} but holds {len(ops)} ops")
             return frozenset(ops)
-        if _OP_NAME.match(line):
+        if _OP_NAME.fullmatch(line):
             ops.add(line)
     raise ValueError("the operator listing has no 'Total:' line")
 

@@ -202,6 +202,12 @@ def _raw_text(edit: Callable[[str], str]) -> bytes:
     return sign_envelope(edited.encode("utf-8"), Manifest.payload_type, [_signer("registry")])
 
 
+def _keyid_with_newline() -> bytes:
+    envelope = json.loads(_signed(_manifest()))
+    envelope["signatures"][0]["keyid"] += "\n"
+    return canonical_json(envelope)
+
+
 def _bundle_with_unfit_cls_and_rec() -> BundleEntry:
     bundle = _bundle("1.0.0", rec_runtime="3.7.0")
     members = dict(bundle.members)
@@ -413,6 +419,74 @@ CASES: dict[str, Case] = {
         "An unknown payload field: ignored (forward compatibility: a newer publisher may "
         "add keys; docs/protocol.md section 3).",
         lambda: _raw_payload(_set(url="http://x")),
+        {},
+    ),
+    # Patterns match the whole string (section 3): '$' in many regex engines also
+    # matches before a final newline, which let these through.
+    "version-trailing-newline": (
+        "stable.version '1.0.0\\n': a trailing newline is not part of a semantic version.",
+        lambda: _raw_payload(_set(stable__version="1.0.0\n")),
+        {},
+    ),
+    "expires-trailing-newline": (
+        "expires '2025-07-01T12:00:00Z\\n': a trailing newline is no time.",
+        lambda: _raw_payload(_set(expires="2025-07-01T12:00:00Z\n")),
+        {},
+    ),
+    "tier-trailing-newline": (
+        "tier 'mid\\n': not a name (rule 6, before the tier is compared at rule 8).",
+        lambda: _raw_payload(_set(tier="mid\n")),
+        {},
+    ),
+    "sha256-trailing-newline": (
+        "stable.sha256 with a trailing newline: not 64 lowercase hex characters.",
+        lambda: _raw_payload(lambda d: d["stable"].update(sha256=d["stable"]["sha256"] + "\n")),
+        {},
+    ),
+    "salt-trailing-newline": (
+        "salt with a trailing newline: not 8 to 64 lowercase hex characters.",
+        lambda: _raw_payload(_set(salt=SALT + "\n"), _rollout()),
+        {"device_id": _device(True)},
+    ),
+    "keyid-trailing-newline": (
+        "The trusted key's id with a trailing newline: not that key's id, so no signature "
+        "is by a trusted key.",
+        lambda: _keyid_with_newline(),
+        {},
+    ),
+    # Integers (section 2): a number no double holds is malformed however it is spelled.
+    "integer-beyond-double-in-unknown-key": (
+        "1 and 309 zeros (10^309, 310 digits) in an unknown key: larger than any double, "
+        "so malformed like 1e400, though the key would be ignored.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":1' + "0" * 309 + ',"expires":', 1)
+        ),
+        {},
+    ),
+    "integer-5000-digits-in-unknown-key": (
+        "A 5000-digit integer in an unknown key: malformed (a double's range, not a "
+        "parser's own digit limit, decides).",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":' + "7" * 5000 + ',"expires":', 1)
+        ),
+        {},
+    ),
+    "integer-rounding-to-infinity-in-unknown-key": (
+        "2^1024 - 2^970 (309 digits) in an unknown key: the first integer whose nearest "
+        "double is infinity (round to nearest, ties to even), so malformed.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', f'"comment":{2**1024 - 2**970},"expires":', 1)
+        ),
+        {},
+    ),
+    "integer-largest-double-in-unknown-key": (
+        "The largest double written as a 309-digit integer in an unknown key: a finite "
+        "double, so accepted (and ignored).",
+        lambda: _raw_text(
+            lambda text: text.replace(
+                '"expires":', f'"comment":{int(sys.float_info.max)},"expires":', 1
+            )
+        ),
         {},
     ),
     # Rule 12: app and OS fit (requires), for models and bundles.
@@ -828,7 +902,38 @@ BLOB_CASES: dict[str, tuple[str, bytes, int | None, int, str | None]] = {
         len(BLOB),
         "blob-too-large",
     ),
-    "blob-short": ("One byte fewer than size (rule 14).", BLOB[:-1], None, len(BLOB), "bad-blob"),
+    "blob-short": (
+        "No Content-Length, and the body ends one byte before size (rule 14).",
+        BLOB[:-1],
+        None,
+        len(BLOB),
+        "bad-blob",
+    ),
+    "blob-content-length-short": (
+        "Content-Length announces one byte less than size and the whole body of that "
+        "length arrives: a complete answer holding another file, refused before reading "
+        "(rule 14), never a transport failure retried forever.",
+        BLOB[:-1],
+        len(BLOB) - 1,
+        len(BLOB),
+        "bad-blob",
+    ),
+    "blob-content-length-short-and-cut": (
+        "Content-Length announces less than size and the body is cut short too: the "
+        "announced length already decides (rule 14, before reading).",
+        BLOB[:5],
+        len(BLOB) - 10,
+        len(BLOB),
+        "bad-blob",
+    ),
+    "blob-cut-before-content-length": (
+        "Content-Length equals size, but the body ends one byte early: the connection was "
+        "cut (transport; the download resumes later), not a bad blob.",
+        BLOB[:-1],
+        len(BLOB),
+        len(BLOB),
+        "transport",
+    ),
     "blob-wrong-digest": (
         "Exactly size bytes, another sha256 (rule 14).",
         BLOB[:-1] + b"y",
@@ -850,9 +955,13 @@ def run_blob(vector_input: dict[str, Any]) -> dict[str, Any]:
     )
     check = BlobCheck(entry)
     body = base64.b64decode(vector_input["body"])
+    length = vector_input["content_length"]
     try:
-        check.expect(vector_input["content_length"])
+        check.expect(length)
         check.update(body)
+        if length is not None and len(body) < length:
+            # The body ended before the bytes it announced: a cut connection.
+            return {"accept": False, "reason": "transport"}
         check.finish()
     except Rejected as exc:
         return {"accept": False, "reason": exc.reason}
@@ -1299,6 +1408,8 @@ VERSION_CASES: dict[str, tuple[str, str, str]] = {
     "version-negative": ("-1", ">=1", "No sign."),
     "version-too-long": ("1." + "0." * 31 + "1", ">=1", "65 characters: more than 64."),
     "version-at-length-limit": ("1." + "0." * 30 + "01", ">=1", "64 characters: a version."),
+    "version-trailing-newline": ("2.4.0\n", ">=1", "A trailing newline is not a version."),
+    "range-trailing-newline": ("2.4.0", ">=1\n", "A trailing newline is not a range."),
     "range-empty": ("2.4.0", "", "An empty range."),
     "range-without-operator": ("2.4.0", "2.4.0", "A bare version is not a range."),
     "range-single-equals": ("2.4.0", "=2.4.0", "'=' is not an operator (==)."),
@@ -1438,6 +1549,14 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
     "token-short": ("token of 31 hex digits.", _report(token="0123456789abcdef0123456789abcde")),
     "unit-not-a-name": ("unit 'Digits': not a name.", _report(unit="Digits")),
     "version-not-semver": ("version 1.1: not a semantic version.", _report(version="1.1")),
+    "version-trailing-newline": (
+        "version '1.1.0\\n': a trailing newline is not a semantic version.",
+        _report(version="1.1.0\n"),
+    ),
+    "os-version-trailing-newline": (
+        "os_version '34\\n': a newline is not one of the allowed characters.",
+        _report(os_version="34\n"),
+    ),
     "arm-unknown": ("arm 'canary': candidate or stable.", _report(arm="canary")),
     "sequence-as-float": ("sequence 9.0: not an integer.", _report(sequence=9.0)),
     "sequence-zero": ("sequence 0: at least 1.", _report(sequence=0)),
