@@ -22,6 +22,8 @@ the old sketch guides (they fail the sketch, section and table checks).
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -438,6 +440,54 @@ def test_swift_calls_use_the_labels_the_package_declares() -> None:
     assert wrong_labels("ClientConfiguration(registryURL: u, trustedKeys: k)") == [
         "ClientConfiguration(registryURL:)"
     ]
+
+
+# Android's classes are not on this machine: the least of them the Java start names, so
+# javac checks the start against the library's real sources (the library is not stood in for).
+ANDROID_STAND_INS = """
+import dev.edgereg.*;
+import java.io.File;
+import java.util.List;
+
+final class Build {
+    static final String HARDWARE = "stand-in";
+    static final class VERSION { static final int SDK_INT = 24; }
+}
+final class BuildConfig { static final String VERSION_NAME = "1.0.0"; }
+final class Context { File getFilesDir() { return new File("."); } }
+final class MnnRunner implements ModelRunner {
+    public ModelRunner.Session load(File model, String backend, int threads, String precision) throws Exception {
+        throw new ModelRunner.BackendUnavailableException("a stand-in");
+    }
+}
+public final class GuideStart {
+    static byte[] readAsset(String name) { return new byte[0]; }
+    static void start(Context ctx, String installId, long ramMb) {
+%s
+    }
+}
+"""
+
+
+def test_the_java_start_compiles_against_the_library(tmp_path: Path) -> None:
+    javac = shutil.which("javac")
+    assert javac is not None, "no javac: `make system-deps` installs the JDK the SDK builds with"
+    jsr305 = Path("/usr/share/java/jsr305.jar")
+    assert jsr305.is_file(), "no jsr305.jar: `make system-deps` (libjsr305-java)"
+    blocks = [code for tag, code in _fences(ANDROID.section("Ten-line start")) if tag == "java"]
+    assert len(blocks) == 1, "android: the start has one Java block"
+    (tmp_path / "GuideStart.java").write_text(ANDROID_STAND_INS % blocks[0], encoding="utf-8")
+    sources = [str(path) for path in sorted(JAVA_SRC.rglob("*.java"))]
+    run = subprocess.run(
+        [javac, "--release", "8", "-nowarn", "-cp", str(jsr305), "-d", str(tmp_path / "classes")]
+        + [*sources, str(tmp_path / "GuideStart.java")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, f"the guide's Java start does not compile:\n{run.stderr[-3000:]}"
+    assert (tmp_path / "classes" / "GuideStart.class").is_file()
 
 
 def _one_line(text: str) -> str:
