@@ -456,7 +456,8 @@ final class Build {
 final class BuildConfig { static final String VERSION_NAME = "1.0.0"; }
 final class Context { File getFilesDir() { return new File("."); } }
 final class MnnRunner implements ModelRunner {
-    public ModelRunner.Session load(File model, String backend, int threads, String precision) throws Exception {
+    public ModelRunner.Session load(File model, String backend, int threads, String precision)
+            throws Exception {
         throw new ModelRunner.BackendUnavailableException("a stand-in");
     }
 }
@@ -479,8 +480,12 @@ def test_the_java_start_compiles_against_the_library(tmp_path: Path) -> None:
     (tmp_path / "GuideStart.java").write_text(ANDROID_STAND_INS % blocks[0], encoding="utf-8")
     sources = [str(path) for path in sorted(JAVA_SRC.rglob("*.java"))]
     run = subprocess.run(
-        [javac, "--release", "8", "-nowarn", "-cp", str(jsr305), "-d", str(tmp_path / "classes")]
-        + [*sources, str(tmp_path / "GuideStart.java")],
+        [
+            javac,
+            *("--release", "8", "-nowarn", "-cp", str(jsr305), "-d", str(tmp_path / "classes")),
+            *sources,
+            str(tmp_path / "GuideStart.java"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
