@@ -495,6 +495,72 @@ def test_the_java_start_compiles_against_the_library(tmp_path: Path) -> None:
     assert (tmp_path / "classes" / "GuideStart.class").is_file()
 
 
+# The Objective-C++ wrapper of the iOS guide as Swift imports it: MNN and the Apple SDK are
+# not on this machine. The package itself is real, built from clients/swift.
+IOS_STAND_INS = """
+import EdgeReg
+import Foundation
+
+enum MNNModelError: Error { case unavailable, loadFailed, badInput }
+final class MNNModel {
+    init(path: String, backend: String, threads: Int32, precision: String) throws {
+        if backend != "cpu" { throw MNNModelError.unavailable }
+    }
+    func run(_ inputs: [String: Data], shapes: [String: [NSNumber]], outputs: [String]) throws
+        -> [String: Data] { [:] }
+    func outputShape(_ name: String) -> [NSNumber] { [] }
+    var inputShapes: [String: [NSNumber]] { [:] }
+}
+func openPipeline(_ detector: InstalledModel, _ recognizer: InstalledModel) throws {}
+"""
+
+
+@pytest.mark.slow
+def test_the_swift_code_compiles_against_the_package(tmp_path: Path) -> None:
+    """Every Swift block but the Package.swift fragment and BackgroundTasks (Apple-only).
+
+    Swift 6 language mode, so the adapter's Sendable conformances are checked
+    too. About 90 s on two shared cores: it builds the package from clean.
+    """
+    swift = shutil.which("swift")
+    assert swift is not None, "no swift toolchain on PATH (the Swift SDK's tests need it too)"
+    parts = [IOS_STAND_INS]
+    for number, code in enumerate(IOS.blocks()):
+        if code.lstrip().startswith("dependencies:") or "import BackgroundTasks" in code:
+            continue
+        body = "\n".join(line for line in code.splitlines() if not line.startswith("import "))
+        if re.match(r"\s*(?:func|struct|final class|class|enum)\b", body):
+            parts.append(body)
+        else:  # statements: inside a function that has what they use
+            parts.append(
+                f"func block{number}(client: EdgeRegClient, elapsedMs: Double, ms: Double)"
+                f" async throws {{\n{body}\n}}"
+            )
+    sources = tmp_path / "Sources" / "GuideCheck"
+    sources.mkdir(parents=True)
+    (sources / "main.swift").write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    (tmp_path / "Package.swift").write_text(
+        "// swift-tools-version:6.0\nimport PackageDescription\n"
+        'let package = Package(name: "GuideCheck",\n'
+        f'    dependencies: [.package(path: "{SWIFT_PKG}")],\n'
+        '    targets: [.executableTarget(name: "GuideCheck",'
+        ' dependencies: [.product(name: "EdgeReg", package: "swift")])],\n'
+        "    swiftLanguageModes: [.v6])\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run(
+        [swift, "build", "--package-path", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    errors = [line for line in run.stdout.splitlines() if ": error:" in line]
+    assert run.returncode == 0, "the guide's Swift does not compile:\n" + "\n".join(
+        errors or run.stdout.splitlines()[-30:] + run.stderr.splitlines()[-30:]
+    )
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -681,7 +747,7 @@ def test_the_protocol_sketch_is_gone(guide: Guide) -> None:
     )
     found = sketch.search(guide.code)
     assert found is None, f"{guide.name}: sketch code ({found.group(0)!r}) is back"
-    assert len(guide.text.splitlines()) < 500, f"{guide.name}: a guide, not a client to copy"
+    assert len(guide.text.splitlines()) < 650, f"{guide.name}: a guide, not a client to copy"
 
 
 @pytest.mark.parametrize("guide", BOTH)
