@@ -1,9 +1,9 @@
 """The Android and iOS guides, checked against the libraries they document.
 
 The guides teach an app team to use ``clients/android`` (edgereg-android, Java)
-and ``clients/swift`` (the EdgeReg Swift package); there is no Kotlin, Swift or
-Android/Apple SDK on this machine, so these checks read the guides' code
-blocks and the libraries' sources as text:
+and ``clients/swift`` (the EdgeReg Swift package); there is no Kotlin compiler
+and no Android or Apple SDK on this machine, so most checks read the guides'
+code blocks and the libraries' sources as text:
 
 - every name the code calls or reads on the library exists in the library's
   public sources (and a Swift call's argument labels exist on that function);
@@ -13,7 +13,10 @@ blocks and the libraries' sources as text:
   a row saying what the app does;
 - the install step names the artefact the build really makes;
 - no force unwraps or ``!!`` in the code an app copies;
-- the copy-me protocol sketches the guides once were are gone.
+- the copy-me protocol sketches the guides once were are gone;
+- where a compiler is here: the Java start compiles against the library's
+  sources (javac), and the Swift blocks against the package (swift build,
+  Swift 6, stand-ins only for the MNN wrapper; marked slow, about 90 s).
 
 A guide that names a method the library lacks fails here; so does each of
 the old sketch guides (they fail the sketch, section and table checks).
