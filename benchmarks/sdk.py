@@ -10,7 +10,9 @@ compresses), stable for every device.
    streamed, hashed, installed into an empty cache): wall time seen by the
    harness, median of ``--rounds`` repetitions, clients interleaved, so the
    machine's load hits all three alike. Target: each SDK <= 1.0x the Python
-   reference's time.
+   reference's time. Reported beside it: the program's start-up (spawn to
+   its answer to ``hello``, not in the update's time) and the same install
+   again in the same process into another empty cache (a warm runtime).
 2. Peak memory of each device program process (Linux ``/proc/<pid>/status``):
    its resident size after ``configure`` (the baseline: interpreter, JVM or
    Swift runtime, client created), the peak mark reset there
@@ -110,14 +112,16 @@ def snapshot_sdks(jvm_root: Path, swift_root: Path, into: Path) -> Path:
 
 
 @contextlib.contextmanager
-def started(client: str, sdk_root: Path, log: Path) -> Iterator[DeviceProgram]:
+def started(client: str, sdk_root: Path, log: Path) -> Iterator[tuple[DeviceProgram, float]]:
+    """The running program and its start-up seconds (spawn to the answer to ``hello``)."""
     os.environ["EDGEREG_SDK_ROOT"] = str(sdk_root)  # devicekit.command reads it at spawn
+    begin = time.perf_counter()
     program = DeviceProgram(client, log)
     try:
         hello = program.request("hello", timeout=120)
         if hello.get("client") != client:
             raise DeviceError(f"the {client} program says it is {hello.get('client')!r}")
-        yield program
+        yield program, time.perf_counter() - begin
     finally:
         if program.process.poll() is None:
             with contextlib.suppress(DeviceError):
@@ -206,7 +210,7 @@ def cold_update(
     client: str, sdk_root: Path, url: str, pem: str, work: Path, index: int
 ) -> dict[str, Any]:
     cache = work / f"cache-{client}-{index}"
-    with started(client, sdk_root, work / f"{client}-{index}.log") as program:
+    with started(client, sdk_root, work / f"{client}-{index}.log") as (program, startup):
         pid = program.process.pid
         configure(program, url, pem, cache)
         baseline = proc_status_kb(pid)
@@ -220,8 +224,19 @@ def cold_update(
             raise SystemExit(f"{client}: the cold update failed: {result}{program.tail()}")
         # The life's peak: the mark was reset at configure, so it is the larger of the two.
         life_peak = max(baseline["VmHWM"], proc_status_kb(pid)["VmHWM"])
+        # The same install again in the same process, into an empty cache: what is left of
+        # the cold time once the runtime is warm (the JVM's JIT, the first TLS-free socket).
+        configure(program, url, pem, cache.with_name(cache.name + "-warm"))
+        begin = time.perf_counter()
+        warm = program.request("update", timeout=600)
+        warm_seconds = time.perf_counter() - begin
+        if not warm.get("ok") or not warm.get("updated"):
+            raise SystemExit(f"{client}: the warm update failed: {warm}{program.tail()}")
     shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(cache.with_name(cache.name + "-warm"), ignore_errors=True)
     return {
+        "startup": startup,
+        "warm_seconds": warm_seconds,
         "seconds": seconds,
         "bytes": result.get("downloaded_bytes", 0),
         "baseline_mb": baseline["VmRSS"] / 1024,
@@ -235,13 +250,13 @@ def unchanged_check(
     client: str, sdk_root: Path, url: str, port: int, pem: str, work: Path
 ) -> dict[str, Any]:
     cache = work / f"check-{client}"
-    with started(client, sdk_root, work / f"{client}-check.log") as program:
+    with started(client, sdk_root, work / f"{client}-check.log") as (program, _):
         configure(program, url, pem, cache)
         first = program.request("update", timeout=600)
         if not first.get("ok"):
             raise SystemExit(f"{client}: the update before the check failed: {first}")
     with TcpProxy(port) as proxy:
-        with started(client, sdk_root, work / f"{client}-check.log") as program:
+        with started(client, sdk_root, work / f"{client}-check.log") as (program, _):
             configure(program, proxy.url, pem, cache)
             again = program.request("update", timeout=120)
         # quit closed every socket; the proxy records a connection when both sides end.
@@ -335,6 +350,26 @@ def swift_build_time(swift_root: Path, work: Path) -> None:
 # --- main ------------------------------------------------------------------------
 
 
+def checkout_commit(root: Path) -> str:
+    """The checkout's commit and whether its clients/ has uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "clients"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    return head + (", clients/ modified" if dirty else "")
+
+
 def median(runs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
@@ -355,6 +390,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgereg-sdk-bench-") as tmp:
         work = Path(tmp)
         sdk_root = snapshot_sdks(args.jvm_root, args.swift_root, work / "sdk")
+        for name, root in (("JVM", args.jvm_root), ("Swift", args.swift_root)):
+            print(f"{name} SDK from {root} ({checkout_commit(root)})")
         signer = write_trio(work / "registry", args.member_mb)
         pem = signer.public_pem().decode()
         server, url = start_in_thread(work / "registry")
@@ -368,6 +405,8 @@ def main() -> int:
                     runs[client].append(run)
                     print(
                         f"  round {index + 1} {client:6s} {run['seconds'] * 1000:6.0f} ms  "
+                        f"(warm {run['warm_seconds'] * 1000:4.0f} ms, start-up "
+                        f"{run['startup'] * 1000:4.0f} ms)  "
                         f"{run['bytes'] / 1e6:.1f} MB  baseline {run['baseline_mb']:.0f} MB  "
                         f"update peak {run['update_peak_mb']:.0f} MB  "
                         f"life peak {run['life_peak_mb']:.0f} MB  load {os.getloadavg()[0]:.1f}"
@@ -403,6 +442,18 @@ def main() -> int:
                     ratio <= TIME_RATIO_TARGET,
                     line,
                 )
+        warm_reference = median(runs["python"], "warm_seconds")
+        for client in CLIENTS:
+            warm = median(runs[client], "warm_seconds")
+            startup = median(runs[client], "startup")
+            report(
+                f"{client}: the same install again in the same process; process start-up",
+                None,
+                f"{warm * 1000:.0f} ms ({warm / warm_reference:.2f}x python's); start-up to "
+                f"the answer to hello {startup * 1000:.0f} ms (not in the update's time; "
+                f"start-up + cold update {(startup + median(runs[client], 'seconds')) * 1000:.0f}"
+                " ms)",
+            )
         for client in CLIENTS:
             peak = median(runs[client], "update_peak_mb")
             life = median(runs[client], "life_peak_mb")
