@@ -24,6 +24,8 @@ compresses), stable for every device.
    again with the same cache, through a counting TCP proxy (tests/statichttp.py,
    as benchmarks/bundles.py), and updates again; bytes sent + received on
    every connection it opened. Target: a 304 and < 400 bytes, as the reference.
+   Reported beside it: the same with ``source_address`` set, which moves the
+   SDKs from the platform's HTTP stack to their own raw-socket transport.
 4. The JVM library jar: its size (target < 250 KB) and no required runtime
    dependency: jdeps lists only java.base and the compile-only jsr305
    annotations, no foreign class is packed in it, and the pom's dependencies
@@ -130,7 +132,9 @@ def started(client: str, sdk_root: Path, log: Path) -> Iterator[tuple[DeviceProg
                 program.kill()
 
 
-def configure(program: DeviceProgram, url: str, pem: str, cache: Path) -> None:
+def configure(
+    program: DeviceProgram, url: str, pem: str, cache: Path, source: str | None = None
+) -> None:
     program.request(
         "configure",
         registry=url,
@@ -161,7 +165,7 @@ def configure(program: DeviceProgram, url: str, pem: str, cache: Path) -> None:
         deadline_s=600,
         min_rate=1024,
         bundled=None,
-        source_address=None,
+        source_address=source,
         now=None,
     )
 
@@ -257,8 +261,9 @@ def cold_update(
 
 
 def unchanged_check(
-    client: str, sdk_root: Path, url: str, port: int, pem: str, work: Path
+    client: str, sdk_root: Path, url: str, port: int, pem: str, work: Path, source: str | None
 ) -> dict[str, Any]:
+    """``source``: a source address, which puts the SDKs on their raw-socket transport."""
     cache = work / f"check-{client}"
     with started(client, sdk_root, work / f"{client}-check.log") as (program, _):
         configure(program, url, pem, cache)
@@ -267,7 +272,7 @@ def unchanged_check(
             raise SystemExit(f"{client}: the update before the check failed: {first}")
     with TcpProxy(port) as proxy:
         with started(client, sdk_root, work / f"{client}-check.log") as (program, _):
-            configure(program, proxy.url, pem, cache)
+            configure(program, proxy.url, pem, cache, source)
             again = program.request("update", timeout=120)
         # quit closed every socket; the proxy records a connection when both sides end.
         deadline = time.monotonic() + 5
@@ -423,7 +428,13 @@ def main() -> int:
                         + (f"  ({run['heap']})" if run["heap"] else ""),
                         flush=True,
                     )
-            checks = {c: unchanged_check(c, sdk_root, url, server.port, pem, work) for c in CLIENTS}
+            checks = {
+                c: unchanged_check(c, sdk_root, url, server.port, pem, work, None) for c in CLIENTS
+            }
+            raw_checks = {
+                c: unchanged_check(c, sdk_root, url, server.port, pem, work, "127.0.0.1")
+                for c in CLIENTS
+            }
         finally:
             server.close()
 
@@ -493,6 +504,17 @@ def main() -> int:
                 check["ok"] and check["not_modified"] and total < WIRE_TARGET_BYTES,
                 f"{total} bytes (sent {check['up']}, received {check['down']}, "
                 f"{check['connections']} connection(s)), not_modified {check['not_modified']}",
+            )
+
+        for client in CLIENTS:
+            check = raw_checks[client]
+            report(
+                f"{client}: unchanged check with source_address set (the fleet simulator's "
+                "raw-socket transport in the SDKs)",
+                None,
+                f"{check['up'] + check['down']} bytes (sent {check['up']}, received "
+                f"{check['down']}, {check['connections']} connection(s)), "
+                f"not_modified {check['not_modified']}",
             )
 
         jar_checks(args.jvm_root)
