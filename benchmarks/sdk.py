@@ -389,7 +389,7 @@ def checkout_commit(root: Path) -> str:
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(run[key] for run in runs)
+    return float(statistics.median(float(run[key]) for run in runs))
 
 
 def main() -> int:
