@@ -118,7 +118,7 @@ test-fast: lint typecheck
 
 # Ratios measured in one run each (a failed target does not stop the others);
 # serve.py compares against nginx (Debian packages).
-bench: venv
+bench: venv sdk
 	command -v nginx >/dev/null && command -v wrk >/dev/null || \
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y nginx-light wrk)
 	-python benchmarks/build.py
@@ -130,6 +130,7 @@ bench: venv
 	-python benchmarks/verify.py
 	-python benchmarks/reports.py
 	-python benchmarks/analyze.py
+	-python benchmarks/sdk.py
 
 # Never the signing key (.edgereg/signing-key.pem) nor the pinned publisher-keys/:
 # a deleted private key cannot be made again, and apps trust only that one.
