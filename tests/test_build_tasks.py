@@ -19,6 +19,7 @@ import pytest
 import tiny_models
 from buildkit import FAST_BENCH
 from click.testing import CliRunner
+from probekit import entry_for, probe_blob
 
 from edgereg import config as config_module
 from edgereg import toolchain
@@ -36,6 +37,7 @@ from edgereg.build.probe import check_on_host, probe_outputs_on_host
 from edgereg.build.quality import ctc_greedy
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
+from edgereg.client._selftest import SelfTest
 from edgereg.errors import BuildError, ConfigError, GateError
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.probe import GoldenProbe, check_probe
@@ -136,8 +138,10 @@ def test_streams_feed_back_their_own_state_and_start_each_sequence_at_zero() -> 
     assert result.states["h"].reshape(-1).tolist() == fed
 
 
-def _streaming_project(root: Path, *, sequences: int = 12, steps: int = 10) -> TaskProject:
-    source = tiny_models.streaming_model(root / "vad.onnx")
+def _streaming_project(
+    root: Path, *, sequences: int = 12, steps: int = 10, dynamic: bool = False
+) -> TaskProject:
+    source = tiny_models.streaming_model(root / "vad.onnx", dynamic=dynamic)
     rng = np.random.default_rng(11)
 
     def stream_set(path: Path, count: int) -> tuple[str, dict[str, np.ndarray]]:
@@ -267,6 +271,32 @@ def test_a_stateful_model_has_a_contract_with_its_state_and_a_streamed_probe(
         for case in computed
     ]
     assert not check_probe(probe, flipped).passed
+
+
+def test_a_model_with_a_dynamic_state_axis_and_a_minus_one_output_runs_the_whole_path(
+    tmp_path: Path,
+) -> None:
+    # Silero VAD's state is [2, -1, 128] in the ONNX; Paddle writes a dynamic axis
+    # as -1; an unset dim is a third way. The contract names every one, and the
+    # probe stage runs the client's own self-test (state zeros of the contract's
+    # [2, 1, 4]), so a variant the build passes is one a device accepts.
+    project = _streaming_project(tmp_path, sequences=6, steps=10, dynamic=True)
+    for variant in ("fp32", "int8"):
+        result = project.build(variant)
+        assert result.metrics["status"] == "passed"
+        out = project.out / "m" / variant
+        contract = IOContract.model_validate(json.loads((out / CONTRACT).read_text()))
+        outputs = {spec.name: spec.shape for spec in contract.outputs}
+        assert outputs == {"prob": ["dim0", 1], "state_out": [2, "dim1", 4]}
+        assert contract.input("state").shape == [2, 1, 4]
+        probe = from_bytes(GoldenProbe, (out / PROBE).read_bytes())
+        assert check_on_host(out / ARTIFACT, probe, contract).passed
+        # The reference client, real MNN, the entry's contract as a device gets it.
+        entry = entry_for(out / ARTIFACT, probe=probe_blob(probe)[1]).model_copy(
+            update={"contract": contract}
+        )
+        chosen = SelfTest(tmp_path / f"cache-{variant}").run("m", out / ARTIFACT, entry, probe)
+        assert (chosen.backend, chosen.probe) == ("cpu", "passed")
 
 
 def test_streamed_outputs_differ_from_steps_run_with_zero_state(tmp_path: Path) -> None:

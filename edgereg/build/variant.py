@@ -44,7 +44,7 @@ from edgereg.build.outputs import (
     ThreadLatency,
     variant_dir,
 )
-from edgereg.build.probe import golden_probe, probe_bytes, select_probe_rows
+from edgereg.build.probe import check_on_host, golden_probe, probe_bytes, select_probe_rows
 from edgereg.build.quality import (
     DEFAULT_AGREEMENT,
     GateReport,
@@ -481,6 +481,19 @@ def build_variant(
                 ),
             )
             probe_data = probe_bytes(probe)
+            # The client's own self-test, on this host's CPU: a variant every
+            # device would refuse (a state zero-filled with the wrong shape)
+            # fails here, not on the fleet.
+            verdict = check_on_host(artifact, probe, built_contract.contract)
+            if not verdict.passed:
+                raise BuildError(
+                    f"{model_name}/{variant_name}: the reference client's self-test refuses "
+                    f"this variant on the host CPU: {verdict.failure}",
+                    stage="probe",
+                    hint="Every device would refuse it too. Check the contract's input shapes "
+                    "in models.toml (a state input's shape with its batch axis 1, as the "
+                    "build feeds it) and the model's dynamic axes.",
+                )
             (work_dir / PROBE).write_bytes(probe_data)
             _write_json(work_dir / CONTRACT, built_contract.contract.model_dump(mode="json"))
             if built_contract.labels is not None:
