@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from edgereg.errors import BuildError, ConfigError, GateError
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.probe import GoldenProbe, check_probe
 from edgereg.protocol.wire import from_bytes
+from edgereg.registry._release import ReleaseError, prepare_release
 from edgereg.toolchain import InputFeed
 from edgereg.toolchain._streaming import run_rows
 
@@ -425,6 +427,34 @@ def test_a_quantizer_crash_names_method_and_signal_and_a_measured_way_out(
     assert error.hint is not None
     assert 'method = "EMA" quantizes (measured: neighbour_agreement.min' in error.hint
     assert not (project.out / "m" / "int8" / ARTIFACT).exists()
+    # A crash is a failed variant like any other: its metrics say what was tried.
+    metrics = project.metrics("int8")
+    assert (metrics["status"], metrics["failure"]) == ("failed", "quantizer crashed")
+    quant = metrics["quantization"]
+    assert quant["signals"] == ["SIGFPE"]
+    assert quant["methods_tried"][0] == "KL"
+    assert set(quant["methods_tried"]) == {"KL", "EMA", "ADMM"}
+    assert quant["control_flow_ops"] == {}
+    assert metrics["hint"] == error.hint
+    summary = CliRunner().invoke(
+        main,
+        ["summary", "--config", str(tmp_path / "models.toml"), "--build-dir", str(project.out)],
+    )
+    assert "m/int8 failed: quantizer crashed: the int8 quantizer failed" in summary.output
+    assert "SIGFPE" in summary.output
+    out = str(project.out)
+    as_json = CliRunner().invoke(
+        main,
+        ("summary", "--json", "--config", str(tmp_path / "models.toml"), "--build-dir", out),
+    )
+    rows = {row["variant"]: row for row in json.loads(as_json.stdout)}
+    assert rows["int8"]["status"] == "failed"
+    assert rows["int8"]["failed"][0].startswith("quantizer crashed: ")
+    with pytest.raises(ReleaseError) as refused:
+        prepare_release(
+            project.load(), "m", project.out, version="1.0.0", now=datetime.now(timezone.utc)
+        )
+    assert "m/int8: quantizer crashed (" in refused.value.message
 
 
 def test_an_input_declared_with_the_wrong_dtype_is_named(tmp_path: Path) -> None:
