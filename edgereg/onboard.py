@@ -39,7 +39,9 @@ from edgereg.protocol.patterns import NAME_RE
 #: registry, ``.edgereg/`` (the private signing key, the MNN runtime cache) but
 #: not the public keys there (``*.pub.pem``: committing one pins it in the
 #: project), and build outputs (DVC caches them, metrics included, so the
-#: run-cache can share builds between machines; host benchmarks are per machine).
+#: run-cache can share builds between machines; host benchmarks are per machine),
+#: the device report store ``edgereg serve`` writes (SQLite with its WAL and
+#: shared-memory files, live while it runs) and the generated report.html.
 GITIGNORE_ENTRIES = (
     ".venv/",
     "venv/",
@@ -48,10 +50,13 @@ GITIGNORE_ENTRIES = (
     "/.edgereg/*",
     "!/.edgereg/*.pub.pem",
     "/build/",
+    "/reports.sqlite",
+    "/reports.sqlite-*",
+    "/report.html",
 )
 GITIGNORE_COMMENT = (
-    "# edgereg: virtual environments, the local registry, the private signing key and\n"
-    "# build outputs (DVC caches them) stay out of git; public keys go in"
+    "# edgereg: environments, the local registry, the private signing key, build outputs\n"
+    "# (DVC caches them), device reports and report.html stay out of git; public keys go in"
 )
 #: The commit every onboarding step suggests: the .gitignore above keeps out
 #: what must not go in, so "everything" is what a teammate's clone needs.
@@ -103,6 +108,15 @@ onnxruntime = "{onnxruntime}"
 # file, or s3://bucket/prefix (with endpoint_url for MinIO, R2, ...).
 url = "file://registry"
 expires_days = 30         # signed state and manifests expire; `edgereg resign` renews
+
+# [reports]
+# Devices report how each release runs on them (self-test, load, latency,
+# crashes) to this URL: a path relative to the registry (`v1/reports` with
+# `edgereg serve`) or an http(s) collector. Unset: devices do not report.
+# `edgereg serve` keeps them in `store` (a live SQLite file: .gitignore keeps
+# it out of git) and `edgereg analyze` compares canary against stable.
+# url = "v1/reports"
+# store = "sqlite:///reports.sqlite"
 
 [rollout]
 # `edgereg rollout MODEL --next` walks these percentages of devices.

@@ -117,6 +117,13 @@ def test_init_sets_up_a_project_with_no_model_yet(repo: Path) -> None:
     assert config.registry.url == "file://registry"
     assert config.notes() == [config_module.NO_MODELS_NOTE]
     assert text.count("\n#") > 10, "the file explains itself in comments"
+    # The reports block is there to uncomment, and uncommented it parses.
+    assert "# [reports]\n" in text
+    assert '# url = "v1/reports"\n' in text
+    uncommented = text.replace("# [reports]\n", "[reports]\n").replace(
+        '# url = "v1/reports"', 'url = "v1/reports"'
+    )
+    assert config_module.parse(uncommented, file="models.toml").reports.url == "v1/reports"
 
     assert (repo / ".dvc").is_dir()
     assert "analytics = false" in (repo / ".dvc" / "config").read_text()
@@ -205,6 +212,9 @@ def test_the_suggested_commit_gives_a_teammate_a_clone_that_builds_the_same_byte
         "dvc push",
     ]
     sh(project, "dvc", "repro")
+    # What `edgereg serve` and `edgereg report` leave behind must not ride along.
+    for name in ("reports.sqlite", "reports.sqlite-wal", "reports.sqlite-shm", "report.html"):
+        (project / name).write_bytes(b"live")
     for step in steps:
         sh(project, "sh", "-c", step)
 
@@ -216,6 +226,8 @@ def test_the_suggested_commit_gives_a_teammate_a_clone_that_builds_the_same_byte
     assert "data/sensor.onnx" not in tracked  # DVC keeps the large files
     assert "build/sensor/fp32/metrics.json" not in tracked  # DVC caches it too
     assert not any(path.startswith(".venv/") for path in tracked)
+    assert not {"reports.sqlite", "reports.sqlite-wal", "reports.sqlite-shm"} & tracked
+    assert "report.html" not in tracked
     # The teammate pulls what DVC keeps and rebuilds: the same bytes, dvc.lock unchanged.
     sh(clone, "dvc", "pull")
     sh(clone, "dvc", "repro", "--force", "build-sensor-fp32")
