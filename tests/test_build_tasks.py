@@ -741,6 +741,43 @@ tier = "low"
     assert "models.m.inputs.0 ('image'): image input without mean and std" in warning
 
 
+def test_a_detector_whose_reference_never_fires_fails_its_build_by_default(
+    tmp_path: Path,
+) -> None:
+    # Labels from the model's own decisions at 0.5, a threshold the reference never
+    # reaches (as a VAD fed chunks without their context): F1 near 0, and frame
+    # agreement that cannot disagree. Both fail, naming the positive rates.
+    project = _streaming_project(tmp_path, sequences=6, steps=10)
+    project.edit("threshold = 0.5", "threshold = 0.99999")
+    with pytest.raises(GateError) as caught:
+        project.build("fp32")
+    message = caught.value.message
+    assert "f1.min_baseline" in message
+    assert "frame_agreement.informative" in message
+    metrics = project.metrics("fp32")
+    failed = "\n".join(metrics["failed"])
+    assert "positive on 0.0% of frames, the labels on" in failed
+    assert "never crosses the threshold 0.99999" in failed
+    # models.toml can lower the bar for the baseline (an opt-out, declared).
+    project.edit(
+        "[[models.m.state]]",
+        "[models.m.budgets.metrics.f1]\nmin_baseline = 0\n\n[[models.m.state]]",
+    )
+    with pytest.raises(GateError) as again:
+        project.build("fp32")
+    assert "f1.min_baseline" not in again.value.message
+    assert "frame_agreement.informative" in again.value.message
+
+
+def test_a_detector_scored_on_labels_it_predicts_passes_the_baseline_check(
+    tmp_path: Path,
+) -> None:
+    project = _streaming_project(tmp_path, sequences=6, steps=10)
+    result = project.build("fp32")
+    assert result.metrics["gates"]["f1.min_baseline"]
+    assert "frame_agreement.informative" not in result.metrics["gates"]
+
+
 def test_a_classifier_at_chance_fails_naming_preprocessing(tmp_path: Path) -> None:
     source = tiny_models.conv_classifier(tmp_path / "c.onnx")
     rng = np.random.default_rng(15)
