@@ -455,6 +455,64 @@ def test_a_quantizer_crash_names_method_and_signal_and_a_measured_way_out(
             project.load(), "m", project.out, version="1.0.0", now=datetime.now(timezone.utc)
         )
     assert "m/int8: quantizer crashed (" in refused.value.message
+    html = tmp_path / "report.html"
+    reported = CliRunner().invoke(
+        main,
+        (
+            "report",
+            "--config",
+            str(tmp_path / "models.toml"),
+            "--build-dir",
+            out,
+            "--out",
+            str(html),
+        ),
+    )
+    assert reported.exit_code == 0, reported.output
+    assert "quantizer crashed: the int8 quantizer failed with method KL" in html.read_text()
+
+
+def test_a_quantizer_failure_on_a_graph_with_control_flow_names_the_suspects(
+    tmp_path: Path,
+) -> None:
+    # The hint names the ops MNN's quantizer is known to fail on and two ways out.
+    from edgereg.build.quantsearch import QuantAttempt
+    from edgereg.build.variant import _quantizer_failure
+
+    class Search:
+        def __init__(self) -> None:
+            crashed = "mnnquant crashed (killed by signal SIGSEGV)"
+            self.attempts = [QuantAttempt("KL", (), tmp_path / "a.mnn", None, error=crashed)]
+            self.hints: list[QuantAttempt] = []
+
+        def record_requested(self) -> str:
+            return "KL"
+
+    graph = toolchain.OnnxReport(
+        path=tmp_path / "m.onnx",
+        ir_version=8,
+        opset=17,
+        opsets={"": 17},
+        op_counts={"Conv": 3, "If": 2, "Loop": 1},
+        inputs=(),
+        outputs=(),
+    )
+    error = BuildError("the int8 quantizer failed with method KL", stage="quantize")
+    failure = _quantizer_failure(
+        error,
+        Search(),  # type: ignore[arg-type]
+        "generic",
+        "int8",
+        "0" * 64,
+        graph,
+        tmp_path / "missing.mnn",
+    )
+    assert (failure["status"], failure["failure"]) == ("failed", "quantizer crashed")
+    assert failure["quantization"]["signals"] == ["SIGSEGV"]
+    assert failure["quantization"]["control_flow_ops"] == {"If": 2, "Loop": 1}
+    assert "control-flow ops (If x2, Loop x1)" in failure["hint"]
+    assert 'mode = "weight"' in failure["hint"]
+    assert "skip_ops" in failure["hint"]
 
 
 def test_an_input_declared_with_the_wrong_dtype_is_named(tmp_path: Path) -> None:

@@ -410,6 +410,8 @@ def build_variant(
             try:
                 chosen = search.run()
             except BuildError as exc:
+                if exc.stage != "quantize" or isinstance(exc, GateError):
+                    raise  # a verify or evaluate failure of a quantized model is its own
                 # A crashed quantizer is a failed variant like a failed gate: its
                 # metrics.json says what was tried, so summary, report and publish
                 # say "quantizer crashed" instead of "not built".
