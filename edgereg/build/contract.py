@@ -97,7 +97,7 @@ def io_contract(
         # A name or shape the wire format cannot carry (a 300-character tensor name).
         problems = "; ".join(
             f"{'.'.join(str(part) for part in error['loc']) or 'contract'}: {error['msg']} "
-            f"(found {error.get('input')!r})"
+            f"(found {_short(error.get('input'))})"
             for error in exc.errors()
         )
         raise BuildError(
@@ -106,6 +106,11 @@ def io_contract(
             hint="Rename the tensor or the dimension in the graph (names of 1 to 256 "
             "characters; a dynamic axis as a dim_param such as 'batch', or -1).",
         ) from exc
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _io_contract(
