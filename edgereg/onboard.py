@@ -39,7 +39,9 @@ from edgereg.protocol.patterns import NAME_RE
 #: registry, ``.edgereg/`` (the private signing key, the MNN runtime cache) but
 #: not the public keys there (``*.pub.pem``: committing one pins it in the
 #: project), and build outputs (DVC caches them, metrics included, so the
-#: run-cache can share builds between machines; host benchmarks are per machine).
+#: run-cache can share builds between machines; host benchmarks are per machine),
+#: the device report store ``edgereg serve`` writes (SQLite with its WAL and
+#: shared-memory files, live while it runs) and the generated report.html.
 GITIGNORE_ENTRIES = (
     ".venv/",
     "venv/",
@@ -48,10 +50,13 @@ GITIGNORE_ENTRIES = (
     "/.edgereg/*",
     "!/.edgereg/*.pub.pem",
     "/build/",
+    "/reports.sqlite",
+    "/reports.sqlite-*",
+    "/report.html",
 )
 GITIGNORE_COMMENT = (
-    "# edgereg: virtual environments, the local registry, the private signing key and\n"
-    "# build outputs (DVC caches them) stay out of git; public keys go in"
+    "# edgereg: environments, the local registry, the private signing key, build outputs\n"
+    "# (DVC caches them), device reports and report.html stay out of git; public keys go in"
 )
 #: The commit every onboarding step suggests: the .gitignore above keeps out
 #: what must not go in, so "everything" is what a teammate's clone needs.
@@ -103,6 +108,15 @@ onnxruntime = "{onnxruntime}"
 # file, or s3://bucket/prefix (with endpoint_url for MinIO, R2, ...).
 url = "file://registry"
 expires_days = 30         # signed state and manifests expire; `edgereg resign` renews
+
+# [reports]
+# Devices report how each release runs on them (self-test, load, latency,
+# crashes) to this URL: a path relative to the registry (`v1/reports` with
+# `edgereg serve`) or an http(s) collector. Unset: devices do not report.
+# `edgereg serve` keeps them in `store` (a live SQLite file: .gitignore keeps
+# it out of git) and `edgereg analyze` compares canary against stable.
+# url = "v1/reports"
+# store = "sqlite:///reports.sqlite"
 
 [rollout]
 # `edgereg rollout MODEL --next` walks these percentages of devices.
@@ -476,7 +490,7 @@ def propose_model(
     task_outputs = [t for t in outputs if t.name not in {o for _, o in state}]
     classes = _class_count(task, task_outputs, notes, name)
     class_names = _class_names(metadata or {}, classes, notes, name)
-    _suggest_task(task, evaluation, notes, name)
+    _suggest_task(task, evaluation, notes, name, task_outputs)
 
     variants: dict[str, str] = {"fp32": tiers[0]}
     int8_tier = tiers[1] if len(tiers) >= 3 else None
@@ -688,9 +702,48 @@ def _class_names(
     return None
 
 
-def _suggest_task(task: Task, evaluation: DatasetInfo, notes: list[str], model: str) -> None:
+#: A per-step class axis at least this wide reads as an alphabet (a CTC
+#: recogniser), not a handful of classes per frame.
+CTC_MIN_ALPHABET = 20
+
+
+def ctc_shaped(tensor: GraphTensor) -> int | None:
+    """The class count of a CTC-shaped output, else None.
+
+    Per-step class probabilities: ``(batch, time, classes)`` or ``(time,
+    batch, classes)``, the time axis dynamic or longer than 1, the class axis
+    fixed and at least :data:`CTC_MIN_ALPHABET` wide.
+    """
+    if tensor.dtype not in ("float32", "float16") or len(tensor.shape) != 3:
+        return None
+    classes = tensor.shape[-1]
+    if not isinstance(classes, int) or classes < CTC_MIN_ALPHABET:
+        return None
+    steps = [dim for dim in tensor.shape[:2] if not isinstance(dim, int) or dim > 1]
+    return classes if steps else None
+
+
+def _suggest_task(
+    task: Task,
+    evaluation: DatasetInfo,
+    notes: list[str],
+    model: str,
+    outputs: Sequence[GraphTensor] = (),
+) -> None:
     labels = evaluation.labels
-    if task != "generic" or labels is None:
+    if task != "generic":
+        return
+    classes = ctc_shaped(outputs[0]) if outputs else None
+    if classes is not None:
+        notes.append(
+            f"models.{model}.task: output '{outputs[0].name}' looks like a CTC recogniser's "
+            f'(per-step scores over {classes} classes): set task = {{ kind = "ctc", '
+            "blank = 0, charset = { path = ..., sha256 = ... } } with the "
+            f"{classes - 1} characters, one per line in output class order (blank excluded), "
+            "and the text of each line as labels"
+        )
+        return
+    if labels is None:
         return
     if labels.dtype.startswith("<U") or labels.dtype.startswith("str"):
         notes.append(

@@ -9,6 +9,7 @@ of an earlier build in place and has to remove them.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import re
@@ -328,6 +329,31 @@ def test_a_contract_naming_an_output_the_graph_lacks_is_a_build_error(built: Pro
     assert caught.value.stage == "contract"
     assert "has no output 'scores'" in caught.value.message
     assert tiny_models.CONV_OUTPUT in caught.value.message
+
+
+def test_a_contract_the_wire_format_cannot_carry_is_named_field_by_field(built: Project) -> None:
+    config = built.load()
+    model = config.models[IMAGE_MODEL]
+    long_name = "y" * 300
+    renamed = model.model_copy(
+        update={"outputs": [model.outputs[0].model_copy(update={"name": long_name})]}
+    )
+    graph = toolchain.inspect_onnx(built.path(model.source.path))
+    output = dataclasses.replace(graph.outputs[0], name=long_name)
+    with pytest.raises(BuildError) as caught:
+        io_contract(
+            IMAGE_MODEL,
+            renamed,
+            config.resolve(IMAGE_MODEL, "fp32"),
+            dataclasses.replace(graph, outputs=(output,)),
+        )
+    message = caught.value.message
+    assert caught.value.stage == "contract"
+    assert "the I/O contract cannot describe this model: name: String should have at most 256" in (
+        message
+    )
+    assert "validation error" not in message  # pydantic's own report, not a user's text
+    assert caught.value.hint is not None
 
 
 @pytest.mark.parametrize(("model", "variant"), ALL_VARIANTS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import tiny_models
 from buildkit import FAST_BENCH
 from click.testing import CliRunner
+from probekit import entry_for, probe_blob
 
 from edgereg import config as config_module
 from edgereg import toolchain
@@ -36,10 +38,12 @@ from edgereg.build.probe import check_on_host, probe_outputs_on_host
 from edgereg.build.quality import ctc_greedy
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
+from edgereg.client._selftest import SelfTest
 from edgereg.errors import BuildError, ConfigError, GateError
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.probe import GoldenProbe, check_probe
 from edgereg.protocol.wire import from_bytes
+from edgereg.registry._release import ReleaseError, prepare_release
 from edgereg.toolchain import InputFeed
 from edgereg.toolchain._streaming import run_rows
 
@@ -136,8 +140,10 @@ def test_streams_feed_back_their_own_state_and_start_each_sequence_at_zero() -> 
     assert result.states["h"].reshape(-1).tolist() == fed
 
 
-def _streaming_project(root: Path, *, sequences: int = 12, steps: int = 10) -> TaskProject:
-    source = tiny_models.streaming_model(root / "vad.onnx")
+def _streaming_project(
+    root: Path, *, sequences: int = 12, steps: int = 10, dynamic: bool = False
+) -> TaskProject:
+    source = tiny_models.streaming_model(root / "vad.onnx", dynamic=dynamic)
     rng = np.random.default_rng(11)
 
     def stream_set(path: Path, count: int) -> tuple[str, dict[str, np.ndarray]]:
@@ -269,6 +275,32 @@ def test_a_stateful_model_has_a_contract_with_its_state_and_a_streamed_probe(
     assert not check_probe(probe, flipped).passed
 
 
+def test_a_model_with_a_dynamic_state_axis_and_a_minus_one_output_runs_the_whole_path(
+    tmp_path: Path,
+) -> None:
+    # Silero VAD's state is [2, -1, 128] in the ONNX; Paddle writes a dynamic axis
+    # as -1; an unset dim is a third way. The contract names every one, and the
+    # probe stage runs the client's own self-test (state zeros of the contract's
+    # [2, 1, 4]), so a variant the build passes is one a device accepts.
+    project = _streaming_project(tmp_path, sequences=6, steps=10, dynamic=True)
+    for variant in ("fp32", "int8"):
+        result = project.build(variant)
+        assert result.metrics["status"] == "passed"
+        out = project.out / "m" / variant
+        contract = IOContract.model_validate(json.loads((out / CONTRACT).read_text()))
+        outputs = {spec.name: spec.shape for spec in contract.outputs}
+        assert outputs == {"prob": ["dim0", 1], "state_out": [2, "dim1", 4]}
+        assert contract.input("state").shape == [2, 1, 4]
+        probe = from_bytes(GoldenProbe, (out / PROBE).read_bytes())
+        assert check_on_host(out / ARTIFACT, probe, contract).passed
+        # The reference client, real MNN, the entry's contract as a device gets it.
+        entry = entry_for(out / ARTIFACT, probe=probe_blob(probe)[1]).model_copy(
+            update={"contract": contract}
+        )
+        chosen = SelfTest(tmp_path / f"cache-{variant}").run("m", out / ARTIFACT, entry, probe)
+        assert (chosen.backend, chosen.probe) == ("cpu", "passed")
+
+
 def test_streamed_outputs_differ_from_steps_run_with_zero_state(tmp_path: Path) -> None:
     # What the build measures is what an app sees: stepping with the state fed
     # back gives other outputs than resetting it every chunk.
@@ -395,6 +427,92 @@ def test_a_quantizer_crash_names_method_and_signal_and_a_measured_way_out(
     assert error.hint is not None
     assert 'method = "EMA" quantizes (measured: neighbour_agreement.min' in error.hint
     assert not (project.out / "m" / "int8" / ARTIFACT).exists()
+    # A crash is a failed variant like any other: its metrics say what was tried.
+    metrics = project.metrics("int8")
+    assert (metrics["status"], metrics["failure"]) == ("failed", "quantizer crashed")
+    quant = metrics["quantization"]
+    assert quant["signals"] == ["SIGFPE"]
+    assert quant["methods_tried"][0] == "KL"
+    assert set(quant["methods_tried"]) == {"KL", "EMA", "ADMM"}
+    assert quant["control_flow_ops"] == {}
+    assert metrics["hint"] == error.hint
+    summary = CliRunner().invoke(
+        main,
+        ["summary", "--config", str(tmp_path / "models.toml"), "--build-dir", str(project.out)],
+    )
+    assert "m/int8 failed: quantizer crashed: the int8 quantizer failed" in summary.output
+    assert "SIGFPE" in summary.output
+    out = str(project.out)
+    as_json = CliRunner().invoke(
+        main,
+        ("summary", "--json", "--config", str(tmp_path / "models.toml"), "--build-dir", out),
+    )
+    rows = {row["variant"]: row for row in json.loads(as_json.stdout)}
+    assert rows["int8"]["status"] == "failed"
+    assert rows["int8"]["failed"][0].startswith("quantizer crashed: ")
+    with pytest.raises(ReleaseError) as refused:
+        prepare_release(
+            project.load(), "m", project.out, version="1.0.0", now=datetime.now(timezone.utc)
+        )
+    assert "m/int8: quantizer crashed (" in refused.value.message
+    html = tmp_path / "report.html"
+    reported = CliRunner().invoke(
+        main,
+        (
+            "report",
+            "--config",
+            str(tmp_path / "models.toml"),
+            "--build-dir",
+            out,
+            "--out",
+            str(html),
+        ),
+    )
+    assert reported.exit_code == 0, reported.output
+    assert "quantizer crashed: the int8 quantizer failed with method KL" in html.read_text()
+
+
+def test_a_quantizer_failure_on_a_graph_with_control_flow_names_the_suspects(
+    tmp_path: Path,
+) -> None:
+    # The hint names the ops MNN's quantizer is known to fail on and two ways out.
+    from edgereg.build.quantsearch import QuantAttempt
+    from edgereg.build.variant import _quantizer_failure
+
+    class Search:
+        def __init__(self) -> None:
+            crashed = "mnnquant crashed (killed by signal SIGSEGV)"
+            self.attempts = [QuantAttempt("KL", (), tmp_path / "a.mnn", None, error=crashed)]
+            self.hints: list[QuantAttempt] = []
+
+        def record_requested(self) -> str:
+            return "KL"
+
+    graph = toolchain.OnnxReport(
+        path=tmp_path / "m.onnx",
+        ir_version=8,
+        opset=17,
+        opsets={"": 17},
+        op_counts={"Conv": 3, "If": 2, "Loop": 1},
+        inputs=(),
+        outputs=(),
+    )
+    error = BuildError("the int8 quantizer failed with method KL", stage="quantize")
+    failure = _quantizer_failure(
+        error,
+        Search(),  # type: ignore[arg-type]
+        "generic",
+        "int8",
+        "0" * 64,
+        graph,
+        tmp_path / "missing.mnn",
+    )
+    assert (failure["status"], failure["failure"]) == ("failed", "quantizer crashed")
+    assert failure["quantization"]["signals"] == ["SIGSEGV"]
+    assert failure["quantization"]["control_flow_ops"] == {"If": 2, "Loop": 1}
+    assert "control-flow ops (If x2, Loop x1)" in failure["hint"]
+    assert 'mode = "weight"' in failure["hint"]
+    assert "skip_ops" in failure["hint"]
 
 
 def test_an_input_declared_with_the_wrong_dtype_is_named(tmp_path: Path) -> None:
@@ -679,6 +797,43 @@ tier = "low"
     notes = config_module.parse(text).notes()
     warning = next(note for note in notes if note.startswith("warning:"))
     assert "models.m.inputs.0 ('image'): image input without mean and std" in warning
+
+
+def test_a_detector_whose_reference_never_fires_fails_its_build_by_default(
+    tmp_path: Path,
+) -> None:
+    # Labels from the model's own decisions at 0.5, a threshold the reference never
+    # reaches (as a VAD fed chunks without their context): F1 near 0, and frame
+    # agreement that cannot disagree. Both fail, naming the positive rates.
+    project = _streaming_project(tmp_path, sequences=6, steps=10)
+    project.edit("threshold = 0.5", "threshold = 0.99999")
+    with pytest.raises(GateError) as caught:
+        project.build("fp32")
+    message = caught.value.message
+    assert "f1.min_baseline" in message
+    assert "frame_agreement.informative" in message
+    metrics = project.metrics("fp32")
+    failed = "\n".join(metrics["failed"])
+    assert "positive on 0.0% of frames, the labels on" in failed
+    assert "never crosses the threshold 0.99999" in failed
+    # models.toml can lower the bar for the baseline (an opt-out, declared).
+    project.edit(
+        "[[models.m.state]]",
+        "[models.m.budgets.metrics.f1]\nmin_baseline = 0\n\n[[models.m.state]]",
+    )
+    with pytest.raises(GateError) as again:
+        project.build("fp32")
+    assert "f1.min_baseline" not in again.value.message
+    assert "frame_agreement.informative" in again.value.message
+
+
+def test_a_detector_scored_on_labels_it_predicts_passes_the_baseline_check(
+    tmp_path: Path,
+) -> None:
+    project = _streaming_project(tmp_path, sequences=6, steps=10)
+    result = project.build("fp32")
+    assert result.metrics["gates"]["f1.min_baseline"]
+    assert "frame_agreement.informative" not in result.metrics["gates"]
 
 
 def test_a_classifier_at_chance_fails_naming_preprocessing(tmp_path: Path) -> None:

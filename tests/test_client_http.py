@@ -33,7 +33,7 @@ from edgereg.client import Client, DeviceProfile, FetchResult, TrustedKeys
 from edgereg.config import RuntimeHints
 from edgereg.registry import PreparedRelease, Registry
 from edgereg.registry import _transitions as transitions
-from edgereg.rollout import in_cohort
+from edgereg.rollout import cohort_bucket, in_cohort
 from edgereg.signing import Signer, generate_key
 from edgereg.storage import open_storage
 from edgereg.wire import Manifest, ReleaseRecord, ReleaseVariant, blob_path, from_bytes
@@ -237,6 +237,44 @@ def test_candidate_in_cohort_stable_outside(reg: Reg, server: StaticServer, tmp_
     low = make_client(reg, server.url, tmp_path / "low", device_id=outside, tier="low").fetch()
     assert_installed(low, reg.blob("1.0.0", "low"), "1.0.0")
     assert low.variant == "int8"
+    # Each result says where its device stands: its bucket against 50 % (5000).
+    assert manifest.salt is not None
+    for result, device, inside_it in ((got_in, inside, True), (got_out, outside, False)):
+        assert result.cohort is not None
+        assert result.cohort.bucket == cohort_bucket(device, manifest.salt)
+        assert (result.cohort.threshold, result.cohort.percent) == (5000, 50)
+        assert result.cohort.inside is inside_it
+        assert (result.cohort.bucket < 5000) is inside_it
+    assert "inside the cohort" in got_in.cohort.describe()  # type: ignore[union-attr]
+    assert "outside the cohort" in got_out.cohort.describe()  # type: ignore[union-attr]
+
+
+def test_pull_explain_prints_the_cohort_bucket_against_the_percentage(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    reg.publish("1.0.0", promote=True)
+    reg.publish("1.1.0", percent=50)
+    manifest = reg.manifest()
+    assert manifest.salt is not None
+    outside = device_in_cohort(manifest, False)
+    key = write_public_key(reg, tmp_path)
+    args = ["digits", "--registry", server.url, "--device-id", outside, "--tier", "high"]
+    args += ["--trusted-key", str(key), "--out", str(tmp_path / "out")]
+    text = CliRunner().invoke(pull_command, [*args, "--explain"])
+    assert text.exit_code == 0, text.output
+    bucket = cohort_bucket(outside, manifest.salt)
+    assert (
+        f"cohort: bucket {bucket} of 10000; the candidate is at 50% (buckets below 5000): "
+        "outside the cohort"
+    ) in text.stderr
+    data = json.loads(CliRunner().invoke(pull_command, [*args, "--json"]).stdout)
+    assert data["cohort"] == {
+        "bucket": bucket,
+        "threshold": 5000,
+        "percent": 50,
+        "paused": False,
+        "inside": False,
+    }
 
 
 def test_first_release_canary_outside_cohort_gets_nothing(

@@ -35,8 +35,10 @@ from edgereg.client._selftest import (
     ModelSession,
     SelfTest,
     parse_probe,
+    zero_state,
 )
 from edgereg.config import RuntimeHints
+from edgereg.protocol.contract import InputTensor, IOContract, StateLink, TaskInfo, TensorSpec
 from edgereg.protocol.fields import Backend
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.reasons import REASONS, BadBlob, Malformed, ProbeFailed
@@ -252,6 +254,90 @@ def test_a_stateful_probe_feeds_the_state_back(models: Models, tmp_path: Path) -
         SelfTest(tmp_path / "other", runner=ForgetfulRunner()).run(
             "vad", models.stream, entry, models.stream_probe
         )
+
+
+def test_state_zeros_take_the_contracts_dtype_and_shape_not_the_declared_one(
+    tmp_path: Path,
+) -> None:
+    # Silero-like: the ONNX declares the state [2, batch, 4]; MNN reports (2, -1, 4).
+    # The protocol (section 11) says zeros of the contract's dtype and shape, each
+    # named axis 1; the declared shape is the fallback, its dynamic axes 1.
+    stream = tmp_path / "dyn.mnn"
+    toolchain.convert(tiny_models.streaming_model(tmp_path / "dyn.onnx", dynamic=True), stream)
+    session = MnnRunner().load(
+        stream, "cpu", RuntimeHints(threads=1), ["chunk", "sr", "state"], ["prob", "state_out"]
+    )
+    assert session.input_shapes()["state"] == (2, -1, 4)
+    fallback = zero_state("state", None, session.input_shapes())
+    assert (fallback.shape, fallback.dtype) == ((2, 1, 4), np.float32)
+    contract = IOContract(
+        inputs=[
+            InputTensor(name="chunk", dtype="float32", shape=[1, 8], batch_axis=0),
+            InputTensor(name="sr", dtype="int64", shape=[]),
+            InputTensor(name="state", dtype="float32", shape=[2, "batch", 4]),
+        ],
+        outputs=[
+            TensorSpec(name="prob", dtype="float32", shape=["dim0", 1]),
+            TensorSpec(name="state_out", dtype="float32", shape=[2, "dim1", 4]),
+        ],
+        state=[StateLink(input="state", output="state_out")],
+        task=TaskInfo(kind="frame_decision", output="prob", threshold=0.5),
+    )
+    zeros = zero_state("state", contract, {})
+    assert (zeros.shape, zeros.dtype, zeros.any()) == ((2, 1, 4), np.float32, False)
+    as_int = contract.model_copy(
+        update={"inputs": [InputTensor(name="state", dtype="int64", shape=[3, "n"])]}
+    )
+    assert zero_state("state", as_int, {}).dtype == np.int64
+    assert zero_state("state", as_int, {}).shape == (3, 1)
+
+    rng = np.random.default_rng(4)
+    steps = 3
+    probe = make_probe(
+        stream,
+        {
+            "chunk": rng.normal(0, 1, (steps, tiny_models.STREAM_CHUNK)).astype(np.float32),
+            "sr": np.full(steps, 16000, np.int64),
+        },
+        feeds=[
+            InputFeed("chunk", "float32", (1, tiny_models.STREAM_CHUNK), 0),
+            InputFeed("sr", "int64", (), None),
+            InputFeed("state", "float32", tiny_models.STREAM_STATE_SHAPE, None),
+        ],
+        outputs=["prob"],
+        state=[("state", "state_out")],
+        steps_per_case=steps,
+    )
+    fed: list[tuple[int, ...]] = []
+
+    @dataclass
+    class Recording:
+        real: MnnRunner = field(default_factory=MnnRunner)
+
+        def load(
+            self,
+            artifact: Path,
+            backend: Backend,
+            runtime: RuntimeHints,
+            inputs: Sequence[str],
+            outputs: Sequence[str],
+        ) -> ModelSession:
+            inner = self.real.load(artifact, backend, runtime, inputs, outputs)
+
+            class Session:
+                def input_shapes(self) -> Mapping[str, tuple[int, ...]]:
+                    return inner.input_shapes()
+
+                def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+                    fed.append(tuple(feeds["state"].shape))
+                    return inner.run(feeds)
+
+            return Session()
+
+    entry = _entry(stream, probe).model_copy(update={"contract": contract})
+    result = SelfTest(tmp_path / "cache", runner=Recording()).run("vad", stream, entry, probe)
+    assert (result.backend, result.probe) == ("cpu", "passed")
+    assert fed == [(2, 1, 4)] * steps
 
 
 def test_without_a_probe_the_first_backend_that_loads_is_chosen(

@@ -6,6 +6,8 @@ click as the CLI wires them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ from click.testing import CliRunner, Result
 
 from edgereg import config as config_module
 from edgereg.build.dvc import render_dvc_yaml
+from edgereg.cli import main as edgereg_main
 from edgereg.cli.onboard import add_command, init_command
 from edgereg.errors import UsageError
 from edgereg.onboard import (
@@ -117,6 +120,13 @@ def test_init_sets_up_a_project_with_no_model_yet(repo: Path) -> None:
     assert config.registry.url == "file://registry"
     assert config.notes() == [config_module.NO_MODELS_NOTE]
     assert text.count("\n#") > 10, "the file explains itself in comments"
+    # The reports block is there to uncomment, and uncommented it parses.
+    assert "# [reports]\n" in text
+    assert '# url = "v1/reports"\n' in text
+    uncommented = text.replace("# [reports]\n", "[reports]\n").replace(
+        '# url = "v1/reports"', 'url = "v1/reports"'
+    )
+    assert config_module.parse(uncommented, file="models.toml").reports.url == "v1/reports"
 
     assert (repo / ".dvc").is_dir()
     assert "analytics = false" in (repo / ".dvc" / "config").read_text()
@@ -205,6 +215,9 @@ def test_the_suggested_commit_gives_a_teammate_a_clone_that_builds_the_same_byte
         "dvc push",
     ]
     sh(project, "dvc", "repro")
+    # What `edgereg serve` and `edgereg report` leave behind must not ride along.
+    for name in ("reports.sqlite", "reports.sqlite-wal", "reports.sqlite-shm", "report.html"):
+        (project / name).write_bytes(b"live")
     for step in steps:
         sh(project, "sh", "-c", step)
 
@@ -216,6 +229,8 @@ def test_the_suggested_commit_gives_a_teammate_a_clone_that_builds_the_same_byte
     assert "data/sensor.onnx" not in tracked  # DVC keeps the large files
     assert "build/sensor/fp32/metrics.json" not in tracked  # DVC caches it too
     assert not any(path.startswith(".venv/") for path in tracked)
+    assert not {"reports.sqlite", "reports.sqlite-wal", "reports.sqlite-shm"} & tracked
+    assert "report.html" not in tracked
     # The teammate pulls what DVC keeps and rebuilds: the same bytes, dvc.lock unchanged.
     sh(clone, "dvc", "pull")
     sh(clone, "dvc", "repro", "--force", "build-sensor-fp32")
@@ -316,6 +331,56 @@ def test_add_without_calibration_proposes_no_int8_and_says_how_to_add_it(project
     assert list(config.models["sensor"].variants) == ["fp32", "w8"]
     assert config.tier_variants("sensor")["mid"] == ("w8", True)
     assert "# [models.sensor.variants.int8]" in (project / "models.toml").read_text()
+
+
+def test_pin_refreshes_stale_digests_and_validate_names_them(project: Path) -> None:
+    edgereg("add", "data/sensor.onnx", "--evaluation", "data/sensor-evaluation.npz")
+    toml = project / "models.toml"
+    before = toml.read_text()
+    config = config_module.load(toml)
+    old = config.models["sensor"].evaluation.sha256
+    # The team relabels its evaluation set: same path, other bytes.
+    with np.load(project / "data/sensor-evaluation.npz") as data:
+        arrays = {key: data[key] for key in data.files}
+    np.savez_compressed(project / "data/sensor-evaluation.npz", **arrays, extra=np.zeros(3))
+    new = hashlib.sha256((project / "data/sensor-evaluation.npz").read_bytes()).hexdigest()
+
+    validate = CliRunner().invoke(edgereg_main, ["validate", "--config", str(toml)])
+    assert validate.exit_code == 0, validate.output
+    assert "warning: stale pin: models.sensor.evaluation: data/sensor-evaluation.npz changed" in (
+        validate.stderr
+    )
+    assert "run `edgereg pin sensor`" in validate.stderr
+    report = json.loads(
+        CliRunner().invoke(edgereg_main, ["validate", "--json", "--config", str(toml)]).stdout
+    )
+    assert report["stale_pins"] == [
+        {
+            "key": "models.sensor.evaluation",
+            "path": "data/sensor-evaluation.npz",
+            "pinned": old,
+            "actual": new,
+        }
+    ]
+    check = CliRunner().invoke(edgereg_main, ["pin", "--check", "--config", str(toml)])
+    assert check.exit_code == 1
+    assert "models.sensor.evaluation" in check.stdout
+    assert toml.read_text() == before  # --check writes nothing
+
+    pinned = CliRunner().invoke(edgereg_main, ["pin", "sensor", "--config", str(toml)])
+    assert pinned.exit_code == 0, pinned.output
+    assert f"models.sensor.evaluation: data/sensor-evaluation.npz: sha256 {old[:12]}" in (
+        pinned.stdout
+    )
+    assert "models.sensor.source" not in pinned.stdout  # unchanged files are not listed
+    assert toml.read_text() == before.replace(old, new)  # comments and the rest kept
+    assert config_module.load(toml).models["sensor"].evaluation.sha256 == new
+    again = CliRunner().invoke(edgereg_main, ["pin", "--check", "--config", str(toml)])
+    assert again.exit_code == 0
+    assert "every pin matches its file" in again.stdout
+    unknown = CliRunner().invoke(edgereg_main, ["pin", "nosuch", "--config", str(toml)])
+    assert unknown.exit_code != 0
+    assert "no model 'nosuch'" in unknown.output
 
 
 def test_add_picks_image_inputs_from_uint8_pictures(project: Path) -> None:
@@ -649,3 +714,32 @@ def test_labels_that_are_not_class_ids_propose_no_classifier(
     assert proposal.task == "generic"
     assert proposal.classes is None
     assert any(note in line for line in proposal.notes), proposal.notes
+
+
+@pytest.mark.parametrize(
+    "shape", [("N", "T", 97), (1, 40, 97), ("T", 1, 97)], ids=["dynamic", "fixed", "time-first"]
+)
+def test_a_ctc_shaped_output_proposes_the_ctc_task(shape: tuple[int | str, ...]) -> None:
+    evaluation = dataset(x=("float32", (10, 5)), labels=("<U12", (10,)))
+    proposal = propose(
+        ["high"],
+        calibration=False,
+        evaluation=evaluation,
+        outputs=[GraphTensor("probs", shape, "float32")],
+    )
+    assert proposal.task == "generic"  # a charset file is the team's to name
+    ctc = [line for line in proposal.notes if "looks like a CTC recogniser" in line]
+    assert len(ctc) == 1, proposal.notes
+    assert (
+        "output 'probs' looks like a CTC recogniser's (per-step scores over 97 classes)" in (ctc[0])
+    )
+    assert 'kind = "ctc"' in ctc[0]
+    assert "the 96 characters" in ctc[0]
+
+
+@pytest.mark.parametrize(
+    "shape", [("N", 3), (1, 1, 97), ("N", "T", 4), (1, 40, 1)], ids=["scores", "one", "few", "map"]
+)
+def test_outputs_that_are_not_ctc_shaped_propose_no_ctc(shape: tuple[int | str, ...]) -> None:
+    proposal = propose(["high"], calibration=False, outputs=[GraphTensor("y", shape, "float32")])
+    assert not any("CTC recogniser" in line for line in proposal.notes), proposal.notes

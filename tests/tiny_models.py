@@ -240,7 +240,7 @@ STREAM_CHUNK = 8
 STREAM_STATE_SHAPE = (2, 1, 4)
 
 
-def streaming_model(path: Path | str, *, seed: int = 3) -> Path:
+def streaming_model(path: Path | str, *, seed: int = 3, dynamic: bool = False) -> Path:
     """Write a recurrent model with state in and out, and an int64 scalar input.
 
     ``state_out = tanh(state @ U + (chunk * sr / 16000) @ W)``; ``prob =
@@ -250,7 +250,10 @@ def streaming_model(path: Path | str, *, seed: int = 3) -> Path:
     Returns:
         ``path``; inputs ``chunk`` float32 ``(1, 8)``, ``sr`` int64 ``()``,
         ``state`` float32 ``(2, 1, 4)``; outputs ``prob`` float32 ``(1, 1)`` and
-        ``state_out`` float32 ``(2, 1, 4)``.
+        ``state_out`` float32 ``(2, 1, 4)``. ``dynamic``: the state's batch
+        axis is declared dynamic (``dim_param``, as Silero VAD's ``[2, -1,
+        128]``), and ``prob``'s first axis is -1 (as Paddle's exporter writes it)
+        and ``state_out``'s batch axis is left unset.
     """
     rng = np.random.default_rng(seed)
     inits = [
@@ -277,11 +280,17 @@ def streaming_model(path: Path | str, *, seed: int = 3) -> Path:
         [
             helper.make_tensor_value_info("chunk", TensorProto.FLOAT, [1, STREAM_CHUNK]),
             helper.make_tensor_value_info("sr", TensorProto.INT64, []),
-            helper.make_tensor_value_info("state", TensorProto.FLOAT, list(STREAM_STATE_SHAPE)),
+            helper.make_tensor_value_info(
+                "state", TensorProto.FLOAT, [2, "batch", 4] if dynamic else list(STREAM_STATE_SHAPE)
+            ),
         ],
         [
-            helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1]),
-            helper.make_tensor_value_info("state_out", TensorProto.FLOAT, list(STREAM_STATE_SHAPE)),
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, [-1 if dynamic else 1, 1]),
+            helper.make_tensor_value_info(
+                "state_out",
+                TensorProto.FLOAT,
+                [2, None, 4] if dynamic else list(STREAM_STATE_SHAPE),
+            ),
         ],
         inits,
     )

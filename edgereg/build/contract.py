@@ -95,9 +95,22 @@ def io_contract(
         return _io_contract(where, model, variant, graph, charset)
     except ValidationError as exc:
         # A name or shape the wire format cannot carry (a 300-character tensor name).
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'contract'}: {error['msg']} "
+            f"(found {_short(error.get('input'))})"
+            for error in exc.errors()
+        )
         raise BuildError(
-            f"{where}: the I/O contract cannot describe this model: {exc}", stage=STAGE
+            f"{where}: the I/O contract cannot describe this model: {problems}",
+            stage=STAGE,
+            hint="Rename the tensor or the dimension in the graph (names of 1 to 256 "
+            "characters; a dynamic axis as a dim_param such as 'batch', or -1).",
         ) from exc
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _io_contract(

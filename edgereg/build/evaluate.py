@@ -26,6 +26,7 @@ from edgereg.build.datasets import Dataset
 from edgereg.build.quality import (
     TaskDataError,
     TaskScores,
+    beyond_trivial,
     chance_level,
     classification_scores,
     ctc_scores,
@@ -90,14 +91,14 @@ class TaskEvaluator:
                     }
                 return scores
             if isinstance(task, DenseMapTask):
-                return dense_map_scores(task, ref, var, labels)
+                return self._beyond_trivial(dense_map_scores(task, ref, var, labels))
             if isinstance(task, CtcTask):
                 assert self._charset is not None
-                return ctc_scores(task, self._charset, ref, var, labels)
+                return self._beyond_trivial(ctc_scores(task, self._charset, ref, var, labels))
             if isinstance(task, EmbeddingTask):
-                return embedding_scores(task, ref, var, labels)
+                return self._beyond_trivial(embedding_scores(task, ref, var, labels))
             if isinstance(task, FrameDecisionTask):
-                return frame_decision_scores(task, ref, var, labels)
+                return self._beyond_trivial(frame_decision_scores(task, ref, var, labels))
             if isinstance(task, CustomTask):
                 return self._custom(task, reference, produced)
         except TaskDataError as exc:
@@ -109,12 +110,28 @@ class TaskEvaluator:
             ) from exc
         return None
 
+    def _beyond_trivial(self, scores: TaskScores) -> TaskScores:
+        """Gate the reference's label metrics on beating a trivial predictor.
+
+        The same rule as a classifier's chance level, for every task with
+        labels: a VAD whose reference never fires scores below "always
+        speech", and its variants' agreement with it would prove nothing.
+        Labels a trivial predictor already gets right set no gate.
+        """
+        self._derived_gates = {
+            name: MetricBudget(min_baseline=round(beyond_trivial(level), 4))
+            for name, level in scores.trivial.items()
+            if level < 0.999
+        }
+        return scores
+
     @property
     def derived_gates(self) -> dict[str, MetricBudget]:
         """Gates the evaluation itself sets; models.toml overrides them.
 
-        A custom evaluator's own, and a classifier's chance level
-        (``accuracy.min_baseline``).
+        A custom evaluator's own, a classifier's chance level
+        (``accuracy.min_baseline``), and for every other task with labels the
+        level a trivial predictor reaches (``f1.min_baseline`` and the like).
         """
         return self._derived_gates
 

@@ -25,8 +25,12 @@ garbage, NaN) is far outside it.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +48,10 @@ from edgereg.protocol.probe import (
     ProbeStep,
     ProbeTensor,
     ProbeTolerance,
-    check_probe,
 )
 from edgereg.protocol.wire import to_bytes
 from edgereg.toolchain import InputFeed, sequence_bounds
+from edgereg.toolchain._process import describe_status, scratch_dir, tail
 
 __all__ = [
     "ABS_SCALE_FRACTION",
@@ -82,6 +86,8 @@ STREAM_STEPS = 4
 COSINE_CEILING = 0.9999
 #: ``max_abs_error`` is at least this share of the largest expected magnitude.
 ABS_SCALE_FRACTION = 0.01
+#: Seconds the host self-test may take (it loads the model once and runs a few steps).
+_SELF_TEST_TIMEOUT = 600.0
 #: Bytes per case that are not tensor data (names, shapes, JSON punctuation).
 _CASE_OVERHEAD = 256
 
@@ -414,5 +420,67 @@ def probe_outputs_on_host(
 def check_on_host(
     artifact: Path, probe: GoldenProbe, contract: IOContract, *, threads: int = 1
 ) -> ProbeResult:
-    """Run the probe on the host's MNN CPU backend and check it, as a device does."""
-    return check_probe(probe, probe_outputs_on_host(artifact, probe, contract, threads=threads))
+    """Run the reference client's self-test on the host's CPU backend, as a device does.
+
+    The same code a device runs (:func:`edgereg.client._selftest.try_backend`:
+    state inputs start as zeros of the contract's dtype and shape), in a child
+    process so a crash in MNN fails the stage, not the build.
+
+    Raises:
+        BuildError: (stage ``probe``) the child crashed or wrote no result.
+    """
+    with scratch_dir() as scratch:
+        (scratch / "probe.json").write_bytes(probe_bytes(probe))
+        request = {
+            "artifact": str(Path(artifact).resolve()),
+            "probe": str(scratch / "probe.json"),
+            "contract": contract.model_dump(mode="json"),
+            "threads": threads,
+            "result": str(scratch / "result.json"),
+        }
+        (scratch / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        package_root = str(Path(__file__).resolve().parents[2])
+        path = os.environ.get("PYTHONPATH")
+        env = {
+            **os.environ,
+            "PYTHONPATH": package_root if not path else os.pathsep.join([package_root, path]),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-X",
+                "faulthandler",
+                "-m",
+                "edgereg.build._probe_child",
+                str(scratch / "request.json"),
+            ],
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=_SELF_TEST_TIMEOUT,
+            check=False,
+        )
+        result_file = scratch / "result.json"
+        if proc.returncode != 0 or not result_file.is_file():
+            raise BuildError(
+                "the client's self-test on the host CPU stopped "
+                f"({describe_status(proc.returncode)})",
+                stage=STAGE,
+                tool="MNN",
+                exit_status=proc.returncode,
+                output_tail=tail(proc.stdout.decode("utf-8", "replace")),
+            )
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+    verdict = result.get("verdict")
+    if verdict is not None:
+        return ProbeResult(**verdict)
+    # The model did not load or a forward raised: no numbers, the reason is the failure.
+    return ProbeResult(
+        passed=False,
+        worst_cosine=-1.0,
+        worst_abs_error=math.inf,
+        failure=str(result.get("detail") or result.get("outcome")),
+    )

@@ -183,6 +183,12 @@ class TaskScores:
     metric_info: dict[str, TaskMetric] = field(default_factory=dict)
     class_recall: dict[int, tuple[float, float]] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
+    #: Label metric -> what a trivial predictor (always positive, the commonest
+    #: line, a random neighbour) scores on these labels: the reference must beat it.
+    trivial: dict[str, float] = field(default_factory=dict)
+    #: Agreement metric -> why it says nothing on this evaluation set (the
+    #: reference never crosses the threshold): it fails instead of passing.
+    vacuous: dict[str, str] = field(default_factory=dict)
 
 
 def task_rows(outputs: np.ndarray) -> np.ndarray:
@@ -255,8 +261,17 @@ def classification_scores(
 
 def chance_level(classes: int) -> float:
     """Accuracy at or below which a classifier's baseline is treated as guessing."""
-    chance = 1.0 / classes
-    return chance + 0.1 * (1.0 - chance)
+    return beyond_trivial(1.0 / classes)
+
+
+def beyond_trivial(level: float) -> float:
+    """The least a reference must score on its labels, given a trivial predictor's ``level``.
+
+    A tenth of the way from the trivial score to perfect: a reference at or
+    below it is fed inputs it was not trained on (preprocessing, a chunk
+    without its context), or the labels are not what it predicts.
+    """
+    return level + 0.1 * (1.0 - level)
 
 
 def _masks(rows: np.ndarray, threshold: float) -> np.ndarray:
@@ -280,8 +295,14 @@ def dense_map_scores(
     var = _masks(task_rows(variant), task.threshold)
     info = {metric.name: metric for metric in task.METRICS}
     metrics = {"iou": _iou(ref, var)}
+    vacuous = {}
+    if ref.size and (not ref.any() or ref.all()):
+        vacuous["iou"] = (
+            f"the fp32 reference's map is {'never' if not ref.any() else 'always'} above the "
+            f"threshold {task.threshold:g} on the evaluation set: IoU with it says nothing"
+        )
     if labels is None:
-        return TaskScores(metrics, metric_info=info)
+        return TaskScores(metrics, metric_info=info, vacuous=vacuous)
     if (
         labels.shape[1:] != ref.shape[1:]
         and labels.reshape(len(labels), -1).shape != ref.reshape(len(ref), -1).shape
@@ -293,7 +314,14 @@ def dense_map_scores(
         )
     truth = labels.reshape(ref.shape) > 0
     metrics["label_iou"] = _iou(var, truth)
-    return TaskScores(metrics, baseline={"label_iou": _iou(ref, truth)}, metric_info=info)
+    trivial = max(_iou(np.ones_like(truth), truth), _iou(np.zeros_like(truth), truth))
+    return TaskScores(
+        metrics,
+        baseline={"label_iou": _iou(ref, truth)},
+        metric_info=info,
+        trivial={"label_iou": trivial},
+        vacuous=vacuous,
+    )
 
 
 def read_charset(text: str) -> list[str]:
@@ -386,7 +414,10 @@ def ctc_scores(
         ),
         "label_cer": _cer(ref_lines, truth),
     }
-    return TaskScores(metrics, baseline=baseline, metric_info=info)
+    commonest = max(truth.count(line) for line in set(truth)) / len(truth) if truth else 0.0
+    return TaskScores(
+        metrics, baseline=baseline, metric_info=info, trivial={"label_line_accuracy": commonest}
+    )
 
 
 def _neighbours(rows: np.ndarray) -> np.ndarray:
@@ -424,7 +455,16 @@ def embedding_scores(
         )
     metrics["label_neighbour_accuracy"] = float(np.mean(labels[var_nn[:, 0]] == labels))
     baseline = {"label_neighbour_accuracy": float(np.mean(labels[ref_nn[:, 0]] == labels))}
-    return TaskScores(metrics, baseline=baseline, metric_info=info)
+    # A random neighbour shares the sample's group this often.
+    _, counts = np.unique(labels, return_counts=True)
+    pairs = len(labels) * (len(labels) - 1)
+    random = float(np.sum(counts * (counts - 1)) / pairs) if pairs else 0.0
+    return TaskScores(
+        metrics,
+        baseline=baseline,
+        metric_info=info,
+        trivial={"label_neighbour_accuracy": random},
+    )
 
 
 def _f1(predicted: np.ndarray, truth: np.ndarray) -> float:
@@ -442,8 +482,14 @@ def frame_decision_scores(
     var = task_rows(variant).reshape(len(variant), -1) > task.threshold
     info = {metric.name: metric for metric in task.METRICS}
     metrics = {"frame_agreement": float(np.mean(ref == var))}
+    vacuous = {}
+    if ref.size and (not ref.any() or ref.all()):
+        vacuous["frame_agreement"] = (
+            f"the fp32 reference {'never' if not ref.any() else 'always'} crosses the "
+            f"threshold {task.threshold:g} on the evaluation set: agreement with it says nothing"
+        )
     if labels is None:
-        return TaskScores(metrics, metric_info=info)
+        return TaskScores(metrics, metric_info=info, vacuous=vacuous)
     if labels.reshape(len(labels), -1).shape != ref.shape:
         raise TaskDataError(
             f"frame labels have rows of shape {labels.shape[1:]}, the output has "
@@ -451,7 +497,20 @@ def frame_decision_scores(
         )
     truth = labels.reshape(ref.shape) > 0
     metrics["f1"] = _f1(var, truth)
-    return TaskScores(metrics, baseline={"f1": _f1(ref, truth)}, metric_info=info)
+    # The trivial detector: always positive (always negative scores 0 unless no label is).
+    always = max(_f1(np.ones_like(truth), truth), _f1(np.zeros_like(truth), truth))
+    rates = (
+        f"the fp32 ONNX model itself: positive on {float(np.mean(ref)):.1%} of frames, "
+        f"the labels on {float(np.mean(truth)):.1%}; always positive scores {always:.4f}"
+    )
+    return TaskScores(
+        metrics,
+        baseline={"f1": _f1(ref, truth)},
+        metric_info=info,
+        details={"f1.baseline": rates},
+        trivial={"f1": always},
+        vacuous=vacuous,
+    )
 
 
 def custom_scores(result: Any, evaluator: str) -> tuple[TaskScores, dict[str, MetricBudget]]:
@@ -598,6 +657,9 @@ def check_gates(
             if name in scores.metrics or required_metrics is None or name in required_metrics
         }
         results += _metric_gates(limits, scores, tolerance)
+        for name, why in scores.vacuous.items():
+            # Passing on agreement that cannot disagree would hide a useless reference.
+            results.append(GateResult(f"{name}.informative", 1.0, 0.0, False, why, "min"))
     if budgets.max_latency_p50_ms is not None and latency_p50_ms is not None:
         results.append(
             GateResult(
@@ -660,7 +722,7 @@ def _metric_gates(
                     limits.min_baseline,
                     baseline,
                     baseline >= limits.min_baseline - tolerance,
-                    "the fp32 ONNX model itself",
+                    scores.details.get(f"{name}.baseline", "the fp32 ONNX model itself"),
                     "min",
                 )
             )

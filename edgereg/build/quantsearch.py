@@ -218,6 +218,10 @@ class QuantSearch:
             ),
         )
 
+    def record_requested(self) -> str:
+        """The method models.toml asks for (``auto`` or one method)."""
+        return self._quant.method
+
     def record(self, chosen: QuantAttempt) -> dict[str, Any]:
         """The recipe chosen and every attempt, for provenance and metrics."""
         return {

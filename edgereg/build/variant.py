@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -44,7 +45,7 @@ from edgereg.build.outputs import (
     ThreadLatency,
     variant_dir,
 )
-from edgereg.build.probe import golden_probe, probe_bytes, select_probe_rows
+from edgereg.build.probe import check_on_host, golden_probe, probe_bytes, select_probe_rows
 from edgereg.build.quality import (
     DEFAULT_AGREEMENT,
     GateReport,
@@ -406,7 +407,32 @@ def build_variant(
                 score=score,
                 on_stage=stage,
             )
-            chosen = search.run()
+            try:
+                chosen = search.run()
+            except BuildError as exc:
+                if exc.stage != "quantize" or isinstance(exc, GateError):
+                    raise  # a verify or evaluate failure of a quantized model is its own
+                # A crashed quantizer is a failed variant like a failed gate: its
+                # metrics.json says what was tried, so summary, report and publish
+                # say "quantizer crashed" instead of "not built".
+                failure = _quantizer_failure(
+                    exc,
+                    search,
+                    model.task.kind,
+                    precision,
+                    recipe_digest,
+                    onnx_report,
+                    float_artifact,
+                )
+                _write_json(out_dir / METRICS, failure)
+                raise BuildError(
+                    exc.message,
+                    stage=exc.stage,
+                    tool=exc.tool,
+                    exit_status=exc.exit_status,
+                    output_tail=exc.output_tail,
+                    hint=failure["hint"],
+                ) from exc
             assert chosen.scored is not None  # run() returns a scored attempt or raises
             rerun_at_probe[artifact.resolve()] = rerun_at_probe[chosen.path.resolve()]
             os.replace(chosen.path, artifact)
@@ -481,6 +507,19 @@ def build_variant(
                 ),
             )
             probe_data = probe_bytes(probe)
+            # The client's own self-test, on this host's CPU: a variant every
+            # device would refuse (a state zero-filled with the wrong shape)
+            # fails here, not on the fleet.
+            verdict = check_on_host(artifact, probe, built_contract.contract)
+            if not verdict.passed:
+                raise BuildError(
+                    f"{model_name}/{variant_name}: the reference client's self-test refuses "
+                    f"this variant on the host CPU: {verdict.failure}",
+                    stage="probe",
+                    hint="Every device would refuse it too. Check the contract's input shapes "
+                    "in models.toml (a state input's shape with its batch axis 1, as the "
+                    "build feeds it) and the model's dynamic axes.",
+                )
             (work_dir / PROBE).write_bytes(probe_data)
             _write_json(work_dir / CONTRACT, built_contract.contract.model_dump(mode="json"))
             if built_contract.labels is not None:
@@ -583,6 +622,74 @@ def _charset(config: Config, task: Any) -> list[str] | None:
     if not chars:
         raise BuildError(f"charset {path} lists no characters", stage="source")
     return chars
+
+
+#: ONNX control-flow ops MNN's quantizer is known to fail on (they become
+#: subgraphs whose tensors it calibrates wrongly or not at all).
+CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
+#: What the MNN converter calls those ops in a .mnn file.
+_MNN_CONTROL = frozenset({"If", "While", "Loop"})
+_SIGNAL = re.compile(r"killed by signal (\w+)")
+
+
+def _quantizer_failure(
+    exc: BuildError,
+    search: QuantSearch,
+    task: str,
+    precision: str,
+    recipe_digest: str,
+    graph: toolchain.OnnxReport,
+    float_artifact: Path,
+) -> dict[str, Any]:
+    """metrics.json of a variant whose quantizer failed on every method tried."""
+    tried = [*search.attempts, *search.hints]
+    errors = [a.error for a in tried if a.error]
+    signals = sorted({m.group(1) for text in errors for m in _SIGNAL.finditer(text)})
+    crashed = bool(signals) or any("crashed" in text for text in errors)
+    failure = "quantizer crashed" if crashed else "quantizer failed"
+    suspects = {op: graph.op_counts[op] for op in CONTROL_FLOW_OPS if op in graph.op_counts}
+    hint = exc.hint or ""
+    names: list[str] = []
+    if suspects:
+        try:
+            names = [
+                op.name for op in toolchain.model_ops(float_artifact) if op.type in _MNN_CONTROL
+            ]
+        except BuildError:
+            names = []  # the hint still names the op types
+        listed = ", ".join(f"{op} x{count}" for op, count in suspects.items())
+        skip = (
+            "skip_ops = [" + ", ".join(f'"{name}"' for name in names[:8]) + "]"
+            if names
+            else "skip_ops naming those layers"
+        )
+        hint = (
+            f"The graph has control-flow ops ({listed}) that MNN's int8 quantizer is known "
+            'to fail on: keep this tier on weight-only quantization (mode = "weight", which '
+            f"needs no calibration), or keep those layers in float with {skip}. " + hint
+        ).strip()
+    return {
+        "status": "failed",
+        "failure": failure,
+        "task": task,
+        "precision": precision,
+        "recipe_sha256": recipe_digest,
+        "metrics": {},
+        "baseline": {},
+        "agreement": {},
+        "quantization": {
+            "method_requested": search.record_requested(),
+            "signals": signals,
+            "methods_tried": [a.method for a in tried],
+            "attempts": [a.summary() for a in search.attempts],
+            "measured_alternatives": [a.summary() for a in search.hints],
+            "control_flow_ops": suspects,
+            "control_flow_layers": names,
+        },
+        "gates": {},
+        "failed": [f"{failure}: {exc.message}"],
+        "hint": hint or None,
+    }
 
 
 def _metrics(

@@ -33,9 +33,13 @@ from edgereg.errors import ConfigError, EdgeregError, ExitCode
 @handle_errors
 def validate(config_path: Path, as_json: bool) -> None:
     """Check models.toml and show which variant each tier gets."""
+    from edgereg.pins import check_pins
+
     config = config_module.load(config_path)
     warn_if_dvc_yaml_stale(config)
     resolution = {name: config.tier_variants(name) for name in config.models}
+    # A file changed since it was pinned: every build of it would stop at its first stage.
+    stale = [pin for pin in check_pins(config) if pin.stale]
     if as_json:
         click.echo(
             json.dumps(
@@ -53,6 +57,10 @@ def validate(config_path: Path, as_json: bool) -> None:
                         name: {"version": bundle.version, "models": list(bundle.models)}
                         for name, bundle in config.bundles.items()
                     },
+                    "stale_pins": [
+                        {"key": p.key, "path": p.path, "pinned": p.pinned, "actual": p.actual}
+                        for p in stale
+                    ],
                 },
                 indent=2,
             )
@@ -74,6 +82,9 @@ def validate(config_path: Path, as_json: bool) -> None:
         print_result(f"bundle {name} {bundle.version}: {', '.join(bundle.models)} (one rollout)")
     for text in config.notes():
         print_note(f"note: {text}")
+    for pin in stale:
+        owner = pin.key.split(".")[1]
+        print_note(f"warning: stale pin: {pin.describe()}; run `edgereg pin {owner}`")
 
 
 @click.command()

@@ -37,6 +37,7 @@ class _LazyGroup(click.Group):
         "pause": "edgereg.cli.release:pause",
         "promote": "edgereg.cli.release:promote",
         "publish": "edgereg.cli.release:publish",
+        "pin": "edgereg.cli.onboard:pin_command",
         "pull": "edgereg.cli.pull:pull_command",
         "report": "edgereg.cli.buildreport:report_command",
         "resign": "edgereg.cli.release:resign",

@@ -1,4 +1,4 @@
-"""``edgereg init`` and ``edgereg add``: click commands that :mod:`edgereg.cli` registers.
+"""``edgereg init``, ``add`` and ``pin``: click commands that :mod:`edgereg.cli` registers.
 
 Errors go through the CLI's one error handler
 (:func:`edgereg.cli._common.handle_errors`).
@@ -14,8 +14,9 @@ import click
 
 from edgereg.cli._common import config_option, handle_errors, print_note, print_result
 from edgereg.config import DEFAULT_CONFIG_FILE, TASK_KINDS
+from edgereg.errors import ExitCode
 
-__all__ = ["add_command", "init_command"]
+__all__ = ["add_command", "init_command", "pin_command"]
 
 # What was done is the result (stdout); notes, warnings and next steps are
 # diagnostics (stderr, dropped by --quiet).
@@ -186,3 +187,47 @@ def add_command(
         )
     for step in result.commit_steps():
         _say(f"  {step}")
+
+
+@click.command("pin")
+@click.argument("models", nargs=-1)
+@click.option("--check", is_flag=True, help="Only say which pins are stale; exit 1 when any is.")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def pin_command(models: tuple[str, ...], check: bool, config_path: Path, as_json: bool) -> None:
+    """Refresh the sha256 pins of MODELS (all when none) to the files as they are now."""
+    from edgereg import config as config_module
+    from edgereg.cli._common import warn_if_dvc_yaml_stale
+    from edgereg.pins import check_pins, update_pins
+
+    config = config_module.load(config_path)
+    if check:
+        pins = check_pins(config, list(models) or None)
+        changed = [pin for pin in pins if pin.stale or pin.missing]
+    else:
+        changed = update_pins(config, list(models) or None)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {"key": p.key, "path": p.path, "pinned": p.pinned, "actual": p.actual}
+                    for p in changed
+                ],
+                indent=2,
+            )
+        )
+    else:
+        for pin in changed:
+            if check:
+                _done(pin.describe())
+            else:
+                assert pin.actual is not None
+                _done(f"{pin.key}: {pin.path}: sha256 {pin.pinned[:12]}… -> {pin.actual[:12]}…")
+        if not changed:
+            _done("every pin matches its file")
+    if check and changed:
+        raise SystemExit(ExitCode.ERROR)
+    if changed and not check:
+        warn_if_dvc_yaml_stale(config_module.load(config_path))
+        _say("Rebuild what the new files change: dvc repro")

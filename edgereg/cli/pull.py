@@ -150,6 +150,12 @@ TOFU_WARNING = (
     show_default=True,
     help="Send the anonymous report the manifest asks for (no device id).",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also print why this device got what it got: its cohort bucket against the "
+    "rollout percentage.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def pull_command(
     model: str | None,
@@ -180,6 +186,7 @@ def pull_command(
     min_rate: int,
     self_test: bool,
     report: bool,
+    explain: bool,
     as_json: bool,
 ) -> None:
     """Fetch MODEL (or --bundle NAME) for one device as an app would, and install it."""
@@ -284,6 +291,13 @@ def pull_command(
         _print(result)
         if client.self_test is not None:
             _print_self_test(client.self_test)
+        if explain:
+            click.echo(
+                result.cohort.describe()
+                if result.cohort is not None
+                else "cohort: no rollout in progress (no candidate): every device gets stable",
+                err=True,
+            )
     if result.exception is not None:
         sys.exit(result.exception.exit_code)
 
@@ -359,6 +373,7 @@ def _as_json(result: FetchResult) -> dict[str, Any]:
         "model": result.model,
         "bundle": result.bundle,
         "tier": result.tier,
+        "cohort": None if result.cohort is None else dataclasses.asdict(result.cohort),
         "path": None if result.path is None else str(result.path),
         "version": result.version,
         "variant": result.variant,

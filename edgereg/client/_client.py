@@ -53,7 +53,7 @@ from edgereg.client._installed import (
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
-from edgereg.client._results import BadRelease, FetchResult, error_code
+from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
 from edgereg.client._selftest import SelfTest
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
@@ -965,6 +965,7 @@ class Client:
             bundle=self.is_bundle,
             fallback=decision.fallback if decision else None,
             bundled=installed.bundled,
+            cohort=cohort_position(decision.manifest, self.device.device_id) if decision else None,
         )
 
 

@@ -16,10 +16,56 @@ from edgereg.client._fetcher import ManifestNotFound
 from edgereg.client._installed import InstalledModel
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
-from edgereg.protocol.fields import RuntimeHints
+from edgereg.protocol.fields import BUCKETS, RuntimeHints, basis_points
 from edgereg.protocol.reasons import Rejected
+from edgereg.protocol.rules import cohort_bucket
+from edgereg.protocol.wire import Manifest
 
-__all__ = ["BadRelease", "FetchResult", "error_code"]
+__all__ = ["BadRelease", "CohortPosition", "FetchResult", "cohort_position", "error_code"]
+
+
+@dataclass(frozen=True)
+class CohortPosition:
+    """Where a device stands in a rollout (docs/protocol.md section 6).
+
+    Attributes:
+        bucket: The device's bucket in ``[0, 10000)`` for the rollout's salt.
+        threshold: The rollout percentage in basis points: buckets below it
+            get the candidate.
+        percent: The rollout percentage.
+        paused: The rollout is paused (everyone gets stable).
+        inside: The device is in the candidate's cohort (and the rollout runs).
+    """
+
+    bucket: int
+    threshold: int
+    percent: float
+    paused: bool
+    inside: bool
+
+    def describe(self) -> str:
+        """One line, as `edgereg pull --explain` prints it."""
+        where = "inside" if self.bucket < self.threshold else "outside"
+        line = (
+            f"cohort: bucket {self.bucket} of {BUCKETS}; the candidate is at {self.percent:g}% "
+            f"(buckets below {self.threshold}): {where} the cohort"
+        )
+        return line + (" (the rollout is paused: stable for everyone)" if self.paused else "")
+
+
+def cohort_position(manifest: Manifest, device_id: str) -> CohortPosition | None:
+    """The device's position in the manifest's rollout, or None when there is no candidate."""
+    if manifest.candidate is None or manifest.salt is None or manifest.percent is None:
+        return None
+    bucket = cohort_bucket(device_id, manifest.salt)
+    threshold = basis_points(manifest.percent)
+    return CohortPosition(
+        bucket=bucket,
+        threshold=threshold,
+        percent=manifest.percent,
+        paused=manifest.paused,
+        inside=bucket < threshold and not manifest.paused,
+    )
 
 
 @dataclass(frozen=True)
@@ -64,6 +110,8 @@ class FetchResult:
         deferred: The download waits for the app's conditions (``metered``,
             ``not-charging``); nothing new was downloaded.
         bundled: What is installed is the release shipped inside the app.
+        cohort: Where this device stands in the manifest's rollout (None
+            without a candidate, or when no manifest was read).
     """
 
     model: str
@@ -87,6 +135,7 @@ class FetchResult:
     fallback: str | None = None
     deferred: str | None = None
     bundled: bool = False
+    cohort: CohortPosition | None = None
 
     @property
     def ok(self) -> bool:

@@ -34,9 +34,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from edgereg.client._cache import CacheError, read_state_file, write_state_file
-from edgereg.protocol.contract import BlobRef
+from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.fields import Backend, RuntimeHints
-from edgereg.protocol.probe import GoldenProbe, ProbeOutput, ProbeTensor, check_probe
+from edgereg.protocol.probe import (
+    GoldenProbe,
+    ProbeOutput,
+    ProbeResult,
+    ProbeTensor,
+    check_probe,
+)
 from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed
 from edgereg.protocol.wire import ManifestEntry, WireError, from_bytes
 
@@ -55,6 +61,9 @@ __all__ = [
     "SelfTest",
     "SelfTestResult",
     "parse_probe",
+    "run_probe_cases",
+    "try_backend",
+    "zero_state",
 ]
 
 _log = logging.getLogger(__name__)
@@ -318,6 +327,7 @@ class BackendTrial:
         detail: Why it failed or was unavailable.
         load_ms: Milliseconds to create the runtime and load the model.
         probe_ms: Milliseconds to run and check every probe case.
+        verdict: The probe check, when the probe ran to the end.
     """
 
     backend: Backend
@@ -325,6 +335,7 @@ class BackendTrial:
     detail: str | None = None
     load_ms: float | None = None
     probe_ms: float | None = None
+    verdict: ProbeResult | None = None
 
 
 @dataclass(frozen=True)
@@ -496,7 +507,7 @@ class SelfTest:
             if backend in failed:
                 trials.append(BackendTrial(backend, "remembered", failed[backend]))
                 continue
-            trial = self._try(path, backend, entry.runtime, probe)
+            trial = self._try(path, backend, entry.runtime, probe, entry.contract)
             trials.append(trial)
             if trial.outcome == "failed":
                 failed[backend] = trial.detail or "failed"
@@ -533,52 +544,109 @@ class SelfTest:
         )
 
     def _try(
-        self, artifact: Path, backend: Backend, runtime: RuntimeHints, probe: GoldenProbe | None
+        self,
+        artifact: Path,
+        backend: Backend,
+        runtime: RuntimeHints,
+        probe: GoldenProbe | None,
+        contract: IOContract | None = None,
     ) -> BackendTrial:
-        inputs: list[str] = []
-        outputs: list[str] = []
-        if probe is not None:
-            first = probe.cases[0].steps[0]
-            inputs = [t.name for t in first.inputs] + [pair[0] for pair in probe.state]
-            outputs = [t.name for t in first.expected] + [
-                pair[1] for pair in probe.state if pair[1] not in {t.name for t in first.expected}
-            ]
-        started = self.clock()
-        try:
-            session = self.runner.load(artifact, backend, runtime, inputs, outputs)
-        except BackendUnavailableError as exc:
-            return BackendTrial(backend, "unavailable", str(exc))
-        except Exception as exc:  # a driver that cannot load the model is a failing backend
-            return BackendTrial(backend, "failed", f"does not load: {exc}")
-        load_ms = (self.clock() - started) * 1000.0
-        if probe is None:
-            return BackendTrial(backend, "loaded", None, load_ms, 0.0)
-        started = self.clock()
-        try:
-            computed = _run_cases(session, probe)
-        except Exception as exc:  # a forward that raises is a miscomputing backend too
-            return BackendTrial(backend, "failed", f"does not run: {exc}", load_ms)
-        verdict = check_probe(probe, computed)
-        probe_ms = (self.clock() - started) * 1000.0
-        if not verdict.passed:
-            return BackendTrial(backend, "failed", verdict.failure, load_ms, probe_ms)
-        return BackendTrial(backend, "passed", None, load_ms, probe_ms)
+        return try_backend(
+            self.runner, artifact, backend, runtime, probe, contract, clock=self.clock
+        )
 
 
-def _run_cases(session: ModelSession, probe: GoldenProbe) -> list[list[dict[str, ProbeOutput]]]:
-    """Every case's steps through the session, state fed back from zeros."""
+def try_backend(
+    runner: BackendRunner,
+    artifact: Path,
+    backend: Backend,
+    runtime: RuntimeHints,
+    probe: GoldenProbe | None,
+    contract: IOContract | None = None,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> BackendTrial:
+    """Load ``artifact`` on one backend and run the probe on it: one trial.
+
+    The one implementation of a probe run: the reference client's self-test
+    and the build's probe stage (:func:`edgereg.build.probe.check_on_host`)
+    both call it, so the build cannot pass a probe a device then refuses.
+
+    Args:
+        runner: Loads the model (:class:`MnnRunner` for real MNN).
+        artifact: The ``.mnn`` file.
+        backend: The backend to try.
+        runtime: The entry's runtime hints.
+        probe: The golden probe, or None (a trial that only loads).
+        contract: The entry's contract: state inputs start as zeros of its
+            dtype and shape (docs/protocol.md section 11); None falls back to
+            the model's declared shape.
+        clock: Seconds, monotonic.
+    """
+    inputs: list[str] = []
+    outputs: list[str] = []
+    if probe is not None:
+        first = probe.cases[0].steps[0]
+        inputs = [t.name for t in first.inputs] + [pair[0] for pair in probe.state]
+        outputs = [t.name for t in first.expected] + [
+            pair[1] for pair in probe.state if pair[1] not in {t.name for t in first.expected}
+        ]
+    started = clock()
+    try:
+        session = runner.load(artifact, backend, runtime, inputs, outputs)
+    except BackendUnavailableError as exc:
+        return BackendTrial(backend, "unavailable", str(exc))
+    except Exception as exc:  # a driver that cannot load the model is a failing backend
+        return BackendTrial(backend, "failed", f"does not load: {exc}")
+    load_ms = (clock() - started) * 1000.0
+    if probe is None:
+        return BackendTrial(backend, "loaded", None, load_ms, 0.0)
+    started = clock()
+    try:
+        computed = run_probe_cases(session, probe, contract)
+    except Exception as exc:  # a forward that raises is a miscomputing backend too
+        return BackendTrial(backend, "failed", f"does not run: {exc}", load_ms)
+    verdict = check_probe(probe, computed)
+    probe_ms = (clock() - started) * 1000.0
+    if not verdict.passed:
+        return BackendTrial(backend, "failed", verdict.failure, load_ms, probe_ms, verdict)
+    return BackendTrial(backend, "passed", None, load_ms, probe_ms, verdict)
+
+
+def zero_state(
+    name: str, contract: IOContract | None, declared: Mapping[str, tuple[int, ...]]
+) -> np.ndarray:
+    """A state input at a case's first step (docs/protocol.md section 11).
+
+    Zeros of the contract input's dtype and shape, each named (dynamic) axis
+    1; without a contract input of that name, the model's declared shape with
+    each dynamic axis (declared as -1 or 0) 1, as float32.
+
+    Raises:
+        KeyError: neither the contract nor the model has that input.
+    """
+    import numpy as np
+
+    if contract is not None:
+        for spec in contract.inputs:
+            if spec.name == name:
+                shape = tuple(d if isinstance(d, int) else 1 for d in spec.shape)
+                return np.zeros(shape, dtype=np.dtype(_NUMPY_DTYPES[spec.dtype]))
+    if name not in declared:
+        raise KeyError(f"the model has no state input {name!r}")
+    return np.zeros(tuple(d if d > 0 else 1 for d in declared[name]), dtype=np.float32)
+
+
+def run_probe_cases(
+    session: ModelSession, probe: GoldenProbe, contract: IOContract | None = None
+) -> list[list[dict[str, ProbeOutput]]]:
+    """Every case's steps through the session, state fed back from zeros (:func:`zero_state`)."""
     import numpy as np
 
     shapes = session.input_shapes()
     computed: list[list[dict[str, ProbeOutput]]] = []
     for case in probe.cases:
-        state: dict[str, np.ndarray] = {}
-        for state_input, _ in probe.state:
-            if state_input not in shapes:
-                raise KeyError(f"the model has no state input {state_input!r}")
-            # A dynamic axis (declared as 0 or -1) is 1: the probe runs one sample.
-            zero_shape = tuple(d if d > 0 else 1 for d in shapes[state_input])
-            state[state_input] = np.zeros(zero_shape, dtype=np.float32)
+        state = {name: zero_state(name, contract, shapes) for name, _ in probe.state}
         steps: list[dict[str, ProbeOutput]] = []
         for step in case.steps:
             feeds = {tensor.name: _array(tensor) for tensor in step.inputs}

@@ -82,7 +82,12 @@ def prepare_release(
             continue
         if outputs.status == FAILED:
             reasons = "; ".join(outputs.metrics.get("failed") or []) or "see metrics.json"
-            problems.append(f"{where}: failed its gates ({reasons})")
+            failure = outputs.metrics.get("failure")
+            if isinstance(failure, str) and failure:
+                # Not a gate: the quantizer crashed or failed (its signal is in reasons).
+                problems.append(f"{where}: {failure} ({reasons})")
+            else:
+                problems.append(f"{where}: failed its gates ({reasons})")
             continue
         if outputs.status == UNREADABLE:
             problems.append(f"{where}: build outputs unreadable ({outputs.problem})")

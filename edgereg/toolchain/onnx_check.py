@@ -33,7 +33,7 @@ class TensorSpec:
     Attributes:
         name: Tensor name.
         shape: One entry per dimension: an int for a fixed size, a string (the
-            symbolic name, or ``"?"`` when unnamed) for a dynamic one.
+            symbolic name, or ``"?"`` when unnamed, -1, or 0) for a dynamic one.
         dtype: numpy dtype name, such as ``"float32"``.
     """
 
@@ -98,7 +98,9 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
     tensor = value.type.tensor_type
     dims: list[Dim] = []
     for dim in tensor.shape.dim:
-        if dim.HasField("dim_value"):
+        # Exporters write a dynamic axis three ways: a dim_param name, -1
+        # (Paddle's), or nothing at all (or dim_value 0); every one is dynamic.
+        if dim.HasField("dim_value") and dim.dim_value > 0:
             dims.append(int(dim.dim_value))
         else:
             dims.append(dim.dim_param or "?")
