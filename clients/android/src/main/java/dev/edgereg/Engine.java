@@ -422,10 +422,7 @@ final class Engine {
             while (check.remaining() > 0) {
                 // At most one byte past the declared size is ever read.
                 int n = response.read(buf, 0, (int) Math.min(buf.length, check.remaining()));
-                if (n < 0) {
-                    throw new Rejected(Reasons.TRANSPORT, response.url + ": connection closed after " + check.received() + " of "
-                            + check.blob.size + " bytes; the next update resumes");
-                }
+                if (n < 0) throw check.endedEarly(response.length, response.url);
                 check.update(buf, 0, n);
                 transferred += n;
                 try {

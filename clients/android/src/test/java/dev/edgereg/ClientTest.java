@@ -126,6 +126,41 @@ class ClientTest {
     }
 
     @Test
+    void aShortContentLengthIsABadBlobRefusedBeforeReading() throws Exception {
+        byte[] model = bytes(200000, 9);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        registry.shortenNextBlobBy.set(1);
+        UpdateResult r = client.update("digits");
+        // Rule 14: a complete answer of another length; asking again would bring it again.
+        assertEquals("bad-blob", r.errorCode, r.toString());
+        assertTrue(r.errorMessage.contains("refused before reading"), r.errorMessage);
+        File part = client.store.part((String) e.get("sha256"));
+        assertFalse(part.exists() && part.length() > 0, "nothing of the short answer is kept");
+        UpdateResult again = client.update("digits");
+        assertTrue(again.ok(), again.toString());
+        assertArrayEquals(model, Files.readAllBytes(again.model().file.toPath()));
+    }
+
+    @Test
+    void aBodyEndingShortWithoutContentLengthIsABadBlob() throws Exception {
+        byte[] model = bytes(200000, 10);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        registry.endNextBlobWithoutLengthAt.set(60000);
+        UpdateResult r = client.update("digits");
+        assertEquals("bad-blob", r.errorCode, r.toString());
+        assertFalse(client.store.part((String) e.get("sha256")).exists(), "a short blob is not resumed");
+        // The same cut with a Content-Length is a connection cut: transport, and the .part stays.
+        registry.cutNextBlobAt.set(60000);
+        UpdateResult cut = client.update("digits");
+        assertEquals("transport", cut.errorCode, cut.toString());
+        assertTrue(client.store.part((String) e.get("sha256")).length() > 0, "the .part stays for a resume");
+    }
+
+    @Test
     void aServerIgnoringRangeStartsOver() throws Exception {
         byte[] model = bytes(200000, 8);
         Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);

@@ -38,6 +38,10 @@ final class FakeRegistry implements AutoCloseable {
     final java.util.Set<String> peers = Collections.synchronizedSet(new java.util.HashSet<String>());
     /** Close the connection after this many body bytes of the next blob response (-1: off). */
     final AtomicInteger cutNextBlobAt = new AtomicInteger(-1);
+    /** Answer the next blob with a complete body this many bytes shorter than it is (0: off). */
+    final AtomicInteger shortenNextBlobBy = new AtomicInteger(0);
+    /** Send the next blob without a Content-Length (chunked), ending cleanly after this many bytes (-1: off). */
+    final AtomicInteger endNextBlobWithoutLengthAt = new AtomicInteger(-1);
     volatile boolean ignoreRange;
     /** Send blob bodies 1000 bytes at a time with this pause between (0: at once). */
     volatile int trickleMs;
@@ -179,7 +183,17 @@ final class FakeRegistry implements AutoCloseable {
         byte[] body = new byte[data.length - start];
         System.arraycopy(data, start, body, 0, body.length);
         int cut = path.startsWith("blobs/") ? cutNextBlobAt.getAndSet(-1) : -1;
+        int shorten = path.startsWith("blobs/") ? shortenNextBlobBy.getAndSet(0) : 0;
+        int endAt = path.startsWith("blobs/") ? endNextBlobWithoutLengthAt.getAndSet(-1) : -1;
         x.getResponseHeaders().set("ETag", etag);
+        if (shorten > 0 || endAt >= 0) {
+            // A complete, well-formed answer that holds fewer bytes than the blob.
+            int n = shorten > 0 ? body.length - shorten : Math.min(endAt, body.length);
+            x.sendResponseHeaders(start > 0 ? 206 : 200, shorten > 0 ? n : 0); // 0: chunked, no Content-Length
+            x.getResponseBody().write(body, 0, n);
+            x.close();
+            return;
+        }
         x.sendResponseHeaders(start > 0 ? 206 : 200, body.length);
         OutputStream out = x.getResponseBody();
         if (cut >= 0 && cut < body.length) {

@@ -75,6 +75,7 @@ public final class Conformance {
             check.expect(contentLength);
             // Fed in small chunks, as a download arrives.
             for (int off = 0; off < body.length; off += 64) check.update(body, off, Math.min(64, body.length - off));
+            if (check.remaining() > 0) throw check.endedEarly(contentLength, "vector");
             check.finish();
             out.put("accept", true);
         } catch (Rejected r) {

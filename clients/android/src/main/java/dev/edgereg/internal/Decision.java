@@ -160,6 +160,25 @@ public final class Decision {
                 throw new Rejected(Reasons.BLOB_TOO_LARGE, "the server announces " + (received + contentLength) + " bytes for blob "
                         + blob.sha256.substring(0, 12) + ", the manifest declares " + blob.size);
             }
+            // A complete answer of another length is another file: asking again brings it again.
+            if (contentLength != null && contentLength < remaining()) {
+                throw new Rejected(Reasons.BAD_BLOB, "the server announces " + (received + contentLength) + " bytes for blob "
+                        + blob.sha256.substring(0, 12) + ", the manifest declares " + blob.size + "; refused before reading");
+            }
+        }
+
+        /**
+         * The body ended before the blob's size. With a Content-Length (which {@link #expect} held
+         * to exactly what remained) the connection was cut: transport, the .part resumes later.
+         * Without one nothing says more was coming: the blob is short (rule 14).
+         */
+        public Rejected endedEarly(Long contentLength, String where) {
+            if (contentLength != null) {
+                return new Rejected(Reasons.TRANSPORT, where + ": connection closed after " + received + " of " + blob.size
+                        + " bytes; the next update resumes");
+            }
+            return new Rejected(Reasons.BAD_BLOB, where + ": the body ended after " + received + " of " + blob.size
+                    + " bytes without a Content-Length; blob " + blob.sha256.substring(0, 12) + " is short");
         }
 
         public void update(byte[] chunk, int off, int len) throws Rejected {

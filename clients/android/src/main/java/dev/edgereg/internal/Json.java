@@ -21,8 +21,8 @@ import java.util.TreeMap;
  * was an integer, so {@code 9.0} can be refused where an integer is wanted).
  *
  * <p>Refused: invalid UTF-8 (a BOM too), duplicate keys (after unescaping), NaN and infinity
- * literals, nesting deeper than 64, and an integer literal of more than 4300 digits (the
- * Python reference's int conversion limit, so both parsers agree on every input).
+ * literals, nesting deeper than 64, and any number whose nearest double is infinite, integers
+ * included ({@code 1e400}, or an integer of 2^1024 - 2^970 and up, so more than 309 digits).
  */
 public final class Json {
     public static final int MAX_DEPTH = 64;
@@ -32,7 +32,8 @@ public final class Json {
     };
 
     private static final Charset UTF8 = Charset.forName("UTF-8");
-    private static final int MAX_INT_DIGITS = 4300;
+    /** Digits of the largest double, 1.7976931348623157e308, written as an integer. */
+    private static final int MAX_DOUBLE_INT_DIGITS = 309;
 
     private Json() {}
 
@@ -259,12 +260,12 @@ public final class Json {
                     pos = save; // not an exponent: the caller sees extra data
                 }
             }
-            if (!integer && Double.isInfinite(Double.parseDouble(s.substring(start, pos)))) {
+            // Integers too (section 2): the rule is the double's range, not a digit limit. More
+            // than 309 digits is beyond it whatever the digits, so those are never converted.
+            int digits = intEnd - start - (s.charAt(start) == '-' ? 1 : 0);
+            if ((integer && digits > MAX_DOUBLE_INT_DIGITS)
+                    || Double.isInfinite(Double.parseDouble(s.substring(start, pos)))) {
                 throw error("number too large for a double");
-            }
-            if (integer) {
-                int digits = intEnd - start - (s.charAt(start) == '-' ? 1 : 0);
-                if (digits > MAX_INT_DIGITS) throw error("integer of more than " + MAX_INT_DIGITS + " digits");
             }
             return new Num(s.substring(start, pos), integer);
         }
