@@ -1,0 +1,285 @@
+"""A mixed fleet: Python, JVM and Swift devices reach the same outcomes (issue #17).
+
+A third of the devices are played by each client's device program, one
+long-lived program per kind that configures each of its devices in turn
+(tests/mixkit.py), against ``edgereg serve``'s server with its SQLite report
+store, over a registry published through the real publish path from the tiny
+bundle project built with the real MNN converter (tests/fleetkit.py). The
+self-test runs real MNN through tests/hostrunner.py; a device with a faulty
+GPU gets ``--faulty opencl``.
+
+Every kind plays the same install ids, tiers and GPUs, so each device's
+outcome is checked against what the protocol's rules give it (the cohort
+rule of edgereg.protocol.rules on the manifest's salt and percent) AND the
+three kinds' outcome tables must be equal, row for row.
+
+Test policy for ``rollout --auto`` (:data:`MIX_POLICY`): the default
+guardrails want 50 reports per arm and tier, a fleet of thousands; 48
+devices (16 per kind) in one tier give a 25 % arm about 12, so the policy
+asks for 3 and allows a 30-point rise of a failure rate (what a dozen
+devices can rule out), as tests/test_fleet.py does. Every device measures
+the same inference times (the latency guardrail compares equal arms), and
+the load time, measured for real by three different clients on a shared
+host, is a non-critical guardrail with a 1000 % margin: this file tests the
+loop across clients, not latency detection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from devicekit import DeviceProgram, DeviceError, selected_clients, spawn
+from fleetkit import BUNDLE, MEMBERS, FleetRegistry, SimClock, build_bundle_project
+from mixkit import ClockedStore, MixDevice, MixFleet, installed_set, make_mix, store_rows
+from servekit import serve
+
+from edgereg.config import RolloutPolicy
+from edgereg.protocol.rules import in_cohort
+from edgereg.protocol.wire import BundleEntry, Manifest
+from edgereg.registry import run_auto
+from edgereg.reports import open_store
+from edgereg.reports.canary import rollout_analysis
+from edgereg.serve._ratelimit import RateLimiter
+
+PER_KIND = 10
+MIX_POLICY = RolloutPolicy.model_validate(
+    {
+        "steps": [25, 50, 100],
+        "min_soak_hours": 24,
+        "guardrails": {
+            "min_devices": 3,
+            "probe_failure": {"max_increase": 0.3},
+            "load_failure": {"max_increase": 0.3},
+            "revert": {"max_increase": 0.3},
+            "load_ms": {"max_increase_pct": 1000, "critical": False},
+            "inference_ms": {"max_increase_pct": 15, "critical": True},
+        },
+    }
+)
+#: What the app measures per member on every device, in ms (equal arms: see the docstring).
+LATENCIES = (9.0, 10.0, 11.0, 10.5, 9.5)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_bundle_project(tmp_path_factory.mktemp("mix") / "project")
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DeviceProgram]]:
+    """One device program per client kind, for the whole module: each plays many devices."""
+    logs = tmp_path_factory.mktemp("programs")
+    started: dict[str, DeviceProgram] = {}
+    try:
+        for kind in selected_clients():
+            started[kind] = spawn(kind, logs / f"{kind}.log")
+        yield started
+    finally:
+        for program in started.values():
+            with contextlib.suppress(DeviceError):
+                program.quit(timeout=30)
+
+
+@contextlib.contextmanager
+def mixed_fleet(
+    project: Path,
+    programs: dict[str, DeviceProgram],
+    work: Path,
+    tiers: tuple[str, ...],
+) -> Iterator[tuple[FleetRegistry, MixFleet, ClockedStore, Path]]:
+    """1.0.0 published --full, served with a report store; the devices (none updated yet)."""
+    kit = FleetRegistry.create(work / "registry", project, clock=SimClock())
+    # The first release already names where to report: a device reports an install
+    # only to the URL of the manifest it installed from.
+    kit.report_url = "v1/reports"
+    kit.publish_bundle("1.0.0", percent=None)
+    database = work / "reports.sqlite"
+    with open_store(f"sqlite:///{database}") as store:
+        sink = ClockedStore(store, kit.clock)
+        # Every device posts from 127.0.0.1: the per-address report limit is lifted.
+        limiter = RateLimiter(1e6, 10**6)
+        with serve(kit.storage, reports=sink, report_limiter=limiter) as base_url:
+            devices = make_mix(PER_KIND, work / "devices", kinds=list(programs), tiers=tiers)
+            fleet = MixFleet(
+                programs, devices, base_url + "/", kit.signer.public_pem().decode(), kit.clock,
+                BUNDLE,
+            )  # fmt: skip
+            yield kit, fleet, sink, database
+
+
+def entry_of(manifest: Manifest, device_id: str) -> tuple[BundleEntry, bool]:
+    """What the cohort rule gives ``device_id`` from ``manifest``, and whether it is the candidate."""
+    inside = (
+        manifest.candidate is not None
+        and manifest.salt is not None
+        and manifest.percent is not None
+        and in_cohort(device_id, manifest.salt, manifest.percent)
+    )
+    entry = manifest.candidate if inside else manifest.stable
+    assert isinstance(entry, BundleEntry)
+    return entry, inside
+
+
+def expected_backend(device: MixDevice, entry: BundleEntry, member: str) -> str:
+    """The first hinted backend that computes right on ``device`` (a faulty GPU: not opencl)."""
+    backends = list(entry.members[member].runtime.backends or ["cpu"])
+    return next(b for b in [*backends, "cpu"] if not (device.faulty_gpu and b == "opencl"))
+
+
+def update_all(fleet: MixFleet) -> dict[str, list[dict[str, Any]]]:
+    """Every device checks once: its kind's program configured for it, then ``update``."""
+
+    def run(kind: str, devices: list[MixDevice]) -> list[dict[str, Any]]:
+        program = fleet.programs[kind]
+        rows = []
+        for device in devices:
+            configured = fleet.configure(device)
+            result = program.request("update", timeout=300)
+            status = program.request("status")
+            rows.append({"configured": configured, "result": result, "status": status})
+        return rows
+
+    return fleet.each_kind(run)
+
+
+def normalized(device: MixDevice, row: dict[str, Any]) -> dict[str, Any]:
+    """The outcome of one device, without what differs by kind and not by rule (paths, sizes)."""
+    result, status = row["result"], row["status"]
+    return {
+        "tier": row["configured"]["tier"],
+        "ok": result["ok"],
+        "error_code": result["error_code"],
+        "version": result["version"],
+        "is_candidate": result["is_candidate"],
+        "members": {
+            name: (m["version"], m["sha256"], m["backend"])
+            for name, m in sorted(result["members"].items())
+        },
+        "installed": status["installed"],
+        "refused": sorted(status["refused"]),
+    }
+
+
+def expect(
+    device: MixDevice,
+    manifest: Manifest,
+    *,
+    code: str | None = None,
+    kept: BundleEntry | None = None,
+    refused: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """What the rules say ``device`` ends with: the entry its cohort gives it, or ``kept``."""
+    entry, inside = entry_of(manifest, device.device_id)
+    if kept is not None:
+        entry, inside = kept, False
+    members = {
+        name: (m.version, m.sha256, expected_backend(device, entry, name))
+        for name, m in sorted(entry.members.items())
+    }
+    return {
+        "tier": device.tier,
+        "ok": code is None,
+        "error_code": code,
+        "version": entry.version,
+        "is_candidate": inside,
+        "members": members,
+        "installed": {
+            "version": entry.version,
+            "members": {n: {"version": v, "sha256": s} for n, (v, s, _) in members.items()},
+        },
+        "refused": sorted(refused),
+    }
+
+
+def by_kind(
+    fleet: MixFleet, rows: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    return {
+        kind: [normalized(d, r) for d, r in zip(fleet.of(kind), found, strict=True)]
+        for kind, found in rows.items()
+    }
+
+
+def assert_same_on_every_kind(outcomes: dict[str, list[dict[str, Any]]]) -> None:
+    """Row j of every kind is the same device (same id, tier, GPU): the same outcome."""
+    first, *others = outcomes
+    for kind in others:
+        diff = [
+            (j, outcomes[first][j], outcomes[kind][j])
+            for j in range(len(outcomes[first]))
+            if outcomes[first][j] != outcomes[kind][j]
+        ]
+        assert diff == [], f"{kind} differs from {first}: {diff[:3]}"
+
+
+def test_a_bundle_canary_reaches_every_client_kind_as_one_set(
+    project: Path, programs: dict[str, DeviceProgram], tmp_path: Path
+) -> None:
+    """The canary by the cohort rule, a faulty GPU on CPU, a broken probe never installed."""
+    with mixed_fleet(project, programs, tmp_path, ("high", "mid", "low")) as (kit, fleet, _, _):
+        manifests = {tier: kit.registry.read_manifest(BUNDLE, tier) for tier in ("high", "mid", "low")}
+        first = by_kind(fleet, update_all(fleet))
+        for kind, outcomes in first.items():
+            for device, got in zip(fleet.of(kind), outcomes, strict=True):
+                assert got == expect(device, manifests[device.tier]), (kind, device)
+
+        kit.publish_bundle("2.0.0", percent=50.0)
+        kit.clock.advance(1)
+        manifests = {tier: kit.registry.read_manifest(BUNDLE, tier) for tier in manifests}
+        canary = by_kind(fleet, update_all(fleet))
+
+        # Per kind: two devices outside the cohort (one of them high tier) get kernels that
+        # miscompute every backend; at 100 % the candidate reaches them and must not install.
+        outside = [
+            d
+            for d in fleet.of(next(iter(programs)))
+            if not entry_of(manifests[d.tier], d.device_id)[1]
+        ]
+        high = next(d for d in outside if d.tier == "high")
+        broken_ids = {high.device_id, next(d for d in outside if d is not high).device_id}
+        fleet.broken |= broken_ids
+        kit.set_percent(BUNDLE, 100.0)
+        kit.clock.advance(1)
+        full = {tier: kit.registry.read_manifest(BUNDLE, tier) for tier in manifests}
+        last = by_kind(fleet, update_all(fleet))
+
+    for kind in programs:
+        devices = fleet.of(kind)
+        for device, got in zip(devices, canary[kind], strict=True):
+            assert got == expect(device, manifests[device.tier]), (kind, device)
+            assert len({v for v, _, _ in got["members"].values()}) == 1, (kind, device)  # one set
+            assert set(got["members"]) == set(MEMBERS)
+        arms = [got["is_candidate"] for got in canary[kind]]
+        assert 0 < arms.count(True) < len(arms), kind  # both arms, on every kind
+        faulty = [(d, got) for d, got in zip(devices, canary[kind], strict=True) if d.faulty_gpu]
+        assert faulty, kind
+        for device, got in faulty:  # the GPU miscomputes: skipped, CPU chosen, installed
+            assert got["ok"], (kind, device)
+            assert {got["members"][m][2] for m in ("vision", "sensor")} == {"cpu"}, (kind, got)
+        healthy_high = [
+            got for d, got in zip(devices, canary[kind], strict=True)
+            if d.tier == "high" and not d.faulty_gpu
+        ]  # fmt: skip
+        assert {got["members"]["vision"][2] for got in healthy_high} == {"opencl"}, kind
+
+        for device, got in zip(devices, last[kind], strict=True):
+            if device.device_id in broken_ids:
+                stable = full[device.tier].stable
+                assert isinstance(stable, BundleEntry)
+                assert stable.version == "1.0.0"
+                assert got == expect(
+                    device, full[device.tier], code="probe-failed", kept=stable, refused=("2.0.0",)
+                ), (kind, device)
+            else:
+                assert got == expect(device, full[device.tier]), (kind, device)
+                assert got["version"] == "2.0.0", (kind, device)
+        mixed = [g for g in last[kind] if len({v for v, _, _ in g["members"].values()}) != 1]
+        assert mixed == [], kind
+        assert sum(g["error_code"] == "probe-failed" for g in last[kind]) == 2, kind
+    assert_same_on_every_kind(first)
+    assert_same_on_every_kind(canary)
+    assert_same_on_every_kind(last)
