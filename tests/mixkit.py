@@ -37,7 +37,11 @@ from edgereg.reports.summary import ArmSummary
 
 KINDS = ("python", "jvm", "swift")
 #: The built project's [tiers] (tests/buildkit.py), best first, and facts that resolve to each.
-TIER_RULES = {"high": {"min_ram_mb": 6144, "min_cpu_cores": 8}, "mid": {"min_ram_mb": 3072}, "low": {}}
+TIER_RULES = {
+    "high": {"min_ram_mb": 6144, "min_cpu_cores": 8},
+    "mid": {"min_ram_mb": 3072},
+    "low": {},
+}
 FACTS = {"high": (8192, 8), "mid": (4096, 6), "low": (2048, 4)}
 #: Every backend a runtime hint may name: a broken device miscomputes on each.
 ALL_BACKENDS = ("cpu", "opencl", "vulkan", "metal", "opengl", "nnapi", "coreml")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devicekit import DeviceProgram, DeviceError, selected_clients, spawn
+from devicekit import DeviceError, DeviceProgram, selected_clients, spawn
 from fleetkit import BUNDLE, MEMBERS, FleetRegistry, SimClock, build_bundle_project
 from mixkit import ClockedStore, MixDevice, MixFleet, installed_set, make_mix, store_rows
 from servekit import serve
@@ -112,7 +112,7 @@ def mixed_fleet(
 
 
 def entry_of(manifest: Manifest, device_id: str) -> tuple[BundleEntry, bool]:
-    """What the cohort rule gives ``device_id`` from ``manifest``, and whether it is the candidate."""
+    """The entry the cohort rule gives ``device_id`` from ``manifest``; True: the candidate."""
     inside = (
         manifest.candidate is not None
         and manifest.salt is not None
@@ -221,7 +221,9 @@ def test_a_bundle_canary_reaches_every_client_kind_as_one_set(
 ) -> None:
     """The canary by the cohort rule, a faulty GPU on CPU, a broken probe never installed."""
     with mixed_fleet(project, programs, tmp_path, ("high", "mid", "low")) as (kit, fleet, _, _):
-        manifests = {tier: kit.registry.read_manifest(BUNDLE, tier) for tier in ("high", "mid", "low")}
+        manifests = {
+            tier: kit.registry.read_manifest(BUNDLE, tier) for tier in ("high", "mid", "low")
+        }
         first = by_kind(fleet, update_all(fleet))
         for kind, outcomes in first.items():
             for device, got in zip(fleet.of(kind), outcomes, strict=True):
@@ -283,3 +285,140 @@ def test_a_bundle_canary_reaches_every_client_kind_as_one_set(
     assert_same_on_every_kind(first)
     assert_same_on_every_kind(canary)
     assert_same_on_every_kind(last)
+
+
+# --- the closed loop: confirm, crash-loop, report; the serve's store; run_auto ----------------
+
+
+def day(fleet: MixFleet, crashes_on: frozenset[str]) -> dict[str, list[dict[str, Any]]]:
+    """One day of use on every device: check for an update, start the app, report.
+
+    An app that crash-loops on a version in ``crashes_on`` dies before its first
+    inference on each start, never confirming, until ``app_started`` reverts it
+    (past ``max_unconfirmed_starts``); the app then runs on the last good set.
+    """
+
+    def run(kind: str, devices: list[MixDevice]) -> list[dict[str, Any]]:
+        program = fleet.programs[kind]
+        rows = []
+        for device in devices:
+            fleet.configure(device)
+            result = program.request("update", timeout=300)
+            starts: list[bool] = []
+            for _ in range(fleet.max_unconfirmed_starts + 2):
+                started = program.request("app_started")
+                starts.append(started["reverted"])
+                if started["reverted"]:
+                    continue  # the app starts again, on the last good set
+                installed = program.request("current")
+                version = installed["version"]
+                if version is None or version in crashes_on:
+                    continue  # dies before its first inference: no confirmation
+                for member in sorted(installed["members"]):
+                    for ms in LATENCIES:
+                        program.request("record_inference", ms=ms, model=member)
+                program.request("confirm", version=version)
+                break
+            program.request("flush", timeout=120)
+            status = program.request("status")
+            rows.append({"result": result, "starts": starts, "status": status})
+        return rows
+
+    return fleet.each_kind(run)
+
+
+def auto(kit: FleetRegistry, store: ClockedStore) -> Any:
+    """``edgereg rollout kit --auto`` on the simulated clock: the library's one workflow."""
+    return run_auto(
+        kit.registry,
+        BUNDLE,
+        policy=MIX_POLICY,
+        analyse=lambda state, now: rollout_analysis(
+            store, state, guardrails=MIX_POLICY.guardrails, tiers=["high"], now=now
+        ),
+        now=kit.clock(),
+        signers=lambda: kit.signer,
+        actor="mix-cron",
+        expires_days=kit.expires_days,
+    )
+
+
+@pytest.mark.parametrize("crashes", [False, True], ids=["good-candidate", "crash-loop"])
+def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
+    project: Path, programs: dict[str, DeviceProgram], tmp_path: Path, crashes: bool
+) -> None:
+    crashes_on = frozenset({"2.0.0"}) if crashes else frozenset()
+    with mixed_fleet(project, programs, tmp_path, ("high",)) as (kit, fleet, store, database):
+        day(fleet, crashes_on)
+        kit.clock.advance(1)
+        kit.publish_bundle("2.0.0", percent=25.0)
+        days, decisions = [], []
+        for _ in range(6):  # a day of use, then cron's `rollout --auto`
+            kit.clock.advance(1)
+            days.append(day(fleet, crashes_on))
+            kit.clock.advance(24)
+            result = auto(kit, store)
+            decisions.append((result.decision.action, result.decision.percent))
+            if result.decision.action in ("promote", "rollback", "pause"):
+                break
+        kit.clock.advance(1)
+        final = day(fleet, crashes_on)
+        state, _ = kit.registry.read_state(BUNDLE)
+        rows = list(store_rows(database, BUNDLE))
+
+    reasons = result.decision.reason
+    assert state is not None
+    assert state.history[-1].automatic
+    assert state.history[-1].evidence
+    if crashes:
+        assert decisions == [("rollback", None)], reasons
+        assert "revert" in reasons
+        assert (state.stable, state.candidate) == ("1.0.0", None)
+        landing = "1.0.0"
+    else:
+        assert decisions == [("step", 50.0), ("step", 100.0), ("promote", None)], reasons
+        assert (state.stable, state.candidate) == ("2.0.0", None)
+        landing = "2.0.0"
+
+    for kind in programs:
+        devices = fleet.of(kind)
+        # Every device of every kind ends on the landing release, as one set.
+        for device, row in zip(devices, final[kind], strict=True):
+            assert row["status"]["installed"]["version"] == landing, (kind, device)
+            assert set(installed_set(row["result"]).values()) == {landing}, (kind, device)
+        # The canary day: the cohort got 2.0.0; with a crash loop each of them reverted
+        # on its third unconfirmed start and refuses 2.0.0 for good.
+        canary = days[0][kind]
+        cohort = [row for row in canary if row["result"]["is_candidate"]]
+        assert cohort, kind
+        for row in cohort:
+            if crashes:
+                assert row["starts"][: fleet.max_unconfirmed_starts + 1] == [False, False, True]
+                assert "2.0.0" in row["status"]["refused"], (kind, row)
+                assert row["status"]["installed"]["version"] == "1.0.0"
+            else:
+                assert row["starts"] == [False], (kind, row)
+        # The report store has each kind's reports: confirmations, reverts, the backends.
+        mine = [r for r in rows if r["device_class"].startswith(f"{kind}-")]
+        candidate = {
+            r["token"] for r in mine if r["arm"] == "candidate" and r["unit_version"] == "2.0.0"
+        }
+        reverted = {r["token"] for r in mine if r["reverted"]}
+        confirmed = {r["token"] for r in mine if r["confirmed"] and r["unit_version"] == "2.0.0"}
+        assert candidate, kind
+        if crashes:
+            assert reverted == candidate, kind
+            assert confirmed == set(), kind
+        else:
+            assert reverted == set(), kind
+            assert confirmed, kind
+        # The faulty GPU: skipped by each kind's self-test, CPU chosen, the probe passed.
+        gpu = {
+            (r["device_class"], r["backend"], r["backends_skipped"], r["probe"])
+            for r in mine
+            if r["model"] != "tagger"  # its one variant hints no GPU
+        }
+        assert gpu == {
+            (f"{kind}-mali", "cpu", "opencl", "passed"),
+            (f"{kind}-adreno", "opencl", "", "passed"),
+        }, kind
