@@ -19,8 +19,15 @@ at once.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import socket
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -99,6 +106,95 @@ def make_mix(
     ]
 
 
+#: The runner command a device's client starts: a pipe between its stdin/stdout and a Unix
+#: socket (python -S: no site packages, so it starts in milliseconds, not MNN's seconds).
+RELAY = """
+import socket, sys, threading
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+def up():
+    for line in sys.stdin.buffer:
+        s.sendall(line)
+    s.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+out = sys.stdout.buffer
+while True:
+    data = s.recv(65536)
+    if not data:
+        break
+    out.write(data); out.flush()
+"""
+
+
+class SharedRunners:
+    """One long-lived host MNN runner per fault set, shared by every simulated device.
+
+    A device's ``runner.command`` is a relay to the runner of its fault set
+    (healthy, ``--faulty opencl``, every backend faulty), so a hundred
+    self-tests cost a hundred relay starts, not a hundred MNN imports: on a
+    loaded two-core host that is most of a fleet run. The runner is the real
+    tests/hostrunner.py; it names sessions with a counter, so devices of
+    three kinds can share it, one request at a time (a lock per runner).
+    """
+
+    def __init__(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="mix-runners-")
+        self._runners: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], threading.Lock]] = {}
+        self._servers: list[socket.socket] = []
+        self._guard = threading.Lock()
+
+    def command(self, faulty: Sequence[str]) -> list[str]:
+        """The runner command for a device whose backends in ``faulty`` miscompute."""
+        key = tuple(sorted(faulty))
+        with self._guard:
+            if key not in self._runners:
+                process = subprocess.Popen(
+                    hostrunner(faulty=key), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+                )
+                self._runners[key] = (process, threading.Lock())
+                path = os.path.join(self._dir, f"{len(self._servers)}.sock")
+                server = socket.socket(socket.AF_UNIX)
+                server.bind(path)
+                server.listen(16)
+                self._servers.append(server)
+                threading.Thread(target=self._accept, args=(server, key), daemon=True).start()
+            path = os.path.join(self._dir, f"{list(self._runners).index(key)}.sock")
+        return [sys.executable, "-S", "-c", RELAY, path]
+
+    def _accept(self, server: socket.socket, key: tuple[str, ...]) -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._pipe, args=(conn, key), daemon=True).start()
+
+    def _pipe(self, conn: socket.socket, key: tuple[str, ...]) -> None:
+        process, lock = self._runners[key]
+        assert process.stdin is not None
+        assert process.stdout is not None
+        with conn, conn.makefile("rb") as lines:
+            for line in lines:
+                if not line.strip():
+                    continue
+                with lock:  # one request, one answer line: never interleaved
+                    process.stdin.write(line.rstrip(b"\n") + b"\n")
+                    process.stdin.flush()
+                    answer = process.stdout.readline()
+                if not answer:
+                    return
+                conn.sendall(answer)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        for process, _ in self._runners.values():
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()
+            process.wait(timeout=30)
+        self._runners.clear()
+
+
 class ClockedStore:
     """The server's report store, each report stamped with the simulated clock on arrival."""
 
@@ -126,14 +222,17 @@ class MixFleet:
     max_unconfirmed_starts: int = 2
     # A device whose kernels miscompute on every backend (its runner: every backend faulty).
     broken: set[str] = field(default_factory=set)
+    runners: SharedRunners | None = None
 
     def configure(self, device: MixDevice) -> dict[str, Any]:
         """Switch the kind's program to ``device`` (a later configure replaces the client)."""
         ram_mb, cores = FACTS[device.tier]
+        faulty: Sequence[str] = ()
         if device.device_id in self.broken:
-            runner = hostrunner(faulty=ALL_BACKENDS)
-        else:
-            runner = hostrunner(faulty=["opencl"] if device.faulty_gpu else [])
+            faulty = ALL_BACKENDS
+        elif device.faulty_gpu:
+            faulty = ("opencl",)
+        runner = hostrunner(faulty=faulty) if self.runners is None else self.runners.command(faulty)
         program = self.programs[device.kind]
         return program.request(
             "configure",
