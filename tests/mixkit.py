@@ -273,6 +273,12 @@ class MixFleet:
             futures = {kind: pool.submit(work, kind, self.of(kind)) for kind in self.programs}
             return {kind: future.result() for kind, future in futures.items()}
 
+    def join(self, per_kind: int, *, seed: int) -> None:
+        """New phones install the app: ``per_kind`` fresh devices of each kind, same layout."""
+        where = self.devices[0].cache_dir.parent.parent
+        tiers = list(dict.fromkeys(d.tier for d in self.devices))
+        self.devices += make_mix(per_kind, where, kinds=list(self.programs), tiers=tiers, seed=seed)
+
     def of(self, kind: str) -> list[MixDevice]:
         return [d for d in self.devices if d.kind == kind]
 

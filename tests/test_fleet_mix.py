@@ -54,6 +54,9 @@ from edgereg.reports.canary import rollout_analysis
 from edgereg.serve._ratelimit import RateLimiter
 
 PER_KIND = 10
+#: The closed loop: devices per kind before the canary, and new phones per kind each day.
+LOOP_START = 8
+LOOP_JOIN = 6
 MIX_POLICY = RolloutPolicy.model_validate(
     {
         "steps": [25, 50, 100],
@@ -107,6 +110,8 @@ def mixed_fleet(
     runners: SharedRunners,
     work: Path,
     tiers: tuple[str, ...],
+    *,
+    per_kind: int = PER_KIND,
 ) -> Iterator[tuple[FleetRegistry, MixFleet, ClockedStore, Path]]:
     """1.0.0 published --full, served with a report store; the devices (none updated yet)."""
     kit = FleetRegistry.create(work / "registry", project, clock=SimClock())
@@ -120,7 +125,7 @@ def mixed_fleet(
         # Every device posts from 127.0.0.1: the per-address report limit is lifted.
         limiter = RateLimiter(1e6, 10**6)
         with serve(kit.storage, reports=sink, report_limiter=limiter) as base_url:
-            devices = make_mix(PER_KIND, work / "devices", kinds=list(programs), tiers=tiers)
+            devices = make_mix(per_kind, work / "devices", kinds=list(programs), tiers=tiers)
             fleet = MixFleet(
                 programs, devices, base_url + "/", kit.signer.public_pem().decode(), kit.clock,
                 BUNDLE, runners=runners,
@@ -312,7 +317,9 @@ def test_a_bundle_canary_reaches_every_client_kind_as_one_set(
 # --- the closed loop: confirm, crash-loop, report; the serve's store; run_auto ----------------
 
 
-def day(fleet: MixFleet, crashes_on: frozenset[str]) -> dict[str, list[dict[str, Any]]]:
+def day(
+    fleet: MixFleet, crashes_on: frozenset[str]
+) -> dict[str, list[tuple[MixDevice, dict[str, Any]]]]:
     """One day of use on every device: check for an update, start the app, report.
 
     An app that crash-loops on a version in ``crashes_on`` dies before its first
@@ -320,7 +327,7 @@ def day(fleet: MixFleet, crashes_on: frozenset[str]) -> dict[str, list[dict[str,
     (past ``max_unconfirmed_starts``); the app then runs on the last good set.
     """
 
-    def run(kind: str, devices: list[MixDevice]) -> list[dict[str, Any]]:
+    def run(kind: str, devices: list[MixDevice]) -> list[tuple[MixDevice, dict[str, Any]]]:
         program = fleet.programs[kind]
         rows = []
         for device in devices:
@@ -343,7 +350,7 @@ def day(fleet: MixFleet, crashes_on: frozenset[str]) -> dict[str, list[dict[str,
                 break
             program.request("flush", timeout=120)
             status = program.request("status")
-            rows.append({"result": result, "starts": starts, "status": status})
+            rows.append((device, {"result": result, "starts": starts, "status": status}))
         return rows
 
     return fleet.each_kind(run)
@@ -374,18 +381,19 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
     crashes: bool,
 ) -> None:
     crashes_on = frozenset({"2.0.0"}) if crashes else frozenset()
-    with mixed_fleet(project, programs, runners, tmp_path, ("high",)) as (
+    with mixed_fleet(project, programs, runners, tmp_path, ("high",), per_kind=LOOP_START) as (
         kit,
         fleet,
         store,
         database,
     ):
-        day(fleet, crashes_on)
+        day(fleet, crashes_on)  # 1.0.0 installed and confirmed on the first devices
         kit.clock.advance(1)
         kit.publish_bundle("2.0.0", percent=25.0)
         days, decisions, reasons = [], [], []
-        for _ in range(6):  # a day of use, then cron's `rollout --auto`
+        for n in range(5):  # new phones join, a day of use, then cron's `rollout --auto`
             kit.clock.advance(1)
+            fleet.join(LOOP_JOIN, seed=100 + n)
             days.append(day(fleet, crashes_on))
             kit.clock.advance(24)
             result = auto(kit, store)
@@ -411,21 +419,18 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
     assert state.history[-1].evidence
 
     for kind in programs:
-        devices = fleet.of(kind)
         # Every device of every kind ends on the landing release, as one set.
-        for device, row in zip(devices, final[kind], strict=True):
+        for device, row in final[kind]:
             assert row["status"]["installed"]["version"] == landing, (kind, device)
             assert set(installed_set(row["result"]).values()) == {landing}, (kind, device)
         # The canary day: the cohort got 2.0.0; with a crash loop each of them reverted
         # on its third unconfirmed start and refuses 2.0.0 for good.
-        canary = days[0][kind]
-        cohort = [row for row in canary if row["result"]["is_candidate"]]
+        cohort = [row for _, row in days[0][kind] if row["result"]["is_candidate"]]
         assert cohort, kind
         for row in cohort:
             if crashes:
                 assert row["starts"][: fleet.max_unconfirmed_starts + 1] == [False, False, True]
                 assert "2.0.0" in row["status"]["refused"], (kind, row)
-                assert row["status"]["installed"]["version"] == "1.0.0"
             else:
                 assert row["starts"] == [False], (kind, row)
         # The report store has each kind's reports: confirmations, reverts, the backends.
@@ -441,7 +446,7 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
             assert confirmed == set(), kind
         else:
             assert reverted == set(), kind
-            assert confirmed, kind
+            assert confirmed == candidate, kind
         # The faulty GPU: skipped by each kind's self-test, CPU chosen, the probe passed.
         gpu = {
             (r["device_class"], r["backend"], r["backends_skipped"], r["probe"])
