@@ -356,6 +356,20 @@ def day(
     return fleet.each_kind(run)
 
 
+def loop_outcome(row: dict[str, Any]) -> dict[str, Any]:
+    """One device's day, without what differs by kind and not by rule (paths, timings)."""
+    result, status = row["result"], row["status"]
+    installed = status["installed"]
+    return {
+        "error_code": result["error_code"],
+        "is_candidate": result["is_candidate"],
+        "updated": result["updated"],
+        "starts": row["starts"],
+        "installed": None if installed is None else installed["version"],
+        "refused": sorted(status["refused"]),
+    }
+
+
 def auto(kit: FleetRegistry, store: ClockedStore) -> Any:
     """``edgereg rollout kit --auto`` on the simulated clock: the library's one workflow."""
     return run_auto(
@@ -418,6 +432,13 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
     assert state.history[-1].automatic
     assert state.history[-1].evidence
 
+    # Row j of each kind is the same device (install id, GPU): the same day, every day.
+    assert_same_on_every_kind(
+        {
+            kind: [loop_outcome(row) for d in [*days, final] for _, row in d[kind]]
+            for kind in programs
+        }
+    )
     for kind in programs:
         # Every device of every kind ends on the landing release, as one set.
         for device, row in final[kind]:
