@@ -14,7 +14,8 @@ GPU's fault, an app that crash-loops on a release) and time: one
 :class:`~fleetkit.SimClock` signs the registry's states, is every device's
 fixed clock (``configure``'s ``now``) and stamps the reports the server
 stores (:class:`ClockedStore`), so the soak days of ``rollout --auto`` pass
-at once.
+at once. The self-tests' host MNN runners are shared by fault set
+(:class:`SharedRunners`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -193,6 +195,7 @@ class SharedRunners:
                     process.stdin.close()
             process.wait(timeout=30)
         self._runners.clear()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class ClockedStore:

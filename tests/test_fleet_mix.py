@@ -14,14 +14,23 @@ rule of edgereg.protocol.rules on the manifest's salt and percent) AND the
 three kinds' outcome tables must be equal, row for row.
 
 Test policy for ``rollout --auto`` (:data:`MIX_POLICY`): the default
-guardrails want 50 reports per arm and tier, a fleet of thousands; 48
-devices (16 per kind) in one tier give a 25 % arm about 12, so the policy
-asks for 3 and allows a 30-point rise of a failure rate (what a dozen
-devices can rule out), as tests/test_fleet.py does. Every device measures
-the same inference times (the latency guardrail compares equal arms), and
-the load time, measured for real by three different clients on a shared
-host, is a non-critical guardrail with a 1000 % margin: this file tests the
-loop across clients, not latency detection.
+guardrails want 50 reports per arm and tier, a fleet of thousands. Here the
+loop runs one tier, 8 devices per kind before the canary and 6 new phones per
+kind joining each day, so an arm of a step holds about 6 to 20 devices; the
+policy asks for 3 per arm and allows a 30-point rise of a failure rate (what
+a dozen devices can rule out), as tests/test_fleet.py does. New phones join
+because the device program has no op for the periodic latency report an app
+sends (the library's ``report_latency``): a device reports when it installs,
+confirms or reverts, so without newcomers the stable arm would have no
+reports in a step's period and every guardrail would stay inconclusive.
+Every device measures the same inference times (the latency guardrail
+compares equal arms), and the load time, measured for real by three clients
+on a shared host, is a non-critical guardrail with a 1000 % margin: this
+file tests the loop across clients, not latency detection.
+
+The self-tests share one host MNN runner per fault set (healthy, faulty
+GPU, every backend faulty) through a relay (:class:`mixkit.SharedRunners`):
+starting MNN once per device costs more than the whole fleet otherwise.
 """
 
 from __future__ import annotations
