@@ -80,6 +80,7 @@ def make_mix(
     tiers: Sequence[str] = ("high", "mid", "low"),
     faulty_every: int = 2,
     seed: int = 17,
+    ids: Sequence[str] | None = None,
 ) -> list[MixDevice]:
     """``per_kind`` devices of each kind: the same install ids, tiers and GPUs on every kind.
 
@@ -88,10 +89,11 @@ def make_mix(
     client plays it and the kinds' outcomes compare one to one. It is in
     ``tiers[j % len(tiers)]``; every ``faulty_every``-th high-tier device
     (counting from the second) has a faulty GPU. Install ids are seeded random
-    hex, as an app's would be.
+    hex, as an app's would be, unless given as ``ids``.
     """
-    rng = random.Random(seed)
-    ids = [f"{rng.getrandbits(64):016x}" for _ in range(per_kind)]
+    if ids is None:
+        rng = random.Random(seed)
+        ids = [f"{rng.getrandbits(64):016x}" for _ in range(per_kind)]
     layout = []
     high_seen = 0
     for j, device_id in enumerate(ids):
@@ -276,11 +278,40 @@ class MixFleet:
             futures = {kind: pool.submit(work, kind, self.of(kind)) for kind in self.programs}
             return {kind: future.result() for kind, future in futures.items()}
 
-    def join(self, per_kind: int, *, seed: int) -> None:
-        """New phones install the app: ``per_kind`` fresh devices of each kind, same layout."""
+    def join(
+        self,
+        per_kind: int,
+        *,
+        seed: int,
+        inside: Callable[[str], bool],
+        each_arm: int = 0,
+        stable_arm: bool = True,
+    ) -> None:
+        """New phones install the app: ``per_kind`` fresh devices of each kind, same layout.
+
+        ``inside(device_id)`` is the cohort rule at the current percent; at
+        least ``each_arm`` of the newcomers fall inside it and, when there is a
+        ``stable_arm`` (below 100 %), ``each_arm`` outside (seeded ids drawn
+        until both are met), so every arm of a step has reports whatever salt
+        the publish drew.
+        """
+        rng = random.Random(seed)
+        draws = [f"{rng.getrandbits(64):016x}" for _ in range(per_kind)]
+
+        def short() -> bool:
+            ins = sum(inside(i) for i in draws)
+            return ins < each_arm or (stable_arm and len(draws) - ins < each_arm)
+
+        while short():
+            draws.append(f"{rng.getrandbits(64):016x}")
+        ins = [i for i in draws if inside(i)]
+        outs = [i for i in draws if not inside(i)]
+        picked = ins[:each_arm] + outs[:each_arm]
+        picked += [i for i in draws if i not in picked][: per_kind - len(picked)]
         where = self.devices[0].cache_dir.parent.parent
         tiers = list(dict.fromkeys(d.tier for d in self.devices))
-        self.devices += make_mix(per_kind, where, kinds=list(self.programs), tiers=tiers, seed=seed)
+        kinds = list(self.programs)
+        self.devices += make_mix(per_kind, where, kinds=kinds, tiers=tiers, ids=picked)
 
     def of(self, kind: str) -> list[MixDevice]:
         return [d for d in self.devices if d.kind == kind]
