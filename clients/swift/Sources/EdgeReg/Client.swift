@@ -547,6 +547,12 @@ public actor EdgeRegClient {
         check = result
         if let failure { throw failure }
         guard check.remaining == 0 else {
+            guard writer.announced else {
+                // No Content-Length: the body's end is the answer's end, and a short answer
+                // is another file, which asking again would bring back (rule 14).
+                Files.remove(part)
+                throw Failure(code: Reason.badBlob, message: "\(url.absoluteString): the answer ended after \(check.received) of \(check.size) bytes with no Content-Length; the server holds a different file under this digest")
+            }
             throw Failure(code: Reason.transport, message: "\(url.absoluteString): connection closed after \(check.received) of \(check.size) bytes; the next update resumes")
         }
         return transferred

@@ -70,9 +70,14 @@ public enum Conformance {
             let size = entry["size"]?.intValue, let bodyText = o["body"]?.stringValue, let body = Data(base64Encoded: bodyText)
         else { throw HarnessError("blob vector input needs entry.sha256, entry.size and a base64 body") }
         var check = BlobCheck(sha256: sha, size: size)
-        do {
-            try check.expect(o["content_length"]?.intValue)
+        do throws(Rejection) {
+            let length = o["content_length"]?.intValue
+            try check.expect(length)
             try check.update(body)
+            if let length, Int64(body.count) < length {
+                // Fewer bytes than announced (and held to what remains): a cut connection.
+                throw Rejection(Reason.transport, "connection closed after \(body.count) of \(length) announced bytes")
+            }
             try check.finish()
             return .object(JSONObject([("accept", .bool(true))]))
         } catch {

@@ -280,10 +280,16 @@ public struct BlobCheck: Sendable {
         hasher = SHA256Hasher()
     }
 
-    /// Refuse up front a body announced longer than what remains.
+    /// Refuse up front a body announced longer or shorter than what remains (rules 13–14):
+    /// a complete answer of another length is another file, and asking again brings the
+    /// same bytes. A body that then ends before `length` is a cut connection: the
+    /// caller's transport failure, resumed later.
     public func expect(_ length: Int64?) throws(Rejection) {
         if let length, length > remaining {
             throw Rejection(Reason.blobTooLarge, "the server announces \(received + length) bytes for blob \(sha256.prefix(12)), the manifest declares \(size)")
+        }
+        if let length, length < remaining {
+            throw Rejection(Reason.badBlob, "the server announces \(received + length) bytes for blob \(sha256.prefix(12)), the manifest declares \(size)")
         }
     }
 

@@ -20,6 +20,7 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     private var _transferred: Int64 = 0
     private var _restart = false
     private var _stopped = false
+    private var _announced = false
     private let limits: Limits
     private var windowStart = Date()
     private var windowBytes = 0
@@ -38,6 +39,9 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     var restart: Bool { lock.withLock { _restart } }
     var stopped: Bool { lock.withLock { _stopped } }
     var transferred: Int64 { lock.withLock { _transferred } }
+    /// The answer carried a Content-Length (held to what remains): a body ending short of it
+    /// is a cut connection; without one, the end of the body is the end of the answer.
+    var announced: Bool { lock.withLock { _announced } }
     var outcome: (BlobCheck, Failure?, Int64) { lock.withLock { (check, failure, _transferred) } }
 
     private func stop(_ f: Failure?, deletePart: Bool) -> Bool {
@@ -72,7 +76,9 @@ final class BlobWriter: BodySink, @unchecked Sendable {
                 return stop(Failure(code: Reason.transport, message: "\(url) answered HTTP \(status), expected 200"), deletePart: false)
             }
             do {
-                try check.expect(headers["content-length"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) })
+                let length = headers["content-length"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+                try check.expect(length)
+                _announced = length != nil
             } catch {
                 return stop((error as? Rejection)?.failure ?? Failure(code: Reason.badBlob, message: "\(error)"), deletePart: true)
             }

@@ -107,9 +107,6 @@ public struct JSONError: Error, Sendable, CustomStringConvertible {
 /// exhaust the stack), nothing after the value but whitespace.
 public enum StrictJSON {
     public static let maxDepth = 64
-    /// CPython refuses integer literals longer than this (int_max_str_digits); the
-    /// reference parser therefore refuses them, and so does this one.
-    static let maxIntegerDigits = 4300
 
     public static func parse(_ data: Data, maxDepth: Int = StrictJSON.maxDepth) throws(JSONError) -> JSONValue {
         let bytes = [UInt8](data)
@@ -385,10 +382,13 @@ public enum StrictJSON {
             }
             let text = String(decoding: bytes[start..<pos], as: UTF8.self)
             if isInteger {
+                // §2: an integer whose nearest double is infinite is malformed like 1e400
+                // (more than 309 digits, or from 2^1024 - 2^970 up); no digit limit of our own.
                 let digits = intEnd - start - (bytes[start] == UInt8(ascii: "-") ? 1 : 0)
-                if digits > StrictJSON.maxIntegerDigits { throw fail("integer of more than 4300 digits") }
-                let exact = Int64(text)
-                return JSONNumber(isInteger: true, int: exact, double: Double(text) ?? .infinity)
+                guard digits <= 309, let value = Double(text), value.isFinite else {
+                    throw fail("integer \(text.prefix(24))… (\(digits) digits) is beyond a double")
+                }
+                return JSONNumber(isInteger: true, int: Int64(text), double: value)
             }
             guard let value = Double(text), value.isFinite else {
                 throw fail("number \(text.prefix(24)) is not finite")

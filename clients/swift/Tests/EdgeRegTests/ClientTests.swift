@@ -142,6 +142,12 @@ final class Fixture: @unchecked Sendable {
 }
 
 let digits = ReleaseUnit.model("digits")
+
+/// The `.part` files under a cache: what a later update would resume.
+func parts(_ cache: URL) -> [String] {
+    let all = FileManager.default.enumerator(atPath: cache.path)?.allObjects as? [String] ?? []
+    return all.filter { $0.hasSuffix(".part") }
+}
 let ocr = ReleaseUnit.bundle("ocr")
 
 @Suite(.serialized) struct ClientTests {
@@ -204,6 +210,47 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(again.notModified)
         #expect(await client.flushReports() == 1)
         #expect(ReportSchema.refusal(try #require(f.server.reports.first)) == nil)
+    }
+
+    @Test(arguments: [(true, nil), (false, nil), (true, "127.0.0.2"), (false, "127.0.0.2")] as [(Bool, String?)])
+    func aShortCompleteAnswerIsABadBlobNotATransportFailure(announced: Bool, source: String?) async throws {
+        // Rule 14: a complete answer of fewer bytes is another file; asking again brings the
+        // same bytes, so it is bad-blob (never a transport failure retried forever).
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        let path = v1["path"]!.stringValue!
+        let whole = try Data(contentsOf: f.registry.root.appendingPathComponent(path))
+        f.server.override(path, whole.dropLast())
+        if !announced { f.server.omitLength(path) }
+        let client = f.client(sourceAddress: source)
+        for _ in 0..<2 {
+            let r = await client.update(digits)
+            #expect(r.errorCode == "bad-blob" && r.version == nil, "\(r.error ?? "")")
+            #expect(parts(f.cache).isEmpty, "no .part is kept for a resume")
+        }
+        if announced {
+            // Refused on the headers: not one body byte was written.
+            #expect(await client.update(digits).error?.contains("announces") == true)
+        }
+    }
+
+    @Test(arguments: [nil, "127.0.0.2"] as [String?])
+    func aResumeFromAServerWhoseFileIsNowShorterIsABadBlob(source: String?) async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        let path = v1["path"]!.stringValue!
+        f.server.dropAfter(path, 10_000)  // Content-Length announced, then the connection cut
+        let client = f.client(sourceAddress: source)
+        let cut = await client.update(digits)
+        #expect(cut.errorCode == "transport", "\(cut.error ?? "")")
+        #expect(await client.status(digits).pending?.remainingBytes == 30_000)
+        let whole = try Data(contentsOf: f.registry.root.appendingPathComponent(path))
+        f.server.override(path, whole.dropLast(10))
+        let shorter = await client.update(digits)
+        #expect(shorter.errorCode == "bad-blob" && shorter.version == nil, "\(shorter.error ?? "")")
+        #expect(parts(f.cache).isEmpty)
     }
 
     @Test func concurrentCallsTakeTurns() async throws {

@@ -31,6 +31,7 @@ final class TestServer: @unchecked Sendable {
     private var _reports: [Data] = []
     private var _failPosts = 0
     private var _trickle: Set<String> = []
+    private var _omitLength: Set<String> = []
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/")! }
 
@@ -69,6 +70,8 @@ final class TestServer: @unchecked Sendable {
     func setRanges(_ on: Bool) { lock.withLock { _ranges = on } }
     /// Serve `path` at about 2 KB/s (a server that never trips a read timeout).
     func trickle(_ path: String) { lock.withLock { _ = _trickle.insert(path) } }
+    /// Answer `path` without a Content-Length: the body ends where the connection closes.
+    func omitLength(_ path: String) { lock.withLock { _ = _omitLength.insert(path) } }
     /// The next `n` reports are answered 503 (the store is down).
     func failPosts(_ n: Int) { lock.withLock { _failPosts = n } }
     var log: [(path: String, status: Int, bytes: Int)] { lock.withLock { _log } }
@@ -127,7 +130,7 @@ final class TestServer: @unchecked Sendable {
     private func respond(_ fd: Int32, _ status: Int, _ headers: [String: String], _ body: Data, path: String, limit: Int? = nil) {
         var text = "HTTP/1.1 \(status) X\r\nConnection: close\r\n"
         var h = headers
-        h["Content-Length"] = String(body.count)
+        if !lock.withLock({ _omitLength.contains(path) }) { h["Content-Length"] = String(body.count) }
         for (k, v) in h { text += "\(k): \(v)\r\n" }
         text += "\r\n"
         let sent = limit.map { min($0, body.count) } ?? body.count
