@@ -38,6 +38,7 @@ class _LazyGroup(click.Group):
         "promote": "edgereg.cli.release:promote",
         "publish": "edgereg.cli.release:publish",
         "pull": "edgereg.cli.pull:pull_command",
+        "rebuild-state": "edgereg.cli.release:rebuild_state",
         "report": "edgereg.cli.buildreport:report_command",
         "resign": "edgereg.cli.release:resign",
         "resume": "edgereg.cli.release:resume",
