@@ -417,6 +417,33 @@ def test_offline_first_launch_installs_the_shipped_release_then_a_newer_replaces
     assert json.loads((cache / "state/ocr/sequence.json").read_text())["highest_sequence"] == 2
 
 
+def test_a_shipped_release_with_the_highest_sequence_blocks_no_online_update(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    """Issue #22: a shipped release never raises the sequence devices remember."""
+    data = kit.publish("ocr", kit.bundle_entry("1.0.0"), sequence=2**53 - 1)
+    release = shipped(kit, tmp_path, data)
+    cache = tmp_path / "c"
+    first = client(kit, "http://127.0.0.1:9/", cache, bundled=release).current()
+    assert first is not None
+    assert first.bundled
+    assert not (cache / "state/ocr/sequence.json").exists()
+    kit.publish("ocr", kit.bundle_entry("1.1.0"), sequence=7)  # the registry's real history
+    online = client(kit, server.url, cache, bundled=release).fetch()
+    assert online.ok, online.error
+    assert_set(online, kit, "1.1.0")
+    # The next start does not put the shipped copy back over the online release ...
+    restarted = client(kit, server.url, cache, bundled=release)
+    current = restarted.current()
+    assert current is not None
+    assert current.version == "1.1.0"
+    # ... and rollback protection holds from the online sequence on.
+    kit.publish("ocr", kit.bundle_entry("1.0.0"), sequence=6)
+    replayed = restarted.fetch()
+    assert replayed.error_code == "rollback"
+    assert json.loads((cache / "state/ocr/sequence.json").read_text())["highest_sequence"] == 7
+
+
 def test_a_tampered_shipped_blob_is_not_installed(kit: Kit, tmp_path: Path) -> None:
     data = kit.publish("ocr", kit.bundle_entry("1.0.0"))
     release = shipped(kit, tmp_path, data)
