@@ -643,6 +643,36 @@ def test_pull_a_bundle_prints_the_contracts_and_status(
     assert sorted(data["members"]) == sorted(MEMBERS)
 
 
+HOSTILE_LABELS = ["\x1b]0;owned\x07title", "bidi\u202eexe.txt", "csi\x9b31m", "\x1b[2J"]
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_pull_prints_publisher_labels_with_control_characters_escaped(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    """Issue #22: signed is not safe for a terminal."""
+    pem = tmp_path / "registry.pub.pem"
+    pem.write_bytes(kit.signer.public_pem())
+    kit.publish("ocr", kit.bundle_entry("1.0.0", labels=HOSTILE_LABELS, labels_as_blob=True))
+    cache = tmp_path / "c"
+    common = ["--registry", server.url, "--device-id", "d1", "--tier", "high"]
+    common += ["--trusted-key", str(pem), "--out", str(cache)]
+    runner = CliRunner()
+    done = runner.invoke(pull_command, ["--bundle", "ocr", *common])
+    status = runner.invoke(pull_command, ["--bundle", "ocr", "--status", "--out", str(cache)])
+    as_json = runner.invoke(
+        pull_command, ["--bundle", "ocr", "--status", "--out", str(cache), "--json"]
+    )
+    for result in (done, status):
+        assert result.exit_code == 0, result.output
+        assert not any(c in result.output for c in RAW_CONTROLS), repr(result.output)
+    assert "\\x1b]0;owned\\x07title" in done.output
+    assert "bidi\\u202eexe.txt" in done.output
+    # JSON escapes them its own way and stays exact.
+    assert not any(c in as_json.output for c in RAW_CONTROLS)
+    assert as_json.exit_code == 0, as_json.output
+
+
 def test_pull_offline_release_installs_without_network(kit: Kit, tmp_path: Path) -> None:
     pem = tmp_path / "registry.pub.pem"
     pem.write_bytes(kit.signer.public_pem())

@@ -33,6 +33,7 @@ from edgereg.cli._common import (
     optional_config,
     print_note,
     print_result,
+    printable,
     registry_option,
     registry_read_options,
     registry_write_options,
@@ -431,7 +432,7 @@ def status(
         _write_status_page(html_path, registry, config, pinned=bool(config or trusted_key_paths))
     for st in statuses:
         for warning in st.warnings:
-            errors.print(f"[bold red]WARNING:[/] {escape(warning)}", markup=True)
+            errors.print(f"[bold red]WARNING:[/] {escape(printable(warning))}", markup=True)
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
         return
@@ -543,11 +544,11 @@ def history(
         table.add_row(
             str(event.sequence),
             format_time(event.at),
-            event.actor,
+            escape(printable(event.actor)),
             event.action,
             after.stable or "-",
             candidate,
-            note,
+            escape(printable(note)),
         )
     Console(width=max(Console().width, 110)).print(table)
     _print_bundle_versions(registry, state)
