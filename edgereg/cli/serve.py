@@ -26,7 +26,12 @@ from edgereg.cli._common import (
     trusted_key_option,
 )
 from edgereg.serve._app import DEFAULT_REPORT_BURST, DEFAULT_REPORT_RATE
-from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT
+from edgereg.serve._server import (
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_PER_ADDRESS,
+    DEFAULT_TIMEOUT,
+)
 
 log = logging.getLogger("edgereg.serve")
 #: Seconds between two retention passes over the report store.
@@ -73,7 +78,16 @@ PRUNE_INTERVAL = 3600.0
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_CONNECTIONS,
     show_default=True,
-    help="Connections served at once; more are answered 503 at once.",
+    help="Connections open at once; past it a new one closes the oldest idle one "
+    "(503 when every one is busy answering).",
+)
+@click.option(
+    "--max-per-address",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_PER_ADDRESS,
+    show_default=True,
+    help="Connections one client address may hold; past it its new one closes its own "
+    "oldest idle one. Devices behind one carrier NAT share an address.",
 )
 @click.option(
     "--shutdown-timeout",
@@ -130,6 +144,7 @@ def _serve(
     timeout: float,
     head_timeout: float,
     max_connections: int,
+    max_per_address: int,
     shutdown_timeout: float,
     reports_url: str | None,
     reports_rate: float,
@@ -203,6 +218,7 @@ def _serve(
             timeout=timeout,
             head_timeout=head_timeout,
             max_connections=max_connections,
+            max_per_address=max_per_address,
             trusted=registry.trusted_keys if pinned else None,
             policy=config.rollout_policy if config is not None else None,
             reports=sink,
