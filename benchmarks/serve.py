@@ -18,13 +18,19 @@ In one run:
 5. with ``--soak SECONDS``: 200 keep-alive clients (wrk) on manifests for
    that long while 100 idle sockets are held open (half of them with half a
    request head sent, reopened whenever the server closes them); reports
-   errors (target 0), the clients' p99 and the server's peak RSS.
+   errors (target 0), the clients' p99 and the server's peak RSS;
+6. with ``--idle-flood 2000,10000``: one host (127.0.0.2) opens that many
+   idle sockets and keeps reopening those the server closes, while normal
+   clients (127.0.0.1) fetch manifests; reports their success rate (target
+   100%) and p99 against the same clients without the flood. Socket counts
+   stay within ``ulimit -n`` (the soft limit is raised to the hard one).
 
 nginx and wrk come from Debian: `apt-get install -y nginx-light wrk`. Without
 nginx the comparison prints SKIP; without wrk the Python client is used.
 
 Usage: .venv/bin/python benchmarks/serve.py [--registry DIR] [--seconds 5]
-       [--rounds 3] [--connections 50] [--baseline REV] [--soak 30] [--json]
+       [--rounds 3] [--connections 50] [--baseline REV] [--soak 30]
+       [--idle-flood 2000,10000] [--json]
 """
 
 from __future__ import annotations
@@ -429,6 +435,121 @@ def soak(
     return result
 
 
+class IdleFlood:
+    """One host holding ``count`` idle sockets: what filled the connection cap in issue #22.
+
+    Opened from 127.0.0.2, so the server sees another host than the normal
+    clients; a socket the server closes is reopened (at most ``reopen_per_s``
+    a second: an attacker's churn, not a CPU flood of connects).
+    """
+
+    def __init__(self, url: str, count: int, source: str = "127.0.0.2") -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self._address = (host, int(port))
+        self._source = source
+        self._count = count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.opened = 0
+        self.refused = 0
+        self.closed_by_server = 0
+        self.held_at_end = 0
+
+    def _open(self) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(
+                self._address, timeout=5, source_address=(self._source, 0)
+            )
+        except OSError:
+            self.refused += 1
+            return None
+        self.opened += 1
+        return sock
+
+    def _run(self, reopen_per_s: int = 500) -> None:
+        import selectors
+
+        sockets: list[socket.socket | None] = []
+        for _ in range(self._count):
+            if self._stop.is_set():
+                break
+            sockets.append(self._open())
+        selector = selectors.DefaultSelector()
+        for index, sock in enumerate(sockets):
+            if sock is not None:
+                selector.register(sock, selectors.EVENT_READ, index)
+        while not self._stop.wait(0.2):
+            for key, _ in selector.select(timeout=0):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                selector.unregister(sock)
+                sock.close()
+                sockets[key.data] = None
+                self.closed_by_server += 1
+            budget = reopen_per_s // 5
+            for index, sock in enumerate(sockets):
+                if budget <= 0:
+                    break
+                if sock is None:
+                    budget -= 1
+                    sockets[index] = self._open()
+                    if sockets[index] is not None:
+                        selector.register(sockets[index], selectors.EVENT_READ, index)
+        self.held_at_end = sum(sock is not None for sock in sockets)
+        selector.close()
+        for sock in sockets:
+            if sock is not None:
+                sock.close()
+
+    def __enter__(self) -> IdleFlood:
+        self._thread.start()
+        return self
+
+    def wait_until_open(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.opened + self.refused < self._count and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def idle_flood(load: Any, url: str, path: str, counts: list[int], seconds: float) -> dict[str, Any]:
+    """Normal clients' success rate and p99 while one host holds ``counts`` idle sockets."""
+    clients = 20
+    control = load(url, path, clients, seconds)
+    out: dict[str, Any] = {"clients": clients, "seconds": seconds, "control": control, "runs": []}
+    for count in counts:
+        with IdleFlood(url, count) as flood:
+            flood.wait_until_open()
+            time.sleep(1.0)
+            result = load(url, path, clients, seconds)
+        attempts = result["requests"] + result["errors"]
+        out["runs"].append(
+            {
+                "idle_sockets": count,
+                "opened": flood.opened,
+                "refused": flood.refused,
+                "closed_by_server": flood.closed_by_server,
+                "held_at_end": flood.held_at_end,
+                "success_rate": result["requests"] / attempts if attempts else 0.0,
+                **result,
+            }
+        )
+    return out
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard one; returns the soft limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 # -- the 304 check ---------------------------------------------------------------------
 
 
@@ -504,8 +625,27 @@ def main() -> int:
         metavar="SECONDS",
         help="then run 200 clients for this long with 100 idle sockets held open",
     )
+    parser.add_argument(
+        "--idle-flood",
+        default="",
+        metavar="N,N",
+        help="then measure normal clients while one host holds N idle sockets (e.g. 2000,10000)",
+    )
+    parser.add_argument(
+        "--only-flood",
+        action="store_true",
+        help="measure the idle flood only (no nginx comparison rounds)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
+    flood_counts = [int(n) for n in args.idle_flood.split(",") if n.strip()]
+    open_files = raise_open_files_limit()
+    too_many = [n for n in flood_counts if n + 2048 > open_files]
+    if too_many:
+        parser.error(
+            f"--idle-flood {too_many[0]} needs about {too_many[0] + 2048} open files; "
+            f"ulimit -n allows {open_files}"
+        )
 
     workdir = Path(tempfile.mkdtemp(prefix="edgereg-bench-serve-"))
     try:
@@ -550,16 +690,16 @@ def main() -> int:
                     edgereg_server(registry, workdir, source=source)
                 )
                 results["baseline_revision"] = args.baseline
-            if have_starlette():
+            if have_starlette() and not args.only_flood:
                 urls["starlette"] = stack.enter_context(starlette_server(registry, workdir))
-            if nginx:
+            if nginx and not args.only_flood:
                 urls["nginx"] = stack.enter_context(nginx_server(nginx, registry, workdir))
             runs: dict[str, dict[str, list[dict[str, float]]]] = {
                 name: {"manifest": [], "blob": []} for name in urls
             }
             # Alternate the servers round by round, so a noisy neighbour on the
             # machine hurts all alike; report the median round.
-            for _ in range(args.rounds):
+            for _ in range(1 if args.only_flood else args.rounds):
                 for name, url in urls.items():
                     runs[name]["manifest"].append(load(url, manifest, args.connections))
                     if name not in ("baseline", "starlette"):
@@ -573,6 +713,10 @@ def main() -> int:
                     results[name]["blob"] = median_run(runs[name]["blob"], "mb_per_s")
             if args.soak > 0:
                 results["soak"] = soak(load, urls["edgereg"], manifest, args.soak, pids[0])
+            if flood_counts:
+                results["idle_flood"] = idle_flood(
+                    load, urls["edgereg"], manifest, flood_counts, args.seconds
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -601,6 +745,9 @@ def main() -> int:
     soaked = results.get("soak")
     if soaked is not None:
         passed = passed and soaked["errors"] == 0 and soaked["control_errors"] == 0
+    flooded = results.get("idle_flood")
+    if flooded is not None:
+        passed = passed and all(run["success_rate"] == 1.0 for run in flooded["runs"])
     if args.json:
         print(json.dumps(results, indent=2))
         return 0 if passed else 1
@@ -659,6 +806,23 @@ def main() -> int:
             f"with / without = "
             f"{soaked['requests_per_s'] / soaked['control_requests_per_s']:.2f}"
         )
+    if flooded is not None:
+        control = flooded["control"]
+        print(
+            f"idle flood: {flooded['clients']} normal clients (127.0.0.1) on manifests for "
+            f"{flooded['seconds']:g}s; without a flood {control['requests_per_s']:,.0f}/s, "
+            f"p99 {control['p99_ms']:.1f} ms, errors {control['errors']:.0f}"
+        )
+        for run in flooded["runs"]:
+            print(
+                f"  one host (127.0.0.2) holding {run['idle_sockets']:,} idle sockets "
+                f"(opened {run['opened']:,}, closed by the server {run['closed_by_server']:,}, "
+                f"held at the end {run['held_at_end']:,}): success "
+                f"{100 * run['success_rate']:.2f}% "
+                f"({'PASS' if run['success_rate'] == 1.0 else 'FAIL'}), "
+                f"{run['requests_per_s']:,.0f}/s, p99 {run['p99_ms']:.1f} ms, "
+                f"errors {run['errors']:.0f}"
+            )
     theirs_wire = ""
     if "nginx" in results:
         n_req, n_resp, _ = results["nginx"]["not_modified"]

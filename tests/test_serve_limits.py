@@ -498,3 +498,62 @@ def test_limits_are_documented() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "operations" / "s3-cdn.md").read_text()
     for needle in ("414", "431", "--head-timeout", "--max-connections", "--max-per-address"):
         assert needle in text, needle
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
+    """Issue #22: `--workers N` pre-forks N servers on one port (SO_REUSEPORT)."""
+    import signal as signals
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    expected = fake.storage.get("manifests/digits/mid.json")
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--registry", str(fake.root), "--workers", "3") as (proc, url):
+        assert "with 3 workers" in log.read_text()
+        workers = _children(proc.pid)
+        assert len(workers) == 3, workers
+        for _ in range(60):
+            answer = raw(
+                url, b"GET /manifests/digits/mid.json HTTP/1.1\r\nConnection: close\r\n\r\n"
+            )
+            assert answer.endswith(expected)
+        # Each worker counts its own requests: more than one of them answered.
+        served = set()
+        for _ in range(30):
+            metrics = raw(url, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+            served.add(hashlib.sha256(metrics.split(b"\r\n\r\n", 1)[1]).hexdigest())
+        assert len(served) > 1
+        proc.send_signal(signals.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{pid}").exists() for pid in workers):
+            assert time.monotonic() < deadline, "a worker outlived the server"
+            time.sleep(0.1)
+
+
+def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    with serve_process(tmp_path / "serve.log", "--registry", str(fake.root), "--workers", "2") as (
+        proc,
+        _,
+    ):
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):
+        assert time.monotonic() < deadline, "a worker outlived its killed parent"
+        time.sleep(0.1)

@@ -106,7 +106,10 @@ class RegistryServer(ThreadingHTTPServer):
         head_timeout: float = DEFAULT_HEAD_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
+        reuse_port: bool = False,
     ) -> None:
+        # Worker processes each bind the same port; the kernel spreads connections.
+        self.allow_reuse_port = reuse_port
         self.app = app
         self.timeout_s = timeout
         self.head_timeout_s = min(head_timeout, timeout)
@@ -655,6 +658,7 @@ def make_server(
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
+    reuse_port: bool = False,
     endpoint_url: str | None = None,
     trusted: Callable[[], TrustedKeys] | None = None,
     policy: Callable[[str], RolloutPolicy] | None = None,
@@ -676,6 +680,8 @@ def make_server(
             closes the oldest idle one, and with none idle it is answered 503.
         max_per_address: Connections one source address may hold; past it
             its new connection closes its own oldest idle one (or gets 503).
+        reuse_port: Bind with SO_REUSEPORT, so several worker processes
+            listen on one port (``edgereg serve --workers``).
         endpoint_url: S3 endpoint, when ``storage`` is an ``s3://`` URL.
         trusted: The publisher keys the operator pinned, for the status page
             (serving manifests and blobs needs none: apps verify them).
@@ -705,6 +711,7 @@ def make_server(
         head_timeout=head_timeout,
         max_connections=max_connections,
         max_per_address=max_per_address,
+        reuse_port=reuse_port,
     )
 
 
