@@ -15,6 +15,8 @@ In one run:
    as of git revision REV (e.g. the commit before a change), alternating
    with the current code round by round, as a ratio: a change must not
    lower it;
+   With ``--workers N``, `edgereg serve --workers N` is measured (nginx runs
+   its usual worker processes, one per core);
 5. with ``--soak SECONDS``: 200 keep-alive clients (wrk) on manifests for
    that long while 100 idle sockets are held open (half of them with half a
    request head sent, reopened whenever the server closes them); reports
@@ -85,7 +87,12 @@ def wait_for(url: str, timeout: float = 30) -> None:
 
 @contextlib.contextmanager
 def edgereg_server(
-    registry: Path, workdir: Path, *, source: Path | None = None, pids: list[int] | None = None
+    registry: Path,
+    workdir: Path,
+    *,
+    source: Path | None = None,
+    pids: list[int] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """Run `edgereg serve`; ``source`` is another checkout's top directory to run instead."""
     port = free_port()
@@ -94,7 +101,7 @@ def edgereg_server(
     if source is not None:
         env["PYTHONPATH"] = str(source)  # ahead of the editable install
     proc = subprocess.Popen(
-        [*SERVE_CMD, "--registry", str(registry), "--port", str(port)],
+        [*SERVE_CMD, "--registry", str(registry), "--port", str(port), *extra],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -626,6 +633,12 @@ def main() -> int:
         help="then run 200 clients for this long with 100 idle sockets held open",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="run `edgereg serve --workers N` (ratios and p99 against nginx with N workers)",
+    )
+    parser.add_argument(
         "--idle-flood",
         default="",
         metavar="N,N",
@@ -680,10 +693,16 @@ def main() -> int:
             "connections": args.connections,
             "seconds": args.seconds,
             "rounds": args.rounds,
+            "workers": args.workers,
         }
         with contextlib.ExitStack() as stack:
             pids: list[int] = []
-            urls = {"edgereg": stack.enter_context(edgereg_server(registry, workdir, pids=pids))}
+            extra = ("--workers", str(args.workers)) if args.workers > 1 else ()
+            urls = {
+                "edgereg": stack.enter_context(
+                    edgereg_server(registry, workdir, pids=pids, extra=extra)
+                )
+            }
             if args.baseline:
                 source = extract_revision(args.baseline, workdir)
                 urls["baseline"] = stack.enter_context(
@@ -757,7 +776,8 @@ def main() -> int:
         f"median of {args.rounds} rounds of {args.seconds:g}s; server and load generator "
         f"share {os.cpu_count()} cores"
     )
-    print(f"{'':24}{'edgereg serve':>16}{'nginx':>16}{'ratio':>10}")
+    label = "edgereg serve" + (f" x{args.workers}" if args.workers > 1 else "")
+    print(f"{'':24}{label:>16}{'nginx':>16}{'ratio':>10}")
 
     def row(label: str, key: str, what: str, fmt: str, ratio: str | None) -> None:
         mine = format(ours[what][key], fmt)
