@@ -715,6 +715,10 @@ def _dangling_key(root: Path) -> None:
     (root / "keys" / ("f" * 64 + ".pem")).symlink_to(root / "nowhere" / "gone.pem")
 
 
+def _looping_key(root: Path) -> None:
+    (root / "keys" / ("e" * 64 + ".pem")).symlink_to(root / "keys" / ("e" * 64 + ".pem"))
+
+
 def _dangling_state(root: Path) -> None:
     state = root / "models" / "digits" / "state.json"
     state.unlink()
@@ -734,7 +738,7 @@ def _unreadable_models(root: Path) -> None:
 # Issue #22: errors on public pages name nothing of the server's disk.
 @pytest.mark.parametrize(
     "damage",
-    [_dangling_key, _dangling_state, _dangling_release, _unreadable_models],
+    [_dangling_key, _looping_key, _dangling_state, _dangling_release, _unreadable_models],
     ids=lambda f: f.__name__.strip("_"),
 )
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "unpinned"])
