@@ -259,15 +259,14 @@ def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, f
     p99 = re.search(r"^\s+99%\s+(\S+)", out, re.MULTILINE)
     p50 = re.search(r"^\s+50%\s+(\S+)", out, re.MULTILINE)
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    errors = 0
-    for pattern in (
-        r"Non-2xx or 3xx responses: (\d+)",
-        r"Socket errors: connect (\d+), "
-        r"read (\d+), write (\d+), timeout (\d+)",
-    ):
-        found = re.search(pattern, out)
-        if found:
-            errors += sum(int(g) for g in found.groups())
+    non_2xx = socket_errors = 0
+    found = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if found:
+        non_2xx = int(found.group(1))
+    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if found:
+        socket_errors = sum(int(g) for g in found.groups())
+    errors = non_2xx + socket_errors
     transfer = re.search(r"Transfer/sec:\s+([0-9.]+)(B|KB|MB|GB)", out)
     mbps = 0.0
     if transfer:
@@ -277,8 +276,10 @@ def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, f
         "requests_per_s": rps,
         "p50_ms": _seconds(p50.group(1)) * 1000 if p50 else float("nan"),
         "p99_ms": _seconds(p99.group(1)) * 1000 if p99 else float("nan"),
-        "requests": total,
+        "requests": total,  # answered, whatever the status
         "errors": errors,
+        "non_2xx": non_2xx,
+        "socket_errors": socket_errors,
         "mb_per_s": mbps,
     }
 
@@ -289,6 +290,7 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
     port, _, path = port_path.partition("/")
     latencies: list[list[float]] = [[] for _ in range(connections)]
     errors = [0] * connections
+    non_2xx = [0] * connections
     received = [0] * connections
     deadline = time.monotonic() + seconds
 
@@ -302,6 +304,7 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
                 body = response.read()
                 if response.status != 200:
                     errors[index] += 1
+                    non_2xx[index] += 1
                 received[index] += len(body)
             except (OSError, http.client.HTTPException):
                 errors[index] += 1
@@ -324,8 +327,10 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
         "requests_per_s": len(everything) / elapsed,
         "p50_ms": quantiles[49] * 1000,
         "p99_ms": quantiles[98] * 1000,
-        "requests": len(everything),
+        "requests": len(everything),  # answered, whatever the status
         "errors": sum(errors),
+        "non_2xx": sum(non_2xx),
+        "socket_errors": sum(errors) - sum(non_2xx),
         "mb_per_s": sum(received) / elapsed / 1e6,
     }
 
@@ -532,7 +537,9 @@ def idle_flood(load: Any, url: str, path: str, counts: list[int], seconds: float
             flood.wait_until_open()
             time.sleep(1.0)
             result = load(url, path, clients, seconds)
-        attempts = result["requests"] + result["errors"]
+        # Answered 2xx out of every attempt (an answer or a socket error).
+        attempts = result["requests"] + result["socket_errors"]
+        succeeded = result["requests"] - result["non_2xx"]
         out["runs"].append(
             {
                 "idle_sockets": count,
@@ -540,7 +547,7 @@ def idle_flood(load: Any, url: str, path: str, counts: list[int], seconds: float
                 "refused": flood.refused,
                 "closed_by_server": flood.closed_by_server,
                 "held_at_end": flood.held_at_end,
-                "success_rate": result["requests"] / attempts if attempts else 0.0,
+                "success_rate": succeeded / attempts if attempts else 0.0,
                 **result,
             }
         )
