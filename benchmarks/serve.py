@@ -15,16 +15,24 @@ In one run:
    as of git revision REV (e.g. the commit before a change), alternating
    with the current code round by round, as a ratio: a change must not
    lower it;
+   With ``--workers N``, `edgereg serve --workers N` is measured (nginx runs
+   its usual worker processes, one per core);
 5. with ``--soak SECONDS``: 200 keep-alive clients (wrk) on manifests for
    that long while 100 idle sockets are held open (half of them with half a
    request head sent, reopened whenever the server closes them); reports
-   errors (target 0), the clients' p99 and the server's peak RSS.
+   errors (target 0), the clients' p99 and the server's peak RSS;
+6. with ``--idle-flood 2000,10000``: one host (127.0.0.2) opens that many
+   idle sockets and keeps reopening those the server closes, while normal
+   clients (127.0.0.1) fetch manifests; reports their success rate (target
+   100%) and p99 against the same clients without the flood. Socket counts
+   stay within ``ulimit -n`` (the soft limit is raised to the hard one).
 
 nginx and wrk come from Debian: `apt-get install -y nginx-light wrk`. Without
 nginx the comparison prints SKIP; without wrk the Python client is used.
 
 Usage: .venv/bin/python benchmarks/serve.py [--registry DIR] [--seconds 5]
-       [--rounds 3] [--connections 50] [--baseline REV] [--soak 30] [--json]
+       [--rounds 3] [--connections 50] [--baseline REV] [--soak 30]
+       [--idle-flood 2000,10000] [--json]
 """
 
 from __future__ import annotations
@@ -79,7 +87,12 @@ def wait_for(url: str, timeout: float = 30) -> None:
 
 @contextlib.contextmanager
 def edgereg_server(
-    registry: Path, workdir: Path, *, source: Path | None = None, pids: list[int] | None = None
+    registry: Path,
+    workdir: Path,
+    *,
+    source: Path | None = None,
+    pids: list[int] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """Run `edgereg serve`; ``source`` is another checkout's top directory to run instead."""
     port = free_port()
@@ -88,7 +101,7 @@ def edgereg_server(
     if source is not None:
         env["PYTHONPATH"] = str(source)  # ahead of the editable install
     proc = subprocess.Popen(
-        [*SERVE_CMD, "--registry", str(registry), "--port", str(port)],
+        [*SERVE_CMD, "--registry", str(registry), "--port", str(port), *extra],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -246,15 +259,14 @@ def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, f
     p99 = re.search(r"^\s+99%\s+(\S+)", out, re.MULTILINE)
     p50 = re.search(r"^\s+50%\s+(\S+)", out, re.MULTILINE)
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    errors = 0
-    for pattern in (
-        r"Non-2xx or 3xx responses: (\d+)",
-        r"Socket errors: connect (\d+), "
-        r"read (\d+), write (\d+), timeout (\d+)",
-    ):
-        found = re.search(pattern, out)
-        if found:
-            errors += sum(int(g) for g in found.groups())
+    non_2xx = socket_errors = 0
+    found = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if found:
+        non_2xx = int(found.group(1))
+    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if found:
+        socket_errors = sum(int(g) for g in found.groups())
+    errors = non_2xx + socket_errors
     transfer = re.search(r"Transfer/sec:\s+([0-9.]+)(B|KB|MB|GB)", out)
     mbps = 0.0
     if transfer:
@@ -264,8 +276,10 @@ def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, f
         "requests_per_s": rps,
         "p50_ms": _seconds(p50.group(1)) * 1000 if p50 else float("nan"),
         "p99_ms": _seconds(p99.group(1)) * 1000 if p99 else float("nan"),
-        "requests": total,
+        "requests": total,  # answered, whatever the status
         "errors": errors,
+        "non_2xx": non_2xx,
+        "socket_errors": socket_errors,
         "mb_per_s": mbps,
     }
 
@@ -276,6 +290,7 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
     port, _, path = port_path.partition("/")
     latencies: list[list[float]] = [[] for _ in range(connections)]
     errors = [0] * connections
+    non_2xx = [0] * connections
     received = [0] * connections
     deadline = time.monotonic() + seconds
 
@@ -289,6 +304,7 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
                 body = response.read()
                 if response.status != 200:
                     errors[index] += 1
+                    non_2xx[index] += 1
                 received[index] += len(body)
             except (OSError, http.client.HTTPException):
                 errors[index] += 1
@@ -311,8 +327,10 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
         "requests_per_s": len(everything) / elapsed,
         "p50_ms": quantiles[49] * 1000,
         "p99_ms": quantiles[98] * 1000,
-        "requests": len(everything),
+        "requests": len(everything),  # answered, whatever the status
         "errors": sum(errors),
+        "non_2xx": sum(non_2xx),
+        "socket_errors": sum(errors) - sum(non_2xx),
         "mb_per_s": sum(received) / elapsed / 1e6,
     }
 
@@ -429,6 +447,123 @@ def soak(
     return result
 
 
+class IdleFlood:
+    """One host holding ``count`` idle sockets: what filled the connection cap in issue #22.
+
+    Opened from 127.0.0.2, so the server sees another host than the normal
+    clients; a socket the server closes is reopened (at most ``reopen_per_s``
+    a second: an attacker's churn, not a CPU flood of connects).
+    """
+
+    def __init__(self, url: str, count: int, source: str = "127.0.0.2") -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self._address = (host, int(port))
+        self._source = source
+        self._count = count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.opened = 0
+        self.refused = 0
+        self.closed_by_server = 0
+        self.held_at_end = 0
+
+    def _open(self) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(
+                self._address, timeout=5, source_address=(self._source, 0)
+            )
+        except OSError:
+            self.refused += 1
+            return None
+        self.opened += 1
+        return sock
+
+    def _run(self, reopen_per_s: int = 500) -> None:
+        import selectors
+
+        sockets: list[socket.socket | None] = []
+        for _ in range(self._count):
+            if self._stop.is_set():
+                break
+            sockets.append(self._open())
+        selector = selectors.DefaultSelector()
+        for index, sock in enumerate(sockets):
+            if sock is not None:
+                selector.register(sock, selectors.EVENT_READ, index)
+        while not self._stop.wait(0.2):
+            for key, _ in selector.select(timeout=0):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                selector.unregister(sock)
+                sock.close()
+                sockets[key.data] = None
+                self.closed_by_server += 1
+            budget = reopen_per_s // 5
+            for index, sock in enumerate(sockets):
+                if budget <= 0:
+                    break
+                if sock is None:
+                    budget -= 1
+                    sockets[index] = self._open()
+                    if sockets[index] is not None:
+                        selector.register(sockets[index], selectors.EVENT_READ, index)
+        self.held_at_end = sum(sock is not None for sock in sockets)
+        selector.close()
+        for sock in sockets:
+            if sock is not None:
+                sock.close()
+
+    def __enter__(self) -> IdleFlood:
+        self._thread.start()
+        return self
+
+    def wait_until_open(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.opened + self.refused < self._count and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def idle_flood(load: Any, url: str, path: str, counts: list[int], seconds: float) -> dict[str, Any]:
+    """Normal clients' success rate and p99 while one host holds ``counts`` idle sockets."""
+    clients = 20
+    control = load(url, path, clients, seconds)
+    out: dict[str, Any] = {"clients": clients, "seconds": seconds, "control": control, "runs": []}
+    for count in counts:
+        with IdleFlood(url, count) as flood:
+            flood.wait_until_open()
+            time.sleep(1.0)
+            result = load(url, path, clients, seconds)
+        # Answered 2xx out of every attempt (an answer or a socket error).
+        attempts = result["requests"] + result["socket_errors"]
+        succeeded = result["requests"] - result["non_2xx"]
+        out["runs"].append(
+            {
+                "idle_sockets": count,
+                "opened": flood.opened,
+                "refused": flood.refused,
+                "closed_by_server": flood.closed_by_server,
+                "held_at_end": flood.held_at_end,
+                "success_rate": succeeded / attempts if attempts else 0.0,
+                **result,
+            }
+        )
+    return out
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open files to the hard one; returns the soft limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 # -- the 304 check ---------------------------------------------------------------------
 
 
@@ -504,8 +639,33 @@ def main() -> int:
         metavar="SECONDS",
         help="then run 200 clients for this long with 100 idle sockets held open",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="run `edgereg serve --workers N` (ratios and p99 against nginx with N workers)",
+    )
+    parser.add_argument(
+        "--idle-flood",
+        default="",
+        metavar="N,N",
+        help="then measure normal clients while one host holds N idle sockets (e.g. 2000,10000)",
+    )
+    parser.add_argument(
+        "--only-flood",
+        action="store_true",
+        help="measure the idle flood only (no nginx comparison rounds)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
+    flood_counts = [int(n) for n in args.idle_flood.split(",") if n.strip()]
+    open_files = raise_open_files_limit()
+    too_many = [n for n in flood_counts if n + 2048 > open_files]
+    if too_many:
+        parser.error(
+            f"--idle-flood {too_many[0]} needs about {too_many[0] + 2048} open files; "
+            f"ulimit -n allows {open_files}"
+        )
 
     workdir = Path(tempfile.mkdtemp(prefix="edgereg-bench-serve-"))
     try:
@@ -540,26 +700,32 @@ def main() -> int:
             "connections": args.connections,
             "seconds": args.seconds,
             "rounds": args.rounds,
+            "workers": args.workers,
         }
         with contextlib.ExitStack() as stack:
             pids: list[int] = []
-            urls = {"edgereg": stack.enter_context(edgereg_server(registry, workdir, pids=pids))}
+            extra = ("--workers", str(args.workers)) if args.workers > 1 else ()
+            urls = {
+                "edgereg": stack.enter_context(
+                    edgereg_server(registry, workdir, pids=pids, extra=extra)
+                )
+            }
             if args.baseline:
                 source = extract_revision(args.baseline, workdir)
                 urls["baseline"] = stack.enter_context(
                     edgereg_server(registry, workdir, source=source)
                 )
                 results["baseline_revision"] = args.baseline
-            if have_starlette():
+            if have_starlette() and not args.only_flood:
                 urls["starlette"] = stack.enter_context(starlette_server(registry, workdir))
-            if nginx:
+            if nginx and not args.only_flood:
                 urls["nginx"] = stack.enter_context(nginx_server(nginx, registry, workdir))
             runs: dict[str, dict[str, list[dict[str, float]]]] = {
                 name: {"manifest": [], "blob": []} for name in urls
             }
             # Alternate the servers round by round, so a noisy neighbour on the
             # machine hurts all alike; report the median round.
-            for _ in range(args.rounds):
+            for _ in range(1 if args.only_flood else args.rounds):
                 for name, url in urls.items():
                     runs[name]["manifest"].append(load(url, manifest, args.connections))
                     if name not in ("baseline", "starlette"):
@@ -573,6 +739,10 @@ def main() -> int:
                     results[name]["blob"] = median_run(runs[name]["blob"], "mb_per_s")
             if args.soak > 0:
                 results["soak"] = soak(load, urls["edgereg"], manifest, args.soak, pids[0])
+            if flood_counts:
+                results["idle_flood"] = idle_flood(
+                    load, urls["edgereg"], manifest, flood_counts, args.seconds
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -601,6 +771,9 @@ def main() -> int:
     soaked = results.get("soak")
     if soaked is not None:
         passed = passed and soaked["errors"] == 0 and soaked["control_errors"] == 0
+    flooded = results.get("idle_flood")
+    if flooded is not None:
+        passed = passed and all(run["success_rate"] == 1.0 for run in flooded["runs"])
     if args.json:
         print(json.dumps(results, indent=2))
         return 0 if passed else 1
@@ -610,7 +783,8 @@ def main() -> int:
         f"median of {args.rounds} rounds of {args.seconds:g}s; server and load generator "
         f"share {os.cpu_count()} cores"
     )
-    print(f"{'':24}{'edgereg serve':>16}{'nginx':>16}{'ratio':>10}")
+    label = "edgereg serve" + (f" x{args.workers}" if args.workers > 1 else "")
+    print(f"{'':24}{label:>16}{'nginx':>16}{'ratio':>10}")
 
     def row(label: str, key: str, what: str, fmt: str, ratio: str | None) -> None:
         mine = format(ours[what][key], fmt)
@@ -659,6 +833,23 @@ def main() -> int:
             f"with / without = "
             f"{soaked['requests_per_s'] / soaked['control_requests_per_s']:.2f}"
         )
+    if flooded is not None:
+        control = flooded["control"]
+        print(
+            f"idle flood: {flooded['clients']} normal clients (127.0.0.1) on manifests for "
+            f"{flooded['seconds']:g}s; without a flood {control['requests_per_s']:,.0f}/s, "
+            f"p99 {control['p99_ms']:.1f} ms, errors {control['errors']:.0f}"
+        )
+        for run in flooded["runs"]:
+            print(
+                f"  one host (127.0.0.2) holding {run['idle_sockets']:,} idle sockets "
+                f"(opened {run['opened']:,}, closed by the server {run['closed_by_server']:,}, "
+                f"held at the end {run['held_at_end']:,}): success "
+                f"{100 * run['success_rate']:.2f}% "
+                f"({'PASS' if run['success_rate'] == 1.0 else 'FAIL'}), "
+                f"{run['requests_per_s']:,.0f}/s, p99 {run['p99_ms']:.1f} ms, "
+                f"errors {run['errors']:.0f}"
+            )
     theirs_wire = ""
     if "nginx" in results:
         n_req, n_resp, _ = results["nginx"]["not_modified"]

@@ -809,6 +809,42 @@ def test_calibration_data_of_the_wrong_shape(
     assert_fails(project, model, "int8", BuildError, "quantize", relative, *fragments)
 
 
+def _nan(shape: tuple[int, ...]) -> np.ndarray:
+    return np.full(shape, np.nan, np.float32)
+
+
+# Issue #22: a broken calibration set is a build error naming the file, as the
+# evaluation set's are, never a ValueError or EOFError traceback.
+@pytest.mark.parametrize(
+    ("model", "arrays", "fragments"),
+    [
+        pytest.param(
+            IMAGE_MODEL,
+            {"image": _nan((4, 8, 8, 3))},
+            ("images in 'image' hold 768 NaN or infinite value(s) (all of them)",),
+            id="all-nan-images",
+        ),
+        pytest.param(
+            TENSOR_MODEL,
+            {"a": _nan((4, 8)), "b": np.zeros((4, 4), np.float32)},
+            ("array 'a' holds 32 NaN or infinite value(s) (all of them)",),
+            id="all-nan-tensor",
+        ),
+        pytest.param(IMAGE_MODEL, None, ("is empty (0 bytes)", "savez_compressed"), id="empty"),
+    ],
+)
+def test_calibration_data_broken(
+    project: Project, model: str, arrays: dict[str, np.ndarray] | None, fragments: tuple[str, ...]
+) -> None:
+    relative = f"data/{model}-calibration.npz"
+    if arrays is None:
+        project.path(relative).write_bytes(b"")
+    else:
+        buildkit.write_npz(project.path(relative), arrays, np.arange(4) % 2)
+    project.pin(relative)
+    assert_fails(project, model, "int8", BuildError, "quantize", relative, *fragments)
+
+
 def test_evaluation_set_without_labels(project: Project) -> None:
     relative = f"data/{TENSOR_MODEL}-evaluation.npz"
     with np.load(project.path(relative)) as archive:

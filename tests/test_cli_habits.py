@@ -292,3 +292,41 @@ def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
     assert pull.returncode == 130, stderr
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
+
+
+# Issue #22: what the registry or a device says is printed with its control characters escaped.
+PRINTABLE = [
+    ("plain", "release-bot@ci", "release-bot@ci"),
+    ("escape-sequence", "\x1b[2Jwiped", "\\x1b[2Jwiped"),
+    ("window-title", "\x1b]0;owned\x07", "\\x1b]0;owned\\x07"),
+    ("c1-csi", "a\x9b31m", "a\\x9b31m"),
+    ("carriage-return", "ok\rFAILED", "ok\\x0dFAILED"),
+    ("bidi-override", "txt\u202eexe", "txt\\u202eexe"),
+    ("tab-and-newline-kept", "a\tb\nc", "a\tb\nc"),
+    ("unicode-kept", "café ✓", "café ✓"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"), [p[1:] for p in PRINTABLE], ids=[p[0] for p in PRINTABLE]
+)
+def test_printable_escapes_control_characters(text: str, shown: str) -> None:
+    from edgereg.cli._common import printable
+
+    assert printable(text) == shown
+
+
+def test_history_escapes_a_signed_actor(tmp_path: Path) -> None:
+    from servekit import make_registry
+
+    fake = make_registry(tmp_path / "registry", actor="bot\x1b]0;owned\x07\x1b[2J")
+    pem = tmp_path / "key.pub.pem"
+    pem.write_bytes(fake.signer.public_pem())
+    result = CliRunner().invoke(
+        main,
+        ["history", "digits", "--registry", str(tmp_path / "registry"), "--trusted-key", str(pem)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert "\x07" not in result.output
+    assert "\\x1b]0;owned" in result.output

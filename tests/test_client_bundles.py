@@ -417,6 +417,33 @@ def test_offline_first_launch_installs_the_shipped_release_then_a_newer_replaces
     assert json.loads((cache / "state/ocr/sequence.json").read_text())["highest_sequence"] == 2
 
 
+def test_a_shipped_release_with_the_highest_sequence_blocks_no_online_update(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    """Issue #22: a shipped release never raises the sequence devices remember."""
+    data = kit.publish("ocr", kit.bundle_entry("1.0.0"), sequence=2**53 - 1)
+    release = shipped(kit, tmp_path, data)
+    cache = tmp_path / "c"
+    first = client(kit, "http://127.0.0.1:9/", cache, bundled=release).current()
+    assert first is not None
+    assert first.bundled
+    assert not (cache / "state/ocr/sequence.json").exists()
+    kit.publish("ocr", kit.bundle_entry("1.1.0"), sequence=7)  # the registry's real history
+    online = client(kit, server.url, cache, bundled=release).fetch()
+    assert online.ok, online.error
+    assert_set(online, kit, "1.1.0")
+    # The next start does not put the shipped copy back over the online release ...
+    restarted = client(kit, server.url, cache, bundled=release)
+    current = restarted.current()
+    assert current is not None
+    assert current.version == "1.1.0"
+    # ... and rollback protection holds from the online sequence on.
+    kit.publish("ocr", kit.bundle_entry("1.0.0"), sequence=6)
+    replayed = restarted.fetch()
+    assert replayed.error_code == "rollback"
+    assert json.loads((cache / "state/ocr/sequence.json").read_text())["highest_sequence"] == 7
+
+
 def test_a_tampered_shipped_blob_is_not_installed(kit: Kit, tmp_path: Path) -> None:
     data = kit.publish("ocr", kit.bundle_entry("1.0.0"))
     release = shipped(kit, tmp_path, data)
@@ -614,6 +641,36 @@ def test_pull_a_bundle_prints_the_contracts_and_status(
     assert data["ready"] is True
     assert data["version"] == "1.0.0"
     assert sorted(data["members"]) == sorted(MEMBERS)
+
+
+HOSTILE_LABELS = ["\x1b]0;owned\x07title", "bidi\u202eexe.txt", "csi\x9b31m", "\x1b[2J"]
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_pull_prints_publisher_labels_with_control_characters_escaped(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    """Issue #22: signed is not safe for a terminal."""
+    pem = tmp_path / "registry.pub.pem"
+    pem.write_bytes(kit.signer.public_pem())
+    kit.publish("ocr", kit.bundle_entry("1.0.0", labels=HOSTILE_LABELS, labels_as_blob=True))
+    cache = tmp_path / "c"
+    common = ["--registry", server.url, "--device-id", "d1", "--tier", "high"]
+    common += ["--trusted-key", str(pem), "--out", str(cache)]
+    runner = CliRunner()
+    done = runner.invoke(pull_command, ["--bundle", "ocr", *common])
+    status = runner.invoke(pull_command, ["--bundle", "ocr", "--status", "--out", str(cache)])
+    as_json = runner.invoke(
+        pull_command, ["--bundle", "ocr", "--status", "--out", str(cache), "--json"]
+    )
+    for result in (done, status):
+        assert result.exit_code == 0, result.output
+        assert not any(c in result.output for c in RAW_CONTROLS), repr(result.output)
+    assert "\\x1b]0;owned\\x07title" in done.output
+    assert "bidi\\u202eexe.txt" in done.output
+    # JSON escapes them its own way and stays exact.
+    assert not any(c in as_json.output for c in RAW_CONTROLS)
+    assert as_json.exit_code == 0, as_json.output
 
 
 def test_pull_offline_release_installs_without_network(kit: Kit, tmp_path: Path) -> None:

@@ -323,6 +323,48 @@ BAD_CASES = [
         "models.digits.budgets.metrics.top1_agreement.max_drop",
         ("compares the variant with the reference itself", "use min or max"),
     ),
+    # Issue #22: a budget outside its metric's range is a gate that never fails.
+    Bad(
+        "max-drop-as-a-percentage",
+        (('tier = "high"', 'tier = "high"\nbudgets = { metrics.accuracy = { max_drop = 5 } }'),),
+        "models.digits.variants.fp32.budgets.metrics.accuracy.max_drop",
+        ("5 is outside 0..1", "'accuracy'", "can never fail", "0.05, not 5"),
+    ),
+    Bad(
+        "min-above-a-share",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmetrics.top1_agreement = { min = 90 }"),),
+        "models.digits.budgets.metrics.top1_agreement.min",
+        ("90 is outside 0..1", "can never pass"),
+    ),
+    Bad(
+        "min-below-zero",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmetrics.top1_agreement = { min = -0.5 }"),),
+        "models.digits.budgets.metrics.top1_agreement.min",
+        ("-0.5 is outside 0..1", "can never fail"),
+    ),
+    Bad(
+        "recall-drop-max-beyond-its-range",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmetrics.class_recall_drop = { max = 3 }"),),
+        "models.digits.budgets.metrics.class_recall_drop.max",
+        ("3 is outside -1..1", "can never fail"),
+    ),
+    Bad(
+        "variant-baseline-beyond-a-share",
+        (
+            (
+                'tier = "high"',
+                'tier = "high"\nbudgets = { metrics.accuracy = { min_baseline = 2 } }',
+            ),
+        ),
+        "models.digits.variants.fp32.budgets.metrics.accuracy.min_baseline",
+        ("2 is outside 0..1", "can never pass"),
+    ),
+    Bad(
+        "snr-budget-beyond-float-precision",
+        (("max_size_mb = 0.5", "max_size_mb = 0.5\nmin_snr_db = 1000"),),
+        "models.digits.budgets.min_snr_db",
+        ("less than or equal to 300",),
+    ),
     Bad(
         "variant-metric-the-task-does-not-measure",
         (('tier = "high"', 'tier = "high"\nbudgets = { metrics.cer = { max = 0.1 } }'),),

@@ -107,7 +107,8 @@ def _nothing_more(site: Site) -> None:
     pass
 
 
-# Finding 5: a second key is never added without a word.
+# Finding 5: a second key is never added without a word. Issue #22: a private key is
+# refused inside every configured registry, with --add and --no-publish too.
 SECOND_KEY = [
     # id, setup, arguments after `keys generate`, exit code, what the message must say
     (
@@ -135,6 +136,34 @@ SECOND_KEY = [
         "out-inside-registry",
         _fresh_project,
         ["--out", "registry/keys/x.pem"],
+        1,
+        ["inside the registry"],
+    ),
+    (
+        "add-out-inside-registry",
+        _nothing_more,
+        ["--add", "--out", "registry/keys/oops.pem"],
+        1,
+        ["inside the registry"],
+    ),
+    (
+        "no-publish-out-inside-registry",
+        _nothing_more,
+        ["--add", "--no-publish", "--out", "registry/keys/oops.pem"],
+        1,
+        ["inside the registry"],
+    ),
+    (
+        "out-inside-registry-option",
+        _nothing_more,
+        ["--add", "--registry", "elsewhere", "--out", "elsewhere/keys/oops.pem"],
+        1,
+        ["inside the registry"],
+    ),
+    (
+        "out-inside-registry-not-yet-created",
+        _fresh_project,
+        ["--no-publish", "--out", "registry/oops.pem"],
         1,
         ["inside the registry"],
     ),

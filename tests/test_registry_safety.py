@@ -759,3 +759,91 @@ def test_the_status_page_does_not_launder_a_planted_key(laundered: Site) -> None
     # Without pinned keys the page still renders, and says it is unverified.
     unverified = render_status_page(storage)
     assert "Unverified: no pinned publisher keys" in unverified
+
+
+# Issue #22: a deleted state.json must not restart the history at sequence 1.
+LOST_STATE_COMMANDS = [
+    ("publish", MODEL, "--full", "--version", "0.0.1"),
+    ("publish", MODEL, "--canary", "5%", "--version", "2.0.0"),
+    ("rollout", MODEL, "--to", "50%", "--force"),
+    ("promote", MODEL, "--force"),
+    ("rollback", MODEL),
+    ("resign", MODEL),
+    ("pause", MODEL),
+]
+
+
+@pytest.mark.parametrize("command", LOST_STATE_COMMANDS, ids=lambda c: "-".join(c[:1] + c[2:3]))
+def test_a_write_over_a_lost_state_is_refused_with_the_repair_command(
+    rolled: tuple[Site, dict[str, bytes]], command: tuple[str, ...]
+) -> None:
+    site, _ = rolled
+    (site.root / "registry" / STATE).unlink()
+    before = site.snapshot()
+    assert_refused(
+        site.run(*command), 7, f"{STATE} is missing", "sequence 1", "edgereg rebuild-state"
+    )
+    assert site.snapshot() == before
+
+
+def _manifests(site: Site) -> dict[str, Manifest]:
+    registry = site.registry()
+    return {
+        key: verify_document(Manifest, data, registry.trusted_keys())
+        for key, data in site.objects().items()
+        if key.startswith(f"manifests/{MODEL}/")
+    }
+
+
+def test_rebuild_state_restores_the_rollout_above_every_manifest(
+    rolled: tuple[Site, dict[str, bytes]],
+) -> None:
+    site, _ = rolled
+    lost, _ = site.registry().read_state(MODEL)
+    assert lost is not None
+    (site.root / "registry" / STATE).unlink()
+    result = ok(site.run("rebuild-state", MODEL, "--json"))
+    assert json.loads(result.stdout)["sequence"] == lost.sequence + 1
+    state, _ = site.registry().read_state(MODEL)
+    assert state is not None
+    assert state.snapshot() == lost.snapshot()
+    assert state.salt == lost.salt  # the same devices stay in the cohort
+    assert [event.action for event in state.history] == ["rebuild"]
+    assert {m.sequence for m in _manifests(site).values()} == {lost.sequence + 1}
+    ok(site.run("verify"))
+    ok(site.run("promote", MODEL, "--force"))
+    # A second rebuild has nothing to do.
+    before = site.snapshot()
+    assert_refused(site.run("rebuild-state", MODEL), 7, "exists", "nothing to rebuild")
+    assert site.snapshot() == before
+
+
+def test_rebuild_state_without_manifests_needs_an_explicit_recorded_reset(
+    rolled: tuple[Site, dict[str, bytes]],
+) -> None:
+    site, _ = rolled
+    highest = max(m.sequence for m in _manifests(site).values())
+    (site.root / "registry" / STATE).unlink()
+    shutil.rmtree(site.root / "registry" / "manifests" / MODEL)
+    before = site.snapshot()
+    assert_refused(site.run("publish", MODEL, "--full", "--version", "0.0.1"), 7, "rebuild-state")
+    assert_refused(site.run("rebuild-state", MODEL), 7, "no manifest", "--reset --sequence")
+    assert_refused(site.run("rebuild-state", MODEL, "--reset"), 7, "--sequence N")
+    assert site.snapshot() == before
+    ok(site.run("rebuild-state", MODEL, "--reset", "--sequence", str(highest + 10)))
+    state, _ = site.registry().read_state(MODEL)
+    assert state is not None
+    assert state.stable is None
+    assert state.candidate is None
+    assert state.sequence == highest + 10
+    assert [event.action for event in state.history] == ["reset"]
+    ok(site.run("publish", MODEL, "--full", "--version", "2.0.0"))
+    assert {m.sequence for m in _manifests(site).values()} == {highest + 11}
+
+
+def test_an_interrupted_first_publish_can_still_be_run_again(site: Site) -> None:
+    """Its own release record without a state is no lost history."""
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    shutil.rmtree(site.root / "registry" / "manifests" / MODEL)
+    (site.root / "registry" / STATE).unlink()
+    ok(site.run("publish", MODEL, "--canary", "5%"))

@@ -711,6 +711,58 @@ def test_status_page_shows_rollouts_but_not_who_acted(tmp_path: Path) -> None:
     assert not re.search(r"(src|href)=", page)
 
 
+def _dangling_key(root: Path) -> None:
+    (root / "keys" / ("f" * 64 + ".pem")).symlink_to(root / "nowhere" / "gone.pem")
+
+
+def _looping_key(root: Path) -> None:
+    (root / "keys" / ("e" * 64 + ".pem")).symlink_to(root / "keys" / ("e" * 64 + ".pem"))
+
+
+def _dangling_state(root: Path) -> None:
+    state = root / "models" / "digits" / "state.json"
+    state.unlink()
+    state.symlink_to(root / "nowhere" / "state.json")
+
+
+def _dangling_release(root: Path) -> None:
+    record = next((root / "models" / "digits" / "releases").glob("*.json"))
+    record.unlink()
+    record.symlink_to(root / "nowhere" / "record.json")
+
+
+def _unreadable_models(root: Path) -> None:
+    (root / "models" / "zzz").symlink_to(root / "models" / "zzz")  # a symlink loop
+
+
+# Issue #22: errors on public pages name nothing of the server's disk.
+@pytest.mark.parametrize(
+    "damage",
+    [_dangling_key, _looping_key, _dangling_state, _dangling_release, _unreadable_models],
+    ids=lambda f: f.__name__.strip("_"),
+)
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "unpinned"])
+def test_status_page_errors_name_nothing_of_the_servers_disk(
+    tmp_path: Path, damage: Any, pinned: bool
+) -> None:
+    root = tmp_path / "secret-place" / "registry"
+    fake = make_registry(root)
+    trusted = read_trusted_keys([root / "keys"]) if pinned else None
+    damage(root)
+    with serve(fake.storage, trusted=trusted) as url:
+        response, body = get(url, "/")
+        healthz, _ = get(url, "/healthz")
+        manifest, manifest_body = get(url, "/manifests/digits/mid.json")
+    page = body.decode()
+    assert response.status == 200
+    assert "secret-place" not in page, page
+    assert "file://" not in page, page
+    assert str(tmp_path) not in page
+    assert b"secret-place" not in manifest_body
+    assert healthz.status in (200, 503)
+    del manifest
+
+
 def test_status_page_of_an_empty_registry(tmp_path: Path) -> None:
     with serve(tmp_path / "empty") as url:
         response, body = get(url, "/")

@@ -359,10 +359,51 @@ def test_100_idle_sockets_do_not_starve_other_clients(
             sock.close()
 
 
-def test_connections_past_the_cap_get_503_at_once(tmp_path: Path) -> None:
+def _connect_from(url: str, source: str, timeout: float = 30) -> socket.socket:
+    """A connection from another loopback address: another host, as the server sees it."""
+    parts = urlsplit(url)
+    return socket.create_connection(
+        (parts.hostname, parts.port), timeout=timeout, source_address=(source, 0)
+    )
+
+
+def _closed_by_server(sock: socket.socket, wait: float = 5.0) -> bool:
+    readable, _, _ = select.select([sock], [], [], wait)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
+
+
+def test_connections_past_the_cap_get_503_at_once_when_every_one_is_busy(
+    tmp_path: Path,
+) -> None:
+    from edgereg.reports import open_store
+    from edgereg.serve._ratelimit import RateLimiter
+
     fake = make_registry(tmp_path / "registry", models=("digits",))
-    with serve(fake.storage, max_connections=20, timeout=30) as url:
+    with (
+        open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store,
+        serve(
+            fake.storage,
+            max_connections=20,
+            timeout=30,
+            reports=store,
+            report_limiter=RateLimiter(10_000, 10_000),
+        ) as url,
+    ):
+        # Busy: each is in the middle of a report whose body never comes (10 s head timeout).
         held = [_connect(url) for _ in range(20)]
+        for sock in held:
+            sock.sendall(
+                b"POST /v1/reports HTTP/1.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n"
+            )
         try:
             time.sleep(0.3)  # every held connection has its thread
             answer = raw(url, b"GET /healthz HTTP/1.1\r\n\r\n")
@@ -372,9 +413,55 @@ def test_connections_past_the_cap_get_503_at_once(tmp_path: Path) -> None:
             for sock in held:
                 sock.close()
         deadline = time.monotonic() + 10
-        while status_of(raw(url, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")) != 200:
+        while status_of(raw(url, HEALTHZ)) != 200:
             assert time.monotonic() < deadline, "the server never recovered"
             time.sleep(0.1)
+
+
+def test_at_the_cap_a_new_client_closes_the_oldest_idle_connection(tmp_path: Path) -> None:
+    """Issue #22: idle sockets filling the cap no longer turn every other client away."""
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    with serve(fake.storage, max_connections=20, timeout=30) as url:
+        held = []
+        for _ in range(20):
+            held.append(_connect(url))
+            time.sleep(0.01)  # an order of age
+        try:
+            time.sleep(0.3)
+            assert status_of(raw(url, HEALTHZ)) == 200
+            assert _closed_by_server(held[0]), "the oldest made room"
+            # One slot is free again (that client left); each further one takes the
+            # next oldest's place.
+            newer = [_connect(url) for _ in range(4)]
+            held += newer
+            time.sleep(0.3)
+            closed = [_closed_by_server(sock, wait=0.2) for sock in held[1:]]
+            assert closed[:3] == [True] * 3, closed
+            assert not any(closed[3:]), closed
+            newer[-1].sendall(HEALTHZ)
+            assert status_of(_read_until_closed(newer[-1])) == 200
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_one_host_holding_many_sockets_keeps_only_its_share(tmp_path: Path) -> None:
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    with serve(fake.storage, max_connections=100, max_per_address=10, timeout=30) as url:
+        others = [_connect_from(url, "127.0.0.3") for _ in range(5)]
+        flood = [_connect_from(url, "127.0.0.2") for _ in range(60)]
+        try:
+            time.sleep(0.5)
+            open_flood = [not _closed_by_server(sock, wait=0.2) for sock in flood]
+            assert sum(open_flood) == 10, open_flood
+            assert all(open_flood[-10:]), open_flood  # the newest ten
+            # The other host's idle connections were not touched, and they are served.
+            for sock in others:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+                assert status_of(_read_until_closed(sock)) == 200
+        finally:
+            for sock in others + flood:
+                sock.close()
 
 
 def test_150_clients_sending_6_MB_of_headers_cost_little_memory(
@@ -409,5 +496,64 @@ def test_150_clients_sending_6_MB_of_headers_cost_little_memory(
 
 def test_limits_are_documented() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "operations" / "s3-cdn.md").read_text()
-    for needle in ("414", "431", "--head-timeout", "--max-connections"):
+    for needle in ("414", "431", "--head-timeout", "--max-connections", "--max-per-address"):
         assert needle in text, needle
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def test_workers_share_one_port_and_stop_together(tmp_path: Path) -> None:
+    """Issue #22: `--workers N` pre-forks N servers on one port (SO_REUSEPORT)."""
+    import signal as signals
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    expected = fake.storage.get("manifests/digits/mid.json")
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--registry", str(fake.root), "--workers", "3") as (proc, url):
+        assert "with 3 workers" in log.read_text()
+        workers = _children(proc.pid)
+        assert len(workers) == 3, workers
+        for _ in range(60):
+            answer = raw(
+                url, b"GET /manifests/digits/mid.json HTTP/1.1\r\nConnection: close\r\n\r\n"
+            )
+            assert answer.endswith(expected)
+        # Each worker counts its own requests: more than one of them answered.
+        served = set()
+        for _ in range(30):
+            metrics = raw(url, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+            served.add(hashlib.sha256(metrics.split(b"\r\n\r\n", 1)[1]).hexdigest())
+        assert len(served) > 1
+        proc.send_signal(signals.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{pid}").exists() for pid in workers):
+            assert time.monotonic() < deadline, "a worker outlived the server"
+            time.sleep(0.1)
+
+
+def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    with serve_process(tmp_path / "serve.log", "--registry", str(fake.root), "--workers", "2") as (
+        proc,
+        _,
+    ):
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):
+        assert time.monotonic() < deadline, "a worker outlived its killed parent"
+        time.sleep(0.1)

@@ -89,11 +89,18 @@ def load_dataset(
             ids are not contiguous runs, or labels are missing.
     """
     try:
+        if path.stat().st_size == 0:
+            raise BuildError(
+                f"dataset {path} is empty (0 bytes), not an .npz file",
+                stage=stage,
+                hint="Write it again with numpy.savez_compressed, one array per input, "
+                "and pin its new sha256.",
+            )
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except FileNotFoundError as exc:
         raise BuildError(f"dataset {path} not found", stage=stage) from exc
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise BuildError(
             f"dataset {path} is not a readable .npz file: {exc}",
             stage=stage,
@@ -188,7 +195,8 @@ def _prepare(arrays: dict[str, np.ndarray], spec: InputSpec, path: Path, stage: 
         if not np.isfinite(values).all():
             bad = int(np.count_nonzero(~np.isfinite(values)))
             raise BuildError(
-                f"dataset {path}: array '{spec.name}' holds {bad} NaN or infinite value(s)",
+                f"dataset {path}: array '{spec.name}' holds {bad} NaN or infinite value(s)"
+                + (" (all of them)" if bad == values.size else ""),
                 stage=stage,
                 hint="Drop or repair those samples; calibration and evaluation need finite inputs.",
             )
@@ -228,7 +236,22 @@ def _image_tensor(raw: np.ndarray, spec: InputSpec, path: Path, stage: str) -> n
             stage=stage,
             hint="Image datasets hold uint8 N×H×W×C pictures in RGB at the input's size.",
         )
+    if not (np.issubdtype(raw.dtype, np.integer) or np.issubdtype(raw.dtype, np.floating)):
+        raise BuildError(
+            f"dataset {path}: images in '{spec.name}' hold {raw.dtype}, not numbers",
+            stage=stage,
+            hint="Image datasets hold uint8 N×H×W×C pictures in RGB at the input's size.",
+        )
     images: np.ndarray = raw.astype(np.float32)
+    if not np.isfinite(images).all():
+        bad = int(np.count_nonzero(~np.isfinite(images)))
+        raise BuildError(
+            f"dataset {path}: images in '{spec.name}' hold {bad} NaN or infinite value(s)"
+            + (" (all of them)" if bad == images.size else ""),
+            stage=stage,
+            hint="Drop or repair those samples; calibration and evaluation need finite inputs "
+            "(images are best stored as uint8).",
+        )
     if spec.color == "BGR":
         images = images[..., ::-1]
     if spec.mean is not None:

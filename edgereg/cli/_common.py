@@ -11,6 +11,7 @@ import contextlib
 import functools
 import math
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -40,14 +41,40 @@ stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+#: What a terminal would act on rather than show: C0 controls but tab and
+#: newline, DEL, C1 controls (CSI is 0x9b), and the bidirectional overrides
+#: that make text read differently from what it is (Trojan Source).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: every control character shown as an escape.
+
+    Labels, actors, notes, error details and device output come from the
+    registry or a device, signed or not; printed raw, an ESC sequence in one
+    could rewrite the screen, hide a line or set the window title.
+    """
+    return _CONTROL.sub(_escape_control, text)
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    """``click.echo`` for text that may hold registry or device data (see :func:`printable`)."""
+    click.echo(printable(text), err=err)
+
+
 def print_result(text: str) -> None:
     """Print one line of a command's result on stdout, as plain text (never markup)."""
-    out.print(text, markup=False, soft_wrap=True)
+    out.print(printable(text), markup=False, soft_wrap=True)
 
 
 def print_note(text: str) -> None:
     """Print a diagnostic line (progress, a note, a hint) on stderr; --quiet drops it."""
-    stderr.print(text, markup=False, soft_wrap=True)
+    stderr.print(printable(text), markup=False, soft_wrap=True)
 
 
 # --- global flags: before or after the command, like git and DVC ------------------
@@ -142,7 +169,9 @@ def exit_with(exc: EdgeregError, *, verbose: bool) -> NoReturn:
     if verbose:
         traceback.print_exc()
     # Messages quote TOML tables ("[models.x.calibration]"): not markup.
-    errors.print(f"[bold red]error:[/] {escape(exc.diagnostics())}", markup=True, soft_wrap=True)
+    errors.print(
+        f"[bold red]error:[/] {escape(printable(exc.diagnostics()))}", markup=True, soft_wrap=True
+    )
     sys.exit(exc.exit_code)
 
 

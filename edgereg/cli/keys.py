@@ -66,7 +66,7 @@ def keys_generate(
     if not no_publish and (config is not None or registry_url is not None):
         registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths, create=True)
     pin_dir = _pin_directory(config)
-    _refuse_key_inside(out, registry, pin_dir)
+    _refuse_key_inside(out, _registry_roots(config, registry_url), pin_dir)
     if out.exists() and not force:
         raise EdgeregError(
             f"{out} already exists; refusing to overwrite a private key",
@@ -133,17 +133,39 @@ def _pin_directory(config: config_module.Config | None) -> Path | None:
     return None
 
 
-def _refuse_key_inside(out: Path, registry: Any, pin_dir: Path | None) -> None:
-    """A private key never goes into the registry (it is served) or the pinned keys (committed)."""
+def _registry_roots(config: config_module.Config | None, registry_url: str | None) -> list[Path]:
+    """Every local registry the project names: --registry and [registry] url.
+
+    Checked whether or not this command publishes (--no-publish, --add): a
+    private key written into any of them would be served by `edgereg serve`.
+    """
+    from edgereg.storage import open_storage
+
+    urls: list[tuple[str, Path | None]] = []
+    if registry_url is not None:
+        urls.append((registry_url, None))
+    if config is not None:
+        urls.append((config.registry.url, config.root))
+    roots = []
+    for url, base in urls:
+        try:
+            root = getattr(open_storage(url, base_dir=base), "root", None)
+        except EdgeregError:
+            continue  # a malformed URL is refused by the command that uses it
+        if isinstance(root, Path):
+            roots.append(root)
+    return roots
+
+
+def _refuse_key_inside(out: Path, registry_roots: list[Path], pin_dir: Path | None) -> None:
+    """A private key never goes into a registry (it is served) or the pinned keys (committed)."""
     target = out.resolve()
-    places = [("the pinned publisher keys", pin_dir)]
-    root = getattr(registry.storage, "root", None) if registry is not None else None
-    if isinstance(root, Path):
-        places.append((f"the registry {registry.storage.url}", root))
+    places: list[tuple[str, Path | None]] = [("the pinned publisher keys", pin_dir)]
+    places += [(f"the registry {root}", root) for root in registry_roots]
     for what, place in places:
         if place is not None and target.is_relative_to(place.resolve()):
             raise EdgeregError(
-                f"--out {out} is inside {what} ({place}); a private key there would be "
+                f"--out {out} is inside {what}; a private key there would be "
                 "published or committed",
                 hint=f"Keep the private key outside it, e.g. the default {DEFAULT_KEY_FILE}.",
             )

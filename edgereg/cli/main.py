@@ -39,6 +39,7 @@ class _LazyGroup(click.Group):
         "publish": "edgereg.cli.release:publish",
         "pin": "edgereg.cli.onboard:pin_command",
         "pull": "edgereg.cli.pull:pull_command",
+        "rebuild-state": "edgereg.cli.release:rebuild_state",
         "report": "edgereg.cli.buildreport:report_command",
         "resign": "edgereg.cli.release:resign",
         "resume": "edgereg.cli.release:resume",
@@ -70,6 +71,8 @@ MAIN_HELP = f"""Build MNN model variants per device tier and ship them to apps.
 Results go to stdout, progress, notes and warnings to stderr. -v, -q and --json
 work before or after the command (`edgereg status -q`). Commands find models.toml
 in the working directory or the nearest parent, up to the repository root.
+Text from the registry or a device (labels, actors, notes, errors) is printed
+with its control characters escaped (\\x1b); --json output is exact JSON.
 
 {exit_codes_help()}
 

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from edgereg import config as config_module
-from edgereg.cli._common import Seconds, config_option_for, exit_with, root_flag
+from edgereg.cli._common import Seconds, config_option_for, echo, exit_with, root_flag
 from edgereg.client import (
     BundledRelease,
     Client,
@@ -197,7 +197,10 @@ def pull_command(
     kind: UnitKind = "bundle" if bundle is not None else "model"
     if show_status:
         status = unit_status(out_dir, unit, kind, tier)
-        click.echo(json.dumps(_status_json(status), indent=2) if as_json else _status_text(status))
+        if as_json:
+            click.echo(json.dumps(_status_json(status), indent=2))
+        else:
+            echo(_status_text(status))
         return
     if registry_url is None or device_id is None:
         raise click.UsageError("give --registry URL and --device-id ID (or --status)")
@@ -231,7 +234,7 @@ def pull_command(
             declared = config_module.load(config_path).tiers
             tier = resolve_tier(declared, device)
             for line in explain_tier(declared, device):
-                click.echo(line, err=True)
+                echo(line, err=True)
         elif config_path.exists():
             tiers = config_module.load(config_path).tiers
             if tier not in tiers:
@@ -244,7 +247,7 @@ def pull_command(
         if trusted_key_files:
             trusted = TrustedKeys(load_public_key(path.read_bytes()) for path in trusted_key_files)
         else:
-            click.echo(TOFU_WARNING, err=True)
+            echo(TOFU_WARNING, err=True)
             fetcher = open_fetcher(
                 registry_url,
                 timeout=timeout,
@@ -278,7 +281,7 @@ def pull_command(
             result = client.fetch(Conditions(metered=metered, charging=charging))
     except KeyboardInterrupt:
         # Like every edgereg command (exit 130), not click's "Aborted!" with exit 1.
-        click.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         sys.exit(ExitCode.INTERRUPTED)
     finally:
         client.close()
@@ -335,14 +338,14 @@ def _print_self_test(check: SelfTest) -> None:
             line += f"; skipped {', '.join(result.skipped)} (outputs missed the probe)"
         if result.unavailable:
             line += f"; not on this device: {', '.join(result.unavailable)}"
-        click.echo(f"{line}; load {result.load_ms:.1f} ms, probe {result.probe_ms:.1f} ms")
+        echo(f"{line}; load {result.load_ms:.1f} ms, probe {result.probe_ms:.1f} ms")
         for trial in result.trials:
             if trial.outcome in ("failed", "remembered"):
-                click.echo(f"  {trial.backend}: {trial.detail}")
+                echo(f"  {trial.backend}: {trial.detail}")
     for name, trials in sorted(check.failed.items()):
-        click.echo(f"self-test {name}: failed on every backend; not installed", err=True)
+        echo(f"self-test {name}: failed on every backend; not installed", err=True)
         for trial in trials:
-            click.echo(f"  {trial.backend}: {trial.detail}", err=True)
+            echo(f"  {trial.backend}: {trial.detail}", err=True)
 
 
 def _fail(exc: EdgeregError | OSError) -> NoReturn:
@@ -396,19 +399,19 @@ def _as_json(result: FetchResult) -> dict[str, Any]:
 
 def _print(result: FetchResult) -> None:
     if result.error is not None:
-        click.echo(f"update failed ({result.error_code}): {result.error}", err=True)
+        echo(f"update failed ({result.error_code}): {result.error}", err=True)
         if result.exception is not None and result.exception.hint:
-            click.echo(result.exception.hint, err=True)
+            echo(result.exception.hint, err=True)
     if result.deferred is not None:
-        click.echo(f"{result.model}: download deferred ({result.deferred}); nothing new downloaded")
+        echo(f"{result.model}: download deferred ({result.deferred}); nothing new downloaded")
     if not result.installed:
         if result.error is None and result.deferred is None:
-            click.echo(
+            echo(
                 f"{result.model}: nothing for this device in tier {result.tier} yet (the first "
                 "release is a canary and this device is outside its cohort)"
             )
         elif result.deferred is None:
-            click.echo(f"{result.model}: no model installed")
+            echo(f"{result.model}: no model installed")
         return
     role = "candidate" if result.is_candidate else "stable"
     if result.fallback is not None:
@@ -417,23 +420,23 @@ def _print(result: FetchResult) -> None:
         role += ", shipped with the app"
     keeping = "keeping " if result.error is not None else ""
     if result.bundle:
-        click.echo(f"{keeping}{result.model} {result.version} for tier {result.tier} ({role})")
+        echo(f"{keeping}{result.model} {result.version} for tier {result.tier} ({role})")
     else:
-        click.echo(
+        echo(
             f"{keeping}{result.model} {result.version} variant {result.variant} "
             f"for tier {result.tier} ({role})"
         )
     for name, member in result.members.items():
         indent = "  "
         if result.bundle:
-            click.echo(f"  {name} {member.version} variant {member.variant}")
+            echo(f"  {name} {member.version} variant {member.variant}")
             indent = "    "
         _print_member(member, indent)
     if result.error is None and result.deferred is None:
         if result.updated:
-            click.echo(f"  installed ({result.downloaded_bytes} bytes downloaded)")
+            echo(f"  installed ({result.downloaded_bytes} bytes downloaded)")
         else:
-            click.echo(f"  up to date ({result.downloaded_bytes} bytes downloaded)")
+            echo(f"  up to date ({result.downloaded_bytes} bytes downloaded)")
 
 
 def _shape(dims: list[int | str]) -> str:
@@ -441,33 +444,33 @@ def _shape(dims: list[int | str]) -> str:
 
 
 def _print_member(member: InstalledModel, indent: str) -> None:
-    click.echo(f"{indent}path: {member.path}")
+    echo(f"{indent}path: {member.path}")
     hints = member.runtime
     backend = f" chosen={member.backend}" if member.backend else ""
-    click.echo(
+    echo(
         f"{indent}runtime: threads={hints.threads} backends={','.join(hints.backends)}{backend} "
         f"precision={hints.precision} (needs MNN >= {member.min_mnn_runtime})"
     )
     contract = member.contract
     if contract is None:
-        click.echo(f"{indent}contract: none in this release")
+        echo(f"{indent}contract: none in this release")
         return
     for spec in contract.inputs:
         extra = " ".join(str(x) for x in (spec.layout, spec.color) if x is not None)
         norm = f" mean={spec.mean} std={spec.std}" if spec.mean is not None else ""
-        click.echo(
+        echo(
             f"{indent}input {spec.name} {spec.dtype} {_shape(spec.shape)}"
             + (f" {extra}" if extra else "")
             + norm
         )
     for out in contract.outputs:
-        click.echo(f"{indent}output {out.name} {out.dtype} {_shape(out.shape)}")
+        echo(f"{indent}output {out.name} {out.dtype} {_shape(out.shape)}")
     for link in contract.state:
-        click.echo(f"{indent}state {link.output} -> {link.input}")
-    click.echo(f"{indent}task: {contract.task.kind}")
+        echo(f"{indent}state {link.output} -> {link.input}")
+    echo(f"{indent}task: {contract.task.kind}")
     if member.labels is not None:
         shown = ", ".join(member.labels[:3]) + (", …" if len(member.labels) > 3 else "")
-        click.echo(f"{indent}labels: {len(member.labels)} labels ({shown})")
+        echo(f"{indent}labels: {len(member.labels)} labels ({shown})")
 
 
 def _status_json(status: Status) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from edgereg.cli._common import (
     optional_config,
     print_note,
     print_result,
+    printable,
     registry_option,
     registry_read_options,
     registry_write_options,
@@ -352,6 +353,40 @@ resign = _simple_transition(
 )
 
 
+@click.command("rebuild-state")
+@click.argument("model")
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Write an empty state (no stable, no candidate) instead, above every manifest's "
+    "sequence; recorded in its history.",
+)
+@click.option(
+    "--sequence",
+    type=click.IntRange(1, 2**53 - 1),
+    default=None,
+    help="With --reset: the new state's sequence, above any a device has seen (required "
+    "when no manifest is left).",
+)
+@registry_write_options
+@handle_errors
+def rebuild_state(model: str, reset: bool, sequence: int | None, **options: Any) -> None:
+    """Write MODEL's lost state.json again from its signed manifests (docs/release.md)."""
+    config = optional_config(options["config_path"])
+    registry = open_registry(
+        config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
+    )
+    state = registry.rebuild_state(
+        model,
+        signer=signer_from_options(options["key_paths"], config),
+        actor=actor_name(options["actor"]),
+        expires_days=expiry_days(config),
+        reset=reset,
+        sequence=sequence,
+    )
+    _report_state(state, options["as_json"])
+
+
 @click.command()
 @click.argument("model", required=False)
 @click.option(
@@ -397,7 +432,7 @@ def status(
         _write_status_page(html_path, registry, config, pinned=bool(config or trusted_key_paths))
     for st in statuses:
         for warning in st.warnings:
-            errors.print(f"[bold red]WARNING:[/] {escape(warning)}", markup=True)
+            errors.print(f"[bold red]WARNING:[/] {escape(printable(warning))}", markup=True)
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
         return
@@ -509,11 +544,11 @@ def history(
         table.add_row(
             str(event.sequence),
             format_time(event.at),
-            event.actor,
+            escape(printable(event.actor)),
             event.action,
             after.stable or "-",
             candidate,
-            note,
+            escape(printable(note)),
         )
     Console(width=max(Console().width, 110)).print(table)
     _print_bundle_versions(registry, state)

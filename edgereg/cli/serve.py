@@ -26,7 +26,12 @@ from edgereg.cli._common import (
     trusted_key_option,
 )
 from edgereg.serve._app import DEFAULT_REPORT_BURST, DEFAULT_REPORT_RATE
-from edgereg.serve._server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT
+from edgereg.serve._server import (
+    DEFAULT_HEAD_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_PER_ADDRESS,
+    DEFAULT_TIMEOUT,
+)
 
 log = logging.getLogger("edgereg.serve")
 #: Seconds between two retention passes over the report store.
@@ -73,7 +78,16 @@ PRUNE_INTERVAL = 3600.0
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_CONNECTIONS,
     show_default=True,
-    help="Connections served at once; more are answered 503 at once.",
+    help="Connections open at once; past it a new one closes the oldest idle one "
+    "(503 when every one is busy answering).",
+)
+@click.option(
+    "--max-per-address",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_PER_ADDRESS,
+    show_default=True,
+    help="Connections one client address may hold; past it its new one closes its own "
+    "oldest idle one. Devices behind one carrier NAT share an address.",
 )
 @click.option(
     "--shutdown-timeout",
@@ -105,6 +119,14 @@ PRUNE_INTERVAL = 3600.0
     show_default=True,
     help="Reports one address may send at once before --reports-rate applies.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes sharing the port (SO_REUSEPORT); one Python process answers on "
+    "one core. Limits and /metrics are per worker.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 def serve_command(**options: Any) -> None:
     """Serve the registry over read-only HTTP, and take device reports on POST /v1/reports.
@@ -130,10 +152,12 @@ def _serve(
     timeout: float,
     head_timeout: float,
     max_connections: int,
+    max_per_address: int,
     shutdown_timeout: float,
     reports_url: str | None,
     reports_rate: float,
     reports_burst: int,
+    workers: int,
     access_log: bool,
 ) -> None:
     from edgereg.errors import EdgeregError
@@ -193,21 +217,32 @@ def _serve(
                     f"warning: {exc.message}; POST /v1/reports answers 503 until it answers",
                     markup=False,
                 )
-    sink = GroupCommit(store) if store is not None else None
-    try:
-        server = make_server(
-            registry.storage,
+    server_options: dict[str, Any] = {
+        "manifest_max_age": manifest_max_age,
+        "timeout": timeout,
+        "head_timeout": head_timeout,
+        "max_connections": max_connections,
+        "max_per_address": max_per_address,
+        "trusted": registry.trusted_keys if pinned else None,
+        "policy": config.rollout_policy if config is not None else None,
+        "report_limiter": RateLimiter(reports_rate, reports_burst),
+    }
+    if workers > 1:
+        _serve_workers(
+            workers,
+            registry,
             host,
             port,
-            manifest_max_age=manifest_max_age,
-            timeout=timeout,
-            head_timeout=head_timeout,
-            max_connections=max_connections,
-            trusted=registry.trusted_keys if pinned else None,
-            policy=config.rollout_policy if config is not None else None,
-            reports=sink,
-            report_limiter=RateLimiter(reports_rate, reports_burst),
+            server_options,
+            store,
+            config.root if config is not None else None,
+            report_settings.retention_days,
+            shutdown_timeout,
         )
+        return
+    sink = GroupCommit(store) if store is not None else None
+    try:
+        server = make_server(registry.storage, host, port, reports=sink, **server_options)
     except OSError as exc:
         raise EdgeregError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
@@ -215,17 +250,7 @@ def _serve(
         ) from exc
 
     stop = threading.Event()
-    received: list[str] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        received.append(signal.Signals(signum).name)
-        stop.set()
-        # A second signal stops at once (the default action).
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    received = _stop_on_signals(stop)
     server.start()
     # The address is the result (with --port 0, the only place it is told): stdout.
     print_result(f"serving {registry.storage.url} on {server.base_url} (Ctrl-C or SIGTERM to stop)")
@@ -241,6 +266,103 @@ def _serve(
         )
     if sink is not None:
         sink.close()  # stores what is queued, then closes the store
+
+
+def _stop_on_signals(stop: threading.Event) -> list[str]:
+    """SIGTERM and SIGINT set ``stop``; a second one stops at once. Returns their names."""
+    received: list[str] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+        # A second signal stops at once (the default action).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return received
+
+
+def _serve_workers(
+    workers: int,
+    registry: Any,
+    host: str,
+    port: int,
+    server_options: dict[str, Any],
+    store: Any,
+    base_dir: Path | None,
+    retention_days: int,
+    shutdown_timeout: float,
+) -> None:
+    """``--workers N``: the parent reserves the port and supervises N forked servers."""
+    from edgereg.errors import EdgeregError
+    from edgereg.reports import open_store
+    from edgereg.reports.batch import GroupCommit
+    from edgereg.serve._server import make_server
+    from edgereg.serve._workers import reserve_port, run_workers
+
+    store_url = store.url if store is not None else None
+    if store is not None:
+        store.close()  # each worker opens its own after the fork
+    try:
+        reserved = reserve_port(host, port)
+    except OSError as exc:
+        raise EdgeregError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="Pick another --port, or stop what is using it.",
+        ) from exc
+    port = int(reserved.getsockname()[1])
+
+    def worker(index: int, stop: threading.Event) -> None:
+        reserved.close()
+        worker_store = open_store(store_url, base_dir=base_dir) if store_url else None
+        sink = GroupCommit(worker_store) if worker_store is not None else None
+        server = make_server(
+            registry.storage, host, port, reports=sink, reuse_port=True, **server_options
+        )
+        server.start()
+        if worker_store is not None and index == 0:
+            _start_pruning(worker_store, retention_days, stop)
+        while not stop.wait(0.5):
+            pass
+        server.drain(shutdown_timeout)
+        if sink is not None:
+            sink.close()
+
+    stop = threading.Event()
+    received = _stop_on_signals(stop)
+    shown = f"[{host}]" if ":" in host else host
+    base_url = f"http://{shown}:{port}"
+    try:
+        run_workers(
+            workers,
+            worker,
+            shutdown_timeout=shutdown_timeout,
+            stop=stop,
+            started=lambda: _announce(registry, base_url, host, port, workers, store_url),
+        )
+    finally:
+        reserved.close()
+    stderr.print(
+        f"{received[0] if received else 'stop'}: the workers finished their answers in flight",
+        markup=False,
+    )
+
+
+def _announce(
+    registry: Any, base_url: str, host: str, port: int, workers: int, store_url: str | None
+) -> None:
+    from edgereg.serve._workers import wait_listening
+
+    if not wait_listening(host, port):
+        log.error("no worker listens on %s yet", base_url)
+    print_result(
+        f"serving {registry.storage.url} on {base_url} with {workers} workers "
+        "(Ctrl-C or SIGTERM to stop)"
+    )
+    if store_url is not None:
+        print_note(f"reports: POST {base_url}/v1/reports into {store_url}")
 
 
 def _start_pruning(store: Any, retention_days: int, stop: threading.Event) -> None:

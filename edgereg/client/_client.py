@@ -692,23 +692,30 @@ class Client:
                 self._record_error(code, f"shipped release: {exc.message}")
 
     def _install_shipped(self) -> None:
-        """Install the app's shipped release when nothing, or something older, is installed.
+        """Install the app's shipped release until the first manifest is accepted online.
 
         Verified like a fetched manifest (signature, model or bundle, tier,
         digests) except for its expiry: a copy inside the app cannot be
-        re-signed, and it never overrides a newer release (docs/protocol.md §10).
+        re-signed. It stands in for the first fetch only (docs/protocol.md §10):
+
+        - it never raises the remembered sequence, so a shipped manifest with
+          a sequence far above the registry's (2^53 - 1 by mistake) cannot
+          turn every later online manifest into a "rollback";
+        - once a manifest was accepted online, no shipped release is
+          installed again (else a high-sequence copy would replace every
+          online update at each start); before that, a newer shipped copy (an
+          app update) replaces an older one.
         """
         assert self.bundled is not None
         data = self.bundled.manifest
         manifest = verify_document(Manifest, data, self.trusted)
+        if self.cache.read_sequence(self.model) is not None:
+            return
         installed = self.cache.read_installed(self.kind, self.model)
-        highest = self.cache.read_sequence(self.model)
-        if installed is not None and manifest.sequence <= max(installed.sequence, highest or 0):
+        if installed is not None and manifest.sequence <= installed.sequence:
             return
         now = min(self.clock(), manifest.expires - timedelta(seconds=1))
         decision = self._avoid_bad(self._decide(data, None, now))
-        if decision.manifest.sequence > (highest or 0):
-            self.cache.write_sequence(self.model, decision.manifest.sequence)
         if decision.entry is None:
             return
         self._apply(decision, installed, Conditions(), not_modified=False, shipped=self.bundled)

@@ -55,6 +55,10 @@ class Budgets(_Strict):
     )
     min_snr_db: float | None = Field(
         default=None,
+        # float32 agreement tops out near 150 dB; a budget above 300 can never pass
+        # and one below 0 accepts outputs noisier than the signal.
+        ge=0,
+        le=300,
         description="Signal-to-noise ratio of each output against the reference, in dB "
         "(10·log10 of reference energy over error energy; 20 dB = 10% relative L2 error).",
     )

@@ -7,10 +7,10 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, StringConstraints, model_validator
 
 from edgereg.config._base import _rule_error, _Strict
-from edgereg.config._budgets import Budgets
+from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
 from edgereg.config._rollout import RolloutPolicy
-from edgereg.config._tasks import ClassificationTask, Task
+from edgereg.config._tasks import ClassificationTask, Task, TaskMetric
 from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
 
 
@@ -201,6 +201,7 @@ class Model(_Strict):
                     f"'{metric_name}' compares the variant with the reference itself, so it has "
                     f"no baseline; use min or max",
                 )
+            _check_bounds(metric, limits, f"{where}.metrics.{metric_name}")
             wrong_way = "min_baseline" if not metric.higher_is_better else "max_baseline"
             if getattr(limits, wrong_way) is not None and self.task.kind != "custom":
                 right = "max_baseline" if wrong_way == "min_baseline" else "min_baseline"
@@ -216,3 +217,34 @@ class Model(_Strict):
         return self.task.output or next(
             spec.name for spec in self.outputs if spec.name not in {p.output for p in self.state}
         )
+
+
+def _check_bounds(metric: TaskMetric, limits: MetricBudget, where: str) -> None:
+    """Each limit within what the metric can be: outside, its gate never fails (or never passes).
+
+    ``max_drop`` is a difference of two values of the metric, so it runs from
+    0 to the width of the metric's range.
+    """
+    if metric.bounds is None:
+        return
+    low, high = metric.bounds
+    for key in ("min", "max", "min_baseline", "max_baseline", "max_drop"):
+        value = getattr(limits, key)
+        if value is None:
+            continue
+        lo, hi = (0.0, high - low) if key == "max_drop" else (low, high)
+        if not lo <= value <= hi:
+            raise _rule_error(
+                f"{where}.{key}",
+                f"{value:g} is outside {lo:g}..{hi:g}, the range of {key} for "
+                f"'{metric.name}' ({metric.description}); a budget there "
+                + ("can never fail" if _never_fails(key, value, lo, hi) else "can never pass")
+                + (" (a share is written 0.05, not 5)" if value > hi and hi <= 2 else ""),
+            )
+
+
+def _never_fails(key: str, value: float, lo: float, hi: float) -> bool:
+    """True for a limit so loose that every value passes it."""
+    if key in ("min", "min_baseline"):
+        return value < lo
+    return value > hi

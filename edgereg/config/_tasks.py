@@ -22,12 +22,16 @@ class TaskMetric:
             next to the fp32 ONNX baseline on the same labels).
         higher_is_better: The direction of "worse" for ``max_drop``.
         description: One line for the docs.
+        bounds: The values the metric can take, so a budget outside them (a
+            gate that can never fail, or never pass) is a configuration error.
+            None for a custom evaluator's metric, whose range edgereg does not know.
     """
 
     name: str
     against: Literal["reference", "labels"]
     higher_is_better: bool
     description: str
+    bounds: tuple[float, float] | None = (0.0, 1.0)
 
 
 class _Task(_Strict):
@@ -62,6 +66,7 @@ class ClassificationTask(_Task):
             "labels",
             False,
             "the worst class's recall loss against the baseline (gate it with max)",
+            (-1.0, 1.0),
         ),
     )
 
@@ -118,6 +123,7 @@ class EmbeddingTask(_Task):
             "reference",
             True,
             "worst cosine similarity of an embedding with the reference's",
+            (-1.0, 1.0),
         ),
         TaskMetric(
             "neighbour_agreement",
@@ -180,7 +186,7 @@ class CustomTask(_Task):
 
         Its metrics have no fp32 baseline, so only ``min`` and ``max`` apply.
         """
-        return TaskMetric(name, "reference", True, "")
+        return TaskMetric(name, "reference", True, "", None)
 
 
 def _task_shorthand(value: Any) -> Any:

@@ -325,7 +325,9 @@ class RolloutSnapshot(WireModel):
     paused: bool = False
 
 
-Action = Literal["publish", "rollout", "promote", "rollback", "pause", "resume", "resign"]
+Action = Literal[
+    "publish", "rollout", "promote", "rollback", "pause", "resume", "resign", "rebuild", "reset"
+]
 
 
 class HistoryEvent(WireModel):

@@ -28,8 +28,10 @@ from edgereg.protocol.envelope import Signer, TrustedKeys, key_id, load_public_k
 from edgereg.protocol.layout import KEYS_PREFIX
 from edgereg.protocol.patterns import NAME_RE
 from edgereg.protocol.wire import (
+    Action,
     AnyRelease,
     BundleRecord,
+    HistoryEvent,
     Manifest,
     ReleaseRecord,
     RolloutState,
@@ -333,6 +335,7 @@ class Registry:
         signers = signers_of(signer)
         self.check_signer(signers)
         state, token = self.read_state(model)
+        self._refuse_lost_state(model, state, publishing=version)
         self._check_same_kind(state, record)
         existing = self._existing_release(model, version)
         if existing is not None and not _same_content(prepared, existing):
@@ -406,6 +409,140 @@ class Registry:
             record=record,
         )
 
+    def _refuse_lost_state(
+        self, model: str, state: RolloutState | None, *, publishing: str | None = None
+    ) -> None:
+        """No state, but a history: writing a new one would restart the sequence at 1.
+
+        Devices remember the highest manifest sequence they accepted and refuse
+        anything lower as a rollback, so a state restarted at 1 would strand
+        every device that ever installed the model. The record of the version
+        being published is no history: an interrupted first publish leaves it.
+        """
+        if state is not None:
+            return
+        records = [v for v in self.versions(model) if v != publishing]
+        tiers = self.manifest_tiers(model)
+        if not records and not tiers:
+            return
+        found = []
+        if records:
+            found.append(f"{len(records)} release record(s) ({', '.join(records[-3:])})")
+        if tiers:
+            found.append(f"manifests for {', '.join(tiers)}")
+        raise transitions.RolloutError(
+            f"{state_key(model)} is missing in {self.storage.url}, but {' and '.join(found)} "
+            f"of {model} exist; a new state would restart at sequence 1 and every device "
+            "would refuse it as a rollback",
+            hint=f"Restore state.json from a backup, or rebuild it: `edgereg rebuild-state "
+            f"{model}` (from the signed manifests; `--reset` starts an empty, recorded state "
+            "above their highest sequence when no manifest is left).",
+        )
+
+    def rebuild_state(
+        self,
+        model: str,
+        *,
+        signer: Signer | Sequence[Signer],
+        actor: str,
+        expires_days: int,
+        reset: bool = False,
+        sequence: int | None = None,
+    ) -> RolloutState:
+        """Write a lost rollout state again from what devices were last told.
+
+        The highest-sequence signed manifest of ``model`` gives stable,
+        candidate, percent, salt and pause; the new state takes the sequence
+        after it, so every device accepts the manifests written from it. With
+        ``reset``, the state is empty instead (no stable, no candidate): the
+        next publish starts over, still above every sequence a manifest shows,
+        and at ``sequence`` when given (required when no manifest is left: only
+        the operator knows what the devices saw).
+
+        Raises:
+            RolloutError: the state exists, or nothing is left to rebuild it
+                from (no manifest) and ``reset`` is not given.
+            TrustError: a manifest does not verify.
+        """
+        signers = signers_of(signer)
+        self.check_signer(signers)
+        state, token = self.read_state(model)
+        if state is not None:
+            raise transitions.RolloutError(
+                f"{state_key(model)} exists (sequence {state.sequence}); nothing to rebuild",
+                hint=f"`edgereg status {model}` shows it; `edgereg resign {model}` rewrites "
+                "its manifests.",
+            )
+        trusted = self._trust_for_signed()
+        manifests = [
+            verify_document(Manifest, self.storage.get(manifest_key(model, tier)), trusted)
+            for tier in self.manifest_tiers(model)
+        ]
+        latest = max(manifests, key=lambda m: m.sequence, default=None)
+        if latest is None and (not reset or sequence is None):
+            raise transitions.RolloutError(
+                f"no manifest of {model} is left in {self.storage.url}, so what devices were "
+                "last told cannot be rebuilt, nor the sequence they remember",
+                hint=f"`edgereg rebuild-state {model} --reset --sequence N` writes an empty "
+                "state at sequence N (recorded in its history): choose N above any sequence "
+                "a device may have seen (`edgereg history` output, logs, a device's cache); "
+                "devices that remember a higher one refuse it.",
+            )
+        floor = 1 if latest is None else latest.sequence + 1
+        if sequence is not None and (not reset or sequence < floor):
+            raise transitions.RolloutError(
+                f"--sequence {sequence} "
+                + (
+                    "is for --reset"
+                    if not reset
+                    else f"is below {floor}: manifest "
+                    f"sequence {floor - 1} exists, and devices would refuse it as a rollback"
+                ),
+                hint=f"Drop --sequence, or pass --reset with --sequence {floor} or more.",
+            )
+        now = self.clock()
+        sequence = floor if sequence is None else sequence
+        empty = RolloutState(model=model, sequence=sequence, expires=now)
+        if reset or latest is None:
+            fields: dict[str, object] = {}
+            action: Action = "reset"
+            note = f"state lost; reset to empty at sequence {sequence}" + (
+                " (no manifest left)"
+                if latest is None
+                else f" above manifest sequence {latest.sequence}"
+            )
+        else:
+            fields = {
+                "stable": latest.stable.version if latest.stable else None,
+                "candidate": latest.candidate.version if latest.candidate else None,
+                "percent": latest.percent,
+                "salt": latest.salt,
+                "paused": latest.paused,
+                "report_url": latest.report_url,
+            }
+            action = "rebuild"
+            note = (
+                f"state lost; rebuilt from the {latest.tier} manifest, sequence {latest.sequence}"
+            )
+        new_state = RolloutState.model_validate(
+            {
+                **empty.model_dump(),
+                **fields,
+                "expires": now + timedelta(days=expires_days),
+            }
+        )
+        event = HistoryEvent(
+            sequence=sequence,
+            at=now,
+            actor=actor,
+            action=action,
+            before=empty.model_copy(update={"sequence": sequence}).snapshot(),
+            after=new_state.snapshot(),
+            note=note,
+        )
+        new_state = new_state.model_copy(update={"history": [event]})
+        return self._write_state(new_state, token, signers)
+
     def _check_same_kind(self, state: RolloutState | None, record: AnyRelease) -> None:
         """A name is a model or a bundle for good: its manifests' entries must all be alike."""
         if state is None:
@@ -444,6 +581,7 @@ class Registry:
         self.check_signer(signers)
         self.repair_manifests(model, signers)
         state, token = self.read_state(model)
+        self._refuse_lost_state(model, state)
         now = self.clock()
         new_state = transition(state, now, now + timedelta(days=expires_days))
         return self._write_state(new_state, token, signers, report_url)
@@ -610,7 +748,8 @@ class Registry:
             report.errors.append(
                 f"{state_key(model)}: missing, but manifests of {model} exist (was it "
                 "deleted?); devices keep installing what they say, and no command can "
-                "change it; restore state.json from a backup"
+                "change it; restore state.json from a backup or run `edgereg rebuild-state "
+                f"{model}`"
             )
         for model in releases_only:
             report.warnings.append(

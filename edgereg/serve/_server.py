@@ -9,14 +9,19 @@ finished (up to a deadline).
 
 Hostile clients are bounded: a request head must arrive whole within
 ``head_timeout`` once begun (408) and stay within the size limits below
-(414, 431), and past ``max_connections`` a new connection is answered 503
-on the accepting thread, so each connection costs at most one thread and
-~100 KiB, and a flood of idle sockets cannot starve the clients being served.
+(414, 431). A connection costs at most one thread and ~100 KiB. Idle
+sockets cannot starve the clients being served: when ``max_connections``
+are open, or one source address holds ``max_per_address``, a new
+connection closes the oldest idle one (of that address first; an idle one
+has no request in progress), so one host holding thousands of idle sockets
+only churns its own; only when every connection is busy answering is a new
+one answered 503 on the accepting thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -48,8 +53,12 @@ DEFAULT_TIMEOUT = 30.0
 _SMALL_BODY = 64 * 1024
 #: Seconds a client has to send a whole request head once it started one.
 DEFAULT_HEAD_TIMEOUT = 10.0
-#: Connections served at once; more are answered 503 and closed at once.
+#: Connections served at once; past it the oldest idle one is closed for a new
+#: one, and with none idle a new one is answered 503 and closed at once.
 DEFAULT_MAX_CONNECTIONS = 1024
+#: Connections one source address may hold; past it its oldest idle one is
+#: closed for its new one. Generous: devices behind a carrier NAT share one.
+DEFAULT_MAX_PER_ADDRESS = 256
 #: Limits of a request head (nginx's defaults are of the same order): longer
 #: request line -> 414, longer header line, more header bytes or lines -> 431.
 _MAX_REQUEST_LINE = 8192
@@ -63,6 +72,15 @@ _LINGER_SECONDS = 2.0
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")
+
+
+@dataclasses.dataclass
+class _Conn:
+    """What the server knows of one open connection."""
+
+    address: str
+    busy: bool = False  # answering a request
+    since: float = dataclasses.field(default_factory=time.monotonic)  # idle since
 
 
 class RegistryServer(ThreadingHTTPServer):
@@ -87,15 +105,23 @@ class RegistryServer(ThreadingHTTPServer):
         timeout: float,
         head_timeout: float = DEFAULT_HEAD_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
+        reuse_port: bool = False,
     ) -> None:
+        # Worker processes each bind the same port; the kernel spreads connections.
+        self.allow_reuse_port = reuse_port
         self.app = app
         self.timeout_s = timeout
         self.head_timeout_s = min(head_timeout, timeout)
         self.max_connections = max_connections
+        self.max_per_address = max(1, min(max_per_address, max_connections))
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._connections: dict[_Handler, bool] = {}  # handler -> busy answering a request
+        self._connections: dict[_Handler, _Conn] = {}
+        self._evicted: set[_Handler] = set()  # told to close, not gone yet: not counted
+        self._per_address: dict[str, int] = {}  # open and starting connections, by address
         self._starting = 0  # accepted, handler thread not running yet
+        self.evictions = 0  # idle connections closed to make room, since the start
         self._draining = False
         self._serving_thread: threading.Thread | None = None
         if ":" in address[0]:
@@ -125,13 +151,17 @@ class RegistryServer(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         """Count an accepted connection at once, before its thread starts.
 
-        Past ``max_connections``, answer 503 on the accepting thread and close:
+        At a limit (``max_connections`` in all, ``max_per_address`` for its
+        address) the oldest idle connection makes room, that address's own
+        first; with none idle, answer 503 on the accepting thread and close:
         a flood of connections costs no threads and cannot exhaust memory.
         """
+        address = _address_of(client_address)
         with self._lock:
-            full = len(self._connections) + self._starting >= self.max_connections
+            full = not self._make_room(address)
             if not full:
                 self._starting += 1
+                self._per_address[address] = self._per_address.get(address, 0) + 1
         if full:
             self.app.metrics.started()
             self.app.metrics.observe("other", "", 503, len(_BUSY), 0.0)
@@ -145,23 +175,65 @@ class RegistryServer(ThreadingHTTPServer):
         except BaseException:
             with self._lock:
                 self._starting -= 1
+                self._forget_address(address)
             raise
+
+    def _make_room(self, address: str) -> bool:
+        """Under the lock: whether a connection from ``address`` fits (an idle one may close)."""
+        if self._per_address.get(address, 0) >= self.max_per_address:
+            return self._evict_oldest_idle(address)
+        open_now = len(self._connections) - len(self._evicted) + self._starting
+        if open_now >= self.max_connections:
+            return self._evict_oldest_idle(None)
+        return True
+
+    def _evict_oldest_idle(self, address: str | None) -> bool:
+        """Close the oldest idle connection (of ``address``, else of anyone); False if none."""
+        oldest: tuple[float, _Handler] | None = None
+        for handler, conn in self._connections.items():
+            if conn.busy or handler in self._evicted:
+                continue
+            if address is not None and conn.address != address:
+                continue
+            if oldest is None or conn.since < oldest[0]:
+                oldest = (conn.since, handler)
+        if oldest is None:
+            return False
+        handler = oldest[1]
+        self._evicted.add(handler)
+        self._forget_address(self._connections[handler].address)
+        self.evictions += 1
+        handler.stop_reading()
+        return True
+
+    def _forget_address(self, address: str) -> None:
+        left = self._per_address.get(address, 0) - 1
+        if left > 0:
+            self._per_address[address] = left
+        else:
+            self._per_address.pop(address, None)
 
     def _register(self, handler: _Handler) -> None:
         with self._lock:
             self._starting -= 1
-            self._connections[handler] = False
+            self._connections[handler] = _Conn(_address_of(handler.client_address))
 
     def _unregister(self, handler: _Handler) -> None:
         with self._lock:
-            self._connections.pop(handler, None)
+            conn = self._connections.pop(handler, None)
+            if conn is not None and handler not in self._evicted:
+                self._forget_address(conn.address)
+            self._evicted.discard(handler)
             self._changed.notify_all()
 
     def _set_busy(self, handler: _Handler, busy: bool) -> bool:
         """Mark a connection busy or idle; returns whether the server is draining."""
         with self._lock:
-            if handler in self._connections:
-                self._connections[handler] = busy
+            conn = self._connections.get(handler)
+            if conn is not None:
+                conn.busy = busy
+                if not busy:
+                    conn.since = time.monotonic()
             if not busy:
                 self._changed.notify_all()
             return self._draining
@@ -203,8 +275,8 @@ class RegistryServer(ThreadingHTTPServer):
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._connections or self._starting:
-                for handler, busy in self._connections.items():
-                    if not busy:
+                for handler, conn in self._connections.items():
+                    if not conn.busy:
                         handler.stop_reading()
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -229,6 +301,13 @@ class RegistryServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Log an error that escaped a handler (the connection is dropped)."""
         log.exception("error on the connection from %s", client_address)
+
+
+def _address_of(client_address: Any) -> str:
+    """The source host of a connection (its port is not part of who it is)."""
+    if isinstance(client_address, tuple) and client_address:
+        return str(client_address[0])
+    return str(client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -578,6 +657,8 @@ def make_server(
     timeout: float = DEFAULT_TIMEOUT,
     head_timeout: float = DEFAULT_HEAD_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
+    reuse_port: bool = False,
     endpoint_url: str | None = None,
     trusted: Callable[[], TrustedKeys] | None = None,
     policy: Callable[[str], RolloutPolicy] | None = None,
@@ -595,7 +676,12 @@ def make_server(
         timeout: Idle and IO timeout per connection, in seconds.
         head_timeout: Seconds a client has to send a whole request head once
             it began one (slow clients are cut off; at most ``timeout``).
-        max_connections: Connections served at once; more are answered 503.
+        max_connections: Connections open at once; past it a new connection
+            closes the oldest idle one, and with none idle it is answered 503.
+        max_per_address: Connections one source address may hold; past it
+            its new connection closes its own oldest idle one (or gets 503).
+        reuse_port: Bind with SO_REUSEPORT, so several worker processes
+            listen on one port (``edgereg serve --workers``).
         endpoint_url: S3 endpoint, when ``storage`` is an ``s3://`` URL.
         trusted: The publisher keys the operator pinned, for the status page
             (serving manifests and blobs needs none: apps verify them).
@@ -624,6 +710,8 @@ def make_server(
         timeout=timeout,
         head_timeout=head_timeout,
         max_connections=max_connections,
+        max_per_address=max_per_address,
+        reuse_port=reuse_port,
     )
 
 

@@ -19,6 +19,8 @@ analysis `edgereg analyze` prints. Every value is HTML-escaped.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,7 +31,7 @@ from edgereg import __version__
 from edgereg.analysis import RATE_GUARDRAILS, Analysis
 from edgereg.build.outputs import headline
 from edgereg.config import RolloutPolicy
-from edgereg.errors import EdgeregError
+from edgereg.errors import EdgeregError, StorageError
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.wire import (
     AnyRelease,
@@ -43,7 +45,9 @@ from edgereg.protocol.wire import (
 from edgereg.registry import ModelStatus, Registry, TierStatus, model_status, utcnow
 from edgereg.reports.canary import SummarySource, rollout_analysis
 from edgereg.rollout import check_soak, next_step
-from edgereg.storage import Storage
+from edgereg.storage import NotFound, Storage
+
+log = logging.getLogger("edgereg.serve")
 
 #: History events shown per model, newest first.
 HISTORY_SHOWN = 10
@@ -120,7 +124,8 @@ def render_status_page(
     except EdgeregError as exc:
         models = []
         problems += 1
-        sections.append(f'<p class="error">Cannot list models: {escape(exc.message)}</p>')
+        reason = public_reason(exc, storage)
+        sections.append(f'<p class="error">Cannot list models: {escape(reason)}</p>')
     if not models and not problems:
         sections.append(
             '<p class="muted">No model is published yet. Publish one with '
@@ -138,6 +143,28 @@ def render_status_page(
         f'<p class="muted">{len(models)} model{"" if len(models) == 1 else "s"} · '
         f"read-only · edgereg {escape(__version__)}</p>" + "".join(sections) + "</body></html>\n"
     )
+
+
+def public_reason(exc: EdgeregError, storage: Storage) -> str:
+    """What a public page may say about an error: nothing of the server's disk.
+
+    A storage failure's message carries the registry's URL and the operating
+    system's error (with the file's path); the page names the object only,
+    and the server log keeps the whole message for the operator.
+    """
+    if isinstance(exc, NotFound):
+        return f"'{exc.key}' does not exist in the registry"
+    log.warning("status page: %s", exc.message)
+    if isinstance(exc, StorageError):
+        return "the registry storage could not be read; the server log says why"
+    message = exc.message
+    root = getattr(storage, "root", None)
+    places = [storage.url]
+    if root is not None:
+        places += [str(root), os.path.realpath(root)]
+    for place in sorted(set(places), key=len, reverse=True):
+        message = message.replace(place, "the registry")
+    return message
 
 
 @dataclass(frozen=True)
@@ -174,7 +201,11 @@ def _model_section(
             now=now,
         )
     except (EdgeregError, KeyError) as exc:
-        reason = exc.message if isinstance(exc, EdgeregError) else "no rollout state"
+        reason = (
+            public_reason(exc, registry.storage)
+            if isinstance(exc, EdgeregError)
+            else "no rollout state"
+        )
         problem = f"Cannot show {escape(model)}: {escape(reason)}"
         return f'{head}<p class="error">{problem}</p></section>'
     history = list(reversed(state.history))[:HISTORY_SHOWN]
@@ -472,9 +503,11 @@ def _health(data: _Model, reports: SummarySource | None) -> str:
             reports, state, guardrails=guardrails, tiers=list(dict.fromkeys(tiers)), now=data.now
         )
     except EdgeregError as exc:
+        # Its message may name a database URL (with a password) or a path.
+        log.warning("status page: the report store cannot be read: %s", exc.message)
         return (
-            '<h3>Canary health</h3><p class="error">The report store cannot be read: '
-            f"{escape(exc.message)}</p>"
+            '<h3>Canary health</h3><p class="error">The report store cannot be read; '
+            "the server log says why.</p>"
         )
     return _health_table(analysis)
 
