@@ -10,6 +10,8 @@ import javax.annotation.Nullable;
  * A release shipped inside the app for the first, offline launch (docs/protocol.md section 10):
  * the manifest envelope bytes as served and a way to open its blobs by sha256 (a folder, or the
  * APK's assets via {@code AssetManager.open}). Verified like a fetched manifest except its expiry.
+ * Installed only while no manifest was ever accepted online for the unit, and only above the
+ * sequence of an earlier shipped copy; it never raises the highest sequence seen.
  */
 public abstract class BundledRelease {
     @Nonnull

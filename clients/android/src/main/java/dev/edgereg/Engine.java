@@ -572,17 +572,18 @@ final class Engine {
 
     private void installShipped() throws Rejected, IOException {
         byte[] data = shipped.manifest();
+        // Once a manifest was accepted online, no shipped copy is installed again: a shipped
+        // one would otherwise replace the online release at each start (docs/protocol.md section 10).
+        if (store().readSequence(unit) != null) return;
         Map<String, Object> installed = store().readInstalled(kind, unit);
-        Long highest = store().readSequence(unit);
         // Verified like a fetched manifest except its expiry (docs/protocol.md section 10).
         Decision probe = decide(data, null, client.now(), false);
         long seq = probe.manifest.sequence;
-        long seen = Math.max(installed == null ? 0 : Health.num(installed.get("sequence")), highest == null ? 0 : highest);
-        // Installed when nothing is, or when it is above everything seen; it never lowers the
-        // highest sequence (docs/protocol.md section 10).
-        if (installed != null && seq <= seen) return;
+        // Only above an earlier shipped copy (an app update).
+        if (installed != null && seq <= Health.num(installed.get("sequence"))) return;
         Decision decision = avoidBad(probe);
-        if (seq > (highest == null ? 0 : highest)) store().writeSequence(unit, seq);
+        // The highest sequence is not written: a shipped manifest signed with 2^53 - 1 by mistake
+        // would make every later online manifest a rollback, on every device, for good.
         if (decision.unit == null) return;
         apply(decision, installed, DownloadPolicy.Conditions.ideal(), false, shipped);
     }

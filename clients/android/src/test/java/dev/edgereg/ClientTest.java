@@ -488,4 +488,82 @@ class ClientTest {
         assertEquals("transport", offline.errorCode);
         assertEquals("1.0.0", offline.version, "offline, the installed model stays");
     }
+
+    /** The registry's current manifest and these blobs, as an app ships them (a folder). */
+    BundledRelease ship(File dir, byte[]... blobs) throws Exception {
+        File blobDir = new File(dir, "blobs");
+        blobDir.mkdirs();
+        Files.write(new File(dir, "manifest.json").toPath(), registry.files.get("manifests/digits/mid.json"));
+        for (byte[] b : blobs) Files.write(new File(blobDir, Codec.sha256Hex(b)).toPath(), b);
+        return BundledRelease.fromFiles(new File(dir, "manifest.json"), blobDir);
+    }
+
+    @Test
+    void aShippedSequenceOfTwoToThe53MinusOneNeverMakesAnOnlineManifestARollback() throws Exception {
+        byte[] shippedModel = bytes(2000, 9);
+        registry.manifest("digits", "mid", 9007199254740991L, registry.blob(shippedModel, "1.0.0", "int8", CPU), null, null, null);
+        BundledRelease shipped = ship(new File(tmp, "shipped"), shippedModel);
+        byte[] online = bytes(3000, 4);
+        registry.manifest("digits", "mid", 5, registry.blob(online, "1.1.0", "int8", CPU), null, null, null);
+        File cache = new File(tmp, "cache");
+        EdgeregClient client = builder(cache).bundled("digits", shipped).build();
+        UpdateResult first = client.current("digits");
+        assertEquals("1.0.0", first.version, first.toString());
+        assertTrue(first.bundled);
+        assertTrue(registry.requests.isEmpty(), "installed without network: " + registry.requests);
+        assertNull(client.store.readSequence("digits"), "a shipped manifest stores no highest sequence");
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertTrue(r.updated, r.toString());
+        assertEquals("1.1.0", r.version);
+        assertFalse(r.bundled);
+        assertArrayEquals(online, Files.readAllBytes(r.model().file.toPath()));
+        assertEquals(Long.valueOf(5), client.store.readSequence("digits"));
+        // The next start with the same app: the shipped copy (above 5) stays out.
+        EdgeregClient next = builder(cache).bundled("digits", shipped).build();
+        UpdateResult again = next.current("digits");
+        assertEquals("1.1.0", again.version, again.toString());
+        assertFalse(again.bundled);
+    }
+
+    @Test
+    void afterAnOnlineAcceptanceAHigherShippedCopyIsNotInstalled() throws Exception {
+        byte[] online = bytes(3000, 4);
+        registry.manifest("digits", "mid", 5, registry.blob(online, "1.0.0", "int8", CPU), null, null, null);
+        File cache = new File(tmp, "cache");
+        assertTrue(builder(cache).build().update("digits").ok());
+        byte[] shippedModel = bytes(2000, 9);
+        registry.manifest("digits", "mid", 9, registry.blob(shippedModel, "2.0.0", "int8", CPU), null, null, null);
+        BundledRelease shipped = ship(new File(tmp, "shipped"), shippedModel); // an app update ships sequence 9
+        registry.manifest("digits", "mid", 5, registry.blob(online, "1.0.0", "int8", CPU), null, null, null);
+        int before = registry.requests.size();
+        EdgeregClient client = builder(cache).bundled("digits", shipped).build();
+        UpdateResult now = client.current("digits");
+        assertEquals("1.0.0", now.version, now.toString());
+        assertFalse(now.bundled);
+        assertFalse(client.store.hasBlob(Codec.sha256Hex(shippedModel), shippedModel.length), "no shipped blob copied");
+        assertEquals(before, registry.requests.size(), "current() uses no network");
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertEquals("1.0.0", r.version, "the online release stays");
+        assertEquals(Long.valueOf(5), client.store.readSequence("digits"));
+    }
+
+    @Test
+    void beforeAnyOnlineAcceptanceAHigherShippedCopyReplacesAnEarlierOne() throws Exception {
+        byte[] v1 = bytes(2000, 9);
+        registry.manifest("digits", "mid", 3, registry.blob(v1, "1.0.0", "int8", CPU), null, null, null);
+        BundledRelease first = ship(new File(tmp, "app1"), v1);
+        byte[] v2 = bytes(2500, 8);
+        registry.manifest("digits", "mid", 4, registry.blob(v2, "1.1.0", "int8", CPU), null, null, null);
+        BundledRelease second = ship(new File(tmp, "app2"), v2);
+        registry.close();
+        File cache = new File(tmp, "cache");
+        assertEquals("1.0.0", builder(cache).bundled("digits", first).build().current("digits").version);
+        UpdateResult updated = builder(cache).bundled("digits", second).build().current("digits");
+        assertEquals("1.1.0", updated.version, updated.toString());
+        assertTrue(updated.bundled);
+        assertEquals("1.1.0", builder(cache).bundled("digits", first).build().current("digits").version, "never below what is installed");
+        assertNull(builder(cache).build().store.readSequence("digits"), "shipped copies store no highest sequence");
+    }
 }
