@@ -615,23 +615,20 @@ public actor EdgeRegClient {
         }
     }
 
-    /// Verified like a fetched manifest except its expiry; never over a newer release (§10).
+    /// Verified like a fetched manifest except its expiry; only while no manifest was ever accepted
+    /// online, and only above what is installed (§10). It never writes the highest sequence seen: a
+    /// shipped manifest signed with a huge sequence by mistake would make every online one a rollback.
     func installShipped(_ unit: ReleaseUnit, _ shipped: BundledRelease) async throws {
         guard let tier else { return }
+        if try readSequence(unit) != nil { return }
         let installed = try readInstalled(unit)
-        let highest = try readSequence(unit)
         var input = Decide.Input(manifest: shipped.manifest, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
                                  deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
                                  highestSeenSequence: nil, now: now, bundle: unit.isBundle)
         input.ignoreExpiry = true
         let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
-        if let installed, decision.manifest.sequence <= max(installed.sequence, highest ?? 0) { return }
+        if let installed, decision.manifest.sequence <= installed.sequence { return }
         let chosen = try avoidBad(unit, decision, bad: readBad(unit))
-        if decision.manifest.sequence > (highest ?? 0) {
-            try catching { () throws(CacheError) in
-                try Files.writeJSON(JSONObject([("sequence", .int(decision.manifest.sequence))]), to: layout.sequenceFile(unit.name))
-            }
-        }
         guard chosen.entry != nil else { return }
         _ = try await apply(unit, chosen, installed: installed, conditions: Conditions(), notModified: false, shipped: shipped)
     }

@@ -476,6 +476,55 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(await f.client(bundled: ["digits": shipped]).current(digits).version == "1.1.0", "never over a newer release")
     }
 
+    @Test func aShippedSequenceNeverMakesAnOnlineManifestARollback() async throws {
+        let f = try Fixture()
+        let blobs = f.registry.root.appendingPathComponent("blobs/sha256")
+        let huge: Int64 = 9_007_199_254_740_991  // 2^53 − 1, signed by the publisher by mistake
+        let envelope = try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"), sequence: huge)
+        let shipped = BundledRelease(manifest: envelope, blobsDirectory: blobs)
+        let offline = f.client(registryURL: URL(string: "http://127.0.0.1:9/")!, bundled: ["digits": shipped])
+        let first = await offline.current(digits)
+        #expect(first.version == "1.0.0" && first.bundled)
+        #expect(try await offline.readSequence(digits) == nil, "a shipped manifest stores no highest sequence")
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"), sequence: 2)
+        let online = await f.client(bundled: ["digits": shipped]).update(digits)
+        #expect(online.ok && online.errorCode == nil && online.version == "1.1.0" && !online.bundled)
+        #expect(try await f.client().readSequence(digits) == 2)
+        // The next start: the shipped copy's sequence is above the installed one's, yet it stays out.
+        let restarted = f.client(registryURL: URL(string: "http://127.0.0.1:9/")!, bundled: ["digits": shipped])
+        let now = await restarted.current(digits)
+        #expect(now.version == "1.1.0" && !now.bundled)
+    }
+
+    @Test func noShippedCopyIsInstalledAfterAnOnlineAcceptance() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"), sequence: 5)
+        #expect(await f.client().update(digits).version == "1.0.0")
+        // An app update ships a newer release with a higher sequence; the device is offline.
+        let envelope = try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"), sequence: 9)
+        let shipped = BundledRelease(manifest: envelope, blobsDirectory: f.registry.root.appendingPathComponent("blobs/sha256"))
+        let offline = f.client(registryURL: URL(string: "http://127.0.0.1:9/")!, bundled: ["digits": shipped])
+        let now = await offline.current(digits)
+        #expect(now.version == "1.0.0" && !now.bundled)
+        let down = await offline.update(digits)
+        #expect(down.errorCode == "transport" && down.version == "1.0.0" && !down.bundled)
+        #expect(try await offline.readSequence(digits) == 5, "the shipped sequence is not stored")
+    }
+
+    @Test func aNewerShippedCopyReplacesAnOlderOneWhileNothingWasAcceptedOnline() async throws {
+        let f = try Fixture()
+        let blobs = f.registry.root.appendingPathComponent("blobs/sha256")
+        let old = try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"), sequence: 3)
+        let offline = URL(string: "http://127.0.0.1:9/")!
+        #expect(await f.client(registryURL: offline, bundled: ["digits": BundledRelease(manifest: old, blobsDirectory: blobs)])
+            .current(digits).version == "1.0.0")
+        let new = try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"), sequence: 4)
+        #expect(await f.client(registryURL: offline, bundled: ["digits": BundledRelease(manifest: new, blobsDirectory: blobs)])
+            .current(digits).version == "1.1.0")
+        #expect(await f.client(registryURL: offline, bundled: ["digits": BundledRelease(manifest: old, blobsDirectory: blobs)])
+            .current(digits).version == "1.1.0", "never below what is installed")
+    }
+
     @Test func reportsReachTheCollectorValid() async throws {
         let f = try Fixture()
         try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", probe: FakeRunner.probe()), reportURL: "v1/reports")
