@@ -314,9 +314,14 @@ def check_blob_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
     """A blob vector's ``input`` (rules 13-14) fed to the client's blob check."""
     ref = BlobRef.of(vector["entry"]["sha256"], vector["entry"]["size"])
     check = BlobCheck(ref)
+    length = vector.get("content_length")
+    body = _b64(vector["body"])
     try:
-        check.expect(vector.get("content_length"))
-        check.update(_b64(vector["body"]))
+        check.expect(length)
+        check.update(body)
+        if length is not None and len(body) < length:
+            # The body ended before the bytes it announced: a cut connection (§8, rule 14).
+            return {"accept": False, "reason": "transport"}
         check.finish()
     except Rejected as exc:
         return {"accept": False, "reason": exc.reason}
