@@ -511,7 +511,8 @@ def _health_table(analysis: Analysis) -> str:
     since = format_time(analysis.since)
     return (
         f'<h3>Canary health</h3><p class="muted">candidate {escape(analysis.candidate)} vs '
-        f"stable {escape(analysis.stable)}, reports since {escape(since)}: "
+        f"stable {escape(analysis.stable or 'none (first release)')}, "
+        f"reports since {escape(since)}: "
         f'<span class="{_VERDICT_CLASS.get(analysis.verdict, "")}">'
         f"{escape(analysis.verdict)}</span> (<code>edgereg analyze "
         f"{escape(analysis.unit)}</code> gives every number)</p>"
@@ -519,6 +520,10 @@ def _health_table(analysis: Analysis) -> str:
         '<th class="num">candidate devices</th><th class="num">stable devices</th>'
         "<th>guardrail</th><th>candidate</th><th>stable</th><th>result</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+        + "".join(
+            f'<p class="{_VERDICT_CLASS["fail"]}">alarm: {escape(alarm)}</p>'
+            for alarm in analysis.alarms
+        )
     )
 
 
