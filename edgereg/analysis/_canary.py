@@ -566,7 +566,7 @@ def stable_alarms(tier: str, stable: ArmSummary | None, guardrails: Guardrails) 
         rule: RateGuardrail = getattr(guardrails, name)
         events = getattr(stable, _RATE_FIELD[name])
         check = check_rate_limit(
-            events, stable.devices, limit=max_rate(rule), alpha=guardrails.alpha
+            events, stable.devices, limit=max_rate(rule), alpha=guardrails.alpha, interval=False
         )
         if check.p_above < guardrails.alpha and events >= min_failing_devices(guardrails):
             alarms.append(

@@ -242,10 +242,14 @@ def compare_rates(
     )
 
 
-def check_rate_limit(events: int, devices: int, *, limit: float, alpha: float) -> RateLimitCheck:
+def check_rate_limit(
+    events: int, devices: int, *, limit: float, alpha: float, interval: bool = True
+) -> RateLimitCheck:
     """Test one arm's rate against an absolute limit (no other arm needed).
 
     The same martingale with one factor: ``M(limit) >= 1 / alpha`` rejects the limit.
+    Without ``interval`` the confidence sequence is not computed (NaN): the
+    p-values cost one evaluation, the interval a bisection.
 
     Raises:
         ValueError: no devices, or more events than devices.
@@ -264,8 +268,8 @@ def check_rate_limit(events: int, devices: int, *, limit: float, alpha: float) -
         limit,
         p_above=_p(at_limit) if rate > limit else 1.0,
         p_below=_p(at_limit) if rate < limit else 1.0,
-        ci_low=_edge(evidence, rate, 0.0, target),
-        ci_high=_edge(evidence, rate, 1.0, target),
+        ci_low=_edge(evidence, rate, 0.0, target) if interval else math.nan,
+        ci_high=_edge(evidence, rate, 1.0, target) if interval else math.nan,
     )
 
 
@@ -274,7 +278,7 @@ def _edge(evidence: Callable[[float], float], start: float, end: float, target: 
     if evidence(end) < target:
         return end
     near, far = start, end
-    for _ in range(50):
+    for _ in range(32):
         middle = (near + far) / 2
         if evidence(middle) < target:
             near = middle

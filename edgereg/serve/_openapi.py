@@ -172,8 +172,16 @@ def _report_operation() -> dict[str, Any]:
                 "content": error,
             },
             "415": {"description": "Not application/json.", "content": error},
+            "422": {
+                "description": "A valid report of something the registry never served (unit, "
+                "tier, sequence, or the arm's version at that sequence); the detail starts "
+                "with the reason code. Refused and counted, never stored "
+                "(docs/operations/report-threats.md).",
+                "content": error,
+            },
             "429": {
-                "description": "Too many reports from this address.",
+                "description": "Too many reports from this address, or too many new report "
+                "tokens from its network this period.",
                 "headers": retry,
                 "content": error,
             },

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgereg.errors import StorageError
 from edgereg.serve._app import App, ReportSink, Request, Response, error_response
-from edgereg.serve._ratelimit import RateLimiter
+from edgereg.serve._ratelimit import Network, RateLimiter, SourceCaps
 from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage, open_storage
 
@@ -582,6 +582,9 @@ def make_server(
     policy: Callable[[str], RolloutPolicy] | None = None,
     reports: ReportSink | None = None,
     report_limiter: RateLimiter | None = None,
+    check_reports: bool = True,
+    source_caps: SourceCaps | None = None,
+    trusted_proxies: tuple[Network, ...] = (),
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
 
@@ -602,6 +605,9 @@ def make_server(
             next step and soak time.
         reports: The report store behind ``POST /v1/reports`` (404 without).
         report_limiter: The per-address rate limit of reports (the default when None).
+        check_reports: Refuse reports of what the registry never served (see :class:`App`).
+        source_caps: New report tokens per source network per period (the default when None).
+        trusted_proxies: Proxies whose X-Forwarded-For names the client.
 
     Raises:
         OSError: The address cannot be bound (in use, not permitted).
@@ -616,6 +622,9 @@ def make_server(
         policy=policy,
         reports=reports,
         report_limiter=report_limiter,
+        check_reports=check_reports,
+        source_caps=source_caps,
+        trusted_proxies=trusted_proxies,
     )
     return RegistryServer(
         (host, port),
