@@ -517,21 +517,38 @@ def test_a_new_sequence_is_admitted_as_soon_as_it_is_published(tmp_path: Path) -
 
 
 def test_new_tokens_per_source_network_are_capped(reg: FakeRegistry, tmp_path: Path) -> None:
+    import ipaddress
+
     from edgereg.serve._ratelimit import SourceCaps
 
     with (
         open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
         serve(
-            reg.storage, reports=store, report_limiter=GENEROUS, source_caps=SourceCaps(tokens=5)
+            reg.storage,
+            reports=store,
+            report_limiter=GENEROUS,
+            source_caps=SourceCaps(tokens=5),
+            trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),),
         ) as url,
     ):
-        statuses = [post(url, report_body(n))[0].status for n in range(8)]
+
+        def send(n: int, address: str, **fields: Any) -> int:
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            headers = {"Content-Type": "application/json", "X-Forwarded-For": address}
+            conn.request("POST", "/v1/reports", body=report_body(n, **fields), headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        statuses = [send(n, f"198.51.100.{n}") for n in range(8)]
         assert statuses == [202] * 5 + [429] * 3
         # A device already counted keeps reporting (confirm, revert): same token, admitted.
-        assert post(url, report_body(0, confirmed=True))[0].status == 202
+        assert send(0, "198.51.100.77", confirmed=True) == 202
+        # Another network has its own cap.
+        assert send(9, "192.0.2.1") == 202
         _, metrics = get(url, "/metrics")
         assert 'edgereg_reports_refused_total{reason="source-cap"} 3' in metrics.decode()
-    assert store.count() == 5
+    assert store.count() == 6
 
 
 def test_source_caps_count_networks_not_addresses() -> None:
@@ -548,6 +565,8 @@ def test_source_caps_count_networks_not_addresses() -> None:
     assert caps.take("203.0.114.9", "c" * 32, 2.0) == 0
     # The window ends: the source may bring new tokens again.
     assert caps.take("203.0.113.9", "c" * 32, 3600.0) == 0
+    # A loopback peer is a proxy on the host (or a test): never capped.
+    assert all(caps.take("127.0.0.1", f"{n:032x}", 5.0) == 0 for n in range(10))
 
 
 @pytest.mark.parametrize(

@@ -109,6 +109,11 @@ class SourceCaps:
     capped. Windows are fixed (``floor(now / period)``); the sources
     remembered are bounded like the rate limiter's.
 
+    A loopback peer is not capped: it is a reverse proxy on the same host
+    (or a test), and capping it would cap every device behind it. Configure
+    the proxy as trusted (``--trusted-proxy``) so each device's own network
+    is capped instead.
+
     Args:
         tokens: New tokens per source per period.
         period: Seconds.
@@ -149,6 +154,8 @@ class SourceCaps:
             0.0 when allowed (a token already counted this period always is),
             else the seconds until the source's window ends.
         """
+        if _is_loopback(address):
+            return 0.0
         key = self.source(address)
         window = int(now // self.period)
         with self._lock:
@@ -186,6 +193,13 @@ def forwarded_client(peer: str, forwarded_for: str | None, trusted: tuple[Networ
         if not _in(hop, trusted):
             return hop
     return peer
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _in(address: str, networks: tuple[Network, ...]) -> bool:
