@@ -87,7 +87,7 @@ install-check:
 
 # The edit-test loop (about a minute): lint, types, and the tests of pure logic and
 # one real build per task; `make test` (and CI) still run everything.
-FAST_TESTS = tests/test_config.py tests/test_protocol.py tests/test_wire.py \
+FAST_TESTS = tests/test_config.py tests/test_package_shape.py tests/test_protocol.py tests/test_wire.py \
 	tests/test_signing.py tests/test_rollout.py tests/test_dvc_sync.py \
 	tests/test_storage.py tests/test_client.py tests/test_build_tasks.py
 test-fast: lint typecheck

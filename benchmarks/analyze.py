@@ -41,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 from edgereg import config as config_module  # noqa: E402
 from edgereg.analysis import analysis_periods, analyze  # noqa: E402
+from edgereg.protocol.envelope import Signer, generate_key  # noqa: E402
 from edgereg.protocol.reports import LatencySummary, Report  # noqa: E402
 from edgereg.registry import Registry, prepare_release, utcnow  # noqa: E402
 from edgereg.reports import open_store  # noqa: E402
-from edgereg.signing import Signer, generate_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
 
 MODEL = "vision"

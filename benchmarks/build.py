@@ -231,7 +231,7 @@ def bench_convert(config: Config, work: Path, runs: int) -> list[Target]:
     groups: dict[tuple[Path, str], list[str]] = {}
     for model_name, model in config.models.items():
         for variant_name, variant in model.variants.items():
-            source = config.resolve_path(variant.source or model.source)
+            source = config.resolve_path(config.resolve(model_name, variant_name).source)
             options = json.dumps(convert_kwargs(variant), sort_keys=True)
             groups.setdefault((source, options), []).append(f"{model_name}/{variant_name}")
     rows = []

@@ -53,6 +53,7 @@ from statichttp import TcpProxy  # noqa: E402
 from edgereg import config as config_module  # noqa: E402
 from edgereg.client import Client  # noqa: E402
 from edgereg.protocol.decision import decide  # noqa: E402
+from edgereg.protocol.envelope import Signer, TrustedKeys, generate_key  # noqa: E402
 from edgereg.protocol.wire import BundleEntry, ManifestEntry  # noqa: E402
 from edgereg.registry import (  # noqa: E402
     Registry,
@@ -63,7 +64,6 @@ from edgereg.registry import (  # noqa: E402
 )
 from edgereg.registry._transitions import set_percent  # noqa: E402
 from edgereg.serve import start_in_thread  # noqa: E402
-from edgereg.signing import Signer, TrustedKeys, generate_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
 
 WIRE_TARGET_BYTES = 400

@@ -1,4 +1,4 @@
-"""Canary judge benchmark: how often whole automatic rollouts end wrong, and what fleets can conclude.
+"""Canary judge benchmark: how often whole automatic rollouts end wrong, what fleets conclude.
 
 Monte Carlo over the same pure code `edgereg rollout --auto` runs: the real
 rollout transitions (``publish``, then ``decide`` and ``apply`` of
@@ -46,14 +46,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from edgereg.analysis import _canary, analyze  # noqa: E402
-from edgereg.analysis._rates import RateComparison, compare_rates, restricted_rates  # noqa: E402
-from edgereg.config import Guardrails, RolloutPolicy  # noqa: E402
-from edgereg.protocol.wire import RolloutState  # noqa: E402
-from edgereg.registry._auto import apply, decide  # noqa: E402
-from edgereg.registry._transitions import publish  # noqa: E402
-from edgereg.reports.canary import rollout_analysis  # noqa: E402
-from edgereg.reports.summary import LATENCY_EDGES_MS, ArmSummary  # noqa: E402
+from edgereg.analysis import _canary, analyze
+from edgereg.analysis._rates import RateComparison, restricted_rates
+from edgereg.config import Guardrails, RolloutPolicy
+from edgereg.protocol.wire import RolloutState
+from edgereg.registry._auto import apply, decide
+from edgereg.registry._transitions import publish
+from edgereg.reports.canary import rollout_analysis
+from edgereg.reports.summary import LATENCY_EDGES_MS, ArmSummary
 
 UNIT = "vision"
 TIER = "high"
@@ -109,15 +109,15 @@ class Batch:
         self.load = np.searchsorted(LATENCY_EDGES, load)
 
     def summary(self, since: float, now: float) -> ArmSummary | None:
-        first, last = np.searchsorted(self.times, (since, now), side="left")
+        first = int(np.searchsorted(self.times, since, side="left"))
         last = int(np.searchsorted(self.times, now, side="right"))
-        devices = last - int(first)
+        devices = last - first
         if devices <= 0:
             return None
-        probe, load, revert = (int(c[last] - c[first]) for c in self.cumulative)
+        probe, load, _ = (int(c[last] - c[first]) for c in self.cumulative)
         # A crash loop shows as a revert only after the unconfirmed starts it takes.
         shown = int(np.searchsorted(self.times, now - self.revert_delay, side="right"))
-        reverted = int(self.cumulative[2][max(int(first), shown)] - self.cumulative[2][first])
+        reverted = int(self.cumulative[2][max(first, shown)] - self.cumulative[2][first])
         counts = np.bincount(self.load[first:last])
         histogram = {int(b): int(c) for b, c in enumerate(counts) if c}
         return ArmSummary(

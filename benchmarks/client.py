@@ -48,18 +48,19 @@ from statichttp import StaticServer, TcpProxy  # noqa: E402
 
 from edgereg.client import Client, DeviceProfile, TrustedKeys  # noqa: E402
 from edgereg.config import RuntimeHints  # noqa: E402
+from edgereg.protocol.envelope import Signer, generate_key, load_public_key  # noqa: E402
 from edgereg.protocol.fields import format_time  # noqa: E402
-from edgereg.protocol.wire import (  # noqa: E402
+from edgereg.protocol.wire import (  # noqa: E402  # noqa: E402
     BundleEntry,
     Manifest,
     ManifestEntry,
+    ReleaseRecord,
+    ReleaseVariant,
     blob_path,
     sign_document,
 )
 from edgereg.registry import PreparedRelease, Registry  # noqa: E402
-from edgereg.signing import Signer, generate_key, load_public_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
-from edgereg.wire import ReleaseRecord, ReleaseVariant  # noqa: E402
 
 MEMORY_TARGET_MB = 50
 WIRE_TARGET_BYTES = 400

@@ -47,8 +47,8 @@ from _memory import peak_growth  # noqa: E402
 from s3server import FAKE_CREDENTIALS, MotoServer, make_client  # noqa: E402
 
 from edgereg._files import sha256_file  # noqa: E402
+from edgereg.protocol.envelope import Signer, generate_key  # noqa: E402
 from edgereg.registry import PreparedRelease, Registry, prepare_release, utcnow  # noqa: E402
-from edgereg.signing import Signer, generate_key  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
 
 MB = 1_000_000

@@ -54,7 +54,8 @@ def _median_seconds(action: Callable[[], Any], repeat: int) -> tuple[float, Any]
 def _artifact(config: config_mod.Config, model: str, variant: str, out: Path) -> Path:
     spec = config.models[model]
     recipe = spec.variants[variant]
-    source = config.resolve_path(recipe.source or spec.source)
+    resolved = config.resolve(model, variant)
+    source = config.resolve_path(resolved.source)
     quant = recipe.quantization
     path = out / f"{model}-{variant}.mnn"
     options: dict[str, Any] = {"fp16": recipe.precision == "fp16"}
@@ -63,17 +64,20 @@ def _artifact(config: config_mod.Config, model: str, variant: str, out: Path) ->
     float_path = path if quant.mode != "int8" else out / f"{model}-{variant}.float.mnn"
     toolchain.convert(source, float_path, **options)
     if quant.mode == "int8":
-        calibration = recipe.calibration or spec.calibration
+        calibration = resolved.calibration
         assert calibration is not None
         data = load_dataset(
-            config.resolve_path(calibration), list(spec.inputs), stage="bench", need_labels=False
+            config.resolve_path(calibration),
+            list(resolved.inputs),
+            stage="bench",
+            need_labels=False,
         )
         count = min(len(data), CALIBRATION_SAMPLES)
         rows = [{n: a[i : i + 1] for n, a in data.inputs.items()} for i in range(count)]
         toolchain.quantize(
             float_path,
             path,
-            inputs=[toolchain.QuantInput(i.name, i.shape) for i in spec.inputs],
+            inputs=[toolchain.QuantInput(i.name, i.shape) for i in resolved.inputs],
             samples=rows,
             method=quant.method,
             debug=False,

@@ -356,7 +356,8 @@ def pinned_keys(
     Raises:
         TrustError: a pinned file is missing, unreadable, or not a public key.
     """
-    from edgereg.signing import TrustedKeys, read_trusted_keys
+    from edgereg.protocol.envelope import TrustedKeys
+    from edgereg.signing import read_trusted_keys
 
     if trusted_key_paths:
         return read_trusted_keys(trusted_key_paths)

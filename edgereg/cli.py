@@ -383,7 +383,7 @@ def keys_generate(
     as_json: bool,
 ) -> None:
     """Create an Ed25519 key pair, pin its public key in the project and publish it."""
-    from edgereg.signing import Signer, generate_key
+    from edgereg.protocol.envelope import Signer, generate_key
 
     config = optional_config(config_path)
     out = out if out is not None else default_key_file(config)
@@ -479,7 +479,7 @@ def _refuse_second_key(
 ) -> None:
     """A second key needs --add: apps that trust the first would reject what it signs."""
     from edgereg._cli_common import pinned_keys
-    from edgereg.signing import TrustedKeys
+    from edgereg.protocol.envelope import TrustedKeys
 
     existing = dict(pinned_keys(config, trusted_key_paths))
     where = "pinned in the project"
@@ -959,7 +959,7 @@ def history(
     as_json: bool,
 ) -> None:
     """Who changed MODEL's rollout, what and when, from the signed state."""
-    from edgereg.wire import format_time
+    from edgereg.protocol.wire import format_time
 
     registry = open_registry(
         optional_config(config_path), registry_url, endpoint_url, trusted_key_paths

@@ -6,7 +6,7 @@ The CLI maps these to a message and an exit code in one place
 
 from __future__ import annotations
 
-from edgereg.protocol.errors import EdgeregError, TrustError
+from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
 
 __all__ = [
     "BuildError",
@@ -121,33 +121,3 @@ class StorageError(EdgeregError):
 
 class ConflictError(StorageError):
     """A compare-and-swap lost: someone else changed the object first; retry."""
-
-
-class TransportError(EdgeregError):
-    """Fetching from a registry over HTTP (or a file:// URL) failed.
-
-    The network is down, a request timed out, the server answered with an
-    error status or closed the connection early. Retryable: the same request
-    may succeed later (a download resumes where it stopped).
-
-    Attributes:
-        url: The URL that was being fetched, if known.
-        status: The HTTP status the server answered with, if it answered.
-        retryable: Whether trying again may succeed (a 404 will not).
-    """
-
-    exit_code = 10
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        url: str | None = None,
-        status: int | None = None,
-        hint: str | None = None,
-        retryable: bool = True,
-    ) -> None:
-        super().__init__(message, hint=hint)
-        self.url = url
-        self.status = status
-        self.retryable = retryable

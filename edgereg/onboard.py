@@ -32,6 +32,7 @@ import numpy as np
 from edgereg import config as config_module
 from edgereg._files import atomic_write, sha256_file
 from edgereg.errors import BuildError, ConfigError, EdgeregError
+from edgereg.protocol.patterns import NAME_RE
 
 #: Entries ``edgereg init`` adds to .gitignore, in order (a ``!`` line re-includes
 #: what the line before it ignores). Out of git: virtual environments, the local
@@ -1042,7 +1043,7 @@ def add_model(
     config = config_module.parse(text, file=str(config_path))
     root = config.root
     name = name or model_name_from_path(source)
-    if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", name):
+    if not NAME_RE.match(name):
         raise UsageError(
             f"'{name}' is not a valid model name: {config_module.NAME_RULE}",
             hint="Choose one with --name.",

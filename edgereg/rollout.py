@@ -2,7 +2,8 @@
 
 Tier resolution, cohort membership and the entry a device runs are part of
 the protocol (:mod:`edgereg.protocol.rules`, :mod:`edgereg.protocol.fields`)
-and re-exported here, so existing imports keep working. No I/O here and no
+and re-exported here, so imports outside the package keep working (edgereg
+itself imports them from the protocol: ruff's banned-api rule). No I/O here and no
 clock: the current time is always an argument.
 """
 

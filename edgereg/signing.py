@@ -2,7 +2,8 @@
 
 The pure parts (key ids, envelopes, the PAE, the one envelope parser) live in
 :mod:`edgereg.protocol.envelope` and are re-exported here, so
-``edgereg.signing`` keeps working for every caller.
+``edgereg.signing`` keeps working for code outside the package; edgereg
+itself imports them from the protocol (ruff's banned-api rule, ``TID251``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Wire formats: moved to :mod:`edgereg.protocol.wire`; this module keeps the old import path."""
+"""Wire formats: moved to :mod:`edgereg.protocol.wire`; this module keeps the old import path.
+
+A compatibility shim for code written against earlier releases. edgereg itself
+never imports it (ruff's banned-api rule, ``TID251`` in pyproject.toml); new
+code imports :mod:`edgereg.protocol.wire`.
+"""
 
 from edgereg.protocol.fields import SemVer
 from edgereg.protocol.wire import (

@@ -304,7 +304,7 @@ def test_a_large_class_list_becomes_a_labels_blob(built: Project) -> None:
     names = [f"class {index}: " + "x" * 40 for index in range(64)]
     many = model.model_copy(update={"classes": names})
     graph = toolchain.inspect_onnx(built.path(model.source.path))
-    built_contract = io_contract(IMAGE_MODEL, many, model.variants["fp32"], graph)
+    built_contract = io_contract(IMAGE_MODEL, many, config.resolve(IMAGE_MODEL, "fp32"), graph)
     contract = built_contract.contract
     blob = json.dumps(names, ensure_ascii=False, separators=(",", ":")).encode()
     assert len(blob) > INLINE_LABELS_MAX_BYTES
@@ -312,7 +312,7 @@ def test_a_large_class_list_becomes_a_labels_blob(built: Project) -> None:
     assert contract.labels_blob == BlobRef.of(hashlib.sha256(blob).hexdigest(), len(blob))
     assert built_contract.labels == names
     # Small lists stay inline.
-    few = io_contract(IMAGE_MODEL, model, model.variants["fp32"], graph).contract
+    few = io_contract(IMAGE_MODEL, model, config.resolve(IMAGE_MODEL, "fp32"), graph).contract
     assert few.labels == list(buildkit.IMAGE_CLASSES)
 
 
@@ -324,7 +324,7 @@ def test_a_contract_naming_an_output_the_graph_lacks_is_a_build_error(built: Pro
     )
     graph = toolchain.inspect_onnx(built.path(model.source.path))
     with pytest.raises(BuildError) as caught:
-        io_contract(IMAGE_MODEL, renamed, model.variants["fp32"], graph)
+        io_contract(IMAGE_MODEL, renamed, config.resolve(IMAGE_MODEL, "fp32"), graph)
     assert caught.value.stage == "contract"
     assert "has no output 'scores'" in caught.value.message
     assert tiny_models.CONV_OUTPUT in caught.value.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from edgereg import config
 from edgereg.errors import ConfigError
+from edgereg.protocol import canonical_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -590,6 +593,66 @@ def test_variant_metric_budgets_merge_per_metric_and_field(small_toml: str) -> N
     assert metrics["accuracy"]["max_drop"] == 0.02  # kept from the model
     assert metrics["accuracy"]["min_baseline"] == 0.5  # added by the variant
     assert metrics["top1_agreement"]["min"] == 0.9
+
+
+def test_resolve_fills_a_variant_in_from_its_model(small_toml: str) -> None:
+    loaded = config.parse(small_toml, file=FILE)
+    model = loaded.models["digits"]
+    fp32 = loaded.resolve("digits", "fp32")
+    assert (fp32.model, fp32.name, fp32.tier) == ("digits", "fp32", "high")
+    assert fp32.source == model.source
+    assert fp32.inputs == tuple(model.inputs)
+    assert fp32.evaluation == model.evaluation
+    assert fp32.calibration is None  # only int8 reads the calibration set
+    assert fp32.budgets == model.budgets
+    assert fp32.min_mnn_runtime == "3.6.1"
+    assert loaded.resolve("digits", "int8").calibration == model.calibration
+    assert loaded.resolve("digits", "w8").calibration is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fp32.tier = "low"  # type: ignore[misc]
+
+
+def test_resolve_takes_every_override_a_variant_declares(small_toml: str) -> None:
+    own = "4" * 64
+    text = edit(
+        small_toml,
+        (
+            'tier = "high"',
+            'tier = "high"\n'
+            f'source = {{ path = "data/pruned.onnx", sha256 = "{own}" }}\n'
+            'inputs = [{ name = "image", shape = [1, 3, 4, 4] }]\n'
+            f'evaluation = {{ path = "data/pruned.npz", sha256 = "{own}" }}\n'
+            f'calibration = {{ path = "data/own.npz", sha256 = "{own}" }}\n'
+            'min_mnn_runtime = "3.6.1"\n'
+            "budgets = { max_size_mb = 2.0 }",
+        ),
+    )
+    fp32 = config.parse(text, file=FILE).resolve("digits", "fp32")
+    assert fp32.source.path == "data/pruned.onnx"
+    assert [spec.shape for spec in fp32.inputs] == [[1, 3, 4, 4]]
+    assert fp32.evaluation.path == "data/pruned.npz"
+    # Declared on a float variant, a calibration set is still not read.
+    assert fp32.calibration is None
+    assert fp32.budgets.max_size_mb == 2.0
+    assert fp32.budgets.metrics["accuracy"].max_drop == 0.02
+    assert fp32.min_mnn_runtime == "3.6.1"
+    int8 = edit(
+        small_toml,
+        (KL, f'{KL}\ncalibration = {{ path = "data/own.npz", sha256 = "{own}" }}'),
+    )
+    calibration = config.parse(int8, file=FILE).resolve("digits", "int8").calibration
+    assert calibration is not None
+    assert calibration.path == "data/own.npz"
+
+
+def test_recipe_digest_is_the_protocol_canonical_json(small_toml: str) -> None:
+    # docs/decisions/0004: one canonical JSON, UTF-8 and not \\u escapes.
+    text = edit(small_toml, ("data/model.onnx", "data/modèle.onnx"))
+    loaded = config.parse(text, file=FILE)
+    recipe = loaded.recipe("digits", "fp32")
+    encoded = canonical_json(recipe)
+    assert "modèle".encode() in encoded
+    assert loaded.recipe_digest("digits", "fp32") == hashlib.sha256(encoded).hexdigest()
 
 
 # --- tier resolution, for any tiers and any set of variants --------------------

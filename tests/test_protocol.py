@@ -52,16 +52,44 @@ def test_importing_the_protocol_loads_nothing_else_of_edgereg() -> None:
     assert out.strip() == "[]"
 
 
+def test_importing_the_client_loads_nothing_of_edgereg_but_the_client_and_the_protocol() -> None:
+    # The reference client is what a port reads: it must not pull in models.toml's
+    # schema, the rollout tools or the signing CLI helpers.
+    code = (
+        "import sys, edgereg.client; "
+        "print(sorted(m for m in sys.modules if m.startswith('edgereg') "
+        "and not m.startswith(('edgereg.client', 'edgereg.protocol'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    # edgereg itself (its __version__) and the file helpers (atomic write, digests).
+    assert out.strip() == "['edgereg', 'edgereg._files']"
+
+
+def test_the_server_routes_import_nothing_of_edgereg_but_the_protocol() -> None:
+    routes = PACKAGE.parent / "serve" / "_routes.py"
+    outside = {
+        name
+        for name in _imports(routes)
+        if name.split(".")[0] == "edgereg" and not name.startswith("edgereg.protocol")
+    }
+    assert not outside, f"_routes.py imports {sorted(outside)}"
+
+
 def test_old_import_paths_still_work() -> None:
-    from edgereg import client, rollout, signing, wire
-    from edgereg.client import _trust
+    from edgereg import client, errors, rollout, signing, wire
     from edgereg.protocol import decision, envelope, rules
+    from edgereg.protocol import errors as protocol_errors
     from edgereg.protocol import wire as protocol_wire
 
     assert wire.Manifest is protocol_wire.Manifest
     assert signing.verify_envelope is envelope.verify_envelope
     assert rollout.in_cohort is rules.in_cohort
-    assert _trust.decide is decision.decide is client.decide
+    assert rollout.DeviceProfile is rules.DeviceProfile is client.DeviceProfile
+    assert signing.TrustedKeys is envelope.TrustedKeys is client.TrustedKeys
+    assert decision.decide is client.decide
+    assert errors.TransportError is protocol_errors.TransportError is client.TransportError
 
 
 _IDENT = st.from_regex(r"\A(0|[1-9][0-9]{0,2}|[a-z-][0-9a-z-]{0,3})\Z")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import stat
 import subprocess
@@ -46,7 +47,9 @@ from edgereg.errors import TrustError
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import from_bytes
-from edgereg.signing import key_id, load_public_key
+from edgereg.registry import Registry
+from edgereg.signing import key_id, load_public_key, read_private_key_file, read_trusted_keys
+from edgereg.storage._local import LocalStorage
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document
 
 CLASSES = {
@@ -834,3 +837,60 @@ def test_a_large_class_list_ships_as_a_labels_blob(site: Site) -> None:
         expires_days=30,
     )
     assert json.loads(site.objects()[f"blobs/sha256/{digest}"]) == names
+
+
+def test_replacing_a_manifest_that_does_not_verify_is_logged(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    registry_root = Path(site.url.removeprefix("file://"))
+    broken = registry_root / "manifests" / MODEL / "high.json"
+    broken.write_bytes(b"not a manifest")
+    with caplog.at_level(logging.INFO, logger="edgereg.registry"):
+        ok(site.run("rollout", MODEL, "--to", "25%", "--force"))
+    replaced = [
+        record
+        for record in caplog.records
+        if record.name == "edgereg.registry._registry" and "does not verify" in record.message
+    ]
+    assert len(replaced) == 1
+    assert replaced[0].levelno == logging.WARNING
+    assert f"manifests/{MODEL}/high.json" in replaced[0].message
+    assert site.manifests()["high"].sequence == site.state().sequence
+
+
+class _RacingStorage(LocalStorage):
+    """A real local registry where another writer rewrites one key just after it is read."""
+
+    def __init__(self, root: Path, key: str) -> None:
+        super().__init__(root)
+        self.race_key = key
+        self.raced = False
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        data, token = super().get_versioned(key)
+        if key == self.race_key and not self.raced:
+            self.raced = True
+            self.put_if_unchanged(key, b"another writer's bytes", token)
+        return data, token
+
+
+def test_a_compare_and_swap_retry_is_logged(site: Site, caplog: pytest.LogCaptureFixture) -> None:
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    key = f"manifests/{MODEL}/high.json"
+    root = Path(site.url.removeprefix("file://"))
+    (root / key).write_bytes(b"not a manifest")  # stale: the next command rewrites it
+    storage = _RacingStorage(root, key)
+    registry = Registry(storage, trusted=read_trusted_keys([site.root / PINNED_DIR]))
+    signer = read_private_key_file(site.root / KEY_FILE)
+    with caplog.at_level(logging.INFO, logger="edgereg.registry"):
+        assert registry.repair_manifests(MODEL, signer)
+    assert storage.raced
+    messages = [r.message for r in caplog.records if r.name == "edgereg.registry._registry"]
+    retried = [m for m in messages if "changed while writing" in m]
+    assert len(retried) == 1
+    assert key in retried[0]
+    assert "attempt 1 of 5" in retried[0]
+    # Both the broken manifest and the racing writer's bytes were replaced, each logged.
+    assert sum("does not verify" in m for m in messages) == 2
+    assert site.manifests()["high"].sequence == site.state().sequence

@@ -5,7 +5,7 @@
 - docs/reference/cli.md from the click commands under ``edgereg.cli.main``:
   usage, help, arguments and options with their defaults.
 
-Run from anywhere, after changing edgereg/config.py or a command::
+Run from anywhere, after changing edgereg/config/ or a command::
 
     python docs/gen/reference.py           # rewrite both pages
     python docs/gen/reference.py --check   # exit 1 when a committed page is stale
@@ -26,10 +26,10 @@ from typing import Any
 DOCS = Path(__file__).resolve().parents[1]
 
 # Keys the JSON Schema does not describe yet, keyed by (schema definition, key).
-# The schema's own description wins: once a Field in edgereg/config.py gets a
+# The schema's own description wins: once a Field in edgereg/config/ gets a
 # description, the generator asks for its entry here to be deleted, and it
 # refuses entries for keys that no longer exist. Every sentence here must be
-# true of edgereg/config.py and the build.
+# true of edgereg/config/ and the build.
 NOTES: dict[tuple[str, str], str] = {
     ("Config", "toolchain"): "Exact versions of the build tools; a DVC param of every stage, "
     "so changing a pin rebuilds everything.",

@@ -17,7 +17,7 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from edgereg.config import CtcTask, Model, Variant
+from edgereg.config import CtcTask, Model, ResolvedVariant
 from edgereg.errors import BuildError
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import (
@@ -72,7 +72,7 @@ def contract_labels(model: Model, charset: Sequence[str] | None) -> list[str] | 
 def io_contract(
     model_name: str,
     model: Model,
-    variant: Variant,
+    variant: ResolvedVariant,
     graph: OnnxReport,
     *,
     charset: Sequence[str] | None = None,
@@ -82,7 +82,7 @@ def io_contract(
     Args:
         model_name: Named in errors.
         model: The model's models.toml table.
-        variant: The variant's table (its ``inputs`` win when it has them).
+        variant: The variant resolved against its model (``Config.resolve``).
         graph: :func:`edgereg.toolchain.inspect_onnx` of the variant's source.
         charset: The CTC charset's characters, in class order (ctc models).
 
@@ -103,11 +103,11 @@ def io_contract(
 def _io_contract(
     where: str,
     model: Model,
-    variant: Variant,
+    variant: ResolvedVariant,
     graph: OnnxReport,
     charset: Sequence[str] | None,
 ) -> BuiltContract:
-    specs = variant.inputs or model.inputs
+    specs = variant.inputs
     inputs = [
         InputTensor(
             name=spec.name,

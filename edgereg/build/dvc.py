@@ -58,19 +58,15 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 command += f" --config {shlex.quote(config_name)}"
             if out_root != "build":
                 command += f" --out {shlex.quote(out_root)}"
-            deps = [
-                (variant.source or model.source).path,
-                (variant.evaluation or model.evaluation).path,
-            ]
+            resolved = config.resolve(model_name, variant_name)
+            deps = [resolved.source.path, resolved.evaluation.path]
             charset = getattr(model.task, "charset", None)
             if charset is not None:
                 deps.append(charset.path)
-            calibration = variant.calibration or model.calibration
-            if variant.quantization.mode == "int8" and calibration is not None:
-                deps.append(calibration.path)
-            # Only int8 reads the calibration set: other variants ignore edits to it.
-            int8 = variant.quantization.mode == "int8"
-            keys = [k for k in model_keys if k != "calibration" or int8]
+            if resolved.calibration is not None:
+                deps.append(resolved.calibration.path)
+            # A variant that reads no calibration set ignores edits to it.
+            keys = [k for k in model_keys if k != "calibration" or variant.reads_calibration]
             params = ["toolchain", *(f"models.{model_name}.{key}" for key in keys)]
             params.append(f"models.{model_name}.variants.{variant_name}")
             lines += [

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from edgereg.config import (
     Model,
 )
 from edgereg.errors import BuildError
+from edgereg.protocol._json import canonical_json
 from edgereg.toolchain.runtimes import RuntimeProof, default_tolerance, prove_min_runtime
 
 logger = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def reference_outputs(
     the same reference, so it is computed once.
     """
     key = hashlib.sha256(
-        json.dumps(
+        canonical_json(
             {
                 "source": source_sha256,
                 "dataset": dataset_sha256,
@@ -191,9 +191,8 @@ def reference_outputs(
                 "outputs": output_names,
                 "state": state,
                 "onnxruntime": toolchain.installed_version("onnxruntime"),
-            },
-            sort_keys=True,
-        ).encode()
+            }
+        )
     ).hexdigest()
     cache = out_root / REFERENCE_CACHE / f"{key}.npz"
     if cache.is_file():

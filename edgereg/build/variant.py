@@ -243,7 +243,8 @@ def build_variant(
         )
     recipe = config.recipe(model_name, variant_name)
     recipe_digest = config.recipe_digest(model_name, variant_name)
-    inputs = variant.inputs or model.inputs
+    resolved = config.resolve(model_name, variant_name)
+    inputs = list(resolved.inputs)
     output_names = [spec.name for spec in model.outputs]
     state = [(pair.input, pair.output) for pair in model.state]
     state_outputs = {pair.output for pair in model.state}
@@ -262,16 +263,13 @@ def build_variant(
     with stage("toolchain"):
         toolchain.check_versions(config.toolchain.as_dict())
     with stage("source"):
-        source_ref = variant.source or model.source
-        source = resolve_pinned(config, source_ref, stage="source", what="source")
-        evaluation_ref = variant.evaluation or model.evaluation
+        source = resolve_pinned(config, resolved.source, stage="source", what="source")
         evaluation_path = resolve_pinned(
-            config, evaluation_ref, stage="source", what="evaluation set"
+            config, resolved.evaluation, stage="source", what="evaluation set"
         )
-        calibration_ref = variant.calibration or model.calibration
+        calibration_ref = resolved.calibration
         calibration_path = None
-        if isinstance(variant.quantization, Int8Quantization):
-            assert calibration_ref is not None  # enforced by the schema
+        if calibration_ref is not None:
             calibration_path = resolve_pinned(
                 config, calibration_ref, stage="source", what="calibration set"
             )
@@ -280,7 +278,7 @@ def build_variant(
         onnx_report = toolchain.inspect_onnx(source)
         graph = check_source(source, inputs, output_names, onnx_report)
     with stage("contract"):
-        built_contract = io_contract(model_name, model, variant, onnx_report, charset=charset)
+        built_contract = io_contract(model_name, model, resolved, onnx_report, charset=charset)
     feeds = [
         toolchain.InputFeed(spec.name, spec.dtype, tuple(spec.shape), spec.batch) for spec in inputs
     ]
@@ -294,7 +292,7 @@ def build_variant(
     )
     evaluator = TaskEvaluator(config, model, charset, evaluation)
     precision = precision_class(variant)
-    declared = model.budgets.merged(variant.budgets)
+    declared = resolved.budgets
 
     def budgets() -> Budgets:
         # A custom evaluator declares its gates, and a classifier's chance level is
@@ -305,9 +303,9 @@ def build_variant(
         reference = reference_outputs(
             out_root,
             source,
-            source_ref.sha256,
+            resolved.source.sha256,
             evaluation,
-            evaluation_ref.sha256,
+            resolved.evaluation.sha256,
             feeds,
             output_names,
             state,
@@ -374,6 +372,7 @@ def build_variant(
         calibration_info: dict[str, Any] | None = None
         quant_record: dict[str, Any] | None = None
         if isinstance(variant.quantization, Int8Quantization):
+            # The schema gives every int8 variant a calibration set (resolve).
             assert calibration_ref is not None
             assert calibration_path is not None
             with stage("quantize"):
@@ -452,7 +451,7 @@ def build_variant(
         with stage("runtime"):
             proof = prove_runtime(
                 artifact,
-                config.minimum_runtime(model_name, variant_name),
+                resolved.min_mnn_runtime,
                 feeds,
                 output_names,
                 evaluation,
@@ -492,12 +491,12 @@ def build_variant(
             "model": model_name,
             "variant": variant_name,
             "tier": variant.tier,
-            "source": {"path": source_ref.path, "sha256": source_ref.sha256, **graph},
+            "source": {"path": resolved.source.path, "sha256": resolved.source.sha256, **graph},
             "calibration": calibration_info,
             "quantization": quant_record,
             "evaluation": {
-                "path": evaluation_ref.path,
-                "sha256": evaluation_ref.sha256,
+                "path": resolved.evaluation.path,
+                "sha256": resolved.evaluation.sha256,
                 "samples": len(evaluation),
                 "sequences": None
                 if evaluation.sequences is None
@@ -509,9 +508,10 @@ def build_variant(
             # Paths as models.toml names them: the work directory is random and
             # absolute paths differ per checkout, which would make provenance vary.
             "converter_argv": [
-                {str(source.resolve()): source_ref.path, str(artifact.resolve()): ARTIFACT}.get(
-                    arg, arg
-                )
+                {
+                    str(source.resolve()): resolved.source.path,
+                    str(artifact.resolve()): ARTIFACT,
+                }.get(arg, arg)
                 for arg in convert_run.argv
             ],
             "mnn_uuid": convert_run.uuid,

@@ -30,6 +30,9 @@ port to another language can be checked against the conformance vectors in
 tests/vectors/ with it. docs/protocol.md describes the protocol.
 """
 
+from edgereg.client._cache import CacheError, NoSpace
+from edgereg.client._client import Client, manifest_path, unit_status, unsafe_registry_keys
+from edgereg.client._fetcher import Fetcher, open_fetcher
 from edgereg.client._health import HealthLedger, Revert
 from edgereg.client._installed import (
     InstallCheck,
@@ -41,14 +44,21 @@ from edgereg.client._installed import (
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
+from edgereg.client._results import BadRelease, FetchResult
 from edgereg.client._selftest import BackendRunner, SelfTest, SelfTestResult
-from edgereg.client._trust import (
+from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
+    BlobCheck,
+    Decision,
+    compare_versions,
+    decide,
+)
+from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.errors import TransportError, TrustError
+from edgereg.protocol.reasons import (
     BadBlob,
     BadSignature,
-    BlobCheck,
     BlobTooLarge,
-    Decision,
     Expired,
     Malformed,
     Rejected,
@@ -57,24 +67,8 @@ from edgereg.client._trust import (
     UnknownKey,
     WrongModel,
     WrongTier,
-    compare_versions,
-    decide,
 )
-from edgereg.client._updater import (
-    BadRelease,
-    CacheError,
-    Client,
-    Fetcher,
-    FetchResult,
-    NoSpace,
-    manifest_path,
-    open_fetcher,
-    unit_status,
-    unsafe_registry_keys,
-)
-from edgereg.errors import TransportError, TrustError
-from edgereg.rollout import DeviceProfile
-from edgereg.signing import TrustedKeys
+from edgereg.protocol.rules import DeviceProfile
 
 __all__ = [
     "MAX_MANIFEST_BYTES",

@@ -28,21 +28,15 @@ from rich.progress import (
 
 from edgereg import config as config_module
 from edgereg._cli_common import INTERRUPTED, Seconds, config_option_for, root_flag
+from edgereg.client._client import Client, unit_status, unsafe_registry_keys
+from edgereg.client._fetcher import Limits, open_fetcher
 from edgereg.client._installed import InstalledModel, Status, UnitKind
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
+from edgereg.client._results import FetchResult
 from edgereg.client._selftest import SelfTest
-from edgereg.client._updater import (
-    Client,
-    FetchResult,
-    Limits,
-    open_fetcher,
-    unit_status,
-    unsafe_registry_keys,
-)
 from edgereg.errors import EdgeregError
-from edgereg.protocol.rules import explain_tier
-from edgereg.rollout import DeviceProfile, resolve_tier
-from edgereg.signing import TrustedKeys, load_public_key
+from edgereg.protocol.envelope import TrustedKeys, load_public_key
+from edgereg.protocol.rules import DeviceProfile, explain_tier, resolve_tier
 
 __all__ = ["pull_command"]
 

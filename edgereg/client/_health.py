@@ -16,14 +16,13 @@ the cache directory, written atomically.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgereg._files import atomic_write
+from edgereg.client._cache import CacheError, read_state_file, write_state_file
 
 __all__ = [
     "DEFAULT_MAX_UNCONFIRMED_STARTS",
@@ -36,7 +35,7 @@ __all__ = [
     "on_start",
 ]
 
-_log = logging.getLogger("edgereg.client")
+_log = logging.getLogger(__name__)
 
 DEFAULT_MAX_UNCONFIRMED_STARTS = 3
 _FILE = "health.json"
@@ -239,11 +238,11 @@ class HealthLedger:
 
     def _read(self) -> dict[str, UnitHealth]:
         try:
-            raw = json.loads(self.path.read_bytes())
+            raw = read_state_file(self.path, "health")
+            if raw is None:
+                return {}
             return {name: _from_json(value) for name, value in raw["units"].items()}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (CacheError, ValueError, KeyError, TypeError, AttributeError) as exc:
             # Losing the counters only gives a new model a few more starts.
             _log.warning("health ledger %s unreadable (%s): starting afresh", self.path, exc)
             return {}
@@ -251,9 +250,8 @@ class HealthLedger:
     def _write(self, units: dict[str, UnitHealth]) -> None:
         body = {"schema_version": 1, "units": {n: _to_json(h) for n, h in sorted(units.items())}}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps(body, indent=1, sort_keys=True) + "\n")
-        except OSError as exc:
+            write_state_file(self.path, body)
+        except CacheError as exc:
             # A full disk must not fail the install it records; the cost is that
             # this install's starts go uncounted (no automatic revert for it).
             _log.warning("health ledger %s cannot be written: %s", self.path, exc)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from edgereg import __version__
-from edgereg._files import atomic_write
+from edgereg.client._cache import CacheError, read_state_file, write_state_file
 from edgereg.protocol.fields import Backend
 from edgereg.protocol.reports import LatencySummary, Report
 from edgereg.protocol.wire import to_bytes
@@ -48,7 +48,7 @@ __all__ = [
     "resolve_report_url",
 ]
 
-_log = logging.getLogger("edgereg.client")
+_log = logging.getLogger(__name__)
 
 _FILE = "reports.json"
 _SAMPLES_KEPT = 2048
@@ -391,24 +391,21 @@ class Reporter:
     def _read(self) -> dict[str, Any]:
         empty: dict[str, Any] = {"models": {}, "tokens": {}, "pending": []}
         try:
-            data = json.loads(self.path.read_bytes())
-        except FileNotFoundError:
-            return empty
-        except (OSError, ValueError) as exc:
+            data = read_state_file(self.path, "reports")
+        except CacheError as exc:
             _log.warning("reports: %s unreadable (%s): starting afresh", self.path, exc)
             return empty
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), type(value)) for key, value in empty.items()
-        ):
+        if data is None:
+            return empty
+        if not all(isinstance(data.get(key), type(value)) for key, value in empty.items()):
             _log.warning("reports: %s is not a reports file: starting afresh", self.path)
             return empty
         return data
 
     def _write(self, state: dict[str, Any]) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True) + "\n")
-        except OSError as exc:
+            write_state_file(self.path, state)
+        except CacheError as exc:
             # Reports are best effort: a full disk must not fail the update.
             _log.warning("reports: cannot write %s: %s", self.path, exc)
 

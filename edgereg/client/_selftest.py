@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import sys
@@ -34,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from edgereg._files import atomic_write
-from edgereg.config import RuntimeHints
+from edgereg.client._cache import CacheError, read_state_file, write_state_file
 from edgereg.protocol.contract import BlobRef
-from edgereg.protocol.fields import Backend
+from edgereg.protocol.fields import Backend, RuntimeHints
 from edgereg.protocol.probe import GoldenProbe, ProbeOutput, ProbeTensor, check_probe
 from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed
 from edgereg.protocol.wire import ManifestEntry, WireError, from_bytes
@@ -59,7 +57,7 @@ __all__ = [
     "parse_probe",
 ]
 
-_log = logging.getLogger("edgereg.client")
+_log = logging.getLogger(__name__)
 
 MNN_BACKEND_NAMES: Mapping[Backend, str] = {
     "cpu": "CPU",
@@ -363,13 +361,13 @@ class _Memory:
 
     def read(self) -> dict[str, dict[str, dict[str, Any]]]:
         try:
-            data = json.loads(self.path.read_bytes())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
+            data = read_state_file(self.path, "selftest")
+        except CacheError as exc:
             _log.warning("self-test memory %s unreadable (%s): starting afresh", self.path, exc)
             return {}
-        models = data.get("models") if isinstance(data, dict) else None
+        if data is None:
+            return {}
+        models = data.get("models")
         if not isinstance(models, dict):
             _log.warning("self-test memory %s has no models table: starting afresh", self.path)
             return {}
@@ -389,11 +387,9 @@ class _Memory:
         versions[version] = dict(record)
         for old in list(versions)[:-_MEMORY_VERSIONS_KEPT]:
             del versions[old]
-        body = json.dumps({"schema_version": 1, "models": models}, indent=1, sort_keys=True)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, body + "\n")
-        except OSError as exc:
+            write_state_file(self.path, {"schema_version": 1, "models": models})
+        except CacheError as exc:
             # The verdict of this run still holds; only the next run repeats the work.
             _log.warning(
                 "cannot record the self-test of %s %s in %s: %s", model, version, self.path, exc

@@ -6,6 +6,7 @@ port checking itself against tests/vectors/) share one definition of each
 rule:
 
 - :mod:`~edgereg.protocol.layout`: registry paths;
+- :mod:`~edgereg.protocol.patterns`: the name and sha256 (key id) rules, compiled once;
 - :mod:`~edgereg.protocol.fields`: names, versions, digests, times, percents,
   runtime hints and tier rules;
 - :mod:`~edgereg.protocol.envelope`: keys, DSSE envelopes, the PAE and the one
@@ -17,7 +18,8 @@ rule:
 - :mod:`~edgereg.protocol.contract`: the I/O contract and the labels blob;
 - :mod:`~edgereg.protocol.probe`: the golden probe and its check;
 - :mod:`~edgereg.protocol.reports`: the device report and its one parser;
-- :mod:`~edgereg.protocol.reasons`: one exception per reason code;
+- :mod:`~edgereg.protocol.reasons`: one exception per reason code, and the
+  client's other codes with what the app does about each;
 - :mod:`~edgereg.protocol.build_outputs`: what publish reads from a build.
 """
 
@@ -25,7 +27,7 @@ from edgereg.protocol._json import MAX_JSON_DEPTH, canonical_json, strict_json_l
 from edgereg.protocol.decision import MAX_MANIFEST_BYTES, BlobCheck, Decision, decide
 from edgereg.protocol.envelope import Signer, TrustedKeys, pae, sign_envelope, verify_envelope
 from edgereg.protocol.errors import EdgeregError, TrustError
-from edgereg.protocol.reasons import REASONS, Rejected
+from edgereg.protocol.reasons import CLIENT_REASONS, REASONS, ClientReason, Rejected
 from edgereg.protocol.rules import (
     DeviceProfile,
     choose_entry,
@@ -46,6 +48,7 @@ from edgereg.protocol.wire import (
 )
 
 __all__ = [
+    "CLIENT_REASONS",
     "MAX_JSON_DEPTH",
     "MAX_MANIFEST_BYTES",
     "PAYLOAD_TYPE_MANIFEST",
@@ -53,6 +56,7 @@ __all__ = [
     "PAYLOAD_TYPE_STATE",
     "REASONS",
     "BlobCheck",
+    "ClientReason",
     "Decision",
     "DeviceProfile",
     "EdgeregError",

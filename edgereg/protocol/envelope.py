@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from edgereg.protocol._json import canonical_json, strict_json_loads
 from edgereg.protocol.errors import TrustError
+from edgereg.protocol.patterns import SHA256_RE
 from edgereg.protocol.reasons import BadSignature, Malformed, UnknownKey
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 KEY_ID_RULE = "64 lowercase hex characters (sha256 of the raw Ed25519 public key)"
-_KEY_ID = re.compile(r"^[0-9a-f]{64}$")
 _PAYLOAD_TYPE = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces
 
 
@@ -400,7 +400,7 @@ def _json_kind(value: Any) -> str:
 
 
 def _short(keyid: str) -> str:
-    return keyid[:12] if _KEY_ID.match(keyid) else repr(keyid[:16])
+    return keyid[:12] if SHA256_RE.match(keyid) else repr(keyid[:16])
 
 
 def _shape(data: bytes) -> str:

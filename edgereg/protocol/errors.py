@@ -1,12 +1,14 @@
 """The root of edgereg's error hierarchy, kept here so the protocol depends on nothing.
 
-:mod:`edgereg.errors` re-exports both classes and defines the rest of the
+The transport error is here too: the client SDK reports it as a reason code
+(``transport``, docs/protocol.md §10) and imports nothing but the protocol.
+:mod:`edgereg.errors` re-exports these classes and defines the rest of the
 hierarchy; catching :class:`EdgeregError` there catches the protocol's errors.
 """
 
 from __future__ import annotations
 
-__all__ = ["EdgeregError", "TrustError"]
+__all__ = ["EdgeregError", "TransportError", "TrustError"]
 
 
 class EdgeregError(Exception):
@@ -40,3 +42,33 @@ class TrustError(EdgeregError):
     """
 
     exit_code = 5
+
+
+class TransportError(EdgeregError):
+    """Fetching from a registry over HTTP (or a file:// URL) failed.
+
+    The network is down, a request timed out, the server answered with an
+    error status or closed the connection early. Retryable: the same request
+    may succeed later (a download resumes where it stopped).
+
+    Attributes:
+        url: The URL that was being fetched, if known.
+        status: The HTTP status the server answered with, if it answered.
+        retryable: Whether trying again may succeed (a 404 will not).
+    """
+
+    exit_code = 10
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status: int | None = None,
+        hint: str | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.url = url
+        self.status = status
+        self.retryable = retryable

@@ -28,6 +28,8 @@ from pydantic import (
 )
 
 from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.layout import BLOBS_PREFIX
+from edgereg.protocol.patterns import NAME_PATTERN, NAME_RULE, SHA256, SHA256_PATTERN
 
 __all__ = [
     "BUCKETS",
@@ -98,21 +100,19 @@ SequenceNumber = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)]
 Size = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)]
 """A blob size in bytes, 1 to 2^53 - 1."""
 
-NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'"
-NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 """A model, tier or variant name."""
 
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
 """A tool or runtime version like 3.6.1."""
 
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, StringConstraints(pattern=SHA256_PATTERN)]
 """A sha256 digest: 64 lowercase hex characters."""
 
 Salt = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{8,64}$")]
 """A cohort salt: 8 to 64 lowercase hex characters."""
 
-BlobPath = Annotated[str, StringConstraints(pattern=r"^blobs/sha256/[0-9a-f]{64}$")]
+BlobPath = Annotated[str, StringConstraints(pattern=rf"^{re.escape(BLOBS_PREFIX)}{SHA256}$")]
 """The registry path of a blob: ``blobs/sha256/`` and its sha256."""
 
 Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi"]

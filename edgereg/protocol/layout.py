@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import re
 
+from edgereg.protocol.patterns import NAME
+
 __all__ = [
     "BLOBS_PREFIX",
     "KEYS_PREFIX",
     "MANIFESTS_PREFIX",
     "MODELS_PREFIX",
     "blob_path",
+    "is_public_key_path",
     "manifest_path",
     "manifest_prefix",
     "parse_manifest_path",
+    "parse_state_path",
     "public_key_path",
     "release_path",
     "releases_prefix",
@@ -33,7 +37,9 @@ MODELS_PREFIX = "models/"
 MANIFESTS_PREFIX = "manifests/"
 KEYS_PREFIX = "keys/"
 
-_MANIFEST = re.compile(r"^manifests/([a-z][a-z0-9_-]{0,62})/([a-z][a-z0-9_-]{0,62})\.json$")
+_MANIFEST = re.compile(rf"^{re.escape(MANIFESTS_PREFIX)}({NAME})/({NAME})\.json$")
+_STATE = re.compile(rf"^{re.escape(MODELS_PREFIX)}({NAME})/state\.json$")
+_PUBLIC_KEY_SUFFIX = ".pem"
 
 
 def blob_path(sha256: str) -> str:
@@ -72,6 +78,17 @@ def parse_manifest_path(path: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
+def parse_state_path(path: str) -> str | None:
+    """The unit (model or bundle) whose rollout state ``path`` is, or None when it is not one."""
+    match = _STATE.match(path)
+    return match.group(1) if match else None
+
+
 def public_key_path(keyid: str) -> str:
     """Where a public key is published."""
-    return f"{KEYS_PREFIX}{keyid}.pem"
+    return f"{KEYS_PREFIX}{keyid}{_PUBLIC_KEY_SUFFIX}"
+
+
+def is_public_key_path(path: str) -> bool:
+    """True for a path where keys/ publishes a public key (``keys/*.pem``)."""
+    return path.startswith(KEYS_PREFIX) and path.endswith(_PUBLIC_KEY_SUFFIX)

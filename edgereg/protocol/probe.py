@@ -37,6 +37,7 @@ from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from edgereg.protocol.contract import TensorDtype
 from edgereg.protocol.fields import SchemaVersion
+from edgereg.protocol.patterns import NAME_PATTERN, SHA256_PATTERN
 from edgereg.protocol.wire import WireModel
 
 __all__ = [
@@ -154,9 +155,9 @@ class GoldenProbe(WireModel):
     ignores_unknown_keys: ClassVar[bool] = True
 
     schema_version: SchemaVersion = 1
-    model: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
-    variant: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
-    artifact_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] = Field(
+    model: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+    variant: Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+    artifact_sha256: Annotated[str, StringConstraints(pattern=SHA256_PATTERN)] = Field(
         description="The artifact this probe was computed for."
     )
     state: list[StatePairOnWire] = Field(

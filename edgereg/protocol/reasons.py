@@ -1,21 +1,28 @@
-"""Why a client refuses a manifest or a blob: one exception per reason code.
+"""Why a client refuses a manifest or a blob (one exception per reason code), and its other codes.
 
 The reason codes are part of the protocol (docs/protocol.md §7, the
 conformance vectors): a port reports the same code for the same bytes.
+:data:`CLIENT_REASONS` adds the codes a client reports for what is not a
+refused document (the network, the disk, a release refused here before), each
+with what the app does about it (docs/protocol.md §10): a port reports the
+same codes, and an app handles every one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from edgereg.protocol.errors import TrustError
 
 __all__ = [
+    "CLIENT_REASONS",
     "REASONS",
     "AppIncompatible",
     "BadBlob",
     "BadSignature",
     "BlobTooLarge",
+    "ClientReason",
     "Expired",
     "Incompatible",
     "Malformed",
@@ -145,3 +152,73 @@ REASONS: tuple[type[Rejected], ...] = (
     ProbeFailed,
 )
 """Every reason, in the order docs/protocol.md numbers the rules."""
+
+
+@dataclass(frozen=True)
+class ClientReason:
+    """A code a client reports beside the rules of :data:`REASONS`.
+
+    Attributes:
+        code: The stable code (``FetchResult.error_code``, ``last_error.code``).
+        when: What happened.
+        app_does: What the app does about it.
+        retry: Whether a later fetch may succeed with nothing changed on the device.
+    """
+
+    code: str
+    when: str
+    app_does: str
+    retry: bool
+
+
+CLIENT_REASONS: tuple[ClientReason, ...] = (
+    ClientReason(
+        "transport",
+        "The network failed, a request timed out or trickled, the server answered an "
+        "error status or closed the connection early.",
+        "Keep the installed model; fetch again later (a download resumes where it stopped).",
+        retry=True,
+    ),
+    ClientReason(
+        "not-found",
+        "The registry answered 404 for the manifest: no such model (or bundle) and tier there.",
+        "Keep the installed model; fix the model name, tier or registry URL (a bug, not a blip).",
+        retry=False,
+    ),
+    ClientReason(
+        "untrusted",
+        "A key or signed document cannot be trusted for a reason no rule of §7 names.",
+        "Keep the installed model; check the trusted keys the app ships.",
+        retry=False,
+    ),
+    ClientReason(
+        "bad-release",
+        "The release chosen for this device was refused here for good before (a failed "
+        "check, a revert); it is never downloaded again.",
+        "Keep the installed model; the next release (or stable) installs when it comes.",
+        retry=False,
+    ),
+    ClientReason(
+        "no-space",
+        "The free space cannot hold the download plus the reserve; nothing was downloaded.",
+        "Keep the installed model; free storage (or ask the user to), then fetch again.",
+        retry=True,
+    ),
+    ClientReason(
+        "cache",
+        "The cache directory cannot be read or written, or a state file that keeps rollback "
+        "protection is corrupt (the client refuses rather than forget it).",
+        "Keep the installed model; report it. If the disk was at fault, delete the file the "
+        "message names.",
+        retry=False,
+    ),
+    ClientReason(
+        "reverted",
+        "The app reverted the installed release (`revert`, or too many unconfirmed "
+        "starts); only in `last_error`.",
+        "Run the model now installed (the previous set, or none); the reverted release is "
+        "marked bad.",
+        retry=False,
+    ),
+)
+"""Every code a client reports that is not a rule of :data:`REASONS` (docs/protocol.md §10)."""

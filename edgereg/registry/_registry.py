@@ -10,7 +10,7 @@ compare-and-swap: of two concurrent publishers one wins and the other gets a
 from __future__ import annotations
 
 import hashlib
-import re
+import logging
 import secrets
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -24,22 +24,12 @@ import semver
 
 from edgereg.errors import ConflictError, TrustError
 from edgereg.protocol import layout
+from edgereg.protocol.envelope import Signer, TrustedKeys, key_id, load_public_key, public_key_pem
 from edgereg.protocol.layout import KEYS_PREFIX
-from edgereg.protocol.wire import AnyRelease, BundleRecord, verify_release
-from edgereg.registry import _transitions as transitions
-from edgereg.registry._bundle import PreparedBundle
-from edgereg.registry._manifests import build_manifests
-from edgereg.registry._release import PreparedRelease, ReleaseError
-from edgereg.signing import (
-    Signer,
-    TrustedKeys,
-    key_id,
-    load_public_key,
-    looks_like_private_key,
-    public_key_pem,
-)
-from edgereg.storage import NotFound, Storage
-from edgereg.wire import (
+from edgereg.protocol.patterns import NAME_RE
+from edgereg.protocol.wire import (
+    AnyRelease,
+    BundleRecord,
     Manifest,
     ReleaseRecord,
     RolloutState,
@@ -47,9 +37,16 @@ from edgereg.wire import (
     blob_path,
     sign_document,
     verify_document,
+    verify_release,
 )
+from edgereg.registry import _transitions as transitions
+from edgereg.registry._bundle import PreparedBundle
+from edgereg.registry._manifests import build_manifests
+from edgereg.registry._release import PreparedRelease, ReleaseError
+from edgereg.signing import looks_like_private_key
+from edgereg.storage import NotFound, Storage
 
-_TIER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+log = logging.getLogger(__name__)
 
 # The registry layout is spelled once, in the protocol.
 state_key = layout.state_path
@@ -168,7 +165,7 @@ class Registry:
         if self._published_keys is None:
             keys = []
             for key in self.storage.list(KEYS_PREFIX):
-                if not key.endswith(".pem"):
+                if not layout.is_public_key_path(key):
                     continue
                 try:
                     keys.append(load_public_key(self.storage.get(key)))
@@ -232,12 +229,8 @@ class Registry:
 
     def models(self) -> list[str]:
         """Every rollout unit (model or bundle) with a rollout state, sorted."""
-        names = {
-            key.split("/")[1]
-            for key in self.storage.list("models/")
-            if key.endswith("/state.json") and key.count("/") == 2
-        }
-        return sorted(names)
+        states = (layout.parse_state_path(key) for key in self.storage.list(layout.MODELS_PREFIX))
+        return sorted(name for name in states if name is not None)
 
     def read_state(self, model: str) -> tuple[RolloutState | None, str | None]:
         """The verified state and its version token, or (None, None) for a new model."""
@@ -512,7 +505,7 @@ class Registry:
         """The tiers that have a manifest of ``model`` in the registry."""
         prefix = layout.manifest_prefix(model)
         names = (key[len(prefix) :].removesuffix(".json") for key in self.storage.list(prefix))
-        return sorted(name for name in names if _TIER_NAME.fullmatch(name))
+        return sorted(name for name in names if NAME_RE.match(name))
 
     def _put_manifest(self, manifest: Manifest, signers: list[Signer]) -> None:
         """Write a manifest unless the registry already holds one at least as new.
@@ -522,7 +515,7 @@ class Registry:
         """
         key = manifest_key(manifest.model, manifest.tier)
         envelope = sign_document(manifest, signers)
-        for _ in range(5):
+        for attempt in range(1, 6):
             try:
                 data, token = self.storage.get_versioned(key)
             except NotFound:
@@ -530,14 +523,27 @@ class Registry:
             if token is not None:
                 try:
                     current = verify_document(Manifest, data, self._trust_for_signed())
-                except TrustError:
+                except TrustError as exc:
                     current = None  # unreadable or foreign: replace it
+                    log.warning(
+                        "%s does not verify (%s); replacing it with sequence %d of %s",
+                        key,
+                        exc.message,
+                        manifest.sequence,
+                        self.storage.url,
+                    )
                 if current is not None and current.sequence >= manifest.sequence:
                     return
             try:
                 self.storage.put_if_unchanged(key, envelope, token)
                 return
             except ConflictError:
+                log.info(
+                    "%s changed while writing sequence %d (attempt %d of 5); reading it again",
+                    key,
+                    manifest.sequence,
+                    attempt,
+                )
                 continue
         raise ConflictError(
             f"{key} kept changing while this command wrote it",
@@ -588,7 +594,9 @@ class Registry:
         try:
             trusted = self._trust_for_signed()
         except TrustError as exc:
-            if not self.storage.list("models/") and not self.storage.list("manifests/"):
+            if not self.storage.list(layout.MODELS_PREFIX) and not self.storage.list(
+                layout.MANIFESTS_PREFIX
+            ):
                 report.warnings.append("the registry is empty")
                 return report
             report.errors.append(exc.message)
@@ -650,10 +658,10 @@ class Registry:
                 if key.count("/") >= 2 and key.endswith(".json")
             }
             - set(models)
-            for prefix in ("models/", "manifests/")
+            for prefix in (layout.MODELS_PREFIX, layout.MANIFESTS_PREFIX)
         }
-        with_manifests = found["manifests/"]
-        return sorted(with_manifests), sorted(found["models/"] - with_manifests)
+        with_manifests = found[layout.MANIFESTS_PREFIX]
+        return sorted(with_manifests), sorted(found[layout.MODELS_PREFIX] - with_manifests)
 
     def _verify_model(
         self,

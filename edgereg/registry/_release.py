@@ -29,8 +29,7 @@ from edgereg.errors import EdgeregError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
-from edgereg.protocol.wire import WireError, from_bytes
-from edgereg.wire import ReleaseRecord, ReleaseVariant
+from edgereg.protocol.wire import ReleaseRecord, ReleaseVariant, WireError, from_bytes
 
 
 class ReleaseError(EdgeregError):

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edgereg.protocol.wire import AnyRelease, BundleRecord, ManifestEntry
+from edgereg.protocol.wire import AnyRelease, BundleRecord, ManifestEntry, format_time
 from edgereg.registry._manifests import entry_for, member_entry_for
 from edgereg.registry._registry import Registry
-from edgereg.wire import format_time
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ import semver
 
 from edgereg.config import RolloutPolicy
 from edgereg.errors import EdgeregError
-from edgereg.rollout import basis_points, check_soak, next_step
-from edgereg.wire import Action, HistoryEvent, RolloutState
+from edgereg.protocol.fields import basis_points
+from edgereg.protocol.wire import Action, HistoryEvent, RolloutState
+from edgereg.rollout import check_soak, next_step
 
 #: History is kept in the signed state; beyond this many events the oldest go.
 HISTORY_LIMIT = 200

@@ -21,7 +21,7 @@ from edgereg.reports.summary import ArmSummary
 
 __all__ = ["GroupCommit"]
 
-log = logging.getLogger("edgereg.reports")
+log = logging.getLogger(__name__)
 
 #: Reports stored in one transaction at most.
 MAX_BATCH = 1000

@@ -42,7 +42,7 @@ __all__ = [
     "redact_url",
 ]
 
-log = logging.getLogger("edgereg.reports")
+log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.

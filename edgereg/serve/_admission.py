@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 
 from edgereg.errors import EdgeregError, StorageError
+from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.reports import Report
 from edgereg.registry import Registry
 from edgereg.reports.admission import ServedUnit, admit
-from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage
 
-log = logging.getLogger("edgereg.serve")
+log = logging.getLogger(__name__)
 
 #: Seconds a unit's served index is reused.
 DEFAULT_TTL = 10.0

@@ -41,6 +41,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Protocol
 
 from edgereg.errors import StorageError
+from edgereg.protocol import layout
+from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
 from edgereg.reports.admission import REFUSALS
 from edgereg.reports.summary import ArmSummary
@@ -63,14 +65,13 @@ from edgereg.serve._ratelimit import (
     forwarded_client,
     retry_after,
 )
-from edgereg.signing import TrustedKeys
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 if TYPE_CHECKING:
     from edgereg.config import RolloutPolicy
     from edgereg.serve._admission import ServedIndex
 
-log = logging.getLogger("edgereg.serve")
+log = logging.getLogger(__name__)
 
 ALLOW = "GET, HEAD"
 IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
@@ -465,7 +466,7 @@ class App:
         return Response(200, headers, data, route.name)
 
     def _blob(self, request: Request, digest: str) -> Response:
-        key = f"blobs/sha256/{digest}"
+        key = layout.blob_path(digest)
         name = routes.BLOB.name
         etag = quote_etag(digest)
         if none_match(request.header("if-none-match"), etag):
@@ -611,7 +612,7 @@ class App:
     def _healthz(self) -> Response:
         name = routes.HEALTHZ.name
         try:
-            self.storage.list("keys/")
+            self.storage.list(layout.KEYS_PREFIX)
         except StorageError as exc:
             log.warning("health check failed: %s", exc.message)
             body = json.dumps(

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from pydantic import StringConstraints
 
-from edgereg.config import Name, Sha256
+from edgereg.protocol import layout
+from edgereg.protocol.fields import Name, Sha256
+from edgereg.protocol.patterns import SHA256_PATTERN
 
 
 def _pattern(annotated: object) -> str:
@@ -30,7 +32,7 @@ NAME_PATTERN = _pattern(Name)
 #: A blob digest: 64 lowercase hex characters.
 DIGEST_PATTERN = _pattern(Sha256)
 #: A key id: 64 lowercase hex characters (see edgereg.signing).
-KEY_ID_PATTERN = r"^[0-9a-f]{64}$"
+KEY_ID_PATTERN = SHA256_PATTERN
 #: A semantic version (semver.org's pattern, ASCII digits only).
 VERSION_PATTERN = (
     r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
@@ -76,9 +78,20 @@ class Route:
 
     def key(self, params: dict[str, str]) -> str | None:
         """The registry key this route reads, or None for a built-in page."""
-        if self.template.startswith(("/manifests/", "/blobs/", "/models/", "/keys/")):
+        if self.template.startswith(_REGISTRY_PREFIXES):
             return self.template[1:].format(**params)
         return None
+
+
+_REGISTRY_PREFIXES = tuple(
+    "/" + prefix
+    for prefix in (
+        layout.MANIFESTS_PREFIX,
+        layout.BLOBS_PREFIX,
+        layout.MODELS_PREFIX,
+        layout.KEYS_PREFIX,
+    )
+)
 
 
 def _route(name: str, template: str) -> Route:
@@ -92,11 +105,12 @@ STATUS_PAGE = _route("status_page", "/")
 HEALTHZ = _route("healthz", "/healthz")
 METRICS = _route("metrics", "/metrics")
 OPENAPI = _route("openapi", "/openapi.json")
-MANIFEST = _route("manifest", "/manifests/{model}/{tier}.json")
-BLOB = _route("blob", "/blobs/sha256/{digest}")
-RELEASE = _route("release", "/models/{model}/releases/{version}.json")
-STATE = _route("state", "/models/{model}/state.json")
-KEY = _route("key", "/keys/{keyid}.pem")
+# The registry's own layout, served at the same paths.
+MANIFEST = _route("manifest", "/" + layout.manifest_path("{model}", "{tier}"))
+BLOB = _route("blob", "/" + layout.blob_path("{digest}"))
+RELEASE = _route("release", "/" + layout.release_path("{model}", "{version}"))
+STATE = _route("state", "/" + layout.state_path("{model}"))
+KEY = _route("key", "/" + layout.public_key_path("{keyid}"))
 #: Device reports (POST): never the registry, only the report store.
 REPORTS = _route("reports", "/v1/reports")
 

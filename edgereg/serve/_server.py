@@ -30,16 +30,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from edgereg.errors import StorageError
+from edgereg.protocol.envelope import TrustedKeys
 from edgereg.serve._app import App, ReportSink, Request, Response, error_response
 from edgereg.serve._ratelimit import Network, RateLimiter, SourceCaps
-from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from edgereg.config import RolloutPolicy
 
-log = logging.getLogger("edgereg.serve")
-access_log = logging.getLogger("edgereg.serve.access")
+log = logging.getLogger(__name__)
+# A child of its own, so an operator can silence the access log and keep errors.
+access_log = logging.getLogger(f"{__name__}.access")
 
 #: Seconds a connection may stay idle, or a read or write may stall.
 DEFAULT_TIMEOUT = 30.0

@@ -30,13 +30,20 @@ from edgereg.analysis import RATE_GUARDRAILS, Analysis
 from edgereg.build.outputs import headline
 from edgereg.config import RolloutPolicy
 from edgereg.errors import EdgeregError
-from edgereg.protocol.wire import AnyRelease, BundleRecord, ReleaseVariant
+from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.wire import (
+    AnyRelease,
+    BundleRecord,
+    HistoryEvent,
+    ReleaseVariant,
+    RolloutSnapshot,
+    RolloutState,
+    format_time,
+)
 from edgereg.registry import ModelStatus, Registry, TierStatus, model_status, utcnow
 from edgereg.reports.canary import SummarySource, rollout_analysis
 from edgereg.rollout import check_soak, next_step
-from edgereg.signing import TrustedKeys
 from edgereg.storage import Storage
-from edgereg.wire import HistoryEvent, RolloutSnapshot, RolloutState, format_time
 
 #: History events shown per model, newest first.
 HISTORY_SHOWN = 10

@@ -37,6 +37,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
+import logging
 import os
 import threading
 import time
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from edgereg.errors import StorageError
+from edgereg.protocol import layout
 from edgereg.storage import Storage, validate_key
 
 MiB = 1024 * 1024
@@ -70,6 +72,8 @@ _ACCESS_CODES = {
     "TokenRefreshRequired",
     "403",
 }
+log = logging.getLogger(__name__)
+
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _NOT_IMPLEMENTED_CODES = {"NotImplemented", "501"}
 _CONDITIONAL_HINT = (
@@ -96,12 +100,16 @@ def object_headers(key: str) -> dict[str, str]:
     The same rules as ``edgereg serve``: blobs never change, signed documents
     are reused for at most 60 seconds, the rest is not cached.
     """
-    if key.startswith("blobs/"):
+    if key.startswith(layout.BLOBS_PREFIX):
         return {"ContentType": "application/octet-stream", "CacheControl": IMMUTABLE_CACHE}
-    if key.startswith("keys/") and key.endswith(".pem"):
+    if layout.is_public_key_path(key):
         return {"ContentType": "application/x-pem-file", "CacheControl": DOCUMENT_CACHE}
     if key.endswith(".json"):
-        cache = DOCUMENT_CACHE if key.startswith(("manifests/", "models/")) else "no-cache"
+        cache = (
+            DOCUMENT_CACHE
+            if key.startswith((layout.MANIFESTS_PREFIX, layout.MODELS_PREFIX))
+            else "no-cache"
+        )
         return {"ContentType": "application/json", "CacheControl": cache}
     return {"ContentType": "application/octet-stream", "CacheControl": "no-cache"}
 
@@ -333,6 +341,11 @@ class S3Storage(Storage):
                     return False
                 if code not in ("ConditionalRequestConflict", "409"):
                     raise
+            log.info(
+                "409 creating %s: another write to it was in flight (attempt %d of 4); retrying",
+                self._key(key),
+                attempt + 1,
+            )
             time.sleep(0.05 * 2**attempt)
         raise self._conflict(key, None)
 
@@ -396,6 +409,11 @@ class S3Storage(Storage):
                     # Another upload of this key completed meanwhile: per AWS
                     # the loser restarts; for an immutable key, existing is enough.
                     if self._head(key) is not None:
+                        log.info(
+                            "409 completing the upload of %s: another upload finished it "
+                            "first; keeping that one (the key is immutable)",
+                            full_key,
+                        )
                         return False
                     raise self._conflict(key, None) from exc
                 raise

@@ -30,9 +30,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
 from edgereg.protocol.decision import AppFacts, BlobCheck, decide
-from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.envelope import Signer, TrustedKeys, sign_envelope
 from edgereg.protocol.fields import (
     Requirements,
     RuntimeHints,
@@ -46,14 +47,15 @@ from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.reports import Report, ReportError, parse_report
 from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
-from edgereg.protocol.wire import BundleEntry, WireError, from_bytes
-from edgereg.signing import Signer, canonical_json, sign_envelope
-from edgereg.wire import (
+from edgereg.protocol.wire import (
     PAYLOAD_TYPE_STATE,
+    BundleEntry,
     Manifest,
     ManifestEntry,
+    WireError,
     blob_path,
     format_time,
+    from_bytes,
     sign_document,
     to_bytes,
 )
@@ -169,7 +171,7 @@ def _raw_payload(edit: Callable[[dict[str, Any]], None], manifest: Manifest | No
     """A manifest payload edited as JSON (what the model would refuse to build), then signed."""
     data = json.loads(to_bytes(manifest or _manifest()))
     edit(data)
-    payload = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    payload = canonical_json(data)
     return sign_envelope(payload, Manifest.payload_type, [_signer("registry")])
 
 

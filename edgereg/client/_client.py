@@ -1,60 +1,44 @@
-"""The client's I/O shell: fetch manifests and blobs, keep the cache, install atomically.
+"""The client: fetch, verify, choose, download, install; never break the app.
 
-Trust decisions are not made here but in :mod:`edgereg.client._trust`; this
-module moves bytes and records what the pure core accepted.
-
-Cache directory layout (one client at a time per directory)::
-
-    blobs/<sha256>              verified blobs (artifacts, probes, labels), written
-                                once (os.replace from .part)
-    blobs/<sha256>.part         an interrupted download, resumed with Range
-    state/<unit>/sequence.json  highest sequence seen (rollback protection)
-    state/<unit>/<tier>.json    last accepted manifest bytes and its ETag
-    state/<unit>/_status.json   the pending release (downloading or deferred), last error
-    state/<unit>/_bad.json      versions refused for good on this device
-    installed.json              models: model -> blob, version, variant, hints, contract;
-                                bundles: bundle -> version and every member; each with
-                                ``previous``, the last good set
-
-A unit is a model or a bundle. A bundle's pointer names every member, so a
-set switches in one rename: a crash leaves the old set or the new one.
-
-Every file is written to a temporary file in the same directory and renamed
-into place, so a crash or a full disk never leaves half a file where a reader
-looks. A blob is only ever renamed into ``blobs/`` after its size and sha256
-matched the signed manifest.
+Trust decisions are not made here but in :mod:`edgereg.protocol.decision`;
+the client moves bytes through :mod:`._fetcher`, keeps them with
+:mod:`._cache` and records what the pure core accepted.
 """
 
 from __future__ import annotations
 
-import abc
-import base64
 import contextlib
 import dataclasses
-import errno
-import http.client
-import json
 import logging
 import os
-import re
 import shutil
-import socket
-import threading
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import TypeAdapter, ValidationError
 
-from edgereg import __version__
-from edgereg._files import atomic_write as write_whole
 from edgereg._files import sha256_file
+from edgereg.client._cache import (
+    CacheError,
+    NoSpace,
+    _Cache,
+    _TierState,
+    cache_error,
+    fsync_dir,
+    unlink,
+    write_all,
+)
+from edgereg.client._fetcher import (
+    CHUNK,
+    Fetcher,
+    Limits,
+    ManifestNotFound,
+    Response,
+    open_fetcher,
+    read_up_to,
+)
 from edgereg.client._health import DEFAULT_MAX_UNCONFIRMED_STARTS, HealthLedger, Revert
 from edgereg.client._installed import (
     InstallCheck,
@@ -69,839 +53,35 @@ from edgereg.client._installed import (
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
+from edgereg.client._results import BadRelease, FetchResult, error_code
 from edgereg.client._selftest import SelfTest
-from edgereg.client._trust import (
+from edgereg.protocol import layout
+from edgereg.protocol._json import strict_json_loads
+from edgereg.protocol.contract import BlobRef, parse_labels
+from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
+    AppFacts,
     BlobCheck,
     Decision,
-    Malformed,
-    Rejected,
     decide,
+    unfit,
 )
-from edgereg.config import Name, RuntimeHints, TierRules
-from edgereg.errors import EdgeregError, TransportError, TrustError
-from edgereg.protocol import layout
-from edgereg.protocol.contract import BlobRef, IOContract
-from edgereg.protocol.decision import AppFacts, unfit
-from edgereg.protocol.fields import format_time
-from edgereg.protocol.wire import BundleEntry, Manifest, verify_document
-from edgereg.rollout import DeviceProfile, resolve_tier
-from edgereg.signing import TrustedKeys, key_id, load_public_key, strict_json_loads
-from edgereg.wire import ManifestEntry
+from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
+from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
+from edgereg.protocol.fields import Name, TierRules, format_time
+from edgereg.protocol.patterns import SHA256_RE
+from edgereg.protocol.reasons import Malformed, Rejected
+from edgereg.protocol.rules import DeviceProfile, resolve_tier
+from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
 
-__all__ = [
-    "BadRelease",
-    "CacheError",
-    "Client",
-    "FetchResult",
-    "Fetcher",
-    "Limits",
-    "ManifestNotFound",
-    "NoSpace",
-    "manifest_path",
-    "open_fetcher",
-    "unit_status",
-    "unsafe_registry_keys",
-]
+__all__ = ["Client", "manifest_path", "unit_status", "unsafe_registry_keys"]
 
-CHUNK = 64 * 1024
-_log = logging.getLogger("edgereg.client")
-USER_AGENT = f"edgereg/{__version__}"
+_log = logging.getLogger(__name__)
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
-
-
-manifest_path = layout.manifest_path
-
-
-class ManifestNotFound(TransportError):
-    """The registry has no manifest for this model and tier: a wrong name, not a blip."""
-
-    exit_code = 2
-
-
-class CacheError(EdgeregError):
-    """The client's cache directory cannot be read or written (disk full, permissions).
-
-    Attributes:
-        errno: The operating system's error number, if there was one.
-    """
-
-    exit_code = 11
-
-    def __init__(self, message: str, *, errno: int | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.errno = errno
-
-
-# --- transport: one public method, one error type ---------------------------------
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How long and how slowly a server may keep the client waiting.
-
-    Attributes:
-        timeout: Seconds for connecting, for each read, and for the response
-            headers of each request.
-        deadline: Seconds for a whole :meth:`Client.fetch` (manifest and blob
-            together): a server that trickles bytes is cut off here.
-        min_rate: Bytes per second a body must average over each ``timeout``
-            window (a real manifest arrives in one read; a blob at far more).
-    """
-
-    timeout: float = 30.0
-    deadline: float = 600.0
-    min_rate: int = 1024
-
-    def __post_init__(self) -> None:
-        for name in ("timeout", "deadline"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if (
-            isinstance(self.min_rate, bool)
-            or not isinstance(self.min_rate, int)
-            or self.min_rate < 0
-        ):
-            raise ValueError(
-                f"min_rate must be a whole number of bytes/s >= 0, got {self.min_rate!r}"
-            )
-
-
-class _Watchdog:
-    """Shuts a connection's socket down when a time limit passes.
-
-    A socket timeout bounds one read; a server sending one byte a second
-    never trips it. This bounds the headers of a request and the whole fetch.
-    """
-
-    def __init__(self, connection: http.client.HTTPConnection) -> None:
-        self._connection = connection
-        self._timer: threading.Timer | None = None
-        self.fired: str | None = None
-
-    def arm(self, at: float, what: str) -> None:
-        """Cut the connection at monotonic time ``at``; ``what`` names the limit."""
-        self.cancel()
-        self._timer = threading.Timer(max(0.0, at - time.monotonic()), self._fire, (what,))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _fire(self, what: str) -> None:
-        self.fired = what
-        sock = self._connection.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-@dataclass
-class Response:
-    """An open response: status, validators and a body to read in chunks."""
-
-    url: str
-    status: int
-    etag: str | None = None
-    length: int | None = None
-    range_start: int | None = None
-    _read: Callable[[int], bytes] = field(default=lambda n: b"", repr=False)
-    _close: Callable[[], None] = field(default=lambda: None, repr=False)
-    min_rate: int = 0
-    """Bytes/s the body must average over each ``rate_window`` seconds."""
-    rate_window: float = 30.0
-    watchdog: _Watchdog | None = field(default=None, repr=False)
-    _window_start: float = field(default_factory=time.monotonic, repr=False)
-    _window_bytes: int = field(default=0, repr=False)
-
-    def read(self, size: int) -> bytes:
-        """Read up to ``size`` bytes, as many as have arrived; b"" at the end.
-
-        Raises:
-            TransportError: the connection failed or timed out, the fetch
-                passed its deadline, or the body arrives slower than ``min_rate``.
-        """
-        try:
-            chunk = self._read(size)
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise self._failure(exc) from exc
-        if self.watchdog is not None and self.watchdog.fired:
-            raise self._failure(None)
-        self._check_rate(len(chunk))
-        return chunk
-
-    def _check_rate(self, received: int) -> None:
-        if not self.min_rate:
-            return
-        self._window_bytes += received
-        elapsed = time.monotonic() - self._window_start
-        if elapsed < self.rate_window:
-            return
-        if self._window_bytes < self.min_rate * elapsed:
-            raise TransportError(
-                f"{self.url} sent {self._window_bytes} bytes in {elapsed:.0f} s, slower than "
-                f"the minimum of {self.min_rate} bytes/s; gave up",
-                url=self.url,
-                hint="A slow or hostile server; the next fetch tries again (a blob resumes).",
-            )
-        self._window_start, self._window_bytes = time.monotonic(), 0
-
-    def _failure(self, exc: BaseException | None) -> TransportError:
-        if self.watchdog is not None and self.watchdog.fired:
-            return TransportError(
-                f"reading {self.url}: {self.watchdog.fired}; gave up",
-                url=self.url,
-                hint="A slow or hostile server; the next fetch tries again (a blob resumes).",
-            )
-        assert exc is not None
-        return TransportError(f"reading {self.url} failed: {_describe(exc)}", url=self.url)
-
-    def close(self) -> None:
-        """Release the connection or file."""
-        if self.watchdog is not None:
-            self.watchdog.cancel()
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            self._close()
-
-    def __enter__(self) -> Response:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Fetcher(abc.ABC):
-    """Gets registry paths. :meth:`open` is the one guard: every failure is a TransportError.
-
-    Implementations write only :meth:`_open`.
-    """
-
-    def __init__(self, base_url: str, *, timeout: float, limits: Limits | None = None) -> None:
-        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
-        self.limits = limits or Limits(timeout=timeout)
-        self.timeout = self.limits.timeout
-        self._deadline_at: float | None = None
-
-    def start_deadline(self) -> None:
-        """Start the clock of one whole fetch (:attr:`Limits.deadline` from now)."""
-        self._deadline_at = time.monotonic() + self.limits.deadline
-
-    def _deadline(self) -> float:
-        return self._deadline_at if self._deadline_at is not None else float("inf")
-
-    def url(self, path: str) -> str:
-        """The absolute URL of a registry path."""
-        return self.base_url + urllib.parse.quote(path)
-
-    def open(self, path: str, *, etag: str | None = None, start: int = 0) -> Response:
-        """Request a registry path.
-
-        Args:
-            path: Relative to the registry root, like ``manifests/digits/high.json``.
-            etag: Send ``If-None-Match``; a match answers status 304 with no body.
-            start: Ask for the bytes from this offset on (``Range: bytes=N-``);
-                the response is 206 when honoured, 200 (the whole body) when
-                not, or 416 when the offset is past the end.
-
-        Raises:
-            TransportError: unreachable, timed out, or an error status.
-        """
-        url = self.url(path)
-        if time.monotonic() >= self._deadline():
-            raise TransportError(
-                f"cannot fetch {url}: the fetch passed its deadline of {self.limits.deadline:g} s",
-                url=url,
-            )
-        try:
-            return self._open(url, etag, start)
-        except TransportError:
-            raise
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise TransportError(f"cannot fetch {url}: {_describe(exc)}", url=url) from exc
-
-    @abc.abstractmethod
-    def _open(self, url: str, etag: str | None, start: int) -> Response:
-        """Open ``url``; may raise OSError or http.client.HTTPException."""
-
-
-class HttpFetcher(Fetcher):
-    """HTTP(S) with http.client: timeouts, conditional GET, Range, a few redirects.
-
-    http.client rather than urllib so the request carries only what the
-    protocol needs (an unchanged check costs a few hundred bytes on the wire:
-    no ``Accept-Encoding``, no ``Connection: close``). HTTPS uses the system's
-    default certificate checks. HTTP proxies are not used.
-    """
-
-    MAX_REDIRECTS = 5
-
-    def _open(self, url: str, etag: str | None, start: int) -> Response:
-        for _ in range(self.MAX_REDIRECTS + 1):
-            parts = urllib.parse.urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise TransportError(f"cannot fetch {url}: not an http(s) URL", url=url)
-            connection_class = (
-                http.client.HTTPSConnection
-                if parts.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            connection = connection_class(parts.hostname, parts.port, timeout=self.timeout)
-            watchdog = _Watchdog(connection)
-            # The status line and headers within one timeout (however they trickle).
-            headers_by = min(self._deadline(), time.monotonic() + self.timeout)
-            watchdog.arm(headers_by, f"the response headers took longer than {self.timeout:g} s")
-            try:
-                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                connection.putrequest("GET", target, skip_accept_encoding=True)
-                connection.putheader("User-Agent", USER_AGENT)
-                if etag is not None:
-                    connection.putheader("If-None-Match", etag)
-                if start:
-                    connection.putheader("Range", f"bytes={start}-")
-                connection.endheaders()
-                raw = connection.getresponse()
-            except BaseException as exc:
-                watchdog.cancel()
-                connection.close()
-                if watchdog.fired:
-                    raise TransportError(f"cannot fetch {url}: {watchdog.fired}", url=url) from exc
-                raise
-            location = raw.getheader("Location")
-            if raw.status in (301, 302, 303, 307, 308) and location:
-                watchdog.cancel()
-                raw.close()
-                connection.close()
-                target_url = urllib.parse.urljoin(url, location)
-                if parts.scheme == "https" and not target_url.startswith("https://"):
-                    raise TransportError(f"{url} redirects to {target_url}: not https", url=url)
-                url = target_url
-                continue
-            if self._deadline() < float("inf"):
-                watchdog.arm(
-                    self._deadline(),
-                    f"the fetch took longer than its deadline of {self.limits.deadline:g} s",
-                )
-            else:
-                watchdog.cancel()
-            return self._response(url, raw, connection, watchdog)
-        raise TransportError(f"{url}: more than {self.MAX_REDIRECTS} redirects", url=url)
-
-    def _response(
-        self,
-        url: str,
-        raw: http.client.HTTPResponse,
-        connection: http.client.HTTPConnection,
-        watchdog: _Watchdog,
-    ) -> Response:
-        def close() -> None:
-            watchdog.cancel()
-            raw.close()
-            connection.close()
-
-        status = raw.status
-        if status in (304, 416):
-            close()
-            return Response(url, status, etag=raw.getheader("ETag"))
-        if status not in (200, 206):
-            close()
-            # 408, 429 and 5xx may pass; any other status will not by retrying.
-            retryable = status in (408, 429) or status >= 500
-            raise TransportError(
-                f"{url} answered HTTP {status} {raw.reason}",
-                url=url,
-                status=status,
-                retryable=retryable,
-                hint=None if retryable else "Check the registry URL, the model and the tier.",
-            )
-        length = raw.getheader("Content-Length")
-        range_start = None
-        if status == 206:
-            match = re.match(r"bytes (\d+)-", raw.getheader("Content-Range") or "")
-            range_start = int(match.group(1)) if match else None
-        return Response(
-            url,
-            status,
-            etag=raw.getheader("ETag"),
-            length=int(length) if length and length.isdigit() else None,
-            range_start=range_start,
-            # read1: what has arrived, not a wait for the whole chunk, so the
-            # rate and the deadline are checked as bytes trickle in.
-            _read=raw.read1,
-            _close=close,
-            min_rate=self.limits.min_rate,
-            rate_window=self.limits.timeout,
-            watchdog=watchdog,
-        )
-
-
-class FileFetcher(Fetcher):
-    """A registry directory through a ``file://`` URL; Range emulated by seeking."""
-
-    def __init__(self, base_url: str, *, timeout: float, limits: Limits | None = None) -> None:
-        super().__init__(base_url, timeout=timeout, limits=limits)
-        parsed = urllib.parse.urlparse(self.base_url)
-        self.root = Path(urllib.request.url2pathname(parsed.path))
-
-    def _open(self, url: str, etag: str | None, start: int) -> Response:
-        relative = urllib.parse.unquote(url[len(self.base_url) :])
-        path = self.root / relative
-        try:
-            handle = path.open("rb")
-        except FileNotFoundError as exc:
-            raise TransportError(
-                f"{url} does not exist", url=url, status=404, retryable=False
-            ) from exc
-        size = os.fstat(handle.fileno()).st_size
-        if start >= size > 0:
-            handle.close()
-            return Response(url, 416)
-        handle.seek(start)
-        return Response(
-            url,
-            206 if start else 200,
-            length=size - start,
-            range_start=start if start else None,
-            _read=handle.read,
-            _close=handle.close,
-        )
-
-
-def open_fetcher(base_url: str, *, timeout: float = 30.0, limits: Limits | None = None) -> Fetcher:
-    """The fetcher for a registry URL: ``http://``, ``https://`` or ``file://``.
-
-    Raises:
-        ValueError: another scheme.
-    """
-    scheme = urllib.parse.urlparse(base_url).scheme.lower()
-    if scheme in ("http", "https"):
-        return HttpFetcher(base_url, timeout=timeout, limits=limits)
-    if scheme == "file":
-        return FileFetcher(base_url, timeout=timeout, limits=limits)
-    raise ValueError(f"registry URL {base_url!r} must start with http://, https:// or file://")
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
-
-
-# --- results ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    """What the app should run after a fetch, and what happened.
-
-    On any failure the fields describe the last known good model or bundle
-    (or nothing, if none was ever installed) and ``error`` says why nothing
-    new was installed.
-
-    Attributes:
-        model: The model (or bundle) asked for.
-        tier: The device's tier.
-        path: The installed, verified artifact to load; None when nothing was
-            ever installed, when the manifest offers this device nothing
-            (a first release still a canary, device outside its cohort), and
-            for a bundle (its models are in ``members``).
-        version: Its release version (a bundle's own version for a bundle).
-        variant: Its variant name (None for a bundle).
-        sha256: Its digest (None for a bundle).
-        runtime: Recommended runtime settings (threads, backend order, precision).
-        min_mnn_runtime: The oldest MNN runtime that loads it.
-        is_candidate: It is the candidate of a rollout (this device is in the cohort).
-        updated: This fetch installed a different release than before.
-        error: Why the fetch failed, or None.
-        error_code: A stable code for ``error``: a :class:`Rejected` reason
-            (``expired``, ``rollback``, ``bad-signature``, ``app-incompatible``
-            ...), ``transport``, ``not-found``, ``cache``, ``no-space`` or
-            ``bad-release``.
-        not_modified: The server answered 304 (the cached manifest was re-verified).
-        downloaded_bytes: Blob bytes transferred by this fetch.
-        runtime_fallback: In the candidate's cohort, but the candidate does not
-            fit this app or device, so stable was installed (``fallback`` says why).
-        exception: The error itself, for callers that want its type.
-        members: Every installed model by name, with its contract and labels
-            (for a model: one, the model itself).
-        bundle: The unit is a bundle.
-        fallback: Why the candidate was passed over for stable
-            (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``,
-            ``bad-release``), else None.
-        deferred: The download waits for the app's conditions (``metered``,
-            ``not-charging``); nothing new was downloaded.
-        bundled: What is installed is the release shipped inside the app.
-    """
-
-    model: str
-    tier: str
-    path: Path | None
-    version: str | None = None
-    variant: str | None = None
-    sha256: str | None = None
-    runtime: RuntimeHints | None = None
-    min_mnn_runtime: str | None = None
-    is_candidate: bool = False
-    updated: bool = False
-    error: str | None = None
-    error_code: str | None = None
-    not_modified: bool = False
-    downloaded_bytes: int = 0
-    runtime_fallback: bool = False
-    exception: EdgeregError | None = field(default=None, repr=False, compare=False)
-    members: Mapping[str, InstalledModel] = field(default_factory=dict)
-    bundle: bool = False
-    fallback: str | None = None
-    deferred: str | None = None
-    bundled: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True when the fetch succeeded (whether or not anything changed)."""
-        return self.error is None
-
-    @property
-    def installed(self) -> bool:
-        """Something verified is installed (a model, or every member of a bundle)."""
-        return bool(self.members)
-
-    @property
-    def contract(self) -> IOContract | None:
-        """The installed model's I/O contract (a model, not a bundle: see ``members``)."""
-        single = self._single()
-        return single.contract if single else None
-
-    @property
-    def labels(self) -> list[str] | None:
-        """The installed model's labels (a model, not a bundle: see ``members``)."""
-        single = self._single()
-        return single.labels if single else None
-
-    @property
-    def backend(self) -> str | None:
-        """The backend the install check chose for the model, if one ran."""
-        single = self._single()
-        return single.backend if single else None
-
-    def _single(self) -> InstalledModel | None:
-        return None if self.bundle else self.members.get(self.model)
-
-
-# --- the cache directory ------------------------------------------------------
-
-_DIGEST_NAME = re.compile(r"^([0-9a-f]{64})(\.part)?$")
-_SECTIONS: dict[UnitKind, str] = {"model": "models", "bundle": "bundles"}
 MAX_LABELS_BYTES = 4 * 1024 * 1024
 """A labels blob larger than this is refused (a real one is a few KiB)."""
 
-
-@dataclass
-class _TierState:
-    envelope: bytes | None = None
-    etag: str | None = None
-    highest_sequence: int | None = None
-    """Read from caches written before the sequence was kept per model."""
-
-
-class _Cache:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def blob(self, sha256: str) -> Path:
-        return self.root / "blobs" / sha256
-
-    def part(self, sha256: str) -> Path:
-        return self.root / "blobs" / f"{sha256}.part"
-
-    def _state_file(self, model: str, tier: str) -> Path:
-        return self.root / "state" / model / f"{tier}.json"
-
-    def _sequence_file(self, model: str) -> Path:
-        return self.root / "state" / model / "sequence.json"
-
-    def status_file(self, unit: str) -> Path:
-        # A leading "_" keeps these apart from <tier>.json: a tier name starts with a letter.
-        return self.root / "state" / unit / "_status.json"
-
-    def _bad_file(self, unit: str) -> Path:
-        return self.root / "state" / unit / "_bad.json"
-
-    def read_state(self, model: str, tier: str) -> _TierState:
-        path = self._state_file(model, tier)
-        data = self._read_json(path, strict=True)
-        if data is None:
-            return _TierState()
-        envelope = data.get("envelope")
-        sequence = data.get("highest_sequence")
-        etag = data.get("etag")
-        try:
-            decoded = (
-                base64.b64decode(envelope, validate=True) if isinstance(envelope, str) else None
-            )
-        except ValueError as exc:
-            raise _corrupt(path, "its envelope is not base64") from exc
-        if sequence is not None and (type(sequence) is not int or sequence < 1):
-            raise _corrupt(path, f"highest_sequence is {sequence!r}")
-        return _TierState(
-            envelope=decoded,
-            etag=etag if isinstance(etag, str) else None,
-            highest_sequence=sequence,
-        )
-
-    def write_state(self, model: str, tier: str, state: _TierState) -> None:
-        data = {
-            "envelope": base64.b64encode(state.envelope).decode() if state.envelope else None,
-            "etag": state.etag,
-            "highest_sequence": state.highest_sequence,
-        }
-        self._write_json(self._state_file(model, tier), data)
-
-    def read_sequence(self, model: str) -> int | None:
-        """The highest manifest sequence accepted for ``model``, whatever the tier.
-
-        One per model, not per tier: every tier's manifest of a model carries
-        the same sequence, so a device whose tier changed must not accept an
-        older manifest of its new tier. Caches written before this kept it
-        per tier; the highest of those counts too.
-
-        Raises:
-            CacheError: a file holding it is unreadable or corrupt. Refused,
-                not reset: a reset would accept a replayed old manifest.
-        """
-        path = self._sequence_file(model)
-        data = self._read_json(path, strict=True)
-        found: list[int] = []
-        if data is not None:
-            sequence = data.get("highest_sequence")
-            if type(sequence) is not int or sequence < 1:
-                raise _corrupt(path, f"highest_sequence is {sequence!r}")
-            found.append(sequence)
-        tiers = self.root / "state" / model
-        with contextlib.suppress(OSError):
-            for tier_file in sorted(tiers.glob("*.json")):
-                if tier_file.stem != "sequence" and not tier_file.stem.startswith("_"):
-                    legacy = self.read_state(model, tier_file.stem).highest_sequence
-                    if legacy is not None:
-                        found.append(legacy)
-        return max(found) if found else None
-
-    def write_sequence(self, model: str, sequence: int) -> None:
-        self._write_json(self._sequence_file(model), {"highest_sequence": sequence})
-
-    # -- the install pointer --------------------------------------------------------
-
-    def read_record(self, kind: UnitKind, unit: str) -> _Installed | None:
-        """The unit's pointer as written, whether or not its blobs are still there."""
-        data = self._read_json(self.root / "installed.json")
-        section = (data or {}).get(_SECTIONS[kind], {})
-        entry = section.get(unit) if isinstance(section, dict) else None
-        if not isinstance(entry, dict):
-            return None
-        try:
-            return _Installed.from_json(kind, unit, entry)
-        except (KeyError, TypeError, ValueError, ValidationError):
-            _log.warning("the install record of %s in installed.json is damaged; ignoring it", unit)
-            return None
-
-    def read_installed(self, kind: UnitKind, unit: str) -> _Installed | None:
-        installed = self.read_record(kind, unit)
-        # Only complete, verified blobs are ever renamed into blobs/; a missing
-        # one (the app cleared its cache) means nothing is installed.
-        if installed is None or not all(self.blob(d).is_file() for d in installed.blobs):
-            return None
-        return installed
-
-    def write_installed(self, kind: UnitKind, unit: str, installed: _Installed | None) -> None:
-        """Switch the unit's pointer (every member at once: one atomic rename)."""
-        path = self.root / "installed.json"
-        data = self._read_json(path) or {}
-        out: dict[str, Any] = {"schema_version": 1}
-        for section in _SECTIONS.values():
-            value = data.get(section)
-            if isinstance(value, dict) and (value or section == "models"):
-                out[section] = dict(value)
-            elif section == "models":
-                out[section] = {}
-        units = out.setdefault(_SECTIONS[kind], {})
-        if installed is None:
-            units.pop(unit, None)
-        else:
-            units[unit] = installed.to_json()
-        self._write_json(path, out)
-
-    def has_blob(self, sha256: str, size: int) -> bool:
-        try:
-            return self.blob(sha256).stat().st_size == size
-        except OSError:
-            return False
-
-    # -- status and bad releases ---------------------------------------------------
-
-    def read_status(self, unit: str) -> dict[str, Any]:
-        return self._read_json(self.status_file(unit)) or {}
-
-    def write_status(self, unit: str, status: dict[str, Any]) -> None:
-        if self.read_status(unit) != status:
-            self._write_json(self.status_file(unit), status)
-
-    def read_bad(self, unit: str) -> dict[str, str]:
-        """Versions of ``unit`` refused for good on this device -> why."""
-        data = self._read_json(self._bad_file(unit)) or {}
-        releases = data.get("releases")
-        if not isinstance(releases, dict):
-            return {}
-        return {str(k): str(v) for k, v in releases.items()}
-
-    def mark_bad(self, unit: str, version: str, why: str) -> None:
-        releases = self.read_bad(unit)
-        releases[version] = why
-        self._write_json(self._bad_file(unit), {"releases": releases})
-
-    # -- eviction ---------------------------------------------------------------------
-
-    def referenced(self) -> set[str]:
-        """Digests some unit needs: installed, its last good set, or a pending download."""
-        keep: set[str] = set()
-        data = self._read_json(self.root / "installed.json") or {}
-        for kind, section in _SECTIONS.items():
-            units = data.get(section)
-            if not isinstance(units, dict):
-                continue
-            for unit in units:
-                record = self.read_record(kind, str(unit))
-                while record is not None:
-                    keep |= record.blobs
-                    record = record.previous
-        with contextlib.suppress(OSError):
-            for status_file in (self.root / "state").glob("*/_status.json"):
-                pending = self.read_status(status_file.parent.name).get("pending")
-                if isinstance(pending, dict):
-                    blobs = pending.get("blobs")
-                    if isinstance(blobs, list):
-                        keep |= {
-                            b["sha256"]
-                            for b in blobs
-                            if isinstance(b, dict) and isinstance(b.get("sha256"), str)
-                        }
-        return keep
-
-    def evict(self) -> int:
-        """Delete blobs and partial downloads nothing references; returns the bytes freed."""
-        keep = self.referenced()
-        freed = 0
-        try:
-            names = list((self.root / "blobs").iterdir())
-        except OSError:
-            return 0
-        for path in names:
-            found = _DIGEST_NAME.match(path.name)
-            if found is None or found.group(1) in keep:
-                continue
-            with contextlib.suppress(OSError):
-                size = path.stat().st_size
-                path.unlink()
-                freed += size
-        if freed:
-            _log.info("evicted %d bytes of blobs no installed or pending release uses", freed)
-        return freed
-
-    def _read_json(self, path: Path, *, strict: bool = False) -> dict[str, Any] | None:
-        """A JSON object from the cache, None when the file does not exist.
-
-        With ``strict`` an unreadable or corrupt file raises :class:`CacheError`
-        (rollback protection lives there); otherwise it counts as absent and
-        is rewritten (the install pointer: the blobs it names are verified).
-        """
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if strict:
-                raise _cache_error(f"cannot read {path}", exc) from exc
-            return None
-        try:
-            value = strict_json_loads(data[: 1024 * 1024 + 1]) if len(data) <= 1024 * 1024 else None
-        except (ValueError, RecursionError):
-            value = None
-        if isinstance(value, dict):
-            return value
-        if strict:
-            raise _corrupt(path, "it is not a JSON object")
-        _log.warning("cache file %s is unreadable; treating it as absent", path)
-        return None
-
-    def _write_json(self, path: Path, value: Any) -> None:
-        atomic_write(path, json.dumps(value, indent=1, sort_keys=True).encode() + b"\n")
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a cache file whole or not at all (see :func:`edgereg._files.atomic_write`).
-
-    Raises:
-        CacheError: the write failed (disk full, permissions); the old file is untouched.
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_whole(path, data)
-    except OSError as exc:
-        raise _cache_error(f"cannot write {path}", exc) from exc
-    _fsync_dir(path.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable on POSIX; not possible (nor needed) everywhere.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _corrupt(path: Path, why: str) -> CacheError:
-    return CacheError(
-        f"the client state {path} is corrupt ({why}); refusing to update, because starting "
-        "over would drop rollback protection (an old, replayed manifest would be accepted)",
-        hint=f"The installed model stays in use. If the disk was at fault, delete {path} "
-        "to start over.",
-    )
-
-
-def _cache_error(what: str, exc: OSError) -> CacheError:
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return CacheError(
-        f"{what}: {exc.strerror or exc}",
-        errno=exc.errno,
-        hint="Free some storage; the installed model stays in use." if full else None,
-    )
-
-
-def _error_code(exc: EdgeregError) -> str:
-    """The stable code of a fetch failure (docs/protocol.md §10)."""
-    if isinstance(exc, Rejected):
-        return exc.reason
-    if isinstance(exc, NoSpace):
-        return "no-space"
-    if isinstance(exc, TrustError):
-        return "untrusted"
-    if isinstance(exc, ManifestNotFound):
-        return "not-found"
-    if isinstance(exc, TransportError):
-        return "transport"
-    return "cache"
+manifest_path = layout.manifest_path
 
 
 def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
@@ -914,19 +94,6 @@ def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
             if extra is not None:
                 refs.setdefault(extra.sha256, extra)
     return list(refs.values())
-
-
-def _parse_labels(data: bytes, where: str) -> list[str]:
-    try:
-        value = strict_json_loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise Malformed(f"the labels blob of {where} is not JSON: {exc}") from exc
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise Malformed(f"the labels blob of {where} is not a JSON array of strings")
-    return value
-
-
-# --- the client ---------------------------------------------------------------
 
 
 def _utcnow() -> datetime:
@@ -1102,10 +269,10 @@ class Client:
         try:
             result = self._fetch(installed, conditions or Conditions())
         except (EdgeregError, OSError) as exc:
-            error = exc if isinstance(exc, EdgeregError) else _cache_error("cache directory", exc)
+            error = exc if isinstance(exc, EdgeregError) else cache_error("cache directory", exc)
             if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace)):
                 raise
-            code = _error_code(error)
+            code = error_code(error)
             self._record_error(code, error.message)
             if installed is None:
                 return FetchResult(
@@ -1456,7 +623,7 @@ class Client:
             self.cache.root.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(self.cache.root).free
         except OSError as exc:
-            raise _cache_error(f"cannot check the free space of {self.cache.root}", exc) from exc
+            raise cache_error(f"cannot check the free space of {self.cache.root}", exc) from exc
         needed = remaining + self.policy.reserve_bytes
         if free < needed:
             raise NoSpace(
@@ -1479,7 +646,7 @@ class Client:
         check = BlobCheck(ref)
         try:
             part.parent.mkdir(parents=True, exist_ok=True)
-            _unlink(part)
+            unlink(part)
             with source.open("rb") as handle, part.open("wb") as out:
                 for chunk in iter(lambda: handle.read(CHUNK), b""):
                     check.update(chunk)
@@ -1489,12 +656,12 @@ class Client:
             check.finish()
             os.replace(part, self.cache.blob(ref.sha256))
         except Rejected:
-            _unlink(part)
+            unlink(part)
             raise
         except OSError as exc:
-            _unlink(part)
-            raise _cache_error(f"cannot copy the shipped blob {source}", exc) from exc
-        _fsync_dir(part.parent)
+            unlink(part)
+            raise cache_error(f"cannot copy the shipped blob {source}", exc) from exc
+        fsync_dir(part.parent)
 
     def _labels_of(self, name: str, entry: ManifestEntry | _Member) -> list[str] | None:
         contract = entry.contract
@@ -1512,14 +679,14 @@ class Client:
         try:
             data = self.cache.blob(blob.sha256).read_bytes()
         except OSError as exc:
-            raise _cache_error(f"cannot read the labels of {name}", exc) from exc
-        return _parse_labels(data, name)
+            raise cache_error(f"cannot read the labels of {name}", exc) from exc
+        return parse_labels(data)
 
     def _install_shipped_or_record(self) -> None:
         try:
             self._install_shipped()
         except (TrustError, CacheError, NoSpace) as exc:
-            code = _error_code(exc)
+            code = error_code(exc)
             _log.warning("the release shipped in the app was not installed (%s): %s", code, exc)
             with contextlib.suppress(CacheError):
                 self._record_error(code, f"shipped release: {exc.message}")
@@ -1589,8 +756,11 @@ class Client:
                 "message": message,
                 "at": format_time(self.clock()),
             }
-        with contextlib.suppress(CacheError):
+        try:
             self.cache.write_status(self.model, status)
+        except CacheError as exc:
+            # The fetch result still carries the error; only `status()` misses it.
+            _log.warning("cannot record the last error of %s: %s", self.model, exc)
 
     def _get_manifest(self, state: _TierState) -> tuple[bytes, str | None, bool]:
         """The manifest bytes to verify, their ETag, and whether the server said 304."""
@@ -1626,7 +796,7 @@ class Client:
                     f"manifest is {response.length} bytes, more than the limit of {limit}"
                 )
             # One byte past the limit is enough to refuse it.
-            data = _read_up_to(response, limit + 1)
+            data = read_up_to(response, limit + 1)
             return data, response.etag, False
 
     def _download(self, entry: BlobRef) -> int:
@@ -1641,7 +811,7 @@ class Client:
         try:
             part.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _cache_error(f"cannot create {part.parent}", exc) from exc
+            raise cache_error(f"cannot create {part.parent}", exc) from exc
         check = BlobCheck(entry)
         have = self._resume_from(part, check)
         transferred = 0
@@ -1650,13 +820,13 @@ class Client:
         try:
             check.finish()
         except Rejected:
-            _unlink(part)
+            unlink(part)
             raise
         try:
             os.replace(part, self.cache.blob(entry.sha256))
         except OSError as exc:
-            raise _cache_error(f"cannot install {part.name}", exc) from exc
-        _fsync_dir(part.parent)
+            raise cache_error(f"cannot install {part.name}", exc) from exc
+        fsync_dir(part.parent)
         return transferred
 
     def _resume_from(self, part: Path, check: BlobCheck) -> int:
@@ -1666,16 +836,24 @@ class Client:
         except FileNotFoundError:
             return 0
         except OSError as exc:
-            raise _cache_error(f"cannot read {part}", exc) from exc
+            raise cache_error(f"cannot read {part}", exc) from exc
         if size > check.entry.size:
-            _unlink(part)
+            _log.warning(
+                "dropped %s: %d bytes, more than the %d the manifest declares",
+                part,
+                size,
+                check.entry.size,
+            )
+            unlink(part)
             return 0
+        if size:
+            _log.info("resuming %s from byte %d of %d", part.name, size, check.entry.size)
         try:
             with part.open("rb") as handle:
                 for chunk in iter(lambda: handle.read(CHUNK), b""):
                     check.update(chunk)
         except OSError as exc:
-            raise _cache_error(f"cannot read {part}", exc) from exc
+            raise cache_error(f"cannot read {part}", exc) from exc
         return size
 
     def _transfer(self, entry: BlobRef, part: Path, check: BlobCheck, have: int) -> int:
@@ -1684,7 +862,14 @@ class Client:
             if have and not (response.status == 206 and response.range_start == have):
                 # The server ignored the Range (200 and the whole body: a plain
                 # static server) or refused it: start again from the first byte.
-                _unlink(part)
+                _log.info(
+                    "%s answered HTTP %d to a range from byte %d; dropped %s, starting over",
+                    response.url,
+                    response.status,
+                    have,
+                    part.name,
+                )
+                unlink(part)
                 check.reset()
                 if response.status != 200:
                     response.close()
@@ -1701,7 +886,7 @@ class Client:
             check.expect(response.length)
             return self._stream(response, part, check)
         except Rejected:
-            _unlink(part)
+            unlink(part)
             raise
         finally:
             response.close()
@@ -1712,7 +897,7 @@ class Client:
         try:
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
-            raise _cache_error(f"cannot write {part}", exc) from exc
+            raise cache_error(f"cannot write {part}", exc) from exc
         try:
             while check.remaining:
                 # At most one byte past the declared size is ever read.
@@ -1725,7 +910,7 @@ class Client:
                     )
                 check.update(chunk)
                 transferred += len(chunk)
-                _write_all(fd, chunk)
+                write_all(fd, chunk)
                 if self.on_progress is not None:
                     self.on_progress(check.received, check.entry.size)
             check.update(response.read(1))  # anything more is BlobTooLarge
@@ -1733,8 +918,8 @@ class Client:
         except OSError as exc:
             os.close(fd)
             fd = -1
-            _unlink(part)  # free the space: the app needs it more than a resume
-            raise _cache_error(f"cannot write {part}", exc) from exc
+            unlink(part)  # free the space: the app needs it more than a resume
+            raise cache_error(f"cannot write {part}", exc) from exc
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -1777,30 +962,6 @@ class Client:
         )
 
 
-class NoSpace(CacheError):
-    """The free space cannot hold the download plus the reserve; nothing was downloaded.
-
-    Attributes:
-        needed: Bytes the download needs (the bytes still to fetch plus the reserve).
-        free: Bytes free where the cache lives.
-    """
-
-    def __init__(self, message: str, *, needed: int, free: int) -> None:
-        super().__init__(
-            message,
-            errno=errno.ENOSPC,
-            hint="Free some storage; the installed model stays in use.",
-        )
-        self.needed = needed
-        self.free = free
-
-
-class BadRelease(Rejected):
-    """The release chosen for this device was refused here for good before (a failed check)."""
-
-    reason = "bad-release"
-
-
 def _installed_models(cache: _Cache, installed: _Installed) -> dict[str, InstalledModel]:
     models = {}
     for name, member in sorted(installed.members.items()):
@@ -1810,7 +971,7 @@ def _installed_models(cache: _Cache, installed: _Installed) -> dict[str, Install
             blob = member.contract.labels_blob
             if blob is not None:
                 try:
-                    labels = _parse_labels(cache.blob(blob.sha256).read_bytes(), name)
+                    labels = parse_labels(cache.blob(blob.sha256).read_bytes())
                 except (OSError, Malformed):
                     _log.warning("the labels blob of %s cannot be read", name)
         models[name] = InstalledModel(
@@ -1910,26 +1071,6 @@ def unit_status(
     )
 
 
-def _read_up_to(response: Response, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    total = 0
-    while total < limit:
-        chunk = response.read(min(CHUNK, limit - total))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-    return b"".join(chunks)
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-
-
-# --- trust on first use (unsafe) ------------------------------------------------
-
-
 def unsafe_registry_keys(fetcher: Fetcher, model: str, tier: str) -> TrustedKeys:
     """Trust whatever keys the registry publishes for the current manifest (TOFU).
 
@@ -1945,7 +1086,7 @@ def unsafe_registry_keys(fetcher: Fetcher, model: str, tier: str) -> TrustedKeys
     with fetcher.open(manifest_path(model, tier)) as response:
         if response.status != 200:
             raise TransportError(f"{response.url} answered HTTP {response.status}")
-        data = _read_up_to(response, MAX_MANIFEST_BYTES + 1)
+        data = read_up_to(response, MAX_MANIFEST_BYTES + 1)
     try:
         envelope = strict_json_loads(data)
         keyids = [str(sig["keyid"]) for sig in envelope["signatures"]]
@@ -1953,10 +1094,10 @@ def unsafe_registry_keys(fetcher: Fetcher, model: str, tier: str) -> TrustedKeys
         raise Malformed("the manifest is not a signed envelope; no key ids to look up") from exc
     keys = []
     for keyid in _unique(keyids):
-        if not re.fullmatch(r"[0-9a-f]{64}", keyid):
+        if not SHA256_RE.fullmatch(keyid):
             continue
         with fetcher.open(layout.public_key_path(keyid)) as response:
-            pem = _read_up_to(response, 16 * 1024)
+            pem = read_up_to(response, 16 * 1024)
         key = load_public_key(pem)
         if key_id(key) == keyid:
             keys.append(key)

@@ -1,0 +1,29 @@
+"""What every models.toml table shares: strictness and the cross-field rule error."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticCustomError
+
+DEFAULT_CONFIG_FILE = "models.toml"
+#: Where the publisher's public keys are pinned, beside models.toml (committed).
+DEFAULT_TRUSTED_KEYS = "publisher-keys"
+#: What `edgereg validate` says about a models.toml that declares no model yet.
+NO_MODELS_NOTE = (
+    "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
+)
+
+
+class _Strict(BaseModel):
+    # strict: "0.5" is not a number and 4.0 is not a thread count; a budget of
+    # inf is no budget at all.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# A cross-field rule broken: pydantic reports such errors at the table that was
+# validated, so the error carries the key (relative to that table) it is about.
+_RULE_ERROR = "edgereg_rule"
+
+
+def _rule_error(key: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(_RULE_ERROR, "{message}", {"key": key, "message": message})

@@ -1,0 +1,218 @@
+"""[models.NAME] and its variants."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, StringConstraints, model_validator
+
+from edgereg.config._base import _rule_error, _Strict
+from edgereg.config._budgets import Budgets
+from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
+from edgereg.config._rollout import RolloutPolicy
+from edgereg.config._tasks import ClassificationTask, Task
+from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
+
+
+class NoQuantization(_Strict):
+    """Keep weights and activations in float."""
+
+    mode: Literal["none"] = "none"
+
+
+class WeightOnlyQuantization(_Strict):
+    """Weight-only quantization through the converter; activations stay float."""
+
+    mode: Literal["weight"]
+    bits: int = Field(default=8, ge=2, le=8)
+    block: int | None = Field(default=None, ge=0, description="Block size; per channel when unset.")
+    asymmetric: bool = True
+
+
+class Int8Quantization(_Strict):
+    """Full int8 post-training quantization calibrated on the calibration set."""
+
+    mode: Literal["int8"]
+    method: Literal["KL", "ADMM", "EMA", "auto"] = Field(
+        default="KL",
+        description='Feature method; "auto" tries KL, EMA and ADMM, keeps the best that passes '
+        "the gates and, when none does, keeps the worst layers in float until one does "
+        "(recorded in provenance).",
+    )
+    max_skip_ops: int = Field(
+        default=4,
+        ge=0,
+        le=32,
+        description='"auto" only: at most this many layers kept in float by the search.',
+    )
+    weight_method: Literal["MAX_ABS", "ADMM"] = "MAX_ABS"
+    skip_ops: list[str] = Field(
+        default_factory=list, description="Layer names kept in float (skip_quant_op_names)."
+    )
+    samples: int | None = Field(
+        default=None, ge=1, description="Calibration samples; overrides the set's own count."
+    )
+
+
+Quantization = Annotated[
+    Union[NoQuantization, WeightOnlyQuantization, Int8Quantization],  # noqa: UP007
+    Field(discriminator="mode"),
+]
+
+
+class ConverterOptions(_Strict):
+    """MNN converter settings beyond precision and quantization."""
+
+    transformer_fuse: bool = False
+    optimize_prefer: Literal[0, 1, 2] | None = None
+
+
+class Variant(_Strict):
+    """One build of a model for one device tier."""
+
+    tier: Name
+    precision: Literal["fp32", "fp16"] = "fp32"
+    quantization: Quantization = Field(default_factory=NoQuantization)
+    converter: ConverterOptions = Field(default_factory=ConverterOptions)
+    runtime: RuntimeHints = Field(default_factory=RuntimeHints)
+    budgets: Budgets | None = None
+    source: PinnedFile | None = Field(
+        default=None, description="A different ONNX for this tier (pruned, distilled)."
+    )
+    inputs: list[InputSpec] | None = Field(
+        default=None, description="Input shapes of this variant's own source."
+    )
+    calibration: CalibrationSet | None = None
+    evaluation: PinnedFile | None = None
+    min_mnn_runtime: (
+        Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] | None
+    ) = Field(
+        default=None,
+        description="This variant's own minimum MNN runtime, when the proof of "
+        "[toolchain] min_mnn_runtime fails for it (an int8 kernel that an older runtime "
+        "computes differently); between that and `mnn`.",
+    )
+
+    @model_validator(mode="after")
+    def _precision_and_quantization(self) -> Variant:
+        if self.precision == "fp16" and self.quantization.mode != "none":
+            raise _rule_error(
+                "precision",
+                'precision = "fp16" cannot be combined with quantization; '
+                'use precision = "fp32" with a quantization mode',
+            )
+        if self.inputs is not None and self.source is None:
+            raise _rule_error("inputs", "inputs may only be overridden together with source")
+        return self
+
+    @property
+    def reads_calibration(self) -> bool:
+        """True for int8, the one quantization calibrated on a calibration set."""
+        return self.quantization.mode == "int8"
+
+
+class Model(_Strict):
+    """One model: its source, data, budgets and variants."""
+
+    version: SemVer
+    task: Task = Field(
+        default_factory=lambda: ClassificationTask(kind="classification"),
+        description='What the model computes and how it is scored: "classification", '
+        '"dense_map", "ctc", "embedding", "frame_decision", "generic", or a table '
+        "{ kind = ..., ... } with the task's settings.",
+    )
+    description: str = ""
+    source: PinnedFile
+    inputs: list[InputSpec] = Field(min_length=1)
+    outputs: list[OutputSpec] = Field(min_length=1)
+    state: list[StatePair] = Field(
+        default_factory=list,
+        description="Recurrent state pairs: the model is verified and evaluated as a stream, "
+        "each sequence feeding back the variant's own state.",
+    )
+    classes: list[str] | None = Field(default=None, description="Class names, index order.")
+    calibration: CalibrationSet | None = None
+    evaluation: PinnedFile
+    budgets: Budgets = Field(default_factory=Budgets)
+    rollout: RolloutPolicy | None = Field(
+        default=None, description="This model's rollout policy; the global one when unset."
+    )
+    requires: Requirements | None = Field(
+        default=None,
+        description="App and OS versions every release of this model needs; devices outside "
+        "them keep what they have (or stable).",
+    )
+    variants: dict[Name, Variant] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Model:
+        for kind, specs in (("input", self.inputs), ("output", self.outputs)):
+            names = [spec.name for spec in specs]
+            if len(set(names)) != len(names):
+                raise _rule_error(f"{kind}s", f"{kind} names must be unique, got {names}")
+        input_names = [spec.name for spec in self.inputs]
+        output_names = [spec.name for spec in self.outputs]
+        for index, pair in enumerate(self.state):
+            if pair.input not in input_names:
+                raise _rule_error(
+                    f"state.{index}.input",
+                    f"'{pair.input}' is not a declared input (inputs: {', '.join(input_names)})",
+                )
+            if pair.output not in output_names:
+                raise _rule_error(
+                    f"state.{index}.output",
+                    f"'{pair.output}' is not a declared output "
+                    f"(outputs: {', '.join(output_names)})",
+                )
+        fed = [pair.input for pair in self.state]
+        if len(set(fed)) != len(fed) or len({p.output for p in self.state}) != len(fed):
+            raise _rule_error("state", "each state input and output may appear in one pair")
+        task_output = self.task.output
+        if task_output is not None and task_output not in output_names:
+            raise _rule_error(
+                "task.output",
+                f"'{task_output}' is not a declared output (outputs: {', '.join(output_names)})",
+            )
+        if task_output is not None and task_output in {p.output for p in self.state}:
+            raise _rule_error("task.output", f"'{task_output}' is a state output")
+        if self.classes is not None and self.task.kind != "classification":
+            raise _rule_error("classes", 'classes apply to task = "classification" only')
+        self._check_budgets(self.budgets, "budgets")
+        for name, variant in self.variants.items():
+            if variant.budgets is not None:
+                self._check_budgets(variant.budgets, f"variants.{name}.budgets")
+        return self
+
+    def _check_budgets(self, budgets: Budgets, where: str) -> None:
+        for metric_name, limits in budgets.metrics.items():
+            metric = self.task.metric(metric_name)
+            if metric is None:
+                known = ", ".join(m.name for m in self.task.METRICS) or "none"
+                raise _rule_error(
+                    f"{where}.metrics.{metric_name}",
+                    f"task '{self.task.kind}' does not measure '{metric_name}'; "
+                    f"its metrics: {known}",
+                )
+            label_only = ("max_drop", "min_baseline", "max_baseline")
+            used = [key for key in label_only if getattr(limits, key) is not None]
+            if metric.against == "reference" and used:
+                raise _rule_error(
+                    f"{where}.metrics.{metric_name}.{used[0]}",
+                    f"'{metric_name}' compares the variant with the reference itself, so it has "
+                    f"no baseline; use min or max",
+                )
+            wrong_way = "min_baseline" if not metric.higher_is_better else "max_baseline"
+            if getattr(limits, wrong_way) is not None and self.task.kind != "custom":
+                right = "max_baseline" if wrong_way == "min_baseline" else "min_baseline"
+                raise _rule_error(
+                    f"{where}.metrics.{metric_name}.{wrong_way}",
+                    f"'{metric_name}' is {'higher' if metric.higher_is_better else 'lower'}"
+                    f" is better; use {right}",
+                )
+
+    @property
+    def task_output(self) -> str:
+        """The output the task's metric reads."""
+        return self.task.output or next(
+            spec.name for spec in self.outputs if spec.name not in {p.output for p in self.state}
+        )

@@ -1,0 +1,104 @@
+"""[rollout]: steps, soak time and the canary guardrails."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from edgereg.config._base import _Strict
+
+
+class RateGuardrail(_Strict):
+    """A failure rate the candidate arm may not raise above the stable arm's."""
+
+    max_increase: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Largest allowed candidate rate minus stable rate (0.01 = one point).",
+    )
+    critical: bool = Field(
+        default=True, description="A failure pauses the rollout (and rolls back by policy)."
+    )
+
+
+class LatencyGuardrail(_Strict):
+    """A latency the candidate arm may not shift above the stable arm's."""
+
+    max_increase_pct: float = Field(
+        default=10.0,
+        ge=0,
+        description="Largest allowed Hodges-Lehmann shift, in percent of the stable median.",
+    )
+    critical: bool = Field(default=False, description="A failure pauses the rollout.")
+
+
+class Guardrails(_Strict):
+    """What the canary analysis checks and automatic rollouts act on, per tier."""
+
+    # Above 0.5 a one-sided test could call identical arms different.
+    alpha: float = Field(
+        default=0.05,
+        gt=0,
+        le=0.5,
+        description="Significance level of each one-sided test (the intervals shown are "
+        "two-sided at 1 - 2 alpha: 90% by default).",
+    )
+    min_devices: int = Field(
+        default=50,
+        ge=1,
+        description="Reports needed in each arm of a tier before a guardrail can pass "
+        "(a clear failure needs no minimum).",
+    )
+    probe_failure: RateGuardrail = Field(
+        default_factory=RateGuardrail,
+        description="Devices whose self-test failed on every backend (the model was rejected).",
+    )
+    load_failure: RateGuardrail = Field(
+        default_factory=RateGuardrail, description="Devices where loading the model failed."
+    )
+    revert: RateGuardrail = Field(
+        default_factory=RateGuardrail,
+        description="Devices that reverted the model (not confirmed after the declared app "
+        "starts: a crash loop).",
+    )
+    load_ms: LatencyGuardrail = Field(
+        default_factory=LatencyGuardrail, description="Model load time, one value per device."
+    )
+    inference_ms: LatencyGuardrail = Field(
+        default_factory=LatencyGuardrail,
+        description="Each device's median inference time over the app's real calls.",
+    )
+    rollback_on_critical: bool = Field(
+        default=True,
+        description="When a critical guardrail fails, an automatic rollout rolls back (else "
+        "it only pauses).",
+    )
+
+
+class RolloutPolicy(_Strict):
+    """How a candidate moves from canary to everyone."""
+
+    steps: list[Annotated[float, Field(gt=0, le=100)]] = Field(
+        default_factory=lambda: [5.0, 25.0, 50.0, 100.0],
+        min_length=1,
+        description="Percentages `edgereg rollout --next` moves through, ending at 100.",
+    )
+    min_soak_hours: float = Field(
+        default=24.0, ge=0, description="Minimum time at one step before the next."
+    )
+    guardrails: Guardrails = Field(
+        default_factory=Guardrails,
+        description="Canary analysis limits: what automatic rollouts act on.",
+    )
+
+    @field_validator("steps")
+    @classmethod
+    def _increasing(cls, value: list[float]) -> list[float]:
+        if any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError(f"steps must increase strictly, got {value}")
+        if value[-1] != 100:
+            raise ValueError(f"steps must end at 100, got {value}")
+        return value
