@@ -265,8 +265,8 @@ def score_test(x1: int, n1: int, x0: int, n0: int, *, margin: float, alpha: floa
 
 def use_score_test() -> None:
     _canary.compare_rates = score_test  # type: ignore[assignment]
-    _canary.DEFAULT_MIN_FAILING_DEVICES = 1
-    _canary.DEFAULT_MAX_RATE = 1.0
+    _canary.min_failing_devices = lambda guardrails: 1  # type: ignore[assignment]
+    _canary.max_rate = lambda rule: 1.0  # type: ignore[assignment]
 
 
 def _job(args: tuple[World, int, int, float, float, bool]):

@@ -26,21 +26,15 @@ _LATENCY_FIELD = {"load_ms": "load_ms", "inference_ms": "inference_p50_ms"}
 
 Number = float | int | None
 
-#: Failing candidate devices a failed rate guardrail needs at least, by default
-#: (Argo Rollouts' ``failureLimit``): one event on one device is never a verdict.
-DEFAULT_MIN_FAILING_DEVICES = 3
-#: The rate no release may have, whatever the stable arm's, by default.
-DEFAULT_MAX_RATE = 0.2
-
 
 def min_failing_devices(guardrails: Guardrails) -> int:
-    """Failing candidate devices a fail needs (``min_failing_devices``, else the default)."""
-    return int(getattr(guardrails, "min_failing_devices", DEFAULT_MIN_FAILING_DEVICES))
+    """Failing candidate devices a fail needs (``min_failing_devices``)."""
+    return guardrails.min_failing_devices
 
 
 def max_rate(rule: RateGuardrail) -> float:
-    """A rate guardrail's absolute limit (``max_rate``, else the default)."""
-    return float(getattr(rule, "max_rate", DEFAULT_MAX_RATE))
+    """A rate guardrail's absolute limit (``max_rate``)."""
+    return rule.max_rate
 
 
 @dataclass(frozen=True)
