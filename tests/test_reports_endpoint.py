@@ -590,3 +590,39 @@ def test_x_forwarded_for_is_believed_only_from_a_configured_proxy(
     trusted = (ipaddress.ip_network("10.0.0.0/8"),)
     assert forwarded_client(peer, header, trusted) == client
     assert forwarded_client(peer, header, ()) == peer
+
+
+def test_an_authenticator_refuses_reports_it_cannot_verify(
+    reg: FakeRegistry, tmp_path: Path
+) -> None:
+    from edgereg.serve import HmacAuthenticator
+    from edgereg.serve._authenticate import AUTH_HEADER
+
+    auth = HmacAuthenticator(b"k" * 32)
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            reg.storage, reports=store, report_limiter=GENEROUS, report_authenticator=auth
+        ) as url,
+    ):
+
+        def send(body: bytes, signature: str | None) -> int:
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            headers = {"Content-Type": "application/json"}
+            if signature is not None:
+                headers[AUTH_HEADER] = signature
+            conn.request("POST", "/v1/reports", body=body, headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        good = report_body(1)
+        assert send(good, None) == 401
+        assert send(good, auth.sign(report_body(2))) == 401  # signed another body
+        assert send(good, HmacAuthenticator(b"x" * 32).sign(good)) == 401  # another key
+        assert send(good, auth.sign(good)) == 202
+        _, metrics = get(url, "/metrics")
+        text = metrics.decode()
+        assert 'edgereg_reports_refused_total{reason="unauthenticated"} 1' in text
+        assert 'edgereg_reports_refused_total{reason="bad-authenticator"} 2' in text
+    assert store.count() == 1

@@ -35,6 +35,7 @@ answers 503 past ``max_connections`` (see docs/operations/s3-cdn.md).
 """
 
 from edgereg.serve._app import App, Request, Response
+from edgereg.serve._authenticate import HmacAuthenticator, ReportAuthenticator
 from edgereg.serve._metrics import Metrics
 from edgereg.serve._openapi import openapi_document
 from edgereg.serve._server import (
@@ -48,8 +49,10 @@ from edgereg.serve._server import (
 __all__ = [
     "DEFAULT_TIMEOUT",
     "App",
+    "HmacAuthenticator",
     "Metrics",
     "RegistryServer",
+    "ReportAuthenticator",
     "Request",
     "Response",
     "make_server",

@@ -70,6 +70,7 @@ from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 if TYPE_CHECKING:
     from edgereg.config import RolloutPolicy
     from edgereg.serve._admission import ServedIndex
+    from edgereg.serve._authenticate import ReportAuthenticator
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ def error_response(status: int, message: str, route: str = routes.OTHER) -> Resp
 
 _REASONS = {
     400: "bad request",
+    401: "not authenticated",
     403: "forbidden",
     404: "not found",
     405: "method not allowed",
@@ -329,6 +331,8 @@ class App:
         trusted_proxies: Networks of reverse proxies whose X-Forwarded-For is
             believed for the client address; none by default (the header is
             then ignored: any client can write it).
+        report_authenticator: A last check of each admitted report (app
+            attestation); a refusal is answered 401 and counted.
     """
 
     def __init__(
@@ -346,6 +350,7 @@ class App:
         check_reports: bool = True,
         source_caps: SourceCaps | None = None,
         trusted_proxies: tuple[Network, ...] = (),
+        report_authenticator: ReportAuthenticator | None = None,
     ) -> None:
         if manifest_max_age < 0:
             raise ValueError("manifest_max_age must not be negative")
@@ -363,6 +368,7 @@ class App:
         self._openapi: bytes | None = None
         self.source_caps = source_caps or SourceCaps()
         self.trusted_proxies = trusted_proxies
+        self.report_authenticator = report_authenticator
         self.served: ServedIndex | None = None
         if check_reports and reports is not None:
             from edgereg.serve._admission import ServedIndex
@@ -568,6 +574,15 @@ class App:
         except ReportError as exc:
             return error_response(400, str(exc), name)
         refusal = self._admission(report, client)
+        if refusal is None and self.report_authenticator is not None:
+            reason = self.report_authenticator.authenticate(
+                report, request.body, request.headers, client
+            )
+            if reason is not None:
+                self.metrics.refused(reason[:40])
+                refusal = error_response(
+                    401, f"{reason[:40]}: the report is not authenticated", name
+                )
         if refusal is not None:
             return refusal
         try:

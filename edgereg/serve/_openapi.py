@@ -165,6 +165,11 @@ def _report_operation() -> dict[str, Any]:
                 },
             },
             "400": {"description": "Not a valid report; the detail says where.", "content": error},
+            "401": {
+                "description": "The server's report authenticator (app attestation) refused "
+                "the report.",
+                "content": error,
+            },
             "404": {"description": "This server keeps no reports.", "content": error},
             "411": {"description": "No Content-Length (or chunked).", "content": error},
             "413": {
