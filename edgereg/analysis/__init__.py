@@ -4,9 +4,11 @@ Pure statistics over what the report store aggregates (:class:`ArmSummary`
 per tier and arm): no I/O, no clock. Per tier, each guardrail of
 ``[rollout.guardrails]`` gets a verdict with its numbers:
 
-- failure rates (probe failure, load failure, revert): Farrington-Manning's
-  score test of "the candidate's rate is higher by more than max_increase"
-  and of the opposite, with the interval of the difference;
+- failure rates (probe failure, load failure, revert): always-valid evidence
+  (a mixture sequential probability ratio test, exact at any number of
+  devices) of "the candidate's rate is higher by more than max_increase" and
+  of the opposite, with the confidence sequence of the difference; and each
+  arm's rate against the absolute ``max_rate`` (the stable's raises an alarm);
 - latencies (load time, median inference time): Mann-Whitney U and the
   Hodges-Lehmann shift with Lehmann's interval, in percent of the stable median.
 

@@ -22,6 +22,11 @@ LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms")
 
 # Which ArmSummary field each guardrail reads.
 _RATE_FIELD = {"probe_failure": "probe_failed", "load_failure": "load_failed", "revert": "reverted"}
+_SOURCE_FIELD = {
+    "probe_failure": "probe_failed_sources",
+    "load_failure": "load_failed_sources",
+    "revert": "reverted_sources",
+}
 _LATENCY_FIELD = {"load_ms": "load_ms", "inference_ms": "inference_p50_ms"}
 
 Number = float | int | None
@@ -288,6 +293,11 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             load_failed=merged.load_failed + summary.load_failed,
             reverted=merged.reverted + summary.reverted,
             confirmed=merged.confirmed + summary.confirmed,
+            # Parts of one arm may share networks: the sum is an upper bound.
+            sources=merged.sources + summary.sources,
+            probe_failed_sources=merged.probe_failed_sources + summary.probe_failed_sources,
+            load_failed_sources=merged.load_failed_sources + summary.load_failed_sources,
+            reverted_sources=merged.reverted_sources + summary.reverted_sources,
         )
     return merged
 
@@ -438,7 +448,8 @@ def _rate_result(
     # The absolute limit needs no stable arm: a candidate most of whose devices
     # fail is bad even when the stable fails alike (then both are, and the
     # stable's own alarm says so).
-    if absolute.p_above < alpha and candidate_events >= needed:
+    short = _short_of_failing(name, candidate, guardrails)
+    if absolute.p_above < alpha and short is None:
         return GuardrailResult(
             name,
             rule.critical,
@@ -452,7 +463,12 @@ def _rate_result(
                 name, rule.critical, "inconclusive", "no stable reports in the period", own
             )
         # A first release has no stable arm: the absolute limit is all it is judged by.
-        if absolute.p_below < alpha and candidate.devices >= guardrails.min_devices:
+        few_sources = _short_of_sources(guardrails, candidate)
+        if (
+            absolute.p_below < alpha
+            and candidate.devices >= guardrails.min_devices
+            and few_sources is None
+        ):
             return GuardrailResult(
                 name,
                 rule.critical,
@@ -503,13 +519,12 @@ def _rate_result(
         f"limit {_points(rule.max_increase)}"
     )
     if result.p_worse < alpha:
-        if candidate_events < needed:
+        if short is not None:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
-                f"{described}; above the limit ({_p(result.p_worse)}) but only "
-                f"{candidate_events} failing candidate device(s), {needed} needed to fail",
+                f"{described}; above the limit ({_p(result.p_worse)}) but {short}",
                 numbers,
             )
         return GuardrailResult(
@@ -529,6 +544,11 @@ def _rate_result(
                 + _too_few(candidate.devices, stable.devices, guardrails.min_devices),
                 numbers,
             )
+        few_sources = _short_of_sources(guardrails, candidate, stable)
+        if few_sources is not None:
+            return GuardrailResult(
+                name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
+            )
         return GuardrailResult(
             name,
             rule.critical,
@@ -544,6 +564,41 @@ def _rate_result(
         f"({_p(min(result.p_worse, result.p_within))})"
         + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
         numbers,
+    )
+
+
+def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
+    """Why the candidate's failing devices are too few to fail on, or None when enough.
+
+    Sources count only when the server knew them (``candidate.sources`` > 0).
+    """
+    events = getattr(candidate, _RATE_FIELD[name])
+    if events < guardrails.min_failing_devices:
+        return (
+            f"only {events} failing candidate device(s), "
+            f"{guardrails.min_failing_devices} needed to fail"
+        )
+    sources = getattr(candidate, _SOURCE_FIELD[name])
+    if candidate.sources and sources < guardrails.min_failing_sources:
+        return (
+            f"the failing candidate devices come from {sources} network(s), "
+            f"{guardrails.min_failing_sources} needed to fail"
+        )
+    return None
+
+
+def _short_of_sources(guardrails: Guardrails, *arms: ArmSummary | None) -> str | None:
+    """Why the arms' devices come from too few networks to pass on, or None."""
+    short = [
+        f"{arm.arm} {arm.sources}"
+        for arm in arms
+        if arm is not None and arm.sources and arm.sources < guardrails.min_sources
+    ]
+    if not short:
+        return None
+    return (
+        f"devices from too few networks to pass ({', '.join(short)} of "
+        f"{guardrails.min_sources} needed per arm)"
     )
 
 
@@ -635,6 +690,11 @@ def _latency_result(
                 f"{described}; "
                 + _too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
                 numbers,
+            )
+        few_sources = _short_of_sources(guardrails, candidate, stable)
+        if few_sources is not None:
+            return GuardrailResult(
+                name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
             )
         return GuardrailResult(name, rule.critical, "pass", f"{described}; within", numbers)
     return GuardrailResult(

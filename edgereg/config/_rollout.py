@@ -67,6 +67,19 @@ class Guardrails(_Strict):
         description="Candidate devices with the event a rate guardrail needs before it can "
         "fail (Argo Rollouts' failureLimit): one event on one device is never a verdict.",
     )
+    min_failing_sources: int = Field(
+        default=3,
+        ge=1,
+        description="Distinct source networks (IPv4 /24, IPv6 /48) the failing candidate "
+        "devices of a rate guardrail must come from before it can fail, when the server "
+        "knows sources (docs/operations/report-threats.md).",
+    )
+    min_sources: int = Field(
+        default=5,
+        ge=1,
+        description="Distinct source networks each arm's devices must come from before a "
+        "guardrail can pass, when the server knows sources.",
+    )
     probe_failure: RateGuardrail = Field(
         default_factory=RateGuardrail,
         description="Devices whose self-test failed on every backend (the model was rejected).",

@@ -285,8 +285,8 @@ class ReportSink(Protocol):
     type is one): the endpoint answers 503 and the registry is unaffected.
     """
 
-    def ingest(self, report: Report, received_at: datetime) -> None:
-        """Store one report."""
+    def ingest(self, report: Report, received_at: datetime, source: str | None = None) -> None:
+        """Store one report; ``source`` is its network (an IPv4 /24, an IPv6 /48) when known."""
         ...
 
     def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
@@ -585,8 +585,12 @@ class App:
                 )
         if refusal is not None:
             return refusal
+        source = self.source_caps.source(client)
         try:
-            self.reports.ingest(report, self._clock())
+            if source is None:
+                self.reports.ingest(report, self._clock())
+            else:
+                self.reports.ingest(report, self._clock(), source=source)
         except StorageError as exc:
             log.warning("report store error: %s", exc.message)
             response = error_response(503, "the report store is unavailable; retry later", name)

@@ -143,8 +143,10 @@ class SourceCaps:
         self._seen: OrderedDict[str, tuple[int, set[str]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def source(self, address: str) -> str:
-        """The source network of an address."""
+    def source(self, address: str) -> str | None:
+        """The source network of an address; None for a loopback peer (a local proxy: unknown)."""
+        if _is_loopback(address):
+            return None
         return source_key(address, ipv4_prefix=self.ipv4_prefix, ipv6_prefix=self.ipv6_prefix)
 
     def take(self, address: str, token: str, now: float) -> float:
@@ -154,9 +156,9 @@ class SourceCaps:
             0.0 when allowed (a token already counted this period always is),
             else the seconds until the source's window ends.
         """
-        if _is_loopback(address):
-            return 0.0
         key = self.source(address)
+        if key is None:
+            return 0.0
         window = int(now // self.period)
         with self._lock:
             found = self._seen.pop(key, None)
