@@ -8,9 +8,9 @@ at and however few devices there are:
   rates ``(q1, q0)``, the mixture martingale of an arm with ``x`` events in
   ``n`` devices is ``M(q) = mean_b B(a + x, b + n - x) / B(a, b) / (q^x (1 - q)^(n - x))``
   (the prior-weighted likelihood of every rate over the likelihood of ``q``,
-  averaged over the priors of :data:`PRIOR_BS`; Robbins 1970). Under the true rate it has expectation 1 after any
-  number of devices, and so has the product of the two arms' (one factor
-  moves at a time).
+  averaged over the priors of :data:`PRIOR_BS`; Robbins 1970). Under the
+  true rate it has expectation 1 after any number of devices, and so has the
+  product of the two arms' (one factor moves at a time).
 - Ville's inequality: a non-negative martingale that starts at 1 ever reaches
   ``1 / alpha`` with probability at most ``alpha``. So "reject the rates
   ``(q1, q0)`` once ``M1(q1) M0(q0) >= 1 / alpha``" errs with probability at
@@ -171,7 +171,8 @@ def log_mixture(events: int, devices: int) -> float:
     prior's Beta-binomial likelihood (the average of martingales is one).
     """
     terms = [
-        _log_beta(PRIOR_A + events, b + devices - events) - log_prior for b, log_prior in _LOG_PRIORS
+        _log_beta(PRIOR_A + events, b + devices - events) - log_prior
+        for b, log_prior in _LOG_PRIORS
     ]
     top = max(terms)
     return top + math.log(sum(math.exp(t - top) for t in terms)) - _LOG_COUNT
