@@ -548,6 +548,9 @@ def test_new_tokens_per_source_network_are_capped(reg: FakeRegistry, tmp_path: P
         assert send(9, "192.0.2.1") == 202
         _, metrics = get(url, "/metrics")
         assert 'edgereg_reports_refused_total{reason="source-cap"} 3' in metrics.decode()
+        # The store keeps each report's network: the evidence counts two.
+        (summary,) = store.summaries("digits")
+        assert (summary.devices, summary.sources) == (6, 2)
     assert store.count() == 6
 
 
