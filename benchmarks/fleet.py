@@ -60,7 +60,6 @@ from fleetkit import (  # noqa: E402
     ProbeLedger,
     Release,
     build_bundle_project,
-    closed_loop_available,
     device_self_test,
     make_devices,
     open_closed_loop,
@@ -261,7 +260,7 @@ def main() -> None:
             f"{host.runs} host MNN runs served {len(ledger.passed)} member self-tests",
         )
 
-        if args.loop_devices and closed_loop_available():
+        if args.loop_devices:
             closed_loop(project, tmp, args.loop_devices)
         elif args.loop_devices:
             print("\nclosed loop skipped: needs the client self-test, report store and analysis")

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from servekit import make_registry  # noqa: E402
 
 NOT_MODIFIED_TARGET = 400  # bytes on the wire for an unchanged check
-SERVE_CMD = [sys.executable, "-c", "from edgereg.serve._cli import serve_command; serve_command()"]
+SERVE_CMD = [sys.executable, "-c", "from edgereg.cli.serve import serve_command; serve_command()"]
 
 
 def free_port() -> int:

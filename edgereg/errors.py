@@ -6,13 +6,14 @@ The CLI maps these to a message and an exit code in one place
 
 from __future__ import annotations
 
-from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
+from edgereg.protocol.errors import EdgeregError, ExitCode, TransportError, TrustError
 
 __all__ = [
     "BuildError",
     "ConfigError",
     "ConflictError",
     "EdgeregError",
+    "ExitCode",
     "GateError",
     "StorageError",
     "ToolchainError",
@@ -25,7 +26,7 @@ __all__ = [
 class ConfigError(EdgeregError):
     """models.toml (or another config file) is malformed or inconsistent."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     def __init__(
         self,
@@ -45,13 +46,13 @@ class ConfigError(EdgeregError):
 class UsageError(EdgeregError):
     """A command was called with options that do not go together, or without a required one."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class BuildError(EdgeregError):
     """A build stage failed: a tool crashed, an input is wrong or a gate failed."""
 
-    exit_code = 3
+    exit_code = ExitCode.BUILD_FAILED
 
     def __init__(
         self,
@@ -90,7 +91,7 @@ class ToolchainError(BuildError):
 class GateError(BuildError):
     """A built variant exceeds one or more of its budgets."""
 
-    exit_code = 4
+    exit_code = ExitCode.GATE_FAILED
 
 
 class StorageError(EdgeregError):
@@ -104,7 +105,7 @@ class StorageError(EdgeregError):
         retryable: Whether running the same command again may succeed.
     """
 
-    exit_code = 6
+    exit_code = ExitCode.STORAGE
 
     def __init__(
         self,

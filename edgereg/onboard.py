@@ -31,7 +31,7 @@ import numpy as np
 
 from edgereg import config as config_module
 from edgereg._files import atomic_write, sha256_file
-from edgereg.errors import BuildError, ConfigError, EdgeregError
+from edgereg.errors import BuildError, ConfigError, EdgeregError, UsageError
 from edgereg.protocol.patterns import NAME_RE
 
 #: Entries ``edgereg init`` adds to .gitignore, in order (a ``!`` line re-includes
@@ -77,12 +77,6 @@ Task = Literal["classification", "dense_map", "embedding", "frame_decision", "ge
 INPUT_DTYPES = ("float32", "int32", "int64", "uint8")
 #: Metadata keys that exporters use for class names (torchvision, ultralytics, ...).
 CLASS_METADATA_KEYS = ("classes", "class_names", "labels", "names")
-
-
-class UsageError(EdgeregError):
-    """A command was asked for something it cannot do as given (exit code 2)."""
-
-    exit_code = 2
 
 
 # --- init -----------------------------------------------------------------------

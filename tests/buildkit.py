@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tiny_models
 
@@ -371,6 +370,9 @@ def _pictures(rng: np.random.Generator, count: int) -> np.ndarray:
 
 def _labels(model: Path, inputs: dict[str, np.ndarray], output: str) -> np.ndarray:
     """ONNX Runtime's top-1 class per sample, -1 where the decision is too close."""
+    # Here, not at the top: conftest loads this module for every test, pure ones too.
+    import onnxruntime as ort
+
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     logits = np.asarray(session.run([output], inputs)[0])
     ordered = np.sort(logits, axis=1)

@@ -62,8 +62,7 @@ from edgereg.client import (  # noqa: E402
 )
 from edgereg.protocol.probe import GoldenProbe, check_probe  # noqa: E402
 from edgereg.protocol.wire import from_bytes  # noqa: E402
-from edgereg.registry import Registry, prepare_bundle_release  # noqa: E402
-from edgereg.registry._transitions import promote, set_percent  # noqa: E402
+from edgereg.registry import Registry, prepare_bundle_release, promote, set_percent  # noqa: E402
 from edgereg.signing import Signer, TrustedKeys, generate_key  # noqa: E402
 from edgereg.storage import Storage, open_storage  # noqa: E402
 
@@ -522,20 +521,8 @@ __all__ = [
 #
 # Everything below needs the self-test, health ledger and reporter of the client
 # (edgereg.client._selftest/_health/_reporter), the report store (edgereg.reports.open_store)
-# and the canary analysis (edgereg.analysis, edgereg.registry._auto); they are imported
+# and the canary analysis (edgereg.analysis, edgereg.registry.run_auto); they are imported
 # where used, so the delivery half of this module works without them.
-
-
-def closed_loop_available() -> bool:
-    """The client self-test, the report store and the canary analysis are installed."""
-    import importlib.util
-
-    needed = ("edgereg.client._selftest", "edgereg.client._reporter", "edgereg.analysis")
-    if any(importlib.util.find_spec(name) is None for name in needed):
-        return False
-    import edgereg.reports
-
-    return hasattr(edgereg.reports, "open_store")
 
 
 class _PerturbedSession:
@@ -745,67 +732,31 @@ class ClosedLoop:
         return decisions
 
     def auto(self, policy: config_module.RolloutPolicy) -> Any:
-        """``edgereg rollout kit --auto`` on the simulated clock: analyse, then act.
+        """``edgereg rollout kit --auto`` on the simulated clock: the command's own workflow.
 
-        The same steps as the command (edgereg/_analyze_cli.py): the periods
-        from the signed state, the store's per-arm summaries, the pure
-        analysis and decision, the automatic history event with its evidence.
-        Returns the :class:`~edgereg.registry._auto.AutoDecision`.
+        :func:`edgereg.registry.run_auto` over the store's per-arm summaries
+        (:func:`edgereg.reports.canary.rollout_analysis`), with the fleet's
+        tiers and clock. Returns the :class:`~edgereg.registry.AutoDecision`.
         """
-        from edgereg.analysis import analysis_periods, analyze
-        from edgereg.registry._auto import apply, decide, precheck
+        from edgereg.registry import run_auto
+        from edgereg.reports.canary import rollout_analysis
 
-        registry = self.kit.registry
-        state, _ = registry.read_state(BUNDLE)
-        decision = precheck(state, BUNDLE)
-        analysis = None
-        if decision is None:
-            assert state is not None
-            assert state.candidate
-            assert state.stable
-            now = self.kit.clock()
-            candidate_since, stable_since = analysis_periods(state)
-            candidate_since = candidate_since or now
-            stable_since = stable_since or candidate_since
-            store = self.sink.store
-            summaries = store.summaries(BUNDLE, candidate_since)
-            if stable_since != candidate_since:
-                summaries = [s for s in summaries if s.arm == "candidate"] + [
-                    s for s in store.summaries(BUNDLE, stable_since) if s.arm == "stable"
-                ]
-            analysis = analyze(
-                summaries,
-                unit=BUNDLE,
-                candidate=state.candidate,
-                stable=state.stable,
-                since=candidate_since,
-                stable_since=stable_since,
-                guardrails=policy.guardrails,
-                # The fleet's tiers (the command uses every tier of the manifests).
-                tiers=sorted({device.tier for device in self.fleet.devices}),
-            )
-            decision = decide(state, BUNDLE, analysis, policy=policy, now=now)
-        if decision.changes_state:
-            assert state is not None
-            expected = state.sequence
-            registry.change(
-                BUNDLE,
-                lambda current, now, expires: apply(
-                    decision,
-                    current,
-                    BUNDLE,
-                    analysis=analysis,
-                    policy=policy,
-                    now=now,
-                    expires=expires,
-                    actor="fleet-cron",
-                    expected_sequence=expected,
-                ),
-                signer=self.kit.signer,
-                expires_days=self.kit.expires_days,
-            )
-        self.last_analysis = analysis
-        return decision
+        # The fleet's tiers (the command uses every tier of the manifests).
+        tiers = sorted({device.tier for device in self.fleet.devices})
+        result = run_auto(
+            self.kit.registry,
+            BUNDLE,
+            policy=policy,
+            analyse=lambda state, now: rollout_analysis(
+                self.sink.store, state, guardrails=policy.guardrails, tiers=tiers, now=now
+            ),
+            now=self.kit.clock(),
+            signers=lambda: self.kit.signer,
+            actor="fleet-cron",
+            expires_days=self.kit.expires_days,
+        )
+        self.last_analysis = result.analysis
+        return result.decision
 
 
 @contextlib.contextmanager

@@ -46,8 +46,8 @@ from edgereg.storage import Storage, open_storage  # noqa: E402
 from edgereg.wire import ReleaseRecord, ReleaseVariant  # noqa: E402
 
 TIERS = ("high", "mid", "low")
-# Until `edgereg serve` is registered in edgereg.cli, run the click command directly.
-SERVE_CMD = [sys.executable, "-c", "from edgereg.serve._cli import serve_command; serve_command()"]
+# The serve command alone, without the group: the same code `edgereg serve` runs.
+SERVE_CMD = [sys.executable, "-c", "from edgereg.cli.serve import serve_command; serve_command()"]
 NOW = datetime(2025, 1, 31, 12, 0, tzinfo=timezone.utc)
 
 

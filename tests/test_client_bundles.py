@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from clientkit import MEMBERS, Kit, device_id
 from statichttp import StaticServer
 
+from edgereg.cli.pull import pull_command
 from edgereg.client import (
     BundledRelease,
     Client,
@@ -37,7 +38,6 @@ from edgereg.client import (
     Rejected,
     TrustedKeys,
 )
-from edgereg.client._cli import pull_command
 from edgereg.protocol.fields import Requirements, VersionRange
 from edgereg.rollout import DeviceProfile
 

@@ -28,8 +28,8 @@ import pytest
 from click.testing import CliRunner
 from statichttp import StaticServer, TcpProxy, free_port
 
+from edgereg.cli.pull import pull_command
 from edgereg.client import Client, DeviceProfile, FetchResult, TrustedKeys
-from edgereg.client._cli import pull_command
 from edgereg.config import RuntimeHints
 from edgereg.registry import PreparedRelease, Registry
 from edgereg.registry import _transitions as transitions
@@ -673,7 +673,8 @@ def test_blob_path_matches_registry_layout(reg: Reg) -> None:
 
 
 def test_through_edgereg_serve_happy_path_304_and_resume(tmp_path: Path) -> None:
-    servekit = pytest.importorskip("servekit")
+    import servekit
+
     fake = servekit.make_registry(tmp_path / "registry", models=("digits",))
     trusted = TrustedKeys([fake.signer.public_key])
     manifest = fake.registry.read_manifest("digits", "high")

@@ -16,6 +16,7 @@ from ruamel.yaml import YAML
 from edgereg import config
 from edgereg.build.dvc import render_dvc_yaml, stage_name, stale_dvc_yaml
 from edgereg.cli import main
+from edgereg.errors import ExitCode
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -359,7 +360,7 @@ def test_the_stage_command_names_a_stale_dvc_yaml(renamed: Path) -> None:
         "--out",
         str(renamed / "build"),
     )
-    assert result.exit_code != 0
+    assert result.exit_code == ExitCode.BUILD_FAILED, result.output
     assert f"warning: {STALE}" in result.stderr
     assert result.stderr.index(STALE) < result.stderr.index("error:")
 

@@ -24,6 +24,9 @@ from edgereg.errors import GateError
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Every test here builds the full example models: `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def example() -> config_module.Config:

@@ -28,7 +28,6 @@ from fleetkit import (
     ProbeLedger,
     Release,
     build_bundle_project,
-    closed_loop_available,
     device_self_test,
     make_devices,
     open_closed_loop,
@@ -129,11 +128,6 @@ def test_a_faulty_gpu_falls_back_to_cpu_and_a_failed_probe_is_never_installed(
 
 # --- the closed loop: self-test, reports, the store, rollout --auto ---------------------------
 
-needs_loop = pytest.mark.skipif(
-    not closed_loop_available(),
-    reason="needs the client's self-test and reports, the report store and the canary analysis",
-)
-
 # One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices); the
 # benchmark runs every tier with 1,000. Margins are wide for so few devices: with none
 # failing, ten devices cannot show a rate rose by less than 26 points.
@@ -158,7 +152,6 @@ def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
     return loop.run_auto(LOOP_POLICY, days)
 
 
-@needs_loop
 def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_path: Path) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
     with open_closed_loop(kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY) as loop:
@@ -198,7 +191,6 @@ def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_pa
         pytest.param(Release(crash_share=0.8), "revert", id="crash-loop"),
     ],
 )
-@needs_loop
 def test_a_bad_candidate_is_halted_and_rolled_back(
     project: Path, tmp_path: Path, candidate: Release, guardrail: str
 ) -> None:
@@ -245,7 +237,6 @@ def _post(base_url: str, body: bytes, headers: dict[str, str] | None = None) -> 
         conn.close()
 
 
-@needs_loop
 def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_path: Path) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
     pgkit = pytest.importorskip("pgkit")

@@ -21,15 +21,16 @@ import tiny_models
 from click.testing import CliRunner, Result
 
 from edgereg import config as config_module
-from edgereg._onboard_cli import add_command, init_command
 from edgereg.build.dvc import render_dvc_yaml
+from edgereg.cli.onboard import add_command, init_command
+from edgereg.errors import UsageError
 from edgereg.onboard import (
+    GITIGNORE_COMMENT,
     GITIGNORE_ENTRIES,
     ArrayInfo,
     DatasetInfo,
     GraphTensor,
     Proposal,
-    UsageError,
     model_name_from_path,
     propose_model,
     render_models_toml,
@@ -137,8 +138,7 @@ def test_init_never_overwrites_without_force(repo: Path) -> None:
     edgereg("init")
     # Entries already there (in any spelling) are not added twice; the rest stays.
     lines = (repo / ".gitignore").read_text().splitlines()
-    assert lines[:5] == ["*.pyc", "/registry", "", lines[3], lines[4]]
-    assert lines[3].startswith("# edgereg: virtual environments")
+    assert lines[:5] == ["*.pyc", "/registry", "", *GITIGNORE_COMMENT.splitlines()]
     assert lines[5:] == [entry for entry in GITIGNORE_ENTRIES if entry != "/registry/"]
     (repo / "models.toml").write_text("# mine\n", encoding="utf-8")
     result = edgereg("init", expect=2)

@@ -43,7 +43,7 @@ from registrykit import (
 from s3server import MotoServer, make_client
 
 from edgereg.build.outputs import CONTRACT, HOST_BENCHMARK, METRICS, PROBE, PROVENANCE
-from edgereg.errors import TrustError
+from edgereg.errors import ExitCode, TrustError
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import from_bytes
@@ -667,7 +667,8 @@ def test_the_same_key_twice_signs_once(site: Site) -> None:
 
 def test_bad_publish_into_an_empty_registry_creates_nothing(site: Site) -> None:
     for args in ([MODEL, "--canary", "0%"], ["digits", "--full"]):
-        assert cli("publish", *args).exit_code != 0
+        result = cli("publish", *args)
+        assert result.exit_code == ExitCode.USAGE, result.output
     _stale_build(site)
     assert cli("publish", MODEL, "--full").exit_code == 8
     assert not (site.root / "registry").exists()

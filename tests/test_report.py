@@ -25,9 +25,16 @@ from buildkit import IMAGE_MODEL, TENSOR_MODEL, Project
 from click.testing import CliRunner
 
 from edgereg.build.outputs import CLASS_RECALL_PLOT, HOST_BENCHMARK
+from edgereg.buildreport import (
+    ModelData,
+    ReportData,
+    VariantData,
+    collect,
+    render_html,
+    write_report,
+)
+from edgereg.cli.buildreport import report_command
 from edgereg.errors import GateError
-from edgereg.report import ModelData, ReportData, VariantData, collect, render_html, write_report
-from edgereg.report._cli import report_command
 
 GENERATED = "2025-01-02 03:04 UTC"
 

@@ -23,6 +23,7 @@ from registrykit import (
     ok,
 )
 
+from edgereg.errors import ExitCode
 from edgereg.registry import build_manifests
 from edgereg.wire import Manifest, RolloutState
 
@@ -328,10 +329,11 @@ def test_sequence_grows_by_one_with_every_command_and_manifests_follow(walk: Sit
         ("rollback", MODEL, "--to-version", "1.0.0"),
         ("resign", MODEL),
     ]
+    # Each with its own code: a crash (70) would not pass for a refusal.
     refused = [
-        ("rollout", MODEL, "--to", "0%"),
-        ("publish", MODEL, "--canary", "5%", "--version", "0.1.0"),
-        ("rollback", MODEL, "--to-version", "0.0.1"),
+        (("rollout", MODEL, "--to", "0%"), ExitCode.USAGE),
+        (("publish", MODEL, "--canary", "5%", "--version", "0.1.0"), ExitCode.ROLLOUT_REFUSED),
+        (("rollback", MODEL, "--to-version", "0.0.1"), ExitCode.ROLLOUT_REFUSED),
     ]
     sequence = 0
     salts = set()
@@ -347,8 +349,9 @@ def test_sequence_grows_by_one_with_every_command_and_manifests_follow(walk: Sit
         for tier in TIERS:
             assert manifests[tier].sequence == sequence
         # A refused command in between changes nothing.
-        for bad in refused:
-            assert walk.run(*bad).exit_code != 0, f"{bad} was accepted after {command}"
+        for bad, code in refused:
+            result = walk.run(*bad)
+            assert result.exit_code == code, f"{bad} after {command}: {result.output}"
         assert walk.state() == state
     assert len(salts) == 4  # every publish draws a fresh salt
     assert walk.state().stable == "1.0.0"

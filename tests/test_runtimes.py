@@ -133,6 +133,7 @@ def _io(example: config_module.Config, model: str) -> tuple[list[str], list[str]
     return [i.name for i in spec.inputs], [o.name for o in spec.outputs]
 
 
+@pytest.mark.slow  # converts the example models (the artifacts fixture)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model", ["digits", "sensor"])
 def test_example_artifacts_are_proven_on_mnn_3_0_0(
@@ -178,6 +179,7 @@ def test_example_artifacts_are_proven_on_mnn_3_0_0(
     json.dumps(record)  # provenance-ready
 
 
+@pytest.mark.slow  # converts the example models (the artifacts fixture)
 def test_old_runtime_returns_what_run_inference_returns(
     runtimes_root: Path, artifacts: dict[tuple[str, str], Path], example: config_module.Config
 ) -> None:
@@ -199,6 +201,7 @@ def test_old_runtime_returns_what_run_inference_returns(
     assert (run.outputs["logits"].argmax(-1) == build["logits"].argmax(-1)).all()
 
 
+@pytest.mark.slow  # converts the example models (the artifacts fixture)
 def test_the_build_runtime_itself_needs_no_old_runtime(
     tmp_path: Path, artifacts: dict[tuple[str, str], Path], example: config_module.Config
 ) -> None:
@@ -311,6 +314,7 @@ def test_a_corrupt_artifact_fails_to_load(
     assert f"MNN {OLD} cannot load corrupt.mnn" in caught.value.message
 
 
+@pytest.mark.slow  # converts the example models (the artifacts fixture)
 def test_outputs_beyond_the_tolerance_fail_the_proof(
     runtimes_root: Path, artifacts: dict[tuple[str, str], Path], example: config_module.Config
 ) -> None:
@@ -341,6 +345,7 @@ def test_outputs_beyond_the_tolerance_fail_the_proof(
     assert f"on {SAMPLES} samples" in error.message
 
 
+@pytest.mark.slow  # converts the example models (the artifacts fixture)
 def test_an_exact_tolerance_is_stricter_than_two_runtimes_agree(
     runtimes_root: Path, artifacts: dict[tuple[str, str], Path], example: config_module.Config
 ) -> None:

@@ -39,8 +39,8 @@ from edgereg.storage import open_storage
 from edgereg.storage._local import LocalStorage
 
 SECRET = b"TOPSECRET-must-never-be-served"
-# Until `edgereg serve` is registered in edgereg.cli, run the click command directly.
-SERVE_CMD = [sys.executable, "-c", "from edgereg.serve._cli import serve_command; serve_command()"]
+# The serve command alone, without the group: the same code `edgereg serve` runs.
+SERVE_CMD = [sys.executable, "-c", "from edgereg.cli.serve import serve_command; serve_command()"]
 
 
 def sha(data: bytes) -> str:

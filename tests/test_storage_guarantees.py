@@ -237,7 +237,8 @@ def test_the_cli_reports_a_backend_bug_as_internal(tmp_path: Path) -> None:
     import click
     from click.testing import CliRunner
 
-    from edgereg._cli_common import INTERNAL_ERROR, handle_errors
+    from edgereg.cli._common import handle_errors
+    from edgereg.errors import ExitCode
 
     @click.command()
     @handle_errors
@@ -245,7 +246,7 @@ def test_the_cli_reports_a_backend_bug_as_internal(tmp_path: Path) -> None:
         _Buggy(tmp_path).get("a")
 
     result = CliRunner().invoke(read, [])
-    assert result.exit_code == INTERNAL_ERROR
+    assert result.exit_code == ExitCode.INTERNAL_ERROR
     assert "internal error" in result.output
 
 

@@ -4,10 +4,12 @@
   table, key, type, default, allowed values and description.
 - docs/reference/cli.md from the click commands under ``edgereg.cli.main``:
   usage, help, arguments and options with their defaults.
+- docs/reference/exit-codes.md from ``edgereg.errors.ExitCode``, with each
+  code's long meaning from ``EXIT_CODE_ROWS`` below.
 
 Run from anywhere, after changing edgereg/config/ or a command::
 
-    python docs/gen/reference.py           # rewrite both pages
+    python docs/gen/reference.py           # rewrite the pages
     python docs/gen/reference.py --check   # exit 1 when a committed page is stale
 
 tests/test_docs.py runs the same comparison.
@@ -569,11 +571,168 @@ def cli_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- exit codes: the table of edgereg.errors.ExitCode, each code's long meaning here -------
+
+# The long form of each code's meaning, for docs/reference/exit-codes.md; the short one
+# (`edgereg --help`) is ExitCode.meaning. A code missing here, or a row for a code that
+# no longer exists, stops the generator.
+EXIT_CODE_ROWS: dict[str, tuple[str, str]] = {
+    "OK": (
+        "success (also: nothing to do, already published, up to date)",
+        "",
+    ),
+    "ERROR": (
+        ("other error, the message says what; `edgereg dvc sync --check`: `dvc.yaml` is stale"),
+        "",
+    ),
+    "USAGE": (
+        (
+            "bad `models.toml`, or bad command-line usage (an unknown option, `--canary "
+            "150%`, `publish` without `--canary`/`--full`, `rollout` without "
+            "`--to`/`--next`); `edgereg pull`: a `--tier` that `models.toml` does not "
+            "declare, or a model or tier the registry has no manifest for (404, `not-found`)"
+        ),
+        "no: fix the input",
+    ),
+    "BUILD_FAILED": (
+        (
+            "a build stage failed: a tool crashed, an input is missing or of the wrong shape,"
+            " the toolchain versions differ"
+        ),
+        "no: fix the input",
+    ),
+    "GATE_FAILED": (
+        "a variant failed a gate: a budget was exceeded",
+        "no: see [When a gate fails](../build.md#when-a-gate-fails)",
+    ),
+    "TRUST": (
+        (
+            "trust: a signature, key or signed document is not acceptable (bad or unknown-key"
+            " signature, expired, rolled back, unsafe key file)"
+        ),
+        "never: the same bytes fail again",
+    ),
+    "STORAGE": (
+        (
+            "storage: the registry could not be read or written, or another publisher changed"
+            " the rollout state first"
+        ),
+        (
+            "usually: run the command again; not when the message says the store itself is "
+            "unfit (it does not honour conditional writes, the registry directory or the "
+            "bucket does not exist, access is denied, an entry is a link out of the registry)"
+        ),
+    ),
+    "ROLLOUT_REFUSED": (
+        (
+            "a rollout command is not allowed in the current state (nothing to promote, soak "
+            "time not over, version not newer)"
+        ),
+        "no: the message says what is allowed",
+    ),
+    "NOT_PUBLISHABLE": (
+        (
+            "the build outputs cannot be published: missing, stale against `models.toml`, or "
+            "failed a gate; or the version is already published with other artifacts"
+        ),
+        "no: `dvc repro` first, or bump `version`",
+    ),
+    "VERIFY_FAILED": (
+        "`edgereg verify` found problems",
+        "",
+    ),
+    "UNREACHABLE": (
+        (
+            "`edgereg pull`: the registry could not be reached, answered with an error, was "
+            "slower than `--min-rate`, or the pull passed `--deadline`"
+        ),
+        "yes",
+    ),
+    "CACHE": (
+        (
+            "`edgereg pull`: the client's cache directory could not be read or written, or "
+            "its rollback-protection state is corrupt (the message names the file; deleting "
+            "it starts over), or the free space cannot hold the download plus its reserve "
+            "(`no-space`, naming the bytes needed; nothing downloaded)"
+        ),
+        "after fixing the disk",
+    ),
+    "ANALYZE_FAILED": (
+        (
+            "`edgereg analyze`: a critical guardrail failed (the candidate is worse than the "
+            "stable by more than its limit); `edgereg rollout --auto`: a critical guardrail "
+            "failed and the rollout was paused or rolled back"
+        ),
+        "no: see [canary analysis](../operations/canary-analysis.md)",
+    ),
+    "ANALYZE_INCONCLUSIVE": (
+        (
+            "`edgereg analyze`: inconclusive: not every guardrail passes yet (too few "
+            "reports, an interval that holds the limit, or a non-critical guardrail failed); "
+            "`edgereg rollout --auto` waits in this case and exits 0"
+        ),
+        "yes, later: more reports come in",
+    ),
+    "INTERNAL_ERROR": (
+        "internal error: please report it, with the `--verbose` traceback",
+        "",
+    ),
+    "INTERRUPTED": (
+        "interrupted (Ctrl-C)",
+        "",
+    ),
+}
+
+EXIT_CODES_AFTER = (
+    "`edgereg pull` exits 5 also when it refuses a manifest or a blob (the reason\n"
+    "code is in the output, and with `--json` in `error_code`: also\n"
+    "`app-incompatible`, `os-incompatible`, `bad-release`), or when an install\n"
+    "check rejects the release; it keeps the model (or bundle) it had. A download\n"
+    "deferred by `--no-allow-metered` / `--require-charging` is not a failure\n"
+    "(exit 0, `deferred` in the output).\n"
+    "\n"
+    "DVC's own statuses, for scripts around `dvc repro`: 0 success (also when\n"
+    "everything is up to date), 255 a stage failed (the `edgereg build` message\n"
+    "above it says which and why), 253 not a DVC repository.\n"
+)
+
+
+def exit_codes_reference() -> str:
+    """The exit-codes page: one row per :class:`edgereg.errors.ExitCode`, in its order."""
+    from edgereg.errors import ExitCode
+
+    names = {code.name for code in ExitCode}
+    if names != set(EXIT_CODE_ROWS):
+        missing = sorted(names - set(EXIT_CODE_ROWS))
+        extra = sorted(set(EXIT_CODE_ROWS) - names)
+        raise SystemExit(f"EXIT_CODE_ROWS: add {missing}, delete {extra}")
+    rows = [[str(code.value), *EXIT_CODE_ROWS[code.name]] for code in ExitCode]
+    lines = [
+        "<!-- Generated by docs/gen/reference.py from edgereg.errors.ExitCode; do not edit. "
+        "Run: python docs/gen/reference.py -->",
+        "",
+        "# Exit codes",
+        "",
+        "Every `edgereg` command ends with one of these statuses, and on an error with",
+        "one paragraph on stderr saying what was found, what was expected and what to",
+        "do next. `edgereg --verbose COMMAND` (or `edgereg COMMAND -v`) adds the",
+        "traceback. `edgereg --help` prints the short form of this table; both come",
+        "from `ExitCode` in `edgereg/protocol/errors.py` (re-exported by `edgereg.errors`).",
+        "",
+        "| code | meaning | retry? |",
+        "|---|---|---|",
+        *(f"| {code} | {meaning} | {retry}".rstrip() + " |" for code, meaning, retry in rows),
+        "",
+    ]
+    return "\n".join(lines) + "\n" + EXIT_CODES_AFTER
+
+
 # --- entry point --------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "reference/models-toml.md": models_toml_reference,
     "reference/cli.md": cli_reference,
+    "reference/exit-codes.md": exit_codes_reference,
 }
 
 

@@ -32,7 +32,7 @@ tests/vectors/ with it. docs/protocol.md describes the protocol.
 
 from edgereg.client._cache import CacheError, NoSpace
 from edgereg.client._client import Client, manifest_path, unit_status, unsafe_registry_keys
-from edgereg.client._fetcher import Fetcher, open_fetcher
+from edgereg.client._fetcher import Fetcher, Limits, open_fetcher
 from edgereg.client._health import HealthLedger, Revert
 from edgereg.client._installed import (
     InstallCheck,
@@ -41,11 +41,17 @@ from edgereg.client._installed import (
     MemberFiles,
     Pending,
     Status,
+    UnitKind,
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult
-from edgereg.client._selftest import BackendRunner, SelfTest, SelfTestResult
+from edgereg.client._selftest import (
+    BackendRunner,
+    BackendUnavailableError,
+    SelfTest,
+    SelfTestResult,
+)
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
     BlobCheck,
@@ -73,6 +79,7 @@ from edgereg.protocol.rules import DeviceProfile
 __all__ = [
     "MAX_MANIFEST_BYTES",
     "BackendRunner",
+    "BackendUnavailableError",
     "BadBlob",
     "BadRelease",
     "BadSignature",
@@ -93,6 +100,7 @@ __all__ = [
     "InstallCheck",
     "InstalledModel",
     "LastError",
+    "Limits",
     "Malformed",
     "MemberFiles",
     "NoSpace",
@@ -108,6 +116,7 @@ __all__ = [
     "TransportError",
     "TrustError",
     "TrustedKeys",
+    "UnitKind",
     "UnknownKey",
     "WrongModel",
     "WrongTier",

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from edgereg._files import atomic_write
 from edgereg.client._installed import UnitKind, _Installed
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.errors import EdgeregError, ExitCode
 from edgereg.protocol.patterns import SHA256
 
 __all__ = [
@@ -89,7 +89,7 @@ class CacheError(EdgeregError):
         errno: The operating system's error number, if there was one.
     """
 
-    exit_code = 11
+    exit_code = ExitCode.CACHE
 
     def __init__(self, message: str, *, errno: int | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgereg import __version__
-from edgereg.protocol.errors import TransportError
+from edgereg.protocol.errors import ExitCode, TransportError
 
 __all__ = [
     "CHUNK",
@@ -47,7 +47,7 @@ USER_AGENT = f"edgereg/{__version__}"
 class ManifestNotFound(TransportError):
     """The registry has no manifest for this model and tier: a wrong name, not a blip."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True)

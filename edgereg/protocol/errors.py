@@ -8,7 +8,61 @@ hierarchy; catching :class:`EdgeregError` there catches the protocol's errors.
 
 from __future__ import annotations
 
-__all__ = ["EdgeregError", "TransportError", "TrustError"]
+from enum import IntEnum
+
+__all__ = ["EdgeregError", "ExitCode", "TransportError", "TrustError"]
+
+
+class ExitCode(IntEnum):
+    """Every status an edgereg command exits with; :attr:`meaning` says what it tells a script.
+
+    The one list: errors name their code with it, the CLI exits with it, and
+    `edgereg --help` and docs/reference/exit-codes.md are generated from it.
+    """
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    BUILD_FAILED = 3
+    GATE_FAILED = 4
+    TRUST = 5
+    STORAGE = 6
+    ROLLOUT_REFUSED = 7
+    NOT_PUBLISHABLE = 8
+    VERIFY_FAILED = 9
+    UNREACHABLE = 10
+    CACHE = 11
+    ANALYZE_FAILED = 12
+    ANALYZE_INCONCLUSIVE = 13
+    INTERNAL_ERROR = 70
+    INTERRUPTED = 130
+
+    @property
+    def meaning(self) -> str:
+        """One line: when a command exits with this code."""
+        return _MEANINGS[self]
+
+
+_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success (also: nothing to do, up to date)",
+    ExitCode.ERROR: "other error; dvc sync --check: dvc.yaml is stale",
+    ExitCode.USAGE: "bad models.toml or command-line usage",
+    ExitCode.BUILD_FAILED: "a build stage failed",
+    ExitCode.GATE_FAILED: "a variant failed a gate",
+    ExitCode.TRUST: "trust: a signature, key or signed document is not acceptable",
+    ExitCode.STORAGE: "storage: the registry could not be read or written (usually retryable)",
+    ExitCode.ROLLOUT_REFUSED: "rollout command not allowed in the current state",
+    ExitCode.NOT_PUBLISHABLE: "build outputs cannot be published",
+    ExitCode.VERIFY_FAILED: "verify found problems",
+    ExitCode.UNREACHABLE: "pull: the registry could not be reached or was too slow (retryable)",
+    ExitCode.CACHE: "pull: the client cache could not be read or written",
+    ExitCode.ANALYZE_FAILED: (
+        "analyze: a critical guardrail failed (rollout --auto: and the rollout was halted)"
+    ),
+    ExitCode.ANALYZE_INCONCLUSIVE: "analyze: inconclusive, not every guardrail passes yet",
+    ExitCode.INTERNAL_ERROR: "internal error: please report it with the --verbose traceback",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
 
 
 class EdgeregError(Exception):
@@ -19,7 +73,7 @@ class EdgeregError(Exception):
         hint: The next thing the user can do about it, if there is one.
     """
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.ERROR
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -41,7 +95,7 @@ class TrustError(EdgeregError):
     the same untrustworthy bytes.
     """
 
-    exit_code = 5
+    exit_code = ExitCode.TRUST
 
 
 class TransportError(EdgeregError):
@@ -57,7 +111,7 @@ class TransportError(EdgeregError):
         retryable: Whether trying again may succeed (a 404 will not).
     """
 
-    exit_code = 10
+    exit_code = ExitCode.UNREACHABLE
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ from pydantic import (
     field_validator,
 )
 
-from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.errors import EdgeregError, ExitCode
 from edgereg.protocol.layout import BLOBS_PREFIX
 from edgereg.protocol.patterns import NAME_PATTERN, NAME_RULE, SHA256, SHA256_PATTERN
 
@@ -231,7 +231,7 @@ class PercentError(EdgeregError, ValueError):
     Also a ValueError, so pydantic validators can use :func:`check_percent`.
     """
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 def basis_points(percent: float) -> int:

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.errors import EdgeregError, ExitCode
 from edgereg.protocol.fields import BUCKETS, TierRules, basis_points
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry
 
@@ -49,7 +49,7 @@ __all__ = [
 class NoTierError(EdgeregError):
     """A device matches none of the tiers (the tier rules have no catch-all)."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 def cohort_bucket(device_id: str, salt: str) -> int:

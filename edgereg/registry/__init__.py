@@ -12,6 +12,7 @@ Layout (the same on a directory, S3 or any static host)::
     keys/<keyid>.pem                      public keys only
 """
 
+from edgereg.registry._auto import AutoDecision, AutoResult, run_auto
 from edgereg.registry._bundle import PreparedBundle, prepare_bundle_release
 from edgereg.registry._manifests import (
     build_manifests,
@@ -30,12 +31,29 @@ from edgereg.registry._registry import (
     state_key,
     utcnow,
 )
-from edgereg.registry._release import PreparedRelease, ReleaseError, prepare_release
+from edgereg.registry._release import (
+    PreparedRelease,
+    ReleaseError,
+    check_publishable_unit,
+    prepare_release,
+    release_version,
+    report_url_of,
+)
 from edgereg.registry._status import MemberStatus, ModelStatus, TierStatus, model_status
-from edgereg.registry._transitions import RolloutError
+from edgereg.registry._transitions import (
+    RolloutError,
+    pause,
+    promote,
+    resign,
+    resume,
+    rollback,
+    set_percent,
+)
 
 __all__ = [
     "KEEP",
+    "AutoDecision",
+    "AutoResult",
     "MemberStatus",
     "ModelStatus",
     "PreparedBundle",
@@ -48,13 +66,23 @@ __all__ = [
     "VerifyReport",
     "build_manifests",
     "bundle_entry_for",
+    "check_publishable_unit",
     "entry_for",
     "manifest_key",
     "member_entry_for",
     "model_status",
+    "pause",
     "prepare_bundle_release",
     "prepare_release",
+    "promote",
     "release_key",
+    "release_version",
+    "report_url_of",
+    "resign",
+    "resume",
+    "rollback",
+    "run_auto",
+    "set_percent",
     "state_key",
     "unit_entry_for",
     "utcnow",

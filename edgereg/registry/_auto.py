@@ -17,6 +17,11 @@ The rules, first match wins:
 5. any guardrail inconclusive, or a non-critical one failed: wait;
 6. every guardrail passes: the next step of the policy, or promote after the last.
 
+:func:`run_auto` is the whole workflow on a registry: read the verified state,
+analyse when the rules need it, decide, and sign the move; `edgereg rollout
+--auto` prints its :class:`AutoResult`, and the fleet simulator calls it with
+its own clock.
+
 Each outcome but the moves is a no-op, and every move ends in a state where the
 rule says wait (new step: soak time restarts) or nothing (paused, promoted,
 rolled back), so running it twice in a row changes nothing the second time.
@@ -24,15 +29,20 @@ rolled back), so running it twice in a row changes nothing the second time.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from edgereg.analysis import Analysis
 from edgereg.config import RolloutPolicy
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._transitions import RolloutError, pause, promote, rollback, set_percent
 from edgereg.rollout import check_soak, next_step
+
+if TYPE_CHECKING:
+    from edgereg.protocol.envelope import Signer
+    from edgereg.registry._registry import Registry
 
 AutoAction = Literal["nothing", "wait", "step", "promote", "pause", "rollback"]
 
@@ -190,6 +200,97 @@ def apply(
     evidence = analysis.evidence() if analysis is not None else None
     marked = event.model_copy(update={"automatic": True, "evidence": evidence, "note": note})
     return new.model_copy(update={"history": [*new.history[:-1], marked]})
+
+
+@dataclass(frozen=True)
+class AutoResult:
+    """What :func:`run_auto` did.
+
+    Attributes:
+        model: The unit (a model or a bundle).
+        decision: The rule's decision and its reason.
+        state: The rollout state now: the new one after a move, else the one read.
+        analysis: The canary analysis the decision rests on; None when the
+            rules decided without one (nothing in progress, paused, no stable).
+    """
+
+    model: str
+    decision: AutoDecision
+    state: RolloutState
+    analysis: Analysis | None
+
+    @property
+    def halted(self) -> bool:
+        """A critical guardrail failed and the rollout was paused or rolled back."""
+        return self.decision.action in ("pause", "rollback")
+
+
+def run_auto(
+    registry: Registry,
+    model: str,
+    *,
+    policy: RolloutPolicy,
+    analyse: Callable[[RolloutState, datetime], Analysis],
+    now: datetime,
+    signers: Callable[[], Signer | Sequence[Signer]],
+    actor: str,
+    expires_days: int,
+) -> AutoResult:
+    """One automatic rollout step: analyse, then step, promote, halt or wait.
+
+    Safe to repeat (the module docstring says why); never prints.
+
+    Args:
+        registry: The registry, verifying against the pinned publisher keys.
+        model: The unit whose rollout to move.
+        policy: Its rollout policy (steps, soak time, guardrails).
+        analyse: The canary analysis of a state with a candidate and a stable
+            at ``now``; called only when the rules need the reports (usually
+            :func:`edgereg.reports.canary.rollout_analysis` over a report store).
+        now: The current time, for the analysis and the soak time.
+        signers: Called only when the decision moves the rollout, so a run
+            with nothing to do needs no signing key.
+        actor: Who acts, for the history.
+        expires_days: The new state's validity.
+
+    Raises:
+        RolloutError: the unit has no release in this registry, the state
+            changed during the analysis, or the move is not allowed.
+        TrustError, StorageError: reading or writing the registry.
+    """
+    state, _ = registry.read_state(model)
+    if state is None:
+        # A misspelt name in a cron line should fail loudly, not "wait" forever.
+        raise RolloutError(
+            f"model '{model}' has no release in this registry",
+            hint=f"Publish one first: edgereg publish {model} --canary 5%",
+        )
+    analysis = None
+    decision = precheck(state, model)
+    if decision is None:
+        analysis = analyse(state, now)
+        decision = decide(state, model, analysis, policy=policy, now=now)
+    if not decision.changes_state:
+        return AutoResult(model, decision, state, analysis)
+    expected = state.sequence
+    chosen = decision
+    new_state = registry.change(
+        model,
+        lambda current, when, expires: apply(
+            chosen,
+            current,
+            model,
+            analysis=analysis,
+            policy=policy,
+            now=when,
+            expires=expires,
+            actor=actor,
+            expected_sequence=expected,
+        ),
+        signer=signers(),
+        expires_days=expires_days,
+    )
+    return AutoResult(model, decision, new_state, analysis)
 
 
 def _failed(analysis: Analysis, *, critical: bool) -> str:

@@ -6,8 +6,9 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import semver
 from pydantic import ValidationError
 
 from edgereg._files import sha256_file
@@ -25,17 +26,20 @@ from edgereg.build.outputs import (
     read_outputs,
 )
 from edgereg.config import Config
-from edgereg.errors import EdgeregError
+from edgereg.errors import ConfigError, EdgeregError, ExitCode, UsageError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import ReleaseRecord, ReleaseVariant, WireError, from_bytes
 
+if TYPE_CHECKING:
+    from edgereg.registry._registry import ReportUrl as StateReportUrl
+
 
 class ReleaseError(EdgeregError):
     """The build outputs cannot be published as they are."""
 
-    exit_code = 8
+    exit_code = ExitCode.NOT_PUBLISHABLE
 
 
 @dataclass(frozen=True)
@@ -209,3 +213,63 @@ def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> d
     if host is None:
         return metrics
     return {**metrics, "host_benchmark": host.release_metrics()}
+
+
+# --- the rules of `edgereg publish`, before anything is prepared or uploaded ----------
+
+
+def check_publishable_unit(config: Config, unit: str) -> None:
+    """A unit publishes alone unless it is a bundle's member: one rollout decides a bundle.
+
+    Raises:
+        UsageError: ``unit`` is a model that ships in a bundle.
+    """
+    bundle = config.bundle_of(unit)
+    if bundle is not None:
+        raise UsageError(
+            f"model '{unit}' ships in bundle '{bundle}' ([bundles.{bundle}] of "
+            f"{config.path}), so it is published only with the bundle; published alone, "
+            "devices could run it beside members of another version",
+            hint=f"Publish the bundle: edgereg publish {bundle} --canary 5%",
+        )
+
+
+def release_version(config: Config, unit: str, version: str | None = None) -> str:
+    """The version a release of ``unit`` gets: ``version`` (--version), else models.toml's.
+
+    Raises:
+        UsageError: not a semantic version like 1.2.0.
+    """
+    if version is None:
+        declared = config.bundles[unit] if unit in config.bundles else config.models[unit]
+        version = declared.version
+    if not semver.Version.is_valid(version):
+        raise UsageError(f"--version {version!r} is not a semantic version like 1.2.0")
+    return version
+
+
+def report_url_of(config: Config | None) -> StateReportUrl:
+    """[reports] url, checked against the wire format; KEEP (the state's) without models.toml.
+
+    Raises:
+        ConfigError: the url is neither an http(s) URL nor a registry-relative path.
+    """
+    from pydantic import TypeAdapter
+
+    from edgereg.protocol.wire import ReportUrl
+    from edgereg.registry._registry import KEEP
+
+    if config is None:
+        return KEEP
+    url = config.reports.url
+    if url is None:
+        return None
+    try:
+        return TypeAdapter(ReportUrl).validate_python(url)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{url!r} is not a report URL: expected an http(s) URL without spaces, or a "
+            "path relative to the registry root such as v1/reports",
+            file=str(config.path),
+            key_path="reports.url",
+        ) from exc

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import semver
 
 from edgereg.config import RolloutPolicy
-from edgereg.errors import EdgeregError
+from edgereg.errors import EdgeregError, ExitCode
 from edgereg.protocol.fields import basis_points
 from edgereg.protocol.wire import Action, HistoryEvent, RolloutState
 from edgereg.rollout import check_soak, next_step
@@ -35,7 +35,7 @@ _NO_ROLLOUT: dict[str, object] = {
 class RolloutError(EdgeregError):
     """A rollout command is not allowed in the current state."""
 
-    exit_code = 7
+    exit_code = ExitCode.ROLLOUT_REFUSED
 
 
 def _advance(

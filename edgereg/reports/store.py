@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, cast
 
-from edgereg.errors import StorageError
+from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
 from edgereg.reports.summary import ArmSummary, latency_bucket
 
@@ -297,7 +297,7 @@ class ReportStoreError(StorageError):
 class StoreURLError(ReportStoreError):
     """A report store URL that names no store this edgereg can open."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     def __init__(self, message: str, *, url: str, hint: str | None = None) -> None:
         super().__init__(message, url=url, hint=hint, retryable=False)

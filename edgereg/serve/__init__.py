@@ -45,6 +45,7 @@ from edgereg.serve._server import (
     serving,
     start_in_thread,
 )
+from edgereg.serve._status_page import render_status_page
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -57,6 +58,7 @@ __all__ = [
     "Response",
     "make_server",
     "openapi_document",
+    "render_status_page",
     "serving",
     "start_in_thread",
 ]

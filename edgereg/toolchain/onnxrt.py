@@ -9,18 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
 from edgereg.errors import BuildError
 from edgereg.toolchain._streaming import InputFeed, StreamResult, default_feeds, run_rows
+
+if TYPE_CHECKING:  # imported where a session starts: `edgereg validate` never needs it
+    import onnxruntime as ort
 
 #: Stage named in errors raised here.
 STAGE = "reference"
 
 
 def _session(path: Path) -> ort.InferenceSession:
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1

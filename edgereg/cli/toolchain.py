@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from edgereg import config as config_module
-from edgereg._cli_common import config_option, handle_errors, json_option, stderr
+from edgereg.cli._common import config_option, handle_errors, json_option, stderr
 from edgereg.errors import ConfigError
 
 __all__ = ["toolchain_group"]

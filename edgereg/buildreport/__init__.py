@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgereg.buildreport._data import ModelData, ReportData, VariantData, collect
+from edgereg.buildreport._html import render_html
 from edgereg.config import Config
-from edgereg.report._data import ModelData, ReportData, VariantData, collect
-from edgereg.report._html import render_html
 
 __all__ = [
     "ModelData",

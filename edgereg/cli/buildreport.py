@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgereg._cli_common import (
+from edgereg.cli._common import (
     build_dir,
     build_dir_option,
     config_option,
@@ -19,7 +19,7 @@ from edgereg._cli_common import (
 )
 
 if TYPE_CHECKING:
-    from edgereg.report import VariantData
+    from edgereg.buildreport import VariantData
 
 __all__ = ["report_command"]
 
@@ -41,8 +41,8 @@ def report_command(config_path: Path, target: Path, out_root: Path | None, as_js
     """Write an HTML report of every variant: task metric, agreement, gates, latency, provenance."""
     from edgereg import config as config_module
     from edgereg.build.outputs import FAILED
+    from edgereg.buildreport import write_report
     from edgereg.errors import EdgeregError
-    from edgereg.report import write_report
 
     config = config_module.load(config_path)
     try:

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -27,14 +26,23 @@ from rich.progress import (
 )
 
 from edgereg import config as config_module
-from edgereg._cli_common import INTERRUPTED, Seconds, config_option_for, root_flag
-from edgereg.client._client import Client, unit_status, unsafe_registry_keys
-from edgereg.client._fetcher import Limits, open_fetcher
-from edgereg.client._installed import InstalledModel, Status, UnitKind
-from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
-from edgereg.client._results import FetchResult
-from edgereg.client._selftest import SelfTest
-from edgereg.errors import EdgeregError
+from edgereg.cli._common import Seconds, config_option_for, exit_with, root_flag
+from edgereg.client import (
+    BundledRelease,
+    Client,
+    Conditions,
+    DownloadPolicy,
+    FetchResult,
+    InstalledModel,
+    Limits,
+    SelfTest,
+    Status,
+    UnitKind,
+    open_fetcher,
+    unit_status,
+    unsafe_registry_keys,
+)
+from edgereg.errors import EdgeregError, ExitCode
 from edgereg.protocol.envelope import TrustedKeys, load_public_key
 from edgereg.protocol.rules import DeviceProfile, explain_tier, resolve_tier
 
@@ -264,7 +272,7 @@ def pull_command(
     except KeyboardInterrupt:
         # Like every edgereg command (exit 130), not click's "Aborted!" with exit 1.
         click.echo("interrupted", err=True)
-        sys.exit(INTERRUPTED)
+        sys.exit(ExitCode.INTERRUPTED)
     finally:
         client.close()
     if as_json:
@@ -324,13 +332,9 @@ def _print_self_test(check: SelfTest) -> None:
 
 
 def _fail(exc: EdgeregError | OSError) -> NoReturn:
-    if root_flag("verbose"):
-        traceback.print_exc()
-    if isinstance(exc, EdgeregError):
-        click.echo(f"error: {exc.diagnostics()}", err=True)
-        sys.exit(exc.exit_code)
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(1)
+    # An unreadable --trusted-key or cache path is the user's to fix (exit 1), not internal.
+    error = exc if isinstance(exc, EdgeregError) else EdgeregError(str(exc))
+    exit_with(error, verbose=root_flag("verbose"))
 
 
 def _member_json(member: InstalledModel) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Both read the verified rollout state (pinned keys, as every registry command)
 and the report store's per-arm summaries since the period started, run the
 pure analysis (:mod:`edgereg.analysis`) and print it; `rollout --auto` then
-applies the pure rule of :mod:`edgereg.registry._auto`.
+runs :func:`edgereg.registry.run_auto` (the workflow beside the rollout rules)
+and prints its result.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgereg import config as config_module
-from edgereg._cli_common import (
+from edgereg.cli._common import (
     actor_name,
     expiry_days,
     handle_errors,
@@ -27,16 +28,12 @@ from edgereg._cli_common import (
     registry_read_options,
     signer_from_options,
 )
-from edgereg.errors import ConfigError, UsageError
+from edgereg.errors import ConfigError, ExitCode, UsageError
 
 if TYPE_CHECKING:  # the command stays cheap to import: edgereg --help lists it
     from edgereg.analysis import Analysis
     from edgereg.protocol.wire import RolloutState
 
-#: `edgereg analyze`: a critical guardrail failed (also `rollout --auto` when it halted).
-ANALYZE_FAILED = 12
-#: `edgereg analyze`: not every guardrail passes, none critical fails.
-ANALYZE_INCONCLUSIVE = 13
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d)\s*$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -97,11 +94,11 @@ def _analysis(
     registry: Any,
     state: RolloutState,
     options: dict[str, Any],
+    now: datetime,
 ) -> Analysis:
     from edgereg.reports.canary import rollout_analysis
 
     policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
-    now = registry.clock()
     since = parse_since(options["since"], now) if options.get("since") else None
     tiers = registry.manifest_tiers(unit)
     if config is not None:
@@ -166,63 +163,40 @@ def analyze_command(unit: str, **options: Any) -> None:
             hint=f"Analysis needs a canary over a stable release: edgereg publish {unit} "
             "--canary 5%",
         )
-    analysis = _analysis(unit, config, registry, state, options)
+    analysis = _analysis(unit, config, registry, state, options, registry.clock())
     if options["as_json"]:
         click.echo(json.dumps(analysis.to_json()))
     else:
         print_analysis(analysis)
     if analysis.verdict == "fail":
-        raise SystemExit(ANALYZE_FAILED)
+        raise SystemExit(ExitCode.ANALYZE_FAILED)
     if analysis.verdict == "inconclusive":
-        raise SystemExit(ANALYZE_INCONCLUSIVE)
+        raise SystemExit(ExitCode.ANALYZE_INCONCLUSIVE)
 
 
 def auto_rollout(model: str, options: dict[str, Any]) -> None:
-    """`edgereg rollout MODEL --auto`: analyse, then step, promote, halt or wait.
+    """`edgereg rollout MODEL --auto`: :func:`edgereg.registry.run_auto`, printed.
 
     Exits 0 (moved, waiting or nothing to do) or 12 (halted: a critical guardrail failed).
     """
-    from edgereg.registry._auto import apply, decide, precheck
+    from edgereg.registry import run_auto
 
     config = optional_config(options["config_path"])
     registry = open_registry(
         config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
     )
     policy = config.rollout_policy(model) if config else config_module.RolloutPolicy()
-    state, _ = registry.read_state(model)
-    if state is None:
-        from edgereg.registry import RolloutError
-
-        # A misspelt name in a cron line should fail loudly, not "wait" forever.
-        raise RolloutError(
-            f"model '{model}' has no release in this registry",
-            hint=f"Publish one first: edgereg publish {model} --canary 5%",
-        )
-    analysis = None
-    decision = precheck(state, model)
-    if decision is None:
-        analysis = _analysis(model, config, registry, state, options)
-        decision = decide(state, model, analysis, policy=policy, now=registry.clock())
-    new_state = state
-    if decision.changes_state:
-        actor = actor_name(options["actor"])
-        expected = state.sequence
-        new_state = registry.change(
-            model,
-            lambda current, now, expires: apply(
-                decision,
-                current,
-                model,
-                analysis=analysis,
-                policy=policy,
-                now=now,
-                expires=expires,
-                actor=actor,
-                expected_sequence=expected,
-            ),
-            signer=signer_from_options(options["key_paths"], config),
-            expires_days=expiry_days(config),
-        )
+    result = run_auto(
+        registry,
+        model,
+        policy=policy,
+        analyse=lambda state, now: _analysis(model, config, registry, state, options, now),
+        now=registry.clock(),
+        signers=lambda: signer_from_options(options["key_paths"], config),
+        actor=actor_name(options["actor"]),
+        expires_days=expiry_days(config),
+    )
+    decision, new_state, analysis = result.decision, result.state, result.analysis
     if options["as_json"]:
         click.echo(
             json.dumps(
@@ -251,8 +225,8 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
         }[decision.action]
         sequence = f" (sequence {new_state.sequence})" if decision.changes_state else ""
         print_result(f"{model}: {verb}: {decision.reason}{sequence}")
-    if decision.action in ("pause", "rollback"):
-        raise SystemExit(ANALYZE_FAILED)
+    if result.halted:
+        raise SystemExit(ExitCode.ANALYZE_FAILED)
 
 
 def _iso(moment: datetime) -> str:

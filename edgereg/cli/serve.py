@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from edgereg._cli_common import (
+from edgereg.cli._common import (
     Seconds,
     config_option_for,
     endpoint_option,

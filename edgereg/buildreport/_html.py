@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from edgereg.build.outputs import BUILT, FAILED, HEADLINE_METRICS, NOT_BUILT, STALE
-from edgereg.report._data import Gate, ModelData, ReportData, VariantData
+from edgereg.buildreport._data import Gate, ModelData, ReportData, VariantData
 
 #: Tier colours, in tier order (best first).
 PALETTE = ("#2563eb", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#65a30d")

@@ -1,7 +1,7 @@
 """``edgereg init`` and ``edgereg add``: click commands that :mod:`edgereg.cli` registers.
 
 Errors go through the CLI's one error handler
-(:func:`edgereg._cli_common.handle_errors`).
+(:func:`edgereg.cli._common.handle_errors`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import click
 
-from edgereg._cli_common import config_option, handle_errors, print_note, print_result
+from edgereg.cli._common import config_option, handle_errors, print_note, print_result
 from edgereg.config import DEFAULT_CONFIG_FILE, TASK_KINDS
 
 __all__ = ["add_command", "init_command"]
@@ -109,7 +109,8 @@ def add_command(
     as_json: bool,
 ) -> None:
     """Add the ONNX model SOURCE to models.toml with a variant per tier; sync dvc.yaml."""
-    from edgereg.onboard import UsageError, add_model
+    from edgereg.errors import UsageError
+    from edgereg.onboard import add_model
 
     if evaluation is None:
         raise UsageError(

@@ -1,8 +1,8 @@
 """What every edgereg command shares: error handling, consoles, common options.
 
-Commands live in :mod:`edgereg.cli` and next to their layer (the server, the
-client, onboarding, reports); all of them use these pieces, so an error looks
-and exits the same wherever it comes from.
+Every command module of :mod:`edgereg.cli` uses these pieces, so an error looks
+and exits the same wherever it comes from: :func:`handle_errors` is the one
+place that turns an error into a message and an :class:`~edgereg.errors.ExitCode`.
 """
 
 from __future__ import annotations
@@ -15,45 +15,21 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar, cast
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
 from edgereg import config as config_module
-from edgereg.errors import ConfigError, EdgeregError
+from edgereg.errors import ConfigError, EdgeregError, ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-INTERNAL_ERROR = 70
-INTERRUPTED = 130
-
-# The one list of exit statuses: `edgereg --help` prints it, and tests/test_docs.py
-# checks docs/reference/exit-codes.md (the long form) against it.
-EXIT_CODES: tuple[tuple[int, str], ...] = (
-    (0, "success (also: nothing to do, up to date)"),
-    (1, "other error; dvc sync --check: dvc.yaml is stale"),
-    (2, "bad models.toml or command-line usage"),
-    (3, "a build stage failed"),
-    (4, "a variant failed a gate"),
-    (5, "trust: a signature, key or signed document is not acceptable"),
-    (6, "storage: the registry could not be read or written (usually retryable)"),
-    (7, "rollout command not allowed in the current state"),
-    (8, "build outputs cannot be published"),
-    (9, "verify found problems"),
-    (10, "pull: the registry could not be reached or was too slow (retryable)"),
-    (11, "pull: the client cache could not be read or written"),
-    (12, "analyze: a critical guardrail failed (rollout --auto: and the rollout was halted)"),
-    (13, "analyze: inconclusive, not every guardrail passes yet"),
-    (INTERNAL_ERROR, "internal error: please report it with the --verbose traceback"),
-    (INTERRUPTED, "interrupted (Ctrl-C)"),
-)
 
 
 def exit_codes_help() -> str:
     r"""The exit-code table as a click help paragraph (\b: keep the lines as they are)."""
-    rows = [f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES]
+    rows = [f"  {code.value:<4} {code.meaning}" for code in ExitCode]
     return "\n".join(["Exit codes:", "", "\b", *rows])
 
 
@@ -158,6 +134,18 @@ def add_global_options(command: click.Command) -> click.Command:
     return command
 
 
+def exit_with(exc: EdgeregError, *, verbose: bool) -> NoReturn:
+    """Print one error (its traceback too with --verbose) and exit with its code.
+
+    Call it inside the ``except`` that caught ``exc``, so the traceback is its.
+    """
+    if verbose:
+        traceback.print_exc()
+    # Messages quote TOML tables ("[models.x.calibration]"): not markup.
+    errors.print(f"[bold red]error:[/] {escape(exc.diagnostics())}", markup=True, soft_wrap=True)
+    sys.exit(exc.exit_code)
+
+
 def handle_errors(command: F) -> F:
     """Turn every edgereg error into one message on stderr and its exit code."""
 
@@ -167,22 +155,16 @@ def handle_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except EdgeregError as exc:
-            if verbose:
-                traceback.print_exc()
-            # Messages quote TOML tables ("[models.x.calibration]"): not markup.
-            errors.print(
-                f"[bold red]error:[/] {escape(exc.diagnostics())}", markup=True, soft_wrap=True
-            )
-            sys.exit(exc.exit_code)
+            exit_with(exc, verbose=verbose)
         except KeyboardInterrupt:
             errors.print("interrupted")
-            sys.exit(INTERRUPTED)
+            sys.exit(ExitCode.INTERRUPTED)
         except Exception:  # the last line of defence
             traceback.print_exc()
             errors.print(
                 "edgereg hit an internal error (above); please report it with the traceback."
             )
-            sys.exit(INTERNAL_ERROR)
+            sys.exit(ExitCode.INTERNAL_ERROR)
 
     return cast(F, wrapper)
 
@@ -500,3 +482,25 @@ def stage_reporter(label: str) -> Iterator[Callable[[str], None]]:
         return
     with stderr.status(f"{label}: starting") as status:
         yield lambda stage: status.update(f"{label}: {stage}")
+
+
+def warn_if_dvc_yaml_stale(config: config_module.Config) -> str | None:
+    from edgereg.build.dvc import stale_dvc_yaml
+
+    stale = stale_dvc_yaml(config)
+    if stale is not None:
+        stderr.print(f"warning: {stale}", markup=False, soft_wrap=True)
+    return stale
+
+
+def no_such_model(config: config_module.Config, model: str) -> ConfigError:
+    if not config.models:
+        return ConfigError(
+            f"no model '{model}': the file declares no models yet",
+            file=str(config.path),
+            hint="Add one with `edgereg add path/to/model.onnx --evaluation data.npz`.",
+        )
+    bundles = f"; bundles: {', '.join(config.bundles)}" if config.bundles else ""
+    return ConfigError(
+        f"no model '{model}'; models: {', '.join(config.models)}{bundles}", file=str(config.path)
+    )

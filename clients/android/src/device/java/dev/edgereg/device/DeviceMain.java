@@ -1,0 +1,336 @@
+package dev.edgereg.device;
+
+import dev.edgereg.AppStart;
+import dev.edgereg.BundledRelease;
+import dev.edgereg.DeviceFacts;
+import dev.edgereg.DownloadPolicy;
+import dev.edgereg.EdgeregClient;
+import dev.edgereg.InstalledModel;
+import dev.edgereg.Status;
+import dev.edgereg.Tiers;
+import dev.edgereg.UpdateResult;
+import dev.edgereg.internal.Codec;
+import dev.edgereg.internal.Conformance;
+import dev.edgereg.internal.Ed25519;
+import dev.edgereg.internal.Json;
+import java.io.BufferedReader;
+import java.io.File;
+import java.util.List;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/** The device program (docs/reference/device-program.md): one JSON object per line in and out. */
+public final class DeviceMain {
+    private DeviceMain() {}
+
+    public static void main(String[] args) throws Exception {
+        PrintStream out = new PrintStream(System.out, false, "UTF-8");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, "UTF-8"));
+        Device device = new Device();
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.trim().isEmpty()) continue;
+            Map<String, Object> response = new LinkedHashMap<String, Object>();
+            Object id = Json.NULL;
+            boolean quit = false;
+            try {
+                Object parsed = Json.parse(line);
+                if (!(parsed instanceof Map)) throw new Misuse("a request is a JSON object");
+                @SuppressWarnings("unchecked")
+                Map<String, Object> request = (Map<String, Object>) parsed;
+                if (request.containsKey("id")) id = request.get("id");
+                Object op = request.get("op");
+                if (!(op instanceof String)) throw new Misuse("missing 'op'");
+                quit = "quit".equals(op);
+                Map<String, Object> result = device.handle((String) op, request);
+                response.put("id", id);
+                response.put("ok", true);
+                response.put("result", result);
+            } catch (Misuse | Json.JsonException | IllegalArgumentException | ClassCastException | NullPointerException e) {
+                response.put("id", id);
+                response.put("ok", false);
+                Map<String, Object> error = new LinkedHashMap<String, Object>();
+                error.put("message", String.valueOf(e.getMessage() == null ? e.toString() : e.getMessage()));
+                response.put("error", error);
+            }
+            out.print(Json.canonicalString(response));
+            out.print('\n');
+            out.flush();
+            if (quit) break;
+        }
+        device.close();
+        out.flush();
+        System.exit(0);
+    }
+
+    /** Misuse of the harness itself: an unknown op, a missing argument. */
+    static final class Misuse extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        Misuse(String message) { super(message); }
+    }
+
+    static final class Device {
+        private EdgeregClient client;
+        private String unit;
+        private HostRunner runner;
+        private Long fixedNow;
+
+        Map<String, Object> handle(String op, Map<String, Object> request) throws Misuse {
+            Map<String, Object> result = new LinkedHashMap<String, Object>();
+            if (op.equals("hello")) {
+                result.put("client", "jvm");
+                result.put("sdk_version", EdgeregClient.SDK_VERSION);
+            } else if (op.equals("decide")) {
+                result = Conformance.decide(object(request, "vector"), Ed25519.best());
+            } else if (op.equals("check_blob")) {
+                result = Conformance.checkBlob(object(request, "vector"));
+            } else if (op.equals("check_probe")) {
+                result = Conformance.probe(object(request, "vector"));
+            } else if (op.equals("check_version")) {
+                result = Conformance.versions(object(request, "vector"));
+            } else if (op.equals("check_report")) {
+                result = Conformance.report(object(request, "vector"));
+            } else if (op.equals("check_labels")) {
+                result = Conformance.labels(object(request, "vector"));
+            } else if (op.equals("check_json")) {
+                Object data = request.get("data");
+                if (!(data instanceof String)) throw new Misuse("check_json needs 'data' (base64)");
+                byte[] bytes = Codec.base64Decode((String) data);
+                if (bytes == null) throw new Misuse("'data' is not canonical base64");
+                result.put("valid", Json.isValid(bytes));
+            } else if (op.equals("configure")) {
+                result = configure(request);
+            } else if (op.equals("set_clock")) {
+                fixedNow = time(request.get("now"));
+            } else if (op.equals("update")) {
+                Boolean metered = false;
+                Boolean charging = true;
+                Object c = request.get("conditions");
+                if (c instanceof Map) {
+                    Map<?, ?> cond = (Map<?, ?>) c;
+                    metered = cond.containsKey("metered") ? bool(cond.get("metered")) : Boolean.FALSE;
+                    charging = cond.containsKey("charging") ? bool(cond.get("charging")) : Boolean.TRUE;
+                }
+                result = resultJson(client().update(unit, new DownloadPolicy.Conditions(metered, charging)));
+            } else if (op.equals("current")) {
+                result = resultJson(client().current(unit));
+            } else if (op.equals("status")) {
+                result = statusJson(client().status(unit, true));
+            } else if (op.equals("app_started")) {
+                List<AppStart> reverts = client().appStarted();
+                result.put("reverted", !reverts.isEmpty());
+                result.put("version", reverts.isEmpty() ? Json.NULL : reverts.get(0).version);
+                result.put("reason", reverts.isEmpty() ? Json.NULL : reverts.get(0).reason);
+            } else if (op.equals("confirm")) {
+                Object v = request.get("version");
+                result.put("confirmed", client().confirm(unit, v instanceof String ? (String) v : null));
+            } else if (op.equals("record_inference")) {
+                Object ms = request.get("ms");
+                if (!(ms instanceof Json.Num)) throw new Misuse("record_inference needs 'ms'");
+                Object model = request.get("model");
+                client().recordInference(model instanceof String ? (String) model : unit, ((Json.Num) ms).doubleValue());
+            } else if (op.equals("revert")) {
+                Object reason = request.get("reason");
+                result = resultJson(client().revert(unit, reason instanceof String ? (String) reason : "reverted by the app"));
+            } else if (op.equals("flush")) {
+                result.put("sent", (long) client().flushReports(15000));
+            } else if (op.equals("quit")) {
+                // answered, then the loop ends
+            } else {
+                throw new Misuse("unknown op '" + op + "'");
+            }
+            return result;
+        }
+
+        private static Boolean bool(Object v) {
+            return v instanceof Boolean ? (Boolean) v : null; // unknown counts as unmet
+        }
+
+        private EdgeregClient client() throws Misuse {
+            if (client == null) throw new Misuse("configure first");
+            return client;
+        }
+
+        private static Long time(Object v) throws Misuse {
+            if (v == null || v == Json.NULL) return null;
+            if (!(v instanceof String)) throw new Misuse("a time is an RFC 3339 string");
+            Long t = Codec.parseLooseTime((String) v);
+            if (t == null) throw new Misuse("'" + v + "' is not an RFC 3339 time");
+            return t;
+        }
+
+        @SuppressWarnings("unchecked")
+        private Map<String, Object> configure(Map<String, Object> r) throws Misuse {
+            if (client != null) client.close(2000);
+            if (runner != null) runner.close();
+            runner = null;
+            String registry = str(r, "registry");
+            File cache = new File(str(r, "cache_dir"));
+            unit = str(r, "unit");
+            Map<String, Object> d = object(r, "device");
+            DeviceFacts.Builder facts = DeviceFacts.builder(str(d, "device_id"))
+                    .ramMb(num(d.get("ram_mb"), 0))
+                    .cpuCores((int) num(d.get("cpu_cores"), 1))
+                    .soc(opt(d, "soc"))
+                    .os(opt(d, "os"), opt(d, "os_version"))
+                    .mnnRuntime(opt(d, "mnn_runtime"))
+                    .appVersion(opt(r, "app_version"));
+            EdgeregClient.Builder b = EdgeregClient.builder(registry, cache).device(facts.build());
+            Object keys = r.get("trusted_keys");
+            if (!(keys instanceof List)) throw new Misuse("configure needs 'trusted_keys'");
+            for (Object k : (List<Object>) keys) b.trustedKey((String) k);
+            if (Boolean.TRUE.equals(r.get("bundle"))) b.bundle(unit);
+            else b.model(unit);
+            if (r.get("tier") instanceof String) b.tier((String) r.get("tier"));
+            else if (r.get("tiers") instanceof Map) b.tiers(Tiers.fromJson(Json.orderedString(r.get("tiers"))));
+            else throw new Misuse("configure needs 'tier' or 'tiers'");
+            b.selfTest(Boolean.TRUE.equals(r.get("self_test")));
+            if (r.get("runner") instanceof Map) {
+                Object cmd = ((Map<String, Object>) r.get("runner")).get("command");
+                if (!(cmd instanceof List)) throw new Misuse("runner needs 'command'");
+                List<String> command = new java.util.ArrayList<String>();
+                for (Object c : (List<Object>) cmd) command.add((String) c);
+                runner = new HostRunner(command);
+                b.runner(runner);
+            }
+            b.reporting(!Boolean.FALSE.equals(r.get("reporting")), opt(r, "device_class"));
+            if (r.get("max_unconfirmed_starts") instanceof Json.Num) b.maxUnconfirmedStarts((int) num(r.get("max_unconfirmed_starts"), 3));
+            if (r.get("policy") instanceof Map) {
+                Map<String, Object> p = (Map<String, Object>) r.get("policy");
+                b.policy(new DownloadPolicy(!Boolean.FALSE.equals(p.get("allow_metered")), Boolean.TRUE.equals(p.get("require_charging")),
+                        num(p.get("reserve_bytes"), 8L * 1024 * 1024)));
+            }
+            b.limits((int) (dbl(r.get("timeout_s"), 30) * 1000), (long) (dbl(r.get("deadline_s"), 600) * 1000), num(r.get("min_rate"), 1024));
+            if (r.get("bundled") instanceof Map) {
+                Map<String, Object> s = (Map<String, Object>) r.get("bundled");
+                b.bundled(unit, BundledRelease.fromFiles(new File(str(s, "manifest")), new File(str(s, "blobs_dir"))));
+            }
+            if (r.get("source_address") instanceof String) {
+                try {
+                    b.sourceAddress(java.net.InetAddress.getByName((String) r.get("source_address")));
+                } catch (java.net.UnknownHostException e) {
+                    throw new Misuse("source_address is not an address: " + r.get("source_address"));
+                }
+            }
+            fixedNow = time(r.get("now"));
+            b.clock(new EdgeregClient.Clock() {
+                @Override public long nowSeconds() {
+                    Long n = fixedNow;
+                    return n != null ? n : System.currentTimeMillis() / 1000L;
+                }
+            });
+            try {
+                client = b.build();
+            } catch (IllegalArgumentException e) {
+                throw new Misuse(e.getMessage());
+            }
+            Map<String, Object> out = new LinkedHashMap<String, Object>();
+            out.put("tier", client.tier());
+            out.put("tier_reason", client.tierReason());
+            return out;
+        }
+
+        static Map<String, Object> resultJson(UpdateResult r) {
+            Map<String, Object> m = new LinkedHashMap<String, Object>();
+            m.put("ok", r.ok());
+            m.put("error_code", nul(r.errorCode));
+            m.put("error", nul(r.errorMessage));
+            m.put("version", nul(r.version));
+            m.put("is_candidate", r.isCandidate);
+            m.put("updated", r.updated);
+            m.put("not_modified", r.notModified);
+            m.put("runtime_fallback", r.fallback != null);
+            m.put("fallback", nul(r.fallback));
+            m.put("deferred", nul(r.deferred));
+            m.put("bundled", r.bundled);
+            m.put("downloaded_bytes", r.downloadedBytes);
+            Map<String, Object> members = new LinkedHashMap<String, Object>();
+            for (Map.Entry<String, InstalledModel> e : r.members.entrySet()) {
+                InstalledModel im = e.getValue();
+                Map<String, Object> mm = new LinkedHashMap<String, Object>();
+                mm.put("version", im.version);
+                mm.put("variant", im.variant);
+                mm.put("sha256", im.sha256);
+                mm.put("path", im.file.getAbsolutePath());
+                mm.put("backend", nul(im.backend));
+                members.put(e.getKey(), mm);
+            }
+            m.put("members", members);
+            return m;
+        }
+
+        static Map<String, Object> statusJson(Status s) {
+            Map<String, Object> m = new LinkedHashMap<String, Object>();
+            m.put("installed", installedJson(s.installed));
+            m.put("last_good", installedJson(s.lastGood));
+            if (s.pending == null) {
+                m.put("pending", Json.NULL);
+            } else {
+                Map<String, Object> p = new LinkedHashMap<String, Object>();
+                p.put("version", s.pending.version);
+                p.put("is_candidate", s.pending.isCandidate);
+                p.put("deferred", nul(s.pending.deferred));
+                p.put("total_bytes", s.pending.totalBytes);
+                p.put("remaining_bytes", s.pending.remainingBytes);
+                m.put("pending", p);
+            }
+            m.put("last_error_code", nul(s.lastErrorCode));
+            List<String> sorted = new java.util.ArrayList<String>(s.refused);
+            java.util.Collections.sort(sorted);
+            m.put("refused", new java.util.ArrayList<Object>(sorted));
+            m.put("ready", s.ready);
+            return m;
+        }
+
+        static Object installedJson(Status.Installed i) {
+            if (i == null) return Json.NULL;
+            Map<String, Object> m = new LinkedHashMap<String, Object>();
+            m.put("version", i.version);
+            Map<String, Object> members = new LinkedHashMap<String, Object>();
+            for (Map.Entry<String, String[]> e : i.members.entrySet()) {
+                Map<String, Object> mm = new LinkedHashMap<String, Object>();
+                mm.put("version", e.getValue()[0]);
+                mm.put("sha256", e.getValue()[1]);
+                members.put(e.getKey(), mm);
+            }
+            m.put("members", members);
+            return m;
+        }
+
+        static Object nul(Object v) { return v == null ? Json.NULL : v; }
+
+        void close() {
+            if (client != null) client.close(5000);
+            if (runner != null) runner.close();
+        }
+
+        @SuppressWarnings("unchecked")
+        static Map<String, Object> object(Map<String, Object> request, String key) throws Misuse {
+            Object v = request.get(key);
+            if (!(v instanceof Map)) throw new Misuse("missing object '" + key + "'");
+            return (Map<String, Object>) v;
+        }
+
+        static String str(Map<String, Object> m, String key) throws Misuse {
+            Object v = m.get(key);
+            if (!(v instanceof String)) throw new Misuse("missing string '" + key + "'");
+            return (String) v;
+        }
+
+        static String opt(Map<String, Object> m, String key) {
+            Object v = m.get(key);
+            return v instanceof String ? (String) v : null;
+        }
+
+        static long num(Object v, long dflt) {
+            return v instanceof Json.Num && ((Json.Num) v).longValue() != null ? ((Json.Num) v).longValue() : dflt;
+        }
+
+        static double dbl(Object v, double dflt) {
+            return v instanceof Json.Num ? ((Json.Num) v).doubleValue() : dflt;
+        }
+    }
+}

@@ -1,0 +1,76 @@
+package dev.edgereg;
+
+import javax.annotation.Nonnull;
+import javax.annotation.Nullable;
+
+/**
+ * What the device and the app say about themselves: the input of the tier rules (section 5),
+ * the cohort (section 6) and the fit rule (section 7, rule 12). Immutable; build with
+ * {@link #builder(String)}. On Android: {@code ActivityManager.MemoryInfo.totalMem},
+ * {@code Runtime.availableProcessors()}, {@code Build.SOC_MODEL} (API 31+, else {@code Build.HARDWARE}),
+ * {@code Build.VERSION.SDK_INT}.
+ */
+public final class DeviceFacts {
+    @Nonnull public final String deviceId;
+    public final long ramMb;
+    public final int cpuCores;
+    @Nullable public final String soc;
+    @Nullable public final String os;
+    @Nullable public final String osVersion;
+    @Nullable public final String mnnRuntime;
+    @Nullable public final String appVersion;
+
+    private DeviceFacts(Builder b) {
+        this.deviceId = b.deviceId;
+        this.ramMb = b.ramMb;
+        this.cpuCores = b.cpuCores;
+        this.soc = b.soc;
+        this.os = b.os;
+        this.osVersion = b.osVersion;
+        this.mnnRuntime = b.mnnRuntime;
+        this.appVersion = b.appVersion;
+    }
+
+    /** @param deviceId a sticky install id kept in the app's private storage (never a hardware id) */
+    @Nonnull
+    public static Builder builder(@Nonnull String deviceId) {
+        return new Builder(deviceId);
+    }
+
+    public static final class Builder {
+        private final String deviceId;
+        private long ramMb;
+        private int cpuCores = 1;
+        private String soc;
+        private String os = "android";
+        private String osVersion;
+        private String mnnRuntime;
+        private String appVersion;
+
+        Builder(String deviceId) {
+            if (deviceId == null || deviceId.isEmpty()) throw new IllegalArgumentException("deviceId must be a non-empty sticky install id");
+            this.deviceId = deviceId;
+        }
+
+        @Nonnull public Builder ramMb(long ramMb) { this.ramMb = ramMb; return this; }
+
+        @Nonnull public Builder cpuCores(int cores) { this.cpuCores = cores; return this; }
+
+        /** The SoC name ({@code Build.SOC_MODEL}); null: unknown (a tier with soc_allow does not match). */
+        @Nonnull public Builder soc(@Nullable String soc) { this.soc = soc; return this; }
+
+        /** {@code "android"} and the API level ({@code "34"}), or {@code "ios"} and its version. */
+        @Nonnull public Builder os(@Nullable String os, @Nullable String version) { this.os = os; this.osVersion = version; return this; }
+
+        /** The MNN runtime in the app, like {@code "3.6.1"}; null skips the runtime rule. */
+        @Nonnull public Builder mnnRuntime(@Nullable String version) { this.mnnRuntime = version; return this; }
+
+        /** The app's versionName, for releases with {@code requires.app}. */
+        @Nonnull public Builder appVersion(@Nullable String version) { this.appVersion = version; return this; }
+
+        @Nonnull public DeviceFacts build() {
+            // A version that does not parse is kept: rule 12 treats it as not meeting any requirement on it.
+            return new DeviceFacts(this);
+        }
+    }
+}

@@ -1,0 +1,219 @@
+package dev.edgereg.internal;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.HttpURLConnection;
+import java.net.URL;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * GET with If-None-Match and Range over HttpURLConnection (on Android: OkHttp inside), bounded
+ * three ways (docs/protocol.md section 7): a timeout for the headers and each read, a deadline
+ * for the whole fetch, and a minimum rate over each timeout window, so a server that trickles
+ * one byte a second never holds the device. Every failure is a {@code transport} Rejected.
+ */
+public final class Http {
+    private static final Pattern CONTENT_RANGE = Pattern.compile("bytes (\\d+)-\\d+/(?:\\d+|\\*)");
+
+    public final String base;
+    public final int timeoutMs;
+    public final long deadlineMs;
+    public final long minRate;
+    private long deadlineAt = Long.MAX_VALUE;
+
+    /** The local address sockets bind to (plain http:// only), or null for the system's choice. */
+    public final java.net.InetAddress source;
+
+    public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate) {
+        this(baseUrl, timeoutMs, deadlineMs, minRate, null);
+    }
+
+    public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate, java.net.InetAddress source) {
+        this.source = source;
+        this.base = baseUrl.endsWith("/") ? baseUrl : baseUrl + "/";
+        this.timeoutMs = timeoutMs;
+        this.deadlineMs = deadlineMs;
+        this.minRate = minRate;
+    }
+
+    /** Start the whole-fetch clock (one update: a manifest and its blobs). */
+    public void startDeadline() {
+        deadlineAt = System.currentTimeMillis() + deadlineMs;
+    }
+
+    public String url(String path) {
+        return base + path;
+    }
+
+    public final class Response {
+        public final int status;
+        public final String etag;
+        public final Long length;
+        public final Long rangeStart;
+        public final String url;
+        private final HttpURLConnection conn;
+        private final java.net.Socket socket;
+        private InputStream body;
+        private long windowStart = System.currentTimeMillis();
+        private long windowBytes;
+
+        Response(HttpURLConnection conn, String url) throws IOException {
+            this.conn = conn;
+            this.socket = null;
+            this.url = url;
+            this.status = conn.getResponseCode();
+            this.etag = conn.getHeaderField("ETag");
+            this.length = parseLength(conn.getHeaderField("Content-Length"));
+            this.rangeStart = parseRange(conn.getHeaderField("Content-Range"));
+        }
+
+        Response(java.net.Socket socket, String url, int status, Map<String, String> headers, InputStream body) {
+            this.conn = null;
+            this.socket = socket;
+            this.url = url;
+            this.status = status;
+            this.etag = headers.get("etag");
+            this.length = parseLength(headers.get("content-length"));
+            this.rangeStart = parseRange(headers.get("content-range"));
+            this.body = body;
+        }
+
+        /** Up to len bytes, -1 at the end; bounded by the deadline and the minimum rate. */
+        public int read(byte[] buf, int off, int len) throws Rejected {
+            try {
+                if (body == null && conn != null) body = status >= 400 ? conn.getErrorStream() : conn.getInputStream();
+                if (body == null) return -1;
+                long now = System.currentTimeMillis();
+                if (now > deadlineAt) throw new Rejected(Reasons.TRANSPORT, url + ": the fetch took longer than its deadline of " + deadlineMs / 1000 + " s; it resumes next time");
+                if (now - windowStart >= timeoutMs) {
+                    double seconds = (now - windowStart) / 1000.0;
+                    if (windowBytes / seconds < minRate) {
+                        throw new Rejected(Reasons.TRANSPORT, url + ": " + windowBytes + " bytes in " + seconds + " s, slower than " + minRate + " bytes/s; it resumes next time");
+                    }
+                    windowStart = now;
+                    windowBytes = 0;
+                }
+                int n = body.read(buf, off, len);
+                if (n > 0) windowBytes += n;
+                return n;
+            } catch (IOException e) {
+                throw new Rejected(Reasons.TRANSPORT, url + ": " + describe(e), e);
+            }
+        }
+
+        public void close() {
+            try {
+                if (body != null) body.close();
+            } catch (IOException e) {
+                // closing a failed stream: nothing to keep
+            }
+            if (conn != null) conn.disconnect();
+            if (socket != null) {
+                try {
+                    socket.close();
+                } catch (IOException e) {
+                    // already gone
+                }
+            }
+        }
+    }
+
+    static Long parseLength(String cl) {
+        if (cl == null) return null;
+        try {
+            return Long.parseLong(cl.trim());
+        } catch (NumberFormatException e) {
+            return null;
+        }
+    }
+
+    static Long parseRange(String cr) {
+        if (cr == null) return null;
+        Matcher m = CONTENT_RANGE.matcher(cr.trim());
+        return m.matches() ? Long.valueOf(Long.parseLong(m.group(1))) : null;
+    }
+
+    /** GET {@code path}; {@code etag} sends If-None-Match, {@code start > 0} a Range. */
+    public Response get(String path, String etag, long start) throws Rejected {
+        String u = url(path);
+        if (System.currentTimeMillis() > deadlineAt) throw new Rejected(Reasons.TRANSPORT, u + ": the fetch took longer than its deadline");
+        if (source != null && u.startsWith("http://")) {
+            try {
+                return RawHttp.get(this, u, etag, start);
+            } catch (IOException e) {
+                throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
+            }
+        }
+        try {
+            HttpURLConnection c = (HttpURLConnection) new URL(u).openConnection();
+            c.setConnectTimeout(timeoutMs);
+            c.setReadTimeout(timeoutMs);
+            c.setInstanceFollowRedirects(true);
+            c.setUseCaches(false);
+            // Hash the bytes as served: a transparent gzip would change what is counted.
+            c.setRequestProperty("Accept-Encoding", "identity");
+            if (etag != null) c.setRequestProperty("If-None-Match", etag);
+            if (start > 0) c.setRequestProperty("Range", "bytes=" + start + "-");
+            return new Response(c, u);
+        } catch (IOException e) {
+            throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
+        } catch (ClassCastException e) {
+            throw new Rejected(Reasons.TRANSPORT, u + " is not an http(s) URL");
+        }
+    }
+
+    /** POST a JSON body; returns the status, or -1 when the request did not complete. */
+    public static int post(String url, byte[] body, int timeoutMs) {
+        return post(url, body, timeoutMs, null);
+    }
+
+    /** POST a JSON body from {@code source} (plain http:// only; null: any); the status, or -1. */
+    public static int post(String url, byte[] body, int timeoutMs, java.net.InetAddress source) {
+        if (source != null && url.startsWith("http://")) {
+            try {
+                return RawHttp.post(url, body, timeoutMs, source);
+            } catch (IOException e) {
+                return -1;
+            } catch (RuntimeException e) {
+                return -1;
+            }
+        }
+        HttpURLConnection c = null;
+        try {
+            c = (HttpURLConnection) new URL(url).openConnection();
+            c.setConnectTimeout(timeoutMs);
+            c.setReadTimeout(timeoutMs);
+            c.setDoOutput(true);
+            c.setRequestMethod("POST");
+            c.setRequestProperty("Content-Type", "application/json");
+            c.setFixedLengthStreamingMode(body.length);
+            OutputStream out = c.getOutputStream();
+            out.write(body);
+            out.close();
+            int status = c.getResponseCode();
+            InputStream in = status >= 400 ? c.getErrorStream() : c.getInputStream();
+            if (in != null) {
+                byte[] buf = new byte[1024];
+                while (in.read(buf) > 0) {
+                    // drain so the connection can be reused
+                }
+                in.close();
+            }
+            return status;
+        } catch (IOException e) {
+            return -1;
+        } catch (RuntimeException e) {
+            return -1;
+        } finally {
+            if (c != null) c.disconnect();
+        }
+    }
+
+    static String describe(IOException e) {
+        String m = e.getMessage();
+        return e.getClass().getSimpleName() + (m == null ? "" : ": " + m);
+    }
+}

@@ -1,0 +1,79 @@
+package dev.edgereg.internal;
+
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Pattern;
+
+/** The report schema of docs/protocol.md section 12, as a receiver reads it: {reason, field} or null. */
+public final class ReportCheck {
+    private ReportCheck() {}
+
+    static final List<String> KEYS = Arrays.asList("schema_version", "token", "unit", "model", "version", "unit_version", "variant", "tier",
+            "arm", "sequence", "probe", "backend", "backends_skipped", "load_ms", "load_failed", "inference", "confirmed", "reverted",
+            "mnn_runtime", "os", "os_version", "device_class");
+    static final Pattern SHORT = Pattern.compile("[A-Za-z0-9._ -]{1,32}");
+
+    public static String[] check(byte[] body) {
+        if (body.length > 4096) return new String[] {"too-large", null};
+        Object v;
+        try {
+            v = Json.parse(body);
+        } catch (Json.JsonException e) {
+            return new String[] {"not-json", null};
+        }
+        if (!(v instanceof Map)) return new String[] {"invalid", null};
+        @SuppressWarnings("unchecked")
+        Map<String, Object> m = (Map<String, Object>) v;
+        for (String k : m.keySet()) if (!KEYS.contains(k)) return new String[] {"invalid", k};
+        Object sv = m.get("schema_version");
+        // A receiver takes a missing schema_version as 1 (shipped senders are kept); 1.0, 2: refused.
+        if (m.containsKey("schema_version") && !(sv instanceof Json.Num && "1".equals(sv.toString()))) return new String[] {"invalid", "schema_version"};
+        if (!matches(m.get("token"), "[0-9a-f]{32}")) return bad("token");
+        for (String k : new String[] {"unit", "model", "variant", "tier"}) if (!(m.get(k) instanceof String) || !Wire.NAME.matcher((String) m.get(k)).matches()) return bad(k);
+        for (String k : new String[] {"version", "unit_version"}) if (!(m.get(k) instanceof String) || !Versions.isSemver((String) m.get(k))) return bad(k);
+        if (!oneOf(m.get("arm"), "candidate", "stable")) return bad("arm");
+        if (!intIn(m.get("sequence"), 1, Wire.MAX_SAFE_INTEGER)) return bad("sequence");
+        if (!oneOf(m.get("probe"), "passed", "failed", "none")) return bad("probe");
+        if (present(m, "backend") && !(m.get("backend") instanceof String && Wire.BACKENDS.contains(m.get("backend")))) return bad("backend");
+        if (m.containsKey("backends_skipped")) {
+            Object s = m.get("backends_skipped");
+            if (!(s instanceof List) || ((List<?>) s).size() > 8) return bad("backends_skipped");
+            for (Object b : (List<?>) s) if (!(b instanceof String && Wire.BACKENDS.contains(b))) return bad("backends_skipped");
+        }
+        if (present(m, "load_ms") && !ms(m.get("load_ms"))) return bad("load_ms");
+        for (String k : new String[] {"load_failed", "confirmed", "reverted"}) if (m.containsKey(k) && !(m.get(k) instanceof Boolean)) return bad(k);
+        if (present(m, "inference")) {
+            if (!(m.get("inference") instanceof Map)) return bad("inference");
+            @SuppressWarnings("unchecked")
+            Map<String, Object> inf = (Map<String, Object>) m.get("inference");
+            for (String k : inf.keySet()) if (!Arrays.asList("count", "p50_ms", "p90_ms", "p99_ms").contains(k)) return bad("inference." + k);
+            if (!intIn(inf.get("count"), 1, 1000000000L)) return bad("inference.count");
+            for (String k : new String[] {"p50_ms", "p90_ms", "p99_ms"}) if (!ms(inf.get(k))) return bad("inference." + k);
+        }
+        if (present(m, "mnn_runtime") && !(m.get("mnn_runtime") instanceof String && Versions.isDotted((String) m.get("mnn_runtime")))) return bad("mnn_runtime");
+        if (present(m, "os") && !oneOf(m.get("os"), "android", "ios")) return bad("os");
+        for (String k : new String[] {"os_version", "device_class"}) if (present(m, k) && !matches(m.get(k), SHORT.pattern())) return bad(k);
+        return null;
+    }
+
+    static String[] bad(String field) { return new String[] {"invalid", field}; }
+
+    static boolean present(Map<String, Object> m, String k) { return m.containsKey(k) && m.get(k) != Json.NULL; }
+
+    static boolean matches(Object v, String regex) { return v instanceof String && ((String) v).matches(regex); }
+
+    static boolean oneOf(Object v, String... allowed) { return v instanceof String && Arrays.asList(allowed).contains(v); }
+
+    static boolean intIn(Object v, long min, long max) {
+        if (!(v instanceof Json.Num) || !((Json.Num) v).integer) return false;
+        java.math.BigInteger b = ((Json.Num) v).bigInteger();
+        return b.compareTo(java.math.BigInteger.valueOf(min)) >= 0 && b.compareTo(java.math.BigInteger.valueOf(max)) <= 0;
+    }
+
+    static boolean ms(Object v) {
+        if (!(v instanceof Json.Num)) return false;
+        double d = ((Json.Num) v).doubleValue();
+        return d >= 0 && d <= 3600000;
+    }
+}

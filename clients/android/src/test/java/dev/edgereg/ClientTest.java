@@ -1,0 +1,456 @@
+package dev.edgereg;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.edgereg.internal.Codec;
+import dev.edgereg.internal.Json;
+import java.io.File;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The client's whole flow against a registry served over real HTTP (in-process). */
+class ClientTest {
+    @TempDir File tmp;
+    FakeRegistry registry;
+    static final List<String> CPU = Arrays.asList("cpu");
+
+    @BeforeEach void start() throws Exception { registry = new FakeRegistry(); }
+
+    @AfterEach void stop() { registry.close(); }
+
+    static byte[] bytes(int n, int seed) {
+        byte[] b = new byte[n];
+        for (int i = 0; i < n; i++) b[i] = (byte) (i * 31 + seed);
+        return b;
+    }
+
+    EdgeregClient.Builder builder(File cache) {
+        return EdgeregClient.builder(registry.url(), cache)
+                .trustedKey(registry.publicPem)
+                .device(DeviceFacts.builder("device-42").ramMb(8192).cpuCores(8).os("android", "34").mnnRuntime("3.6.1").appVersion("2.4.0").build())
+                .tier("mid").model("digits").selfTest(false).reporting(false, null)
+                .clock(() -> FakeRegistry.NOW);
+    }
+
+    @Test
+    void installsThenRevalidatesWith304() throws Exception {
+        byte[] model = bytes(300000, 1);
+        registry.manifest("digits", "mid", 5, registry.blob(model, "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertTrue(r.updated);
+        assertEquals("1.0.0", r.version);
+        assertEquals(300000, r.downloadedBytes);
+        assertArrayEquals(model, Files.readAllBytes(r.model().file.toPath()));
+        UpdateResult again = client.update("digits");
+        assertTrue(again.ok());
+        assertTrue(again.notModified);
+        assertFalse(again.updated);
+        assertEquals(1, registry.count("GET blobs/"), "the blob is fetched once");
+        Status s = client.status("digits");
+        assertTrue(s.ready);
+        assertEquals("1.0.0", s.installed.version);
+        assertEquals("1.0.0", client.current("digits").version);
+        assertFalse(new File(tmp, "reports.json").exists(), "reporting off stores nothing");
+        assertFalse(new String(Files.readAllBytes(new File(tmp, "installed.json").toPath()), "UTF-8").contains("token"), "and no token");
+    }
+
+    @Test
+    void updateAsyncRunsOnTheGivenExecutor() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor(r -> new Thread(r, "worker-x"));
+        final java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(1);
+        final Object[] seen = new Object[2];
+        client.updateAsync("digits", null, pool, result -> {
+            seen[0] = result;
+            seen[1] = Thread.currentThread().getName();
+            done.countDown();
+        });
+        assertTrue(done.await(10, java.util.concurrent.TimeUnit.SECONDS));
+        assertEquals("1.0.0", ((UpdateResult) seen[0]).version);
+        assertEquals("worker-x", seen[1]);
+        pool.shutdown();
+    }
+
+    @Test
+    void aTamperedBlobKeepsTheLastGood() throws Exception {
+        Map<String, Object> good = registry.blob(bytes(5000, 1), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, good, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> next = registry.blob(bytes(6000, 2), "1.1.0", "int8", CPU);
+        registry.files.put((String) next.get("path"), bytes(6000, 3)); // same size, other bytes
+        registry.manifest("digits", "mid", 6, next, null, null, null);
+        UpdateResult r = client.update("digits");
+        assertEquals("bad-blob", r.errorCode);
+        assertEquals("1.0.0", r.version, "the last good stays");
+        assertFalse(client.store.part((String) next.get("sha256")).exists(), "a bad digest deletes the .part");
+        assertEquals("bad-blob", client.status("digits").lastErrorCode);
+    }
+
+    @Test
+    void anInterruptedDownloadResumesWithRange() throws Exception {
+        byte[] model = bytes(200000, 7);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        registry.cutNextBlobAt.set(70000);
+        UpdateResult first = client.update("digits");
+        assertEquals("transport", first.errorCode, first.toString());
+        assertNull(first.version);
+        File part = client.store.part((String) e.get("sha256"));
+        assertTrue(part.length() > 0 && part.length() < 200000, "the .part stays: " + part.length());
+        long had = part.length();
+        UpdateResult second = client.update("digits");
+        assertTrue(second.ok(), second.toString());
+        assertEquals(200000 - had, second.downloadedBytes);
+        assertTrue(registry.requests.contains("GET " + e.get("path") + " bytes=" + had + "-"), registry.requests.toString());
+        assertArrayEquals(model, Files.readAllBytes(second.model().file.toPath()));
+    }
+
+    @Test
+    void aServerIgnoringRangeStartsOver() throws Exception {
+        byte[] model = bytes(200000, 8);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        registry.cutNextBlobAt.set(50000);
+        assertEquals("transport", client.update("digits").errorCode);
+        registry.ignoreRange = true;
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertArrayEquals(model, Files.readAllBytes(r.model().file.toPath()));
+    }
+
+    @Test
+    void theWholeUpdateHasADeadlineEvenWhenBytesKeepComing() throws Exception {
+        Map<String, Object> e = registry.blob(bytes(100000, 5), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        registry.trickleMs = 150; // about 6.7 KB/s: above the minimum rate, far below the deadline
+        EdgeregClient client = builder(tmp).limits(2000, 1500, 1).build();
+        long started = System.currentTimeMillis();
+        UpdateResult r = client.update("digits");
+        long took = System.currentTimeMillis() - started;
+        assertEquals("transport", r.errorCode, r.toString());
+        assertTrue(r.errorMessage.contains("deadline"), r.errorMessage);
+        assertTrue(took < 5000, "gave up after " + took + " ms");
+        assertTrue(client.store.part((String) e.get("sha256")).length() > 0, "the .part stays for a resume");
+    }
+
+    @Test
+    void currentAndStatusDoNotWaitForADownloadInProgress() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        final EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        registry.manifest("digits", "mid", 6, registry.blob(bytes(30000, 2), "1.1.0", "int8", CPU), null, null, null);
+        registry.trickleMs = 100; // 3 s for the new blob
+        final UpdateResult[] done = new UpdateResult[1];
+        Thread worker = new Thread(() -> done[0] = client.update("digits"));
+        worker.start();
+        Thread.sleep(500);
+        long started = System.currentTimeMillis();
+        assertEquals("1.0.0", client.current("digits").version);
+        assertEquals("1.0.0", client.status("digits").installed.version);
+        assertTrue(System.currentTimeMillis() - started < 1000, "reads do not wait for the download");
+        worker.join();
+        assertEquals("1.1.0", done[0].version);
+    }
+
+    @Test
+    void aBundleInstallsAsOneSet() throws Exception {
+        Map<String, Object> det = registry.blob(bytes(3000, 1), "1.0.0", "det-int8", CPU);
+        Map<String, Object> rec = registry.blob(bytes(4000, 2), "2.0.0", "rec-int8", CPU);
+        Map<String, Object> members = new LinkedHashMap<String, Object>();
+        members.put("det", det);
+        members.put("rec", rec);
+        Map<String, Object> bundle = new LinkedHashMap<String, Object>();
+        bundle.put("version", "1.0.0");
+        bundle.put("members", members);
+        registry.manifest("ocr", "mid", 3, bundle, null, null, null);
+        registry.files.remove(rec.get("path")); // one member missing on the server
+        EdgeregClient client = EdgeregClient.builder(registry.url(), tmp).trustedKey(registry.publicPem)
+                .device(DeviceFacts.builder("d").mnnRuntime("3.6.1").build()).tier("mid").bundle("ocr").selfTest(false)
+                .reporting(false, null).clock(() -> FakeRegistry.NOW).build();
+        UpdateResult r = client.update("ocr");
+        assertEquals("transport", r.errorCode);
+        assertNull(client.current("ocr").version, "a partly downloaded set never becomes active");
+        registry.files.put((String) rec.get("path"), bytes(4000, 2));
+        UpdateResult ok = client.update("ocr");
+        assertTrue(ok.ok(), ok.toString());
+        assertEquals("1.0.0", ok.version);
+        assertEquals(Arrays.asList("det", "rec"), new ArrayList<String>(ok.members.keySet()));
+        assertEquals("2.0.0", ok.members.get("rec").version);
+    }
+
+    @Test
+    void noSpaceDownloadsNothingAndConditionsDefer() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient full = builder(new File(tmp, "a")).policy(new DownloadPolicy(true, false, Long.MAX_VALUE / 4)).build();
+        assertEquals("no-space", full.update("digits").errorCode);
+        assertEquals(0, registry.count("GET blobs/"));
+        EdgeregClient wifiOnly = builder(new File(tmp, "b")).policy(new DownloadPolicy(false, true, 0)).build();
+        UpdateResult r = wifiOnly.update("digits", new DownloadPolicy.Conditions(true, true));
+        assertTrue(r.ok());
+        assertEquals("metered", r.deferred);
+        assertEquals("not-charging", wifiOnly.update("digits", new DownloadPolicy.Conditions(false, null)).deferred);
+        assertEquals(0, registry.count("GET blobs/"), "no blob byte while deferred");
+        Status s = wifiOnly.status("digits");
+        assertNotNull(s.pending);
+        assertEquals(1000, s.pending.remainingBytes);
+        assertTrue(wifiOnly.update("digits", DownloadPolicy.Conditions.ideal()).updated);
+        assertNull(wifiOnly.status("digits").pending);
+    }
+
+    @Test
+    void rollbackNotFoundAndEviction() throws Exception {
+        Map<String, Object> v1 = registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, v1, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> v2 = registry.blob(bytes(1000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, v2, null, null, null);
+        assertEquals("1.1.0", client.update("digits").version);
+        Map<String, Object> v3 = registry.blob(bytes(1000, 3), "1.2.0", "int8", CPU);
+        registry.manifest("digits", "mid", 7, v3, null, null, null);
+        assertEquals("1.2.0", client.update("digits").version);
+        assertFalse(client.store.blob((String) v1.get("sha256")).exists(), "neither installed nor last good: evicted");
+        assertTrue(client.store.blob((String) v2.get("sha256")).exists(), "the last good stays on disk");
+        registry.manifest("digits", "mid", 4, v1, null, null, null);
+        UpdateResult r = client.update("digits");
+        assertEquals("rollback", r.errorCode);
+        assertEquals("1.2.0", r.version);
+        registry.files.clear();
+        assertEquals("not-found", client.update("digits").errorCode);
+        UpdateResult back = client.revert("digits", "crashes");
+        assertEquals("1.1.0", back.version, "revert needs no network");
+        assertTrue(client.status("digits").refused.contains("1.2.0"));
+    }
+
+    // --- self-test ---------------------------------------------------------------------
+
+    static byte[] floats(float... v) {
+        ByteBuffer b = ByteBuffer.allocate(v.length * 4).order(ByteOrder.LITTLE_ENDIAN);
+        for (float f : v) b.putFloat(f);
+        return b.array();
+    }
+
+    Map<String, Object> withProbe(Map<String, Object> entry) {
+        Map<String, Object> tensorIn = new LinkedHashMap<String, Object>();
+        tensorIn.put("name", "x");
+        tensorIn.put("dtype", "float32");
+        tensorIn.put("shape", new ArrayList<Object>(Arrays.asList(2L)));
+        tensorIn.put("data", Codec.base64(floats(1, 1)));
+        Map<String, Object> tensorOut = new LinkedHashMap<String, Object>(tensorIn);
+        tensorOut.put("name", "y");
+        tensorOut.put("data", Codec.base64(floats(1, 2)));
+        Map<String, Object> step = new LinkedHashMap<String, Object>();
+        step.put("inputs", new ArrayList<Object>(Arrays.asList(tensorIn)));
+        step.put("expected", new ArrayList<Object>(Arrays.asList(tensorOut)));
+        Map<String, Object> kase = new LinkedHashMap<String, Object>();
+        kase.put("steps", new ArrayList<Object>(Arrays.asList(step)));
+        Map<String, Object> probe = new LinkedHashMap<String, Object>();
+        probe.put("schema_version", 1L);
+        probe.put("model", "digits");
+        probe.put("variant", "int8");
+        probe.put("artifact_sha256", entry.get("sha256"));
+        probe.put("cases", new ArrayList<Object>(Arrays.asList(kase)));
+        Map<String, Object> tol = new LinkedHashMap<String, Object>();
+        tol.put("min_cosine", 0.999);
+        tol.put("max_abs_error", 0.01);
+        probe.put("tolerance", tol);
+        byte[] blob = Json.canonical(probe);
+        registry.files.put("blobs/sha256/" + Codec.sha256Hex(blob), blob);
+        Map<String, Object> ref = new LinkedHashMap<String, Object>();
+        ref.put("path", "blobs/sha256/" + Codec.sha256Hex(blob));
+        ref.put("sha256", Codec.sha256Hex(blob));
+        ref.put("size", (long) blob.length);
+        entry.put("probe", ref);
+        return entry;
+    }
+
+    /** opencl miscomputes, vulkan does not exist here, cpu is right (unless told otherwise). */
+    static final class FakeRunner implements ModelRunner {
+        final List<String> loads = new ArrayList<String>();
+        volatile boolean cpuFaulty;
+
+        @Override public Session load(File model, final String backend, int threads, String precision) throws Exception {
+            loads.add(backend);
+            if (backend.equals("vulkan")) throw new BackendUnavailableException("no Vulkan driver");
+            final boolean faulty = backend.equals("opencl") || cpuFaulty;
+            return new Session() {
+                @Override public Map<String, Tensor> run(Map<String, Tensor> inputs, List<String> wanted) {
+                    assertEquals(Arrays.asList("y"), wanted);
+                    Map<String, Tensor> out = new LinkedHashMap<String, Tensor>();
+                    out.put("y", Tensor.ofFloats(new int[] {2}, faulty ? new float[] {2, 1} : new float[] {1, 2}));
+                    return out;
+                }
+
+                @Override public int[] inputShape(String name) { return null; }
+
+                @Override public void close() {}
+            };
+        }
+    }
+
+    @Test
+    void theSelfTestPicksTheFirstPassingBackendAndRemembersFailures() throws Exception {
+        Map<String, Object> e = withProbe(registry.blob(bytes(1000, 1), "1.0.0", "int8", Arrays.asList("opencl", "vulkan", "cpu")));
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        FakeRunner runner = new FakeRunner();
+        EdgeregClient client = builder(tmp).selfTest(true).runner(runner).build();
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertEquals("cpu", r.model().backend);
+        assertNotNull(r.model().probeFile);
+        assertEquals(Arrays.asList("opencl", "vulkan", "cpu"), runner.loads);
+        Map<?, ?> memory = (Map<?, ?>) Json.parse(Files.readAllBytes(new File(tmp, "selftest.json").toPath()));
+        assertTrue(memory.toString().contains("opencl"), memory.toString());
+        assertFalse(memory.toString().contains("vulkan"), "an unavailable backend is recorded nowhere");
+    }
+
+    @Test
+    void aModelFailingEveryBackendIsRefusedForGood() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        FakeRunner runner = new FakeRunner();
+        EdgeregClient client = builder(tmp).selfTest(true).runner(runner).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> e = withProbe(registry.blob(bytes(1000, 2), "1.1.0", "int8", Arrays.asList("opencl", "cpu")));
+        registry.manifest("digits", "mid", 6, e, null, null, null);
+        runner.cpuFaulty = true;
+        UpdateResult r = client.update("digits");
+        assertEquals("probe-failed", r.errorCode, r.toString());
+        assertEquals("1.0.0", r.version);
+        assertTrue(client.status("digits").refused.contains("1.1.0"));
+        int blobs = registry.count("GET blobs/");
+        runner.cpuFaulty = false;
+        UpdateResult again = client.update("digits");
+        assertEquals("bad-release", again.errorCode);
+        assertEquals(blobs, registry.count("GET blobs/"), "never downloaded again");
+    }
+
+    @Test
+    void aRejectionIsReportedButAConfirmationFlagsTheInstalledVersionsReport() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, "v1/reports");
+        FakeRunner runner = new FakeRunner();
+        EdgeregClient client = builder(tmp).selfTest(true).runner(runner).reporting(true, null).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> e = withProbe(registry.blob(bytes(1000, 2), "1.1.0", "int8", Arrays.asList("opencl", "cpu")));
+        registry.manifest("digits", "mid", 6, e, null, null, "v1/reports");
+        runner.cpuFaulty = true;
+        assertEquals("probe-failed", client.update("digits").errorCode);
+        assertTrue(client.confirm("digits", null));
+        client.flushReports(5000);
+        assertEquals(3, registry.reports.size());
+        String rejected = Codec.utf8(registry.reports.get(1));
+        assertTrue(rejected.contains("\"probe\":\"failed\"") && rejected.contains("\"version\":\"1.1.0\""), rejected);
+        assertTrue(rejected.contains("\"backends_skipped\":[\"opencl\",\"cpu\"]"), rejected);
+        String confirmed = Codec.utf8(registry.reports.get(2));
+        assertTrue(confirmed.contains("\"confirmed\":true") && confirmed.contains("\"version\":\"1.0.0\""), confirmed);
+    }
+
+    @Test
+    void unconfirmedInstallsAreRevertedAfterMaxStartsAndReportsFlow() throws Exception {
+        Map<String, Object> v1 = registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, v1, null, null, "v1/reports");
+        EdgeregClient client = builder(tmp).reporting(true, "ram8-8c").maxUnconfirmedStarts(2).build();
+        assertTrue(client.update("digits").ok());
+        assertTrue(client.appStarted().isEmpty());
+        client.recordInference("digits", 12.5);
+        assertTrue(client.confirm("digits", "1.0.0"));
+        Map<String, Object> v2 = registry.blob(bytes(1000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, v2, null, null, "v1/reports");
+        assertEquals("1.1.0", client.update("digits").version);
+        assertFalse(client.confirm("digits", "1.0.0"), "confirming the old version does not count");
+        assertTrue(client.appStarted().isEmpty());
+        assertTrue(client.appStarted().isEmpty());
+        List<AppStart> reverts = client.appStarted();
+        assertEquals(1, reverts.size());
+        assertEquals("1.1.0", reverts.get(0).version);
+        assertEquals("1.0.0", reverts.get(0).nowVersion);
+        assertEquals("1.0.0", client.current("digits").version);
+        assertTrue(client.status("digits").refused.contains("1.1.0"));
+        assertEquals("bad-release", client.update("digits").errorCode);
+        client.flushReports(5000);
+        List<String> bodies = new ArrayList<String>();
+        for (byte[] b : registry.reports) bodies.add(Codec.utf8(b));
+        assertTrue(bodies.size() >= 4, bodies.toString());
+        for (String b : bodies) assertTrue(dev.edgereg.internal.ReportCheck.check(Codec.utf8(b)) == null, "a valid report: " + b);
+        assertTrue(bodies.toString().contains("\"confirmed\":true"));
+        assertTrue(bodies.toString().contains("\"inference\":{\"count\":1,\"p50_ms\":12.5,\"p90_ms\":12.5,\"p99_ms\":12.5}"),
+                "the latency goes with the next report: " + bodies);
+        assertTrue(bodies.toString().contains("\"reverted\":true"));
+        assertTrue(registry.count("POST v1/reports") >= 4);
+    }
+
+    @Test
+    void aSourceAddressBindsEverySocketAndResumesToo() throws Exception {
+        byte[] model = bytes(150000, 4);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, "v1/reports");
+        EdgeregClient client = builder(tmp).sourceAddress(java.net.InetAddress.getByName("127.0.0.9")).reporting(true, null).build();
+        registry.cutNextBlobAt.set(40000);
+        assertEquals("transport", client.update("digits").errorCode);
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertTrue(r.notModified, "If-None-Match over the raw socket too");
+        assertArrayEquals(model, Files.readAllBytes(r.model().file.toPath()));
+        client.flushReports(5000);
+        assertEquals(1, registry.count("POST v1/reports"));
+        assertEquals(java.util.Collections.singleton("127.0.0.9"), registry.peers);
+    }
+
+    @Test
+    void aConfirmationInAnotherProcessResendsTheInstallsReport() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, "v1/reports");
+        EdgeregClient worker = builder(tmp).reporting(true, "ram8-8c").build();
+        assertTrue(worker.update("digits").ok());
+        worker.close(5000);
+        EdgeregClient app = builder(tmp).reporting(true, "ram8-8c").build(); // a new process, the same cache
+        assertTrue(app.confirm("digits", "1.0.0"));
+        app.flushReports(5000);
+        assertEquals(2, registry.reports.size());
+        String first = Codec.utf8(registry.reports.get(0));
+        String second = Codec.utf8(registry.reports.get(1));
+        assertTrue(second.contains("\"confirmed\":true"), second);
+        assertEquals(first.replace("\"confirmed\":false", "\"confirmed\":true"), second, "the same report, one flag set");
+    }
+
+    @Test
+    void aShippedReleaseInstallsOfflineDespiteItsExpiry() throws Exception {
+        byte[] model = bytes(2000, 9);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        File shipped = new File(tmp, "shipped");
+        File blobs = new File(shipped, "blobs");
+        blobs.mkdirs();
+        Files.write(new File(shipped, "manifest.json").toPath(), registry.files.get("manifests/digits/mid.json"));
+        Files.write(new File(blobs, (String) e.get("sha256")).toPath(), model);
+        registry.close();
+        EdgeregClient client = builder(new File(tmp, "cache"))
+                .bundled("digits", BundledRelease.fromFiles(new File(shipped, "manifest.json"), blobs))
+                .clock(() -> Codec.parseTime("2030-01-01T00:00:00Z")).build();
+        UpdateResult now = client.current("digits");
+        assertEquals("1.0.0", now.version, now.toString());
+        assertTrue(now.bundled);
+        UpdateResult offline = client.update("digits");
+        assertEquals("transport", offline.errorCode);
+        assertEquals("1.0.0", offline.version, "offline, the installed model stays");
+    }
+}

@@ -1,0 +1,269 @@
+"""`edgereg validate`, `schema`, `build`, `summary` and `dvc sync`: models.toml and the build."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from edgereg import config as config_module
+from edgereg._files import atomic_write
+from edgereg.cli._common import (
+    build_dir,
+    build_dir_option,
+    config_option,
+    handle_errors,
+    no_such_model,
+    print_note,
+    print_result,
+    stage_reporter,
+    stderr,
+    warn_if_dvc_yaml_stale,
+)
+from edgereg.errors import ConfigError, EdgeregError, ExitCode
+
+
+@click.command()
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def validate(config_path: Path, as_json: bool) -> None:
+    """Check models.toml and show which variant each tier gets."""
+    config = config_module.load(config_path)
+    warn_if_dvc_yaml_stale(config)
+    resolution = {name: config.tier_variants(name) for name in config.models}
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "valid": True,
+                    "notes": config.notes(),
+                    "tiers": {
+                        model: {
+                            tier: {"variant": variant, "fallback": fell_back}
+                            for tier, (variant, fell_back) in tiers.items()
+                        }
+                        for model, tiers in resolution.items()
+                    },
+                    "bundles": {
+                        name: {"version": bundle.version, "models": list(bundle.models)}
+                        for name, bundle in config.bundles.items()
+                    },
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"{config_path}: valid")
+    table.add_column("model")
+    table.add_column("version")
+    for tier in config.tiers:
+        table.add_column(f"tier {tier}")
+    for name, model in config.models.items():
+        cells = [
+            f"{variant} (fallback)" if fell_back else variant
+            for variant, fell_back in resolution[name].values()
+        ]
+        table.add_row(name, model.version, *cells)
+    Console().print(table)
+    for name, bundle in config.bundles.items():
+        print_result(f"bundle {name} {bundle.version}: {', '.join(bundle.models)} (one rollout)")
+    for text in config.notes():
+        print_note(f"note: {text}")
+
+
+@click.command()
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write to this file instead of standard output.",
+)
+@handle_errors
+def schema(out: Path | None) -> None:
+    """Print the JSON Schema of models.toml."""
+    text = json.dumps(config_module.json_schema(), indent=2) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise EdgeregError(
+                f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
+            ) from exc
+
+
+@click.command()
+@click.argument("model")
+@click.argument("variant")
+@config_option
+@click.option(
+    "--out",
+    "out_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Outputs go to OUT/MODEL/VARIANT/. Default: build/ next to models.toml.",
+)
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Benchmark iterations.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@handle_errors
+def build(
+    model: str,
+    variant: str,
+    config_path: Path,
+    out_root: Path | None,
+    iterations: int,
+    as_json: bool,
+) -> None:
+    """Build, verify, evaluate, gate and benchmark one variant."""
+    from edgereg.build.variant import BenchSettings, build_variant
+
+    config = config_module.load(config_path)
+    _require_variant(config, model, variant)
+    warn_if_dvc_yaml_stale(config)
+    with stage_reporter(f"{model}/{variant}") as on_stage:
+        result = build_variant(
+            config,
+            model,
+            variant,
+            build_dir(out_root, config),
+            bench=BenchSettings(iterations=iterations),
+            on_stage=on_stage,
+        )
+    if as_json:
+        click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
+        return
+    print_result(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
+
+
+@click.command()
+@config_option
+@build_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@handle_errors
+def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
+    """Table of every built variant: tier, size, accuracy, recall, latency."""
+    from edgereg.build.summary_rows import summary_rows
+
+    config = config_module.load(config_path)
+    stale = warn_if_dvc_yaml_stale(config)
+    rows = summary_rows(config, build_dir(out_root, config))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="edgereg build summary")
+    for title in ("model", "variant", "tier"):
+        table.add_column(title)
+    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
+        table.add_column(title, justify="right")
+    table.add_column("status")
+    for row in rows:
+        status = row["status"]
+        table.add_row(
+            row["model"],
+            row["variant"],
+            row["tier"],
+            _number(row.get("size_mb"), "{:.3f}"),
+            row.get("metric") or "-",
+            _number(row.get("value"), "{:.4f}"),
+            _points(row.get("change")) if row.get("baseline") is not None else "vs ref",
+            _number(row.get("min_cosine"), "{:.5f}"),
+            _number(row.get("min_snr_db"), "{:.1f}"),
+            _number(row.get("p50_ms"), "{:.3f}"),
+            status,
+        )
+    Console(width=max(Console().width, 120)).print(table)
+    stderr.print(
+        "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
+        "on the labels, in percentage points (vs ref: the metric compares with the reference "
+        "itself); cosine, SNR: worst output against the reference."
+    )
+    for row in rows:
+        if row.get("failed"):
+            # Plain text: gate names hold brackets ("min_cosine[logits]") rich would eat.
+            click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
+            if row.get("hint"):
+                click.echo("  " + row["hint"].replace("\n", "\n  "))
+    if any(row["status"] == "failed" for row in rows):
+        stderr.print(
+            "Failed variants keep their numbers: fix what the gate names (see `edgereg build "
+            "MODEL VARIANT` for the hint), then `dvc repro`."
+        )
+    if any(row["status"] not in ("built", "failed") for row in rows):
+        fix = "`edgereg dvc sync`, then `dvc repro`" if stale else "`dvc repro`"
+        stderr.print(f"Some variants are not built or stale: run {fix}.")
+
+
+def _number(value: float | None, template: str) -> str:
+    return "-" if value is None else template.format(value)
+
+
+def _points(value: float | None) -> str:
+    """A fraction as signed percentage points (0.0123 -> +1.23 pp)."""
+    if value is None:
+        return "-"
+    points = round(value * 100, 2) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return f"{points:+.2f} pp"
+
+
+@click.group()
+def dvc() -> None:
+    """Keep dvc.yaml in step with models.toml."""
+
+
+@dvc.command("sync")
+@config_option
+@click.option("--check", is_flag=True, help="Exit 1 when dvc.yaml is stale; write nothing.")
+@click.option(
+    "--out",
+    "dvc_yaml",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="dvc.yaml to write (default: next to models.toml).",
+)
+@handle_errors
+def dvc_sync(config_path: Path, check: bool, dvc_yaml: Path | None) -> None:
+    """Write dvc.yaml: one stage per (model, variant)."""
+    from edgereg.build.dvc import render_dvc_yaml
+
+    config = config_module.load(config_path)
+    target = dvc_yaml or config.root / "dvc.yaml"
+    text = render_dvc_yaml(config)
+    current = target.read_text(encoding="utf-8") if target.exists() else None
+    if check:
+        if current != text:
+            stderr.print(
+                f"{target} is stale against {config_path}; run `edgereg dvc sync` and commit it.",
+                markup=False,
+                soft_wrap=True,
+            )
+            sys.exit(ExitCode.ERROR)
+        print_result(f"{target} is up to date")
+        return
+    if current == text:
+        print_result(f"{target} is up to date")
+        return
+    atomic_write(target, text)
+    print_result(f"wrote {target}")
+
+
+def _require_variant(config: config_module.Config, model: str, variant: str) -> None:
+    if model not in config.models:
+        raise no_such_model(config, model)
+    if variant not in config.models[model].variants:
+        raise ConfigError(
+            f"model '{model}' has no variant '{variant}'; variants: "
+            f"{', '.join(config.models[model].variants)}",
+            file=str(config.path),
+        )

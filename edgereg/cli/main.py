@@ -1,0 +1,91 @@
+"""The edgereg command line: parse, call the library, print.
+
+Results go to stdout, diagnostics to stderr; the exit codes are
+:class:`edgereg.errors.ExitCode` (docs/reference/exit-codes.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import ClassVar
+
+import click
+
+from edgereg import __version__
+from edgereg.cli._common import (
+    add_global_options,
+    exit_codes_help,
+    stderr,
+)
+
+
+class _LazyGroup(click.Group):
+    """Every command, one module per family in this package, imported only when asked for.
+
+    `edgereg build` (run once per DVC stage) should not pay for importing the
+    client SDK, the server or the report renderer.
+    """
+
+    LAZY: ClassVar[dict[str, str]] = {
+        "add": "edgereg.cli.onboard:add_command",
+        "analyze": "edgereg.cli.analyze:analyze_command",
+        "build": "edgereg.cli.build:build",
+        "dvc": "edgereg.cli.build:dvc",
+        "history": "edgereg.cli.release:history",
+        "init": "edgereg.cli.onboard:init_command",
+        "keys": "edgereg.cli.keys:keys",
+        "pause": "edgereg.cli.release:pause",
+        "promote": "edgereg.cli.release:promote",
+        "publish": "edgereg.cli.release:publish",
+        "pull": "edgereg.cli.pull:pull_command",
+        "report": "edgereg.cli.buildreport:report_command",
+        "resign": "edgereg.cli.release:resign",
+        "resume": "edgereg.cli.release:resume",
+        "rollback": "edgereg.cli.release:rollback",
+        "rollout": "edgereg.cli.release:rollout",
+        "schema": "edgereg.cli.build:schema",
+        "serve": "edgereg.cli.serve:serve_command",
+        "status": "edgereg.cli.release:status",
+        "summary": "edgereg.cli.build:summary",
+        "toolchain": "edgereg.cli.toolchain:toolchain_group",
+        "validate": "edgereg.cli.build:validate",
+        "verify": "edgereg.cli.release:verify",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            module, attribute = self.LAZY[cmd_name].split(":")
+            lazy: click.Command = getattr(importlib.import_module(module), attribute)
+            self.add_command(lazy, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        return None if command is None else add_global_options(command)
+
+
+MAIN_HELP = f"""Build MNN model variants per device tier and ship them to apps.
+
+Results go to stdout, progress, notes and warnings to stderr. -v, -q and --json
+work before or after the command (`edgereg status -q`). Commands find models.toml
+in the working directory or the nearest parent, up to the repository root.
+
+{exit_codes_help()}
+
+Shell completion: eval "$(_EDGEREG_COMPLETE=bash_source edgereg)" (or
+zsh_source, fish_source).
+"""
+
+
+@click.group(
+    cls=_LazyGroup, help=MAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.version_option(__version__, prog_name="edgereg")
+@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only results and errors.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON for scripts (commands that have --json)."
+)
+def main(verbose: bool, quiet: bool, as_json: bool) -> None:
+    """The edgereg command group (its help is MAIN_HELP, which holds the exit codes)."""
+    stderr.quiet = quiet

@@ -1,0 +1,707 @@
+"""The Python reference's device program: one device, driven by JSON lines on stdin/stdout.
+
+``python -m edgereg.client.device`` reads one JSON request per line and
+answers each with one JSON line (docs/reference/device-program.md). The same
+tests and the fleet simulator drive the JVM and Swift clients through their
+own device programs, so every op here goes through the public
+:mod:`edgereg.client` facade only, as an app would.
+
+Stdout carries the answers and nothing else: file descriptor 1 is pointed at
+stderr at start (MNN and any stray print write there), and the answers go to
+a private copy of the original stdout.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import http.client
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from edgereg import __version__
+from edgereg.client import (
+    BackendUnavailableError,
+    BlobCheck,
+    BundledRelease,
+    Client,
+    Conditions,
+    DownloadPolicy,
+    FetchResult,
+    Rejected,
+    Reporter,
+    SelfTest,
+    Status,
+    TrustedKeys,
+    decide,
+)
+from edgereg.protocol import strict_json_loads
+from edgereg.protocol.contract import BlobRef
+from edgereg.protocol.decision import AppFacts
+from edgereg.protocol.errors import EdgeregError
+from edgereg.protocol.fields import RuntimeHints, TierRules
+from edgereg.protocol.rules import DeviceProfile, explain_tier
+from edgereg.protocol.wire import BundleEntry, ManifestEntry
+
+__all__ = ["HostModelRunner", "main"]
+
+_log = logging.getLogger("edgereg.client.device")
+
+_NUMPY_DTYPES: Mapping[str, str] = {
+    "float32": "<f4",
+    "float16": "<f2",
+    "int8": "i1",
+    "uint8": "u1",
+    "int32": "<i4",
+    "int64": "<i8",
+    "bool": "?",
+}
+
+
+class UsageError(Exception):
+    """The harness misused the program (unknown op, missing argument): ``ok: false``."""
+
+
+# --- the model runner: a host process that runs real MNN -----------------------------
+
+
+class _HostSession:
+    def __init__(self, runner: HostModelRunner, session: str, shapes: Mapping[str, Any]) -> None:
+        self._runner = runner
+        self._session = session
+        self._shapes = {
+            str(name): tuple(int(d) for d in shape)
+            for name, shape in shapes.items()
+            if isinstance(shape, list)
+        }
+
+    def input_shapes(self) -> Mapping[str, tuple[int, ...]]:
+        return self._shapes
+
+    def run(self, feeds: Mapping[str, Any]) -> Mapping[str, Any]:
+        import numpy as np
+
+        inputs = {}
+        for name, array in feeds.items():
+            value = np.asarray(array)
+            dtype = value.dtype.name if value.dtype.name in _NUMPY_DTYPES else "float32"
+            data = np.ascontiguousarray(value, dtype=_NUMPY_DTYPES[dtype]).tobytes()
+            inputs[name] = {
+                "dtype": dtype,
+                "shape": list(value.shape),
+                "data": base64.b64encode(data).decode("ascii"),
+            }
+        answer = self._runner.ask({"op": "run", "session": self._session, "inputs": inputs})
+        if "error" in answer:
+            raise RuntimeError(f"the model runner failed the run: {answer['error']}")
+        outputs: dict[str, Any] = {}
+        for name, tensor in dict(answer.get("outputs") or {}).items():
+            raw = base64.b64decode(tensor["data"])
+            layout = np.dtype(_NUMPY_DTYPES[tensor["dtype"]])
+            outputs[str(name)] = np.frombuffer(raw, dtype=layout).reshape(tensor["shape"])
+        return outputs
+
+
+class HostModelRunner:
+    """A :class:`~edgereg.client.BackendRunner` over a runner process speaking JSON lines.
+
+    The app's model runner, played in tests by ``tests/hostrunner.py`` on this
+    machine's real MNN. One process, started at the first load and kept.
+
+    Args:
+        command: The runner's command line.
+    """
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self.command = list(command)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._open: list[str] = []
+
+    def ask(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request and read its answer; a dead or garbled runner is a RuntimeError."""
+        with self._lock:
+            process = self._start()
+            assert process.stdin is not None
+            assert process.stdout is not None
+            try:
+                process.stdin.write(json.dumps(request).encode() + b"\n")
+                process.stdin.flush()
+                line = process.stdout.readline()
+            except OSError as exc:
+                raise RuntimeError(f"the model runner is gone: {exc}") from exc
+            if not line:
+                raise RuntimeError(f"the model runner exited ({process.poll()})")
+            try:
+                answer = json.loads(line)
+            except ValueError as exc:
+                raise RuntimeError(f"the model runner answered {line[:80]!r}") from exc
+            if not isinstance(answer, dict):
+                raise RuntimeError(f"the model runner answered {line[:80]!r}")
+            return answer
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr
+            )
+        return self._process
+
+    def load(
+        self,
+        artifact: Path,
+        backend: str,
+        runtime: RuntimeHints,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+    ) -> _HostSession:
+        """Load ``artifact`` on ``backend`` in the runner process.
+
+        Raises:
+            BackendUnavailableError: the runner says this device has no such backend.
+            RuntimeError: the runner could not load it.
+        """
+        # The self-test tries backends one after another: the previous session is done.
+        while self._open:
+            self.ask({"op": "close", "session": self._open.pop()})
+        answer = self.ask(
+            {
+                "op": "load",
+                "model": str(artifact),
+                "backend": backend,
+                "threads": runtime.threads,
+                "precision": runtime.precision,
+            }
+        )
+        if answer.get("unavailable"):
+            raise BackendUnavailableError(str(answer.get("error", f"no {backend} here")))
+        if "error" in answer or not isinstance(answer.get("session"), str):
+            raise RuntimeError(f"the model runner could not load it: {answer.get('error')}")
+        self._open.append(answer["session"])
+        return _HostSession(self, answer["session"], dict(answer.get("input_shapes") or {}))
+
+    def close(self) -> None:
+        """Stop the runner process."""
+        if self._process is not None and self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        self._open.clear()
+
+
+class _NoRunner:
+    """An app that gave the client no model runner: no backend loads (the self-test fails)."""
+
+    def load(
+        self,
+        artifact: Path,
+        backend: str,
+        runtime: RuntimeHints,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+    ) -> _HostSession:
+        raise RuntimeError("this device program was configured without a model runner")
+
+
+# --- requests -------------------------------------------------------------------------
+
+
+def _arg(request: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in request:
+        raise UsageError(f"missing argument {name!r}")
+    value = request[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+        raise UsageError(f"argument {name!r} has the wrong type: {value!r}")
+    return value
+
+
+def _opt(request: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if request.get(name) is None:
+        return None
+    return _arg(request, name, kind)
+
+
+def _number(request: Mapping[str, Any], name: str, default: int) -> Any:
+    value = _opt(request, name, (int, float))
+    return default if value is None else value
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _time(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UsageError(f"not an RFC 3339 time: {text!r}") from exc
+    if when.tzinfo is None:
+        raise UsageError(f"an RFC 3339 time needs its offset: {text!r}")
+    return when
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise UsageError(f"not base64: {exc}") from exc
+
+
+def _entry_json(entry: ManifestEntry) -> dict[str, Any]:
+    return {
+        "version": entry.version,
+        "variant": entry.variant,
+        "sha256": entry.sha256,
+        "size": entry.size,
+    }
+
+
+def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A conformance vector's ``input`` decided, in the shape of its ``expected``."""
+    device = vector["device"]
+    try:
+        decision = decide(
+            _b64(vector["manifest"]),
+            trusted=TrustedKeys.from_pems(vector["trusted_keys"]),
+            model=vector["model"],
+            tier=vector["tier"],
+            device_id=device["device_id"],
+            app_mnn_runtime=device.get("mnn_runtime"),
+            highest_seen_sequence=vector.get("highest_seen_sequence"),
+            now=_time(vector["now"]),
+            app=AppFacts(
+                app_version=device.get("app_version"),
+                os=device.get("os"),
+                os_version=device.get("os_version"),
+            ),
+            bundle=bool(vector.get("bundle", False)),
+        )
+    except Rejected as exc:
+        return {"accept": False, "reason": exc.reason}
+    entry = decision.entry
+    chosen: dict[str, Any] | None
+    if entry is None:
+        chosen = None
+    elif isinstance(entry, BundleEntry):
+        members = {name: _entry_json(m) for name, m in sorted(entry.members.items())}
+        chosen = {"version": entry.version, "members": members}
+    else:
+        chosen = _entry_json(entry)
+    return {
+        "accept": True,
+        "entry": chosen,
+        "is_candidate": decision.is_candidate,
+        "runtime_fallback": decision.runtime_fallback,
+        "fallback": decision.fallback,
+        "sequence": decision.sequence,
+    }
+
+
+def check_blob_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A blob vector's ``input`` (rules 13-14) fed to the client's blob check."""
+    ref = BlobRef.of(vector["entry"]["sha256"], vector["entry"]["size"])
+    check = BlobCheck(ref)
+    try:
+        check.expect(vector.get("content_length"))
+        check.update(_b64(vector["body"]))
+        check.finish()
+    except Rejected as exc:
+        return {"accept": False, "reason": exc.reason}
+    return {"accept": True}
+
+
+def check_json(data: bytes) -> bool:
+    """Whether the protocol's strict JSON parser takes these bytes."""
+    try:
+        strict_json_loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _result(result: FetchResult | None) -> dict[str, Any]:
+    if result is None:
+        return {
+            "ok": True,
+            "error_code": None,
+            "error": None,
+            "version": None,
+            "is_candidate": False,
+            "updated": False,
+            "not_modified": False,
+            "runtime_fallback": False,
+            "fallback": None,
+            "deferred": None,
+            "bundled": False,
+            "downloaded_bytes": 0,
+            "members": {},
+        }
+    return {
+        "ok": result.error_code is None,
+        "error_code": result.error_code,
+        "error": result.error,
+        "version": result.version,
+        "is_candidate": result.is_candidate,
+        "updated": result.updated,
+        "not_modified": result.not_modified,
+        "runtime_fallback": result.runtime_fallback,
+        "fallback": result.fallback,
+        "deferred": result.deferred,
+        "bundled": result.bundled,
+        "downloaded_bytes": result.downloaded_bytes,
+        "members": {
+            name: {
+                "version": m.version,
+                "variant": m.variant,
+                "sha256": m.sha256,
+                "path": str(m.path),
+                "backend": m.backend,
+            }
+            for name, m in sorted(result.members.items())
+        },
+    }
+
+
+def _unit_json(record: Mapping[str, Any] | None, kind: str, name: str) -> dict[str, Any] | None:
+    """An ``installed.json`` record (docs/protocol.md §8) as ``{version, members}``."""
+    if not isinstance(record, Mapping):
+        return None
+    if kind == "model":
+        members = {name: record}
+        version = record.get("version")
+    else:
+        members = dict(record.get("members") or {})
+        version = record.get("version")
+    return {
+        "version": version,
+        "members": {
+            str(n): {"version": m.get("version"), "sha256": m.get("sha256")}
+            for n, m in sorted(members.items())
+            if isinstance(m, Mapping)
+        },
+    }
+
+
+def _status(client: Client, status: Status) -> dict[str, Any]:
+    try:
+        pointers = json.loads((Path(client.cache.root) / "installed.json").read_bytes())
+    except (OSError, ValueError):
+        pointers = {}
+    table = "bundles" if client.is_bundle else "models"
+    record = (pointers.get(table) or {}).get(client.unit) if isinstance(pointers, dict) else None
+    installed = None
+    if status.version is not None:
+        installed = {
+            "version": status.version,
+            "members": {
+                n: {"version": m.version, "sha256": m.sha256}
+                for n, m in sorted(status.members.items())
+            },
+        }
+    previous = record.get("previous") if isinstance(record, Mapping) else None
+    pending = status.pending
+    return {
+        "installed": installed,
+        "last_good": _unit_json(previous, client.kind, client.unit),
+        "pending": None
+        if pending is None
+        else {
+            "version": pending.version,
+            "is_candidate": pending.is_candidate,
+            "deferred": pending.deferred,
+            "total_bytes": pending.total_bytes,
+            "remaining_bytes": pending.remaining_bytes,
+        },
+        "last_error_code": None if status.last_error is None else status.last_error.code,
+        "refused": sorted(status.bad_releases),
+        "ready": status.ready,
+    }
+
+
+class _CountingReporter:
+    """Counts the reports the client hands to its reporter (what ``flush`` says it sent)."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.count = 0
+        for name in ("installed", "confirmed", "reverted", "summary"):
+            setattr(reporter, name, self._counted(getattr(reporter, name)))
+
+    def _counted(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            report = send(*args, **kwargs)
+            if report is not None:
+                self.count += 1
+            return report
+
+        return counted
+
+
+def _bind_sockets(address: str | None) -> None:
+    """Make every HTTP connection of this process leave from ``address`` (one device each)."""
+    plain: type[http.client.HTTPConnection] = _PLAIN_HTTP
+
+    if address is None:
+        http.client.HTTPConnection = plain  # type: ignore[misc]
+        return
+
+    class Bound(plain):  # type: ignore[valid-type, misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("source_address", (address, 0))
+            super().__init__(*args, **kwargs)
+
+    http.client.HTTPConnection = Bound  # type: ignore[misc]
+
+
+_PLAIN_HTTP = http.client.HTTPConnection
+
+
+class Device:
+    """One device: the client configured last, its clock, its runner."""
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self.now: datetime | None = None
+        self.runner: HostModelRunner | None = None
+        self.reports: _CountingReporter | None = None
+
+    def clock(self) -> datetime:
+        return self.now if self.now is not None else datetime.now().astimezone()
+
+    def need(self) -> Client:
+        if self.client is None:
+            raise UsageError("configure the device first")
+        return self.client
+
+    def handle(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        if handler is None:
+            raise UsageError(f"unknown op {op!r}")
+        result: dict[str, Any] = handler(request)
+        return result
+
+    # -- ops --------------------------------------------------------------------------
+
+    def op_hello(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"client": "python", "sdk_version": __version__}
+
+    def op_decide(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(decide_vector, _arg(request, "vector", dict))
+
+    def op_check_blob(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_blob_vector, _arg(request, "vector", dict))
+
+    def op_check_json(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"valid": check_json(_b64(_arg(request, "data", str)))}
+
+    def op_configure(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.close()
+        registry = _arg(request, "registry", str)
+        pems = _arg(request, "trusted_keys", list)
+        cache_dir = Path(_arg(request, "cache_dir", str))
+        unit = _arg(request, "unit", str)
+        bundle = bool(_opt(request, "bundle", bool))
+        raw_device = _arg(request, "device", dict)
+        tier = _opt(request, "tier", str)
+        raw_tiers = _opt(request, "tiers", dict)
+        policy_args = _opt(request, "policy", dict) or {}
+        runner_args = _opt(request, "runner", dict)
+        bundled_args = _opt(request, "bundled", dict)
+        now = _opt(request, "now", str)
+        try:
+            known = {k: v for k, v in raw_device.items() if v is not None}
+            device = DeviceProfile.model_validate({"ram_mb": 0, "cpu_cores": 1, **known})
+            trusted = TrustedKeys.from_pems([str(p).encode() for p in pems])
+            tiers = (
+                None
+                if raw_tiers is None
+                else {name: TierRules.model_validate(rules) for name, rules in raw_tiers.items()}
+            )
+            policy = DownloadPolicy(**policy_args)
+            bundled = None
+            if bundled_args is not None:
+                bundled = BundledRelease(
+                    manifest=Path(bundled_args["manifest"]).read_bytes(),
+                    blobs_dir=Path(bundled_args["blobs_dir"]),
+                )
+        except (ValueError, TypeError, KeyError, OSError, EdgeregError) as exc:
+            raise UsageError(f"bad configuration: {exc}") from exc
+        self.now = None if now is None else _time(now)
+        self_test: bool | SelfTest = False
+        if request.get("self_test"):
+            if runner_args is not None:
+                self.runner = HostModelRunner([str(a) for a in _arg(runner_args, "command", list)])
+            self_test = SelfTest(cache_dir, runner=self.runner or _NoRunner())
+        _bind_sockets(_opt(request, "source_address", str))
+        try:
+            client = Client(
+                registry,
+                trusted,
+                cache_dir,
+                model=None if bundle else unit,
+                bundle=unit if bundle else None,
+                device=device,
+                tier=tier,
+                tiers=tiers,
+                app_version=_opt(request, "app_version", str),
+                policy=policy,
+                bundled=bundled,
+                self_test=self_test,
+                reporting=request.get("reporting", True) is not False,
+                device_class=_opt(request, "device_class", str),
+                max_unconfirmed_starts=_number(request, "max_unconfirmed_starts", 3),
+                timeout=float(_number(request, "timeout_s", 30)),
+                deadline=float(_number(request, "deadline_s", 600)),
+                min_rate=int(_number(request, "min_rate", 1024)),
+                clock=self.clock,
+            )
+        except (ValueError, TypeError, EdgeregError) as exc:
+            raise UsageError(f"the client refused the configuration: {exc}") from exc
+        self.client = client
+        self.reports = _CountingReporter(client.reporter)
+        if tier is not None:
+            why = "given by the app"
+        else:
+            assert tiers is not None
+            why = "; ".join(explain_tier(tiers, device))
+        return {"tier": client.tier, "tier_reason": why}
+
+    def op_set_clock(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.now = _time(_arg(request, "now", str))
+        return {}
+
+    def op_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        client = self.need()
+        raw = _opt(request, "conditions", dict)
+        conditions = (
+            Conditions(metered=False, charging=True)
+            if raw is None
+            else Conditions(metered=raw.get("metered"), charging=raw.get("charging"))
+        )
+        return _result(client.fetch(conditions))
+
+    def op_current(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _result(self.need().current())
+
+    def op_status(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        client = self.need()
+        return _status(client, client.status())
+
+    def op_app_started(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        revert = self.need().app_started()
+        if revert is None:
+            return {"reverted": False, "version": None, "reason": None}
+        return {"reverted": True, "version": revert.version, "reason": revert.reason}
+
+    def op_confirm(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"confirmed": self.need().confirm(_opt(request, "version", str))}
+
+    def op_record_inference(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.need().record_inference(
+            float(_arg(request, "ms", (int, float))), _opt(request, "model", str)
+        )
+        return {}
+
+    def op_revert(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        client = self.need()
+        reason = _opt(request, "reason", str) or "reverted by the app"
+        return _result(client.revert(reason))
+
+    def op_flush(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        client = self.need()
+        client.reporter.retry_pending()
+        client.close()
+        sent = 0
+        if self.reports is not None:
+            sent, self.reports.count = self.reports.count, 0
+        return {"sent": sent}
+
+    def op_quit(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.runner is not None:
+            self.runner.close()
+        self.client = self.runner = self.reports = None
+
+
+def _vector(
+    run: Callable[[Mapping[str, Any]], dict[str, Any]], vector: Mapping[str, Any]
+) -> dict[str, Any]:
+    try:
+        return run(vector)
+    except UsageError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"not a vector input: {exc!r}") from exc
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    while True:
+        line = stream.readline()
+        if not line:
+            return
+        if line.strip():
+            yield line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve requests from stdin until ``quit`` or end of input; return the exit status."""
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="device %(levelname)s %(name)s: %(message)s"
+    )
+    # Answers go to a private copy of stdout; fd 1 becomes stderr, so nothing
+    # else (MNN's C++ prints, a stray print) can corrupt the JSON lines.
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    device = Device()
+    try:
+        for line in _lines(sys.stdin.buffer):
+            answer, done = _answer(device, line)
+            out.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+            if done:
+                break
+    finally:
+        device.close()
+        out.close()
+    return 0
+
+
+def _answer(device: Device, line: bytes) -> tuple[dict[str, Any], bool]:
+    request_id: Any = None
+    try:
+        request = json.loads(line)
+        if not isinstance(request, dict):
+            raise UsageError("a request is a JSON object")
+        request_id = request.get("id")
+        result = device.handle(request)
+        return {"id": request_id, "ok": True, "result": result}, request.get("op") == "quit"
+    except UsageError as exc:
+        message = str(exc)
+    except ValueError as exc:
+        message = f"not a JSON request: {exc}"
+    except Exception as exc:  # the program never dies on a request; the harness sees why
+        _log.exception("op failed")
+        message = f"{type(exc).__name__}: {exc}"
+    return {"id": request_id, "ok": False, "error": {"message": message}}, False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,903 @@
+"""One harness for every client: the same live scenarios through each client's device program.
+
+Each test runs once per client named in ``EDGEREG_CLIENTS`` (the Python
+reference, the JVM library, the Swift package; tests/devicekit.py) against a
+real ``edgereg serve`` child process over a registry published with the
+project's own commands (the tiny built project: real MNN models with their
+golden probes, a bundle) or its library (``Registry.publish`` with blobs of
+random bytes, for scenarios that need sizes and versions the models do not
+have). Every scenario asserts one normalized outcome (error code, version,
+candidate or not, each member's version and digest, the status) computed
+from what the registry signed, so every client must end in the same state
+with the same reason codes.
+
+The model runner of the self-test is tests/hostrunner.py: real MNN on this
+machine, with a faulty or missing GPU played on top of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import devicekit
+import pytest
+from devicekit import DeviceProgram, hostrunner
+from registrykit import PUBLIC_KEY_FILE, Site, add_table, ok
+from servekit import _release, serve, serve_process
+
+from edgereg.protocol.rules import in_cohort
+from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
+from edgereg.registry import Registry, manifest_key
+from edgereg.reports import ReportStore, open_store
+from edgereg.signing import Signer, generate_key, key_id
+from edgereg.storage import open_storage
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "tests" / "vectors"
+MNN_VERSION = importlib.metadata.version("MNN")
+BUNDLE = "kit"
+BUNDLE_TABLE = f"""
+[bundles.{BUNDLE}]
+version = "1.0.0"
+models = ["vision", "sensor"]
+"""
+#: models.toml's [tiers] of the built project, best first.
+TIERS = {"high": {"min_ram_mb": 6144, "min_cpu_cores": 8}, "mid": {"min_ram_mb": 3072}, "low": {}}
+SIZES = {"high": 300_000, "mid": 120_000, "low": 40_000}
+
+
+# --- registries --------------------------------------------------------------------------
+
+
+@dataclass
+class LibRegistry:
+    """A registry published with the library: one model, blobs of random bytes per tier."""
+
+    root: Path
+    model: str = "digits"
+    signer: Signer = field(default_factory=lambda: Signer.from_pem(generate_key()[0]))
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(open_storage(str(self.root)))
+
+    @property
+    def pem(self) -> str:
+        return self.signer.public_pem().decode()
+
+    def publish(self, version: str, percent: float | None = None) -> Manifest:
+        """Publish ``version``: the first release --full, later ones as a canary at ``percent``."""
+        staging = self.root.parent / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        prepared, _ = _release(self.model, version, SIZES, staging, seed=version)
+        first = not self.registry.versions(self.model)
+        self.registry.publish(
+            prepared,
+            signer=self.signer,
+            percent=None if first else percent,
+            full=first,
+            actor="harness@tests",
+            expires_days=30,
+            # Devices report to the server's endpoint (docs/protocol.md §11-§12).
+            report_url="v1/reports",
+        )
+        return self.manifest()
+
+    def manifest(self, tier: str = "high") -> Manifest:
+        return self.registry.read_manifest(self.model, tier)
+
+    def manifest_file(self, tier: str = "high") -> Path:
+        return self.root / manifest_key(self.model, tier)
+
+    def blob_file(self, sha256: str) -> Path:
+        return self.root / "blobs" / "sha256" / sha256
+
+
+@pytest.fixture
+def lib(tmp_path: Path) -> LibRegistry:
+    reg = LibRegistry(tmp_path / "lib" / "registry")
+    reg.publish("1.0.0")
+    return reg
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Iterator[ReportStore]:
+    """The report store behind the server's ``POST /v1/reports``."""
+    with open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store:
+        yield store
+
+
+@pytest.fixture
+def lib_url(lib: LibRegistry, reports: ReportStore) -> Iterator[str]:
+    """``edgereg serve``'s server (in a thread: a process start per test is too slow)."""
+    with serve(f"file://{lib.root}", reports=reports) as url:
+        yield url + "/"
+
+
+def arms(store: ReportStore, unit: str, **want: int) -> dict[tuple[str, str], dict[str, int]]:
+    """What the devices reported, per (arm, version): the counts named in ``want``."""
+    deadline = time.monotonic() + 10
+    while True:
+        found: dict[tuple[str, str], dict[str, int]] = {
+            (s.arm, s.version): {name: getattr(s, name) for name in want}
+            for s in store.summaries(unit)
+        }
+        if time.monotonic() > deadline or want in found.values():
+            return found
+        time.sleep(0.1)
+
+
+@dataclass
+class Project:
+    """The built tiny project (real MNN models, probes) as the current directory, and its server."""
+
+    site: Site
+    url: str = ""
+
+    @property
+    def pem(self) -> str:
+        return (self.site.root / PUBLIC_KEY_FILE).read_text()
+
+    @property
+    def registry_root(self) -> Path:
+        return self.site.root / "registry"
+
+    def publish(self, unit: str, *args: str) -> None:
+        ok(self.site.run("publish", unit, *args))
+
+    def manifest(self, unit: str, tier: str) -> Manifest:
+        return self.site.registry().read_manifest(unit, tier)
+
+    def blob_file(self, sha256: str) -> Path:
+        return self.registry_root / "blobs" / "sha256" / sha256
+
+
+def _served(made: Project) -> Iterator[Project]:
+    with serve(f"file://{made.registry_root}") as url:
+        made.url = url + "/"
+        yield made
+
+
+@pytest.fixture
+def bundle_project(site: Site) -> Iterator[Project]:
+    """The project with a bundle ``kit`` (vision and sensor) published --full, served."""
+    add_table(site.project, BUNDLE_TABLE)
+    made = Project(site)
+    made.publish(BUNDLE, "--full")
+    yield from _served(made)
+
+
+@pytest.fixture
+def model_project(site: Site) -> Iterator[Project]:
+    """The project with its model ``vision`` published --full, served."""
+    made = Project(site)
+    made.publish("vision", "--full")
+    yield from _served(made)
+
+
+# --- a proxy that trickles, stalls or goes silent -----------------------------------------
+
+
+class Proxy:
+    """A loopback HTTP proxy in front of ``edgereg serve`` that misbehaves on demand.
+
+    ``mode``: ``pass`` relays everything; ``slow`` relays blob bodies at
+    ``rate`` bytes per second (a trickling server); ``silent`` reads each
+    request and never answers. Each request goes upstream with
+    ``Connection: close``, so the relay ends with the response.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        host_port = upstream.removeprefix("http://").strip("/")
+        host, _, port = host_port.partition(":")
+        self.upstream = (host, int(port))
+        self.mode = "pass"
+        self.rate = 200
+        self.peers: list[str] = []
+        self.slow_bytes = 0  # blob body bytes relayed in slow mode
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        self.thread.join(timeout=2)
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, peer = self.listener.accept()
+            except OSError:
+                continue
+            self.peers.append(str(peer[0]))
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                read = _read_head(conn)
+                if read is None:
+                    return
+                head, body = read
+                if self.mode == "silent":
+                    conn.settimeout(0.2)
+                    while not self.stop.is_set():
+                        try:
+                            if not conn.recv(1024):
+                                return
+                        except TimeoutError:
+                            continue
+                    return
+                path = head.split(b" ", 2)[1]
+                lines = [
+                    line
+                    for line in head.split(b"\r\n")
+                    if line and not line.lower().startswith(b"connection:")
+                ]
+                request = b"\r\n".join([*lines, b"Connection: close", b"", b""])
+                with socket.create_connection(self.upstream, timeout=30) as up:
+                    up.sendall(request + body)  # a report's JSON body goes along
+                    slow = self.mode == "slow" and path.startswith(b"/blobs/")
+                    self._relay(up, conn, slow)
+            except OSError:
+                pass  # the client gave up or was killed: what these scenarios do
+
+    def _relay(self, up: socket.socket, conn: socket.socket, slow: bool) -> None:
+        pending = b""
+        if slow:
+            while b"\r\n\r\n" not in pending:
+                chunk = up.recv(65536)
+                if not chunk:
+                    break
+                pending += chunk
+            end = pending.find(b"\r\n\r\n") + 4
+            conn.sendall(pending[:end])
+            pending = pending[end:]
+        while not self.stop.is_set():
+            if not pending:
+                pending = up.recv(65536)
+                if not pending:
+                    return
+            if not slow:
+                conn.sendall(pending)
+                pending = b""
+                continue
+            step = max(1, self.rate // 10)
+            conn.sendall(pending[:step])
+            self.slow_bytes += len(pending[:step])
+            pending = pending[step:]
+            time.sleep(0.1)
+
+
+def _read_head(conn: socket.socket) -> tuple[bytes, bytes] | None:
+    """A request's head (without the blank line) and its body (``Content-Length`` bytes)."""
+    conn.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head, body
+
+
+@pytest.fixture
+def proxy(lib_url: str) -> Iterator[Proxy]:
+    running = Proxy(lib_url)
+    yield running
+    running.close()
+
+
+# --- the device and its normalized outcome ----------------------------------------------
+
+
+def configure(
+    device: DeviceProgram,
+    url: str,
+    pem: str,
+    cache: Path,
+    *,
+    unit: str = "digits",
+    bundle: bool = False,
+    device_id: str = "device-1",
+    ram_mb: int = 8192,
+    cpu_cores: int = 8,
+    **options: Any,
+) -> dict[str, Any]:
+    """``configure`` with a full request (every key of the doc), ``options`` overriding."""
+    request: dict[str, Any] = {
+        "registry": url,
+        "trusted_keys": [pem],
+        "cache_dir": str(cache),
+        "unit": unit,
+        "bundle": bundle,
+        "device": {
+            "device_id": device_id,
+            "ram_mb": ram_mb,
+            "cpu_cores": cpu_cores,
+            "soc": None,
+            "os": "android",
+            "os_version": "34",
+            "mnn_runtime": MNN_VERSION,
+        },
+        "app_version": "2.4.0",
+        "tier": "high",
+        "tiers": None,
+        "self_test": False,
+        "runner": None,
+        "reporting": True,
+        "device_class": "ram4-8c",
+        "max_unconfirmed_starts": 3,
+        "policy": {"allow_metered": True, "require_charging": False, "reserve_bytes": 8388608},
+        "timeout_s": 10,
+        "deadline_s": 120,
+        "min_rate": 1024,
+        "bundled": None,
+        "source_address": None,
+        "now": None,
+    }
+    request.update(options)
+    return device.request("configure", **request)
+
+
+def members_of(unit: str, entry: ManifestEntry | BundleEntry | None) -> dict[str, Any]:
+    if entry is None:
+        return {}
+    if isinstance(entry, BundleEntry):
+        return {
+            name: {"version": m.version, "sha256": m.sha256}
+            for name, m in sorted(entry.members.items())
+        }
+    return {unit: {"version": entry.version, "sha256": entry.sha256}}
+
+
+def want(
+    unit: str,
+    installed: ManifestEntry | BundleEntry | None,
+    *,
+    code: str | None = None,
+    candidate: bool = False,
+    refused: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The normalized outcome every client must reach: ``installed`` kept or installed."""
+    members = members_of(unit, installed)
+    version = None if installed is None else installed.version
+    return {
+        "ok": code is None,
+        "error_code": code,
+        "version": version,
+        "is_candidate": candidate,
+        "members": members,
+        "status": {
+            "installed": None if installed is None else {"version": version, "members": members},
+            "last_error_code": code,
+            "refused": sorted(refused),
+            "ready": installed is not None,
+        },
+    }
+
+
+def outcome(device: DeviceProgram, result: dict[str, Any]) -> dict[str, Any]:
+    """What the client says happened and what its status says now, normalized."""
+    status = device.request("status")
+    assert result["ok"] == (result["error_code"] is None), result
+    return {
+        "ok": result["ok"],
+        "error_code": result["error_code"],
+        "version": result["version"],
+        "is_candidate": result["is_candidate"],
+        "members": {
+            name: {"version": m["version"], "sha256": m["sha256"]}
+            for name, m in sorted(result["members"].items())
+        },
+        "status": {
+            "installed": status["installed"],
+            "last_error_code": status["last_error_code"],
+            "refused": sorted(status["refused"]),
+            "ready": status["ready"],
+        },
+    }
+
+
+def update(device: DeviceProgram, timeout: float = 120.0, **args: Any) -> dict[str, Any]:
+    return outcome(device, device.request("update", timeout=timeout, **args))
+
+
+def device_in_cohort(manifest: Manifest, inside: bool) -> str:
+    assert manifest.salt is not None
+    assert manifest.percent is not None
+    n = 0
+    while in_cohort(f"device-{n}", manifest.salt, manifest.percent) != inside:
+        n += 1
+    return f"device-{n}"
+
+
+Devices = Callable[[], DeviceProgram]
+
+# The fixtures: every test here runs once per client of EDGEREG_CLIENTS.
+device_client = devicekit.device_client
+devices = devicekit.devices
+
+
+# --- rollouts -------------------------------------------------------------------------------
+
+
+def test_canary_split_gives_the_cohort_the_candidate_and_the_rest_stable(
+    devices: Devices, lib: LibRegistry, tmp_path: Path
+) -> None:
+    """Through the `edgereg serve` command itself, in its own process."""
+    manifest = lib.publish("1.1.0", percent=50.0)
+    log = tmp_path / "serve.log"
+    with serve_process(log, "--registry", f"file://{lib.root}", cwd=tmp_path) as (_, url):
+        _canary_split(devices, lib, url + "/", manifest, tmp_path)
+
+
+def _canary_split(
+    devices: Devices, lib: LibRegistry, lib_url: str, manifest: Manifest, tmp_path: Path
+) -> None:
+    assert manifest.stable is not None
+    assert manifest.candidate is not None
+    for inside, entry in ((True, manifest.candidate), (False, manifest.stable)):
+        device = devices()
+        cache = tmp_path / f"cache-{inside}"
+        configure(device, lib_url, lib.pem, cache, device_id=device_in_cohort(manifest, inside))
+        assert update(device) == want("digits", entry, candidate=inside)
+        again = device.request("update")
+        assert (again["not_modified"], again["updated"], again["version"]) == (
+            True,
+            False,
+            entry.version,
+        ), again
+
+
+def test_a_bundle_installs_as_one_set_on_two_tiers(
+    devices: Devices, bundle_project: Project, tmp_path: Path
+) -> None:
+    project = bundle_project
+    for ram_mb, cores, tier in ((8192, 8, "high"), (2048, 4, "low")):
+        device = devices()
+        configured = configure(
+            device,
+            project.url,
+            project.pem,
+            tmp_path / f"cache-{tier}",
+            unit=BUNDLE,
+            bundle=True,
+            ram_mb=ram_mb,
+            cpu_cores=cores,
+            tier=None,
+            tiers=TIERS,
+        )
+        assert configured["tier"] == tier, configured
+        expected = project.manifest(BUNDLE, tier).stable
+        assert isinstance(expected, BundleEntry)
+        assert update(device) == want(BUNDLE, expected)
+        assert outcome(device, device.request("current")) == want(BUNDLE, expected)
+    high = project.manifest(BUNDLE, "high").stable
+    low = project.manifest(BUNDLE, "low").stable
+    assert members_of(BUNDLE, high) != members_of(BUNDLE, low)  # two sets, really
+
+
+# --- tampered registry copies ------------------------------------------------------------
+
+
+def _swap_member(project: Project, entry: BundleEntry) -> str:
+    """Serve a larger member's bytes as a smaller one's (no key needed for that)."""
+    small, large = sorted(entry.members.values(), key=lambda m: m.size)[:2]
+    assert small.size < large.size
+    shutil.copyfile(project.blob_file(large.sha256), project.blob_file(small.sha256))
+    return "blob-too-large"  # rule 13: its Content-Length is over the size, refused unread
+
+
+def _wrong_probe(project: Project, entry: BundleEntry) -> str:
+    """Change one byte of a member's golden probe: its digest no longer matches the manifest."""
+    probes = [m.probe for m in entry.members.values() if m.probe is not None]
+    assert probes, "the built members have golden probes"
+    path = project.blob_file(probes[0].sha256)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return "bad-blob"  # rule 14: the right size, another digest
+
+
+@pytest.mark.parametrize(
+    "tamper", [_swap_member, _wrong_probe], ids=["swapped-member", "wrong-probe-digest"]
+)
+def test_a_tampered_bundle_member_is_refused_and_the_last_good_set_stays(
+    devices: Devices,
+    bundle_project: Project,
+    tmp_path: Path,
+    tamper: Callable[[Project, BundleEntry], str],
+) -> None:
+    project = bundle_project
+    low = project.manifest(BUNDLE, "low").stable
+    high = project.manifest(BUNDLE, "high").stable
+    assert isinstance(low, BundleEntry)
+    assert isinstance(high, BundleEntry)
+    cache = tmp_path / "cache"
+    device = devices()
+    configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="low")
+    assert update(device) == want(BUNDLE, low)
+    code = tamper(project, high)
+    # The same device moves up a tier (more RAM after an OS update): the high set is tampered.
+    configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="high")
+    assert update(device) == want(BUNDLE, low, code=code)
+    fresh = devices()
+    configure(fresh, project.url, project.pem, tmp_path / "fresh", unit=BUNDLE, bundle=True)
+    assert update(fresh) == want(BUNDLE, None, code=code)
+
+
+def test_an_expired_manifest_installs_nothing_new(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    later = (newer.expires + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    device.request("set_clock", now=later)
+    assert update(device) == want("digits", first.stable, code="expired")
+
+
+def test_a_replayed_older_manifest_is_a_rollback(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    old_bytes = lib.manifest_file().read_bytes()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device)["version"] == "1.0.0"
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    lib.manifest_file().write_bytes(old_bytes)  # a mirror serving last month's copy
+    assert update(device) == want("digits", newer.candidate, candidate=True, code="rollback")
+
+
+def test_a_key_planted_in_the_registry_is_not_trusted(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    assert first.stable is not None
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    attacker = Signer.from_pem(generate_key()[0])
+    keys = lib.root / "keys"
+    keys.mkdir(exist_ok=True)
+    (keys / f"{key_id(attacker.public_key)}.pem").write_bytes(attacker.public_pem())
+    evil = b"not the model " * 1000
+    digest = hashlib.sha256(evil).hexdigest()
+    lib.blob_file(digest).write_bytes(evil)
+    forged_entry = first.stable.model_copy(
+        update={
+            "version": "9.0.0",
+            "sha256": digest,
+            "size": len(evil),
+            "path": f"blobs/sha256/{digest}",
+        }
+    )
+    forged = first.model_copy(update={"sequence": first.sequence + 1, "stable": forged_entry})
+    lib.manifest_file().write_bytes(sign_document(forged, [attacker]))
+    assert update(device) == want("digits", first.stable, code="unknown-key")
+
+
+# --- hostile networks, a full disk, a crash ----------------------------------------------------
+
+
+def test_a_trickling_server_is_given_up_and_the_last_good_stays(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", timeout_s=1)
+    assert update(device) == want("digits", first.stable)
+    lib.publish("1.1.0", percent=100.0)
+    proxy.mode, proxy.rate = "slow", 200  # 200 bytes/s: under the minimum rate of 1024
+    started = time.monotonic()
+    assert update(device) == want("digits", first.stable, code="transport")
+    assert time.monotonic() - started < 15
+
+
+def test_a_silent_server_is_given_up_and_the_last_good_stays(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    # No reports: a silent collector would only hold the program's exit for their timeout.
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", timeout_s=1, reporting=False)
+    assert update(device) == want("digits", first.stable)
+    proxy.mode = "silent"
+    started = time.monotonic()
+    assert update(device) == want("digits", first.stable, code="transport")
+    assert time.monotonic() - started < 15
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs: one 300 KB model fits, a second one does not."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs for the full-disk scenario: {done.stderr.decode()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_no_space_before_any_byte_and_the_last_good_stays(
+    devices: Devices, lib: LibRegistry, lib_url: str, small_disk: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    policy = {"allow_metered": True, "require_charging": False, "reserve_bytes": 0}
+    configure(device, lib_url, lib.pem, small_disk / "cache", policy=policy)
+    assert update(device) == want("digits", first.stable)
+    lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", first.stable, code="no-space")
+
+
+def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
+    devices: Devices, lib: LibRegistry, lib_url: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    cache = tmp_path / "cache"
+    device = devices()
+    configure(device, proxy.url, lib.pem, cache)
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    proxy.mode, proxy.rate = "slow", 40_000  # 300 KB in about 8 s: a download to interrupt
+    device.send_only("update")
+    deadline = time.monotonic() + 30
+    while proxy.slow_bytes < 60_000:  # well into the download, far from its end
+        assert time.monotonic() < deadline, "the download never started"
+        time.sleep(0.05)
+    device.kill()
+    restarted = devices()
+    configure(restarted, lib_url, lib.pem, cache)
+    assert outcome(restarted, restarted.request("current")) == want("digits", first.stable)
+    assert update(restarted) == want("digits", newer.candidate, candidate=True)
+
+
+# --- what the app allows, what it ships ------------------------------------------------------
+
+
+def test_download_conditions_defer_the_blob_until_they_are_met(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    policy = {"allow_metered": False, "require_charging": True, "reserve_bytes": 8388608}
+    configure(device, lib_url, lib.pem, tmp_path / "cache", policy=policy)
+    for conditions, why in (
+        ({"metered": True, "charging": True}, "metered"),
+        ({"metered": False, "charging": False}, "not-charging"),
+    ):
+        deferred = device.request("update", conditions=conditions)
+        assert (deferred["deferred"], deferred["downloaded_bytes"]) == (why, 0), deferred
+        assert outcome(device, deferred) == want("digits", None)
+        assert device.request("status")["pending"]["version"] == "1.0.0"
+    met = device.request("update", conditions={"metered": False, "charging": True})
+    assert outcome(device, met) == want("digits", first.stable)
+    assert met["deferred"] is None
+
+
+def test_a_release_shipped_in_the_app_installs_offline_and_a_newer_replaces_it(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    assert isinstance(first.stable, ManifestEntry)
+    shipped = tmp_path / "app-assets"
+    shipped.mkdir()
+    (shipped / "manifest.json").write_bytes(lib.manifest_file().read_bytes())
+    shutil.copyfile(lib.blob_file(first.stable.sha256), shipped / first.stable.sha256)
+    bundled = {"manifest": str(shipped / "manifest.json"), "blobs_dir": str(shipped)}
+    device = devices()
+    offline = "http://127.0.0.1:9/"  # nothing listens: the first launch is offline
+    configure(device, offline, lib.pem, tmp_path / "cache", bundled=bundled)
+    current = device.request("current")
+    assert current["bundled"] is True, current
+    assert outcome(device, current) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    configure(device, lib_url, lib.pem, tmp_path / "cache", bundled=bundled)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+
+
+# --- confirmation, crash loops, reverts, reports ------------------------------------------------
+
+
+def test_an_unconfirmed_release_is_reverted_after_a_crash_loop_and_never_again(
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache", max_unconfirmed_starts=2)
+    assert update(device) == want("digits", first.stable)
+    assert device.request("app_started")["reverted"] is False
+    assert device.request("confirm", version="1.0.0") == {"confirmed": True}
+    assert isinstance(device.request("flush")["sent"], int)
+    counts = {"devices": 1, "confirmed": 1, "reverted": 0}
+    assert arms(reports, "digits", **counts) == {("stable", "1.0.0"): counts}
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    starts = []
+    for _ in range(4):  # the app crashes before it can confirm 1.1.0
+        started = device.request("app_started")
+        starts.append(started["reverted"])
+        if started["reverted"]:
+            assert started["version"] == "1.1.0", started
+            break
+    assert starts == [False, False, True]  # two unconfirmed starts allowed, the third reverts
+    kept = want("digits", first.stable, refused=("1.1.0",))
+    kept["status"]["last_error_code"] = "reverted"
+    assert outcome(device, device.request("current")) == kept
+    # The bad candidate is never installed again here: stable instead, and why.
+    again = device.request("update")
+    assert again["fallback"] == "bad-release", again
+    assert outcome(device, again) == want("digits", first.stable, refused=("1.1.0",))
+    device.request("flush")
+    counts = {"devices": 1, "confirmed": 0, "reverted": 1}
+    assert arms(reports, "digits", **counts)[("candidate", "1.1.0")] == counts
+
+
+def test_the_app_reverts_a_release_that_fails_its_first_inference(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    device.request("record_inference", ms=12.5, model=None)
+    reverted = device.request("revert", reason="first inference crashed")
+    kept = want("digits", first.stable, refused=("1.1.0",))
+    kept["status"]["last_error_code"] = "reverted"
+    assert outcome(device, reverted) == kept
+    assert device.request("confirm", version="1.1.0") == {"confirmed": False}
+
+
+def test_each_device_binds_its_own_source_address(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", source_address="127.0.0.9")
+    assert update(device) == want("digits", first.stable)
+    assert proxy.peers
+    assert set(proxy.peers) == {"127.0.0.9"}
+
+
+# --- the self-test on real MNN through the host runner --------------------------------------
+
+
+def test_self_test_skips_a_faulty_gpu_and_installs_on_cpu(
+    devices: Devices, model_project: Project, tmp_path: Path
+) -> None:
+    project = model_project
+    entry = project.manifest("vision", "high").stable
+    assert isinstance(entry, ManifestEntry)
+    assert entry.probe is not None
+    assert entry.runtime.backends[0] != "cpu"
+    gpu = entry.runtime.backends[0]
+    tried = {
+        "faulty": ["load " + gpu, "run " + gpu, "load cpu", "run cpu"],  # ran, missed, skipped
+        "unavailable": ["load " + gpu, "load cpu", "run cpu"],  # not there: never run
+    }
+    for case, expected_trials in tried.items():
+        device = devices()
+        log = tmp_path / f"runner-{case}.log"
+        runner = {
+            "command": hostrunner(
+                faulty=[gpu] if case == "faulty" else [],
+                unavailable=[gpu] if case == "unavailable" else [],
+                log=log,
+            )
+        }
+        configure(
+            device, project.url, project.pem, tmp_path / f"cache-{case}",
+            unit="vision", self_test=True, runner=runner,
+        )  # fmt: skip
+        result = device.request("update")
+        assert outcome(device, result) == want("vision", entry)
+        assert result["members"]["vision"]["backend"] == "cpu"
+        trials = [line for line in log.read_text().splitlines() if line]
+        # Each probe case is one run; what matters is the order of backends.
+        assert [t for i, t in enumerate(trials) if i == 0 or t != trials[i - 1]] == (
+            expected_trials
+        ), trials
+
+
+def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_stays(
+    devices: Devices, model_project: Project, tmp_path: Path
+) -> None:
+    project = model_project
+    first = project.manifest("vision", "high").stable
+    assert isinstance(first, ManifestEntry)
+    cache = tmp_path / "cache"
+    device = devices()
+    good = {"command": hostrunner(unavailable=list(first.runtime.backends[:-1]))}
+    configure(device, project.url, project.pem, cache, unit="vision", self_test=True, runner=good)
+    assert update(device) == want("vision", first)
+    project.site.project.edit_table("models.vision", 'version = "1.0.0"', 'version = "1.1.0"')
+    project.publish("vision", "--full")
+    broken = {"command": hostrunner(faulty=list(first.runtime.backends))}
+    configure(device, project.url, project.pem, cache, unit="vision", self_test=True, runner=broken)
+    assert update(device) == want("vision", first, code="probe-failed", refused=("1.1.0",))
+    fresh = devices()
+    configure(
+        fresh, project.url, project.pem, tmp_path / "fresh",
+        unit="vision", self_test=True, runner=broken,
+    )  # fmt: skip
+    assert update(fresh) == want("vision", None, code="probe-failed", refused=("1.1.0",))
+
+
+# --- the conformance vectors through the device program ----------------------------------
+
+
+def test_every_vector_through_the_device_program(devices: Devices) -> None:
+    device = devices()
+    checked, wrong = 0, []
+    for path in sorted(VECTORS.glob("*.json")) + sorted((VECTORS / "blobs").glob("*.json")):
+        vector = json.loads(path.read_text("utf-8"))
+        op = "check_blob" if path.parent.name == "blobs" else "decide"
+        got = device.request(op, vector=vector["input"])
+        checked += 1
+        if got != vector["expected"]:
+            wrong.append(f"{path.relative_to(VECTORS)}: {got} != {vector['expected']}")
+    assert checked > 40
+    assert not wrong, "\n".join(wrong)
+
+
+def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:
+    device = devices()
+    assert device.raw(b"not json")["ok"] is False
+    assert device.call("no-such-op")["ok"] is False
+    assert device.call("update")["ok"] is False  # before configure
+    assert device.call("check_json")["ok"] is False  # no data
+    assert device.call("decide", vector={})["ok"] is False  # not a vector input
+    assert device.call("set_clock", now="yesterday")["ok"] is False
+    bad_key = device.call(
+        "configure", registry="http://127.0.0.1:9/", trusted_keys=["not a PEM"],
+        cache_dir="/nonexistent/cache", unit="digits", bundle=False, tier="high",
+        device={"device_id": "d", "ram_mb": 1, "cpu_cores": 1},
+    )  # fmt: skip
+    assert bad_key["ok"] is False, bad_key
+    assert device.request("hello")["client"] == device.client  # still alive
+    assert device.call("check_json", data=base64.b64encode(b"{}").decode())["result"] == {
+        "valid": True
+    }
+    assert device.quit() == 0
