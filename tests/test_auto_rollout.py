@@ -81,11 +81,12 @@ def summary(arm: str, devices: int = 2000, **fields: object) -> ArmSummary:
 
 
 def analysis_of(*summaries: ArmSummary, guardrails: Guardrails | None = None) -> Analysis:
+    first = all(s.arm == "candidate" for s in summaries)
     return analyze(
         summaries,
         unit=MODEL,
         candidate="1.1.0",
-        stable="1.0.0",
+        stable=None if first else "1.0.0",
         since=T0,
         guardrails=guardrails or POLICY.guardrails,
         tiers=["high"],
@@ -96,6 +97,9 @@ GOOD = (summary("candidate"), summary("stable"))
 CRASHING = (summary("candidate", probe_failed=400), summary("stable"))
 FEW = (summary("candidate", 20), summary("stable"))
 SLOW = (summary("candidate", load_ms={latency_bucket(60.0): 2000}), summary("stable"))
+# A first release: no stable arm, judged by the absolute limits.
+FIRST_GOOD = (summary("candidate"),)
+FIRST_CRASHING = (summary("candidate", 62, reverted=62),)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,12 @@ TABLE = {
         reason="no rollout in progress",
     ),
     "paused": Row(released(5, paused=True), None, 48, "nothing", reason="never resume"),
-    "no-stable-to-compare": Row(released(5, stable=None), None, 48, "nothing", reason="by hand"),
+    "first-release-healthy-waits-for-a-person": Row(
+        released(5, stable=None), FIRST_GOOD, 48, "wait", reason="by hand"
+    ),
+    "first-release-crash-looping-rolls-back": Row(
+        released(5, stable=None), FIRST_CRASHING, 1, "rollback", reason="absolute limit"
+    ),
     "good-after-soak-steps": Row(released(5), GOOD, 25, "step", 25.0, "on to 25%"),
     "good-during-soak-waits": Row(released(5), GOOD, 2, "wait", reason="22 h 0 min of the minimum"),
     "good-at-last-step-promotes": Row(released(5, 25, 100), GOOD, 25, "promote"),
@@ -429,12 +438,12 @@ def test_analyze_with_too_few_reports_is_inconclusive(canary: Site) -> None:
 
 def test_auto_walks_a_good_candidate_to_stable_one_step_per_run(canary: Site) -> None:
     # Each step starts a new period: the reports of the step before do not count.
-    # With no failures in either arm, about 270 devices per arm and tier show a rate
-    # within one point at 90%; 300 do.
+    # With no failures in either arm, about 500 devices per arm and tier show, with
+    # always-valid evidence, a rate within one point; 1000 do (300 do not).
     for expected in ("rolled out", "rolled out", "promoted"):
         next_second()
-        ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
-        ingest(canary, reports_of(canary, "candidate", "1.1.0", 300))
+        ingest(canary, reports_of(canary, "stable", "1.0.0", 1000))
+        ingest(canary, reports_of(canary, "candidate", "1.1.0", 1000))
         result = ok(canary.run("rollout", MODEL, "--auto"))
         assert result.stdout.startswith(f"{MODEL}: {expected}: every guardrail passes"), (
             result.stdout

@@ -450,12 +450,25 @@ def _rate_result(
     # stable's own alarm says so).
     short = _short_of_failing(name, candidate, guardrails)
     if absolute.p_above < alpha and short is None:
+        failed_numbers = dict(own)
+        beside = ""
+        if stable is not None and stable.devices >= 1:
+            stable_events = getattr(stable, _RATE_FIELD[name])
+            failed_numbers.update(
+                stable_events=stable_events,
+                stable_devices=stable.devices,
+                stable_rate=stable_events / stable.devices,
+            )
+            beside = (
+                f" (stable {100 * stable_events / stable.devices:.2f}%, "
+                f"{stable_events}/{stable.devices})"
+            )
         return GuardrailResult(
             name,
             rule.critical,
             "fail",
-            f"{own_line}; above the absolute limit ({_p(absolute.p_above)})",
-            own,
+            f"{own_line}{beside}; above the absolute limit ({_p(absolute.p_above)})",
+            failed_numbers,
         )
     if stable is None or stable.devices < 1:
         if not first_release:

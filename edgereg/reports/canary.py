@@ -39,18 +39,19 @@ def rollout_analysis(
 
     Args:
         store: Where the reports are.
-        state: The verified rollout state; it must have a candidate and a stable.
+        state: The verified rollout state; it must have a candidate. Without a
+            stable (a first release) the candidate is judged by the absolute limits.
         guardrails: The unit's declared guardrails.
         tiers: The tiers the candidate is released to, best first.
         now: The current time (a period that has not started counts from now).
         since: Count both arms from this time instead of the state's periods.
 
     Raises:
-        ValueError: the state has no candidate or no stable.
+        ValueError: the state has no candidate.
         StorageError: the store cannot be read.
     """
-    if state.candidate is None or state.stable is None:
-        raise ValueError(f"{state.model} has no candidate and stable to compare")
+    if state.candidate is None:
+        raise ValueError(f"{state.model} has no candidate to analyse")
     if since is not None:
         candidate_since = stable_since = since
     else:

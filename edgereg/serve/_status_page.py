@@ -463,7 +463,7 @@ def _tiers(data: _Model) -> str:
 def _health(data: _Model, reports: SummarySource | None) -> str:
     """The canary health of a rollout in progress: each arm per tier, each guardrail's verdict."""
     state = data.state
-    if reports is None or state.candidate is None or state.stable is None:
+    if reports is None or state.candidate is None:
         return ""
     guardrails = (data.policy or RolloutPolicy()).guardrails
     tiers = [tier.tier for tier in data.status.tiers]
