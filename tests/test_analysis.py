@@ -600,3 +600,24 @@ def test_a_pass_needs_devices_from_min_sources_networks() -> None:
         few.tiers[0].guardrails[0].reason
     )
     assert run(healthy("candidate", sources=5), healthy("stable", sources=300)).verdict == "pass"
+
+
+def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:
+    # The bundle's own histograms hold one row per member per install: 3 members would
+    # triple the device count and blend a slow member into fast ones. Per member, each
+    # install is one value, and a slow recogniser is named.
+    fast = {latency_bucket(40.0) + offset: 400 for offset in range(5)}
+    slow = {latency_bucket(60.0) + offset: 400 for offset in range(5)}
+    members = {
+        "det": [healthy("candidate", load_ms=fast), healthy("stable", load_ms=fast)],
+        "rec": [healthy("candidate", load_ms=slow), healthy("stable", load_ms=fast)],
+    }
+    analysis = run(healthy("candidate"), healthy("stable"), members=members)
+    found = verdicts(analysis)
+    assert "load_ms" not in found
+    assert found["load_ms/det"] == "pass"
+    assert found["load_ms/rec"] == "fail"
+    (tier,) = analysis.tiers
+    (rec,) = (r for r in tier.guardrails if r.name == "load_ms/rec")
+    assert rec.numbers["candidate_devices"] == 2000
+    assert found["revert"] == "pass"  # rates stay per install

@@ -330,3 +330,12 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
     assert version == str(SCHEMA_VERSION) == "2"
+
+
+def test_a_bundles_members_are_listed(store: ReportStore) -> None:
+    store.ingest_many(
+        [(report(n, unit="ocr", model=member), T0) for n in (1, 2) for member in ("rec", "det")]
+        + [(report(3), T0)]
+    )
+    assert store.members("ocr") == ["det", "rec"]
+    assert store.members("digits") == []

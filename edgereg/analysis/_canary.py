@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -312,6 +312,7 @@ def analyze(
     guardrails: Guardrails,
     tiers: Sequence[str] = (),
     stable_since: datetime | None = None,
+    members: Mapping[str, Iterable[ArmSummary]] | None = None,
 ) -> Analysis:
     """Compare the candidate arm with the concurrent stable arm in every tier.
 
@@ -328,12 +329,15 @@ def analyze(
             is then inconclusive rather than absent. Tiers seen in the reports
             are analysed as well.
         stable_since: Start of the stable arm's period when it differs.
+        members: For a bundle, each member's own summaries (the store's
+            ``summaries(unit, model=member)``): latencies are then judged per
+            member, one value per device, instead of over every member's rows.
     """
-    arms: dict[tuple[str, str], list[ArmSummary]] = {}
-    for summary in summaries:
-        wanted = candidate if summary.arm == "candidate" else stable
-        if summary.unit == unit and summary.version == wanted:
-            arms.setdefault((summary.tier, summary.arm), []).append(summary)
+    arms = _arms(summaries, unit, candidate, stable)
+    member_arms = {
+        member: _arms(found, unit, candidate, stable)
+        for member, found in sorted((members or {}).items())
+    }
     seen = sorted({tier for tier, _ in arms} - set(tiers))
     results = []
     for tier in (*tiers, *seen):
@@ -344,6 +348,13 @@ def analyze(
                 _merge(arms.get((tier, "stable"), [])),
                 guardrails,
                 first_release=stable is None,
+                members={
+                    member: (
+                        _merge(found.get((tier, "candidate"), [])),
+                        _merge(found.get((tier, "stable"), [])),
+                    )
+                    for member, found in member_arms.items()
+                },
             )
         )
     return Analysis(
@@ -356,6 +367,17 @@ def analyze(
     )
 
 
+def _arms(
+    summaries: Iterable[ArmSummary], unit: str, candidate: str, stable: str | None
+) -> dict[tuple[str, str], list[ArmSummary]]:
+    arms: dict[tuple[str, str], list[ArmSummary]] = {}
+    for summary in summaries:
+        wanted = candidate if summary.arm == "candidate" else stable
+        if summary.unit == unit and summary.version == wanted:
+            arms.setdefault((summary.tier, summary.arm), []).append(summary)
+    return arms
+
+
 def analyze_tier(
     tier: str,
     candidate: ArmSummary | None,
@@ -363,11 +385,15 @@ def analyze_tier(
     guardrails: Guardrails,
     *,
     first_release: bool = False,
+    members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None = None,
 ) -> TierAnalysis:
     """Every guardrail of one tier (an arm without reports is None).
 
     With ``first_release`` there is no stable arm: rates are judged by their
     absolute limits, and latencies (which have no absolute limit) stay inconclusive.
+    With ``members`` (a bundle) each latency guardrail is judged per member
+    (``load_ms/det``): a member's rows are one per device, where the bundle's
+    together would count each install once per member.
     """
     results: list[GuardrailResult] = []
     for name in RATE_GUARDRAILS:
@@ -377,7 +403,14 @@ def analyze_tier(
         )
     for name in LATENCY_GUARDRAILS:
         latency_rule: LatencyGuardrail = getattr(guardrails, name)
-        results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
+        if not members:
+            results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
+            continue
+        for member, (member_candidate, member_stable) in members.items():
+            result = _latency_result(
+                name, latency_rule, member_candidate, member_stable, guardrails
+            )
+            results.append(replace(result, name=f"{name}/{member}"))
     return TierAnalysis(
         tier=tier,
         candidate_devices=candidate.devices if candidate else 0,

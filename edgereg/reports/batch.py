@@ -120,9 +120,15 @@ class GroupCommit:
                 pending.error = error
                 pending.done.set()
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+    def summaries(
+        self, unit: str, since: datetime | None = None, *, model: str | None = None
+    ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
-        return self.store.summaries(unit, since)
+        return self.store.summaries(unit, since, model=model)
+
+    def members(self, unit: str) -> list[str]:
+        """The store's bundle members."""
+        return self.store.members(unit)
 
     def close(self) -> None:
         """Store what is queued, stop the writer, close the store."""

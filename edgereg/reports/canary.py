@@ -21,8 +21,10 @@ __all__ = ["SummarySource", "rollout_analysis"]
 class SummarySource(Protocol):
     """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
-        """Per (tier, arm, version) of ``unit`` since ``since``."""
+    def summaries(
+        self, unit: str, since: datetime | None = None, *, model: str | None = None
+    ) -> list[ArmSummary]:
+        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``)."""
         ...
 
 
@@ -58,12 +60,21 @@ def rollout_analysis(
         candidate_start, stable_start = analysis_periods(state)
         candidate_since = candidate_start or now
         stable_since = stable_start or candidate_since
-    summaries = store.summaries(state.model, candidate_since)
-    if stable_since != candidate_since:
+
+    def period(**member: str) -> list[ArmSummary]:
+        found = store.summaries(state.model, candidate_since, **member)
+        if stable_since == candidate_since:
+            return found
         # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
-        summaries = [s for s in summaries if s.arm == "candidate"] + [
-            s for s in store.summaries(state.model, stable_since) if s.arm == "stable"
+        return [s for s in found if s.arm == "candidate"] + [
+            s for s in store.summaries(state.model, stable_since, **member) if s.arm == "stable"
         ]
+
+    summaries = period()
+    # A store that lists a bundle's members gives each its own latencies (one per device).
+    listed = getattr(store, "members", None)
+    names: list[str] = listed(state.model) if callable(listed) else []
+    members = {name: period(model=name) for name in names} or None
     return analyze(
         summaries,
         unit=state.model,
@@ -73,4 +84,5 @@ def rollout_analysis(
         stable_since=stable_since,
         guardrails=guardrails,
         tiers=tiers,
+        members=members,
     )

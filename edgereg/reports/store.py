@@ -493,6 +493,23 @@ class ReportStore(abc.ABC):
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
 
+    def members(self, unit: str) -> list[str]:
+        """The member models of a bundle that reported (empty for a model), sorted."""
+
+        def read() -> list[str]:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"SELECT DISTINCT model FROM reports WHERE unit = {self.placeholder} "
+                    f"AND model <> {self.placeholder}",
+                    (unit, unit),
+                )
+                found = sorted(str(row[0]) for row in cur.fetchall())
+                conn.rollback()
+            return found
+
+        return cast(list[str], self._run("listing bundle members", read))
+
     def prune(self, older_than: datetime) -> int:
         """Delete installs whose latest report is older than ``older_than``.
 

@@ -289,7 +289,9 @@ class ReportSink(Protocol):
         """Store one report; ``source`` is its network (an IPv4 /24, an IPv6 /48) when known."""
         ...
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+    def summaries(
+        self, unit: str, since: datetime | None = None, *, model: str | None = None
+    ) -> list[ArmSummary]:
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
 
