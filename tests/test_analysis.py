@@ -580,26 +580,38 @@ def test_a_first_release_is_judged_by_the_absolute_limits() -> None:
 
 def test_a_fail_needs_failing_devices_from_min_failing_sources_networks() -> None:
     # 40 reverting candidate devices, all from one network: a forger's campaign, not a fail.
-    one_network = healthy("candidate", 2000, reverted=40, sources=300, reverted_sources=1)
-    analysis = run(one_network, healthy("stable", 2000, sources=300))
+    known = {"sources": 300, "sourced_devices": 2000}
+    one_network = healthy("candidate", 2000, reverted=40, reverted_sources=1, **known)
+    analysis = run(one_network, healthy("stable", 2000, **known))
     (tier,) = analysis.tiers
     (revert,) = (r for r in tier.guardrails if r.name == "revert")
     assert revert.verdict == "inconclusive"
     assert "come from 1 network(s), 3 needed to fail" in revert.reason
-    spread = healthy("candidate", 2000, reverted=40, sources=300, reverted_sources=3)
-    assert verdicts(run(spread, healthy("stable", 2000, sources=300)))["revert"] == "fail"
+    spread = healthy("candidate", 2000, reverted=40, reverted_sources=3, **known)
+    assert verdicts(run(spread, healthy("stable", 2000, **known)))["revert"] == "fail"
+    # Known for a few devices only (a forger's trusted path, the rest behind a proxy
+    # not trusted): those few do not decide for the arm.
+    few_known = healthy("candidate", 2000, reverted=40, sources=1, sourced_devices=50)
+    assert verdicts(run(few_known, healthy("stable", 2000)))["revert"] == "fail"
     # Sources unknown (a proxy not trusted, reports from before schema 2): not applied.
     unknown = healthy("candidate", 2000, reverted=40)
     assert verdicts(run(unknown, healthy("stable", 2000)))["revert"] == "fail"
 
 
 def test_a_pass_needs_devices_from_min_sources_networks() -> None:
-    few = run(healthy("candidate", sources=2), healthy("stable", sources=300))
+    few = run(
+        healthy("candidate", sources=2, sourced_devices=2000),
+        healthy("stable", sources=300, sourced_devices=2000),
+    )
     assert set(verdicts(few).values()) == {"inconclusive"}
     assert "devices from too few networks to pass (candidate 2 of 5" in (
         few.tiers[0].guardrails[0].reason
     )
-    assert run(healthy("candidate", sources=5), healthy("stable", sources=300)).verdict == "pass"
+    enough = run(
+        healthy("candidate", sources=5, sourced_devices=2000),
+        healthy("stable", sources=300, sourced_devices=2000),
+    )
+    assert enough.verdict == "pass"
 
 
 def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:

@@ -290,7 +290,7 @@ def test_distinct_source_networks_are_counted_per_arm_and_outcome(store: ReportS
     )
     found = by_arm(store.summaries("digits"))
     candidate = found[("high", "candidate", "1.1.0")]
-    assert (candidate.devices, candidate.sources) == (5, 3)
+    assert (candidate.devices, candidate.sources, candidate.sourced_devices) == (5, 3, 4)
     assert (candidate.reverted, candidate.reverted_sources) == (2, 1)
     assert (candidate.probe_failed, candidate.probe_failed_sources) == (1, 0)
     assert found[("high", "stable", "1.0.0")].sources == 0  # unknown, not "none"

@@ -295,6 +295,7 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             confirmed=merged.confirmed + summary.confirmed,
             # Parts of one arm may share networks: the sum is an upper bound.
             sources=merged.sources + summary.sources,
+            sourced_devices=merged.sourced_devices + summary.sourced_devices,
             probe_failed_sources=merged.probe_failed_sources + summary.probe_failed_sources,
             load_failed_sources=merged.load_failed_sources + summary.load_failed_sources,
             reverted_sources=merged.reverted_sources + summary.reverted_sources,
@@ -616,7 +617,7 @@ def _rate_result(
 def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
     """Why the candidate's failing devices are too few to fail on, or None when enough.
 
-    Sources count only when the server knew them (``candidate.sources`` > 0).
+    Sources count only when the server knew them for most of the arm's devices.
     """
     events = getattr(candidate, _RATE_FIELD[name])
     if events < guardrails.min_failing_devices:
@@ -625,7 +626,7 @@ def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) 
             f"{guardrails.min_failing_devices} needed to fail"
         )
     sources = getattr(candidate, _SOURCE_FIELD[name])
-    if candidate.sources and sources < guardrails.min_failing_sources:
+    if _sourced(candidate) and sources < guardrails.min_failing_sources:
         return (
             f"the failing candidate devices come from {sources} network(s), "
             f"{guardrails.min_failing_sources} needed to fail"
@@ -633,12 +634,22 @@ def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) 
     return None
 
 
+def _sourced(arm: ArmSummary) -> bool:
+    """Whether the arm's sources are known for most of its devices.
+
+    Behind a proxy that is not trusted the server knows no device's network;
+    a few reports with a known one (say, a forger's through a trusted path)
+    must not then decide for the rest.
+    """
+    return arm.sources > 0 and 2 * arm.sourced_devices >= arm.devices
+
+
 def _short_of_sources(guardrails: Guardrails, *arms: ArmSummary | None) -> str | None:
     """Why the arms' devices come from too few networks to pass on, or None."""
     short = [
         f"{arm.arm} {arm.sources}"
         for arm in arms
-        if arm is not None and arm.sources and arm.sources < guardrails.min_sources
+        if arm is not None and _sourced(arm) and arm.sources < guardrails.min_sources
     ]
     if not short:
         return None

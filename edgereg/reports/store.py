@@ -196,7 +196,7 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
             "SELECT tier, arm, unit_version, COUNT(*), "
             "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
             "SUM(load_failed), SUM(reverted), SUM(confirmed), "
-            "COUNT(DISTINCT source), "
+            "COUNT(DISTINCT source), COUNT(source), "
             "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
             "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
             "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END) "
@@ -204,7 +204,7 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
         )
     return (
         "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf), "
-        "COUNT(DISTINCT src), COUNT(DISTINCT CASE WHEN pf = 1 THEN src END), "
+        "COUNT(DISTINCT src), COUNT(src), COUNT(DISTINCT CASE WHEN pf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END) FROM ("
         "SELECT tier, arm, unit_version, token, "
@@ -572,7 +572,9 @@ def _assemble(
     summaries = []
     for row in counts:
         tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed = row[:8]
-        sources, probe_sources, load_sources, revert_sources = (int(n or 0) for n in row[8:12])
+        sources, sourced, probe_sources, load_sources, revert_sources = (
+            int(n or 0) for n in row[8:13]
+        )
         load, inference = histograms.get((tier, arm, version), ({}, {}))
         summaries.append(
             ArmSummary(
@@ -586,6 +588,7 @@ def _assemble(
                 reverted=int(reverted),
                 confirmed=int(confirmed),
                 sources=sources,
+                sourced_devices=sourced,
                 probe_failed_sources=probe_sources,
                 load_failed_sources=load_sources,
                 reverted_sources=revert_sources,

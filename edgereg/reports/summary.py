@@ -51,6 +51,7 @@ class ArmSummary:
         confirmed: Devices that confirmed the model after a real inference.
         sources: Distinct source networks of the devices (0: unknown, as for
             reports through an untrusted proxy or from before schema 2).
+        sourced_devices: Devices whose source network is known.
         probe_failed_sources: Distinct source networks of the probe failures.
         load_failed_sources: Distinct source networks of the load failures.
         reverted_sources: Distinct source networks of the reverts.
@@ -68,6 +69,7 @@ class ArmSummary:
     reverted: int = 0
     confirmed: int = 0
     sources: int = 0
+    sourced_devices: int = 0
     probe_failed_sources: int = 0
     load_failed_sources: int = 0
     reverted_sources: int = 0
