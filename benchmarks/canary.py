@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from edgereg.analysis import _canary, analyze
 from edgereg.analysis._rates import RateComparison, restricted_rates
-from edgereg.config import Guardrails, RolloutPolicy
+from edgereg.config import Guardrails, RateGuardrail, RolloutPolicy
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._auto import apply, decide
 from edgereg.registry._transitions import publish
@@ -148,10 +148,12 @@ class SimulatedStore:
         return [s for s in found if s is not None]
 
 
-def one_rollout(world: World, seed: int, devices: int, max_days: float, revert_days: float):
+def one_rollout(
+    world: World, seed: int, devices: int, max_days: float, revert_days: float, old: bool = False
+):
     """Run one rollout to its end; returns (outcome, days)."""
     rng = np.random.default_rng(seed)
-    policy = RolloutPolicy()
+    policy = OLD_POLICY if old else RolloutPolicy()
     store = SimulatedStore()
     state: RolloutState = publish(
         None,
@@ -263,17 +265,28 @@ def score_test(x1: int, n1: int, x0: int, n0: int, *, margin: float, alpha: floa
     return RateComparison(x1, n1, x0, n0, margin, x1 / n1 - x0 / n0, 0.0, upper, lower, -1.0, 1.0)
 
 
+# The earlier judge had no failing-device floor and no absolute limit.
+_NO_CEILING = RateGuardrail(max_rate=1.0)
+OLD_POLICY = RolloutPolicy(
+    guardrails=Guardrails(
+        min_failing_devices=1,
+        min_failing_sources=1,
+        probe_failure=_NO_CEILING,
+        load_failure=_NO_CEILING,
+        revert=_NO_CEILING,
+    )
+)
+
+
 def use_score_test() -> None:
     _canary.compare_rates = score_test  # type: ignore[assignment]
-    _canary.min_failing_devices = lambda guardrails: 1  # type: ignore[assignment]
-    _canary.max_rate = lambda rule: 1.0  # type: ignore[assignment]
 
 
 def _job(args: tuple[World, int, int, float, float, bool]):
     world, seed, devices, max_days, revert_days, old = args
     if old:
         use_score_test()
-    return one_rollout(world, seed, devices, max_days, revert_days)
+    return one_rollout(world, seed, devices, max_days, revert_days, old)
 
 
 def run_world(pool, world: World, args: argparse.Namespace, old: bool) -> dict[str, float]:

@@ -128,13 +128,14 @@ def test_a_faulty_gpu_falls_back_to_cpu_and_a_failed_probe_is_never_installed(
 
 # --- the closed loop: self-test, reports, the store, rollout --auto ---------------------------
 
-# One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices); the
+# One tier of 200 devices keeps a 10 % arm large enough to judge (~20 devices); the
 # benchmark runs every tier with 1,000. Margins are wide for so few devices: with none
-# failing, ten devices cannot show a rate rose by less than 26 points.
+# failing, always-valid evidence needs about 12 candidate devices to show a rate rose
+# by less than 30 points (10 do not: a 5 % arm would wait forever).
 HIGH_ONLY = tuple(kind for kind in CLASSES if kind.tier == "high")
 LOOP_POLICY = RolloutPolicy.model_validate(
     {
-        "steps": [5, 25, 50, 100],
+        "steps": [10, 25, 50, 100],
         "min_soak_hours": 24,
         "guardrails": {
             "min_devices": 3,
@@ -154,7 +155,9 @@ def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
 
 def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_path: Path) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
-    with open_closed_loop(kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY) as loop:
+    with open_closed_loop(
+        kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY, canary_percent=10.0
+    ) as loop:
         decisions = run_auto(loop, days=8)
         loop.day()
         versions = loop.fleet.versions()
@@ -195,7 +198,9 @@ def test_a_bad_candidate_is_halted_and_rolled_back(
     project: Path, tmp_path: Path, candidate: Release, guardrail: str
 ) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
-    with open_closed_loop(kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY) as loop:
+    with open_closed_loop(
+        kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY, canary_percent=10.0
+    ) as loop:
         decisions = run_auto(loop, days=3)
         loop.kit.clock.advance(1)
         loop.day()
