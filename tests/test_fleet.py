@@ -268,7 +268,10 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_
         store = loop.sink.store
         tree, stored = _tree(registry_root), store.count()
         manifest = urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read()
-        replayed = to_bytes(loop.sent()[-1])
+        last = loop.sent()[-1]
+        replayed = to_bytes(last)
+        # Valid-looking, of a version the registry never published: refused, not stored.
+        forged = to_bytes(last.model_copy(update={"unit_version": "9.9.9", "token": "f" * 32}))
         statuses = [
             _post(base_url, b"[]"),
             _post(base_url, b"\xff\xfe"),
@@ -276,8 +279,9 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_
             _post(base_url, replayed.replace(b'"kit"', b'"../../manifests/kit"')),
             _post(base_url, replayed),  # a replay: the same token, one row
             _post(base_url, b"x" * 5000),
+            _post(base_url, forged),
         ]
-        assert statuses == [400, 400, 400, 400, 202, 413]
+        assert statuses == [400, 400, 400, 400, 202, 413, 422]
         with serve(kit.storage, reports=loop.sink, report_limiter=RateLimiter(1, 5)) as strict:
             flood = [_post(strict, replayed) for _ in range(40)]
         assert flood.count(429) >= 30
