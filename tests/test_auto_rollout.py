@@ -529,3 +529,15 @@ def test_analyze_a_bundle_counts_an_install_once_and_fails_it_when_a_member_fail
     assert (high["candidate_devices"], high["stable_devices"]) == (300, 300)
     (probe,) = (g for g in high["guardrails"] if g["name"] == "probe_failure")
     assert (probe["verdict"], probe["candidate_events"]) == ("fail", 30)
+
+
+def test_analyze_raises_an_alarm_when_the_stable_arm_itself_fails(canary: Site) -> None:
+    # The stable arm rejects the model on most devices: comparing with it cannot see a
+    # candidate as bad, so the stable's own absolute limit raises an alarm.
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 100, probe_failed=90))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 100))
+    result = canary.run("analyze", MODEL)
+    assert "Traceback" not in result.output
+    assert "alarm: high: the stable arm's probe_failure rate is 90.0% (90/100)" in result.stdout
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    assert len(data["alarms"]) == len(TIERS)

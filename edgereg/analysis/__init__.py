@@ -31,7 +31,7 @@ from edgereg.analysis._canary import (
     combine,
 )
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, mann_whitney
-from edgereg.analysis._rates import RateComparison, compare_rates
+from edgereg.analysis._rates import RateComparison, RateLimitCheck, check_rate_limit, compare_rates
 
 __all__ = [
     "LATENCY_GUARDRAILS",
@@ -39,12 +39,14 @@ __all__ = [
     "Analysis",
     "GuardrailResult",
     "RateComparison",
+    "RateLimitCheck",
     "ShiftComparison",
     "TierAnalysis",
     "Verdict",
     "analysis_periods",
     "analyze",
     "analyze_tier",
+    "check_rate_limit",
     "combine",
     "compare_latency",
     "compare_rates",
