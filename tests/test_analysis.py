@@ -633,3 +633,23 @@ def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:
     (rec,) = (r for r in tier.guardrails if r.name == "load_ms/rec")
     assert rec.numbers["candidate_devices"] == 2000
     assert found["revert"] == "pass"  # rates stay per install
+
+
+def test_the_revert_guardrail_counts_only_installs_old_enough_to_have_reverted() -> None:
+    # A crash loop reverts after the app's unconfirmed starts (days for a daily app): a
+    # young cohort with no revert yet is no evidence, and must not pass.
+    young = run(healthy("candidate", aged_devices=0), healthy("stable", aged_devices=2000))
+    (tier,) = young.tiers
+    (revert,) = (r for r in tier.guardrails if r.name == "revert")
+    assert revert.verdict == "inconclusive"
+    assert "no candidate device installed 72 h ago yet" in revert.reason
+    # Old enough: the aged installs and their reverts are what is compared.
+    aged = run(
+        healthy("candidate", aged_devices=1000, aged_reverted=100, reverted=100),
+        healthy("stable", aged_devices=2000),
+    )
+    found = verdicts(aged)
+    assert found["revert"] == "fail"
+    (tier,) = aged.tiers
+    (revert,) = (r for r in tier.guardrails if r.name == "revert")
+    assert revert.numbers["candidate_devices"] == 1000

@@ -263,10 +263,13 @@ def test_precheck_decides_without_reports_only_when_there_is_nothing_to_compare(
 
 # --- the command, on a real registry -----------------------------------------------
 
+# The tests' reports arrive all at once, crash loops included: no revert window.
 NO_SOAK = """
 [rollout]
 steps = [5, 25, 100]
 min_soak_hours = 0
+[rollout.guardrails]
+revert_window_hours = 0
 """
 
 

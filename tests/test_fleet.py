@@ -139,6 +139,8 @@ LOOP_POLICY = RolloutPolicy.model_validate(
         "min_soak_hours": 24,
         "guardrails": {
             "min_devices": 3,
+            # The simulated apps start four times a day: a crash loop reverts within it.
+            "revert_window_hours": 24,
             "probe_failure": {"max_increase": 0.3},
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},

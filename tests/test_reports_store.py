@@ -339,3 +339,18 @@ def test_a_bundles_members_are_listed(store: ReportStore) -> None:
     )
     assert store.members("ocr") == ["det", "rec"]
     assert store.members("digits") == []
+
+
+def test_installs_old_enough_to_have_reverted_are_counted(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, reverted=True, confirmed=False), T0),
+            (report(2), T0),
+            (report(3, reverted=True, confirmed=False), T0 + timedelta(hours=80)),
+        ]
+    )
+    (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
+    assert (summary.devices, summary.reverted) == (3, 2)
+    assert (summary.aged_devices, summary.aged_reverted) == (2, 1)
+    (plain,) = store.summaries("digits")
+    assert plain.aged_devices is None

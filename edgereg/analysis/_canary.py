@@ -299,6 +299,10 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             probe_failed_sources=merged.probe_failed_sources + summary.probe_failed_sources,
             load_failed_sources=merged.load_failed_sources + summary.load_failed_sources,
             reverted_sources=merged.reverted_sources + summary.reverted_sources,
+            aged_devices=None
+            if merged.aged_devices is None or summary.aged_devices is None
+            else merged.aged_devices + summary.aged_devices,
+            aged_reverted=merged.aged_reverted + summary.aged_reverted,
         )
     return merged
 
@@ -460,6 +464,19 @@ def _rate_result(
         "alpha": alpha,
         "min_failing_devices": needed,
     }
+    if name == "revert":
+        young = candidate is not None and candidate.devices > 0 and candidate.aged_devices == 0
+        candidate, stable = _aged(candidate), _aged(stable)
+        if young:
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "inconclusive",
+                f"no candidate device installed {guardrails.revert_window_hours:g} h ago yet "
+                "(revert_window_hours): a crash loop shows as a revert only after the app's "
+                "unconfirmed starts",
+                limit,
+            )
     if candidate is None or candidate.devices < 1:
         both = "" if first_release or (stable is not None and stable.devices) else " and stable"
         return GuardrailResult(
@@ -612,6 +629,13 @@ def _rate_result(
         + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
         numbers,
     )
+
+
+def _aged(arm: ArmSummary | None) -> ArmSummary | None:
+    """The arm as the revert guardrail counts it: the installs old enough to have reverted."""
+    if arm is None or arm.aged_devices is None:
+        return arm
+    return replace(arm, devices=arm.aged_devices, reverted=arm.aged_reverted)
 
 
 def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:

@@ -74,6 +74,14 @@ class Guardrails(_Strict):
         "devices of a rate guardrail must come from before it can fail, when the server "
         "knows sources (docs/operations/report-threats.md).",
     )
+    revert_window_hours: float = Field(
+        default=72.0,
+        ge=0,
+        description="How long after its install a device can take to revert a crash-looping "
+        "model (the app's max_unconfirmed_starts starts; 3 for an app started once a day): "
+        "the revert guardrail counts only devices installed at least this long ago, so a "
+        "young cohort that has not crash-looped yet cannot pass it. 0 counts every device.",
+    )
     min_sources: int = Field(
         default=5,
         ge=1,

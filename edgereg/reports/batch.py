@@ -121,10 +121,15 @@ class GroupCommit:
                 pending.done.set()
 
     def summaries(
-        self, unit: str, since: datetime | None = None, *, model: str | None = None
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
-        return self.store.summaries(unit, since, model=model)
+        return self.store.summaries(unit, since, model=model, aged_before=aged_before)
 
     def members(self, unit: str) -> list[str]:
         """The store's bundle members."""

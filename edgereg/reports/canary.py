@@ -7,7 +7,7 @@ page compute, so the three never disagree about a rollout's health.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from edgereg.analysis import Analysis, analysis_periods, analyze
@@ -22,9 +22,17 @@ class SummarySource(Protocol):
     """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
 
     def summaries(
-        self, unit: str, since: datetime | None = None, *, model: str | None = None
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
     ) -> list[ArmSummary]:
-        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``)."""
+        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
+
+        ``aged_before``: also count the installs that first reported by then.
+        """
         ...
 
 
@@ -61,20 +69,27 @@ def rollout_analysis(
         candidate_since = candidate_start or now
         stable_since = stable_start or candidate_since
 
-    def period(**member: str) -> list[ArmSummary]:
-        found = store.summaries(state.model, candidate_since, **member)
+    # A crash loop is reported as a revert only after the app's unconfirmed starts:
+    # only installs that old can show one.
+    window = guardrails.revert_window_hours
+    aged = now - timedelta(hours=window) if window else None
+
+    def period(member: str | None = None) -> list[ArmSummary]:
+        found = store.summaries(state.model, candidate_since, model=member, aged_before=aged)
         if stable_since == candidate_since:
             return found
         # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
         return [s for s in found if s.arm == "candidate"] + [
-            s for s in store.summaries(state.model, stable_since, **member) if s.arm == "stable"
+            s
+            for s in store.summaries(state.model, stable_since, model=member, aged_before=aged)
+            if s.arm == "stable"
         ]
 
     summaries = period()
     # A store that lists a bundle's members gives each its own latencies (one per device).
     listed = getattr(store, "members", None)
     names: list[str] = listed(state.model) if callable(listed) else []
-    members = {name: period(model=name) for name in names} or None
+    members = {name: period(name) for name in names} or None
     return analyze(
         summaries,
         unit=state.model,

@@ -199,17 +199,22 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
             "COUNT(DISTINCT source), COUNT(source), "
             "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
             "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
-            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END) "
+            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END) "
             f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
         )
     return (
         "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf), "
         "COUNT(DISTINCT src), COUNT(src), COUNT(DISTINCT CASE WHEN pf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
-        "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END) FROM ("
+        "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
+        f"SUM(CASE WHEN fr <= {placeholder} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
-        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src "
+        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src, "
+        "MIN(first_received_at) AS fr "
         f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
         ") AS devices GROUP BY tier, arm, unit_version"
     )
@@ -458,7 +463,12 @@ class ReportStore(abc.ABC):
         return cast(int, self._run("storing reports", write))
 
     def summaries(
-        self, unit: str, since: datetime | None = None, *, model: str | None = None
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
 
@@ -466,6 +476,9 @@ class ReportStore(abc.ABC):
             unit: The model or bundle.
             since: Only installs whose latest report arrived at or after this time.
             model: Only this member of a bundle (its own latency histograms).
+            aged_before: Also count the installs that first reported at or before
+                this time, and their reverts (``aged_devices``, ``aged_reverted``):
+                the installs that had time to crash-loop.
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -476,6 +489,9 @@ class ReportStore(abc.ABC):
         if model is not None:
             params.append(model)
         flags = {"since": since is not None, "model": model is not None}
+        # Without a cut every install counts as aged (the same statement either way).
+        cut = epoch_ms(aged_before) if aged_before is not None else 2**62
+        aged = [cut, cut]
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -484,12 +500,12 @@ class ReportStore(abc.ABC):
                 if model is None:
                     cur.execute(has_members_sql(self.placeholder), (unit, unit))
                     bundle = bool(cur.fetchone()[0])
-                cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), params)
+                cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), aged + params)
                 counts = cur.fetchall()
                 cur.execute(histogram_sql(self.placeholder, **flags), params + params)
                 bins = cur.fetchall()
                 conn.rollback()  # read only: end the snapshot
-            return _assemble(unit, counts, bins)
+            return _assemble(unit, counts, bins, aged=aged_before is not None)
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
 
@@ -563,7 +579,7 @@ class ReportStore(abc.ABC):
 
 
 def _assemble(
-    unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]]
+    unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]], *, aged: bool
 ) -> list[ArmSummary]:
     histograms: dict[tuple[str, str, str], tuple[dict[int, int], dict[int, int]]] = {}
     for kind, tier, arm, version, bucket, devices in bins:
@@ -575,6 +591,7 @@ def _assemble(
         sources, sourced, probe_sources, load_sources, revert_sources = (
             int(n or 0) for n in row[8:13]
         )
+        aged_devices, aged_reverted = (int(n or 0) for n in row[13:15])
         load, inference = histograms.get((tier, arm, version), ({}, {}))
         summaries.append(
             ArmSummary(
@@ -592,6 +609,8 @@ def _assemble(
                 probe_failed_sources=probe_sources,
                 load_failed_sources=load_sources,
                 reverted_sources=revert_sources,
+                aged_devices=aged_devices if aged else None,
+                aged_reverted=aged_reverted if aged else 0,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
             )

@@ -55,6 +55,10 @@ class ArmSummary:
         probe_failed_sources: Distinct source networks of the probe failures.
         load_failed_sources: Distinct source networks of the load failures.
         reverted_sources: Distinct source networks of the reverts.
+        aged_devices: Devices that first reported long enough ago to have
+            crash-looped (the revert guardrail's denominator), or None when not
+            counted (then every device is).
+        aged_reverted: Those of them that reverted.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
     """
@@ -73,5 +77,7 @@ class ArmSummary:
     probe_failed_sources: int = 0
     load_failed_sources: int = 0
     reverted_sources: int = 0
+    aged_devices: int | None = None
+    aged_reverted: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)

@@ -290,7 +290,12 @@ class ReportSink(Protocol):
         ...
 
     def summaries(
-        self, unit: str, since: datetime | None = None, *, model: str | None = None
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
     ) -> list[ArmSummary]:
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
