@@ -108,7 +108,7 @@ class Batch:
         load = np.exp(rng.normal(math.log(40.0 * slower), 0.35, devices))
         self.load = np.searchsorted(LATENCY_EDGES, load)
 
-    def summary(self, since: float, now: float) -> ArmSummary | None:
+    def summary(self, since: float, now: float, aged: float | None) -> ArmSummary | None:
         first = int(np.searchsorted(self.times, since, side="left"))
         last = int(np.searchsorted(self.times, now, side="right"))
         devices = last - first
@@ -118,6 +118,12 @@ class Batch:
         # A crash loop shows as a revert only after the unconfirmed starts it takes.
         shown = int(np.searchsorted(self.times, now - self.revert_delay, side="right"))
         reverted = int(self.cumulative[2][max(first, shown)] - self.cumulative[2][first])
+        # The installs old enough to have reverted (revert_window_hours), and their reverts.
+        old = last if aged is None else max(first, int(np.searchsorted(self.times, aged, "right")))
+        old = min(old, last)
+        aged_reverted = int(
+            self.cumulative[2][min(old, max(first, shown))] - self.cumulative[2][first]
+        )
         counts = np.bincount(self.load[first:last])
         histogram = {int(b): int(c) for b, c in enumerate(counts) if c}
         return ArmSummary(
@@ -130,6 +136,8 @@ class Batch:
             load_failed=load,
             reverted=reverted,
             confirmed=devices - reverted,
+            aged_devices=None if aged is None else old - first,
+            aged_reverted=0 if aged is None else aged_reverted,
             load_ms=histogram,
             inference_p50_ms=histogram,
         )
@@ -142,9 +150,17 @@ class SimulatedStore:
         self.batches: list[Batch] = []
         self.now = 0.0
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+    ) -> list[ArmSummary]:
         cut = (since - START).total_seconds() if since is not None else 0.0
-        found = [b.summary(cut, self.now) for b in self.batches]
+        aged = (aged_before - START).total_seconds() if aged_before is not None else None
+        found = [b.summary(cut, self.now, aged) for b in self.batches]
         return [s for s in found if s is not None]
 
 
@@ -361,6 +377,7 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="also run the earlier judge")
     parser.add_argument("--only-table", action="store_true")
     parser.add_argument("--only-good", action="store_true", help="only the good candidate")
+    parser.add_argument("--worlds", default="0,1,2,3", help="which worlds (indexes)")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
     print("What one step concludes about reverts once every device reported (default guardrails):")
@@ -381,7 +398,8 @@ def main() -> None:
     )
     summary = []
     with ProcessPoolExecutor(args.workers) as pool:
-        for world in WORLDS[:1] if args.only_good else WORLDS:
+        chosen = [WORLDS[int(i)] for i in args.worlds.split(",")]
+        for world in WORLDS[:1] if args.only_good else chosen:
             summary.append((world, run_world(pool, world, args, False)))
         if args.compare:
             # The earlier judge on the good candidate: the false rollbacks it made.
