@@ -532,6 +532,12 @@ def test_analyze_a_bundle_counts_an_install_once_and_fails_it_when_a_member_fail
     assert (high["candidate_devices"], high["stable_devices"]) == (300, 300)
     (probe,) = (g for g in high["guardrails"] if g["name"] == "probe_failure")
     assert (probe["verdict"], probe["candidate_events"]) == ("fail", 30)
+    # Latencies per member, one value per device (not one per member row).
+    names = {g["name"] for g in high["guardrails"]}
+    assert {f"load_ms/{MODEL}", f"load_ms/{OTHER}", f"inference_ms/{OTHER}"} <= names
+    assert "load_ms" not in names
+    (load,) = (g for g in high["guardrails"] if g["name"] == f"load_ms/{MODEL}")
+    assert load["candidate_devices"] == 300
 
 
 def test_analyze_raises_an_alarm_when_the_stable_arm_itself_fails(canary: Site) -> None:
