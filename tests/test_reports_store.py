@@ -313,6 +313,10 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
     with sqlite3.connect(path) as conn:
         # Schema 1 as shipped: the table without `source`, its index without it.
         conn.execute(SCHEMA[0].replace("    source TEXT,\n", ""))
+        conn.execute(
+            "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+            "load_failed, reverted, confirmed, model, received_at)"
+        )
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.execute("INSERT INTO reports_meta VALUES ('schema', '1')")
         columns = [row[1] for row in conn.execute("PRAGMA table_info(reports)")]

@@ -120,7 +120,7 @@ SCHEMA = (
     # a sort or a table lookup (SQLite has no hash aggregate), with or without `since`.
     # No token in it: a random key would make every insert dirty a random page.
     "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
-    "load_failed, reverted, confirmed, model, received_at, source)",
+    "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
     "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, load_bucket, "
     "model, received_at)",
     "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
@@ -132,7 +132,13 @@ META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, val
 #: From each schema to the next: schema 2 adds the source network of a report
 #: (rows of schema 1 have none: their sources are unknown, never counted).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: ("ALTER TABLE reports ADD COLUMN source TEXT",),
+    1: (
+        "ALTER TABLE reports ADD COLUMN source TEXT",
+        # The counts read the source and the install time too: keep them covered.
+        "DROP INDEX IF EXISTS reports_devices",
+        "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+        "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
+    ),
 }
 
 _UPDATED = [c for c in COLUMNS if c not in ("token", "model", "first_received_at")]
