@@ -111,8 +111,8 @@ class SourceCaps:
 
     A loopback peer is not capped: it is a reverse proxy on the same host
     (or a test), and capping it would cap every device behind it. Configure
-    the proxy as trusted (``make_server(trusted_proxies=...)``; no command-line option yet) so each device's own network
-    is capped instead.
+    the proxy as trusted (``make_server(trusted_proxies=...)``; there is no
+    command-line option yet) so each device's own network is capped instead.
 
     Args:
         tokens: New tokens per source per period.
