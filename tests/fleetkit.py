@@ -768,8 +768,9 @@ def open_closed_loop(
     *,
     classes: Sequence[DeviceClass] = CLASSES,
     store_url: str | None = None,
+    canary_percent: float = 5.0,
 ) -> Iterator[ClosedLoop]:
-    """1.0.0 installed and confirmed on ``devices`` devices, then 2.0.0 (behaving as told) at 5 %.
+    """1.0.0 installed and confirmed on ``devices`` devices, then 2.0.0 (as told) as a canary.
 
     ``kit`` must be a registry with nothing published yet.
 
@@ -794,5 +795,5 @@ def open_closed_loop(
             loop = ClosedLoop(kit, base_url, fleet, sink, {"2.0.0": candidate})
             loop.day()
             kit.clock.advance(1)
-            kit.publish_bundle("2.0.0", percent=5.0)
+            kit.publish_bundle("2.0.0", percent=canary_percent)
             yield loop

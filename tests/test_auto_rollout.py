@@ -81,11 +81,12 @@ def summary(arm: str, devices: int = 2000, **fields: object) -> ArmSummary:
 
 
 def analysis_of(*summaries: ArmSummary, guardrails: Guardrails | None = None) -> Analysis:
+    first = all(s.arm == "candidate" for s in summaries)
     return analyze(
         summaries,
         unit=MODEL,
         candidate="1.1.0",
-        stable="1.0.0",
+        stable=None if first else "1.0.0",
         since=T0,
         guardrails=guardrails or POLICY.guardrails,
         tiers=["high"],
@@ -96,6 +97,9 @@ GOOD = (summary("candidate"), summary("stable"))
 CRASHING = (summary("candidate", probe_failed=400), summary("stable"))
 FEW = (summary("candidate", 20), summary("stable"))
 SLOW = (summary("candidate", load_ms={latency_bucket(60.0): 2000}), summary("stable"))
+# A first release: no stable arm, judged by the absolute limits.
+FIRST_GOOD = (summary("candidate"),)
+FIRST_CRASHING = (summary("candidate", 62, reverted=62),)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,12 @@ TABLE = {
         reason="no rollout in progress",
     ),
     "paused": Row(released(5, paused=True), None, 48, "nothing", reason="never resume"),
-    "no-stable-to-compare": Row(released(5, stable=None), None, 48, "nothing", reason="by hand"),
+    "first-release-healthy-waits-for-a-person": Row(
+        released(5, stable=None), FIRST_GOOD, 48, "wait", reason="by hand"
+    ),
+    "first-release-crash-looping-rolls-back": Row(
+        released(5, stable=None), FIRST_CRASHING, 1, "rollback", reason="absolute limit"
+    ),
     "good-after-soak-steps": Row(released(5), GOOD, 25, "step", 25.0, "on to 25%"),
     "good-during-soak-waits": Row(released(5), GOOD, 2, "wait", reason="22 h 0 min of the minimum"),
     "good-at-last-step-promotes": Row(released(5, 25, 100), GOOD, 25, "promote"),
@@ -254,10 +263,13 @@ def test_precheck_decides_without_reports_only_when_there_is_nothing_to_compare(
 
 # --- the command, on a real registry -----------------------------------------------
 
+# The tests' reports arrive all at once, crash loops included: no revert window.
 NO_SOAK = """
 [rollout]
 steps = [5, 25, 100]
 min_soak_hours = 0
+[rollout.guardrails]
+revert_window_hours = 0
 """
 
 
@@ -429,12 +441,12 @@ def test_analyze_with_too_few_reports_is_inconclusive(canary: Site) -> None:
 
 def test_auto_walks_a_good_candidate_to_stable_one_step_per_run(canary: Site) -> None:
     # Each step starts a new period: the reports of the step before do not count.
-    # With no failures in either arm, about 270 devices per arm and tier show a rate
-    # within one point at 90%; 300 do.
+    # With no failures in either arm, about 500 devices per arm and tier show, with
+    # always-valid evidence, a rate within one point; 1000 do (300 do not).
     for expected in ("rolled out", "rolled out", "promoted"):
         next_second()
-        ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
-        ingest(canary, reports_of(canary, "candidate", "1.1.0", 300))
+        ingest(canary, reports_of(canary, "stable", "1.0.0", 1000))
+        ingest(canary, reports_of(canary, "candidate", "1.1.0", 1000))
         result = ok(canary.run("rollout", MODEL, "--auto"))
         assert result.stdout.startswith(f"{MODEL}: {expected}: every guardrail passes"), (
             result.stdout
@@ -520,3 +532,23 @@ def test_analyze_a_bundle_counts_an_install_once_and_fails_it_when_a_member_fail
     assert (high["candidate_devices"], high["stable_devices"]) == (300, 300)
     (probe,) = (g for g in high["guardrails"] if g["name"] == "probe_failure")
     assert (probe["verdict"], probe["candidate_events"]) == ("fail", 30)
+    # Latencies per member, one value per device (not one per member row).
+    names = {g["name"] for g in high["guardrails"]}
+    assert {f"load_ms/{MODEL}", f"load_ms/{OTHER}", f"inference_ms/{OTHER}"} <= names
+    assert "load_ms" not in names
+    # One value per install: 300 for the member every device loaded, 270 for the one
+    # 30 devices rejected (no load time), never 600.
+    loaded = {g["name"]: g["candidate_devices"] for g in high["guardrails"]}
+    assert (loaded[f"load_ms/{OTHER}"], loaded[f"load_ms/{MODEL}"]) == (300, 270)
+
+
+def test_analyze_raises_an_alarm_when_the_stable_arm_itself_fails(canary: Site) -> None:
+    # The stable arm rejects the model on most devices: comparing with it cannot see a
+    # candidate as bad, so the stable's own absolute limit raises an alarm.
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 100, probe_failed=90))
+    ingest(canary, reports_of(canary, "candidate", "1.1.0", 100))
+    result = canary.run("analyze", MODEL)
+    assert "Traceback" not in result.output
+    assert "alarm: high: the stable arm's probe_failure rate is 90.0% (90/100)" in result.stdout
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    assert len(data["alarms"]) == len(TIERS)

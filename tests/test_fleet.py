@@ -128,16 +128,19 @@ def test_a_faulty_gpu_falls_back_to_cpu_and_a_failed_probe_is_never_installed(
 
 # --- the closed loop: self-test, reports, the store, rollout --auto ---------------------------
 
-# One tier of 200 devices keeps a 5 % arm large enough to judge (~10 devices); the
+# One tier of 200 devices keeps a 10 % arm large enough to judge (~20 devices); the
 # benchmark runs every tier with 1,000. Margins are wide for so few devices: with none
-# failing, ten devices cannot show a rate rose by less than 26 points.
+# failing, always-valid evidence needs about 12 candidate devices to show a rate rose
+# by less than 30 points (10 do not: a 5 % arm would wait forever).
 HIGH_ONLY = tuple(kind for kind in CLASSES if kind.tier == "high")
 LOOP_POLICY = RolloutPolicy.model_validate(
     {
-        "steps": [5, 25, 50, 100],
+        "steps": [10, 25, 50, 100],
         "min_soak_hours": 24,
         "guardrails": {
             "min_devices": 3,
+            # The simulated apps start four times a day: a crash loop reverts within it.
+            "revert_window_hours": 24,
             "probe_failure": {"max_increase": 0.3},
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
@@ -154,7 +157,9 @@ def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
 
 def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_path: Path) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
-    with open_closed_loop(kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY) as loop:
+    with open_closed_loop(
+        kit, tmp_path, Release(), DEVICES, classes=HIGH_ONLY, canary_percent=10.0
+    ) as loop:
         decisions = run_auto(loop, days=8)
         loop.day()
         versions = loop.fleet.versions()
@@ -195,7 +200,9 @@ def test_a_bad_candidate_is_halted_and_rolled_back(
     project: Path, tmp_path: Path, candidate: Release, guardrail: str
 ) -> None:
     kit = FleetRegistry.create(tmp_path / "registry", project)
-    with open_closed_loop(kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY) as loop:
+    with open_closed_loop(
+        kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY, canary_percent=10.0
+    ) as loop:
         decisions = run_auto(loop, days=3)
         loop.kit.clock.advance(1)
         loop.day()
@@ -264,7 +271,10 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_
         store = loop.sink.store
         tree, stored = _tree(registry_root), store.count()
         manifest = urllib.request.urlopen(f"{base_url}/manifests/{BUNDLE}/high.json").read()
-        replayed = to_bytes(loop.sent()[-1])
+        last = loop.sent()[-1]
+        replayed = to_bytes(last)
+        # Valid-looking, of a version the registry never published: refused, not stored.
+        forged = to_bytes(last.model_copy(update={"unit_version": "9.9.9", "token": "f" * 32}))
         statuses = [
             _post(base_url, b"[]"),
             _post(base_url, b"\xff\xfe"),
@@ -272,8 +282,9 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_
             _post(base_url, replayed.replace(b'"kit"', b'"../../manifests/kit"')),
             _post(base_url, replayed),  # a replay: the same token, one row
             _post(base_url, b"x" * 5000),
+            _post(base_url, forged),
         ]
-        assert statuses == [400, 400, 400, 400, 202, 413]
+        assert statuses == [400, 400, 400, 400, 202, 413, 422]
         with serve(kit.storage, reports=loop.sink, report_limiter=RateLimiter(1, 5)) as strict:
             flood = [_post(strict, replayed) for _ in range(40)]
         assert flood.count(429) >= 30

@@ -31,7 +31,7 @@ def report_body(n: int, **fields: Any) -> bytes:
         "variant": "int8",
         "tier": "high",
         "arm": "candidate",
-        "sequence": 3,
+        "sequence": 2,
         "probe": "passed",
         "backend": "cpu",
         "load_ms": 12.5,
@@ -260,10 +260,12 @@ def test_a_flood_of_reports_never_touches_the_registry(
         response, data = get(url, f"/blobs/sha256/{blob.digest}")
         assert (response.status, data) == (200, blob.data)
     assert tree_digest(reg.root) == before
-    assert set(statuses) <= {202, 400, 429}
+    assert set(statuses) <= {202, 400, 422, 429}
     assert statuses[202] >= 2
     assert statuses[400] >= 2
-    assert store.count() == 2  # the replays of token 1 and token 3 are one row each
+    # 9.9.9 was never published: refused, not stored.
+    assert statuses[422] >= 2
+    assert store.count() == 1  # the replays of token 1 are one row; token 3 was refused
 
 
 def test_a_store_outage_refuses_reports_but_keeps_delivering(reg: FakeRegistry) -> None:
@@ -433,3 +435,197 @@ def test_expect_100_continue_gets_the_interim_answer(reg: FakeRegistry, tmp_path
             sock.sendall(body)
             assert sock.recv(100).startswith(b"HTTP/1.1 202 ")
         assert store.count() == 1
+
+
+# --- forged reports: only what the registry served is admitted ----------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        pytest.param({"unit": "nosuch", "model": "nosuch"}, "unknown-unit", id="unknown-unit"),
+        pytest.param({"tier": "ultra"}, "unknown-tier", id="undeclared-tier"),
+        pytest.param({"sequence": 3}, "future-sequence", id="never-issued-sequence"),
+        pytest.param({"sequence": 1}, "not-served", id="no-candidate-at-sequence-1"),
+        pytest.param(
+            {"version": "1.2.0", "unit_version": "1.2.0"}, "not-served", id="unpublished-version"
+        ),
+        pytest.param({"arm": "stable"}, "not-served", id="candidate-version-as-stable"),
+        pytest.param({"unit_version": "1.0.0"}, "version-mismatch", id="model-unit-mismatch"),
+    ],
+)
+def test_a_report_of_what_was_never_served_is_refused_and_counted(
+    reg: FakeRegistry, tmp_path: Path, fields: dict[str, Any], reason: str
+) -> None:
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        response, answer = post(url, report_body(1, **fields))
+        assert response.status == 422, answer
+        assert json.loads(answer)["detail"].startswith(reason)
+        _, metrics = get(url, "/metrics")
+        assert f'edgereg_reports_refused_total{{reason="{reason}"}} 1' in metrics.decode()
+        # What was served is admitted: the stable arm at either sequence, the candidate at 2.
+        for n, good in enumerate(
+            (
+                {},
+                {"arm": "stable", "version": "1.0.0", "unit_version": "1.0.0"},
+                {"arm": "stable", "version": "1.0.0", "unit_version": "1.0.0", "sequence": 1},
+            ),
+            start=2,
+        ):
+            assert post(url, report_body(n, **good))[0].status == 202
+    assert store.count() == 3
+
+
+def test_a_new_sequence_is_admitted_as_soon_as_it_is_published(tmp_path: Path) -> None:
+    # The server caches what was served; a report naming a newer sequence refreshes it.
+    from edgereg.serve._app import App, Request
+
+    reg = make_registry(tmp_path / "registry", models=("digits",))
+    clock = [0.0]
+    with open_store(f"sqlite:///{tmp_path}/r.sqlite") as store:
+        app = App(reg.storage, reports=store, report_limiter=GENEROUS, monotonic=lambda: clock[0])
+
+        def send(n: int, **fields: Any) -> int:
+            body = report_body(n, **fields)
+            headers = {"content-type": "application/json", "content-length": str(len(body))}
+            return app.handle(Request("POST", "/v1/reports", headers, body, "10.0.0.1")).status
+
+        assert send(1) == 202
+        assert send(2, sequence=3) == 422
+        from edgereg.config import RolloutPolicy
+        from edgereg.registry._transitions import set_percent
+
+        reg.registry.change(
+            "digits",
+            lambda state, now, expires: set_percent(
+                state,
+                "digits",
+                25.0,
+                policy=RolloutPolicy(min_soak_hours=0),
+                now=now,
+                expires=expires,
+                actor="test",
+            ),
+            signer=reg.signer,
+            expires_days=30,
+        )
+        clock[0] += 2  # past the early-refresh interval, well inside the cache's lifetime
+        assert send(3, sequence=3) == 202
+
+
+def test_new_tokens_per_source_network_are_capped(reg: FakeRegistry, tmp_path: Path) -> None:
+    import ipaddress
+
+    from edgereg.serve._ratelimit import SourceCaps
+
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            reg.storage,
+            reports=store,
+            report_limiter=GENEROUS,
+            source_caps=SourceCaps(tokens=5),
+            trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),),
+        ) as url,
+    ):
+
+        def send(n: int, address: str, **fields: Any) -> int:
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            headers = {"Content-Type": "application/json", "X-Forwarded-For": address}
+            conn.request("POST", "/v1/reports", body=report_body(n, **fields), headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        statuses = [send(n, f"198.51.100.{n}") for n in range(8)]
+        assert statuses == [202] * 5 + [429] * 3
+        # A device already counted keeps reporting (confirm, revert): same token, admitted.
+        assert send(0, "198.51.100.77", confirmed=True) == 202
+        # Another network has its own cap.
+        assert send(9, "192.0.2.1") == 202
+        _, metrics = get(url, "/metrics")
+        assert 'edgereg_reports_refused_total{reason="source-cap"} 3' in metrics.decode()
+        # The store keeps each report's network: the evidence counts two.
+        (summary,) = store.summaries("digits")
+        assert (summary.devices, summary.sources) == (6, 2)
+    assert store.count() == 6
+
+
+def test_source_caps_count_networks_not_addresses() -> None:
+    from edgereg.serve._ratelimit import SourceCaps, source_key
+
+    assert source_key("203.0.113.7") == "203.0.113.0/24"
+    assert source_key("2001:db8:1:2:3::9") == "2001:db8:1::/48"
+    assert source_key("::ffff:203.0.113.7") == "203.0.113.0/24"
+    caps = SourceCaps(tokens=2, period=3600)
+    assert caps.take("203.0.113.1", "a" * 32, 0.0) == 0
+    assert caps.take("203.0.113.200", "b" * 32, 1.0) == 0
+    # A third address of the same /24 is the same source; another /24 is not.
+    assert caps.take("203.0.113.9", "c" * 32, 2.0) == pytest.approx(3598.0)
+    assert caps.take("203.0.114.9", "c" * 32, 2.0) == 0
+    # The window ends: the source may bring new tokens again.
+    assert caps.take("203.0.113.9", "c" * 32, 3600.0) == 0
+    # A loopback peer is a proxy on the host (or a test): never capped.
+    assert all(caps.take("127.0.0.1", f"{n:032x}", 5.0) == 0 for n in range(10))
+
+
+@pytest.mark.parametrize(
+    ("peer", "header", "client"),
+    [
+        pytest.param("10.0.0.5", "198.51.100.7", "198.51.100.7", id="trusted-proxy"),
+        pytest.param("10.0.0.5", "198.51.100.7, 10.0.0.9", "198.51.100.7", id="two-proxies"),
+        pytest.param("10.0.0.5", "1.2.3.4, 198.51.100.7", "198.51.100.7", id="forged-left-part"),
+        pytest.param("192.0.2.1", "198.51.100.7", "192.0.2.1", id="untrusted-peer"),
+        pytest.param("10.0.0.5", "not-an-ip", "10.0.0.5", id="malformed"),
+        pytest.param("10.0.0.5", None, "10.0.0.5", id="no-header"),
+    ],
+)
+def test_x_forwarded_for_is_believed_only_from_a_configured_proxy(
+    peer: str, header: str | None, client: str
+) -> None:
+    import ipaddress
+
+    from edgereg.serve._ratelimit import forwarded_client
+
+    trusted = (ipaddress.ip_network("10.0.0.0/8"),)
+    assert forwarded_client(peer, header, trusted) == client
+    assert forwarded_client(peer, header, ()) == peer
+
+
+def test_an_authenticator_refuses_reports_it_cannot_verify(
+    reg: FakeRegistry, tmp_path: Path
+) -> None:
+    from edgereg.serve import HmacAuthenticator
+    from edgereg.serve._authenticate import AUTH_HEADER
+
+    auth = HmacAuthenticator(b"k" * 32)
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            reg.storage, reports=store, report_limiter=GENEROUS, report_authenticator=auth
+        ) as url,
+    ):
+
+        def send(body: bytes, signature: str | None) -> int:
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            headers = {"Content-Type": "application/json"}
+            if signature is not None:
+                headers[AUTH_HEADER] = signature
+            conn.request("POST", "/v1/reports", body=body, headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        good = report_body(1)
+        assert send(good, None) == 401
+        assert send(good, auth.sign(report_body(2))) == 401  # signed another body
+        assert send(good, HmacAuthenticator(b"x" * 32).sign(good)) == 401  # another key
+        assert send(good, auth.sign(good)) == 202
+        _, metrics = get(url, "/metrics")
+        text = metrics.decode()
+        assert 'edgereg_reports_refused_total{reason="unauthenticated"} 1' in text
+        assert 'edgereg_reports_refused_total{reason="bad-authenticator"} 2' in text
+    assert store.count() == 1

@@ -21,6 +21,7 @@ from edgereg.reports import (
     StoreURLError,
     open_store,
 )
+from edgereg.reports.store import COLUMNS, report_row
 from edgereg.reports.summary import latency_bucket
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -274,3 +275,86 @@ def test_group_commit_hands_a_failure_to_its_caller(tmp_path: Path) -> None:
     front.ingest(report(2), T0)  # the writer outlived the failed batch
     assert front.store.count() == 1
     front.close()
+
+
+def test_distinct_source_networks_are_counted_per_arm_and_outcome(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, reverted=True, confirmed=False), T0, "198.51.100.0/24"),
+            (report(2, reverted=True, confirmed=False), T0, "198.51.100.0/24"),
+            (report(3), T0, "203.0.113.0/24"),
+            (report(4), T0, "2001:db8:1::/48"),
+            (report(5, probe="failed", backend=None), T0, None),  # source unknown
+            (report(6, arm="stable", version="1.0.0", unit_version="1.0.0"), T0, None),
+        ]
+    )
+    found = by_arm(store.summaries("digits"))
+    candidate = found[("high", "candidate", "1.1.0")]
+    assert (candidate.devices, candidate.sources, candidate.sourced_devices) == (5, 3, 4)
+    assert (candidate.reverted, candidate.reverted_sources) == (2, 1)
+    assert (candidate.probe_failed, candidate.probe_failed_sources) == (1, 0)
+    assert found[("high", "stable", "1.0.0")].sources == 0  # unknown, not "none"
+
+
+def test_bundle_installs_count_their_source_once(store: ReportStore) -> None:
+    rows = []
+    for n, source in ((1, "198.51.100.0/24"), (2, "198.51.100.0/24"), (3, "192.0.2.0/24")):
+        for member in ("det", "rec"):
+            rows.append((report(n, unit="ocr", model=member, reverted=n == 3), T0, source))
+    store.ingest_many(rows)
+    (summary,) = store.summaries("ocr")
+    assert (summary.devices, summary.sources, summary.reverted_sources) == (3, 2, 1)
+
+
+def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path) -> None:
+    from edgereg.reports.store import SCHEMA
+
+    path = tmp_path / "v1.sqlite"
+    with sqlite3.connect(path) as conn:
+        # Schema 1 as shipped: the table without `source`, its index without it.
+        conn.execute(SCHEMA[0].replace("    source TEXT,\n", ""))
+        conn.execute(
+            "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+            "load_failed, reverted, confirmed, model, received_at)"
+        )
+        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO reports_meta VALUES ('schema', '1')")
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(reports)")]
+        assert "source" not in columns
+        row = {c: v for c, v in zip(COLUMNS, report_row(report(1), T0), strict=True)}
+        del row["source"]
+        conn.execute(
+            f"INSERT INTO reports ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+    with open_store(f"sqlite:///{path}") as store:
+        store.ingest(report(2), T0, "198.51.100.0/24")
+        (summary,) = store.summaries("digits")
+        assert (summary.devices, summary.sources) == (2, 1)
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+    assert version == str(SCHEMA_VERSION) == "2"
+
+
+def test_a_bundles_members_are_listed(store: ReportStore) -> None:
+    store.ingest_many(
+        [(report(n, unit="ocr", model=member), T0) for n in (1, 2) for member in ("rec", "det")]
+        + [(report(3), T0)]
+    )
+    assert store.members("ocr") == ["det", "rec"]
+    assert store.members("digits") == []
+
+
+def test_installs_old_enough_to_have_reverted_are_counted(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, reverted=True, confirmed=False), T0),
+            (report(2), T0),
+            (report(3, reverted=True, confirmed=False), T0 + timedelta(hours=80)),
+        ]
+    )
+    (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
+    assert (summary.devices, summary.reverted) == (3, 2)
+    assert (summary.aged_devices, summary.aged_reverted) == (2, 1)
+    (plain,) = store.summaries("digits")
+    assert plain.aged_devices is None

@@ -34,7 +34,7 @@ def _report(n: int, arm: str, **fields: Any) -> bytes:
         "variant": "high-int8",
         "tier": "high",
         "arm": arm,
-        "sequence": 4,
+        "sequence": 2,
         "probe": "passed",
         "backend": "cpu",
         "load_ms": 12.0,
@@ -77,11 +77,13 @@ def test_each_arm_and_guardrail_of_a_tier_with_its_verdict(
         open_store(store_url) as store,
         serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
     ):
-        # 300 stable devices with no probe failure; 300 candidates, 90 of them failed it.
-        for n in range(300):
+        # 1000 stable devices with no probe failure; 1000 candidates, 300 of them failed it
+        # (a pass needs about 500 devices per arm; 1000 show a load-failure rate within
+        # one point).
+        for n in range(1000):
             assert _request(url, "POST", "/v1/reports", _report(n, "stable"))[0] == 202
-        for n in range(300, 600):
-            failed = n < 390
+        for n in range(1000, 2000):
+            failed = n < 1300
             body = _report(
                 n,
                 "candidate",
@@ -94,7 +96,7 @@ def test_each_arm_and_guardrail_of_a_tier_with_its_verdict(
     assert status == 200
     assert "candidate 1.1.0 vs stable 1.0.0" in page
     rows = _health_rows(page)
-    assert rows["probe_failure"] == ["30.0% of 300", "0.0% of 300", "fail"]
+    assert rows["probe_failure"] == ["30.0% of 1000", "0.0% of 1000", "fail"]
     assert rows["load_failure"][2] == "pass"
     assert rows["load_ms"][:2] == [rows["load_ms"][1], rows["load_ms"][1]]  # same latencies
     # The same analysis `edgereg analyze` prints: a critical failure fails the rollout.

@@ -4,9 +4,11 @@ Pure statistics over what the report store aggregates (:class:`ArmSummary`
 per tier and arm): no I/O, no clock. Per tier, each guardrail of
 ``[rollout.guardrails]`` gets a verdict with its numbers:
 
-- failure rates (probe failure, load failure, revert): Farrington-Manning's
-  score test of "the candidate's rate is higher by more than max_increase"
-  and of the opposite, with the interval of the difference;
+- failure rates (probe failure, load failure, revert): always-valid evidence
+  (a mixture sequential probability ratio test, exact at any number of
+  devices) of "the candidate's rate is higher by more than max_increase" and
+  of the opposite, with the confidence sequence of the difference; and each
+  arm's rate against the absolute ``max_rate`` (the stable's raises an alarm);
 - latencies (load time, median inference time): Mann-Whitney U and the
   Hodges-Lehmann shift with Lehmann's interval, in percent of the stable median.
 
@@ -29,7 +31,7 @@ from edgereg.analysis._canary import (
     combine,
 )
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, mann_whitney
-from edgereg.analysis._rates import RateComparison, compare_rates
+from edgereg.analysis._rates import RateComparison, RateLimitCheck, check_rate_limit, compare_rates
 
 __all__ = [
     "LATENCY_GUARDRAILS",
@@ -37,12 +39,14 @@ __all__ = [
     "Analysis",
     "GuardrailResult",
     "RateComparison",
+    "RateLimitCheck",
     "ShiftComparison",
     "TierAnalysis",
     "Verdict",
     "analysis_periods",
     "analyze",
     "analyze_tier",
+    "check_rate_limit",
     "combine",
     "compare_latency",
     "compare_rates",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
 from edgereg.analysis._ranks import compare_latency, total
-from edgereg.analysis._rates import compare_rates
+from edgereg.analysis._rates import check_rate_limit, compare_rates
 from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
 from edgereg.protocol.wire import RolloutState
 from edgereg.reports.summary import ArmSummary
@@ -23,9 +22,24 @@ LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms")
 
 # Which ArmSummary field each guardrail reads.
 _RATE_FIELD = {"probe_failure": "probe_failed", "load_failure": "load_failed", "revert": "reverted"}
+_SOURCE_FIELD = {
+    "probe_failure": "probe_failed_sources",
+    "load_failure": "load_failed_sources",
+    "revert": "reverted_sources",
+}
 _LATENCY_FIELD = {"load_ms": "load_ms", "inference_ms": "inference_p50_ms"}
 
 Number = float | int | None
+
+
+def min_failing_devices(guardrails: Guardrails) -> int:
+    """Failing candidate devices a fail needs (``min_failing_devices``)."""
+    return guardrails.min_failing_devices
+
+
+def max_rate(rule: RateGuardrail) -> float:
+    """A rate guardrail's absolute limit (``max_rate``)."""
+    return rule.max_rate
 
 
 @dataclass(frozen=True)
@@ -57,12 +71,15 @@ class TierAnalysis:
         candidate_devices: Candidate devices that reported in the period.
         stable_devices: Stable devices that reported in the period.
         guardrails: One result per guardrail.
+        alarms: What is wrong with the stable arm itself (its rates above the
+            absolute limits): the comparison cannot see it, so it is said apart.
     """
 
     tier: str
     candidate_devices: int
     stable_devices: int
     guardrails: tuple[GuardrailResult, ...]
+    alarms: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -77,7 +94,8 @@ class Analysis:
     Attributes:
         unit: The model or bundle.
         candidate: The candidate version.
-        stable: The stable version.
+        stable: The stable version, or None for a first release (judged by the
+            absolute limits alone).
         since: Start of the period the candidate arm is counted over.
         tiers: One analysis per tier.
         stable_since: Start of the stable arm's period, when it differs (at 100 %).
@@ -85,7 +103,7 @@ class Analysis:
 
     unit: str
     candidate: str
-    stable: str
+    stable: str | None
     since: datetime
     tiers: tuple[TierAnalysis, ...]
     stable_since: datetime | None = None
@@ -94,6 +112,11 @@ class Analysis:
     def verdict(self) -> Verdict:
         """Fail if a critical guardrail fails anywhere, pass if all pass, else inconclusive."""
         return combine(result for tier in self.tiers for result in tier.guardrails)
+
+    @property
+    def alarms(self) -> tuple[str, ...]:
+        """Every tier's alarms about the stable arm."""
+        return tuple(alarm for tier in self.tiers for alarm in tier.alarms)
 
     def to_json(self) -> dict[str, object]:
         """Everything, for ``edgereg analyze --json``."""
@@ -104,10 +127,12 @@ class Analysis:
             "since": _iso(self.since),
             "stable_since": _iso(self.stable_since or self.since),
             "verdict": self.verdict,
+            "alarms": list(self.alarms),
             "tiers": [
                 {
                     "tier": tier.tier,
                     "verdict": tier.verdict,
+                    "alarms": list(tier.alarms),
                     "candidate_devices": tier.candidate_devices,
                     "stable_devices": tier.stable_devices,
                     "guardrails": [
@@ -153,6 +178,7 @@ class Analysis:
             "stable": self.stable,
             "since": _iso(self.since),
             **({"stable_since": _iso(self.stable_since)} if self.stable_since else {}),
+            **({"alarms": list(self.alarms)} if self.alarms else {}),
             "tiers": tiers,
         }
 
@@ -165,6 +191,7 @@ _EVIDENCE_KEYS = frozenset(
         "ci_low",
         "ci_high",
         "p_worse",
+        "p_above_max_rate",
         "limit",
         "shift_pct",
         "ci_low_pct",
@@ -266,6 +293,16 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             load_failed=merged.load_failed + summary.load_failed,
             reverted=merged.reverted + summary.reverted,
             confirmed=merged.confirmed + summary.confirmed,
+            # Parts of one arm may share networks: the sum is an upper bound.
+            sources=merged.sources + summary.sources,
+            sourced_devices=merged.sourced_devices + summary.sourced_devices,
+            probe_failed_sources=merged.probe_failed_sources + summary.probe_failed_sources,
+            load_failed_sources=merged.load_failed_sources + summary.load_failed_sources,
+            reverted_sources=merged.reverted_sources + summary.reverted_sources,
+            aged_devices=None
+            if merged.aged_devices is None or summary.aged_devices is None
+            else merged.aged_devices + summary.aged_devices,
+            aged_reverted=merged.aged_reverted + summary.aged_reverted,
         )
     return merged
 
@@ -275,11 +312,12 @@ def analyze(
     *,
     unit: str,
     candidate: str,
-    stable: str,
+    stable: str | None,
     since: datetime,
     guardrails: Guardrails,
     tiers: Sequence[str] = (),
     stable_since: datetime | None = None,
+    members: Mapping[str, Iterable[ArmSummary]] | None = None,
 ) -> Analysis:
     """Compare the candidate arm with the concurrent stable arm in every tier.
 
@@ -288,19 +326,23 @@ def analyze(
             other units, arms or versions are ignored.
         unit: The model or bundle.
         candidate: The candidate version (only candidate-arm reports of it count).
-        stable: The stable version (only stable-arm reports of it count).
+        stable: The stable version (only stable-arm reports of it count), or
+            None for a first release: judged by the absolute limits alone.
         since: Start of the candidate's period (for the record: the store cut it).
         guardrails: The declared guardrails.
         tiers: The tiers the candidate is released to; a tier without reports
             is then inconclusive rather than absent. Tiers seen in the reports
             are analysed as well.
         stable_since: Start of the stable arm's period when it differs.
+        members: For a bundle, each member's own summaries (the store's
+            ``summaries(unit, model=member)``): latencies are then judged per
+            member, one value per device, instead of over every member's rows.
     """
-    arms: dict[tuple[str, str], list[ArmSummary]] = {}
-    for summary in summaries:
-        wanted = candidate if summary.arm == "candidate" else stable
-        if summary.unit == unit and summary.version == wanted:
-            arms.setdefault((summary.tier, summary.arm), []).append(summary)
+    arms = _arms(summaries, unit, candidate, stable)
+    member_arms = {
+        member: _arms(found, unit, candidate, stable)
+        for member, found in sorted((members or {}).items())
+    }
     seen = sorted({tier for tier, _ in arms} - set(tiers))
     results = []
     for tier in (*tiers, *seen):
@@ -310,6 +352,14 @@ def analyze(
                 _merge(arms.get((tier, "candidate"), [])),
                 _merge(arms.get((tier, "stable"), [])),
                 guardrails,
+                first_release=stable is None,
+                members={
+                    member: (
+                        _merge(found.get((tier, "candidate"), [])),
+                        _merge(found.get((tier, "stable"), [])),
+                    )
+                    for member, found in member_arms.items()
+                },
             )
         )
     return Analysis(
@@ -322,25 +372,56 @@ def analyze(
     )
 
 
+def _arms(
+    summaries: Iterable[ArmSummary], unit: str, candidate: str, stable: str | None
+) -> dict[tuple[str, str], list[ArmSummary]]:
+    arms: dict[tuple[str, str], list[ArmSummary]] = {}
+    for summary in summaries:
+        wanted = candidate if summary.arm == "candidate" else stable
+        if summary.unit == unit and summary.version == wanted:
+            arms.setdefault((summary.tier, summary.arm), []).append(summary)
+    return arms
+
+
 def analyze_tier(
     tier: str,
     candidate: ArmSummary | None,
     stable: ArmSummary | None,
     guardrails: Guardrails,
+    *,
+    first_release: bool = False,
+    members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None = None,
 ) -> TierAnalysis:
-    """Every guardrail of one tier (an arm without reports is None)."""
+    """Every guardrail of one tier (an arm without reports is None).
+
+    With ``first_release`` there is no stable arm: rates are judged by their
+    absolute limits, and latencies (which have no absolute limit) stay inconclusive.
+    With ``members`` (a bundle) each latency guardrail is judged per member
+    (``load_ms/det``): a member's rows are one per device, where the bundle's
+    together would count each install once per member.
+    """
     results: list[GuardrailResult] = []
     for name in RATE_GUARDRAILS:
         rule: RateGuardrail = getattr(guardrails, name)
-        results.append(_rate_result(name, rule, candidate, stable, guardrails))
+        results.append(
+            _rate_result(name, rule, candidate, stable, guardrails, first_release=first_release)
+        )
     for name in LATENCY_GUARDRAILS:
         latency_rule: LatencyGuardrail = getattr(guardrails, name)
-        results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
+        if not members:
+            results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
+            continue
+        for member, (member_candidate, member_stable) in members.items():
+            result = _latency_result(
+                name, latency_rule, member_candidate, member_stable, guardrails
+            )
+            results.append(replace(result, name=f"{name}/{member}"))
     return TierAnalysis(
         tier=tier,
         candidate_devices=candidate.devices if candidate else 0,
         stable_devices=stable.devices if stable else 0,
         guardrails=tuple(results),
+        alarms=stable_alarms(tier, stable, guardrails),
     )
 
 
@@ -371,51 +452,145 @@ def _rate_result(
     candidate: ArmSummary | None,
     stable: ArmSummary | None,
     guardrails: Guardrails,
+    *,
+    first_release: bool = False,
 ) -> GuardrailResult:
-    limit: dict[str, Number] = {"limit": rule.max_increase, "alpha": guardrails.alpha}
-    if candidate is None or stable is None or candidate.devices < 1 or stable.devices < 1:
-        missing = " and ".join(
-            arm
-            for arm, summary in (("candidate", candidate), ("stable", stable))
-            if summary is None or summary.devices < 1
-        )
+    alpha = guardrails.alpha
+    needed = min_failing_devices(guardrails)
+    ceiling = max_rate(rule)
+    limit: dict[str, Number] = {
+        "limit": rule.max_increase,
+        "max_rate": ceiling,
+        "alpha": alpha,
+        "min_failing_devices": needed,
+    }
+    if name == "revert":
+        young = candidate is not None and candidate.devices > 0 and candidate.aged_devices == 0
+        candidate, stable = _aged(candidate), _aged(stable)
+        if young:
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "inconclusive",
+                f"no candidate device installed {guardrails.revert_window_hours:g} h ago yet "
+                "(revert_window_hours): a crash loop shows as a revert only after the app's "
+                "unconfirmed starts",
+                limit,
+            )
+    if candidate is None or candidate.devices < 1:
+        both = "" if first_release or (stable is not None and stable.devices) else " and stable"
         return GuardrailResult(
-            name, rule.critical, "inconclusive", f"no {missing} reports in the period", limit
+            name, rule.critical, "inconclusive", f"no candidate{both} reports in the period", limit
         )
-    events = getattr(candidate, _RATE_FIELD[name]), getattr(stable, _RATE_FIELD[name])
+    candidate_events = getattr(candidate, _RATE_FIELD[name])
+    absolute = check_rate_limit(candidate_events, candidate.devices, limit=ceiling, alpha=alpha)
+    own = {
+        "candidate_events": candidate_events,
+        "candidate_devices": candidate.devices,
+        "candidate_rate": absolute.rate,
+        "p_above_max_rate": absolute.p_above,
+        **limit,
+    }
+    own_line = (
+        f"candidate {100 * absolute.rate:.2f}% ({candidate_events}/{candidate.devices}), "
+        f"{round(100 * (1 - alpha))}% CS {100 * absolute.ci_low:.2f}% to "
+        f"{100 * absolute.ci_high:.2f}%, absolute limit {100 * ceiling:g}%"
+    )
+    # The absolute limit needs no stable arm: a candidate most of whose devices
+    # fail is bad even when the stable fails alike (then both are, and the
+    # stable's own alarm says so).
+    short = _short_of_failing(name, candidate, guardrails)
+    if absolute.p_above < alpha and short is None:
+        failed_numbers = dict(own)
+        beside = ""
+        if stable is not None and stable.devices >= 1:
+            stable_events = getattr(stable, _RATE_FIELD[name])
+            failed_numbers.update(
+                stable_events=stable_events,
+                stable_devices=stable.devices,
+                stable_rate=stable_events / stable.devices,
+            )
+            beside = (
+                f" (stable {100 * stable_events / stable.devices:.2f}%, "
+                f"{stable_events}/{stable.devices})"
+            )
+        return GuardrailResult(
+            name,
+            rule.critical,
+            "fail",
+            f"{own_line}{beside}; above the absolute limit ({_p(absolute.p_above)})",
+            failed_numbers,
+        )
+    if stable is None or stable.devices < 1:
+        if not first_release:
+            return GuardrailResult(
+                name, rule.critical, "inconclusive", "no stable reports in the period", own
+            )
+        # A first release has no stable arm: the absolute limit is all it is judged by.
+        few_sources = _short_of_sources(guardrails, candidate)
+        if (
+            absolute.p_below < alpha
+            and candidate.devices >= guardrails.min_devices
+            and few_sources is None
+        ):
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "pass",
+                f"{own_line}; no stable release: below the absolute limit ({_p(absolute.p_below)})",
+                own,
+            )
+        return GuardrailResult(
+            name,
+            rule.critical,
+            "inconclusive",
+            f"{own_line}; no stable release: not yet shown below the absolute limit"
+            + (
+                f"; too few devices to pass (candidate {candidate.devices} of "
+                f"{guardrails.min_devices} needed)"
+                if candidate.devices < guardrails.min_devices
+                else ""
+            ),
+            own,
+        )
+    stable_events = getattr(stable, _RATE_FIELD[name])
     result = compare_rates(
-        events[0],
+        candidate_events,
         candidate.devices,
-        events[1],
+        stable_events,
         stable.devices,
         margin=rule.max_increase,
-        alpha=guardrails.alpha,
+        alpha=alpha,
     )
     numbers: dict[str, Number] = {
-        "candidate_events": result.candidate_events,
-        "candidate_devices": result.candidate_devices,
+        **own,
         "stable_events": result.stable_events,
         "stable_devices": result.stable_devices,
-        "candidate_rate": result.candidate_rate,
         "stable_rate": result.stable_rate,
         "difference": result.difference,
         "ci_low": result.ci_low,
         "ci_high": result.ci_high,
-        # JSON (and the signed evidence) has no infinity: only a margin of 1 can produce one.
-        "z": result.z if math.isfinite(result.z) else None,
+        "log_evidence": result.log_evidence,
         "p_worse": result.p_worse,
         "p_within": result.p_within,
-        **limit,
     }
-    level = round(100 * (1 - 2 * guardrails.alpha))
+    level = round(100 * (1 - alpha))
     described = (
         f"candidate {100 * result.candidate_rate:.2f}% ({result.candidate_events}/"
         f"{result.candidate_devices}) vs stable {100 * result.stable_rate:.2f}% "
         f"({result.stable_events}/{result.stable_devices}): {_points(result.difference)}, "
-        f"{level}% CI {_points(result.ci_low)} to {_points(result.ci_high)}, "
+        f"{level}% CS {_points(result.ci_low)} to {_points(result.ci_high)}, "
         f"limit {_points(rule.max_increase)}"
     )
-    if result.p_worse < guardrails.alpha:
+    if result.p_worse < alpha:
+        if short is not None:
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "inconclusive",
+                f"{described}; above the limit ({_p(result.p_worse)}) but {short}",
+                numbers,
+            )
         return GuardrailResult(
             name,
             rule.critical,
@@ -423,7 +598,7 @@ def _rate_result(
             f"{described}; above the limit ({_p(result.p_worse)})",
             numbers,
         )
-    if result.p_within < guardrails.alpha:
+    if result.p_within < alpha:
         if min(candidate.devices, stable.devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
@@ -432,6 +607,11 @@ def _rate_result(
                 f"{described}; "
                 + _too_few(candidate.devices, stable.devices, guardrails.min_devices),
                 numbers,
+            )
+        few_sources = _short_of_sources(guardrails, candidate, stable)
+        if few_sources is not None:
+            return GuardrailResult(
+                name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
             )
         return GuardrailResult(
             name,
@@ -449,6 +629,82 @@ def _rate_result(
         + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
         numbers,
     )
+
+
+def _aged(arm: ArmSummary | None) -> ArmSummary | None:
+    """The arm as the revert guardrail counts it: the installs old enough to have reverted."""
+    if arm is None or arm.aged_devices is None:
+        return arm
+    return replace(arm, devices=arm.aged_devices, reverted=arm.aged_reverted)
+
+
+def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
+    """Why the candidate's failing devices are too few to fail on, or None when enough.
+
+    Sources count only when the server knew them for most of the arm's devices.
+    """
+    events = getattr(candidate, _RATE_FIELD[name])
+    if events < guardrails.min_failing_devices:
+        return (
+            f"only {events} failing candidate device(s), "
+            f"{guardrails.min_failing_devices} needed to fail"
+        )
+    sources = getattr(candidate, _SOURCE_FIELD[name])
+    if _sourced(candidate) and sources < guardrails.min_failing_sources:
+        return (
+            f"the failing candidate devices come from {sources} network(s), "
+            f"{guardrails.min_failing_sources} needed to fail"
+        )
+    return None
+
+
+def _sourced(arm: ArmSummary) -> bool:
+    """Whether the arm's sources are known for most of its devices.
+
+    Behind a proxy that is not trusted the server knows no device's network;
+    a few reports with a known one (say, a forger's through a trusted path)
+    must not then decide for the rest.
+    """
+    return arm.sources > 0 and 2 * arm.sourced_devices >= arm.devices
+
+
+def _short_of_sources(guardrails: Guardrails, *arms: ArmSummary | None) -> str | None:
+    """Why the arms' devices come from too few networks to pass on, or None."""
+    short = [
+        f"{arm.arm} {arm.sources}"
+        for arm in arms
+        if arm is not None and _sourced(arm) and arm.sources < guardrails.min_sources
+    ]
+    if not short:
+        return None
+    return (
+        f"devices from too few networks to pass ({', '.join(short)} of "
+        f"{guardrails.min_sources} needed per arm)"
+    )
+
+
+def stable_alarms(tier: str, stable: ArmSummary | None, guardrails: Guardrails) -> tuple[str, ...]:
+    """The rate guardrails whose absolute limit the stable arm itself is shown above.
+
+    The candidate is compared with the stable; a stable that crash-loops on
+    most devices hides a candidate that does too, so it is an alarm of its own.
+    """
+    if stable is None or stable.devices < 1:
+        return ()
+    alarms = []
+    for name in RATE_GUARDRAILS:
+        rule: RateGuardrail = getattr(guardrails, name)
+        events = getattr(stable, _RATE_FIELD[name])
+        check = check_rate_limit(
+            events, stable.devices, limit=max_rate(rule), alpha=guardrails.alpha, interval=False
+        )
+        if check.p_above < guardrails.alpha and events >= min_failing_devices(guardrails):
+            alarms.append(
+                f"{tier}: the stable arm's {name} rate is {100 * check.rate:.1f}% "
+                f"({events}/{stable.devices}), above the absolute limit "
+                f"{100 * max_rate(rule):g}% ({_p(check.p_above)})"
+            )
+    return tuple(alarms)
 
 
 def _latency_result(
@@ -515,6 +771,11 @@ def _latency_result(
                 f"{described}; "
                 + _too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
                 numbers,
+            )
+        few_sources = _short_of_sources(guardrails, candidate, stable)
+        if few_sources is not None:
+            return GuardrailResult(
+                name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
             )
         return GuardrailResult(name, rule.critical, "pass", f"{described}; within", numbers)
     return GuardrailResult(

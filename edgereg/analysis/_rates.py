@@ -1,32 +1,59 @@
 """Failure rates: is the candidate's rate higher than the stable's by more than a margin?
 
-The test is Farrington and Manning's score test for a difference of two
-proportions against a margin ``delta`` (the non-inferiority test of clinical
-trials). Fisher's exact test and Boschloo's test answer "are the rates
-equal?", not "is the increase above one point?", so they cannot carry the
-margin a guardrail declares. The score test can, and because its variance is
-taken under the hypothesis (the rates constrained to differ by exactly
-``delta``) it stays sensible at zero counts, where a Wald test would claim
-certainty from 0 failures out of 50.
+The evidence is an always-valid likelihood ratio (a mixture sequential
+probability ratio test), so its verdicts hold however often they are looked
+at and however few devices there are:
 
-One statistic gives both one-sided p-values: ``p_worse`` for "the increase is
-above the margin" (a failed guardrail) and ``p_within`` for "it is below"
-(a passed one). The confidence interval is the set of margins the test does
-not reject, found by bisection (the statistic falls as the margin rises).
+- Each arm's devices are Bernoulli draws with the arm's rate. For a pair of
+  rates ``(q1, q0)``, the mixture martingale of an arm with ``x`` events in
+  ``n`` devices is ``M(q) = mean_b B(a + x, b + n - x) / B(a, b) / (q^x (1 - q)^(n - x))``
+  (the prior-weighted likelihood of every rate over the likelihood of ``q``,
+  averaged over the priors of :data:`PRIOR_BS`; Robbins 1970). Under the
+  true rate it has expectation 1 after any number of devices, and so has the
+  product of the two arms' (one factor moves at a time).
+- Ville's inequality: a non-negative martingale that starts at 1 ever reaches
+  ``1 / alpha`` with probability at most ``alpha``. So "reject the rates
+  ``(q1, q0)`` once ``M1(q1) M0(q0) >= 1 / alpha``" errs with probability at
+  most ``alpha`` over the whole sequence of looks, not per look, and with no
+  normal approximation: it is exact at one device.
+- A composite hypothesis (``q1 - q0 <= margin``: the candidate is within the
+  limit) is rejected when the smallest product over it reaches ``1 / alpha``.
+  That smallest product sits on the boundary ``q1 - q0 = margin``, at the
+  maximum-likelihood rates constrained to differ by the margin: Farrington
+  and Manning's restricted estimate (1990), a closed-form root of a cubic.
+
+``p_worse = min(1, 1 / inf M)`` over "within the limit" is an always-valid
+p-value of a failed guardrail, ``p_within`` the same over "above the limit"
+for a passed one, and the interval is the set of margins neither rejects: a
+``1 - alpha`` confidence sequence for the difference (Howard, Ramdas,
+McAuliffe and Sekhon, "Time-uniform, nonparametric, nonasymptotic confidence
+sequences", Ann. Statist. 2021, §3; Waudby-Smith and Ramdas 2024 for the
+binary case). The priors are Jeffreys' Beta(1/2, 1/2) and four Beta(1/2, b)
+that spend their mass where failure rates live (near 0), averaged.
+
+What it assumes: each device's outcome is a draw of its arm's rate,
+independent of the order in which devices report. docs/operations/canary-analysis.md
+says what that means in the field.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import NormalDist
 
-_NORMAL = NormalDist()
+#: The priors on each arm's rate: Beta(1/2, b) for each b, averaged. b = 1/2 is
+#: Jeffreys' prior; the larger ones put their mass near the small rates failures
+#: have (their means: 50 %, 4.8 %, 0.5 %, 0.05 %, 0.005 %), so the evidence does
+#: not pay for rates no release has. An average of five costs at most log 5
+#: against the best of them.
+PRIOR_A = 0.5
+PRIOR_BS = (0.5, 10.0, 100.0, 1000.0, 10000.0)
 
 
 @dataclass(frozen=True)
 class RateComparison:
-    """Candidate rate minus stable rate, tested against a margin.
+    """Candidate rate minus stable rate, tested against a margin with always-valid evidence.
 
     Attributes:
         candidate_events: Candidate devices with the event (say, a failed probe).
@@ -35,11 +62,12 @@ class RateComparison:
         stable_devices: Stable devices that reported.
         margin: The largest allowed increase (the guardrail's max_increase).
         difference: Candidate rate minus stable rate.
-        z: The score statistic at the margin.
-        p_worse: One-sided p-value of "the increase is at most the margin".
-        p_within: One-sided p-value of "the increase is at least the margin".
-        ci_low: Lower end of the two-sided ``1 - 2 alpha`` interval of the difference.
-        ci_high: Upper end of that interval.
+        log_evidence: Natural log of the smallest likelihood ratio against the
+            side of the margin the data are not on (0 when they sit on it).
+        p_worse: Always-valid p-value of "the increase is at most the margin".
+        p_within: Always-valid p-value of "the increase is at least the margin".
+        ci_low: Lower end of the ``1 - alpha`` confidence sequence of the difference.
+        ci_high: Upper end of it.
     """
 
     candidate_events: int
@@ -48,7 +76,7 @@ class RateComparison:
     stable_devices: int
     margin: float
     difference: float
-    z: float
+    log_evidence: float
     p_worse: float
     p_within: float
     ci_low: float
@@ -63,6 +91,34 @@ class RateComparison:
     def stable_rate(self) -> float:
         """The stable arm's rate."""
         return self.stable_events / self.stable_devices
+
+
+@dataclass(frozen=True)
+class RateLimitCheck:
+    """One arm's rate against an absolute limit, with always-valid evidence.
+
+    Attributes:
+        events: Devices with the event.
+        devices: Devices that reported.
+        limit: The highest acceptable rate.
+        p_above: Always-valid p-value of "the rate is at most the limit".
+        p_below: Always-valid p-value of "the rate is at least the limit".
+        ci_low: Lower end of the ``1 - alpha`` confidence sequence of the rate.
+        ci_high: Upper end of it.
+    """
+
+    events: int
+    devices: int
+    limit: float
+    p_above: float
+    p_below: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def rate(self) -> float:
+        """The arm's rate."""
+        return self.events / self.devices
 
 
 def restricted_rates(
@@ -100,24 +156,64 @@ def restricted_rates(
     return rate1, rate1 - delta
 
 
-def score_z(
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+_LOG_PRIORS = tuple((b, _log_beta(PRIOR_A, b)) for b in PRIOR_BS)
+_LOG_COUNT = math.log(len(PRIOR_BS))
+
+
+def log_mixture(events: int, devices: int) -> float:
+    """Log of the mixture likelihood of ``events`` in ``devices`` (the martingale's numerator).
+
+    The average over the priors Beta(1/2, b), b in :data:`PRIOR_BS`, of each
+    prior's Beta-binomial likelihood (the average of martingales is one).
+    """
+    terms = [
+        _log_beta(PRIOR_A + events, b + devices - events) - log_prior
+        for b, log_prior in _LOG_PRIORS
+    ]
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms)) - _LOG_COUNT
+
+
+def log_likelihood(events: int, devices: int, rate: float) -> float:
+    """Log of ``rate^events (1 - rate)^(devices - events)``, with 0 log 0 = 0."""
+    total = 0.0
+    for count, chance in ((events, rate), (devices - events, 1.0 - rate)):
+        if count:
+            if chance <= 0:
+                return -math.inf
+            total += count * math.log(chance)
+    return total
+
+
+def log_ratio(
     candidate_events: int,
     candidate_devices: int,
     stable_events: int,
     stable_devices: int,
     delta: float,
 ) -> float:
-    """Farrington-Manning's statistic: (difference - delta) / its standard error under delta."""
-    difference = candidate_events / candidate_devices - stable_events / stable_devices
-    rate1, rate0 = restricted_rates(
-        candidate_events, candidate_devices, stable_events, stable_devices, delta
+    """Log of the smallest product martingale over the rate pairs that differ by ``delta``."""
+    counts = (candidate_events, candidate_devices, stable_events, stable_devices)
+    rate1, rate0 = restricted_rates(*counts, delta)
+    return (
+        log_mixture(candidate_events, candidate_devices)
+        + log_mixture(stable_events, stable_devices)
+        - log_likelihood(candidate_events, candidate_devices, rate1)
+        - log_likelihood(stable_events, stable_devices, rate0)
     )
-    variance = rate1 * (1 - rate1) / candidate_devices + rate0 * (1 - rate0) / stable_devices
-    excess = difference - delta
-    if variance <= 0:
-        # Only when both constrained rates are 0 or 1: the data sit exactly on delta or not.
-        return 0.0 if math.isclose(excess, 0.0, abs_tol=1e-12) else math.copysign(math.inf, excess)
-    return excess / math.sqrt(variance)
+
+
+def _p(log_evidence: float) -> float:
+    return 1.0 if log_evidence <= 0 else math.exp(-log_evidence)
+
+
+def _check_counts(events: int, devices: int, arm: str) -> None:
+    if devices < 1 or not 0 <= events <= devices:
+        raise ValueError(f"{arm} arm: {events} events of {devices} devices")
 
 
 def compare_rates(
@@ -137,48 +233,69 @@ def compare_rates(
         stable_events: Stable devices with the event.
         stable_devices: Stable devices that reported (at least 1).
         margin: Largest allowed increase of the rate, 0 to 1.
-        alpha: Significance level of each one-sided test.
+        alpha: The error allowed over every look (the interval is ``1 - alpha``).
 
     Raises:
         ValueError: an arm without devices, or more events than devices.
     """
-    for events, devices, arm in (
-        (candidate_events, candidate_devices, "candidate"),
-        (stable_events, stable_devices, "stable"),
-    ):
-        if devices < 1 or not 0 <= events <= devices:
-            raise ValueError(f"{arm} arm: {events} events of {devices} devices")
+    _check_counts(candidate_events, candidate_devices, "candidate")
+    _check_counts(stable_events, stable_devices, "stable")
     counts = (candidate_events, candidate_devices, stable_events, stable_devices)
-    z = score_z(*counts, margin)
-    critical = _NORMAL.inv_cdf(1 - alpha)
+    difference = candidate_events / candidate_devices - stable_events / stable_devices
+    evidence = log_ratio(*counts, margin)
+    target = math.log(1 / alpha)
     return RateComparison(
         *counts,
         margin=margin,
-        difference=candidate_events / candidate_devices - stable_events / stable_devices,
-        z=z,
-        p_worse=_upper_tail(z),
-        p_within=_upper_tail(-z),
-        ci_low=_invert(counts, critical),
-        ci_high=_invert(counts, -critical),
+        difference=difference,
+        log_evidence=max(0.0, evidence),
+        p_worse=_p(evidence) if difference > margin else 1.0,
+        p_within=_p(evidence) if difference < margin else 1.0,
+        ci_low=_edge(lambda delta: log_ratio(*counts, delta), difference, -1.0, target),
+        ci_high=_edge(lambda delta: log_ratio(*counts, delta), difference, 1.0, target),
     )
 
 
-def _upper_tail(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
+def check_rate_limit(
+    events: int, devices: int, *, limit: float, alpha: float, interval: bool = True
+) -> RateLimitCheck:
+    """Test one arm's rate against an absolute limit (no other arm needed).
+
+    The same martingale with one factor: ``M(limit) >= 1 / alpha`` rejects the limit.
+    Without ``interval`` the confidence sequence is not computed (NaN): the
+    p-values cost one evaluation, the interval a bisection.
+
+    Raises:
+        ValueError: no devices, or more events than devices.
+    """
+    _check_counts(events, devices, "the")
+    rate = events / devices
+
+    def evidence(value: float) -> float:
+        return log_mixture(events, devices) - log_likelihood(events, devices, value)
+
+    at_limit = evidence(limit)
+    target = math.log(1 / alpha)
+    return RateLimitCheck(
+        events,
+        devices,
+        limit,
+        p_above=_p(at_limit) if rate > limit else 1.0,
+        p_below=_p(at_limit) if rate < limit else 1.0,
+        ci_low=_edge(evidence, rate, 0.0, target) if interval else math.nan,
+        ci_high=_edge(evidence, rate, 1.0, target) if interval else math.nan,
+    )
 
 
-def _invert(counts: tuple[int, int, int, int], target: float) -> float:
-    """The margin where the statistic equals ``target`` (it falls as the margin rises)."""
-    low, high = -1.0, 1.0
-    # The score is unbounded at the ends: clamp there so the bracket always holds.
-    if score_z(*counts, low + 1e-12) <= target:
-        return low
-    if score_z(*counts, high - 1e-12) >= target:
-        return high
-    for _ in range(60):
-        middle = (low + high) / 2
-        if score_z(*counts, middle) > target:
-            low = middle
+def _edge(evidence: Callable[[float], float], start: float, end: float, target: float) -> float:
+    """Where the evidence reaches ``target`` between the estimate and ``end`` (it rises outward)."""
+    if evidence(end) < target:
+        return end
+    near, far = start, end
+    for _ in range(32):
+        middle = (near + far) / 2
+        if evidence(middle) < target:
+            near = middle
         else:
-            high = middle
-    return (low + high) / 2
+            far = middle
+    return (near + far) / 2

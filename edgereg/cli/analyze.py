@@ -116,8 +116,9 @@ def print_analysis(analysis: Analysis) -> None:
     stable_since = ""
     if analysis.stable_since is not None:
         stable_since = f" (stable arm since {_iso(analysis.stable_since)})"
+    stable = analysis.stable or "none (a first release: absolute limits only)"
     print_result(
-        f"{analysis.unit}: candidate {analysis.candidate} vs stable {analysis.stable}, "
+        f"{analysis.unit}: candidate {analysis.candidate} vs stable {stable}, "
         f"reports since {_iso(analysis.since)}{stable_since}"
     )
     for tier in analysis.tiers:
@@ -128,6 +129,8 @@ def print_analysis(analysis: Analysis) -> None:
         for result in tier.guardrails:
             critical = ", critical" if result.critical else ""
             print_result(f"  {result.verdict:<12} {result.name}{critical}: {result.reason}")
+    for alarm in analysis.alarms:
+        print_result(f"alarm: {alarm}")
     print_result(f"verdict: {analysis.verdict}")
 
 
@@ -150,16 +153,10 @@ def analyze_command(unit: str, **options: Any) -> None:
         config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
     )
     state, _ = registry.read_state(unit)
-    if state is None or state.candidate is None or state.stable is None:
-        what = (
-            "has no release in this registry"
-            if state is None
-            else "has no rollout in progress"
-            if state.candidate is None
-            else f"has no stable release under candidate {state.candidate}"
-        )
+    if state is None or state.candidate is None:
+        what = "has no release in this registry" if state is None else "has no rollout in progress"
         raise RolloutError(
-            f"{unit} {what}: there are no two arms to compare",
+            f"{unit} {what}: there is no candidate to analyse",
             hint=f"Analysis needs a canary over a stable release: edgereg publish {unit} "
             "--canary 5%",
         )
@@ -238,4 +235,5 @@ def _short(analysis: Analysis) -> list[str]:
     for tier in analysis.tiers:
         verdicts = ", ".join(f"{result.name} {result.verdict}" for result in tier.guardrails)
         lines.append(f"tier {tier.tier}: {tier.verdict} ({verdicts})")
+    lines += [f"alarm: {alarm}" for alarm in analysis.alarms]
     return lines

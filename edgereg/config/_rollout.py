@@ -19,6 +19,14 @@ class RateGuardrail(_Strict):
         le=1,
         description="Largest allowed candidate rate minus stable rate (0.01 = one point).",
     )
+    max_rate: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="Absolute limit of the candidate's rate, whatever the stable arm's: a "
+        "candidate shown above it fails even when the stable fails alike (a stable shown "
+        "above it raises an alarm); a first release is judged by it alone.",
+    )
     critical: bool = Field(
         default=True, description="A failure pauses the rollout (and rolls back by policy)."
     )
@@ -43,14 +51,42 @@ class Guardrails(_Strict):
         default=0.05,
         gt=0,
         le=0.5,
-        description="Significance level of each one-sided test (the intervals shown are "
-        "two-sided at 1 - 2 alpha: 90% by default).",
+        description="Error allowed at each rollout step over every look: rate evidence is "
+        "always valid (a mixture SPRT), so running --auto often does not raise it; rate "
+        "intervals are 1 - alpha confidence sequences, latency intervals 1 - 2 alpha.",
     )
     min_devices: int = Field(
         default=50,
         ge=1,
         description="Reports needed in each arm of a tier before a guardrail can pass "
-        "(a clear failure needs no minimum).",
+        "(a clear failure needs only min_failing_devices).",
+    )
+    min_failing_devices: int = Field(
+        default=3,
+        ge=1,
+        description="Candidate devices with the event a rate guardrail needs before it can "
+        "fail (Argo Rollouts' failureLimit): one event on one device is never a verdict.",
+    )
+    min_failing_sources: int = Field(
+        default=3,
+        ge=1,
+        description="Distinct source networks (IPv4 /24, IPv6 /48) the failing candidate "
+        "devices of a rate guardrail must come from before it can fail, when the server "
+        "knows sources (docs/operations/report-threats.md).",
+    )
+    revert_window_hours: float = Field(
+        default=72.0,
+        ge=0,
+        description="How long after its install a device can take to revert a crash-looping "
+        "model (the app's max_unconfirmed_starts starts; 3 for an app started once a day): "
+        "the revert guardrail counts only devices installed at least this long ago, so a "
+        "young cohort that has not crash-looped yet cannot pass it. 0 counts every device.",
+    )
+    min_sources: int = Field(
+        default=5,
+        ge=1,
+        description="Distinct source networks each arm's devices must come from before a "
+        "guardrail can pass, when the server knows sources.",
     )
     probe_failure: RateGuardrail = Field(
         default_factory=RateGuardrail,

@@ -9,10 +9,12 @@ The rules, first match wins:
 
 1. no rollout in progress (no candidate), or it is paused: nothing to do. A
    pause is a person's call, or an earlier automatic halt; only a person resumes;
-2. no stable release under the candidate: nothing to compare with, so nothing
-   automatic (a person promotes or rolls back);
-3. a critical guardrail fails: roll back (``rollback_on_critical``) or pause, at
-   once, whatever the soak time;
+2. a critical guardrail fails: roll back (``rollback_on_critical``) or pause, at
+   once, whatever the soak time. A first release (no stable release under the
+   candidate) is judged by the guardrails' absolute limits alone, so it too
+   halts when it crash-loops or fails its probe on most devices;
+3. no stable release under the candidate: otherwise wait; nothing to compare
+   latencies with, so a person promotes it;
 4. the soak time at this step has not passed: wait;
 5. any guardrail inconclusive, or a non-critical one failed: wait;
 6. every guardrail passes: the next step of the policy, or promote after the last.
@@ -71,7 +73,7 @@ class AutoDecision:
 
 
 def precheck(state: RolloutState | None, model: str) -> AutoDecision | None:
-    """A decision that needs no analysis (rules 1 and 2), or None when the reports decide."""
+    """A decision that needs no analysis (rule 1), or None when the reports decide."""
     if state is None:
         return AutoDecision("nothing", f"{model} has no release in this registry")
     if state.candidate is None:
@@ -84,12 +86,6 @@ def precheck(state: RolloutState | None, model: str) -> AutoDecision | None:
             "nothing",
             f"the rollout of {state.candidate} is paused; automatic rollouts never resume "
             f"(edgereg resume {model}, or edgereg rollback {model})",
-        )
-    if state.stable is None:
-        return AutoDecision(
-            "nothing",
-            f"{state.candidate} has no stable release to be compared with; promote or roll "
-            "it back by hand",
         )
     return None
 
@@ -132,6 +128,12 @@ def decide(
         if policy.guardrails.rollback_on_critical:
             return AutoDecision("rollback", f"critical guardrail failed: {failed}")
         return AutoDecision("pause", f"critical guardrail failed: {failed}")
+    if state.stable is None:
+        return AutoDecision(
+            "wait",
+            f"{state.candidate} is a first release: judged by the absolute limits only "
+            "(none is failing); promote or roll it back by hand",
+        )
     since = state.last_change_at()
     remaining = check_soak(since, now, timedelta(hours=policy.min_soak_hours)) if since else None
     if remaining is not None:

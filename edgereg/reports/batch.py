@@ -34,7 +34,7 @@ WAIT_SECONDS = 30.0
 class _Pending:
     __slots__ = ("done", "error", "item")
 
-    def __init__(self, item: tuple[Report, datetime]) -> None:
+    def __init__(self, item: tuple[Report, datetime, str | None]) -> None:
         self.item = item
         self.done = threading.Event()
         self.error: ReportStoreError | None = None
@@ -63,14 +63,16 @@ class GroupCommit:
         self.batches = 0
         self.batched = 0
 
-    def ingest(self, report: Report, received_at: datetime) -> None:
+    def ingest(self, report: Report, received_at: datetime, source: str | None = None) -> None:
         """Store one report, together with whatever else is being stored right now.
+
+        ``source`` is its network, as for :meth:`ReportStore.ingest`.
 
         Raises:
             ReportStoreError: the batch could not be stored, the queue is full,
                 or it was not stored within :data:`WAIT_SECONDS`.
         """
-        pending = _Pending((report, received_at))
+        pending = _Pending((report, received_at, source))
         with self._ready:
             if self._closed:
                 raise ReportStoreError("the report store is closed", url=self.url)
@@ -118,9 +120,20 @@ class GroupCommit:
                 pending.error = error
                 pending.done.set()
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+    ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
-        return self.store.summaries(unit, since)
+        return self.store.summaries(unit, since, model=model, aged_before=aged_before)
+
+    def members(self, unit: str) -> list[str]:
+        """The store's bundle members."""
+        return self.store.members(unit)
 
     def close(self) -> None:
         """Store what is queued, stop the writer, close the store."""

@@ -7,7 +7,7 @@ page compute, so the three never disagree about a rollout's health.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from edgereg.analysis import Analysis, analysis_periods, analyze
@@ -21,8 +21,18 @@ __all__ = ["SummarySource", "rollout_analysis"]
 class SummarySource(Protocol):
     """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
-        """Per (tier, arm, version) of ``unit`` since ``since``."""
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+    ) -> list[ArmSummary]:
+        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
+
+        ``aged_before``: also count the installs that first reported by then.
+        """
         ...
 
 
@@ -39,30 +49,47 @@ def rollout_analysis(
 
     Args:
         store: Where the reports are.
-        state: The verified rollout state; it must have a candidate and a stable.
+        state: The verified rollout state; it must have a candidate. Without a
+            stable (a first release) the candidate is judged by the absolute limits.
         guardrails: The unit's declared guardrails.
         tiers: The tiers the candidate is released to, best first.
         now: The current time (a period that has not started counts from now).
         since: Count both arms from this time instead of the state's periods.
 
     Raises:
-        ValueError: the state has no candidate or no stable.
+        ValueError: the state has no candidate.
         StorageError: the store cannot be read.
     """
-    if state.candidate is None or state.stable is None:
-        raise ValueError(f"{state.model} has no candidate and stable to compare")
+    if state.candidate is None:
+        raise ValueError(f"{state.model} has no candidate to analyse")
     if since is not None:
         candidate_since = stable_since = since
     else:
         candidate_start, stable_start = analysis_periods(state)
         candidate_since = candidate_start or now
         stable_since = stable_start or candidate_since
-    summaries = store.summaries(state.model, candidate_since)
-    if stable_since != candidate_since:
+
+    # A crash loop is reported as a revert only after the app's unconfirmed starts:
+    # only installs that old can show one.
+    window = guardrails.revert_window_hours
+    aged = now - timedelta(hours=window) if window else None
+
+    def period(member: str | None = None) -> list[ArmSummary]:
+        found = store.summaries(state.model, candidate_since, model=member, aged_before=aged)
+        if stable_since == candidate_since:
+            return found
         # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
-        summaries = [s for s in summaries if s.arm == "candidate"] + [
-            s for s in store.summaries(state.model, stable_since) if s.arm == "stable"
+        return [s for s in found if s.arm == "candidate"] + [
+            s
+            for s in store.summaries(state.model, stable_since, model=member, aged_before=aged)
+            if s.arm == "stable"
         ]
+
+    summaries = period()
+    # A store that lists a bundle's members gives each its own latencies (one per device).
+    listed = getattr(store, "members", None)
+    names: list[str] = listed(state.model) if callable(listed) else []
+    members = {name: period(name) for name in names} or None
     return analyze(
         summaries,
         unit=state.model,
@@ -72,4 +99,5 @@ def rollout_analysis(
         stable_since=stable_since,
         guardrails=guardrails,
         tiers=tiers,
+        members=members,
     )

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -76,6 +76,7 @@ COLUMNS = (
     "os",
     "os_version",
     "device_class",
+    "source",
     "first_received_at",
     "received_at",
 )
@@ -110,6 +111,7 @@ SCHEMA = (
     os TEXT,
     os_version TEXT,
     device_class TEXT,
+    source TEXT,
     first_received_at BIGINT NOT NULL,
     received_at BIGINT NOT NULL,
     PRIMARY KEY (token, model)
@@ -118,7 +120,7 @@ SCHEMA = (
     # a sort or a table lookup (SQLite has no hash aggregate), with or without `since`.
     # No token in it: a random key would make every insert dirty a random page.
     "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
-    "load_failed, reverted, confirmed, model, received_at)",
+    "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
     "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, load_bucket, "
     "model, received_at)",
     "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
@@ -126,6 +128,18 @@ SCHEMA = (
     "CREATE INDEX reports_received ON reports (received_at)",
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+#: From each schema to the next: schema 2 adds the source network of a report
+#: (rows of schema 1 have none: their sources are unknown, never counted).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE reports ADD COLUMN source TEXT",
+        # The counts read the source and the install time too: keep them covered.
+        "DROP INDEX IF EXISTS reports_devices",
+        "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+        "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
+    ),
+}
 
 _UPDATED = [c for c in COLUMNS if c not in ("token", "model", "first_received_at")]
 
@@ -187,14 +201,26 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
         return (
             "SELECT tier, arm, unit_version, COUNT(*), "
             "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
-            "SUM(load_failed), SUM(reverted), SUM(confirmed) "
+            "SUM(load_failed), SUM(reverted), SUM(confirmed), "
+            "COUNT(DISTINCT source), COUNT(source), "
+            "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
+            "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
+            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END) "
             f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
         )
     return (
-        "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf) FROM ("
+        "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf), "
+        "COUNT(DISTINCT src), COUNT(src), COUNT(DISTINCT CASE WHEN pf = 1 THEN src END), "
+        "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
+        "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
+        f"SUM(CASE WHEN fr <= {placeholder} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
-        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf "
+        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src, "
+        "MIN(first_received_at) AS fr "
         f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
         ") AS devices GROUP BY tier, arm, unit_version"
     )
@@ -233,8 +259,13 @@ def epoch_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def report_row(report: Report, received_at: datetime) -> tuple[Any, ...]:
-    """The ``reports`` row of one report, in :data:`COLUMNS` order."""
+def report_row(report: Report, received_at: datetime, source: str | None = None) -> tuple[Any, ...]:
+    """The ``reports`` row of one report, in :data:`COLUMNS` order.
+
+    Args:
+        source: The network the report came from (an IPv4 /24, an IPv6 /48),
+            None when unknown (a proxy that is not trusted, a collector).
+    """
     inference = report.inference
     received = epoch_ms(received_at)
     return (
@@ -264,6 +295,7 @@ def report_row(report: Report, received_at: datetime) -> tuple[Any, ...]:
         report.os,
         report.os_version,
         report.device_class,
+        source,
         received,
         received,
     )
@@ -351,6 +383,21 @@ class ReportStore(abc.ABC):
                     ("schema", str(SCHEMA_VERSION)),
                 )
                 log.info("created the report store schema %d in %s", SCHEMA_VERSION, self.url)
+            elif int(found[0]) < SCHEMA_VERSION:
+                for version in range(int(found[0]), SCHEMA_VERSION):
+                    for statement in MIGRATIONS[version]:
+                        cur.execute(statement)
+                cur.execute(
+                    f"UPDATE reports_meta SET value = {self.placeholder} "
+                    f"WHERE key = {self.placeholder}",
+                    (str(SCHEMA_VERSION), "schema"),
+                )
+                log.info(
+                    "migrated the report store in %s from schema %s to %d",
+                    self.url,
+                    found[0],
+                    SCHEMA_VERSION,
+                )
             elif int(found[0]) > SCHEMA_VERSION:
                 conn.rollback()
                 raise ReportStoreError(
@@ -383,17 +430,29 @@ class ReportStore(abc.ABC):
         """Connect and create or check the schema now (rather than on first use)."""
         self._run("opening the report store", lambda: None)
 
-    def ingest(self, report: Report, received_at: datetime) -> None:
-        """Store one report (replacing the earlier one of its install and model)."""
-        self.ingest_many([(report, received_at)])
+    def ingest(self, report: Report, received_at: datetime, source: str | None = None) -> None:
+        """Store one report (replacing the earlier one of its install and model).
 
-    def ingest_many(self, reports: Iterable[tuple[Report, datetime]]) -> int:
-        """Store reports in one transaction; returns how many were given."""
+        Args:
+            source: The network it came from (see :func:`report_row`), or None.
+        """
+        self.ingest_many([(report, received_at, source)])
+
+    def ingest_many(
+        self, reports: Iterable[tuple[Report, datetime] | tuple[Report, datetime, str | None]]
+    ) -> int:
+        """Store reports (each with its time, and optionally its source) in one transaction.
+
+        Returns:
+            How many were given.
+        """
         latest: dict[tuple[str, str], tuple[Any, ...]] = {}
         given = 0
-        for report, when in reports:
+        for item in reports:
+            report, when = item[0], item[1]
+            source = item[2] if len(item) > 2 else None
             given += 1
-            row = report_row(report, when)
+            row = report_row(report, when, source)
             key = (report.token, report.model)
             # One statement may not touch a row twice (PostgreSQL refuses):
             # the batch keeps each install's latest report, as the upsert would.
@@ -410,7 +469,12 @@ class ReportStore(abc.ABC):
         return cast(int, self._run("storing reports", write))
 
     def summaries(
-        self, unit: str, since: datetime | None = None, *, model: str | None = None
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
 
@@ -418,6 +482,9 @@ class ReportStore(abc.ABC):
             unit: The model or bundle.
             since: Only installs whose latest report arrived at or after this time.
             model: Only this member of a bundle (its own latency histograms).
+            aged_before: Also count the installs that first reported at or before
+                this time, and their reverts (``aged_devices``, ``aged_reverted``):
+                the installs that had time to crash-loop.
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -428,6 +495,9 @@ class ReportStore(abc.ABC):
         if model is not None:
             params.append(model)
         flags = {"since": since is not None, "model": model is not None}
+        # Without a cut every install counts as aged (the same statement either way).
+        cut = epoch_ms(aged_before) if aged_before is not None else 2**62
+        aged = [cut, cut]
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -436,14 +506,31 @@ class ReportStore(abc.ABC):
                 if model is None:
                     cur.execute(has_members_sql(self.placeholder), (unit, unit))
                     bundle = bool(cur.fetchone()[0])
-                cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), params)
+                cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), aged + params)
                 counts = cur.fetchall()
                 cur.execute(histogram_sql(self.placeholder, **flags), params + params)
                 bins = cur.fetchall()
                 conn.rollback()  # read only: end the snapshot
-            return _assemble(unit, counts, bins)
+            return _assemble(unit, counts, bins, aged=aged_before is not None)
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
+
+    def members(self, unit: str) -> list[str]:
+        """The member models of a bundle that reported (empty for a model), sorted."""
+
+        def read() -> list[str]:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"SELECT DISTINCT model FROM reports WHERE unit = {self.placeholder} "
+                    f"AND model <> {self.placeholder}",
+                    (unit, unit),
+                )
+                found = sorted(str(row[0]) for row in cur.fetchall())
+                conn.rollback()
+            return found
+
+        return cast(list[str], self._run("listing bundle members", read))
 
     def prune(self, older_than: datetime) -> int:
         """Delete installs whose latest report is older than ``older_than``.
@@ -498,14 +585,19 @@ class ReportStore(abc.ABC):
 
 
 def _assemble(
-    unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]]
+    unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]], *, aged: bool
 ) -> list[ArmSummary]:
     histograms: dict[tuple[str, str, str], tuple[dict[int, int], dict[int, int]]] = {}
     for kind, tier, arm, version, bucket, devices in bins:
         pair = histograms.setdefault((tier, arm, version), ({}, {}))
         pair[int(kind)][int(bucket)] = int(devices)
     summaries = []
-    for tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed in counts:
+    for row in counts:
+        tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed = row[:8]
+        sources, sourced, probe_sources, load_sources, revert_sources = (
+            int(n or 0) for n in row[8:13]
+        )
+        aged_devices, aged_reverted = (int(n or 0) for n in row[13:15])
         load, inference = histograms.get((tier, arm, version), ({}, {}))
         summaries.append(
             ArmSummary(
@@ -518,6 +610,13 @@ def _assemble(
                 load_failed=int(load_failed),
                 reverted=int(reverted),
                 confirmed=int(confirmed),
+                sources=sources,
+                sourced_devices=sourced,
+                probe_failed_sources=probe_sources,
+                load_failed_sources=load_sources,
+                reverted_sources=revert_sources,
+                aged_devices=aged_devices if aged else None,
+                aged_reverted=aged_reverted if aged else 0,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
             )

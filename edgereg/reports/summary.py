@@ -49,6 +49,16 @@ class ArmSummary:
         load_failed: Devices where loading the model failed.
         reverted: Devices that reverted the model (unconfirmed after the declared app starts).
         confirmed: Devices that confirmed the model after a real inference.
+        sources: Distinct source networks of the devices (0: unknown, as for
+            reports through an untrusted proxy or from before schema 2).
+        sourced_devices: Devices whose source network is known.
+        probe_failed_sources: Distinct source networks of the probe failures.
+        load_failed_sources: Distinct source networks of the load failures.
+        reverted_sources: Distinct source networks of the reverts.
+        aged_devices: Devices that first reported long enough ago to have
+            crash-looped (the revert guardrail's denominator), or None when not
+            counted (then every device is).
+        aged_reverted: Those of them that reverted.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
     """
@@ -62,5 +72,12 @@ class ArmSummary:
     load_failed: int = 0
     reverted: int = 0
     confirmed: int = 0
+    sources: int = 0
+    sourced_devices: int = 0
+    probe_failed_sources: int = 0
+    load_failed_sources: int = 0
+    reverted_sources: int = 0
+    aged_devices: int | None = None
+    aged_reverted: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)

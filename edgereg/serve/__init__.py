@@ -35,6 +35,7 @@ answers 503 past ``max_connections`` (see docs/operations/s3-cdn.md).
 """
 
 from edgereg.serve._app import App, Request, Response
+from edgereg.serve._authenticate import HmacAuthenticator, ReportAuthenticator
 from edgereg.serve._metrics import Metrics
 from edgereg.serve._openapi import openapi_document
 from edgereg.serve._server import (
@@ -49,8 +50,10 @@ from edgereg.serve._status_page import render_status_page
 __all__ = [
     "DEFAULT_TIMEOUT",
     "App",
+    "HmacAuthenticator",
     "Metrics",
     "RegistryServer",
+    "ReportAuthenticator",
     "Request",
     "Response",
     "make_server",

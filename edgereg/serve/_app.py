@@ -44,6 +44,7 @@ from edgereg.errors import StorageError
 from edgereg.protocol import layout
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
+from edgereg.reports.admission import REFUSALS
 from edgereg.reports.summary import ArmSummary
 from edgereg.serve import _routes as routes
 from edgereg.serve._http import (
@@ -57,11 +58,19 @@ from edgereg.serve._http import (
 )
 from edgereg.serve._metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgereg.serve._metrics import Metrics
-from edgereg.serve._ratelimit import RateLimiter, retry_after
+from edgereg.serve._ratelimit import (
+    Network,
+    RateLimiter,
+    SourceCaps,
+    forwarded_client,
+    retry_after,
+)
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 if TYPE_CHECKING:
     from edgereg.config import RolloutPolicy
+    from edgereg.serve._admission import ServedIndex
+    from edgereg.serve._authenticate import ReportAuthenticator
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +259,7 @@ def error_response(status: int, message: str, route: str = routes.OTHER) -> Resp
 
 _REASONS = {
     400: "bad request",
+    401: "not authenticated",
     403: "forbidden",
     404: "not found",
     405: "method not allowed",
@@ -259,6 +269,7 @@ _REASONS = {
     414: "request line too long",
     415: "unsupported media type",
     416: "range not satisfiable",
+    422: "report refused",
     429: "too many requests",
     431: "request header fields too large",
     500: "internal error",
@@ -274,11 +285,18 @@ class ReportSink(Protocol):
     type is one): the endpoint answers 503 and the registry is unaffected.
     """
 
-    def ingest(self, report: Report, received_at: datetime) -> None:
-        """Store one report."""
+    def ingest(self, report: Report, received_at: datetime, source: str | None = None) -> None:
+        """Store one report; ``source`` is its network (an IPv4 /24, an IPv6 /48) when known."""
         ...
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+    ) -> list[ArmSummary]:
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
 
@@ -312,6 +330,16 @@ class App:
             when None; pass a generous one to benchmark).
         clock: The time a report is received (UTC); injected for tests.
         monotonic: The rate limiter's clock, in seconds; injected for tests.
+        check_reports: Refuse (422, counted) a report whose unit, tier,
+            sequence, arm and version the signed state and manifests never
+            served (:mod:`edgereg.reports.admission`). On by default.
+        source_caps: New report tokens per source network per period (a
+            default :class:`SourceCaps` when None).
+        trusted_proxies: Networks of reverse proxies whose X-Forwarded-For is
+            believed for the client address; none by default (the header is
+            then ignored: any client can write it).
+        report_authenticator: A last check of each admitted report (app
+            attestation); a refusal is answered 401 and counted.
     """
 
     def __init__(
@@ -326,6 +354,10 @@ class App:
         report_limiter: RateLimiter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         monotonic: Callable[[], float] = time.monotonic,
+        check_reports: bool = True,
+        source_caps: SourceCaps | None = None,
+        trusted_proxies: tuple[Network, ...] = (),
+        report_authenticator: ReportAuthenticator | None = None,
     ) -> None:
         if manifest_max_age < 0:
             raise ValueError("manifest_max_age must not be negative")
@@ -341,6 +373,14 @@ class App:
         self._clock = clock
         self._monotonic = monotonic
         self._openapi: bytes | None = None
+        self.source_caps = source_caps or SourceCaps()
+        self.trusted_proxies = trusted_proxies
+        self.report_authenticator = report_authenticator
+        self.served: ServedIndex | None = None
+        if check_reports and reports is not None:
+            from edgereg.serve._admission import ServedIndex
+
+            self.served = ServedIndex(storage, trusted=trusted, monotonic=monotonic)
 
     def body_limit(self, method: str, target: str) -> int | None:
         """The most body bytes the socket layer may read for a request; None: read none.
@@ -510,7 +550,10 @@ class App:
                 "(or [reports] store in models.toml), or send reports to your collector",
                 name,
             )
-        wait = self.report_limiter.take(request.client, self._monotonic())
+        client = forwarded_client(
+            request.client, request.header("x-forwarded-for"), self.trusted_proxies
+        )
+        wait = self.report_limiter.take(client, self._monotonic())
         if wait:
             response = error_response(429, "too many reports from this address; slow down", name)
             response.headers.append(("Retry-After", retry_after(wait)))
@@ -537,8 +580,24 @@ class App:
             report = parse_report(request.body)
         except ReportError as exc:
             return error_response(400, str(exc), name)
+        refusal = self._admission(report, client)
+        if refusal is None and self.report_authenticator is not None:
+            reason = self.report_authenticator.authenticate(
+                report, request.body, request.headers, client
+            )
+            if reason is not None:
+                self.metrics.refused(reason[:40])
+                refusal = error_response(
+                    401, f"{reason[:40]}: the report is not authenticated", name
+                )
+        if refusal is not None:
+            return refusal
+        source = self.source_caps.source(client)
         try:
-            self.reports.ingest(report, self._clock())
+            if source is None:
+                self.reports.ingest(report, self._clock())
+            else:
+                self.reports.ingest(report, self._clock(), source=source)
         except StorageError as exc:
             log.warning("report store error: %s", exc.message)
             response = error_response(503, "the report store is unavailable; retry later", name)
@@ -547,6 +606,32 @@ class App:
         body = b'{"status": "accepted"}'
         headers = [("Content-Type", "application/json"), ("Cache-Control", NO_STORE)]
         return Response(202, headers, body, name)
+
+    def _admission(self, report: Report, client: str) -> Response | None:
+        """The answer refusing a report, or None to store it."""
+        name = routes.REPORTS.name
+        if self.served is not None:
+            try:
+                reason = self.served.check(report)
+            except StorageError as exc:
+                log.warning("cannot check a report against the registry: %s", exc.message)
+                response = error_response(503, "the registry storage is unavailable", name)
+                response.headers.append(("Retry-After", "5"))
+                return response
+            if reason is not None:
+                self.metrics.refused(reason)
+                return error_response(
+                    422, f"{reason}: {REFUSALS[reason]} (docs/operations/report-threats.md)", name
+                )
+        wait = self.source_caps.take(client, report.token, self._monotonic())
+        if wait:
+            self.metrics.refused("source-cap")
+            response = error_response(
+                429, "too many new report tokens from this network; try later", name
+            )
+            response.headers.append(("Retry-After", retry_after(wait)))
+            return response
+        return None
 
     # -- built-in pages -------------------------------------------------------------
 

@@ -51,6 +51,17 @@ class Metrics:
         self._bytes: dict[str, int] = defaultdict(int)
         self._latency: dict[str, _Histogram] = defaultdict(_Histogram)
         self._in_flight = 0
+        self._refused: dict[str, int] = defaultdict(int)
+
+    def refused(self, reason: str) -> None:
+        """A report was refused for ``reason`` (a fixed set of codes)."""
+        with self._lock:
+            self._refused[reason] += 1
+
+    def refusals(self, reason: str | None = None) -> int:
+        """Reports refused so far, for one reason or all."""
+        with self._lock:
+            return sum(n for r, n in self._refused.items() if reason is None or r == reason)
 
     def started(self) -> None:
         """A request began."""
@@ -98,6 +109,7 @@ class Metrics:
                 (route, list(h.counts), h.sum, h.total) for route, h in self._latency.items()
             )
             in_flight = self._in_flight
+            refused = sorted(self._refused.items())
         lines = [
             "# HELP edgereg_http_requests_total HTTP requests answered, by route, method "
             "and status code.",
@@ -138,5 +150,9 @@ class Metrics:
             "# HELP edgereg_http_requests_in_flight Requests being answered right now.",
             "# TYPE edgereg_http_requests_in_flight gauge",
             f"edgereg_http_requests_in_flight {in_flight}",
+            "# HELP edgereg_reports_refused_total Device reports refused before the store, by "
+            "reason (docs/operations/report-threats.md).",
+            "# TYPE edgereg_reports_refused_total counter",
         ]
+        lines += [f'edgereg_reports_refused_total{{reason="{r}"}} {n}' for r, n in refused]
         return "\n".join(lines) + "\n"

@@ -165,6 +165,11 @@ def _report_operation() -> dict[str, Any]:
                 },
             },
             "400": {"description": "Not a valid report; the detail says where.", "content": error},
+            "401": {
+                "description": "The server's report authenticator (app attestation) refused "
+                "the report.",
+                "content": error,
+            },
             "404": {"description": "This server keeps no reports.", "content": error},
             "411": {"description": "No Content-Length (or chunked).", "content": error},
             "413": {
@@ -172,8 +177,16 @@ def _report_operation() -> dict[str, Any]:
                 "content": error,
             },
             "415": {"description": "Not application/json.", "content": error},
+            "422": {
+                "description": "A valid report of something the registry never served (unit, "
+                "tier, sequence, or the arm's version at that sequence); the detail starts "
+                "with the reason code. Refused and counted, never stored "
+                "(docs/operations/report-threats.md).",
+                "content": error,
+            },
             "429": {
-                "description": "Too many reports from this address.",
+                "description": "Too many reports from this address, or too many new report "
+                "tokens from its network this period.",
                 "headers": retry,
                 "content": error,
             },

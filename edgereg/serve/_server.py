@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 from edgereg.errors import StorageError
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.serve._app import App, ReportSink, Request, Response, error_response
-from edgereg.serve._ratelimit import RateLimiter
+from edgereg.serve._authenticate import ReportAuthenticator
+from edgereg.serve._ratelimit import Network, RateLimiter, SourceCaps
 from edgereg.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -664,6 +665,10 @@ def make_server(
     policy: Callable[[str], RolloutPolicy] | None = None,
     reports: ReportSink | None = None,
     report_limiter: RateLimiter | None = None,
+    check_reports: bool = True,
+    source_caps: SourceCaps | None = None,
+    trusted_proxies: tuple[Network, ...] = (),
+    report_authenticator: ReportAuthenticator | None = None,
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
 
@@ -689,6 +694,10 @@ def make_server(
             next step and soak time.
         reports: The report store behind ``POST /v1/reports`` (404 without).
         report_limiter: The per-address rate limit of reports (the default when None).
+        check_reports: Refuse reports of what the registry never served (see :class:`App`).
+        source_caps: New report tokens per source network per period (the default when None).
+        trusted_proxies: Proxies whose X-Forwarded-For names the client.
+        report_authenticator: A last check of each report (app attestation).
 
     Raises:
         OSError: The address cannot be bound (in use, not permitted).
@@ -703,6 +712,10 @@ def make_server(
         policy=policy,
         reports=reports,
         report_limiter=report_limiter,
+        check_reports=check_reports,
+        source_caps=source_caps,
+        trusted_proxies=trusted_proxies,
+        report_authenticator=report_authenticator,
     )
     return RegistryServer(
         (host, port),

@@ -494,7 +494,7 @@ def _tiers(data: _Model) -> str:
 def _health(data: _Model, reports: SummarySource | None) -> str:
     """The canary health of a rollout in progress: each arm per tier, each guardrail's verdict."""
     state = data.state
-    if reports is None or state.candidate is None or state.stable is None:
+    if reports is None or state.candidate is None:
         return ""
     guardrails = (data.policy or RolloutPolicy()).guardrails
     tiers = [tier.tier for tier in data.status.tiers]
@@ -551,7 +551,8 @@ def _health_table(analysis: Analysis) -> str:
     since = format_time(analysis.since)
     return (
         f'<h3>Canary health</h3><p class="muted">candidate {escape(analysis.candidate)} vs '
-        f"stable {escape(analysis.stable)}, reports since {escape(since)}: "
+        f"stable {escape(analysis.stable or 'none (first release)')}, "
+        f"reports since {escape(since)}: "
         f'<span class="{_VERDICT_CLASS.get(analysis.verdict, "")}">'
         f"{escape(analysis.verdict)}</span> (<code>edgereg analyze "
         f"{escape(analysis.unit)}</code> gives every number)</p>"
@@ -559,6 +560,10 @@ def _health_table(analysis: Analysis) -> str:
         '<th class="num">candidate devices</th><th class="num">stable devices</th>'
         "<th>guardrail</th><th>candidate</th><th>stable</th><th>result</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+        + "".join(
+            f'<p class="{_VERDICT_CLASS["fail"]}">alarm: {escape(alarm)}</p>'
+            for alarm in analysis.alarms
+        )
     )
 
 

@@ -1,0 +1,424 @@
+"""Canary judge benchmark: how often whole automatic rollouts end wrong, what fleets conclude.
+
+Monte Carlo over the same pure code `edgereg rollout --auto` runs: the real
+rollout transitions (``publish``, then ``decide`` and ``apply`` of
+``edgereg.registry._auto``), the real period rules and analysis
+(``edgereg.reports.canary.rollout_analysis``) and the default guardrails and
+policy (steps 5 → 25 → 50 → 100 %, 24 h soak). Only the report store is
+simulated: per period, every device of an arm reports at its app's first
+start (apps start once a day, so reports arrive through the day), a
+crash-looping device reports its revert ``--revert-days`` later (the third
+unconfirmed start), and latencies are log-normal. ``--auto`` looks every 30
+simulated minutes; a rollout that neither promotes nor rolls back within
+``--max-days`` is "stuck".
+
+Prints, for a good candidate (every rate equal in both arms: 0.5 % probe
+failures, 0.5 % load failures, 2 % reverts) and for realistic bad ones (+2
+points of reverts, +2 points of probe failures, +30 % load time):
+P(rolled back), P(promoted), P(stuck), and the median days to the end. With
+``--compare`` the same world is also judged by the earlier per-look score
+test (Farrington-Manning, a fail on one device), for the before/after.
+
+Then the table of docs/operations/canary-analysis.md: for fleets of 60, 600
+and 60,000 devices in a tier, what one step of 5 % (and 50 %) can conclude
+once every device has reported.
+
+Targets: P(good candidate rolled back) <= 5 % over a whole rollout;
+P(bad candidate promoted) <= 1 %.
+
+Usage: .venv/bin/python benchmarks/canary.py [--rollouts 200] [--devices 200000] [--compare]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from statistics import NormalDist
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from edgereg.analysis import _canary, analyze
+from edgereg.analysis._rates import RateComparison, restricted_rates
+from edgereg.config import Guardrails, RateGuardrail, RolloutPolicy
+from edgereg.protocol.wire import RolloutState
+from edgereg.registry._auto import apply, decide
+from edgereg.registry._transitions import publish
+from edgereg.reports.canary import rollout_analysis
+from edgereg.reports.summary import LATENCY_EDGES_MS, ArmSummary
+
+UNIT = "vision"
+TIER = "high"
+START = datetime(2026, 12, 1, tzinfo=timezone.utc)
+DAY = 86_400.0
+LOOK = timedelta(minutes=30)
+EXPIRES = START + timedelta(days=365)
+LATENCY_EDGES = np.array(LATENCY_EDGES_MS)
+
+
+@dataclass(frozen=True)
+class World:
+    """One candidate's true rates against the stable's."""
+
+    name: str
+    good: bool
+    probe: tuple[float, float] = (0.005, 0.005)
+    load: tuple[float, float] = (0.005, 0.005)
+    revert: tuple[float, float] = (0.02, 0.02)
+    slower: float = 1.0
+
+
+WORLDS = (
+    World("good (0.5/0.5/2 % in both arms)", good=True),
+    World("reverts +2 pt (4 % vs 2 %)", good=False, revert=(0.04, 0.02)),
+    World("probe failures +2 pt", good=False, probe=(0.025, 0.005)),
+    World("load time +30 %", good=False, slower=1.3),
+)
+
+
+class Batch:
+    """One arm's devices of one period: when each first reports, and what it reports."""
+
+    def __init__(
+        self,
+        rng: np.random.Generator,
+        arm: str,
+        version: str,
+        devices: int,
+        start: float,
+        rates: Sequence[float],
+        slower: float,
+        revert_days: float,
+    ) -> None:
+        self.arm, self.version = arm, version
+        self.revert_delay = revert_days * DAY
+        # Sorted by report time: what has arrived by a moment is a prefix, counted by bisection.
+        self.times = np.sort(start + rng.random(devices) * DAY)
+        self.cumulative = [
+            np.concatenate(([0], np.cumsum(rng.random(devices) < rate))) for rate in rates
+        ]
+        load = np.exp(rng.normal(math.log(40.0 * slower), 0.35, devices))
+        self.load = np.searchsorted(LATENCY_EDGES, load)
+
+    def summary(self, since: float, now: float, aged: float | None) -> ArmSummary | None:
+        first = int(np.searchsorted(self.times, since, side="left"))
+        last = int(np.searchsorted(self.times, now, side="right"))
+        devices = last - first
+        if devices <= 0:
+            return None
+        probe, load, _ = (int(c[last] - c[first]) for c in self.cumulative)
+        # A crash loop shows as a revert only after the unconfirmed starts it takes.
+        shown = int(np.searchsorted(self.times, now - self.revert_delay, side="right"))
+        reverted = int(self.cumulative[2][max(first, shown)] - self.cumulative[2][first])
+        # The installs old enough to have reverted (revert_window_hours), and their reverts.
+        old = last if aged is None else max(first, int(np.searchsorted(self.times, aged, "right")))
+        old = min(old, last)
+        aged_reverted = int(
+            self.cumulative[2][min(old, max(first, shown))] - self.cumulative[2][first]
+        )
+        counts = np.bincount(self.load[first:last])
+        histogram = {int(b): int(c) for b, c in enumerate(counts) if c}
+        return ArmSummary(
+            unit=UNIT,
+            tier=TIER,
+            arm=self.arm,  # type: ignore[arg-type]
+            version=self.version,
+            devices=devices,
+            probe_failed=probe,
+            load_failed=load,
+            reverted=reverted,
+            confirmed=devices - reverted,
+            aged_devices=None if aged is None else old - first,
+            aged_reverted=0 if aged is None else aged_reverted,
+            load_ms=histogram,
+            inference_p50_ms=histogram,
+        )
+
+
+class SimulatedStore:
+    """The store's ``summaries`` over simulated batches, as of the simulation's clock."""
+
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+        self.now = 0.0
+
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+    ) -> list[ArmSummary]:
+        cut = (since - START).total_seconds() if since is not None else 0.0
+        aged = (aged_before - START).total_seconds() if aged_before is not None else None
+        found = [b.summary(cut, self.now, aged) for b in self.batches]
+        return [s for s in found if s is not None]
+
+
+def one_rollout(
+    world: World, seed: int, devices: int, max_days: float, revert_days: float, old: bool = False
+):
+    """Run one rollout to its end; returns (outcome, days)."""
+    rng = np.random.default_rng(seed)
+    policy = OLD_POLICY if old else RolloutPolicy()
+    store = SimulatedStore()
+    state: RolloutState = publish(
+        None,
+        UNIT,
+        "1.0.0",
+        percent=None,
+        full=True,
+        salt="0" * 16,
+        now=START,
+        expires=EXPIRES,
+        actor="bench",
+    )
+    state = publish(
+        state,
+        UNIT,
+        "1.1.0",
+        percent=policy.steps[0],
+        full=False,
+        salt="1" * 16,
+        now=START,
+        expires=EXPIRES,
+        actor="bench",
+    )
+
+    def new_period(percent: float, at: float) -> None:
+        candidate = round(devices * percent / 100)
+        pairs = [(r[0], r[1]) for r in (world.probe, world.load, world.revert)]
+        store.batches.append(
+            Batch(
+                rng,
+                "candidate",
+                "1.1.0",
+                candidate,
+                at,
+                [p[0] for p in pairs],
+                world.slower,
+                revert_days,
+            )
+        )
+        if devices - candidate:
+            store.batches.append(
+                Batch(
+                    rng,
+                    "stable",
+                    "1.0.0",
+                    devices - candidate,
+                    at,
+                    [p[1] for p in pairs],
+                    1.0,
+                    revert_days,
+                )
+            )
+
+    # Reports stamped in the second of a change are not counted (the period starts after it).
+    new_period(policy.steps[0], 1.0)
+    now = START
+    while (now - START).total_seconds() < max_days * DAY:
+        now += LOOK
+        store.now = (now - START).total_seconds()
+        analysis = rollout_analysis(
+            store, state, guardrails=policy.guardrails, tiers=[TIER], now=now
+        )
+        decision = decide(state, UNIT, analysis, policy=policy, now=now)
+        if not decision.changes_state:
+            continue
+        state = apply(
+            decision,
+            state,
+            UNIT,
+            analysis=analysis,
+            policy=policy,
+            now=now,
+            expires=EXPIRES,
+            actor="bench",
+            expected_sequence=state.sequence,
+        )
+        days = store.now / DAY
+        if decision.action in ("rollback", "pause"):
+            return "rolled back", days
+        if decision.action == "promote":
+            return "promoted", days
+        assert decision.percent is not None
+        new_period(decision.percent, store.now + 1.0)
+    return f"stuck at {state.percent:g}%", max_days
+
+
+# --- the earlier judge, for the comparison (the per-look score test of git history) ------
+
+_NORMAL = NormalDist()
+
+
+def _score_z(x1: int, n1: int, x0: int, n0: int, delta: float) -> float:
+    difference = x1 / n1 - x0 / n0
+    r1, r0 = restricted_rates(x1, n1, x0, n0, delta)
+    variance = r1 * (1 - r1) / n1 + r0 * (1 - r0) / n0
+    if variance <= 0:
+        return (
+            0.0
+            if math.isclose(difference, delta, abs_tol=1e-12)
+            else math.copysign(math.inf, difference - delta)
+        )
+    return (difference - delta) / math.sqrt(variance)
+
+
+def score_test(x1: int, n1: int, x0: int, n0: int, *, margin: float, alpha: float):
+    z = _score_z(x1, n1, x0, n0, margin)
+    upper = 0.5 * math.erfc(z / math.sqrt(2))
+    lower = 0.5 * math.erfc(-z / math.sqrt(2))
+    return RateComparison(x1, n1, x0, n0, margin, x1 / n1 - x0 / n0, 0.0, upper, lower, -1.0, 1.0)
+
+
+# The earlier judge had no failing-device floor and no absolute limit.
+_NO_CEILING = RateGuardrail(max_rate=1.0)
+OLD_POLICY = RolloutPolicy(
+    guardrails=Guardrails(
+        min_failing_devices=1,
+        min_failing_sources=1,
+        probe_failure=_NO_CEILING,
+        load_failure=_NO_CEILING,
+        revert=_NO_CEILING,
+    )
+)
+
+
+def use_score_test() -> None:
+    _canary.compare_rates = score_test  # type: ignore[assignment]
+
+
+def _job(args: tuple[World, int, int, float, float, bool]):
+    world, seed, devices, max_days, revert_days, old = args
+    if old:
+        use_score_test()
+    return one_rollout(world, seed, devices, max_days, revert_days, old)
+
+
+def run_world(pool, world: World, args: argparse.Namespace, old: bool) -> dict[str, float]:
+    jobs = [
+        (world, 1000 * i + 7, args.devices, args.max_days, args.revert_days, old)
+        for i in range(args.rollouts)
+    ]
+    results = list(pool.map(_job, jobs, chunksize=4))
+    outcomes = [o for o, _ in results]
+    n = len(results)
+    rolled = sum(o == "rolled back" for o in outcomes) / n
+    promoted = sum(o == "promoted" for o in outcomes) / n
+    ended = [d for o, d in results if not o.startswith("stuck")]
+    print(
+        f"  {'score test' if old else 'always-valid'}  {world.name:<32} rolled back "
+        f"{100 * rolled:5.1f}%  promoted {100 * promoted:5.1f}%  stuck "
+        f"{100 * (1 - rolled - promoted):5.1f}%  median days to the end "
+        f"{statistics.median(ended) if ended else float('nan'):.1f}",
+        flush=True,
+    )
+    return {"rolled back": rolled, "promoted": promoted}
+
+
+CASES = (
+    ("0 % in both", 0.0, 0.0, "pass"),
+    ("2 % in both", 0.02, 0.02, "pass"),
+    ("2 → 7 %", 0.07, 0.02, "fail"),
+    ("2 → 22 %", 0.22, 0.02, "fail"),
+    ("all fail", 1.0, 0.02, "fail"),
+)
+
+
+def conclusions(devices: int, percent: float) -> str:
+    """One table row: what one step concludes about reverts once every device reported."""
+    guardrails = Guardrails()
+    candidate_n = max(1, round(devices * percent / 100))
+    # At 100 % the stable arm is the last step's (50 %): analysis_periods.
+    stable_n = max(1, devices - candidate_n if percent < 100 else devices // 2)
+    cells = []
+    for _, c_rate, s_rate, right in CASES:
+        cand = ArmSummary(
+            UNIT, TIER, "candidate", "1.1.0", candidate_n, reverted=round(c_rate * candidate_n)
+        )
+        stab = ArmSummary(
+            UNIT, TIER, "stable", "1.0.0", stable_n, reverted=round(s_rate * stable_n)
+        )
+        analysis = analyze(
+            [cand, stab],
+            unit=UNIT,
+            candidate="1.1.0",
+            stable="1.0.0",
+            since=START,
+            guardrails=guardrails,
+            tiers=[TIER],
+        )
+        (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
+        cells.append(revert.verdict if revert.verdict == right else f"*{revert.verdict}*")
+    return (
+        f"| {devices:,} | {percent:g} % | {candidate_n:,} vs {stable_n:,} | "
+        + " | ".join(cells)
+        + " |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=200)
+    parser.add_argument("--devices", type=int, default=200_000, help="devices in the tier")
+    parser.add_argument("--max-days", type=float, default=14.0)
+    parser.add_argument("--revert-days", type=float, default=2.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--compare", action="store_true", help="also run the earlier judge")
+    parser.add_argument("--only-table", action="store_true")
+    parser.add_argument("--only-good", action="store_true", help="only the good candidate")
+    parser.add_argument("--worlds", default="0,1,2,3", help="which worlds (indexes)")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print("What one step concludes about reverts once every device reported (default guardrails):")
+    print(
+        "| devices in the tier | step | candidate vs stable | "
+        + " | ".join(c[0] for c in CASES)
+        + " |"
+    )
+    print("|---" * (3 + len(CASES)) + "|")
+    for devices in (60, 600, 60_000):
+        for percent in (5, 50, 100):
+            print(conclusions(devices, percent))
+    if args.only_table:
+        return
+    print(
+        f"\n{args.rollouts} rollouts per world, {args.devices} devices in one tier, --auto every "
+        f"30 min, reverts reported {args.revert_days:g} days after install:"
+    )
+    summary = []
+    with ProcessPoolExecutor(args.workers) as pool:
+        chosen = [WORLDS[int(i)] for i in args.worlds.split(",")]
+        for world in WORLDS[:1] if args.only_good else chosen:
+            summary.append((world, run_world(pool, world, args, False)))
+        if args.compare:
+            # The earlier judge on the good candidate: the false rollbacks it made.
+            run_world(pool, WORLDS[0], args, True)
+    print("\nsummary")
+    for world, found in summary:
+        if world.good:
+            ok = found["rolled back"] <= 0.05
+            print(
+                f"  P(good rolled back) <= 5 %: {100 * found['rolled back']:.1f}%  "
+                f"{'PASS' if ok else 'FAIL'}"
+            )
+        else:
+            ok = found["promoted"] <= 0.01
+            print(
+                f"  P(bad promoted) <= 1 % [{world.name}]: {100 * found['promoted']:.1f}%  "
+                f"{'PASS' if ok else 'FAIL'}"
+            )
+
+
+if __name__ == "__main__":
+    main()

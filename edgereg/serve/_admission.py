@@ -1,0 +1,120 @@
+"""The server's shell around :func:`edgereg.reports.admission.admit`: what was served, cached.
+
+Reading and verifying a rollout state per report would cost more than storing
+the report, so the index keeps each unit's :class:`ServedUnit` for ``ttl``
+seconds, and the list of units too (so a flood of made-up unit names costs a
+set lookup, not a storage read). A report naming a sequence newer than the
+cached state refreshes that unit early, at most once a second: a device that
+just fetched a new manifest is not refused for the server's stale cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from edgereg.errors import EdgeregError, StorageError
+from edgereg.protocol.envelope import TrustedKeys
+from edgereg.protocol.reports import Report
+from edgereg.registry import Registry
+from edgereg.reports.admission import ServedUnit, admit
+from edgereg.storage import Storage
+
+log = logging.getLogger(__name__)
+
+#: Seconds a unit's served index is reused.
+DEFAULT_TTL = 10.0
+#: Seconds between early refreshes of one unit (a report with a newer sequence).
+EARLY_REFRESH = 1.0
+
+
+class ServedIndex:
+    """What the registry served, per unit, cached.
+
+    Args:
+        storage: The registry.
+        trusted: The pinned publisher keys (None: the registry's own keys/).
+        ttl: Seconds a read is reused.
+        monotonic: The clock, in seconds; injected for tests.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        trusted: Callable[[], TrustedKeys] | None = None,
+        ttl: float = DEFAULT_TTL,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._pinned = Registry(storage, trusted=trusted) if trusted is not None else None
+        # Without pinned keys, what the server serves is what its storage holds: the
+        # registry's own keys/ at least show the state was not damaged.
+        self._own = Registry(storage)
+        self._said = False
+        self._ttl = ttl
+        self._clock = monotonic
+        self._lock = threading.Lock()
+        self._units: tuple[float, frozenset[str]] | None = None
+        self._served: dict[str, tuple[float, ServedUnit | None]] = {}
+
+    def check(self, report: Report) -> str | None:
+        """None to admit the report, else the reason code it is refused for.
+
+        Raises:
+            StorageError: the registry cannot be read (the caller answers 503).
+        """
+        served = self._unit(report.unit, report.sequence)
+        return admit(report, served)
+
+    def _unit(self, unit: str, sequence: int) -> ServedUnit | None:
+        now = self._clock()
+        with self._lock:
+            listed = self._units
+            cached = self._served.get(unit)
+        if listed is None or now - listed[0] > self._ttl:
+            listed = (now, frozenset(self._own.models()))
+            with self._lock:
+                self._units = listed
+        if unit not in listed[1]:
+            return None
+        if cached is not None:
+            at, served = cached
+            fresh = now - at <= self._ttl
+            newer = served is not None and sequence > served.sequence
+            if fresh and not (newer and now - at > EARLY_REFRESH):
+                return served
+        served = self._read(unit)
+        with self._lock:
+            self._served[unit] = (now, served)
+        return served
+
+    def _reader(self) -> Registry:
+        if self._pinned is not None:
+            try:
+                if self._pinned.trusted_keys():
+                    return self._pinned
+            except EdgeregError:
+                pass
+            if not self._said:
+                self._said = True
+                log.warning(
+                    "no publisher key is pinned: reports are checked against rollout states "
+                    "verified with the registry's own keys/ only"
+                )
+        return self._own
+
+    def _read(self, unit: str) -> ServedUnit | None:
+        reader = self._reader()
+        try:
+            state, _ = reader.read_state(unit)
+        except StorageError:
+            raise
+        except EdgeregError as exc:
+            # A state that does not verify serves nothing a report could describe.
+            log.warning("reports for %s are refused: its state does not verify: %s", unit, exc)
+            return None
+        if state is None:
+            return None
+        return ServedUnit.from_state(state, reader.manifest_tiers(unit))
