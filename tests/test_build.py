@@ -1001,10 +1001,10 @@ def test_auto_quantization_that_finds_nothing_says_what_it_tried(project: Projec
         f"models.{IMAGE_MODEL}.variants.int8",
         'quantization = { mode = "int8", method = "KL" }',
         'quantization = { mode = "int8", method = "auto", max_skip_ops = 2 }\n'
-        "budgets = { min_snr_db = 500.0 }",
+        "budgets = { min_snr_db = 300.0 }",
     )
     error = assert_fails(
-        project, IMAGE_MODEL, "int8", GateError, "gate", "min_snr_db[logits]", "< 500"
+        project, IMAGE_MODEL, "int8", GateError, "gate", "min_snr_db[logits]", "< 300"
     )
     assert error.hint is not None
     assert "No int8 recipe passed after" in error.hint
