@@ -38,6 +38,7 @@ class ServedIndex:
         trusted: The pinned publisher keys (None: the registry's own keys/).
         ttl: Seconds a read is reused.
         monotonic: The clock, in seconds; injected for tests.
+        sleep: Waits that many seconds; injected for tests.
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class ServedIndex:
         trusted: Callable[[], TrustedKeys] | None = None,
         ttl: float = DEFAULT_TTL,
         monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._pinned = Registry(storage, trusted=trusted) if trusted is not None else None
         # Without pinned keys, what the server serves is what its storage holds: the
@@ -55,6 +57,7 @@ class ServedIndex:
         self._said = False
         self._ttl = ttl
         self._clock = monotonic
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._units: tuple[float, frozenset[str]] | None = None
         self._served: dict[str, tuple[float, ServedUnit | None]] = {}
@@ -83,8 +86,14 @@ class ServedIndex:
             at, served = cached
             fresh = now - at <= self._ttl
             newer = served is not None and sequence > served.sequence
-            if fresh and not (newer and now - at > EARLY_REFRESH):
+            if fresh and not newer:
                 return served
+            if fresh and newer and now - at < EARLY_REFRESH:
+                # A device that just fetched a manifest published a moment after our
+                # read must not be refused for our stale copy, and a flood of made-up
+                # sequences must not cost a read each: wait out the rest of the second.
+                self._sleep(EARLY_REFRESH - (now - at))
+                now = self._clock()
         served = self._read(unit)
         with self._lock:
             self._served[unit] = (now, served)
