@@ -22,12 +22,14 @@ from pathlib import Path
 from probekit import entry_for, probe_blob
 
 from edgereg.protocol.fields import Backend
+from edgereg.protocol.layout import public_key_path, state_path
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.reports import Report, parse_report
 from edgereg.protocol.wire import (
     BundleEntry,
     Manifest,
     ManifestEntry,
+    RolloutState,
     blob_path,
     sign_document,
 )
@@ -95,6 +97,24 @@ class LoopRegistry:
         path = self.root / "manifests" / self.model / f"{self.tier}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(sign_document(manifest, [self.signer]))
+        # The signed state and the public key too: a report receiver admits only what
+        # the verified state served (docs/operations/report-threats.md).
+        state = RolloutState(
+            model=self.model,
+            sequence=self.sequence,
+            expires=manifest.expires,
+            stable=stable.version if stable is not None else None,
+            candidate=candidate.version if candidate is not None else None,
+            percent=manifest.percent,
+            salt=manifest.salt,
+            report_url=report_url,
+        )
+        state_file = self.root / state_path(self.model)
+        state_file.parent.mkdir(parents=True, exist_ok=True)
+        state_file.write_bytes(sign_document(state, [self.signer]))
+        key_file = self.root / public_key_path(self.signer.key_id)
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_bytes(self.signer.public_pem())
 
 
 @dataclass
