@@ -42,7 +42,6 @@ from fleetkit import SimClock
 
 from edgereg.protocol.reports import Report
 from edgereg.reports import ReportStore
-from edgereg.reports.summary import ArmSummary
 
 KINDS = ("python", "jvm", "swift")
 #: The built project's [tiers] (tests/buildkit.py), best first, and facts that resolve to each.
@@ -210,8 +209,9 @@ class ClockedStore:
     def ingest(self, report: Report, received_at: datetime) -> None:
         self.store.ingest(report, self.clock())
 
-    def summaries(self, unit: str, since: datetime | None = None) -> list[ArmSummary]:
-        return self.store.summaries(unit, since)
+    def __getattr__(self, name: str) -> Any:
+        # Everything but ingest reads the real store, whatever the analysis asks of it.
+        return getattr(self.store, name)
 
 
 @dataclass
