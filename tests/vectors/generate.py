@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from edgereg.client.device import check_blob_vector
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
 from edgereg.protocol.decision import AppFacts, BlobCheck, decide
@@ -945,27 +946,12 @@ BLOB_CASES: dict[str, tuple[str, bytes, int | None, int, str | None]] = {
 
 
 def run_blob(vector_input: dict[str, Any]) -> dict[str, Any]:
-    """The reference decision for one blob vector: feed the body to BlobCheck."""
-    entry = _entry("1.0.0").model_copy(
-        update={
-            "sha256": vector_input["entry"]["sha256"],
-            "path": blob_path(vector_input["entry"]["sha256"]),
-            "size": vector_input["entry"]["size"],
-        }
-    )
-    check = BlobCheck(entry)
-    body = base64.b64decode(vector_input["body"])
-    length = vector_input["content_length"]
-    try:
-        check.expect(length)
-        check.update(body)
-        if length is not None and len(body) < length:
-            # The body ended before the bytes it announced: a cut connection.
-            return {"accept": False, "reason": "transport"}
-        check.finish()
-    except Rejected as exc:
-        return {"accept": False, "reason": exc.reason}
-    return {"accept": True}
+    """The reference decision for one blob vector: the reference client's own blob check.
+
+    One implementation for the recorded answer and for what the Python device
+    program answers (docs/reference/device-program.md), so the two cannot drift.
+    """
+    return check_blob_vector(vector_input)
 
 
 def build_blobs() -> dict[str, str]:
