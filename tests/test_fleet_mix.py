@@ -81,7 +81,10 @@ MIX_POLICY = RolloutPolicy.model_validate(
             "probe_failure": {"max_increase": 0.3},
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
-            "load_ms": {"max_increase_pct": 1000, "critical": False},
+            # Load times here are the harness's, not the model's: one host process plays many
+            # devices, and the kinds reach MNN differently (in process, or through the host
+            # runner), so the arms differ by 10x or more with the same files. Not judged here.
+            "load_ms": {"max_increase_pct": 100_000, "critical": False},
             "inference_ms": {"max_increase_pct": 15, "critical": True},
         },
     }
