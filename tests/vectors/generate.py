@@ -30,11 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgereg.client.device import check_blob_vector
+from edgereg.client.device import check_blob_vector, decide_vector
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
-from edgereg.protocol.decision import AppFacts, BlobCheck, decide
-from edgereg.protocol.envelope import Signer, TrustedKeys, sign_envelope
+from edgereg.protocol.decision import BlobCheck
+from edgereg.protocol.envelope import Signer, sign_envelope
 from edgereg.protocol.fields import (
     Requirements,
     RuntimeHints,
@@ -996,61 +996,13 @@ def _input(manifest: bytes, overrides: dict[str, Any]) -> dict[str, Any]:
     return vector_input
 
 
-def _entry_json(entry: ManifestEntry) -> dict[str, Any]:
-    return {
-        "version": entry.version,
-        "variant": entry.variant,
-        "sha256": entry.sha256,
-        "size": entry.size,
-    }
-
-
 def run(vector_input: dict[str, Any]) -> dict[str, Any]:
-    """The reference implementation's decision for one vector input."""
-    device = vector_input["device"]
-    try:
-        decision = decide(
-            base64.b64decode(vector_input["manifest"]),
-            trusted=TrustedKeys.from_pems(vector_input["trusted_keys"]),
-            model=vector_input["model"],
-            tier=vector_input["tier"],
-            device_id=device["device_id"],
-            app_mnn_runtime=device.get("mnn_runtime"),
-            highest_seen_sequence=vector_input["highest_seen_sequence"],
-            now=datetime.fromisoformat(vector_input["now"].replace("Z", "+00:00")),
-            app=AppFacts(
-                app_version=device.get("app_version"),
-                os=device.get("os"),
-                os_version=device.get("os_version"),
-                cpu_features=(
-                    frozenset(device["cpu_features"]) if "cpu_features" in device else None
-                ),
-                memory_budget_mb=device.get("memory_budget_mb"),
-            ),
-            bundle=vector_input.get("bundle", False),
-        )
-    except Rejected as exc:
-        return {"accept": False, "reason": exc.reason}
-    entry = decision.entry
-    chosen: dict[str, Any] | None
-    if entry is None:
-        chosen = None
-    elif isinstance(entry, BundleEntry):
-        chosen = {
-            "version": entry.version,
-            "members": {name: _entry_json(m) for name, m in sorted(entry.members.items())},
-        }
-    else:
-        chosen = _entry_json(entry)
-    return {
-        "accept": True,
-        "entry": chosen,
-        "is_candidate": decision.is_candidate,
-        "runtime_fallback": decision.runtime_fallback,
-        "fallback": decision.fallback,
-        "substitute": decision.substitute,
-        "sequence": decision.sequence,
-    }
+    """The reference implementation's decision for one vector input.
+
+    The reference client's own vector runner (the Python device program answers
+    with it too), so the recorded answer and the program cannot drift.
+    """
+    return decide_vector(vector_input)
 
 
 def build() -> dict[str, str]:
