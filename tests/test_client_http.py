@@ -36,7 +36,14 @@ from edgereg.registry import _transitions as transitions
 from edgereg.rollout import cohort_bucket, in_cohort
 from edgereg.signing import Signer, generate_key
 from edgereg.storage import open_storage
-from edgereg.wire import Manifest, ReleaseRecord, ReleaseVariant, blob_path, from_bytes
+from edgereg.wire import (
+    Manifest,
+    ManifestEntry,
+    ReleaseRecord,
+    ReleaseVariant,
+    blob_path,
+    from_bytes,
+)
 
 HIGH_SIZE = 300_000
 LOW_SIZE = 120_000
@@ -811,16 +818,15 @@ def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_ins
     assert fake.root is not None
     high = fake.registry.read_manifest("digits", "high")
     mid = fake.registry.read_manifest("digits", "mid")
-    assert high.stable is not None and mid.stable is not None
+    assert isinstance(high.stable, ManifestEntry)
+    assert isinstance(mid.stable, ManifestEntry)
     # The high variant avoids i8mm (MNN's int8 kernel fault); the mid variant of the
     # same release is what such a device installs instead.
     stable = high.stable.model_copy(update={"avoid_cpu": ["i8mm"], "instead": mid.stable})
     signed = high.model_copy(
         update={"stable": stable, "candidate": None, "percent": None, "salt": None}
     )
-    (fake.root / manifest_key("digits", "high")).write_bytes(
-        sign_document(signed, [fake.signer])
-    )
+    (fake.root / manifest_key("digits", "high")).write_bytes(sign_document(signed, [fake.signer]))
     with servekit.serve(fake.root) as base_url:
         result = Client(
             base_url,
