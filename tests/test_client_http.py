@@ -797,18 +797,11 @@ def test_through_edgereg_serve_happy_path_304_and_resume(tmp_path: Path) -> None
         assert again.downloaded_bytes == 0
 
 
-@pytest.mark.parametrize(
-    ("features", "tier_blob", "substitute"),
-    [
-        ({"dotprod", "fp16", "i8mm"}, "mid", "cpu-unsupported"),  # a Cortex-A710 class CPU
-        ({"dotprod", "fp16"}, "high", None),  # a Cortex-A76 class CPU
-        (None, "high", None),  # features not said: rule (e) skipped
-    ],
-    ids=["i8mm", "no-i8mm", "not-said"],
-)
-def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_instead(
-    tmp_path: Path, features: set[str] | None, tier_blob: str, substitute: str | None
-) -> None:
+def avoiding_i8mm(tmp_path: Path) -> tuple[Any, ManifestEntry, ManifestEntry]:
+    """A registry whose high stable avoids i8mm and names mid's variant instead.
+
+    Returns the published registry, high's and mid's stable entries.
+    """
     import servekit
 
     from edgereg.registry import manifest_key
@@ -827,6 +820,24 @@ def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_ins
         update={"stable": stable, "candidate": None, "percent": None, "salt": None}
     )
     (fake.root / manifest_key("digits", "high")).write_bytes(sign_document(signed, [fake.signer]))
+    return fake, high.stable, mid.stable
+
+
+@pytest.mark.parametrize(
+    ("features", "tier_blob", "substitute"),
+    [
+        ({"dotprod", "fp16", "i8mm"}, "mid", "cpu-unsupported"),  # a Cortex-A710 class CPU
+        ({"dotprod", "fp16"}, "high", None),  # a Cortex-A76 class CPU
+        (None, "high", None),  # features not said: rule (e) skipped
+    ],
+    ids=["i8mm", "no-i8mm", "not-said"],
+)
+def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_instead(
+    tmp_path: Path, features: set[str] | None, tier_blob: str, substitute: str | None
+) -> None:
+    import servekit
+
+    fake, high, mid = avoiding_i8mm(tmp_path)
     with servekit.serve(fake.root) as base_url:
         result = Client(
             base_url,
@@ -840,10 +851,38 @@ def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_ins
         ).fetch()
     assert result.ok, result.error
     assert (result.version, result.substitute, result.fallback) == ("1.0.0", substitute, None)
-    chosen = mid.stable if tier_blob == "mid" else high.stable
+    chosen = mid if tier_blob == "mid" else high
     assert (result.variant, result.sha256) == (chosen.variant, chosen.sha256)
     assert result.path is not None
     assert result.path.read_bytes() == fake.blob("digits", "1.0.0", tier_blob).data
+
+
+def test_pull_says_the_cpu_features_and_the_memory_budget(tmp_path: Path) -> None:
+    import servekit
+
+    fake, high, mid = avoiding_i8mm(tmp_path)
+    key = tmp_path / "registry.pub.pem"
+    key.write_bytes(fake.signer.public_pem())
+    with servekit.serve(fake.root) as base_url:
+        args = ["digits", "--registry", base_url, "--device-id", "d1", "--tier", "high"]
+        args += ["--trusted-key", str(key), "--no-report"]
+
+        def pull(out: str, *more: str) -> Any:
+            return CliRunner().invoke(pull_command, [*args, "--out", str(tmp_path / out), *more])
+
+        text = pull("a", "--cpu-features", "dotprod, fp16,i8mm")
+        assert text.exit_code == 0, text.output
+        assert f"variant {mid.variant} for tier high (stable, the variant named for this" in (
+            text.output
+        )
+        data = json.loads(pull("b", "--cpu-features", "none", "--json").stdout)
+        assert (data["variant"], data["substitute"]) == (high.variant, None)
+        bad = pull("c", "--cpu-features", "I8MM")
+        assert bad.exit_code == 2
+        assert "not a feature name" in bad.output
+        fits = pull("d", "--memory-budget-mb", "64", "--json")
+        assert fits.exit_code == 0, fits.output  # no peak_memory_mb published: (d) skipped
+        assert pull("e", "--memory-budget-mb", "0").exit_code == 2
 
 
 # --- finding 3 and 10: a server with no key cannot crash or hold the client ----------------
