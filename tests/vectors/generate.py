@@ -901,6 +901,14 @@ CASES: dict[str, Case] = {
         ),
         {"device": {"cpu_features": OLDER_PHONE}},
     ),
+    "instead-unknown-key": (
+        "Stable's instead carries a key this client does not know: ignored there too "
+        "(forward compatibility), and the device with i8mm installs int8w.",
+        lambda: _raw_payload(
+            _set(stable__instead__kernel_notes="sdot only"), _manifest(stable=_i8mm_stable())
+        ),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
     "avoid-cpu-twice": (
         "avoid_cpu ['i8mm', 'i8mm']: each feature once, malformed.",
         lambda: _raw_payload(_set(stable__avoid_cpu=["i8mm", "i8mm"])),
