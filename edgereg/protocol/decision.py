@@ -202,15 +202,17 @@ def decide(
             for this model (whatever the tier), None on first use.
         now: The current time, timezone-aware.
         max_manifest_bytes: Refuse larger manifests without parsing them.
-        app: The app's version and OS for ``requires`` (its ``mnn_runtime``
-            is ignored: ``app_mnn_runtime`` says it).
+        app: The app's version and OS for ``requires``, its memory budget and
+            CPU features (its ``mnn_runtime`` is ignored: ``app_mnn_runtime``
+            says it).
         bundle: The client asked for a bundle: the entries must be bundle
             entries (and model entries when False).
 
     Raises:
         Malformed, UnknownKey, BadSignature, WrongModel, WrongTier, Rollback,
-        Expired, RuntimeTooOld, AppIncompatible, OsIncompatible: the rule
-        broken (all :class:`Rejected`, a :class:`~edgereg.errors.TrustError`).
+        Expired, RuntimeTooOld, AppIncompatible, OsIncompatible,
+        InsufficientMemory, CpuUnsupported: the rule broken (all
+        :class:`Rejected`, a :class:`~edgereg.errors.TrustError`).
         ValueError: ``now`` has no timezone.
     """
     if now.tzinfo is None:
