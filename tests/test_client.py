@@ -241,8 +241,11 @@ def test_runtime_fallback_is_flagged() -> None:
 
 
 def test_reason_codes_are_distinct() -> None:
+    from edgereg.protocol.reasons import CpuUnsupported, InsufficientMemory
+
     classes = [BadSignature, UnknownKey, Expired, Rollback, WrongModel, WrongTier]
     classes += [RuntimeTooOld, Malformed, BadBlob, BlobTooLarge]
+    classes += [InsufficientMemory, CpuUnsupported]
     assert len({c.reason for c in classes}) == len(classes)
 
 
@@ -595,13 +598,24 @@ def test_vectors_cover_every_required_case() -> None:
     required |= {"too-new-runtime", "app-incompatible-candidate-falls-back"}
     required |= {"os-incompatible-stable-refused", "bundle-in-cohort", "bundle-member-too-new"}
     required |= {"bundle-asked-as-model"}
+    # Fit rules (d) and (e): the cases docs/protocol.md §9 lists for every port.
+    required |= {"memory-fits", "memory-exactly-the-budget", "memory-over-budget"}
+    required |= {"memory-candidate-over-falls-back", "memory-budget-not-said"}
+    required |= {"cpu-avoided-no-instead", "cpu-avoided-instead-installed"}
+    required |= {"cpu-instead-over-memory", "cpu-instead-avoids-too", "cpu-features-not-said"}
+    required |= {"instead-nested", "instead-other-version", "cpu-unknown-feature-name"}
+    required |= {"bundle-memory-sum-over", "bundle-member-instead"}
+    required |= {"runtime-before-memory", "memory-before-cpu"}
     assert required <= names
     reasons = {json.loads(p.read_text())["expected"].get("reason") for p in vector_files()}
     assert {"bad-signature", "unknown-key", "expired", "rollback"} <= reasons
     assert {"wrong-model", "wrong-tier", "runtime-too-old", "malformed"} <= reasons
-    assert "os-incompatible" in reasons
+    assert {"os-incompatible", "insufficient-memory", "cpu-unsupported"} <= reasons
     fallbacks = {json.loads(p.read_text())["expected"].get("fallback") for p in vector_files()}
     assert {"app-incompatible", "runtime-too-old"} <= fallbacks
+    assert {"insufficient-memory", "cpu-unsupported"} <= fallbacks
+    substitutes = {json.loads(p.read_text())["expected"].get("substitute") for p in vector_files()}
+    assert substitutes == {None, "cpu-unsupported"}
 
 
 # --- compatibility: the previous release's vectors, frozen --------------------------------
