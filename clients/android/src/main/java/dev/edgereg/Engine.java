@@ -807,8 +807,12 @@ final class Engine {
     }
 
     private AppStart appStartedLocked() throws Rejected {
+        Object[] before = client.health.unconfirmed(unit);
         String[] due = client.health.appStarted(unit);
-        if (due == null) return null;
+        if (due == null) {
+            reportUnconfirmed(before);
+            return null;
+        }
         Map<String, Object> record = store().readInstalled(kind, unit);
         if (record == null || !due[0].equals(record.get("version"))) {
             // Something else is installed by now: nothing to take back.
@@ -818,6 +822,16 @@ final class Engine {
         String reason = unit + " " + due[0] + " not confirmed after " + due[2] + " app starts";
         UpdateResult now = revertLocked(reason);
         return new AppStart(unit, due[0], now.version, reason);
+    }
+
+    /** A start was counted against the unconfirmed install: report the count now (docs/protocol.md section 11). */
+    @SuppressWarnings("unchecked")
+    private void reportUnconfirmed(Object[] before) throws Rejected {
+        Object[] now = client.health.unconfirmed(unit);
+        if (now == null || (Long) now[1] == 0 || (before != null && before[0].equals(now[0]) && (Long) now[1] <= (Long) before[1])) return;
+        Map<String, Object> record = store().readInstalled(kind, unit);
+        if (record == null || !now[0].equals(record.get("version"))) return;
+        for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.unconfirmed(unit, name, (Long) now[1]);
     }
 
     @SuppressWarnings("unchecked")
