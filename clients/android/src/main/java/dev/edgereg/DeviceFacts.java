@@ -1,5 +1,10 @@
 package dev.edgereg;
 
+import dev.edgereg.internal.CpuFeatures;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.Set;
+import java.util.TreeSet;
 import javax.annotation.Nonnull;
 import javax.annotation.Nullable;
 
@@ -19,6 +24,14 @@ public final class DeviceFacts {
     @Nullable public final String osVersion;
     @Nullable public final String mnnRuntime;
     @Nullable public final String appVersion;
+    /**
+     * The CPU features fit rule (e) reads ({@code dotprod}, {@code fp16}, {@code i8mm}, {@code bf16},
+     * {@code sve2}, {@code sme}; docs/protocol.md section 7), or null: not said, rule (e) skipped.
+     * Read from the platform unless the app says them.
+     */
+    @Nullable public final Set<String> cpuFeatures;
+    /** How much memory one model (a bundle: its members together) may take, MiB; null: not said, rule (d) skipped. */
+    @Nullable public final Double memoryBudgetMb;
 
     private DeviceFacts(Builder b) {
         this.deviceId = b.deviceId;
@@ -29,6 +42,9 @@ public final class DeviceFacts {
         this.osVersion = b.osVersion;
         this.mnnRuntime = b.mnnRuntime;
         this.appVersion = b.appVersion;
+        Set<String> features = b.featuresSaid ? b.cpuFeatures : CpuFeatures.detect();
+        this.cpuFeatures = features == null ? null : Collections.unmodifiableSet(new TreeSet<String>(features));
+        this.memoryBudgetMb = b.memoryBudgetMb;
     }
 
     /** @param deviceId a sticky install id kept in the app's private storage (never a hardware id) */
@@ -46,6 +62,9 @@ public final class DeviceFacts {
         private String osVersion;
         private String mnnRuntime;
         private String appVersion;
+        private boolean featuresSaid;
+        private Set<String> cpuFeatures;
+        private Double memoryBudgetMb;
 
         Builder(String deviceId) {
             if (deviceId == null || deviceId.isEmpty()) throw new IllegalArgumentException("deviceId must be a non-empty sticky install id");
@@ -67,6 +86,42 @@ public final class DeviceFacts {
 
         /** The app's versionName, for releases with {@code requires.app}. */
         @Nonnull public Builder appVersion(@Nullable String version) { this.appVersion = version; return this; }
+
+        /**
+         * The device's CPU features, instead of reading them from the platform (the default:
+         * {@code /proc/cpuinfo} on aarch64, none on x86_64). Null: not said, fit rule (e) is
+         * skipped; an empty set says the CPU has none.
+         *
+         * @throws IllegalArgumentException a name no manifest could name (like {@code I8MM})
+         */
+        @Nonnull public Builder cpuFeatures(@Nullable Collection<String> features) {
+            Set<String> names = null;
+            if (features != null) {
+                names = new TreeSet<String>();
+                for (String f : features) {
+                    if (f == null || !CpuFeatures.isName(f)) {
+                        throw new IllegalArgumentException("cpu feature '" + f + "' is not a feature name: a lowercase letter or digit, "
+                                + "then up to 31 lowercase letters, digits, '_' or '-' (like i8mm)");
+                    }
+                    names.add(f);
+                }
+            }
+            this.cpuFeatures = names;
+            this.featuresSaid = true;
+            return this;
+        }
+
+        /**
+         * How much memory one model (a bundle: all its members together) may take on this device,
+         * in MiB, for fit rule (d). Not called: not said, the rule is skipped.
+         *
+         * @throws IllegalArgumentException not above 0 and at most 1048576
+         */
+        @Nonnull public Builder memoryBudgetMb(double mb) {
+            if (!(mb > 0 && mb <= 1048576)) throw new IllegalArgumentException("memoryBudgetMb must be above 0 and at most 1048576 MiB, got " + mb);
+            this.memoryBudgetMb = mb;
+            return this;
+        }
 
         @Nonnull public DeviceFacts build() {
             // A version that does not parse is kept: rule 12 treats it as not meeting any requirement on it.

@@ -1,6 +1,7 @@
 package dev.edgereg;
 
 import dev.edgereg.internal.Codec;
+import dev.edgereg.internal.CpuFeatures;
 import dev.edgereg.internal.Ed25519;
 import dev.edgereg.internal.Http;
 import dev.edgereg.internal.Reasons;
@@ -84,7 +85,8 @@ public final class EdgeregClient {
         this.policy = b.policy;
         this.ed25519 = b.ed25519 != null ? b.ed25519 : Ed25519.best();
         this.health = new Health(store, b.maxUnconfirmedStarts);
-        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass, b.sourceAddress, store);
+        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass,
+                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.sourceAddress, store);
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;
@@ -218,6 +220,19 @@ public final class EdgeregClient {
     public void recordInference(@Nonnull String model, double ms) { reporter.recordInference(model, ms); }
 
     public void recordInference(double ms) { recordInference(only(), ms); }
+
+    /**
+     * The memory the app measured for the installed {@code model} (the unit, or a bundle member),
+     * in MiB: its peak and its steady use (null: not measured). The client never guesses them:
+     * without this call the reports carry none. Sent at once and kept in the later reports of
+     * this install. A figure outside 0 to 1048576 is dropped. Writes a small file: call it off
+     * the main thread.
+     */
+    public void recordMemory(@Nonnull String model, @Nullable Double peakMb, @Nullable Double steadyMb) {
+        reporter.memory(model, peakMb, steadyMb);
+    }
+
+    public void recordMemory(double peakMb, double steadyMb) { recordMemory(only(), peakMb, steadyMb); }
 
     /** Switch back to the last good set and mark the installed release bad on this device. Blocks on disk. */
     @Nonnull public UpdateResult revert(@Nonnull String unit, @Nonnull String reason) { return engine(unit).revert(reason); }

@@ -121,7 +121,7 @@ final class Engine {
     }
 
     UpdateResult empty(String code, String message) {
-        return new UpdateResult(unit, client.tier, null, false, false, false, null, null, false, 0, code, message, InstalledModel.none());
+        return new UpdateResult(unit, client.tier, null, false, false, false, null, null, null, false, 0, code, message, InstalledModel.none());
     }
 
     // --- fetch ----------------------------------------------------------------------------
@@ -177,9 +177,13 @@ final class Engine {
 
     private Decision decide(byte[] data, Long highest, long now, boolean checkExpiry) throws Rejected {
         Ed25519 ed = client.ed25519;
+        return Decision.decide(data, client.trusted, ed, unit, client.tier, bundle, client.device.deviceId,
+                appFacts(), highest, now, checkExpiry);
+    }
+
+    private Decision.AppFacts appFacts() {
         DeviceFacts d = client.device;
-        return Decision.decide(data, client.trusted, ed, unit, client.tier, bundle, d.deviceId,
-                new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion), highest, now, checkExpiry);
+        return new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion, d.cpuFeatures, d.memoryBudgetMb);
     }
 
     /** A release this device refused for good counts as not fitting (section 8, bad releases). */
@@ -188,10 +192,9 @@ final class Engine {
         Map<String, Object> bad = store().readBad(unit);
         if (!bad.containsKey(decision.unit.version)) return decision;
         Wire.Unit stable = decision.manifest.stableUnit;
-        DeviceFacts d = client.device;
-        if (decision.isCandidate && stable != null && !bad.containsKey(stable.version)
-                && Decision.unfit(stable, new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion)) == null) {
-            return new Decision(decision.manifest, stable, false, decision.sequence, Reasons.BAD_RELEASE);
+        Decision.Fit fitted = decision.isCandidate && stable != null && !bad.containsKey(stable.version) ? Decision.fit(stable, appFacts()) : null;
+        if (fitted != null && fitted.misfit == null) {
+            return new Decision(decision.manifest, fitted.unit, false, decision.sequence, Reasons.BAD_RELEASE, fitted.substitute);
         }
         throw new Rejected(Reasons.BAD_RELEASE, unit + " " + decision.unit.version + " was refused on this device before ("
                 + bad.get(decision.unit.version) + "); it is not installed again");
@@ -236,7 +239,7 @@ final class Engine {
             setPending(null, null, null);
             // As the reference client: nothing new for this device (a withdrawn model, a canary
             // outside the cohort); what is installed stays and current() returns it.
-            return new UpdateResult(unit, client.tier, null, false, false, notModified, null, null, false, 0, null, null, InstalledModel.none());
+            return new UpdateResult(unit, client.tier, null, false, false, notModified, null, null, null, false, 0, null, null, InstalledModel.none());
         }
         Map<String, Object> fresh = new LinkedHashMap<String, Object>();
         fresh.put("version", chosen.version);
@@ -281,11 +284,11 @@ final class Engine {
                 setPending(fresh, missing, deferred);
                 if (deferred != null) {
                     if (installed == null) {
-                        return new UpdateResult(unit, client.tier, null, false, false, notModified, null, deferred, false, 0, null, null,
+                        return new UpdateResult(unit, client.tier, null, false, false, notModified, null, null, deferred, false, 0, null, null,
                                 InstalledModel.none());
                     }
                     UpdateResult r = result(installed, false, notModified, 0, null);
-                    return new UpdateResult(r.unit, r.tier, r.version, r.isCandidate, false, notModified, null, deferred, r.bundled, 0,
+                    return new UpdateResult(r.unit, r.tier, r.version, r.isCandidate, false, notModified, null, null, deferred, r.bundled, 0,
                             null, null, r.members);
                 }
             }
@@ -646,7 +649,7 @@ final class Engine {
             models.put(e.getKey(), model(e.getKey(), (Map<String, Object>) e.getValue()));
         }
         return new UpdateResult(unit, client.tier, (String) installed.get("version"), Boolean.TRUE.equals(installed.get("is_candidate")),
-                updated, notModified, decision == null ? null : decision.fallback, null, Boolean.TRUE.equals(installed.get("bundled")),
+                updated, notModified, decision == null ? null : decision.fallback, decision == null ? null : decision.substitute, null, Boolean.TRUE.equals(installed.get("bundled")),
                 downloaded, null, null, models);
     }
 
@@ -804,8 +807,12 @@ final class Engine {
     }
 
     private AppStart appStartedLocked() throws Rejected {
+        Object[] before = client.health.unconfirmed(unit);
         String[] due = client.health.appStarted(unit);
-        if (due == null) return null;
+        if (due == null) {
+            reportUnconfirmed(before);
+            return null;
+        }
         Map<String, Object> record = store().readInstalled(kind, unit);
         if (record == null || !due[0].equals(record.get("version"))) {
             // Something else is installed by now: nothing to take back.
@@ -815,6 +822,16 @@ final class Engine {
         String reason = unit + " " + due[0] + " not confirmed after " + due[2] + " app starts";
         UpdateResult now = revertLocked(reason);
         return new AppStart(unit, due[0], now.version, reason);
+    }
+
+    /** A start was counted against the unconfirmed install: report the count now (docs/protocol.md section 11). */
+    @SuppressWarnings("unchecked")
+    private void reportUnconfirmed(Object[] before) throws Rejected {
+        Object[] now = client.health.unconfirmed(unit);
+        if (now == null || (Long) now[1] == 0 || (before != null && before[0].equals(now[0]) && (Long) now[1] <= (Long) before[1])) return;
+        Map<String, Object> record = store().readInstalled(kind, unit);
+        if (record == null || !now[0].equals(record.get("version"))) return;
+        for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.unconfirmed(unit, name, (Long) now[1]);
     }
 
     @SuppressWarnings("unchecked")

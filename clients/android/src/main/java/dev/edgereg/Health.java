@@ -115,6 +115,14 @@ final class Health {
         store.write(file(), all);
     }
 
+    /** The version installed and not yet confirmed and the starts counted against it, or null. */
+    synchronized Object[] unconfirmed(String unit) {
+        Map<String, Object> h = unit(all(), unit);
+        String installed = str(h.get("installed"));
+        if (installed == null || Boolean.TRUE.equals(h.get("confirmed"))) return null;
+        return new Object[] {installed, num(h.get("starts"))};
+    }
+
     synchronized boolean isConfirmed(String unit) {
         Map<String, Object> h = unit(all(), unit);
         return Boolean.TRUE.equals(h.get("confirmed"));

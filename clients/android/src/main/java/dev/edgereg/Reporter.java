@@ -30,6 +30,8 @@ final class Reporter {
     private final String registry;
     private final DeviceFacts device;
     private final String deviceClass;
+    /** The coarse CPU class (docs/protocol.md section 11), never the features; null when they were not said. */
+    private final String cpuClass;
     private final ExecutorService executor;
     private final Map<String, Map<String, Object>> latest = new LinkedHashMap<String, Map<String, Object>>();
     private final Map<String, String> urls = new LinkedHashMap<String, String>();
@@ -43,8 +45,9 @@ final class Reporter {
     static final int KEPT = 64;
     private final dev.edgereg.internal.Store store;
 
-    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, java.net.InetAddress source,
+    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, java.net.InetAddress source,
             dev.edgereg.internal.Store store) {
+        this.cpuClass = cpuClass;
         this.source = source;
         this.store = store;
         this.enabled = enabled;
@@ -142,6 +145,7 @@ final class Reporter {
         String model = (String) report.get("model");
         String url = resolve(reportUrl);
         if (!installed) {
+            versioned(report);
             final byte[] body = Json.canonical(report);
             produced.incrementAndGet();
             final String to = url;
@@ -153,6 +157,9 @@ final class Reporter {
             return;
         }
         String key = report.get("unit") + "/" + model;
+        // A new install: its first inference is the next one recorded.
+        firstSeen.remove(model);
+        first.remove(model);
         report.put("inference", takeLatency(model));
         latest.remove(key);
         latest.put(key, report);
@@ -173,12 +180,62 @@ final class Reporter {
         save();
     }
 
+    /**
+     * Report again: the app started with the model installed and not yet confirmed, for the
+     * {@code starts}-th time; sent at each start that raises the count, so a crash loop shows
+     * before the revert (docs/protocol.md section 11).
+     */
+    synchronized void unconfirmed(String unit, String model, long starts) {
+        if (!enabled) return;
+        String key = unit + "/" + model;
+        Map<String, Object> r = latest.get(key);
+        if (r == null) return;
+        r.put("unconfirmed_starts", Math.max(0, Math.min(1000, starts)));
+        r.put("inference", takeLatency(model));
+        send(key);
+        save();
+    }
+
+    /**
+     * Report again with the memory the app measured for {@code model} (MiB; null: not measured),
+     * kept in the later reports of the install. A figure outside 0 to 1048576 or not finite is
+     * dropped, never sent. Returns how many installs' reports took it.
+     */
+    synchronized int memory(String model, Double peakMb, Double steadyMb) {
+        if (!enabled) return 0;
+        Map<String, Object> changes = new LinkedHashMap<String, Object>();
+        if (peakMb != null && peakMb >= 0 && peakMb <= dev.edgereg.internal.Wire.MAX_MEMORY_MB) changes.put("memory_peak_mb", round3(peakMb));
+        if (steadyMb != null && steadyMb >= 0 && steadyMb <= dev.edgereg.internal.Wire.MAX_MEMORY_MB) changes.put("memory_steady_mb", round3(steadyMb));
+        if (changes.isEmpty()) return 0;
+        int n = 0;
+        for (Map.Entry<String, Map<String, Object>> e : new ArrayList<Map.Entry<String, Map<String, Object>>>(latest.entrySet())) {
+            if (!model.equals(e.getValue().get("model"))) continue;
+            e.getValue().putAll(changes);
+            e.getValue().put("inference", takeLatency(model));
+            send(e.getKey());
+            n++;
+        }
+        if (n > 0) save();
+        return n;
+    }
+
+    static double round3(double v) {
+        return Math.round(v * 1000.0) / 1000.0;
+    }
+
     private static final int SAMPLES_KEPT = 2048;
     private final java.util.Random random = new java.util.Random();
     private final Map<String, long[]> seen = new LinkedHashMap<String, long[]>();
+    /**
+     * The first call recorded per model since its install (or since this process started), until
+     * a report carries it as first_inference_ms; and the models whose first call was seen.
+     */
+    private final Map<String, Double> first = new LinkedHashMap<String, Double>();
+    private final java.util.Set<String> firstSeen = new java.util.HashSet<String>();
 
     synchronized void recordInference(String model, double ms) {
         if (!enabled || Double.isNaN(ms) || ms < 0 || ms > 3600000) return;
+        if (firstSeen.add(model)) first.put(model, round3(ms));
         List<Double> l = latency.get(model);
         if (l == null) latency.put(model, l = new ArrayList<Double>());
         long[] n = seen.get(model);
@@ -228,7 +285,11 @@ final class Reporter {
 
     private void send(final String key) {
         produced.incrementAndGet();
-        final byte[] body = Json.canonical(new LinkedHashMap<String, Object>(latest.get(key)));
+        Map<String, Object> report = latest.get(key);
+        Object model = report.get("model");
+        if (!report.containsKey("first_inference_ms") && first.containsKey(model)) report.put("first_inference_ms", first.remove(model));
+        versioned(report);
+        final byte[] body = Json.canonical(new LinkedHashMap<String, Object>(report));
         final String url = urls.get(key);
         executor.execute(new Runnable() {
             @Override public void run() {
@@ -343,6 +404,22 @@ final class Reporter {
         r.put("os", "android".equals(device.os) || "ios".equals(device.os) ? device.os : Json.NULL);
         r.put("os_version", device.osVersion != null && device.osVersion.matches("[A-Za-z0-9._ -]{1,32}") ? device.osVersion : Json.NULL);
         r.put("device_class", deviceClass != null && deviceClass.matches("[A-Za-z0-9._ -]{1,32}") ? deviceClass : Json.NULL);
+        if (cpuClass != null) r.put("cpu_class", cpuClass);
+        return versioned(r);
+    }
+
+    /**
+     * The schema version a report's keys need: 2 once it sets a key of version 2, else 1, so a
+     * report that uses nothing new is byte for byte a version 1 report (docs/protocol.md section 12).
+     * A version 2 key is left off while unset, never sent as null.
+     */
+    static Map<String, Object> versioned(Map<String, Object> r) {
+        boolean v2 = false;
+        for (String k : dev.edgereg.internal.ReportCheck.V2_KEYS) {
+            if (r.get(k) == Json.NULL) r.remove(k);
+            v2 |= r.containsKey(k);
+        }
+        r.put("schema_version", v2 ? 2L : 1L);
         return r;
     }
 }

@@ -21,8 +21,14 @@ public final class UpdateResult {
     public final boolean updated;
     /** The server answered 304 (the manifest was verified again anyway). */
     public final boolean notModified;
-    /** Why the candidate was passed over for stable ({@code runtime-too-old}, ..., {@code bad-release}), or null. */
+    /** Why the candidate was passed over for stable ({@code runtime-too-old}, {@code app-incompatible}, {@code os-incompatible}, {@code insufficient-memory}, {@code cpu-unsupported}, {@code bad-release}), or null. */
     @Nullable public final String fallback;
+    /**
+     * {@code cpu-unsupported} when this update chose an entry's {@code instead}: the variant the
+     * release names for devices with a CPU feature the entry avoids ({@link InstalledModel#variant}
+     * is the one installed); else null.
+     */
+    @Nullable public final String substitute;
     /** Why the download waits ({@code metered}, {@code not-charging}), or null. */
     @Nullable public final String deferred;
     /** The installed release is the one shipped in the app. */
@@ -34,7 +40,7 @@ public final class UpdateResult {
     @Nonnull public final Map<String, InstalledModel> members;
 
     UpdateResult(String unit, String tier, String version, boolean isCandidate, boolean updated, boolean notModified,
-            String fallback, String deferred, boolean bundled, long downloadedBytes, String errorCode, String errorMessage,
+            String fallback, String substitute, String deferred, boolean bundled, long downloadedBytes, String errorCode, String errorMessage,
             Map<String, InstalledModel> members) {
         this.unit = unit;
         this.tier = tier;
@@ -43,6 +49,7 @@ public final class UpdateResult {
         this.updated = updated;
         this.notModified = notModified;
         this.fallback = fallback;
+        this.substitute = substitute;
         this.deferred = deferred;
         this.bundled = bundled;
         this.downloadedBytes = downloadedBytes;
@@ -63,7 +70,7 @@ public final class UpdateResult {
     }
 
     UpdateResult withError(String code, String message) {
-        return new UpdateResult(unit, tier, version, isCandidate, false, notModified, fallback, deferred, bundled, downloadedBytes,
+        return new UpdateResult(unit, tier, version, isCandidate, false, notModified, fallback, substitute, deferred, bundled, downloadedBytes,
                 code, message, members);
     }
 

@@ -132,6 +132,9 @@ public final class DeviceMain {
                 if (!(ms instanceof Json.Num)) throw new Misuse("record_inference needs 'ms'");
                 Object model = request.get("model");
                 client().recordInference(model instanceof String ? (String) model : unit, ((Json.Num) ms).doubleValue());
+            } else if (op.equals("record_memory")) {
+                Object model = request.get("model");
+                client().recordMemory(model instanceof String ? (String) model : unit, optNumber(request, "peak_mb"), optNumber(request, "steady_mb"));
             } else if (op.equals("revert")) {
                 Object reason = request.get("reason");
                 result = resultJson(client().revert(unit, reason instanceof String ? (String) reason : "reverted by the app"));
@@ -143,6 +146,13 @@ public final class DeviceMain {
                 throw new Misuse("unknown op '" + op + "'");
             }
             return result;
+        }
+
+        private static Double optNumber(Map<String, Object> request, String key) throws Misuse {
+            Object v = request.get(key);
+            if (v == null || v == Json.NULL) return null;
+            if (!(v instanceof Json.Num)) throw new Misuse(key + " is a number of MiB or null");
+            return ((Json.Num) v).doubleValue();
         }
 
         private static Boolean bool(Object v) {
@@ -178,6 +188,21 @@ public final class DeviceMain {
                     .os(opt(d, "os"), opt(d, "os_version"))
                     .mnnRuntime(opt(d, "mnn_runtime"))
                     .appVersion(opt(r, "app_version"));
+            // Absent or null: the SDK's own default (read from the platform); a list says them.
+            Object features = r.get("cpu_features");
+            if (features instanceof List) {
+                List<String> names = new java.util.ArrayList<String>();
+                for (Object f : (List<Object>) features) {
+                    if (!(f instanceof String)) throw new Misuse("cpu_features is a list of names");
+                    names.add((String) f);
+                }
+                facts.cpuFeatures(names);
+            } else if (features != null && features != Json.NULL) {
+                throw new Misuse("cpu_features is a list of names or null");
+            }
+            Object budget = r.get("memory_budget_mb");
+            if (budget instanceof Json.Num) facts.memoryBudgetMb(((Json.Num) budget).doubleValue());
+            else if (budget != null && budget != Json.NULL) throw new Misuse("memory_budget_mb is a number or null");
             EdgeregClient.Builder b = EdgeregClient.builder(registry, cache).device(facts.build());
             Object keys = r.get("trusted_keys");
             if (!(keys instanceof List)) throw new Misuse("configure needs 'trusted_keys'");
@@ -244,6 +269,7 @@ public final class DeviceMain {
             m.put("not_modified", r.notModified);
             m.put("runtime_fallback", r.fallback != null);
             m.put("fallback", nul(r.fallback));
+            m.put("substitute", nul(r.substitute));
             m.put("deferred", nul(r.deferred));
             m.put("bundled", r.bundled);
             m.put("downloaded_bytes", r.downloadedBytes);

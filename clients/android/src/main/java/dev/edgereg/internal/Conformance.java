@@ -19,7 +19,8 @@ public final class Conformance {
         @SuppressWarnings("unchecked")
         Map<String, Object> device = (Map<String, Object>) input.get("device");
         if (device == null) throw new IllegalArgumentException("missing device");
-        Decision.AppFacts facts = new Decision.AppFacts(opt(device, "mnn_runtime"), opt(device, "app_version"), opt(device, "os"), opt(device, "os_version"));
+        Decision.AppFacts facts = new Decision.AppFacts(opt(device, "mnn_runtime"), opt(device, "app_version"), opt(device, "os"),
+                opt(device, "os_version"), features(device.get("cpu_features")), budget(device.get("memory_budget_mb")));
         Object seen = input.get("highest_seen_sequence");
         Long highest = seen instanceof Json.Num ? ((Json.Num) seen).longValue() : null;
         Long now = Codec.parseLooseTime(str(input, "now"));
@@ -34,12 +35,31 @@ public final class Conformance {
             out.put("is_candidate", d.isCandidate);
             out.put("runtime_fallback", d.fallback != null);
             out.put("fallback", d.fallback == null ? Json.NULL : d.fallback);
+            out.put("substitute", d.substitute == null ? Json.NULL : d.substitute);
             out.put("sequence", d.sequence);
         } catch (Rejected r) {
             out.put("accept", false);
             out.put("reason", r.code);
         }
         return out;
+    }
+
+    /** A vector's cpu_features: absent or null is not said; a list (even empty) says them. */
+    static java.util.Set<String> features(Object v) {
+        if (v == null || v == Json.NULL) return null;
+        if (!(v instanceof List)) throw new IllegalArgumentException("cpu_features is a list of names");
+        java.util.Set<String> out = new java.util.TreeSet<String>();
+        for (Object f : (List<?>) v) {
+            if (!(f instanceof String)) throw new IllegalArgumentException("cpu_features is a list of names");
+            out.add((String) f);
+        }
+        return out;
+    }
+
+    static Double budget(Object v) {
+        if (v == null || v == Json.NULL) return null;
+        if (!(v instanceof Json.Num)) throw new IllegalArgumentException("memory_budget_mb is a number");
+        return ((Json.Num) v).doubleValue();
     }
 
     static Map<String, Object> entryJson(Wire.Unit unit) {

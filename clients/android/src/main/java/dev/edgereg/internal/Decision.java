@@ -1,7 +1,14 @@
 package dev.edgereg.internal;
 
 
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * The client's decision (docs/protocol.md section 7, rules 1 to 12): pure, the clock passed in.
@@ -10,19 +17,26 @@ public final class Decision {
     public static final int MAX_MANIFEST_BYTES = 64 * 1024;
 
     public final Wire.Manifest manifest;
-    /** What the device should run, or null (a first release still a canary outside the cohort, a withdrawn model). */
+    /**
+     * What the device should install, or null (a first release still a canary outside the cohort,
+     * a withdrawn model): the manifest's entry, or its {@code instead} when it fits only so (a
+     * bundle: with each substituted member replaced by its {@code instead}).
+     */
     public final Wire.Unit unit;
     public final boolean isCandidate;
     public final long sequence;
     /** Why the candidate was passed over for stable (a rule-12 code or bad-release), or null. */
     public final String fallback;
+    /** {@code cpu-unsupported} when {@link #unit} is (or holds) an {@code instead}, else null. */
+    public final String substitute;
 
-    public Decision(Wire.Manifest manifest, Wire.Unit unit, boolean isCandidate, long sequence, String fallback) {
+    public Decision(Wire.Manifest manifest, Wire.Unit unit, boolean isCandidate, long sequence, String fallback, String substitute) {
         this.manifest = manifest;
         this.unit = unit;
         this.isCandidate = isCandidate;
         this.sequence = sequence;
         this.fallback = fallback;
+        this.substitute = substitute;
     }
 
     /** What the app says about itself for the fit rule; null fields: not said. */
@@ -31,12 +45,38 @@ public final class Decision {
         public final String appVersion;
         public final String os;
         public final String osVersion;
+        /** The device's CPU features (rule (e)); null: not said, an empty set: none. */
+        public final Set<String> cpuFeatures;
+        /** MiB one model (or one bundle, its members together) may take (rule (d)); null: not said. */
+        public final Double memoryBudgetMb;
 
         public AppFacts(String mnnRuntime, String appVersion, String os, String osVersion) {
+            this(mnnRuntime, appVersion, os, osVersion, null, null);
+        }
+
+        public AppFacts(String mnnRuntime, String appVersion, String os, String osVersion, Set<String> cpuFeatures, Double memoryBudgetMb) {
             this.mnnRuntime = mnnRuntime;
             this.appVersion = appVersion;
             this.os = os;
             this.osVersion = osVersion;
+            this.cpuFeatures = cpuFeatures == null ? null : Collections.unmodifiableSet(new TreeSet<String>(cpuFeatures));
+            this.memoryBudgetMb = memoryBudgetMb;
+        }
+    }
+
+    /** What fits: the unit to install and whether it is a substitute; or why nothing does. */
+    public static final class Fit {
+        /** What to install, or null when it does not fit. */
+        public final Wire.Unit unit;
+        /** {@code cpu-unsupported} when {@link #unit} is or holds an {@code instead}, else null. */
+        public final String substitute;
+        /** {code, message} when it does not fit, else null. */
+        public final String[] misfit;
+
+        Fit(Wire.Unit unit, String substitute, String[] misfit) {
+            this.unit = unit;
+            this.substitute = substitute;
+            this.misfit = misfit;
         }
     }
 
@@ -77,39 +117,124 @@ public final class Decision {
         } else if (m.stableUnit != null) {
             chosen = m.stableUnit;
         }
-        if (chosen == null) return new Decision(m, null, false, sequence, null);
-        String[] misfit = unfit(chosen, facts);
-        if (misfit == null) return new Decision(m, chosen, isCandidate, sequence, null);
+        if (chosen == null) return new Decision(m, null, false, sequence, null, null);
+        Fit fitted = fit(chosen, facts);
+        if (fitted.misfit == null) return new Decision(m, fitted.unit, isCandidate, sequence, null, fitted.substitute);
+        String[] misfit = fitted.misfit;
         Wire.Unit stable = m.stableUnit;
-        String[] stableMisfit = isCandidate && stable != null ? unfit(stable, facts) : null;
-        if (isCandidate && stable != null && stableMisfit == null) return new Decision(m, stable, false, sequence, misfit[0]);
+        Fit stableFit = isCandidate && stable != null ? fit(stable, facts) : null;
+        if (stableFit != null && stableFit.misfit == null) return new Decision(m, stableFit.unit, false, sequence, misfit[0], stableFit.substitute);
         String message = (isCandidate ? "candidate " : "stable ") + chosen.version + " " + misfit[1];
-        if (stableMisfit != null) message += "; stable " + stable.version + " " + stableMisfit[1];
+        if (stableFit != null) message += "; stable " + stable.version + " " + stableFit.misfit[1];
         throw new Rejected(misfit[0], message);
     }
 
-    /** Why a unit does not fit (code, message), or null when it fits. */
+    /** Why a unit does not fit (code, message), or null when it fits (perhaps only as its instead: see {@link #fit}). */
     public static String[] unfit(Wire.Unit unit, AppFacts facts) {
-        if (unit.bundle) {
-            String[] own = unmet(unit.requires, facts);
-            if (own != null) return own;
-            for (Map.Entry<String, Wire.Entry> e : unit.members.entrySet()) { // sorted by name
-                String[] member = unfitEntry(e.getValue(), facts);
-                if (member != null) return new String[] {member[0], "(member " + e.getKey() + ") " + member[1]};
-            }
-            return null;
-        }
-        return unfitEntry(unit.single(), facts);
+        return fit(unit, facts).misfit;
     }
 
-    static String[] unfitEntry(Wire.Entry entry, AppFacts facts) {
+    /** Rule 12, (a) to (e): what the device installs for {@code unit}, or why it does not fit. */
+    public static Fit fit(Wire.Unit unit, AppFacts facts) {
+        if (unit.bundle) return fitBundle(unit, facts);
+        Wire.Entry entry = unit.single();
+        String[] misfit = unfitEntry(entry, facts, true);
+        if (misfit != null) return new Fit(null, null, misfit);
+        Object cpu = fitCpu(entry, facts, true);
+        if (cpu instanceof String[]) return new Fit(null, null, (String[]) cpu);
+        if (cpu == entry) return new Fit(unit, null, null);
+        Map<String, Wire.Entry> one = new LinkedHashMap<String, Wire.Entry>();
+        one.put(unit.members.keySet().iterator().next(), (Wire.Entry) cpu);
+        return new Fit(new Wire.Unit(unit.version, one, false, ((Wire.Entry) cpu).requires), Reasons.CPU_UNSUPPORTED, null);
+    }
+
+    private static Fit fitBundle(Wire.Unit unit, AppFacts facts) {
+        String[] own = unmet(unit.requires, facts);
+        if (own != null) return new Fit(null, null, own);
+        Map<String, Wire.Entry> chosen = new TreeMap<String, Wire.Entry>();
+        boolean substituted = false;
+        for (Map.Entry<String, Wire.Entry> e : unit.members.entrySet()) { // sorted by name
+            // Members load together: (d) is the bundle's sum, checked after every member.
+            String[] misfit = unfitEntry(e.getValue(), facts, false);
+            Object cpu = misfit != null ? misfit : fitCpu(e.getValue(), facts, false);
+            if (cpu instanceof String[]) {
+                String[] m = (String[]) cpu;
+                return new Fit(null, null, new String[] {m[0], "(member " + e.getKey() + ") " + m[1]});
+            }
+            substituted |= cpu != e.getValue();
+            chosen.put(e.getKey(), (Wire.Entry) cpu);
+        }
+        if (facts.memoryBudgetMb != null) {
+            double total = 0;
+            StringBuilder parts = new StringBuilder();
+            for (Map.Entry<String, Wire.Entry> e : chosen.entrySet()) {
+                Double peak = e.getValue().peakMemoryMb;
+                if (peak == null) continue; // not measured: counts 0
+                total += peak;
+                parts.append(parts.length() == 0 ? "" : ", ").append(e.getKey()).append(' ').append(mb(peak));
+            }
+            if (total > facts.memoryBudgetMb) {
+                return new Fit(null, null, new String[] {Reasons.INSUFFICIENT_MEMORY, "needs " + mb(total) + " MiB for its members together ("
+                        + parts + "), the device's budget is " + mb(facts.memoryBudgetMb) + " MiB"});
+            }
+        }
+        if (!substituted) return new Fit(unit, null, null);
+        return new Fit(new Wire.Unit(unit.version, Collections.unmodifiableMap(chosen), true, unit.requires), Reasons.CPU_UNSUPPORTED, null);
+    }
+
+    static String mb(double v) {
+        return v == Math.rint(v) && Math.abs(v) < 1e15 ? String.valueOf((long) v) : String.valueOf(v);
+    }
+
+    /** The features of the entry's avoid_cpu this device has, sorted; empty when either is not said. */
+    static List<String> avoided(Wire.Entry entry, AppFacts facts) {
+        List<String> out = new ArrayList<String>();
+        if (entry.avoidCpu == null || facts.cpuFeatures == null) return out;
+        for (String f : entry.avoidCpu) if (facts.cpuFeatures.contains(f)) out.add(f);
+        Collections.sort(out);
+        return out;
+    }
+
+    /**
+     * Rule (e) on an entry that passed (a) to (d): the entry itself, its {@code instead} (which
+     * must fit by (a) to (e) on its own; (d) only outside a bundle), or a misfit {code, message}.
+     */
+    static Object fitCpu(Wire.Entry entry, AppFacts facts, boolean memory) {
+        List<String> avoided = avoided(entry, facts);
+        if (avoided.isEmpty()) return entry;
+        String message = "(" + entry.variant + ") must not run on a CPU with " + join(avoided);
+        Wire.Entry instead = entry.instead;
+        if (instead == null) return new String[] {Reasons.CPU_UNSUPPORTED, message + ", and the release names no variant instead"};
+        String[] misfit = unfitEntry(instead, facts, memory);
+        if (misfit == null && !avoided(instead, facts).isEmpty()) {
+            misfit = new String[] {Reasons.CPU_UNSUPPORTED, "(" + instead.variant + ") must not run on a CPU with " + join(avoided(instead, facts))};
+        }
+        // Whatever the instead breaks, the entry's reason is the CPU (docs/protocol.md section 7, (e)).
+        if (misfit != null) return new String[] {Reasons.CPU_UNSUPPORTED, message + ", and its instead " + misfit[1]};
+        return instead;
+    }
+
+    private static String join(List<String> names) {
+        StringBuilder b = new StringBuilder();
+        for (String n : names) b.append(b.length() == 0 ? "" : ", ").append(n);
+        return b.toString();
+    }
+
+    /** Rules (a) to (c), and (d) when {@code memory} (a bundle checks its members' sum instead). */
+    static String[] unfitEntry(Wire.Entry entry, AppFacts facts, boolean memory) {
         if (facts.mnnRuntime != null && !Versions.isVersion(facts.mnnRuntime)) {
             return new String[] {Reasons.RUNTIME_TOO_OLD, "(" + entry.variant + ") needs MNN " + entry.minMnnRuntime + ", the app says '" + facts.mnnRuntime + "', which is not a version"};
         }
         if (facts.mnnRuntime != null && Versions.compareDotted(entry.minMnnRuntime, facts.mnnRuntime) > 0) {
             return new String[] {Reasons.RUNTIME_TOO_OLD, "(" + entry.variant + ") needs MNN " + entry.minMnnRuntime + ", the app has " + facts.mnnRuntime};
         }
-        return unmet(entry.requires, facts);
+        String[] found = unmet(entry.requires, facts);
+        if (found != null || !memory) return found;
+        if (facts.memoryBudgetMb != null && entry.peakMemoryMb != null && entry.peakMemoryMb > facts.memoryBudgetMb) {
+            return new String[] {Reasons.INSUFFICIENT_MEMORY, "(" + entry.variant + ") needs " + mb(entry.peakMemoryMb)
+                    + " MiB at its peak, the device's budget is " + mb(facts.memoryBudgetMb) + " MiB"};
+        }
+        return null;
     }
 
     static String[] unmet(Wire.Requirements r, AppFacts facts) {

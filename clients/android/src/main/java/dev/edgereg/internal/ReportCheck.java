@@ -11,7 +11,12 @@ public final class ReportCheck {
 
     static final List<String> KEYS = Arrays.asList("schema_version", "token", "unit", "model", "version", "unit_version", "variant", "tier",
             "arm", "sequence", "probe", "backend", "backends_skipped", "load_ms", "load_failed", "inference", "confirmed", "reverted",
-            "mnn_runtime", "os", "os_version", "device_class");
+            "mnn_runtime", "os", "os_version", "device_class", "unconfirmed_starts", "cpu_class", "memory_peak_mb", "memory_steady_mb",
+            "first_inference_ms");
+    /** The keys schema version 2 adds: unknown in a version 1 report, even null. */
+    public static final List<String> V2_KEYS = Arrays.asList("unconfirmed_starts", "cpu_class", "memory_peak_mb", "memory_steady_mb",
+            "first_inference_ms");
+    static final Pattern CPU_CLASS = Pattern.compile("[a-z0-9][a-z0-9._-]{0,31}");
     static final Pattern SHORT = Pattern.compile("[A-Za-z0-9._ -]{1,32}");
 
     public static String[] check(byte[] body) {
@@ -27,8 +32,13 @@ public final class ReportCheck {
         Map<String, Object> m = (Map<String, Object>) v;
         for (String k : m.keySet()) if (!KEYS.contains(k)) return new String[] {"invalid", k};
         Object sv = m.get("schema_version");
-        // A receiver takes a missing schema_version as 1 (shipped senders are kept); 1.0, 2: refused.
-        if (m.containsKey("schema_version") && !(sv instanceof Json.Num && "1".equals(sv.toString()))) return new String[] {"invalid", "schema_version"};
+        // A receiver takes a missing schema_version as 1 (shipped senders are kept); 1.0, 3: refused.
+        if (m.containsKey("schema_version") && !(sv instanceof Json.Num && ("1".equals(sv.toString()) || "2".equals(sv.toString())))) {
+            return new String[] {"invalid", "schema_version"};
+        }
+        if (sv == null || "1".equals(sv.toString())) {
+            for (String k : V2_KEYS) if (m.containsKey(k)) return bad(k);
+        }
         if (!matches(m.get("token"), "[0-9a-f]{32}")) return bad("token");
         for (String k : new String[] {"unit", "model", "variant", "tier"}) if (!(m.get(k) instanceof String) || !Wire.NAME.matcher((String) m.get(k)).matches()) return bad(k);
         for (String k : new String[] {"version", "unit_version"}) if (!(m.get(k) instanceof String) || !Versions.isSemver((String) m.get(k))) return bad(k);
@@ -54,6 +64,10 @@ public final class ReportCheck {
         if (present(m, "mnn_runtime") && !(m.get("mnn_runtime") instanceof String && Versions.isDotted((String) m.get("mnn_runtime")))) return bad("mnn_runtime");
         if (present(m, "os") && !oneOf(m.get("os"), "android", "ios")) return bad("os");
         for (String k : new String[] {"os_version", "device_class"}) if (present(m, k) && !matches(m.get(k), SHORT.pattern())) return bad(k);
+        if (present(m, "unconfirmed_starts") && !intIn(m.get("unconfirmed_starts"), 0, 1000)) return bad("unconfirmed_starts");
+        if (present(m, "cpu_class") && !matches(m.get("cpu_class"), CPU_CLASS.pattern())) return bad("cpu_class");
+        for (String k : new String[] {"memory_peak_mb", "memory_steady_mb"}) if (present(m, k) && !within(m.get(k), Wire.MAX_MEMORY_MB)) return bad(k);
+        if (present(m, "first_inference_ms") && !ms(m.get("first_inference_ms"))) return bad("first_inference_ms");
         return null;
     }
 
@@ -72,8 +86,12 @@ public final class ReportCheck {
     }
 
     static boolean ms(Object v) {
+        return within(v, 3600000);
+    }
+
+    static boolean within(Object v, double max) {
         if (!(v instanceof Json.Num)) return false;
         double d = ((Json.Num) v).doubleValue();
-        return d >= 0 && d <= 3600000;
+        return d >= 0 && d <= max;
     }
 }

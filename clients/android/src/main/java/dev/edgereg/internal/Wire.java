@@ -30,6 +30,10 @@ public final class Wire {
     static final Pattern REPORT_URL = Pattern.compile("(https?://[^\\s\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\u001c-\\u001f]+|[A-Za-z0-9][A-Za-z0-9._/-]*)");
     static final Pattern TASK_KIND = Pattern.compile("[a-z][a-z0-9_]{0,62}");
     static final Pattern DIM_NAME = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,63}");
+    /** A CPU feature name (docs/protocol.md section 3): a pattern, not a list, so a feature named later never breaks a client. */
+    public static final Pattern CPU_FEATURE = Pattern.compile("[a-z0-9][a-z0-9_-]{0,31}");
+    /** The largest memory figure a document carries, MiB (1 TiB). */
+    public static final double MAX_MEMORY_MB = 1048576;
     static final List<String> BACKENDS = Arrays.asList("cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi");
     static final List<String> DTYPES = Arrays.asList("float32", "float16", "int8", "uint8", "int32", "int64", "bool");
 
@@ -83,12 +87,19 @@ public final class Wire {
         public final BlobRef labelsBlob;
         public final Requirements requires;
         public final BlobRef probe;
+        /** Measured peak memory in MiB (fit rule (d)), or null: not measured. */
+        public final Double peakMemoryMb;
+        /** CPU features this variant must not run on (fit rule (e)), or null. */
+        public final List<String> avoidCpu;
+        /** What a device with an avoided feature installs in its place (same version), or null. */
+        public final Entry instead;
         /** The entry as read (known keys only): what the client stores. */
         public final Map<String, Object> json;
 
         Entry(String version, String variant, BlobRef blob, String minMnnRuntime, int threads, List<String> backends,
                 String precision, Map<String, Object> contract, List<String> labels, BlobRef labelsBlob,
-                Requirements requires, BlobRef probe, Map<String, Object> json) {
+                Requirements requires, BlobRef probe, Double peakMemoryMb, List<String> avoidCpu, Entry instead,
+                Map<String, Object> json) {
             this.version = version;
             this.variant = variant;
             this.blob = blob;
@@ -101,6 +112,9 @@ public final class Wire {
             this.labelsBlob = labelsBlob;
             this.requires = requires;
             this.probe = probe;
+            this.peakMemoryMb = peakMemoryMb;
+            this.avoidCpu = avoidCpu;
+            this.instead = instead;
             this.json = json;
         }
 
@@ -262,6 +276,11 @@ public final class Wire {
     }
 
     static Entry entry(Object v, String where) throws Rejected {
+        return entry(v, where, null);
+    }
+
+    /** @param outerVersion the version of the entry this one is the {@code instead} of, or null for a manifest's entry */
+    static Entry entry(Object v, String where, String outerVersion) throws Rejected {
         Map<String, Object> m = object(v, where);
         Map<String, Object> json = new LinkedHashMap<String, Object>();
         String version = semver(required(m, "version", where + ".version"), where + ".version");
@@ -312,6 +331,38 @@ public final class Wire {
         BlobRef probe = null;
         Object pr = m.get("probe");
         if (pr != null && pr != Json.NULL) probe = blobRef(pr, where + ".probe");
+        Double peak = null;
+        Object pk = m.get("peak_memory_mb");
+        if (pk != null && pk != Json.NULL) {
+            if (!(pk instanceof Json.Num)) throw bad(where + ".peak_memory_mb", "must be a number");
+            double d = ((Json.Num) pk).doubleValue();
+            if (!(d > 0 && d <= MAX_MEMORY_MB)) throw bad(where + ".peak_memory_mb", pk + " is outside 0 (excluded) to " + (long) MAX_MEMORY_MB + " MiB");
+            peak = d;
+        }
+        List<String> avoid = null;
+        Object ac = m.get("avoid_cpu");
+        if (ac != null && ac != Json.NULL) {
+            List<Object> list = array(ac, where + ".avoid_cpu");
+            if (list.isEmpty() || list.size() > 8) throw bad(where + ".avoid_cpu", "names 1 to 8 CPU features, got " + list.size());
+            List<String> names = new ArrayList<String>();
+            for (Object f : list) {
+                String name = matching(f, CPU_FEATURE, where + ".avoid_cpu",
+                        "is not a CPU feature name: a lowercase letter or digit, then up to 31 lowercase letters, digits, '_' or '-'");
+                if (names.contains(name)) throw bad(where + ".avoid_cpu", "names '" + name + "' twice");
+                names.add(name);
+            }
+            avoid = Collections.unmodifiableList(names);
+        }
+        Entry instead = null;
+        Object in = m.get("instead");
+        if (in != null && in != Json.NULL) {
+            // One level only: a substitute names no substitute of its own.
+            if (outerVersion != null) throw bad(where + ".instead", "an instead may not have an instead of its own (one level only)");
+            instead = entry(in, where + ".instead", version);
+        }
+        if (outerVersion != null && !outerVersion.equals(version)) {
+            throw bad(where + ".version", "instead is version " + version + ", the entry " + outerVersion + ": a substitute is another variant of the same release");
+        }
         for (String k : new String[] {"version", "variant", "path", "sha256", "size", "min_mnn_runtime", "runtime", "contract", "requires", "probe"}) {
             if (m.containsKey(k)) json.put(k, m.get(k));
         }
@@ -321,7 +372,8 @@ public final class Wire {
         rt.put("precision", precision);
         json.put("runtime", rt);
         if (contract != null) json.put("contract", contract);
-        return new Entry(version, variant, new BlobRef(sha, size), minMnn, threads, backends, precision, contract, labels, labelsBlob, req, probe, json);
+        return new Entry(version, variant, new BlobRef(sha, size), minMnn, threads, backends, precision, contract, labels, labelsBlob, req, probe,
+                peak, avoid, instead, json);
     }
 
     static BlobRef blobRef(Object v, String where) throws Rejected {
