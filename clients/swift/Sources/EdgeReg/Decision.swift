@@ -522,9 +522,17 @@ public struct DeviceFacts: Sendable, Equatable {
     public var osVersion: String?
     public var mnnRuntime: String?
     public var appVersion: String?
+    /// The CPU features for fit rule (e) (`dotprod`, `fp16`, `i8mm`, `bf16`, `sve2`, `sme`):
+    /// read from the platform by default (`CPUFeatures.detected`), or said by the app (a test,
+    /// a simulator); nil does not say them (rule (e) skipped). Reports carry only the class.
+    public var cpuFeatures: Set<String>?
+    /// How much memory one model (a bundle: its members together) may take here, MiB;
+    /// nil (the default) skips fit rule (d).
+    public var memoryBudgetMB: Double?
 
     public init(deviceID: String, ramMB: Int64? = nil, cpuCores: Int64? = nil, soc: String? = nil, os: String? = nil,
-                osVersion: String? = nil, mnnRuntime: String? = nil, appVersion: String? = nil) {
+                osVersion: String? = nil, mnnRuntime: String? = nil, appVersion: String? = nil,
+                cpuFeatures: Set<String>? = CPUFeatures.detected, memoryBudgetMB: Double? = nil) {
         self.deviceID = deviceID
         self.ramMB = ramMB
         self.cpuCores = cpuCores
@@ -533,7 +541,24 @@ public struct DeviceFacts: Sendable, Equatable {
         self.osVersion = osVersion
         self.mnnRuntime = mnnRuntime
         self.appVersion = appVersion
+        self.cpuFeatures = cpuFeatures
+        self.memoryBudgetMB = memoryBudgetMB
     }
 
-    var appFacts: AppFacts { AppFacts(mnnRuntime: mnnRuntime, appVersion: appVersion, os: os, osVersion: osVersion) }
+    /// Why these facts cannot be used (a feature name no manifest could name, a budget that is
+    /// not above 0 and at most 1048576 MiB), or nil. A client with such facts resolves no tier.
+    public var problem: String? {
+        if let bad = cpuFeatures?.sorted().first(where: { !Fields.isCPUFeature($0) }) {
+            return "cpu feature '\(bad)' is not a feature name: a lowercase letter or digit, then up to 31 lowercase letters, digits, '_' or '-' (like i8mm)"
+        }
+        if let mb = memoryBudgetMB, !(mb > 0 && mb <= Fields.maxMemoryMB) {
+            return "memory budget \(mb) MiB is not above 0 and at most 1048576"
+        }
+        return nil
+    }
+
+    var appFacts: AppFacts {
+        AppFacts(mnnRuntime: mnnRuntime, appVersion: appVersion, os: os, osVersion: osVersion, cpuFeatures: cpuFeatures,
+                 memoryBudgetMB: memoryBudgetMB)
+    }
 }
