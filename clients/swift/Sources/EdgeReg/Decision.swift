@@ -239,13 +239,6 @@ public enum Decide {
         return nil
     }
 
-    /// Rule 12 (and §8's bad releases): why an entry does not fit, or nil (also when it fits
-    /// only as its `instead`; `fit` says what to install).
-    static func unfit(_ entry: Entry, _ facts: AppFacts, bad: Set<String>) -> Rejection? {
-        if case .failure(let r) = fit(entry, facts, bad: bad) { return r }
-        return nil
-    }
-
     /// Rule 12, (a) to (e) (and §8's bad releases): what the device installs for `entry`, or
     /// why it does not fit (the first rule broken).
     public static func fit(_ entry: Entry, _ facts: AppFacts, bad: Set<String> = []) -> Result<Fit, Rejection> {

@@ -119,6 +119,19 @@ extension TestRegistry {
         #expect(await client.current(digits).version == "0.9.0")
     }
 
+    @Test func aCandidateRefusedHereFallsBackToStableAsItsInstead() async throws {
+        let f = try Fixture()
+        let (stable, instead) = try f.registry.avoiding("digits", "1.0.0", avoid: ["i8mm"])
+        try f.registry.publish("digits", stable: stable, candidate: try f.registry.entry("digits", "1.1.0"), percent: 100)
+        let client = f.client(cpuFeatures: ["i8mm"])
+        let candidate = await client.update(digits)
+        #expect(candidate.ok && candidate.isCandidate && candidate.substitute == nil)
+        _ = await client.revert(digits, reason: "the app saw it misbehave")
+        let result = await client.update(digits)
+        #expect(result.ok && !result.isCandidate && result.fallback == "bad-release", "\(result.error ?? "")")
+        #expect(result.substitute == "cpu-unsupported" && result.model?.sha256 == instead["sha256"]?.stringValue)
+    }
+
     @Test func aReleaseOverTheMemoryBudgetIsRefusedAndACandidateFallsBack() async throws {
         let f = try Fixture()
         var heavy = try f.registry.entry("digits", "1.0.0").objectValue!
