@@ -128,6 +128,9 @@ public struct UpdateResult: Sendable {
     public let updated: Bool
     public let notModified: Bool
     public let fallback: String?
+    /// `cpu-unsupported` when this update chose an entry's `instead` (a variant for devices
+    /// with a CPU feature the entry avoids; the members show the one installed), else nil.
+    public let substitute: String?
     public let deferred: String?
     public let bundled: Bool
     public let downloadedBytes: Int64

@@ -83,7 +83,9 @@ public actor EdgeRegClient {
         }
         self.configuration = config
         let resolved: (String?, String)
-        if let tier = config.tier {
+        if let problem = config.device.problem {
+            resolved = (nil, "the device facts are not usable: \(problem)")
+        } else if let tier = config.tier {
             resolved = (tier, "tier \(tier): given by the app")
         } else if let found = Tiers.resolve(config.tiers, config.device) {
             resolved = (found.tier, found.reason)
@@ -238,10 +240,22 @@ public actor EdgeRegClient {
     func appStartedNow(_ unit: ReleaseUnit) async -> StartOutcome {
         var ledger = readHealth()
         var h = ledger[unit.name] ?? UnitHealth()
+        let before = h.starts
         let decided = h.onStart(unit: unit.name, maxStarts: configuration.maxUnconfirmedStarts)
         ledger[unit.name] = h
         writeHealth(ledger)
-        guard let revert = decided else { return StartOutcome(unit: unit, reverted: false, version: nil, reason: nil) }
+        guard let revert = decided else {
+            // A start counted against the unconfirmed install: its report goes again with the
+            // count, so a crash loop shows before the revert (docs/protocol.md §11).
+            if let installed = h.installed, !h.confirmed, h.starts > before, let record = try? readInstalled(unit),
+                record.version == installed
+            {
+                for name in record.members.keys.sorted() {
+                    await reporter.changed(unit: unit.name, model: name, unconfirmedStarts: h.starts)
+                }
+            }
+            return StartOutcome(unit: unit, reverted: false, version: nil, reason: nil)
+        }
         let record = try? readInstalled(unit)
         guard let record, record.version == revert.version else {
             // Something else is installed by now: nothing to take back.
@@ -283,6 +297,13 @@ public actor EdgeRegClient {
     /// One real inference's latency, for the next report (`model`: a bundle member).
     public func recordInference(_ unit: ReleaseUnit, ms: Double, model: String? = nil) async {
         await reporter.recordInference(unit: unit.name, model: model ?? unit.name, ms: ms)
+    }
+
+    /// The memory the app measured for the installed model, MiB (`model`: a bundle member): the
+    /// install's report goes again at once and its later reports keep the figures. The client
+    /// never guesses them; nothing is sent when nothing is installed.
+    public func recordMemory(_ unit: ReleaseUnit, peakMB: Double?, steadyMB: Double? = nil, model: String? = nil) async {
+        await reporter.recordMemory(unit: unit.name, model: model ?? unit.name, peakMB: peakMB, steadyMB: steadyMB)
     }
 
     /// Switch back to the last good set and mark the current release bad on this device.
@@ -345,10 +366,10 @@ public actor EdgeRegClient {
     func avoidBad(_ unit: ReleaseUnit, _ decision: Decision, bad: [String: String]) throws -> Decision {
         guard let entry = decision.entry, let why = bad[entry.version] else { return decision }
         if decision.isCandidate, let stable = decision.manifest.stable, bad[stable.version] == nil,
-            Decide.unfit(stable, configuration.device.appFacts, bad: []) == nil
+            case .success(let fitted) = Decide.fit(stable, configuration.device.appFacts)
         {
-            return Decision(manifest: decision.manifest, entry: stable, isCandidate: false, sequence: decision.sequence,
-                            fallback: Reason.badRelease)
+            return Decision(manifest: decision.manifest, entry: fitted.entry, isCandidate: false, sequence: decision.sequence,
+                            fallback: Reason.badRelease, substitute: fitted.substitute)
         }
         throw Failure(code: Reason.badRelease, message: "\(unit.name) \(entry.version) was refused on this device before (\(why)); it is not installed again")
     }
@@ -358,8 +379,8 @@ public actor EdgeRegClient {
         guard let entry = decision.entry else {
             try setPending(unit, nil)
             return UpdateResult(unit: unit, tier: tier, errorCode: nil, error: nil, version: nil, isCandidate: false,
-                                updated: false, notModified: notModified, fallback: nil, deferred: nil, bundled: false,
-                                downloadedBytes: 0, members: [:])
+                                updated: false, notModified: notModified, fallback: nil, substitute: nil, deferred: nil,
+                                bundled: false, downloadedBytes: 0, members: [:])
         }
         let entries = entry.members(unit: unit.name)
         for (name, e) in entries {
@@ -393,7 +414,7 @@ public actor EdgeRegClient {
                     let base = result(unit, installed, notModified: notModified)
                     return UpdateResult(unit: unit, tier: tier, errorCode: nil, error: nil, version: base.version,
                                         isCandidate: base.isCandidate, updated: false, notModified: notModified, fallback: nil,
-                                        deferred: deferred, bundled: base.bundled, downloadedBytes: 0, members: base.members)
+                                        substitute: nil, deferred: deferred, bundled: base.bundled, downloadedBytes: 0, members: base.members)
                 }
             }
             try preflight(missing)
@@ -647,8 +668,8 @@ public actor EdgeRegClient {
         }
         return UpdateResult(unit: unit, tier: tier, errorCode: error?.code, error: error?.message, version: set?.version,
                             isCandidate: set?.isCandidate ?? false, updated: updated, notModified: notModified,
-                            fallback: decision?.fallback, deferred: nil, bundled: set?.bundled ?? false,
-                            downloadedBytes: downloaded, members: members)
+                            fallback: decision?.fallback, substitute: decision?.substitute, deferred: nil,
+                            bundled: set?.bundled ?? false, downloadedBytes: downloaded, members: members)
     }
 
     // MARK: cache records

@@ -30,7 +30,8 @@ public enum Conformance {
         let seen = o["highest_seen_sequence"]?.intValue
         let app = AppFacts(
             mnnRuntime: device["mnn_runtime"]?.stringValue, appVersion: device["app_version"]?.stringValue,
-            os: device["os"]?.stringValue, osVersion: device["os_version"]?.stringValue)
+            os: device["os"]?.stringValue, osVersion: device["os_version"]?.stringValue,
+            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue)
         let bundle = o["bundle"]?.boolValue ?? false
         let decisionInput = Decide.Input(
             manifest: manifest, trusted: trusted, unit: model, tier: tier, deviceID: deviceID, app: app,
@@ -50,11 +51,21 @@ public enum Conformance {
             return .object(JSONObject([
                 ("accept", .bool(true)), ("entry", entry), ("is_candidate", .bool(decision.isCandidate)),
                 ("runtime_fallback", .bool(decision.runtimeFallback)),
-                ("fallback", decision.fallback.map { .string($0) } ?? .null), ("sequence", .int(decision.sequence)),
+                ("fallback", decision.fallback.map { .string($0) } ?? .null),
+                ("substitute", decision.substitute.map { .string($0) } ?? .null), ("sequence", .int(decision.sequence)),
             ]))
         } catch {
             return .object(JSONObject([("accept", .bool(false)), ("reason", .string(error.reason))]))
         }
+    }
+
+    /// A vector's (or the device program's) `cpu_features`: a list of names; absent or null is not said.
+    public static func cpuFeatures(_ value: JSONValue?) throws(HarnessError) -> Set<String>? {
+        guard let value, !value.isNull else { return nil }
+        guard let list = value.arrayValue, let names = Optional(list.compactMap(\.stringValue)), names.count == list.count else {
+            throw HarnessError("cpu_features is not a list of strings")
+        }
+        return Set(names)
     }
 
     static func entryJSON(_ m: ModelEntry) -> JSONValue {
@@ -191,6 +202,18 @@ enum Labels {
 public enum ReportSchema {
     public static let maxBytes = 4096
 
+    /// The keys of schema_version 2 (docs/protocol.md §12): a report setting any says 2.
+    public static let version2Keys: Set<String> = [
+        "unconfirmed_starts", "cpu_class", "memory_peak_mb", "memory_steady_mb", "first_inference_ms",
+    ]
+
+    /// `^[a-z0-9][a-z0-9._-]{0,31}$`: a receiver stores any class of the pattern (a later one too).
+    static func isCPUClass(_ s: String) -> Bool {
+        let b = Array(s.utf8)
+        guard (1...32).contains(b.count), Fields.isLower(b[0]) || Fields.isDigit(b[0]) else { return false }
+        return b.dropFirst().allSatisfy { Fields.isLower($0) || Fields.isDigit($0) || $0 == 46 || $0 == 95 || $0 == 45 }
+    }
+
     /// Why a body is refused (`too-large`, `not-json`, `invalid` and the key at fault), or nil.
     public static func refusal(_ body: Data) -> (reason: String, field: String?)? {
         guard body.count <= maxBytes else { return ("too-large", nil) }
@@ -201,8 +224,18 @@ public enum ReportSchema {
             "backend", "backends_skipped", "load_ms", "load_failed", "inference", "confirmed", "reverted", "mnn_runtime", "os",
             "os_version", "device_class",
         ]
-        for key in o.keys where !known.contains(key) { return ("invalid", key) }
+        for key in o.keys where !known.contains(key) && !version2Keys.contains(key) { return ("invalid", key) }
         func bad(_ key: String) -> (String, String?) { ("invalid", key) }
+        // A receiver takes a missing schema_version as 1 (what shipped clients send is kept).
+        let schemaVersion: Int64
+        if let v = o["schema_version"] {
+            guard let i = v.intValue, i == 1 || i == 2 else { return bad("schema_version") }
+            schemaVersion = i
+        } else {
+            schemaVersion = 1
+        }
+        // A version 2 key, even null, is unknown to version 1.
+        if schemaVersion == 1, let key = o.keys.first(where: version2Keys.contains) { return bad(key) }
         func required(_ key: String, _ ok: (JSONValue) -> Bool) -> (String, String?)? {
             guard let v = o[key], ok(v) else { return bad(key) }
             return nil
@@ -220,11 +253,13 @@ public enum ReportSchema {
             guard case .number(let n) = v else { return false }
             return n.double >= 0 && n.double <= 3_600_000
         }
+        func megabytes(_ v: JSONValue) -> Bool {
+            guard case .number(let n) = v else { return false }
+            return n.double >= 0 && n.double <= Fields.maxMemoryMB
+        }
         let isToken: (String) -> Bool = { $0.utf8.count == 32 && $0.utf8.allSatisfy(Fields.isHexLower) }
         let isSemver: (String) -> Bool = { SemVer($0) != nil }
         let checks: [(String, String?)?] = [
-            // A receiver takes a missing schema_version as 1 (what shipped clients send is kept).
-            o["schema_version"] == nil ? nil : required("schema_version") { $0.intValue == 1 },
             required("token", string(isToken)),
             required("unit", string(Fields.isName)),
             required("model", string(Fields.isName)),
@@ -248,6 +283,11 @@ public enum ReportSchema {
             optional("os", string { $0 == "android" || $0 == "ios" }),
             optional("os_version", string(Reporter.isShortText)),
             optional("device_class", string(Reporter.isShortText)),
+            optional("unconfirmed_starts") { ($0.intValue ?? -1) >= 0 && ($0.intValue ?? -1) <= 1000 },
+            optional("cpu_class", string(isCPUClass)),
+            optional("memory_peak_mb", megabytes),
+            optional("memory_steady_mb", megabytes),
+            optional("first_inference_ms", millis),
         ]
         for check in checks { if let check { return check } }
         if let inf = o["inference"], !inf.isNull {

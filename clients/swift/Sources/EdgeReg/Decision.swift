@@ -27,6 +27,9 @@ public enum Reason {
     public static let runtimeTooOld = "runtime-too-old"
     public static let appIncompatible = "app-incompatible"
     public static let osIncompatible = "os-incompatible"
+    public static let insufficientMemory = "insufficient-memory"
+    /// Also the decision's `substitute` when the device got an entry's `instead`.
+    public static let cpuUnsupported = "cpu-unsupported"
     public static let blobTooLarge = "blob-too-large"
     public static let badBlob = "bad-blob"
     public static let probeFailed = "probe-failed"
@@ -104,26 +107,44 @@ public struct AppFacts: Sendable, Equatable {
     public var appVersion: String?
     public var os: String?
     public var osVersion: String?
+    /// The device's CPU features (`i8mm`, `dotprod`...); nil skips fit rule (e), an empty set has none.
+    public var cpuFeatures: Set<String>?
+    /// How much memory one model (or one bundle, its members together) may take, MiB; nil skips rule (d).
+    public var memoryBudgetMB: Double?
 
-    public init(mnnRuntime: String? = nil, appVersion: String? = nil, os: String? = nil, osVersion: String? = nil) {
+    public init(mnnRuntime: String? = nil, appVersion: String? = nil, os: String? = nil, osVersion: String? = nil,
+                cpuFeatures: Set<String>? = nil, memoryBudgetMB: Double? = nil) {
         self.mnnRuntime = mnnRuntime
         self.appVersion = appVersion
         self.os = os
         self.osVersion = osVersion
+        self.cpuFeatures = cpuFeatures
+        self.memoryBudgetMB = memoryBudgetMB
     }
 }
 
 /// What a verified manifest means for this device.
 public struct Decision: Sendable {
     public let manifest: Manifest
-    /// What the device should run, or nil (a first release still a canary, outside the cohort).
+    /// What the device should install, or nil (a first release still a canary, outside the
+    /// cohort): the manifest's entry, or its `instead` (a bundle: with those members replaced).
     public let entry: Entry?
     public let isCandidate: Bool
     /// The highest sequence seen, this manifest's included: what the client stores.
     public let sequence: Int64
     /// Why the candidate was passed over for stable (a rule-12 reason, or `bad-release`).
     public let fallback: String?
+    /// `cpu-unsupported` when `entry` is (or, for a bundle, holds) an `instead`, else nil.
+    public var substitute: String? = nil
     public var runtimeFallback: Bool { fallback != nil }
+}
+
+/// An entry that fits the app: what the device installs for it (fit rule, docs/protocol.md §7).
+public struct Fit: Sendable {
+    /// The manifest's entry, or its `instead` (a bundle: substituted members replaced).
+    public let entry: Entry
+    /// `cpu-unsupported` when an `instead` was taken, else nil.
+    public let substitute: String?
 }
 
 /// The pure decision of docs/protocol.md §7: no sockets, no files, the clock passed in.
@@ -188,16 +209,21 @@ public enum Decide {
         guard let (entry, isCandidate) = choose(manifest, deviceID: input.deviceID) else {
             return Decision(manifest: manifest, entry: nil, isCandidate: false, sequence: sequence, fallback: nil)
         }
-        let misfit = unfit(entry, input.app, bad: input.badVersions)
-        guard let misfit else {
-            return Decision(manifest: manifest, entry: entry, isCandidate: isCandidate, sequence: sequence, fallback: nil)
+        let misfit: Rejection
+        switch fit(entry, input.app, bad: input.badVersions) {
+        case .success(let fitted):
+            return Decision(manifest: manifest, entry: fitted.entry, isCandidate: isCandidate, sequence: sequence,
+                            fallback: nil, substitute: fitted.substitute)
+        case .failure(let r): misfit = r
         }
         if isCandidate, let stable = manifest.stable {
-            let stableMisfit = unfit(stable, input.app, bad: input.badVersions)
-            if stableMisfit == nil {
-                return Decision(manifest: manifest, entry: stable, isCandidate: false, sequence: sequence, fallback: misfit.reason)
+            switch fit(stable, input.app, bad: input.badVersions) {
+            case .success(let fitted):
+                return Decision(manifest: manifest, entry: fitted.entry, isCandidate: false, sequence: sequence,
+                                fallback: misfit.reason, substitute: fitted.substitute)
+            case .failure(let stableMisfit):
+                throw Rejection(misfit.reason, "candidate \(entry.version) \(misfit.message); stable \(stable.version) \(stableMisfit.message)")
             }
-            throw Rejection(misfit.reason, "candidate \(entry.version) \(misfit.message); stable \(stable.version) \(stableMisfit!.message)")
         }
         throw Rejection(misfit.reason, "\(isCandidate ? "candidate" : "stable") \(entry.version) \(misfit.message)")
     }
@@ -213,29 +239,90 @@ public enum Decide {
         return nil
     }
 
-    /// Rule 12 (and §8's bad releases): why an entry does not fit, or nil.
-    static func unfit(_ entry: Entry, _ facts: AppFacts, bad: Set<String>) -> Rejection? {
+    /// Rule 12, (a) to (e) (and §8's bad releases): what the device installs for `entry`, or
+    /// why it does not fit (the first rule broken).
+    public static func fit(_ entry: Entry, _ facts: AppFacts, bad: Set<String> = []) -> Result<Fit, Rejection> {
         if bad.contains(entry.version) {
-            return Rejection(Reason.badRelease, "was refused on this device before")
+            return .failure(Rejection(Reason.badRelease, "was refused on this device before"))
         }
         switch entry {
         case .bundle(let b):
-            if let r = unmet(b.requires, facts) { return r }
-            for name in b.memberNames {
-                if let r = unfitModel(b.members[name]!, facts) { return Rejection(r.reason, "(member \(name)) \(r.message)") }
-            }
-            return nil
+            return fitBundle(b, facts)
         case .model(let m):
-            return unfitModel(m, facts)
+            if let r = unfitModel(m, facts, memory: true) { return .failure(r) }
+            return fitCPU(m, facts, memory: true).map { Fit(entry: .model($0), substitute: $0 == m ? nil : Reason.cpuUnsupported) }
         }
     }
 
-    static func unfitModel(_ entry: ModelEntry, _ facts: AppFacts) -> Rejection? {
+    static func fitBundle(_ b: BundleEntry, _ facts: AppFacts) -> Result<Fit, Rejection> {
+        if let r = unmet(b.requires, facts) { return .failure(r) }
+        var chosen: [String: ModelEntry] = [:]
+        for name in b.memberNames {
+            let member = b.members[name]!
+            // Members load together: (d) is the bundle's sum, checked after every member.
+            let fitted = unfitModel(member, facts, memory: false).map { Result<ModelEntry, Rejection>.failure($0) }
+                ?? fitCPU(member, facts, memory: false)
+            switch fitted {
+            case .failure(let r): return .failure(Rejection(r.reason, "(member \(name)) \(r.message)"))
+            case .success(let m): chosen[name] = m
+            }
+        }
+        if let budget = facts.memoryBudgetMB {
+            let total = b.memberNames.reduce(0.0) { $0 + (chosen[$1]!.peakMemoryMB ?? 0) }
+            if total > budget {
+                let parts = b.memberNames.compactMap { n in chosen[n]!.peakMemoryMB.map { "\(n) \(mb($0))" } }
+                return .failure(Rejection(
+                    Reason.insufficientMemory,
+                    "needs \(mb(total)) MiB for its members together (\(parts.joined(separator: ", "))), the device's budget is \(mb(budget)) MiB"))
+            }
+        }
+        let substituted = chosen.filter { b.members[$0.key]! != $0.value }
+        if substituted.isEmpty { return .success(Fit(entry: .bundle(b), substitute: nil)) }
+        return .success(Fit(entry: .bundle(b.replacing(members: substituted)), substitute: Reason.cpuUnsupported))
+    }
+
+    static func mb(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
+    /// Rules (a) to (c), and (d) when `memory` (a bundle checks its members' sum instead).
+    static func unfitModel(_ entry: ModelEntry, _ facts: AppFacts, memory: Bool) -> Rejection? {
         // A runtime that is not a version cannot be shown to be new enough.
         if let runtime = facts.mnnRuntime, DottedVersion.compare(entry.minMnnRuntime, runtime).map({ $0 > 0 }) ?? true {
             return Rejection(Reason.runtimeTooOld, "(\(entry.variant)) needs MNN \(entry.minMnnRuntime), the app has \(runtime)")
         }
-        return unmet(entry.requires, facts)
+        if let r = unmet(entry.requires, facts) { return r }
+        if memory, let budget = facts.memoryBudgetMB, let peak = entry.peakMemoryMB, peak > budget {
+            return Rejection(
+                Reason.insufficientMemory,
+                "(\(entry.variant)) needs \(mb(peak)) MiB at its peak, the device's budget is \(mb(budget)) MiB")
+        }
+        return nil
+    }
+
+    /// The features of `entry.avoid_cpu` this device has (empty when either is not said).
+    static func avoided(_ entry: ModelEntry, _ facts: AppFacts) -> [String] {
+        guard let avoid = entry.avoidCPU, let features = facts.cpuFeatures else { return [] }
+        return avoid.filter(features.contains).sorted()
+    }
+
+    /// Rule (e) on an entry that passed (a) to (d): the entry itself, its `instead`, or why neither fits.
+    static func fitCPU(_ entry: ModelEntry, _ facts: AppFacts, memory: Bool) -> Result<ModelEntry, Rejection> {
+        let hit = avoided(entry, facts)
+        if hit.isEmpty { return .success(entry) }
+        let message = "(\(entry.variant)) must not run on a CPU with \(hit.joined(separator: ", "))"
+        guard let instead = entry.instead else { return .failure(Rejection(Reason.cpuUnsupported, message)) }
+        // The instead fits by every rule on its own (its memory alone only outside a bundle);
+        // whatever it breaks, the entry's reason stays cpu-unsupported.
+        var misfit = unfitModel(instead, facts, memory: memory)
+        if misfit == nil {
+            let own = avoided(instead, facts)
+            if !own.isEmpty {
+                misfit = Rejection(Reason.cpuUnsupported, "(\(instead.variant)) must not run on a CPU with \(own.joined(separator: ", "))")
+            }
+        }
+        if let misfit { return .failure(Rejection(Reason.cpuUnsupported, "\(message), and its instead \(misfit.message)")) }
+        return .success(instead)
     }
 
     static func unmet(_ requires: Requirements?, _ facts: AppFacts) -> Rejection? {
@@ -428,9 +515,17 @@ public struct DeviceFacts: Sendable, Equatable {
     public var osVersion: String?
     public var mnnRuntime: String?
     public var appVersion: String?
+    /// The CPU features for fit rule (e) (`dotprod`, `fp16`, `i8mm`, `bf16`, `sve2`, `sme`):
+    /// read from the platform by default (`CPUFeatures.detected`), or said by the app (a test,
+    /// a simulator); nil does not say them (rule (e) skipped). Reports carry only the class.
+    public var cpuFeatures: Set<String>?
+    /// How much memory one model (a bundle: its members together) may take here, MiB;
+    /// nil (the default) skips fit rule (d).
+    public var memoryBudgetMB: Double?
 
     public init(deviceID: String, ramMB: Int64? = nil, cpuCores: Int64? = nil, soc: String? = nil, os: String? = nil,
-                osVersion: String? = nil, mnnRuntime: String? = nil, appVersion: String? = nil) {
+                osVersion: String? = nil, mnnRuntime: String? = nil, appVersion: String? = nil,
+                cpuFeatures: Set<String>? = CPUFeatures.detected, memoryBudgetMB: Double? = nil) {
         self.deviceID = deviceID
         self.ramMB = ramMB
         self.cpuCores = cpuCores
@@ -439,7 +534,24 @@ public struct DeviceFacts: Sendable, Equatable {
         self.osVersion = osVersion
         self.mnnRuntime = mnnRuntime
         self.appVersion = appVersion
+        self.cpuFeatures = cpuFeatures
+        self.memoryBudgetMB = memoryBudgetMB
     }
 
-    var appFacts: AppFacts { AppFacts(mnnRuntime: mnnRuntime, appVersion: appVersion, os: os, osVersion: osVersion) }
+    /// Why these facts cannot be used (a feature name no manifest could name, a budget that is
+    /// not above 0 and at most 1048576 MiB), or nil. A client with such facts resolves no tier.
+    public var problem: String? {
+        if let bad = cpuFeatures?.sorted().first(where: { !Fields.isCPUFeature($0) }) {
+            return "cpu feature '\(bad)' is not a feature name: a lowercase letter or digit, then up to 31 lowercase letters, digits, '_' or '-' (like i8mm)"
+        }
+        if let mb = memoryBudgetMB, !(mb > 0 && mb <= Fields.maxMemoryMB) {
+            return "memory budget \(mb) MiB is not above 0 and at most 1048576"
+        }
+        return nil
+    }
+
+    var appFacts: AppFacts {
+        AppFacts(mnnRuntime: mnnRuntime, appVersion: appVersion, os: os, osVersion: osVersion, cpuFeatures: cpuFeatures,
+                 memoryBudgetMB: memoryBudgetMB)
+    }
 }

@@ -17,6 +17,17 @@ enum Fields {
         return b.dropFirst().allSatisfy { isLower($0) || isDigit($0) || $0 == 95 || $0 == 45 }
     }
 
+    /// `^[a-z0-9][a-z0-9_-]{0,31}$`: a CPU feature name (a pattern, not a list: a feature
+    /// named later never makes an older client refuse the manifest).
+    static func isCPUFeature(_ s: String) -> Bool {
+        let b = Array(s.utf8)
+        guard (1...32).contains(b.count), isLower(b[0]) || isDigit(b[0]) else { return false }
+        return b.dropFirst().allSatisfy { isLower($0) || isDigit($0) || $0 == 95 || $0 == 45 }
+    }
+
+    /// The largest memory figure any document carries, in MiB (1 TiB).
+    static let maxMemoryMB: Double = 1_048_576
+
     /// `^[a-z][a-z0-9_]{0,62}$`: a task kind.
     static func isTaskKind(_ s: String) -> Bool {
         let b = Array(s.utf8)

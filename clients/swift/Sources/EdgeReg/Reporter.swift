@@ -23,6 +23,12 @@ struct ReportFacts: Sendable, Equatable, Codable {
     var loadFailed: Bool
     var confirmed = false
     var reverted = false
+    // Version 2 (docs/protocol.md §12): nil leaves the key off, so a report setting none of
+    // them is byte for byte a version 1 report.
+    var unconfirmedStarts: Int?
+    var memoryPeakMB: Double?
+    var memorySteadyMB: Double?
+    var firstInferenceMs: Double?
 }
 
 /// Sends reports in the background; never a reason to fail, delay or retry an update.
@@ -39,6 +45,10 @@ actor Reporter {
     let store: URL?
     var latest: [String: (facts: ReportFacts, url: URL)] = [:]
     var samples: [String: [Double]] = [:]
+    /// The first call recorded per unit/model since its install (or since this process
+    /// started), until a report carries it as the install's `first_inference_ms`.
+    var firstPending: [String: Double] = [:]
+    var firstSeen: Set<String> = []
     var retry: [(body: Data, url: URL)] = []
     var inFlight: [Task<Bool, Never>] = []
 
@@ -97,28 +107,65 @@ actor Reporter {
 
     func installed(_ facts: ReportFacts, reportURL: String?) {
         guard enabled, let url = resolve(reportURL) else { return }
+        if facts.probe != "failed" {
+            // A new install: its first inference is the next one recorded.
+            firstSeen.remove("\(facts.unit)/\(facts.model)")
+            firstPending["\(facts.unit)/\(facts.model)"] = nil
+        }
         latest["\(facts.unit)/\(facts.model)"] = (facts, url)
         save()
         send(facts, url)
     }
 
-    func changed(unit: String, model: String, confirmed: Bool = false, reverted: Bool = false) {
-        guard enabled, var entry = latest["\(unit)/\(model)"] else { return }
+    /// Report the install again with what changed; kept in its later reports.
+    func changed(unit: String, model: String, confirmed: Bool = false, reverted: Bool = false,
+                 unconfirmedStarts: Int? = nil, memoryPeakMB: Double? = nil, memorySteadyMB: Double? = nil) {
+        let key = "\(unit)/\(model)"
+        guard enabled, var entry = latest[key] else { return }
         if confirmed { entry.facts.confirmed = true }
         if reverted { entry.facts.reverted = true }
-        latest["\(unit)/\(model)"] = entry
+        if let n = unconfirmedStarts { entry.facts.unconfirmedStarts = min(max(n, 0), 1000) }
+        if let mb = memoryPeakMB { entry.facts.memoryPeakMB = mb }
+        if let mb = memorySteadyMB { entry.facts.memorySteadyMB = mb }
+        if entry.facts.firstInferenceMs == nil, let first = firstPending.removeValue(forKey: key) {
+            entry.facts.firstInferenceMs = first
+        }
+        latest[key] = entry
         save()
         send(entry.facts, entry.url)
     }
 
     func recordInference(unit: String, model: String, ms: Double) {
         guard enabled, ms.isFinite, ms >= 0 else { return }
-        samples["\(unit)/\(model)", default: []].append(min(ms, 3_600_000))
+        let key = "\(unit)/\(model)"
+        if firstSeen.insert(key).inserted { firstPending[key] = min(ms, 3_600_000) }
+        samples[key, default: []].append(min(ms, 3_600_000))
+    }
+
+    /// The app's measured memory for the model, MiB: the install's report goes again at once.
+    /// A figure outside 0 to 1048576 (or not finite) is dropped, never sent; the client never guesses.
+    func recordMemory(unit: String, model: String, peakMB: Double?, steadyMB: Double?) {
+        func usable(_ mb: Double?) -> Double? { mb.flatMap { $0.isFinite && $0 >= 0 && $0 <= Fields.maxMemoryMB ? $0 : nil } }
+        let peak = usable(peakMB), steady = usable(steadyMB)
+        guard peak != nil || steady != nil else { return }
+        changed(unit: unit, model: model, memoryPeakMB: peak, memorySteadyMB: steady)
     }
 
     func body(_ f: ReportFacts) -> Data {
         var o = JSONObject()
-        o["schema_version"] = .int(1)
+        // Version 2 keys only when set: a report that uses none stays a version 1 report.
+        var version2 = false
+        func v2(_ key: String, _ value: JSONValue?) {
+            guard let value else { return }
+            o[key] = value
+            version2 = true
+        }
+        v2("unconfirmed_starts", f.unconfirmedStarts.map { .int($0) })
+        v2("cpu_class", CPUFeatures.cpuClass(device.cpuFeatures).map { .string($0) })
+        v2("memory_peak_mb", f.memoryPeakMB.map { .double($0) })
+        v2("memory_steady_mb", f.memorySteadyMB.map { .double($0) })
+        v2("first_inference_ms", f.firstInferenceMs.map { .double($0) })
+        o["schema_version"] = .int(version2 ? 2 : 1)
         o["token"] = .string(f.token)
         o["unit"] = .string(f.unit)
         o["model"] = .string(f.model)

@@ -347,6 +347,14 @@ public struct ModelEntry: Sendable, Equatable {
     public let contract: IOContract?
     public let requires: Requirements?
     public let probe: BlobRef?
+    /// Measured peak memory in MiB (fit rule (d)); nil when not measured.
+    public let peakMemoryMB: Double?
+    /// CPU features this variant must not run on (fit rule (e)); nil when none.
+    public let avoidCPU: [String]?
+    /// Held in an array: a struct cannot hold an optional of itself.
+    private let insteadStorage: [ModelEntry]
+    /// The entry a device with an avoided CPU feature installs in this one's place.
+    public var instead: ModelEntry? { insteadStorage.first }
     /// The entry as published (stored in the install pointer).
     public let json: JSONValue
 
@@ -365,6 +373,43 @@ public struct ModelEntry: Sendable, Equatable {
         contract = try r.optional("contract").map { (v) throws(WireError) in try IOContract(v, r.at("contract")) }
         requires = try r.optional("requires").map { (v) throws(WireError) in try Requirements(v, r.at("requires")) }
         probe = try r.optional("probe").map { (v) throws(WireError) in try BlobRef(v, r.at("probe")) }
+        if let v = r.optional("peak_memory_mb") {
+            let mb = try Reader.number(v, r.at("peak_memory_mb"))
+            guard mb > 0, mb <= Fields.maxMemoryMB else {
+                throw WireError("\(r.at("peak_memory_mb")) is \(mb), expected a number above 0 and at most 1048576 (MiB)")
+            }
+            peakMemoryMB = mb
+        } else {
+            peakMemoryMB = nil
+        }
+        if let list = try r.list("avoid_cpu") {
+            guard (1...8).contains(list.count) else {
+                throw WireError("\(r.at("avoid_cpu")) has \(list.count) names, expected 1 to 8")
+            }
+            var names: [String] = []
+            for (i, item) in list.enumerated() {
+                guard let s = item.stringValue, Fields.isCPUFeature(s) else {
+                    throw WireError("\(r.at("avoid_cpu"))[\(i)] is not a CPU feature name: a lowercase letter or digit, then up to 31 lowercase letters, digits, '_' or '-'")
+                }
+                guard !names.contains(s) else { throw WireError("\(r.at("avoid_cpu")) names '\(s)' twice") }
+                names.append(s)
+            }
+            avoidCPU = names
+        } else {
+            avoidCPU = nil
+        }
+        if let v = r.optional("instead") {
+            let inner = try ModelEntry(v, r.at("instead"))
+            guard inner.instead == nil else {
+                throw WireError("\(r.at("instead")) has an instead of its own (one level only)")
+            }
+            guard inner.version == version else {
+                throw WireError("\(r.at("instead")) is version \(inner.version), the entry \(version): a substitute is another variant of the same release")
+            }
+            insteadStorage = [inner]
+        } else {
+            insteadStorage = []
+        }
     }
 
     /// The artifact as a blob reference.
@@ -398,6 +443,17 @@ public struct BundleEntry: Sendable, Equatable {
         }
         self.members = members
         requires = try r.optional("requires").map { (v) throws(WireError) in try Requirements(v, r.at("requires")) }
+    }
+
+    private init(version: String, members: [String: ModelEntry], requires: Requirements?) {
+        self.version = version
+        self.members = members
+        self.requires = requires
+    }
+
+    /// The same release with some members replaced (by their `instead`, fit rule (e)).
+    func replacing(members chosen: [String: ModelEntry]) -> BundleEntry {
+        BundleEntry(version: version, members: members.merging(chosen) { $1 }, requires: requires)
     }
 
     public var memberNames: [String] { members.keys.sorted() }

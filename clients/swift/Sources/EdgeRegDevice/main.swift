@@ -178,7 +178,7 @@ final class Device {
             break
         }
         guard let client else {
-            if ["set_clock", "update", "current", "status", "app_started", "confirm", "record_inference", "revert", "flush"].contains(op) {
+            if ["set_clock", "update", "current", "status", "app_started", "confirm", "record_inference", "record_memory", "revert", "flush"].contains(op) {
                 throw Misuse("'\(op)' before 'configure'")
             }
             throw Misuse("unknown op '\(op)'")
@@ -213,6 +213,14 @@ final class Device {
             guard let ms = request["ms"]?.doubleValue else { throw Misuse("record_inference needs 'ms'") }
             await client.recordInference(unit, ms: ms, model: request["model"]?.stringValue)
             return .object(JSONObject())
+        case "record_memory":
+            func mb(_ key: String) throws -> Double? {
+                guard let v = request[key], !v.isNull else { return nil }
+                guard let n = v.doubleValue else { throw Misuse("record_memory '\(key)' is not a number") }
+                return n
+            }
+            await client.recordMemory(unit, peakMB: try mb("peak_mb"), steadyMB: try mb("steady_mb"), model: request["model"]?.stringValue)
+            return .object(JSONObject())
         case "revert":
             return resultJSON(await client.revert(unit, reason: request["reason"]?.stringValue ?? "reverted by the app"))
         case "flush":
@@ -235,10 +243,19 @@ final class Device {
         guard let d = r["device"]?.objectValue, let deviceID = d["device_id"]?.stringValue else {
             throw Misuse("configure needs 'device.device_id'")
         }
-        let device = DeviceFacts(
+        var device = DeviceFacts(
             deviceID: deviceID, ramMB: d["ram_mb"]?.intValue, cpuCores: d["cpu_cores"]?.intValue, soc: d["soc"]?.stringValue,
             os: d["os"]?.stringValue, osVersion: d["os_version"]?.stringValue, mnnRuntime: d["mnn_runtime"]?.stringValue,
             appVersion: r["app_version"]?.stringValue ?? d["app_version"]?.stringValue)
+        // Absent or null: the SDK's default (read from the platform); a list says them.
+        if let features = r["cpu_features"], !features.isNull {
+            do { device.cpuFeatures = try Conformance.cpuFeatures(features) } catch { throw Misuse(error.description) }
+        }
+        if let budget = r["memory_budget_mb"], !budget.isNull {
+            guard let mb = budget.doubleValue else { throw Misuse("'memory_budget_mb' is not a number") }
+            device.memoryBudgetMB = mb
+        }
+        if let problem = device.problem { throw Misuse("the client refused the configuration: \(problem)") }
         var tiers: [(String, TierRules)] = []
         if let t = r["tiers"], !t.isNull {
             guard let parsed = Conformance.tiers(t) else { throw Misuse("'tiers' are not tier rules") }
@@ -298,7 +315,8 @@ final class Device {
         return .object(JSONObject([
             ("ok", .bool(r.ok)), ("error_code", opt(r.errorCode)), ("error", opt(r.error)), ("version", opt(r.version)),
             ("is_candidate", .bool(r.isCandidate)), ("updated", .bool(r.updated)), ("not_modified", .bool(r.notModified)),
-            ("runtime_fallback", .bool(r.runtimeFallback)), ("fallback", opt(r.fallback)), ("deferred", opt(r.deferred)),
+            ("runtime_fallback", .bool(r.runtimeFallback)), ("fallback", opt(r.fallback)),
+            ("substitute", opt(r.substitute)), ("deferred", opt(r.deferred)),
             ("bundled", .bool(r.bundled)), ("downloaded_bytes", .int(r.downloadedBytes)), ("members", .object(members)),
         ]))
     }

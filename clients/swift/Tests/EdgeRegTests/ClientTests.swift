@@ -126,11 +126,14 @@ final class Fixture: @unchecked Sendable {
     func client(_ device: String = deviceID(inside: true), policy: DownloadPolicy = DownloadPolicy(), selfTest: Bool = false,
                 runner: (any ModelRunner)? = nil, registryURL: URL? = nil, bundled: [String: BundledRelease] = [:],
                 reporting: Bool = false, sourceAddress: String? = nil,
-                limits: Limits = Limits(timeout: 10, deadline: 60)) -> EdgeRegClient {
+                limits: Limits = Limits(timeout: 10, deadline: 60),
+                cpuFeatures: Set<String>? = CPUFeatures.detected, memoryBudgetMB: Double? = nil,
+                cacheDirectory: String? = nil) -> EdgeRegClient {
         EdgeRegClient(ClientConfiguration(
-            registry: registryURL ?? server.url, trustedKeys: registry.trusted, cacheDirectory: cache,
+            registry: registryURL ?? server.url, trustedKeys: registry.trusted,
+            cacheDirectory: cacheDirectory.map { dir.appendingPathComponent($0) } ?? cache,
             device: DeviceFacts(deviceID: device, ramMB: 8192, cpuCores: 6, os: "ios", osVersion: "17.2", mnnRuntime: "3.6.1",
-                                appVersion: "2.4.0"),
+                                appVersion: "2.4.0", cpuFeatures: cpuFeatures, memoryBudgetMB: memoryBudgetMB),
             tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: limits,
             reporting: reporting, bundled: bundled, sourceAddress: sourceAddress))
     }
