@@ -410,3 +410,125 @@ def ctc_model(path: Path | str, *, seed: int = 6) -> Path:
         inits,
     )
     return _save(_model(graph), path)
+
+
+#: The context-needing VAD (:func:`context_vad_model`): Silero VAD v5's shapes at
+#: 16 kHz. Each step reads 64 samples of the previous chunk, then 512 new ones.
+VAD_CONTEXT = 64
+VAD_NEW = 512
+VAD_WINDOW = VAD_CONTEXT + VAD_NEW
+VAD_HIDDEN = 128
+VAD_STATE_SHAPE = (2, 1, VAD_HIDDEN)
+
+
+def context_vad_model(path: Path | str, *, seed: int = 7) -> Path:
+    """Write a voice-activity detector shaped like Silero VAD v5, context and all.
+
+    Inputs as Silero's ONNX declares them: ``chunk`` float32 ``["batch",
+    "samples"]``, ``sr`` int64 ``[]``, ``state`` float32 ``[2, "batch", 128]``;
+    outputs ``prob`` float32 ``[-1, 1]`` and ``stateN`` float32 ``[2, None,
+    128]`` (the three ways real files write a dynamic axis).
+
+    The score is the chunk's log energy pushed through a recurrent state:
+    ``stateN = tanh(state @ U + log_energy * w + b)``, ``prob = sigmoid(mean(stateN)
+    @ v + window)``. Like Silero's learned front end, whose weights fit one
+    window, it is only meaningful at 576 samples: ``window`` is ``-0.5 * |samples
+    - 576|``, so fed 512 bare samples (no context) the graph still runs and its
+    probability never comes near 0.5 (the walk-through's failure, in miniature).
+    A chunk whose samples have RMS above ~0.1 (at 16 kHz) reads as speech.
+    """
+    rng = np.random.default_rng(seed)
+    hidden = VAD_HIDDEN
+    drive = np.abs(rng.normal(1.0, 0.2, (1, hidden))).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.05, (hidden, hidden)).astype(np.float32), "U"),
+        numpy_helper.from_array(drive, "w"),
+        numpy_helper.from_array(np.full(hidden, 4.6, np.float32) * drive[0], "b"),
+        numpy_helper.from_array(np.full((hidden, 1), 6.0 / hidden, np.float32), "v"),
+        numpy_helper.from_array(np.array(16000.0, np.float32), "rate"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+        numpy_helper.from_array(np.array([1], np.int64), "samples_axis"),
+        numpy_helper.from_array(np.array(float(VAD_WINDOW), np.float32), "window_len"),
+        numpy_helper.from_array(np.array(-0.5, np.float32), "off_window"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["srf", "rate"], ["scale"]),
+        helper.make_node("Mul", ["chunk", "scale"], ["scaled"]),
+        helper.make_node("Mul", ["scaled", "scaled"], ["power"]),
+        helper.make_node("ReduceMean", ["power"], ["energy"], axes=[1], keepdims=1),
+        helper.make_node("Add", ["energy", "eps"], ["energy_eps"]),
+        helper.make_node("Log", ["energy_eps"], ["log_energy"]),
+        helper.make_node("MatMul", ["log_energy", "w"], ["driven"], name="drive"),
+        helper.make_node("Add", ["driven", "b"], ["biased"]),
+        helper.make_node("MatMul", ["state", "U"], ["carry"], name="carry"),
+        helper.make_node("Add", ["carry", "biased"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["stateN"]),
+        helper.make_node("ReduceMean", ["stateN"], ["pooled"], axes=[0], keepdims=0),
+        helper.make_node("MatMul", ["pooled", "v"], ["score"], name="head"),
+        helper.make_node("Shape", ["chunk"], ["chunk_shape"]),
+        helper.make_node("Gather", ["chunk_shape", "samples_axis"], ["length"], axis=0),
+        helper.make_node("Cast", ["length"], ["lengthf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["lengthf", "window_len"], ["off"]),
+        helper.make_node("Abs", ["off"], ["off_abs"]),
+        helper.make_node("Mul", ["off_abs", "off_window"], ["window"]),
+        helper.make_node("Add", ["score", "window"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "context_vad_model",
+        [
+            helper.make_tensor_value_info("chunk", TensorProto.FLOAT, ["batch", "samples"]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", hidden]),
+        ],
+        [
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, [-1, 1]),
+            helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, None, hidden]),
+        ],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+def vad_recordings(
+    recordings: int, chunks: int, *, context: int = VAD_CONTEXT, new: int = VAD_NEW, seed: int = 8
+) -> dict[str, np.ndarray]:
+    """Synthetic 16 kHz recordings cut into the rows an app feeds a VAD.
+
+    Each recording alternates silence (noise at RMS 0.01) and speech-like
+    stretches (a voiced tone at RMS ~0.3) of a few chunks each. Every row is
+    the last ``context`` samples of the previous chunk (zeros at a recording's
+    start) followed by ``new`` new ones: Silero v5 at 16 kHz reads 64 + 512;
+    ``context=0`` gives the bare chunks.
+
+    Returns:
+        ``chunk`` float32 (N, context + new), ``sr`` int64 (N,), ``sequences``
+        int64 (N,), ``labels`` int64 (N,) 0/1 per chunk.
+    """
+    rng = np.random.default_rng(seed)
+    rows, labels, sequences = [], [], []
+    t = np.arange(new) / 16000.0
+    for rec in range(recordings):
+        previous = np.zeros(new, np.float32)
+        speech = bool(rng.integers(0, 2))
+        left = int(rng.integers(1, 4))
+        for _ in range(chunks):
+            if left == 0:
+                speech, left = not speech, int(rng.integers(1, 4))
+            left -= 1
+            noise = rng.normal(0, 0.01, new)
+            tone = 0.42 * np.sin(2 * np.pi * rng.uniform(120, 300) * t) if speech else 0.0
+            samples = (noise + tone).astype(np.float32)
+            rows.append(np.concatenate([previous[len(previous) - context :], samples]))
+            previous = samples
+            labels.append(int(speech))
+            sequences.append(rec)
+    count = len(rows)
+    return {
+        "chunk": np.stack(rows).astype(np.float32),
+        "sr": np.full(count, 16000, np.int64),
+        "sequences": np.asarray(sequences, np.int64),
+        "labels": np.asarray(labels, np.int64),
+    }
