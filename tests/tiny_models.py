@@ -604,3 +604,47 @@ def ctc_lines(count: int, *, noise: float, seed: int = 11, model_seed: int = 10)
     )
     features = codes[classes] + rng.normal(0, noise, (count, REC_STEPS, REC_FEATURES))
     return features.astype(np.float32)
+
+
+DEEP_WIDTH = 16
+DEEP_SIZE = 4
+DEEP_LAYERS = 12
+
+
+def deep_conv_model(path: Path | str, *, seed: int = 12) -> Path:
+    """Write a stack of 12 alike 1x1 convolutions with ReLU: int8 error spread over all.
+
+    Keeping a few layers in float removes only their share of the error, so
+    an agreement budget far above what int8 reaches stays out of reach.
+
+    Returns:
+        ``path``; input ``x`` float32 ``(N, 16, 4, 4)``, output ``y`` float32
+        ``(N, 16, 4, 4)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    previous = "x"
+    for layer in range(DEEP_LAYERS):
+        weight = rng.normal(0, 0.5 / np.sqrt(DEEP_WIDTH), (DEEP_WIDTH, DEEP_WIDTH)) + np.eye(
+            DEEP_WIDTH
+        )
+        inits.append(
+            numpy_helper.from_array(
+                weight.reshape(DEEP_WIDTH, DEEP_WIDTH, 1, 1).astype(np.float32), f"w{layer}"
+            )
+        )
+        nodes.append(
+            helper.make_node("Conv", [previous, f"w{layer}"], [f"c{layer}"], name=f"conv{layer}")
+        )
+        nodes.append(helper.make_node("Relu", [f"c{layer}"], [f"h{layer}"]))
+        previous = f"h{layer}"
+    nodes.append(helper.make_node("Identity", [previous], ["y"]))
+    shape = ["N", DEEP_WIDTH, DEEP_SIZE, DEEP_SIZE]
+    graph = helper.make_graph(
+        nodes,
+        "deep_conv_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return _save(_model(graph), path)

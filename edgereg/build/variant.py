@@ -406,6 +406,7 @@ def build_variant(
                 samples=samples,
                 score=score,
                 on_stage=stage,
+                on_progress=on_stage,
             )
             try:
                 chosen = search.run()
