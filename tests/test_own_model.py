@@ -38,6 +38,7 @@ import pytest
 import tiny_models
 from servekit import serve_process
 
+from edgereg import toolchain
 from edgereg.protocol.layout import manifest_path
 from edgereg.protocol.rules import in_cohort
 
@@ -47,17 +48,18 @@ VENV_BIN = Path(sys.executable).parent
 MODEL = "vad"
 CANARY = 5.0
 
-#: Two phones: an Android flagship and an older iPhone (different facts, tiers
-#: resolved from models.toml). Each also pulls every other tier's variant.
+#: Two phones, their facts and the tier models.toml resolves for them. Each
+#: also pulls every other tier's variant (--tier), so every variant runs its
+#: self-test on both.
 PHONES = {
-    "android-flagship": [
+    "android-flagship": ([
         "--ram-mb", "12288", "--cpu-cores", "8", "--soc", "Snapdragon 8 Gen 2",
         "--os", "android", "--os-version", "34", "--abi", "arm64-v8a", "--mnn-runtime", "3.6.1",
-    ],
-    "iphone-older": [
+    ], "high"),
+    "iphone-older": ([
         "--ram-mb", "4096", "--cpu-cores", "6", "--soc", "Apple A15",
         "--os", "ios", "--os-version", "16.4", "--abi", "arm64", "--mnn-runtime", "3.7.0",
-    ],
+    ], "mid"),
 }  # fmt: skip
 
 
@@ -173,6 +175,10 @@ def test_the_walk_through_builds_publishes_and_passes_self_test_on_two_phones(
         contract = json.loads((repo / "build" / MODEL / variant / "contract.json").read_text())
         shapes = {spec["name"]: spec["shape"] for spec in contract["inputs"]}
         assert shapes == {"chunk": [1, 576], "sr": [], "state": [2, 1, 128]}
+    # The artifact itself declares the state [2, -1, 128] (and the chunk [1, -1]):
+    # what every device refused when the client zero-filled from it.
+    artifact = toolchain.model_info(repo / "build" / MODEL / "fp32" / "model.mnn")
+    assert artifact.input_shapes == ((1, -1), (), (2, -1, 128))
 
     sh(repo, "edgereg", "keys", "generate")
     published = sh(repo, "edgereg", "publish", MODEL, "--canary", f"{CANARY:g}%")
@@ -184,11 +190,11 @@ def test_the_walk_through_builds_publishes_and_passes_self_test_on_two_phones(
         salt = _salt(url)
         inside = [f"phone-{i}" for i in range(2000) if in_cohort(f"phone-{i}", salt, CANARY)]
         assert len(inside) >= len(PHONES)
-        for (phone, facts), device in zip(PHONES.items(), inside, strict=False):
-            resolved = _pull(repo, url, keys[0], device, facts, tier=None, out=f"{phone}-own")
-            assert resolved["tier"] in variants.values()
+        for (phone, (facts, own_tier)), device in zip(PHONES.items(), inside, strict=False):
             for variant, tier in variants.items():
-                got = _pull(repo, url, keys[0], device, facts, tier=tier, out=f"{phone}-{tier}")
+                # The phone's own tier resolved from models.toml; the others forced.
+                forced = None if tier == own_tier else tier
+                got = _pull(repo, url, keys[0], device, facts, tier=forced, out=f"{phone}-{tier}")
                 assert (got["tier"], got["variant"], got["is_candidate"]) == (tier, variant, True)
                 found = got["self_test"][MODEL]
                 assert (found["passed"], found["probe"], found["backend"]) == (
