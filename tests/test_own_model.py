@@ -17,13 +17,17 @@ Real git, DVC, ONNX Runtime, MNN and HTTP; every command in a child process.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import shlex
+import sqlite3
 import subprocess
 import sys
+import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,6 @@ else:  # pragma: no cover
 import numpy as np
 import pytest
 import tiny_models
-from servekit import serve_process
 
 from edgereg import toolchain
 from edgereg.protocol.layout import manifest_path
@@ -160,6 +163,10 @@ def test_the_walk_through_builds_publishes_and_passes_self_test_on_two_phones(
     assert [o["name"] for o in written["outputs"]] == [o["name"] for o in doc.block["outputs"]]
     text = (repo / "models.toml").read_text()
     text = text.replace('task = "frame_decision"', doc.task_line, 1)
+    # Devices report to `edgereg serve`: the block init wrote, uncommented.
+    for line in ("[reports]", 'url = "v1/reports"', 'store = "sqlite:///reports.sqlite"'):
+        assert text.count(f"# {line}\n") == 1, line
+        text = text.replace(f"# {line}\n", f"{line}\n")
     (repo / "models.toml").write_text(text)
     sh(repo, "edgereg", "dvc", "sync")
     sh(repo, "edgereg", "validate")
@@ -186,7 +193,7 @@ def test_the_walk_through_builds_publishes_and_passes_self_test_on_two_phones(
     keys = sorted((repo / "publisher-keys").glob("*.pem"))
     assert keys, "keys generate pins the public key in publisher-keys/"
 
-    with serve_process(repo / "serve.log", "--registry", str(repo / "registry")) as (_, url):
+    with edgereg_serve(repo) as url:
         salt = _salt(url)
         inside = [f"phone-{i}" for i in range(2000) if in_cohort(f"phone-{i}", salt, CANARY)]
         assert len(inside) >= len(PHONES)
@@ -202,6 +209,54 @@ def test_the_walk_through_builds_publishes_and_passes_self_test_on_two_phones(
                     "passed",
                     "cpu",
                 ), (phone, variant, found)
+        # Every pull reported its self-test to the server's report store.
+        reported = _reports(repo / "reports.sqlite", expected=len(PHONES) * len(variants))
+    assert sorted(reported) == sorted(
+        (variant, tier, "candidate", "passed", "cpu")
+        for variant, tier in variants.items()
+        for _ in PHONES
+    )
+
+
+@contextlib.contextmanager
+def edgereg_serve(repo: Path) -> Iterator[str]:
+    """`edgereg serve` in the repository, as a user starts it; yields its base URL."""
+    log = repo / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "edgereg"), "serve", "--port", "0"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not (
+            found := re.search(r" on (http://[0-9.:]+) ", log.read_text("utf-8", "replace"))
+        ):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield found[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _reports(store: Path, *, expected: int) -> list[tuple[str, ...]]:
+    """The reports in the store once ``expected`` have arrived (the server batches writes)."""
+    deadline = time.monotonic() + 30
+    while True:
+        rows: list[tuple[str, ...]] = []
+        if store.exists():
+            with contextlib.closing(sqlite3.connect(store)) as db:
+                rows = db.execute(
+                    "SELECT variant, tier, arm, probe, backend FROM reports"
+                ).fetchall()
+        if len(rows) >= expected or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
 
 
 def _salt(url: str) -> str:
