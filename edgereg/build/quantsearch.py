@@ -62,7 +62,7 @@ class QuantSearch:
 
     A fixed method is run once. ``method = "auto"`` runs KL, EMA and ADMM
     (in that order) and keeps the best that passes; when none passes it keeps
-    the worst layers of the best attempt in float, one more at a time, up to
+    the worst layers of the best attempt in float, 1, 2, 4, ... of them, up to
     ``max_skip_ops``. The same inputs give the same attempts in the same
     order, so the same recipe and the same bytes. The layer search stops
     early when keeping the worst layer in float shows that the rest cannot
