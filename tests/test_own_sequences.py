@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 import tiny_models
 from buildkit import FAST_BENCH
+from click.testing import CliRunner
 
 from edgereg import config as config_module
 from edgereg import toolchain
 from edgereg.build.quality import generic_scores, step_distributions
 from edgereg.build.variant import build_variant
+from edgereg.cli import main
 from edgereg.config import GenericTask
 from edgereg.errors import BuildError, GateError
 
@@ -136,6 +138,15 @@ def test_generic_defaults_pass_an_int8_recogniser_on_clean_lines(tmp_path: Path)
     clean = _build(_project(tmp_path / "clean", noise=0.1), tmp_path / "clean" / "build")
     assert clean["status"] == "passed", clean["failed"]
     assert clean["metrics"]["sequence_agreement"] >= 0.95
+    # The summary's headline for the variant is the sequence it reads, vs the reference.
+    root = tmp_path / "clean"
+    args = ["summary", "--config", str(root / "models.toml"), "--build-dir", str(root / "build")]
+    shown = CliRunner().invoke(main, [*args, "--json"])
+    assert shown.exit_code == 0, shown.output
+    (row,) = json.loads(shown.output)
+    assert (row["variant"], row["metric"], row["value"]) == ("int8", "sequence_agreement", 1.0)
+    table = CliRunner().invoke(main, args)
+    assert "sequence_agreement │ 1.0000 │ vs ref" in table.output, table.output
 
 
 def test_only_a_distribution_per_step_is_read_as_a_sequence() -> None:
