@@ -134,13 +134,11 @@ def start_project(root: Path, doc: WalkThrough, *, context: int) -> Path:
             "recording_ids": rows["sequences"],
             "speech": rows["labels"],
         }
-        code = doc.dataset_code.replace("data/vad_eval.npz", f"data/{name}.npz")
-        old = Path.cwd()
-        os.chdir(root)
-        try:
-            exec(code, namespace)
-        finally:
-            os.chdir(old)
+        # The path made absolute: the code runs here, not in the repository.
+        target = (root / "data" / f"{name}.npz").as_posix()
+        code = doc.dataset_code.replace('"data/vad_eval.npz"', f'"{target}"')
+        assert code != doc.dataset_code
+        exec(code, namespace)
     sh(root, *doc.add_command)
     return root
 
