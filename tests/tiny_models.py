@@ -410,3 +410,241 @@ def ctc_model(path: Path | str, *, seed: int = 6) -> Path:
         inits,
     )
     return _save(_model(graph), path)
+
+
+#: The context-needing VAD (:func:`context_vad_model`): Silero VAD v5's shapes at
+#: 16 kHz. Each step reads 64 samples of the previous chunk, then 512 new ones.
+VAD_CONTEXT = 64
+VAD_NEW = 512
+VAD_WINDOW = VAD_CONTEXT + VAD_NEW
+VAD_HIDDEN = 128
+VAD_STATE_SHAPE = (2, 1, VAD_HIDDEN)
+
+
+def context_vad_model(path: Path | str, *, seed: int = 7) -> Path:
+    """Write a voice-activity detector shaped like Silero VAD v5, context and all.
+
+    Inputs as Silero's ONNX declares them: ``chunk`` float32 ``["batch",
+    "samples"]``, ``sr`` int64 ``[]``, ``state`` float32 ``[2, "batch", 128]``;
+    outputs ``prob`` float32 ``[-1, 1]`` and ``stateN`` float32 ``[2, None,
+    128]`` (the three ways real files write a dynamic axis).
+
+    The score is the chunk's log energy pushed through a recurrent state:
+    ``stateN = tanh(state @ U + log_energy * w + b)``, ``prob = sigmoid(mean(stateN)
+    @ v + window)``. Like Silero's learned front end, whose weights fit one
+    window, it is only meaningful at 576 samples: ``window`` is ``-0.5 * |samples
+    - 576|``, so fed 512 bare samples (no context) the graph still runs and its
+    probability never comes near 0.5 (the walk-through's failure, in miniature).
+    A chunk whose samples have RMS above ~0.1 (at 16 kHz) reads as speech.
+    """
+    rng = np.random.default_rng(seed)
+    hidden = VAD_HIDDEN
+    drive = np.abs(rng.normal(1.0, 0.2, (1, hidden))).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.05, (hidden, hidden)).astype(np.float32), "U"),
+        numpy_helper.from_array(drive, "w"),
+        numpy_helper.from_array(np.full(hidden, 4.6, np.float32) * drive[0], "b"),
+        numpy_helper.from_array(np.full((hidden, 1), 6.0 / hidden, np.float32), "v"),
+        numpy_helper.from_array(np.array(16000.0, np.float32), "rate"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+        numpy_helper.from_array(np.array([1], np.int64), "samples_axis"),
+        numpy_helper.from_array(np.array(float(VAD_WINDOW), np.float32), "window_len"),
+        numpy_helper.from_array(np.array(-0.5, np.float32), "off_window"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["srf", "rate"], ["scale"]),
+        helper.make_node("Mul", ["chunk", "scale"], ["scaled"]),
+        helper.make_node("Mul", ["scaled", "scaled"], ["power"]),
+        helper.make_node("ReduceMean", ["power"], ["energy"], axes=[1], keepdims=1),
+        helper.make_node("Add", ["energy", "eps"], ["energy_eps"]),
+        helper.make_node("Log", ["energy_eps"], ["log_energy"]),
+        helper.make_node("MatMul", ["log_energy", "w"], ["driven"], name="drive"),
+        helper.make_node("Add", ["driven", "b"], ["biased"]),
+        helper.make_node("MatMul", ["state", "U"], ["carry"], name="carry"),
+        helper.make_node("Add", ["carry", "biased"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["stateN"]),
+        helper.make_node("ReduceMean", ["stateN"], ["pooled"], axes=[0], keepdims=0),
+        helper.make_node("MatMul", ["pooled", "v"], ["score"], name="head"),
+        helper.make_node("Shape", ["chunk"], ["chunk_shape"]),
+        helper.make_node("Gather", ["chunk_shape", "samples_axis"], ["length"], axis=0),
+        helper.make_node("Cast", ["length"], ["lengthf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["lengthf", "window_len"], ["off"]),
+        helper.make_node("Abs", ["off"], ["off_abs"]),
+        helper.make_node("Mul", ["off_abs", "off_window"], ["window"]),
+        helper.make_node("Add", ["score", "window"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "context_vad_model",
+        [
+            helper.make_tensor_value_info("chunk", TensorProto.FLOAT, ["batch", "samples"]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", hidden]),
+        ],
+        [
+            helper.make_tensor_value_info("prob", TensorProto.FLOAT, [-1, 1]),
+            helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, None, hidden]),
+        ],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+def vad_recordings(
+    recordings: int, chunks: int, *, context: int = VAD_CONTEXT, new: int = VAD_NEW, seed: int = 8
+) -> dict[str, np.ndarray]:
+    """Synthetic 16 kHz recordings cut into the rows an app feeds a VAD.
+
+    Each recording alternates silence (noise at RMS 0.01) and speech-like
+    stretches (a voiced tone at RMS ~0.3) of a few chunks each. Every row is
+    the last ``context`` samples of the previous chunk (zeros at a recording's
+    start) followed by ``new`` new ones: Silero v5 at 16 kHz reads 64 + 512;
+    ``context=0`` gives the bare chunks.
+
+    Returns:
+        ``chunk`` float32 (N, context + new), ``sr`` int64 (N,), ``sequences``
+        int64 (N,), ``labels`` int64 (N,) 0/1 per chunk.
+    """
+    rng = np.random.default_rng(seed)
+    rows, labels, sequences = [], [], []
+    t = np.arange(new) / 16000.0
+    for rec in range(recordings):
+        previous = np.zeros(new, np.float32)
+        speech = bool(rng.integers(0, 2))
+        left = int(rng.integers(1, 4))
+        for _ in range(chunks):
+            if left == 0:
+                speech, left = not speech, int(rng.integers(1, 4))
+            left -= 1
+            noise = rng.normal(0, 0.01, new)
+            tone = 0.42 * np.sin(2 * np.pi * rng.uniform(120, 300) * t) if speech else 0.0
+            samples = (noise + tone).astype(np.float32)
+            rows.append(np.concatenate([previous[len(previous) - context :], samples]))
+            previous = samples
+            labels.append(int(speech))
+            sequences.append(rec)
+    count = len(rows)
+    return {
+        "chunk": np.stack(rows).astype(np.float32),
+        "sr": np.full(count, 16000, np.int64),
+        "sequences": np.asarray(sequences, np.int64),
+        "labels": np.asarray(labels, np.int64),
+    }
+
+
+#: The text-line recogniser (:func:`ctc_recogniser_model`): per-step class
+#: probabilities over a blank and a 40-character alphabet, as PaddleOCR's ends.
+REC_STEPS = 24
+REC_FEATURES = 16
+REC_CLASSES = 41
+
+
+def _rec_codes(seed: int) -> np.ndarray:
+    codes = np.random.default_rng(seed).normal(0, 1, (REC_CLASSES, REC_FEATURES))
+    return (codes / np.linalg.norm(codes, axis=1, keepdims=True)).astype(np.float32)
+
+
+def ctc_recogniser_model(path: Path | str, *, seed: int = 10, gain: float = 6.0) -> Path:
+    """Write a CTC text-line recogniser ending in a softmax per step.
+
+    A 1-D convolution over the steps (the centre tap passes each step's
+    features on as their positive and negative parts, the side taps add a
+    little of the neighbours), a projection onto one code per class, and a
+    softmax: ``features`` float32 ``(N, 24, 16)`` -> ``probs`` float32 ``(N, 24,
+    41)`` (class 0 the blank). :func:`ctc_lines` writes features it reads.
+    """
+    rng = np.random.default_rng(seed)
+    codes = _rec_codes(seed)
+    eye = np.eye(REC_FEATURES, dtype=np.float32)
+    conv = rng.normal(0, 0.03, (2 * REC_FEATURES, REC_FEATURES, 3)).astype(np.float32)
+    conv[:, :, 1] = np.concatenate([eye, -eye])
+    proj = gain * np.concatenate([codes.T, -codes.T])
+    inits = [
+        numpy_helper.from_array(conv, "conv_w"),
+        numpy_helper.from_array(np.zeros(2 * REC_FEATURES, np.float32), "conv_b"),
+        numpy_helper.from_array(proj.astype(np.float32), "proj"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["features"], ["channels"], perm=[0, 2, 1]),
+        helper.make_node(
+            "Conv", ["channels", "conv_w", "conv_b"], ["conv"], name="conv", pads=[1, 1]
+        ),
+        helper.make_node("Relu", ["conv"], ["act"]),
+        helper.make_node("Transpose", ["act"], ["steps"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["steps", "proj"], ["logits"], name="proj"),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    ]
+    steps = ["N", REC_STEPS]
+    graph = helper.make_graph(
+        nodes,
+        "ctc_recogniser_model",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, [*steps, REC_FEATURES])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [*steps, REC_CLASSES])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+def ctc_lines(count: int, *, noise: float, seed: int = 11, model_seed: int = 10) -> np.ndarray:
+    """Features of ``count`` text lines for :func:`ctc_recogniser_model`.
+
+    Each step is the code of its class (the blank on about half the steps)
+    plus Gaussian noise: at ``noise`` 0.1 the lines are clean and every class
+    wins by a wide margin; near 0.5 they are hard, many steps are close calls.
+
+    Returns:
+        float32 ``(count, 24, 16)``.
+    """
+    rng = np.random.default_rng(seed)
+    codes = _rec_codes(model_seed)
+    classes = np.where(
+        rng.random((count, REC_STEPS)) < 0.5, 0, rng.integers(1, REC_CLASSES, (count, REC_STEPS))
+    )
+    features = codes[classes] + rng.normal(0, noise, (count, REC_STEPS, REC_FEATURES))
+    return features.astype(np.float32)
+
+
+DEEP_WIDTH = 16
+DEEP_SIZE = 4
+DEEP_LAYERS = 12
+
+
+def deep_conv_model(path: Path | str, *, seed: int = 12) -> Path:
+    """Write a stack of 12 alike 1x1 convolutions with ReLU: int8 error spread over all.
+
+    Keeping a few layers in float removes only their share of the error, so
+    an agreement budget far above what int8 reaches stays out of reach.
+
+    Returns:
+        ``path``; input ``x`` float32 ``(N, 16, 4, 4)``, output ``y`` float32
+        ``(N, 16, 4, 4)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    previous = "x"
+    for layer in range(DEEP_LAYERS):
+        weight = rng.normal(0, 0.5 / np.sqrt(DEEP_WIDTH), (DEEP_WIDTH, DEEP_WIDTH)) + np.eye(
+            DEEP_WIDTH
+        )
+        inits.append(
+            numpy_helper.from_array(
+                weight.reshape(DEEP_WIDTH, DEEP_WIDTH, 1, 1).astype(np.float32), f"w{layer}"
+            )
+        )
+        nodes.append(
+            helper.make_node("Conv", [previous, f"w{layer}"], [f"c{layer}"], name=f"conv{layer}")
+        )
+        nodes.append(helper.make_node("Relu", [f"c{layer}"], [f"h{layer}"]))
+        previous = f"h{layer}"
+    nodes.append(helper.make_node("Identity", [previous], ["y"]))
+    shape = ["N", DEEP_WIDTH, DEEP_SIZE, DEEP_SIZE]
+    graph = helper.make_graph(
+        nodes,
+        "deep_conv_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return _save(_model(graph), path)

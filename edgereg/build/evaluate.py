@@ -34,6 +34,7 @@ from edgereg.build.quality import (
     dense_map_scores,
     embedding_scores,
     frame_decision_scores,
+    generic_scores,
     task_rows,
 )
 from edgereg.config import (
@@ -44,6 +45,7 @@ from edgereg.config import (
     DenseMapTask,
     EmbeddingTask,
     FrameDecisionTask,
+    GenericTask,
     MetricBudget,
     Model,
 )
@@ -99,6 +101,8 @@ class TaskEvaluator:
                 return self._beyond_trivial(embedding_scores(task, ref, var, labels))
             if isinstance(task, FrameDecisionTask):
                 return self._beyond_trivial(frame_decision_scores(task, ref, var, labels))
+            if isinstance(task, GenericTask):
+                return generic_scores(task, ref, var)
             if isinstance(task, CustomTask):
                 return self._custom(task, reference, produced)
         except TaskDataError as exc:

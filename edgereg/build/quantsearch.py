@@ -7,6 +7,8 @@ attempt is judged exactly as the shipped artifact will be.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +17,16 @@ from typing import Any
 import numpy as np
 
 from edgereg import toolchain
-from edgereg.build.quality import Scored
+from edgereg.build.quality import GateResult, Scored
 from edgereg.config import Int8Quantization
 from edgereg.errors import BuildError
+
+logger = logging.getLogger(__name__)
+
+#: MNN op types the int8 quantizer quantizes (their weights and features).
+WEIGHTED_OPS = frozenset(
+    {"Convolution", "ConvolutionDepthwise", "Deconvolution", "DeconvolutionDepthwise"}
+)
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,12 @@ class QuantSearch:
 
     A fixed method is run once. ``method = "auto"`` runs KL, EMA and ADMM
     (in that order) and keeps the best that passes; when none passes it keeps
-    the worst layers of the best attempt in float, one more at a time, up to
+    the worst layers of the best attempt in float, 1, 2, 4, ... of them, up to
     ``max_skip_ops``. The same inputs give the same attempts in the same
-    order, so the same recipe and the same bytes.
+    order, so the same recipe and the same bytes. The layer search stops
+    early when keeping the worst layer in float shows that the rest cannot
+    close the gap (:func:`out_of_reach`), and every run reports how long the
+    rest of the search may take (``on_progress``).
 
     A fixed method that fails is followed by the other methods, run only to
     measure what the hint would gain: a hint is printed only when measured.
@@ -71,6 +83,8 @@ class QuantSearch:
         samples: list[dict[str, np.ndarray]],
         score: Callable[[Path], Scored],
         on_stage: Callable[[str], Any],
+        on_progress: Callable[[str], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._float = float_artifact
         self._work = work_dir
@@ -79,11 +93,40 @@ class QuantSearch:
         self._samples = samples
         self._score = score
         self._stage = on_stage
+        self._progress = on_progress
+        self._clock = clock
+        self._durations: list[float] = []
+        self._planned = 0
+        self._op_types: dict[str, str] = {}
         self.attempts: list[QuantAttempt] = []
         self.hints: list[QuantAttempt] = []
         self.skip_search_note: str | None = None
 
     def _attempt(self, method: str, skip_ops: tuple[str, ...]) -> QuantAttempt:
+        started = self._clock()
+        try:
+            return self._run_attempt(method, skip_ops)
+        finally:
+            self._durations.append(self._clock() - started)
+            self._report(method, skip_ops)
+
+    def _report(self, method: str, skip_ops: tuple[str, ...]) -> None:
+        """Say how far the search is and how long the rest may take (at most)."""
+        done = len(self._durations)
+        left = max(self._planned - done, 0)
+        kept = f", {_layers(len(skip_ops))} in float" if skip_ops else ""
+        line = (
+            f"int8 {self._quant.method}: run {done} of at most {max(self._planned, done)} "
+            f"({method}{kept}) took {self._durations[-1]:.0f} s"
+        )
+        if left:
+            estimate = left * sum(self._durations) / done
+            line += f"; at most {left} more, about {_duration(estimate)} left"
+        logger.info(line)
+        if self._progress is not None:
+            self._progress(line)
+
+    def _run_attempt(self, method: str, skip_ops: tuple[str, ...]) -> QuantAttempt:
         path = self._work / f"int8-{len(self.attempts) + len(self.hints):02d}.mnn"
         try:
             with self._stage("quantize"):
@@ -113,6 +156,13 @@ class QuantSearch:
         requested = self._quant.method
         methods = list(toolchain.FEATURE_METHODS_AUTO) if requested == "auto" else [requested]
         skip = tuple(self._quant.skip_ops)
+        # The most runs the search may take: the methods, then the layer search
+        # (auto) or the other methods measured for the hint (a fixed method).
+        self._planned = len(methods) + (
+            len(_skip_counts(self._quant.max_skip_ops, self._quant.max_skip_ops))
+            if requested == "auto"
+            else len(toolchain.FEATURE_METHODS_AUTO) - 1
+        )
         for method in methods:
             self.attempts.append(self._attempt(method, skip))
         best = self._best(self.attempts)
@@ -165,24 +215,38 @@ class QuantSearch:
             return None
         ranked = self._ranked_ops(base)
         best: QuantAttempt = base
-        counts: list[int] = []
-        count = 1
-        while count < min(self._quant.max_skip_ops, len(ranked)):
-            counts.append(count)
-            count *= 2
-        counts.append(min(self._quant.max_skip_ops, len(ranked)))
-        for count in dict.fromkeys(counts):
+        counts = _skip_counts(self._quant.max_skip_ops, len(ranked))
+        self._planned = len(self.attempts) + len(counts)
+        for count in counts:
             skip = (*base.skip_ops, *ranked[:count])
             attempt = self._attempt(base.method, skip)
             self.attempts.append(attempt)
             if attempt.passed:
                 return attempt
             best = self._best([best, attempt]) or best
+            # Only layers with weights are quantized: a shape op or an activation
+            # kept in float (the ranking reads error where it shows) is no evidence.
+            weighted = sum(1 for op in ranked[:count] if self._op_types.get(op) in WEIGHTED_OPS)
+            if count < counts[-1] and weighted and attempt.scored and base.scored:
+                why = out_of_reach(base.scored, attempt.scored, weighted, counts[-1] - count)
+                if why is not None:
+                    self.skip_search_note = (
+                        f"layer search stopped at {count} of up to {counts[-1]} layers kept in "
+                        f"float: {why}"
+                    )
+                    self._planned = len(self.attempts)
+                    line = f"int8 auto: stopped after {len(self.attempts)} runs: {why}"
+                    logger.info(line)
+                    if self._progress is not None:
+                        self._progress(line)
+                    return best
         return best
 
     def _ranked_ops(self, base: QuantAttempt) -> list[str]:
         worst: dict[str, float] = {}
-        ops = [op.name for op in toolchain.model_ops(self._float)]
+        found = toolchain.model_ops(self._float)
+        self._op_types = {op.name: op.type for op in found}
+        ops = [op.name for op in found]
         for layer in base.layer_errors:
             if layer.cosine != layer.cosine:  # NaN: not measured
                 continue
@@ -233,6 +297,76 @@ class QuantSearch:
             "measured_alternatives": [a.summary() for a in self.hints],
             "skip_search": self.skip_search_note,
         }
+
+
+def _skip_counts(max_skip_ops: int, available: int) -> list[int]:
+    """How many layers each run of the layer search keeps in float: 1, 2, 4, ..., the most."""
+    most = min(max_skip_ops, available)
+    counts: list[int] = []
+    count = 1
+    while count < most:
+        counts.append(count)
+        count *= 2
+    if most > 0:
+        counts.append(most)
+    return list(dict.fromkeys(counts))
+
+
+def _error_share(gate: GateResult) -> tuple[float, float] | None:
+    """A failed agreement gate as (the error's share of the output, the share allowed).
+
+    The noise-to-signal energy for ``min_snr_db``, ``1 - cosine`` for
+    ``min_cosine``: shares that keeping a layer in float takes away from (its
+    own error no longer adds to the output's). Task metrics have no such model.
+    """
+    if gate.name.startswith("min_snr_db["):
+        return 10 ** (-gate.measured / 10), 10 ** (-gate.budget / 10)
+    if gate.name.startswith("min_cosine["):
+        return 1.0 - gate.measured, 1.0 - gate.budget
+    return None
+
+
+def out_of_reach(base: Scored, now: Scored, weighted: int, more_layers: int) -> str | None:
+    """Why keeping ``more_layers`` more layers in float cannot pass, or None when it may.
+
+    ``now`` kept ``weighted`` layers with weights in float and removed some of
+    ``base``'s error. Layers are kept worst first, so the rest should each
+    remove less; the bound lets each of them remove twice the average so far.
+    When even that leaves an agreement gate failing, the search is over.
+    """
+    before = {g.name: g for g in base.gates.failures}
+    for gate in now.gates.failures:
+        share_allowed = _error_share(gate)
+        earlier = before.get(gate.name)
+        if share_allowed is None or earlier is None:
+            continue
+        then = _error_share(earlier)
+        assert then is not None
+        share, allowed = share_allowed
+        removed = then[0] - share
+        if share - 2 * max(removed, 0.0) / weighted * more_layers > allowed:
+            kept = f"{_layers(weighted)} with weights in float"
+            gained = (
+                f"{kept} moved {gate.name} from {earlier.measured:.4g} to {gate.measured:.4g}"
+                if removed > 0
+                else f"{kept} did not improve {gate.name} ({earlier.measured:.4g} -> "
+                f"{gate.measured:.4g})"
+            )
+            return (
+                f"{gained}; even if each of the {more_layers} next layers did twice as much, "
+                f"it would not reach {gate.budget:g}"
+            )
+    return None
+
+
+def _layers(count: int) -> str:
+    return f"{count} layer{'s' if count != 1 else ''}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
 
 
 def attempt_outcome(attempt: QuantAttempt) -> str:

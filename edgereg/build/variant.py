@@ -406,6 +406,7 @@ def build_variant(
                 samples=samples,
                 score=score,
                 on_stage=stage,
+                on_progress=on_stage,
             )
             try:
                 chosen = search.run()
@@ -775,7 +776,18 @@ def _gate_message(model_name: str, variant_name: str, gates: GateReport) -> str:
 def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None) -> str:
     failed = {failure.name for failure in gates.failures}
     lines = []
-    if any(name.endswith(".min_baseline") or name.endswith(".max_baseline") for name in failed):
+    # f1 and frame_agreement are frame_decision's: a stream, not a picture.
+    frames = any(name.split(".")[0] in ("f1", "frame_agreement") for name in failed)
+    baseline = any(name.endswith((".min_baseline", ".max_baseline")) for name in failed)
+    if frames and (baseline or any(name.endswith(".informative") for name in failed)):
+        lines.append(
+            "The fp32 ONNX model's decisions on the evaluation set are useless, so its rows are "
+            "probably not what the app feeds it: a streaming model that reads context in front "
+            "of each chunk (Silero VAD v5 at 16 kHz: the previous chunk's last 64 samples, then "
+            "512 new ones, 576 per row) runs on bare chunks without an error but never fires. "
+            "Check the row size and the sample rate against the model's own usage."
+        )
+    elif baseline:
         lines.append(
             "The fp32 ONNX model itself scores poorly on the evaluation set, so the "
             "preprocessing probably differs from training: check mean/std, color order "

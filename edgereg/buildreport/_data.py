@@ -33,6 +33,7 @@ from edgereg.config import (
     DenseMapTask,
     EmbeddingTask,
     FrameDecisionTask,
+    GenericTask,
     TaskMetric,
 )
 
@@ -43,6 +44,7 @@ TASK_METRICS: dict[str, tuple[TaskMetric, ...]] = {
     "ctc": CtcTask.METRICS,
     "embedding": EmbeddingTask.METRICS,
     "frame_decision": FrameDecisionTask.METRICS,
+    "generic": GenericTask.METRICS,
 }
 
 #: What a gate's number is, so the page can format it: a size in MB, a

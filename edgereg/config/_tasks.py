@@ -164,9 +164,18 @@ class FrameDecisionTask(_Task):
 
 
 class GenericTask(_Task):
-    """No task metric: output agreement only."""
+    """Output agreement, and the decoded sequence of a per-step class distribution."""
 
     kind: Literal["generic"]
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric(
+            "sequence_agreement",
+            "reference",
+            True,
+            "share of samples whose best class per step, repeats merged, is the reference's "
+            "(measured when the output holds a class distribution per step)",
+        ),
+    )
 
 
 class CustomTask(_Task):
