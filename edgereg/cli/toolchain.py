@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -240,7 +241,7 @@ def arm_list_command(config_path: Path, as_json: bool) -> None:
         available: tuple[str, ...] | None = qemu_cpus(qemu_path())
     except ArmError:
         available = None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec in CPU_CLASSES.values():
         cpu = None
         if available is not None:
@@ -256,6 +257,6 @@ def arm_list_command(config_path: Path, as_json: bool) -> None:
         f"MNN {version} aarch64 sysroot: " + (sysroot or f"not installed: run `{INSTALL_COMMAND}`")
     )
     for row in rows:
-        cpu = row["cpu"] or "not available (make system-deps)"
+        shown = row["cpu"] or "not available (make system-deps)"
         features = ", ".join(row["features"]) or "none"
-        click.echo(f"{row['class']}: -cpu {cpu}; MNN sees {features}")
+        click.echo(f"{row['class']}: -cpu {shown}; MNN sees {features}")
