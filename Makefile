@@ -134,6 +134,7 @@ bench: venv sdk
 	-python benchmarks/serve.py --soak 30
 	-python benchmarks/client.py
 	-python benchmarks/runtime_proof.py
+	-python benchmarks/arm.py
 	-python benchmarks/verify.py
 	-python benchmarks/reports.py
 	-python benchmarks/analyze.py

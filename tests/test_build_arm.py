@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ from edgereg.build.outputs import ARTIFACT, METRICS
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.errors import ConfigError, GateError
+from edgereg.protocol.decision import AppFacts, Fit, fit
+from edgereg.registry import entry_for
+from edgereg.registry._release import prepare_release
 from edgereg.toolchain.arm import (
     CPU_CLASSES,
     INSTALL_COMMAND,
@@ -245,3 +249,33 @@ def test_classes_default_by_precision(example: config_module.Config) -> None:
     assert config_module.arm_classes(example, "digits", "w8") == tuple(CPU_CLASSES)
     narrowed = edited(example, "min_mnn_runtime = ", 'arm = ["armv9"]\nmin_mnn_runtime = ')
     assert config_module.arm_classes(narrowed, "digits", "fp32") == ("armv9",)
+
+
+def test_publish_ships_avoid_cpu_and_instead(example: config_module.Config, tmp_path: Path) -> None:
+    out = tmp_path / "build"
+    for variant in ("fp32", "int8", "w8"):
+        build_variant(example, "digits", variant, out, bench=FAST_BENCH)
+    prepared = prepare_release(
+        example, "digits", out, version="1.0.0", now=datetime(2026, 12, 1, tzinfo=timezone.utc)
+    )
+    mid = entry_for(prepared.record, "mid")
+    assert mid is not None
+    assert mid.variant == "int8"
+    assert mid.avoid_cpu == ["i8mm"]
+    assert mid.instead is not None
+    low = entry_for(prepared.record, "low")
+    assert low is not None
+    assert mid.instead == low  # the w8 entry, as the low tier gets it
+    high = entry_for(prepared.record, "high")
+    assert high is not None
+    assert high.avoid_cpu is None
+    assert high.instead is None
+    # The protocol's own fit rule: an i8mm phone installs w8, an sdot phone int8.
+    phone = fit(mid, AppFacts(mnn_runtime="3.6.1", cpu_features=frozenset({"dotprod", "i8mm"})))
+    assert isinstance(phone, Fit)
+    assert phone.entry == low
+    assert phone.substitute == "cpu-unsupported"
+    older = fit(mid, AppFacts(mnn_runtime="3.6.1", cpu_features=frozenset({"dotprod", "fp16"})))
+    assert isinstance(older, Fit)
+    assert older.entry == mid
+    assert older.substitute is None

@@ -525,9 +525,17 @@ def arm_stage(
         The report, or None when the variant is verified on no class.
     """
     classes = arm_classes(config, model_name, variant_name)
-    if not classes:
-        return None
     variant = config.models[model_name].variants[variant_name]
+    if not classes:
+        if variant.avoid_cpu:
+            # Nothing verified, but publish still ships the declared avoidance.
+            metrics["arm"] = {
+                "mnn": config.toolchain.mnn,
+                "avoid_cpu": list(variant.avoid_cpu),
+                "instead": variant.instead,
+                "classes": {},
+            }
+        return None
     rows = arm_rows(len(evaluation), probe_rows, config.toolchain.arm_samples, stateful=False)
     # No labels: label metrics need the whole set and stay the host's.
     subset = Dataset(inputs={n: a[rows] for n, a in evaluation.inputs.items()}, labels=None)
@@ -550,7 +558,7 @@ def arm_stage(
         runner=runner,
         sysroot_root=arm_dir(config.root),
     )
-    metrics["arm"] = report.to_json()
+    metrics["arm"] = {**report.to_json(), "instead": variant.instead}
     gates = metrics.setdefault("gates", {})
     for result in report.results:
         gates[f"arm[{result.cpu_class}]"] = result.passed or result.avoided
