@@ -25,16 +25,16 @@ ARM_CLASSES: tuple[ArmClass, ...] = ("armv8", "armv8.2", "armv9")
 #: a feature named later must still validate).
 CpuFeature = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
 
-ArmClasses = Annotated[
-    list[ArmClass],
-    Field(
-        max_length=3,
-        description='CPU classes the variants are verified on under emulation: "armv8" '
-        '(Cortex-A53, no dot product), "armv8.2" (Cortex-A76: dotprod, fp16), "armv9" '
-        "(Cortex-A710: dotprod, fp16, i8mm, sve2). Default: every class for quantized "
-        'variants and runtime precision "low", none for the others; [] verifies on none.',
-    ),
-]
+#: What ``arm`` means, wherever it is declared.
+ARM_DESCRIPTION = (
+    'CPU classes the variants are verified on under emulation (MNN\'s ARM kernels): "armv8" '
+    '(Cortex-A53: no dot product), "armv8.2" (Cortex-A76: dotprod, fp16), "armv9" '
+    "(Cortex-A710: dotprod, fp16, i8mm, sve2). The most specific one set wins (variant, "
+    "model, [toolchain]). Default: every class for quantized variants and runtime precision "
+    '"low", none for the others; [] verifies on none. See docs/operations/arm-verification.md.'
+)
+
+ArmClasses = Annotated[list[ArmClass], Field(max_length=3)]
 
 
 def arm_classes(config: Config, model_name: str, variant_name: str) -> tuple[ArmClass, ...]:

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, StringConstraints, model_validator
 
-from edgereg.config._arm import ArmClasses, CpuFeature, check_instead
+from edgereg.config._arm import ARM_DESCRIPTION, ArmClasses, CpuFeature, check_instead
 from edgereg.config._base import _rule_error, _Strict
 from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
@@ -93,7 +93,7 @@ class Variant(_Strict):
         "[toolchain] min_mnn_runtime fails for it (an int8 kernel that an older runtime "
         "computes differently); between that and `mnn`.",
     )
-    arm: ArmClasses | None = None
+    arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
     avoid_cpu: list[CpuFeature] | None = Field(
         default=None,
         min_length=1,
@@ -159,7 +159,7 @@ class Model(_Strict):
         "them keep what they have (or stable).",
     )
     variants: dict[Name, Variant] = Field(min_length=1)
-    arm: ArmClasses | None = None
+    arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
 
     @model_validator(mode="after")
     def _instead(self) -> Model:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from edgereg.config._arm import ArmClasses
+from edgereg.config._arm import ARM_DESCRIPTION, ArmClasses
 from edgereg.config._base import _rule_error, _Strict
 from edgereg.protocol.fields import VersionPin
 
@@ -36,7 +36,7 @@ class Toolchain(_Strict):
         "1.1, 1.2, 1.3, 2.0 and 2.8). Cannot be newer than `min_mnn_runtime`.",
     )
 
-    arm: ArmClasses | None = None
+    arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
     arm_samples: int = Field(
         default=16,
         ge=0,
