@@ -576,3 +576,36 @@ def arm_stage(
     lines = [f"{model_name}/{variant_name} failed its gates on MNN's ARM kernels:"]
     lines += [f"  {line}" for line in report.describe_failures()]
     raise GateError("\n".join(lines), stage="arm verify", hint=hint)
+
+
+def summary_of(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per class of a variant's metrics.json: its status and worst output cosine, for tables."""
+    record = metrics.get("arm")
+    classes = record.get("classes") if isinstance(record, Mapping) else None
+    if not isinstance(classes, Mapping):
+        return {}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, result in classes.items():
+        if not isinstance(result, Mapping):
+            continue
+        agreement = result.get("agreement") or {}
+        cosines = [a.get("cosine") for a in agreement.values() if isinstance(a, Mapping)]
+        rows[str(name)] = {
+            "status": result.get("status"),
+            "cpu": result.get("cpu"),
+            "min_cosine": min((c for c in cosines if isinstance(c, float)), default=None),
+        }
+    return rows
+
+
+def summary_cell(classes: Mapping[str, Mapping[str, Any]]) -> str:
+    """One table cell: each class's worst cosine, marked when it failed or is avoided."""
+    if not classes:
+        return "-"
+    marks = {"failed": " FAIL", "avoided": " avoided"}
+    return " ".join(
+        f"{name} "
+        + ("-" if row.get("min_cosine") is None else f"{row['min_cosine']:.4f}")
+        + marks.get(str(row.get("status")), "")
+        for name, row in classes.items()
+    )
