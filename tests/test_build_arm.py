@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import buildkit
 import numpy as np
 import pytest
 from buildkit import FAST_BENCH
@@ -279,3 +281,33 @@ def test_publish_ships_avoid_cpu_and_instead(example: config_module.Config, tmp_
     assert isinstance(older, Fit)
     assert older.entry == mid
     assert older.substitute is None
+
+
+def test_dvc_repro_stays_a_no_op_with_arm_verification(tmp_path: Path) -> None:
+    project = buildkit.write_project(tmp_path / "repo")
+    project.edit("arm = []\n", 'arm = ["armv8"]\n')
+    stage = "build-vision-w8"
+
+    def run(*args: str) -> str:
+        done = subprocess.run(args, cwd=project.root, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    for command in (
+        ("git", "init", "--quiet"),
+        ("dvc", "init", "--quiet"),
+        ("edgereg", "dvc", "sync"),
+        ("git", "add", "--all"),
+        ("git", "commit", "--quiet", "-m", "tiny project"),
+    ):
+        run(*command)
+    assert f"Running stage '{stage}'" in run("dvc", "repro", stage)
+    metrics = metrics_of(project.out_root, "vision", "w8")
+    assert metrics["arm"]["classes"]["armv8"]["status"] == "passed"
+    run("git", "add", "--all")
+    run("git", "commit", "--quiet", "-m", "built")
+    assert "Running stage" not in run("dvc", "repro", stage)
+    # A forced rebuild runs the emulator's cached result again: the same metrics
+    # bytes, so dvc.lock does not change.
+    assert f"Running stage '{stage}'" in run("dvc", "repro", "--force", stage)
+    run("git", "diff", "--exit-code", "--", "dvc.lock")
