@@ -221,9 +221,9 @@ def test_a_missing_sysroot_names_the_install_command(
 
 
 def test_rows_are_the_probe_and_a_spread() -> None:
-    rows = arm_rows(100, np.array([3, 50]), 5, stateful=False)
+    rows = arm_rows(100, np.array([3, 50]), 5)
     assert rows.tolist() == [0, 3, 25, 50, 74, 99]
-    assert arm_rows(4, np.array([1]), 16, stateful=False).tolist() == [0, 1, 2, 3]
+    assert arm_rows(4, np.array([1]), 16).tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize(

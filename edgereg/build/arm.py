@@ -226,15 +226,12 @@ class ArmReport:
         return {r.cpu_class: r.seconds for r in self.results}
 
 
-def arm_rows(
-    evaluation_size: int, probe_rows: np.ndarray, samples: int, *, stateful: bool
-) -> np.ndarray:
+def arm_rows(evaluation_size: int, probe_rows: np.ndarray, samples: int) -> np.ndarray:
     """The evaluation rows each class runs: the probe's, plus ``samples`` spread over the set.
 
     A stateful model's rows take the states the reference carried, so any row
     can run on its own.
     """
-    del stateful  # rows are fed as whole tensors with the reference's states
     count = min(samples, evaluation_size)
     spread = (
         np.unique(np.linspace(0, evaluation_size - 1, count).round().astype(np.int64))
@@ -536,7 +533,7 @@ def arm_stage(
                 "classes": {},
             }
         return None
-    rows = arm_rows(len(evaluation), probe_rows, config.toolchain.arm_samples, stateful=False)
+    rows = arm_rows(len(evaluation), probe_rows, config.toolchain.arm_samples)
     # No labels: label metrics need the whole set and stay the host's.
     subset = Dataset(inputs={n: a[rows] for n, a in evaluation.inputs.items()}, labels=None)
     report = verify_on_arm(
