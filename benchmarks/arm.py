@@ -8,9 +8,11 @@
 2. Every variant of every example model built into a temporary directory with
    ``build_variant`` and ``[toolchain] arm`` set to every class (so float
    variants, verified on no class by default, are measured too): the host's
-   verify stage seconds (batched, whole evaluation set) and each class's
-   emulator seconds (probe rows + arm_samples rows, one process), and their
-   ratio. Target: one class costs at most a few times the host verification.
+   verify stage seconds (batched, whole evaluation set), each class's
+   emulator seconds (probe rows + arm_samples rows, one process; the classes
+   run side by side, so each is measured under the others' load) and the whole
+   ARM stage's wall seconds, each as a multiple of the host verification.
+   Target: one class costs at most a few times the host verification.
 
 Usage: .venv/bin/python benchmarks/arm.py [--skip-setup] [--models digits,sensor]
 """
@@ -100,8 +102,10 @@ def main() -> int:
         print(f"  {spec.name}: -cpu {arm_toolchain.emulated_cpu(spec, cpus)}")
     measured = _all_classes(config)
     wanted = [m for m in args.models.split(",") if m] or list(config.models)
-    header = f"{'variant':<16} {'host s':>7} " + " ".join(
-        f"{c + ' s':>10} {'x':>5}" for c in config_mod.ARM_CLASSES
+    header = (
+        f"{'variant':<16} {'host s':>7} "
+        + " ".join(f"{c + ' s':>10} {'x':>5}" for c in config_mod.ARM_CLASSES)
+        + f" {'stage s':>8} {'x':>5}"
     )
     print(f"arm_samples {config.toolchain.arm_samples} (+ the probe's rows)")
     print(header)
@@ -112,12 +116,13 @@ def main() -> int:
             for variant in config.models[model].variants:
                 runner = TimedRunner(sysroot)
                 note = ""
-                host = float("nan")
+                host = stage = float("nan")
                 try:
                     result = build_variant(
                         measured, model, variant, Path(tmp), bench=SETTINGS, arm_runner=runner
                     )
                     host = result.stage_seconds.get("verify", float("nan"))
+                    stage = result.stage_seconds.get("arm", float("nan"))
                 except BuildError as exc:
                     note = f"  ({exc.stage}: {exc.message.splitlines()[0][:60]})"
                 cells = []
@@ -129,6 +134,7 @@ def main() -> int:
                     ratio = seconds / host if host == host and host > 0 else float("nan")
                     worst = max(worst, ratio) if ratio == ratio else worst
                     cells.append(f"{seconds:>10.2f} {ratio:>5.1f}")
+                cells.append(f"{stage:>8.2f} {stage / host:>5.1f}")
                 print(f"{model + '/' + variant:<16} {host:>7.2f} " + " ".join(cells) + note)
     print(f"total {time.perf_counter() - started:.0f} s; worst class/host ratio {worst:.1f}")
     print(

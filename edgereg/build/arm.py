@@ -24,7 +24,9 @@ import hashlib
 import io
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,17 +369,22 @@ def verify_on_arm(
     """
     inputs = _inputs_at(feeds, evaluation, reference, rows)
     expected = {name: np.asarray(reference.outputs[name])[rows] for name in gated_outputs}
-    results = []
+    runs: dict[str, ArmRun] = {}
+    missing: list[tuple[str, Path]] = []
     for cpu_class in classes:
-        spec = CPU_CLASSES[cpu_class]
         key = _cache_key(artifact_sha, cpu_class, mnn_version, precision, inputs)
         path = cache_dir / f"{key}.npz"
-        run = _cached(path, output_names)
-        cached = run is not None
-        if run is None:
-            if runner is None:
-                runner = EmulatedRunner(find_sysroot(mnn_version, root=sysroot_root))
-            run = runner(
+        found = _cached(path, output_names)
+        if found is None:
+            missing.append((cpu_class, path))
+        else:
+            runs[cpu_class] = found
+    if missing:
+        active = runner or EmulatedRunner(find_sysroot(mnn_version, root=sysroot_root))
+
+        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun]:
+            cpu_class, path = item
+            run = active(
                 artifact,
                 cpu_class,
                 inputs,
@@ -392,6 +399,18 @@ def verify_on_arm(
                     hint="reinstall it: `edgereg toolchain arm install`",
                 )
             _store(path, run)
+            return cpu_class, run
+
+        # Each emulator is one single-threaded process, mostly starting Python
+        # and MNN: the classes run side by side on the machine's cores.
+        workers = max(1, min(len(missing), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            runs.update(pool.map(run_one, missing))
+    results = []
+    for cpu_class in classes:
+        spec = CPU_CLASSES[cpu_class]
+        run = runs[cpu_class]
+        cached = cpu_class not in dict(missing)
         produced = {name: run.outputs[name] for name in gated_outputs}
         agree = agreement(expected, produced)
         try:
