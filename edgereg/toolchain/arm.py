@@ -96,12 +96,12 @@ class CpuClass:
 #: The classes, oldest first. Measured with MNN 3.6.1 under QEMU 7.2
 #: (``The device supports: i8sdot:…, fp16:…, i8mm:…, sve2:…`` at import).
 CPU_CLASSES: dict[str, CpuClass] = {
-    "armv8": CpuClass("armv8", ("cortex-a53",), (), "Cortex-A53/A55-era budget phones"),
+    "armv8": CpuClass("armv8", ("cortex-a53",), (), "Cortex-A53/A57/A72/A73 (ARMv8.0)"),
     "armv8.2": CpuClass(
         "armv8.2",
         ("cortex-a76", "neoverse-n1"),
         ("dotprod", "fp16"),
-        "Cortex-A75/A76/A78 (2018-2021 flagships, today's mid-range)",
+        "Cortex-A55/A75/A76/A78 (ARMv8.2)",
     ),
     # QEMU 8.1+ has cortex-a710; Debian 12's 7.2 has only `max` with i8mm.
     "armv9": CpuClass(
