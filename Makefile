@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH):/opt/swift/usr/bin
 export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: venv runtimes demo test test-fast install-check lint typecheck unit bench clean system-deps \
+.PHONY: venv runtimes arm demo test test-fast install-check lint typecheck unit bench clean system-deps \
 	sdk sdk-test
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -26,7 +26,13 @@ TEST_MNN_RUNTIMES := 3.0.0
 runtimes: $(VENV)/.installed
 	edgereg toolchain runtimes install $(addprefix --version ,$(TEST_MNN_RUNTIMES))
 
-venv: $(VENV)/.installed runtimes
+# The aarch64 sysroot that runs MNN's ARM kernels under QEMU (docs/operations/
+# arm-verification.md): Debian's arm64 python and the pinned MNN wheel in
+# .edgereg/arm/, set up once (about 45 s, 300 MB) and kept like .edgereg/runtimes/.
+arm: $(VENV)/.installed system-deps
+	edgereg toolchain arm install
+
+venv: $(VENV)/.installed runtimes arm
 
 # Debian packages the tests need: chromium renders the HTML report and status page;
 # nginx runs the documented static-host configuration (tests/test_static_hosting.py);
@@ -34,9 +40,10 @@ venv: $(VENV)/.installed runtimes
 # The SDKs: junit5 (the console launcher), libbcprov-java (BouncyCastle, the Ed25519
 # fallback for Android < 13) and libjsr305-java (compile-only nullability for Kotlin)
 # for clients/android; libsodium-dev and pkg-config (Ed25519 and SHA-256 on Linux)
-# for clients/swift.
+# for clients/swift. qemu-user-static and debootstrap set up and run the aarch64
+# sysroot of ARM verification (`edgereg toolchain arm install`).
 SYSTEM_PACKAGES := chromium nginx-light postgresql junit5 libbcprov-java libjsr305-java \
-	libsodium-dev pkg-config
+	libsodium-dev pkg-config qemu-user-static debootstrap
 system-deps:
 	test "$$(dpkg-query -W -f='$${Status}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c 'install ok installed')" \
 		= "$(words $(SYSTEM_PACKAGES))" || \
@@ -127,6 +134,7 @@ bench: venv sdk
 	-python benchmarks/serve.py --soak 30
 	-python benchmarks/client.py
 	-python benchmarks/runtime_proof.py
+	-python benchmarks/arm.py
 	-python benchmarks/verify.py
 	-python benchmarks/reports.py
 	-python benchmarks/analyze.py

@@ -78,6 +78,8 @@ _TOML = """\
 mnn = "{mnn}"
 onnx = "{onnx}"
 onnxruntime = "{onnxruntime}"
+# x86 only: tests/test_build_arm.py verifies builds on the emulated ARM classes.
+arm = []
 
 [tiers.high]
 min_ram_mb = 6144

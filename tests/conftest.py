@@ -38,6 +38,12 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
         "EDGEREG_RUNTIMES_DIR",
         os.environ.get("EDGEREG_RUNTIMES_DIR") or str(REPO_ROOT / ".edgereg" / "runtimes"),
     )
+    # The aarch64 sysroot of ARM verification: the same kind of cache
+    # (`edgereg toolchain arm install`, run by `make venv`).
+    monkeypatch.setenv(
+        "EDGEREG_ARM_DIR",
+        os.environ.get("EDGEREG_ARM_DIR") or str(REPO_ROOT / ".edgereg" / "arm"),
+    )
     # DVC: no telemetry, no update check, no Studio, nothing shared between tests.
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     monkeypatch.setenv("DVC_STUDIO_OFFLINE", "1")

@@ -51,6 +51,8 @@ HEADER = """[toolchain]
 mnn = "{mnn}"
 onnx = "{onnx}"
 onnxruntime = "{onnxruntime}"
+# x86 only: tests/test_build_arm.py verifies builds on the emulated ARM classes.
+arm = []
 
 [tiers.high]
 min_ram_mb = 6144

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgereg.build.arm import summary_of
 from edgereg.build.outputs import BUILT, FAILED, STALE, headline, read_outputs
 from edgereg.config import Config
 
@@ -37,6 +38,8 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     change=None if top is None else top.change,
                     min_cosine=min((c for c in cosines if c is not None), default=None),
                     min_snr_db=min((v for v in snrs if v is not None), default=None),
+                    # Beside x86: each emulated ARM class's status and worst cosine.
+                    arm=summary_of(metrics),
                     # Host figures, when this checkout measured them.
                     p50_ms=None if host is None else host.p50_ms(threads),
                     threads=threads,

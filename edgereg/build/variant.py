@@ -22,6 +22,7 @@ from typing import Any
 
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
+from edgereg.build.arm import ARM_CACHE, ArmRunner, arm_stage
 from edgereg.build.contract import io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
 from edgereg.build.evaluate import (
@@ -217,6 +218,7 @@ def build_variant(
     *,
     bench: BenchSettings | None = None,
     on_stage: Callable[[str], None] | None = None,
+    arm_runner: ArmRunner | None = None,
 ) -> BuildResult:
     """Build, verify, evaluate, gate and benchmark one variant.
 
@@ -474,6 +476,35 @@ def build_variant(
             _write_json(out_dir / METRICS, metrics)
             _write_json(out_dir / HOST_BENCHMARK, host.to_json())
             raise GateError(_gate_message(model_name, variant_name, gates), stage="gate", hint=hint)
+
+        def write_failed() -> None:
+            _write_json(out_dir / METRICS, metrics)
+            _write_json(out_dir / HOST_BENCHMARK, host.to_json())
+
+        with stage("arm"):
+            # MNN's ARM kernels per CPU class (edgereg/build/arm.py): a class that
+            # fails writes the numbers into metrics.json and raises GateError.
+            arm_stage(
+                config=config,
+                model_name=model_name,
+                variant_name=variant_name,
+                artifact=artifact,
+                artifact_sha=artifact_sha,
+                feeds=feeds,
+                output_names=output_names,
+                gated_outputs=app_outputs,
+                evaluation=evaluation,
+                reference=reference,
+                probe_rows=probe_rows.rows,
+                budgets=budgets(),
+                score_task=lambda subset, ref, out: TaskEvaluator(
+                    config, model, charset, subset
+                ).scores(ref, out),
+                cache_dir=out_root / ARM_CACHE,
+                metrics=metrics,
+                write_failure=write_failed,
+                runner=arm_runner,
+            )
 
         with stage("runtime"):
             proof = prove_runtime(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from edgereg.build.arm import summary_of
 from edgereg.build.outputs import (
     BUILT,
     CLASS_RECALL_PLOT,
@@ -224,6 +225,21 @@ class VariantData:
                 "max",
                 "latency",
                 "p50",
+            )
+        on_arm = re.fullmatch(r"arm\[(.*)\]", name)
+        if on_arm:
+            # One gate per emulated ARM class (docs/operations/arm-verification.md),
+            # read as its worst output cosine; an avoided class is shown as passed.
+            row = summary_of(self.metrics or {}).get(on_arm.group(1), {})
+            return Gate(
+                name,
+                passed,
+                _number(row.get("min_cosine")),
+                # Avoided: devices of the class install `instead`; no budget applied.
+                None if row.get("status") == "avoided" else _number(budgets.get("min_cosine")),
+                "min",
+                "cosine",
+                f"{on_arm.group(1)} ({row.get('status', 'not run')})",
             )
         agreed = re.fullmatch(r"(min_cosine|min_snr_db|max_abs_error)\[(.*)\]", name)
         if agreed:

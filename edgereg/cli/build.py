@@ -165,6 +165,7 @@ def build(
 @handle_errors
 def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     """Table of every built variant: tier, size, accuracy, recall, latency."""
+    from edgereg.build.arm import summary_cell
     from edgereg.build.summary_rows import summary_rows
 
     config = config_module.load(config_path)
@@ -178,6 +179,7 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
         table.add_column(title)
     for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
         table.add_column(title, justify="right")
+    table.add_column("ARM cosine")
     table.add_column("status")
     for row in rows:
         status = row["status"]
@@ -192,13 +194,15 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             _number(row.get("min_cosine"), "{:.5f}"),
             _number(row.get("min_snr_db"), "{:.1f}"),
             _number(row.get("p50_ms"), "{:.3f}"),
+            summary_cell(row.get("arm") or {}),
             status,
         )
     Console(width=max(Console().width, 120)).print(table)
     stderr.print(
         "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
         "on the labels, in percentage points (vs ref: the metric compares with the reference "
-        "itself); cosine, SNR: worst output against the reference."
+        "itself); cosine, SNR: worst output against the reference; ARM cosine: the same on "
+        "each emulated CPU class (docs/operations/arm-verification.md)."
     )
     for row in rows:
         if row.get("failed"):

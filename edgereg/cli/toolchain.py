@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -51,7 +52,7 @@ def _declared(config_path: Path, extra: tuple[str, ...]) -> tuple[list[str], Pat
 
 @click.group("toolchain")
 def toolchain_group() -> None:
-    """The build toolchain: old MNN runtimes that prove min_mnn_runtime."""
+    """The build toolchain: old MNN runtimes and the ARM sysroot builds verify on."""
 
 
 @toolchain_group.group("runtimes")
@@ -146,3 +147,116 @@ def list_command(config_path: Path, as_json: bool) -> None:
         where = row["path"] or "not installed: run `edgereg toolchain runtimes install`"
         need = "needed by models.toml" if row["needed"] else "not needed"
         click.echo(f"MNN {row['version']} ({need}): {where}")
+
+
+@toolchain_group.group("arm")
+def arm_group() -> None:
+    """The aarch64 sysroot that runs MNN's ARM kernels under QEMU (ARM verification).
+
+    It lives in .edgereg/arm/mnn-VERSION/ beside models.toml, or in $EDGEREG_ARM_DIR.
+    """
+
+
+def _arm_root(config_path: Path) -> tuple[str, Path]:
+    from edgereg.toolchain.arm import arm_dir
+    from edgereg.toolchain.versions import installed_version
+
+    if config_path.exists():
+        version = config_module.load(config_path).toolchain.mnn
+    else:
+        version = installed_version("mnn") or ""
+        if not version:
+            raise ConfigError(
+                "no models.toml here and no mnn installed, so no MNN version to set up",
+                file=str(config_path),
+                hint="run inside the project, or pass --config",
+            )
+    return version, arm_dir(config_path.parent)
+
+
+@arm_group.command("install")
+@config_option
+@json_option
+@handle_errors
+def arm_install_command(config_path: Path, as_json: bool) -> None:
+    """Set up the aarch64 sysroot for the pinned MNN, once (Debian arm64 python + MNN wheels).
+
+    Needs qemu-user-static and debootstrap (`make system-deps`). Running it
+    again downloads nothing; builds never download it.
+    """
+    from edgereg.toolchain.arm import ArmError, find_sysroot, install_sysroot
+
+    version, root = _arm_root(config_path)
+    try:
+        find_sysroot(version, root=root)
+    except ArmError:
+        stderr.print(
+            f"MNN {version} (aarch64): installing into {root} (debootstrap, pip)", markup=False
+        )
+    result = install_sysroot(version, root=root)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "mnn": result.sysroot.mnn_version,
+                    "path": str(result.sysroot.path),
+                    "installed": result.installed,
+                    "seconds": round(result.seconds, 3),
+                    "size_bytes": result.sysroot.size_bytes,
+                },
+                indent=2,
+            )
+        )
+        return
+    state = (
+        f"installed ({result.seconds:.1f} s, {result.sysroot.size_bytes / 1e6:.0f} MB)"
+        if result.installed
+        else "already installed"
+    )
+    click.echo(f"MNN {version} aarch64 sysroot: {state} in {result.sysroot.path}")
+
+
+@arm_group.command("list")
+@config_option
+@json_option
+@handle_errors
+def arm_list_command(config_path: Path, as_json: bool) -> None:
+    """Show the sysroot, the emulator and each CPU class with its emulated CPU."""
+    from edgereg.toolchain.arm import (
+        CPU_CLASSES,
+        INSTALL_COMMAND,
+        ArmError,
+        emulated_cpu,
+        find_sysroot,
+        qemu_cpus,
+        qemu_path,
+    )
+
+    version, root = _arm_root(config_path)
+    try:
+        sysroot: str | None = str(find_sysroot(version, root=root).path)
+    except ArmError:
+        sysroot = None
+    try:
+        available: tuple[str, ...] | None = qemu_cpus(qemu_path())
+    except ArmError:
+        available = None
+    rows: list[dict[str, Any]] = []
+    for spec in CPU_CLASSES.values():
+        cpu = None
+        if available is not None:
+            try:
+                cpu = emulated_cpu(spec, available)
+            except ArmError:
+                cpu = None
+        rows.append({"class": spec.name, "cpu": cpu, "features": list(spec.features)})
+    if as_json:
+        click.echo(json.dumps({"mnn": version, "sysroot": sysroot, "classes": rows}, indent=2))
+        return
+    click.echo(
+        f"MNN {version} aarch64 sysroot: " + (sysroot or f"not installed: run `{INSTALL_COMMAND}`")
+    )
+    for row in rows:
+        shown = row["cpu"] or "not available (make system-deps)"
+        features = ", ".join(row["features"]) or "none"
+        click.echo(f"{row['class']}: -cpu {shown}; MNN sees {features}")

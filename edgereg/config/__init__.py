@@ -11,6 +11,7 @@ cross-table rules (``_config``), a variant resolved against its model
 (``_recipe``), loading (``_load``) and error rendering (``_errors``).
 """
 
+from edgereg.config._arm import ARM_CLASSES, ArmClass, arm_classes
 from edgereg.config._base import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, NO_MODELS_NOTE
 from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._bundles import Bundle
@@ -67,6 +68,7 @@ from edgereg.protocol.fields import (
 )
 
 __all__ = [
+    "ARM_CLASSES",
     "DEFAULT_CONFIG_FILE",
     "DEFAULT_TRUSTED_KEYS",
     "MOVED_KEYS",
@@ -74,6 +76,7 @@ __all__ = [
     "NO_BATCH_AXIS",
     "NO_MODELS_NOTE",
     "TASK_KINDS",
+    "ArmClass",
     "Backend",
     "Budgets",
     "Bundle",
@@ -117,6 +120,7 @@ __all__ = [
     "Variant",
     "VersionPin",
     "WeightOnlyQuantization",
+    "arm_classes",
     "json_schema",
     "load",
     "parse",

@@ -6,6 +6,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, StringConstraints, model_validator
 
+from edgereg.config._arm import ARM_DESCRIPTION, ArmClasses, CpuFeature, check_instead
 from edgereg.config._base import _rule_error, _Strict
 from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
@@ -92,6 +93,21 @@ class Variant(_Strict):
         "[toolchain] min_mnn_runtime fails for it (an int8 kernel that an older runtime "
         "computes differently); between that and `mnn`.",
     )
+    arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
+    avoid_cpu: list[CpuFeature] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=8,
+        description='CPU features this variant must not run on (such as ["i8mm"]: MNN\'s i8mm '
+        "int8 kernel computes output channels past the last multiple of 8 wrong). ARM "
+        "verification reports classes with them as avoided instead of failing; the manifest "
+        "entry carries the list, and devices with such a feature install `instead`.",
+    )
+    instead: Name | None = Field(
+        default=None,
+        description="The variant (of this model) that devices with an avoided CPU feature "
+        "install in this one's place; it must have no instead of its own.",
+    )
 
     @model_validator(mode="after")
     def _precision_and_quantization(self) -> Variant:
@@ -143,6 +159,12 @@ class Model(_Strict):
         "them keep what they have (or stable).",
     )
     variants: dict[Name, Variant] = Field(min_length=1)
+    arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _instead(self) -> Model:
+        check_instead(self)
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Model:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from edgereg.config._arm import ARM_DESCRIPTION, ArmClasses
 from edgereg.config._base import _rule_error, _Strict
 from edgereg.protocol.fields import VersionPin
 
@@ -33,6 +34,15 @@ class Toolchain(_Strict):
         "leaves out graph fusions that MNN runtimes before this version lack. Needed only "
         "when `min_mnn_runtime` is older than 2.8 (mnnconvert 3.6.1 gates its fusions at "
         "1.1, 1.2, 1.3, 2.0 and 2.8). Cannot be newer than `min_mnn_runtime`.",
+    )
+
+    arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
+    arm_samples: int = Field(
+        default=16,
+        ge=0,
+        le=4096,
+        description="Evaluation samples each CPU class runs under emulation, besides the "
+        "golden probe's (emulation costs 30-500x native time).",
     )
 
     @field_validator("mnn_target_version")

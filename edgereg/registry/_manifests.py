@@ -19,10 +19,18 @@ from edgereg.protocol.wire import (
 
 
 def _entry(
-    version: str, variant_name: str, variant: ReleaseVariant, requires: Requirements | None
+    version: str,
+    variant_name: str,
+    variant: ReleaseVariant,
+    requires: Requirements | None,
+    variants: Mapping[str, ReleaseVariant] | None = None,
 ) -> ManifestEntry:
     # The entry describes itself (contract, probe, requires), so an app needs
     # nothing but the manifest to call, check and place the model.
+    avoid_cpu, instead = ship_around(variant)
+    substitute = None
+    if avoid_cpu and instead is not None and variants is not None and instead in variants:
+        substitute = _entry(version, instead, variants[instead], requires)
     return ManifestEntry(
         version=version,
         variant=variant_name,
@@ -34,7 +42,26 @@ def _entry(
         contract=variant.contract,
         requires=requires,
         probe=variant.probe,
+        avoid_cpu=avoid_cpu or None,
+        instead=substitute,
     )
+
+
+def ship_around(variant: ReleaseVariant) -> tuple[list[str], str | None]:
+    """The CPU features a built variant avoids and the variant devices with them get.
+
+    The build verified the variant on each CPU class with these settings and
+    recorded them in its metrics (``arm``: edgereg/build/arm.py), so the
+    release carries exactly what was verified: a models.toml edit since then
+    makes the build stale, and publish refuses stale builds.
+    """
+    record = variant.metrics.get("arm")
+    if not isinstance(record, dict):
+        return [], None
+    avoid = record.get("avoid_cpu")
+    instead = record.get("instead")
+    features = [str(f) for f in avoid] if isinstance(avoid, list) else []
+    return features, str(instead) if isinstance(instead, str) and features else None
 
 
 def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:
@@ -42,7 +69,13 @@ def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:
     variant_name = record.tiers.get(tier)
     if variant_name is None:
         return None
-    return _entry(record.version, variant_name, record.variants[variant_name], record.requires)
+    return _entry(
+        record.version,
+        variant_name,
+        record.variants[variant_name],
+        record.requires,
+        record.variants,
+    )
 
 
 def member_entry_for(member: BundleMember, tier: str) -> ManifestEntry | None:
@@ -50,7 +83,13 @@ def member_entry_for(member: BundleMember, tier: str) -> ManifestEntry | None:
     variant_name = member.tiers.get(tier)
     if variant_name is None:
         return None
-    return _entry(member.version, variant_name, member.variants[variant_name], member.requires)
+    return _entry(
+        member.version,
+        variant_name,
+        member.variants[variant_name],
+        member.requires,
+        member.variants,
+    )
 
 
 def bundle_entry_for(record: BundleRecord, tier: str) -> BundleEntry | None:

@@ -41,13 +41,14 @@ def _versions() -> dict[str, str]:
     return {"mnn_version": str(version), "numpy_version": str(np.__version__)}
 
 
-def _load(path: str, inputs: list[str], outputs: list[str]) -> Any:
+def _load(path: str, inputs: list[str], outputs: list[str], precision: str = "normal") -> Any:
     import MNN
 
-    # One thread and normal precision: the same arithmetic as the build's
-    # inference child, so a difference in the outputs is the runtime's own.
+    # One thread and normal precision by default: the same arithmetic as the
+    # build's inference child, so a difference in the outputs is the runtime's
+    # own. ARM verification passes the variant's hint ("low" is fp16 on ARMv8.2+).
     runtime = MNN.nn.create_runtime_manager(
-        ({"backend": "CPU", "numThread": 1, "precision": "normal"},)
+        ({"backend": "CPU", "numThread": 1, "precision": precision},)
     )
     module = MNN.nn.load_module_from_file(path, inputs, outputs, runtime_manager=runtime)
     if module is None:
@@ -89,7 +90,7 @@ def _run(req: dict[str, Any], result: dict[str, Any]) -> None:
     names = [str(n) for n in req["input_names"]]
     wanted = [str(n) for n in req["output_names"]]
     result["phase"] = "load"
-    module = _load(req["model"], names, wanted)
+    module = _load(req["model"], names, wanted, str(req.get("precision", "normal")))
     info = module.get_info()
     out_names = wanted or [str(n) for n in info["outputNames"]]
     result["model_version"] = str(info.get("version", ""))

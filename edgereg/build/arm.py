@@ -1,0 +1,627 @@
+"""ARM verification: a variant's artifact on MNN's ARM kernels, per CPU class, gated like x86.
+
+The build verifies each variant on the host's x86 kernels; phones run MNN's
+ARM kernels, which are other code (see :mod:`edgereg.toolchain.arm`). This
+stage runs the finished artifact under emulation for each declared CPU class
+on the golden probe's rows and a spread of ``[toolchain] arm_samples``
+evaluation rows, and scores it against the fp32 ONNX Runtime reference with
+the host's own functions (:func:`edgereg.build.quality.agreement`, the task's
+evaluator and :func:`edgereg.build.quality.check_gates`).
+
+What a subset can and cannot say: output agreement and the task's agreement
+with the reference are gated; label metrics (accuracy, per-class recall) need
+the whole evaluation set and stay host-only. Latency is never measured here:
+an emulator's timing says nothing about a phone.
+
+Runs are cached by artifact digest, class, emulated CPU, MNN version,
+precision and input digest under ``<out>/.cache/arm/``, so an unchanged
+variant is not run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgereg import toolchain
+from edgereg._files import atomic_write
+from edgereg.build.datasets import Dataset
+from edgereg.build.quality import (
+    GateReport,
+    OutputAgreement,
+    TaskScores,
+    agreement,
+    check_gates,
+)
+from edgereg.config import Budgets, Config, arm_classes
+from edgereg.errors import BuildError, GateError
+from edgereg.protocol._json import canonical_json
+from edgereg.toolchain.arm import (
+    CPU_CLASSES,
+    ArmRun,
+    Sysroot,
+    arm_dir,
+    find_sysroot,
+    qemu_cpus,
+    run_on_class,
+)
+
+logger = logging.getLogger(__name__)
+
+ARM_CACHE = Path(".cache") / "arm"
+#: What a perfect match (infinite SNR) is written as in metrics.json.
+SNR_CAP_DB = 999.0
+
+
+class ArmRunner:
+    """Runs an artifact on one class: the real emulator, or a test's wrapper around it."""
+
+    def __call__(
+        self,
+        artifact: Path,
+        cpu_class: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        precision: str,
+    ) -> ArmRun:
+        """Run ``artifact`` on ``cpu_class`` (see :func:`edgereg.toolchain.arm.run_on_class`)."""
+        raise NotImplementedError
+
+
+class EmulatedRunner(ArmRunner):
+    """QEMU user mode with the project's aarch64 sysroot."""
+
+    def __init__(self, sysroot: Sysroot) -> None:
+        self.sysroot = sysroot
+        self._cpus: tuple[str, ...] | None = None
+
+    def __call__(
+        self,
+        artifact: Path,
+        cpu_class: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        precision: str,
+    ) -> ArmRun:
+        """Run ``artifact`` on ``cpu_class`` under QEMU."""
+        if self._cpus is None:
+            self._cpus = qemu_cpus()
+        return run_on_class(
+            artifact,
+            cpu_class,
+            inputs,
+            input_names=input_names,
+            output_names=output_names,
+            sysroot=self.sysroot,
+            precision=precision,
+            available_cpus=self._cpus,
+        )
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    """One CPU class's verdict on a variant.
+
+    Attributes:
+        cpu_class: The class.
+        qemu_cpu: The emulated CPU that stood for it.
+        features: CPU features MNN reported there.
+        agreement: Output agreement with the fp32 reference on the rows run.
+        scores: The task's agreement metrics on those rows (None when the
+            task cannot be scored on a subset).
+        gates: The gates checked.
+        avoided: The variant declares ``avoid_cpu`` with one of the class's
+            features: devices of this class install its ``instead``, so its
+            result is reported, never failed.
+        seconds: Wall-clock time of the emulator (0 when cached).
+        cached: Taken from the cache.
+    """
+
+    cpu_class: str
+    qemu_cpu: str
+    features: tuple[str, ...]
+    agreement: dict[str, OutputAgreement]
+    scores: TaskScores | None
+    gates: GateReport
+    avoided: bool
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def passed(self) -> bool:
+        """True when every gate passed."""
+        return self.gates.passed
+
+    @property
+    def status(self) -> str:
+        """``passed``, ``failed`` or ``avoided`` (failed or not, devices never run it)."""
+        if self.avoided:
+            return "avoided"
+        return "passed" if self.passed else "failed"
+
+    def to_json(self) -> dict[str, Any]:
+        """The class's record in metrics.json (no timings: the file must not vary)."""
+        return {
+            "status": self.status,
+            "gates_passed": self.passed,
+            "cpu": self.qemu_cpu,
+            "features": list(self.features),
+            "agreement": {
+                name: {
+                    "cosine": a.cosine,
+                    "snr_db": min(a.snr_db, SNR_CAP_DB),
+                    "max_abs_error": a.max_abs_error,
+                    "min_sample_cosine": a.min_sample_cosine,
+                }
+                for name, a in self.agreement.items()
+            },
+            "metrics": dict(self.scores.metrics) if self.scores else {},
+            "failed": [result.describe() for result in self.gates.failures],
+        }
+
+
+@dataclass(frozen=True)
+class ArmReport:
+    """Every class's verdict on one variant.
+
+    Attributes:
+        results: One per class run, oldest class first.
+        samples: Rows run per class (probe rows and evaluation rows).
+        mnn_version: The MNN version of the aarch64 wheel.
+        precision: The MNN precision mode run (the variant's runtime hint).
+        avoid_cpu: The variant's avoided features.
+    """
+
+    results: tuple[ClassResult, ...]
+    samples: int
+    mnn_version: str
+    precision: str
+    avoid_cpu: tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        """True when every class that is not avoided passed its gates."""
+        return all(r.passed or r.avoided for r in self.results)
+
+    @property
+    def failures(self) -> list[ClassResult]:
+        """Classes that failed and are not avoided."""
+        return [r for r in self.results if not r.passed and not r.avoided]
+
+    def describe_failures(self) -> list[str]:
+        """One line per failed gate, naming the class, its CPU and features."""
+        lines = []
+        for r in self.failures:
+            features = ", ".join(r.features) or "no dotprod/fp16/i8mm"
+            for gate in r.gates.failures:
+                lines.append(
+                    f"arm {r.cpu_class} (-cpu {r.qemu_cpu}: {features}): {gate.describe()}"
+                )
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``arm`` record of metrics.json."""
+        return {
+            "mnn": self.mnn_version,
+            "samples": self.samples,
+            "precision": self.precision,
+            "avoid_cpu": list(self.avoid_cpu),
+            "classes": {r.cpu_class: r.to_json() for r in self.results},
+        }
+
+    def seconds(self) -> dict[str, float]:
+        """Emulator wall time per class (0 for a cached result)."""
+        return {r.cpu_class: r.seconds for r in self.results}
+
+
+def arm_rows(evaluation_size: int, probe_rows: np.ndarray, samples: int) -> np.ndarray:
+    """The evaluation rows each class runs: the probe's, plus ``samples`` spread over the set.
+
+    A stateful model's rows take the states the reference carried, so any row
+    can run on its own.
+    """
+    count = min(samples, evaluation_size)
+    spread = (
+        np.unique(np.linspace(0, evaluation_size - 1, count).round().astype(np.int64))
+        if count
+        else np.zeros(0, dtype=np.int64)
+    )
+    return np.unique(np.concatenate([np.asarray(probe_rows, dtype=np.int64), spread]))
+
+
+def _inputs_at(
+    feeds: Sequence[toolchain.InputFeed],
+    evaluation: Dataset,
+    reference: toolchain.StreamResult,
+    rows: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Each row's whole input tensors; a state input takes the reference's state there."""
+    arrays: dict[str, np.ndarray] = {}
+    for feed in feeds:
+        if feed.name in reference.states:
+            arrays[feed.name] = np.asarray(reference.states[feed.name])[rows]
+        else:
+            data = evaluation.inputs[feed.name]
+            arrays[feed.name] = np.stack([feed.sample(data, int(i)) for i in rows])
+    return arrays
+
+
+def _cache_key(
+    artifact_sha: str, cpu_class: str, mnn_version: str, precision: str, inputs: Mapping[str, Any]
+) -> str:
+    hasher = hashlib.sha256()
+    for name in sorted(inputs):
+        array = np.ascontiguousarray(inputs[name])
+        hasher.update(f"{name}:{array.dtype}:{array.shape}\n".encode())
+        hasher.update(array.tobytes())
+    return hashlib.sha256(
+        canonical_json(
+            {
+                "artifact": artifact_sha,
+                "class": cpu_class,
+                "cpus": list(CPU_CLASSES[cpu_class].cpus),
+                "mnn": mnn_version,
+                "precision": precision,
+                "inputs": hasher.hexdigest(),
+            }
+        )
+    ).hexdigest()
+
+
+def _cached(path: Path, output_names: Sequence[str]) -> ArmRun | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+            outputs = {n: np.array(data[f"out:{n}"]) for n in output_names}
+    except (OSError, KeyError, ValueError) as exc:
+        logger.info("ARM cache %s unreadable (%s); running it again", path, exc)
+        return None
+    return ArmRun(
+        cpu_class=meta["class"],
+        qemu_cpu=meta["cpu"],
+        features=tuple(meta["features"]),
+        outputs=outputs,
+        mnn_version=meta["mnn"],
+        seconds=0.0,
+    )
+
+
+def _store(path: Path, run: ArmRun) -> None:
+    meta = {
+        "class": run.cpu_class,
+        "cpu": run.qemu_cpu,
+        "features": list(run.features),
+        "mnn": run.mnn_version,
+    }
+    arrays = {f"out:{n}": a for n, a in run.outputs.items()}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, buffer.getvalue())
+
+
+def arm_budgets(budgets: Budgets) -> Budgets:
+    """The host's budgets without what emulation cannot measure (size is the host's; latency)."""
+    return budgets.model_copy(update={"max_size_mb": None, "max_latency_p50_ms": None})
+
+
+def verify_on_arm(
+    *,
+    artifact: Path,
+    artifact_sha: str,
+    classes: Sequence[str],
+    avoid_cpu: Sequence[str],
+    feeds: Sequence[toolchain.InputFeed],
+    output_names: Sequence[str],
+    gated_outputs: Sequence[str],
+    evaluation: Dataset,
+    reference: toolchain.StreamResult,
+    rows: np.ndarray,
+    precision: str,
+    budgets: Budgets,
+    score_task: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], TaskScores | None],
+    cache_dir: Path,
+    mnn_version: str,
+    runner: ArmRunner | None = None,
+    sysroot_root: Path | None = None,
+) -> ArmReport:
+    """Run and gate ``artifact`` on each CPU class (one emulator process per class).
+
+    Args:
+        artifact: The finished ``.mnn``.
+        artifact_sha: Its digest (the cache key's first part).
+        classes: CPU classes to run, keys of :data:`edgereg.toolchain.arm.CPU_CLASSES`.
+        avoid_cpu: The variant's avoided CPU features.
+        feeds: Every model input.
+        output_names: Every model output, in the model's order.
+        gated_outputs: The outputs scored (not state outputs).
+        evaluation: The evaluation set.
+        reference: The fp32 ONNX Runtime outputs (and states) on it.
+        rows: The evaluation rows to run (:func:`arm_rows`).
+        precision: MNN precision mode: the variant's runtime hint.
+        budgets: The variant's effective budgets (size and latency are dropped).
+        score_task: The task's evaluator on the rows run: (reference, outputs) -> scores.
+        cache_dir: Where runs are cached (``<out>/.cache/arm``).
+        mnn_version: The pinned MNN version (its sysroot is used).
+        runner: Runs one class; default: :class:`EmulatedRunner` on the sysroot.
+        sysroot_root: The sysroot cache (default: ``$EDGEREG_ARM_DIR`` or ``.edgereg/arm``).
+
+    Raises:
+        ArmError: the sysroot or emulator is missing (naming the command that
+            installs it), or the emulated MNN refuses, crashes on or fails the model.
+    """
+    inputs = _inputs_at(feeds, evaluation, reference, rows)
+    expected = {name: np.asarray(reference.outputs[name])[rows] for name in gated_outputs}
+    runs: dict[str, ArmRun] = {}
+    missing: list[tuple[str, Path]] = []
+    for cpu_class in classes:
+        key = _cache_key(artifact_sha, cpu_class, mnn_version, precision, inputs)
+        path = cache_dir / f"{key}.npz"
+        found = _cached(path, output_names)
+        if found is None:
+            missing.append((cpu_class, path))
+        else:
+            runs[cpu_class] = found
+    if missing:
+        active = runner or EmulatedRunner(find_sysroot(mnn_version, root=sysroot_root))
+
+        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun]:
+            cpu_class, path = item
+            run = active(
+                artifact,
+                cpu_class,
+                inputs,
+                input_names=[f.name for f in feeds],
+                output_names=list(output_names),
+                precision=precision,
+            )
+            if run.mnn_version != mnn_version:
+                raise BuildError(
+                    f"the aarch64 sysroot runs MNN {run.mnn_version}, not the pinned {mnn_version}",
+                    stage="arm verify",
+                    hint="reinstall it: `edgereg toolchain arm install`",
+                )
+            _store(path, run)
+            return cpu_class, run
+
+        # Each emulator is one single-threaded process, mostly starting Python
+        # and MNN: the classes run side by side on the machine's cores.
+        workers = max(1, min(len(missing), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            runs.update(pool.map(run_one, missing))
+    results = []
+    for cpu_class in classes:
+        spec = CPU_CLASSES[cpu_class]
+        run = runs[cpu_class]
+        cached = cpu_class not in dict(missing)
+        produced = {name: run.outputs[name] for name in gated_outputs}
+        agree = agreement(expected, produced)
+        try:
+            scores = score_task(expected, produced)
+        except BuildError as exc:
+            # A custom evaluator may need the labels or rows a subset lacks.
+            logger.info("task metrics not computed on the ARM rows: %s", exc.message)
+            scores = None
+        gates = check_gates(
+            arm_budgets(budgets),
+            size_bytes=0,
+            agreement=agree,
+            scores=scores,
+            latency_p50_ms=None,
+            # Label metrics need the whole evaluation set: they lapse here.
+            required_metrics=set(),
+        )
+        features = run.features or spec.features
+        results.append(
+            ClassResult(
+                cpu_class=cpu_class,
+                qemu_cpu=run.qemu_cpu,
+                features=tuple(features),
+                agreement=agree,
+                scores=scores,
+                gates=gates,
+                avoided=bool(set(features) & set(avoid_cpu)),
+                seconds=run.seconds,
+                cached=cached,
+            )
+        )
+    return ArmReport(
+        results=tuple(results),
+        samples=len(rows),
+        mnn_version=mnn_version,
+        precision=precision,
+        avoid_cpu=tuple(avoid_cpu),
+    )
+
+
+def arm_hint(report: ArmReport, *, lower_variant: str | None, quantization_mode: str) -> str:
+    """Fix-it text for a variant that failed on some CPU classes, from what was measured.
+
+    Features that every failing class has and no passing class has are the
+    suspects: shipping around them (``avoid_cpu`` with ``instead``) is
+    measured to help, since devices without them pass.
+    """
+    failing = report.failures
+    passing = [r for r in report.results if r.passed]
+    suspects = set.intersection(*(set(r.features) for r in failing)) if failing else set()
+    for r in passing:
+        suspects -= set(r.features)
+    lines = []
+    names = ", ".join(r.cpu_class for r in failing)
+    if suspects and passing:
+        # The i8mm kernel is the known culprit of int8 channel tails; name it first.
+        order = sorted(suspects, key=lambda f: (f != "i8mm", f != "fp16", f))
+        feature = order[0]
+        instead = f'instead = "{lower_variant}"' if lower_variant else 'instead = "<variant>"'
+        lines.append(
+            f"Measured: the variant is right on {', '.join(r.cpu_class for r in passing)} and "
+            f"wrong on {names}, which alone have {', '.join(order)}. Ship around it: declare "
+            f'avoid_cpu = ["{feature}"] and {instead} on this variant in models.toml, and '
+            f"devices with {feature} install {lower_variant or 'that variant'}."
+        )
+        if feature == "i8mm" and quantization_mode == "int8":
+            lines.append(
+                "MNN's i8mm int8 kernel computes output channels past the last multiple of 8 "
+                "wrong; an output with a multiple of 8 channels, or weight-only quantization "
+                '(mode = "weight"), avoids that kernel.'
+            )
+    if report.precision == "low" and any("fp16" in r.features for r in failing):
+        lines.append(
+            'The runtime hint precision = "low" computes in fp16 on these cores: hint '
+            'precision = "normal" for this variant, or accept the numbers by raising its budgets.'
+        )
+    if not lines:
+        lines.append(
+            f"The variant computes wrong on {names} only under MNN's ARM kernels; keep this "
+            'tier on another quantization (mode = "weight"), or declare arm = [...] without '
+            "that class only if no device of the tier has it."
+        )
+    return "\n".join(lines)
+
+
+def lower_variant(config: Config, model_name: str, variant_name: str) -> str | None:
+    """The variant the next tier down gets (the natural ``instead``), if another one."""
+    model = config.models[model_name]
+    tiers = list(config.tiers)
+    mapping = config.tier_variants(model_name)
+    for tier in tiers[tiers.index(model.variants[variant_name].tier) + 1 :]:
+        name = mapping[tier][0]
+        if name != variant_name:
+            return name
+    return None
+
+
+def arm_stage(
+    *,
+    config: Config,
+    model_name: str,
+    variant_name: str,
+    artifact: Path,
+    artifact_sha: str,
+    feeds: Sequence[toolchain.InputFeed],
+    output_names: Sequence[str],
+    gated_outputs: Sequence[str],
+    evaluation: Dataset,
+    reference: toolchain.StreamResult,
+    probe_rows: np.ndarray,
+    budgets: Budgets,
+    score_task: Callable[
+        [Dataset, dict[str, np.ndarray], dict[str, np.ndarray]], TaskScores | None
+    ],
+    cache_dir: Path,
+    metrics: dict[str, Any],
+    write_failure: Callable[[], object],
+    runner: ArmRunner | None = None,
+) -> ArmReport | None:
+    """The build's ARM stage: verify on the variant's classes, record, gate.
+
+    Adds ``metrics["arm"]`` and an ``arm[CLASS]`` entry per class to
+    ``metrics["gates"]``. A class that fails (and is not avoided) marks the
+    metrics failed with the class, its features, the numbers and a hint,
+    calls ``write_failure`` and raises :class:`GateError`.
+
+    Returns:
+        The report, or None when the variant is verified on no class.
+    """
+    classes = arm_classes(config, model_name, variant_name)
+    variant = config.models[model_name].variants[variant_name]
+    if not classes:
+        if variant.avoid_cpu:
+            # Nothing verified, but publish still ships the declared avoidance.
+            metrics["arm"] = {
+                "mnn": config.toolchain.mnn,
+                "avoid_cpu": list(variant.avoid_cpu),
+                "instead": variant.instead,
+                "classes": {},
+            }
+        return None
+    rows = arm_rows(len(evaluation), probe_rows, config.toolchain.arm_samples)
+    # No labels: label metrics need the whole set and stay the host's.
+    subset = Dataset(inputs={n: a[rows] for n, a in evaluation.inputs.items()}, labels=None)
+    report = verify_on_arm(
+        artifact=artifact,
+        artifact_sha=artifact_sha,
+        classes=classes,
+        avoid_cpu=variant.avoid_cpu or (),
+        feeds=feeds,
+        output_names=output_names,
+        gated_outputs=gated_outputs,
+        evaluation=evaluation,
+        reference=reference,
+        rows=rows,
+        precision=variant.runtime.precision,
+        budgets=budgets,
+        score_task=lambda ref, out: score_task(subset, ref, out),
+        cache_dir=cache_dir,
+        mnn_version=config.toolchain.mnn,
+        runner=runner,
+        sysroot_root=arm_dir(config.root),
+    )
+    metrics["arm"] = {**report.to_json(), "instead": variant.instead}
+    gates = metrics.setdefault("gates", {})
+    for result in report.results:
+        gates[f"arm[{result.cpu_class}]"] = result.passed or result.avoided
+    if report.passed:
+        return report
+    hint = arm_hint(
+        report,
+        lower_variant=lower_variant(config, model_name, variant_name),
+        quantization_mode=variant.quantization.mode,
+    )
+    metrics["status"] = "failed"
+    metrics["failed"] = [*metrics.get("failed", []), *report.describe_failures()]
+    metrics["hint"] = hint
+    write_failure()
+    lines = [f"{model_name}/{variant_name} failed its gates on MNN's ARM kernels:"]
+    lines += [f"  {line}" for line in report.describe_failures()]
+    raise GateError("\n".join(lines), stage="arm verify", hint=hint)
+
+
+def summary_of(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per class of a variant's metrics.json: its status and worst output cosine, for tables."""
+    record = metrics.get("arm")
+    classes = record.get("classes") if isinstance(record, Mapping) else None
+    if not isinstance(classes, Mapping):
+        return {}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, result in classes.items():
+        if not isinstance(result, Mapping):
+            continue
+        agreement = result.get("agreement") or {}
+        cosines = [a.get("cosine") for a in agreement.values() if isinstance(a, Mapping)]
+        rows[str(name)] = {
+            "status": result.get("status"),
+            "cpu": result.get("cpu"),
+            "min_cosine": min((c for c in cosines if isinstance(c, float)), default=None),
+        }
+    return rows
+
+
+def summary_cell(classes: Mapping[str, Mapping[str, Any]]) -> str:
+    """One table cell: each class's worst cosine, marked when it failed or is avoided."""
+    if not classes:
+        return "-"
+    marks = {"failed": " FAIL", "avoided": " avoided"}
+    return " ".join(
+        f"{name} "
+        + ("-" if row.get("min_cosine") is None else f"{row['min_cosine']:.4f}")
+        + marks.get(str(row.get("status")), "")
+        for name, row in classes.items()
+    )
