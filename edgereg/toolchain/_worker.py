@@ -151,6 +151,20 @@ def _streaming() -> Any:
     return module
 
 
+def _memory(req: dict[str, Any]) -> dict[str, Any]:
+    """Peak and steady memory, MNN's own accounting, first and steady latency."""
+    import importlib.util
+
+    path = Path(__file__).with_name("_memory_worker.py")
+    spec = importlib.util.spec_from_file_location("_edgereg_memory_worker", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result: dict[str, Any] = module.measure(req)
+    return result
+
+
 def _op_list(_: dict[str, Any]) -> dict[str, Any]:
     import _tools
 
@@ -291,6 +305,7 @@ _OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "ops": _ops,
     "infer": _infer,
     "bench": _bench,
+    "memory": _memory,
 }
 
 
