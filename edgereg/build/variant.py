@@ -22,6 +22,7 @@ from typing import Any
 
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
+from edgereg.build import memory
 from edgereg.build.contract import io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
 from edgereg.build.evaluate import (
@@ -84,6 +85,8 @@ class BenchSettings:
     warmup: int = 5
     iterations: int = 50
     batch_size: int = 64
+    #: Steady runs of the fresh-process memory measurement (after ``warmup``).
+    memory_iterations: int = 10
 
 
 @dataclass
@@ -452,6 +455,16 @@ def build_variant(
                 warmup=bench.warmup,
                 iterations=bench.iterations,
             )
+        with stage("memory"):
+            memory_outcome = memory.measure_variant(
+                artifact,
+                sample,
+                feeds,
+                threads=variant.runtime.threads,
+                warmup=bench.warmup,
+                iterations=bench.memory_iterations,
+                required_by=_memory_budgets(config, variant, budgets()),
+            )
         with stage("gate"):
             gates = _gates(
                 budgets(),
@@ -461,13 +474,30 @@ def build_variant(
                 timing.latency_ms[variant.runtime.threads].p50,
                 declared,
             )
+            gates = memory.add_gates(
+                gates,
+                max_memory_mb=budgets().max_memory_mb,
+                max_first_inference_ms=budgets().max_first_inference_ms,
+                outcome=memory_outcome,
+            )
         metrics = _metrics(model.task.kind, precision, scored, gates, quant_record)
         # Lets summary and report tell a failure of this recipe from an old one.
         metrics["recipe_sha256"] = recipe_digest
+        metrics["memory"] = memory.metrics_record(memory_outcome)
         artifact_sha = sha256_file(artifact)
-        host = _host_benchmark(timing, artifact_sha=artifact_sha, recipe_sha=recipe_digest)
+        host = _host_benchmark(
+            timing,
+            artifact_sha=artifact_sha,
+            recipe_sha=recipe_digest,
+            session=memory.host_record(memory_outcome.measurement, bench.warmup),
+        )
         if not gates.passed:
-            hint = _gate_hint(variant, gates, quant_record)
+            memory_hint = (
+                memory.gate_hint(memory_outcome, scored.size_bytes)
+                if any(f.name == "max_memory_mb" for f in gates.failures)
+                else ""
+            )
+            hint = _gate_hint(variant, gates, quant_record, [memory_hint] if memory_hint else [])
             # The fix-it text travels with the numbers: summary and report show it.
             metrics["hint"] = hint
             _write_json(out_dir / METRICS, metrics)
@@ -735,7 +765,21 @@ def _metrics(
     return metrics
 
 
-def _host_benchmark(timing: Any, *, artifact_sha: str, recipe_sha: str) -> HostBenchmark:
+def _memory_budgets(config: Config, variant: Variant, budgets: Budgets) -> list[str]:
+    """The budgets that need the variant's memory measured (a failure is then an error)."""
+    needed = []
+    if budgets.max_memory_mb is not None:
+        needed.append("max_memory_mb")
+    if budgets.max_first_inference_ms is not None:
+        needed.append("max_first_inference_ms")
+    if config.tiers[variant.tier].max_model_memory_mb is not None:
+        needed.append(f"tiers.{variant.tier}.max_model_memory_mb")
+    return needed
+
+
+def _host_benchmark(
+    timing: Any, *, artifact_sha: str, recipe_sha: str, session: dict[str, Any] | None = None
+) -> HostBenchmark:
     return HostBenchmark(
         load_ms=timing.load_ms,
         peak_rss_mb=timing.peak_rss_mb,
@@ -744,6 +788,7 @@ def _host_benchmark(timing: Any, *, artifact_sha: str, recipe_sha: str) -> HostB
         ),
         artifact_sha256=artifact_sha,
         recipe_sha256=recipe_sha,
+        session=dict(session or {}),
     )
 
 
@@ -772,9 +817,14 @@ def _gate_message(model_name: str, variant_name: str, gates: GateReport) -> str:
     return "\n".join(lines)
 
 
-def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None) -> str:
+def _gate_hint(
+    variant: Variant,
+    gates: GateReport,
+    quant: dict[str, Any] | None,
+    first: list[str] | None = None,
+) -> str:
     failed = {failure.name for failure in gates.failures}
-    lines = []
+    lines = list(first or [])
     if any(name.endswith(".min_baseline") or name.endswith(".max_baseline") for name in failed):
         lines.append(
             "The fp32 ONNX model itself scores poorly on the evaluation set, so the "

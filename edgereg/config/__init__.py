@@ -50,6 +50,7 @@ from edgereg.config._tasks import (
     Task,
     TaskMetric,
 )
+from edgereg.config._tiers import Tier
 from edgereg.config._toolchain import Toolchain
 from edgereg.errors import ConfigError
 
@@ -112,6 +113,7 @@ __all__ = [
     "StatePair",
     "Task",
     "TaskMetric",
+    "Tier",
     "TierRules",
     "Toolchain",
     "Variant",

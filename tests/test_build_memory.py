@@ -1,0 +1,298 @@
+"""Peak memory per variant: measured on real MNN, recorded, gated and explained.
+
+The model is a fully convolutional net whose weights are 40 KB and whose
+feature maps at 512x512 take 32 MB each: the memory is the activations', as
+for a segmenter on a phone. Declared at 128x128 (its low tier's own shape) it
+needs a sixteenth of that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import tiny_models
+from buildkit import FAST_BENCH
+from onnx import TensorProto, helper, numpy_helper
+
+from edgereg import config as config_module
+from edgereg import toolchain
+from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK, METRICS, read_outputs
+from edgereg.build.variant import build_variant
+from edgereg.errors import BuildError, GateError
+
+CHANNELS = 16
+LARGE = 512
+SMALL = 128
+
+HEADER = """[toolchain]
+mnn = "{mnn}"
+onnx = "{onnx}"
+onnxruntime = "{onnxruntime}"
+
+[tiers.high]
+min_ram_mb = 6144
+
+[tiers.low]
+"""
+
+
+def feature_map_net(path: Path) -> Path:
+    """Conv(3->16) Relu Conv(16->16) Relu Conv(16->1) Sigmoid over any H x W."""
+    rng = np.random.default_rng(21)
+
+    def init(name: str, shape: tuple[int, ...], scale: float) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    inits = [
+        init("w1", (CHANNELS, 3, 3, 3), 0.3),
+        init("b1", (CHANNELS,), 0.1),
+        init("w2", (CHANNELS, CHANNELS, 3, 3), 0.1),
+        init("b2", (CHANNELS,), 0.1),
+        init("w3", (1, CHANNELS, 1, 1), 0.3),
+        init("b3", (1,), 0.0),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1] * 4),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], name="head"),
+        helper.make_node("Sigmoid", ["c3"], ["prob"], name="sigmoid"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "feature_maps",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+        inits,
+    )
+    return tiny_models._save(tiny_models._model(graph), path)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def evaluation_set(root: Path, source: Path, size: int, count: int = 2) -> tuple[str, str]:
+    rng = np.random.default_rng(size)
+    images = rng.normal(0, 1, (count, 3, size, size)).astype(np.float32)
+    reference = toolchain.run_onnx(source, {"image": images}).outputs["prob"]
+    path = root / f"evaluation-{size}.npz"
+    np.savez(path, image=images, labels=(reference[:, 0] > 0.5).astype(np.uint8))
+    return path.name, sha(path)
+
+
+class MemoryProject:
+    """Model ``seg``: ``big`` (high tier, 512x512) and ``small`` (low tier, 128x128)."""
+
+    def __init__(self, root: Path, *, model_budget: str = "", tier_ceiling: str = "") -> None:
+        self.root = root
+        source = feature_map_net(root / "seg.onnx")
+        big, big_sha = evaluation_set(root, source, LARGE)
+        small, small_sha = evaluation_set(root, source, SMALL)
+        text = HEADER.format(**toolchain.installed_versions())
+        if tier_ceiling:
+            text = text.replace("[tiers.low]\n", f"[tiers.low]\n{tier_ceiling}\n")
+        text += textwrap.dedent(
+            f"""
+            [models.seg]
+            version = "1.0.0"
+            task = {{ kind = "dense_map", threshold = 0.5 }}
+            source = {{ path = "seg.onnx", sha256 = "{sha(source)}" }}
+            evaluation = {{ path = "{big}", sha256 = "{big_sha}" }}
+
+            [[models.seg.inputs]]
+            name = "image"
+            shape = [1, 3, {LARGE}, {LARGE}]
+
+            [[models.seg.outputs]]
+            name = "prob"
+
+            [models.seg.budgets]
+            {model_budget}
+
+            [models.seg.variants.big]
+            tier = "high"
+            runtime = {{ threads = 1 }}
+
+            [models.seg.variants.small]
+            tier = "low"
+            runtime = {{ threads = 1 }}
+            source = {{ path = "seg.onnx", sha256 = "{sha(source)}" }}
+            evaluation = {{ path = "{small}", sha256 = "{small_sha}" }}
+
+            [[models.seg.variants.small.inputs]]
+            name = "image"
+            shape = [1, 3, {SMALL}, {SMALL}]
+            """
+        )
+        (root / "models.toml").write_text(text, encoding="utf-8")
+
+    @property
+    def out(self) -> Path:
+        return self.root / "build"
+
+    def load(self) -> config_module.Config:
+        return config_module.load(self.root / "models.toml")
+
+    def build(self, variant: str) -> Any:
+        return build_variant(self.load(), "seg", variant, self.out, bench=FAST_BENCH)
+
+    def read(self, variant: str, name: str) -> Any:
+        return json.loads((self.out / "seg" / variant / name).read_text(encoding="utf-8"))
+
+
+def test_peak_memory_is_measured_and_recorded_at_the_declared_shape(tmp_path: Path) -> None:
+    project = MemoryProject(tmp_path)
+    project.build("big")
+    metrics = project.read("big", METRICS)
+    host = project.read("big", HOST_BENCHMARK)
+    memory = metrics["memory"]
+    assert memory["measured"] is True
+    assert memory["inputs"] == {"image": [1, 3, LARGE, LARGE]}
+    feature_map_mb = CHANNELS * LARGE * LARGE * 4 / 2**20  # 16 MB
+    # MNN's own accounting holds at least two feature maps (one op's input and output).
+    assert memory["runtime_mb"] >= 2 * feature_map_mb
+    top = memory["largest_tensors"][0]
+    assert top["shape"] == [1, CHANNELS, LARGE, LARGE]
+    assert top["mb"] == pytest.approx(feature_map_mb)
+    assert top["op"] in {"c1", "c2", "r1", "r2"}
+    # The process's peak, far above the 40 KB of weights, and not below MNN's plan.
+    size_mb = (project.out / "seg" / "big" / ARTIFACT).stat().st_size / 2**20
+    assert host["figures"] == "host"
+    assert host["memory_peak_mb"] > 100 * size_mb
+    assert host["memory_peak_mb"] >= 0.9 * memory["runtime_mb"]
+    assert 0 < host["memory_steady_mb"] <= host["memory_peak_mb"]
+    # First call and steady latency, apart.
+    assert host["first_inference_ms"] > 0
+    assert 0 < host["steady_p50_ms"] <= host["steady_p90_ms"]
+    # Read back as the summary and the report read it.
+    outputs = read_outputs(project.load(), "seg", "big", project.out)
+    assert outputs.host_benchmark is not None
+    assert outputs.host_benchmark.figure("memory_peak_mb") == host["memory_peak_mb"]
+
+
+def test_a_memory_budget_fails_with_the_number_the_contributors_and_a_hint(
+    tmp_path: Path,
+) -> None:
+    project = MemoryProject(tmp_path, model_budget="max_memory_mb = 20")
+    with pytest.raises(GateError) as caught:
+        project.build("big")
+    message = caught.value.message
+    assert "max_memory_mb" in message
+    failed = next(line for line in project.read("big", METRICS)["failed"] if "memory" in line)
+    measured = float(failed.split()[1])
+    assert measured > 20
+    assert "largest tensors:" in failed
+    assert f"[1, {CHANNELS}, {LARGE}, {LARGE}]" in failed
+    hint = caught.value.hint or ""
+    assert "Activations, not weights, dominate" in hint
+    assert "smaller input shape" in hint
+    assert project.read("big", METRICS)["hint"] == hint
+    # The same model declared at 128x128 fits the same budget.
+    result = project.build("small")
+    assert result.metrics["status"] == "passed"
+    assert result.metrics["gates"]["max_memory_mb"] is True
+    small = project.read("small", HOST_BENCHMARK)["memory_peak_mb"]
+    assert small < 20 < measured
+
+
+def test_a_budget_on_a_shape_the_runtime_refuses_is_a_build_error(tmp_path: Path) -> None:
+    project = MemoryProject(tmp_path, model_budget="max_memory_mb = 500")
+    config = project.load()
+    from edgereg.build import memory
+
+    # A shape MNN's session cannot run: the channel axis does not match the weights.
+    sample = {"image": np.zeros((1, 5, 16, 16), np.float32)}
+    feeds = [toolchain.InputFeed("image", "float32", (1, 5, 16, 16), 0)]
+    project.build("small")
+    artifact = project.out / "seg" / "small" / ARTIFACT
+    with pytest.raises(BuildError) as caught:
+        memory.measure_variant(
+            artifact,
+            sample,
+            feeds,
+            threads=1,
+            warmup=0,
+            iterations=1,
+            required_by=["max_memory_mb"],
+        )
+    assert caught.value.stage == "memory"
+    assert "max_memory_mb is set, but the variant's memory cannot be measured" in (
+        caught.value.message
+    )
+    assert "image [1, 5, 16, 16]" in caught.value.message
+    # Without a budget that needs it, the build records why and goes on.
+    outcome = memory.measure_variant(
+        artifact, sample, feeds, threads=1, warmup=0, iterations=1, required_by=[]
+    )
+    assert outcome.measurement is None
+    assert outcome.problem is not None
+    assert memory.metrics_record(outcome)["measured"] is False
+    assert config.models["seg"].budgets.max_memory_mb == 500
+
+
+INDEPENDENT = """
+import sys, numpy as np
+import MNN
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+
+shape = [int(d) for d in sys.argv[2].split(",")]
+data = np.random.default_rng(0).normal(0, 1, shape).astype(np.float32)
+open("/proc/self/clear_refs", "w").write("5")
+base = rss()
+net = MNN.Interpreter(sys.argv[1])
+session = net.createSession({"numThread": 1})
+image = net.getSessionInput(session)
+net.resizeTensor(image, tuple(shape))
+net.resizeSession(session)
+caffe = MNN.Tensor_DimensionType_Caffe
+for _ in range(3):
+    image.copyFrom(MNN.Tensor(tuple(shape), MNN.Halide_Type_Float, data, caffe))
+    net.runSession(session)
+    out = net.getSessionOutput(session)
+    host = MNN.Tensor(out, MNN.Tensor_DimensionType_Caffe)
+    out.copyToHostTensor(host)
+print("PEAK", hwm() - base)
+"""
+
+
+def test_the_measured_peak_matches_an_independent_plain_mnn_process(tmp_path: Path) -> None:
+    project = MemoryProject(tmp_path)
+    project.build("big")
+    built = project.read("big", HOST_BENCHMARK)["memory_peak_mb"]
+    script = tmp_path / "independent.py"
+    script.write_text(INDEPENDENT, encoding="utf-8")
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(project.out / "seg" / "big" / ARTIFACT),
+            f"1,3,{LARGE},{LARGE}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    independent = float(next(x for x in run.stdout.splitlines() if x.startswith("PEAK")).split()[1])
+    print(f"build measured {built:.1f} MB, plain MNN process {independent:.1f} MB")
+    assert built == pytest.approx(independent, rel=0.15)
