@@ -21,12 +21,15 @@ import onnx
 import pytest
 import tiny_models
 from buildkit import FAST_BENCH
+from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from edgereg import config as config_module
 from edgereg import toolchain
 from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK, METRICS, read_outputs
 from edgereg.build.variant import build_variant
+from edgereg.buildreport import collect, render_html
+from edgereg.cli import main
 from edgereg.errors import BuildError, GateError
 
 CHANNELS = 16
@@ -204,6 +207,30 @@ def test_a_memory_budget_fails_with_the_number_the_contributors_and_a_hint(
     assert result.metrics["gates"]["max_memory_mb"] is True
     small = project.read("small", HOST_BENCHMARK)["memory_peak_mb"]
     assert small < 20 < measured
+
+    # The summary and the build report show both, the failure with its numbers.
+    result = CliRunner().invoke(
+        main,
+        [
+            "summary",
+            "--json",
+            "--config",
+            str(tmp_path / "models.toml"),
+            "--build-dir",
+            str(project.out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {row["variant"]: row for row in json.loads(result.stdout)}
+    assert rows["big"]["status"] == "failed"
+    assert rows["big"]["memory_peak_mb"] == pytest.approx(measured, abs=0.05)
+    assert rows["small"]["memory_peak_mb"] == small
+    assert rows["small"]["memory_runtime_mb"] > 0
+    assert rows["small"]["first_inference_ms"] > 0
+    page = render_html(collect(project.load(), project.out, generated="now"))
+    assert "peak memory" in page
+    assert f"{rows['big']['memory_peak_mb']:.1f} MB &gt; 20.0 MB" in page
+    assert f"{small:.1f} MB ≤ 20.0 MB" in page
 
 
 def test_a_budget_on_a_shape_the_runtime_refuses_is_a_build_error(tmp_path: Path) -> None:

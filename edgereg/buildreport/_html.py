@@ -185,7 +185,10 @@ def render_html(report: ReportData) -> str:
         "ONNX baseline on the labels (percentage points). Cosine and SNR: the worst output. "
         "Gates: the measured number against the budget it was checked on (the task's "
         "defaults for the variant's precision, models.toml on top). Latency: host p50 in ms, "
-        "not a device measurement; * marks the variant's own thread count."
+        "not a device measurement; * marks the variant's own thread count. Peak MB: host peak "
+        "resident memory that loading the variant and running it at its declared input shape "
+        "adds to a process (hover for MNN's own accounting); first ms: the first inference "
+        "after load, on the host."
         "</p></footer>",
         "</body>",
         "</html>",
@@ -296,6 +299,7 @@ def _variant_table(model: ModelData, tiers: Sequence[str]) -> str:
     if classification:
         head.append(("worst class Δ recall", True))
     head += [(f"p50 ms @{n} thr", True) for n in threads]
+    head += [("peak MB", True), ("first ms", True)]
     rows = [
         f'<table class="variants" id="variants-{_e(model.name)}">',
         "<thead><tr>"
@@ -323,6 +327,7 @@ def _variant_table(model: ModelData, tiers: Sequence[str]) -> str:
     if classification:
         cells.append("<td></td>")
     cells += ["<td></td>" for _ in threads]
+    cells += ["<td></td>", "<td></td>"]
     rows.append('<tr class="baseline">' + "".join(cells) + "</tr>")
     for variant in model.variants:
         rows.append(
@@ -410,6 +415,15 @@ def _variant_row(
         value = variant.latency_ms(n)
         mark = " *" if n == variant.threads else ""
         cells.append(f'<td class="num">{_ms(value)}{mark}</td>')
+    peak = variant.host_figure("memory_peak_mb")
+    runtime = _float((metrics.get("memory") or {}).get("runtime_mb"))
+    cells += [
+        f'<td class="num" title="host peak resident memory at the declared input shape; '
+        f'MNN accounts {_e("-" if runtime is None else f"{runtime:.1f}")} MB">'
+        f"{'-' if peak is None else f'{peak:.1f}'}</td>",
+        f'<td class="num" title="host: first inference after load">'
+        f"{_ms(variant.host_figure('first_inference_ms'))}</td>",
+    ]
     gates_row = (
         f'<tr class="gates-row {status_class}" id="gates-{_e(variant.model)}-'
         f'{_e(variant.variant)}"><td class="muted">gates</td>'
@@ -461,7 +475,7 @@ def _gates(variant: VariantData) -> str:
     gates = variant.gates
     if not gates:
         return '<span class="muted">none</span>'
-    order = ("size", "cosine", "snr", "abs_error", "metric", "drop", "latency")
+    order = ("size", "cosine", "snr", "abs_error", "metric", "drop", "latency", "memory")
     return " ".join(_gate(gate) for gate in sorted(gates, key=lambda g: order.index(g.kind)))
 
 
@@ -486,8 +500,10 @@ def _gate(gate: Gate) -> str:
 def _gate_label(gate: Gate) -> str:
     if gate.kind == "size":
         return "size"
+    if gate.kind == "memory":
+        return "peak memory"
     if gate.kind == "latency":
-        return "p50"
+        return "first call" if gate.name == "max_first_inference_ms" else "p50"
     if gate.kind in ("cosine", "snr", "abs_error"):
         what = {"cosine": "cosine", "snr": "SNR", "abs_error": "abs error"}[gate.kind]
         return f"{what}[{gate.metric}]"
@@ -504,6 +520,8 @@ def _gate_number(gate: Gate, value: float) -> str:
         return _size(value)
     if gate.kind == "latency":
         return f"{_ms(value)} ms"
+    if gate.kind == "memory":
+        return f"{value:.1f} MB"
     if gate.kind == "snr":
         return f"{_db(value)} dB"
     if gate.kind == "cosine":

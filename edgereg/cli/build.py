@@ -176,7 +176,16 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     table = Table(title="edgereg build summary")
     for title in ("model", "variant", "tier"):
         table.add_column(title)
-    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
+    for title in (
+        "size MB",
+        "metric",
+        "value",
+        "Δ",
+        "cosine",
+        "SNR dB",
+        "host p50 ms",
+        "host peak MB",
+    ):
         table.add_column(title, justify="right")
     table.add_column("status")
     for row in rows:
@@ -192,13 +201,15 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             _number(row.get("min_cosine"), "{:.5f}"),
             _number(row.get("min_snr_db"), "{:.1f}"),
             _number(row.get("p50_ms"), "{:.3f}"),
+            _number(row.get("memory_peak_mb"), "{:.1f}"),
             status,
         )
     Console(width=max(Console().width, 120)).print(table)
     stderr.print(
         "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
         "on the labels, in percentage points (vs ref: the metric compares with the reference "
-        "itself); cosine, SNR: worst output against the reference."
+        "itself); cosine, SNR: worst output against the reference; host peak MB: peak "
+        "memory loading and running the variant at its declared shape adds on this host."
     )
     for row in rows:
         if row.get("failed"):
