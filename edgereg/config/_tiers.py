@@ -8,9 +8,9 @@ from edgereg.protocol.fields import TierRules
 
 
 class Tier(TierRules):
-    """A device tier: the protocol's membership rules plus build-side limits.
+    """Which devices belong to a tier (a tier with no rules is the catch-all), and its limits.
 
-    The limits here never reach the wire: they refuse a variant at validate or
+    The limits never reach the wire: they refuse a variant at validate or
     publish time, before any device sees it.
     """
 
