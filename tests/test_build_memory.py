@@ -323,3 +323,121 @@ def test_the_measured_peak_matches_an_independent_plain_mnn_process(tmp_path: Pa
     independent = float(next(x for x in run.stdout.splitlines() if x.startswith("PEAK")).split()[1])
     print(f"build measured {built:.1f} MB, plain MNN process {independent:.1f} MB")
     assert built == pytest.approx(independent, rel=0.15)
+
+
+# --- a tier's memory ceiling: validate and publish refuse, a bundle's members summed ----
+
+
+def bundle_project(root: Path) -> Path:
+    """Models ``det`` and ``rec`` (the same net at 128x128), one variant each, bundled."""
+    source = feature_map_net(root / "seg.onnx")
+    evaluation, evaluation_sha = evaluation_set(root, source, SMALL)
+    text = HEADER.format(**toolchain.installed_versions())
+    for name in ("det", "rec"):
+        text += textwrap.dedent(
+            f"""
+            [models.{name}]
+            version = "1.0.0"
+            task = {{ kind = "dense_map", threshold = 0.5 }}
+            source = {{ path = "seg.onnx", sha256 = "{sha(source)}" }}
+            evaluation = {{ path = "{evaluation}", sha256 = "{evaluation_sha}" }}
+
+            [[models.{name}.inputs]]
+            name = "image"
+            shape = [1, 3, {SMALL}, {SMALL}]
+
+            [[models.{name}.outputs]]
+            name = "prob"
+
+            [models.{name}.variants.fp32]
+            tier = "low"
+            runtime = {{ threads = 1 }}
+            """
+        )
+    text += '\n[bundles.ocr]\nversion = "1.0.0"\nmodels = ["det", "rec"]\n'
+    path = root / "models.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_bundle_over_its_tier_ceiling_is_refused_at_validate_and_publish(
+    tmp_path: Path,
+) -> None:
+    from datetime import datetime, timezone
+
+    from edgereg.registry._bundle import prepare_bundle_release
+    from edgereg.registry._release import ReleaseError
+
+    path = bundle_project(tmp_path)
+    out = tmp_path / "build"
+    for name in ("det", "rec"):
+        build_variant(config_module.load(path), name, "fp32", out, bench=FAST_BENCH)
+    peaks = {
+        name: json.loads((out / name / "fp32" / HOST_BENCHMARK).read_text())["memory_peak_mb"]
+        for name in ("det", "rec")
+    }
+    # Each member alone fits; together (they load together) they do not.
+    ceiling = round(max(peaks.values()) + min(peaks.values()) / 2, 1)
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("[tiers.low]\n", f"[tiers.low]\nmax_model_memory_mb = {ceiling}\n"),
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["validate", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "tier low: bundle ocr's members load together" in result.output
+    assert f"det/fp32 {peaks['det']:.1f} MB" in result.output
+    assert f"rec/fp32 {peaks['rec']:.1f} MB" in result.output
+    assert f"= {peaks['det'] + peaks['rec']:.1f} MB" in result.output
+    assert f"max_model_memory_mb {ceiling:g} MB" in result.output
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with pytest.raises(ReleaseError) as caught:
+        prepare_bundle_release(config_module.load(path), "ocr", out, version="1.0.0", now=now)
+    assert "bundle ocr's members load together" in caught.value.message
+    # Raised above the sum, the same builds publish.
+    path.write_text(
+        text.replace(
+            "[tiers.low]\n",
+            f"[tiers.low]\nmax_model_memory_mb = {round(sum(peaks.values())) + 1}\n",
+        ),
+        encoding="utf-8",
+    )
+    assert CliRunner().invoke(main, ["validate", "--config", str(path)]).exit_code == 0
+    prepare_bundle_release(config_module.load(path), "ocr", out, version="1.0.0", now=now)
+
+
+def test_a_variant_over_its_tier_ceiling_names_both_numbers_and_the_smallest_peak(
+    tmp_path: Path,
+) -> None:
+    from datetime import datetime, timezone
+
+    from edgereg.build.fit import ceiling_problems
+    from edgereg.registry._release import ReleaseError, prepare_release
+
+    project = MemoryProject(tmp_path, tier_ceiling="max_model_memory_mb = 1")
+    project.build("big")
+    project.build("small")
+    small = project.read("small", HOST_BENCHMARK)["memory_peak_mb"]
+    config = project.load()
+    problems = ceiling_problems(config, "seg", project.out, require_measured=True)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"tier low: seg/small peak memory {small:.1f} MB (host peak)")
+    assert "> the tier's max_model_memory_mb 1 MB" in problems[0]
+    assert (
+        f"no variant of seg fits it (smallest measured peak: small {small:.1f} MB)" in (problems[0])
+    )
+    with pytest.raises(ReleaseError) as caught:
+        prepare_release(config, "seg", project.out, version="1.0.0", now=datetime.now(timezone.utc))
+    assert "tier low: seg/small" in caught.value.message
+    # Without the host figures (DVC restored the outputs), MNN's accounting stands in;
+    # with neither, publish refuses to guess.
+    (project.out / "seg" / "small" / HOST_BENCHMARK).unlink()
+    problems = ceiling_problems(config, "seg", project.out, require_measured=True)
+    assert "(MNN accounting)" in problems[0]
+    metrics_path = project.out / "seg" / "small" / METRICS
+    metrics = json.loads(metrics_path.read_text())
+    del metrics["memory"]
+    metrics_path.write_text(json.dumps(metrics))
+    problems = ceiling_problems(config, "seg", project.out, require_measured=True)
+    assert "seg/small has no measured memory" in problems[0]
+    assert ceiling_problems(config, "seg", project.out, require_measured=False) == []

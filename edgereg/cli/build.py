@@ -27,6 +27,27 @@ from edgereg.cli._common import (
 from edgereg.errors import ConfigError, EdgeregError, ExitCode
 
 
+def _check_memory_ceilings(config: config_module.Config) -> None:
+    """A tier's max_model_memory_mb against the peaks already measured under build/."""
+    from edgereg.build.fit import ceiling_problems, every_unit
+
+    out_root = build_dir(None, config)
+    over = [
+        line
+        for unit in every_unit(config)
+        for line in ceiling_problems(config, unit, out_root, require_measured=False)
+    ]
+    if over:
+        raise ConfigError(
+            "what a tier serves is over its memory ceiling (measured by the last build):\n"
+            + "\n".join(f"  {line}" for line in over),
+            file=str(config.path),
+            key_path="tiers",
+            hint="Give the tier a variant that fits (a smaller input shape or model), or raise "
+            "its max_model_memory_mb if its devices can hold it.",
+        )
+
+
 @click.command()
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -37,6 +58,7 @@ def validate(config_path: Path, as_json: bool) -> None:
 
     config = config_module.load(config_path)
     warn_if_dvc_yaml_stale(config)
+    _check_memory_ceilings(config)
     resolution = {name: config.tier_variants(name) for name in config.models}
     # A file changed since it was pinned: every build of it would stop at its first stage.
     stale = [pin for pin in check_pins(config) if pin.stale]

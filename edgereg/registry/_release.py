@@ -12,6 +12,7 @@ import semver
 from pydantic import ValidationError
 
 from edgereg._files import sha256_file
+from edgereg.build.fit import ceiling_problems
 from edgereg.build.outputs import (
     CONTRACT,
     FAILED,
@@ -137,6 +138,9 @@ def prepare_release(
         )
         blobs[digest] = artifact
         blobs.update(shipped.blobs)
+    if not problems and config.bundle_of(model_name) is None:
+        # A bundle's members are summed by the bundle, not checked one by one.
+        problems += ceiling_problems(config, model_name, out_root, require_measured=True)
     if problems:
         raise ReleaseError(
             f"cannot publish {model_name}:\n" + "\n".join(f"  {p}" for p in problems),
