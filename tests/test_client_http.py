@@ -790,6 +790,56 @@ def test_through_edgereg_serve_happy_path_304_and_resume(tmp_path: Path) -> None
         assert again.downloaded_bytes == 0
 
 
+@pytest.mark.parametrize(
+    ("features", "tier_blob", "substitute"),
+    [
+        ({"dotprod", "fp16", "i8mm"}, "mid", "cpu-unsupported"),  # a Cortex-A710 class CPU
+        ({"dotprod", "fp16"}, "high", None),  # a Cortex-A76 class CPU
+        (None, "high", None),  # features not said: rule (e) skipped
+    ],
+    ids=["i8mm", "no-i8mm", "not-said"],
+)
+def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_instead(
+    tmp_path: Path, features: set[str] | None, tier_blob: str, substitute: str | None
+) -> None:
+    import servekit
+
+    from edgereg.registry import manifest_key
+    from edgereg.wire import sign_document
+
+    fake = servekit.make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    high = fake.registry.read_manifest("digits", "high")
+    mid = fake.registry.read_manifest("digits", "mid")
+    assert high.stable is not None and mid.stable is not None
+    # The high variant avoids i8mm (MNN's int8 kernel fault); the mid variant of the
+    # same release is what such a device installs instead.
+    stable = high.stable.model_copy(update={"avoid_cpu": ["i8mm"], "instead": mid.stable})
+    signed = high.model_copy(
+        update={"stable": stable, "candidate": None, "percent": None, "salt": None}
+    )
+    (fake.root / manifest_key("digits", "high")).write_bytes(
+        sign_document(signed, [fake.signer])
+    )
+    with servekit.serve(fake.root) as base_url:
+        result = Client(
+            base_url,
+            TrustedKeys([fake.signer.public_key]),
+            tmp_path / "cache",
+            model="digits",
+            device=device("d1"),
+            tier="high",
+            cpu_features=features,
+            timeout=5,
+        ).fetch()
+    assert result.ok, result.error
+    assert (result.version, result.substitute, result.fallback) == ("1.0.0", substitute, None)
+    chosen = mid.stable if tier_blob == "mid" else high.stable
+    assert (result.variant, result.sha256) == (chosen.variant, chosen.sha256)
+    assert result.path is not None
+    assert result.path.read_bytes() == fake.blob("digits", "1.0.0", tier_blob).data
+
+
 # --- finding 3 and 10: a server with no key cannot crash or hold the client ----------------
 
 
