@@ -366,6 +366,7 @@ def test_a_bundle_over_its_tier_ceiling_is_refused_at_validate_and_publish(
     from datetime import datetime, timezone
 
     from edgereg.registry._bundle import prepare_bundle_release
+    from edgereg.registry._manifests import bundle_entry_for
     from edgereg.registry._release import ReleaseError
 
     path = bundle_project(tmp_path)
@@ -403,7 +404,15 @@ def test_a_bundle_over_its_tier_ceiling_is_refused_at_validate_and_publish(
         encoding="utf-8",
     )
     assert CliRunner().invoke(main, ["validate", "--config", str(path)]).exit_code == 0
-    prepare_bundle_release(config_module.load(path), "ocr", out, version="1.0.0", now=now)
+    prepared = prepare_bundle_release(
+        config_module.load(path), "ocr", out, version="1.0.0", now=now
+    )
+    # Each member's manifest entry carries its measured peak (fit rule (d) on the device).
+    entry = bundle_entry_for(prepared.record, "low")
+    assert entry is not None
+    assert {name: m.peak_memory_mb for name, m in entry.members.items()} == {
+        name: round(peak, 2) for name, peak in peaks.items()
+    }
 
 
 def test_a_variant_over_its_tier_ceiling_names_both_numbers_and_the_smallest_peak(

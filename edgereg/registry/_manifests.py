@@ -34,7 +34,20 @@ def _entry(
         contract=variant.contract,
         requires=requires,
         probe=variant.probe,
+        peak_memory_mb=_peak_memory(variant),
     )
+
+
+#: The largest peak a manifest entry may carry (docs/protocol.md §3: 2^20 MiB).
+_MAX_PEAK_MB = 1048576.0
+
+
+def _peak_memory(variant: ReleaseVariant) -> float | None:
+    """The measured peak publish recorded in the variant's metrics (absent in older records)."""
+    value = variant.metrics.get("peak_memory_mb")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value <= _MAX_PEAK_MB else None
 
 
 def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:

@@ -12,7 +12,7 @@ import semver
 from pydantic import ValidationError
 
 from edgereg._files import sha256_file
-from edgereg.build.fit import ceiling_problems
+from edgereg.build.fit import MeasuredPeak, ceiling_problems, measured_peak
 from edgereg.build.outputs import (
     CONTRACT,
     FAILED,
@@ -129,7 +129,10 @@ def prepare_release(
             tier=variant.tier,
             sha256=digest,
             size=artifact.stat().st_size,
-            metrics=_with_host_figures(outputs.metrics, outputs.host_benchmark),
+            metrics=_with_peak_memory(
+                _with_host_figures(outputs.metrics, outputs.host_benchmark),
+                measured_peak(outputs, model_name, variant_name),
+            ),
             provenance=outputs.provenance,
             min_mnn_runtime=provenance.min_mnn_runtime,
             runtime=variant.runtime,
@@ -222,6 +225,17 @@ def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> d
     if host is None:
         return metrics
     return {**metrics, "host_benchmark": host.release_metrics()}
+
+
+#: Where a release record's variant metrics carry the peak its manifest entries announce.
+PEAK_MEMORY_KEY = "peak_memory_mb"
+
+
+def _with_peak_memory(metrics: dict[str, Any], peak: MeasuredPeak | None) -> dict[str, Any]:
+    """The measured peak (MiB) the manifest entries carry (fit rule (d)), when there is one."""
+    if peak is None:
+        return metrics
+    return {**metrics, PEAK_MEMORY_KEY: round(peak.mb, 2)}
 
 
 # --- the rules of `edgereg publish`, before anything is prepared or uploaded ----------
