@@ -450,3 +450,65 @@ def test_a_variant_over_its_tier_ceiling_names_both_numbers_and_the_smallest_pea
     problems = ceiling_problems(config, "seg", project.out, require_measured=True)
     assert "seg/small has no measured memory" in problems[0]
     assert ceiling_problems(config, "seg", project.out, require_measured=False) == []
+
+
+# --- threads by measurement ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p50", "expected"),
+    [
+        ({1: 10.0, 2: 6.2, 3: 5.8, 4: 5.9}, 3),  # 2 is 6.9 % slower than the best
+        ({1: 10.0, 2: 5.2, 3: 5.0, 4: 5.1}, 2),  # 2 is 4 % slower: as good, and fewer
+        ({1: 4.0, 2: 4.1, 4: 3.0}, 4),
+        ({1: 4.0, 2: 4.1}, 1),
+        ({}, None),
+    ],
+)
+def test_the_recommended_count_is_the_smallest_within_five_percent_of_the_best(
+    p50: dict[int, float], expected: int | None
+) -> None:
+    from edgereg.build.threads import recommend
+
+    assert recommend(p50, tuple(sorted(p50))) == expected
+
+
+def test_the_sweep_goes_to_the_tier_cores_capped_by_the_host() -> None:
+    from edgereg.build.threads import DEFAULT_TIER_CORES, sweep_counts
+
+    assert sweep_counts(8, 2) == (1, 2)
+    assert sweep_counts(2, 8) == (1, 2)
+    assert sweep_counts(None, 16) == tuple(range(1, DEFAULT_TIER_CORES + 1))
+
+
+def test_a_variant_without_threads_ships_the_measured_count(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from edgereg.build.threads import host_cores
+    from edgereg.build.variant import BenchSettings
+    from edgereg.registry._release import prepare_release
+
+    project = MemoryProject(tmp_path)
+    path = tmp_path / "models.toml"
+    text = path.read_text(encoding="utf-8")
+    # The small variant says no thread count; the big one keeps its own.
+    head, _, tail = text.rpartition("runtime = { threads = 1 }\n")
+    path.write_text(head + tail, encoding="utf-8")
+    config = project.load()
+    sweep = BenchSettings(threads=None, warmup=1, iterations=3, memory_iterations=2)
+    for name in ("big", "small"):
+        build_variant(config, "seg", name, project.out, bench=sweep)
+    host = project.read("small", HOST_BENCHMARK)
+    swept = list(range(1, min(host_cores(), 4) + 1))  # the catch-all tier: up to 4 cores
+    assert [row["threads"] for row in host["latency"]] == sorted({*swept, 4})
+    assert host["sweep_max_threads"] == max(swept)
+    curve = {row["threads"]: row["p50_ms"] for row in host["latency"] if row["threads"] in swept}
+    best = min(curve.values())
+    recommended = host["recommended_threads"]
+    assert curve[recommended] <= best * 1.05
+    assert all(curve[n] > best * 1.05 for n in swept if n < recommended)
+    record = prepare_release(
+        config, "seg", project.out, version="1.0.0", now=datetime.now(timezone.utc)
+    ).record
+    assert record.variants["small"].runtime.threads == recommended
+    assert record.variants["big"].runtime.threads == 1

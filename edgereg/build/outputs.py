@@ -128,6 +128,7 @@ SESSION_FIGURES = (
     "steady_p90_ms",
     "steady_warmup",
     "recommended_threads",
+    "sweep_max_threads",
 )
 
 

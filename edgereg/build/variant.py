@@ -61,6 +61,7 @@ from edgereg.build.quality import (
     read_charset,
 )
 from edgereg.build.quantsearch import QuantSearch
+from edgereg.build.threads import recommend, sweep_counts
 from edgereg.config import (
     Budgets,
     Config,
@@ -81,7 +82,8 @@ logger = logging.getLogger(__name__)
 class BenchSettings:
     """How hard the host benchmark works; fewer iterations for tests."""
 
-    threads: tuple[int, ...] = (1, 2, 4)
+    #: Thread counts to time; None sweeps 1 up to the tier's cores, capped by the host's.
+    threads: tuple[int, ...] | None = None
     warmup: int = 5
     iterations: int = 50
     batch_size: int = 64
@@ -445,7 +447,8 @@ def build_variant(
             scored = score(artifact)
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
-            threads = tuple(sorted({*bench.threads, variant.runtime.threads}))
+            swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
+            threads = tuple(sorted({*swept, variant.runtime.threads}))
             timing = toolchain.benchmark(
                 artifact,
                 sample,
@@ -489,7 +492,10 @@ def build_variant(
             timing,
             artifact_sha=artifact_sha,
             recipe_sha=recipe_digest,
-            session=memory.host_record(memory_outcome.measurement, bench.warmup),
+            session={
+                **memory.host_record(memory_outcome.measurement, bench.warmup),
+                **_thread_record(timing, swept),
+            },
         )
         if not gates.passed:
             memory_hint = (
@@ -763,6 +769,13 @@ def _metrics(
     metrics["gates"] = {result.name: result.passed for result in gates.results}
     metrics["failed"] = [result.describe() for result in gates.failures]
     return metrics
+
+
+def _thread_record(timing: Any, swept: tuple[int, ...]) -> dict[str, Any]:
+    """The sweep's end and the count it recommends (host figures)."""
+    p50 = {n: stats.p50 for n, stats in timing.latency_ms.items()}
+    best = recommend(p50, swept)
+    return {} if best is None else {"recommended_threads": best, "sweep_max_threads": max(swept)}
 
 
 def _memory_budgets(config: Config, variant: Variant, budgets: Budgets) -> list[str]:

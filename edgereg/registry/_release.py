@@ -30,6 +30,7 @@ from edgereg.config import Config
 from edgereg.errors import ConfigError, EdgeregError, ExitCode, UsageError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
+from edgereg.protocol.fields import RuntimeHints
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import ReleaseRecord, ReleaseVariant, WireError, from_bytes
 
@@ -135,7 +136,7 @@ def prepare_release(
             ),
             provenance=outputs.provenance,
             min_mnn_runtime=provenance.min_mnn_runtime,
-            runtime=variant.runtime,
+            runtime=_measured_threads(variant.runtime, outputs.host_benchmark),
             contract=shipped.contract,
             probe=shipped.probe,
         )
@@ -225,6 +226,16 @@ def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> d
     if host is None:
         return metrics
     return {**metrics, "host_benchmark": host.release_metrics()}
+
+
+def _measured_threads(runtime: RuntimeHints, host: HostBenchmark | None) -> RuntimeHints:
+    """The declared hints, with the measured thread count where models.toml declares none."""
+    if "threads" in runtime.model_fields_set or host is None:
+        return runtime
+    best = host.figure("recommended_threads")
+    if best is None or not 1 <= int(best) <= 16:
+        return runtime
+    return runtime.model_copy(update={"threads": int(best)})
 
 
 #: Where a release record's variant metrics carry the peak its manifest entries announce.
