@@ -512,3 +512,75 @@ def test_a_variant_without_threads_ships_the_measured_count(tmp_path: Path) -> N
     ).record
     assert record.variants["small"].runtime.threads == recommended
     assert record.variants["big"].runtime.threads == 1
+
+
+# --- size explained ------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_embedding_examples_size_explanation_names_its_embedding_table(
+    tmp_path: Path,
+) -> None:
+    from edgereg.build.sizes import explain_size
+
+    source = REPO / "pipelines" / "embed" / "model.onnx"
+    artifact = tmp_path / "w8.mnn"
+    toolchain.convert(source, artifact, weight_quant_bits=8)
+    explained = explain_size(artifact, source, "weight")
+    top = explained["largest"][0]
+    assert top["op"] == "tokens.weight"
+    assert top["kind"] == "embedding table"
+    assert top["onnx"]["used_by"] == ["Gather"]
+    assert top["type"] == "Const"
+    # Weight-only quantization left it float: its bytes are its ONNX bytes and a few more.
+    assert top["onnx"]["bytes"] <= top["bytes"] < top["onnx"]["bytes"] * 1.05
+    assert explained["artifact_bytes"] == artifact.stat().st_size
+    assert 0 < explained["weights_bytes"] < explained["artifact_bytes"]
+    assert explained["weights_bytes"] + explained["other_bytes"] == explained["artifact_bytes"]
+
+
+def vocabulary_model(path: Path, rows: int = 3000, width: int = 16) -> Path:
+    """Gather over a ``rows`` x ``width`` table, then one small MatMul."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 1, (rows, width)).astype(np.float32), "vocab"),
+        numpy_helper.from_array(rng.normal(0, 1, (width, 4)).astype(np.float32), "proj"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["vocab", "ids"], ["emb"], name="lookup"),
+        helper.make_node("MatMul", ["emb", "proj"], ["out"], name="project"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "vocabulary",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 6, 4])],
+        inits,
+    )
+    return tiny_models._save(tiny_models._model(graph), path)
+
+
+@pytest.mark.parametrize(
+    ("precision", "says"),
+    [
+        ("weight", 'precision = "fp16" halves it, or prune the vocabulary (it has 3000 rows)'),
+        ("fp16", "prune the vocabulary (it has 3000 rows)"),
+    ],
+)
+def test_a_table_over_a_third_of_the_file_is_named_with_the_hint_its_precision_allows(
+    tmp_path: Path, precision: str, says: str
+) -> None:
+    from edgereg.build.sizes import explain_size
+
+    source = vocabulary_model(tmp_path / "vocab.onnx")
+    artifact = tmp_path / "model.mnn"
+    if precision == "weight":
+        toolchain.convert(source, artifact, weight_quant_bits=8)
+    else:
+        toolchain.convert(source, artifact, fp16=True)
+    explained = explain_size(artifact, source, precision)
+    assert explained["dominant"] == "vocab"
+    note = explained["note"]
+    assert note.startswith("the embedding table 'vocab' [3000, 16] holds ")
+    assert says in note

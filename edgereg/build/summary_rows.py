@@ -42,6 +42,7 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     memory_peak_mb=None if host is None else host.figure("memory_peak_mb"),
                     memory_steady_mb=None if host is None else host.figure("memory_steady_mb"),
                     memory_runtime_mb=(metrics.get("memory") or {}).get("runtime_mb"),
+                    size_note=(metrics.get("size") or {}).get("note"),
                     first_inference_ms=None if host is None else host.figure("first_inference_ms"),
                     recommended_threads=None
                     if host is None

@@ -61,6 +61,7 @@ from edgereg.build.quality import (
     read_charset,
 )
 from edgereg.build.quantsearch import QuantSearch
+from edgereg.build.sizes import explain_size
 from edgereg.build.threads import recommend, sweep_counts
 from edgereg.config import (
     Budgets,
@@ -445,6 +446,10 @@ def build_variant(
             quant_record = search.record(chosen)
         else:
             scored = score(artifact)
+        with stage("size"):
+            size_record = explain_size(artifact, source, precision)
+            if size_record["note"]:
+                logger.warning("%s/%s: %s", model_name, variant_name, size_record["note"])
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
             swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
@@ -487,6 +492,7 @@ def build_variant(
         # Lets summary and report tell a failure of this recipe from an old one.
         metrics["recipe_sha256"] = recipe_digest
         metrics["memory"] = memory.metrics_record(memory_outcome)
+        metrics["size"] = size_record
         artifact_sha = sha256_file(artifact)
         host = _host_benchmark(
             timing,
@@ -498,12 +504,13 @@ def build_variant(
             },
         )
         if not gates.passed:
-            memory_hint = (
-                memory.gate_hint(memory_outcome, scored.size_bytes)
-                if any(f.name == "max_memory_mb" for f in gates.failures)
-                else ""
-            )
-            hint = _gate_hint(variant, gates, quant_record, [memory_hint] if memory_hint else [])
+            failed_names = {f.name for f in gates.failures}
+            first = []
+            if "max_memory_mb" in failed_names:
+                first.append(memory.gate_hint(memory_outcome, scored.size_bytes))
+            if "max_size_mb" in failed_names and size_record["note"]:
+                first.append(str(size_record["note"]))
+            hint = _gate_hint(variant, gates, quant_record, [line for line in first if line])
             # The fix-it text travels with the numbers: summary and report show it.
             metrics["hint"] = hint
             _write_json(out_dir / METRICS, metrics)

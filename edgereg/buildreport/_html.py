@@ -427,7 +427,7 @@ def _variant_row(
     gates_row = (
         f'<tr class="gates-row {status_class}" id="gates-{_e(variant.model)}-'
         f'{_e(variant.variant)}"><td class="muted">gates</td>'
-        f'<td colspan="{columns - 1}">{_gates(variant)}</td></tr>'
+        f'<td colspan="{columns - 1}">{_gates(variant)}{_size_explained(metrics)}</td></tr>'
     )
     return (
         f'<tr class="{status_class} has-gates" {row_id}>' + "".join(cells) + "</tr>\n" + gates_row
@@ -469,6 +469,29 @@ def _recipe_text(variant: VariantData) -> str:
     else:
         text = variant.precision
     return f"{text}, {variant.threads} thr"
+
+
+def _size_explained(metrics: dict[str, Any]) -> str:
+    """The artifact's largest ops by bytes, and the build's note when one dominates."""
+    size = metrics.get("size")
+    if not isinstance(size, dict) or not isinstance(size.get("largest"), list):
+        return ""
+    parts = []
+    for row in size["largest"][:3]:
+        if not isinstance(row, dict):
+            continue
+        kind = f", {row['kind']}" if row.get("kind") else ""
+        share = _float(row.get("share")) or 0.0
+        parts.append(f"{row.get('op')} ({row.get('type')}{kind}) {share * 100:.0f} %")
+    weights, total = _float(size.get("weights_bytes")), _float(size.get("artifact_bytes"))
+    split = f"weights {weights / total * 100:.0f} % of the file; " if weights and total else ""
+    note = size.get("note")
+    shown = (
+        f'<div class="size-explained muted">bytes: {_e(split)}largest: {_e("; ".join(parts))}</div>'
+    )
+    if isinstance(note, str) and note:
+        shown += f'<div class="size-note hint">{_e(note)}</div>'
+    return shown
 
 
 def _gates(variant: VariantData) -> str:

@@ -177,6 +177,9 @@ def build(
     if as_json:
         click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
         return
+    note = (result.metrics.get("size") or {}).get("note")
+    if note:
+        stderr.print(f"size: {note}", markup=False, highlight=False)
     print_result(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
 
 
@@ -239,6 +242,9 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
             if row.get("hint"):
                 click.echo("  " + row["hint"].replace("\n", "\n  "))
+    for row in rows:
+        if row.get("size_note") and not row.get("failed"):
+            click.echo(f"{row['model']}/{row['variant']} size: {row['size_note']}")
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "
