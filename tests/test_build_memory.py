@@ -265,6 +265,19 @@ def test_a_budget_on_a_shape_the_runtime_refuses_is_a_build_error(tmp_path: Path
     assert outcome.measurement is None
     assert outcome.problem is not None
     assert memory.metrics_record(outcome)["measured"] is False
+    # The same rule where the benchmark's child measured it first and MNN refused.
+    refused = toolchain.BenchmarkResult(
+        load_ms=1.0,
+        latency_ms={},
+        peak_rss_mb=1.0,
+        warmup=0,
+        iterations=1,
+        memory_error="RuntimeError: MNN runSession returned error code 3",
+    )
+    with pytest.raises(BuildError) as caught:
+        memory.outcome_of(refused, sample, feeds, required_by=["tiers.low.max_model_memory_mb"])
+    assert "tiers.low.max_model_memory_mb is set" in caught.value.message
+    assert "error code 3" in caught.value.message
     assert config.models["seg"].budgets.max_memory_mb == 500
 
 

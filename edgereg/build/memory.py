@@ -75,22 +75,49 @@ def measure_variant(
             iterations=iterations,
         )
     except BuildError as exc:
-        shapes = ", ".join(f"{name} {shape}" for name, shape in inputs.items())
-        reason = f"MNN could not run the artifact at {shapes}: {exc.message}"
-        if required_by:
-            raise BuildError(
-                f"{' and '.join(required_by)} is set, but the variant's memory cannot be "
-                f"measured: {reason}",
-                stage="memory",
-                tool=exc.tool,
-                exit_status=exc.exit_status,
-                output_tail=exc.output_tail,
-                hint="Declare input shapes MNN's session API can run (the app calls the model "
-                "the same way), or remove the memory budget.",
-            ) from exc
-        logger.warning("memory not measured: %s", reason)
-        return MemoryOutcome(None, inputs, reason)
+        return _unmeasured(inputs, exc.message, required_by, exc)
     return MemoryOutcome(measured, inputs)
+
+
+def outcome_of(
+    timing: toolchain.BenchmarkResult,
+    sample: Mapping[str, np.ndarray],
+    feeds: Sequence[toolchain.InputFeed],
+    *,
+    required_by: Sequence[str] = (),
+) -> MemoryOutcome:
+    """The memory the benchmark's child measured first (see :func:`measure_variant`).
+
+    Raises:
+        BuildError: (stage ``memory``) the measurement failed and a budget needs it.
+    """
+    inputs = {feed.name: [int(d) for d in np.shape(sample[feed.name])] for feed in feeds}
+    if timing.memory is not None:
+        return MemoryOutcome(timing.memory, inputs)
+    return _unmeasured(inputs, timing.memory_error or "not measured", required_by, None)
+
+
+def _unmeasured(
+    inputs: dict[str, list[int]],
+    message: str,
+    required_by: Sequence[str],
+    cause: BuildError | None,
+) -> MemoryOutcome:
+    shapes = ", ".join(f"{name} {shape}" for name, shape in inputs.items())
+    reason = f"MNN could not run the artifact at {shapes}: {message}"
+    if required_by:
+        raise BuildError(
+            f"{' and '.join(required_by)} is set, but the variant's memory cannot be "
+            f"measured: {reason}",
+            stage="memory",
+            tool=None if cause is None else cause.tool,
+            exit_status=None if cause is None else cause.exit_status,
+            output_tail=None if cause is None else cause.output_tail,
+            hint="Declare input shapes MNN's session API can run (the app calls the model "
+            "the same way), or remove the memory budget.",
+        ) from cause
+    logger.warning("memory not measured: %s", reason)
+    return MemoryOutcome(None, inputs, reason)
 
 
 def metrics_record(outcome: MemoryOutcome) -> dict[str, Any]:
@@ -130,6 +157,7 @@ def host_record(measured: MemoryMeasurement | None, warmup: int) -> dict[str, An
         "steady_p50_ms": round(measured.steady_percentile(50), 3),
         "steady_p90_ms": round(measured.steady_percentile(90), 3),
         "steady_warmup": warmup,
+        "memory_seconds": round(measured.seconds, 3),
     }
 
 

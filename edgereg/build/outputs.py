@@ -127,6 +127,7 @@ SESSION_FIGURES = (
     "steady_p50_ms",
     "steady_p90_ms",
     "steady_warmup",
+    "memory_seconds",
     "recommended_threads",
     "sweep_max_threads",
 )

@@ -462,16 +462,15 @@ def build_variant(
                 threads=threads,
                 warmup=bench.warmup,
                 iterations=bench.iterations,
+                # Measured first in the same fresh child: no second process start.
+                memory=toolchain.MemorySettings(
+                    threads=variant.runtime.threads,
+                    warmup=bench.warmup,
+                    iterations=bench.memory_iterations,
+                ),
             )
-        with stage("memory"):
-            memory_outcome = memory.measure_variant(
-                artifact,
-                sample,
-                feeds,
-                threads=variant.runtime.threads,
-                warmup=bench.warmup,
-                iterations=bench.memory_iterations,
-                required_by=_memory_budgets(config, variant, budgets()),
+            memory_outcome = memory.outcome_of(
+                timing, sample, feeds, required_by=_memory_budgets(config, variant, budgets())
             )
         with stage("gate"):
             gates = _gates(

@@ -63,10 +63,29 @@ class MemoryMeasurement:
     steady_ms: tuple[float, ...]
     largest_tensors: tuple[TensorSize, ...]
     threads: int
+    #: What the measurement cost, seconds (in its process, start excluded).
+    seconds: float = 0.0
 
     def steady_percentile(self, q: float) -> float:
         """A percentile of the steady latency, milliseconds."""
         return float(np.percentile(self.steady_ms, q))
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """How a memory measurement runs: session threads, warm-up and steady runs."""
+
+    threads: int = 1
+    warmup: int = 2
+    iterations: int = 5
+
+    def request(self) -> dict[str, int]:
+        """The worker request's keys."""
+        return {
+            "threads": int(self.threads),
+            "warmup": int(self.warmup),
+            "iterations": int(self.iterations),
+        }
 
 
 def measure_memory(
@@ -121,10 +140,15 @@ def measure_memory(
             tool="MNN",
             timeout=timeout,
         )
-    return _parse(run.result, threads)
+    return parse_memory(run.result, threads)
 
 
-def _parse(raw: Mapping[str, Any], threads: int) -> MemoryMeasurement:
+def parse_memory(raw: Mapping[str, Any], threads: int) -> MemoryMeasurement:
+    """Read the worker's memory result.
+
+    Raises:
+        BuildError: (stage ``memory``) the result is not one the worker writes.
+    """
     try:
         return MemoryMeasurement(
             runtime_mb=float(raw["runtime_mb"]),
@@ -147,6 +171,7 @@ def _parse(raw: Mapping[str, Any], threads: int) -> MemoryMeasurement:
                 for row in raw["largest_tensors"]
             ),
             threads=threads,
+            seconds=float(raw.get("seconds", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BuildError(
