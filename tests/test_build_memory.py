@@ -161,7 +161,7 @@ def test_peak_memory_is_measured_and_recorded_at_the_declared_shape(tmp_path: Pa
     host = project.read("big", HOST_BENCHMARK)
     memory = metrics["memory"]
     assert memory["measured"] is True
-    assert memory["inputs"] == {"image": [1, 3, LARGE, LARGE]}
+    assert memory["inputs"] == {"image": f"1x3x{LARGE}x{LARGE}"}
     feature_map_mb = CHANNELS * LARGE * LARGE * 4 / 2**20  # 16 MB
     # MNN's own accounting holds at least two feature maps (one op's input and output).
     assert memory["runtime_mb"] >= 2 * feature_map_mb
@@ -525,6 +525,11 @@ def test_a_variant_without_threads_ships_the_measured_count(tmp_path: Path) -> N
     ).record
     assert record.variants["small"].runtime.threads == recommended
     assert record.variants["big"].runtime.threads == 1
+    # The report marks the recommended count on the curve.
+    page = render_html(collect(config, project.out, generated="now"))
+    row = page[page.index('id="row-seg-small"') :]
+    row = row[: row.index("</tr>")]
+    assert row.count('class="recommended"') == 1
 
 
 # --- size explained ------------------------------------------------------------------

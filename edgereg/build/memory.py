@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ class MemoryOutcome:
 
 
 def measure_variant(
-    artifact: Any,
+    artifact: Path,
     sample: Mapping[str, np.ndarray],
     feeds: Sequence[toolchain.InputFeed],
     *,
@@ -124,10 +125,10 @@ def metrics_record(outcome: MemoryOutcome) -> dict[str, Any]:
     """The ``memory`` entry of metrics.json: what a rebuild reproduces exactly."""
     measured = outcome.measurement
     if measured is None:
-        return {"measured": False, "inputs": outcome.inputs, "problem": outcome.problem}
+        return {"measured": False, "inputs": _shapes(outcome.inputs), "problem": outcome.problem}
     return {
         "measured": True,
-        "inputs": outcome.inputs,
+        "inputs": _shapes(outcome.inputs),
         "threads": measured.threads,
         # MNN's plan at a fixed shape and thread count: the same number every run.
         "runtime_mb": round(measured.runtime_mb, 3),
@@ -141,6 +142,11 @@ def metrics_record(outcome: MemoryOutcome) -> dict[str, Any]:
             for tensor in measured.largest_tensors
         ],
     }
+
+
+def _shapes(inputs: dict[str, list[int]]) -> dict[str, str]:
+    # "1x3x512x512": `dvc metrics show` leaves lists out, and strings in.
+    return {name: "x".join(str(d) for d in shape) or "scalar" for name, shape in inputs.items()}
 
 
 def host_record(measured: MemoryMeasurement | None, warmup: int) -> dict[str, Any]:

@@ -185,7 +185,9 @@ def render_html(report: ReportData) -> str:
         "ONNX baseline on the labels (percentage points). Cosine and SNR: the worst output. "
         "Gates: the measured number against the budget it was checked on (the task's "
         "defaults for the variant's precision, models.toml on top). Latency: host p50 in ms, "
-        "not a device measurement; * marks the variant's own thread count. Peak MB: host peak "
+        "not a device measurement; * marks the variant's own thread count, ◆ the count the "
+        "sweep recommends (the smallest within 5 % of the fastest, shipped as the hint where "
+        "models.toml declares none). Peak MB: host peak "
         "resident memory that loading the variant and running it at its declared input shape "
         "adds to a process (hover for MNN's own accounting); first ms: the first inference "
         "after load, on the host."
@@ -411,10 +413,17 @@ def _variant_row(
     ]
     if classification:
         cells.append(_worst_class_cell(variant))
+    recommended = variant.host_figure("recommended_threads")
     for n in threads:
         value = variant.latency_ms(n)
         mark = " *" if n == variant.threads else ""
-        cells.append(f'<td class="num">{_ms(value)}{mark}</td>')
+        best = (
+            ' <span class="recommended" title="recommended (host): the smallest thread count '
+            'within 5 % of the fastest">◆</span>'
+            if recommended is not None and n == int(recommended)
+            else ""
+        )
+        cells.append(f'<td class="num">{_ms(value)}{best}{mark}</td>')
     peak = variant.host_figure("memory_peak_mb")
     runtime = _float((metrics.get("memory") or {}).get("runtime_mb"))
     cells += [
