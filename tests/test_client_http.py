@@ -818,7 +818,9 @@ def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_ins
     signed = high.model_copy(
         update={"stable": stable, "candidate": None, "percent": None, "salt": None}
     )
-    (fake.root / manifest_key("digits", "high")).write_bytes(sign_document(signed, [fake.signer]))
+    (fake.root / manifest_key("digits", "high")).write_bytes(
+        sign_document(signed, [fake.signer])
+    )
     with servekit.serve(fake.root) as base_url:
         result = Client(
             base_url,
