@@ -187,9 +187,14 @@ def test_peak_memory_is_measured_and_recorded_at_the_declared_shape(tmp_path: Pa
 def test_a_memory_budget_fails_with_the_number_the_contributors_and_a_hint(
     tmp_path: Path,
 ) -> None:
-    project = MemoryProject(tmp_path, model_budget="max_memory_mb = 20")
+    project = MemoryProject(
+        tmp_path, model_budget="max_memory_mb = 20\nmax_first_inference_ms = 600000"
+    )
     with pytest.raises(GateError) as caught:
         project.build("big")
+    # The first-call gate is checked too, and passes here: only memory fails.
+    assert project.read("big", METRICS)["gates"]["max_first_inference_ms"] is True
+    assert [line.split()[0] for line in project.read("big", METRICS)["failed"]] == ["max_memory_mb"]
     message = caught.value.message
     assert "max_memory_mb" in message
     failed = next(line for line in project.read("big", METRICS)["failed"] if "memory" in line)
@@ -229,6 +234,7 @@ def test_a_memory_budget_fails_with_the_number_the_contributors_and_a_hint(
     assert rows["small"]["first_inference_ms"] > 0
     page = render_html(collect(project.load(), project.out, generated="now"))
     assert "peak memory" in page
+    assert "first call" in page
     assert f"{rows['big']['memory_peak_mb']:.1f} MB &gt; 20.0 MB" in page
     assert f"{small:.1f} MB ≤ 20.0 MB" in page
 
