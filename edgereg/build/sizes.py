@@ -51,9 +51,8 @@ def explain_size(artifact: Path, source: Path, precision: str) -> dict[str, Any]
         "weights_bytes": weights,
         "other_bytes": total - weights,
         "largest": largest,
-        "dominant": None,
-        "note": None,
     }
+    # Only when there is one: `dvc metrics show` leaves nulls out.
     if largest and largest[0]["share"] > DOMINANT:
         top = largest[0]
         explained["dominant"] = top["op"]

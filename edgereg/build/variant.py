@@ -448,8 +448,8 @@ def build_variant(
             scored = score(artifact)
         with stage("size"):
             size_record = explain_size(artifact, source, precision)
-            if size_record["note"]:
-                logger.warning("%s/%s: %s", model_name, variant_name, size_record["note"])
+            if size_record.get("note"):
+                logger.warning("%s/%s: %s", model_name, variant_name, size_record.get("note"))
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
             swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
@@ -507,8 +507,8 @@ def build_variant(
             first = []
             if "max_memory_mb" in failed_names:
                 first.append(memory.gate_hint(memory_outcome, scored.size_bytes))
-            if "max_size_mb" in failed_names and size_record["note"]:
-                first.append(str(size_record["note"]))
+            if "max_size_mb" in failed_names and size_record.get("note"):
+                first.append(str(size_record.get("note")))
             hint = _gate_hint(variant, gates, quant_record, [line for line in first if line])
             # The fix-it text travels with the numbers: summary and report show it.
             metrics["hint"] = hint
