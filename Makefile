@@ -136,6 +136,7 @@ bench: venv sdk
 	-python benchmarks/runtime_proof.py
 	-python benchmarks/arm.py
 	-python benchmarks/verify.py
+	-python benchmarks/memory.py
 	-python benchmarks/reports.py
 	-python benchmarks/analyze.py
 	-python benchmarks/sdk.py

@@ -262,7 +262,8 @@ def check_published(
         out = site.project.out_dir(model, variant)
         assert entry.tier == config.models[model].variants[variant].tier
         assert (entry.sha256, entry.size) == (digests[variant], len(artifacts[variant]))
-        # metrics.json, plus the build host's benchmark labelled as host figures.
+        # metrics.json, plus the build host's benchmark labelled as host figures, and
+        # the measured peak memory the manifest entries announce.
         host = json.loads((out / HOST_BENCHMARK).read_text())
         assert entry.metrics == {
             **json.loads((out / METRICS).read_text()),
@@ -271,6 +272,7 @@ def check_published(
                 for key, value in host.items()
                 if key not in ("latency", "artifact_sha256", "recipe_sha256")
             },
+            "peak_memory_mb": round(host["memory_peak_mb"], 2),
         }
         assert entry.metrics["host_benchmark"]["figures"] == "host"
         assert entry.provenance == json.loads((out / PROVENANCE).read_text())
@@ -316,6 +318,10 @@ def check_published(
         assert entry.size == len(artifacts[variant])
         assert entry.path == f"blobs/sha256/{digests[variant]}"
         assert entry.runtime == config.models[model].variants[variant].runtime
+        # The peak the build measured, so a device can refuse what it cannot hold.
+        assert entry.peak_memory_mb == record.variants[variant].metrics["peak_memory_mb"]
+        assert entry.peak_memory_mb is not None
+        assert entry.peak_memory_mb > 0
         assert manifest.percent == (None if full else percent)
         assert manifest.salt == state.salt
         assert not manifest.paused

@@ -39,10 +39,10 @@ NOTES: dict[tuple[str, str], str] = {
     ("Toolchain", "mnn"): "Exact version of the installed `mnn` package.",
     ("Toolchain", "onnx"): "Exact version of the installed `onnx` package.",
     ("Toolchain", "onnxruntime"): "Exact version of the installed `onnxruntime` package.",
-    ("TierRules", "description"): "Free text for people (reports, status).",
-    ("TierRules", "min_ram_mb"): "A device with less RAM (MB) does not match.",
-    ("TierRules", "min_cpu_cores"): "A device with fewer CPU cores does not match.",
-    ("TierRules", "os"): "Operating systems the tier accepts; a device that reports none "
+    ("Tier", "description"): "Free text for people (reports, status).",
+    ("Tier", "min_ram_mb"): "A device with less RAM (MB) does not match.",
+    ("Tier", "min_cpu_cores"): "A device with fewer CPU cores does not match.",
+    ("Tier", "os"): "Operating systems the tier accepts; a device that reports none "
     "does not match.",
     ("PinnedFile", "path"): "Path relative to models.toml, or a `file://` URI. Other URL "
     "schemes are refused: bring remote files into the repository first "

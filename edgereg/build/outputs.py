@@ -114,6 +114,25 @@ class ThreadLatency:
     p90_ms: float
 
 
+#: Figures of the fresh-process session measurement (edgereg.build.memory) that
+#: host-benchmark.json may carry: memory at the declared shape (MiB), the first
+#: and the steady latency, and the thread count the latency curve recommends.
+SESSION_FIGURES = (
+    "memory_peak_mb",
+    "memory_steady_mb",
+    "memory_runtime_mb",
+    "memory_threads",
+    "session_load_ms",
+    "first_inference_ms",
+    "steady_p50_ms",
+    "steady_p90_ms",
+    "steady_warmup",
+    "memory_seconds",
+    "recommended_threads",
+    "sweep_max_threads",
+)
+
+
 @dataclass(frozen=True)
 class HostBenchmark:
     """What the host benchmark measured for one artifact (host figures, not a device's).
@@ -132,6 +151,12 @@ class HostBenchmark:
     latency: tuple[ThreadLatency, ...]
     artifact_sha256: str
     recipe_sha256: str
+    #: The fresh-process session measurement (:data:`SESSION_FIGURES`), when made.
+    session: dict[str, float] = field(default_factory=dict)
+
+    def figure(self, name: str) -> float | None:
+        """One of :data:`SESSION_FIGURES`, if measured."""
+        return self.session.get(name)
 
     def p50_ms(self, threads: int) -> float | None:
         """Median latency at ``threads`` threads, if measured."""
@@ -155,6 +180,7 @@ class HostBenchmark:
             ],
             "artifact_sha256": self.artifact_sha256,
             "recipe_sha256": self.recipe_sha256,
+            **self.session,
         }
 
     def release_metrics(self) -> dict[str, Any]:
@@ -183,6 +209,11 @@ class HostBenchmark:
                 latency=tuple(sorted(rows, key=lambda row: row.threads)),
                 artifact_sha256=str(data["artifact_sha256"]),
                 recipe_sha256=str(data["recipe_sha256"]),
+                session={
+                    name: float(data[name])
+                    for name in SESSION_FIGURES
+                    if isinstance(data.get(name), (int, float))
+                },
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"host benchmark is missing or mistypes {exc}") from exc

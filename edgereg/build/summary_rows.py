@@ -42,6 +42,14 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     arm=summary_of(metrics),
                     # Host figures, when this checkout measured them.
                     p50_ms=None if host is None else host.p50_ms(threads),
+                    memory_peak_mb=None if host is None else host.figure("memory_peak_mb"),
+                    memory_steady_mb=None if host is None else host.figure("memory_steady_mb"),
+                    memory_runtime_mb=(metrics.get("memory") or {}).get("runtime_mb"),
+                    size_note=(metrics.get("size") or {}).get("note"),
+                    first_inference_ms=None if host is None else host.figure("first_inference_ms"),
+                    recommended_threads=None
+                    if host is None
+                    else host.figure("recommended_threads"),
                     threads=threads,
                     failed=list(metrics.get("failed") or []),
                     hint=metrics.get("hint"),

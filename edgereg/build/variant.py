@@ -22,6 +22,7 @@ from typing import Any
 
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
+from edgereg.build import memory
 from edgereg.build.arm import ARM_CACHE, ArmRunner, arm_stage
 from edgereg.build.contract import io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
@@ -61,6 +62,8 @@ from edgereg.build.quality import (
     read_charset,
 )
 from edgereg.build.quantsearch import QuantSearch
+from edgereg.build.sizes import explain_size
+from edgereg.build.threads import recommend, sweep_counts
 from edgereg.config import (
     Budgets,
     Config,
@@ -81,10 +84,13 @@ logger = logging.getLogger(__name__)
 class BenchSettings:
     """How hard the host benchmark works; fewer iterations for tests."""
 
-    threads: tuple[int, ...] = (1, 2, 4)
+    #: Thread counts to time; None sweeps 1 up to the tier's cores, capped by the host's.
+    threads: tuple[int, ...] | None = None
     warmup: int = 5
     iterations: int = 50
     batch_size: int = 64
+    #: Steady runs of the fresh-process memory measurement (after ``warmup``).
+    memory_iterations: int = 10
 
 
 @dataclass
@@ -443,9 +449,14 @@ def build_variant(
             quant_record = search.record(chosen)
         else:
             scored = score(artifact)
+        with stage("size"):
+            size_record = explain_size(artifact, source, precision)
+            if size_record.get("note"):
+                logger.warning("%s/%s: %s", model_name, variant_name, size_record.get("note"))
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
-            threads = tuple(sorted({*bench.threads, variant.runtime.threads}))
+            swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
+            threads = tuple(sorted({*swept, variant.runtime.threads}))
             timing = toolchain.benchmark(
                 artifact,
                 sample,
@@ -454,6 +465,15 @@ def build_variant(
                 threads=threads,
                 warmup=bench.warmup,
                 iterations=bench.iterations,
+                # Measured first in the same fresh child: no second process start.
+                memory=toolchain.MemorySettings(
+                    threads=variant.runtime.threads,
+                    warmup=bench.warmup,
+                    iterations=bench.memory_iterations,
+                ),
+            )
+            memory_outcome = memory.outcome_of(
+                timing, sample, feeds, required_by=_memory_budgets(config, variant, budgets())
             )
         with stage("gate"):
             gates = _gates(
@@ -464,13 +484,35 @@ def build_variant(
                 timing.latency_ms[variant.runtime.threads].p50,
                 declared,
             )
+            gates = memory.add_gates(
+                gates,
+                max_memory_mb=budgets().max_memory_mb,
+                max_first_inference_ms=budgets().max_first_inference_ms,
+                outcome=memory_outcome,
+            )
         metrics = _metrics(model.task.kind, precision, scored, gates, quant_record)
         # Lets summary and report tell a failure of this recipe from an old one.
         metrics["recipe_sha256"] = recipe_digest
+        metrics["memory"] = memory.metrics_record(memory_outcome)
+        metrics["size"] = size_record
         artifact_sha = sha256_file(artifact)
-        host = _host_benchmark(timing, artifact_sha=artifact_sha, recipe_sha=recipe_digest)
+        host = _host_benchmark(
+            timing,
+            artifact_sha=artifact_sha,
+            recipe_sha=recipe_digest,
+            session={
+                **memory.host_record(memory_outcome.measurement, bench.warmup),
+                **_thread_record(timing, swept),
+            },
+        )
         if not gates.passed:
-            hint = _gate_hint(variant, gates, quant_record)
+            failed_names = {f.name for f in gates.failures}
+            first = []
+            if "max_memory_mb" in failed_names:
+                first.append(memory.gate_hint(memory_outcome, scored.size_bytes))
+            if "max_size_mb" in failed_names and size_record.get("note"):
+                first.append(str(size_record.get("note")))
+            hint = _gate_hint(variant, gates, quant_record, [line for line in first if line])
             # The fix-it text travels with the numbers: summary and report show it.
             metrics["hint"] = hint
             _write_json(out_dir / METRICS, metrics)
@@ -767,7 +809,28 @@ def _metrics(
     return metrics
 
 
-def _host_benchmark(timing: Any, *, artifact_sha: str, recipe_sha: str) -> HostBenchmark:
+def _thread_record(timing: Any, swept: tuple[int, ...]) -> dict[str, Any]:
+    """The sweep's end and the count it recommends (host figures)."""
+    p50 = {n: stats.p50 for n, stats in timing.latency_ms.items()}
+    best = recommend(p50, swept)
+    return {} if best is None else {"recommended_threads": best, "sweep_max_threads": max(swept)}
+
+
+def _memory_budgets(config: Config, variant: Variant, budgets: Budgets) -> list[str]:
+    """The budgets that need the variant's memory measured (a failure is then an error)."""
+    needed = []
+    if budgets.max_memory_mb is not None:
+        needed.append("max_memory_mb")
+    if budgets.max_first_inference_ms is not None:
+        needed.append("max_first_inference_ms")
+    if config.tiers[variant.tier].max_model_memory_mb is not None:
+        needed.append(f"tiers.{variant.tier}.max_model_memory_mb")
+    return needed
+
+
+def _host_benchmark(
+    timing: Any, *, artifact_sha: str, recipe_sha: str, session: dict[str, Any] | None = None
+) -> HostBenchmark:
     return HostBenchmark(
         load_ms=timing.load_ms,
         peak_rss_mb=timing.peak_rss_mb,
@@ -776,6 +839,7 @@ def _host_benchmark(timing: Any, *, artifact_sha: str, recipe_sha: str) -> HostB
         ),
         artifact_sha256=artifact_sha,
         recipe_sha256=recipe_sha,
+        session=dict(session or {}),
     )
 
 
@@ -804,9 +868,14 @@ def _gate_message(model_name: str, variant_name: str, gates: GateReport) -> str:
     return "\n".join(lines)
 
 
-def _gate_hint(variant: Variant, gates: GateReport, quant: dict[str, Any] | None) -> str:
+def _gate_hint(
+    variant: Variant,
+    gates: GateReport,
+    quant: dict[str, Any] | None,
+    first: list[str] | None = None,
+) -> str:
     failed = {failure.name for failure in gates.failures}
-    lines = []
+    lines = list(first or [])
     # f1 and frame_agreement are frame_decision's: a stream, not a picture.
     frames = any(name.split(".")[0] in ("f1", "frame_agreement") for name in failed)
     baseline = any(name.endswith((".min_baseline", ".max_baseline")) for name in failed)

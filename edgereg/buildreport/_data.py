@@ -50,7 +50,7 @@ TASK_METRICS: dict[str, tuple[TaskMetric, ...]] = {
 
 #: What a gate's number is, so the page can format it: a size in MB, a
 #: latency in ms, a ratio in dB, a task metric (a fraction) or a plain number.
-GateKind = Literal["size", "latency", "snr", "cosine", "abs_error", "metric", "drop"]
+GateKind = Literal["size", "latency", "memory", "snr", "cosine", "abs_error", "metric", "drop"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,12 @@ class Gate:
 
 
 #: Agreement gate -> (key in metrics.json's agreement, kind, bound).
+#: Gates on a figure of the fresh-process measurement: figure, kind, label.
+_HOST_GATES: dict[str, tuple[str, GateKind, str]] = {
+    "max_memory_mb": ("memory_peak_mb", "memory", "peak memory"),
+    "max_first_inference_ms": ("first_inference_ms", "latency", "first"),
+}
+
 _AGREEMENT_GATES: dict[str, tuple[str, GateKind, Literal["min", "max"]]] = {
     "min_cosine": ("cosine", "cosine", "min"),
     "min_snr_db": ("snr_db", "snr", "min"),
@@ -122,6 +128,12 @@ class VariantData:
     provenance: dict[str, Any] | None = None
     class_recall: list[dict[str, Any]] = field(default_factory=list)
     latency: list[dict[str, Any]] = field(default_factory=list)
+    #: Host figures of the fresh-process measurement (memory, first and steady latency).
+    session: dict[str, float] = field(default_factory=dict)
+
+    def host_figure(self, name: str) -> float | None:
+        """A host figure of host-benchmark.json (``memory_peak_mb``, ``first_inference_ms``)."""
+        return _number(self.session.get(name))
 
     @property
     def built(self) -> bool:
@@ -215,6 +227,17 @@ class VariantData:
                 "max",
                 "size",
                 "size",
+            )
+        if name in _HOST_GATES:
+            figure, kind, label = _HOST_GATES[name]
+            return Gate(
+                name,
+                passed,
+                self.host_figure(figure),
+                _number(budgets.get(name)),
+                "max",
+                kind,
+                label,
             )
         if name == "max_latency_p50_ms":
             return Gate(
@@ -450,6 +473,7 @@ def _variant(config: Config, out_root: Path, model_name: str, variant_name: str)
         provenance=outputs.provenance or None,
         class_recall=_rows(recall),
         latency=_rows(latency),
+        session={} if host is None else dict(host.session),
     )
 
 

@@ -185,7 +185,12 @@ def render_html(report: ReportData) -> str:
         "ONNX baseline on the labels (percentage points). Cosine and SNR: the worst output. "
         "Gates: the measured number against the budget it was checked on (the task's "
         "defaults for the variant's precision, models.toml on top). Latency: host p50 in ms, "
-        "not a device measurement; * marks the variant's own thread count."
+        "not a device measurement; * marks the variant's own thread count, ◆ the count the "
+        "sweep recommends (the smallest within 5 % of the fastest, shipped as the hint where "
+        "models.toml declares none). Peak MB: host peak "
+        "resident memory that loading the variant and running it at its declared input shape "
+        "adds to a process (hover for MNN's own accounting); first ms: the first inference "
+        "after load, on the host."
         "</p></footer>",
         "</body>",
         "</html>",
@@ -296,6 +301,7 @@ def _variant_table(model: ModelData, tiers: Sequence[str]) -> str:
     if classification:
         head.append(("worst class Δ recall", True))
     head += [(f"p50 ms @{n} thr", True) for n in threads]
+    head += [("peak MB", True), ("first ms", True)]
     rows = [
         f'<table class="variants" id="variants-{_e(model.name)}">',
         "<thead><tr>"
@@ -323,6 +329,7 @@ def _variant_table(model: ModelData, tiers: Sequence[str]) -> str:
     if classification:
         cells.append("<td></td>")
     cells += ["<td></td>" for _ in threads]
+    cells += ["<td></td>", "<td></td>"]
     rows.append('<tr class="baseline">' + "".join(cells) + "</tr>")
     for variant in model.variants:
         rows.append(
@@ -406,14 +413,30 @@ def _variant_row(
     ]
     if classification:
         cells.append(_worst_class_cell(variant))
+    recommended = variant.host_figure("recommended_threads")
     for n in threads:
         value = variant.latency_ms(n)
         mark = " *" if n == variant.threads else ""
-        cells.append(f'<td class="num">{_ms(value)}{mark}</td>')
+        best = (
+            ' <span class="recommended" title="recommended (host): the smallest thread count '
+            'within 5 % of the fastest">◆</span>'
+            if recommended is not None and n == int(recommended)
+            else ""
+        )
+        cells.append(f'<td class="num">{_ms(value)}{best}{mark}</td>')
+    peak = variant.host_figure("memory_peak_mb")
+    runtime = _float((metrics.get("memory") or {}).get("runtime_mb"))
+    cells += [
+        f'<td class="num" title="host peak resident memory at the declared input shape; '
+        f'MNN accounts {_e("-" if runtime is None else f"{runtime:.1f}")} MB">'
+        f"{'-' if peak is None else f'{peak:.1f}'}</td>",
+        f'<td class="num" title="host: first inference after load">'
+        f"{_ms(variant.host_figure('first_inference_ms'))}</td>",
+    ]
     gates_row = (
         f'<tr class="gates-row {status_class}" id="gates-{_e(variant.model)}-'
         f'{_e(variant.variant)}"><td class="muted">gates</td>'
-        f'<td colspan="{columns - 1}">{_gates(variant)}</td></tr>'
+        f'<td colspan="{columns - 1}">{_gates(variant)}{_size_explained(metrics)}</td></tr>'
     )
     return (
         f'<tr class="{status_class} has-gates" {row_id}>' + "".join(cells) + "</tr>\n" + gates_row
@@ -457,11 +480,34 @@ def _recipe_text(variant: VariantData) -> str:
     return f"{text}, {variant.threads} thr"
 
 
+def _size_explained(metrics: dict[str, Any]) -> str:
+    """The artifact's largest ops by bytes, and the build's note when one dominates."""
+    size = metrics.get("size")
+    if not isinstance(size, dict) or not isinstance(size.get("largest"), list):
+        return ""
+    parts = []
+    for row in size["largest"][:3]:
+        if not isinstance(row, dict):
+            continue
+        kind = f", {row['kind']}" if row.get("kind") else ""
+        share = _float(row.get("share")) or 0.0
+        parts.append(f"{row.get('op')} ({row.get('type')}{kind}) {share * 100:.0f} %")
+    weights, total = _float(size.get("weights_bytes")), _float(size.get("artifact_bytes"))
+    split = f"weights {weights / total * 100:.0f} % of the file; " if weights and total else ""
+    note = size.get("note")
+    shown = (
+        f'<div class="size-explained muted">bytes: {_e(split)}largest: {_e("; ".join(parts))}</div>'
+    )
+    if isinstance(note, str) and note:
+        shown += f'<div class="size-note hint">{_e(note)}</div>'
+    return shown
+
+
 def _gates(variant: VariantData) -> str:
     gates = variant.gates
     if not gates:
         return '<span class="muted">none</span>'
-    order = ("size", "cosine", "snr", "abs_error", "metric", "drop", "latency")
+    order = ("size", "cosine", "snr", "abs_error", "metric", "drop", "latency", "memory")
     return " ".join(_gate(gate) for gate in sorted(gates, key=lambda g: order.index(g.kind)))
 
 
@@ -486,8 +532,10 @@ def _gate(gate: Gate) -> str:
 def _gate_label(gate: Gate) -> str:
     if gate.kind == "size":
         return "size"
+    if gate.kind == "memory":
+        return "peak memory"
     if gate.kind == "latency":
-        return "p50"
+        return "first call" if gate.name == "max_first_inference_ms" else "p50"
     if gate.kind in ("cosine", "snr", "abs_error"):
         what = {"cosine": "cosine", "snr": "SNR", "abs_error": "abs error"}[gate.kind]
         return f"{what}[{gate.metric}]"
@@ -504,6 +552,8 @@ def _gate_number(gate: Gate, value: float) -> str:
         return _size(value)
     if gate.kind == "latency":
         return f"{_ms(value)} ms"
+    if gate.kind == "memory":
+        return f"{value:.1f} MB"
     if gate.kind == "snr":
         return f"{_db(value)} dB"
     if gate.kind == "cosine":

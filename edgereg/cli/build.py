@@ -27,6 +27,27 @@ from edgereg.cli._common import (
 from edgereg.errors import ConfigError, EdgeregError, ExitCode
 
 
+def _check_memory_ceilings(config: config_module.Config) -> None:
+    """A tier's max_model_memory_mb against the peaks already measured under build/."""
+    from edgereg.build.fit import ceiling_problems, every_unit
+
+    out_root = build_dir(None, config)
+    over = [
+        line
+        for unit in every_unit(config)
+        for line in ceiling_problems(config, unit, out_root, require_measured=False)
+    ]
+    if over:
+        raise ConfigError(
+            "what a tier serves is over its memory ceiling (measured by the last build):\n"
+            + "\n".join(f"  {line}" for line in over),
+            file=str(config.path),
+            key_path="tiers",
+            hint="Give the tier a variant that fits (a smaller input shape or model), or raise "
+            "its max_model_memory_mb if its devices can hold it.",
+        )
+
+
 @click.command()
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -37,6 +58,7 @@ def validate(config_path: Path, as_json: bool) -> None:
 
     config = config_module.load(config_path)
     warn_if_dvc_yaml_stale(config)
+    _check_memory_ceilings(config)
     resolution = {name: config.tier_variants(name) for name in config.models}
     # A file changed since it was pinned: every build of it would stop at its first stage.
     stale = [pin for pin in check_pins(config) if pin.stale]
@@ -155,6 +177,9 @@ def build(
     if as_json:
         click.echo(json.dumps({"out_dir": str(result.out_dir), "metrics": result.metrics}))
         return
+    note = (result.metrics.get("size") or {}).get("note")
+    if note:
+        stderr.print(f"size: {note}", markup=False, highlight=False)
     print_result(f"{model}/{variant}: built {result.out_dir / 'model.mnn'}")
 
 
@@ -177,7 +202,16 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     table = Table(title="edgereg build summary")
     for title in ("model", "variant", "tier"):
         table.add_column(title)
-    for title in ("size MB", "metric", "value", "Δ", "cosine", "SNR dB", "host p50 ms"):
+    for title in (
+        "size MB",
+        "metric",
+        "value",
+        "Δ",
+        "cosine",
+        "SNR dB",
+        "host p50 ms",
+        "host peak MB",
+    ):
         table.add_column(title, justify="right")
     table.add_column("ARM cosine")
     table.add_column("status")
@@ -194,6 +228,7 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             _number(row.get("min_cosine"), "{:.5f}"),
             _number(row.get("min_snr_db"), "{:.1f}"),
             _number(row.get("p50_ms"), "{:.3f}"),
+            _number(row.get("memory_peak_mb"), "{:.1f}"),
             summary_cell(row.get("arm") or {}),
             status,
         )
@@ -201,8 +236,10 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     stderr.print(
         "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
         "on the labels, in percentage points (vs ref: the metric compares with the reference "
-        "itself); cosine, SNR: worst output against the reference; ARM cosine: the same on "
-        "each emulated CPU class (docs/operations/arm-verification.md)."
+        "itself); cosine, SNR: worst output against the reference; host peak MB: peak "
+        "memory loading and running the variant at its declared shape adds on this host; "
+        "ARM cosine: the worst output on each emulated CPU class "
+        "(docs/operations/arm-verification.md)."
     )
     for row in rows:
         if row.get("failed"):
@@ -210,6 +247,9 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             click.echo(f"{row['model']}/{row['variant']} failed: " + "; ".join(row["failed"]))
             if row.get("hint"):
                 click.echo("  " + row["hint"].replace("\n", "\n  "))
+    for row in rows:
+        if row.get("size_note") and not row.get("failed"):
+            click.echo(f"{row['model']}/{row['variant']} size: {row['size_note']}")
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "

@@ -51,6 +51,7 @@ from edgereg.config._tasks import (
     Task,
     TaskMetric,
 )
+from edgereg.config._tiers import Tier
 from edgereg.config._toolchain import Toolchain
 from edgereg.errors import ConfigError
 
@@ -115,6 +116,7 @@ __all__ = [
     "StatePair",
     "Task",
     "TaskMetric",
+    "Tier",
     "TierRules",
     "Toolchain",
     "Variant",

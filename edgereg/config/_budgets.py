@@ -70,6 +70,18 @@ class Budgets(_Strict):
     max_latency_p50_ms: float | None = Field(
         default=None, gt=0, description="Host p50 latency at the variant's thread count."
     )
+    max_memory_mb: float | None = Field(
+        default=None,
+        gt=0,
+        description="Peak memory (MiB) that loading the variant and running it at its "
+        "declared input shape adds to a process, measured on the build host.",
+    )
+    max_first_inference_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="Host latency of the first inference after load, at the variant's "
+        "thread count.",
+    )
     metrics: dict[str, MetricBudget] = Field(
         default_factory=dict,
         description="Limits on the task's metrics, by metric name (e.g. iou = { min = 0.9 }).",

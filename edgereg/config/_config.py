@@ -15,8 +15,9 @@ from edgereg.config._models import Model
 from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
 from edgereg.config._rollout import RolloutPolicy
+from edgereg.config._tiers import Tier
 from edgereg.config._toolchain import Toolchain
-from edgereg.protocol.fields import Name, TierRules
+from edgereg.protocol.fields import Name
 
 
 class Config(_Strict):
@@ -27,7 +28,7 @@ class Config(_Strict):
     rollout: RolloutPolicy = Field(
         default_factory=RolloutPolicy, description="Default rollout policy of every model."
     )
-    tiers: dict[Name, TierRules] = Field(
+    tiers: dict[Name, Tier] = Field(
         min_length=1, description="Device tiers, best first; the last one is the catch-all."
     )
     models: dict[Name, Model] = Field(

@@ -110,11 +110,24 @@ def recipe(config: Config, model_name: str, variant_name: str) -> dict[str, Any]
         "quantization": resolved.quantization.model_dump(),
         "converter": resolved.converter.model_dump(),
         "runtime": resolved.runtime.model_dump(),
-        "budgets": resolved.budgets.model_dump(),
+        "budgets": _budgets_record(resolved.budgets),
         # ARM verification changes gates, not bytes: leaving it out keeps the
         # recipe digest (and the artifact's derived id) of existing builds.
         "toolchain": config.toolchain.model_dump(exclude={"arm", "arm_samples"}),
     }
+
+
+#: Budgets added after recipes were first recorded: left out while unset, so a
+#: models.toml that does not use them keeps its recipes, ids and artifact bytes.
+_LATER_BUDGETS = ("max_memory_mb", "max_first_inference_ms")
+
+
+def _budgets_record(budgets: Budgets) -> dict[str, Any]:
+    record = budgets.model_dump()
+    for key in _LATER_BUDGETS:
+        if record.get(key) is None:
+            record.pop(key, None)
+    return record
 
 
 def recipe_digest(config: Config, model_name: str, variant_name: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from edgereg.build.fit import ceiling_problems
 from edgereg.config import Config
 from edgereg.protocol.wire import AnyRelease, BundleMember, BundleRecord
 from edgereg.registry._release import ReleaseError, prepare_release
@@ -83,6 +84,11 @@ def prepare_bundle_release(
             requires=release.requires or config.models[name].requires,
         )
         blobs.update(prepared.blobs)
+    if not problems:
+        problems += [
+            f"  {line}"
+            for line in ceiling_problems(config, bundle_name, out_root, require_measured=True)
+        ]
     if problems:
         raise ReleaseError(
             f"cannot publish bundle {bundle_name}: every member must be fit to ship\n"

@@ -44,6 +44,7 @@ def _entry(
         probe=variant.probe,
         avoid_cpu=avoid_cpu or None,
         instead=substitute,
+        peak_memory_mb=_peak_memory(variant),
     )
 
 
@@ -62,6 +63,18 @@ def ship_around(variant: ReleaseVariant) -> tuple[list[str], str | None]:
     instead = record.get("instead")
     features = [str(f) for f in avoid] if isinstance(avoid, list) else []
     return features, str(instead) if isinstance(instead, str) and features else None
+
+
+#: The largest peak a manifest entry may carry (docs/protocol.md §3: 2^20 MiB).
+_MAX_PEAK_MB = 1048576.0
+
+
+def _peak_memory(variant: ReleaseVariant) -> float | None:
+    """The measured peak publish recorded in the variant's metrics (absent in older records)."""
+    value = variant.metrics.get("peak_memory_mb")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value <= _MAX_PEAK_MB else None
 
 
 def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:

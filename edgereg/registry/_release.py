@@ -12,6 +12,7 @@ import semver
 from pydantic import ValidationError
 
 from edgereg._files import sha256_file
+from edgereg.build.fit import MeasuredPeak, ceiling_problems, measured_peak
 from edgereg.build.outputs import (
     CONTRACT,
     FAILED,
@@ -29,6 +30,7 @@ from edgereg.config import Config
 from edgereg.errors import ConfigError, EdgeregError, ExitCode, UsageError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
+from edgereg.protocol.fields import RuntimeHints
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import ReleaseRecord, ReleaseVariant, WireError, from_bytes
 
@@ -128,15 +130,21 @@ def prepare_release(
             tier=variant.tier,
             sha256=digest,
             size=artifact.stat().st_size,
-            metrics=_with_host_figures(outputs.metrics, outputs.host_benchmark),
+            metrics=_with_peak_memory(
+                _with_host_figures(outputs.metrics, outputs.host_benchmark),
+                measured_peak(outputs, model_name, variant_name),
+            ),
             provenance=outputs.provenance,
             min_mnn_runtime=provenance.min_mnn_runtime,
-            runtime=variant.runtime,
+            runtime=_measured_threads(variant.runtime, outputs.host_benchmark),
             contract=shipped.contract,
             probe=shipped.probe,
         )
         blobs[digest] = artifact
         blobs.update(shipped.blobs)
+    if not problems and config.bundle_of(model_name) is None:
+        # A bundle's members are summed by the bundle, not checked one by one.
+        problems += ceiling_problems(config, model_name, out_root, require_measured=True)
     if problems:
         raise ReleaseError(
             f"cannot publish {model_name}:\n" + "\n".join(f"  {p}" for p in problems),
@@ -218,6 +226,27 @@ def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> d
     if host is None:
         return metrics
     return {**metrics, "host_benchmark": host.release_metrics()}
+
+
+def _measured_threads(runtime: RuntimeHints, host: HostBenchmark | None) -> RuntimeHints:
+    """The declared hints, with the measured thread count where models.toml declares none."""
+    if "threads" in runtime.model_fields_set or host is None:
+        return runtime
+    best = host.figure("recommended_threads")
+    if best is None or not 1 <= int(best) <= 16:
+        return runtime
+    return runtime.model_copy(update={"threads": int(best)})
+
+
+#: Where a release record's variant metrics carry the peak its manifest entries announce.
+PEAK_MEMORY_KEY = "peak_memory_mb"
+
+
+def _with_peak_memory(metrics: dict[str, Any], peak: MeasuredPeak | None) -> dict[str, Any]:
+    """The measured peak (MiB) the manifest entries carry (fit rule (d)), when there is one."""
+    if peak is None:
+        return metrics
+    return {**metrics, PEAK_MEMORY_KEY: round(peak.mb, 2)}
 
 
 # --- the rules of `edgereg publish`, before anything is prepared or uploaded ----------

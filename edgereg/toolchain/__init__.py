@@ -7,6 +7,7 @@ tail of the tool's output. Outputs are written atomically.
 """
 
 from edgereg.toolchain._streaming import InputFeed, StreamResult, sequence_bounds
+from edgereg.toolchain.memory import MemoryMeasurement, MemorySettings, measure_memory
 from edgereg.toolchain.mnn import (
     BIZ_CODE,
     FEATURE_METHODS,
@@ -56,6 +57,8 @@ __all__ = [
     "InputFeed",
     "LatencyStats",
     "LayerError",
+    "MemoryMeasurement",
+    "MemorySettings",
     "MnnModelInfo",
     "MnnOp",
     "OnnxReport",
@@ -70,6 +73,7 @@ __all__ = [
     "installed_version",
     "installed_versions",
     "make_deterministic",
+    "measure_memory",
     "mnn_runtime_version",
     "model_info",
     "model_ops",

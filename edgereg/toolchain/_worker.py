@@ -151,6 +151,20 @@ def _streaming() -> Any:
     return module
 
 
+def _memory(req: dict[str, Any]) -> dict[str, Any]:
+    """Peak and steady memory, MNN's own accounting, first and steady latency."""
+    import importlib.util
+
+    path = Path(__file__).with_name("_memory_worker.py")
+    spec = importlib.util.spec_from_file_location("_edgereg_memory_worker", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result: dict[str, Any] = module.measure(req)
+    return result
+
+
 def _op_list(_: dict[str, Any]) -> dict[str, Any]:
     import _tools
 
@@ -258,6 +272,14 @@ def _bench(req: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     names = list(req["input_names"])
+    memory: dict[str, Any] | None = None
+    if req.get("memory") is not None:
+        # First, while nothing else is loaded: the process is as fresh as a
+        # worker of its own would be, without paying for a second start.
+        try:
+            memory = _memory({**req, **req["memory"]})
+        except Exception as exc:  # the shape MNN refuses: reported, not fatal here
+            memory = {"error": f"{type(exc).__name__}: {exc}"}
     with np.load(req["inputs"]) as data:
         arrays = [data[n] for n in names]
     per_threads: dict[str, dict[str, float]] = {}
@@ -280,7 +302,10 @@ def _bench(req: dict[str, Any]) -> dict[str, Any]:
             "mean": float(np.mean(times)),
         }
         del module
-    return {"load_ms": load_ms, "latency": per_threads, "peak_rss_mb": _rss_mb()}
+    result = {"load_ms": load_ms, "latency": per_threads, "peak_rss_mb": _rss_mb()}
+    if memory is not None:
+        result["memory"] = memory
+    return result
 
 
 _OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -291,6 +316,7 @@ _OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "ops": _ops,
     "infer": _infer,
     "bench": _bench,
+    "memory": _memory,
 }
 
 

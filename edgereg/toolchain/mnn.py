@@ -31,6 +31,7 @@ from edgereg.toolchain._process import (
     tail,
 )
 from edgereg.toolchain._streaming import InputFeed, default_feeds
+from edgereg.toolchain.memory import MemoryMeasurement, MemorySettings, parse_memory
 from edgereg.toolchain.versions import installed_version
 
 #: Written into every model's ``bizCode`` field.
@@ -179,6 +180,10 @@ class BenchmarkResult:
     peak_rss_mb: float
     warmup: int
     iterations: int
+    #: The memory measurement made first in the same process, when asked for.
+    memory: MemoryMeasurement | None = None
+    #: Why MNN could not run it (the shape it refused), when it failed.
+    memory_error: str | None = None
 
 
 def _savez(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
@@ -863,6 +868,7 @@ def benchmark(
     warmup: int = 5,
     iterations: int = 30,
     timeout: float = 600.0,
+    memory: MemorySettings | None = None,
 ) -> BenchmarkResult:
     """Time model load and forward passes on this host, in a child process.
 
@@ -875,6 +881,8 @@ def benchmark(
         warmup: Untimed forward passes before timing, per thread count.
         iterations: Timed forward passes per thread count.
         timeout: Seconds before the child is killed.
+        memory: Measure memory first, in the same fresh child
+            (:func:`edgereg.toolchain.memory.measure_memory` without a process of its own).
 
     Returns:
         Load time, per-thread-count latency and the child's peak RSS.
@@ -906,6 +914,7 @@ def benchmark(
                 "threads": [int(t) for t in threads],
                 "warmup": int(warmup),
                 "iterations": int(iterations),
+                "memory": None if memory is None else memory.request(),
             },
             scratch=scratch,
             stage="benchmark",
@@ -916,10 +925,19 @@ def benchmark(
         int(t): LatencyStats(p50=s["p50"], p90=s["p90"], mean=s["mean"])
         for t, s in run.result["latency"].items()
     }
+    measured, error = None, None
+    raw_memory = run.result.get("memory")
+    if memory is not None and isinstance(raw_memory, dict):
+        if "error" in raw_memory:
+            error = str(raw_memory["error"])
+        else:
+            measured = parse_memory(raw_memory, memory.threads)
     return BenchmarkResult(
         load_ms=float(run.result["load_ms"]),
         latency_ms=latency,
         peak_rss_mb=float(run.result["peak_rss_mb"]),
         warmup=warmup,
         iterations=iterations,
+        memory=measured,
+        memory_error=error,
     )
