@@ -41,14 +41,20 @@ ARM_MACHINES = frozenset({"aarch64", "arm64", "armv8l", "armv8b"})
 X86_MACHINES = frozenset({"x86_64", "amd64"})
 
 
-def features_from_cpuinfo(text: str) -> frozenset[str]:
-    """The protocol's feature names in a ``/proc/cpuinfo`` text (every core's line, united)."""
+def features_from_cpuinfo(text: str) -> frozenset[str] | None:
+    """The protocol's feature names in a ``/proc/cpuinfo`` text (every core's line, united).
+
+    None when the text has no ``Features`` line: the features are unknown, not absent
+    (docs/protocol.md §7), so rule (e) is skipped rather than passed.
+    """
     found: set[str] = set()
+    seen = False
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() == "features":
+            seen = True
             found.update(HWCAP_FEATURES[w] for w in value.split() if w in HWCAP_FEATURES)
-    return frozenset(found)
+    return frozenset(found) if seen else None
 
 
 def detect_cpu_features(
