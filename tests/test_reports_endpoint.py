@@ -568,8 +568,15 @@ def test_source_caps_count_networks_not_addresses() -> None:
     assert caps.take("203.0.114.9", "c" * 32, 2.0) == 0
     # The window ends: the source may bring new tokens again.
     assert caps.take("203.0.113.9", "c" * 32, 3600.0) == 0
-    # A loopback peer is a proxy on the host (or a test): never capped.
+    # The local peer is a proxy on the host: never capped.
     assert all(caps.take("127.0.0.1", f"{n:032x}", 5.0) == 0 for n in range(10))
+    assert all(caps.take("::1", f"{n:032x}", 5.0) == 0 for n in range(10))
+    assert caps.source("::ffff:127.0.0.1") is None
+    # Any other loopback address is a host of its own (a simulated device), capped by its /24.
+    assert caps.source("127.0.3.9") == "127.0.3.0/24"
+    assert caps.take("127.0.3.9", "a" * 32, 5.0) == 0
+    assert caps.take("127.0.3.10", "b" * 32, 5.0) == 0
+    assert caps.take("127.0.3.11", "c" * 32, 5.0) > 0
 
 
 @pytest.mark.parametrize(
