@@ -26,7 +26,15 @@ once every device has reported.
 Targets: P(good candidate rolled back) <= 5 % over a whole rollout;
 P(bad candidate promoted) <= 1 %.
 
+With ``--fleet 1000,20000`` it runs instead the end-to-end fleet of
+tests/fleetsim.py for each size: a real registry, ``edgereg serve``'s report
+endpoint (default limits and checks on the simulated clock) with the first
+``--http-devices`` devices posting over HTTP from their own 127.x.y.2, a
+SQLite report store, ``run_auto`` every 30 simulated minutes with the default
+policy, and a forger inside the limits; one rollout per scenario.
+
 Usage: .venv/bin/python benchmarks/canary.py [--rollouts 200] [--devices 200000] [--compare]
+       .venv/bin/python benchmarks/canary.py --fleet 1000,20000 [--http-devices 50]
 """
 
 from __future__ import annotations
@@ -367,6 +375,55 @@ def conclusions(devices: int, percent: float) -> str:
     )
 
 
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
+
+
+def fleet_scenarios() -> list[tuple[str, object, object]]:
+    """(name, candidate behaviour, forger factory) of each end-to-end fleet run."""
+    sys.path.insert(0, TESTS)
+    from fleetsim import GOOD, Behaviour, Forger
+
+    crash = Behaviour(crash_loop=0.8)
+    return [
+        ("good", GOOD, None),
+        ("good + 12 forged reverts, 1 /24", GOOD, lambda: Forger(1, "reverted", 12)),
+        ("good + 12 forged reverts, 3 /24s", GOOD, lambda: Forger(3, "reverted", 12)),
+        ("crash loop 80 %", crash, None),
+        ("crash loop 80 % + 2,000 forged passes, 1 /24", crash, lambda: Forger(1, "passes", 2000)),
+        ("crash loop 80 % + 5,000 forged passes, 5 /24s", crash, lambda: Forger(5, "passes", 5000)),
+        ("crash loop +3 pt (5 % vs 2 %)", Behaviour(crash_loop=0.05), None),
+        ("probe failures +2 pt", Behaviour(probe_failure=0.025), None),
+    ]
+
+
+def run_fleet(sizes: list[int], http_devices: int, days: float) -> None:
+    import tempfile
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, TESTS)
+    from fleetsim import FleetWorld
+
+    for size in sizes:
+        print(
+            f"\n{size:,} devices in one tier, default policy, --auto every 30 min, {days:g} days:"
+        )
+        for name, behaviour, forger_of in fleet_scenarios():
+            forger = forger_of() if callable(forger_of) else None
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory() as work:
+                world = FleetWorld(Path(work), size, behaviour, http_devices=http_devices)  # type: ignore[arg-type]
+                with world.running():
+                    outcome = world.rollout(days, forger)
+            moves = ", ".join(f"{action} day {day - 1:.1f}" for day, action, _ in outcome.actions)
+            forged = f"; forged {forger.sent}" if forger is not None else ""
+            print(
+                f"  {name:<48} {outcome.result:<12} [{moves or 'no move'}] device HTTP "
+                f"{outcome.reports}{forged}  ({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=200)
@@ -378,8 +435,13 @@ def main() -> None:
     parser.add_argument("--only-table", action="store_true")
     parser.add_argument("--only-good", action="store_true", help="only the good candidate")
     parser.add_argument("--worlds", default="0,1,2,3", help="which worlds (indexes)")
+    parser.add_argument("--fleet", default=None, help="end-to-end fleet sizes, e.g. 1000,20000")
+    parser.add_argument("--http-devices", type=int, default=50)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
+    if args.fleet:
+        run_fleet([int(n) for n in args.fleet.split(",")], args.http_devices, args.max_days)
+        return
     print("What one step concludes about reverts once every device reported (default guardrails):")
     print(
         "| devices in the tier | step | candidate vs stable | "

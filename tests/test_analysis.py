@@ -586,9 +586,22 @@ def test_a_fail_needs_failing_devices_from_min_failing_sources_networks() -> Non
     (tier,) = analysis.tiers
     (revert,) = (r for r in tier.guardrails if r.name == "revert")
     assert revert.verdict == "inconclusive"
-    assert "come from 1 network(s), 3 needed to fail" in revert.reason
-    spread = healthy("candidate", 2000, reverted=40, reverted_sources=3, **known)
+    # Counted one per network, the forty are one failing device.
+    assert "(a fail counts 1 of the 40 failing devices: one per network)" in revert.reason
+    assert revert.numbers["failing_counted"] == 1
+    spread = healthy("candidate", 2000, reverted=40, reverted_sources=40, **known)
     assert verdicts(run(spread, healthy("stable", 2000, **known)))["revert"] == "fail"
+    # Forty from three networks count three: too few to show +1 point over 0 %.
+    three = healthy("candidate", 2000, reverted=40, reverted_sources=3, **known)
+    assert verdicts(run(three, healthy("stable", 2000, **known)))["revert"] == "inconclusive"
+    # Devices counted whole (count_failing_networks off): the network floor still holds.
+    whole = Guardrails(count_failing_networks=False)
+    analysis = run(one_network, healthy("stable", 2000, **known), guardrails=whole)
+    (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
+    assert "come from 1 network(s), 3 needed to fail" in revert.reason
+    assert verdicts(run(three, healthy("stable", 2000, **known), guardrails=whole))["revert"] == (
+        "fail"
+    )
     # Known for a few devices only (a forger's trusted path, the rest behind a proxy
     # not trusted): those few do not decide for the arm.
     few_known = healthy("candidate", 2000, reverted=40, sources=1, sourced_devices=50)

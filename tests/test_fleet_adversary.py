@@ -42,21 +42,24 @@ def test_a_dozen_forged_reverts_from_one_network_do_not_roll_back_a_good_candida
     assert forger.sent == {202: 12}
     assert outcome.reports == {202: sum(outcome.reports.values())}
     assert outcome.result == "stuck at 5%", outcome.actions
-    # Counted, and not enough: the failing devices come from one network.
-    assert "1 network(s), 3 needed to fail" in revert, revert
+    # Stored, and counted one per network: one failing device, three needed to fail.
+    assert "(a fail counts 1 of the 12 failing devices: one per network)" in revert, revert
 
 
-def test_a_forged_campaign_from_three_networks_is_the_documented_price(tmp_path: Path) -> None:
-    # The same dozen from three /24s meets every floor once the forged installs are the
-    # oldest of the arm (revert_window_hours): a forced rollback costs three networks
-    # for one half hour (docs/operations/report-threats.md says why that stays cheap).
-    world = FleetWorld(tmp_path, DEVICES, GOOD)
-    forger = Forger(networks=3, kind="reverted", per_period=12)
-    with world.running():
-        outcome = world.rollout(DAYS, forger)
-    assert forger.sent == {202: 12}
-    assert outcome.result == "rolled back", outcome.actions
-    assert 3 <= outcome.days <= 4.5
+def test_the_price_of_a_forced_rollback_is_six_networks(tmp_path: Path) -> None:
+    # A failing device counts once per network, and a fail needs three from three
+    # networks with evidence: the same dozen from three /24s moves nothing, from six it
+    # does, once the forged installs are the oldest of the arm (revert_window_hours).
+    # docs/operations/report-threats.md says why a forced rollback stays the cheap side.
+    for networks, rolled_back in ((3, False), (6, True)):
+        world = FleetWorld(tmp_path / str(networks), DEVICES, GOOD)
+        forger = Forger(networks=networks, kind="reverted", per_period=12)
+        with world.running():
+            outcome = world.rollout(DAYS, forger)
+        assert forger.sent == {202: 12}
+        assert (outcome.result == "rolled back") == rolled_back, (networks, outcome.actions)
+        if rolled_back:
+            assert 3 <= outcome.days <= 4.5
 
 
 def test_forged_passes_from_one_network_do_not_walk_a_crash_loop_forward(tmp_path: Path) -> None:
@@ -71,6 +74,8 @@ def test_forged_passes_from_one_network_do_not_walk_a_crash_loop_forward(tmp_pat
         (tier,) = world.last.analysis.tiers
         reasons = {result.name: result.reason for result in tier.guardrails}
     assert forger.sent == {202: 1500}
-    assert outcome.result == "stuck at 5%", outcome.actions
+    # Never a step: stuck at 5 %, or rolled back when the cohort (a random salt) holds
+    # enough crash-looping devices from enough networks to fail despite the forgery.
+    assert [action for _, action, _ in outcome.actions] in ([], ["rollback"]), outcome.actions
     assert tier.candidate_devices > 1000
     assert "too few networks to pass" in reasons["inference_ms"], reasons

@@ -348,13 +348,16 @@ def test_a_bundles_members_are_listed(store: ReportStore) -> None:
 def test_installs_old_enough_to_have_reverted_are_counted(store: ReportStore) -> None:
     store.ingest_many(
         [
-            (report(1, reverted=True, confirmed=False), T0),
-            (report(2), T0),
-            (report(3, reverted=True, confirmed=False), T0 + timedelta(hours=80)),
+            (report(1, reverted=True, confirmed=False), T0, "198.51.100.0/24"),
+            (report(2), T0, "198.51.100.0/24"),
+            (report(4, reverted=True, confirmed=False), T0, "198.51.100.0/24"),
+            (report(3, reverted=True, confirmed=False), T0 + timedelta(hours=80), "192.0.2.0/24"),
         ]
     )
     (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
-    assert (summary.devices, summary.reverted) == (3, 2)
-    assert (summary.aged_devices, summary.aged_reverted) == (2, 1)
+    assert (summary.devices, summary.reverted, summary.reverted_sources) == (4, 3, 2)
+    assert (summary.aged_devices, summary.aged_reverted) == (3, 2)
+    # The aged reverts' own networks: the young revert's network is not among them.
+    assert summary.aged_reverted_sources == 1
     (plain,) = store.summaries("digits")
     assert plain.aged_devices is None

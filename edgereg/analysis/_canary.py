@@ -303,6 +303,7 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             if merged.aged_devices is None or summary.aged_devices is None
             else merged.aged_devices + summary.aged_devices,
             aged_reverted=merged.aged_reverted + summary.aged_reverted,
+            aged_reverted_sources=merged.aged_reverted_sources + summary.aged_reverted_sources,
         )
     return merged
 
@@ -483,12 +484,22 @@ def _rate_result(
             name, rule.critical, "inconclusive", f"no candidate{both} reports in the period", limit
         )
     candidate_events = getattr(candidate, _RATE_FIELD[name])
+    failing = failing_count(name, candidate, guardrails)
     absolute = check_rate_limit(candidate_events, candidate.devices, limit=ceiling, alpha=alpha)
+    # A fail rests on the failing devices counted one per network (failing_count).
+    above = (
+        absolute
+        if failing == candidate_events
+        else check_rate_limit(
+            failing, candidate.devices, limit=ceiling, alpha=alpha, interval=False
+        )
+    )
     own = {
         "candidate_events": candidate_events,
         "candidate_devices": candidate.devices,
         "candidate_rate": absolute.rate,
-        "p_above_max_rate": absolute.p_above,
+        "failing_counted": failing,
+        "p_above_max_rate": above.p_above,
         **limit,
     }
     own_line = (
@@ -500,7 +511,7 @@ def _rate_result(
     # fail is bad even when the stable fails alike (then both are, and the
     # stable's own alarm says so).
     short = _short_of_failing(name, candidate, guardrails)
-    if absolute.p_above < alpha and short is None:
+    if above.p_above < alpha and short is None:
         failed_numbers = dict(own)
         beside = ""
         if stable is not None and stable.devices >= 1:
@@ -518,7 +529,8 @@ def _rate_result(
             name,
             rule.critical,
             "fail",
-            f"{own_line}{beside}; above the absolute limit ({_p(absolute.p_above)})",
+            f"{own_line}{beside}; above the absolute limit ({_p(above.p_above)})"
+            + _networks_note(failing, candidate_events),
             failed_numbers,
         )
     if stable is None or stable.devices < 1:
@@ -562,6 +574,20 @@ def _rate_result(
         margin=rule.max_increase,
         alpha=alpha,
     )
+    # The evidence of a fail counts the failing devices one per network (failing_count);
+    # the stable's count stays whole, which only makes a fail harder.
+    worse = (
+        result
+        if failing == candidate_events
+        else compare_rates(
+            failing,
+            candidate.devices,
+            stable_events,
+            stable.devices,
+            margin=rule.max_increase,
+            alpha=alpha,
+        )
+    )
     numbers: dict[str, Number] = {
         **own,
         "stable_events": result.stable_events,
@@ -571,7 +597,7 @@ def _rate_result(
         "ci_low": result.ci_low,
         "ci_high": result.ci_high,
         "log_evidence": result.log_evidence,
-        "p_worse": result.p_worse,
+        "p_worse": worse.p_worse,
         "p_within": result.p_within,
     }
     level = round(100 * (1 - alpha))
@@ -582,20 +608,21 @@ def _rate_result(
         f"{level}% CS {_points(result.ci_low)} to {_points(result.ci_high)}, "
         f"limit {_points(rule.max_increase)}"
     )
-    if result.p_worse < alpha:
+    if worse.p_worse < alpha:
         if short is not None:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
-                f"{described}; above the limit ({_p(result.p_worse)}) but {short}",
+                f"{described}; above the limit ({_p(worse.p_worse)}) but {short}",
                 numbers,
             )
         return GuardrailResult(
             name,
             rule.critical,
             "fail",
-            f"{described}; above the limit ({_p(result.p_worse)})",
+            f"{described}; above the limit ({_p(worse.p_worse)})"
+            + _networks_note(failing, candidate_events),
             numbers,
         )
     if result.p_within < alpha:
@@ -625,17 +652,45 @@ def _rate_result(
         rule.critical,
         "inconclusive",
         f"{described}; not enough evidence either way "
-        f"({_p(min(result.p_worse, result.p_within))})"
+        f"({_p(min(worse.p_worse, result.p_within))})"
+        + _networks_note(failing, candidate_events)
         + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
         numbers,
     )
+
+
+def _networks_note(failing: int, events: int) -> str:
+    if failing == events:
+        return ""
+    return f" (a fail counts {failing} of the {events} failing devices: one per network)"
 
 
 def _aged(arm: ArmSummary | None) -> ArmSummary | None:
     """The arm as the revert guardrail counts it: the installs old enough to have reverted."""
     if arm is None or arm.aged_devices is None:
         return arm
-    return replace(arm, devices=arm.aged_devices, reverted=arm.aged_reverted)
+    return replace(
+        arm,
+        devices=arm.aged_devices,
+        reverted=arm.aged_reverted,
+        reverted_sources=arm.aged_reverted_sources,
+    )
+
+
+def failing_count(name: str, arm: ArmSummary, guardrails: Guardrails) -> int:
+    """The failing devices a fail may rest on: one per source network, when sources are known.
+
+    A forger mints tokens at will but networks slowly, so with
+    ``count_failing_networks`` (the default) each network counts as at most one
+    failing device of the arm: a dozen forged reverts from one /24 are one.
+    Genuine failures spread over the networks their devices sit in, so this
+    loses little where devices have networks of their own, and makes fails
+    slower where many sit behind a few carrier NATs. Passes count every device.
+    """
+    events = int(getattr(arm, _RATE_FIELD[name]))
+    if not guardrails.count_failing_networks or not _sourced(arm):
+        return events
+    return min(events, int(getattr(arm, _SOURCE_FIELD[name])))
 
 
 def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
@@ -643,10 +698,11 @@ def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) 
 
     Sources count only when the server knew them for most of the arm's devices.
     """
-    events = getattr(candidate, _RATE_FIELD[name])
+    events = failing_count(name, candidate, guardrails)
     if events < guardrails.min_failing_devices:
+        networks = " (one per network)" if events < getattr(candidate, _RATE_FIELD[name]) else ""
         return (
-            f"only {events} failing candidate device(s), "
+            f"only {events} failing candidate device(s){networks}, "
             f"{guardrails.min_failing_devices} needed to fail"
         )
     sources = getattr(candidate, _SOURCE_FIELD[name])

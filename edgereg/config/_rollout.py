@@ -74,6 +74,13 @@ class Guardrails(_Strict):
         "devices of a rate guardrail must come from before it can fail, when the server "
         "knows sources (docs/operations/report-threats.md).",
     )
+    count_failing_networks: bool = Field(
+        default=True,
+        description="When the server knows sources, a rate guardrail's fail counts each "
+        "source network as at most one failing device (a forger mints tokens at will, "
+        "networks slowly: a dozen forged reverts from one /24 are one). Passes count every "
+        "device. Turn off for fleets behind a few carrier NATs, where it slows fails.",
+    )
     revert_window_hours: float = Field(
         default=72.0,
         ge=0,

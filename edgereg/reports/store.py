@@ -207,7 +207,9 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
             "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
             "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
             f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END) "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} AND reverted = 1 "
+            "THEN source END) "
             f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
         )
     return (
@@ -216,7 +218,8 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
         "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
         f"SUM(CASE WHEN fr <= {placeholder} THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END) FROM ("
+        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} AND rv = 1 THEN src END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
         "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src, "
@@ -497,7 +500,7 @@ class ReportStore(abc.ABC):
         flags = {"since": since is not None, "model": model is not None}
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
-        aged = [cut, cut]
+        aged = [cut, cut, cut]
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -597,7 +600,7 @@ def _assemble(
         sources, sourced, probe_sources, load_sources, revert_sources = (
             int(n or 0) for n in row[8:13]
         )
-        aged_devices, aged_reverted = (int(n or 0) for n in row[13:15])
+        aged_devices, aged_reverted, aged_sources = (int(n or 0) for n in row[13:16])
         load, inference = histograms.get((tier, arm, version), ({}, {}))
         summaries.append(
             ArmSummary(
@@ -617,6 +620,7 @@ def _assemble(
                 reverted_sources=revert_sources,
                 aged_devices=aged_devices if aged else None,
                 aged_reverted=aged_reverted if aged else 0,
+                aged_reverted_sources=aged_sources if aged else revert_sources,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
             )

@@ -59,6 +59,7 @@ class ArmSummary:
             crash-looped (the revert guardrail's denominator), or None when not
             counted (then every device is).
         aged_reverted: Those of them that reverted.
+        aged_reverted_sources: Distinct source networks of those reverts.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
     """
@@ -79,5 +80,6 @@ class ArmSummary:
     reverted_sources: int = 0
     aged_devices: int | None = None
     aged_reverted: int = 0
+    aged_reverted_sources: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)
