@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from edgereg.analysis._bands import shift_evidence
 from edgereg.analysis._ranks import compare_latency, total
 from edgereg.analysis._rates import check_rate_limit, compare_rates
 from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
@@ -304,6 +306,7 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             else merged.aged_devices + summary.aged_devices,
             aged_reverted=merged.aged_reverted + summary.aged_reverted,
             aged_reverted_sources=merged.aged_reverted_sources + summary.aged_reverted_sources,
+            aged_sources=merged.aged_sources + summary.aged_sources,
         )
     return merged
 
@@ -540,16 +543,20 @@ def _rate_result(
             )
         # A first release has no stable arm: the absolute limit is all it is judged by.
         few_sources = _short_of_sources(guardrails, candidate)
-        if (
-            absolute.p_below < alpha
-            and candidate.devices >= guardrails.min_devices
-            and few_sources is None
-        ):
+        pass_events, pass_devices = passing_counts(name, candidate, guardrails)
+        below = (
+            absolute
+            if (pass_events, pass_devices) == (candidate_events, candidate.devices)
+            else check_rate_limit(
+                pass_events, pass_devices, limit=ceiling, alpha=alpha, interval=False
+            )
+        )
+        if below.p_below < alpha and pass_devices >= guardrails.min_devices and few_sources is None:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "pass",
-                f"{own_line}; no stable release: below the absolute limit ({_p(absolute.p_below)})",
+                f"{own_line}; no stable release: below the absolute limit ({_p(below.p_below)})",
                 own,
             )
         return GuardrailResult(
@@ -558,9 +565,9 @@ def _rate_result(
             "inconclusive",
             f"{own_line}; no stable release: not yet shown below the absolute limit"
             + (
-                f"; too few devices to pass (candidate {candidate.devices} of "
-                f"{guardrails.min_devices} needed)"
-                if candidate.devices < guardrails.min_devices
+                f"; too few devices to pass (candidate {pass_devices} of "
+                f"{guardrails.min_devices} needed{_counted(pass_devices, candidate.devices)})"
+                if pass_devices < guardrails.min_devices
                 else ""
             ),
             own,
@@ -573,6 +580,20 @@ def _rate_result(
         stable.devices,
         margin=rule.max_increase,
         alpha=alpha,
+    )
+    # The evidence of a pass counts the candidate's networks as its devices (passing_counts).
+    pass_events, pass_devices = passing_counts(name, candidate, guardrails)
+    within = (
+        result
+        if (pass_events, pass_devices) == (candidate_events, candidate.devices)
+        else compare_rates(
+            pass_events,
+            pass_devices,
+            stable_events,
+            stable.devices,
+            margin=rule.max_increase,
+            alpha=alpha,
+        )
     )
     # The evidence of a fail counts the failing devices one per network (failing_count);
     # the stable's count stays whole, which only makes a fail harder.
@@ -598,7 +619,8 @@ def _rate_result(
         "ci_high": result.ci_high,
         "log_evidence": result.log_evidence,
         "p_worse": worse.p_worse,
-        "p_within": result.p_within,
+        "p_within": within.p_within,
+        "passing_devices": pass_devices,
     }
     level = round(100 * (1 - alpha))
     described = (
@@ -625,14 +647,15 @@ def _rate_result(
             + _networks_note(failing, candidate_events),
             numbers,
         )
-    if result.p_within < alpha:
-        if min(candidate.devices, stable.devices) < guardrails.min_devices:
+    if within.p_within < alpha:
+        if min(pass_devices, stable.devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
                 f"{described}; "
-                + _too_few(candidate.devices, stable.devices, guardrails.min_devices),
+                + _too_few(pass_devices, stable.devices, guardrails.min_devices)
+                + _counted(pass_devices, candidate.devices),
                 numbers,
             )
         few_sources = _short_of_sources(guardrails, candidate, stable)
@@ -644,7 +667,8 @@ def _rate_result(
             name,
             rule.critical,
             "pass",
-            f"{described}; within the limit ({_p(result.p_within)})",
+            f"{described}; within the limit ({_p(within.p_within)})"
+            + _counted(pass_devices, candidate.devices),
             numbers,
         )
     return GuardrailResult(
@@ -652,11 +676,18 @@ def _rate_result(
         rule.critical,
         "inconclusive",
         f"{described}; not enough evidence either way "
-        f"({_p(min(worse.p_worse, result.p_within))})"
+        f"({_p(min(worse.p_worse, within.p_within))})"
         + _networks_note(failing, candidate_events)
-        + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
+        + _also_too_few(pass_devices, stable.devices, guardrails.min_devices)
+        + _counted(pass_devices, candidate.devices),
         numbers,
     )
+
+
+def _counted(networks: int, devices: int) -> str:
+    if networks == devices:
+        return ""
+    return f" (a pass counts the candidate's {networks} networks as its devices, not {devices})"
 
 
 def _networks_note(failing: int, events: int) -> str:
@@ -674,6 +705,7 @@ def _aged(arm: ArmSummary | None) -> ArmSummary | None:
         devices=arm.aged_devices,
         reverted=arm.aged_reverted,
         reverted_sources=arm.aged_reverted_sources,
+        sources=arm.aged_sources,
     )
 
 
@@ -681,16 +713,39 @@ def failing_count(name: str, arm: ArmSummary, guardrails: Guardrails) -> int:
     """The failing devices a fail may rest on: one per source network, when sources are known.
 
     A forger mints tokens at will but networks slowly, so with
-    ``count_failing_networks`` (the default) each network counts as at most one
+    ``count_networks`` (the default) each network counts as at most one
     failing device of the arm: a dozen forged reverts from one /24 are one.
     Genuine failures spread over the networks their devices sit in, so this
     loses little where devices have networks of their own, and makes fails
-    slower where many sit behind a few carrier NATs. Passes count every device.
+    slower where many sit behind a few carrier NATs. Passes count networks too
+    (:func:`passing_counts`).
     """
     events = int(getattr(arm, _RATE_FIELD[name]))
-    if not guardrails.count_failing_networks or not _sourced(arm):
+    if not guardrails.count_networks or not _sourced(arm):
         return events
     return min(events, int(getattr(arm, _SOURCE_FIELD[name])))
+
+
+def passing_devices(arm: ArmSummary, guardrails: Guardrails) -> int:
+    """The candidate devices a pass may rest on: its networks, when sources are known.
+
+    A forger's thousand healthy tokens from one network would otherwise
+    outweigh the arm's genuine devices; counted as one device they cannot.
+    The smaller count only makes a pass harder (``count_networks``).
+    """
+    if not guardrails.count_networks or not _sourced(arm):
+        return arm.devices
+    return min(arm.devices, arm.sources)
+
+
+def passing_counts(name: str, arm: ArmSummary, guardrails: Guardrails) -> tuple[int, int]:
+    """(events, devices) of the candidate arm for a pass: its networks, each a device.
+
+    The events stay whole (capped at the networks), so the rate a pass is
+    judged on is never below the arm's own.
+    """
+    devices = passing_devices(arm, guardrails)
+    return min(int(getattr(arm, _RATE_FIELD[name])), devices), devices
 
 
 def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
@@ -790,10 +845,14 @@ def _latency_result(
             limit,
         )
     result = compare_latency(histograms[0], histograms[1], alpha=guardrails.alpha)
+    # The verdict and the interval: time-uniform CDF bands, valid however often it looks.
+    evidence = shift_evidence(
+        histograms[0], histograms[1], limit_pct=rule.max_increase_pct, alpha=guardrails.alpha
+    )
     shift, low, high = (
         result.percent(result.shift_ms),
-        result.percent(result.ci_low_ms),
-        result.percent(result.ci_high_ms),
+        evidence.ci_low_pct,
+        evidence.ci_high_pct,
     )
     numbers: dict[str, Number] = {
         "candidate_devices": result.candidate_devices,
@@ -803,29 +862,36 @@ def _latency_result(
         "shift_ms": result.shift_ms,
         "shift_pct": shift,
         "ci_low_pct": low,
-        "ci_high_pct": high,
+        # JSON has no infinity: no upper end shown yet is null.
+        "ci_high_pct": None if math.isinf(high) else high,
         "u": result.u,
         "p_slower": result.p_slower,
         **limit,
     }
-    level = round(100 * (1 - 2 * guardrails.alpha))
+    level = round(100 * (1 - guardrails.alpha))
     described = (
         f"median {result.candidate_median_ms:.3g} ms vs {result.stable_median_ms:.3g} ms "
         f"({result.candidate_devices} vs {result.stable_devices} devices): shift {shift:+.1f}% "
-        f"of the stable median, {level}% CI {low:+.1f}% to {high:+.1f}%, limit "
-        f"+{rule.max_increase_pct:g}%; Mann-Whitney {_p(result.p_slower)}"
+        f"of the stable median, {level}% CS {_pct(low)} to {_pct(high)}, limit "
+        f"+{rule.max_increase_pct:g}%"
     )
-    # The interval is the inverted rank test: above the limit means significantly slower by more.
-    if low > rule.max_increase_pct:
+    if evidence.slower:
         return GuardrailResult(name, rule.critical, "fail", f"{described}; slower", numbers)
-    if high < rule.max_increase_pct:
-        if min(result.candidate_devices, result.stable_devices) < guardrails.min_devices:
+    if evidence.within:
+        # A pass counts the candidate's networks as its devices (passing_devices).
+        counted = (
+            min(result.candidate_devices, passing_devices(candidate, guardrails))
+            if candidate is not None
+            else result.candidate_devices
+        )
+        if min(counted, result.stable_devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
                 f"{described}; "
-                + _too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
+                + _too_few(counted, result.stable_devices, guardrails.min_devices)
+                + _counted(counted, result.candidate_devices),
                 numbers,
             )
         few_sources = _short_of_sources(guardrails, candidate, stable)
@@ -838,7 +904,13 @@ def _latency_result(
         name,
         rule.critical,
         "inconclusive",
-        f"{described}; the interval holds the limit"
+        f"{described}; the sequence holds the limit"
         + _also_too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
         numbers,
     )
+
+
+def _pct(value: float) -> str:
+    if math.isinf(value):
+        return "+inf%"
+    return f"{value:+.1f}%"

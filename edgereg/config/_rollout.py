@@ -38,7 +38,8 @@ class LatencyGuardrail(_Strict):
     max_increase_pct: float = Field(
         default=10.0,
         ge=0,
-        description="Largest allowed Hodges-Lehmann shift, in percent of the stable median.",
+        description="Largest allowed slowdown, in percent of the stable (a scale shift, "
+        "judged with confidence bands valid at every look).",
     )
     critical: bool = Field(default=False, description="A failure pauses the rollout.")
 
@@ -52,8 +53,9 @@ class Guardrails(_Strict):
         gt=0,
         le=0.5,
         description="Error allowed at each rollout step over every look: rate evidence is "
-        "always valid (a mixture SPRT), so running --auto often does not raise it; rate "
-        "intervals are 1 - alpha confidence sequences, latency intervals 1 - 2 alpha.",
+        "always valid (a mixture SPRT), and so is latency evidence (time-uniform "
+        "confidence bands), so running --auto often does not raise it; intervals are "
+        "1 - alpha confidence sequences.",
     )
     min_devices: int = Field(
         default=50,
@@ -74,12 +76,13 @@ class Guardrails(_Strict):
         "devices of a rate guardrail must come from before it can fail, when the server "
         "knows sources (docs/operations/report-threats.md).",
     )
-    count_failing_networks: bool = Field(
+    count_networks: bool = Field(
         default=True,
-        description="When the server knows sources, a rate guardrail's fail counts each "
-        "source network as at most one failing device (a forger mints tokens at will, "
-        "networks slowly: a dozen forged reverts from one /24 are one). Passes count every "
-        "device. Turn off for fleets behind a few carrier NATs, where it slows fails.",
+        description="When the server knows sources, the candidate arm's evidence counts "
+        "source networks, not devices: a fail counts each network as at most one failing "
+        "device, a pass counts each network as one device (a forger mints tokens at will, "
+        "networks slowly: a thousand forged reports from one /24 are one device). Turn off "
+        "for fleets behind a few carrier NATs, where it slows both.",
     )
     revert_window_hours: float = Field(
         default=72.0,

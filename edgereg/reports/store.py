@@ -209,7 +209,8 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
             f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
             f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END), "
             f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} AND reverted = 1 "
-            "THEN source END) "
+            "THEN source END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} THEN source END) "
             f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
         )
     return (
@@ -219,7 +220,8 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
         "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
         f"SUM(CASE WHEN fr <= {placeholder} THEN 1 ELSE 0 END), "
         f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END), "
-        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} AND rv = 1 THEN src END) FROM ("
+        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} AND rv = 1 THEN src END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} THEN src END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
         "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src, "
@@ -500,7 +502,7 @@ class ReportStore(abc.ABC):
         flags = {"since": since is not None, "model": model is not None}
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
-        aged = [cut, cut, cut]
+        aged = [cut, cut, cut, cut]
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -600,7 +602,9 @@ def _assemble(
         sources, sourced, probe_sources, load_sources, revert_sources = (
             int(n or 0) for n in row[8:13]
         )
-        aged_devices, aged_reverted, aged_sources = (int(n or 0) for n in row[13:16])
+        aged_devices, aged_reverted, aged_reverted_sources, aged_sources = (
+            int(n or 0) for n in row[13:17]
+        )
         load, inference = histograms.get((tier, arm, version), ({}, {}))
         summaries.append(
             ArmSummary(
@@ -620,7 +624,8 @@ def _assemble(
                 reverted_sources=revert_sources,
                 aged_devices=aged_devices if aged else None,
                 aged_reverted=aged_reverted if aged else 0,
-                aged_reverted_sources=aged_sources if aged else revert_sources,
+                aged_reverted_sources=aged_reverted_sources if aged else revert_sources,
+                aged_sources=aged_sources if aged else sources,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
             )

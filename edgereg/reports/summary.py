@@ -60,6 +60,7 @@ class ArmSummary:
             counted (then every device is).
         aged_reverted: Those of them that reverted.
         aged_reverted_sources: Distinct source networks of those reverts.
+        aged_sources: Distinct source networks of the aged devices.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
     """
@@ -81,5 +82,6 @@ class ArmSummary:
     aged_devices: int | None = None
     aged_reverted: int = 0
     aged_reverted_sources: int = 0
+    aged_sources: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)
