@@ -239,7 +239,8 @@ class FleetWorld:
         ]
         self.statuses: dict[int, int] = {}
         self.storage = open_storage(f"file://{work / 'registry'}")
-        self.signer = Signer.from_pem(generate_key()[0])
+        self.private_pem, self.public_pem = generate_key()
+        self.signer = Signer.from_pem(self.private_pem)
         self.trusted = TrustedKeys([self.signer.public_key])
         self.registry = Registry(self.storage, trusted=self.trusted, clock=self.clock)
         self._host: str | None = None
