@@ -241,8 +241,11 @@ def test_runtime_fallback_is_flagged() -> None:
 
 
 def test_reason_codes_are_distinct() -> None:
+    from edgereg.protocol.reasons import CpuUnsupported, InsufficientMemory
+
     classes = [BadSignature, UnknownKey, Expired, Rollback, WrongModel, WrongTier]
     classes += [RuntimeTooOld, Malformed, BadBlob, BlobTooLarge]
+    classes += [InsufficientMemory, CpuUnsupported]
     assert len({c.reason for c in classes}) == len(classes)
 
 
@@ -322,6 +325,137 @@ def test_rollback_rule(seen: int, sequence: int) -> None:
             decide(data, highest_seen_sequence=seen, **args)
     else:
         assert decide(data, highest_seen_sequence=seen, **args).sequence == sequence
+
+
+# --- the device's CPU and memory (fit rules d and e) ----------------------------------
+
+A710_CPUINFO = """processor\t: 0
+BogoMIPS\t: 48.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm \
+jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb \
+paca pacg dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 \
+i8mm bf16 dgh bti
+CPU implementer\t: 0x41
+""".replace("\\\n", "")
+A53_CPUINFO = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid\n"
+A76_CPUINFO = (
+    "Features\t: fp asimd aes crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "features", "cpu_class"),
+    [
+        (A710_CPUINFO, {"dotprod", "fp16", "sve2", "i8mm", "bf16"}, "armv9"),
+        (A76_CPUINFO, {"dotprod", "fp16"}, "armv8.2"),
+        (A53_CPUINFO, set(), "armv8"),
+        ("", set(), "armv8"),  # no Features line: an ARM CPU with none of them
+        # svei8mm and svebf16 are other hwcaps: only the exact names count.
+        ("Features\t: svei8mm svebf16\n", set(), "armv8"),
+        ("Features\t: fphp\nFeatures\t: asimddp\n", {"fp16", "dotprod"}, "armv8.2"),
+    ],
+    ids=["cortex-a710", "cortex-a76", "cortex-a53", "empty", "sve-only-names", "two-lines"],
+)
+def test_an_arm_linux_device_reads_its_features_from_cpuinfo(
+    tmp_path: Path, cpuinfo: str, features: set[str], cpu_class: str
+) -> None:
+    from edgereg.client._cpu import cpu_class as class_of
+    from edgereg.client._cpu import detect_cpu_features
+
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    found = detect_cpu_features("aarch64", path)
+    assert found == features
+    assert class_of(found, "aarch64") == cpu_class
+
+
+@pytest.mark.parametrize(
+    ("machine", "features", "cpu_class"),
+    [
+        ("x86_64", frozenset(), "x86_64"),  # no ARM feature applies: said, and empty
+        ("AMD64", frozenset(), "x86_64"),
+        ("aarch64", None, None),  # /proc/cpuinfo unreadable: not said, never "none"
+        ("riscv64", None, None),
+    ],
+)
+def test_other_machines_say_none_or_leave_the_features_unsaid(
+    tmp_path: Path, machine: str, features: frozenset[str] | None, cpu_class: str | None
+) -> None:
+    from edgereg.client._cpu import cpu_class as class_of
+    from edgereg.client._cpu import detect_cpu_features
+
+    found = detect_cpu_features(machine, tmp_path / "no-such-cpuinfo")
+    assert found == features
+    assert class_of(found, machine) == cpu_class
+
+
+@pytest.mark.parametrize(
+    ("features", "machine", "cpu_class"),
+    [
+        ({"i8mm"}, "x86_64", "armv9"),  # what the app says wins over the host
+        ({"sve2"}, "aarch64", "armv9"),
+        ({"fp16"}, "aarch64", "armv8.2"),
+        ({"bf16"}, "x86_64", "armv8"),
+        (set(), "riscv64", "other"),
+        ({"sme2p1-x"}, "riscv64", "other"),  # a name no class knows
+    ],
+)
+def test_the_cpu_class_a_report_carries(features: set[str], machine: str, cpu_class: str) -> None:
+    from edgereg.client._cpu import cpu_class as class_of
+
+    assert class_of(frozenset(features), machine) == cpu_class
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cpu_features": {"I8MM"}}, "not a feature name"),
+        ({"cpu_features": "i8mm"}, "a set of names, not one string"),
+        ({"memory_budget_mb": 0}, "memory_budget_mb must be"),
+        ({"memory_budget_mb": -5.0}, "memory_budget_mb must be"),
+        ({"memory_budget_mb": True}, "memory_budget_mb must be"),
+        ({"memory_budget_mb": 2_000_000}, "memory_budget_mb must be"),
+    ],
+)
+def test_a_client_refuses_device_facts_no_manifest_could_match(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    from edgereg.client import Client, DeviceProfile
+
+    with pytest.raises(ValueError, match=message):
+        Client(
+            "http://127.0.0.1:9/",
+            TRUSTED,
+            tmp_path,
+            model="digits",
+            device=DeviceProfile(device_id="d", ram_mb=4096, cpu_cores=4),
+            tier="mid",
+            **kwargs,
+        )
+
+
+def test_a_client_says_the_facts_it_was_given_or_read(tmp_path: Path) -> None:
+    from edgereg.client import Client, DeviceProfile
+    from edgereg.client._cpu import detect_cpu_features
+
+    def client(**kwargs: Any) -> Client:
+        return Client(
+            "http://127.0.0.1:9/",
+            TRUSTED,
+            tmp_path,
+            model="digits",
+            device=DeviceProfile(device_id="d", ram_mb=4096, cpu_cores=4),
+            tier="mid",
+            **kwargs,
+        )
+
+    assert client().app.cpu_features == detect_cpu_features()
+    assert client(cpu_features=None).app.cpu_features is None
+    given = client(cpu_features=["i8mm", "dotprod"], memory_budget_mb=512)
+    assert given.app.cpu_features == {"i8mm", "dotprod"}
+    assert given.app.memory_budget_mb == 512.0
+    assert given.reporter.device.cpu_class == "armv9"
+    assert client(cpu_features=None).reporter.device.cpu_class is None
 
 
 # --- blobs --------------------------------------------------------------------
@@ -464,13 +598,24 @@ def test_vectors_cover_every_required_case() -> None:
     required |= {"too-new-runtime", "app-incompatible-candidate-falls-back"}
     required |= {"os-incompatible-stable-refused", "bundle-in-cohort", "bundle-member-too-new"}
     required |= {"bundle-asked-as-model"}
+    # Fit rules (d) and (e): the cases docs/protocol.md §9 lists for every port.
+    required |= {"memory-fits", "memory-exactly-the-budget", "memory-over-budget"}
+    required |= {"memory-candidate-over-falls-back", "memory-budget-not-said"}
+    required |= {"cpu-avoided-no-instead", "cpu-avoided-instead-installed"}
+    required |= {"cpu-instead-over-memory", "cpu-instead-avoids-too", "cpu-features-not-said"}
+    required |= {"instead-nested", "instead-other-version", "cpu-unknown-feature-name"}
+    required |= {"bundle-memory-sum-over", "bundle-member-instead"}
+    required |= {"runtime-before-memory", "memory-before-cpu"}
     assert required <= names
     reasons = {json.loads(p.read_text())["expected"].get("reason") for p in vector_files()}
     assert {"bad-signature", "unknown-key", "expired", "rollback"} <= reasons
     assert {"wrong-model", "wrong-tier", "runtime-too-old", "malformed"} <= reasons
-    assert "os-incompatible" in reasons
+    assert {"os-incompatible", "insufficient-memory", "cpu-unsupported"} <= reasons
     fallbacks = {json.loads(p.read_text())["expected"].get("fallback") for p in vector_files()}
     assert {"app-incompatible", "runtime-too-old"} <= fallbacks
+    assert {"insufficient-memory", "cpu-unsupported"} <= fallbacks
+    substitutes = {json.loads(p.read_text())["expected"].get("substitute") for p in vector_files()}
+    assert substitutes == {None, "cpu-unsupported"}
 
 
 # --- compatibility: the previous release's vectors, frozen --------------------------------
@@ -561,6 +706,8 @@ SCHEMA_CANNOT_SAY = {
     "integer-beyond-double-in-unknown-key": "a JSON parser rule: a double's range",
     "integer-rounding-to-infinity-in-unknown-key": "a JSON parser rule: a double's range",
     "integer-5000-digits-in-unknown-key": "a JSON parser rule: a double's range",
+    "instead-nested": "instead is an entry, whose own schema allows instead",
+    "instead-other-version": "JSON Schema cannot compare two fields",
 }
 # Whole-string vectors: the schema's ^...$ patterns refuse them as JSON Schema
 # reads them (ECMA-262, where $ is the end of the string), but Python's
@@ -615,7 +762,15 @@ def test_the_schema_refuses_what_the_reference_refuses() -> None:
 
 
 # Report vectors the JSON Schema cannot refuse (its $comment says so).
-REPORT_SCHEMA_CANNOT_SAY = {"schema-version-as-float", "sequence-as-float"}
+REPORT_SCHEMA_CANNOT_SAY = {
+    "schema-version-as-float",
+    "sequence-as-float",
+    "unconfirmed-starts-as-float",
+    # Which keys a version allows: said in the $comment.
+    "v1-with-v2-key",
+    "v1-with-v2-key-null",
+    "v1-absent-with-v2-key",
+}
 # As DOLLAR_BEFORE_NEWLINE: refused by the schema read as ECMA-262, not by Python's re.
 REPORT_DOLLAR_BEFORE_NEWLINE = {"version-trailing-newline", "os-version-trailing-newline"}
 

@@ -195,16 +195,25 @@ def test_a_crash_looping_candidate_is_reverted_marked_bad_and_reported(tmp_path:
         assert (after.version, after.fallback) == ("1.0.0", "bad-release")
         client.close()
         reports = served.reports()
-    assert [(r.version, r.confirmed, r.reverted) for r in reports] == [
-        ("1.0.0", False, False),
-        ("1.0.0", True, False),
-        ("1.1.0", False, False),
-        ("1.1.0", False, True),
+    # Each start that counts against an unconfirmed install is reported as it happens
+    # (unconfirmed_starts), so the crash loop shows before the revert.
+    assert [(r.version, r.unconfirmed_starts, r.confirmed, r.reverted) for r in reports] == [
+        ("1.0.0", None, False, False),
+        ("1.0.0", 1, False, False),
+        ("1.0.0", 1, True, False),
+        ("1.1.0", None, False, False),
+        ("1.1.0", 1, False, False),
+        ("1.1.0", 2, False, False),
+        ("1.1.0", 2, False, True),
     ]
-    assert reports[1].inference is not None
-    assert reports[1].inference.count == 1
-    assert reports[2].arm == "candidate"
-    assert reports[0].token == reports[1].token != reports[2].token == reports[3].token
+    assert all(r.schema_version == 2 for r in reports if r.unconfirmed_starts is not None)
+    assert reports[2].inference is not None
+    assert reports[2].inference.count == 1
+    assert reports[2].first_inference_ms == 4.0
+    assert reports[3].arm == "candidate"
+    assert len({r.token for r in reports[:3]}) == 1
+    assert len({r.token for r in reports[3:]}) == 1
+    assert reports[0].token != reports[3].token
 
 
 def test_without_a_report_url_or_with_reporting_off_nothing_is_sent(tmp_path: Path) -> None:

@@ -36,7 +36,14 @@ from edgereg.registry import _transitions as transitions
 from edgereg.rollout import cohort_bucket, in_cohort
 from edgereg.signing import Signer, generate_key
 from edgereg.storage import open_storage
-from edgereg.wire import Manifest, ReleaseRecord, ReleaseVariant, blob_path, from_bytes
+from edgereg.wire import (
+    Manifest,
+    ManifestEntry,
+    ReleaseRecord,
+    ReleaseVariant,
+    blob_path,
+    from_bytes,
+)
 
 HIGH_SIZE = 300_000
 LOW_SIZE = 120_000
@@ -788,6 +795,94 @@ def test_through_edgereg_serve_happy_path_304_and_resume(tmp_path: Path) -> None
         assert again.ok
         assert again.not_modified
         assert again.downloaded_bytes == 0
+
+
+def avoiding_i8mm(tmp_path: Path) -> tuple[Any, ManifestEntry, ManifestEntry]:
+    """A registry whose high stable avoids i8mm and names mid's variant instead.
+
+    Returns the published registry, high's and mid's stable entries.
+    """
+    import servekit
+
+    from edgereg.registry import manifest_key
+    from edgereg.wire import sign_document
+
+    fake = servekit.make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    high = fake.registry.read_manifest("digits", "high")
+    mid = fake.registry.read_manifest("digits", "mid")
+    assert isinstance(high.stable, ManifestEntry)
+    assert isinstance(mid.stable, ManifestEntry)
+    # The high variant avoids i8mm (MNN's int8 kernel fault); the mid variant of the
+    # same release is what such a device installs instead.
+    stable = high.stable.model_copy(update={"avoid_cpu": ["i8mm"], "instead": mid.stable})
+    signed = high.model_copy(
+        update={"stable": stable, "candidate": None, "percent": None, "salt": None}
+    )
+    (fake.root / manifest_key("digits", "high")).write_bytes(sign_document(signed, [fake.signer]))
+    return fake, high.stable, mid.stable
+
+
+@pytest.mark.parametrize(
+    ("features", "tier_blob", "substitute"),
+    [
+        ({"dotprod", "fp16", "i8mm"}, "mid", "cpu-unsupported"),  # a Cortex-A710 class CPU
+        ({"dotprod", "fp16"}, "high", None),  # a Cortex-A76 class CPU
+        (None, "high", None),  # features not said: rule (e) skipped
+    ],
+    ids=["i8mm", "no-i8mm", "not-said"],
+)
+def test_through_edgereg_serve_a_device_with_an_avoided_cpu_feature_installs_instead(
+    tmp_path: Path, features: set[str] | None, tier_blob: str, substitute: str | None
+) -> None:
+    import servekit
+
+    fake, high, mid = avoiding_i8mm(tmp_path)
+    with servekit.serve(fake.root) as base_url:
+        result = Client(
+            base_url,
+            TrustedKeys([fake.signer.public_key]),
+            tmp_path / "cache",
+            model="digits",
+            device=device("d1"),
+            tier="high",
+            cpu_features=features,
+            timeout=5,
+        ).fetch()
+    assert result.ok, result.error
+    assert (result.version, result.substitute, result.fallback) == ("1.0.0", substitute, None)
+    chosen = mid if tier_blob == "mid" else high
+    assert (result.variant, result.sha256) == (chosen.variant, chosen.sha256)
+    assert result.path is not None
+    assert result.path.read_bytes() == fake.blob("digits", "1.0.0", tier_blob).data
+
+
+def test_pull_says_the_cpu_features_and_the_memory_budget(tmp_path: Path) -> None:
+    import servekit
+
+    fake, high, mid = avoiding_i8mm(tmp_path)
+    key = tmp_path / "registry.pub.pem"
+    key.write_bytes(fake.signer.public_pem())
+    with servekit.serve(fake.root) as base_url:
+        args = ["digits", "--registry", base_url, "--device-id", "d1", "--tier", "high"]
+        args += ["--trusted-key", str(key), "--no-report"]
+
+        def pull(out: str, *more: str) -> Any:
+            return CliRunner().invoke(pull_command, [*args, "--out", str(tmp_path / out), *more])
+
+        text = pull("a", "--cpu-features", "dotprod, fp16,i8mm")
+        assert text.exit_code == 0, text.output
+        assert f"variant {mid.variant} for tier high (stable, the variant named for this" in (
+            text.output
+        )
+        data = json.loads(pull("b", "--cpu-features", "none", "--json").stdout)
+        assert (data["variant"], data["substitute"]) == (high.variant, None)
+        bad = pull("c", "--cpu-features", "I8MM")
+        assert bad.exit_code == 2
+        assert "not a feature name" in bad.output
+        fits = pull("d", "--memory-budget-mb", "64", "--json")
+        assert fits.exit_code == 0, fits.output  # no peak_memory_mb published: (d) skipped
+        assert pull("e", "--memory-budget-mb", "0").exit_code == 2
 
 
 # --- finding 3 and 10: a server with no key cannot crash or hold the client ----------------

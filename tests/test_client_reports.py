@@ -337,3 +337,190 @@ def test_each_member_of_a_bundle_is_reported_under_the_bundle(tmp_path: Path) ->
     assert reports[2].inference is None
     assert reports[3].inference is not None
     assert reports[0].token == reports[1].token  # one install, one token
+
+
+# --- version 2: what the app measures, and where the device stands ----------------------
+
+
+def test_a_report_that_uses_nothing_new_is_a_version_1_report_byte_for_byte(
+    collector: Collector, tmp_path: Path
+) -> None:
+    _reporter(collector, tmp_path).installed(FACTS, "v1/reports")
+    [(_, _, body)] = collector.received
+    document = json.loads(body)
+    assert document["schema_version"] == 1
+    for key in ("unconfirmed_starts", "cpu_class", "memory_peak_mb", "first_inference_ms"):
+        assert key not in document
+
+
+def test_the_cpu_class_makes_every_report_a_version_2_report(
+    collector: Collector, tmp_path: Path
+) -> None:
+    device = DeviceFacts(os="android", os_version="14", cpu_class="armv9")
+    Reporter(collector.base, tmp_path, device=device, background=False).installed(
+        FACTS, "v1/reports"
+    )
+    (report,) = collector.reports()
+    assert (report.schema_version, report.cpu_class) == (2, "armv9")
+
+
+def test_the_first_inference_of_an_install_is_reported_and_kept(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.record_inference("digits", 900.0)  # the model before this install ran it
+    reporter.installed(FACTS, "v1/reports")
+    for ms in (120.0, 8.0, 9.0):
+        reporter.record_inference("digits", ms)
+    reporter.confirmed("digits", "digits")
+    reporter.record_inference("digits", 7.0)
+    reporter.summary("digits", "digits")
+    # The next version: its own first call.
+    newer = InstallFacts(**{**FACTS.__dict__, "version": "1.2.0", "unit_version": "1.2.0"})
+    reporter.installed(newer, "v1/reports")
+    reporter.record_inference("digits", 95.5)
+    reporter.summary("digits", "digits")
+    installed, confirmed, later, new_install, new_later = collector.reports()
+    assert installed.first_inference_ms is None
+    assert installed.schema_version == 1
+    assert (confirmed.first_inference_ms, confirmed.schema_version) == (120.0, 2)
+    assert later.first_inference_ms == 120.0  # kept with the install, unlike latency
+    assert new_install.first_inference_ms is None
+    assert new_later.first_inference_ms == 95.5
+
+
+@pytest.mark.parametrize(
+    ("peak", "steady", "sent"),
+    [
+        (212.5, 140.0, (212.5, 140.0)),
+        (212, None, (212.0, None)),
+        (0, 0, (0.0, 0.0)),
+        (-1.0, 140.0, (None, 140.0)),  # a figure no report can carry is dropped
+        (2_000_000.0, None, None),  # nothing left to send
+        (float("nan"), None, None),
+    ],
+)
+def test_the_memory_the_app_measured_is_reported_at_once(
+    collector: Collector,
+    tmp_path: Path,
+    peak: float,
+    steady: float | None,
+    sent: tuple[float | None, float | None] | None,
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    result = reporter.memory("digits", "digits", peak, steady)
+    if sent is None:
+        assert result is None
+        assert len(collector.received) == 1
+        return
+    _, report = collector.reports()
+    assert (report.memory_peak_mb, report.memory_steady_mb) == sent
+    assert report.schema_version == 2
+    reporter.confirmed("digits", "digits")
+    assert collector.reports()[-1].memory_peak_mb == sent[0]  # kept in later reports
+
+
+def test_memory_for_nothing_installed_is_not_sent(collector: Collector, tmp_path: Path) -> None:
+    assert _reporter(collector, tmp_path).memory("digits", "digits", 100.0, 50.0) is None
+    assert collector.received == []
+
+
+def test_unconfirmed_starts_are_reported_and_capped(collector: Collector, tmp_path: Path) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(FACTS, "v1/reports")
+    reporter.unconfirmed("digits", "digits", 1)
+    reporter.unconfirmed("digits", "digits", 5000)
+    _, one, many = collector.reports()
+    assert (one.unconfirmed_starts, many.unconfirmed_starts) == (1, 1000)
+    assert one.token == many.token
+
+
+# --- through `edgereg serve`: a crash loop stored as it happens -------------------------
+
+
+def test_a_crash_loop_is_stored_by_edgereg_serve_before_the_revert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import servekit
+
+    from edgereg.client import _reporter as reporter_module
+    from edgereg.registry import Registry
+    from edgereg.reports import open_store
+    from edgereg.serve._ratelimit import RateLimiter
+    from edgereg.signing import Signer, TrustedKeys, generate_key
+    from edgereg.storage import open_storage
+
+    root = tmp_path / "registry"
+    signer = Signer.from_pem(generate_key()[0])
+    registry = Registry(open_storage(str(root)))
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    for version in ("1.0.0", "1.1.0"):
+        prepared, _ = servekit._release(
+            "digits", version, {"high": 4000, "low": 1000}, staging, seed=version
+        )
+        registry.publish(
+            prepared,
+            signer=signer,
+            percent=None if version == "1.0.0" else 100.0,
+            full=version == "1.0.0",
+            actor="tests@tests",
+            expires_days=30,
+            report_url="v1/reports",
+        )
+        if version == "1.0.0":
+            first = Client(
+                "file://" + str(root),
+                TrustedKeys([signer.public_key]),
+                tmp_path / "cache",
+                model="digits",
+                device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+                tier="high",
+                reporting=False,
+            )
+            assert first.fetch().version == "1.0.0"
+            assert first.confirm("1.0.0")
+    # The real statuses of the real server, as the client's sender saw them.
+    answers: list[tuple[int, bytes]] = []
+    post = reporter_module._http_post
+
+    def observed(url: str, body: bytes, timeout: float) -> int:
+        status = post(url, body, timeout)
+        answers.append((status, body))
+        return status
+
+    monkeypatch.setattr(reporter_module, "_http_post", observed)
+    with (
+        open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store,
+        servekit.serve(root, reports=store, report_limiter=RateLimiter(10_000, 10_000)) as url,
+    ):
+        client = Client(
+            url,
+            TrustedKeys([signer.public_key]),
+            tmp_path / "cache",
+            model="digits",
+            device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+            tier="high",
+            cpu_features={"dotprod", "fp16", "i8mm"},
+            max_unconfirmed_starts=2,
+        )
+        assert client.fetch().version == "1.1.0"
+        assert client.app_started() is None
+        client.close()
+        (candidate,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
+        assert (candidate.devices, candidate.reverted) == (1, 0)  # stored, not yet reverted
+        assert client.app_started() is None
+        assert client.app_started() is not None  # the third start reverts
+        client.close()
+        (after,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
+    sent = [parse_report(body) for _, body in answers]
+    assert [status for status, _ in answers] == [202] * 4
+    assert [(r.unconfirmed_starts, r.reverted) for r in sent] == [
+        (None, False),
+        (1, False),
+        (2, False),
+        (2, True),
+    ]
+    assert {(r.schema_version, r.cpu_class, r.version) for r in sent} == {(2, "armv9", "1.1.0")}
+    assert (after.devices, after.reverted) == (1, 1)

@@ -478,6 +478,58 @@ def _canary_split(
         ), again
 
 
+def test_a_device_with_an_avoided_cpu_feature_installs_the_entrys_instead(
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
+) -> None:
+    high, mid = lib.manifest("high"), lib.manifest("mid")
+    assert isinstance(high.stable, ManifestEntry)
+    assert isinstance(mid.stable, ManifestEntry)
+    # High's variant must not run on i8mm (MNN's int8 kernel fault); mid's variant of the
+    # same release is what such a device installs in its place (docs/protocol.md §7, e).
+    avoiding = high.stable.model_copy(update={"avoid_cpu": ["i8mm"], "instead": mid.stable})
+    lib.manifest_file().write_bytes(
+        sign_document(high.model_copy(update={"stable": avoiding}), [lib.signer])
+    )
+    cases = [
+        ("device-a710", ["dotprod", "fp16", "i8mm"], mid.stable, "cpu-unsupported"),
+        ("device-a76", ["dotprod", "fp16"], high.stable, None),
+    ]
+    for device_id, features, installed, substitute in cases:
+        device = devices()
+        configure(
+            device,
+            lib_url,
+            lib.pem,
+            tmp_path / device_id,
+            device_id=device_id,
+            cpu_features=features,
+            memory_budget_mb=4096,
+        )
+        result = device.request("update")
+        assert result["substitute"] == substitute, (device_id, result)
+        assert outcome(device, result) == want("digits", installed), device_id
+        assert result["members"]["digits"]["variant"] == installed.variant
+        assert device.request("confirm", version="1.0.0") == {"confirmed": True}
+        device.request("flush")
+    counts = {"devices": 2, "confirmed": 2}
+    assert arms(reports, "digits", **counts) == {("stable", "1.0.0"): counts}
+
+
+def test_a_release_over_the_devices_memory_budget_is_refused_and_nothing_installs(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    high = lib.manifest("high")
+    assert isinstance(high.stable, ManifestEntry)
+    heavy = high.stable.model_copy(update={"peak_memory_mb": 900.0})
+    lib.manifest_file().write_bytes(
+        sign_document(high.model_copy(update={"stable": heavy}), [lib.signer])
+    )
+    for budget, code, installed in ((512, "insufficient-memory", None), (900, None, heavy)):
+        device = devices()
+        configure(device, lib_url, lib.pem, tmp_path / f"cache-{budget}", memory_budget_mb=budget)
+        assert update(device) == want("digits", installed, code=code), budget
+
+
 def test_a_bundle_installs_as_one_set_on_two_tiers(
     devices: Devices, bundle_project: Project, tmp_path: Path
 ) -> None:

@@ -300,13 +300,20 @@ def _facts(prop: dict[str, object]) -> list[str]:
         facts.append("8–64 lowercase hex")
     if node.get("pattern") == r"^blobs/sha256/[0-9a-f]{64}$":
         facts.append("Always `blobs/sha256/` + `sha256`")
-    if "exclusiveMinimum" in node:
+    if "exclusiveMinimum" in node and "$comment" in node:  # percent: its decimals rule
         facts.append(
             f"{node['exclusiveMinimum']} < percent ≤ {node['maximum']}, at most 2 decimals"
         )
-    if node.get("type") == "array" and node.get("uniqueItems"):
+    elif "exclusiveMinimum" in node:
+        facts.append(f"number, > {node['exclusiveMinimum']} and ≤ {node['maximum']}")
+    items = node.get("items")
+    items = items if isinstance(items, dict) else {}
+    if node.get("type") == "array" and node.get("uniqueItems") and "enum" in items:
         facts.append("each once, ending with `cpu`")
-        facts.extend(f"`{value}`" for value in node["items"]["enum"])  # type: ignore[index]
+        facts.extend(f"`{value}`" for value in items["enum"])
+    elif node.get("type") == "array" and node.get("uniqueItems"):
+        facts.append(f"{node['minItems']} to {node['maxItems']} distinct")
+        facts.append(f"`{items['pattern']}`")
     elif "enum" in node:
         facts.extend(f"`{value}`" for value in node["enum"])  # type: ignore[union-attr]
     return facts

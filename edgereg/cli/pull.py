@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import click
 from rich.console import Console
@@ -74,6 +74,21 @@ TOFU_WARNING = (
 @click.option("--abi", default=None, help="CPU ABI, like arm64-v8a.")
 @click.option("--mnn-runtime", default=None, help="MNN runtime version in the app, like 3.6.1.")
 @click.option("--app-version", default=None, help="The app's version, for requires.app.")
+@click.option(
+    "--cpu-features",
+    default=None,
+    metavar="NAMES",
+    help="The device's CPU features, comma-separated (like dotprod,fp16,i8mm; 'none' for "
+    "none), for entries that avoid some (docs/protocol.md §7, rule e). Default: read from "
+    "this machine.",
+)
+@click.option(
+    "--memory-budget-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="How much memory the model (a bundle: its members together) may take, MiB; "
+    "an entry whose measured peak is above it does not fit.",
+)
 @click.option("--tier", default=None, help="The device's tier (default: resolved from --config).")
 @config_option_for("models.toml whose [tiers] resolve the tier when --tier is not given.")
 @click.option(
@@ -170,6 +185,8 @@ def pull_command(
     abi: str | None,
     mnn_runtime: str | None,
     app_version: str | None,
+    cpu_features: str | None,
+    memory_budget_mb: float | None,
     tier: str | None,
     config_path: Path,
     trusted_key_files: tuple[Path, ...],
@@ -264,6 +281,8 @@ def pull_command(
             device=device,
             tier=tier,
             app_version=app_version,
+            cpu_features=_features(cpu_features),
+            memory_budget_mb=memory_budget_mb,
             policy=DownloadPolicy(allow_metered=allow_metered, require_charging=require_charging),
             bundled=shipped,
             self_test=self_test,
@@ -303,6 +322,15 @@ def pull_command(
             )
     if result.exception is not None:
         sys.exit(result.exception.exit_code)
+
+
+def _features(text: str | None) -> list[str] | Literal["detect"]:
+    """``--cpu-features``: None reads this machine's; 'none' says there are none."""
+    if text is None:
+        return "detect"
+    if text.strip().lower() == "none":
+        return []
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def _self_test_json(check: SelfTest) -> dict[str, Any]:
@@ -390,6 +418,7 @@ def _as_json(result: FetchResult) -> dict[str, Any]:
         "downloaded_bytes": result.downloaded_bytes,
         "runtime_fallback": result.runtime_fallback,
         "fallback": result.fallback,
+        "substitute": result.substitute,
         "deferred": result.deferred,
         "bundled": result.bundled,
         "error": result.error,
@@ -416,6 +445,10 @@ def _print(result: FetchResult) -> None:
     role = "candidate" if result.is_candidate else "stable"
     if result.fallback is not None:
         role += f", the candidate does not fit ({result.fallback})"
+    if result.substitute is not None:
+        role += (
+            f", the variant named for this CPU in place of one that avoids it ({result.substitute})"
+        )
     if result.bundled:
         role += ", shipped with the app"
     keeping = "keeping " if result.error is not None else ""

@@ -12,9 +12,10 @@ import dataclasses
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import TypeAdapter, ValidationError
@@ -30,6 +31,7 @@ from edgereg.client._cache import (
     unlink,
     write_all,
 )
+from edgereg.client._cpu import check_features, cpu_class, detect_cpu_features
 from edgereg.client._fetcher import (
     CHUNK,
     Fetcher,
@@ -63,12 +65,13 @@ from edgereg.protocol.decision import (
     AppFacts,
     BlobCheck,
     Decision,
+    Fit,
     decide,
-    unfit,
+    fit,
 )
 from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
-from edgereg.protocol.fields import Name, TierRules, format_time
+from edgereg.protocol.fields import MAX_MEMORY_MB, Name, TierRules, format_time
 from edgereg.protocol.patterns import SHA256_RE
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.rules import DeviceProfile, resolve_tier
@@ -128,6 +131,14 @@ class Client:
         reporting: Send the anonymous reports the manifest asks for (§11);
             False sends and stores nothing.
         device_class: A coarse bucket of the app's own (``ram4-8c``) for reports.
+        cpu_features: The device's CPU features for fit rule (e) (docs/protocol.md
+            §7): ``"detect"`` (the default) reads them from this machine
+            (``/proc/cpuinfo`` on aarch64 Linux, none on x86_64); a set of names
+            says them (a test, a simulator); None does not say them (rule (e) skipped).
+            Reports carry only the class derived from them (``cpu_class``).
+        memory_budget_mb: How much memory one model (a bundle: its members
+            together) may take on this device, MiB; None (the default) skips
+            fit rule (d).
         max_unconfirmed_starts: App starts a new release gets to be confirmed
             (:meth:`confirm`) before :meth:`app_started` reverts it.
         timeout: Seconds before a connection, a read or a response's headers give up.
@@ -161,6 +172,8 @@ class Client:
         self_test: bool | SelfTest = False,
         reporting: bool = True,
         device_class: str | None = None,
+        cpu_features: Iterable[str] | Literal["detect"] | None = "detect",
+        memory_budget_mb: float | None = None,
         max_unconfirmed_starts: int = DEFAULT_MAX_UNCONFIRMED_STARTS,
         timeout: float = 30.0,
         deadline: float = Limits.deadline,
@@ -186,11 +199,27 @@ class Client:
                 f"not a valid model, bundle or tier name: {exc.errors()[0]['input']!r}"
             ) from exc
         self.kind: UnitKind = "bundle" if bundle is not None else "model"
+        features: frozenset[str] | None
+        if cpu_features == "detect":
+            features = detect_cpu_features()
+        else:
+            features = None if cpu_features is None else check_features(cpu_features)
+        if memory_budget_mb is not None and (
+            isinstance(memory_budget_mb, bool)
+            or not isinstance(memory_budget_mb, (int, float))
+            or not 0 < memory_budget_mb <= MAX_MEMORY_MB
+        ):
+            raise ValueError(
+                f"memory_budget_mb must be a number of MiB above 0 and at most {MAX_MEMORY_MB}, "
+                f"got {memory_budget_mb!r}"
+            )
         self.app = AppFacts(
             mnn_runtime=device.mnn_runtime,
             app_version=app_version,
             os=device.os,
             os_version=device.os_version,
+            cpu_features=features,
+            memory_budget_mb=None if memory_budget_mb is None else float(memory_budget_mb),
         )
         self.app.check()  # ValueError for a version that is not one
         self.device = device
@@ -219,6 +248,7 @@ class Client:
                 os_version=os_version,
                 device_class=device_class,
                 mnn_runtime=device.mnn_runtime,
+                cpu_class=cpu_class(features),
             ),
             enabled=reporting,
         )
@@ -333,8 +363,10 @@ class Client:
         Returns:
             The revert carried out (load :meth:`current` then), or None.
         """
+        before = self.health.health(self.model).starts
         revert = self.health.app_started(self.model)
         if revert is None:
+            self._report_unconfirmed(before)
             return None
         record = self.cache.read_record(self.kind, self.model)
         if record is None or record.version != revert.version:
@@ -343,6 +375,17 @@ class Client:
             return None
         self.revert(revert.reason)
         return revert
+
+    def _report_unconfirmed(self, starts_before: int) -> None:
+        """A start was counted against the unconfirmed install: report the count now."""
+        health = self.health.health(self.model)
+        if health.installed is None or health.confirmed or health.starts <= starts_before:
+            return
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or record.version != health.installed:
+            return
+        for name in sorted(record.members):
+            self.reporter.unconfirmed(self.model, name, health.starts)
 
     def confirm(self, version: str | None = None) -> bool:
         """The app's first real inference with the installed release succeeded.
@@ -365,6 +408,17 @@ class Client:
     def record_inference(self, ms: float, model: str | None = None) -> None:
         """Add one real inference's latency (``model``: a bundle member) to the next report."""
         self.reporter.record_inference(model or self.model, ms)
+
+    def record_memory(
+        self, peak_mb: float | None, steady_mb: float | None = None, model: str | None = None
+    ) -> None:
+        """Report the memory the app measured for the installed model, in MiB.
+
+        ``peak_mb`` and ``steady_mb`` are the app's own measurements (the client
+        never guesses them); ``model`` names a bundle member. Sent at once, and
+        kept in the later reports of this install.
+        """
+        self.reporter.memory(self.model, model or self.model, peak_mb, steady_mb)
 
     def report_latency(self) -> None:
         """Send the latency recorded since the last report now (for a periodic send)."""
@@ -417,14 +471,19 @@ class Client:
         if entry.version not in bad:
             return decision
         stable = decision.manifest.stable
+        fitted = fit(stable, self.app) if stable is not None else None
         if (
             decision.is_candidate
             and stable is not None
             and stable.version not in bad
-            and unfit(stable, self.app) is None
+            and isinstance(fitted, Fit)
         ):
             return dataclasses.replace(
-                decision, entry=stable, is_candidate=False, fallback="bad-release"
+                decision,
+                entry=fitted.entry,
+                is_candidate=False,
+                fallback="bad-release",
+                substitute=fitted.substitute,
             )
         raise BadRelease(
             f"{self.model} {entry.version} was refused on this device before "
@@ -971,6 +1030,7 @@ class Client:
             members=members,
             bundle=self.is_bundle,
             fallback=decision.fallback if decision else None,
+            substitute=decision.substitute if decision else None,
             bundled=installed.bundled,
             cohort=cohort_position(decision.manifest, self.device.device_id) if decision else None,
         )

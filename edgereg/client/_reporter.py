@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from edgereg import __version__
 from edgereg.client._cache import CacheError, read_state_file, write_state_file
-from edgereg.protocol.fields import Backend
+from edgereg.protocol.fields import MAX_MEMORY_MB, Backend
 from edgereg.protocol.reports import LatencySummary, Report
 from edgereg.protocol.wire import to_bytes
 
@@ -68,12 +68,15 @@ class DeviceFacts:
         os_version: Such as ``14`` or ``17.4``.
         device_class: The app's own coarse bucket, such as ``ram4-8c``.
         mnn_runtime: The MNN runtime version the app embeds.
+        cpu_class: The coarse CPU class (``armv9``, ``armv8.2``, ``armv8``,
+            ``x86_64``, ``other``; docs/protocol.md §11), never the features.
     """
 
     os: Literal["android", "ios"] | None = None
     os_version: str | None = None
     device_class: str | None = None
     mnn_runtime: str | None = None
+    cpu_class: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("os_version", "device_class"):
@@ -181,6 +184,10 @@ class Reporter:
         self.timeout = timeout
         self.background = background
         self._latency: dict[str, _Latency] = {}
+        # The first call recorded per model since its install (or since this process
+        # started): the install's first_inference_ms, until a report carries it.
+        self._first: dict[str, float] = {}
+        self._first_seen: set[str] = set()
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[str, bytes, bool]] = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -193,6 +200,9 @@ class Reporter:
         if not self.enabled or not (0 <= ms <= 3_600_000):
             return
         with self._lock:
+            if model not in self._first_seen:
+                self._first_seen.add(model)
+                self._first[model] = round(float(ms), 3)
             latency = self._latency.setdefault(model, _Latency())
             latency.seen += 1
             if len(latency.samples) < _SAMPLES_KEPT:
@@ -220,6 +230,10 @@ class Reporter:
             # One token per install of a unit version: a bundle's members share it
             # (the receiver keeps the latest report per token and model).
             tokens: dict[str, str] = state["tokens"].setdefault(facts.unit, {})
+            if facts.probe != "failed":
+                # A new install: its first inference is the next one recorded.
+                self._first_seen.discard(facts.model)
+                self._first.pop(facts.model, None)
             token = tokens.get(facts.unit_version) or secrets.token_hex(16)
             tokens.pop(facts.unit_version, None)
             tokens[facts.unit_version] = token
@@ -246,6 +260,37 @@ class Reporter:
     def reverted(self, unit: str, model: str) -> Report | None:
         """Report again: the model was reverted (a crash loop)."""
         return self._again(unit, model, {"reverted": True})
+
+    def unconfirmed(self, unit: str, model: str, starts: int) -> Report | None:
+        """Report again: the app started with the model installed and not yet confirmed.
+
+        Sent at each start that raises the count, so a crash loop is visible
+        before the revert (docs/protocol.md §11).
+        """
+        return self._again(unit, model, {"unconfirmed_starts": max(0, min(starts, 1000))})
+
+    def memory(
+        self, unit: str, model: str, peak_mb: float | None, steady_mb: float | None
+    ) -> Report | None:
+        """Report again with the memory the app measured for the model (MiB; None: unknown).
+
+        A figure outside 0 to 1048576 MiB is dropped (logged), never sent.
+        """
+        changes: dict[str, Any] = {}
+        for key, value in (("memory_peak_mb", peak_mb), ("memory_steady_mb", steady_mb)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                _log.warning("reports: %s %r is not a number; not sent", key, value)
+            elif not 0 <= value <= MAX_MEMORY_MB:
+                _log.warning(
+                    "reports: %s %r is outside 0 to %d MiB; not sent", key, value, MAX_MEMORY_MB
+                )
+            else:
+                changes[key] = round(float(value), 3)
+        if not changes:
+            return None
+        return self._again(unit, model, changes)
 
     def summary(self, unit: str, model: str) -> Report | None:
         """Report again with the latency recorded since the last report (for a periodic send)."""
@@ -296,7 +341,9 @@ class Reporter:
                 return None
             # Latency is what was measured since the last report, so never carried over.
             update = {**changes, "inference": self._take_latency(model)}
-            report = base.model_copy(update=update)
+            if base.first_inference_ms is None and model in self._first:
+                update["first_inference_ms"] = self._first.pop(model)
+            report = _versioned(base.model_copy(update=update))
             stored["report"] = report.model_dump(mode="json")
             self._write(state)
             url = str(stored["url"])
@@ -306,7 +353,7 @@ class Reporter:
     def _build(self, facts: InstallFacts, token: str) -> Report | None:
         device = self.device
         try:
-            return Report(
+            return Report.versioned(
                 token=token,
                 unit=facts.unit,
                 model=facts.model,
@@ -326,6 +373,7 @@ class Reporter:
                 os=device.os,
                 os_version=device.os_version,
                 device_class=device.device_class,
+                cpu_class=device.cpu_class,
             )
         except ValidationError as exc:
             _log.warning("reports: cannot build the report of %s: %s", facts.model, exc)
@@ -411,6 +459,11 @@ class Reporter:
         except CacheError as exc:
             # Reports are best effort: a full disk must not fail the update.
             _log.warning("reports: cannot write %s: %s", self.path, exc)
+
+
+def _versioned(report: Report) -> Report:
+    """``report`` saying the schema version its keys need (2 once any key of 2 is set)."""
+    return Report.versioned(**{k: getattr(report, k) for k in Report.model_fields})
 
 
 def _key(unit: str, model: str) -> str:

@@ -106,7 +106,10 @@ class FetchResult:
         bundle: The unit is a bundle.
         fallback: Why the candidate was passed over for stable
             (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``,
-            ``bad-release``), else None.
+            ``insufficient-memory``, ``cpu-unsupported``, ``bad-release``), else None.
+        substitute: ``cpu-unsupported`` when this fetch chose an entry's
+            ``instead`` (the variant named for devices with a CPU feature the
+            entry avoids; ``variant`` is the one installed), else None.
         deferred: The download waits for the app's conditions (``metered``,
             ``not-charging``); nothing new was downloaded.
         bundled: What is installed is the release shipped inside the app.
@@ -133,6 +136,7 @@ class FetchResult:
     members: Mapping[str, InstalledModel] = field(default_factory=dict)
     bundle: bool = False
     fallback: str | None = None
+    substitute: str | None = None
     deferred: str | None = None
     bundled: bool = False
     cohort: CohortPosition | None = None

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from edgereg import __version__
 from edgereg.client import (
@@ -286,6 +286,12 @@ def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
                 app_version=device.get("app_version"),
                 os=device.get("os"),
                 os_version=device.get("os_version"),
+                cpu_features=(
+                    None
+                    if device.get("cpu_features") is None
+                    else frozenset(device["cpu_features"])
+                ),
+                memory_budget_mb=device.get("memory_budget_mb"),
             ),
             bundle=bool(vector.get("bundle", False)),
         )
@@ -306,6 +312,7 @@ def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
         "is_candidate": decision.is_candidate,
         "runtime_fallback": decision.runtime_fallback,
         "fallback": decision.fallback,
+        "substitute": decision.substitute,
         "sequence": decision.sequence,
     }
 
@@ -349,6 +356,7 @@ def _result(result: FetchResult | None) -> dict[str, Any]:
             "not_modified": False,
             "runtime_fallback": False,
             "fallback": None,
+            "substitute": None,
             "deferred": None,
             "bundled": False,
             "downloaded_bytes": 0,
@@ -364,6 +372,7 @@ def _result(result: FetchResult | None) -> dict[str, Any]:
         "not_modified": result.not_modified,
         "runtime_fallback": result.runtime_fallback,
         "fallback": result.fallback,
+        "substitute": result.substitute,
         "deferred": result.deferred,
         "bundled": result.bundled,
         "downloaded_bytes": result.downloaded_bytes,
@@ -441,7 +450,7 @@ class _CountingReporter:
 
     def __init__(self, reporter: Reporter) -> None:
         self.count = 0
-        for name in ("installed", "confirmed", "reverted", "summary"):
+        for name in ("installed", "confirmed", "reverted", "summary", "unconfirmed", "memory"):
             setattr(reporter, name, self._counted(getattr(reporter, name)))
 
     def _counted(self, send: Callable[..., Any]) -> Callable[..., Any]:
@@ -526,6 +535,12 @@ class Device:
         runner_args = _opt(request, "runner", dict)
         bundled_args = _opt(request, "bundled", dict)
         now = _opt(request, "now", str)
+        # Absent or null: the SDK's own default (read from the platform); a list says them.
+        raw_features = _opt(request, "cpu_features", list)
+        cpu_features: list[str] | Literal["detect"] = (
+            "detect" if raw_features is None else [str(f) for f in raw_features]
+        )
+        memory_budget_mb = _opt(request, "memory_budget_mb", (int, float))
         try:
             known = {k: v for k, v in raw_device.items() if v is not None}
             device = DeviceProfile.model_validate({"ram_mb": 0, "cpu_cores": 1, **known})
@@ -567,6 +582,8 @@ class Device:
                 self_test=self_test,
                 reporting=request.get("reporting", True) is not False,
                 device_class=_opt(request, "device_class", str),
+                cpu_features=cpu_features,
+                memory_budget_mb=memory_budget_mb,
                 max_unconfirmed_starts=_number(request, "max_unconfirmed_starts", 3),
                 timeout=float(_number(request, "timeout_s", 30)),
                 deadline=float(_number(request, "deadline_s", 600)),
@@ -617,6 +634,16 @@ class Device:
     def op_record_inference(self, request: Mapping[str, Any]) -> dict[str, Any]:
         self.need().record_inference(
             float(_arg(request, "ms", (int, float))), _opt(request, "model", str)
+        )
+        return {}
+
+    def op_record_memory(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        peak = _opt(request, "peak_mb", (int, float))
+        steady = _opt(request, "steady_mb", (int, float))
+        self.need().record_memory(
+            None if peak is None else float(peak),
+            None if steady is None else float(steady),
+            _opt(request, "model", str),
         )
         return {}
 

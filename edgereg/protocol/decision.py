@@ -27,8 +27,13 @@ Rules, in the order they are checked (docs/protocol.md §7 explains each):
     when the app's MNN runtime is at least its ``min_mnn_runtime``
     (``runtime-too-old``), the app version is in ``requires.app``
     (``app-incompatible``) and the OS version in ``requires.android`` or
-    ``requires.ios`` (``os-incompatible``), checked in that order; a bundle
-    entry fits when its own ``requires`` and every member fit.
+    ``requires.ios`` (``os-incompatible``), the entry's ``peak_memory_mb``
+    within the app's memory budget (``insufficient-memory``) and none of its
+    ``avoid_cpu`` features on the device (``cpu-unsupported``; an entry with
+    an ``instead`` that fits is installed as that ``instead``, and the
+    decision's ``substitute`` says so), checked in that order; a bundle entry
+    fits when its own ``requires`` and every member fit, and then the chosen
+    members' peak memory summed is within the budget.
 
 Rules 2–5 are :func:`~edgereg.protocol.envelope.verify_envelope`, the same
 parser the registry uses. Blob rules 13 and 14 are :class:`BlobCheck`.
@@ -36,6 +41,7 @@ parser the registry uses. Blob rules 13 and 14 are :class:`BlobCheck`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,8 +62,10 @@ from edgereg.protocol.reasons import (
     AppIncompatible,
     BadBlob,
     BlobTooLarge,
+    CpuUnsupported,
     Expired,
     Incompatible,
+    InsufficientMemory,
     Malformed,
     OsIncompatible,
     Rollback,
@@ -81,6 +89,7 @@ __all__ = [
     "Decision",
     "compare_versions",
     "decide",
+    "fit",
     "unfit",
 ]
 
@@ -104,7 +113,13 @@ class Decision:
             the client persists for rollback protection.
         fallback: The device is in the candidate's cohort but the candidate
             does not fit the app, so it got stable: the reason code
-            (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``), else None.
+            (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``,
+            ``insufficient-memory``, ``cpu-unsupported``), else None.
+        substitute: ``cpu-unsupported`` when ``entry`` is (or, for a bundle,
+            holds a member that is) the manifest entry's ``instead``, installed
+            because the device has a CPU feature the entry avoids; else None.
+            ``entry`` is then what the device installs: the ``instead`` in place
+            of the entry (a bundle: a copy with those members replaced).
     """
 
     manifest: Manifest
@@ -112,6 +127,7 @@ class Decision:
     is_candidate: bool
     sequence: int
     fallback: str | None = None
+    substitute: str | None = None
 
     @property
     def runtime_fallback(self) -> bool:
@@ -129,12 +145,18 @@ class AppFacts:
         app_version: The app's own version, like ``2.4.0``.
         os: ``android`` or ``ios``.
         os_version: The Android API level (``34``) or the iOS version (``17.2``).
+        cpu_features: The CPU features the device has (``i8mm``, ``dotprod``...);
+            None skips rule (e), an empty set has none.
+        memory_budget_mb: How much memory one model (or one bundle, its members
+            together) may take on this device, MiB; None skips rule (d).
     """
 
     mnn_runtime: str | None = None
     app_version: str | None = None
     os: str | None = None
     os_version: str | None = None
+    cpu_features: frozenset[str] | None = None
+    memory_budget_mb: float | None = None
 
     def check(self) -> None:
         """Raise ValueError for a version that does not parse.
@@ -180,25 +202,22 @@ def decide(
             for this model (whatever the tier), None on first use.
         now: The current time, timezone-aware.
         max_manifest_bytes: Refuse larger manifests without parsing them.
-        app: The app's version and OS for ``requires`` (its ``mnn_runtime``
-            is ignored: ``app_mnn_runtime`` says it).
+        app: The app's version and OS for ``requires``, its memory budget and
+            CPU features (its ``mnn_runtime`` is ignored: ``app_mnn_runtime``
+            says it).
         bundle: The client asked for a bundle: the entries must be bundle
             entries (and model entries when False).
 
     Raises:
         Malformed, UnknownKey, BadSignature, WrongModel, WrongTier, Rollback,
-        Expired, RuntimeTooOld, AppIncompatible, OsIncompatible: the rule
-        broken (all :class:`Rejected`, a :class:`~edgereg.errors.TrustError`).
+        Expired, RuntimeTooOld, AppIncompatible, OsIncompatible,
+        InsufficientMemory, CpuUnsupported: the rule broken (all
+        :class:`Rejected`, a :class:`~edgereg.errors.TrustError`).
         ValueError: ``now`` has no timezone.
     """
     if now.tzinfo is None:
         raise ValueError("decide needs a timezone-aware time")
-    facts = AppFacts(
-        mnn_runtime=app_mnn_runtime,
-        app_version=app.app_version if app else None,
-        os=app.os if app else None,
-        os_version=app.os_version if app else None,
-    )
+    facts = dataclasses.replace(app or AppFacts(), mnn_runtime=app_mnn_runtime)
 
     manifest = _verify(manifest_bytes, trusted, max_manifest_bytes)
     if manifest.model != model:
@@ -236,31 +255,110 @@ def decide(
     if chosen is None:
         return Decision(manifest, None, False, sequence)
     entry, is_candidate = chosen
-    misfit = unfit(entry, facts)
-    if misfit is None:
-        return Decision(manifest, entry, is_candidate, sequence)
+    fitted = fit(entry, facts)
+    if isinstance(fitted, Fit):
+        return Decision(
+            manifest, fitted.entry, is_candidate, sequence, substitute=fitted.substitute
+        )
+    misfit = fitted
     stable = manifest.stable
-    stable_misfit = unfit(stable, facts) if is_candidate and stable is not None else None
-    if is_candidate and stable is not None and stable_misfit is None:
-        return Decision(manifest, stable, False, sequence, fallback=misfit.reason)
+    stable_fit = fit(stable, facts) if is_candidate and stable is not None else None
+    if isinstance(stable_fit, Fit):
+        return Decision(
+            manifest,
+            stable_fit.entry,
+            False,
+            sequence,
+            fallback=misfit.reason,
+            substitute=stable_fit.substitute,
+        )
     role = "candidate" if is_candidate else "stable"
     message = f"{role} {entry.version} {misfit.message}"
-    if stable_misfit is not None and stable is not None:
-        message += f"; stable {stable.version} {stable_misfit.message}"
+    if stable_fit is not None and stable is not None:
+        message += f"; stable {stable.version} {stable_fit.message}"
     raise misfit(message, hint=misfit.hint)
 
 
+@dataclass(frozen=True)
+class Fit:
+    """An entry that fits the app, and what the device installs for it.
+
+    Attributes:
+        entry: The manifest entry itself, or its ``instead`` (a bundle: a copy
+            whose substituted members are their ``instead``).
+        substitute: ``cpu-unsupported`` when an ``instead`` was taken, else None.
+    """
+
+    entry: ManifestEntry | BundleEntry
+    substitute: str | None = None
+
+
 def unfit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> _Misfit | None:
-    """Why ``entry`` does not fit the app (the first rule broken), or None when it fits."""
+    """Why ``entry`` does not fit the app (the first rule broken), or None when it fits.
+
+    An entry that fits only as its ``instead`` fits (see :func:`fit` for what to install).
+    """
+    found = fit(entry, facts)
+    return None if isinstance(found, Fit) else found
+
+
+def fit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> Fit | _Misfit:
+    """What the device installs for ``entry`` (rule 12, a to e), or why it does not fit."""
     if isinstance(entry, BundleEntry):
-        found = _unmet_requirements(entry.requires, facts)
-        if found is not None:
-            return found
-        for name in sorted(entry.members):
-            member = unfit(entry.members[name], facts)
-            if member is not None:
-                return _Misfit(member.kind, f"(member {name}) {member.message}", member.hint)
-        return None
+        return _fit_bundle(entry, facts)
+    found = _unfit_model(entry, facts, memory=True)
+    if found is not None:
+        return found
+    return _fit_cpu(entry, facts, memory=True)
+
+
+def _fit_bundle(entry: BundleEntry, facts: AppFacts) -> Fit | _Misfit:
+    found = _unmet_requirements(entry.requires, facts)
+    if found is not None:
+        return found
+    chosen: dict[str, ManifestEntry] = {}
+    for name in sorted(entry.members):
+        member = entry.members[name]
+        # Members load together, so (d) is the bundle's sum, checked after every member.
+        misfit = _unfit_model(member, facts, memory=False)
+        fitted = _fit_cpu(member, facts, memory=False) if misfit is None else misfit
+        if not isinstance(fitted, Fit):
+            return _Misfit(fitted.kind, f"(member {name}) {fitted.message}", fitted.hint)
+        assert isinstance(fitted.entry, ManifestEntry)
+        chosen[name] = fitted.entry
+    budget = facts.memory_budget_mb
+    if budget is not None:
+        total = sum(m.peak_memory_mb or 0.0 for m in chosen.values())
+        if total > budget:
+            parts = ", ".join(
+                f"{name} {_mb(m.peak_memory_mb)}"
+                for name, m in chosen.items()
+                if m.peak_memory_mb is not None
+            )
+            return _Misfit(
+                InsufficientMemory,
+                f"needs {_mb(total)} MiB for its members together ({parts}), the device's "
+                f"budget is {_mb(budget)} MiB",
+                _MEMORY_HINT,
+            )
+    substituted = any(chosen[name] is not entry.members[name] for name in chosen)
+    if not substituted:
+        return Fit(entry)
+    return Fit(entry.model_copy(update={"members": chosen}), CpuUnsupported.reason)
+
+
+_MEMORY_HINT = (
+    "The device cannot hold this release; publish a smaller variant for this tier, or "
+    "raise the app's memory budget if it is too low."
+)
+
+
+def _mb(value: float | None) -> str:
+    return f"{value:g}"
+
+
+def _unfit_model(entry: ManifestEntry, facts: AppFacts, *, memory: bool) -> _Misfit | None:
+    """Rules (a) to (c), and (d) when ``memory`` (a bundle checks its sum instead)."""
     if facts.mnn_runtime is not None and (
         not is_version(facts.mnn_runtime)
         or compare_versions(entry.min_mnn_runtime, facts.mnn_runtime) > 0
@@ -274,7 +372,50 @@ def unfit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> _Misfit | None
             f"({entry.variant}) needs MNN {entry.min_mnn_runtime}, the app has {said}",
             "Update the app's MNN runtime, or publish a variant converted for it.",
         )
-    return _unmet_requirements(entry.requires, facts)
+    found = _unmet_requirements(entry.requires, facts)
+    if found is not None or not memory:
+        return found
+    budget = facts.memory_budget_mb
+    if budget is not None and entry.peak_memory_mb is not None and entry.peak_memory_mb > budget:
+        return _Misfit(
+            InsufficientMemory,
+            f"({entry.variant}) needs {_mb(entry.peak_memory_mb)} MiB at its peak, the "
+            f"device's budget is {_mb(budget)} MiB",
+            _MEMORY_HINT,
+        )
+    return None
+
+
+def _avoided(entry: ManifestEntry, facts: AppFacts) -> list[str]:
+    if entry.avoid_cpu is None or facts.cpu_features is None:
+        return []
+    return sorted(set(entry.avoid_cpu) & facts.cpu_features)
+
+
+def _fit_cpu(entry: ManifestEntry, facts: AppFacts, *, memory: bool) -> Fit | _Misfit:
+    """Rule (e) on an entry that passed (a) to (d): the entry, its ``instead``, or a misfit."""
+    avoided = _avoided(entry, facts)
+    if not avoided:
+        return Fit(entry)
+    message = f"({entry.variant}) must not run on a CPU with {', '.join(avoided)}"
+    hint = (
+        "A known fault of the runtime on this CPU; the release names no variant for it. "
+        "Publish one (instead), or the device keeps what it has."
+    )
+    instead = entry.instead
+    if instead is None:
+        return _Misfit(CpuUnsupported, message, hint)
+    # The substitute fits by every rule on its own (memory alone only outside a bundle).
+    misfit = _unfit_model(instead, facts, memory=memory)
+    if misfit is None and _avoided(instead, facts):
+        misfit = _Misfit(
+            CpuUnsupported,
+            f"({instead.variant}) must not run on a CPU with {', '.join(_avoided(instead, facts))}",
+            hint,
+        )
+    if misfit is not None:
+        return _Misfit(CpuUnsupported, f"{message}, and its instead {misfit.message}", misfit.hint)
+    return Fit(instead, CpuUnsupported.reason)
 
 
 @dataclass(frozen=True)

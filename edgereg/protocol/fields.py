@@ -33,6 +33,8 @@ from edgereg.protocol.patterns import NAME_PATTERN, NAME_RULE, SHA256, SHA256_PA
 
 __all__ = [
     "BUCKETS",
+    "CPU_FEATURE_PATTERN",
+    "MAX_MEMORY_MB",
     "MAX_SAFE_INTEGER",
     "NAME_RULE",
     "PERCENT_RULE",
@@ -44,6 +46,7 @@ __all__ = [
     "VERSION_PATTERN",
     "Backend",
     "BlobPath",
+    "CpuFeature",
     "Name",
     "Percent",
     "PercentError",
@@ -102,6 +105,14 @@ Size = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INTEGER)]
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 """A model, tier or variant name."""
+
+CPU_FEATURE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+CpuFeature = Annotated[str, StringConstraints(pattern=CPU_FEATURE_PATTERN)]
+"""A CPU feature name such as ``i8mm``: a pattern, not a list, so a feature named
+later never makes an older client refuse the manifest (docs/protocol.md §3)."""
+
+MAX_MEMORY_MB = 1_048_576
+"""The largest memory figure any document carries, in MiB (1 TiB)."""
 
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
 """A tool or runtime version like 3.6.1."""

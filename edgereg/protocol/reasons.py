@@ -23,8 +23,10 @@ __all__ = [
     "BadSignature",
     "BlobTooLarge",
     "ClientReason",
+    "CpuUnsupported",
     "Expired",
     "Incompatible",
+    "InsufficientMemory",
     "Malformed",
     "OsIncompatible",
     "ProbeFailed",
@@ -112,6 +114,21 @@ class OsIncompatible(Incompatible):
     reason = "os-incompatible"
 
 
+class InsufficientMemory(Incompatible):
+    """The entry's measured peak memory is above the device's memory budget (rule 12d)."""
+
+    reason = "insufficient-memory"
+
+
+class CpuUnsupported(Incompatible):
+    """The entry must not run on a CPU feature the device has, and no ``instead`` fits (12e).
+
+    Also the decision's ``substitute`` when the device got the entry's ``instead``.
+    """
+
+    reason = "cpu-unsupported"
+
+
 class BadBlob(Rejected):
     """A downloaded blob's size or sha256 differs from the manifest's entry."""
 
@@ -147,6 +164,8 @@ REASONS: tuple[type[Rejected], ...] = (
     RuntimeTooOld,
     AppIncompatible,
     OsIncompatible,
+    InsufficientMemory,
+    CpuUnsupported,
     BlobTooLarge,
     BadBlob,
     ProbeFailed,

@@ -13,17 +13,19 @@ at most :data:`MAX_REPORT_BYTES`.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StringConstraints, ValidationError
+from pydantic import BeforeValidator, Field, StringConstraints, ValidationError, model_validator
 
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.fields import Backend, Name, SchemaVersion, SemVer, VersionPin
+from edgereg.protocol.fields import MAX_MEMORY_MB, Backend, Name, SemVer, VersionPin
 from edgereg.protocol.reasons import Malformed
-from edgereg.protocol.wire import WireModel, _describe
+from edgereg.protocol.wire import WireModel, _added, _describe
 
 __all__ = [
+    "CPU_CLASSES",
     "MAX_REPORT_BYTES",
+    "REPORT_V2_KEYS",
     "LatencySummary",
     "Report",
     "ReportError",
@@ -36,6 +38,35 @@ MAX_REPORT_BYTES = 4096
 Milliseconds = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 Token = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ShortText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._ -]{1,32}$")]
+
+
+def _exactly_1_or_2(value: Any) -> Any:
+    # Literal[1, 2] alone admits 1.0 and true (both == 1 in Python): the wire says 1 or 2.
+    if type(value) is not int:
+        raise ValueError(f"schema_version must be the integer 1 or 2, got {value!r}")
+    return value
+
+
+ReportSchemaVersion = Annotated[Literal[1, 2], BeforeValidator(_exactly_1_or_2)]
+"""1, or 2 for a report that sets a key of :data:`REPORT_V2_KEYS` (absent on the wire: 1)."""
+
+Starts = Annotated[int, Field(ge=0, le=1000, strict=True)]
+MemoryFigure = Annotated[float, Field(ge=0, le=MAX_MEMORY_MB, allow_inf_nan=False)]
+CpuClass = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,31}$")]
+
+CPU_CLASSES = ("armv8", "armv8.2", "armv9", "x86_64", "other")
+"""The classes clients send as ``cpu_class`` (docs/protocol.md §11); the server stores any
+name of the pattern, so a class added later is kept."""
+
+REPORT_V2_KEYS = (
+    "unconfirmed_starts",
+    "cpu_class",
+    "memory_peak_mb",
+    "memory_steady_mb",
+    "first_inference_ms",
+)
+"""The keys schema version 2 adds; a version 1 report that carries one (even ``null``) is
+refused: version 1 did not know it."""
 
 
 class ReportError(Malformed):
@@ -67,7 +98,9 @@ class Report(WireModel):
 
     kind: ClassVar[str] = "report"
 
-    schema_version: SchemaVersion = 1
+    schema_version: ReportSchemaVersion = Field(
+        default=1, description="2 when any key added in version 2 is set, else 1."
+    )
     token: Token = Field(description="Random per install and rollout: 32 lowercase hex.")
     unit: Name = Field(description="The model or bundle the manifest was for.")
     model: Name = Field(description="The model (a bundle member, or the unit itself).")
@@ -97,6 +130,38 @@ class Report(WireModel):
     device_class: ShortText | None = Field(
         default=None, description="Coarse: the app's own bucket, such as 'ram4-8c'."
     )
+    # Version 2: left off the wire while unset, so a version 1 report stays byte for byte.
+    unconfirmed_starts: Starts | None = _added(
+        "Version 2. Starts of the app with this version installed and not yet confirmed "
+        "(0 to 1000)."
+    )
+    cpu_class: CpuClass | None = _added(
+        "Version 2. The coarse CPU class: armv8, armv8.2, armv9, x86_64 or other "
+        "(never the feature list)."
+    )
+    memory_peak_mb: MemoryFigure | None = _added(
+        "Version 2. The app's measured peak memory for the model, MiB."
+    )
+    memory_steady_mb: MemoryFigure | None = _added(
+        "Version 2. The app's measured steady memory for the model, MiB."
+    )
+    first_inference_ms: Milliseconds | None = _added(
+        "Version 2. The first real inference after load, in milliseconds."
+    )
+
+    @model_validator(mode="after")
+    def _version_says_the_keys(self) -> Report:
+        if self.schema_version == 1:
+            used = [key for key in REPORT_V2_KEYS if getattr(self, key) is not None]
+            if used:
+                raise ValueError(f"{', '.join(used)}: schema_version 1 does not have it")
+        return self
+
+    @classmethod
+    def versioned(cls, **fields: Any) -> Report:
+        """A report whose ``schema_version`` is the lowest that holds ``fields``."""
+        v2 = any(fields.get(key) is not None for key in REPORT_V2_KEYS)
+        return cls(**{**fields, "schema_version": 2 if v2 else 1})
 
 
 def parse_report(data: bytes) -> Report:
@@ -114,6 +179,15 @@ def parse_report(data: bytes) -> Report:
         value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ReportError(f"report is not JSON: {exc}", code="not-json") from exc
+    if isinstance(value, dict) and value.get("schema_version", 1) == 1:
+        # A key version 1 did not have is an unknown key there, null or not.
+        for key in REPORT_V2_KEYS:
+            if key in value and type(value.get("schema_version", 1)) is int:  # not 1.0
+                raise ReportError(
+                    f"report is not valid: {key}: unknown key in a schema_version 1 report "
+                    "(send schema_version 2)",
+                    field=key,
+                )
     try:
         return Report.model_validate(value, strict=True)
     except ValidationError as exc:

@@ -63,9 +63,11 @@ from edgereg.protocol.envelope import (
 )
 from edgereg.protocol.fields import (
     LENIENT_RANGES,
+    MAX_MEMORY_MB,
     NAME_RULE,
     SCHEMA_VERSION_MISSING,
     BlobPath,
+    CpuFeature,
     Name,
     Percent,
     Requirements,
@@ -131,6 +133,14 @@ Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ReportUrl = typing.Annotated[
     str,
     StringConstraints(pattern=r"^(https?://[^\s]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
+]
+
+
+MemoryMb = Annotated[
+    float, Field(gt=0, le=MAX_MEMORY_MB, allow_inf_nan=False, description="MiB (2^20 bytes).")
+]
+AvoidCpu = Annotated[
+    list[CpuFeature], Field(min_length=1, max_length=8, json_schema_extra={"uniqueItems": True})
 ]
 
 
@@ -223,11 +233,34 @@ class ManifestEntry(WireModel):
         "The golden probe: inputs, expected outputs and tolerances the device checks the "
         "model against before installing it."
     )
+    peak_memory_mb: MemoryMb | None = _added(
+        "Measured peak memory of loading the variant and running one inference at its "
+        "largest declared input, in MiB (build host): the fit rule (d) compares it with "
+        "the device's memory budget."
+    )
+    avoid_cpu: AvoidCpu | None = _added(
+        "CPU features on which this variant must not run (a kernel bug): 1 to 8 distinct "
+        "feature names; a device with any of them gets `instead`, or no fit (rule (e))."
+    )
+    instead: ManifestEntry | None = _added(
+        "What a device with an avoided CPU feature installs in its place: the same "
+        "version, another variant; itself without `instead`."
+    )
 
     @model_validator(mode="after")
     def _path_is_digest(self) -> ManifestEntry:
         if self.path != blob_path(self.sha256):
             raise ValueError(f"path is {self.path!r}, expected {blob_path(self.sha256)!r}")
+        if self.instead is not None:
+            if self.instead.instead is not None:
+                raise ValueError("instead may not have an instead of its own (one level only)")
+            if self.instead.version != self.version:
+                raise ValueError(
+                    f"instead is version {self.instead.version}, the entry {self.version}: "
+                    "a substitute is another variant of the same release"
+                )
+        if self.avoid_cpu is not None and len(set(self.avoid_cpu)) != len(self.avoid_cpu):
+            raise ValueError("avoid_cpu names a feature twice")
         return self
 
 
@@ -718,6 +751,8 @@ _PATTERN_RULES = {
     _pattern(Salt): "is not a salt: expected 8 to 64 lowercase hex characters",
     _pattern(BlobPath): "is not a blob path: expected blobs/sha256/<64 lowercase hex>",
     _pattern(VersionPin): "is not a version like 3.6.1",
+    _pattern(CpuFeature): "is not a CPU feature name: a lowercase letter or digit, then up "
+    "to 31 lowercase letters, digits, '_' or '-'",
 }
 
 

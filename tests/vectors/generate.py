@@ -30,11 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgereg.client.device import check_blob_vector
+from edgereg.client.device import check_blob_vector, decide_vector
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
-from edgereg.protocol.decision import AppFacts, BlobCheck, decide
-from edgereg.protocol.envelope import Signer, TrustedKeys, sign_envelope
+from edgereg.protocol.decision import BlobCheck
+from edgereg.protocol.envelope import Signer, sign_envelope
 from edgereg.protocol.fields import (
     Requirements,
     RuntimeHints,
@@ -214,6 +214,66 @@ def _bundle_with_unfit_cls_and_rec() -> BundleEntry:
     members = dict(bundle.members)
     members["cls"] = members["cls"].model_copy(update={"requires": NEEDS_API_35})
     return bundle.model_copy(update={"members": members})
+
+
+# --- rule 12 (d) memory and (e) CPU --------------------------------------------------
+
+I8MM_PHONE = ["dotprod", "fp16", "i8mm"]
+"""A Cortex-A710-class CPU's features, as a client reads them (docs/protocol.md §7)."""
+OLDER_PHONE = ["dotprod", "fp16"]
+
+
+def _mem(entry: ManifestEntry, mb: float) -> ManifestEntry:
+    return entry.model_copy(update={"peak_memory_mb": mb})
+
+
+def _safe(version: str, variant: str = "int8w", **changes: Any) -> ManifestEntry:
+    """The variant a device with i8mm gets instead (weight-only int8: no i8mm kernel)."""
+    return _entry(version, variant).model_copy(update=changes)
+
+
+def _avoiding(
+    entry: ManifestEntry, features: list[str], instead: ManifestEntry | None = None
+) -> ManifestEntry:
+    return entry.model_copy(update={"avoid_cpu": features, "instead": instead})
+
+
+def _i8mm_stable(**instead: Any) -> ManifestEntry:
+    """Stable 1.0.0 int8, which avoids i8mm, with int8w as its instead."""
+    return _avoiding(_entry("1.0.0"), ["i8mm"], _safe("1.0.0", **instead))
+
+
+def _bundle_with(**members: ManifestEntry) -> BundleEntry:
+    bundle = _bundle("1.0.0")
+    return bundle.model_copy(update={"members": {**bundle.members, **members}})
+
+
+def _ocr_memory(rec: ManifestEntry | None = None) -> BundleEntry:
+    """The OCR bundle with measured peaks det 200, cls 100, rec 300 (600 MiB together)."""
+    bundle = _bundle("1.0.0")
+    members = bundle.members
+    return _bundle_with(
+        det=_mem(members["det"], 200),
+        cls=_mem(members["cls"], 100),
+        rec=rec or _mem(members["rec"], 300),
+    )
+
+
+def _rec_avoiding_i8mm() -> ManifestEntry:
+    rec = _mem(_bundle("1.0.0").members["rec"], 300)
+    instead = _mem(rec, 100).model_copy(
+        update={
+            "variant": "rec-int8w",
+            "sha256": hashlib.sha256(b"rec int8w").hexdigest(),
+        }
+    )
+    instead = instead.model_copy(update={"path": blob_path(instead.sha256)})
+    return _avoiding(rec, ["i8mm"], instead)
+
+
+def _nested_instead(data: dict[str, Any]) -> None:
+    inner = dict(data["stable"]["instead"])
+    data["stable"]["instead"]["instead"] = inner
 
 
 def _extra_signature(extra: dict[str, Any]) -> bytes:
@@ -703,6 +763,219 @@ CASES: dict[str, Case] = {
         ),
         {"device_id": _device(True), "model": "ocr", "bundle": True, "device": OLD_ANDROID_APP},
     ),
+    # Rule 12 (d): the entry's measured peak memory against the app's budget.
+    "memory-fits": (
+        "Stable's peak_memory_mb is 300, the app's memory budget 512: it fits.",
+        lambda: _signed(_manifest(stable=_mem(_entry("1.0.0"), 300))),
+        {"device": {"memory_budget_mb": 512}},
+    ),
+    "memory-exactly-the-budget": (
+        "peak_memory_mb 512.5 and a budget of 512.5: equal fits (only above refuses).",
+        lambda: _signed(_manifest(stable=_mem(_entry("1.0.0"), 512.5))),
+        {"device": {"memory_budget_mb": 512.5}},
+    ),
+    "memory-over-budget": (
+        "Stable's peak is 600 MiB, the budget 512, nothing to fall back to: insufficient-memory.",
+        lambda: _signed(_manifest(stable=_mem(_entry("1.0.0"), 600))),
+        {"device": {"memory_budget_mb": 512}},
+    ),
+    "memory-candidate-over-falls-back": (
+        "In the cohort; the candidate's peak is 600 MiB, stable's 300, the budget 512: "
+        "the device gets stable (fallback insufficient-memory).",
+        lambda: _signed(
+            _rollout(stable=_mem(_entry("1.0.0"), 300), candidate=_mem(_entry("1.1.0"), 600))
+        ),
+        {"device_id": _device(True), "device": {"memory_budget_mb": 512}},
+    ),
+    "memory-budget-not-said": (
+        "Stable's peak is 600 MiB and the app says no memory budget: rule (d) is skipped.",
+        lambda: _signed(_manifest(stable=_mem(_entry("1.0.0"), 600))),
+        {},
+    ),
+    "memory-not-measured": (
+        "The app's budget is 1 MiB and the entry has no peak_memory_mb (published before "
+        "it was measured): rule (d) is skipped.",
+        lambda: _signed(_manifest()),
+        {"device": {"memory_budget_mb": 1}},
+    ),
+    "peak-memory-zero": (
+        "peak_memory_mb 0: a measured peak is above 0.",
+        lambda: _raw_payload(_set(stable__peak_memory_mb=0)),
+        {},
+    ),
+    "peak-memory-above-1-tib": (
+        "peak_memory_mb 1048577: at most 1048576 MiB.",
+        lambda: _raw_payload(_set(stable__peak_memory_mb=1048577)),
+        {},
+    ),
+    # Rule 12 (e): CPU features the entry avoids, and its instead.
+    "cpu-avoided-no-instead": (
+        "Stable avoids i8mm and names no instead; the device has i8mm: cpu-unsupported.",
+        lambda: _signed(_manifest(stable=_avoiding(_entry("1.0.0"), ["i8mm"]))),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "cpu-avoided-instead-installed": (
+        "Stable int8 avoids i8mm, its instead is int8w; the device has i8mm: it installs "
+        "int8w (substitute cpu-unsupported), same version.",
+        lambda: _signed(_manifest(stable=_i8mm_stable())),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "cpu-feature-absent": (
+        "The same manifest; the device has dotprod and fp16, no i8mm: it installs int8 itself.",
+        lambda: _signed(_manifest(stable=_i8mm_stable())),
+        {"device": {"cpu_features": OLDER_PHONE}},
+    ),
+    "cpu-features-not-said": (
+        "The same manifest; the app does not say its CPU features: rule (e) is skipped, "
+        "int8 itself.",
+        lambda: _signed(_manifest(stable=_i8mm_stable())),
+        {},
+    ),
+    "cpu-features-empty": (
+        "The same manifest; the app says its CPU has none of the named features (an "
+        "empty list, as on x86_64): int8 itself.",
+        lambda: _signed(_manifest(stable=_i8mm_stable())),
+        {"device": {"cpu_features": []}},
+    ),
+    "cpu-instead-over-memory": (
+        "Stable int8 (300 MiB) avoids i8mm; its instead int8w needs 700 MiB, the budget "
+        "is 512: the instead does not fit, so cpu-unsupported.",
+        lambda: _signed(
+            _manifest(
+                stable=_avoiding(
+                    _mem(_entry("1.0.0"), 300), ["i8mm"], _safe("1.0.0", peak_memory_mb=700)
+                )
+            )
+        ),
+        {"device": {"cpu_features": I8MM_PHONE, "memory_budget_mb": 512}},
+    ),
+    "cpu-instead-avoids-too": (
+        "Stable avoids i8mm; its instead avoids sve2; the device has both: cpu-unsupported.",
+        lambda: _signed(_manifest(stable=_i8mm_stable(avoid_cpu=["sve2"]))),
+        {"device": {"cpu_features": [*I8MM_PHONE, "sve2"]}},
+    ),
+    "cpu-instead-needs-newer-runtime": (
+        "Stable avoids i8mm; its instead needs MNN 3.7.0, the app has 3.6.1: the "
+        "instead does not fit, so cpu-unsupported (not runtime-too-old: the entry's own "
+        "reason is its CPU).",
+        lambda: _signed(_manifest(stable=_i8mm_stable(min_mnn_runtime="3.7.0"))),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "cpu-unknown-feature-name": (
+        "Stable avoids 'sme2p1-x', a feature no client knows today: a name, not an enum, "
+        "so the manifest is valid; this device lacks it and gets int8.",
+        lambda: _signed(_manifest(stable=_avoiding(_entry("1.0.0"), ["sme2p1-x"]))),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "cpu-candidate-avoided-falls-back": (
+        "In the cohort; the candidate avoids i8mm with no instead: the device gets stable "
+        "(fallback cpu-unsupported).",
+        lambda: _signed(_rollout(candidate=_avoiding(_entry("1.1.0"), ["i8mm"]))),
+        {"device_id": _device(True), "device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "cpu-candidate-instead": (
+        "In the cohort; the candidate avoids i8mm and names int8w instead: the device "
+        "gets the candidate's int8w (is_candidate, substitute cpu-unsupported).",
+        lambda: _signed(_rollout(candidate=_avoiding(_entry("1.1.0"), ["i8mm"], _safe("1.1.0")))),
+        {"device_id": _device(True), "device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "cpu-fallback-to-stable-instead": (
+        "In the cohort; the candidate needs 600 MiB (budget 512), stable avoids i8mm and "
+        "names int8w: the device gets stable's int8w (fallback insufficient-memory, "
+        "substitute cpu-unsupported).",
+        lambda: _signed(_rollout(stable=_i8mm_stable(), candidate=_mem(_entry("1.1.0"), 600))),
+        {
+            "device_id": _device(True),
+            "device": {"cpu_features": I8MM_PHONE, "memory_budget_mb": 512},
+        },
+    ),
+    "instead-nested": (
+        "Stable's instead has an instead of its own: one level only, malformed.",
+        lambda: _raw_payload(_nested_instead, _manifest(stable=_i8mm_stable())),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "instead-other-version": (
+        "Stable 1.0.0's instead is version 0.9.0: a substitute is the same release, malformed.",
+        lambda: _raw_payload(
+            _set(stable__instead__version="0.9.0"), _manifest(stable=_i8mm_stable())
+        ),
+        {"device": {"cpu_features": OLDER_PHONE}},
+    ),
+    "instead-unknown-key": (
+        "Stable's instead carries a key this client does not know: ignored there too "
+        "(forward compatibility), and the device with i8mm installs int8w.",
+        lambda: _raw_payload(
+            _set(stable__instead__kernel_notes="sdot only"), _manifest(stable=_i8mm_stable())
+        ),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "avoid-cpu-twice": (
+        "avoid_cpu ['i8mm', 'i8mm']: each feature once, malformed.",
+        lambda: _raw_payload(_set(stable__avoid_cpu=["i8mm", "i8mm"])),
+        {},
+    ),
+    "avoid-cpu-not-a-name": (
+        "avoid_cpu ['I8MM']: feature names are lowercase, malformed.",
+        lambda: _raw_payload(_set(stable__avoid_cpu=["I8MM"])),
+        {},
+    ),
+    "avoid-cpu-empty": (
+        "avoid_cpu []: 1 to 8 names (leave the key out to avoid nothing), malformed.",
+        lambda: _raw_payload(_set(stable__avoid_cpu=[])),
+        {},
+    ),
+    # The order of (a), (d), (e).
+    "runtime-before-memory": (
+        "Stable needs MNN 3.7.0 and 600 MiB; the app has 3.6.1 and a 512 MiB budget: "
+        "runtime-too-old (a comes before d).",
+        lambda: _signed(_manifest(stable=_mem(_entry("1.0.0", runtime="3.7.0"), 600))),
+        {"device": {"memory_budget_mb": 512}},
+    ),
+    "memory-before-cpu": (
+        "Stable needs 600 MiB (budget 512) and avoids i8mm with an instead of 100 MiB; the "
+        "device has i8mm: insufficient-memory (d comes before e; the entry's own peak).",
+        lambda: _signed(
+            _manifest(
+                stable=_avoiding(
+                    _mem(_entry("1.0.0"), 600), ["i8mm"], _safe("1.0.0", peak_memory_mb=100)
+                )
+            )
+        ),
+        {"device": {"cpu_features": I8MM_PHONE, "memory_budget_mb": 512}},
+    ),
+    # Bundles: (d) for the members together, (e) per member.
+    "bundle-memory-sum-over": (
+        "Bundle members det 200, cls 100, rec 300 MiB: 600 together against a budget of "
+        "512 (each alone fits): insufficient-memory.",
+        lambda: _signed(_bundle_manifest(stable=_ocr_memory())),
+        {"model": "ocr", "bundle": True, "device": {"memory_budget_mb": 512}},
+    ),
+    "bundle-memory-sum-fits": (
+        "The same bundle with a budget of 600: the sum equals it, so it fits.",
+        lambda: _signed(_bundle_manifest(stable=_ocr_memory())),
+        {"model": "ocr", "bundle": True, "device": {"memory_budget_mb": 600}},
+    ),
+    "bundle-member-instead": (
+        "Member rec (300 MiB) avoids i8mm, its instead rec-int8w takes 100 MiB; the device "
+        "has i8mm and a 512 MiB budget: rec is substituted and the sum is 200 + 100 + 100 "
+        "= 400, so the bundle fits (substitute cpu-unsupported; one bundle version).",
+        lambda: _signed(_bundle_manifest(stable=_ocr_memory(_rec_avoiding_i8mm()))),
+        {
+            "model": "ocr",
+            "bundle": True,
+            "device": {"cpu_features": I8MM_PHONE, "memory_budget_mb": 512},
+        },
+    ),
+    "bundle-member-cpu-unsupported": (
+        "Member cls avoids i8mm with no instead; the device has i8mm: the bundle does not "
+        "fit (cpu-unsupported).",
+        lambda: _signed(
+            _bundle_manifest(
+                stable=_bundle_with(cls=_avoiding(_bundle("1.0.0").members["cls"], ["i8mm"]))
+            )
+        ),
+        {"model": "ocr", "bundle": True, "device": {"cpu_features": I8MM_PHONE}},
+    ),
 }
 
 
@@ -731,56 +1004,13 @@ def _input(manifest: bytes, overrides: dict[str, Any]) -> dict[str, Any]:
     return vector_input
 
 
-def _entry_json(entry: ManifestEntry) -> dict[str, Any]:
-    return {
-        "version": entry.version,
-        "variant": entry.variant,
-        "sha256": entry.sha256,
-        "size": entry.size,
-    }
-
-
 def run(vector_input: dict[str, Any]) -> dict[str, Any]:
-    """The reference implementation's decision for one vector input."""
-    device = vector_input["device"]
-    try:
-        decision = decide(
-            base64.b64decode(vector_input["manifest"]),
-            trusted=TrustedKeys.from_pems(vector_input["trusted_keys"]),
-            model=vector_input["model"],
-            tier=vector_input["tier"],
-            device_id=device["device_id"],
-            app_mnn_runtime=device.get("mnn_runtime"),
-            highest_seen_sequence=vector_input["highest_seen_sequence"],
-            now=datetime.fromisoformat(vector_input["now"].replace("Z", "+00:00")),
-            app=AppFacts(
-                app_version=device.get("app_version"),
-                os=device.get("os"),
-                os_version=device.get("os_version"),
-            ),
-            bundle=vector_input.get("bundle", False),
-        )
-    except Rejected as exc:
-        return {"accept": False, "reason": exc.reason}
-    entry = decision.entry
-    chosen: dict[str, Any] | None
-    if entry is None:
-        chosen = None
-    elif isinstance(entry, BundleEntry):
-        chosen = {
-            "version": entry.version,
-            "members": {name: _entry_json(m) for name, m in sorted(entry.members.items())},
-        }
-    else:
-        chosen = _entry_json(entry)
-    return {
-        "accept": True,
-        "entry": chosen,
-        "is_candidate": decision.is_candidate,
-        "runtime_fallback": decision.runtime_fallback,
-        "fallback": decision.fallback,
-        "sequence": decision.sequence,
-    }
+    """The reference implementation's decision for one vector input.
+
+    The reference client's own vector runner (the Python device program answers
+    with it too), so the recorded answer and the program cannot drift.
+    """
+    return decide_vector(vector_input)
 
 
 def build() -> dict[str, str]:
@@ -831,7 +1061,8 @@ def schema_text() -> str:
         "an entry's path is exactly blobs/sha256/ followed by its sha256; percent has at "
         "most two decimals; keys not listed here are ignored (a newer publisher "
         "may add them); percent and salt are set iff candidate is; paused is true "
-        "only with a candidate; the candidate's version is higher than stable's."
+        "only with a candidate; the candidate's version is higher than stable's; an "
+        "entry's instead has the entry's version and no instead of its own."
     )
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
@@ -871,7 +1102,10 @@ def schemas() -> dict[Path, str]:
             "edgereg.protocol.reports.Report.",
             "Rules JSON Schema cannot state (docs/protocol.md section 12): at most 4096 bytes; "
             "integers without a fraction (schema_version is 1, never 1.0; sequence 9, never "
-            "9.0); no number beyond a double (1e400); unknown keys are refused.",
+            "9.0); no number beyond a double (1e400); unknown keys are refused; a "
+            "schema_version 1 report (or one without schema_version) carries none of the "
+            "keys version 2 added (unconfirmed_starts, cpu_class, memory_peak_mb, "
+            "memory_steady_mb, first_inference_ms), not even as null.",
         ),
     }
 
@@ -1467,6 +1701,16 @@ FULL_REPORT: dict[str, Any] = {
 }
 
 
+V2_KEYS: dict[str, Any] = {
+    "unconfirmed_starts": 3,
+    "cpu_class": "armv9",
+    "memory_peak_mb": 212.5,
+    "memory_steady_mb": 140,
+    "first_inference_ms": 96.0,
+}
+FULL_REPORT_V2: dict[str, Any] = {**FULL_REPORT, **V2_KEYS, "schema_version": 2}
+
+
 def _report(**changes: Any) -> bytes:
     body = {**REPORT, **changes}
     return canonical_json({k: v for k, v in body.items() if v is not _DROP})
@@ -1525,7 +1769,84 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
         "No schema_version: a receiver takes it as 1 (what shipped senders send is kept).",
         _report(schema_version=_DROP),
     ),
-    "schema-version-2": ("schema_version 2.", _report(schema_version=2)),
+    "schema-version-2": (
+        "schema_version 2 with none of its keys: accepted (every key it adds is optional).",
+        _report(schema_version=2),
+    ),
+    "schema-version-3": (
+        "schema_version 3: a format the receiver does not know.",
+        _report(schema_version=3),
+    ),
+    "full-v2": ("Every key of schema version 2.", canonical_json(FULL_REPORT_V2)),
+    **{
+        f"v2-{key.replace('_', '-')}": (
+            f"schema_version 2 with {key} {value!r}.",
+            _report(schema_version=2, **{key: value}),
+        )
+        for key, value in V2_KEYS.items()
+    },
+    "v2-unconfirmed-starts-zero": (
+        "unconfirmed_starts 0 (installed, started once, confirmed since): accepted.",
+        _report(schema_version=2, unconfirmed_starts=0),
+    ),
+    "v2-cpu-class-later": (
+        "cpu_class 'armv9.2': not a class clients send today, a name all the same, so a "
+        "later client's class is stored.",
+        _report(schema_version=2, cpu_class="armv9.2"),
+    ),
+    "v2-keys-null": (
+        "Every key of version 2 null (the same as absent) in a version 2 report.",
+        _report(schema_version=2, **dict.fromkeys(V2_KEYS)),
+    ),
+    "v1-with-v2-key": (
+        "schema_version 1 with unconfirmed_starts: a key version 1 does not have, refused "
+        "(a sender that sets it says 2).",
+        _report(unconfirmed_starts=3),
+    ),
+    "v1-with-v2-key-null": (
+        "schema_version 1 with memory_peak_mb null: the key itself is unknown in version 1.",
+        _report(memory_peak_mb=None),
+    ),
+    "v1-absent-with-v2-key": (
+        "No schema_version (so 1) with cpu_class: refused like a 1.",
+        _report(schema_version=_DROP, cpu_class="armv8"),
+    ),
+    "unconfirmed-starts-above-1000": (
+        "unconfirmed_starts 1001: at most 1000.",
+        _report(schema_version=2, unconfirmed_starts=1001),
+    ),
+    "unconfirmed-starts-negative": (
+        "unconfirmed_starts -1.",
+        _report(schema_version=2, unconfirmed_starts=-1),
+    ),
+    "unconfirmed-starts-as-float": (
+        "unconfirmed_starts 3.0: not an integer.",
+        _report(schema_version=2, unconfirmed_starts=3.0),
+    ),
+    "cpu-class-uppercase": (
+        "cpu_class 'ARMv9': lowercase letters, digits, '.', '_', '-'.",
+        _report(schema_version=2, cpu_class="ARMv9"),
+    ),
+    "cpu-class-too-long": (
+        "cpu_class of 33 characters.",
+        _report(schema_version=2, cpu_class="a" * 33),
+    ),
+    "memory-peak-negative": (
+        "memory_peak_mb -1.",
+        _report(schema_version=2, memory_peak_mb=-1),
+    ),
+    "memory-steady-above-1-tib": (
+        "memory_steady_mb 1048577: at most 1048576.",
+        _report(schema_version=2, memory_steady_mb=1048577),
+    ),
+    "memory-peak-as-string": (
+        'memory_peak_mb "212": a number.',
+        _report(schema_version=2, memory_peak_mb="212"),
+    ),
+    "first-inference-above-an-hour": (
+        "first_inference_ms 3600001: at most 3600000.",
+        _report(schema_version=2, first_inference_ms=3600001),
+    ),
     "schema-version-as-float": ("schema_version 1.0.", _report(schema_version=1.0)),
     "token-missing": ("No token.", _report(token=_DROP)),
     "token-uppercase": (
