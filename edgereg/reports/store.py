@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -76,6 +76,11 @@ COLUMNS = (
     "os",
     "os_version",
     "device_class",
+    "unconfirmed_starts",
+    "cpu_class",
+    "memory_peak_mb",
+    "memory_steady_mb",
+    "first_inference_ms",
     "source",
     "first_received_at",
     "received_at",
@@ -111,6 +116,11 @@ SCHEMA = (
     os TEXT,
     os_version TEXT,
     device_class TEXT,
+    unconfirmed_starts INTEGER,
+    cpu_class TEXT,
+    memory_peak_mb DOUBLE PRECISION,
+    memory_steady_mb DOUBLE PRECISION,
+    first_inference_ms DOUBLE PRECISION,
     source TEXT,
     first_received_at BIGINT NOT NULL,
     received_at BIGINT NOT NULL,
@@ -120,7 +130,8 @@ SCHEMA = (
     # a sort or a table lookup (SQLite has no hash aggregate), with or without `since`.
     # No token in it: a random key would make every insert dirty a random page.
     "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
-    "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
+    "load_failed, reverted, confirmed, model, received_at, source, first_received_at, "
+    "unconfirmed_starts)",
     "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, load_bucket, "
     "model, received_at)",
     "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
@@ -138,6 +149,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS reports_devices",
         "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
         "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
+    ),
+    # Schema 3 keeps the keys of report schema 2 (rows before it have none: null), and
+    # the counts read the unconfirmed starts: keep them covered.
+    2: (
+        "ALTER TABLE reports ADD COLUMN unconfirmed_starts INTEGER",
+        "ALTER TABLE reports ADD COLUMN cpu_class TEXT",
+        "ALTER TABLE reports ADD COLUMN memory_peak_mb DOUBLE PRECISION",
+        "ALTER TABLE reports ADD COLUMN memory_steady_mb DOUBLE PRECISION",
+        "ALTER TABLE reports ADD COLUMN first_inference_ms DOUBLE PRECISION",
+        "DROP INDEX IF EXISTS reports_devices",
+        "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+        "load_failed, reverted, confirmed, model, received_at, source, first_received_at, "
+        "unconfirmed_starts)",
     ),
 }
 
@@ -188,6 +212,19 @@ def _filters(placeholder: str, since: bool, model: bool) -> str:
     return where
 
 
+#: Starts without a confirmation that count a device as failing the revert guardrail
+#: before its revert arrives (report schema 2's ``unconfirmed_starts``): "installed and
+#: never confirmed" is the crash loop's first sign. Two, so one start the app ended
+#: before its first inference (a user who closed it) is not yet a failure.
+STALLED_STARTS = 2
+
+#: The devices the revert guardrail counts as failing, as an SQL expression.
+REVERTING = (
+    "(CASE WHEN reverted = 1 OR (confirmed = 0 AND unconfirmed_starts >= "
+    f"{STALLED_STARTS}) THEN 1 ELSE 0 END)"
+)
+
+
 def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> str:
     """Per (tier, arm, version): devices and the devices with each outcome.
 
@@ -195,20 +232,23 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
     covering index. A bundle's members report under the install's one token:
     an inner GROUP BY folds them into one device (it failed a probe when any
     member did, confirmed when every member did), which costs a sort.
+
+    The revert count is of :data:`REVERTING` devices: reverted, or installed and
+    started :data:`STALLED_STARTS` times without a confirmation.
     """
     where = _filters(placeholder, since, model)
     if not bundle:
         return (
             "SELECT tier, arm, unit_version, COUNT(*), "
             "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
-            "SUM(load_failed), SUM(reverted), SUM(confirmed), "
+            f"SUM(load_failed), SUM({REVERTING}), SUM(confirmed), "
             "COUNT(DISTINCT source), COUNT(source), "
             "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
             "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
-            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
+            f"COUNT(DISTINCT CASE WHEN {REVERTING} = 1 THEN source END), "
             f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END), "
-            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} AND reverted = 1 "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN {REVERTING} ELSE 0 END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} AND {REVERTING} = 1 "
             "THEN source END), "
             f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} THEN source END) "
             f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
@@ -224,7 +264,8 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
         f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} THEN src END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
-        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src, "
+        f"MAX(load_failed) AS lf, MAX({REVERTING}) AS rv, MIN(confirmed) AS cf, "
+        "MAX(source) AS src, "
         "MIN(first_received_at) AS fr "
         f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
         ") AS devices GROUP BY tier, arm, unit_version"
@@ -300,6 +341,11 @@ def report_row(report: Report, received_at: datetime, source: str | None = None)
         report.os,
         report.os_version,
         report.device_class,
+        report.unconfirmed_starts,
+        report.cpu_class,
+        report.memory_peak_mb,
+        report.memory_steady_mb,
+        report.first_inference_ms,
         source,
         received,
         received,

@@ -47,7 +47,9 @@ class ArmSummary:
         devices: Distinct report tokens (one per install).
         probe_failed: Devices whose self-test failed on every backend (model rejected).
         load_failed: Devices where loading the model failed.
-        reverted: Devices that reverted the model (unconfirmed after the declared app starts).
+        reverted: Devices that reverted the model (unconfirmed after the declared app starts),
+            or that started it twice without a confirmation (report schema 2's
+            ``unconfirmed_starts``): the revert guardrail's failing devices.
         confirmed: Devices that confirmed the model after a real inference.
         sources: Distinct source networks of the devices (0: unknown, as for
             reports through an untrusted proxy or from before schema 2).
