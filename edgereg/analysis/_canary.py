@@ -488,14 +488,15 @@ def _rate_result(
         )
     candidate_events = getattr(candidate, _RATE_FIELD[name])
     failing = failing_count(name, candidate, guardrails)
+    # Counted in networks, both the failing devices and the arm (failing_count,
+    # passing_devices): a forger's healthy tokens from one network cannot dilute a
+    # real failure either.
+    networks = passing_devices(candidate, guardrails)
     absolute = check_rate_limit(candidate_events, candidate.devices, limit=ceiling, alpha=alpha)
-    # A fail rests on the failing devices counted one per network (failing_count).
     above = (
         absolute
-        if failing == candidate_events
-        else check_rate_limit(
-            failing, candidate.devices, limit=ceiling, alpha=alpha, interval=False
-        )
+        if (failing, networks) == (candidate_events, candidate.devices)
+        else check_rate_limit(failing, networks, limit=ceiling, alpha=alpha, interval=False)
     )
     own = {
         "candidate_events": candidate_events,
@@ -595,14 +596,13 @@ def _rate_result(
             alpha=alpha,
         )
     )
-    # The evidence of a fail counts the failing devices one per network (failing_count);
-    # the stable's count stays whole, which only makes a fail harder.
+    # The evidence of a fail counts the candidate in networks too (failing_count).
     worse = (
         result
-        if failing == candidate_events
+        if (failing, networks) == (candidate_events, candidate.devices)
         else compare_rates(
             failing,
-            candidate.devices,
+            networks,
             stable_events,
             stable.devices,
             margin=rule.max_increase,
@@ -710,15 +710,15 @@ def _aged(arm: ArmSummary | None) -> ArmSummary | None:
 
 
 def failing_count(name: str, arm: ArmSummary, guardrails: Guardrails) -> int:
-    """The failing devices a fail may rest on: one per source network, when sources are known.
+    """The failing devices a verdict rests on: one per source network, when sources are known.
 
     A forger mints tokens at will but networks slowly, so with
     ``count_networks`` (the default) each network counts as at most one
     failing device of the arm: a dozen forged reverts from one /24 are one.
     Genuine failures spread over the networks their devices sit in, so this
     loses little where devices have networks of their own, and makes fails
-    slower where many sit behind a few carrier NATs. Passes count networks too
-    (:func:`passing_counts`).
+    slower where many sit behind a few carrier NATs. The arm itself is
+    counted in networks too (:func:`passing_devices`), for fails and passes.
     """
     events = int(getattr(arm, _RATE_FIELD[name]))
     if not guardrails.count_networks or not _sourced(arm):
@@ -727,11 +727,11 @@ def failing_count(name: str, arm: ArmSummary, guardrails: Guardrails) -> int:
 
 
 def passing_devices(arm: ArmSummary, guardrails: Guardrails) -> int:
-    """The candidate devices a pass may rest on: its networks, when sources are known.
+    """The candidate devices a verdict rests on: its networks, when sources are known.
 
     A forger's thousand healthy tokens from one network would otherwise
-    outweigh the arm's genuine devices; counted as one device they cannot.
-    The smaller count only makes a pass harder (``count_networks``).
+    outweigh the arm's genuine devices (pass a bad candidate, or dilute its
+    failures below a fail); counted as one device they cannot (``count_networks``).
     """
     if not guardrails.count_networks or not _sourced(arm):
         return arm.devices
