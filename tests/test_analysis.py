@@ -747,3 +747,27 @@ def test_latency_evidence_fails_a_clear_slowdown_and_passes_no_change() -> None:
     assert band(100, 0.025) > band(1000, 0.025) > band(10_000, 0.025)
     assert band(1000, 0.001) > band(1000, 0.025)
     assert band(0, 0.025) == 1.0
+
+
+def test_peak_memory_is_a_guardrail_where_devices_report_it() -> None:
+    # Report schema 2's memory_peak_mb, judged like a latency: +50 % fails (not critical),
+    # and a tier where no device reports memory leaves the guardrail out, not waiting.
+    bucket = latency_bucket(120.0)
+    lean = {bucket + offset: 400 for offset in range(5)}
+    heavy = {latency_bucket(180.0) + offset: 400 for offset in range(5)}
+    analysis = run(
+        healthy("candidate", memory_peak_mb=heavy), healthy("stable", memory_peak_mb=lean)
+    )
+    found = verdicts(analysis)
+    assert found["memory_peak_mb"] == "fail"
+    (memory,) = (r for r in analysis.tiers[0].guardrails if r.name == "memory_peak_mb")
+    assert "MB vs" in memory.reason
+    assert not memory.critical
+    same = run(healthy("candidate", memory_peak_mb=lean), healthy("stable", memory_peak_mb=lean))
+    assert verdicts(same)["memory_peak_mb"] == "pass"
+    unreported = run(healthy("candidate"), healthy("stable"))
+    assert "memory_peak_mb" not in verdicts(unreported)
+    assert unreported.verdict == "pass"
+    # One arm reporting it and the other not: nothing to compare with yet.
+    half = run(healthy("candidate", memory_peak_mb=lean), healthy("stable"))
+    assert verdicts(half)["memory_peak_mb"] == "inconclusive"

@@ -347,6 +347,7 @@ SCHEMA_3_COLUMNS = (
     "unconfirmed_starts",
     "cpu_class",
     "memory_peak_mb",
+    "memory_peak_bucket",
     "memory_steady_mb",
     "first_inference_ms",
 )
@@ -435,3 +436,19 @@ def test_installs_old_enough_to_have_reverted_are_counted(store: ReportStore) ->
     assert summary.aged_reverted_sources == 1
     (plain,) = store.summaries("digits")
     assert plain.aged_devices is None
+
+
+def test_peak_memory_is_kept_as_a_histogram(store: ReportStore) -> None:
+    from edgereg.reports.summary import latency_bucket
+
+    store.ingest_many(
+        [
+            (report(1, schema_version=2, memory_peak_mb=120.0), T0),
+            (report(2, schema_version=2, memory_peak_mb=120.5), T0),
+            (report(3, schema_version=2, memory_peak_mb=300.0), T0),
+            (report(4), T0),
+        ]
+    )
+    (summary,) = store.summaries("digits")
+    assert summary.memory_peak_mb == {latency_bucket(120.0): 2, latency_bucket(300.0): 1}
+    assert sum(summary.load_ms.values()) == 4

@@ -19,8 +19,13 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 
 RATE_GUARDRAILS: tuple[str, ...] = ("probe_failure", "load_failure", "revert")
 """Rate guardrails, each named as in ``[rollout.guardrails]``."""
-LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms")
-"""Latency guardrails, each named as in ``[rollout.guardrails]``."""
+LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_mb")
+"""Latency-like guardrails (a scale shift in percent), each named as in ``[rollout.guardrails]``.
+
+``memory_peak_mb`` is judged like a latency; a tier where no device reports it
+(clients of report schema 1) leaves it out rather than waiting for it."""
+#: Guardrails left out of a tier whose arms have no value of them at all.
+OPTIONAL_GUARDRAILS = frozenset({"memory_peak_mb"})
 
 # Which ArmSummary field each guardrail reads.
 _RATE_FIELD = {"probe_failure": "probe_failed", "load_failure": "load_failed", "revert": "reverted"}
@@ -29,7 +34,12 @@ _SOURCE_FIELD = {
     "load_failure": "load_failed_sources",
     "revert": "reverted_sources",
 }
-_LATENCY_FIELD = {"load_ms": "load_ms", "inference_ms": "inference_p50_ms"}
+_LATENCY_FIELD = {
+    "load_ms": "load_ms",
+    "inference_ms": "inference_p50_ms",
+    "memory_peak_mb": "memory_peak_mb",
+}
+_UNIT = {"memory_peak_mb": "MB"}
 
 Number = float | int | None
 
@@ -280,11 +290,13 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
                 summary,
                 load_ms=dict(summary.load_ms),
                 inference_p50_ms=dict(summary.inference_p50_ms),
+                memory_peak_mb=dict(summary.memory_peak_mb),
             )
             continue
         for histogram, more in (
             (merged.load_ms, summary.load_ms),
             (merged.inference_p50_ms, summary.inference_p50_ms),
+            (merged.memory_peak_mb, summary.memory_peak_mb),
         ):
             for index, count in more.items():
                 histogram[index] = histogram.get(index, 0) + count
@@ -412,6 +424,8 @@ def analyze_tier(
         )
     for name in LATENCY_GUARDRAILS:
         latency_rule: LatencyGuardrail = getattr(guardrails, name)
+        if name in OPTIONAL_GUARDRAILS and not _reported(name, candidate, stable, members):
+            continue
         if not members:
             results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
             continue
@@ -427,6 +441,17 @@ def analyze_tier(
         guardrails=tuple(results),
         alarms=stable_alarms(tier, stable, guardrails),
     )
+
+
+def _reported(
+    name: str,
+    candidate: ArmSummary | None,
+    stable: ArmSummary | None,
+    members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None,
+) -> bool:
+    """Whether any device of either arm reported the guardrail's value."""
+    arms = [candidate, stable] + [arm for pair in (members or {}).values() for arm in pair]
+    return any(arm is not None and getattr(arm, _LATENCY_FIELD[name]) for arm in arms)
 
 
 def _too_few(candidate_n: int, stable_n: int, needed: int) -> str:
@@ -869,8 +894,9 @@ def _latency_result(
         **limit,
     }
     level = round(100 * (1 - guardrails.alpha))
+    unit = _UNIT.get(name, "ms")
     described = (
-        f"median {result.candidate_median_ms:.3g} ms vs {result.stable_median_ms:.3g} ms "
+        f"median {result.candidate_median_ms:.3g} {unit} vs {result.stable_median_ms:.3g} {unit} "
         f"({result.candidate_devices} vs {result.stable_devices} devices): shift {shift:+.1f}% "
         f"of the stable median, {level}% CS {_pct(low)} to {_pct(high)}, limit "
         f"+{rule.max_increase_pct:g}%"

@@ -117,6 +117,12 @@ class Guardrails(_Strict):
         default_factory=LatencyGuardrail,
         description="Each device's median inference time over the app's real calls.",
     )
+    memory_peak_mb: LatencyGuardrail = Field(
+        default_factory=LatencyGuardrail,
+        description="Each device's peak memory for the model (report schema 2's "
+        "memory_peak_mb), judged like a latency: max_increase_pct of the stable. Left out "
+        "of a tier where no device reports it.",
+    )
     rollback_on_critical: bool = Field(
         default=True,
         description="When a critical guardrail fails, an automatic rollout rolls back (else "

@@ -79,6 +79,7 @@ COLUMNS = (
     "unconfirmed_starts",
     "cpu_class",
     "memory_peak_mb",
+    "memory_peak_bucket",
     "memory_steady_mb",
     "first_inference_ms",
     "source",
@@ -119,6 +120,7 @@ SCHEMA = (
     unconfirmed_starts INTEGER,
     cpu_class TEXT,
     memory_peak_mb DOUBLE PRECISION,
+    memory_peak_bucket INTEGER,
     memory_steady_mb DOUBLE PRECISION,
     first_inference_ms DOUBLE PRECISION,
     source TEXT,
@@ -137,6 +139,8 @@ SCHEMA = (
     "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
     "inference_p50_bucket, model, received_at)",
     "CREATE INDEX reports_received ON reports (received_at)",
+    "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, "
+    "memory_peak_bucket, model, received_at)",
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -156,12 +160,15 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE reports ADD COLUMN unconfirmed_starts INTEGER",
         "ALTER TABLE reports ADD COLUMN cpu_class TEXT",
         "ALTER TABLE reports ADD COLUMN memory_peak_mb DOUBLE PRECISION",
+        "ALTER TABLE reports ADD COLUMN memory_peak_bucket INTEGER",
         "ALTER TABLE reports ADD COLUMN memory_steady_mb DOUBLE PRECISION",
         "ALTER TABLE reports ADD COLUMN first_inference_ms DOUBLE PRECISION",
         "DROP INDEX IF EXISTS reports_devices",
         "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
         "load_failed, reverted, confirmed, model, received_at, source, first_received_at, "
         "unconfirmed_starts)",
+        "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, "
+        "memory_peak_bucket, model, received_at)",
     ),
 }
 
@@ -281,7 +288,7 @@ def has_members_sql(placeholder: str) -> str:
 
 
 def histogram_sql(placeholder: str, *, since: bool, model: bool) -> str:
-    """Per (tier, arm, version): rows per load and inference-p50 bucket (kind 0 and 1)."""
+    """Per (tier, arm, version): rows per load, inference-p50 and peak-memory bucket (kind 0-2)."""
     where = _filters(placeholder, since, model)
     return (
         "SELECT 0, tier, arm, unit_version, load_bucket, COUNT(*) FROM reports "
@@ -290,7 +297,11 @@ def histogram_sql(placeholder: str, *, since: bool, model: bool) -> str:
         "UNION ALL "
         "SELECT 1, tier, arm, unit_version, inference_p50_bucket, COUNT(*) FROM reports "
         f"WHERE {where} AND inference_p50_bucket IS NOT NULL "
-        "GROUP BY tier, arm, unit_version, inference_p50_bucket"
+        "GROUP BY tier, arm, unit_version, inference_p50_bucket "
+        "UNION ALL "
+        "SELECT 2, tier, arm, unit_version, memory_peak_bucket, COUNT(*) FROM reports "
+        f"WHERE {where} AND memory_peak_bucket IS NOT NULL "
+        "GROUP BY tier, arm, unit_version, memory_peak_bucket"
     )
 
 
@@ -344,6 +355,7 @@ def report_row(report: Report, received_at: datetime, source: str | None = None)
         report.unconfirmed_starts,
         report.cpu_class,
         report.memory_peak_mb,
+        None if report.memory_peak_mb is None else latency_bucket(report.memory_peak_mb),
         report.memory_steady_mb,
         report.first_inference_ms,
         source,
@@ -559,7 +571,7 @@ class ReportStore(abc.ABC):
                     bundle = bool(cur.fetchone()[0])
                 cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), aged + params)
                 counts = cur.fetchall()
-                cur.execute(histogram_sql(self.placeholder, **flags), params + params)
+                cur.execute(histogram_sql(self.placeholder, **flags), params * 3)
                 bins = cur.fetchall()
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, aged=aged_before is not None)
@@ -638,10 +650,10 @@ class ReportStore(abc.ABC):
 def _assemble(
     unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]], *, aged: bool
 ) -> list[ArmSummary]:
-    histograms: dict[tuple[str, str, str], tuple[dict[int, int], dict[int, int]]] = {}
+    histograms: dict[tuple[str, str, str], tuple[dict[int, int], ...]] = {}
     for kind, tier, arm, version, bucket, devices in bins:
-        pair = histograms.setdefault((tier, arm, version), ({}, {}))
-        pair[int(kind)][int(bucket)] = int(devices)
+        kinds = histograms.setdefault((tier, arm, version), ({}, {}, {}))
+        kinds[int(kind)][int(bucket)] = int(devices)
     summaries = []
     for row in counts:
         tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed = row[:8]
@@ -651,7 +663,7 @@ def _assemble(
         aged_devices, aged_reverted, aged_reverted_sources, aged_sources = (
             int(n or 0) for n in row[13:17]
         )
-        load, inference = histograms.get((tier, arm, version), ({}, {}))
+        load, inference, memory = histograms.get((tier, arm, version), ({}, {}, {}))
         summaries.append(
             ArmSummary(
                 unit=unit,
@@ -674,6 +686,7 @@ def _assemble(
                 aged_sources=aged_sources if aged else sources,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
+                memory_peak_mb=dict(sorted(memory.items())),
             )
         )
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))

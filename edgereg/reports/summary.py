@@ -65,6 +65,8 @@ class ArmSummary:
         aged_sources: Distinct source networks of the aged devices.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
+        memory_peak_mb: Bucket index -> devices, of each device's peak memory in MB (the
+            latency buckets, read as MB; report schema 2's ``memory_peak_mb``).
     """
 
     unit: str
@@ -87,3 +89,4 @@ class ArmSummary:
     aged_sources: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)
+    memory_peak_mb: dict[int, int] = field(default_factory=dict)
