@@ -452,3 +452,19 @@ def test_peak_memory_is_kept_as_a_histogram(store: ReportStore) -> None:
     (summary,) = store.summaries("digits")
     assert summary.memory_peak_mb == {latency_bucket(120.0): 2, latency_bucket(300.0): 1}
     assert sum(summary.load_ms.values()) == 4
+
+
+def test_reports_are_split_by_cpu_class(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, schema_version=2, cpu_class="armv9"), T0),
+            (report(2, schema_version=2, cpu_class="armv9", probe="failed", backend=None), T0),
+            (report(3, schema_version=2, cpu_class="armv8.2"), T0),
+            (report(4), T0),
+        ]
+    )
+    assert store.cpu_classes("digits") == ["armv8.2", "armv9"]
+    (armv9,) = store.summaries("digits", cpu_class="armv9")
+    assert (armv9.devices, armv9.probe_failed) == (2, 1)
+    (everyone,) = store.summaries("digits")
+    assert everyone.devices == 4

@@ -424,6 +424,8 @@ def analyze_tier(
         )
     for name in LATENCY_GUARDRAILS:
         latency_rule: LatencyGuardrail = getattr(guardrails, name)
+        if not latency_rule.enabled:
+            continue
         if name in OPTIONAL_GUARDRAILS and not _reported(name, candidate, stable, members):
             continue
         if not members:

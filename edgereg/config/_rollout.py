@@ -42,6 +42,12 @@ class LatencyGuardrail(_Strict):
         "judged with confidence bands valid at every look).",
     )
     critical: bool = Field(default=False, description="A failure pauses the rollout.")
+    enabled: bool = Field(
+        default=True,
+        description="false: not analysed at all (say, where the values measure the harness, "
+        "not the model). Evidence valid at any look cannot pass a latency on a few dozen "
+        "devices per arm, so a small fleet that wants --auto to promote turns it off.",
+    )
 
 
 class Guardrails(_Strict):

@@ -210,12 +210,14 @@ def upsert_sql(placeholder: str, rows: int = 1) -> str:
     )
 
 
-def _filters(placeholder: str, since: bool, model: bool) -> str:
+def _filters(placeholder: str, since: bool, model: bool, cpu_class: bool = False) -> str:
     where = f"unit = {placeholder}"
     if since:
         where += f" AND received_at >= {placeholder}"
     if model:
         where += f" AND model = {placeholder}"
+    if cpu_class:
+        where += f" AND cpu_class = {placeholder}"
     return where
 
 
@@ -232,7 +234,9 @@ REVERTING = (
 )
 
 
-def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> str:
+def counts_sql(
+    placeholder: str, *, since: bool, model: bool, bundle: bool, cpu_class: bool = False
+) -> str:
     """Per (tier, arm, version): devices and the devices with each outcome.
 
     A model's install has one row, so the counts are one GROUP BY over the
@@ -243,7 +247,7 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
     The revert count is of :data:`REVERTING` devices: reverted, or installed and
     started :data:`STALLED_STARTS` times without a confirmation.
     """
-    where = _filters(placeholder, since, model)
+    where = _filters(placeholder, since, model, cpu_class)
     if not bundle:
         return (
             "SELECT tier, arm, unit_version, COUNT(*), "
@@ -287,9 +291,9 @@ def has_members_sql(placeholder: str) -> str:
     )
 
 
-def histogram_sql(placeholder: str, *, since: bool, model: bool) -> str:
+def histogram_sql(placeholder: str, *, since: bool, model: bool, cpu_class: bool = False) -> str:
     """Per (tier, arm, version): rows per load, inference-p50 and peak-memory bucket (kind 0-2)."""
-    where = _filters(placeholder, since, model)
+    where = _filters(placeholder, since, model, cpu_class)
     return (
         "SELECT 0, tier, arm, unit_version, load_bucket, COUNT(*) FROM reports "
         f"WHERE {where} AND load_bucket IS NOT NULL "
@@ -538,6 +542,7 @@ class ReportStore(abc.ABC):
         *,
         model: str | None = None,
         aged_before: datetime | None = None,
+        cpu_class: str | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
 
@@ -548,6 +553,8 @@ class ReportStore(abc.ABC):
             aged_before: Also count the installs that first reported at or before
                 this time, and their reverts (``aged_devices``, ``aged_reverted``):
                 the installs that had time to crash-loop.
+            cpu_class: Only the reports of this CPU class (report schema 2's
+                ``cpu_class``; :meth:`cpu_classes` lists them).
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -557,7 +564,13 @@ class ReportStore(abc.ABC):
             params.append(epoch_ms(since))
         if model is not None:
             params.append(model)
-        flags = {"since": since is not None, "model": model is not None}
+        if cpu_class is not None:
+            params.append(cpu_class)
+        flags = {
+            "since": since is not None,
+            "model": model is not None,
+            "cpu_class": cpu_class is not None,
+        }
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
         aged = [cut, cut, cut, cut]
@@ -577,6 +590,23 @@ class ReportStore(abc.ABC):
             return _assemble(unit, counts, bins, aged=aged_before is not None)
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
+
+    def cpu_classes(self, unit: str) -> list[str]:
+        """The CPU classes the unit's reports name (report schema 2), sorted."""
+
+        def read() -> list[str]:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"SELECT DISTINCT cpu_class FROM reports WHERE unit = {self.placeholder} "
+                    "AND cpu_class IS NOT NULL",
+                    (unit,),
+                )
+                found = sorted(str(row[0]) for row in cur.fetchall())
+                conn.rollback()
+            return found
+
+        return cast(list[str], self._run("listing CPU classes", read))
 
     def members(self, unit: str) -> list[str]:
         """The member models of a bundle that reported (empty for a model), sorted."""
