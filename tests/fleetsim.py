@@ -346,7 +346,8 @@ class FleetWorld:
             and in_cohort(device.device_id, state.salt, state.percent)
         ):
             return state.candidate, "candidate"
-        if state.stable is not None:
+        # A device that reverted the stable too has nothing left to run: it keeps its revert.
+        if state.stable is not None and state.stable not in device.bad:
             return state.stable, "stable"
         return None
 
