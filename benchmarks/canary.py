@@ -26,7 +26,17 @@ once every device has reported.
 Targets: P(good candidate rolled back) <= 5 % over a whole rollout;
 P(bad candidate promoted) <= 1 %.
 
+With ``--fleet 1000,20000`` it runs instead the end-to-end fleet of
+tests/fleetsim.py for each size: a real registry, ``edgereg serve``'s report
+endpoint (default limits and checks on the simulated clock) with the first
+``--http-devices`` devices posting over HTTP from their own 127.x.y.2, a
+SQLite report store, ``run_auto`` every 30 simulated minutes with the default
+policy, and a forger inside the limits; one rollout per scenario.
+
 Usage: .venv/bin/python benchmarks/canary.py [--rollouts 200] [--devices 200000] [--compare]
+       .venv/bin/python benchmarks/canary.py --fleet 1000,20000 [--http-devices 50]
+       .venv/bin/python benchmarks/canary.py --latency --rollouts 100
+       .venv/bin/python benchmarks/canary.py --analyze 20000
 """
 
 from __future__ import annotations
@@ -367,6 +377,204 @@ def conclusions(devices: int, percent: float) -> str:
     )
 
 
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
+
+
+def fleet_scenarios() -> list[tuple[str, object, object]]:
+    """(name, candidate behaviour, forger factory) of each end-to-end fleet run."""
+    sys.path.insert(0, TESTS)
+    from fleetsim import GOOD, Behaviour, Forger
+
+    crash = Behaviour(crash_loop=0.8)
+    return [
+        ("good", GOOD, None),
+        ("good + 12 forged reverts, 1 /24", GOOD, lambda: Forger(1, "reverted", 12)),
+        ("good + 12 forged reverts, 3 /24s", GOOD, lambda: Forger(3, "reverted", 12)),
+        ("crash loop 80 %", crash, None),
+        ("crash loop 80 % + 2,000 forged passes, 1 /24", crash, lambda: Forger(1, "passes", 2000)),
+        ("crash loop 80 % + 5,000 forged passes, 5 /24s", crash, lambda: Forger(5, "passes", 5000)),
+        ("crash loop +3 pt (5 % vs 2 %)", Behaviour(crash_loop=0.05), None),
+        ("probe failures +2 pt", Behaviour(probe_failure=0.025), None),
+    ]
+
+
+def run_fleet(sizes: list[int], http_devices: int, days: float) -> None:
+    import tempfile
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, TESTS)
+    from fleetsim import FleetWorld
+
+    for size in sizes:
+        print(
+            f"\n{size:,} devices in one tier, default policy, --auto every 30 min, {days:g} days:"
+        )
+        for name, behaviour, forger_of in fleet_scenarios():
+            forger = forger_of() if callable(forger_of) else None
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory() as work:
+                world = FleetWorld(Path(work), size, behaviour, http_devices=http_devices)  # type: ignore[arg-type]
+                with world.running():
+                    outcome = world.rollout(days, forger)
+            moves = ", ".join(f"{action} day {day - 1:.1f}" for day, action, _ in outcome.actions)
+            forged = f"; forged {forger.sent}" if forger is not None else ""
+            print(
+                f"  {name:<48} {outcome.result:<12} [{moves or 'no move'}] device HTTP "
+                f"{outcome.reports}{forged}  ({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+
+
+def latency_calibration(steps: int) -> None:
+    """How the latency bands err and pass over 48 looks per step (canary-analysis.md)."""
+    from edgereg.analysis._bands import shift_evidence
+
+    rng = np.random.default_rng(1)
+
+    def histogram(values: np.ndarray) -> dict[int, int]:
+        buckets, counts = np.unique(np.searchsorted(LATENCY_EDGES, values), return_counts=True)
+        return {int(b): int(c) for b, c in zip(buckets, counts, strict=True)}
+
+    print(
+        "| true shift | candidate vs stable devices | failed | passed | devices at the first pass |"
+    )
+    print("|---|---|---|---|---|")
+    rows = [(0.10, 1000, 19000), (0.10, 5000, 15000), (0.0, 300, 5700), (0.0, 1000, 19000)]
+    rows += [(0.0, 5000, 15000), (0.2, 300, 5700), (0.2, 1000, 19000), (0.3, 50, 950)]
+    for shift, n1, n0 in rows:
+        failed = passed = 0
+        first: list[int] = []
+        for _ in range(steps):
+            candidate = np.exp(rng.normal(math.log(40 * (1 + shift)), 0.35, n1))
+            stable = np.exp(rng.normal(math.log(40), 0.35, n0))
+            shown = False
+            for look in range(1, 49):
+                m1, m0 = max(1, n1 * look // 48), max(1, n0 * look // 48)
+                evidence = shift_evidence(
+                    histogram(candidate[:m1]), histogram(stable[:m0]), limit_pct=10, alpha=0.05
+                )
+                if evidence.slower:
+                    failed += 1
+                    break
+                if evidence.within and not shown:
+                    shown = True
+                    first.append(m1)
+            passed += shown
+        at = f"{statistics.median(first):,.0f}" if first else ""
+        print(
+            f"| {100 * shift:+.0f} % | {n1:,} vs {n0:,} | {100 * failed / steps:.0f} % | "
+            f"{100 * passed / steps:.0f} % | {at} |",
+            flush=True,
+        )
+
+
+def analyze_timing(devices: int, runs: int) -> None:
+    """`edgereg analyze` end to end on a store of ``devices`` reports, SQLite and PostgreSQL.
+
+    The store, registry and command line of benchmarks/analyze.py; beside it,
+    what a fresh interpreter costs before any work (``edgereg --version``) and
+    the same command on an empty store (start-up, imports, the verified
+    registry read), so the part that grows with the reports shows apart.
+    """
+    import subprocess
+    import tempfile
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, TESTS)
+    import analyze as bench  # benchmarks/analyze.py
+
+    from edgereg.protocol.envelope import generate_key
+
+    def timed(command: list[str], cwd: Path) -> float:
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+            seconds.append(time.perf_counter() - started)
+            if done.returncode not in (0, 12, 13):
+                sys.exit(f"{command[2:4]} failed ({done.returncode}):\n{done.stderr}")
+        return statistics.median(seconds)
+
+    with tempfile.TemporaryDirectory(prefix="edgereg-bench-canary-") as name:
+        tmp = Path(name)
+        private_pem, public_pem = generate_key()
+        (tmp / "publisher.pem").write_bytes(public_pem)
+        registry = bench.publish_rollout(tmp / "project", tmp / "registry", private_pem)
+        state, _ = registry.read_state(bench.MODEL)
+        assert state is not None
+        since, _ = analysis_periods_of(state)
+        stores = {"SQLite": f"sqlite:///{tmp / 'reports.sqlite'}"}
+        empty = f"sqlite:///{tmp / 'empty.sqlite'}"
+        import pgkit
+
+        server = None
+        if pgkit.postgres_bin() is not None:
+            server = pgkit.PostgresServer()
+            server.__enter__()
+            stores["PostgreSQL"] = server.create_database()
+        try:
+            for url in stores.values():
+                fill_store(bench, url, devices, since)
+            base = [sys.executable, "-m", "edgereg.cli"]
+            startup = timed([*base, "--version"], tmp)
+            command = [
+                *base,
+                "analyze",
+                bench.MODEL,
+                "--json",
+                "--registry",
+                f"file://{tmp / 'registry'}",
+                "--trusted-key",
+                str(tmp / "publisher.pem"),
+                "--reports",
+            ]
+            nothing = timed([*command, empty], tmp)
+            print(
+                f"`edgereg --version` {startup:.2f} s; `edgereg analyze` on an empty store "
+                f"{nothing:.2f} s (median of {runs})"
+            )
+            for label, url in stores.items():
+                took = timed([*command, url], tmp)
+                print(
+                    f"`edgereg analyze --json` on {devices:,} reports, {label}: {took:.2f} s "
+                    f"(median of {runs}; {took - nothing:+.2f} s over the empty store); "
+                    f"target < 1 s: {'PASS' if took < 1 else 'FAIL'}",
+                    flush=True,
+                )
+        finally:
+            if server is not None:
+                server.__exit__(None, None, None)
+
+
+def analysis_periods_of(state: RolloutState) -> tuple[datetime, datetime | None]:
+    from edgereg.analysis import analysis_periods
+
+    since, stable = analysis_periods(state)
+    assert since is not None
+    return since, stable
+
+
+def fill_store(bench: object, url: str, count: int, since: datetime) -> None:
+    import random
+
+    from edgereg.reports import open_store
+
+    rng = random.Random(7)
+    with open_store(url) as store:
+        batch = []
+        for pair in bench.reports(count, since + timedelta(seconds=1), rng):  # type: ignore[attr-defined]
+            batch.append(pair)
+            if len(batch) == 10_000:
+                store.ingest_many(batch)
+                batch = []
+        if batch:
+            store.ingest_many(batch)
+        assert store.count() == count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=200)
@@ -378,8 +586,21 @@ def main() -> None:
     parser.add_argument("--only-table", action="store_true")
     parser.add_argument("--only-good", action="store_true", help="only the good candidate")
     parser.add_argument("--worlds", default="0,1,2,3", help="which worlds (indexes)")
+    parser.add_argument("--fleet", default=None, help="end-to-end fleet sizes, e.g. 1000,20000")
+    parser.add_argument("--http-devices", type=int, default=50)
+    parser.add_argument("--latency", action="store_true", help="the latency bands' calibration")
+    parser.add_argument("--analyze", type=int, default=0, help="time analyze on N reports")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
+    if args.analyze:
+        analyze_timing(args.analyze, 3)
+        return
+    if args.latency:
+        latency_calibration(args.rollouts)
+        return
+    if args.fleet:
+        run_fleet([int(n) for n in args.fleet.split(",")], args.http_devices, args.max_days)
+        return
     print("What one step concludes about reverts once every device reported (default guardrails):")
     print(
         "| devices in the tier | step | candidate vs stable | "

@@ -586,9 +586,22 @@ def test_a_fail_needs_failing_devices_from_min_failing_sources_networks() -> Non
     (tier,) = analysis.tiers
     (revert,) = (r for r in tier.guardrails if r.name == "revert")
     assert revert.verdict == "inconclusive"
-    assert "come from 1 network(s), 3 needed to fail" in revert.reason
-    spread = healthy("candidate", 2000, reverted=40, reverted_sources=3, **known)
+    # Counted one per network, the forty are one failing device.
+    assert "(a fail counts 1 of the 40 failing devices: one per network)" in revert.reason
+    assert revert.numbers["failing_counted"] == 1
+    spread = healthy("candidate", 2000, reverted=40, reverted_sources=40, **known)
     assert verdicts(run(spread, healthy("stable", 2000, **known)))["revert"] == "fail"
+    # Forty from three networks count three: too few to show +1 point over 0 %.
+    three = healthy("candidate", 2000, reverted=40, reverted_sources=3, **known)
+    assert verdicts(run(three, healthy("stable", 2000, **known)))["revert"] == "inconclusive"
+    # Devices counted whole (count_networks off): the network floor still holds.
+    whole = Guardrails(count_networks=False)
+    analysis = run(one_network, healthy("stable", 2000, **known), guardrails=whole)
+    (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
+    assert "come from 1 network(s), 3 needed to fail" in revert.reason
+    assert verdicts(run(three, healthy("stable", 2000, **known), guardrails=whole))["revert"] == (
+        "fail"
+    )
     # Known for a few devices only (a forger's trusted path, the rest behind a proxy
     # not trusted): those few do not decide for the arm.
     few_known = healthy("candidate", 2000, reverted=40, sources=1, sourced_devices=50)
@@ -599,9 +612,12 @@ def test_a_fail_needs_failing_devices_from_min_failing_sources_networks() -> Non
 
 
 def test_a_pass_needs_devices_from_min_sources_networks() -> None:
+    # Devices counted whole (count_networks off), min_sources is the networks' floor.
+    whole = Guardrails(count_networks=False)
     few = run(
         healthy("candidate", sources=2, sourced_devices=2000),
         healthy("stable", sources=300, sourced_devices=2000),
+        guardrails=whole,
     )
     assert set(verdicts(few).values()) == {"inconclusive"}
     assert "devices from too few networks to pass (candidate 2 of 5" in (
@@ -610,8 +626,16 @@ def test_a_pass_needs_devices_from_min_sources_networks() -> None:
     enough = run(
         healthy("candidate", sources=5, sourced_devices=2000),
         healthy("stable", sources=300, sourced_devices=2000),
+        guardrails=whole,
     )
     assert enough.verdict == "pass"
+    # Counted by network (the default), two networks are two devices of the 50 needed.
+    counted = run(
+        healthy("candidate", sources=2, sourced_devices=2000),
+        healthy("stable", sources=300, sourced_devices=2000),
+    )
+    assert set(verdicts(counted).values()) == {"inconclusive"}
+    assert "candidate 2 of 50 needed" in counted.tiers[0].guardrails[0].reason
 
 
 def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:
@@ -635,6 +659,23 @@ def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:
     assert found["revert"] == "pass"  # rates stay per install
 
 
+def test_a_pass_counts_the_candidates_networks_as_its_devices() -> None:
+    # 4 genuine candidate devices plus 1,500 forged healthy ones from one network: five
+    # networks, so five devices to pass on, far from min_devices.
+    forged = healthy("candidate", 1504, sources=5, sourced_devices=1504)
+    stable = healthy("stable", 2000, sources=2000, sourced_devices=2000)
+    analysis = run(forged, stable)
+    found = verdicts(analysis)
+    assert set(found.values()) == {"inconclusive"}, found
+    (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
+    assert "(a pass counts the candidate's 5 networks as its devices, not 1504)" in revert.reason
+    assert revert.numbers["passing_devices"] == 5
+    # Genuine devices on networks of their own pass as before; counted whole, so would these.
+    spread = healthy("candidate", 1504, sources=1504, sourced_devices=1504)
+    assert run(spread, stable).verdict == "pass"
+    assert run(forged, stable, guardrails=Guardrails(count_networks=False)).verdict == "pass"
+
+
 def test_the_revert_guardrail_counts_only_installs_old_enough_to_have_reverted() -> None:
     # A crash loop reverts after the app's unconfirmed starts (days for a daily app): a
     # young cohort with no revert yet is no evidence, and must not pass.
@@ -653,3 +694,80 @@ def test_the_revert_guardrail_counts_only_installs_old_enough_to_have_reverted()
     (tier,) = aged.tiers
     (revert,) = (r for r in tier.guardrails if r.name == "revert")
     assert revert.numbers["candidate_devices"] == 1000
+
+
+# --- latency evidence under repeated looks --------------------------------------------
+
+
+def _latency_histogram(values: np.ndarray) -> dict[int, int]:
+    buckets, counts = np.unique([latency_bucket(float(v)) for v in values], return_counts=True)
+    return {int(b): int(c) for b, c in zip(buckets, counts, strict=True)}
+
+
+def test_latency_evidence_holds_alpha_over_every_look_at_the_limit() -> None:
+    from edgereg.analysis._bands import shift_evidence
+
+    # Exactly +10 % slower with a +10 % limit, looked at 24 times as 2,000 devices per arm
+    # arrive: a fixed-sample test at every look fails far more often than alpha.
+    rng = np.random.default_rng(3)
+    failed = 0
+    for _ in range(30):
+        candidate = np.exp(rng.normal(np.log(44.0), 0.35, 2000))
+        stable = np.exp(rng.normal(np.log(40.0), 0.35, 2000))
+        for look in range(1, 25):
+            n = 2000 * look // 24
+            evidence = shift_evidence(
+                _latency_histogram(candidate[:n]),
+                _latency_histogram(stable[:n]),
+                limit_pct=10,
+                alpha=0.05,
+            )
+            if evidence.slower:
+                failed += 1
+                break
+    assert failed <= 3  # alpha = 5 % of 30, with room for chance
+
+
+def test_latency_evidence_fails_a_clear_slowdown_and_passes_no_change() -> None:
+    from edgereg.analysis._bands import band, shift_evidence
+
+    rng = np.random.default_rng(4)
+    stable = _latency_histogram(np.exp(rng.normal(np.log(40.0), 0.35, 5000)))
+    slow = _latency_histogram(np.exp(rng.normal(np.log(60.0), 0.35, 5000)))
+    same = _latency_histogram(np.exp(rng.normal(np.log(40.0), 0.35, 5000)))
+    slower = shift_evidence(slow, stable, limit_pct=10, alpha=0.05)
+    assert slower.slower
+    assert not slower.within
+    assert 10 < slower.ci_low_pct < 50 < slower.ci_high_pct < 70
+    alike = shift_evidence(same, stable, limit_pct=10, alpha=0.05)
+    assert alike.within
+    assert not alike.slower
+    assert alike.ci_low_pct < 0 < alike.ci_high_pct < 10
+    # The band narrows with the devices and widens with certainty.
+    assert band(100, 0.025) > band(1000, 0.025) > band(10_000, 0.025)
+    assert band(1000, 0.001) > band(1000, 0.025)
+    assert band(0, 0.025) == 1.0
+
+
+def test_peak_memory_is_a_guardrail_where_devices_report_it() -> None:
+    # Report schema 2's memory_peak_mb, judged like a latency: +50 % fails (not critical),
+    # and a tier where no device reports memory leaves the guardrail out, not waiting.
+    bucket = latency_bucket(120.0)
+    lean = {bucket + offset: 400 for offset in range(5)}
+    heavy = {latency_bucket(180.0) + offset: 400 for offset in range(5)}
+    analysis = run(
+        healthy("candidate", memory_peak_mb=heavy), healthy("stable", memory_peak_mb=lean)
+    )
+    found = verdicts(analysis)
+    assert found["memory_peak_mb"] == "fail"
+    (memory,) = (r for r in analysis.tiers[0].guardrails if r.name == "memory_peak_mb")
+    assert "MB vs" in memory.reason
+    assert not memory.critical
+    same = run(healthy("candidate", memory_peak_mb=lean), healthy("stable", memory_peak_mb=lean))
+    assert verdicts(same)["memory_peak_mb"] == "pass"
+    unreported = run(healthy("candidate"), healthy("stable"))
+    assert "memory_peak_mb" not in verdicts(unreported)
+    assert unreported.verdict == "pass"
+    # One arm reporting it and the other not: nothing to compare with yet.
+    half = run(healthy("candidate", memory_peak_mb=lean), healthy("stable"))
+    assert verdicts(half)["memory_peak_mb"] == "inconclusive"

@@ -552,3 +552,34 @@ def test_analyze_raises_an_alarm_when_the_stable_arm_itself_fails(canary: Site) 
     assert "alarm: high: the stable arm's probe_failure rate is 90.0% (90/100)" in result.stdout
     data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
     assert len(data["alarms"]) == len(TIERS)
+
+
+def test_analyze_splits_by_cpu_class(canary: Site) -> None:
+    # Report schema 2's cpu_class: the failures sit on armv9 devices only.
+    def classed(reports: list[Report], cpu_class: str) -> list[Report]:
+        return [
+            Report.model_validate(
+                {
+                    **r.model_dump(),
+                    "token": f"{cpu_class[-1]}{r.token[1:]}",
+                    "schema_version": 2,
+                    "cpu_class": cpu_class,
+                }
+            )
+            for r in reports
+        ]
+
+    ingest(canary, classed(reports_of(canary, "stable", "1.0.0", 150), "armv8"))
+    ingest(canary, classed(reports_of(canary, "stable", "1.0.0", 150), "armv9"))
+    ingest(canary, classed(reports_of(canary, "candidate", "1.1.0", 150), "armv8"))
+    ingest(canary, classed(reports_of(canary, "candidate", "1.1.0", 150, probe_failed=45), "armv9"))
+    data = json.loads(canary.run("analyze", MODEL, "--json", "--by-cpu-class").stdout)
+    assert data["verdict"] == "fail"
+    split = data["by_cpu_class"]
+    assert sorted(split) == ["armv8", "armv9"]
+    assert split["armv9"]["verdict"] == "fail"
+    assert split["armv8"]["verdict"] != "fail"
+    assert split["armv9"]["tiers"][0]["candidate_devices"] == 150
+    text = canary.run("analyze", MODEL, "--by-cpu-class")
+    assert "cpu_class armv9:" in text.stdout
+    assert "Traceback" not in text.output

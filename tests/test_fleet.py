@@ -144,15 +144,30 @@ LOOP_POLICY = RolloutPolicy.model_validate(
             "probe_failure": {"max_increase": 0.3},
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
-            "load_ms": {"max_increase_pct": 100, "critical": False},
-            "inference_ms": {"max_increase_pct": 15, "critical": True},
+            # A latency judged with evidence valid at every look needs a few dozen devices
+            # per arm before it can pass at all (the bands are ±60 points at 20): these
+            # 20-device arms leave latencies out, and the latency regression has its own.
+            "load_ms": {"enabled": False},
+            "inference_ms": {"enabled": False},
         },
+    }
+)
+#: The latency regression's policy: a ten-fold slowdown is what 20 devices can show.
+LATENCY_POLICY = LOOP_POLICY.model_copy(
+    update={
+        "guardrails": LOOP_POLICY.guardrails.model_copy(
+            update={
+                "inference_ms": LOOP_POLICY.guardrails.inference_ms.model_copy(
+                    update={"enabled": True, "max_increase_pct": 100.0, "critical": True}
+                )
+            }
+        )
     }
 )
 
 
-def run_auto(loop: ClosedLoop, days: int) -> list[Any]:
-    return loop.run_auto(LOOP_POLICY, days)
+def run_auto(loop: ClosedLoop, days: int, policy: RolloutPolicy = LOOP_POLICY) -> list[Any]:
+    return loop.run_auto(policy, days)
 
 
 def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_path: Path) -> None:
@@ -191,7 +206,7 @@ def test_a_good_candidate_is_promoted_step_by_step_by_auto(project: Path, tmp_pa
 @pytest.mark.parametrize(
     ("candidate", "guardrail"),
     [
-        pytest.param(Release(latency_shift=0.3), "inference_ms", id="latency-plus-30-percent"),
+        pytest.param(Release(latency_shift=9.0), "inference_ms", id="latency-ten-fold"),
         pytest.param(Release(probe_broken_share=0.8), "probe_failure", id="probe-failures"),
         pytest.param(Release(crash_share=0.8), "revert", id="crash-loop"),
     ],
@@ -203,7 +218,8 @@ def test_a_bad_candidate_is_halted_and_rolled_back(
     with open_closed_loop(
         kit, tmp_path, candidate, DEVICES, classes=HIGH_ONLY, canary_percent=10.0
     ) as loop:
-        decisions = run_auto(loop, days=3)
+        policy = LATENCY_POLICY if guardrail == "inference_ms" else LOOP_POLICY
+        decisions = run_auto(loop, days=3, policy=policy)
         loop.kit.clock.advance(1)
         loop.day()
         statuses = {d.device_id: loop.fleet.client(d).status() for d in loop.fleet.devices}

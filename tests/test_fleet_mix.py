@@ -26,10 +26,11 @@ has no op for the periodic latency report an app sends (the library's
 ``report_latency``): a device reports when it installs, confirms or
 reverts, so without newcomers the stable arm would have no reports in a
 step's period and every guardrail would stay inconclusive.
-Every device measures the same inference times (the latency guardrail
-compares equal arms), and the load time, measured for real by three clients
-on a shared host, is a non-critical guardrail with a 1000 % margin: this
-file tests the loop across clients, not latency detection.
+Latencies are not judged here (``enabled = false``): the load time is
+measured for real by three clients on a shared host (the harness's, not the
+model's), and evidence valid at every look cannot pass a latency on arms of
+a few dozen devices. This file tests the loop across clients, not latency
+detection (tests/test_analysis.py and tests/test_fleet.py do).
 
 The self-tests share one host MNN runner per fault set (healthy, faulty
 GPU, every backend faulty) through a relay (:class:`mixkit.SharedRunners`):
@@ -84,8 +85,10 @@ MIX_POLICY = RolloutPolicy.model_validate(
             # Load times here are the harness's, not the model's: one host process plays many
             # devices, and the kinds reach MNN differently (in process, or through the host
             # runner), so the arms differ by 10x or more with the same files. Not judged here.
-            "load_ms": {"max_increase_pct": 100_000, "critical": False},
-            "inference_ms": {"max_increase_pct": 15, "critical": True},
+            "load_ms": {"enabled": False},
+            # Latency evidence valid at every look cannot pass on arms of a few dozen
+            # devices (the bands are tens of points wide): not judged here either.
+            "inference_ms": {"enabled": False},
         },
     }
 )

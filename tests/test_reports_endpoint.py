@@ -305,6 +305,67 @@ def test_serve_command_takes_reports_into_the_given_store(
         assert store.count() == 1
 
 
+def test_serve_command_believes_x_forwarded_for_only_from_a_trusted_proxy(
+    reg: FakeRegistry, tmp_path: Path
+) -> None:
+    # The real command: a proxy on 127.0.0.1 is trusted, another loopback host is not.
+    path = tmp_path / "reports.sqlite"
+    log = tmp_path / "serve.log"
+    with serve_process(
+        log,
+        "--registry",
+        str(reg.root),
+        "--reports",
+        f"sqlite:///{path}",
+        "--trusted-proxy",
+        "127.0.0.1/32",
+        "--trusted-proxy",
+        "10.0.0.0/8",
+        cwd=tmp_path,
+    ) as (_, url):
+
+        def send(n: int, source: str, forwarded: str) -> int:
+            host, port = url.removeprefix("http://").split(":")
+            conn = http.client.HTTPConnection(
+                host, int(port), timeout=10, source_address=(source, 0)
+            )
+            headers = {"Content-Type": "application/json", "X-Forwarded-For": forwarded}
+            conn.request("POST", "/v1/reports", body=report_body(n), headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        # Through the trusted proxy: the device's own network, past a trusted inner hop.
+        assert send(1, "127.0.0.1", "198.51.100.7") == 202
+        assert send(2, "127.0.0.1", "203.0.113.9, 10.1.2.3") == 202
+        # From a peer that is not a proxy: the header is the peer's own claim, ignored.
+        assert send(3, "127.0.9.2", "192.0.2.1") == 202
+    with open_store(f"sqlite:///{path}") as store:
+        (summary,) = store.summaries("digits")
+    assert (summary.devices, summary.sources, summary.sourced_devices) == (3, 3, 3)
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        sources = {row[0] for row in conn.execute("SELECT source FROM reports")}
+    assert sources == {"198.51.100.0/24", "203.0.113.0/24", "127.0.9.0/24"}
+
+
+def test_serve_command_refuses_a_proxy_that_is_not_a_network(tmp_path: Path) -> None:
+    import subprocess
+
+    from servekit import SERVE_CMD
+
+    result = subprocess.run(
+        [*SERVE_CMD, "--registry", str(tmp_path), "--trusted-proxy", "10.0.0.0/33"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "'10.0.0.0/33' is not a network" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_serve_command_refuses_a_bad_store_url(reg: FakeRegistry, tmp_path: Path) -> None:
     import subprocess
 
@@ -568,8 +629,15 @@ def test_source_caps_count_networks_not_addresses() -> None:
     assert caps.take("203.0.114.9", "c" * 32, 2.0) == 0
     # The window ends: the source may bring new tokens again.
     assert caps.take("203.0.113.9", "c" * 32, 3600.0) == 0
-    # A loopback peer is a proxy on the host (or a test): never capped.
+    # The local peer is a proxy on the host: never capped.
     assert all(caps.take("127.0.0.1", f"{n:032x}", 5.0) == 0 for n in range(10))
+    assert all(caps.take("::1", f"{n:032x}", 5.0) == 0 for n in range(10))
+    assert caps.source("::ffff:127.0.0.1") is None
+    # Any other loopback address is a host of its own (a simulated device), capped by its /24.
+    assert caps.source("127.0.3.9") == "127.0.3.0/24"
+    assert caps.take("127.0.3.9", "a" * 32, 5.0) == 0
+    assert caps.take("127.0.3.10", "b" * 32, 5.0) == 0
+    assert caps.take("127.0.3.11", "c" * 32, 5.0) > 0
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -311,8 +312,12 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
 
     path = tmp_path / "v1.sqlite"
     with sqlite3.connect(path) as conn:
-        # Schema 1 as shipped: the table without `source`, its index without it.
-        conn.execute(SCHEMA[0].replace("    source TEXT,\n", ""))
+        # Schema 1 as shipped: the table without `source` (nor schema 3's keys), its index
+        # without it.
+        table = SCHEMA[0].replace("    source TEXT,\n", "")
+        for column in SCHEMA_3_COLUMNS:
+            table = re.sub(rf"    {column} [A-Z ]+,\n", "", table)
+        conn.execute(table)
         conn.execute(
             "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
             "load_failed, reverted, confirmed, model, received_at)"
@@ -323,6 +328,8 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert "source" not in columns
         row = {c: v for c, v in zip(COLUMNS, report_row(report(1), T0), strict=True)}
         del row["source"]
+        for column in SCHEMA_3_COLUMNS:
+            del row[column]
         conn.execute(
             f"INSERT INTO reports ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
             list(row.values()),
@@ -333,7 +340,75 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert (summary.devices, summary.sources) == (2, 1)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "2"
+    assert version == str(SCHEMA_VERSION) == "3"
+
+
+SCHEMA_3_COLUMNS = (
+    "unconfirmed_starts",
+    "cpu_class",
+    "memory_peak_mb",
+    "memory_peak_bucket",
+    "memory_steady_mb",
+    "first_inference_ms",
+)
+
+
+def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Path) -> None:
+    from edgereg.reports.store import SCHEMA
+
+    path = tmp_path / "v2.sqlite"
+    with sqlite3.connect(path) as conn:
+        table = SCHEMA[0]
+        for column in SCHEMA_3_COLUMNS:
+            table = re.sub(rf"    {column} [A-Z ]+,\n", "", table)
+        conn.execute(table)
+        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO reports_meta VALUES ('schema', '2')")
+        row = {c: v for c, v in zip(COLUMNS, report_row(report(1), T0), strict=True)}
+        for column in SCHEMA_3_COLUMNS:
+            del row[column]
+        conn.execute(
+            f"INSERT INTO reports ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+    with open_store(f"sqlite:///{path}") as store:
+        store.ingest(report(2, schema_version=2, unconfirmed_starts=1, cpu_class="armv9"), T0)
+        (summary,) = store.summaries("digits")
+        assert summary.devices == 2
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+        kept = conn.execute(
+            "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
+        ).fetchall()
+    assert version == "3"
+    assert kept == [(None, None), (1, "armv9")]
+
+
+def test_a_device_started_twice_without_confirming_counts_as_reverting(
+    store: ReportStore,
+) -> None:
+    # "Installed and never confirmed" is the crash loop's first sign, before the revert.
+    store.ingest_many(
+        [
+            (report(1, confirmed=False), T0, "198.51.100.0/24"),
+            (
+                report(2, confirmed=False, schema_version=2, unconfirmed_starts=1),
+                T0,
+                "192.0.2.0/24",
+            ),
+            (
+                report(3, confirmed=False, schema_version=2, unconfirmed_starts=2),
+                T0,
+                "203.0.113.0/24",
+            ),
+            (report(4, schema_version=2, unconfirmed_starts=5), T0, "198.51.100.0/24"),
+            (report(5, reverted=True, confirmed=False), T0, "192.0.2.0/24"),
+        ]
+    )
+    (summary,) = store.summaries("digits", aged_before=T0)
+    # Device 3 (two starts, no confirmation) and device 5 (reverted); device 4 confirmed.
+    assert (summary.reverted, summary.reverted_sources) == (2, 2)
+    assert (summary.aged_reverted, summary.aged_reverted_sources) == (2, 2)
 
 
 def test_a_bundles_members_are_listed(store: ReportStore) -> None:
@@ -348,13 +423,48 @@ def test_a_bundles_members_are_listed(store: ReportStore) -> None:
 def test_installs_old_enough_to_have_reverted_are_counted(store: ReportStore) -> None:
     store.ingest_many(
         [
-            (report(1, reverted=True, confirmed=False), T0),
-            (report(2), T0),
-            (report(3, reverted=True, confirmed=False), T0 + timedelta(hours=80)),
+            (report(1, reverted=True, confirmed=False), T0, "198.51.100.0/24"),
+            (report(2), T0, "198.51.100.0/24"),
+            (report(4, reverted=True, confirmed=False), T0, "198.51.100.0/24"),
+            (report(3, reverted=True, confirmed=False), T0 + timedelta(hours=80), "192.0.2.0/24"),
         ]
     )
     (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
-    assert (summary.devices, summary.reverted) == (3, 2)
-    assert (summary.aged_devices, summary.aged_reverted) == (2, 1)
+    assert (summary.devices, summary.reverted, summary.reverted_sources) == (4, 3, 2)
+    assert (summary.aged_devices, summary.aged_reverted) == (3, 2)
+    # The aged reverts' own networks: the young revert's network is not among them.
+    assert summary.aged_reverted_sources == 1
     (plain,) = store.summaries("digits")
     assert plain.aged_devices is None
+
+
+def test_peak_memory_is_kept_as_a_histogram(store: ReportStore) -> None:
+    from edgereg.reports.summary import latency_bucket
+
+    store.ingest_many(
+        [
+            (report(1, schema_version=2, memory_peak_mb=120.0), T0),
+            (report(2, schema_version=2, memory_peak_mb=120.5), T0),
+            (report(3, schema_version=2, memory_peak_mb=300.0), T0),
+            (report(4), T0),
+        ]
+    )
+    (summary,) = store.summaries("digits")
+    assert summary.memory_peak_mb == {latency_bucket(120.0): 2, latency_bucket(300.0): 1}
+    assert sum(summary.load_ms.values()) == 4
+
+
+def test_reports_are_split_by_cpu_class(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, schema_version=2, cpu_class="armv9"), T0),
+            (report(2, schema_version=2, cpu_class="armv9", probe="failed", backend=None), T0),
+            (report(3, schema_version=2, cpu_class="armv8.2"), T0),
+            (report(4), T0),
+        ]
+    )
+    assert store.cpu_classes("digits") == ["armv8.2", "armv9"]
+    (armv9,) = store.summaries("digits", cpu_class="armv9")
+    assert (armv9.devices, armv9.probe_failed) == (2, 1)
+    (everyone,) = store.summaries("digits")
+    assert everyone.devices == 4

@@ -114,3 +114,12 @@ def test_without_a_store_or_with_no_reports_the_page_says_so(
     ):
         page = _request(url, "GET", "/")[1]
     assert _health_rows(page)["probe_failure"] == ["—", "—", "inconclusive"]
+
+
+def test_peak_memory_reads_in_mb_on_the_status_page() -> None:
+    from edgereg.serve._status_page import _arm_figure
+
+    numbers = {"candidate_median_ms": 182.0, "stable_median_ms": 120.0}
+    assert _arm_figure("memory_peak_mb", numbers, "candidate") == "median 182.0 MB"
+    assert _arm_figure("memory_peak_mb/det", numbers, "stable") == "median 120.0 MB"
+    assert _arm_figure("inference_ms", numbers, "stable") == "median 120.0 ms"

@@ -9,8 +9,9 @@ per tier and arm): no I/O, no clock. Per tier, each guardrail of
   devices) of "the candidate's rate is higher by more than max_increase" and
   of the opposite, with the confidence sequence of the difference; and each
   arm's rate against the absolute ``max_rate`` (the stable's raises an alarm);
-- latencies (load time, median inference time): Mann-Whitney U and the
-  Hodges-Lehmann shift with Lehmann's interval, in percent of the stable median.
+- latencies (load time, median inference time): time-uniform confidence
+  bands of each arm's distribution (valid at any look), with the
+  Hodges-Lehmann shift as the estimate, in percent of the stable median.
 
 A guardrail fails when the evidence says the candidate is worse by more than
 its limit, passes when it says the candidate is within the limit and each arm

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from edgereg.analysis._bands import shift_evidence
 from edgereg.analysis._ranks import compare_latency, total
 from edgereg.analysis._rates import check_rate_limit, compare_rates
 from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
@@ -17,8 +19,13 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 
 RATE_GUARDRAILS: tuple[str, ...] = ("probe_failure", "load_failure", "revert")
 """Rate guardrails, each named as in ``[rollout.guardrails]``."""
-LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms")
-"""Latency guardrails, each named as in ``[rollout.guardrails]``."""
+LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_mb")
+"""Latency-like guardrails (a scale shift in percent), each named as in ``[rollout.guardrails]``.
+
+``memory_peak_mb`` is judged like a latency; a tier where no device reports it
+(clients of report schema 1) leaves it out rather than waiting for it."""
+#: Guardrails left out of a tier whose arms have no value of them at all.
+OPTIONAL_GUARDRAILS = frozenset({"memory_peak_mb"})
 
 # Which ArmSummary field each guardrail reads.
 _RATE_FIELD = {"probe_failure": "probe_failed", "load_failure": "load_failed", "revert": "reverted"}
@@ -27,7 +34,12 @@ _SOURCE_FIELD = {
     "load_failure": "load_failed_sources",
     "revert": "reverted_sources",
 }
-_LATENCY_FIELD = {"load_ms": "load_ms", "inference_ms": "inference_p50_ms"}
+_LATENCY_FIELD = {
+    "load_ms": "load_ms",
+    "inference_ms": "inference_p50_ms",
+    "memory_peak_mb": "memory_peak_mb",
+}
+_UNIT = {"memory_peak_mb": "MB"}
 
 Number = float | int | None
 
@@ -278,11 +290,13 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
                 summary,
                 load_ms=dict(summary.load_ms),
                 inference_p50_ms=dict(summary.inference_p50_ms),
+                memory_peak_mb=dict(summary.memory_peak_mb),
             )
             continue
         for histogram, more in (
             (merged.load_ms, summary.load_ms),
             (merged.inference_p50_ms, summary.inference_p50_ms),
+            (merged.memory_peak_mb, summary.memory_peak_mb),
         ):
             for index, count in more.items():
                 histogram[index] = histogram.get(index, 0) + count
@@ -303,6 +317,8 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             if merged.aged_devices is None or summary.aged_devices is None
             else merged.aged_devices + summary.aged_devices,
             aged_reverted=merged.aged_reverted + summary.aged_reverted,
+            aged_reverted_sources=merged.aged_reverted_sources + summary.aged_reverted_sources,
+            aged_sources=merged.aged_sources + summary.aged_sources,
         )
     return merged
 
@@ -408,6 +424,10 @@ def analyze_tier(
         )
     for name in LATENCY_GUARDRAILS:
         latency_rule: LatencyGuardrail = getattr(guardrails, name)
+        if not latency_rule.enabled:
+            continue
+        if name in OPTIONAL_GUARDRAILS and not _reported(name, candidate, stable, members):
+            continue
         if not members:
             results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
             continue
@@ -423,6 +443,17 @@ def analyze_tier(
         guardrails=tuple(results),
         alarms=stable_alarms(tier, stable, guardrails),
     )
+
+
+def _reported(
+    name: str,
+    candidate: ArmSummary | None,
+    stable: ArmSummary | None,
+    members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None,
+) -> bool:
+    """Whether any device of either arm reported the guardrail's value."""
+    arms = [candidate, stable] + [arm for pair in (members or {}).values() for arm in pair]
+    return any(arm is not None and getattr(arm, _LATENCY_FIELD[name]) for arm in arms)
 
 
 def _too_few(candidate_n: int, stable_n: int, needed: int) -> str:
@@ -483,12 +514,23 @@ def _rate_result(
             name, rule.critical, "inconclusive", f"no candidate{both} reports in the period", limit
         )
     candidate_events = getattr(candidate, _RATE_FIELD[name])
+    failing = failing_count(name, candidate, guardrails)
+    # Counted in networks, both the failing devices and the arm (failing_count,
+    # passing_devices): a forger's healthy tokens from one network cannot dilute a
+    # real failure either.
+    networks = passing_devices(candidate, guardrails)
     absolute = check_rate_limit(candidate_events, candidate.devices, limit=ceiling, alpha=alpha)
+    above = (
+        absolute
+        if (failing, networks) == (candidate_events, candidate.devices)
+        else check_rate_limit(failing, networks, limit=ceiling, alpha=alpha, interval=False)
+    )
     own = {
         "candidate_events": candidate_events,
         "candidate_devices": candidate.devices,
         "candidate_rate": absolute.rate,
-        "p_above_max_rate": absolute.p_above,
+        "failing_counted": failing,
+        "p_above_max_rate": above.p_above,
         **limit,
     }
     own_line = (
@@ -500,7 +542,7 @@ def _rate_result(
     # fail is bad even when the stable fails alike (then both are, and the
     # stable's own alarm says so).
     short = _short_of_failing(name, candidate, guardrails)
-    if absolute.p_above < alpha and short is None:
+    if above.p_above < alpha and short is None:
         failed_numbers = dict(own)
         beside = ""
         if stable is not None and stable.devices >= 1:
@@ -518,7 +560,8 @@ def _rate_result(
             name,
             rule.critical,
             "fail",
-            f"{own_line}{beside}; above the absolute limit ({_p(absolute.p_above)})",
+            f"{own_line}{beside}; above the absolute limit ({_p(above.p_above)})"
+            + _networks_note(failing, candidate_events),
             failed_numbers,
         )
     if stable is None or stable.devices < 1:
@@ -528,16 +571,20 @@ def _rate_result(
             )
         # A first release has no stable arm: the absolute limit is all it is judged by.
         few_sources = _short_of_sources(guardrails, candidate)
-        if (
-            absolute.p_below < alpha
-            and candidate.devices >= guardrails.min_devices
-            and few_sources is None
-        ):
+        pass_events, pass_devices = passing_counts(name, candidate, guardrails)
+        below = (
+            absolute
+            if (pass_events, pass_devices) == (candidate_events, candidate.devices)
+            else check_rate_limit(
+                pass_events, pass_devices, limit=ceiling, alpha=alpha, interval=False
+            )
+        )
+        if below.p_below < alpha and pass_devices >= guardrails.min_devices and few_sources is None:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "pass",
-                f"{own_line}; no stable release: below the absolute limit ({_p(absolute.p_below)})",
+                f"{own_line}; no stable release: below the absolute limit ({_p(below.p_below)})",
                 own,
             )
         return GuardrailResult(
@@ -546,9 +593,9 @@ def _rate_result(
             "inconclusive",
             f"{own_line}; no stable release: not yet shown below the absolute limit"
             + (
-                f"; too few devices to pass (candidate {candidate.devices} of "
-                f"{guardrails.min_devices} needed)"
-                if candidate.devices < guardrails.min_devices
+                f"; too few devices to pass (candidate {pass_devices} of "
+                f"{guardrails.min_devices} needed{_counted(pass_devices, candidate.devices)})"
+                if pass_devices < guardrails.min_devices
                 else ""
             ),
             own,
@@ -562,6 +609,33 @@ def _rate_result(
         margin=rule.max_increase,
         alpha=alpha,
     )
+    # The evidence of a pass counts the candidate's networks as its devices (passing_counts).
+    pass_events, pass_devices = passing_counts(name, candidate, guardrails)
+    within = (
+        result
+        if (pass_events, pass_devices) == (candidate_events, candidate.devices)
+        else compare_rates(
+            pass_events,
+            pass_devices,
+            stable_events,
+            stable.devices,
+            margin=rule.max_increase,
+            alpha=alpha,
+        )
+    )
+    # The evidence of a fail counts the candidate in networks too (failing_count).
+    worse = (
+        result
+        if (failing, networks) == (candidate_events, candidate.devices)
+        else compare_rates(
+            failing,
+            networks,
+            stable_events,
+            stable.devices,
+            margin=rule.max_increase,
+            alpha=alpha,
+        )
+    )
     numbers: dict[str, Number] = {
         **own,
         "stable_events": result.stable_events,
@@ -571,8 +645,9 @@ def _rate_result(
         "ci_low": result.ci_low,
         "ci_high": result.ci_high,
         "log_evidence": result.log_evidence,
-        "p_worse": result.p_worse,
-        "p_within": result.p_within,
+        "p_worse": worse.p_worse,
+        "p_within": within.p_within,
+        "passing_devices": pass_devices,
     }
     level = round(100 * (1 - alpha))
     described = (
@@ -582,30 +657,32 @@ def _rate_result(
         f"{level}% CS {_points(result.ci_low)} to {_points(result.ci_high)}, "
         f"limit {_points(rule.max_increase)}"
     )
-    if result.p_worse < alpha:
+    if worse.p_worse < alpha:
         if short is not None:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
-                f"{described}; above the limit ({_p(result.p_worse)}) but {short}",
+                f"{described}; above the limit ({_p(worse.p_worse)}) but {short}",
                 numbers,
             )
         return GuardrailResult(
             name,
             rule.critical,
             "fail",
-            f"{described}; above the limit ({_p(result.p_worse)})",
+            f"{described}; above the limit ({_p(worse.p_worse)})"
+            + _networks_note(failing, candidate_events),
             numbers,
         )
-    if result.p_within < alpha:
-        if min(candidate.devices, stable.devices) < guardrails.min_devices:
+    if within.p_within < alpha:
+        if min(pass_devices, stable.devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
                 f"{described}; "
-                + _too_few(candidate.devices, stable.devices, guardrails.min_devices),
+                + _too_few(pass_devices, stable.devices, guardrails.min_devices)
+                + _counted(pass_devices, candidate.devices),
                 numbers,
             )
         few_sources = _short_of_sources(guardrails, candidate, stable)
@@ -617,7 +694,8 @@ def _rate_result(
             name,
             rule.critical,
             "pass",
-            f"{described}; within the limit ({_p(result.p_within)})",
+            f"{described}; within the limit ({_p(within.p_within)})"
+            + _counted(pass_devices, candidate.devices),
             numbers,
         )
     return GuardrailResult(
@@ -625,17 +703,76 @@ def _rate_result(
         rule.critical,
         "inconclusive",
         f"{described}; not enough evidence either way "
-        f"({_p(min(result.p_worse, result.p_within))})"
-        + _also_too_few(candidate.devices, stable.devices, guardrails.min_devices),
+        f"({_p(min(worse.p_worse, within.p_within))})"
+        + _networks_note(failing, candidate_events)
+        + _also_too_few(pass_devices, stable.devices, guardrails.min_devices)
+        + _counted(pass_devices, candidate.devices),
         numbers,
     )
+
+
+def _counted(networks: int, devices: int) -> str:
+    if networks == devices:
+        return ""
+    return f" (a pass counts the candidate's {networks} networks as its devices, not {devices})"
+
+
+def _networks_note(failing: int, events: int) -> str:
+    if failing == events:
+        return ""
+    return f" (a fail counts {failing} of the {events} failing devices: one per network)"
 
 
 def _aged(arm: ArmSummary | None) -> ArmSummary | None:
     """The arm as the revert guardrail counts it: the installs old enough to have reverted."""
     if arm is None or arm.aged_devices is None:
         return arm
-    return replace(arm, devices=arm.aged_devices, reverted=arm.aged_reverted)
+    return replace(
+        arm,
+        devices=arm.aged_devices,
+        reverted=arm.aged_reverted,
+        reverted_sources=arm.aged_reverted_sources,
+        sources=arm.aged_sources,
+    )
+
+
+def failing_count(name: str, arm: ArmSummary, guardrails: Guardrails) -> int:
+    """The failing devices a verdict rests on: one per source network, when sources are known.
+
+    A forger mints tokens at will but networks slowly, so with
+    ``count_networks`` (the default) each network counts as at most one
+    failing device of the arm: a dozen forged reverts from one /24 are one.
+    Genuine failures spread over the networks their devices sit in, so this
+    loses little where devices have networks of their own, and makes fails
+    slower where many sit behind a few carrier NATs. The arm itself is
+    counted in networks too (:func:`passing_devices`), for fails and passes.
+    """
+    events = int(getattr(arm, _RATE_FIELD[name]))
+    if not guardrails.count_networks or not _sourced(arm):
+        return events
+    return min(events, int(getattr(arm, _SOURCE_FIELD[name])))
+
+
+def passing_devices(arm: ArmSummary, guardrails: Guardrails) -> int:
+    """The candidate devices a verdict rests on: its networks, when sources are known.
+
+    A forger's thousand healthy tokens from one network would otherwise
+    outweigh the arm's genuine devices (pass a bad candidate, or dilute its
+    failures below a fail); counted as one device they cannot (``count_networks``).
+    """
+    if not guardrails.count_networks or not _sourced(arm):
+        return arm.devices
+    return min(arm.devices, arm.sources)
+
+
+def passing_counts(name: str, arm: ArmSummary, guardrails: Guardrails) -> tuple[int, int]:
+    """(events, devices) of the candidate arm for a pass: its networks, each a device.
+
+    The events stay whole (capped at the networks), so the rate a pass is
+    judged on is never below the arm's own.
+    """
+    devices = passing_devices(arm, guardrails)
+    return min(int(getattr(arm, _RATE_FIELD[name])), devices), devices
 
 
 def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
@@ -643,10 +780,11 @@ def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) 
 
     Sources count only when the server knew them for most of the arm's devices.
     """
-    events = getattr(candidate, _RATE_FIELD[name])
+    events = failing_count(name, candidate, guardrails)
     if events < guardrails.min_failing_devices:
+        networks = " (one per network)" if events < getattr(candidate, _RATE_FIELD[name]) else ""
         return (
-            f"only {events} failing candidate device(s), "
+            f"only {events} failing candidate device(s){networks}, "
             f"{guardrails.min_failing_devices} needed to fail"
         )
     sources = getattr(candidate, _SOURCE_FIELD[name])
@@ -734,10 +872,14 @@ def _latency_result(
             limit,
         )
     result = compare_latency(histograms[0], histograms[1], alpha=guardrails.alpha)
+    # The verdict and the interval: time-uniform CDF bands, valid however often it looks.
+    evidence = shift_evidence(
+        histograms[0], histograms[1], limit_pct=rule.max_increase_pct, alpha=guardrails.alpha
+    )
     shift, low, high = (
         result.percent(result.shift_ms),
-        result.percent(result.ci_low_ms),
-        result.percent(result.ci_high_ms),
+        evidence.ci_low_pct,
+        evidence.ci_high_pct,
     )
     numbers: dict[str, Number] = {
         "candidate_devices": result.candidate_devices,
@@ -747,29 +889,37 @@ def _latency_result(
         "shift_ms": result.shift_ms,
         "shift_pct": shift,
         "ci_low_pct": low,
-        "ci_high_pct": high,
+        # JSON has no infinity: no upper end shown yet is null.
+        "ci_high_pct": None if math.isinf(high) else high,
         "u": result.u,
         "p_slower": result.p_slower,
         **limit,
     }
-    level = round(100 * (1 - 2 * guardrails.alpha))
+    level = round(100 * (1 - guardrails.alpha))
+    unit = _UNIT.get(name, "ms")
     described = (
-        f"median {result.candidate_median_ms:.3g} ms vs {result.stable_median_ms:.3g} ms "
+        f"median {result.candidate_median_ms:.3g} {unit} vs {result.stable_median_ms:.3g} {unit} "
         f"({result.candidate_devices} vs {result.stable_devices} devices): shift {shift:+.1f}% "
-        f"of the stable median, {level}% CI {low:+.1f}% to {high:+.1f}%, limit "
-        f"+{rule.max_increase_pct:g}%; Mann-Whitney {_p(result.p_slower)}"
+        f"of the stable median, {level}% CS {_pct(low)} to {_pct(high)}, limit "
+        f"+{rule.max_increase_pct:g}%"
     )
-    # The interval is the inverted rank test: above the limit means significantly slower by more.
-    if low > rule.max_increase_pct:
+    if evidence.slower:
         return GuardrailResult(name, rule.critical, "fail", f"{described}; slower", numbers)
-    if high < rule.max_increase_pct:
-        if min(result.candidate_devices, result.stable_devices) < guardrails.min_devices:
+    if evidence.within:
+        # A pass counts the candidate's networks as its devices (passing_devices).
+        counted = (
+            min(result.candidate_devices, passing_devices(candidate, guardrails))
+            if candidate is not None
+            else result.candidate_devices
+        )
+        if min(counted, result.stable_devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
                 f"{described}; "
-                + _too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
+                + _too_few(counted, result.stable_devices, guardrails.min_devices)
+                + _counted(counted, result.candidate_devices),
                 numbers,
             )
         few_sources = _short_of_sources(guardrails, candidate, stable)
@@ -782,7 +932,13 @@ def _latency_result(
         name,
         rule.critical,
         "inconclusive",
-        f"{described}; the interval holds the limit"
+        f"{described}; the sequence holds the limit"
         + _also_too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
         numbers,
     )
+
+
+def _pct(value: float) -> str:
+    if math.isinf(value):
+        return "+inf%"
+    return f"{value:+.1f}%"

@@ -1,5 +1,9 @@
 """Latencies: Mann-Whitney U and the Hodges-Lehmann shift, straight from binned histograms.
 
+The guardrail's verdict and interval come from :mod:`edgereg.analysis._bands`
+(valid at any look); these fixed-sample statistics are the estimate and the
+numbers shown beside it.
+
 The store hands over histograms (bucket index -> devices), not values. Both
 statistics are computed from the counts directly, never by expanding them
 into one value per device: a million devices then cost a pass over at most

@@ -95,7 +95,8 @@ def _analysis(
     state: RolloutState,
     options: dict[str, Any],
     now: datetime,
-) -> Analysis:
+) -> tuple[Analysis, dict[str, Analysis]]:
+    """The analysis, and with --by-cpu-class one per CPU class the reports name."""
     from edgereg.reports.canary import rollout_analysis
 
     policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
@@ -106,9 +107,24 @@ def _analysis(
         order = list(config.tiers)
         tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
     with open_report_store(config, options.get("reports_url")) as store:
-        return rollout_analysis(
+        analysis = rollout_analysis(
             store, state, guardrails=policy.guardrails, tiers=tiers, now=now, since=since
         )
+        if not options.get("by_cpu_class"):
+            return analysis, {}
+        split = {
+            cpu_class: rollout_analysis(
+                store,
+                state,
+                guardrails=policy.guardrails,
+                tiers=tiers,
+                now=now,
+                since=since,
+                cpu_class=cpu_class,
+            )
+            for cpu_class in store.cpu_classes(unit)
+        }
+        return analysis, split
 
 
 def print_analysis(analysis: Analysis) -> None:
@@ -138,6 +154,12 @@ def print_analysis(analysis: Analysis) -> None:
 @click.argument("unit")
 @since_option
 @reports_option
+@click.option(
+    "--by-cpu-class",
+    is_flag=True,
+    help="Also analyse the reports of each CPU class apart (report schema 2's cpu_class: "
+    "armv8, armv8.2, armv9, ...); the exit status stays the whole fleet's.",
+)
 @registry_read_options
 @handle_errors
 def analyze_command(unit: str, **options: Any) -> None:
@@ -160,11 +182,19 @@ def analyze_command(unit: str, **options: Any) -> None:
             hint=f"Analysis needs a canary over a stable release: edgereg publish {unit} "
             "--canary 5%",
         )
-    analysis = _analysis(unit, config, registry, state, options, registry.clock())
+    analysis, split = _analysis(unit, config, registry, state, options, registry.clock())
     if options["as_json"]:
-        click.echo(json.dumps(analysis.to_json()))
+        found = analysis.to_json()
+        if options.get("by_cpu_class"):
+            found["by_cpu_class"] = {name: part.to_json() for name, part in split.items()}
+        click.echo(json.dumps(found))
     else:
         print_analysis(analysis)
+        for name, part in split.items():
+            print_result(f"\ncpu_class {name}:")
+            print_analysis(part)
+        if options.get("by_cpu_class") and not split:
+            print_result("no report names a CPU class (clients of report schema 1)")
     if analysis.verdict == "fail":
         raise SystemExit(ExitCode.ANALYZE_FAILED)
     if analysis.verdict == "inconclusive":
@@ -187,7 +217,7 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
         registry,
         model,
         policy=policy,
-        analyse=lambda state, now: _analysis(model, config, registry, state, options, now),
+        analyse=lambda state, now: _analysis(model, config, registry, state, options, now)[0],
         now=registry.clock(),
         signers=lambda: signer_from_options(options["key_paths"], config),
         actor=actor_name(options["actor"]),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import click
 
@@ -34,6 +35,39 @@ from edgereg.serve._server import (
 )
 
 log = logging.getLogger("edgereg.serve")
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+if TYPE_CHECKING:
+    # click 8.2 made ParamType generic; 8.1 (still supported) cannot subscript it.
+    _NetworkParam: TypeAlias = click.ParamType[Network, Any]
+else:
+    _NetworkParam = click.ParamType
+
+
+class ProxyNetwork(_NetworkParam):
+    """An IPv4 or IPv6 network in CIDR form (a bare address is its own /32 or /128)."""
+
+    name = "cidr"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Network:
+        """The network, or a usage error naming the value."""
+        if isinstance(value, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            return value
+        try:
+            return ipaddress.ip_network(str(value).strip(), strict=False)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a network: give an address or CIDR such as 10.0.0.0/8 "
+                "or 2001:db8::/32",
+                param,
+                ctx,
+            )
+
+
 #: Seconds between two retention passes over the report store.
 PRUNE_INTERVAL = 3600.0
 
@@ -120,6 +154,16 @@ PRUNE_INTERVAL = 3600.0
     help="Reports one address may send at once before --reports-rate applies.",
 )
 @click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    type=ProxyNetwork(),
+    metavar="CIDR",
+    help="A reverse proxy network (such as 10.0.0.0/8 or 127.0.0.1) whose X-Forwarded-For "
+    "names the reporting device; repeatable. The header is read from the right, skipping "
+    "trusted hops; from any other peer it is ignored (anyone can write it).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(1, 64),
     default=1,
@@ -157,6 +201,7 @@ def _serve(
     reports_url: str | None,
     reports_rate: float,
     reports_burst: int,
+    trusted_proxies: tuple[Network, ...],
     workers: int,
     access_log: bool,
 ) -> None:
@@ -226,6 +271,7 @@ def _serve(
         "trusted": registry.trusted_keys if pinned else None,
         "policy": config.rollout_policy if config is not None else None,
         "report_limiter": RateLimiter(reports_rate, reports_burst),
+        "trusted_proxies": tuple(trusted_proxies),
     }
     if workers > 1:
         _serve_workers(

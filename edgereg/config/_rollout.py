@@ -38,9 +38,16 @@ class LatencyGuardrail(_Strict):
     max_increase_pct: float = Field(
         default=10.0,
         ge=0,
-        description="Largest allowed Hodges-Lehmann shift, in percent of the stable median.",
+        description="Largest allowed slowdown, in percent of the stable (a scale shift, "
+        "judged with confidence bands valid at every look).",
     )
     critical: bool = Field(default=False, description="A failure pauses the rollout.")
+    enabled: bool = Field(
+        default=True,
+        description="false: not analysed at all (say, where the values measure the harness, "
+        "not the model). Evidence valid at any look cannot pass a latency on a few dozen "
+        "devices per arm, so a small fleet that wants --auto to promote turns it off.",
+    )
 
 
 class Guardrails(_Strict):
@@ -52,8 +59,9 @@ class Guardrails(_Strict):
         gt=0,
         le=0.5,
         description="Error allowed at each rollout step over every look: rate evidence is "
-        "always valid (a mixture SPRT), so running --auto often does not raise it; rate "
-        "intervals are 1 - alpha confidence sequences, latency intervals 1 - 2 alpha.",
+        "always valid (a mixture SPRT), and so is latency evidence (time-uniform "
+        "confidence bands), so running --auto often does not raise it; intervals are "
+        "1 - alpha confidence sequences.",
     )
     min_devices: int = Field(
         default=50,
@@ -73,6 +81,14 @@ class Guardrails(_Strict):
         description="Distinct source networks (IPv4 /24, IPv6 /48) the failing candidate "
         "devices of a rate guardrail must come from before it can fail, when the server "
         "knows sources (docs/operations/report-threats.md).",
+    )
+    count_networks: bool = Field(
+        default=True,
+        description="When the server knows sources, the candidate arm's evidence counts "
+        "source networks, not devices: a fail counts each network as at most one failing "
+        "device, a pass counts each network as one device (a forger mints tokens at will, "
+        "networks slowly: a thousand forged reports from one /24 are one device). Turn off "
+        "for fleets behind a few carrier NATs, where it slows both.",
     )
     revert_window_hours: float = Field(
         default=72.0,
@@ -106,6 +122,12 @@ class Guardrails(_Strict):
     inference_ms: LatencyGuardrail = Field(
         default_factory=LatencyGuardrail,
         description="Each device's median inference time over the app's real calls.",
+    )
+    memory_peak_mb: LatencyGuardrail = Field(
+        default_factory=LatencyGuardrail,
+        description="Each device's peak memory for the model (report schema 2's "
+        "memory_peak_mb), judged like a latency: max_increase_pct of the stable. Left out "
+        "of a tier where no device reports it.",
     )
     rollback_on_critical: bool = Field(
         default=True,

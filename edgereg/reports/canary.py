@@ -44,6 +44,7 @@ def rollout_analysis(
     tiers: Sequence[str],
     now: datetime,
     since: datetime | None = None,
+    cpu_class: str | None = None,
 ) -> Analysis:
     """Compare a rollout's candidate arm with its concurrent stable arm, per tier.
 
@@ -55,6 +56,8 @@ def rollout_analysis(
         tiers: The tiers the candidate is released to, best first.
         now: The current time (a period that has not started counts from now).
         since: Count both arms from this time instead of the state's periods.
+        cpu_class: Only the reports of this CPU class (the store must take
+            ``cpu_class=``, as :class:`~edgereg.reports.ReportStore` does).
 
     Raises:
         ValueError: the state has no candidate.
@@ -74,14 +77,21 @@ def rollout_analysis(
     window = guardrails.revert_window_hours
     aged = now - timedelta(hours=window) if window else None
 
+    # Only when asked: a front of a store (a simulation's) need not know CPU classes.
+    only: dict[str, str] = {} if cpu_class is None else {"cpu_class": cpu_class}
+
     def period(member: str | None = None) -> list[ArmSummary]:
-        found = store.summaries(state.model, candidate_since, model=member, aged_before=aged)
+        found = store.summaries(
+            state.model, candidate_since, model=member, aged_before=aged, **only
+        )
         if stable_since == candidate_since:
             return found
         # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
         return [s for s in found if s.arm == "candidate"] + [
             s
-            for s in store.summaries(state.model, stable_since, model=member, aged_before=aged)
+            for s in store.summaries(
+                state.model, stable_since, model=member, aged_before=aged, **only
+            )
             if s.arm == "stable"
         ]
 

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -76,6 +76,12 @@ COLUMNS = (
     "os",
     "os_version",
     "device_class",
+    "unconfirmed_starts",
+    "cpu_class",
+    "memory_peak_mb",
+    "memory_peak_bucket",
+    "memory_steady_mb",
+    "first_inference_ms",
     "source",
     "first_received_at",
     "received_at",
@@ -111,6 +117,12 @@ SCHEMA = (
     os TEXT,
     os_version TEXT,
     device_class TEXT,
+    unconfirmed_starts INTEGER,
+    cpu_class TEXT,
+    memory_peak_mb DOUBLE PRECISION,
+    memory_peak_bucket INTEGER,
+    memory_steady_mb DOUBLE PRECISION,
+    first_inference_ms DOUBLE PRECISION,
     source TEXT,
     first_received_at BIGINT NOT NULL,
     received_at BIGINT NOT NULL,
@@ -120,12 +132,15 @@ SCHEMA = (
     # a sort or a table lookup (SQLite has no hash aggregate), with or without `since`.
     # No token in it: a random key would make every insert dirty a random page.
     "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
-    "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
+    "load_failed, reverted, confirmed, model, received_at, source, first_received_at, "
+    "unconfirmed_starts)",
     "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, load_bucket, "
     "model, received_at)",
     "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
     "inference_p50_bucket, model, received_at)",
     "CREATE INDEX reports_received ON reports (received_at)",
+    "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, "
+    "memory_peak_bucket, model, received_at)",
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -138,6 +153,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS reports_devices",
         "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
         "load_failed, reverted, confirmed, model, received_at, source, first_received_at)",
+    ),
+    # Schema 3 keeps the keys of report schema 2 (rows before it have none: null), and
+    # the counts read the unconfirmed starts: keep them covered.
+    2: (
+        "ALTER TABLE reports ADD COLUMN unconfirmed_starts INTEGER",
+        "ALTER TABLE reports ADD COLUMN cpu_class TEXT",
+        "ALTER TABLE reports ADD COLUMN memory_peak_mb DOUBLE PRECISION",
+        "ALTER TABLE reports ADD COLUMN memory_peak_bucket INTEGER",
+        "ALTER TABLE reports ADD COLUMN memory_steady_mb DOUBLE PRECISION",
+        "ALTER TABLE reports ADD COLUMN first_inference_ms DOUBLE PRECISION",
+        "DROP INDEX IF EXISTS reports_devices",
+        "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
+        "load_failed, reverted, confirmed, model, received_at, source, first_received_at, "
+        "unconfirmed_starts)",
+        "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, "
+        "memory_peak_bucket, model, received_at)",
     ),
 }
 
@@ -179,35 +210,58 @@ def upsert_sql(placeholder: str, rows: int = 1) -> str:
     )
 
 
-def _filters(placeholder: str, since: bool, model: bool) -> str:
+def _filters(placeholder: str, since: bool, model: bool, cpu_class: bool = False) -> str:
     where = f"unit = {placeholder}"
     if since:
         where += f" AND received_at >= {placeholder}"
     if model:
         where += f" AND model = {placeholder}"
+    if cpu_class:
+        where += f" AND cpu_class = {placeholder}"
     return where
 
 
-def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> str:
+#: Starts without a confirmation that count a device as failing the revert guardrail
+#: before its revert arrives (report schema 2's ``unconfirmed_starts``): "installed and
+#: never confirmed" is the crash loop's first sign. Two, so one start the app ended
+#: before its first inference (a user who closed it) is not yet a failure.
+STALLED_STARTS = 2
+
+#: The devices the revert guardrail counts as failing, as an SQL expression.
+REVERTING = (
+    "(CASE WHEN reverted = 1 OR (confirmed = 0 AND unconfirmed_starts >= "
+    f"{STALLED_STARTS}) THEN 1 ELSE 0 END)"
+)
+
+
+def counts_sql(
+    placeholder: str, *, since: bool, model: bool, bundle: bool, cpu_class: bool = False
+) -> str:
     """Per (tier, arm, version): devices and the devices with each outcome.
 
     A model's install has one row, so the counts are one GROUP BY over the
     covering index. A bundle's members report under the install's one token:
     an inner GROUP BY folds them into one device (it failed a probe when any
     member did, confirmed when every member did), which costs a sort.
+
+    The revert count is of :data:`REVERTING` devices: reverted, or installed and
+    started :data:`STALLED_STARTS` times without a confirmation.
     """
-    where = _filters(placeholder, since, model)
+    where = _filters(placeholder, since, model, cpu_class)
     if not bundle:
         return (
             "SELECT tier, arm, unit_version, COUNT(*), "
             "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
-            "SUM(load_failed), SUM(reverted), SUM(confirmed), "
+            f"SUM(load_failed), SUM({REVERTING}), SUM(confirmed), "
             "COUNT(DISTINCT source), COUNT(source), "
             "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
             "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
-            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
+            f"COUNT(DISTINCT CASE WHEN {REVERTING} = 1 THEN source END), "
             f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN reverted ELSE 0 END) "
+            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN {REVERTING} ELSE 0 END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} AND {REVERTING} = 1 "
+            "THEN source END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} THEN source END) "
             f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
         )
     return (
@@ -216,10 +270,13 @@ def counts_sql(placeholder: str, *, since: bool, model: bool, bundle: bool) -> s
         "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
         f"SUM(CASE WHEN fr <= {placeholder} THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END) FROM ("
+        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} AND rv = 1 THEN src END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} THEN src END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
-        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, MAX(source) AS src, "
+        f"MAX(load_failed) AS lf, MAX({REVERTING}) AS rv, MIN(confirmed) AS cf, "
+        "MAX(source) AS src, "
         "MIN(first_received_at) AS fr "
         f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
         ") AS devices GROUP BY tier, arm, unit_version"
@@ -234,9 +291,9 @@ def has_members_sql(placeholder: str) -> str:
     )
 
 
-def histogram_sql(placeholder: str, *, since: bool, model: bool) -> str:
-    """Per (tier, arm, version): rows per load and inference-p50 bucket (kind 0 and 1)."""
-    where = _filters(placeholder, since, model)
+def histogram_sql(placeholder: str, *, since: bool, model: bool, cpu_class: bool = False) -> str:
+    """Per (tier, arm, version): rows per load, inference-p50 and peak-memory bucket (kind 0-2)."""
+    where = _filters(placeholder, since, model, cpu_class)
     return (
         "SELECT 0, tier, arm, unit_version, load_bucket, COUNT(*) FROM reports "
         f"WHERE {where} AND load_bucket IS NOT NULL "
@@ -244,7 +301,11 @@ def histogram_sql(placeholder: str, *, since: bool, model: bool) -> str:
         "UNION ALL "
         "SELECT 1, tier, arm, unit_version, inference_p50_bucket, COUNT(*) FROM reports "
         f"WHERE {where} AND inference_p50_bucket IS NOT NULL "
-        "GROUP BY tier, arm, unit_version, inference_p50_bucket"
+        "GROUP BY tier, arm, unit_version, inference_p50_bucket "
+        "UNION ALL "
+        "SELECT 2, tier, arm, unit_version, memory_peak_bucket, COUNT(*) FROM reports "
+        f"WHERE {where} AND memory_peak_bucket IS NOT NULL "
+        "GROUP BY tier, arm, unit_version, memory_peak_bucket"
     )
 
 
@@ -295,6 +356,12 @@ def report_row(report: Report, received_at: datetime, source: str | None = None)
         report.os,
         report.os_version,
         report.device_class,
+        report.unconfirmed_starts,
+        report.cpu_class,
+        report.memory_peak_mb,
+        None if report.memory_peak_mb is None else latency_bucket(report.memory_peak_mb),
+        report.memory_steady_mb,
+        report.first_inference_ms,
         source,
         received,
         received,
@@ -475,6 +542,7 @@ class ReportStore(abc.ABC):
         *,
         model: str | None = None,
         aged_before: datetime | None = None,
+        cpu_class: str | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
 
@@ -485,6 +553,8 @@ class ReportStore(abc.ABC):
             aged_before: Also count the installs that first reported at or before
                 this time, and their reverts (``aged_devices``, ``aged_reverted``):
                 the installs that had time to crash-loop.
+            cpu_class: Only the reports of this CPU class (report schema 2's
+                ``cpu_class``; :meth:`cpu_classes` lists them).
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -494,10 +564,16 @@ class ReportStore(abc.ABC):
             params.append(epoch_ms(since))
         if model is not None:
             params.append(model)
-        flags = {"since": since is not None, "model": model is not None}
+        if cpu_class is not None:
+            params.append(cpu_class)
+        flags = {
+            "since": since is not None,
+            "model": model is not None,
+            "cpu_class": cpu_class is not None,
+        }
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
-        aged = [cut, cut]
+        aged = [cut, cut, cut, cut]
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -508,12 +584,29 @@ class ReportStore(abc.ABC):
                     bundle = bool(cur.fetchone()[0])
                 cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), aged + params)
                 counts = cur.fetchall()
-                cur.execute(histogram_sql(self.placeholder, **flags), params + params)
+                cur.execute(histogram_sql(self.placeholder, **flags), params * 3)
                 bins = cur.fetchall()
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, aged=aged_before is not None)
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
+
+    def cpu_classes(self, unit: str) -> list[str]:
+        """The CPU classes the unit's reports name (report schema 2), sorted."""
+
+        def read() -> list[str]:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"SELECT DISTINCT cpu_class FROM reports WHERE unit = {self.placeholder} "
+                    "AND cpu_class IS NOT NULL",
+                    (unit,),
+                )
+                found = sorted(str(row[0]) for row in cur.fetchall())
+                conn.rollback()
+            return found
+
+        return cast(list[str], self._run("listing CPU classes", read))
 
     def members(self, unit: str) -> list[str]:
         """The member models of a bundle that reported (empty for a model), sorted."""
@@ -587,18 +680,20 @@ class ReportStore(abc.ABC):
 def _assemble(
     unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]], *, aged: bool
 ) -> list[ArmSummary]:
-    histograms: dict[tuple[str, str, str], tuple[dict[int, int], dict[int, int]]] = {}
+    histograms: dict[tuple[str, str, str], tuple[dict[int, int], ...]] = {}
     for kind, tier, arm, version, bucket, devices in bins:
-        pair = histograms.setdefault((tier, arm, version), ({}, {}))
-        pair[int(kind)][int(bucket)] = int(devices)
+        kinds = histograms.setdefault((tier, arm, version), ({}, {}, {}))
+        kinds[int(kind)][int(bucket)] = int(devices)
     summaries = []
     for row in counts:
         tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed = row[:8]
         sources, sourced, probe_sources, load_sources, revert_sources = (
             int(n or 0) for n in row[8:13]
         )
-        aged_devices, aged_reverted = (int(n or 0) for n in row[13:15])
-        load, inference = histograms.get((tier, arm, version), ({}, {}))
+        aged_devices, aged_reverted, aged_reverted_sources, aged_sources = (
+            int(n or 0) for n in row[13:17]
+        )
+        load, inference, memory = histograms.get((tier, arm, version), ({}, {}, {}))
         summaries.append(
             ArmSummary(
                 unit=unit,
@@ -617,8 +712,11 @@ def _assemble(
                 reverted_sources=revert_sources,
                 aged_devices=aged_devices if aged else None,
                 aged_reverted=aged_reverted if aged else 0,
+                aged_reverted_sources=aged_reverted_sources if aged else revert_sources,
+                aged_sources=aged_sources if aged else sources,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
+                memory_peak_mb=dict(sorted(memory.items())),
             )
         )
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))

@@ -47,7 +47,9 @@ class ArmSummary:
         devices: Distinct report tokens (one per install).
         probe_failed: Devices whose self-test failed on every backend (model rejected).
         load_failed: Devices where loading the model failed.
-        reverted: Devices that reverted the model (unconfirmed after the declared app starts).
+        reverted: Devices that reverted the model (unconfirmed after the declared app starts),
+            or that started it twice without a confirmation (report schema 2's
+            ``unconfirmed_starts``): the revert guardrail's failing devices.
         confirmed: Devices that confirmed the model after a real inference.
         sources: Distinct source networks of the devices (0: unknown, as for
             reports through an untrusted proxy or from before schema 2).
@@ -59,8 +61,12 @@ class ArmSummary:
             crash-looped (the revert guardrail's denominator), or None when not
             counted (then every device is).
         aged_reverted: Those of them that reverted.
+        aged_reverted_sources: Distinct source networks of those reverts.
+        aged_sources: Distinct source networks of the aged devices.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
+        memory_peak_mb: Bucket index -> devices, of each device's peak memory in MB (the
+            latency buckets, read as MB; report schema 2's ``memory_peak_mb``).
     """
 
     unit: str
@@ -79,5 +85,8 @@ class ArmSummary:
     reverted_sources: int = 0
     aged_devices: int | None = None
     aged_reverted: int = 0
+    aged_reverted_sources: int = 0
+    aged_sources: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)
+    memory_peak_mb: dict[int, int] = field(default_factory=dict)

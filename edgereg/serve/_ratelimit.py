@@ -109,10 +109,12 @@ class SourceCaps:
     capped. Windows are fixed (``floor(now / period)``); the sources
     remembered are bounded like the rate limiter's.
 
-    A loopback peer is not capped: it is a reverse proxy on the same host
-    (or a test), and capping it would cap every device behind it. Configure
-    the proxy as trusted (``make_server(trusted_proxies=...)``; there is no
-    command-line option yet) so each device's own network is capped instead.
+    The local peer (127.0.0.1 or ::1) is not capped: it is a reverse proxy on
+    the same host, and capping it would cap every device behind it. Configure
+    the proxy as trusted (``edgereg serve --trusted-proxy``) so each device's
+    own network is capped instead. Any other loopback address (all of
+    127.0.0.0/8 reaches this host) is a source like any other: a simulation
+    gives each device its own.
 
     Args:
         tokens: New tokens per source per period.
@@ -144,8 +146,8 @@ class SourceCaps:
         self._lock = threading.Lock()
 
     def source(self, address: str) -> str | None:
-        """The source network of an address; None for a loopback peer (a local proxy: unknown)."""
-        if _is_loopback(address):
+        """The source network of an address; None for the local peer (a local proxy: unknown)."""
+        if _is_local_peer(address):
             return None
         return source_key(address, ipv4_prefix=self.ipv4_prefix, ipv6_prefix=self.ipv6_prefix)
 
@@ -197,11 +199,18 @@ def forwarded_client(peer: str, forwarded_for: str | None, trusted: tuple[Networ
     return peer
 
 
-def _is_loopback(address: str) -> bool:
+#: The addresses a reverse proxy on the same host connects from.
+LOCAL_PEERS = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
+
+
+def _is_local_peer(address: str) -> bool:
     try:
-        return ipaddress.ip_address(address).is_loopback
+        parsed = ipaddress.ip_address(address)
     except ValueError:
         return False
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        parsed = parsed.ipv4_mapped
+    return parsed in LOCAL_PEERS
 
 
 def _in(address: str, networks: tuple[Network, ...]) -> bool:

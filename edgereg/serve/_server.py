@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -649,6 +650,10 @@ def _reason(status: int) -> str:
     return reasons[status][0] if status in reasons else "Unknown"
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 def make_server(
     storage: Storage | str | os.PathLike[str],
     host: str = "127.0.0.1",
@@ -669,6 +674,8 @@ def make_server(
     source_caps: SourceCaps | None = None,
     trusted_proxies: tuple[Network, ...] = (),
     report_authenticator: ReportAuthenticator | None = None,
+    clock: Callable[[], datetime] | None = None,
+    monotonic: Callable[[], float] | None = None,
 ) -> RegistryServer:
     """Bind a server over a registry (not serving yet: call ``serve_forever``).
 
@@ -698,6 +705,10 @@ def make_server(
         source_caps: New report tokens per source network per period (the default when None).
         trusted_proxies: Proxies whose X-Forwarded-For names the client.
         report_authenticator: A last check of each report (app attestation).
+        clock: The time a report is received (UTC); a simulation passes its own.
+        monotonic: The report limits' clock, in seconds (rate limit, source caps,
+            the served index); a simulation passes its own, so the limits hold
+            in simulated time.
 
     Raises:
         OSError: The address cannot be bound (in use, not permitted).
@@ -716,6 +727,8 @@ def make_server(
         source_caps=source_caps,
         trusted_proxies=trusted_proxies,
         report_authenticator=report_authenticator,
+        clock=clock or _utc_now,
+        monotonic=monotonic or time.monotonic,
     )
     return RegistryServer(
         (host, port),

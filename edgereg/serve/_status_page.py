@@ -522,7 +522,9 @@ def _arm_figure(name: str, numbers: dict[str, Any], arm: str) -> str:
             return "—"
         return f"{100 * float(rate):.1f}% of {devices}"
     median = numbers.get(f"{arm}_median_ms")
-    return "—" if median is None else f"median {float(median):.1f} ms"
+    # Peak memory is judged like a latency, on the same figures, in MB.
+    unit = "MB" if name.split("/", 1)[0] == "memory_peak_mb" else "ms"
+    return "—" if median is None else f"median {float(median):.1f} {unit}"
 
 
 def _health_table(analysis: Analysis) -> str:

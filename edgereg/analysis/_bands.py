@@ -1,0 +1,165 @@
+"""Latency shifts with evidence valid at any look: time-uniform confidence bands of each arm's CDF.
+
+A latency guardrail asks whether the candidate is slower than the stable by
+more than a limit ``L`` (in percent of the stable). Read as a scale shift,
+"at most ``L`` slower" means that for every latency ``u``
+
+    P(candidate > u) <= P(stable > u / (1 + L))
+
+and "more than ``L`` slower" the reverse inequality everywhere. One latency
+``u`` where the data show the reverse, with certainty ``1 - alpha`` that
+holds whatever ``u`` was chosen and however often the data were looked at,
+is then a fail; one where they show the inequality is a pass.
+
+That certainty comes from a confidence band around each arm's empirical CDF
+that holds at every sample size at once: with probability at least
+``1 - a``, for every ``t >= 1`` and every ``x``,
+
+    |F_t(x) - F(x)| <= 0.85 sqrt((log log(e t) + 0.8 log(1612 / a)) / t)
+
+(Howard and Ramdas, "Sequential estimation of quantiles with applications to
+A/B-testing and best-arm identification", Bernoulli 28(3), 2022, Theorem 2:
+a time-uniform Dvoretzky-Kiefer-Wolfowitz inequality). It holds for any
+distribution, ties and binned values included, and because it is uniform in
+``x`` the latency ``u`` may be picked from the data. Each arm gets
+``a = alpha / 2``, so both bands hold together with probability ``1 - alpha``
+over every look: running ``--auto`` every 30 minutes does not raise the error.
+
+The store hands over histograms on fixed bucket edges (:mod:`edgereg.reports.summary`);
+the CDF is exact at the edges, and a point between two edges is bounded by
+them (the CDF is monotone), which only makes either verdict harder. The
+interval of the shift is the set of shifts neither test rejects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgereg.analysis._ranks import Histogram
+from edgereg.reports.summary import LATENCY_EDGES_MS
+
+_EDGES = np.array(LATENCY_EDGES_MS, dtype=np.float64)
+_LOG_EDGES = np.log(_EDGES)
+
+
+def band(devices: int, alpha: float) -> float:
+    """Half-width of an arm's time-uniform ``1 - alpha`` CDF band after ``devices`` values."""
+    if devices < 1:
+        return 1.0
+    return min(
+        1.0,
+        0.85
+        * math.sqrt(
+            (math.log(math.log(math.e * devices)) + 0.8 * math.log(1612 / alpha)) / devices
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ShiftEvidence:
+    """What the bands say about the candidate's slowdown, valid at any look.
+
+    Attributes:
+        candidate_devices: Candidate devices with a value.
+        stable_devices: Stable devices with a value.
+        slower: The bands show the candidate slower than the limit (a fail).
+        within: The bands show it at most the limit slower (a pass).
+        ci_low_pct: The largest slowdown shown (percent; -100 when none).
+        ci_high_pct: The smallest slowdown shown not reached (percent; inf when none).
+    """
+
+    candidate_devices: int
+    stable_devices: int
+    slower: bool
+    within: bool
+    ci_low_pct: float
+    ci_high_pct: float
+
+
+def _survival(histogram: Histogram) -> tuple[np.ndarray, int]:
+    """P(value > edge[i]) for every edge index, and the devices."""
+    counts = np.zeros(len(_EDGES), dtype=np.float64)
+    for index, count in histogram.items():
+        if count > 0:
+            counts[min(max(index, 0), len(_EDGES) - 1)] += count
+    total = int(counts.sum())
+    if total == 0:
+        return np.ones(len(_EDGES)), 0
+    return 1.0 - np.cumsum(counts) / total, total
+
+
+class _Bands:
+    def __init__(self, candidate: Histogram, stable: Histogram, alpha: float) -> None:
+        self.c, self.n1 = _survival(candidate)
+        self.s, self.n0 = _survival(stable)
+        self.e1 = band(self.n1, alpha / 2)
+        self.e0 = band(self.n0, alpha / 2)
+
+    def shown_slower(self, shift: float) -> bool:
+        """Some u with P(C > u) surely above P(S > u / (1 + shift)): slower than ``shift``."""
+        # P(S > x) <= P(S > the edge at or below x): the stable's side taken at its largest.
+        below = np.searchsorted(_LOG_EDGES, _LOG_EDGES - math.log1p(shift), side="right") - 1
+        stable = np.where(below >= 0, self.s[np.clip(below, 0, None)], 1.0)
+        return bool(np.any(self.c - self.e1 > stable + self.e0))
+
+    def shown_within(self, shift: float) -> bool:
+        """Some u with P(C > u) surely below P(S > u / (1 + shift)): at most ``shift`` slower."""
+        # P(S > x) >= P(S > the edge at or above x): the stable's side taken at its smallest.
+        above = np.searchsorted(_LOG_EDGES, _LOG_EDGES - math.log1p(shift), side="left")
+        stable = np.where(above < len(_EDGES), self.s[np.clip(above, None, len(_EDGES) - 1)], 0.0)
+        return bool(np.any(self.c + self.e1 < stable - self.e0))
+
+
+def shift_evidence(
+    candidate: Histogram, stable: Histogram, *, limit_pct: float, alpha: float
+) -> ShiftEvidence:
+    """Test "the candidate is at most ``limit_pct`` percent slower" with always-valid bands.
+
+    Raises:
+        ValueError: an arm without values.
+    """
+    bands = _Bands(candidate, stable, alpha)
+    if not bands.n1 or not bands.n0:
+        raise ValueError("both arms need at least one latency value")
+    limit = limit_pct / 100
+    return ShiftEvidence(
+        candidate_devices=bands.n1,
+        stable_devices=bands.n0,
+        slower=bands.shown_slower(limit),
+        within=bands.shown_within(limit),
+        ci_low_pct=100 * _edge(bands.shown_slower, low=True),
+        ci_high_pct=100 * _edge(bands.shown_within, low=False),
+    )
+
+
+#: The shifts the interval is searched over: -99 % to +1,000 %.
+_LOWEST, _HIGHEST = -0.99, 10.0
+
+
+def _edge(test: Callable[[float], bool], *, low: bool) -> float:
+    """The boundary of the shifts ``test`` holds for (monotone in the shift), by bisection."""
+    if low:
+        # shown_slower holds for small shifts and stops holding past the evidence.
+        if not test(_LOWEST):
+            return -1.0
+        if test(_HIGHEST):
+            return _HIGHEST
+        inside, outside = _LOWEST, _HIGHEST
+    else:
+        # shown_within holds for large shifts and stops holding below the evidence.
+        if not test(_HIGHEST):
+            return math.inf
+        if test(_LOWEST):
+            return _LOWEST
+        inside, outside = _HIGHEST, _LOWEST
+    for _ in range(40):
+        middle = (inside + outside) / 2
+        if test(middle):
+            inside = middle
+        else:
+            outside = middle
+    return inside

@@ -1,0 +1,208 @@
+"""A 60-device fleet with the default policy, `--auto` every 30 minutes, and a forger.
+
+Every device posts its reports over real HTTP from a loopback address of its
+own (127.x.y.2, a /24 each) to the server's real report endpoint, with its
+default rate limit, source caps and admission checks running on the
+simulated clock; `--auto` is the command's own ``run_auto`` with the default
+policy and guardrails (tests/fleetsim.py says what is simulated). The forger
+posts valid-looking reports of what the manifests serve, inside the limits.
+
+What a fleet of 60 can conclude with the defaults: nothing at a 5 % step (3
+candidate devices; a pass needs 50 per arm, a fail 3 failing devices from 3
+networks), so an honest rollout waits there, and the proof is that forged
+reports do not move it either way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from fleetsim import (
+    CANDIDATE,
+    GOOD,
+    STABLE,
+    TIER,
+    UNIT,
+    Behaviour,
+    FleetWorld,
+    Forger,
+    device_address,
+    forger_address,
+)
+from servekit import serve_process
+
+from edgereg.protocol.reports import Report
+
+DEVICES = 60
+DAYS = 8
+
+
+def _revert(world: FleetWorld) -> str:
+    assert world.last.analysis is not None
+    (tier,) = world.last.analysis.tiers
+    (revert,) = (result for result in tier.guardrails if result.name == "revert")
+    return f"{revert.verdict}: {revert.reason}"
+
+
+def test_a_dozen_forged_reverts_from_one_network_do_not_roll_back_a_good_candidate(
+    tmp_path: Path,
+) -> None:
+    world = FleetWorld(tmp_path, DEVICES, GOOD)
+    forger = Forger(networks=1, kind="reverted", per_period=12)
+    with world.running():
+        outcome = world.rollout(DAYS, forger)
+        revert = _revert(world)
+    # Every forged report was inside the limits and described what was served: stored.
+    assert forger.sent == {202: 12}
+    assert outcome.reports == {202: sum(outcome.reports.values())}
+    assert outcome.result == "stuck at 5%", outcome.actions
+    # Stored, and counted one per network: one failing device, three needed to fail.
+    assert "(a fail counts 1 of the 12 failing devices: one per network)" in revert, revert
+
+
+def test_a_forced_rollback_takes_more_than_three_networks(tmp_path: Path) -> None:
+    # A failing device counts once per network, and a fail needs three from three
+    # networks with evidence: the same dozen from three /24s moves nothing; from four it
+    # does when the forged installs are the only ones old enough (revert_window_hours:
+    # four failing networks of four, above the absolute limit), which depends on the
+    # cohort; from six it always does.
+    # docs/operations/report-threats.md says why a forced rollback stays the cheap side.
+    for networks, rolled_back in ((3, False), (6, True)):
+        world = FleetWorld(tmp_path / str(networks), DEVICES, GOOD)
+        forger = Forger(networks=networks, kind="reverted", per_period=12)
+        with world.running():
+            outcome = world.rollout(DAYS, forger)
+        assert forger.sent == {202: 12}
+        assert (outcome.result == "rolled back") == rolled_back, (networks, outcome.actions)
+        if rolled_back:
+            assert 3 <= outcome.days <= 4.5
+
+
+def test_forged_passes_from_one_network_do_not_walk_a_crash_loop_forward(tmp_path: Path) -> None:
+    # 80 % of the candidate's devices crash-loop; 1,500 forged healthy installs from one
+    # /24 (never more than its 200 new tokens an hour) would swamp the arm's rates, but a
+    # pass counts the arm's networks as its devices (count_networks), and nothing passes.
+    world = FleetWorld(tmp_path, DEVICES, Behaviour(crash_loop=0.8))
+    forger = Forger(networks=1, kind="passes", per_period=1500)
+    with world.running():
+        outcome = world.rollout(DAYS, forger)
+        assert world.last.analysis is not None
+        (tier,) = world.last.analysis.tiers
+        reasons = {result.name: result.reason for result in tier.guardrails}
+    assert forger.sent == {202: 1500}
+    # Never a step: stuck at 5 %, or rolled back when the cohort (a random salt) holds
+    # enough crash-looping devices from enough networks to fail despite the forgery.
+    assert [action for _, action, _ in outcome.actions] in ([], ["rollback"]), outcome.actions
+    assert tier.candidate_devices > 1000
+    # Counted by network, the 1,500 forged installs are one device of the 50 a pass needs.
+    assert "(a pass counts the candidate's" in reasons["revert"], reasons
+
+
+def _report(world: FleetWorld, n: int, arm: str, **outcome: object) -> Report:
+    state = world.state()
+    version = CANDIDATE if arm == "candidate" else STABLE
+    return Report.model_validate(
+        {
+            "token": f"{n:032x}",
+            "unit": UNIT,
+            "model": UNIT,
+            "version": version,
+            "unit_version": version,
+            "variant": "high-int8",
+            "tier": TIER,
+            "arm": arm,
+            "sequence": state.sequence,
+            "probe": "passed",
+            "backend": "cpu",
+            "load_ms": 40.0,
+            "confirmed": True,
+            **outcome,
+        }
+    )
+
+
+def test_the_real_commands_shrug_off_one_networks_forgeries_and_act_on_many(
+    tmp_path: Path,
+) -> None:
+    # `edgereg serve` and `edgereg rollout --auto` as a user runs them, on the real clock:
+    # 300 stable and 30 candidate devices report healthy from their own addresses, then a
+    # forger posts failed self-tests (a guardrail without a revert window) for the candidate.
+    world = FleetWorld(tmp_path, 0, GOOD)
+    world.clock.now = datetime.now(timezone.utc) - timedelta(days=3)
+    world.publish(STABLE, None)
+    world.clock.now = datetime.now(timezone.utc) - timedelta(minutes=5)
+    world.publish(CANDIDATE, 5.0)
+    (tmp_path / "publisher.pem").write_bytes(world.public_pem)
+    (tmp_path / "signing.pem").write_bytes(world.private_pem)
+    (tmp_path / "signing.pem").chmod(0o600)
+    store = f"sqlite:///{tmp_path / 'reports.sqlite'}"
+    registry = f"file://{tmp_path / 'registry'}"
+    auto = [
+        sys.executable,
+        "-m",
+        "edgereg.cli",
+        "rollout",
+        UNIT,
+        "--auto",
+        "--json",
+        "--registry",
+        registry,
+        "--trusted-key",
+        str(tmp_path / "publisher.pem"),
+        "--key",
+        str(tmp_path / "signing.pem"),
+        "--reports",
+        store,
+    ]
+
+    def run_auto() -> dict[str, object]:
+        done = subprocess.run(auto, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert "Traceback" not in done.stderr, done.stderr
+        assert done.stdout, done.stderr
+        found: dict[str, object] = json.loads(done.stdout)
+        return found
+
+    serving = (
+        "--registry",
+        registry,
+        "--trusted-key",
+        str(tmp_path / "publisher.pem"),
+        "--reports",
+        store,
+    )
+    with serve_process(tmp_path / "serve.log", *serving, cwd=tmp_path) as (_, url):
+        world._host = url.removeprefix("http://")
+        genuine = [
+            world.post(device_address(n), _report(world, n, "stable" if n >= 30 else "candidate"))
+            for n in range(330)
+        ]
+        assert genuine == [202] * 330
+        failed = {"probe": "failed", "backend": None, "load_ms": None, "confirmed": False}
+        # A forged report of what was never served is refused and never stored.
+        never = _report(world, 10_000, "candidate").model_copy(update={"unit_version": "9.9.9"})
+        assert world.post(forger_address(0, 0), never) == 422
+        # A dozen from one /24: stored, counted as one failing device, and the rollout waits.
+        one = [
+            world.post(forger_address(0, n), _report(world, 1000 + n, "candidate", **failed))
+            for n in range(12)
+        ]
+        assert one == [202] * 12
+        first = run_auto()
+        assert first["action"] == "wait", first
+        state, _ = world.registry.read_state(UNIT)
+        assert state is not None
+        assert state.candidate == CANDIDATE
+        # The same dozen from twelve /24s: twelve failing networks, the command rolls back.
+        many = [
+            world.post(forger_address(n, 0), _report(world, 2000 + n, "candidate", **failed))
+            for n in range(1, 13)
+        ]
+        assert many == [202] * 12
+        second = run_auto()
+    assert second["action"] == "rollback", second
+    world._state = None
+    assert world.state().candidate is None
