@@ -93,13 +93,21 @@ def test_forged_passes_from_one_network_do_not_walk_a_crash_loop_forward(tmp_pat
         assert world.last.analysis is not None
         (tier,) = world.last.analysis.tiers
         reasons = {result.name: result.reason for result in tier.guardrails}
+        verdicts = {result.name: result.verdict for result in tier.guardrails}
     assert forger.sent == {202: 1500}
     # Never a step: stuck at 5 %, or rolled back when the cohort (a random salt) holds
     # enough crash-looping devices from enough networks to fail despite the forgery.
     assert [action for _, action, _ in outcome.actions] in ([], ["rollback"]), outcome.actions
     assert tier.candidate_devices > 1000
-    # Counted by network, the 1,500 forged installs are one device of the 50 a pass needs.
-    assert "(a pass counts the candidate's" in reasons["revert"], reasons
+    if outcome.actions:
+        # Rolled back: counted by network, the crash-looping networks are above a limit
+        # (the absolute one, or the stable's plus the margin) however many forged healthy
+        # installs share one network.
+        assert verdicts["revert"] == "fail", reasons
+        assert "above the" in reasons["revert"], reasons
+    else:
+        # Counted by network, the 1,500 forged installs are one device of the 50 a pass needs.
+        assert "(a pass counts the candidate's" in reasons["revert"], reasons
 
 
 def _report(world: FleetWorld, n: int, arm: str, **outcome: object) -> Report:
