@@ -232,7 +232,8 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             summary_cell(row.get("arm") or {}),
             status,
         )
-    Console(width=max(Console().width, 120)).print(table)
+    # Thirteen columns (host memory and the ARM classes joined them): narrower, rich cuts cells.
+    Console(width=max(Console().width, 160)).print(table)
     stderr.print(
         "metric: the task's headline metric; Δ: change against the fp32 ONNX Runtime baseline "
         "on the labels, in percentage points (vs ref: the metric compares with the reference "
