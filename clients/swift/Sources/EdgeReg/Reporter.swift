@@ -213,7 +213,12 @@ actor Reporter {
 
     func startSend(_ data: Data, _ url: URL, retryOnFailure: Bool) {
         let transport = self.transport
+        // One at a time, in the order made: the receiver keeps the report that arrives last
+        // per install (docs/protocol.md §12), so an unconfirmed start's report must never
+        // overtake the revert that follows it.
+        let previous = inFlight.last
         let task = Task<Bool, Never> { [weak self] in
+            _ = await previous?.value
             let status: Int
             do {
                 status = try await transport.post(url, body: data, contentType: "application/json", timeout: Reporter.timeout)
