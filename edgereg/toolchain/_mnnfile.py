@@ -42,18 +42,21 @@ class UuidField:
     value: str
 
 
-def _u32(data: bytes, pos: int) -> int:
-    if pos < 0 or pos + 4 > len(data):
+def read_scalar(data: bytes, pos: int, fmt: str) -> int:
+    """One little-endian FlatBuffer scalar (``<I``, ``<i``, ``<H``) at ``pos``, bounds-checked."""
+    size = struct.calcsize(fmt)
+    if pos < 0 or pos + size > len(data):
         raise MnnFormatError(f"offset {pos} is outside the {len(data)}-byte file")
-    value: int = struct.unpack_from("<I", data, pos)[0]
+    value: int = struct.unpack_from(fmt, data, pos)[0]
     return value
+
+
+def _u32(data: bytes, pos: int) -> int:
+    return read_scalar(data, pos, "<I")
 
 
 def _u16(data: bytes, pos: int) -> int:
-    if pos < 0 or pos + 2 > len(data):
-        raise MnnFormatError(f"offset {pos} is outside the {len(data)}-byte file")
-    value: int = struct.unpack_from("<H", data, pos)[0]
-    return value
+    return read_scalar(data, pos, "<H")
 
 
 def find_uuid(data: bytes) -> UuidField | None:

@@ -11,10 +11,9 @@ is the rest of the file.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from edgereg.toolchain._mnnfile import MnnFormatError
+from edgereg.toolchain._mnnfile import MnnFormatError, read_scalar
 
 #: ``table Net`` field index of ``oplists``; ``table Op`` fields ``name`` and
 #: ``type`` (the union ``main`` takes two slots).
@@ -68,24 +67,15 @@ class OpBytes:
 
 
 def _u32(data: bytes, pos: int) -> int:
-    if pos < 0 or pos + 4 > len(data):
-        raise MnnFormatError(f"offset {pos} is outside the {len(data)}-byte file")
-    value: int = struct.unpack_from("<I", data, pos)[0]
-    return value
+    return read_scalar(data, pos, "<I")
 
 
 def _i32(data: bytes, pos: int) -> int:
-    if pos < 0 or pos + 4 > len(data):
-        raise MnnFormatError(f"offset {pos} is outside the {len(data)}-byte file")
-    value: int = struct.unpack_from("<i", data, pos)[0]
-    return value
+    return read_scalar(data, pos, "<i")
 
 
 def _u16(data: bytes, pos: int) -> int:
-    if pos < 0 or pos + 2 > len(data):
-        raise MnnFormatError(f"offset {pos} is outside the {len(data)}-byte file")
-    value: int = struct.unpack_from("<H", data, pos)[0]
-    return value
+    return read_scalar(data, pos, "<H")
 
 
 def _field(data: bytes, table: int, index: int) -> int | None:
