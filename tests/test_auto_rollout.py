@@ -96,6 +96,14 @@ def analysis_of(*summaries: ArmSummary, guardrails: Guardrails | None = None) ->
 GOOD = (summary("candidate"), summary("stable"))
 CRASHING = (summary("candidate", probe_failed=400), summary("stable"))
 FEW = (summary("candidate", 20), summary("stable"))
+TINY = (summary("candidate", 9), summary("stable"))
+# 2,000 healthy candidate tokens from one network: one device, for a soak step as for a pass.
+FORGED = (
+    summary("candidate", sources=1, sourced_devices=2000),
+    summary("stable", sources=900, sourced_devices=2000),
+)  # below min_soak_devices (10)
+# Two failing devices of 20: a harm shown, short of min_failing_devices (3).
+SUSPECT = (summary("candidate", 20, probe_failed=2), summary("stable"))
 SLOW = (summary("candidate", load_ms={latency_bucket(60.0): 2000}), summary("stable"))
 # A first release: no stable arm, judged by the absolute limits.
 FIRST_GOOD = (summary("candidate"),)
@@ -116,6 +124,8 @@ class Row:
 NO_ROLLBACK = RolloutPolicy(
     steps=[5, 25, 100], min_soak_hours=24, guardrails=Guardrails(rollback_on_critical=False)
 )
+
+PROOF = RolloutPolicy(steps=[5, 25, 100], min_soak_hours=24, require_proof=True)
 
 TABLE = {
     "never-published": Row(None, None, 48, "nothing", reason="no release"),
@@ -155,6 +165,29 @@ TABLE = {
     "too-few-waits": Row(released(5), FEW, 48, "wait", reason="high probe_failure inconclusive"),
     "slow-not-critical-waits": Row(
         released(5), SLOW, 48, "wait", reason="high load_ms failed (not critical)"
+    ),
+    # max_soak_hours (72 h): a step without proof once enough devices showed no harm.
+    "few-before-max-soak-waits": Row(released(5), FEW, 48, "wait", reason="(24 h 0 min left)"),
+    "few-after-max-soak-steps-unproven": Row(
+        released(5), FEW, 73, "step", 25.0, "no harm in 73 h 0 min at 5%, unproven: high"
+    ),
+    "few-at-last-step-promotes-unproven": Row(
+        released(5, 25, 100), FEW, 73, "promote", reason="unproven: high probe_failure (up to"
+    ),
+    "tiny-never-steps-without-proof": Row(
+        released(5), TINY, 500, "wait", reason="not observed on min_soak_devices"
+    ),
+    "harm-on-too-few-to-fail-never-steps": Row(
+        released(5), SUSPECT, 500, "wait", reason="high probe_failure"
+    ),
+    "slow-not-critical-never-steps": Row(
+        released(5), SLOW, 500, "wait", reason="high load_ms failed"
+    ),
+    "forged-installs-from-one-network-never-step": Row(
+        released(5), FORGED, 500, "wait", reason="not observed on min_soak_devices"
+    ),
+    "require-proof-waits-for-it": Row(
+        released(5), FEW, 500, "wait", reason="not every guardrail passes", policy=PROOF
     ),
 }
 

@@ -65,6 +65,12 @@ class GuardrailResult:
         reason: One line for people, with the numbers.
         numbers: The numbers, for scripts and the signed evidence (rates are
             fractions, shifts in ms and in percent of the stable median).
+        observed: An inconclusive result for want of proof alone: each arm held
+            ``min_soak_devices`` (counted like a pass) from enough networks,
+            the revert window passed, and no harm is shown (the confidence
+            sequence still holds "no worse than the stable at all"), so
+            ``max_soak_hours`` may step past it. False for any other
+            inconclusive result (too few devices, a harm shown on too few).
     """
 
     name: str
@@ -72,6 +78,12 @@ class GuardrailResult:
     verdict: Verdict
     reason: str
     numbers: dict[str, Number] = field(default_factory=dict)
+    observed: bool = False
+
+    @property
+    def harmless(self) -> bool:
+        """Passed, or observed without harm: what a step after ``max_soak_hours`` needs."""
+        return self.verdict == "pass" or (self.verdict == "inconclusive" and self.observed)
 
 
 @dataclass(frozen=True)
@@ -153,6 +165,7 @@ class Analysis:
                             "critical": result.critical,
                             "verdict": result.verdict,
                             "reason": result.reason,
+                            "observed": result.observed,
                             **result.numbers,
                         }
                         for result in tier.guardrails
@@ -175,6 +188,11 @@ class Analysis:
                 "guardrails": {
                     result.name: {
                         "verdict": result.verdict,
+                        **(
+                            {"observed": True}
+                            if result.verdict == "inconclusive" and result.observed
+                            else {}
+                        ),
                         **{
                             key: _round(value)
                             for key, value in result.numbers.items()
@@ -674,6 +692,12 @@ def _rate_result(
             + _networks_note(failing, candidate_events),
             numbers,
         )
+    # No harm shown: not even worse than the stable at all (the candidate's
+    # networks counted, as for a fail), which a good candidate is shown with
+    # probability alpha at most, however often it is looked at.
+    observed = worse.ci_low <= 0 and _observed(
+        guardrails, pass_devices, stable.devices, candidate, stable
+    )
     if within.p_within < alpha:
         if min(pass_devices, stable.devices) < guardrails.min_devices:
             return GuardrailResult(
@@ -684,6 +708,7 @@ def _rate_result(
                 + _too_few(pass_devices, stable.devices, guardrails.min_devices)
                 + _counted(pass_devices, candidate.devices),
                 numbers,
+                observed=observed,
             )
         few_sources = _short_of_sources(guardrails, candidate, stable)
         if few_sources is not None:
@@ -708,6 +733,7 @@ def _rate_result(
         + _also_too_few(pass_devices, stable.devices, guardrails.min_devices)
         + _counted(pass_devices, candidate.devices),
         numbers,
+        observed=observed,
     )
 
 
@@ -804,6 +830,24 @@ def _sourced(arm: ArmSummary) -> bool:
     must not then decide for the rest.
     """
     return arm.sources > 0 and 2 * arm.sourced_devices >= arm.devices
+
+
+def _observed(
+    guardrails: Guardrails,
+    candidate_devices: int,
+    stable_devices: int,
+    *arms: ArmSummary | None,
+) -> bool:
+    """Whether a guardrail not shown harmful saw enough to have shown a gross harm.
+
+    The floor is ``min_soak_devices`` per arm, counted like a pass (in networks),
+    from ``min_sources`` networks: forged installs cannot buy a soak step any
+    more than a pass.
+    """
+    return (
+        min(candidate_devices, stable_devices) >= guardrails.min_soak_devices
+        and _short_of_sources(guardrails, *arms) is None
+    )
 
 
 def _short_of_sources(guardrails: Guardrails, *arms: ArmSummary | None) -> str | None:
@@ -905,13 +949,14 @@ def _latency_result(
     )
     if evidence.slower:
         return GuardrailResult(name, rule.critical, "fail", f"{described}; slower", numbers)
+    # A pass counts the candidate's networks as its devices (passing_devices).
+    counted = (
+        min(result.candidate_devices, passing_devices(candidate, guardrails))
+        if candidate is not None
+        else result.candidate_devices
+    )
+    observed = low <= 0 and _observed(guardrails, counted, result.stable_devices, candidate, stable)
     if evidence.within:
-        # A pass counts the candidate's networks as its devices (passing_devices).
-        counted = (
-            min(result.candidate_devices, passing_devices(candidate, guardrails))
-            if candidate is not None
-            else result.candidate_devices
-        )
         if min(counted, result.stable_devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
@@ -921,6 +966,7 @@ def _latency_result(
                 + _too_few(counted, result.stable_devices, guardrails.min_devices)
                 + _counted(counted, result.candidate_devices),
                 numbers,
+                observed=observed,
             )
         few_sources = _short_of_sources(guardrails, candidate, stable)
         if few_sources is not None:
@@ -935,6 +981,7 @@ def _latency_result(
         f"{described}; the sequence holds the limit"
         + _also_too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
         numbers,
+        observed=observed,
     )
 
 

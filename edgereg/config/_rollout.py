@@ -98,6 +98,14 @@ class Guardrails(_Strict):
         "the revert guardrail counts only devices installed at least this long ago, so a "
         "young cohort that has not crash-looped yet cannot pass it. 0 counts every device.",
     )
+    min_soak_devices: int = Field(
+        default=10,
+        ge=1,
+        description="Devices (counted in networks, like a pass) each arm of a tier must hold "
+        "before max_soak_hours may step past a guardrail that is not proven within its limit: "
+        "the guardrail must have had the devices to fail on. Below min_devices on purpose: an "
+        "early step only has to rule out gross harm, which a few devices show.",
+    )
     min_sources: int = Field(
         default=5,
         ge=1,
@@ -146,6 +154,20 @@ class RolloutPolicy(_Strict):
     )
     min_soak_hours: float = Field(
         default=24.0, ge=0, description="Minimum time at one step before the next."
+    )
+    max_soak_hours: float = Field(
+        default=72.0,
+        ge=0,
+        description="After this long at one step, `rollout --auto` goes on when no guardrail "
+        "fails and every one not proven within its limit saw min_soak_devices per arm with "
+        "no harm shown (what Argo Rollouts and Flagger do at every step); the history names "
+        "what was unproven and how large a harm its evidence rules out, so a fleet too small "
+        "to prove its limits still moves. Never before min_soak_hours.",
+    )
+    require_proof: bool = Field(
+        default=False,
+        description="true: `rollout --auto` steps and promotes only when every guardrail "
+        "passes (max_soak_hours is not used), for a fleet large enough to prove its limits.",
     )
     guardrails: Guardrails = Field(
         default_factory=Guardrails,

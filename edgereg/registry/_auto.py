@@ -16,8 +16,16 @@ The rules, first match wins:
 3. no stable release under the candidate: otherwise wait; nothing to compare
    latencies with, so a person promotes it;
 4. the soak time at this step has not passed: wait;
-5. any guardrail inconclusive, or a non-critical one failed: wait;
-6. every guardrail passes: the next step of the policy, or promote after the last.
+5. every guardrail passes: the next step of the policy, or promote after the last;
+6. ``max_soak_hours`` at this step have passed (and the policy does not
+   ``require_proof``), no guardrail fails, and every one not proven was
+   observed (``min_soak_devices`` per arm, counted in networks, the revert
+   window passed) with no harm shown: the next step or promote, the history
+   naming what was unproven and the largest harm its evidence leaves open.
+   A fleet too small to prove its limits moves as Argo Rollouts and Flagger
+   do, after a soak without harm; a harm the evidence shows still fails at
+   rule 2 first;
+7. otherwise wait, saying what is missing.
 
 :func:`run_auto` is the whole workflow on a registry: read the verified state,
 analyse when the rules need it, decide, and sign the move; `edgereg rollout
@@ -142,15 +150,35 @@ def decide(
             f"soaking at {state.percent:g}%: {_duration(remaining)} of the minimum "
             f"{policy.min_soak_hours:g} h left",
         )
-    if analysis.verdict == "inconclusive":
-        unclear = _unclear(analysis)
-        return AutoDecision("wait", f"not every guardrail passes yet: {unclear}")
     target = next_step(policy.steps, state.percent)
-    if target is None:
-        return AutoDecision("promote", f"every guardrail passes at {state.percent:g}%")
-    return AutoDecision(
-        "step", f"every guardrail passes at {state.percent:g}%: on to {target:g}%", target
+    if analysis.verdict == "pass":
+        if target is None:
+            return AutoDecision("promote", f"every guardrail passes at {state.percent:g}%")
+        return AutoDecision(
+            "step", f"every guardrail passes at {state.percent:g}%: on to {target:g}%", target
+        )
+    unclear = _unclear(analysis)
+    if policy.require_proof:
+        return AutoDecision("wait", f"not every guardrail passes yet: {unclear}")
+    left = (
+        check_soak(since, now, timedelta(hours=policy.max_soak_hours))
+        if since is not None
+        else None
     )
+    harmful = _not_harmless(analysis)
+    if left is not None or harmful:
+        why = (
+            f"after {policy.max_soak_hours:g} h ({_duration(left)} left) it goes on if no "
+            "guardrail fails and each saw enough devices"
+            if left is not None
+            else f"past {policy.max_soak_hours:g} h, but {harmful}"
+        )
+        return AutoDecision("wait", f"not every guardrail passes yet: {unclear}; {why}")
+    soaked = f" in {_duration(now - since)}" if since is not None else ""
+    unproven = f"no harm{soaked} at {state.percent:g}%, unproven: {_unproven(analysis)}"
+    if target is None:
+        return AutoDecision("promote", unproven)
+    return AutoDecision("step", f"{unproven}: on to {target:g}%", target)
 
 
 def apply(
@@ -312,6 +340,48 @@ def _unclear(analysis: Analysis) -> str:
         for result in tier.guardrails
         if result.verdict != "pass"
     ]
+    shown = ", ".join(names[:6])
+    return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def _not_harmless(analysis: Analysis) -> str:
+    """Why a step after max_soak_hours cannot happen (a fail, or too little seen), or ""."""
+    failed = [
+        f"{tier.tier} {result.name} failed"
+        for tier in analysis.tiers
+        for result in tier.guardrails
+        if result.verdict == "fail"
+    ]
+    thin = [
+        f"{tier.tier} {result.name}"
+        for tier in analysis.tiers
+        for result in tier.guardrails
+        if not result.harmless and result.verdict != "fail"
+    ]
+    parts = []
+    if failed:
+        parts.append(", ".join(failed))
+    if thin:
+        shown = ", ".join(thin[:4]) + (f" and {len(thin) - 4} more" if len(thin) > 4 else "")
+        parts.append(f"not observed on min_soak_devices per arm yet: {shown}")
+    return "; ".join(parts)
+
+
+def _unproven(analysis: Analysis) -> str:
+    """Each guardrail a step after max_soak_hours passes unproven, with the harm left open."""
+    names = []
+    for tier in analysis.tiers:
+        for result in tier.guardrails:
+            if result.verdict != "inconclusive":
+                continue
+            high = result.numbers.get("ci_high")
+            high_pct = result.numbers.get("ci_high_pct")
+            if isinstance(high, int | float):
+                names.append(f"{tier.tier} {result.name} (up to {100 * high:+.1f} pt)")
+            elif isinstance(high_pct, int | float):
+                names.append(f"{tier.tier} {result.name} (up to {high_pct:+.0f}%)")
+            else:
+                names.append(f"{tier.tier} {result.name}")
     shown = ", ".join(names[:6])
     return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
