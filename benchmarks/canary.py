@@ -91,6 +91,9 @@ WORLDS = (
     World("reverts +2 pt (4 % vs 2 %)", good=False, revert=(0.04, 0.02)),
     World("probe failures +2 pt", good=False, probe=(0.025, 0.005)),
     World("load time +30 %", good=False, slower=1.3),
+    World("reverts +3 pt (5 % vs 2 %)", good=False, revert=(0.05, 0.02)),
+    World("load time +12 %", good=False, slower=1.12),
+    World("crash loop on 80 %", good=False, revert=(0.8, 0.02)),
 )
 
 
@@ -585,7 +588,7 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="also run the earlier judge")
     parser.add_argument("--only-table", action="store_true")
     parser.add_argument("--only-good", action="store_true", help="only the good candidate")
-    parser.add_argument("--worlds", default="0,1,2,3", help="which worlds (indexes)")
+    parser.add_argument("--worlds", default="0,1,2,3,4,5,6", help="which worlds (indexes)")
     parser.add_argument("--fleet", default=None, help="end-to-end fleet sizes, e.g. 1000,20000")
     parser.add_argument("--http-devices", type=int, default=50)
     parser.add_argument("--latency", action="store_true", help="the latency bands' calibration")

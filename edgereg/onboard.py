@@ -122,6 +122,7 @@ expires_days = 30         # signed state and manifests expire; `edgereg resign` 
 # `edgereg rollout MODEL --next` walks these percentages of devices.
 steps = [5, 25, 50, 100]
 min_soak_hours = 24       # time at one step before the next (--force overrides, recorded)
+max_soak_hours = 72       # `rollout --auto`: then on without proof if no guardrail shows harm
 
 # Device tiers, best first. A device takes the first tier whose rules it meets;
 # the last tier has no rules and catches every other device. Each model has one
