@@ -72,6 +72,8 @@ DAY = 86_400.0
 LOOK = timedelta(minutes=30)
 EXPIRES = START + timedelta(days=365)
 LATENCY_EDGES = np.array(LATENCY_EDGES_MS)
+#: --require-proof: judge with the strict rule (set before the worker processes fork).
+REQUIRE_PROOF = False
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def one_rollout(
 ):
     """Run one rollout to its end; returns (outcome, days)."""
     rng = np.random.default_rng(seed)
-    policy = OLD_POLICY if old else RolloutPolicy()
+    policy = OLD_POLICY if old else RolloutPolicy(require_proof=REQUIRE_PROOF)
     store = SimulatedStore()
     state: RolloutState = publish(
         None,
@@ -589,12 +591,17 @@ def main() -> None:
     parser.add_argument("--only-table", action="store_true")
     parser.add_argument("--only-good", action="store_true", help="only the good candidate")
     parser.add_argument("--worlds", default="0,1,2,3,4,5,6", help="which worlds (indexes)")
+    parser.add_argument(
+        "--require-proof", action="store_true", help="require_proof = true (no soak steps)"
+    )
     parser.add_argument("--fleet", default=None, help="end-to-end fleet sizes, e.g. 1000,20000")
     parser.add_argument("--http-devices", type=int, default=50)
     parser.add_argument("--latency", action="store_true", help="the latency bands' calibration")
     parser.add_argument("--analyze", type=int, default=0, help="time analyze on N reports")
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    global REQUIRE_PROOF
+    REQUIRE_PROOF = args.require_proof
+    print(f"load average {os.getloadavg()[0]:.1f}, require_proof = {REQUIRE_PROOF}")
     if args.analyze:
         analyze_timing(args.analyze, 3)
         return
