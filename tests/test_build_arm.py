@@ -260,6 +260,10 @@ def test_publish_ships_avoid_cpu_and_instead(example: config_module.Config, tmp_
     prepared = prepare_release(
         example, "digits", out, version="1.0.0", now=datetime(2026, 12, 1, tzinfo=timezone.utc)
     )
+    # The release record carries what the build verified, as the variant's own fields.
+    int8 = prepared.record.variants["int8"]
+    assert (int8.avoid_cpu, int8.instead) == (["i8mm"], "w8")
+    assert prepared.record.variants["w8"].avoid_cpu is None
     mid = entry_for(prepared.record, "mid")
     assert mid is not None
     assert mid.variant == "int8"
