@@ -65,12 +65,25 @@ def metrics_of(out: Path, model: str, variant: str) -> Any:
 
 
 class CountingRunner(ArmRunner):
-    """The real emulated runner, counting its runs and optionally corrupting one class."""
+    """The real emulated runner, counting its runs and optionally corrupting one class.
 
-    def __init__(self, corrupt: str | None = None) -> None:
-        self.real = EmulatedRunner(find_sysroot("3.6.1"))
+    Args:
+        corrupt: A class whose outputs get one channel wrong.
+        cpus: The emulator's ``-cpu`` models, to stand for another QEMU (default: installed).
+    """
+
+    def __init__(
+        self,
+        corrupt: str | None = None,
+        *,
+        cpus: Sequence[str] | None = None,
+    ) -> None:
+        self.real = EmulatedRunner(find_sysroot("3.6.1"), cpus=cpus)
         self.corrupt = corrupt
         self.calls: list[str] = []
+
+    def available_cpus(self) -> tuple[str, ...]:
+        return self.real.available_cpus()
 
     def __call__(
         self,
@@ -178,6 +191,27 @@ def test_a_runner_fault_on_one_class_fails_that_class(
         "failed",
         "passed",
     ]
+
+
+def test_a_qemu_that_stands_in_with_another_cpu_runs_the_class_again(
+    example: config_module.Config, tmp_path: Path
+) -> None:
+    narrowed = edited(example, "min_mnn_runtime = ", 'arm = ["armv8.2"]\nmin_mnn_runtime = ')
+    out = tmp_path / "build"
+    first = CountingRunner()
+    assert {"cortex-a76", "neoverse-n1"} <= set(first.available_cpus())
+    build_variant(narrowed, "digits", "w8", out, bench=FAST_BENCH, arm_runner=first)
+    assert first.calls == ["armv8.2"]
+    assert metrics_of(out, "digits", "w8")["arm"]["classes"]["armv8.2"]["cpu"] == "cortex-a76"
+    same = CountingRunner()
+    build_variant(narrowed, "digits", "w8", out, bench=FAST_BENCH, arm_runner=same)
+    assert same.calls == []  # the same emulator: the cached run
+    # An emulator without cortex-a76 (an upgrade that drops or renames it)
+    # stands in with neoverse-n1, other kernels: the class runs again.
+    upgraded = CountingRunner(cpus=[c for c in first.available_cpus() if c != "cortex-a76"])
+    result = build_variant(narrowed, "digits", "w8", out, bench=FAST_BENCH, arm_runner=upgraded)
+    assert upgraded.calls == ["armv8.2"]
+    assert result.metrics["arm"]["classes"]["armv8.2"]["cpu"] == "neoverse-n1"
 
 
 def test_precision_low_is_gated_on_the_fp16_classes(

@@ -13,9 +13,10 @@ with the reference are gated; label metrics (accuracy, per-class recall) need
 the whole evaluation set and stay host-only. Latency is never measured here:
 an emulator's timing says nothing about a phone.
 
-Runs are cached by artifact digest, class, emulated CPU, MNN version,
-precision and input digest under ``<out>/.cache/arm/``, so an unchanged
-variant is not run again.
+Runs are cached by artifact digest, class, the ``-cpu`` model the installed
+emulator stands in with (another QEMU may pick another one: cortex-a710 or
+``max`` for armv9), MNN version, precision and input digest under
+``<out>/.cache/arm/``, so an unchanged variant is not run again.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from edgereg.toolchain.arm import (
     ArmRun,
     Sysroot,
     arm_dir,
+    emulated_cpu,
     find_sysroot,
     qemu_cpus,
     run_on_class,
@@ -65,6 +67,18 @@ SNR_CAP_DB = 999.0
 
 class ArmRunner:
     """Runs an artifact on one class: the real emulator, or a test's wrapper around it."""
+
+    _cpus: tuple[str, ...] | None = None
+
+    def available_cpus(self) -> tuple[str, ...]:
+        """The emulator's ``-cpu`` models (the installed QEMU's, asked once)."""
+        if self._cpus is None:
+            self._cpus = qemu_cpus()
+        return self._cpus
+
+    def qemu_cpu(self, cpu_class: str) -> str:
+        """The ``-cpu`` model that stands for ``cpu_class`` (part of the cache key)."""
+        return emulated_cpu(CPU_CLASSES[cpu_class], self.available_cpus())
 
     def __call__(
         self,
@@ -81,11 +95,16 @@ class ArmRunner:
 
 
 class EmulatedRunner(ArmRunner):
-    """QEMU user mode with the project's aarch64 sysroot."""
+    """QEMU user mode with the project's aarch64 sysroot.
 
-    def __init__(self, sysroot: Sysroot) -> None:
+    Args:
+        sysroot: The installed sysroot.
+        cpus: The emulator's ``-cpu`` models; default: asked of the installed QEMU.
+    """
+
+    def __init__(self, sysroot: Sysroot, cpus: Sequence[str] | None = None) -> None:
         self.sysroot = sysroot
-        self._cpus: tuple[str, ...] | None = None
+        self._cpus = tuple(cpus) if cpus is not None else None
 
     def __call__(
         self,
@@ -98,8 +117,6 @@ class EmulatedRunner(ArmRunner):
         precision: str,
     ) -> ArmRun:
         """Run ``artifact`` on ``cpu_class`` under QEMU."""
-        if self._cpus is None:
-            self._cpus = qemu_cpus()
         return run_on_class(
             artifact,
             cpu_class,
@@ -108,7 +125,7 @@ class EmulatedRunner(ArmRunner):
             output_names=output_names,
             sysroot=self.sysroot,
             precision=precision,
-            available_cpus=self._cpus,
+            available_cpus=self.available_cpus(),
         )
 
 
@@ -261,7 +278,12 @@ def _inputs_at(
 
 
 def _cache_key(
-    artifact_sha: str, cpu_class: str, mnn_version: str, precision: str, inputs: Mapping[str, Any]
+    artifact_sha: str,
+    cpu_class: str,
+    qemu_cpu: str,
+    mnn_version: str,
+    precision: str,
+    inputs: Mapping[str, Any],
 ) -> str:
     hasher = hashlib.sha256()
     for name in sorted(inputs):
@@ -273,7 +295,9 @@ def _cache_key(
             {
                 "artifact": artifact_sha,
                 "class": cpu_class,
-                "cpus": list(CPU_CLASSES[cpu_class].cpus),
+                # The model that ran, not the class's candidates: a QEMU that
+                # gains or drops one runs other kernels, so it runs again.
+                "cpu": qemu_cpu,
                 "mnn": mnn_version,
                 "precision": precision,
                 "inputs": hasher.hexdigest(),
@@ -369,10 +393,14 @@ def verify_on_arm(
     """
     inputs = _inputs_at(feeds, evaluation, reference, rows)
     expected = {name: np.asarray(reference.outputs[name])[rows] for name in gated_outputs}
+    # Which -cpu model stands for a class is the installed emulator's choice,
+    # known without the sysroot: a cached run needs only that.
+    chooser = runner or ArmRunner()
+    chosen = {cpu_class: chooser.qemu_cpu(cpu_class) for cpu_class in classes}
     runs: dict[str, ArmRun] = {}
     missing: list[tuple[str, Path]] = []
     for cpu_class in classes:
-        key = _cache_key(artifact_sha, cpu_class, mnn_version, precision, inputs)
+        key = _cache_key(artifact_sha, cpu_class, chosen[cpu_class], mnn_version, precision, inputs)
         path = cache_dir / f"{key}.npz"
         found = _cached(path, output_names)
         if found is None:
@@ -380,7 +408,9 @@ def verify_on_arm(
         else:
             runs[cpu_class] = found
     if missing:
-        active = runner or EmulatedRunner(find_sysroot(mnn_version, root=sysroot_root))
+        active = runner or EmulatedRunner(
+            find_sysroot(mnn_version, root=sysroot_root), cpus=chooser.available_cpus()
+        )
 
         def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun]:
             cpu_class, path = item
