@@ -17,6 +17,13 @@ Runs are cached by artifact digest, class, the ``-cpu`` model the installed
 emulator stands in with (another QEMU may pick another one: cortex-a710 or
 ``max`` for armv9), MNN version, precision and input digest under
 ``<out>/.cache/arm/``, so an unchanged variant is not run again.
+
+A class whose emulated run crashes (the probe or the emulator killed by a
+signal) or on which MNN refuses or fails the model is that class failing:
+recorded in metrics.json with the reason, like a class whose numbers fail a
+gate, and shipped around the same way. A missing or broken sysroot or
+emulator, or a run that times out, says nothing about the class and stops the
+build instead.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from edgereg.errors import BuildError, GateError
 from edgereg.protocol._json import canonical_json
 from edgereg.toolchain.arm import (
     CPU_CLASSES,
+    ArmError,
     ArmRun,
     Sysroot,
     arm_dir,
@@ -63,6 +71,8 @@ logger = logging.getLogger(__name__)
 ARM_CACHE = Path(".cache") / "arm"
 #: What a perfect match (infinite SNR) is written as in metrics.json.
 SNR_CAP_DB = 999.0
+#: Why an emulated run can fail that says the class fails (see the module docstring).
+CLASS_FAILURES = frozenset({"crash", "load", "failed"})
 
 
 class ArmRunner:
@@ -146,6 +156,8 @@ class ClassResult:
             result is reported, never failed.
         seconds: Wall-clock time of the emulator (0 when cached).
         cached: Taken from the cache.
+        error: Why the run gave no outputs (it crashed, or MNN refused or
+            failed the model there); the class fails. None when it ran.
     """
 
     cpu_class: str
@@ -157,11 +169,18 @@ class ClassResult:
     avoided: bool
     seconds: float = 0.0
     cached: bool = False
+    error: str | None = None
 
     @property
     def passed(self) -> bool:
-        """True when every gate passed."""
-        return self.gates.passed
+        """True when the run gave outputs and every gate passed."""
+        return self.error is None and self.gates.passed
+
+    def failure_reasons(self) -> list[str]:
+        """The run's error, or each failed gate."""
+        if self.error is not None:
+            return [self.error]
+        return [result.describe() for result in self.gates.failures]
 
     @property
     def status(self) -> str:
@@ -172,7 +191,7 @@ class ClassResult:
 
     def to_json(self) -> dict[str, Any]:
         """The class's record in metrics.json (no timings: the file must not vary)."""
-        return {
+        record = {
             "status": self.status,
             "gates_passed": self.passed,
             "cpu": self.qemu_cpu,
@@ -187,8 +206,11 @@ class ClassResult:
                 for name, a in self.agreement.items()
             },
             "metrics": dict(self.scores.metrics) if self.scores else {},
-            "failed": [result.describe() for result in self.gates.failures],
+            "failed": self.failure_reasons(),
         }
+        if self.error is not None:
+            record["error"] = self.error
+        return record
 
 
 @dataclass(frozen=True)
@@ -224,10 +246,8 @@ class ArmReport:
         lines = []
         for r in self.failures:
             features = ", ".join(r.features) or "no dotprod/fp16/i8mm"
-            for gate in r.gates.failures:
-                lines.append(
-                    f"arm {r.cpu_class} (-cpu {r.qemu_cpu}: {features}): {gate.describe()}"
-                )
+            for reason in r.failure_reasons():
+                lines.append(f"arm {r.cpu_class} (-cpu {r.qemu_cpu}: {features}): {reason}")
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -389,7 +409,8 @@ def verify_on_arm(
 
     Raises:
         ArmError: the sysroot or emulator is missing (naming the command that
-            installs it), or the emulated MNN refuses, crashes on or fails the model.
+            installs it) or broken, or a run timed out. A run that crashes, or
+            on which MNN refuses or fails the model, fails its class instead.
     """
     inputs = _inputs_at(feeds, evaluation, reference, rows)
     expected = {name: np.asarray(reference.outputs[name])[rows] for name in gated_outputs}
@@ -397,7 +418,7 @@ def verify_on_arm(
     # known without the sysroot: a cached run needs only that.
     chooser = runner or ArmRunner()
     chosen = {cpu_class: chooser.qemu_cpu(cpu_class) for cpu_class in classes}
-    runs: dict[str, ArmRun] = {}
+    runs: dict[str, ArmRun | ArmError] = {}
     missing: list[tuple[str, Path]] = []
     for cpu_class in classes:
         key = _cache_key(artifact_sha, cpu_class, chosen[cpu_class], mnn_version, precision, inputs)
@@ -412,16 +433,23 @@ def verify_on_arm(
             find_sysroot(mnn_version, root=sysroot_root), cpus=chooser.available_cpus()
         )
 
-        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun]:
+        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun | ArmError]:
             cpu_class, path = item
-            run = active(
-                artifact,
-                cpu_class,
-                inputs,
-                input_names=[f.name for f in feeds],
-                output_names=list(output_names),
-                precision=precision,
-            )
+            try:
+                run = active(
+                    artifact,
+                    cpu_class,
+                    inputs,
+                    input_names=[f.name for f in feeds],
+                    output_names=list(output_names),
+                    precision=precision,
+                )
+            except ArmError as exc:
+                if exc.reason not in CLASS_FAILURES:
+                    raise
+                # Not cached: a crash may be the machine's, so it runs again next time.
+                logger.info("arm %s: %s", cpu_class, exc.message)
+                return cpu_class, exc
             if run.mnn_version != mnn_version:
                 raise BuildError(
                     f"the aarch64 sysroot runs MNN {run.mnn_version}, not the pinned {mnn_version}",
@@ -441,6 +469,20 @@ def verify_on_arm(
         spec = CPU_CLASSES[cpu_class]
         run = runs[cpu_class]
         cached = cpu_class not in dict(missing)
+        if isinstance(run, ArmError):
+            results.append(
+                ClassResult(
+                    cpu_class=cpu_class,
+                    qemu_cpu=chosen[cpu_class],
+                    features=spec.features,
+                    agreement={},
+                    scores=None,
+                    gates=GateReport(),
+                    avoided=bool(set(spec.features) & set(avoid_cpu)),
+                    error=run.message,
+                )
+            )
+            continue
         produced = {name: run.outputs[name] for name in gated_outputs}
         agree = agreement(expected, produced)
         try:
@@ -494,7 +536,7 @@ def arm_hint(report: ArmReport, *, lower_variant: str | None, quantization_mode:
     for r in passing:
         suspects -= set(r.features)
     lines = []
-    names = ", ".join(r.cpu_class for r in failing)
+    names = ", ".join(r.cpu_class + (" (the run failed)" if r.error else "") for r in failing)
     if suspects and passing:
         # The i8mm kernel is the known culprit of int8 channel tails; name it first.
         order = sorted(suspects, key=lambda f: (f != "i8mm", f != "fp16", f))

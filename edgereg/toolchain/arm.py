@@ -580,6 +580,7 @@ def run_on_class(
     whole_tensors: bool = True,
     timeout: float = 900.0,
     available_cpus: Sequence[str] | None = None,
+    qemu: str | None = None,
 ) -> ArmRun:
     """Run an artifact on one emulated CPU class: every sample in one emulator process.
 
@@ -595,13 +596,14 @@ def run_on_class(
         whole_tensors: Each row is one forward's whole tensor.
         timeout: Seconds before the emulator is killed.
         available_cpus: The emulator's ``-cpu`` models (looked up when None).
+        qemu: The emulator to run (default: :func:`qemu_path`).
 
     Raises:
         ArmError: the emulator or sysroot is missing or broken, or MNN
             refuses, crashes on or fails the model on that CPU.
     """
     spec = CPU_CLASSES[cpu_class]
-    qemu = qemu_path()
+    qemu = qemu or qemu_path()
     cpu = emulated_cpu(spec, available_cpus if available_cpus is not None else qemu_cpus(qemu))
     path = Path(artifact).resolve()
     arrays: dict[str, np.ndarray] = {}
