@@ -6,13 +6,15 @@ MNN 3.6.1's own aarch64 wheel runs under qemu-aarch64-static, and the CPU
 model decides its kernels. The example digits int8 (10 logits) is wrong on
 armv9 (i8mm: channels 8-9) and right on armv8 and armv8.2. One test wraps the
 real runner to corrupt one class, so a failing case remains if a future MNN
-fixes its kernel.
+fixes its kernel. The same runner can start the real launcher with an emulator
+that dies by a signal, which QEMU cannot be made to do on demand.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -41,6 +43,7 @@ from edgereg.toolchain.arm import (
     ArmRun,
     find_sysroot,
     parse_features,
+    run_on_class,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,13 +67,44 @@ def metrics_of(out: Path, model: str, variant: str) -> Any:
     return json.loads((out / model / variant / METRICS).read_text(encoding="utf-8"))
 
 
-class CountingRunner(ArmRunner):
-    """The real emulated runner, counting its runs and optionally corrupting one class."""
+def crashing_emulator(tmp_path: Path) -> Path:
+    """An emulator that dies by SIGSEGV, as QEMU does on a guest's uncaught segfault."""
+    path = tmp_path / "qemu-aarch64-crashing"
+    path.write_text(
+        "#!/bin/sh\necho 'qemu: uncaught target signal 11 (Segmentation fault)' >&2\n"
+        "kill -SEGV $$\n",
+        encoding="utf-8",
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
 
-    def __init__(self, corrupt: str | None = None) -> None:
-        self.real = EmulatedRunner(find_sysroot("3.6.1"))
+
+class CountingRunner(ArmRunner):
+    """The real emulated runner, counting its runs and optionally corrupting one class.
+
+    Args:
+        corrupt: A class whose outputs get one channel wrong.
+        crash: A class run by ``crash_with`` (through the real launcher) instead of QEMU.
+        crash_with: The emulator that crashes.
+        cpus: The emulator's ``-cpu`` models, to stand for another QEMU (default: installed).
+    """
+
+    def __init__(
+        self,
+        corrupt: str | None = None,
+        *,
+        crash: str | None = None,
+        crash_with: Path | None = None,
+        cpus: Sequence[str] | None = None,
+    ) -> None:
+        self.real = EmulatedRunner(find_sysroot("3.6.1"), cpus=cpus)
         self.corrupt = corrupt
+        self.crash = crash
+        self.crash_with = crash_with
         self.calls: list[str] = []
+
+    def available_cpus(self) -> tuple[str, ...]:
+        return self.real.available_cpus()
 
     def __call__(
         self,
@@ -83,6 +117,19 @@ class CountingRunner(ArmRunner):
         precision: str,
     ) -> ArmRun:
         self.calls.append(cpu_class)
+        if cpu_class == self.crash:
+            assert self.crash_with is not None
+            return run_on_class(
+                artifact,
+                cpu_class,
+                inputs,
+                input_names=input_names,
+                output_names=output_names,
+                sysroot=self.real.sysroot,
+                precision=precision,
+                available_cpus=self.available_cpus(),
+                qemu=str(self.crash_with),
+            )
         run = self.real(
             artifact,
             cpu_class,
@@ -180,6 +227,68 @@ def test_a_runner_fault_on_one_class_fails_that_class(
     ]
 
 
+def test_an_emulator_crash_on_one_class_fails_that_class(
+    example: config_module.Config, tmp_path: Path
+) -> None:
+    out = tmp_path / "build"
+    runner = CountingRunner(crash="armv8.2", crash_with=crashing_emulator(tmp_path))
+    with pytest.raises(GateError) as caught:
+        build_variant(example, "digits", "w8", out, bench=FAST_BENCH, arm_runner=runner)
+    assert sorted(runner.calls) == ["armv8", "armv8.2", "armv9"]
+    crashed = "the emulated armv8.2 run (cortex-a76) crashed (killed by signal SIGSEGV)"
+    message = caught.value.message
+    assert f"arm armv8.2 (-cpu cortex-a76: dotprod, fp16): {crashed}" in message
+    assert "arm armv8 (" not in message
+    assert "arm armv9" not in message
+    assert caught.value.stage == "arm verify"
+    # Recorded like a failed gate: the class, why, and the other classes' numbers.
+    metrics = metrics_of(out, "digits", "w8")
+    assert metrics["status"] == "failed"
+    assert metrics["gates"]["arm[armv8.2]"] is False
+    assert metrics["gates"]["arm[armv8]"] is True
+    assert any(crashed in line for line in metrics["failed"])
+    classes = metrics["arm"]["classes"]
+    assert [classes[c]["status"] for c in ("armv8", "armv8.2", "armv9")] == [
+        "passed",
+        "failed",
+        "passed",
+    ]
+    assert crashed in classes["armv8.2"]["error"]
+    assert classes["armv8.2"]["failed"] == [classes["armv8.2"]["error"]]
+    assert classes["armv8.2"]["agreement"] == {}
+    assert classes["armv8"]["agreement"]["logits"]["cosine"] > 0.98
+    assert "error" not in classes["armv8"]
+    assert not (out / "digits" / "w8" / ARTIFACT).exists()
+
+    # A crash is not cached: the next build runs that class again (the others
+    # come from the cache), and it passes.
+    again = CountingRunner()
+    result = build_variant(example, "digits", "w8", out, bench=FAST_BENCH, arm_runner=again)
+    assert again.calls == ["armv8.2"]
+    assert result.metrics["arm"]["classes"]["armv8.2"]["status"] == "passed"
+
+
+def test_a_qemu_that_stands_in_with_another_cpu_runs_the_class_again(
+    example: config_module.Config, tmp_path: Path
+) -> None:
+    narrowed = edited(example, "min_mnn_runtime = ", 'arm = ["armv8.2"]\nmin_mnn_runtime = ')
+    out = tmp_path / "build"
+    first = CountingRunner()
+    assert {"cortex-a76", "neoverse-n1"} <= set(first.available_cpus())
+    build_variant(narrowed, "digits", "w8", out, bench=FAST_BENCH, arm_runner=first)
+    assert first.calls == ["armv8.2"]
+    assert metrics_of(out, "digits", "w8")["arm"]["classes"]["armv8.2"]["cpu"] == "cortex-a76"
+    same = CountingRunner()
+    build_variant(narrowed, "digits", "w8", out, bench=FAST_BENCH, arm_runner=same)
+    assert same.calls == []  # the same emulator: the cached run
+    # An emulator without cortex-a76 (an upgrade that drops or renames it)
+    # stands in with neoverse-n1, other kernels: the class runs again.
+    upgraded = CountingRunner(cpus=[c for c in first.available_cpus() if c != "cortex-a76"])
+    result = build_variant(narrowed, "digits", "w8", out, bench=FAST_BENCH, arm_runner=upgraded)
+    assert upgraded.calls == ["armv8.2"]
+    assert result.metrics["arm"]["classes"]["armv8.2"]["cpu"] == "neoverse-n1"
+
+
 def test_precision_low_is_gated_on_the_fp16_classes(
     example: config_module.Config, tmp_path: Path
 ) -> None:
@@ -260,6 +369,10 @@ def test_publish_ships_avoid_cpu_and_instead(example: config_module.Config, tmp_
     prepared = prepare_release(
         example, "digits", out, version="1.0.0", now=datetime(2026, 12, 1, tzinfo=timezone.utc)
     )
+    # The release record carries what the build verified, as the variant's own fields.
+    int8 = prepared.record.variants["int8"]
+    assert (int8.avoid_cpu, int8.instead) == (["i8mm"], "w8")
+    assert prepared.record.variants["w8"].avoid_cpu is None
     mid = entry_for(prepared.record, "mid")
     assert mid is not None
     assert mid.variant == "int8"

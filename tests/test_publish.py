@@ -46,8 +46,9 @@ from edgereg.build.outputs import CONTRACT, HOST_BENCHMARK, METRICS, PROBE, PROV
 from edgereg.errors import ExitCode, TrustError
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
-from edgereg.protocol.wire import from_bytes
+from edgereg.protocol.wire import from_bytes, to_bytes
 from edgereg.registry import Registry
+from edgereg.registry._manifests import build_manifests
 from edgereg.signing import key_id, load_public_key, read_private_key_file, read_trusted_keys
 from edgereg.storage._local import LocalStorage
 from edgereg.wire import Manifest, ReleaseRecord, RolloutState, verify_document
@@ -930,3 +931,77 @@ def test_a_compare_and_swap_retry_is_logged(site: Site, caplog: pytest.LogCaptur
     # Both the broken manifest and the racing writer's bytes were replaced, each logged.
     assert sum("does not verify" in m for m in messages) == 2
     assert site.manifests()["high"].sequence == site.state().sequence
+
+
+def _ships_around(site: Site) -> None:
+    """vision/int8's build as ARM verification leaves it when it avoids i8mm for w8."""
+    path = site.project.out_dir(MODEL, "int8") / METRICS
+    metrics = json.loads(path.read_text())
+    metrics["arm"] = {"mnn": "3.6.1", "avoid_cpu": ["i8mm"], "instead": "w8", "classes": {}}
+    path.write_text(json.dumps(metrics))
+
+
+def test_publish_ships_the_builds_avoid_cpu_and_instead_as_fields_of_the_variant(
+    site: Site,
+) -> None:
+    _ships_around(site)
+    ok(site.run("publish", MODEL, "--full"))
+    record = site.registry().read_release(MODEL, VERSION)
+    assert isinstance(record, ReleaseRecord)
+    int8 = record.variants["int8"]
+    assert (int8.avoid_cpu, int8.instead) == (["i8mm"], "w8")
+    assert all(record.variants[v].avoid_cpu is None for v in ("fp32", "w8"))
+    manifests = site.manifests()
+    mid = manifests["mid"].stable
+    assert mid is not None
+    assert mid.avoid_cpu == ["i8mm"]
+    assert mid.instead == manifests["low"].stable
+    assert manifests["high"].stable is not None
+    assert manifests["high"].stable.avoid_cpu is None
+
+
+def test_a_record_from_before_the_fields_keeps_its_manifests_byte_for_byte(site: Site) -> None:
+    # Publishers between ARM verification and the typed fields carried avoid_cpu
+    # and instead only inside metrics["arm"]; their signed records are read still.
+    _ships_around(site)
+    ok(site.run("publish", MODEL, "--full"))
+    registry = site.registry()
+    record = registry.read_release(MODEL, VERSION)
+    assert isinstance(record, ReleaseRecord)
+    legacy = record.model_copy(
+        update={
+            "variants": {
+                name: variant.model_copy(update={"avoid_cpu": None, "instead": None})
+                for name, variant in record.variants.items()
+            }
+        }
+    )
+    written = json.loads(to_bytes(legacy))["variants"]["int8"]
+    assert "avoid_cpu" not in written
+    assert "instead" not in written
+    assert written["metrics"]["arm"]["avoid_cpu"] == ["i8mm"]
+    state = site.state()
+    now_written = build_manifests(state, {VERSION: record})
+    from_legacy = build_manifests(state, {VERSION: legacy})
+    assert {t: to_bytes(m) for t, m in from_legacy.items()} == {
+        t: to_bytes(m) for t, m in now_written.items()
+    }
+    assert from_legacy["mid"].stable is not None
+    assert from_legacy["mid"].stable.avoid_cpu == ["i8mm"]
+    # And they are the bytes the registry serves (what `edgereg verify` compares).
+    for tier, manifest in now_written.items():
+        assert registry.read_manifest(MODEL, tier) == manifest
+
+
+def test_a_build_whose_arm_record_is_malformed_is_refused(site: Site) -> None:
+    path = site.project.out_dir(MODEL, "int8") / METRICS
+    metrics = json.loads(path.read_text())
+    metrics["arm"] = {"avoid_cpu": ["I8MM"], "instead": "w8"}
+    path.write_text(json.dumps(metrics))
+    before = site.snapshot()
+    assert_refused(
+        site.run("publish", MODEL, "--full"),
+        ExitCode.NOT_PUBLISHABLE,
+        "vision/int8: build outputs unreadable (metrics.json: arm.avoid_cpu.0",
+    )
+    assert site.snapshot() == before

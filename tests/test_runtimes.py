@@ -687,3 +687,20 @@ def test_make_clean_keeps_the_runtimes(tmp_path: Path) -> None:
     assert (tmp_path / ".edgereg/runtimes/mnn-3.0.0/bin").is_dir()
     assert not (tmp_path / ".edgereg/demo-devices").exists()
     assert not (tmp_path / "build").exists()
+
+
+def test_a_runtime_whose_python_cannot_start_is_broken(tmp_path: Path) -> None:
+    path = _stand_in_runtime(tmp_path, "")
+    # An interpreter whose own interpreter is gone: exec fails before any output.
+    (path / "bin" / "python").write_text("#!/nonexistent/sh\n", encoding="utf-8")
+    artifact = tmp_path / "model.mnn"
+    artifact.write_bytes(b"never read")
+
+    with pytest.raises(ProofError) as caught:
+        run_under_runtime(
+            artifact, OLD, {"x": np.zeros((2, 3), np.float32)}, input_names=["x"], root=tmp_path
+        )
+
+    assert caught.value.reason == "broken"
+    assert f"cannot start the MNN {OLD} runtime" in caught.value.message
+    assert "reinstall it" in (caught.value.hint or "")

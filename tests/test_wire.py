@@ -135,6 +135,24 @@ def release_data(**changes: Any) -> dict[str, Any]:
     return data
 
 
+def _shipping_around(
+    *, avoid_cpu: tuple[str, ...] | None = ("i8mm",), instead: str = "w8", w8_instead: bool = False
+) -> dict[str, Any]:
+    """A release whose fp32 avoids ``avoid_cpu`` and names ``instead``."""
+    data = release_data()
+    fp32 = {**data["variants"]["fp32"], "instead": instead}
+    if avoid_cpu is not None:
+        fp32["avoid_cpu"] = list(avoid_cpu)
+    data["variants"]["fp32"] = fp32
+    if w8_instead:
+        data["variants"]["w8"] = {
+            **data["variants"]["w8"],
+            "avoid_cpu": ["sve2"],
+            "instead": "fp32",
+        }
+    return data
+
+
 def raw(data: dict[str, Any]) -> bytes:
     return json.dumps(data).encode()
 
@@ -445,11 +463,46 @@ def test_state_last_change_and_snapshot() -> None:
             id="tier-order-incomplete",
         ),
         pytest.param(release_data(version="v1.3.0"), "not a semantic version", id="version"),
+        pytest.param(
+            _shipping_around(instead="nope"),
+            "variant 'fp32' names instead 'nope', which is not another variant (fp32, w8)",
+            id="instead-unknown",
+        ),
+        pytest.param(
+            _shipping_around(instead="fp32"),
+            "variant 'fp32' names instead 'fp32', which is not another variant",
+            id="instead-itself",
+        ),
+        pytest.param(
+            _shipping_around(avoid_cpu=None), "instead ('w8') needs avoid_cpu", id="instead-alone"
+        ),
+        pytest.param(
+            _shipping_around(avoid_cpu=("i8mm", "i8mm")),
+            "avoid_cpu names a feature twice",
+            id="avoid-cpu-twice",
+        ),
+        pytest.param(_shipping_around(avoid_cpu=()), "avoid_cpu", id="avoid-cpu-empty"),
+        pytest.param(
+            _shipping_around(w8_instead=True),
+            "variant 'fp32' names instead 'w8', which has an instead of its own",
+            id="instead-chained",
+        ),
     ],
 )
 def test_release_rejects(data: dict[str, Any], match: str) -> None:
     with pytest.raises(WireError, match=_literal(match)):
         from_bytes(ReleaseRecord, raw(data))
+
+
+def test_a_variant_carries_its_ship_around_and_leaves_it_off_when_unset() -> None:
+    record = from_bytes(ReleaseRecord, raw(_shipping_around()))
+    assert record.variants["fp32"].avoid_cpu == ["i8mm"]
+    assert record.variants["fp32"].instead == "w8"
+    assert from_bytes(ReleaseRecord, to_bytes(record)) == record
+    # A variant that avoids nothing is written as before the fields existed.
+    plain = to_bytes(from_bytes(ReleaseRecord, raw(release_data())))
+    assert b"avoid_cpu" not in plain
+    assert b"instead" not in plain
 
 
 def test_tier_order_survives_canonical_json() -> None:

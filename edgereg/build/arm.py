@@ -13,9 +13,17 @@ with the reference are gated; label metrics (accuracy, per-class recall) need
 the whole evaluation set and stay host-only. Latency is never measured here:
 an emulator's timing says nothing about a phone.
 
-Runs are cached by artifact digest, class, emulated CPU, MNN version,
-precision and input digest under ``<out>/.cache/arm/``, so an unchanged
-variant is not run again.
+Runs are cached by artifact digest, class, the ``-cpu`` model the installed
+emulator stands in with (another QEMU may pick another one: cortex-a710 or
+``max`` for armv9), MNN version, precision and input digest under
+``<out>/.cache/arm/``, so an unchanged variant is not run again.
+
+A class whose emulated run crashes (the probe or the emulator killed by a
+signal) or on which MNN refuses or fails the model is that class failing:
+recorded in metrics.json with the reason, like a class whose numbers fail a
+gate, and shipped around the same way. A missing or broken sysroot or
+emulator, or a run that times out, says nothing about the class and stops the
+build instead.
 """
 
 from __future__ import annotations
@@ -48,9 +56,11 @@ from edgereg.errors import BuildError, GateError
 from edgereg.protocol._json import canonical_json
 from edgereg.toolchain.arm import (
     CPU_CLASSES,
+    ArmError,
     ArmRun,
     Sysroot,
     arm_dir,
+    emulated_cpu,
     find_sysroot,
     qemu_cpus,
     run_on_class,
@@ -61,10 +71,24 @@ logger = logging.getLogger(__name__)
 ARM_CACHE = Path(".cache") / "arm"
 #: What a perfect match (infinite SNR) is written as in metrics.json.
 SNR_CAP_DB = 999.0
+#: Why an emulated run can fail that says the class fails (see the module docstring).
+CLASS_FAILURES = frozenset({"crash", "load", "failed"})
 
 
 class ArmRunner:
     """Runs an artifact on one class: the real emulator, or a test's wrapper around it."""
+
+    _cpus: tuple[str, ...] | None = None
+
+    def available_cpus(self) -> tuple[str, ...]:
+        """The emulator's ``-cpu`` models (the installed QEMU's, asked once)."""
+        if self._cpus is None:
+            self._cpus = qemu_cpus()
+        return self._cpus
+
+    def qemu_cpu(self, cpu_class: str) -> str:
+        """The ``-cpu`` model that stands for ``cpu_class`` (part of the cache key)."""
+        return emulated_cpu(CPU_CLASSES[cpu_class], self.available_cpus())
 
     def __call__(
         self,
@@ -81,11 +105,16 @@ class ArmRunner:
 
 
 class EmulatedRunner(ArmRunner):
-    """QEMU user mode with the project's aarch64 sysroot."""
+    """QEMU user mode with the project's aarch64 sysroot.
 
-    def __init__(self, sysroot: Sysroot) -> None:
+    Args:
+        sysroot: The installed sysroot.
+        cpus: The emulator's ``-cpu`` models; default: asked of the installed QEMU.
+    """
+
+    def __init__(self, sysroot: Sysroot, cpus: Sequence[str] | None = None) -> None:
         self.sysroot = sysroot
-        self._cpus: tuple[str, ...] | None = None
+        self._cpus = tuple(cpus) if cpus is not None else None
 
     def __call__(
         self,
@@ -98,8 +127,6 @@ class EmulatedRunner(ArmRunner):
         precision: str,
     ) -> ArmRun:
         """Run ``artifact`` on ``cpu_class`` under QEMU."""
-        if self._cpus is None:
-            self._cpus = qemu_cpus()
         return run_on_class(
             artifact,
             cpu_class,
@@ -108,7 +135,7 @@ class EmulatedRunner(ArmRunner):
             output_names=output_names,
             sysroot=self.sysroot,
             precision=precision,
-            available_cpus=self._cpus,
+            available_cpus=self.available_cpus(),
         )
 
 
@@ -129,6 +156,8 @@ class ClassResult:
             result is reported, never failed.
         seconds: Wall-clock time of the emulator (0 when cached).
         cached: Taken from the cache.
+        error: Why the run gave no outputs (it crashed, or MNN refused or
+            failed the model there); the class fails. None when it ran.
     """
 
     cpu_class: str
@@ -140,11 +169,18 @@ class ClassResult:
     avoided: bool
     seconds: float = 0.0
     cached: bool = False
+    error: str | None = None
 
     @property
     def passed(self) -> bool:
-        """True when every gate passed."""
-        return self.gates.passed
+        """True when the run gave outputs and every gate passed."""
+        return self.error is None and self.gates.passed
+
+    def failure_reasons(self) -> list[str]:
+        """The run's error, or each failed gate."""
+        if self.error is not None:
+            return [self.error]
+        return [result.describe() for result in self.gates.failures]
 
     @property
     def status(self) -> str:
@@ -155,7 +191,7 @@ class ClassResult:
 
     def to_json(self) -> dict[str, Any]:
         """The class's record in metrics.json (no timings: the file must not vary)."""
-        return {
+        record = {
             "status": self.status,
             "gates_passed": self.passed,
             "cpu": self.qemu_cpu,
@@ -170,8 +206,11 @@ class ClassResult:
                 for name, a in self.agreement.items()
             },
             "metrics": dict(self.scores.metrics) if self.scores else {},
-            "failed": [result.describe() for result in self.gates.failures],
+            "failed": self.failure_reasons(),
         }
+        if self.error is not None:
+            record["error"] = self.error
+        return record
 
 
 @dataclass(frozen=True)
@@ -207,10 +246,8 @@ class ArmReport:
         lines = []
         for r in self.failures:
             features = ", ".join(r.features) or "no dotprod/fp16/i8mm"
-            for gate in r.gates.failures:
-                lines.append(
-                    f"arm {r.cpu_class} (-cpu {r.qemu_cpu}: {features}): {gate.describe()}"
-                )
+            for reason in r.failure_reasons():
+                lines.append(f"arm {r.cpu_class} (-cpu {r.qemu_cpu}: {features}): {reason}")
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -261,7 +298,12 @@ def _inputs_at(
 
 
 def _cache_key(
-    artifact_sha: str, cpu_class: str, mnn_version: str, precision: str, inputs: Mapping[str, Any]
+    artifact_sha: str,
+    cpu_class: str,
+    qemu_cpu: str,
+    mnn_version: str,
+    precision: str,
+    inputs: Mapping[str, Any],
 ) -> str:
     hasher = hashlib.sha256()
     for name in sorted(inputs):
@@ -273,7 +315,9 @@ def _cache_key(
             {
                 "artifact": artifact_sha,
                 "class": cpu_class,
-                "cpus": list(CPU_CLASSES[cpu_class].cpus),
+                # The model that ran, not the class's candidates: a QEMU that
+                # gains or drops one runs other kernels, so it runs again.
+                "cpu": qemu_cpu,
                 "mnn": mnn_version,
                 "precision": precision,
                 "inputs": hasher.hexdigest(),
@@ -365,14 +409,19 @@ def verify_on_arm(
 
     Raises:
         ArmError: the sysroot or emulator is missing (naming the command that
-            installs it), or the emulated MNN refuses, crashes on or fails the model.
+            installs it) or broken, or a run timed out. A run that crashes, or
+            on which MNN refuses or fails the model, fails its class instead.
     """
     inputs = _inputs_at(feeds, evaluation, reference, rows)
     expected = {name: np.asarray(reference.outputs[name])[rows] for name in gated_outputs}
-    runs: dict[str, ArmRun] = {}
+    # Which -cpu model stands for a class is the installed emulator's choice,
+    # known without the sysroot: a cached run needs only that.
+    chooser = runner or ArmRunner()
+    chosen = {cpu_class: chooser.qemu_cpu(cpu_class) for cpu_class in classes}
+    runs: dict[str, ArmRun | ArmError] = {}
     missing: list[tuple[str, Path]] = []
     for cpu_class in classes:
-        key = _cache_key(artifact_sha, cpu_class, mnn_version, precision, inputs)
+        key = _cache_key(artifact_sha, cpu_class, chosen[cpu_class], mnn_version, precision, inputs)
         path = cache_dir / f"{key}.npz"
         found = _cached(path, output_names)
         if found is None:
@@ -380,18 +429,27 @@ def verify_on_arm(
         else:
             runs[cpu_class] = found
     if missing:
-        active = runner or EmulatedRunner(find_sysroot(mnn_version, root=sysroot_root))
+        active = runner or EmulatedRunner(
+            find_sysroot(mnn_version, root=sysroot_root), cpus=chooser.available_cpus()
+        )
 
-        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun]:
+        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun | ArmError]:
             cpu_class, path = item
-            run = active(
-                artifact,
-                cpu_class,
-                inputs,
-                input_names=[f.name for f in feeds],
-                output_names=list(output_names),
-                precision=precision,
-            )
+            try:
+                run = active(
+                    artifact,
+                    cpu_class,
+                    inputs,
+                    input_names=[f.name for f in feeds],
+                    output_names=list(output_names),
+                    precision=precision,
+                )
+            except ArmError as exc:
+                if exc.reason not in CLASS_FAILURES:
+                    raise
+                # Not cached: a crash may be the machine's, so it runs again next time.
+                logger.info("arm %s: %s", cpu_class, exc.message)
+                return cpu_class, exc
             if run.mnn_version != mnn_version:
                 raise BuildError(
                     f"the aarch64 sysroot runs MNN {run.mnn_version}, not the pinned {mnn_version}",
@@ -411,6 +469,20 @@ def verify_on_arm(
         spec = CPU_CLASSES[cpu_class]
         run = runs[cpu_class]
         cached = cpu_class not in dict(missing)
+        if isinstance(run, ArmError):
+            results.append(
+                ClassResult(
+                    cpu_class=cpu_class,
+                    qemu_cpu=chosen[cpu_class],
+                    features=spec.features,
+                    agreement={},
+                    scores=None,
+                    gates=GateReport(),
+                    avoided=bool(set(spec.features) & set(avoid_cpu)),
+                    error=run.message,
+                )
+            )
+            continue
         produced = {name: run.outputs[name] for name in gated_outputs}
         agree = agreement(expected, produced)
         try:
@@ -464,7 +536,7 @@ def arm_hint(report: ArmReport, *, lower_variant: str | None, quantization_mode:
     for r in passing:
         suspects -= set(r.features)
     lines = []
-    names = ", ".join(r.cpu_class for r in failing)
+    names = ", ".join(r.cpu_class + (" (the run failed)" if r.error else "") for r in failing)
     if suspects and passing:
         # The i8mm kernel is the known culprit of int8 channel tails; name it first.
         order = sorted(suspects, key=lambda f: (f != "i8mm", f != "fp16", f))

@@ -3,8 +3,9 @@
 A build leaves ``provenance.json`` and ``metrics.json`` beside ``model.mnn``.
 The publisher needs only a few of their fields, modelled here; the rest
 (the full recipe, the toolchain, every metric) travels into the release
-record untouched. Metrics stay an opaque JSON object apart from ``gates``,
-because their shape belongs to the build.
+record untouched. Metrics stay an opaque JSON object apart from ``gates`` and
+the ship-around of ``arm`` (``avoid_cpu``, ``instead``), because their shape
+belongs to the build.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, Strict, ValidationError
 
-from edgereg.protocol.fields import Name, RuntimeHints, Sha256, Size, VersionPin
+from edgereg.protocol.fields import CpuFeature, Name, RuntimeHints, Sha256, Size, VersionPin
 
-__all__ = ["ArtifactRecord", "BuildMetrics", "BuildOutputError", "Provenance"]
+__all__ = ["ArmRecord", "ArtifactRecord", "BuildMetrics", "BuildOutputError", "Provenance"]
 
 
 class BuildOutputError(ValueError):
@@ -62,10 +63,24 @@ class Provenance(_Open):
         return _validate(cls, data, "provenance.json")
 
 
+class ArmRecord(_Open):
+    """metrics.json's ``arm``: what the ARM verification ran; publish ships its avoidance."""
+
+    avoid_cpu: list[CpuFeature] = Field(
+        default_factory=list, description="The CPU features the variant was verified to avoid."
+    )
+    instead: Name | None = Field(
+        default=None, description="The variant devices with an avoided feature install."
+    )
+
+
 class BuildMetrics(_Open):
-    """metrics.json: opaque to the protocol apart from which gates passed."""
+    """metrics.json: opaque to the protocol apart from which gates passed and what ARM avoids."""
 
     gates: dict[str, Annotated[bool, Strict()]] = Field(default_factory=dict)
+    arm: ArmRecord | None = Field(
+        default=None, description="Absent when the variant was verified on no ARM class."
+    )
 
     @classmethod
     def parse(cls, data: Any) -> BuildMetrics:
@@ -81,8 +96,8 @@ class BuildMetrics(_Open):
         return [name for name, passed in self.gates.items() if not passed]
 
     def as_json(self) -> dict[str, JsonValue]:
-        """Everything in metrics.json, as it was."""
-        return self.model_dump(mode="json")
+        """Everything in metrics.json, as it was (no defaults added for what it lacks)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 _M = TypeVar("_M", bound=BaseModel)

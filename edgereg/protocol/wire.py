@@ -451,6 +451,22 @@ class ReleaseVariant(WireModel):
     runtime: RuntimeHints
     contract: IOContract | None = _added("How to call the model (see ManifestEntry).")
     probe: BlobRef | None = _added("The golden probe (see ManifestEntry).")
+    avoid_cpu: AvoidCpu | None = _added(
+        "CPU features this variant must not run on, as its ARM verification ran it "
+        "(see ManifestEntry); absent: none, or a record written before the field existed."
+    )
+    instead: Name | None = _added(
+        "The variant of the same release a device with an avoided feature installs; "
+        "only with avoid_cpu."
+    )
+
+    @model_validator(mode="after")
+    def _instead_needs_avoid_cpu(self) -> ReleaseVariant:
+        if self.avoid_cpu is not None and len(set(self.avoid_cpu)) != len(self.avoid_cpu):
+            raise ValueError("avoid_cpu names a feature twice")
+        if self.instead is not None and self.avoid_cpu is None:
+            raise ValueError(f"instead ({self.instead!r}) needs avoid_cpu")
+        return self
 
     @property
     def path(self) -> str:
@@ -472,7 +488,9 @@ def _check_tiers_name_variants(
 ) -> None:
     """Every tier names a variant of the release, and each variant serves the tier it was built for.
 
-    One rule for a model's release and for each member of a bundle's.
+    A variant's ``instead`` names another variant of the same release, one
+    level only (as the manifest entry's ``instead`` must be). One rule for a
+    model's release and for each member of a bundle's.
     """
     for tier, variant_name in tiers.items():
         if variant_name not in variants:
@@ -485,6 +503,17 @@ def _check_tiers_name_variants(
             raise ValueError(
                 f"variant '{name}' is built for tier '{variant.tier}', but tiers."
                 f"{variant.tier} is {tiers.get(variant.tier)!r}"
+            )
+        instead = variant.instead
+        if instead is not None and (instead == name or instead not in variants):
+            raise ValueError(
+                f"variant '{name}' names instead '{instead}', which is not another variant "
+                f"({', '.join(variants)})"
+            )
+        if instead is not None and variants[instead].instead is not None:
+            raise ValueError(
+                f"variant '{name}' names instead '{instead}', which has an instead of its own "
+                "(one level only)"
             )
 
 

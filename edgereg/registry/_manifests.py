@@ -49,14 +49,22 @@ def _entry(
 
 
 def ship_around(variant: ReleaseVariant) -> tuple[list[str], str | None]:
-    """The CPU features a built variant avoids and the variant devices with them get.
+    """The CPU features a released variant avoids and the variant devices with them get.
 
-    The build verified the variant on each CPU class with these settings and
-    recorded them in its metrics (``arm``: edgereg/build/arm.py), so the
-    release carries exactly what was verified: a models.toml edit since then
-    makes the build stale, and publish refuses stale builds.
+    Publish writes them as the variant's own fields, from what the build's ARM
+    verification ran (edgereg/build/arm.py). Records published before those
+    fields existed carry them only inside the opaque ``metrics["arm"]``; such
+    records are signed and immutable, and their manifests are rebuilt on
+    every rollout change, so that record is still read when the fields are
+    absent (the same manifest bytes as when it was published).
     """
-    record = variant.metrics.get("arm")
+    if variant.avoid_cpu is not None:
+        return list(variant.avoid_cpu), variant.instead
+    return _legacy_ship_around(variant.metrics.get("arm"))
+
+
+def _legacy_ship_around(record: object) -> tuple[list[str], str | None]:
+    """``avoid_cpu``/``instead`` from ``metrics["arm"]`` of a record without the typed fields."""
     if not isinstance(record, dict):
         return [], None
     avoid = record.get("avoid_cpu")

@@ -139,6 +139,7 @@ def prepare_release(
             runtime=_measured_threads(variant.runtime, outputs.host_benchmark),
             contract=shipped.contract,
             probe=shipped.probe,
+            **_ship_around(metrics),
         )
         blobs[digest] = artifact
         blobs.update(shipped.blobs)
@@ -219,6 +220,18 @@ def _self_description(
             )
         blobs[contract.labels_blob.sha256] = labels
     return _SelfDescription(contract, BlobRef.of(probe_sha256, len(probe_data)), blobs)
+
+
+def _ship_around(metrics: BuildMetrics) -> dict[str, Any]:
+    """The variant's ``avoid_cpu`` and ``instead``, as its ARM verification ran them.
+
+    Taken from the build's record, not from models.toml: the release carries
+    exactly what was verified (a models.toml edit since then makes the build
+    stale, and stale builds are refused above).
+    """
+    if metrics.arm is None or not metrics.arm.avoid_cpu:
+        return {}
+    return {"avoid_cpu": list(metrics.arm.avoid_cpu), "instead": metrics.arm.instead}
 
 
 def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> dict[str, Any]:

@@ -16,14 +16,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from edgereg.errors import BuildError
 
 WORKER = Path(__file__).with_name("_worker.py")
+#: The standalone script an isolated MNN (an old runtime, the aarch64 sysroot) runs.
+PROBE = Path(__file__).with_name("_runtime_probe.py")
 TAIL_LINES = 20
 
 
@@ -172,3 +174,120 @@ def run_worker(
             output_tail=tail(output),
         )
     return WorkerRun(result=result, output=output, duration=duration, exit_status=proc.returncode)
+
+
+ProbeFault = Literal["start", "timeout", "crash", "stopped", "import"]
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """Why a probe run gave no usable result; the caller words it as its own error.
+
+    Attributes:
+        kind: ``start`` (the interpreter or emulator could not start),
+            ``timeout`` (killed after the timeout), ``crash`` (killed by a
+            signal without a result), ``stopped`` (exited without a result)
+            or ``import`` (the probe reported that MNN does not import).
+        output_tail: The tail of what the child printed (with the probe's
+            traceback for ``import``); empty for ``start``.
+        exit_status: The child's return code (None for ``start`` and ``timeout``).
+        error: The OS error for ``start``, the probe's error text for ``import``.
+    """
+
+    kind: ProbeFault
+    output_tail: str = ""
+    exit_status: int | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """A probe run that wrote a result (which may still say the model failed).
+
+    Attributes:
+        result: The probe's JSON result.
+        output: Everything the child printed (stdout and stderr, merged).
+        exit_status: The child's return code.
+        seconds: Wall-clock time of the child, start to exit.
+    """
+
+    result: dict[str, Any]
+    output: str
+    exit_status: int
+    seconds: float
+
+
+def run_probe(
+    launcher: Sequence[str],
+    request: dict[str, Any],
+    *,
+    scratch: Path,
+    timeout: float,
+    error: Callable[[ProbeFailure], BuildError],
+    script: Path = PROBE,
+) -> ProbeRun:
+    """Run the probe script in a child process with ``scratch`` as cwd.
+
+    The one way an isolated MNN is started, whether an old runtime's python
+    or the aarch64 sysroot's under QEMU: ``LAUNCHER... -I -u -X faulthandler
+    SCRIPT REQUEST``. ``-I`` keeps PYTHONPATH, the user site and the script
+    directory out, so the build's own MNN cannot be imported in its place;
+    ``-X faulthandler`` prints the Python stack of a segfault into the output.
+
+    Args:
+        launcher: The interpreter, with whatever runs it (``qemu -cpu X -L
+            ROOT ROOT/usr/bin/python3.11``).
+        request: The probe's request (JSON-serialisable; paths absolute).
+        scratch: Existing empty directory owned by this call.
+        timeout: Seconds before the child is killed.
+        error: Turns a failure into the caller's own error, with its wording and hint.
+        script: The probe script (a copy, when the launcher needs it elsewhere).
+
+    Returns:
+        The run, when the probe wrote a result past importing MNN.
+
+    Raises:
+        BuildError: What ``error`` makes of a child that could not start, timed
+            out, crashed or stopped without a result, or whose MNN does not import.
+    """
+    result_path = scratch / "result.json"
+    request_path = scratch / "request.json"
+    request_path.write_text(json.dumps({**request, "result": str(result_path)}), encoding="utf-8")
+    argv = [*launcher, "-I", "-u", "-X", "faulthandler", str(script), str(request_path)]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=scratch,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    except OSError as exc:
+        raise error(ProbeFailure("start", error=str(exc))) from exc
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
+        raise error(ProbeFailure("timeout", output_tail=tail(partial))) from exc
+    seconds = time.perf_counter() - started
+    output = proc.stdout.decode("utf-8", "replace")
+    if not result_path.is_file():
+        raise error(
+            ProbeFailure(
+                "crash" if proc.returncode < 0 else "stopped",
+                output_tail=tail(output),
+                exit_status=proc.returncode,
+            )
+        )
+    result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
+    if not result.get("ok") and result.get("phase") == "import":
+        raise error(
+            ProbeFailure(
+                "import",
+                output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
+                exit_status=proc.returncode,
+                error=str(result.get("error")),
+            )
+        )
+    return ProbeRun(result, output, proc.returncode, seconds)

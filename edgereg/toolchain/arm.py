@@ -41,7 +41,15 @@ import numpy as np
 
 from edgereg._files import atomic_write
 from edgereg.errors import BuildError
-from edgereg.toolchain._process import describe_status, scratch_dir, tail
+from edgereg.toolchain._process import (
+    PROBE,
+    ProbeFailure,
+    ProbeRun,
+    describe_status,
+    run_probe,
+    scratch_dir,
+    tail,
+)
 from edgereg.toolchain.versions import installed_version
 
 #: Environment variable that moves the sysroot cache.
@@ -67,7 +75,6 @@ PYTHON = Path("usr/bin/python3.11")
 #: Where the wheels go: a directory Debian's python puts on sys.path even in
 #: isolated mode (-I), so no PYTHONPATH is needed.
 SITE = Path("usr/lib/python3/dist-packages")
-PROBE = Path(__file__).with_name("_runtime_probe.py")
 STAGE = "arm verify"
 INSTALL_STAGE = "arm install"
 
@@ -494,7 +501,7 @@ def _check(qemu: str, sysroot: Path, *, timeout: float) -> dict[str, Any]:
             cpu_class="armv8",
             stage=INSTALL_STAGE,
         )
-    return run[0]
+    return run.result
 
 
 def _probe(
@@ -507,87 +514,58 @@ def _probe(
     timeout: float,
     cpu_class: str,
     stage: str = STAGE,
-) -> tuple[dict[str, Any], str, int, float]:
-    """Run the probe script under QEMU; return (result, output, exit status, seconds)."""
-    result_path = scratch / "result.json"
-    request_path = scratch / "request.json"
-    request_path.write_text(json.dumps({**request, "result": str(result_path)}), encoding="utf-8")
+) -> ProbeRun:
+    """Run the probe script under QEMU; raise :class:`ArmError` unless it reported."""
     # The probe is copied in: its path must exist on the host, which QEMU's -L
     # falls back to for every path the sysroot lacks.
     probe = scratch / "probe.py"
     shutil.copyfile(PROBE, probe)
-    argv = [
-        qemu,
-        "-cpu",
-        cpu,
-        "-L",
-        str(sysroot),
-        str(sysroot / PYTHON),
-        "-I",
-        "-u",
-        "-X",
-        "faulthandler",
-        str(probe),
-        str(request_path),
-    ]
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            argv,
-            cwd=scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-        )
-    except OSError as exc:
-        raise ArmError(
-            f"cannot start {qemu}: {exc}",
-            reason="missing",
-            cpu_class=cpu_class,
-            stage=stage,
-            hint=f"install it once: {SYSTEM_COMMAND}",
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
-        raise ArmError(
-            f"the emulated {cpu_class} run ({cpu}) did not finish within {timeout:g} s",
-            reason="timeout",
-            cpu_class=cpu_class,
-            stage=stage,
-            output_tail=tail(partial),
-            hint="emulation costs 30-500x native time: lower arm_samples, or raise the timeout",
-        ) from exc
-    seconds = time.perf_counter() - started
-    output = proc.stdout.decode("utf-8", "replace")
-    if not result_path.is_file():
-        crashed = proc.returncode < 0
-        raise ArmError(
+
+    def error(failure: ProbeFailure) -> ArmError:
+        if failure.kind == "start":
+            return ArmError(
+                f"cannot start {qemu}: {failure.error}",
+                reason="missing",
+                cpu_class=cpu_class,
+                stage=stage,
+                hint=f"install it once: {SYSTEM_COMMAND}",
+            )
+        if failure.kind == "timeout":
+            return ArmError(
+                f"the emulated {cpu_class} run ({cpu}) did not finish within {timeout:g} s",
+                reason="timeout",
+                cpu_class=cpu_class,
+                stage=stage,
+                output_tail=failure.output_tail,
+                hint="emulation costs 30-500x native time: lower arm_samples, or raise the timeout",
+            )
+        reinstall = f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`"
+        if failure.kind == "import":
+            return ArmError(
+                f"MNN does not start in the aarch64 sysroot: {failure.error}",
+                reason="broken",
+                cpu_class=cpu_class,
+                stage=stage,
+                exit_status=failure.exit_status,
+                output_tail=failure.output_tail,
+                hint=reinstall,
+            )
+        crashed = failure.kind == "crash"
+        status = failure.exit_status if failure.exit_status is not None else 0
+        return ArmError(
             f"the emulated {cpu_class} run ({cpu}) "
             + ("crashed" if crashed else "stopped")
-            + f" ({describe_status(proc.returncode)}) without a result",
+            + f" ({describe_status(status)}) without a result",
             reason="crash" if crashed else "broken",
             cpu_class=cpu_class,
             stage=stage,
-            exit_status=proc.returncode,
-            output_tail=tail(output),
-            hint=None
-            if crashed
-            else f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`",
+            exit_status=failure.exit_status,
+            output_tail=failure.output_tail,
+            hint=None if crashed else reinstall,
         )
-    result = json.loads(result_path.read_text(encoding="utf-8"))
-    if not result.get("ok") and result.get("phase") == "import":
-        raise ArmError(
-            f"MNN does not start in the aarch64 sysroot: {result.get('error')}",
-            reason="broken",
-            cpu_class=cpu_class,
-            stage=stage,
-            exit_status=proc.returncode,
-            output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
-            hint=f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`",
-        )
-    return result, output, proc.returncode, seconds
+
+    launcher = [qemu, "-cpu", cpu, "-L", str(sysroot), str(sysroot / PYTHON)]
+    return run_probe(launcher, request, scratch=scratch, timeout=timeout, error=error, script=probe)
 
 
 def run_on_class(
@@ -602,6 +580,7 @@ def run_on_class(
     whole_tensors: bool = True,
     timeout: float = 900.0,
     available_cpus: Sequence[str] | None = None,
+    qemu: str | None = None,
 ) -> ArmRun:
     """Run an artifact on one emulated CPU class: every sample in one emulator process.
 
@@ -617,13 +596,14 @@ def run_on_class(
         whole_tensors: Each row is one forward's whole tensor.
         timeout: Seconds before the emulator is killed.
         available_cpus: The emulator's ``-cpu`` models (looked up when None).
+        qemu: The emulator to run (default: :func:`qemu_path`).
 
     Raises:
         ArmError: the emulator or sysroot is missing or broken, or MNN
             refuses, crashes on or fails the model on that CPU.
     """
     spec = CPU_CLASSES[cpu_class]
-    qemu = qemu_path()
+    qemu = qemu or qemu_path()
     cpu = emulated_cpu(spec, available_cpus if available_cpus is not None else qemu_cpus(qemu))
     path = Path(artifact).resolve()
     arrays: dict[str, np.ndarray] = {}
@@ -633,7 +613,7 @@ def run_on_class(
         arrays[name] = np.ascontiguousarray(array, dtype=dtype)
     with scratch_dir() as scratch:
         np.savez(scratch / "inputs.npz", **arrays)  # type: ignore[arg-type]
-        result, output, status, seconds = _probe(
+        run = _probe(
             qemu,
             sysroot.path,
             cpu,
@@ -651,6 +631,7 @@ def run_on_class(
             timeout=timeout,
             cpu_class=cpu_class,
         )
+        result, output = run.result, run.output
         if not result.get("ok"):
             phase = result.get("phase")
             raise ArmError(
@@ -659,7 +640,7 @@ def run_on_class(
                 + f" {path.name}: {result.get('error')}",
                 reason="load" if phase == "load" else "failed",
                 cpu_class=cpu_class,
-                exit_status=status,
+                exit_status=run.exit_status,
                 output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
             )
         with np.load(scratch / "outputs.npz") as data:
@@ -670,5 +651,5 @@ def run_on_class(
         features=parse_features(output) or (),
         outputs=outputs,
         mnn_version=str(result.get("mnn_version", "")),
-        seconds=seconds,
+        seconds=run.seconds,
     )

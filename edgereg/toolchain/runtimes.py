@@ -47,7 +47,14 @@ import numpy as np
 
 from edgereg._files import atomic_write, sha256_file
 from edgereg.errors import BuildError
-from edgereg.toolchain._process import describe_status, scratch_dir, tail
+from edgereg.toolchain._process import (
+    ProbeFailure,
+    ProbeRun,
+    describe_status,
+    run_probe,
+    scratch_dir,
+    tail,
+)
 from edgereg.toolchain.versions import installed_version
 
 #: Environment variable that moves the runtime cache (CI caches, shared machines).
@@ -63,7 +70,6 @@ STAGE = "runtime proof"
 #: Stage named in errors of :func:`install_runtime`.
 INSTALL_STAGE = "runtime install"
 
-PROBE = Path(__file__).with_name("_runtime_probe.py")
 _VERSION_CHARS = frozenset("0123456789.")
 # mnnconvert 3.6.1 gates graph fusions on --targetVersion at 1.1, 1.2, 1.3,
 # 2.0 and 2.8 (tools/converter/source/optimizer/merge/*.cpp): for a newer
@@ -533,14 +539,6 @@ def install_runtime(
     return InstallResult(find_runtime(version, root=root), True, time.perf_counter() - started)
 
 
-@dataclass(frozen=True)
-class _ProbeRun:
-    result: dict[str, Any]
-    output: str
-    exit_status: int
-    seconds: float
-
-
 def _probe(
     runtime: Runtime,
     request: dict[str, Any],
@@ -548,81 +546,61 @@ def _probe(
     timeout: float,
     what: str,
     scratch: Path,
-) -> _ProbeRun:
+) -> ProbeRun:
     """Run the probe script under ``runtime`` in ``scratch``; raise unless it reported.
 
     A result the probe wrote comes back even when it says the model failed;
     no result, a crash, a timeout or a runtime that does not start raise.
     """
-    result_path = scratch / "result.json"
-    request_path = scratch / "request.json"
-    request_path.write_text(json.dumps({**request, "result": str(result_path)}), encoding="utf-8")
-    # -I: no PYTHONPATH, PYTHONHOME, user site or script directory, so the
-    # build's own MNN cannot be imported in its place.
-    argv = [str(runtime.python), "-I", "-u", "-X", "faulthandler", str(PROBE), str(request_path)]
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            argv,
-            cwd=scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-        )
-    except OSError as exc:
-        raise RuntimeProofError(
-            f"cannot start the MNN {runtime.version} runtime ({runtime.python}): {exc}",
-            reason="broken",
-            version=runtime.version,
-            hint=f"reinstall it: delete {runtime.path} and run `{INSTALL_COMMAND}`",
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        partial = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
-        raise RuntimeProofError(
-            f"MNN {runtime.version} did not finish the {what} within {timeout:g} s and was killed",
-            reason="timeout",
-            version=runtime.version,
-            output_tail=tail(partial),
-            hint="raise the timeout, or prove on fewer samples",
-        ) from exc
-    seconds = time.perf_counter() - started
-    output = proc.stdout.decode("utf-8", "replace")
-    result: dict[str, Any] | None = None
-    if result_path.is_file():
-        result = json.loads(result_path.read_text(encoding="utf-8"))
-    if result is None:
-        if proc.returncode < 0:
-            raise RuntimeProofError(
-                f"MNN {runtime.version} crashed ({describe_status(proc.returncode)}) during "
-                f"the {what}",
+    reinstall = f"reinstall it: delete {runtime.path} and run `{INSTALL_COMMAND}`"
+
+    def error(failure: ProbeFailure) -> RuntimeProofError:
+        version = runtime.version
+        if failure.kind == "start":
+            return RuntimeProofError(
+                f"cannot start the MNN {version} runtime ({runtime.python}): {failure.error}",
+                reason="broken",
+                version=version,
+                hint=reinstall,
+            )
+        if failure.kind == "timeout":
+            return RuntimeProofError(
+                f"MNN {version} did not finish the {what} within {timeout:g} s and was killed",
+                reason="timeout",
+                version=version,
+                output_tail=failure.output_tail,
+                hint="raise the timeout, or prove on fewer samples",
+            )
+        if failure.kind == "import":
+            return RuntimeProofError(
+                f"the MNN {version} runtime does not start: {failure.error}",
+                reason="broken",
+                version=version,
+                exit_status=failure.exit_status,
+                output_tail=failure.output_tail,
+                hint=reinstall,
+            )
+        status = describe_status(failure.exit_status if failure.exit_status is not None else 0)
+        if failure.kind == "crash":
+            return RuntimeProofError(
+                f"MNN {version} crashed ({status}) during the {what}",
                 reason="crash",
-                version=runtime.version,
-                exit_status=proc.returncode,
-                output_tail=tail(output),
+                version=version,
+                exit_status=failure.exit_status,
+                output_tail=failure.output_tail,
                 hint="the artifact may use what this runtime lacks: raise [toolchain] "
                 "min_mnn_runtime, or set mnn_target_version to its MAJOR.MINOR",
             )
-        raise RuntimeProofError(
-            f"MNN {runtime.version} stopped ({describe_status(proc.returncode)}) during the "
-            f"{what} without a result",
+        return RuntimeProofError(
+            f"MNN {version} stopped ({status}) during the {what} without a result",
             reason="broken",
-            version=runtime.version,
-            exit_status=proc.returncode,
-            output_tail=tail(output),
-            hint=f"reinstall it: delete {runtime.path} and run `{INSTALL_COMMAND}`",
+            version=version,
+            exit_status=failure.exit_status,
+            output_tail=failure.output_tail,
+            hint=reinstall,
         )
-    if not result.get("ok") and result.get("phase") == "import":
-        raise RuntimeProofError(
-            f"the MNN {runtime.version} runtime does not start: {result.get('error')}",
-            reason="broken",
-            version=runtime.version,
-            exit_status=proc.returncode,
-            output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
-            hint=f"reinstall it: delete {runtime.path} and run `{INSTALL_COMMAND}`",
-        )
-    return _ProbeRun(result, output, proc.returncode, seconds)
+
+    return run_probe([str(runtime.python)], request, scratch=scratch, timeout=timeout, error=error)
 
 
 def _feedable(inputs: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
