@@ -97,6 +97,8 @@ GOOD = (summary("candidate"), summary("stable"))
 CRASHING = (summary("candidate", probe_failed=400), summary("stable"))
 FEW = (summary("candidate", 20), summary("stable"))
 TINY = (summary("candidate", 9), summary("stable"))
+# One failing device of 20 against none: no harm shown, but an estimate beyond the limit.
+LEANING = (summary("candidate", 20, probe_failed=1), summary("stable"))
 # 2,000 healthy candidate tokens from one network: one device, for a soak step as for a pass.
 FORGED = (
     summary("candidate", sources=1, sourced_devices=2000),
@@ -173,6 +175,9 @@ TABLE = {
     ),
     "few-at-last-step-promotes-unproven": Row(
         released(5, 25, 100), FEW, 73, "promote", reason="unproven: high probe_failure (up to"
+    ),
+    "leaning-over-the-limit-never-promotes-unproven": Row(
+        released(5, 25, 100), LEANING, 500, "wait", reason="high probe_failure is +5.0 pt"
     ),
     "tiny-never-steps-without-proof": Row(
         released(5), TINY, 500, "wait", reason="not observed on min_soak_devices"

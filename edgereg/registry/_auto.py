@@ -20,8 +20,9 @@ The rules, first match wins:
 6. ``max_soak_hours`` at this step have passed (and the policy does not
    ``require_proof``), no guardrail fails, and every one not proven was
    observed (``min_soak_devices`` per arm, counted in networks, the revert
-   window passed) with no harm shown: the next step or promote, the history
-   naming what was unproven and the largest harm its evidence leaves open.
+   window passed) with no harm shown: the next step, or promote when each
+   unproven estimate is also within its limit, the history naming what was
+   unproven and the largest harm its evidence leaves open.
    A fleet too small to prove its limits moves as Argo Rollouts and Flagger
    do, after a soak without harm; a harm the evidence shows still fails at
    rule 2 first;
@@ -177,6 +178,13 @@ def decide(
     soaked = f" in {_duration(now - since)}" if since is not None else ""
     unproven = f"no harm{soaked} at {state.percent:g}%, unproven: {_unproven(analysis)}"
     if target is None:
+        over = _estimated_over(analysis)
+        if over:
+            return AutoDecision(
+                "wait",
+                f"not every guardrail passes yet: {unclear}; unproven promotes only when each "
+                f"estimate is within its limit, and {over} (promote or roll back by hand)",
+            )
         return AutoDecision("promote", unproven)
     return AutoDecision("step", f"{unproven}: on to {target:g}%", target)
 
@@ -365,6 +373,34 @@ def _not_harmless(analysis: Analysis) -> str:
         shown = ", ".join(thin[:4]) + (f" and {len(thin) - 4} more" if len(thin) > 4 else "")
         parts.append(f"not observed on min_soak_devices per arm yet: {shown}")
     return "; ".join(parts)
+
+
+def _estimated_over(analysis: Analysis) -> str:
+    """The unproven guardrails whose estimate is beyond the limit, or "".
+
+    Only a promote asks it: its arms are the rollout's largest, so a good
+    candidate's estimate is rarely beyond the limit by chance, and one that
+    is worse than the limit, which no test could show at this fleet size,
+    mostly waits for a person instead of becoming everyone's release.
+    """
+    over = []
+    for tier in analysis.tiers:
+        for result in tier.guardrails:
+            if result.verdict != "inconclusive":
+                continue
+            numbers = result.numbers
+            difference, limit = numbers.get("difference"), numbers.get("limit")
+            shift, limit_pct = numbers.get("shift_pct"), numbers.get("limit_pct")
+            if isinstance(difference, int | float) and isinstance(limit, int | float):
+                if difference > limit:
+                    over.append(f"{tier.tier} {result.name} is {100 * difference:+.1f} pt")
+            elif (
+                isinstance(shift, int | float)
+                and isinstance(limit_pct, int | float)
+                and shift > limit_pct
+            ):
+                over.append(f"{tier.tier} {result.name} is {shift:+.0f}%")
+    return ", ".join(over)
 
 
 def _unproven(analysis: Analysis) -> str:
