@@ -642,6 +642,48 @@ CASES: dict[str, Case] = {
         lambda: _raw_text(lambda text: text.replace('"expires":', '"comment":1e400,"expires":', 1)),
         {},
     ),
+    # Strings are Unicode text (section 2): a surrogate escape only as a high-low pair.
+    "lone-high-surrogate-in-unknown-key": (
+        "A lone high surrogate escape (\\ud800) in an unknown key's string: no Unicode text, "
+        "read differently by different parsers; malformed even though the key is ignored.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"\\ud800","expires":', 1)
+        ),
+        {},
+    ),
+    "lone-low-surrogate-in-unknown-key": (
+        "A low surrogate escape (\\udc00) with no high one before it: malformed.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"a\\udc00b","expires":', 1)
+        ),
+        {},
+    ),
+    "high-surrogate-then-not-low": (
+        "A high surrogate escape followed by \\u0041, not a low surrogate: malformed.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"\\ud800\\u0041","expires":', 1)
+        ),
+        {},
+    ),
+    "lone-surrogate-in-unknown-key-name": (
+        "A lone surrogate escape in a key, not a value: malformed all the same.",
+        lambda: _raw_text(lambda text: text.replace('"expires":', '"\\udbff":1,"expires":', 1)),
+        {},
+    ),
+    "surrogate-pair-escape-accepted": (
+        "A high surrogate escape followed by a low one is one code point (U+1F600): valid, "
+        "the unknown key is ignored and the device gets stable.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"\\ud83d\\ude00","expires":', 1)
+        ),
+        {},
+    ),
+    "lone-surrogate-in-envelope": (
+        "A lone surrogate escape in an unknown envelope field (the signed payload is valid): "
+        "the envelope is strict JSON too, so malformed.",
+        lambda: _signed(_manifest()).replace(b'{"payload":', b'{"note":"\\udfff","payload":', 1),
+        {},
+    ),
     "paused-null": (
         "paused null: a boolean key (absent means false) is never null.",
         lambda: _raw_payload(_set(paused=None), _rollout()),
