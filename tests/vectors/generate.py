@@ -1098,8 +1098,9 @@ def schema_text() -> str:
     schema["$comment"] = (
         "Rules JSON Schema cannot state, which a client checks too (docs/protocol.md "
         "section 3): integers are written without a fraction or exponent (9, never 9.0; "
-        "schema_version is 1, never 1.0); a number that overflows a double (1e400) is "
-        "malformed anywhere, in unknown keys too; "
+        "schema_version is 1, never 1.0); a number that overflows a double (1e400) or a "
+        "lone surrogate escape in a string (\\ud800 not followed by a low surrogate, "
+        "section 2) is malformed anywhere, in unknown keys too; "
         "an entry's path is exactly blobs/sha256/ followed by its sha256; percent has at "
         "most two decimals; keys not listed here are ignored (a newer publisher "
         "may add them); percent and salt are set iff candidate is; paused is true "
@@ -1133,8 +1134,8 @@ def schemas() -> dict[Path, str]:
             "edgereg.protocol.probe.GoldenProbe.",
             "Rules JSON Schema cannot state (docs/protocol.md section 11): integers without a "
             "fraction (schema_version is 1, never 1.0); no number beyond a double (1e400) "
-            "anywhere; keys not listed here are ignored; data is the canonical padded base64 "
-            "of exactly product(shape) x element-size bytes; tensor names are unique within "
+            "and no lone surrogate escape anywhere; keys not listed here are ignored; data "
+            "is the canonical padded base64 of exactly product(shape) x element-size bytes; tensor names are unique within "
             "inputs and within expected; artifact_sha256 equals the entry's sha256.",
         ),
         SCHEMA_FILE.parent / "report.schema.json": _document_schema(
@@ -1144,7 +1145,8 @@ def schemas() -> dict[Path, str]:
             "edgereg.protocol.reports.Report.",
             "Rules JSON Schema cannot state (docs/protocol.md section 12): at most 4096 bytes; "
             "integers without a fraction (schema_version is 1, never 1.0; sequence 9, never "
-            "9.0); no number beyond a double (1e400); unknown keys are refused; a "
+            "9.0); no number beyond a double (1e400), no lone surrogate escape; unknown keys "
+            "are refused; a "
             "schema_version 1 report (or one without schema_version) carries none of the "
             "keys version 2 added (unconfirmed_starts, cpu_class, memory_peak_mb, "
             "memory_steady_mb, first_inference_ms), not even as null.",
