@@ -1136,7 +1136,8 @@ def schemas() -> dict[Path, str]:
             "fraction (schema_version is 1, never 1.0); no number beyond a double (1e400) "
             "and no lone surrogate escape anywhere; keys not listed here are ignored; data "
             "is the canonical padded base64 of exactly product(shape) x element-size "
-            "bytes; tensor names are unique within inputs and within expected; artifact_sha256 equals the entry's sha256.",
+            "bytes; tensor names are unique within inputs and within expected; "
+            "artifact_sha256 equals the entry's sha256.",
         ),
         SCHEMA_FILE.parent / "report.schema.json": _document_schema(
             Report,
