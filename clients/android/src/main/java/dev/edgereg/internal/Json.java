@@ -20,9 +20,10 @@ import java.util.TreeMap;
  * {@code Boolean}, {@link #NULL}, and {@link Num} for numbers (which keeps whether the literal
  * was an integer, so {@code 9.0} can be refused where an integer is wanted).
  *
- * <p>Refused: invalid UTF-8 (a BOM too), lone surrogate escapes, duplicate keys (after unescaping), NaN and infinity
- * literals, nesting deeper than 64, and any number whose nearest double is infinite, integers
- * included ({@code 1e400}, or an integer of 2^1024 - 2^970 and up, so more than 309 digits).
+ * <p>Refused: invalid UTF-8 (a BOM too), lone surrogate escapes, duplicate keys (after
+ * unescaping), NaN and infinity literals, nesting deeper than 64, and any number whose nearest
+ * double is infinite, integers included ({@code 1e400}, or an integer of 2^1024 - 2^970 and up,
+ * so more than 309 digits).
  */
 public final class Json {
     public static final int MAX_DEPTH = 64;
