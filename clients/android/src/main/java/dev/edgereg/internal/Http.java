@@ -170,7 +170,7 @@ public final class Http {
             // HttpResponseCache), and then it is bypassed. Without one, setUseCaches(false)
             // would only add Pragma and Cache-Control to every request (43 bytes of the
             // unchanged check; the reference client sends neither).
-            if (ResponseCache.getDefault() != null) c.setUseCaches(false);
+            if (responseCacheInstalled()) c.setUseCaches(false);
             // Short, explicit defaults: HttpURLConnection's own are "Java/<version>" and a
             // 52-character Accept list.
             c.setRequestProperty("User-Agent", USER_AGENT);
@@ -187,6 +187,15 @@ public final class Http {
             throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
         } catch (ClassCastException e) {
             throw new Rejected(Reasons.TRANSPORT, u + " is not an http(s) URL");
+        }
+    }
+
+    /** Whether an app-wide ResponseCache exists; true when a SecurityManager will not say. */
+    static boolean responseCacheInstalled() {
+        try {
+            return ResponseCache.getDefault() != null;
+        } catch (SecurityException e) {
+            return true;
         }
     }
 
