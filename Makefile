@@ -39,11 +39,11 @@ venv: $(VENV)/.installed runtimes arm
 # postgresql is the report store's server (tests/pgkit.py runs initdb/pg_ctl from it).
 # The SDKs: junit5 (the console launcher), libbcprov-java (BouncyCastle, the Ed25519
 # fallback for Android < 13) and libjsr305-java (compile-only nullability for Kotlin)
-# for clients/android; libsodium-dev and pkg-config (Ed25519 and SHA-256 on Linux)
-# for clients/swift. qemu-user-static and debootstrap set up and run the aarch64
+# for clients/android; libsodium-dev (Ed25519), libssl-dev (libcrypto's SHA-256, which
+# uses the CPU's SHA instructions) and pkg-config for clients/swift on Linux. qemu-user-static and debootstrap set up and run the aarch64
 # sysroot of ARM verification (`edgereg toolchain arm install`).
 SYSTEM_PACKAGES := chromium nginx-light postgresql junit5 libbcprov-java libjsr305-java \
-	libsodium-dev pkg-config qemu-user-static debootstrap
+	libsodium-dev libssl-dev pkg-config qemu-user-static debootstrap
 system-deps:
 	test "$$(dpkg-query -W -f='$${Status}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c 'install ok installed')" \
 		= "$(words $(SYSTEM_PACKAGES))" || \

@@ -706,6 +706,10 @@ SCHEMA_CANNOT_SAY = {
     "integer-beyond-double-in-unknown-key": "a JSON parser rule: a double's range",
     "integer-rounding-to-infinity-in-unknown-key": "a JSON parser rule: a double's range",
     "integer-5000-digits-in-unknown-key": "a JSON parser rule: a double's range",
+    "lone-high-surrogate-in-unknown-key": "a JSON parser rule: a lone surrogate is no text",
+    "lone-low-surrogate-in-unknown-key": "a JSON parser rule: a lone surrogate is no text",
+    "high-surrogate-then-not-low": "a JSON parser rule: a lone surrogate is no text",
+    "lone-surrogate-in-unknown-key-name": "a JSON parser rule: a lone surrogate is no text",
     "instead-nested": "instead is an entry, whose own schema allows instead",
     "instead-other-version": "JSON Schema cannot compare two fields",
 }

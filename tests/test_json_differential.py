@@ -116,8 +116,18 @@ EDGE_CASES: dict[str, bytes] = {
     "unquoted-key": b"{a:1}",
     "comment": b'{"a":1 /* c */}',
     "escapes": b'["\\n\\t\\"\\\\\\/\\b\\f\\r\\u00e9\\ud83d\\ude00"]',
+    # Lone surrogate escapes are malformed (docs/protocol.md section 2); pairs are text.
     "lone-high-surrogate-escape": b'["\\ud800"]',
     "lone-low-surrogate-escape": b'["\\udc00"]',
+    "high-surrogate-then-not-low": b'["\\ud800\\u0041"]',
+    "low-then-high-surrogate": b'["\\udc00\\ud800"]',
+    "high-surrogate-at-end-of-string": b'["\\ud800","\\udc00"]',
+    "high-surrogate-then-literal-pair": '["\\ud83d😀"]'.encode(),
+    "lone-surrogate-in-key": b'{"\\udbff":1}',
+    "lone-surrogate-in-nested-value": b'{"a":[{"b":"x\\udfffy"}]}',
+    "surrogate-pair-escape": b'["\\ud83d\\ude00"]',
+    "surrogate-pair-escape-uppercase": b'["\\uD83D\\uDE00"]',
+    "escaped-backslash-then-ud800": b'["\\\\ud800"]',
     "bad-escape": b'["\\x41"]',
     "short-unicode-escape": b'["\\u12"]',
     "raw-control-character": b'["a\x01b"]',
@@ -136,6 +146,27 @@ EDGE_CASES: dict[str, bytes] = {
     "key-not-string": b"{1:2}",
     "nested-empty": b'{"a":[],"b":{},"c":""}',
 }
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        ("lone-high-surrogate-escape", False),
+        ("lone-low-surrogate-escape", False),
+        ("high-surrogate-then-not-low", False),
+        ("low-then-high-surrogate", False),
+        ("high-surrogate-at-end-of-string", False),
+        ("high-surrogate-then-literal-pair", False),
+        ("lone-surrogate-in-key", False),
+        ("lone-surrogate-in-nested-value", False),
+        ("surrogate-pair-escape", True),
+        ("surrogate-pair-escape-uppercase", True),
+        ("escaped-backslash-then-ud800", True),
+    ],
+)
+def test_the_reference_refuses_lone_surrogate_escapes(name: str, valid: bool) -> None:
+    """The rule itself, so every client agreeing with a wrong reference cannot pass."""
+    assert reference(EDGE_CASES[name]) is valid
 
 
 @pytest.mark.parametrize("name", list(EDGE_CASES))
@@ -179,7 +210,17 @@ _GOOD_ESCAPES = [
     "\\u0041",
     "\\ud83d\\ude00",
 ]
-_ODD_ESCAPES = ["\\ud800", "\\udfff", "\\u00", "\\x41", "\\'", "\\U0041", "\\"]
+_ODD_ESCAPES = [
+    "\\ud800",
+    "\\udfff",
+    "\\ud83d",
+    "\\ude00",
+    "\\u00",
+    "\\x41",
+    "\\'",
+    "\\U0041",
+    "\\",
+]
 _ESCAPE = st.sampled_from([*_GOOD_ESCAPES, *_ODD_ESCAPES])
 _STRING = st.lists(
     st.one_of(st.text(max_size=6).filter(lambda t: '"' not in t and "\\" not in t), _ESCAPE),

@@ -2,8 +2,9 @@
 import PackageDescription
 
 // On Apple platforms EdgeReg uses CryptoKit and URLSession; elsewhere (Linux,
-// where it is built and tested here) libsodium through the CSodium system
-// library and FoundationNetworking. See README.md, "Apple-only code paths".
+// where it is built and tested here) libsodium (Ed25519) through the CSodium
+// system library, OpenSSL's libcrypto (SHA-256) through CCrypto, and
+// FoundationNetworking. See README.md, "Apple-only code paths".
 let package = Package(
     name: "EdgeReg",
     platforms: [.iOS(.v16), .macOS(.v13)],
@@ -17,9 +18,17 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
         ),
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
         .target(
             name: "EdgeReg",
-            dependencies: [.target(name: "CSodium", condition: .when(platforms: [.linux]))]
+            dependencies: [
+                .target(name: "CSodium", condition: .when(platforms: [.linux])),
+                .target(name: "CCrypto", condition: .when(platforms: [.linux])),
+            ]
         ),
         .executableTarget(name: "EdgeRegDevice", dependencies: ["EdgeReg"]),
         .testTarget(

@@ -55,7 +55,7 @@ def json_depth(data: bytes) -> int:
 
 
 def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """Parse UTF-8 JSON, refusing duplicate keys, NaN, infinities and deep nesting.
+    """Parse UTF-8 JSON, refusing duplicate keys, NaN, infinities, lone surrogates, deep nesting.
 
     Two parsers that disagree on a duplicate key would see two documents
     behind one signature; refusing them leaves one reading. Nesting deeper
@@ -63,8 +63,8 @@ def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     exhaust the parser's stack.
 
     Raises:
-        ValueError: not UTF-8, not JSON, a duplicate key, a non-finite number,
-            or nested deeper than ``max_depth``.
+        ValueError: not UTF-8, not JSON, a duplicate key, a non-finite number, a
+            string with a lone surrogate escape, or nested deeper than ``max_depth``.
     """
     # Decoded here, not by json.loads, which would guess UTF-16 or UTF-32.
     text = data.decode("utf-8")
@@ -76,7 +76,7 @@ def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     if depth > max_depth:
         raise ValueError(f"nested {depth} levels deep, more than the limit of {max_depth}")
     try:
-        return json.loads(
+        value = json.loads(
             text,
             object_pairs_hook=_no_duplicate_keys,
             parse_constant=_no_constant,
@@ -85,6 +85,39 @@ def strict_json_loads(data: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         )
     except RecursionError as exc:  # pragma: no cover - the depth check comes first
         raise ValueError("nested too deeply") from exc
+    # Only a \u escape can put a surrogate in a parsed string (the UTF-8 decode above
+    # refuses encoded ones, and json joins an escaped pair into one code point), so
+    # the walk runs only for a document that has such an escape: a search in C.
+    if _SURROGATE_ESCAPE.search(data):
+        _no_lone_surrogates(value)
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_lone_surrogates(value: Any) -> None:
+    r"""Refuse a string holding a lone surrogate (docs/protocol.md section 2, RFC 8259 8.2).
+
+    ``"\ud800"``, an unpaired ``"\udc00"`` or a high surrogate followed by anything
+    but a low one is no Unicode text: parsers disagree on it (replace, keep, refuse),
+    so two readers of one signed document could see two different strings.
+    """
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        if found:
+            raise ValueError(
+                f"string has a lone surrogate escape \\u{ord(found.group()):04x}: "
+                "not Unicode text (a surrogate escape must be a high one followed by a low one)"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_lone_surrogates(key)
+            _no_lone_surrogates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _no_lone_surrogates(item)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -642,6 +642,48 @@ CASES: dict[str, Case] = {
         lambda: _raw_text(lambda text: text.replace('"expires":', '"comment":1e400,"expires":', 1)),
         {},
     ),
+    # Strings are Unicode text (section 2): a surrogate escape only as a high-low pair.
+    "lone-high-surrogate-in-unknown-key": (
+        "A lone high surrogate escape (\\ud800) in an unknown key's string: no Unicode text, "
+        "read differently by different parsers; malformed even though the key is ignored.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"\\ud800","expires":', 1)
+        ),
+        {},
+    ),
+    "lone-low-surrogate-in-unknown-key": (
+        "A low surrogate escape (\\udc00) with no high one before it: malformed.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"a\\udc00b","expires":', 1)
+        ),
+        {},
+    ),
+    "high-surrogate-then-not-low": (
+        "A high surrogate escape followed by \\u0041, not a low surrogate: malformed.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"\\ud800\\u0041","expires":', 1)
+        ),
+        {},
+    ),
+    "lone-surrogate-in-unknown-key-name": (
+        "A lone surrogate escape in a key, not a value: malformed all the same.",
+        lambda: _raw_text(lambda text: text.replace('"expires":', '"\\udbff":1,"expires":', 1)),
+        {},
+    ),
+    "surrogate-pair-escape-accepted": (
+        "A high surrogate escape followed by a low one is one code point (U+1F600): valid, "
+        "the unknown key is ignored and the device gets stable.",
+        lambda: _raw_text(
+            lambda text: text.replace('"expires":', '"comment":"\\ud83d\\ude00","expires":', 1)
+        ),
+        {},
+    ),
+    "lone-surrogate-in-envelope": (
+        "A lone surrogate escape in an unknown envelope field (the signed payload is valid): "
+        "the envelope is strict JSON too, so malformed.",
+        lambda: _signed(_manifest()).replace(b'{"payload":', b'{"note":"\\udfff","payload":', 1),
+        {},
+    ),
     "paused-null": (
         "paused null: a boolean key (absent means false) is never null.",
         lambda: _raw_payload(_set(paused=None), _rollout()),
@@ -1056,8 +1098,9 @@ def schema_text() -> str:
     schema["$comment"] = (
         "Rules JSON Schema cannot state, which a client checks too (docs/protocol.md "
         "section 3): integers are written without a fraction or exponent (9, never 9.0; "
-        "schema_version is 1, never 1.0); a number that overflows a double (1e400) is "
-        "malformed anywhere, in unknown keys too; "
+        "schema_version is 1, never 1.0); a number that overflows a double (1e400) or a "
+        "lone surrogate escape in a string (\\ud800 not followed by a low surrogate, "
+        "section 2) is malformed anywhere, in unknown keys too; "
         "an entry's path is exactly blobs/sha256/ followed by its sha256; percent has at "
         "most two decimals; keys not listed here are ignored (a newer publisher "
         "may add them); percent and salt are set iff candidate is; paused is true "
@@ -1091,9 +1134,10 @@ def schemas() -> dict[Path, str]:
             "edgereg.protocol.probe.GoldenProbe.",
             "Rules JSON Schema cannot state (docs/protocol.md section 11): integers without a "
             "fraction (schema_version is 1, never 1.0); no number beyond a double (1e400) "
-            "anywhere; keys not listed here are ignored; data is the canonical padded base64 "
-            "of exactly product(shape) x element-size bytes; tensor names are unique within "
-            "inputs and within expected; artifact_sha256 equals the entry's sha256.",
+            "and no lone surrogate escape anywhere; keys not listed here are ignored; data "
+            "is the canonical padded base64 of exactly product(shape) x element-size "
+            "bytes; tensor names are unique within inputs and within expected; "
+            "artifact_sha256 equals the entry's sha256.",
         ),
         SCHEMA_FILE.parent / "report.schema.json": _document_schema(
             Report,
@@ -1102,7 +1146,8 @@ def schemas() -> dict[Path, str]:
             "edgereg.protocol.reports.Report.",
             "Rules JSON Schema cannot state (docs/protocol.md section 12): at most 4096 bytes; "
             "integers without a fraction (schema_version is 1, never 1.0; sequence 9, never "
-            "9.0); no number beyond a double (1e400); unknown keys are refused; a "
+            "9.0); no number beyond a double (1e400), no lone surrogate escape; unknown keys "
+            "are refused; a "
             "schema_version 1 report (or one without schema_version) carries none of the "
             "keys version 2 added (unconfirmed_starts, cpu_class, memory_peak_mb, "
             "memory_steady_mb, first_inference_ms), not even as null.",

@@ -3,11 +3,14 @@ import Foundation
 #if canImport(CryptoKit)
 import CryptoKit
 #else
+import CCrypto
 import CSodium
 #endif
 
-// The only platform split of the package: CryptoKit on Apple platforms,
-// libsodium (through the CSodium system library) elsewhere. Both sit behind
+// The only platform split of the package: CryptoKit on Apple platforms; elsewhere
+// libsodium (CSodium) for Ed25519 and OpenSSL's libcrypto (CCrypto) for SHA-256,
+// whose assembly uses the CPU's SHA instructions (libsodium's SHA-256 is portable C,
+// about six times slower: most of a cold update's CPU time). Both sit behind
 // `SHA256Hasher` and `Ed25519`, tested with the same vectors.
 
 /// Incremental SHA-256 (a blob is hashed while it downloads).
@@ -15,13 +18,12 @@ public struct SHA256Hasher: @unchecked Sendable {  // a value: its state is copi
     #if canImport(CryptoKit)
     private var hasher = CryptoKit.SHA256()
     #else
-    private var state = crypto_hash_sha256_state()
+    private var state = SHA256_CTX()
     #endif
 
     public init() {
         #if !canImport(CryptoKit)
-        Sodium.ready()
-        crypto_hash_sha256_init(&state)
+        SHA256_Init(&state)
         #endif
     }
 
@@ -30,7 +32,7 @@ public struct SHA256Hasher: @unchecked Sendable {  // a value: its state is copi
         hasher.update(data: data)
         #else
         data.withUnsafeBytes { raw in
-            _ = crypto_hash_sha256_update(&state, raw.bindMemory(to: UInt8.self).baseAddress, UInt64(raw.count))
+            _ = SHA256_Update(&state, raw.baseAddress, raw.count)
         }
         #endif
     }
@@ -45,7 +47,7 @@ public struct SHA256Hasher: @unchecked Sendable {  // a value: its state is copi
         return Data(hasher.finalize())
         #else
         var out = [UInt8](repeating: 0, count: 32)
-        crypto_hash_sha256_final(&state, &out)
+        SHA256_Final(&out, &state)
         return Data(out)
         #endif
     }

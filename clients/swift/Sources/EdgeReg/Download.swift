@@ -9,13 +9,20 @@ import Darwin
 /// Streams one blob into its `.part` file as the bytes arrive, checking rules 13–14 on the
 /// way (docs/protocol.md §7–§8): nothing past the declared size is read or written, the
 /// digest is computed while downloading, and a refusal deletes the `.part`.
+///
+/// FoundationNetworking hands the body over in libcurl's pieces of at most 16 KiB
+/// (CURL_MAX_WRITE_SIZE); the verified bytes are gathered and written 256 KiB at a time,
+/// a sixteenth of the write calls. Whatever is gathered is written when the transfer ends
+/// or stops for a resume, so the `.part` always holds every byte that was checked.
 final class BlobWriter: BodySink, @unchecked Sendable {
+    static let writeSize = 256 * 1024
     private let lock = NSLock()
     private let part: URL
     private let have: Int64
     private let url: String
     private var check: BlobCheck
     private var fd: Int32 = -1
+    private var pending: [UInt8] = []
     private var failure: Failure?
     private var _transferred: Int64 = 0
     private var _restart = false
@@ -47,12 +54,46 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     private func stop(_ f: Failure?, deletePart: Bool) -> Bool {
         failure = f
         _stopped = true
+        if deletePart {
+            pending.removeAll()
+        } else if fd >= 0, let err = flush() {
+            // Kept for a resume, but the disk refused the rest: nothing worth keeping.
+            failure = writeFailure(err)
+            pending.removeAll()
+            close(fd)
+            fd = -1
+            Files.remove(part)
+            return false
+        }
         if fd >= 0 {
             close(fd)
             fd = -1
         }
         if deletePart { Files.remove(part) }
         return false
+    }
+
+    /// Write what was gathered; the errno of a failed write, nil when all of it is on disk.
+    private func flush() -> Int32? {
+        defer { pending.removeAll(keepingCapacity: true) }
+        let err = pending.withUnsafeBytes { raw -> Int32 in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 {
+                    if n < 0, errno == EINTR { continue }
+                    return n < 0 ? errno : EIO
+                }
+                offset += n
+            }
+            return 0
+        }
+        return err == 0 ? nil : err
+    }
+
+    private func writeFailure(_ err: Int32) -> Failure {
+        Failure(code: err == ENOSPC ? Reason.noSpace : Reason.cache,
+                message: "cannot write \(part.path): \(String(cString: strerror(err)))")
     }
 
     func begin(status: Int, headers: [String: String]) -> Bool {
@@ -83,6 +124,7 @@ final class BlobWriter: BodySink, @unchecked Sendable {
                 return stop((error as? Rejection)?.failure ?? Failure(code: Reason.badBlob, message: "\(error)"), deletePart: true)
             }
             fd = open(part.path, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0o644)
+            pending.reserveCapacity(BlobWriter.writeSize + 64 * 1024)
             guard fd >= 0 else {
                 return stop(Failure(code: Reason.cache, message: "cannot write \(part.path): \(String(cString: strerror(errno)))"), deletePart: false)
             }
@@ -99,22 +141,10 @@ final class BlobWriter: BodySink, @unchecked Sendable {
             } catch {
                 return stop((error as? Rejection)?.failure ?? Failure(code: Reason.badBlob, message: "\(error)"), deletePart: true)
             }
-            let err = data.withUnsafeBytes { raw -> Int32 in
-                var offset = 0
-                while offset < raw.count {
-                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                    if n <= 0 {
-                        if errno == EINTR { continue }
-                        return errno
-                    }
-                    offset += n
-                }
-                return 0
-            }
-            if err != 0 {
+            pending.append(contentsOf: data)
+            if pending.count >= BlobWriter.writeSize, let err = flush() {
                 // Free the space: the app needs it more than a resume.
-                return stop(Failure(code: err == ENOSPC ? Reason.noSpace : Reason.cache,
-                                    message: "cannot write \(part.path): \(String(cString: strerror(err)))"), deletePart: true)
+                return stop(writeFailure(err), deletePart: true)
             }
             _transferred += Int64(data.count)
             // A body slower than the minimum rate over a whole window gives up; the part stays
@@ -137,6 +167,13 @@ final class BlobWriter: BodySink, @unchecked Sendable {
 
     func end() {
         lock.withLock {
+            if fd >= 0, let err = flush() {
+                failure = writeFailure(err)
+                close(fd)
+                fd = -1
+                Files.remove(part)
+                return
+            }
             if fd >= 0 {
                 if fsync(fd) != 0, failure == nil {
                     failure = Failure(code: Reason.cache, message: "cannot sync \(part.path)")

@@ -237,7 +237,7 @@ public enum StrictJSON {
                     throw fail("expected a key")
                 }
                 let key = try parseString()
-                // Compared as UTF-16 units so two different lone surrogates stay different keys.
+                // Compared as UTF-16 units: exact, whatever String's normalisation would say.
                 guard seen.insert(key.units).inserted else {
                     throw fail("duplicate key \"\(key.text)\"")
                 }
@@ -298,6 +298,7 @@ public enum StrictJSON {
         mutating func parseString() throws(JSONError) -> (text: String, units: [UInt16]) {
             pos += 1
             var units: [UInt16] = []
+            var surrogateEscape = false
             var runStart = pos
             func flush(_ end: Int) {
                 if end > runStart {
@@ -339,13 +340,31 @@ public enum StrictJSON {
                         code = code << 4 | digit
                     }
                     pos += 4
+                    if code & 0xF800 == 0xD800 { surrogateEscape = true }
                     units.append(code)
                 default:
                     throw fail("bad escape")
                 }
                 runStart = pos
             }
-            // A lone surrogate (valid in the reference's parser) becomes U+FFFD in the text.
+            // A lone surrogate escape ("\ud800", an unpaired "\udc00", a high one followed by
+            // anything but a low one) is malformed (docs/protocol.md §2, RFC 8259 §8.2): no
+            // Unicode text, and parsers disagree on what it reads as. Literal characters are
+            // well-formed UTF-8, so their surrogates always come in pairs.
+            if surrogateEscape {
+                var i = 0
+                while i < units.count {
+                    let unit = units[i]
+                    if unit & 0xFC00 == 0xD800, i + 1 < units.count, units[i + 1] & 0xFC00 == 0xDC00 {
+                        i += 2
+                        continue
+                    }
+                    if unit & 0xF800 == 0xD800 {
+                        throw fail("lone surrogate escape \\u\(String(unit, radix: 16)) in a string")
+                    }
+                    i += 1
+                }
+            }
             return (String(decoding: units, as: UTF16.self), units)
         }
 

@@ -27,7 +27,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
         self.limits = limits
     }
 
-    /// One exchange on its own connection (`Connection: close`).
+    /// One exchange on its own connection, closed when the exchange ends.
     final class Exchange: @unchecked Sendable {
         let fd: Int32
         var buffer: [UInt8] = []
@@ -165,7 +165,10 @@ final class SocketTransport: Transport, @unchecked Sendable {
         var path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? url.path
         if path.isEmpty { path = "/" }
         if let query = url.query { path += "?" + query }
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\nAccept-Encoding: identity\r\n"
+        // One exchange per connection, closed here once the body is read: a GET needs no
+        // "Connection: close" (nor the server's echo of it, 38 bytes of an unchanged check).
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nUser-Agent: \(SDK.userAgent)\r\n"
+        head += method == "GET" ? "Accept-Encoding: identity\r\n" : "Connection: close\r\n"
         for (k, v) in headers { head += "\(k): \(v)\r\n" }
         if let body { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"

@@ -154,6 +154,28 @@ func parts(_ cache: URL) -> [String] {
 let ocr = ReleaseUnit.bundle("ocr")
 
 @Suite(.serialized) struct ClientTests {
+    /// The unchanged check stays under 400 bytes (issue 17): a short User-Agent and Accept,
+    /// Accept-Encoding identity, and on Linux none of FoundationNetworking's extra headers.
+    @Test func requestsCarryShortExplicitHeaders() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"))
+        let client = f.client()
+        #expect(await client.update(digits).ok)
+        #expect(await client.update(digits).notModified)
+        let gets = f.server.requests
+        #expect(gets.count == 3, "\(gets.map(\.path))")
+        for (path, headers) in gets {
+            #expect(headers["user-agent"] == "edgereg-swift/\(SDK.version)", "\(path)")
+            #expect(headers["accept"] == "*/*", "\(path)")
+            #expect(headers["accept-encoding"] == "identity", "\(path)")
+            #expect(headers["pragma"] == nil && headers["cache-control"] == nil, "\(path)")
+            #if canImport(FoundationNetworking)
+            #expect(headers["accept-language"] == nil && headers["connection"] == nil, "\(path): \(headers)")
+            #endif
+        }
+        #expect(gets.last?.headers["if-none-match"] != nil, "the check is conditional")
+    }
+
     @Test func installsThenAsksWithIfNoneMatch() async throws {
         let f = try Fixture()
         let v1 = try f.registry.entry("digits", "1.0.0", labels: ["zero", "one"])

@@ -94,7 +94,11 @@ func hex(_ s: String) -> Data { Data(hex: s)! }
     static let cases: [(String, Bool)] = [
         ("{\"a\":1}", true), ("[]", true), ("\"x\"", true), ("1", true), ("-0", true), ("9.0", true), ("1e5", true),
         (" {\"a\" : [1, 2.5, true, false, null]} \n", true), ("{\"a\":\"\\u00e9\\ud83d\\ude00\"}", true),
-        ("{\"\\ud800\":1,\"\\ud801\":2}", true),  // two different lone surrogates are two keys
+        ("[\"\\ud83d\\ude00\", \"\\uD83D\\uDE00\", \"\\\\ud800\"]", true),  // pairs; an escaped backslash
+        // Lone surrogate escapes (docs/protocol.md §2): high alone, low alone, high then not low.
+        ("[\"\\ud800\"]", false), ("[\"\\udc00\"]", false), ("[\"\\ud800\\u0041\"]", false),
+        ("[\"\\udc00\\ud800\"]", false), ("{\"\\ud800\":1}", false), ("[\"\\ud800\", \"\\udc00\"]", false),
+        ("[\"\\ud83d\u{1F600}\"]", false),  // a high escape, then a literal pair
         ("{\"a\":1,\"a\":2}", false), ("{\"a\":1,\"\\u0061\":2}", false), ("{\"a\":{\"b\":1,\"b\":1}}", false),
         ("NaN", false), ("Infinity", false), ("-Infinity", false), ("[1e400]", false), ("[-1e400]", false),
         ("01", false), ("1.", false), (".5", false), ("+1", false), ("1e", false), ("[1,]", false), ("{\"a\":1,}", false),

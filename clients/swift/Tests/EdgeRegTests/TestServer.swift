@@ -28,6 +28,7 @@ final class TestServer: @unchecked Sendable {
     private var _overrides: [String: Data] = [:]
     private var _ranges = true
     private var _log: [(path: String, status: Int, bytes: Int)] = []
+    private var _requests: [(path: String, headers: [String: String])] = []
     private var _reports: [Data] = []
     private var _failPosts = 0
     private var _trickle: Set<String> = []
@@ -77,6 +78,8 @@ final class TestServer: @unchecked Sendable {
     var log: [(path: String, status: Int, bytes: Int)] { lock.withLock { _log } }
     var reports: [Data] { lock.withLock { _reports } }
     func resetLog() { lock.withLock { _log = [] } }
+    /// Every request's path and headers (names lowercased), in arrival order.
+    var requests: [(path: String, headers: [String: String])] { lock.withLock { _requests } }
     func bodyBytes(_ prefix: String) -> Int { log.filter { $0.path.hasPrefix(prefix) }.reduce(0) { $0 + $1.bytes } }
 
     private func acceptLoop() {
@@ -154,6 +157,7 @@ final class TestServer: @unchecked Sendable {
     private func handle(_ fd: Int32) {
         defer { close(fd) }
         guard let request = readRequest(fd) else { return }
+        lock.withLock { _requests.append((request.path, request.headers)) }
         if request.method == "POST" {
             let fail = lock.withLock { () -> Bool in
                 guard _failPosts > 0 else { return false }

@@ -133,7 +133,7 @@ final class Engine {
         byte[] cached = state == null ? null : (byte[]) state[0];
         String cachedEtag = state == null ? null : (String) state[1];
         String path = "manifests/" + unit + "/" + tier + ".json";
-        Http.Response response = http.get(path, cached != null ? cachedEtag : null, 0);
+        Http.Response response = http.getManifest(path, cached != null ? cachedEtag : null);
         byte[] data;
         String etag;
         boolean notModified = false;

@@ -71,6 +71,50 @@ class ClientTest {
         assertFalse(new String(Files.readAllBytes(new File(tmp, "installed.json").toPath()), "UTF-8").contains("token"), "and no token");
     }
 
+    /**
+     * The unchanged check stays under 400 bytes (issue 17): a short User-Agent and Accept, no
+     * Pragma/Cache-Control, Accept-Encoding on blobs only. An app-wide ResponseCache is never
+     * consulted: the client revalidates itself.
+     */
+    @Test
+    void requestsCarryShortHeadersAndNoCacheAnswersForTheRegistry() throws Exception {
+        byte[] model = bytes(5000, 3);
+        registry.manifest("digits", "mid", 5, registry.blob(model, "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        assertTrue(client.update("digits").notModified);
+        assertEquals(3, registry.requests.size(), registry.requests.toString());
+        for (int i = 0; i < registry.requests.size(); i++) {
+            String request = registry.requests.get(i);
+            com.sun.net.httpserver.Headers h = registry.requestHeaders.get(i);
+            assertEquals("edgereg-android/" + EdgeregClient.SDK_VERSION, h.getFirst("User-Agent"), request);
+            assertEquals("*/*", h.getFirst("Accept"), request);
+            assertNull(h.getFirst("Pragma"), request);
+            assertNull(h.getFirst("Cache-Control"), request);
+            assertEquals(request.startsWith("GET blobs/") ? "identity" : null, h.getFirst("Accept-Encoding"), request);
+        }
+        assertNotNull(registry.requestHeaders.get(2).getFirst("If-None-Match"), "the check is conditional");
+
+        final java.util.concurrent.atomic.AtomicInteger consulted = new java.util.concurrent.atomic.AtomicInteger();
+        java.net.ResponseCache.setDefault(new java.net.ResponseCache() {
+            @Override public java.net.CacheResponse get(java.net.URI uri, String method, Map<String, List<String>> headers) {
+                consulted.incrementAndGet();
+                return null;
+            }
+
+            @Override public java.net.CacheRequest put(java.net.URI uri, java.net.URLConnection conn) {
+                consulted.incrementAndGet();
+                return null;
+            }
+        });
+        try {
+            assertTrue(client.update("digits").notModified);
+        } finally {
+            java.net.ResponseCache.setDefault(null);
+        }
+        assertEquals(0, consulted.get(), "an app's ResponseCache is bypassed");
+    }
+
     @Test
     void updateAsyncRunsOnTheGivenExecutor() throws Exception {
         registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);

@@ -40,9 +40,13 @@ class CoreTest {
 
     @Test
     void strictJson() {
-        String[] valid = {"{}", "[]", "0", "-0", "1.5e3", " {\"a\":[1,2,{\"b\":null}]} ", "\"\\u00e9\\ud800\"", "123456789012345678901234567890"};
+        String[] valid = {"{}", "[]", "0", "-0", "1.5e3", " {\"a\":[1,2,{\"b\":null}]} ", "\"\\u00e9\\ud83d\\ude00\"", "\"\\uD83D\\uDE00\"", "\"\\\\ud800\"",
+            "123456789012345678901234567890"};
         String[] invalid = {"", "{\"a\":1,\"a\":2}", "{\"a\":1,\"\\u0061\":2}", "NaN", "Infinity", "-Infinity", "1e400", "01", "1.", "1e",
-            "[1,]", "{\"a\" 1}", "\"\u0001\"", "\ufeff{}", "[" + new String(new char[65]).replace("\0", "[") , "tru", "{'a':1}"};
+            "[1,]", "{\"a\" 1}", "\"\u0001\"", "\ufeff{}", "[" + new String(new char[65]).replace("\0", "[") , "tru", "{'a':1}",
+            // Lone surrogate escapes (docs/protocol.md section 2): high alone, low alone, high then not low.
+            "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\udc00\\ud800\"", "{\"\\ud800\":1}",
+            "[\"\\ud800\",\"\\udc00\"]", "\"\\ud83d\ud83d\ude00\""};
         for (String s : valid) assertTrue(Json.isValid(Codec.utf8(s)), s);
         for (String s : invalid) assertFalse(Json.isValid(Codec.utf8(s)), s);
         StringBuilder deep = new StringBuilder();

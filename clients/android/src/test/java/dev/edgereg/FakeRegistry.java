@@ -34,6 +34,8 @@ final class FakeRegistry implements AutoCloseable {
     final HttpServer server;
     final Map<String, byte[]> files = Collections.synchronizedMap(new HashMap<String, byte[]>());
     final List<String> requests = Collections.synchronizedList(new ArrayList<String>());
+    /** Each request's headers, in the order of {@link #requests}. */
+    final List<com.sun.net.httpserver.Headers> requestHeaders = Collections.synchronizedList(new ArrayList<com.sun.net.httpserver.Headers>());
     final List<byte[]> reports = Collections.synchronizedList(new ArrayList<byte[]>());
     final java.util.Set<String> peers = Collections.synchronizedSet(new java.util.HashSet<String>());
     /** Close the connection after this many body bytes of the next blob response (-1: off). */
@@ -147,7 +149,10 @@ final class FakeRegistry implements AutoCloseable {
     private void handle(HttpExchange x) throws IOException {
         String path = x.getRequestURI().getPath().substring(1);
         String range = x.getRequestHeaders().getFirst("Range");
-        requests.add(x.getRequestMethod() + " " + path + (range == null ? "" : " " + range));
+        synchronized (requests) {
+            requests.add(x.getRequestMethod() + " " + path + (range == null ? "" : " " + range));
+            requestHeaders.add(x.getRequestHeaders());
+        }
         peers.add(x.getRemoteAddress().getAddress().getHostAddress());
         if (x.getRequestMethod().equals("POST")) {
             byte[] body = readAll(x);

@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.HttpURLConnection;
+import java.net.ResponseCache;
 import java.net.URL;
 import java.util.Map;
 import java.util.regex.Matcher;
@@ -16,6 +17,8 @@ import java.util.regex.Pattern;
  * one byte a second never holds the device. Every failure is a {@code transport} Rejected.
  */
 public final class Http {
+    /** Sent on every request, on both transports. */
+    public static final String USER_AGENT = "edgereg-android/" + dev.edgereg.EdgeregClient.SDK_VERSION;
     private static final Pattern CONTENT_RANGE = Pattern.compile("bytes (\\d+)-\\d+/(?:\\d+|\\*)");
 
     public final String base;
@@ -136,13 +139,22 @@ public final class Http {
         return m.matches() ? Long.valueOf(Long.parseLong(m.group(1))) : null;
     }
 
-    /** GET {@code path}; {@code etag} sends If-None-Match, {@code start > 0} a Range. */
+    /** GET a blob: {@code start > 0} sends a Range; the body is asked for without a content coding. */
     public Response get(String path, String etag, long start) throws Rejected {
+        return get(path, etag, start, false);
+    }
+
+    /** GET a manifest: {@code etag} sends If-None-Match. */
+    public Response getManifest(String path, String etag) throws Rejected {
+        return get(path, etag, 0, true);
+    }
+
+    private Response get(String path, String etag, long start, boolean manifest) throws Rejected {
         String u = url(path);
         if (System.currentTimeMillis() > deadlineAt) throw new Rejected(Reasons.TRANSPORT, u + ": the fetch took longer than its deadline");
         if (source != null && u.startsWith("http://")) {
             try {
-                return RawHttp.get(this, u, etag, start);
+                return RawHttp.get(this, u, etag, start, manifest);
             } catch (IOException e) {
                 throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
             }
@@ -152,9 +164,22 @@ public final class Http {
             c.setConnectTimeout(timeoutMs);
             c.setReadTimeout(timeoutMs);
             c.setInstanceFollowRedirects(true);
-            c.setUseCaches(false);
-            // Hash the bytes as served: a transparent gzip would change what is counted.
-            c.setRequestProperty("Accept-Encoding", "identity");
+            // The client does its own revalidation (ETag, If-None-Match) and every manifest is
+            // checked by signature and sequence, so only an in-process cache could hand back a
+            // stale answer: one exists only where the app installed a ResponseCache (Android's
+            // HttpResponseCache), and then it is bypassed. Without one, setUseCaches(false)
+            // would only add Pragma and Cache-Control to every request (43 bytes of the
+            // unchanged check; the reference client sends neither).
+            if (responseCacheInstalled()) c.setUseCaches(false);
+            // Short, explicit defaults: HttpURLConnection's own are "Java/<version>" and a
+            // 52-character Accept list.
+            c.setRequestProperty("User-Agent", USER_AGENT);
+            c.setRequestProperty("Accept", "*/*");
+            // A blob is hashed and counted as served and resumed by byte Range: no content
+            // coding (OkHttp on Android would otherwise ask for gzip). A manifest is read
+            // whole and verified by signature, so its request carries only what the
+            // reference client sends: HttpURLConnection never asks for a coding itself.
+            if (!manifest) c.setRequestProperty("Accept-Encoding", "identity");
             if (etag != null) c.setRequestProperty("If-None-Match", etag);
             if (start > 0) c.setRequestProperty("Range", "bytes=" + start + "-");
             return new Response(c, u);
@@ -162,6 +187,15 @@ public final class Http {
             throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
         } catch (ClassCastException e) {
             throw new Rejected(Reasons.TRANSPORT, u + " is not an http(s) URL");
+        }
+    }
+
+    /** Whether an app-wide ResponseCache exists; true when a SecurityManager will not say. */
+    static boolean responseCacheInstalled() {
+        try {
+            return ResponseCache.getDefault() != null;
+        } catch (SecurityException e) {
+            return true;
         }
     }
 

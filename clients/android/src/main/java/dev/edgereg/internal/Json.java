@@ -20,9 +20,10 @@ import java.util.TreeMap;
  * {@code Boolean}, {@link #NULL}, and {@link Num} for numbers (which keeps whether the literal
  * was an integer, so {@code 9.0} can be refused where an integer is wanted).
  *
- * <p>Refused: invalid UTF-8 (a BOM too), duplicate keys (after unescaping), NaN and infinity
- * literals, nesting deeper than 64, and any number whose nearest double is infinite, integers
- * included ({@code 1e400}, or an integer of 2^1024 - 2^970 and up, so more than 309 digits).
+ * <p>Refused: invalid UTF-8 (a BOM too), lone surrogate escapes, duplicate keys (after
+ * unescaping), NaN and infinity literals, nesting deeper than 64, and any number whose nearest
+ * double is infinite, integers included ({@code 1e400}, or an integer of 2^1024 - 2^970 and up,
+ * so more than 309 digits).
  */
 public final class Json {
     public static final int MAX_DEPTH = 64;
@@ -194,10 +195,14 @@ public final class Json {
         String string() throws JsonException {
             pos++;
             StringBuilder b = new StringBuilder();
+            boolean surrogateEscape = false;
             while (true) {
                 if (pos >= s.length()) throw error("unterminated string");
                 char c = s.charAt(pos++);
-                if (c == '"') return b.toString();
+                if (c == '"') {
+                    if (surrogateEscape) checkSurrogates(b);
+                    return b.toString();
+                }
                 if (c < 0x20) throw error("control character in string");
                 if (c != '\\') {
                     b.append(c);
@@ -225,10 +230,28 @@ public final class Json {
                             v = v * 16 + d;
                         }
                         pos += 4;
+                        if (v >= 0xD800 && v <= 0xDFFF) surrogateEscape = true;
                         b.append((char) v);
                         break;
                     }
                     default: throw error("bad escape");
+                }
+            }
+        }
+
+        /**
+         * A lone surrogate escape ({@code "\\ud800"}, an unpaired {@code "\\udc00"}, a high one
+         * followed by anything but a low one) is malformed (docs/protocol.md section 2, RFC 8259
+         * section 8.2): it is no Unicode text, and parsers disagree on what it reads as. Literal
+         * characters are well-formed UTF-8, so their surrogates always come in pairs.
+         */
+        private void checkSurrogates(CharSequence b) throws JsonException {
+            for (int i = 0; i < b.length(); i++) {
+                char c = b.charAt(i);
+                if (Character.isHighSurrogate(c) && i + 1 < b.length() && Character.isLowSurrogate(b.charAt(i + 1))) {
+                    i++;
+                } else if (Character.isSurrogate(c)) {
+                    throw error("lone surrogate escape \\u" + Integer.toHexString(c) + " in a string");
                 }
             }
         }

@@ -16,7 +16,8 @@ import java.util.Map;
 /**
  * HTTP/1.1 over a socket bound to a chosen local address: HttpURLConnection cannot bind one, and
  * a fleet simulation gives each device its own loopback source. Plain http:// only; one request
- * per connection ({@code Connection: close}); Content-Length, chunked or read-to-close bodies.
+ * per connection, closed by the client once the body is read (a POST asks {@code Connection: close});
+ * Content-Length, chunked or read-to-close bodies.
  */
 final class RawHttp {
     private RawHttp() {}
@@ -45,13 +46,17 @@ final class RawHttp {
         return url.getHost() + (url.getPort() < 0 ? "" : ":" + url.getPort());
     }
 
-    static Http.Response get(Http http, String u, String etag, long start) throws IOException {
+    static Http.Response get(Http http, String u, String etag, long start, boolean manifest) throws IOException {
         URL url = new URL(u);
         Socket s = connect(url, http.timeoutMs, http.source);
         try {
+            // One request per connection, closed here once the body is read, so no
+            // "Connection: close" (nor the server's echo of it: 38 bytes of an unchanged
+            // check). The headers are Http.get's, less Accept: absent, it means any type.
             StringBuilder req = new StringBuilder();
             req.append("GET ").append(target(url)).append(" HTTP/1.1\r\nHost: ").append(host(url))
-                    .append("\r\nAccept-Encoding: identity\r\nConnection: close\r\nUser-Agent: edgereg-android\r\n");
+                    .append("\r\nUser-Agent: ").append(Http.USER_AGENT).append("\r\n");
+            if (!manifest) req.append("Accept-Encoding: identity\r\n");
             if (etag != null) req.append("If-None-Match: ").append(etag).append("\r\n");
             if (start > 0) req.append("Range: bytes=").append(start).append("-\r\n");
             req.append("\r\n");
@@ -74,7 +79,7 @@ final class RawHttp {
         Socket s = connect(url, timeoutMs, source);
         try {
             String head = "POST " + target(url) + " HTTP/1.1\r\nHost: " + host(url) + "\r\nContent-Type: application/json\r\nContent-Length: "
-                    + body.length + "\r\nConnection: close\r\nUser-Agent: edgereg-android\r\n\r\n";
+                    + body.length + "\r\nConnection: close\r\nUser-Agent: " + Http.USER_AGENT + "\r\n\r\n";
             OutputStream out = s.getOutputStream();
             out.write(Codec.utf8(head));
             out.write(body);
