@@ -167,6 +167,7 @@ class SimulatedStore:
         *,
         model: str | None = None,
         aged_before: datetime | None = None,
+        stalled_starts: int = 2,
     ) -> list[ArmSummary]:
         cut = (since - START).total_seconds() if since is not None else 0.0
         aged = (aged_before - START).total_seconds() if aged_before is not None else None
