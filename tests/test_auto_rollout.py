@@ -431,6 +431,51 @@ def test_analyze_reads_the_store_and_prints_every_guardrail(canary: Site) -> Non
     assert probe["p_worse"] < 0.05
 
 
+def test_analyze_fails_installs_stalled_before_any_revert_at_the_declared_starts(
+    canary: Site,
+) -> None:
+    # 45 of 300 candidate installs started twice without a confirmation (report schema 2),
+    # none reverted yet: the unconfirmed guardrail fails, the revert guardrail does not.
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
+    candidate = reports_of(canary, "candidate", "1.1.0", 300)
+    stalled = {"confirmed": False, "inference": None, "schema_version": 2, "unconfirmed_starts": 2}
+    ingest(
+        canary,
+        [
+            Report.model_validate({**r.model_dump(), **stalled}) if i % 300 < 45 else r
+            for i, r in enumerate(candidate)
+        ],
+    )
+    result = canary.run("analyze", MODEL)
+    assert result.exit_code == 12, result.output
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith("  fail         unconfirmed, critical: candidate 15.00% (45/300)")
+        for line in lines
+    ), result.stdout
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    guardrails = {g["name"]: g for g in data["tiers"][0]["guardrails"]}
+    assert guardrails["unconfirmed"]["verdict"] == "fail"
+    assert guardrails["unconfirmed"]["stalled_starts"] == 2
+    assert (guardrails["revert"]["candidate_events"], guardrails["revert"]["verdict"]) == (
+        0,
+        "inconclusive",
+    )
+    # Declared at three starts, the same reports hold no stalled install: the threshold
+    # goes from models.toml to the store's query.
+    add_table(canary.project, "[rollout.guardrails.unconfirmed]\nstalled_starts = 3")
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    guardrails = {g["name"]: g for g in data["tiers"][0]["guardrails"]}
+    assert (
+        guardrails["unconfirmed"]["candidate_events"],
+        guardrails["unconfirmed"]["verdict"],
+    ) == (
+        0,
+        "inconclusive",
+    )
+    assert guardrails["unconfirmed"]["stalled_starts"] == 3
+
+
 def test_analyze_with_too_few_reports_is_inconclusive(canary: Site) -> None:
     ingest(canary, reports_of(canary, "stable", "1.0.0", 10))
     ingest(canary, reports_of(canary, "candidate", "1.1.0", 10))
