@@ -901,6 +901,7 @@ def test_unconfirmed_is_listed_everywhere_the_analysis_goes() -> None:
     evidence = analysis.evidence()["tiers"]["high"]["guardrails"]  # type: ignore[index]
     assert evidence["unconfirmed"]["verdict"] == "fail"
     assert evidence["unconfirmed"]["candidate_rate"] == 0.05
+    assert evidence["unconfirmed"]["stalled_starts"] == 2
 
 
 def test_a_first_release_is_judged_on_its_stalls_too() -> None:

@@ -216,6 +216,8 @@ _EVIDENCE_KEYS = frozenset(
         "ci_high_pct",
         "limit_pct",
         "p_slower",
+        # What made an install stalled: the verdict is read against it.
+        "stalled_starts",
     }
 )
 
