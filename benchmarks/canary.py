@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from edgereg.analysis import _canary, analyze
 from edgereg.analysis._rates import RateComparison, restricted_rates
-from edgereg.config import Guardrails, RateGuardrail, RolloutPolicy
+from edgereg.config import Guardrails, RateGuardrail, RolloutPolicy, UnconfirmedGuardrail
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._auto import apply, decide
 from edgereg.registry._transitions import publish
@@ -328,7 +328,7 @@ OLD_POLICY = RolloutPolicy(
         probe_failure=_NO_CEILING,
         load_failure=_NO_CEILING,
         revert=_NO_CEILING,
-        unconfirmed=_NO_CEILING,
+        unconfirmed=UnconfirmedGuardrail(max_rate=1.0),
     )
 )
 
