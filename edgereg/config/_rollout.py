@@ -41,8 +41,8 @@ class UnconfirmedGuardrail(RateGuardrail):
         description="App starts without a confirmation that make an install stalled (the "
         "failing device of this guardrail; report schema 2's unconfirmed_starts, sent at each "
         "start as it happens). 2: one start the user ended before the model ran is not a "
-        "failure yet. At most the app's max_unconfirmed_starts (3 by default), or the "
-        "reverts, which keep their count, are never counted here.",
+        "failure yet. Keep it at most the app's max_unconfirmed_starts (3 by default): a "
+        "revert's report keeps the count it reverted at, so a higher one never counts it.",
     )
 
 
