@@ -24,7 +24,7 @@ from edgereg.analysis import (
     mann_whitney,
 )
 from edgereg.analysis._rates import restricted_rates
-from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
+from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
 from edgereg.reports.summary import ArmSummary, bucket_value_ms, latency_bucket
 from edgereg.wire import HistoryEvent, RolloutSnapshot, RolloutState
 
@@ -181,6 +181,8 @@ def summary_of(
         probe_failed=round(probe * devices),
         load_failed=round(load * devices),
         reverted=round(revert * devices),
+        # A crash loop stalls before it reverts: as many stalled installs as reverts.
+        stalled=round(revert * devices),
         load_ms=load_ms,
         inference_p50_ms=inference,
     )
@@ -208,6 +210,7 @@ def test_identical_arms_never_fail(
         probe_failure=rate,
         load_failure=rate,
         revert=rate,
+        unconfirmed=UnconfirmedGuardrail(max_increase=max_increase, critical=critical),
         load_ms=latency,
         inference_ms=latency,
     )

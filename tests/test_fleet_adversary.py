@@ -16,6 +16,7 @@ reports do not move it either way.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -60,8 +61,16 @@ def test_a_dozen_forged_reverts_from_one_network_do_not_roll_back_a_good_candida
     assert forger.sent == {202: 12}
     assert outcome.reports == {202: sum(outcome.reports.values())}
     assert outcome.result == "stuck at 5%", outcome.actions
-    # Stored, and counted one per network: one failing device, three needed to fail.
-    assert "(a fail counts 1 of the 12 failing devices: one per network)" in revert, revert
+    # Stored, and counted one per network: one failing device, three needed to fail. (A
+    # genuine candidate device crash-loops too, 2 % of them: with the cohort's random salt
+    # one sometimes reverts, its network a second failing device.)
+    counted = re.search(
+        r"\(a fail counts (\d+) of the (\d+) failing devices: one per network\)", revert
+    )
+    assert counted is not None, revert
+    genuine = int(counted.group(2)) - 12
+    assert 0 <= genuine <= 1, revert
+    assert int(counted.group(1)) == 1 + genuine, revert
 
 
 def test_a_forced_rollback_takes_min_failing_devices_networks(tmp_path: Path) -> None:
