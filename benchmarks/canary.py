@@ -7,8 +7,9 @@ rollout transitions (``publish``, then ``decide`` and ``apply`` of
 policy (steps 5 → 25 → 50 → 100 %, 24 h soak). Only the report store is
 simulated: per period, every device of an arm reports at its app's first
 start (apps start once a day, so reports arrive through the day), a
-crash-looping device reports its revert ``--revert-days`` later (the third
-unconfirmed start), and latencies are log-normal. ``--auto`` looks every 30
+crash-looping device reports its stall ``--stall-days`` later (its second
+unconfirmed start: the unconfirmed guardrail) and its revert
+``--revert-days`` later (the third), and latencies are log-normal. ``--auto`` looks every 30
 simulated minutes; a rollout that neither promotes nor rolls back within
 ``--max-days`` is "stuck".
 
@@ -58,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from edgereg.analysis import _canary, analyze
 from edgereg.analysis._rates import RateComparison, restricted_rates
-from edgereg.config import Guardrails, RateGuardrail, RolloutPolicy
+from edgereg.config import Guardrails, RateGuardrail, RolloutPolicy, UnconfirmedGuardrail
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._auto import apply, decide
 from edgereg.registry._transitions import publish
@@ -112,9 +113,11 @@ class Batch:
         rates: Sequence[float],
         slower: float,
         revert_days: float,
+        stall_days: float = math.inf,
     ) -> None:
         self.arm, self.version = arm, version
         self.revert_delay = revert_days * DAY
+        self.stall_delay = stall_days * DAY
         # Sorted by report time: what has arrived by a moment is a prefix, counted by bisection.
         self.times = np.sort(start + rng.random(devices) * DAY)
         self.cumulative = [
@@ -139,6 +142,12 @@ class Batch:
         aged_reverted = int(
             self.cumulative[2][min(old, max(first, shown))] - self.cumulative[2][first]
         )
+        # It stalls (its second unconfirmed start) before it reverts, and stays stalled.
+        stall = int(np.searchsorted(self.times, now - self.stall_delay, side="right"))
+        stalled = int(self.cumulative[2][max(first, stall)] - self.cumulative[2][first])
+        aged_stalled = int(
+            self.cumulative[2][min(old, max(first, stall))] - self.cumulative[2][first]
+        )
         counts = np.bincount(self.load[first:last])
         histogram = {int(b): int(c) for b, c in enumerate(counts) if c}
         return ArmSummary(
@@ -150,16 +159,22 @@ class Batch:
             probe_failed=probe,
             load_failed=load,
             reverted=reverted,
-            confirmed=devices - reverted,
+            confirmed=devices - max(reverted, stalled),
             aged_devices=None if aged is None else old - first,
             aged_reverted=0 if aged is None else aged_reverted,
+            stalled=stalled,
+            aged_stalled=0 if aged is None else aged_stalled,
             load_ms=histogram,
             inference_p50_ms=histogram,
         )
 
 
 class SimulatedStore:
-    """The store's ``summaries`` over simulated batches, as of the simulation's clock."""
+    """The store's ``summaries`` over simulated batches, as of the simulation's clock.
+
+    ``stalled_starts`` is the default guardrail's (2): a batch's stall delay is the
+    time its apps take to start twice (``--stall-days``).
+    """
 
     def __init__(self) -> None:
         self.batches: list[Batch] = []
@@ -172,6 +187,7 @@ class SimulatedStore:
         *,
         model: str | None = None,
         aged_before: datetime | None = None,
+        stalled_starts: int = 2,
     ) -> list[ArmSummary]:
         cut = (since - START).total_seconds() if since is not None else 0.0
         aged = (aged_before - START).total_seconds() if aged_before is not None else None
@@ -180,9 +196,19 @@ class SimulatedStore:
 
 
 def one_rollout(
-    world: World, seed: int, devices: int, max_days: float, revert_days: float, old: bool = False
+    world: World,
+    seed: int,
+    devices: int,
+    max_days: float,
+    revert_days: float,
+    old: bool = False,
+    stall_days: float = 1.0,
 ):
-    """Run one rollout to its end; returns (outcome, days)."""
+    """Run one rollout to its end; returns (outcome, days).
+
+    The earlier judge (``old``) had no unconfirmed guardrail: its batches never stall.
+    """
+    stalls = math.inf if old else stall_days
     rng = np.random.default_rng(seed)
     policy = OLD_POLICY if old else RolloutPolicy(require_proof=REQUIRE_PROOF)
     store = SimulatedStore()
@@ -222,6 +248,7 @@ def one_rollout(
                 [p[0] for p in pairs],
                 world.slower,
                 revert_days,
+                stalls,
             )
         )
         if devices - candidate:
@@ -235,6 +262,7 @@ def one_rollout(
                     [p[1] for p in pairs],
                     1.0,
                     revert_days,
+                    stalls,
                 )
             )
 
@@ -305,6 +333,7 @@ OLD_POLICY = RolloutPolicy(
         probe_failure=_NO_CEILING,
         load_failure=_NO_CEILING,
         revert=_NO_CEILING,
+        unconfirmed=UnconfirmedGuardrail(max_rate=1.0),
     )
 )
 
@@ -313,16 +342,16 @@ def use_score_test() -> None:
     _canary.compare_rates = score_test  # type: ignore[assignment]
 
 
-def _job(args: tuple[World, int, int, float, float, bool]):
-    world, seed, devices, max_days, revert_days, old = args
+def _job(args: tuple[World, int, int, float, float, bool, float]):
+    world, seed, devices, max_days, revert_days, old, stall_days = args
     if old:
         use_score_test()
-    return one_rollout(world, seed, devices, max_days, revert_days, old)
+    return one_rollout(world, seed, devices, max_days, revert_days, old, stall_days)
 
 
 def run_world(pool, world: World, args: argparse.Namespace, old: bool) -> dict[str, float]:
     jobs = [
-        (world, 1000 * i + 7, args.devices, args.max_days, args.revert_days, old)
+        (world, 1000 * i + 7, args.devices, args.max_days, args.revert_days, old, args.stall_days)
         for i in range(args.rollouts)
     ]
     results = list(pool.map(_job, jobs, chunksize=4))
@@ -586,6 +615,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=200_000, help="devices in the tier")
     parser.add_argument("--max-days", type=float, default=14.0)
     parser.add_argument("--revert-days", type=float, default=2.0)
+    parser.add_argument(
+        "--stall-days", type=float, default=1.0, help="install to the second unconfirmed start"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--compare", action="store_true", help="also run the earlier judge")
     parser.add_argument("--only-table", action="store_true")
@@ -625,7 +657,8 @@ def main() -> None:
         return
     print(
         f"\n{args.rollouts} rollouts per world, {args.devices} devices in one tier, --auto every "
-        f"30 min, reverts reported {args.revert_days:g} days after install:"
+        f"30 min, stalls reported {args.stall_days:g} and reverts {args.revert_days:g} days after "
+        "install:"
     )
     summary = []
     with ProcessPoolExecutor(args.workers) as pool:

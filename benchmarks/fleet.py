@@ -114,6 +114,7 @@ LOOP_POLICY = RolloutPolicy.model_validate(
             "probe_failure": {"max_increase": 0.3},
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
+            "unconfirmed": {"max_increase": 0.3},
             "load_ms": {"max_increase_pct": 100, "critical": False},
             "inference_ms": {"max_increase_pct": 15, "critical": True},
         },

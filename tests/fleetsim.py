@@ -22,10 +22,12 @@ What is simulated, and how:
   from), picks its arm with the protocol's cohort rule, and reports as the
   reference client does: an install (self-test passed or failed, load time or
   load failure), a confirmation with its median inference time at the first
-  start that does not crash, a revert after three unconfirmed starts (the
-  client's ``max_unconfirmed_starts``), and its install again under the same
-  token when the manifest's sequence changed (so each rollout period hears
-  from every device that starts its app in it);
+  start that does not crash, each start that crashes with its count of
+  unconfirmed starts (report schema 2's ``unconfirmed_starts``, as it
+  happens: the unconfirmed guardrail's stalls), a revert after three
+  unconfirmed starts (the client's ``max_unconfirmed_starts``), and its
+  install again under the same token when the manifest's sequence changed
+  (so each rollout period hears from every device that starts its app in it);
 * **behaviour**: per release, the share of devices whose probe fails, whose
   load fails, whose app crash-loops, and the latency (log-normal per device);
 * **the forger** (:class:`Forger`): ``k`` /24 networks of its own, posting
@@ -310,7 +312,8 @@ class FleetWorld:
         device.sequence = state.sequence
         self._send(
             device,
-            Report(
+            # Report schema 2 when an outcome holds one of its keys (unconfirmed_starts).
+            Report.versioned(
                 token=token,
                 unit=UNIT,
                 model=UNIT,
@@ -386,17 +389,22 @@ class FleetWorld:
             return
         if self._draw(device, version, "crash") < behaviour.crash_loop:
             device.unconfirmed += 1
-            if device.unconfirmed >= MAX_UNCONFIRMED_STARTS:
+            reverted = device.unconfirmed >= MAX_UNCONFIRMED_STARTS
+            # As the reference client does: each start counted against the unconfirmed
+            # install is reported as it happens (the unconfirmed guardrail's stall), and the
+            # revert's report keeps the count.
+            self._report(
+                device,
+                version,
+                arm,
+                probe="passed",
+                backend="cpu",
+                load_ms=self._latency(device, version, "load", behaviour.load_ms),
+                unconfirmed_starts=device.unconfirmed,
+                reverted=reverted,
+            )
+            if reverted:
                 device.bad.add(version)
-                self._report(
-                    device,
-                    version,
-                    arm,
-                    probe="passed",
-                    backend="cpu",
-                    load_ms=self._latency(device, version, "load", behaviour.load_ms),
-                    reverted=True,
-                )
                 device.installed = None  # back to the last good; the next start reinstalls
             return
         device.confirmed = True

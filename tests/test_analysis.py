@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -23,7 +24,7 @@ from edgereg.analysis import (
     mann_whitney,
 )
 from edgereg.analysis._rates import restricted_rates
-from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
+from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
 from edgereg.reports.summary import ArmSummary, bucket_value_ms, latency_bucket
 from edgereg.wire import HistoryEvent, RolloutSnapshot, RolloutState
 
@@ -180,6 +181,8 @@ def summary_of(
         probe_failed=round(probe * devices),
         load_failed=round(load * devices),
         reverted=round(revert * devices),
+        # A crash loop stalls before it reverts: as many stalled installs as reverts.
+        stalled=round(revert * devices),
         load_ms=load_ms,
         inference_p50_ms=inference,
     )
@@ -207,6 +210,7 @@ def test_identical_arms_never_fail(
         probe_failure=rate,
         load_failure=rate,
         revert=rate,
+        unconfirmed=UnconfirmedGuardrail(max_increase=max_increase, critical=critical),
         load_ms=latency,
         inference_ms=latency,
     )
@@ -771,3 +775,174 @@ def test_peak_memory_is_a_guardrail_where_devices_report_it() -> None:
     # One arm reporting it and the other not: nothing to compare with yet.
     half = run(healthy("candidate", memory_peak_mb=lean), healthy("stable"))
     assert verdicts(half)["memory_peak_mb"] == "inconclusive"
+
+
+# --- the unconfirmed guardrail: installs stalled before the app confirms them -----------
+
+KNOWN = {"sources": 2000, "sourced_devices": 2000}
+
+
+@dataclass(frozen=True)
+class Stall:
+    candidate: ArmSummary
+    stable: ArmSummary
+    verdict: str
+    reason: str = ""
+    revert: str | None = None  # the revert guardrail's verdict, when the row is about it
+    guardrails: Guardrails = GUARDRAILS
+
+
+STALLS = {
+    # A crash loop on a daily app: stalled at the second start, days before any revert,
+    # in a cohort too young for the revert guardrail to say anything.
+    "stalls-fail-before-any-revert": Stall(
+        healthy("candidate", aged_devices=0, stalled=200, stalled_sources=200, **KNOWN),
+        healthy("stable", aged_devices=2000, stalled=40, stalled_sources=40, **KNOWN),
+        "fail",
+        "above the limit",
+        revert="inconclusive",
+    ),
+    "young-cohort-cannot-pass": Stall(
+        healthy("candidate", aged_devices=0, **KNOWN),
+        healthy("stable", aged_devices=2000, **KNOWN),
+        "inconclusive",
+        "a pass counts only the 0 candidate device(s) installed 72 h ago or more",
+    ),
+    "aged-cohort-passes-on-its-aged-installs": Stall(
+        healthy("candidate", aged_devices=1500, aged_sources=1500, **KNOWN),
+        healthy("stable", aged_devices=2000, aged_sources=2000, **KNOWN),
+        "pass",
+        "a pass counts only the 1500 candidate device(s) installed 72 h ago",
+    ),
+    "too-few-aged-to-pass": Stall(
+        healthy("candidate", aged_devices=30, aged_sources=30, **KNOWN),
+        healthy("stable", aged_devices=2000, aged_sources=2000, **KNOWN),
+        "inconclusive",
+        "too few devices to pass",
+    ),
+    # The aged installs' own stalls decide a pass: 15 of 500 aged (3 %) is no pass, though
+    # over the whole arm, 19,500 young clean installs would dilute it to 0.08 %.
+    "young-installs-cannot-dilute-aged-stalls": Stall(
+        healthy(
+            "candidate",
+            20_000,
+            aged_devices=500,
+            aged_sources=500,
+            stalled=15,
+            stalled_sources=15,
+            aged_stalled=15,
+            aged_stalled_sources=15,
+            sources=20_000,
+            sourced_devices=20_000,
+        ),
+        healthy("stable", 20_000, sources=20_000, sourced_devices=20_000),
+        "inconclusive",
+        "a pass counts only the 500 candidate device(s)",
+    ),
+    "stalls-from-one-network-do-not-fail": Stall(
+        healthy("candidate", stalled=40, stalled_sources=1, **KNOWN),
+        healthy("stable", **KNOWN),
+        "inconclusive",
+        "(a fail counts 1 of the 40 failing devices: one per network)",
+    ),
+    "stalling-alike-with-the-stable-is-not-worse": Stall(
+        healthy("candidate", stalled=40, stalled_sources=40, **KNOWN),
+        healthy("stable", stalled=40, stalled_sources=40, **KNOWN),
+        "inconclusive",
+        "not enough evidence either way",
+    ),
+    # A revert without a stall count (schema 1) is the revert guardrail's, not this one's.
+    "a-revert-is-not-a-stall": Stall(
+        healthy("candidate", reverted=100, reverted_sources=100, **KNOWN),
+        healthy("stable", **KNOWN),
+        "pass",
+        revert="fail",
+    ),
+    "not-critical-when-declared": Stall(
+        healthy("candidate", stalled=100, stalled_sources=100, **KNOWN),
+        healthy("stable", **KNOWN),
+        "fail",
+        guardrails=Guardrails(unconfirmed={"critical": False}),  # type: ignore[arg-type]
+    ),
+    "a-wider-margin-tolerates-more": Stall(
+        healthy("candidate", stalled=60, stalled_sources=60, **KNOWN),
+        healthy("stable", stalled=40, stalled_sources=40, **KNOWN),
+        "pass",
+        guardrails=Guardrails(unconfirmed={"max_increase": 0.05}),  # type: ignore[arg-type]
+    ),
+}
+
+
+@pytest.mark.parametrize("row", STALLS.values(), ids=STALLS.keys())
+def test_unconfirmed_guardrail(row: Stall) -> None:
+    analysis = run(row.candidate, row.stable, guardrails=row.guardrails)
+    (tier,) = analysis.tiers
+    found = {result.name: result for result in tier.guardrails}
+    unconfirmed = found["unconfirmed"]
+    assert unconfirmed.verdict == row.verdict, unconfirmed.reason
+    assert row.reason in unconfirmed.reason
+    assert unconfirmed.critical == row.guardrails.unconfirmed.critical
+    assert unconfirmed.numbers["stalled_starts"] == row.guardrails.unconfirmed.stalled_starts
+    if row.revert is not None:
+        assert found["revert"].verdict == row.revert, found["revert"].reason
+    # Critical by default: its fail alone fails the analysis.
+    if row.verdict == "fail":
+        assert (analysis.verdict == "fail") == row.guardrails.unconfirmed.critical
+
+
+def test_unconfirmed_is_listed_everywhere_the_analysis_goes() -> None:
+    stalled = healthy("candidate", stalled=100, stalled_sources=100, **KNOWN)
+    analysis = run(stalled, healthy("stable", **KNOWN))
+    assert analysis.verdict == "fail"
+    tier = analysis.to_json()["tiers"][0]  # type: ignore[index]
+    (listed,) = (g for g in tier["guardrails"] if g["name"] == "unconfirmed")
+    assert (listed["verdict"], listed["candidate_events"], listed["stalled_starts"]) == (
+        "fail",
+        100,
+        2,
+    )
+    evidence = analysis.evidence()["tiers"]["high"]["guardrails"]  # type: ignore[index]
+    assert evidence["unconfirmed"]["verdict"] == "fail"
+    assert evidence["unconfirmed"]["candidate_rate"] == 0.05
+    assert evidence["unconfirmed"]["stalled_starts"] == 2
+
+
+def test_a_first_release_is_judged_on_its_stalls_too() -> None:
+    def first(candidate: ArmSummary) -> Analysis:
+        return analyze(
+            [candidate],
+            unit="vision",
+            candidate="1.1.0",
+            stable=None,
+            since=SINCE,
+            guardrails=GUARDRAILS,
+            tiers=["high"],
+        )
+
+    assert verdicts(first(healthy("candidate", 62, stalled=62)))["unconfirmed"] == "fail"
+    assert verdicts(first(healthy("candidate", 2000, aged_devices=2000)))["unconfirmed"] == "pass"
+    young = first(healthy("candidate", 2000, aged_devices=0))
+    assert verdicts(young)["unconfirmed"] == "inconclusive"
+
+
+def test_a_stalling_stable_arm_raises_an_alarm() -> None:
+    analysis = run(healthy("candidate"), healthy("stable", stalled=1500))
+    assert any("stable arm's unconfirmed rate is 75.0%" in alarm for alarm in analysis.alarms)
+
+
+def test_sabotage_an_unconfirmed_guardrail_that_always_passes_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The table above must catch a guardrail that never fails: make it always pass and
+    # the crash-loop row has to fail.
+    from edgereg.analysis import _canary
+
+    judged = _canary._rate_result
+
+    def always_passes(name: str, rule: RateGuardrail, *args: object, **kw: object) -> object:
+        result = judged(name, rule, *args, **kw)  # type: ignore[arg-type]
+        return replace(result, verdict="pass") if name == "unconfirmed" else result
+
+    monkeypatch.setattr(_canary, "_rate_result", always_passes)
+    with pytest.raises(AssertionError):
+        test_unconfirmed_guardrail(STALLS["stalls-fail-before-any-revert"])

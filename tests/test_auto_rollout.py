@@ -97,6 +97,8 @@ GOOD = (summary("candidate"), summary("stable"))
 CRASHING = (summary("candidate", probe_failed=400), summary("stable"))
 FEW = (summary("candidate", 20), summary("stable"))
 TINY = (summary("candidate", 9), summary("stable"))
+# 12 of 30 candidate installs past the revert window: too few of the arm to stand for it.
+YOUNG = (summary("candidate", 30, aged_devices=12), summary("stable", aged_devices=2000))
 # One failing device of 20 against none: no harm shown, but an estimate beyond the limit.
 LEANING = (summary("candidate", 20, probe_failed=1), summary("stable"))
 # 2,000 healthy candidate tokens from one network: one device, for a soak step as for a pass.
@@ -178,6 +180,9 @@ TABLE = {
     ),
     "leaning-over-the-limit-never-promotes-unproven": Row(
         released(5, 25, 100), LEANING, 500, "wait", reason="high probe_failure is +5.0 pt"
+    ),
+    "mostly-young-arm-waits-for-its-installs-to-age": Row(
+        released(5), YOUNG, 500, "wait", reason="high revert"
     ),
     "tiny-never-steps-without-proof": Row(
         released(5), TINY, 500, "wait", reason="not observed on min_soak_devices"
@@ -467,6 +472,51 @@ def test_analyze_reads_the_store_and_prints_every_guardrail(canary: Site) -> Non
     (probe,) = (g for g in data["tiers"][0]["guardrails"] if g["name"] == "probe_failure")
     assert (probe["candidate_events"], probe["stable_events"]) == (45, 0)
     assert probe["p_worse"] < 0.05
+
+
+def test_analyze_fails_installs_stalled_before_any_revert_at_the_declared_starts(
+    canary: Site,
+) -> None:
+    # 45 of 300 candidate installs started twice without a confirmation (report schema 2),
+    # none reverted yet: the unconfirmed guardrail fails, the revert guardrail does not.
+    ingest(canary, reports_of(canary, "stable", "1.0.0", 300))
+    candidate = reports_of(canary, "candidate", "1.1.0", 300)
+    stalled = {"confirmed": False, "inference": None, "schema_version": 2, "unconfirmed_starts": 2}
+    ingest(
+        canary,
+        [
+            Report.model_validate({**r.model_dump(), **stalled}) if i % 300 < 45 else r
+            for i, r in enumerate(candidate)
+        ],
+    )
+    result = canary.run("analyze", MODEL)
+    assert result.exit_code == 12, result.output
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith("  fail         unconfirmed, critical: candidate 15.00% (45/300)")
+        for line in lines
+    ), result.stdout
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    guardrails = {g["name"]: g for g in data["tiers"][0]["guardrails"]}
+    assert guardrails["unconfirmed"]["verdict"] == "fail"
+    assert guardrails["unconfirmed"]["stalled_starts"] == 2
+    assert (guardrails["revert"]["candidate_events"], guardrails["revert"]["verdict"]) == (
+        0,
+        "inconclusive",
+    )
+    # Declared at three starts, the same reports hold no stalled install: the threshold
+    # goes from models.toml to the store's query.
+    add_table(canary.project, "[rollout.guardrails.unconfirmed]\nstalled_starts = 3")
+    data = json.loads(canary.run("analyze", MODEL, "--json").stdout)
+    guardrails = {g["name"]: g for g in data["tiers"][0]["guardrails"]}
+    assert (
+        guardrails["unconfirmed"]["candidate_events"],
+        guardrails["unconfirmed"]["verdict"],
+    ) == (
+        0,
+        "inconclusive",
+    )
+    assert guardrails["unconfirmed"]["stalled_starts"] == 3
 
 
 def test_analyze_with_too_few_reports_is_inconclusive(canary: Site) -> None:

@@ -510,7 +510,12 @@ def test_a_crash_loop_is_stored_by_edgereg_serve_before_the_revert(
         client.close()
         (candidate,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
         assert (candidate.devices, candidate.reverted) == (1, 0)  # stored, not yet reverted
+        assert candidate.stalled == 0  # one start is not a stall (stalled_starts 2)
         assert client.app_started() is None
+        client.close()
+        # The second unconfirmed start is on the server as it happens: a stall, no revert.
+        (stalled,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
+        assert (stalled.stalled, stalled.reverted) == (1, 0)
         assert client.app_started() is not None  # the third start reverts
         client.close()
         (after,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
@@ -524,3 +529,4 @@ def test_a_crash_loop_is_stored_by_edgereg_serve_before_the_revert(
     ]
     assert {(r.schema_version, r.cpu_class, r.version) for r in sent} == {(2, "armv9", "1.1.0")}
     assert (after.devices, after.reverted) == (1, 1)
+    assert after.stalled == 1  # the revert keeps its count: stalled first, stalled still

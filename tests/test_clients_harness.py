@@ -821,7 +821,8 @@ def test_an_unconfirmed_release_is_reverted_after_a_crash_loop_and_never_again(
     assert again["fallback"] == "bad-release", again
     assert outcome(device, again) == want("digits", first.stable, refused=("1.1.0",))
     device.request("flush")
-    counts = {"devices": 1, "confirmed": 0, "reverted": 1}
+    # The revert keeps its count of unconfirmed starts: the unconfirmed guardrail's stall.
+    counts = {"devices": 1, "confirmed": 0, "reverted": 1, "stalled": 1}
     assert arms(reports, "digits", **counts)[("candidate", "1.1.0")] == counts
 
 

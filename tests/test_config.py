@@ -72,6 +72,18 @@ W8_TABLE = f'[models.digits.variants.w8]\ntier = "low"\n{W8}\nruntime = {{ threa
 
 BAD_CASES = [
     Bad(
+        "stalled-starts-below-one",
+        (("[toolchain]", "[rollout.guardrails.unconfirmed]\nstalled_starts = 0\n\n[toolchain]"),),
+        "rollout.guardrails.unconfirmed.stalled_starts",
+        ("greater than or equal to 1",),
+    ),
+    Bad(
+        "unknown-unconfirmed-guardrail-key",
+        (("[toolchain]", "[rollout.guardrails.unconfirmed]\nstalled_hours = 24\n\n[toolchain]"),),
+        "rollout.guardrails.unconfirmed.stalled_hours",
+        ("unknown key", "stalled_starts"),
+    ),
+    Bad(
         "unknown-top-level-key",
         (("[toolchain]", "telemetry = true\n\n[toolchain]"),),
         "telemetry",

@@ -16,6 +16,7 @@ reports do not move it either way.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -60,8 +61,16 @@ def test_a_dozen_forged_reverts_from_one_network_do_not_roll_back_a_good_candida
     assert forger.sent == {202: 12}
     assert outcome.reports == {202: sum(outcome.reports.values())}
     assert outcome.result == "stuck at 5%", outcome.actions
-    # Stored, and counted one per network: one failing device, three needed to fail.
-    assert "(a fail counts 1 of the 12 failing devices: one per network)" in revert, revert
+    # Stored, and counted one per network: one failing device, three needed to fail. (A
+    # genuine candidate device crash-loops too, 2 % of them: with the cohort's random salt
+    # one sometimes reverts, its network a second failing device.)
+    counted = re.search(
+        r"\(a fail counts (\d+) of the (\d+) failing devices: one per network\)", revert
+    )
+    assert counted is not None, revert
+    genuine = int(counted.group(2)) - 12
+    assert 0 <= genuine <= 1, revert
+    assert int(counted.group(1)) == 1 + genuine, revert
 
 
 def test_a_forced_rollback_takes_min_failing_devices_networks(tmp_path: Path) -> None:
@@ -102,9 +111,11 @@ def test_forged_passes_from_one_network_do_not_walk_a_crash_loop_forward(tmp_pat
     if outcome.actions:
         # Rolled back: counted by network, the crash-looping networks are above a limit
         # (the absolute one, or the stable's plus the margin) however many forged healthy
-        # installs share one network.
-        assert verdicts["revert"] == "fail", reasons
-        assert "above the" in reasons["revert"], reasons
+        # installs share one network: stalled at their second start (unconfirmed), or
+        # reverted at their third.
+        failed = [name for name in ("unconfirmed", "revert") if verdicts[name] == "fail"]
+        assert failed, reasons
+        assert all("above the" in reasons[name] for name in failed), reasons
     else:
         # Counted by network, the 1,500 forged installs are one device of the 50 a pass needs.
         assert "(a pass counts the candidate's" in reasons["revert"], reasons

@@ -384,31 +384,87 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
     assert kept == [(None, None), (1, "armv9")]
 
 
-def test_a_device_started_twice_without_confirming_counts_as_reverting(
-    store: ReportStore,
+# Report fields of one install, and whether it is stalled at stalled_starts 1, 2 and 3.
+STALLS = {
+    "schema-1-unconfirmed": ({"confirmed": False}, (False, False, False)),
+    "no-start-yet": ({"confirmed": False, "unconfirmed_starts": 0}, (False, False, False)),
+    "one-start": ({"confirmed": False, "unconfirmed_starts": 1}, (True, False, False)),
+    "two-starts": ({"confirmed": False, "unconfirmed_starts": 2}, (True, True, False)),
+    "confirmed-at-the-fifth": ({"unconfirmed_starts": 5}, (False, False, False)),
+    # A crash loop's revert keeps its count: it was stalled first, and stays counted.
+    "reverted-after-three": (
+        {"confirmed": False, "reverted": True, "unconfirmed_starts": 3},
+        (True, True, True),
+    ),
+    # A revert without a count (schema 1, a forger) is the revert guardrail's alone.
+    "reverted-schema-1": ({"confirmed": False, "reverted": True}, (False, False, False)),
+}
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 3])
+def test_stalled_installs_are_counted_at_the_declared_starts(
+    store: ReportStore, threshold: int
 ) -> None:
-    # "Installed and never confirmed" is the crash loop's first sign, before the revert.
+    rows = []
+    for n, (fields, _) in enumerate(STALLS.values()):
+        extra = {"schema_version": 2} if "unconfirmed_starts" in fields else {}
+        rows.append(
+            (report(n, unit=f"u{n}", model=f"u{n}", **fields, **extra), T0, f"10.{n}.0.0/24")
+        )
+    store.ingest_many(rows)
+    for n, (name, (fields, expected)) in enumerate(STALLS.items()):
+        (summary,) = store.summaries(f"u{n}", aged_before=T0, stalled_starts=threshold)
+        stalled = int(expected[threshold - 1])
+        assert (summary.stalled, summary.stalled_sources) == (stalled, stalled), name
+        assert (summary.aged_stalled, summary.aged_stalled_sources) == (stalled, stalled), name
+        # The revert guardrail counts reverts only.
+        assert summary.reverted == int(bool(fields.get("reverted"))), name
+
+
+def test_the_default_threshold_is_the_guardrails(store: ReportStore) -> None:
+    from edgereg.config import UnconfirmedGuardrail
+
+    store.ingest(report(1, confirmed=False, schema_version=2, unconfirmed_starts=2), T0)
+    (summary,) = store.summaries("digits")
+    assert UnconfirmedGuardrail().stalled_starts == 2
+    assert summary.stalled == 1
+
+
+def test_a_stall_counts_as_aged_by_its_installs_first_report(store: ReportStore) -> None:
+    stalled = {"confirmed": False, "schema_version": 2}
     store.ingest_many(
         [
             (report(1, confirmed=False), T0, "198.51.100.0/24"),
-            (
-                report(2, confirmed=False, schema_version=2, unconfirmed_starts=1),
-                T0,
-                "192.0.2.0/24",
-            ),
-            (
-                report(3, confirmed=False, schema_version=2, unconfirmed_starts=2),
-                T0,
-                "203.0.113.0/24",
-            ),
-            (report(4, schema_version=2, unconfirmed_starts=5), T0, "198.51.100.0/24"),
-            (report(5, reverted=True, confirmed=False), T0, "192.0.2.0/24"),
+            (report(2, **stalled, unconfirmed_starts=2), T0 + timedelta(hours=80), "192.0.2.0/24"),
+            (report(3), T0, "203.0.113.0/24"),
         ]
     )
-    (summary,) = store.summaries("digits", aged_before=T0)
-    # Device 3 (two starts, no confirmation) and device 5 (reverted); device 4 confirmed.
-    assert (summary.reverted, summary.reverted_sources) == (2, 2)
-    assert (summary.aged_reverted, summary.aged_reverted_sources) == (2, 2)
+    # Installed before the cut, stalled after it: an aged install that stalled.
+    store.ingest(
+        report(1, **stalled, unconfirmed_starts=2), T0 + timedelta(hours=50), "198.51.100.0/24"
+    )
+    (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
+    assert (summary.devices, summary.stalled, summary.stalled_sources) == (3, 2, 2)
+    assert (summary.aged_devices, summary.aged_stalled, summary.aged_stalled_sources) == (2, 1, 1)
+    assert summary.reverted == 0
+
+
+def test_a_bundle_install_stalls_once(store: ReportStore) -> None:
+    stalled = {"confirmed": False, "schema_version": 2, "unconfirmed_starts": 2}
+    store.ingest_many(
+        [(report(1, unit="ocr", model=m, **stalled), T0, "192.0.2.0/24") for m in ("det", "rec")]
+        + [(report(2, unit="ocr", model=m), T0, "198.51.100.0/24") for m in ("det", "rec")]
+    )
+    (summary,) = store.summaries("ocr", stalled_starts=2)
+    assert (summary.devices, summary.stalled, summary.stalled_sources) == (2, 1, 1)
+    (member,) = store.summaries("ocr", model="rec", stalled_starts=3)
+    assert member.stalled == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0])
+def test_a_threshold_that_is_not_a_count_is_refused(store: ReportStore, bad: object) -> None:
+    with pytest.raises(ValueError, match="stalled_starts must be"):
+        store.summaries("digits", stalled_starts=bad)  # type: ignore[arg-type]
 
 
 def test_a_bundles_members_are_listed(store: ReportStore) -> None:

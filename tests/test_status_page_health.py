@@ -82,14 +82,17 @@ def test_each_arm_and_guardrail_of_a_tier_with_its_verdict(
         # one point).
         for n in range(1000):
             assert _request(url, "POST", "/v1/reports", _report(n, "stable"))[0] == 202
+        # 100 more started twice without a confirmation (report schema 2): stalled.
         for n in range(1000, 2000):
             failed = n < 1300
+            stalled = {"schema_version": 2, "unconfirmed_starts": 2} if 1300 <= n < 1400 else {}
             body = _report(
                 n,
                 "candidate",
                 probe="failed" if failed else "passed",
                 backend=None if failed else "cpu",
-                confirmed=not failed,
+                confirmed=not failed and not stalled,
+                **stalled,
             )
             assert _request(url, "POST", "/v1/reports", body)[0] == 202
         status, page = _request(url, "GET", "/")
@@ -98,6 +101,7 @@ def test_each_arm_and_guardrail_of_a_tier_with_its_verdict(
     rows = _health_rows(page)
     assert rows["probe_failure"] == ["30.0% of 1000", "0.0% of 1000", "fail"]
     assert rows["load_failure"][2] == "pass"
+    assert rows["unconfirmed"] == ["10.0% of 1000", "0.0% of 1000", "fail"]
     assert rows["load_ms"][:2] == [rows["load_ms"][1], rows["load_ms"][1]]  # same latencies
     # The same analysis `edgereg analyze` prints: a critical failure fails the rollout.
     assert re.search(r'reports since [0-9TZ:-]+: <span class="fail">fail</span>', page)

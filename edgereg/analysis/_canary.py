@@ -11,13 +11,13 @@ from typing import Literal
 from edgereg.analysis._bands import shift_evidence
 from edgereg.analysis._ranks import compare_latency, total
 from edgereg.analysis._rates import check_rate_limit, compare_rates
-from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail
+from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
 from edgereg.protocol.wire import RolloutState
 from edgereg.reports.summary import ArmSummary
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 
-RATE_GUARDRAILS: tuple[str, ...] = ("probe_failure", "load_failure", "revert")
+RATE_GUARDRAILS: tuple[str, ...] = ("probe_failure", "load_failure", "revert", "unconfirmed")
 """Rate guardrails, each named as in ``[rollout.guardrails]``."""
 LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_mb")
 """Latency-like guardrails (a scale shift in percent), each named as in ``[rollout.guardrails]``.
@@ -28,11 +28,17 @@ LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_m
 OPTIONAL_GUARDRAILS = frozenset({"memory_peak_mb"})
 
 # Which ArmSummary field each guardrail reads.
-_RATE_FIELD = {"probe_failure": "probe_failed", "load_failure": "load_failed", "revert": "reverted"}
+_RATE_FIELD = {
+    "probe_failure": "probe_failed",
+    "load_failure": "load_failed",
+    "revert": "reverted",
+    "unconfirmed": "stalled",
+}
 _SOURCE_FIELD = {
     "probe_failure": "probe_failed_sources",
     "load_failure": "load_failed_sources",
     "revert": "reverted_sources",
+    "unconfirmed": "stalled_sources",
 }
 _LATENCY_FIELD = {
     "load_ms": "load_ms",
@@ -228,6 +234,8 @@ _EVIDENCE_KEYS = frozenset(
         "ci_high_pct",
         "limit_pct",
         "p_slower",
+        # What made an install stalled: the verdict is read against it.
+        "stalled_starts",
     }
 )
 
@@ -337,6 +345,10 @@ def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             aged_reverted=merged.aged_reverted + summary.aged_reverted,
             aged_reverted_sources=merged.aged_reverted_sources + summary.aged_reverted_sources,
             aged_sources=merged.aged_sources + summary.aged_sources,
+            stalled=merged.stalled + summary.stalled,
+            stalled_sources=merged.stalled_sources + summary.stalled_sources,
+            aged_stalled=merged.aged_stalled + summary.aged_stalled,
+            aged_stalled_sources=merged.aged_stalled_sources + summary.aged_stalled_sources,
         )
     return merged
 
@@ -513,6 +525,16 @@ def _rate_result(
         "alpha": alpha,
         "min_failing_devices": needed,
     }
+    if isinstance(rule, UnconfirmedGuardrail):
+        limit["stalled_starts"] = rule.stalled_starts
+    # A soak step past revert or unconfirmed waits for most of the arm to be old
+    # enough to show them: its first aged installs are too few to stand for it.
+    mostly_aged = (
+        name not in ("revert", "unconfirmed")
+        or candidate is None
+        or candidate.aged_devices is None
+        or 2 * candidate.aged_devices >= candidate.devices
+    )
     if name == "revert":
         young = candidate is not None and candidate.devices > 0 and candidate.aged_devices == 0
         candidate, stable = _aged(candidate), _aged(stable)
@@ -526,6 +548,11 @@ def _rate_result(
                 "unconfirmed starts",
                 limit,
             )
+    # A stall is reported as it happens: every install's counts toward a fail. A pass
+    # needs installs old enough to have stalled, the revert guardrail's (_aged).
+    pass_candidate, pass_stable = (
+        (_aged(candidate), _aged(stable)) if name == "unconfirmed" else (candidate, stable)
+    )
     if candidate is None or candidate.devices < 1:
         both = "" if first_release or (stable is not None and stable.devices) else " and stable"
         return GuardrailResult(
@@ -588,21 +615,24 @@ def _rate_result(
                 name, rule.critical, "inconclusive", "no stable reports in the period", own
             )
         # A first release has no stable arm: the absolute limit is all it is judged by.
-        few_sources = _short_of_sources(guardrails, candidate)
-        pass_events, pass_devices = passing_counts(name, candidate, guardrails)
-        below = (
-            absolute
-            if (pass_events, pass_devices) == (candidate_events, candidate.devices)
-            else check_rate_limit(
+        few_sources = _short_of_sources(guardrails, pass_candidate)
+        pass_events, pass_devices = _passing_counts(name, pass_candidate, guardrails)
+        if pass_devices < 1:
+            p_below = 1.0
+        elif (pass_events, pass_devices) == (candidate_events, candidate.devices):
+            p_below = absolute.p_below
+        else:
+            p_below = check_rate_limit(
                 pass_events, pass_devices, limit=ceiling, alpha=alpha, interval=False
-            )
-        )
-        if below.p_below < alpha and pass_devices >= guardrails.min_devices and few_sources is None:
+            ).p_below
+        networks_note = _counted(pass_devices, _devices(pass_candidate))
+        if p_below < alpha and pass_devices >= guardrails.min_devices and few_sources is None:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "pass",
-                f"{own_line}; no stable release: below the absolute limit ({_p(below.p_below)})",
+                f"{own_line}; no stable release: below the absolute limit ({_p(p_below)})"
+                + _aged_note(pass_candidate, candidate, guardrails),
                 own,
             )
         return GuardrailResult(
@@ -612,10 +642,11 @@ def _rate_result(
             f"{own_line}; no stable release: not yet shown below the absolute limit"
             + (
                 f"; too few devices to pass (candidate {pass_devices} of "
-                f"{guardrails.min_devices} needed{_counted(pass_devices, candidate.devices)})"
+                f"{guardrails.min_devices} needed{networks_note})"
                 if pass_devices < guardrails.min_devices
                 else ""
-            ),
+            )
+            + _aged_note(pass_candidate, candidate, guardrails),
             own,
         )
     stable_events = getattr(stable, _RATE_FIELD[name])
@@ -627,20 +658,29 @@ def _rate_result(
         margin=rule.max_increase,
         alpha=alpha,
     )
-    # The evidence of a pass counts the candidate's networks as its devices (passing_counts).
-    pass_events, pass_devices = passing_counts(name, candidate, guardrails)
-    within = (
-        result
-        if (pass_events, pass_devices) == (candidate_events, candidate.devices)
-        else compare_rates(
+    # The evidence of a pass counts the candidate's networks as its devices (passing_counts),
+    # of the unconfirmed guardrail only the installs old enough to have stalled.
+    pass_events, pass_devices = _passing_counts(name, pass_candidate, guardrails)
+    pass_stable_events = int(getattr(pass_stable, _RATE_FIELD[name], 0))
+    pass_stable_devices = _devices(pass_stable)
+    if min(pass_devices, pass_stable_devices) < 1:
+        p_within = 1.0
+    elif (pass_events, pass_devices, pass_stable_events, pass_stable_devices) == (
+        candidate_events,
+        candidate.devices,
+        stable_events,
+        stable.devices,
+    ):
+        p_within = result.p_within
+    else:
+        p_within = compare_rates(
             pass_events,
             pass_devices,
-            stable_events,
-            stable.devices,
+            pass_stable_events,
+            pass_stable_devices,
             margin=rule.max_increase,
             alpha=alpha,
-        )
-    )
+        ).p_within
     # The evidence of a fail counts the candidate in networks too (failing_count).
     worse = (
         result
@@ -664,7 +704,7 @@ def _rate_result(
         "ci_high": result.ci_high,
         "log_evidence": result.log_evidence,
         "p_worse": worse.p_worse,
-        "p_within": within.p_within,
+        "p_within": p_within,
         "passing_devices": pass_devices,
     }
     level = round(100 * (1 - alpha))
@@ -692,25 +732,31 @@ def _rate_result(
             + _networks_note(failing, candidate_events),
             numbers,
         )
+    counted = _counted(pass_devices, _devices(pass_candidate)) + _aged_note(
+        pass_candidate, candidate, guardrails
+    )
     # No harm shown: not even worse than the stable at all (the candidate's
     # networks counted, as for a fail), which a good candidate is shown with
-    # probability alpha at most, however often it is looked at.
-    observed = worse.ci_low <= 0 and _observed(
-        guardrails, pass_devices, stable.devices, candidate, stable
+    # probability alpha at most, however often it is looked at; and, for the
+    # guardrails a young install cannot show yet, most of the arm aged.
+    observed = (
+        worse.ci_low <= 0
+        and mostly_aged
+        and _observed(guardrails, pass_devices, pass_stable_devices, pass_candidate, pass_stable)
     )
-    if within.p_within < alpha:
-        if min(pass_devices, stable.devices) < guardrails.min_devices:
+    if p_within < alpha:
+        if min(pass_devices, pass_stable_devices) < guardrails.min_devices:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
                 f"{described}; "
-                + _too_few(pass_devices, stable.devices, guardrails.min_devices)
-                + _counted(pass_devices, candidate.devices),
+                + _too_few(pass_devices, pass_stable_devices, guardrails.min_devices)
+                + counted,
                 numbers,
                 observed=observed,
             )
-        few_sources = _short_of_sources(guardrails, candidate, stable)
+        few_sources = _short_of_sources(guardrails, pass_candidate, pass_stable)
         if few_sources is not None:
             return GuardrailResult(
                 name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
@@ -719,8 +765,7 @@ def _rate_result(
             name,
             rule.critical,
             "pass",
-            f"{described}; within the limit ({_p(within.p_within)})"
-            + _counted(pass_devices, candidate.devices),
+            f"{described}; within the limit ({_p(p_within)})" + counted,
             numbers,
         )
     return GuardrailResult(
@@ -728,13 +773,21 @@ def _rate_result(
         rule.critical,
         "inconclusive",
         f"{described}; not enough evidence either way "
-        f"({_p(min(worse.p_worse, within.p_within))})"
+        f"({_p(min(worse.p_worse, p_within))})"
         + _networks_note(failing, candidate_events)
-        + _also_too_few(pass_devices, stable.devices, guardrails.min_devices)
-        + _counted(pass_devices, candidate.devices),
+        + _also_too_few(pass_devices, pass_stable_devices, guardrails.min_devices)
+        + counted,
         numbers,
         observed=observed,
     )
+
+
+def _devices(arm: ArmSummary | None) -> int:
+    return arm.devices if arm is not None else 0
+
+
+def _passing_counts(name: str, arm: ArmSummary | None, guardrails: Guardrails) -> tuple[int, int]:
+    return passing_counts(name, arm, guardrails) if arm is not None else (0, 0)
 
 
 def _counted(networks: int, devices: int) -> str:
@@ -750,7 +803,10 @@ def _networks_note(failing: int, events: int) -> str:
 
 
 def _aged(arm: ArmSummary | None) -> ArmSummary | None:
-    """The arm as the revert guardrail counts it: the installs old enough to have reverted."""
+    """The arm's installs old enough to have reverted, or stalled (``revert_window_hours``).
+
+    The revert guardrail counts only them; the unconfirmed guardrail passes only on them.
+    """
     if arm is None or arm.aged_devices is None:
         return arm
     return replace(
@@ -758,7 +814,20 @@ def _aged(arm: ArmSummary | None) -> ArmSummary | None:
         devices=arm.aged_devices,
         reverted=arm.aged_reverted,
         reverted_sources=arm.aged_reverted_sources,
+        stalled=arm.aged_stalled,
+        stalled_sources=arm.aged_stalled_sources,
         sources=arm.aged_sources,
+    )
+
+
+def _aged_note(pass_arm: ArmSummary | None, arm: ArmSummary, guardrails: Guardrails) -> str:
+    """What a pass of the unconfirmed guardrail counted, when not the whole arm."""
+    if pass_arm is arm:
+        return ""
+    aged = pass_arm.devices if pass_arm is not None else 0
+    return (
+        f" (a pass counts only the {aged} candidate device(s) installed "
+        f"{guardrails.revert_window_hours:g} h ago or more, revert_window_hours)"
     )
 
 

@@ -38,7 +38,13 @@ from edgereg.config._models import (
 )
 from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
-from edgereg.config._rollout import Guardrails, LatencyGuardrail, RateGuardrail, RolloutPolicy
+from edgereg.config._rollout import (
+    Guardrails,
+    LatencyGuardrail,
+    RateGuardrail,
+    RolloutPolicy,
+    UnconfirmedGuardrail,
+)
 from edgereg.config._tasks import (
     TASK_KINDS,
     ClassificationTask,
@@ -119,6 +125,7 @@ __all__ = [
     "Tier",
     "TierRules",
     "Toolchain",
+    "UnconfirmedGuardrail",
     "Variant",
     "VersionPin",
     "WeightOnlyQuantization",

@@ -32,6 +32,20 @@ class RateGuardrail(_Strict):
     )
 
 
+class UnconfirmedGuardrail(RateGuardrail):
+    """Installs not confirmed after a declared number of app starts: a crash loop, early."""
+
+    stalled_starts: int = Field(
+        default=2,
+        ge=1,
+        description="App starts without a confirmation that make an install stalled (the "
+        "failing device of this guardrail; report schema 2's unconfirmed_starts, sent at each "
+        "start as it happens). 2: one start the user ended before the model ran is not a "
+        "failure yet. Keep it at most the app's max_unconfirmed_starts (3 by default): a "
+        "revert's report keeps the count it reverted at, so a higher one never counts it.",
+    )
+
+
 class LatencyGuardrail(_Strict):
     """A latency the candidate arm may not shift above the stable arm's."""
 
@@ -95,8 +109,9 @@ class Guardrails(_Strict):
         ge=0,
         description="How long after its install a device can take to revert a crash-looping "
         "model (the app's max_unconfirmed_starts starts; 3 for an app started once a day): "
-        "the revert guardrail counts only devices installed at least this long ago, so a "
-        "young cohort that has not crash-looped yet cannot pass it. 0 counts every device.",
+        "the revert guardrail counts only devices installed at least this long ago, and the "
+        "unconfirmed guardrail passes only on them (it fails on every device), so a young "
+        "cohort that has not crash-looped yet cannot pass either. 0 counts every device.",
     )
     min_soak_devices: int = Field(
         default=10,
@@ -121,8 +136,13 @@ class Guardrails(_Strict):
     )
     revert: RateGuardrail = Field(
         default_factory=RateGuardrail,
-        description="Devices that reverted the model (not confirmed after the declared app "
-        "starts: a crash loop).",
+        description="Devices that reverted the model (not confirmed after the app's "
+        "max_unconfirmed_starts starts, or reverted by the app).",
+    )
+    unconfirmed: UnconfirmedGuardrail = Field(
+        default_factory=UnconfirmedGuardrail,
+        description="Devices installed and not confirmed after stalled_starts app starts, "
+        "reverted since or not: a crash loop seen as it happens, before the revert.",
     )
     load_ms: LatencyGuardrail = Field(
         default_factory=LatencyGuardrail, description="Model load time, one value per device."

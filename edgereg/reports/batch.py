@@ -127,9 +127,12 @@ class GroupCommit:
         *,
         model: str | None = None,
         aged_before: datetime | None = None,
+        stalled_starts: int = 2,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
-        return self.store.summaries(unit, since, model=model, aged_before=aged_before)
+        return self.store.summaries(
+            unit, since, model=model, aged_before=aged_before, stalled_starts=stalled_starts
+        )
 
     def members(self, unit: str) -> list[str]:
         """The store's bundle members."""

@@ -28,10 +28,12 @@ class SummarySource(Protocol):
         *,
         model: str | None = None,
         aged_before: datetime | None = None,
+        stalled_starts: int = 2,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
 
         ``aged_before``: also count the installs that first reported by then.
+        ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
         """
         ...
 
@@ -73,16 +75,22 @@ def rollout_analysis(
         stable_since = stable_start or candidate_since
 
     # A crash loop is reported as a revert only after the app's unconfirmed starts:
-    # only installs that old can show one.
+    # only installs that old can show one (and pass the unconfirmed guardrail).
     window = guardrails.revert_window_hours
     aged = now - timedelta(hours=window) if window else None
+    stalled = guardrails.unconfirmed.stalled_starts
 
     # Only when asked: a front of a store (a simulation's) need not know CPU classes.
     only: dict[str, str] = {} if cpu_class is None else {"cpu_class": cpu_class}
 
     def period(member: str | None = None) -> list[ArmSummary]:
         found = store.summaries(
-            state.model, candidate_since, model=member, aged_before=aged, **only
+            state.model,
+            candidate_since,
+            model=member,
+            aged_before=aged,
+            stalled_starts=stalled,
+            **only,
         )
         if stable_since == candidate_since:
             return found
@@ -90,7 +98,12 @@ def rollout_analysis(
         return [s for s in found if s.arm == "candidate"] + [
             s
             for s in store.summaries(
-                state.model, stable_since, model=member, aged_before=aged, **only
+                state.model,
+                stable_since,
+                model=member,
+                aged_before=aged,
+                stalled_starts=stalled,
+                **only,
             )
             if s.arm == "stable"
         ]

@@ -221,22 +221,39 @@ def _filters(placeholder: str, since: bool, model: bool, cpu_class: bool = False
     return where
 
 
-#: Starts without a confirmation that count a device as failing the revert guardrail
-#: before its revert arrives (report schema 2's ``unconfirmed_starts``): "installed and
-#: never confirmed" is the crash loop's first sign. Two, so one start the app ended
-#: before its first inference (a user who closed it) is not yet a failure.
-STALLED_STARTS = 2
+class _Parameters:
+    """Writes a statement's placeholders and remembers what each one binds, in order.
 
-#: The devices the revert guardrail counts as failing, as an SQL expression.
-REVERTING = (
-    "(CASE WHEN reverted = 1 OR (confirmed = 0 AND unconfirmed_starts >= "
-    f"{STALLED_STARTS}) THEN 1 ELSE 0 END)"
-)
+    The leading parameters (the aged cut, the stalled threshold) sit in the
+    SELECT list, in a different order in each statement; naming them as they
+    are written keeps the values in step with the text.
+    """
+
+    def __init__(self, placeholder: str) -> None:
+        self.placeholder = placeholder
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> str:
+        self.names.append(name)
+        return self.placeholder
+
+
+def _stalled(bind: _Parameters) -> str:
+    """1 for an install not confirmed after ``stalled_starts`` starts, as an SQL expression.
+
+    Report schema 2's ``unconfirmed_starts`` is sent at each such start and kept
+    in the install's later reports, a revert's too: a device that reverted was
+    stalled first and stays counted. Reports without it (schema 1) never count.
+    """
+    return (
+        "(CASE WHEN confirmed = 0 AND unconfirmed_starts >= "
+        f"{bind('stalled_starts')} THEN 1 ELSE 0 END)"
+    )
 
 
 def counts_sql(
     placeholder: str, *, since: bool, model: bool, bundle: bool, cpu_class: bool = False
-) -> str:
+) -> tuple[str, tuple[str, ...]]:
     """Per (tier, arm, version): devices and the devices with each outcome.
 
     A model's install has one row, so the counts are one GROUP BY over the
@@ -244,43 +261,59 @@ def counts_sql(
     an inner GROUP BY folds them into one device (it failed a probe when any
     member did, confirmed when every member did), which costs a sort.
 
-    The revert count is of :data:`REVERTING` devices: reverted, or installed and
-    started :data:`STALLED_STARTS` times without a confirmation.
+    Returns:
+        The statement, and the names of the parameters that come before the
+        filters' (``aged`` for the aged cut, ``stalled_starts`` for the
+        unconfirmed guardrail's threshold), in the order they bind.
     """
-    where = _filters(placeholder, since, model, cpu_class)
+    bind = _Parameters(placeholder)
     if not bundle:
-        return (
+        sql = (
             "SELECT tier, arm, unit_version, COUNT(*), "
             "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
-            f"SUM(load_failed), SUM({REVERTING}), SUM(confirmed), "
+            "SUM(load_failed), SUM(reverted), SUM(confirmed), "
             "COUNT(DISTINCT source), COUNT(source), "
             "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
             "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
-            f"COUNT(DISTINCT CASE WHEN {REVERTING} = 1 THEN source END), "
-            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN first_received_at <= {placeholder} THEN {REVERTING} ELSE 0 END), "
-            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} AND {REVERTING} = 1 "
+            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
+            f"SUM(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN first_received_at <= {bind('aged')} THEN reverted ELSE 0 END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {bind('aged')} AND reverted = 1 "
             "THEN source END), "
-            f"COUNT(DISTINCT CASE WHEN first_received_at <= {placeholder} THEN source END) "
-            f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version"
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {bind('aged')} THEN source END), "
+            f"SUM({_stalled(bind)}), "
+            f"COUNT(DISTINCT CASE WHEN {_stalled(bind)} = 1 THEN source END), "
+            f"SUM(CASE WHEN first_received_at <= {bind('aged')} THEN {_stalled(bind)} "
+            "ELSE 0 END), "
+            f"COUNT(DISTINCT CASE WHEN first_received_at <= {bind('aged')} AND "
+            f"{_stalled(bind)} = 1 THEN source END) "
+            f"FROM reports WHERE {_filters(placeholder, since, model, cpu_class)} "
+            "GROUP BY tier, arm, unit_version"
         )
-    return (
+        return sql, tuple(bind.names)
+    sql = (
         "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf), "
         "COUNT(DISTINCT src), COUNT(src), COUNT(DISTINCT CASE WHEN pf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
         "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
-        f"SUM(CASE WHEN fr <= {placeholder} THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN fr <= {placeholder} THEN rv ELSE 0 END), "
-        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} AND rv = 1 THEN src END), "
-        f"COUNT(DISTINCT CASE WHEN fr <= {placeholder} THEN src END) FROM ("
+        f"SUM(CASE WHEN fr <= {bind('aged')} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN fr <= {bind('aged')} THEN rv ELSE 0 END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {bind('aged')} AND rv = 1 THEN src END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {bind('aged')} THEN src END), "
+        "SUM(st), COUNT(DISTINCT CASE WHEN st = 1 THEN src END), "
+        f"SUM(CASE WHEN fr <= {bind('aged')} THEN st ELSE 0 END), "
+        f"COUNT(DISTINCT CASE WHEN fr <= {bind('aged')} AND st = 1 THEN src END) FROM ("
         "SELECT tier, arm, unit_version, token, "
         "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
-        f"MAX(load_failed) AS lf, MAX({REVERTING}) AS rv, MIN(confirmed) AS cf, "
+        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, "
+        f"MAX({_stalled(bind)}) AS st, "
         "MAX(source) AS src, "
         "MIN(first_received_at) AS fr "
-        f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
+        f"FROM reports WHERE {_filters(placeholder, since, model, cpu_class)} "
+        "GROUP BY tier, arm, unit_version, token"
         ") AS devices GROUP BY tier, arm, unit_version"
     )
+    return sql, tuple(bind.names)
 
 
 def has_members_sql(placeholder: str) -> str:
@@ -543,6 +576,7 @@ class ReportStore(abc.ABC):
         model: str | None = None,
         aged_before: datetime | None = None,
         cpu_class: str | None = None,
+        stalled_starts: int = 2,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
 
@@ -555,10 +589,19 @@ class ReportStore(abc.ABC):
                 the installs that had time to crash-loop.
             cpu_class: Only the reports of this CPU class (report schema 2's
                 ``cpu_class``; :meth:`cpu_classes` lists them).
+            stalled_starts: Count as ``stalled`` the installs not confirmed after
+                this many app starts (the unconfirmed guardrail's ``stalled_starts``).
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
+
+        Raises:
+            ValueError: ``stalled_starts`` is not a whole number >= 1.
         """
+        if isinstance(stalled_starts, bool) or not isinstance(stalled_starts, int):
+            raise ValueError(f"stalled_starts must be a whole number, got {stalled_starts!r}")
+        if stalled_starts < 1:
+            raise ValueError(f"stalled_starts must be at least 1, got {stalled_starts}")
         params: list[Any] = [unit]
         if since is not None:
             params.append(epoch_ms(since))
@@ -573,7 +616,7 @@ class ReportStore(abc.ABC):
         }
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
-        aged = [cut, cut, cut, cut]
+        leading = {"aged": cut, "stalled_starts": stalled_starts}
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -582,7 +625,8 @@ class ReportStore(abc.ABC):
                 if model is None:
                     cur.execute(has_members_sql(self.placeholder), (unit, unit))
                     bundle = bool(cur.fetchone()[0])
-                cur.execute(counts_sql(self.placeholder, **flags, bundle=bundle), aged + params)
+                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle)
+                cur.execute(sql, [leading[name] for name in names] + params)
                 counts = cur.fetchall()
                 cur.execute(histogram_sql(self.placeholder, **flags), params * 3)
                 bins = cur.fetchall()
@@ -693,6 +737,9 @@ def _assemble(
         aged_devices, aged_reverted, aged_reverted_sources, aged_sources = (
             int(n or 0) for n in row[13:17]
         )
+        stalled, stalled_sources, aged_stalled, aged_stalled_sources = (
+            int(n or 0) for n in row[17:21]
+        )
         load, inference, memory = histograms.get((tier, arm, version), ({}, {}, {}))
         summaries.append(
             ArmSummary(
@@ -714,6 +761,10 @@ def _assemble(
                 aged_reverted=aged_reverted if aged else 0,
                 aged_reverted_sources=aged_reverted_sources if aged else revert_sources,
                 aged_sources=aged_sources if aged else sources,
+                stalled=stalled,
+                stalled_sources=stalled_sources,
+                aged_stalled=aged_stalled if aged else 0,
+                aged_stalled_sources=aged_stalled_sources if aged else stalled_sources,
                 load_ms=dict(sorted(load.items())),
                 inference_p50_ms=dict(sorted(inference.items())),
                 memory_peak_mb=dict(sorted(memory.items())),

@@ -47,9 +47,8 @@ class ArmSummary:
         devices: Distinct report tokens (one per install).
         probe_failed: Devices whose self-test failed on every backend (model rejected).
         load_failed: Devices where loading the model failed.
-        reverted: Devices that reverted the model (unconfirmed after the declared app starts),
-            or that started it twice without a confirmation (report schema 2's
-            ``unconfirmed_starts``): the revert guardrail's failing devices.
+        reverted: Devices that reverted the model (unconfirmed after the app's declared
+            starts, or reverted by the app): the revert guardrail's failing devices.
         confirmed: Devices that confirmed the model after a real inference.
         sources: Distinct source networks of the devices (0: unknown, as for
             reports through an untrusted proxy or from before schema 2).
@@ -57,12 +56,18 @@ class ArmSummary:
         probe_failed_sources: Distinct source networks of the probe failures.
         load_failed_sources: Distinct source networks of the load failures.
         reverted_sources: Distinct source networks of the reverts.
+        stalled: Devices not confirmed after the unconfirmed guardrail's
+            ``stalled_starts`` app starts (report schema 2's ``unconfirmed_starts``),
+            reverted since or not: its failing devices.
+        stalled_sources: Distinct source networks of the stalled devices.
         aged_devices: Devices that first reported long enough ago to have
             crash-looped (the revert guardrail's denominator), or None when not
             counted (then every device is).
         aged_reverted: Those of them that reverted.
         aged_reverted_sources: Distinct source networks of those reverts.
         aged_sources: Distinct source networks of the aged devices.
+        aged_stalled: The aged devices that stalled.
+        aged_stalled_sources: Distinct source networks of those.
         load_ms: Bucket index -> devices, of each device's load time.
         inference_p50_ms: Bucket index -> devices, of each device's median inference time.
         memory_peak_mb: Bucket index -> devices, of each device's peak memory in MB (the
@@ -87,6 +92,10 @@ class ArmSummary:
     aged_reverted: int = 0
     aged_reverted_sources: int = 0
     aged_sources: int = 0
+    stalled: int = 0
+    stalled_sources: int = 0
+    aged_stalled: int = 0
+    aged_stalled_sources: int = 0
     load_ms: dict[int, int] = field(default_factory=dict)
     inference_p50_ms: dict[int, int] = field(default_factory=dict)
     memory_peak_mb: dict[int, int] = field(default_factory=dict)
