@@ -364,7 +364,10 @@ def run_world(pool, world: World, args: argparse.Namespace, old: bool) -> dict[s
         f"  {'score test' if old else 'always-valid'}  {world.name:<32} rolled back "
         f"{100 * rolled:5.1f}%  promoted {100 * promoted:5.1f}%  stuck "
         f"{100 * (1 - rolled - promoted):5.1f}%  median days to the end "
-        f"{statistics.median(ended) if ended else float('nan'):.1f}",
+        f"{statistics.median(ended) if ended else float('nan'):.1f}"
+        + "".join(
+            f"; {outcomes.count(o)} {o}" for o in sorted(set(outcomes)) if o.startswith("stuck")
+        ),
         flush=True,
     )
     return {"rolled back": rolled, "promoted": promoted}
