@@ -1,0 +1,85 @@
+"""What the command line imports before it does anything: a guard on start-up, not a timer.
+
+`edgereg --version` was 0.3-2 s of imports (models.toml's schema, the whole
+protocol, rich); benchmarks/analyze.py measures the time. These tests hold
+the shape that made it fast, in a fresh interpreter each: which modules a
+command has loaded once it is parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Never needed to parse a command line or print help: the toolchain, DVC, the
+# test-only statistics and anything an outside plugin could drag in.
+NEVER = ["numpy", "scipy", "onnx", "onnxruntime", "MNN", "dvc", "pandas", "jinja2", "torch"]
+# Not needed for --version either: models.toml's schema, pydantic, keys, rich.
+NOT_FOR_VERSION = [*NEVER, "pydantic", "cryptography", "rich", "edgereg.config", "semver"]
+
+_PROBE = """
+import contextlib, io, json, sys
+args = json.loads(sys.argv[1])
+from edgereg.cli import main
+if args is not None:
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        try:
+            main(args)
+        except SystemExit as exit:
+            code = exit.code
+    assert code == 0, (code, printed.getvalue())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _loaded_after(args: list[str] | None) -> set[str]:
+    """The modules a fresh interpreter holds after importing the CLI (and running ``args``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    return set(json.loads(done.stdout))
+
+
+def _present(loaded: set[str], names: list[str]) -> list[str]:
+    return [name for name in names if name in loaded]
+
+
+def test_the_probe_sees_what_a_command_imports() -> None:
+    # The checks below would pass on a probe that saw nothing: `edgereg analyze
+    # --help` must show the schema it does import.
+    loaded = _loaded_after(["analyze", "--help"])
+    assert {"click", "edgereg.cli.analyze", "edgereg.config", "pydantic"} <= loaded
+
+
+def test_importing_the_entry_point_loads_only_click() -> None:
+    assert _present(_loaded_after(None), NOT_FOR_VERSION) == []
+
+
+def test_version_loads_only_click() -> None:
+    loaded = _loaded_after(["--version"])
+    assert _present(loaded, NOT_FOR_VERSION) == []
+    # The exit codes are the protocol's; importing them must not import the rest of it.
+    assert sorted(m for m in loaded if m.startswith("edgereg.protocol.")) == [
+        "edgereg.protocol.errors"
+    ]
+
+
+def test_analyze_help_loads_no_statistics_and_no_toolchain() -> None:
+    loaded = _loaded_after(["analyze", "--help"])
+    assert _present(loaded, [*NEVER, "rich", "cryptography", "edgereg.analysis"]) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["build", "--help"], ["toolchain", "--help"]])
+def test_help_loads_no_toolchain(args: list[str]) -> None:
+    # --help imports every command's module for its one-line summary.
+    assert _present(_loaded_after(args), [m for m in NEVER if m != "numpy"]) == []
