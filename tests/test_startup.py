@@ -83,3 +83,16 @@ def test_analyze_help_loads_no_statistics_and_no_toolchain() -> None:
 def test_help_loads_no_toolchain(args: list[str]) -> None:
     # --help imports every command's module for its one-line summary.
     assert _present(_loaded_after(args), [m for m in NEVER if m != "numpy"]) == []
+
+
+def test_the_registry_loads_no_statistics() -> None:
+    # Every registry command (status, publish, history, rollout) imports it; the
+    # canary analysis and numpy come with the commands that run one.
+    code = (
+        "import sys, edgereg.registry; print([m for m in sys.modules "
+        "if m.split('.')[0] == 'numpy' or m.startswith('edgereg.analysis')])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.strip() == "[]"
