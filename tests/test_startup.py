@@ -96,3 +96,19 @@ def test_the_registry_loads_no_statistics() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_every_name_of_the_protocol_package_still_resolves() -> None:
+    # edgereg.protocol loads its names on first use: each must still be there, and
+    # be the object of the module that defines it.
+    import edgereg.protocol as protocol
+
+    assert set(protocol._WHERE) == set(protocol.__all__)
+    for name in protocol.__all__:
+        module = sys.modules.get(protocol._WHERE[name]) or __import__(
+            protocol._WHERE[name], fromlist=[name]
+        )
+        assert getattr(protocol, name) is getattr(module, name), name
+    assert "decide" in dir(protocol)
+    with pytest.raises(AttributeError):
+        _ = protocol.no_such_name
