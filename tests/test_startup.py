@@ -112,3 +112,28 @@ def test_every_name_of_the_protocol_package_still_resolves() -> None:
     assert "decide" in dir(protocol)
     with pytest.raises(AttributeError):
         _ = protocol.no_such_name
+
+
+def test_every_model_still_builds() -> None:
+    # The models build their validators on first use (defer_build): one that could
+    # not build would no longer fail at import but at its first use, in whatever
+    # command reaches it first. Build them all here.
+    import importlib
+    import pkgutil
+
+    from pydantic import BaseModel
+
+    import edgereg
+
+    for module in pkgutil.walk_packages(edgereg.__path__, "edgereg."):
+        if module.name.startswith(("edgereg.protocol", "edgereg.config")):
+            importlib.import_module(module.name)
+
+    def subclasses(cls: type[BaseModel]) -> list[type[BaseModel]]:
+        return [cls, *(sub for direct in cls.__subclasses__() for sub in subclasses(direct))]
+
+    models = {m for m in subclasses(BaseModel) if m.__module__.startswith("edgereg.")}
+    assert len(models) >= 50
+    for model in sorted(models, key=lambda m: f"{m.__module__}.{m.__qualname__}"):
+        model.model_rebuild(raise_errors=True)
+        assert model.__pydantic_complete__, model
