@@ -19,11 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar, cast
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
-from edgereg import config as config_module
 from edgereg.errors import ConfigError, EdgeregError, ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    # Imported where used: `edgereg --version` never reads models.toml, and importing
+    # its schema (pydantic with it) was 0.2 s of the 0.35 s (benchmarks/analyze.py).
+    from edgereg import config as config_module
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,11 +38,51 @@ def exit_codes_help() -> str:
     return "\n".join(["Exit codes:", "", "\b", *rows])
 
 
+class _LazyConsole:
+    """A rich Console made on first use, standing in for it until then.
+
+    Importing rich is about a third of `edgereg --version` (20 ms), and a --json
+    command (`edgereg analyze --json`) may never print through a console.
+    --quiet is kept until the console exists.
+    """
+
+    def __init__(self, *, stderr: bool) -> None:
+        self._stderr = stderr
+        self._quiet = False
+        self._console: Console | None = None
+
+    def _made(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(
+                stderr=self._stderr, highlight=False, soft_wrap=True, quiet=self._quiet
+            )
+        return self._console
+
+    @property
+    def quiet(self) -> bool:
+        return self._quiet if self._console is None else self._console.quiet
+
+    @quiet.setter
+    def quiet(self, value: bool) -> None:
+        if self._console is None:
+            self._quiet = value
+        else:
+            self._console.quiet = value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not the console's: never recurse through _made
+            raise AttributeError(name)
+        return getattr(self._made(), name)
+
+
 # Results go to stdout (`out`), for pipes and scripts; progress, notes and
-# warnings to `stderr` (silenced by --quiet); errors always show.
-out = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
+# warnings to `stderr` (silenced by --quiet); errors always show. Typed as the
+# Console each becomes on first use.
+out = cast("Console", _LazyConsole(stderr=False))
+stderr = cast("Console", _LazyConsole(stderr=True))
+errors = cast("Console", _LazyConsole(stderr=True))
 
 
 #: What a terminal would act on rather than show: C0 controls but tab and
@@ -168,6 +212,8 @@ def exit_with(exc: EdgeregError, *, verbose: bool) -> NoReturn:
     """
     if verbose:
         traceback.print_exc()
+    from rich.markup import escape
+
     # Messages quote TOML tables ("[models.x.calibration]"): not markup.
     errors.print(
         f"[bold red]error:[/] {escape(printable(exc.diagnostics()))}", markup=True, soft_wrap=True
@@ -207,6 +253,8 @@ def find_config(start: Path | None = None) -> Path:
     picked up. Without one, models.toml in ``start`` (which does not exist, so
     the command says there is none here).
     """
+    from edgereg import config as config_module
+
     here = (start or Path.cwd()).absolute()
     for folder in (here, *here.parents):
         candidate = folder / config_module.DEFAULT_CONFIG_FILE
@@ -353,6 +401,8 @@ registry_write_options = stack(
 
 
 def optional_config(config_path: Path) -> config_module.Config | None:
+    from edgereg import config as config_module
+
     return config_module.load(config_path) if config_path.exists() else None
 
 
@@ -416,6 +466,8 @@ def open_registry(
 
 
 def config_path_of(config: config_module.Config | None) -> str:
+    from edgereg import config as config_module
+
     return str(config.path) if config is not None else config_module.DEFAULT_CONFIG_FILE
 
 
@@ -425,6 +477,7 @@ def _open_registry(
     endpoint_url: str | None,
     trusted_key_paths: tuple[Path, ...],
 ) -> Any:
+    from edgereg import config as config_module
     from edgereg.registry import Registry
     from edgereg.storage import open_storage
 
@@ -500,6 +553,8 @@ def actor_name(actor: str | None) -> str:
 
 
 def expiry_days(config: config_module.Config | None) -> int:
+    from edgereg import config as config_module
+
     return config.registry.expires_days if config else config_module.Registry().expires_days
 
 

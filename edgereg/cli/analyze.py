@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgereg import config as config_module
 from edgereg.cli._common import (
     actor_name,
     expiry_days,
@@ -31,6 +30,7 @@ from edgereg.cli._common import (
 from edgereg.errors import ConfigError, ExitCode, UsageError
 
 if TYPE_CHECKING:  # the command stays cheap to import: edgereg --help lists it
+    from edgereg import config as config_module
     from edgereg.analysis import Analysis
     from edgereg.protocol.wire import RolloutState
 
@@ -75,6 +75,7 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 def open_report_store(config: config_module.Config | None, reports_url: str | None) -> Any:
     """--reports (a relative SQLite path: from here), else models.toml's [reports] store."""
+    from edgereg import config as config_module
     from edgereg.reports import open_store
 
     if reports_url is not None:
@@ -97,6 +98,7 @@ def _analysis(
     now: datetime,
 ) -> tuple[Analysis, dict[str, Analysis]]:
     """The analysis, and with --by-cpu-class one per CPU class the reports name."""
+    from edgereg import config as config_module
     from edgereg.reports.canary import rollout_analysis
 
     policy = config.rollout_policy(unit) if config else config_module.RolloutPolicy()
@@ -206,6 +208,7 @@ def auto_rollout(model: str, options: dict[str, Any]) -> None:
 
     Exits 0 (moved, waiting or nothing to do) or 12 (halted: a critical guardrail failed).
     """
+    from edgereg import config as config_module
     from edgereg.registry import run_auto
 
     config = optional_config(options["config_path"])

@@ -23,29 +23,88 @@ rule:
 - :mod:`~edgereg.protocol.build_outputs`: what publish reads from a build.
 """
 
-from edgereg.protocol._json import MAX_JSON_DEPTH, canonical_json, strict_json_loads
-from edgereg.protocol.decision import MAX_MANIFEST_BYTES, BlobCheck, Decision, decide
-from edgereg.protocol.envelope import Signer, TrustedKeys, pae, sign_envelope, verify_envelope
-from edgereg.protocol.errors import EdgeregError, TrustError
-from edgereg.protocol.reasons import CLIENT_REASONS, REASONS, ClientReason, Rejected
-from edgereg.protocol.rules import (
-    DeviceProfile,
-    choose_entry,
-    cohort_bucket,
-    in_cohort,
-    resolve_tier,
-)
-from edgereg.protocol.wire import (
-    PAYLOAD_TYPE_MANIFEST,
-    PAYLOAD_TYPE_RELEASE,
-    PAYLOAD_TYPE_STATE,
-    Manifest,
-    ManifestEntry,
-    ReleaseRecord,
-    RolloutState,
-    from_bytes,
-    to_bytes,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgereg.protocol._json import MAX_JSON_DEPTH, canonical_json, strict_json_loads
+    from edgereg.protocol.decision import MAX_MANIFEST_BYTES, BlobCheck, Decision, decide
+    from edgereg.protocol.envelope import Signer, TrustedKeys, pae, sign_envelope, verify_envelope
+    from edgereg.protocol.errors import EdgeregError, TrustError
+    from edgereg.protocol.reasons import CLIENT_REASONS, REASONS, ClientReason, Rejected
+    from edgereg.protocol.rules import (
+        DeviceProfile,
+        choose_entry,
+        cohort_bucket,
+        in_cohort,
+        resolve_tier,
+    )
+    from edgereg.protocol.wire import (
+        PAYLOAD_TYPE_MANIFEST,
+        PAYLOAD_TYPE_RELEASE,
+        PAYLOAD_TYPE_STATE,
+        Manifest,
+        ManifestEntry,
+        ReleaseRecord,
+        RolloutState,
+        from_bytes,
+        to_bytes,
+    )
+
+# The names below load with their module on first use (PEP 562), so importing one
+# module of the protocol (edgereg.protocol.errors, for the exit codes every command
+# shares) does not import pydantic and cryptography: `edgereg --version` and
+# `edgereg analyze` start faster (benchmarks/analyze.py).
+_WHERE = {
+    "BlobCheck": "edgereg.protocol.decision",
+    "CLIENT_REASONS": "edgereg.protocol.reasons",
+    "ClientReason": "edgereg.protocol.reasons",
+    "Decision": "edgereg.protocol.decision",
+    "DeviceProfile": "edgereg.protocol.rules",
+    "EdgeregError": "edgereg.protocol.errors",
+    "MAX_JSON_DEPTH": "edgereg.protocol._json",
+    "MAX_MANIFEST_BYTES": "edgereg.protocol.decision",
+    "Manifest": "edgereg.protocol.wire",
+    "ManifestEntry": "edgereg.protocol.wire",
+    "PAYLOAD_TYPE_MANIFEST": "edgereg.protocol.wire",
+    "PAYLOAD_TYPE_RELEASE": "edgereg.protocol.wire",
+    "PAYLOAD_TYPE_STATE": "edgereg.protocol.wire",
+    "REASONS": "edgereg.protocol.reasons",
+    "Rejected": "edgereg.protocol.reasons",
+    "ReleaseRecord": "edgereg.protocol.wire",
+    "RolloutState": "edgereg.protocol.wire",
+    "Signer": "edgereg.protocol.envelope",
+    "TrustError": "edgereg.protocol.errors",
+    "TrustedKeys": "edgereg.protocol.envelope",
+    "canonical_json": "edgereg.protocol._json",
+    "choose_entry": "edgereg.protocol.rules",
+    "cohort_bucket": "edgereg.protocol.rules",
+    "decide": "edgereg.protocol.decision",
+    "from_bytes": "edgereg.protocol.wire",
+    "in_cohort": "edgereg.protocol.rules",
+    "pae": "edgereg.protocol.envelope",
+    "resolve_tier": "edgereg.protocol.rules",
+    "sign_envelope": "edgereg.protocol.envelope",
+    "strict_json_loads": "edgereg.protocol._json",
+    "to_bytes": "edgereg.protocol.wire",
+    "verify_envelope": "edgereg.protocol.envelope",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "CLIENT_REASONS",

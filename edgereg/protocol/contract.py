@@ -69,7 +69,9 @@ Dim = Annotated[int, Field(ge=0, strict=True)] | DimName
 
 
 class _Contract(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: each schema is built on first use, so a command pays only for the
+    # models it touches (start-up time: benchmarks/analyze.py).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class BlobRef(_Contract):

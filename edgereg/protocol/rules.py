@@ -96,7 +96,9 @@ def choose_entry(
 class DeviceProfile(BaseModel):
     """What a device reports about itself; the input of tier and cohort choice."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: each schema is built on first use, so a command pays only for the
+    # models it touches (start-up time: benchmarks/analyze.py).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     device_id: str = Field(min_length=1)
     ram_mb: int = Field(ge=0)

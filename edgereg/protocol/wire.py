@@ -172,7 +172,9 @@ class WireError(Malformed):
 class WireModel(BaseModel):
     """Base of every wire format: unknown keys refused, values frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: each schema is built on first use, so a command pays only for the
+    # models it touches (start-up time: benchmarks/analyze.py).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     payload_type: ClassVar[str] = ""
     """The envelope payload type of a signed document of this kind."""

@@ -45,13 +45,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from edgereg.analysis import Analysis
 from edgereg.config import RolloutPolicy
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._transitions import RolloutError, pause, promote, rollback, set_percent
 from edgereg.rollout import check_soak, next_step
 
 if TYPE_CHECKING:
+    # Annotations only: the analysis (and numpy) loads with the caller that runs
+    # one, not with every registry command (start-up: benchmarks/analyze.py).
+    from edgereg.analysis import Analysis
     from edgereg.protocol.envelope import Signer
     from edgereg.registry._registry import Registry
 
