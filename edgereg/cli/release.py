@@ -256,7 +256,8 @@ def _describe_state(state: Any) -> str:
     "--auto",
     is_flag=True,
     help="Let the canary analysis decide: next step or promote when every guardrail passes "
-    "and the soak time is over, halt when a critical one fails, else wait. Safe to repeat.",
+    "and the soak time is over (or, after max_soak_hours, when none shows harm on enough "
+    "devices), halt when a critical one fails, else wait. Safe to repeat.",
 )
 @click.option("--reports", "reports_url", default=None, help="With --auto: the report store.")
 @registry_write_options
