@@ -225,3 +225,27 @@ def test_the_real_commands_shrug_off_one_networks_forgeries_and_act_on_many(
     assert second["action"] == "rollback", second
     world._state = None
     assert world.state().candidate is None
+
+
+def test_the_defaults_walk_a_good_candidate_to_stable_on_a_thousand_devices(
+    tmp_path: Path,
+) -> None:
+    """max_soak_hours: a fleet that cannot prove a one-point margin still promotes.
+
+    1,000 devices (50 over HTTP, the rest stored with the source the server
+    would give them): each step waits 72 hours, sees no harm on enough
+    networks, and goes on unproven; a dozen forged reverts from one /24 do
+    not stop it. With require_proof (the rule before) it waits at 5 %.
+    """
+    world = FleetWorld(tmp_path, 1000, GOOD, http_devices=50)
+    forger = Forger(networks=1, kind="reverted", per_period=12)
+    with world.running():
+        outcome = world.rollout(18, forger)
+    assert [action for _, action, _ in outcome.actions] == ["step", "step", "step", "promote"]
+    assert all(day >= 3 for day, _, _ in outcome.actions[:1]), outcome.actions
+    # Each move says it was not proven, and what its evidence leaves open.
+    for _, _, reason in outcome.actions:
+        assert "no harm in" in reason, reason
+        assert "unproven:" in reason, reason
+        assert "probe_failure (up to" in reason, reason
+    assert outcome.reports == {202: sum(outcome.reports.values())}
