@@ -228,7 +228,8 @@ def test_a_memory_budget_fails_with_the_number_the_contributors_and_a_hint(
     assert result.exit_code == 0, result.output
     rows = {row["variant"]: row for row in json.loads(result.stdout)}
     assert rows["big"]["status"] == "failed"
-    assert rows["big"]["memory_peak_mb"] == pytest.approx(measured, abs=0.05)
+    # The failure line prints two decimals, the summary one: 36.05 shows as 36.1 (or 36.0).
+    assert rows["big"]["memory_peak_mb"] == pytest.approx(measured, abs=0.051)
     assert rows["small"]["memory_peak_mb"] == small
     assert rows["small"]["memory_runtime_mb"] > 0
     assert rows["small"]["first_inference_ms"] > 0
