@@ -284,11 +284,19 @@ def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # A pull that hangs after Ctrl-C (seen once in a loaded CI run, never
+            # reproduced) dumps every thread's stack on SIGABRT, for the message below.
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
         connection, _ = silent.accept()  # the pull is now waiting for an answer
         with connection:
             pull.send_signal(signal.SIGINT)
-            _, stderr = pull.communicate(timeout=30)
+            try:
+                _, stderr = pull.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                pull.send_signal(signal.SIGABRT)
+                _, stderr = pull.communicate(timeout=30)
+                pytest.fail(f"the pull did not exit after Ctrl-C; its threads:\n{stderr}")
     assert pull.returncode == 130, stderr
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
