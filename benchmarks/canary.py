@@ -87,6 +87,9 @@ class World:
     load: tuple[float, float] = (0.005, 0.005)
     revert: tuple[float, float] = (0.02, 0.02)
     slower: float = 1.0
+    #: A bundle of MEMBERS whose last member is this much slower in the candidate
+    #: (judged per member, one value per device); None: a single model.
+    member_slower: float | None = None
 
 
 WORLDS = (
@@ -97,7 +100,10 @@ WORLDS = (
     World("reverts +3 pt (5 % vs 2 %)", good=False, revert=(0.05, 0.02)),
     World("load time +12 %", good=False, slower=1.12),
     World("crash loop on 80 %", good=False, revert=(0.8, 0.02)),
+    World("bundle: one member +40 %", good=False, member_slower=1.4),
 )
+#: A bundle's members (the last one is the slower in a member_slower world).
+MEMBERS = ("det", "cls", "rec")
 
 
 class Batch:
@@ -114,6 +120,7 @@ class Batch:
         slower: float,
         revert_days: float,
         stall_days: float = math.inf,
+        member_slower: float | None = None,
     ) -> None:
         self.arm, self.version = arm, version
         self.revert_delay = revert_days * DAY
@@ -125,8 +132,24 @@ class Batch:
         ]
         load = np.exp(rng.normal(math.log(40.0 * slower), 0.35, devices))
         self.load = np.searchsorted(LATENCY_EDGES, load)
+        # Each member's own load time per device; the last member's is member_slower.
+        self.member_load = {
+            member: np.searchsorted(
+                LATENCY_EDGES,
+                np.exp(
+                    rng.normal(
+                        math.log(40.0 * ((member_slower or 1.0) if member == MEMBERS[-1] else 1.0)),
+                        0.35,
+                        devices,
+                    )
+                ),
+            )
+            for member in (MEMBERS if member_slower is not None else ())
+        }
 
-    def summary(self, since: float, now: float, aged: float | None) -> ArmSummary | None:
+    def summary(
+        self, since: float, now: float, aged: float | None, member: str | None = None
+    ) -> ArmSummary | None:
         first = int(np.searchsorted(self.times, since, side="left"))
         last = int(np.searchsorted(self.times, now, side="right"))
         devices = last - first
@@ -148,7 +171,8 @@ class Batch:
         aged_stalled = int(
             self.cumulative[2][min(old, max(first, stall))] - self.cumulative[2][first]
         )
-        counts = np.bincount(self.load[first:last])
+        loads = self.load if member is None else self.member_load[member]
+        counts = np.bincount(loads[first:last])
         histogram = {int(b): int(c) for b, c in enumerate(counts) if c}
         return ArmSummary(
             unit=UNIT,
@@ -176,9 +200,14 @@ class SimulatedStore:
     time its apps take to start twice (``--stall-days``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bundle: bool = False) -> None:
         self.batches: list[Batch] = []
         self.now = 0.0
+        self.bundle = bundle
+
+    def members(self, unit: str) -> list[str]:
+        """A bundle's members, each judged on its own latencies (rollout_analysis asks)."""
+        return list(MEMBERS) if self.bundle else []
 
     def summaries(
         self,
@@ -191,7 +220,7 @@ class SimulatedStore:
     ) -> list[ArmSummary]:
         cut = (since - START).total_seconds() if since is not None else 0.0
         aged = (aged_before - START).total_seconds() if aged_before is not None else None
-        found = [b.summary(cut, self.now, aged) for b in self.batches]
+        found = [b.summary(cut, self.now, aged, model) for b in self.batches]
         return [s for s in found if s is not None]
 
 
@@ -211,7 +240,7 @@ def one_rollout(
     stalls = math.inf if old else stall_days
     rng = np.random.default_rng(seed)
     policy = OLD_POLICY if old else RolloutPolicy(require_proof=REQUIRE_PROOF)
-    store = SimulatedStore()
+    store = SimulatedStore(bundle=world.member_slower is not None)
     state: RolloutState = publish(
         None,
         UNIT,
@@ -249,6 +278,7 @@ def one_rollout(
                 world.slower,
                 revert_days,
                 stalls,
+                world.member_slower,
             )
         )
         if devices - candidate:
@@ -263,6 +293,7 @@ def one_rollout(
                     1.0,
                     revert_days,
                     stalls,
+                    None if world.member_slower is None else 1.0,
                 )
             )
 
@@ -625,7 +656,7 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="also run the earlier judge")
     parser.add_argument("--only-table", action="store_true")
     parser.add_argument("--only-good", action="store_true", help="only the good candidate")
-    parser.add_argument("--worlds", default="0,1,2,3,4,5,6", help="which worlds (indexes)")
+    parser.add_argument("--worlds", default="0,1,2,3,4,5,6,7", help="which worlds (indexes)")
     parser.add_argument(
         "--require-proof", action="store_true", help="require_proof = true (no soak steps)"
     )
