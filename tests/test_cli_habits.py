@@ -302,6 +302,20 @@ def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
     assert "Traceback" not in stderr
 
 
+def test_ctrl_c_while_a_command_is_still_importing_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Commands import on first use: an interrupt then lands before the command's own
+    # handler, and was click's "Aborted!" (exit 1) or a traceback out of importlib.
+    (tmp_path / "slow_to_import.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(type(main).LAZY, "slow", "slow_to_import:command")  # type: ignore[attr-defined]
+    result = CliRunner().invoke(main, ["slow"])
+    assert result.exit_code == 130, result.output
+    assert "interrupted" in result.output
+    assert "Aborted" not in result.output
+
+
 # Issue #22: what the registry or a device says is printed with its control characters escaped.
 PRINTABLE = [
     ("plain", "release-bot@ci", "release-bot@ci"),

@@ -7,16 +7,19 @@ Results go to stdout, diagnostics to stderr; the exit codes are
 from __future__ import annotations
 
 import importlib
-from typing import ClassVar
+import sys
+from typing import Any, ClassVar
 
 import click
 
 from edgereg import __version__
 from edgereg.cli._common import (
     add_global_options,
+    errors,
     exit_codes_help,
     stderr,
 )
+from edgereg.protocol.errors import ExitCode
 
 
 class _LazyGroup(click.Group):
@@ -53,6 +56,16 @@ class _LazyGroup(click.Group):
         "validate": "edgereg.cli.build:validate",
         "verify": "edgereg.cli.release:verify",
     }
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Ctrl-C while a command's module is still importing (before its own
+        # handler) is "interrupted" and 130 like any later one, not click's
+        # "Aborted!" with exit 1 or a traceback out of importlib.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            errors.print("interrupted")
+            sys.exit(ExitCode.INTERRUPTED)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.LAZY})
