@@ -309,7 +309,7 @@ def test_ctrl_c_while_a_command_is_still_importing_exits_130(
     # handler, and was click's "Aborted!" (exit 1) or a traceback out of importlib.
     (tmp_path / "slow_to_import.py").write_text("raise KeyboardInterrupt\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(type(main).LAZY, "slow", "slow_to_import:command")  # type: ignore[attr-defined]
+    monkeypatch.setitem(type(main).LAZY, "slow", "slow_to_import:command")
     result = CliRunner().invoke(main, ["slow"])
     assert result.exit_code == 130, result.output
     assert "interrupted" in result.output
