@@ -270,6 +270,10 @@ def test_an_empty_registry_is_a_result_not_an_error(tmp_path: Path) -> None:
 # --- Ctrl-C ---------------------------------------------------------------------------
 
 
+def _sigint_as_from_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
     keys = run_subprocess(("keys", "generate", "--no-publish", "--out", "k.pem"), tmp_path)
     assert keys.exit_code == 0, keys.stderr
@@ -284,9 +288,12 @@ def test_ctrl_c_during_a_pull_exits_130(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            # A pull that hangs after Ctrl-C (seen once in a loaded CI run, never
-            # reproduced) dumps every thread's stack on SIGABRT, for the message below.
+            # A pull that hangs after Ctrl-C dumps every thread's stack on SIGABRT.
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            # A test run started in the background (`make test &`, nohup) inherits an
+            # ignored SIGINT, and Python keeps it ignored: the pull then never sees the
+            # Ctrl-C and ends on its 30 s header timeout (exit 10). As from a terminal.
+            preexec_fn=_sigint_as_from_a_terminal,
         )
         connection, _ = silent.accept()  # the pull is now waiting for an answer
         with connection:
