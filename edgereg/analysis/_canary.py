@@ -91,6 +91,27 @@ class GuardrailResult:
         """Passed, or observed without harm: what a step after ``max_soak_hours`` needs."""
         return self.verdict == "pass" or (self.verdict == "inconclusive" and self.observed)
 
+    @property
+    def beyond_limit(self) -> str | None:
+        """The estimate, said with its unit, when it lies beyond the limit; else None."""
+        difference, limit = self.numbers.get("difference"), self.numbers.get("limit")
+        if isinstance(difference, int | float) and isinstance(limit, int | float):
+            return f"{100 * difference:+.1f} pt" if difference > limit else None
+        shift, limit_pct = self.numbers.get("shift_pct"), self.numbers.get("limit_pct")
+        if isinstance(shift, int | float) and isinstance(limit_pct, int | float):
+            return f"{shift:+.0f}%" if shift > limit_pct else None
+        return None
+
+    @property
+    def harm_left_open(self) -> str | None:
+        """The upper end of the interval, said with its unit (what the evidence cannot exclude)."""
+        high, high_pct = self.numbers.get("ci_high"), self.numbers.get("ci_high_pct")
+        if isinstance(high, int | float):
+            return f"{100 * high:+.1f} pt"
+        if isinstance(high_pct, int | float):
+            return f"{high_pct:+.0f}%"
+        return None
+
 
 @dataclass(frozen=True)
 class TierAnalysis:

@@ -385,41 +385,23 @@ def _estimated_over(analysis: Analysis) -> str:
     is worse than the limit, which no test could show at this fleet size,
     mostly waits for a person instead of becoming everyone's release.
     """
-    over = []
-    for tier in analysis.tiers:
-        for result in tier.guardrails:
-            if result.verdict != "inconclusive":
-                continue
-            numbers = result.numbers
-            difference, limit = numbers.get("difference"), numbers.get("limit")
-            shift, limit_pct = numbers.get("shift_pct"), numbers.get("limit_pct")
-            if isinstance(difference, int | float) and isinstance(limit, int | float):
-                if difference > limit:
-                    over.append(f"{tier.tier} {result.name} is {100 * difference:+.1f} pt")
-            elif (
-                isinstance(shift, int | float)
-                and isinstance(limit_pct, int | float)
-                and shift > limit_pct
-            ):
-                over.append(f"{tier.tier} {result.name} is {shift:+.0f}%")
-    return ", ".join(over)
+    return ", ".join(
+        f"{tier.tier} {result.name} is {result.beyond_limit}"
+        for tier in analysis.tiers
+        for result in tier.guardrails
+        if result.verdict == "inconclusive" and result.beyond_limit is not None
+    )
 
 
 def _unproven(analysis: Analysis) -> str:
     """Each guardrail a step after max_soak_hours passes unproven, with the harm left open."""
-    names = []
-    for tier in analysis.tiers:
-        for result in tier.guardrails:
-            if result.verdict != "inconclusive":
-                continue
-            high = result.numbers.get("ci_high")
-            high_pct = result.numbers.get("ci_high_pct")
-            if isinstance(high, int | float):
-                names.append(f"{tier.tier} {result.name} (up to {100 * high:+.1f} pt)")
-            elif isinstance(high_pct, int | float):
-                names.append(f"{tier.tier} {result.name} (up to {high_pct:+.0f}%)")
-            else:
-                names.append(f"{tier.tier} {result.name}")
+    names = [
+        f"{tier.tier} {result.name}"
+        + (f" (up to {result.harm_left_open})" if result.harm_left_open else "")
+        for tier in analysis.tiers
+        for result in tier.guardrails
+        if result.verdict == "inconclusive"
+    ]
     shown = ", ".join(names[:6])
     return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
