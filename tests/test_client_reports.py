@@ -587,11 +587,12 @@ def test_the_installed_release_is_reported_again_at_each_new_sequence(
             )
             is None
         )
-    installed, confirmed, period = collector.reports()
+    installed, _confirmed, period = collector.reports()
     assert again == period
     assert (period.token, period.sequence, period.arm) == (installed.token, 8, "stable")
     assert period.confirmed  # kept, not reset
-    assert period.inference is not None and period.inference.count == 1
+    assert period.inference is not None
+    assert period.inference.count == 1
 
 
 def test_a_rejected_release_keeps_counting_in_its_arm_with_no_latency(
@@ -635,7 +636,9 @@ def test_a_reverted_release_is_reported_in_later_periods_without_the_fallbacks_l
     )
     reporter.summary("digits", "digits")
     *_, revert, period, fallback = collector.reports()
-    assert revert.reverted and revert.inference is not None and revert.inference.count == 1
+    assert revert.reverted
+    assert revert.inference is not None
+    assert revert.inference.count == 1
     assert (period.version, period.reverted, period.sequence, period.inference) == (
         "1.1.0",
         True,
@@ -643,7 +646,8 @@ def test_a_reverted_release_is_reported_in_later_periods_without_the_fallbacks_l
         None,
     )
     assert fallback.version == "1.0.0"
-    assert fallback.inference is not None and fallback.inference.count == 2
+    assert fallback.inference is not None
+    assert fallback.inference.count == 2
 
 
 def test_a_release_never_reported_here_is_not_reported_by_the_period(
@@ -700,4 +704,5 @@ def test_a_reports_file_of_the_earlier_layout_is_read(collector: Collector, tmp_
 
     write_state_file(tmp_path / "reports.json", earlier)
     again = _reporter(collector, tmp_path).confirmed("digits", "digits")
-    assert again is not None and (again.token, again.confirmed) == (sent.token, True)
+    assert again is not None
+    assert (again.token, again.confirmed) == (sent.token, True)
