@@ -619,6 +619,7 @@ def _fits(name: str, value: str) -> bool:
 @functools.cache
 def _field_adapter(name: str) -> TypeAdapter[Any]:
     info = Report.model_fields[name]
+    assert info.annotation is not None
     if not info.metadata:
         return TypeAdapter(info.annotation)
     return TypeAdapter(Annotated.__class_getitem__((info.annotation, *info.metadata)))  # type: ignore[attr-defined]
