@@ -662,6 +662,12 @@ def _tally(arm: ArmSummary | None, aged: bool) -> Tally | None:
 
 
 def _rate_arm(tally: Tally | None, event: str) -> RateArm:
+    """One arm's counts for a rate verdict: each network by the share of its devices.
+
+    The devices' own rate is for people only: a forger's tokens move it, its
+    networks do not (beyond the tolerated ones). A harm confined to one
+    carrier NAT weighs one network, as its devices' share.
+    """
     if tally is None:
         return RateArm(0.0, 0)
     return RateArm(tally.network_count(event), tally.networks, tally.count(event), tally.devices)
@@ -787,7 +793,11 @@ def _rate_result(
         if not first_release:
             return result("inconclusive", "no stable reports in the period", own)
         # A first release has no stable arm: the absolute limit is all it is judged by.
-        _, _, below_pass = rate_limit_evidence(pass_c, limit=rule.max_rate, alpha=alpha, k=k)
+        below_pass = (
+            rate_limit_evidence(pass_c, limit=rule.max_rate, alpha=alpha, k=k)[2]
+            if pass_c.networks
+            else None
+        )
         enough = pass_c.networks - k >= guardrails.min_devices
         if below_pass is not None and below_pass.p_below < alpha and enough:
             return result(
@@ -866,9 +876,9 @@ def _rate_result(
         if pass_networks < guardrails.min_devices:
             return result(
                 "inconclusive",
-                f"{described}; too few networks to pass ({pass_c.networks} and "
-                f"{pass_s.networks}; min_devices {guardrails.min_devices} beyond the {k} "
-                f"tolerated per arm)" + counted,
+                described
+                + _too_few(pass_c.networks, pass_s.networks, guardrails.min_devices, k)
+                + counted,
                 numbers,
                 observed=observed,
             )
@@ -888,15 +898,25 @@ def _rate_result(
         f"{described}; not enough evidence either way "
         f"({_p(min(fail_side.p_worse, numbers['p_within'] or 1.0))})"
         + harm
-        + (
-            f"; too few networks ({pass_c.networks} and {pass_s.networks}; "
-            f"min_networks {guardrails.min_networks} beyond the {k} tolerated)"
-            if pass_networks < guardrails.min_networks
-            else ""
-        )
+        + _too_few(pass_c.networks, pass_s.networks, guardrails.min_devices, k)
         + counted,
         numbers,
         observed=observed,
+    )
+
+
+def _too_few(candidate: int, stable: int, needed: int, k: int) -> str:
+    """Which arm is short of networks to pass, or ""."""
+    short = [
+        f"{arm} {count}"
+        for arm, count in (("candidate", candidate), ("stable", stable))
+        if count - k < needed
+    ]
+    if not short:
+        return ""
+    return (
+        f"; too few networks to pass ({', '.join(short)} of {needed} needed per arm beyond "
+        f"the {k} tolerated)"
     )
 
 
