@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -519,7 +519,10 @@ def analyze(
         small = _networks(cand) - k < guardrails.min_networks or (
             not first_release and _networks(stab) - k < guardrails.min_networks
         )
-        results.append(_pooled(analysed) if small else analysed)
+        results.append(analysed if not small else _pooled(analysed))
+    if len(results) == 1:
+        # One tier: there is no pool to judge it in; it is judged alone, whatever its size.
+        results = [replace(results[0], pooled=False)]
     pool = None
     if any(tier.pooled for tier in results) and len(results) > 1:
         # Every tier's devices together. A forger's networks may sit in every tier, so
