@@ -68,8 +68,12 @@ class ShiftEvidence:
         stable_devices: Stable devices with a value.
         slower: The bands show the candidate slower than the limit (a fail).
         within: The bands show it at most the limit slower (a pass).
-        ci_low_pct: The largest slowdown shown (percent; -100 when none).
-        ci_high_pct: The smallest slowdown shown not reached (percent; inf when none).
+        ci_low_pct: The largest slowdown shown (percent; -100 when none; NaN
+            when not asked for).
+        ci_high_pct: The smallest slowdown shown not reached (percent; inf when
+            none; NaN when not asked for).
+        slower_at_all: The bands show the candidate slower than the stable at all
+            (the interval's lower end above 0: a harm shown).
     """
 
     candidate_devices: int
@@ -78,6 +82,7 @@ class ShiftEvidence:
     within: bool
     ci_low_pct: float
     ci_high_pct: float
+    slower_at_all: bool = False
 
 
 def _survival(histogram: Histogram) -> tuple[np.ndarray, int]:
@@ -115,9 +120,17 @@ class _Bands:
 
 
 def shift_evidence(
-    candidate: Histogram, stable: Histogram, *, limit_pct: float, alpha: float
+    candidate: Histogram,
+    stable: Histogram,
+    *,
+    limit_pct: float,
+    alpha: float,
+    interval: bool = True,
 ) -> ShiftEvidence:
     """Test "the candidate is at most ``limit_pct`` percent slower" with always-valid bands.
+
+    Without ``interval`` the confidence sequence of the shift is not searched
+    for (NaN): the verdicts cost a few comparisons, the interval two bisections.
 
     Raises:
         ValueError: an arm without values.
@@ -131,8 +144,9 @@ def shift_evidence(
         stable_devices=bands.n0,
         slower=bands.shown_slower(limit),
         within=bands.shown_within(limit),
-        ci_low_pct=100 * _edge(bands.shown_slower, low=True),
-        ci_high_pct=100 * _edge(bands.shown_within, low=False),
+        ci_low_pct=100 * _edge(bands.shown_slower, low=True) if interval else math.nan,
+        ci_high_pct=100 * _edge(bands.shown_within, low=False) if interval else math.nan,
+        slower_at_all=bands.shown_slower(0.0),
     )
 
 

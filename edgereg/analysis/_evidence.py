@@ -124,9 +124,18 @@ def _case(
 
 
 def rate_evidence(
-    candidate: RateArm, stable: RateArm, *, margin: float, alpha: float, k: int
+    candidate: RateArm,
+    stable: RateArm,
+    *,
+    margin: float,
+    alpha: float,
+    k: int,
+    intervals: bool = True,
 ) -> RateEvidence:
     """The candidate's rate minus the stable's against ``margin``, robust to ``k`` networks.
+
+    ``intervals``: False leaves the confidence sequences out (NaN), for a caller
+    that reads only the verdicts (a simulation looking thousands of times).
 
     Raises:
         ValueError: an arm without networks.
@@ -138,6 +147,7 @@ def rate_evidence(
         stable.networks,
         margin=margin,
         alpha=alpha,
+        interval=intervals,
     )
     fail_cases = [
         _case(
@@ -180,12 +190,14 @@ def rate_evidence(
     harms = [shows_harm(c) for c in pass_known]
     estimates = [c[0] / c[1] - c[2] / c[3] for c in pass_known]
     pass_case = (
-        compare_rates(*worst_pass, margin=margin, alpha=alpha) if worst_pass is not None else None
+        compare_rates(*worst_pass, margin=margin, alpha=alpha, interval=intervals)
+        if worst_pass is not None
+        else None
     )
     return RateEvidence(
         plain=plain,
         fail_case=(
-            compare_rates(*worst_fail, margin=margin, alpha=alpha)
+            compare_rates(*worst_fail, margin=margin, alpha=alpha, interval=intervals)
             if worst_fail is not None
             else None
         ),
@@ -195,17 +207,13 @@ def rate_evidence(
         harm_shown=complete and all(harms),
         harmless=complete and not any(harms),
         estimate=max(estimates) if estimates else plain.difference,
-        ci_high=max(
-            (compare_rates(*c, margin=margin, alpha=alpha).ci_high for c in pass_known),
-            default=plain.ci_high,
-        )
-        if complete
-        else plain.ci_high,
+        # The interval of the case hardest to pass: the harm the evidence leaves open.
+        ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
 
 
 def rate_limit_evidence(
-    arm: RateArm, *, limit: float, alpha: float, k: int
+    arm: RateArm, *, limit: float, alpha: float, k: int, intervals: bool = True
 ) -> tuple[RateLimitCheck, RateLimitCheck | None, RateLimitCheck | None]:
     """One arm's rate against an absolute limit: plain, and with ``k`` networks set aside.
 
@@ -215,7 +223,7 @@ def rate_limit_evidence(
         show it below (``k`` healthy networks gone); None when ``k`` networks
         are all the arm has.
     """
-    plain = check_rate_limit(arm.events, arm.networks, limit=limit, alpha=alpha)
+    plain = check_rate_limit(arm.events, arm.networks, limit=limit, alpha=alpha, interval=intervals)
     left = arm.networks - k
     if left < 1:
         return plain, None, None
@@ -288,12 +296,17 @@ def shift_evidence_robust(
     limit_pct: float,
     alpha: float,
     k: int,
+    intervals: bool = True,
 ) -> ShiftEvidenceRobust:
     """Is the candidate at most ``limit_pct`` percent slower, whichever ``k`` networks go?
+
+    The interval shown is the fail side's with the ``k`` networks set aside from
+    the candidate (its lower end) and the pass side's likewise (its upper end).
 
     Args:
         candidate: The candidate's (devices, low, high) histograms.
         stable: The stable's.
+        intervals: False leaves the intervals out (NaN).
 
     Raises:
         ValueError: an arm without values.
@@ -311,9 +324,14 @@ def shift_evidence_robust(
         # A pass: the candidate at its slowest minus its j fastest; the stable at its
         # fastest minus its k - j slowest.
         pass_c, pass_s = trim_low(c_high, j), trim_high(s_low, k - j)
+        shown = intervals and j == k
         for pair, into in (((fail_c, fail_s), slower), ((pass_c, pass_s), within)):
             if total(pair[0]) and total(pair[1]):
-                into.append(shift_evidence(pair[0], pair[1], limit_pct=limit_pct, alpha=alpha))
+                into.append(
+                    shift_evidence(
+                        pair[0], pair[1], limit_pct=limit_pct, alpha=alpha, interval=shown
+                    )
+                )
         if total(pass_c) and total(pass_s):
             comparison = compare_latency(pass_c, pass_s, alpha=alpha)
             estimates.append(comparison.percent(comparison.shift_ms))
@@ -323,13 +341,11 @@ def shift_evidence_robust(
         plain=plain,
         slower=complete_fail and all(e.slower for e in slower),
         within=complete_pass and all(e.within for e in within),
-        harm_shown=complete_pass and all(e.ci_low_pct > 0 for e in within),
-        harmless=complete_pass and not any(e.ci_low_pct > 0 for e in within),
+        harm_shown=complete_pass and all(e.slower_at_all for e in within),
+        harmless=complete_pass and not any(e.slower_at_all for e in within),
         estimate_pct=max(estimates) if estimates else plain.percent(plain.shift_ms),
-        ci_low_pct=min((e.ci_low_pct for e in slower), default=-100.0) if complete_fail else -100.0,
-        ci_high_pct=max((e.ci_high_pct for e in within), default=math.inf)
-        if complete_pass
-        else math.inf,
+        ci_low_pct=slower[-1].ci_low_pct if complete_fail else -100.0,
+        ci_high_pct=within[-1].ci_high_pct if complete_pass else math.inf,
         candidate_networks=total(c_low),
         stable_networks=total(s_low),
     )
