@@ -968,7 +968,9 @@ def stable_alarms(
         arm = _rate_arm(_tally(stable, spec.fail_aged), spec.event)
         if arm.networks < 1:
             continue
-        _, above, _ = rate_limit_evidence(arm, limit=rule.max_rate, alpha=guardrails.alpha, k=k)
+        _, above, _ = rate_limit_evidence(
+            arm, limit=rule.max_rate, alpha=guardrails.alpha, k=k, intervals=False
+        )
         if (
             above is not None
             and above.p_above < guardrails.alpha

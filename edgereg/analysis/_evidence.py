@@ -40,7 +40,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from edgereg.analysis._bands import ShiftEvidence, shift_evidence
+import numpy as np
+
+from edgereg.analysis._bands import (
+    ShiftEvidence,
+    counts_of,
+    shift_evidence,
+    without_highest,
+    without_lowest,
+)
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, total
 from edgereg.analysis._rates import (
     RateComparison,
@@ -234,6 +242,10 @@ def rate_limit_evidence(
     return plain, above, below
 
 
+def _as_histogram(counts: np.ndarray) -> dict[int, int]:
+    return {int(i): round(float(counts[i])) for i in np.flatnonzero(counts > 0)}
+
+
 def trim_high(histogram: Mapping[int, int], count: int) -> dict[int, int]:
     """``histogram`` without its ``count`` highest values."""
     out = dict(histogram)
@@ -314,26 +326,34 @@ def shift_evidence_robust(
     c_devices, c_low, c_high = candidate
     s_devices, s_low, s_high = stable
     plain = compare_latency(dict(c_devices), dict(s_devices), alpha=alpha)
+    counts = {
+        name: counts_of(h)
+        for name, h in (("c_low", c_low), ("c_high", c_high), ("s_low", s_low), ("s_high", s_high))
+    }
     slower: list[ShiftEvidence] = []
     within: list[ShiftEvidence] = []
     estimates: list[float] = []
     for j in range(k + 1):
         # A fail: the candidate at its fastest, minus its j slowest networks; the
         # stable at its slowest, minus its k - j fastest.
-        fail_c, fail_s = trim_high(c_low, j), trim_low(s_high, k - j)
+        fail_c = without_highest(counts["c_low"], j)
+        fail_s = without_lowest(counts["s_high"], k - j)
         # A pass: the candidate at its slowest minus its j fastest; the stable at its
         # fastest minus its k - j slowest.
-        pass_c, pass_s = trim_low(c_high, j), trim_high(s_low, k - j)
+        pass_c = without_lowest(counts["c_high"], j)
+        pass_s = without_highest(counts["s_low"], k - j)
         shown = intervals and j == k
         for pair, into in (((fail_c, fail_s), slower), ((pass_c, pass_s), within)):
-            if total(pair[0]) and total(pair[1]):
+            if pair[0].sum() >= 0.5 and pair[1].sum() >= 0.5:
                 into.append(
                     shift_evidence(
                         pair[0], pair[1], limit_pct=limit_pct, alpha=alpha, interval=shown
                     )
                 )
-        if total(pass_c) and total(pass_s):
-            comparison = compare_latency(pass_c, pass_s, alpha=alpha)
+        if j in (0, k) and pass_c.sum() >= 0.5 and pass_s.sum() >= 0.5:
+            # The estimate moves monotonically with what is set aside: its extremes
+            # are all-from-the-candidate and all-from-the-stable.
+            comparison = compare_latency(_as_histogram(pass_c), _as_histogram(pass_s), alpha=alpha)
             estimates.append(comparison.percent(comparison.shift_ms))
     complete_fail = len(slower) == k + 1
     complete_pass = len(within) == k + 1

@@ -38,6 +38,7 @@ says what that means in the field.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,6 +165,7 @@ _LOG_PRIORS = tuple((b, _log_beta(PRIOR_A, b)) for b in PRIOR_BS)
 _LOG_COUNT = math.log(len(PRIOR_BS))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def log_mixture(events: float, devices: int) -> float:
     """Log of the mixture likelihood of ``events`` in ``devices`` (the martingale's numerator).
 
