@@ -183,8 +183,9 @@ class _Arm:
         self.s_lf[who] |= self.m_lf[who]
         self.s_pf[who] = np.where(newer, self.m_pf[who], self.s_pf[who])
         self.s_unconf[who] = np.maximum(self.s_unconf[who], self.m_unconf[who])
-        self.s_load[who] = np.where(newer & (self.m_load[who] >= 0), self.m_load[who],
-                                    self.s_load[who])
+        self.s_load[who] = np.where(
+            newer & (self.m_load[who] >= 0), self.m_load[who], self.s_load[who]
+        )
         take = (newer & (self.m_inf[who] >= 0)) | (self.s_inf[who] < 0)
         self.s_inf[who] = np.where(take, self.m_inf[who], self.s_inf[who])
         self.s_recv[who] = np.maximum(self.s_recv[who], at)
@@ -207,9 +208,7 @@ class Fleet:
         self.net = np.where(behind, rng.integers(0, nats, n), nats + np.arange(n))
         # Evenings and mornings; a device starts its app at about the same hour each day.
         evening = rng.random(n) < 0.7
-        self.hour = np.where(
-            evening, rng.normal(19.5, 2.5, n), rng.normal(8.0, 1.5, n)
-        ) % 24
+        self.hour = np.where(evening, rng.normal(19.5, 2.5, n), rng.normal(8.0, 1.5, n)) % 24
         self.joined_day = np.where(
             np.arange(n) < world.devices,
             -30.0,
@@ -240,9 +239,7 @@ class Fleet:
             "crash": rng.random(n) < crash,
             "first": rng.random(n) < release.first_crash,
             "load_b": _bucket(np.exp(rng.normal(math.log(release.load_ms), release.spread, n))),
-            "inf_b": _bucket(
-                np.exp(rng.normal(math.log(release.inference_ms), release.spread, n))
-            ),
+            "inf_b": _bucket(np.exp(rng.normal(math.log(release.inference_ms), release.spread, n))),
         }
 
     def _settle_stable(self) -> None:
@@ -260,8 +257,9 @@ class Fleet:
         arm.m_lf[first] = draw["load"][first] & ~draw["probe"][first]
         arm.m_rev[first] = crashed
         arm.m_conf[first] = fine
-        arm.m_unconf[first] = np.where(crashed, MAX_UNCONFIRMED_STARTS,
-                                       np.where(draw["first"][first], 1, 0))
+        arm.m_unconf[first] = np.where(
+            crashed, MAX_UNCONFIRMED_STARTS, np.where(draw["first"][first], 1, 0)
+        )
         arm.m_load[first] = np.where(refused, -1, draw["load_b"][first])
         arm.m_inf[first] = np.where(fine, draw["inf_b"][first], -1)
         arm.undelivered[first] = True
@@ -274,9 +272,7 @@ class Fleet:
         """``who`` start their app at ``at`` (hours since START) under ``state``."""
         if not len(who):
             return
-        offline = (self.rng.random(len(who)) < self.world.offline) | (
-            self.offline_until[who] > at
-        )
+        offline = (self.rng.random(len(who)) < self.world.offline) | (self.offline_until[who] > at)
         # An offline spell: a few days without a network now and then.
         spell = self.rng.random(len(who)) < 0.01
         self.offline_until[who[spell]] = at + self.rng.uniform(24, 96, int(spell.sum()))
@@ -391,8 +387,10 @@ class Fleet:
         ``pooled``: every tier together (tier ``*``), each network once.
         """
         rows = [arm.row for arm in self.arms]
-        newest = max(float(arm.s_recv[r].max()) if r.any() else -1e9 for arm, r in
-                     zip(self.arms, rows, strict=True))
+        newest = max(
+            float(arm.s_recv[r].max()) if r.any() else -1e9
+            for arm, r in zip(self.arms, rows, strict=True)
+        )
         cut = newest - aged_hours
         out = []
         for v, (name, version) in enumerate((("stable", STABLE), ("candidate", CANDIDATE))):
@@ -407,12 +405,10 @@ class Fleet:
             for tier, mask in groups:
                 if not mask.any():
                     continue
-                out.append(_summary(arm, np.flatnonzero(mask), self.net, cut, tier, name,
-                                    version))
+                out.append(_summary(arm, np.flatnonzero(mask), self.net, cut, tier, name, version))
         if pooled:
             forged = [
-                ArmSummary(UNIT, "*", f.arm, f.version, f.all, f.aged, f.histograms)
-                for f in forged
+                ArmSummary(UNIT, "*", f.arm, f.version, f.all, f.aged, f.histograms) for f in forged
             ]
         return _with_forged(out, forged)
 
@@ -466,8 +462,9 @@ def _histogram(buckets: np.ndarray, nets: np.ndarray) -> Histogram:
     return Histogram(counted(buckets), counted(low), counted(high))
 
 
-def _summary(arm: _Arm, idx: np.ndarray, net: np.ndarray, cut: float, tier: str, name: str,
-             version: str) -> ArmSummary:
+def _summary(
+    arm: _Arm, idx: np.ndarray, net: np.ndarray, cut: float, tier: str, name: str, version: str
+) -> ArmSummary:
     events = _events(arm, idx)
     nets = net[idx]
     aged = arm.s_first[idx] <= cut
@@ -490,11 +487,17 @@ def _with_forged(real: list[ArmSummary], forged: Sequence[ArmSummary]) -> list[A
     for fake in forged:
         for i, summary in enumerate(out):
             if (summary.tier, summary.arm) == (fake.tier, fake.arm):
-                aged = None if summary.aged is None or fake.aged is None else summary.aged + fake.aged
+                aged = (
+                    None if summary.aged is None or fake.aged is None else summary.aged + fake.aged
+                )
                 kinds = set(summary.histograms) | set(fake.histograms)
                 out[i] = ArmSummary(
-                    UNIT, summary.tier, summary.arm, summary.version,
-                    summary.all + fake.all, aged,
+                    UNIT,
+                    summary.tier,
+                    summary.arm,
+                    summary.version,
+                    summary.all + fake.all,
+                    aged,
                     {k: summary.histogram(k) + fake.histogram(k) for k in kinds},
                 )
                 break
@@ -514,8 +517,11 @@ def forged_summaries(forger: Forger, state: RolloutState) -> list[ArmSummary]:
     arm_name = "stable" if forger.kind == "stable-fail" else "candidate"
     version = STABLE if arm_name == "stable" else (state.candidate or CANDIDATE)
     failing = forger.kind in ("fail", "stable-fail")
-    events = {"reverted": reports, "probe_failed": reports, "stalled": reports,
-              "first_start": reports} if failing else {"confirmed": reports}
+    events = (
+        {"reverted": reports, "probe_failed": reports, "stalled": reports, "first_start": reports}
+        if failing
+        else {"confirmed": reports}
+    )
     shares = {name: float(k) for name in events}
     tally = Tally(reports, k, events, shares)
     slow = _bucket(np.array([400.0 if forger.kind == "slow" else 10.0]))[0]
@@ -536,10 +542,28 @@ def rollout(world: World, seed: int) -> Outcome:
     fleet = Fleet(world, seed)
     policy = world.policy
     salt = "0123456789abcdef"
-    state = publish(None, UNIT, STABLE, percent=None, full=True, salt=salt,
-                    now=START - timedelta(days=30), expires=EXPIRES, actor="t")
-    state = publish(state, UNIT, CANDIDATE, percent=policy.steps[0], full=False, salt=salt,
-                    now=START, expires=EXPIRES, actor="t")
+    state = publish(
+        None,
+        UNIT,
+        STABLE,
+        percent=None,
+        full=True,
+        salt=salt,
+        now=START - timedelta(days=30),
+        expires=EXPIRES,
+        actor="t",
+    )
+    state = publish(
+        state,
+        UNIT,
+        CANDIDATE,
+        percent=policy.steps[0],
+        full=False,
+        salt=salt,
+        now=START,
+        expires=EXPIRES,
+        actor="t",
+    )
     rng = np.random.default_rng(seed + 1)
     moves: list[tuple[float, str, str]] = []
     reached: float | None = None
@@ -569,20 +593,34 @@ def rollout(world: World, seed: int) -> Outcome:
         aged = policy.guardrails.revert_window_hours
         analysis: Analysis = analyze(
             fleet.summaries(periods, aged_hours=aged, forged=forged),
-            unit=UNIT, candidate=state.candidate or CANDIDATE, stable=state.stable,
-            since=now, guardrails=policy.guardrails, tiers=[t for t, _ in TIERS],
+            unit=UNIT,
+            candidate=state.candidate or CANDIDATE,
+            stable=state.stable,
+            since=now,
+            guardrails=policy.guardrails,
+            tiers=[t for t, _ in TIERS],
             intervals=False,
             pool=fleet.summaries(periods, aged_hours=aged, forged=forged, pooled=True),
         )
         decision = decide(state, UNIT, analysis, policy=policy, now=now)
         if decision.changes_state:
-            state = apply(decision, state, UNIT, analysis=analysis, policy=policy, now=now,
-                          expires=EXPIRES, actor="cron", expected_sequence=state.sequence)
+            state = apply(
+                decision,
+                state,
+                UNIT,
+                analysis=analysis,
+                policy=policy,
+                now=now,
+                expires=EXPIRES,
+                actor="cron",
+                expected_sequence=state.sequence,
+            )
             moves.append((high / 24, decision.action, decision.reason))
             if decision.action == "step" and decision.percent == 100:
                 reached = high / 24
             if decision.action != "step":
-                result = {"promote": "promoted", "rollback": "rolled back",
-                          "pause": "paused"}[decision.action]
+                result = {"promote": "promoted", "rollback": "rolled back", "pause": "paused"}[
+                    decision.action
+                ]
                 return Outcome(result, high / 24, reached, moves)
     return Outcome(f"stuck at {state.percent:g}%", world.max_days, reached, moves)
