@@ -260,23 +260,22 @@ final class Reporter {
 
     /**
      * Report again: the installed release of a unit's model was reverted ({@code to}: the unit
-     * version now installed, or null). Its report carries no latency from now on: the calls
-     * recorded so far ran on it and are dropped, those after run on what it went back to.
+     * version now installed, or null). The revert's report carries the calls recorded since the
+     * last report (they ran on it); its later reports carry none: the calls after the switch run
+     * on the release it went back to, whose report (when one is kept) takes them.
      */
     synchronized void reverted(String unit, String model, String to) {
         if (!enabled) return;
         String key = installedKeys.remove(unit + "/" + model);
         Made m = key == null ? null : made.get(key);
         if (m == null) return;
-        takeLatency(model);
-        if (!m.report.containsKey("first_inference_ms") && first.containsKey(model)) m.report.put("first_inference_ms", first.get(model));
-        first.remove(model);
         m.report.put("reverted", true);
-        m.report.put("inference", Json.NULL);
+        m.report.put("inference", takeLatency(model));
+        send(key);
         m.refused = true;
+        first.remove(model);
         String back = to == null ? null : key(unit, model, to);
         if (back != null && made.containsKey(back) && !made.get(back).refused) installedKeys.put(unit + "/" + model, back);
-        send(key);
         save();
     }
 
