@@ -253,4 +253,30 @@ import Testing
         #expect(peaks == (1...10).map(Double.init), "arrived in the order made")
         #expect(f.server.reports.count == 1 + 40 + 10)
     }
+
+    @Test func aReportsFileOfTheEarlierSDKStillConfirmsUnderTheInstallsToken() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0"), reportURL: "v1/reports")
+        f.server.answerPosts([503])
+        #expect(await client(f).update(digits).ok)
+        let file = f.cache.appendingPathComponent("reports.json")
+        var now = try JSONDecoder().decode(Reporter.Saved.self, from: Data(contentsOf: file))
+        for _ in 0..<100 where now.undelivered?.isEmpty ?? true {  // the 503 comes back in the background
+            try await Task.sleep(nanoseconds: 50_000_000)
+            now = try JSONDecoder().decode(Reporter.Saved.self, from: Data(contentsOf: file))
+        }
+        // As SDK 0.2 wrote it: the latest report per unit/model, and one waiting for a retry.
+        let made = try #require(now.reports?["digits/digits/1.0.0"])
+        let old = Reporter.Saved(latest: ["digits/digits": Reporter.OldSaved(facts: made.facts, url: made.url)],
+                                 retry: now.undelivered?.map { Reporter.Retry(body: $0.body, url: $0.url) })
+        try JSONEncoder().encode(old).write(to: file)
+        let upgraded = client(f)
+        _ = await upgraded.update(digits)
+        _ = await upgraded.flushReports()
+        #expect(await upgraded.confirm(digits, version: "1.0.0"))
+        _ = await upgraded.flushReports()
+        let r = try delivered(f)
+        #expect(r.map { $0["confirmed"]?.boolValue } == [false, true], "the waiting one at the update check, then the confirmation")
+        #expect(r.count == 2 && r[0]["token"] == r[1]["token"])
+    }
 }

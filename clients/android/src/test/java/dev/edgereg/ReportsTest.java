@@ -371,4 +371,34 @@ class ReportsTest {
         assertEquals(2, r.size(), r.toString());
         assertEquals(Boolean.TRUE, r.get(1).get("confirmed"));
     }
+
+    @Test
+    @SuppressWarnings("unchecked")
+    void aReportsFileOfTheEarlierSdkStillConfirmsUnderTheInstallsToken() throws Exception {
+        registry.manifest("digits", "mid", 5, entry("1.0.0"), null, null, "v1/reports");
+        registry.postAnswers.add(503);
+        EdgeregClient client = builder("device-1").build();
+        assertTrue(client.update("digits").ok());
+        client.close(5000); // the try is over: kept
+        // As SDK 0.2 wrote it: the latest report per unit/model, and one waiting for a retry.
+        File file = new File(tmp, "reports.json");
+        Map<String, Object> now = (Map<String, Object>) Json.parse(java.nio.file.Files.readAllBytes(file.toPath()));
+        Map<String, Object> made = (Map<String, Object>) ((Map<String, Object>) now.get("reports")).get("digits/digits/1.0.0");
+        Map<String, Object> latest = new java.util.LinkedHashMap<String, Object>();
+        latest.put("digits/digits", made);
+        Map<String, Object> old = new java.util.LinkedHashMap<String, Object>();
+        old.put("latest", latest);
+        old.put("retry", now.get("undelivered"));
+        java.nio.file.Files.write(file.toPath(), Json.canonical(old));
+        EdgeregClient upgraded = builder("device-1").build();
+        upgraded.update("digits");
+        upgraded.flushReports(5000);
+        assertTrue(upgraded.confirm("digits", "1.0.0"));
+        upgraded.flushReports(5000);
+        List<Map<String, Object>> r = delivered();
+        assertEquals(2, r.size(), r.toString());
+        assertEquals(Boolean.FALSE, r.get(0).get("confirmed"), "the waiting one, sent at the update check");
+        assertEquals(Boolean.TRUE, r.get(1).get("confirmed"));
+        assertEquals(r.get(0).get("token"), r.get(1).get("token"));
+    }
 }
