@@ -172,8 +172,12 @@ final class Engine {
      */
     private void reportPeriod(Decision decision) {
         if (decision.unit == null || decision.manifest.reportUrl == null) return;
-        for (String name : decision.unit.members.keySet()) {
-            client.reporter.period(decision.manifest.reportUrl, unit, name, decision.unit.version, decision.isCandidate, decision.manifest.sequence);
+        try {
+            for (String name : decision.unit.members.keySet()) {
+                client.reporter.period(decision.manifest.reportUrl, unit, name, decision.unit.version, decision.isCandidate, decision.manifest.sequence);
+            }
+        } catch (RuntimeException e) {
+            // a report is never a reason to fail an update
         }
     }
 
