@@ -70,9 +70,9 @@ class RateComparison:
         ci_high: Upper end of it.
     """
 
-    candidate_events: int
+    candidate_events: float
     candidate_devices: int
-    stable_events: int
+    stable_events: float
     stable_devices: int
     margin: float
     difference: float
@@ -107,7 +107,7 @@ class RateLimitCheck:
         ci_high: Upper end of it.
     """
 
-    events: int
+    events: float
     devices: int
     limit: float
     p_above: float
@@ -122,9 +122,9 @@ class RateLimitCheck:
 
 
 def restricted_rates(
-    candidate_events: int,
+    candidate_events: float,
     candidate_devices: int,
-    stable_events: int,
+    stable_events: float,
     stable_devices: int,
     delta: float,
 ) -> tuple[float, float]:
@@ -164,7 +164,7 @@ _LOG_PRIORS = tuple((b, _log_beta(PRIOR_A, b)) for b in PRIOR_BS)
 _LOG_COUNT = math.log(len(PRIOR_BS))
 
 
-def log_mixture(events: int, devices: int) -> float:
+def log_mixture(events: float, devices: int) -> float:
     """Log of the mixture likelihood of ``events`` in ``devices`` (the martingale's numerator).
 
     The average over the priors Beta(1/2, b), b in :data:`PRIOR_BS`, of each
@@ -178,7 +178,7 @@ def log_mixture(events: int, devices: int) -> float:
     return top + math.log(sum(math.exp(t - top) for t in terms)) - _LOG_COUNT
 
 
-def log_likelihood(events: int, devices: int, rate: float) -> float:
+def log_likelihood(events: float, devices: int, rate: float) -> float:
     """Log of ``rate^events (1 - rate)^(devices - events)``, with 0 log 0 = 0."""
     total = 0.0
     for count, chance in ((events, rate), (devices - events, 1.0 - rate)):
@@ -190,9 +190,9 @@ def log_likelihood(events: int, devices: int, rate: float) -> float:
 
 
 def log_ratio(
-    candidate_events: int,
+    candidate_events: float,
     candidate_devices: int,
-    stable_events: int,
+    stable_events: float,
     stable_devices: int,
     delta: float,
 ) -> float:
@@ -211,15 +211,15 @@ def _p(log_evidence: float) -> float:
     return 1.0 if log_evidence <= 0 else math.exp(-log_evidence)
 
 
-def _check_counts(events: int, devices: int, arm: str) -> None:
+def _check_counts(events: float, devices: int, arm: str) -> None:
     if devices < 1 or not 0 <= events <= devices:
         raise ValueError(f"{arm} arm: {events} events of {devices} devices")
 
 
 def compare_rates(
-    candidate_events: int,
+    candidate_events: float,
     candidate_devices: int,
-    stable_events: int,
+    stable_events: float,
     stable_devices: int,
     *,
     margin: float,
@@ -257,7 +257,7 @@ def compare_rates(
 
 
 def check_rate_limit(
-    events: int, devices: int, *, limit: float, alpha: float, interval: bool = True
+    events: float, devices: int, *, limit: float, alpha: float, interval: bool = True
 ) -> RateLimitCheck:
     """Test one arm's rate against an absolute limit (no other arm needed).
 

@@ -294,6 +294,7 @@ class ReportSink(Protocol):
         unit: str,
         since: datetime | None = None,
         *,
+        since_sequence: int | None = None,
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
