@@ -211,7 +211,7 @@ class ReportsTest {
             restarted.update("digits");
             restarted.flushReports(5000);
         }
-        assertTrue(registry.count("POST v1/reports") >= 8, "tried at each update check");
+        assertTrue(registry.count("POST v1/reports") >= 6, "tried at the update checks: more than five tries, none answered");
         assertTrue(delivered().isEmpty());
         registry.postsUnanswered = false;
         restarted.update("digits"); // the network is back
