@@ -154,7 +154,9 @@ def arms(store: ReportStore, unit: str, **want: int) -> dict[tuple[str, str], di
     deadline = time.monotonic() + 10
     while True:
         found: dict[tuple[str, str], dict[str, int]] = {
-            (s.arm, s.version): {name: getattr(s, name) for name in want}
+            (s.arm, s.version): {
+                name: s.devices if name == "devices" else s.all.count(name) for name in want
+            }
             for s in store.summaries(unit)
         }
         if time.monotonic() > deadline or want in found.values():
