@@ -40,7 +40,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from edgereg.analysis._bands import ShiftEvidence, shift_evidence
+import numpy as np
+
+from edgereg.analysis._bands import (
+    ShiftEvidence,
+    counts_of,
+    shift_evidence,
+    without_highest,
+    without_lowest,
+)
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, total
 from edgereg.analysis._rates import (
     RateComparison,
@@ -124,9 +132,18 @@ def _case(
 
 
 def rate_evidence(
-    candidate: RateArm, stable: RateArm, *, margin: float, alpha: float, k: int
+    candidate: RateArm,
+    stable: RateArm,
+    *,
+    margin: float,
+    alpha: float,
+    k: int,
+    intervals: bool = True,
 ) -> RateEvidence:
     """The candidate's rate minus the stable's against ``margin``, robust to ``k`` networks.
+
+    ``intervals``: False leaves the confidence sequences out (NaN), for a caller
+    that reads only the verdicts (a simulation looking thousands of times).
 
     Raises:
         ValueError: an arm without networks.
@@ -138,6 +155,7 @@ def rate_evidence(
         stable.networks,
         margin=margin,
         alpha=alpha,
+        interval=intervals,
     )
     fail_cases = [
         _case(
@@ -180,12 +198,14 @@ def rate_evidence(
     harms = [shows_harm(c) for c in pass_known]
     estimates = [c[0] / c[1] - c[2] / c[3] for c in pass_known]
     pass_case = (
-        compare_rates(*worst_pass, margin=margin, alpha=alpha) if worst_pass is not None else None
+        compare_rates(*worst_pass, margin=margin, alpha=alpha, interval=intervals)
+        if worst_pass is not None
+        else None
     )
     return RateEvidence(
         plain=plain,
         fail_case=(
-            compare_rates(*worst_fail, margin=margin, alpha=alpha)
+            compare_rates(*worst_fail, margin=margin, alpha=alpha, interval=intervals)
             if worst_fail is not None
             else None
         ),
@@ -195,17 +215,13 @@ def rate_evidence(
         harm_shown=complete and all(harms),
         harmless=complete and not any(harms),
         estimate=max(estimates) if estimates else plain.difference,
-        ci_high=max(
-            (compare_rates(*c, margin=margin, alpha=alpha).ci_high for c in pass_known),
-            default=plain.ci_high,
-        )
-        if complete
-        else plain.ci_high,
+        # The interval of the case hardest to pass: the harm the evidence leaves open.
+        ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
 
 
 def rate_limit_evidence(
-    arm: RateArm, *, limit: float, alpha: float, k: int
+    arm: RateArm, *, limit: float, alpha: float, k: int, intervals: bool = True
 ) -> tuple[RateLimitCheck, RateLimitCheck | None, RateLimitCheck | None]:
     """One arm's rate against an absolute limit: plain, and with ``k`` networks set aside.
 
@@ -215,7 +231,7 @@ def rate_limit_evidence(
         show it below (``k`` healthy networks gone); None when ``k`` networks
         are all the arm has.
     """
-    plain = check_rate_limit(arm.events, arm.networks, limit=limit, alpha=alpha)
+    plain = check_rate_limit(arm.events, arm.networks, limit=limit, alpha=alpha, interval=intervals)
     left = arm.networks - k
     if left < 1:
         return plain, None, None
@@ -224,6 +240,10 @@ def rate_limit_evidence(
     )
     below = check_rate_limit(min(arm.events, left), left, limit=limit, alpha=alpha, interval=False)
     return plain, above, below
+
+
+def _as_histogram(counts: np.ndarray) -> dict[int, int]:
+    return {int(i): round(float(counts[i])) for i in np.flatnonzero(counts > 0)}
 
 
 def trim_high(histogram: Mapping[int, int], count: int) -> dict[int, int]:
@@ -288,12 +308,17 @@ def shift_evidence_robust(
     limit_pct: float,
     alpha: float,
     k: int,
+    intervals: bool = True,
 ) -> ShiftEvidenceRobust:
     """Is the candidate at most ``limit_pct`` percent slower, whichever ``k`` networks go?
+
+    The interval shown is the fail side's with the ``k`` networks set aside from
+    the candidate (its lower end) and the pass side's likewise (its upper end).
 
     Args:
         candidate: The candidate's (devices, low, high) histograms.
         stable: The stable's.
+        intervals: False leaves the intervals out (NaN).
 
     Raises:
         ValueError: an arm without values.
@@ -301,21 +326,34 @@ def shift_evidence_robust(
     c_devices, c_low, c_high = candidate
     s_devices, s_low, s_high = stable
     plain = compare_latency(dict(c_devices), dict(s_devices), alpha=alpha)
+    counts = {
+        name: counts_of(h)
+        for name, h in (("c_low", c_low), ("c_high", c_high), ("s_low", s_low), ("s_high", s_high))
+    }
     slower: list[ShiftEvidence] = []
     within: list[ShiftEvidence] = []
     estimates: list[float] = []
     for j in range(k + 1):
         # A fail: the candidate at its fastest, minus its j slowest networks; the
         # stable at its slowest, minus its k - j fastest.
-        fail_c, fail_s = trim_high(c_low, j), trim_low(s_high, k - j)
+        fail_c = without_highest(counts["c_low"], j)
+        fail_s = without_lowest(counts["s_high"], k - j)
         # A pass: the candidate at its slowest minus its j fastest; the stable at its
         # fastest minus its k - j slowest.
-        pass_c, pass_s = trim_low(c_high, j), trim_high(s_low, k - j)
+        pass_c = without_lowest(counts["c_high"], j)
+        pass_s = without_highest(counts["s_low"], k - j)
+        shown = intervals and j == k
         for pair, into in (((fail_c, fail_s), slower), ((pass_c, pass_s), within)):
-            if total(pair[0]) and total(pair[1]):
-                into.append(shift_evidence(pair[0], pair[1], limit_pct=limit_pct, alpha=alpha))
-        if total(pass_c) and total(pass_s):
-            comparison = compare_latency(pass_c, pass_s, alpha=alpha)
+            if pair[0].sum() >= 0.5 and pair[1].sum() >= 0.5:
+                into.append(
+                    shift_evidence(
+                        pair[0], pair[1], limit_pct=limit_pct, alpha=alpha, interval=shown
+                    )
+                )
+        if j in (0, k) and pass_c.sum() >= 0.5 and pass_s.sum() >= 0.5:
+            # The estimate moves monotonically with what is set aside: its extremes
+            # are all-from-the-candidate and all-from-the-stable.
+            comparison = compare_latency(_as_histogram(pass_c), _as_histogram(pass_s), alpha=alpha)
             estimates.append(comparison.percent(comparison.shift_ms))
     complete_fail = len(slower) == k + 1
     complete_pass = len(within) == k + 1
@@ -323,13 +361,11 @@ def shift_evidence_robust(
         plain=plain,
         slower=complete_fail and all(e.slower for e in slower),
         within=complete_pass and all(e.within for e in within),
-        harm_shown=complete_pass and all(e.ci_low_pct > 0 for e in within),
-        harmless=complete_pass and not any(e.ci_low_pct > 0 for e in within),
+        harm_shown=complete_pass and all(e.slower_at_all for e in within),
+        harmless=complete_pass and not any(e.slower_at_all for e in within),
         estimate_pct=max(estimates) if estimates else plain.percent(plain.shift_ms),
-        ci_low_pct=min((e.ci_low_pct for e in slower), default=-100.0) if complete_fail else -100.0,
-        ci_high_pct=max((e.ci_high_pct for e in within), default=math.inf)
-        if complete_pass
-        else math.inf,
+        ci_low_pct=slower[-1].ci_low_pct if complete_fail else -100.0,
+        ci_high_pct=within[-1].ci_high_pct if complete_pass else math.inf,
         candidate_networks=total(c_low),
         stable_networks=total(s_low),
     )
