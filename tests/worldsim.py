@@ -384,8 +384,12 @@ class Fleet:
         *,
         aged_hours: float,
         forged: Sequence[ArmSummary] = (),
+        pooled: bool = False,
     ) -> list[ArmSummary]:
-        """Per tier and arm, as ``ReportStore.summaries(since_sequence=...)`` would say."""
+        """Per tier and arm, as ``ReportStore.summaries(since_sequence=...)`` would say.
+
+        ``pooled``: every tier together (tier ``*``), each network once.
+        """
         rows = [arm.row for arm in self.arms]
         newest = max(float(arm.s_recv[r].max()) if r.any() else -1e9 for arm, r in
                      zip(self.arms, rows, strict=True))
@@ -395,12 +399,21 @@ class Fleet:
             arm = self.arms[v]
             period = since[0] if v == 1 else since[1]
             chosen = arm.row & (arm.s_seq >= period)
-            for t, (tier, _) in enumerate(TIERS):
-                mask = chosen & (self.tier == t)
+            groups = (
+                [("*", chosen)]
+                if pooled
+                else [(tier, chosen & (self.tier == t)) for t, (tier, _) in enumerate(TIERS)]
+            )
+            for tier, mask in groups:
                 if not mask.any():
                     continue
                 out.append(_summary(arm, np.flatnonzero(mask), self.net, cut, tier, name,
                                     version))
+        if pooled:
+            forged = [
+                ArmSummary(UNIT, "*", f.arm, f.version, f.all, f.aged, f.histograms)
+                for f in forged
+            ]
         return _with_forged(out, forged)
 
 
@@ -552,15 +565,14 @@ def rollout(world: World, seed: int) -> Outcome:
             forged_period, forged = since[0], forged_summaries(world.forger, state)
         candidate_seq, stable_seq = since
         assert candidate_seq is not None
-        summaries = fleet.summaries(
-            (candidate_seq, stable_seq if stable_seq is not None else candidate_seq),
-            aged_hours=policy.guardrails.revert_window_hours,
-            forged=forged,
-        )
+        periods = (candidate_seq, stable_seq if stable_seq is not None else candidate_seq)
+        aged = policy.guardrails.revert_window_hours
         analysis: Analysis = analyze(
-            summaries, unit=UNIT, candidate=state.candidate or CANDIDATE, stable=state.stable,
+            fleet.summaries(periods, aged_hours=aged, forged=forged),
+            unit=UNIT, candidate=state.candidate or CANDIDATE, stable=state.stable,
             since=now, guardrails=policy.guardrails, tiers=[t for t, _ in TIERS],
             intervals=False,
+            pool=fleet.summaries(periods, aged_hours=aged, forged=forged, pooled=True),
         )
         decision = decide(state, UNIT, analysis, policy=policy, now=now)
         if decision.changes_state:

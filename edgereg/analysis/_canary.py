@@ -193,8 +193,8 @@ class TierAnalysis:
         candidate_networks: The candidate devices' source networks.
         stable_networks: The stable devices'.
         pooled: Too few networks in an arm to be judged alone (fewer than
-            ``min_networks`` beyond the tolerated ones): its fails still
-            count, but its passes and observations are the pool's.
+            ``min_devices``, what a pass needs, beyond the tolerated ones): its
+            fails still count, but its passes and observations are the pool's.
     """
 
     tier: str
@@ -229,8 +229,9 @@ class Analysis:
         since: Start of the period the candidate arm is counted over.
         tiers: One analysis per tier.
         stable_since: Start of the stable arm's period, when it differs (at 100 %).
-        pool: Every tier's devices together, judged when some tier is too small
-            to be judged alone (None when none is).
+        pool: Every tier's devices together (None with one tier): judged when
+            some tier is too small to be judged alone, and what a promotion
+            without proof reads the estimates of.
         notes: What the reader should know beside the verdicts (a clock skew).
     """
 
@@ -245,9 +246,26 @@ class Analysis:
 
     @property
     def judged(self) -> tuple[TierAnalysis, ...]:
-        """The analyses whose passes and observations count: tiers judged alone, and the pool."""
+        """The analyses whose passes and observations count.
+
+        The tiers judged alone, and the pool when a tier is too small to be.
+        """
         alone = tuple(tier for tier in self.tiers if not tier.pooled)
-        return alone + ((self.pool,) if self.pool is not None else ())
+        pooled = self.pool is not None and any(tier.pooled for tier in self.tiers)
+        return alone + ((self.pool,) if pooled and self.pool is not None else ())
+
+    @property
+    def estimated(self) -> TierAnalysis | None:
+        """Whose estimates a promotion (or the step to 100 %) without proof reads.
+
+        The pool of every tier when there are several: a tier's own estimate
+        on a few hundred devices is too noisy to hold a good candidate on, and
+        a harm in one tier shows in the pool in proportion to its share (its
+        own harm, once the evidence shows it, holds the rollout by itself).
+        """
+        if self.pool is not None:
+            return self.pool
+        return self.tiers[0] if self.tiers else None
 
     @property
     def verdict(self) -> Verdict:
@@ -470,6 +488,7 @@ def analyze(
     members: Mapping[str, Iterable[ArmSummary]] | None = None,
     notes: Sequence[str] = (),
     intervals: bool = True,
+    pool: Iterable[ArmSummary] | None = None,
 ) -> Analysis:
     """Compare the candidate arm with the concurrent stable arm in every tier.
 
@@ -493,6 +512,10 @@ def analyze(
         intervals: False leaves the confidence sequences out (NaN in the numbers
             and the reasons): the verdicts are the same, at a fraction of the cost,
             for a simulation that looks thousands of times.
+        pool: Every tier's installs together (the store's ``summaries(pooled=True)``:
+            each network once); without it the tiers' summaries are added up, and
+            the pool sets aside the tolerated networks once per tier (a network in
+            several tiers would count in each).
     """
     arms = _arms(summaries, unit, candidate, stable)
     member_arms = {
@@ -521,21 +544,27 @@ def analyze(
             },
             intervals=intervals,
         )
-        small = _networks(cand) - k < guardrails.min_networks or (
-            not first_release and _networks(stab) - k < guardrails.min_networks
+        small = _networks(cand) - k < guardrails.min_devices or (
+            not first_release and _networks(stab) - k < guardrails.min_devices
         )
         results.append(analysed if not small else _pooled(analysed))
-    if len(results) == 1:
-        # One tier: there is no pool to judge it in; it is judged alone, whatever its size.
-        results = [replace(results[0], pooled=False)]
-    pool = None
-    if any(tier.pooled for tier in results) and len(results) > 1:
-        # Every tier's devices together. A forger's networks may sit in every tier, so
-        # the pool sets aside the tolerated networks once per tier it holds.
-        pool = analyze_tier(
+    pool_analysis = None
+    if len(results) > 1:
+        # Every tier's devices together: what a tier too small to be judged alone is
+        # judged within, and the estimates a promotion without proof reads.
+        if pool is not None:
+            pooled = _arms(pool, unit, candidate, stable)
+            pool_c = merge(s for (_, a), found in pooled.items() if a == "candidate" for s in found)
+            pool_s = merge(s for (_, a), found in pooled.items() if a == "stable" for s in found)
+            tolerated = k
+        else:
+            pool_c = merge(s for (_, a), found in arms.items() if a == "candidate" for s in found)
+            pool_s = merge(s for (_, a), found in arms.items() if a == "stable" for s in found)
+            tolerated = k * len(results)
+        pool_analysis = analyze_tier(
             POOL,
-            merge(s for (_, arm), found in arms.items() if arm == "candidate" for s in found),
-            merge(s for (_, arm), found in arms.items() if arm == "stable" for s in found),
+            pool_c,
+            pool_s,
             guardrails,
             first_release=first_release,
             members={
@@ -545,9 +574,12 @@ def analyze(
                 )
                 for member, found in member_arms.items()
             },
-            tolerated=k * len(results),
+            tolerated=tolerated,
             intervals=intervals,
         )
+    else:
+        # One tier: there is no pool to judge it in; it is judged alone, whatever its size.
+        results = [replace(tier, pooled=False) for tier in results]
     return Analysis(
         unit=unit,
         candidate=candidate,
@@ -555,7 +587,7 @@ def analyze(
         since=since,
         tiers=tuple(results),
         stable_since=stable_since if stable_since != since else None,
-        pool=pool,
+        pool=pool_analysis,
         notes=tuple(notes),
     )
 

@@ -16,10 +16,15 @@ each split of ``k`` between the arms is a closed form:
   failing candidate networks and ``k - j`` healthy stable ones, for every
   ``j`` (forged candidate failures and forged healthy stable installs are
   what would fake one);
-- a **pass** (within the limit), a **harm not shown** (the step without
-  proof) and the **estimate** a promotion without proof reads must survive
-  losing ``j`` healthy candidate networks and ``k - j`` failing stable ones
-  (forged healthy candidates and forged stable failures fake those).
+- a **pass** (within the limit) and a **harm not shown** (the step without
+  proof) must survive losing ``j`` healthy candidate networks and ``k - j``
+  failing stable ones (forged healthy candidates and forged stable failures
+  fake those).
+
+The **estimate** a promotion without proof reads is the plain one, over every
+network: setting networks aside would bias it by ``k / n`` against every
+candidate, and a forger's ``k`` networks move it by at most that much
+(docs/operations/report-threats.md says so).
 
 Latency histograms hold each network at its fastest device (``low``) and its
 slowest (``high``): a fail reads the candidate's fastest against the stable's
@@ -103,7 +108,7 @@ class RateEvidence:
             stable at all (its interval above 0): the harm no forger's networks
             can be hiding.
         harmless: No pass-side case shows a harm (what a step without proof needs).
-        estimate: The largest difference over the pass-side cases.
+        estimate: The difference over every network (the plain comparison's).
         ci_high: The largest upper end of the interval over the pass-side cases.
     """
 
@@ -196,7 +201,6 @@ def rate_evidence(
     worst_pass = max(pass_known, key=p_within) if len(pass_known) == len(pass_cases) else None
     complete = worst_pass is not None
     harms = [shows_harm(c) for c in pass_known]
-    estimates = [c[0] / c[1] - c[2] / c[3] for c in pass_known]
     pass_case = (
         compare_rates(*worst_pass, margin=margin, alpha=alpha, interval=intervals)
         if worst_pass is not None
@@ -214,7 +218,7 @@ def rate_evidence(
         p_within=p_within(worst_pass) if worst_pass is not None else 1.0,
         harm_shown=complete and all(harms),
         harmless=complete and not any(harms),
-        estimate=max(estimates) if estimates else plain.difference,
+        estimate=plain.difference,
         # The interval of the case hardest to pass: the harm the evidence leaves open.
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
@@ -280,8 +284,10 @@ class ShiftEvidenceRobust:
         within: Every pass-side case shows it within the limit.
         harm_shown: Every pass-side case shows it slower at all.
         harmless: No pass-side case shows it slower at all.
-        estimate_pct: The largest Hodges-Lehmann shift over the pass-side cases
-            (percent of the stable median).
+        estimate_pct: The Hodges-Lehmann shift of the candidate's networks at
+            their slowest against the stable's at their fastest, every network
+            counted (percent of the stable median; the devices' own where each
+            network holds one).
         ci_low_pct: The smallest lower end of the shift's interval over the
             fail-side cases (the slowdown shown whichever networks go).
         ci_high_pct: The largest upper end over the pass-side cases (inf: none shown).
@@ -332,7 +338,11 @@ def shift_evidence_robust(
     }
     slower: list[ShiftEvidence] = []
     within: list[ShiftEvidence] = []
-    estimates: list[float] = []
+    if counts["c_high"].sum() >= 0.5 and counts["s_low"].sum() >= 0.5:
+        network_view = compare_latency(dict(c_high), dict(s_low), alpha=alpha)
+        estimate = network_view.percent(network_view.shift_ms)
+    else:
+        estimate = plain.percent(plain.shift_ms)
     for j in range(k + 1):
         # A fail: the candidate at its fastest, minus its j slowest networks; the
         # stable at its slowest, minus its k - j fastest.
@@ -350,11 +360,6 @@ def shift_evidence_robust(
                         pair[0], pair[1], limit_pct=limit_pct, alpha=alpha, interval=shown
                     )
                 )
-        if j in (0, k) and pass_c.sum() >= 0.5 and pass_s.sum() >= 0.5:
-            # The estimate moves monotonically with what is set aside: its extremes
-            # are all-from-the-candidate and all-from-the-stable.
-            comparison = compare_latency(_as_histogram(pass_c), _as_histogram(pass_s), alpha=alpha)
-            estimates.append(comparison.percent(comparison.shift_ms))
     complete_fail = len(slower) == k + 1
     complete_pass = len(within) == k + 1
     return ShiftEvidenceRobust(
@@ -363,7 +368,7 @@ def shift_evidence_robust(
         within=complete_pass and all(e.within for e in within),
         harm_shown=complete_pass and all(e.slower_at_all for e in within),
         harmless=complete_pass and not any(e.slower_at_all for e in within),
-        estimate_pct=max(estimates) if estimates else plain.percent(plain.shift_ms),
+        estimate_pct=estimate,
         ci_low_pct=slower[-1].ci_low_pct if complete_fail else -100.0,
         ci_high_pct=within[-1].ci_high_pct if complete_pass else math.inf,
         candidate_networks=total(c_low),

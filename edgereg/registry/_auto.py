@@ -399,16 +399,19 @@ def _not_harmless(analysis: Analysis) -> str:
 def _estimated_over(analysis: Analysis) -> str:
     """The unproven guardrails whose estimate is beyond the limit, or "".
 
-    The step to 100 % and the promote ask it: their arms are the rollout's
-    largest, so a good candidate's estimate is rarely beyond the limit by
-    chance, and one that is worse than the limit, which no test could show at
-    this fleet size, waits for a person instead of reaching everyone.
+    The step to 100 % and the promote ask it, of the pool of every tier (the
+    largest arms the rollout has; a sole tier's own): a good candidate's
+    estimate is rarely beyond the limit there by chance, and one that is worse
+    than the limit, which no test could show at this fleet size, waits for a
+    person instead of reaching everyone.
     """
+    estimated = analysis.estimated
+    if estimated is None:
+        return "no tier has reported"
     return ", ".join(
-        f"{_where(tier)} {result.name} is {result.beyond_limit}"
-        for tier in analysis.judged
-        for result in tier.guardrails
-        if result.verdict == "inconclusive" and result.beyond_limit is not None
+        f"{_where(estimated)} {result.name} is {result.beyond_limit}"
+        for result in estimated.guardrails
+        if result.verdict != "pass" and result.beyond_limit is not None
     )
 
 

@@ -129,6 +129,7 @@ class GroupCommit:
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
         return self.store.summaries(
@@ -138,6 +139,7 @@ class GroupCommit:
             model=model,
             aged_before=aged_before,
             stalled_starts=stalled_starts,
+            pooled=pooled,
         )
 
     def clock(self, unit: str) -> datetime | None:

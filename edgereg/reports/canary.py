@@ -30,6 +30,7 @@ class SummarySource(Protocol):
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
 
@@ -37,6 +38,7 @@ class SummarySource(Protocol):
         manifest sequence or a later one (a rollout period).
         ``aged_before``: also count apart the installs that first reported by then.
         ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
+        ``pooled``: every tier together (tier ``*``), each network once.
         """
         ...
 
@@ -120,7 +122,7 @@ def rollout_analysis(
     # Only when asked: a front of a store (a simulation's) need not know CPU classes.
     only: dict[str, Any] = {} if cpu_class is None else {"cpu_class": cpu_class}
 
-    def period(member: str | None = None) -> list[ArmSummary]:
+    def period(member: str | None = None, **pooled: Any) -> list[ArmSummary]:
         found = store.summaries(
             state.model,
             model=member,
@@ -128,6 +130,7 @@ def rollout_analysis(
             stalled_starts=stalled,
             **windows[0],
             **only,
+            **pooled,
         )
         if windows[1] == windows[0]:
             return found
@@ -141,11 +144,14 @@ def rollout_analysis(
                 stalled_starts=stalled,
                 **windows[1],
                 **only,
+                **pooled,
             )
             if s.arm == "stable"
         ]
 
     summaries = period()
+    # Every tier together, each network once: the pool.
+    pool = period(pooled=True) if len(tiers) > 1 else None
     # A store that lists a bundle's members gives each its own latencies (one per device).
     listed = getattr(store, "members", None)
     names: list[str] = listed(state.model) if callable(listed) else []
@@ -161,6 +167,7 @@ def rollout_analysis(
         tiers=tiers,
         members=members,
         notes=notes,
+        pool=pool,
     )
 
 

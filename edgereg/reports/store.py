@@ -343,6 +343,10 @@ def _event_expressions(bind: _Parameters) -> dict[str, str]:
     }
 
 
+#: The tier a pooled summary names: every tier's installs together.
+POOLED_TIER = "*"
+
+
 def counts_sql(
     placeholder: str,
     *,
@@ -351,6 +355,7 @@ def counts_sql(
     model: bool,
     bundle: bool,
     cpu_class: bool = False,
+    pooled: bool = False,
 ) -> tuple[str, tuple[str, ...]]:
     """Per (tier, arm, version): installs, networks, and each event per device and network.
 
@@ -362,12 +367,17 @@ def counts_sql(
     networks counted, and each network's *share* of an event summed (its
     events over its devices), for every install and for the aged ones.
 
+    With ``pooled`` every tier's installs count together (tier ``*``), each
+    network once however many tiers its devices are in.
+
     Returns:
         The statement, and the names of the parameters that come before the
         filters' (``aged`` for the aged cut, ``stalled_starts``), in the order
         they bind.
     """
     bind = _Parameters(placeholder)
+    tier = f"'{POOLED_TIER}'" if pooled else "tier"
+    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
     where = _filters(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
@@ -376,7 +386,7 @@ def counts_sql(
     if not bundle:
         aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
         devices = (
-            "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
+            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
             + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
             + f", {aged} AS ag FROM reports WHERE {where}"
         )
@@ -384,10 +394,10 @@ def counts_sql(
         folded = {name: f"MAX({expr})" for name, expr in events.items()}
         folded["confirmed"] = "MIN(confirmed)"
         devices = (
-            "SELECT tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
+            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
             + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
             + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
-            f"FROM reports WHERE {where} GROUP BY tier, arm, unit_version, token"
+            f"FROM reports WHERE {where} GROUP BY {by}, token"
         )
     networks = (
         "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(ag) AS a, "
@@ -430,6 +440,7 @@ def histogram_sql(
     since_sequence: bool = False,
     model: bool,
     cpu_class: bool = False,
+    pooled: bool = False,
 ) -> tuple[str, int]:
     """Per (tier, arm, version, kind, view, bucket): devices or networks in the bucket.
 
@@ -443,18 +454,20 @@ def histogram_sql(
     where = _filters(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
+    tier = f"'{POOLED_TIER}'" if pooled else "tier"
+    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
     parts = []
     for kind, column in HISTOGRAM_COLUMNS.items():
         rows = f"FROM reports WHERE {where} AND {column} IS NOT NULL"
         parts.append(
-            f"SELECT '{kind}', 'd', tier, arm, unit_version, {column}, COUNT(*) {rows} "
-            f"GROUP BY tier, arm, unit_version, {column}"
+            f"SELECT '{kind}', 'd', {tier}, arm, unit_version, {column}, COUNT(*) {rows} "
+            f"GROUP BY {by}, {column}"
         )
         for view, pick in (("l", "MIN"), ("h", "MAX")):
             parts.append(
                 f"SELECT '{kind}', '{view}', tier, arm, unit_version, b, COUNT(*) FROM ("
-                f"SELECT tier, arm, unit_version, {pick}({column}) AS b {rows} "
-                "GROUP BY tier, arm, unit_version, COALESCE(source, token)) AS nets "
+                f"SELECT {tier} AS tier, arm, unit_version, {pick}({column}) AS b {rows} "
+                f"GROUP BY {by}, COALESCE(source, token)) AS nets "
                 "GROUP BY tier, arm, unit_version, b"
             )
     return " UNION ALL ".join(parts), len(parts)
@@ -704,6 +717,7 @@ class ReportStore(abc.ABC):
         aged_before: datetime | None = None,
         cpu_class: str | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
@@ -720,6 +734,8 @@ class ReportStore(abc.ABC):
                 ``cpu_class``; :meth:`cpu_classes` lists them).
             stalled_starts: Count as ``stalled`` the installs not confirmed after
                 this many app starts (the unconfirmed guardrail's ``stalled_starts``).
+            pooled: Every tier together, per (arm, version), tier ``*``: each
+                network counted once, in however many tiers its devices are.
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -757,11 +773,11 @@ class ReportStore(abc.ABC):
                 if model is None:
                     cur.execute(has_members_sql(self.placeholder), (unit, unit))
                     bundle = bool(cur.fetchone()[0])
-                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle)
+                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle, pooled=pooled)
                 # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
                 counts = cur.fetchall()
-                sql, repeats = histogram_sql(self.placeholder, **flags)
+                sql, repeats = histogram_sql(self.placeholder, **flags, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
                 conn.rollback()  # read only: end the snapshot

@@ -298,6 +298,7 @@ class ReportSink(Protocol):
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
