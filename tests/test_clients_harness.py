@@ -55,7 +55,11 @@ version = "1.0.0"
 models = ["vision", "sensor"]
 """
 #: models.toml's [tiers] of the built project, best first.
-TIERS = {"high": {"min_ram_mb": 6144, "min_cpu_cores": 8}, "mid": {"min_ram_mb": 3072}, "low": {}}
+TIERS = [
+    {"name": "high", "rules": {"min_ram_mb": 6144, "min_cpu_cores": 8}},
+    {"name": "mid", "rules": {"min_ram_mb": 3072}},
+    {"name": "low", "rules": {}},
+]
 SIZES = {"high": 300_000, "mid": 120_000, "low": 40_000}
 
 
@@ -921,18 +925,56 @@ def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_st
 # --- the conformance vectors through the device program ----------------------------------
 
 
-def test_every_vector_through_the_device_program(devices: Devices) -> None:
+#: The device program's op for each folder of tests/vectors/ ("" is the folder itself).
+VECTOR_OPS = {
+    "": "decide",
+    "blobs": "check_blob",
+    "probes": "check_probe",
+    "versions": "check_version",
+    "reports": "check_report",
+    "labels": "check_labels",
+    "conditions": "check_conditions",
+    "selftest": "check_selftest",
+    "tiers": "check_tiers",
+}
+
+
+def test_every_vector_file_through_the_device_program(devices: Devices) -> None:
+    """Every file of every folder (docs/reference/device-program.md); a new folder fails here."""
     device = devices()
     checked, wrong = 0, []
-    for path in sorted(VECTORS.glob("*.json")) + sorted((VECTORS / "blobs").glob("*.json")):
+    for path in sorted(VECTORS.rglob("*.json")):
+        folder = "/".join(path.relative_to(VECTORS).parts[:-1])
+        if folder in ("keys", "rules"):
+            continue  # keys are keys; rules/ is the next test
+        assert folder in VECTOR_OPS, f"no device op for tests/vectors/{folder}/"
         vector = json.loads(path.read_text("utf-8"))
-        op = "check_blob" if path.parent.name == "blobs" else "decide"
-        got = device.request(op, vector=vector["input"])
+        answer = device.call(VECTOR_OPS[folder], vector=vector["input"])
         checked += 1
+        got = answer.get("result") if answer.get("ok") else answer
         if got != vector["expected"]:
             wrong.append(f"{path.relative_to(VECTORS)}: {got} != {vector['expected']}")
-    assert checked > 40
-    assert not wrong, "\n".join(wrong)
+    assert checked == len(list(VECTORS.rglob("*.json"))) - 2, checked  # all but rules/
+    assert not wrong, f"{len(wrong)} of {checked} differ:\n" + "\n".join(wrong)
+
+
+def test_the_tier_and_cohort_rules_through_the_device_program(devices: Devices) -> None:
+    device = devices()
+    tiers = json.loads((VECTORS / "rules" / "tiers.json").read_text("utf-8"))
+    got = [
+        device.request("resolve_tier", tiers=tiers["tiers"], device=case["device"])["tier"]
+        for case in tiers["cases"]
+    ]
+    assert got == [case["tier"] for case in tiers["cases"]]
+    cohorts = json.loads((VECTORS / "rules" / "cohorts.json").read_text("utf-8"))
+    for case in cohorts["cases"]:
+        answer = device.request(
+            "cohort",
+            salt=case["salt"],
+            device_id=case["device_id"],
+            percents=list(case["in_cohort"]),
+        )
+        assert answer == {"bucket": case["bucket"], "in_cohort": case["in_cohort"]}, case
 
 
 def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:

@@ -71,10 +71,10 @@ from edgereg.protocol.decision import (
 )
 from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
-from edgereg.protocol.fields import MAX_MEMORY_MB, Name, TierRules, format_time
+from edgereg.protocol.fields import MAX_MEMORY_MB, Name, format_time
 from edgereg.protocol.patterns import SHA256_RE
-from edgereg.protocol.reasons import Malformed, Rejected
-from edgereg.protocol.rules import DeviceProfile, resolve_tier
+from edgereg.protocol.reasons import Malformed, ProbeNotRun, Rejected
+from edgereg.protocol.rules import DeviceProfile, Tiers, resolve_tier
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
 
 __all__ = ["Client", "manifest_path", "unit_status", "unsafe_registry_keys"]
@@ -115,7 +115,8 @@ class Client:
         device: The device profile (its ``device_id`` decides the cohort, its
             ``mnn_runtime``, ``os`` and ``os_version`` which entries fit).
         tier: The device's tier; when None, resolved from ``tiers``.
-        tiers: The published tier rules (models.toml ``[tiers]``), best first.
+        tiers: The tier rules, best first: models.toml's ``[tiers]``, or the pairs
+            of a tier file (:func:`~edgereg.protocol.rules.parse_tier_file`).
         app_version: The app's own version, for releases that declare
             ``requires.app`` (a release that needs one does not reach an app
             that does not say its version).
@@ -164,7 +165,7 @@ class Client:
         bundle: str | None = None,
         device: DeviceProfile,
         tier: str | None = None,
-        tiers: Mapping[str, TierRules] | None = None,
+        tiers: Tiers | None = None,
         app_version: str | None = None,
         policy: DownloadPolicy | None = None,
         bundled: BundledRelease | None = None,
@@ -557,6 +558,8 @@ class Client:
             self._labels_of(name, member_entry)  # a bad labels blob refuses the release
         try:
             new = self._check(new, entries)
+        except ProbeNotRun:
+            raise  # no verdict on the release: it stays pending, nothing is reported
         except Rejected:
             self._set_pending(None)
             self._report_rejected(new, decision)
