@@ -137,7 +137,7 @@ public final class EdgeregClient {
     /** Check for an update of {@code unit} and install it. Blocks (network, disk, self-test): a worker thread. */
     @Nonnull
     public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
-        return engine(unit).update(conditions == null ? DownloadPolicy.Conditions.ideal() : conditions);
+        return engine(unit).update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions);
     }
 
     @Nonnull public UpdateResult update(@Nonnull String unit) { return update(unit, null); }
@@ -150,7 +150,7 @@ public final class EdgeregClient {
         final Engine e = engine(unit);
         executor.execute(new Runnable() {
             @Override public void run() {
-                callback.done(e.update(conditions == null ? DownloadPolicy.Conditions.ideal() : conditions));
+                callback.done(e.update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions));
             }
         });
     }
@@ -311,7 +311,7 @@ public final class EdgeregClient {
         /** The app's MNN, for the golden-probe self-test before every switch. */
         @Nonnull public Builder runner(@Nullable ModelRunner runner) { this.runner = runner; return this; }
 
-        /** Run the self-test (default true; without a runner every backend fails and nothing new installs). */
+        /** Run the golden-probe self-test before every switch (default true; then {@link #build} needs a {@link #runner}). */
         @Nonnull public Builder selfTest(boolean on) { this.selfTest = on; return this; }
 
         @Nonnull public Builder policy(@Nonnull DownloadPolicy policy) { this.policy = policy; return this; }
@@ -348,13 +348,22 @@ public final class EdgeregClient {
             return this;
         }
 
-        /** @throws IllegalArgumentException a missing key, device, unit, or tier */
+        /**
+         * @throws IllegalArgumentException a missing key, device, unit, or tier
+         * @throws IllegalStateException the self-test is on and there is no runner
+         */
         @Nonnull
         public EdgeregClient build() {
             if (trusted.isEmpty()) throw new IllegalArgumentException("pin at least one publisher key (trustedKey)");
             if (device == null) throw new IllegalArgumentException("device facts are needed (device)");
             if (units.isEmpty()) throw new IllegalArgumentException("name at least one model or bundle");
             if ((tier == null) == (tiers == null)) throw new IllegalArgumentException("give exactly one of tier() and tiers()");
+            if (selfTest && runner == null) {
+                // Every probe would "fail" and mark good releases bad on this device, and its
+                // reports would halt every canary (docs/protocol.md section 11, no runner, no poison).
+                throw new IllegalStateException("the self-test is on (the default) and there is no model runner: give runner(new MnnRunner(...)) "
+                        + "(docs/guides/android.md), or selfTest(false) to install without checking the golden probe");
+            }
             for (String u : bundled.keySet()) {
                 if (!units.containsKey(u)) throw new IllegalArgumentException("bundled release for '" + u + "', which is not a unit");
             }

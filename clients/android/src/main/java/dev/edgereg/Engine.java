@@ -303,6 +303,7 @@ final class Engine {
         try {
             selfTest(chosen, members);
         } catch (Rejected r) {
+            if (Reasons.PROBE_NOT_RUN.equals(r.code)) throw r; // no verdict: still pending, nothing reported
             setPending(null, null, null);
             if (r.permanent) store().markBad(unit, chosen.version, r.code + ": " + r.getMessage());
             reportRejected(token, fresh, chosen, decision);
@@ -525,6 +526,10 @@ final class Engine {
                 }
             }
             SelfTest.Outcome outcome = new SelfTest(client, e.getKey(), entry, store().blob(entry.blob.sha256), probe).run();
+            if (outcome.notRun) {
+                throw new Rejected(Reasons.PROBE_NOT_RUN, e.getKey() + " " + entry.version + ": the self-test could not run the probe on this device ("
+                        + outcome.why + "); nothing is marked bad, the next update tries again");
+            }
             if (outcome.backend == null) {
                 selfTestFailed.put(e.getKey(), outcome.skipped);
                 selfTestLoadFailed.put(e.getKey(), outcome.loadFailed);
@@ -588,7 +593,7 @@ final class Engine {
         // The highest sequence is not written: a shipped manifest signed with 2^53 - 1 by mistake
         // would make every later online manifest a rollback, on every device, for good.
         if (decision.unit == null) return;
-        apply(decision, installed, DownloadPolicy.Conditions.ideal(), false, shipped);
+        apply(decision, installed, DownloadPolicy.Conditions.unknown(), false, shipped);
     }
 
     // --- status bookkeeping ---------------------------------------------------------------------

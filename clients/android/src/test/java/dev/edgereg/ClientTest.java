@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.edgereg.internal.Codec;
@@ -293,8 +294,25 @@ class ClientTest {
         Status s = wifiOnly.status("digits");
         assertNotNull(s.pending);
         assertEquals(1000, s.pending.remainingBytes);
-        assertTrue(wifiOnly.update("digits", DownloadPolicy.Conditions.ideal()).updated);
+        // The shortest form says nothing: unknown is unmet, so Wi-Fi only still waits.
+        assertEquals("metered", wifiOnly.update("digits").deferred);
+        assertEquals("metered", wifiOnly.update().deferred);
+        assertEquals(0, registry.count("GET blobs/"), "no blob byte while the network is unknown");
+        assertTrue(wifiOnly.update("digits", new DownloadPolicy.Conditions(false, true)).updated);
         assertNull(wifiOnly.status("digits").pending);
+    }
+
+    @Test
+    void idleAndStorageConditionsDeferUntilSaidMet() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        DownloadPolicy overnight = DownloadPolicy.defaults().whileIdle().whileStorageNotLow();
+        EdgeregClient client = builder(new File(tmp, "c")).policy(overnight).build();
+        assertEquals("not-idle", client.update("digits").deferred);
+        assertEquals("not-idle", client.update("digits", new DownloadPolicy.Conditions(null, null, false, false)).deferred);
+        assertEquals("storage-low", client.update("digits", new DownloadPolicy.Conditions(null, null, true, null)).deferred);
+        assertEquals("storage-low", client.update("digits", new DownloadPolicy.Conditions(null, null, true, true)).deferred);
+        assertEquals(0, registry.count("GET blobs/"));
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(null, null, true, false)).updated);
     }
 
     @Test
@@ -368,9 +386,12 @@ class ClientTest {
     static final class FakeRunner implements ModelRunner {
         final List<String> loads = new ArrayList<String>();
         volatile boolean cpuFaulty;
+        /** No MNN library in the app: no backend at all, CPU included. */
+        volatile boolean nothing;
 
         @Override public Session load(File model, final String backend, int threads, String precision) throws Exception {
             loads.add(backend);
+            if (nothing) throw new BackendUnavailableException("libMNN.so is not in this app");
             if (backend.equals("vulkan")) throw new BackendUnavailableException("no Vulkan driver");
             final boolean faulty = backend.equals("opencl") || cpuFaulty;
             return new Session() {
@@ -422,6 +443,37 @@ class ClientTest {
         UpdateResult again = client.update("digits");
         assertEquals("bad-release", again.errorCode);
         assertEquals(blobs, registry.count("GET blobs/"), "never downloaded again");
+    }
+
+    @Test
+    void aClientWithTheSelfTestAndNoRunnerRefusesToBeBuilt() {
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> builder(tmp).selfTest(true).build());
+        assertTrue(e.getMessage().contains("no model runner"), e.getMessage());
+        assertNotNull(builder(tmp).selfTest(false).build(), "without the self-test no runner is needed");
+    }
+
+    @Test
+    void aProbeThatDidNotRunIsNoFailureNothingIsMarkedOrReportedAndTheNextUpdateInstalls() throws Exception {
+        Map<String, Object> e = withProbe(registry.blob(bytes(1000, 1), "1.0.0", "int8", Arrays.asList("opencl", "cpu")));
+        registry.manifest("digits", "mid", 5, e, null, null, "v1/reports");
+        FakeRunner runner = new FakeRunner();
+        runner.nothing = true;
+        EdgeregClient client = builder(tmp).selfTest(true).runner(runner).reporting(true, null).build();
+        UpdateResult r = client.update("digits");
+        assertEquals("probe-not-run", r.errorCode, r.toString());
+        assertNull(r.version);
+        Status s = client.status("digits");
+        assertTrue(s.refused.isEmpty(), "never marked bad");
+        assertNotNull(s.pending, "still pending");
+        client.flushReports(5000);
+        assertEquals(0, registry.reports.size(), "never reported as a probe failure");
+        runner.nothing = false;
+        UpdateResult fixed = client.update("digits");
+        assertTrue(fixed.ok(), fixed.toString());
+        assertEquals("cpu", fixed.model().backend);
+        client.flushReports(5000);
+        assertEquals(1, registry.reports.size());
+        assertTrue(Codec.utf8(registry.reports.get(0)).contains("\"probe\":\"passed\""));
     }
 
     @Test

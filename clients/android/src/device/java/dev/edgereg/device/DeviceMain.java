@@ -8,6 +8,7 @@ import dev.edgereg.EdgeregClient;
 import dev.edgereg.InstalledModel;
 import dev.edgereg.Status;
 import dev.edgereg.Tiers;
+import dev.edgereg.Vectors;
 import dev.edgereg.UpdateResult;
 import dev.edgereg.internal.Codec;
 import dev.edgereg.internal.Conformance;
@@ -78,6 +79,7 @@ public final class DeviceMain {
         private HostRunner runner;
         private Long fixedNow;
 
+        @SuppressWarnings("unchecked")
         Map<String, Object> handle(String op, Map<String, Object> request) throws Misuse {
             Map<String, Object> result = new LinkedHashMap<String, Object>();
             if (op.equals("hello")) {
@@ -95,6 +97,28 @@ public final class DeviceMain {
                 result = Conformance.report(object(request, "vector"));
             } else if (op.equals("check_labels")) {
                 result = Conformance.labels(object(request, "vector"));
+            } else if (op.equals("check_conditions")) {
+                result = vector(op, request, "conditions");
+            } else if (op.equals("check_selftest")) {
+                result = vector(op, request, "selftest");
+            } else if (op.equals("check_tiers")) {
+                result = vector(op, request, "tiers");
+            } else if (op.equals("resolve_tier")) {
+                Object tiers = request.get("tiers");
+                if (!(tiers instanceof List)) throw new Misuse("resolve_tier needs 'tiers' (an array)");
+                try {
+                    result = Vectors.resolveTier((List<Object>) tiers, object(request, "device"));
+                } catch (RuntimeException e) {
+                    throw new Misuse("not a tier case: " + e);
+                }
+            } else if (op.equals("cohort")) {
+                Object percents = request.get("percents");
+                if (!(percents instanceof List)) throw new Misuse("cohort needs 'percents'");
+                try {
+                    result = Vectors.cohort(str(request, "salt"), str(request, "device_id"), (List<Object>) percents);
+                } catch (RuntimeException e) {
+                    throw new Misuse("not a cohort case: " + e);
+                }
             } else if (op.equals("check_json")) {
                 Object data = request.get("data");
                 if (!(data instanceof String)) throw new Misuse("check_json needs 'data' (base64)");
@@ -106,15 +130,12 @@ public final class DeviceMain {
             } else if (op.equals("set_clock")) {
                 fixedNow = time(request.get("now"));
             } else if (op.equals("update")) {
-                Boolean metered = false;
-                Boolean charging = true;
+                // Absent, or a condition left out: the app did not say it (unknown is unmet).
                 Object c = request.get("conditions");
-                if (c instanceof Map) {
-                    Map<?, ?> cond = (Map<?, ?>) c;
-                    metered = cond.containsKey("metered") ? bool(cond.get("metered")) : Boolean.FALSE;
-                    charging = cond.containsKey("charging") ? bool(cond.get("charging")) : Boolean.TRUE;
-                }
-                result = resultJson(client().update(unit, new DownloadPolicy.Conditions(metered, charging)));
+                Map<?, ?> cond = c instanceof Map ? (Map<?, ?>) c : new LinkedHashMap<String, Object>();
+                DownloadPolicy.Conditions said = new DownloadPolicy.Conditions(bool(cond.get("metered")), bool(cond.get("charging")),
+                        bool(cond.get("idle")), bool(cond.get("storage_low")));
+                result = resultJson(client().update(unit, said));
             } else if (op.equals("current")) {
                 result = resultJson(client().current(unit));
             } else if (op.equals("status")) {
@@ -146,6 +167,18 @@ public final class DeviceMain {
                 throw new Misuse("unknown op '" + op + "'");
             }
             return result;
+        }
+
+        @SuppressWarnings("unchecked")
+        private static Map<String, Object> vector(String op, Map<String, Object> request, String kind) throws Misuse {
+            Map<String, Object> input = object(request, "vector");
+            try {
+                if (kind.equals("conditions")) return Vectors.conditions(input);
+                if (kind.equals("selftest")) return Vectors.selfTest(input);
+                return Vectors.tierFile(input);
+            } catch (RuntimeException e) {
+                throw new Misuse(op + ": not a vector input: " + e);
+            }
         }
 
         private static Double optNumber(Map<String, Object> request, String key) throws Misuse {
@@ -210,7 +243,17 @@ public final class DeviceMain {
             if (Boolean.TRUE.equals(r.get("bundle"))) b.bundle(unit);
             else b.model(unit);
             if (r.get("tier") instanceof String) b.tier((String) r.get("tier"));
-            else if (r.get("tiers") instanceof Map) b.tiers(Tiers.fromJson(Json.orderedString(r.get("tiers"))));
+            else if (r.get("tiers") instanceof List) {
+                // The tiers array of a tier file (docs/protocol.md section 5).
+                Map<String, Object> file = new LinkedHashMap<String, Object>();
+                file.put("schema_version", 1L);
+                file.put("tiers", r.get("tiers"));
+                try {
+                    b.tiers(Tiers.fromJson(Json.orderedString(file)));
+                } catch (IllegalArgumentException e) {
+                    throw new Misuse("bad tiers: " + e.getMessage());
+                }
+            }
             else throw new Misuse("configure needs 'tier' or 'tiers'");
             b.selfTest(Boolean.TRUE.equals(r.get("self_test")));
             if (r.get("runner") instanceof Map) {
@@ -226,6 +269,7 @@ public final class DeviceMain {
             if (r.get("policy") instanceof Map) {
                 Map<String, Object> p = (Map<String, Object>) r.get("policy");
                 b.policy(new DownloadPolicy(!Boolean.FALSE.equals(p.get("allow_metered")), Boolean.TRUE.equals(p.get("require_charging")),
+                        Boolean.TRUE.equals(p.get("require_idle")), Boolean.TRUE.equals(p.get("require_storage_not_low")),
                         num(p.get("reserve_bytes"), 8L * 1024 * 1024)));
             }
             b.limits((int) (dbl(r.get("timeout_s"), 30) * 1000), (long) (dbl(r.get("deadline_s"), 600) * 1000), num(r.get("min_rate"), 1024));
@@ -249,8 +293,8 @@ public final class DeviceMain {
             });
             try {
                 client = b.build();
-            } catch (IllegalArgumentException e) {
-                throw new Misuse(e.getMessage());
+            } catch (IllegalArgumentException | IllegalStateException e) {
+                throw new Misuse("the client refused the configuration: " + e.getMessage());
             }
             Map<String, Object> out = new LinkedHashMap<String, Object>();
             out.put("tier", client.tier());
