@@ -15,14 +15,20 @@ public enum ReleaseUnit: Sendable, Hashable, CustomStringConvertible {
     public var description: String { isBundle ? "bundle \(name)" : "model \(name)" }
 }
 
-/// The network and power state now; nil means unknown, which counts as unmet.
+/// The device's state now, as the platform says it (NWPathMonitor, UIDevice, the volume's
+/// capacity). nil means unknown, which counts as unmet: `Conditions()` says nothing, so a
+/// policy that requires Wi-Fi defers until the app says the network is not expensive.
 public struct Conditions: Sendable, Equatable {
     public var metered: Bool?
     public var charging: Bool?
+    public var idle: Bool?
+    public var storageLow: Bool?
 
-    public init(metered: Bool? = false, charging: Bool? = true) {
+    public init(metered: Bool? = nil, charging: Bool? = nil, idle: Bool? = nil, storageLow: Bool? = nil) {
         self.metered = metered
         self.charging = charging
+        self.idle = idle
+        self.storageLow = storageLow
     }
 }
 
@@ -30,18 +36,26 @@ public struct Conditions: Sendable, Equatable {
 public struct DownloadPolicy: Sendable, Equatable {
     public var allowMetered: Bool
     public var requireCharging: Bool
+    public var requireIdle: Bool
+    public var requireStorageNotLow: Bool
     public var reserveBytes: Int64
 
-    public init(allowMetered: Bool = true, requireCharging: Bool = false, reserveBytes: Int64 = 8 * 1024 * 1024) {
+    public init(allowMetered: Bool = true, requireCharging: Bool = false, requireIdle: Bool = false,
+                requireStorageNotLow: Bool = false, reserveBytes: Int64 = 8 * 1024 * 1024) {
         self.allowMetered = allowMetered
         self.requireCharging = requireCharging
+        self.requireIdle = requireIdle
+        self.requireStorageNotLow = requireStorageNotLow
         self.reserveBytes = reserveBytes
     }
 
-    /// Why a download must wait (`metered`, `not-charging`), or nil.
+    /// Why a download must wait, or nil: the first unmet condition in the protocol's order,
+    /// `metered`, `not-charging`, `not-idle`, `storage-low`. Unknown counts as unmet.
     public func unmet(_ c: Conditions) -> String? {
         if !allowMetered, c.metered != false { return "metered" }
         if requireCharging, c.charging != true { return "not-charging" }
+        if requireIdle, c.idle != true { return "not-idle" }
+        if requireStorageNotLow, c.storageLow != false { return "storage-low" }
         return nil
     }
 }

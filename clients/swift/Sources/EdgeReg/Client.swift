@@ -25,6 +25,16 @@ public struct ClientConfiguration: Sendable {
     /// simulated device), over the package's own socket client instead of URLSession.
     public var sourceAddress: String?
 
+    /// Why a client cannot be built from this configuration (the self-test on and no runner), or
+    /// nil. `EdgeRegClient(_:)` stops with a precondition failure naming it.
+    public var problem: String? {
+        if selfTest, runner == nil {
+            return "the self-test is on and there is no model runner: give runner: MNNRunner(...) (docs/guides/ios.md), "
+                + "or selfTest: false to install without checking the golden probe (docs/protocol.md §11)"
+        }
+        return nil
+    }
+
     public init(registry: URL, trustedKeys: TrustedKeys, cacheDirectory: URL, device: DeviceFacts, tier: String? = nil,
                 tiers: [(String, TierRules)] = [], runner: (any ModelRunner)? = nil, selfTest: Bool = false,
                 policy: DownloadPolicy = DownloadPolicy(), limits: Limits = Limits(), reporting: Bool = true,
@@ -77,6 +87,11 @@ public actor EdgeRegClient {
     let reporter: Reporter
 
     public init(_ configuration: ClientConfiguration) {
+        if let problem = configuration.problem {
+            // A programming error at the call site, as a bad URL literal: an app that cannot run the
+            // probe would mark every good release bad and report failures that halt every canary.
+            preconditionFailure("EdgeRegClient: \(problem)")
+        }
         var config = configuration
         if !config.registry.absoluteString.hasSuffix("/") {
             config.registry = URL(string: config.registry.absoluteString + "/") ?? config.registry
@@ -429,6 +444,8 @@ public actor EdgeRegClient {
         for (name, e) in entries { _ = try labels(name, e) }  // a bad labels blob refuses the release
         do {
             new = try await check(unit, new, entries)
+        } catch let f as Failure where f.code == Reason.probeNotRun {
+            throw f  // no verdict: the release stays pending, nothing is reported (§11, rule 20)
         } catch let f as Failure {
             try? setPending(unit, nil)
             if f.permanent { markBad(unit, new.version, "\(f.code): \(f.message)") }
@@ -825,6 +842,9 @@ public actor EdgeRegClient {
             let outcome = await SelfTest(layout: layout, runner: configuration.runner)
                 .run(model: name, artifact: layout.blob(entry.sha256), entry: entry, probe: probe)
             lastTrials[name] = outcome
+            if outcome.notRun {
+                throw Failure(code: Reason.probeNotRun, message: "\(name) \(entry.version): the self-test could not run the probe on this device (\(outcome.why)); nothing is marked bad, the next update tries again")
+            }
             guard let backend = outcome.backend else {
                 throw Failure(code: Reason.probeFailed, message: "\(name) \(entry.version) (variant \(entry.variant)) failed its self-test on every backend: \(outcome.why)", permanent: true)
             }

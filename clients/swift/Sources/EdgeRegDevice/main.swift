@@ -165,6 +165,29 @@ final class Device {
             } catch {
                 throw Misuse(error.description)
             }
+        case "check_conditions", "check_selftest", "check_tiers":
+            guard let vector = request["vector"] else { throw Misuse("\(op) needs 'vector'") }
+            do {
+                switch op {
+                case "check_conditions": return try Conformance.checkConditions(vector)
+                case "check_selftest": return try Conformance.checkSelfTest(vector)
+                default: return try Conformance.checkTierFile(vector)
+                }
+            } catch {
+                throw Misuse(error.description)
+            }
+        case "resolve_tier":
+            guard let tiers = request["tiers"].flatMap(Conformance.tiers), let d = request["device"]?.objectValue else {
+                throw Misuse("resolve_tier needs 'tiers' (an array) and 'device'")
+            }
+            let device = DeviceFacts(deviceID: "d", ramMB: d["ram_mb"]?.intValue, cpuCores: d["cpu_cores"]?.intValue,
+                                     soc: d["soc"]?.stringValue, os: d["os"]?.stringValue)
+            return .object(JSONObject([("tier", Tiers.resolve(tiers, device).map { .string($0.tier) } ?? .null)]))
+        case "cohort":
+            guard let salt = request["salt"]?.stringValue, let id = request["device_id"]?.stringValue,
+                let percents = request["percents"]?.arrayValue?.compactMap(\.stringValue)
+            else { throw Misuse("cohort needs 'salt', 'device_id' and 'percents'") }
+            return Conformance.cohort(salt: salt, deviceID: id, percents: percents)
         case "check_json":
             guard let text = request["data"]?.stringValue, let data = Data(base64Encoded: text) else {
                 throw Misuse("check_json needs base64 'data'")
@@ -191,11 +214,10 @@ final class Device {
             await client.setClock(now)
             return .object(JSONObject())
         case "update":
-            var conditions = Conditions()
-            if let c = request["conditions"]?.objectValue {
-                // A key left out is unknown, which counts as unmet (as the reference reads it).
-                conditions = Conditions(metered: c["metered"]?.boolValue, charging: c["charging"]?.boolValue)
-            }
+            // Absent, or a key left out: the app did not say it, which counts as unmet (§8).
+            let c = request["conditions"]?.objectValue ?? JSONObject()
+            let conditions = Conditions(metered: c["metered"]?.boolValue, charging: c["charging"]?.boolValue,
+                                        idle: c["idle"]?.boolValue, storageLow: c["storage_low"]?.boolValue)
             return resultJSON(await client.update(unit, conditions: conditions))
         case "current":
             return resultJSON(await client.current(unit))
@@ -272,6 +294,8 @@ final class Device {
         if let p = r["policy"]?.objectValue {
             policy.allowMetered = p["allow_metered"]?.boolValue ?? true
             policy.requireCharging = p["require_charging"]?.boolValue ?? false
+            policy.requireIdle = p["require_idle"]?.boolValue ?? false
+            policy.requireStorageNotLow = p["require_storage_not_low"]?.boolValue ?? false
             policy.reserveBytes = p["reserve_bytes"]?.intValue ?? policy.reserveBytes
         }
         var limits = Limits()
@@ -291,6 +315,9 @@ final class Device {
             reporting: r["reporting"]?.boolValue ?? true, deviceClass: r["device_class"]?.stringValue,
             maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled,
             sourceAddress: r["source_address"]?.stringValue)
+        // As an app's would, the client refuses a configuration it cannot run (the device program
+        // answers ok: false where an app would stop at a precondition).
+        if let problem = config.problem { throw Misuse("the client refused the configuration: \(problem)") }
         let client = EdgeRegClient(config)
         guard client.tier != nil else { throw Misuse("the client refused the configuration: \(client.tierReason)") }
         if let nowText = r["now"]?.stringValue {

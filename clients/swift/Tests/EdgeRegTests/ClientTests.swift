@@ -402,6 +402,12 @@ let ocr = ReleaseUnit.bundle("ocr")
         let unknown = await f.client(policy: DownloadPolicy(requireCharging: true)).update(digits, conditions: Conditions(charging: nil))
         #expect(unknown.deferred == "not-charging", "an unknown condition counts as unmet")
         #expect(await f.client().status(digits).pending?.deferred == "not-charging")
+        // The shortest form says nothing: with Wi-Fi only it waits instead of using cellular.
+        #expect(await f.client(policy: DownloadPolicy(allowMetered: false)).update(digits).deferred == "metered")
+        let overnight = DownloadPolicy(requireIdle: true, requireStorageNotLow: true)
+        #expect(await f.client(policy: overnight).update(digits, conditions: Conditions(idle: true)).deferred == "storage-low")
+        #expect(await f.client(policy: overnight).update(digits, conditions: Conditions(storageLow: false)).deferred == "not-idle")
+        #expect(f.server.bodyBytes("blobs/") == 0, "nothing downloaded while a condition is unknown")
         f.server.resetLog()
         let full = await f.client(policy: DownloadPolicy(reserveBytes: 1 << 60)).update(digits)
         #expect(full.errorCode == "no-space")
@@ -445,9 +451,45 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(again.errorCode == "bad-release" && again.version == "1.0.0")
         #expect(runner.loads == ["opencl", "cpu"], "never tried again")
         #expect(await f.client().status(digits).badReleases["1.1.0"] != nil)
-        // No runner at all: the self-test fails on CPU.
-        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.2.0"))
-        #expect(await f.client(selfTest: true).update(digits).errorCode == "probe-failed")
+    }
+
+    @Test func aProbeThatDidNotRunIsNoFailureAndTheNextUpdateInstalls() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", backends: ["opencl", "cpu"], probe: FakeRunner.probe()),
+                               reportURL: "v1/reports")
+        // The MNN library is missing from the app: no backend at all, the CPU included.
+        let broken = FakeRunner(unavailable: ["opencl", "cpu"])
+        let client = f.client(selfTest: true, runner: broken, reporting: true)
+        let r = await client.update(digits)
+        #expect(r.errorCode == "probe-not-run" && r.version == nil, "\(r.error ?? "")")
+        let status = await client.status(digits)
+        #expect(status.badReleases.isEmpty, "never marked bad")
+        #expect(status.pending?.version == "1.0.0", "still pending")
+        _ = await client.flushReports()
+        #expect(f.server.reports.isEmpty, "never reported as a probe failure")
+        let fixed = await f.client(selfTest: true, runner: FakeRunner(), reporting: true).update(digits)
+        #expect(fixed.ok && fixed.model?.backend == "opencl", "\(fixed.error ?? "")")
+    }
+
+    @Test func aConfigurationWithTheSelfTestAndNoRunnerSaysItsProblem() throws {
+        let f = try Fixture()
+        let config = ClientConfiguration(registry: f.server.url, trustedKeys: f.registry.trusted, cacheDirectory: f.cache,
+                                         device: DeviceFacts(deviceID: "d"), tier: "high", selfTest: true)
+        #expect(config.problem?.contains("no model runner") == true)
+        var fine = config
+        fine.selfTest = false
+        #expect(fine.problem == nil)
+    }
+
+    @Test func aClientWithTheSelfTestAndNoRunnerStopsAtItsConstruction() async {
+        // A programming error at the call site: the process stops, naming the fix.
+        await #expect(processExitsWith: .failure) {
+            let config = ClientConfiguration(
+                registry: URL(string: "http://127.0.0.1:9/")!, trustedKeys: TrustedKeys([PublicKey(raw: Data(count: 32))!]),
+                cacheDirectory: URL(fileURLWithPath: "/tmp/never-used"), device: DeviceFacts(deviceID: "d"), tier: "high",
+                selfTest: true)
+            _ = EdgeRegClient(config)
+        }
     }
 
     @Test func aCrashLoopRevertsToTheLastGood() async throws {
