@@ -32,16 +32,20 @@ from edgereg.client import (
     BackendUnavailableError,
     BlobCheck,
     BundledRelease,
+    CancelToken,
     Client,
     Conditions,
     DownloadPolicy,
     FetchResult,
+    ModelChange,
     Rejected,
     Reporter,
     SelfTest,
     Status,
     TrustedKeys,
+    UpdateCheck,
     decide,
+    installed_units,
 )
 from edgereg.client._selftest import TrialKind, judge_trials
 from edgereg.protocol import strict_json_loads
@@ -622,6 +626,48 @@ def _bind_sockets(address: str | None) -> None:
 _PLAIN_HTTP = http.client.HTTPConnection
 
 
+def _conditions(raw: Mapping[str, Any] | None) -> Conditions:
+    """Absent, or a condition left out: the app did not say it (unknown is unmet, §8)."""
+    said = raw or {}
+    return Conditions(
+        metered=said.get("metered"),
+        charging=said.get("charging"),
+        idle=said.get("idle"),
+        storage_low=said.get("storage_low"),
+    )
+
+
+def _check_json(check: UpdateCheck) -> dict[str, Any]:
+    return {
+        "available": check.available,
+        "version": check.version,
+        "installed": check.installed,
+        "is_candidate": check.is_candidate,
+        "download_bytes": check.download_bytes,
+        "deferred": check.deferred,
+        "fallback": check.fallback,
+        "error_code": check.error_code,
+    }
+
+
+class _Background:
+    """One update running on its own thread (``start_update``), cancellable, with its progress."""
+
+    def __init__(self, client: Client, conditions: Conditions) -> None:
+        self.cancel = CancelToken()
+        self.progress: list[list[int]] = []
+        self.result: FetchResult | None = None
+        self.thread = threading.Thread(target=self._run, args=(client, conditions), daemon=True)
+        self.thread.start()
+
+    def _run(self, client: Client, conditions: Conditions) -> None:
+        self.result = client.fetch(
+            conditions,
+            cancel=self.cancel,
+            progress=lambda done, total: self.progress.append([done, total]),
+        )
+
+
 class Device:
     """One device: the client configured last, its clock, its runner."""
 
@@ -630,6 +676,8 @@ class Device:
         self.now: datetime | None = None
         self.runner: HostModelRunner | None = None
         self.reports: _CountingReporter | None = None
+        self.background: _Background | None = None
+        self.events: list[ModelChange] = []
 
     def clock(self) -> datetime:
         return self.now if self.now is not None else datetime.now().astimezone()
@@ -768,6 +816,7 @@ class Device:
             raise UsageError(f"the client refused the configuration: {exc}") from exc
         self.client = client
         self.reports = _CountingReporter(client.reporter)
+        client.add_listener(self.events.append)
         if tier is not None:
             why = "given by the app"
         else:
@@ -781,15 +830,56 @@ class Device:
 
     def op_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
         client = self.need()
-        # Absent, or a condition left out: the app did not say it (unknown is unmet, §8).
-        raw = _opt(request, "conditions", dict) or {}
-        conditions = Conditions(
-            metered=raw.get("metered"),
-            charging=raw.get("charging"),
-            idle=raw.get("idle"),
-            storage_low=raw.get("storage_low"),
-        )
-        return _result(client.fetch(conditions))
+        return _result(client.fetch(_conditions(_opt(request, "conditions", dict))))
+
+    def op_start_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        client = self.need()
+        if self.background is not None and self.background.thread.is_alive():
+            raise UsageError("an update is already running: wait_update first")
+        self.background = _Background(client, _conditions(_opt(request, "conditions", dict)))
+        return {}
+
+    def op_cancel(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        if self.background is not None:
+            self.background.cancel.cancel()
+        return {}
+
+    def op_wait_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        background = self.background
+        if background is None:
+            raise UsageError("no update was started")
+        background.thread.join()
+        self.background = None
+        return {**_result(background.result), "progress": background.progress}
+
+    def op_events(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        events, self.events[:] = list(self.events), []
+        return {
+            "events": [
+                {"unit": e.unit, "kind": e.kind, "version": e.version, "previous": e.previous}
+                for e in events
+            ]
+        }
+
+    def op_check(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _check_json(self.need().check(_conditions(_opt(request, "conditions", dict))))
+
+    def op_delete(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"deleted": self.need().delete()}
+
+    def op_installed(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        units = installed_units(self.need().cache.root)
+        return {
+            "units": [
+                {
+                    "unit": u.unit,
+                    "kind": u.kind,
+                    "version": u.version,
+                    "is_candidate": u.is_candidate,
+                }
+                for u in units
+            ]
+        }
 
     def op_current(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _result(self.need().current())
@@ -841,6 +931,10 @@ class Device:
         return {}
 
     def close(self) -> None:
+        if self.background is not None:
+            self.background.cancel.cancel()
+            self.background.thread.join(timeout=10)
+            self.background = None
         if self.client is not None:
             self.client.close()
         if self.runner is not None:
