@@ -1,5 +1,6 @@
 package dev.edgereg;
 
+import dev.edgereg.internal.Cancel;
 import dev.edgereg.internal.Codec;
 import dev.edgereg.internal.CpuFeatures;
 import dev.edgereg.internal.Ed25519;
@@ -134,15 +135,50 @@ public final class EdgeregClient {
         return engines.keySet().iterator().next();
     }
 
-    /** Check for an update of {@code unit} and install it. Blocks (network, disk, self-test): a worker thread. */
+    /**
+     * Check for an update of {@code unit} and install it. Blocks (network, disk, self-test): a
+     * worker thread. {@code conditions}: what the platform says now (null says nothing; a
+     * condition the policy requires and nobody said is unmet, so the update waits).
+     * Interrupting the calling thread, or {@link #cancel}, stops it within a second with
+     * {@code cancelled}, nothing installed and the download kept for a resume.
+     */
     @Nonnull
-    public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
-        return engine(unit).update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions);
+    public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions, @Nullable ProgressListener progress) {
+        return engine(unit).update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions, progress, new Cancel());
     }
 
-    @Nonnull public UpdateResult update(@Nonnull String unit) { return update(unit, null); }
+    @Nonnull
+    public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
+        return update(unit, conditions, null);
+    }
 
-    @Nonnull public UpdateResult update() { return update(only(), null); }
+    @Nonnull public UpdateResult update(@Nonnull String unit) { return update(unit, null, null); }
+
+    @Nonnull public UpdateResult update() { return update(only(), null, null); }
+
+    /**
+     * {@link #update} on {@code executor}, as a future: {@code future.cancel(true)} cancels the
+     * update itself (from any thread; within a second; nothing installed). From Kotlin
+     * coroutines, {@code future.await()} (kotlinx-coroutines-jdk8) cancels it with the coroutine.
+     */
+    @Nonnull
+    public UpdateFuture updateAsync(@Nonnull String unit, @Nullable final DownloadPolicy.Conditions conditions, @Nonnull Executor executor,
+            @Nullable final ProgressListener progress) {
+        final Engine e = engine(unit);
+        final Cancel token = new Cancel();
+        final UpdateFuture future = new UpdateFuture(token);
+        try {
+            executor.execute(new Runnable() {
+                @Override public void run() {
+                    if (future.isDone()) return; // cancelled before it started
+                    future.complete(e.update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions, progress, token));
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException x) {
+            future.complete(e.empty(Reasons.INTERNAL, "the executor refused the update: " + x.getMessage()));
+        }
+        return future;
+    }
 
     /** {@link #update} on {@code executor}; {@code callback} gets the result there. */
     public void updateAsync(@Nonnull final String unit, @Nullable final DownloadPolicy.Conditions conditions, @Nonnull Executor executor,
@@ -153,6 +189,68 @@ public final class EdgeregClient {
                 callback.done(e.update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions));
             }
         });
+    }
+
+    /** Cancel the update of {@code unit} in progress, if any (idempotent; from any thread; never blocks). */
+    public void cancel(@Nonnull String unit) { engine(unit).cancel(); }
+
+    /**
+     * Whether an update of {@code unit} would install a release, which, and how many bytes it
+     * would download, without downloading a blob (the manifest is fetched and verified). Blocks
+     * (network): a worker thread. Never throws for network, trust or disk problems.
+     */
+    @Nonnull
+    public UpdateCheck check(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
+        return engine(unit).check(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions);
+    }
+
+    /**
+     * Delete {@code unit} from the device: its install, its last good set and their files. The
+     * rollback protection and the releases refused here stay. Idempotent: false when nothing was
+     * installed. Blocks on disk.
+     */
+    public boolean delete(@Nonnull String unit) { return engine(unit).delete(); }
+
+    /** Every model and bundle installed in this client's cache. Reads disk. */
+    @Nonnull
+    @SuppressWarnings("unchecked")
+    public List<InstalledUnit> installedUnits() {
+        List<InstalledUnit> out = new ArrayList<InstalledUnit>();
+        for (String kind : new String[] {"models", "bundles"}) {
+            Map<String, Object> all;
+            try {
+                all = store.read(new File(store.root, "installed.json"));
+            } catch (Rejected r) {
+                return out;
+            }
+            Object byKind = all == null ? null : all.get(kind);
+            if (!(byKind instanceof Map)) continue;
+            for (String name : new java.util.TreeSet<String>(((Map<String, Object>) byKind).keySet())) {
+                Object rec = ((Map<String, Object>) byKind).get(name);
+                if (!(rec instanceof Map)) continue;
+                Map<String, Object> r = (Map<String, Object>) rec;
+                out.add(new InstalledUnit(name, kind.equals("models") ? "model" : "bundle", String.valueOf(r.get("version")),
+                        Boolean.TRUE.equals(r.get("is_candidate"))));
+            }
+        }
+        return out;
+    }
+
+    private final java.util.concurrent.CopyOnWriteArrayList<ModelListener> listeners = new java.util.concurrent.CopyOnWriteArrayList<ModelListener>();
+
+    /** Hear each change of what is installed (installed, rolled-back, reverted, deleted), on the thread that made it. */
+    public void addListener(@Nonnull ModelListener listener) { listeners.add(listener); }
+
+    public void removeListener(@Nonnull ModelListener listener) { listeners.remove(listener); }
+
+    void notifyChange(ModelChange change) {
+        for (ModelListener l : listeners) {
+            try {
+                l.onChange(change);
+            } catch (RuntimeException e) {
+                // the app's listener never breaks the client
+            }
+        }
     }
 
     /** Receives the result of an async call. */

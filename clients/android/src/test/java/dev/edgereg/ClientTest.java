@@ -235,6 +235,106 @@ class ClientTest {
     }
 
     @Test
+    void aCancelledFutureStopsTheDownloadWithinASecondAndTheNextUpdateResumes() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> big = registry.blob(bytes(60000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, big, null, null, null);
+        registry.trickleMs = 100; // 6 s for the new blob
+        final List<long[]> seen = java.util.Collections.synchronizedList(new ArrayList<long[]>());
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor();
+        UpdateFuture future = client.updateAsync("digits", null, pool, (done, total) -> seen.add(new long[] {done, total}));
+        long until = System.currentTimeMillis() + 10000;
+        while (seen.size() < 5 && System.currentTimeMillis() < until) Thread.sleep(20);
+        assertEquals(0, seen.get(0)[0], "the first report comes before the first byte");
+        assertEquals(60000, seen.get(0)[1], "with the total");
+        long asked = System.nanoTime();
+        assertTrue(future.cancel(true));
+        future.cancel(true); // twice: nothing more happens
+        assertTrue(future.isCancelled());
+        // The update itself stops (not only the future): it records its error when it returns.
+        while (!"cancelled".equals(client.status("digits", false).lastErrorCode) && System.nanoTime() - asked < 10_000_000_000L) Thread.sleep(10);
+        long tookMs = (System.nanoTime() - asked) / 1000000;
+        pool.shutdown();
+        assertTrue(pool.awaitTermination(5, java.util.concurrent.TimeUnit.SECONDS));
+        assertTrue(tookMs < 1000, "the cancelled update held on for " + tookMs + " ms");
+        Status between = client.status("digits");
+        assertEquals("1.0.0", between.installed.version, "nothing installed");
+        assertTrue(between.pending.remainingBytes < 60000, "the part is kept: " + between.pending.remainingBytes + " bytes to go");
+        registry.trickleMs = 0;
+        UpdateResult after = client.update("digits");
+        assertEquals("1.1.0", after.version, "the next update resumed and finished");
+        assertTrue(after.downloadedBytes < 60000, "resumed from the part kept: " + after.downloadedBytes);
+    }
+
+    @Test
+    void anInterruptedUpdateReturnsCancelledWithinASecondAndInstallsNothing() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        final EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> big = registry.blob(bytes(60000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, big, null, null, null);
+        registry.trickleMs = 100;
+        final UpdateResult[] done = new UpdateResult[1];
+        final long[] returned = new long[1];
+        Thread worker = new Thread(() -> {
+            done[0] = client.update("digits");
+            returned[0] = System.nanoTime();
+        });
+        worker.start();
+        long until = System.currentTimeMillis() + 10000;
+        File part = client.store.part((String) big.get("sha256"));
+        while ((!part.isFile() || part.length() < 5000) && System.currentTimeMillis() < until) Thread.sleep(20);
+        long asked = System.nanoTime();
+        worker.interrupt();
+        worker.join(10000);
+        long tookMs = (returned[0] - asked) / 1000000;
+        assertTrue(tookMs < 1000, "returned " + tookMs + " ms after the interrupt");
+        assertEquals("cancelled", done[0].errorCode, done[0].toString());
+        assertEquals("1.0.0", done[0].version, "nothing installed");
+        assertEquals("1.0.0", client.current("digits").version);
+        assertTrue(part.length() > 0, "the part stays for a resume");
+        assertEquals("1.1.0", client.status("digits").pending.version);
+        // cancel() with nothing running does nothing.
+        client.cancel("digits");
+        client.cancel("digits");
+    }
+
+    @Test
+    void checkListenersDeleteAndTheInstalledList() throws Exception {
+        Map<String, Object> v1 = registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, v1, null, null, null);
+        EdgeregClient client = builder(tmp).policy(DownloadPolicy.defaults().wifiOnly()).build();
+        final List<String> heard = new ArrayList<String>();
+        client.addListener(change -> heard.add(change.toString()));
+        UpdateCheck first = client.check("digits", null);
+        assertTrue(first.available);
+        assertEquals("1.0.0", first.version);
+        assertEquals(1000, first.downloadBytes);
+        assertEquals("metered", first.deferred, "the network was not said");
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(false, null)).updated);
+        assertFalse(client.check("digits", null).available, "up to date");
+        Map<String, Object> v2 = registry.blob(bytes(2000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, v2, null, null, null);
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(false, null)).updated);
+        registry.manifest("digits", "mid", 7, v1, null, null, null); // the server rolls 1.1.0 back
+        assertEquals("1.0.0", client.update("digits", new DownloadPolicy.Conditions(false, null)).version);
+        assertEquals(1, client.installedUnits().size());
+        assertEquals("1.0.0", client.installedUnits().get(0).version);
+        assertTrue(client.delete("digits"));
+        assertFalse(client.delete("digits"), "twice: nothing more");
+        assertTrue(client.installedUnits().isEmpty());
+        assertNull(client.current("digits").version);
+        assertEquals(Arrays.asList("digits installed null -> 1.0.0", "digits installed 1.0.0 -> 1.1.0", "digits rolled-back 1.1.0 -> 1.0.0",
+                "digits deleted 1.0.0 -> null"), heard);
+        client.addListener(change -> {
+            throw new IllegalStateException("an app bug");
+        });
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(false, null)).updated, "a throwing listener breaks nothing");
+    }
+
+    @Test
     void currentAndStatusDoNotWaitForADownloadInProgress() throws Exception {
         registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
         final EdgeregClient client = builder(tmp).build();

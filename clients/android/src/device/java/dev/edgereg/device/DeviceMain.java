@@ -6,6 +6,11 @@ import dev.edgereg.DeviceFacts;
 import dev.edgereg.DownloadPolicy;
 import dev.edgereg.EdgeregClient;
 import dev.edgereg.InstalledModel;
+import dev.edgereg.InstalledUnit;
+import dev.edgereg.ModelChange;
+import dev.edgereg.ModelListener;
+import dev.edgereg.ProgressListener;
+import dev.edgereg.UpdateCheck;
 import dev.edgereg.Status;
 import dev.edgereg.Tiers;
 import dev.edgereg.Vectors;
@@ -78,6 +83,10 @@ public final class DeviceMain {
         private String unit;
         private HostRunner runner;
         private Long fixedNow;
+        private Thread background;
+        private List<Object> backgroundProgress;
+        private Object[] backgroundResult;
+        private final List<ModelChange> events = new java.util.ArrayList<ModelChange>();
 
         @SuppressWarnings("unchecked")
         Map<String, Object> handle(String op, Map<String, Object> request) throws Misuse {
@@ -130,12 +139,78 @@ public final class DeviceMain {
             } else if (op.equals("set_clock")) {
                 fixedNow = time(request.get("now"));
             } else if (op.equals("update")) {
-                // Absent, or a condition left out: the app did not say it (unknown is unmet).
-                Object c = request.get("conditions");
-                Map<?, ?> cond = c instanceof Map ? (Map<?, ?>) c : new LinkedHashMap<String, Object>();
-                DownloadPolicy.Conditions said = new DownloadPolicy.Conditions(bool(cond.get("metered")), bool(cond.get("charging")),
-                        bool(cond.get("idle")), bool(cond.get("storage_low")));
-                result = resultJson(client().update(unit, said));
+                result = resultJson(client().update(unit, conditions(request)));
+            } else if (op.equals("start_update")) {
+                final EdgeregClient c = client();
+                if (background != null && background.isAlive()) throw new Misuse("an update is already running: wait_update first");
+                final DownloadPolicy.Conditions said = conditions(request);
+                final List<Object> progress = new java.util.ArrayList<Object>();
+                final Object[] done = new Object[1];
+                backgroundProgress = progress;
+                backgroundResult = done;
+                background = new Thread(new Runnable() {
+                    @Override public void run() {
+                        done[0] = c.update(unit, said, new ProgressListener() {
+                            @Override public void onProgress(long bytes, long total) {
+                                synchronized (progress) {
+                                    progress.add(new java.util.ArrayList<Object>(java.util.Arrays.asList((Object) bytes, (Object) total)));
+                                }
+                            }
+                        });
+                    }
+                }, "edgereg-device-update");
+                background.start();
+            } else if (op.equals("cancel")) {
+                client().cancel(unit);
+            } else if (op.equals("wait_update")) {
+                if (background == null) throw new Misuse("no update was started");
+                try {
+                    background.join();
+                } catch (InterruptedException e) {
+                    throw new Misuse("interrupted");
+                }
+                background = null;
+                result = resultJson((UpdateResult) backgroundResult[0]);
+                synchronized (backgroundProgress) {
+                    result.put("progress", new java.util.ArrayList<Object>(backgroundProgress));
+                }
+            } else if (op.equals("events")) {
+                List<Object> out = new java.util.ArrayList<Object>();
+                synchronized (events) {
+                    for (ModelChange ch : events) {
+                        Map<String, Object> e = new LinkedHashMap<String, Object>();
+                        e.put("unit", ch.unit);
+                        e.put("kind", ch.kind);
+                        e.put("version", nul(ch.version));
+                        e.put("previous", nul(ch.previous));
+                        out.add(e);
+                    }
+                    events.clear();
+                }
+                result.put("events", out);
+            } else if (op.equals("check")) {
+                UpdateCheck c = client().check(unit, conditions(request));
+                result.put("available", c.available);
+                result.put("version", nul(c.version));
+                result.put("installed", nul(c.installed));
+                result.put("is_candidate", c.isCandidate);
+                result.put("download_bytes", c.downloadBytes);
+                result.put("deferred", nul(c.deferred));
+                result.put("fallback", nul(c.fallback));
+                result.put("error_code", nul(c.errorCode));
+            } else if (op.equals("delete")) {
+                result.put("deleted", client().delete(unit));
+            } else if (op.equals("installed")) {
+                List<Object> out = new java.util.ArrayList<Object>();
+                for (InstalledUnit u : client().installedUnits()) {
+                    Map<String, Object> e = new LinkedHashMap<String, Object>();
+                    e.put("unit", u.unit);
+                    e.put("kind", u.kind);
+                    e.put("version", u.version);
+                    e.put("is_candidate", u.isCandidate);
+                    out.add(e);
+                }
+                result.put("units", out);
             } else if (op.equals("current")) {
                 result = resultJson(client().current(unit));
             } else if (op.equals("status")) {
@@ -179,6 +254,14 @@ public final class DeviceMain {
             } catch (RuntimeException e) {
                 throw new Misuse(op + ": not a vector input: " + e);
             }
+        }
+
+        /** Absent, or a condition left out: the app did not say it (unknown is unmet). */
+        private static DownloadPolicy.Conditions conditions(Map<String, Object> request) {
+            Object c = request.get("conditions");
+            Map<?, ?> cond = c instanceof Map ? (Map<?, ?>) c : new LinkedHashMap<String, Object>();
+            return new DownloadPolicy.Conditions(bool(cond.get("metered")), bool(cond.get("charging")), bool(cond.get("idle")),
+                    bool(cond.get("storage_low")));
         }
 
         private static Double optNumber(Map<String, Object> request, String key) throws Misuse {
@@ -296,6 +379,13 @@ public final class DeviceMain {
             } catch (IllegalArgumentException | IllegalStateException e) {
                 throw new Misuse("the client refused the configuration: " + e.getMessage());
             }
+            client.addListener(new ModelListener() {
+                @Override public void onChange(ModelChange change) {
+                    synchronized (events) {
+                        events.add(change);
+                    }
+                }
+            });
             Map<String, Object> out = new LinkedHashMap<String, Object>();
             out.put("tier", client.tier());
             out.put("tier_reason", client.tierReason());
@@ -373,6 +463,14 @@ public final class DeviceMain {
         static Object nul(Object v) { return v == null ? Json.NULL : v; }
 
         void close() {
+            if (background != null && client != null) {
+                client.cancel(unit);
+                try {
+                    background.join(10000);
+                } catch (InterruptedException e) {
+                    // exiting anyway
+                }
+            }
             if (client != null) client.close(5000);
             if (runner != null) runner.close();
         }

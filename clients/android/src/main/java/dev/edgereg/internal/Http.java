@@ -42,6 +42,9 @@ public final class Http {
         this.minRate = minRate;
     }
 
+    /** Cancels the update this transport serves: every connection it opens is cut on cancel. */
+    public Cancel cancel;
+
     /** Start the whole-fetch clock (one update: a manifest and its blobs). */
     public void startDeadline() {
         deadlineAt = System.currentTimeMillis() + deadlineMs;
@@ -104,6 +107,26 @@ public final class Http {
                 return n;
             } catch (IOException e) {
                 throw new Rejected(Reasons.TRANSPORT, url + ": " + describe(e), e);
+            }
+        }
+
+        /**
+         * Cut the connection now, from any thread: a read in progress fails at once. Not for a
+         * body the JDK's own HttpURLConnection is reading (a plain JVM, not Android): its
+         * disconnect() hands a kept-alive body to a cleaner thread that drains it (up to 512 KB,
+         * however slowly it trickles) holding the stream's lock, which the reader needs too, and
+         * leaves the socket open. There the reader stops at its next chunk (cancel is
+         * checked after every read) or at the read timeout of a stalled server. On Android the
+         * connection is OkHttp's, whose disconnect() cancels the call at once.
+         */
+        public void abort() {
+            if (conn != null && !(body != null && conn.getClass().getName().startsWith("sun.net.www."))) conn.disconnect();
+            if (socket != null) {
+                try {
+                    socket.close();
+                } catch (IOException e) {
+                    // already gone
+                }
             }
         }
 
@@ -182,7 +205,19 @@ public final class Http {
             if (!manifest) c.setRequestProperty("Accept-Encoding", "identity");
             if (etag != null) c.setRequestProperty("If-None-Match", etag);
             if (start > 0) c.setRequestProperty("Range", "bytes=" + start + "-");
-            return new Response(c, u);
+            final HttpURLConnection open = c;
+            Runnable abort = new Runnable() {
+                @Override public void run() {
+                    open.disconnect();
+                }
+            };
+            // Watched before the headers: a cancel cuts a server that never answers too.
+            if (cancel != null) cancel.watch(abort);
+            try {
+                return new Response(c, u);
+            } finally {
+                if (cancel != null) cancel.unwatch(abort);
+            }
         } catch (IOException e) {
             throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
         } catch (ClassCastException e) {
