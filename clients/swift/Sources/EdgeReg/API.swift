@@ -211,3 +211,70 @@ public struct StartOutcome: Sendable, Equatable {
     public let version: String?
     public let reason: String?
 }
+
+// MARK: - changes, checks, errors
+
+/// A change of what is installed for a unit (`EdgeRegClient.changes()`, `addListener`).
+public struct ModelChange: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// A newer (or the first) release was installed.
+        case installed
+        /// An update installed a lower version: the server took a release back.
+        case rolledBack = "rolled-back"
+        /// The app, or a crash loop, reverted the release.
+        case reverted
+        /// The app deleted the unit.
+        case deleted
+    }
+
+    public let unit: ReleaseUnit
+    public let kind: Kind
+    /// What is installed now, or nil.
+    public let version: String?
+    /// What was installed before, or nil.
+    public let previous: String?
+}
+
+/// What `check` found: whether an update would install a release, without downloading it.
+public struct UpdateCheck: Sendable, Equatable {
+    /// A release other than the installed one would install now.
+    public let available: Bool
+    /// The release this device would install (the installed one when up to date), or nil.
+    public let version: String?
+    /// The version installed now.
+    public let installed: String?
+    public let isCandidate: Bool
+    /// Bytes an update would still download.
+    public let downloadBytes: Int64
+    /// Why an update would wait (an unmet condition), or nil.
+    public let deferred: String?
+    public let fallback: String?
+    /// Why nothing can be installed (a reason code), or nil.
+    public let errorCode: String?
+    public let error: String?
+}
+
+/// One model or bundle installed in the client's cache.
+public struct InstalledUnit: Sendable, Equatable {
+    public let unit: ReleaseUnit
+    public let version: String
+    public let isCandidate: Bool
+}
+
+/// A failed update as an error an app can `catch` (`UpdateResult.get()`): the reason code
+/// (docs/protocol.md §7, §10) and its message. A cancelled update throws `CancellationError`.
+public struct EdgeRegError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let code: String
+    public let message: String
+    public var description: String { "\(code): \(message)" }
+}
+
+extension UpdateResult {
+    /// This result, or its failure thrown: `CancellationError` for `cancelled`, else an
+    /// `EdgeRegError` with the reason code. The last good model is installed either way.
+    public func get() throws -> UpdateResult {
+        guard let code = errorCode else { return self }
+        if code == Reason.cancelled { throw CancellationError() }
+        throw EdgeRegError(code: code, message: error ?? code)
+    }
+}

@@ -196,8 +196,13 @@ final class SocketTransport: Transport, @unchecked Sendable {
         let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: limits.timeout)
         defer { sink.end() }
         guard sink.begin(status: exchange.status, headers: exchange.headers) else { return }
-        while let chunk = try exchange.next() {
-            if !sink.receive(chunk) { return }
+        // A cancelled task shuts the socket down: a blocked read returns at once.
+        try await withTaskCancellationHandler {
+            while let chunk = try exchange.next() {
+                if Task.isCancelled || !sink.receive(chunk) { return }
+            }
+        } onCancel: {
+            shutdown(exchange.fd, Int32(SHUT_RDWR))
         }
     }
 

@@ -164,9 +164,13 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, Transport, @uncheck
         let (stream, body) = AsyncThrowingStream<Data, Error>.makeStream()
         let response: URLResponse
         do {
-            response = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<URLResponse, Error>) in
-                lock.withLock { streams[task.taskIdentifier] = (continuation, body) }
-                task.resume()
+            response = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<URLResponse, Error>) in
+                    lock.withLock { streams[task.taskIdentifier] = (continuation, body) }
+                    task.resume()
+                }
+            } onCancel: {
+                task.cancel()
             }
         } catch {
             throw TransportError(message: "\(url.absoluteString): \(error.localizedDescription)")
@@ -202,9 +206,14 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, Transport, @uncheck
         for (k, v) in headers { request.setValue(v, forHTTPHeaderField: k) }
         let task = session.dataTask(with: request)
         do {
-            try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, Error>) in
-                lock.withLock { sinks[task.taskIdentifier] = (sink, done) }
-                task.resume()
+            // A cancelled Swift task cancels the transfer at once, also a stalled one.
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, Error>) in
+                    lock.withLock { sinks[task.taskIdentifier] = (sink, done) }
+                    task.resume()
+                }
+            } onCancel: {
+                task.cancel()
             }
         } catch {
             throw TransportError(message: "\(url.absoluteString): \(error.localizedDescription)")

@@ -650,3 +650,85 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(r.errorCode == "cache" && r.version == "1.0.0")
     }
 }
+
+/// What a progress callback was told, from any thread.
+final class ProgressLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _seen: [(Int64, Int64)] = []
+    func add(_ done: Int64, _ total: Int64) { lock.withLock { _seen.append((done, total)) } }
+    var seen: [(Int64, Int64)] { lock.withLock { _seen } }
+}
+
+@Suite struct ControlTests {
+    @Test func cancellingTheTaskStopsTheDownloadWithinASecondInstallsNothingAndKeepsThePart() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0", size: 40_000)
+        try f.registry.publish("digits", stable: v1)
+        f.server.trickle(v1["path"]!.stringValue!)  // 2 KB/s: 20 s for the blob
+        let client = f.client()
+        let log = ProgressLog()
+        let task = Task { await client.update(digits, progress: { log.add($0, $1) }) }
+        let until = Date().addingTimeInterval(20)
+        while log.seen.count < 5, Date() < until { try await Task.sleep(nanoseconds: 20_000_000) }
+        #expect(log.seen.first.map { [$0.0, $0.1] } == [0, 40_000], "the total, before the first byte")
+        let asked = Date()
+        task.cancel()
+        task.cancel()  // twice: nothing more happens
+        let r = await task.value
+        let took = Date().timeIntervalSince(asked)
+        #expect(took < 1, "returned \(took) s after the cancel")
+        #expect(r.errorCode == "cancelled" && r.version == nil, "\(r.error ?? "")")
+        #expect(throws: CancellationError.self) { try r.get() }
+        let status = await client.status(digits)
+        #expect(status.installed == nil && status.pending?.version == "1.0.0")
+        #expect((status.pending?.remainingBytes ?? 0) < 40_000, "the part is kept for a resume")
+    }
+
+    @Test func progressEndsAtTheTotalAndNothingIsToldWhenNothingDownloads() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", size: 300_000))
+        let log = ProgressLog()
+        let client = f.client()
+        #expect(await client.update(digits, progress: { log.add($0, $1) }).updated)
+        let seen = log.seen
+        #expect(seen.first.map { [$0.0, $0.1] } == [0, 300_000])
+        #expect(seen.last.map { [$0.0, $0.1] } == [300_000, 300_000])
+        #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.0 <= $1.0 }, "never goes back")
+        let again = ProgressLog()
+        _ = await client.update(digits, progress: { again.add($0, $1) })
+        #expect(again.seen.isEmpty)
+    }
+
+    @Test func changesCheckDeleteAndTheInstalledList() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        let client = f.client(policy: DownloadPolicy(allowMetered: false))
+        let changes = await client.changes()
+        let first = await client.check(digits)
+        #expect(first.available && first.version == "1.0.0" && first.downloadBytes == 40_000)
+        #expect(first.deferred == "metered", "the network was not said")
+        let wifi = Conditions(metered: false)
+        #expect(await client.update(digits, conditions: wifi).updated)
+        #expect(await client.check(digits, conditions: wifi).available == false, "up to date")
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"))
+        #expect(await client.update(digits, conditions: wifi).version == "1.1.0")
+        try f.registry.publish("digits", stable: v1)  // the server takes 1.1.0 back
+        #expect(await client.update(digits, conditions: wifi).version == "1.0.0")
+        #expect(await client.installedUnits() == [InstalledUnit(unit: digits, version: "1.0.0", isCandidate: false)])
+        #expect(await client.delete(digits))
+        #expect(await client.delete(digits) == false, "twice: nothing more")
+        #expect(await client.installedUnits().isEmpty)
+        #expect(await client.current(digits).version == nil)
+        var heard: [String] = []
+        for await change in changes {
+            heard.append("\(change.kind.rawValue) \(change.previous ?? "-") -> \(change.version ?? "-")")
+            if heard.count == 4 { break }
+        }
+        #expect(heard == ["installed - -> 1.0.0", "installed 1.0.0 -> 1.1.0", "rolled-back 1.1.0 -> 1.0.0", "deleted 1.0.0 -> -"])
+        // A failure as an error an app can catch.
+        try f.registry.publish("digits", stable: v1, sequence: 1)
+        let rolledBack = await client.update(digits, conditions: wifi)
+        #expect(throws: EdgeRegError(code: "rollback", message: rolledBack.error ?? "")) { try rolledBack.get() }
+    }
+}
