@@ -58,7 +58,7 @@ public final class EdgeregClient {
     final int timeoutMs;
     final long deadlineMs;
     final long minRate;
-    final java.net.InetAddress sourceAddress;
+    final Transport transport;
     private final Clock clock;
     private final Map<String, Engine> engines = new LinkedHashMap<String, Engine>();
 
@@ -87,11 +87,11 @@ public final class EdgeregClient {
         this.ed25519 = b.ed25519 != null ? b.ed25519 : Ed25519.best();
         this.health = new Health(store, b.maxUnconfirmedStarts);
         this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass,
-                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.sourceAddress, store);
+                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.transport, store);
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;
-        this.sourceAddress = b.sourceAddress;
+        this.transport = b.transport;
         this.clock = b.clock != null ? b.clock : new Clock() {
             @Override public long nowSeconds() {
                 return System.currentTimeMillis() / 1000L;
@@ -109,7 +109,7 @@ public final class EdgeregClient {
 
     long now() { return clock.nowSeconds(); }
 
-    Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate, sourceAddress); }
+    Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate, transport); }
 
     long freeSpace() { return store.usableSpace(); }
 
@@ -369,7 +369,7 @@ public final class EdgeregClient {
         private long minRate = 1024;
         private Clock clock;
         private Ed25519 ed25519;
-        private java.net.InetAddress sourceAddress;
+        private Transport transport;
 
         Builder(String registry, File cacheDir) {
             if (!registry.startsWith("http://") && !registry.startsWith("https://")) {
@@ -434,10 +434,10 @@ public final class EdgeregClient {
         @Nonnull public Builder clock(@Nonnull Clock clock) { this.clock = clock; return this; }
 
         /**
-         * Bind every socket to this local address (plain http:// registries only; a fleet
-         * simulation gives each device its own loopback source). Null: the system chooses.
+         * The HTTP transport: an app's own stack, or a test's. Null (the default): the platform's
+         * HttpURLConnection (OkHttp inside on Android). See {@link Transport}.
          */
-        @Nonnull public Builder sourceAddress(@Nullable java.net.InetAddress address) { this.sourceAddress = address; return this; }
+        @Nonnull public Builder transport(@Nullable Transport transport) { this.transport = transport; return this; }
 
         /** Force an Ed25519 implementation: {@code "platform"} or {@code "bouncycastle"} (tests). */
         @Nonnull public Builder ed25519(@Nonnull String provider) {

@@ -40,15 +40,15 @@ final class Reporter {
     private final AtomicInteger sent = new AtomicInteger();
     private final AtomicInteger produced = new AtomicInteger();
 
-    private final java.net.InetAddress source;
+    private final Transport transport;
 
     static final int KEPT = 64;
     private final dev.edgereg.internal.Store store;
 
-    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, java.net.InetAddress source,
+    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, Transport transport,
             dev.edgereg.internal.Store store) {
         this.cpuClass = cpuClass;
-        this.source = source;
+        this.transport = transport;
         this.store = store;
         this.enabled = enabled;
         this.registry = registry.endsWith("/") ? registry : registry + "/";
@@ -299,7 +299,7 @@ final class Reporter {
     }
 
     private void deliver(String url, byte[] body, boolean keepOnFailure) {
-        int status = Http.post(url, body, TIMEOUT_MS, source);
+        int status = Http.post(url, body, TIMEOUT_MS, transport);
         if (status >= 200 && status < 300) {
             sent.incrementAndGet();
         } else if (keepOnFailure && (status == -1 || status == 408 || status == 429 || status >= 500)) {

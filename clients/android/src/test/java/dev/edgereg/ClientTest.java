@@ -631,11 +631,11 @@ class ClientTest {
     }
 
     @Test
-    void aSourceAddressBindsEverySocketAndResumesToo() throws Exception {
+    void aTransportOfTheAppsCarriesEveryRequestAndResumesToo() throws Exception {
         byte[] model = bytes(150000, 4);
         Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
         registry.manifest("digits", "mid", 5, e, null, null, "v1/reports");
-        EdgeregClient client = builder(tmp).sourceAddress(java.net.InetAddress.getByName("127.0.0.9")).reporting(true, null).build();
+        EdgeregClient client = builder(tmp).transport(new dev.edgereg.internal.RawHttp(java.net.InetAddress.getByName("127.0.0.9"))).reporting(true, null).build();
         registry.cutNextBlobAt.set(40000);
         assertEquals("transport", client.update("digits").errorCode);
         UpdateResult r = client.update("digits");

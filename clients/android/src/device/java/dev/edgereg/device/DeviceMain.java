@@ -361,8 +361,9 @@ public final class DeviceMain {
                 b.bundled(unit, BundledRelease.fromFiles(new File(str(s, "manifest")), new File(str(s, "blobs_dir"))));
             }
             if (r.get("source_address") instanceof String) {
+                // Each simulated device leaves from its own address, through the test transport.
                 try {
-                    b.sourceAddress(java.net.InetAddress.getByName((String) r.get("source_address")));
+                    b.transport(new dev.edgereg.internal.RawHttp(java.net.InetAddress.getByName((String) r.get("source_address"))));
                 } catch (java.net.UnknownHostException e) {
                     throw new Misuse("source_address is not an address: " + r.get("source_address"));
                 }
