@@ -21,9 +21,9 @@ public struct ClientConfiguration: Sendable {
     public var maxUnconfirmedStarts: Int
     /// Releases shipped in the app, by unit name.
     public var bundled: [String: BundledRelease]
-    /// Tests and fleet simulations only: plain `http://` from this local address (one per
-    /// simulated device), over the package's own socket client instead of URLSession.
-    public var sourceAddress: String?
+    /// How the client speaks HTTP (`ClientTransport`): nil, URLSession; an app's own stack, or
+    /// a test's (the fleet simulator's socket transport, bound to one address per device).
+    public var transport: (any ClientTransport)?
 
     /// Why a client cannot be built from this configuration (the self-test on and no runner), or
     /// nil. `EdgeRegClient(_:)` stops with a precondition failure naming it.
@@ -39,8 +39,8 @@ public struct ClientConfiguration: Sendable {
                 tiers: [(String, TierRules)] = [], runner: (any ModelRunner)? = nil, selfTest: Bool = false,
                 policy: DownloadPolicy = DownloadPolicy(), limits: Limits = Limits(), reporting: Bool = true,
                 deviceClass: String? = nil, maxUnconfirmedStarts: Int = 3, bundled: [String: BundledRelease] = [:],
-                sourceAddress: String? = nil) {
-        self.sourceAddress = sourceAddress
+                transport: (any ClientTransport)? = nil) {
+        self.transport = transport
         self.registry = registry
         self.trustedKeys = trustedKeys
         self.cacheDirectory = cacheDirectory
@@ -111,7 +111,7 @@ public actor EdgeRegClient {
         tierReason = resolved.1
         let layout = CacheLayout(root: config.cacheDirectory)
         self.layout = layout
-        let transport: any Transport = config.sourceAddress.map { SocketTransport(source: $0, limits: config.limits) }
+        let transport: any Transport = config.transport.map { AppTransport($0, limits: config.limits) }
             ?? HTTPTransport(limits: config.limits)
         self.transport = transport
         reporter = Reporter(enabled: config.reporting, transport: transport, registry: config.registry, device: config.device,

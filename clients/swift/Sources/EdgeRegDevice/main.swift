@@ -373,7 +373,7 @@ final class Device {
             tiers: tiers, runner: runner, selfTest: r["self_test"]?.boolValue ?? false, policy: policy, limits: limits,
             reporting: r["reporting"]?.boolValue ?? true, deviceClass: r["device_class"]?.stringValue,
             maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled,
-            sourceAddress: r["source_address"]?.stringValue)
+            transport: r["source_address"]?.stringValue.map { SocketTransport(source: $0, deadline: limits.deadline) })
         // As an app's would, the client refuses a configuration it cannot run (the device program
         // answers ok: false where an app would stop at a precondition).
         if let problem = config.problem { throw Misuse("the client refused the configuration: \(problem)") }

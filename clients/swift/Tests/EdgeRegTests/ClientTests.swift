@@ -135,7 +135,7 @@ final class Fixture: @unchecked Sendable {
             device: DeviceFacts(deviceID: device, ramMB: 8192, cpuCores: 6, os: "ios", osVersion: "17.2", mnnRuntime: "3.6.1",
                                 appVersion: "2.4.0", cpuFeatures: cpuFeatures, memoryBudgetMB: memoryBudgetMB),
             tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: limits,
-            reporting: reporting, bundled: bundled, sourceAddress: sourceAddress))
+            reporting: reporting, bundled: bundled, transport: sourceAddress.map { SocketTransport(source: $0) }))
     }
 
     deinit {
