@@ -1,6 +1,7 @@
 // edgereg-device: the device program of docs/reference/device-program.md.
 // One JSON object per line in, one per line out; logs to stderr only.
 import EdgeReg
+import EdgeRegTestSupport
 import Foundation
 
 let sdkVersion = "0.3.0"

@@ -1,3 +1,4 @@
+import EdgeRegTestSupport
 import Foundation
 import Testing
 

@@ -1,3 +1,4 @@
+import EdgeReg
 import Foundation
 
 #if canImport(Glibc)
