@@ -520,7 +520,7 @@ class Client:
         _log.warning("%s %s reverted (%s)", self.model, record.version, reason)
         self.health.reverted(self.model, None if previous is None else previous.version)
         for name in sorted(record.members):
-            self.reporter.reverted(self.model, name)
+            self.reporter.reverted(self.model, name, None if previous is None else previous.version)
         now = None if previous is None else previous.version
         notify(self._listeners, ModelChange(self.model, "reverted", now, record.version))
         return None if previous is None else self._result(previous, updated=True)
@@ -607,10 +607,15 @@ class Client:
 
     def _fetch(self, installed: _Installed | None, conditions: Conditions) -> FetchResult:
         decision, not_modified = self._accept_manifest()
-        self._checkpoint()
-        return self._apply(
-            self._avoid_bad(decision), installed, conditions, not_modified=not_modified
-        )
+        try:
+            self._checkpoint()
+            return self._apply(
+                self._avoid_bad(decision), installed, conditions, not_modified=not_modified
+            )
+        finally:
+            # Whatever this check did, the release the manifest gives the device (before
+            # its own refusals) hears from it in every rollout period (§11).
+            self._report_period(decision)
 
     def _accept_manifest(self) -> tuple[Decision, bool]:
         """Fetch and verify the manifest; store its sequence and bytes. (decision, was 304)."""
@@ -794,6 +799,28 @@ class Client:
             arm="candidate" if new.is_candidate else "stable",
             sequence=decision.manifest.sequence,
         )
+
+    def _report_period(self, decision: Decision) -> None:
+        """A manifest with a new sequence: report again the release it gives this device.
+
+        Its installed report, or its refusal's (rejected or reverted here): every
+        period counts each device in its arm, whether the release works on it or
+        not (docs/protocol.md §11). The reporter sends nothing when its report of
+        that release already carries this sequence.
+        """
+        entry = decision.entry
+        if entry is None:
+            return
+        arm: Literal["candidate", "stable"] = "candidate" if decision.is_candidate else "stable"
+        for name in sorted(self._entries(entry)):
+            self.reporter.period(
+                self.model,
+                name,
+                entry.version,
+                arm=arm,
+                sequence=decision.manifest.sequence,
+                report_url=decision.manifest.report_url,
+            )
 
     def _report_installed(self, new: _Installed, decision: Decision) -> None:
         """A new release is installed: its count of starts begins, each member is reported."""

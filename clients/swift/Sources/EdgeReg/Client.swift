@@ -397,7 +397,7 @@ public actor EdgeRegClient {
         var ledger = readHealth()
         ledger[unit.name, default: UnitHealth()].onReverted(to: previous?.version)
         writeHealth(ledger)
-        for name in record.members.keys.sorted() { await reporter.changed(unit: unit.name, model: name, reverted: true) }
+        for name in record.members.keys.sorted() { await reporter.reverted(unit: unit.name, model: name, to: previous?.version) }
         announce(ModelChange(unit: unit, kind: .reverted, version: previous?.version, previous: record.version))
         return result(unit, previous, updated: true)
     }
@@ -417,7 +417,7 @@ public actor EdgeRegClient {
         deadline = Date().addingTimeInterval(configuration.limits.deadline)
         let installed = try? readInstalled(unit)
         do {
-            let (decision, _) = try await acceptManifest(unit)
+            let (decision, _) = try await acceptManifest(unit, reportingPeriod: false)
             guard let entry = decision.entry else {
                 return UpdateCheck(available: false, version: nil, installed: installed?.version, isCandidate: false, downloadBytes: 0,
                                    deferred: nil, fallback: decision.fallback, errorCode: nil, error: nil)
@@ -464,7 +464,8 @@ public actor EdgeRegClient {
 
     /// Fetch and verify the manifest, store its sequence and bytes; the decision (bad releases
     /// counted as not fitting) and whether the server said 304.
-    func acceptManifest(_ unit: ReleaseUnit) async throws -> (Decision, Bool) {
+    /// `reportingPeriod`: an update's check, which reports the rollout period (§11); `check` does not.
+    func acceptManifest(_ unit: ReleaseUnit, reportingPeriod: Bool = true) async throws -> (Decision, Bool) {
         guard let tier else { throw Failure(code: Reason.notFound, message: tierReason) }
         let tierFile = layout.tierFile(unit.name, tier)
         let state = try catching { () throws(CacheError) in try Files.readJSON(tierFile) }
@@ -491,7 +492,19 @@ public actor EdgeRegClient {
             o["sequence"] = .int(decision.sequence)
             try catching { () throws(CacheError) in try Files.writeJSON(o, to: tierFile) }
         }
+        if reportingPeriod, !notModified { await reportPeriod(unit, decision) }
         return (try avoidBad(unit, decision, bad: bad), notModified)
+    }
+
+    /// A new rollout period for the release this manifest gives the device, before its own
+    /// refusals: each member's report goes again with the new sequence and arm, whatever the
+    /// check does next (docs/protocol.md §11, "Every rollout period, both arms").
+    func reportPeriod(_ unit: ReleaseUnit, _ decision: Decision) async {
+        guard let entry = decision.entry else { return }
+        for name in entry.members(unit: unit.name).keys.sorted() {
+            await reporter.period(unit: unit.name, model: name, unitVersion: entry.version, arm: decision.isCandidate ? "candidate" : "stable",
+                                  sequence: decision.manifest.sequence, reportURL: decision.manifest.reportURL)
+        }
     }
 
     /// A release this device refused for good counts as not fitting (§8).
@@ -578,7 +591,7 @@ public actor EdgeRegClient {
                 let token = Reporter.newToken()
                 for name in entries.keys.sorted() {
                     await reporter.installed(facts(unit, new, name, decision, token: token, trial: lastTrials[name]),
-                                             reportURL: decision.manifest.reportURL)
+                                             reportURL: decision.manifest.reportURL, refused: true)
                 }
             }
             throw f

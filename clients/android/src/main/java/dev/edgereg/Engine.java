@@ -169,13 +169,16 @@ final class Engine {
     // --- fetch ----------------------------------------------------------------------------
 
     private UpdateResult fetch(Http http, Map<String, Object> installed, DownloadPolicy.Conditions conditions) throws Rejected {
-        Object[] accepted = acceptManifest(http);
+        Object[] accepted = acceptManifest(http, true);
         checkpoint();
         return apply(avoidBad((Decision) accepted[0]), installed, conditions, (Boolean) accepted[1], null);
     }
 
-    /** Fetch and verify the manifest, store its sequence and bytes: {decision, was 304}. */
-    private Object[] acceptManifest(Http http) throws Rejected {
+    /**
+     * Fetch and verify the manifest, store its sequence and bytes: {decision, was 304}. An update's
+     * check ({@code reportingPeriod}) reports the rollout period (section 11); check() does not.
+     */
+    private Object[] acceptManifest(Http http, boolean reportingPeriod) throws Rejected {
         String tier = client.tier;
         Object[] state = store().readTierState(unit, tier);
         Long highest = store().readSequence(unit);
@@ -210,7 +213,24 @@ final class Engine {
         // Rollback protection first, before anything is downloaded.
         if (highest == null || decision.sequence != highest) store().writeSequence(unit, decision.sequence);
         if (!notModified || (etag != null && !etag.equals(cachedEtag))) store().writeTierState(unit, tier, data, etag);
+        if (reportingPeriod && !notModified) reportPeriod(decision);
         return new Object[] {decision, notModified};
+    }
+
+    /**
+     * A new rollout period for the release this manifest gives the device, before its own
+     * refusals: each member's report goes again with the new sequence and arm, whatever the
+     * check does next (docs/protocol.md section 11, "Every rollout period, both arms").
+     */
+    private void reportPeriod(Decision decision) {
+        if (decision.unit == null || decision.manifest.reportUrl == null) return;
+        try {
+            for (String name : decision.unit.members.keySet()) {
+                client.reporter.period(decision.manifest.reportUrl, unit, name, decision.unit.version, decision.isCandidate, decision.manifest.sequence);
+            }
+        } catch (RuntimeException e) {
+            // a report is never a reason to fail an update
+        }
     }
 
     private static byte[] readUpTo(Http.Response response, int limit) throws Rejected {
@@ -877,8 +897,9 @@ final class Engine {
             recordError(Reasons.REVERTED, version + " reverted: " + reason);
             store().evict();
             client.health.reverted(unit, previous == null ? null : (String) previous.get("version"));
-            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.flag(unit, name, "reverted");
-            client.notifyChange(new ModelChange(unit, ModelChange.REVERTED, previous == null ? null : (String) previous.get("version"), version));
+            String to = previous == null ? null : (String) previous.get("version");
+            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.reverted(unit, name, to);
+            client.notifyChange(new ModelChange(unit, ModelChange.REVERTED, to, version));
             return previous == null ? empty(null, null) : result(previous, true, false, 0, null);
         } catch (Rejected r) {
             return empty(r.code, r.getMessage());
@@ -897,7 +918,7 @@ final class Engine {
             now = installed == null ? null : (String) installed.get("version");
             Http http = client.http();
             http.startDeadline();
-            Decision decision = avoidBad((Decision) acceptManifest(http)[0]);
+            Decision decision = avoidBad((Decision) acceptManifest(http, false)[0]);
             Wire.Unit chosen = decision.unit;
             if (chosen == null) return new UpdateCheck(false, null, now, false, 0, null, decision.fallback, null, null);
             boolean same = installed != null && (String.valueOf(installed.get("version")).equals(chosen.version));
