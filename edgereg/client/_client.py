@@ -93,6 +93,7 @@ from edgereg.protocol.wire import (
     DistributionMetric,
     Manifest,
     ManifestEntry,
+    Metrics,
     RateMetric,
     verify_document,
 )
@@ -593,12 +594,15 @@ class Client:
         """Add one real inference's latency (``model``: a bundle member) to the next report."""
         self.reporter.record_inference(model or self.model, ms)
 
-    def record(self, name: str, success: bool) -> None:
+    def record(self, name: str, success: bool) -> bool:
         """Count one event of the app metric ``name`` (a ``rate``): whether it succeeded.
 
         The installed release's metric (docs/protocol.md §3, "App metrics"):
         counted since its install, sent as totals with its reports. Nothing is
-        counted while nothing is installed.
+        counted while nothing is installed or reporting is off.
+
+        Returns:
+            Whether it was counted.
 
         Raises:
             ValueError: ``name`` is not a rate metric the installed release declares,
@@ -607,11 +611,16 @@ class Client:
         if not isinstance(success, bool):
             raise ValueError(f"record({name!r}, ...): success must be True or False")
         installed = self._declared(name, RateMetric)
-        if installed is not None:
-            self.reporter.record(self.model, installed, name, success=success)
+        if installed is None or not self.reporter.enabled:
+            return False
+        self.reporter.record(self.model, installed, name, success=success)
+        return True
 
-    def observe(self, name: str, value: float) -> None:
+    def observe(self, name: str, value: float) -> bool:
         """Count one value of the app metric ``name`` (a ``distribution``) in its bucket.
+
+        Returns:
+            Whether it was counted (not while nothing is installed or reporting is off).
 
         Raises:
             ValueError: ``name`` is not a distribution the installed release declares,
@@ -624,14 +633,15 @@ class Client:
         ):
             raise ValueError(f"observe({name!r}, {value!r}): the value must be a finite number")
         installed = self._declared(name, DistributionMetric)
-        if installed is None:
-            return
+        if installed is None or not self.reporter.enabled:
+            return False
         declared = self._record_metrics(installed)[name]
         assert isinstance(declared, DistributionMetric)
         bucket = bisect.bisect_left(declared.buckets, float(value))
         self.reporter.observe(
             self.model, installed, name, bucket=bucket, buckets=len(declared.buckets) + 1
         )
+        return True
 
     def _record_metrics(self, version: str) -> Mapping[str, RateMetric | DistributionMetric]:
         record = self.cache.read_record(self.kind, self.model)
@@ -792,7 +802,7 @@ class Client:
             sequence=decision.manifest.sequence,
             members={name: _Member.of(e) for name, e in entries.items()},
             bundled=shipped is not None,
-            metrics=entry.metrics,
+            metrics=_declared_metrics(decision, entry),
         )
         if installed is not None and new.same_release(installed):
             # Same blobs (a promote, a re-fetch): keep the check's backends and the last good.
@@ -1538,3 +1548,18 @@ def _unique(items: list[str]) -> Iterator[str]:
         if item not in seen:
             seen.add(item)
             yield item
+
+
+def _declared_metrics(decision: Decision, entry: ManifestEntry | BundleEntry) -> Metrics | None:
+    """The app metrics of the unit's entry: an ``instead`` counts its outer entry's.
+
+    The metrics are the unit's (docs/protocol.md §3): an ``instead`` carries none
+    of its own, and a device that installs one records what the entry declares.
+    """
+    if entry.metrics is not None or decision.substitute is None:
+        return entry.metrics
+    manifest = decision.manifest
+    outer = manifest.candidate if decision.is_candidate else manifest.stable
+    if outer is None or outer.version != entry.version:
+        return None
+    return outer.metrics

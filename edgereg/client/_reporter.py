@@ -457,12 +457,19 @@ class Reporter:
     def _metrics_of(
         self, state: dict[str, Any], unit: str, unit_version: str
     ) -> dict[str, Any] | None:
-        """The install's metric totals for its next report (None: none counted); marks them sent."""
-        kept = state["metrics"].get(unit, {}).get(unit_version)
-        if not kept or not kept.get("counts"):
+        """The install's metric totals for its next report (None: none counted).
+
+        Notes the report's time, counts or not: the 12 hours before counts are sent
+        again run from the install's last report (docs/protocol.md §11).
+        """
+        installs = state["metrics"].setdefault(unit, {})
+        kept = installs.setdefault(unit_version, {})
+        kept["sent_at"] = self.now().isoformat()
+        for old in list(installs)[:-_TOKENS_KEPT]:
+            del installs[old]
+        if not kept.get("counts"):
             return None
         kept["changed"] = False
-        kept["sent_at"] = self.now().isoformat()
         return dict(kept["counts"])
 
     def retry_pending(self) -> None:

@@ -92,6 +92,10 @@ class UsageError(Exception):
     """The harness misused the program (unknown op, missing argument): ``ok: false``."""
 
 
+#: What ``observe`` takes for the values JSON cannot carry.
+_NOT_FINITE = ("NaN", "Infinity", "-Infinity")
+
+
 # --- the model runner: a host process that runs real MNN -----------------------------
 
 
@@ -916,18 +920,25 @@ class Device:
     def op_record(self, request: Mapping[str, Any]) -> dict[str, Any]:
         success = _arg(request, "success", bool)
         try:
-            self.need().record(_arg(request, "metric", str), success)
+            counted = self.need().record(_arg(request, "metric", str), success)
         except ValueError as exc:
             return {"counted": False, "error": str(exc)}
-        return {"counted": True}
+        return {"counted": counted}
 
     def op_observe(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        value = _arg(request, "value", (int, float))
+        value = _arg(request, "value", (int, float, str))
+        if isinstance(value, str):
+            # JSON has no NaN or infinity: the program takes their names (device-program.md).
+            if value not in _NOT_FINITE:
+                raise UsageError(
+                    f"argument 'value' must be a number or one of {', '.join(_NOT_FINITE)}"
+                )
+            value = float(value)
         try:
-            self.need().observe(_arg(request, "metric", str), float(value))
+            counted = self.need().observe(_arg(request, "metric", str), float(value))
         except ValueError as exc:
             return {"counted": False, "error": str(exc)}
-        return {"counted": True}
+        return {"counted": counted}
 
     def op_record_memory(self, request: Mapping[str, Any]) -> dict[str, Any]:
         peak = _opt(request, "peak_mb", (int, float))
