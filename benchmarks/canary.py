@@ -21,7 +21,12 @@ and the median day the candidate reached 100 %. Targets (issue 33):
   or one tier, a crash at the first launch) is promoted or left at 100 % in
   <= 1 %, with and without a forger posting passes, and with the report
   server's clock 12 h behind;
-- a forger with up to 10 reports from up to 3 networks changes no outcome.
+- a forger with up to 10 reports from up to 3 networks changes no outcome;
+- app metrics (issue 26): a candidate operationally perfect but whose
+  ``accepted`` rate is 3 points lower (92 % -> 89 %) is rolled back at 20,000
+  devices and never promoted at 1,000; with it unchanged (A/A) it is rolled
+  back in at most alpha (5 %); a forger's metric reports from 3 networks, in
+  either arm, decide nothing.
 
 Also: the table of what one step concludes (docs/operations/canary-analysis.md),
 the latency bands' calibration (``--latency``), `edgereg analyze` timing
@@ -67,6 +72,7 @@ START = datetime(2026, 12, 1, tzinfo=timezone.utc)
 LATENCY_EDGES = np.array(LATENCY_EDGES_MS)
 
 CRASH3 = Release(crash_loop=0.05)
+ACCEPTED3 = Release(accepted=0.89)
 #: name -> (description, good?, the world at a fleet size)
 WORLDS: dict[str, tuple[str, bool, Callable[[int], World]]] = {
     "good": (
@@ -125,7 +131,36 @@ WORLDS: dict[str, tuple[str, bool, Callable[[int], World]]] = {
         False,
         lambda n: World(Release(first_crash=1.0), n),
     ),
+    # App metrics (issue 26): the app records whether its user kept each recognised text,
+    # a guardrail allows one point fewer than the stable.
+    "accepted-aa": (
+        "good, and the app metric accepted unchanged (92 % kept), guarded at -1 pt",
+        True,
+        lambda n: World(GOOD, n, metrics=True),
+    ),
+    "accepted-aa-forger": (
+        "accepted unchanged + a forger's candidate reports keeping nothing (3 /24s)",
+        True,
+        lambda n: World(GOOD, n, metrics=True, forger=Forger("fail")),
+    ),
+    "accepted-3pt": (
+        "operationally perfect, accepted 3 pt lower (92 % -> 89 %)",
+        False,
+        lambda n: World(ACCEPTED3, n, metrics=True),
+    ),
+    "accepted-3pt-forger": (
+        "accepted 3 pt lower + a forger's candidate reports keeping all (3 /24s)",
+        False,
+        lambda n: World(ACCEPTED3, n, metrics=True, forger=Forger("pass")),
+    ),
+    "accepted-3pt-stable-forger": (
+        "accepted 3 pt lower + a forger's stable reports keeping nothing (3 /24s)",
+        False,
+        lambda n: World(ACCEPTED3, n, metrics=True, forger=Forger("stable-fail")),
+    ),
 }
+#: Worlds that must be rolled back (not merely held) from this fleet size on.
+ROLLED_BACK_FROM = {"accepted-3pt": 20_000, "accepted-3pt-forger": 20_000}
 
 
 def _job(args: tuple[str, int, int]) -> tuple[str, int, Outcome, float]:
@@ -173,6 +208,8 @@ def run_worlds(names: list[str], sizes: list[int], rollouts: int, workers: int) 
             met &= reached >= 0.95 * n and back <= 0.05 * n
         elif not good:
             met &= promoted + full <= 0.01 * n
+        if size >= ROLLED_BACK_FROM.get(name, math.inf):
+            met &= back >= 0.95 * n
     return met
 
 

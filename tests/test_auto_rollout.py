@@ -17,7 +17,7 @@ import pytest
 from armkit import arm
 from registrykit import MODEL, OTHER, TIERS, Site, add_table, assert_refused, ok
 
-from edgereg.analysis import Analysis, analyze
+from edgereg.analysis import POOL, Analysis, analyze
 from edgereg.config import Guardrails, RolloutPolicy
 from edgereg.protocol.reports import LatencySummary, Report
 from edgereg.registry import RolloutError
@@ -185,7 +185,7 @@ TABLE = {
         released(5, 25, 100), FEW, 73, "promote", reason="unproven: high probe_failure (up to"
     ),
     "leaning-over-the-limit-never-promotes-unproven": Row(
-        released(5, 25, 100), LEANING, 500, "wait", reason="high probe_failure is +5.9 pt"
+        released(5, 25, 100), LEANING, 500, "wait", reason="high probe_failure is +5.0 pt"
     ),
     "mostly-young-arm-waits-for-its-installs-to-age": Row(
         released(5), YOUNG, 500, "wait", reason="high revert"
@@ -577,7 +577,8 @@ def test_auto_walks_a_good_candidate_to_stable_one_step_per_run(canary: Site) ->
     for event in automatic:
         assert event.evidence is not None
         assert event.evidence["verdict"] == "pass"
-        assert set(event.evidence["tiers"]) == set(TIERS)  # type: ignore[arg-type]
+        # Every tier, and the pool of them the promotion's estimates are read on.
+        assert set(event.evidence["tiers"]) == {*TIERS, POOL}  # type: ignore[arg-type]
     history = json.loads(ok(canary.run("history", MODEL, "--json")).stdout)
     assert history[-1]["automatic"] is True
     assert history[-1]["evidence"]["candidate"] == "1.1.0"

@@ -21,11 +21,11 @@ from worldsim import (
 )
 
 from edgereg.config import RolloutPolicy
-from edgereg.protocol.reports import LatencySummary, Report
+from edgereg.protocol.reports import LatencySummary, RateCounts, Report
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._transitions import publish, set_percent
 from edgereg.reports import open_store
-from edgereg.reports.summary import ArmSummary, bucket_value_ms
+from edgereg.reports.summary import ArmSummary, Statistic, bucket_value_ms
 
 EXPIRES = START + timedelta(days=365)
 
@@ -95,6 +95,15 @@ def _reports(fleet: Fleet) -> list[tuple[Report, object, str]]:
                 confirmed=bool(arm.s_conf[i]),
                 reverted=bool(arm.s_rev[i]),
                 unconfirmed_starts=unconf if unconf >= 0 else None,
+                metrics=(
+                    {
+                        "accepted": RateCounts(
+                            events=int(arm.s_events[i]), successes=int(arm.s_kept[i])
+                        )
+                    }
+                    if fleet.world.metrics
+                    else None
+                ),
             )
             net = int(fleet.net[i])
             source = f"10.{net // 256 % 256}.{net % 256}.0/24"
@@ -115,6 +124,16 @@ def _key(summary: ArmSummary) -> tuple[object, ...]:
     return (
         summary.tier,
         summary.arm,
+        {
+            name: (
+                m.devices,
+                m.networks,
+                round(m.total, 6),
+                round(m.network_total, 6),
+                round(m.network_squares, 6),
+            )
+            for name, m in sorted(summary.metrics.items())
+        },
         tally(summary.all),
         tally(summary.aged) if summary.aged is not None else None,
         {
@@ -129,7 +148,7 @@ def _key(summary: ArmSummary) -> tuple[object, ...]:
 def test_the_worlds_store_mirror_says_what_the_report_store_says(
     tmp_path: Path, pooled: bool
 ) -> None:
-    world = World(Release(crash_loop=0.1, first_crash=0.2), devices=400)
+    world = World(Release(crash_loop=0.1, first_crash=0.2), devices=400, metrics=True)
     fleet = Fleet(world, seed=3)
     state = _state(25)
     rng = np.random.default_rng(0)
@@ -154,8 +173,13 @@ def test_the_worlds_store_mirror_says_what_the_report_store_says(
         newest = store.clock(UNIT)
         assert newest is not None
         stored = store.summaries(
-            UNIT, since_sequence=period, aged_before=newest - timedelta(hours=48), pooled=pooled
+            UNIT,
+            since_sequence=period,
+            aged_before=newest - timedelta(hours=48),
+            pooled=pooled,
+            statistics={"accepted": Statistic("accepted", 2, (0.0, 1.0))},
         )
+    assert any(s.metric("accepted").devices for s in mirrored), "no app metric was counted"
     assert mirrored, "the fleet reported nothing in the period"
     assert sorted(map(_key, mirrored), key=str) == sorted(map(_key, stored), key=str)
 
@@ -167,3 +191,13 @@ def test_a_good_candidate_steps_and_a_gross_crash_loop_is_rolled_back() -> None:
     crashing = rollout(World(Release(crash_loop=0.6), devices=1000, max_days=4), seed=1)
     assert crashing.result == "rolled back", crashing.moves
     assert crashing.days < 3
+
+
+def test_a_worse_app_metric_is_rolled_back_and_an_unchanged_one_steps() -> None:
+    """Operationally perfect, 3 points fewer texts kept (92 % -> 89 %): never promoted."""
+    worse = rollout(World(Release(accepted=0.89), devices=1000, metrics=True, max_days=10), seed=2)
+    assert worse.result == "rolled back", worse.moves
+    assert "accepted" in worse.moves[-1][2]
+    same = rollout(World(GOOD, devices=1000, metrics=True, max_days=8), seed=2)
+    assert same.result != "rolled back", same.moves
+    assert [action for _, action, _ in same.moves][:2] == ["step", "step"], same.moves

@@ -39,11 +39,11 @@ from typing import Literal
 import numpy as np
 
 from edgereg.analysis import Analysis, analysis_sequences, analyze
-from edgereg.config import RolloutPolicy
+from edgereg.config import AppMetric, RolloutPolicy
 from edgereg.protocol.wire import RolloutState
 from edgereg.registry._auto import apply, decide
 from edgereg.registry._transitions import publish
-from edgereg.reports.summary import LATENCY_EDGES_MS, ArmSummary, Histogram, Tally
+from edgereg.reports.summary import LATENCY_EDGES_MS, ArmSummary, Histogram, MetricTally, Tally
 
 UNIT = "vision"
 STABLE, CANDIDATE = "1.0.0", "1.1.0"
@@ -78,9 +78,18 @@ class Release:
     inference_ms: float = 12.0
     spread: float = 0.35
     crash_loop_by: Mapping[str, float] = field(default_factory=dict)
+    #: The app metric ``accepted``: the share of a device's events (say, recognised
+    #: texts) its user kept, on average over devices (each user has a bias of its own).
+    accepted: float = 0.92
 
 
 GOOD = Release()
+
+#: The app metric the worlds with ``metrics`` declare, and the guardrail on it.
+ACCEPTED = AppMetric(kind="rate", description="the user kept the recognised text")
+METRIC_GUARDRAILS = {"accepted": {"metric": "accepted", "max_worse": 0.01}}
+#: Events a device counts per app start that uses the model, on average.
+EVENTS_PER_START = 3.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,22 @@ class World:
     new_users: float = 0.003
     policy: RolloutPolicy = field(default_factory=RolloutPolicy)
     max_days: float = 21.0
+    #: The app records ``accepted`` and the policy has a guardrail on it (max_worse 1 pt).
+    metrics: bool = False
+
+    @property
+    def judged_by(self) -> RolloutPolicy:
+        """The policy the rollout runs under: ``policy``, with the metric's guardrail."""
+        if not self.metrics:
+            return self.policy
+        data = self.policy.model_dump()
+        data["guardrails"] = {**data["guardrails"], **METRIC_GUARDRAILS}
+        return RolloutPolicy.model_validate(data)
+
+    @property
+    def declared(self) -> dict[str, AppMetric]:
+        """The app metrics the unit declares."""
+        return {"accepted": ACCEPTED} if self.metrics else {}
 
 
 @dataclass
@@ -145,7 +170,7 @@ class _Arm:
         self.unconf = np.zeros(n, np.int16)
         self.first_launch = np.zeros(n, bool)  # installed at this start: its first launch
         # The install's latest report as made on the device (kept until delivered).
-        self.made = np.zeros(n, bool)
+        self.reported = np.zeros(n, bool)
         self.m_seq = np.zeros(n, np.int64)
         self.m_conf = np.zeros(n, bool)
         self.m_rev = np.zeros(n, bool)
@@ -167,6 +192,15 @@ class _Arm:
         self.s_inf = np.full(n, -1, np.int32)
         self.s_first = np.zeros(n, np.float64)  # hours since START, the server's clock
         self.s_recv = np.zeros(n, np.float64)
+        # The app metric ``accepted``: the install's totals on the device and in the store
+        # (a report carries the totals when made; the store keeps each count's highest).
+        self.events = np.zeros(n, np.int64)
+        self.kept = np.zeros(n, np.int64)
+        self.m_events = np.zeros(n, np.int64)
+        self.m_kept = np.zeros(n, np.int64)
+        self.s_events = np.zeros(n, np.int64)
+        self.s_kept = np.zeros(n, np.int64)
+        self.m_at = np.full(n, -1e9)  # when the install's latest report was made
 
     def deliver(self, who: np.ndarray, at: float) -> None:
         """The reports of ``who`` reach the store: merged into their rows."""
@@ -189,7 +223,16 @@ class _Arm:
         take = (newer & (self.m_inf[who] >= 0)) | (self.s_inf[who] < 0)
         self.s_inf[who] = np.where(take, self.m_inf[who], self.s_inf[who])
         self.s_recv[who] = np.maximum(self.s_recv[who], at)
+        self.s_events[who] = np.maximum(self.s_events[who], self.m_events[who])
+        self.s_kept[who] = np.maximum(self.s_kept[who], self.m_kept[who])
         self.undelivered[who] = False
+
+    def made(self, who: np.ndarray, at: float) -> None:
+        """``who`` make a report of the install now: it carries their totals so far."""
+        self.undelivered[who] = True
+        self.m_events[who] = self.events[who]
+        self.m_kept[who] = self.kept[who]
+        self.m_at[who] = at
 
 
 class Fleet:
@@ -216,6 +259,9 @@ class Fleet:
         )
         self.offline_until = np.full(n, -1.0)
         self.cohort = rng.random(n)
+        # Each user's own bias in keeping results, whatever the release (its own
+        # generator: a world without metrics draws what it drew before).
+        self.bias = np.random.default_rng(seed + 7).normal(0.0, 0.03, n)
         self.arms = (_Arm(n), _Arm(n))
         self.running = np.full(n, -1, np.int8)
         self.releases = (GOOD, world.candidate)
@@ -240,6 +286,7 @@ class Fleet:
             "first": rng.random(n) < release.first_crash,
             "load_b": _bucket(np.exp(rng.normal(math.log(release.load_ms), release.spread, n))),
             "inf_b": _bucket(np.exp(rng.normal(math.log(release.inference_ms), release.spread, n))),
+            "accept": np.clip(release.accepted + self.bias, 0.0, 1.0),
         }
 
     def _settle_stable(self) -> None:
@@ -251,7 +298,7 @@ class Fleet:
         fine = ~refused & ~crashed
         arm.inst[first] = np.where(refused, 2, np.where(crashed, 3, 1))
         arm.confirmed[first] = fine
-        arm.made[first] = True
+        arm.reported[first] = True
         arm.m_seq[first] = 1
         arm.m_pf[first] = refused
         arm.m_lf[first] = draw["load"][first] & ~draw["probe"][first]
@@ -262,7 +309,14 @@ class Fleet:
         )
         arm.m_load[first] = np.where(refused, -1, draw["load_b"][first])
         arm.m_inf[first] = np.where(fine, draw["inf_b"][first], -1)
-        arm.undelivered[first] = True
+        if self.world.metrics:
+            # Weeks of use of the stable install: its totals since the install.
+            days = np.random.default_rng(len(first)).uniform(5, 29, len(first))
+            metric_rng = np.random.default_rng(int(self.bias.size))
+            used = np.where(fine, metric_rng.poisson(EVENTS_PER_START * 0.9 * days), 0)
+            arm.events[first] = used
+            arm.kept[first] = metric_rng.binomial(used, draw["accept"][first])
+        arm.made(first, -24 * 30.0)
         arm.deliver(first, -24 * 30.0 + self.rng.uniform(0, 24 * 29, len(first)))
         self.running[first[fine]] = 0
 
@@ -276,15 +330,17 @@ class Fleet:
         # An offline spell: a few days without a network now and then.
         spell = self.rng.random(len(who)) < 0.01
         self.offline_until[who[spell]] = at + self.rng.uniform(24, 96, int(spell.sum()))
-        self._app_started(who)
+        self._app_started(who, at)
         online = who[~offline]
-        self._update_check(online, state)
-        self._run(who)
+        self._update_check(online, state, at)
+        self._run(who, at)
+        if self.world.metrics:
+            self._use(who, online, at)
         stamp = at - self.skew
         for arm in self.arms:
             arm.deliver(online, stamp)
 
-    def _app_started(self, who: np.ndarray) -> None:
+    def _app_started(self, who: np.ndarray, at: float) -> None:
         for v, arm in enumerate(self.arms):
             mine = who[(self.running[who] == v) & (arm.inst[who] == 1) & ~arm.confirmed[who]]
             if not len(mine):
@@ -294,16 +350,16 @@ class Fleet:
             arm.inst[revert] = 3
             arm.m_rev[revert] = True
             arm.m_inf[revert] = -1
-            arm.undelivered[revert] = True
+            arm.made(revert, at)
             back = (v == 1) & (self.arms[0].inst[revert] == 1)
             self.running[revert] = np.where(back, 0, -1)
             count = mine[~due]
             arm.unconf[count] += 1
             arm.m_unconf[count] = arm.unconf[count]
-            arm.undelivered[count] = True
+            arm.made(count, at)
             arm.first_launch[mine] = False
 
-    def _update_check(self, who: np.ndarray, state: RolloutState) -> None:
+    def _update_check(self, who: np.ndarray, state: RolloutState, at: float) -> None:
         if not len(who):
             return
         sequence = state.sequence
@@ -320,23 +376,23 @@ class Fleet:
             refused = mine[arm.inst[mine] >= 2]
             if v == 1 and len(refused):
                 # Refused here: the stable runs; a new user installs it first.
-                self._install(refused[self.arms[0].inst[refused] == 0], 0, sequence)
+                self._install(refused[self.arms[0].inst[refused] == 0], 0, sequence, at)
                 self.running[refused[self.arms[0].inst[refused] == 1]] = 0
             fresh = mine[arm.inst[mine] == 0]
-            self._install(fresh, v, sequence)
+            self._install(fresh, v, sequence, at)
             held = mine[(arm.inst[mine] == 1) & (self.running[mine] != v)]
             self.running[held] = v
             if self.world.regime == "period":
-                again = mine[arm.made[mine] & (arm.m_seq[mine] < sequence)]
+                again = mine[arm.reported[mine] & (arm.m_seq[mine] < sequence)]
                 arm.m_seq[again] = sequence
                 running = arm.inst[again] == 1
                 # The latency of the release that ran; a refused one's reports carry none.
                 arm.m_inf[again] = np.where(
                     running & arm.confirmed[again], self.draws[v]["inf_b"][again], -1
                 )
-                arm.undelivered[again] = True
+                arm.made(again, at)
 
-    def _install(self, who: np.ndarray, v: int, sequence: int) -> None:
+    def _install(self, who: np.ndarray, v: int, sequence: int, at: float) -> None:
         if not len(who):
             return
         arm, draw = self.arms[v], self.draws[v]
@@ -345,7 +401,7 @@ class Fleet:
         arm.confirmed[who] = False
         arm.unconf[who] = 0
         arm.first_launch[who] = ~refused
-        arm.made[who] = True
+        arm.reported[who] = True
         arm.m_seq[who] = sequence
         arm.m_pf[who] = refused
         arm.m_lf[who] = draw["load"][who] & ~draw["probe"][who]
@@ -354,11 +410,13 @@ class Fleet:
         arm.m_unconf[who] = np.where(refused, -1, 0)
         arm.m_load[who] = np.where(refused, -1, draw["load_b"][who])
         arm.m_inf[who] = -1
-        arm.undelivered[who] = True
+        arm.events[who] = 0
+        arm.kept[who] = 0
+        arm.made(who, at)
         ok = who[~refused]
         self.running[ok] = v
 
-    def _run(self, who: np.ndarray) -> None:
+    def _run(self, who: np.ndarray, at: float) -> None:
         for v, arm in enumerate(self.arms):
             mine = who[(self.running[who] == v) & (arm.inst[who] == 1) & ~arm.confirmed[who]]
             if not len(mine):
@@ -369,8 +427,24 @@ class Fleet:
             arm.confirmed[fine] = True
             arm.m_conf[fine] = True
             arm.m_inf[fine] = draw["inf_b"][fine]
-            arm.undelivered[fine] = True
+            arm.made(fine, at)
             arm.first_launch[mine] = False
+
+    def _use(self, who: np.ndarray, online: np.ndarray, at: float) -> None:
+        """The app uses the model it runs: ``accepted`` counts its events (record(name, ok)).
+
+        Counts go with the install that ran them; when they changed and the install's
+        last report is 12 hours old, the report is made again (docs/protocol.md §11).
+        """
+        for v, arm in enumerate(self.arms):
+            mine = who[(self.running[who] == v) & (arm.inst[who] == 1) & arm.confirmed[who]]
+            if len(mine):
+                used = self.rng.poisson(EVENTS_PER_START, len(mine))
+                arm.events[mine] += used
+                arm.kept[mine] += self.rng.binomial(used, self.draws[v]["accept"][mine])
+            here = online[arm.reported[online] & ~arm.undelivered[online]]
+            due = here[(arm.events[here] != arm.m_events[here]) & (arm.m_at[here] <= at - 12)]
+            arm.made(due, at)
 
     # -- what the store's summaries say -----------------------------------------------
 
@@ -409,10 +483,22 @@ class Fleet:
             for tier, mask in groups:
                 if not mask.any():
                     continue
-                out.append(_summary(arm, np.flatnonzero(mask), self.net, cut, tier, name, version))
+                out.append(
+                    _summary(
+                        arm,
+                        np.flatnonzero(mask),
+                        self.net,
+                        cut,
+                        tier,
+                        name,
+                        version,
+                        metrics=self.world.metrics,
+                    )
+                )
         if pooled:
             forged = [
-                ArmSummary(UNIT, "*", f.arm, f.version, f.all, f.aged, f.histograms) for f in forged
+                ArmSummary(UNIT, "*", f.arm, f.version, f.all, f.aged, f.histograms, f.metrics)
+                for f in forged
             ]
         return _with_forged(out, forged)
 
@@ -466,8 +552,33 @@ def _histogram(buckets: np.ndarray, nets: np.ndarray) -> Histogram:
     return Histogram(counted(buckets), counted(low), counted(high))
 
 
+def _metric_tally(arm: _Arm, idx: np.ndarray, nets: np.ndarray) -> MetricTally:
+    """The ``accepted`` statistic (each device's share of kept events) as the store tallies it."""
+    counted = arm.s_events[idx] > 0
+    if not counted.any():
+        return MetricTally()
+    values = arm.s_kept[idx][counted] / arm.s_events[idx][counted]
+    _, inverse = np.unique(nets[counted], return_inverse=True)
+    means = np.bincount(inverse, weights=values) / np.bincount(inverse)
+    return MetricTally(
+        int(counted.sum()),
+        len(means),
+        float(values.sum()),
+        float(means.sum()),
+        float((means * means).sum()),
+    )
+
+
 def _summary(
-    arm: _Arm, idx: np.ndarray, net: np.ndarray, cut: float, tier: str, name: str, version: str
+    arm: _Arm,
+    idx: np.ndarray,
+    net: np.ndarray,
+    cut: float,
+    tier: str,
+    name: str,
+    version: str,
+    *,
+    metrics: bool = False,
 ) -> ArmSummary:
     events = _events(arm, idx)
     nets = net[idx]
@@ -483,6 +594,7 @@ def _summary(
             "load_ms": _histogram(arm.s_load[idx], nets),
             "inference_ms": _histogram(arm.s_inf[idx], nets),
         },
+        {"accepted": _metric_tally(arm, idx, nets)} if metrics else {},
     )
 
 
@@ -495,6 +607,7 @@ def _with_forged(real: list[ArmSummary], forged: Sequence[ArmSummary]) -> list[A
                     None if summary.aged is None or fake.aged is None else summary.aged + fake.aged
                 )
                 kinds = set(summary.histograms) | set(fake.histograms)
+                names = set(summary.metrics) | set(fake.metrics)
                 out[i] = ArmSummary(
                     UNIT,
                     summary.tier,
@@ -503,6 +616,7 @@ def _with_forged(real: list[ArmSummary], forged: Sequence[ArmSummary]) -> list[A
                     summary.all + fake.all,
                     aged,
                     {k: summary.histogram(k) + fake.histogram(k) for k in kinds},
+                    {k: summary.metric(k) + fake.metric(k) for k in names},
                 )
                 break
         else:
@@ -510,11 +624,15 @@ def _with_forged(real: list[ArmSummary], forged: Sequence[ArmSummary]) -> list[A
     return out
 
 
-def forged_summaries(forger: Forger, state: RolloutState) -> list[ArmSummary]:
+def forged_summaries(
+    forger: Forger, state: RolloutState, *, metrics: bool = False
+) -> list[ArmSummary]:
     """What the forger's reports of this period add: its networks, each wholly its own.
 
     It spends its reports on the tier where they weigh most (the tiny one) and on the
     arm its kind aims at, one network each where it has as many networks as reports.
+    With ``metrics`` its reports say ``accepted`` too: none kept where it fails an
+    arm, every one where it passes one.
     """
     tier = TIERS[-1][0]
     k, reports = forger.networks, forger.reports
@@ -537,14 +655,20 @@ def forged_summaries(forger: Forger, state: RolloutState) -> list[ArmSummary]:
             for kind in ("load_ms", "inference_ms")
         }
     )
-    return [ArmSummary(UNIT, tier, arm_name, version, tally, tally, histograms)]  # type: ignore[arg-type]
+    value = 0.0 if failing else 1.0
+    said = (
+        {"accepted": MetricTally(reports, k, reports * value, k * value, k * value * value)}
+        if metrics
+        else {}
+    )
+    return [ArmSummary(UNIT, tier, arm_name, version, tally, tally, histograms, said)]  # type: ignore[arg-type]
 
 
 def rollout(world: World, seed: int) -> Outcome:
     """One whole rollout: the stable everywhere, the candidate at the first step, --auto
     every 30 minutes until it promotes, halts, or ``world.max_days`` pass."""
     fleet = Fleet(world, seed)
-    policy = world.policy
+    policy = world.judged_by
     salt = "0123456789abcdef"
     state = publish(
         None,
@@ -590,7 +714,8 @@ def rollout(world: World, seed: int) -> Outcome:
         now = START + timedelta(hours=high)
         since = analysis_sequences(state)
         if world.forger is not None and since[0] != forged_period:
-            forged_period, forged = since[0], forged_summaries(world.forger, state)
+            forged_period = since[0]
+            forged = forged_summaries(world.forger, state, metrics=world.metrics)
         candidate_seq, stable_seq = since
         assert candidate_seq is not None
         periods = (candidate_seq, stable_seq if stable_seq is not None else candidate_seq)
@@ -608,6 +733,7 @@ def rollout(world: World, seed: int) -> Outcome:
             pool=fleet.summaries(
                 periods, aged_hours=aged, forged=forged, pooled=True, server_now=served
             ),
+            metrics=world.declared,
         )
         decision = decide(state, UNIT, analysis, policy=policy, now=now)
         if decision.changes_state:

@@ -340,9 +340,11 @@ def run_auto(
 
 
 def _failed(analysis: Analysis, *, critical: bool) -> str:
+    # A fail counts wherever it shows: in a tier, or only in the pool of every tier.
+    pool = (analysis.pool,) if analysis.pool is not None else ()
     return "; ".join(
-        f"{tier.tier} {result.name} ({result.reason})"
-        for tier in analysis.tiers
+        f"{_where(tier)} {result.name} ({result.reason})"
+        for tier in (*analysis.tiers, *pool)
         for result in tier.guardrails
         if result.verdict == "fail" and result.critical == critical
     )
