@@ -299,21 +299,15 @@ final class Device {
         case "record", "observe":
             // Counted, or the programming error the app would catch at the call site; never a crash.
             guard let metric = request["metric"]?.stringValue else { throw Misuse("\(op) needs 'metric'") }
-            func refused(_ message: String) -> JSONValue { .object(JSONObject([("counted", .bool(false)), ("error", .string(message))])) }
+            let success = request["success"]?.boolValue
+            if op == "record", success == nil { throw Misuse("record needs 'success' (true or false)") }
+            let value = observed(request["value"])
+            if op == "observe", value == nil { throw Misuse("observe needs 'value': a number, or \"NaN\", \"Infinity\", \"-Infinity\"") }
             do {
-                let counted: Bool
-                if op == "record" {
-                    guard let success = request["success"]?.boolValue else { return refused("record(\"\(metric)\"): success must be true or false") }
-                    counted = try client.record(unit, metric, success: success)
-                } else {
-                    guard let value = observed(request["value"]) else {
-                        return refused("observe(\"\(metric)\"): the value must be a finite number, got \(request["value"].map(CanonicalJSON.string) ?? "nothing")")
-                    }
-                    counted = try client.observe(unit, metric, value)
-                }
+                let counted = op == "record" ? try client.record(unit, metric, success: success!) : try client.observe(unit, metric, value!)
                 return .object(JSONObject([("counted", .bool(counted))]))
             } catch {
-                return refused(error.message)
+                return .object(JSONObject([("counted", .bool(false)), ("error", .string(error.message))]))
             }
         case "revert":
             return resultJSON(await client.revert(unit, reason: request["reason"]?.stringValue ?? "reverted by the app"))

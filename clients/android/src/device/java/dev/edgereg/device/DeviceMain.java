@@ -253,17 +253,12 @@ public final class DeviceMain {
         private Map<String, Object> countMetric(String op, Map<String, Object> request) throws Misuse {
             String metric = str(request, "metric");
             EdgeregClient c = client();
+            Object success = request.get("success");
+            if (op.equals("record") && !(success instanceof Boolean)) throw new Misuse("record needs 'success' (true or false)");
+            double value = op.equals("observe") ? value(request.get("value")) : 0;
             Map<String, Object> result = new LinkedHashMap<String, Object>();
             try {
-                boolean counted;
-                if (op.equals("record")) {
-                    Object success = request.get("success");
-                    if (!(success instanceof Boolean)) throw new IllegalArgumentException("record(\"" + metric + "\"): success must be true or false");
-                    counted = c.record(unit, metric, (Boolean) success);
-                } else {
-                    counted = c.observe(unit, metric, value(request.get("value"), metric));
-                }
-                result.put("counted", counted);
+                result.put("counted", op.equals("record") ? c.record(unit, metric, (Boolean) success) : c.observe(unit, metric, value));
             } catch (IllegalArgumentException e) {
                 result.put("counted", false);
                 result.put("error", String.valueOf(e.getMessage()));
@@ -272,12 +267,12 @@ public final class DeviceMain {
         }
 
         /** A JSON number, or "NaN", "Infinity", "-Infinity" (which JSON cannot carry). */
-        private static double value(Object v, String metric) {
+        private static double value(Object v) throws Misuse {
             if (v instanceof Json.Num) return ((Json.Num) v).doubleValue();
             if ("NaN".equals(v)) return Double.NaN;
             if ("Infinity".equals(v)) return Double.POSITIVE_INFINITY;
             if ("-Infinity".equals(v)) return Double.NEGATIVE_INFINITY;
-            throw new IllegalArgumentException("observe(\"" + metric + "\"): the value must be a finite number, got " + v);
+            throw new Misuse("observe needs 'value': a number, or \"NaN\", \"Infinity\", \"-Infinity\"");
         }
 
         @SuppressWarnings("unchecked")
