@@ -1272,7 +1272,8 @@ def test_an_undeclared_app_metric_is_refused_at_the_call_site_and_nothing_is_sen
     ]:
         answer = device.request(op, **args)
         assert answer["counted"] is False, (op, args, answer)
-        assert isinstance(answer["error"], str) and answer["error"], (op, args, answer)
+        assert isinstance(answer["error"], str), (op, args, answer)
+        assert answer["error"], (op, args, answer)
     device.request("set_clock", now=_at(start + timedelta(hours=13)))
     assert update(device) == want("digits", declared.candidate, candidate=True)
     device.request("flush")
