@@ -1301,6 +1301,33 @@ def test_app_metric_counts_survive_a_restart_of_the_app(
     }
 
 
+def test_a_device_on_the_entrys_instead_counts_the_entrys_app_metrics(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    high, mid = lib.manifest("high"), lib.manifest("mid")
+    assert isinstance(high.stable, ManifestEntry)
+    assert isinstance(mid.stable, ManifestEntry)
+    # The release's metrics are on its entry; the instead (another variant of the same
+    # release, docs/protocol.md §3) declares none of its own and runs under them.
+    declaring = high.stable.model_copy(
+        update={
+            "avoid_cpu": ["i8mm"],
+            "instead": mid.stable,
+            "metrics": TypeAdapter(Metrics).validate_python(METRICS),
+        }
+    )
+    lib.manifest_file().write_bytes(
+        sign_document(high.model_copy(update={"stable": declaring}), [lib.signer])
+    )
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache", cpu_features=["i8mm"])
+    result = device.request("update")
+    assert result["substitute"] == "cpu-unsupported", result
+    assert result["members"]["digits"]["variant"] == mid.stable.variant
+    assert device.request("record", metric="accepted", success=True) == {"counted": True}
+    assert device.request("observe", metric="confidence", value=0.6) == {"counted": True}
+
+
 # --- the self-test on real MNN through the host runner --------------------------------------
 
 
