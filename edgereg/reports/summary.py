@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -33,6 +33,7 @@ __all__ = [
     "LATENCY_EDGES_MS",
     "ArmSummary",
     "Histogram",
+    "MetricTally",
     "Tally",
     "bucket_value_ms",
     "latency_bucket",
@@ -166,6 +167,65 @@ def _add(a: Mapping[int, int], b: Mapping[int, int]) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
+class MetricTally:
+    """One arm's app metric: each device's share of its events in each bucket, summed.
+
+    A rate has two buckets (0: events that failed, 1: that succeeded); a
+    distribution its K + 1. A device's statistic (its success rate, its mean,
+    its share below an edge) is a weighted sum of its shares, so the arm's sum
+    of it is the same weighted sum of these (docs/operations/canary-analysis.md,
+    "App metrics").
+
+    Attributes:
+        devices: Installs that counted at least one event of the metric.
+        networks: Their distinct source networks.
+        shares: Bucket -> the sum over devices of the device's share in it.
+        network_shares: Bucket -> the sum over networks of the mean share of
+            the network's devices (each network weighs one, whatever its devices).
+    """
+
+    devices: int = 0
+    networks: int = 0
+    shares: tuple[float, ...] = ()
+    network_shares: tuple[float, ...] = ()
+
+    def of(self, weights: Sequence[float]) -> tuple[float, float]:
+        """The sums over devices and over networks of each one's weighted share."""
+        if len(weights) != len(self.shares):
+            raise ValueError(f"{len(weights)} weights for {len(self.shares)} buckets")
+        return (
+            sum(w * s for w, s in zip(weights, self.shares, strict=True)),
+            sum(w * s for w, s in zip(weights, self.network_shares, strict=True)),
+        )
+
+    @classmethod
+    def of_devices(cls, values: Sequence[Sequence[float]]) -> MetricTally:
+        """A tally of devices each a network of its own, from each device's bucket counts."""
+        totals = [sum(counts) for counts in values]
+        width = max((len(counts) for counts in values), default=0)
+        shares = tuple(
+            sum(counts[i] / total for counts, total in zip(values, totals, strict=True) if total)
+            for i in range(width)
+        )
+        counted = sum(1 for total in totals if total)
+        return cls(counted, counted, shares, shares)
+
+    def __add__(self, other: MetricTally) -> MetricTally:
+        if not self.shares:
+            return other
+        if not other.shares:
+            return self
+        if len(self.shares) != len(other.shares):
+            raise ValueError("tallies of a metric with different buckets cannot be added")
+        return MetricTally(
+            self.devices + other.devices,
+            self.networks + other.networks,
+            tuple(a + b for a, b in zip(self.shares, other.shares, strict=True)),
+            tuple(a + b for a, b in zip(self.network_shares, other.network_shares, strict=True)),
+        )
+
+
+@dataclass(frozen=True)
 class ArmSummary:
     """One arm (candidate or stable) of one tier, over the installs that reported.
 
@@ -179,6 +239,7 @@ class ArmSummary:
             least ``revert_window_hours`` before the store's newest report), or
             None when not asked (then every install counts as aged).
         histograms: Kind (:data:`HISTOGRAMS`) -> values.
+        metrics: App metric name -> its tally (the ones asked for that reported).
     """
 
     unit: str
@@ -188,6 +249,7 @@ class ArmSummary:
     all: Tally = field(default_factory=Tally)
     aged: Tally | None = None
     histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    metrics: Mapping[str, MetricTally] = field(default_factory=dict)
 
     @property
     def devices(self) -> int:
@@ -208,6 +270,10 @@ class ArmSummary:
         """The values of ``kind`` (empty when none reported)."""
         return self.histograms.get(kind, Histogram())
 
+    def metric(self, name: str) -> MetricTally:
+        """The app metric ``name`` (empty when no device counted it)."""
+        return self.metrics.get(name, MetricTally())
+
     @classmethod
     def of_devices(
         cls,
@@ -219,6 +285,7 @@ class ArmSummary:
         *,
         aged: Mapping[str, int] | None = None,
         histograms: Mapping[str, Mapping[int, int]] | None = None,
+        metrics: Mapping[str, MetricTally] | None = None,
         **events: int,
     ) -> ArmSummary:
         """An arm whose every device is a network of its own (as with unknown sources).
@@ -226,6 +293,7 @@ class ArmSummary:
         Args:
             aged: ``{"devices": n, <event>: k, ...}`` of the aged installs, or None.
             histograms: Kind -> bucket -> devices.
+            metrics: App metric name -> its tally (:meth:`MetricTally.of_devices`).
             events: Event name -> devices with it.
         """
         aged_tally = None
@@ -240,6 +308,7 @@ class ArmSummary:
             Tally.of_devices(devices, **events),
             aged_tally,
             {k: Histogram.of_devices(v) for k, v in (histograms or {}).items()},
+            dict(metrics or {}),
         )
 
 
@@ -252,10 +321,12 @@ def merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             continue
         aged = None if merged.aged is None or summary.aged is None else merged.aged + summary.aged
         kinds = set(merged.histograms) | set(summary.histograms)
+        names = set(merged.metrics) | set(summary.metrics)
         merged = replace(
             merged,
             all=merged.all + summary.all,
             aged=aged,
             histograms={k: merged.histogram(k) + summary.histogram(k) for k in kinds},
+            metrics={n: merged.metric(n) + summary.metric(n) for n in sorted(names)},
         )
     return merged
