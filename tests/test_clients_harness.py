@@ -1228,6 +1228,30 @@ def _metric_device(
     return device, declared
 
 
+def stored_metrics(tmp_path: Path, unit: str, want: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The report store's app metric counts of ``unit`` (the server's one install), once ``want``.
+
+    Read from the SQLite file of the ``reports`` fixture, one row per install and metric: a
+    rate as its failed and succeeded events, a distribution as its counts per bucket.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        uri = f"file:{tmp_path / 'reports.sqlite'}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            found = {
+                name: [int(c) for c in counts[:buckets]]
+                for name, buckets, *counts in db.execute(
+                    "SELECT name, buckets, "
+                    + ", ".join(f"c{i}" for i in range(32))
+                    + " FROM report_metrics WHERE unit = ?",
+                    (unit,),
+                )
+            }
+        if found == want or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 def _sent(proxy: Proxy, version: str) -> list[dict[str, Any]]:
     """The reports of ``version`` the device sent, in order."""
     return [r for r in proxy.reports if r["version"] == version]
@@ -1255,6 +1279,11 @@ def test_app_metrics_are_counted_and_the_report_store_holds_them_after_the_next_
         "accepted": {"events": 3, "successes": 2},
         "confidence": {"counts": [1, 1, 1, 0]},
     }
+    # Stored (accepted by the server: the release declares both): a rate's failed, succeeded.
+    counts = {"accepted": [1, 2], "confidence": [1, 1, 1, 0]}
+    assert stored_metrics(tmp_path, "digits", counts) == counts
+    (arm,) = reports.summaries("digits", metrics={"accepted": 2, "confidence": 4})
+    assert (arm.arm, arm.version, arm.metric("accepted").devices) == ("candidate", "1.1.0", 1)
 
 
 def test_an_undeclared_app_metric_is_refused_at_the_call_site_and_nothing_is_sent(
@@ -1284,7 +1313,7 @@ def test_an_undeclared_app_metric_is_refused_at_the_call_site_and_nothing_is_sen
 
 
 def test_app_metric_counts_survive_a_restart_of_the_app(
-    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+    devices: Devices, lib: LibRegistry, proxy: Proxy, reports: ReportStore, tmp_path: Path
 ) -> None:
     start = datetime.now(timezone.utc).replace(microsecond=0)
     cache = tmp_path / "cache"
@@ -1299,6 +1328,8 @@ def test_app_metric_counts_survive_a_restart_of_the_app(
         "accepted": {"events": 2, "successes": 1},
         "confidence": {"counts": [0, 0, 0, 1]},
     }
+    counts = {"accepted": [1, 1], "confidence": [0, 0, 0, 1]}
+    assert stored_metrics(tmp_path, "digits", counts) == counts
 
 
 def test_a_device_on_the_entrys_instead_counts_the_entrys_app_metrics(
