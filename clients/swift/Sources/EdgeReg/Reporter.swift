@@ -438,7 +438,7 @@ actor Reporter {
     /// 12 hours ago or more (docs/protocol.md §11): at most twice a day.
     func metricsDue(token: String) -> Bool {
         guard enabled, let counts, counts.changed(token) else { return false }
-        let last = made.values.filter { !$0.refused && $0.facts.token == token }.compactMap { $0.madeAt ?? 0 }.max()
+        let last = made.values.filter { !$0.refused && $0.facts.token == token }.map { $0.madeAt ?? 0 }.max()
         guard let last else { return false }
         return clock.now - last >= Reporter.metricsResend
     }
