@@ -23,7 +23,7 @@ from edgereg.reports import (
     open_store,
 )
 from edgereg.reports.store import COLUMNS, report_row
-from edgereg.reports.summary import latency_bucket
+from edgereg.reports.summary import Statistic, latency_bucket
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -684,8 +684,6 @@ def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
 
 # --- app metrics (report schema 3) ---------------------------------------------------
 
-ACC = {"accepted": 2, "confidence": 4}
-
 
 def counted(n: int, metrics: dict[str, tuple[int, ...]], **fields: Any) -> Report:
     """A report of schema 3 with app metrics: a rate's (events, successes), else counts."""
@@ -701,7 +699,14 @@ def counted(n: int, metrics: dict[str, tuple[int, ...]], **fields: Any) -> Repor
     )
 
 
-def test_app_metrics_sum_each_devices_shares_per_arm_and_network(store: ReportStore) -> None:
+SUCCESS = Statistic("accepted", 2, (0.0, 1.0))
+#: confidence's mean (buckets valued 0.5, 0.6, 0.8, 0.9) and its share at or below 0.5.
+MEAN = Statistic("confidence", 4, (0.5, 0.6, 0.8, 0.9))
+LOW = Statistic("confidence", 4, (1.0, 0.0, 0.0, 0.0))
+ASKED = {"accepted": SUCCESS, "mean": MEAN, "low": LOW}
+
+
+def test_app_metrics_are_tallied_per_device_and_network(store: ReportStore) -> None:
     store.ingest_many(
         [
             (counted(1, {"accepted": (10, 9), "confidence": (0, 1, 1, 2)}), T0, "192.0.2.0/24"),
@@ -712,23 +717,24 @@ def test_app_metrics_sum_each_devices_shares_per_arm_and_network(store: ReportSt
             (counted(6, {"accepted": (1, 1)}, tier="low"), T0, "192.0.2.0/24"),
         ]
     )
-    found = by_arm(store.summaries("digits", metrics=ACC))
+    found = by_arm(store.summaries("digits", statistics=ASKED))
     candidate = found[("high", "candidate", "1.1.0")]
     accepted = candidate.metric("accepted")
     assert (accepted.devices, accepted.networks) == (3, 2)
-    # Devices: 0.1 + 1 + 0.75 failed; networks: (0.1 + 1) / 2 and 0.75.
-    assert accepted.shares == pytest.approx((1.85, 1.15))
-    assert accepted.network_shares == pytest.approx((1.3, 0.7))
-    assert accepted.of((0.0, 1.0)) == pytest.approx((1.15, 0.7))
-    confidence = candidate.metric("confidence")
-    assert (confidence.devices, confidence.shares) == (1, pytest.approx((0, 0.25, 0.25, 0.5)))
-    assert found[("high", "stable", "1.0.0")].metric("accepted").shares == (0.0, 1.0)
+    # Devices 0.9, 0 and 0.25; networks (0.9 + 0) / 2 and 0.25.
+    assert accepted.total == pytest.approx(1.15)
+    assert accepted.network_total == pytest.approx(0.7)
+    assert accepted.network_squares == pytest.approx(0.45**2 + 0.25**2)
+    mean, low = candidate.metric("mean"), candidate.metric("low")
+    assert (mean.devices, mean.total) == (1, pytest.approx((0.6 + 0.8 + 2 * 0.9) / 4))
+    assert low.total == 0.0
+    assert found[("high", "stable", "1.0.0")].metric("accepted").total == 1.0
     # Pooled: each network once, whatever tiers its devices are in.
-    pooled = by_arm(store.summaries("digits", metrics=ACC, pooled=True))
+    pooled = by_arm(store.summaries("digits", statistics=ASKED, pooled=True))
     everyone = pooled[("*", "candidate", "1.1.0")].metric("accepted")
     assert (everyone.devices, everyone.networks) == (4, 2)
-    assert everyone.network_shares == pytest.approx((1.1 / 3 + 0.75, 1.9 / 3 + 0.25))
-    # Not asked: not summed.
+    assert everyone.network_total == pytest.approx(1.9 / 3 + 0.25)
+    # Not asked: not tallied.
     assert store.summaries("digits")[0].metrics == {}
 
 
@@ -744,9 +750,9 @@ def test_app_metrics_merge_whatever_order_they_arrive_in(store: ReportStore) -> 
             (counted(2, {"accepted": (6, 2)}, model="det", unit="digits"), T0, None),
         ]
     )
-    (summary,) = store.summaries("digits", metrics=ACC)
+    (summary,) = store.summaries("digits", statistics=ASKED)
     assert summary.metric("accepted").devices == 2
-    assert summary.metric("accepted").shares == pytest.approx((0.1 + 4 / 6, 0.9 + 2 / 6))
+    assert summary.metric("accepted").total == pytest.approx(0.9 + 2 / 6)
 
 
 def test_app_metrics_follow_the_period_and_the_declared_buckets(store: ReportStore) -> None:
@@ -754,22 +760,23 @@ def test_app_metrics_follow_the_period_and_the_declared_buckets(store: ReportSto
     store.ingest(counted(2, {"accepted": (2, 2)}, sequence=8), T0)
     # Another release declared confidence with two buckets: another metric.
     store.ingest(counted(3, {"confidence": (1, 1)}, sequence=8), T0)
-    (later,) = store.summaries("digits", since_sequence=8, metrics=ACC)
-    assert later.metric("accepted").shares == (0.0, 1.0)
-    assert later.metric("confidence").devices == 0
-    (two,) = store.summaries("digits", metrics={"confidence": 2})
-    assert two.metric("confidence").shares == (0.5, 0.5)
+    (later,) = store.summaries("digits", since_sequence=8, statistics=ASKED)
+    assert later.metric("accepted").total == 1.0
+    assert later.metric("mean").devices == 0
+    two = Statistic("confidence", 2, (0.0, 1.0))
+    (other,) = store.summaries("digits", statistics={"two": two})
+    assert other.metric("two").total == 0.5
     with pytest.raises(ValueError, match="the unit's"):
-        store.summaries("digits", model="digits", metrics=ACC)
+        store.summaries("digits", model="digits", statistics=ASKED)
     with pytest.raises(ValueError, match="2 to 32"):
-        store.summaries("digits", metrics={"confidence": 33})
+        Statistic("confidence", 33, (0.0,) * 33)
 
 
 def test_prune_deletes_the_metrics_of_installs_not_heard_from(store: ReportStore) -> None:
     store.ingest(counted(1, {"accepted": (2, 1)}), T0)
     store.ingest(counted(2, {"accepted": (2, 2)}), T0 + timedelta(days=40))
     assert store.prune(T0 + timedelta(days=30)) == 1
-    (summary,) = store.summaries("digits", metrics=ACC)
+    (summary,) = store.summaries("digits", statistics=ASKED)
     assert summary.metric("accepted").devices == 1
 
 
@@ -789,7 +796,7 @@ def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> Non
         )
     with open_store(f"sqlite:///{path}") as store:
         store.ingest(counted(2, {"accepted": (4, 3)}), T0, "198.51.100.0/24")
-        (summary,) = store.summaries("digits", metrics=ACC)
+        (summary,) = store.summaries("digits", statistics=ASKED)
         assert (summary.devices, summary.metric("accepted").devices) == (2, 1)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()

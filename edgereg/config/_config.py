@@ -11,6 +11,7 @@ from edgereg.config import _recipe
 from edgereg.config._base import DEFAULT_CONFIG_FILE, NO_MODELS_NOTE, _rule_error, _Strict
 from edgereg.config._bundles import Bundle
 from edgereg.config._inputs import PinnedFile
+from edgereg.config._metrics import AppMetric
 from edgereg.config._models import Model
 from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
@@ -205,6 +206,11 @@ class Config(_Strict):
     def root(self) -> Path:
         """The directory relative paths in the file are resolved against."""
         return self._path.parent
+
+    def unit_metrics(self, unit: str) -> dict[str, AppMetric]:
+        """The app metrics a model or bundle declares (none for an unknown name)."""
+        found = self.models.get(unit) or self.bundles.get(unit)
+        return dict(found.metrics) if found is not None else {}
 
     def rollout_policy(self, model_name: str) -> RolloutPolicy:
         """The rollout policy of a model: its own, else the global one.

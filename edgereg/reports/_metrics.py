@@ -10,17 +10,18 @@ summary reads one table.
 
 Every metric is stored as bucket counts: a rate as two buckets, ``c0`` the
 events that failed and ``c1`` those that succeeded; a distribution as its
-K + 1 buckets. A summary sums, per arm, each device's *share* of its events
-in each bucket, per device and per source network (each network's devices
-averaged): any statistic a guardrail reads of a device (its success rate,
-its mean, its share below an edge) is a weighted sum of those shares, so one
-query serves them all and a heavy user weighs what any device does.
+K + 1 buckets. A summary reads one statistic of a metric per device, what a
+guardrail judges (its success rate, its mean, its share below an edge: a
+weighted sum of the device's share of its events in each bucket,
+:class:`~edgereg.reports.summary.Statistic`), and sums it per arm, over
+devices and over source networks (each network's devices averaged), with the
+squares of the networks' means for their spread. A heavy user weighs what any
+device does.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 from edgereg.protocol.reports import DistributionCounts, RateCounts, Report
@@ -30,10 +31,9 @@ __all__ = [
     "METRIC_COLUMNS",
     "METRIC_INDEXES",
     "METRIC_SCHEMA",
-    "metric_groups",
     "metric_rows",
-    "metric_sums_sql",
     "metric_upsert_sql",
+    "statistic_sql",
 ]
 
 #: At most 32 buckets (a distribution's 31 edges): ``c0`` .. ``c31``.
@@ -145,28 +145,27 @@ def metric_upsert_sql(placeholder: str, rows: int = 1, *, greatest: str = "MAX")
     )
 
 
-def metric_sums_sql(
+def statistic_sql(
     placeholder: str,
     buckets: int,
-    names: int,
     *,
     since: bool,
     since_sequence: bool,
     cpu_class: bool,
     pooled: bool,
 ) -> str:
-    """Per (metric, tier, arm, version): devices, networks, and each bucket's share summed.
+    """Per (tier, arm, version): one statistic of one metric, per device and per network.
 
-    For the ``names`` metrics of ``buckets`` buckets: each device's share of its
-    events in bucket i (``c_i`` over its total; a device that counted nothing is
-    left out), summed over devices (``d_i``) and over networks, each network
-    by its devices' mean share (``n_i``). Parameters bind in this order: the
-    unit, the names, the bucket count, then the filters (sequence, time, CPU class).
+    Each device's statistic is its bucket counts weighted and divided by its
+    total (a device that counted nothing is left out); the sums are over
+    devices, over networks (each network's devices averaged) and of the
+    squares of the networks' means. Parameters bind in this order: the
+    weights, the unit, the name, the bucket count, then the filters
+    (sequence, time, CPU class).
     """
     p = placeholder
     used = BUCKET_COLUMNS[:buckets]
-    total = " + ".join(used)
-    where = f"unit = {p} AND name IN ({', '.join([p] * names)}) AND buckets = {p}"
+    where = f"unit = {p} AND name = {p} AND buckets = {p}"
     if since_sequence:
         where += f" AND sequence >= {p}"
     if since:
@@ -174,28 +173,16 @@ def metric_sums_sql(
     if cpu_class:
         where += f" AND cpu_class = {p}"
     tier = "'*'" if pooled else "tier"
+    weighted = " + ".join(f"{p} * {c}" for c in used)
     devices = (
-        f"SELECT name, {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
-        + ", ".join(f"{c}" for c in used)
-        + f", {total} AS t FROM report_metrics WHERE {where}"
+        f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+        f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
     )
     networks = (
-        "SELECT name, tier, arm, unit_version, COUNT(*) AS n, "
-        + ", ".join(f"SUM(1.0 * {c} / t) AS s{i}" for i, c in enumerate(used))
-        + f" FROM ({devices}) AS devices WHERE t > 0 GROUP BY name, tier, arm, unit_version, net"
+        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
+        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY tier, arm, unit_version, net"
     )
-    sums = ["SUM(n)", "COUNT(*)"]
-    sums += [f"SUM(s{i})" for i in range(buckets)]
-    sums += [f"SUM(s{i} / n)" for i in range(buckets)]
     return (
-        f"SELECT name, tier, arm, unit_version, {', '.join(sums)} FROM ({networks}) AS networks "
-        "GROUP BY name, tier, arm, unit_version"
+        "SELECT tier, arm, unit_version, SUM(n), COUNT(*), SUM(v), SUM(v / n), "
+        f"SUM((v / n) * (v / n)) FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
     )
-
-
-def metric_groups(metrics: Mapping[str, int]) -> dict[int, list[str]]:
-    """The metrics asked for, by bucket count: one statement per count."""
-    groups: dict[int, list[str]] = {}
-    for name, buckets in sorted(metrics.items()):
-        groups.setdefault(buckets, []).append(name)
-    return groups

@@ -32,19 +32,18 @@ from typing import Any, Literal, cast
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
 from edgereg.reports._metrics import (
-    BUCKET_COLUMNS,
     METRIC_INDEXES,
     METRIC_SCHEMA,
-    metric_groups,
     metric_rows,
-    metric_sums_sql,
     metric_upsert_sql,
+    statistic_sql,
 )
 from edgereg.reports.summary import (
     EVENTS,
     ArmSummary,
     Histogram,
     MetricTally,
+    Statistic,
     Tally,
     latency_bucket,
 )
@@ -760,7 +759,7 @@ class ReportStore(abc.ABC):
         cpu_class: str | None = None,
         stalled_starts: int = 2,
         pooled: bool = False,
-        metrics: Mapping[str, int] | None = None,
+        statistics: Mapping[str, Statistic] | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
@@ -779,10 +778,11 @@ class ReportStore(abc.ABC):
                 this many app starts (the unconfirmed guardrail's ``stalled_starts``).
             pooled: Every tier together, per (arm, version), tier ``*``: each
                 network counted once, in however many tiers its devices are.
-            metrics: The app metrics to tally, name -> its buckets (2 for a
-                rate; a distribution's edges + 1): only installs that counted
-                it with that many (a release that declared it otherwise is
-                another metric). None with ``model`` (metrics are the unit's).
+            statistics: What to tally of the app metrics, by a name the
+                summaries' ``metrics`` then use (a guardrail's): only installs
+                that counted the metric with the statistic's number of buckets
+                (a release that declared it otherwise counted another metric).
+                None with ``model`` (app metrics are the unit's).
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -809,12 +809,8 @@ class ReportStore(abc.ABC):
             "model": model is not None,
             "cpu_class": cpu_class is not None,
         }
-        if model is not None and metrics:
-            raise ValueError("app metrics are the unit's: ask for them without model")
-        wanted_metrics = dict(metrics or {})
-        for name, buckets in wanted_metrics.items():
-            if not 2 <= buckets <= len(BUCKET_COLUMNS):
-                raise ValueError(f"metric {name!r}: {buckets} buckets (2 to 32)")
+        if model is not None and statistics:
+            raise ValueError("app metrics are the unit's: ask for their statistics without model")
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
         leading = {"aged": cut, "stalled_starts": stalled_starts}
@@ -833,21 +829,26 @@ class ReportStore(abc.ABC):
                 sql, repeats = histogram_sql(self.placeholder, **flags, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
-                sums: list[Sequence[Any]] = []
-                for buckets, metric_names in metric_groups(wanted_metrics).items():
+                sums: list[tuple[str, Sequence[Any]]] = []
+                for name, statistic in sorted((statistics or {}).items()):
                     cur.execute(
-                        metric_sums_sql(
+                        statistic_sql(
                             self.placeholder,
-                            buckets,
-                            len(metric_names),
+                            statistic.buckets,
                             since=flags["since"],
                             since_sequence=flags["since_sequence"],
                             cpu_class=flags["cpu_class"],
                             pooled=pooled,
                         ),
-                        [unit, *metric_names, buckets, *params[1:]],
+                        [
+                            *statistic.weights,
+                            unit,
+                            statistic.metric,
+                            statistic.buckets,
+                            *params[1:],
+                        ],
                     )
-                    sums += cur.fetchall()
+                    sums += [(name, row) for row in cur.fetchall()]
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
@@ -1001,7 +1002,7 @@ def _assemble(
     unit: str,
     counts: Sequence[Sequence[Any]],
     bins: Sequence[Sequence[Any]],
-    sums: Sequence[Sequence[Any]] = (),
+    sums: Sequence[tuple[str, Sequence[Any]]] = (),
     *,
     aged: bool,
 ) -> list[ArmSummary]:
@@ -1010,13 +1011,9 @@ def _assemble(
         kinds = views.setdefault((tier, arm, version), {})
         kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}})[view][int(bucket)] = int(number)
     metrics: dict[tuple[str, str, str], dict[str, MetricTally]] = {}
-    for name, tier, arm, version, devices, networks, *shares in sums:
-        width = len(shares) // 2
+    for name, (tier, arm, version, devices, networks, *sums_of) in sums:
         metrics.setdefault((tier, arm, version), {})[name] = MetricTally(
-            int(devices or 0),
-            int(networks or 0),
-            tuple(float(v or 0.0) for v in shares[:width]),
-            tuple(float(v or 0.0) for v in shares[width:]),
+            int(devices or 0), int(networks or 0), *(float(v or 0.0) for v in sums_of)
         )
     summaries = []
     for row in counts:

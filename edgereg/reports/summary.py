@@ -25,7 +25,8 @@ import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from datetime import datetime
+from typing import Literal, Protocol
 
 __all__ = [
     "EVENTS",
@@ -34,6 +35,8 @@ __all__ = [
     "ArmSummary",
     "Histogram",
     "MetricTally",
+    "Statistic",
+    "SummarySource",
     "Tally",
     "bucket_value_ms",
     "latency_bucket",
@@ -167,61 +170,79 @@ def _add(a: Mapping[int, int], b: Mapping[int, int]) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
-class MetricTally:
-    """One arm's app metric: each device's share of its events in each bucket, summed.
+class Statistic:
+    """What a guardrail reads of an app metric, per device: a weighted sum of its bucket shares.
 
-    A rate has two buckets (0: events that failed, 1: that succeeded); a
-    distribution its K + 1. A device's statistic (its success rate, its mean,
-    its share below an edge) is a weighted sum of its shares, so the arm's sum
-    of it is the same weighted sum of these (docs/operations/canary-analysis.md,
-    "App metrics").
+    A device's share of its events in each bucket (a rate's two buckets: 0 the
+    events that failed, 1 those that succeeded; a distribution's K + 1),
+    weighted: its success rate (weights 0, 1), its mean (each bucket's value),
+    its share below an edge (1 for the buckets at or below it, else 0).
+
+    Attributes:
+        metric: The app metric's name.
+        buckets: Its number of buckets (a release that declared it with another
+            number counted another metric).
+        weights: One per bucket.
+    """
+
+    metric: str
+    buckets: int
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != self.buckets or not 2 <= self.buckets <= 32:
+            raise ValueError(
+                f"{self.metric}: {len(self.weights)} weights for {self.buckets} buckets (2 to 32)"
+            )
+        if not all(math.isfinite(w) for w in self.weights):
+            raise ValueError(f"{self.metric}: weights must be finite numbers")
+
+    def of(self, counts: Sequence[int]) -> float | None:
+        """One device's statistic from its bucket counts (None when it counted nothing)."""
+        total = sum(counts)
+        if not total:
+            return None
+        return sum(w * c for w, c in zip(self.weights, counts, strict=True)) / total
+
+
+@dataclass(frozen=True)
+class MetricTally:
+    """One arm's statistic of an app metric (:class:`Statistic`), per device and per network.
 
     Attributes:
         devices: Installs that counted at least one event of the metric.
         networks: Their distinct source networks.
-        shares: Bucket -> the sum over devices of the device's share in it.
-        network_shares: Bucket -> the sum over networks of the mean share of
-            the network's devices (each network weighs one, whatever its devices).
+        total: The devices' statistics, summed.
+        network_total: Each network's mean statistic (over its devices), summed:
+            each network weighs one, whatever its devices.
+        network_squares: The squares of those means, summed (their spread).
     """
 
     devices: int = 0
     networks: int = 0
-    shares: tuple[float, ...] = ()
-    network_shares: tuple[float, ...] = ()
-
-    def of(self, weights: Sequence[float]) -> tuple[float, float]:
-        """The sums over devices and over networks of each one's weighted share."""
-        if len(weights) != len(self.shares):
-            raise ValueError(f"{len(weights)} weights for {len(self.shares)} buckets")
-        return (
-            sum(w * s for w, s in zip(weights, self.shares, strict=True)),
-            sum(w * s for w, s in zip(weights, self.network_shares, strict=True)),
-        )
+    total: float = 0.0
+    network_total: float = 0.0
+    network_squares: float = 0.0
 
     @classmethod
-    def of_devices(cls, values: Sequence[Sequence[float]]) -> MetricTally:
-        """A tally of devices each a network of its own, from each device's bucket counts."""
-        totals = [sum(counts) for counts in values]
-        width = max((len(counts) for counts in values), default=0)
-        shares = tuple(
-            sum(counts[i] / total for counts, total in zip(values, totals, strict=True) if total)
-            for i in range(width)
+    def of_devices(cls, values: Sequence[float]) -> MetricTally:
+        """A tally of devices each a network of its own, from each device's statistic."""
+        return cls(
+            len(values),
+            len(values),
+            float(sum(values)),
+            float(sum(values)),
+            float(sum(v * v for v in values)),
         )
-        counted = sum(1 for total in totals if total)
-        return cls(counted, counted, shares, shares)
 
     def __add__(self, other: MetricTally) -> MetricTally:
-        if not self.shares:
-            return other
-        if not other.shares:
-            return self
-        if len(self.shares) != len(other.shares):
-            raise ValueError("tallies of a metric with different buckets cannot be added")
         return MetricTally(
             self.devices + other.devices,
+            # Parts of one arm may share networks: an upper bound, as for a Tally.
             self.networks + other.networks,
-            tuple(a + b for a, b in zip(self.shares, other.shares, strict=True)),
-            tuple(a + b for a, b in zip(self.network_shares, other.network_shares, strict=True)),
+            self.total + other.total,
+            self.network_total + other.network_total,
+            self.network_squares + other.network_squares,
         )
 
 
@@ -239,7 +260,7 @@ class ArmSummary:
             least ``revert_window_hours`` before the store's newest report), or
             None when not asked (then every install counts as aged).
         histograms: Kind (:data:`HISTOGRAMS`) -> values.
-        metrics: App metric name -> its tally (the ones asked for that reported).
+        metrics: Statistic name (a guardrail's) -> its tally, for the statistics asked for.
     """
 
     unit: str
@@ -271,7 +292,7 @@ class ArmSummary:
         return self.histograms.get(kind, Histogram())
 
     def metric(self, name: str) -> MetricTally:
-        """The app metric ``name`` (empty when no device counted it)."""
+        """The statistic ``name`` (empty when no device counted its metric)."""
         return self.metrics.get(name, MetricTally())
 
     @classmethod
@@ -293,7 +314,7 @@ class ArmSummary:
         Args:
             aged: ``{"devices": n, <event>: k, ...}`` of the aged installs, or None.
             histograms: Kind -> bucket -> devices.
-            metrics: App metric name -> its tally (:meth:`MetricTally.of_devices`).
+            metrics: Statistic name -> its tally (:meth:`MetricTally.of_devices`).
             events: Event name -> devices with it.
         """
         aged_tally = None
@@ -330,3 +351,34 @@ def merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             metrics={n: merged.metric(n) + summary.metric(n) for n in sorted(names)},
         )
     return merged
+
+
+class SummarySource(Protocol):
+    """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
+
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        since_sequence: int | None = None,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+        stalled_starts: int = 2,
+        pooled: bool = False,
+        statistics: Mapping[str, Statistic] | None = None,
+    ) -> list[ArmSummary]:
+        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
+
+        ``since_sequence``: only the installs whose latest report carries that
+        manifest sequence or a later one (a rollout period).
+        ``aged_before``: also count apart the installs that first reported by then.
+        ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
+        ``pooled``: every tier together (tier ``*``), each network once.
+        ``statistics``: what to tally of the app metrics, by a guardrail's name.
+        """
+        ...
+
+    def clock(self, unit: str) -> datetime | None:
+        """The report servers' clock as the store last heard it (None: never)."""
+        ...
