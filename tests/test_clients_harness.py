@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -30,19 +31,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import devicekit
 import pytest
 from devicekit import DeviceProgram, hostrunner
+from pydantic import TypeAdapter
 from registrykit import PUBLIC_KEY_FILE, Site, add_table, ok
 from servekit import _release, serve, serve_process
 
 from edgereg.config import RolloutPolicy
 from edgereg.protocol.rules import in_cohort
-from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
+from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, Metrics, sign_document
 from edgereg.registry import Registry, manifest_key, set_percent
 from edgereg.registry import _transitions as transitions
 from edgereg.reports import ReportStore, open_store
@@ -65,6 +67,11 @@ TIERS = [
     {"name": "low", "rules": {}},
 ]
 SIZES = {"high": 300_000, "mid": 120_000, "low": 40_000}
+#: The app metrics a release declares in the metric scenarios (docs/protocol.md §3).
+METRICS = {
+    "accepted": {"kind": "rate"},
+    "confidence": {"kind": "distribution", "buckets": [0.5, 0.7, 0.9]},
+}
 
 
 # --- registries --------------------------------------------------------------------------
@@ -86,11 +93,21 @@ class LibRegistry:
     def pem(self) -> str:
         return self.signer.public_pem().decode()
 
-    def publish(self, version: str, percent: float | None = None) -> Manifest:
-        """Publish ``version``: the first release --full, later ones as a canary at ``percent``."""
+    def publish(
+        self, version: str, percent: float | None = None, metrics: dict[str, Any] | None = None
+    ) -> Manifest:
+        """Publish ``version``: the first release --full, later ones as a canary at ``percent``.
+
+        ``metrics``: the app metrics the release declares (its record's, so its entries').
+        """
         staging = self.root.parent / "staging"
         staging.mkdir(parents=True, exist_ok=True)
         prepared, _ = _release(self.model, version, SIZES, staging, seed=version)
+        if metrics is not None:
+            record = prepared.record.model_copy(
+                update={"metrics": TypeAdapter(Metrics).validate_python(metrics)}
+            )
+            prepared = dataclasses.replace(prepared, record=record)
         first = not self.registry.versions(self.model)
         self.registry.publish(
             prepared,
@@ -270,7 +287,8 @@ class Proxy:
     ``rate`` bytes per second (a trickling server); ``silent`` reads each
     request and never answers; ``down`` closes each connection unanswered
     (the server unreachable, the device offline). Each request goes upstream with
-    ``Connection: close``, so the relay ends with the response.
+    ``Connection: close``, so the relay ends with the response. ``reports``
+    holds every report body relayed, in arrival order.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -281,6 +299,7 @@ class Proxy:
         self.rate = 200
         self.peers: list[str] = []
         self.slow_bytes = 0  # blob body bytes relayed in slow mode
+        self.reports: list[dict[str, Any]] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
         self.stop = threading.Event()
@@ -321,6 +340,8 @@ class Proxy:
                             continue
                     return
                 path = head.split(b" ", 2)[1]
+                if head.startswith(b"POST ") and path.endswith(b"/reports"):
+                    self.reports.append(json.loads(body))
                 lines = [
                     line
                     for line in head.split(b"\r\n")
@@ -1187,6 +1208,153 @@ def test_a_report_made_while_the_server_is_unreachable_waits_for_the_first_reach
     # Delivered by that check itself (no flush): kept, not dropped after one more try.
     confirmed = {"devices": 1, "confirmed": 1}
     assert arms(reports, "digits", **confirmed) == {("stable", "1.0.0"): confirmed}
+
+
+# --- app metrics: counted on the device, sent as totals (docs/protocol.md §3, §11) ----------
+
+
+def _at(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _metric_device(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, cache: Path, start: datetime
+) -> tuple[DeviceProgram, Manifest]:
+    """A device on 1.1.0, a release declaring a rate and a distribution (every device's)."""
+    declared = lib.publish("1.1.0", percent=100.0, metrics=METRICS)
+    device = devices()
+    configure(device, proxy.url, lib.pem, cache, now=_at(start))
+    assert update(device) == want("digits", declared.candidate, candidate=True)
+    return device, declared
+
+
+def stored_metrics(tmp_path: Path, unit: str, want: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The report store's app metric counts of ``unit`` (the server's one install), once ``want``.
+
+    Read from the SQLite file of the ``reports`` fixture, one row per install and metric: a
+    rate as its failed and succeeded events, a distribution as its counts per bucket.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        uri = f"file:{tmp_path / 'reports.sqlite'}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            found = {
+                name: [int(c) for c in counts[:buckets]]
+                for name, buckets, *counts in db.execute(
+                    "SELECT name, buckets, "
+                    + ", ".join(f"c{i}" for i in range(32))
+                    + " FROM report_metrics WHERE unit = ?",
+                    (unit,),
+                )
+            }
+        if found == want or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def _sent(proxy: Proxy, version: str) -> list[dict[str, Any]]:
+    """The reports of ``version`` the device sent, in order."""
+    return [r for r in proxy.reports if r["version"] == version]
+
+
+def test_app_metrics_are_counted_and_the_report_store_holds_them_after_the_next_report(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, reports: ReportStore, tmp_path: Path
+) -> None:
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    device, declared = _metric_device(devices, lib, proxy, tmp_path / "cache", start)
+    for success in (True, False, True):
+        assert device.request("record", metric="accepted", success=success) == {"counted": True}
+    # (-inf, 0.5], (0.5, 0.7], (0.7, 0.9], (0.9, +inf): 0.7 falls in the bucket it closes.
+    for value in (0.83, 0.2, 0.7):
+        assert device.request("observe", metric="confidence", value=value) == {"counted": True}
+    device.request("flush")
+    assert all("metrics" not in r for r in _sent(proxy, "1.1.0")), "counted, not sent yet"
+    # The next update check 12 hours after the install's report sends the counts.
+    device.request("set_clock", now=_at(start + timedelta(hours=12)))
+    assert update(device) == want("digits", declared.candidate, candidate=True)
+    device.request("flush")
+    last = _sent(proxy, "1.1.0")[-1]
+    assert last["schema_version"] == 3
+    assert last["metrics"] == {
+        "accepted": {"events": 3, "successes": 2},
+        "confidence": {"counts": [1, 1, 1, 0]},
+    }
+    # Stored (accepted by the server: the release declares both): a rate's failed, succeeded.
+    counts = {"accepted": [1, 2], "confidence": [1, 1, 1, 0]}
+    assert stored_metrics(tmp_path, "digits", counts) == counts
+
+
+def test_an_undeclared_app_metric_is_refused_at_the_call_site_and_nothing_is_sent(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, tmp_path: Path
+) -> None:
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    device, declared = _metric_device(devices, lib, proxy, tmp_path / "cache", start)
+    device.request("flush")
+    made = len(proxy.reports)
+    for op, args in [
+        ("record", {"metric": "retried", "success": True}),  # not declared
+        ("observe", {"metric": "accepted", "value": 0.5}),  # a rate
+        ("record", {"metric": "confidence", "success": False}),  # a distribution
+        ("observe", {"metric": "confidence", "value": "NaN"}),  # not a finite number
+    ]:
+        answer = device.request(op, **args)
+        assert answer["counted"] is False, (op, args, answer)
+        assert isinstance(answer["error"], str), (op, args, answer)
+        assert answer["error"], (op, args, answer)
+    device.request("set_clock", now=_at(start + timedelta(hours=13)))
+    assert update(device) == want("digits", declared.candidate, candidate=True)
+    device.request("flush")
+    assert len(proxy.reports) == made, "nothing was counted, so nothing was sent"
+    assert device.request("confirm", version="1.1.0") == {"confirmed": True}
+    device.request("flush")
+    assert "metrics" not in _sent(proxy, "1.1.0")[-1]
+
+
+def test_app_metric_counts_survive_a_restart_of_the_app(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, reports: ReportStore, tmp_path: Path
+) -> None:
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    cache = tmp_path / "cache"
+    device, _ = _metric_device(devices, lib, proxy, cache, start)
+    assert device.request("record", metric="accepted", success=True) == {"counted": True}
+    assert device.request("observe", metric="confidence", value=0.95) == {"counted": True}
+    configure(device, proxy.url, lib.pem, cache, now=_at(start))  # the app starts again
+    assert device.request("record", metric="accepted", success=False) == {"counted": True}
+    assert device.request("confirm", version="1.1.0") == {"confirmed": True}
+    device.request("flush")
+    assert _sent(proxy, "1.1.0")[-1]["metrics"] == {
+        "accepted": {"events": 2, "successes": 1},
+        "confidence": {"counts": [0, 0, 0, 1]},
+    }
+    counts = {"accepted": [1, 1], "confidence": [0, 0, 0, 1]}
+    assert stored_metrics(tmp_path, "digits", counts) == counts
+
+
+def test_a_device_on_the_entrys_instead_counts_the_entrys_app_metrics(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    high, mid = lib.manifest("high"), lib.manifest("mid")
+    assert isinstance(high.stable, ManifestEntry)
+    assert isinstance(mid.stable, ManifestEntry)
+    # The release's metrics are on its entry; the instead (another variant of the same
+    # release, docs/protocol.md §3) declares none of its own and runs under them.
+    declaring = high.stable.model_copy(
+        update={
+            "avoid_cpu": ["i8mm"],
+            "instead": mid.stable,
+            "metrics": TypeAdapter(Metrics).validate_python(METRICS),
+        }
+    )
+    lib.manifest_file().write_bytes(
+        sign_document(high.model_copy(update={"stable": declaring}), [lib.signer])
+    )
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache", cpu_features=["i8mm"])
+    result = device.request("update")
+    assert result["substitute"] == "cpu-unsupported", result
+    assert result["members"]["digits"]["variant"] == mid.stable.variant
+    assert device.request("record", metric="accepted", success=True) == {"counted": True}
+    assert device.request("observe", metric="confidence", value=0.6) == {"counted": True}
 
 
 # --- the self-test on real MNN through the host runner --------------------------------------

@@ -138,6 +138,8 @@ struct InstalledSet: Sendable, Equatable {
     var reportURL: String?
     var members: [String: Member]
     var previous: [InstalledSet]  // zero or one: the last good set
+    /// The app metrics the release declares: what `record` and `observe` take.
+    var metrics: [String: AppMetric]?
 
     var blobs: [BlobRef] { members.values.flatMap(\.entry.blobs) }
 
@@ -161,11 +163,13 @@ struct InstalledSet: Sendable, Equatable {
         }
         o["members"] = .object(m)
         o["previous"] = previous.first?.json ?? .null
+        if let metrics { o["metrics"] = AppMetric.json(metrics) }
         return .object(o)
     }
 
     init(version: String, tier: String, isCandidate: Bool, sequence: Int64, bundled: Bool, token: String?,
-         reportURL: String?, members: [String: Member], previous: [InstalledSet] = []) {
+         reportURL: String?, members: [String: Member], previous: [InstalledSet] = [], metrics: [String: AppMetric]? = nil) {
+        self.metrics = metrics
         self.version = version
         self.tier = tier
         self.isCandidate = isCandidate
@@ -193,6 +197,7 @@ struct InstalledSet: Sendable, Equatable {
         }
         self.init(version: version, tier: tier, isCandidate: o["is_candidate"]?.boolValue ?? false, sequence: seq,
                   bundled: o["bundled"]?.boolValue ?? false, token: o["token"]?.stringValue,
-                  reportURL: o["report_url"]?.stringValue, members: members, previous: previous)
+                  reportURL: o["report_url"]?.stringValue, members: members, previous: previous,
+                  metrics: AppMetric.stored(o["metrics"]))
     }
 }

@@ -81,7 +81,10 @@ public actor EdgeRegClient {
     public nonisolated let tierReason: String
     let layout: CacheLayout
     let transport: any Transport
-    var fixedNow: Int64?
+    let clock = ClientClock()
+    /// The app metrics counted per install (nil: reporting off).
+    let metricCounts: MetricCounts?
+    let declaredMetrics = DeclaredMetrics()
     /// When the update under way must be over: the whole fetch is bounded, not only each read.
     var deadline = Date.distantFuture
     let reporter: Reporter
@@ -114,14 +117,17 @@ public actor EdgeRegClient {
         let transport: any Transport = config.transport.map { AppTransport($0, limits: config.limits) }
             ?? HTTPTransport(limits: config.limits)
         self.transport = transport
+        let counts = config.reporting ? MetricCounts(file: layout.root.appendingPathComponent("metrics.json")) : nil
+        metricCounts = counts
         reporter = Reporter(enabled: config.reporting, transport: transport, registry: config.registry, device: config.device,
-                            deviceClass: config.deviceClass, store: layout.root.appendingPathComponent("reports.json"))
+                            deviceClass: config.deviceClass, store: layout.root.appendingPathComponent("reports.json"),
+                            counts: counts, clock: clock)
     }
 
     /// Use a fixed clock (seconds since 1970), or the real one with nil.
-    public func setClock(_ now: Int64?) { fixedNow = now }
+    public func setClock(_ now: Int64?) { clock.set(now) }
 
-    var now: Int64 { fixedNow ?? WireTime.now() }
+    var now: Int64 { clock.now }
 
     // MARK: public API
 
@@ -243,6 +249,7 @@ public actor EdgeRegClient {
             return result(unit, nil, error: error.failure)
         }
         await reporter.retryPending()
+        await sendMetricsIfDue(unit, installed)
         do {
             let r = try await fetch(unit, installed: installed, conditions: conditions)
             recordError(unit, nil)
@@ -405,6 +412,13 @@ public actor EdgeRegClient {
     /// Send every pending report now and wait for them; the number sent.
     public func flushReports() async -> Int { await reporter.flush() }
 
+    /// App metrics counted since the install's last report, 12 hours after it: the installed
+    /// release's reports go again now (docs/protocol.md §11).
+    func sendMetricsIfDue(_ unit: ReleaseUnit, _ installed: InstalledSet?) async {
+        guard let installed, let token = installed.token, await reporter.metricsDue(token: token) else { return }
+        for name in installed.members.keys.sorted() { await reporter.changed(unit: unit.name, model: name) }
+    }
+
     // MARK: the update
 
     func fetch(_ unit: ReleaseUnit, installed: InstalledSet?, conditions: Conditions) async throws -> UpdateResult {
@@ -536,7 +550,7 @@ public actor EdgeRegClient {
         var new = InstalledSet(version: entry.version, tier: tier ?? "", isCandidate: decision.isCandidate,
                                sequence: decision.manifest.sequence, bundled: shipped != nil, token: nil,
                                reportURL: decision.manifest.reportURL,
-                               members: entries.mapValues { InstalledSet.Member(entry: $0, backend: nil) })
+                               members: entries.mapValues { InstalledSet.Member(entry: $0, backend: nil) }, metrics: entry.metrics)
         if let installed, new.sameRelease(installed) {
             // Same blobs (a promote, a re-fetch): keep the check's backends, the token and the last good.
             var kept = new
@@ -856,6 +870,7 @@ public actor EdgeRegClient {
         var group = all[key]?.objectValue ?? JSONObject()
         group[unit.name] = set?.json
         all[key] = .object(group)
+        defer { declaredMetrics.invalidate() }
         try Files.writeJSON(all, to: layout.installedFile)
     }
 

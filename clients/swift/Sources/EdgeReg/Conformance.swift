@@ -41,12 +41,21 @@ public enum Conformance {
             let entry: JSONValue
             switch decision.entry {
             case nil: entry = .null
-            case .model(let m)?: entry = entryJSON(m)
+            case .model(let m)?:
+                // The chosen entry's metrics as the wire says them (an instead says none).
+                guard m.declaresMetrics, let metrics = m.metrics, case .object(var o) = entryJSON(m) else {
+                    entry = entryJSON(m)
+                    break
+                }
+                o["metrics"] = AppMetric.json(metrics)
+                entry = .object(o)
             case .bundle(let b)?:
-                entry = .object(JSONObject([
+                var o = JSONObject([
                     ("version", .string(b.version)),
                     ("members", .object(JSONObject(b.memberNames.map { ($0, entryJSON(b.members[$0]!)) }))),
-                ]))
+                ])
+                if let metrics = b.metrics { o["metrics"] = AppMetric.json(metrics) }
+                entry = .object(o)
             }
             return .object(JSONObject([
                 ("accept", .bool(true)), ("entry", entry), ("is_candidate", .bool(decision.isCandidate)),
@@ -273,6 +282,11 @@ public enum ReportSchema {
         "unconfirmed_starts", "cpu_class", "memory_peak_mb", "memory_steady_mb", "first_inference_ms",
     ]
 
+    /// The key of schema_version 3 (app metrics): unknown to versions 1 and 2, even null.
+    public static let version3Keys: Set<String> = ["metrics"]
+    /// The largest count an app metric carries.
+    public static let maxCount: Int64 = 1_000_000_000
+
     /// `^[a-z0-9][a-z0-9._-]{0,31}$`: a receiver stores any class of the pattern (a later one too).
     static func isCPUClass(_ s: String) -> Bool {
         let b = Array(s.utf8)
@@ -290,18 +304,21 @@ public enum ReportSchema {
             "backend", "backends_skipped", "load_ms", "load_failed", "inference", "confirmed", "reverted", "mnn_runtime", "os",
             "os_version", "device_class",
         ]
-        for key in o.keys where !known.contains(key) && !version2Keys.contains(key) { return ("invalid", key) }
+        for key in o.keys where !known.contains(key) && !version2Keys.contains(key) && !version3Keys.contains(key) {
+            return ("invalid", key)
+        }
         func bad(_ key: String) -> (String, String?) { ("invalid", key) }
         // A receiver takes a missing schema_version as 1 (what shipped clients send is kept).
         let schemaVersion: Int64
         if let v = o["schema_version"] {
-            guard let i = v.intValue, i == 1 || i == 2 else { return bad("schema_version") }
+            guard let i = v.intValue, (1...3).contains(i) else { return bad("schema_version") }
             schemaVersion = i
         } else {
             schemaVersion = 1
         }
         // A version 2 key, even null, is unknown to version 1.
         if schemaVersion == 1, let key = o.keys.first(where: version2Keys.contains) { return bad(key) }
+        if schemaVersion < 3, let key = o.keys.first(where: version3Keys.contains) { return bad(key) }
         func required(_ key: String, _ ok: (JSONValue) -> Bool) -> (String, String?)? {
             guard let v = o[key], ok(v) else { return bad(key) }
             return nil
@@ -363,6 +380,30 @@ public enum ReportSchema {
             for key in ["p50_ms", "p90_ms", "p99_ms"] {
                 guard let v = io[key], millis(v) else { return bad("inference.\(key)") }
             }
+        }
+        if let metrics = o["metrics"], !metrics.isNull { return metricsRefusal(metrics) }
+        return nil
+    }
+
+    /// `metrics`: 1 to 16 names, each `{"events", "successes"}` (a rate, successes at most events)
+    /// or `{"counts": [2 to 32 counts]}` (a distribution), every count 0 to 10^9.
+    static func metricsRefusal(_ value: JSONValue) -> (reason: String, field: String?)? {
+        func bad(_ key: String) -> (String, String?) { ("invalid", key) }
+        guard let all = value.objectValue, (1...AppMetric.maxMetrics).contains(all.keys.count) else { return bad("metrics") }
+        func count(_ v: JSONValue?) -> Int64? { v?.intValue.flatMap { (0...maxCount).contains($0) ? $0 : nil } }
+        for name in all.keys {
+            let at = "metrics.\(name)"
+            guard Fields.isName(name), let c = all[name]!.objectValue else { return bad(at) }
+            // Told apart by their keys, as the reference does: counts make a distribution.
+            let known = c["counts"] != nil ? ["counts"] : ["events", "successes"]
+            if let counts = c["counts"] {
+                guard let list = counts.arrayValue, (2...(AppMetric.maxEdges + 1)).contains(list.count) else { return bad("\(at).counts") }
+                for (i, n) in list.enumerated() where count(n) == nil { return bad("\(at).counts.\(i)") }
+            } else {
+                for key in known where count(c[key]) == nil { return bad("\(at).\(key)") }
+            }
+            for key in c.keys where !known.contains(key) { return bad("\(at).\(key)") }
+            if let events = count(c["events"]), let successes = count(c["successes"]), successes > events { return bad(at) }
         }
         return nil
     }

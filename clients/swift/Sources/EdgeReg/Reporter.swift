@@ -29,6 +29,8 @@ struct ReportFacts: Sendable, Equatable, Codable {
     var memoryPeakMB: Double?
     var memorySteadyMB: Double?
     var firstInferenceMs: Double?
+    // Version 3: the install's app metrics so far (nil before any count).
+    var metrics: [String: MetricTotal]?
 }
 
 /// Sends reports in the background, one at a time in the order made; never a reason to fail,
@@ -58,6 +60,9 @@ actor Reporter {
     let deviceClass: String?
     /// reports.json in the cache directory (nil: kept in memory only).
     let store: URL?
+    /// The app metrics counted per install (nil: reporting off, nothing counted).
+    let counts: MetricCounts?
+    let clock: ClientClock
     /// The reports made, per unit/model/unit version.
     var made: [String: Made] = [:]
     /// unit/model: the key in `made` of the installed release's report.
@@ -87,6 +92,8 @@ actor Reporter {
         var url: String
         var refused: Bool
         var made: Int
+        /// When it was last made (the client's clock, seconds since 1970; nil: before this was kept).
+        var madeAt: Int64?
     }
 
     /// One report's bytes on their way to the collector.
@@ -98,7 +105,10 @@ actor Reporter {
         var tries: Int
     }
 
-    init(enabled: Bool, transport: any Transport, registry: URL, device: DeviceFacts, deviceClass: String?, store: URL? = nil) {
+    init(enabled: Bool, transport: any Transport, registry: URL, device: DeviceFacts, deviceClass: String?, store: URL? = nil,
+         counts: MetricCounts? = nil, clock: ClientClock = ClientClock()) {
+        self.counts = enabled ? counts : nil
+        self.clock = clock
         self.store = store
         self.enabled = enabled
         self.transport = transport
@@ -288,7 +298,9 @@ actor Reporter {
         v2("memory_peak_mb", f.memoryPeakMB.map { .double($0) })
         v2("memory_steady_mb", f.memorySteadyMB.map { .double($0) })
         v2("first_inference_ms", f.firstInferenceMs.map { .double($0) })
-        o["schema_version"] = .int(version2 ? 2 : 1)
+        // Version 3 once the install has counted an app metric.
+        if let metrics = f.metrics { o["metrics"] = .object(JSONObject(metrics.keys.sorted().map { ($0, metrics[$0]!.json) })) }
+        o["schema_version"] = .int(f.metrics != nil ? 3 : version2 ? 2 : 1)
         o["token"] = .string(f.token)
         o["unit"] = .string(f.unit)
         o["model"] = .string(f.model)
@@ -328,6 +340,12 @@ actor Reporter {
         if !entry.refused, entry.facts.firstInferenceMs == nil, let first = firstPending.removeValue(forKey: unitModel) {
             entry.facts.firstInferenceMs = first
         }
+        if !entry.refused, let counts {
+            // The install's app metrics so far; a refused release's report keeps those it had.
+            if let totals = counts.totals(entry.facts.token) { entry.facts.metrics = totals }
+            counts.reported(entry.facts.token)
+        }
+        entry.madeAt = clock.now
         serial += 1
         entry.made = serial
         made[key] = entry
@@ -413,9 +431,22 @@ actor Reporter {
         for pending in undelivered where !inFlight.contains(pending.serial) { start(pending, retry: true) }
     }
 
+    /// An install's counts go again with its reports when they changed and its last report is this old.
+    static let metricsResend: Int64 = 12 * 3600
+
+    /// Whether the install of `token` has counts its last report lacks, and that report was made
+    /// 12 hours ago or more (docs/protocol.md §11): at most twice a day.
+    func metricsDue(token: String) -> Bool {
+        guard enabled, let counts, counts.changed(token) else { return false }
+        let last = made.values.filter { !$0.refused && $0.facts.token == token }.map { $0.madeAt ?? 0 }.max()
+        guard let last else { return false }
+        return clock.now - last >= Reporter.metricsResend
+    }
+
     /// Send the reports not delivered yet and wait for every report in flight; the number
     /// delivered since the last flush.
     func flush() async -> Int {
+        counts?.awaitSaved()
         retryPending()
         while true {
             let count = started

@@ -335,6 +335,104 @@ public struct IOContract: Sendable, Equatable {
     }
 }
 
+/// An app metric a release declares (docs/protocol.md §3, "App metrics"): what the app counts
+/// about how well the model does its job. Only counts leave the device, never a value.
+public struct AppMetric: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// Events, and those that succeeded (`EdgeRegClient.record`).
+        case rate
+        /// Values counted in fixed buckets (`EdgeRegClient.observe`).
+        case distribution
+    }
+
+    /// App metrics an entry declares at most.
+    public static let maxMetrics = 16
+    /// Bucket edges of a distribution at most (so at most 32 buckets).
+    public static let maxEdges = 31
+
+    public let name: String
+    public let kind: Kind
+    /// A distribution's edges e1 < … < eK: K + 1 buckets, (−inf, e1], (e1, e2], …, (eK, +inf).
+    /// Empty for a rate.
+    public let buckets: [Double]
+
+    /// The bucket a value falls in, 0 to K: the first whose edge is at least the value (a value
+    /// equal to an edge falls in the bucket that edge closes), K above the last edge.
+    public func bucket(for value: Double) -> Int {
+        var lo = 0, hi = buckets.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if buckets[mid] < value { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    /// The declaration as the wire says it: `kind`, and a distribution's `buckets`.
+    var json: JSONValue {
+        var o = JSONObject()
+        o["kind"] = .string(kind.rawValue)
+        if kind == .distribution { o["buckets"] = .array(buckets.map { .double($0) }) }
+        return .object(o)
+    }
+
+    /// Declarations by name as the wire says them (sorted by name).
+    static func json(_ metrics: [String: AppMetric]) -> JSONValue {
+        .object(JSONObject(metrics.keys.sorted().map { ($0, metrics[$0]!.json) }))
+    }
+
+    /// A unit's declarations (docs/protocol.md §3): 1 to 16 names, each a `rate` or a
+    /// `distribution` of 1 to 31 finite, strictly increasing edges; an unknown key of a
+    /// declaration is ignored. Nil when absent or null.
+    static func declarations(_ value: JSONValue?, _ path: String) throws(WireError) -> [String: AppMetric]? {
+        guard let value, !value.isNull else { return nil }
+        guard let o = value.objectValue else { throw WireError("\(path) is a JSON \(value.kind), expected an object") }
+        guard (1...maxMetrics).contains(o.keys.count) else {
+            throw WireError("\(path) declares \(o.keys.count) metrics, expected 1 to \(maxMetrics)")
+        }
+        var out: [String: AppMetric] = [:]
+        for name in o.keys {
+            let at = "\(path).\(name)"
+            guard Fields.isName(name) else {
+                throw WireError("\(at): '\(name)' is not a metric name (a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-')")
+            }
+            let r = try Reader(o[name]!, at)
+            let kind = try r.string("kind")
+            switch kind {
+            case Kind.rate.rawValue:
+                out[name] = AppMetric(name: name, kind: .rate, buckets: [])
+            case Kind.distribution.rawValue:
+                let edges = try r.requiredList("buckets")
+                guard (1...maxEdges).contains(edges.count) else {
+                    throw WireError("\(r.at("buckets")) has \(edges.count) edges, expected 1 to \(maxEdges)")
+                }
+                var buckets: [Double] = []
+                for (i, item) in edges.enumerated() {
+                    let edge = try Reader.number(item, "\(r.at("buckets"))[\(i)]")
+                    guard edge.isFinite else { throw WireError("\(r.at("buckets"))[\(i)] is not a finite number") }
+                    if let last = buckets.last, !(edge > last) {
+                        throw WireError("\(r.at("buckets")) must increase strictly, got \(last) then \(edge)")
+                    }
+                    buckets.append(edge)
+                }
+                out[name] = AppMetric(name: name, kind: .distribution, buckets: buckets)
+            default:
+                throw WireError("\(r.at("kind")) is '\(kind)', expected rate or distribution")
+            }
+        }
+        return out
+    }
+
+    /// Declarations an install record keeps; what does not read is left out.
+    static func stored(_ value: JSONValue?) -> [String: AppMetric]? {
+        guard let o = value?.objectValue else { return nil }
+        var out: [String: AppMetric] = [:]
+        for name in o.keys {
+            if let one = try? declarations(.object(JSONObject([(name, o[name]!)])), "metrics") { out.merge(one) { $1 } }
+        }
+        return out
+    }
+}
+
 /// One model release as an app of one tier sees it.
 public struct ModelEntry: Sendable, Equatable {
     public let version: String
@@ -355,10 +453,16 @@ public struct ModelEntry: Sendable, Equatable {
     private let insteadStorage: [ModelEntry]
     /// The entry a device with an avoided CPU feature installs in this one's place.
     public var instead: ModelEntry? { insteadStorage.first }
+    /// The app metrics the release declares (§3, "App metrics"), or nil: this entry's own, or,
+    /// for an `instead` (which declares none), its entry's. A bundle's are on `BundleEntry`.
+    public let metrics: [String: AppMetric]?
+    /// This entry itself declares `metrics` on the wire (an instead never does).
+    let declaresMetrics: Bool
     /// The entry as published (stored in the install pointer).
     public let json: JSONValue
 
-    init(_ value: JSONValue, _ path: String) throws(WireError) {
+    /// `insteadOf`: the outer entry's metrics when this is its `instead` (nil for an entry of its own).
+    init(_ value: JSONValue, _ path: String, insteadOf outer: [String: AppMetric]?? = nil) throws(WireError) {
         let r = try Reader(value, path)
         json = value
         version = try r.string("version")
@@ -398,8 +502,17 @@ public struct ModelEntry: Sendable, Equatable {
         } else {
             avoidCPU = nil
         }
+        let own = try AppMetric.declarations(r.optional("metrics"), r.at("metrics"))
+        if let outer {
+            // The outer entry's metrics apply to its substitute, which declares none of its own.
+            guard own == nil else { throw WireError("\(r.at("metrics")): an instead declares no app metrics (its entry's apply)") }
+            metrics = outer
+        } else {
+            metrics = own
+        }
+        declaresMetrics = own != nil
         if let v = r.optional("instead") {
-            let inner = try ModelEntry(v, r.at("instead"))
+            let inner = try ModelEntry(v, r.at("instead"), insteadOf: .some(own))
             guard inner.instead == nil else {
                 throw WireError("\(r.at("instead")) has an instead of its own (one level only)")
             }
@@ -429,6 +542,8 @@ public struct BundleEntry: Sendable, Equatable {
     public let version: String
     public let members: [String: ModelEntry]
     public let requires: Requirements?
+    /// The app metrics the bundle declares (§3, "App metrics"); its members declare none.
+    public let metrics: [String: AppMetric]?
 
     init(_ value: JSONValue, _ path: String) throws(WireError) {
         let r = try Reader(value, path)
@@ -439,21 +554,27 @@ public struct BundleEntry: Sendable, Equatable {
         var members: [String: ModelEntry] = [:]
         for key in m.keys {
             guard Fields.isName(key) else { throw WireError("\(r.at("members")): '\(key)' is not a name") }
-            members[key] = try ModelEntry(m[key]!, "\(r.at("members")).\(key)")
+            let member = try ModelEntry(m[key]!, "\(r.at("members")).\(key)")
+            guard !member.declaresMetrics else {
+                throw WireError("\(r.at("members")).\(key).metrics: a bundle's app metrics are declared on the bundle entry, not on a member")
+            }
+            members[key] = member
         }
         self.members = members
         requires = try r.optional("requires").map { (v) throws(WireError) in try Requirements(v, r.at("requires")) }
+        metrics = try AppMetric.declarations(r.optional("metrics"), r.at("metrics"))
     }
 
-    private init(version: String, members: [String: ModelEntry], requires: Requirements?) {
+    private init(version: String, members: [String: ModelEntry], requires: Requirements?, metrics: [String: AppMetric]?) {
         self.version = version
         self.members = members
         self.requires = requires
+        self.metrics = metrics
     }
 
     /// The same release with some members replaced (by their `instead`, fit rule (e)).
     func replacing(members chosen: [String: ModelEntry]) -> BundleEntry {
-        BundleEntry(version: version, members: members.merging(chosen) { $1 }, requires: requires)
+        BundleEntry(version: version, members: members.merging(chosen) { $1 }, requires: requires, metrics: metrics)
     }
 
     public var memberNames: [String] { members.keys.sorted() }
@@ -480,6 +601,14 @@ public enum Entry: Sendable, Equatable {
     }
 
     public var isBundle: Bool { if case .bundle = self { return true } else { return false } }
+
+    /// The app metrics the release declares (a model's entry's, an instead's entry's, or the bundle's).
+    public var metrics: [String: AppMetric]? {
+        switch self {
+        case .model(let m): return m.metrics
+        case .bundle(let b): return b.metrics
+        }
+    }
 
     /// Members by name; a model entry is the one member named after the unit.
     public func members(unit: String) -> [String: ModelEntry] {

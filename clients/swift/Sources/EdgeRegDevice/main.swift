@@ -223,7 +223,7 @@ final class Device {
             break
         }
         guard let client else {
-            if ["set_clock", "update", "start_update", "cancel", "wait_update", "events", "check", "delete", "installed", "current", "status", "app_started", "confirm", "record_inference", "record_memory", "revert", "flush"].contains(op) {
+            if ["set_clock", "update", "start_update", "cancel", "wait_update", "events", "check", "delete", "installed", "current", "status", "app_started", "confirm", "record_inference", "record_memory", "record", "observe", "revert", "flush"].contains(op) {
                 throw Misuse("'\(op)' before 'configure'")
             }
             throw Misuse("unknown op '\(op)'")
@@ -296,12 +296,36 @@ final class Device {
             }
             await client.recordMemory(unit, peakMB: try mb("peak_mb"), steadyMB: try mb("steady_mb"), model: request["model"]?.stringValue)
             return .object(JSONObject())
+        case "record", "observe":
+            // Counted, or the programming error the app would catch at the call site; never a crash.
+            guard let metric = request["metric"]?.stringValue else { throw Misuse("\(op) needs 'metric'") }
+            let success = request["success"]?.boolValue
+            if op == "record", success == nil { throw Misuse("record needs 'success' (true or false)") }
+            let value = observed(request["value"])
+            if op == "observe", value == nil { throw Misuse("observe needs 'value': a number, or \"NaN\", \"Infinity\", \"-Infinity\"") }
+            do {
+                let counted = op == "record" ? try client.record(unit, metric, success: success!) : try client.observe(unit, metric, value!)
+                return .object(JSONObject([("counted", .bool(counted))]))
+            } catch {
+                return .object(JSONObject([("counted", .bool(false)), ("error", .string(error.message))]))
+            }
         case "revert":
             return resultJSON(await client.revert(unit, reason: request["reason"]?.stringValue ?? "reverted by the app"))
         case "flush":
             return .object(JSONObject([("sent", .int(await client.flushReports()))]))
         default:
             throw Misuse("unknown op '\(op)'")
+        }
+    }
+
+    /// observe's value: a JSON number, or "NaN", "Infinity", "-Infinity" (which JSON cannot carry).
+    func observed(_ v: JSONValue?) -> Double? {
+        if let n = v?.doubleValue { return n }
+        switch v?.stringValue {
+        case "NaN": return .nan
+        case "Infinity": return .infinity
+        case "-Infinity": return -.infinity
+        default: return nil
         }
     }
 

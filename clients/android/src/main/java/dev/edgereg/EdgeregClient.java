@@ -86,17 +86,17 @@ public final class EdgeregClient {
         this.policy = b.policy;
         this.ed25519 = b.ed25519 != null ? b.ed25519 : Ed25519.best();
         this.health = new Health(store, b.maxUnconfirmedStarts);
-        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass,
-                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.transport, store);
-        this.timeoutMs = b.timeoutMs;
-        this.deadlineMs = b.deadlineMs;
-        this.minRate = b.minRate;
-        this.transport = b.transport;
         this.clock = b.clock != null ? b.clock : new Clock() {
             @Override public long nowSeconds() {
                 return System.currentTimeMillis() / 1000L;
             }
         };
+        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass,
+                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.transport, store, clock);
+        this.timeoutMs = b.timeoutMs;
+        this.deadlineMs = b.deadlineMs;
+        this.minRate = b.minRate;
+        this.transport = b.transport;
         for (Map.Entry<String, Boolean> u : b.units.entrySet()) {
             engines.put(u.getKey(), new Engine(this, u.getKey(), u.getValue(), b.bundled.get(u.getKey())));
         }
@@ -331,6 +331,50 @@ public final class EdgeregClient {
     }
 
     public void recordMemory(double peakMb, double steadyMb) { recordMemory(only(), peakMb, steadyMb); }
+
+    /**
+     * Count one event of the app metric {@code metric} of {@code unit}, a {@code rate}: whether it
+     * succeeded (docs/protocol.md section 3, "App metrics"). The count goes with the installed
+     * release: kept across app restarts, never reset within its install, and sent as totals with
+     * its reports (only counts, never a value). From any thread; it never blocks on the disk or
+     * the network (the counts are written moments later on a background thread).
+     *
+     * @return true when counted; false when nothing is installed (nothing is counted then) or
+     *     reporting is off
+     * @throws IllegalArgumentException the installed release declares no rate of that name (a
+     *     programming error: declare it in models.toml, or call {@link #observe} for a distribution)
+     */
+    public boolean record(@Nonnull String unit, @Nonnull String metric, boolean success) {
+        return engine(unit).count(metric, true, success ? 1 : 0, 0);
+    }
+
+    /** {@link #record(String, String, boolean)} for the client's one unit. */
+    public boolean record(@Nonnull String metric, boolean success) { return record(only(), metric, success); }
+
+    /**
+     * Count one value of the app metric {@code metric} of {@code unit}, a {@code distribution},
+     * in its bucket (a value equal to an edge falls in the bucket that edge closes). As
+     * {@link #record}: the installed release's, from any thread, never blocking; the value itself
+     * never leaves the device.
+     *
+     * @return true when counted; false when nothing is installed (nothing is counted then) or
+     *     reporting is off
+     * @throws IllegalArgumentException {@code value} is not finite, or the installed release
+     *     declares no distribution of that name (a programming error)
+     */
+    public boolean observe(@Nonnull String unit, @Nonnull String metric, double value) {
+        if (Double.isNaN(value) || Double.isInfinite(value)) {
+            throw new IllegalArgumentException("observe(\"" + metric + "\", " + value + "): the value must be a finite number");
+        }
+        return engine(unit).count(metric, false, 0, value);
+    }
+
+    /** {@link #observe(String, String, double)} for the client's one unit. */
+    public boolean observe(@Nonnull String metric, double value) { return observe(only(), metric, value); }
+
+    /** The app metrics the installed release of {@code unit} declares, by name (empty: none, or nothing installed). Reads disk once per install. */
+    @Nonnull
+    public Map<String, AppMetric> metrics(@Nonnull String unit) { return engine(unit).declaredMetrics(); }
 
     /** Switch back to the last good set and mark the installed release bad on this device. Blocks on disk. */
     @Nonnull public UpdateResult revert(@Nonnull String unit, @Nonnull String reason) { return engine(unit).revert(reason); }

@@ -137,6 +137,7 @@ final class Engine {
             if (shipped != null) installShippedOrRecord();
             installed = store().readInstalled(kind, unit);
             client.reporter.retryPending();
+            sendMetricsIfDue(installed);
             Http http = client.http();
             http.startDeadline();
             http.cancel = running;
@@ -317,6 +318,8 @@ final class Engine {
         fresh.put("sequence", decision.manifest.sequence);
         fresh.put("bundled", fromApp != null);
         fresh.put("report_url", decision.manifest.reportUrl == null ? Json.NULL : decision.manifest.reportUrl);
+        // The app metrics it declares (an instead's are its entry's): what record() and observe() take.
+        if (chosen.metrics != null) fresh.put("metrics", Wire.Metric.toJson(chosen.metrics));
         Map<String, Object> members = new TreeMap<String, Object>();
         for (Map.Entry<String, Wire.Entry> e : chosen.members.entrySet()) members.put(e.getKey(), memberRecord(e.getValue()));
         fresh.put("members", members);
@@ -668,6 +671,79 @@ final class Engine {
                     decision.isCandidate, decision.manifest.sequence, "failed", null, f.getValue(), null, Boolean.TRUE.equals(selfTestLoadFailed.get(f.getKey())));
             client.reporter.installed(decision.manifest.reportUrl, r, false);
         }
+    }
+
+    // --- app metrics (docs/protocol.md section 3, "App metrics"; section 11) ---------------------
+
+    /** The installed release's version, report token and declared metrics, as of one write of the install records. */
+    private static final class Declared {
+        final long generation;
+        final String version;
+        final String token;
+        final Map<String, AppMetric> metrics;
+
+        Declared(long generation, Map<String, Object> record) {
+            this.generation = generation;
+            this.version = record == null ? null : Health.str(record.get("version"));
+            this.token = record == null ? null : Health.str(record.get("token"));
+            this.metrics = AppMetric.fromJson(record == null ? null : record.get("metrics"));
+        }
+    }
+
+    /** Read again only after this client wrote installed.json: counting never waits for the disk twice. */
+    private volatile Declared declared;
+
+    private Declared declared() throws Rejected {
+        long generation = store().generation();
+        Declared d = declared;
+        if (d == null || d.generation != generation) {
+            d = new Declared(generation, store().readInstalled(kind, unit));
+            declared = d;
+        }
+        return d;
+    }
+
+    Map<String, AppMetric> declaredMetrics() {
+        try {
+            return declared().metrics;
+        } catch (Rejected | RuntimeException e) {
+            return new LinkedHashMap<String, AppMetric>();
+        }
+    }
+
+    /**
+     * Count an outcome of the installed release's app metric: a rate's ({@code value} 1 when it
+     * succeeded) or a distribution's {@code observed} value. False when nothing is installed.
+     *
+     * @throws IllegalArgumentException the release declares no such metric of that kind
+     */
+    boolean count(String metric, boolean rate, int value, double observed) {
+        Declared d;
+        try {
+            d = declared();
+        } catch (Rejected | RuntimeException e) {
+            return false; // a cache beyond reading: nothing counted, never a crash
+        }
+        if (d.version == null) return false; // nothing installed: nothing counted
+        AppMetric m = d.metrics.get(metric);
+        String call = rate ? "record" : "observe";
+        if (m == null) {
+            throw new IllegalArgumentException(call + "(\"" + metric + "\"): " + unit + " " + d.version + " declares no app metric '" + metric
+                    + "' (declared: " + (d.metrics.isEmpty() ? "none" : String.valueOf(d.metrics.keySet())) + "); declare it in models.toml ["
+                    + kind + "." + unit + ".metrics." + metric + "]");
+        }
+        if (m.isRate() != rate) {
+            throw new IllegalArgumentException(call + "(\"" + metric + "\"): app metric '" + metric + "' of " + unit + " " + d.version + " is a "
+                    + m.kind + ": use " + (m.isRate() ? "record" : "observe") + "()");
+        }
+        return client.reporter.count(d.token, m, rate ? value : m.bucket(observed));
+    }
+
+    /** Counts changed since the install's last report, 12 hours ago or more: its reports go again now (docs/protocol.md section 11). */
+    @SuppressWarnings("unchecked")
+    private void sendMetricsIfDue(Map<String, Object> installed) {
+        if (installed == null || !client.reporter.metricsDue(Health.str(installed.get("token")))) return;
+        for (String name : ((Map<String, Object>) installed.get("members")).keySet()) client.reporter.summary(unit, name);
     }
 
     // --- shipped release --------------------------------------------------------------------------

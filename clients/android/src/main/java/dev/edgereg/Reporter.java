@@ -60,6 +60,9 @@ final class Reporter {
     private final AtomicInteger produced = new AtomicInteger();
 
     private final Transport transport;
+    /** The app metrics counted per install (null when reporting is off: nothing is counted). */
+    private final MetricCounts counts;
+    private final EdgeregClient.Clock clock;
 
     /** Reports kept per unit/model/unit version (those of installed releases are never dropped). */
     static final int KEPT = 64;
@@ -70,6 +73,8 @@ final class Reporter {
         String url;
         final Map<String, Object> report;
         boolean refused;
+        /** When it was last made (the client's clock, epoch seconds; 0: before this was kept). */
+        long madeAt;
 
         Made(String url, Map<String, Object> report, boolean refused) {
             this.url = url;
@@ -98,7 +103,9 @@ final class Reporter {
     }
 
     Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, Transport transport,
-            dev.edgereg.internal.Store store) {
+            dev.edgereg.internal.Store store, EdgeregClient.Clock clock) {
+        this.clock = clock;
+        this.counts = enabled ? new MetricCounts(store) : null;
         this.cpuClass = cpuClass;
         this.transport = transport;
         this.store = store;
@@ -129,7 +136,9 @@ final class Reporter {
                 if (!(e.getValue() instanceof Map)) continue;
                 Map<String, Object> v = (Map<String, Object>) e.getValue();
                 if (v.get("url") instanceof String && v.get("report") instanceof Map) {
-                    made.put(e.getKey(), new Made((String) v.get("url"), (Map<String, Object>) v.get("report"), Boolean.TRUE.equals(v.get("refused"))));
+                    Made r = new Made((String) v.get("url"), (Map<String, Object>) v.get("report"), Boolean.TRUE.equals(v.get("refused")));
+                    r.madeAt = Health.num(v.get("made_at"));
+                    made.put(e.getKey(), r);
                 }
             }
         }
@@ -176,6 +185,7 @@ final class Reporter {
             v.put("url", e.getValue().url);
             v.put("report", e.getValue().report);
             v.put("refused", e.getValue().refused);
+            v.put("made_at", e.getValue().madeAt);
             reports.put(e.getKey(), v);
         }
         m.put("reports", reports);
@@ -392,6 +402,33 @@ final class Reporter {
         return inf;
     }
 
+    /**
+     * Count one outcome of an app metric for the install of {@code token} (docs/protocol.md
+     * section 11): {@code value} is 1 or 0 for a rate (succeeded or not), the bucket for a
+     * distribution. Returns false when nothing was counted (reporting off, no install token).
+     */
+    boolean count(String token, AppMetric metric, int value) {
+        if (!enabled || token == null) return false;
+        counts.count(token, metric, value);
+        return true;
+    }
+
+    /** An install's counts go again with its reports when they changed and its last report is this old (seconds). */
+    static final long METRICS_RESEND_S = 12 * 3600;
+
+    /**
+     * Whether the install of {@code token} has counts its last report lacks, and that report was
+     * made 12 hours ago or more (docs/protocol.md section 11): at most twice a day.
+     */
+    synchronized boolean metricsDue(String token) {
+        if (!enabled || token == null || !counts.changed(token)) return false;
+        long last = -1;
+        for (Made m : made.values()) {
+            if (!m.refused && token.equals(m.report.get("token"))) last = Math.max(last, m.madeAt);
+        }
+        return last >= 0 && clock.nowSeconds() - last >= METRICS_RESEND_S;
+    }
+
     /** Report again with the latency recorded since the last report (a periodic send). */
     synchronized void summary(String unit, String model) {
         if (!enabled) return;
@@ -417,6 +454,14 @@ final class Reporter {
         Map<String, Object> report = m.report;
         Object model = report.get("model");
         if (!m.refused && !report.containsKey("first_inference_ms") && first.containsKey(model)) report.put("first_inference_ms", first.remove(model));
+        if (!m.refused) {
+            // The install's app metrics so far; a refused release's report keeps those it had.
+            String token = (String) report.get("token");
+            Map<String, Object> totals = counts.totals(token);
+            if (totals != null) report.put("metrics", totals);
+            counts.reported(token);
+        }
+        m.madeAt = clock.nowSeconds();
         byte[] body;
         try {
             versioned(report);
@@ -547,12 +592,14 @@ final class Reporter {
                 }
             }
         }
+        counts.awaitSaved(Math.max(1, until - System.currentTimeMillis()));
         sent.set(0);
         return produced.getAndSet(0);
     }
 
     void close(long timeoutMs) {
         if (!enabled) return;
+        counts.awaitSaved(timeoutMs);
         executor.shutdown();
         try {
             executor.awaitTermination(timeoutMs, TimeUnit.MILLISECONDS);
@@ -594,9 +641,9 @@ final class Reporter {
     }
 
     /**
-     * The schema version a report's keys need: 2 once it sets a key of version 2, else 1, so a
-     * report that uses nothing new is byte for byte a version 1 report (docs/protocol.md section 12).
-     * A version 2 key is left off while unset, never sent as null.
+     * The schema version a report's keys need: 3 once it carries app metrics, else 2 once it sets
+     * a key of version 2, else 1, so a report that uses nothing new is byte for byte a version 1
+     * report (docs/protocol.md section 12). A newer key is left off while unset, never sent as null.
      */
     static Map<String, Object> versioned(Map<String, Object> r) {
         boolean v2 = false;
@@ -604,7 +651,8 @@ final class Reporter {
             if (r.get(k) == Json.NULL) r.remove(k);
             v2 |= r.containsKey(k);
         }
-        r.put("schema_version", v2 ? 2L : 1L);
+        if (r.get("metrics") == Json.NULL) r.remove("metrics");
+        r.put("schema_version", r.containsKey("metrics") ? 3L : v2 ? 2L : 1L);
         return r;
     }
 }

@@ -231,6 +231,8 @@ public final class DeviceMain {
             } else if (op.equals("record_memory")) {
                 Object model = request.get("model");
                 client().recordMemory(model instanceof String ? (String) model : unit, optNumber(request, "peak_mb"), optNumber(request, "steady_mb"));
+            } else if (op.equals("record") || op.equals("observe")) {
+                result = countMetric(op, request);
             } else if (op.equals("revert")) {
                 Object reason = request.get("reason");
                 result = resultJson(client().revert(unit, reason instanceof String ? (String) reason : "reverted by the app"));
@@ -242,6 +244,35 @@ public final class DeviceMain {
                 throw new Misuse("unknown op '" + op + "'");
             }
             return result;
+        }
+
+        /**
+         * record / observe: counted, or the programming error the app would get at the call site
+         * (an undeclared metric, another kind, a value that is not a finite number), never a crash.
+         */
+        private Map<String, Object> countMetric(String op, Map<String, Object> request) throws Misuse {
+            String metric = str(request, "metric");
+            EdgeregClient c = client();
+            Object success = request.get("success");
+            if (op.equals("record") && !(success instanceof Boolean)) throw new Misuse("record needs 'success' (true or false)");
+            double value = op.equals("observe") ? value(request.get("value")) : 0;
+            Map<String, Object> result = new LinkedHashMap<String, Object>();
+            try {
+                result.put("counted", op.equals("record") ? c.record(unit, metric, (Boolean) success) : c.observe(unit, metric, value));
+            } catch (IllegalArgumentException e) {
+                result.put("counted", false);
+                result.put("error", String.valueOf(e.getMessage()));
+            }
+            return result;
+        }
+
+        /** A JSON number, or "NaN", "Infinity", "-Infinity" (which JSON cannot carry). */
+        private static double value(Object v) throws Misuse {
+            if (v instanceof Json.Num) return ((Json.Num) v).doubleValue();
+            if ("NaN".equals(v)) return Double.NaN;
+            if ("Infinity".equals(v)) return Double.POSITIVE_INFINITY;
+            if ("-Infinity".equals(v)) return Double.NEGATIVE_INFINITY;
+            throw new Misuse("observe needs 'value': a number, or \"NaN\", \"Infinity\", \"-Infinity\"");
         }
 
         @SuppressWarnings("unchecked")

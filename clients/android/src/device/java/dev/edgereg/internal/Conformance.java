@@ -62,13 +62,19 @@ public final class Conformance {
         return ((Json.Num) v).doubleValue();
     }
 
+    /** The chosen entry; its {@code metrics} as the wire says them when it (or the bundle entry) declares any. */
     static Map<String, Object> entryJson(Wire.Unit unit) {
-        if (!unit.bundle) return memberJson(unit.single());
+        if (!unit.bundle) {
+            Map<String, Object> e = memberJson(unit.single());
+            if (unit.single().metrics != null) e.put("metrics", Wire.Metric.toJson(unit.single().metrics));
+            return e;
+        }
         Map<String, Object> e = new LinkedHashMap<String, Object>();
         e.put("version", unit.version);
         Map<String, Object> members = new LinkedHashMap<String, Object>();
         for (Map.Entry<String, Wire.Entry> m : unit.members.entrySet()) members.put(m.getKey(), memberJson(m.getValue()));
         e.put("members", members);
+        if (unit.metrics != null) e.put("metrics", Wire.Metric.toJson(unit.metrics));
         return e;
     }
 

@@ -145,7 +145,7 @@ public final class Decision {
         if (cpu == entry) return new Fit(unit, null, null);
         Map<String, Wire.Entry> one = new LinkedHashMap<String, Wire.Entry>();
         one.put(unit.members.keySet().iterator().next(), (Wire.Entry) cpu);
-        return new Fit(new Wire.Unit(unit.version, one, false, ((Wire.Entry) cpu).requires), Reasons.CPU_UNSUPPORTED, null);
+        return new Fit(new Wire.Unit(unit.version, one, false, ((Wire.Entry) cpu).requires, unit.metrics), Reasons.CPU_UNSUPPORTED, null);
     }
 
     private static Fit fitBundle(Wire.Unit unit, AppFacts facts) {
@@ -179,7 +179,7 @@ public final class Decision {
             }
         }
         if (!substituted) return new Fit(unit, null, null);
-        return new Fit(new Wire.Unit(unit.version, Collections.unmodifiableMap(chosen), true, unit.requires), Reasons.CPU_UNSUPPORTED, null);
+        return new Fit(new Wire.Unit(unit.version, Collections.unmodifiableMap(chosen), true, unit.requires, unit.metrics), Reasons.CPU_UNSUPPORTED, null);
     }
 
     static String mb(double v) {

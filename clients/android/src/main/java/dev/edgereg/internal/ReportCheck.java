@@ -12,10 +12,14 @@ public final class ReportCheck {
     static final List<String> KEYS = Arrays.asList("schema_version", "token", "unit", "model", "version", "unit_version", "variant", "tier",
             "arm", "sequence", "probe", "backend", "backends_skipped", "load_ms", "load_failed", "inference", "confirmed", "reverted",
             "mnn_runtime", "os", "os_version", "device_class", "unconfirmed_starts", "cpu_class", "memory_peak_mb", "memory_steady_mb",
-            "first_inference_ms");
+            "first_inference_ms", "metrics");
     /** The keys schema version 2 adds: unknown in a version 1 report, even null. */
     public static final List<String> V2_KEYS = Arrays.asList("unconfirmed_starts", "cpu_class", "memory_peak_mb", "memory_steady_mb",
             "first_inference_ms");
+    /** The key schema version 3 adds (app metrics): unknown in a version 1 or 2 report, even null. */
+    public static final List<String> V3_KEYS = Arrays.asList("metrics");
+    /** The largest count an app metric carries in a report. */
+    public static final long MAX_COUNT = 1000000000L;
     static final Pattern CPU_CLASS = Pattern.compile("[a-z0-9][a-z0-9._-]{0,31}");
     static final Pattern SHORT = Pattern.compile("[A-Za-z0-9._ -]{1,32}");
 
@@ -32,12 +36,15 @@ public final class ReportCheck {
         Map<String, Object> m = (Map<String, Object>) v;
         for (String k : m.keySet()) if (!KEYS.contains(k)) return new String[] {"invalid", k};
         Object sv = m.get("schema_version");
-        // A receiver takes a missing schema_version as 1 (shipped senders are kept); 1.0, 3: refused.
-        if (m.containsKey("schema_version") && !(sv instanceof Json.Num && ("1".equals(sv.toString()) || "2".equals(sv.toString())))) {
+        // A receiver takes a missing schema_version as 1 (shipped senders are kept); 1.0, 4: refused.
+        if (m.containsKey("schema_version") && !(sv instanceof Json.Num && Arrays.asList("1", "2", "3").contains(sv.toString()))) {
             return new String[] {"invalid", "schema_version"};
         }
         if (sv == null || "1".equals(sv.toString())) {
             for (String k : V2_KEYS) if (m.containsKey(k)) return bad(k);
+        }
+        if (sv == null || !"3".equals(sv.toString())) {
+            for (String k : V3_KEYS) if (m.containsKey(k)) return bad(k);
         }
         if (!matches(m.get("token"), "[0-9a-f]{32}")) return bad("token");
         for (String k : new String[] {"unit", "model", "variant", "tier"}) if (!(m.get(k) instanceof String) || !Wire.NAME.matcher((String) m.get(k)).matches()) return bad(k);
@@ -68,6 +75,41 @@ public final class ReportCheck {
         if (present(m, "cpu_class") && !matches(m.get("cpu_class"), CPU_CLASS.pattern())) return bad("cpu_class");
         for (String k : new String[] {"memory_peak_mb", "memory_steady_mb"}) if (present(m, k) && !within(m.get(k), Wire.MAX_MEMORY_MB)) return bad(k);
         if (present(m, "first_inference_ms") && !ms(m.get("first_inference_ms"))) return bad("first_inference_ms");
+        if (present(m, "metrics")) return metrics(m.get("metrics"));
+        return null;
+    }
+
+    /**
+     * {@code metrics}: 1 to 16 names, each {@code {"events", "successes"}} (a rate, successes at
+     * most events) or {@code {"counts": [2 to 32 counts]}} (a distribution), counts 0 to 10^9.
+     */
+    @SuppressWarnings("unchecked")
+    static String[] metrics(Object v) {
+        if (!(v instanceof Map)) return bad("metrics");
+        Map<String, Object> all = (Map<String, Object>) v;
+        if (all.isEmpty() || all.size() > Wire.MAX_METRICS) return bad("metrics");
+        for (Map.Entry<String, Object> e : all.entrySet()) {
+            String w = "metrics." + e.getKey();
+            if (!Wire.NAME.matcher(e.getKey()).matches() || !(e.getValue() instanceof Map)) return bad(w);
+            Map<String, Object> c = (Map<String, Object>) e.getValue();
+            // Told apart by their keys, as the reference does: counts make a distribution.
+            List<String> known = c.containsKey("counts") ? Arrays.asList("counts") : Arrays.asList("events", "successes");
+            for (String k : known) {
+                if (!c.containsKey(k)) return bad(w + "." + k);
+                if (k.equals("counts")) {
+                    if (!(c.get(k) instanceof List)) return bad(w + ".counts");
+                    List<Object> counts = (List<Object>) c.get(k);
+                    if (counts.size() < 2 || counts.size() > Wire.MAX_METRIC_EDGES + 1) return bad(w + ".counts");
+                    for (int i = 0; i < counts.size(); i++) if (!intIn(counts.get(i), 0, MAX_COUNT)) return bad(w + ".counts." + i);
+                } else if (!intIn(c.get(k), 0, MAX_COUNT)) {
+                    return bad(w + "." + k);
+                }
+            }
+            for (String k : c.keySet()) if (!known.contains(k)) return bad(w + "." + k);
+            if (!known.contains("counts") && ((Json.Num) c.get("successes")).bigInteger().compareTo(((Json.Num) c.get("events")).bigInteger()) > 0) {
+                return bad(w); // more successes than events
+            }
+        }
         return null;
     }
 

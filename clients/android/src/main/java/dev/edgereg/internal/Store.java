@@ -183,8 +183,14 @@ public final class Store {
         return rec instanceof Map ? (Map<String, Object>) rec : null;
     }
 
+    /** Grows with every write of installed.json by this store: what a reader caches by. */
+    private volatile long generation;
+
+    public long generation() { return generation; }
+
     @SuppressWarnings("unchecked")
     public synchronized void writeInstalled(String kind, String unit, Map<String, Object> record) throws Rejected {
+        generation++;
         Map<String, Object> all = read(installedFile());
         if (all == null) all = new LinkedHashMap<String, Object>();
         Object byKind = all.get(kind);

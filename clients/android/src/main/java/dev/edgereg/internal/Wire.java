@@ -36,6 +36,10 @@ public final class Wire {
     public static final double MAX_MEMORY_MB = 1048576;
     static final List<String> BACKENDS = Arrays.asList("cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi");
     static final List<String> DTYPES = Arrays.asList("float32", "float16", "int8", "uint8", "int32", "int64", "bool");
+    /** App metrics a unit's entry may declare at most (docs/protocol.md section 3, "App metrics"). */
+    public static final int MAX_METRICS = 16;
+    /** Bucket edges of a distribution at most (so at most 32 buckets). */
+    public static final int MAX_METRIC_EDGES = 31;
 
     /** A blob by digest: an artifact, a golden probe, a labels blob. */
     public static final class BlobRef {
@@ -71,6 +75,45 @@ public final class Wire {
         }
     }
 
+    /**
+     * An app metric a release declares (docs/protocol.md section 3, "App metrics"): a {@code rate}
+     * (events and successes) or a {@code distribution} (counts in fixed buckets).
+     */
+    public static final class Metric {
+        public static final String RATE = "rate";
+        public static final String DISTRIBUTION = "distribution";
+        public final String kind;
+        /** A distribution's bucket edges, finite and strictly increasing; empty for a rate. */
+        private final double[] buckets;
+
+        public Metric(String kind, double[] buckets) {
+            this.kind = kind;
+            this.buckets = buckets.clone();
+        }
+
+        public double[] buckets() { return buckets.clone(); }
+
+        /** The declaration as the wire says it: {@code {"kind"}} and a distribution's {@code buckets}. */
+        public Map<String, Object> toJson() {
+            Map<String, Object> m = new LinkedHashMap<String, Object>();
+            m.put("kind", kind);
+            if (kind.equals(DISTRIBUTION)) {
+                List<Object> edges = new ArrayList<Object>();
+                for (double e : buckets) edges.add(e);
+                m.put("buckets", edges);
+            }
+            return m;
+        }
+
+        /** Declarations as the wire says them, by name (sorted), or null for none. */
+        public static Map<String, Object> toJson(Map<String, Metric> metrics) {
+            if (metrics == null) return null;
+            Map<String, Object> m = new TreeMap<String, Object>();
+            for (Map.Entry<String, Metric> e : metrics.entrySet()) m.put(e.getKey(), e.getValue().toJson());
+            return m;
+        }
+    }
+
     /** A model's entry. */
     public static final class Entry {
         public final String version;
@@ -93,13 +136,15 @@ public final class Wire {
         public final List<String> avoidCpu;
         /** What a device with an avoided feature installs in its place (same version), or null. */
         public final Entry instead;
+        /** The app metrics this entry declares itself (a model's entry only), or null. */
+        public final Map<String, Metric> metrics;
         /** The entry as read (known keys only): what the client stores. */
         public final Map<String, Object> json;
 
         Entry(String version, String variant, BlobRef blob, String minMnnRuntime, int threads, List<String> backends,
                 String precision, Map<String, Object> contract, List<String> labels, BlobRef labelsBlob,
                 Requirements requires, BlobRef probe, Double peakMemoryMb, List<String> avoidCpu, Entry instead,
-                Map<String, Object> json) {
+                Map<String, Metric> metrics, Map<String, Object> json) {
             this.version = version;
             this.variant = variant;
             this.blob = blob;
@@ -115,6 +160,7 @@ public final class Wire {
             this.peakMemoryMb = peakMemoryMb;
             this.avoidCpu = avoidCpu;
             this.instead = instead;
+            this.metrics = metrics;
             this.json = json;
         }
 
@@ -135,12 +181,18 @@ public final class Wire {
         public final Map<String, Entry> members;
         public final boolean bundle;
         public final Requirements requires;
+        /**
+         * The app metrics the release declares (a model's entry's, or the bundle entry's), or
+         * null: what the device counts while it runs this unit, its {@code instead} included.
+         */
+        public final Map<String, Metric> metrics;
 
-        Unit(String version, Map<String, Entry> members, boolean bundle, Requirements requires) {
+        Unit(String version, Map<String, Entry> members, boolean bundle, Requirements requires, Map<String, Metric> metrics) {
             this.version = version;
             this.members = members;
             this.bundle = bundle;
             this.requires = requires;
+            this.metrics = metrics;
         }
 
         public Entry single() {
@@ -264,15 +316,17 @@ public final class Wire {
             for (Map.Entry<String, Object> e : members.entrySet()) {
                 String key = e.getKey();
                 if (!NAME.matcher(key).matches()) throw bad(where + ".members." + key, "is not a valid name");
-                entries.put(key, entry(e.getValue(), where + ".members." + key));
+                Entry member = entry(e.getValue(), where + ".members." + key);
+                if (member.metrics != null) throw bad(where + ".members." + key + ".metrics", "a bundle's app metrics are declared on the bundle entry, not on a member");
+                entries.put(key, member);
             }
             Requirements req = requirements(m.get("requires"), where + ".requires");
-            return new Unit(version, Collections.unmodifiableMap(entries), true, req);
+            return new Unit(version, Collections.unmodifiableMap(entries), true, req, metrics(m.get("metrics"), where + ".metrics"));
         }
         Entry entry = entry(v, where);
         Map<String, Entry> one = new LinkedHashMap<String, Entry>();
         one.put(model, entry);
-        return new Unit(entry.version, one, false, entry.requires);
+        return new Unit(entry.version, one, false, entry.requires, entry.metrics);
     }
 
     static Entry entry(Object v, String where) throws Rejected {
@@ -363,6 +417,9 @@ public final class Wire {
         if (outerVersion != null && !outerVersion.equals(version)) {
             throw bad(where + ".version", "instead is version " + version + ", the entry " + outerVersion + ": a substitute is another variant of the same release");
         }
+        Map<String, Metric> metrics = metrics(m.get("metrics"), where + ".metrics");
+        // The outer entry's metrics apply to its substitute, which declares none of its own.
+        if (metrics != null && outerVersion != null) throw bad(where + ".metrics", "an instead declares no app metrics (its entry's apply)");
         for (String k : new String[] {"version", "variant", "path", "sha256", "size", "min_mnn_runtime", "runtime", "contract", "requires", "probe"}) {
             if (m.containsKey(k)) json.put(k, m.get(k));
         }
@@ -373,7 +430,44 @@ public final class Wire {
         json.put("runtime", rt);
         if (contract != null) json.put("contract", contract);
         return new Entry(version, variant, new BlobRef(sha, size), minMnn, threads, backends, precision, contract, labels, labelsBlob, req, probe,
-                peak, avoid, instead, json);
+                peak, avoid, instead, metrics, json);
+    }
+
+    /**
+     * A unit's app metric declarations (docs/protocol.md section 3, "App metrics"): 1 to 16 names,
+     * each a {@code rate} or a {@code distribution} of 1 to 31 finite, strictly increasing bucket
+     * edges; an unknown key of a declaration is ignored. Null when absent (or null).
+     */
+    static Map<String, Metric> metrics(Object v, String where) throws Rejected {
+        if (v == null || v == Json.NULL) return null;
+        Map<String, Object> m = object(v, where);
+        if (m.isEmpty() || m.size() > MAX_METRICS) throw bad(where, "declares 1 to " + MAX_METRICS + " metrics, got " + m.size());
+        Map<String, Metric> out = new TreeMap<String, Metric>();
+        for (Map.Entry<String, Object> e : m.entrySet()) {
+            String w = where + "." + e.getKey();
+            if (!NAME.matcher(e.getKey()).matches()) throw bad(w, "is not a metric name: a lowercase letter, then up to 62 lowercase letters, digits, '_' or '-'");
+            Map<String, Object> d = object(e.getValue(), w);
+            String kind = string(required(d, "kind", w + ".kind"), w + ".kind");
+            if (kind.equals(Metric.RATE)) {
+                out.put(e.getKey(), new Metric(kind, new double[0]));
+                continue;
+            }
+            if (!kind.equals(Metric.DISTRIBUTION)) throw bad(w + ".kind", "'" + kind + "' is not a metric kind: rate or distribution");
+            List<Object> edges = array(required(d, "buckets", w + ".buckets"), w + ".buckets");
+            if (edges.isEmpty() || edges.size() > MAX_METRIC_EDGES) {
+                throw bad(w + ".buckets", "has " + edges.size() + " edges, expected 1 to " + MAX_METRIC_EDGES);
+            }
+            double[] buckets = new double[edges.size()];
+            for (int i = 0; i < buckets.length; i++) {
+                Object x = edges.get(i);
+                if (!(x instanceof Json.Num)) throw bad(w + ".buckets", "holds " + x + ", expected numbers");
+                buckets[i] = ((Json.Num) x).doubleValue();
+                if (Double.isNaN(buckets[i]) || Double.isInfinite(buckets[i])) throw bad(w + ".buckets", x + " is not a finite number");
+                if (i > 0 && !(buckets[i] > buckets[i - 1])) throw bad(w + ".buckets", "must increase strictly, got " + edges);
+            }
+            out.put(e.getKey(), new Metric(kind, buckets));
+        }
+        return Collections.unmodifiableMap(out);
     }
 
     static BlobRef blobRef(Object v, String where) throws Rejected {
