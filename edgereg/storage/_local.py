@@ -86,20 +86,25 @@ class LocalStorage(Storage):
     # -- reads ------------------------------------------------------------------------
 
     def _get(self, key: str) -> bytes:
-        return self._get_stamped(key)[0]
+        return self._read(key)[0]
 
     def _get_stamped(self, key: str) -> tuple[bytes, str | None]:
+        data, st = self._read(key)
+        return data, None if st is None else self._settled_stamp(st)
+
+    def _read(self, key: str) -> tuple[bytes, os.stat_result | None]:
+        """The whole file and its stat when read (None: it grew while being read)."""
         # Straight from the descriptor: the hot path of serving a manifest.
         fd, st = self._open_fd(key)
         try:
             size = st.st_size
             data = os.read(fd, size + 1)
             if len(data) <= size:  # a regular file reads short only at its end
-                return data, self._settled_stamp(st)
+                return data, st
             chunks = [data]
             while chunks[-1]:  # the file grew since fstat: read to the end
                 chunks.append(os.read(fd, 1 << 20))
-            return b"".join(chunks), None  # changing as we read: no stamp
+            return b"".join(chunks), None
         finally:
             os.close(fd)
 
