@@ -11,11 +11,10 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import TypeAdapter, ValidationError
@@ -56,7 +55,6 @@ from edgereg.client._installed import (
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
-from edgereg.client._selftest import SelfTest
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.contract import BlobRef, parse_labels
@@ -76,6 +74,9 @@ from edgereg.protocol.patterns import SHA256_RE
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.rules import DeviceProfile, resolve_tier
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
+
+if TYPE_CHECKING:
+    from edgereg.client._selftest import SelfTest
 
 __all__ = ["Client", "manifest_path", "unit_status", "unsafe_registry_keys"]
 
@@ -101,6 +102,16 @@ def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _free_bytes(path: Path) -> int:
+    """Bytes free to an unprivileged writer where ``path`` is (``shutil.disk_usage``'s free)."""
+    if hasattr(os, "statvfs"):  # what disk_usage does here, without importing shutil
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
+    import shutil
+
+    return shutil.disk_usage(path).free
 
 
 class Client:
@@ -234,7 +245,12 @@ class Client:
         if self_test is not False:
             if install_check is not None:
                 raise ValueError("give self_test= or install_check=, not both")
-            self.self_test = SelfTest(self.cache.root) if self_test is True else self_test
+            if self_test is True:
+                from edgereg.client._selftest import SelfTest  # with its probe parser
+
+                self.self_test = SelfTest(self.cache.root)
+            else:
+                self.self_test = self_test
             self.install_check = self.self_test
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
         os_version = device.os_version
@@ -680,7 +696,7 @@ class Client:
             remaining += max(0, ref.size - have)
         try:
             self.cache.root.mkdir(parents=True, exist_ok=True)
-            free = shutil.disk_usage(self.cache.root).free
+            free = _free_bytes(self.cache.root)
         except OSError as exc:
             raise cache_error(f"cannot check the free space of {self.cache.root}", exc) from exc
         needed = remaining + self.policy.reserve_bytes
