@@ -88,13 +88,14 @@ MAX_LABELS_BYTES = 4 * 1024 * 1024
 manifest_path = layout.manifest_path
 
 
-def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
-    """Every blob a release needs (artifacts, probes, labels), each once, in member order."""
+def _blob_refs(entries: Mapping[str, ManifestEntry], *, probes: bool) -> list[BlobRef]:
+    """Every blob a release needs (artifacts, labels, probes if ``probes``), each once, in order."""
     refs: dict[str, BlobRef] = {}
     for name in sorted(entries):
         entry = entries[name]
         refs.setdefault(entry.sha256, BlobRef.of(entry.sha256, entry.size))
-        for extra in (entry.probe, entry.contract.labels_blob if entry.contract else None):
+        probe = entry.probe if probes else None
+        for extra in (probe, entry.contract.labels_blob if entry.contract else None):
             if extra is not None:
                 refs.setdefault(extra.sha256, extra)
     return list(refs.values())
@@ -535,7 +536,7 @@ class Client:
             tier=self.tier,
             is_candidate=decision.is_candidate,
             sequence=decision.manifest.sequence,
-            members={name: _Member.of(e) for name, e in entries.items()},
+            members={name: self._member(e) for name, e in entries.items()},
             bundled=shipped is not None,
         )
         if installed is not None and new.same_release(installed):
@@ -543,7 +544,12 @@ class Client:
             kept = dataclasses.replace(
                 new,
                 members={
-                    name: dataclasses.replace(m, backend=installed.members[name].backend)
+                    name: dataclasses.replace(
+                        m,
+                        backend=installed.members[name].backend,
+                        # The probe on disk: a release installed without a check has none.
+                        probe_sha256=installed.members[name].probe_sha256,
+                    )
                     for name, m in new.members.items()
                 },
                 previous=installed.previous,
@@ -554,7 +560,9 @@ class Client:
             self._set_pending(None)
             return self._result(kept, not_modified=not_modified, decision=decision)
         missing = [
-            ref for ref in _blob_refs(entries) if not self.cache.has_blob(ref.sha256, ref.size)
+            ref
+            for ref in _blob_refs(entries, probes=self._checks_installs)
+            if not self.cache.has_blob(ref.sha256, ref.size)
         ]
         downloaded = 0
         if missing:
@@ -590,6 +598,21 @@ class Client:
             downloaded=downloaded,
             decision=decision,
         )
+
+    @property
+    def _checks_installs(self) -> bool:
+        """Whether an install check runs before a switch (and so needs each member's probe).
+
+        Without one the golden probe is never downloaded: a client that does not
+        self-test spends no bytes on it (docs/protocol.md §8).
+        """
+        return self.install_check is not None
+
+    def _member(self, entry: ManifestEntry) -> _Member:
+        member = _Member.of(entry)
+        if member.probe_sha256 is not None and not self._checks_installs:
+            return dataclasses.replace(member, probe_sha256=None)  # not fetched, not kept
+        return member
 
     def _deferred(self, installed: _Installed | None, why: str, not_modified: bool) -> FetchResult:
         _log.info("%s: download deferred (%s)", self.model, why)
