@@ -240,6 +240,9 @@ class Response:
     headers: list[tuple[str, str]]
     body: bytes | Body = b""
     route: str = routes.OTHER
+    #: ``headers`` as they go on the wire ("Name: value\r\n" each), when made once
+    #: for many answers (a remembered document): the socket layer sends them as they are.
+    encoded_headers: bytes | None = None
 
     @property
     def content_length(self) -> int | None:
@@ -420,6 +423,31 @@ class App:
             return None
         return MAX_REPORT_BYTES if routes.REPORTS.shape.fullmatch(path) else None
 
+    def remembered(self, method: str, target: str, if_none_match: str | None) -> Response | None:
+        """The answer to a GET or HEAD of an unchanged document, from memory; None otherwise.
+
+        What :meth:`handle` would answer (the same status, headers and body),
+        for a target it resolved before and a document whose storage stamp is
+        the one remembered; None sends the request down :meth:`handle`. The
+        socket layer asks this first: the hot path of devices polling their
+        manifest costs one stat and no parsing of the target.
+        """
+        resolved = self._targets.get(target)
+        if resolved is None or method not in ("GET", "HEAD") or resolved.route is routes.BLOB:
+            return None
+        key = resolved.key
+        if key is None:
+            return None
+        document = self.documents.get(key)
+        if document is None:
+            return None
+        try:
+            if self.storage.stamp(key) != document.stamp:
+                return None
+        except StorageError:
+            return None  # handle() answers it (404, 403, 503) and forgets the document
+        return self._document_answer(document, if_none_match, resolved.route.name)
+
     def handle(self, request: Request) -> Response:
         """Answer one request (never raises for anything a client can send)."""
         try:
@@ -487,18 +515,15 @@ class App:
         document = self._current_document(route, key)
         if document is None:
             return _refused(route.name)
-        cache = self._cache_control
-        if none_match(request.header("if-none-match"), document.etag):
+        return self._document_answer(document, request.headers.get("if-none-match"), route.name)
+
+    @staticmethod
+    def _document_answer(document: Document, if_none_match: str | None, route: str) -> Response:
+        if none_match(if_none_match, document.etag):
             return Response(
-                304, [("ETag", document.etag), ("Cache-Control", cache)], b"", route.name
+                304, list(document.not_modified), b"", route, document.not_modified_wire
             )
-        headers = [
-            ("Content-Type", _CONTENT_TYPES[route.name]),
-            ("ETag", document.etag),
-            ("Cache-Control", cache),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
-        return Response(200, headers, document.body, route.name)
+        return Response(200, list(document.ok), document.body, route, document.ok_wire)
 
     def _current_document(self, route: routes.Route, key: str) -> Document | None:
         """The document at ``key`` as served now; None when it must not be served (logged).
@@ -526,7 +551,20 @@ class App:
             log.error("refusing %s: it is not one PEM public key and nothing else", key)
             self.documents.forget(key)
             return None
-        document = Document(stamp or "", quote_etag(hashlib.sha256(data).hexdigest()), data)
+        etag = quote_etag(hashlib.sha256(data).hexdigest())
+        cache = self._cache_control
+        document = Document.of(
+            stamp,
+            etag,
+            data,
+            ok=(
+                ("Content-Type", _CONTENT_TYPES[route.name]),
+                ("ETag", etag),
+                ("Cache-Control", cache),
+                ("X-Content-Type-Options", "nosniff"),
+            ),
+            not_modified=(("ETag", etag), ("Cache-Control", cache)),
+        )
         if stamp is None:
             self.documents.forget(key)  # changed just now: read it again next time
         else:

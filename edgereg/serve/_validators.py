@@ -20,8 +20,11 @@ bodies (the oldest entries go first); an object larger than
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from edgereg.storage import Stamp
 
 #: Objects remembered per process (manifests, states, release records, keys, blobs).
 MAX_ENTRIES = 8192
@@ -41,18 +44,45 @@ class Document:
         stamp: The storage stamp of the version these bytes are.
         etag: The quoted SHA-256 of ``body``.
         body: The bytes served.
+        ok: The headers of its 200 answer.
+        not_modified: The headers of its 304 answer.
+        ok_wire: ``ok`` as header lines on the wire.
+        not_modified_wire: ``not_modified`` as header lines on the wire.
     """
 
-    stamp: str
+    stamp: Stamp
     etag: str
     body: bytes
+    ok: tuple[tuple[str, str], ...]
+    not_modified: tuple[tuple[str, str], ...]
+    ok_wire: bytes
+    not_modified_wire: bytes
+
+    @classmethod
+    def of(
+        cls,
+        stamp: Stamp,
+        etag: str,
+        body: bytes,
+        ok: tuple[tuple[str, str], ...],
+        not_modified: tuple[tuple[str, str], ...],
+    ) -> Document:
+        """A document with its answers' headers, on the wire too (made once per version)."""
+        return cls(
+            stamp, etag, body, ok, not_modified, encode_headers(ok), encode_headers(not_modified)
+        )
+
+
+def encode_headers(headers: Sequence[tuple[str, str]]) -> bytes:
+    """Header lines as they go on the wire: ``Name: value`` and CRLF each, Latin-1."""
+    return "".join(f"{name}: {value}\r\n" for name, value in headers).encode("latin-1")
 
 
 @dataclass(frozen=True)
 class Seen:
     """An object whose existence was checked (a blob for a 304): its version."""
 
-    stamp: str
+    stamp: Stamp
 
 
 class Remembered(Generic[T]):

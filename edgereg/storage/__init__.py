@@ -29,10 +29,10 @@ import builtins
 import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 from edgereg.errors import ConflictError, StorageError
 
@@ -40,6 +40,7 @@ __all__ = [
     "ConflictError",
     "NotFound",
     "ReadStream",
+    "Stamp",
     "Storage",
     "StorageError",
     "UnsafeObject",
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: A version of a stored object, compared with ``==`` only (see :meth:`Storage.stamp`).
+Stamp: TypeAlias = Hashable
 
 #: Exceptions that mean a programming error, whichever backend raised them.
 _BUGS = (
@@ -268,7 +272,7 @@ class Storage(abc.ABC):
             return b""
         return self._call("read", key, lambda: self._get_range(key, start, length))
 
-    def get_stamped(self, key: str) -> tuple[bytes, str | None]:
+    def get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
         """Return the whole object and the stamp of exactly these bytes (see :meth:`stamp`).
 
         The stamp is None when the backend has no cheap one, or cannot yet
@@ -277,11 +281,11 @@ class Storage(abc.ABC):
         """
         return self._call("get", key, lambda: self._get_stamped(key))
 
-    def size_stamped(self, key: str) -> tuple[int, str | None]:
+    def size_stamped(self, key: str) -> tuple[int, Stamp | None]:
         """Return the object's size and the stamp of that version (as :meth:`get_stamped`)."""
         return self._call("check", key, lambda: self._size_stamped(key))
 
-    def stamp(self, key: str) -> str | None:
+    def stamp(self, key: str) -> Stamp | None:
         """A cheap token of the object's current version, read without opening the object.
 
         Equal to a stamp that :meth:`get_stamped` or :meth:`size_stamped`
@@ -445,13 +449,13 @@ class Storage(abc.ABC):
     def _get_range(self, key: str, start: int, length: int) -> bytes: ...
 
     # Optional: a backend without cheap version stamps reads as before, never reused.
-    def _get_stamped(self, key: str) -> tuple[bytes, str | None]:
+    def _get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
         return self._get(key), None
 
-    def _size_stamped(self, key: str) -> tuple[int, str | None]:
+    def _size_stamped(self, key: str) -> tuple[int, Stamp | None]:
         return self._size(key), None
 
-    def _stamp(self, key: str) -> str | None:
+    def _stamp(self, key: str) -> Stamp | None:
         self._size(key)  # still report a missing object
         return None
 

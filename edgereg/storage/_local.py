@@ -17,7 +17,7 @@ lock files (``.lock-<name>``) likewise.
   do not depend on timestamps;
 * stamps (:meth:`~edgereg.storage.Storage.stamp`, what lets ``edgereg serve``
   answer a 304 without opening the file) are the file's device, inode, size,
-  mtime and ctime from one ``stat``. Every write here makes a new file
+  mtime and ctime from one ``stat`` (a tuple). Every write here makes a new file
   (a new inode and ctime); ctime cannot be set back by any tool, so a file
   changed in place also shows. A file changed within the last
   ``settle_seconds`` gets no stamp (git's "racily clean" rule): a second
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from edgereg.errors import StorageError
-from edgereg.storage import RESERVED_PREFIXES, NotFound, Storage, UnsafeObject
+from edgereg.storage import RESERVED_PREFIXES, NotFound, Stamp, Storage, UnsafeObject
 
 _COPY_CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -57,8 +57,8 @@ def _token(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _stamp_of(st: os.stat_result) -> str:
-    return f"{st.st_dev:x}:{st.st_ino:x}:{st.st_size:x}:{st.st_mtime_ns:x}:{st.st_ctime_ns:x}"
+def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class LocalStorage(Storage):
@@ -88,7 +88,7 @@ class LocalStorage(Storage):
     def _get(self, key: str) -> bytes:
         return self._read(key)[0]
 
-    def _get_stamped(self, key: str) -> tuple[bytes, str | None]:
+    def _get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
         data, st = self._read(key)
         return data, None if st is None else self._settled_stamp(st)
 
@@ -108,12 +108,12 @@ class LocalStorage(Storage):
         finally:
             os.close(fd)
 
-    def _size_stamped(self, key: str) -> tuple[int, str | None]:
+    def _size_stamped(self, key: str) -> tuple[int, Stamp | None]:
         fd, st = self._open_fd(key)
         os.close(fd)
         return st.st_size, self._settled_stamp(st)
 
-    def _stamp(self, key: str) -> str:
+    def _stamp(self, key: str) -> Stamp:
         # No open and no root check: the stamp only ever compares with one of a
         # file that was opened and checked; the same device and inode is that file.
         try:
@@ -124,7 +124,7 @@ class LocalStorage(Storage):
             raise self._not_found(key)
         return _stamp_of(st)
 
-    def _settled_stamp(self, st: os.stat_result) -> str | None:
+    def _settled_stamp(self, st: os.stat_result) -> Stamp | None:
         """The stamp of a file that last changed over ``settle_seconds`` ago, else None."""
         if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < self._settle_ns:
             return None
