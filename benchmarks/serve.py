@@ -952,7 +952,7 @@ def main() -> int:
     print(
         f"unchanged check (304): {request_bytes} request + {response_bytes} response = "
         f"{wire} bytes on the wire{theirs_wire}; target < {NOT_MODIFIED_TARGET}: "
-        f"{'PASS' if passed else 'FAIL'}"
+        f"{'PASS' if results['not_modified_pass'] else 'FAIL'}"
     )
     return 0 if passed else 1
 

@@ -18,6 +18,7 @@ import http.client
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -427,3 +428,73 @@ def test_a_remembered_route_still_refuses_other_methods(tmp_path: Path) -> None:
         assert (refused.status, refused.route) == (405, "manifest")
     assert app.handle(Request("HEAD", "/" + MANIFEST)).status == 200
     assert app.handle(Request("GET", "/" + MANIFEST + "?x=1")).status == 200
+
+
+# -- the short path answers as the long one ---------------------------------------------
+
+
+def _raw(url: str, request: bytes) -> bytes:
+    """Send one request on its own connection (it asks to close); everything sent back."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def _without_date(answer: bytes) -> bytes:
+    return re.sub(rb"\r\nDate: [^\r]*", b"", answer, count=1)
+
+
+def test_an_answer_from_memory_is_the_answer_of_the_long_path(tmp_path: Path) -> None:
+    reg = make_registry(tmp_path / "registry", models=("digits",))
+    assert reg.root is not None
+    etag = f'"{sha((reg.root / MANIFEST).read_bytes())}"'
+    target = f"/{MANIFEST}"
+    heads = {
+        "get": f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close",
+        "head": f"HEAD {target} HTTP/1.1\r\nHost: x\r\nConnection: close",
+        "304": f"GET {target} HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\nConnection: close",
+        "304 head": f"HEAD {target} HTTP/1.1\r\nIf-None-Match: {etag}\r\nConnection: close",
+        "other etag": f'GET {target} HTTP/1.1\r\nIf-None-Match: "other"\r\nConnection: close',
+        "weak and a list": f'GET {target} HTTP/1.1\r\nif-none-match:  W/{etag} , "x"\r\n'
+        "CONNECTION: keep-alive, close",
+        "two headers": f'GET {target} HTTP/1.1\r\nIf-None-Match: "x"\r\nIf-None-Match: {etag}'
+        "\r\nConnection: close",
+        "bare LF": f"GET {target} HTTP/1.1\nIf-None-Match: {etag}\nConnection: close",
+        "star": f"GET {target} HTTP/1.1\r\nIf-None-Match: *\r\nConnection: close",
+        "query": f"GET {target}?x=1 HTTP/1.1\r\nIf-None-Match: {etag}\r\nConnection: close",
+        "HTTP/1.0": f"GET {target} HTTP/1.0\r\nIf-None-Match: {etag}",
+        "folded": f"GET {target} HTTP/1.1\r\nIf-None-Match: {etag}\r\n x\r\nConnection: close",
+        "empty body": f"GET {target} HTTP/1.1\r\nContent-Length: 0\r\nConnection: close",
+    }
+    time.sleep(SETTLE * 1.5)
+    remembering = start_in_thread(LocalStorage(reg.root, settle_seconds=SETTLE))
+    reading = start_in_thread(LocalStorage(reg.root, settle_seconds=SETTLE))
+    reading[0].app.documents = Remembered(max_body_bytes=-1)  # keeps nothing: the long path
+    try:
+        for url in (remembering[1], reading[1]):  # resolve the targets once
+            _raw(url, heads["get"].encode() + b"\r\n\r\n")
+            _raw(url, heads["query"].encode() + b"\r\n\r\n")
+        with opens_under(reg.root) as opened:
+            remembered = {
+                name: _raw(remembering[1], head.encode() + b"\r\n\r\n")
+                for name, head in heads.items()
+            }
+        assert opened == []  # every answer above came from memory
+        for name, head in heads.items():
+            read = _raw(reading[1], head.encode() + b"\r\n\r\n")
+            assert _without_date(remembered[name]) == _without_date(read), name
+        statuses = {name: int(answer.split(b" ", 2)[1]) for name, answer in remembered.items()}
+        assert statuses == {
+            "get": 200, "head": 200, "304": 304, "304 head": 304, "other etag": 200,
+            "weak and a list": 304, "two headers": 304, "bare LF": 304, "star": 304,
+            "query": 304, "HTTP/1.0": 304, "folded": 400, "empty body": 200,
+        }  # fmt: skip
+        assert remembered["HTTP/1.0"].endswith(b"\r\n\r\n")
+        assert b"Connection: close" in remembered["HTTP/1.0"]  # 1.0 without keep-alive
+    finally:
+        remembering[0].close()
+        reading[0].close()
