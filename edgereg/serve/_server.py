@@ -3,7 +3,10 @@
 One thread per connection, persistent connections, ``Content-Length`` on
 every answer, ``TCP_NODELAY`` and small answers written in one send, an
 idle/IO timeout per connection, a deep listen backlog for bursts of
-clients. :meth:`RegistryServer.drain` is the graceful stop: no new
+clients. The request devices send most, a GET of a manifest they hold
+(304), takes a short path: its head is parsed in one match and the app
+answers it from memory (:meth:`App.remembered`) before any routing; the
+answer is the one the long path gives, byte for byte. :meth:`RegistryServer.drain` is the graceful stop: no new
 connections, idle keep-alive connections closed, requests in flight
 finished (up to a deadline).
 
@@ -405,6 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._status = 0
         self.command = ""
         self.request_version = "HTTP/1.1"
+        self._simple = False
         try:
             if isinstance(head, tuple):
                 problem: tuple[int, str] | None = head
