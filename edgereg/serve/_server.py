@@ -6,9 +6,9 @@ idle/IO timeout per connection, a deep listen backlog for bursts of
 clients. The request devices send most, a GET of a manifest they hold
 (304), takes a short path: its head is parsed in one match and the app
 answers it from memory (:meth:`App.remembered`) before any routing; the
-answer is the one the long path gives, byte for byte. :meth:`RegistryServer.drain` is the graceful stop: no new
-connections, idle keep-alive connections closed, requests in flight
-finished (up to a deadline).
+answer is the one the long path gives, byte for byte.
+:meth:`RegistryServer.drain` is the graceful stop: no new connections, idle
+keep-alive connections closed, requests in flight finished (up to a deadline).
 
 Hostile clients are bounded: a request head must arrive whole within
 ``head_timeout`` once begun (408) and stay within the size limits below
