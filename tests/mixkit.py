@@ -257,7 +257,7 @@ class MixFleet:
             },
             app_version="2.4.0",
             tier=None,
-            tiers=TIER_RULES,
+            tiers=[{"name": name, "rules": rules} for name, rules in TIER_RULES.items()],
             self_test=True,
             runner={"command": runner},
             reporting=True,

@@ -591,8 +591,9 @@ def rollout(world: World, seed: int) -> Outcome:
         assert candidate_seq is not None
         periods = (candidate_seq, stable_seq if stable_seq is not None else candidate_seq)
         aged = policy.guardrails.revert_window_hours
+        served = high - fleet.skew  # the report server's clock, marked every minute
         analysis: Analysis = analyze(
-            fleet.summaries(periods, aged_hours=aged, forged=forged),
+            fleet.summaries(periods, aged_hours=aged, forged=forged, server_now=served),
             unit=UNIT,
             candidate=state.candidate or CANDIDATE,
             stable=state.stable,
@@ -600,7 +601,9 @@ def rollout(world: World, seed: int) -> Outcome:
             guardrails=policy.guardrails,
             tiers=[t for t, _ in TIERS],
             intervals=False,
-            pool=fleet.summaries(periods, aged_hours=aged, forged=forged, pooled=True),
+            pool=fleet.summaries(
+                periods, aged_hours=aged, forged=forged, pooled=True, server_now=served
+            ),
         )
         decision = decide(state, UNIT, analysis, policy=policy, now=now)
         if decision.changes_state:

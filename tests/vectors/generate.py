@@ -30,7 +30,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgereg.client.device import check_blob_vector, decide_vector
+from edgereg.client.device import (
+    check_blob_vector,
+    check_conditions_vector,
+    check_selftest_vector,
+    check_tier_file_vector,
+    decide_vector,
+)
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
 from edgereg.protocol.decision import BlobCheck
@@ -47,7 +53,13 @@ from edgereg.protocol.fields import (
 from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.reports import Report, ReportError, parse_report
-from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
+from edgereg.protocol.rules import (
+    DeviceProfile,
+    cohort_bucket,
+    in_cohort,
+    resolve_tier,
+    tier_file,
+)
 from edgereg.protocol.wire import (
     PAYLOAD_TYPE_STATE,
     BundleEntry,
@@ -1313,6 +1325,385 @@ def build_rules() -> dict[str, str]:
     }
 
 
+# --- download conditions (docs/protocol.md section 8) -----------------------------------
+
+_FREE = {
+    "allow_metered": True,
+    "require_charging": False,
+    "require_idle": False,
+    "require_storage_not_low": False,
+}
+_WIFI = {**_FREE, "allow_metered": False}
+_EVERYTHING = {
+    "allow_metered": False,
+    "require_charging": True,
+    "require_idle": True,
+    "require_storage_not_low": True,
+}
+_MET = {"metered": False, "charging": True, "idle": True, "storage_low": False}
+CONDITIONS_CASES: dict[str, tuple[str, dict[str, bool], dict[str, bool | None]]] = {
+    "nothing-required-nothing-said": (
+        "A policy that restricts nothing: no facts needed.",
+        _FREE,
+        {},
+    ),
+    "nothing-required-worst-conditions": (
+        "A policy that restricts nothing downloads on a metered, discharging, busy, full device.",
+        _FREE,
+        {"metered": True, "charging": False, "idle": False, "storage_low": True},
+    ),
+    "wifi-only-nothing-said": (
+        "Wi-Fi only and the app said nothing about the network: unknown is unmet (the bug of "
+        "a one-line update that downloaded on cellular).",
+        _WIFI,
+        {},
+    ),
+    "wifi-only-null-is-unknown": ("null says nothing, as a missing key.", _WIFI, {"metered": None}),
+    "wifi-only-metered": ("Wi-Fi only on a metered network.", _WIFI, {"metered": True}),
+    "wifi-only-unmetered": ("Wi-Fi only on an unmetered network.", _WIFI, {"metered": False}),
+    "charging-not-said": (
+        "Charging required and not said.",
+        {**_FREE, "require_charging": True},
+        {"metered": False},
+    ),
+    "charging-false": (
+        "Charging required, not charging.",
+        {**_FREE, "require_charging": True},
+        {"charging": False},
+    ),
+    "charging-true": (
+        "Charging required and charging.",
+        {**_FREE, "require_charging": True},
+        {"charging": True},
+    ),
+    "idle-not-said": ("Device idle required and not said.", {**_FREE, "require_idle": True}, {}),
+    "idle-false": (
+        "Device idle required, the device is in use.",
+        {**_FREE, "require_idle": True},
+        {"idle": False},
+    ),
+    "idle-true": (
+        "Device idle required and idle.",
+        {**_FREE, "require_idle": True},
+        {"idle": True},
+    ),
+    "storage-not-said": (
+        "Storage-not-low required and not said.",
+        {**_FREE, "require_storage_not_low": True},
+        {},
+    ),
+    "storage-low": (
+        "Storage-not-low required and storage is low.",
+        {**_FREE, "require_storage_not_low": True},
+        {"storage_low": True},
+    ),
+    "storage-fine": (
+        "Storage-not-low required and storage is fine.",
+        {**_FREE, "require_storage_not_low": True},
+        {"storage_low": False},
+    ),
+    "everything-required-nothing-said": (
+        "Every condition required, none said: the first in the protocol's order.",
+        _EVERYTHING,
+        {},
+    ),
+    "everything-required-first-met": (
+        "Every condition required, unmetered said: the next unmet one.",
+        _EVERYTHING,
+        {"metered": False},
+    ),
+    "everything-required-only-storage-unsaid": (
+        "Every condition required, all said but storage: storage-low.",
+        _EVERYTHING,
+        {"metered": False, "charging": True, "idle": True},
+    ),
+    "everything-required-everything-met": ("Every condition required and met.", _EVERYTHING, _MET),
+}
+
+
+def build_conditions() -> dict[str, str]:
+    files = {}
+    for name, (description, policy, said) in CONDITIONS_CASES.items():
+        vector_input = {"policy": policy, "conditions": said}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_conditions_vector(vector_input),
+        }
+        files[f"conditions/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- the self-test's verdict (docs/protocol.md section 11, rules 15 to 19) ----------------
+
+_GPU_CPU = ["opencl", "cpu"]
+SELFTEST_CASES: dict[str, tuple[str, list[str], bool, dict[str, str], dict[str, str]]] = {
+    # name: (description, backends, probe, remembered, trials)
+    "gpu-passes": (
+        "The first hinted backend passes: chosen.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "passed", "cpu": "passed"},
+    ),
+    "gpu-fails-cpu-passes": (
+        "A miscomputing GPU is skipped (and remembered); the CPU passes.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "failed", "cpu": "passed"},
+    ),
+    "gpu-unavailable-cpu-passes": (
+        "A GPU this device lacks is not a failure: not skipped, not remembered.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "unavailable", "cpu": "passed"},
+    ),
+    "gpu-remembered-not-tried": (
+        "A backend that failed this artifact before is not tried again.",
+        _GPU_CPU,
+        True,
+        {"opencl": "cosine 0.91 below 0.999"},
+        {"opencl": "passed", "cpu": "passed"},
+    ),
+    "every-backend-fails": (
+        "The CPU fails too: probe-failed, the version marked bad, a report with probe failed.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "failed", "cpu": "failed"},
+    ),
+    "every-backend-fails-to-load": (
+        "No backend loads the model: probe-failed, and the report says it did not load.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "load-failed", "cpu": "load-failed"},
+    ),
+    "cpu-fails-gpu-unavailable": (
+        "The CPU ran the probe and missed it: a verdict on the model.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "unavailable", "cpu": "failed"},
+    ),
+    "cpu-remembered-failed": (
+        "Every backend failed this artifact before: rejected without running anything.",
+        _GPU_CPU,
+        True,
+        {"opencl": "abs-error", "cpu": "cosine"},
+        {"opencl": "passed", "cpu": "passed"},
+    ),
+    "no-runner": (
+        "No backend can be created (an app without a model runner, or without the MNN "
+        "library): the probe did not run. Never a probe failure: nothing marked bad, "
+        "nothing reported, the next fetch tries again.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "unavailable", "cpu": "unavailable"},
+    ),
+    "gpu-fails-cpu-unavailable": (
+        "The GPU missed the probe but the CPU cannot be created: no verdict on the model "
+        "(the GPU is still remembered as failing).",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "failed", "cpu": "unavailable"},
+    ),
+    "no-probe-first-that-loads": (
+        "Without a probe the first backend that loads is chosen; the report says probe none.",
+        ["vulkan", "opencl", "cpu"],
+        False,
+        {},
+        {"vulkan": "load-failed", "opencl": "passed", "cpu": "passed"},
+    ),
+    "no-probe-nothing-available": (
+        "Without a probe and without any backend: not run.",
+        ["cpu"],
+        False,
+        {},
+        {"cpu": "unavailable"},
+    ),
+    "cpu-only-passes": ("A CPU-only entry.", ["cpu"], True, {}, {"cpu": "passed"}),
+}
+
+
+def build_selftest() -> dict[str, str]:
+    files = {}
+    for name, (description, backends, probe, remembered, trials) in SELFTEST_CASES.items():
+        vector_input = {
+            "backends": backends,
+            "probe": probe,
+            "remembered": remembered,
+            "trials": trials,
+        }
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_selftest_vector(vector_input),
+        }
+        files[f"selftest/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- tier files (docs/protocol.md section 5) -----------------------------------------------
+
+FILE_TIERS = {
+    "high": TierRules(min_ram_mb=6144, min_cpu_cores=6),
+    "mid": TierRules(min_ram_mb=3072),
+    "low": TierRules(),
+}
+_EXPORTED = tier_file(FILE_TIERS)
+_PHONE = {"ram_mb": 4096, "cpu_cores": 6}  # 4 GB, 6 cores: mid
+
+
+def _tier_doc(tiers: Any, **extra: Any) -> bytes:
+    return json.dumps({"schema_version": 1, "tiers": tiers, **extra}).encode()
+
+
+_LISTED = [
+    {"name": "high", "rules": {"min_ram_mb": 6144, "min_cpu_cores": 6}},
+    {"name": "mid", "rules": {"min_ram_mb": 3072}},
+    {"name": "low", "rules": {}},
+]
+TIER_FILE_CASES: dict[str, tuple[str, bytes, dict[str, Any]]] = {
+    "exported": ("What `edgereg tiers` writes: a 4 GB, 6-core phone is mid.", _EXPORTED, _PHONE),
+    "exported-flagship": (
+        "The same file, a flagship.",
+        _EXPORTED,
+        {"ram_mb": 12288, "cpu_cores": 8},
+    ),
+    "exported-budget": (
+        "The same file, a budget phone: the catch-all.",
+        _EXPORTED,
+        {"ram_mb": 2048, "cpu_cores": 4},
+    ),
+    "keys-in-another-order": (
+        "Keys written in any order, with any spacing: the array alone orders the tiers.",
+        b'{ "tiers" : [ {"rules": {"min_cpu_cores": 6, "min_ram_mb": 6144}, "name": "high"},'
+        b' {"rules": {"min_ram_mb": 3072}, "name": "mid"}, {"rules": {}, "name": "low"} ],'
+        b' "schema_version": 1 }',
+        _PHONE,
+    ),
+    "object-of-tiers-refused": (
+        "The tiers as an object whose key order was meant as the tier order: refused (JSON "
+        "objects are unordered; with sorted keys this put the phone in low).",
+        canonical_json(
+            {
+                "high": {"min_ram_mb": 6144, "min_cpu_cores": 6},
+                "mid": {"min_ram_mb": 3072},
+                "low": {},
+            }
+        ),
+        _PHONE,
+    ),
+    "tiers-object-inside-refused": (
+        'An object of tiers under "tiers": refused the same way.',
+        _tier_doc({"high": {"min_ram_mb": 6144}, "low": {}}),
+        _PHONE,
+    ),
+    "name-twice": (
+        "A tier listed twice.",
+        _tier_doc([*_LISTED[:2], {"name": "mid", "rules": {}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "unknown-rule": (
+        "A rule this client does not know: refused, never ignored (ignoring it would put "
+        "devices in a better tier).",
+        _tier_doc(
+            [{"name": "high", "rules": {"min_ram_mb": 6144, "min_gpu": "adreno"}}, _LISTED[2]]
+        ),
+        _PHONE,
+    ),
+    "rule-as-string": (
+        "min_ram_mb as a string.",
+        _tier_doc([{"name": "high", "rules": {"min_ram_mb": "6144"}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "rule-as-float": (
+        "min_ram_mb as 6144.0: integers have no fraction.",
+        b'{"schema_version": 1, "tiers": [{"name": "high", "rules": {"min_ram_mb": 6144.0}},'
+        b' {"name": "low", "rules": {}}]}',
+        _PHONE,
+    ),
+    "rule-null": (
+        "A rule set to null: refused (leave it out instead).",
+        _tier_doc([{"name": "high", "rules": {"min_ram_mb": None}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "cores-zero": (
+        "min_cpu_cores 0: a device has at least one core.",
+        _tier_doc([{"name": "high", "rules": {"min_cpu_cores": 0}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "os-unknown": (
+        "An os other than android and ios.",
+        _tier_doc([{"name": "high", "rules": {"os": ["windows"]}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "soc-pattern": (
+        "A SoC rule, matched case-insensitively with * wildcards.",
+        _tier_doc([{"name": "high", "rules": {"soc_allow": ["Snapdragon 8*"]}}, _LISTED[2]]),
+        {"ram_mb": 4096, "cpu_cores": 6, "soc": "snapdragon 8 gen 2"},
+    ),
+    "no-catch-all-last": (
+        "The last tier sets a rule: some devices would get no tier.",
+        _tier_doc(_LISTED[:2]),
+        _PHONE,
+    ),
+    "empty": ("No tiers at all.", _tier_doc([]), _PHONE),
+    "bad-name": (
+        "A tier name that is not a name.",
+        _tier_doc([{"name": "High Tier", "rules": {}}]),
+        _PHONE,
+    ),
+    "extra-key-in-tier": (
+        "A tier with a key beside name and rules.",
+        _tier_doc([{"name": "low", "rules": {}, "variant": "int8"}]),
+        _PHONE,
+    ),
+    "unknown-top-level-key": (
+        "A key beside schema_version and tiers.",
+        _tier_doc([{"name": "low", "rules": {}}], published="2025-06-01"),
+        _PHONE,
+    ),
+    "schema-version-2": (
+        "A newer format.",
+        json.dumps({"schema_version": 2, "tiers": [{"name": "low", "rules": {}}]}).encode(),
+        _PHONE,
+    ),
+    "schema-version-missing": (
+        "No schema_version.",
+        json.dumps({"tiers": [{"name": "low", "rules": {}}]}).encode(),
+        _PHONE,
+    ),
+    "duplicate-key": (
+        "Strict JSON: a key twice.",
+        b'{"schema_version": 1, "tiers": [{"name": "low", "rules": {}}], "tiers": []}',
+        _PHONE,
+    ),
+    "not-json": ("Not JSON.", b"high: 6144\nlow:\n", _PHONE),
+}
+
+
+def build_tier_files() -> dict[str, str]:
+    files = {}
+    for name, (description, data, device) in TIER_FILE_CASES.items():
+        vector_input = {"file": base64.b64encode(data).decode("ascii"), "device": device}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_tier_file_vector(vector_input),
+        }
+        files[f"tiers/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
 # --- golden probes (docs/protocol.md section 11) --------------------------------------
 
 PROBE_ARTIFACT = hashlib.sha256(b"digits 1.0.0 int8").hexdigest()
@@ -2070,6 +2461,9 @@ def everything() -> dict[str, str]:
         **build_versions(),
         **build_reports(),
         **build_labels(),
+        **build_conditions(),
+        **build_selftest(),
+        **build_tier_files(),
     }
 
 
@@ -2080,6 +2474,9 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "versions": run_version,
     "reports": run_report,
     "labels": run_labels,
+    "conditions": check_conditions_vector,
+    "selftest": check_selftest_vector,
+    "tiers": check_tier_file_vector,
 }
 """The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its
 own format)."""
