@@ -723,6 +723,9 @@ SCHEMA_CANNOT_SAY = {
     "lone-surrogate-in-unknown-key-name": "a JSON parser rule: a lone surrogate is no text",
     "instead-nested": "instead is an entry, whose own schema allows instead",
     "instead-other-version": "JSON Schema cannot compare two fields",
+    "metrics-buckets-unsorted": "JSON Schema cannot say that a list increases",
+    "metrics-on-instead": "instead is an entry, whose own schema allows metrics",
+    "metrics-on-bundle-member": "a member is an entry, whose own schema allows metrics",
 }
 # Whole-string vectors: the schema's ^...$ patterns refuse them as JSON Schema
 # reads them (ECMA-262, where $ is the end of the string), but Python's
@@ -781,6 +784,9 @@ REPORT_SCHEMA_CANNOT_SAY = {
     "schema-version-as-float",
     "sequence-as-float",
     "unconfirmed-starts-as-float",
+    "metrics-count-with-fraction",
+    "metrics-successes-above-events",  # JSON Schema cannot compare two fields
+    "metrics-in-version-2",
     # Which keys a version allows: said in the $comment.
     "v1-with-v2-key",
     "v1-with-v2-key-null",

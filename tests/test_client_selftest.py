@@ -573,8 +573,8 @@ def test_the_closed_loop_reaches_edgereg_serve_and_its_report_store(
         client.close()
         arms = {(s.arm, s.version): s for s in store.summaries("digits")}
     assert arms[("stable", "1.0.0")].devices == 1
-    assert arms[("stable", "1.0.0")].confirmed == 1
-    assert arms[("candidate", "1.1.0")].probe_failed == 1
+    assert arms[("stable", "1.0.0")].all.count("confirmed") == 1
+    assert arms[("candidate", "1.1.0")].all.count("probe_failed") == 1
 
 
 class _NoBackendRunner:

@@ -269,12 +269,20 @@ def _b64(text: str) -> bytes:
 
 
 def _entry_json(entry: ManifestEntry) -> dict[str, Any]:
-    return {
+    found: dict[str, Any] = {
         "version": entry.version,
         "variant": entry.variant,
         "sha256": entry.sha256,
         "size": entry.size,
     }
+    if entry.metrics is not None:
+        found["metrics"] = _metrics_json(entry.metrics)
+    return found
+
+
+def _metrics_json(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The declared app metrics as the wire says them (docs/protocol.md §3)."""
+    return {name: m.model_dump(mode="json", by_alias=True) for name, m in sorted(metrics.items())}
 
 
 def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,6 +320,8 @@ def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
     elif isinstance(entry, BundleEntry):
         members = {name: _entry_json(m) for name, m in sorted(entry.members.items())}
         chosen = {"version": entry.version, "members": members}
+        if entry.metrics is not None:
+            chosen["metrics"] = _metrics_json(entry.metrics)
     else:
         chosen = _entry_json(entry)
     return {
@@ -902,6 +912,22 @@ class Device:
             float(_arg(request, "ms", (int, float))), _opt(request, "model", str)
         )
         return {}
+
+    def op_record(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        success = _arg(request, "success", bool)
+        try:
+            self.need().record(_arg(request, "metric", str), success)
+        except ValueError as exc:
+            return {"counted": False, "error": str(exc)}
+        return {"counted": True}
+
+    def op_observe(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        value = _arg(request, "value", (int, float))
+        try:
+            self.need().observe(_arg(request, "metric", str), float(value))
+        except ValueError as exc:
+            return {"counted": False, "error": str(exc)}
+        return {"counted": True}
 
     def op_record_memory(self, request: Mapping[str, Any]) -> dict[str, Any]:
         peak = _opt(request, "peak_mb", (int, float))

@@ -42,6 +42,10 @@ class SummarySource(Protocol):
         """
         ...
 
+    def clock(self, unit: str) -> datetime | None:
+        """The report servers' clock as the store last heard it (None: never)."""
+        ...
+
 
 #: A report server's clock this far from the analysing host's is said in the analysis
 #: (it changes no verdict: ages are counted on the report servers' own clock).
@@ -108,8 +112,7 @@ def rollout_analysis(
     # only installs that old can show one (and pass the unconfirmed guardrail). Their
     # age is read on the report servers' clock: the newest report's arrival.
     notes: list[str] = []
-    clock = getattr(store, "clock", None)
-    store_now = clock(state.model) if callable(clock) else None
+    store_now = store.clock(state.model)
     if store_now is not None and store_now - now > SKEW_NOTED:
         notes.append(
             f"the report store's clock is {_minutes(store_now - now)} ahead of this host's: "

@@ -63,8 +63,10 @@ from edgereg.protocol.rules import (
 from edgereg.protocol.wire import (
     PAYLOAD_TYPE_STATE,
     BundleEntry,
+    DistributionMetric,
     Manifest,
     ManifestEntry,
+    RateMetric,
     WireError,
     blob_path,
     format_time,
@@ -281,6 +283,16 @@ def _rec_avoiding_i8mm() -> ManifestEntry:
     )
     instead = instead.model_copy(update={"path": blob_path(instead.sha256)})
     return _avoiding(rec, ["i8mm"], instead)
+
+
+_METRICS = {
+    "accepted": RateMetric(kind="rate"),
+    "confidence": DistributionMetric(kind="distribution", buckets=[0.5, 0.7, 0.9]),
+}
+
+
+def _with_metrics(entry: ManifestEntry) -> ManifestEntry:
+    return entry.model_copy(update={"metrics": _METRICS})
 
 
 def _nested_instead(data: dict[str, Any]) -> None:
@@ -942,6 +954,83 @@ CASES: dict[str, Case] = {
             "device_id": _device(True),
             "device": {"cpu_features": I8MM_PHONE, "memory_budget_mb": 512},
         },
+    ),
+    "metrics-declared": (
+        "Stable declares two app metrics, a rate and a distribution: accepted, and the "
+        "entry says them.",
+        lambda: _signed(_manifest(stable=_with_metrics(_entry("1.0.0")))),
+        {},
+    ),
+    "metrics-unknown-key-ignored": (
+        "A metric declaration carries a key this client does not know (a direction): "
+        "ignored, as everywhere in a manifest.",
+        lambda: _raw_payload(
+            _set(stable__metrics__accepted__better="higher"),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-unknown-kind": (
+        "A metric of kind 'histogram': no kind a client counts, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__accepted__kind="histogram"),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-buckets-unsorted": (
+        "A distribution's buckets [0.5, 0.3]: edges increase strictly, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__confidence__buckets=[0.5, 0.3]),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-buckets-empty": (
+        "A distribution with no bucket edge: malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__confidence__buckets=[]),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-buckets-32-edges": (
+        "A distribution with 32 edges (33 buckets): at most 31, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__confidence__buckets=[i / 32 for i in range(32)]),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-17": (
+        "Seventeen declared metrics: at most 16, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics={f"m{i:02d}": {"kind": "rate"} for i in range(17)})
+        ),
+        {},
+    ),
+    "metrics-on-instead": (
+        "Stable's instead declares metrics: only the unit's own entry does, malformed.",
+        lambda: _raw_payload(
+            _set(stable__instead__metrics={"accepted": {"kind": "rate"}}),
+            _manifest(stable=_i8mm_stable()),
+        ),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "metrics-on-bundle": (
+        "A bundle entry declares the bundle's metrics: accepted, and the bundle entry says them.",
+        lambda: _signed(
+            _bundle_manifest(stable=_bundle("1.0.0").model_copy(update={"metrics": _METRICS}))
+        ),
+        {"model": "ocr", "bundle": True},
+    ),
+    "metrics-on-bundle-member": (
+        "A bundle member's entry declares metrics: a bundle's are its own entry's, malformed.",
+        lambda: _raw_payload(
+            _set(stable__members__rec__metrics={"accepted": {"kind": "rate"}}),
+            _bundle_manifest(),
+        ),
+        {"model": "ocr", "bundle": True},
     ),
     "instead-nested": (
         "Stable's instead has an instead of its own: one level only, malformed.",
@@ -2209,9 +2298,9 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
         "schema_version 2 with none of its keys: accepted (every key it adds is optional).",
         _report(schema_version=2),
     ),
-    "schema-version-3": (
-        "schema_version 3: a format the receiver does not know.",
-        _report(schema_version=3),
+    "schema-version-4": (
+        "schema_version 4: a format the receiver does not know.",
+        _report(schema_version=4),
     ),
     "full-v2": ("Every key of schema version 2.", canonical_json(FULL_REPORT_V2)),
     **{
@@ -2324,6 +2413,59 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
     "confirmed-as-integer": ("confirmed 1: a boolean is true or false.", _report(confirmed=1)),
     "load-failed-null": ("load_failed null: a boolean is never null.", _report(load_failed=None)),
     "os-unknown": ("os 'windows'.", _report(os="windows")),
+    "metrics-rate-and-distribution": (
+        "Version 3: a rate's events and successes, a distribution's counts per bucket.",
+        _report(
+            schema_version=3,
+            metrics={
+                "accepted": {"events": 40, "successes": 37},
+                "confidence": {"counts": [1, 2, 30, 7]},
+            },
+        ),
+    ),
+    "metrics-in-version-2": (
+        "metrics in a schema_version 2 report: version 2 did not have it.",
+        _report(schema_version=2, metrics={"accepted": {"events": 1, "successes": 1}}),
+    ),
+    "metrics-successes-above-events": (
+        "A rate with more successes than events.",
+        _report(schema_version=3, metrics={"accepted": {"events": 3, "successes": 4}}),
+    ),
+    "metrics-one-count": (
+        "A distribution of one count: at least two buckets.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [5]}}),
+    ),
+    "metrics-33-counts": (
+        "A distribution of 33 counts: at most 32 buckets.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [1] * 33}}),
+    ),
+    "metrics-negative-count": (
+        "A count below zero.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [1, -1]}}),
+    ),
+    "metrics-count-with-fraction": (
+        "A count of 3.0: an integer is written without a fraction.",
+        _report(schema_version=3, metrics={"accepted": {"events": 3.0, "successes": 1}}),
+    ),
+    "metrics-count-too-large": (
+        "A count above 10^9.",
+        _report(schema_version=3, metrics={"accepted": {"events": 10**9 + 1, "successes": 1}}),
+    ),
+    "metrics-17": (
+        "Seventeen metrics: at most 16.",
+        _report(
+            schema_version=3,
+            metrics={f"m{i:02d}": {"events": 1, "successes": 1} for i in range(17)},
+        ),
+    ),
+    "metrics-empty": (
+        "An empty metrics object: leave the key out instead.",
+        _report(schema_version=3, metrics={}),
+    ),
+    "metrics-a-value": (
+        "A metric carrying a raw value: counts only, never a value.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [1, 2], "value": 0.83}}),
+    ),
     "mnn-runtime-not-a-version": (
         "mnn_runtime 'latest': not a version of §7's grammar.",
         _report(mnn_runtime="latest"),
