@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         StatePair,
     )
     from edgereg.config._load import json_schema, load, parse
+    from edgereg.config._metrics import AppMetric, MetricGuardrail
     from edgereg.config._models import (
         ConverterOptions,
         Int8Quantization,
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
 # (benchmarks/startup.py). `load` and `Config` still bring every table.
 _WHERE = {
     "ARM_CLASSES": "edgereg.config._arm",
+    "AppMetric": "edgereg.config._metrics",
     "arm_classes": "edgereg.config._arm",
     "ArmClass": "edgereg.config._arm",
     "Backend": "edgereg.protocol.fields",
@@ -113,6 +115,7 @@ _WHERE = {
     "load": "edgereg.config._load",
     "load_registry": "edgereg.config._registry",
     "MetricBudget": "edgereg.config._budgets",
+    "MetricGuardrail": "edgereg.config._metrics",
     "Model": "edgereg.config._models",
     "MOVED_KEYS": "edgereg.config._errors",
     "Name": "edgereg.protocol.fields",
@@ -170,6 +173,7 @@ __all__ = [
     "NO_BATCH_AXIS",
     "NO_MODELS_NOTE",
     "TASK_KINDS",
+    "AppMetric",
     "ArmClass",
     "Backend",
     "Budgets",
@@ -191,6 +195,7 @@ __all__ = [
     "Int8Quantization",
     "LatencyGuardrail",
     "MetricBudget",
+    "MetricGuardrail",
     "Model",
     "Name",
     "NoQuantization",
