@@ -124,15 +124,17 @@ test-fast: lint typecheck
 	pytest -x -q -m "not slow"
 
 # Ratios measured in one run each (a failed target does not stop the others);
-# serve.py compares against nginx (Debian packages).
+# serve.py compares against nginx, startup.py against curl (Debian packages).
 bench: venv sdk
-	command -v nginx >/dev/null && command -v wrk >/dev/null || \
-		($(SUDO) apt-get update && $(SUDO) apt-get install -y nginx-light wrk)
+	command -v nginx >/dev/null && command -v wrk >/dev/null && command -v curl >/dev/null || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y nginx-light wrk curl)
 	-python benchmarks/build.py
 	-python benchmarks/storage.py
 	-python benchmarks/registry.py
 	-python benchmarks/serve.py --soak 30
+	-python benchmarks/serve.py --workers 2
 	-python benchmarks/client.py
+	-python benchmarks/startup.py
 	-python benchmarks/runtime_proof.py
 	-python benchmarks/arm.py
 	-python benchmarks/verify.py

@@ -6,7 +6,10 @@ In one run:
    nginx serving the registry directory as static files (Debian's nginx,
    started as a user process with a temporary config), as ratios; the same
    load generator drives both (wrk when installed, else a threaded Python
-   client);
+   client); then the same with ``If-None-Match`` (the ETag each server gave),
+   every answer a 304: what polling devices cost. Targets (issue 32, a quiet
+   machine): manifest requests/s and 304 requests/s each >= 0.5x nginx's.
+   The load average before and after the rounds is printed beside them;
 2. the same for a blob (throughput in MB/s);
 3. the bytes a client spends on a check when nothing changed: a conditional
    GET answered 304, request plus response as they go on the wire (HTTP
@@ -31,7 +34,7 @@ nginx and wrk come from Debian: `apt-get install -y nginx-light wrk`. Without
 nginx the comparison prints SKIP; without wrk the Python client is used.
 
 Usage: .venv/bin/python benchmarks/serve.py [--registry DIR] [--seconds 5]
-       [--rounds 3] [--connections 50] [--baseline REV] [--soak 30]
+       [--rounds 3] [--connections 64] [--baseline REV] [--soak 30]
        [--idle-flood 2000,10000] [--json]
 """
 
@@ -247,9 +250,22 @@ def _seconds(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, float]:
+def run_wrk(
+    wrk: str, url: str, seconds: float, connections: int, headers: dict[str, str] | None = None
+) -> dict[str, float]:
+    extra = [arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")]
     result = subprocess.run(
-        [wrk, "-t2", f"-c{connections}", f"-d{seconds:g}s", "--latency", "--timeout", "10s", url],
+        [
+            wrk,
+            "-t2",
+            f"-c{connections}",
+            f"-d{seconds:g}s",
+            "--latency",
+            "--timeout",
+            "10s",
+            *extra,
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -284,7 +300,9 @@ def run_wrk(wrk: str, url: str, seconds: float, connections: int) -> dict[str, f
     }
 
 
-def run_python_client(url: str, seconds: float, connections: int) -> dict[str, float]:
+def run_python_client(
+    url: str, seconds: float, connections: int, headers: dict[str, str] | None = None
+) -> dict[str, float]:
     """Fallback load generator: one keep-alive connection per thread."""
     host, port_path = url.removeprefix("http://").split(":", 1)
     port, _, path = port_path.partition("/")
@@ -299,10 +317,10 @@ def run_python_client(url: str, seconds: float, connections: int) -> dict[str, f
         while time.monotonic() < deadline:
             started = time.perf_counter()
             try:
-                conn.request("GET", "/" + path)
+                conn.request("GET", "/" + path, headers=headers or {})
                 response = conn.getresponse()
                 body = response.read()
-                if response.status != 200:
+                if response.status not in (200, 304):
                     errors[index] += 1
                     non_2xx[index] += 1
                 received[index] += len(body)
@@ -590,6 +608,26 @@ def not_modified_bytes(url: str, path: str) -> tuple[int, int, int]:
     return len(request), len(answer), status
 
 
+def etag_of(url: str, path: str) -> str:
+    """The ETag a server gives ``path`` now (what a device holds and sends back)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        response.read()
+        etag = response.getheader("ETag")
+    finally:
+        conn.close()
+    if etag is None:
+        raise RuntimeError(f"{url}{path} has no ETag")
+    return etag
+
+
+def _loads(values: Any) -> str:
+    return "?" if values is None else "/".join(f"{v:.1f}" for v in values)
+
+
 # -- main ------------------------------------------------------------------------------
 
 
@@ -626,7 +664,7 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
-    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--connections", type=int, default=64)
     parser.add_argument(
         "--baseline",
         metavar="REV",
@@ -685,12 +723,16 @@ def main() -> int:
         generator = "wrk" if wrk else "python threads"
 
         def load(
-            url: str, path: str, connections: int, seconds: float | None = None
+            url: str,
+            path: str,
+            connections: int,
+            seconds: float | None = None,
+            headers: dict[str, str] | None = None,
         ) -> dict[str, float]:
             duration = args.seconds if seconds is None else seconds
             if wrk:
-                return run_wrk(wrk, url + path, duration, connections)
-            return run_python_client(url + path, duration, connections)
+                return run_wrk(wrk, url + path, duration, connections, headers)
+            return run_python_client(url + path, duration, connections, headers)
 
         results: dict[str, Any] = {
             "registry": str(registry),
@@ -721,15 +763,28 @@ def main() -> int:
             if nginx and not args.only_flood:
                 urls["nginx"] = stack.enter_context(nginx_server(nginx, registry, workdir))
             runs: dict[str, dict[str, list[dict[str, float]]]] = {
-                name: {"manifest": [], "blob": []} for name in urls
+                name: {"manifest": [], "blob": [], "conditional": []} for name in urls
             }
+            # Devices poll with the ETag they hold: the 304 is the hot path.
+            # (The Starlette app answers no conditional request.)
+            validators = {
+                name: {"If-None-Match": etag_of(url, manifest)}
+                for name, url in urls.items()
+                if name != "starlette"
+            }
+            results["load_average_before"] = os.getloadavg()
             # Alternate the servers round by round, so a noisy neighbour on the
             # machine hurts all alike; report the median round.
             for _ in range(1 if args.only_flood else args.rounds):
                 for name, url in urls.items():
                     runs[name]["manifest"].append(load(url, manifest, args.connections))
+                    if name in validators and not args.only_flood:
+                        runs[name]["conditional"].append(
+                            load(url, manifest, args.connections, headers=validators[name])
+                        )
                     if name not in ("baseline", "starlette"):
                         runs[name]["blob"].append(load(url, blob, min(args.connections, 10)))
+            results["load_average_after"] = os.getloadavg()
             for name, url in urls.items():
                 results[name] = {
                     "manifest": median_run(runs[name]["manifest"], "requests_per_s"),
@@ -737,6 +792,10 @@ def main() -> int:
                 }
                 if runs[name]["blob"]:
                     results[name]["blob"] = median_run(runs[name]["blob"], "mb_per_s")
+                if runs[name]["conditional"]:
+                    results[name]["conditional"] = median_run(
+                        runs[name]["conditional"], "requests_per_s"
+                    )
             if args.soak > 0:
                 results["soak"] = soak(load, urls["edgereg"], manifest, args.soak, pids[0])
             if flood_counts:
@@ -759,10 +818,28 @@ def main() -> int:
             "manifest_p99": ours["manifest"]["p99_ms"] / theirs["manifest"]["p99_ms"],
             "blob_mbps": ours["blob"]["mb_per_s"] / max(theirs["blob"]["mb_per_s"], 1e-9),
         }
+        if "conditional" in ours and "conditional" in theirs:
+            results["ratios"]["not_modified_rps"] = (
+                ours["conditional"]["requests_per_s"] / theirs["conditional"]["requests_per_s"]
+            )
+            results["ratios"]["not_modified_p99"] = (
+                ours["conditional"]["p99_ms"] / theirs["conditional"]["p99_ms"]
+            )
     if "baseline" in results:
         results.setdefault("ratios", {})["manifest_rps_vs_baseline"] = (
             ours["manifest"]["requests_per_s"] / results["baseline"]["manifest"]["requests_per_s"]
         )
+        if "conditional" in ours and "conditional" in results["baseline"]:
+            results["ratios"]["not_modified_rps_vs_baseline"] = (
+                ours["conditional"]["requests_per_s"]
+                / results["baseline"]["conditional"]["requests_per_s"]
+            )
+    targets = {"manifest_rps": 0.5, "not_modified_rps": 0.5}
+    results["targets"] = {
+        name: {"target": f">= {floor}", "pass": results["ratios"][name] >= floor}
+        for name, floor in targets.items()
+        if name in results.get("ratios", {})
+    }
     if "starlette" in results and "nginx" in results:
         results["ratios"]["starlette_manifest_rps"] = (
             results["starlette"]["manifest"]["requests_per_s"]
@@ -774,6 +851,7 @@ def main() -> int:
     flooded = results.get("idle_flood")
     if flooded is not None:
         passed = passed and all(run["success_rate"] == 1.0 for run in flooded["runs"])
+    passed = passed and all(verdict["pass"] for verdict in results["targets"].values())
     if args.json:
         print(json.dumps(results, indent=2))
         return 0 if passed else 1
@@ -781,7 +859,9 @@ def main() -> int:
     print(
         f"registry {registry}; load: {generator}, {args.connections} connections, "
         f"median of {args.rounds} rounds of {args.seconds:g}s; server and load generator "
-        f"share {os.cpu_count()} cores"
+        f"share {os.cpu_count()} cores; load average (1, 5, 15 min) "
+        f"{_loads(results.get('load_average_before'))} before, "
+        f"{_loads(results.get('load_average_after'))} after"
     )
     label = "edgereg serve" + (f" x{args.workers}" if args.workers > 1 else "")
     print(f"{'':24}{label:>16}{'nginx':>16}{'ratio':>10}")
@@ -796,6 +876,9 @@ def main() -> int:
     row("manifest p50 ms", "p50_ms", "manifest", ".2f", None)
     row("manifest p99 ms", "p99_ms", "manifest", ".2f", "manifest_p99")
     row("manifest errors", "errors", "manifest", ".0f", None)
+    if "conditional" in ours:
+        row("304 requests/s", "requests_per_s", "conditional", ",.0f", "not_modified_rps")
+        row("304 p99 ms", "p99_ms", "conditional", ".2f", "not_modified_p99")
     row("blob MB/s", "mb_per_s", "blob", ",.0f", "blob_mbps")
     if "nginx" not in results:
         print("SKIP nginx comparison: nginx is not installed (apt-get install -y nginx-light)")
@@ -816,6 +899,18 @@ def main() -> int:
             f"manifest requests/s at {results['baseline_revision']}: "
             f"{before['requests_per_s']:,.0f} (p99 {before['p99_ms']:.2f} ms); now / then = "
             f"{results['ratios']['manifest_rps_vs_baseline']:.2f}"
+        )
+        if "not_modified_rps_vs_baseline" in results["ratios"]:
+            then = results["baseline"]["conditional"]
+            print(
+                f"304 requests/s at {results['baseline_revision']}: "
+                f"{then['requests_per_s']:,.0f} (p99 {then['p99_ms']:.2f} ms); now / then = "
+                f"{results['ratios']['not_modified_rps_vs_baseline']:.2f}"
+            )
+    for name, verdict in results["targets"].items():
+        print(
+            f"target {name} {verdict['target']} (of nginx): "
+            f"{results['ratios'][name]:.2f} {'PASS' if verdict['pass'] else 'FAIL'}"
         )
     if soaked is not None:
         print(
@@ -857,7 +952,7 @@ def main() -> int:
     print(
         f"unchanged check (304): {request_bytes} request + {response_bytes} response = "
         f"{wire} bytes on the wire{theirs_wire}; target < {NOT_MODIFIED_TARGET}: "
-        f"{'PASS' if passed else 'FAIL'}"
+        f"{'PASS' if results['not_modified_pass'] else 'FAIL'}"
     )
     return 0 if passed else 1
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 CHUNK = 1 << 20
@@ -36,7 +35,7 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> N
         OSError: the write failed (disk full, permissions); ``path`` is untouched.
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         if mode is not None:
             os.fchmod(fd, mode)
@@ -53,3 +52,22 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None) -> N
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+_TEMP_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new private file ``.<name>.<random>.tmp`` beside ``path``: (descriptor, path).
+
+    What ``tempfile.mkstemp`` does, without importing tempfile (and with it
+    shutil, bz2 and lzma) into every command that writes a file.
+    """
+    while True:
+        tmp = os.path.join(path.parent, f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o600), tmp
+        except FileExistsError:
+            continue

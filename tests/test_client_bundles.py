@@ -268,7 +268,8 @@ def test_status_reports_ready_only_while_the_blobs_are_intact(
     assert {name: m.path for name, m in status.members.items()} == {
         name: m.path for name, m in result.members.items()
     }
-    assert all(m.probe_path is not None and m.probe_path.is_file() for m in status.members.values())
+    # No install check ran, so no probe was downloaded (docs/protocol.md §8).
+    assert all(m.probe_path is None for m in status.members.values())
     victim = status.members["rec"].path
     victim.write_bytes(b"x" + victim.read_bytes()[1:])  # same size, another digest
     assert not client(kit, server.url, cache).status().ready

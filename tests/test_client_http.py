@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from clientkit import Kit
 from statichttp import StaticServer, TcpProxy, free_port
 
 from edgereg.cli.pull import pull_command
@@ -685,6 +686,43 @@ def test_pull_command(reg: Reg, server: StaticServer, tmp_path: Path) -> None:
     assert data["version"] == "1.0.0"
     assert data["downloaded_bytes"] == 0
     assert Path(data["path"]).read_bytes() == reg.blob("1.0.0", "low")
+
+
+def test_pull_without_a_self_test_fetches_no_probe(tmp_path: Path) -> None:
+    """The golden probe is for the self-test: a client that runs none does not download it."""
+    kit = Kit(tmp_path / "registry")
+    entry = kit.entry("digits", "1.0.0", probe=True)
+    kit.publish("digits", entry)
+    assert entry.probe is not None
+    key = tmp_path / "publisher.pem"
+    key.write_bytes(kit.signer.public_pem())
+    args = ["digits", "--device-id", "d1", "--tier", "high", "--trusted-key", str(key)]
+    with StaticServer(kit.root) as server:
+        result = CliRunner().invoke(
+            pull_command, [*args, "--registry", server.url, "--out", str(tmp_path / "a"), "--json"]
+        )
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data["members"]["digits"]["probe_path"] is None
+        fetched = [r.path for r in server.state.requests]
+        assert entry.path in fetched
+        assert entry.probe.path not in fetched
+        assert data["downloaded_bytes"] == entry.size
+        assert not (tmp_path / "a" / entry.probe.path).exists()
+        # Unchanged on the next check, and no probe then either.
+        server.state.reset_counts()
+        again = CliRunner().invoke(
+            pull_command, [*args, "--registry", server.url, "--out", str(tmp_path / "a"), "--json"]
+        )
+        assert json.loads(again.stdout)["version"] == "1.0.0"
+        assert [r.path for r in server.state.requests] == ["manifests/digits/high.json"]
+        # With --self-test the same release needs its probe (here a broken one: refused).
+        server.state.reset_counts()
+        checked = CliRunner().invoke(
+            pull_command,
+            [*args, "--registry", server.url, "--out", str(tmp_path / "b"), "--self-test"],
+        )
+        assert entry.probe.path in [r.path for r in server.state.requests], checked.output
 
 
 @pytest.mark.parametrize(("ram_mb", "tier"), [("64000", "high"), ("1000", "low")])

@@ -701,16 +701,26 @@ def test_a_tampered_bundle_member_is_refused_and_the_last_good_set_stays(
     high = project.manifest(BUNDLE, "high").stable
     assert isinstance(low, BundleEntry)
     assert isinstance(high, BundleEntry)
+    # A client downloads a probe only to run its self-test (docs/protocol.md §8).
+    checked: dict[str, Any] = {}
+    if tamper is _wrong_probe:
+        checked = {"self_test": True, "runner": {"command": hostrunner()}}
     cache = tmp_path / "cache"
     device = devices()
-    configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="low")
+    configure(
+        device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="low", **checked
+    )
     assert update(device) == want(BUNDLE, low)
     code = tamper(project, high)
     # The same device moves up a tier (more RAM after an OS update): the high set is tampered.
-    configure(device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="high")
+    configure(
+        device, project.url, project.pem, cache, unit=BUNDLE, bundle=True, tier="high", **checked
+    )
     assert update(device) == want(BUNDLE, low, code=code)
     fresh = devices()
-    configure(fresh, project.url, project.pem, tmp_path / "fresh", unit=BUNDLE, bundle=True)
+    configure(
+        fresh, project.url, project.pem, tmp_path / "fresh", unit=BUNDLE, bundle=True, **checked
+    )
     assert update(fresh) == want(BUNDLE, None, code=code)
 
 

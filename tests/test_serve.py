@@ -212,8 +212,8 @@ class BrokenStorage(LocalStorage):
     def _list(self, prefix: str) -> list[str]:
         raise StorageError("down", url=self.url)
 
-    def _get(self, key: str) -> bytes:
-        raise OSError("disk on fire")
+    def _get_stamped(self, key: str) -> tuple[bytes, str | None]:
+        raise OSError("disk on fire")  # what serving reads documents through
 
 
 def test_storage_failures_answer_503_not_500(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 `edgereg --version` was 0.3-2 s of imports (models.toml's schema, the whole
 protocol, rich); benchmarks/analyze.py measures the time. These tests hold
 the shape that made it fast, in a fresh interpreter each: which modules a
-command has loaded once it is parsed.
+command has loaded once it is parsed, and, for `pull`, `status`, `analyze`
+and `publish`, once it has run for real (issue 32; benchmarks/startup.py
+measures those against curl and the targets).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +28,7 @@ NOT_FOR_VERSION = [*NEVER, "pydantic", "cryptography", "rich", "edgereg.config",
 
 _PROBE = """
 import contextlib, io, json, sys
-args = json.loads(sys.argv[1])
+args, expected = json.loads(sys.argv[1])
 from edgereg.cli import main
 if args is not None:
     with contextlib.redirect_stdout(io.StringIO()) as printed:
@@ -33,20 +36,24 @@ if args is not None:
             main(args)
         except SystemExit as exit:
             code = exit.code
-    assert code == 0, (code, printed.getvalue())
+    assert code == expected, (code, printed.getvalue())
 print(json.dumps(sorted(sys.modules)))
 """
 
 
-def _loaded_after(args: list[str] | None) -> set[str]:
-    """The modules a fresh interpreter holds after importing the CLI (and running ``args``)."""
+def _loaded_after(args: list[str] | None, *, cwd: Path = ROOT, exit_code: int = 0) -> set[str]:
+    """The modules a fresh interpreter holds after importing the CLI (and running ``args``).
+
+    ``args`` run as a real command (in ``cwd``), which must end with ``exit_code``.
+    """
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(args)],
+        [sys.executable, "-c", _PROBE, json.dumps([args, exit_code])],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        check=True,
+        cwd=cwd,
+        check=False,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     return set(json.loads(done.stdout))
 
 
@@ -98,20 +105,23 @@ def test_the_registry_loads_no_statistics() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_every_name_of_the_protocol_package_still_resolves() -> None:
-    # edgereg.protocol loads its names on first use: each must still be there, and
+@pytest.mark.parametrize(
+    ("package", "example"),
+    [("edgereg.protocol", "decide"), ("edgereg.config", "load"), ("edgereg.registry", "Registry")],
+)
+def test_every_name_of_a_lazy_package_still_resolves(package: str, example: str) -> None:
+    # These packages load their names on first use: each must still be there, and
     # be the object of the module that defines it.
-    import edgereg.protocol as protocol
+    import importlib
 
-    assert set(protocol._WHERE) == set(protocol.__all__)
-    for name in protocol.__all__:
-        module = sys.modules.get(protocol._WHERE[name]) or __import__(
-            protocol._WHERE[name], fromlist=[name]
-        )
-        assert getattr(protocol, name) is getattr(module, name), name
-    assert "decide" in dir(protocol)
+    lazy = importlib.import_module(package)
+    assert set(lazy._WHERE) == set(lazy.__all__)
+    for name in lazy.__all__:
+        module = importlib.import_module(lazy._WHERE[name])
+        assert getattr(lazy, name) is getattr(module, name), name
+    assert example in dir(lazy)
     with pytest.raises(AttributeError):
-        _ = protocol.no_such_name
+        _ = lazy.no_such_name
 
 
 def test_every_model_still_builds() -> None:
@@ -137,3 +147,90 @@ def test_every_model_still_builds() -> None:
     for model in sorted(models, key=lambda m: f"{m.__module__}.{m.__qualname__}"):
         model.model_rebuild(raise_errors=True)
         assert model.__pydantic_complete__, model
+
+
+# --- commands that start fast (issue 32): each imports only what it uses ---------------
+
+# What no command that only reads the registry or installs a model needs: publishing,
+# serving, the build, the canary statistics and the report store.
+NOT_FOR_READING = [
+    *NEVER,
+    "edgereg.build",
+    "edgereg.registry._release",
+    "edgereg.registry._bundle",
+    "edgereg.registry._auto",
+    "edgereg.protocol.build_outputs",
+    "edgereg.serve",
+    "edgereg.analysis",
+    "edgereg.reports",
+    "sqlite3",
+]
+# models.toml's schema past [registry]: its tables and the whole file.
+SCHEMA = ["edgereg.config._config", "edgereg.config._models", "edgereg.config._tasks"]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A registry of two models (stable and canary), and its publisher's public key file."""
+    from servekit import make_registry
+
+    base = tmp_path_factory.mktemp("startup")
+    made = make_registry(base / "registry")
+    key = base / "publisher.pem"
+    key.write_bytes(made.signer.public_pem())
+    return base / "registry", key
+
+
+def test_pull_loads_the_client_and_nothing_else(
+    registry: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root, key = registry
+    args = ["pull", "digits", "--registry", f"file://{root}", "--device-id", "d1", "--tier"]
+    args += ["high", "--trusted-key", str(key), "--out", str(tmp_path / "cache")]
+    loaded = _loaded_after(args, cwd=tmp_path)
+    assert "edgereg.client._client" in loaded  # it did run the client
+    assert (tmp_path / "cache" / "installed.json").is_file()
+    # No table of models.toml (there is none here), no registry code, no rich without a
+    # terminal, no self-test (nor its probe parser) without --self-test.
+    unused = [*NOT_FOR_READING, *SCHEMA, "edgereg.registry", "rich", "edgereg.client._selftest"]
+    assert _present(loaded, [*unused, "edgereg.protocol.probe"]) == []
+
+
+def test_status_loads_no_publishing_code_and_no_schema(
+    registry: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root, key = registry
+    # In a project: status reads [registry] of models.toml and nothing else of it.
+    (tmp_path / "models.toml").write_text(
+        f'[registry]\nurl = "file://{root}"\ntrusted_keys = ["{key}"]\n\n'
+        "[models.broken]\nnot_a_key = 1\n"  # a table status never reads
+    )
+    loaded = _loaded_after(["status", "digits"], cwd=tmp_path)
+    assert {"edgereg.registry._status", "rich.table"} <= loaded
+    assert _present(loaded, [*NOT_FOR_READING, *SCHEMA, "edgereg.client"]) == []
+    as_json = _loaded_after(["status", "digits", "--json"], cwd=tmp_path)
+    assert _present(as_json, [*NOT_FOR_READING, *SCHEMA, "edgereg.client", "rich"]) == []
+
+
+def test_analyze_loads_no_client_server_or_build(
+    registry: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root, key = registry
+    args = ["analyze", "digits", "--registry", f"file://{root}", "--trusted-key", str(key)]
+    args += ["--reports", f"sqlite:///{tmp_path}/reports.sqlite", "--json"]
+    # No report yet: the analysis runs and is inconclusive.
+    loaded = _loaded_after(args, cwd=tmp_path, exit_code=13)
+    assert {"edgereg.analysis", "edgereg.reports.store"} <= loaded
+    unused = [m for m in NEVER if m != "numpy"]  # the statistics need numpy
+    unused += ["edgereg.build", "edgereg.registry._release", "edgereg.serve", "edgereg.client"]
+    unused += [*SCHEMA, "rich", "edgereg.protocol.probe"]
+    assert _present(loaded, unused) == []
+
+
+def test_publish_loads_no_client_server_or_statistics(site: Any) -> None:
+    loaded = _loaded_after(["publish", "vision", "--canary", "5%"], cwd=site.root)
+    assert {"edgereg.registry._release", "edgereg.config._config"} <= loaded
+    assert site.state().candidate is not None  # it did publish
+    unused = [*NEVER, "edgereg.client", "edgereg.serve", "edgereg.analysis", "edgereg.reports"]
+    unused += ["edgereg.registry._auto", "edgereg.toolchain", "sqlite3", "http.client"]
+    assert _present(loaded, unused) == []

@@ -400,15 +400,29 @@ registry_write_options = stack(
 )
 
 
+#: What a command needs of models.toml to open the registry: the whole file, or
+#: its [registry] table alone (commands that only read the registry).
+RegistryConfig: TypeAlias = "config_module.Config | config_module.RegistrySettings"
+
+
 def optional_config(config_path: Path) -> config_module.Config | None:
     from edgereg import config as config_module
 
     return config_module.load(config_path) if config_path.exists() else None
 
 
-def pinned_keys(
-    config: config_module.Config | None, trusted_key_paths: tuple[Path, ...] = ()
-) -> Any:
+def optional_registry_config(config_path: Path) -> config_module.RegistrySettings | None:
+    """[registry] of models.toml if there is one: all that `status`, `history` and `verify` read.
+
+    They neither build nor check the rest of the schema (0.1 s and more of their
+    start-up; benchmarks/startup.py); `edgereg validate` checks the whole file.
+    """
+    from edgereg import config as config_module
+
+    return config_module.load_registry(config_path) if config_path.exists() else None
+
+
+def pinned_keys(config: RegistryConfig | None, trusted_key_paths: tuple[Path, ...] = ()) -> Any:
     """The publisher keys the operator pinned: --trusted-key, else models.toml's trusted_keys.
 
     Never the registry's own keys/: whoever can write to the storage could
@@ -428,7 +442,7 @@ def pinned_keys(
 
 
 def open_registry(
-    config: config_module.Config | None,
+    config: RegistryConfig | None,
     registry_url: str | None,
     endpoint_url: str | None,
     trusted_key_paths: tuple[Path, ...] = (),
@@ -465,14 +479,14 @@ def open_registry(
     return registry
 
 
-def config_path_of(config: config_module.Config | None) -> str:
+def config_path_of(config: RegistryConfig | None) -> str:
     from edgereg import config as config_module
 
     return str(config.path) if config is not None else config_module.DEFAULT_CONFIG_FILE
 
 
 def _open_registry(
-    config: config_module.Config | None,
+    config: RegistryConfig | None,
     registry_url: str | None,
     endpoint_url: str | None,
     trusted_key_paths: tuple[Path, ...],

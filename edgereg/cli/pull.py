@@ -10,22 +10,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TransferSpeedColumn,
-)
 
-from edgereg import config as config_module
 from edgereg.cli._common import Seconds, config_option_for, echo, exit_with, root_flag
 from edgereg.client import (
     BundledRelease,
@@ -35,7 +27,6 @@ from edgereg.client import (
     FetchResult,
     InstalledModel,
     Limits,
-    SelfTest,
     Status,
     UnitKind,
     open_fetcher,
@@ -45,6 +36,12 @@ from edgereg.client import (
 from edgereg.errors import EdgeregError, ExitCode
 from edgereg.protocol.envelope import TrustedKeys, load_public_key
 from edgereg.protocol.rules import DeviceProfile, explain_tier, resolve_tier
+
+if TYPE_CHECKING:
+    # Imported where used: a pull does what curl would, and its start-up is most of its
+    # time (benchmarks/startup.py). models.toml's schema only when it resolves or checks
+    # the tier; rich only for a progress bar on a terminal; the self-test only with it.
+    from edgereg.client import SelfTest
 
 __all__ = ["pull_command"]
 
@@ -242,6 +239,8 @@ def pull_command(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
+        if tier is None or config_path.exists():
+            from edgereg import config as config_module
         if tier is None:
             if ram_mb is None or cpu_cores is None:
                 raise click.UsageError(
@@ -553,11 +552,30 @@ def _status_text(status: Status) -> str:
     return "\n".join(lines)
 
 
+def _maybe_terminal() -> bool:
+    """Whether rich could take stderr for a terminal (a tty, or told so by its variables)."""
+    return sys.stderr.isatty() or any(
+        name in os.environ for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+    )
+
+
 @contextlib.contextmanager
 def _download_progress(client: Client, *, enabled: bool) -> Iterator[None]:
     """A progress bar on a terminal while the blob downloads; nothing otherwise."""
+    if not enabled or not _maybe_terminal():  # rich is not even imported then
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TransferSpeedColumn,
+    )
+
     console = Console(stderr=True)
-    if not enabled or not console.is_terminal:
+    if not console.is_terminal:
         yield
         return
     with Progress(

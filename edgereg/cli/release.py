@@ -12,9 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from edgereg import config as config_module
 from edgereg._files import atomic_write
@@ -31,6 +28,7 @@ from edgereg.cli._common import (
     no_such_model,
     open_registry,
     optional_config,
+    optional_registry_config,
     print_note,
     print_result,
     printable,
@@ -417,7 +415,7 @@ def status(
             f"--html {html_path}: the directory {html_path.parent} does not exist",
             hint="Create it first, or pick a file in an existing directory.",
         )
-    config = optional_config(config_path)
+    config = optional_registry_config(config_path)
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
     names = [model] if model else registry.models()
     statuses = []
@@ -430,10 +428,16 @@ def status(
                 hint=f"Publish one: edgereg publish {name} --canary 5%",
             ) from None
     if html_path is not None:  # after the checks above, so a failing status writes no page
-        _write_status_page(html_path, registry, config, pinned=bool(config or trusted_key_paths))
+        # The page shows the rollout policy: the whole models.toml for it.
+        _write_status_page(
+            html_path,
+            registry,
+            optional_config(config_path),
+            pinned=bool(config or trusted_key_paths),
+        )
     for st in statuses:
         for warning in st.warnings:
-            errors.print(f"[bold red]WARNING:[/] {escape(printable(warning))}", markup=True)
+            errors.print(f"[bold red]WARNING:[/] {_markup_escape(printable(warning))}", markup=True)
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in statuses], indent=2))
         return
@@ -441,6 +445,10 @@ def status(
         print_result(f"no models in {registry.storage.url} yet")
         print_note("publish one with `edgereg publish MODEL --canary 5%`")
         return
+    # rich for the table only: `status --json` never imports it (benchmarks/startup.py).
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title=f"registry {registry.storage.url}")
     any_bundle = any(st.bundle for st in statuses)
     titles = ["model", "stable", "candidate", "rollout", "tier"]
@@ -474,6 +482,12 @@ def status(
                 sizes,
             )
     Console(width=max(Console().width, 100)).print(table)
+
+
+def _markup_escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _member_cell(status: Any, member: str | None) -> str:
@@ -520,7 +534,7 @@ def history(
     from edgereg.protocol.wire import format_time
 
     registry = open_registry(
-        optional_config(config_path), registry_url, endpoint_url, trusted_key_paths
+        optional_registry_config(config_path), registry_url, endpoint_url, trusted_key_paths
     )
     state, _ = registry.read_state(model)
     if state is None:
@@ -531,6 +545,10 @@ def history(
     if as_json:
         click.echo(json.dumps([event.model_dump(mode="json") for event in state.history], indent=2))
         return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title=f"{model} history")
     for title in ("seq", "when (UTC)", "who", "action", "stable", "candidate", "note"):
         table.add_column(title)
@@ -603,7 +621,7 @@ def verify(
     # keys/ is only as trustworthy as write access to the registry; apps pin
     # their keys, and this checks the registry the way they see it.
     registry = open_registry(
-        optional_config(config_path), registry_url, endpoint_url, trusted_key_paths
+        optional_registry_config(config_path), registry_url, endpoint_url, trusted_key_paths
     )
     registry.trusted_keys()  # a bad pinned key file is an error of its own, not a finding
     report = registry.verify(deep=not shallow)

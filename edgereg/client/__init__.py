@@ -32,6 +32,9 @@ port to another language can be checked against the conformance vectors in
 tests/vectors/ with it. docs/protocol.md describes the protocol.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from edgereg.client._cache import CacheError, NoSpace
 from edgereg.client._client import (
     Client,
@@ -56,12 +59,6 @@ from edgereg.client._installed import (
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult
-from edgereg.client._selftest import (
-    BackendRunner,
-    BackendUnavailableError,
-    SelfTest,
-    SelfTestResult,
-)
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
     BlobCheck,
@@ -85,6 +82,35 @@ from edgereg.protocol.reasons import (
     WrongTier,
 )
 from edgereg.protocol.rules import DeviceProfile
+
+if TYPE_CHECKING:
+    from edgereg.client._selftest import (
+        BackendRunner,
+        BackendUnavailableError,
+        SelfTest,
+        SelfTestResult,
+    )
+
+# Loaded on first use: a client that does not self-test never imports the probe's
+# parser (benchmarks/startup.py).
+_LAZY = {
+    name: "edgereg.client._selftest"
+    for name in ("BackendRunner", "BackendUnavailableError", "SelfTest", "SelfTestResult")
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "MAX_MANIFEST_BYTES",

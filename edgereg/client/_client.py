@@ -13,12 +13,11 @@ import dataclasses
 import logging
 import math
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import TypeAdapter, ValidationError
@@ -68,7 +67,6 @@ from edgereg.client._installed import (
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
-from edgereg.client._selftest import SelfTest
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.contract import BlobRef, parse_labels
@@ -98,6 +96,9 @@ from edgereg.protocol.wire import (
     verify_document,
 )
 
+if TYPE_CHECKING:
+    from edgereg.client._selftest import SelfTest
+
 __all__ = [
     "Client",
     "InstalledUnit",
@@ -115,13 +116,14 @@ MAX_LABELS_BYTES = 4 * 1024 * 1024
 manifest_path = layout.manifest_path
 
 
-def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
-    """Every blob a release needs (artifacts, probes, labels), each once, in member order."""
+def _blob_refs(entries: Mapping[str, ManifestEntry], *, probes: bool) -> list[BlobRef]:
+    """Every blob a release needs (artifacts, labels, probes if ``probes``), each once, in order."""
     refs: dict[str, BlobRef] = {}
     for name in sorted(entries):
         entry = entries[name]
         refs.setdefault(entry.sha256, BlobRef.of(entry.sha256, entry.size))
-        for extra in (entry.probe, entry.contract.labels_blob if entry.contract else None):
+        probe = entry.probe if probes else None
+        for extra in (probe, entry.contract.labels_blob if entry.contract else None):
             if extra is not None:
                 refs.setdefault(extra.sha256, extra)
     return list(refs.values())
@@ -129,6 +131,16 @@ def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _free_bytes(path: Path) -> int:
+    """Bytes free to an unprivileged writer where ``path`` is (``shutil.disk_usage``'s free)."""
+    if hasattr(os, "statvfs"):  # what disk_usage does here, without importing shutil
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
+    import shutil
+
+    return shutil.disk_usage(path).free
 
 
 class _Tally:
@@ -314,7 +326,12 @@ class Client:
         if self_test is not False:
             if install_check is not None:
                 raise ValueError("give self_test= or install_check=, not both")
-            self.self_test = SelfTest(self.cache.root) if self_test is True else self_test
+            if self_test is True:
+                from edgereg.client._selftest import SelfTest  # with its probe parser
+
+                self.self_test = SelfTest(self.cache.root)
+            else:
+                self.self_test = self_test
             self.install_check = self.self_test
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
         os_version = device.os_version
@@ -447,10 +464,14 @@ class Client:
             tier=self.tier,
             is_candidate=decision.is_candidate,
             sequence=decision.manifest.sequence,
-            members={name: _Member.of(e) for name, e in entries.items()},
+            members={name: self._member(e) for name, e in entries.items()},
         )
         same = installed is not None and new.same_release(installed)
-        missing = [r for r in _blob_refs(entries) if not self.cache.has_blob(r.sha256, r.size)]
+        missing = [
+            r
+            for r in _blob_refs(entries, probes=self._checks_installs)
+            if not self.cache.has_blob(r.sha256, r.size)
+        ]
         remaining = 0
         for ref in missing:
             try:
@@ -800,7 +821,7 @@ class Client:
             tier=self.tier,
             is_candidate=decision.is_candidate,
             sequence=decision.manifest.sequence,
-            members={name: _Member.of(e) for name, e in entries.items()},
+            members={name: self._member(e) for name, e in entries.items()},
             bundled=shipped is not None,
             metrics=_declared_metrics(decision, entry),
         )
@@ -809,7 +830,12 @@ class Client:
             kept = dataclasses.replace(
                 new,
                 members={
-                    name: dataclasses.replace(m, backend=installed.members[name].backend)
+                    name: dataclasses.replace(
+                        m,
+                        backend=installed.members[name].backend,
+                        # The probe on disk: a release installed without a check has none.
+                        probe_sha256=installed.members[name].probe_sha256,
+                    )
                     for name, m in new.members.items()
                 },
                 previous=installed.previous,
@@ -820,7 +846,9 @@ class Client:
             self._set_pending(None)
             return self._result(kept, not_modified=not_modified, decision=decision)
         missing = [
-            ref for ref in _blob_refs(entries) if not self.cache.has_blob(ref.sha256, ref.size)
+            ref
+            for ref in _blob_refs(entries, probes=self._checks_installs)
+            if not self.cache.has_blob(ref.sha256, ref.size)
         ]
         downloaded = 0
         if missing:
@@ -866,6 +894,21 @@ class Client:
             downloaded=downloaded,
             decision=decision,
         )
+
+    @property
+    def _checks_installs(self) -> bool:
+        """Whether an install check runs before a switch (and so needs each member's probe).
+
+        Without one the golden probe is never downloaded: a client that does not
+        self-test spends no bytes on it (docs/protocol.md §8).
+        """
+        return self.install_check is not None
+
+    def _member(self, entry: ManifestEntry) -> _Member:
+        member = _Member.of(entry)
+        if member.probe_sha256 is not None and not self._checks_installs:
+            return dataclasses.replace(member, probe_sha256=None)  # not fetched, not kept
+        return member
 
     def _deferred(self, installed: _Installed | None, why: str, not_modified: bool) -> FetchResult:
         _log.info("%s: download deferred (%s)", self.model, why)
@@ -1003,7 +1046,7 @@ class Client:
             remaining += max(0, ref.size - have)
         try:
             self.cache.root.mkdir(parents=True, exist_ok=True)
-            free = shutil.disk_usage(self.cache.root).free
+            free = _free_bytes(self.cache.root)
         except OSError as exc:
             raise cache_error(f"cannot check the free space of {self.cache.root}", exc) from exc
         needed = remaining + self.policy.reserve_bytes

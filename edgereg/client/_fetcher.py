@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,7 +363,9 @@ class FileFetcher(Fetcher):
     def __init__(self, base_url: str, *, timeout: float, limits: Limits | None = None) -> None:
         super().__init__(base_url, timeout=timeout, limits=limits)
         parsed = urllib.parse.urlparse(self.base_url)
-        self.root = Path(urllib.request.url2pathname(parsed.path))
+        from urllib.request import url2pathname  # file:// only (urllib.request is large)
+
+        self.root = Path(url2pathname(parsed.path))
 
     def _open(self, url: str, etag: str | None, start: int) -> Response:
         relative = urllib.parse.unquote(url[len(self.base_url) :])

@@ -69,7 +69,8 @@ class InstalledModel:
             release carries one.
         labels: Its class labels or characters (inline, or the verified labels
             blob), when the contract has them.
-        probe_path: Its verified golden probe, when the release has one.
+        probe_path: Its verified golden probe, when the release has one and an
+            install check (the self-test) fetched it; None otherwise.
         backend: The backend the install check chose, None when there was no check.
     """
 

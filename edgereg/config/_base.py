@@ -5,13 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
-DEFAULT_CONFIG_FILE = "models.toml"
-#: Where the publisher's public keys are pinned, beside models.toml (committed).
-DEFAULT_TRUSTED_KEYS = "publisher-keys"
-#: What `edgereg validate` says about a models.toml that declares no model yet.
-NO_MODELS_NOTE = (
-    "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
-)
+from edgereg.config._names import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, NO_MODELS_NOTE
+
+__all__ = ["DEFAULT_CONFIG_FILE", "DEFAULT_TRUSTED_KEYS", "NO_MODELS_NOTE"]
 
 
 class _Strict(BaseModel):

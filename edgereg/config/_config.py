@@ -14,7 +14,7 @@ from edgereg.config._inputs import PinnedFile
 from edgereg.config._metrics import AppMetric
 from edgereg.config._models import Model
 from edgereg.config._recipe import ResolvedVariant
-from edgereg.config._registry import Registry, Reports
+from edgereg.config._registry import Registry, Reports, trusted_key_paths
 from edgereg.config._rollout import RolloutPolicy
 from edgereg.config._tiers import Tier
 from edgereg.config._toolchain import Toolchain
@@ -222,11 +222,7 @@ class Config(_Strict):
 
     def trusted_key_paths(self) -> list[Path]:
         """The files and directories ``[registry] trusted_keys`` names, resolved."""
-        paths = []
-        for entry in self.registry.trusted_keys:
-            path = Path(entry.removeprefix("file://"))
-            paths.append(path if path.is_absolute() else self.root / path)
-        return paths
+        return trusted_key_paths(self.registry, self.root)
 
     def resolve_path(self, ref: PinnedFile) -> Path:
         """Return the local path a pinned file refers to."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +11,7 @@ from edgereg.config._base import DEFAULT_CONFIG_FILE
 from edgereg.config._config import Config
 from edgereg.config._errors import _config_error
 from edgereg.config._tasks import TASK_KINDS
-from edgereg.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
+from edgereg.config._toml import parse_toml, read_toml
 
 
 def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
@@ -28,31 +22,15 @@ def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
             the message names the file, the key path and what is allowed.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError(
-            "file not found",
-            file=str(path),
-            hint="Run edgereg inside the project (it looks for models.toml here and in the "
-            "parent folders up to the repository root), pass --config PATH, or create one "
-            "with `edgereg init`.",
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", file=str(path)) from exc
-    return parse(text, file=str(path))
+    return _validated(read_toml(path), file=str(path))
 
 
 def parse(text: str, *, file: str = DEFAULT_CONFIG_FILE) -> Config:
     """Validate the text of a models.toml; ``file`` is used in errors and paths."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(
-            f"not valid TOML: {exc}",
-            file=file,
-            hint="Fix the syntax at the line and column shown.",
-        ) from exc
+    return _validated(parse_toml(text, file=file), file=file)
+
+
+def _validated(data: dict[str, Any], *, file: str) -> Config:
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

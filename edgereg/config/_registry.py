@@ -1,12 +1,20 @@
-"""[registry] and [reports]: where releases and device reports are kept."""
+"""[registry] and [reports]: where releases and device reports are kept.
+
+Also :func:`load_registry`: [registry] alone, for the commands that only read
+the registry (``status``, ``history``, ``verify``): they neither build nor
+check the rest of the schema (start-up time: benchmarks/startup.py).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edgereg.config._base import DEFAULT_TRUSTED_KEYS, _Strict
+from edgereg.config._base import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, _Strict
+from edgereg.config._toml import read_toml
 
 
 class Registry(_Strict):
@@ -51,3 +59,63 @@ class Reports(_Strict):
     retention_days: int = Field(
         default=90, ge=1, le=3650, description="Raw reports older than this are deleted."
     )
+
+
+def trusted_key_paths(registry: Registry, root: Path) -> list[Path]:
+    """The files and directories ``[registry] trusted_keys`` names, resolved against ``root``."""
+    paths = []
+    for entry in registry.trusted_keys:
+        path = Path(entry.removeprefix("file://"))
+        paths.append(path if path.is_absolute() else root / path)
+    return paths
+
+
+class _RegistryTable(BaseModel):
+    """A models.toml seen through its [registry] table; the other tables are not read."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, defer_build=True)
+
+    registry: Registry = Field(default_factory=Registry)
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """[registry] of a models.toml, and where the file is (what :class:`Config` has of it).
+
+    Attributes:
+        registry: The validated [registry] table.
+        path: The models.toml it was read from.
+    """
+
+    registry: Registry
+    path: Path
+
+    @property
+    def root(self) -> Path:
+        """The directory of models.toml (relative paths in it start here)."""
+        return self.path.parent
+
+    def trusted_key_paths(self) -> list[Path]:
+        """The files and directories ``[registry] trusted_keys`` names, resolved."""
+        return trusted_key_paths(self.registry, self.root)
+
+
+def load_registry(path: str | Path = DEFAULT_CONFIG_FILE) -> RegistrySettings:
+    """Read and validate only the [registry] table of a models.toml.
+
+    The other tables are neither validated nor reported on (``edgereg
+    validate`` checks the whole file).
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or [registry] breaks its
+            schema (the same message as :func:`~edgereg.config.load` gives).
+    """
+    path = Path(path)
+    data = read_toml(path)
+    try:
+        table = _RegistryTable.model_validate(data)
+    except ValidationError as exc:
+        from edgereg.config._errors import _config_error  # the whole schema, errors only
+
+        raise _config_error(exc, data, str(path)) from exc
+    return RegistrySettings(table.registry, path)

@@ -15,7 +15,8 @@ from pathlib import Path
 from edgereg.build.fit import ceiling_problems
 from edgereg.config import Config
 from edgereg.protocol.wire import AnyRelease, BundleMember, BundleRecord
-from edgereg.registry._release import ReleaseError, prepare_release
+from edgereg.registry._errors import ReleaseError
+from edgereg.registry._release import prepare_release
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import semver
 
@@ -42,11 +42,16 @@ from edgereg.protocol.wire import (
     verify_release,
 )
 from edgereg.registry import _transitions as transitions
-from edgereg.registry._bundle import PreparedBundle
+from edgereg.registry._errors import ReleaseError
 from edgereg.registry._manifests import build_manifests
-from edgereg.registry._release import PreparedRelease, ReleaseError
 from edgereg.signing import looks_like_private_key
 from edgereg.storage import NotFound, Storage
+
+if TYPE_CHECKING:
+    # Publishing only: the build outputs and models.toml's schema stay out of the
+    # read path (status, history, verify, serve; benchmarks/startup.py).
+    from edgereg.registry._bundle import PreparedBundle
+    from edgereg.registry._release import PreparedRelease
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +103,8 @@ class PublishResult:
 
 
 def _same_content(prepared: PreparedRelease | PreparedBundle, existing: AnyRelease) -> bool:
+    from edgereg.registry._bundle import PreparedBundle
+
     if isinstance(prepared, PreparedBundle):
         return prepared.same_content(existing)
     return isinstance(existing, ReleaseRecord) and prepared.same_content(existing)
@@ -923,6 +930,8 @@ def _snapshot(path: Path, digest: str) -> Iterator[Path]:
     Raises:
         ReleaseError: the file changed since the release was prepared.
     """
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix=".edgereg-publish-", dir=path.parent) as work:
         frozen = Path(work) / path.name
         hasher = hashlib.sha256()

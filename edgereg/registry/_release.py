@@ -27,21 +27,16 @@ from edgereg.build.outputs import (
     read_outputs,
 )
 from edgereg.config import Config
-from edgereg.errors import ConfigError, EdgeregError, ExitCode, UsageError
+from edgereg.errors import ConfigError, UsageError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.fields import RuntimeHints
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import ReleaseRecord, ReleaseVariant, WireError, from_bytes
+from edgereg.registry._errors import ReleaseError as ReleaseError  # its home before
 
 if TYPE_CHECKING:
     from edgereg.registry._registry import ReportUrl as StateReportUrl
-
-
-class ReleaseError(EdgeregError):
-    """The build outputs cannot be published as they are."""
-
-    exit_code = ExitCode.NOT_PUBLISHABLE
 
 
 @dataclass(frozen=True)

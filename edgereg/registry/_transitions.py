@@ -9,14 +9,17 @@ The publisher wraps them with storage and signing.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import semver
 
-from edgereg.config import RolloutPolicy
 from edgereg.errors import EdgeregError, ExitCode
 from edgereg.protocol.fields import basis_points
 from edgereg.protocol.wire import Action, HistoryEvent, RolloutState
 from edgereg.rollout import check_soak, next_step
+
+if TYPE_CHECKING:
+    from edgereg.config import RolloutPolicy
 
 #: History is kept in the signed state; beyond this many events the oldest go.
 HISTORY_LIMIT = 200

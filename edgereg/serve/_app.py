@@ -7,7 +7,10 @@ and applies the caching rules:
 
 * signed documents (manifests, rollout states, release records, keys):
   ``Cache-Control: public, max-age=<manifest_max_age>`` and a strong ETag,
-  the quoted lowercase hex SHA-256 of the bytes; ``If-None-Match`` → 304;
+  the quoted lowercase hex SHA-256 of the bytes; ``If-None-Match`` → 304.
+  The ETag and bytes are made once per version of the file and answered
+  from memory while its storage stamp is unchanged (:mod:`._validators`):
+  a 304, or a 200 of an unchanged document, opens no file;
 * blobs: the ETag is the quoted digest from the path (which, the registry
   being content-addressed, is the SHA-256 of the bytes too), immutable
   caching, single byte ranges (206, or 416 with ``Content-Range: bytes */size``),
@@ -38,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from edgereg.errors import StorageError
 from edgereg.protocol import layout
@@ -65,6 +68,7 @@ from edgereg.serve._ratelimit import (
     forwarded_client,
     retry_after,
 )
+from edgereg.serve._validators import Document, Remembered, Seen
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 if TYPE_CHECKING:
@@ -91,6 +95,8 @@ _PUBLIC_KEY = re.compile(
 )
 #: Bytes at the start of a blob checked for a private key before a ranged answer.
 _SNIFF_BYTES = 4096
+#: Request targets whose route is remembered (then forgotten all at once).
+_MAX_TARGETS = 4096
 
 _CONTENT_TYPES = {
     routes.MANIFEST.name: "application/json",
@@ -98,6 +104,15 @@ _CONTENT_TYPES = {
     routes.RELEASE.name: "application/json",
     routes.KEY.name: "application/x-pem-file",
 }
+
+
+class _Target(NamedTuple):
+    """What a request target names: its decoded path, route and parameters."""
+
+    path: str
+    route: routes.Route
+    params: dict[str, str]
+    key: str | None  # the registry key, for a registry object
 
 
 @dataclass(frozen=True)
@@ -225,6 +240,9 @@ class Response:
     headers: list[tuple[str, str]]
     body: bytes | Body = b""
     route: str = routes.OTHER
+    #: ``headers`` as they go on the wire ("Name: value\r\n" each), when made once
+    #: for many answers (a remembered document): the socket layer sends them as they are.
+    encoded_headers: bytes | None = None
 
     @property
     def content_length(self) -> int | None:
@@ -369,6 +387,12 @@ class App:
         self.source_caps = source_caps or SourceCaps()
         self.trusted_proxies = trusted_proxies
         self.report_authenticator = report_authenticator
+        # Raw request target -> its path, route and parameters: a pure function of
+        # the target, kept for the registry's objects (what devices poll).
+        self._targets: dict[str, _Target] = {}
+        self.documents: Remembered[Document] = Remembered()
+        self.blobs_seen: Remembered[Seen] = Remembered()
+        self._cache_control = f"public, max-age={manifest_max_age}"
         self.served: ServedIndex | None = None
         if check_reports and reports is not None:
             from edgereg.serve._admission import ServedIndex
@@ -391,6 +415,31 @@ class App:
             return None
         return MAX_REPORT_BYTES if routes.REPORTS.shape.fullmatch(path) else None
 
+    def remembered(self, method: str, target: str, if_none_match: str | None) -> Response | None:
+        """The answer to a GET or HEAD of an unchanged document, from memory; None otherwise.
+
+        What :meth:`handle` would answer (the same status, headers and body),
+        for a target it resolved before and a document whose storage stamp is
+        the one remembered; None sends the request down :meth:`handle`. The
+        socket layer asks this first: the hot path of devices polling their
+        manifest costs one stat and no parsing of the target.
+        """
+        resolved = self._targets.get(target)
+        if resolved is None or method not in ("GET", "HEAD") or resolved.route is routes.BLOB:
+            return None
+        key = resolved.key
+        if key is None:
+            return None
+        document = self.documents.get(key)
+        if document is None:
+            return None
+        try:
+            if self.storage.stamp(key) != document.stamp:
+                return None
+        except StorageError:
+            return None  # handle() answers it (404, 403, 503) and forgets the document
+        return self._document_answer(document, if_none_match, resolved.route.name)
+
     def handle(self, request: Request) -> Response:
         """Answer one request (never raises for anything a client can send)."""
         try:
@@ -400,26 +449,34 @@ class App:
             return error_response(500, "internal error; see the server log")
 
     def _handle(self, request: Request) -> Response:
-        try:
-            path = request_path(request.target)
-        except BadTarget as exc:
-            return error_response(400, str(exc))
-        if routes.REPORTS.shape.fullmatch(path):
-            return self._report(request)
-        try:
-            found = routes.match(path)
-        except routes.BadParameter as exc:
-            if request.method not in ("GET", "HEAD"):
-                return error_response(405, f"{request.method} is not allowed; use GET or HEAD")
-            return error_response(400, str(exc))
+        resolved = self._targets.get(request.target)
+        if resolved is None:
+            try:
+                path = request_path(request.target)
+            except BadTarget as exc:
+                return error_response(400, str(exc))
+            if routes.REPORTS.shape.fullmatch(path):
+                return self._report(request)
+            try:
+                found = routes.match(path)
+            except routes.BadParameter as exc:
+                if request.method not in ("GET", "HEAD"):
+                    return error_response(405, f"{request.method} is not allowed; use GET or HEAD")
+                return error_response(400, str(exc))
+            if found is None:
+                if request.method not in ("GET", "HEAD"):
+                    return error_response(405, f"{request.method} is not allowed; use GET or HEAD")
+                return error_response(404, f"no such resource: {path[:200]}")
+            resolved = _Target(path, found[0], found[1], found[0].key(found[1]))
+            if resolved.key is not None:  # a registry object: polled, worth keeping
+                if len(self._targets) >= _MAX_TARGETS:
+                    self._targets.clear()  # a flood of odd targets only costs the parsing
+                self._targets[request.target] = resolved
+        path, route, params, key = resolved
         if request.method not in ("GET", "HEAD"):
-            route_name = found[0].name if found else routes.OTHER
             return error_response(
-                405, f"{request.method} is not allowed; use GET or HEAD", route_name
+                405, f"{request.method} is not allowed; use GET or HEAD", route.name
             )
-        if found is None:
-            return error_response(404, f"no such resource: {path[:200]}")
-        route, params = found
         try:
             if route is routes.BLOB:
                 return self._blob(request, params["digest"])
@@ -431,7 +488,6 @@ class App:
                 return self._metrics()
             if route is routes.OPENAPI:
                 return self._openapi_document(request)
-            key = route.key(params)
             assert key is not None
             return self._document(request, route, key)
         except NotFound:
@@ -448,35 +504,85 @@ class App:
     # -- registry objects -----------------------------------------------------------
 
     def _document(self, request: Request, route: routes.Route, key: str) -> Response:
-        data = self.storage.get(key)
+        document = self._current_document(route, key)
+        if document is None:
+            return _refused(route.name)
+        return self._document_answer(document, request.headers.get("if-none-match"), route.name)
+
+    @staticmethod
+    def _document_answer(document: Document, if_none_match: str | None, route: str) -> Response:
+        if none_match(if_none_match, document.etag):
+            return Response(
+                304, list(document.not_modified), b"", route, document.not_modified_wire
+            )
+        return Response(200, list(document.ok), document.body, route, document.ok_wire)
+
+    def _current_document(self, route: routes.Route, key: str) -> Document | None:
+        """The document at ``key`` as served now; None when it must not be served (logged).
+
+        From memory while its stamp is unchanged; read, checked and hashed otherwise.
+        """
+        known = self.documents.get(key)
+        if known is not None:
+            try:
+                if self.storage.stamp(key) == known.stamp:
+                    return known
+            except NotFound:
+                self.documents.forget(key)
+                raise
+        data, stamp = self.storage.get_stamped(key)
         if b"PRIVATE KEY-----" in data and _PRIVATE_KEY.search(data):
             log.error(
                 "refusing %s: it holds a private key; remove it from the registry and "
                 "rotate that key (docs/operations/keys.md)",
                 key,
             )
-            return _refused(route.name)
+            self.documents.forget(key)
+            return None
         if route is routes.KEY and not _PUBLIC_KEY.fullmatch(data):
             log.error("refusing %s: it is not one PEM public key and nothing else", key)
-            return _refused(route.name)
+            self.documents.forget(key)
+            return None
         etag = quote_etag(hashlib.sha256(data).hexdigest())
-        cache = f"public, max-age={self.manifest_max_age}"
-        if none_match(request.header("if-none-match"), etag):
-            return Response(304, [("ETag", etag), ("Cache-Control", cache)], b"", route.name)
-        headers = [
-            ("Content-Type", _CONTENT_TYPES[route.name]),
-            ("ETag", etag),
-            ("Cache-Control", cache),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
-        return Response(200, headers, data, route.name)
+        cache = self._cache_control
+        document = Document.of(
+            stamp,
+            etag,
+            data,
+            ok=(
+                ("Content-Type", _CONTENT_TYPES[route.name]),
+                ("ETag", etag),
+                ("Cache-Control", cache),
+                ("X-Content-Type-Options", "nosniff"),
+            ),
+            not_modified=(("ETag", etag), ("Cache-Control", cache)),
+        )
+        if stamp is None:
+            self.documents.forget(key)  # changed just now: read it again next time
+        else:
+            self.documents.put(key, document, len(data))
+        return document
+
+    def _check_blob(self, key: str) -> None:
+        """Raise NotFound (or UnsafeObject) unless the blob is there; no read once seen."""
+        known = self.blobs_seen.get(key)
+        if known is not None:
+            try:
+                if self.storage.stamp(key) == known.stamp:
+                    return
+            except NotFound:
+                self.blobs_seen.forget(key)
+                raise
+        _, stamp = self.storage.size_stamped(key)
+        if stamp is not None:
+            self.blobs_seen.put(key, Seen(stamp))
 
     def _blob(self, request: Request, digest: str) -> Response:
         key = layout.blob_path(digest)
         name = routes.BLOB.name
         etag = quote_etag(digest)
         if none_match(request.header("if-none-match"), etag):
-            self.storage.size(key)  # a 304 still means "it exists"
+            self._check_blob(key)  # a 304 still means "it exists"
             return Response(304, [("ETag", etag), ("Cache-Control", IMMUTABLE_CACHE)], b"", name)
         size = self.storage.size(key)
         headers = [

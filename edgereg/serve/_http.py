@@ -85,6 +85,8 @@ def none_match(if_none_match: str | None, etag: str) -> bool:
     """
     if if_none_match is None:
         return False
+    if if_none_match == etag:  # what a client sends back, as it was given
+        return True
     tags = parse_etags(if_none_match)
     if tags is None:
         return False

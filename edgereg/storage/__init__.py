@@ -29,10 +29,10 @@ import builtins
 import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 from edgereg.errors import ConflictError, StorageError
 
@@ -40,6 +40,7 @@ __all__ = [
     "ConflictError",
     "NotFound",
     "ReadStream",
+    "Stamp",
     "Storage",
     "StorageError",
     "UnsafeObject",
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: A version of a stored object, compared with ``==`` only (see :meth:`Storage.stamp`).
+Stamp: TypeAlias = Hashable
 
 #: Exceptions that mean a programming error, whichever backend raised them.
 _BUGS = (
@@ -109,6 +113,10 @@ class UnsafeObject(StorageError):
 #: S3's limit for a whole key, and the usual file system limit for one name.
 MAX_KEY_BYTES = 1024
 MAX_PART_BYTES = 255
+#: Keys that are plainly valid: ASCII parts of at most 255 characters that start
+#: with a letter, digit or '_' (so never '.', '..' or a reserved prefix).
+_PLAIN_PART = r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}"
+_PLAIN_KEY = re.compile(f"{_PLAIN_PART}(?:/{_PLAIN_PART})*")
 
 
 def validate_key(key: str, *, prefix: bool = False) -> str:
@@ -128,6 +136,8 @@ def validate_key(key: str, *, prefix: bool = False) -> str:
     """
     if not isinstance(key, str):
         raise ValueError(f"a key must be a string, not {type(key).__name__}")
+    if _PLAIN_KEY.fullmatch(key) and len(key) <= MAX_KEY_BYTES:
+        return key  # every rule below holds for it (the hot path of serving)
     body = key[:-1] if prefix and key.endswith("/") else key
     if prefix and body == "":
         return key
@@ -261,6 +271,32 @@ class Storage(abc.ABC):
             self.size(key)  # still report a missing object
             return b""
         return self._call("read", key, lambda: self._get_range(key, start, length))
+
+    def get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
+        """Return the whole object and the stamp of exactly these bytes (see :meth:`stamp`).
+
+        The stamp is None when the backend has no cheap one, or cannot yet
+        tell a later change from this version (a local file changed in the
+        last seconds); then nothing made from these bytes may be reused.
+        """
+        return self._call("get", key, lambda: self._get_stamped(key))
+
+    def size_stamped(self, key: str) -> tuple[int, Stamp | None]:
+        """Return the object's size and the stamp of that version (as :meth:`get_stamped`)."""
+        return self._call("check", key, lambda: self._size_stamped(key))
+
+    def stamp(self, key: str) -> Stamp | None:
+        """A cheap token of the object's current version, read without opening the object.
+
+        Equal to a stamp that :meth:`get_stamped` or :meth:`size_stamped`
+        returned, it means the object is still the one read then (same bytes,
+        same checks passed), so an answer made from them still holds: what
+        ``edgereg serve`` uses to answer a 304 without reading the object.
+        It proves nothing on its own (a local stamp follows links without
+        the root check): compare it, never trust it. None when the backend has
+        no cheap way to tell. Raises NotFound if the object does not exist.
+        """
+        return self._call("check", key, lambda: self._stamp(key))
 
     def open_read(self, key: str) -> ReadStream:
         """Open the object for streaming reads (for serving large blobs)."""
@@ -411,6 +447,17 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def _get_range(self, key: str, start: int, length: int) -> bytes: ...
+
+    # Optional: a backend without cheap version stamps reads as before, never reused.
+    def _get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
+        return self._get(key), None
+
+    def _size_stamped(self, key: str) -> tuple[int, Stamp | None]:
+        return self._size(key), None
+
+    def _stamp(self, key: str) -> Stamp | None:
+        self._size(key)  # still report a missing object
+        return None
 
     @abc.abstractmethod
     def _open_read(self, key: str) -> _RawStream: ...

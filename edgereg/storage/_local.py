@@ -14,7 +14,17 @@ lock files (``.lock-<name>``) likewise.
   if a writer dies. It needs a filesystem with working ``flock`` (local disks
   do; some network filesystems do not);
 * version tokens are the SHA-256 of the content, so they survive copies and
-  do not depend on timestamps.
+  do not depend on timestamps;
+* stamps (:meth:`~edgereg.storage.Storage.stamp`, what lets ``edgereg serve``
+  answer a 304 without opening the file) are the file's device, inode, size,
+  mtime and ctime from one ``stat`` (a tuple). Every write here makes a new file
+  (a new inode and ctime); ctime cannot be set back by any tool, so a file
+  changed in place also shows. A file changed within the last
+  ``settle_seconds`` gets no stamp (git's "racily clean" rule): a second
+  change within the same clock tick of the file system would leave every
+  field as it was, so such a file is read again until it has settled. This
+  needs the file system's clock to be the server's (a local disk, or NFS with
+  synchronized clocks).
 """
 
 from __future__ import annotations
@@ -33,44 +43,92 @@ from pathlib import Path
 from typing import BinaryIO
 
 from edgereg.errors import StorageError
-from edgereg.storage import RESERVED_PREFIXES, NotFound, Storage, UnsafeObject
+from edgereg.storage import RESERVED_PREFIXES, NotFound, Stamp, Storage, UnsafeObject
 
 _COPY_CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _LOCK_TIMEOUT_S = 30.0
+#: Seconds after its last change before a file gets a stamp: longer than the
+#: coarsest timestamp granularity of a file system edgereg expects (1-2 s).
+SETTLE_SECONDS = 2.0
 
 
 def _token(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _stamp_of(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class LocalStorage(Storage):
     """A registry rooted at a local directory (created on the first write)."""
 
-    def __init__(self, root: Path, *, lock_timeout: float = _LOCK_TIMEOUT_S) -> None:
-        """Use ``root`` (an absolute path) as the registry root."""
+    def __init__(
+        self,
+        root: Path,
+        *,
+        lock_timeout: float = _LOCK_TIMEOUT_S,
+        settle_seconds: float = SETTLE_SECONDS,
+    ) -> None:
+        """Use ``root`` (an absolute path) as the registry root.
+
+        ``settle_seconds``: how long after its last change a file gets no
+        stamp (see the module docstring).
+        """
         self.root = root
         self.url = f"file://{root}"
         self._lock_timeout = lock_timeout
+        self._settle_ns = int(settle_seconds * 1e9)
         self._real_root_cache: str | None = None
         self._root_prefix = os.path.join(os.fspath(root), "")
 
     # -- reads ------------------------------------------------------------------------
 
     def _get(self, key: str) -> bytes:
+        return self._read(key)[0]
+
+    def _get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
+        data, st = self._read(key)
+        return data, None if st is None else self._settled_stamp(st)
+
+    def _read(self, key: str) -> tuple[bytes, os.stat_result | None]:
+        """The whole file and its stat when read (None: it grew while being read)."""
         # Straight from the descriptor: the hot path of serving a manifest.
         fd, st = self._open_fd(key)
         try:
             size = st.st_size
             data = os.read(fd, size + 1)
             if len(data) <= size:  # a regular file reads short only at its end
-                return data
+                return data, st
             chunks = [data]
             while chunks[-1]:  # the file grew since fstat: read to the end
                 chunks.append(os.read(fd, 1 << 20))
-            return b"".join(chunks)
+            return b"".join(chunks), None
         finally:
             os.close(fd)
+
+    def _size_stamped(self, key: str) -> tuple[int, Stamp | None]:
+        fd, st = self._open_fd(key)
+        os.close(fd)
+        return st.st_size, self._settled_stamp(st)
+
+    def _stamp(self, key: str) -> Stamp:
+        # No open and no root check: the stamp only ever compares with one of a
+        # file that was opened and checked; the same device and inode is that file.
+        try:
+            st = os.stat(self._root_prefix + key)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise self._not_found(key) from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise self._not_found(key)
+        return _stamp_of(st)
+
+    def _settled_stamp(self, st: os.stat_result) -> Stamp | None:
+        """The stamp of a file that last changed over ``settle_seconds`` ago, else None."""
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < self._settle_ns:
+            return None
+        return _stamp_of(st)
 
     def _get_versioned(self, key: str) -> tuple[bytes, str]:
         data = self._get(key)

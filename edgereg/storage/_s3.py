@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 
 from edgereg.errors import StorageError
 from edgereg.protocol import layout
-from edgereg.storage import Storage, validate_key
+from edgereg.storage import Stamp, Storage, validate_key
 
 MiB = 1024 * 1024
 _MAX_PARTS = 10_000
@@ -266,6 +266,24 @@ class S3Storage(Storage):
             raise
         self._bucket_seen = True
 
+    # An object's stamp is its ETag: S3 reads are strongly consistent, so once a
+    # write is answered every HEAD and GET sees the new ETag. A stamp check is
+    # one HEAD: no body, and no hashing of it.
+    def _get_stamped(self, key: str) -> tuple[bytes, Stamp | None]:
+        return self._get_versioned(key)
+
+    def _size_stamped(self, key: str) -> tuple[int, Stamp | None]:
+        response = self._head(key)
+        if response is None:
+            raise self._not_found(key)
+        return self._content_length(response, key), self._etag(response, key)
+
+    def _stamp(self, key: str) -> Stamp | None:
+        response = self._head(key)
+        if response is None:
+            raise self._not_found(key)
+        return self._etag(response, key)
+
     def _exists(self, key: str) -> bool:
         return self._head(key) is not None
 
@@ -273,6 +291,9 @@ class S3Storage(Storage):
         response = self._head(key)
         if response is None:
             raise self._not_found(key)
+        return self._content_length(response, key)
+
+    def _content_length(self, response: Any, key: str) -> int:
         size = self._field(response, "ContentLength", key)
         if not isinstance(size, int) or size < 0:
             raise self._malformed("ContentLength", key)
