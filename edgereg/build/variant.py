@@ -74,7 +74,7 @@ from edgereg.config import (
     Variant,
     WeightOnlyQuantization,
 )
-from edgereg.errors import BuildError, ConfigError, GateError
+from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError
 from edgereg.toolchain.runtimes import runtimes_dir
 
 logger = logging.getLogger(__name__)
@@ -228,15 +228,109 @@ def build_variant(
 ) -> BuildResult:
     """Build, verify, evaluate, gate and benchmark one variant.
 
-    A variant that fails a gate leaves its measured numbers in
-    ``metrics.json`` (``"status": "failed"``) and no artifact.
+    A variant that fails leaves no artifact, and a ``metrics.json`` with
+    ``"status": "failed"``: every stage that ran, the failing stage and its
+    message (``failure``), and every number measured before it (a gate's
+    failure holds them all).
 
     Raises:
         ConfigError: unknown model or variant.
         ToolchainError: the installed tools differ from ``[toolchain]``.
-        BuildError: a stage failed; nothing is left in the output directory.
+        BuildError: a stage failed; only its failure record is left.
         GateError: the variant exceeds a budget; only its metrics are left.
     """
+    progress = _Progress()
+    try:
+        return _build_variant(
+            config,
+            model_name,
+            variant_name,
+            out_root,
+            bench=bench,
+            on_stage=on_stage,
+            arm_runner=arm_runner,
+            progress=progress,
+        )
+    except Exception as exc:
+        if progress.stages:  # past the model and variant lookup: out_dir is the variant's
+            _record_failure(
+                variant_dir(out_root, model_name, variant_name),
+                progress,
+                exc,
+                config.recipe_digest(model_name, variant_name),
+            )
+        raise
+
+
+@dataclass
+class _Progress:
+    """What a build did so far: its failure record, should a stage fail."""
+
+    #: Stages in the order they first ran.
+    stages: list[str] = field(default_factory=list)
+    #: The metrics.json keys measured so far (agreement, task metrics, size, memory).
+    numbers: dict[str, Any] = field(default_factory=dict)
+    #: The host figures, once the benchmark ran.
+    host: HostBenchmark | None = None
+
+    def ran(self, name: str) -> None:
+        if name not in self.stages:
+            self.stages.append(name)
+
+
+def _record_failure(out_dir: Path, progress: _Progress, exc: BaseException, recipe: str) -> None:
+    """Write (or complete) the failed variant's metrics.json: stages, failing stage, message.
+
+    A gate's or the quantizer's failure has written its numbers already; it
+    gains the stages and the failure. Any other failure keeps what was measured
+    before it. Never raises: the original error is what the user must see.
+    """
+    stage = exc.stage if isinstance(exc, BuildError) else progress.stages[-1]
+    if isinstance(exc, EdgeregError):
+        message = exc.message
+    else:  # a bug, not the user's input: still, the stages and numbers stay
+        message = f"internal error: {type(exc).__name__}: {exc}"
+    failure: dict[str, Any] = {"stage": stage, "message": message}
+    if isinstance(exc, BuildError):
+        failure.update(
+            {k: v for k, v in (("tool", exc.tool), ("exit_status", exc.exit_status)) if v}
+        )
+    try:
+        written = json.loads((out_dir / METRICS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        written = None
+    if isinstance(written, dict) and written.get("status") == "failed":
+        record = written
+    else:
+        kept = {k: v for k, v in progress.numbers.items() if k not in ("status", "failed", "hint")}
+        record = {
+            "status": "failed",
+            **kept,
+            "failed": [f"stage {stage}: {message.splitlines()[0] if message else stage}"],
+            "hint": getattr(exc, "hint", None),
+        }
+    record.update(recipe_sha256=recipe, stages=list(progress.stages), failure=failure)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / ARTIFACT).unlink(missing_ok=True)
+        _write_json(out_dir / METRICS, record)
+        if progress.host is not None and not (out_dir / HOST_BENCHMARK).exists():
+            _write_json(out_dir / HOST_BENCHMARK, progress.host.to_json())
+    except OSError as write_error:
+        logger.warning("could not write the failure record %s: %s", out_dir / METRICS, write_error)
+
+
+def _build_variant(
+    config: Config,
+    model_name: str,
+    variant_name: str,
+    out_root: Path,
+    *,
+    bench: BenchSettings | None,
+    on_stage: Callable[[str], None] | None,
+    arm_runner: ArmRunner | None,
+    progress: _Progress,
+) -> BuildResult:
     bench = bench or BenchSettings()
     model = config.models.get(model_name)
     if model is None:
@@ -260,6 +354,7 @@ def build_variant(
     seconds: dict[str, float] = {}
 
     def stage(name: str) -> Any:
+        progress.ran(name)
         if on_stage is not None:
             on_stage(name)
         return _timed(seconds, name)
@@ -301,6 +396,7 @@ def build_variant(
     )
     evaluator = TaskEvaluator(config, model, charset, evaluation)
     precision = precision_class(variant)
+    progress.numbers = {"task": model.task.kind, "precision": precision}
     declared = resolved.budgets
 
     def budgets() -> Budgets:
@@ -449,10 +545,12 @@ def build_variant(
             quant_record = search.record(chosen)
         else:
             scored = score(artifact)
+        progress.numbers = _metrics(model.task.kind, precision, scored, scored.gates, quant_record)
         with stage("size"):
             size_record = explain_size(artifact, source, precision)
             if size_record.get("note"):
                 logger.warning("%s/%s: %s", model_name, variant_name, size_record.get("note"))
+            progress.numbers["size"] = size_record
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
             swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
@@ -475,6 +573,7 @@ def build_variant(
             memory_outcome = memory.outcome_of(
                 timing, sample, feeds, required_by=_memory_budgets(config, variant, budgets())
             )
+            progress.numbers["memory"] = memory.metrics_record(memory_outcome)
         with stage("gate"):
             gates = _gates(
                 budgets(),
@@ -505,6 +604,8 @@ def build_variant(
                 **_thread_record(timing, swept),
             },
         )
+        # The same dict: the ARM stage adds its classes to it.
+        progress.numbers, progress.host = metrics, host
         if not gates.passed:
             failed_names = {f.name for f in gates.failures}
             first = []

@@ -160,6 +160,12 @@ class VariantData:
         return [str(text) for text in texts] or ["a gate failed"]
 
     @property
+    def stages_run(self) -> list[str]:
+        """The stages a failed build ran, in order (empty unless failed)."""
+        stages = (self.metrics or {}).get("stages") if self.status == FAILED else None
+        return [str(name) for name in stages] if isinstance(stages, list) else []
+
+    @property
     def headline(self) -> Headline | None:
         """The task's headline metric and its fp32 baseline."""
         return None if self.metrics is None else headline(self.metrics)
