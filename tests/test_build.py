@@ -59,6 +59,7 @@ from edgereg.protocol.contract import INLINE_LABELS_MAX_BYTES, BlobRef, IOContra
 from edgereg.protocol.probe import GoldenProbe, check_probe
 from edgereg.protocol.wire import from_bytes
 from edgereg.toolchain import _mnnfile, _process
+from edgereg.toolchain.runtimes import RuntimeProofError
 
 ALL_VARIANTS = [
     (model, variant) for model, variants in buildkit.VARIANTS.items() for variant in variants
@@ -1201,3 +1202,22 @@ def test_a_late_failure_keeps_every_number_measured_before_it(
     html = page.read_text(encoding="utf-8")
     assert "failed: stage runtime proof" in html
     assert "stages that ran: toolchain, source, check, contract" in html
+
+
+def test_a_missing_runtime_is_found_before_any_stage_works(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGEREG_RUNTIMES_DIR", str(tmp_path / "empty"))
+    project.edit("arm = []", 'arm = []\nmin_mnn_runtime = "3.0.0"')
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "w8",
+        RuntimeProofError,
+        "toolchain",
+        "the MNN 3.0.0 runtime is not installed",
+        "edgereg toolchain runtimes install",
+    )
+    assert error.reason == "missing"
+    record = read_json(project.out_dir(IMAGE_MODEL, "w8") / METRICS)
+    assert record["stages"] == ["toolchain"]

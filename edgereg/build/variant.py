@@ -73,9 +73,12 @@ from edgereg.config import (
     PinnedFile,
     Variant,
     WeightOnlyQuantization,
+    arm_classes,
 )
 from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError
-from edgereg.toolchain.runtimes import runtimes_dir
+from edgereg.toolchain import arm as arm_toolchain
+from edgereg.toolchain.arm import arm_dir
+from edgereg.toolchain.runtimes import find_runtime, runtimes_dir
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +123,37 @@ def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) ->
             hint="If the file changed on purpose, update the sha256 pin; otherwise restore it.",
         )
     return path
+
+
+def check_tools(config: Config, model_name: str, variant_name: str, *, arm: bool = True) -> None:
+    """The toolchain stage: every installed tool a later stage of this variant needs.
+
+    The old MNN runtime of ``min_mnn_runtime`` (the runtime proof), and for
+    a variant verified on ARM classes the emulator and the aarch64 sysroot:
+    each is only looked up (no process starts), so a missing one fails in
+    well under a second instead of after convert, verify and benchmark.
+
+    Args:
+        arm: Check the emulator and sysroot (not when a test supplies its own runner).
+
+    Raises:
+        RuntimeProofError: (stage ``toolchain``) the runtime is not installed.
+        ArmError: (stage ``toolchain``) QEMU or the sysroot is not installed.
+    """
+    needed: list[Callable[[], object]] = []
+    version = config.resolve(model_name, variant_name).min_mnn_runtime
+    if version != toolchain.installed_version("mnn"):
+        needed.append(lambda: find_runtime(version, root=runtimes_dir()))
+    if arm and arm_classes(config, model_name, variant_name):
+        needed.append(arm_toolchain.qemu_path)
+        needed.append(lambda: arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_dir()))
+    for check in needed:
+        try:
+            check()
+        except BuildError as exc:
+            # The same error, found before the stage that needs the tool: say when.
+            exc.stage = "toolchain"
+            raise
 
 
 def check_source(
@@ -366,6 +400,7 @@ def _build_variant(
 
     with stage("toolchain"):
         toolchain.check_versions(config.toolchain.as_dict())
+        check_tools(config, model_name, variant_name, arm=arm_runner is None)
     with stage("source"):
         source = resolve_pinned(config, resolved.source, stage="source", what="source")
         evaluation_path = resolve_pinned(
@@ -659,7 +694,7 @@ def _build_variant(
                 reference,
                 state,
                 mode=variant.quantization.mode,
-                root=runtimes_dir(config.root),
+                root=runtimes_dir(),
             )
         with stage("probe"):
             cosine_budget = budgets().min_cosine
