@@ -136,6 +136,7 @@ def metrics_record(outcome: MemoryOutcome) -> dict[str, Any]:
             {
                 "op": tensor.op,
                 "type": tensor.op_type,
+                "dtype": tensor.dtype,
                 "shape": list(tensor.shape),
                 "mb": round(tensor.mb, 3),
             }
@@ -170,7 +171,7 @@ def host_record(measured: MemoryMeasurement | None, warmup: int) -> dict[str, An
 def describe_contributors(measured: MemoryMeasurement, count: int = NAMED_CONTRIBUTORS) -> str:
     """The largest tensors the runtime produced, for a message."""
     parts = [
-        f"{tensor.op} ({tensor.op_type}) {list(tensor.shape)} {tensor.mb:.1f} MB"
+        f"{tensor.op} ({tensor.op_type}, {tensor.dtype}) {list(tensor.shape)} {tensor.mb:.1f} MB"
         for tensor in measured.largest_tensors[:count]
     ]
     return "largest tensors: " + "; ".join(parts) if parts else "no tensors reported"
@@ -211,8 +212,14 @@ def add_gates(
     return GateReport(results)
 
 
-def gate_hint(outcome: MemoryOutcome, size_bytes: int) -> str:
-    """What to change when the memory gate fails: by what the memory is made of."""
+def gate_hint(outcome: MemoryOutcome, size_bytes: int, precision: str = "fp32") -> str:
+    """What to change when the memory gate fails: by what the memory is made of.
+
+    Each precision's effect as measured (docs/build.md#memory): fp16 weights
+    and weight-only quantization leave activations at float width; full int8
+    computes the layers it quantizes at 1 byte a value, but keeps some in float
+    and adds conversions, so its peak can be lower or higher than float's.
+    """
     measured = outcome.measurement
     if measured is None:
         return ""
@@ -220,12 +227,36 @@ def gate_hint(outcome: MemoryOutcome, size_bytes: int) -> str:
     tensors_mb = sum(tensor.mb for tensor in measured.largest_tensors[:2])
     if tensors_mb >= weights_mb:
         top = measured.largest_tensors[0]
-        return (
-            f"Activations, not weights, dominate ({top.op} alone produces {top.mb:.1f} MB, "
-            f"the artifact is {weights_mb:.2f} MB): declare a smaller input shape for this "
-            "tier (a variant's own inputs, with a source exported at that size), or give the "
-            "tier a smaller model (variant source). Quantization barely changes this."
+        text = (
+            f"Activations, not weights, dominate ({top.op} alone produces {top.mb:.1f} MB of "
+            f"{top.dtype}, the artifact is {weights_mb:.2f} MB): declare a smaller input shape "
+            "for this tier (a variant's own inputs, with a source exported at that size), or "
+            "give the tier a smaller model (variant source)."
         )
+        if top.dtype in ("int8", "uint8"):
+            return text + " Its largest tensors already hold 1 byte a value (int8)."
+        if precision == "int8":
+            return text + (
+                f" {top.op} is {top.dtype} even in this int8 variant: a layer the quantizer "
+                "left in float (the first layer reads the float input; skip_ops keep layers "
+                "in float), with conversions to and from int8 around it."
+            )
+        width = 2 if top.dtype == "float16" else 4
+        return text + (
+            " fp16 weights and weight-only quantization leave activations at float width, so "
+            'they barely change this. Full int8 (mode = "int8") computes the layers it '
+            f"quantizes at 1 byte a value ({top.op}: about {top.mb / width:.1f} MB), but the "
+            "layers it leaves in float and the conversions around them count at full width "
+            "(measured: less than half the float peak on a deep segmenter, more on a "
+            "3-layer net): compare an int8 variant's measured peak before relying on it."
+        )
+    if precision == "weight":
+        return (
+            f"The weights ({weights_mb:.2f} MB) dominate: fewer bits (bits = 4), or a smaller "
+            "model for this tier."
+        )
+    if precision == "int8":
+        return f"The weights ({weights_mb:.2f} MB) dominate: a smaller model for this tier."
     return (
         f"The weights ({weights_mb:.2f} MB) dominate: weight-only quantization "
         '(mode = "weight") or int8 shrinks them; or a smaller model for this tier.'

@@ -582,7 +582,9 @@ def _build_variant(
             scored = score(artifact)
         progress.numbers = _metrics(model.task.kind, precision, scored, scored.gates, quant_record)
         with stage("size"):
-            size_record = explain_size(artifact, source, precision)
+            size_record = explain_size(
+                artifact, source, precision, float_artifact if quant_record else None
+            )
             if size_record.get("note"):
                 logger.warning("%s/%s: %s", model_name, variant_name, size_record.get("note"))
             progress.numbers["size"] = size_record
@@ -645,7 +647,7 @@ def _build_variant(
             failed_names = {f.name for f in gates.failures}
             first = []
             if "max_memory_mb" in failed_names:
-                first.append(memory.gate_hint(memory_outcome, scored.size_bytes))
+                first.append(memory.gate_hint(memory_outcome, scored.size_bytes, precision))
             if "max_size_mb" in failed_names and size_record.get("note"):
                 first.append(str(size_record.get("note")))
             hint = _gate_hint(variant, gates, quant_record, [line for line in first if line])

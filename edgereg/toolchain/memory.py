@@ -26,6 +26,8 @@ class TensorSize:
     op_type: str
     shape: tuple[int, ...]
     mb: float
+    #: The element type the op computes in (int8 tensors count 1 byte a value).
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ def parse_memory(raw: Mapping[str, Any], threads: int) -> MemoryMeasurement:
                     str(row["type"]),
                     tuple(int(d) for d in row["shape"]),
                     float(row["mb"]),
+                    str(row.get("dtype", "float32")),
                 )
                 for row in raw["largest_tensors"]
             ),
