@@ -130,6 +130,16 @@ SESSION_FIGURES = (
     "memory_seconds",
     "recommended_threads",
     "sweep_max_threads",
+    # Several fresh loads, when a latency budget is set (edgereg.build.memory.LatencyLoads).
+    "latency_loads",
+    "first_inference_judged_ms",
+    "first_inference_busy_min_ms",
+    "first_inference_busy_max_ms",
+    "first_inference_wall_min_ms",
+    "first_inference_wall_max_ms",
+    "steady_judged_p50_ms",
+    "steady_busy_min_ms",
+    "steady_busy_max_ms",
 )
 
 

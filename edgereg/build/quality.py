@@ -662,10 +662,12 @@ def check_gates(
     scores: TaskScores | None,
     latency_p50_ms: float | None,
     required_metrics: Collection[str] | None = None,
+    latency_detail: str | None = None,
 ) -> GateReport:
     """Check every budget that is set; an unset budget is not gated.
 
     Args:
+        latency_detail: How ``latency_p50_ms`` was judged, for the gate's line.
         required_metrics: Metric budgets that must be measured (the ones
             models.toml sets); the others (defaults) lapse when their metric was
             not measured, such as a label metric on a set without labels.
@@ -729,6 +731,7 @@ def check_gates(
                 budgets.max_latency_p50_ms,
                 latency_p50_ms,
                 latency_p50_ms <= budgets.max_latency_p50_ms,
+                latency_detail or "",
             )
         )
     return GateReport(results)
