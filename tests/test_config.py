@@ -462,7 +462,7 @@ BAD_CASES = [
         "classes-on-a-task-without-classes",
         (('version = "1.0.0"', 'version = "1.0.0"\ntask = "dense_map"'),),
         "models.digits.classes",
-        ('classes apply to task = "classification" only',),
+        ('classes apply to task = "classification" and "segmentation" only',),
     ),
 ]
 

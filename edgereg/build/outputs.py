@@ -53,6 +53,7 @@ FAILED = "failed"
 HEADLINE_METRICS: dict[str, tuple[str, ...]] = {
     "classification": ("accuracy", "top1_agreement"),
     "dense_map": ("label_iou", "iou"),
+    "segmentation": ("label_mean_iou", "mean_iou"),
     "ctc": ("label_line_accuracy", "line_match"),
     "embedding": ("neighbour_agreement",),
     "frame_decision": ("f1", "frame_agreement"),
@@ -96,7 +97,7 @@ def headline(metrics: dict[str, Any]) -> Headline | None:
 def writes_labels(model: Model) -> bool:
     """Whether a build of this model writes :data:`LABELS` (class names, or a CTC charset)."""
     return model.task.kind == "ctc" or (
-        model.task.kind == "classification" and model.classes is not None
+        type(model.task).NAMED_CLASSES and model.classes is not None
     )
 
 

@@ -954,6 +954,8 @@ def _metrics(
         "metrics": dict(scores.metrics) if scores else {},
         "baseline": dict(scores.baseline) if scores else {},
     }
+    if scores is not None and scores.per_class:
+        metrics["per_class"] = {name: dict(values) for name, values in scores.per_class.items()}
     if quant_record is not None:
         metrics["quantization"] = {
             "method": quant_record["method"],

@@ -35,6 +35,7 @@ from edgereg.config import (
     EmbeddingTask,
     FrameDecisionTask,
     GenericTask,
+    SegmentationTask,
     TaskMetric,
 )
 
@@ -42,6 +43,7 @@ from edgereg.config import (
 TASK_METRICS: dict[str, tuple[TaskMetric, ...]] = {
     "classification": ClassificationTask.METRICS,
     "dense_map": DenseMapTask.METRICS,
+    "segmentation": SegmentationTask.METRICS,
     "ctc": CtcTask.METRICS,
     "embedding": EmbeddingTask.METRICS,
     "frame_decision": FrameDecisionTask.METRICS,

@@ -54,6 +54,7 @@ from edgereg.config._tasks import (
     EmbeddingTask,
     FrameDecisionTask,
     GenericTask,
+    SegmentationTask,
     Task,
     TaskMetric,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "ResolvedVariant",
     "RolloutPolicy",
     "RuntimeHints",
+    "SegmentationTask",
     "SemVer",
     "Sha256",
     "StatePair",
