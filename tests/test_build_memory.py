@@ -573,6 +573,16 @@ def test_a_variant_over_its_tier_ceiling_names_both_numbers_and_the_smallest_pea
     with pytest.raises(ReleaseError) as caught:
         prepare_release(config, "seg", project.out, version="1.0.0", now=datetime.now(timezone.utc))
     assert "tier low: seg/small" in caught.value.message
+    # The summary shows the ceiling at work: what the tier serves, what it would refuse.
+    big = project.read("big", HOST_BENCHMARK)["memory_peak_mb"]
+    shown = CliRunner().invoke(
+        main,
+        ["summary", "--config", str(tmp_path / "models.toml"), "--build-dir", str(project.out)],
+    )
+    assert (
+        f"tier low (max_model_memory_mb 1): seg serves small ({small:.1f} MB host peak, OVER); "
+        f"refuses big {big:.1f} MB, small {small:.1f} MB"
+    ) in shown.stdout
     # Without the host figures (DVC restored the outputs), MNN's accounting stands in;
     # with neither, publish refuses to guess.
     (project.out / "seg" / "small" / HOST_BENCHMARK).unlink()
