@@ -714,8 +714,8 @@ def assert_no_outputs(
     metrics = read_json(out / METRICS)
     assert metrics["status"] == "failed"
     assert metrics["failed"]
-    assert metrics["failure"]["stage"] == stage
-    assert metrics["failure"]["message"]
+    assert metrics["error"]["stage"] == stage
+    assert metrics["error"]["message"]
     assert metrics["stages"][0] == "toolchain"
     assert metrics["recipe_sha256"] == project.load().recipe_digest(model, variant)
     # Nor a work directory next to it.
@@ -1168,8 +1168,8 @@ def test_a_late_failure_keeps_every_number_measured_before_it(
     assert sorted(path.name for path in out.iterdir()) == [HOST_BENCHMARK, METRICS]
     metrics = read_json(out / METRICS)
     assert metrics["status"] == "failed"
-    assert metrics["failure"]["stage"] == "runtime proof"
-    assert metrics["failure"]["message"] == caught.value.message
+    assert metrics["error"]["stage"] == "runtime proof"
+    assert metrics["error"]["message"] == caught.value.message
     assert metrics["stages"][-3:] == ["gate", "arm", "runtime"]
     assert {"verify", "evaluate", "size", "benchmark"} <= set(metrics["stages"])
     # Everything measured before the failure is there.
@@ -1183,7 +1183,7 @@ def test_a_late_failure_keeps_every_number_measured_before_it(
     rows = json.loads(summary(project, "--json").stdout)
     row = next(r for r in rows if (r["model"], r["variant"]) == (IMAGE_MODEL, "w8"))
     assert row["status"] == "failed"
-    assert row["failure"]["stage"] == "runtime proof"
+    assert row["error"]["stage"] == "runtime proof"
     assert row["value"] == 1.0
     assert row["memory_peak_mb"] is not None
     table = summary(project)

@@ -331,7 +331,7 @@ def test_a_missing_sysroot_names_the_install_command(
     assert caught.value.stage == "toolchain"
     record = metrics_of(tmp_path / "build", "digits", "w8")
     assert record["stages"] == ["toolchain"]
-    assert record["failure"]["stage"] == "toolchain"
+    assert record["error"]["stage"] == "toolchain"
 
 
 def test_rows_are_the_probe_and_a_spread() -> None:

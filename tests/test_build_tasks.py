@@ -628,9 +628,9 @@ def test_label_masks_of_the_wrong_shape_are_named(tmp_path: Path) -> None:
     with pytest.raises(BuildError) as caught:
         project.build("fp32")
     assert "label masks have rows of shape (1, 4, 8)" in caught.value.message
-    assert not (project.out / "m" / "fp32").exists() or not any(
-        (project.out / "m" / "fp32").iterdir()
-    )
+    # No artifact: only the failure record, naming the stage.
+    assert [path.name for path in (project.out / "m" / "fp32").iterdir()] == [METRICS]
+    assert project.metrics("fp32")["error"]["stage"] == "evaluate"
 
 
 # --- CTC sequence recognition -------------------------------------------------------
@@ -1036,4 +1036,4 @@ def test_masks_shaped_unlike_the_output_are_a_config_error_naming_both_shapes(
     assert f"label masks have shape [{size // 2}, {size // 2}] per sample" in message
     assert f"the output's class map is [{size}, {size}]" in message
     assert caught.value.exit_code == 2
-    assert project.metrics("fp32")["failure"]["stage"] == "reference"
+    assert project.metrics("fp32")["error"]["stage"] == "reference"

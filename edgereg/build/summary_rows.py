@@ -54,7 +54,7 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     failed=list(metrics.get("failed") or []),
                     # A failed build's stages and the one that failed (stage, message).
                     stages=list(metrics.get("stages") or []),
-                    failure=metrics.get("failure"),
+                    error=metrics.get("error"),
                     hint=metrics.get("hint"),
                 )
             rows.append(row)

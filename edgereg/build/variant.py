@@ -345,7 +345,7 @@ def _record_failure(out_dir: Path, progress: _Progress, exc: BaseException, reci
             "failed": [f"stage {stage}: {message.splitlines()[0] if message else stage}"],
             "hint": getattr(exc, "hint", None),
         }
-    record.update(recipe_sha256=recipe, stages=list(progress.stages), failure=failure)
+    record.update(recipe_sha256=recipe, stages=list(progress.stages), error=failure)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / ARTIFACT).unlink(missing_ok=True)
