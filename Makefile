@@ -94,6 +94,10 @@ demo: venv
 	$(DEMO_PULL) --bundle ocr $(FLAGSHIP)
 	$(DEMO_PULL) --bundle ocr $(BUDGET_PHONE)
 	$(DEMO_PULL) --bundle ocr --status $(FLAGSHIP)
+	@echo "--- segment: 512x512 for high and mid phones; the low tier's memory ceiling refuses both (summary above), so budget phones run it at 256x256 ---"
+	edgereg publish segment --full
+	$(DEMO_PULL) segment $(FLAGSHIP)
+	$(DEMO_PULL) segment $(BUDGET_PHONE)
 	edgereg verify
 
 lint: venv

@@ -122,7 +122,7 @@ def _smallest(config: Config, model: str, out_root: Path, ceiling: float) -> str
 
 
 def ceiling_lines(config: Config, out_root: Path) -> list[str]:
-    """Per tier with a ceiling and model: what it serves and which measured variants it refuses.
+    """Per tier with a ceiling and model it refuses a variant of: what it serves, what it refuses.
 
     What ``edgereg summary`` prints under its table, so a tier's ceiling shows
     doing its job: ``tier low (max_model_memory_mb 40): segment serves small
@@ -143,8 +143,8 @@ def ceiling_lines(config: Config, out_root: Path) -> list[str]:
                 is not None
             }
             over = [f"{name} {peak.mb:.1f} MB" for name, peak in peaks.items() if peak.mb > ceiling]
-            if not over and served not in peaks:
-                continue
+            if not over:
+                continue  # nothing refused: the ceiling changes nothing for this model
             own = peaks.get(served)
             line = f"tier {tier} (max_model_memory_mb {ceiling:g}): {model} serves {served}"
             line += (
