@@ -4,12 +4,14 @@ The build measures a variant's peak inside its own child process: it resets the
 kernel's high-water mark (``/proc/self/clear_refs``) once numpy, MNN and the
 inputs are loaded, and reads ``VmHWM`` after load, the first call and the
 steady runs (edgereg/toolchain/_memory_worker.py). This script measures the
-same thing another way, from outside: it starts two plain processes per
-variant, both importing numpy and MNN and reading the inputs, one of them then
-loading the model through MNN's session API and running it three times, and
-takes the difference of their peak resident sizes as the parent's ``wait4``
-reports them (``ru_maxrss``: no /proc reading, no reset). Median of
-``--repeat`` pairs.
+same thing another way, from outside: a plain process imports numpy and
+MNN, reads the inputs and says "ready"; the parent reads its resident size,
+tells it to load the model through MNN's session API and run it three times,
+and samples its ``/proc/PID/status`` every 0.2 ms until it says "done". The
+growth over the "ready" size, the largest of ``--repeat`` runs (sampling can
+only miss a peak, never add one). A peak from the difference of two processes'
+``ru_maxrss`` does not work here: importing MNN peaks higher (75 MB) than the
+process holds afterwards with the model loaded.
 
 Also prints MNN's own accounting and the largest tensors (int8 at 1 byte a
 value), so the per-precision effect on activations shows beside the peaks.
@@ -25,10 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,57 +45,101 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = "segment"
 TARGET = 0.10
 
-#: A plain process: imports, inputs, and (with a model) load + three session runs.
+#: A plain process: imports and inputs, then (on "go") load + three session runs.
 PLAIN = """
+import gc
 import sys
 import numpy as np
 import MNN
 
 data = dict(np.load(sys.argv[1]))
-if len(sys.argv) > 2:
-    net = MNN.Interpreter(sys.argv[2])
-    session = net.createSession({"numThread": int(sys.argv[3])})
-    inputs = net.getSessionInputAll(session)
+gc.collect()
+print("ready", flush=True)
+sys.stdin.readline()
+net = MNN.Interpreter(sys.argv[2])
+session = net.createSession({"numThread": int(sys.argv[3])})
+inputs = net.getSessionInputAll(session)
+for name, value in data.items():
+    net.resizeTensor(inputs[name], tuple(value.shape))
+net.resizeSession(session)
+caffe = MNN.Tensor_DimensionType_Caffe
+for _ in range(3):
+    # The build's workload: one host tensor at a time, released before the next.
     for name, value in data.items():
-        net.resizeTensor(inputs[name], tuple(value.shape))
-    net.resizeSession(session)
-    caffe = MNN.Tensor_DimensionType_Caffe
-    for _ in range(3):
-        for name, value in data.items():
-            host = MNN.Tensor(tuple(value.shape), MNN.Halide_Type_Float, value, caffe)
-            inputs[name].copyFrom(host)
-        net.runSession(session)
-        for out in net.getSessionOutputAll(session).values():
-            out.copyToHostTensor(MNN.Tensor(out, caffe))
+        host = MNN.Tensor(tuple(value.shape), MNN.Halide_Type_Float, value, caffe)
+        inputs[name].copyFrom(host)
+        del host
+    net.runSession(session)
+    for out in net.getSessionOutputAll(session).values():
+        host = MNN.Tensor(out, caffe)
+        out.copyToHostTensor(host)
+        del host
+print("done", flush=True)
+sys.stdin.readline()
 """
 
 
-def peak_kib(argv: list[str], cwd: str) -> int:
-    """The child's peak resident size, KiB, as the kernel reports it to its parent."""
-    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {process.returncode}")
-    return int(usage.ru_maxrss)
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def sampled_mb(argv: list[str], cwd: str) -> float:
+    """The child's resident growth from "ready" to "done", sampled from outside, MiB.
+
+    The parent reads the child's /proc/PID/status every 0.2 ms while the model
+    loads and runs: nothing of the build's measurement (no VmHWM, no reset of
+    it, no code in the measured process).
+    """
+    process = subprocess.Popen(
+        argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    for line in process.stdout:  # `import MNN` prints a line of its own first
+        if line.strip() == "ready":
+            break
+    else:
+        raise SystemExit(f"{' '.join(argv)} did not start")
+    baseline = _rss_kib(process.pid)
+    peak = baseline
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_kib(process.pid))
+            time.sleep(0.0002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    finished = process.stdout.readline().strip()
+    done.set()
+    sampler.join()
+    peak = max(peak, _rss_kib(process.pid))
+    process.stdin.close()
+    process.wait()
+    if finished != "done":
+        raise SystemExit(f"{' '.join(argv)} failed")
+    return (peak - baseline) / 1024.0
 
 
 def independent_mb(
     artifact: Path, sample: dict[str, np.ndarray], threads: int, repeat: int
 ) -> float:
-    """Median over ``repeat`` pairs of (with the model) - (without), MiB."""
+    """The largest of ``repeat`` sampled runs (sampling can only miss a peak), MiB."""
     with tempfile.TemporaryDirectory() as scratch:
         script = Path(scratch) / "plain.py"
         script.write_text(PLAIN, encoding="utf-8")
         inputs = Path(scratch) / "inputs.npz"
         np.savez(inputs, **sample)  # type: ignore[arg-type]
-        base = [sys.executable, str(script), str(inputs)]
-        diffs = []
-        for _ in range(repeat):
-            without = peak_kib(base, scratch)
-            with_model = peak_kib([*base, str(artifact), str(threads)], scratch)
-            diffs.append((with_model - without) / 1024.0)
-    return float(statistics.median(diffs))
+        argv = [sys.executable, str(script), str(inputs), str(artifact), str(threads)]
+        return max(sampled_mb(argv, scratch) for _ in range(repeat))
 
 
 def main() -> int:

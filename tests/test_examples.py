@@ -266,11 +266,11 @@ def test_the_low_tiers_memory_ceiling_refuses_the_512_variant_with_its_numbers(
     ceiling = config.tiers["low"].max_model_memory_mb
     assert ceiling is not None
     host = json.loads((out / "segment" / "w8" / HOST_BENCHMARK).read_text())
-    problems = ceiling_problems(config, "segment", out, require_measured=True)
-    assert problems == [
+    (problem,) = ceiling_problems(config, "segment", out, require_measured=True)
+    assert problem.startswith(
         f"tier low: segment/w8 peak memory {host['memory_peak_mb']:.1f} MB (host peak) > the "
         f"tier's max_model_memory_mb {ceiling:g} MB"
-    ]
+    )
     # The example's own low variant, the network at 256x256, fits.
     example_config = _without_arm(example)
     build(example_config, "segment", "small", out)
