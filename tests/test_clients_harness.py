@@ -18,11 +18,13 @@ machine, with a faulty or missing GPU played on top of it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import shutil
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
@@ -38,9 +40,11 @@ from devicekit import DeviceProgram, hostrunner
 from registrykit import PUBLIC_KEY_FILE, Site, add_table, ok
 from servekit import _release, serve, serve_process
 
+from edgereg.config import RolloutPolicy
 from edgereg.protocol.rules import in_cohort
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
-from edgereg.registry import Registry, manifest_key
+from edgereg.registry import Registry, manifest_key, set_percent
+from edgereg.registry import _transitions as transitions
 from edgereg.reports import ReportStore, open_store
 from edgereg.signing import Signer, generate_key, key_id
 from edgereg.storage import open_storage
@@ -55,7 +59,11 @@ version = "1.0.0"
 models = ["vision", "sensor"]
 """
 #: models.toml's [tiers] of the built project, best first.
-TIERS = {"high": {"min_ram_mb": 6144, "min_cpu_cores": 8}, "mid": {"min_ram_mb": 3072}, "low": {}}
+TIERS = [
+    {"name": "high", "rules": {"min_ram_mb": 6144, "min_cpu_cores": 8}},
+    {"name": "mid", "rules": {"min_ram_mb": 3072}},
+    {"name": "low", "rules": {}},
+]
 SIZES = {"high": 300_000, "mid": 120_000, "low": 40_000}
 
 
@@ -96,8 +104,45 @@ class LibRegistry:
         )
         return self.manifest()
 
+    def rollout(self, percent: float) -> Manifest:
+        """Move the candidate to ``percent``: a new rollout period (`rollout --to P --force`)."""
+        self.registry.change(
+            self.model,
+            lambda state, now, expires: set_percent(
+                state,
+                self.model,
+                percent,
+                policy=RolloutPolicy(),
+                now=now,
+                expires=expires,
+                actor="harness@tests",
+                force=True,  # no soak time in a test
+            ),
+            signer=self.signer,
+            expires_days=30,
+        )
+        return self.manifest()
+
     def manifest(self, tier: str = "high") -> Manifest:
         return self.registry.read_manifest(self.model, tier)
+
+    def roll_back(self) -> Manifest:
+        """``edgereg rollback``: the candidate is dropped, every device back to stable."""
+        self.registry.change(
+            self.model,
+            lambda state, now, expires: transitions.rollback(
+                state,
+                self.model,
+                to_version=None,
+                published=set(self.registry.versions(self.model)),
+                now=now,
+                expires=expires,
+                actor="harness@tests",
+            ),
+            signer=self.signer,
+            expires_days=30,
+        )
+        return self.manifest()
 
     def manifest_file(self, tier: str = "high") -> Path:
         return self.root / manifest_key(self.model, tier)
@@ -132,10 +177,37 @@ def arms(store: ReportStore, unit: str, **want: int) -> dict[tuple[str, str], di
     deadline = time.monotonic() + 10
     while True:
         found: dict[tuple[str, str], dict[str, int]] = {
-            (s.arm, s.version): {name: getattr(s, name) for name in want}
+            (s.arm, s.version): {
+                name: s.devices if name == "devices" else s.all.count(name) for name in want
+            }
             for s in store.summaries(unit)
         }
         if time.monotonic() > deadline or want in found.values():
+            return found
+        time.sleep(0.1)
+
+
+def rows(
+    tmp_path: Path, unit: str, until: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The report store's rows of ``unit`` (one per install and model), once ``until`` holds.
+
+    Read from the SQLite file of the ``reports`` fixture: the sequence, arm, probe and
+    latency of each install's row are what these scenarios check, beyond the summaries.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        uri = f"file:{tmp_path / 'reports.sqlite'}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.row_factory = sqlite3.Row
+            found = [
+                dict(row)
+                for row in db.execute(
+                    "SELECT * FROM reports WHERE unit = ? ORDER BY first_received_at, version",
+                    (unit,),
+                )
+            ]
+        if until(found) or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
 
@@ -196,7 +268,8 @@ class Proxy:
 
     ``mode``: ``pass`` relays everything; ``slow`` relays blob bodies at
     ``rate`` bytes per second (a trickling server); ``silent`` reads each
-    request and never answers. Each request goes upstream with
+    request and never answers; ``down`` closes each connection unanswered
+    (the server unreachable, the device offline). Each request goes upstream with
     ``Connection: close``, so the relay ends with the response.
     """
 
@@ -231,6 +304,8 @@ class Proxy:
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
+            if self.mode == "down":
+                return
             try:
                 read = _read_head(conn)
                 if read is None:
@@ -436,6 +511,17 @@ def device_in_cohort(manifest: Manifest, inside: bool) -> str:
     assert manifest.percent is not None
     n = 0
     while in_cohort(f"device-{n}", manifest.salt, manifest.percent) != inside:
+        n += 1
+    return f"device-{n}"
+
+
+def device_between(manifest: Manifest, outside: float, inside: float) -> str:
+    """A device id outside the cohort at ``outside`` percent and inside it at ``inside``."""
+    assert manifest.salt is not None
+    n = 0
+    while in_cohort(f"device-{n}", manifest.salt, outside) or not in_cohort(
+        f"device-{n}", manifest.salt, inside
+    ):
         n += 1
     return f"device-{n}"
 
@@ -744,6 +830,129 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
     assert update(restarted) == want("digits", newer.candidate, candidate=True)
 
 
+# --- cancel, progress, changes: what an app drives while an update runs ---------------------
+
+
+def test_a_cancel_mid_download_stops_at_once_installs_nothing_and_the_next_update_resumes(
+    devices: Devices, lib: LibRegistry, lib_url: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert newer.candidate is not None
+    proxy.mode, proxy.rate = "slow", 40_000  # 300 KB in about 8 s: a download to cancel
+    device.request("start_update")
+    deadline = time.monotonic() + 30
+    while proxy.slow_bytes < 60_000:  # well into the download, far from its end
+        assert time.monotonic() < deadline, "the download never started"
+        time.sleep(0.05)
+    asked = time.monotonic()
+    device.request("cancel")
+    device.request("cancel")  # twice: idempotent
+    result = device.request("wait_update", timeout=60)
+    took = time.monotonic() - asked
+    # The target is 1 s (benchmarks/sdk.py measures it); here only "not the whole download".
+    assert took < 5, f"{device.client} took {took:.1f} s to stop after the cancel"
+    kept = want("digits", first.stable, code="cancelled")
+    assert outcome(device, result) == kept
+    pending = device.request("status")["pending"]
+    assert pending is not None
+    assert pending["version"] == "1.1.0"
+    assert 0 < pending["remaining_bytes"] < newer.candidate.size  # the part is kept
+    assert device.request("events") == {
+        "events": [{"unit": "digits", "kind": "installed", "version": "1.0.0", "previous": None}]
+    }
+    proxy.mode = "pass"
+    device.request("start_update")
+    resumed = device.request("wait_update", timeout=60)
+    assert outcome(device, resumed) == want("digits", newer.candidate, candidate=True)
+    assert 0 < resumed["downloaded_bytes"] < newer.candidate.size, resumed["downloaded_bytes"]
+    progress = resumed["progress"]
+    # The total is known before the first byte, and the bytes kept count as done.
+    assert progress[0] == [newer.candidate.size - pending["remaining_bytes"], newer.candidate.size]
+    assert progress[-1] == [newer.candidate.size, newer.candidate.size]
+
+
+def test_progress_says_the_total_before_the_first_byte_and_ends_at_it(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    assert isinstance(first.stable, ManifestEntry)
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    device.request("start_update")
+    result = device.request("wait_update", timeout=60)
+    assert outcome(device, result) == want("digits", first.stable)
+    progress = result["progress"]
+    size = first.stable.size
+    assert progress[0] == [0, size], progress[:3]
+    assert progress[-1] == [size, size]
+    assert all(total == size for _, total in progress)
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    again = device.request("start_update")
+    assert again == {}
+    unchanged = device.request("wait_update", timeout=60)
+    assert unchanged["progress"] == []  # nothing to download: no progress at all
+
+
+def test_changes_are_heard_across_an_install_a_server_rollback_and_a_delete(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    check = device.request("check")
+    assert newer.candidate is not None
+    assert (check["available"], check["version"], check["installed"]) == (True, "1.1.0", "1.0.0")
+    assert (check["download_bytes"], check["is_candidate"]) == (newer.candidate.size, True)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    rolled = lib.roll_back()  # the release manager takes 1.1.0 back
+    assert update(device) == want("digits", rolled.stable)
+    assert device.request("check")["available"] is False  # up to date
+    assert device.request("installed")["units"] == [
+        {"unit": "digits", "kind": "model", "version": "1.0.0", "is_candidate": False}
+    ]
+    assert device.request("delete") == {"deleted": True}
+    assert device.request("delete") == {"deleted": False}  # twice: idempotent
+    assert device.request("installed")["units"] == []
+    assert outcome(device, device.request("current")) == want("digits", None)
+    assert device.request("events")["events"] == [
+        {"unit": "digits", "kind": "installed", "version": "1.0.0", "previous": None},
+        {"unit": "digits", "kind": "installed", "version": "1.1.0", "previous": "1.0.0"},
+        {"unit": "digits", "kind": "rolled-back", "version": "1.0.0", "previous": "1.1.0"},
+        {"unit": "digits", "kind": "deleted", "version": None, "previous": "1.0.0"},
+    ]
+    # The rollback protection stays: the next update installs this device's release again.
+    assert update(device) == want("digits", rolled.stable)
+
+
+def test_unknown_conditions_are_unmet_and_the_shortest_update_defers(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    wifi_only = {"allow_metered": False, "require_charging": False, "reserve_bytes": 8388608}
+    configure(device, lib_url, lib.pem, tmp_path / "cache", policy=wifi_only)
+    deferred = device.request("update")  # no conditions at all: the network is unknown
+    assert (deferred["deferred"], deferred["downloaded_bytes"]) == ("metered", 0), deferred
+    assert outcome(device, deferred) == want("digits", None)
+    partial = device.request("update", conditions={"charging": True})  # still not the network
+    assert partial["deferred"] == "metered"
+    check = device.request("check")
+    assert (check["available"], check["deferred"]) == (True, "metered")
+    idle_and_storage = {**wifi_only, "allow_metered": True, "require_idle": True}
+    idle_and_storage["require_storage_not_low"] = True
+    configure(device, lib_url, lib.pem, tmp_path / "cache", policy=idle_and_storage)
+    assert device.request("update", conditions={"idle": True})["deferred"] == "storage-low"
+    assert device.request("update", conditions={"storage_low": False})["deferred"] == "not-idle"
+    met = device.request("update", conditions={"idle": True, "storage_low": False})
+    assert outcome(device, met) == want("digits", first.stable)
+
+
 # --- what the app allows, what it ships ------------------------------------------------------
 
 
@@ -854,6 +1063,132 @@ def test_each_device_binds_its_own_source_address(
     assert set(proxy.peers) == {"127.0.0.9"}
 
 
+# --- reports in every rollout period, kept until delivered (docs/protocol.md §11) -------------
+
+
+def test_a_stable_device_reports_again_in_each_new_rollout_period(
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
+) -> None:
+    canary = lib.publish("1.1.0", percent=10.0)
+    device = devices()
+    configure(
+        device, lib_url, lib.pem, tmp_path / "cache", device_id=device_between(canary, 50, 100)
+    )
+    assert update(device) == want("digits", canary.stable)
+    device.request("record_inference", ms=12.5, model=None)
+    stepped = lib.rollout(50.0)
+    assert stepped.sequence > canary.sequence
+    assert update(device) == want("digits", canary.stable)  # outside the cohort still
+
+    def landed(found: list[dict[str, Any]]) -> bool:
+        return any(r["sequence"] == stepped.sequence for r in found)
+
+    found = rows(tmp_path, "digits", landed)
+    # One install, one row: the stable arm heard from in the new period, with the calls since.
+    assert [(r["arm"], r["version"], r["sequence"], r["inference_count"]) for r in found] == [
+        ("stable", "1.0.0", stepped.sequence, 1)
+    ]
+
+
+def test_a_candidate_rejected_by_its_self_test_reports_the_rejection_in_each_period(
+    devices: Devices, site: Site, reports: ReportStore, tmp_path: Path
+) -> None:
+    add_table(site.project, '[reports]\nurl = "v1/reports"')
+    project = Project(site)
+    project.publish("vision", "--full")
+    first = project.manifest("vision", "high").stable
+    assert isinstance(first, ManifestEntry)
+    project.site.project.edit_table("models.vision", 'version = "1.0.0"', 'version = "1.1.0"')
+    project.publish("vision", "--canary", "10%")
+    canary = project.manifest("vision", "high")
+    inside = device_between(canary, 0, 10)
+    broken = {"command": hostrunner(faulty=list(first.runtime.backends))}
+    good = {"command": hostrunner(unavailable=list(first.runtime.backends[:-1]))}
+    cache = tmp_path / "cache"
+    with serve(f"file://{project.registry_root}", reports=reports) as url:
+        device = devices()
+        configure(
+            device, url + "/", project.pem, cache, device_id=inside,
+            unit="vision", self_test=True, runner=broken,
+        )  # fmt: skip
+        assert update(device) == want("vision", None, code="probe-failed", refused=("1.1.0",))
+        ok(project.site.run("rollout", "vision", "--to", "50%", "--force"))
+        stepped = project.manifest("vision", "high")
+        assert stepped.sequence > canary.sequence
+        configure(  # the app starts again with a runner that can run the stable
+            device, url + "/", project.pem, cache, device_id=inside,
+            unit="vision", self_test=True, runner=good,
+        )  # fmt: skip
+        result = device.request("update")
+        assert result["fallback"] == "bad-release", result
+        assert outcome(device, result) == want("vision", first, refused=("1.1.0",))
+
+        def landed(found: list[dict[str, Any]]) -> bool:
+            return any(r["version"] == "1.1.0" and r["sequence"] == stepped.sequence for r in found)
+
+        found = rows(tmp_path, "vision", landed)
+    rejected = [r for r in found if r["version"] == "1.1.0"]
+    # Intention to treat: the device counts in the candidate arm, as a failure, in this period.
+    assert [
+        (r["arm"], r["probe"], r["sequence"], r["backend"], r["inference_count"]) for r in rejected
+    ] == [("candidate", "failed", stepped.sequence, None, None)]
+
+
+def test_a_reverted_candidate_reports_its_revert_in_each_period_without_latency(
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
+) -> None:
+    canary = lib.publish("1.1.0", percent=10.0)
+    device = devices()
+    configure(
+        device, lib_url, lib.pem, tmp_path / "cache",
+        device_id=device_between(canary, 10, 50), max_unconfirmed_starts=1,
+    )  # fmt: skip
+    assert update(device) == want("digits", canary.stable)
+    assert device.request("confirm", version="1.0.0") == {"confirmed": True}
+    fifty = lib.rollout(50.0)
+    assert update(device) == want("digits", fifty.candidate, candidate=True)
+    assert device.request("app_started")["reverted"] is False  # crashed before confirming
+    assert device.request("app_started")["reverted"] is True  # a crash loop: reverted
+    device.request("record_inference", ms=9.0, model=None)  # the fallback 1.0.0 runs it
+    sixty = lib.rollout(60.0)
+    result = device.request("update")
+    assert result["fallback"] == "bad-release", result
+    assert outcome(device, result) == want("digits", fifty.stable, refused=("1.1.0",))
+
+    def landed(found: list[dict[str, Any]]) -> bool:
+        return any(r["version"] == "1.1.0" and r["sequence"] == sixty.sequence for r in found)
+
+    reverted = [r for r in rows(tmp_path, "digits", landed) if r["version"] == "1.1.0"]
+    # The fallback's call is in no report of the reverted release.
+    assert [
+        (r["arm"], r["reverted"], r["unconfirmed_starts"], r["sequence"], r["inference_count"])
+        for r in reverted
+    ] == [("candidate", 1, 1, sixty.sequence, None)]
+
+
+def test_a_report_made_while_the_server_is_unreachable_waits_for_the_first_reachable_check(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, reports: ReportStore, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    installed = {"devices": 1, "confirmed": 0}
+    assert arms(reports, "digits", **installed) == {("stable", "1.0.0"): installed}
+    proxy.mode = "down"
+    assert device.request("confirm", version="1.0.0") == {"confirmed": True}  # made offline
+    device.request("flush")  # its try is over (no answer), and a retry of it too
+    for _ in range(2):  # two more checks, the server still unreachable
+        assert update(device) == want("digits", first.stable, code="transport")
+        device.request("flush")
+    assert arms(reports, "digits", **installed) == {("stable", "1.0.0"): installed}
+    proxy.mode = "pass"
+    assert update(device) == want("digits", first.stable)
+    # Delivered by that check itself (no flush): kept, not dropped after one more try.
+    confirmed = {"devices": 1, "confirmed": 1}
+    assert arms(reports, "digits", **confirmed) == {("stable", "1.0.0"): confirmed}
+
+
 # --- the self-test on real MNN through the host runner --------------------------------------
 
 
@@ -921,18 +1256,56 @@ def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_st
 # --- the conformance vectors through the device program ----------------------------------
 
 
-def test_every_vector_through_the_device_program(devices: Devices) -> None:
+#: The device program's op for each folder of tests/vectors/ ("" is the folder itself).
+VECTOR_OPS = {
+    "": "decide",
+    "blobs": "check_blob",
+    "probes": "check_probe",
+    "versions": "check_version",
+    "reports": "check_report",
+    "labels": "check_labels",
+    "conditions": "check_conditions",
+    "selftest": "check_selftest",
+    "tiers": "check_tiers",
+}
+
+
+def test_every_vector_file_through_the_device_program(devices: Devices) -> None:
+    """Every file of every folder (docs/reference/device-program.md); a new folder fails here."""
     device = devices()
     checked, wrong = 0, []
-    for path in sorted(VECTORS.glob("*.json")) + sorted((VECTORS / "blobs").glob("*.json")):
+    for path in sorted(VECTORS.rglob("*.json")):
+        folder = "/".join(path.relative_to(VECTORS).parts[:-1])
+        if folder in ("keys", "rules"):
+            continue  # keys are keys; rules/ is the next test
+        assert folder in VECTOR_OPS, f"no device op for tests/vectors/{folder}/"
         vector = json.loads(path.read_text("utf-8"))
-        op = "check_blob" if path.parent.name == "blobs" else "decide"
-        got = device.request(op, vector=vector["input"])
+        answer = device.call(VECTOR_OPS[folder], vector=vector["input"])
         checked += 1
+        got = answer.get("result") if answer.get("ok") else answer
         if got != vector["expected"]:
             wrong.append(f"{path.relative_to(VECTORS)}: {got} != {vector['expected']}")
-    assert checked > 40
-    assert not wrong, "\n".join(wrong)
+    assert checked == len(list(VECTORS.rglob("*.json"))) - 2, checked  # all but rules/
+    assert not wrong, f"{len(wrong)} of {checked} differ:\n" + "\n".join(wrong)
+
+
+def test_the_tier_and_cohort_rules_through_the_device_program(devices: Devices) -> None:
+    device = devices()
+    tiers = json.loads((VECTORS / "rules" / "tiers.json").read_text("utf-8"))
+    got = [
+        device.request("resolve_tier", tiers=tiers["tiers"], device=case["device"])["tier"]
+        for case in tiers["cases"]
+    ]
+    assert got == [case["tier"] for case in tiers["cases"]]
+    cohorts = json.loads((VECTORS / "rules" / "cohorts.json").read_text("utf-8"))
+    for case in cohorts["cases"]:
+        answer = device.request(
+            "cohort",
+            salt=case["salt"],
+            device_id=case["device_id"],
+            percents=list(case["in_cohort"]),
+        )
+        assert answer == {"bucket": case["bucket"], "in_cohort": case["in_cohort"]}, case
 
 
 def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:

@@ -294,11 +294,17 @@ class ReportSink(Protocol):
         unit: str,
         since: datetime | None = None,
         *,
+        since_sequence: int | None = None,
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
+        ...
+
+    def clock(self, unit: str) -> datetime | None:
+        """The report servers' clock as the store last heard it (as the store's)."""
         ...
 
 
