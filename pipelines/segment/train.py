@@ -190,9 +190,12 @@ def train(model: Segmenter, x: torch.Tensor, labels: torch.Tensor) -> None:
     # The rare classes weigh more (inverse square root of their frequency).
     weight = (counts.sum() / counts).sqrt()
     weight = (weight / weight.mean()).float()
-    print("pixel share per class: " + ", ".join(f"{c} {n:.2%}" for c, n in zip(
-        CLASSES, (counts / counts.sum()).tolist(), strict=True
-    )))
+    print(
+        "pixel share per class: "
+        + ", ".join(
+            f"{c} {n:.2%}" for c, n in zip(CLASSES, (counts / counts.sum()).tolist(), strict=True)
+        )
+    )
     steps = EPOCHS * ((len(x) + BATCH - 1) // BATCH)
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=steps)
@@ -247,10 +250,13 @@ def check(path: Path, images: np.ndarray, labels: np.ndarray) -> list[float]:
     """Per-class IoU of the exported model under ONNX Runtime, one picture at a time."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     x = preprocess(images)
-    logits = np.concatenate([session.run(["logits"], {"image": x[i : i + 1]})[0] for i in range(len(x))])
+    logits = np.concatenate(
+        [session.run(["logits"], {"image": x[i : i + 1]})[0] for i in range(len(x))]
+    )
     ious = class_iou(logits, labels)
     shown = ", ".join(f"{c} {v:.4f}" for c, v in zip(CLASSES, ious, strict=True))
-    print(f"{path.name}: onnxruntime fp32 held-out IoU per class: {shown}; mean {np.mean(ious):.4f}")
+    mean = float(np.mean(ious))
+    print(f"{path.name}: onnxruntime fp32 held-out IoU per class: {shown}; mean {mean:.4f}")
     for name, value, target in zip(CLASSES, ious, TARGET, strict=True):
         if value < target:
             raise SystemExit(f"{path.name}: {name} IoU {value:.4f} is below its {target} target")
