@@ -265,9 +265,9 @@ def build_variant(
     """Build, verify, evaluate, gate and benchmark one variant.
 
     A variant that fails leaves no artifact, and a ``metrics.json`` with
-    ``"status": "failed"``: every stage that ran, the failing stage and its
-    message (``failure``), and every number measured before it (a gate's
-    failure holds them all).
+    ``"status": "failed"``: every stage that ran (``stages``), the failing
+    stage and its message (``error``), and every number measured before it (a
+    gate's failure holds them all).
 
     Raises:
         ConfigError: unknown model or variant.
@@ -318,7 +318,7 @@ def _record_failure(out_dir: Path, progress: _Progress, exc: BaseException, reci
     """Write (or complete) the failed variant's metrics.json: stages, failing stage, message.
 
     A gate's or the quantizer's failure has written its numbers already; it
-    gains the stages and the failure. Any other failure keeps what was measured
+    gains ``stages`` and ``error``. Any other failure keeps what was measured
     before it. Never raises: the original error is what the user must see.
     """
     stage = exc.stage if isinstance(exc, BuildError) else progress.stages[-1]
