@@ -381,17 +381,21 @@ class Fleet:
         aged_hours: float,
         forged: Sequence[ArmSummary] = (),
         pooled: bool = False,
+        server_now: float | None = None,
     ) -> list[ArmSummary]:
         """Per tier and arm, as ``ReportStore.summaries(since_sequence=...)`` would say.
 
-        ``pooled``: every tier together (tier ``*``), each network once.
+        ``pooled``: every tier together (tier ``*``), each network once. ``server_now``:
+        the hour the report server last marked the store's clock; the clock is that or
+        the newest report, whichever is later.
         """
         rows = [arm.row for arm in self.arms]
         newest = max(
             float(arm.s_recv[r].max()) if r.any() else -1e9
             for arm, r in zip(self.arms, rows, strict=True)
         )
-        cut = newest - aged_hours
+        clock = newest if server_now is None else max(newest, server_now)
+        cut = clock - aged_hours
         out = []
         for v, (name, version) in enumerate((("stable", STABLE), ("candidate", CANDIDATE))):
             arm = self.arms[v]

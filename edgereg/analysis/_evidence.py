@@ -54,6 +54,13 @@ from edgereg.analysis._bands import (
     without_highest,
     without_lowest,
 )
+from edgereg.analysis._means import (
+    MeanArm,
+    compare_means,
+    log_evidence,
+    mixture_scale,
+    standard_error,
+)
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, total
 from edgereg.analysis._rates import (
     RateComparison,
@@ -82,14 +89,19 @@ class RateArm:
     Attributes:
         events: Networks with the event, each by the share of its devices that had it.
         networks: Source networks (a device without a known one is its own).
-        device_events: Devices with the event (for people).
+        device_events: Devices with the event (for people; an app metric's sum of
+            each device's share, a fraction).
         devices: Devices (for people).
+        squares: For an app metric, each network's value squared, summed: the
+            evidence then estimates their spread (:mod:`edgereg.analysis._means`);
+            None for an event, a 0/1 outcome per device.
     """
 
     events: float
     networks: int
-    device_events: int = 0
+    device_events: float = 0
     devices: int = 0
+    squares: float | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,10 @@ def rate_evidence(
     Raises:
         ValueError: an arm without networks.
     """
+    if candidate.squares is not None and stable.squares is not None:
+        return _mean_evidence(
+            candidate, stable, margin=margin, alpha=alpha, k=k, intervals=intervals
+        )
     plain = compare_rates(
         candidate.events,
         candidate.networks,
@@ -224,6 +240,83 @@ def rate_evidence(
         estimate=plain.difference,
         estimate_low=plain.difference - 1.96 * _standard_error(candidate, stable),
         # The interval of the case hardest to pass: the harm the evidence leaves open.
+        ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
+    )
+
+
+def _mean_arm(total: float, squares: float, count: int) -> MeanArm | None:
+    if count < 1:
+        return None
+    total = min(max(total, 0.0), float(count))
+    # Values in [0, 1]: their squares sum to at most their total, at least its square / count.
+    return MeanArm(total, min(max(squares, total * total / count), total), count)
+
+
+def _mean_evidence(
+    candidate: RateArm, stable: RateArm, *, margin: float, alpha: float, k: int, intervals: bool
+) -> RateEvidence:
+    """:func:`rate_evidence` for values in [0, 1] whose spread is known (an app metric).
+
+    The cases are the same: a network set aside takes away at most one of the
+    sum, and as much of the sum of squares, and exactly one network.
+    """
+    assert candidate.squares is not None
+    assert stable.squares is not None
+    c_sq, s_sq = candidate.squares, stable.squares
+    c = _mean_arm(candidate.events, c_sq, candidate.networks)
+    s = _mean_arm(stable.events, s_sq, stable.networks)
+    if c is None or s is None:
+        raise ValueError("each arm needs at least one network")
+    plain = compare_means(c, s, margin=margin, alpha=alpha, interval=intervals)
+    fail_cases = [
+        (
+            _mean_arm(c.total - j, c_sq - j, c.count - j),
+            _mean_arm(s.total, s_sq, s.count - (k - j)),
+        )
+        for j in range(k + 1)
+    ]
+    pass_cases = [
+        (
+            _mean_arm(c.total, c_sq, c.count - j),
+            _mean_arm(s.total - (k - j), s_sq - (k - j), s.count - (k - j)),
+        )
+        for j in range(k + 1)
+    ]
+    known_fail = [(a, b) for a, b in fail_cases if a is not None and b is not None]
+    known_pass = [(a, b) for a, b in pass_cases if a is not None and b is not None]
+    target = math.log(1 / alpha)
+
+    def compared(pair: tuple[MeanArm, MeanArm], interval: bool = False) -> RateComparison:
+        return compare_means(*pair, margin=margin, alpha=alpha, interval=interval)
+
+    def shows_harm(pair: tuple[MeanArm, MeanArm]) -> bool:
+        a, b = pair
+        return a.mean > b.mean and log_evidence(a, b, 0.0, mixture_scale(margin)) >= target
+
+    worst_fail = (
+        max(known_fail, key=lambda pair: compared(pair).p_worse)
+        if len(known_fail) == len(fail_cases)
+        else None
+    )
+    worst_pass = (
+        max(known_pass, key=lambda pair: compared(pair).p_within)
+        if len(known_pass) == len(pass_cases)
+        else None
+    )
+    fail_case = compared(worst_fail, intervals) if worst_fail is not None else None
+    pass_case = compared(worst_pass, intervals) if worst_pass is not None else None
+    harms = [shows_harm(pair) for pair in known_pass]
+    complete = worst_pass is not None
+    return RateEvidence(
+        plain=plain,
+        fail_case=fail_case,
+        pass_case=pass_case,
+        p_worse=fail_case.p_worse if fail_case is not None else 1.0,
+        p_within=pass_case.p_within if pass_case is not None else 1.0,
+        harm_shown=complete and all(harms),
+        harmless=complete and not any(harms),
+        estimate=plain.difference,
+        estimate_low=plain.difference - 1.96 * standard_error(c, s),
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
 

@@ -273,6 +273,7 @@ def _serve(
         "max_per_address": max_per_address,
         "trusted": registry.trusted_keys if pinned else None,
         "policy": config.rollout_policy if config is not None else None,
+        "declared_metrics": config.unit_metrics if config is not None else None,
         "report_limiter": RateLimiter(reports_rate, reports_burst),
         "trusted_proxies": tuple(trusted_proxies),
     }

@@ -7,9 +7,11 @@ the client moves bytes through :mod:`._fetcher`, keeps them with
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -86,7 +88,14 @@ from edgereg.protocol.fields import MAX_MEMORY_MB, Name, format_time
 from edgereg.protocol.patterns import SHA256_RE
 from edgereg.protocol.reasons import Malformed, ProbeNotRun, Rejected
 from edgereg.protocol.rules import DeviceProfile, Tiers, resolve_tier
-from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
+from edgereg.protocol.wire import (
+    BundleEntry,
+    DistributionMetric,
+    Manifest,
+    ManifestEntry,
+    RateMetric,
+    verify_document,
+)
 
 __all__ = [
     "Client",
@@ -321,6 +330,7 @@ class Client:
                 cpu_class=cpu_class(features),
             ),
             enabled=reporting,
+            clock=clock,
         )
         self.max_manifest_bytes = max_manifest_bytes
         self.clock = clock
@@ -380,6 +390,7 @@ class Client:
             self._install_shipped_or_record()
         installed = self.cache.read_installed(self.kind, self.model)
         self.reporter.retry_pending()
+        self._send_metrics()
         self.fetcher.start_deadline()
         self._cancel = cancel
         self._progress = progress if progress is not None else self.on_progress
@@ -582,6 +593,77 @@ class Client:
         """Add one real inference's latency (``model``: a bundle member) to the next report."""
         self.reporter.record_inference(model or self.model, ms)
 
+    def record(self, name: str, success: bool) -> None:
+        """Count one event of the app metric ``name`` (a ``rate``): whether it succeeded.
+
+        The installed release's metric (docs/protocol.md §3, "App metrics"):
+        counted since its install, sent as totals with its reports. Nothing is
+        counted while nothing is installed.
+
+        Raises:
+            ValueError: ``name`` is not a rate metric the installed release declares,
+                or ``success`` is not a bool (a programming error of the caller).
+        """
+        if not isinstance(success, bool):
+            raise ValueError(f"record({name!r}, ...): success must be True or False")
+        installed = self._declared(name, RateMetric)
+        if installed is not None:
+            self.reporter.record(self.model, installed, name, success=success)
+
+    def observe(self, name: str, value: float) -> None:
+        """Count one value of the app metric ``name`` (a ``distribution``) in its bucket.
+
+        Raises:
+            ValueError: ``name`` is not a distribution the installed release declares,
+                or ``value`` is not a finite number (a programming error of the caller).
+        """
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"observe({name!r}, {value!r}): the value must be a finite number")
+        installed = self._declared(name, DistributionMetric)
+        if installed is None:
+            return
+        declared = self._record_metrics(installed)[name]
+        assert isinstance(declared, DistributionMetric)
+        bucket = bisect.bisect_left(declared.buckets, float(value))
+        self.reporter.observe(
+            self.model, installed, name, bucket=bucket, buckets=len(declared.buckets) + 1
+        )
+
+    def _record_metrics(self, version: str) -> Mapping[str, RateMetric | DistributionMetric]:
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or record.version != version or record.metrics is None:
+            return {}
+        return record.metrics
+
+    def _declared(self, name: str, kind: type[RateMetric | DistributionMetric]) -> str | None:
+        """The installed version when it declares ``name`` of ``kind``; None when nothing is.
+
+        Raises:
+            ValueError: the installed release does not declare it, or as another kind.
+        """
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None:
+            return None
+        declared = (record.metrics or {}).get(name)
+        wanted = "rate" if kind is RateMetric else "distribution"
+        if declared is None:
+            known = ", ".join(sorted(record.metrics or {})) or "none"
+            raise ValueError(
+                f"{self.model} {record.version} declares no app metric {name!r} "
+                f"(declared: {known}); declare it in models.toml [models.{self.model}.metrics]"
+            )
+        if not isinstance(declared, kind):
+            raise ValueError(
+                f"app metric {name!r} of {self.model} {record.version} is a "
+                f"{declared.metric}, not a {wanted}: use "
+                f"{'record' if declared.metric == 'rate' else 'observe'}()"
+            )
+        return record.version
+
     def record_memory(
         self, peak_mb: float | None, steady_mb: float | None = None, model: str | None = None
     ) -> None:
@@ -710,6 +792,7 @@ class Client:
             sequence=decision.manifest.sequence,
             members={name: _Member.of(e) for name, e in entries.items()},
             bundled=shipped is not None,
+            metrics=entry.metrics,
         )
         if installed is not None and new.same_release(installed):
             # Same blobs (a promote, a re-fetch): keep the check's backends and the last good.
@@ -799,6 +882,15 @@ class Client:
             arm="candidate" if new.is_candidate else "stable",
             sequence=decision.manifest.sequence,
         )
+
+    def _send_metrics(self) -> None:
+        """App metrics counted since the install's last report, 12 hours after it: send them."""
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or not record.metrics:
+            return
+        if self.reporter.metrics_due(self.model, record.version, self.clock()):
+            for name in sorted(record.members):
+                self.reporter.summary(self.model, name)
 
     def _report_period(self, decision: Decision) -> None:
         """A manifest with a new sequence: report again the release it gives this device.

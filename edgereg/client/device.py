@@ -913,6 +913,22 @@ class Device:
         )
         return {}
 
+    def op_record(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        success = _arg(request, "success", bool)
+        try:
+            self.need().record(_arg(request, "metric", str), success)
+        except ValueError as exc:
+            return {"counted": False, "error": str(exc)}
+        return {"counted": True}
+
+    def op_observe(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        value = _arg(request, "value", (int, float))
+        try:
+            self.need().observe(_arg(request, "metric", str), float(value))
+        except ValueError as exc:
+            return {"counted": False, "error": str(exc)}
+        return {"counted": True}
+
     def op_record_memory(self, request: Mapping[str, Any]) -> dict[str, Any]:
         peak = _opt(request, "peak_mb", (int, float))
         steady = _opt(request, "steady_mb", (int, float))
