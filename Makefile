@@ -20,15 +20,17 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Old MNN runtimes that builds prove artifacts on (models.toml [toolchain]
-# min_mnn_runtime; the tests prove on 3.0.0): one isolated venv per version in
-# .edgereg/runtimes/, downloaded once and kept (a second run downloads nothing).
+# min_mnn_runtime; the tests prove on 3.0.0): one isolated venv per version in the
+# per-user cache every repository shares (~/.cache/edgereg/runtimes/, or
+# $EDGEREG_RUNTIMES_DIR), downloaded once and kept (a second run downloads nothing).
 TEST_MNN_RUNTIMES := 3.0.0
 runtimes: $(VENV)/.installed
 	edgereg toolchain runtimes install $(addprefix --version ,$(TEST_MNN_RUNTIMES))
 
 # The aarch64 sysroot that runs MNN's ARM kernels under QEMU (docs/operations/
 # arm-verification.md): Debian's arm64 python and the pinned MNN wheel in
-# .edgereg/arm/, set up once (about 45 s, 300 MB) and kept like .edgereg/runtimes/.
+# ~/.cache/edgereg/arm/ (or $EDGEREG_ARM_DIR), set up once per user (about 45 s,
+# 300 MB) and kept like the runtimes.
 arm: $(VENV)/.installed system-deps
 	edgereg toolchain arm install
 
@@ -92,6 +94,10 @@ demo: venv
 	$(DEMO_PULL) --bundle ocr $(FLAGSHIP)
 	$(DEMO_PULL) --bundle ocr $(BUDGET_PHONE)
 	$(DEMO_PULL) --bundle ocr --status $(FLAGSHIP)
+	@echo "--- segment: 512x512 for high and mid phones; the low tier's memory ceiling refuses both (summary above), so budget phones run it at 256x256 ---"
+	edgereg publish segment --full
+	$(DEMO_PULL) segment $(FLAGSHIP)
+	$(DEMO_PULL) segment $(BUDGET_PHONE)
 	edgereg verify
 
 lint: venv
@@ -145,6 +151,6 @@ bench: venv sdk
 
 # Never the signing key (.edgereg/signing-key.pem) nor the pinned publisher-keys/:
 # a deleted private key cannot be made again, and apps trust only that one.
-# .edgereg/runtimes/ stays too: the MNN runtimes are a download cache, like .venv.
+# The MNN runtimes and the ARM sysroot live outside the repository (~/.cache/edgereg/).
 clean:
 	rm -rf build registry .edgereg/demo-devices .pytest_cache .mypy_cache .ruff_cache

@@ -95,7 +95,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if not args.skip_setup:
         _setup(mnn)
-    sysroot = arm_toolchain.find_sysroot(mnn, root=arm_toolchain.arm_dir(ROOT))
+    sysroot = arm_toolchain.find_sysroot(mnn, root=arm_toolchain.arm_dir())
     print(f"installed sysroot: {sysroot.size_bytes / 1e6:.0f} MB ({sysroot.path})")
     cpus = arm_toolchain.qemu_cpus()
     for spec in arm_toolchain.CPU_CLASSES.values():

@@ -94,7 +94,7 @@ def main() -> int:
     if not config.toolchain.needs_runtime_proof:
         print("models.toml declares no min_mnn_runtime below the converter: nothing to prove")
         return 0
-    root = runtimes.runtimes_dir(ROOT)
+    root = runtimes.runtimes_dir()
     runtimes.find_runtime(version, root=root)  # fails early, naming the install command
     load = os.getloadavg()[0]
     print(f"MNN {toolchain.installed_version('mnn')} (build) vs MNN {version} (proof)")

@@ -862,7 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-search", action="store_true", help="skip section 3")
     args = parser.parse_args(argv)
     # Builds from a config in a temporary directory still find the installed old runtimes.
-    os.environ.setdefault(RUNTIMES_DIR_ENV, str(runtimes_dir(ROOT)))
+    os.environ.setdefault(RUNTIMES_DIR_ENV, str(runtimes_dir()))
 
     print(
         f"edgereg verification benchmark, {time.strftime('%Y-%m-%d %H:%M')}, "

@@ -78,7 +78,9 @@ MIN_SIZE_BUDGET_MB = 1.0
 #: Calibration samples proposed at most (MNN calibrates one sample at a time).
 MAX_CALIBRATION_SAMPLES = 200
 
-Task = Literal["classification", "dense_map", "embedding", "frame_decision", "generic"]
+Task = Literal[
+    "classification", "dense_map", "segmentation", "embedding", "frame_decision", "generic"
+]
 INPUT_DTYPES = ("float32", "int32", "int64", "uint8")
 #: Metadata keys that exporters use for class names (torchvision, ultralytics, ...).
 CLASS_METADATA_KEYS = ("classes", "class_names", "labels", "names")
@@ -754,8 +756,9 @@ def _suggest_task(
         )
     elif len(labels.shape) > 2:
         notes.append(
-            f"models.{model}.task: the labels are maps: for a detector or segmenter set "
-            'task = { kind = "dense_map", threshold = 0.5 }'
+            f"models.{model}.task: the labels are maps: for a detector set "
+            'task = { kind = "dense_map", threshold = 0.5 }; for a segmenter whose output '
+            'scores each class per pixel, task = "segmentation" and its classes'
         )
 
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from edgereg.toolchain.arm import arm_dir
+from edgereg.toolchain.runtimes import runtimes_dir
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The machine's tool caches (`make venv` fills them), resolved before any test
+#: gives itself a HOME of its own: the user's, or where the environment moves them.
+RUNTIMES_DIR = str(runtimes_dir())
+ARM_DIR = str(arm_dir())
 
 # A real S3-protocol server (moto in server mode) on loopback: moto_endpoint, s3_env, s3_bucket.
 pytest_plugins = ["s3server", "registrykit"]
@@ -34,16 +40,11 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     # The old MNN runtimes that prove min_mnn_runtime are a cache `make venv`
     # fills (nothing downloads in a test); builds in temporary projects, and
     # their DVC stages, find it through this variable.
-    monkeypatch.setenv(
-        "EDGEREG_RUNTIMES_DIR",
-        os.environ.get("EDGEREG_RUNTIMES_DIR") or str(REPO_ROOT / ".edgereg" / "runtimes"),
-    )
+    monkeypatch.setenv("EDGEREG_RUNTIMES_DIR", RUNTIMES_DIR)
     # The aarch64 sysroot of ARM verification: the same kind of cache
     # (`edgereg toolchain arm install`, run by `make venv`).
-    monkeypatch.setenv(
-        "EDGEREG_ARM_DIR",
-        os.environ.get("EDGEREG_ARM_DIR") or str(REPO_ROOT / ".edgereg" / "arm"),
-    )
+    monkeypatch.setenv("EDGEREG_ARM_DIR", ARM_DIR)
+    monkeypatch.delenv("EDGEREG_CACHE_DIR", raising=False)
     # DVC: no telemetry, no update check, no Studio, nothing shared between tests.
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     monkeypatch.setenv("DVC_STUDIO_OFFLINE", "1")

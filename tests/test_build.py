@@ -59,6 +59,7 @@ from edgereg.protocol.contract import INLINE_LABELS_MAX_BYTES, BlobRef, IOContra
 from edgereg.protocol.probe import GoldenProbe, check_probe
 from edgereg.protocol.wire import from_bytes
 from edgereg.toolchain import _mnnfile, _process
+from edgereg.toolchain.runtimes import RuntimeProofError
 
 ALL_VARIANTS = [
     (model, variant) for model, variants in buildkit.VARIANTS.items() for variant in variants
@@ -682,7 +683,7 @@ def assert_fails(
     assert error.stage == stage
     for fragment in fragments:
         assert fragment in error.diagnostics(), f"{fragment!r} not in:\n{error.diagnostics()}"
-    assert_no_outputs(project, model, variant, measured=error_type is GateError)
+    assert_no_outputs(project, model, variant, stage, measured=error_type is GateError)
 
     for name, data in stale.items():
         (out / name).write_bytes(data)
@@ -694,25 +695,29 @@ def assert_fails(
     assert f"build stage '{stage}' failed" in message
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in:\n{message}"
-    assert_no_outputs(project, model, variant, measured=error_type is GateError)
+    assert_no_outputs(project, model, variant, stage, measured=error_type is GateError)
     return error
 
 
 def assert_no_outputs(
-    project: Project, model: str, variant: str, *, measured: bool = False
+    project: Project, model: str, variant: str, stage: str, *, measured: bool = False
 ) -> None:
-    """No artifact; a gate failure leaves exactly its measured numbers.
+    """No artifact; only the failure record (metrics.json), with what was measured.
 
-    Those are metrics.json and the host benchmark of the rejected candidate.
+    A gate failure also leaves the host benchmark of the rejected candidate.
+    The record names the stages that ran and the failing one.
     """
     out = project.out_dir(model, variant)
     left = sorted(path.name for path in out.iterdir()) if out.exists() else []
-    expected = sorted([HOST_BENCHMARK, METRICS]) if measured else []
+    expected = sorted([HOST_BENCHMARK, METRICS]) if measured else [METRICS]
     assert left == expected, f"{out} still holds {left}"
-    if measured:
-        metrics = read_json(out / METRICS)
-        assert metrics["status"] == "failed"
-        assert metrics["failed"]
+    metrics = read_json(out / METRICS)
+    assert metrics["status"] == "failed"
+    assert metrics["failed"]
+    assert metrics["error"]["stage"] == stage
+    assert metrics["error"]["message"]
+    assert metrics["stages"][0] == "toolchain"
+    assert metrics["recipe_sha256"] == project.load().recipe_digest(model, variant)
     # Nor a work directory next to it.
     assert [path.name for path in out.parent.iterdir() if path.name.startswith(".")] == []
 
@@ -1139,3 +1144,80 @@ def test_a_low_tier_variant_can_run_its_own_lower_resolution_model(project: Proj
     assert '"data/vision-4px.onnx"' in stage
     assert '"data/vision-4px-evaluation.npz"' in stage
     assert '"data/vision.onnx"' not in stage
+
+
+def test_a_late_failure_keeps_every_number_measured_before_it(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A runtime cache whose MNN 3.0.0 is installed but whose interpreter dies (a
+    # broken disk copy): the proof fails after verify, evaluate, size, benchmark,
+    # gate and the ARM stage ran.
+    runtime = tmp_path / "runtimes" / "mnn-3.0.0"
+    (runtime / "bin").mkdir(parents=True)
+    python = runtime / "bin" / "python"
+    python.write_text("#!/bin/sh\necho 'the runtime is broken' >&2\nkill -SEGV $$\n")
+    python.chmod(0o755)
+    (runtime / "edgereg-runtime.json").write_text('{"mnn": "3.0.0", "numpy": "1.26.4"}')
+    monkeypatch.setenv("EDGEREG_RUNTIMES_DIR", str(tmp_path / "runtimes"))
+    project.edit("arm = []", 'arm = []\nmin_mnn_runtime = "3.0.0"')
+    out = project.out_dir(IMAGE_MODEL, "w8")
+
+    with pytest.raises(BuildError) as caught:
+        build_variant(project.load(), IMAGE_MODEL, "w8", project.out_root, bench=FAST_BENCH)
+    assert caught.value.stage == "runtime proof"
+    assert sorted(path.name for path in out.iterdir()) == [HOST_BENCHMARK, METRICS]
+    metrics = read_json(out / METRICS)
+    assert metrics["status"] == "failed"
+    assert metrics["error"]["stage"] == "runtime proof"
+    assert metrics["error"]["message"] == caught.value.message
+    assert metrics["stages"][-3:] == ["gate", "arm", "runtime"]
+    assert {"verify", "evaluate", "size", "benchmark"} <= set(metrics["stages"])
+    # Everything measured before the failure is there.
+    assert metrics["metrics"]["accuracy"] == 1.0
+    assert metrics["agreement"]["logits"]["cosine"] > 0.99
+    assert metrics["memory"]["measured"] is True
+    assert metrics["size"]["artifact_bytes"] > 0
+    assert all(metrics["gates"].values())
+    assert metrics["failed"] == [f"stage runtime proof: {caught.value.message.splitlines()[0]}"]
+
+    rows = json.loads(summary(project, "--json").stdout)
+    row = next(r for r in rows if (r["model"], r["variant"]) == (IMAGE_MODEL, "w8"))
+    assert row["status"] == "failed"
+    assert row["error"]["stage"] == "runtime proof"
+    assert row["value"] == 1.0
+    assert row["memory_peak_mb"] is not None
+    table = summary(project)
+    assert f"{IMAGE_MODEL}/w8 failed: stage runtime proof: " in table.stdout
+    page = tmp_path / "report.html"
+    result = cli(
+        "report",
+        "--config",
+        str(project.config_path),
+        "--build-dir",
+        str(project.out_root),
+        "--out",
+        str(page),
+    )
+    assert result.exit_code == 0, result.output
+    html = page.read_text(encoding="utf-8")
+    assert "failed: stage runtime proof" in html
+    assert "stages that ran: toolchain, source, check, contract" in html
+
+
+def test_a_missing_runtime_is_found_before_any_stage_works(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDGEREG_RUNTIMES_DIR", str(tmp_path / "empty"))
+    project.edit("arm = []", 'arm = []\nmin_mnn_runtime = "3.0.0"')
+    error = assert_fails(
+        project,
+        IMAGE_MODEL,
+        "w8",
+        RuntimeProofError,
+        "toolchain",
+        "the MNN 3.0.0 runtime is not installed",
+        "edgereg toolchain runtimes install",
+    )
+    assert error.reason == "missing"
+    record = read_json(project.out_dir(IMAGE_MODEL, "w8") / METRICS)
+    assert record["stages"] == ["toolchain"]

@@ -327,6 +327,11 @@ def test_a_missing_sysroot_names_the_install_command(
         build_variant(example, "digits", "w8", tmp_path / "build", bench=FAST_BENCH)
     assert caught.value.reason == "missing"
     assert INSTALL_COMMAND in (caught.value.hint or "")
+    # Found before any stage did work (not after convert, verify and benchmark).
+    assert caught.value.stage == "toolchain"
+    record = metrics_of(tmp_path / "build", "digits", "w8")
+    assert record["stages"] == ["toolchain"]
+    assert record["error"]["stage"] == "toolchain"
 
 
 def test_rows_are_the_probe_and_a_spread() -> None:

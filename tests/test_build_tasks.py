@@ -628,9 +628,9 @@ def test_label_masks_of_the_wrong_shape_are_named(tmp_path: Path) -> None:
     with pytest.raises(BuildError) as caught:
         project.build("fp32")
     assert "label masks have rows of shape (1, 4, 8)" in caught.value.message
-    assert not (project.out / "m" / "fp32").exists() or not any(
-        (project.out / "m" / "fp32").iterdir()
-    )
+    # No artifact: only the failure record, naming the stage.
+    assert [path.name for path in (project.out / "m" / "fp32").iterdir()] == [METRICS]
+    assert project.metrics("fp32")["error"]["stage"] == "evaluate"
 
 
 # --- CTC sequence recognition -------------------------------------------------------
@@ -907,3 +907,133 @@ def test_a_state_pair_naming_a_missing_tensor_is_a_config_error(tmp_path: Path) 
         project.load()
     assert caught.value.key_path == "models.m.state.0.output"
     assert "'hn' is not a declared output" in caught.value.message
+
+
+# --- segmentation: a class per pixel, every class gated ------------------------------
+
+SEG_CLASSES = ["ground", "wall", "sign"]
+
+
+def _segmentation_project(
+    root: Path, *, images: np.ndarray | None = None, masks: np.ndarray | None = None
+) -> TaskProject:
+    source = tiny_models.segmentation_model(root / "seg.onnx")
+    size = tiny_models.SEG_SIZE
+    if images is None:
+        images = np.random.default_rng(13).normal(0, 1, (48, 3, size, size)).astype(np.float32)
+    if masks is None:
+        reference = toolchain.run_onnx(source, {"image": images}).outputs["scores"]
+        masks = np.argmax(reference[:, 0], axis=1).astype(np.uint8)
+    evaluation = save(root / "evaluation.npz", {"image": images, "labels": masks})
+    calibration = save(root / "calibration.npz", {"image": images[:24]})
+    return TaskProject(
+        root,
+        f"""
+[models.m]
+version = "1.0.0"
+task = "segmentation"
+classes = {json.dumps(SEG_CLASSES)}
+source = {{ path = "seg.onnx", sha256 = "{sha(source)}" }}
+evaluation = {{ path = "evaluation.npz", sha256 = "{evaluation}" }}
+calibration = {{ path = "calibration.npz", sha256 = "{calibration}" }}
+
+[[models.m.inputs]]
+name = "image"
+shape = [1, 3, {size}, {size}]
+
+[[models.m.outputs]]
+name = "scores"
+""",
+    )
+
+
+def test_a_segmentation_model_is_gated_on_every_class_iou(tmp_path: Path) -> None:
+    project = _segmentation_project(tmp_path)
+    for variant in ("fp32", "int8", "w8"):
+        metrics = project.build(variant).metrics
+        assert metrics["status"] == "passed", metrics["failed"]
+        assert metrics["task"] == "segmentation"
+        assert metrics["baseline"]["label_mean_iou"] == 1.0
+        for gate in ("mean_iou.min", "min_class_iou.min", "class_iou_drop.max"):
+            assert metrics["gates"][gate] is True
+        # IoU per class, by name, against the reference and the labels.
+        assert sorted(metrics["per_class"]["iou"]) == sorted(SEG_CLASSES)
+        worst = min(metrics["per_class"]["iou"].values())
+        assert worst == pytest.approx(metrics["metrics"]["min_class_iou"], abs=1e-6)
+    fp32 = project.metrics("fp32")["metrics"]
+    assert fp32["mean_iou"] == fp32["min_class_iou"] == fp32["label_mean_iou"] == 1.0
+    # The class names travel in the contract, like a classifier's.
+    contract = json.loads((project.out / "m" / "fp32" / CONTRACT).read_text(encoding="utf-8"))
+    assert contract["labels"] == SEG_CLASSES
+    assert contract["task"]["kind"] == "segmentation"
+    assert (project.out / "m" / "fp32" / LABELS).is_file()
+
+
+def test_a_tail_class_the_mean_hides_fails_its_own_gate() -> None:
+    from edgereg.build.quality import check_gates, default_budgets, segmentation_scores
+    from edgereg.config import SegmentationTask
+
+    rng = np.random.default_rng(3)
+    reference = rng.normal(0, 1, (8, 1, 10, 32, 32)).astype(np.float32)
+    reference[:, :, 9] -= 1.0  # class 9 is rare
+    variant = reference.copy()
+    tail = np.argmax(reference[:, 0], axis=1) == 9
+    assert 0 < tail.mean() < 0.02
+    # Every pixel of the tail class becomes class 0, as a damaged int8 head would do.
+    variant[:, 0, 0][tail] = reference[:, 0, 9][tail] + 1.0
+    labels = np.argmax(reference[:, 0], axis=1).astype(np.uint8)
+    task = SegmentationTask(kind="segmentation")
+    names = [f"c{index}" for index in range(9)] + ["sign"]
+    scores = segmentation_scores(task, reference, variant, labels, names)
+    assert scores.metrics["min_class_iou"] == 0.0
+    assert scores.metrics["mean_iou"] > 0.85  # the mean over ten classes passes its gate
+    assert scores.metrics["class_iou_drop"] == 1.0
+    assert scores.per_class["iou"]["sign"] == 0.0
+    gates = check_gates(
+        default_budgets("segmentation", "int8"),
+        size_bytes=0,
+        agreement={},
+        scores=scores,
+        latency_p50_ms=None,
+    )
+    failed = {gate.name: gate.describe() for gate in gates.failures}
+    assert set(failed) == {"min_class_iou.min", "class_iou_drop.max", "label_mean_iou.max_drop"}
+    assert "sign 0.000" in failed["min_class_iou.min"]
+    assert "sign 1.000 -> 0.000" in failed["class_iou_drop.max"]
+    # Channels last, and a void label that no metric counts.
+    last = SegmentationTask(kind="segmentation", class_axis=-1, ignore_index=255)
+    void = labels.copy()
+    void[:, :4] = 255
+    moved = segmentation_scores(
+        last, np.moveaxis(reference, 2, -1), np.moveaxis(variant, 2, -1), void, names
+    )
+    assert moved.metrics["min_class_iou"] == 0.0
+    assert moved.baseline["label_mean_iou"] == 1.0
+
+
+def test_a_reference_that_gives_every_pixel_one_class_fails_the_build(tmp_path: Path) -> None:
+    # Blank pictures: every pixel scores the same, so the fp32 model says one class.
+    size = tiny_models.SEG_SIZE
+    project = _segmentation_project(tmp_path, images=np.zeros((16, 3, size, size), np.float32))
+    with pytest.raises(GateError) as caught:
+        project.build("fp32")
+    assert "mean_iou.informative" in caught.value.message
+    assert "gives every pixel of the evaluation set class 'ground'" in caught.value.message
+    assert project.metrics("fp32")["status"] == "failed"
+
+
+def test_masks_shaped_unlike_the_output_are_a_config_error_naming_both_shapes(
+    tmp_path: Path,
+) -> None:
+    size = tiny_models.SEG_SIZE
+    images = np.random.default_rng(13).normal(0, 1, (8, 3, size, size)).astype(np.float32)
+    masks = np.zeros((8, size // 2, size // 2), np.uint8)  # masks of a half-size model
+    project = _segmentation_project(tmp_path, images=images, masks=masks)
+    with pytest.raises(ConfigError) as caught:
+        project.build("fp32")
+    message = str(caught.value)
+    assert "models.toml: models.m.evaluation: evaluation set evaluation.npz" in message
+    assert f"label masks have shape [{size // 2}, {size // 2}] per sample" in message
+    assert f"the output's class map is [{size}, {size}]" in message
+    assert caught.value.exit_code == 2
+    assert project.metrics("fp32")["error"]["stage"] == "reference"

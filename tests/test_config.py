@@ -462,7 +462,7 @@ BAD_CASES = [
         "classes-on-a-task-without-classes",
         (('version = "1.0.0"', 'version = "1.0.0"\ntask = "dense_map"'),),
         "models.digits.classes",
-        ('classes apply to task = "classification" only',),
+        ('classes apply to task = "classification" and "segmentation" only',),
     ),
 ]
 
@@ -538,7 +538,15 @@ def test_repo_models_toml_loads(repo_root: Path) -> None:
     loaded = config.load(repo_root / "models.toml")
     assert loaded.path == repo_root / "models.toml"
     assert loaded.root == repo_root
-    assert set(loaded.models) == {"digits", "sensor", "textdet", "textrec", "vad", "embed"}
+    assert set(loaded.models) == {
+        "digits",
+        "sensor",
+        "textdet",
+        "textrec",
+        "vad",
+        "embed",
+        "segment",
+    }
     assert {name: model.task.kind for name, model in loaded.models.items()} == {
         "digits": "classification",
         "sensor": "classification",
@@ -546,6 +554,7 @@ def test_repo_models_toml_loads(repo_root: Path) -> None:
         "textrec": "ctc",
         "vad": "frame_decision",
         "embed": "embedding",
+        "segment": "segmentation",
     }
     assert list(loaded.tiers) == ["high", "mid", "low"]
     # int8 fails the streaming VAD's and the embedding's gates (measured), so their

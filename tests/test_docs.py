@@ -172,9 +172,16 @@ def _table_after(text: str, heading: str, first_column: str) -> list[list[str]]:
 def test_default_budgets_table_matches_the_code() -> None:
     text = (DOCS / "models-toml.md").read_text(encoding="utf-8")
     header, *rows = _table_after(text, "## Default budgets", "precision")
-    # After precision, min_cosine and min_snr_db: one "<task> <metric>.min" column per task.
+    # After precision, min_cosine and min_snr_db: a "<task> <metric>.min" column per default
+    # minimum, the tasks in the code's order.
     columns = [cell.split() for cell in header[3:]]
-    assert [task for task, _ in columns] == list(DEFAULT_METRICS), "one column per task"
+    tasks = list(dict.fromkeys(task for task, _ in columns))
+    assert tasks == list(DEFAULT_METRICS), "the columns' tasks"
+    for task, metrics in DEFAULT_METRICS.items():
+        minimums = {
+            f"{name}.min" for name, limit in metrics["int8"].items() if limit.min is not None
+        }
+        assert {metric for t, metric in columns if t == task} == minimums, task
     assert [row[0] for row in rows] == list(DEFAULT_AGREEMENT), "one row per precision"
     for precision, cosine, snr, *limits in rows:
         assert (float(cosine), float(snr)) == DEFAULT_AGREEMENT[precision], precision  # type: ignore[index]
@@ -186,13 +193,23 @@ def test_default_budgets_table_matches_the_code() -> None:
     for task in DEFAULT_METRICS:
         for precision in DEFAULT_AGREEMENT:
             budgets = default_budgets(task, precision)
+            # Drops on label metrics, then limits on label metrics (a tail class's IoU loss).
             expected = ", ".join(
-                f"{name}.max_drop = {limits.max_drop:g}"
-                for name, limits in budgets.metrics.items()
-                if limits.max_drop is not None
+                [
+                    f"{name}.max_drop = {limits.max_drop:g}"
+                    for name, limits in budgets.metrics.items()
+                    if limits.max_drop is not None
+                ]
+                + [
+                    f"{name}.max = {limits.max:g}"
+                    for name, limits in budgets.metrics.items()
+                    if limits.max is not None
+                ]
             )
             assert documented.get(task, "") == expected, f"docs/models-toml.md: {task} {precision}"
-    assert all(limit.endswith(f"= {DEFAULT_LABEL_DROP:g}") for limit in documented.values())
+    assert all(
+        limit.split(",")[0].endswith(f"= {DEFAULT_LABEL_DROP:g}") for limit in documented.values()
+    )
 
 
 def test_task_metrics_table_matches_the_code() -> None:

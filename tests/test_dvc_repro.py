@@ -278,3 +278,59 @@ def test_plots_show_writes_the_recall_and_latency_plots(built_repo: Project) -> 
     for model, variant in ALL_VARIANTS:
         assert f"{model}/{variant}: recall change per class" in html
         assert f"{model}/{variant}: host p50 latency (ms)" in html
+
+
+EVALUATOR = """
+import numpy as np
+
+from team.gates import MAX_DIFF
+
+
+def score(*, inputs, reference, outputs, labels):
+    diff = float(np.mean(np.abs(outputs["logits"] - reference["logits"])))
+    return {"metrics": {"mean_abs_diff": diff}, "gates": {"mean_abs_diff": {"max": MAX_DIFF}}}
+"""
+
+
+def test_editing_a_custom_evaluator_or_what_it_imports_reruns_its_stages(
+    built_repo: Project,
+) -> None:
+    repo = built_repo
+    (repo.root / "team_evals.py").write_text(EVALUATOR, encoding="utf-8")
+    (repo.root / "team").mkdir()
+    (repo.root / "team" / "__init__.py").write_text("", encoding="utf-8")
+    gates = repo.root / "team" / "gates.py"
+    gates.write_text("MAX_DIFF = 0.5\n", encoding="utf-8")
+    repo.edit_table(
+        f"models.{IMAGE_MODEL}",
+        'task = "classification"',
+        'task = { kind = "custom", evaluator = "team_evals:score" }',
+    )
+    # Class names and label metrics are a classifier's.
+    classes = "classes = " + buildkit._toml_list(buildkit.IMAGE_CLASSES) + "\n"
+    repo.edit_table(f"models.{IMAGE_MODEL}", classes, "")
+    for line in (
+        "metrics.accuracy = { max_drop = 0.25 }\n",
+        "metrics.class_recall_drop = { max = 0.5 }\n",
+    ):
+        repo.edit_table(f"models.{IMAGE_MODEL}.budgets", line, "")
+    run(repo, "edgereg", "dvc", "sync")
+    stages = [stage_name(IMAGE_MODEL, variant) for variant in buildkit.VARIANTS[IMAGE_MODEL]]
+    dvc_yaml = (repo.root / "dvc.yaml").read_text(encoding="utf-8")
+    for dep in ("team_evals.py", "team/__init__.py", "team/gates.py"):
+        assert f'      - "{dep}"' in dvc_yaml
+    done = run(repo, "dvc", "repro", *stages)
+    assert ran(done) == stages
+    assert status(repo) == {}
+    run(repo, "edgereg", "dvc", "sync", "--check")
+
+    # Tightening the gate in the module the evaluator imports changes every stage using it.
+    gates.write_text("MAX_DIFF = 0.0\n", encoding="utf-8")
+    changed = status(repo)
+    assert sorted(changed) == sorted(stages)
+    for entries in changed.values():
+        assert {"changed deps": {"team/gates.py": "modified"}} in entries
+    failed = run(repo, "dvc", "repro", stages[-1], expect=255)
+    assert "mean_abs_diff.max" in output(failed)
+    metrics = json.loads(repo.out_dir(IMAGE_MODEL, "w8").joinpath(METRICS).read_text())
+    assert metrics["status"] == "failed"

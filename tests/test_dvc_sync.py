@@ -15,6 +15,7 @@ from ruamel.yaml import YAML
 
 from edgereg import config
 from edgereg.build.dvc import render_dvc_yaml, stage_name, stale_dvc_yaml
+from edgereg.build.evaluator_files import evaluator_files
 from edgereg.cli import main
 from edgereg.errors import ExitCode
 
@@ -168,6 +169,42 @@ def test_other_config_name_and_variant_source(tmp_path: Path, small_toml: str) -
     assert params(stage, file="edge.toml")[-1] == "models.digits.variants.w8"
     assert stage["deps"][0] == "data/small.onnx"
     assert rendered["build-digits-fp32"]["deps"][0] == "data/model.onnx"
+
+
+def test_a_custom_evaluator_depends_on_its_module_and_the_repository_modules_it_imports(
+    tmp_path: Path,
+) -> None:
+    def write(relative: str, text: str = "") -> None:
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    write("evals/__init__.py")
+    write(
+        "evals/seg.py",
+        "import numpy as np\n"
+        "from . import metrics\n"
+        "from .gates import LIMIT\n"
+        "def score(**kw):\n"
+        "    import shared.util\n",
+    )
+    write("evals/metrics.py", "from ..shared import util\n")  # beyond the top package: ignored
+    write("evals/gates.py", "import evals.metrics\nLIMIT = 0.5\n")
+    write("shared/__init__.py", "from shared.util import *\n")
+    write("shared/util.py", "import os\nimport evals.seg\n")  # a cycle ends
+    write("unused.py")
+    assert evaluator_files(tmp_path, "evals.seg:score") == [
+        "evals/seg.py",
+        "evals/__init__.py",
+        "evals/metrics.py",
+        "evals/gates.py",
+        "shared/util.py",
+        "shared/__init__.py",
+    ]
+    # An installed module (not a file of the repository) is not a dependency.
+    assert evaluator_files(tmp_path, "json:loads") == []
+    write("broken.py", "def (:\n")  # the build's import names the syntax error
+    assert evaluator_files(tmp_path, "broken:f") == ["broken.py"]
 
 
 def test_repo_dvc_yaml_is_current(repo_root: Path) -> None:

@@ -35,6 +35,7 @@ from edgereg.toolchain import (
     quantize,
     run_inference,
 )
+from edgereg.toolchain.arm import ARM_DIR_ENV, arm_dir
 from edgereg.toolchain.runtimes import (
     FLOAT_TOLERANCE,
     INSTALL_COMMAND,
@@ -67,7 +68,7 @@ def _feeds(inputs: dict[str, np.ndarray], names: list[str]) -> list[InputFeed]:
 @pytest.fixture(scope="session")
 def runtimes_root() -> Path:
     """The runtime cache `make venv` filled; the 3.0.0 runtime must be in it."""
-    root = runtimes_dir(REPO)
+    root = runtimes_dir()
     try:
         find_runtime(OLD, root=root)
     except ProofError as exc:
@@ -534,10 +535,20 @@ def test_installing_an_installed_runtime_downloads_nothing(runtimes_root: Path) 
 def test_the_runtime_cache_follows_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(RUNTIMES_DIR_ENV)  # conftest points it at the repository's cache
-    assert runtimes_dir(tmp_path) == tmp_path / ".edgereg" / "runtimes"
+    # conftest points both at the machine's caches.
+    monkeypatch.delenv(RUNTIMES_DIR_ENV)
+    monkeypatch.delenv(ARM_DIR_ENV)
+    # One per-user cache that every repository shares, which the environment moves.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert runtimes_dir() == tmp_path / "xdg" / "edgereg" / "runtimes"
+    assert arm_dir() == tmp_path / "xdg" / "edgereg" / "arm"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert runtimes_dir() == tmp_path / "home" / ".cache" / "edgereg" / "runtimes"
+    monkeypatch.setenv("EDGEREG_CACHE_DIR", str(tmp_path / "shared"))
+    assert runtimes_dir() == tmp_path / "shared" / "runtimes"
     monkeypatch.setenv(RUNTIMES_DIR_ENV, str(tmp_path / "cache"))
-    assert runtimes_dir(tmp_path) == tmp_path / "cache"
+    assert runtimes_dir() == tmp_path / "cache"
     assert runtime_dir(OLD) == (tmp_path / "cache" / "mnn-3.0.0").absolute()
     with pytest.raises(ValueError, match="not an MNN version"):
         runtime_dir("../../etc")

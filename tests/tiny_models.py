@@ -378,6 +378,44 @@ def dense_map_model(path: Path | str, *, seed: int = 5) -> Path:
     return _save(_model(graph), path)
 
 
+SEG_SIZE = 16
+SEG_CLASSES = 3
+
+
+def segmentation_model(path: Path | str, *, seed: int = 14) -> Path:
+    """Write a semantic segmenter: two 3x3 convolutions scoring 3 classes per pixel.
+
+    Class 2 starts 1.5 lower than the others, so it is the rare (tail) class.
+
+    Returns:
+        ``path``; input ``image`` float32 ``(N, 3, 16, 16)``, output ``scores``
+        float32 ``(N, 3, 16, 16)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b1"),
+        numpy_helper.from_array(
+            rng.normal(0, 0.5, (SEG_CLASSES, 8, 3, 3)).astype(np.float32), "w2"
+        ),
+        numpy_helper.from_array(np.array([0.0, 0.0, -1.5], np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["scores"], name="head", pads=[1] * 4),
+    ]
+    size = [SEG_SIZE, SEG_SIZE]
+    graph = helper.make_graph(
+        nodes,
+        "segmentation_model",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, *size])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", SEG_CLASSES, *size])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
 CTC_STEPS = 10
 CTC_FEATURES = 6
 CTC_CHARSET = ("a", "b", "c")

@@ -405,7 +405,7 @@ def verify_on_arm(
         cache_dir: Where runs are cached (``<out>/.cache/arm``).
         mnn_version: The pinned MNN version (its sysroot is used).
         runner: Runs one class; default: :class:`EmulatedRunner` on the sysroot.
-        sysroot_root: The sysroot cache (default: ``$EDGEREG_ARM_DIR`` or ``.edgereg/arm``).
+        sysroot_root: The sysroot cache (default: :func:`edgereg.toolchain.arm.arm_dir`).
 
     Raises:
         ArmError: the sysroot or emulator is missing (naming the command that
@@ -644,7 +644,7 @@ def arm_stage(
         cache_dir=cache_dir,
         mnn_version=config.toolchain.mnn,
         runner=runner,
-        sysroot_root=arm_dir(config.root),
+        sysroot_root=arm_dir(),
     )
     metrics["arm"] = {**report.to_json(), "instead": variant.instead}
     gates = metrics.setdefault("gates", {})

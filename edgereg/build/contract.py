@@ -61,10 +61,10 @@ def labels_blob(labels: Sequence[str]) -> bytes:
 
 
 def contract_labels(model: Model, charset: Sequence[str] | None) -> list[str] | None:
-    """The class names (classification) or characters (ctc, blank excluded), else None."""
+    """The class names (classification, segmentation) or characters (ctc, blank excluded)."""
     if isinstance(model.task, CtcTask):
         return list(charset or [])
-    if model.task.kind == "classification" and model.classes is not None:
+    if type(model.task).NAMED_CLASSES and model.classes is not None:
         return list(model.classes)
     return None
 

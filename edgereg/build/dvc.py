@@ -4,7 +4,9 @@ Each stage lists as DVC params exactly the tables its build reads: the
 toolchain pins, the model-level keys the file sets (all but ``variants``,
 ``version``, ``description`` and ``rollout``, which do not change the bytes) and its own
 variant table. Editing one variant therefore reruns one stage, and changing a
-pinned tool version reruns them all.
+pinned tool version reruns them all. Its deps are the files it reads: the
+source, the datasets, a CTC charset, and a custom evaluator's module with the
+repository modules it imports (:mod:`edgereg.build.evaluator_files`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import shlex
 from pathlib import Path
 
+from edgereg.build.evaluator_files import evaluator_files
 from edgereg.build.outputs import (
     ARTIFACT,
     CLASS_RECALL_PLOT,
@@ -65,6 +68,10 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 deps.append(charset.path)
             if resolved.calibration is not None:
                 deps.append(resolved.calibration.path)
+            evaluator = getattr(model.task, "evaluator", None)
+            if evaluator is not None:
+                # The gates live in the team's code: editing it reruns the evaluation.
+                deps += evaluator_files(config.root, evaluator)
             # A variant that reads no calibration set ignores edits to it.
             keys = [k for k in model_keys if k != "calibration" or variant.reads_calibration]
             params = ["toolchain", *(f"models.{model_name}.{key}" for key in keys)]

@@ -26,6 +26,7 @@ from edgereg.build.datasets import Dataset
 from edgereg.build.quality import (
     TaskDataError,
     TaskScores,
+    TaskShapeError,
     beyond_trivial,
     chance_level,
     classification_scores,
@@ -35,6 +36,7 @@ from edgereg.build.quality import (
     embedding_scores,
     frame_decision_scores,
     generic_scores,
+    segmentation_scores,
     task_rows,
 )
 from edgereg.config import (
@@ -48,8 +50,9 @@ from edgereg.config import (
     GenericTask,
     MetricBudget,
     Model,
+    SegmentationTask,
 )
-from edgereg.errors import BuildError
+from edgereg.errors import BuildError, ConfigError
 from edgereg.protocol._json import canonical_json
 from edgereg.toolchain.runtimes import RuntimeProof, default_tolerance, prove_min_runtime
 
@@ -94,6 +97,9 @@ class TaskEvaluator:
                 return scores
             if isinstance(task, DenseMapTask):
                 return self._beyond_trivial(dense_map_scores(task, ref, var, labels))
+            if isinstance(task, SegmentationTask):
+                scored = segmentation_scores(task, ref, var, labels, self._model.classes)
+                return self._beyond_trivial(scored)
             if isinstance(task, CtcTask):
                 assert self._charset is not None
                 return self._beyond_trivial(ctc_scores(task, self._charset, ref, var, labels))
@@ -105,6 +111,15 @@ class TaskEvaluator:
                 return generic_scores(task, ref, var)
             if isinstance(task, CustomTask):
                 return self._custom(task, reference, produced)
+        except TaskShapeError as exc:
+            name = next(n for n, m in self._config.models.items() if m is self._model)
+            raise ConfigError(
+                f"evaluation set {self._model.evaluation.path}: {exc}",
+                file=str(self._config.path),
+                key_path=f"models.{name}.evaluation",
+                hint="Make the masks one class index per pixel of the output (or fix the task's "
+                "class_axis), and pin the new file.",
+            ) from exc
         except TaskDataError as exc:
             raise BuildError(
                 f"evaluation set {self._model.evaluation.path}: {exc}",

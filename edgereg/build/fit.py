@@ -121,6 +121,43 @@ def _smallest(config: Config, model: str, out_root: Path, ceiling: float) -> str
     )
 
 
+def ceiling_lines(config: Config, out_root: Path) -> list[str]:
+    """Per tier with a ceiling and model it refuses a variant of: what it serves, what it refuses.
+
+    What ``edgereg summary`` prints under its table, so a tier's ceiling shows
+    doing its job: ``tier low (max_model_memory_mb 40): segment serves small
+    (12.3 MB host peak); refuses fp16 58.1 MB, int8 44.0 MB``. Only variants
+    with a measured peak are named.
+    """
+    lines = []
+    for tier, rules in config.tiers.items():
+        ceiling = rules.max_model_memory_mb
+        if ceiling is None:
+            continue
+        for model in config.models:
+            served, _ = config.tier_variants(model)[tier]
+            peaks = {
+                name: peak
+                for name in config.models[model].variants
+                if (peak := measured_peak(read_outputs(config, model, name, out_root), model, name))
+                is not None
+            }
+            over = [f"{name} {peak.mb:.1f} MB" for name, peak in peaks.items() if peak.mb > ceiling]
+            if not over:
+                continue  # nothing refused: the ceiling changes nothing for this model
+            own = peaks.get(served)
+            line = f"tier {tier} (max_model_memory_mb {ceiling:g}): {model} serves {served}"
+            line += (
+                " (not measured)"
+                if own is None
+                else f" ({own.mb:.1f} MB {own.source}{', OVER' if own.mb > ceiling else ''})"
+            )
+            if over:
+                line += f"; refuses {', '.join(over)}"
+            lines.append(line)
+    return lines
+
+
 def every_unit(config: Config) -> list[str]:
     """Every publishable unit: models that ship alone, then bundles."""
     alone = [name for name in config.models if config.bundle_of(name) is None]

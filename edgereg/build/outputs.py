@@ -53,6 +53,7 @@ FAILED = "failed"
 HEADLINE_METRICS: dict[str, tuple[str, ...]] = {
     "classification": ("accuracy", "top1_agreement"),
     "dense_map": ("label_iou", "iou"),
+    "segmentation": ("label_mean_iou", "mean_iou"),
     "ctc": ("label_line_accuracy", "line_match"),
     "embedding": ("neighbour_agreement",),
     "frame_decision": ("f1", "frame_agreement"),
@@ -96,7 +97,7 @@ def headline(metrics: dict[str, Any]) -> Headline | None:
 def writes_labels(model: Model) -> bool:
     """Whether a build of this model writes :data:`LABELS` (class names, or a CTC charset)."""
     return model.task.kind == "ctc" or (
-        model.task.kind == "classification" and model.classes is not None
+        type(model.task).NAMED_CLASSES and model.classes is not None
     )
 
 
@@ -130,6 +131,16 @@ SESSION_FIGURES = (
     "memory_seconds",
     "recommended_threads",
     "sweep_max_threads",
+    # Several fresh loads, when a latency budget is set (edgereg.build.memory.LatencyLoads).
+    "latency_loads",
+    "first_inference_judged_ms",
+    "first_inference_busy_min_ms",
+    "first_inference_busy_max_ms",
+    "first_inference_wall_min_ms",
+    "first_inference_wall_max_ms",
+    "steady_judged_p50_ms",
+    "steady_busy_min_ms",
+    "steady_busy_max_ms",
 )
 
 

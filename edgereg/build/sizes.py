@@ -17,7 +17,7 @@ from typing import Any
 
 from edgereg.errors import BuildError
 from edgereg.toolchain._mnnfile import MnnFormatError
-from edgereg.toolchain.mnnsize import WEIGHT_TYPES, OpBytes, op_bytes
+from edgereg.toolchain.mnnsize import WEIGHT_TYPES, OpBytes, op_bytes, op_names
 from edgereg.toolchain.onnx_constants import OnnxConstants, onnx_constants
 
 #: One tensor over this share of the file is named, with a hint.
@@ -28,11 +28,17 @@ LISTED = 8
 _MATMUL_SUFFIX = "__matmul_converted"
 
 
-def explain_size(artifact: Path, source: Path, precision: str) -> dict[str, Any]:
+def explain_size(
+    artifact: Path, source: Path, precision: str, float_artifact: Path | None = None
+) -> dict[str, Any]:
     """The ``size`` entry of metrics.json for ``artifact`` built from ``source``.
 
     Args:
         precision: The variant's precision class (fp32, fp16, weight, int8).
+        float_artifact: For int8, the converted model before quantization: the
+            quantizer renames layers (``ConvInt87``) but keeps the graph's
+            order, so each renamed op is matched to its float op by position,
+            and through it to the ONNX node and initializers.
 
     Raises:
         BuildError: (stage ``size``) the artifact or the source cannot be read.
@@ -40,12 +46,13 @@ def explain_size(artifact: Path, source: Path, precision: str) -> dict[str, Any]
     data = artifact.read_bytes()
     try:
         ops = op_bytes(data)
+        renamed = _float_names(data, float_artifact)
     except MnnFormatError as exc:
         raise BuildError(f"{artifact} is not a readable .mnn file: {exc}", stage="size") from exc
     onnx = onnx_constants(source)
     total = len(data)
     weights = sum(op.size for op in ops if op.op_type in WEIGHT_TYPES)
-    largest = [_row(op, total, onnx) for op in ops[:LISTED]]
+    largest = [_row(op, total, onnx, renamed.get(op.name)) for op in ops[:LISTED]]
     explained: dict[str, Any] = {
         "artifact_bytes": total,
         "weights_bytes": weights,
@@ -60,7 +67,20 @@ def explain_size(artifact: Path, source: Path, precision: str) -> dict[str, Any]
     return explained
 
 
-def _row(op: OpBytes, total: int, onnx: OnnxConstants) -> dict[str, Any]:
+def _float_names(data: bytes, float_artifact: Path | None) -> dict[str, str]:
+    """Quantized op name -> the float model's name of the same op, where they differ."""
+    if float_artifact is None:
+        return {}
+    quantized = op_names(data)
+    original = op_names(float_artifact.read_bytes())
+    if [kind for _, kind in quantized] != [kind for _, kind in original]:
+        return {}  # not the same graph order: no guessing
+    return {q: f for (q, _), (f, _) in zip(quantized, original, strict=True) if q != f}
+
+
+def _row(
+    op: OpBytes, total: int, onnx: OnnxConstants, float_name: str | None = None
+) -> dict[str, Any]:
     row: dict[str, Any] = {
         "op": op.name,
         "type": op.op_type,
@@ -68,7 +88,10 @@ def _row(op: OpBytes, total: int, onnx: OnnxConstants) -> dict[str, Any]:
         "share": round(op.size / total, 4) if total else 0.0,
         "weights": op.op_type in WEIGHT_TYPES,
     }
-    constant = onnx.constants.get(op.name)
+    if float_name is not None:
+        row["float_op"] = float_name  # the quantizer's new name hides the ONNX one
+    name = float_name or op.name
+    constant = onnx.constants.get(name)
     if constant is not None:
         if "Gather" in constant.used_by:
             row["kind"] = "embedding table"
@@ -79,9 +102,16 @@ def _row(op: OpBytes, total: int, onnx: OnnxConstants) -> dict[str, Any]:
             "used_by": list(constant.used_by),
         }
     else:
-        producer = onnx.producers.get(op.name.removesuffix(_MATMUL_SUFFIX))
+        node = name.removesuffix(_MATMUL_SUFFIX)
+        producer = onnx.producers.get(node)
         if producer is not None:
             row["onnx"] = {"op_type": producer}
+            # The initializers the op's bytes come from (a Conv's weight and bias).
+            named = [onnx.constants[name] for name in onnx.weights.get(node, ())]
+            if named:
+                row["onnx"]["initializers"] = [
+                    {"name": c.name, "shape": list(c.shape), "bytes": c.nbytes} for c in named
+                ]
     return row
 
 
@@ -91,9 +121,17 @@ def _note(top: dict[str, Any], precision: str) -> str:
     used_by = onnx.get("used_by") or []
     table = "Gather" in used_by
     shape = onnx.get("shape")
-    what = (
-        f"the embedding table '{top['op']}' {shape}" if table else f"'{top['op']}' ({top['type']})"
-    )
+    initializers = onnx.get("initializers") or []
+    if table:
+        what = f"the embedding table '{top['op']}' {shape}"
+    elif initializers:
+        # The ONNX tensor the bytes come from, which a renamed int8 layer no longer shows.
+        weight = initializers[0]
+        what = (
+            f"'{top['op']}' ({top['type']}: ONNX initializer '{weight['name']}' {weight['shape']})"
+        )
+    else:
+        what = f"'{top['op']}' ({top['type']})"
     head = f"{what} holds {share} of the artifact ({top['bytes']} of its bytes)"
     if table:
         rows = f" (it has {shape[0]} rows)" if shape else ""

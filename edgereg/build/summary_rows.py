@@ -52,6 +52,9 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     else host.figure("recommended_threads"),
                     threads=threads,
                     failed=list(metrics.get("failed") or []),
+                    # A failed build's stages and the one that failed (stage, message).
+                    stages=list(metrics.get("stages") or []),
+                    error=metrics.get("error"),
                     hint=metrics.get("hint"),
                 )
             rows.append(row)

@@ -73,9 +73,12 @@ from edgereg.config import (
     PinnedFile,
     Variant,
     WeightOnlyQuantization,
+    arm_classes,
 )
-from edgereg.errors import BuildError, ConfigError, GateError
-from edgereg.toolchain.runtimes import runtimes_dir
+from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError
+from edgereg.toolchain import arm as arm_toolchain
+from edgereg.toolchain.arm import arm_dir
+from edgereg.toolchain.runtimes import find_runtime, runtimes_dir
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +94,8 @@ class BenchSettings:
     batch_size: int = 64
     #: Steady runs of the fresh-process memory measurement (after ``warmup``).
     memory_iterations: int = 10
+    #: Fresh loads whose median the latency budgets judge (only when one is set).
+    latency_loads: int = 5
 
 
 @dataclass
@@ -120,6 +125,37 @@ def resolve_pinned(config: Config, ref: PinnedFile, *, stage: str, what: str) ->
             hint="If the file changed on purpose, update the sha256 pin; otherwise restore it.",
         )
     return path
+
+
+def check_tools(config: Config, model_name: str, variant_name: str, *, arm: bool = True) -> None:
+    """The toolchain stage: every installed tool a later stage of this variant needs.
+
+    The old MNN runtime of ``min_mnn_runtime`` (the runtime proof), and for
+    a variant verified on ARM classes the emulator and the aarch64 sysroot:
+    each is only looked up (no process starts), so a missing one fails in
+    well under a second instead of after convert, verify and benchmark.
+
+    Args:
+        arm: Check the emulator and sysroot (not when a test supplies its own runner).
+
+    Raises:
+        RuntimeProofError: (stage ``toolchain``) the runtime is not installed.
+        ArmError: (stage ``toolchain``) QEMU or the sysroot is not installed.
+    """
+    needed: list[Callable[[], object]] = []
+    version = config.resolve(model_name, variant_name).min_mnn_runtime
+    if version != toolchain.installed_version("mnn"):
+        needed.append(lambda: find_runtime(version, root=runtimes_dir()))
+    if arm and arm_classes(config, model_name, variant_name):
+        needed.append(arm_toolchain.qemu_path)
+        needed.append(lambda: arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_dir()))
+    for check in needed:
+        try:
+            check()
+        except BuildError as exc:
+            # The same error, found before the stage that needs the tool: say when.
+            exc.stage = "toolchain"
+            raise
 
 
 def check_source(
@@ -228,15 +264,109 @@ def build_variant(
 ) -> BuildResult:
     """Build, verify, evaluate, gate and benchmark one variant.
 
-    A variant that fails a gate leaves its measured numbers in
-    ``metrics.json`` (``"status": "failed"``) and no artifact.
+    A variant that fails leaves no artifact, and a ``metrics.json`` with
+    ``"status": "failed"``: every stage that ran (``stages``), the failing
+    stage and its message (``error``), and every number measured before it (a
+    gate's failure holds them all).
 
     Raises:
         ConfigError: unknown model or variant.
         ToolchainError: the installed tools differ from ``[toolchain]``.
-        BuildError: a stage failed; nothing is left in the output directory.
+        BuildError: a stage failed; only its failure record is left.
         GateError: the variant exceeds a budget; only its metrics are left.
     """
+    progress = _Progress()
+    try:
+        return _build_variant(
+            config,
+            model_name,
+            variant_name,
+            out_root,
+            bench=bench,
+            on_stage=on_stage,
+            arm_runner=arm_runner,
+            progress=progress,
+        )
+    except Exception as exc:
+        if progress.stages:  # past the model and variant lookup: out_dir is the variant's
+            _record_failure(
+                variant_dir(out_root, model_name, variant_name),
+                progress,
+                exc,
+                config.recipe_digest(model_name, variant_name),
+            )
+        raise
+
+
+@dataclass
+class _Progress:
+    """What a build did so far: its failure record, should a stage fail."""
+
+    #: Stages in the order they first ran.
+    stages: list[str] = field(default_factory=list)
+    #: The metrics.json keys measured so far (agreement, task metrics, size, memory).
+    numbers: dict[str, Any] = field(default_factory=dict)
+    #: The host figures, once the benchmark ran.
+    host: HostBenchmark | None = None
+
+    def ran(self, name: str) -> None:
+        if name not in self.stages:
+            self.stages.append(name)
+
+
+def _record_failure(out_dir: Path, progress: _Progress, exc: BaseException, recipe: str) -> None:
+    """Write (or complete) the failed variant's metrics.json: stages, failing stage, message.
+
+    A gate's or the quantizer's failure has written its numbers already; it
+    gains ``stages`` and ``error``. Any other failure keeps what was measured
+    before it. Never raises: the original error is what the user must see.
+    """
+    stage = exc.stage if isinstance(exc, BuildError) else progress.stages[-1]
+    if isinstance(exc, EdgeregError):
+        message = exc.message
+    else:  # a bug, not the user's input: still, the stages and numbers stay
+        message = f"internal error: {type(exc).__name__}: {exc}"
+    failure: dict[str, Any] = {"stage": stage, "message": message}
+    if isinstance(exc, BuildError):
+        failure.update(
+            {k: v for k, v in (("tool", exc.tool), ("exit_status", exc.exit_status)) if v}
+        )
+    try:
+        written = json.loads((out_dir / METRICS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        written = None
+    if isinstance(written, dict) and written.get("status") == "failed":
+        record = written
+    else:
+        kept = {k: v for k, v in progress.numbers.items() if k not in ("status", "failed", "hint")}
+        record = {
+            "status": "failed",
+            **kept,
+            "failed": [f"stage {stage}: {message.splitlines()[0] if message else stage}"],
+            "hint": getattr(exc, "hint", None),
+        }
+    record.update(recipe_sha256=recipe, stages=list(progress.stages), error=failure)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / ARTIFACT).unlink(missing_ok=True)
+        _write_json(out_dir / METRICS, record)
+        if progress.host is not None and not (out_dir / HOST_BENCHMARK).exists():
+            _write_json(out_dir / HOST_BENCHMARK, progress.host.to_json())
+    except OSError as write_error:
+        logger.warning("could not write the failure record %s: %s", out_dir / METRICS, write_error)
+
+
+def _build_variant(
+    config: Config,
+    model_name: str,
+    variant_name: str,
+    out_root: Path,
+    *,
+    bench: BenchSettings | None,
+    on_stage: Callable[[str], None] | None,
+    arm_runner: ArmRunner | None,
+    progress: _Progress,
+) -> BuildResult:
     bench = bench or BenchSettings()
     model = config.models.get(model_name)
     if model is None:
@@ -260,6 +390,7 @@ def build_variant(
     seconds: dict[str, float] = {}
 
     def stage(name: str) -> Any:
+        progress.ran(name)
         if on_stage is not None:
             on_stage(name)
         return _timed(seconds, name)
@@ -271,6 +402,7 @@ def build_variant(
 
     with stage("toolchain"):
         toolchain.check_versions(config.toolchain.as_dict())
+        check_tools(config, model_name, variant_name, arm=arm_runner is None)
     with stage("source"):
         source = resolve_pinned(config, resolved.source, stage="source", what="source")
         evaluation_path = resolve_pinned(
@@ -301,6 +433,7 @@ def build_variant(
     )
     evaluator = TaskEvaluator(config, model, charset, evaluation)
     precision = precision_class(variant)
+    progress.numbers = {"task": model.task.kind, "precision": precision}
     declared = resolved.budgets
 
     def budgets() -> Budgets:
@@ -449,10 +582,14 @@ def build_variant(
             quant_record = search.record(chosen)
         else:
             scored = score(artifact)
+        progress.numbers = _metrics(model.task.kind, precision, scored, scored.gates, quant_record)
         with stage("size"):
-            size_record = explain_size(artifact, source, precision)
+            size_record = explain_size(
+                artifact, source, precision, float_artifact if quant_record else None
+            )
             if size_record.get("note"):
                 logger.warning("%s/%s: %s", model_name, variant_name, size_record.get("note"))
+            progress.numbers["size"] = size_record
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
             swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
@@ -475,20 +612,40 @@ def build_variant(
             memory_outcome = memory.outcome_of(
                 timing, sample, feeds, required_by=_memory_budgets(config, variant, budgets())
             )
+            progress.numbers["memory"] = memory.metrics_record(memory_outcome)
+            loads = None
+            if memory_outcome.measurement is not None and (
+                budgets().max_first_inference_ms is not None
+                or budgets().max_latency_p50_ms is not None
+            ):
+                # One load's timing measures the machine's load as much as the model.
+                loads = memory.fresh_loads(
+                    artifact,
+                    sample,
+                    feeds,
+                    memory_outcome.measurement,
+                    count=bench.latency_loads,
+                    warmup=bench.warmup,
+                    iterations=bench.memory_iterations,
+                )
         with stage("gate"):
             gates = _gates(
                 budgets(),
                 scored.size_bytes,
                 scored.agreement,
                 scored.scores,
-                timing.latency_ms[variant.runtime.threads].p50,
+                timing.latency_ms[variant.runtime.threads].p50
+                if loads is None
+                else loads.steady_p50_ms,
                 declared,
+                None if loads is None else loads.describe_steady(),
             )
             gates = memory.add_gates(
                 gates,
                 max_memory_mb=budgets().max_memory_mb,
                 max_first_inference_ms=budgets().max_first_inference_ms,
                 outcome=memory_outcome,
+                loads=loads,
             )
         metrics = _metrics(model.task.kind, precision, scored, gates, quant_record)
         # Lets summary and report tell a failure of this recipe from an old one.
@@ -503,13 +660,16 @@ def build_variant(
             session={
                 **memory.host_record(memory_outcome.measurement, bench.warmup),
                 **_thread_record(timing, swept),
+                **({} if loads is None else loads.host_record()),
             },
         )
+        # The same dict: the ARM stage adds its classes to it.
+        progress.numbers, progress.host = metrics, host
         if not gates.passed:
             failed_names = {f.name for f in gates.failures}
             first = []
             if "max_memory_mb" in failed_names:
-                first.append(memory.gate_hint(memory_outcome, scored.size_bytes))
+                first.append(memory.gate_hint(memory_outcome, scored.size_bytes, precision))
             if "max_size_mb" in failed_names and size_record.get("note"):
                 first.append(str(size_record.get("note")))
             hint = _gate_hint(variant, gates, quant_record, [line for line in first if line])
@@ -558,7 +718,7 @@ def build_variant(
                 reference,
                 state,
                 mode=variant.quantization.mode,
-                root=runtimes_dir(config.root),
+                root=runtimes_dir(),
             )
         with stage("probe"):
             cosine_budget = budgets().min_cosine
@@ -667,6 +827,7 @@ def _gates(
     scores: TaskScores | None,
     latency: float | None,
     declared: Budgets | None = None,
+    latency_detail: str | None = None,
 ) -> GateReport:
     try:
         return check_gates(
@@ -677,6 +838,7 @@ def _gates(
             latency_p50_ms=latency,
             # A default on a label metric lapses without labels; one models.toml sets does not.
             required_metrics=set(declared.metrics) if declared is not None else set(),
+            latency_detail=latency_detail,
         )
     except TaskDataError as exc:
         raise BuildError(str(exc), stage="evaluate") from exc
@@ -792,6 +954,8 @@ def _metrics(
         "metrics": dict(scores.metrics) if scores else {},
         "baseline": dict(scores.baseline) if scores else {},
     }
+    if scores is not None and scores.per_class:
+        metrics["per_class"] = {name: dict(values) for name, values in scores.per_class.items()}
     if quant_record is not None:
         metrics["quantization"] = {
             "method": quant_record["method"],

@@ -35,6 +35,7 @@ from edgereg.config import (
     EmbeddingTask,
     FrameDecisionTask,
     GenericTask,
+    SegmentationTask,
     TaskMetric,
 )
 
@@ -42,6 +43,7 @@ from edgereg.config import (
 TASK_METRICS: dict[str, tuple[TaskMetric, ...]] = {
     "classification": ClassificationTask.METRICS,
     "dense_map": DenseMapTask.METRICS,
+    "segmentation": SegmentationTask.METRICS,
     "ctc": CtcTask.METRICS,
     "embedding": EmbeddingTask.METRICS,
     "frame_decision": FrameDecisionTask.METRICS,
@@ -158,6 +160,12 @@ class VariantData:
             return []
         texts = (self.metrics or {}).get("failed") or []
         return [str(text) for text in texts] or ["a gate failed"]
+
+    @property
+    def stages_run(self) -> list[str]:
+        """The stages a failed build ran, in order (empty unless failed)."""
+        stages = (self.metrics or {}).get("stages") if self.status == FAILED else None
+        return [str(name) for name in stages] if isinstance(stages, list) else []
 
     @property
     def headline(self) -> Headline | None:

@@ -367,6 +367,9 @@ def _variant_row(
         failures = variant.failed
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         status += f'<div class="failure">failed: {_e(failures[0])}{_e(more)}</div>'
+        if variant.stages_run:
+            ran = ", ".join(variant.stages_run)
+            status += f'<div class="muted stages">stages that ran: {_e(ran)}</div>'
         if variant.hint:
             status += f'<div class="muted hint">{_e(variant.hint)}</div>'
     cells = [

@@ -223,6 +223,7 @@ def build(
 def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     """Table of every built variant: tier, size, accuracy, recall, latency."""
     from edgereg.build.arm import summary_cell
+    from edgereg.build.fit import ceiling_lines
     from edgereg.build.summary_rows import summary_rows
 
     config = config_module.load(config_path)
@@ -283,6 +284,9 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     for row in rows:
         if row.get("size_note") and not row.get("failed"):
             click.echo(f"{row['model']}/{row['variant']} size: {row['size_note']}")
+    # Each tier's memory ceiling at work: what it serves, which measured variants it refuses.
+    for line in ceiling_lines(config, build_dir(out_root, config)):
+        click.echo(line)
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "

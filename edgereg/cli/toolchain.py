@@ -47,7 +47,7 @@ def _declared(config_path: Path, extra: tuple[str, ...]) -> tuple[list[str], Pat
             "--config, or name a version with --version 3.0.0",
         )
     versions += [v for v in extra if v not in versions]
-    return versions, runtimes_dir(config_path.parent)
+    return versions, runtimes_dir()
 
 
 @click.group("toolchain")
@@ -59,8 +59,9 @@ def toolchain_group() -> None:
 def runtimes_group() -> None:
     """Isolated MNN runtimes (one venv per version) that builds prove artifacts on.
 
-    They live in .edgereg/runtimes/mnn-VERSION/ beside models.toml, or in
-    $EDGEREG_RUNTIMES_DIR.
+    They live in the per-user cache every repository shares,
+    ~/.cache/edgereg/runtimes/mnn-VERSION/ ($XDG_CACHE_HOME or $EDGEREG_CACHE_DIR
+    moves the cache, $EDGEREG_RUNTIMES_DIR this directory alone).
     """
 
 
@@ -153,7 +154,9 @@ def list_command(config_path: Path, as_json: bool) -> None:
 def arm_group() -> None:
     """The aarch64 sysroot that runs MNN's ARM kernels under QEMU (ARM verification).
 
-    It lives in .edgereg/arm/mnn-VERSION/ beside models.toml, or in $EDGEREG_ARM_DIR.
+    It lives in the per-user cache every repository shares,
+    ~/.cache/edgereg/arm/mnn-VERSION/ ($XDG_CACHE_HOME or $EDGEREG_CACHE_DIR moves
+    the cache, $EDGEREG_ARM_DIR this directory alone).
     """
 
 
@@ -171,7 +174,7 @@ def _arm_root(config_path: Path) -> tuple[str, Path]:
                 file=str(config_path),
                 hint="run inside the project, or pass --config",
             )
-    return version, arm_dir(config_path.parent)
+    return version, arm_dir()
 
 
 @arm_group.command("install")

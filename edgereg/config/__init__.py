@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         EmbeddingTask,
         FrameDecisionTask,
         GenericTask,
+        SegmentationTask,
         Task,
         TaskMetric,
     )
@@ -134,6 +135,7 @@ _WHERE = {
     "Requirements": "edgereg.protocol.fields",
     "ResolvedVariant": "edgereg.config._recipe",
     "RolloutPolicy": "edgereg.config._rollout",
+    "SegmentationTask": "edgereg.config._tasks",
     "RuntimeHints": "edgereg.protocol.fields",
     "SemVer": "edgereg.protocol.fields",
     "Sha256": "edgereg.protocol.fields",
@@ -210,6 +212,7 @@ __all__ = [
     "ResolvedVariant",
     "RolloutPolicy",
     "RuntimeHints",
+    "SegmentationTask",
     "SemVer",
     "Sha256",
     "StatePair",

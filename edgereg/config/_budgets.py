@@ -68,7 +68,10 @@ class Budgets(_Strict):
         description="Max absolute difference of any output value from the reference.",
     )
     max_latency_p50_ms: float | None = Field(
-        default=None, gt=0, description="Host p50 latency at the variant's thread count."
+        default=None,
+        gt=0,
+        description="Host p50 latency at the variant's thread count: the median over five "
+        "fresh loads of each one's steady p50, each call at min(wall, CPU) time.",
     )
     max_memory_mb: float | None = Field(
         default=None,
@@ -80,7 +83,7 @@ class Budgets(_Strict):
         default=None,
         gt=0,
         description="Host latency of the first inference after load, at the variant's "
-        "thread count.",
+        "thread count: the median over five fresh loads, each at min(wall, CPU) time.",
     )
     metrics: dict[str, MetricBudget] = Field(
         default_factory=dict,

@@ -135,8 +135,8 @@ class Model(_Strict):
     task: Task = Field(
         default_factory=lambda: ClassificationTask(kind="classification"),
         description='What the model computes and how it is scored: "classification", '
-        '"dense_map", "ctc", "embedding", "frame_decision", "generic", or a table '
-        "{ kind = ..., ... } with the task's settings.",
+        '"dense_map", "segmentation", "ctc", "embedding", "frame_decision", "generic", or '
+        "a table { kind = ..., ... } with the task's settings.",
     )
     description: str = ""
     source: PinnedFile
@@ -147,7 +147,10 @@ class Model(_Strict):
         description="Recurrent state pairs: the model is verified and evaluated as a stream, "
         "each sequence feeding back the variant's own state.",
     )
-    classes: list[str] | None = Field(default=None, description="Class names, index order.")
+    classes: list[str] | None = Field(
+        default=None,
+        description="Class names, index order (classification, segmentation).",
+    )
     calibration: CalibrationSet | None = None
     evaluation: PinnedFile
     budgets: Budgets = Field(default_factory=Budgets)
@@ -204,8 +207,10 @@ class Model(_Strict):
             )
         if task_output is not None and task_output in {p.output for p in self.state}:
             raise _rule_error("task.output", f"'{task_output}' is a state output")
-        if self.classes is not None and self.task.kind != "classification":
-            raise _rule_error("classes", 'classes apply to task = "classification" only')
+        if self.classes is not None and not type(self.task).NAMED_CLASSES:
+            raise _rule_error(
+                "classes", 'classes apply to task = "classification" and "segmentation" only'
+            )
         self._check_budgets(self.budgets, "budgets")
         for name, variant in self.variants.items():
             if variant.budgets is not None:

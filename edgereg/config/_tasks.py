@@ -43,6 +43,8 @@ class _Task(_Strict):
 
     #: What the task measures; a custom evaluator names its own.
     METRICS: ClassVar[tuple[TaskMetric, ...]] = ()
+    #: Whether the model's ``classes`` names what the output scores (one per class).
+    NAMED_CLASSES: ClassVar[bool] = False
 
     def metric(self, name: str) -> TaskMetric | None:
         """The metric called ``name``, or None when the task does not measure it."""
@@ -53,6 +55,7 @@ class ClassificationTask(_Task):
     """Scores over classes: top-1 agreement, accuracy and per-class recall."""
 
     kind: Literal["classification"]
+    NAMED_CLASSES: ClassVar[bool] = True
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
         TaskMetric(
             "top1_agreement",
@@ -83,6 +86,47 @@ class DenseMapTask(_Task):
             "iou", "reference", True, "mean IoU of the variant's mask with the reference's mask"
         ),
         TaskMetric("label_iou", "labels", True, "mean IoU of the mask with the label masks"),
+    )
+
+
+class SegmentationTask(_Task):
+    """A class per pixel (semantic segmentation): IoU per class, its mean and its worst."""
+
+    kind: Literal["segmentation"]
+    NAMED_CLASSES: ClassVar[bool] = True
+    class_axis: Literal[0, -1] = Field(
+        default=0,
+        description="The axis of one sample's output (batch axis removed) that holds the "
+        "class scores: 0 for (classes, H, W), -1 for (H, W, classes). A pixel's class is "
+        "the one scored highest.",
+    )
+    ignore_index: int | None = Field(
+        default=None,
+        ge=0,
+        description="A label value that marks pixels no metric counts (unlabelled, void), "
+        "such as 255.",
+    )
+    METRICS: ClassVar[tuple[TaskMetric, ...]] = (
+        TaskMetric(
+            "mean_iou",
+            "reference",
+            True,
+            "mean over classes of the IoU of the variant's class map with the reference's",
+        ),
+        TaskMetric(
+            "min_class_iou",
+            "reference",
+            True,
+            "the worst class's IoU with the reference's class map: a tail class the mean hides",
+        ),
+        TaskMetric("label_mean_iou", "labels", True, "mean IoU per class with the label masks"),
+        TaskMetric(
+            "class_iou_drop",
+            "labels",
+            False,
+            "the worst class's IoU loss on the labels against the baseline (gate it with max)",
+            (-1.0, 1.0),
+        ),
     )
 
 
@@ -206,6 +250,7 @@ Task = Annotated[
     Union[  # noqa: UP007
         ClassificationTask,
         DenseMapTask,
+        SegmentationTask,
         CtcTask,
         EmbeddingTask,
         FrameDecisionTask,
@@ -218,6 +263,7 @@ Task = Annotated[
 TASK_KINDS = (
     "classification",
     "dense_map",
+    "segmentation",
     "ctc",
     "embedding",
     "frame_decision",

@@ -129,7 +129,8 @@ class TaskInfo(_Contract):
     """What the model computes, and what the app needs to read its output."""
 
     kind: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")] = Field(
-        description="classification, dense_map, ctc, embedding, frame_decision, generic or custom."
+        description="classification, dense_map, segmentation, ctc, embedding, frame_decision, "
+        "generic or custom."
     )
     output: TensorName | None = Field(default=None, description="The output the task reads.")
     threshold: float | None = Field(
@@ -147,7 +148,8 @@ class IOContract(_Contract):
     task: TaskInfo
     labels: list[str] | None = Field(
         default=None,
-        description="Class names (classification) or characters (ctc, blank excluded), in "
+        description="Class names (classification, segmentation) or characters (ctc, blank "
+        "excluded), in "
         "index order, when their JSON is at most 2048 bytes.",
     )
     labels_blob: BlobRef | None = Field(

@@ -80,9 +80,13 @@ def prepare_release(
         if outputs.status == FAILED:
             reasons = "; ".join(outputs.metrics.get("failed") or []) or "see metrics.json"
             failure = outputs.metrics.get("failure")
+            error = outputs.metrics.get("error")
             if isinstance(failure, str) and failure:
                 # Not a gate: the quantizer crashed or failed (its signal is in reasons).
                 problems.append(f"{where}: {failure} ({reasons})")
+            elif isinstance(error, dict) and error.get("stage") not in ("gate", "arm verify"):
+                # Not a gate either: a stage failed (its message is in reasons).
+                problems.append(f"{where}: build failed ({reasons})")
             else:
                 problems.append(f"{where}: failed its gates ({reasons})")
             continue

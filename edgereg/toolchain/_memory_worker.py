@@ -22,6 +22,24 @@ from typing import Any
 
 #: How many of the largest tensors the runtime produced are reported.
 LARGEST = 8
+#: Bytes per value of the element type an op's type names (``Convolution [ DT_INT8 ] ``).
+_WIDTHS = {"INT8": 1, "UINT8": 1, "HALF": 2, "BFLOAT16": 2, "INT16": 2, "FLOAT": 4, "INT32": 4}
+_NAMES = {"INT8": "int8", "UINT8": "uint8", "HALF": "float16", "BFLOAT16": "bfloat16"}
+_NAMES.update({"INT16": "int16", "FLOAT": "float32", "INT32": "int32"})
+
+
+def op_output(op_type: str, reported: str, width: int) -> tuple[str, str, int]:
+    """The op's type, its output's element type and bytes per value.
+
+    MNN's session callback reports an int8 tensor with the float dtype (4
+    bytes a value), but the op's type carries the element type it computes in
+    (``"Convolution [ DT_INT8 ] "``): that one is the tensor's real width.
+    """
+    name, _, tag = op_type.partition("[")
+    kind = tag.strip(" ]").removeprefix("DT_")
+    if kind in _WIDTHS:
+        return name.strip(), _NAMES[kind], _WIDTHS[kind]
+    return name.strip(), reported, width
 
 
 def _status_mb(key: str) -> float | None:
@@ -77,6 +95,7 @@ def measure(req: dict[str, Any]) -> dict[str, Any]:
         id(MNN.Halide_Type_Uint8): (np.uint8, 1),
         id(MNN.Halide_Type_Float): (np.float32, 4),
     }
+    dtype_names = {np.int32: "int32", np.uint8: "uint8", np.float32: "float32"}
     gc.collect()
     exact = _reset_peak()
     baseline = _rss_mb()
@@ -112,13 +131,18 @@ def measure(req: dict[str, Any]) -> dict[str, Any]:
             host = MNN.Tensor(tensor, MNN.Tensor_DimensionType_Caffe)
             tensor.copyToHostTensor(host)
 
+    cpu_ms: list[float] = []
+
     def run() -> float:
-        t0 = time.perf_counter()
+        # Wall time, and the CPU time every thread of the process spent: on a loaded
+        # machine the wall time also counts the time the process waited for a core.
+        t0, c0 = time.perf_counter(), time.process_time()
         feed()
         status = interpreter.runSession(session)
         read()
         if status != 0:
             raise RuntimeError(f"MNN runSession returned error code {status}")
+        cpu_ms.append((time.process_time() - c0) * 1000.0)
         return (time.perf_counter() - t0) * 1000.0
 
     first_ms = run()
@@ -137,14 +161,16 @@ def measure(req: dict[str, Any]) -> dict[str, Any]:
     def after(tensors: Any, op: Any) -> bool:
         for tensor in tensors:
             shape = [int(d) for d in tensor.getShape()]
-            size = types.get(id(tensor.getDataType()), (np.float32, 4))[1]
+            dtype, size = types.get(id(tensor.getDataType()), (np.float32, 4))
+            op_type, element, size = op_output(str(op.getType()), dtype_names[dtype], size)
             count = 1
             for dim in shape:
                 count *= max(dim, 0)
             produced.append(
                 {
                     "op": str(op.getName()),
-                    "type": str(op.getType()),
+                    "type": op_type,
+                    "dtype": element,
                     "shape": shape,
                     "mb": count * size / (1024.0 * 1024.0),
                 }
@@ -166,6 +192,8 @@ def measure(req: dict[str, Any]) -> dict[str, Any]:
         "load_ms": load_ms,
         "first_ms": first_ms,
         "steady_ms": times,
+        "first_cpu_ms": cpu_ms[0],
+        "steady_cpu_ms": cpu_ms[len(cpu_ms) - len(times) :],
         "largest_tensors": produced[:LARGEST],
         "seconds": time.perf_counter() - began,
     }

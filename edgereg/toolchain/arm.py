@@ -8,7 +8,9 @@ CPU's hwcaps, so ``-cpu`` decides which kernels run (docs/operations/
 arm-verification.md).
 
 The sysroot is set up once by ``edgereg toolchain arm install`` (run by
-``make venv``) under ``.edgereg/arm/mnn-X/`` (or ``$EDGEREG_ARM_DIR``):
+``make venv``) in the per-user cache shared by every repository
+(``~/.cache/edgereg/arm/mnn-X/``, :mod:`edgereg.toolchain.usercache`; or
+``$EDGEREG_ARM_DIR``):
 Debian's arm64 ``python3.11`` packages, fetched with ``debootstrap
 --download-only`` and unpacked with ``dpkg-deb -x`` (no second stage, no
 chroot), plus the pinned ``mnn`` and ``numpy`` aarch64 wheels installed by the
@@ -50,12 +52,13 @@ from edgereg.toolchain._process import (
     scratch_dir,
     tail,
 )
+from edgereg.toolchain.usercache import user_cache_dir
 from edgereg.toolchain.versions import installed_version
 
 #: Environment variable that moves the sysroot cache.
 ARM_DIR_ENV = "EDGEREG_ARM_DIR"
-#: Where sysroots live by default, relative to the project.
-DEFAULT_ARM_DIR = Path(".edgereg") / "arm"
+#: Where sysroots live by default, inside the per-user cache.
+DEFAULT_ARM_DIR = "arm"
 #: Written last into a sysroot: a directory without it is not installed.
 MARKER = "edgereg-arm.json"
 #: The command that installs the sysroot, named in errors.
@@ -211,12 +214,12 @@ class ArmRun:
     seconds: float
 
 
-def arm_dir(project_root: Path | str | None = None) -> Path:
-    """The sysroot cache: ``$EDGEREG_ARM_DIR``, else ``<project>/.edgereg/arm``."""
+def arm_dir() -> Path:
+    """The sysroot cache: ``$EDGEREG_ARM_DIR``, else ``arm/`` in the per-user cache."""
     override = os.environ.get(ARM_DIR_ENV)
     if override:
         return Path(override)
-    return Path(project_root if project_root is not None else ".") / DEFAULT_ARM_DIR
+    return user_cache_dir() / DEFAULT_ARM_DIR
 
 
 def sysroot_dir(mnn_version: str, root: Path | str | None = None) -> Path:

@@ -26,6 +26,8 @@ class TensorSize:
     op_type: str
     shape: tuple[int, ...]
     mb: float
+    #: The element type the op computes in (int8 tensors count 1 byte a value).
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,35 @@ class MemoryMeasurement:
     threads: int
     #: What the measurement cost, seconds (in its process, start excluded).
     seconds: float = 0.0
+    #: CPU time of the process (every thread) during the first inference, milliseconds.
+    first_cpu_ms: float | None = None
+    #: CPU time during each timed steady inference.
+    steady_cpu_ms: tuple[float, ...] = ()
 
     def steady_percentile(self, q: float) -> float:
         """A percentile of the steady latency, milliseconds."""
         return float(np.percentile(self.steady_ms, q))
+
+    @property
+    def first_busy_ms(self) -> float:
+        """The first call's time without the time it waited for a core: min(wall, CPU).
+
+        Wall time above the process's CPU time is time it was runnable but not
+        running (another process had the core): the machine's load, not the
+        model's cost. CPU time above the wall time is work done in parallel,
+        which the wall time already measures.
+        """
+        if self.first_cpu_ms is None:
+            return self.first_ms
+        return min(self.first_ms, self.first_cpu_ms)
+
+    @property
+    def steady_busy_p50_ms(self) -> float:
+        """The median steady call, each at min(wall, CPU) (see :attr:`first_busy_ms`)."""
+        if len(self.steady_cpu_ms) != len(self.steady_ms):
+            return self.steady_percentile(50)
+        busy = [min(w, c) for w, c in zip(self.steady_ms, self.steady_cpu_ms, strict=True)]
+        return float(np.percentile(busy, 50))
 
 
 @dataclass(frozen=True)
@@ -167,11 +194,14 @@ def parse_memory(raw: Mapping[str, Any], threads: int) -> MemoryMeasurement:
                     str(row["type"]),
                     tuple(int(d) for d in row["shape"]),
                     float(row["mb"]),
+                    str(row.get("dtype", "float32")),
                 )
                 for row in raw["largest_tensors"]
             ),
             threads=threads,
             seconds=float(raw.get("seconds", 0.0)),
+            first_cpu_ms=None if raw.get("first_cpu_ms") is None else float(raw["first_cpu_ms"]),
+            steady_cpu_ms=tuple(float(t) for t in raw.get("steady_cpu_ms", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BuildError(

@@ -102,6 +102,27 @@ def op_bytes(data: bytes) -> list[OpBytes]:
     Raises:
         MnnFormatError: the bytes are not an ``.mnn`` FlatBuffer.
     """
+    ops = _op_tables(data)
+    starts = sorted(table for table, _, _ in ops)
+    ends = {
+        start: (starts[i + 1] if i + 1 < len(starts) else len(data))
+        for i, start in enumerate(starts)
+    }
+    sized = [OpBytes(name, kind, ends[table] - table) for table, name, kind in ops]
+    return sorted(sized, key=lambda op: (-op.size, op.name))
+
+
+def op_names(data: bytes) -> list[tuple[str, str]]:
+    """Every op of the main graph as (name, type), in the graph's order.
+
+    Raises:
+        MnnFormatError: the bytes are not an ``.mnn`` FlatBuffer.
+    """
+    return [(name, kind) for _, name, kind in _op_tables(data)]
+
+
+def _op_tables(data: bytes) -> list[tuple[int, str, str]]:
+    """(table offset, name, type) of every op of the main graph, in the graph's order."""
     if len(data) < 8:
         raise MnnFormatError("too short for an .mnn file")
     root = _u32(data, 0)
@@ -121,10 +142,4 @@ def op_bytes(data: bytes) -> list[OpBytes]:
         kind = 0 if type_at is None else _i32(data, type_at)
         name = "" if name_at is None else _string(data, name_at)
         ops.append((table, name, OP_TYPES.get(kind, f"type {kind}")))
-    starts = sorted(table for table, _, _ in ops)
-    ends = {
-        start: (starts[i + 1] if i + 1 < len(starts) else len(data))
-        for i, start in enumerate(starts)
-    }
-    sized = [OpBytes(name, kind, ends[table] - table) for table, name, kind in ops]
-    return sorted(sized, key=lambda op: (-op.size, op.name))
+    return ops

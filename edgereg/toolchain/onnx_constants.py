@@ -27,6 +27,8 @@ class OnnxConstants:
 
     constants: dict[str, OnnxConstant] = field(default_factory=dict)
     producers: dict[str, str] = field(default_factory=dict)
+    #: Node output (and node name) -> the initializers the node reads (its weights).
+    weights: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def onnx_constants(path: Path) -> OnnxConstants:
@@ -42,11 +44,16 @@ def onnx_constants(path: Path) -> OnnxConstants:
     graph = model.graph
     users: dict[str, list[str]] = {}
     producers: dict[str, str] = {}
+    weights: dict[str, tuple[str, ...]] = {}
+    initializers = {tensor.name for tensor in graph.initializer}
     for node in graph.node:
         for name in node.input:
             users.setdefault(name, []).append(node.op_type)
-        for name in node.output:
-            producers[name] = node.op_type
+        read = tuple(name for name in node.input if name in initializers)
+        for name in (*node.output, *([node.name] if node.name else [])):
+            producers.setdefault(name, node.op_type)
+            if read:
+                weights.setdefault(name, read)
     constants = {}
     for tensor in graph.initializer:
         shape = tuple(int(d) for d in tensor.dims)
@@ -60,4 +67,4 @@ def onnx_constants(path: Path) -> OnnxConstants:
         constants[tensor.name] = OnnxConstant(
             tensor.name, shape, count * itemsize, tuple(sorted(set(users.get(tensor.name, []))))
         )
-    return OnnxConstants(constants, producers)
+    return OnnxConstants(constants, producers, weights)

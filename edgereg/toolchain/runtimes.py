@@ -7,7 +7,8 @@ not assumed: the artifact is loaded and run under exactly that MNN version, on
 the same samples as the build's runtime, and the outputs must match.
 
 Each old runtime is an isolated virtual environment holding only ``mnn==X``
-and numpy, cached per version under ``.edgereg/runtimes/mnn-X/`` (or
+and numpy, cached per version in the per-user cache shared by every repository
+(``~/.cache/edgereg/runtimes/mnn-X/``, :mod:`edgereg.toolchain.usercache`; or
 ``$EDGEREG_RUNTIMES_DIR``). It is installed only by an explicit command
 (``edgereg toolchain runtimes install``, run by ``make venv``), never during a
 build or a test: a proof that needs a missing runtime fails with a
@@ -55,12 +56,13 @@ from edgereg.toolchain._process import (
     scratch_dir,
     tail,
 )
+from edgereg.toolchain.usercache import user_cache_dir
 from edgereg.toolchain.versions import installed_version
 
 #: Environment variable that moves the runtime cache (CI caches, shared machines).
 RUNTIMES_DIR_ENV = "EDGEREG_RUNTIMES_DIR"
-#: Where runtimes live by default, relative to the project (the directory of models.toml).
-DEFAULT_RUNTIMES_DIR = Path(".edgereg") / "runtimes"
+#: Where runtimes live by default, inside the per-user cache.
+DEFAULT_RUNTIMES_DIR = "runtimes"
 #: Written last into a runtime directory: a directory without it is not installed.
 MARKER = "edgereg-runtime.json"
 #: The command that installs missing runtimes, named in errors.
@@ -335,20 +337,17 @@ class RuntimeProof:
         }
 
 
-def runtimes_dir(project_root: Path | str | None = None) -> Path:
-    """Return the directory that holds the cached runtimes.
-
-    Args:
-        project_root: The project (the directory of models.toml); defaults to
-            the current directory.
+def runtimes_dir() -> Path:
+    """Return the directory that holds the cached runtimes, shared by every repository.
 
     Returns:
-        ``$EDGEREG_RUNTIMES_DIR`` when set, else ``<project>/.edgereg/runtimes``.
+        ``$EDGEREG_RUNTIMES_DIR`` when set, else ``runtimes/`` in the per-user
+        cache (:func:`edgereg.toolchain.usercache.user_cache_dir`).
     """
     override = os.environ.get(RUNTIMES_DIR_ENV)
     if override:
         return Path(override)
-    return Path(project_root if project_root is not None else ".") / DEFAULT_RUNTIMES_DIR
+    return user_cache_dir() / DEFAULT_RUNTIMES_DIR
 
 
 def _check_version(version: str) -> None:
