@@ -42,12 +42,22 @@ from edgereg.build.outputs import (
     METRICS,
     OUTPUT_FILES,
     PROBE,
+    PROBE_DATA,
     PROVENANCE,
     HostBenchmark,
     ThreadLatency,
+    probe_input_bytes,
     variant_dir,
+    writes_probe_data,
 )
-from edgereg.build.probe import check_on_host, golden_probe, probe_bytes, select_probe_rows
+from edgereg.build.probe import (
+    check_client_limits,
+    check_on_host,
+    golden_probe,
+    probe_bytes,
+    select_probe_rows,
+    split_probe,
+)
 from edgereg.build.quality import (
     DEFAULT_AGREEMENT,
     GateReport,
@@ -580,11 +590,21 @@ def build_variant(
                     (a.max_abs_error for a in scored.agreement.values()), default=0.0
                 ),
             )
+            tensor_data = None
+            if writes_probe_data(model, inputs):
+                # One sample is too large to inline: its bytes go in a blob beside it.
+                probe, tensor_data = split_probe(probe)
             probe_data = probe_bytes(probe)
+            check_client_limits(
+                model_bytes=scored.size_bytes,
+                probe_bytes=len(probe_data),
+                probe_data_bytes=None if tensor_data is None else len(tensor_data),
+                input_bytes=probe_input_bytes(model, inputs),
+            )
             # The client's own self-test, on this host's CPU: a variant every
             # device would refuse (a state zero-filled with the wrong shape)
             # fails here, not on the fleet.
-            verdict = check_on_host(artifact, probe, built_contract.contract)
+            verdict = check_on_host(artifact, probe, built_contract.contract, data=tensor_data)
             if not verdict.passed:
                 raise BuildError(
                     f"{model_name}/{variant_name}: the reference client's self-test refuses "
@@ -595,6 +615,8 @@ def build_variant(
                     "build feeds it) and the model's dynamic axes.",
                 )
             (work_dir / PROBE).write_bytes(probe_data)
+            if tensor_data is not None:
+                (work_dir / PROBE_DATA).write_bytes(tensor_data)
             _write_json(work_dir / CONTRACT, built_contract.contract.model_dump(mode="json"))
             if built_contract.labels is not None:
                 (work_dir / LABELS).write_bytes(labels_blob(built_contract.labels))
@@ -638,13 +660,15 @@ def build_variant(
             "contract": _file_record(work_dir / CONTRACT, CONTRACT),
             "probe": _file_record(work_dir / PROBE, PROBE),
         }
+        if tensor_data is not None:
+            provenance["probe_data"] = _file_record(work_dir / PROBE_DATA, PROBE_DATA)
         _write_json(work_dir / METRICS, metrics)
         _write_json(work_dir / PROVENANCE, provenance)
         _write_json(work_dir / CLASS_RECALL_PLOT, _recall_rows(scored.scores, model.classes))
         _write_json(work_dir / HOST_BENCHMARK, host.to_json())
         # The artifact moves last: its presence means every other file is there.
         for name in (*OUTPUT_FILES[1:], ARTIFACT):
-            if name != LABELS or (work_dir / name).exists():
+            if name not in (LABELS, PROBE_DATA) or (work_dir / name).exists():
                 os.replace(work_dir / name, out_dir / name)
     return BuildResult(
         out_dir=out_dir, metrics=metrics, provenance=provenance, stage_seconds=seconds

@@ -73,6 +73,7 @@ from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
 from edgereg.protocol.fields import MAX_MEMORY_MB, Name, TierRules, format_time
 from edgereg.protocol.patterns import SHA256_RE
+from edgereg.protocol.probe import MAX_PROBE_DATA_BYTES
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.rules import DeviceProfile, resolve_tier
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
@@ -88,15 +89,27 @@ manifest_path = layout.manifest_path
 
 
 def _blob_refs(entries: Mapping[str, ManifestEntry]) -> list[BlobRef]:
-    """Every blob a release needs (artifacts, probes, labels), each once, in member order."""
+    """Every blob a release needs (artifacts, probes and their data, labels), each once."""
     refs: dict[str, BlobRef] = {}
     for name in sorted(entries):
-        entry = entries[name]
-        refs.setdefault(entry.sha256, BlobRef.of(entry.sha256, entry.size))
-        for extra in (entry.probe, entry.contract.labels_blob if entry.contract else None):
-            if extra is not None:
-                refs.setdefault(extra.sha256, extra)
+        for ref in entries[name].blob_refs():
+            refs.setdefault(ref.sha256, ref)
     return list(refs.values())
+
+
+def _check_declared_sizes(entries: Mapping[str, ManifestEntry]) -> None:
+    """Refuse, before any byte, a probe data blob larger than a client holds (section 11).
+
+    Raises:
+        Malformed: ``probe_data.size`` above :data:`MAX_PROBE_DATA_BYTES`.
+    """
+    for name in sorted(entries):
+        data = entries[name].probe_data
+        if data is not None and data.size > MAX_PROBE_DATA_BYTES:
+            raise Malformed(
+                f"the probe data of {name} declares {data.size} bytes, more than "
+                f"{MAX_PROBE_DATA_BYTES}"
+            )
 
 
 def _utcnow() -> datetime:
@@ -537,6 +550,7 @@ class Client:
                 self.cache.write_installed(self.kind, self.model, kept)
             self._set_pending(None)
             return self._result(kept, not_modified=not_modified, decision=decision)
+        _check_declared_sizes(entries)
         missing = [
             ref for ref in _blob_refs(entries) if not self.cache.has_blob(ref.sha256, ref.size)
         ]
@@ -645,6 +659,7 @@ class Client:
                 entry,
                 self.cache.blob(entry.sha256),
                 self.cache.blob(entry.probe.sha256) if entry.probe is not None else None,
+                self.cache.blob(entry.probe_data.sha256) if entry.probe_data is not None else None,
             )
             for name, entry in entries.items()
         }

@@ -107,6 +107,9 @@ class MemberFilesLike(Protocol):
     @property
     def probe(self) -> Path | None: ...
 
+    @property
+    def probe_data(self) -> Path | None: ...
+
 
 # --- the runner: what is device-specific ------------------------------------------
 
@@ -277,19 +280,39 @@ class _MnnSession:
 # --- the probe ---------------------------------------------------------------------
 
 
-def parse_probe(data: bytes, ref: BlobRef, entry: ManifestEntry) -> GoldenProbe:
-    """Check a downloaded probe blob against its signed reference and parse it.
-
-    Raises:
-        BadBlob: size or sha256 differs from ``ref`` (the manifest's ``probe``).
-        Malformed: not a valid probe, or a probe of another artifact.
-    """
+def _check_blob(data: bytes, ref: BlobRef, what: str) -> None:
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != ref.size or digest != ref.sha256:
         raise BadBlob(
-            f"probe blob is {len(data)} bytes with sha256 {digest}, the manifest says "
+            f"{what} blob is {len(data)} bytes with sha256 {digest}, the manifest says "
             f"{ref.size} bytes with sha256 {ref.sha256}"
         )
+
+
+def parse_probe(
+    data: bytes, ref: BlobRef, entry: ManifestEntry, tensor_data: bytes | None = None
+) -> GoldenProbe:
+    """Check a downloaded probe blob (and its data blob) against the entry and parse it.
+
+    Args:
+        data: The probe blob.
+        ref: The entry's ``probe``.
+        entry: The manifest entry.
+        tensor_data: The entry's ``probe_data`` blob, when it names one.
+
+    Returns:
+        The probe with every tensor inline (docs/protocol.md section 11).
+
+    Raises:
+        BadBlob: size or sha256 differs from ``ref`` or from ``entry.probe_data``.
+        Malformed: not a valid probe, a probe of another artifact, or one whose
+            data blob is not the entry's (or lies beyond it).
+    """
+    _check_blob(data, ref, "probe")
+    if entry.probe_data is not None:
+        if tensor_data is None:
+            raise BadBlob(f"the probe data {entry.probe_data.sha256[:12]} is not there")
+        _check_blob(tensor_data, entry.probe_data, "probe data")
     try:
         probe = from_bytes(GoldenProbe, data)
     except WireError as exc:
@@ -299,12 +322,17 @@ def parse_probe(data: bytes, ref: BlobRef, entry: ManifestEntry) -> GoldenProbe:
             f"probe {ref.sha256[:12]} is for artifact {probe.artifact_sha256[:12]}, "
             f"the entry's artifact is {entry.sha256[:12]}"
         )
-    return probe
+    try:
+        return probe.resolved(tensor_data if entry.probe_data is not None else None)
+    except ValueError as exc:
+        raise Malformed(f"probe {ref.sha256[:12]}: {exc}") from exc
 
 
 def _array(tensor: ProbeTensor) -> np.ndarray:
     import numpy as np
 
+    if tensor.data is None:
+        raise ValueError(f"tensor {tensor.name} is in the probe data blob: resolve the probe")
     raw = base64.b64decode(tensor.data)
     return np.frombuffer(raw, dtype=np.dtype(_NUMPY_DTYPES[tensor.dtype])).reshape(tensor.shape)
 
@@ -456,13 +484,15 @@ class SelfTest:
             ref = member.entry.probe
             probe = None
             if ref is not None and member.probe is not None:
+                data_path = getattr(member, "probe_data", None)
                 try:
                     data = Path(member.probe).read_bytes()
+                    tensor_data = None if data_path is None else Path(data_path).read_bytes()
                 except OSError as exc:
                     raise BadBlob(
                         f"probe of {name} {member.entry.version} unreadable: {exc}"
                     ) from exc
-                probe = parse_probe(data, ref, member.entry)
+                probe = parse_probe(data, ref, member.entry, tensor_data)
             try:
                 result = self.run(name, member.artifact, member.entry, probe)
             except ProbeFailed:

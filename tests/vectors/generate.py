@@ -44,7 +44,12 @@ from edgereg.protocol.fields import (
     parse_range,
     satisfies,
 )
-from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
+from edgereg.protocol.probe import (
+    MAX_PROBE_DATA_BYTES,
+    GoldenProbe,
+    ProbeTensor,
+    check_probe,
+)
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.reports import Report, ReportError, parse_report
 from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
@@ -1137,7 +1142,10 @@ def schemas() -> dict[Path, str]:
             "and no lone surrogate escape anywhere; keys not listed here are ignored; data "
             "is the canonical padded base64 of exactly product(shape) x element-size "
             "bytes; tensor names are unique within inputs and within expected; "
-            "artifact_sha256 equals the entry's sha256.",
+            "artifact_sha256 equals the entry's sha256; a tensor has exactly one of data "
+            "and offset (null is absent); an offset needs data_sha256, which is present "
+            "exactly when the entry has probe_data and equals its sha256; a tensor's "
+            "offset + product(shape) x element-size lies within the data blob.",
         ),
         SCHEMA_FILE.parent / "report.schema.json": _document_schema(
             Report,
@@ -1566,13 +1574,140 @@ PROBE_CASES: dict[str, tuple[str, dict[str, Any] | bytes, list[Any]]] = {
 }
 
 
+# --- probes with a data blob (the entry's probe_data; docs/protocol.md section 11) ---
+
+_X_BYTES = base64.b64decode(X["data"])
+_PROBS_BYTES = struct.pack("<5f", *PROBS)
+#: The data blob: x's bytes, then the expected probs' bytes.
+PROBE_DATA = _X_BYTES + _PROBS_BYTES
+PROBE_DATA_SHA = hashlib.sha256(PROBE_DATA).hexdigest()
+
+
+def _at(tensor: dict[str, Any], offset: int) -> dict[str, Any]:
+    """The tensor with its bytes in the data blob at ``offset``."""
+    return {**{k: v for k, v in tensor.items() if k != "data"}, "offset": offset}
+
+
+def _data_probe(
+    expected_offset: int = len(_X_BYTES),
+    *,
+    inputs: dict[str, Any] | None = None,
+    expected: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A probe whose input and expected output are read from the data blob."""
+    document = _probe([[[expected or _at(_tensor("probs", PROBS), expected_offset)]]], **extra)
+    document["cases"][0]["steps"][0]["inputs"] = [inputs or _at(X, 0)]
+    document.setdefault("data_sha256", PROBE_DATA_SHA)
+    return document
+
+
+def _blob(data: bytes = PROBE_DATA, size: int | None = None) -> dict[str, Any]:
+    """The vector's probe_data: the entry's declared size and the verified blob."""
+    return {
+        "size": len(data) if size is None else size,
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+# name -> (description, probe document, computed outputs, probe_data (or None))
+DATA_PROBE_CASES: dict[str, tuple[str, dict[str, Any], list[Any], dict[str, Any] | None]] = {
+    "data-blob-exact": (
+        "Input and expected output read from the probe data blob at their offsets; "
+        "computed exactly: passes.",
+        _data_probe(),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-abs-error": (
+        "Expected output from the data blob, computed doubled: abs-error (the blob's "
+        "values are the ones compared).",
+        _data_probe(),
+        _probs([2 * v for v in PROBS]),
+        _blob(),
+    ),
+    "data-blob-mixed": (
+        "The input inline, the expected output in the data blob: each tensor chooses.",
+        _data_probe(inputs=X),
+        _probs([0.06, 0.09, 0.61, 0.04, 0.2]),
+        _blob(),
+    ),
+    "data-blob-offset-past-end": (
+        "The expected output's 20 bytes start 4 bytes before the blob's end: malformed.",
+        _data_probe(len(PROBE_DATA) - 4),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-not-in-entry": (
+        "The probe reads a data blob (data_sha256, offsets), the entry names none: malformed.",
+        _data_probe(),
+        _probs(PROBS),
+        None,
+    ),
+    "data-blob-other-digest": (
+        "The probe's data_sha256 is not the entry's probe_data: malformed.",
+        _data_probe(data_sha256="0" * 64),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-unnamed": (
+        "The entry names a probe data blob, the probe (all inline) names no data_sha256: "
+        "malformed.",
+        _probe(),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-declared-too-large": (
+        "The entry declares a probe data blob of 128 MiB + 1 byte: malformed before any byte "
+        "(its data is not downloaded: empty here).",
+        _data_probe(),
+        _probs(PROBS),
+        _blob(b"", size=MAX_PROBE_DATA_BYTES + 1),
+    ),
+    "tensor-with-data-and-offset": (
+        "A tensor with both data and offset: malformed (exactly one).",
+        _data_probe(expected={**_tensor("probs", PROBS), "offset": len(_X_BYTES)}),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "tensor-without-data-or-offset": (
+        "A tensor with neither data nor offset: malformed.",
+        _data_probe(expected={"name": "probs", "dtype": "float32", "shape": [5]}),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "offset-without-data-sha256": (
+        "A tensor names an offset, the probe no data_sha256 (nor the entry a blob): malformed.",
+        {k: v for k, v in _data_probe().items() if k != "data_sha256"},
+        _probs(PROBS),
+        None,
+    ),
+    "offset-as-float": (
+        "offset 20.0: an integer is written without a fraction; malformed.",
+        _data_probe(expected={**_at(_tensor("probs", PROBS), 0), "offset": float(len(_X_BYTES))}),
+        _probs(PROBS),
+        _blob(),
+    ),
+}
+
+
 def run_probe(vector_input: dict[str, Any]) -> dict[str, Any]:
     """The reference verdict for one probe vector: parse the probe, then check the outputs."""
+    blob = vector_input.get("probe_data")
+    data = None
+    if blob is not None:
+        if blob["size"] > MAX_PROBE_DATA_BYTES:
+            return {"pass": False, "reason": "malformed"}  # refused before any byte
+        data = base64.b64decode(blob["data"])
     try:
         probe = from_bytes(GoldenProbe, base64.b64decode(vector_input["probe"]))
     except WireError:
         return {"pass": False, "reason": "malformed"}
     if probe.artifact_sha256 != vector_input["artifact_sha256"]:
+        return {"pass": False, "reason": "malformed"}
+    try:
+        probe = probe.resolved(data)
+    except ValueError:
         return {"pass": False, "reason": "malformed"}
     computed = [
         [{t["name"]: ProbeTensor.model_validate(t, strict=True) for t in step} for step in case]
@@ -1584,13 +1719,16 @@ def run_probe(vector_input: dict[str, Any]) -> dict[str, Any]:
 
 def build_probes() -> dict[str, str]:
     files = {}
-    for name, (description, document, computed) in PROBE_CASES.items():
+    cases = {**PROBE_CASES, **{name: case[:3] for name, case in DATA_PROBE_CASES.items()}}
+    for name, (description, document, computed) in cases.items():
         data = document if isinstance(document, bytes) else canonical_json(document)
-        vector_input = {
+        vector_input: dict[str, Any] = {
             "probe": base64.b64encode(data).decode("ascii"),
             "artifact_sha256": PROBE_ARTIFACT,
             "computed": computed,
         }
+        if name in DATA_PROBE_CASES:
+            vector_input["probe_data"] = DATA_PROBE_CASES[name][3]
         vector = {
             "name": name,
             "description": description,
