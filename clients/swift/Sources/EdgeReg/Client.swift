@@ -387,6 +387,10 @@ public actor EdgeRegClient {
             if let labels = e.contract?.labelsBlob, labels.size > Labels.maxBytes {
                 throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is \(labels.size) bytes, more than \(Labels.maxBytes)")
             }
+            if let data = e.probeData, data.size > GoldenProbe.maxDataBytes {
+                // Refused before any byte (docs/protocol.md §11).
+                throw Failure(code: Reason.malformed, message: "the probe data of \(name) declares \(data.size) bytes, more than \(GoldenProbe.maxDataBytes)")
+            }
         }
         var new = InstalledSet(version: entry.version, tier: tier ?? "", isCandidate: decision.isCandidate,
                                sequence: decision.manifest.sequence, bundled: shipped != nil, token: nil,
@@ -816,8 +820,16 @@ public actor EdgeRegClient {
                 guard let data = try? Data(contentsOf: layout.blob(ref.sha256)) else {
                     throw Failure(code: Reason.badBlob, message: "probe of \(name) \(entry.version) unreadable")
                 }
+                var tensors: Data?
+                if let dataRef = entry.probeData {
+                    guard let raw = try? Data(contentsOf: layout.blob(dataRef.sha256)) else {
+                        throw Failure(code: Reason.badBlob, message: "probe data of \(name) \(entry.version) unreadable")
+                    }
+                    tensors = raw
+                }
                 do {
-                    probe = try GoldenProbe(data: data, artifactSHA256: entry.sha256)
+                    probe = try GoldenProbe(data: data, artifactSHA256: entry.sha256, dataSHA256: entry.probeData?.sha256,
+                                            tensorData: tensors)
                 } catch {
                     throw Failure(code: Reason.malformed, message: "the probe of \(name) \(entry.version): \(error.message)")
                 }

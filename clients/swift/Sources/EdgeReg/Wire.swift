@@ -347,6 +347,8 @@ public struct ModelEntry: Sendable, Equatable {
     public let contract: IOContract?
     public let requires: Requirements?
     public let probe: BlobRef?
+    /// The probe's tensors too large to inline (docs/protocol.md §11); nil when none.
+    public let probeData: BlobRef?
     /// Measured peak memory in MiB (fit rule (d)); nil when not measured.
     public let peakMemoryMB: Double?
     /// CPU features this variant must not run on (fit rule (e)); nil when none.
@@ -373,6 +375,8 @@ public struct ModelEntry: Sendable, Equatable {
         contract = try r.optional("contract").map { (v) throws(WireError) in try IOContract(v, r.at("contract")) }
         requires = try r.optional("requires").map { (v) throws(WireError) in try Requirements(v, r.at("requires")) }
         probe = try r.optional("probe").map { (v) throws(WireError) in try BlobRef(v, r.at("probe")) }
+        probeData = try r.optional("probe_data").map { (v) throws(WireError) in try BlobRef(v, r.at("probe_data")) }
+        if probeData != nil, probe == nil { throw WireError("\(r.at("probe_data")) needs probe") }
         if let v = r.optional("peak_memory_mb") {
             let mb = try Reader.number(v, r.at("peak_memory_mb"))
             guard mb > 0, mb <= Fields.maxMemoryMB else {
@@ -415,10 +419,11 @@ public struct ModelEntry: Sendable, Equatable {
     /// The artifact as a blob reference.
     public var blob: BlobRef { BlobRef(sha256: sha256, size: size) }
 
-    /// Every blob the entry names: the artifact, its probe, its labels.
+    /// Every blob the entry names: the artifact, its probe (and its data), its labels.
     public var blobs: [BlobRef] {
         var out = [blob]
         if let probe { out.append(probe) }
+        if let probeData { out.append(probeData) }
         if let labels = contract?.labelsBlob { out.append(labels) }
         return out
     }

@@ -270,6 +270,11 @@ final class Engine {
                 // Refused before any byte (docs/protocol.md section 8).
                 throw new Rejected(Reasons.MALFORMED, "the labels blob of " + e.getKey() + " declares " + labels.size + " bytes, more than " + MAX_LABELS_BYTES);
             }
+            Wire.BlobRef data = e.getValue().probeData;
+            if (data != null && data.size > Probe.MAX_DATA_BYTES) {
+                // Refused before any byte (docs/protocol.md section 11).
+                throw new Rejected(Reasons.MALFORMED, "the probe data of " + e.getKey() + " declares " + data.size + " bytes, more than " + Probe.MAX_DATA_BYTES);
+            }
         }
         List<Wire.BlobRef> missing = new ArrayList<Wire.BlobRef>();
         for (Wire.Entry e : chosen.members.values()) {
@@ -519,7 +524,10 @@ final class Engine {
             Probe probe = null;
             if (entry.probe != null) {
                 try {
-                    probe = Probe.parse(Store.readAll(store().blob(entry.probe.sha256), entry.probe.size), entry.blob.sha256);
+                    Wire.BlobRef data = entry.probeData;
+                    byte[] tensors = data == null ? null : Store.readAll(store().blob(data.sha256), data.size);
+                    probe = Probe.parse(Store.readAll(store().blob(entry.probe.sha256), entry.probe.size), entry.blob.sha256,
+                            data == null ? null : data.sha256, tensors);
                 } catch (IOException x) {
                     throw new Rejected(Reasons.CACHE, "cannot read the probe of " + e.getKey() + ": " + x.getMessage(), x);
                 }

@@ -124,7 +124,17 @@ public final class Conformance {
         try {
             byte[] data = Codec.base64Decode(str(input, "probe"));
             if (data == null) throw new IllegalArgumentException("probe is not base64");
-            probe = Probe.parse(data, str(input, "artifact_sha256"));
+            // The entry's probe_data: its declared size, and the blob as downloaded and verified.
+            Object blob = input.get("probe_data");
+            byte[] tensors = null;
+            String tensorsSha = null;
+            if (blob instanceof Map) {
+                Map<String, Object> b = (Map<String, Object>) blob;
+                if (((Json.Num) b.get("size")).longValue() > Probe.MAX_DATA_BYTES) throw new Rejected(Reasons.MALFORMED, "probe data declared too large");
+                tensors = Codec.base64Decode((String) b.get("data"));
+                tensorsSha = Codec.hex(Codec.sha256().digest(tensors));
+            }
+            probe = Probe.parse(data, str(input, "artifact_sha256"), tensorsSha, tensors);
         } catch (Rejected r) {
             out.put("pass", false);
             out.put("reason", r.code);

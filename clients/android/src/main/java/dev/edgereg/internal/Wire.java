@@ -87,6 +87,8 @@ public final class Wire {
         public final BlobRef labelsBlob;
         public final Requirements requires;
         public final BlobRef probe;
+        /** The probe's tensors too large to inline (docs/protocol.md section 11), or null. */
+        public final BlobRef probeData;
         /** Measured peak memory in MiB (fit rule (d)), or null: not measured. */
         public final Double peakMemoryMb;
         /** CPU features this variant must not run on (fit rule (e)), or null. */
@@ -98,8 +100,8 @@ public final class Wire {
 
         Entry(String version, String variant, BlobRef blob, String minMnnRuntime, int threads, List<String> backends,
                 String precision, Map<String, Object> contract, List<String> labels, BlobRef labelsBlob,
-                Requirements requires, BlobRef probe, Double peakMemoryMb, List<String> avoidCpu, Entry instead,
-                Map<String, Object> json) {
+                Requirements requires, BlobRef probe, BlobRef probeData, Double peakMemoryMb, List<String> avoidCpu,
+                Entry instead, Map<String, Object> json) {
             this.version = version;
             this.variant = variant;
             this.blob = blob;
@@ -112,17 +114,19 @@ public final class Wire {
             this.labelsBlob = labelsBlob;
             this.requires = requires;
             this.probe = probe;
+            this.probeData = probeData;
             this.peakMemoryMb = peakMemoryMb;
             this.avoidCpu = avoidCpu;
             this.instead = instead;
             this.json = json;
         }
 
-        /** Every blob this entry ships: the artifact, its probe, its labels. */
+        /** Every blob this entry ships: the artifact, its probe (and its data), its labels. */
         public List<BlobRef> blobs() {
             List<BlobRef> out = new ArrayList<BlobRef>();
             out.add(blob);
             if (probe != null) out.add(probe);
+            if (probeData != null) out.add(probeData);
             if (labelsBlob != null) out.add(labelsBlob);
             return out;
         }
@@ -331,6 +335,12 @@ public final class Wire {
         BlobRef probe = null;
         Object pr = m.get("probe");
         if (pr != null && pr != Json.NULL) probe = blobRef(pr, where + ".probe");
+        BlobRef probeData = null;
+        Object pd = m.get("probe_data");
+        if (pd != null && pd != Json.NULL) {
+            probeData = blobRef(pd, where + ".probe_data");
+            if (probe == null) throw bad(where + ".probe_data", "probe_data needs probe");
+        }
         Double peak = null;
         Object pk = m.get("peak_memory_mb");
         if (pk != null && pk != Json.NULL) {
@@ -363,7 +373,7 @@ public final class Wire {
         if (outerVersion != null && !outerVersion.equals(version)) {
             throw bad(where + ".version", "instead is version " + version + ", the entry " + outerVersion + ": a substitute is another variant of the same release");
         }
-        for (String k : new String[] {"version", "variant", "path", "sha256", "size", "min_mnn_runtime", "runtime", "contract", "requires", "probe"}) {
+        for (String k : new String[] {"version", "variant", "path", "sha256", "size", "min_mnn_runtime", "runtime", "contract", "requires", "probe", "probe_data"}) {
             if (m.containsKey(k)) json.put(k, m.get(k));
         }
         Map<String, Object> rt = new LinkedHashMap<String, Object>();
@@ -373,7 +383,7 @@ public final class Wire {
         json.put("runtime", rt);
         if (contract != null) json.put("contract", contract);
         return new Entry(version, variant, new BlobRef(sha, size), minMnn, threads, backends, precision, contract, labels, labelsBlob, req, probe,
-                peak, avoid, instead, json);
+                probeData, peak, avoid, instead, json);
     }
 
     static BlobRef blobRef(Object v, String where) throws Rejected {
