@@ -13,6 +13,14 @@ with the reference are gated; label metrics (accuracy, per-class recall) need
 the whole evaluation set and stay host-only. Latency is never measured here:
 an emulator's timing says nothing about a phone.
 
+One artifact, one behaviour (:mod:`edgereg.build.arm_compare`): each class's
+outputs are also held to the host's run of the same artifact on the same
+rows, per output channel, within the tolerance of float re-association. A
+class that differs (a kernel wrong on a few channels, within the precision's
+loose budgets) is named with its channels; it is shipped around with
+``avoid_cpu`` when the variant declares an ``instead`` and a CPU feature
+tells the differing classes from the agreeing ones, and fails otherwise.
+
 Runs are cached by artifact digest, class, the ``-cpu`` model the installed
 emulator stands in with (another QEMU may pick another one: cortex-a710 or
 ``max`` for armv9), MNN version, precision and input digest under
@@ -28,6 +36,7 @@ build instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -43,6 +52,7 @@ import numpy as np
 
 from edgereg import toolchain
 from edgereg._files import atomic_write
+from edgereg.build.arm_compare import HOST, Comparison, OutputDiff, compare, run_on_host
 from edgereg.build.datasets import Dataset
 from edgereg.build.quality import (
     GateReport,
@@ -158,6 +168,9 @@ class ClassResult:
         cached: Taken from the cache.
         error: Why the run gave no outputs (it crashed, or MNN refused or
             failed the model there); the class fails. None when it ran.
+        differs: Where its outputs differ from the reference run of the same
+            artifact (:mod:`edgereg.build.arm_compare`): output -> channels.
+        reference: The run it was held to (``host``, or the classes' consensus).
     """
 
     cpu_class: str
@@ -170,17 +183,28 @@ class ClassResult:
     seconds: float = 0.0
     cached: bool = False
     error: str | None = None
+    differs: dict[str, OutputDiff] = field(default_factory=dict)
+    reference: str = HOST
 
     @property
     def passed(self) -> bool:
-        """True when the run gave outputs and every gate passed."""
-        return self.error is None and self.gates.passed
+        """True when the run gave outputs, every gate passed and it computes as the reference."""
+        return self.error is None and self.gates.passed and not self.differs
 
     def failure_reasons(self) -> list[str]:
-        """The run's error, or each failed gate."""
+        """The run's error, or each failed gate and each output that differs."""
         if self.error is not None:
             return [self.error]
-        return [result.describe() for result in self.gates.failures]
+        reasons = [result.describe() for result in self.gates.failures]
+        witness = (
+            "the host's run of the same artifact"
+            if self.reference == HOST
+            else f"{self.reference}'s run of the same artifact (the classes' consensus)"
+        )
+        reasons += [
+            f"differs from {witness}: {diff.describe(name)}" for name, diff in self.differs.items()
+        ]
+        return reasons
 
     @property
     def status(self) -> str:
@@ -206,6 +230,7 @@ class ClassResult:
                 for name, a in self.agreement.items()
             },
             "metrics": dict(self.scores.metrics) if self.scores else {},
+            "differs": {name: diff.to_json() for name, diff in self.differs.items()},
             "failed": self.failure_reasons(),
         }
         if self.error is not None:
@@ -230,6 +255,7 @@ class ArmReport:
     mnn_version: str
     precision: str
     avoid_cpu: tuple[str, ...] = field(default=())
+    comparison: Comparison | None = None
 
     @property
     def passed(self) -> bool:
@@ -252,13 +278,16 @@ class ArmReport:
 
     def to_json(self) -> dict[str, Any]:
         """The ``arm`` record of metrics.json."""
-        return {
+        record = {
             "mnn": self.mnn_version,
             "samples": self.samples,
             "precision": self.precision,
             "avoid_cpu": list(self.avoid_cpu),
             "classes": {r.cpu_class: r.to_json() for r in self.results},
         }
+        if self.comparison is not None:
+            record["same_artifact"] = self.comparison.to_json()
+        return record
 
     def seconds(self) -> dict[str, float]:
         """Emulator wall time per class (0 for a cached result)."""
@@ -297,6 +326,15 @@ def _inputs_at(
     return arrays
 
 
+def _inputs_digest(inputs: Mapping[str, Any]) -> str:
+    hasher = hashlib.sha256()
+    for name in sorted(inputs):
+        array = np.ascontiguousarray(inputs[name])
+        hasher.update(f"{name}:{array.dtype}:{array.shape}\n".encode())
+        hasher.update(array.tobytes())
+    return hasher.hexdigest()
+
+
 def _cache_key(
     artifact_sha: str,
     cpu_class: str,
@@ -305,11 +343,6 @@ def _cache_key(
     precision: str,
     inputs: Mapping[str, Any],
 ) -> str:
-    hasher = hashlib.sha256()
-    for name in sorted(inputs):
-        array = np.ascontiguousarray(inputs[name])
-        hasher.update(f"{name}:{array.dtype}:{array.shape}\n".encode())
-        hasher.update(array.tobytes())
     return hashlib.sha256(
         canonical_json(
             {
@@ -320,7 +353,7 @@ def _cache_key(
                 "cpu": qemu_cpu,
                 "mnn": mnn_version,
                 "precision": precision,
-                "inputs": hasher.hexdigest(),
+                "inputs": _inputs_digest(inputs),
             }
         )
     ).hexdigest()
@@ -464,6 +497,32 @@ def verify_on_arm(
         workers = max(1, min(len(missing), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             runs.update(pool.map(run_one, missing))
+    # The same artifact on the host, on the same rows: what each class is held to.
+    host = run_on_host(
+        artifact,
+        inputs,
+        input_names=[f.name for f in feeds],
+        output_names=list(output_names),
+        precision=precision,
+        artifact_sha=artifact_sha,
+        inputs_digest=_inputs_digest(inputs),
+        mnn_version=mnn_version,
+        cache_dir=cache_dir,
+    )
+    ran = {c: r for c, r in runs.items() if isinstance(r, ArmRun)}
+    comparison = compare(
+        {HOST: host, **{c: r.outputs for c, r in ran.items()}},
+        {
+            HOST: "fp32",
+            **{
+                c: "fp16"
+                if precision == "low" and "fp16" in (r.features or CPU_CLASSES[c].features)
+                else "fp32"
+                for c, r in ran.items()
+            },
+        },
+        output_names,
+    )
     results = []
     for cpu_class in classes:
         spec = CPU_CLASSES[cpu_class]
@@ -512,6 +571,8 @@ def verify_on_arm(
                 avoided=bool(set(features) & set(avoid_cpu)),
                 seconds=run.seconds,
                 cached=cached,
+                differs=comparison.differs.get(cpu_class, {}),
+                reference=comparison.reference,
             )
         )
     return ArmReport(
@@ -520,6 +581,7 @@ def verify_on_arm(
         mnn_version=mnn_version,
         precision=precision,
         avoid_cpu=tuple(avoid_cpu),
+        comparison=comparison,
     )
 
 
@@ -566,6 +628,41 @@ def arm_hint(report: ArmReport, *, lower_variant: str | None, quantization_mode:
             "that class only if no device of the tier has it."
         )
     return "\n".join(lines)
+
+
+def ship_around_differing(
+    report: ArmReport, instead: str | None
+) -> tuple[ArmReport, dict[str, str]]:
+    """Exclude the classes that compute otherwise than the reference, when an ``instead`` exists.
+
+    A CPU feature that every differing class has and no class computing as the
+    reference has (``i8mm`` first: MNN's i8mm int8 kernel gets channel tails
+    wrong) is added to the variant's ``avoid_cpu``: devices with it install
+    the ``instead``. Without an ``instead``, or without such a feature, the
+    report is returned as it is (those classes fail).
+
+    Returns:
+        The report with the feature avoided, and feature -> why (empty when none was added).
+    """
+    differing = [r for r in report.results if r.differs and not r.avoided]
+    if instead is None or not differing:
+        return report, {}
+    agreeing = [r for r in report.results if r.error is None and not r.differs]
+    suspects = set.intersection(*(set(r.features) for r in differing))
+    for r in agreeing:
+        suspects -= set(r.features)
+    if not suspects:
+        return report, {}
+    feature = sorted(suspects, key=lambda f: (f != "i8mm", f != "fp16", f))[0]
+    avoid = (*report.avoid_cpu, feature)
+    why = "; ".join(
+        f"{r.cpu_class}: " + ", ".join(d.describe(n) for n, d in r.differs.items())
+        for r in differing
+    )
+    results = tuple(
+        dataclasses.replace(r, avoided=bool(set(r.features) & set(avoid))) for r in report.results
+    )
+    return dataclasses.replace(report, results=results, avoid_cpu=avoid), {feature: why}
 
 
 def lower_variant(config: Config, model_name: str, variant_name: str) -> str | None:
@@ -646,7 +743,21 @@ def arm_stage(
         runner=runner,
         sysroot_root=arm_dir(config.root),
     )
+    # One artifact, one behaviour: a class computing otherwise than the reference
+    # is shipped around when the variant has an instead (else it fails below).
+    report, added = ship_around_differing(report, variant.instead)
+    for feature, why in added.items():
+        logger.warning(
+            "%s/%s: avoid_cpu += %s (devices with it install %s): %s",
+            model_name,
+            variant_name,
+            feature,
+            variant.instead,
+            why,
+        )
     metrics["arm"] = {**report.to_json(), "instead": variant.instead}
+    if added:
+        metrics["arm"]["avoid_cpu_added"] = added
     gates = metrics.setdefault("gates", {})
     for result in report.results:
         gates[f"arm[{result.cpu_class}]"] = result.passed or result.avoided
