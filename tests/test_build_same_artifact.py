@@ -58,14 +58,16 @@ def test_a_dense_map_is_compared_per_channel_of_axis_1() -> None:
     wrong = maps.copy()
     wrong[2, 0, 1, 5, 5] += 0.2
     diff = compare_outputs(wrong, maps, rtol=REASSOCIATION_RTOL["fp32"])
-    assert diff is not None and diff.channels == (1,)
+    assert diff is not None
+    assert diff.channels == (1,)
 
 
 def test_a_nan_on_one_side_differs_and_on_both_agrees() -> None:
     nan = LOGITS.copy()
     nan[0, 0, 3] = np.nan
     diff = compare_outputs(nan, LOGITS, rtol=1.0)
-    assert diff is not None and diff.channels == (3,)
+    assert diff is not None
+    assert diff.channels == (3,)
     assert compare_outputs(nan, nan.copy(), rtol=REASSOCIATION_RTOL["fp32"]) is None
 
 
