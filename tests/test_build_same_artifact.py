@@ -8,10 +8,22 @@ otherwise, fp16 arithmetic under ``precision = "low"``, a stream's state.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
 import numpy as np
 import pytest
+from buildkit import FAST_BENCH
 
-from edgereg.build.arm import ArmReport, ClassResult, ship_around_differing
+from edgereg import config as config_module
+from edgereg.build.arm import (
+    ArmReport,
+    ArmRunner,
+    ClassResult,
+    EmulatedRunner,
+    ship_around_differing,
+)
 from edgereg.build.arm_compare import (
     HOST,
     REASSOCIATION_RTOL,
@@ -19,7 +31,11 @@ from edgereg.build.arm_compare import (
     compare,
     compare_outputs,
 )
+from edgereg.build.outputs import ARTIFACT, METRICS
 from edgereg.build.quality import GateReport
+from edgereg.build.variant import build_variant
+from edgereg.errors import GateError
+from edgereg.toolchain.arm import ArmRun, find_sysroot
 
 RNG = np.random.default_rng(29)
 #: Ten logits of 16 rows, as the probe script stacks them: (rows, 1, 10).
@@ -197,3 +213,190 @@ def test_no_feature_tells_the_differing_class_apart_so_it_fails() -> None:
     shipped, added = ship_around_differing(report, "w8")
     assert added == {}
     assert not shipped.passed
+
+
+# --- the real thing: MNN's ARM kernels under QEMU, the host's MNN -----------------------
+
+_TOML = """\
+[toolchain]
+mnn = "{mnn}"
+onnx = "{onnx}"
+onnxruntime = "{onnxruntime}"
+arm_samples = 8
+
+[tiers.high]
+min_ram_mb = 6144
+
+[tiers.low]
+
+[models.net]
+version = "1.0.0"
+task = "generic"
+source = {{ path = "net.onnx", sha256 = "{net}" }}
+evaluation = {{ path = "evaluation.npz", sha256 = "{evaluation}" }}
+calibration = {{ path = "calibration.npz", sha256 = "{calibration}", samples = 32 }}
+
+[[models.net.inputs]]
+name = "x"
+shape = [1, {inputs}]
+
+[[models.net.outputs]]
+name = "logits"
+
+[models.net.variants.int8]
+tier = "high"
+quantization = {{ mode = "int8", method = "KL" }}
+
+[models.net.variants.w8]
+tier = "low"
+quantization = {{ mode = "weight", bits = 8 }}
+arm = ["armv8"]
+"""
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project with the 1026-output MLP (tests/tiny_models.py): int8 and w8."""
+    import hashlib
+
+    import onnxruntime as ort
+    import tiny_models
+    from buildkit import write_npz
+
+    from edgereg.toolchain import installed_versions
+
+    root = tmp_path_factory.mktemp("wide")
+    tiny_models.wide_head_model(root / "net.onnx")
+    x = np.random.default_rng(1).normal(0, 1, (96, tiny_models.WIDE_INPUTS)).astype(np.float32)
+    session = ort.InferenceSession(str(root / "net.onnx"), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": x[:1]})[0].shape == (1, tiny_models.WIDE_OUTPUTS)
+    write_npz(root / "evaluation.npz", {"x": x[:64]})
+    write_npz(root / "calibration.npz", {"x": x[64:]})
+    pins = {
+        name: hashlib.sha256((root / f"{name}.{suffix}").read_bytes()).hexdigest()
+        for name, suffix in (("net", "onnx"), ("evaluation", "npz"), ("calibration", "npz"))
+    }
+    text = _TOML.format(**installed_versions(), **pins, inputs=tiny_models.WIDE_INPUTS)
+    (root / "models.toml").write_text(text, encoding="utf-8")
+    return root
+
+
+def _load(root: Path, text: str | None = None) -> config_module.Config:
+    path = root / "models.toml"
+    return config_module.parse(text or path.read_text(encoding="utf-8"), file=str(path))
+
+
+@pytest.mark.slow
+def test_int8_wrong_only_on_i8mm_within_the_int8_gates_is_caught_and_shipped_around(
+    wide: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "build"
+    with pytest.raises(GateError) as caught:
+        build_variant(_load(wide), "net", "int8", out, bench=FAST_BENCH)
+    message = caught.value.message
+    # Only the new rule names armv9: its numbers against fp32 are within int8's gates.
+    lines = [line for line in message.splitlines() if line.strip().startswith("arm ")]
+    assert len(lines) == 1, message
+    assert lines[0].strip().startswith("arm armv9 (-cpu ")
+    assert "differs from armv8's run of the same artifact (the classes' consensus)" in lines[0]
+    assert "logits channels 1024, 1025: " in lines[0]
+    assert 'avoid_cpu = ["i8mm"]' in (caught.value.hint or "")
+    arm = json.loads((out / "net" / "int8" / METRICS).read_text())["arm"]
+    armv9 = arm["classes"]["armv9"]
+    assert armv9["agreement"]["logits"]["cosine"] >= 0.98  # int8's default min_cosine
+    assert armv9["agreement"]["logits"]["snr_db"] >= 13.0  # and min_snr_db
+    assert armv9["differs"]["logits"]["channels"] == [1024, 1025]
+    assert armv9["status"] == "failed"
+    for cpu_class in ("armv8", "armv8.2"):
+        assert arm["classes"][cpu_class]["status"] == "passed"
+        assert arm["classes"][cpu_class]["differs"] == {}
+    # x86's int8 kernels round a few logits one step otherwise (channels 231 and 698
+    # here); the ARM classes agree bit for bit, and their consensus is the reference.
+    assert arm["same_artifact"]["reference"] == "armv8"
+    assert set(arm["same_artifact"]["host_differs"]["logits"]["channels"]) <= set(range(1024))
+    assert not (out / "net" / "int8" / ARTIFACT).exists()
+
+    # With an instead (its declared avoid_cpu, bf16, matches no class), the build adds
+    # i8mm: devices with it install w8. The emulator does not run again (cached).
+    text = (
+        (wide / "models.toml")
+        .read_text(encoding="utf-8")
+        .replace(
+            'quantization = { mode = "int8", method = "KL" }',
+            'quantization = { mode = "int8", method = "KL" }\navoid_cpu = ["bf16"]\ninstead = "w8"',
+        )
+    )
+    result = build_variant(_load(wide, text), "net", "int8", out, bench=FAST_BENCH)
+    arm = result.metrics["arm"]
+    assert arm["avoid_cpu"] == ["bf16", "i8mm"]
+    assert arm["instead"] == "w8"
+    assert "armv9: logits channels 1024, 1025" in arm["avoid_cpu_added"]["i8mm"]
+    assert arm["classes"]["armv9"]["status"] == "avoided"
+    assert result.metrics["gates"]["arm[armv9]"] is True
+    assert (out / "net" / "int8" / ARTIFACT).is_file()
+
+
+class PerturbingRunner(ArmRunner):
+    """The real emulator, with one output channel of one class off by ``offset``."""
+
+    def __init__(self, cpu_class: str, channel: int, offset: float) -> None:
+        self.real = EmulatedRunner(find_sysroot("3.6.1"))
+        self.target = (cpu_class, channel, offset)
+        self.calls: list[str] = []
+
+    def available_cpus(self) -> tuple[str, ...]:
+        return self.real.available_cpus()
+
+    def __call__(
+        self,
+        artifact: Path,
+        cpu_class: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        precision: str,
+    ) -> ArmRun:
+        self.calls.append(cpu_class)
+        run = self.real(
+            artifact,
+            cpu_class,
+            inputs,
+            input_names=input_names,
+            output_names=output_names,
+            precision=precision,
+        )
+        target, channel, offset = self.target
+        if cpu_class != target:
+            return run
+        outputs = {name: array.copy() for name, array in run.outputs.items()}
+        for array in outputs.values():
+            array[..., channel] += offset
+        return ArmRun(run.cpu_class, run.qemu_cpu, run.features, outputs, run.mnn_version, 0.0)
+
+
+@pytest.mark.slow
+def test_one_channel_off_by_less_than_the_loose_gate_fails_that_class(
+    wide: Path, tmp_path: Path
+) -> None:
+    # w8 is gated at cosine 0.99 against fp32; 0.2 on one of 1026 logits (a few percent
+    # of their scale) leaves it far above that, and far beyond float re-association.
+    runner = PerturbingRunner("armv8", channel=3, offset=0.2)
+    out = tmp_path / "build"
+    with pytest.raises(GateError) as caught:
+        build_variant(_load(wide), "net", "w8", out, bench=FAST_BENCH, arm_runner=runner)
+    assert runner.calls == ["armv8"]
+    message = caught.value.message
+    assert "arm armv8 (-cpu " in message
+    assert "differs from the host's run of the same artifact: logits channel 3: 0.2 off" in message
+    armv8 = json.loads((out / "net" / "w8" / METRICS).read_text())["arm"]["classes"]["armv8"]
+    # Without the new rule the class passes: every gate against fp32 holds.
+    assert armv8["agreement"]["logits"]["cosine"] > 0.999
+    assert armv8["failed"] == [
+        line for line in armv8["failed"] if line.startswith("differs from the host's run")
+    ]
+    assert armv8["differs"]["logits"]["channels"] == [3]
+    # The same runner without the perturbation: the class computes as the host does.
+    clean = build_variant(_load(wide), "net", "w8", tmp_path / "clean", bench=FAST_BENCH)
+    assert clean.metrics["arm"]["classes"]["armv8"]["differs"] == {}
+    assert clean.metrics["arm"]["classes"]["armv8"]["status"] == "passed"

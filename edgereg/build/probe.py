@@ -522,6 +522,7 @@ def check_on_host(
     *,
     threads: int = 1,
     data: bytes | None = None,
+    api: str = "module",
 ) -> ProbeResult:
     """Run the reference client's self-test on the host's CPU backend, as a device does.
 
@@ -529,6 +530,9 @@ def check_on_host(
     state inputs start as zeros of the contract's dtype and shape), in a child
     process so a crash in MNN fails the stage, not the build. ``data`` is the
     probe's data blob (:func:`split_probe`), read back as a client reads it.
+    ``api`` is the MNN API the runner calls: ``module``
+    (:class:`~edgereg.client.MnnRunner`) or ``session``
+    (:class:`~edgereg.client.SessionRunner`), as the entry tells the app.
 
     Raises:
         BuildError: (stage ``probe``) the child crashed or wrote no result.
@@ -541,6 +545,7 @@ def check_on_host(
             "artifact": str(Path(artifact).resolve()),
             "probe": str(scratch / "probe.json"),
             "probe_data": None if data is None else str(scratch / "probe-data.bin"),
+            "api": api,
             "contract": contract.model_dump(mode="json"),
             "threads": threads,
             "result": str(scratch / "result.json"),

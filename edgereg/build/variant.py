@@ -8,6 +8,7 @@ leaves an artifact that looks good.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
 from edgereg.build import memory
 from edgereg.build.arm import ARM_CACHE, ArmRunner, arm_stage
-from edgereg.build.contract import io_contract, labels_blob
+from edgereg.build.contract import control_flow_subgraphs, io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
 from edgereg.build.evaluate import (
     TaskEvaluator,
@@ -459,6 +460,26 @@ def build_variant(
             quant_record = search.record(chosen)
         else:
             scored = score(artifact)
+        with stage("contract"):
+            # An LSTM's While (an If, a Loop): only MNN's Module API runs the artifact.
+            # The contract says so, and an app whose runner calls the session API
+            # refuses it before download (docs/protocol.md section 7, rule (f)).
+            subgraphs = control_flow_subgraphs(artifact, onnx_report)
+        api = "module" if subgraphs else "session"
+        if subgraphs:
+            module_contract = built_contract.contract.model_copy(update={"mnn_api": "module"})
+            built_contract = dataclasses.replace(built_contract, contract=module_contract)
+        memory_needed = _memory_budgets(config, variant, budgets())
+        if subgraphs and memory_needed:
+            raise BuildError(
+                f"{' and '.join(memory_needed)} is set, but the memory of "
+                f"{model_name}/{variant_name} cannot be measured: its control-flow subgraphs "
+                f"({', '.join(subgraphs)}) run only through MNN's Module API, and the memory "
+                "stage reads MNN's session accounting, which cannot run them",
+                stage="memory",
+                hint="Remove the memory budget for this variant, or export the model without "
+                "control flow (an LSTM converted with its original RNN kernels).",
+            )
         with stage("size"):
             size_record = explain_size(artifact, source, precision)
             if size_record.get("note"):
@@ -476,15 +497,23 @@ def build_variant(
                 warmup=bench.warmup,
                 iterations=bench.iterations,
                 # Measured first in the same fresh child: no second process start.
-                memory=toolchain.MemorySettings(
+                # Not for a Module-API artifact: a session cannot run it (said below).
+                memory=None
+                if subgraphs
+                else toolchain.MemorySettings(
                     threads=variant.runtime.threads,
                     warmup=bench.warmup,
                     iterations=bench.memory_iterations,
                 ),
             )
-            memory_outcome = memory.outcome_of(
-                timing, sample, feeds, required_by=_memory_budgets(config, variant, budgets())
-            )
+            memory_outcome = memory.outcome_of(timing, sample, feeds, required_by=memory_needed)
+            if subgraphs:
+                memory_outcome = dataclasses.replace(
+                    memory_outcome,
+                    problem="not measured: its control-flow subgraphs "
+                    f"({', '.join(subgraphs)}) run only through MNN's Module API, and the "
+                    "memory stage reads MNN's session accounting, which cannot run them",
+                )
         with stage("gate"):
             gates = _gates(
                 budgets(),
@@ -504,6 +533,8 @@ def build_variant(
         # Lets summary and report tell a failure of this recipe from an old one.
         metrics["recipe_sha256"] = recipe_digest
         metrics["memory"] = memory.metrics_record(memory_outcome)
+        # The MNN API the entry tells the app to use; the probe stage runs it so.
+        metrics["mnn_api"] = {"api": api, "subgraphs": subgraphs}
         metrics["size"] = size_record
         artifact_sha = sha256_file(artifact)
         host = _host_benchmark(
@@ -604,15 +635,25 @@ def build_variant(
             # The client's own self-test, on this host's CPU: a variant every
             # device would refuse (a state zero-filled with the wrong shape)
             # fails here, not on the fleet.
-            verdict = check_on_host(artifact, probe, built_contract.contract, data=tensor_data)
+            # Through the MNN API the entry tells the app to use: MNN's session API
+            # (MNN's Android Java API, most iOS code) unless the contract says module.
+            verdict = check_on_host(
+                artifact, probe, built_contract.contract, data=tensor_data, api=api
+            )
             if not verdict.passed:
                 raise BuildError(
                     f"{model_name}/{variant_name}: the reference client's self-test refuses "
-                    f"this variant on the host CPU: {verdict.failure}",
+                    f"this variant on the host CPU through MNN's {api} API: {verdict.failure}",
                     stage="probe",
                     hint="Every device would refuse it too. Check the contract's input shapes "
                     "in models.toml (a state input's shape with its batch axis 1, as the "
-                    "build feeds it) and the model's dynamic axes.",
+                    "build feeds it) and the model's dynamic axes."
+                    + (
+                        " If MNN's session API cannot shape the model (a control-flow "
+                        "subgraph the build did not find), run it through the Module API."
+                        if api == "session"
+                        else ""
+                    ),
                 )
             (work_dir / PROBE).write_bytes(probe_data)
             if tensor_data is not None:

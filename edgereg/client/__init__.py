@@ -51,6 +51,7 @@ from edgereg.client._selftest import (
     BackendUnavailableError,
     SelfTest,
     SelfTestResult,
+    SessionRunner,
 )
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
@@ -112,6 +113,7 @@ __all__ = [
     "RuntimeTooOld",
     "SelfTest",
     "SelfTestResult",
+    "SessionRunner",
     "Status",
     "TransportError",
     "TrustError",

@@ -59,7 +59,7 @@ from edgereg.client._results import BadRelease, FetchResult, cohort_position, er
 from edgereg.client._selftest import SelfTest
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.contract import BlobRef, parse_labels
+from edgereg.protocol.contract import MNN_APIS, BlobRef, parse_labels
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
     AppFacts,
@@ -152,6 +152,12 @@ class Client:
         memory_budget_mb: How much memory one model (a bundle: its members
             together) may take on this device, MiB; None (the default) skips
             fit rule (d).
+        mnn_apis: The MNN APIs the app's model runner calls, for fit rule (f):
+            ``"runner"`` (the default) takes what the self-test's runner says
+            it calls (``mnn_apis`` of :class:`~edgereg.client.MnnRunner`: the
+            Module API; of :class:`~edgereg.client.SessionRunner`: the session
+            API); a set of ``session``/``module`` says them; None does not
+            (rule (f) skipped).
         max_unconfirmed_starts: App starts a new release gets to be confirmed
             (:meth:`confirm`) before :meth:`app_started` reverts it.
         timeout: Seconds before a connection, a read or a response's headers give up.
@@ -187,6 +193,7 @@ class Client:
         device_class: str | None = None,
         cpu_features: Iterable[str] | Literal["detect"] | None = "detect",
         memory_budget_mb: float | None = None,
+        mnn_apis: Iterable[str] | Literal["runner"] | None = "runner",
         max_unconfirmed_starts: int = DEFAULT_MAX_UNCONFIRMED_STARTS,
         timeout: float = 30.0,
         deadline: float = Limits.deadline,
@@ -249,6 +256,14 @@ class Client:
                 raise ValueError("give self_test= or install_check=, not both")
             self.self_test = SelfTest(self.cache.root) if self_test is True else self_test
             self.install_check = self.self_test
+        if mnn_apis == "runner":
+            said = getattr(self.self_test.runner, "mnn_apis", None) if self.self_test else None
+            mnn_apis = None if said is None else list(said)
+        if mnn_apis is not None:
+            apis = frozenset(mnn_apis)
+            if not apis <= set(MNN_APIS):
+                raise ValueError(f"mnn_apis names {sorted(apis)}; the MNN APIs are {MNN_APIS}")
+            self.app = dataclasses.replace(self.app, mnn_apis=apis)
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
         os_version = device.os_version
         if os_version is not None and not SHORT_TEXT.fullmatch(os_version):

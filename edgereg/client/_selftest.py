@@ -60,6 +60,7 @@ __all__ = [
     "ModelSession",
     "SelfTest",
     "SelfTestResult",
+    "SessionRunner",
     "parse_probe",
     "run_probe_cases",
     "try_backend",
@@ -188,7 +189,14 @@ def _mnn() -> Any:
 
 
 class MnnRunner:
-    """Real MNN in this process (``MNN.nn`` module API; never ``MNN.tools``)."""
+    """Real MNN in this process (``MNN.nn`` module API; never ``MNN.tools``).
+
+    The Module API runs every artifact, control-flow subgraphs (an LSTM's
+    ``While``) included: it says so in :attr:`mnn_apis` (fit rule (f)).
+    """
+
+    #: The MNN API this runner calls (docs/protocol.md section 7, rule (f)).
+    mnn_apis: tuple[str, ...] = ("module",)
 
     def load(
         self,
@@ -274,6 +282,105 @@ class _MnnSession:
                 out = expr.convert(out, expr.NCHW)
             # Copy: the module may reuse the buffer on the next forward.
             results[name] = np.array(out.read(), copy=True)
+        return results
+
+
+class SessionRunner:
+    """Real MNN's session API in this process: what MNN's Android Java API and most iOS code call.
+
+    ``Interpreter`` / ``createSession`` / ``runSession``: an artifact with
+    control-flow subgraphs does not run here ("Compute Shape Error for
+    While…", error 3). It says so in :attr:`mnn_apis`, so a client refuses
+    such an entry before downloading it (fit rule (f), ``api-unsupported``).
+    """
+
+    #: The MNN API this runner calls (docs/protocol.md section 7, rule (f)).
+    mnn_apis: tuple[str, ...] = ("session",)
+
+    def load(
+        self,
+        artifact: Path,
+        backend: Backend,
+        runtime: RuntimeHints,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+    ) -> ModelSession:
+        """Create a session of ``artifact`` on ``backend``.
+
+        Raises:
+            BackendUnavailableError: MNN has no such backend here.
+            RuntimeError: MNN could not load the model or create the session.
+        """
+        mnn = _mnn()
+        with _stdout_captured() as said:
+            try:
+                interpreter = mnn.Interpreter(str(artifact))
+                session = interpreter.createSession(
+                    {
+                        "backend": MNN_BACKEND_NAMES[backend],
+                        "numThread": runtime.threads,
+                        "precision": runtime.precision,
+                    }
+                )
+            except Exception as exc:  # pymnn raises SystemError or ValueError
+                raise RuntimeError(f"MNN could not load the model: {exc}") from exc
+        if "Can't Find type=" in said[0]:
+            raise BackendUnavailableError(f"MNN has no {MNN_BACKEND_NAMES[backend]} backend here")
+        return _SessionApiSession(mnn, interpreter, session, said[0])
+
+
+class _SessionApiSession:
+    def __init__(self, mnn: Any, interpreter: Any, session: Any, printed: str) -> None:
+        self._mnn = mnn
+        self._interpreter = interpreter
+        self._session = session
+        # MNN prints why a session cannot be shaped ("Compute Shape Error for While12").
+        self._printed = printed
+
+    def input_shapes(self) -> Mapping[str, tuple[int, ...]]:
+        tensors = self._interpreter.getSessionInputAll(self._session)
+        return {str(n): tuple(int(d) for d in t.getShape()) for n, t in tensors.items()}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        import numpy as np
+
+        mnn, interpreter, session = self._mnn, self._interpreter, self._session
+        inputs = interpreter.getSessionInputAll(session)
+        resized = False
+        for name, tensor in inputs.items():
+            if name not in feeds:
+                raise KeyError(f"no value for input {name!r}")
+            shape = tuple(int(d) for d in np.shape(feeds[name]))
+            if tuple(int(d) for d in tensor.getShape()) != shape:
+                interpreter.resizeTensor(tensor, shape)
+                resized = True
+        if resized:
+            interpreter.resizeSession(session)
+        types = {
+            id(mnn.Halide_Type_Int): np.int32,
+            id(mnn.Halide_Type_Uint8): np.uint8,
+            id(mnn.Halide_Type_Float): np.float32,
+        }
+        for name, tensor in inputs.items():
+            kind = tensor.getDataType()
+            value = np.ascontiguousarray(feeds[name], dtype=types.get(id(kind), np.float32))
+            host = mnn.Tensor(value.shape, kind, value, mnn.Tensor_DimensionType_Caffe)
+            tensor.copyFrom(host)
+        with _stdout_captured() as said:
+            status = interpreter.runSession(session)
+        if status != 0:
+            lines = [line.strip() for line in (self._printed + said[0]).splitlines()]
+            why = [line for line in lines if "Error" in line] or [line for line in lines if line]
+            raise RuntimeError(
+                f"MNN's session API cannot run this model: runSession returned {status}"
+                + (f" ({why[0]})" if why else "")
+            )
+        results: dict[str, np.ndarray] = {}
+        for name, tensor in interpreter.getSessionOutputAll(session).items():
+            host = mnn.Tensor(tensor, mnn.Tensor_DimensionType_Caffe)
+            tensor.copyToHostTensor(host)
+            shape = tuple(int(d) for d in host.getShape())
+            results[str(name)] = np.array(host.getNumpyData(), copy=True).reshape(shape)
         return results
 
 
