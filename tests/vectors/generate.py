@@ -32,7 +32,15 @@ from typing import Any
 
 from edgereg.client.device import check_blob_vector, decide_vector
 from edgereg.protocol._json import canonical_json
-from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
+from edgereg.protocol.contract import (
+    MAX_LABELS_BYTES,
+    BlobRef,
+    InputTensor,
+    IOContract,
+    TaskInfo,
+    TensorSpec,
+    parse_labels,
+)
 from edgereg.protocol.decision import BlobCheck
 from edgereg.protocol.envelope import Signer, sign_envelope
 from edgereg.protocol.fields import (
@@ -246,6 +254,17 @@ def _avoiding(
 def _i8mm_stable(**instead: Any) -> ManifestEntry:
     """Stable 1.0.0 int8, which avoids i8mm, with int8w as its instead."""
     return _avoiding(_entry("1.0.0"), ["i8mm"], _safe("1.0.0", **instead))
+
+
+def _module(entry: ManifestEntry) -> ManifestEntry:
+    """The entry of a bidirectional-LSTM tagger: its contract says it needs MNN's Module API."""
+    contract = IOContract(
+        inputs=[InputTensor(name="x", dtype="float32", shape=[16, 1, 8], batch_axis=1)],
+        outputs=[TensorSpec(name="tags", dtype="float32", shape=[16, 1, 6])],
+        task=TaskInfo(kind="generic"),
+        mnn_api="module",
+    )
+    return entry.model_copy(update={"contract": contract})
 
 
 def _bundle_with(**members: ManifestEntry) -> BundleEntry:
@@ -970,6 +989,71 @@ CASES: dict[str, Case] = {
         "avoid_cpu []: 1 to 8 names (leave the key out to avoid nothing), malformed.",
         lambda: _raw_payload(_set(stable__avoid_cpu=[])),
         {},
+    ),
+    # Rule 12 (f): an entry that needs MNN's Module API, a runner that calls the session API.
+    "api-module-session-runner": (
+        "Stable's contract says mnn_api module (an LSTM's While subgraph); the app's runner "
+        "calls MNN's session API only: api-unsupported, refused before any download.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {"device": {"mnn_apis": ["session"]}},
+    ),
+    "api-module-module-runner": (
+        "The same manifest; the app's runner calls the Module API: it fits.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {"device": {"mnn_apis": ["module"]}},
+    ),
+    "api-module-both-apis": (
+        "The same manifest; the app calls both APIs: it fits.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {"device": {"mnn_apis": ["module", "session"]}},
+    ),
+    "api-not-said": (
+        "The same manifest; the app does not say which MNN API its runner calls: rule (f) is "
+        "skipped, it fits.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {},
+    ),
+    "api-session-entry": (
+        "An entry whose contract says nothing of an API (the session API runs it) fits a "
+        "session-API runner.",
+        lambda: _signed(_manifest()),
+        {"device": {"mnn_apis": ["session"]}},
+    ),
+    "api-candidate-falls-back": (
+        "In the cohort; the candidate needs the Module API, the app's runner calls the session "
+        "API: the device gets stable (fallback api-unsupported).",
+        lambda: _signed(_rollout(candidate=_module(_entry("1.1.0")))),
+        {"device_id": _device(True), "device": {"mnn_apis": ["session"]}},
+    ),
+    "api-instead-needs-module": (
+        "Stable avoids i8mm; its instead needs the Module API; the device has i8mm and a "
+        "session-API runner: api-unsupported (f is checked on what e chose).",
+        lambda: _signed(
+            _manifest(stable=_avoiding(_entry("1.0.0"), ["i8mm"], _module(_safe("1.0.0"))))
+        ),
+        {"device": {"cpu_features": I8MM_PHONE, "mnn_apis": ["session"]}},
+    ),
+    "cpu-before-api": (
+        "Stable avoids i8mm (no instead) and needs the Module API; the device has i8mm and a "
+        "session-API runner: cpu-unsupported (e comes before f).",
+        lambda: _signed(_manifest(stable=_avoiding(_module(_entry("1.0.0")), ["i8mm"]))),
+        {"device": {"cpu_features": I8MM_PHONE, "mnn_apis": ["session"]}},
+    ),
+    "api-unknown-value": (
+        "A contract whose mnn_api is 'tensorrt': mnn_api is session or module, malformed.",
+        lambda: _raw_payload(
+            _set(stable__contract__mnn_api="tensorrt"),
+            _manifest(stable=_module(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "bundle-member-api-unsupported": (
+        "Bundle member rec needs the Module API; the app's runner calls the session API: the "
+        "bundle does not fit (api-unsupported), never a mix.",
+        lambda: _signed(
+            _bundle_manifest(stable=_bundle_with(rec=_module(_bundle("1.0.0").members["rec"])))
+        ),
+        {"model": "ocr", "bundle": True, "device": {"mnn_apis": ["session"]}},
     ),
     # The order of (a), (d), (e).
     "runtime-before-memory": (

@@ -341,7 +341,7 @@ public actor EdgeRegClient {
         let (data, etag, notModified) = try await getManifest(unit, tier: tier, cached: cachedEnvelope, etag: cachedETag)
         let bad = readBad(unit)
         var input = Decide.Input(manifest: data, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
-                                 deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
+                                 deviceID: configuration.device.deviceID, app: appFacts,
                                  highestSeenSequence: highest, now: now, bundle: unit.isBundle)
         input.badVersions = []
         let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
@@ -366,7 +366,7 @@ public actor EdgeRegClient {
     func avoidBad(_ unit: ReleaseUnit, _ decision: Decision, bad: [String: String]) throws -> Decision {
         guard let entry = decision.entry, let why = bad[entry.version] else { return decision }
         if decision.isCandidate, let stable = decision.manifest.stable, bad[stable.version] == nil,
-            case .success(let fitted) = Decide.fit(stable, configuration.device.appFacts)
+            case .success(let fitted) = Decide.fit(stable, appFacts)
         {
             return Decision(manifest: decision.manifest, entry: fitted.entry, isCandidate: false, sequence: decision.sequence,
                             fallback: Reason.badRelease, substitute: fitted.substitute)
@@ -648,7 +648,7 @@ public actor EdgeRegClient {
         if try readSequence(unit) != nil { return }
         let installed = try readInstalled(unit)
         var input = Decide.Input(manifest: shipped.manifest, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
-                                 deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
+                                 deviceID: configuration.device.deviceID, app: appFacts,
                                  highestSeenSequence: nil, now: now, bundle: unit.isBundle)
         input.ignoreExpiry = true
         let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
@@ -808,6 +808,13 @@ public actor EdgeRegClient {
     // MARK: self-test
 
     var lastTrials: [String: SelfTestOutcome] = [:]
+
+    /// The app's facts for the fit rule, with the MNN APIs of its runner when the self-test has one (rule (f)).
+    var appFacts: AppFacts {
+        var facts = configuration.device.appFacts
+        if configuration.selfTest, let runner = configuration.runner { facts.mnnAPIs = runner.mnnAPIs }
+        return facts
+    }
 
     func check(_ unit: ReleaseUnit, _ new: InstalledSet, _ entries: [String: ModelEntry]) async throws -> InstalledSet {
         lastTrials = [:]

@@ -31,7 +31,8 @@ public enum Conformance {
         let app = AppFacts(
             mnnRuntime: device["mnn_runtime"]?.stringValue, appVersion: device["app_version"]?.stringValue,
             os: device["os"]?.stringValue, osVersion: device["os_version"]?.stringValue,
-            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue)
+            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue,
+            mnnAPIs: try cpuFeatures(device["mnn_apis"]))
         let bundle = o["bundle"]?.boolValue ?? false
         let decisionInput = Decide.Input(
             manifest: manifest, trusted: trusted, unit: model, tier: tier, deviceID: deviceID, app: app,

@@ -281,6 +281,9 @@ public struct IOContract: Sendable, Equatable {
     public let task: Task
     public let labels: [String]?
     public let labelsBlob: BlobRef?
+    /// `module`: the artifact runs only through MNN's Module API (control-flow subgraphs);
+    /// nil: the session API runs it too (fit rule (f)).
+    public let mnnAPI: String?
     /// The contract as published (for apps that read keys this client does not model).
     public let json: JSONValue
 
@@ -327,6 +330,7 @@ public struct IOContract: Sendable, Equatable {
         }
         labelsBlob = try r.optional("labels_blob").map { (v) throws(WireError) in try BlobRef(v, r.at("labels_blob")) }
         if labels != nil, labelsBlob != nil { throw WireError("\(path): labels and labels_blob are exclusive") }
+        mnnAPI = try r.oneOf("mnn_api", ["session", "module"])
         let inNames = Set(inputs.map(\.spec.name)), outNames = Set(outputs.map(\.name))
         for link in state where !inNames.contains(link.input) || !outNames.contains(link.output) {
             throw WireError("\(path): state \(link.input) <- \(link.output) names a tensor the contract lacks")

@@ -183,7 +183,9 @@ final class Engine {
 
     private Decision.AppFacts appFacts() {
         DeviceFacts d = client.device;
-        return new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion, d.cpuFeatures, d.memoryBudgetMb);
+        // Fit rule (f): the MNN APIs of the app's runner, when the self-test has one.
+        java.util.Set<String> apis = client.selfTest && client.runner != null ? client.runner.mnnApis() : null;
+        return new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion, d.cpuFeatures, d.memoryBudgetMb, apis);
     }
 
     /** A release this device refused for good counts as not fitting (section 8, bad releases). */

@@ -20,7 +20,8 @@ public final class Conformance {
         Map<String, Object> device = (Map<String, Object>) input.get("device");
         if (device == null) throw new IllegalArgumentException("missing device");
         Decision.AppFacts facts = new Decision.AppFacts(opt(device, "mnn_runtime"), opt(device, "app_version"), opt(device, "os"),
-                opt(device, "os_version"), features(device.get("cpu_features")), budget(device.get("memory_budget_mb")));
+                opt(device, "os_version"), features(device.get("cpu_features")), budget(device.get("memory_budget_mb")),
+                features(device.get("mnn_apis")));
         Object seen = input.get("highest_seen_sequence");
         Long highest = seen instanceof Json.Num ? ((Json.Num) seen).longValue() : null;
         Long now = Codec.parseLooseTime(str(input, "now"));

@@ -502,6 +502,12 @@ public final class Wire {
             r.put("size", ref.size);
             out.put("labels_blob", r);
         }
+        Object api = m.get("mnn_api");
+        if (api != null && api != Json.NULL) {
+            String name = string(api, where + ".mnn_api");
+            if (!name.equals("session") && !name.equals("module")) throw bad(where + ".mnn_api", "'" + name + "' is not session or module");
+            out.put("mnn_api", name);
+        }
         return out;
     }
 
