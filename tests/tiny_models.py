@@ -741,3 +741,36 @@ def lstm_tagger_model(path: Path | str, *, seed: int = 14) -> Path:
         inits,
     )
     return _save(_model(graph), path)
+
+
+#: A segmentation-sized input: one float sample is 12 MiB, its probe 16.8 MB in base64.
+LARGE_SIZE = 1024
+
+
+def large_input_segmenter(path: Path | str, *, seed: int = 15) -> Path:
+    """Write a two-layer segmenter over a 1x3x1024x1024 image: 2 classes at half resolution.
+
+    Returns:
+        ``path``; input ``image`` float32 ``(1, 3, 1024, 1024)``, output ``mask`` float32
+        ``(1, 2, 512, 512)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (2, 8, 1, 1)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["mask"]),
+    ]
+    half = LARGE_SIZE // 2
+    graph = helper.make_graph(
+        nodes,
+        "large_input_segmenter",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, LARGE_SIZE, LARGE_SIZE])],
+        [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 2, half, half])],
+        inits,
+    )
+    return _save(_model(graph), path)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
 from edgereg.build import memory
@@ -506,14 +508,16 @@ def build_variant(
                     iterations=bench.memory_iterations,
                 ),
             )
-            memory_outcome = memory.outcome_of(timing, sample, feeds, required_by=memory_needed)
             if subgraphs:
-                memory_outcome = dataclasses.replace(
-                    memory_outcome,
+                memory_outcome = memory.MemoryOutcome(
+                    None,
+                    {f.name: [int(d) for d in np.shape(sample[f.name])] for f in feeds},
                     problem="not measured: its control-flow subgraphs "
                     f"({', '.join(subgraphs)}) run only through MNN's Module API, and the "
                     "memory stage reads MNN's session accounting, which cannot run them",
                 )
+            else:
+                memory_outcome = memory.outcome_of(timing, sample, feeds, required_by=memory_needed)
         with stage("gate"):
             gates = _gates(
                 budgets(),
