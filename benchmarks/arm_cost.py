@@ -9,8 +9,8 @@ each into its own fresh output directory (nothing cached):
    (the runner's ``reuse_rows = False``: how the build ran before);
 3. **ARM**: the default classes as the build runs them now: the newest class
    emulates every row, each other class its first two (``CHECK_ROWS``) and the
-   rest only when those differ bit for bit from the host's and from that
-   class's (edgereg/build/arm.py, ``_emulate``).
+   rest only when those differ bit for bit from that class's
+   (edgereg/build/arm.py, ``_emulate``).
 
 Printed per variant and summed over the examples: the wall seconds of each
 build and the ratios ``ARM / host only``. Target: the examples with their ARM
