@@ -299,6 +299,16 @@ def build_variant(
     with stage("check"):
         onnx_report = toolchain.inspect_onnx(source)
         graph = check_source(source, inputs, output_names, onnx_report)
+        # The probe carries one sample at least: a sample no client holds stops here,
+        # before any work, not at the last stage.
+        if writes_probe_data(model, inputs):
+            sample_bytes = probe_input_bytes(model, inputs)
+            check_client_limits(
+                model_bytes=0,
+                probe_bytes=0,
+                probe_data_bytes=sample_bytes,
+                input_bytes=sample_bytes,
+            )
     with stage("contract"):
         built_contract = io_contract(model_name, model, resolved, onnx_report, charset=charset)
     feeds = [
