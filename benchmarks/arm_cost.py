@@ -7,10 +7,10 @@ each into its own fresh output directory (nothing cached):
 1. **host only**: ``[toolchain] arm = []``;
 2. **ARM, every row**: the default classes, every class emulating every row
    (the runner's ``reuse_rows = False``: how the build ran before);
-3. **ARM**: the default classes as the build runs them now: the newest class
-   emulates every row, each other class its first two (``CHECK_ROWS``) and the
-   rest only when those differ bit for bit from that class's
-   (edgereg/build/arm.py, ``_emulate``).
+3. **ARM**: the default classes as the build runs them now: armv8.2 emulates
+   every row, each other class its first two (``CHECK_ROWS``) and the rest
+   only when those differ bit for bit from armv8.2's (edgereg/build/arm.py,
+   ``_emulate``).
 
 Printed per variant and summed over the examples: the wall seconds of each
 build and the ratios ``ARM / host only``. Target: the examples with their ARM
