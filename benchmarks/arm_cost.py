@@ -40,8 +40,8 @@ from edgereg.errors import BuildError
 from edgereg.toolchain import arm as arm_toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The build's own settings but a short host benchmark: the ratio is about verification.
-SETTINGS = BenchSettings(threads=(1,), warmup=1, iterations=3, memory_iterations=2)
+#: What `dvc repro` builds with (`edgereg build`: 50 benchmark iterations, the thread sweep).
+SETTINGS = BenchSettings()
 TARGET = 2.0
 
 
