@@ -1237,7 +1237,7 @@ def own_repo(
 
 
 @contextlib.contextmanager
-def _served(repo: OwnRepo, log: Path) -> Iterator[OwnRepo]:
+def _served_repo(repo: OwnRepo, log: Path) -> Iterator[OwnRepo]:
     with serve_process(log, "--registry", f"file://{repo.root / 'registry'}") as (_, url):
         repo.url = url + "/"
         yield repo
@@ -1255,7 +1255,7 @@ def large_input(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRepo]:
     repo = own_repo(
         base / "repo", "seg", tiny_models.large_input_segmenter, {"image": images}, "generic"
     )
-    with _served(repo, base / "serve.log") as served:
+    with _served_repo(repo, base / "serve.log") as served:
         yield served
 
 
@@ -1308,7 +1308,7 @@ def lstm_tagger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRepo]:
     repo = own_repo(
         base / "repo", "tagger", tiny_models.lstm_tagger_model, _lstm_evaluation(), "generic"
     )
-    with _served(repo, base / "serve.log") as served:
+    with _served_repo(repo, base / "serve.log") as served:
         yield served
 
 
