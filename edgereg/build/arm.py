@@ -426,7 +426,7 @@ def _emulate(
     :data:`CHECK_ROWS` rows, side by side with it: when those come out bit for
     bit as that full run's, the class runs the same kernels there, and the
     full run's other rows stand for its own (``rest_from``); otherwise it runs
-    every row. On the examples every ARM class computes the same bits (int8;
+    the other rows too. On the examples every ARM class computes the same bits (int8;
     weight-only at normal precision), so one class emulates every row instead
     of three (benchmarks/arm_cost.py). The host is no witness: x86's int8
     kernels can match on a few rows and round otherwise on others, and the
@@ -493,8 +493,21 @@ def _emulate(
                     break
             else:
                 again.append(cpu_class)
-        full = list(pool.map(lambda c: emulate(c, inputs), again))
-        done.update(zip(again, full, strict=True))
+        # The rows not emulated yet, appended to the ones that were.
+        tail_rows = {name: np.asarray(array)[CHECK_ROWS:] for name, array in inputs.items()}
+        for cpu_class, tail_run in zip(
+            again, pool.map(lambda c: emulate(c, tail_rows), again), strict=True
+        ):
+            head_run = done[cpu_class]
+            if isinstance(tail_run, ArmError) or isinstance(head_run, ArmError):
+                done[cpu_class] = tail_run
+                continue
+            joined = {
+                n: np.concatenate([head_run.outputs[n], tail_run.outputs[n]]) for n in output_names
+            }
+            done[cpu_class] = dataclasses.replace(
+                tail_run, outputs=joined, seconds=head_run.seconds + tail_run.seconds
+            )
     for cpu_class, run in done.items():
         if isinstance(run, ArmRun):
             _store(paths[cpu_class], run)
