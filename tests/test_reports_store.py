@@ -639,12 +639,20 @@ def test_reports_merge_whatever_order_they_arrive_in(store: ReportStore) -> None
     assert (later.devices, *ev(later, "reverted")) == (1, 1)
 
 
-def test_the_stores_clock_is_its_newest_report(store: ReportStore) -> None:
+def test_the_stores_clock_is_the_servers_latest_mark_or_newest_report(
+    store: ReportStore,
+) -> None:
     assert store.clock("digits") is None
     store.ingest(report(1), T0)
     store.ingest(report(2), T0 + timedelta(hours=3))
     store.ingest(report(3, unit="sensor", model="sensor"), T0 + timedelta(hours=9))
     assert store.clock("digits") == T0 + timedelta(hours=3)
+    # A quiet day: no report arrives, the server marks its clock every minute.
+    store.mark_clock(T0 + timedelta(hours=30))
+    assert store.clock("digits") == T0 + timedelta(hours=30)
+    # Several servers: the latest mark stands, an older one changes nothing.
+    store.mark_clock(T0 + timedelta(hours=29))
+    assert store.clock("digits") == T0 + timedelta(hours=30)
 
 
 def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:

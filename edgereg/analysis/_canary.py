@@ -169,6 +169,24 @@ class GuardrailResult:
         return None
 
     @property
+    def clearly_beyond_limit(self) -> str | None:
+        """The estimate, with its unit, when even its one-look lower end is beyond the limit.
+
+        A tier's own estimate on a few hundred devices is too noisy to hold a good
+        candidate on; one whose one-look 95 % interval lies beyond the limit is a harm
+        confined to that tier that the pool would dilute.
+        """
+        low, limit = self.numbers.get("estimate_low"), self.numbers.get("limit")
+        estimate = self.numbers.get("estimate")
+        if isinstance(low, int | float) and isinstance(limit, int | float):
+            return f"{100 * float(estimate or 0):+.1f} pt" if low > limit else None
+        low_pct, limit_pct = self.numbers.get("estimate_low_pct"), self.numbers.get("limit_pct")
+        estimate_pct = self.numbers.get("estimate_pct")
+        if isinstance(low_pct, int | float) and isinstance(limit_pct, int | float):
+            return f"{float(estimate_pct or 0):+.0f}%" if low_pct > limit_pct else None
+        return None
+
+    @property
     def harm_left_open(self) -> str | None:
         """The upper end of the interval, said with its unit (what the evidence cannot exclude)."""
         high, high_pct = self.numbers.get("ci_high"), self.numbers.get("ci_high_pct")
@@ -897,6 +915,7 @@ def _rate_result(
         "p_worse": fail_side.p_worse,
         "p_within": pass_side.p_within if pass_side is not None else 1.0,
         "estimate": pass_side.estimate if pass_side is not None else plain_cmp.difference,
+        "estimate_low": pass_side.estimate_low if pass_side is not None else None,
         "passing_networks": pass_c.networks,
     }
     if fail_side.p_worse < alpha:
@@ -1070,6 +1089,7 @@ def _shift_result(
         "shift_ms": plain.shift_ms,
         "shift_pct": shift,
         "estimate_pct": evidence.estimate_pct,
+        "estimate_low_pct": evidence.estimate_low_pct,
         "ci_low_pct": evidence.ci_low_pct,
         # JSON has no infinity: no upper end shown yet is null.
         "ci_high_pct": None if math.isinf(evidence.ci_high_pct) else evidence.ci_high_pct,

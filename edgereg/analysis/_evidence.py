@@ -109,6 +109,8 @@ class RateEvidence:
             can be hiding.
         harmless: No pass-side case shows a harm (what a step without proof needs).
         estimate: The difference over every network (the plain comparison's).
+        estimate_low: Its lower end at one look (the estimate minus 1.96 standard
+            errors, a fixed-sample bound): what "clearly beyond the limit" reads.
         ci_high: The largest upper end of the interval over the pass-side cases.
     """
 
@@ -121,6 +123,7 @@ class RateEvidence:
     harmless: bool
     estimate: float
     ci_high: float
+    estimate_low: float = -1.0
 
 
 def _case(
@@ -219,9 +222,16 @@ def rate_evidence(
         harm_shown=complete and all(harms),
         harmless=complete and not any(harms),
         estimate=plain.difference,
+        estimate_low=plain.difference - 1.96 * _standard_error(candidate, stable),
         # The interval of the case hardest to pass: the harm the evidence leaves open.
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
+
+
+def _standard_error(candidate: RateArm, stable: RateArm) -> float:
+    """The difference's standard error at one look (Wald, over networks)."""
+    p1, p0 = candidate.events / candidate.networks, stable.events / stable.networks
+    return math.sqrt(p1 * (1 - p1) / candidate.networks + p0 * (1 - p0) / stable.networks)
 
 
 def rate_limit_evidence(
@@ -288,6 +298,8 @@ class ShiftEvidenceRobust:
             their slowest against the stable's at their fastest, every network
             counted (percent of the stable median; the devices' own where each
             network holds one).
+        estimate_low_pct: The lower end of its one-look 95 % interval (Lehmann's,
+            two-sided): what "clearly beyond the limit" reads.
         ci_low_pct: The smallest lower end of the shift's interval over the
             fail-side cases (the slowdown shown whichever networks go).
         ci_high_pct: The largest upper end over the pass-side cases (inf: none shown).
@@ -301,6 +313,7 @@ class ShiftEvidenceRobust:
     harm_shown: bool
     harmless: bool
     estimate_pct: float
+    estimate_low_pct: float
     ci_low_pct: float
     ci_high_pct: float
     candidate_networks: int
@@ -339,10 +352,11 @@ def shift_evidence_robust(
     slower: list[ShiftEvidence] = []
     within: list[ShiftEvidence] = []
     if counts["c_high"].sum() >= 0.5 and counts["s_low"].sum() >= 0.5:
-        network_view = compare_latency(dict(c_high), dict(s_low), alpha=alpha)
-        estimate = network_view.percent(network_view.shift_ms)
+        network_view = compare_latency(dict(c_high), dict(s_low), alpha=0.025)
     else:
-        estimate = plain.percent(plain.shift_ms)
+        network_view = compare_latency(dict(c_devices), dict(s_devices), alpha=0.025)
+    estimate = network_view.percent(network_view.shift_ms)
+    estimate_low = network_view.percent(network_view.ci_low_ms)
     for j in range(k + 1):
         # A fail: the candidate at its fastest, minus its j slowest networks; the
         # stable at its slowest, minus its k - j fastest.
@@ -369,6 +383,7 @@ def shift_evidence_robust(
         harm_shown=complete_pass and all(e.slower_at_all for e in within),
         harmless=complete_pass and not any(e.slower_at_all for e in within),
         estimate_pct=estimate,
+        estimate_low_pct=estimate_low,
         ci_low_pct=slower[-1].ci_low_pct if complete_fail else -100.0,
         ci_high_pct=within[-1].ci_high_pct if complete_pass else math.inf,
         candidate_networks=total(c_low),

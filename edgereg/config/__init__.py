@@ -27,6 +27,7 @@ from edgereg.config._inputs import (
     StatePair,
 )
 from edgereg.config._load import json_schema, load, parse
+from edgereg.config._metrics import AppMetric, MetricGuardrail
 from edgereg.config._models import (
     ConverterOptions,
     Int8Quantization,
@@ -83,6 +84,7 @@ __all__ = [
     "NO_BATCH_AXIS",
     "NO_MODELS_NOTE",
     "TASK_KINDS",
+    "AppMetric",
     "ArmClass",
     "Backend",
     "Budgets",
@@ -104,6 +106,7 @@ __all__ = [
     "Int8Quantization",
     "LatencyGuardrail",
     "MetricBudget",
+    "MetricGuardrail",
     "Model",
     "Name",
     "NoQuantization",

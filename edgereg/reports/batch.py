@@ -143,8 +143,12 @@ class GroupCommit:
         )
 
     def clock(self, unit: str) -> datetime | None:
-        """The store's clock (its newest report of ``unit``)."""
+        """The store's clock (see :meth:`~edgereg.reports.ReportStore.clock`)."""
         return self.store.clock(unit)
+
+    def mark_clock(self, now: datetime) -> None:
+        """Record the server's clock in the store (reads and marks need no batching)."""
+        self.store.mark_clock(now)
 
     def members(self, unit: str) -> list[str]:
         """The store's bundle members."""

@@ -42,10 +42,16 @@ class SummarySource(Protocol):
         """
         ...
 
+    def clock(self, unit: str) -> datetime | None:
+        """The report servers' clock as the store last heard it (None: never)."""
+        ...
+
 
 #: A report server's clock this far from the analysing host's is said in the analysis
 #: (it changes no verdict: ages are counted on the report servers' own clock).
 SKEW_NOTED = timedelta(minutes=5)
+#: ... and a store's clock this far behind it (a server marks it every minute).
+STALE_NOTED = timedelta(minutes=15)
 
 
 def rollout_analysis(
@@ -106,13 +112,18 @@ def rollout_analysis(
     # only installs that old can show one (and pass the unconfirmed guardrail). Their
     # age is read on the report servers' clock: the newest report's arrival.
     notes: list[str] = []
-    clock = getattr(store, "clock", None)
-    store_now = clock(state.model) if callable(clock) else None
+    store_now = store.clock(state.model)
     if store_now is not None and store_now - now > SKEW_NOTED:
         notes.append(
-            f"the report store's newest report arrived {_minutes(store_now - now)} after this "
-            "host's clock says it is now: a report server's clock runs ahead (ages are "
-            "counted on the report servers' clock, so no verdict moves; fix the clocks)"
+            f"the report store's clock is {_minutes(store_now - now)} ahead of this host's: "
+            "a report server's clock runs ahead (install ages are counted on the report "
+            "servers' clock, so no verdict moves; fix the clocks)"
+        )
+    elif store_now is not None and now - store_now > STALE_NOTED:
+        notes.append(
+            f"the report store's clock is {_minutes(now - store_now)} behind this host's: "
+            "no report server marked it since (edgereg serve marks it every minute), or its "
+            "clock runs behind; install ages are counted on the store's clock"
         )
     reference = store_now if store_now is not None else now
     window = guardrails.revert_window_hours

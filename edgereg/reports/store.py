@@ -786,12 +786,14 @@ class ReportStore(abc.ABC):
         return cast(list[ArmSummary], self._run("summarizing reports", read))
 
     def clock(self, unit: str) -> datetime | None:
-        """When the newest report of ``unit`` arrived, on the receiving server's clock.
+        """The report servers' clock, as the store last heard it.
 
+        The latest of the server's clock marks (:meth:`mark_clock`, written every
+        minute by `edgereg serve`) and the arrival of ``unit``'s newest report.
         Install ages are counted against it, not against the clock of the host
         that runs the analysis: every time they compare was stamped by the
-        report servers (docs/operations/canary-analysis.md, "One clock").
-        None when the unit has no report.
+        report servers (docs/operations/canary-analysis.md, "One clock"). None
+        when the store has neither.
         """
 
         def read() -> datetime | None:
@@ -802,12 +804,40 @@ class ReportStore(abc.ABC):
                     (unit,),
                 )
                 (newest,) = cur.fetchone()
+                cur.execute(
+                    f"SELECT value FROM reports_meta WHERE key = {self.placeholder}", ("clock",)
+                )
+                marked = cur.fetchone()
                 conn.rollback()
-            if newest is None:
+            times = [int(t) for t in (newest, marked[0] if marked else None) if t is not None]
+            if not times:
                 return None
-            return datetime.fromtimestamp(int(newest) / 1000, tz=timezone.utc)
+            return datetime.fromtimestamp(max(times) / 1000, tz=timezone.utc)
 
         return cast("datetime | None", self._run("reading the store's clock", read))
+
+    def mark_clock(self, now: datetime) -> None:
+        """Record the report server's clock (kept when later than the one recorded).
+
+        With several servers the latest mark stands: a server whose clock runs
+        ahead moves ages forward by its skew, which the analysis says.
+        """
+        stamp = str(epoch_ms(now))
+        p = self.placeholder
+
+        def write() -> None:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"INSERT INTO reports_meta (key, value) VALUES ({p}, {p}) "
+                    "ON CONFLICT (key) DO UPDATE SET value = CASE WHEN "
+                    "CAST(excluded.value AS BIGINT) > CAST(reports_meta.value AS BIGINT) "
+                    "THEN excluded.value ELSE reports_meta.value END",
+                    ("clock", stamp),
+                )
+                conn.commit()
+
+        self._run("marking the store's clock", write)
 
     def cpu_classes(self, unit: str) -> list[str]:
         """The CPU classes the unit's reports name (report schema 2), sorted."""

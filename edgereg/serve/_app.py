@@ -303,6 +303,10 @@ class ReportSink(Protocol):
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
 
+    def clock(self, unit: str) -> datetime | None:
+        """The report servers' clock as the store last heard it (as the store's)."""
+        ...
+
 
 #: Reports per second and burst per client address, by default (``--reports-rate``).
 DEFAULT_REPORT_RATE = 5.0
