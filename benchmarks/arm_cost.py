@@ -18,7 +18,11 @@ arm)`` is what the ARM classes cost against a host-only build, with no
 second build to drift against. Printed per variant and summed over the
 examples. Target: at most twice the host-only build.
 
-Usage: .venv/bin/python benchmarks/arm_cost.py [--models digits,sensor] [--out DIR]
+``--large`` builds instead the weight-only variant of a 1x3x1024x1024
+segmenter (tests/tiny_models.py, 8 evaluation rows): a model whose emulated
+rows, not the emulator's start, are the cost.
+
+Usage: .venv/bin/python benchmarks/arm_cost.py [--models digits,sensor] [--large] [--out DIR]
 """
 
 from __future__ import annotations
@@ -70,16 +74,75 @@ class EveryRowRunner(EmulatedRunner):
         )
 
 
+_LARGE_TOML = """\
+[toolchain]
+mnn = "{mnn}"
+onnx = "{onnx}"
+onnxruntime = "{onnxruntime}"
+arm_samples = 8
+
+[tiers.low]
+
+[models.seg]
+version = "1.0.0"
+task = "generic"
+source = {{ path = "seg.onnx", sha256 = "{onnx_sha}" }}
+evaluation = {{ path = "evaluation.npz", sha256 = "{evaluation_sha}" }}
+
+[[models.seg.inputs]]
+name = "image"
+shape = [1, 3, 1024, 1024]
+
+[[models.seg.outputs]]
+name = "mask"
+
+[models.seg.variants.w8]
+tier = "low"
+quantization = {{ mode = "weight", bits = 8 }}
+"""
+
+
+def large_project(root: Path) -> config_mod.Config:
+    """A project with the 1x3x1024x1024 segmenter's weight-only variant (8 evaluation rows)."""
+    import hashlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tiny_models
+
+    from edgereg.toolchain import installed_versions
+
+    root.mkdir(parents=True, exist_ok=True)
+    tiny_models.large_input_segmenter(root / "seg.onnx")
+    size = tiny_models.LARGE_SIZE
+    images = np.random.default_rng(29).uniform(-1, 1, (8, 1, 3, size, size)).astype(np.float32)
+    np.savez(root / "evaluation.npz", image=images)
+    digest = {
+        name: hashlib.sha256((root / name).read_bytes()).hexdigest()
+        for name in ("seg.onnx", "evaluation.npz")
+    }
+    text = _LARGE_TOML.format(
+        **installed_versions(),
+        onnx_sha=digest["seg.onnx"],
+        evaluation_sha=digest["evaluation.npz"],
+    )
+    (root / "models.toml").write_text(text, encoding="utf-8")
+    return config_mod.load(root / "models.toml")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None, help="comma-separated example models")
     parser.add_argument("--out", type=Path, default=None, help="where to build (default: temp)")
+    parser.add_argument("--large", action="store_true", help="the 1024x1024 segmenter instead")
     args = parser.parse_args(argv)
-    config = config_mod.load(ROOT / "models.toml")
+    base = args.out or Path(tempfile.mkdtemp(prefix="arm-cost-"))
+    config = (
+        large_project(base / "project") if args.large else config_mod.load(ROOT / "models.toml")
+    )
     wanted = set(args.models.split(",")) if args.models else None
     sysroot = arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_toolchain.arm_dir(ROOT))
     every_row = EveryRowRunner(sysroot)
-    base = args.out or Path(tempfile.mkdtemp(prefix="arm-cost-"))
     rows: list[dict[str, object]] = []
     print(f"load average at start: {os.getloadavg()[0]:.1f}; building into {base}", flush=True)
     for model_name, model in config.models.items():
