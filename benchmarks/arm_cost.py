@@ -115,7 +115,7 @@ def large_project(root: Path) -> config_mod.Config:
     root.mkdir(parents=True, exist_ok=True)
     tiny_models.large_input_segmenter(root / "seg.onnx")
     size = tiny_models.LARGE_SIZE
-    images = np.random.default_rng(29).uniform(-1, 1, (8, 1, 3, size, size)).astype(np.float32)
+    images = np.random.default_rng(29).uniform(-1, 1, (8, 3, size, size)).astype(np.float32)
     np.savez(root / "evaluation.npz", image=images)
     digest = {
         name: hashlib.sha256((root / name).read_bytes()).hexdigest()
