@@ -83,10 +83,14 @@ def command(client: str) -> list[str]:
 
 
 def hostrunner(
-    *, faulty: Sequence[str] = (), unavailable: Sequence[str] = (), log: Path | None = None
+    *,
+    faulty: Sequence[str] = (),
+    unavailable: Sequence[str] = (),
+    log: Path | None = None,
+    api: str = "module",
 ) -> list[str]:
     """The host model runner's command line, for ``configure``'s ``runner.command``."""
-    args = [sys.executable, str(HOSTRUNNER)]
+    args = [sys.executable, str(HOSTRUNNER), "--api", api]
     if log is not None:
         args += ["--log", str(log)]
     for backend in faulty:

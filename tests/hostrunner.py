@@ -6,6 +6,7 @@ process instead, so the golden-probe check runs on real MNN outputs whatever
 the client's language::
 
     python tests/hostrunner.py [--faulty BACKEND]... [--unavailable BACKEND]... [--log FILE]
+                               [--api module|session]
 
 Requests and answers, one JSON object per line:
 
@@ -25,6 +26,11 @@ exist. ``--log FILE`` appends one line per load and run (``load opencl``,
 
 MNN prints from C++ to file descriptor 1: fd 1 is pointed at stderr and
 the answers go to a private copy of stdout.
+
+``--api`` picks the MNN API the runner calls: ``module`` (the default,
+:class:`~edgereg.client.MnnRunner`: every artifact) or ``session``
+(:class:`~edgereg.client.SessionRunner`, what MNN's Android Java API and
+most iOS code call: an artifact with control-flow subgraphs fails there).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script by any client's device program
     sys.path.insert(0, str(ROOT))
 
-from edgereg.client._selftest import MnnRunner, ModelSession  # noqa: E402
+from edgereg.client._selftest import MnnRunner, ModelSession, SessionRunner  # noqa: E402
 from edgereg.protocol.fields import RuntimeHints  # noqa: E402
 
 DTYPES: Mapping[str, str] = {
@@ -84,13 +90,17 @@ class HostRunner:
     """The sessions of one runner process."""
 
     def __init__(
-        self, faulty: Sequence[str], unavailable: Sequence[str], log: Path | None = None
+        self,
+        faulty: Sequence[str],
+        unavailable: Sequence[str],
+        log: Path | None = None,
+        api: str = "module",
     ) -> None:
         self.faulty = set(faulty)
         self.unavailable = set(unavailable)
         self.log = log
         self.backends: dict[str, str] = {}
-        self.mnn = MnnRunner()
+        self.mnn: MnnRunner | SessionRunner = SessionRunner() if api == "session" else MnnRunner()
         self.sessions: dict[str, tuple[ModelSession, bool]] = {}
         self.counter = 0
 
@@ -155,12 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faulty", action="append", default=[], metavar="BACKEND")
     parser.add_argument("--unavailable", action="append", default=[], metavar="BACKEND")
     parser.add_argument("--log", type=Path, default=None, metavar="FILE")
+    parser.add_argument("--api", choices=("module", "session"), default="module")
     args = parser.parse_args(argv)
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    runner = HostRunner(args.faulty, args.unavailable, args.log)
+    runner = HostRunner(args.faulty, args.unavailable, args.log, args.api)
     for line in sys.stdin.buffer:
         if not line.strip():
             continue

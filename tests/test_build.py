@@ -36,6 +36,7 @@ from edgereg.build.outputs import (
     METRICS,
     OUTPUT_FILES,
     PROBE,
+    PROBE_DATA,
     PROVENANCE,
 )
 from edgereg.build.probe import (
@@ -111,7 +112,8 @@ def test_every_variant_builds_with_metrics_and_provenance(
     built: Project, model: str, variant: str
 ) -> None:
     out = built.out_dir(model, variant)
-    assert sorted(path.name for path in out.iterdir()) == sorted(OUTPUT_FILES)
+    # Small inputs: the probe's tensors are inline, no probe-data.bin.
+    assert sorted(path.name for path in out.iterdir()) == sorted(set(OUTPUT_FILES) - {PROBE_DATA})
     config = built.load()
     declared = config.models[model].variants[variant]
     artifact = out / ARTIFACT
@@ -509,7 +511,8 @@ def test_cli_build_reports_stages_and_writes_the_outputs(project: Project) -> No
     assert f"{TENSOR_MODEL}/w8: convert" in result.stderr
     assert f"{TENSOR_MODEL}/w8: built" in result.stdout
     out = project.out_dir(TENSOR_MODEL, "w8")
-    assert sorted(path.name for path in out.iterdir()) == sorted(OUTPUT_FILES)
+    # Small inputs: the probe's tensors are inline, no probe-data.bin.
+    assert sorted(path.name for path in out.iterdir()) == sorted(set(OUTPUT_FILES) - {PROBE_DATA})
     metrics = read_json(out / METRICS)
     assert all(metrics["gates"].values())
 

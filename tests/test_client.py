@@ -617,14 +617,18 @@ def test_vectors_cover_every_required_case() -> None:
     required |= {"instead-nested", "instead-other-version", "cpu-unknown-feature-name"}
     required |= {"bundle-memory-sum-over", "bundle-member-instead"}
     required |= {"runtime-before-memory", "memory-before-cpu"}
+    # Fit rule (f): the MNN API the app's runner calls.
+    required |= {"api-module-session-runner", "api-module-module-runner", "api-not-said"}
+    required |= {"api-candidate-falls-back", "cpu-before-api", "bundle-member-api-unsupported"}
     assert required <= names
     reasons = {json.loads(p.read_text())["expected"].get("reason") for p in vector_files()}
     assert {"bad-signature", "unknown-key", "expired", "rollback"} <= reasons
     assert {"wrong-model", "wrong-tier", "runtime-too-old", "malformed"} <= reasons
     assert {"os-incompatible", "insufficient-memory", "cpu-unsupported"} <= reasons
+    assert "api-unsupported" in reasons
     fallbacks = {json.loads(p.read_text())["expected"].get("fallback") for p in vector_files()}
     assert {"app-incompatible", "runtime-too-old"} <= fallbacks
-    assert {"insufficient-memory", "cpu-unsupported"} <= fallbacks
+    assert {"insufficient-memory", "cpu-unsupported", "api-unsupported"} <= fallbacks
     substitutes = {json.loads(p.read_text())["expected"].get("substitute") for p in vector_files()}
     assert substitutes == {None, "cpu-unsupported"}
 

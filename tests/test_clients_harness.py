@@ -23,10 +23,12 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1505,3 +1507,222 @@ def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:
         "valid": True
     }
     assert device.quit() == 0
+
+
+# --- teams' own repositories: a large input, an LSTM ----------------------------------------
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def _isolated_env(home: Path) -> dict[str, str]:
+    """What a command of a module-scoped repository runs with (conftest isolates per test)."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "DVC_SITE_CACHE_DIR": str(home / "dvc-site"),
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "edgereg tests",
+        "GIT_AUTHOR_EMAIL": "tests@edgereg.invalid",
+        "GIT_COMMITTER_NAME": "edgereg tests",
+        "GIT_COMMITTER_EMAIL": "tests@edgereg.invalid",
+        "PYTHONPATH": str(ROOT),
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text("", encoding="utf-8")
+    return env
+
+
+def _sh(cwd: Path, env: dict[str, str], *args: str, expect: int = 0) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == expect, f"{' '.join(args)} exited {done.returncode}:\n{output}"
+    return output
+
+
+@dataclass
+class OwnRepo:
+    """A team's repository: `edgereg init`, `add`, `dvc repro`, `publish --full`; then served."""
+
+    root: Path
+    model: str
+    built: str  # what `dvc repro` printed
+    url: str = ""
+
+    @property
+    def pem(self) -> str:
+        keys = sorted((self.root / "publisher-keys").glob("*.pem"))
+        assert keys, "keys generate pins the public key in publisher-keys/"
+        return keys[0].read_text()
+
+    def manifest(self, tier: str) -> Manifest:
+        registry = Registry(open_storage(f"file://{self.root / 'registry'}"))
+        return registry.read_manifest(self.model, tier)
+
+    def metrics(self, variant: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(
+            (self.root / "build" / self.model / variant / "metrics.json").read_text()
+        )
+        return data
+
+
+def own_repo(
+    root: Path, model: str, write: Callable[[Path], Any], evaluation: dict[str, Any], task: str
+) -> OwnRepo:
+    """Init a repository, add the model written by ``write``, build, publish --full."""
+    import numpy as np
+
+    env = _isolated_env(root.parent / f"{root.name}-home")
+    root.mkdir()
+    _sh(root, env, "git", "init", "--quiet")
+    _sh(root, env, "edgereg", "init")
+    (root / "models").mkdir()
+    (root / "data").mkdir()
+    write(root / "models" / f"{model}.onnx")
+    np.savez(root / "data" / f"{model}_eval.npz", **evaluation)
+    # x86 only: these tests are about the probe and the MNN API, not the ARM classes.
+    text = (root / "models.toml").read_text()
+    assert text.count("[toolchain]\n") == 1
+    (root / "models.toml").write_text(text.replace("[toolchain]\n", "[toolchain]\narm = []\n"))
+    _sh(
+        root, env, "edgereg", "add", f"models/{model}.onnx",
+        "--evaluation", f"data/{model}_eval.npz", "--task", task,
+    )  # fmt: skip
+    built = _sh(root, env, "dvc", "repro")
+    _sh(root, env, "edgereg", "keys", "generate")
+    _sh(root, env, "edgereg", "publish", model, "--full")
+    return OwnRepo(root, model, built)
+
+
+@contextlib.contextmanager
+def _served_repo(repo: OwnRepo, log: Path) -> Iterator[OwnRepo]:
+    with serve_process(log, "--registry", f"file://{repo.root / 'registry'}") as (_, url):
+        repo.url = url + "/"
+        yield repo
+
+
+@pytest.fixture(scope="module")
+def large_input(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRepo]:
+    """A 1x3x1024x1024 float segmenter: its one-sample probe is 16.8 MB in base64."""
+    import numpy as np
+    import tiny_models
+
+    size = tiny_models.LARGE_SIZE
+    images = np.random.default_rng(29).uniform(-1, 1, (2, 1, 3, size, size)).astype(np.float32)
+    base = tmp_path_factory.mktemp("large")
+    repo = own_repo(
+        base / "repo", "seg", tiny_models.large_input_segmenter, {"image": images}, "generic"
+    )
+    with _served_repo(repo, base / "serve.log") as served:
+        yield served
+
+
+@pytest.mark.slow
+def test_a_1024_input_model_ships_with_its_probe_data_blob(
+    devices: Devices, large_input: OwnRepo, tmp_path: Path
+) -> None:
+    repo = large_input
+    for variant in ("fp32", "w8"):
+        out = repo.root / "build" / "seg" / variant
+        assert f"Running stage 'build-seg-{variant}'" in repo.built
+        assert repo.metrics(variant)["status"] == "passed"
+        # The probe's tensors are a blob beside it: the JSON stays small.
+        assert (out / "probe.json").stat().st_size < 64 * 1024
+        assert (out / "probe-data.bin").stat().st_size > 12 * 1024 * 1024
+    entry = repo.manifest("high").stable
+    assert isinstance(entry, ManifestEntry)
+    assert entry.probe is not None
+    assert entry.probe_data is not None
+    assert entry.probe_data.size >= 3 * 1024 * 1024 * 4  # the input alone: 12 MiB
+    device = devices()
+    log = tmp_path / "runner.log"
+    configure(
+        device, repo.url, repo.pem, tmp_path / "cache", unit="seg", self_test=True,
+        runner={"command": hostrunner(log=log)}, deadline_s=600,
+    )  # fmt: skip
+    result = device.request("update", timeout=600)
+    assert outcome(device, result) == want("seg", entry)
+    assert result["members"]["seg"]["backend"] == "cpu"
+    # The probe ran: the runner loaded the model and ran the probe's case on it.
+    assert log.read_text().split() == ["load", "cpu", "run", "cpu"]
+    status = device.request("status")
+    assert status["installed"]["members"]["seg"]["sha256"] == entry.sha256
+
+
+def _lstm_evaluation() -> dict[str, Any]:
+    import numpy as np
+    import tiny_models
+
+    shape = (24, tiny_models.TAGGER_STEPS, 1, tiny_models.TAGGER_FEATURES)
+    return {"x": np.random.default_rng(30).normal(0, 1, shape).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def lstm_tagger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRepo]:
+    """A bidirectional-LSTM tagger: MNN's converter makes two While subgraphs of it."""
+    import tiny_models
+
+    base = tmp_path_factory.mktemp("lstm")
+    repo = own_repo(
+        base / "repo", "tagger", tiny_models.lstm_tagger_model, _lstm_evaluation(), "generic"
+    )
+    with _served_repo(repo, base / "serve.log") as served:
+        yield served
+
+
+@pytest.mark.slow
+def test_an_lstm_needs_the_module_api_a_session_runner_refuses_it_a_module_runner_installs(
+    devices: Devices, lstm_tagger: OwnRepo, tmp_path: Path
+) -> None:
+    repo = lstm_tagger
+    for variant in ("fp32", "w8"):
+        metrics = repo.metrics(variant)
+        assert metrics["status"] == "passed"
+        assert metrics["mnn_api"]["api"] == "module"
+        assert [name[:5] for name in metrics["mnn_api"]["subgraphs"]] == ["While", "While"]
+        # Never "built" with a stage unmeasured and no reason.
+        assert metrics["memory"]["measured"] is False
+        assert "run only through MNN's Module API" in metrics["memory"]["problem"]
+    entry = repo.manifest("high").stable
+    assert isinstance(entry, ManifestEntry)
+    assert entry.contract is not None
+    assert entry.contract.mnn_api == "module"
+
+    # The guides' session-API runner: refused before any download, nothing marked bad.
+    session = devices()
+    log = tmp_path / "session.log"
+    runner = {"command": hostrunner(api="session", log=log), "mnn_apis": ["session"]}
+    configure(
+        session, repo.url, repo.pem, tmp_path / "session", unit="tagger", self_test=True,
+        runner=runner,
+    )  # fmt: skip
+    result = session.request("update")
+    assert outcome(session, result) == want("tagger", None, code="api-unsupported")
+    assert "Module API" in result["error"]
+    assert not log.exists()  # never loaded: refused at the decision
+    assert not list((tmp_path / "session").glob("blobs/*"))
+
+    # The same runner told it calls the Module API (what it really does not) loads it and fails
+    # the self-test: the session API cannot shape a While ("Compute Shape Error").
+    lying = devices()
+    configure(
+        lying, repo.url, repo.pem, tmp_path / "lying", unit="tagger", self_test=True,
+        runner={"command": hostrunner(api="session"), "mnn_apis": ["module"]},
+    )  # fmt: skip
+    refused = lying.request("update")
+    assert refused["error_code"] == "probe-failed"
+    assert "session API cannot run this model" in refused["error"]
+
+    # The Module-API runner installs it, its self-test passed on the CPU.
+    module = devices()
+    configure(
+        module, repo.url, repo.pem, tmp_path / "module", unit="tagger", self_test=True,
+        runner={"command": hostrunner(), "mnn_apis": ["module"]},
+    )  # fmt: skip
+    installed = module.request("update")
+    assert outcome(module, installed) == want("tagger", entry)
+    assert installed["members"]["tagger"]["backend"] == "cpu"

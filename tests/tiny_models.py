@@ -686,3 +686,129 @@ def deep_conv_model(path: Path | str, *, seed: int = 12) -> Path:
         inits,
     )
     return _save(_model(graph), path)
+
+
+WIDE_INPUTS = 256
+WIDE_HIDDEN = 256
+#: 128 blocks of 8 channels and a tail of 2: MNN 3.6.1's i8mm int8 kernel computes
+#: the tail (channels 1024 and 1025) wrong. Two wrong channels among 1026 keep the
+#: whole output within int8's default gates (cosine 0.989, SNR 16.6 dB measured).
+WIDE_OUTPUTS = 1026
+
+
+def wide_head_model(path: Path | str, *, seed: int = 13) -> Path:
+    """Write an MLP, 256 inputs -> 256 hidden (ReLU) -> 1026 outputs (Gemm, Relu, Gemm).
+
+    Returns:
+        ``path``; input ``x`` float32 ``(1, 256)``, output ``logits`` float32 ``(1, 1026)``.
+    """
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0, 1, (WIDE_INPUTS, WIDE_HIDDEN)) / np.sqrt(WIDE_INPUTS)
+    b1 = rng.normal(0, 0.1, WIDE_HIDDEN)
+    w2 = rng.normal(0, 1, (WIDE_HIDDEN, WIDE_OUTPUTS)) * 3 / np.sqrt(WIDE_HIDDEN)
+    inits = [
+        numpy_helper.from_array(array.astype(np.float32), name)
+        for name, array in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", np.zeros(WIDE_OUTPUTS)))
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "wide_head_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDE_INPUTS])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, WIDE_OUTPUTS])],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+TAGGER_STEPS = 16
+TAGGER_FEATURES = 8
+TAGGER_HIDDEN = 16
+TAGGER_CLASSES = 6
+
+
+def lstm_tagger_model(path: Path | str, *, seed: int = 14) -> Path:
+    """Write a bidirectional-LSTM tagger: per step of a sequence, the logits of 6 tags.
+
+    MNN's converter turns the LSTM into a ``While`` subgraph: the artifact runs
+    through MNN's Module API, not its session API.
+
+    Returns:
+        ``path``; input ``x`` float32 ``(16, 1, 8)`` (steps, batch, features),
+        output ``tags`` float32 ``(16, 1, 6)``.
+    """
+    rng = np.random.default_rng(seed)
+    hidden, features = TAGGER_HIDDEN, TAGGER_FEATURES
+    w = rng.normal(0, 0.5, (2, 4 * hidden, features)) / np.sqrt(features)
+    r = rng.normal(0, 0.5, (2, 4 * hidden, hidden)) / np.sqrt(hidden)
+    b = rng.normal(0, 0.1, (2, 8 * hidden))
+    head = rng.normal(0, 1, (2 * hidden, TAGGER_CLASSES)) / np.sqrt(2 * hidden)
+    inits = [
+        numpy_helper.from_array(array.astype(np.float32), name)
+        for name, array in (("W", w), ("R", r), ("B", b), ("head", head))
+    ]
+    inits.append(numpy_helper.from_array(np.array([TAGGER_STEPS, 1, -1], np.int64), "shape"))
+    nodes = [
+        # All three outputs named, as exporters write them (MNN 3.6.1's converter
+        # crashes on an LSTM that names only Y).
+        helper.make_node(
+            "LSTM",
+            ["x", "W", "R", "B"],
+            ["y", "y_h", "y_c"],
+            hidden_size=hidden,
+            direction="bidirectional",
+        ),
+        # (steps, 2, 1, hidden) -> (steps, 1, 2, hidden) -> (steps, 1, 2 * hidden)
+        helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["yt", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "head"], ["tags"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "lstm_tagger_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [TAGGER_STEPS, 1, features])],
+        [
+            helper.make_tensor_value_info(
+                "tags", TensorProto.FLOAT, [TAGGER_STEPS, 1, TAGGER_CLASSES]
+            )
+        ],
+        inits,
+    )
+    return _save(_model(graph), path)
+
+
+#: A segmentation-sized input: one float sample is 12 MiB, its probe 16.8 MB in base64.
+LARGE_SIZE = 1024
+
+
+def large_input_segmenter(path: Path | str, *, seed: int = 15) -> Path:
+    """Write a two-layer segmenter over a 1x3x1024x1024 image: 2 classes at half resolution.
+
+    Returns:
+        ``path``; input ``image`` float32 ``(1, 3, 1024, 1024)``, output ``mask`` float32
+        ``(1, 2, 512, 512)``.
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (2, 8, 1, 1)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["mask"]),
+    ]
+    half = LARGE_SIZE // 2
+    graph = helper.make_graph(
+        nodes,
+        "large_input_segmenter",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, LARGE_SIZE, LARGE_SIZE])],
+        [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 2, half, half])],
+        inits,
+    )
+    return _save(_model(graph), path)

@@ -3,8 +3,9 @@
 Run as ``python -m edgereg.build._probe_child REQUEST.json`` by
 :func:`edgereg.build.probe.check_on_host`. MNN runs in this process, not in
 the build's: a model that crashes MNN fails the stage instead of the build.
-The request names the artifact, the probe blob and the contract; the result
-file gets the trial (:func:`edgereg.client._selftest.try_backend`), exactly
+The request names the artifact, the probe blob, the contract and the MNN API
+(``session`` or ``module``) the entry tells the app to use; the result file
+gets the trial (:func:`edgereg.client._selftest.try_backend`), exactly
 what a device's self-test on its CPU backend would conclude.
 """
 
@@ -16,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from edgereg.client._selftest import MnnRunner, try_backend
+from edgereg.client._selftest import MnnRunner, SessionRunner, try_backend
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.fields import RuntimeHints
 from edgereg.protocol.probe import GoldenProbe
@@ -27,9 +28,13 @@ def main(argv: list[str]) -> int:
     """Run the request in ``argv[1]``; 0 when the result file was written."""
     request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     probe = from_bytes(GoldenProbe, Path(request["probe"]).read_bytes())
+    # The tensors too large to inline, read back as a client reads them.
+    data = Path(request["probe_data"]).read_bytes() if request.get("probe_data") else None
+    probe = probe.resolved(data)
     contract = IOContract.model_validate(request["contract"])
+    runner = SessionRunner() if request.get("api") == "session" else MnnRunner()
     trial = try_backend(
-        MnnRunner(),
+        runner,
         Path(request["artifact"]),
         "cpu",
         RuntimeHints(threads=int(request["threads"])),

@@ -13,6 +13,14 @@ with the reference are gated; label metrics (accuracy, per-class recall) need
 the whole evaluation set and stay host-only. Latency is never measured here:
 an emulator's timing says nothing about a phone.
 
+One artifact, one behaviour (:mod:`edgereg.build.arm_compare`): each class's
+outputs are also held to the host's run of the same artifact on the same
+rows, per output channel, within the tolerance of float re-association. A
+class that differs (a kernel wrong on a few channels, within the precision's
+loose budgets) is named with its channels; it is shipped around with
+``avoid_cpu`` when the variant declares an ``instead`` and a CPU feature
+tells the differing classes from the agreeing ones, and fails otherwise.
+
 Runs are cached by artifact digest, class, the ``-cpu`` model the installed
 emulator stands in with (another QEMU may pick another one: cortex-a710 or
 ``max`` for armv9), MNN version, precision and input digest under
@@ -28,6 +36,7 @@ build instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -43,6 +52,7 @@ import numpy as np
 
 from edgereg import toolchain
 from edgereg._files import atomic_write
+from edgereg.build.arm_compare import HOST, Comparison, OutputDiff, compare, run_on_host
 from edgereg.build.datasets import Dataset
 from edgereg.build.quality import (
     GateReport,
@@ -158,6 +168,9 @@ class ClassResult:
         cached: Taken from the cache.
         error: Why the run gave no outputs (it crashed, or MNN refused or
             failed the model there); the class fails. None when it ran.
+        differs: Where its outputs differ from the reference run of the same
+            artifact (:mod:`edgereg.build.arm_compare`): output -> channels.
+        reference: The run it was held to (``host``, or the classes' consensus).
     """
 
     cpu_class: str
@@ -170,17 +183,29 @@ class ClassResult:
     seconds: float = 0.0
     cached: bool = False
     error: str | None = None
+    differs: dict[str, OutputDiff] = field(default_factory=dict)
+    reference: str = HOST
+    rest_from: str | None = None
 
     @property
     def passed(self) -> bool:
-        """True when the run gave outputs and every gate passed."""
-        return self.error is None and self.gates.passed
+        """True when the run gave outputs, every gate passed and it computes as the reference."""
+        return self.error is None and self.gates.passed and not self.differs
 
     def failure_reasons(self) -> list[str]:
-        """The run's error, or each failed gate."""
+        """The run's error, or each failed gate and each output that differs."""
         if self.error is not None:
             return [self.error]
-        return [result.describe() for result in self.gates.failures]
+        reasons = [result.describe() for result in self.gates.failures]
+        witness = (
+            "the host's run of the same artifact"
+            if self.reference == HOST
+            else f"{self.reference}'s run of the same artifact (the classes' consensus)"
+        )
+        reasons += [
+            f"differs from {witness}: {diff.describe(name)}" for name, diff in self.differs.items()
+        ]
+        return reasons
 
     @property
     def status(self) -> str:
@@ -206,8 +231,13 @@ class ClassResult:
                 for name, a in self.agreement.items()
             },
             "metrics": dict(self.scores.metrics) if self.scores else {},
+            "differs": {name: diff.to_json() for name, diff in self.differs.items()},
             "failed": self.failure_reasons(),
         }
+        if self.rest_from is not None:
+            # Its first rows came out bit for bit as this run's, which stands for the rest.
+            record["rows_emulated"] = CHECK_ROWS
+            record["rest_from"] = self.rest_from
         if self.error is not None:
             record["error"] = self.error
         return record
@@ -230,6 +260,7 @@ class ArmReport:
     mnn_version: str
     precision: str
     avoid_cpu: tuple[str, ...] = field(default=())
+    comparison: Comparison | None = None
 
     @property
     def passed(self) -> bool:
@@ -252,13 +283,16 @@ class ArmReport:
 
     def to_json(self) -> dict[str, Any]:
         """The ``arm`` record of metrics.json."""
-        return {
+        record = {
             "mnn": self.mnn_version,
             "samples": self.samples,
             "precision": self.precision,
             "avoid_cpu": list(self.avoid_cpu),
             "classes": {r.cpu_class: r.to_json() for r in self.results},
         }
+        if self.comparison is not None:
+            record["same_artifact"] = self.comparison.to_json()
+        return record
 
     def seconds(self) -> dict[str, float]:
         """Emulator wall time per class (0 for a cached result)."""
@@ -297,6 +331,15 @@ def _inputs_at(
     return arrays
 
 
+def _inputs_digest(inputs: Mapping[str, Any]) -> str:
+    hasher = hashlib.sha256()
+    for name in sorted(inputs):
+        array = np.ascontiguousarray(inputs[name])
+        hasher.update(f"{name}:{array.dtype}:{array.shape}\n".encode())
+        hasher.update(array.tobytes())
+    return hasher.hexdigest()
+
+
 def _cache_key(
     artifact_sha: str,
     cpu_class: str,
@@ -305,11 +348,6 @@ def _cache_key(
     precision: str,
     inputs: Mapping[str, Any],
 ) -> str:
-    hasher = hashlib.sha256()
-    for name in sorted(inputs):
-        array = np.ascontiguousarray(inputs[name])
-        hasher.update(f"{name}:{array.dtype}:{array.shape}\n".encode())
-        hasher.update(array.tobytes())
     return hashlib.sha256(
         canonical_json(
             {
@@ -320,7 +358,7 @@ def _cache_key(
                 "cpu": qemu_cpu,
                 "mnn": mnn_version,
                 "precision": precision,
-                "inputs": hasher.hexdigest(),
+                "inputs": _inputs_digest(inputs),
             }
         )
     ).hexdigest()
@@ -343,6 +381,7 @@ def _cached(path: Path, output_names: Sequence[str]) -> ArmRun | None:
         outputs=outputs,
         mnn_version=meta["mnn"],
         seconds=0.0,
+        rest_from=meta.get("rest_from"),
     )
 
 
@@ -352,6 +391,7 @@ def _store(path: Path, run: ArmRun) -> None:
         "cpu": run.qemu_cpu,
         "features": list(run.features),
         "mnn": run.mnn_version,
+        "rest_from": run.rest_from,
     }
     arrays = {f"out:{n}": a for n, a in run.outputs.items()}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
@@ -359,6 +399,119 @@ def _store(path: Path, run: ArmRun) -> None:
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, buffer.getvalue())
+
+
+#: Rows every class emulates first when a class is checked against a full run.
+CHECK_ROWS = 2
+#: The class that emulates every row when it is verified (see :func:`_emulate`).
+LEAD_CLASS = "armv8.2"
+
+
+def _emulate(
+    active: ArmRunner,
+    missing: Sequence[tuple[str, Path]],
+    *,
+    artifact: Path,
+    inputs: Mapping[str, np.ndarray],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    precision: str,
+    mnn_version: str,
+) -> dict[str, ArmRun | ArmError]:
+    """Run the classes not cached, emulating only the rows that can tell them apart.
+
+    One class runs every row: armv8.2 when it is among them (the class most
+    phones have; it shares int8 kernels with armv8 and fp16 arithmetic with
+    armv9), else the newest. Each other class first runs
+    :data:`CHECK_ROWS` rows, side by side with it: when those come out bit for
+    bit as that full run's, the class runs the same kernels there, and the
+    full run's other rows stand for its own (``rest_from``); otherwise it runs
+    the other rows too. On the examples every ARM class computes the same bits (int8;
+    weight-only at normal precision), so one class emulates every row instead
+    of three (benchmarks/arm_cost.py). The host is no witness: x86's int8
+    kernels can match on a few rows and round otherwise on others, and the
+    same-artifact rule needs each class's own bits. A runner with
+    ``reuse_rows = False`` emulates every row of every class.
+    """
+
+    def emulate(cpu_class: str, arrays: Mapping[str, np.ndarray]) -> ArmRun | ArmError:
+        try:
+            run = active(
+                artifact,
+                cpu_class,
+                arrays,
+                input_names=input_names,
+                output_names=output_names,
+                precision=precision,
+            )
+        except ArmError as exc:
+            if exc.reason not in CLASS_FAILURES:
+                raise
+            # Not cached: a crash may be the machine's, so it runs again next time.
+            logger.info("arm %s: %s", cpu_class, exc.message)
+            return exc
+        if run.mnn_version != mnn_version:
+            raise BuildError(
+                f"the aarch64 sysroot runs MNN {run.mnn_version}, not the pinned {mnn_version}",
+                stage="arm verify",
+                hint="reinstall it: `edgereg toolchain arm install`",
+            )
+        return run
+
+    paths = dict(missing)
+    order = [cpu_class for cpu_class, _ in missing]
+    total = len(next(iter(inputs.values()))) if inputs else 0
+    reuse = getattr(active, "reuse_rows", True) and len(order) > 1 and total > CHECK_ROWS
+    check = {name: np.asarray(array)[:CHECK_ROWS] for name, array in inputs.items()}
+    lead_class = LEAD_CLASS if LEAD_CLASS in order else order[-1]
+    others = [c for c in order if c != lead_class]
+    jobs = [(lead_class, inputs), *((c, check if reuse else inputs) for c in others)]
+    # Each emulator is one single-threaded process: the classes run side by side.
+    workers = max(1, min(len(order), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda job: emulate(*job), jobs))
+        done = {cpu_class: run for (cpu_class, _), run in zip(jobs, results, strict=True)}
+        lead = done[lead_class]
+        witnesses: list[tuple[str, Mapping[str, np.ndarray]]] = []
+        if isinstance(lead, ArmRun):
+            witnesses.append((lead_class, lead.outputs))
+        again = []
+        for cpu_class in others if reuse else ():
+            short = done[cpu_class]
+            if isinstance(short, ArmError):
+                continue
+            for name, outputs in witnesses:
+                head = {n: np.asarray(outputs[n]) for n in output_names}
+                if all(
+                    np.array_equal(short.outputs[n], head[n][:CHECK_ROWS]) for n in output_names
+                ):
+                    rest = {
+                        n: np.concatenate([short.outputs[n], head[n][CHECK_ROWS:]])
+                        for n in output_names
+                    }
+                    done[cpu_class] = dataclasses.replace(short, outputs=rest, rest_from=name)
+                    break
+            else:
+                again.append(cpu_class)
+        # The rows not emulated yet, appended to the ones that were.
+        tail_rows = {name: np.asarray(array)[CHECK_ROWS:] for name, array in inputs.items()}
+        for cpu_class, tail_run in zip(
+            again, pool.map(lambda c: emulate(c, tail_rows), again), strict=True
+        ):
+            head_run = done[cpu_class]
+            if isinstance(tail_run, ArmError) or isinstance(head_run, ArmError):
+                done[cpu_class] = tail_run
+                continue
+            joined = {
+                n: np.concatenate([head_run.outputs[n], tail_run.outputs[n]]) for n in output_names
+            }
+            done[cpu_class] = dataclasses.replace(
+                tail_run, outputs=joined, seconds=head_run.seconds + tail_run.seconds
+            )
+    for cpu_class, run in done.items():
+        if isinstance(run, ArmRun):
+            _store(paths[cpu_class], run)
+    return done
 
 
 def arm_budgets(budgets: Budgets) -> Budgets:
@@ -428,42 +581,49 @@ def verify_on_arm(
             missing.append((cpu_class, path))
         else:
             runs[cpu_class] = found
+    # The same artifact on the host, on the same rows: what each class is held to.
+    host = run_on_host(
+        artifact,
+        inputs,
+        input_names=[f.name for f in feeds],
+        output_names=list(output_names),
+        precision=precision,
+        artifact_sha=artifact_sha,
+        inputs_digest=_inputs_digest(inputs),
+        mnn_version=mnn_version,
+        cache_dir=cache_dir,
+    )
     if missing:
         active = runner or EmulatedRunner(
             find_sysroot(mnn_version, root=sysroot_root), cpus=chooser.available_cpus()
         )
-
-        def run_one(item: tuple[str, Path]) -> tuple[str, ArmRun | ArmError]:
-            cpu_class, path = item
-            try:
-                run = active(
-                    artifact,
-                    cpu_class,
-                    inputs,
-                    input_names=[f.name for f in feeds],
-                    output_names=list(output_names),
-                    precision=precision,
-                )
-            except ArmError as exc:
-                if exc.reason not in CLASS_FAILURES:
-                    raise
-                # Not cached: a crash may be the machine's, so it runs again next time.
-                logger.info("arm %s: %s", cpu_class, exc.message)
-                return cpu_class, exc
-            if run.mnn_version != mnn_version:
-                raise BuildError(
-                    f"the aarch64 sysroot runs MNN {run.mnn_version}, not the pinned {mnn_version}",
-                    stage="arm verify",
-                    hint="reinstall it: `edgereg toolchain arm install`",
-                )
-            _store(path, run)
-            return cpu_class, run
-
-        # Each emulator is one single-threaded process, mostly starting Python
-        # and MNN: the classes run side by side on the machine's cores.
-        workers = max(1, min(len(missing), os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            runs.update(pool.map(run_one, missing))
+        runs.update(
+            _emulate(
+                active,
+                missing,
+                artifact=artifact,
+                inputs=inputs,
+                input_names=[f.name for f in feeds],
+                output_names=list(output_names),
+                precision=precision,
+                mnn_version=mnn_version,
+            )
+        )
+    # In the classes' order (oldest first): a tie between classes goes to the oldest.
+    ran = {c: r for c in classes if isinstance(r := runs[c], ArmRun)}
+    comparison = compare(
+        {HOST: host, **{c: r.outputs for c, r in ran.items()}},
+        {
+            HOST: "fp32",
+            **{
+                c: "fp16"
+                if precision == "low" and "fp16" in (r.features or CPU_CLASSES[c].features)
+                else "fp32"
+                for c, r in ran.items()
+            },
+        },
+        output_names,
+    )
     results = []
     for cpu_class in classes:
         spec = CPU_CLASSES[cpu_class]
@@ -512,6 +672,9 @@ def verify_on_arm(
                 avoided=bool(set(features) & set(avoid_cpu)),
                 seconds=run.seconds,
                 cached=cached,
+                differs=comparison.differs.get(cpu_class, {}),
+                reference=comparison.reference,
+                rest_from=run.rest_from,
             )
         )
     return ArmReport(
@@ -520,6 +683,7 @@ def verify_on_arm(
         mnn_version=mnn_version,
         precision=precision,
         avoid_cpu=tuple(avoid_cpu),
+        comparison=comparison,
     )
 
 
@@ -566,6 +730,41 @@ def arm_hint(report: ArmReport, *, lower_variant: str | None, quantization_mode:
             "that class only if no device of the tier has it."
         )
     return "\n".join(lines)
+
+
+def ship_around_differing(
+    report: ArmReport, instead: str | None
+) -> tuple[ArmReport, dict[str, str]]:
+    """Exclude the classes that compute otherwise than the reference, when an ``instead`` exists.
+
+    A CPU feature that every differing class has and no class computing as the
+    reference has (``i8mm`` first: MNN's i8mm int8 kernel gets channel tails
+    wrong) is added to the variant's ``avoid_cpu``: devices with it install
+    the ``instead``. Without an ``instead``, or without such a feature, the
+    report is returned as it is (those classes fail).
+
+    Returns:
+        The report with the feature avoided, and feature -> why (empty when none was added).
+    """
+    differing = [r for r in report.results if r.differs and not r.avoided]
+    if instead is None or not differing:
+        return report, {}
+    agreeing = [r for r in report.results if r.error is None and not r.differs]
+    suspects = set.intersection(*(set(r.features) for r in differing))
+    for r in agreeing:
+        suspects -= set(r.features)
+    if not suspects:
+        return report, {}
+    feature = sorted(suspects, key=lambda f: (f != "i8mm", f != "fp16", f))[0]
+    avoid = (*report.avoid_cpu, feature)
+    why = "; ".join(
+        f"{r.cpu_class}: " + ", ".join(d.describe(n) for n, d in r.differs.items())
+        for r in differing
+    )
+    results = tuple(
+        dataclasses.replace(r, avoided=bool(set(r.features) & set(avoid))) for r in report.results
+    )
+    return dataclasses.replace(report, results=results, avoid_cpu=avoid), {feature: why}
 
 
 def lower_variant(config: Config, model_name: str, variant_name: str) -> str | None:
@@ -646,7 +845,21 @@ def arm_stage(
         runner=runner,
         sysroot_root=arm_dir(),
     )
+    # One artifact, one behaviour: a class computing otherwise than the reference
+    # is shipped around when the variant has an instead (else it fails below).
+    report, added = ship_around_differing(report, variant.instead)
+    for feature, why in added.items():
+        logger.warning(
+            "%s/%s: avoid_cpu += %s (devices with it install %s): %s",
+            model_name,
+            variant_name,
+            feature,
+            variant.instead,
+            why,
+        )
     metrics["arm"] = {**report.to_json(), "instead": variant.instead}
+    if added:
+        metrics["arm"]["avoid_cpu_added"] = added
     gates = metrics.setdefault("gates", {})
     for result in report.results:
         gates[f"arm[{result.cpu_class}]"] = result.passed or result.avoided

@@ -5,6 +5,12 @@ Inputs come from models.toml (the variant's own ``inputs`` when it overrides
 take their dtype and shape from the variant's ONNX source, because models.toml
 names outputs only. Labels travel inline while small, else as a blob the
 build writes next to the contract (:data:`LABELS`).
+
+An artifact with control-flow subgraphs (MNN's converter turns an LSTM or a
+GRU into a ``While``, ONNX ``If``/``Loop`` into ``If``/``Loop``) runs only
+through MNN's Module API: its contract says ``mnn_api = "module"``
+(:func:`control_flow_subgraphs`), so a client whose runner calls the session
+API refuses it before download (docs/protocol.md section 7, rule (f)).
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import get_args
 
 from pydantic import ValidationError
 
+from edgereg import toolchain
 from edgereg.config import CtcTask, Model, ResolvedVariant
 from edgereg.errors import BuildError
 from edgereg.protocol._json import canonical_json
@@ -32,7 +40,16 @@ from edgereg.protocol.contract import (
 )
 from edgereg.toolchain import OnnxReport
 
-__all__ = ["STAGE", "BuiltContract", "contract_labels", "io_contract", "labels_blob"]
+__all__ = [
+    "MNN_CONTROL_FLOW",
+    "STAGE",
+    "SUBGRAPH_ONNX_OPS",
+    "BuiltContract",
+    "contract_labels",
+    "control_flow_subgraphs",
+    "io_contract",
+    "labels_blob",
+]
 
 #: Stage named in errors raised here.
 STAGE = "contract"
@@ -53,6 +70,26 @@ class BuiltContract:
 
     contract: IOContract
     labels: list[str] | None
+
+
+#: ONNX ops MNN's converter turns into control-flow subgraphs.
+SUBGRAPH_ONNX_OPS = ("GRU", "If", "LSTM", "Loop", "RNN", "Scan")
+#: What they are in a ``.mnn`` file: ops that only MNN's Module API runs.
+MNN_CONTROL_FLOW = frozenset({"If", "Loop", "While"})
+
+
+def control_flow_subgraphs(artifact: Path, graph: OnnxReport) -> list[str]:
+    """The artifact's control-flow ops (``While``, ``If``, ``Loop``) by name, in graph order.
+
+    Read from the artifact (a child process) only when its ONNX source has an
+    op that becomes one; empty when the session API runs it as well.
+
+    Raises:
+        BuildError: the converter cannot read the artifact back.
+    """
+    if not any(op in graph.op_counts for op in SUBGRAPH_ONNX_OPS):
+        return []
+    return [op.name for op in toolchain.model_ops(artifact) if op.type in MNN_CONTROL_FLOW]
 
 
 def labels_blob(labels: Sequence[str]) -> bytes:

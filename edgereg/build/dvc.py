@@ -25,8 +25,10 @@ from edgereg.build.outputs import (
     LABELS,
     METRICS,
     PROBE,
+    PROBE_DATA,
     PROVENANCE,
     writes_labels,
+    writes_probe_data,
 )
 from edgereg.config import DEFAULT_CONFIG_FILE, Config
 
@@ -89,6 +91,11 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 f"      - {_q(f'{out}/{PROVENANCE}')}",
                 f"      - {_q(f'{out}/{CONTRACT}')}",
                 f"      - {_q(f'{out}/{PROBE}')}",
+                *(
+                    [f"      - {_q(f'{out}/{PROBE_DATA}')}"]
+                    if writes_probe_data(model, resolved.inputs)
+                    else []
+                ),
                 *([f"      - {_q(f'{out}/{LABELS}')}"] if writes_labels(model) else []),
                 # Cached like the artifact, not `cache: false`: an uncached output
                 # turns off DVC's run-cache for the stage, which is how parallel CI

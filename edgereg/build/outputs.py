@@ -9,11 +9,13 @@ read-only commands can use it.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgereg.config import Config, Model
+from edgereg.config import Config, InputSpec, Model
 
 ARTIFACT = "model.mnn"
 METRICS = "metrics.json"
@@ -23,6 +25,10 @@ CLASS_RECALL_PLOT = "class_recall.json"
 CONTRACT = "contract.json"
 #: The golden probe blob (canonical JSON of edgereg.protocol.probe.GoldenProbe).
 PROBE = "probe.json"
+#: The golden probe's tensors when one sample's inputs are too large to inline in
+#: probe.json (:func:`probe_data_inputs`): their raw little-endian bytes, one
+#: after another, named by the probe's offsets and data_sha256.
+PROBE_DATA = "probe-data.bin"
 #: The labels (canonical JSON array) of a model that has them: the contract
 #: references it as a blob when the labels are too large to inline.
 LABELS = "labels.json"
@@ -34,7 +40,16 @@ HOST_BENCHMARK = "host-benchmark.json"
 #: What the DVC stage declares as its outputs (all reproducible). The recall
 #: plot is declared for classifiers only, the labels for models with labels
 #: (:func:`writes_labels`).
-STAGE_OUTPUTS = (ARTIFACT, METRICS, PROVENANCE, CLASS_RECALL_PLOT, CONTRACT, PROBE, LABELS)
+STAGE_OUTPUTS = (
+    ARTIFACT,
+    METRICS,
+    PROVENANCE,
+    CLASS_RECALL_PLOT,
+    CONTRACT,
+    PROBE,
+    PROBE_DATA,
+    LABELS,
+)
 #: Every file a build writes into its output directory.
 OUTPUT_FILES = (*STAGE_OUTPUTS, HOST_BENCHMARK)
 #: The label a host figure carries wherever it is copied (releases, reports):
@@ -99,6 +114,28 @@ def writes_labels(model: Model) -> bool:
     return model.task.kind == "ctc" or (
         type(model.task).NAMED_CLASSES and model.classes is not None
     )
+
+
+#: A probe whose one sample of inputs (state inputs excluded) holds more bytes than
+#: this keeps every tensor in :data:`PROBE_DATA` instead of inline base64: decided
+#: from models.toml alone, so `edgereg dvc sync` knows the stage's outputs.
+PROBE_INLINE_INPUT_BYTES = 1024 * 1024
+_INPUT_ITEM_BYTES = {"float32": 4, "int32": 4, "int64": 8, "uint8": 1}
+
+
+def probe_input_bytes(model: Model, inputs: Sequence[InputSpec]) -> int:
+    """The bytes of one sample's inputs as a probe carries them (state inputs are not fed)."""
+    state = {pair.input for pair in model.state}
+    return sum(
+        math.prod(spec.shape) * _INPUT_ITEM_BYTES[spec.dtype]
+        for spec in inputs
+        if spec.name not in state
+    )
+
+
+def writes_probe_data(model: Model, inputs: Sequence[InputSpec]) -> bool:
+    """Whether a variant's build writes :data:`PROBE_DATA` (its inputs as resolved)."""
+    return probe_input_bytes(model, inputs) > PROBE_INLINE_INPUT_BYTES
 
 
 def variant_dir(out_root: Path, model_name: str, variant_name: str) -> Path:

@@ -20,11 +20,19 @@ The tolerance rule (docs/build.md, "The golden probe"):
 A device within that distance of the host's variant is about as close to the
 fp32 model as the gates require; a miscomputing kernel (a flipped channel,
 garbage, NaN) is far outside it.
+
+A model whose one sample of inputs is larger than
+:data:`~edgereg.build.outputs.PROBE_INLINE_INPUT_BYTES` gets its probe's
+tensors in a data blob beside it (:func:`split_probe`, docs/protocol.md
+section 11): a 1x3x1024x1024 float input alone is 16.8 MB in base64, over the
+16 MiB every client parses. What no client can hold is refused here
+(:func:`check_client_limits`), naming the size, the limit and what to change.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import math
@@ -42,6 +50,8 @@ from edgereg.build.datasets import Dataset
 from edgereg.errors import BuildError
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.probe import (
+    MAX_PROBE_BYTES,
+    MAX_PROBE_DATA_BYTES,
     GoldenProbe,
     ProbeCase,
     ProbeResult,
@@ -57,17 +67,20 @@ __all__ = [
     "ABS_SCALE_FRACTION",
     "COSINE_CEILING",
     "MAX_CASES",
+    "MAX_MODEL_BYTES",
     "MAX_STREAM_CASES",
     "PROBE_MAX_BYTES",
     "STAGE",
     "STREAM_STEPS",
     "ProbeSelection",
+    "check_client_limits",
     "check_on_host",
     "golden_probe",
     "probe_bytes",
     "probe_outputs_on_host",
     "probe_tolerance",
     "select_probe_rows",
+    "split_probe",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,6 +103,9 @@ ABS_SCALE_FRACTION = 0.01
 _SELF_TEST_TIMEOUT = 600.0
 #: Bytes per case that are not tensor data (names, shapes, JSON punctuation).
 _CASE_OVERHEAD = 256
+#: The largest model file any client loads: MNN's format is a flatbuffer (32-bit
+#: offsets), and a JVM array holds at most 2^31 - 1 bytes.
+MAX_MODEL_BYTES = 2**31 - 1
 
 _WIRE_DTYPES = {
     "float32": "float32",
@@ -324,7 +340,7 @@ def golden_probe(
         )
         for positions in selection.cases()
     ]
-    probe = GoldenProbe(
+    return GoldenProbe(
         model=model_name,
         variant=variant_name,
         artifact_sha256=artifact_sha256,
@@ -332,16 +348,98 @@ def golden_probe(
         cases=cases,
         tolerance=tolerance,
     )
-    size = len(probe_bytes(probe))
-    if size > PROBE_MAX_BYTES:
-        logger.warning(
-            "%s/%s: golden probe is %d bytes (one sample is larger than the %d-byte budget)",
-            model_name,
-            variant_name,
-            size,
-            PROBE_MAX_BYTES,
+
+
+def split_probe(probe: GoldenProbe) -> tuple[GoldenProbe, bytes]:
+    """Move every tensor's bytes into one data blob: the probe that names it, and the blob.
+
+    The bytes follow one another in document order (case, step, inputs then
+    expected), each tensor naming its ``offset``; the probe names the blob's
+    sha256 (``data_sha256``), which the release entry carries as ``probe_data``.
+    """
+    blob = bytearray()
+
+    def moved(tensor: ProbeTensor) -> ProbeTensor:
+        raw = base64.b64decode(tensor.data or "")
+        offset = len(blob)
+        blob.extend(raw)
+        return ProbeTensor(name=tensor.name, dtype=tensor.dtype, shape=tensor.shape, offset=offset)
+
+    cases = [
+        ProbeCase(
+            steps=[
+                ProbeStep(
+                    inputs=[moved(t) for t in step.inputs],
+                    expected=[moved(t) for t in step.expected],
+                )
+                for step in case.steps
+            ]
         )
-    return probe
+        for case in probe.cases
+    ]
+    data = bytes(blob)
+    split = GoldenProbe(
+        model=probe.model,
+        variant=probe.variant,
+        artifact_sha256=probe.artifact_sha256,
+        state=probe.state,
+        cases=cases,
+        tolerance=probe.tolerance,
+        data_sha256=hashlib.sha256(data).hexdigest(),
+    )
+    return split, data
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def check_client_limits(
+    *,
+    model_bytes: int,
+    probe_bytes: int,
+    probe_data_bytes: int | None,
+    input_bytes: int,
+) -> None:
+    """Refuse what no client can hold (docs/protocol.md section 11): the model, the probe.
+
+    Args:
+        model_bytes: The artifact's size.
+        probe_bytes: The probe document's size.
+        probe_data_bytes: The probe data blob's size, or None when it is inline.
+        input_bytes: One sample's inputs (the probe feeds one sample at least).
+
+    Raises:
+        BuildError: (stage ``probe``) naming the size, the limit and what to change.
+    """
+    if model_bytes > MAX_MODEL_BYTES:
+        raise BuildError(
+            f"model.mnn is {model_bytes} bytes ({_mib(model_bytes)}), more than the "
+            f"{MAX_MODEL_BYTES} bytes (2 GiB) any client loads: MNN's file format and a JVM "
+            "array stop there",
+            stage=STAGE,
+            hint='Quantize the variant (quantization = { mode = "weight", bits = 8 } or '
+            '"int8"), or ship a smaller model for this tier (a variant source).',
+        )
+    if probe_bytes > MAX_PROBE_BYTES:
+        raise BuildError(
+            f"the golden probe is {probe_bytes} bytes ({_mib(probe_bytes)}), more than the "
+            f"{MAX_PROBE_BYTES} bytes (16 MiB) a client parses; its inputs "
+            f"({input_bytes} bytes a sample) stay inline, so the outputs make it that large",
+            stage=STAGE,
+            hint="Declare fewer or smaller outputs for this model (the app-facing ones only), "
+            "or a smaller input shape for this variant.",
+        )
+    if probe_data_bytes is not None and probe_data_bytes > MAX_PROBE_DATA_BYTES:
+        raise BuildError(
+            f"the golden probe's data is {probe_data_bytes} bytes "
+            f"({_mib(probe_data_bytes)}) for one sample, more than the {MAX_PROBE_DATA_BYTES} "
+            f"bytes ({_mib(MAX_PROBE_DATA_BYTES)}) a client holds",
+            stage=STAGE,
+            hint="Declare a smaller input shape for this variant (its tier's devices run it "
+            "at that size; `shape` under [[models.<name>.variants.<variant>.inputs]]), or "
+            "fewer or smaller outputs.",
+        )
 
 
 def probe_bytes(probe: GoldenProbe) -> bytes:
@@ -418,22 +516,36 @@ def probe_outputs_on_host(
 
 
 def check_on_host(
-    artifact: Path, probe: GoldenProbe, contract: IOContract, *, threads: int = 1
+    artifact: Path,
+    probe: GoldenProbe,
+    contract: IOContract,
+    *,
+    threads: int = 1,
+    data: bytes | None = None,
+    api: str = "module",
 ) -> ProbeResult:
     """Run the reference client's self-test on the host's CPU backend, as a device does.
 
     The same code a device runs (:func:`edgereg.client._selftest.try_backend`:
     state inputs start as zeros of the contract's dtype and shape), in a child
-    process so a crash in MNN fails the stage, not the build.
+    process so a crash in MNN fails the stage, not the build. ``data`` is the
+    probe's data blob (:func:`split_probe`), read back as a client reads it.
+    ``api`` is the MNN API the runner calls: ``module``
+    (:class:`~edgereg.client.MnnRunner`) or ``session``
+    (:class:`~edgereg.client.SessionRunner`), as the entry tells the app.
 
     Raises:
         BuildError: (stage ``probe``) the child crashed or wrote no result.
     """
     with scratch_dir() as scratch:
         (scratch / "probe.json").write_bytes(probe_bytes(probe))
+        if data is not None:
+            (scratch / "probe-data.bin").write_bytes(data)
         request = {
             "artifact": str(Path(artifact).resolve()),
             "probe": str(scratch / "probe.json"),
+            "probe_data": None if data is None else str(scratch / "probe-data.bin"),
+            "api": api,
             "contract": contract.model_dump(mode="json"),
             "threads": threads,
             "result": str(scratch / "result.json"),

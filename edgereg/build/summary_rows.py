@@ -46,6 +46,10 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     memory_steady_mb=None if host is None else host.figure("memory_steady_mb"),
                     memory_runtime_mb=(metrics.get("memory") or {}).get("runtime_mb"),
                     size_note=(metrics.get("size") or {}).get("note"),
+                    # Why a stage measured nothing, and the MNN API the app must call.
+                    memory_problem=(metrics.get("memory") or {}).get("problem"),
+                    mnn_api=(metrics.get("mnn_api") or {}).get("api"),
+                    subgraphs=list((metrics.get("mnn_api") or {}).get("subgraphs") or []),
                     first_inference_ms=None if host is None else host.figure("first_inference_ms"),
                     recommended_threads=None
                     if host is None

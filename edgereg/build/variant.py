@@ -8,6 +8,7 @@ leaves an artifact that looks good.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
 from edgereg.build import memory
 from edgereg.build.arm import ARM_CACHE, ArmRunner, arm_stage
-from edgereg.build.contract import io_contract, labels_blob
+from edgereg.build.contract import control_flow_subgraphs, io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
 from edgereg.build.evaluate import (
     TaskEvaluator,
@@ -42,12 +45,22 @@ from edgereg.build.outputs import (
     METRICS,
     OUTPUT_FILES,
     PROBE,
+    PROBE_DATA,
     PROVENANCE,
     HostBenchmark,
     ThreadLatency,
+    probe_input_bytes,
     variant_dir,
+    writes_probe_data,
 )
-from edgereg.build.probe import check_on_host, golden_probe, probe_bytes, select_probe_rows
+from edgereg.build.probe import (
+    check_client_limits,
+    check_on_host,
+    golden_probe,
+    probe_bytes,
+    select_probe_rows,
+    split_probe,
+)
 from edgereg.build.quality import (
     DEFAULT_AGREEMENT,
     GateReport,
@@ -418,6 +431,16 @@ def _build_variant(
     with stage("check"):
         onnx_report = toolchain.inspect_onnx(source)
         graph = check_source(source, inputs, output_names, onnx_report)
+        # The probe carries one sample at least: a sample no client holds stops here,
+        # before any work, not at the last stage.
+        if writes_probe_data(model, inputs):
+            sample_bytes = probe_input_bytes(model, inputs)
+            check_client_limits(
+                model_bytes=0,
+                probe_bytes=0,
+                probe_data_bytes=sample_bytes,
+                input_bytes=sample_bytes,
+            )
     with stage("contract"):
         built_contract = io_contract(model_name, model, resolved, onnx_report, charset=charset)
     feeds = [
@@ -583,6 +606,26 @@ def _build_variant(
         else:
             scored = score(artifact)
         progress.numbers = _metrics(model.task.kind, precision, scored, scored.gates, quant_record)
+        with stage("contract"):
+            # An LSTM's While (an If, a Loop): only MNN's Module API runs the artifact.
+            # The contract says so, and an app whose runner calls the session API
+            # refuses it before download (docs/protocol.md section 7, rule (f)).
+            subgraphs = control_flow_subgraphs(artifact, onnx_report)
+        api = "module" if subgraphs else "session"
+        if subgraphs:
+            module_contract = built_contract.contract.model_copy(update={"mnn_api": "module"})
+            built_contract = dataclasses.replace(built_contract, contract=module_contract)
+        memory_needed = _memory_budgets(config, variant, budgets())
+        if subgraphs and memory_needed:
+            raise BuildError(
+                f"{' and '.join(memory_needed)} is set, but the memory of "
+                f"{model_name}/{variant_name} cannot be measured: its control-flow subgraphs "
+                f"({', '.join(subgraphs)}) run only through MNN's Module API, and the memory "
+                "stage reads MNN's session accounting, which cannot run them",
+                stage="memory",
+                hint="Remove the memory budget for this variant, or export the model without "
+                "control flow (an LSTM converted with its original RNN kernels).",
+            )
         with stage("size"):
             size_record = explain_size(
                 artifact, source, precision, float_artifact if quant_record else None
@@ -603,15 +646,25 @@ def _build_variant(
                 warmup=bench.warmup,
                 iterations=bench.iterations,
                 # Measured first in the same fresh child: no second process start.
-                memory=toolchain.MemorySettings(
+                # Not for a Module-API artifact: a session cannot run it (said below).
+                memory=None
+                if subgraphs
+                else toolchain.MemorySettings(
                     threads=variant.runtime.threads,
                     warmup=bench.warmup,
                     iterations=bench.memory_iterations,
                 ),
             )
-            memory_outcome = memory.outcome_of(
-                timing, sample, feeds, required_by=_memory_budgets(config, variant, budgets())
-            )
+            if subgraphs:
+                memory_outcome = memory.MemoryOutcome(
+                    None,
+                    {f.name: [int(d) for d in np.shape(sample[f.name])] for f in feeds},
+                    problem="not measured: its control-flow subgraphs "
+                    f"({', '.join(subgraphs)}) run only through MNN's Module API, and the "
+                    "memory stage reads MNN's session accounting, which cannot run them",
+                )
+            else:
+                memory_outcome = memory.outcome_of(timing, sample, feeds, required_by=memory_needed)
             progress.numbers["memory"] = memory.metrics_record(memory_outcome)
             loads = None
             if memory_outcome.measurement is not None and (
@@ -651,6 +704,8 @@ def _build_variant(
         # Lets summary and report tell a failure of this recipe from an old one.
         metrics["recipe_sha256"] = recipe_digest
         metrics["memory"] = memory.metrics_record(memory_outcome)
+        # The MNN API the entry tells the app to use; the probe stage runs it so.
+        metrics["mnn_api"] = {"api": api, "subgraphs": subgraphs}
         metrics["size"] = size_record
         artifact_sha = sha256_file(artifact)
         host = _host_benchmark(
@@ -740,21 +795,43 @@ def _build_variant(
                     (a.max_abs_error for a in scored.agreement.values()), default=0.0
                 ),
             )
+            tensor_data = None
+            if writes_probe_data(model, inputs):
+                # One sample is too large to inline: its bytes go in a blob beside it.
+                probe, tensor_data = split_probe(probe)
             probe_data = probe_bytes(probe)
+            check_client_limits(
+                model_bytes=scored.size_bytes,
+                probe_bytes=len(probe_data),
+                probe_data_bytes=None if tensor_data is None else len(tensor_data),
+                input_bytes=probe_input_bytes(model, inputs),
+            )
             # The client's own self-test, on this host's CPU: a variant every
             # device would refuse (a state zero-filled with the wrong shape)
             # fails here, not on the fleet.
-            verdict = check_on_host(artifact, probe, built_contract.contract)
+            # Through the MNN API the entry tells the app to use: MNN's session API
+            # (MNN's Android Java API, most iOS code) unless the contract says module.
+            verdict = check_on_host(
+                artifact, probe, built_contract.contract, data=tensor_data, api=api
+            )
             if not verdict.passed:
                 raise BuildError(
                     f"{model_name}/{variant_name}: the reference client's self-test refuses "
-                    f"this variant on the host CPU: {verdict.failure}",
+                    f"this variant on the host CPU through MNN's {api} API: {verdict.failure}",
                     stage="probe",
                     hint="Every device would refuse it too. Check the contract's input shapes "
                     "in models.toml (a state input's shape with its batch axis 1, as the "
-                    "build feeds it) and the model's dynamic axes.",
+                    "build feeds it) and the model's dynamic axes."
+                    + (
+                        " If MNN's session API cannot shape the model (a control-flow "
+                        "subgraph the build did not find), run it through the Module API."
+                        if api == "session"
+                        else ""
+                    ),
                 )
             (work_dir / PROBE).write_bytes(probe_data)
+            if tensor_data is not None:
+                (work_dir / PROBE_DATA).write_bytes(tensor_data)
             _write_json(work_dir / CONTRACT, built_contract.contract.model_dump(mode="json"))
             if built_contract.labels is not None:
                 (work_dir / LABELS).write_bytes(labels_blob(built_contract.labels))
@@ -798,13 +875,15 @@ def _build_variant(
             "contract": _file_record(work_dir / CONTRACT, CONTRACT),
             "probe": _file_record(work_dir / PROBE, PROBE),
         }
+        if tensor_data is not None:
+            provenance["probe_data"] = _file_record(work_dir / PROBE_DATA, PROBE_DATA)
         _write_json(work_dir / METRICS, metrics)
         _write_json(work_dir / PROVENANCE, provenance)
         _write_json(work_dir / CLASS_RECALL_PLOT, _recall_rows(scored.scores, model.classes))
         _write_json(work_dir / HOST_BENCHMARK, host.to_json())
         # The artifact moves last: its presence means every other file is there.
         for name in (*OUTPUT_FILES[1:], ARTIFACT):
-            if name != LABELS or (work_dir / name).exists():
+            if name not in (LABELS, PROBE_DATA) or (work_dir / name).exists():
                 os.replace(work_dir / name, out_dir / name)
     return BuildResult(
         out_dir=out_dir, metrics=metrics, provenance=provenance, stage_seconds=seconds

@@ -287,6 +287,16 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     # Each tier's memory ceiling at work: what it serves, which measured variants it refuses.
     for line in ceiling_lines(config, build_dir(out_root, config)):
         click.echo(line)
+    for row in rows:
+        name = f"{row['model']}/{row['variant']}"
+        if row.get("mnn_api") == "module":
+            click.echo(
+                f"{name} needs MNN's Module API (control-flow subgraphs "
+                f"{', '.join(row.get('subgraphs') or [])}): an app whose runner calls the "
+                "session API refuses it (api-unsupported; docs/guides)"
+            )
+        if row.get("memory_problem") and not row.get("failed"):
+            click.echo(f"{name} memory {row['memory_problem']}")
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "

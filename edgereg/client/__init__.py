@@ -89,13 +89,20 @@ if TYPE_CHECKING:
         BackendUnavailableError,
         SelfTest,
         SelfTestResult,
+        SessionRunner,
     )
 
 # Loaded on first use: a client that does not self-test never imports the probe's
 # parser (benchmarks/startup.py).
 _LAZY = {
     name: "edgereg.client._selftest"
-    for name in ("BackendRunner", "BackendUnavailableError", "SelfTest", "SelfTestResult")
+    for name in (
+        "BackendRunner",
+        "BackendUnavailableError",
+        "SelfTest",
+        "SelfTestResult",
+        "SessionRunner",
+    )
 }
 
 
@@ -152,6 +159,7 @@ __all__ = [
     "RuntimeTooOld",
     "SelfTest",
     "SelfTestResult",
+    "SessionRunner",
     "Status",
     "TransportError",
     "TrustError",

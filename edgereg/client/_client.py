@@ -69,7 +69,7 @@ from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Repo
 from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.contract import BlobRef, parse_labels
+from edgereg.protocol.contract import MNN_APIS, BlobRef, parse_labels
 from edgereg.protocol.decision import (
     MAX_MANIFEST_BYTES,
     AppFacts,
@@ -84,6 +84,7 @@ from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
 from edgereg.protocol.fields import MAX_MEMORY_MB, Name, format_time
 from edgereg.protocol.patterns import SHA256_RE
+from edgereg.protocol.probe import MAX_PROBE_DATA_BYTES
 from edgereg.protocol.reasons import Malformed, ProbeNotRun, Rejected
 from edgereg.protocol.rules import DeviceProfile, Tiers, resolve_tier
 from edgereg.protocol.wire import (
@@ -117,16 +118,31 @@ manifest_path = layout.manifest_path
 
 
 def _blob_refs(entries: Mapping[str, ManifestEntry], *, probes: bool) -> list[BlobRef]:
-    """Every blob a release needs (artifacts, labels, probes if ``probes``), each once, in order."""
+    """Every blob a release needs (artifacts, labels; probes and their data if ``probes``), once."""
     refs: dict[str, BlobRef] = {}
     for name in sorted(entries):
         entry = entries[name]
-        refs.setdefault(entry.sha256, BlobRef.of(entry.sha256, entry.size))
-        probe = entry.probe if probes else None
-        for extra in (probe, entry.contract.labels_blob if entry.contract else None):
-            if extra is not None:
-                refs.setdefault(extra.sha256, extra)
+        # A client that runs no install check needs no probe (docs/protocol.md section 8).
+        unneeded = () if probes else (entry.probe, entry.probe_data)
+        for ref in entry.blob_refs():
+            if not any(ref is other for other in unneeded):
+                refs.setdefault(ref.sha256, ref)
     return list(refs.values())
+
+
+def _check_declared_sizes(entries: Mapping[str, ManifestEntry]) -> None:
+    """Refuse, before any byte, a probe data blob larger than a client holds (section 11).
+
+    Raises:
+        Malformed: ``probe_data.size`` above :data:`MAX_PROBE_DATA_BYTES`.
+    """
+    for name in sorted(entries):
+        data = entries[name].probe_data
+        if data is not None and data.size > MAX_PROBE_DATA_BYTES:
+            raise Malformed(
+                f"the probe data of {name} declares {data.size} bytes, more than "
+                f"{MAX_PROBE_DATA_BYTES}"
+            )
 
 
 def _utcnow() -> datetime:
@@ -219,6 +235,12 @@ class Client:
         memory_budget_mb: How much memory one model (a bundle: its members
             together) may take on this device, MiB; None (the default) skips
             fit rule (d).
+        mnn_apis: The MNN APIs the app's model runner calls, for fit rule (f):
+            ``"runner"`` (the default) takes what the self-test's runner says
+            it calls (``mnn_apis`` of :class:`~edgereg.client.MnnRunner`: the
+            Module API; of :class:`~edgereg.client.SessionRunner`: the session
+            API); a set of ``session``/``module`` says them; None does not
+            (rule (f) skipped).
         max_unconfirmed_starts: App starts a new release gets to be confirmed
             (:meth:`confirm`) before :meth:`app_started` reverts it.
         timeout: Seconds before a connection, a read or a response's headers give up.
@@ -261,6 +283,7 @@ class Client:
         device_class: str | None = None,
         cpu_features: Iterable[str] | Literal["detect"] | None = "detect",
         memory_budget_mb: float | None = None,
+        mnn_apis: Iterable[str] | Literal["runner"] | None = "runner",
         max_unconfirmed_starts: int = DEFAULT_MAX_UNCONFIRMED_STARTS,
         timeout: float = 30.0,
         deadline: float = Limits.deadline,
@@ -333,6 +356,14 @@ class Client:
             else:
                 self.self_test = self_test
             self.install_check = self.self_test
+        if mnn_apis == "runner":
+            said = getattr(self.self_test.runner, "mnn_apis", None) if self.self_test else None
+            mnn_apis = None if said is None else list(said)
+        if mnn_apis is not None:
+            apis = frozenset(mnn_apis)
+            if not apis <= set(MNN_APIS):
+                raise ValueError(f"mnn_apis names {sorted(apis)}; the MNN APIs are {MNN_APIS}")
+            self.app = dataclasses.replace(self.app, mnn_apis=apis)
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
         os_version = device.os_version
         if os_version is not None and not SHORT_TEXT.fullmatch(os_version):
@@ -845,6 +876,7 @@ class Client:
                 self.cache.write_installed(self.kind, self.model, kept)
             self._set_pending(None)
             return self._result(kept, not_modified=not_modified, decision=decision)
+        _check_declared_sizes(entries)
         missing = [
             ref
             for ref in _blob_refs(entries, probes=self._checks_installs)
@@ -1011,6 +1043,7 @@ class Client:
                 entry,
                 self.cache.blob(entry.sha256),
                 self.cache.blob(entry.probe.sha256) if entry.probe is not None else None,
+                self.cache.blob(entry.probe_data.sha256) if entry.probe_data is not None else None,
             )
             for name, entry in entries.items()
         }

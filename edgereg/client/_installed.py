@@ -41,6 +41,7 @@ class MemberFiles(NamedTuple):
     entry: ManifestEntry
     artifact: Path
     probe: Path | None
+    probe_data: Path | None = None
 
 
 InstallCheck = Callable[[str, str, Mapping[str, MemberFiles]], Mapping[str, str] | None]

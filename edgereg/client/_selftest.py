@@ -61,6 +61,7 @@ __all__ = [
     "ModelSession",
     "SelfTest",
     "SelfTestResult",
+    "SessionRunner",
     "Verdict",
     "judge_trials",
     "parse_probe",
@@ -109,6 +110,9 @@ class MemberFilesLike(Protocol):
 
     @property
     def probe(self) -> Path | None: ...
+
+    @property
+    def probe_data(self) -> Path | None: ...
 
 
 # --- the runner: what is device-specific ------------------------------------------
@@ -188,7 +192,14 @@ def _mnn() -> Any:
 
 
 class MnnRunner:
-    """Real MNN in this process (``MNN.nn`` module API; never ``MNN.tools``)."""
+    """Real MNN in this process (``MNN.nn`` module API; never ``MNN.tools``).
+
+    The Module API runs every artifact, control-flow subgraphs (an LSTM's
+    ``While``) included: it says so in :attr:`mnn_apis` (fit rule (f)).
+    """
+
+    #: The MNN API this runner calls (docs/protocol.md section 7, rule (f)).
+    mnn_apis: tuple[str, ...] = ("module",)
 
     def load(
         self,
@@ -281,22 +292,141 @@ class _MnnSession:
         return results
 
 
+class SessionRunner:
+    """Real MNN's session API in this process: what MNN's Android Java API and most iOS code call.
+
+    ``Interpreter`` / ``createSession`` / ``runSession``: an artifact with
+    control-flow subgraphs does not run here ("Compute Shape Error for
+    While…", error 3). It says so in :attr:`mnn_apis`, so a client refuses
+    such an entry before downloading it (fit rule (f), ``api-unsupported``).
+    """
+
+    #: The MNN API this runner calls (docs/protocol.md section 7, rule (f)).
+    mnn_apis: tuple[str, ...] = ("session",)
+
+    def load(
+        self,
+        artifact: Path,
+        backend: Backend,
+        runtime: RuntimeHints,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+    ) -> ModelSession:
+        """Create a session of ``artifact`` on ``backend``.
+
+        Raises:
+            BackendUnavailableError: MNN has no such backend here.
+            RuntimeError: MNN could not load the model or create the session.
+        """
+        mnn = _mnn()
+        with _stdout_captured() as said:
+            try:
+                interpreter = mnn.Interpreter(str(artifact))
+                session = interpreter.createSession(
+                    {
+                        "backend": MNN_BACKEND_NAMES[backend],
+                        "numThread": runtime.threads,
+                        "precision": runtime.precision,
+                    }
+                )
+            except Exception as exc:  # pymnn raises SystemError or ValueError
+                raise RuntimeError(f"MNN could not load the model: {exc}") from exc
+        if "Can't Find type=" in said[0]:
+            raise BackendUnavailableError(f"MNN has no {MNN_BACKEND_NAMES[backend]} backend here")
+        return _SessionApiSession(mnn, interpreter, session, said[0])
+
+
+class _SessionApiSession:
+    def __init__(self, mnn: Any, interpreter: Any, session: Any, printed: str) -> None:
+        self._mnn = mnn
+        self._interpreter = interpreter
+        self._session = session
+        # MNN prints why a session cannot be shaped ("Compute Shape Error for While12").
+        self._printed = printed
+
+    def input_shapes(self) -> Mapping[str, tuple[int, ...]]:
+        tensors = self._interpreter.getSessionInputAll(self._session)
+        return {str(n): tuple(int(d) for d in t.getShape()) for n, t in tensors.items()}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        import numpy as np
+
+        mnn, interpreter, session = self._mnn, self._interpreter, self._session
+        inputs = interpreter.getSessionInputAll(session)
+        resized = False
+        for name, tensor in inputs.items():
+            if name not in feeds:
+                raise KeyError(f"no value for input {name!r}")
+            shape = tuple(int(d) for d in np.shape(feeds[name]))
+            if tuple(int(d) for d in tensor.getShape()) != shape:
+                interpreter.resizeTensor(tensor, shape)
+                resized = True
+        if resized:
+            interpreter.resizeSession(session)
+        types = {
+            id(mnn.Halide_Type_Int): np.int32,
+            id(mnn.Halide_Type_Uint8): np.uint8,
+            id(mnn.Halide_Type_Float): np.float32,
+        }
+        for name, tensor in inputs.items():
+            kind = tensor.getDataType()
+            value = np.ascontiguousarray(feeds[name], dtype=types.get(id(kind), np.float32))
+            host = mnn.Tensor(value.shape, kind, value, mnn.Tensor_DimensionType_Caffe)
+            tensor.copyFrom(host)
+        with _stdout_captured() as said:
+            status = interpreter.runSession(session)
+        if status != 0:
+            lines = [line.strip() for line in (self._printed + said[0]).splitlines()]
+            why = [line for line in lines if "Error" in line] or [line for line in lines if line]
+            raise RuntimeError(
+                f"MNN's session API cannot run this model: runSession returned {status}"
+                + (f" ({why[0]})" if why else "")
+            )
+        results: dict[str, np.ndarray] = {}
+        for name, tensor in interpreter.getSessionOutputAll(session).items():
+            host = mnn.Tensor(tensor, mnn.Tensor_DimensionType_Caffe)
+            tensor.copyToHostTensor(host)
+            shape = tuple(int(d) for d in host.getShape())
+            results[str(name)] = np.array(host.getNumpyData(), copy=True).reshape(shape)
+        return results
+
+
 # --- the probe ---------------------------------------------------------------------
 
 
-def parse_probe(data: bytes, ref: BlobRef, entry: ManifestEntry) -> GoldenProbe:
-    """Check a downloaded probe blob against its signed reference and parse it.
-
-    Raises:
-        BadBlob: size or sha256 differs from ``ref`` (the manifest's ``probe``).
-        Malformed: not a valid probe, or a probe of another artifact.
-    """
+def _check_blob(data: bytes, ref: BlobRef, what: str) -> None:
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != ref.size or digest != ref.sha256:
         raise BadBlob(
-            f"probe blob is {len(data)} bytes with sha256 {digest}, the manifest says "
+            f"{what} blob is {len(data)} bytes with sha256 {digest}, the manifest says "
             f"{ref.size} bytes with sha256 {ref.sha256}"
         )
+
+
+def parse_probe(
+    data: bytes, ref: BlobRef, entry: ManifestEntry, tensor_data: bytes | None = None
+) -> GoldenProbe:
+    """Check a downloaded probe blob (and its data blob) against the entry and parse it.
+
+    Args:
+        data: The probe blob.
+        ref: The entry's ``probe``.
+        entry: The manifest entry.
+        tensor_data: The entry's ``probe_data`` blob, when it names one.
+
+    Returns:
+        The probe with every tensor inline (docs/protocol.md section 11).
+
+    Raises:
+        BadBlob: size or sha256 differs from ``ref`` or from ``entry.probe_data``.
+        Malformed: not a valid probe, a probe of another artifact, or one whose
+            data blob is not the entry's (or lies beyond it).
+    """
+    _check_blob(data, ref, "probe")
+    if entry.probe_data is not None:
+        if tensor_data is None:
+            raise BadBlob(f"the probe data {entry.probe_data.sha256[:12]} is not there")
+        _check_blob(tensor_data, entry.probe_data, "probe data")
     try:
         probe = from_bytes(GoldenProbe, data)
     except WireError as exc:
@@ -306,12 +436,17 @@ def parse_probe(data: bytes, ref: BlobRef, entry: ManifestEntry) -> GoldenProbe:
             f"probe {ref.sha256[:12]} is for artifact {probe.artifact_sha256[:12]}, "
             f"the entry's artifact is {entry.sha256[:12]}"
         )
-    return probe
+    try:
+        return probe.resolved(tensor_data if entry.probe_data is not None else None)
+    except ValueError as exc:
+        raise Malformed(f"probe {ref.sha256[:12]}: {exc}") from exc
 
 
 def _array(tensor: ProbeTensor) -> np.ndarray:
     import numpy as np
 
+    if tensor.data is None:
+        raise ValueError(f"tensor {tensor.name} is in the probe data blob: resolve the probe")
     raw = base64.b64decode(tensor.data)
     return np.frombuffer(raw, dtype=np.dtype(_NUMPY_DTYPES[tensor.dtype])).reshape(tensor.shape)
 
@@ -537,13 +672,15 @@ class SelfTest:
             ref = member.entry.probe
             probe = None
             if ref is not None and member.probe is not None:
+                data_path = getattr(member, "probe_data", None)
                 try:
                     data = Path(member.probe).read_bytes()
+                    tensor_data = None if data_path is None else Path(data_path).read_bytes()
                 except OSError as exc:
                     raise BadBlob(
                         f"probe of {name} {member.entry.version} unreadable: {exc}"
                     ) from exc
-                probe = parse_probe(data, ref, member.entry)
+                probe = parse_probe(data, ref, member.entry, tensor_data)
             try:
                 result = self.run(name, member.artifact, member.entry, probe)
             except ProbeFailed:

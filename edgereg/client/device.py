@@ -144,10 +144,13 @@ class HostModelRunner:
 
     Args:
         command: The runner's command line.
+        mnn_apis: The MNN APIs it calls (fit rule (f)): ``tests/hostrunner.py`` calls
+            the Module API, or the session API with ``--api session``.
     """
 
-    def __init__(self, command: Sequence[str]) -> None:
+    def __init__(self, command: Sequence[str], mnn_apis: Sequence[str] = ("module",)) -> None:
         self.command = list(command)
+        self.mnn_apis = tuple(mnn_apis)
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._open: list[str] = []
@@ -312,6 +315,9 @@ def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
                     else frozenset(device["cpu_features"])
                 ),
                 memory_budget_mb=device.get("memory_budget_mb"),
+                mnn_apis=(
+                    None if device.get("mnn_apis") is None else frozenset(device["mnn_apis"])
+                ),
             ),
             bundle=bool(vector.get("bundle", False)),
         )
@@ -799,7 +805,11 @@ class Device:
                     "the client refused the configuration: the self-test is on and there "
                     "is no model runner"
                 )
-            self.runner = HostModelRunner([str(a) for a in _arg(runner_args, "command", list)])
+            apis = _opt(runner_args, "mnn_apis", list)
+            self.runner = HostModelRunner(
+                [str(a) for a in _arg(runner_args, "command", list)],
+                ("module",) if apis is None else [str(a) for a in apis],
+            )
             self_test = SelfTest(cache_dir, runner=self.runner)
         _bind_sockets(_opt(request, "source_address", str))
         try:

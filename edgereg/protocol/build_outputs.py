@@ -54,6 +54,10 @@ class Provenance(_Open):
     probe: ArtifactRecord | None = Field(
         default=None, description="probe.json, the golden probe blob; absent in older builds."
     )
+    probe_data: ArtifactRecord | None = Field(
+        default=None,
+        description="probe-data.bin, the probe's tensors too large to inline; absent otherwise.",
+    )
 
     @classmethod
     def parse(cls, data: Any) -> Provenance:

@@ -24,9 +24,11 @@ from edgereg.protocol.reasons import Malformed
 __all__ = [
     "INLINE_LABELS_MAX_BYTES",
     "MAX_LABELS_BYTES",
+    "MNN_APIS",
     "BlobRef",
     "IOContract",
     "InputTensor",
+    "MnnApi",
     "StateLink",
     "TaskInfo",
     "TensorDtype",
@@ -61,6 +63,13 @@ def parse_labels(data: bytes) -> list[str]:
 
 
 TensorDtype = Literal["float32", "float16", "int8", "uint8", "int32", "int64", "bool"]
+
+MnnApi = Literal["session", "module"]
+"""MNN's two ways to run a model: ``session`` (``Interpreter::createSession`` and
+``runSession``: MNN's Android Java API, most iOS code) and ``module``
+(``Express::Module::load``, pymnn's ``nn.load_module_from_file``)."""
+
+MNN_APIS: tuple[MnnApi, ...] = ("session", "module")
 
 TensorName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 DimName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
@@ -155,6 +164,12 @@ class IOContract(_Contract):
     labels_blob: BlobRef | None = Field(
         default=None,
         description="Larger label lists: a blob holding a JSON array of strings.",
+    )
+    mnn_api: MnnApi | None = Field(
+        default=None,
+        description="module: the artifact has control-flow subgraphs (While, If, Loop: an "
+        "LSTM, a GRU) that only MNN's Module API runs, not its session API. Absent: both run it.",
+        exclude_if=lambda value: value is None,
     )
 
     @model_validator(mode="after")

@@ -31,7 +31,8 @@ Rules, in the order they are checked (docs/protocol.md §7 explains each):
     within the app's memory budget (``insufficient-memory``) and none of its
     ``avoid_cpu`` features on the device (``cpu-unsupported``; an entry with
     an ``instead`` that fits is installed as that ``instead``, and the
-    decision's ``substitute`` says so), checked in that order; a bundle entry
+    decision's ``substitute`` says so), and what that chose needs no MNN API
+    the app's runner lacks (``api-unsupported``), checked in that order; a bundle entry
     fits when its own ``requires`` and every member fit, and then the chosen
     members' peak memory summed is within the budget.
 
@@ -59,6 +60,7 @@ from edgereg.protocol.fields import (
     version_key,
 )
 from edgereg.protocol.reasons import (
+    ApiUnsupported,
     AppIncompatible,
     BadBlob,
     BlobTooLarge,
@@ -114,7 +116,7 @@ class Decision:
         fallback: The device is in the candidate's cohort but the candidate
             does not fit the app, so it got stable: the reason code
             (``runtime-too-old``, ``app-incompatible``, ``os-incompatible``,
-            ``insufficient-memory``, ``cpu-unsupported``), else None.
+            ``insufficient-memory``, ``cpu-unsupported``, ``api-unsupported``), else None.
         substitute: ``cpu-unsupported`` when ``entry`` is (or, for a bundle,
             holds a member that is) the manifest entry's ``instead``, installed
             because the device has a CPU feature the entry avoids; else None.
@@ -149,6 +151,8 @@ class AppFacts:
             None skips rule (e), an empty set has none.
         memory_budget_mb: How much memory one model (or one bundle, its members
             together) may take on this device, MiB; None skips rule (d).
+        mnn_apis: The MNN APIs the app's model runner calls (``session``,
+            ``module``); None skips rule (f).
     """
 
     mnn_runtime: str | None = None
@@ -157,6 +161,7 @@ class AppFacts:
     os_version: str | None = None
     cpu_features: frozenset[str] | None = None
     memory_budget_mb: float | None = None
+    mnn_apis: frozenset[str] | None = None
 
     def check(self) -> None:
         """Raise ValueError for a version that does not parse.
@@ -303,13 +308,17 @@ def unfit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> _Misfit | None
 
 
 def fit(entry: ManifestEntry | BundleEntry, facts: AppFacts) -> Fit | _Misfit:
-    """What the device installs for ``entry`` (rule 12, a to e), or why it does not fit."""
+    """What the device installs for ``entry`` (rule 12, a to f), or why it does not fit."""
     if isinstance(entry, BundleEntry):
         return _fit_bundle(entry, facts)
     found = _unfit_model(entry, facts, memory=True)
     if found is not None:
         return found
-    return _fit_cpu(entry, facts, memory=True)
+    chosen = _fit_cpu(entry, facts, memory=True)
+    if isinstance(chosen, Fit):
+        assert isinstance(chosen.entry, ManifestEntry)
+        return _unfit_api(chosen.entry, facts) or chosen
+    return chosen
 
 
 def _fit_bundle(entry: BundleEntry, facts: AppFacts) -> Fit | _Misfit:
@@ -322,6 +331,9 @@ def _fit_bundle(entry: BundleEntry, facts: AppFacts) -> Fit | _Misfit:
         # Members load together, so (d) is the bundle's sum, checked after every member.
         misfit = _unfit_model(member, facts, memory=False)
         fitted = _fit_cpu(member, facts, memory=False) if misfit is None else misfit
+        if isinstance(fitted, Fit):
+            assert isinstance(fitted.entry, ManifestEntry)
+            fitted = _unfit_api(fitted.entry, facts) or fitted
         if not isinstance(fitted, Fit):
             return _Misfit(fitted.kind, f"(member {name}) {fitted.message}", fitted.hint)
         assert isinstance(fitted.entry, ManifestEntry)
@@ -416,6 +428,21 @@ def _fit_cpu(entry: ManifestEntry, facts: AppFacts, *, memory: bool) -> Fit | _M
     if misfit is not None:
         return _Misfit(CpuUnsupported, f"{message}, and its instead {misfit.message}", misfit.hint)
     return Fit(instead, CpuUnsupported.reason)
+
+
+def _unfit_api(entry: ManifestEntry, facts: AppFacts) -> _Misfit | None:
+    """Rule (f) on what (e) chose: an entry needing the Module API, a runner without it."""
+    needs = entry.contract.mnn_api if entry.contract is not None else None
+    if needs != "module" or facts.mnn_apis is None or "module" in facts.mnn_apis:
+        return None
+    calls = ", ".join(sorted(facts.mnn_apis)) or "no MNN API"
+    return _Misfit(
+        ApiUnsupported,
+        f"({entry.variant}) needs MNN's Module API (its graph has control-flow subgraphs); "
+        f"the app's model runner calls {calls}",
+        "Run models through MNN's Module API (Express::Module::load; see the guides), or "
+        "publish a variant without control-flow subgraphs for this app.",
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,12 @@ that miscomputes is caught on the device it landed on, before the model is
 installed.
 
 The format is plain JSON (canonical, like every edgereg document), so a port
-needs no numpy: tensors are base64 of their little-endian bytes.
+needs no numpy: tensors are base64 of their little-endian bytes, inline, or,
+when they are too large for a JSON document (a 1x3x1024x1024 float input is
+16.8 MB in base64, over :data:`MAX_PROBE_BYTES`), the raw bytes of a second
+blob beside the model, the entry's ``probe_data``: such a tensor names its
+``offset`` there instead of its ``data``, and the probe names that blob's
+digest (``data_sha256``). :meth:`GoldenProbe.resolved` reads them back.
 
 - ``cases``: each case is one or more ``steps`` fed in order. A stateless
   model has one step per case. A model with state pairs is fed its own state
@@ -27,6 +32,7 @@ needs no numpy: tensors are base64 of their little-endian bytes.
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -36,11 +42,13 @@ from typing import Annotated, ClassVar
 from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from edgereg.protocol.contract import TensorDtype
-from edgereg.protocol.fields import SchemaVersion
+from edgereg.protocol.fields import MAX_SAFE_INTEGER, SchemaVersion
 from edgereg.protocol.patterns import NAME_PATTERN, SHA256_PATTERN
 from edgereg.protocol.wire import WireModel
 
 __all__ = [
+    "MAX_PROBE_BYTES",
+    "MAX_PROBE_DATA_BYTES",
     "PAYLOAD_TYPE_PROBE",
     "PROBE_FAILURES",
     "GoldenProbe",
@@ -57,6 +65,18 @@ __all__ = [
 
 PAYLOAD_TYPE_PROBE = "application/vnd.edgereg.probe+json"
 
+MAX_PROBE_BYTES = 16 * 1024 * 1024
+"""The largest probe document a client parses (every signed document's limit)."""
+
+MAX_PROBE_DATA_BYTES = 128 * 1024 * 1024
+"""The largest probe data blob a client holds: a ``probe_data`` declared larger is refused
+before download (the tensors of one sample of a 1x3x2048x2048 float model and its outputs)."""
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 _ITEM = {
     "float32": ("f", 4),
     "float16": ("e", 2),
@@ -69,17 +89,34 @@ _ITEM = {
 
 
 class ProbeTensor(WireModel):
-    """One tensor: its name, dtype, shape and little-endian bytes in base64."""
+    """One tensor: its name, dtype, shape and little-endian bytes, inline or in the data blob."""
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     dtype: TensorDtype
     shape: list[Annotated[int, Field(ge=0, strict=True)]]
-    data: str = Field(description="base64 of the little-endian element bytes, C order.")
+    data: str | None = Field(
+        default=None,
+        description="base64 of the little-endian element bytes, C order; or absent with offset.",
+        exclude_if=_is_none,
+    )
+    offset: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER, strict=True)] | None = Field(
+        default=None,
+        description="Where the element bytes start in the probe data blob (instead of data).",
+        exclude_if=_is_none,
+    )
+
+    @property
+    def nbytes(self) -> int:
+        """The element bytes of this tensor: product(shape) x element size."""
+        return math.prod(self.shape) * _ITEM[self.dtype][1]
 
     @model_validator(mode="after")
     def _size_matches(self) -> ProbeTensor:
-        count = math.prod(self.shape)
-        expected = count * _ITEM[self.dtype][1]
+        if (self.data is None) == (self.offset is None):
+            raise ValueError(f"tensor {self.name}: exactly one of data and offset")
+        if self.data is None:
+            return self
+        expected = self.nbytes
         try:
             raw = base64.b64decode(self.data, validate=True)
         except ValueError as exc:
@@ -95,7 +132,13 @@ class ProbeTensor(WireModel):
         return self
 
     def values(self) -> list[float]:
-        """The elements, flat, as Python numbers (C order)."""
+        """The elements, flat, as Python numbers (C order).
+
+        Raises:
+            ValueError: the tensor is in the data blob (see :meth:`GoldenProbe.resolved`).
+        """
+        if self.data is None:
+            raise ValueError(f"tensor {self.name} is in the probe data blob: resolve the probe")
         return decode_tensor(self.dtype, base64.b64decode(self.data))
 
 
@@ -165,6 +208,82 @@ class GoldenProbe(WireModel):
     )
     cases: list[ProbeCase] = Field(min_length=1)
     tolerance: ProbeTolerance
+    data_sha256: Annotated[str, StringConstraints(pattern=SHA256_PATTERN)] | None = Field(
+        default=None,
+        description="The probe data blob (the entry's probe_data) its offsets point into.",
+        exclude_if=_is_none,
+    )
+
+    def tensors(self) -> list[ProbeTensor]:
+        """Every tensor, in document order (case, step, inputs then expected)."""
+        return [
+            tensor
+            for case in self.cases
+            for step in case.steps
+            for tensor in (*step.inputs, *step.expected)
+        ]
+
+    @model_validator(mode="after")
+    def _offsets_need_data(self) -> GoldenProbe:
+        if self.data_sha256 is None and any(t.offset is not None for t in self.tensors()):
+            raise ValueError("a tensor names an offset, but the probe names no data_sha256")
+        return self
+
+    def resolved(self, data: bytes | None) -> GoldenProbe:
+        """This probe with every tensor of the data blob inline (docs/protocol.md section 11).
+
+        Args:
+            data: The entry's ``probe_data`` blob, verified against the entry's
+                size and sha256 (rules 13-14); None when the entry has none.
+
+        Raises:
+            ValueError: the probe names a data blob the entry does not, or
+                another one; the entry names one the probe does not; or a
+                tensor's bytes lie beyond the blob's end.
+        """
+        if data is None:
+            if self.data_sha256 is not None:
+                raise ValueError("the probe names a data blob (data_sha256), the entry none")
+            return self
+        if self.data_sha256 is None:
+            raise ValueError("the entry names a probe data blob, the probe does not")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != self.data_sha256:
+            raise ValueError(
+                f"the probe's data_sha256 is {self.data_sha256[:12]}, the entry's probe_data "
+                f"is {digest[:12]}"
+            )
+
+        def inline(tensor: ProbeTensor) -> ProbeTensor:
+            if tensor.offset is None:
+                return tensor
+            end = tensor.offset + tensor.nbytes
+            if end > len(data):
+                raise ValueError(
+                    f"tensor {tensor.name}: bytes {tensor.offset} to {end} lie beyond the "
+                    f"{len(data)}-byte probe data blob"
+                )
+            raw = data[tensor.offset : end]
+            return ProbeTensor(
+                name=tensor.name,
+                dtype=tensor.dtype,
+                shape=tensor.shape,
+                data=base64.b64encode(raw).decode("ascii"),
+            )
+
+        cases = [
+            ProbeCase(
+                steps=[
+                    ProbeStep(
+                        inputs=[inline(t) for t in step.inputs],
+                        expected=[inline(t) for t in step.expected],
+                    )
+                    for step in case.steps
+                ]
+            )
+            for case in self.cases
+        ]
+        return self.model_copy(update={"cases": cases, "data_sha256": None})
 
 
 PROBE_FAILURES = (

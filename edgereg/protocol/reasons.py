@@ -18,6 +18,7 @@ from edgereg.protocol.errors import TrustError
 __all__ = [
     "CLIENT_REASONS",
     "REASONS",
+    "ApiUnsupported",
     "AppIncompatible",
     "BadBlob",
     "BadSignature",
@@ -130,6 +131,16 @@ class CpuUnsupported(Incompatible):
     reason = "cpu-unsupported"
 
 
+class ApiUnsupported(Incompatible):
+    """The entry needs MNN's Module API and the app's model runner calls only the session API (12f).
+
+    MNN's converter turns LSTMs, GRUs and ``If``/``Loop`` into control-flow
+    subgraphs that only the Module API runs; the session API fails on them.
+    """
+
+    reason = "api-unsupported"
+
+
 class BadBlob(Rejected):
     """A downloaded blob's size or sha256 differs from the manifest's entry."""
 
@@ -180,6 +191,7 @@ REASONS: tuple[type[Rejected], ...] = (
     OsIncompatible,
     InsufficientMemory,
     CpuUnsupported,
+    ApiUnsupported,
     BlobTooLarge,
     BadBlob,
     ProbeFailed,

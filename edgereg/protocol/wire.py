@@ -274,6 +274,10 @@ class ManifestEntry(WireModel):
         "The golden probe: inputs, expected outputs and tolerances the device checks the "
         "model against before installing it."
     )
+    probe_data: BlobRef | None = _added(
+        "The golden probe's tensor bytes when they are too large to inline (docs/protocol.md "
+        "section 11): fetched and verified like the model; only with probe."
+    )
     peak_memory_mb: MemoryMb | None = _added(
         "Measured peak memory of loading the variant and running one inference at its "
         "largest declared input, in MiB (build host): the fit rule (d) compares it with "
@@ -308,7 +312,17 @@ class ManifestEntry(WireModel):
                 )
         if self.avoid_cpu is not None and len(set(self.avoid_cpu)) != len(self.avoid_cpu):
             raise ValueError("avoid_cpu names a feature twice")
+        if self.probe_data is not None and self.probe is None:
+            raise ValueError("probe_data needs probe")
         return self
+
+    def blob_refs(self) -> list[BlobRef]:
+        """Every blob a device downloads for this entry: artifact, probe, probe data, labels."""
+        refs = [BlobRef.of(self.sha256, self.size)]
+        refs += [ref for ref in (self.probe, self.probe_data) if ref is not None]
+        if self.contract is not None and self.contract.labels_blob is not None:
+            refs.append(self.contract.labels_blob)
+        return refs
 
 
 class BundleEntry(WireModel):
@@ -510,6 +524,7 @@ class ReleaseVariant(WireModel):
     runtime: RuntimeHints
     contract: IOContract | None = _added("How to call the model (see ManifestEntry).")
     probe: BlobRef | None = _added("The golden probe (see ManifestEntry).")
+    probe_data: BlobRef | None = _added("The golden probe's tensor bytes (see ManifestEntry).")
     avoid_cpu: AvoidCpu | None = _added(
         "CPU features this variant must not run on, as its ARM verification ran it "
         "(see ManifestEntry); absent: none, or a record written before the field existed."
@@ -525,6 +540,8 @@ class ReleaseVariant(WireModel):
             raise ValueError("avoid_cpu names a feature twice")
         if self.instead is not None and self.avoid_cpu is None:
             raise ValueError(f"instead ({self.instead!r}) needs avoid_cpu")
+        if self.probe_data is not None and self.probe is None:
+            raise ValueError("probe_data needs probe")
         return self
 
     @property
@@ -533,10 +550,9 @@ class ReleaseVariant(WireModel):
         return blob_path(self.sha256)
 
     def blob_refs(self) -> list[BlobRef]:
-        """Every blob this variant ships: the artifact, its probe and its labels."""
+        """Every blob this variant ships: the artifact, its probe (and data) and its labels."""
         refs = [BlobRef.of(self.sha256, self.size)]
-        if self.probe is not None:
-            refs.append(self.probe)
+        refs += [ref for ref in (self.probe, self.probe_data) if ref is not None]
         if self.contract is not None and self.contract.labels_blob is not None:
             refs.append(self.contract.labels_blob)
         return refs

@@ -42,6 +42,7 @@ def _entry(
         contract=variant.contract,
         requires=requires,
         probe=variant.probe,
+        probe_data=variant.probe_data,
         avoid_cpu=avoid_cpu or None,
         instead=substitute,
         peak_memory_mb=_peak_memory(variant),

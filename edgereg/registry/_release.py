@@ -19,6 +19,7 @@ from edgereg.build.outputs import (
     LABELS,
     NOT_BUILT,
     PROBE,
+    PROBE_DATA,
     STALE,
     UNREADABLE,
     BuildOutputs,
@@ -138,6 +139,7 @@ def prepare_release(
             runtime=_measured_threads(variant.runtime, outputs.host_benchmark),
             contract=shipped.contract,
             probe=shipped.probe,
+            probe_data=shipped.probe_data,
             **_ship_around(metrics),
         )
         blobs[digest] = artifact
@@ -173,6 +175,7 @@ class _NotShippable(Exception):
 class _SelfDescription:
     contract: IOContract
     probe: BlobRef
+    probe_data: BlobRef | None
     blobs: dict[str, Path]
 
 
@@ -211,6 +214,17 @@ def _self_description(
         raise _NotShippable(f"{files[PROBE]} was computed for another artifact")
     probe_sha256 = hashlib.sha256(probe_data).hexdigest()
     blobs = {probe_sha256: files[PROBE]}
+    data_ref = None
+    if probe.data_sha256 is not None:
+        # The tensors too large to inline: a blob beside the model, named by the probe.
+        data_file = outputs.out_dir / PROBE_DATA
+        recorded = provenance.probe_data
+        if recorded is None or not data_file.is_file():
+            raise _NotShippable(_REBUILD.format(name=PROBE_DATA))
+        if sha256_file(data_file) != probe.data_sha256 or recorded.sha256 != probe.data_sha256:
+            raise _NotShippable(f"{data_file} differs from the one its probe and provenance name")
+        data_ref = BlobRef.of(probe.data_sha256, data_file.stat().st_size)
+        blobs[probe.data_sha256] = data_file
     if contract.labels_blob is not None:
         labels = outputs.out_dir / LABELS
         if not labels.is_file() or sha256_file(labels) != contract.labels_blob.sha256:
@@ -219,7 +233,7 @@ def _self_description(
                 "rebuild it (`dvc repro`)"
             )
         blobs[contract.labels_blob.sha256] = labels
-    return _SelfDescription(contract, BlobRef.of(probe_sha256, len(probe_data)), blobs)
+    return _SelfDescription(contract, BlobRef.of(probe_sha256, len(probe_data)), data_ref, blobs)
 
 
 def _ship_around(metrics: BuildMetrics) -> dict[str, Any]:

@@ -204,6 +204,8 @@ class ArmRun:
         outputs: Output name to ``(N, ...)`` array, one row per forward.
         mnn_version: The MNN version that ran.
         seconds: Wall-clock time of the emulator process.
+        rest_from: When only the first rows were emulated: the run (``host`` or
+            a class) they matched bit for bit, whose outputs stand for the others.
     """
 
     cpu_class: str
@@ -212,6 +214,7 @@ class ArmRun:
     outputs: dict[str, np.ndarray]
     mnn_version: str
     seconds: float
+    rest_from: str | None = None
 
 
 def arm_dir() -> Path:

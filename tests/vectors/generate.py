@@ -38,7 +38,15 @@ from edgereg.client.device import (
     decide_vector,
 )
 from edgereg.protocol._json import canonical_json
-from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
+from edgereg.protocol.contract import (
+    MAX_LABELS_BYTES,
+    BlobRef,
+    InputTensor,
+    IOContract,
+    TaskInfo,
+    TensorSpec,
+    parse_labels,
+)
 from edgereg.protocol.decision import BlobCheck
 from edgereg.protocol.envelope import Signer, sign_envelope
 from edgereg.protocol.fields import (
@@ -50,7 +58,12 @@ from edgereg.protocol.fields import (
     parse_range,
     satisfies,
 )
-from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
+from edgereg.protocol.probe import (
+    MAX_PROBE_DATA_BYTES,
+    GoldenProbe,
+    ProbeTensor,
+    check_probe,
+)
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.reports import Report, ReportError, parse_report
 from edgereg.protocol.rules import (
@@ -255,6 +268,17 @@ def _avoiding(
 def _i8mm_stable(**instead: Any) -> ManifestEntry:
     """Stable 1.0.0 int8, which avoids i8mm, with int8w as its instead."""
     return _avoiding(_entry("1.0.0"), ["i8mm"], _safe("1.0.0", **instead))
+
+
+def _module(entry: ManifestEntry) -> ManifestEntry:
+    """The entry of a bidirectional-LSTM tagger: its contract says it needs MNN's Module API."""
+    contract = IOContract(
+        inputs=[InputTensor(name="x", dtype="float32", shape=[16, 1, 8], batch_axis=1)],
+        outputs=[TensorSpec(name="tags", dtype="float32", shape=[16, 1, 6])],
+        task=TaskInfo(kind="generic"),
+        mnn_api="module",
+    )
+    return entry.model_copy(update={"contract": contract})
 
 
 def _bundle_with(**members: ManifestEntry) -> BundleEntry:
@@ -1067,6 +1091,71 @@ CASES: dict[str, Case] = {
         lambda: _raw_payload(_set(stable__avoid_cpu=[])),
         {},
     ),
+    # Rule 12 (f): an entry that needs MNN's Module API, a runner that calls the session API.
+    "api-module-session-runner": (
+        "Stable's contract says mnn_api module (an LSTM's While subgraph); the app's runner "
+        "calls MNN's session API only: api-unsupported, refused before any download.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {"device": {"mnn_apis": ["session"]}},
+    ),
+    "api-module-module-runner": (
+        "The same manifest; the app's runner calls the Module API: it fits.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {"device": {"mnn_apis": ["module"]}},
+    ),
+    "api-module-both-apis": (
+        "The same manifest; the app calls both APIs: it fits.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {"device": {"mnn_apis": ["module", "session"]}},
+    ),
+    "api-not-said": (
+        "The same manifest; the app does not say which MNN API its runner calls: rule (f) is "
+        "skipped, it fits.",
+        lambda: _signed(_manifest(stable=_module(_entry("1.0.0")))),
+        {},
+    ),
+    "api-session-entry": (
+        "An entry whose contract says nothing of an API (the session API runs it) fits a "
+        "session-API runner.",
+        lambda: _signed(_manifest()),
+        {"device": {"mnn_apis": ["session"]}},
+    ),
+    "api-candidate-falls-back": (
+        "In the cohort; the candidate needs the Module API, the app's runner calls the session "
+        "API: the device gets stable (fallback api-unsupported).",
+        lambda: _signed(_rollout(candidate=_module(_entry("1.1.0")))),
+        {"device_id": _device(True), "device": {"mnn_apis": ["session"]}},
+    ),
+    "api-instead-needs-module": (
+        "Stable avoids i8mm; its instead needs the Module API; the device has i8mm and a "
+        "session-API runner: api-unsupported (f is checked on what e chose).",
+        lambda: _signed(
+            _manifest(stable=_avoiding(_entry("1.0.0"), ["i8mm"], _module(_safe("1.0.0"))))
+        ),
+        {"device": {"cpu_features": I8MM_PHONE, "mnn_apis": ["session"]}},
+    ),
+    "cpu-before-api": (
+        "Stable avoids i8mm (no instead) and needs the Module API; the device has i8mm and a "
+        "session-API runner: cpu-unsupported (e comes before f).",
+        lambda: _signed(_manifest(stable=_avoiding(_module(_entry("1.0.0")), ["i8mm"]))),
+        {"device": {"cpu_features": I8MM_PHONE, "mnn_apis": ["session"]}},
+    ),
+    "api-unknown-value": (
+        "A contract whose mnn_api is 'tensorrt': mnn_api is session or module, malformed.",
+        lambda: _raw_payload(
+            _set(stable__contract__mnn_api="tensorrt"),
+            _manifest(stable=_module(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "bundle-member-api-unsupported": (
+        "Bundle member rec needs the Module API; the app's runner calls the session API: the "
+        "bundle does not fit (api-unsupported), never a mix.",
+        lambda: _signed(
+            _bundle_manifest(stable=_bundle_with(rec=_module(_bundle("1.0.0").members["rec"])))
+        ),
+        {"model": "ocr", "bundle": True, "device": {"mnn_apis": ["session"]}},
+    ),
     # The order of (a), (d), (e).
     "runtime-before-memory": (
         "Stable needs MNN 3.7.0 and 600 MiB; the app has 3.6.1 and a 512 MiB budget: "
@@ -1238,7 +1327,10 @@ def schemas() -> dict[Path, str]:
             "and no lone surrogate escape anywhere; keys not listed here are ignored; data "
             "is the canonical padded base64 of exactly product(shape) x element-size "
             "bytes; tensor names are unique within inputs and within expected; "
-            "artifact_sha256 equals the entry's sha256.",
+            "artifact_sha256 equals the entry's sha256; a tensor has exactly one of data "
+            "and offset (null is absent); an offset needs data_sha256, which is present "
+            "exactly when the entry has probe_data and equals its sha256; a tensor's "
+            "offset + product(shape) x element-size lies within the data blob.",
         ),
         SCHEMA_FILE.parent / "report.schema.json": _document_schema(
             Report,
@@ -2046,13 +2138,140 @@ PROBE_CASES: dict[str, tuple[str, dict[str, Any] | bytes, list[Any]]] = {
 }
 
 
+# --- probes with a data blob (the entry's probe_data; docs/protocol.md section 11) ---
+
+_X_BYTES = base64.b64decode(X["data"])
+_PROBS_BYTES = struct.pack("<5f", *PROBS)
+#: The data blob: x's bytes, then the expected probs' bytes.
+PROBE_DATA = _X_BYTES + _PROBS_BYTES
+PROBE_DATA_SHA = hashlib.sha256(PROBE_DATA).hexdigest()
+
+
+def _at(tensor: dict[str, Any], offset: int) -> dict[str, Any]:
+    """The tensor with its bytes in the data blob at ``offset``."""
+    return {**{k: v for k, v in tensor.items() if k != "data"}, "offset": offset}
+
+
+def _data_probe(
+    expected_offset: int = len(_X_BYTES),
+    *,
+    inputs: dict[str, Any] | None = None,
+    expected: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A probe whose input and expected output are read from the data blob."""
+    document = _probe([[[expected or _at(_tensor("probs", PROBS), expected_offset)]]], **extra)
+    document["cases"][0]["steps"][0]["inputs"] = [inputs or _at(X, 0)]
+    document.setdefault("data_sha256", PROBE_DATA_SHA)
+    return document
+
+
+def _blob(data: bytes = PROBE_DATA, size: int | None = None) -> dict[str, Any]:
+    """The vector's probe_data: the entry's declared size and the verified blob."""
+    return {
+        "size": len(data) if size is None else size,
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+# name -> (description, probe document, computed outputs, probe_data (or None))
+DATA_PROBE_CASES: dict[str, tuple[str, dict[str, Any], list[Any], dict[str, Any] | None]] = {
+    "data-blob-exact": (
+        "Input and expected output read from the probe data blob at their offsets; "
+        "computed exactly: passes.",
+        _data_probe(),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-abs-error": (
+        "Expected output from the data blob, computed doubled: abs-error (the blob's "
+        "values are the ones compared).",
+        _data_probe(),
+        _probs([2 * v for v in PROBS]),
+        _blob(),
+    ),
+    "data-blob-mixed": (
+        "The input inline, the expected output in the data blob: each tensor chooses.",
+        _data_probe(inputs=X),
+        _probs([0.06, 0.09, 0.61, 0.04, 0.2]),
+        _blob(),
+    ),
+    "data-blob-offset-past-end": (
+        "The expected output's 20 bytes start 4 bytes before the blob's end: malformed.",
+        _data_probe(len(PROBE_DATA) - 4),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-not-in-entry": (
+        "The probe reads a data blob (data_sha256, offsets), the entry names none: malformed.",
+        _data_probe(),
+        _probs(PROBS),
+        None,
+    ),
+    "data-blob-other-digest": (
+        "The probe's data_sha256 is not the entry's probe_data: malformed.",
+        _data_probe(data_sha256="0" * 64),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-unnamed": (
+        "The entry names a probe data blob, the probe (all inline) names no data_sha256: "
+        "malformed.",
+        _probe(),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "data-blob-declared-too-large": (
+        "The entry declares a probe data blob of 128 MiB + 1 byte: malformed before any byte "
+        "(its data is not downloaded: empty here).",
+        _data_probe(),
+        _probs(PROBS),
+        _blob(b"", size=MAX_PROBE_DATA_BYTES + 1),
+    ),
+    "tensor-with-data-and-offset": (
+        "A tensor with both data and offset: malformed (exactly one).",
+        _data_probe(expected={**_tensor("probs", PROBS), "offset": len(_X_BYTES)}),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "tensor-without-data-or-offset": (
+        "A tensor with neither data nor offset: malformed.",
+        _data_probe(expected={"name": "probs", "dtype": "float32", "shape": [5]}),
+        _probs(PROBS),
+        _blob(),
+    ),
+    "offset-without-data-sha256": (
+        "A tensor names an offset, the probe no data_sha256 (nor the entry a blob): malformed.",
+        {k: v for k, v in _data_probe().items() if k != "data_sha256"},
+        _probs(PROBS),
+        None,
+    ),
+    "offset-as-float": (
+        "offset 20.0: an integer is written without a fraction; malformed.",
+        _data_probe(expected={**_at(_tensor("probs", PROBS), 0), "offset": float(len(_X_BYTES))}),
+        _probs(PROBS),
+        _blob(),
+    ),
+}
+
+
 def run_probe(vector_input: dict[str, Any]) -> dict[str, Any]:
     """The reference verdict for one probe vector: parse the probe, then check the outputs."""
+    blob = vector_input.get("probe_data")
+    data = None
+    if blob is not None:
+        if blob["size"] > MAX_PROBE_DATA_BYTES:
+            return {"pass": False, "reason": "malformed"}  # refused before any byte
+        data = base64.b64decode(blob["data"])
     try:
         probe = from_bytes(GoldenProbe, base64.b64decode(vector_input["probe"]))
     except WireError:
         return {"pass": False, "reason": "malformed"}
     if probe.artifact_sha256 != vector_input["artifact_sha256"]:
+        return {"pass": False, "reason": "malformed"}
+    try:
+        probe = probe.resolved(data)
+    except ValueError:
         return {"pass": False, "reason": "malformed"}
     computed = [
         [{t["name"]: ProbeTensor.model_validate(t, strict=True) for t in step} for step in case]
@@ -2064,13 +2283,16 @@ def run_probe(vector_input: dict[str, Any]) -> dict[str, Any]:
 
 def build_probes() -> dict[str, str]:
     files = {}
-    for name, (description, document, computed) in PROBE_CASES.items():
+    cases = {**PROBE_CASES, **{name: case[:3] for name, case in DATA_PROBE_CASES.items()}}
+    for name, (description, document, computed) in cases.items():
         data = document if isinstance(document, bytes) else canonical_json(document)
-        vector_input = {
+        vector_input: dict[str, Any] = {
             "probe": base64.b64encode(data).decode("ascii"),
             "artifact_sha256": PROBE_ARTIFACT,
             "computed": computed,
         }
+        if name in DATA_PROBE_CASES:
+            vector_input["probe_data"] = DATA_PROBE_CASES[name][3]
         vector = {
             "name": name,
             "description": description,

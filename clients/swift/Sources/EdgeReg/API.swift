@@ -104,6 +104,16 @@ public protocol ModelRunner: Sendable {
     /// Load `model` on `backend`; `outputs` are the tensors the self-test reads (the probe's
     /// expected outputs and state outputs; empty without a probe).
     func load(model: URL, backend: String, threads: Int, precision: String, outputs: [String]) async throws -> any ModelSession
+    /// The MNN APIs this runner calls: `session` (`Interpreter::createSession`/`runSession`,
+    /// the usual iOS code) and/or `module` (`MNN::Express::Module::load`). A model whose entry
+    /// needs the Module API (an LSTM's While subgraph: the session API fails on it) is refused
+    /// before download by a client whose runner does not say `module` (docs/protocol.md §7,
+    /// fit rule (f)). Default: the session API.
+    var mnnAPIs: Set<String> { get }
+}
+
+extension ModelRunner {
+    public var mnnAPIs: Set<String> { ["session"] }
 }
 
 /// The backend does not exist on this device: skipped, not counted as failing (rule 16).

@@ -489,7 +489,7 @@ public actor EdgeRegClient {
         let (data, etag, notModified) = try await getManifest(unit, tier: tier, cached: cachedEnvelope, etag: cachedETag)
         let bad = readBad(unit)
         var input = Decide.Input(manifest: data, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
-                                 deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
+                                 deviceID: configuration.device.deviceID, app: appFacts,
                                  highestSeenSequence: highest, now: now, bundle: unit.isBundle)
         input.badVersions = []
         let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
@@ -525,7 +525,7 @@ public actor EdgeRegClient {
     func avoidBad(_ unit: ReleaseUnit, _ decision: Decision, bad: [String: String]) throws -> Decision {
         guard let entry = decision.entry, let why = bad[entry.version] else { return decision }
         if decision.isCandidate, let stable = decision.manifest.stable, bad[stable.version] == nil,
-            case .success(let fitted) = Decide.fit(stable, configuration.device.appFacts)
+            case .success(let fitted) = Decide.fit(stable, appFacts)
         {
             return Decision(manifest: decision.manifest, entry: fitted.entry, isCandidate: false, sequence: decision.sequence,
                             fallback: Reason.badRelease, substitute: fitted.substitute)
@@ -545,6 +545,10 @@ public actor EdgeRegClient {
         for (name, e) in entries {
             if let labels = e.contract?.labelsBlob, labels.size > Labels.maxBytes {
                 throw Failure(code: Reason.malformed, message: "the labels blob of \(name) is \(labels.size) bytes, more than \(Labels.maxBytes)")
+            }
+            if let data = e.probeData, data.size > GoldenProbe.maxDataBytes {
+                // Refused before any byte (docs/protocol.md §11).
+                throw Failure(code: Reason.malformed, message: "the probe data of \(name) declares \(data.size) bytes, more than \(GoldenProbe.maxDataBytes)")
             }
         }
         var new = InstalledSet(version: entry.version, tier: tier ?? "", isCandidate: decision.isCandidate,
@@ -825,7 +829,7 @@ public actor EdgeRegClient {
         if try readSequence(unit) != nil { return }
         let installed = try readInstalled(unit)
         var input = Decide.Input(manifest: shipped.manifest, trusted: configuration.trustedKeys, unit: unit.name, tier: tier,
-                                 deviceID: configuration.device.deviceID, app: configuration.device.appFacts,
+                                 deviceID: configuration.device.deviceID, app: appFacts,
                                  highestSeenSequence: nil, now: now, bundle: unit.isBundle)
         input.ignoreExpiry = true
         let decision = try catching { () throws(Rejection) in try Decide.decide(input) }
@@ -987,6 +991,13 @@ public actor EdgeRegClient {
 
     var lastTrials: [String: SelfTestOutcome] = [:]
 
+    /// The app's facts for the fit rule, with the MNN APIs of its runner when the self-test has one (rule (f)).
+    var appFacts: AppFacts {
+        var facts = configuration.device.appFacts
+        if configuration.selfTest, let runner = configuration.runner { facts.mnnAPIs = runner.mnnAPIs }
+        return facts
+    }
+
     func check(_ unit: ReleaseUnit, _ new: InstalledSet, _ entries: [String: ModelEntry]) async throws -> InstalledSet {
         lastTrials = [:]
         guard configuration.selfTest else { return new }
@@ -998,8 +1009,16 @@ public actor EdgeRegClient {
                 guard let data = try? Data(contentsOf: layout.blob(ref.sha256)) else {
                     throw Failure(code: Reason.badBlob, message: "probe of \(name) \(entry.version) unreadable")
                 }
+                var tensors: Data?
+                if let dataRef = entry.probeData {
+                    guard let raw = try? Data(contentsOf: layout.blob(dataRef.sha256)) else {
+                        throw Failure(code: Reason.badBlob, message: "probe data of \(name) \(entry.version) unreadable")
+                    }
+                    tensors = raw
+                }
                 do {
-                    probe = try GoldenProbe(data: data, artifactSHA256: entry.sha256)
+                    probe = try GoldenProbe(data: data, artifactSHA256: entry.sha256, dataSHA256: entry.probeData?.sha256,
+                                            tensorData: tensors)
                 } catch {
                     throw Failure(code: Reason.malformed, message: "the probe of \(name) \(entry.version): \(error.message)")
                 }

@@ -31,7 +31,8 @@ public enum Conformance {
         let app = AppFacts(
             mnnRuntime: device["mnn_runtime"]?.stringValue, appVersion: device["app_version"]?.stringValue,
             os: device["os"]?.stringValue, osVersion: device["os_version"]?.stringValue,
-            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue)
+            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue,
+            mnnAPIs: try cpuFeatures(device["mnn_apis"]))
         let bundle = o["bundle"]?.boolValue ?? false
         let decisionInput = Decide.Input(
             manifest: manifest, trusted: trusted, unit: model, tier: tier, deviceID: deviceID, app: app,
@@ -201,9 +202,18 @@ extension Conformance {
         func verdict(_ pass: Bool, _ reason: String?) -> JSONValue {
             .object(JSONObject([("pass", .bool(pass)), ("reason", reason.map { .string($0) } ?? .null)]))
         }
+        // The entry's probe_data: its declared size, and the blob as downloaded and verified.
+        var tensors: Data?
+        if let blob = input["probe_data"], !blob.isNull {
+            guard let size = blob["size"]?.intValue, let text = blob["data"]?.stringValue, let raw = Data(base64Encoded: text)
+            else { throw HarnessError("probe_data needs size and data") }
+            if size > GoldenProbe.maxDataBytes { return verdict(false, Reason.malformed) }
+            tensors = raw
+        }
         let probe: GoldenProbe
         do {
-            probe = try GoldenProbe(data: data, artifactSHA256: artifact)
+            probe = try GoldenProbe(data: data, artifactSHA256: artifact, dataSHA256: tensors.map { SHA256Hasher.hex($0) },
+                                    tensorData: tensors)
         } catch {
             return verdict(false, Reason.malformed)
         }

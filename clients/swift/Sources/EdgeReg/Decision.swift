@@ -30,6 +30,7 @@ public enum Reason {
     public static let insufficientMemory = "insufficient-memory"
     /// Also the decision's `substitute` when the device got an entry's `instead`.
     public static let cpuUnsupported = "cpu-unsupported"
+    public static let apiUnsupported = "api-unsupported"
     public static let blobTooLarge = "blob-too-large"
     public static let badBlob = "bad-blob"
     public static let probeFailed = "probe-failed"
@@ -114,15 +115,18 @@ public struct AppFacts: Sendable, Equatable {
     public var cpuFeatures: Set<String>?
     /// How much memory one model (or one bundle, its members together) may take, MiB; nil skips rule (d).
     public var memoryBudgetMB: Double?
+    /// The MNN APIs the app's model runner calls (`session`, `module`); nil skips rule (f).
+    public var mnnAPIs: Set<String>?
 
     public init(mnnRuntime: String? = nil, appVersion: String? = nil, os: String? = nil, osVersion: String? = nil,
-                cpuFeatures: Set<String>? = nil, memoryBudgetMB: Double? = nil) {
+                cpuFeatures: Set<String>? = nil, memoryBudgetMB: Double? = nil, mnnAPIs: Set<String>? = nil) {
         self.mnnRuntime = mnnRuntime
         self.appVersion = appVersion
         self.os = os
         self.osVersion = osVersion
         self.cpuFeatures = cpuFeatures
         self.memoryBudgetMB = memoryBudgetMB
+        self.mnnAPIs = mnnAPIs
     }
 }
 
@@ -242,7 +246,7 @@ public enum Decide {
         return nil
     }
 
-    /// Rule 12, (a) to (e) (and §8's bad releases): what the device installs for `entry`, or
+    /// Rule 12, (a) to (f) (and §8's bad releases): what the device installs for `entry`, or
     /// why it does not fit (the first rule broken).
     public static func fit(_ entry: Entry, _ facts: AppFacts, bad: Set<String> = []) -> Result<Fit, Rejection> {
         if bad.contains(entry.version) {
@@ -253,7 +257,8 @@ public enum Decide {
             return fitBundle(b, facts)
         case .model(let m):
             if let r = unfitModel(m, facts, memory: true) { return .failure(r) }
-            return fitCPU(m, facts, memory: true).map { Fit(entry: .model($0), substitute: $0 == m ? nil : Reason.cpuUnsupported) }
+            return fitCPU(m, facts, memory: true).flatMap { fitAPI($0, facts) }
+                .map { Fit(entry: .model($0), substitute: $0 == m ? nil : Reason.cpuUnsupported) }
         }
     }
 
@@ -264,7 +269,7 @@ public enum Decide {
             let member = b.members[name]!
             // Members load together: (d) is the bundle's sum, checked after every member.
             let fitted = unfitModel(member, facts, memory: false).map { Result<ModelEntry, Rejection>.failure($0) }
-                ?? fitCPU(member, facts, memory: false)
+                ?? fitCPU(member, facts, memory: false).flatMap { fitAPI($0, facts) }
             switch fitted {
             case .failure(let r): return .failure(Rejection(r.reason, "(member \(name)) \(r.message)"))
             case .success(let m): chosen[name] = m
@@ -326,6 +331,15 @@ public enum Decide {
         }
         if let misfit { return .failure(Rejection(Reason.cpuUnsupported, "\(message), and its instead \(misfit.message)")) }
         return .success(instead)
+    }
+
+    /// Rule (f) on what (e) chose: an entry that needs MNN's Module API, a runner without it.
+    static func fitAPI(_ entry: ModelEntry, _ facts: AppFacts) -> Result<ModelEntry, Rejection> {
+        guard entry.contract?.mnnAPI == "module", let apis = facts.mnnAPIs, !apis.contains("module") else { return .success(entry) }
+        let calls = apis.isEmpty ? "no MNN API" : apis.sorted().joined(separator: ", ")
+        return .failure(Rejection(
+            Reason.apiUnsupported,
+            "(\(entry.variant)) needs MNN's Module API (its graph has control-flow subgraphs); the app's model runner calls \(calls)"))
     }
 
     static func unmet(_ requires: Requirements?, _ facts: AppFacts) -> Rejection? {

@@ -65,6 +65,9 @@ public struct Tensor: Sendable, Equatable {
 
 /// The golden probe of one variant (docs/protocol.md §11).
 public struct GoldenProbe: Sendable {
+    /// The largest probe data blob a client holds: an entry declaring more is refused before download.
+    public static let maxDataBytes: Int64 = 128 * 1024 * 1024
+
     public struct NamedTensor: Sendable {
         public let name: String
         public let tensor: Tensor
@@ -85,7 +88,9 @@ public struct GoldenProbe: Sendable {
 
     /// Parses a probe blob (already checked against its size and digest); unknown keys
     /// are ignored at every level, known keys read strictly (docs/protocol.md §11).
-    init(data: Data, artifactSHA256 expectedArtifact: String) throws(WireError) {
+    /// `dataSHA256` is the entry's `probe_data` (nil: none) and `tensorData` its verified
+    /// bytes, which the tensors' offsets read.
+    init(data: Data, artifactSHA256 expectedArtifact: String, dataSHA256: String? = nil, tensorData: Data? = nil) throws(WireError) {
         let value: JSONValue
         do {
             value = try StrictJSON.parse(data)
@@ -114,10 +119,16 @@ public struct GoldenProbe: Sendable {
             }
         }
         state = pairs
+        let named = try r.optionalString("data_sha256")
+        guard named == dataSHA256 else {
+            throw WireError(named == nil ? "the entry names a probe data blob, the probe does not"
+                            : "probe data_sha256 \(named!.prefix(12)) is not the entry's probe_data (\(dataSHA256?.prefix(12) ?? "none"))")
+        }
+        let blob: Data? = named == nil ? nil : (tensorData ?? Data())
         func tensors(_ v: JSONValue, _ path: String) throws(WireError) -> [NamedTensor] {
             guard let list = v.arrayValue, !list.isEmpty else { throw WireError("\(path) is not a non-empty list") }
             var out: [NamedTensor] = []
-            for (i, item) in list.enumerated() { out.append(try GoldenProbe.tensor(item, "\(path)[\(i)]")) }
+            for (i, item) in list.enumerated() { out.append(try GoldenProbe.tensor(item, "\(path)[\(i)]", blob: blob)) }
             guard Set(out.map(\.name)).count == out.count else { throw WireError("\(path): tensor names repeat") }
             return out
         }
@@ -143,8 +154,9 @@ public struct GoldenProbe: Sendable {
         guard minCosine >= -1, minCosine <= 1, maxAbsError >= 0 else { throw WireError("probe tolerance out of range") }
     }
 
-    /// A tensor in the probe's encoding: name, dtype, shape, canonical base64 of exactly its bytes.
-    static func tensor(_ item: JSONValue, _ path: String) throws(WireError) -> NamedTensor {
+    /// A tensor in the probe's encoding: name, dtype, shape, canonical base64 of exactly its bytes,
+    /// or its `offset` in `blob` (the probe data blob; nil when the probe names none).
+    static func tensor(_ item: JSONValue, _ path: String, blob: Data? = nil) throws(WireError) -> NamedTensor {
         let tr = try Reader(item, path)
         let name = try TensorSpec.tensorName(tr, "name")
         guard let dtype = try tr.oneOf("dtype", TensorSpec.dtypes) else { throw WireError("\(tr.at("dtype")) missing") }
@@ -153,10 +165,23 @@ public struct GoldenProbe: Sendable {
             guard let d = dim.intValue, d >= 0, d < Int64(Int32.max) else { throw WireError("\(tr.at("shape")) holds a bad size") }
             shape.append(Int(d))
         }
-        guard let raw = Base64.decodeCanonical(try tr.string("data")) else {
+        let count = shape.reduce(1) { $0.multipliedReportingOverflow(by: $1).overflow ? Int.max / 16 : $0 * $1 }
+        let text = try tr.optionalString("data")
+        let at = tr.optional("offset")
+        guard (text == nil) != (at == nil) else { throw WireError("\(path) has exactly one of data and offset") }
+        if let at {
+            let offset = try Reader.int(at, tr.at("offset"), min: 0, max: Fields.maxSafeInteger)
+            guard let blob else { throw WireError("\(tr.at("offset")): the probe names no data_sha256") }
+            let end = Int64(count) * Int64(Tensor.itemSize(dtype)!) + offset
+            guard end <= Int64(blob.count) else {
+                throw WireError("\(path): bytes \(offset) to \(end) lie beyond the \(blob.count)-byte probe data blob")
+            }
+            let start = blob.startIndex + Int(offset)
+            return NamedTensor(name: name, tensor: Tensor(dtype: dtype, shape: shape, data: Data(blob[start..<(start + Int(end - offset))])))
+        }
+        guard let raw = Base64.decodeCanonical(text!) else {
             throw WireError("\(tr.at("data")) is not canonical base64")
         }
-        let count = shape.reduce(1) { $0.multipliedReportingOverflow(by: $1).overflow ? Int.max / 16 : $0 * $1 }
         guard raw.count == count * Tensor.itemSize(dtype)! else {
             throw WireError("\(tr.at("data")): \(raw.count) bytes for shape \(shape) of \(dtype)")
         }

@@ -281,6 +281,9 @@ public struct IOContract: Sendable, Equatable {
     public let task: Task
     public let labels: [String]?
     public let labelsBlob: BlobRef?
+    /// `module`: the artifact runs only through MNN's Module API (control-flow subgraphs);
+    /// nil: the session API runs it too (fit rule (f)).
+    public let mnnAPI: String?
     /// The contract as published (for apps that read keys this client does not model).
     public let json: JSONValue
 
@@ -327,6 +330,7 @@ public struct IOContract: Sendable, Equatable {
         }
         labelsBlob = try r.optional("labels_blob").map { (v) throws(WireError) in try BlobRef(v, r.at("labels_blob")) }
         if labels != nil, labelsBlob != nil { throw WireError("\(path): labels and labels_blob are exclusive") }
+        mnnAPI = try r.oneOf("mnn_api", ["session", "module"])
         let inNames = Set(inputs.map(\.spec.name)), outNames = Set(outputs.map(\.name))
         for link in state where !inNames.contains(link.input) || !outNames.contains(link.output) {
             throw WireError("\(path): state \(link.input) <- \(link.output) names a tensor the contract lacks")
@@ -445,6 +449,8 @@ public struct ModelEntry: Sendable, Equatable {
     public let contract: IOContract?
     public let requires: Requirements?
     public let probe: BlobRef?
+    /// The probe's tensors too large to inline (docs/protocol.md §11); nil when none.
+    public let probeData: BlobRef?
     /// Measured peak memory in MiB (fit rule (d)); nil when not measured.
     public let peakMemoryMB: Double?
     /// CPU features this variant must not run on (fit rule (e)); nil when none.
@@ -477,6 +483,8 @@ public struct ModelEntry: Sendable, Equatable {
         contract = try r.optional("contract").map { (v) throws(WireError) in try IOContract(v, r.at("contract")) }
         requires = try r.optional("requires").map { (v) throws(WireError) in try Requirements(v, r.at("requires")) }
         probe = try r.optional("probe").map { (v) throws(WireError) in try BlobRef(v, r.at("probe")) }
+        probeData = try r.optional("probe_data").map { (v) throws(WireError) in try BlobRef(v, r.at("probe_data")) }
+        if probeData != nil, probe == nil { throw WireError("\(r.at("probe_data")) needs probe") }
         if let v = r.optional("peak_memory_mb") {
             let mb = try Reader.number(v, r.at("peak_memory_mb"))
             guard mb > 0, mb <= Fields.maxMemoryMB else {
@@ -528,10 +536,11 @@ public struct ModelEntry: Sendable, Equatable {
     /// The artifact as a blob reference.
     public var blob: BlobRef { BlobRef(sha256: sha256, size: size) }
 
-    /// Every blob the entry names: the artifact, its probe, its labels.
+    /// Every blob the entry names: the artifact, its probe (and its data), its labels.
     public var blobs: [BlobRef] {
         var out = [blob]
         if let probe { out.append(probe) }
+        if let probeData { out.append(probeData) }
         if let labels = contract?.labelsBlob { out.append(labels) }
         return out
     }

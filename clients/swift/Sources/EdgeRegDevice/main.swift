@@ -33,7 +33,13 @@ actor ProcessRunner: ModelRunner {
     var output: FileHandle?
     var buffer = Data()
 
-    init(command: [String]) { self.command = command }
+    /// The MNN APIs the runner process calls (hostrunner.py's --api; configure's runner.mnn_apis).
+    nonisolated let mnnAPIs: Set<String>
+
+    init(command: [String], mnnAPIs: Set<String> = ["module"]) {
+        self.command = command
+        self.mnnAPIs = mnnAPIs
+    }
 
     func start() throws {
         if let process, process.isRunning { return }
@@ -372,7 +378,9 @@ final class Device {
         if let old = runner { await old.stop() }
         runner = nil
         if let command = r["runner"]?["command"]?.arrayValue?.compactMap(\.stringValue), !command.isEmpty {
-            runner = ProcessRunner(command: command)
+            // The MNN APIs the runner calls (fit rule (f)); hostrunner.py's default is the Module API.
+            let apis = r["runner"]?["mnn_apis"]?.arrayValue?.compactMap(\.stringValue)
+            runner = ProcessRunner(command: command, mnnAPIs: Set(apis ?? ["module"]))
         }
         var policy = DownloadPolicy()
         if let p = r["policy"]?.objectValue {

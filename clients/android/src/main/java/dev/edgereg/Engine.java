@@ -253,7 +253,9 @@ final class Engine {
 
     private Decision.AppFacts appFacts() {
         DeviceFacts d = client.device;
-        return new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion, d.cpuFeatures, d.memoryBudgetMb);
+        // Fit rule (f): the MNN APIs of the app's runner, when the self-test has one.
+        java.util.Set<String> apis = client.selfTest && client.runner != null ? client.runner.mnnApis() : null;
+        return new Decision.AppFacts(d.mnnRuntime, d.appVersion, d.os, d.osVersion, d.cpuFeatures, d.memoryBudgetMb, apis);
     }
 
     /** A release this device refused for good counts as not fitting (section 8, bad releases). */
@@ -341,6 +343,11 @@ final class Engine {
             if (labels != null && labels.size > MAX_LABELS_BYTES) {
                 // Refused before any byte (docs/protocol.md section 8).
                 throw new Rejected(Reasons.MALFORMED, "the labels blob of " + e.getKey() + " declares " + labels.size + " bytes, more than " + MAX_LABELS_BYTES);
+            }
+            Wire.BlobRef data = e.getValue().probeData;
+            if (data != null && data.size > Probe.MAX_DATA_BYTES) {
+                // Refused before any byte (docs/protocol.md section 11).
+                throw new Rejected(Reasons.MALFORMED, "the probe data of " + e.getKey() + " declares " + data.size + " bytes, more than " + Probe.MAX_DATA_BYTES);
             }
         }
         List<Wire.BlobRef> missing = new ArrayList<Wire.BlobRef>();
@@ -627,7 +634,10 @@ final class Engine {
             Probe probe = null;
             if (entry.probe != null) {
                 try {
-                    probe = Probe.parse(Store.readAll(store().blob(entry.probe.sha256), entry.probe.size), entry.blob.sha256);
+                    Wire.BlobRef data = entry.probeData;
+                    byte[] tensors = data == null ? null : Store.readAll(store().blob(data.sha256), data.size);
+                    probe = Probe.parse(Store.readAll(store().blob(entry.probe.sha256), entry.probe.size), entry.blob.sha256,
+                            data == null ? null : data.sha256, tensors);
                 } catch (IOException x) {
                     throw new Rejected(Reasons.CACHE, "cannot read the probe of " + e.getKey() + ": " + x.getMessage(), x);
                 }

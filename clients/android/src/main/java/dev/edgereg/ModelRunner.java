@@ -23,6 +23,19 @@ public interface ModelRunner {
     @Nonnull
     Session load(@Nonnull File model, @Nonnull String backend, int threads, @Nonnull String precision) throws Exception;
 
+    /**
+     * The MNN APIs this runner calls: {@code session} ({@code MNNNetInstance.createSession} /
+     * {@code runSession}, MNN's Android Java API) and/or {@code module} ({@code
+     * MNN::Express::Module::load} through JNI). A model whose entry says it needs the Module API
+     * (an LSTM's While subgraph: the session API fails on it) is refused before download by a
+     * client whose runner does not say {@code module} (docs/protocol.md section 7, fit rule (f)).
+     * The default is the session API, the one MNN's Android Java API offers.
+     */
+    @Nonnull
+    default java.util.Set<String> mnnApis() {
+        return java.util.Collections.singleton("session");
+    }
+
     /** One loaded model. */
     interface Session extends java.io.Closeable {
         /**

@@ -375,7 +375,12 @@ public final class DeviceMain {
                 if (!(cmd instanceof List)) throw new Misuse("runner needs 'command'");
                 List<String> command = new java.util.ArrayList<String>();
                 for (Object c : (List<Object>) cmd) command.add((String) c);
-                runner = new HostRunner(command);
+                // The MNN APIs the runner calls (fit rule (f)); hostrunner.py's default is the Module API.
+                Object apis = ((Map<String, Object>) r.get("runner")).get("mnn_apis");
+                java.util.Set<String> said = new java.util.TreeSet<String>();
+                if (apis instanceof List) for (Object a : (List<Object>) apis) said.add((String) a);
+                else said.add("module");
+                runner = new HostRunner(command, said);
                 b.runner(runner);
             }
             b.reporting(!Boolean.FALSE.equals(r.get("reporting")), opt(r, "device_class"));

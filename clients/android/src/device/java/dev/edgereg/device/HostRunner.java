@@ -23,8 +23,17 @@ final class HostRunner implements ModelRunner {
     private OutputStream stdin;
     private BufferedReader stdout;
 
-    HostRunner(List<String> command) {
+    /** The MNN APIs the runner process calls (its --api): the device program's configure says. */
+    private final java.util.Set<String> apis;
+
+    HostRunner(List<String> command, java.util.Set<String> apis) {
         this.command = command;
+        this.apis = apis;
+    }
+
+    @Override
+    public java.util.Set<String> mnnApis() {
+        return apis;
     }
 
     private synchronized Map<String, Object> call(Map<String, Object> request) throws IOException {

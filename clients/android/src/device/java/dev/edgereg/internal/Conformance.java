@@ -20,7 +20,8 @@ public final class Conformance {
         Map<String, Object> device = (Map<String, Object>) input.get("device");
         if (device == null) throw new IllegalArgumentException("missing device");
         Decision.AppFacts facts = new Decision.AppFacts(opt(device, "mnn_runtime"), opt(device, "app_version"), opt(device, "os"),
-                opt(device, "os_version"), features(device.get("cpu_features")), budget(device.get("memory_budget_mb")));
+                opt(device, "os_version"), features(device.get("cpu_features")), budget(device.get("memory_budget_mb")),
+                features(device.get("mnn_apis")));
         Object seen = input.get("highest_seen_sequence");
         Long highest = seen instanceof Json.Num ? ((Json.Num) seen).longValue() : null;
         Long now = Codec.parseLooseTime(str(input, "now"));
@@ -130,7 +131,17 @@ public final class Conformance {
         try {
             byte[] data = Codec.base64Decode(str(input, "probe"));
             if (data == null) throw new IllegalArgumentException("probe is not base64");
-            probe = Probe.parse(data, str(input, "artifact_sha256"));
+            // The entry's probe_data: its declared size, and the blob as downloaded and verified.
+            Object blob = input.get("probe_data");
+            byte[] tensors = null;
+            String tensorsSha = null;
+            if (blob instanceof Map) {
+                Map<String, Object> b = (Map<String, Object>) blob;
+                if (((Json.Num) b.get("size")).longValue() > Probe.MAX_DATA_BYTES) throw new Rejected(Reasons.MALFORMED, "probe data declared too large");
+                tensors = Codec.base64Decode((String) b.get("data"));
+                tensorsSha = Codec.hex(Codec.sha256().digest(tensors));
+            }
+            probe = Probe.parse(data, str(input, "artifact_sha256"), tensorsSha, tensors);
         } catch (Rejected r) {
             out.put("pass", false);
             out.put("reason", r.code);

@@ -49,18 +49,26 @@ public final class Decision {
         public final Set<String> cpuFeatures;
         /** MiB one model (or one bundle, its members together) may take (rule (d)); null: not said. */
         public final Double memoryBudgetMb;
+        /** The MNN APIs the app's model runner calls, session and/or module (rule (f)); null: not said. */
+        public final Set<String> mnnApis;
 
         public AppFacts(String mnnRuntime, String appVersion, String os, String osVersion) {
             this(mnnRuntime, appVersion, os, osVersion, null, null);
         }
 
         public AppFacts(String mnnRuntime, String appVersion, String os, String osVersion, Set<String> cpuFeatures, Double memoryBudgetMb) {
+            this(mnnRuntime, appVersion, os, osVersion, cpuFeatures, memoryBudgetMb, null);
+        }
+
+        public AppFacts(String mnnRuntime, String appVersion, String os, String osVersion, Set<String> cpuFeatures, Double memoryBudgetMb,
+                Set<String> mnnApis) {
             this.mnnRuntime = mnnRuntime;
             this.appVersion = appVersion;
             this.os = os;
             this.osVersion = osVersion;
             this.cpuFeatures = cpuFeatures == null ? null : Collections.unmodifiableSet(new TreeSet<String>(cpuFeatures));
             this.memoryBudgetMb = memoryBudgetMb;
+            this.mnnApis = mnnApis == null ? null : Collections.unmodifiableSet(new TreeSet<String>(mnnApis));
         }
     }
 
@@ -134,13 +142,13 @@ public final class Decision {
         return fit(unit, facts).misfit;
     }
 
-    /** Rule 12, (a) to (e): what the device installs for {@code unit}, or why it does not fit. */
+    /** Rule 12, (a) to (f): what the device installs for {@code unit}, or why it does not fit. */
     public static Fit fit(Wire.Unit unit, AppFacts facts) {
         if (unit.bundle) return fitBundle(unit, facts);
         Wire.Entry entry = unit.single();
         String[] misfit = unfitEntry(entry, facts, true);
         if (misfit != null) return new Fit(null, null, misfit);
-        Object cpu = fitCpu(entry, facts, true);
+        Object cpu = fitApi(fitCpu(entry, facts, true), facts);
         if (cpu instanceof String[]) return new Fit(null, null, (String[]) cpu);
         if (cpu == entry) return new Fit(unit, null, null);
         Map<String, Wire.Entry> one = new LinkedHashMap<String, Wire.Entry>();
@@ -156,7 +164,7 @@ public final class Decision {
         for (Map.Entry<String, Wire.Entry> e : unit.members.entrySet()) { // sorted by name
             // Members load together: (d) is the bundle's sum, checked after every member.
             String[] misfit = unfitEntry(e.getValue(), facts, false);
-            Object cpu = misfit != null ? misfit : fitCpu(e.getValue(), facts, false);
+            Object cpu = misfit != null ? misfit : fitApi(fitCpu(e.getValue(), facts, false), facts);
             if (cpu instanceof String[]) {
                 String[] m = (String[]) cpu;
                 return new Fit(null, null, new String[] {m[0], "(member " + e.getKey() + ") " + m[1]});
@@ -212,6 +220,15 @@ public final class Decision {
         // Whatever the instead breaks, the entry's reason is the CPU (docs/protocol.md section 7, (e)).
         if (misfit != null) return new String[] {Reasons.CPU_UNSUPPORTED, message + ", and its instead " + misfit[1]};
         return instead;
+    }
+
+    /** Rule (f) on what (e) chose (an entry, or a misfit passed through). */
+    static Object fitApi(Object chosen, AppFacts facts) {
+        if (!(chosen instanceof Wire.Entry) || facts.mnnApis == null || facts.mnnApis.contains("module")) return chosen;
+        Wire.Entry entry = (Wire.Entry) chosen;
+        if (entry.contract == null || !"module".equals(entry.contract.get("mnn_api"))) return chosen;
+        return new String[] {Reasons.API_UNSUPPORTED, "(" + entry.variant + ") needs MNN's Module API (its graph has control-flow subgraphs); the app's model runner calls "
+                + (facts.mnnApis.isEmpty() ? "no MNN API" : join(new ArrayList<String>(facts.mnnApis)))};
     }
 
     private static String join(List<String> names) {

@@ -8,17 +8,23 @@ import java.util.Map;
 
 /** The golden probe (docs/protocol.md section 11): parse it, and judge computed outputs. */
 public final class Probe {
+    /** The largest probe data blob a client holds (an entry declaring more is refused before download). */
+    public static final long MAX_DATA_BYTES = 128L * 1024 * 1024;
+
     public static final class T {
         public final String name;
         public final String dtype;
         public final int[] shape;
-        public final byte[] data;
+        public byte[] data;
+        /** Where the bytes start in the probe data blob (data is then null until resolved), or -1. */
+        final long offset;
 
-        T(String name, String dtype, int[] shape, byte[] data) {
+        T(String name, String dtype, int[] shape, byte[] data, long offset) {
             this.name = name;
             this.dtype = dtype;
             this.shape = shape;
             this.data = data;
+            this.offset = offset;
         }
     }
 
@@ -42,8 +48,16 @@ public final class Probe {
         return -1;
     }
 
-    /** Parse a verified probe blob; its artifact_sha256 must be the entry's. */
+    /** Parse a verified probe blob of an entry without probe_data; its artifact_sha256 must be the entry's. */
     public static Probe parse(byte[] data, String artifactSha256) throws Rejected {
+        return parse(data, artifactSha256, null, null);
+    }
+
+    /**
+     * Parse a verified probe blob; its artifact_sha256 must be the entry's, its data_sha256 the entry's
+     * probe_data (null: none), whose verified bytes {@code tensorData} the tensors' offsets read.
+     */
+    public static Probe parse(byte[] data, String artifactSha256, String dataSha256, byte[] tensorData) throws Rejected {
         try {
             Map<String, Object> m = Wire.object(Json.parse(data), "probe");
             Object sv = m.get("schema_version");
@@ -78,6 +92,25 @@ public final class Probe {
                     out.add(st);
                 }
                 p.cases.add(out);
+            }
+            Object named = m.get("data_sha256");
+            String dataSha = named == null || named == Json.NULL ? null : Wire.string(named, "probe.data_sha256");
+            if (dataSha == null ? dataSha256 != null : !dataSha.equals(dataSha256)) {
+                throw Wire.bad("probe.data_sha256", dataSha == null ? "the entry names a probe data blob, the probe does not"
+                        : "names data blob " + dataSha + ", the entry " + (dataSha256 == null ? "none" : dataSha256));
+            }
+            for (List<Step> steps : p.cases) {
+                for (Step st : steps) {
+                    for (List<T> tensors : java.util.Arrays.asList(st.inputs, st.expected)) {
+                        for (T t : tensors) {
+                            if (t.offset < 0) continue;
+                            if (dataSha == null) throw Wire.bad("probe tensor " + t.name, "names an offset, but the probe names no data_sha256");
+                            long end = t.offset + count(t.shape) * itemSize(t.dtype);
+                            if (end > tensorData.length) throw Wire.bad("probe tensor " + t.name, "bytes " + t.offset + " to " + end + " lie beyond the " + tensorData.length + "-byte probe data blob");
+                            t.data = java.util.Arrays.copyOfRange(tensorData, (int) t.offset, (int) end);
+                        }
+                    }
+                }
             }
             Map<String, Object> tol = Wire.object(Wire.required(m, "tolerance", "probe.tolerance"), "probe.tolerance");
             p.minCosine = number(Wire.required(tol, "min_cosine", "probe.tolerance.min_cosine"));
@@ -114,10 +147,22 @@ public final class Probe {
             shape[i] = (int) Wire.integer(dims.get(i), "probe tensor shape", 0, Integer.MAX_VALUE);
             count *= shape[i];
         }
-        byte[] data = Codec.base64Decode(Wire.string(Wire.required(m, "data", "probe tensor data"), "probe tensor data"));
+        Object text = m.get("data");
+        Object at = m.get("offset");
+        boolean inline = text != null && text != Json.NULL;
+        boolean offset = at != null && at != Json.NULL;
+        if (inline == offset) throw Wire.bad("probe tensor " + name, "has exactly one of data and offset");
+        if (offset) return new T(name, dtype, shape, null, Wire.integer(at, "probe tensor offset", 0, Wire.MAX_SAFE_INTEGER));
+        byte[] data = Codec.base64Decode(Wire.string(text, "probe tensor data"));
         if (data == null) throw Wire.bad("probe tensor " + name, "data is not base64");
         if (data.length != count * itemSize(dtype)) throw Wire.bad("probe tensor " + name, data.length + " bytes for its shape");
-        return new T(name, dtype, shape, data);
+        return new T(name, dtype, shape, data, -1);
+    }
+
+    private static long count(int[] shape) {
+        long n = 1;
+        for (int d : shape) n *= d;
+        return n;
     }
 
     /** Little-endian elements as doubles. */

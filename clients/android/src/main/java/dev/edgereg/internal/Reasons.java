@@ -16,6 +16,7 @@ public final class Reasons {
     public static final String OS_INCOMPATIBLE = "os-incompatible";
     public static final String INSUFFICIENT_MEMORY = "insufficient-memory";
     public static final String CPU_UNSUPPORTED = "cpu-unsupported";
+    public static final String API_UNSUPPORTED = "api-unsupported";
     public static final String BLOB_TOO_LARGE = "blob-too-large";
     public static final String BAD_BLOB = "bad-blob";
     public static final String PROBE_FAILED = "probe-failed";

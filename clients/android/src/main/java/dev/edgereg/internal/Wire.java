@@ -130,6 +130,8 @@ public final class Wire {
         public final BlobRef labelsBlob;
         public final Requirements requires;
         public final BlobRef probe;
+        /** The probe's tensors too large to inline (docs/protocol.md section 11), or null. */
+        public final BlobRef probeData;
         /** Measured peak memory in MiB (fit rule (d)), or null: not measured. */
         public final Double peakMemoryMb;
         /** CPU features this variant must not run on (fit rule (e)), or null. */
@@ -143,8 +145,8 @@ public final class Wire {
 
         Entry(String version, String variant, BlobRef blob, String minMnnRuntime, int threads, List<String> backends,
                 String precision, Map<String, Object> contract, List<String> labels, BlobRef labelsBlob,
-                Requirements requires, BlobRef probe, Double peakMemoryMb, List<String> avoidCpu, Entry instead,
-                Map<String, Metric> metrics, Map<String, Object> json) {
+                Requirements requires, BlobRef probe, BlobRef probeData, Double peakMemoryMb, List<String> avoidCpu,
+                Entry instead, Map<String, Metric> metrics, Map<String, Object> json) {
             this.version = version;
             this.variant = variant;
             this.blob = blob;
@@ -157,6 +159,7 @@ public final class Wire {
             this.labelsBlob = labelsBlob;
             this.requires = requires;
             this.probe = probe;
+            this.probeData = probeData;
             this.peakMemoryMb = peakMemoryMb;
             this.avoidCpu = avoidCpu;
             this.instead = instead;
@@ -164,11 +167,12 @@ public final class Wire {
             this.json = json;
         }
 
-        /** Every blob this entry ships: the artifact, its probe, its labels. */
+        /** Every blob this entry ships: the artifact, its probe (and its data), its labels. */
         public List<BlobRef> blobs() {
             List<BlobRef> out = new ArrayList<BlobRef>();
             out.add(blob);
             if (probe != null) out.add(probe);
+            if (probeData != null) out.add(probeData);
             if (labelsBlob != null) out.add(labelsBlob);
             return out;
         }
@@ -385,6 +389,12 @@ public final class Wire {
         BlobRef probe = null;
         Object pr = m.get("probe");
         if (pr != null && pr != Json.NULL) probe = blobRef(pr, where + ".probe");
+        BlobRef probeData = null;
+        Object pd = m.get("probe_data");
+        if (pd != null && pd != Json.NULL) {
+            probeData = blobRef(pd, where + ".probe_data");
+            if (probe == null) throw bad(where + ".probe_data", "probe_data needs probe");
+        }
         Double peak = null;
         Object pk = m.get("peak_memory_mb");
         if (pk != null && pk != Json.NULL) {
@@ -420,7 +430,7 @@ public final class Wire {
         Map<String, Metric> metrics = metrics(m.get("metrics"), where + ".metrics");
         // The outer entry's metrics apply to its substitute, which declares none of its own.
         if (metrics != null && outerVersion != null) throw bad(where + ".metrics", "an instead declares no app metrics (its entry's apply)");
-        for (String k : new String[] {"version", "variant", "path", "sha256", "size", "min_mnn_runtime", "runtime", "contract", "requires", "probe"}) {
+        for (String k : new String[] {"version", "variant", "path", "sha256", "size", "min_mnn_runtime", "runtime", "contract", "requires", "probe", "probe_data"}) {
             if (m.containsKey(k)) json.put(k, m.get(k));
         }
         Map<String, Object> rt = new LinkedHashMap<String, Object>();
@@ -430,7 +440,7 @@ public final class Wire {
         json.put("runtime", rt);
         if (contract != null) json.put("contract", contract);
         return new Entry(version, variant, new BlobRef(sha, size), minMnn, threads, backends, precision, contract, labels, labelsBlob, req, probe,
-                peak, avoid, instead, metrics, json);
+                probeData, peak, avoid, instead, metrics, json);
     }
 
     /**
@@ -585,6 +595,12 @@ public final class Wire {
             r.put("sha256", ref.sha256);
             r.put("size", ref.size);
             out.put("labels_blob", r);
+        }
+        Object api = m.get("mnn_api");
+        if (api != null && api != Json.NULL) {
+            String name = string(api, where + ".mnn_api");
+            if (!name.equals("session") && !name.equals("module")) throw bad(where + ".mnn_api", "'" + name + "' is not session or module");
+            out.put("mnn_api", name);
         }
         return out;
     }

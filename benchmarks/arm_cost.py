@@ -1,0 +1,206 @@
+"""What ARM verification adds to a build: the examples with their ARM classes against without.
+
+Every example variant that is verified on ARM classes by default (quantized,
+or hinted to run at ``precision = "low"``) is built twice in one run, as
+``dvc repro`` builds it (``BenchSettings()``), each into a fresh output
+directory (nothing cached):
+
+1. **every row**: every class emulating every row (the runner's
+   ``reuse_rows = False``: how the build ran before);
+2. **now**: armv8.2 emulates every row, each other class its first two
+   (``CHECK_ROWS``) and the rest only when those differ bit for bit from
+   armv8.2's (edgereg/build/arm.py, ``_emulate``).
+
+Each build times its own stages, so the host-only build is that build
+without its ``arm`` stage (the emulated classes and the host's run of the
+same artifact), measured under the same load: the ratio ``build / (build -
+arm)`` is what the ARM classes cost against a host-only build, with no
+second build to drift against. Printed per variant and summed over the
+examples. Target: at most twice the host-only build.
+
+``--large`` builds instead the weight-only variant of a 1x3x1024x1024
+segmenter (tests/tiny_models.py, 8 evaluation rows): a model whose emulated
+rows, not the emulator's start, are the cost.
+
+Usage: .venv/bin/python benchmarks/arm_cost.py [--models digits,sensor] [--large] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgereg import config as config_mod
+from edgereg.build.arm import EmulatedRunner
+from edgereg.build.variant import BenchSettings, build_variant
+from edgereg.config import arm_classes
+from edgereg.toolchain import arm as arm_toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What `dvc repro` builds with (`edgereg build`: 50 benchmark iterations, the thread sweep).
+SETTINGS = BenchSettings()
+TARGET = 2.0
+
+
+class EveryRowRunner(EmulatedRunner):
+    """The real emulator, every class emulating every row (the build before the lever)."""
+
+    reuse_rows = False
+
+    def __call__(
+        self,
+        artifact: Path,
+        cpu_class: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        precision: str,
+    ) -> arm_toolchain.ArmRun:
+        return super().__call__(
+            artifact,
+            cpu_class,
+            inputs,
+            input_names=input_names,
+            output_names=output_names,
+            precision=precision,
+        )
+
+
+_LARGE_TOML = """\
+[toolchain]
+mnn = "{mnn}"
+onnx = "{onnx}"
+onnxruntime = "{onnxruntime}"
+arm_samples = 8
+
+[tiers.low]
+
+[models.seg]
+version = "1.0.0"
+task = "generic"
+source = {{ path = "seg.onnx", sha256 = "{onnx_sha}" }}
+evaluation = {{ path = "evaluation.npz", sha256 = "{evaluation_sha}" }}
+
+[[models.seg.inputs]]
+name = "image"
+shape = [1, 3, 1024, 1024]
+
+[[models.seg.outputs]]
+name = "mask"
+
+[models.seg.variants.w8]
+tier = "low"
+quantization = {{ mode = "weight", bits = 8 }}
+"""
+
+
+def large_project(root: Path) -> config_mod.Config:
+    """A project with the 1x3x1024x1024 segmenter's weight-only variant (8 evaluation rows)."""
+    import hashlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tiny_models
+
+    from edgereg.toolchain import installed_versions
+
+    root.mkdir(parents=True, exist_ok=True)
+    tiny_models.large_input_segmenter(root / "seg.onnx")
+    size = tiny_models.LARGE_SIZE
+    images = np.random.default_rng(29).uniform(-1, 1, (8, 3, size, size)).astype(np.float32)
+    np.savez(root / "evaluation.npz", image=images)
+    digest = {
+        name: hashlib.sha256((root / name).read_bytes()).hexdigest()
+        for name in ("seg.onnx", "evaluation.npz")
+    }
+    text = _LARGE_TOML.format(
+        **installed_versions(),
+        onnx_sha=digest["seg.onnx"],
+        evaluation_sha=digest["evaluation.npz"],
+    )
+    (root / "models.toml").write_text(text, encoding="utf-8")
+    return config_mod.load(root / "models.toml")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=None, help="comma-separated example models")
+    parser.add_argument("--out", type=Path, default=None, help="where to build (default: temp)")
+    parser.add_argument("--large", action="store_true", help="the 1024x1024 segmenter instead")
+    args = parser.parse_args(argv)
+    base = args.out or Path(tempfile.mkdtemp(prefix="arm-cost-"))
+    config = (
+        large_project(base / "project") if args.large else config_mod.load(ROOT / "models.toml")
+    )
+    wanted = set(args.models.split(",")) if args.models else None
+    sysroot = arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_toolchain.arm_dir(ROOT))
+    every_row = EveryRowRunner(sysroot)
+    rows: list[dict[str, object]] = []
+    print(f"load average at start: {os.getloadavg()[0]:.1f}; building into {base}", flush=True)
+    for model_name, model in config.models.items():
+        if wanted is not None and model_name not in wanted:
+            continue
+        for variant_name in model.variants:
+            classes = arm_classes(config, model_name, variant_name)
+            if not classes:
+                continue
+            seconds: dict[str, float] = {}
+            arm: dict[str, float] = {}
+            reused: dict[str, object] = {}
+            for label, runner in (("every_row", every_row), ("now", None)):
+                out = base / label
+                start = time.perf_counter()
+                result = build_variant(
+                    config, model_name, variant_name, out, bench=SETTINGS, arm_runner=runner
+                )
+                seconds[label] = time.perf_counter() - start
+                arm[label] = result.stage_seconds.get("arm", 0.0)
+                reused = {
+                    c: r.get("rest_from")
+                    for c, r in result.metrics["arm"]["classes"].items()
+                    if r.get("rest_from")
+                }
+            row = {
+                "variant": f"{model_name}/{variant_name}",
+                "classes": list(classes),
+                **{f"{k}_s": round(v, 1) for k, v in seconds.items()},
+                **{f"{k}_arm_s": round(v, 1) for k, v in arm.items()},
+                **{f"{k}_ratio": round(seconds[k] / (seconds[k] - arm[k]), 2) for k in seconds},
+                "rows_reused_from": reused,
+                "load": round(os.getloadavg()[0], 1),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    total = {
+        key: sum(float(r[key]) for r in rows)  # type: ignore[arg-type]
+        for key in ("every_row_s", "now_s", "every_row_arm_s", "now_arm_s")
+    }
+    ratios = {
+        label: round(total[f"{label}_s"] / (total[f"{label}_s"] - total[f"{label}_arm_s"]), 2)
+        for label in ("every_row", "now")
+    }
+    print(
+        json.dumps(
+            {
+                "variants": len(rows),
+                **{k: round(v, 1) for k, v in total.items()},
+                "every_row_ratio": ratios["every_row"],
+                "now_ratio": ratios["now"],
+                "target": TARGET,
+                "load_at_end": round(os.getloadavg()[0], 1),
+            }
+        )
+    )
+    return 0 if ratios["now"] <= TARGET else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
