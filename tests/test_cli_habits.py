@@ -359,3 +359,63 @@ def test_history_escapes_a_signed_actor(tmp_path: Path) -> None:
     assert "\x1b" not in result.output
     assert "\x07" not in result.output
     assert "\\x1b]0;owned" in result.output
+
+
+# --- an unexpected exception, in every command family -----------------------------------
+
+#: One command of each family (edgereg/cli/<family>.py), run with models.toml's reading
+#: broken by a bug: each must end in exit 70 and the one line, never a raw traceback
+#: with exit 1 (`pull` did, issue #30).
+INTERNAL = {
+    "build": ("validate", *CONFIG),
+    "build-dvc": ("dvc", "sync", *CONFIG),
+    "keys": ("keys", "generate", "--no-publish", "--out", "k.pem", *CONFIG),
+    "release": ("status", *CONFIG),
+    "release-write": ("pause", "digits", *CONFIG),
+    "analyze": ("analyze", "digits", *CONFIG),
+    "onboard": ("pin", *CONFIG),
+    "pull": (*PULL, *PULL_KEYS, *CONFIG),
+    "serve": ("serve", "--port", "0", *CONFIG),
+    "toolchain": ("toolchain", "runtimes", "list", *CONFIG),
+    "buildreport": ("report", *CONFIG),
+}
+
+
+class _Bug(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("args", INTERNAL.values(), ids=INTERNAL.keys())
+def test_an_unexpected_exception_is_exit_70_with_the_one_line(
+    args: tuple[str, ...], empty_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgereg import config as config_module
+    from edgereg.cli._common import INTERNAL_ERROR_LINE
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise _Bug("injected")
+
+    monkeypatch.setattr(config_module, "load", broken)
+    monkeypatch.chdir(empty_repo)
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 70, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.stderr.strip().endswith(INTERNAL_ERROR_LINE), result.stderr
+    assert "_Bug: injected" in result.stderr  # the traceback above the line, to report
+
+
+def test_an_exception_while_parsing_options_is_exit_70_too(
+    empty_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --config's default is found by a callback, before the command's own code runs.
+    from edgereg.cli import _common
+    from edgereg.cli._common import INTERNAL_ERROR_LINE
+
+    def broken(start: Path | None = None) -> Path:
+        raise _Bug("injected while parsing")
+
+    monkeypatch.setattr(_common, "find_config", broken)
+    monkeypatch.chdir(empty_repo)
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 70, result.output
+    assert result.stderr.strip().endswith(INTERNAL_ERROR_LINE), result.stderr

@@ -221,26 +221,38 @@ def exit_with(exc: EdgeregError, *, verbose: bool) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
+#: The one line every unexpected exception ends with (exit 70), whichever command raised it.
+INTERNAL_ERROR_LINE = "edgereg hit an internal error (above); please report it with the traceback."
+
+
 def handle_errors(command: F) -> F:
-    """Turn every edgereg error into one message on stderr and its exit code."""
+    """Turn every edgereg error into one message on stderr and its exit code.
+
+    The root group runs every command through it (``edgereg.cli.main``), its
+    option parsing included, so no command can escape it; a command module
+    may also decorate its function with it, to be run on its own.
+    click's own exceptions (usage errors, ``--help``) pass through to click.
+    """
+    if getattr(command, "_edgereg_handles_errors", False):
+        return command
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        verbose = root_flag("verbose")
         try:
             return command(*args, **kwargs)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
         except EdgeregError as exc:
-            exit_with(exc, verbose=verbose)
+            exit_with(exc, verbose=root_flag("verbose"))
         except KeyboardInterrupt:
             errors.print("interrupted")
             sys.exit(ExitCode.INTERRUPTED)
         except Exception:  # the last line of defence
             traceback.print_exc()
-            errors.print(
-                "edgereg hit an internal error (above); please report it with the traceback."
-            )
+            errors.print(INTERNAL_ERROR_LINE)
             sys.exit(ExitCode.INTERNAL_ERROR)
 
+    wrapper._edgereg_handles_errors = True  # type: ignore[attr-defined]
     return cast(F, wrapper)
 
 

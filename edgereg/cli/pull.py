@@ -1,8 +1,9 @@
 """``edgereg pull``: run the client SDK from the command line.
 
-A click command object; :mod:`edgereg.cli` registers it. It handles its own
-errors (one message on stderr, the error's exit code) so it needs nothing
-from the CLI module and can be tried on its own.
+A click command object; :mod:`edgereg.cli` registers it. Its errors go through
+the one handler of every command (:func:`~edgereg.cli._common.handle_errors`):
+one message on stderr and the error's exit code, exit 70 with the one line
+for an unexpected exception.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from rich.progress import (
 )
 
 from edgereg import config as config_module
-from edgereg.cli._common import Seconds, config_option_for, echo, exit_with, root_flag
+from edgereg.cli._common import (
+    Seconds,
+    config_option_for,
+    echo,
+    exit_with,
+    handle_errors,
+    root_flag,
+)
 from edgereg.client import (
     BundledRelease,
     Client,
@@ -172,6 +180,7 @@ TOFU_WARNING = (
     "rollout percentage.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
 def pull_command(
     model: str | None,
     bundle: str | None,
