@@ -131,6 +131,40 @@ CASES = [
     Case("serve --port 70000", ("serve", "--port", "70000"), 2, (), ("--port",)),
     Case("add without --evaluation", ("add", "model.onnx"), 2, (), ("--evaluation",)),
     Case("toolchain bad --version", ("toolchain", "runtimes", "install", "--version", "3"), 2),
+    # A name that is no name is a usage error (2), before any registry key is built from
+    # it; `../digits` was "storage, retryable" (6), issue #30.
+    *(
+        Case(
+            f"{' '.join(args[:1])} of a name with a path in it",
+            (*args, *CONFIG),
+            2,
+            (),
+            ("'../digits' is not a", "lowercase letter"),
+        )
+        for args in (
+            ("status", "../digits"),
+            ("pause", "../digits"),
+            ("resume", "../digits"),
+            ("resign", "../digits"),
+            ("promote", "../digits"),
+            ("rollback", "../digits"),
+            ("rebuild-state", "../digits"),
+            ("history", "../digits"),
+            ("rollout", "../digits", "--to", "10%"),
+            ("publish", "../digits", "--canary", "5%"),
+            ("analyze", "../digits"),
+            ("build", "../digits", "fp32"),
+            ("pull", "../digits", "--registry", "file:///nowhere", "--device-id", "d", *PULL_KEYS),
+        )
+    ),
+    Case("status of an upper-case name", ("status", "Digits", *CONFIG), 2, (), ("lowercase",)),
+    Case(
+        "pull --bundle with a path in it",
+        ("pull", "--bundle", "../ocr", "--registry", "file:///x", "--device-id", "d", *PULL_KEYS),
+        2,
+        (),
+        ("'../ocr' is not a bundle name",),
+    ),
     # Without models.toml here (or above, up to the repository root), commands say so.
     Case("validate without models.toml", ("validate",), 2, (), ("models.toml: file not found",)),
 ]

@@ -347,6 +347,37 @@ class Seconds(_FloatParam):
         return seconds
 
 
+if TYPE_CHECKING:
+    _StrParam: TypeAlias = click.ParamType[str, Any]
+else:
+    _StrParam = click.ParamType
+
+
+class UnitName(_StrParam):
+    """A model, bundle, variant or tier name (the protocol's name rule), else a usage error.
+
+    Checked before any file or registry key is built from it: `../digits` is the
+    user's typo to fix (exit 2), not a storage failure to retry.
+    """
+
+    name = "name"
+
+    def __init__(self, what: str = "model or bundle") -> None:
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from edgereg.protocol.patterns import NAME_RE, NAME_RULE
+
+        text = str(value)
+        if not NAME_RE.fullmatch(text):
+            self.fail(f"{text[:80]!r} is not a {self.what} name: {NAME_RULE}", param, ctx)
+        return text
+
+
+#: The MODEL (or bundle) argument of every registry command.
+UNIT_NAME = UnitName()
+
+
 endpoint_option = click.option(
     "--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores."
 )

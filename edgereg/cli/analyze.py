@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgereg.cli._common import (
+    UNIT_NAME,
     actor_name,
     expiry_days,
     handle_errors,
@@ -153,7 +154,7 @@ def print_analysis(analysis: Analysis) -> None:
 
 
 @click.command("analyze")
-@click.argument("unit")
+@click.argument("unit", type=UNIT_NAME)
 @since_option
 @reports_option
 @click.option(

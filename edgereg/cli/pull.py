@@ -29,6 +29,7 @@ from rich.progress import (
 from edgereg import config as config_module
 from edgereg.cli._common import (
     Seconds,
+    UnitName,
     config_option_for,
     echo,
     exit_with,
@@ -65,8 +66,13 @@ TOFU_WARNING = (
 
 
 @click.command("pull")
-@click.argument("model", required=False)
-@click.option("--bundle", default=None, help="Pull a bundle (models that ship together) instead.")
+@click.argument("model", required=False, type=UnitName("model"))
+@click.option(
+    "--bundle",
+    type=UnitName("bundle"),
+    default=None,
+    help="Pull a bundle (models that ship together) instead.",
+)
 @click.option(
     "--registry",
     "registry_url",
