@@ -157,6 +157,22 @@ CASES = [
             ("pull", "../digits", "--registry", "file:///nowhere", "--device-id", "d", *PULL_KEYS),
         )
     ),
+    # A 100 KB --actor was exit 70 (the signed history keeps 200 characters).
+    *(
+        Case(
+            f"{args[0]} --actor of 100 KB",
+            (*args, "--actor", "a" * 100_000, "--registry", MISSING_REGISTRY),
+            2,
+            (),
+            ("--actor", "100000 characters", "at most 200"),
+        )
+        for args in (
+            ("pause", "digits"),
+            ("rebuild-state", "digits", "--reset", "--sequence", "5"),
+            ("rollout", "digits", "--next"),
+            ("publish", "digits", "--canary", "5%"),
+        )
+    ),
     Case("status of an upper-case name", ("status", "Digits", *CONFIG), 2, (), ("lowercase",)),
     Case(
         "pull --bundle with a path in it",

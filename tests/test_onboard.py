@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import buildkit
@@ -485,11 +486,25 @@ def test_add_warns_about_operators_mnn_cannot_convert(project: Path) -> None:
             "'Sensor' is not a valid model name",
             id="bad-name",
         ),
+        # Issue #30: numpy reads a 0-byte member as b"", not an array (was exit 70).
+        pytest.param(
+            [
+                "data/sensor.onnx",
+                "--evaluation",
+                "data/sensor-evaluation.npz",
+                "--calibration",
+                "data/zero-byte-member.npz",
+            ],
+            "member 'a' is not a .npy array (0 bytes",
+            id="calibration-with-a-0-byte-member",
+        ),
     ],
 )
 def test_add_rejects_bad_input_and_leaves_files_alone(
     project: Path, args: list[str], message: str
 ) -> None:
+    with zipfile.ZipFile(project / "data" / "zero-byte-member.npz", "w") as archive:
+        archive.writestr("a.npy", b"")
     before = {name: (project / name).read_text() for name in ("models.toml", "dvc.yaml")}
     result = edgereg("add", *args, expect=2)
     assert message in result.output

@@ -404,8 +404,22 @@ def build_dir(out_root: Path | None, config: config_module.Config) -> Path:
     return out_root if out_root is not None else config.root / "build"
 
 
+def _check_actor(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from edgereg.protocol.wire import MAX_ACTOR_LENGTH
+
+    if value is not None and len(value) > MAX_ACTOR_LENGTH:
+        raise click.BadParameter(
+            f"{len(value)} characters; the history keeps at most {MAX_ACTOR_LENGTH}", ctx, param
+        )
+    return value
+
+
 actor_option = click.option(
-    "--actor", default=None, help="Who is acting, for the history (default: user@host)."
+    "--actor",
+    default=None,
+    callback=_check_actor,
+    help="Who is acting, for the history (default: $EDGEREG_ACTOR, else user@host; at most "
+    "200 characters).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 trusted_key_option = click.option(
@@ -581,13 +595,28 @@ def signer_from_options(
 
 
 def actor_name(actor: str | None) -> str:
+    """--actor, else $EDGEREG_ACTOR, else user@host: who acts, for the signed history.
+
+    Raises:
+        UsageError: the name given is longer than a history event holds.
+    """
     import getpass
     import socket
 
-    if actor:
-        return actor
-    if os.environ.get("EDGEREG_ACTOR"):
-        return os.environ["EDGEREG_ACTOR"]
+    from edgereg.protocol.wire import MAX_ACTOR_LENGTH
+
+    for given, where in ((actor, "--actor"), (os.environ.get("EDGEREG_ACTOR"), "$EDGEREG_ACTOR")):
+        if not given:
+            continue
+        if len(given) > MAX_ACTOR_LENGTH:
+            from edgereg.errors import UsageError
+
+            raise UsageError(
+                f"{where} is {len(given)} characters long; the history keeps at most "
+                f"{MAX_ACTOR_LENGTH}",
+                hint="Name who acts briefly, like release-bot@ci or alice@laptop.",
+            )
+        return given
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

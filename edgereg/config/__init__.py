@@ -26,7 +26,7 @@ from edgereg.config._inputs import (
     PinnedFile,
     StatePair,
 )
-from edgereg.config._load import json_schema, load, parse
+from edgereg.config._load import MAX_CONFIG_BYTES, json_schema, load, parse, read_config_text
 from edgereg.config._models import (
     ConverterOptions,
     Int8Quantization,
@@ -78,6 +78,7 @@ __all__ = [
     "ARM_CLASSES",
     "DEFAULT_CONFIG_FILE",
     "DEFAULT_TRUSTED_KEYS",
+    "MAX_CONFIG_BYTES",
     "MOVED_KEYS",
     "NAME_RULE",
     "NO_BATCH_AXIS",
@@ -133,4 +134,5 @@ __all__ = [
     "json_schema",
     "load",
     "parse",
+    "read_config_text",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
+from edgereg.protocol.fields import MAX_MEMORY_MB
+
 DEFAULT_CONFIG_FILE = "models.toml"
 #: Where the publisher's public keys are pinned, beside models.toml (committed).
 DEFAULT_TRUSTED_KEYS = "publisher-keys"
@@ -12,6 +14,17 @@ DEFAULT_TRUSTED_KEYS = "publisher-keys"
 NO_MODELS_NOTE = (
     "no models yet: run `edgereg add path/to/model.onnx --evaluation path/to/evaluation.npz`"
 )
+
+
+# The upper bound of every duration and size in models.toml (docs/models-toml.md#limits).
+# Past them a value is a typo, not a plan, and arithmetic on it breaks: 1e308 hours is
+# no timedelta, 1.7e308 MB is no byte count.
+#: Hours (soak times, the revert window): a year.
+MAX_HOURS = 8760.0
+#: Milliseconds (latency budgets): an hour.
+MAX_MS = 3_600_000.0
+#: Sizes and memory in MB or MiB (budgets, tier limits, RAM): 1 TiB, what any document carries.
+MAX_MB = float(MAX_MEMORY_MB)
 
 
 class _Strict(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from edgereg.config._base import _Strict
+from edgereg.config._base import MAX_HOURS, _Strict
 
 
 class RateGuardrail(_Strict):
@@ -107,6 +107,7 @@ class Guardrails(_Strict):
     revert_window_hours: float = Field(
         default=72.0,
         ge=0,
+        le=MAX_HOURS,
         description="How long after its install a device can take to revert a crash-looping "
         "model (the app's max_unconfirmed_starts starts; 3 for an app started once a day): "
         "the revert guardrail counts only devices installed at least this long ago, and the "
@@ -173,11 +174,12 @@ class RolloutPolicy(_Strict):
         description="Percentages `edgereg rollout --next` moves through, ending at 100.",
     )
     min_soak_hours: float = Field(
-        default=24.0, ge=0, description="Minimum time at one step before the next."
+        default=24.0, ge=0, le=MAX_HOURS, description="Minimum time at one step before the next."
     )
     max_soak_hours: float = Field(
         default=72.0,
         ge=0,
+        le=MAX_HOURS,
         description="After this long at one step, `rollout --auto` goes on when no guardrail "
         "fails and every one not proven within its limit saw min_soak_devices per arm with "
         "no harm shown (what Argo Rollouts and Flagger do at every step); the history names "

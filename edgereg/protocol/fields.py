@@ -350,7 +350,7 @@ class TierRules(_Frozen):
     """Which devices belong to a tier. A tier with no rules is the catch-all."""
 
     description: str = ""
-    min_ram_mb: Annotated[int, Strict()] | None = Field(default=None, ge=0)
+    min_ram_mb: Annotated[int, Strict()] | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     min_cpu_cores: Annotated[int, Strict()] | None = Field(default=None, ge=1)
     soc_allow: list[str] | None = Field(
         default=None,

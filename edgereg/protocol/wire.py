@@ -87,6 +87,7 @@ from edgereg.protocol.layout import blob_path
 from edgereg.protocol.reasons import Malformed
 
 __all__ = [
+    "MAX_ACTOR_LENGTH",
     "MAX_DOCUMENT_BYTES",
     "PAYLOAD_TYPE_BUNDLE_RELEASE",
     "PAYLOAD_TYPE_MANIFEST",
@@ -129,7 +130,9 @@ PAYLOAD_TYPE_BUNDLE_RELEASE = "application/vnd.edgereg.bundle-release+json"
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """The largest payload any signed document may have (a state with its history: ~100 KB)."""
 
-Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=200)]
+#: The longest ``actor`` of a history event, in characters.
+MAX_ACTOR_LENGTH = 200
+Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACTOR_LENGTH)]
 ReportUrl = typing.Annotated[
     str,
     StringConstraints(pattern=r"^(https?://[^\s]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
