@@ -373,7 +373,11 @@ resign = _simple_transition(
 @registry_write_options
 @handle_errors
 def rebuild_state(model: str, reset: bool, sequence: int | None, **options: Any) -> None:
-    """Write MODEL's lost state.json again from its signed manifests (docs/release.md)."""
+    """Write MODEL's lost or stale state.json again from its signed manifests (docs/release.md).
+
+    A stale state is one behind the newest signed manifest (restored from an old
+    backup): every other write command refuses it.
+    """
     config = optional_config(options["config_path"])
     registry = open_registry(
         config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
