@@ -697,3 +697,45 @@ def test_an_authenticator_refuses_reports_it_cannot_verify(
         assert 'edgereg_reports_refused_total{reason="unauthenticated"} 1' in text
         assert 'edgereg_reports_refused_total{reason="bad-authenticator"} 2' in text
     assert store.count() == 1
+
+
+def test_refused_authentication_uses_up_nothing_of_the_networks_cap(
+    reg: FakeRegistry, tmp_path: Path
+) -> None:
+    """Issue #30: 200 reports the authenticator refused locked a genuine device of the /24 out."""
+    import ipaddress
+
+    from edgereg.serve import HmacAuthenticator
+    from edgereg.serve._authenticate import AUTH_HEADER
+    from edgereg.serve._ratelimit import SourceCaps
+
+    auth = HmacAuthenticator(b"k" * 32)
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            reg.storage,
+            reports=store,
+            report_limiter=GENEROUS,
+            report_authenticator=auth,
+            source_caps=SourceCaps(tokens=5),
+            trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),),
+        ) as url,
+    ):
+
+        def send(n: int, signature: str | None) -> int:
+            body = report_body(n)
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            headers = {"Content-Type": "application/json", "X-Forwarded-For": f"198.51.100.{n}"}
+            if signature is not None:
+                headers[AUTH_HEADER] = signature
+            conn.request("POST", "/v1/reports", body=body, headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        # Unsigned and wrongly signed reports, each with a new token, from one /24.
+        assert [send(n, None if n % 2 else "00" * 32) for n in range(20)] == [401] * 20
+        # The network's five new tokens are all still there for genuine devices.
+        assert [send(100 + n, auth.sign(report_body(100 + n))) for n in range(5)] == [202] * 5
+        assert send(110, auth.sign(report_body(110))) == 429
+    assert store.count() == 5
