@@ -739,3 +739,52 @@ def test_refused_authentication_uses_up_nothing_of_the_networks_cap(
         assert [send(100 + n, auth.sign(report_body(100 + n))) for n in range(5)] == [202] * 5
         assert send(110, auth.sign(report_body(110))) == 429
     assert store.count() == 5
+
+
+def test_reports_naming_future_sequences_cost_no_state_read_each(tmp_path: Path) -> None:
+    """Issue #30: each such report cost a state read, a listing and a second of a thread."""
+    import time
+
+    from edgereg.storage._local import LocalStorage
+
+    reg = make_registry(tmp_path / "registry", models=("digits",))
+
+    class Counting(LocalStorage):
+        state_reads = 0
+
+        def get_versioned(self, key: str) -> tuple[bytes, str]:
+            if key.endswith("/state.json"):
+                Counting.state_reads += 1
+            return super().get_versioned(key)
+
+    clock = [0.0]
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            Counting(tmp_path / "registry"),
+            reports=store,
+            report_limiter=GENEROUS,
+            monotonic=lambda: clock[0],
+        ) as url,
+    ):
+        assert post(url, report_body(0))[0].status == 202  # the first read
+        started = time.monotonic()
+        statuses = [post(url, report_body(n, sequence=1000 + n))[0].status for n in range(1, 31)]
+        elapsed = time.monotonic() - started
+        assert statuses == [422] * 30
+        assert Counting.state_reads == 1, "a future sequence re-read the state"
+        assert elapsed < 15, f"{elapsed:.1f} s for 30 refusals: a thread waited for each"
+        # A second later the next one refreshes once, and a genuine newer sequence is seen.
+        reg.registry.change(
+            "digits",
+            lambda state, now, expires: state.model_copy(
+                update={"sequence": state.sequence + 1, "expires": expires}
+            ),
+            signer=reg.signer,
+            expires_days=30,
+        )
+        clock[0] += 1.5
+        assert post(url, report_body(40, sequence=3))[0].status == 202
+        assert post(url, report_body(41, sequence=4))[0].status == 422
+        assert Counting.state_reads == 2
+    assert store.count() == 2

@@ -4,8 +4,12 @@ Reading and verifying a rollout state per report would cost more than storing
 the report, so the index keeps each unit's :class:`ServedUnit` for ``ttl``
 seconds, and the list of units too (so a flood of made-up unit names costs a
 set lookup, not a storage read). A report naming a sequence newer than the
-cached state refreshes that unit early, at most once a second: a device that
-just fetched a new manifest is not refused for the server's stale cache.
+cached state refreshes that unit early, so a device that just fetched a new
+manifest is not refused for the server's stale cache; but at most once a
+second per unit, and one read serves every report waiting on it: between two
+refreshes, a sequence above the state read is refused from the cache (what
+the state allowed a second ago), so a flood of made-up sequences costs
+neither a read nor a wait each.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ class ServedIndex:
         trusted: The pinned publisher keys (None: the registry's own keys/).
         ttl: Seconds a read is reused.
         monotonic: The clock, in seconds; injected for tests.
-        sleep: Waits that many seconds; injected for tests.
     """
 
     def __init__(
@@ -48,7 +51,6 @@ class ServedIndex:
         trusted: Callable[[], TrustedKeys] | None = None,
         ttl: float = DEFAULT_TTL,
         monotonic: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._pinned = Registry(storage, trusted=trusted) if trusted is not None else None
         # Without pinned keys, what the server serves is what its storage holds: the
@@ -57,10 +59,13 @@ class ServedIndex:
         self._said = False
         self._ttl = ttl
         self._clock = monotonic
-        self._sleep = sleep
         self._lock = threading.Lock()
         self._units: tuple[float, frozenset[str]] | None = None
         self._served: dict[str, tuple[float, ServedUnit | None]] = {}
+        # One refresh of a unit at a time; reports arriving meanwhile wait for it and
+        # take its result. Units are those the registry lists: a bounded set.
+        self._reading: dict[str, threading.Lock] = {}
+        self.reads = 0  # state reads since the start (tests, benchmarks)
 
     def check(self, report: Report) -> str | None:
         """None to admit the report, else the reason code it is refused for.
@@ -82,22 +87,37 @@ class ServedIndex:
                 self._units = listed
         if unit not in listed[1]:
             return None
-        if cached is not None:
-            at, served = cached
-            fresh = now - at <= self._ttl
-            newer = served is not None and sequence > served.sequence
-            if fresh and not newer:
-                return served
-            if fresh and newer and now - at < EARLY_REFRESH:
-                # A device that just fetched a manifest published a moment after our
-                # read must not be refused for our stale copy, and a flood of made-up
-                # sequences must not cost a read each: wait out the rest of the second.
-                self._sleep(EARLY_REFRESH - (now - at))
-                now = self._clock()
-        served = self._read(unit)
+        if cached is not None and self._usable(cached, sequence, now):
+            return cached[1]
         with self._lock:
-            self._served[unit] = (now, served)
+            reading = self._reading.setdefault(unit, threading.Lock())
+        with reading:
+            # Another report may have refreshed the unit while this one waited.
+            with self._lock:
+                cached = self._served.get(unit)
+            now = self._clock()
+            if cached is not None and self._usable(cached, sequence, now):
+                return cached[1]
+            served = self._read(unit)
+            with self._lock:
+                self._served[unit] = (now, served)
+                self.reads += 1
         return served
+
+    def _usable(self, cached: tuple[float, ServedUnit | None], sequence: int, now: float) -> bool:
+        """Whether the cached read answers a report naming ``sequence`` at ``now``.
+
+        Within the TTL it does, unless the report names a newer sequence: then
+        only a read less than :data:`EARLY_REFRESH` old does (the state allowed
+        no such sequence a moment ago; the report is refused from it).
+        """
+        at, served = cached
+        age = now - at
+        if age > self._ttl:
+            return False
+        if served is None or sequence <= served.sequence:
+            return True
+        return age < EARLY_REFRESH
 
     def _reader(self) -> Registry:
         if self._pinned is not None:
