@@ -104,8 +104,9 @@ PRUNE_INTERVAL = 3600.0
     type=Seconds(minimum=0.1),
     default=DEFAULT_HEAD_TIMEOUT,
     show_default=True,
-    help="Seconds a client has to send a whole request head once it began (slow clients "
-    "are cut off).",
+    help="Seconds a client has to send a whole request head once it began, and again its "
+    "body (slow clients are cut off; a connection still sending either may be closed for a "
+    "new one when the server is full).",
 )
 @click.option(
     "--max-connections",

@@ -9,13 +9,14 @@ finished (up to a deadline).
 
 Hostile clients are bounded: a request head must arrive whole within
 ``head_timeout`` once begun (408) and stay within the size limits below
-(414, 431). A connection costs at most one thread and ~100 KiB. Idle
-sockets cannot starve the clients being served: when ``max_connections``
-are open, or one source address holds ``max_per_address``, a new
-connection closes the oldest idle one (of that address first; an idle one
-has no request in progress), so one host holding thousands of idle sockets
-only churns its own; only when every connection is busy answering is a new
-one answered 503 on the accepting thread.
+(414, 431), and so must a request body (a report). A connection costs at
+most one thread and ~100 KiB. Idle sockets cannot starve the clients being
+served: when ``max_connections`` are open, or one source address holds
+``max_per_address``, a new connection closes the oldest idle one (of that
+address first); a connection still receiving its request, head or body,
+counts as idle, so one host holding thousands of sockets, silent or
+trickling bodies, only churns its own; only when every connection is busy
+answering is a new one answered 503 on the accepting thread.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class _Conn:
     address: str
     busy: bool = False  # answering a request
     since: float = dataclasses.field(default_factory=time.monotonic)  # idle since
+    # Receiving a request body: evictable like an idle one (a trickled body must
+    # not hold a slot it cannot lose), but a drain lets it finish.
+    receiving: bool = False
 
 
 class RegistryServer(ThreadingHTTPServer):
@@ -228,12 +232,20 @@ class RegistryServer(ThreadingHTTPServer):
             self._evicted.discard(handler)
             self._changed.notify_all()
 
+    def _set_receiving(self, handler: _Handler, receiving: bool) -> None:
+        """Mark a connection as receiving a request body (still evictable) or not."""
+        with self._lock:
+            conn = self._connections.get(handler)
+            if conn is not None:
+                conn.receiving = receiving
+
     def _set_busy(self, handler: _Handler, busy: bool) -> bool:
         """Mark a connection busy or idle; returns whether the server is draining."""
         with self._lock:
             conn = self._connections.get(handler)
             if conn is not None:
                 conn.busy = busy
+                conn.receiving = False
                 if not busy:
                     conn.since = time.monotonic()
             if not busy:
@@ -278,7 +290,7 @@ class RegistryServer(ThreadingHTTPServer):
         with self._lock:
             while self._connections or self._starting:
                 for handler, conn in self._connections.items():
-                    if not conn.busy:
+                    if not conn.busy and not conn.receiving:
                         handler.stop_reading()
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -365,7 +377,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         started = time.perf_counter()
-        draining = self.server._set_busy(self, True)
         self.server.app.metrics.started()
         self._sent = 0
         self._route = "other"
@@ -374,15 +385,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.request_version = "HTTP/1.1"
         try:
             problem = head if isinstance(head, tuple) else self._parse(head)
-            if problem is not None:
-                self.send_error(*problem)
-                return
-            if draining:
-                self.close_connection = True
             body = b""
-            if self._headers.get("content-length", "0").strip() not in ("", "0") or (
-                "transfer-encoding" in self._headers
+            if problem is None and (
+                self._headers.get("content-length", "0").strip() not in ("", "0")
+                or "transfer-encoding" in self._headers
             ):
+                # Received while the connection still counts as idle: a body trickled
+                # in (by up to --head-timeout) can be closed for a new client, as a
+                # trickled head can, and never holds a slot busy (issue #30).
+                self.server._set_receiving(self, True)
                 read = self._read_body()
                 if read is None:
                     # A body this server does not read would be taken for the next
@@ -390,10 +401,14 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     self._unread_body = True
                 elif isinstance(read, tuple):
-                    self.send_error(*read)
-                    return
+                    problem = read
                 else:
                     body = read
+            if self.server._set_busy(self, True):  # draining
+                self.close_connection = True
+            if problem is not None:
+                self.send_error(*problem)
+                return
             self._answer(started, body)
         except OSError as exc:  # timeouts, resets, broken pipes
             log.debug("connection from %s ended: %s", self.client_address[0], exc)
