@@ -601,3 +601,40 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in workers):
         assert time.monotonic() < deadline, "a worker outlived its killed parent"
         time.sleep(0.1)
+
+
+def test_workers_keep_the_documented_cap_of_new_tokens_per_network(tmp_path: Path) -> None:
+    """Issue #30: under --workers 2 a /24 got 398 new tokens an hour against 200."""
+    import json
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    log = tmp_path / "serve.log"
+    args = ("--registry", str(fake.root), "--workers", "2", "--trusted-proxy", "127.0.0.1")
+    args += ("--reports", f"sqlite:///{tmp_path}/reports.sqlite")
+    statuses: dict[int, int] = {}
+    with serve_process(log, *args) as (_, url):
+        for n in range(260):
+            body = json.dumps(
+                {
+                    "token": f"{n:032x}",
+                    "unit": "digits",
+                    "model": "digits",
+                    "version": "1.1.0",
+                    "unit_version": "1.1.0",
+                    "variant": "int8",
+                    "tier": "high",
+                    "arm": "candidate",
+                    "sequence": 2,
+                    "probe": "passed",
+                }
+            ).encode()
+            request = (
+                b"POST /v1/reports HTTP/1.1\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nX-Forwarded-For: 198.51.100.%d\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (n % 250, len(body), body)
+            )
+            status = status_of(raw(url, request))
+            statuses[status] = statuses.get(status, 0) + 1
+    assert set(statuses) <= {202, 429}, statuses
+    assert 150 <= statuses[202] <= 200, statuses

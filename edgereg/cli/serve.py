@@ -170,7 +170,10 @@ PRUNE_INTERVAL = 3600.0
     default=1,
     show_default=True,
     help="Worker processes sharing the port (SO_REUSEPORT); one Python process answers on "
-    "one core. Limits and /metrics are per worker.",
+    "one core. Each limit above is the whole server's: every worker keeps its share "
+    "(--max-connections, --max-per-address, --reports-rate and --reports-burst divided by N, "
+    "and 200 // N new report tokens per source network an hour), so N workers never allow "
+    "more than one process would. /metrics is per worker.",
 )
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 def serve_command(**options: Any) -> None:
@@ -228,7 +231,6 @@ def _serve(
     from edgereg.config import Reports
     from edgereg.reports import ReportStoreError, StoreURLError, open_store
     from edgereg.reports.batch import GroupCommit
-    from edgereg.serve._ratelimit import RateLimiter
 
     report_settings = config.reports if config is not None else Reports()
     store_url = reports_url or (report_settings.store if config is not None else None)
@@ -267,12 +269,16 @@ def _serve(
         "manifest_max_age": manifest_max_age,
         "timeout": timeout,
         "head_timeout": head_timeout,
-        "max_connections": max_connections,
-        "max_per_address": max_per_address,
         "trusted": registry.trusted_keys if pinned else None,
         "policy": config.rollout_policy if config is not None else None,
-        "report_limiter": RateLimiter(reports_rate, reports_burst),
         "trusted_proxies": tuple(trusted_proxies),
+        **worker_share(
+            workers,
+            max_connections=max_connections,
+            max_per_address=max_per_address,
+            reports_rate=reports_rate,
+            reports_burst=reports_burst,
+        ),
     }
     if workers > 1:
         _serve_workers(
@@ -313,6 +319,32 @@ def _serve(
         )
     if sink is not None:
         sink.close()  # stores what is queued, then closes the store
+
+
+def worker_share(
+    workers: int,
+    *,
+    max_connections: int,
+    max_per_address: int,
+    reports_rate: float,
+    reports_burst: int,
+) -> dict[str, Any]:
+    """Each worker's share of the server's limits, so N workers allow no more than one.
+
+    Workers share no memory: a limit kept per worker would be N times the
+    documented one (two workers gave a /24 398 new report tokens in an hour
+    against 200). Each gets an Nth, rounded down (at least 1): the kernel
+    spreads connections evenly, so a client near a limit meets it a little
+    early on one worker, never late in all.
+    """
+    from edgereg.serve._ratelimit import DEFAULT_TOKENS_PER_SOURCE, RateLimiter, SourceCaps
+
+    return {
+        "max_connections": max(1, max_connections // workers),
+        "max_per_address": max(1, max_per_address // workers),
+        "report_limiter": RateLimiter(reports_rate / workers, max(1, reports_burst // workers)),
+        "source_caps": SourceCaps(tokens=max(1, DEFAULT_TOKENS_PER_SOURCE // workers)),
+    }
 
 
 def _stop_on_signals(stop: threading.Event) -> list[str]:
