@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import select
 import socket
@@ -638,3 +639,36 @@ def test_workers_keep_the_documented_cap_of_new_tokens_per_network(tmp_path: Pat
             statuses[status] = statuses.get(status, 0) + 1
     assert set(statuses) <= {202, 429}, statuses
     assert 150 <= statuses[202] <= 200, statuses
+
+
+def test_a_hung_worker_is_killed_and_started_again(tmp_path: Path) -> None:
+    """Issue #30: a SIGSTOPped worker left 40-65 % of new connections unanswered for good."""
+    import signal as signals
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    log = tmp_path / "serve.log"
+    args = ("--registry", str(fake.root), "--workers", "2", "--worker-timeout", "2")
+    with serve_process(log, *args) as (proc, url):
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signals.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while workers[0] in _children(proc.pid):
+                assert time.monotonic() < deadline, f"never replaced:\n{log.read_text()}"
+                time.sleep(0.2)
+            deadline = time.monotonic() + 30
+            while len(_children(proc.pid)) < 2:
+                assert time.monotonic() < deadline, f"never started again:\n{log.read_text()}"
+                time.sleep(0.2)
+            time.sleep(0.5)  # the new worker listens
+            # Every new connection is answered again, each within a short deadline.
+            for _ in range(30):
+                assert status_of(raw(url, HEALTHZ, timeout=3)) == 200
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(workers[0], signals.SIGKILL)
+        assert f"(pid {workers[0]}) has not served for" in log.read_text()
+        proc.send_signal(signals.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()

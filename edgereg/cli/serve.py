@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -175,6 +176,15 @@ PRUNE_INTERVAL = 3600.0
     "and 200 // N new report tokens per source network an hour), so N workers never allow "
     "more than one process would. /metrics is per worker.",
 )
+@click.option(
+    "--worker-timeout",
+    type=Seconds(minimum=1),
+    default=10.0,
+    show_default=True,
+    help="With --workers: a worker whose accept loop has not run for this long (stopped, "
+    "hung) is killed and started again; until then the kernel keeps handing it its share "
+    "of new connections.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 def serve_command(**options: Any) -> None:
     """Serve the registry over read-only HTTP, and take device reports on POST /v1/reports.
@@ -207,6 +217,7 @@ def _serve(
     reports_burst: int,
     trusted_proxies: tuple[Network, ...],
     workers: int,
+    worker_timeout: float,
     access_log: bool,
 ) -> None:
     from edgereg.errors import EdgeregError
@@ -291,6 +302,7 @@ def _serve(
             config.root if config is not None else None,
             report_settings.retention_days,
             shutdown_timeout,
+            worker_timeout,
         )
         return
     sink = GroupCommit(store) if store is not None else None
@@ -373,6 +385,7 @@ def _serve_workers(
     base_dir: Path | None,
     retention_days: int,
     shutdown_timeout: float,
+    worker_timeout: float,
 ) -> None:
     """``--workers N``: the parent reserves the port and supervises N forked servers."""
     from edgereg.errors import EdgeregError
@@ -393,13 +406,14 @@ def _serve_workers(
         ) from exc
     port = int(reserved.getsockname()[1])
 
-    def worker(index: int, stop: threading.Event) -> None:
+    def worker(index: int, stop: threading.Event, beat: Callable[[], None]) -> None:
         reserved.close()
         worker_store = open_store(store_url, base_dir=base_dir) if store_url else None
         sink = GroupCommit(worker_store) if worker_store is not None else None
         server = make_server(
             registry.storage, host, port, reports=sink, reuse_port=True, **server_options
         )
+        server.heartbeat = beat
         server.start()
         if worker_store is not None and index == 0:
             _start_pruning(worker_store, retention_days, stop)
@@ -420,6 +434,7 @@ def _serve_workers(
             shutdown_timeout=shutdown_timeout,
             stop=stop,
             started=lambda: _announce(registry, base_url, host, port, workers, store_url),
+            hang_timeout=worker_timeout,
         )
     finally:
         reserved.close()

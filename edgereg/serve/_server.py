@@ -130,6 +130,9 @@ class RegistryServer(ThreadingHTTPServer):
         self.evictions = 0  # idle connections closed to make room, since the start
         self._draining = False
         self._serving_thread: threading.Thread | None = None
+        #: Called from the accept loop at least every 50 ms while it runs: a worker's
+        #: heartbeat (``edgereg serve --workers``), silent when the loop is stuck.
+        self.heartbeat: Callable[[], None] | None = None
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -151,6 +154,12 @@ class RegistryServer(ThreadingHTTPServer):
     def draining(self) -> bool:
         """True once :meth:`drain` has begun."""
         return self._draining
+
+    def service_actions(self) -> None:
+        """Once per pass of the accept loop (``serve_forever``): beat the heartbeat."""
+        super().service_actions()
+        if self.heartbeat is not None:
+            self.heartbeat()
 
     # -- connection bookkeeping (called by handlers) --------------------------------
 
