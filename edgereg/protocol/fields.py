@@ -47,6 +47,7 @@ __all__ = [
     "Backend",
     "BlobPath",
     "CpuFeature",
+    "MinRuntime",
     "Name",
     "Percent",
     "PercentError",
@@ -116,6 +117,10 @@ MAX_MEMORY_MB = 1_048_576
 
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
 """A tool or runtime version like 3.6.1."""
+
+MinRuntime = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$", max_length=64)]
+"""An entry's ``min_mnn_runtime``: a :data:`VersionPin` of at most 64 characters (the
+longest version a client compares, ``VERSION_MAX_LENGTH``); longer is a malformed manifest."""
 
 Sha256 = Annotated[str, StringConstraints(pattern=SHA256_PATTERN)]
 """A sha256 digest: 64 lowercase hex characters."""

@@ -68,6 +68,7 @@ from edgereg.protocol.fields import (
     SCHEMA_VERSION_MISSING,
     BlobPath,
     CpuFeature,
+    MinRuntime,
     Name,
     Percent,
     Requirements,
@@ -225,7 +226,7 @@ class ManifestEntry(WireModel):
     )
     sha256: Sha256
     size: Size = Field(description="Blob size in bytes, 1 to 2^53 - 1; a client reads no further.")
-    min_mnn_runtime: VersionPin = Field(
+    min_mnn_runtime: MinRuntime = Field(
         description="Oldest MNN runtime that loads the artifact (the converter's version)."
     )
     runtime: RuntimeHints
@@ -452,7 +453,7 @@ class ReleaseVariant(WireModel):
         default_factory=dict, description="The build's metrics, opaque to the protocol."
     )
     provenance: dict[str, JsonValue] = Field(default_factory=dict)
-    min_mnn_runtime: VersionPin
+    min_mnn_runtime: MinRuntime
     runtime: RuntimeHints
     contract: IOContract | None = _added("How to call the model (see ManifestEntry).")
     probe: BlobRef | None = _added("The golden probe (see ManifestEntry).")

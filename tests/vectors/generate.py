@@ -615,6 +615,19 @@ CASES: dict[str, Case] = {
         lambda: _signed(_manifest()),
         {"device": {"mnn_runtime": "9.0.0"}},
     ),
+    # Issue #30: the longest min_mnn_runtime any client compares is 64 characters.
+    "min-mnn-runtime-64-characters": (
+        "min_mnn_runtime of 64 characters (3.3.….3.10, below the app's 3.6.1): the longest "
+        "the schema allows; it fits.",
+        lambda: _raw_payload(_set(stable__min_mnn_runtime="3." * 31 + "10")),
+        {},
+    ),
+    "min-mnn-runtime-65-characters": (
+        "min_mnn_runtime of 65 characters: past the schema's 64, the manifest is malformed "
+        "(not a version any client compares; never an exception out of the client).",
+        lambda: _raw_payload(_set(stable__min_mnn_runtime="3." * 32 + "1")),
+        {},
+    ),
     "mnn-runtime-pre-release": (
         "MNN 3.7.0-rc.1 against min_mnn_runtime 3.7.0: a pre-release is below its release.",
         lambda: _signed(_manifest(stable=_entry("1.0.0", runtime="3.7.0"))),
