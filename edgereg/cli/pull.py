@@ -329,14 +329,18 @@ def pull_command(
         if client.self_test is not None:
             _print_self_test(client.self_test)
         if explain:
-            click.echo(
-                result.cohort.describe()
-                if result.cohort is not None
-                else "cohort: no rollout in progress (no candidate): every device gets stable",
-                err=True,
-            )
+            click.echo(_explain_cohort(result), err=True)
     if result.exception is not None:
         sys.exit(result.exception.exit_code)
+
+
+def _explain_cohort(result: FetchResult) -> str:
+    """``--explain``'s cohort line: where the device stands in the rollout it was told of."""
+    if result.cohort is not None:
+        return result.cohort.describe()
+    if result.error is not None:
+        return "cohort: not known (no manifest was accepted this time)"
+    return "cohort: no rollout in progress (no candidate): every device gets stable"
 
 
 def _features(text: str | None) -> list[str] | Literal["detect"]:
