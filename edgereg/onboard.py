@@ -733,6 +733,22 @@ def _suggest_task(
     labels = evaluation.labels
     if task != "generic":
         return
+    if (
+        labels is not None
+        and len(labels.shape) == 2
+        and (labels.dtype.startswith("int") or labels.dtype.startswith("uint"))
+    ):
+        # One class id per step (a per-character or per-token tagger): a CTC
+        # recogniser's labels are text, its steps unaligned. No built-in task
+        # scores a tagger's steps against labels.
+        notes.append(
+            f"models.{model}.task: the labels hold one class per step {labels.shape[1:]}, as "
+            "a per-character or per-token tagger's do (not a CTC recogniser's text): no "
+            "built-in task scores them; generic gates the outputs against ONNX Runtime, and "
+            'a custom evaluator scores the steps (task = { kind = "custom", evaluator = '
+            '"module:function" }: docs/models-toml.md#custom-evaluators)'
+        )
+        return
     classes = ctc_shaped(outputs[0]) if outputs else None
     if classes is not None:
         notes.append(
