@@ -7,6 +7,12 @@ import java.net.HttpURLConnection;
 import java.net.ResponseCache;
 import java.net.URL;
 import java.util.Map;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -40,6 +46,56 @@ public final class Http {
         this.timeoutMs = timeoutMs;
         this.deadlineMs = deadlineMs;
         this.minRate = minRate;
+    }
+
+    /**
+     * The time a response's headers may take in all: the timeout, or what is left of the
+     * deadline when less. A read timeout bounds each read only, so a server that sends a
+     * header byte every few seconds would otherwise hold the fetch for ever.
+     */
+    long headersBudgetMs() {
+        long left = deadlineAt == Long.MAX_VALUE ? Long.MAX_VALUE : deadlineAt - System.currentTimeMillis();
+        return Math.max(1, Math.min(timeoutMs, left));
+    }
+
+    /**
+     * Closes a connection whose response headers have not all arrived in time (from a
+     * timer thread: closing the socket ends the blocked read). {@link #cancel} once they
+     * have; {@link #fired} tells an IOException caused by it from any other.
+     */
+    static final class HeadersDeadline {
+        private static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(new ThreadFactory() {
+            @Override public Thread newThread(Runnable r) {
+                Thread t = new Thread(r, "edgereg-headers-deadline");
+                t.setDaemon(true);
+                return t;
+            }
+        });
+        private final AtomicBoolean fired = new AtomicBoolean();
+        private final ScheduledFuture<?> task;
+        final long ms;
+
+        HeadersDeadline(final Runnable close, long ms) {
+            this.ms = ms;
+            this.task = TIMER.schedule(new Runnable() {
+                @Override public void run() {
+                    fired.set(true);
+                    close.run();
+                }
+            }, ms, TimeUnit.MILLISECONDS);
+        }
+
+        void cancel() {
+            task.cancel(false);
+        }
+
+        boolean fired() {
+            return fired.get();
+        }
+
+        Rejected rejected(String url) {
+            return new Rejected(Reasons.TRANSPORT, url + ": the response's headers did not arrive within " + ms + " ms");
+        }
     }
 
     /** Start the whole-fetch clock (one update: a manifest and its blobs). */
@@ -155,6 +211,8 @@ public final class Http {
         if (source != null && u.startsWith("http://")) {
             try {
                 return RawHttp.get(this, u, etag, start, manifest);
+            } catch (RawHttp.HeadersLate e) {
+                throw e.guard.rejected(u);
             } catch (IOException e) {
                 throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
             }
@@ -182,7 +240,28 @@ public final class Http {
             if (!manifest) c.setRequestProperty("Accept-Encoding", "identity");
             if (etag != null) c.setRequestProperty("If-None-Match", etag);
             if (start > 0) c.setRequestProperty("Range", "bytes=" + start + "-");
-            return new Response(c, u);
+            final HttpURLConnection open = c;
+            HeadersDeadline guard = new HeadersDeadline(new Runnable() {
+                @Override public void run() {
+                    open.disconnect();
+                }
+            }, headersBudgetMs());
+            Response response;
+            try {
+                response = new Response(c, u);
+            } catch (IOException e) {
+                if (guard.fired()) throw guard.rejected(u);
+                throw e;
+            } finally {
+                guard.cancel();
+            }
+            if (guard.fired()) {
+                // HttpURLConnection may keep a status line it read before the close and
+                // answer with it: the headers still did not arrive in time.
+                response.close();
+                throw guard.rejected(u);
+            }
+            return response;
         } catch (IOException e) {
             throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
         } catch (ClassCastException e) {

@@ -22,6 +22,17 @@ import java.util.Map;
 final class RawHttp {
     private RawHttp() {}
 
+    /** The response's headers did not all arrive within their budget (the socket was closed). */
+    static final class HeadersLate extends IOException {
+        private static final long serialVersionUID = 1L;
+        final transient Http.HeadersDeadline guard;
+
+        HeadersLate(Http.HeadersDeadline guard) {
+            super("the response's headers did not arrive within " + guard.ms + " ms");
+            this.guard = guard;
+        }
+    }
+
     static Socket connect(URL url, int timeoutMs, InetAddress source) throws IOException {
         Socket s = new Socket();
         try {
@@ -65,7 +76,25 @@ final class RawHttp {
             out.flush();
             InputStream in = new java.io.BufferedInputStream(s.getInputStream());
             Map<String, String> headers = new LinkedHashMap<String, String>();
-            int status = readHead(in, headers);
+            final Socket open = s;
+            Http.HeadersDeadline guard = new Http.HeadersDeadline(new Runnable() {
+                @Override public void run() {
+                    try {
+                        open.close();
+                    } catch (IOException e) {
+                        // already closed
+                    }
+                }
+            }, http.headersBudgetMs());
+            int status;
+            try {
+                status = readHead(in, headers);
+            } catch (IOException e) {
+                if (guard.fired()) throw new HeadersLate(guard);
+                throw e;
+            } finally {
+                guard.cancel();
+            }
             InputStream body = body(in, headers, status);
             return http.new Response(s, u, status, headers, body);
         } catch (IOException e) {

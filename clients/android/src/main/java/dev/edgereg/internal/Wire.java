@@ -289,6 +289,10 @@ public final class Wire {
         String sha = matching(required(m, "sha256", where + ".sha256"), SHA256, where + ".sha256", "is not a sha256: expected 64 lowercase hex characters");
         long size = integer(required(m, "size", where + ".size"), where + ".size", 1, MAX_SAFE_INTEGER);
         String minMnn = string(required(m, "min_mnn_runtime", where + ".min_mnn_runtime"), where + ".min_mnn_runtime");
+        if (minMnn.length() > Versions.VERSION_MAX_LENGTH) {
+            // The longest version any client compares (docs/protocol.md section 3): longer is malformed.
+            throw bad(where + ".min_mnn_runtime", "is longer than " + Versions.VERSION_MAX_LENGTH + " characters");
+        }
         if (!Versions.isDotted(minMnn)) throw bad(where + ".min_mnn_runtime", "'" + minMnn + "' is not a version like 3.6.1");
         Map<String, Object> runtime = object(required(m, "runtime", where + ".runtime"), where + ".runtime");
         int threads = 4;
