@@ -137,11 +137,14 @@ Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi
 # --- semantic versions --------------------------------------------------------
 
 SEMVER_PATTERN = (
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
+    r"(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
-"""Semantic Versioning 2.0.0 (https://semver.org), the regex it publishes."""
+r"""Semantic Versioning 2.0.0 (https://semver.org), the regex it publishes with ``[0-9]``
+for ``\d``: in Python (and Rust, ICU) ``\d`` is any Unicode digit, in ECMA-262 ASCII only
+(docs/protocol.md §3, "Patterns")."""
 _SEMVER = re.compile(SEMVER_PATTERN)
 
 
@@ -184,7 +187,7 @@ def compare_semver(a: str, b: str) -> int:
 
 # --- times ----------------------------------------------------------------------
 
-TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 """The only spelling of a time on the wire: RFC 3339, UTC, ``Z``, whole seconds."""
 _TIME = re.compile(TIME_PATTERN)
 

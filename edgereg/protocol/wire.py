@@ -136,7 +136,10 @@ MAX_ACTOR_LENGTH = 200
 Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACTOR_LENGTH)]
 ReportUrl = typing.Annotated[
     str,
-    StringConstraints(pattern=r"^(https?://[^\s]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
+    # [!-~]: printable ASCII but the space. Not [^\s], whose meaning differs between regex
+    # engines (ECMA-262 counts U+FEFF as a space and not U+0085, Python and Rust the
+    # reverse): a URL on the wire is ASCII (RFC 3986; an IRI is percent-encoded first).
+    StringConstraints(pattern=r"^(https?://[!-~]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
 ]
 
 
@@ -786,6 +789,8 @@ _PATTERN_RULES = {
     _pattern(Salt): "is not a salt: expected 8 to 64 lowercase hex characters",
     _pattern(BlobPath): "is not a blob path: expected blobs/sha256/<64 lowercase hex>",
     _pattern(VersionPin): "is not a version like 3.6.1",
+    _pattern(ReportUrl): "is not a report URL: an http(s):// URL of printable ASCII without "
+    "spaces, or a path relative to the registry root like v1/reports",
     _pattern(CpuFeature): "is not a CPU feature name: a lowercase letter or digit, then up "
     "to 31 lowercase letters, digits, '_' or '-'",
 }

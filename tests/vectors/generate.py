@@ -615,6 +615,42 @@ CASES: dict[str, Case] = {
         lambda: _signed(_manifest()),
         {"device": {"mnn_runtime": "9.0.0"}},
     ),
+    # Issue #30: patterns mean the same in every regex engine (docs/protocol.md §3,
+    # "Patterns"): explicit ASCII classes, never \s or \d, whose meaning differs.
+    "report-url-with-bom": (
+        "report_url ending in U+FEFF (a byte order mark): not printable ASCII, so not a report "
+        "URL (ECMA-262's \\s counts it as a space, Python's does not: no pattern relies on it).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/v1\ufeff")),
+        {},
+    ),
+    "report-url-with-next-line": (
+        "report_url ending in U+0085 (NEXT LINE): not printable ASCII, so not a report URL "
+        "(Python's \\s counts it as a space, ECMA-262's does not).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/v1\u0085")),
+        {},
+    ),
+    "report-url-not-ascii": (
+        "report_url with an é: a URL on the wire is ASCII (an IRI is percent-encoded first).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/caf\u00e9")),
+        {},
+    ),
+    "report-url-ascii": (
+        "report_url of printable ASCII with a query: accepted (the report URL is not part of "
+        "the decision's answer).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/v1/reports?app=x&v=2")),
+        {},
+    ),
+    "version-with-arabic-indic-digit": (
+        "stable version 1.0.1٣ (U+0663): a digit to Python's and Rust's \\d, not to "
+        "ECMA-262's; versions are ASCII digits.",
+        lambda: _raw_payload(_set(stable__version="1.0.1\u0663")),
+        {},
+    ),
+    "expires-with-arabic-indic-digit": (
+        "expires 2025-07-0١T12:00:00Z (U+0661): times are ASCII digits.",
+        lambda: _raw_payload(_set(expires="2025-07-0\u0661T12:00:00Z")),
+        {},
+    ),
     # Issue #30: the longest min_mnn_runtime any client compares is 64 characters.
     "min-mnn-runtime-64-characters": (
         "min_mnn_runtime of 64 characters (3.3.….3.10, below the app's 3.6.1): the longest "
