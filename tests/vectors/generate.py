@@ -195,9 +195,9 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
-def _raw_text(edit: Callable[[str], str]) -> bytes:
+def _raw_text(edit: Callable[[str], str], manifest: Manifest | None = None) -> bytes:
     """A manifest payload edited as text (what JSON libraries would not write), then signed."""
-    text = to_bytes(_manifest()).decode("utf-8")
+    text = to_bytes(manifest or _manifest()).decode("utf-8")
     edited = edit(text)
     assert edited != text
     return sign_envelope(edited.encode("utf-8"), Manifest.payload_type, [_signer("registry")])
@@ -290,6 +290,17 @@ def _duplicate_key() -> bytes:
 def _state_envelope() -> bytes:
     """A signed document of another kind (a rollout state type) passed off as a manifest."""
     return sign_envelope(to_bytes(_manifest()), PAYLOAD_TYPE_STATE, [_signer("registry")])
+
+
+def _contract(**changes: Any) -> dict[str, Any]:
+    """A small contract as it goes on the wire, with ``changes`` applied (JSON, unchecked)."""
+    contract: dict[str, Any] = {
+        "inputs": [{"name": "image", "dtype": "float32", "shape": [1, 1, 28, 28], "batch_axis": 0}],
+        "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 10]}],
+        "task": {"kind": "classification", "output": "logits"},
+    }
+    contract.update(changes)
+    return contract
 
 
 # name -> (description, manifest bytes factory, input overrides)
@@ -649,6 +660,95 @@ CASES: dict[str, Case] = {
     "expires-with-arabic-indic-digit": (
         "expires 2025-07-0١T12:00:00Z (U+0661): times are ASCII digits.",
         lambda: _raw_payload(_set(expires="2025-07-0\u0661T12:00:00Z")),
+        {},
+    ),
+    # Issue #30: spec gaps a client written from the docs alone had to decide, settled.
+    "runtime-empty": (
+        "An entry whose runtime is {}: every key has a default (threads 4, backends "
+        '["cpu"], precision normal), so it is accepted.',
+        lambda: _raw_payload(_set(stable__runtime={})),
+        {},
+    ),
+    "runtime-without-backends": (
+        "An entry whose runtime names threads and precision but no backends: backends "
+        'default to ["cpu"]; accepted.',
+        lambda: _raw_payload(_set(stable__runtime={"threads": 2, "precision": "high"})),
+        {},
+    ),
+    "expires-year-0000": (
+        "expires 0000-01-01T00:00:00Z: RFC 3339 allows year 0000, the protocol's years are "
+        "0001 to 9999 (what every platform's date type holds): malformed.",
+        lambda: _raw_payload(_set(expires="0000-01-01T00:00:00Z")),
+        {},
+    ),
+    "expires-year-9999": (
+        "expires 9999-12-31T23:59:59Z, the last second the protocol can say: accepted.",
+        lambda: _raw_payload(_set(expires="9999-12-31T23:59:59Z")),
+        {},
+    ),
+    "percent-as-integer": (
+        "percent written 25 (the publisher writes 25.0): a number field takes any JSON "
+        "spelling of its value; the device's bucket is below 2500, it gets the candidate.",
+        lambda: _raw_payload(_set(percent=25), _rollout()),
+        {"device_id": _device(True)},
+    ),
+    "percent-as-exponent": (
+        "percent written 2.5e1: the same number, the same decision (the bytes are verified "
+        "as received, never re-serialized).",
+        lambda: _raw_text(
+            lambda text: text.replace('"percent":25.0', '"percent":2.5e1'), _rollout()
+        ),
+        {"device_id": _device(True)},
+    ),
+    "bundle-memory-sum-in-name-order": (
+        "Members cls 0.1, det 0.2, rec 0.3 MiB against a budget of 0.6: summed in ascending "
+        "name order in double precision, 0.1 + 0.2 + 0.3 is 0.6000000000000001, over the "
+        "budget (insufficient-memory); summed det, rec, cls it would be 0.6 and fit.",
+        lambda: _signed(
+            _bundle_manifest(
+                stable=_bundle_with(
+                    cls=_mem(_bundle("1.0.0").members["cls"], 0.1),
+                    det=_mem(_bundle("1.0.0").members["det"], 0.2),
+                    rec=_mem(_bundle("1.0.0").members["rec"], 0.3),
+                )
+            )
+        ),
+        {"model": "ocr", "bundle": True, "device": {"memory_budget_mb": 0.6}},
+    ),
+    "contract-minimal": (
+        "An entry with a small contract (one input, one output, a task reading it): accepted.",
+        lambda: _raw_payload(_set(stable__contract=_contract())),
+        {},
+    ),
+    "contract-labels-and-labels-blob": (
+        "A contract with both labels and labels_blob: they are exclusive (inline up to 2048 "
+        "bytes of JSON, a blob beyond); malformed.",
+        lambda: _raw_payload(
+            _set(
+                stable__contract=_contract(
+                    labels=["a", "b"],
+                    labels_blob={
+                        "path": blob_path("ab" * 32),
+                        "sha256": "ab" * 32,
+                        "size": 10,
+                    },
+                )
+            )
+        ),
+        {},
+    ),
+    "contract-state-names-a-missing-tensor": (
+        "A state pair whose input is no input of the contract: malformed.",
+        lambda: _raw_payload(
+            _set(stable__contract=_contract(state=[{"input": "h", "output": "logits"}]))
+        ),
+        {},
+    ),
+    "contract-task-output-not-an-output": (
+        "task.output names a tensor that is no output: malformed.",
+        lambda: _raw_payload(
+            _set(stable__contract=_contract(task={"kind": "classification", "output": "probs"}))
+        ),
         {},
     ),
     # Issue #30: the longest min_mnn_runtime any client compares is 64 characters.
@@ -1154,7 +1254,9 @@ def schema_text() -> str:
         "most two decimals; keys not listed here are ignored (a newer publisher "
         "may add them); percent and salt are set iff candidate is; paused is true "
         "only with a candidate; the candidate's version is higher than stable's; an "
-        "entry's instead has the entry's version and no instead of its own."
+        "entry's instead has the entry's version and no instead of its own; expires is a "
+        "real date and time in the years 0001 to 9999; a contract's labels and labels_blob "
+        "are exclusive, and its state pairs and task.output name its own inputs and outputs."
     )
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
@@ -1603,6 +1705,30 @@ PROBE_CASES: dict[str, tuple[str, dict[str, Any] | bytes, list[Any]]] = {
     "infinity-in-unknown-key": (
         "1e400 in an unknown key overflows a double: malformed (not JSON a client reads).",
         canonical_json(_probe()).replace(b'"cases":', b'"future":1e400,"cases":', 1),
+        _probs(PROBS),
+    ),
+    # Issue #30: what a client written from the docs alone had to decide, settled.
+    "model-missing": (
+        "No model key: model and variant are informational (nothing is compared with "
+        "them) but required; malformed.",
+        {key: value for key, value in _probe().items() if key != "model"},
+        _probs(PROBS),
+    ),
+    "variant-not-a-name": (
+        "variant 'Int8': informational, but a name like every name; malformed.",
+        _probe(variant="Int8"),
+        _probs(PROBS),
+    ),
+    "state-pair-as-object": (
+        'A state pair spelled {"input": ..., "output": ...} as the contract spells it: the '
+        'probe spells a pair ["input", "output"], the other spelling is malformed here.',
+        _probe(state=[{"input": "h", "output": "h_next"}]),
+        _probs(PROBS),
+    ),
+    "expected-names-an-output-twice": (
+        "A step whose expected names probs twice: names are unique per step; malformed "
+        "(never the first or the last one compared).",
+        _probe([[[_tensor("probs", PROBS), _tensor("probs", PROBS)]]]),
         _probs(PROBS),
     ),
     "duplicate-key": (
