@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
 import scipy.stats
+from armkit import arm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
@@ -25,7 +27,13 @@ from edgereg.analysis import (
 )
 from edgereg.analysis._rates import restricted_rates
 from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
-from edgereg.reports.summary import ArmSummary, bucket_value_ms, latency_bucket
+from edgereg.reports.summary import (
+    ArmSummary,
+    Histogram,
+    Tally,
+    bucket_value_ms,
+    latency_bucket,
+)
 from edgereg.wire import HistoryEvent, RolloutSnapshot, RolloutState
 
 SINCE = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
@@ -34,25 +42,6 @@ GUARDRAILS = Guardrails()
 
 def expand(histogram: dict[int, int]) -> np.ndarray:
     return np.repeat([bucket_value_ms(index) for index in histogram], list(histogram.values()))
-
-
-def arm(
-    arm_name: str,
-    devices: int,
-    *,
-    tier: str = "high",
-    version: str | None = None,
-    unit: str = "vision",
-    **fields: object,
-) -> ArmSummary:
-    return ArmSummary(
-        unit=unit,
-        tier=tier,
-        arm=arm_name,  # type: ignore[arg-type]
-        version=version or ("1.1.0" if arm_name == "candidate" else "1.0.0"),
-        devices=devices,
-        **fields,  # type: ignore[arg-type]
-    )
 
 
 def run(*summaries: ArmSummary, guardrails: Guardrails = GUARDRAILS, **kw: object) -> Analysis:
@@ -279,17 +268,37 @@ def test_below_min_devices_a_guardrail_cannot_pass_but_can_fail() -> None:
     analysis = run(healthy("candidate", few), healthy("stable", 100_000))
     assert set(verdicts(analysis).values()) == {"inconclusive"}
     (tier,) = analysis.tiers
-    assert f"candidate {few} of {GUARDRAILS.min_devices} needed" in tier.guardrails[0].reason
+    assert (
+        f"candidate {few} of {GUARDRAILS.min_devices} needed per arm beyond the "
+        f"{GUARDRAILS.tolerated_networks} tolerated"
+    ) in tier.guardrails[0].reason
     broken = run(healthy("candidate", 40, probe_failed=40), healthy("stable", 100_000))
     assert verdicts(broken)["probe_failure"] == "fail"
 
 
-def test_a_tier_without_reports_is_inconclusive_and_named() -> None:
+def test_a_tier_without_reports_is_named_and_judged_within_the_pool() -> None:
     analysis = run(healthy("candidate"), healthy("stable"), tiers=["high", "low"])
     assert [tier.tier for tier in analysis.tiers] == ["high", "low"]
     assert set(verdicts(analysis, "low").values()) == {"inconclusive"}
     assert analysis.tiers[1].guardrails[0].reason == "no candidate and stable reports in the period"
-    assert analysis.verdict == "inconclusive"
+    # It cannot hold the rollout forever: its passes are the pool's.
+    assert [tier.pooled for tier in analysis.tiers] == [False, True]
+    assert analysis.pool is not None
+    assert analysis.pool.candidate_devices == 2000
+    assert analysis.verdict == "pass"
+    # A tier too small to pass alone (fewer than min_devices networks beyond the tolerated
+    # ones) is judged within the pool, but its own fail counts once it has the networks
+    # to fail on (min_networks beyond the tolerated ones): 14 of 14 rejecting the model.
+    for devices, verdict in ((14, "fail"), (12, "inconclusive")):
+        found = run(
+            healthy("candidate"),
+            healthy("stable"),
+            healthy("candidate", devices, tier="low", probe_failed=devices),
+            healthy("stable", 30, tier="low"),
+            tiers=["high", "low"],
+        )
+        assert found.tiers[1].pooled
+        assert found.verdict == verdict, found.tiers[1].guardrails[0].reason
 
 
 def test_reports_of_other_versions_units_and_arms_are_ignored() -> None:
@@ -350,6 +359,7 @@ def test_evidence_is_compact_json() -> None:
         "candidate_rate",
         "stable_rate",
         "difference",
+        "estimate",
         "ci_low",
         "ci_high",
         "p_worse",
@@ -482,17 +492,30 @@ def test_one_event_on_one_device_is_never_a_verdict() -> None:
     assert result.p_worse > 0.1
 
 
-def test_a_fail_needs_min_failing_devices() -> None:
-    # Two of two reverting against 0 of 1000 is strong evidence (p about 0.015) but two
-    # devices are not enough to roll back on: min_failing_devices (3) is the floor.
-    assert compare_rates(2, 2, 0, 1000, margin=0.01, alpha=0.05).p_worse < 0.05
-    analysis = run(healthy("candidate", 2, reverted=2), healthy("stable", 1000))
+def test_a_fail_needs_failing_networks_beyond_the_tolerated_ones() -> None:
+    # Five of fifteen reverting against 0 of 1000 is strong evidence even with three of
+    # them set aside (p about 0.03), but two failing networks remain: min_failing_devices
+    # (3) is the floor beyond the tolerated ones.
+    assert compare_rates(5 - 3, 15 - 3, 0, 997, margin=0.01, alpha=0.05).p_worse > 0.05
+    assert compare_rates(6 - 3, 15 - 3, 0, 997, margin=0.01, alpha=0.05).p_worse < 0.05
+    analysis = run(healthy("candidate", 15, reverted=5), healthy("stable", 1000))
     (tier,) = analysis.tiers
     (revert,) = (r for r in tier.guardrails if r.name == "revert")
     assert revert.verdict == "inconclusive"
-    assert "2 failing candidate device(s), 3 needed to fail" in revert.reason
-    worse = run(healthy("candidate", 3, reverted=3), healthy("stable", 1000))
+    worse = run(healthy("candidate", 15, reverted=6), healthy("stable", 1000))
     assert verdicts(worse)["revert"] == "fail"
+    low = Guardrails(min_failing_devices=4)
+    (revert,) = (
+        r
+        for r in run(healthy("candidate", 15, reverted=6), healthy("stable", 1000), guardrails=low)
+        .tiers[0]
+        .guardrails
+        if r.name == "revert"
+    )
+    assert "only 3 failing candidate network(s) beyond the 3 tolerated, 4 needed" in revert.reason
+    # And each arm min_networks beyond the tolerated ones: ten of ten failing is no fail.
+    tiny = run(healthy("candidate", 10, reverted=10), healthy("stable", 1000))
+    assert verdicts(tiny)["revert"] == "inconclusive"
 
 
 def test_the_single_arm_evidence_is_exact_under_every_look() -> None:
@@ -582,66 +605,6 @@ def test_a_first_release_is_judged_by_the_absolute_limits() -> None:
     assert fine.verdict == "inconclusive"
 
 
-def test_a_fail_needs_failing_devices_from_min_failing_sources_networks() -> None:
-    # 40 reverting candidate devices, all from one network: a forger's campaign, not a fail.
-    known = {"sources": 300, "sourced_devices": 2000}
-    one_network = healthy("candidate", 2000, reverted=40, reverted_sources=1, **known)
-    analysis = run(one_network, healthy("stable", 2000, **known))
-    (tier,) = analysis.tiers
-    (revert,) = (r for r in tier.guardrails if r.name == "revert")
-    assert revert.verdict == "inconclusive"
-    # Counted one per network, the forty are one failing device.
-    assert "(a fail counts 1 of the 40 failing devices: one per network)" in revert.reason
-    assert revert.numbers["failing_counted"] == 1
-    spread = healthy("candidate", 2000, reverted=40, reverted_sources=40, **known)
-    assert verdicts(run(spread, healthy("stable", 2000, **known)))["revert"] == "fail"
-    # Forty from three networks count three: too few to show +1 point over 0 %.
-    three = healthy("candidate", 2000, reverted=40, reverted_sources=3, **known)
-    assert verdicts(run(three, healthy("stable", 2000, **known)))["revert"] == "inconclusive"
-    # Devices counted whole (count_networks off): the network floor still holds.
-    whole = Guardrails(count_networks=False)
-    analysis = run(one_network, healthy("stable", 2000, **known), guardrails=whole)
-    (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
-    assert "come from 1 network(s), 3 needed to fail" in revert.reason
-    assert verdicts(run(three, healthy("stable", 2000, **known), guardrails=whole))["revert"] == (
-        "fail"
-    )
-    # Known for a few devices only (a forger's trusted path, the rest behind a proxy
-    # not trusted): those few do not decide for the arm.
-    few_known = healthy("candidate", 2000, reverted=40, sources=1, sourced_devices=50)
-    assert verdicts(run(few_known, healthy("stable", 2000)))["revert"] == "fail"
-    # Sources unknown (a proxy not trusted, reports from before schema 2): not applied.
-    unknown = healthy("candidate", 2000, reverted=40)
-    assert verdicts(run(unknown, healthy("stable", 2000)))["revert"] == "fail"
-
-
-def test_a_pass_needs_devices_from_min_sources_networks() -> None:
-    # Devices counted whole (count_networks off), min_sources is the networks' floor.
-    whole = Guardrails(count_networks=False)
-    few = run(
-        healthy("candidate", sources=2, sourced_devices=2000),
-        healthy("stable", sources=300, sourced_devices=2000),
-        guardrails=whole,
-    )
-    assert set(verdicts(few).values()) == {"inconclusive"}
-    assert "devices from too few networks to pass (candidate 2 of 5" in (
-        few.tiers[0].guardrails[0].reason
-    )
-    enough = run(
-        healthy("candidate", sources=5, sourced_devices=2000),
-        healthy("stable", sources=300, sourced_devices=2000),
-        guardrails=whole,
-    )
-    assert enough.verdict == "pass"
-    # Counted by network (the default), two networks are two devices of the 50 needed.
-    counted = run(
-        healthy("candidate", sources=2, sourced_devices=2000),
-        healthy("stable", sources=300, sourced_devices=2000),
-    )
-    assert set(verdicts(counted).values()) == {"inconclusive"}
-    assert "candidate 2 of 50 needed" in counted.tiers[0].guardrails[0].reason
-
-
 def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:
     # The bundle's own histograms hold one row per member per install: 3 members would
     # triple the device count and blend a slow member into fast ones. Per member, each
@@ -661,23 +624,6 @@ def test_a_bundle_is_judged_per_member_latency_counted_in_devices() -> None:
     (rec,) = (r for r in tier.guardrails if r.name == "load_ms/rec")
     assert rec.numbers["candidate_devices"] == 2000
     assert found["revert"] == "pass"  # rates stay per install
-
-
-def test_a_pass_counts_the_candidates_networks_as_its_devices() -> None:
-    # 4 genuine candidate devices plus 1,500 forged healthy ones from one network: five
-    # networks, so five devices to pass on, far from min_devices.
-    forged = healthy("candidate", 1504, sources=5, sourced_devices=1504)
-    stable = healthy("stable", 2000, sources=2000, sourced_devices=2000)
-    analysis = run(forged, stable)
-    found = verdicts(analysis)
-    assert set(found.values()) == {"inconclusive"}, found
-    (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
-    assert "(a pass counts the candidate's 5 networks as its devices, not 1504)" in revert.reason
-    assert revert.numbers["passing_devices"] == 5
-    # Genuine devices on networks of their own pass as before; counted whole, so would these.
-    spread = healthy("candidate", 1504, sources=1504, sourced_devices=1504)
-    assert run(spread, stable).verdict == "pass"
-    assert run(forged, stable, guardrails=Guardrails(count_networks=False)).verdict == "pass"
 
 
 def test_the_revert_guardrail_counts_only_installs_old_enough_to_have_reverted() -> None:
@@ -806,19 +752,19 @@ STALLS = {
         healthy("candidate", aged_devices=0, **KNOWN),
         healthy("stable", aged_devices=2000, **KNOWN),
         "inconclusive",
-        "a pass counts only the 0 candidate device(s) installed 72 h ago or more",
+        "a pass counts only the 0 candidate network(s) installed 72 h ago or more",
     ),
     "aged-cohort-passes-on-its-aged-installs": Stall(
         healthy("candidate", aged_devices=1500, aged_sources=1500, **KNOWN),
         healthy("stable", aged_devices=2000, aged_sources=2000, **KNOWN),
         "pass",
-        "a pass counts only the 1500 candidate device(s) installed 72 h ago",
+        "a pass counts only the 1500 candidate network(s) installed 72 h ago",
     ),
     "too-few-aged-to-pass": Stall(
         healthy("candidate", aged_devices=30, aged_sources=30, **KNOWN),
         healthy("stable", aged_devices=2000, aged_sources=2000, **KNOWN),
         "inconclusive",
-        "too few devices to pass",
+        "too few networks to pass (candidate 30 of 50",
     ),
     # The aged installs' own stalls decide a pass: 15 of 500 aged (3 %) is no pass, though
     # over the whole arm, 19,500 young clean installs would dilute it to 0.08 %.
@@ -837,13 +783,15 @@ STALLS = {
         ),
         healthy("stable", 20_000, sources=20_000, sourced_devices=20_000),
         "inconclusive",
-        "a pass counts only the 500 candidate device(s)",
+        "a pass counts only the 500 candidate network(s)",
     ),
-    "stalls-from-one-network-do-not-fail": Stall(
+    # Forty stalls in one network (a forger's /24, or one carrier NAT): one network,
+    # its devices all stalled, among 2,000: its weight is one network's.
+    "stalls-from-one-network-weigh-one-network": Stall(
         healthy("candidate", stalled=40, stalled_sources=1, **KNOWN),
         healthy("stable", **KNOWN),
-        "inconclusive",
-        "(a fail counts 1 of the 40 failing devices: one per network)",
+        "pass",
+        "1/2000 networks; 40/2000 devices",
     ),
     "stalling-alike-with-the-stable-is-not-worse": Stall(
         healthy("candidate", stalled=40, stalled_sources=40, **KNOWN),
@@ -939,10 +887,137 @@ def test_sabotage_an_unconfirmed_guardrail_that_always_passes_is_caught(
 
     judged = _canary._rate_result
 
-    def always_passes(name: str, rule: RateGuardrail, *args: object, **kw: object) -> object:
-        result = judged(name, rule, *args, **kw)  # type: ignore[arg-type]
-        return replace(result, verdict="pass") if name == "unconfirmed" else result
+    def always_passes(spec: object, rule: RateGuardrail, *args: object, **kw: object) -> object:
+        result = judged(spec, rule, *args, **kw)  # type: ignore[arg-type]
+        return replace(result, verdict="pass") if result.name == "unconfirmed" else result
 
     monkeypatch.setattr(_canary, "_rate_result", always_passes)
     with pytest.raises(AssertionError):
         test_unconfirmed_guardrail(STALLS["stalls-fail-before-any-revert"])
+
+
+# --- a few networks move no verdict (docs/operations/report-threats.md) ----------------------
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A real fleet's arms, and what a forger adds to them from its own networks."""
+
+    candidate: ArmSummary
+    stable: ArmSummary
+    guardrail: str
+    verdict: str
+    with_forger: Callable[[], ArmSummary]
+
+
+def _forged(summary: ArmSummary, networks: int, tokens: int, **events: int) -> ArmSummary:
+    """``summary`` plus ``tokens`` forged devices from ``networks`` /24s of the forger's own."""
+    extra = Tally(
+        tokens,
+        networks,
+        events,
+        # Each forged network is wholly the forger's: its share is 1 where it has the event.
+        {name: float(min(count, networks)) for name, count in events.items()},
+    )
+    aged = None if summary.aged is None else summary.aged + extra
+    return replace(summary, all=summary.all + extra, aged=aged)
+
+
+GOOD_C = healthy("candidate", 1000, reverted=20)
+GOOD_S = healthy("stable", 19_000, reverted=380)
+BAD_C = healthy("candidate", 5000, reverted=250)  # 5 % against 2 %: three points worse
+BAD_S = healthy("stable", 15_000, reverted=300)
+SLOW = {latency_bucket(52.0) + o: 400 for o in range(5)}  # about 30 % slower
+FAST = {latency_bucket(40.0) + o: 400 for o in range(5)}
+
+CAMPAIGNS = {
+    # Forged failures of a good candidate, from three /24s: set aside, they fail nothing.
+    "reverts-from-three-networks": Campaign(
+        GOOD_C,
+        GOOD_S,
+        "revert",
+        "inconclusive",
+        with_forger=lambda: _forged(GOOD_C, 3, 12, reverted=12),
+    ),
+    # Forged stable failures to mask a bad candidate: the stable arm is counted alike.
+    "stable-failures-from-three-networks": Campaign(
+        BAD_C,
+        BAD_S,
+        "revert",
+        "fail",
+        with_forger=lambda: _forged(BAD_S, 3, 60, reverted=60),
+    ),
+    # Forged healthy installs to dilute a bad candidate: networks weigh one each.
+    "healthy-candidates-from-three-networks": Campaign(
+        BAD_C,
+        BAD_S,
+        "revert",
+        "fail",
+        with_forger=lambda: _forged(BAD_C, 3, 600),
+    ),
+}
+
+
+@pytest.mark.parametrize("row", CAMPAIGNS.values(), ids=CAMPAIGNS.keys())
+def test_a_forger_with_tolerated_networks_changes_no_verdict(row: Campaign) -> None:
+    honest = verdicts(run(row.candidate, row.stable))[row.guardrail]
+    assert honest == row.verdict
+    forged = row.with_forger()
+    arms = (forged, row.stable) if forged.arm == "candidate" else (row.candidate, forged)
+    assert verdicts(run(*arms))[row.guardrail] == row.verdict
+
+
+def test_a_forgers_latency_reports_weigh_one_network_each() -> None:
+    """A hundred slow reports from one /24 are one slow value; so are a hundred fast ones."""
+    fast_c = healthy("candidate", 2000, load_ms=FAST)
+    slow_c = healthy("candidate", 2000, load_ms={b: n for b, n in SLOW.items()})
+    stable = healthy("stable", 2000, load_ms=FAST)
+    slow_forged = replace(
+        fast_c,
+        histograms={
+            **fast_c.histograms,
+            "load_ms": fast_c.histogram("load_ms")
+            + Histogram(
+                {latency_bucket(400.0): 100}, {latency_bucket(400.0): 1}, {latency_bucket(400.0): 1}
+            ),
+        },
+    )
+    assert verdicts(run(fast_c, stable))["load_ms"] == "pass"
+    assert verdicts(run(slow_forged, stable))["load_ms"] == "pass"
+    fast_forged = replace(
+        slow_c,
+        histograms={
+            **slow_c.histograms,
+            "load_ms": slow_c.histogram("load_ms")
+            + Histogram(
+                {latency_bucket(5.0): 3000}, {latency_bucket(5.0): 3}, {latency_bucket(5.0): 3}
+            ),
+        },
+    )
+    assert verdicts(run(slow_c, stable))["load_ms"] == "fail"
+    assert verdicts(run(fast_forged, stable))["load_ms"] == "fail"
+
+
+def test_a_fail_prints_the_interval_of_the_counts_it_rests_on() -> None:
+    analysis = run(healthy("candidate", 1000, probe_failed=100), healthy("stable", 19_000))
+    (probe,) = (r for r in analysis.tiers[0].guardrails if r.name == "probe_failure")
+    assert probe.verdict == "fail"
+    # The interval shown is the case with the tolerated networks set aside.
+    assert "3 network(s) set aside" in probe.reason
+    case = compare_rates(97, 997, 0, 19_000, margin=0.01, alpha=0.05)
+    assert probe.numbers["ci_low"] == pytest.approx(case.ci_low)
+    assert f"+{100 * case.ci_low:.2f} pt to" in probe.reason
+
+
+def test_a_crash_at_the_first_launch_fails_first_start() -> None:
+    """Every candidate install crashed once at its first launch, then ran: no revert, no stall."""
+    crashed_once = healthy(
+        "candidate", 1000, first_start=1000, aged_devices=900, aged_first_start=900
+    )
+    stable = healthy("stable", 19_000, first_start=1900, aged_devices=19_000, aged_first_start=1900)
+    found = verdicts(run(crashed_once, stable))
+    assert found["first_start"] == "fail"
+    assert (found["revert"], found["unconfirmed"]) == ("pass", "pass")
+    # Non-users at the first launch, alike in both arms, are not a crash.
+    alike = healthy("candidate", 1000, first_start=100, aged_devices=900, aged_first_start=90)
+    assert verdicts(run(alike, stable))["first_start"] != "fail"

@@ -87,7 +87,12 @@ def _installed(cache: Path) -> object:
 
 READERS: list[tuple[str, StateFile, Callable[[Path], object], object]] = [
     ("health.json", "health", _health, {}),
-    ("reports.json", "reports", _reports, {"models": {}, "tokens": {}, "pending": []}),
+    (
+        "reports.json",
+        "reports",
+        _reports,
+        {"reports": {}, "installed": {}, "tokens": {}, "pending": []},
+    ),
     ("selftest.json", "selftest", _selftest, {}),
     ("installed.json", "installed", _installed, None),
 ]

@@ -201,18 +201,42 @@ def test_no_report_url_no_report(collector: Collector, tmp_path: Path) -> None:
     assert collector.received == []
 
 
-def test_a_failed_send_is_retried_once_later_then_dropped(
+def test_a_report_answered_with_errors_is_tried_five_times_then_dropped(
     collector: Collector, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     collector.status = 503
     reporter = _reporter(collector, tmp_path)
     assert reporter.installed(FACTS, "v1/reports") is not None  # never raises
     assert len(collector.received) == 1
-    reporter.retry_pending()
-    assert len(collector.received) == 2
-    reporter.retry_pending()  # the retry failed too: dropped, not sent a third time
-    assert len(collector.received) == 2
+    for tries in range(2, 6):
+        reporter.retry_pending()  # each update check tries once more
+        assert len(collector.received) == tries
+    reporter.retry_pending()  # five answered tries: dropped, not sent a sixth time
+    assert len(collector.received) == 5
     assert "report dropped" in caplog.text
+
+
+def test_a_report_made_offline_waits_for_the_network(collector: Collector, tmp_path: Path) -> None:
+    """A try the network never answered costs nothing: the report survives offline checks."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    offline = Reporter(f"http://127.0.0.1:{port}/registry/", tmp_path, background=False, timeout=1)
+    offline.installed(FACTS, "v1/reports")
+    for _ in range(8):  # eight update checks, all offline
+        offline.retry_pending()
+    [kept] = json.loads((tmp_path / "reports.json").read_text())["pending"]
+    assert kept["tries"] == 0
+    # Back online: the same report reaches the collector (the kept URL pointed at the
+    # unreachable port; here the device's collector comes back at another one).
+    kept["url"] = collector.base + "v1/reports"
+    state = json.loads((tmp_path / "reports.json").read_text())
+    state["pending"] = [kept]
+    (tmp_path / "reports.json").write_text(json.dumps(state))
+    _reporter(collector, tmp_path).retry_pending()
+    [delivered] = collector.reports()
+    assert (delivered.token, delivered.sequence) == (kept["body"]["token"], 7)
+    assert json.loads((tmp_path / "reports.json").read_text())["pending"] == []
 
 
 def test_a_retry_that_succeeds_sends_the_same_report(collector: Collector, tmp_path: Path) -> None:
@@ -282,7 +306,7 @@ def test_device_facts_are_checked_when_the_app_gives_them() -> None:
 def test_an_unreadable_reports_file_is_started_afresh(collector: Collector, tmp_path: Path) -> None:
     (tmp_path / "reports.json").write_text("[1, 2")
     assert _reporter(collector, tmp_path).installed(FACTS, "v1/reports") is not None
-    assert json.loads((tmp_path / "reports.json").read_text())["models"]["digits/digits"]
+    assert json.loads((tmp_path / "reports.json").read_text())["reports"]["digits/digits"]
 
 
 def test_members_of_one_install_share_its_token_and_are_kept_apart_for_the_retry(
@@ -530,3 +554,155 @@ def test_a_crash_loop_is_stored_by_edgereg_serve_before_the_revert(
     assert {(r.schema_version, r.cpu_class, r.version) for r in sent} == {(2, "armv9", "1.1.0")}
     assert (after.devices, after.reverted) == (1, 1)
     assert after.stalled == 1  # the revert keeps its count: stalled first, stalled still
+
+
+# --- every rollout period, both arms (docs/protocol.md §11) -----------------------------
+
+
+STABLE = InstallFacts(
+    **{**FACTS.__dict__, "version": "1.0.0", "unit_version": "1.0.0", "arm": "stable"}
+)
+
+
+def test_the_installed_release_is_reported_again_at_each_new_sequence(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(STABLE, "v1/reports")
+    reporter.confirmed("digits", "digits")
+    reporter.record_inference("digits", 11.0)
+    again = reporter.period(
+        "digits", "digits", "1.0.0", arm="stable", sequence=8, report_url="v1/reports"
+    )
+    # The same sequence (a 304, a check right after) or an older one sends nothing.
+    for sequence in (8, 7):
+        assert (
+            reporter.period(
+                "digits",
+                "digits",
+                "1.0.0",
+                arm="stable",
+                sequence=sequence,
+                report_url="v1/reports",
+            )
+            is None
+        )
+    installed, _confirmed, period = collector.reports()
+    assert again == period
+    assert (period.token, period.sequence, period.arm) == (installed.token, 8, "stable")
+    assert period.confirmed  # kept, not reset
+    assert period.inference is not None
+    assert period.inference.count == 1
+
+
+def test_a_rejected_release_keeps_counting_in_its_arm_with_no_latency(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(STABLE, "v1/reports")
+    rejected = InstallFacts(**{**FACTS.__dict__, "probe": "failed", "backend": None})
+    reporter.installed(rejected, "v1/reports")
+    reporter.record_inference("digits", 9.0)  # the stable still runs: its calls
+    reporter.period(
+        "digits", "digits", "1.1.0", arm="candidate", sequence=9, report_url="v1/reports"
+    )
+    *_, refused, period = collector.reports()
+    assert (period.token, period.probe, period.arm, period.sequence) == (
+        refused.token,
+        "failed",
+        "candidate",
+        9,
+    )
+    assert period.inference is None
+    # The calls stay with the stable release that ran them.
+    reporter.summary("digits", "digits")
+    summary = collector.reports()[-1]
+    assert (summary.version, summary.inference and summary.inference.count) == ("1.0.0", 1)
+
+
+def test_a_reverted_release_is_reported_in_later_periods_without_the_fallbacks_latency(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    reporter.installed(STABLE, "v1/reports")
+    reporter.confirmed("digits", "digits")
+    reporter.installed(FACTS, "v1/reports")
+    reporter.record_inference("digits", 50.0)  # the candidate's own call, before the revert
+    reporter.reverted("digits", "digits", "1.0.0")
+    for ms in (4.0, 5.0):  # the fallback runs now
+        reporter.record_inference("digits", ms)
+    reporter.period(
+        "digits", "digits", "1.1.0", arm="candidate", sequence=8, report_url="v1/reports"
+    )
+    reporter.summary("digits", "digits")
+    *_, revert, period, fallback = collector.reports()
+    assert revert.reverted
+    assert revert.inference is not None
+    assert revert.inference.count == 1
+    assert (period.version, period.reverted, period.sequence, period.inference) == (
+        "1.1.0",
+        True,
+        8,
+        None,
+    )
+    assert fallback.version == "1.0.0"
+    assert fallback.inference is not None
+    assert fallback.inference.count == 2
+
+
+def test_a_release_never_reported_here_is_not_reported_by_the_period(
+    collector: Collector, tmp_path: Path
+) -> None:
+    reporter = _reporter(collector, tmp_path)
+    assert (
+        reporter.period(
+            "digits", "digits", "1.1.0", arm="candidate", sequence=3, report_url="v1/reports"
+        )
+        is None
+    )
+    assert collector.received == []
+
+
+@pytest.mark.parametrize(
+    ("facts", "sent"),
+    [
+        (DeviceFacts(mnn_runtime="v3.6.1"), {"mnn_runtime": "v3.6.1"}),
+        (DeviceFacts(mnn_runtime="3.6.1-rc.2"), {"mnn_runtime": "3.6.1-rc.2"}),
+        (DeviceFacts(mnn_runtime="2.4.0 (123)"), {"mnn_runtime": "2.4.0 (123)"}),
+        (DeviceFacts(mnn_runtime="3." + "1" * 70), {"mnn_runtime": None}),
+        (DeviceFacts(mnn_runtime="latest"), {"mnn_runtime": None}),
+        (DeviceFacts(cpu_class="Not A Class"), {"cpu_class": None}),
+    ],
+    ids=["leading-v", "pre-release", "build", "too-long", "not-a-version", "bad-cpu-class"],
+)
+def test_a_device_fact_the_report_cannot_carry_is_sent_as_null(
+    collector: Collector, tmp_path: Path, facts: DeviceFacts, sent: dict[str, object]
+) -> None:
+    """A device always reports (§11): a fact the report's pattern refuses becomes null."""
+    Reporter(collector.base, tmp_path, device=facts, background=False).installed(
+        FACTS, "v1/reports"
+    )
+    [report] = collector.reports()
+    assert {key: getattr(report, key) for key in sent} == sent
+
+
+def test_a_reports_file_of_the_earlier_layout_is_read(collector: Collector, tmp_path: Path) -> None:
+    reporter = _reporter(collector, tmp_path)
+    sent = reporter.installed(FACTS, "v1/reports")
+    assert sent is not None
+    earlier = {
+        "models": {
+            "digits/digits": {
+                "url": collector.base + "v1/reports",
+                "report": sent.model_dump(mode="json"),
+            }
+        },
+        "tokens": {"digits": {"1.1.0": sent.token}},
+        "pending": [],
+    }
+    from edgereg.client._cache import write_state_file
+
+    write_state_file(tmp_path / "reports.json", earlier)
+    again = _reporter(collector, tmp_path).confirmed("digits", "digits")
+    assert again is not None
+    assert (again.token, again.confirmed) == (sent.token, True)

@@ -18,11 +18,13 @@ machine, with a faulty or missing GPU played on top of it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import shutil
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
@@ -38,9 +40,10 @@ from devicekit import DeviceProgram, hostrunner
 from registrykit import PUBLIC_KEY_FILE, Site, add_table, ok
 from servekit import _release, serve, serve_process
 
+from edgereg.config import RolloutPolicy
 from edgereg.protocol.rules import in_cohort
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
-from edgereg.registry import Registry, manifest_key
+from edgereg.registry import Registry, manifest_key, set_percent
 from edgereg.reports import ReportStore, open_store
 from edgereg.signing import Signer, generate_key, key_id
 from edgereg.storage import open_storage
@@ -96,6 +99,25 @@ class LibRegistry:
         )
         return self.manifest()
 
+    def rollout(self, percent: float) -> Manifest:
+        """Move the candidate to ``percent``: a new rollout period (`rollout --to P --force`)."""
+        self.registry.change(
+            self.model,
+            lambda state, now, expires: set_percent(
+                state,
+                self.model,
+                percent,
+                policy=RolloutPolicy(),
+                now=now,
+                expires=expires,
+                actor="harness@tests",
+                force=True,  # no soak time in a test
+            ),
+            signer=self.signer,
+            expires_days=30,
+        )
+        return self.manifest()
+
     def manifest(self, tier: str = "high") -> Manifest:
         return self.registry.read_manifest(self.model, tier)
 
@@ -132,10 +154,37 @@ def arms(store: ReportStore, unit: str, **want: int) -> dict[tuple[str, str], di
     deadline = time.monotonic() + 10
     while True:
         found: dict[tuple[str, str], dict[str, int]] = {
-            (s.arm, s.version): {name: getattr(s, name) for name in want}
+            (s.arm, s.version): {
+                name: s.devices if name == "devices" else s.all.count(name) for name in want
+            }
             for s in store.summaries(unit)
         }
         if time.monotonic() > deadline or want in found.values():
+            return found
+        time.sleep(0.1)
+
+
+def rows(
+    tmp_path: Path, unit: str, until: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The report store's rows of ``unit`` (one per install and model), once ``until`` holds.
+
+    Read from the SQLite file of the ``reports`` fixture: the sequence, arm, probe and
+    latency of each install's row are what these scenarios check, beyond the summaries.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        uri = f"file:{tmp_path / 'reports.sqlite'}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.row_factory = sqlite3.Row
+            found = [
+                dict(row)
+                for row in db.execute(
+                    "SELECT * FROM reports WHERE unit = ? ORDER BY first_received_at, version",
+                    (unit,),
+                )
+            ]
+        if until(found) or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
 
@@ -196,7 +245,8 @@ class Proxy:
 
     ``mode``: ``pass`` relays everything; ``slow`` relays blob bodies at
     ``rate`` bytes per second (a trickling server); ``silent`` reads each
-    request and never answers. Each request goes upstream with
+    request and never answers; ``down`` closes each connection unanswered
+    (the server unreachable, the device offline). Each request goes upstream with
     ``Connection: close``, so the relay ends with the response.
     """
 
@@ -231,6 +281,8 @@ class Proxy:
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
+            if self.mode == "down":
+                return
             try:
                 read = _read_head(conn)
                 if read is None:
@@ -436,6 +488,17 @@ def device_in_cohort(manifest: Manifest, inside: bool) -> str:
     assert manifest.percent is not None
     n = 0
     while in_cohort(f"device-{n}", manifest.salt, manifest.percent) != inside:
+        n += 1
+    return f"device-{n}"
+
+
+def device_between(manifest: Manifest, outside: float, inside: float) -> str:
+    """A device id outside the cohort at ``outside`` percent and inside it at ``inside``."""
+    assert manifest.salt is not None
+    n = 0
+    while in_cohort(f"device-{n}", manifest.salt, outside) or not in_cohort(
+        f"device-{n}", manifest.salt, inside
+    ):
         n += 1
     return f"device-{n}"
 
@@ -852,6 +915,132 @@ def test_each_device_binds_its_own_source_address(
     assert update(device) == want("digits", first.stable)
     assert proxy.peers
     assert set(proxy.peers) == {"127.0.0.9"}
+
+
+# --- reports in every rollout period, kept until delivered (docs/protocol.md §11) -------------
+
+
+def test_a_stable_device_reports_again_in_each_new_rollout_period(
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
+) -> None:
+    canary = lib.publish("1.1.0", percent=10.0)
+    device = devices()
+    configure(
+        device, lib_url, lib.pem, tmp_path / "cache", device_id=device_between(canary, 50, 100)
+    )
+    assert update(device) == want("digits", canary.stable)
+    device.request("record_inference", ms=12.5, model=None)
+    stepped = lib.rollout(50.0)
+    assert stepped.sequence > canary.sequence
+    assert update(device) == want("digits", canary.stable)  # outside the cohort still
+
+    def landed(found: list[dict[str, Any]]) -> bool:
+        return any(r["sequence"] == stepped.sequence for r in found)
+
+    found = rows(tmp_path, "digits", landed)
+    # One install, one row: the stable arm heard from in the new period, with the calls since.
+    assert [(r["arm"], r["version"], r["sequence"], r["inference_count"]) for r in found] == [
+        ("stable", "1.0.0", stepped.sequence, 1)
+    ]
+
+
+def test_a_candidate_rejected_by_its_self_test_reports_the_rejection_in_each_period(
+    devices: Devices, site: Site, reports: ReportStore, tmp_path: Path
+) -> None:
+    add_table(site.project, '[reports]\nurl = "v1/reports"')
+    project = Project(site)
+    project.publish("vision", "--full")
+    first = project.manifest("vision", "high").stable
+    assert isinstance(first, ManifestEntry)
+    project.site.project.edit_table("models.vision", 'version = "1.0.0"', 'version = "1.1.0"')
+    project.publish("vision", "--canary", "10%")
+    canary = project.manifest("vision", "high")
+    inside = device_between(canary, 0, 10)
+    broken = {"command": hostrunner(faulty=list(first.runtime.backends))}
+    good = {"command": hostrunner(unavailable=list(first.runtime.backends[:-1]))}
+    cache = tmp_path / "cache"
+    with serve(f"file://{project.registry_root}", reports=reports) as url:
+        device = devices()
+        configure(
+            device, url + "/", project.pem, cache, device_id=inside,
+            unit="vision", self_test=True, runner=broken,
+        )  # fmt: skip
+        assert update(device) == want("vision", None, code="probe-failed", refused=("1.1.0",))
+        ok(project.site.run("rollout", "vision", "--to", "50%", "--force"))
+        stepped = project.manifest("vision", "high")
+        assert stepped.sequence > canary.sequence
+        configure(  # the app starts again with a runner that can run the stable
+            device, url + "/", project.pem, cache, device_id=inside,
+            unit="vision", self_test=True, runner=good,
+        )  # fmt: skip
+        result = device.request("update")
+        assert result["fallback"] == "bad-release", result
+        assert outcome(device, result) == want("vision", first, refused=("1.1.0",))
+
+        def landed(found: list[dict[str, Any]]) -> bool:
+            return any(r["version"] == "1.1.0" and r["sequence"] == stepped.sequence for r in found)
+
+        found = rows(tmp_path, "vision", landed)
+    rejected = [r for r in found if r["version"] == "1.1.0"]
+    # Intention to treat: the device counts in the candidate arm, as a failure, in this period.
+    assert [
+        (r["arm"], r["probe"], r["sequence"], r["backend"], r["inference_count"]) for r in rejected
+    ] == [("candidate", "failed", stepped.sequence, None, None)]
+
+
+def test_a_reverted_candidate_reports_its_revert_in_each_period_without_latency(
+    devices: Devices, lib: LibRegistry, lib_url: str, reports: ReportStore, tmp_path: Path
+) -> None:
+    canary = lib.publish("1.1.0", percent=10.0)
+    device = devices()
+    configure(
+        device, lib_url, lib.pem, tmp_path / "cache",
+        device_id=device_between(canary, 10, 50), max_unconfirmed_starts=1,
+    )  # fmt: skip
+    assert update(device) == want("digits", canary.stable)
+    assert device.request("confirm", version="1.0.0") == {"confirmed": True}
+    fifty = lib.rollout(50.0)
+    assert update(device) == want("digits", fifty.candidate, candidate=True)
+    assert device.request("app_started")["reverted"] is False  # crashed before confirming
+    assert device.request("app_started")["reverted"] is True  # a crash loop: reverted
+    device.request("record_inference", ms=9.0, model=None)  # the fallback 1.0.0 runs it
+    sixty = lib.rollout(60.0)
+    result = device.request("update")
+    assert result["fallback"] == "bad-release", result
+    assert outcome(device, result) == want("digits", fifty.stable, refused=("1.1.0",))
+
+    def landed(found: list[dict[str, Any]]) -> bool:
+        return any(r["version"] == "1.1.0" and r["sequence"] == sixty.sequence for r in found)
+
+    reverted = [r for r in rows(tmp_path, "digits", landed) if r["version"] == "1.1.0"]
+    # The fallback's call is in no report of the reverted release.
+    assert [
+        (r["arm"], r["reverted"], r["unconfirmed_starts"], r["sequence"], r["inference_count"])
+        for r in reverted
+    ] == [("candidate", 1, 1, sixty.sequence, None)]
+
+
+def test_a_report_made_while_the_server_is_unreachable_waits_for_the_first_reachable_check(
+    devices: Devices, lib: LibRegistry, proxy: Proxy, reports: ReportStore, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    installed = {"devices": 1, "confirmed": 0}
+    assert arms(reports, "digits", **installed) == {("stable", "1.0.0"): installed}
+    proxy.mode = "down"
+    assert device.request("confirm", version="1.0.0") == {"confirmed": True}  # made offline
+    device.request("flush")  # its try is over (no answer), and a retry of it too
+    for _ in range(2):  # two more checks, the server still unreachable
+        assert update(device) == want("digits", first.stable, code="transport")
+        device.request("flush")
+    assert arms(reports, "digits", **installed) == {("stable", "1.0.0"): installed}
+    proxy.mode = "pass"
+    assert update(device) == want("digits", first.stable)
+    # Delivered by that check itself (no flush): kept, not dropped after one more try.
+    confirmed = {"devices": 1, "confirmed": 1}
+    assert arms(reports, "digits", **confirmed) == {("stable", "1.0.0"): confirmed}
 
 
 # --- the self-test on real MNN through the host runner --------------------------------------

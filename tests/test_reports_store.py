@@ -67,6 +67,22 @@ def by_arm(summaries: list[ArmSummary]) -> dict[tuple[str, str, str], ArmSummary
     return {(s.tier, s.arm, s.version): s for s in summaries}
 
 
+def ev(summary: ArmSummary, *events: str, aged: bool = False) -> tuple[int, ...]:
+    """Devices with each event (of the aged installs with ``aged``)."""
+    tally = summary.aged_or_all if aged else summary.all
+    return tuple(tally.count(event) for event in events)
+
+
+def nets(summary: ArmSummary, *events: str, aged: bool = False) -> tuple[float, ...]:
+    """Networks with each event, each by its devices' share."""
+    tally = summary.aged_or_all if aged else summary.all
+    return tuple(round(tally.network_count(event), 6) for event in events)
+
+
+def hist(summary: ArmSummary, kind: str) -> dict[int, int]:
+    return dict(summary.histogram(kind).devices)
+
+
 def test_summaries_group_by_tier_arm_and_version(store: ReportStore) -> None:
     store.ingest_many(
         [
@@ -85,12 +101,13 @@ def test_summaries_group_by_tier_arm_and_version(store: ReportStore) -> None:
         ("low", "candidate", "1.1.0"),
     }
     candidate = arms[("high", "candidate", "1.1.0")]
-    assert (candidate.devices, candidate.probe_failed, candidate.reverted) == (3, 1, 1)
-    assert (candidate.confirmed, candidate.load_failed) == (1, 0)
-    assert candidate.load_ms == {latency_bucket(10.0): 2, latency_bucket(40.0): 1}
-    assert candidate.inference_p50_ms == {latency_bucket(3.0): 3}
+    assert (candidate.devices, *ev(candidate, "probe_failed", "reverted")) == (3, 1, 1)
+    assert ev(candidate, "confirmed", "load_failed") == (1, 0)
+    assert hist(candidate, "load_ms") == {latency_bucket(10.0): 2, latency_bucket(40.0): 1}
+    assert hist(candidate, "inference_ms") == {latency_bucket(3.0): 3}
     low = arms[("low", "candidate", "1.1.0")]
-    assert (low.devices, low.load_failed, low.load_ms, low.inference_p50_ms) == (1, 1, {}, {})
+    assert (low.devices, *ev(low, "load_failed")) == (1, 1)
+    assert (hist(low, "load_ms"), hist(low, "inference_ms")) == ({}, {})
     assert store.summaries("nothing") == []
 
 
@@ -100,8 +117,8 @@ def test_latest_report_of_an_install_wins_and_replays_change_nothing(store: Repo
     for _ in range(3):  # a replay of the first report, arriving late
         store.ingest(report(1, confirmed=False), T0 + timedelta(minutes=1))
     (summary,) = store.summaries("digits")
-    assert (summary.devices, summary.confirmed) == (1, 1)
-    assert summary.load_ms == {latency_bucket(80.0): 1}
+    assert (summary.devices, *ev(summary, "confirmed")) == (1, 1)
+    assert hist(summary, "load_ms") == {latency_bucket(80.0): 1}
     assert store.count() == 1
 
 
@@ -124,9 +141,9 @@ def test_bundle_members_fold_into_one_device(store: ReportStore) -> None:
         ]
     )
     (summary,) = store.summaries("ocr")
-    assert (summary.devices, summary.probe_failed, summary.confirmed) == (2, 1, 1)
+    assert (summary.devices, *ev(summary, "probe_failed", "confirmed")) == (2, 1, 1)
     (rec,) = store.summaries("ocr", model="rec")
-    assert (rec.devices, rec.load_ms) == (1, {latency_bucket(50.0): 1})
+    assert (rec.devices, hist(rec, "load_ms")) == (1, {latency_bucket(50.0): 1})
 
 
 def test_prune_deletes_installs_not_heard_from(store: ReportStore) -> None:
@@ -291,10 +308,44 @@ def test_distinct_source_networks_are_counted_per_arm_and_outcome(store: ReportS
     )
     found = by_arm(store.summaries("digits"))
     candidate = found[("high", "candidate", "1.1.0")]
-    assert (candidate.devices, candidate.sources, candidate.sourced_devices) == (5, 3, 4)
-    assert (candidate.reverted, candidate.reverted_sources) == (2, 1)
-    assert (candidate.probe_failed, candidate.probe_failed_sources) == (1, 0)
-    assert found[("high", "stable", "1.0.0")].sources == 0  # unknown, not "none"
+    # Three known networks, and the device whose network is unknown as one of its own.
+    assert (candidate.devices, candidate.networks) == (5, 4)
+    # The /24 of two reverting devices is one network whose devices all reverted.
+    assert (ev(candidate, "reverted"), nets(candidate, "reverted")) == ((2,), (1.0,))
+    assert (ev(candidate, "probe_failed"), nets(candidate, "probe_failed")) == ((1,), (1.0,))
+    assert found[("high", "stable", "1.0.0")].networks == 1
+
+
+def test_a_network_counts_once_by_the_share_of_its_devices(store: ReportStore) -> None:
+    """A forger's hundred tokens from one /24 weigh what one device does, in either arm."""
+    forged = [
+        (report(100 + n, reverted=True, confirmed=False), T0, "198.51.100.0/24") for n in range(100)
+    ]
+    genuine = [(report(n), T0, f"10.0.{n}.0/24") for n in range(9)]
+    # A carrier NAT: four devices, one of which reverted.
+    nat = [
+        (report(200 + n, reverted=n == 0, confirmed=n != 0), T0, "100.64.0.0/24") for n in range(4)
+    ]
+    stable = [
+        (
+            report(300 + n, arm="stable", version="1.0.0", unit_version="1.0.0", reverted=True),
+            T0,
+            "192.0.2.0/24",
+        )
+        for n in range(50)
+    ]
+    store.ingest_many(forged + genuine + nat + stable)
+    found = by_arm(store.summaries("digits"))
+    candidate = found[("high", "candidate", "1.1.0")]
+    assert (candidate.devices, candidate.networks) == (113, 11)
+    assert ev(candidate, "reverted") == (101,)
+    assert nets(candidate, "reverted") == (1.25,)
+    # Latencies too: each network once, at its fastest and at its slowest device.
+    histogram = candidate.histogram("load_ms")
+    assert sum(histogram.devices.values()) == 113
+    assert sum(histogram.low.values()) == sum(histogram.high.values()) == 11
+    stable_arm = found[("high", "stable", "1.0.0")]
+    assert (stable_arm.networks, nets(stable_arm, "reverted")) == (1, (1.0,))
 
 
 def test_bundle_installs_count_their_source_once(store: ReportStore) -> None:
@@ -304,7 +355,7 @@ def test_bundle_installs_count_their_source_once(store: ReportStore) -> None:
             rows.append((report(n, unit="ocr", model=member, reverted=n == 3), T0, source))
     store.ingest_many(rows)
     (summary,) = store.summaries("ocr")
-    assert (summary.devices, summary.sources, summary.reverted_sources) == (3, 2, 1)
+    assert (summary.devices, summary.networks, nets(summary, "reverted")) == (3, 2, (1.0,))
 
 
 def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path) -> None:
@@ -337,10 +388,11 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
     with open_store(f"sqlite:///{path}") as store:
         store.ingest(report(2), T0, "198.51.100.0/24")
         (summary,) = store.summaries("digits")
-        assert (summary.devices, summary.sources) == (2, 1)
+        # The row of schema 1 has no source: a network of its own.
+        assert (summary.devices, summary.networks) == (2, 2)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "3"
+    assert version == str(SCHEMA_VERSION) == "4"
 
 
 SCHEMA_3_COLUMNS = (
@@ -380,7 +432,7 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
         kept = conn.execute(
             "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
         ).fetchall()
-    assert version == "3"
+    assert version == "4"
     assert kept == [(None, None), (1, "armv9")]
 
 
@@ -415,10 +467,10 @@ def test_stalled_installs_are_counted_at_the_declared_starts(
     for n, (name, (fields, expected)) in enumerate(STALLS.items()):
         (summary,) = store.summaries(f"u{n}", aged_before=T0, stalled_starts=threshold)
         stalled = int(expected[threshold - 1])
-        assert (summary.stalled, summary.stalled_sources) == (stalled, stalled), name
-        assert (summary.aged_stalled, summary.aged_stalled_sources) == (stalled, stalled), name
+        assert (ev(summary, "stalled"), nets(summary, "stalled")) == ((stalled,), (stalled,)), name
+        assert ev(summary, "stalled", aged=True) == (stalled,), name
         # The revert guardrail counts reverts only.
-        assert summary.reverted == int(bool(fields.get("reverted"))), name
+        assert ev(summary, "reverted") == (int(bool(fields.get("reverted"))),), name
 
 
 def test_the_default_threshold_is_the_guardrails(store: ReportStore) -> None:
@@ -427,7 +479,7 @@ def test_the_default_threshold_is_the_guardrails(store: ReportStore) -> None:
     store.ingest(report(1, confirmed=False, schema_version=2, unconfirmed_starts=2), T0)
     (summary,) = store.summaries("digits")
     assert UnconfirmedGuardrail().stalled_starts == 2
-    assert summary.stalled == 1
+    assert ev(summary, "stalled", "first_start") == (1, 1)
 
 
 def test_a_stall_counts_as_aged_by_its_installs_first_report(store: ReportStore) -> None:
@@ -444,9 +496,10 @@ def test_a_stall_counts_as_aged_by_its_installs_first_report(store: ReportStore)
         report(1, **stalled, unconfirmed_starts=2), T0 + timedelta(hours=50), "198.51.100.0/24"
     )
     (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
-    assert (summary.devices, summary.stalled, summary.stalled_sources) == (3, 2, 2)
-    assert (summary.aged_devices, summary.aged_stalled, summary.aged_stalled_sources) == (2, 1, 1)
-    assert summary.reverted == 0
+    assert (summary.devices, *ev(summary, "stalled"), *nets(summary, "stalled")) == (3, 2, 2.0)
+    assert summary.aged is not None
+    assert (summary.aged.devices, *ev(summary, "stalled", aged=True)) == (2, 1)
+    assert ev(summary, "reverted") == (0,)
 
 
 def test_a_bundle_install_stalls_once(store: ReportStore) -> None:
@@ -456,9 +509,9 @@ def test_a_bundle_install_stalls_once(store: ReportStore) -> None:
         + [(report(2, unit="ocr", model=m), T0, "198.51.100.0/24") for m in ("det", "rec")]
     )
     (summary,) = store.summaries("ocr", stalled_starts=2)
-    assert (summary.devices, summary.stalled, summary.stalled_sources) == (2, 1, 1)
+    assert (summary.devices, *ev(summary, "stalled"), *nets(summary, "stalled")) == (2, 1, 1.0)
     (member,) = store.summaries("ocr", model="rec", stalled_starts=3)
-    assert member.stalled == 0
+    assert ev(member, "stalled") == (0,)
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0])
@@ -486,12 +539,17 @@ def test_installs_old_enough_to_have_reverted_are_counted(store: ReportStore) ->
         ]
     )
     (summary,) = store.summaries("digits", aged_before=T0 + timedelta(hours=1))
-    assert (summary.devices, summary.reverted, summary.reverted_sources) == (4, 3, 2)
-    assert (summary.aged_devices, summary.aged_reverted) == (3, 2)
-    # The aged reverts' own networks: the young revert's network is not among them.
-    assert summary.aged_reverted_sources == 1
+    assert (summary.devices, *ev(summary, "reverted")) == (4, 3)
+    # Two networks: 198.51.100.0/24, three devices of which two reverted, and the young one.
+    assert nets(summary, "reverted") == (round(2 / 3 + 1, 6),)
+    assert summary.aged is not None
+    assert (summary.aged.devices, summary.aged.networks) == (3, 1)
+    assert (ev(summary, "reverted", aged=True), nets(summary, "reverted", aged=True)) == (
+        (2,),
+        (round(2 / 3, 6),),
+    )
     (plain,) = store.summaries("digits")
-    assert plain.aged_devices is None
+    assert plain.aged is None
 
 
 def test_peak_memory_is_kept_as_a_histogram(store: ReportStore) -> None:
@@ -506,8 +564,8 @@ def test_peak_memory_is_kept_as_a_histogram(store: ReportStore) -> None:
         ]
     )
     (summary,) = store.summaries("digits")
-    assert summary.memory_peak_mb == {latency_bucket(120.0): 2, latency_bucket(300.0): 1}
-    assert sum(summary.load_ms.values()) == 4
+    assert hist(summary, "memory_peak_mb") == {latency_bucket(120.0): 2, latency_bucket(300.0): 1}
+    assert sum(hist(summary, "load_ms").values()) == 4
 
 
 def test_reports_are_split_by_cpu_class(store: ReportStore) -> None:
@@ -521,6 +579,96 @@ def test_reports_are_split_by_cpu_class(store: ReportStore) -> None:
     )
     assert store.cpu_classes("digits") == ["armv8.2", "armv9"]
     (armv9,) = store.summaries("digits", cpu_class="armv9")
-    assert (armv9.devices, armv9.probe_failed) == (2, 1)
+    assert (armv9.devices, *ev(armv9, "probe_failed")) == (2, 1)
     (everyone,) = store.summaries("digits")
     assert everyone.devices == 4
+
+
+def test_a_period_is_the_installs_that_reported_at_its_sequence_or_later(
+    store: ReportStore,
+) -> None:
+    store.ingest_many(
+        [
+            (report(1, sequence=7), T0),
+            (report(2, sequence=8), T0),
+            # Reported in the period before, then again in this one (docs/protocol.md §11).
+            (report(3, sequence=7), T0),
+            (report(3, sequence=9), T0 + timedelta(hours=1)),
+        ]
+    )
+    (summary,) = store.summaries("digits", since_sequence=8)
+    assert summary.devices == 2
+    (everything,) = store.summaries("digits")
+    assert everything.devices == 3
+
+
+def test_a_load_failure_is_not_also_a_probe_failure(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (report(1, probe="failed", backend=None, load_failed=True, confirmed=False), T0),
+            (report(2, probe="failed", backend=None, confirmed=False), T0),
+        ]
+    )
+    (summary,) = store.summaries("digits")
+    assert ev(summary, "probe_failed", "load_failed") == (1, 1)
+
+
+SKEWED = timedelta(minutes=15)
+
+
+def test_reports_merge_whatever_order_they_arrive_in(store: ReportStore) -> None:
+    """Two servers whose clocks disagree lose no report's fact (docs/protocol.md §12)."""
+    stamp_install = T0 + SKEWED  # received by a server 15 minutes ahead
+    stamp_confirm = T0 + timedelta(minutes=5)  # later, by a server whose clock is right
+    store.ingest(report(1, confirmed=False, inference=None, load_ms=30.0), stamp_install)
+    store.ingest(report(1, confirmed=True, load_ms=30.0), stamp_confirm)
+    # A revert carries the count of unconfirmed starts; an older retry comes after it.
+    store.ingest(
+        report(2, schema_version=2, confirmed=False, reverted=True, unconfirmed_starts=3), T0
+    )
+    store.ingest(
+        report(2, schema_version=2, confirmed=False, unconfirmed_starts=1),
+        T0 + timedelta(hours=1),
+    )
+    # The next period's report (a higher sequence) takes the row forward, keeping its facts.
+    store.ingest(report(2, schema_version=2, sequence=8, confirmed=False, inference=None), T0)
+    (summary,) = store.summaries("digits")
+    assert ev(summary, "confirmed", "reverted", "stalled") == (1, 1, 1)
+    assert sum(hist(summary, "inference_ms").values()) == 2  # the latest known of each
+    (later,) = store.summaries("digits", since_sequence=8)
+    assert (later.devices, *ev(later, "reverted")) == (1, 1)
+
+
+def test_the_stores_clock_is_its_newest_report(store: ReportStore) -> None:
+    assert store.clock("digits") is None
+    store.ingest(report(1), T0)
+    store.ingest(report(2), T0 + timedelta(hours=3))
+    store.ingest(report(3, unit="sensor", model="sensor"), T0 + timedelta(hours=9))
+    assert store.clock("digits") == T0 + timedelta(hours=3)
+
+
+def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
+    from edgereg.reports.store import MIGRATIONS, SCHEMA
+
+    path = tmp_path / "v3.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(SCHEMA[0])
+        for statement in MIGRATIONS[2][-2:]:  # schema 3's indexes, as shipped
+            conn.execute(statement)
+        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO reports_meta VALUES ('schema', '3')")
+        conn.execute(
+            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+            report_row(report(1, reverted=True, confirmed=False), T0, "192.0.2.0/24"),
+        )
+    with open_store(f"sqlite:///{path}") as store:
+        store.ingest(report(2), T0, "192.0.2.0/24")
+        (summary,) = store.summaries("digits")
+        assert (summary.devices, summary.networks, *nets(summary, "reverted")) == (2, 1, 0.5)
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+        indexes = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+    assert version == "4"
+    assert {"reports_devices", "reports_clock", "reports_load"} <= indexes

@@ -1,4 +1,12 @@
-"""The canary analysis: every guardrail of every tier, candidate arm against stable arm."""
+"""The canary analysis: every guardrail of every tier, candidate arm against stable arm.
+
+Each guardrail is one :class:`GuardrailSpec` in :data:`SPECS` (what it counts,
+which installs a fail and a pass count, its unit); its limits come from
+``[rollout.guardrails.<name>]``. Verdicts rest on source networks in both arms,
+robust to ``tolerated_networks`` of them (:mod:`edgereg.analysis._evidence`).
+A tier whose arms are too small to be judged alone is judged within the pool
+of every tier (:attr:`TierAnalysis.pooled`, :attr:`Analysis.pool`).
+"""
 
 from __future__ import annotations
 
@@ -8,56 +16,110 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from edgereg.analysis._bands import shift_evidence
-from edgereg.analysis._ranks import compare_latency, total
-from edgereg.analysis._rates import check_rate_limit, compare_rates
+from edgereg.analysis._evidence import (
+    RateArm,
+    rate_evidence,
+    rate_limit_evidence,
+    shift_evidence_robust,
+)
+from edgereg.analysis._rates import RateComparison
 from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
-from edgereg.protocol.wire import RolloutState
-from edgereg.reports.summary import ArmSummary
+from edgereg.protocol.wire import HistoryEvent, RolloutState
+from edgereg.reports.summary import ArmSummary, Tally, merge
 
 Verdict = Literal["pass", "fail", "inconclusive"]
-
-RATE_GUARDRAILS: tuple[str, ...] = ("probe_failure", "load_failure", "revert", "unconfirmed")
-"""Rate guardrails, each named as in ``[rollout.guardrails]``."""
-LATENCY_GUARDRAILS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_mb")
-"""Latency-like guardrails (a scale shift in percent), each named as in ``[rollout.guardrails]``.
-
-``memory_peak_mb`` is judged like a latency; a tier where no device reports it
-(clients of report schema 1) leaves it out rather than waiting for it."""
-#: Guardrails left out of a tier whose arms have no value of them at all.
-OPTIONAL_GUARDRAILS = frozenset({"memory_peak_mb"})
-
-# Which ArmSummary field each guardrail reads.
-_RATE_FIELD = {
-    "probe_failure": "probe_failed",
-    "load_failure": "load_failed",
-    "revert": "reverted",
-    "unconfirmed": "stalled",
-}
-_SOURCE_FIELD = {
-    "probe_failure": "probe_failed_sources",
-    "load_failure": "load_failed_sources",
-    "revert": "reverted_sources",
-    "unconfirmed": "stalled_sources",
-}
-_LATENCY_FIELD = {
-    "load_ms": "load_ms",
-    "inference_ms": "inference_p50_ms",
-    "memory_peak_mb": "memory_peak_mb",
-}
-_UNIT = {"memory_peak_mb": "MB"}
-
 Number = float | int | None
 
 
-def min_failing_devices(guardrails: Guardrails) -> int:
-    """Failing candidate devices a fail needs (``min_failing_devices``)."""
-    return guardrails.min_failing_devices
+@dataclass(frozen=True)
+class GuardrailSpec:
+    """One guardrail: what it judges (its limits are ``[rollout.guardrails.<name>]``).
+
+    Attributes:
+        name: As in ``[rollout.guardrails]``.
+        kind: ``rate`` (a failure rate, in points) or ``shift`` (a latency-like
+            value, in percent of the stable).
+        event: For a rate, the store's event (:data:`~edgereg.reports.summary.EVENTS`).
+        histogram: For a shift, the store's histogram
+            (:data:`~edgereg.reports.summary.HISTOGRAMS`).
+        fail_aged: A fail counts only installs old enough to have shown the event
+            (``revert_window_hours``): a revert comes after the app's starts.
+        pass_aged: A pass (and a step without proof) counts only those: a young
+            install has not had the starts to show it yet.
+        unit: How its values read (``ms``, ``MB``).
+        optional: Left out of a tier where no device of either arm reports it
+            (clients of an older report schema).
+        what: One line for people: what a failing device is.
+    """
+
+    name: str
+    kind: Literal["rate", "shift"]
+    event: str = ""
+    histogram: str = ""
+    fail_aged: bool = False
+    pass_aged: bool = False
+    unit: str = "ms"
+    optional: bool = False
+    what: str = ""
 
 
-def max_rate(rule: RateGuardrail) -> float:
-    """A rate guardrail's absolute limit (``max_rate``)."""
-    return rule.max_rate
+SPECS: tuple[GuardrailSpec, ...] = (
+    GuardrailSpec(
+        "probe_failure",
+        "rate",
+        event="probe_failed",
+        what="the self-test failed on every backend (the model was rejected)",
+    ),
+    GuardrailSpec(
+        "load_failure",
+        "rate",
+        event="load_failed",
+        what="the model loaded on no backend",
+    ),
+    GuardrailSpec(
+        "revert",
+        "rate",
+        event="reverted",
+        fail_aged=True,
+        pass_aged=True,
+        what="reverted: not confirmed after the app's max_unconfirmed_starts starts",
+    ),
+    GuardrailSpec(
+        "unconfirmed",
+        "rate",
+        event="stalled",
+        pass_aged=True,
+        what="stalled: not confirmed after stalled_starts app starts (a crash loop, early)",
+    ),
+    GuardrailSpec(
+        "first_start",
+        "rate",
+        event="first_start",
+        pass_aged=True,
+        what="the app started again before the model was ever confirmed (a crash at the "
+        "first launch)",
+    ),
+    GuardrailSpec("load_ms", "shift", histogram="load_ms", what="model load time"),
+    GuardrailSpec("inference_ms", "shift", histogram="inference_ms", what="median inference time"),
+    GuardrailSpec(
+        "memory_peak_mb",
+        "shift",
+        histogram="memory_peak_mb",
+        unit="MB",
+        optional=True,
+        what="peak memory",
+    ),
+)
+"""Every guardrail, in the order the analysis lists them."""
+
+SPEC: dict[str, GuardrailSpec] = {spec.name: spec for spec in SPECS}
+RATE_GUARDRAILS: tuple[str, ...] = tuple(s.name for s in SPECS if s.kind == "rate")
+"""Rate guardrails, each named as in ``[rollout.guardrails]``."""
+LATENCY_GUARDRAILS: tuple[str, ...] = tuple(s.name for s in SPECS if s.kind == "shift")
+"""Latency-like guardrails (a scale shift in percent), each named as in ``[rollout.guardrails]``."""
+
+POOL = "all tiers"
+"""The name of the pool a tier too small to be judged alone is judged in."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +132,12 @@ class GuardrailResult:
         verdict: pass, fail or inconclusive.
         reason: One line for people, with the numbers.
         numbers: The numbers, for scripts and the signed evidence (rates are
-            fractions, shifts in ms and in percent of the stable median).
+            fractions of networks, shifts in ms and in percent of the stable median).
         observed: An inconclusive result for want of proof alone: each arm held
-            ``min_soak_devices`` (counted like a pass) from enough networks,
-            the revert window passed, and no harm is shown (the confidence
-            sequence still holds "no worse than the stable at all"), so
-            ``max_soak_hours`` may step past it. False for any other
-            inconclusive result (too few devices, a harm shown on too few).
+            ``min_networks`` networks beyond the tolerated ones, most of the
+            candidate arm was old enough where that matters, and no harm is
+            shown with any tolerated networks set aside, so ``max_soak_hours``
+            may step past it. False for any other inconclusive result.
     """
 
     name: str
@@ -93,11 +154,16 @@ class GuardrailResult:
 
     @property
     def beyond_limit(self) -> str | None:
-        """The estimate, said with its unit, when it lies beyond the limit; else None."""
-        difference, limit = self.numbers.get("difference"), self.numbers.get("limit")
-        if isinstance(difference, int | float) and isinstance(limit, int | float):
-            return f"{100 * difference:+.1f} pt" if difference > limit else None
-        shift, limit_pct = self.numbers.get("shift_pct"), self.numbers.get("limit_pct")
+        """The estimate a promotion reads, said with its unit, when beyond the limit; else None.
+
+        It is the estimate with the tolerated networks set aside the way that
+        makes the candidate look worst (forged healthy candidates and forged
+        stable failures gone).
+        """
+        estimate, limit = self.numbers.get("estimate"), self.numbers.get("limit")
+        if isinstance(estimate, int | float) and isinstance(limit, int | float):
+            return f"{100 * estimate:+.1f} pt" if estimate > limit else None
+        shift, limit_pct = self.numbers.get("estimate_pct"), self.numbers.get("limit_pct")
         if isinstance(shift, int | float) and isinstance(limit_pct, int | float):
             return f"{shift:+.0f}%" if shift > limit_pct else None
         return None
@@ -115,15 +181,20 @@ class GuardrailResult:
 
 @dataclass(frozen=True)
 class TierAnalysis:
-    """Every guardrail of one tier.
+    """Every guardrail of one tier (or of the pool of tiers).
 
     Attributes:
-        tier: The device tier.
+        tier: The device tier (:data:`POOL` for the pool).
         candidate_devices: Candidate devices that reported in the period.
         stable_devices: Stable devices that reported in the period.
         guardrails: One result per guardrail.
         alarms: What is wrong with the stable arm itself (its rates above the
             absolute limits): the comparison cannot see it, so it is said apart.
+        candidate_networks: The candidate devices' source networks.
+        stable_networks: The stable devices'.
+        pooled: Too few networks in an arm to be judged alone (fewer than
+            ``min_devices``, what a pass needs, beyond the tolerated ones): its
+            fails still count, but its passes and observations are the pool's.
     """
 
     tier: str
@@ -131,11 +202,19 @@ class TierAnalysis:
     stable_devices: int
     guardrails: tuple[GuardrailResult, ...]
     alarms: tuple[str, ...] = ()
+    candidate_networks: int = 0
+    stable_networks: int = 0
+    pooled: bool = False
 
     @property
     def verdict(self) -> Verdict:
         """Fail if a critical guardrail fails, pass if all pass, else inconclusive."""
         return combine(self.guardrails)
+
+    @property
+    def label(self) -> str:
+        """How people read its name (the pool is "the pool of tiers")."""
+        return "the pool of tiers" if self.tier == POOL else self.tier
 
 
 @dataclass(frozen=True)
@@ -150,6 +229,10 @@ class Analysis:
         since: Start of the period the candidate arm is counted over.
         tiers: One analysis per tier.
         stable_since: Start of the stable arm's period, when it differs (at 100 %).
+        pool: Every tier's devices together (None with one tier): judged when
+            some tier is too small to be judged alone, and what a promotion
+            without proof reads the estimates of.
+        notes: What the reader should know beside the verdicts (a clock skew).
     """
 
     unit: str
@@ -158,11 +241,39 @@ class Analysis:
     since: datetime
     tiers: tuple[TierAnalysis, ...]
     stable_since: datetime | None = None
+    pool: TierAnalysis | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def judged(self) -> tuple[TierAnalysis, ...]:
+        """The analyses whose passes and observations count.
+
+        The tiers judged alone, and the pool when a tier is too small to be.
+        """
+        alone = tuple(tier for tier in self.tiers if not tier.pooled)
+        pooled = self.pool is not None and any(tier.pooled for tier in self.tiers)
+        return alone + ((self.pool,) if pooled and self.pool is not None else ())
+
+    @property
+    def estimated(self) -> TierAnalysis | None:
+        """Whose estimates a promotion (or the step to 100 %) without proof reads.
+
+        The pool of every tier when there are several: a tier's own estimate
+        on a few hundred devices is too noisy to hold a good candidate on, and
+        a harm in one tier shows in the pool in proportion to its share (its
+        own harm, once the evidence shows it, holds the rollout by itself).
+        """
+        if self.pool is not None:
+            return self.pool
+        return self.tiers[0] if self.tiers else None
 
     @property
     def verdict(self) -> Verdict:
-        """Fail if a critical guardrail fails anywhere, pass if all pass, else inconclusive."""
-        return combine(result for tier in self.tiers for result in tier.guardrails)
+        """Fail if a critical guardrail fails anywhere; pass if every judged one passes."""
+        everywhere = [r for t in (*self.tiers, *self.judged) for r in t.guardrails]
+        if combine(everywhere) == "fail":
+            return "fail"
+        return combine(r for t in self.judged for r in t.guardrails)
 
     @property
     def alarms(self) -> tuple[str, ...]:
@@ -179,27 +290,9 @@ class Analysis:
             "stable_since": _iso(self.stable_since or self.since),
             "verdict": self.verdict,
             "alarms": list(self.alarms),
-            "tiers": [
-                {
-                    "tier": tier.tier,
-                    "verdict": tier.verdict,
-                    "alarms": list(tier.alarms),
-                    "candidate_devices": tier.candidate_devices,
-                    "stable_devices": tier.stable_devices,
-                    "guardrails": [
-                        {
-                            "name": result.name,
-                            "critical": result.critical,
-                            "verdict": result.verdict,
-                            "reason": result.reason,
-                            "observed": result.observed,
-                            **result.numbers,
-                        }
-                        for result in tier.guardrails
-                    ],
-                }
-                for tier in self.tiers
-            ],
+            "notes": list(self.notes),
+            "tiers": [_tier_json(tier) for tier in self.tiers],
+            "pool": None if self.pool is None else _tier_json(self.pool),
         }
 
     def evidence(self) -> dict[str, object]:
@@ -208,10 +301,12 @@ class Analysis:
         Kept small because the signed state keeps up to 200 history events.
         """
         tiers: dict[str, object] = {}
-        for tier in self.tiers:
+        for tier in (*self.tiers, *((self.pool,) if self.pool is not None else ())):
             tiers[tier.tier] = {
                 "verdict": tier.verdict,
+                **({"pooled": True} if tier.pooled else {}),
                 "devices": [tier.candidate_devices, tier.stable_devices],
+                "networks": [tier.candidate_networks, tier.stable_networks],
                 "guardrails": {
                     result.name: {
                         "verdict": result.verdict,
@@ -236,8 +331,33 @@ class Analysis:
             "since": _iso(self.since),
             **({"stable_since": _iso(self.stable_since)} if self.stable_since else {}),
             **({"alarms": list(self.alarms)} if self.alarms else {}),
+            **({"notes": list(self.notes)} if self.notes else {}),
             "tiers": tiers,
         }
+
+
+def _tier_json(tier: TierAnalysis) -> dict[str, object]:
+    return {
+        "tier": tier.tier,
+        "verdict": tier.verdict,
+        "pooled": tier.pooled,
+        "alarms": list(tier.alarms),
+        "candidate_devices": tier.candidate_devices,
+        "stable_devices": tier.stable_devices,
+        "candidate_networks": tier.candidate_networks,
+        "stable_networks": tier.stable_networks,
+        "guardrails": [
+            {
+                "name": result.name,
+                "critical": result.critical,
+                "verdict": result.verdict,
+                "reason": result.reason,
+                "observed": result.observed,
+                **result.numbers,
+            }
+            for result in tier.guardrails
+        ],
+    }
 
 
 _EVIDENCE_KEYS = frozenset(
@@ -245,16 +365,17 @@ _EVIDENCE_KEYS = frozenset(
         "candidate_rate",
         "stable_rate",
         "difference",
+        "estimate",
         "ci_low",
         "ci_high",
         "p_worse",
         "p_above_max_rate",
         "limit",
         "shift_pct",
+        "estimate_pct",
         "ci_low_pct",
         "ci_high_pct",
         "limit_pct",
-        "p_slower",
         # What made an install stalled: the verdict is read against it.
         "stalled_starts",
     }
@@ -288,15 +409,7 @@ def combine(results: Iterable[GuardrailResult]) -> Verdict:
 
 
 def analysis_periods(state: RolloutState) -> tuple[datetime | None, datetime | None]:
-    """Where the candidate's and the stable arm's periods start.
-
-    Reports before a percent change came from a different cohort size, so
-    only the time since the candidate's last percent change counts, for both
-    arms. At 100 % no device gets the stable release any more: the stable
-    arm's period then starts at the last step below 100 %, so that step's
-    stable reports are the comparison, while the candidate's still starts at
-    the move to 100 % (so a decision at 100 % rests on reports of 100 %, and a
-    second run right after the move finds none and waits).
+    """Where the candidate's and the stable arm's periods start, in time (see :func:`periods`).
 
     The signed history keeps whole seconds, so a report in the second of a
     change may be from before it: each period starts at the next second.
@@ -305,73 +418,61 @@ def analysis_periods(state: RolloutState) -> tuple[datetime | None, datetime | N
         (candidate start, stable start); the stable start is None when the
         candidate was never below 100 % (published ``--full``: no stable arm).
     """
-    changed, stable = state.last_change_at(), _stable_since(state)
+    candidate, stable = _period_events(state)
     return (
-        changed + _SECOND if changed is not None else None,
-        stable + _SECOND if stable is not None else None,
+        candidate.at + _SECOND if candidate is not None else None,
+        stable.at + _SECOND if stable is not None else None,
+    )
+
+
+def analysis_sequences(state: RolloutState) -> tuple[int | None, int | None]:
+    """Where the candidate's and the stable arm's periods start, as manifest sequences.
+
+    Reports before a percent change came from a cohort of another size, and
+    devices move from stable to candidate when the percent rises, so only
+    the period since the candidate's last percent change counts, for both
+    arms. Every device reports in each period (docs/protocol.md §11) with the
+    sequence of the manifest it has, so a period is the reports whose
+    sequence is at least the one of the change: no clock is compared. At
+    100 % no device gets the stable release any more: the stable arm's period
+    then starts at the last step below 100 %, while the candidate's still
+    starts at the move to 100 % (so a decision at 100 % rests on reports of
+    100 %, and a second run right after the move finds none and waits).
+
+    Returns:
+        (candidate start, stable start); the stable start is None when the
+        candidate was never below 100 %.
+    """
+    candidate, stable = _period_events(state)
+    return (
+        candidate.sequence if candidate is not None else None,
+        stable.sequence if stable is not None else None,
     )
 
 
 _SECOND = timedelta(seconds=1)
 
 
-def _stable_since(state: RolloutState) -> datetime | None:
+def _period_events(state: RolloutState) -> tuple[HistoryEvent | None, HistoryEvent | None]:
+    changed = None
+    for event in reversed(state.history):
+        if event.action in ("publish", "rollout"):
+            changed = event
+            break
+    return changed, _stable_event(state)
+
+
+def _stable_event(state: RolloutState) -> HistoryEvent | None:
     if state.candidate is None:
         return None
     for event in reversed(state.history):
         if event.action not in ("publish", "rollout") or event.after.candidate != state.candidate:
             continue
         if event.after.percent is not None and event.after.percent < 100:
-            return event.at
+            return event
         if event.action == "publish":
             break
     return None
-
-
-def _merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
-    """One arm's summaries (the store may split an arm, say by variant) added up."""
-    merged: ArmSummary | None = None
-    for summary in summaries:
-        if merged is None:
-            merged = replace(
-                summary,
-                load_ms=dict(summary.load_ms),
-                inference_p50_ms=dict(summary.inference_p50_ms),
-                memory_peak_mb=dict(summary.memory_peak_mb),
-            )
-            continue
-        for histogram, more in (
-            (merged.load_ms, summary.load_ms),
-            (merged.inference_p50_ms, summary.inference_p50_ms),
-            (merged.memory_peak_mb, summary.memory_peak_mb),
-        ):
-            for index, count in more.items():
-                histogram[index] = histogram.get(index, 0) + count
-        merged = replace(
-            merged,
-            devices=merged.devices + summary.devices,
-            probe_failed=merged.probe_failed + summary.probe_failed,
-            load_failed=merged.load_failed + summary.load_failed,
-            reverted=merged.reverted + summary.reverted,
-            confirmed=merged.confirmed + summary.confirmed,
-            # Parts of one arm may share networks: the sum is an upper bound.
-            sources=merged.sources + summary.sources,
-            sourced_devices=merged.sourced_devices + summary.sourced_devices,
-            probe_failed_sources=merged.probe_failed_sources + summary.probe_failed_sources,
-            load_failed_sources=merged.load_failed_sources + summary.load_failed_sources,
-            reverted_sources=merged.reverted_sources + summary.reverted_sources,
-            aged_devices=None
-            if merged.aged_devices is None or summary.aged_devices is None
-            else merged.aged_devices + summary.aged_devices,
-            aged_reverted=merged.aged_reverted + summary.aged_reverted,
-            aged_reverted_sources=merged.aged_reverted_sources + summary.aged_reverted_sources,
-            aged_sources=merged.aged_sources + summary.aged_sources,
-            stalled=merged.stalled + summary.stalled,
-            stalled_sources=merged.stalled_sources + summary.stalled_sources,
-            aged_stalled=merged.aged_stalled + summary.aged_stalled,
-            aged_stalled_sources=merged.aged_stalled_sources + summary.aged_stalled_sources,
-        )
-    return merged
 
 
 def analyze(
@@ -385,6 +486,9 @@ def analyze(
     tiers: Sequence[str] = (),
     stable_since: datetime | None = None,
     members: Mapping[str, Iterable[ArmSummary]] | None = None,
+    notes: Sequence[str] = (),
+    intervals: bool = True,
+    pool: Iterable[ArmSummary] | None = None,
 ) -> Analysis:
     """Compare the candidate arm with the concurrent stable arm in every tier.
 
@@ -398,12 +502,20 @@ def analyze(
         since: Start of the candidate's period (for the record: the store cut it).
         guardrails: The declared guardrails.
         tiers: The tiers the candidate is released to; a tier without reports
-            is then inconclusive rather than absent. Tiers seen in the reports
-            are analysed as well.
+            is then named (and judged within the pool) rather than absent.
+            Tiers seen in the reports are analysed as well.
         stable_since: Start of the stable arm's period when it differs.
         members: For a bundle, each member's own summaries (the store's
             ``summaries(unit, model=member)``): latencies are then judged per
             member, one value per device, instead of over every member's rows.
+        notes: Said beside the verdicts (a clock skew seen by the caller).
+        intervals: False leaves the confidence sequences out (NaN in the numbers
+            and the reasons): the verdicts are the same, at a fraction of the cost,
+            for a simulation that looks thousands of times.
+        pool: Every tier's installs together (the store's ``summaries(pooled=True)``:
+            each network once); without it the tiers' summaries are added up, and
+            the pool sets aside the tolerated networks once per tier (a network in
+            several tiers would count in each).
     """
     arms = _arms(summaries, unit, candidate, stable)
     member_arms = {
@@ -411,24 +523,63 @@ def analyze(
         for member, found in sorted((members or {}).items())
     }
     seen = sorted({tier for tier, _ in arms} - set(tiers))
+    first_release = stable is None
+    k = guardrails.tolerated_networks
     results = []
     for tier in (*tiers, *seen):
-        results.append(
-            analyze_tier(
-                tier,
-                _merge(arms.get((tier, "candidate"), [])),
-                _merge(arms.get((tier, "stable"), [])),
-                guardrails,
-                first_release=stable is None,
-                members={
-                    member: (
-                        _merge(found.get((tier, "candidate"), [])),
-                        _merge(found.get((tier, "stable"), [])),
-                    )
-                    for member, found in member_arms.items()
-                },
-            )
+        cand = merge(arms.get((tier, "candidate"), []))
+        stab = merge(arms.get((tier, "stable"), []))
+        analysed = analyze_tier(
+            tier,
+            cand,
+            stab,
+            guardrails,
+            first_release=first_release,
+            members={
+                member: (
+                    merge(found.get((tier, "candidate"), [])),
+                    merge(found.get((tier, "stable"), [])),
+                )
+                for member, found in member_arms.items()
+            },
+            intervals=intervals,
         )
+        small = _networks(cand) - k < guardrails.min_devices or (
+            not first_release and _networks(stab) - k < guardrails.min_devices
+        )
+        results.append(analysed if not small else _pooled(analysed))
+    pool_analysis = None
+    if len(results) > 1:
+        # Every tier's devices together: what a tier too small to be judged alone is
+        # judged within, and the estimates a promotion without proof reads.
+        if pool is not None:
+            pooled = _arms(pool, unit, candidate, stable)
+            pool_c = merge(s for (_, a), found in pooled.items() if a == "candidate" for s in found)
+            pool_s = merge(s for (_, a), found in pooled.items() if a == "stable" for s in found)
+            tolerated = k
+        else:
+            pool_c = merge(s for (_, a), found in arms.items() if a == "candidate" for s in found)
+            pool_s = merge(s for (_, a), found in arms.items() if a == "stable" for s in found)
+            tolerated = k * len(results)
+        pool_analysis = analyze_tier(
+            POOL,
+            pool_c,
+            pool_s,
+            guardrails,
+            first_release=first_release,
+            members={
+                member: (
+                    merge(s for (_, a), f in found.items() if a == "candidate" for s in f),
+                    merge(s for (_, a), f in found.items() if a == "stable" for s in f),
+                )
+                for member, found in member_arms.items()
+            },
+            tolerated=tolerated,
+            intervals=intervals,
+        )
+    else:
+        # One tier: there is no pool to judge it in; it is judged alone, whatever its size.
+        results = [replace(tier, pooled=False) for tier in results]
     return Analysis(
         unit=unit,
         candidate=candidate,
@@ -436,7 +587,26 @@ def analyze(
         since=since,
         tiers=tuple(results),
         stable_since=stable_since if stable_since != since else None,
+        pool=pool_analysis,
+        notes=tuple(notes),
     )
+
+
+def _pooled(tier: TierAnalysis) -> TierAnalysis:
+    return TierAnalysis(
+        tier.tier,
+        tier.candidate_devices,
+        tier.stable_devices,
+        tier.guardrails,
+        tier.alarms,
+        tier.candidate_networks,
+        tier.stable_networks,
+        pooled=True,
+    )
+
+
+def _networks(arm: ArmSummary | None) -> int:
+    return arm.networks if arm is not None else 0
 
 
 def _arms(
@@ -458,6 +628,8 @@ def analyze_tier(
     *,
     first_release: bool = False,
     members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None = None,
+    tolerated: int | None = None,
+    intervals: bool = True,
 ) -> TierAnalysis:
     """Every guardrail of one tier (an arm without reports is None).
 
@@ -465,497 +637,353 @@ def analyze_tier(
     absolute limits, and latencies (which have no absolute limit) stay inconclusive.
     With ``members`` (a bundle) each latency guardrail is judged per member
     (``load_ms/det``): a member's rows are one per device, where the bundle's
-    together would count each install once per member.
+    together would count each install once per member. ``tolerated``: the
+    networks every verdict must hold without (``tolerated_networks`` by default).
     """
+    k = guardrails.tolerated_networks if tolerated is None else tolerated
     results: list[GuardrailResult] = []
-    for name in RATE_GUARDRAILS:
-        rule: RateGuardrail = getattr(guardrails, name)
-        results.append(
-            _rate_result(name, rule, candidate, stable, guardrails, first_release=first_release)
-        )
-    for name in LATENCY_GUARDRAILS:
-        latency_rule: LatencyGuardrail = getattr(guardrails, name)
+    for spec in SPECS:
+        if spec.kind == "rate":
+            rule: RateGuardrail = getattr(guardrails, spec.name)
+            results.append(
+                _rate_result(spec, rule, candidate, stable, guardrails, k, first_release, intervals)
+            )
+            continue
+        latency_rule: LatencyGuardrail = getattr(guardrails, spec.name)
         if not latency_rule.enabled:
             continue
-        if name in OPTIONAL_GUARDRAILS and not _reported(name, candidate, stable, members):
+        if spec.optional and not _reported(spec, candidate, stable, members):
             continue
         if not members:
-            results.append(_latency_result(name, latency_rule, candidate, stable, guardrails))
+            results.append(
+                _shift_result(spec, latency_rule, candidate, stable, guardrails, k, intervals)
+            )
             continue
         for member, (member_candidate, member_stable) in members.items():
-            result = _latency_result(
-                name, latency_rule, member_candidate, member_stable, guardrails
+            result = _shift_result(
+                spec, latency_rule, member_candidate, member_stable, guardrails, k, intervals
             )
-            results.append(replace(result, name=f"{name}/{member}"))
+            results.append(
+                GuardrailResult(
+                    f"{spec.name}/{member}",
+                    result.critical,
+                    result.verdict,
+                    result.reason,
+                    result.numbers,
+                    result.observed,
+                )
+            )
     return TierAnalysis(
         tier=tier,
         candidate_devices=candidate.devices if candidate else 0,
         stable_devices=stable.devices if stable else 0,
         guardrails=tuple(results),
-        alarms=stable_alarms(tier, stable, guardrails),
+        alarms=stable_alarms(tier, stable, guardrails, k),
+        candidate_networks=_networks(candidate),
+        stable_networks=_networks(stable),
     )
 
 
 def _reported(
-    name: str,
+    spec: GuardrailSpec,
     candidate: ArmSummary | None,
     stable: ArmSummary | None,
     members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None,
 ) -> bool:
     """Whether any device of either arm reported the guardrail's value."""
     arms = [candidate, stable] + [arm for pair in (members or {}).values() for arm in pair]
-    return any(arm is not None and getattr(arm, _LATENCY_FIELD[name]) for arm in arms)
-
-
-def _too_few(candidate_n: int, stable_n: int, needed: int) -> str:
-    short = [
-        f"{arm} {count}"
-        for arm, count in (("candidate", candidate_n), ("stable", stable_n))
-        if count < needed
-    ]
-    return f"too few devices to pass ({', '.join(short)} of {needed} needed per arm)"
-
-
-def _also_too_few(candidate_n: int, stable_n: int, needed: int) -> str:
-    return (
-        f"; {_too_few(candidate_n, stable_n, needed)}"
-        if min(candidate_n, stable_n) < needed
-        else ""
-    )
+    return any(arm is not None and arm.histogram(spec.histogram) for arm in arms)
 
 
 def _points(rate: float) -> str:
     return f"{100 * rate:+.2f} pt"
 
 
+def _tally(arm: ArmSummary | None, aged: bool) -> Tally | None:
+    if arm is None:
+        return None
+    return arm.aged_or_all if aged else arm.all
+
+
+def _rate_arm(tally: Tally | None, event: str) -> RateArm:
+    """One arm's counts for a rate verdict: each network by the share of its devices.
+
+    The devices' own rate is for people only: a forger's tokens move it, its
+    networks do not (beyond the tolerated ones). A harm confined to one
+    carrier NAT weighs one network, as its devices' share.
+    """
+    if tally is None:
+        return RateArm(0.0, 0)
+    return RateArm(tally.network_count(event), tally.networks, tally.count(event), tally.devices)
+
+
+def _counted(arm: RateArm) -> str:
+    """``5/200`` of networks, with the devices when they differ."""
+    text = f"{_share(arm.events)}/{arm.networks}"
+    if (arm.device_events, arm.devices) != (round(arm.events), arm.networks) or arm.events != round(
+        arm.events
+    ):
+        text += f" networks; {arm.device_events}/{arm.devices} devices"
+    return text
+
+
+def _share(value: float) -> str:
+    return f"{value:.0f}" if abs(value - round(value)) < 1e-9 else f"{value:.2f}"
+
+
+def _rate_line(
+    comparison: RateComparison, c: RateArm, s: RateArm, level: int, aside: int, margin: float
+) -> str:
+    note = f", {aside} network(s) set aside" if aside else ""
+    return (
+        f"candidate {100 * c.events / c.networks:.2f}% ({_counted(c)}) vs stable "
+        f"{100 * s.events / s.networks:.2f}% ({_counted(s)}): {_points(comparison.difference)}, "
+        f"{level}% CS {_points(comparison.ci_low)} to {_points(comparison.ci_high)}{note}, "
+        f"limit {_points(margin)}"
+    )
+
+
 def _rate_result(
-    name: str,
+    spec: GuardrailSpec,
     rule: RateGuardrail,
     candidate: ArmSummary | None,
     stable: ArmSummary | None,
     guardrails: Guardrails,
-    *,
-    first_release: bool = False,
+    k: int,
+    first_release: bool,
+    intervals: bool = True,
 ) -> GuardrailResult:
-    alpha = guardrails.alpha
-    needed = min_failing_devices(guardrails)
-    ceiling = max_rate(rule)
+    name, alpha, event = spec.name, guardrails.alpha, spec.event
+    level = round(100 * (1 - alpha))
     limit: dict[str, Number] = {
         "limit": rule.max_increase,
-        "max_rate": ceiling,
+        "max_rate": rule.max_rate,
         "alpha": alpha,
-        "min_failing_devices": needed,
+        "tolerated_networks": k,
+        "min_failing_devices": guardrails.min_failing_devices,
     }
     if isinstance(rule, UnconfirmedGuardrail):
         limit["stalled_starts"] = rule.stalled_starts
-    # A soak step past revert or unconfirmed waits for most of the arm to be old
-    # enough to show them: its first aged installs are too few to stand for it.
-    mostly_aged = (
-        name not in ("revert", "unconfirmed")
-        or candidate is None
-        or candidate.aged_devices is None
-        or 2 * candidate.aged_devices >= candidate.devices
-    )
-    if name == "revert":
-        young = candidate is not None and candidate.devices > 0 and candidate.aged_devices == 0
-        candidate, stable = _aged(candidate), _aged(stable)
-        if young:
-            return GuardrailResult(
-                name,
-                rule.critical,
-                "inconclusive",
-                f"no candidate device installed {guardrails.revert_window_hours:g} h ago yet "
-                "(revert_window_hours): a crash loop shows as a revert only after the app's "
-                "unconfirmed starts",
-                limit,
-            )
-    # A stall is reported as it happens: every install's counts toward a fail. A pass
-    # needs installs old enough to have stalled, the revert guardrail's (_aged).
-    pass_candidate, pass_stable = (
-        (_aged(candidate), _aged(stable)) if name == "unconfirmed" else (candidate, stable)
-    )
+
+    def result(
+        verdict: Verdict, reason: str, numbers: dict[str, Number], *, observed: bool = False
+    ) -> GuardrailResult:
+        return GuardrailResult(name, rule.critical, verdict, reason, numbers, observed)
+
     if candidate is None or candidate.devices < 1:
         both = "" if first_release or (stable is not None and stable.devices) else " and stable"
-        return GuardrailResult(
-            name, rule.critical, "inconclusive", f"no candidate{both} reports in the period", limit
+        return result("inconclusive", f"no candidate{both} reports in the period", limit)
+    window = f"{guardrails.revert_window_hours:g} h"
+    fail_c = _rate_arm(_tally(candidate, spec.fail_aged), event)
+    pass_c = _rate_arm(_tally(candidate, spec.pass_aged), event)
+    if spec.fail_aged and fail_c.devices == 0:
+        return result(
+            "inconclusive",
+            f"no candidate device installed {window} ago yet (revert_window_hours): a crash "
+            "loop shows as a revert only after the app's unconfirmed starts",
+            limit,
         )
-    candidate_events = getattr(candidate, _RATE_FIELD[name])
-    failing = failing_count(name, candidate, guardrails)
-    # Counted in networks, both the failing devices and the arm (failing_count,
-    # passing_devices): a forger's healthy tokens from one network cannot dilute a
-    # real failure either.
-    networks = passing_devices(candidate, guardrails)
-    absolute = check_rate_limit(candidate_events, candidate.devices, limit=ceiling, alpha=alpha)
-    above = (
-        absolute
-        if (failing, networks) == (candidate_events, candidate.devices)
-        else check_rate_limit(failing, networks, limit=ceiling, alpha=alpha, interval=False)
+    plain, above, _below = rate_limit_evidence(
+        fail_c, limit=rule.max_rate, alpha=alpha, k=k, intervals=intervals
     )
-    own = {
-        "candidate_events": candidate_events,
-        "candidate_devices": candidate.devices,
-        "candidate_rate": absolute.rate,
-        "failing_counted": failing,
-        "p_above_max_rate": above.p_above,
+    own: dict[str, Number] = {
+        "candidate_events": fail_c.device_events,
+        "candidate_devices": fail_c.devices,
+        "candidate_networks": fail_c.networks,
+        "candidate_failing_networks": round(fail_c.events, 4),
+        "candidate_rate": plain.rate,
+        "p_above_max_rate": above.p_above if above is not None else 1.0,
         **limit,
     }
     own_line = (
-        f"candidate {100 * absolute.rate:.2f}% ({candidate_events}/{candidate.devices}), "
-        f"{round(100 * (1 - alpha))}% CS {100 * absolute.ci_low:.2f}% to "
-        f"{100 * absolute.ci_high:.2f}%, absolute limit {100 * ceiling:g}%"
+        f"candidate {100 * plain.rate:.2f}% ({_counted(fail_c)}), {level}% CS "
+        f"{100 * plain.ci_low:.2f}% to {100 * plain.ci_high:.2f}%, absolute limit "
+        f"{100 * rule.max_rate:g}%"
     )
-    # The absolute limit needs no stable arm: a candidate most of whose devices
-    # fail is bad even when the stable fails alike (then both are, and the
-    # stable's own alarm says so).
-    short = _short_of_failing(name, candidate, guardrails)
-    if above.p_above < alpha and short is None:
+    # Enough to fail on: failing networks and networks beyond the tolerated ones.
+    failing_beyond = fail_c.events - k
+
+    def short_of_failing(*arms: RateArm) -> str | None:
+        if failing_beyond < guardrails.min_failing_devices:
+            return (
+                f"only {_share(max(failing_beyond, 0.0))} failing candidate network(s) beyond "
+                f"the {k} tolerated, {guardrails.min_failing_devices} needed to fail"
+            )
+        few = [a for a in arms if a.networks - k < guardrails.min_networks]
+        if few:
+            return (
+                f"too few networks to fail on ({', '.join(str(a.networks) for a in few)}; "
+                f"min_networks {guardrails.min_networks} beyond the {k} tolerated per arm)"
+            )
+        return None
+
+    if above is not None and above.p_above < alpha and short_of_failing(fail_c) is None:
         failed_numbers = dict(own)
         beside = ""
         if stable is not None and stable.devices >= 1:
-            stable_events = getattr(stable, _RATE_FIELD[name])
-            failed_numbers.update(
-                stable_events=stable_events,
-                stable_devices=stable.devices,
-                stable_rate=stable_events / stable.devices,
-            )
-            beside = (
-                f" (stable {100 * stable_events / stable.devices:.2f}%, "
-                f"{stable_events}/{stable.devices})"
-            )
-        return GuardrailResult(
-            name,
-            rule.critical,
+            s = _rate_arm(_tally(stable, spec.fail_aged), event)
+            if s.networks:
+                failed_numbers.update(
+                    stable_events=s.device_events,
+                    stable_devices=s.devices,
+                    stable_networks=s.networks,
+                    stable_rate=s.events / s.networks,
+                )
+                beside = f" (stable {100 * s.events / s.networks:.2f}%, {_counted(s)})"
+        return result(
             "fail",
-            f"{own_line}{beside}; above the absolute limit ({_p(above.p_above)})"
-            + _networks_note(failing, candidate_events),
+            f"{own_line}{beside}; above the absolute limit with {k} failing network(s) set "
+            f"aside ({_p(above.p_above)})",
             failed_numbers,
         )
     if stable is None or stable.devices < 1:
         if not first_release:
-            return GuardrailResult(
-                name, rule.critical, "inconclusive", "no stable reports in the period", own
-            )
+            return result("inconclusive", "no stable reports in the period", own)
         # A first release has no stable arm: the absolute limit is all it is judged by.
-        few_sources = _short_of_sources(guardrails, pass_candidate)
-        pass_events, pass_devices = _passing_counts(name, pass_candidate, guardrails)
-        if pass_devices < 1:
-            p_below = 1.0
-        elif (pass_events, pass_devices) == (candidate_events, candidate.devices):
-            p_below = absolute.p_below
-        else:
-            p_below = check_rate_limit(
-                pass_events, pass_devices, limit=ceiling, alpha=alpha, interval=False
-            ).p_below
-        networks_note = _counted(pass_devices, _devices(pass_candidate))
-        if p_below < alpha and pass_devices >= guardrails.min_devices and few_sources is None:
-            return GuardrailResult(
-                name,
-                rule.critical,
+        below_pass = (
+            rate_limit_evidence(pass_c, limit=rule.max_rate, alpha=alpha, k=k)[2]
+            if pass_c.networks
+            else None
+        )
+        enough = pass_c.networks - k >= guardrails.min_devices
+        if below_pass is not None and below_pass.p_below < alpha and enough:
+            return result(
                 "pass",
-                f"{own_line}; no stable release: below the absolute limit ({_p(p_below)})"
-                + _aged_note(pass_candidate, candidate, guardrails),
+                f"{own_line}; no stable release: below the absolute limit "
+                f"({_p(below_pass.p_below)})" + _aged_note(spec, candidate, guardrails),
                 own,
             )
-        return GuardrailResult(
-            name,
-            rule.critical,
+        return result(
             "inconclusive",
             f"{own_line}; no stable release: not yet shown below the absolute limit"
             + (
-                f"; too few devices to pass (candidate {pass_devices} of "
-                f"{guardrails.min_devices} needed{networks_note})"
-                if pass_devices < guardrails.min_devices
+                f"; too few networks to pass (candidate {pass_c.networks} of "
+                f"{guardrails.min_devices} needed beyond the {k} tolerated)"
+                if not enough
                 else ""
             )
-            + _aged_note(pass_candidate, candidate, guardrails),
+            + _aged_note(spec, candidate, guardrails),
             own,
         )
-    stable_events = getattr(stable, _RATE_FIELD[name])
-    result = compare_rates(
-        candidate_events,
-        candidate.devices,
-        stable_events,
-        stable.devices,
-        margin=rule.max_increase,
-        alpha=alpha,
+    fail_s = _rate_arm(_tally(stable, spec.fail_aged), event)
+    pass_s = _rate_arm(_tally(stable, spec.pass_aged), event)
+    if fail_s.networks < 1:
+        return result("inconclusive", f"no stable device installed {window} ago yet", own)
+    fail_side = rate_evidence(
+        fail_c, fail_s, margin=rule.max_increase, alpha=alpha, k=k, intervals=intervals
     )
-    # The evidence of a pass counts the candidate's networks as its devices (passing_counts),
-    # of the unconfirmed guardrail only the installs old enough to have stalled.
-    pass_events, pass_devices = _passing_counts(name, pass_candidate, guardrails)
-    pass_stable_events = int(getattr(pass_stable, _RATE_FIELD[name], 0))
-    pass_stable_devices = _devices(pass_stable)
-    if min(pass_devices, pass_stable_devices) < 1:
-        p_within = 1.0
-    elif (pass_events, pass_devices, pass_stable_events, pass_stable_devices) == (
-        candidate_events,
-        candidate.devices,
-        stable_events,
-        stable.devices,
-    ):
-        p_within = result.p_within
-    else:
-        p_within = compare_rates(
-            pass_events,
-            pass_devices,
-            pass_stable_events,
-            pass_stable_devices,
-            margin=rule.max_increase,
-            alpha=alpha,
-        ).p_within
-    # The evidence of a fail counts the candidate in networks too (failing_count).
-    worse = (
-        result
-        if (failing, networks) == (candidate_events, candidate.devices)
-        else compare_rates(
-            failing,
-            networks,
-            stable_events,
-            stable.devices,
-            margin=rule.max_increase,
-            alpha=alpha,
+    pass_side = (
+        fail_side
+        if (pass_c, pass_s) == (fail_c, fail_s)
+        else (
+            rate_evidence(
+                pass_c, pass_s, margin=rule.max_increase, alpha=alpha, k=k, intervals=intervals
+            )
+            if pass_c.networks and pass_s.networks
+            else None
         )
     )
+    plain_cmp = fail_side.plain
     numbers: dict[str, Number] = {
         **own,
-        "stable_events": result.stable_events,
-        "stable_devices": result.stable_devices,
-        "stable_rate": result.stable_rate,
-        "difference": result.difference,
-        "ci_low": result.ci_low,
-        "ci_high": result.ci_high,
-        "log_evidence": result.log_evidence,
-        "p_worse": worse.p_worse,
-        "p_within": p_within,
-        "passing_devices": pass_devices,
+        "stable_events": fail_s.device_events,
+        "stable_devices": fail_s.devices,
+        "stable_networks": fail_s.networks,
+        "stable_rate": plain_cmp.stable_rate,
+        "difference": plain_cmp.difference,
+        "ci_low": plain_cmp.ci_low,
+        "ci_high": pass_side.ci_high if pass_side is not None else plain_cmp.ci_high,
+        "log_evidence": plain_cmp.log_evidence,
+        "p_worse": fail_side.p_worse,
+        "p_within": pass_side.p_within if pass_side is not None else 1.0,
+        "estimate": pass_side.estimate if pass_side is not None else plain_cmp.difference,
+        "passing_networks": pass_c.networks,
     }
-    level = round(100 * (1 - alpha))
-    described = (
-        f"candidate {100 * result.candidate_rate:.2f}% ({result.candidate_events}/"
-        f"{result.candidate_devices}) vs stable {100 * result.stable_rate:.2f}% "
-        f"({result.stable_events}/{result.stable_devices}): {_points(result.difference)}, "
-        f"{level}% CS {_points(result.ci_low)} to {_points(result.ci_high)}, "
-        f"limit {_points(rule.max_increase)}"
-    )
-    if worse.p_worse < alpha:
+    if fail_side.p_worse < alpha:
+        shown = fail_side.fail_case or plain_cmp
+        described = _rate_line(shown, fail_c, fail_s, level, k, rule.max_increase)
+        numbers.update(ci_low=shown.ci_low, ci_high=shown.ci_high)
+        short = short_of_failing(fail_c, fail_s)
         if short is not None:
-            return GuardrailResult(
-                name,
-                rule.critical,
+            return result(
                 "inconclusive",
-                f"{described}; above the limit ({_p(worse.p_worse)}) but {short}",
+                f"{described}; above the limit ({_p(fail_side.p_worse)}) but {short}",
                 numbers,
             )
-        return GuardrailResult(
-            name,
-            rule.critical,
-            "fail",
-            f"{described}; above the limit ({_p(worse.p_worse)})"
-            + _networks_note(failing, candidate_events),
-            numbers,
-        )
-    counted = _counted(pass_devices, _devices(pass_candidate)) + _aged_note(
-        pass_candidate, candidate, guardrails
-    )
-    # No harm shown: not even worse than the stable at all (the candidate's
-    # networks counted, as for a fail), which a good candidate is shown with
-    # probability alpha at most, however often it is looked at; and, for the
-    # guardrails a young install cannot show yet, most of the arm aged.
+        return result("fail", f"{described}; above the limit ({_p(fail_side.p_worse)})", numbers)
+    pass_networks = min(pass_c.networks, pass_s.networks) - k
+    mostly_aged = not spec.pass_aged or 2 * pass_c.networks >= _networks(candidate)
     observed = (
-        worse.ci_low <= 0
+        pass_side is not None
+        and pass_side.harmless
         and mostly_aged
-        and _observed(guardrails, pass_devices, pass_stable_devices, pass_candidate, pass_stable)
+        and pass_networks >= guardrails.min_networks
     )
-    if p_within < alpha:
-        if min(pass_devices, pass_stable_devices) < guardrails.min_devices:
-            return GuardrailResult(
-                name,
-                rule.critical,
+    counted = _aged_note(spec, candidate, guardrails)
+    if pass_side is not None and pass_side.p_within < alpha:
+        shown = pass_side.pass_case or plain_cmp
+        described = _rate_line(shown, pass_c, pass_s, level, k, rule.max_increase)
+        numbers.update(ci_low=shown.ci_low, ci_high=shown.ci_high)
+        if pass_networks < guardrails.min_devices:
+            return result(
                 "inconclusive",
-                f"{described}; "
-                + _too_few(pass_devices, pass_stable_devices, guardrails.min_devices)
+                described
+                + _too_few(pass_c.networks, pass_s.networks, guardrails.min_devices, k)
                 + counted,
                 numbers,
                 observed=observed,
             )
-        few_sources = _short_of_sources(guardrails, pass_candidate, pass_stable)
-        if few_sources is not None:
-            return GuardrailResult(
-                name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
-            )
-        return GuardrailResult(
-            name,
-            rule.critical,
+        return result(
             "pass",
-            f"{described}; within the limit ({_p(p_within)})" + counted,
+            f"{described}; within the limit ({_p(pass_side.p_within)})" + counted,
             numbers,
         )
-    return GuardrailResult(
-        name,
-        rule.critical,
+    described = _rate_line(plain_cmp, fail_c, fail_s, level, 0, rule.max_increase)
+    harm = (
+        "; a harm is shown whichever networks are set aside"
+        if pass_side is not None and pass_side.harm_shown
+        else ""
+    )
+    return result(
         "inconclusive",
         f"{described}; not enough evidence either way "
-        f"({_p(min(worse.p_worse, p_within))})"
-        + _networks_note(failing, candidate_events)
-        + _also_too_few(pass_devices, pass_stable_devices, guardrails.min_devices)
+        f"({_p(min(fail_side.p_worse, numbers['p_within'] or 1.0))})"
+        + harm
+        + _too_few(pass_c.networks, pass_s.networks, guardrails.min_devices, k)
         + counted,
         numbers,
         observed=observed,
     )
 
 
-def _devices(arm: ArmSummary | None) -> int:
-    return arm.devices if arm is not None else 0
-
-
-def _passing_counts(name: str, arm: ArmSummary | None, guardrails: Guardrails) -> tuple[int, int]:
-    return passing_counts(name, arm, guardrails) if arm is not None else (0, 0)
-
-
-def _counted(networks: int, devices: int) -> str:
-    if networks == devices:
+def _too_few(candidate: int, stable: int, needed: int, k: int) -> str:
+    """Which arm is short of networks to pass, or ""."""
+    short = [
+        f"{arm} {count}"
+        for arm, count in (("candidate", candidate), ("stable", stable))
+        if count - k < needed
+    ]
+    if not short:
         return ""
-    return f" (a pass counts the candidate's {networks} networks as its devices, not {devices})"
-
-
-def _networks_note(failing: int, events: int) -> str:
-    if failing == events:
-        return ""
-    return f" (a fail counts {failing} of the {events} failing devices: one per network)"
-
-
-def _aged(arm: ArmSummary | None) -> ArmSummary | None:
-    """The arm's installs old enough to have reverted, or stalled (``revert_window_hours``).
-
-    The revert guardrail counts only them; the unconfirmed guardrail passes only on them.
-    """
-    if arm is None or arm.aged_devices is None:
-        return arm
-    return replace(
-        arm,
-        devices=arm.aged_devices,
-        reverted=arm.aged_reverted,
-        reverted_sources=arm.aged_reverted_sources,
-        stalled=arm.aged_stalled,
-        stalled_sources=arm.aged_stalled_sources,
-        sources=arm.aged_sources,
+    return (
+        f"; too few networks to pass ({', '.join(short)} of {needed} needed per arm beyond "
+        f"the {k} tolerated)"
     )
 
 
-def _aged_note(pass_arm: ArmSummary | None, arm: ArmSummary, guardrails: Guardrails) -> str:
-    """What a pass of the unconfirmed guardrail counted, when not the whole arm."""
-    if pass_arm is arm:
+def _aged_note(spec: GuardrailSpec, candidate: ArmSummary, guardrails: Guardrails) -> str:
+    """What a pass of a guardrail that needs old installs counted, when not the whole arm."""
+    if not spec.pass_aged or candidate.aged is None:
         return ""
-    aged = pass_arm.devices if pass_arm is not None else 0
     return (
-        f" (a pass counts only the {aged} candidate device(s) installed "
+        f" (a pass counts only the {candidate.aged.networks} candidate network(s) installed "
         f"{guardrails.revert_window_hours:g} h ago or more, revert_window_hours)"
     )
 
 
-def failing_count(name: str, arm: ArmSummary, guardrails: Guardrails) -> int:
-    """The failing devices a verdict rests on: one per source network, when sources are known.
-
-    A forger mints tokens at will but networks slowly, so with
-    ``count_networks`` (the default) each network counts as at most one
-    failing device of the arm: a dozen forged reverts from one /24 are one.
-    Genuine failures spread over the networks their devices sit in, so this
-    loses little where devices have networks of their own, and makes fails
-    slower where many sit behind a few carrier NATs. The arm itself is
-    counted in networks too (:func:`passing_devices`), for fails and passes.
-    """
-    events = int(getattr(arm, _RATE_FIELD[name]))
-    if not guardrails.count_networks or not _sourced(arm):
-        return events
-    return min(events, int(getattr(arm, _SOURCE_FIELD[name])))
-
-
-def passing_devices(arm: ArmSummary, guardrails: Guardrails) -> int:
-    """The candidate devices a verdict rests on: its networks, when sources are known.
-
-    A forger's thousand healthy tokens from one network would otherwise
-    outweigh the arm's genuine devices (pass a bad candidate, or dilute its
-    failures below a fail); counted as one device they cannot (``count_networks``).
-    """
-    if not guardrails.count_networks or not _sourced(arm):
-        return arm.devices
-    return min(arm.devices, arm.sources)
-
-
-def passing_counts(name: str, arm: ArmSummary, guardrails: Guardrails) -> tuple[int, int]:
-    """(events, devices) of the candidate arm for a pass: its networks, each a device.
-
-    The events stay whole (capped at the networks), so the rate a pass is
-    judged on is never below the arm's own.
-    """
-    devices = passing_devices(arm, guardrails)
-    return min(int(getattr(arm, _RATE_FIELD[name])), devices), devices
-
-
-def _short_of_failing(name: str, candidate: ArmSummary, guardrails: Guardrails) -> str | None:
-    """Why the candidate's failing devices are too few to fail on, or None when enough.
-
-    Sources count only when the server knew them for most of the arm's devices.
-    """
-    events = failing_count(name, candidate, guardrails)
-    if events < guardrails.min_failing_devices:
-        networks = " (one per network)" if events < getattr(candidate, _RATE_FIELD[name]) else ""
-        return (
-            f"only {events} failing candidate device(s){networks}, "
-            f"{guardrails.min_failing_devices} needed to fail"
-        )
-    sources = getattr(candidate, _SOURCE_FIELD[name])
-    if _sourced(candidate) and sources < guardrails.min_failing_sources:
-        return (
-            f"the failing candidate devices come from {sources} network(s), "
-            f"{guardrails.min_failing_sources} needed to fail"
-        )
-    return None
-
-
-def _sourced(arm: ArmSummary) -> bool:
-    """Whether the arm's sources are known for most of its devices.
-
-    Behind a proxy that is not trusted the server knows no device's network;
-    a few reports with a known one (say, a forger's through a trusted path)
-    must not then decide for the rest.
-    """
-    return arm.sources > 0 and 2 * arm.sourced_devices >= arm.devices
-
-
-def _observed(
-    guardrails: Guardrails,
-    candidate_devices: int,
-    stable_devices: int,
-    *arms: ArmSummary | None,
-) -> bool:
-    """Whether a guardrail not shown harmful saw enough to have shown a gross harm.
-
-    The floor is ``min_soak_devices`` per arm, counted like a pass (in networks),
-    from ``min_sources`` networks: forged installs cannot buy a soak step any
-    more than a pass.
-    """
-    return (
-        min(candidate_devices, stable_devices) >= guardrails.min_soak_devices
-        and _short_of_sources(guardrails, *arms) is None
-    )
-
-
-def _short_of_sources(guardrails: Guardrails, *arms: ArmSummary | None) -> str | None:
-    """Why the arms' devices come from too few networks to pass on, or None."""
-    short = [
-        f"{arm.arm} {arm.sources}"
-        for arm in arms
-        if arm is not None and _sourced(arm) and arm.sources < guardrails.min_sources
-    ]
-    if not short:
-        return None
-    return (
-        f"devices from too few networks to pass ({', '.join(short)} of "
-        f"{guardrails.min_sources} needed per arm)"
-    )
-
-
-def stable_alarms(tier: str, stable: ArmSummary | None, guardrails: Guardrails) -> tuple[str, ...]:
+def stable_alarms(
+    tier: str, stable: ArmSummary | None, guardrails: Guardrails, k: int | None = None
+) -> tuple[str, ...]:
     """The rate guardrails whose absolute limit the stable arm itself is shown above.
 
     The candidate is compared with the stable; a stable that crash-loops on
@@ -963,39 +991,53 @@ def stable_alarms(tier: str, stable: ArmSummary | None, guardrails: Guardrails) 
     """
     if stable is None or stable.devices < 1:
         return ()
+    k = guardrails.tolerated_networks if k is None else k
     alarms = []
-    for name in RATE_GUARDRAILS:
-        rule: RateGuardrail = getattr(guardrails, name)
-        events = getattr(stable, _RATE_FIELD[name])
-        check = check_rate_limit(
-            events, stable.devices, limit=max_rate(rule), alpha=guardrails.alpha, interval=False
+    for spec in SPECS:
+        if spec.kind != "rate":
+            continue
+        rule: RateGuardrail = getattr(guardrails, spec.name)
+        arm = _rate_arm(_tally(stable, spec.fail_aged), spec.event)
+        if arm.networks < 1:
+            continue
+        _, above, _ = rate_limit_evidence(
+            arm, limit=rule.max_rate, alpha=guardrails.alpha, k=k, intervals=False
         )
-        if check.p_above < guardrails.alpha and events >= min_failing_devices(guardrails):
+        if (
+            above is not None
+            and above.p_above < guardrails.alpha
+            and arm.events - k >= guardrails.min_failing_devices
+        ):
             alarms.append(
-                f"{tier}: the stable arm's {name} rate is {100 * check.rate:.1f}% "
-                f"({events}/{stable.devices}), above the absolute limit "
-                f"{100 * max_rate(rule):g}% ({_p(check.p_above)})"
+                f"{tier}: the stable arm's {spec.name} rate is "
+                f"{100 * arm.events / arm.networks:.1f}% ({_counted(arm)}), above the "
+                f"absolute limit {100 * rule.max_rate:g}% ({_p(above.p_above)})"
             )
     return tuple(alarms)
 
 
-def _latency_result(
-    name: str,
+def _shift_result(
+    spec: GuardrailSpec,
     rule: LatencyGuardrail,
     candidate: ArmSummary | None,
     stable: ArmSummary | None,
     guardrails: Guardrails,
+    k: int,
+    intervals: bool = True,
 ) -> GuardrailResult:
-    field_name = _LATENCY_FIELD[name]
-    limit: dict[str, Number] = {"limit_pct": rule.max_increase_pct, "alpha": guardrails.alpha}
+    name = spec.name
+    limit: dict[str, Number] = {
+        "limit_pct": rule.max_increase_pct,
+        "alpha": guardrails.alpha,
+        "tolerated_networks": k,
+    }
     histograms = [
-        getattr(summary, field_name) if summary is not None else {}
-        for summary in (candidate, stable)
+        arm.histogram(spec.histogram) if arm is not None else None for arm in (candidate, stable)
     ]
     missing = [
         arm
         for arm, histogram in zip(("candidate", "stable"), histograms, strict=True)
-        if not total(histogram)
+        if not histogram
     ]
     if missing:
         return GuardrailResult(
@@ -1005,63 +1047,68 @@ def _latency_result(
             f"no {' and '.join(missing)} {name} values in the period",
             limit,
         )
-    result = compare_latency(histograms[0], histograms[1], alpha=guardrails.alpha)
-    # The verdict and the interval: time-uniform CDF bands, valid however often it looks.
-    evidence = shift_evidence(
-        histograms[0], histograms[1], limit_pct=rule.max_increase_pct, alpha=guardrails.alpha
+    c, s = histograms
+    assert c is not None
+    assert s is not None
+    evidence = shift_evidence_robust(
+        (c.devices, c.low, c.high),
+        (s.devices, s.low, s.high),
+        limit_pct=rule.max_increase_pct,
+        alpha=guardrails.alpha,
+        k=k,
+        intervals=intervals,
     )
-    shift, low, high = (
-        result.percent(result.shift_ms),
-        evidence.ci_low_pct,
-        evidence.ci_high_pct,
-    )
+    plain = evidence.plain
+    shift = plain.percent(plain.shift_ms)
     numbers: dict[str, Number] = {
-        "candidate_devices": result.candidate_devices,
-        "stable_devices": result.stable_devices,
-        "candidate_median_ms": result.candidate_median_ms,
-        "stable_median_ms": result.stable_median_ms,
-        "shift_ms": result.shift_ms,
+        "candidate_devices": plain.candidate_devices,
+        "stable_devices": plain.stable_devices,
+        "candidate_networks": evidence.candidate_networks,
+        "stable_networks": evidence.stable_networks,
+        "candidate_median_ms": plain.candidate_median_ms,
+        "stable_median_ms": plain.stable_median_ms,
+        "shift_ms": plain.shift_ms,
         "shift_pct": shift,
-        "ci_low_pct": low,
+        "estimate_pct": evidence.estimate_pct,
+        "ci_low_pct": evidence.ci_low_pct,
         # JSON has no infinity: no upper end shown yet is null.
-        "ci_high_pct": None if math.isinf(high) else high,
-        "u": result.u,
-        "p_slower": result.p_slower,
+        "ci_high_pct": None if math.isinf(evidence.ci_high_pct) else evidence.ci_high_pct,
+        "u": plain.u,
+        "p_slower": plain.p_slower,
         **limit,
     }
     level = round(100 * (1 - guardrails.alpha))
-    unit = _UNIT.get(name, "ms")
+    networks = min(evidence.candidate_networks, evidence.stable_networks) - k
     described = (
-        f"median {result.candidate_median_ms:.3g} {unit} vs {result.stable_median_ms:.3g} {unit} "
-        f"({result.candidate_devices} vs {result.stable_devices} devices): shift {shift:+.1f}% "
-        f"of the stable median, {level}% CS {_pct(low)} to {_pct(high)}, limit "
+        f"median {plain.candidate_median_ms:.3g} {spec.unit} vs {plain.stable_median_ms:.3g} "
+        f"{spec.unit} ({_of(plain.candidate_devices, evidence.candidate_networks)} vs "
+        f"{_of(plain.stable_devices, evidence.stable_networks)}): shift {shift:+.1f}% of the "
+        f"stable median, {level}% CS {_pct(evidence.ci_low_pct)} to "
+        f"{_pct(evidence.ci_high_pct)} with {k} network(s) set aside, limit "
         f"+{rule.max_increase_pct:g}%"
     )
     if evidence.slower:
-        return GuardrailResult(name, rule.critical, "fail", f"{described}; slower", numbers)
-    # A pass counts the candidate's networks as its devices (passing_devices).
-    counted = (
-        min(result.candidate_devices, passing_devices(candidate, guardrails))
-        if candidate is not None
-        else result.candidate_devices
-    )
-    observed = low <= 0 and _observed(guardrails, counted, result.stable_devices, candidate, stable)
-    if evidence.within:
-        if min(counted, result.stable_devices) < guardrails.min_devices:
+        if networks < guardrails.min_networks:
             return GuardrailResult(
                 name,
                 rule.critical,
                 "inconclusive",
-                f"{described}; "
-                + _too_few(counted, result.stable_devices, guardrails.min_devices)
-                + _counted(counted, result.candidate_devices),
+                f"{described}; slower, but too few networks to fail on (min_networks "
+                f"{guardrails.min_networks} beyond the {k} tolerated per arm)",
+                numbers,
+            )
+        return GuardrailResult(name, rule.critical, "fail", f"{described}; slower", numbers)
+    observed = evidence.harmless and networks >= guardrails.min_networks
+    if evidence.within:
+        if networks < guardrails.min_devices:
+            return GuardrailResult(
+                name,
+                rule.critical,
+                "inconclusive",
+                f"{described}; within, but too few networks to pass (min_devices "
+                f"{guardrails.min_devices} beyond the {k} tolerated per arm)",
                 numbers,
                 observed=observed,
-            )
-        few_sources = _short_of_sources(guardrails, candidate, stable)
-        if few_sources is not None:
-            return GuardrailResult(
-                name, rule.critical, "inconclusive", f"{described}; {few_sources}", numbers
             )
         return GuardrailResult(name, rule.critical, "pass", f"{described}; within", numbers)
     return GuardrailResult(
@@ -1069,10 +1116,20 @@ def _latency_result(
         rule.critical,
         "inconclusive",
         f"{described}; the sequence holds the limit"
-        + _also_too_few(result.candidate_devices, result.stable_devices, guardrails.min_devices),
+        + ("; a slowdown is shown" if evidence.harm_shown else "")
+        + (
+            f"; too few networks (min_networks {guardrails.min_networks} beyond the {k} "
+            "tolerated per arm)"
+            if networks < guardrails.min_networks
+            else ""
+        ),
         numbers,
         observed=observed,
     )
+
+
+def _of(devices: int, networks: int) -> str:
+    return f"{devices} devices" if devices == networks else f"{networks} networks"
 
 
 def _pct(value: float) -> str:

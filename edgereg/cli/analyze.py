@@ -140,17 +140,31 @@ def print_analysis(analysis: Analysis) -> None:
         f"{analysis.unit}: candidate {analysis.candidate} vs stable {stable}, "
         f"reports since {_iso(analysis.since)}{stable_since}"
     )
-    for tier in analysis.tiers:
+    for tier in (*analysis.tiers, *((analysis.pool,) if analysis.pool is not None else ())):
+        pooled = (
+            "; too few networks to be judged alone: its passes are the pool's"
+            if tier.pooled
+            else ""
+        )
         print_result(
-            f"tier {tier.tier}: {tier.verdict} (candidate {tier.candidate_devices} devices, "
-            f"stable {tier.stable_devices})"
+            f"{'tier ' if tier.label == tier.tier else ''}{tier.label}: {tier.verdict} "
+            f"(candidate {_arm(tier.candidate_devices, tier.candidate_networks)}, "
+            f"stable {_arm(tier.stable_devices, tier.stable_networks)}{pooled})"
         )
         for result in tier.guardrails:
             critical = ", critical" if result.critical else ""
             print_result(f"  {result.verdict:<12} {result.name}{critical}: {result.reason}")
     for alarm in analysis.alarms:
         print_result(f"alarm: {alarm}")
+    for note in analysis.notes:
+        print_result(f"note: {note}")
     print_result(f"verdict: {analysis.verdict}")
+
+
+def _arm(devices: int, networks: int) -> str:
+    if devices == networks:
+        return f"{devices} devices"
+    return f"{devices} devices in {networks} networks"
 
 
 @click.command("analyze")
@@ -266,8 +280,9 @@ def _iso(moment: datetime) -> str:
 
 def _short(analysis: Analysis) -> list[str]:
     lines = []
-    for tier in analysis.tiers:
+    for tier in (*analysis.tiers, *((analysis.pool,) if analysis.pool is not None else ())):
         verdicts = ", ".join(f"{result.name} {result.verdict}" for result in tier.guardrails)
-        lines.append(f"tier {tier.tier}: {tier.verdict} ({verdicts})")
+        pooled = ", judged within the pool" if tier.pooled else ""
+        lines.append(f"{tier.label}: {tier.verdict} ({verdicts}{pooled})")
     lines += [f"alarm: {alarm}" for alarm in analysis.alarms]
     return lines

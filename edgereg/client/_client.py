@@ -349,7 +349,7 @@ class Client:
         _log.warning("%s %s reverted (%s)", self.model, record.version, reason)
         self.health.reverted(self.model, None if previous is None else previous.version)
         for name in sorted(record.members):
-            self.reporter.reverted(self.model, name)
+            self.reporter.reverted(self.model, name, None if previous is None else previous.version)
         return None if previous is None else self._result(previous, updated=True)
 
     def app_started(self) -> Revert | None:
@@ -443,9 +443,14 @@ class Client:
         accepted = _TierState(data, etag, decision.sequence)
         if accepted != state:
             self.cache.write_state(self.model, self.tier, accepted)
-        return self._apply(
-            self._avoid_bad(decision), installed, conditions, not_modified=not_modified
-        )
+        try:
+            return self._apply(
+                self._avoid_bad(decision), installed, conditions, not_modified=not_modified
+            )
+        finally:
+            # Whatever this check did, the release the manifest gives the device (before
+            # its own refusals) hears from it in every rollout period (§11).
+            self._report_period(decision)
 
     def _decide(self, data: bytes, highest: int | None, now: datetime) -> Decision:
         return decide(
@@ -607,6 +612,28 @@ class Client:
             arm="candidate" if new.is_candidate else "stable",
             sequence=decision.manifest.sequence,
         )
+
+    def _report_period(self, decision: Decision) -> None:
+        """A manifest with a new sequence: report again the release it gives this device.
+
+        Its installed report, or its refusal's (rejected or reverted here): every
+        period counts each device in its arm, whether the release works on it or
+        not (docs/protocol.md §11). The reporter sends nothing when its report of
+        that release already carries this sequence.
+        """
+        entry = decision.entry
+        if entry is None:
+            return
+        arm: Literal["candidate", "stable"] = "candidate" if decision.is_candidate else "stable"
+        for name in sorted(self._entries(entry)):
+            self.reporter.period(
+                self.model,
+                name,
+                entry.version,
+                arm=arm,
+                sequence=decision.manifest.sequence,
+                report_url=decision.manifest.report_url,
+            )
 
     def _report_installed(self, new: _Installed, decision: Decision) -> None:
         """A new release is installed: its count of starts begins, each member is reported."""

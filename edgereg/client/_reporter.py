@@ -1,23 +1,30 @@
 """Device reports: how each installed release runs here, sent where the manifest says.
 
 One :class:`~edgereg.protocol.reports.Report` per installed candidate or
-stable model, sent after the install and again when it is confirmed or
-reverted, carrying the inference latency the app measured
-(:meth:`Reporter.record_inference`). It is POSTed as canonical JSON to the
-manifest's ``report_url``: a path relative to the registry root, or an
-absolute http(s) URL (a separate collector for a static or CDN registry).
+stable model, sent after the install (or the self-test's rejection), again
+when it is confirmed or reverted, and again in every later rollout period
+for the release the manifest gives the device (:meth:`Reporter.period`:
+refused releases too, so a device counts in its arm whether the release
+works on it or not), carrying the inference latency the app measured
+(:meth:`Reporter.record_inference`) with the release that ran the calls.
+It is POSTed as canonical JSON to the manifest's ``report_url``: a path
+relative to the registry root, or an absolute http(s) URL (a separate
+collector for a static or CDN registry). docs/protocol.md §11 has the rules.
 
 Nothing personal and no device id: the ``token`` is random per install of
 a unit version (a bundle's members share it), kept in ``reports.json`` in
-the cache directory so later reports of the same install replace earlier
-ones at the receiver. Reporting never blocks or fails an update: sends run
-on a background thread with a bounded timeout, a failure is logged and
-retried once, later, then dropped.
-``Reporter(..., enabled=False)`` sends nothing and stores nothing.
+the cache directory with the latest report of each version, so later
+reports of the same install merge into one row at the receiver. Reporting
+never blocks or fails an update: sends run on a background thread with a
+bounded timeout; a report not delivered is kept and sent again at later
+update checks (five answered tries; a try the network never answered does
+not count), then dropped. ``Reporter(..., enabled=False)`` sends nothing and
+stores nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import logging
@@ -30,9 +37,9 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from edgereg import __version__
 from edgereg.client._cache import CacheError, read_state_file, write_state_file
@@ -54,7 +61,12 @@ _FILE = "reports.json"
 _SAMPLES_KEPT = 2048
 """Latency samples kept per model between reports (a uniform sample of all calls)."""
 _TOKENS_KEPT = 8
-"""Tokens kept per unit: enough to report a revert to an earlier version with its own."""
+"""Tokens (and reports) kept per unit: enough to report a revert to an earlier version
+with its own, and a refused version in the periods after."""
+_PENDING_KEPT = 16
+"""Undelivered reports kept for the next update checks (the oldest go first)."""
+_ANSWERED_TRIES = 5
+"""Tries answered with 408, 429 or 5xx after which an undelivered report is dropped."""
 SHORT_TEXT = re.compile(r"^[A-Za-z0-9._ -]{1,32}$")
 USER_AGENT = f"edgereg/{__version__}"
 
@@ -189,14 +201,18 @@ class Reporter:
         self._first: dict[str, float] = {}
         self._first_seen: set[str] = set()
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[str, bytes, bool]] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, bytes, int]] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._random = random.Random()
 
     # -- what the app and the client call ---------------------------------------------
 
     def record_inference(self, model: str, ms: float) -> None:
-        """Add one real inference's latency (the app measures it); sent with the next report."""
+        """Add one real inference's latency (the app measures it); sent with the next report.
+
+        The calls belong to the release installed now: they go with its next
+        report, never with a refused release's.
+        """
         if not self.enabled or not (0 <= ms <= 3_600_000):
             return
         with self._lock:
@@ -218,6 +234,8 @@ class Reporter:
 
         A new version gets a new token; the same version keeps its own.
         ``report_url`` is the manifest's (None: the registry asks for no reports).
+        A rejection is kept too: :meth:`period` sends it again while the
+        manifest still gives the device that release.
         """
         if not self.enabled or report_url is None:
             return None
@@ -228,9 +246,10 @@ class Reporter:
         with self._lock:
             state = self._read()
             # One token per install of a unit version: a bundle's members share it
-            # (the receiver keeps the latest report per token and model).
+            # (the receiver keeps one row per token and model).
             tokens: dict[str, str] = state["tokens"].setdefault(facts.unit, {})
-            if facts.probe != "failed":
+            rejected = facts.probe == "failed"
+            if not rejected:
                 # A new install: its first inference is the next one recorded.
                 self._first_seen.discard(facts.model)
                 self._first.pop(facts.model, None)
@@ -239,16 +258,15 @@ class Reporter:
             tokens[facts.unit_version] = token
             for old in list(tokens)[:-_TOKENS_KEPT]:
                 del tokens[old]
-            report = self._build(facts, token)
+            # A rejected release never ran: the calls recorded so far are the
+            # installed release's, and stay for its next report.
+            report = self._build(facts, token, with_latency=not rejected)
             if report is None:
                 return None
-            # A rejected release is never installed: the report that a later
-            # confirm, revert or summary re-sends stays the installed one's.
-            if facts.probe != "failed":
-                state["models"][_key(facts.unit, facts.model)] = {
-                    "url": url,
-                    "report": report.model_dump(mode="json"),
-                }
+            key = _key(facts.unit, facts.model)
+            _store(state, key, facts.unit_version, url, report)
+            if not rejected:
+                state["installed"][key] = facts.unit_version
             self._write(state)
         self._send(url, report)
         return report
@@ -257,9 +275,29 @@ class Reporter:
         """Report again: the app confirmed the model (its first real inference succeeded)."""
         return self._again(unit, model, {"confirmed": True})
 
-    def reverted(self, unit: str, model: str) -> Report | None:
-        """Report again: the model was reverted (a crash loop)."""
-        return self._again(unit, model, {"reverted": True})
+    def reverted(self, unit: str, model: str, to_unit_version: str | None = None) -> Report | None:
+        """Report again: the installed model was reverted (a crash loop, or the app's call).
+
+        The reverted release's report is kept for :meth:`period` (its arm still
+        counts the device, as a revert); ``to_unit_version`` is the release the
+        client went back to, whose report (when one is kept) gets the calls
+        recorded from now on.
+        """
+        sent = self._again(unit, model, {"reverted": True})
+        if not self.enabled:
+            return sent
+        with self._lock:
+            state = self._read()
+            key = _key(unit, model)
+            kept = state["reports"].get(key, {})
+            if to_unit_version is not None and to_unit_version in kept:
+                state["installed"][key] = to_unit_version
+            else:
+                state["installed"].pop(key, None)
+            self._write(state)
+            # Calls made before the switch ran the reverted release; they went with its report.
+            self._latency.pop(model, None)
+        return sent
 
     def unconfirmed(self, unit: str, model: str, starts: int) -> Report | None:
         """Report again: the app started with the model installed and not yet confirmed.
@@ -296,8 +334,58 @@ class Reporter:
         """Report again with the latency recorded since the last report (for a periodic send)."""
         return self._again(unit, model, {})
 
+    def period(
+        self,
+        unit: str,
+        model: str,
+        unit_version: str,
+        *,
+        arm: Literal["candidate", "stable"],
+        sequence: int,
+        report_url: str | None,
+    ) -> Report | None:
+        """A manifest with a new ``sequence`` gives the device ``unit_version``: report it again.
+
+        Every rollout period hears from every device in its arm
+        (docs/protocol.md §11): the installed release's report with the calls
+        recorded since the last one, or a refused release's report (rejected
+        by its self-test, or reverted) as it was, ``inference`` null. Nothing
+        when the device holds no report of that release, or its report
+        already carries this sequence (or a later one).
+
+        Returns:
+            The report sent, or None.
+        """
+        if not self.enabled or report_url is None:
+            return None
+        url = resolve_report_url(self.base_url, report_url)
+        if url is None:
+            return None
+        with self._lock:
+            state = self._read()
+            key = _key(unit, model)
+            stored = state["reports"].get(key, {}).get(unit_version)
+            if stored is None:
+                return None
+            base = _stored_report(stored, model)
+            if base is None or base.sequence >= sequence:
+                return None
+            running = (
+                state["installed"].get(key) == unit_version
+                and base.probe != "failed"
+                and not base.reverted
+            )
+            update: dict[str, Any] = {"sequence": sequence, "arm": arm, "inference": None}
+            if running:
+                update.update(self._latency_update(model, base))
+            report = _versioned(base.model_copy(update=update))
+            _store(state, key, unit_version, url, report)
+            self._write(state)
+        self._send(url, report)
+        return report
+
     def retry_pending(self) -> None:
-        """Send once more the reports whose first send failed; then forget them either way."""
+        """Send again the reports not delivered yet (each update check calls this)."""
         if not self.enabled:
             return
         with self._lock:
@@ -310,71 +398,83 @@ class Reporter:
         for item in pending:
             try:
                 url, body = str(item["url"]), to_bytes(Report.model_validate(item["body"]))
-            except (ValidationError, TypeError, KeyError) as exc:
+                tries = int(item.get("tries", 0))
+            except (ValidationError, TypeError, KeyError, ValueError) as exc:
                 _log.warning("reports: a kept report is unreadable (%s); dropped", exc)
                 continue
-            self._dispatch(url, body, retry=False)
+            self._dispatch(url, body, tries=tries)
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait up to ``timeout`` seconds for background sends to finish."""
         worker = self._worker
         if worker is None:
             return
-        self._queue.put(("", b"", False))
+        self._queue.put(("", b"", 0))
         worker.join(timeout)
         self._worker = None
 
     # -- steps ---------------------------------------------------------------------------
 
     def _again(self, unit: str, model: str, changes: dict[str, Any]) -> Report | None:
+        """Send the installed release's report again, with ``changes`` and the latest calls."""
         if not self.enabled:
             return None
         with self._lock:
             state = self._read()
-            stored = state["models"].get(_key(unit, model))
+            key = _key(unit, model)
+            version = state["installed"].get(key)
+            stored = None if version is None else state["reports"].get(key, {}).get(version)
             if stored is None:
                 return None
-            try:
-                base = Report.model_validate(stored["report"])
-            except (ValidationError, TypeError) as exc:
-                _log.warning("reports: stored report of %s unreadable (%s); not sent", model, exc)
+            base = _stored_report(stored, model)
+            if base is None:
                 return None
             # Latency is what was measured since the last report, so never carried over.
-            update = {**changes, "inference": self._take_latency(model)}
-            if base.first_inference_ms is None and model in self._first:
-                update["first_inference_ms"] = self._first.pop(model)
+            update = {**changes, "inference": None, **self._latency_update(model, base)}
             report = _versioned(base.model_copy(update=update))
-            stored["report"] = report.model_dump(mode="json")
+            _store(state, key, version, str(stored["url"]), report)
             self._write(state)
             url = str(stored["url"])
         self._send(url, report)
         return report
 
-    def _build(self, facts: InstallFacts, token: str) -> Report | None:
+    def _latency_update(self, model: str, base: Report) -> dict[str, Any]:
+        """The calls recorded since the last report, and the install's first one if unsent."""
+        update: dict[str, Any] = {"inference": self._take_latency(model)}
+        if base.first_inference_ms is None and model in self._first:
+            update["first_inference_ms"] = self._first.pop(model)
+        return update
+
+    def _build(self, facts: InstallFacts, token: str, *, with_latency: bool) -> Report | None:
         device = self.device
+        fields: dict[str, Any] = {
+            "token": token,
+            "unit": facts.unit,
+            "model": facts.model,
+            "version": facts.version,
+            "unit_version": facts.unit_version,
+            "variant": facts.variant,
+            "tier": facts.tier,
+            "arm": facts.arm,
+            "sequence": facts.sequence,
+            "probe": facts.probe,
+            "backend": facts.backend,
+            "backends_skipped": list(facts.backends_skipped),
+            "load_ms": None if facts.load_ms is None else round(facts.load_ms, 3),
+            "load_failed": facts.load_failed,
+            "inference": self._take_latency(facts.model) if with_latency else None,
+        }
+        # A device fact the report cannot carry is sent as null: the report always goes.
+        for name, value in (
+            ("mnn_runtime", device.mnn_runtime),
+            ("os", device.os),
+            ("os_version", device.os_version),
+            ("device_class", device.device_class),
+            ("cpu_class", device.cpu_class),
+        ):
+            fields[name] = value if value is None or _fits(name, value) else None
         try:
-            return Report.versioned(
-                token=token,
-                unit=facts.unit,
-                model=facts.model,
-                version=facts.version,
-                unit_version=facts.unit_version,
-                variant=facts.variant,
-                tier=facts.tier,
-                arm=facts.arm,
-                sequence=facts.sequence,
-                probe=facts.probe,
-                backend=facts.backend,
-                backends_skipped=list(facts.backends_skipped),
-                load_ms=None if facts.load_ms is None else round(facts.load_ms, 3),
-                load_failed=facts.load_failed,
-                inference=self._take_latency(facts.model),
-                mnn_runtime=device.mnn_runtime,
-                os=device.os,
-                os_version=device.os_version,
-                device_class=device.device_class,
-                cpu_class=device.cpu_class,
-            )
+            return Report.versioned(**fields)
         except ValidationError as exc:
             _log.warning("reports: cannot build the report of %s: %s", facts.model, exc)
             return None
@@ -384,28 +484,28 @@ class Reporter:
         return None if latency is None else latency_summary(latency.samples)
 
     def _send(self, url: str, report: Report) -> None:
-        self._dispatch(url, to_bytes(report), retry=True)
+        self._dispatch(url, to_bytes(report), tries=0)
 
-    def _dispatch(self, url: str, body: bytes, *, retry: bool) -> None:
+    def _dispatch(self, url: str, body: bytes, *, tries: int) -> None:
         if not self.background:
-            self._post(url, body, retry=retry)
+            self._post(url, body, tries=tries)
             return
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._drain, name="edgereg-reports", daemon=True)
             self._worker.start()
-        self._queue.put((url, body, retry))
+        self._queue.put((url, body, tries))
 
     def _drain(self) -> None:
         while True:
-            url, body, retry = self._queue.get()
+            url, body, tries = self._queue.get()
             if not url:
                 return
-            self._post(url, body, retry=retry)
+            self._post(url, body, tries=tries)
 
-    def _post(self, url: str, body: bytes, *, retry: bool) -> None:
-        """POST one report; on a failure worth retrying, keep it for one later try."""
+    def _post(self, url: str, body: bytes, *, tries: int) -> None:
+        """POST one report; keep it for the next update check when it was not delivered."""
         try:
-            status = _http_post(url, body, self.timeout)
+            status: int | None = _http_post(url, body, self.timeout)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             _log.warning("reports: POST %s failed: %s", url, exc)
             status = None
@@ -415,14 +515,18 @@ class Reporter:
             # The receiver refused this report; the same bytes would be refused again.
             _log.warning("reports: %s answered HTTP %d; report dropped", url, status)
             return
+        # No answer (offline) costs no try: a report made offline waits for the network.
+        answered = tries + (1 if status is not None else 0)
+        if answered >= _ANSWERED_TRIES:
+            _log.warning(
+                "reports: %s answered HTTP %s %d times; report dropped", url, status, answered
+            )
+            return
         if status is not None:
-            _log.warning("reports: %s answered HTTP %d", url, status)
-        if retry:
-            self._keep_pending(url, body)
-        else:
-            _log.warning("reports: the retry to %s failed too; report dropped", url)
+            _log.warning("reports: %s answered HTTP %d; kept for the next check", url, status)
+        self._keep_pending(url, body, answered)
 
-    def _keep_pending(self, url: str, body: bytes) -> None:
+    def _keep_pending(self, url: str, body: bytes, tries: int) -> None:
         document = json.loads(body)
         with self._lock:
             state = self._read()
@@ -433,14 +537,14 @@ class Reporter:
                 for p in state["pending"]
                 if (p["body"].get("token"), p["body"].get("model")) != same
             ]
-            pending.append({"url": url, "body": document})
-            state["pending"] = pending[-16:]
+            pending.append({"url": url, "body": document, "tries": tries})
+            state["pending"] = pending[-_PENDING_KEPT:]
             self._write(state)
 
     # -- file -----------------------------------------------------------------------------
 
     def _read(self) -> dict[str, Any]:
-        empty: dict[str, Any] = {"models": {}, "tokens": {}, "pending": []}
+        empty: dict[str, Any] = {"reports": {}, "installed": {}, "tokens": {}, "pending": []}
         try:
             data = read_state_file(self.path, "reports")
         except CacheError as exc:
@@ -448,6 +552,8 @@ class Reporter:
             return empty
         if data is None:
             return empty
+        if isinstance(data.get("models"), dict) and "reports" not in data:
+            data = _from_one_per_model(data)
         if not all(isinstance(data.get(key), type(value)) for key, value in empty.items()):
             _log.warning("reports: %s is not a reports file: starting afresh", self.path)
             return empty
@@ -459,6 +565,64 @@ class Reporter:
         except CacheError as exc:
             # Reports are best effort: a full disk must not fail the update.
             _log.warning("reports: cannot write %s: %s", self.path, exc)
+
+
+def _store(state: dict[str, Any], key: str, unit_version: str, url: str, report: Report) -> None:
+    """Keep ``report`` as the latest of ``unit_version`` (the newest versions kept per model)."""
+    kept: dict[str, Any] = state["reports"].setdefault(key, {})
+    kept.pop(unit_version, None)
+    kept[unit_version] = {"url": url, "report": report.model_dump(mode="json")}
+    for old in list(kept)[:-_TOKENS_KEPT]:
+        del kept[old]
+
+
+def _stored_report(stored: dict[str, Any], model: str) -> Report | None:
+    try:
+        return Report.model_validate(stored["report"])
+    except (ValidationError, TypeError, KeyError) as exc:
+        _log.warning("reports: stored report of %s unreadable (%s); not sent", model, exc)
+        return None
+
+
+def _from_one_per_model(data: dict[str, Any]) -> dict[str, Any]:
+    """A reports.json of the earlier layout (one report per model) in this one."""
+    reports: dict[str, Any] = {}
+    installed: dict[str, str] = {}
+    for key, stored in data["models"].items():
+        try:
+            version = str(stored["report"]["unit_version"])
+        except (TypeError, KeyError):
+            continue
+        reports[key] = {version: stored}
+        if not stored["report"].get("reverted"):
+            installed[key] = version
+    pending = [
+        {**p, "tries": 0} for p in data.get("pending", []) if isinstance(p, dict) and "body" in p
+    ]
+    return {
+        "reports": reports,
+        "installed": installed,
+        "tokens": data.get("tokens", {}),
+        "pending": pending,
+    }
+
+
+def _fits(name: str, value: str) -> bool:
+    """Whether a device fact passes the report's own rule for its key."""
+    try:
+        _field_adapter(name).validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
+
+
+@functools.cache
+def _field_adapter(name: str) -> TypeAdapter[Any]:
+    info = Report.model_fields[name]
+    assert info.annotation is not None
+    if not info.metadata:
+        return TypeAdapter(info.annotation)
+    return TypeAdapter(Annotated.__class_getitem__((info.annotation, *info.metadata)))  # type: ignore[attr-defined]
 
 
 def _versioned(report: Report) -> Report:

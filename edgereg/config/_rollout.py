@@ -77,32 +77,37 @@ class Guardrails(_Strict):
         "confidence bands), so running --auto often does not raise it; intervals are "
         "1 - alpha confidence sequences.",
     )
+    tolerated_networks: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Source networks (IPv4 /24, IPv6 /48) a forger may hold without moving "
+        "any verdict: every fail, pass, harm and estimate must hold whichever this many "
+        "networks are set aside, in either arm (docs/operations/report-threats.md). Each "
+        "network counts once whatever its devices (or forged tokens); a device whose "
+        "network the server did not see counts as a network of its own.",
+    )
     min_devices: int = Field(
         default=50,
         ge=1,
-        description="Reports needed in each arm of a tier before a guardrail can pass "
-        "(a clear failure needs only min_failing_devices).",
+        description="Networks (one per device where each has its own) each arm of a tier "
+        "needs, beyond the tolerated ones, before a guardrail can pass.",
+    )
+    min_networks: int = Field(
+        default=10,
+        ge=1,
+        description="Networks each arm needs, beyond the tolerated ones, before a guardrail "
+        "can fail on the comparison, show a harm, or be stepped past by max_soak_hours; a "
+        "tier with fewer in an arm is judged within the pool of every tier for its passes "
+        "(its fails still count). Below min_devices on purpose: an early step only has to "
+        "rule out gross harm, which a few networks show.",
     )
     min_failing_devices: int = Field(
         default=3,
         ge=1,
-        description="Candidate devices with the event a rate guardrail needs before it can "
-        "fail (Argo Rollouts' failureLimit): one event on one device is never a verdict.",
-    )
-    min_failing_sources: int = Field(
-        default=3,
-        ge=1,
-        description="Distinct source networks (IPv4 /24, IPv6 /48) the failing candidate "
-        "devices of a rate guardrail must come from before it can fail, when the server "
-        "knows sources (docs/operations/report-threats.md).",
-    )
-    count_networks: bool = Field(
-        default=True,
-        description="When the server knows sources, the candidate arm's evidence counts "
-        "source networks, not devices: a fail counts each network as at most one failing "
-        "device, a pass counts each network as one device (a forger mints tokens at will, "
-        "networks slowly: a thousand forged reports from one /24 are one device). Turn off "
-        "for fleets behind a few carrier NATs, where it slows both.",
+        description="Failing candidate networks, beyond the tolerated ones, a rate guardrail "
+        "needs before it can fail (Argo Rollouts' failureLimit): one event on one device is "
+        "never a verdict.",
     )
     revert_window_hours: float = Field(
         default=72.0,
@@ -110,23 +115,11 @@ class Guardrails(_Strict):
         le=MAX_HOURS,
         description="How long after its install a device can take to revert a crash-looping "
         "model (the app's max_unconfirmed_starts starts; 3 for an app started once a day): "
-        "the revert guardrail counts only devices installed at least this long ago, and the "
-        "unconfirmed guardrail passes only on them (it fails on every device), so a young "
-        "cohort that has not crash-looped yet cannot pass either. 0 counts every device.",
-    )
-    min_soak_devices: int = Field(
-        default=10,
-        ge=1,
-        description="Devices (counted in networks, like a pass) each arm of a tier must hold "
-        "before max_soak_hours may step past a guardrail that is not proven within its limit: "
-        "the guardrail must have had the devices to fail on. Below min_devices on purpose: an "
-        "early step only has to rule out gross harm, which a few devices show.",
-    )
-    min_sources: int = Field(
-        default=5,
-        ge=1,
-        description="Distinct source networks each arm's devices must come from before a "
-        "guardrail can pass, when the server knows sources.",
+        "the revert guardrail counts only installs that first reported at least this long "
+        "before the report store's newest report (the report servers' clock), and the "
+        "unconfirmed and first_start guardrails pass only on them (they fail on every "
+        "install), so a young cohort that has not crash-looped yet cannot pass either. 0 "
+        "counts every install.",
     )
     probe_failure: RateGuardrail = Field(
         default_factory=RateGuardrail,
@@ -144,6 +137,14 @@ class Guardrails(_Strict):
         default_factory=UnconfirmedGuardrail,
         description="Devices installed and not confirmed after stalled_starts app starts, "
         "reverted since or not: a crash loop seen as it happens, before the revert.",
+    )
+    first_start: RateGuardrail = Field(
+        default_factory=lambda: RateGuardrail(max_increase=0.05, max_rate=1.0),
+        description="Installs whose app started again before the model was ever confirmed "
+        "(report schema 2's unconfirmed_starts of 1 or more, confirmed since or not): a "
+        "crash at the first launch, which neither reverts nor stalls. A first launch that "
+        "did not use the model counts too, in both arms alike, so the limit is wider "
+        "(5 points) and there is no absolute one.",
     )
     load_ms: LatencyGuardrail = Field(
         default_factory=LatencyGuardrail, description="Model load time, one value per device."
@@ -181,10 +182,12 @@ class RolloutPolicy(_Strict):
         ge=0,
         le=MAX_HOURS,
         description="After this long at one step, `rollout --auto` goes on when no guardrail "
-        "fails and every one not proven within its limit saw min_soak_devices per arm with "
+        "fails and every one not proven within its limit saw min_networks per arm with "
         "no harm shown (what Argo Rollouts and Flagger do at every step); the history names "
         "what was unproven and how large a harm its evidence rules out, so a fleet too small "
-        "to prove its limits still moves. Never before min_soak_hours.",
+        "to prove its limits still moves. The step to 100 % and the promote need, besides, "
+        "every unproven estimate within its limit (full exposure is a promotion in all but "
+        "name). Never before min_soak_hours.",
     )
     require_proof: bool = Field(
         default=False,

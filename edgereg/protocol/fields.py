@@ -53,6 +53,7 @@ __all__ = [
     "PercentError",
     "Requirements",
     "RuntimeHints",
+    "RuntimeVersion",
     "Salt",
     "SchemaVersion",
     "SemVer",
@@ -392,6 +393,15 @@ VERSION_PATTERN = (
 )
 """An app, OS or MNN runtime version (docs/protocol.md §7, "Versions"), unanchored."""
 _VERSION = re.compile(VERSION_PATTERN)
+RuntimeVersion = Annotated[
+    str,
+    StringConstraints(
+        max_length=64,
+        pattern=r"^[vV]?[0-9]+(\.[0-9A-Za-z]+)*(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?"
+        r"(\+[0-9A-Za-z.-]+| \([0-9A-Za-z.-]+\))?$",
+    ),
+]
+"""A version of §7's grammar as a wire field (an app's MNN runtime in a report), anchored."""
 _PART = re.compile(r"^([0-9]*)(.*)$")
 
 VersionKey = tuple[tuple[tuple[int, str], ...], tuple[Any, ...]]

@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, StringConstraints, ValidationError, model_validator
 
 from edgereg.protocol._json import strict_json_loads
-from edgereg.protocol.fields import MAX_MEMORY_MB, Backend, Name, SemVer, VersionPin
+from edgereg.protocol.fields import MAX_MEMORY_MB, Backend, Name, RuntimeVersion, SemVer
 from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.wire import WireModel, _added, _describe
 
@@ -124,7 +124,7 @@ class Report(WireModel):
     inference: LatencySummary | None = None
     confirmed: bool = False
     reverted: bool = False
-    mnn_runtime: VersionPin | None = None
+    mnn_runtime: RuntimeVersion | None = None
     os: Literal["android", "ios"] | None = None
     os_version: ShortText | None = None
     device_class: ShortText | None = Field(

@@ -19,10 +19,13 @@ The rules, first match wins:
 5. every guardrail passes: the next step of the policy, or promote after the last;
 6. ``max_soak_hours`` at this step have passed (and the policy does not
    ``require_proof``), no guardrail fails, and every one not proven was
-   observed (``min_soak_devices`` per arm, counted in networks, the revert
-   window passed) with no harm shown: the next step, or promote when each
-   unproven estimate is also within its limit, the history naming what was
-   unproven and the largest harm its evidence leaves open.
+   observed (``min_networks`` per arm beyond the tolerated ones, most of the
+   arm past the revert window) with no harm shown whichever tolerated
+   networks are set aside: the next step; the step to 100 % and the promote
+   only when each unproven estimate is also within its limit (full exposure
+   is a promotion in all but name). The history names what was unproven
+   and the largest harm its evidence leaves open. A tier too small to be
+   judged alone counts through the pool of every tier (its fails still halt).
    A fleet too small to prove its limits moves as Argo Rollouts and Flagger
    do, after a soak without harm; a harm the evidence shows still fails at
    rule 2 first;
@@ -53,7 +56,7 @@ from edgereg.rollout import check_soak, next_step
 if TYPE_CHECKING:
     # Annotations only: the analysis (and numpy) loads with the caller that runs
     # one, not with every registry command (start-up: benchmarks/analyze.py).
-    from edgereg.analysis import Analysis
+    from edgereg.analysis import Analysis, TierAnalysis
     from edgereg.protocol.envelope import Signer
     from edgereg.registry._registry import Registry
 
@@ -172,21 +175,24 @@ def decide(
     if left is not None or harmful:
         why = (
             f"after {policy.max_soak_hours:g} h ({_duration(left)} left) it goes on if no "
-            "guardrail fails and each saw enough devices"
+            "guardrail fails and each saw enough networks"
             if left is not None
             else f"past {policy.max_soak_hours:g} h, but {harmful}"
         )
         return AutoDecision("wait", f"not every guardrail passes yet: {unclear}; {why}")
     soaked = f" in {_duration(now - since)}" if since is not None else ""
     unproven = f"no harm{soaked} at {state.percent:g}%, unproven: {_unproven(analysis)}"
-    if target is None:
+    if target is None or target >= 100:
         over = _estimated_over(analysis)
         if over:
+            move = "promotes" if target is None else "goes to 100%"
             return AutoDecision(
                 "wait",
-                f"not every guardrail passes yet: {unclear}; unproven promotes only when each "
-                f"estimate is within its limit, and {over} (promote or roll back by hand)",
+                f"not every guardrail passes yet: {unclear}; unproven, a rollout {move} only "
+                f"when each estimate is within its limit, and {over} (promote or roll back "
+                "by hand)",
             )
+    if target is None:
         return AutoDecision("promote", unproven)
     return AutoDecision("step", f"{unproven}: on to {target:g}%", target)
 
@@ -342,63 +348,79 @@ def _failed(analysis: Analysis, *, critical: bool) -> str:
     )
 
 
+def _where(tier: TierAnalysis) -> str:
+    return tier.label
+
+
 def _unclear(analysis: Analysis) -> str:
     names = [
-        f"{tier.tier} {result.name}"
+        f"{_where(tier)} {result.name}"
         + (" failed (not critical)" if result.verdict == "fail" else " inconclusive")
-        for tier in analysis.tiers
+        for tier in analysis.judged
         for result in tier.guardrails
         if result.verdict != "pass"
     ]
+    pooled = [tier.tier for tier in analysis.tiers if tier.pooled]
     shown = ", ".join(names[:6])
-    return shown + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    shown += f" and {len(names) - 6} more" if len(names) > 6 else ""
+    if pooled:
+        shown += (
+            f" (too few networks to be judged alone, so judged within the pool: "
+            f"{', '.join(pooled)})"
+        )
+    return shown
 
 
 def _not_harmless(analysis: Analysis) -> str:
     """Why a step after max_soak_hours cannot happen (a fail, or too little seen), or ""."""
     failed = [
-        f"{tier.tier} {result.name} failed"
-        for tier in analysis.tiers
+        f"{_where(tier)} {result.name} failed"
+        for tier in (*analysis.tiers, *analysis.judged)
         for result in tier.guardrails
         if result.verdict == "fail"
     ]
     thin = [
-        f"{tier.tier} {result.name}"
-        for tier in analysis.tiers
+        f"{_where(tier)} {result.name}"
+        for tier in analysis.judged
         for result in tier.guardrails
         if not result.harmless and result.verdict != "fail"
     ]
     parts = []
     if failed:
-        parts.append(", ".join(failed))
+        parts.append(", ".join(dict.fromkeys(failed)))
     if thin:
         shown = ", ".join(thin[:4]) + (f" and {len(thin) - 4} more" if len(thin) > 4 else "")
-        parts.append(f"not observed on min_soak_devices per arm yet: {shown}")
+        parts.append(f"not observed without harm on min_networks per arm yet: {shown}")
+    if not analysis.judged:
+        parts.append("no tier has the networks to be judged, alone or pooled")
     return "; ".join(parts)
 
 
 def _estimated_over(analysis: Analysis) -> str:
     """The unproven guardrails whose estimate is beyond the limit, or "".
 
-    Only a promote asks it: its arms are the rollout's largest, so a good
-    candidate's estimate is rarely beyond the limit by chance, and one that
-    is worse than the limit, which no test could show at this fleet size,
-    mostly waits for a person instead of becoming everyone's release.
+    The step to 100 % and the promote ask it, of the pool of every tier (the
+    largest arms the rollout has; a sole tier's own): a good candidate's
+    estimate is rarely beyond the limit there by chance, and one that is worse
+    than the limit, which no test could show at this fleet size, waits for a
+    person instead of reaching everyone.
     """
+    estimated = analysis.estimated
+    if estimated is None:
+        return "no tier has reported"
     return ", ".join(
-        f"{tier.tier} {result.name} is {result.beyond_limit}"
-        for tier in analysis.tiers
-        for result in tier.guardrails
-        if result.verdict == "inconclusive" and result.beyond_limit is not None
+        f"{_where(estimated)} {result.name} is {result.beyond_limit}"
+        for result in estimated.guardrails
+        if result.verdict != "pass" and result.beyond_limit is not None
     )
 
 
 def _unproven(analysis: Analysis) -> str:
     """Each guardrail a step after max_soak_hours passes unproven, with the harm left open."""
     names = [
-        f"{tier.tier} {result.name}"
+        f"{_where(tier)} {result.name}"
         + (f" (up to {result.harm_left_open})" if result.harm_left_open else "")
-        for tier in analysis.tiers
+        for tier in analysis.judged
         for result in tier.guardrails
         if result.verdict == "inconclusive"
     ]

@@ -41,6 +41,8 @@ class PostgresStore(ReportStore):
     """
 
     placeholder = "%s"
+    greatest = "GREATEST"
+    least = "LEAST"
 
     def __init__(self, url: str) -> None:
         try:
@@ -130,7 +132,9 @@ class PostgresStore(ReportStore):
         # (measured: most of the time of a 32-row upsert); its executemany sends
         # the short one-row statement for every row in one pipeline instead
         # (as fast as one unnest() of column arrays, measured, and plainer).
-        cursor.executemany(upsert_sql(self.placeholder), rows)
+        cursor.executemany(
+            upsert_sql(self.placeholder, greatest=self.greatest, least=self.least), rows
+        )
 
     def _lock_schema(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

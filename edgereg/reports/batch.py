@@ -125,14 +125,26 @@ class GroupCommit:
         unit: str,
         since: datetime | None = None,
         *,
+        since_sequence: int | None = None,
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
         return self.store.summaries(
-            unit, since, model=model, aged_before=aged_before, stalled_starts=stalled_starts
+            unit,
+            since,
+            since_sequence=since_sequence,
+            model=model,
+            aged_before=aged_before,
+            stalled_starts=stalled_starts,
+            pooled=pooled,
         )
+
+    def clock(self, unit: str) -> datetime | None:
+        """The store's clock (its newest report of ``unit``)."""
+        return self.store.clock(unit)
 
     def members(self, unit: str) -> list[str]:
         """The store's bundle members."""

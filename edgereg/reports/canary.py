@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
-from edgereg.analysis import Analysis, analysis_periods, analyze
+from edgereg.analysis import Analysis, analysis_periods, analysis_sequences, analyze
 from edgereg.config import Guardrails
 from edgereg.protocol.wire import RolloutState
 from edgereg.reports.summary import ArmSummary
@@ -26,16 +26,26 @@ class SummarySource(Protocol):
         unit: str,
         since: datetime | None = None,
         *,
+        since_sequence: int | None = None,
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
 
-        ``aged_before``: also count the installs that first reported by then.
+        ``since_sequence``: only the installs whose latest report carries that
+        manifest sequence or a later one (a rollout period).
+        ``aged_before``: also count apart the installs that first reported by then.
         ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
+        ``pooled``: every tier together (tier ``*``), each network once.
         """
         ...
+
+
+#: A report server's clock this far from the analysing host's is said in the analysis
+#: (it changes no verdict: ages are counted on the report servers' own clock).
+SKEW_NOTED = timedelta(minutes=5)
 
 
 def rollout_analysis(
@@ -50,13 +60,21 @@ def rollout_analysis(
 ) -> Analysis:
     """Compare a rollout's candidate arm with its concurrent stable arm, per tier.
 
+    A period is the reports whose manifest sequence is at least the one of
+    the period's start (every device reports in each, docs/protocol.md §11),
+    so no clock is compared to cut it. Install ages (the revert window) are
+    counted on the store's own clock, the newest report's arrival, which the
+    report servers stamped like every install's first report: a report
+    server whose clock is off from this host's moves no age. A skew seen
+    between the two is said in the analysis's notes.
+
     Args:
         store: Where the reports are.
         state: The verified rollout state; it must have a candidate. Without a
             stable (a first release) the candidate is judged by the absolute limits.
         guardrails: The unit's declared guardrails.
         tiers: The tiers the candidate is released to, best first.
-        now: The current time (a period that has not started counts from now).
+        now: The current time on this host (a period that has not started counts from now).
         since: Count both arms from this time instead of the state's periods.
         cpu_class: Only the reports of this CPU class (the store must take
             ``cpu_class=``, as :class:`~edgereg.reports.ReportStore` does).
@@ -67,48 +85,73 @@ def rollout_analysis(
     """
     if state.candidate is None:
         raise ValueError(f"{state.model} has no candidate to analyse")
+    candidate_start, stable_start = analysis_periods(state)
+    candidate_seq, stable_seq = analysis_sequences(state)
     if since is not None:
         candidate_since = stable_since = since
+        windows: tuple[dict[str, Any], dict[str, Any]] = ({"since": since}, {"since": since})
     else:
-        candidate_start, stable_start = analysis_periods(state)
         candidate_since = candidate_start or now
         stable_since = stable_start or candidate_since
+        if candidate_seq is None:
+            # No percent change in the history the state keeps: count from now.
+            windows = ({"since": now}, {"since": now})
+        else:
+            windows = (
+                {"since_sequence": candidate_seq},
+                {"since_sequence": stable_seq if stable_seq is not None else candidate_seq},
+            )
 
     # A crash loop is reported as a revert only after the app's unconfirmed starts:
-    # only installs that old can show one (and pass the unconfirmed guardrail).
+    # only installs that old can show one (and pass the unconfirmed guardrail). Their
+    # age is read on the report servers' clock: the newest report's arrival.
+    notes: list[str] = []
+    clock = getattr(store, "clock", None)
+    store_now = clock(state.model) if callable(clock) else None
+    if store_now is not None and store_now - now > SKEW_NOTED:
+        notes.append(
+            f"the report store's newest report arrived {_minutes(store_now - now)} after this "
+            "host's clock says it is now: a report server's clock runs ahead (ages are "
+            "counted on the report servers' clock, so no verdict moves; fix the clocks)"
+        )
+    reference = store_now if store_now is not None else now
     window = guardrails.revert_window_hours
-    aged = now - timedelta(hours=window) if window else None
+    aged = reference - timedelta(hours=window) if window else None
     stalled = guardrails.unconfirmed.stalled_starts
 
     # Only when asked: a front of a store (a simulation's) need not know CPU classes.
-    only: dict[str, str] = {} if cpu_class is None else {"cpu_class": cpu_class}
+    only: dict[str, Any] = {} if cpu_class is None else {"cpu_class": cpu_class}
 
-    def period(member: str | None = None) -> list[ArmSummary]:
+    def period(member: str | None = None, **pooled: Any) -> list[ArmSummary]:
         found = store.summaries(
             state.model,
-            candidate_since,
             model=member,
             aged_before=aged,
             stalled_starts=stalled,
+            **windows[0],
             **only,
+            **pooled,
         )
-        if stable_since == candidate_since:
+        if windows[1] == windows[0]:
             return found
         # At 100 %: the candidate's reports since the move, the stable arm's of the step before.
         return [s for s in found if s.arm == "candidate"] + [
             s
             for s in store.summaries(
                 state.model,
-                stable_since,
                 model=member,
                 aged_before=aged,
                 stalled_starts=stalled,
+                **windows[1],
                 **only,
+                **pooled,
             )
             if s.arm == "stable"
         ]
 
     summaries = period()
+    # Every tier together, each network once: the pool.
+    pool = period(pooled=True) if len(tiers) > 1 else None
     # A store that lists a bundle's members gives each its own latencies (one per device).
     listed = getattr(store, "members", None)
     names: list[str] = listed(state.model) if callable(listed) else []
@@ -123,4 +166,12 @@ def rollout_analysis(
         guardrails=guardrails,
         tiers=tiers,
         members=members,
+        notes=notes,
+        pool=pool,
     )
+
+
+def _minutes(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"

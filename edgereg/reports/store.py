@@ -31,7 +31,7 @@ from typing import Any, Literal, cast
 
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
-from edgereg.reports.summary import ArmSummary, latency_bucket
+from edgereg.reports.summary import EVENTS, ArmSummary, Histogram, Tally, latency_bucket
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -128,19 +128,25 @@ SCHEMA = (
     received_at BIGINT NOT NULL,
     PRIMARY KEY (token, model)
 )""",
-    # Covering indexes in GROUP BY order: the summaries stream from them without
-    # a sort or a table lookup (SQLite has no hash aggregate), with or without `since`.
-    # No token in it: a random key would make every insert dirty a random page.
-    "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, probe, "
-    "load_failed, reverted, confirmed, model, received_at, source, first_received_at, "
-    "unconfirmed_starts)",
-    "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, load_bucket, "
-    "model, received_at)",
-    "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, "
-    "inference_p50_bucket, model, received_at)",
+)
+
+#: The indexes of schema 4. The counts group an arm's installs by source network, so
+#: each covering index leads with the arm and the network (a device without one is
+#: grouped by its token); the period's filter (sequence, or received_at for a manual
+#: --since) and every column a count reads come after, so nothing reads the table.
+INDEXES = (
+    "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, source, "
+    "token, sequence, received_at, probe, load_failed, reverted, confirmed, "
+    "unconfirmed_starts, first_received_at, model)",
+    "CREATE INDEX reports_load ON reports (unit, tier, arm, unit_version, source, "
+    "load_bucket, token, sequence, received_at, model)",
+    "CREATE INDEX reports_inference ON reports (unit, tier, arm, unit_version, source, "
+    "inference_p50_bucket, token, sequence, received_at, model)",
+    "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, source, "
+    "memory_peak_bucket, token, sequence, received_at, model)",
     "CREATE INDEX reports_received ON reports (received_at)",
-    "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, "
-    "memory_peak_bucket, model, received_at)",
+    # The store's own clock (the newest report of a unit): ages are counted on it.
+    "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -170,9 +176,50 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, "
         "memory_peak_bucket, model, received_at)",
     ),
+    # Schema 4 counts per source network and selects a period by sequence: the
+    # covering indexes lead with the network and hold the sequence.
+    3: (
+        "DROP INDEX IF EXISTS reports_devices",
+        "DROP INDEX IF EXISTS reports_load",
+        "DROP INDEX IF EXISTS reports_inference",
+        "DROP INDEX IF EXISTS reports_memory",
+        "DROP INDEX IF EXISTS reports_received",
+        *INDEXES,
+    ),
 }
 
-_UPDATED = [c for c in COLUMNS if c not in ("token", "model", "first_received_at")]
+#: Columns a merge takes from the newer report (the rest merge as :func:`upsert_sql` says).
+_FROM_NEWER = (
+    "unit",
+    "unit_version",
+    "version",
+    "variant",
+    "tier",
+    "arm",
+    "probe",
+    "backend",
+    "backends_skipped",
+    "load_ms",
+    "load_bucket",
+    "mnn_runtime",
+    "os",
+    "os_version",
+    "device_class",
+    "cpu_class",
+    "source",
+)
+#: Groups of columns taken together from the newer report that has them, else kept.
+_KEPT_UNLESS_NEWER_HAS = (
+    (
+        "inference_count",
+        "inference_p50_ms",
+        "inference_p90_ms",
+        "inference_p99_ms",
+        "inference_p50_bucket",
+    ),
+    ("memory_peak_mb", "memory_peak_bucket"),
+    ("memory_steady_mb",),
+)
 
 
 #: Rows per INSERT statement at most (SQLite allows 32766 parameters, PostgreSQL
@@ -192,26 +239,63 @@ def statement_sizes(rows: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=32)
-def upsert_sql(placeholder: str, rows: int = 1) -> str:
+def upsert_sql(
+    placeholder: str, rows: int = 1, *, greatest: str = "MAX", least: str = "MIN"
+) -> str:
     """The upsert of ``rows`` rows; ``placeholder`` is the driver's (``?`` or ``%s``).
 
     Many rows in one statement: one step of the database (and, in a server,
     one release of the GIL) instead of one per row.
+
+    A report merges into its install's row whatever the order it arrives in
+    (docs/protocol.md §12): the flags that only turn true stay true, the counts
+    that only grow keep their highest, and the rest comes from the newer
+    report (the higher manifest sequence; of two with the same, the one
+    received last). So a retry overtaken by a newer report, a replay, or two
+    servers whose clocks disagree lose no report's fact.
+
+    Args:
+        greatest: The database's two-argument maximum (SQLite ``MAX``,
+            PostgreSQL ``GREATEST``); ``least`` likewise.
     """
     row = "(" + ", ".join([placeholder] * len(COLUMNS)) + ")"
     values = ", ".join([row] * rows)
-    updates = ", ".join(f"{c} = excluded.{c}" for c in _UPDATED)
-    # A report that arrives after a later one of the same install (a replay, a
-    # retry overtaken) does not rewind the row.
+    newer = (
+        "(excluded.sequence > reports.sequence OR (excluded.sequence = reports.sequence "
+        "AND excluded.received_at >= reports.received_at))"
+    )
+    sets = [f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE reports.{c} END" for c in _FROM_NEWER]
+    for flag in ("sequence", "load_failed", "confirmed", "reverted", "received_at"):
+        sets.append(f"{flag} = {greatest}(excluded.{flag}, reports.{flag})")
+    sets.append(
+        f"first_received_at = {least}(excluded.first_received_at, reports.first_received_at)"
+    )
+    sets.append(
+        "unconfirmed_starts = CASE WHEN excluded.unconfirmed_starts IS NULL "
+        "THEN reports.unconfirmed_starts WHEN reports.unconfirmed_starts IS NULL "
+        "THEN excluded.unconfirmed_starts "
+        f"ELSE {greatest}(excluded.unconfirmed_starts, reports.unconfirmed_starts) END"
+    )
+    # The install's first inference is said once and kept.
+    sets.append(
+        "first_inference_ms = COALESCE(reports.first_inference_ms, excluded.first_inference_ms)"
+    )
+    for group in _KEPT_UNLESS_NEWER_HAS:
+        lead = group[0]
+        take = f"(({newer} AND excluded.{lead} IS NOT NULL) OR reports.{lead} IS NULL)"
+        sets.extend(f"{c} = CASE WHEN {take} THEN excluded.{c} ELSE reports.{c} END" for c in group)
     return (
         f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES {values} "
-        f"ON CONFLICT (token, model) DO UPDATE SET {updates} "
-        "WHERE excluded.received_at >= reports.received_at"
+        f"ON CONFLICT (token, model) DO UPDATE SET {', '.join(sets)}"
     )
 
 
-def _filters(placeholder: str, since: bool, model: bool, cpu_class: bool = False) -> str:
+def _filters(
+    placeholder: str, *, since: bool, since_sequence: bool, model: bool, cpu_class: bool
+) -> str:
     where = f"unit = {placeholder}"
+    if since_sequence:
+        where += f" AND sequence >= {placeholder}"
     if since:
         where += f" AND received_at >= {placeholder}"
     if model:
@@ -238,80 +322,97 @@ class _Parameters:
         return self.placeholder
 
 
-def _stalled(bind: _Parameters) -> str:
-    """1 for an install not confirmed after ``stalled_starts`` starts, as an SQL expression.
+def _event_expressions(bind: _Parameters) -> dict[str, str]:
+    """Each event of :data:`~edgereg.reports.summary.EVENTS` of one row, 0 or 1, in SQL.
 
-    Report schema 2's ``unconfirmed_starts`` is sent at each such start and kept
-    in the install's later reports, a revert's too: a device that reverted was
-    stalled first and stays counted. Reports without it (schema 1) never count.
+    A load failure is a load failure only (the self-test that cannot load the
+    model also fails, but one failing device is one failure). A stall needs
+    report schema 2's ``unconfirmed_starts``, sent at each start and kept in
+    the install's later reports, a revert's too; reports without it never count.
     """
-    return (
-        "(CASE WHEN confirmed = 0 AND unconfirmed_starts >= "
-        f"{bind('stalled_starts')} THEN 1 ELSE 0 END)"
-    )
+    return {
+        "probe_failed": "(CASE WHEN probe = 'failed' AND load_failed = 0 THEN 1 ELSE 0 END)",
+        "load_failed": "load_failed",
+        "reverted": "reverted",
+        "stalled": (
+            "(CASE WHEN confirmed = 0 AND unconfirmed_starts >= "
+            f"{bind('stalled_starts')} THEN 1 ELSE 0 END)"
+        ),
+        "first_start": "(CASE WHEN unconfirmed_starts >= 1 THEN 1 ELSE 0 END)",
+        "confirmed": "confirmed",
+    }
+
+
+#: The tier a pooled summary names: every tier's installs together.
+POOLED_TIER = "*"
 
 
 def counts_sql(
-    placeholder: str, *, since: bool, model: bool, bundle: bool, cpu_class: bool = False
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    model: bool,
+    bundle: bool,
+    cpu_class: bool = False,
+    pooled: bool = False,
 ) -> tuple[str, tuple[str, ...]]:
-    """Per (tier, arm, version): devices and the devices with each outcome.
+    """Per (tier, arm, version): installs, networks, and each event per device and network.
 
-    A model's install has one row, so the counts are one GROUP BY over the
-    covering index. A bundle's members report under the install's one token:
-    an inner GROUP BY folds them into one device (it failed a probe when any
-    member did, confirmed when every member did), which costs a sort.
+    Three steps, the first only for a bundle, whose members report under the
+    install's one token: (1) one row per install (it failed a probe when any
+    member did, confirmed when every member did); (2) one row per source
+    network (a device without a known one is a network of its own) with its
+    devices and events; (3) per arm, the devices and events summed, the
+    networks counted, and each network's *share* of an event summed (its
+    events over its devices), for every install and for the aged ones.
+
+    With ``pooled`` every tier's installs count together (tier ``*``), each
+    network once however many tiers its devices are in.
 
     Returns:
         The statement, and the names of the parameters that come before the
-        filters' (``aged`` for the aged cut, ``stalled_starts`` for the
-        unconfirmed guardrail's threshold), in the order they bind.
+        filters' (``aged`` for the aged cut, ``stalled_starts``), in the order
+        they bind.
     """
     bind = _Parameters(placeholder)
+    tier = f"'{POOLED_TIER}'" if pooled else "tier"
+    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
+    )
+    events = _event_expressions(bind)
+    names = list(events)
     if not bundle:
-        sql = (
-            "SELECT tier, arm, unit_version, COUNT(*), "
-            "SUM(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END), "
-            "SUM(load_failed), SUM(reverted), SUM(confirmed), "
-            "COUNT(DISTINCT source), COUNT(source), "
-            "COUNT(DISTINCT CASE WHEN probe = 'failed' THEN source END), "
-            "COUNT(DISTINCT CASE WHEN load_failed = 1 THEN source END), "
-            "COUNT(DISTINCT CASE WHEN reverted = 1 THEN source END), "
-            f"SUM(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN first_received_at <= {bind('aged')} THEN reverted ELSE 0 END), "
-            f"COUNT(DISTINCT CASE WHEN first_received_at <= {bind('aged')} AND reverted = 1 "
-            "THEN source END), "
-            f"COUNT(DISTINCT CASE WHEN first_received_at <= {bind('aged')} THEN source END), "
-            f"SUM({_stalled(bind)}), "
-            f"COUNT(DISTINCT CASE WHEN {_stalled(bind)} = 1 THEN source END), "
-            f"SUM(CASE WHEN first_received_at <= {bind('aged')} THEN {_stalled(bind)} "
-            "ELSE 0 END), "
-            f"COUNT(DISTINCT CASE WHEN first_received_at <= {bind('aged')} AND "
-            f"{_stalled(bind)} = 1 THEN source END) "
-            f"FROM reports WHERE {_filters(placeholder, since, model, cpu_class)} "
-            "GROUP BY tier, arm, unit_version"
+        aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
+        devices = (
+            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+            + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
+            + f", {aged} AS ag FROM reports WHERE {where}"
         )
-        return sql, tuple(bind.names)
+    else:
+        folded = {name: f"MAX({expr})" for name, expr in events.items()}
+        folded["confirmed"] = "MIN(confirmed)"
+        devices = (
+            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
+            + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
+            + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
+            f"FROM reports WHERE {where} GROUP BY {by}, token"
+        )
+    networks = (
+        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(ag) AS a, "
+        + ", ".join(f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names)
+        + f" FROM ({devices}) AS devices GROUP BY tier, arm, unit_version, net"
+    )
+    columns = ["SUM(n)", "COUNT(*)"]
+    columns += [f"SUM(e_{name})" for name in names]
+    columns += [f"SUM(1.0 * e_{name} / n)" for name in names]
+    columns += ["SUM(a)", "SUM(CASE WHEN a > 0 THEN 1 ELSE 0 END)"]
+    columns += [f"SUM(g_{name})" for name in names]
+    columns += [f"SUM(CASE WHEN a > 0 THEN 1.0 * g_{name} / a ELSE 0 END)" for name in names]
     sql = (
-        "SELECT tier, arm, unit_version, COUNT(*), SUM(pf), SUM(lf), SUM(rv), SUM(cf), "
-        "COUNT(DISTINCT src), COUNT(src), COUNT(DISTINCT CASE WHEN pf = 1 THEN src END), "
-        "COUNT(DISTINCT CASE WHEN lf = 1 THEN src END), "
-        "COUNT(DISTINCT CASE WHEN rv = 1 THEN src END), "
-        f"SUM(CASE WHEN fr <= {bind('aged')} THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN fr <= {bind('aged')} THEN rv ELSE 0 END), "
-        f"COUNT(DISTINCT CASE WHEN fr <= {bind('aged')} AND rv = 1 THEN src END), "
-        f"COUNT(DISTINCT CASE WHEN fr <= {bind('aged')} THEN src END), "
-        "SUM(st), COUNT(DISTINCT CASE WHEN st = 1 THEN src END), "
-        f"SUM(CASE WHEN fr <= {bind('aged')} THEN st ELSE 0 END), "
-        f"COUNT(DISTINCT CASE WHEN fr <= {bind('aged')} AND st = 1 THEN src END) FROM ("
-        "SELECT tier, arm, unit_version, token, "
-        "MAX(CASE WHEN probe = 'failed' THEN 1 ELSE 0 END) AS pf, "
-        "MAX(load_failed) AS lf, MAX(reverted) AS rv, MIN(confirmed) AS cf, "
-        f"MAX({_stalled(bind)}) AS st, "
-        "MAX(source) AS src, "
-        "MIN(first_received_at) AS fr "
-        f"FROM reports WHERE {_filters(placeholder, since, model, cpu_class)} "
-        "GROUP BY tier, arm, unit_version, token"
-        ") AS devices GROUP BY tier, arm, unit_version"
+        f"SELECT tier, arm, unit_version, {', '.join(columns)} "
+        f"FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
     )
     return sql, tuple(bind.names)
 
@@ -324,22 +425,52 @@ def has_members_sql(placeholder: str) -> str:
     )
 
 
-def histogram_sql(placeholder: str, *, since: bool, model: bool, cpu_class: bool = False) -> str:
-    """Per (tier, arm, version): rows per load, inference-p50 and peak-memory bucket (kind 0-2)."""
-    where = _filters(placeholder, since, model, cpu_class)
-    return (
-        "SELECT 0, tier, arm, unit_version, load_bucket, COUNT(*) FROM reports "
-        f"WHERE {where} AND load_bucket IS NOT NULL "
-        "GROUP BY tier, arm, unit_version, load_bucket "
-        "UNION ALL "
-        "SELECT 1, tier, arm, unit_version, inference_p50_bucket, COUNT(*) FROM reports "
-        f"WHERE {where} AND inference_p50_bucket IS NOT NULL "
-        "GROUP BY tier, arm, unit_version, inference_p50_bucket "
-        "UNION ALL "
-        "SELECT 2, tier, arm, unit_version, memory_peak_bucket, COUNT(*) FROM reports "
-        f"WHERE {where} AND memory_peak_bucket IS NOT NULL "
-        "GROUP BY tier, arm, unit_version, memory_peak_bucket"
+#: The bucket column of each histogram of :data:`~edgereg.reports.summary.HISTOGRAMS`.
+HISTOGRAM_COLUMNS = {
+    "load_ms": "load_bucket",
+    "inference_ms": "inference_p50_bucket",
+    "memory_peak_mb": "memory_peak_bucket",
+}
+
+
+def histogram_sql(
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    model: bool,
+    cpu_class: bool = False,
+    pooled: bool = False,
+) -> tuple[str, int]:
+    """Per (tier, arm, version, kind, view, bucket): devices or networks in the bucket.
+
+    For each kind (load, inference p50, peak memory) three views: ``d`` every
+    device's value; ``l`` each source network at its lowest value; ``h`` at
+    its highest (a device without a known network is one of its own).
+
+    Returns:
+        The statement and how many times the filters' parameters repeat in it.
+    """
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
+    tier = f"'{POOLED_TIER}'" if pooled else "tier"
+    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    parts = []
+    for kind, column in HISTOGRAM_COLUMNS.items():
+        rows = f"FROM reports WHERE {where} AND {column} IS NOT NULL"
+        parts.append(
+            f"SELECT '{kind}', 'd', {tier}, arm, unit_version, {column}, COUNT(*) {rows} "
+            f"GROUP BY {by}, {column}"
+        )
+        for view, pick in (("l", "MIN"), ("h", "MAX")):
+            parts.append(
+                f"SELECT '{kind}', '{view}', tier, arm, unit_version, b, COUNT(*) FROM ("
+                f"SELECT {tier} AS tier, arm, unit_version, {pick}({column}) AS b {rows} "
+                f"GROUP BY {by}, COALESCE(source, token)) AS nets "
+                "GROUP BY tier, arm, unit_version, b"
+            )
+    return " UNION ALL ".join(parts), len(parts)
 
 
 def epoch_ms(when: datetime) -> int:
@@ -447,6 +578,9 @@ class ReportStore(abc.ABC):
         """The store error for a driver exception, or None when it is not the driver's."""
 
     placeholder: str = "?"
+    #: The database's two-argument maximum and minimum (SQLite's MAX/MIN; GREATEST/LEAST).
+    greatest: str = "MAX"
+    least: str = "MIN"
     _schema_checked = False
 
     # -- the guard ----------------------------------------------------------------
@@ -475,7 +609,7 @@ class ReportStore(abc.ABC):
             )
             found = cur.fetchone()
             if found is None:
-                for statement in SCHEMA:
+                for statement in (*SCHEMA, *INDEXES):
                     cur.execute(statement)
                 cur.execute(
                     f"INSERT INTO reports_meta (key, value) VALUES ({self.placeholder}, "
@@ -517,7 +651,8 @@ class ReportStore(abc.ABC):
             chunk = rows[start : start + size]
             start += size
             cursor.execute(
-                upsert_sql(self.placeholder, size), [value for row in chunk for value in row]
+                upsert_sql(self.placeholder, size, greatest=self.greatest, least=self.least),
+                [value for row in chunk for value in row],
             )
 
     @abc.abstractmethod
@@ -546,23 +681,27 @@ class ReportStore(abc.ABC):
         Returns:
             How many were given.
         """
-        latest: dict[tuple[str, str], tuple[Any, ...]] = {}
+        # One statement may not touch a row twice (PostgreSQL refuses): reports of the
+        # same install in one batch go in successive statements, each merged by the upsert.
+        rounds: list[dict[tuple[str, str], tuple[Any, ...]]] = []
         given = 0
         for item in reports:
             report, when = item[0], item[1]
             source = item[2] if len(item) > 2 else None
             given += 1
-            row = report_row(report, when, source)
             key = (report.token, report.model)
-            # One statement may not touch a row twice (PostgreSQL refuses):
-            # the batch keeps each install's latest report, as the upsert would.
-            if key not in latest or latest[key][-1] <= row[-1]:
-                latest[key] = row
-        rows = list(latest.values())
+            for batch in rounds:
+                if key not in batch:
+                    batch[key] = report_row(report, when, source)
+                    break
+            else:
+                rounds.append({key: report_row(report, when, source)})
 
         def write() -> int:
             with self._connection() as conn:
-                self._write_rows(conn.cursor(), rows)
+                cursor = conn.cursor()
+                for batch in rounds:
+                    self._write_rows(cursor, list(batch.values()))
                 conn.commit()
             return given
 
@@ -573,24 +712,30 @@ class ReportStore(abc.ABC):
         unit: str,
         since: datetime | None = None,
         *,
+        since_sequence: int | None = None,
         model: str | None = None,
         aged_before: datetime | None = None,
         cpu_class: str | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
-        """Per (tier, arm, version) of ``unit``: devices, outcomes and latency histograms.
+        """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
         Args:
             unit: The model or bundle.
             since: Only installs whose latest report arrived at or after this time.
+            since_sequence: Only installs whose latest report carries this
+                manifest sequence or a later one: a rollout period (every device
+                reports in each, docs/protocol.md §11).
             model: Only this member of a bundle (its own latency histograms).
-            aged_before: Also count the installs that first reported at or before
-                this time, and their reverts (``aged_devices``, ``aged_reverted``):
-                the installs that had time to crash-loop.
+            aged_before: Also count apart the installs that first reported at or
+                before this time (``aged``): the installs that had time to crash-loop.
             cpu_class: Only the reports of this CPU class (report schema 2's
                 ``cpu_class``; :meth:`cpu_classes` lists them).
             stalled_starts: Count as ``stalled`` the installs not confirmed after
                 this many app starts (the unconfirmed guardrail's ``stalled_starts``).
+            pooled: Every tier together, per (arm, version), tier ``*``: each
+                network counted once, in however many tiers its devices are.
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -603,6 +748,8 @@ class ReportStore(abc.ABC):
         if stalled_starts < 1:
             raise ValueError(f"stalled_starts must be at least 1, got {stalled_starts}")
         params: list[Any] = [unit]
+        if since_sequence is not None:
+            params.append(since_sequence)
         if since is not None:
             params.append(epoch_ms(since))
         if model is not None:
@@ -611,6 +758,7 @@ class ReportStore(abc.ABC):
             params.append(cpu_class)
         flags = {
             "since": since is not None,
+            "since_sequence": since_sequence is not None,
             "model": model is not None,
             "cpu_class": cpu_class is not None,
         }
@@ -625,15 +773,41 @@ class ReportStore(abc.ABC):
                 if model is None:
                     cur.execute(has_members_sql(self.placeholder), (unit, unit))
                     bundle = bool(cur.fetchone()[0])
-                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle)
+                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle, pooled=pooled)
+                # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
                 counts = cur.fetchall()
-                cur.execute(histogram_sql(self.placeholder, **flags), params * 3)
+                sql, repeats = histogram_sql(self.placeholder, **flags, pooled=pooled)
+                cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, aged=aged_before is not None)
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
+
+    def clock(self, unit: str) -> datetime | None:
+        """When the newest report of ``unit`` arrived, on the receiving server's clock.
+
+        Install ages are counted against it, not against the clock of the host
+        that runs the analysis: every time they compare was stamped by the
+        report servers (docs/operations/canary-analysis.md, "One clock").
+        None when the unit has no report.
+        """
+
+        def read() -> datetime | None:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"SELECT MAX(received_at) FROM reports WHERE unit = {self.placeholder}",
+                    (unit,),
+                )
+                (newest,) = cur.fetchone()
+                conn.rollback()
+            if newest is None:
+                return None
+            return datetime.fromtimestamp(int(newest) / 1000, tz=timezone.utc)
+
+        return cast("datetime | None", self._run("reading the store's clock", read))
 
     def cpu_classes(self, unit: str) -> list[str]:
         """The CPU classes the unit's reports name (report schema 2), sorted."""
@@ -724,53 +898,47 @@ class ReportStore(abc.ABC):
 def _assemble(
     unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]], *, aged: bool
 ) -> list[ArmSummary]:
-    histograms: dict[tuple[str, str, str], tuple[dict[int, int], ...]] = {}
-    for kind, tier, arm, version, bucket, devices in bins:
-        kinds = histograms.setdefault((tier, arm, version), ({}, {}, {}))
-        kinds[int(kind)][int(bucket)] = int(devices)
+    views: dict[tuple[str, str, str], dict[str, dict[str, dict[int, int]]]] = {}
+    for kind, view, tier, arm, version, bucket, number in bins:
+        kinds = views.setdefault((tier, arm, version), {})
+        kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}})[view][int(bucket)] = int(number)
     summaries = []
     for row in counts:
-        tier, arm, version, devices, probe_failed, load_failed, reverted, confirmed = row[:8]
-        sources, sourced, probe_sources, load_sources, revert_sources = (
-            int(n or 0) for n in row[8:13]
-        )
-        aged_devices, aged_reverted, aged_reverted_sources, aged_sources = (
-            int(n or 0) for n in row[13:17]
-        )
-        stalled, stalled_sources, aged_stalled, aged_stalled_sources = (
-            int(n or 0) for n in row[17:21]
-        )
-        load, inference, memory = histograms.get((tier, arm, version), ({}, {}, {}))
+        tier, arm, version = row[:3]
+        values = list(row[3:])
+        histograms = {
+            kind: Histogram(
+                dict(sorted(found["d"].items())),
+                dict(sorted(found["l"].items())),
+                dict(sorted(found["h"].items())),
+            )
+            for kind, found in views.get((tier, arm, version), {}).items()
+        }
         summaries.append(
             ArmSummary(
                 unit=unit,
                 tier=tier,
                 arm=cast(Literal["candidate", "stable"], arm),
                 version=version,
-                devices=int(devices),
-                probe_failed=int(probe_failed),
-                load_failed=int(load_failed),
-                reverted=int(reverted),
-                confirmed=int(confirmed),
-                sources=sources,
-                sourced_devices=sourced,
-                probe_failed_sources=probe_sources,
-                load_failed_sources=load_sources,
-                reverted_sources=revert_sources,
-                aged_devices=aged_devices if aged else None,
-                aged_reverted=aged_reverted if aged else 0,
-                aged_reverted_sources=aged_reverted_sources if aged else revert_sources,
-                aged_sources=aged_sources if aged else sources,
-                stalled=stalled,
-                stalled_sources=stalled_sources,
-                aged_stalled=aged_stalled if aged else 0,
-                aged_stalled_sources=aged_stalled_sources if aged else stalled_sources,
-                load_ms=dict(sorted(load.items())),
-                inference_p50_ms=dict(sorted(inference.items())),
-                memory_peak_mb=dict(sorted(memory.items())),
+                all=_tally(values, 0),
+                aged=_tally(values, 2 + 2 * len(EVENTS)) if aged else None,
+                histograms=histograms,
             )
         )
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))
+
+
+def _tally(values: Sequence[Any], at: int) -> Tally:
+    """The tally whose columns start at ``at``: devices, networks, events, network shares."""
+    events = len(EVENTS)
+    device_counts = values[at + 2 : at + 2 + events]
+    network_counts = values[at + 2 + events : at + 2 + 2 * events]
+    return Tally(
+        int(values[at] or 0),
+        int(values[at + 1] or 0),
+        {name: int(n or 0) for name, n in zip(EVENTS, device_counts, strict=True)},
+        {name: float(n or 0.0) for name, n in zip(EVENTS, network_counts, strict=True)},
+    )
 
 
 def open_store(url: str, *, base_dir: Path | None = None) -> ReportStore:

@@ -1,27 +1,75 @@
 """What the canary analysis reads from the report store: per-arm counts and latency histograms.
 
-The store aggregates in the database (one row per device, the latest report
-per token) and hands the analysis :class:`ArmSummary` values, never raw rows,
+The store aggregates in the database (one row per install, merged from its
+reports) and hands the analysis :class:`ArmSummary` values, never raw rows,
 so analysing a million reports costs a GROUP BY, not a million objects.
-Latencies are binned on :data:`LATENCY_EDGES_MS` (log-spaced, 2.5% apart), fine
-enough that a rank test on the bins matches one on the raw values to the
-resolution the guardrails are set at.
+
+Every count comes twice: per device, for people to read, and per **source
+network** (an IPv4 /24, an IPv6 /48; a device whose network is unknown is a
+network of its own), which is what verdicts rest on. A network counts as one
+observation, whatever number of devices (or forged tokens) it holds: its
+share of each event is the share of its devices that had it, and each
+latency histogram is kept twice, with each network at its fastest device
+and at its slowest. Both arms are counted alike, so a forger's thousand
+tokens from one /24 weigh what one device does, in either arm
+(docs/operations/report-threats.md).
+
+Latencies are binned on :data:`LATENCY_EDGES_MS` (log-spaced, 2.5% apart),
+fine enough that a rank test on the bins matches one on the raw values to
+the resolution the guardrails are set at.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-__all__ = ["LATENCY_EDGES_MS", "ArmSummary", "bucket_value_ms", "latency_bucket"]
+__all__ = [
+    "EVENTS",
+    "HISTOGRAMS",
+    "LATENCY_EDGES_MS",
+    "ArmSummary",
+    "Histogram",
+    "Tally",
+    "bucket_value_ms",
+    "latency_bucket",
+]
 
 _STEP = 1.025
 LATENCY_EDGES_MS: tuple[float, ...] = tuple(
     0.05 * _STEP**i for i in range(int(math.log(600_000 / 0.05, _STEP)) + 1)
 )
 """Upper edges of the latency buckets, 0.05 ms to 10 minutes: bucket i is (edge[i-1], edge[i]]."""
+
+EVENTS: tuple[str, ...] = (
+    "probe_failed",
+    "load_failed",
+    "reverted",
+    "stalled",
+    "first_start",
+    "confirmed",
+)
+"""What the store counts per install:
+
+- ``probe_failed``: the self-test failed on every backend for another reason
+  than a load failure (the model was rejected);
+- ``load_failed``: the model loaded on no backend (counted here only, not
+  also as a probe failure);
+- ``reverted``: reverted after the app's unconfirmed starts (or by the app);
+- ``stalled``: not confirmed after the unconfirmed guardrail's ``stalled_starts``
+  app starts (report schema 2's ``unconfirmed_starts``), reverted since or not;
+- ``first_start``: the app started again before the model was ever confirmed
+  (``unconfirmed_starts`` >= 1, confirmed since or not): a crash at the first
+  launch, or a first launch that did not use the model;
+- ``confirmed``: the app confirmed the model after a real inference.
+"""
+
+HISTOGRAMS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_mb")
+"""The histograms the store keeps per arm: each device's load time, median inference
+time (its report's ``p50_ms``) and peak memory (report schema 2, read as MB)."""
 
 
 def latency_bucket(ms: float) -> int:
@@ -36,66 +84,178 @@ def bucket_value_ms(index: int) -> float:
 
 
 @dataclass(frozen=True)
+class Tally:
+    """Devices of one arm and the events among them, per device and per network.
+
+    Attributes:
+        devices: Installs (distinct report tokens).
+        networks: Distinct source networks of those installs (a device whose
+            network is unknown counts as one of its own).
+        events: Event name (:data:`EVENTS`) -> devices with it.
+        network_events: Event name -> the sum over networks of the share of
+            the network's devices with it (a network of one failing device
+            adds 1; half of a network's ten devices, 0.5). At most ``networks``.
+    """
+
+    devices: int = 0
+    networks: int = 0
+    events: Mapping[str, int] = field(default_factory=dict)
+    network_events: Mapping[str, float] = field(default_factory=dict)
+
+    def count(self, event: str) -> int:
+        """Devices with ``event``."""
+        return int(self.events.get(event, 0))
+
+    def network_count(self, event: str) -> float:
+        """Networks with ``event``, each by the share of its devices that had it."""
+        return float(self.network_events.get(event, 0.0))
+
+    @classmethod
+    def of_devices(cls, devices: int, **events: int) -> Tally:
+        """A tally where each device is a network of its own (sources unknown)."""
+        return cls(devices, devices, dict(events), {k: float(v) for k, v in events.items()})
+
+    def __add__(self, other: Tally) -> Tally:
+        names = set(self.events) | set(other.events)
+        network_names = set(self.network_events) | set(other.network_events)
+        return Tally(
+            self.devices + other.devices,
+            # Parts of one arm (two variants, two tiers pooled) may share networks: the
+            # sum is an upper bound, and a verdict that trims networks trims per part.
+            self.networks + other.networks,
+            {n: self.count(n) + other.count(n) for n in names},
+            {n: self.network_count(n) + other.network_count(n) for n in network_names},
+        )
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One arm's values of one kind, in buckets of :data:`LATENCY_EDGES_MS`.
+
+    Attributes:
+        devices: Bucket -> devices (each device's own value).
+        low: Bucket -> networks, each network at its lowest (fastest) device.
+        high: Bucket -> networks, each network at its highest (slowest) device.
+    """
+
+    devices: Mapping[int, int] = field(default_factory=dict)
+    low: Mapping[int, int] = field(default_factory=dict)
+    high: Mapping[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def of_devices(cls, devices: Mapping[int, int]) -> Histogram:
+        """Each device a network of its own: the three histograms are one."""
+        return cls(dict(devices), dict(devices), dict(devices))
+
+    def __add__(self, other: Histogram) -> Histogram:
+        return Histogram(
+            _add(self.devices, other.devices),
+            _add(self.low, other.low),
+            _add(self.high, other.high),
+        )
+
+    def __bool__(self) -> bool:
+        return any(self.devices.values())
+
+
+def _add(a: Mapping[int, int], b: Mapping[int, int]) -> dict[int, int]:
+    out = dict(a)
+    for bucket, count in b.items():
+        out[bucket] = out.get(bucket, 0) + count
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
 class ArmSummary:
-    """One arm (candidate or stable) of one tier, over the devices that reported.
+    """One arm (candidate or stable) of one tier, over the installs that reported.
 
     Attributes:
         unit: The model or bundle.
         tier: The device tier.
         arm: ``candidate`` or ``stable``.
         version: The unit version the arm ran.
-        devices: Distinct report tokens (one per install).
-        probe_failed: Devices whose self-test failed on every backend (model rejected).
-        load_failed: Devices where loading the model failed.
-        reverted: Devices that reverted the model (unconfirmed after the app's declared
-            starts, or reverted by the app): the revert guardrail's failing devices.
-        confirmed: Devices that confirmed the model after a real inference.
-        sources: Distinct source networks of the devices (0: unknown, as for
-            reports through an untrusted proxy or from before schema 2).
-        sourced_devices: Devices whose source network is known.
-        probe_failed_sources: Distinct source networks of the probe failures.
-        load_failed_sources: Distinct source networks of the load failures.
-        reverted_sources: Distinct source networks of the reverts.
-        stalled: Devices not confirmed after the unconfirmed guardrail's
-            ``stalled_starts`` app starts (report schema 2's ``unconfirmed_starts``),
-            reverted since or not: its failing devices.
-        stalled_sources: Distinct source networks of the stalled devices.
-        aged_devices: Devices that first reported long enough ago to have
-            crash-looped (the revert guardrail's denominator), or None when not
-            counted (then every device is).
-        aged_reverted: Those of them that reverted.
-        aged_reverted_sources: Distinct source networks of those reverts.
-        aged_sources: Distinct source networks of the aged devices.
-        aged_stalled: The aged devices that stalled.
-        aged_stalled_sources: Distinct source networks of those.
-        load_ms: Bucket index -> devices, of each device's load time.
-        inference_p50_ms: Bucket index -> devices, of each device's median inference time.
-        memory_peak_mb: Bucket index -> devices, of each device's peak memory in MB (the
-            latency buckets, read as MB; report schema 2's ``memory_peak_mb``).
+        all: Every install of the period.
+        aged: The installs old enough to have crash-looped (first reported at
+            least ``revert_window_hours`` before the store's newest report), or
+            None when not asked (then every install counts as aged).
+        histograms: Kind (:data:`HISTOGRAMS`) -> values.
     """
 
     unit: str
     tier: str
     arm: Literal["candidate", "stable"]
     version: str
-    devices: int
-    probe_failed: int = 0
-    load_failed: int = 0
-    reverted: int = 0
-    confirmed: int = 0
-    sources: int = 0
-    sourced_devices: int = 0
-    probe_failed_sources: int = 0
-    load_failed_sources: int = 0
-    reverted_sources: int = 0
-    aged_devices: int | None = None
-    aged_reverted: int = 0
-    aged_reverted_sources: int = 0
-    aged_sources: int = 0
-    stalled: int = 0
-    stalled_sources: int = 0
-    aged_stalled: int = 0
-    aged_stalled_sources: int = 0
-    load_ms: dict[int, int] = field(default_factory=dict)
-    inference_p50_ms: dict[int, int] = field(default_factory=dict)
-    memory_peak_mb: dict[int, int] = field(default_factory=dict)
+    all: Tally = field(default_factory=Tally)
+    aged: Tally | None = None
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+
+    @property
+    def devices(self) -> int:
+        """Installs that reported in the period."""
+        return self.all.devices
+
+    @property
+    def networks(self) -> int:
+        """Their distinct source networks."""
+        return self.all.networks
+
+    @property
+    def aged_or_all(self) -> Tally:
+        """The aged installs, or every install when age was not counted."""
+        return self.all if self.aged is None else self.aged
+
+    def histogram(self, kind: str) -> Histogram:
+        """The values of ``kind`` (empty when none reported)."""
+        return self.histograms.get(kind, Histogram())
+
+    @classmethod
+    def of_devices(
+        cls,
+        unit: str,
+        tier: str,
+        arm: Literal["candidate", "stable"],
+        version: str,
+        devices: int,
+        *,
+        aged: Mapping[str, int] | None = None,
+        histograms: Mapping[str, Mapping[int, int]] | None = None,
+        **events: int,
+    ) -> ArmSummary:
+        """An arm whose every device is a network of its own (as with unknown sources).
+
+        Args:
+            aged: ``{"devices": n, <event>: k, ...}`` of the aged installs, or None.
+            histograms: Kind -> bucket -> devices.
+            events: Event name -> devices with it.
+        """
+        aged_tally = None
+        if aged is not None:
+            rest = {k: v for k, v in aged.items() if k != "devices"}
+            aged_tally = Tally.of_devices(int(aged["devices"]), **rest)
+        return cls(
+            unit,
+            tier,
+            arm,
+            version,
+            Tally.of_devices(devices, **events),
+            aged_tally,
+            {k: Histogram.of_devices(v) for k, v in (histograms or {}).items()},
+        )
+
+
+def merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
+    """One arm's summaries (the store may split an arm, say by variant) added up."""
+    merged: ArmSummary | None = None
+    for summary in summaries:
+        if merged is None:
+            merged = summary
+            continue
+        aged = None if merged.aged is None or summary.aged is None else merged.aged + summary.aged
+        kinds = set(merged.histograms) | set(summary.histograms)
+        merged = replace(
+            merged,
+            all=merged.all + summary.all,
+            aged=aged,
+            histograms={k: merged.histogram(k) + summary.histogram(k) for k in kinds},
+        )
+    return merged

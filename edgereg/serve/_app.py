@@ -294,9 +294,11 @@ class ReportSink(Protocol):
         unit: str,
         since: datetime | None = None,
         *,
+        since_sequence: int | None = None,
         model: str | None = None,
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
+        pooled: bool = False,
     ) -> list[ArmSummary]:
         """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...

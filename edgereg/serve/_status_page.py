@@ -517,10 +517,10 @@ _VERDICT_CLASS = {"pass": "pass", "fail": "fail", "inconclusive": "muted"}
 
 def _arm_figure(name: str, numbers: dict[str, Any], arm: str) -> str:
     if name in RATE_GUARDRAILS:
-        rate, devices = numbers.get(f"{arm}_rate"), numbers.get(f"{arm}_devices")
+        rate, networks = numbers.get(f"{arm}_rate"), numbers.get(f"{arm}_networks")
         if rate is None:
             return "—"
-        return f"{100 * float(rate):.1f}% of {devices}"
+        return f"{100 * float(rate):.1f}% of {networks} networks"
     median = numbers.get(f"{arm}_median_ms")
     # Peak memory is judged like a latency, on the same figures, in MB.
     unit = "MB" if name.split("/", 1)[0] == "memory_peak_mb" else "ms"
@@ -529,12 +529,13 @@ def _arm_figure(name: str, numbers: dict[str, Any], arm: str) -> str:
 
 def _health_table(analysis: Analysis) -> str:
     rows = []
-    for tier in analysis.tiers:
+    for tier in (*analysis.tiers, *((analysis.pool,) if analysis.pool is not None else ())):
         for index, result in enumerate(tier.guardrails):
             first = index == 0
             verdict_class = _VERDICT_CLASS.get(result.verdict, "")
+            pooled = " (judged within the pool)" if tier.pooled else ""
             tier_cell = (
-                f'<td class="name">{escape(tier.tier)}</td>'
+                f'<td class="name">{escape(tier.label + pooled)}</td>'
                 f'<td class="{_VERDICT_CLASS.get(tier.verdict, "")}">{escape(tier.verdict)}</td>'
                 f'<td class="num">{tier.candidate_devices}</td>'
                 f'<td class="num">{tier.stable_devices}</td>'

@@ -2108,7 +2108,30 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
     "confirmed-as-integer": ("confirmed 1: a boolean is true or false.", _report(confirmed=1)),
     "load-failed-null": ("load_failed null: a boolean is never null.", _report(load_failed=None)),
     "os-unknown": ("os 'windows'.", _report(os="windows")),
-    "mnn-runtime-not-a-version": ("mnn_runtime '3.x-1'.", _report(mnn_runtime="3.x-1")),
+    "mnn-runtime-not-a-version": (
+        "mnn_runtime 'latest': not a version of §7's grammar.",
+        _report(mnn_runtime="latest"),
+    ),
+    "mnn-runtime-leading-v": (
+        "mnn_runtime 'v3.6.1': every version of §7's grammar is a runtime (one grammar).",
+        _report(mnn_runtime="v3.6.1"),
+    ),
+    "mnn-runtime-pre-release": (
+        "mnn_runtime '3.6.1-rc.2': a pre-release is a version.",
+        _report(mnn_runtime="3.6.1-rc.2"),
+    ),
+    "mnn-runtime-build": (
+        "mnn_runtime '3.6.1 (123)': a store build number is a version.",
+        _report(mnn_runtime="3.6.1 (123)"),
+    ),
+    "mnn-runtime-64": (
+        "mnn_runtime of 64 characters: the longest version.",
+        _report(mnn_runtime="3." + "1" * 62),
+    ),
+    "mnn-runtime-65": (
+        "mnn_runtime of 65 characters: longer than any version.",
+        _report(mnn_runtime="3." + "1" * 63),
+    ),
     "device-class-too-long": ("device_class of 33 characters.", _report(device_class="r" * 33)),
     "device-class-slash": (
         "device_class 'ram4/8c': letters, digits, '.', '_', '-', ' '.",

@@ -322,7 +322,7 @@ public actor EdgeRegClient {
         var ledger = readHealth()
         ledger[unit.name, default: UnitHealth()].onReverted(to: previous?.version)
         writeHealth(ledger)
-        for name in record.members.keys.sorted() { await reporter.changed(unit: unit.name, model: name, reverted: true) }
+        for name in record.members.keys.sorted() { await reporter.reverted(unit: unit.name, model: name, to: previous?.version) }
         return result(unit, previous, updated: true)
     }
 
@@ -358,8 +358,20 @@ public actor EdgeRegClient {
             o["sequence"] = .int(decision.sequence)
             try catching { () throws(CacheError) in try Files.writeJSON(o, to: tierFile) }
         }
+        if !notModified { await reportPeriod(unit, decision) }
         let chosen = try avoidBad(unit, decision, bad: bad)
         return try await apply(unit, chosen, installed: installed, conditions: conditions, notModified: notModified, shipped: nil)
+    }
+
+    /// A new rollout period for the release this manifest gives the device, before its own
+    /// refusals: each member's report goes again with the new sequence and arm, whatever the
+    /// check does next (docs/protocol.md §11, "Every rollout period, both arms").
+    func reportPeriod(_ unit: ReleaseUnit, _ decision: Decision) async {
+        guard let entry = decision.entry else { return }
+        for name in entry.members(unit: unit.name).keys.sorted() {
+            await reporter.period(unit: unit.name, model: name, unitVersion: entry.version, arm: decision.isCandidate ? "candidate" : "stable",
+                                  sequence: decision.manifest.sequence, reportURL: decision.manifest.reportURL)
+        }
     }
 
     /// A release this device refused for good counts as not fitting (§8).
@@ -436,7 +448,7 @@ public actor EdgeRegClient {
                 let token = Reporter.newToken()
                 for name in entries.keys.sorted() {
                     await reporter.installed(facts(unit, new, name, decision, token: token, trial: lastTrials[name]),
-                                             reportURL: decision.manifest.reportURL)
+                                             reportURL: decision.manifest.reportURL, refused: true)
                 }
             }
             throw f

@@ -279,7 +279,7 @@ public enum ReportSchema {
             bool("load_failed"),
             bool("confirmed"),
             bool("reverted"),
-            optional("mnn_runtime", string(Fields.isDottedVersion)),
+            optional("mnn_runtime", string { Version($0) != nil }),
             optional("os", string { $0 == "android" || $0 == "ios" }),
             optional("os_version", string(Reporter.isShortText)),
             optional("device_class", string(Reporter.isShortText)),

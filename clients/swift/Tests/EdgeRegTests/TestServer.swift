@@ -31,6 +31,9 @@ final class TestServer: @unchecked Sendable {
     private var _requests: [(path: String, headers: [String: String])] = []
     private var _reports: [Data] = []
     private var _failPosts = 0
+    private var _postAnswers: [Int] = []
+    private var _offline = false
+    private var _postDelay: useconds_t = 0
     private var _trickle: Set<String> = []
     private var _omitLength: Set<String> = []
     private var _redirects: [String: String] = [:]
@@ -78,6 +81,14 @@ final class TestServer: @unchecked Sendable {
     func redirect(_ path: String, to location: String) { lock.withLock { _redirects[path] = location } }
     /// The next `n` reports are answered 503 (the store is down).
     func failPosts(_ n: Int) { lock.withLock { _failPosts = n } }
+    /// How the next reports are answered, one status each (then 202); 0: no answer at all.
+    func answerPosts(_ statuses: [Int]) { lock.withLock { _postAnswers.append(contentsOf: statuses) } }
+    /// While set, no report gets an answer: the connection closes unanswered (the device is offline).
+    func setOffline(_ on: Bool) { lock.withLock { _offline = on } }
+    /// Hold each report this long before answering (a slow collector).
+    func delayPosts(_ microseconds: useconds_t) { lock.withLock { _postDelay = microseconds } }
+    /// Tries to post a report, answered or not.
+    var postCount: Int { lock.withLock { _requests.filter { $0.path.hasSuffix("reports") }.count } }
     var log: [(path: String, status: Int, bytes: Int)] { lock.withLock { _log } }
     var reports: [Data] { lock.withLock { _reports } }
     func resetLog() { lock.withLock { _log = [] } }
@@ -162,13 +173,18 @@ final class TestServer: @unchecked Sendable {
         guard let request = readRequest(fd) else { return }
         lock.withLock { _requests.append((request.path, request.headers)) }
         if request.method == "POST" {
-            let fail = lock.withLock { () -> Bool in
-                guard _failPosts > 0 else { return false }
-                _failPosts -= 1
-                return true
+            let (answer, delay) = lock.withLock { () -> (Int?, useconds_t) in
+                if _offline { return (0, _postDelay) }
+                if _failPosts > 0 {
+                    _failPosts -= 1
+                    return (503, _postDelay)
+                }
+                return (_postAnswers.isEmpty ? nil : _postAnswers.removeFirst(), _postDelay)
             }
-            if fail {
-                respond(fd, 503, ["Retry-After": "1"], Data(), path: request.path)
+            if delay > 0 { usleep(delay) }
+            if answer == 0 { return }  // closed with no answer
+            if let answer {
+                respond(fd, answer, ["Retry-After": "1"], Data(), path: request.path)
                 return
             }
             lock.withLock { _reports.append(request.body) }

@@ -161,7 +161,24 @@ final class Engine {
         // Rollback protection first, before anything is downloaded.
         if (highest == null || decision.sequence != highest) store().writeSequence(unit, decision.sequence);
         if (!notModified || (etag != null && !etag.equals(cachedEtag))) store().writeTierState(unit, tier, data, etag);
+        if (!notModified) reportPeriod(decision);
         return apply(avoidBad(decision), installed, conditions, notModified, null);
+    }
+
+    /**
+     * A new rollout period for the release this manifest gives the device, before its own
+     * refusals: each member's report goes again with the new sequence and arm, whatever the
+     * check does next (docs/protocol.md section 11, "Every rollout period, both arms").
+     */
+    private void reportPeriod(Decision decision) {
+        if (decision.unit == null || decision.manifest.reportUrl == null) return;
+        try {
+            for (String name : decision.unit.members.keySet()) {
+                client.reporter.period(decision.manifest.reportUrl, unit, name, decision.unit.version, decision.isCandidate, decision.manifest.sequence);
+            }
+        } catch (RuntimeException e) {
+            // a report is never a reason to fail an update
+        }
     }
 
     private static byte[] readUpTo(Http.Response response, int limit) throws Rejected {
@@ -788,7 +805,8 @@ final class Engine {
             recordError(Reasons.REVERTED, version + " reverted: " + reason);
             store().evict();
             client.health.reverted(unit, previous == null ? null : (String) previous.get("version"));
-            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.flag(unit, name, "reverted");
+            String to = previous == null ? null : (String) previous.get("version");
+            for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.reverted(unit, name, to);
             return previous == null ? empty(null, null) : result(previous, true, false, 0, null);
         } catch (Rejected r) {
             return empty(r.code, r.getMessage());

@@ -16,14 +16,25 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * Device reports (docs/protocol.md section 11): sent on one background thread with a 5 s timeout,
- * one more try for a network error, 408, 429 or 5xx, then dropped; a 4xx is dropped at once.
- * Never a reason to fail, delay or retry an update. The latest report per (token, model) is
- * kept in reports.json in the cache (with the reports waiting for their one more try), so a
- * confirmation in the app process resends what a background install reported, flag set.
+ * Device reports (docs/protocol.md section 11), sent on one background thread with a 5 s timeout,
+ * one at a time in the order they were made; never a reason to fail, delay or retry an update.
+ *
+ * <p>The reports the client made are kept per (unit, model, unit version) in reports.json in the
+ * cache: the installed release's, which a confirmation, a start, a memory figure or a periodic
+ * send reports again (also from another process), and those of releases refused here (rejected
+ * by the self-test, or reverted), which each later rollout period reports again with
+ * {@code inference} null. A report not delivered (no answer, 408, 429, 5xx) is kept too and sent
+ * again at each update check until it is delivered, a newer report of the same (token, model)
+ * replaces it, or {@link #TRIES} tries were answered with 408, 429 or 5xx (a try with no answer
+ * does not count); at most {@link #UNDELIVERED} wait, the oldest go first; any other 4xx is a
+ * refusal, dropped at once.
  */
 final class Reporter {
     static final int TIMEOUT_MS = 5000;
+    /** Reports waiting for delivery at most; the oldest go first. */
+    static final int UNDELIVERED = 16;
+    /** Tries answered with 408, 429 or 5xx after which an undelivered report is dropped. */
+    static final int TRIES = 5;
     private static final SecureRandom RANDOM = new SecureRandom();
 
     private final boolean enabled;
@@ -33,17 +44,58 @@ final class Reporter {
     /** The coarse CPU class (docs/protocol.md section 11), never the features; null when they were not said. */
     private final String cpuClass;
     private final ExecutorService executor;
-    private final Map<String, Map<String, Object>> latest = new LinkedHashMap<String, Map<String, Object>>();
-    private final Map<String, String> urls = new LinkedHashMap<String, String>();
-    private final List<Object[]> retry = new ArrayList<Object[]>();
+    /** The reports made, per unit/model/unit version, least recently made first. */
+    private final Map<String, Made> made = new LinkedHashMap<String, Made>();
+    /** unit/model: the key in {@link #made} of the installed release's report. */
+    private final Map<String, String> installedKeys = new LinkedHashMap<String, String>();
+    /** Reports not delivered yet, oldest first. */
+    private final List<Undelivered> undelivered = new ArrayList<Undelivered>();
+    /** Serials of the sends queued on the executor and not finished. */
+    private final java.util.Set<Long> inFlight = new java.util.HashSet<Long>();
+    /** token/model: the serial of the newest report made in this process. */
+    private final Map<String, Long> newest = new java.util.HashMap<String, Long>();
+    private long serial;
     private final Map<String, List<Double>> latency = new LinkedHashMap<String, List<Double>>();
     private final AtomicInteger sent = new AtomicInteger();
     private final AtomicInteger produced = new AtomicInteger();
 
     private final java.net.InetAddress source;
 
+    /** Reports kept per unit/model/unit version (those of installed releases are never dropped). */
     static final int KEPT = 64;
     private final dev.edgereg.internal.Store store;
+
+    /** A report made, kept to be made again: where it goes and whether its release was refused here. */
+    static final class Made {
+        String url;
+        final Map<String, Object> report;
+        boolean refused;
+
+        Made(String url, Map<String, Object> report, boolean refused) {
+            this.url = url;
+            this.report = report;
+            this.refused = refused;
+        }
+    }
+
+    /** One report's bytes on their way; identity equality: the same send, tried again. */
+    static final class Undelivered {
+        final String url;
+        final byte[] body;
+        final String identity;
+        final long serial;
+        int tries;
+        /** In {@link #undelivered}: a try failed before. */
+        boolean kept;
+
+        Undelivered(String url, byte[] body, String identity, long serial, int tries) {
+            this.url = url;
+            this.body = body;
+            this.identity = identity;
+            this.serial = serial;
+            this.tries = tries;
+        }
+    }
 
     Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, java.net.InetAddress source,
             dev.edgereg.internal.Store store) {
@@ -66,54 +118,77 @@ final class Reporter {
 
     private java.io.File file() { return new java.io.File(store.root, "reports.json"); }
 
+    static String key(String unit, String model, String unitVersion) { return unit + "/" + model + "/" + unitVersion; }
+
     @SuppressWarnings("unchecked")
     private synchronized void load() {
         Map<String, Object> m = store.readLenient(file());
         if (m == null) return;
-        if (m.get("latest") instanceof Map) {
-            for (Map.Entry<String, Object> e : ((Map<String, Object>) m.get("latest")).entrySet()) {
+        if (m.get("reports") instanceof Map) {
+            for (Map.Entry<String, Object> e : ((Map<String, Object>) m.get("reports")).entrySet()) {
                 if (!(e.getValue() instanceof Map)) continue;
                 Map<String, Object> v = (Map<String, Object>) e.getValue();
                 if (v.get("url") instanceof String && v.get("report") instanceof Map) {
-                    urls.put(e.getKey(), (String) v.get("url"));
-                    latest.put(e.getKey(), (Map<String, Object>) v.get("report"));
+                    made.put(e.getKey(), new Made((String) v.get("url"), (Map<String, Object>) v.get("report"), Boolean.TRUE.equals(v.get("refused"))));
                 }
             }
         }
-        if (m.get("retry") instanceof List) {
-            for (Object o : (List<Object>) m.get("retry")) {
+        if (m.get("installed") instanceof Map) {
+            for (Map.Entry<String, Object> e : ((Map<String, Object>) m.get("installed")).entrySet()) {
+                if (e.getValue() instanceof String && made.containsKey(e.getValue())) installedKeys.put(e.getKey(), (String) e.getValue());
+            }
+        }
+        if (m.get("latest") instanceof Map) {
+            // Written by an SDK before 0.3: the installed releases' reports, per unit/model.
+            for (Map.Entry<String, Object> e : ((Map<String, Object>) m.get("latest")).entrySet()) {
+                if (!(e.getValue() instanceof Map)) continue;
+                Map<String, Object> v = (Map<String, Object>) e.getValue();
+                if (!(v.get("url") instanceof String && v.get("report") instanceof Map)) continue;
+                Map<String, Object> r = (Map<String, Object>) v.get("report");
+                String key = key(String.valueOf(r.get("unit")), String.valueOf(r.get("model")), String.valueOf(r.get("unit_version")));
+                made.put(key, new Made((String) v.get("url"), r, false));
+                installedKeys.put(e.getKey(), key);
+            }
+        }
+        Object waiting = m.containsKey("undelivered") ? m.get("undelivered") : m.get("retry");
+        if (waiting instanceof List) {
+            for (Object o : (List<Object>) waiting) {
                 if (!(o instanceof Map)) continue;
                 Map<String, Object> r = (Map<String, Object>) o;
                 byte[] body = r.get("body") instanceof String ? Codec.base64Decode((String) r.get("body")) : null;
-                if (r.get("url") instanceof String && body != null) retry.add(new Object[] {r.get("url"), body});
+                if (!(r.get("url") instanceof String) || body == null) continue;
+                Undelivered u = new Undelivered((String) r.get("url"), body, identity(body), ++serial, (int) Health.num(r.get("tries")));
+                u.kept = true;
+                undelivered.add(u);
             }
         }
     }
 
     /** Called with this locked. Best effort: a report is never a reason to fail anything. */
     private void save() {
-        while (latest.size() > KEPT) {
-            String oldest = latest.keySet().iterator().next();
-            latest.remove(oldest);
-            urls.remove(oldest);
+        for (java.util.Iterator<Map.Entry<String, Made>> it = made.entrySet().iterator(); made.size() > KEPT && it.hasNext();) {
+            if (!installedKeys.containsValue(it.next().getKey())) it.remove();
         }
         Map<String, Object> m = new LinkedHashMap<String, Object>();
-        Map<String, Object> l = new LinkedHashMap<String, Object>();
-        for (Map.Entry<String, Map<String, Object>> e : latest.entrySet()) {
+        Map<String, Object> reports = new LinkedHashMap<String, Object>();
+        for (Map.Entry<String, Made> e : made.entrySet()) {
             Map<String, Object> v = new LinkedHashMap<String, Object>();
-            v.put("url", urls.get(e.getKey()));
-            v.put("report", e.getValue());
-            l.put(e.getKey(), v);
+            v.put("url", e.getValue().url);
+            v.put("report", e.getValue().report);
+            v.put("refused", e.getValue().refused);
+            reports.put(e.getKey(), v);
         }
-        m.put("latest", l);
+        m.put("reports", reports);
+        m.put("installed", new LinkedHashMap<String, Object>(installedKeys));
         List<Object> r = new ArrayList<Object>();
-        for (Object[] x : retry) {
+        for (Undelivered u : undelivered) {
             Map<String, Object> v = new LinkedHashMap<String, Object>();
-            v.put("url", x[0]);
-            v.put("body", Codec.base64((byte[]) x[1]));
+            v.put("url", u.url);
+            v.put("body", Codec.base64(u.body));
+            v.put("tries", (long) u.tries);
             r.add(v);
         }
-        m.put("retry", r);
+        m.put("undelivered", r);
         try {
             store.write(file(), m);
         } catch (dev.edgereg.internal.Rejected | RuntimeException e) {
@@ -134,50 +209,101 @@ final class Reporter {
         return registry + reportUrl;
     }
 
+    /** The installed release's report of a unit's model, or null. Called with this locked. */
+    private Made installedReport(String unit, String model) {
+        String key = installedKeys.get(unit + "/" + model);
+        return key == null ? null : made.get(key);
+    }
+
+    /** Kept as the most recently made (the last to be dropped). Called with this locked. */
+    private void touch(String key) {
+        Made m = made.remove(key);
+        if (m != null) made.put(key, m);
+    }
+
     /**
      * A member's first report after an install, or after a rejection ({@code installed} false).
-     * Only an install's report becomes the latest that a confirmation or a revert resends: the
-     * reference client also stores the rejection's, so confirming the model still installed
-     * would flag the rejected version's report.
+     * An install's report becomes the one a confirmation, a start or a periodic send reports
+     * again; a rejection's is kept for the later rollout periods, with {@code inference} null
+     * (the calls ran on the release still installed).
      */
     synchronized void installed(String reportUrl, Map<String, Object> report, boolean installed) {
         if (!enabled || reportUrl == null) return;
+        String unit = (String) report.get("unit");
         String model = (String) report.get("model");
-        String url = resolve(reportUrl);
-        if (!installed) {
-            versioned(report);
-            final byte[] body = Json.canonical(report);
-            produced.incrementAndGet();
-            final String to = url;
-            executor.execute(new Runnable() {
-                @Override public void run() {
-                    deliver(to, body, true);
-                }
-            });
-            return;
+        String key = key(unit, model, (String) report.get("unit_version"));
+        if (installed) {
+            // A new install: its first inference is the next one recorded.
+            firstSeen.remove(model);
+            first.remove(model);
+            report.put("inference", takeLatency(model));
+            installedKeys.put(unit + "/" + model, key);
+        } else {
+            report.put("inference", Json.NULL);
         }
-        String key = report.get("unit") + "/" + model;
-        // A new install: its first inference is the next one recorded.
-        firstSeen.remove(model);
-        first.remove(model);
-        report.put("inference", takeLatency(model));
-        latest.remove(key);
-        latest.put(key, report);
-        urls.put(key, url);
+        made.remove(key);
+        made.put(key, new Made(resolve(reportUrl), report, !installed));
         send(key);
         save();
     }
 
-    /** Report again with a flag set (confirmed, reverted) and the latency measured since the last report. */
+    /** Report again with a flag set (confirmed) and the latency measured since the last report. */
     synchronized void flag(String unit, String model, String flag) {
         if (!enabled) return;
-        String key = unit + "/" + model;
-        Map<String, Object> r = latest.get(key);
-        if (r == null) return;
-        r.put(flag, true);
-        r.put("inference", takeLatency(model));
+        Made m = installedReport(unit, model);
+        if (m == null) return;
+        m.report.put(flag, true);
+        m.report.put("inference", takeLatency(model));
+        send(installedKeys.get(unit + "/" + model));
+        save();
+    }
+
+    /**
+     * Report again: the installed release of a unit's model was reverted ({@code to}: the unit
+     * version now installed, or null). The revert's report carries the calls recorded since the
+     * last report (they ran on it); its later reports carry none: the calls after the switch run
+     * on the release it went back to, whose report (when one is kept) takes them.
+     */
+    synchronized void reverted(String unit, String model, String to) {
+        if (!enabled) return;
+        String key = installedKeys.remove(unit + "/" + model);
+        Made m = key == null ? null : made.get(key);
+        if (m == null) return;
+        m.report.put("reverted", true);
+        m.report.put("inference", takeLatency(model));
+        send(key);
+        m.refused = true;
+        first.remove(model);
+        String back = to == null ? null : key(unit, model, to);
+        if (back != null && made.containsKey(back) && !made.get(back).refused) installedKeys.put(unit + "/" + model, back);
+        save();
+    }
+
+    /**
+     * The report of a new rollout period (docs/protocol.md section 11): {@code unitVersion} is the
+     * release the manifest of {@code sequence} gives this device, before the client's own
+     * refusals. When this device made a report of it at a lower sequence, and that release is
+     * installed or was refused here, the report goes again with the new sequence and arm; a
+     * refused one with {@code inference} null. Returns whether one was made.
+     */
+    synchronized boolean period(String reportUrl, String unit, String model, String unitVersion, boolean candidate, long sequence) {
+        if (!enabled || reportUrl == null) return false;
+        String key = key(unit, model, unitVersion);
+        Made m = made.get(key);
+        if (m == null) return false;
+        boolean installed = key.equals(installedKeys.get(unit + "/" + model));
+        // Neither installed nor refused (a download deferred, an install under way): the
+        // install sends its own report.
+        if (!installed && !m.refused) return false;
+        if (Health.num(m.report.get("sequence")) >= sequence) return false;
+        m.url = resolve(reportUrl);
+        m.report.put("sequence", sequence);
+        m.report.put("arm", candidate ? "candidate" : "stable");
+        m.report.put("inference", m.refused ? Json.NULL : takeLatency(model));
+        touch(key);
         send(key);
         save();
+        return true;
     }
 
     /**
@@ -187,12 +313,11 @@ final class Reporter {
      */
     synchronized void unconfirmed(String unit, String model, long starts) {
         if (!enabled) return;
-        String key = unit + "/" + model;
-        Map<String, Object> r = latest.get(key);
-        if (r == null) return;
-        r.put("unconfirmed_starts", Math.max(0, Math.min(1000, starts)));
-        r.put("inference", takeLatency(model));
-        send(key);
+        Made m = installedReport(unit, model);
+        if (m == null) return;
+        m.report.put("unconfirmed_starts", Math.max(0, Math.min(1000, starts)));
+        m.report.put("inference", takeLatency(model));
+        send(installedKeys.get(unit + "/" + model));
         save();
     }
 
@@ -208,11 +333,12 @@ final class Reporter {
         if (steadyMb != null && steadyMb >= 0 && steadyMb <= dev.edgereg.internal.Wire.MAX_MEMORY_MB) changes.put("memory_steady_mb", round3(steadyMb));
         if (changes.isEmpty()) return 0;
         int n = 0;
-        for (Map.Entry<String, Map<String, Object>> e : new ArrayList<Map.Entry<String, Map<String, Object>>>(latest.entrySet())) {
-            if (!model.equals(e.getValue().get("model"))) continue;
-            e.getValue().putAll(changes);
-            e.getValue().put("inference", takeLatency(model));
-            send(e.getKey());
+        for (String key : new ArrayList<String>(installedKeys.values())) {
+            Made m = made.get(key);
+            if (m == null || !model.equals(m.report.get("model"))) continue;
+            m.report.putAll(changes);
+            m.report.put("inference", takeLatency(model));
+            send(key);
             n++;
         }
         if (n > 0) save();
@@ -269,11 +395,10 @@ final class Reporter {
     /** Report again with the latency recorded since the last report (a periodic send). */
     synchronized void summary(String unit, String model) {
         if (!enabled) return;
-        String key = unit + "/" + model;
-        Map<String, Object> r = latest.get(key);
-        if (r == null) return;
-        r.put("inference", takeLatency(model));
-        send(key);
+        Made m = installedReport(unit, model);
+        if (m == null) return;
+        m.report.put("inference", takeLatency(model));
+        send(installedKeys.get(unit + "/" + model));
         save();
     }
 
@@ -283,37 +408,97 @@ final class Reporter {
         return Math.round(sorted[Math.max(0, Math.min(sorted.length - 1, i))] * 1000.0) / 1000.0;
     }
 
-    private void send(final String key) {
-        produced.incrementAndGet();
-        Map<String, Object> report = latest.get(key);
+    /**
+     * Hand the report kept under {@code key} to the sender, as it is now. A newer report of the
+     * same (token, model) replaces one still waiting for delivery. Called with this locked.
+     */
+    private void send(String key) {
+        Made m = made.get(key);
+        Map<String, Object> report = m.report;
         Object model = report.get("model");
-        if (!report.containsKey("first_inference_ms") && first.containsKey(model)) report.put("first_inference_ms", first.remove(model));
-        versioned(report);
-        final byte[] body = Json.canonical(new LinkedHashMap<String, Object>(report));
-        final String url = urls.get(key);
-        executor.execute(new Runnable() {
-            @Override public void run() {
-                deliver(url, body, true);
-            }
-        });
+        if (!m.refused && !report.containsKey("first_inference_ms") && first.containsKey(model)) report.put("first_inference_ms", first.remove(model));
+        byte[] body;
+        try {
+            versioned(report);
+            body = Json.canonical(new LinkedHashMap<String, Object>(report));
+        } catch (RuntimeException e) {
+            return; // never into the app
+        }
+        produced.incrementAndGet();
+        String id = report.get("token") + "/" + model;
+        long s = ++serial;
+        newest.put(id, s);
+        for (java.util.Iterator<Undelivered> it = undelivered.iterator(); it.hasNext();) {
+            if (id.equals(it.next().identity)) it.remove();
+        }
+        enqueue(new Undelivered(m.url, body, id, s, 0));
     }
 
-    private void deliver(String url, byte[] body, boolean keepOnFailure) {
-        int status = Http.post(url, body, TIMEOUT_MS, source);
-        if (status >= 200 && status < 300) {
-            sent.incrementAndGet();
-        } else if (keepOnFailure && (status == -1 || status == 408 || status == 429 || status >= 500)) {
-            synchronized (this) {
-                // The latest report of a token and model is the one that counts: keep only it.
-                String id = identity(body);
-                for (java.util.Iterator<Object[]> it = retry.iterator(); it.hasNext();) {
-                    if (id.equals(identity((byte[]) it.next()[1]))) it.remove();
+    /** Queue one try on the sender thread (in the order made). Called with this locked. */
+    private void enqueue(final Undelivered u) {
+        inFlight.add(u.serial);
+        try {
+            executor.execute(new Runnable() {
+                @Override public void run() {
+                    attempt(u);
                 }
-                retry.add(new Object[] {url, body});
-                while (retry.size() > 16) retry.remove(0);
-                save();
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // Closed: kept for the next update check (of the next process, from reports.json).
+            inFlight.remove(u.serial);
+            keep(u);
+            save();
+        }
+    }
+
+    /** The status of one POST, or -1 when nothing answered (no connection, a timeout). */
+    int post(String url, byte[] body) {
+        return Http.post(url, body, TIMEOUT_MS, source);
+    }
+
+    /** One try of one report, on the sender thread; never throws. */
+    private void attempt(Undelivered u) {
+        synchronized (this) {
+            // Replaced by a newer report of the same install and model, or dropped, while queued.
+            if (u.kept && !undelivered.contains(u)) {
+                inFlight.remove(u.serial);
+                return;
             }
         }
+        int status;
+        try {
+            status = post(u.url, u.body);
+        } catch (RuntimeException e) {
+            status = -1;
+        }
+        synchronized (this) {
+            inFlight.remove(u.serial);
+            if (status >= 200 && status < 300) {
+                sent.incrementAndGet();
+                if (undelivered.remove(u)) save();
+                return;
+            }
+            boolean answered = status >= 0;
+            boolean again = !answered || status == 408 || status == 429 || status >= 500;
+            if (answered && again) u.tries++;
+            Long newer = newest.get(u.identity);
+            if (!again || u.tries >= TRIES || (newer != null && newer > u.serial)) {
+                // A refusal (any other 4xx) is refused again; so many 5xx: the receiver is not coming back.
+                if (undelivered.remove(u)) save();
+                return;
+            }
+            keep(u);
+            save();
+        }
+    }
+
+    /** Keep a report for the next update check: at most {@link #UNDELIVERED}, the oldest dropped. Called with this locked. */
+    private void keep(Undelivered u) {
+        if (!u.kept) {
+            u.kept = true;
+            undelivered.add(u);
+        }
+        while (undelivered.size() > UNDELIVERED) undelivered.remove(0);
     }
 
     @SuppressWarnings("unchecked")
@@ -326,17 +511,12 @@ final class Reporter {
         }
     }
 
-    /** Give the reports that failed once their one more try (at the next update). */
+    /** Send again, in order, every report not delivered yet (at each update check). */
     synchronized void retryPending() {
-        if (!enabled || retry.isEmpty()) return;
-        final List<Object[]> again = new ArrayList<Object[]>(retry);
-        retry.clear();
-        save();
-        executor.execute(new Runnable() {
-            @Override public void run() {
-                for (Object[] r : again) deliver((String) r[0], (byte[]) r[1], false);
-            }
-        });
+        if (!enabled) return;
+        for (Undelivered u : new ArrayList<Undelivered>(undelivered)) {
+            if (!inFlight.contains(u.serial)) enqueue(u);
+        }
     }
 
     /** Wait (bounded) for reports in flight; returns how many reports were made (handed to the sender) since the last call. */
@@ -344,14 +524,18 @@ final class Reporter {
         if (!enabled) return 0;
         final Object done = new Object();
         final boolean[] finished = {false};
-        executor.execute(new Runnable() {
-            @Override public void run() {
-                synchronized (done) {
-                    finished[0] = true;
-                    done.notifyAll();
+        try {
+            executor.execute(new Runnable() {
+                @Override public void run() {
+                    synchronized (done) {
+                        finished[0] = true;
+                        done.notifyAll();
+                    }
                 }
-            }
-        });
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            finished[0] = true; // closed: nothing is in flight any more
+        }
         long until = System.currentTimeMillis() + timeoutMs;
         synchronized (done) {
             while (!finished[0] && System.currentTimeMillis() < until) {
@@ -400,7 +584,8 @@ final class Reporter {
         r.put("inference", Json.NULL);
         r.put("confirmed", false);
         r.put("reverted", false);
-        r.put("mnn_runtime", device.mnnRuntime == null ? Json.NULL : device.mnnRuntime);
+        // A fact the report's pattern refuses is sent as null, never a reason to skip the report.
+        r.put("mnn_runtime", device.mnnRuntime != null && dev.edgereg.internal.Versions.isVersion(device.mnnRuntime) ? device.mnnRuntime : Json.NULL);
         r.put("os", "android".equals(device.os) || "ios".equals(device.os) ? device.os : Json.NULL);
         r.put("os_version", device.osVersion != null && device.osVersion.matches("[A-Za-z0-9._ -]{1,32}") ? device.osVersion : Json.NULL);
         r.put("device_class", deviceClass != null && deviceClass.matches("[A-Za-z0-9._ -]{1,32}") ? deviceClass : Json.NULL);

@@ -44,6 +44,15 @@ final class FakeRegistry implements AutoCloseable {
     final AtomicInteger shortenNextBlobBy = new AtomicInteger(0);
     /** Send the next blob without a Content-Length (chunked), ending cleanly after this many bytes (-1: off). */
     final AtomicInteger endNextBlobWithoutLengthAt = new AtomicInteger(-1);
+    /**
+     * How the next reports are answered, one entry each (then 202): a status, or 0 for no answer
+     * at all (the connection closes unanswered, as when the device is offline).
+     */
+    final java.util.concurrent.ConcurrentLinkedQueue<Integer> postAnswers = new java.util.concurrent.ConcurrentLinkedQueue<Integer>();
+    /** Answer no report at all while set (the device is offline). */
+    volatile boolean postsUnanswered;
+    /** Hold each report this long before answering (a slow collector). */
+    volatile int postDelayMs;
     volatile boolean ignoreRange;
     /** Send blob bodies 1000 bytes at a time with this pause between (0: at once). */
     volatile int trickleMs;
@@ -156,6 +165,22 @@ final class FakeRegistry implements AutoCloseable {
         peers.add(x.getRemoteAddress().getAddress().getHostAddress());
         if (x.getRequestMethod().equals("POST")) {
             byte[] body = readAll(x);
+            if (postDelayMs > 0) {
+                try {
+                    Thread.sleep(postDelayMs);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            Integer answer = postsUnanswered ? Integer.valueOf(0) : postAnswers.poll();
+            if (answer != null && answer == 0) {
+                x.close(); // before any header: the connection closes with no answer
+                return;
+            }
+            if (answer != null) {
+                send(x, answer, new byte[0], null);
+                return;
+            }
             reports.add(body);
             send(x, 202, Codec.utf8("{\"status\":\"accepted\"}"), null);
             return;

@@ -61,7 +61,7 @@ public final class ReportCheck {
             if (!intIn(inf.get("count"), 1, 1000000000L)) return bad("inference.count");
             for (String k : new String[] {"p50_ms", "p90_ms", "p99_ms"}) if (!ms(inf.get(k))) return bad("inference." + k);
         }
-        if (present(m, "mnn_runtime") && !(m.get("mnn_runtime") instanceof String && Versions.isDotted((String) m.get("mnn_runtime")))) return bad("mnn_runtime");
+        if (present(m, "mnn_runtime") && !(m.get("mnn_runtime") instanceof String && Versions.isVersion((String) m.get("mnn_runtime")))) return bad("mnn_runtime");
         if (present(m, "os") && !oneOf(m.get("os"), "android", "ios")) return bad("os");
         for (String k : new String[] {"os_version", "device_class"}) if (present(m, k) && !matches(m.get(k), SHORT.pattern())) return bad(k);
         if (present(m, "unconfirmed_starts") && !intIn(m.get("unconfirmed_starts"), 0, 1000)) return bad("unconfirmed_starts");
