@@ -11,10 +11,10 @@ way a fleet's do, so the per-source cap does its bookkeeping for real.
 
 Target: reports/s with the checks >= 0.9 x without.
 
-Then the forged campaigns: how many forged devices (valid-looking reports
-of the served unit, tier, sequence and version: everything a manifest
-reveals) flip the default guardrails' verdict, and what that costs a forger
-at the default cap of 200 new tokens per /24 per hour.
+Then the forged campaigns: how many forged networks (valid-looking reports
+of the served unit, tier, sequence and version, everything a manifest
+reveals, from /24s of the forger's own) get the forger the verdict it wants,
+through either arm, in each direction.
 
 Usage: .venv/bin/python benchmarks/report_checks.py [--reports 3000] [--rounds 5]
 """
@@ -39,7 +39,7 @@ from servekit import make_registry
 from edgereg.analysis import analyze
 from edgereg.config import Guardrails
 from edgereg.reports import open_store
-from edgereg.reports.summary import ArmSummary
+from edgereg.reports.summary import ArmSummary, Tally
 from edgereg.serve._app import App, Request
 from edgereg.serve._ratelimit import DEFAULT_TOKENS_PER_SOURCE, RateLimiter, SourceCaps
 
@@ -54,7 +54,7 @@ def body(n: int, arm: str) -> bytes:
         "model": "digits",
         "version": version,
         "unit_version": version,
-        "variant": "int8",
+        "variant": f"{('high', 'mid', 'low')[n % 3]}-int8",
         "tier": ("high", "mid", "low")[n % 3],
         "arm": arm,
         "sequence": 2,
@@ -91,36 +91,76 @@ def run(storage: object, where: Path, reports: int, checks: bool, offset: int) -
         return reports / (time.perf_counter() - started)
 
 
-def smallest_flip(devices: int, percent: float, attack: str) -> int | None:
-    """Forged candidate devices that flip a good (or bad) candidate's revert verdict."""
+#: The campaigns: (name, the world's candidate rate, the verdict or move the forger wants,
+#: the arm it posts to, whether its forged networks have the event).
+CAMPAIGNS = (
+    ("fail a good candidate: forged candidate failures", 0.02, "fail", "candidate", True),
+    ("fail a good candidate: forged healthy stable installs", 0.02, "fail", "stable", False),
+    ("hold a good candidate: forged candidate failures", 0.02, "held", "candidate", True),
+    ("pass a bad one (5 % vs 2 %): forged healthy candidates", 0.05, "pass", "candidate", False),
+    ("pass a bad one: forged stable failures", 0.05, "pass", "stable", True),
+    ("promote a bad one unproven: forged stable failures", 0.05, "within", "stable", True),
+)
+
+
+def smallest_flip(devices: int, percent: float, campaign: tuple[object, ...]) -> int | None:
+    """Forged networks (each wholly the forger's) that get the forger what it wants.
+
+    One tier of ``devices`` devices at a step of ``percent``, every device in a
+    network of its own and reported (the world of benchmarks/canary.py once the
+    period has heard from all), 2 % reverts in the stable arm. ``held`` is a
+    harm shown (a step without proof waits); ``within`` an estimate within the
+    limit (what a promotion without proof reads).
+    """
+    _, rate, wanted, arm, failing = campaign
     guardrails = Guardrails()
     candidate_n = round(devices * percent / 100)
     stable_n = devices - candidate_n
-    rate = 0.02 if attack == "fail" else 0.05  # good: 2 % vs 2 %; bad: 5 % vs 2 %
-    wanted = "fail" if attack == "fail" else "pass"
+    assert isinstance(rate, float)
 
-    def verdict(forged: int) -> str:
-        events = round(rate * candidate_n) + (forged if attack == "fail" else 0)
+    def outcome(forged: int) -> str:
+        extra = Tally(
+            forged,
+            forged,
+            {"reverted": forged if failing else 0},
+            {"reverted": float(forged) if failing else 0.0},
+        )
+        cand = Tally.of_devices(candidate_n, reverted=round(rate * candidate_n))
+        stab = Tally.of_devices(stable_n, reverted=round(0.02 * stable_n))
+        if arm == "candidate":
+            cand = cand + extra
+        else:
+            stab = stab + extra
         arms = [
-            ArmSummary("u", "t", "candidate", "2", candidate_n + forged, reverted=events),
-            ArmSummary("u", "t", "stable", "1", stable_n, reverted=round(0.02 * stable_n)),
+            ArmSummary("u", "t", "candidate", "2", cand, cand),
+            ArmSummary("u", "t", "stable", "1", stab, stab),
         ]
         analysis = analyze(
-            arms, unit="u", candidate="2", stable="1", since=START, guardrails=guardrails
+            arms,
+            unit="u",
+            candidate="2",
+            stable="1",
+            since=START,
+            guardrails=guardrails,
+            intervals=False,
         )
         (revert,) = (r for r in analysis.tiers[0].guardrails if r.name == "revert")
+        if wanted == "held":
+            return "held" if not revert.harmless and revert.verdict != "fail" else revert.verdict
+        if wanted == "within":
+            return "within" if revert.beyond_limit is None else "beyond"
         return revert.verdict
 
-    if verdict(0) == wanted:
+    if outcome(0) == wanted:
         return 0
     low, high = 0, 1
-    while verdict(high) != wanted:
+    while outcome(high) != wanted:
         high *= 2
         if high > 100 * devices:
             return None
     while high - low > 1:
         middle = (low + high) // 2
-        if verdict(middle) == wanted:
+        if outcome(middle) == wanted:
             high = middle
         else:
             low = middle
@@ -148,21 +188,23 @@ def main() -> None:
                 flush=True,
             )
     ratio = statistics.median(rates[True]) / statistics.median(rates[False])
-    print("\nforged campaigns against the revert guardrail (default guardrails, one tier):")
     print(
-        "| devices in the tier | step | forged devices to fail a good candidate | "
-        "forged devices to pass a bad one (5 % vs 2 %) | /24-hours at the default cap |"
+        "\nforged campaigns against the revert guardrail (default guardrails, one tier, "
+        "every device in a network of its own): the fewest forged networks that succeed"
     )
-    print("|---|---|---|---|---|")
-    for devices in (600, 60_000, 600_000):
-        for percent in (5, 50):
-            fail = smallest_flip(devices, percent, "fail")
-            promote = smallest_flip(devices, percent, "pass")
-            cheapest = min(x for x in (fail, promote) if x is not None)
-            print(
-                f"| {devices:,} | {percent:g} % | {fail} | {promote} | "
-                f"{cheapest / DEFAULT_TOKENS_PER_SOURCE:.1f} |"
-            )
+    sizes = [(600, 5), (600, 50), (60_000, 5), (60_000, 50), (600_000, 50)]
+    print("| campaign | " + " | ".join(f"{d:,} at {p} %" for d, p in sizes) + " |")
+    print("|---" * (len(sizes) + 1) + "|")
+    for campaign in CAMPAIGNS:
+        cells = []
+        for devices, percent in sizes:
+            found = smallest_flip(devices, percent, campaign)
+            cells.append("never" if found is None else f"{found:,}")
+        print(f"| {campaign[0]} | " + " | ".join(cells) + " |", flush=True)
+    print(
+        f"(a network's cap is {DEFAULT_TOKENS_PER_SOURCE} new tokens an hour; one forged "
+        "network needs one token)"
+    )
     print(
         f"\nsummary\n  reports/s with the checks / without: {ratio:.2f} "
         f"(target >= 0.9)  {'PASS' if ratio >= 0.9 else 'FAIL'}"

@@ -25,15 +25,22 @@ What is simulated, and how:
   start that does not crash, each start that crashes with its count of
   unconfirmed starts (report schema 2's ``unconfirmed_starts``, as it
   happens: the unconfirmed guardrail's stalls), a revert after three
-  unconfirmed starts (the client's ``max_unconfirmed_starts``), and its
-  install again under the same token when the manifest's sequence changed
-  (so each rollout period hears from every device that starts its app in it);
+  unconfirmed starts (the client's ``max_unconfirmed_starts``), and, at the
+  first start after each new manifest sequence, the report of the release
+  the manifest gives it again, under its token, installed or refused
+  (docs/protocol.md §11: so each rollout period hears from every device that
+  starts its app in it, in both arms, healthy or not);
+* **tiers**: each device in one of the tiers (three by default, one of them
+  3 % of the fleet), the release built for each;
 * **behaviour**: per release, the share of devices whose probe fails, whose
   load fails, whose app crash-loops, and the latency (log-normal per device);
 * **the forger** (:class:`Forger`): ``k`` /24 networks of its own, posting
   valid-looking reports of what the manifests serve (the current sequence,
-  the candidate arm and version) from several addresses each, never more new
-  tokens per network per simulated hour than the server's cap.
+  the arm and its version) from several addresses each, never more new
+  tokens per network per simulated hour than the server's cap: forged
+  candidate reverts, healthy candidate installs, or stable-arm reverts;
+* **the report server's clock** may run behind the --auto host's
+  (``serve_skew``).
 
 Devices with ``http=True`` post over real HTTP from their own address;
 the others are stored in-process with the source the server would give them
@@ -77,6 +84,8 @@ from edgereg.storage import open_storage  # noqa: E402
 
 UNIT = "vision"
 TIER = "high"
+#: The fleet's tiers and their shares, by default: one of them tiny.
+TIERS: tuple[tuple[str, float], ...] = (("high", 0.40), ("mid", 0.57), ("low", 0.03))
 STABLE = "1.0.0"
 CANDIDATE = "1.1.0"
 LOOK = timedelta(minutes=30)
@@ -108,13 +117,16 @@ class Device:
     address: str
     start_hour: float
     http: bool
+    tier: str = TIER
     # What it runs now: (version, arm, token); None before its first install.
     installed: tuple[str, str, str] | None = None
-    sequence: int = 0  # the manifest sequence it last reported under
     unconfirmed: int = 0
     confirmed: bool = False
     bad: set[str] = field(default_factory=set)
     tokens: dict[str, str] = field(default_factory=dict)  # version -> its install token
+    # Version -> the outcome keys of its latest report, and that report's sequence.
+    reported: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reported_at: dict[str, int] = field(default_factory=dict)
 
 
 def device_address(index: int) -> str:
@@ -133,8 +145,9 @@ class Forger:
 
     Attributes:
         networks: Its source networks.
-        kind: ``reverted`` (fail a good candidate) or ``passes`` (healthy
-            candidate installs that confirm, to dilute a bad one).
+        kind: ``reverted`` (fail a good candidate), ``passes`` (healthy
+            candidate installs that confirm, to dilute a bad one) or
+            ``stable-reverted`` (stable-arm reverts, to mask a bad candidate).
         per_period: Forged devices it brings in each rollout period (at each
             step it starts again: the analysis counts reports since the step).
         per_address: Reports one address sends (under the per-address burst).
@@ -142,7 +155,7 @@ class Forger:
     """
 
     networks: int
-    kind: Literal["reverted", "passes"]
+    kind: Literal["reverted", "passes", "stable-reverted"]
     per_period: int
     per_address: int = 20
     sent: dict[int, int] = field(default_factory=dict)
@@ -154,6 +167,11 @@ class Forger:
         """Post this half hour's share, never past the per-network token cap."""
         if state.candidate is None or state.paused or state.percent is None:
             return
+        stable_arm = self.kind == "stable-reverted"
+        if stable_arm and state.stable is None:
+            return
+        version = state.stable if stable_arm else state.candidate
+        assert version is not None
         changed = state.last_change_at()
         period = int(changed.timestamp()) if changed else 0
         if period != self._period:
@@ -168,17 +186,18 @@ class Forger:
                 token=f"{random.Random(f'forged:{self._serial}').getrandbits(128):032x}",
                 unit=UNIT,
                 model=UNIT,
-                version=state.candidate,
-                unit_version=state.candidate,
-                variant="high-int8",
-                tier=TIER,
-                arm="candidate",
+                version=version,
+                unit_version=version,
+                variant=f"{world.tiers[-1]}-int8",
+                # The tier where a network weighs most: the tiny one.
+                tier=world.tiers[-1],
+                arm="stable" if stable_arm else "candidate",
                 sequence=state.sequence,
                 probe="passed",
                 backend="cpu",
                 load_ms=GOOD.load_ms,
                 confirmed=self.kind == "passes",
-                reverted=self.kind == "reverted",
+                reverted=self.kind != "passes",
                 inference=LatencySummary(
                     count=50, p50_ms=GOOD.inference_ms, p90_ms=20.0, p99_ms=30.0
                 )
@@ -221,12 +240,16 @@ class FleetWorld:
         http_devices: int | None = None,
         seed: int = 1,
         policy: RolloutPolicy | None = None,
+        tiers: tuple[tuple[str, float], ...] = ((TIER, 1.0),),
+        serve_skew: timedelta = timedelta(0),
     ) -> None:
         self.work = work
         self.candidate = candidate
         self.policy = policy or RolloutPolicy()
         self.seed = seed
         self.clock = SimClock(START)
+        self.tiers = [name for name, _ in tiers]
+        self.serve_skew = serve_skew
         rng = random.Random(seed)
         limit = devices if http_devices is None else http_devices
         self.devices = [
@@ -236,6 +259,7 @@ class FleetWorld:
                 device_address(index),
                 rng.random() * 24,
                 index < limit,
+                tier=rng.choices(self.tiers, weights=[share for _, share in tiers])[0],
             )
             for index in range(devices)
         ]
@@ -257,7 +281,9 @@ class FleetWorld:
 
         staging = self.work / "staging"
         staging.mkdir(parents=True, exist_ok=True)
-        prepared, _ = _release(UNIT, version, {TIER: 2000}, staging, seed=version)
+        prepared, _ = _release(
+            UNIT, version, dict.fromkeys(self.tiers, 2000), staging, seed=version
+        )
         self.registry.publish(
             prepared,
             signer=self.signer,
@@ -301,7 +327,10 @@ class FleetWorld:
             status = self.post(device.address, report)
             self.statuses[status] = self.statuses.get(status, 0) + 1
         else:
-            self._pending.append((report, self.clock(), source_key(device.address)))
+            # Stamped by the report server's clock, as the server would.
+            self._pending.append(
+                (report, self.clock() - self.serve_skew, source_key(device.address))
+            )
 
     def _report(self, device: Device, version: str, arm: str, **outcome: Any) -> None:
         token = device.tokens.setdefault(
@@ -309,7 +338,10 @@ class FleetWorld:
             f"{random.Random(f'{self.seed}:{device.device_id}:{version}').getrandbits(128):032x}",
         )
         state = self.state()
-        device.sequence = state.sequence
+        # The report kept for the periods after (its outcome keys, not its latency).
+        kept = {k: v for k, v in outcome.items() if k != "inference"}
+        device.reported[version] = {**device.reported.get(version, {}), **kept}
+        device.reported_at[version] = state.sequence
         self._send(
             device,
             # Report schema 2 when an outcome holds one of its keys (unconfirmed_starts).
@@ -319,8 +351,8 @@ class FleetWorld:
                 model=UNIT,
                 version=version,
                 unit_version=version,
-                variant="high-int8",
-                tier=TIER,
+                variant=f"{device.tier}-int8",
+                tier=device.tier,
                 arm=arm,  # type: ignore[arg-type]
                 sequence=state.sequence,
                 **outcome,
@@ -339,76 +371,95 @@ class FleetWorld:
         rng = random.Random(f"{self.seed}:{what}:{version}:{device.device_id}")
         return round(rng.lognormvariate(math.log(median), self.behaviour(version).spread), 3)
 
-    def _choice(self, device: Device, state: RolloutState) -> tuple[str, str] | None:
+    def _assigned(self, device: Device, state: RolloutState) -> tuple[str, str] | None:
+        """The release the manifest gives the device, before its own refusals."""
         if (
             state.candidate is not None
             and not state.paused
             and state.salt is not None
             and state.percent is not None
-            and state.candidate not in device.bad
             and in_cohort(device.device_id, state.salt, state.percent)
         ):
             return state.candidate, "candidate"
-        # A device that reverted the stable too has nothing left to run: it keeps its revert.
-        if state.stable is not None and state.stable not in device.bad:
+        if state.stable is not None:
             return state.stable, "stable"
         return None
 
     def app_start(self, device: Device) -> None:
-        """The app starts: update check, install and report, then run (or crash)."""
+        """The app starts: count the start, check for an update, report, then run (or crash)."""
         state = self.state()
-        choice = self._choice(device, state)
-        if choice is None:
+        if device.installed is not None and not device.confirmed:
+            # app_started: a start against an unconfirmed install counts, and the client
+            # reports it as it happens (the unconfirmed guardrail's stall); the count
+            # reaching max_unconfirmed_starts is a revert to the last good.
+            version, arm, _ = device.installed
+            device.unconfirmed += 1
+            reverted = device.unconfirmed >= MAX_UNCONFIRMED_STARTS
+            self._report(
+                device,
+                version,
+                arm,
+                **self._install_keys(device, version),
+                unconfirmed_starts=device.unconfirmed,
+                reverted=reverted,
+            )
+            if reverted:
+                device.bad.add(version)
+                device.installed = None
+        assigned = self._assigned(device, state)
+        if assigned is None:
             return
-        version, arm = choice
-        behaviour = self.behaviour(version)
-        if device.installed is None or device.installed[:2] != (version, arm):
-            if version not in device.tokens or device.installed is None:
+        version, arm = assigned
+        if version in device.bad:
+            # Refused here (rejected or reverted): its report again in each new period, as
+            # it was; the device falls back to the stable.
+            self._period(device, version, arm, running=False)
+            if arm == "candidate" and state.stable is not None and state.stable not in device.bad:
+                version, arm = state.stable, "stable"
+            else:
+                return
+        if device.installed is None or device.installed[0] != version:
+            behaviour = self.behaviour(version)
+            if version not in device.reported:
                 if self._draw(device, version, "probe") < behaviour.probe_failure:
                     device.bad.add(version)
                     self._report(device, version, arm, probe="failed")
                     return
                 if self._draw(device, version, "load") < behaviour.load_failure:
                     device.bad.add(version)
-                    self._report(device, version, arm, probe="passed", load_failed=True)
+                    self._report(device, version, arm, probe="failed", load_failed=True)
                     return
-            device.installed = (version, arm, device.tokens.get(version, ""))
+            device.installed = (version, arm, "")
             device.unconfirmed, device.confirmed = 0, False
-            self._report(
-                device,
-                version,
-                arm,
-                probe="passed",
-                backend="cpu",
-                load_ms=self._latency(device, version, "load", behaviour.load_ms),
-            )
-        elif device.sequence != state.sequence and device.confirmed:
-            # A new manifest sequence: the install reports again (the same token).
-            self._confirmed_report(device, version, arm)
+            self._report(device, version, arm, **self._install_keys(device, version))
+        else:
+            self._period(device, version, arm, running=True)
         if device.confirmed:
             return
-        if self._draw(device, version, "crash") < behaviour.crash_loop:
-            device.unconfirmed += 1
-            reverted = device.unconfirmed >= MAX_UNCONFIRMED_STARTS
-            # As the reference client does: each start counted against the unconfirmed
-            # install is reported as it happens (the unconfirmed guardrail's stall), and the
-            # revert's report keeps the count.
-            self._report(
-                device,
-                version,
-                arm,
-                probe="passed",
-                backend="cpu",
-                load_ms=self._latency(device, version, "load", behaviour.load_ms),
-                unconfirmed_starts=device.unconfirmed,
-                reverted=reverted,
-            )
-            if reverted:
-                device.bad.add(version)
-                device.installed = None  # back to the last good; the next start reinstalls
-            return
+        if self._draw(device, version, "crash") < self.behaviour(version).crash_loop:
+            return  # crashed before the model's first inference: counted at the next start
         device.confirmed = True
         self._confirmed_report(device, version, arm)
+
+    def _install_keys(self, device: Device, version: str) -> dict[str, Any]:
+        behaviour = self.behaviour(version)
+        return {
+            "probe": "passed",
+            "backend": "cpu",
+            "load_ms": self._latency(device, version, "load", behaviour.load_ms),
+        }
+
+    def _period(self, device: Device, version: str, arm: str, *, running: bool) -> None:
+        """A new manifest sequence: the release's latest report again (docs/protocol.md §11)."""
+        if device.reported_at.get(version, self.state().sequence) >= self.state().sequence:
+            return
+        keys = dict(device.reported[version])
+        if running and device.confirmed:
+            p50 = self._latency(device, version, "inference", self.behaviour(version).inference_ms)
+            keys["inference"] = LatencySummary(
+                count=50, p50_ms=p50, p90_ms=p50 * 1.5, p99_ms=p50 * 2
+            )
+        self._report(device, version, arm, **keys)
 
     def _confirmed_report(self, device: Device, version: str, arm: str) -> None:
         behaviour = self.behaviour(version)
@@ -437,7 +488,8 @@ class FleetWorld:
                 self.storage,
                 reports=store,
                 trusted=lambda: self.trusted,
-                clock=self.clock,
+                # The report server's clock, behind the --auto host's by serve_skew.
+                clock=lambda: self.clock() - self.serve_skew,
                 monotonic=seconds,
             )
             self._host = base_url.removeprefix("http://")
@@ -485,7 +537,7 @@ class FleetWorld:
             UNIT,
             policy=policy,
             analyse=lambda state, now: rollout_analysis(
-                self.store, state, guardrails=policy.guardrails, tiers=[TIER], now=now
+                self.store, state, guardrails=policy.guardrails, tiers=self.tiers, now=now
             ),
             now=self.clock(),
             signers=lambda: self.signer,

@@ -28,7 +28,7 @@ def report_body(n: int, **fields: Any) -> bytes:
         "model": "digits",
         "version": "1.1.0",
         "unit_version": "1.1.0",
-        "variant": "int8",
+        "variant": "high-int8",
         "tier": "high",
         "arm": "candidate",
         "sequence": 2,
@@ -124,7 +124,7 @@ def test_a_report_is_stored_and_answered_202(reg: FakeRegistry, store: ReportSto
         assert conn.getresponse().status == 200
         conn.close()
     (summary,) = store.summaries("digits")
-    assert (summary.devices, summary.confirmed) == (2, 1)
+    assert (summary.devices, summary.all.count("confirmed")) == (2, 1)
 
 
 @pytest.mark.parametrize(
@@ -342,7 +342,7 @@ def test_serve_command_believes_x_forwarded_for_only_from_a_trusted_proxy(
         assert send(3, "127.0.9.2", "192.0.2.1") == 202
     with open_store(f"sqlite:///{path}") as store:
         (summary,) = store.summaries("digits")
-    assert (summary.devices, summary.sources, summary.sourced_devices) == (3, 3, 3)
+    assert (summary.devices, summary.networks) == (3, 3)
     import sqlite3
 
     with sqlite3.connect(path) as conn:
@@ -513,6 +513,9 @@ def test_expect_100_continue_gets_the_interim_answer(reg: FakeRegistry, tmp_path
         ),
         pytest.param({"arm": "stable"}, "not-served", id="candidate-version-as-stable"),
         pytest.param({"unit_version": "1.0.0"}, "version-mismatch", id="model-unit-mismatch"),
+        # What the release holds: a model that is not the unit's, a variant it never built.
+        pytest.param({"model": "zzzfake"}, "unknown-model", id="made-up-model"),
+        pytest.param({"variant": "ultra-int8"}, "unknown-variant", id="made-up-variant"),
     ],
 )
 def test_a_report_of_what_was_never_served_is_refused_and_counted(
@@ -611,7 +614,7 @@ def test_new_tokens_per_source_network_are_capped(reg: FakeRegistry, tmp_path: P
         assert 'edgereg_reports_refused_total{reason="source-cap"} 3' in metrics.decode()
         # The store keeps each report's network: the evidence counts two.
         (summary,) = store.summaries("digits")
-        assert (summary.devices, summary.sources) == (6, 2)
+        assert (summary.devices, summary.networks) == (6, 2)
     assert store.count() == 6
 
 
@@ -788,3 +791,38 @@ def test_reports_naming_future_sequences_cost_no_state_read_each(tmp_path: Path)
         assert post(url, report_body(41, sequence=4))[0].status == 422
         assert Counting.state_reads == 2
     assert store.count() == 2
+
+
+def test_a_bundle_report_names_a_member_and_version_its_release_holds() -> None:
+    """A made-up member (``zzzfake``) or another member version is refused, never stored."""
+    from edgereg.protocol.reports import parse_report
+    from edgereg.reports.admission import ReleaseFacts, ServedUnit, admit
+
+    served = ServedUnit(
+        unit="ocr",
+        sequence=2,
+        tiers=frozenset({"high"}),
+        served={1: ("1.0.0", None), 2: ("1.0.0", "1.1.0")},
+        oldest=1,
+        versions=frozenset({"1.0.0", "1.1.0"}),
+        releases={
+            "1.1.0": ReleaseFacts(
+                {
+                    "det": ("2.0.0", frozenset({"high-int8"})),
+                    "rec": ("3.1.0", frozenset({"high-int8", "high-w8"})),
+                }
+            )
+        },
+    )
+
+    def reason(**fields: Any) -> str | None:
+        data = {"unit": "ocr", "model": "rec", "version": "3.1.0", "unit_version": "1.1.0"}
+        return admit(parse_report(report_body(1, **{**data, **fields})), served)
+
+    assert reason() is None
+    assert reason(variant="high-w8") is None
+    assert reason(model="zzzfake") == "unknown-model"
+    assert reason(version="3.0.0") == "version-mismatch"
+    assert reason(variant="low-int8") == "unknown-variant"
+    # A version whose release the index could not read is checked by its arm's version only.
+    assert reason(arm="stable", unit_version="1.0.0", model="zzzfake") is None

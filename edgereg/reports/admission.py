@@ -15,13 +15,13 @@ the tiers with a manifest; :func:`admit` decides. The server's shell
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from edgereg.protocol.reports import Report
-from edgereg.protocol.wire import RolloutState
+from edgereg.protocol.wire import AnyRelease, BundleRecord, RolloutState
 
-__all__ = ["REFUSALS", "ServedUnit", "admit"]
+__all__ = ["REFUSALS", "ReleaseFacts", "ServedUnit", "admit"]
 
 #: Every reason a report is refused, with what it means (metrics label -> text).
 REFUSALS: dict[str, str] = {
@@ -29,8 +29,33 @@ REFUSALS: dict[str, str] = {
     "unknown-tier": "the unit has no manifest for this tier",
     "future-sequence": "the registry never issued this sequence for the unit",
     "not-served": "at this sequence the arm did not serve this unit version",
-    "version-mismatch": "a model's version differs from its unit's (not a bundle)",
+    "version-mismatch": "a model's version differs from its unit's (not a bundle), or a "
+    "bundle member's from the member version the bundle release names",
+    "unknown-model": "the unit's release has no such model (a bundle member it does not hold)",
+    "unknown-variant": "the release of the model has no such variant",
 }
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """What one released unit version holds: per model, its version and variants.
+
+    A model's release holds itself; a bundle's, each member.
+    """
+
+    models: dict[str, tuple[str, frozenset[str]]]
+
+    @classmethod
+    def of(cls, record: AnyRelease) -> ReleaseFacts:
+        """The facts of a verified release record."""
+        if isinstance(record, BundleRecord):
+            return cls(
+                {
+                    name: (member.version, frozenset(member.variants))
+                    for name, member in record.members.items()
+                }
+            )
+        return cls({record.model: (record.version, frozenset(record.variants))})
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,9 @@ class ServedUnit:
             (the history keeps the last 200 events) a version is only checked
             against ``versions``.
         versions: Every version that was ever a stable or a candidate in the history.
+        releases: Unit version -> what its release holds (models, their versions and
+            variants), for the versions the index could read; a version without
+            one is checked as before (its arm's version only).
     """
 
     unit: str
@@ -54,10 +82,16 @@ class ServedUnit:
     served: dict[int, tuple[str | None, str | None]]
     oldest: int
     versions: frozenset[str]
+    releases: Mapping[str, ReleaseFacts] = field(default_factory=dict)
 
     @classmethod
-    def from_state(cls, state: RolloutState, tiers: Iterable[str]) -> ServedUnit:
-        """Index a verified state and the tiers that have a manifest."""
+    def from_state(
+        cls,
+        state: RolloutState,
+        tiers: Iterable[str],
+        releases: Mapping[str, ReleaseFacts] | None = None,
+    ) -> ServedUnit:
+        """Index a verified state, the tiers that have a manifest and what each release holds."""
         served: dict[int, tuple[str | None, str | None]] = {}
         versions: set[str] = set()
         for event in state.history:
@@ -74,6 +108,7 @@ class ServedUnit:
             served=served,
             oldest=min(served),
             versions=frozenset(versions),
+            releases=dict(releases or {}),
         )
 
 
@@ -95,9 +130,24 @@ def admit(report: Report, served: ServedUnit | None) -> str | None:
     at = served.served.get(report.sequence)
     if at is None:
         if report.sequence < served.oldest and report.unit_version in served.versions:
-            return None
+            return _in_release(report, served.releases.get(report.unit_version))
         # Inside the history every issued sequence has its event: a gap was never served.
         return "not-served"
     stable, candidate = at
     wanted = candidate if report.arm == "candidate" else stable
-    return None if wanted == report.unit_version else "not-served"
+    if wanted != report.unit_version:
+        return "not-served"
+    return _in_release(report, served.releases.get(report.unit_version))
+
+
+def _in_release(report: Report, release: ReleaseFacts | None) -> str | None:
+    """Whether the report's model, its version and its variant are in the unit version's release."""
+    if release is None:
+        return None
+    found = release.models.get(report.model)
+    if found is None:
+        return "unknown-model"
+    version, variants = found
+    if report.version != version:
+        return "version-mismatch"
+    return None if report.variant in variants else "unknown-variant"

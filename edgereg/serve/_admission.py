@@ -22,9 +22,10 @@ from collections.abc import Callable
 from edgereg.errors import EdgeregError, StorageError
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.reports import Report
+from edgereg.protocol.wire import RolloutState
 from edgereg.registry import Registry
-from edgereg.reports.admission import ServedUnit, admit
-from edgereg.storage import Storage
+from edgereg.reports.admission import ReleaseFacts, ServedUnit, admit
+from edgereg.storage import NotFound, Storage
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class ServedIndex:
         # take its result. Units are those the registry lists: a bounded set.
         self._reading: dict[str, threading.Lock] = {}
         self.reads = 0  # state reads since the start (tests, benchmarks)
+        self._release_facts: dict[tuple[str, str], ReleaseFacts] = {}
 
     def check(self, report: Report) -> str | None:
         """None to admit the report, else the reason code it is refused for.
@@ -146,4 +148,38 @@ class ServedIndex:
             return None
         if state is None:
             return None
-        return ServedUnit.from_state(state, reader.manifest_tiers(unit))
+        return ServedUnit.from_state(
+            state, reader.manifest_tiers(unit), self._releases(reader, unit, state)
+        )
+
+    def _releases(
+        self, reader: Registry, unit: str, state: RolloutState
+    ) -> dict[str, ReleaseFacts]:
+        """What each version the state names holds (release records never change: kept)."""
+        versions = {v for v in (state.stable, state.candidate) if v}
+        versions.update(
+            v for event in state.history for v in (event.after.stable, event.after.candidate) if v
+        )
+        found: dict[str, ReleaseFacts] = {}
+        for version in sorted(versions):
+            key = (unit, version)
+            with self._lock:
+                facts = self._release_facts.get(key)
+            if facts is None:
+                try:
+                    facts = ReleaseFacts.of(reader.read_release(unit, version))
+                except NotFound:
+                    continue  # a registry written by hand, with manifests and no records
+                except StorageError:
+                    raise
+                except EdgeregError as exc:
+                    # Checked by its arm's version only: a record that does not verify
+                    # serves nothing a finer check could rest on.
+                    log.warning(
+                        "release %s %s is not read for report checks: %s", unit, version, exc
+                    )
+                    continue
+                with self._lock:
+                    self._release_facts[key] = facts
+            found[version] = facts
+        return found
