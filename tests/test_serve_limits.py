@@ -623,7 +623,7 @@ def test_workers_keep_the_documented_cap_of_new_tokens_per_network(tmp_path: Pat
                     "model": "digits",
                     "version": "1.1.0",
                     "unit_version": "1.1.0",
-                    "variant": "int8",
+                    "variant": "high-int8",
                     "tier": "high",
                     "arm": "candidate",
                     "sequence": 2,
