@@ -27,12 +27,22 @@ compresses), stable for every device.
    Reported beside it: the same with ``source_address`` set, which moves the
    SDKs from the platform's HTTP stack to their own raw-socket transport.
 4. The JVM library jar: its size (target < 250 KB) and no required runtime
-   dependency: jdeps lists only java.base and the compile-only jsr305
-   annotations, no foreign class is packed in it, and the pom's dependencies
+   dependency: jdeps lists only java.base and the compile-only JSR-305
+   annotation names, no foreign class is packed in it, and the pom's dependencies
    are all optional or provided (BouncyCastle only below Android 13, loaded by
    reflection). The device program here runs on JDK 17 without BouncyCastle
    on its class path, as on Android 13+.
-5. The Swift library's clean release build time: ``swift build -c release
+6. Cancel: each program starts an update of the bundle through a proxy that
+   trickles the server's answers (``--cancel-rate`` bytes/s, so the download
+   is far from done), is told ``cancel`` after 2 s, and the time from the
+   cancel to the update's answer (``wait_update``, error code ``cancelled``)
+   is measured: median of ``--rounds``. Target: < 1 s on every client
+   (docs/protocol.md §8).
+7. The guides' shortest integration (the code of "Ten-line start" in
+   docs/guides/android.md and ios.md, non-blank lines), beside Firebase's
+   Model Downloader counted by the same rule in issue 28 (12 Android, 15
+   iOS, without the model runner). Target: <= 12 on each platform.
+8. The Swift library's clean release build time: ``swift build -c release
    --target EdgeReg`` in a fresh copy of clients/swift (no ``.build``; the
    toolchain's shared module cache stays warm). Reported.
 
@@ -40,7 +50,7 @@ The SDK builds are copied into the work directory first, so a rebuild in
 their checkout cannot change the programs mid-run.
 
 Usage: .venv/bin/python benchmarks/sdk.py [--rounds 3] [--member-mb 20]
-           [--jvm-root DIR] [--swift-root DIR] [--skip-swift-build]
+           [--cancel-rate 2000000] [--jvm-root DIR] [--swift-root DIR] [--skip-swift-build]
 (DIR: a checkout whose clients/ holds the built SDK; default EDGEREG_SDK_ROOT
 or this checkout; `make sdk` builds them.) About 3-5 minutes.
 Prints PASS or FAIL per target; exits 1 on any FAIL.
@@ -293,6 +303,47 @@ def unchanged_check(
     }
 
 
+def cancel_time(
+    client: str, sdk_root: Path, port: int, pem: str, work: Path, index: int, rate: int
+) -> dict[str, Any]:
+    """Seconds from ``cancel`` to the cancelled update's answer, against a trickling server."""
+    cache = work / f"cancel-{client}-{index}"
+    log = work / f"{client}-cancel-{index}.log"
+    with TcpProxy(port, rate=rate) as proxy, started(client, sdk_root, log) as (program, _):
+        configure(program, proxy.url, pem, cache)
+        program.request("start_update")
+        time.sleep(2.0)
+        begin = time.perf_counter()
+        program.request("cancel")
+        result = program.request("wait_update", timeout=600)
+        seconds = time.perf_counter() - begin
+        progress = result.get("progress") or [[0, 0]]
+    shutil.rmtree(cache, ignore_errors=True)
+    if result.get("error_code") != "cancelled":
+        raise SystemExit(f"{client}: the update was not cancelled: {result}")
+    return {"seconds": seconds, "done": progress[-1][0], "total": progress[-1][1]}
+
+
+GUIDE_TARGET_LINES = 12
+FIREBASE_LINES = {"android": 12, "ios": 15}
+"""Firebase Model Downloader's shortest integration as issue 28 counted it (no model runner)."""
+
+
+def guide_lines() -> None:
+    """The non-blank code lines of each guide's "Ten-line start", per language."""
+    for platform in ("android", "ios"):
+        text = (ROOT / "docs" / "guides" / f"{platform}.md").read_text(encoding="utf-8")
+        start = text.split("## Ten-line start", 1)[1].split("\n## ", 1)[0]
+        for language, code in re.findall(r"```(\w+)\n(.*?)```", start, re.S):
+            lines = [line for line in code.splitlines() if line.strip()]
+            report(
+                f"{platform} guide's start in {language}: <= {GUIDE_TARGET_LINES} lines",
+                len(lines) <= GUIDE_TARGET_LINES,
+                f"{len(lines)} lines (Firebase Model Downloader: {FIREBASE_LINES[platform]}, "
+                "as issue 28 counted it; both without the model runner)",
+            )
+
+
 # --- the jar and the Swift build ---------------------------------------------------
 
 
@@ -400,6 +451,9 @@ def main() -> int:
     parser.add_argument("--jvm-root", type=Path, default=Path(default_root))
     parser.add_argument("--swift-root", type=Path, default=Path(default_root))
     parser.add_argument("--skip-swift-build", action="store_true")
+    parser.add_argument(
+        "--cancel-rate", type=int, default=2_000_000, help="the slow server's bytes/s"
+    )
     args = parser.parse_args()
     if args.rounds < 1 or args.member_mb < 1:
         parser.error("--rounds and --member-mb must be at least 1")
@@ -440,6 +494,14 @@ def main() -> int:
                 c: unchanged_check(c, sdk_root, url, server.port, pem, work, "127.0.0.1")
                 for c in CLIENTS
             }
+            cancels: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
+            for index in range(args.rounds):
+                for client in CLIENTS[index % 3 :] + CLIENTS[: index % 3]:
+                    cancels[client].append(
+                        cancel_time(
+                            client, sdk_root, server.port, pem, work, index, args.cancel_rate
+                        )
+                    )
         finally:
             server.close()
 
@@ -525,6 +587,18 @@ def main() -> int:
                 f"not_modified {check['not_modified']}",
             )
 
+        for client in CLIENTS:
+            seconds = median(cancels[client], "seconds")
+            last = cancels[client][-1]
+            report(
+                f"{client}: cancel to return < 1 s (a download in progress, a slow server)",
+                seconds < 1.0,
+                f"{seconds * 1000:.0f} ms median (runs "
+                + ", ".join(f"{r['seconds'] * 1000:.0f}" for r in cancels[client])
+                + f" ms); at the cancel {last['done'] / 1e6:.1f} of {last['total'] / 1e6:.1f} MB "
+                "were down, kept for a resume",
+            )
+        guide_lines()
         jar_checks(args.jvm_root)
         if not args.skip_swift_build:
             swift_build_time(args.swift_root, work)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgereg.reports.summary import ArmSummary, Histogram, Tally
+from edgereg.reports.summary import ArmSummary, Histogram, MetricTally, Tally
 
 EVENT_FIELDS = ("probe_failed", "load_failed", "reverted", "confirmed", "stalled", "first_start")
 HISTOGRAM_FIELDS = {
@@ -19,12 +19,14 @@ def arm(
     tier: str = "high",
     version: str | None = None,
     unit: str = "vision",
+    metrics: dict[str, MetricTally] | None = None,
     **fields: object,
 ) -> ArmSummary:
     """An arm whose every device sits in a network of its own (as the fleet simulation's).
 
     ``aged_devices``, ``aged_reverted``, ``aged_stalled`` and ``aged_first_start``
-    describe the installs old enough to have crash-looped.
+    describe the installs old enough to have crash-looped. ``metrics``: statistic
+    name (a guardrail's) -> its tally.
     """
     events = {name: int(fields.pop(name)) for name in EVENT_FIELDS if name in fields}  # type: ignore[call-overload]
     # Networks, where a row says so: ``sources`` networks in all, ``<event>_sources``
@@ -65,4 +67,5 @@ def arm(
         Tally(devices, networks, events, network_events),
         aged,
         {name: Histogram.of_devices(h) for name, h in histograms.items()},  # type: ignore[arg-type]
+        dict(metrics or {}),
     )

@@ -594,10 +594,10 @@ class _ClockedSink:
 
     def __init__(self, store: Any, clock: SimClock) -> None:
         self.store = store
-        self.clock = clock
+        self.sim_clock = clock
 
     def ingest(self, report: Any, received_at: datetime) -> None:
-        self.store.ingest(report, self.clock())
+        self.store.ingest(report, self.sim_clock())
 
 
 @dataclass
@@ -743,6 +743,8 @@ class ClosedLoop:
 
         # The fleet's tiers (the command uses every tier of the manifests).
         tiers = sorted({device.tier for device in self.fleet.devices})
+        # edgereg serve marks its clock in the store every minute: install ages run on.
+        self.sink.store.mark_clock(self.kit.clock())
         result = run_auto(
             self.kit.registry,
             BUNDLE,

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 for _path in (ROOT, ROOT / "tests"):  # benchmarks import this module by path
@@ -72,6 +73,7 @@ from edgereg.protocol.reports import LatencySummary, Report  # noqa: E402
 from edgereg.protocol.rules import in_cohort  # noqa: E402
 from edgereg.protocol.wire import RolloutState, to_bytes  # noqa: E402
 from edgereg.registry import Registry, run_auto  # noqa: E402
+from edgereg.registry import _registry as _registry_module  # noqa: E402
 from edgereg.reports import open_store  # noqa: E402
 from edgereg.reports.canary import rollout_analysis  # noqa: E402
 from edgereg.serve import start_in_thread  # noqa: E402
@@ -284,6 +286,14 @@ class FleetWorld:
         prepared, _ = _release(
             UNIT, version, dict.fromkeys(self.tiers, 2000), staging, seed=version
         )
+        # The cohort's salt from the seed, not the registry's random one: the same seed,
+        # the same cohort, the same rollout (a random salt made runs differ).
+        salt = f"{random.Random(f'{self.seed}:salt:{version}').getrandbits(64):016x}"
+        with mock.patch.object(_registry_module.secrets, "token_hex", return_value=salt):
+            self._publish(prepared, percent)
+        self._state = None
+
+    def _publish(self, prepared: Any, percent: float | None) -> None:
         self.registry.publish(
             prepared,
             signer=self.signer,
@@ -293,7 +303,6 @@ class FleetWorld:
             expires_days=365,
             report_url="v1/reports",
         )
-        self._state = None
 
     def state(self) -> RolloutState:
         if self._state is None:
@@ -518,6 +527,8 @@ class FleetWorld:
             if self._pending:
                 self.store.ingest_many(self._pending)
                 self._pending = []
+            # edgereg serve marks its clock in the store every minute; here each half hour.
+            self.store.mark_clock(self.clock() - self.serve_skew)
             if forger is not None:
                 forger.act(self, self.state())
             if auto:

@@ -204,10 +204,10 @@ class ClockedStore:
 
     def __init__(self, store: ReportStore, clock: SimClock) -> None:
         self.store = store
-        self.clock = clock
+        self.sim_clock = clock
 
     def ingest(self, report: Report, received_at: datetime) -> None:
-        self.store.ingest(report, self.clock())
+        self.store.ingest(report, self.sim_clock())
 
     def __getattr__(self, name: str) -> Any:
         # Everything but ingest reads the real store, whatever the analysis asks of it.
@@ -257,7 +257,7 @@ class MixFleet:
             },
             app_version="2.4.0",
             tier=None,
-            tiers=TIER_RULES,
+            tiers=[{"name": name, "rules": rules} for name, rules in TIER_RULES.items()],
             self_test=True,
             runner={"command": runner},
             reporting=True,

@@ -38,12 +38,12 @@ if str(ROOT) not in sys.path:  # benchmarks import this module by path
     sys.path.insert(0, str(ROOT))
 
 from edgereg.config import RuntimeHints  # noqa: E402
+from edgereg.protocol.wire import Metrics, ReleaseRecord, ReleaseVariant  # noqa: E402
 from edgereg.registry import PreparedRelease, Registry  # noqa: E402
 from edgereg.registry import _transitions as transitions  # noqa: E402
 from edgereg.serve import RegistryServer, start_in_thread  # noqa: E402
 from edgereg.signing import Signer, generate_key  # noqa: E402
 from edgereg.storage import Storage, open_storage  # noqa: E402
-from edgereg.wire import ReleaseRecord, ReleaseVariant  # noqa: E402
 
 TIERS = ("high", "mid", "low")
 # The serve command alone, without the group: the same code `edgereg serve` runs.
@@ -154,7 +154,13 @@ class FakeRegistry:
 
 
 def _release(
-    model: str, version: str, sizes: dict[str, int], workdir: Path, *, seed: str
+    model: str,
+    version: str,
+    sizes: dict[str, int],
+    workdir: Path,
+    *,
+    seed: str,
+    metrics: Metrics | None = None,
 ) -> tuple[PreparedRelease, dict[str, Blob]]:
     variants: dict[str, ReleaseVariant] = {}
     files: dict[str, Path] = {}
@@ -182,6 +188,7 @@ def _release(
         created=NOW,
         variants=variants,
         tiers={tier: f"{tier}-int8" for tier in sizes},
+        metrics=metrics,
     )
     return PreparedRelease(record=record, blobs=files), made
 
@@ -194,6 +201,7 @@ def make_registry(
     actor: str = "release-bot@ci",
     workdir: Path | None = None,
     expires_days: int = 3650,
+    metrics: Metrics | None = None,
 ) -> FakeRegistry:
     """Publish, for each model, 1.0.0 (stable, published --full) and 1.1.0 (a 5% canary).
 
@@ -204,6 +212,7 @@ def make_registry(
         actor: Who the history says acted (kept in the signed history, never on the status page).
         workdir: Where the blob files are staged (default: next to the registry).
         expires_days: Validity of the signed state and manifests.
+        metrics: The app metrics every release declares (none by default).
     """
     sizes = sizes or {"high": 300_000, "mid": 120_000, "low": 40_000}
     if isinstance(where, Storage):
@@ -219,7 +228,7 @@ def make_registry(
     fake = FakeRegistry(root, storage, signer)
     for model in models:
         for version in ("1.0.0", "1.1.0"):
-            prepared, made = _release(model, version, sizes, staging, seed=version)
+            prepared, made = _release(model, version, sizes, staging, seed=version, metrics=metrics)
             fake.blobs[(model, version)] = made
             registry.publish(
                 prepared,

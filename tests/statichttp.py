@@ -15,6 +15,7 @@ import hashlib
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -252,16 +253,20 @@ class StaticServer:
 
 
 class TcpProxy:
-    """A loopback TCP proxy that counts bytes and can cut one connection short.
+    """A loopback TCP proxy that counts bytes, can cut one connection short, or trickle.
 
     ``cut_after``: the first connection whose response reaches this many bytes
     (headers included) gets only that many, then both sides are closed: a
-    connection dropped mid-download, in front of any server.
+    connection dropped mid-download, in front of any server. ``rate``: the
+    server's answers reach the client at about this many bytes per second.
     """
 
-    def __init__(self, upstream_port: int, *, cut_after: int | None = None) -> None:
+    def __init__(
+        self, upstream_port: int, *, cut_after: int | None = None, rate: int | None = None
+    ) -> None:
         self.upstream_port = upstream_port
         self.cut_after = cut_after
+        self.rate = rate  # server -> client bytes per second, when set (a slow server)
         self.sent_up = 0  # client -> server bytes
         self.sent_down = 0  # server -> client bytes
         self.per_connection: list[tuple[int, int]] = []
@@ -324,7 +329,13 @@ class TcpProxy:
                                 with contextlib.suppress(OSError):
                                     sock.shutdown(socket.SHUT_RDWR)
                             break
-                    dst.sendall(data)
+                    if index == 1 and self.rate:
+                        step = max(1, self.rate // 20)
+                        for start in range(0, len(data), step):
+                            dst.sendall(data[start : start + step])
+                            time.sleep(0.05)
+                    else:
+                        dst.sendall(data)
                     counts[index] += len(data)
                 with contextlib.suppress(OSError):
                     dst.shutdown(socket.SHUT_WR)

@@ -26,10 +26,17 @@ from edgereg.analysis import (
     mann_whitney,
 )
 from edgereg.analysis._rates import restricted_rates
-from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
+from edgereg.config import (
+    AppMetric,
+    Guardrails,
+    LatencyGuardrail,
+    RateGuardrail,
+    UnconfirmedGuardrail,
+)
 from edgereg.reports.summary import (
     ArmSummary,
     Histogram,
+    MetricTally,
     Tally,
     bucket_value_ms,
     latency_bucket,
@@ -1021,3 +1028,188 @@ def test_a_crash_at_the_first_launch_fails_first_start() -> None:
     # Non-users at the first launch, alike in both arms, are not a crash.
     alike = healthy("candidate", 1000, first_start=100, aged_devices=900, aged_first_start=90)
     assert verdicts(run(alike, stable))["first_start"] != "fail"
+
+
+# --- guardrails on app metrics -----------------------------------------------------
+
+ACCEPTED = AppMetric(kind="rate")
+CONFIDENCE = AppMetric(kind="distribution", buckets=[0.5, 0.7, 0.9], unit="score")
+DECLARED = {"accepted": ACCEPTED, "confidence": CONFIDENCE}
+ON_METRICS = Guardrails.model_validate(
+    {
+        "accepted": {"metric": "accepted", "max_worse": 0.01},
+        "confident": {"metric": "confidence", "max_worse": 0.05},
+        "unsure": {
+            "metric": "confidence",
+            "max_worse": 0.02,
+            "stat": "share_below",
+            "threshold": 0.5,
+            "critical": False,
+        },
+        "nobody_declares": {"metric": "retries", "max_worse": 0.1},
+    }
+)
+
+
+def success_rates(devices: int, rate: float, seed: int, events: int = 20) -> list[float]:
+    """Each device's success rate over its own events (some users are worse off than others)."""
+    rng = np.random.default_rng(seed)
+    own = np.clip(rng.normal(rate, 0.03, devices), 0, 1)
+    return list(rng.binomial(events, own) / events)
+
+
+def with_metrics(
+    name: str, devices: int, rate: float, seed: int, **tallies: MetricTally
+) -> ArmSummary:
+    return healthy(
+        name,
+        devices,
+        metrics={"accepted": MetricTally.of_devices(success_rates(devices, rate, seed)), **tallies},
+    )
+
+
+def metric_run(candidate: ArmSummary, stable: ArmSummary | None, **kw: object) -> Analysis:
+    arms = (candidate,) if stable is None else (candidate, stable)
+    return run(*arms, guardrails=ON_METRICS, metrics=DECLARED, tiers=["high"], **kw)
+
+
+def result_of(analysis: Analysis, name: str) -> GuardrailResult:
+    (found,) = (r for r in analysis.tiers[0].guardrails if r.name == name)
+    return found
+
+
+def test_a_three_point_drop_in_an_app_metric_fails_in_the_metrics_terms() -> None:
+    analysis = metric_run(
+        with_metrics("candidate", 3000, 0.89, 1), with_metrics("stable", 3000, 0.92, 2)
+    )
+    accepted = result_of(analysis, "accepted")
+    assert accepted.verdict == "fail"
+    assert analysis.verdict == "fail"
+    assert accepted.reason.startswith("accepted's rate of success: candidate 8")
+    assert "vs stable 9" in accepted.reason
+    assert "limit +1.0 pt worse" in accepted.reason
+    assert accepted.beyond_limit is not None
+    assert accepted.beyond_limit.endswith("pt")
+    # A guardrail on a metric the unit does not declare judges nothing.
+    assert "nobody_declares" not in verdicts(analysis)
+
+
+def test_an_unchanged_app_metric_passes_with_enough_devices_and_waits_with_few() -> None:
+    same = metric_run(
+        with_metrics("candidate", 3000, 0.92, 3), with_metrics("stable", 3000, 0.92, 4)
+    )
+    assert result_of(same, "accepted").verdict == "pass"
+    few = metric_run(with_metrics("candidate", 30, 0.92, 5), with_metrics("stable", 3000, 0.92, 6))
+    assert result_of(few, "accepted").verdict == "inconclusive"
+
+
+def test_app_metric_guardrails_fail_good_candidates_at_most_alpha_over_every_look() -> None:
+    """A/A at the limit, looked at every 100 devices: the evidence is valid at every look."""
+    margin = ON_METRICS.metric_guardrails()["accepted"].max_worse
+    fails = 0
+    runs = 120
+    for seed in range(runs):
+        candidate = np.array(success_rates(2000, 0.92 - margin, 10_000 + seed))
+        stable = np.array(success_rates(2000, 0.92, 20_000 + seed))
+        for n in range(100, 2001, 100):
+            analysis = metric_run(
+                healthy(
+                    "candidate",
+                    n,
+                    metrics={"accepted": MetricTally.of_devices(list(candidate[:n]))},
+                ),
+                healthy(
+                    "stable", n, metrics={"accepted": MetricTally.of_devices(list(stable[:n]))}
+                ),
+                intervals=False,
+            )
+            if result_of(analysis, "accepted").verdict == "fail":
+                fails += 1
+                break
+    assert fails / runs <= ON_METRICS.alpha
+
+
+def test_a_distributions_mean_and_share_are_judged_in_their_own_terms() -> None:
+    # Buckets (-inf, 0.5], (0.5, 0.7], (0.7, 0.9], (0.9, inf): valued 0.5, 0.6, 0.8, 0.9.
+    def confidence(devices: int, low: float, seed: int) -> dict[str, MetricTally]:
+        rng = np.random.default_rng(seed)
+        counts = rng.multinomial(30, [low, 0.2, 0.4, 0.4 - low], devices)
+        values = np.array([0.5, 0.6, 0.8, 0.9])
+        return {
+            "confident": MetricTally.of_devices(list(counts @ values / 30)),
+            "unsure": MetricTally.of_devices(list(counts[:, 0] / 30)),
+        }
+
+    worse = metric_run(
+        with_metrics("candidate", 3000, 0.92, 7, **confidence(3000, 0.3, 8)),
+        with_metrics("stable", 3000, 0.92, 9, **confidence(3000, 0.05, 10)),
+    )
+    mean = result_of(worse, "confident")
+    assert mean.verdict == "fail"
+    assert mean.reason.startswith("confidence's mean: candidate 0.")
+    assert "score" in mean.reason
+    assert mean.beyond_limit is not None
+    assert mean.beyond_limit.endswith("worse")
+    unsure = result_of(worse, "unsure")
+    assert unsure.verdict == "fail"
+    assert not unsure.critical
+    assert unsure.reason.startswith("confidence's share at or below 0.5: candidate 30.")
+
+
+def test_an_app_metric_without_counts_or_without_a_stable_release() -> None:
+    stable = with_metrics("stable", 3000, 0.92, 11)
+    silent = metric_run(healthy("candidate", 3000), stable)
+    assert result_of(silent, "accepted").reason == (
+        "no candidate device counted accepted in the period"
+    )
+    unheard = metric_run(with_metrics("candidate", 3000, 0.92, 12), healthy("stable", 3000))
+    assert (
+        result_of(unheard, "accepted").reason == "no stable device counted accepted in the period"
+    )
+    first = analyze(
+        [with_metrics("candidate", 3000, 0.5, 13)],
+        unit="vision",
+        candidate="1.1.0",
+        stable=None,
+        since=SINCE,
+        guardrails=ON_METRICS,
+        tiers=["high"],
+        metrics=DECLARED,
+    )
+    # Nothing to compare with: an app metric holds no first release back.
+    assert result_of(first, "accepted").verdict == "pass"
+
+
+def _forged_metric(summary: ArmSummary, networks: int, value: float) -> ArmSummary:
+    """``summary`` plus a forger's ``networks`` /24s, each of many tokens reporting ``value``."""
+    extra = MetricTally(
+        networks * 200, networks, networks * 200 * value, networks * value, networks * value**2
+    )
+    return replace(
+        summary, metrics={**summary.metrics, "accepted": summary.metric("accepted") + extra}
+    )
+
+
+@pytest.mark.parametrize(
+    ("candidate_rate", "forged_arm", "forged_value", "verdict"),
+    [
+        # Forged failures of a good candidate: set aside, they fail nothing.
+        pytest.param(0.92, "candidate", 0.0, "pass", id="failures-in-the-candidate-arm"),
+        # Forged stable failures to mask a worse candidate.
+        pytest.param(0.89, "stable", 0.0, "fail", id="failures-in-the-stable-arm"),
+        # Forged perfect candidates to dilute a worse one.
+        pytest.param(0.89, "candidate", 1.0, "fail", id="successes-in-the-candidate-arm"),
+    ],
+)
+def test_a_forger_from_tolerated_networks_moves_no_app_metric_verdict(
+    candidate_rate: float, forged_arm: str, forged_value: float, verdict: str
+) -> None:
+    candidate = with_metrics("candidate", 3000, candidate_rate, 14)
+    stable = with_metrics("stable", 3000, 0.92, 15)
+    assert result_of(metric_run(candidate, stable), "accepted").verdict == verdict
+    k = ON_METRICS.tolerated_networks
+    if forged_arm == "candidate":
+        candidate = _forged_metric(candidate, k, forged_value)
+    else:
+        stable = _forged_metric(stable, k, forged_value)
+    assert result_of(metric_run(candidate, stable), "accepted").verdict == verdict

@@ -552,7 +552,18 @@ def test_vector(path: Path) -> None:
 def test_every_vector_folder_is_documented() -> None:
     protocol = (VECTORS.parent.parent / "docs" / "protocol.md").read_text("utf-8")
     folders = {p.name for p in VECTORS.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders == {"blobs", "keys", "labels", "probes", "reports", "rules", "versions"}
+    assert folders == {
+        "blobs",
+        "conditions",
+        "keys",
+        "labels",
+        "probes",
+        "reports",
+        "rules",
+        "selftest",
+        "tiers",
+        "versions",
+    }
     for folder in folders - {"keys"}:
         assert f"tests/vectors/{folder}/" in protocol, folder
 
@@ -716,6 +727,9 @@ SCHEMA_CANNOT_SAY = {
     "contract-labels-and-labels-blob": "both keys may be null: exclusive only when both set",
     "contract-state-names-a-missing-tensor": "JSON Schema cannot compare two fields",
     "contract-task-output-not-an-output": "JSON Schema cannot compare two fields",
+    "metrics-buckets-unsorted": "JSON Schema cannot say that a list increases",
+    "metrics-on-instead": "instead is an entry, whose own schema allows metrics",
+    "metrics-on-bundle-member": "a member is an entry, whose own schema allows metrics",
 }
 # Whole-string vectors: the schema's ^...$ patterns refuse them as JSON Schema
 # reads them (ECMA-262, where $ is the end of the string), but Python's
@@ -774,6 +788,9 @@ REPORT_SCHEMA_CANNOT_SAY = {
     "schema-version-as-float",
     "sequence-as-float",
     "unconfirmed-starts-as-float",
+    "metrics-count-with-fraction",
+    "metrics-successes-above-events",  # JSON Schema cannot compare two fields
+    "metrics-in-version-2",
     # Which keys a version allows: said in the $comment.
     "v1-with-v2-key",
     "v1-with-v2-key-null",
@@ -897,3 +914,37 @@ def test_a_min_mnn_runtime_too_long_to_compare_is_malformed_never_raised(
     assert isinstance(done.exception, SystemExit), done.exception
     assert done.exit_code == result.exception.exit_code != 0  # type: ignore[union-attr]
     assert "(malformed)" in done.stderr
+
+
+def test_edgereg_tiers_exports_the_tier_file_apps_resolve_with(tmp_path: Path) -> None:
+    """models.toml's [tiers] -> an ordered array; the same file, keys sorted, still resolves."""
+    from click.testing import CliRunner
+
+    from edgereg import cli
+    from edgereg import config as config_module
+    from edgereg.client import Client, DeviceProfile
+    from edgereg.protocol.rules import parse_tier_file, resolve_tier, tier_file
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "tiers.json"
+    done = CliRunner().invoke(
+        cli.main, ["tiers", "--config", str(root / "models.toml"), "--out", str(out)]
+    )
+    assert done.exit_code == 0, done.output
+    config = config_module.load(root / "models.toml")
+    tiers = parse_tier_file(out.read_bytes())
+    assert [name for name, _ in tiers] == list(config.tiers)
+    assert out.read_bytes() == tier_file(config.tiers)
+    # Rewritten by a tool that sorts keys: the order is the array's, nothing moves.
+    resorted = json.dumps(json.loads(out.read_bytes()), sort_keys=True).encode()
+    assert parse_tier_file(resorted) == tiers
+    phone = DeviceProfile(device_id="p", ram_mb=4096, cpu_cores=6)
+    client = Client(
+        "http://127.0.0.1:9/",
+        TrustedKeys.from_pems([Signer.from_pem(generate_key()[0]).public_pem()]),
+        tmp_path / "cache",
+        model="digits",
+        device=phone,
+        tiers=tiers,
+    )
+    assert client.tier == resolve_tier(config.tiers, phone)

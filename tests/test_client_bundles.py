@@ -310,6 +310,28 @@ def test_conditions_defer_every_blob_byte_but_the_manifest_is_verified(
     assert client(kit, server.url, cache).status().pending is None
 
 
+def test_idle_and_storage_conditions_defer_until_said_met(
+    kit: Kit, server: StaticServer, tmp_path: Path
+) -> None:
+    kit.publish("ocr", kit.bundle_entry("1.0.0"))
+    cache = tmp_path / "c"
+    overnight = DownloadPolicy(require_idle=True, require_storage_not_low=True)
+    steps = [
+        (Conditions(), "not-idle"),  # nothing said: unknown is unmet
+        (Conditions(idle=False, storage_low=False), "not-idle"),
+        (Conditions(idle=True), "storage-low"),
+        (Conditions(idle=True, storage_low=True), "storage-low"),
+    ]
+    for conditions, why in steps:
+        result = client(kit, server.url, cache, policy=overnight).fetch(conditions)
+        assert (result.deferred, result.installed) == (why, False), conditions
+    assert server.state.body_bytes("blobs/") == 0
+    met = client(kit, server.url, cache, policy=overnight).fetch(
+        Conditions(idle=True, storage_low=False)
+    )
+    assert_set(met, kit, "1.0.0")
+
+
 # --- storage preflight and eviction --------------------------------------------------
 
 

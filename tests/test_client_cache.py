@@ -91,7 +91,7 @@ READERS: list[tuple[str, StateFile, Callable[[Path], object], object]] = [
         "reports.json",
         "reports",
         _reports,
-        {"reports": {}, "installed": {}, "tokens": {}, "pending": []},
+        {"reports": {}, "installed": {}, "tokens": {}, "pending": [], "metrics": {}},
     ),
     ("selftest.json", "selftest", _selftest, {}),
     ("installed.json", "installed", _installed, None),

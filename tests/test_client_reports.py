@@ -710,3 +710,76 @@ def test_a_reports_file_of_the_earlier_layout_is_read(collector: Collector, tmp_
     again = _reporter(collector, tmp_path).confirmed("digits", "digits")
     assert again is not None
     assert (again.token, again.confirmed) == (sent.token, True)
+
+
+# --- app metrics (docs/protocol.md §3 "App metrics", §11) -------------------------------
+
+
+def test_app_metrics_are_counted_per_install_and_sent_as_totals(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from edgereg.protocol.wire import DistributionMetric, RateMetric
+
+    registry = LoopRegistry(tmp_path / "registry", model="textrec")
+    blob = tmp_path / "textrec.mnn"
+    blob.write_bytes(random.Random("textrec").randbytes(1000))
+    declared = {
+        "accepted": RateMetric(kind="rate"),
+        "confidence": DistributionMetric(kind="distribution", buckets=[0.5, 0.7, 0.9]),
+    }
+    entry = registry.entry(blob, None, version="1.0.0", backends=("cpu",))
+    registry.publish(entry.model_copy(update={"metrics": declared}))
+    now = [datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)]
+
+    def client() -> Client:
+        return Client(
+            served.url,
+            registry.trusted,
+            tmp_path / "cache",
+            model="textrec",
+            device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+            tier="high",
+            clock=lambda: now[0],
+        )
+
+    with serve(registry.root) as served:
+        app = client()
+        # Nothing installed yet: nothing is counted, and nothing is refused either.
+        app.record("anything", True)
+        assert app.fetch().version == "1.0.0"
+        for success in (True, True, False):
+            app.record("accepted", success)
+        for value in (0.4, 0.5, 0.55, 0.7, 0.95, 0.95):
+            app.observe("confidence", value)
+        # A name the release does not declare, or the other kind: the caller's mistake.
+        with pytest.raises(ValueError, match="declares no app metric 'acceptd'"):
+            app.record("acceptd", True)
+        with pytest.raises(ValueError, match="is a distribution, not a rate"):
+            app.record("confidence", True)
+        with pytest.raises(ValueError, match="finite"):
+            app.observe("confidence", float("nan"))
+        assert app.confirm()
+        app.close()
+        # A restart: the counts of the install go on.
+        app = client()
+        app.record("accepted", True)
+        app.fetch()  # under 12 hours since the last report: nothing more is sent
+        app.close()
+        sent = served.reports()
+        assert len(sent) == 2
+        now[0] += timedelta(hours=13)
+        app.fetch()  # counts changed and the last report is 13 hours old: sent with them
+        app.fetch()  # unchanged since: nothing
+        app.close()
+        reports = served.reports()
+    installed, confirmed, later = reports
+    assert installed.metrics is None  # nothing counted at the install yet
+    assert confirmed.schema_version == 3
+    assert confirmed.metrics is not None
+    assert confirmed.metrics["accepted"].model_dump() == {"events": 3, "successes": 2}
+    # 0.4 and 0.5 (an edge falls in the bucket it closes), 0.55 and 0.7, none, 0.95 twice.
+    assert confirmed.metrics["confidence"].model_dump() == {"counts": [2, 2, 0, 2]}
+    assert later.token == confirmed.token
+    assert later.metrics is not None
+    assert later.metrics["accepted"].model_dump() == {"events": 4, "successes": 3}
+    assert len(to_bytes(later)) < 1024  # a report with two metrics stays small

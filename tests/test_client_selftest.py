@@ -573,5 +573,73 @@ def test_the_closed_loop_reaches_edgereg_serve_and_its_report_store(
         client.close()
         arms = {(s.arm, s.version): s for s in store.summaries("digits")}
     assert arms[("stable", "1.0.0")].devices == 1
-    assert arms[("stable", "1.0.0")].confirmed == 1
-    assert arms[("candidate", "1.1.0")].probe_failed == 1
+    assert arms[("stable", "1.0.0")].all.count("confirmed") == 1
+    assert arms[("candidate", "1.1.0")].all.count("probe_failed") == 1
+
+
+class _NoBackendRunner:
+    """A runner that cannot create any backend here (an app whose MNN library is missing)."""
+
+    def load(
+        self,
+        artifact: Path,
+        backend: Backend,
+        runtime: RuntimeHints,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+    ) -> ModelSession:
+        raise BackendUnavailableError(f"no {backend}: the MNN library is not in this app")
+
+
+def test_a_probe_that_did_not_run_is_no_failure_and_the_next_fetch_installs(
+    models: Models, tmp_path: Path
+) -> None:
+    """Rule 20: no verdict, nothing marked bad, no report; a working runner installs later."""
+    registry = LoopRegistry(tmp_path / "registry")
+    registry.publish(registry.entry(models.conv, models.conv_probe, version="1.0.0"))
+    cache = tmp_path / "cache"
+    with serve(registry.root) as served:
+        broken = _client(served, registry, cache, SelfTest(cache, runner=_NoBackendRunner()))
+        refused = broken.fetch()
+        broken.close()
+        assert refused.error_code == "probe-not-run", refused.error
+        assert refused.version is None
+        status = broken.status()
+        assert status.bad_releases == {}
+        assert status.pending is not None
+        assert status.pending.version == "1.0.0"
+        assert served.reports() == []  # never reported as a probe failure
+        fixed = _client(served, registry, cache, SelfTest(cache, runner=FaultyGpuRunner()))
+        installed = fixed.fetch()
+        fixed.close()
+        assert (installed.error_code, installed.version) == (None, "1.0.0")
+        [report] = served.reports()
+    assert report.probe == "passed"
+
+
+def test_a_client_that_cannot_run_the_probe_refuses_to_be_built(tmp_path: Path) -> None:
+    """Without MNN and without a runner, self_test=True is a ValueError at construction."""
+    script = f"""
+import sys
+sys.modules["MNN"] = None  # an app built without the MNN library: `import MNN` fails
+from edgereg.client import Client, DeviceProfile, SelfTest, TrustedKeys
+from edgereg.signing import Signer, generate_key
+keys = TrustedKeys.from_pems([Signer.from_pem(generate_key()[0]).public_pem()])
+device = DeviceProfile(device_id="d", ram_mb=4096, cpu_cores=4)
+try:
+    Client("http://127.0.0.1:9/", keys, {str(tmp_path)!r}, model="m", device=device,
+           tier="low", self_test=True)
+except ValueError as exc:
+    print("refused:", exc)
+Client("http://127.0.0.1:9/", keys, {str(tmp_path)!r}, model="m", device=device, tier="low")
+print("without the self-test: built")
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: the self-test needs a model runner" in done.stdout
+    assert "without the self-test: built" in done.stdout

@@ -44,6 +44,7 @@ from edgereg.config import RolloutPolicy
 from edgereg.protocol.rules import in_cohort
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, sign_document
 from edgereg.registry import Registry, manifest_key, set_percent
+from edgereg.registry import _transitions as transitions
 from edgereg.reports import ReportStore, open_store
 from edgereg.signing import Signer, generate_key, key_id
 from edgereg.storage import open_storage
@@ -58,7 +59,11 @@ version = "1.0.0"
 models = ["vision", "sensor"]
 """
 #: models.toml's [tiers] of the built project, best first.
-TIERS = {"high": {"min_ram_mb": 6144, "min_cpu_cores": 8}, "mid": {"min_ram_mb": 3072}, "low": {}}
+TIERS = [
+    {"name": "high", "rules": {"min_ram_mb": 6144, "min_cpu_cores": 8}},
+    {"name": "mid", "rules": {"min_ram_mb": 3072}},
+    {"name": "low", "rules": {}},
+]
 SIZES = {"high": 300_000, "mid": 120_000, "low": 40_000}
 
 
@@ -120,6 +125,24 @@ class LibRegistry:
 
     def manifest(self, tier: str = "high") -> Manifest:
         return self.registry.read_manifest(self.model, tier)
+
+    def roll_back(self) -> Manifest:
+        """``edgereg rollback``: the candidate is dropped, every device back to stable."""
+        self.registry.change(
+            self.model,
+            lambda state, now, expires: transitions.rollback(
+                state,
+                self.model,
+                to_version=None,
+                published=set(self.registry.versions(self.model)),
+                now=now,
+                expires=expires,
+                actor="harness@tests",
+            ),
+            signer=self.signer,
+            expires_days=30,
+        )
+        return self.manifest()
 
     def manifest_file(self, tier: str = "high") -> Path:
         return self.root / manifest_key(self.model, tier)
@@ -807,6 +830,129 @@ def test_a_kill_mid_install_leaves_the_old_set_and_the_next_start_finishes(
     assert update(restarted) == want("digits", newer.candidate, candidate=True)
 
 
+# --- cancel, progress, changes: what an app drives while an update runs ---------------------
+
+
+def test_a_cancel_mid_download_stops_at_once_installs_nothing_and_the_next_update_resumes(
+    devices: Devices, lib: LibRegistry, lib_url: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, proxy.url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    assert newer.candidate is not None
+    proxy.mode, proxy.rate = "slow", 40_000  # 300 KB in about 8 s: a download to cancel
+    device.request("start_update")
+    deadline = time.monotonic() + 30
+    while proxy.slow_bytes < 60_000:  # well into the download, far from its end
+        assert time.monotonic() < deadline, "the download never started"
+        time.sleep(0.05)
+    asked = time.monotonic()
+    device.request("cancel")
+    device.request("cancel")  # twice: idempotent
+    result = device.request("wait_update", timeout=60)
+    took = time.monotonic() - asked
+    # The target is 1 s (benchmarks/sdk.py measures it); here only "not the whole download".
+    assert took < 5, f"{device.client} took {took:.1f} s to stop after the cancel"
+    kept = want("digits", first.stable, code="cancelled")
+    assert outcome(device, result) == kept
+    pending = device.request("status")["pending"]
+    assert pending is not None
+    assert pending["version"] == "1.1.0"
+    assert 0 < pending["remaining_bytes"] < newer.candidate.size  # the part is kept
+    assert device.request("events") == {
+        "events": [{"unit": "digits", "kind": "installed", "version": "1.0.0", "previous": None}]
+    }
+    proxy.mode = "pass"
+    device.request("start_update")
+    resumed = device.request("wait_update", timeout=60)
+    assert outcome(device, resumed) == want("digits", newer.candidate, candidate=True)
+    assert 0 < resumed["downloaded_bytes"] < newer.candidate.size, resumed["downloaded_bytes"]
+    progress = resumed["progress"]
+    # The total is known before the first byte, and the bytes kept count as done.
+    assert progress[0] == [newer.candidate.size - pending["remaining_bytes"], newer.candidate.size]
+    assert progress[-1] == [newer.candidate.size, newer.candidate.size]
+
+
+def test_progress_says_the_total_before_the_first_byte_and_ends_at_it(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    assert isinstance(first.stable, ManifestEntry)
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    device.request("start_update")
+    result = device.request("wait_update", timeout=60)
+    assert outcome(device, result) == want("digits", first.stable)
+    progress = result["progress"]
+    size = first.stable.size
+    assert progress[0] == [0, size], progress[:3]
+    assert progress[-1] == [size, size]
+    assert all(total == size for _, total in progress)
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    again = device.request("start_update")
+    assert again == {}
+    unchanged = device.request("wait_update", timeout=60)
+    assert unchanged["progress"] == []  # nothing to download: no progress at all
+
+
+def test_changes_are_heard_across_an_install_a_server_rollback_and_a_delete(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache")
+    assert update(device) == want("digits", first.stable)
+    newer = lib.publish("1.1.0", percent=100.0)
+    check = device.request("check")
+    assert newer.candidate is not None
+    assert (check["available"], check["version"], check["installed"]) == (True, "1.1.0", "1.0.0")
+    assert (check["download_bytes"], check["is_candidate"]) == (newer.candidate.size, True)
+    assert update(device) == want("digits", newer.candidate, candidate=True)
+    rolled = lib.roll_back()  # the release manager takes 1.1.0 back
+    assert update(device) == want("digits", rolled.stable)
+    assert device.request("check")["available"] is False  # up to date
+    assert device.request("installed")["units"] == [
+        {"unit": "digits", "kind": "model", "version": "1.0.0", "is_candidate": False}
+    ]
+    assert device.request("delete") == {"deleted": True}
+    assert device.request("delete") == {"deleted": False}  # twice: idempotent
+    assert device.request("installed")["units"] == []
+    assert outcome(device, device.request("current")) == want("digits", None)
+    assert device.request("events")["events"] == [
+        {"unit": "digits", "kind": "installed", "version": "1.0.0", "previous": None},
+        {"unit": "digits", "kind": "installed", "version": "1.1.0", "previous": "1.0.0"},
+        {"unit": "digits", "kind": "rolled-back", "version": "1.0.0", "previous": "1.1.0"},
+        {"unit": "digits", "kind": "deleted", "version": None, "previous": "1.0.0"},
+    ]
+    # The rollback protection stays: the next update installs this device's release again.
+    assert update(device) == want("digits", rolled.stable)
+
+
+def test_unknown_conditions_are_unmet_and_the_shortest_update_defers(
+    devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    wifi_only = {"allow_metered": False, "require_charging": False, "reserve_bytes": 8388608}
+    configure(device, lib_url, lib.pem, tmp_path / "cache", policy=wifi_only)
+    deferred = device.request("update")  # no conditions at all: the network is unknown
+    assert (deferred["deferred"], deferred["downloaded_bytes"]) == ("metered", 0), deferred
+    assert outcome(device, deferred) == want("digits", None)
+    partial = device.request("update", conditions={"charging": True})  # still not the network
+    assert partial["deferred"] == "metered"
+    check = device.request("check")
+    assert (check["available"], check["deferred"]) == (True, "metered")
+    idle_and_storage = {**wifi_only, "allow_metered": True, "require_idle": True}
+    idle_and_storage["require_storage_not_low"] = True
+    configure(device, lib_url, lib.pem, tmp_path / "cache", policy=idle_and_storage)
+    assert device.request("update", conditions={"idle": True})["deferred"] == "storage-low"
+    assert device.request("update", conditions={"storage_low": False})["deferred"] == "not-idle"
+    met = device.request("update", conditions={"idle": True, "storage_low": False})
+    assert outcome(device, met) == want("digits", first.stable)
+
+
 # --- what the app allows, what it ships ------------------------------------------------------
 
 
@@ -1110,18 +1256,56 @@ def test_self_test_failing_on_every_backend_is_probe_failed_and_the_last_good_st
 # --- the conformance vectors through the device program ----------------------------------
 
 
-def test_every_vector_through_the_device_program(devices: Devices) -> None:
+#: The device program's op for each folder of tests/vectors/ ("" is the folder itself).
+VECTOR_OPS = {
+    "": "decide",
+    "blobs": "check_blob",
+    "probes": "check_probe",
+    "versions": "check_version",
+    "reports": "check_report",
+    "labels": "check_labels",
+    "conditions": "check_conditions",
+    "selftest": "check_selftest",
+    "tiers": "check_tiers",
+}
+
+
+def test_every_vector_file_through_the_device_program(devices: Devices) -> None:
+    """Every file of every folder (docs/reference/device-program.md); a new folder fails here."""
     device = devices()
     checked, wrong = 0, []
-    for path in sorted(VECTORS.glob("*.json")) + sorted((VECTORS / "blobs").glob("*.json")):
+    for path in sorted(VECTORS.rglob("*.json")):
+        folder = "/".join(path.relative_to(VECTORS).parts[:-1])
+        if folder in ("keys", "rules"):
+            continue  # keys are keys; rules/ is the next test
+        assert folder in VECTOR_OPS, f"no device op for tests/vectors/{folder}/"
         vector = json.loads(path.read_text("utf-8"))
-        op = "check_blob" if path.parent.name == "blobs" else "decide"
-        got = device.request(op, vector=vector["input"])
+        answer = device.call(VECTOR_OPS[folder], vector=vector["input"])
         checked += 1
+        got = answer.get("result") if answer.get("ok") else answer
         if got != vector["expected"]:
             wrong.append(f"{path.relative_to(VECTORS)}: {got} != {vector['expected']}")
-    assert checked > 40
-    assert not wrong, "\n".join(wrong)
+    assert checked == len(list(VECTORS.rglob("*.json"))) - 2, checked  # all but rules/
+    assert not wrong, f"{len(wrong)} of {checked} differ:\n" + "\n".join(wrong)
+
+
+def test_the_tier_and_cohort_rules_through_the_device_program(devices: Devices) -> None:
+    device = devices()
+    tiers = json.loads((VECTORS / "rules" / "tiers.json").read_text("utf-8"))
+    got = [
+        device.request("resolve_tier", tiers=tiers["tiers"], device=case["device"])["tier"]
+        for case in tiers["cases"]
+    ]
+    assert got == [case["tier"] for case in tiers["cases"]]
+    cohorts = json.loads((VECTORS / "rules" / "cohorts.json").read_text("utf-8"))
+    for case in cohorts["cases"]:
+        answer = device.request(
+            "cohort",
+            salt=case["salt"],
+            device_id=case["device_id"],
+            percents=list(case["in_cohort"]),
+        )
+        assert answer == {"bucket": case["bucket"], "in_cohort": case["in_cohort"]}, case
 
 
 def test_bad_requests_are_refused_without_a_crash(devices: Devices) -> None:

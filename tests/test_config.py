@@ -818,3 +818,132 @@ def test_a_bundle_and_requirements_load(small_toml: str) -> None:
         app_version="2.2.9", os="android", os_version="30"
     ) == ["needs app >=2.3.0, <3, the app is 2.2.9"]
     assert loaded.rollout_policy("kit") == loaded.rollout
+
+
+# --- app metrics and the guardrails on them -------------------------------------------
+
+ACCEPTED = '[models.digits.metrics.accepted]\nkind = "rate"\n'
+CONFIDENCE = (
+    '[models.digits.metrics.confidence]\nkind = "distribution"\nbuckets = [0.5, 0.7, 0.9]\n'
+)
+
+METRIC_CASES = [
+    pytest.param(
+        '[rollout.guardrails.accepted]\nmetric = "accepted"\nmax_worse = 0.01\n',
+        "rollout.guardrails.accepted.metric",
+        ("names app metric 'accepted'", "no unit it judges declares", "models.digits"),
+        id="guardrail-on-an-undeclared-metric",
+    ),
+    pytest.param(
+        "[rollout.guardrails.acceptd]\nmax_worse = 0.01\n",
+        "rollout.guardrails.acceptd",
+        ("unknown guardrail 'acceptd'", "probe_failure", 'metric = "<metric>"'),
+        id="guardrail-typo",
+    ),
+    pytest.param(
+        ACCEPTED + '[rollout.guardrails.accepted]\nmetric = "accepted"\nmax_worse = -0.01\n',
+        "rollout.guardrails.accepted.max_worse",
+        ("greater than or equal to 0",),
+        id="negative-limit",
+    ),
+    pytest.param(
+        ACCEPTED + '[rollout.guardrails.accepted]\nmetric = "accepted"\nmax_worse = 0.01\n'
+        'stat = "mean"\n',
+        "rollout.guardrails.accepted.stat",
+        ("is a rate", "no stat"),
+        id="stat-on-a-rate",
+    ),
+    pytest.param(
+        CONFIDENCE + '[rollout.guardrails.unsure]\nmetric = "confidence"\nmax_worse = 0.02\n'
+        'stat = "share_below"\nthreshold = 0.6\n',
+        "rollout.guardrails.unsure.threshold",
+        ("0.6 is not a bucket edge of 'confidence'", "0.5, 0.7, 0.9"),
+        id="threshold-off-the-edges",
+    ),
+    pytest.param(
+        CONFIDENCE + '[rollout.guardrails.unsure]\nmetric = "confidence"\nmax_worse = 0.02\n'
+        'stat = "share_below"\n',
+        "rollout.guardrails.unsure.threshold",
+        ("a threshold goes with stat share_below",),
+        id="share-without-threshold",
+    ),
+    pytest.param(
+        '[models.digits.metrics.accepted]\nkind = "rate"\nbuckets = [1]\n',
+        "models.digits.metrics.accepted.buckets",
+        ("a rate has no buckets",),
+        id="rate-with-buckets",
+    ),
+    pytest.param(
+        '[models.digits.metrics.confidence]\nkind = "distribution"\n',
+        "models.digits.metrics.confidence.buckets",
+        ("needs its bucket edges",),
+        id="distribution-without-buckets",
+    ),
+    pytest.param(
+        '[models.digits.metrics.confidence]\nkind = "distribution"\nbuckets = [0.9, 0.5]\n',
+        "models.digits.metrics.confidence.buckets",
+        ("must increase strictly",),
+        id="buckets-out-of-order",
+    ),
+    pytest.param(
+        '[models.digits.metrics.confidence]\nkind = "distribution"\nbuckets = '
+        + str([float(i) for i in range(32)])
+        + "\n",
+        "models.digits.metrics.confidence.buckets",
+        ("at most 31",),
+        id="too-many-buckets",
+    ),
+    pytest.param(
+        "".join(f'[models.digits.metrics.m{i}]\nkind = "rate"\n' for i in range(17)),
+        "models.digits.metrics",
+        ("at most 16",),
+        id="too-many-metrics",
+    ),
+    pytest.param(
+        '[models.digits.metrics.Accepted]\nkind = "rate"\n',
+        "models.digits.metrics.Accepted",
+        ("lowercase",),
+        id="metric-name-not-a-name",
+    ),
+    pytest.param(
+        ACCEPTED + '[bundles.kit]\nversion = "2.0.0"\nmodels = ["digits"]\n',
+        "models.digits.metrics",
+        ("ships in bundle 'kit'", "[bundles.kit.metrics]"),
+        id="metrics-on-a-bundle-member",
+    ),
+]
+
+
+@pytest.mark.parametrize(("appended", "key_path", "fragments"), METRIC_CASES)
+def test_bad_metrics_and_metric_guardrails_are_named(
+    small_toml: str, appended: str, key_path: str, fragments: tuple[str, ...]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.parse(small_toml + "\n" + appended, file=FILE)
+    assert caught.value.key_path == key_path, str(caught.value)
+    for fragment in fragments:
+        assert fragment in caught.value.detail, str(caught.value)
+
+
+def test_metrics_and_their_guardrails_load(small_toml: str) -> None:
+    loaded = config.parse(
+        small_toml
+        + "\n"
+        + ACCEPTED
+        + CONFIDENCE
+        + '[rollout.guardrails.accepted]\nmetric = "accepted"\nmax_worse = 0.01\n'
+        + '[rollout.guardrails.unsure]\nmetric = "confidence"\nmax_worse = 0.02\n'
+        + 'stat = "share_below"\nthreshold = 0.5\ncritical = false\n',
+        file=FILE,
+    )
+    declared = loaded.models["digits"].metrics
+    assert declared["confidence"].declaration().buckets == [0.5, 0.7, 0.9]
+    assert declared["confidence"].bucket_values() == (0.5, 0.6, 0.8, 0.9)
+    guardrails = loaded.rollout_policy("digits").guardrails.metric_guardrails()
+    assert sorted(guardrails) == ["accepted", "unsure"]
+    unsure = guardrails["unsure"]
+    # The share at or below 0.5 is the first bucket; more of it is worse (higher is better).
+    assert unsure.weights(declared["confidence"]) == (1.0, 0.0, 0.0, 0.0)
+    assert unsure.worse_when_higher(declared["confidence"])
+    assert not guardrails["accepted"].worse_when_higher(declared["accepted"])
+    assert guardrails["accepted"].weights(declared["accepted"]) is None

@@ -8,20 +8,21 @@ policy and guardrails (tests/fleetsim.py says what is simulated). The forger
 posts valid-looking reports of what the manifests serve, inside the limits.
 
 What a fleet of 60 can conclude with the defaults: nothing at a 5 % step (3
-candidate devices; a pass needs 50 per arm, a fail 3 failing devices from 3
-networks), so an honest rollout waits there, and the proof is that forged
-reports do not move it either way.
+candidate devices; a pass needs 50 networks per arm, a fail 3 failing
+networks and 10 in each arm beyond the 3 tolerated ones), so an honest
+rollout waits there, and the proof is that forged reports do not move it
+either way.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from fleetsim import (
     CANDIDATE,
     GOOD,
@@ -61,64 +62,83 @@ def test_a_dozen_forged_reverts_from_one_network_do_not_roll_back_a_good_candida
     assert forger.sent == {202: 12}
     assert outcome.reports == {202: sum(outcome.reports.values())}
     assert outcome.result == "stuck at 5%", outcome.actions
-    # Stored, and counted one per network: one failing device, three needed to fail. (A
-    # genuine candidate device crash-loops too, 2 % of them: with the cohort's random salt
-    # one sometimes reverts, its network a second failing device.)
-    counted = re.search(
-        r"\(a fail counts (\d+) of the (\d+) failing devices: one per network\)", revert
-    )
-    assert counted is not None, revert
-    genuine = int(counted.group(2)) - 12
-    assert 0 <= genuine <= 1, revert
-    assert int(counted.group(1)) == 1 + genuine, revert
+    # Stored, and one network whatever its tokens, among the three set aside.
+    assert not revert.startswith("fail"), revert
 
 
-def test_a_forced_rollback_takes_min_failing_devices_networks(tmp_path: Path) -> None:
-    # A failing device counts once per network, and a fail needs min_failing_devices (3)
-    # of them: a dozen forged reverts from two /24s can never roll back. From three it
-    # can, when the forged installs are the only ones old enough as the revert window
-    # opens (three failing networks of three; it depends on the cohort's salt, so it is
-    # not asserted either way); from six it always does.
+@pytest.mark.parametrize(
+    ("networks", "rolled_back"),
+    [(3, False), (13, True)],
+    ids=["three-networks-never", "thirteen-networks-can"],
+)
+def test_a_forced_rollback_takes_networks_beyond_the_tolerated_ones(
+    tmp_path: Path, networks: int, rolled_back: bool
+) -> None:
+    # Each of the forger's /24s is one failing network, and a fail must hold with the
+    # three tolerated networks set aside, with min_failing_devices (3) failing and
+    # min_networks (10) in the arm beyond them: forged reverts from three /24s never roll
+    # a good candidate back; at 60 devices (3 genuine candidates at 5 %) thirteen can.
     # docs/operations/report-threats.md says why a forced rollback stays the cheap side.
-    for networks, rolled_back in ((2, False), (6, True)):
-        world = FleetWorld(tmp_path / str(networks), DEVICES, GOOD)
-        forger = Forger(networks=networks, kind="reverted", per_period=12)
-        with world.running():
-            outcome = world.rollout(DAYS, forger)
-        assert forger.sent == {202: 12}
-        assert (outcome.result == "rolled back") == rolled_back, (networks, outcome.actions)
-        if rolled_back:
-            assert 3 <= outcome.days <= 4.5
+    world = FleetWorld(tmp_path, DEVICES, GOOD)
+    forger = Forger(networks=networks, kind="reverted", per_period=networks)
+    with world.running():
+        outcome = world.rollout(DAYS, forger)
+    assert forger.sent == {202: networks}
+    assert (outcome.result == "rolled back") == rolled_back, (networks, outcome.actions)
+    if rolled_back:
+        assert 3 <= outcome.days <= 4.5  # once the forged installs are old enough
 
 
 def test_forged_passes_from_one_network_do_not_walk_a_crash_loop_forward(tmp_path: Path) -> None:
     # 80 % of the candidate's devices crash-loop; 1,500 forged healthy installs from one
-    # /24 (never more than its 200 new tokens an hour) would swamp the arm's rates, but a
-    # pass counts the arm's networks as its devices (count_networks), and nothing passes.
+    # /24 (never more than its 200 new tokens an hour) would swamp the arm's rates, but
+    # the arm counts networks, each by its devices' share: the 1,500 are one network.
     world = FleetWorld(tmp_path, DEVICES, Behaviour(crash_loop=0.8))
     forger = Forger(networks=1, kind="passes", per_period=1500)
     with world.running():
         outcome = world.rollout(DAYS, forger)
         assert world.last.analysis is not None
         (tier,) = world.last.analysis.tiers
-        reasons = {result.name: result.reason for result in tier.guardrails}
-        verdicts = {result.name: result.verdict for result in tier.guardrails}
     assert forger.sent == {202: 1500}
-    # Never a step: stuck at 5 %, or rolled back when the cohort (a random salt) holds
-    # enough crash-looping devices from enough networks to fail despite the forgery.
+    # Never a step: stuck at 5 %, or rolled back once the cohort's own crash loops show.
     assert [action for _, action, _ in outcome.actions] in ([], ["rollback"]), outcome.actions
     assert tier.candidate_devices > 1000
-    if outcome.actions:
-        # Rolled back: counted by network, the crash-looping networks are above a limit
-        # (the absolute one, or the stable's plus the margin) however many forged healthy
-        # installs share one network: stalled at their second start (unconfirmed), or
-        # reverted at their third.
-        failed = [name for name in ("unconfirmed", "revert") if verdicts[name] == "fail"]
-        assert failed, reasons
-        assert all("above the" in reasons[name] for name in failed), reasons
-    else:
-        # Counted by network, the 1,500 forged installs are one device of the 50 a pass needs.
-        assert "(a pass counts the candidate's" in reasons["revert"], reasons
+    assert tier.candidate_networks <= DEVICES
+
+
+@pytest.mark.parametrize(
+    ("kind", "candidate"),
+    [("stable-reverted", Behaviour(crash_loop=0.8)), ("reverted", GOOD)],
+    ids=["stable-failures-mask-a-bad-candidate", "candidate-failures-fail-a-good-one"],
+)
+def test_a_forger_in_either_arm_from_three_networks_changes_no_outcome(
+    tmp_path: Path, kind: str, candidate: Behaviour
+) -> None:
+    """Both arms are counted alike (issue 30, item 1): the same rollout with and without."""
+    outcomes = []
+    for forged in (False, True):
+        world = FleetWorld(tmp_path / str(forged), 200, candidate, tiers=((TIER, 1.0),))
+        forger = Forger(networks=3, kind=kind, per_period=60) if forged else None  # type: ignore[arg-type]
+        with world.running():
+            outcome = world.rollout(6, forger)
+        outcomes.append((outcome.result, [action for _, action, _ in outcome.actions]))
+        if forger is not None:
+            assert forger.sent == {202: 60}
+    assert outcomes[0] == outcomes[1], outcomes
+
+
+def test_a_report_server_twelve_hours_behind_moves_no_verdict(tmp_path: Path) -> None:
+    """Ages are counted on the report servers' clock (docs/operations/canary-analysis.md)."""
+    outcomes = []
+    for skew in (timedelta(0), timedelta(hours=12)):
+        world = FleetWorld(
+            tmp_path / str(skew.total_seconds()), 400, Behaviour(crash_loop=0.8), serve_skew=skew
+        )
+        with world.running():
+            outcome = world.rollout(6)
+        outcomes.append((outcome.result, [(round(d, 1), a) for d, a, _ in outcome.actions]))
+    assert outcomes[0] == outcomes[1], outcomes
+    assert outcomes[0][0] == "rolled back", outcomes
 
 
 def _report(world: FleetWorld, n: int, arm: str, **outcome: object) -> Report:

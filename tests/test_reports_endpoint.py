@@ -837,3 +837,62 @@ def test_a_bundle_report_names_a_member_and_version_its_release_holds() -> None:
     assert reason(variant="low-int8") == "unknown-variant"
     # A version whose release the index could not read is checked by its arm's version only.
     assert reason(arm="stable", unit_version="1.0.0", model="zzzfake") is None
+
+
+# --- app metrics: only what the release declares ------------------------------------
+
+
+def test_app_metrics_are_admitted_only_as_the_release_declares_them(tmp_path: Path) -> None:
+    """An undeclared name, a rate sent as buckets, buckets of another count: 422, counted."""
+    from edgereg.protocol.wire import DistributionMetric, RateMetric
+
+    reg = make_registry(
+        tmp_path / "registry",
+        models=("digits",),
+        metrics={
+            "accepted": RateMetric(kind="rate"),
+            "confidence": DistributionMetric(kind="distribution", buckets=[0.5, 0.9]),
+        },
+    )
+    good = {
+        "schema_version": 3,
+        "metrics": {
+            "accepted": {"events": 10, "successes": 9},
+            "confidence": {"counts": [1, 2, 7]},
+        },
+    }
+    refused = [
+        (
+            {"accepted": {"events": 1, "successes": 1}, "typo": {"events": 1, "successes": 0}},
+            "undeclared-metric",
+        ),
+        ({"accepted": {"counts": [1, 2]}}, "metric-mismatch"),
+        ({"confidence": {"events": 3, "successes": 1}}, "metric-mismatch"),
+        ({"confidence": {"counts": [1, 2]}}, "metric-mismatch"),
+        ({"confidence": {"counts": [1, 2, 3, 4]}}, "metric-mismatch"),
+    ]
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        assert post(url, report_body(1, **good))[0].status == 202
+        for n, (metrics, reason) in enumerate(refused, start=2):
+            response, answer = post(url, report_body(n, schema_version=3, metrics=metrics))
+            assert response.status == 422, answer
+            assert json.loads(answer)["detail"].startswith(reason), answer
+        # Not a count: refused by the parser (400), whatever the release declares.
+        for n, counts in enumerate(
+            (
+                {"events": -1, "successes": 0},
+                {"events": 2, "successes": 1.5},
+                {"events": 1, "successes": 2},
+            ),
+            start=20,
+        ):
+            body = report_body(n, schema_version=3, metrics={"accepted": counts})
+            assert post(url, body)[0].status == 400
+        _, scraped = get(url, "/metrics")
+        text = scraped.decode()
+        assert 'edgereg_reports_refused_total{reason="undeclared-metric"} 1' in text
+        assert 'edgereg_reports_refused_total{reason="metric-mismatch"} 4' in text
+    assert store.count() == 1

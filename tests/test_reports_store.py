@@ -23,7 +23,7 @@ from edgereg.reports import (
     open_store,
 )
 from edgereg.reports.store import COLUMNS, report_row
-from edgereg.reports.summary import latency_bucket
+from edgereg.reports.summary import Statistic, latency_bucket
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -392,7 +392,7 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert (summary.devices, summary.networks) == (2, 2)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "4"
+    assert version == str(SCHEMA_VERSION) == "5"
 
 
 SCHEMA_3_COLUMNS = (
@@ -432,7 +432,7 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
         kept = conn.execute(
             "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
         ).fetchall()
-    assert version == "4"
+    assert version == "5"
     assert kept == [(None, None), (1, "armv9")]
 
 
@@ -639,12 +639,20 @@ def test_reports_merge_whatever_order_they_arrive_in(store: ReportStore) -> None
     assert (later.devices, *ev(later, "reverted")) == (1, 1)
 
 
-def test_the_stores_clock_is_its_newest_report(store: ReportStore) -> None:
+def test_the_stores_clock_is_the_servers_latest_mark_or_newest_report(
+    store: ReportStore,
+) -> None:
     assert store.clock("digits") is None
     store.ingest(report(1), T0)
     store.ingest(report(2), T0 + timedelta(hours=3))
     store.ingest(report(3, unit="sensor", model="sensor"), T0 + timedelta(hours=9))
     assert store.clock("digits") == T0 + timedelta(hours=3)
+    # A quiet day: no report arrives, the server marks its clock every minute.
+    store.mark_clock(T0 + timedelta(hours=30))
+    assert store.clock("digits") == T0 + timedelta(hours=30)
+    # Several servers: the latest mark stands, an older one changes nothing.
+    store.mark_clock(T0 + timedelta(hours=29))
+    assert store.clock("digits") == T0 + timedelta(hours=30)
 
 
 def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
@@ -670,5 +678,126 @@ def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
         indexes = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
-    assert version == "4"
+    assert version == "5"
     assert {"reports_devices", "reports_clock", "reports_load"} <= indexes
+
+
+# --- app metrics (report schema 3) ---------------------------------------------------
+
+
+def counted(n: int, metrics: dict[str, tuple[int, ...]], **fields: Any) -> Report:
+    """A report of schema 3 with app metrics: a rate's (events, successes), else counts."""
+    version = "1.1.0" if fields.get("arm", "candidate") == "candidate" else "1.0.0"
+    return report(
+        n,
+        **{"version": version, "unit_version": version, **fields},
+        schema_version=3,
+        metrics={
+            name: {"events": v[0], "successes": v[1]} if name == "accepted" else {"counts": list(v)}
+            for name, v in metrics.items()
+        },
+    )
+
+
+SUCCESS = Statistic("accepted", 2, (0.0, 1.0))
+#: confidence's mean (buckets valued 0.5, 0.6, 0.8, 0.9) and its share at or below 0.5.
+MEAN = Statistic("confidence", 4, (0.5, 0.6, 0.8, 0.9))
+LOW = Statistic("confidence", 4, (1.0, 0.0, 0.0, 0.0))
+ASKED = {"accepted": SUCCESS, "mean": MEAN, "low": LOW}
+
+
+def test_app_metrics_are_tallied_per_device_and_network(store: ReportStore) -> None:
+    store.ingest_many(
+        [
+            (counted(1, {"accepted": (10, 9), "confidence": (0, 1, 1, 2)}), T0, "192.0.2.0/24"),
+            (counted(2, {"accepted": (2, 0)}), T0, "192.0.2.0/24"),  # the same network
+            (counted(3, {"accepted": (0, 0)}), T0, "198.51.100.0/24"),  # counted nothing yet
+            (counted(4, {"accepted": (4, 1)}), T0, None),  # its own network
+            (counted(5, {"accepted": (5, 5)}, arm="stable"), T0, "203.0.113.0/24"),
+            (counted(6, {"accepted": (1, 1)}, tier="low"), T0, "192.0.2.0/24"),
+        ]
+    )
+    found = by_arm(store.summaries("digits", statistics=ASKED))
+    candidate = found[("high", "candidate", "1.1.0")]
+    accepted = candidate.metric("accepted")
+    assert (accepted.devices, accepted.networks) == (3, 2)
+    # Devices 0.9, 0 and 0.25; networks (0.9 + 0) / 2 and 0.25.
+    assert accepted.total == pytest.approx(1.15)
+    assert accepted.network_total == pytest.approx(0.7)
+    assert accepted.network_squares == pytest.approx(0.45**2 + 0.25**2)
+    mean, low = candidate.metric("mean"), candidate.metric("low")
+    assert (mean.devices, mean.total) == (1, pytest.approx((0.6 + 0.8 + 2 * 0.9) / 4))
+    assert low.total == 0.0
+    assert found[("high", "stable", "1.0.0")].metric("accepted").total == 1.0
+    # Pooled: each network once, whatever tiers its devices are in.
+    pooled = by_arm(store.summaries("digits", statistics=ASKED, pooled=True))
+    everyone = pooled[("*", "candidate", "1.1.0")].metric("accepted")
+    assert (everyone.devices, everyone.networks) == (4, 2)
+    assert everyone.network_total == pytest.approx(1.9 / 3 + 0.25)
+    # Not asked: not tallied.
+    assert store.summaries("digits")[0].metrics == {}
+
+
+def test_app_metrics_merge_whatever_order_they_arrive_in(store: ReportStore) -> None:
+    """Totals since the install only grow: each count keeps its highest, in any order."""
+    store.ingest(counted(1, {"accepted": (10, 9)}), T0 + timedelta(hours=2), "192.0.2.0/24")
+    store.ingest(counted(1, {"accepted": (4, 4)}), T0, "192.0.2.0/24")  # an older retry, late
+    # A bundle's members each carry the unit's metrics under the install's one token.
+    store.ingest_many(
+        [
+            (counted(2, {"accepted": (3, 1)}, model="rec", unit="digits"), T0, None),
+            (counted(2, {"accepted": (3, 1)}, model="det", unit="digits"), T0, None),
+            (counted(2, {"accepted": (6, 2)}, model="det", unit="digits"), T0, None),
+        ]
+    )
+    (summary,) = store.summaries("digits", statistics=ASKED)
+    assert summary.metric("accepted").devices == 2
+    assert summary.metric("accepted").total == pytest.approx(0.9 + 2 / 6)
+
+
+def test_app_metrics_follow_the_period_and_the_declared_buckets(store: ReportStore) -> None:
+    store.ingest(counted(1, {"accepted": (2, 1)}, sequence=7), T0)
+    store.ingest(counted(2, {"accepted": (2, 2)}, sequence=8), T0)
+    # Another release declared confidence with two buckets: another metric.
+    store.ingest(counted(3, {"confidence": (1, 1)}, sequence=8), T0)
+    (later,) = store.summaries("digits", since_sequence=8, statistics=ASKED)
+    assert later.metric("accepted").total == 1.0
+    assert later.metric("mean").devices == 0
+    two = Statistic("confidence", 2, (0.0, 1.0))
+    (other,) = store.summaries("digits", statistics={"two": two})
+    assert other.metric("two").total == 0.5
+    with pytest.raises(ValueError, match="the unit's"):
+        store.summaries("digits", model="digits", statistics=ASKED)
+    with pytest.raises(ValueError, match="2 to 32"):
+        Statistic("confidence", 33, (0.0,) * 33)
+
+
+def test_prune_deletes_the_metrics_of_installs_not_heard_from(store: ReportStore) -> None:
+    store.ingest(counted(1, {"accepted": (2, 1)}), T0)
+    store.ingest(counted(2, {"accepted": (2, 2)}), T0 + timedelta(days=40))
+    assert store.prune(T0 + timedelta(days=30)) == 1
+    (summary,) = store.summaries("digits", statistics=ASKED)
+    assert summary.metric("accepted").devices == 1
+
+
+def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> None:
+    from edgereg.reports.store import INDEXES, SCHEMA
+
+    path = tmp_path / "v4.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(SCHEMA[0])
+        for statement in INDEXES:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO reports_meta VALUES ('schema', '4')")
+        conn.execute(
+            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+            report_row(report(1), T0, "192.0.2.0/24"),
+        )
+    with open_store(f"sqlite:///{path}") as store:
+        store.ingest(counted(2, {"accepted": (4, 3)}), T0, "198.51.100.0/24")
+        (summary,) = store.summaries("digits", statistics=ASKED)
+        assert (summary.devices, summary.metric("accepted").devices) == (2, 1)
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+    assert version == "5"

@@ -63,7 +63,7 @@ def _health_rows(page: str, tier: str = "high") -> dict[str, list[str]]:
     current = ""
     for row in re.findall(r"<tr>(.*?)</tr>", section, flags=re.S)[1:]:
         cells = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-        current = cells[0] or current
+        current = cells[0].removesuffix(" (judged within the pool)") or current
         if current == tier:
             rows[cells[4].removesuffix(" (critical)")] = cells[5:]
     return rows
@@ -99,9 +99,9 @@ def test_each_arm_and_guardrail_of_a_tier_with_its_verdict(
     assert status == 200
     assert "candidate 1.1.0 vs stable 1.0.0" in page
     rows = _health_rows(page)
-    assert rows["probe_failure"] == ["30.0% of 1000", "0.0% of 1000", "fail"]
+    assert rows["probe_failure"] == ["30.0% of 1000 networks", "0.0% of 1000 networks", "fail"]
     assert rows["load_failure"][2] == "pass"
-    assert rows["unconfirmed"] == ["10.0% of 1000", "0.0% of 1000", "fail"]
+    assert rows["unconfirmed"] == ["10.0% of 1000 networks", "0.0% of 1000 networks", "fail"]
     assert rows["load_ms"][:2] == [rows["load_ms"][1], rows["load_ms"][1]]  # same latencies
     # The same analysis `edgereg analyze` prints: a critical failure fails the rollout.
     assert re.search(r'reports since [0-9TZ:-]+: <span class="fail">fail</span>', page)

@@ -381,17 +381,21 @@ class Fleet:
         aged_hours: float,
         forged: Sequence[ArmSummary] = (),
         pooled: bool = False,
+        server_now: float | None = None,
     ) -> list[ArmSummary]:
         """Per tier and arm, as ``ReportStore.summaries(since_sequence=...)`` would say.
 
-        ``pooled``: every tier together (tier ``*``), each network once.
+        ``pooled``: every tier together (tier ``*``), each network once. ``server_now``:
+        the hour the report server last marked the store's clock; the clock is that or
+        the newest report, whichever is later.
         """
         rows = [arm.row for arm in self.arms]
         newest = max(
             float(arm.s_recv[r].max()) if r.any() else -1e9
             for arm, r in zip(self.arms, rows, strict=True)
         )
-        cut = newest - aged_hours
+        clock = newest if server_now is None else max(newest, server_now)
+        cut = clock - aged_hours
         out = []
         for v, (name, version) in enumerate((("stable", STABLE), ("candidate", CANDIDATE))):
             arm = self.arms[v]
@@ -591,8 +595,9 @@ def rollout(world: World, seed: int) -> Outcome:
         assert candidate_seq is not None
         periods = (candidate_seq, stable_seq if stable_seq is not None else candidate_seq)
         aged = policy.guardrails.revert_window_hours
+        served = high - fleet.skew  # the report server's clock, marked every minute
         analysis: Analysis = analyze(
-            fleet.summaries(periods, aged_hours=aged, forged=forged),
+            fleet.summaries(periods, aged_hours=aged, forged=forged, server_now=served),
             unit=UNIT,
             candidate=state.candidate or CANDIDATE,
             stable=state.stable,
@@ -600,7 +605,9 @@ def rollout(world: World, seed: int) -> Outcome:
             guardrails=policy.guardrails,
             tiers=[t for t, _ in TIERS],
             intervals=False,
-            pool=fleet.summaries(periods, aged_hours=aged, forged=forged, pooled=True),
+            pool=fleet.summaries(
+                periods, aged_hours=aged, forged=forged, pooled=True, server_now=served
+            ),
         )
         decision = decide(state, UNIT, analysis, policy=policy, now=now)
         if decision.changes_state:

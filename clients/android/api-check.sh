@@ -18,7 +18,7 @@
 set -eu
 jar=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 dir=$(dirname "$jar")
-classes=$(jdeps -verbose:class --multi-release 17 -cp /usr/share/java/jsr305.jar "$jar" | awk '/->/ {print $3}' | grep -E '^(java|javax)\.' | sort -u)
+classes=$(jdeps -verbose:class --multi-release 17 -cp "$dir/annotations" "$jar" | awk '/->/ {print $3}' | grep -E '^(java|javax)\.' | sort -u)
 echo "$classes" > "$dir/jdk-classes.txt"
 tmp=$(mktemp -d)
 (cd "$tmp" && jar xf "$jar")

@@ -30,10 +30,13 @@ let package = Package(
                 .target(name: "CCrypto", condition: .when(platforms: [.linux])),
             ]
         ),
-        .executableTarget(name: "EdgeRegDevice", dependencies: ["EdgeReg"]),
+        // Test and device code, not in the library product: the socket transport a fleet
+        // simulation binds to one address per device.
+        .target(name: "EdgeRegTestSupport", dependencies: ["EdgeReg"]),
+        .executableTarget(name: "EdgeRegDevice", dependencies: ["EdgeReg", "EdgeRegTestSupport"]),
         .testTarget(
             name: "EdgeRegTests",
-            dependencies: ["EdgeReg"]
+            dependencies: ["EdgeReg", "EdgeRegTestSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]

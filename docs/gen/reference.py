@@ -250,6 +250,17 @@ class _SchemaPage:
                     self._description(def_name, key, prop),
                 ]
             )
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict) and "$ref" in extra:
+            # A table that takes tables of any other name (a guardrail on an app metric).
+            extra_def, target = self._deref(extra)
+            assert extra_def is not None
+            text, child = self._table_link(extra_def, target, [*path, "<name>"], array=False)
+            if child is not None:
+                children.append(child)
+            rows.append(
+                [_code("<name>"), text + ", any other name", "—", _escape(target["description"])]
+            )
         if rows:
             self.lines += _table(["key", "type", "default", "description"], rows)
         for child_def, child_node, child_path, child_array in children:

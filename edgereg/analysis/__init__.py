@@ -27,6 +27,7 @@ from edgereg.analysis._canary import (
     Analysis,
     GuardrailResult,
     GuardrailSpec,
+    MetricView,
     TierAnalysis,
     Verdict,
     analysis_periods,
@@ -34,6 +35,7 @@ from edgereg.analysis._canary import (
     analyze,
     analyze_tier,
     combine,
+    metric_specs,
 )
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, mann_whitney
 from edgereg.analysis._rates import RateComparison, RateLimitCheck, check_rate_limit, compare_rates
@@ -46,6 +48,7 @@ __all__ = [
     "Analysis",
     "GuardrailResult",
     "GuardrailSpec",
+    "MetricView",
     "RateComparison",
     "RateLimitCheck",
     "ShiftComparison",
@@ -60,4 +63,5 @@ __all__ = [
     "compare_latency",
     "compare_rates",
     "mann_whitney",
+    "metric_specs",
 ]

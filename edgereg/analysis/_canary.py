@@ -23,9 +23,15 @@ from edgereg.analysis._evidence import (
     shift_evidence_robust,
 )
 from edgereg.analysis._rates import RateComparison
-from edgereg.config import Guardrails, LatencyGuardrail, RateGuardrail, UnconfirmedGuardrail
+from edgereg.config import (
+    AppMetric,
+    Guardrails,
+    LatencyGuardrail,
+    RateGuardrail,
+    UnconfirmedGuardrail,
+)
 from edgereg.protocol.wire import HistoryEvent, RolloutState
-from edgereg.reports.summary import ArmSummary, Tally, merge
+from edgereg.reports.summary import ArmSummary, MetricTally, Statistic, Tally, merge
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 Number = float | int | None
@@ -53,7 +59,7 @@ class GuardrailSpec:
     """
 
     name: str
-    kind: Literal["rate", "shift"]
+    kind: Literal["rate", "shift", "metric"]
     event: str = ""
     histogram: str = ""
     fail_aged: bool = False
@@ -61,6 +67,129 @@ class GuardrailSpec:
     unit: str = "ms"
     optional: bool = False
     what: str = ""
+    metric: MetricView | None = None
+    rule: RateGuardrail | None = None
+
+
+@dataclass(frozen=True)
+class MetricView:
+    """How a guardrail on an app metric reads its tallies: as a rate of "worse" per device.
+
+    A device's statistic (its success rate, its mean, its share below an edge) is
+    a weighted sum of its bucket shares (:class:`~edgereg.reports.summary.MetricTally`),
+    between the lowest and highest weight. Mapped onto [0, 1] in the worse
+    direction, it is a rate like any other guardrail's, judged by the same
+    always-valid evidence, per network (each network by its devices' mean), robust
+    to the tolerated networks: the likelihood ratio stays a supermartingale for
+    outcomes in [0, 1] (:mod:`edgereg.analysis._evidence`). The evidence treats each
+    device's value as if it were a coin flip of that mean, which bounds its
+    variance from above: valid, and slower than a test that knew the spread.
+
+    Attributes:
+        name: The app metric.
+        weights: Per bucket, what a device's share in it adds to its statistic.
+        worse_when_higher: Whether a higher statistic is worse.
+        percent: Said in points (a rate, a share) rather than in ``unit`` (a mean).
+        unit: How a mean reads.
+    """
+
+    name: str
+    weights: tuple[float, ...]
+    worse_when_higher: bool
+    percent: bool
+    unit: str = ""
+
+    @property
+    def low(self) -> float:
+        return min(self.weights)
+
+    @property
+    def scale(self) -> float:
+        """The statistic's range: a worse share of 1 is this much worse."""
+        return max(self.weights) - min(self.weights)
+
+    def statistic(self) -> Statistic:
+        """What the store tallies for it."""
+        return Statistic(self.name, len(self.weights), self.weights)
+
+    def worse(self, tally: MetricTally) -> RateArm:
+        """The tally as a rate-like arm: each network's statistic mapped onto its share of worse."""
+        # worse = a + b * statistic, linear: sums and sums of squares map in closed form.
+        b = (1 if self.worse_when_higher else -1) / self.scale
+        a = -self.low * b if self.worse_when_higher else (self.low + self.scale) / self.scale
+        n, total = tally.networks, tally.network_total
+        return RateArm(
+            n * a + b * total,
+            n,
+            tally.devices * a + b * tally.total,
+            tally.devices,
+            squares=n * a * a + 2 * a * b * total + b * b * tally.network_squares,
+        )
+
+    def value(self, worse_share: float) -> float:
+        """A statistic, from the share of worse it maps to."""
+        above = worse_share if self.worse_when_higher else 1 - worse_share
+        return self.low + above * self.scale
+
+    def said(self, worse_share: float) -> str:
+        """A statistic as people read it."""
+        value = self.value(worse_share)
+        return f"{100 * value:.1f}%" if self.percent else f"{value:.3g}{_unit(self.unit)}"
+
+    def said_worse(self, difference: float) -> str:
+        """A difference of worse shares as people read it: how much worse."""
+        if math.isnan(difference):
+            return "nan"
+        if self.percent:
+            return f"{100 * difference:+.1f} pt"
+        return f"{difference * self.scale:+.3g}{_unit(self.unit)}"
+
+
+def _unit(unit: str) -> str:
+    return f" {unit}" if unit else ""
+
+
+def metric_specs(
+    guardrails: Guardrails, declared: Mapping[str, AppMetric]
+) -> tuple[GuardrailSpec, ...]:
+    """The guardrails on app metrics the unit declares, as specs (the others judge nothing)."""
+    specs = []
+    for name, guardrail in sorted(guardrails.metric_guardrails().items()):
+        metric = declared.get(guardrail.metric)
+        if metric is None or not guardrail.enabled:
+            continue
+        weights = guardrail.weights(metric) or (0.0, 1.0)
+        view = MetricView(
+            guardrail.metric,
+            tuple(weights),
+            guardrail.worse_when_higher(metric),
+            percent=guardrail.kind_of(metric) != "mean",
+            unit=metric.unit,
+        )
+        if view.scale <= 0:
+            continue
+        judged = guardrail.kind_of(metric)
+        if judged == "rate":
+            what = f"{guardrail.metric}'s rate of success"
+        elif judged == "mean":
+            what = f"{guardrail.metric}'s mean"
+        else:
+            side = "at or below" if guardrail.stat == "share_below" else "above"
+            what = f"{guardrail.metric}'s share {side} {guardrail.threshold:g}"
+        specs.append(
+            GuardrailSpec(
+                name,
+                "metric",
+                what=what,
+                metric=view,
+                rule=RateGuardrail(
+                    max_increase=min(1.0, guardrail.max_worse / view.scale),
+                    max_rate=1.0,
+                    critical=guardrail.critical,
+                ),
+            )
+        )
+    return tuple(specs)
 
 
 SPECS: tuple[GuardrailSpec, ...] = (
@@ -162,10 +291,28 @@ class GuardrailResult:
         """
         estimate, limit = self.numbers.get("estimate"), self.numbers.get("limit")
         if isinstance(estimate, int | float) and isinstance(limit, int | float):
-            return f"{100 * estimate:+.1f} pt" if estimate > limit else None
+            return self._said(estimate) if estimate > limit else None
         shift, limit_pct = self.numbers.get("estimate_pct"), self.numbers.get("limit_pct")
         if isinstance(shift, int | float) and isinstance(limit_pct, int | float):
             return f"{shift:+.0f}%" if shift > limit_pct else None
+        return None
+
+    @property
+    def clearly_beyond_limit(self) -> str | None:
+        """The estimate, with its unit, when even its one-look lower end is beyond the limit.
+
+        A tier's own estimate on a few hundred devices is too noisy to hold a good
+        candidate on; one whose one-look 95 % interval lies beyond the limit is a harm
+        confined to that tier that the pool would dilute.
+        """
+        low, limit = self.numbers.get("estimate_low"), self.numbers.get("limit")
+        estimate = self.numbers.get("estimate")
+        if isinstance(low, int | float) and isinstance(limit, int | float):
+            return self._said(float(estimate or 0)) if low > limit else None
+        low_pct, limit_pct = self.numbers.get("estimate_low_pct"), self.numbers.get("limit_pct")
+        estimate_pct = self.numbers.get("estimate_pct")
+        if isinstance(low_pct, int | float) and isinstance(limit_pct, int | float):
+            return f"{float(estimate_pct or 0):+.0f}%" if low_pct > limit_pct else None
         return None
 
     @property
@@ -173,10 +320,17 @@ class GuardrailResult:
         """The upper end of the interval, said with its unit (what the evidence cannot exclude)."""
         high, high_pct = self.numbers.get("ci_high"), self.numbers.get("ci_high_pct")
         if isinstance(high, int | float):
-            return f"{100 * high:+.1f} pt"
+            return self._said(high)
         if isinstance(high_pct, int | float):
             return f"{high_pct:+.0f}%"
         return None
+
+    def _said(self, rate: float) -> str:
+        """A difference of rates in points, or an app metric's mean in its own terms."""
+        scale = self.numbers.get("scale")
+        if self.numbers.get("in_points") == 0 and isinstance(scale, int | float):
+            return f"{rate * scale:+.3g} worse"
+        return f"{100 * rate:+.1f} pt"
 
 
 @dataclass(frozen=True)
@@ -489,6 +643,7 @@ def analyze(
     notes: Sequence[str] = (),
     intervals: bool = True,
     pool: Iterable[ArmSummary] | None = None,
+    metrics: Mapping[str, AppMetric] | None = None,
 ) -> Analysis:
     """Compare the candidate arm with the concurrent stable arm in every tier.
 
@@ -516,8 +671,11 @@ def analyze(
             each network once); without it the tiers' summaries are added up, and
             the pool sets aside the tolerated networks once per tier (a network in
             several tiers would count in each).
+        metrics: The app metrics the unit declares (models.toml): the guardrails
+            on them are judged with the built-in ones (summaries carry their tallies).
     """
     arms = _arms(summaries, unit, candidate, stable)
+    on_metrics = metric_specs(guardrails, metrics or {})
     member_arms = {
         member: _arms(found, unit, candidate, stable)
         for member, found in sorted((members or {}).items())
@@ -543,6 +701,7 @@ def analyze(
                 for member, found in member_arms.items()
             },
             intervals=intervals,
+            metrics=on_metrics,
         )
         small = _networks(cand) - k < guardrails.min_devices or (
             not first_release and _networks(stab) - k < guardrails.min_devices
@@ -576,6 +735,7 @@ def analyze(
             },
             tolerated=tolerated,
             intervals=intervals,
+            metrics=on_metrics,
         )
     else:
         # One tier: there is no pool to judge it in; it is judged alone, whatever its size.
@@ -630,6 +790,7 @@ def analyze_tier(
     members: Mapping[str, tuple[ArmSummary | None, ArmSummary | None]] | None = None,
     tolerated: int | None = None,
     intervals: bool = True,
+    metrics: Sequence[GuardrailSpec] = (),
 ) -> TierAnalysis:
     """Every guardrail of one tier (an arm without reports is None).
 
@@ -639,12 +800,13 @@ def analyze_tier(
     (``load_ms/det``): a member's rows are one per device, where the bundle's
     together would count each install once per member. ``tolerated``: the
     networks every verdict must hold without (``tolerated_networks`` by default).
+    ``metrics``: the guardrails on the unit's app metrics (:func:`metric_specs`).
     """
     k = guardrails.tolerated_networks if tolerated is None else tolerated
     results: list[GuardrailResult] = []
-    for spec in SPECS:
-        if spec.kind == "rate":
-            rule: RateGuardrail = getattr(guardrails, spec.name)
+    for spec in (*SPECS, *metrics):
+        if spec.kind in ("rate", "metric"):
+            rule: RateGuardrail = spec.rule or getattr(guardrails, spec.name)
             results.append(
                 _rate_result(spec, rule, candidate, stable, guardrails, k, first_release, intervals)
             )
@@ -717,6 +879,40 @@ def _rate_arm(tally: Tally | None, event: str) -> RateArm:
     return RateArm(tally.network_count(event), tally.networks, tally.count(event), tally.devices)
 
 
+def _arm_of(spec: GuardrailSpec, summary: ArmSummary | None, aged: bool) -> RateArm:
+    """One arm's counts for a rate-like verdict: the guardrail's event, or its app metric."""
+    view = spec.metric
+    if view is None:
+        return _rate_arm(_tally(summary, aged), spec.event)
+    tally = summary.metric(spec.name) if summary is not None else None
+    if tally is None or tally.networks < 1:
+        return RateArm(0.0, 0, squares=0.0)
+    return view.worse(tally)
+
+
+def _line(
+    spec: GuardrailSpec,
+    comparison: RateComparison,
+    c: RateArm,
+    s: RateArm,
+    level: int,
+    aside: int,
+    margin: float,
+) -> str:
+    """A rate comparison for people: in points of failing devices, or in the app metric's terms."""
+    view = spec.metric
+    if view is None:
+        return _rate_line(comparison, c, s, level, aside, margin)
+    note = f", {aside} network(s) set aside" if aside else ""
+    return (
+        f"{spec.what}: candidate {view.said(c.events / c.networks)} vs stable "
+        f"{view.said(s.events / s.networks)} ({_of(round(c.devices), c.networks)} vs "
+        f"{_of(round(s.devices), s.networks)}): {view.said_worse(comparison.difference)} worse, "
+        f"{level}% CS {view.said_worse(comparison.ci_low)} to "
+        f"{view.said_worse(comparison.ci_high)}{note}, limit {view.said_worse(margin)} worse"
+    )
+
+
 def _counted(arm: RateArm) -> str:
     """``5/200`` of networks, with the devices when they differ."""
     text = f"{_share(arm.events)}/{arm.networks}"
@@ -753,7 +949,7 @@ def _rate_result(
     first_release: bool,
     intervals: bool = True,
 ) -> GuardrailResult:
-    name, alpha, event = spec.name, guardrails.alpha, spec.event
+    name, alpha = spec.name, guardrails.alpha
     level = round(100 * (1 - alpha))
     limit: dict[str, Number] = {
         "limit": rule.max_increase,
@@ -764,6 +960,10 @@ def _rate_result(
     }
     if isinstance(rule, UnconfirmedGuardrail):
         limit["stalled_starts"] = rule.stalled_starts
+    if spec.metric is not None:
+        # Rates here are shares of "worse" on [0, 1]: what one of them is in the metric's terms.
+        limit["scale"] = spec.metric.scale
+        limit["in_points"] = int(spec.metric.percent)
 
     def result(
         verdict: Verdict, reason: str, numbers: dict[str, Number], *, observed: bool = False
@@ -774,8 +974,22 @@ def _rate_result(
         both = "" if first_release or (stable is not None and stable.devices) else " and stable"
         return result("inconclusive", f"no candidate{both} reports in the period", limit)
     window = f"{guardrails.revert_window_hours:g} h"
-    fail_c = _rate_arm(_tally(candidate, spec.fail_aged), event)
-    pass_c = _rate_arm(_tally(candidate, spec.pass_aged), event)
+    fail_c = _arm_of(spec, candidate, spec.fail_aged)
+    pass_c = _arm_of(spec, candidate, spec.pass_aged)
+    if spec.metric is not None:
+        counted_by = f"counted {spec.metric.name}"
+        if fail_c.networks < 1:
+            return result("inconclusive", f"no candidate device {counted_by} in the period", limit)
+        if first_release:
+            # An app metric has no absolute limit: only the stable arm is a measure.
+            return result(
+                "pass",
+                f"no stable release to compare {spec.what} with "
+                f"(candidate {spec.metric.said(fail_c.events / fail_c.networks)})",
+                limit,
+            )
+        if _arm_of(spec, stable, spec.fail_aged).networks < 1:
+            return result("inconclusive", f"no stable device {counted_by} in the period", limit)
     if spec.fail_aged and fail_c.devices == 0:
         return result(
             "inconclusive",
@@ -821,7 +1035,7 @@ def _rate_result(
         failed_numbers = dict(own)
         beside = ""
         if stable is not None and stable.devices >= 1:
-            s = _rate_arm(_tally(stable, spec.fail_aged), event)
+            s = _arm_of(spec, stable, spec.fail_aged)
             if s.networks:
                 failed_numbers.update(
                     stable_events=s.device_events,
@@ -865,8 +1079,8 @@ def _rate_result(
             + _aged_note(spec, candidate, guardrails),
             own,
         )
-    fail_s = _rate_arm(_tally(stable, spec.fail_aged), event)
-    pass_s = _rate_arm(_tally(stable, spec.pass_aged), event)
+    fail_s = _arm_of(spec, stable, spec.fail_aged)
+    pass_s = _arm_of(spec, stable, spec.pass_aged)
     if fail_s.networks < 1:
         return result("inconclusive", f"no stable device installed {window} ago yet", own)
     fail_side = rate_evidence(
@@ -897,11 +1111,12 @@ def _rate_result(
         "p_worse": fail_side.p_worse,
         "p_within": pass_side.p_within if pass_side is not None else 1.0,
         "estimate": pass_side.estimate if pass_side is not None else plain_cmp.difference,
+        "estimate_low": pass_side.estimate_low if pass_side is not None else None,
         "passing_networks": pass_c.networks,
     }
     if fail_side.p_worse < alpha:
         shown = fail_side.fail_case or plain_cmp
-        described = _rate_line(shown, fail_c, fail_s, level, k, rule.max_increase)
+        described = _line(spec, shown, fail_c, fail_s, level, k, rule.max_increase)
         numbers.update(ci_low=shown.ci_low, ci_high=shown.ci_high)
         short = short_of_failing(fail_c, fail_s)
         if short is not None:
@@ -922,7 +1137,7 @@ def _rate_result(
     counted = _aged_note(spec, candidate, guardrails)
     if pass_side is not None and pass_side.p_within < alpha:
         shown = pass_side.pass_case or plain_cmp
-        described = _rate_line(shown, pass_c, pass_s, level, k, rule.max_increase)
+        described = _line(spec, shown, pass_c, pass_s, level, k, rule.max_increase)
         numbers.update(ci_low=shown.ci_low, ci_high=shown.ci_high)
         if pass_networks < guardrails.min_devices:
             return result(
@@ -938,7 +1153,7 @@ def _rate_result(
             f"{described}; within the limit ({_p(pass_side.p_within)})" + counted,
             numbers,
         )
-    described = _rate_line(plain_cmp, fail_c, fail_s, level, 0, rule.max_increase)
+    described = _line(spec, plain_cmp, fail_c, fail_s, level, 0, rule.max_increase)
     harm = (
         "; a harm is shown whichever networks are set aside"
         if pass_side is not None and pass_side.harm_shown
@@ -1070,6 +1285,7 @@ def _shift_result(
         "shift_ms": plain.shift_ms,
         "shift_pct": shift,
         "estimate_pct": evidence.estimate_pct,
+        "estimate_low_pct": evidence.estimate_low_pct,
         "ci_low_pct": evidence.ci_low_pct,
         # JSON has no infinity: no upper end shown yet is null.
         "ci_high_pct": None if math.isinf(evidence.ci_high_pct) else evidence.ci_high_pct,

@@ -54,6 +54,13 @@ from edgereg.analysis._bands import (
     without_highest,
     without_lowest,
 )
+from edgereg.analysis._means import (
+    MeanArm,
+    compare_means,
+    log_evidence,
+    mixture_scale,
+    standard_error,
+)
 from edgereg.analysis._ranks import ShiftComparison, compare_latency, total
 from edgereg.analysis._rates import (
     RateComparison,
@@ -82,14 +89,19 @@ class RateArm:
     Attributes:
         events: Networks with the event, each by the share of its devices that had it.
         networks: Source networks (a device without a known one is its own).
-        device_events: Devices with the event (for people).
+        device_events: Devices with the event (for people; an app metric's sum of
+            each device's share, a fraction).
         devices: Devices (for people).
+        squares: For an app metric, each network's value squared, summed: the
+            evidence then estimates their spread (:mod:`edgereg.analysis._means`);
+            None for an event, a 0/1 outcome per device.
     """
 
     events: float
     networks: int
-    device_events: int = 0
+    device_events: float = 0
     devices: int = 0
+    squares: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,8 @@ class RateEvidence:
             can be hiding.
         harmless: No pass-side case shows a harm (what a step without proof needs).
         estimate: The difference over every network (the plain comparison's).
+        estimate_low: Its lower end at one look (the estimate minus 1.96 standard
+            errors, a fixed-sample bound): what "clearly beyond the limit" reads.
         ci_high: The largest upper end of the interval over the pass-side cases.
     """
 
@@ -121,6 +135,7 @@ class RateEvidence:
     harmless: bool
     estimate: float
     ci_high: float
+    estimate_low: float = -1.0
 
 
 def _case(
@@ -153,6 +168,10 @@ def rate_evidence(
     Raises:
         ValueError: an arm without networks.
     """
+    if candidate.squares is not None and stable.squares is not None:
+        return _mean_evidence(
+            candidate, stable, margin=margin, alpha=alpha, k=k, intervals=intervals
+        )
     plain = compare_rates(
         candidate.events,
         candidate.networks,
@@ -219,9 +238,93 @@ def rate_evidence(
         harm_shown=complete and all(harms),
         harmless=complete and not any(harms),
         estimate=plain.difference,
+        estimate_low=plain.difference - 1.96 * _standard_error(candidate, stable),
         # The interval of the case hardest to pass: the harm the evidence leaves open.
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
+
+
+def _mean_arm(total: float, squares: float, count: int) -> MeanArm | None:
+    if count < 1:
+        return None
+    total = min(max(total, 0.0), float(count))
+    # Values in [0, 1]: their squares sum to at most their total, at least its square / count.
+    return MeanArm(total, min(max(squares, total * total / count), total), count)
+
+
+def _mean_evidence(
+    candidate: RateArm, stable: RateArm, *, margin: float, alpha: float, k: int, intervals: bool
+) -> RateEvidence:
+    """:func:`rate_evidence` for values in [0, 1] whose spread is known (an app metric).
+
+    The cases are the same: a network set aside takes away at most one of the
+    sum, and as much of the sum of squares, and exactly one network.
+    """
+    assert candidate.squares is not None
+    assert stable.squares is not None
+    c_sq, s_sq = candidate.squares, stable.squares
+    c = _mean_arm(candidate.events, c_sq, candidate.networks)
+    s = _mean_arm(stable.events, s_sq, stable.networks)
+    if c is None or s is None:
+        raise ValueError("each arm needs at least one network")
+    plain = compare_means(c, s, margin=margin, alpha=alpha, interval=intervals)
+    fail_cases = [
+        (
+            _mean_arm(c.total - j, c_sq - j, c.count - j),
+            _mean_arm(s.total, s_sq, s.count - (k - j)),
+        )
+        for j in range(k + 1)
+    ]
+    pass_cases = [
+        (
+            _mean_arm(c.total, c_sq, c.count - j),
+            _mean_arm(s.total - (k - j), s_sq - (k - j), s.count - (k - j)),
+        )
+        for j in range(k + 1)
+    ]
+    known_fail = [(a, b) for a, b in fail_cases if a is not None and b is not None]
+    known_pass = [(a, b) for a, b in pass_cases if a is not None and b is not None]
+    target = math.log(1 / alpha)
+
+    def compared(pair: tuple[MeanArm, MeanArm], interval: bool = False) -> RateComparison:
+        return compare_means(*pair, margin=margin, alpha=alpha, interval=interval)
+
+    def shows_harm(pair: tuple[MeanArm, MeanArm]) -> bool:
+        a, b = pair
+        return a.mean > b.mean and log_evidence(a, b, 0.0, mixture_scale(margin)) >= target
+
+    worst_fail = (
+        max(known_fail, key=lambda pair: compared(pair).p_worse)
+        if len(known_fail) == len(fail_cases)
+        else None
+    )
+    worst_pass = (
+        max(known_pass, key=lambda pair: compared(pair).p_within)
+        if len(known_pass) == len(pass_cases)
+        else None
+    )
+    fail_case = compared(worst_fail, intervals) if worst_fail is not None else None
+    pass_case = compared(worst_pass, intervals) if worst_pass is not None else None
+    harms = [shows_harm(pair) for pair in known_pass]
+    complete = worst_pass is not None
+    return RateEvidence(
+        plain=plain,
+        fail_case=fail_case,
+        pass_case=pass_case,
+        p_worse=fail_case.p_worse if fail_case is not None else 1.0,
+        p_within=pass_case.p_within if pass_case is not None else 1.0,
+        harm_shown=complete and all(harms),
+        harmless=complete and not any(harms),
+        estimate=plain.difference,
+        estimate_low=plain.difference - 1.96 * standard_error(c, s),
+        ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
+    )
+
+
+def _standard_error(candidate: RateArm, stable: RateArm) -> float:
+    """The difference's standard error at one look (Wald, over networks)."""
+    p1, p0 = candidate.events / candidate.networks, stable.events / stable.networks
+    return math.sqrt(p1 * (1 - p1) / candidate.networks + p0 * (1 - p0) / stable.networks)
 
 
 def rate_limit_evidence(
@@ -288,6 +391,8 @@ class ShiftEvidenceRobust:
             their slowest against the stable's at their fastest, every network
             counted (percent of the stable median; the devices' own where each
             network holds one).
+        estimate_low_pct: The lower end of its one-look 95 % interval (Lehmann's,
+            two-sided): what "clearly beyond the limit" reads.
         ci_low_pct: The smallest lower end of the shift's interval over the
             fail-side cases (the slowdown shown whichever networks go).
         ci_high_pct: The largest upper end over the pass-side cases (inf: none shown).
@@ -301,6 +406,7 @@ class ShiftEvidenceRobust:
     harm_shown: bool
     harmless: bool
     estimate_pct: float
+    estimate_low_pct: float
     ci_low_pct: float
     ci_high_pct: float
     candidate_networks: int
@@ -339,10 +445,11 @@ def shift_evidence_robust(
     slower: list[ShiftEvidence] = []
     within: list[ShiftEvidence] = []
     if counts["c_high"].sum() >= 0.5 and counts["s_low"].sum() >= 0.5:
-        network_view = compare_latency(dict(c_high), dict(s_low), alpha=alpha)
-        estimate = network_view.percent(network_view.shift_ms)
+        network_view = compare_latency(dict(c_high), dict(s_low), alpha=0.025)
     else:
-        estimate = plain.percent(plain.shift_ms)
+        network_view = compare_latency(dict(c_devices), dict(s_devices), alpha=0.025)
+    estimate = network_view.percent(network_view.shift_ms)
+    estimate_low = network_view.percent(network_view.ci_low_ms)
     for j in range(k + 1):
         # A fail: the candidate at its fastest, minus its j slowest networks; the
         # stable at its slowest, minus its k - j fastest.
@@ -369,6 +476,7 @@ def shift_evidence_robust(
         harm_shown=complete_pass and all(e.slower_at_all for e in within),
         harmless=complete_pass and not any(e.slower_at_all for e in within),
         estimate_pct=estimate,
+        estimate_low_pct=estimate_low,
         ci_low_pct=slower[-1].ci_low_pct if complete_fail else -100.0,
         ci_high_pct=within[-1].ci_high_pct if complete_pass else math.inf,
         candidate_networks=total(c_low),

@@ -110,8 +110,15 @@ def _analysis(
         order = list(config.tiers)
         tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
     with open_report_store(config, options.get("reports_url")) as store:
+        metrics = config.unit_metrics(unit) if config is not None else {}
         analysis = rollout_analysis(
-            store, state, guardrails=policy.guardrails, tiers=tiers, now=now, since=since
+            store,
+            state,
+            guardrails=policy.guardrails,
+            tiers=tiers,
+            now=now,
+            since=since,
+            metrics=metrics,
         )
         if not options.get("by_cpu_class"):
             return analysis, {}
@@ -124,6 +131,7 @@ def _analysis(
                 now=now,
                 since=since,
                 cpu_class=cpu_class,
+                metrics=metrics,
             )
             for cpu_class in store.cpu_classes(unit)
         }

@@ -1,4 +1,4 @@
-"""`edgereg validate`, `schema`, `build`, `summary` and `dvc sync`: models.toml and the build."""
+"""`edgereg validate`, `schema`, `tiers`, `build`, `summary`, `dvc sync`: models.toml, the build."""
 
 from __future__ import annotations
 
@@ -130,6 +130,38 @@ def schema(out: Path | None) -> None:
             raise EdgeregError(
                 f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
             ) from exc
+
+
+@click.command()
+@config_option
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write to this file instead of standard output.",
+)
+@handle_errors
+def tiers(config_path: Path, out: Path | None) -> None:
+    """Export models.toml's [tiers] as the tier file apps ship (docs/protocol.md section 5).
+
+    An ordered array, best tier first, in canonical JSON: the SDKs' `Tiers.fromJson`
+    (Android), `Tiers.parse` (Swift) and `parse_tier_file` (Python) read it. The
+    limits of a tier (max_model_memory_mb) stay in models.toml.
+    """
+    from edgereg.protocol.rules import tier_file
+
+    config = config_module.load(config_path)
+    data = tier_file(config.tiers)
+    if out is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    try:
+        atomic_write(out, data)
+    except OSError as exc:
+        raise EdgeregError(
+            f"cannot write {out}: {exc.strerror}", hint="Check that the directory exists."
+        ) from exc
 
 
 @click.command()

@@ -50,6 +50,7 @@ class _LazyGroup(click.Group):
         "serve": "edgereg.cli.serve:serve_command",
         "status": "edgereg.cli.release:status",
         "summary": "edgereg.cli.build:summary",
+        "tiers": "edgereg.cli.build:tiers",
         "toolchain": "edgereg.cli.toolchain:toolchain_group",
         "validate": "edgereg.cli.build:validate",
         "verify": "edgereg.cli.release:verify",

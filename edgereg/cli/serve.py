@@ -71,6 +71,9 @@ class ProxyNetwork(_NetworkParam):
 
 #: Seconds between two retention passes over the report store.
 PRUNE_INTERVAL = 3600.0
+#: Seconds between the server's clock marks in the report store (the clock install
+#: ages are counted on: docs/operations/canary-analysis.md, "One clock").
+CLOCK_INTERVAL = 60.0
 
 
 @click.command("serve")
@@ -282,6 +285,7 @@ def _serve(
         "head_timeout": head_timeout,
         "trusted": registry.trusted_keys if pinned else None,
         "policy": config.rollout_policy if config is not None else None,
+        "declared_metrics": config.unit_metrics if config is not None else None,
         "trusted_proxies": tuple(trusted_proxies),
         **worker_share(
             workers,
@@ -460,18 +464,28 @@ def _announce(
 
 
 def _start_pruning(store: Any, retention_days: int, stop: threading.Event) -> None:
-    """Delete reports past the retention now and every hour, while serving."""
+    """While serving: mark the server's clock in the store every minute, prune every hour.
+
+    The mark is the clock install ages are counted on when no report arrives
+    (docs/operations/canary-analysis.md, "One clock").
+    """
+    import time
     from datetime import datetime, timedelta, timezone
 
     from edgereg.errors import StorageError
 
-    def prune() -> None:
+    def maintain() -> None:
+        pruned_at = -PRUNE_INTERVAL
         while True:
+            now = datetime.now(timezone.utc)
             try:
-                store.prune(datetime.now(timezone.utc) - timedelta(days=retention_days))
+                store.mark_clock(now)
+                if time.monotonic() - pruned_at >= PRUNE_INTERVAL:
+                    pruned_at = time.monotonic()
+                    store.prune(now - timedelta(days=retention_days))
             except StorageError as exc:  # the next pass tries again
-                log.warning("pruning the report store failed: %s", exc.message)
-            if stop.wait(PRUNE_INTERVAL):
+                log.warning("maintaining the report store failed: %s", exc.message)
+            if stop.wait(CLOCK_INTERVAL):
                 return
 
-    threading.Thread(target=prune, name="edgereg-report-retention", daemon=True).start()
+    threading.Thread(target=maintain, name="edgereg-report-retention", daemon=True).start()

@@ -22,8 +22,10 @@ Typical use::
 A bundle (models that ship together) is ``Client(..., bundle="ocr")``: every
 member is verified before one pointer switch, and ``result.members`` holds
 each model with its I/O contract and labels. ``status()``, ``revert()``,
-``DownloadPolicy`` / ``Conditions``, ``BundledRelease`` (offline first launch)
-and ``install_check=`` are described in docs/protocol.md §10.
+``DownloadPolicy`` / ``Conditions``, ``BundledRelease`` (offline first launch),
+``install_check=``, ``fetch(cancel=CancelToken(), progress=...)``, ``check()``,
+``add_listener()``, ``delete()`` and :func:`installed_units` are described in
+docs/protocol.md §10.
 
 :func:`decide` is the pure trust core the client runs on every manifest; a
 port to another language can be checked against the conformance vectors in
@@ -31,7 +33,15 @@ tests/vectors/ with it. docs/protocol.md describes the protocol.
 """
 
 from edgereg.client._cache import CacheError, NoSpace
-from edgereg.client._client import Client, manifest_path, unit_status, unsafe_registry_keys
+from edgereg.client._client import (
+    Client,
+    InstalledUnit,
+    installed_units,
+    manifest_path,
+    unit_status,
+    unsafe_registry_keys,
+)
+from edgereg.client._control import Cancelled, CancelToken, ModelChange, UpdateCheck
 from edgereg.client._fetcher import Fetcher, Limits, open_fetcher
 from edgereg.client._health import HealthLedger, Revert
 from edgereg.client._installed import (
@@ -87,6 +97,8 @@ __all__ = [
     "BlobTooLarge",
     "BundledRelease",
     "CacheError",
+    "CancelToken",
+    "Cancelled",
     "Client",
     "Conditions",
     "Decision",
@@ -99,10 +111,12 @@ __all__ = [
     "HealthLedger",
     "InstallCheck",
     "InstalledModel",
+    "InstalledUnit",
     "LastError",
     "Limits",
     "Malformed",
     "MemberFiles",
+    "ModelChange",
     "NoSpace",
     "Pending",
     "Rejected",
@@ -118,10 +132,12 @@ __all__ = [
     "TrustedKeys",
     "UnitKind",
     "UnknownKey",
+    "UpdateCheck",
     "WrongModel",
     "WrongTier",
     "compare_versions",
     "decide",
+    "installed_units",
     "manifest_path",
     "open_fetcher",
     "unit_status",

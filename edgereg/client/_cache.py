@@ -234,6 +234,12 @@ class _Cache:
             return None
         return installed
 
+    def unit_names(self, kind: UnitKind) -> list[str]:
+        """The names of the installed.json entries of one kind (models or bundles)."""
+        data = self._read_json(self.root / "installed.json", "installed") or {}
+        units = data.get(_SECTIONS[kind])
+        return sorted(str(name) for name in units) if isinstance(units, dict) else []
+
     def write_installed(self, kind: UnitKind, unit: str, installed: _Installed | None) -> None:
         """Switch the unit's pointer (every member at once: one atomic rename)."""
         path = self.root / "installed.json"

@@ -7,12 +7,15 @@ the client moves bytes through :mod:`._fetcher`, keeps them with
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal
@@ -30,6 +33,15 @@ from edgereg.client._cache import (
     fsync_dir,
     unlink,
     write_all,
+)
+from edgereg.client._control import (
+    Cancelled,
+    CancelToken,
+    ChangeKind,
+    Listener,
+    ModelChange,
+    UpdateCheck,
+    notify,
 )
 from edgereg.client._cpu import check_features, cpu_class, detect_cpu_features
 from edgereg.client._fetcher import (
@@ -66,18 +78,33 @@ from edgereg.protocol.decision import (
     BlobCheck,
     Decision,
     Fit,
+    compare_versions,
     decide,
     fit,
 )
 from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
-from edgereg.protocol.fields import MAX_MEMORY_MB, Name, TierRules, format_time
+from edgereg.protocol.fields import MAX_MEMORY_MB, Name, format_time
 from edgereg.protocol.patterns import SHA256_RE
-from edgereg.protocol.reasons import Malformed, Rejected
-from edgereg.protocol.rules import DeviceProfile, resolve_tier
-from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, verify_document
+from edgereg.protocol.reasons import Malformed, ProbeNotRun, Rejected
+from edgereg.protocol.rules import DeviceProfile, Tiers, resolve_tier
+from edgereg.protocol.wire import (
+    BundleEntry,
+    DistributionMetric,
+    Manifest,
+    ManifestEntry,
+    RateMetric,
+    verify_document,
+)
 
-__all__ = ["Client", "manifest_path", "unit_status", "unsafe_registry_keys"]
+__all__ = [
+    "Client",
+    "InstalledUnit",
+    "installed_units",
+    "manifest_path",
+    "unit_status",
+    "unsafe_registry_keys",
+]
 
 _log = logging.getLogger(__name__)
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
@@ -103,6 +130,45 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class _Tally:
+    """A release's download progress: (bytes done, bytes total) to the app's callback.
+
+    The total (the blobs still missing) is known before the first byte; bytes
+    kept from an interrupted download count as done from the start.
+    """
+
+    def __init__(
+        self, report: Callable[[int, int], None] | None, missing: list[BlobRef], cache: _Cache
+    ) -> None:
+        self.report = report
+        self.total = sum(ref.size for ref in missing)
+        self.done = 0
+        for ref in missing:
+            with contextlib.suppress(OSError):
+                self.done += min(ref.size, cache.part(ref.sha256).stat().st_size)
+        self._tell()
+
+    def add(self, count: int) -> None:
+        self.done += count
+        self._tell()
+
+    def restart(self, dropped: int) -> None:
+        """A ``.part`` was dropped (the server ignored the range): its bytes are to do again."""
+        self.done -= dropped
+        self._tell()
+
+    def _tell(self) -> None:
+        if self.report is None:
+            return
+        try:
+            self.report(self.done, self.total)
+        except Exception:  # the app's callback never breaks the download
+            _log.exception("the progress callback raised")
+
+
+_NO_TALLY = _Tally(None, [], None)  # type: ignore[arg-type]
+
+
 class Client:
     """Fetches, verifies and installs one model, or one bundle of models, for one device.
 
@@ -115,7 +181,8 @@ class Client:
         device: The device profile (its ``device_id`` decides the cohort, its
             ``mnn_runtime``, ``os`` and ``os_version`` which entries fit).
         tier: The device's tier; when None, resolved from ``tiers``.
-        tiers: The published tier rules (models.toml ``[tiers]``), best first.
+        tiers: The tier rules, best first: models.toml's ``[tiers]``, or the pairs
+            of a tier file (:func:`~edgereg.protocol.rules.parse_tier_file`).
         app_version: The app's own version, for releases that declare
             ``requires.app`` (a release that needs one does not reach an app
             that does not say its version).
@@ -147,6 +214,13 @@ class Client:
             ``timeout`` window; slower is given up (a blob resumes next time).
         max_manifest_bytes: Larger manifests are refused unread.
         clock: Returns the current time, timezone-aware.
+        on_progress: Told ``(bytes done, bytes total)`` of a release's download
+            as it goes (the total is known before the first byte; bytes kept
+            from an interrupted download count as done); a ``progress=`` given
+            to :meth:`fetch` replaces it for that fetch.
+        fetcher: The transport (the seam tests and apps with their own HTTP
+            stack plug into): a :class:`~edgereg.client.Fetcher`; by default
+            :func:`~edgereg.client.open_fetcher` on ``base_url``.
 
     Raises:
         ValueError: a bad URL, name, version, both or neither of model and
@@ -164,7 +238,7 @@ class Client:
         bundle: str | None = None,
         device: DeviceProfile,
         tier: str | None = None,
-        tiers: Mapping[str, TierRules] | None = None,
+        tiers: Tiers | None = None,
         app_version: str | None = None,
         policy: DownloadPolicy | None = None,
         bundled: BundledRelease | None = None,
@@ -181,6 +255,7 @@ class Client:
         max_manifest_bytes: int = MAX_MANIFEST_BYTES,
         clock: Callable[[], datetime] = _utcnow,
         on_progress: Callable[[int, int], None] | None = None,
+        fetcher: Fetcher | None = None,
     ) -> None:
         if not trusted_keys:
             raise ValueError("a client needs at least one trusted public key")
@@ -225,7 +300,11 @@ class Client:
         self.device = device
         self.trusted = trusted_keys
         limits = Limits(timeout=timeout, deadline=deadline, min_rate=min_rate)
-        self.fetcher = open_fetcher(base_url, timeout=timeout, limits=limits)
+        self.fetcher = (
+            fetcher
+            if fetcher is not None
+            else open_fetcher(base_url, timeout=timeout, limits=limits)
+        )
         self.cache = _Cache(Path(cache_dir))
         self.policy = policy if policy is not None else DownloadPolicy()
         self.bundled = bundled
@@ -251,11 +330,16 @@ class Client:
                 cpu_class=cpu_class(features),
             ),
             enabled=reporting,
+            clock=clock,
         )
         self.max_manifest_bytes = max_manifest_bytes
         self.clock = clock
-        # Told (bytes received, blob size) as a download goes, for progress bars.
+        # Told (bytes done, bytes total) of a release's download, for progress bars.
         self.on_progress = on_progress
+        self._listeners: list[Listener] = []
+        self._cancel: CancelToken | None = None
+        self._progress: Callable[[int, int], None] | None = None
+        self._tally = _NO_TALLY
 
     @property
     def unit(self) -> str:
@@ -280,12 +364,23 @@ class Client:
         installed = self.cache.read_installed(self.kind, self.model)
         return None if installed is None else self._result(installed)
 
-    def fetch(self, conditions: Conditions | None = None) -> FetchResult:
+    def fetch(
+        self,
+        conditions: Conditions | None = None,
+        *,
+        cancel: CancelToken | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> FetchResult:
         """Check for an update and install it; on any failure keep the last known good.
 
         Args:
-            conditions: The network and power state now; the download waits
-                (``deferred``) when they break the client's :class:`DownloadPolicy`.
+            conditions: The network, power, idle and storage state now; the
+                download waits (``deferred``) when they break the client's
+                :class:`DownloadPolicy`. A condition not said is unmet.
+            cancel: Cancels this fetch from another thread (:class:`CancelToken`):
+                ``error_code`` ``cancelled``, nothing installed, the partial
+                download kept for a later resume.
+            progress: Told ``(bytes done, bytes total)`` as the release downloads.
 
         Never raises for network, server, trust or disk problems: the result's
         ``error`` and ``error_code`` say what went wrong and its other fields
@@ -295,12 +390,15 @@ class Client:
             self._install_shipped_or_record()
         installed = self.cache.read_installed(self.kind, self.model)
         self.reporter.retry_pending()
+        self._send_metrics()
         self.fetcher.start_deadline()
+        self._cancel = cancel
+        self._progress = progress if progress is not None else self.on_progress
         try:
             result = self._fetch(installed, conditions or Conditions())
         except (EdgeregError, OSError) as exc:
             error = exc if isinstance(exc, EdgeregError) else cache_error("cache directory", exc)
-            if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace)):
+            if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace, Cancelled)):
                 raise
             code = error_code(error)
             self._record_error(code, error.message)
@@ -315,8 +413,92 @@ class Client:
                     bundle=self.is_bundle,
                 )
             return self._result(installed, error=error, code=code)
+        finally:
+            self._cancel = None
+            self._progress = None
         self._record_error(None, None)
         return result
+
+    def check(self, conditions: Conditions | None = None) -> UpdateCheck:
+        """Whether an update is available, and its size, without downloading a blob.
+
+        The manifest is fetched and verified as by :meth:`fetch` (rollback
+        protection advances), and the same rules choose the release; nothing
+        else changes. Never raises for network, trust or disk problems.
+        """
+        installed = self.cache.read_installed(self.kind, self.model)
+        now = installed.version if installed is not None else None
+        self.fetcher.start_deadline()
+        try:
+            decision = self._avoid_bad(self._accept_manifest()[0])
+        except (EdgeregError, OSError) as exc:
+            error = exc if isinstance(exc, EdgeregError) else cache_error("cache directory", exc)
+            if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace)):
+                raise
+            return UpdateCheck(False, now, now, error_code=error_code(error), error=error.message)
+        entry = decision.entry
+        if entry is None:
+            return UpdateCheck(False, None, now, fallback=decision.fallback)
+        entries = self._entries(entry)
+        new = _Installed(
+            kind=self.kind,
+            version=entry.version,
+            tier=self.tier,
+            is_candidate=decision.is_candidate,
+            sequence=decision.manifest.sequence,
+            members={name: _Member.of(e) for name, e in entries.items()},
+        )
+        same = installed is not None and new.same_release(installed)
+        missing = [r for r in _blob_refs(entries) if not self.cache.has_blob(r.sha256, r.size)]
+        remaining = 0
+        for ref in missing:
+            try:
+                have = self.cache.part(ref.sha256).stat().st_size
+            except OSError:
+                have = 0
+            remaining += max(0, ref.size - have)
+        return UpdateCheck(
+            available=not same,
+            version=entry.version,
+            installed=now,
+            is_candidate=decision.is_candidate,
+            download_bytes=0 if same else remaining,
+            deferred=None if same or not missing else self.policy.unmet(conditions or Conditions()),
+            fallback=decision.fallback,
+        )
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(ModelChange)`` after each change of what is installed.
+
+        Installed, rolled back by the server, reverted, deleted; on the thread
+        that made the change. A listener that raises is logged, never breaks
+        the client.
+        """
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener`` (nothing happens when it was not added)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def delete(self) -> bool:
+        """Delete this unit from the device: its install, its last good set, its blobs.
+
+        What keeps the device safe stays: the highest sequence seen (rollback
+        protection) and the releases refused here. The next :meth:`fetch`
+        installs the release for this device again. Idempotent: False when
+        nothing was installed.
+        """
+        record = self.cache.read_record(self.kind, self.model)
+        self._set_pending(None)
+        if record is None:
+            return False
+        self.cache.write_installed(self.kind, self.model, None)
+        self.cache.evict()
+        self.health.reverted(self.model, None)
+        _log.info("%s %s deleted by the app", self.model, record.version)
+        notify(self._listeners, ModelChange(self.model, "deleted", None, record.version))
+        return True
 
     def status(self, *, verify: bool = True) -> Status:
         """What is installed, pending and failing for this unit; whether it is ready to load.
@@ -350,6 +532,8 @@ class Client:
         self.health.reverted(self.model, None if previous is None else previous.version)
         for name in sorted(record.members):
             self.reporter.reverted(self.model, name, None if previous is None else previous.version)
+        now = None if previous is None else previous.version
+        notify(self._listeners, ModelChange(self.model, "reverted", now, record.version))
         return None if previous is None else self._result(previous, updated=True)
 
     def app_started(self) -> Revert | None:
@@ -409,6 +593,77 @@ class Client:
         """Add one real inference's latency (``model``: a bundle member) to the next report."""
         self.reporter.record_inference(model or self.model, ms)
 
+    def record(self, name: str, success: bool) -> None:
+        """Count one event of the app metric ``name`` (a ``rate``): whether it succeeded.
+
+        The installed release's metric (docs/protocol.md §3, "App metrics"):
+        counted since its install, sent as totals with its reports. Nothing is
+        counted while nothing is installed.
+
+        Raises:
+            ValueError: ``name`` is not a rate metric the installed release declares,
+                or ``success`` is not a bool (a programming error of the caller).
+        """
+        if not isinstance(success, bool):
+            raise ValueError(f"record({name!r}, ...): success must be True or False")
+        installed = self._declared(name, RateMetric)
+        if installed is not None:
+            self.reporter.record(self.model, installed, name, success=success)
+
+    def observe(self, name: str, value: float) -> None:
+        """Count one value of the app metric ``name`` (a ``distribution``) in its bucket.
+
+        Raises:
+            ValueError: ``name`` is not a distribution the installed release declares,
+                or ``value`` is not a finite number (a programming error of the caller).
+        """
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"observe({name!r}, {value!r}): the value must be a finite number")
+        installed = self._declared(name, DistributionMetric)
+        if installed is None:
+            return
+        declared = self._record_metrics(installed)[name]
+        assert isinstance(declared, DistributionMetric)
+        bucket = bisect.bisect_left(declared.buckets, float(value))
+        self.reporter.observe(
+            self.model, installed, name, bucket=bucket, buckets=len(declared.buckets) + 1
+        )
+
+    def _record_metrics(self, version: str) -> Mapping[str, RateMetric | DistributionMetric]:
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or record.version != version or record.metrics is None:
+            return {}
+        return record.metrics
+
+    def _declared(self, name: str, kind: type[RateMetric | DistributionMetric]) -> str | None:
+        """The installed version when it declares ``name`` of ``kind``; None when nothing is.
+
+        Raises:
+            ValueError: the installed release does not declare it, or as another kind.
+        """
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None:
+            return None
+        declared = (record.metrics or {}).get(name)
+        wanted = "rate" if kind is RateMetric else "distribution"
+        if declared is None:
+            known = ", ".join(sorted(record.metrics or {})) or "none"
+            raise ValueError(
+                f"{self.model} {record.version} declares no app metric {name!r} "
+                f"(declared: {known}); declare it in models.toml [models.{self.model}.metrics]"
+            )
+        if not isinstance(declared, kind):
+            raise ValueError(
+                f"app metric {name!r} of {self.model} {record.version} is a "
+                f"{declared.metric}, not a {wanted}: use "
+                f"{'record' if declared.metric == 'rate' else 'observe'}()"
+            )
+        return record.version
+
     def record_memory(
         self, peak_mb: float | None, steady_mb: float | None = None, model: str | None = None
     ) -> None:
@@ -433,6 +688,19 @@ class Client:
     # -- steps ------------------------------------------------------------------
 
     def _fetch(self, installed: _Installed | None, conditions: Conditions) -> FetchResult:
+        decision, not_modified = self._accept_manifest()
+        try:
+            self._checkpoint()
+            return self._apply(
+                self._avoid_bad(decision), installed, conditions, not_modified=not_modified
+            )
+        finally:
+            # Whatever this check did, the release the manifest gives the device (before
+            # its own refusals) hears from it in every rollout period (§11).
+            self._report_period(decision)
+
+    def _accept_manifest(self) -> tuple[Decision, bool]:
+        """Fetch and verify the manifest; store its sequence and bytes. (decision, was 304)."""
         state = self.cache.read_state(self.model, self.tier)
         highest = self.cache.read_sequence(self.model)
         data, etag, not_modified = self._get_manifest(state)
@@ -443,14 +711,12 @@ class Client:
         accepted = _TierState(data, etag, decision.sequence)
         if accepted != state:
             self.cache.write_state(self.model, self.tier, accepted)
-        try:
-            return self._apply(
-                self._avoid_bad(decision), installed, conditions, not_modified=not_modified
-            )
-        finally:
-            # Whatever this check did, the release the manifest gives the device (before
-            # its own refusals) hears from it in every rollout period (§11).
-            self._report_period(decision)
+        return decision, not_modified
+
+    def _checkpoint(self) -> None:
+        """Stop here when the app cancelled the fetch (before anything is switched)."""
+        if self._cancel is not None:
+            self._cancel.check()
 
     def _decide(self, data: bytes, highest: int | None, now: datetime) -> Decision:
         return decide(
@@ -533,6 +799,7 @@ class Client:
             sequence=decision.manifest.sequence,
             members={name: _Member.of(e) for name, e in entries.items()},
             bundled=shipped is not None,
+            metrics=entry.metrics,
         )
         if installed is not None and new.same_release(installed):
             # Same blobs (a promote, a re-fetch): keep the check's backends and the last good.
@@ -560,7 +827,9 @@ class Client:
                 if deferred is not None:
                     return self._deferred(installed, deferred, not_modified)
             self._preflight(missing)
+            self._tally = _Tally(self._progress, missing, self.cache)
             for ref in missing:
+                self._checkpoint()
                 if shipped is None:
                     downloaded += self._download(ref)
                 else:
@@ -569,16 +838,24 @@ class Client:
             self._labels_of(name, member_entry)  # a bad labels blob refuses the release
         try:
             new = self._check(new, entries)
+        except ProbeNotRun:
+            raise  # no verdict on the release: it stays pending, nothing is reported
         except Rejected:
             self._set_pending(None)
             self._report_rejected(new, decision)
             raise
+        self._checkpoint()  # the last moment a cancel counts: the switch is next
         if installed is not None:
             new = dataclasses.replace(new, previous=installed.without_previous())
         self.cache.write_installed(self.kind, self.model, new)
         self._set_pending(None)
         self.cache.evict()
         self._report_installed(new, decision)
+        previous = None if installed is None else installed.version
+        kind: ChangeKind = "installed"
+        if previous is not None and compare_versions(new.version, previous) < 0:
+            kind = "rolled-back"  # the server took the release back
+        notify(self._listeners, ModelChange(self.model, kind, new.version, previous))
         return self._result(
             new,
             updated=True,
@@ -612,6 +889,15 @@ class Client:
             arm="candidate" if new.is_candidate else "stable",
             sequence=decision.manifest.sequence,
         )
+
+    def _send_metrics(self) -> None:
+        """App metrics counted since the install's last report, 12 hours after it: send them."""
+        record = self.cache.read_record(self.kind, self.model)
+        if record is None or not record.metrics:
+            return
+        if self.reporter.metrics_due(self.model, record.version, self.clock()):
+            for name in sorted(record.members):
+                self.reporter.summary(self.model, name)
 
     def _report_period(self, decision: Decision) -> None:
         """A manifest with a new sequence: report again the release it gives this device.
@@ -958,6 +1244,8 @@ class Client:
 
     def _transfer(self, entry: BlobRef, part: Path, check: BlobCheck, have: int) -> int:
         response = self.fetcher.open(entry.path, start=have)
+        if self._cancel is not None:
+            self._cancel.watch(response)
         try:
             if have and not (response.status == 206 and response.range_start == have):
                 # The server ignored the Range (200 and the whole body: a plain
@@ -971,9 +1259,14 @@ class Client:
                 )
                 unlink(part)
                 check.reset()
+                self._tally.restart(have)
                 if response.status != 200:
+                    if self._cancel is not None:
+                        self._cancel.unwatch(response)
                     response.close()
                     response = self.fetcher.open(entry.path)
+                    if self._cancel is not None:
+                        self._cancel.watch(response)
             if response.status not in (200, 206) or (
                 response.status == 206 and response.range_start != check.received
             ):
@@ -988,7 +1281,13 @@ class Client:
         except Rejected:
             unlink(part)
             raise
+        except TransportError as exc:
+            if self._cancel is not None and self._cancel.cancelled:
+                self._cancel.check()  # the app cut the connection: cancelled, not transport
+            raise exc
         finally:
+            if self._cancel is not None:
+                self._cancel.unwatch(response)
             response.close()
 
     def _stream(self, response: Response, part: Path, check: BlobCheck) -> int:
@@ -1017,8 +1316,8 @@ class Client:
                 check.update(chunk)
                 transferred += len(chunk)
                 write_all(fd, chunk)
-                if self.on_progress is not None:
-                    self.on_progress(check.received, check.entry.size)
+                self._tally.add(len(chunk))
+                self._checkpoint()
             check.update(response.read(1))  # anything more is BlobTooLarge
             os.fsync(fd)
         except OSError as exc:
@@ -1121,6 +1420,32 @@ def _pending_of(cache: _Cache, pend: object) -> Pending | None:
         deferred=deferred if isinstance(deferred, str) else None,
         since=str(pend.get("since")),
     )
+
+
+@dataclass(frozen=True)
+class InstalledUnit:
+    """One model or bundle installed in a client cache (:func:`installed_units`)."""
+
+    unit: str
+    kind: UnitKind
+    version: str
+    is_candidate: bool
+
+
+def installed_units(cache_dir: str | os.PathLike[str]) -> list[InstalledUnit]:
+    """Every model and bundle installed in a client cache directory, by name; reads disk only.
+
+    Raises:
+        CacheError: ``installed.json`` cannot be read.
+    """
+    cache = _Cache(Path(cache_dir))
+    found: list[InstalledUnit] = []
+    for kind in ("model", "bundle"):
+        for name in cache.unit_names(kind):
+            record = cache.read_installed(kind, name)
+            if record is not None:
+                found.append(InstalledUnit(name, kind, record.version, record.is_candidate))
+    return sorted(found, key=lambda u: (u.unit, u.kind))
 
 
 def unit_status(

@@ -174,6 +174,12 @@ class Response:
         assert exc is not None
         return TransportError(f"reading {self.url} failed: {_describe(exc)}", url=self.url)
 
+    def abort(self, why: str) -> None:
+        """Cut the connection now, from any thread: a read in progress fails at once."""
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog._fire(why)
+
     def close(self) -> None:
         """Release the connection or file."""
         if self.watchdog is not None:

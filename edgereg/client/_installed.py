@@ -15,9 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from pydantic import TypeAdapter
+
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.fields import RuntimeHints
-from edgereg.protocol.wire import ManifestEntry
+from edgereg.protocol.wire import DistributionMetric, ManifestEntry, Metrics, RateMetric
+
+_METRICS: TypeAdapter[dict[str, RateMetric | DistributionMetric]] = TypeAdapter(Metrics)
 
 __all__ = [
     "InstallCheck",
@@ -238,6 +242,8 @@ class _Installed:
     members: dict[str, _Member]
     bundled: bool = False
     previous: _Installed | None = field(default=None, compare=False)
+    # The app metrics the release declares (docs/protocol.md §3): what record/observe take.
+    metrics: Mapping[str, RateMetric | DistributionMetric] | None = None
 
     @property
     def blobs(self) -> set[str]:
@@ -267,6 +273,11 @@ class _Installed:
         }
         if self.bundled:
             common["bundled"] = True
+        if self.metrics is not None:
+            common["metrics"] = {
+                name: m.model_dump(mode="json", by_alias=True)
+                for name, m in sorted(self.metrics.items())
+            }
         if self.kind == "model":
             (member,) = self.members.values()
             return {**member.to_json(), **common}
@@ -300,4 +311,5 @@ class _Installed:
             previous=None
             if not isinstance(previous, dict)
             else cls.from_json(kind, name, previous),
+            metrics=_METRICS.validate_python(data["metrics"]) if "metrics" in data else None,
         )

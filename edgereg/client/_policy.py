@@ -21,13 +21,22 @@ DEFAULT_RESERVE_BYTES = 8 * 1024 * 1024
 class Conditions:
     """The device's state now, as the app sees it (None: the app did not say).
 
+    A condition the app does not say is unknown, and an unknown condition
+    counts as unmet (docs/protocol.md §8): ``Conditions()`` defers every
+    download a policy restricts.
+
     Attributes:
         metered: The active network is metered (cellular, a hotspot).
         charging: The device is charging.
+        idle: The device is idle (not in use: Android's ``isDeviceIdleMode``).
+        storage_low: The OS says storage is low (Android's storage-low state;
+            iOS: little capacity left for opportunistic use).
     """
 
     metered: bool | None = None
     charging: bool | None = None
+    idle: bool | None = None
+    storage_low: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,11 @@ class DownloadPolicy:
             whose conditions do not say ``metered=False`` is deferred.
         require_charging: Download only while charging. When True, a fetch
             whose conditions do not say ``charging=True`` is deferred.
+        require_idle: Download only while the device is idle. When True, a
+            fetch whose conditions do not say ``idle=True`` is deferred.
+        require_storage_not_low: Download only while storage is not low. When
+            True, a fetch whose conditions do not say ``storage_low=False`` is
+            deferred.
         reserve_bytes: Free space that must remain after the bytes still to
             download; less is the ``no-space`` error, nothing downloaded.
     """
@@ -46,6 +60,8 @@ class DownloadPolicy:
     allow_metered: bool = True
     require_charging: bool = False
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    require_idle: bool = False
+    require_storage_not_low: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -58,15 +74,21 @@ class DownloadPolicy:
             )
 
     def unmet(self, conditions: Conditions) -> str | None:
-        """Why a download must wait (``metered``, ``not-charging``), or None when it may run.
+        """Why a download must wait, or None when it may run (docs/protocol.md §8).
 
-        An unknown condition counts as unmet: a policy the app set is never
-        broken because the app forgot to say what the network is.
+        The first unmet condition in the protocol's order: ``metered``,
+        ``not-charging``, ``not-idle``, ``storage-low``. An unknown condition
+        counts as unmet: a policy the app set is never broken because the app
+        forgot to say what the network is.
         """
         if not self.allow_metered and conditions.metered is not False:
             return "metered"
         if self.require_charging and conditions.charging is not True:
             return "not-charging"
+        if self.require_idle and conditions.idle is not True:
+            return "not-idle"
+        if self.require_storage_not_low and conditions.storage_low is not False:
+            return "storage-low"
         return None
 
 

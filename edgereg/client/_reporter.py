@@ -34,8 +34,9 @@ import re
 import secrets
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,7 +45,7 @@ from pydantic import TypeAdapter, ValidationError
 from edgereg import __version__
 from edgereg.client._cache import CacheError, read_state_file, write_state_file
 from edgereg.protocol.fields import MAX_MEMORY_MB, Backend
-from edgereg.protocol.reports import LatencySummary, Report
+from edgereg.protocol.reports import MAX_COUNT, LatencySummary, Report
 from edgereg.protocol.wire import to_bytes
 
 __all__ = [
@@ -67,6 +68,8 @@ _PENDING_KEPT = 16
 """Undelivered reports kept for the next update checks (the oldest go first)."""
 _ANSWERED_TRIES = 5
 """Tries answered with 408, 429 or 5xx after which an undelivered report is dropped."""
+METRICS_EVERY = timedelta(hours=12)
+"""App metrics counted since an install's last report go with a report this long after it."""
 SHORT_TEXT = re.compile(r"^[A-Za-z0-9._ -]{1,32}$")
 USER_AGENT = f"edgereg/{__version__}"
 
@@ -175,6 +178,7 @@ class Reporter:
         timeout: Seconds to connect and for each read of one POST.
         background: Send on a background thread (an app never waits); False
             sends in the calling thread (a CLI that exits right after).
+        clock: The current time (when app metrics are due; the client's clock).
     """
 
     def __init__(
@@ -186,6 +190,7 @@ class Reporter:
         enabled: bool = True,
         timeout: float = 5.0,
         background: bool = True,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         if not 0 < timeout <= 60:
             raise ValueError(f"timeout must be 0 to 60 seconds, got {timeout!r}")
@@ -195,6 +200,7 @@ class Reporter:
         self.enabled = enabled
         self.timeout = timeout
         self.background = background
+        self.now = clock or (lambda: datetime.now(timezone.utc))
         self._latency: dict[str, _Latency] = {}
         # The first call recorded per model since its install (or since this process
         # started): the install's first_inference_ms, until a report carries it.
@@ -260,7 +266,14 @@ class Reporter:
                 del tokens[old]
             # A rejected release never ran: the calls recorded so far are the
             # installed release's, and stay for its next report.
-            report = self._build(facts, token, with_latency=not rejected)
+            report = self._build(
+                facts,
+                token,
+                with_latency=not rejected,
+                metrics=None
+                if rejected
+                else self._metrics_of(state, facts.unit, facts.unit_version),
+            )
             if report is None:
                 return None
             key = _key(facts.unit, facts.model)
@@ -378,11 +391,79 @@ class Reporter:
             update: dict[str, Any] = {"sequence": sequence, "arm": arm, "inference": None}
             if running:
                 update.update(self._latency_update(model, base))
+                counted = self._metrics_of(state, unit, unit_version)
+                if counted is not None:
+                    update["metrics"] = counted
             report = _versioned(base.model_copy(update=update))
             _store(state, key, unit_version, url, report)
             self._write(state)
         self._send(url, report)
         return report
+
+    def record(self, unit: str, unit_version: str, name: str, *, success: bool) -> None:
+        """Count one event of a rate metric of the install of ``unit_version``."""
+
+        def add(m: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "events": min(int(m.get("events", 0)) + 1, MAX_COUNT),
+                "successes": min(int(m.get("successes", 0)) + int(success), MAX_COUNT),
+            }
+
+        self._count(unit, unit_version, name, add)
+
+    def observe(
+        self, unit: str, unit_version: str, name: str, *, bucket: int, buckets: int
+    ) -> None:
+        """Count one value of a distribution metric in ``bucket`` (of ``buckets``)."""
+
+        def add(m: dict[str, Any]) -> dict[str, Any]:
+            counts = [int(c) for c in m.get("counts", [])]
+            counts = (counts + [0] * buckets)[:buckets]
+            counts[bucket] = min(counts[bucket] + 1, MAX_COUNT)
+            return {"counts": counts}
+
+        self._count(unit, unit_version, name, add)
+
+    def metrics_due(self, unit: str, unit_version: str, now: datetime) -> bool:
+        """Whether the install's metrics changed since its last report, 12 hours or more ago."""
+        if not self.enabled:
+            return False
+        with self._lock:
+            kept = self._read()["metrics"].get(unit, {}).get(unit_version)
+        if not kept or not kept.get("changed"):
+            return False
+        sent = kept.get("sent_at")
+        return sent is None or now - datetime.fromisoformat(str(sent)) >= METRICS_EVERY
+
+    def _count(
+        self,
+        unit: str,
+        unit_version: str,
+        name: str,
+        step: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            state = self._read()
+            kept = state["metrics"].setdefault(unit, {}).setdefault(unit_version, {})
+            counts = kept.setdefault("counts", {})
+            counts[name] = step(dict(counts.get(name, {})))
+            kept["changed"] = True
+            for old in list(state["metrics"][unit])[:-_TOKENS_KEPT]:
+                del state["metrics"][unit][old]
+            self._write(state)
+
+    def _metrics_of(
+        self, state: dict[str, Any], unit: str, unit_version: str
+    ) -> dict[str, Any] | None:
+        """The install's metric totals for its next report (None: none counted); marks them sent."""
+        kept = state["metrics"].get(unit, {}).get(unit_version)
+        if not kept or not kept.get("counts"):
+            return None
+        kept["changed"] = False
+        kept["sent_at"] = self.now().isoformat()
+        return dict(kept["counts"])
 
     def retry_pending(self) -> None:
         """Send again the reports not delivered yet (each update check calls this)."""
@@ -431,6 +512,9 @@ class Reporter:
                 return None
             # Latency is what was measured since the last report, so never carried over.
             update = {**changes, "inference": None, **self._latency_update(model, base)}
+            counted = self._metrics_of(state, unit, version)
+            if counted is not None:
+                update["metrics"] = counted
             report = _versioned(base.model_copy(update=update))
             _store(state, key, version, str(stored["url"]), report)
             self._write(state)
@@ -445,7 +529,14 @@ class Reporter:
             update["first_inference_ms"] = self._first.pop(model)
         return update
 
-    def _build(self, facts: InstallFacts, token: str, *, with_latency: bool) -> Report | None:
+    def _build(
+        self,
+        facts: InstallFacts,
+        token: str,
+        *,
+        with_latency: bool,
+        metrics: dict[str, Any] | None = None,
+    ) -> Report | None:
         device = self.device
         fields: dict[str, Any] = {
             "token": token,
@@ -463,6 +554,7 @@ class Reporter:
             "load_ms": None if facts.load_ms is None else round(facts.load_ms, 3),
             "load_failed": facts.load_failed,
             "inference": self._take_latency(facts.model) if with_latency else None,
+            "metrics": metrics,
         }
         # A device fact the report cannot carry is sent as null: the report always goes.
         for name, value in (
@@ -544,7 +636,13 @@ class Reporter:
     # -- file -----------------------------------------------------------------------------
 
     def _read(self) -> dict[str, Any]:
-        empty: dict[str, Any] = {"reports": {}, "installed": {}, "tokens": {}, "pending": []}
+        empty: dict[str, Any] = {
+            "reports": {},
+            "installed": {},
+            "tokens": {},
+            "pending": [],
+            "metrics": {},
+        }
         try:
             data = read_state_file(self.path, "reports")
         except CacheError as exc:
@@ -554,6 +652,7 @@ class Reporter:
             return empty
         if isinstance(data.get("models"), dict) and "reports" not in data:
             data = _from_one_per_model(data)
+        data.setdefault("metrics", {})
         if not all(isinstance(data.get(key), type(value)) for key, value in empty.items()):
             _log.warning("reports: %s is not a reports file: starting afresh", self.path)
             return empty

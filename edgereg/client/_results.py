@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgereg.client._cache import NoSpace
+from edgereg.client._control import Cancelled
 from edgereg.client._fetcher import ManifestNotFound
 from edgereg.client._installed import InstalledModel
 from edgereg.protocol.contract import IOContract
@@ -183,6 +184,8 @@ def error_code(exc: EdgeregError) -> str:
     """The stable code of a fetch failure (docs/protocol.md §10)."""
     if isinstance(exc, Rejected):
         return exc.reason
+    if isinstance(exc, Cancelled):
+        return "cancelled"
     if isinstance(exc, NoSpace):
         return "no-space"
     if isinstance(exc, TrustError):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import importlib.util
 import logging
 import os
 import sys
@@ -43,7 +44,7 @@ from edgereg.protocol.probe import (
     ProbeTensor,
     check_probe,
 )
-from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed
+from edgereg.protocol.reasons import BadBlob, Malformed, ProbeFailed, ProbeNotRun
 from edgereg.protocol.wire import ManifestEntry, WireError, from_bytes
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ __all__ = [
     "ModelSession",
     "SelfTest",
     "SelfTestResult",
+    "Verdict",
+    "judge_trials",
     "parse_probe",
     "run_probe_cases",
     "try_backend",
@@ -203,7 +206,11 @@ class MnnRunner:
                 a CPU run is never mistaken for a GPU pass).
             RuntimeError: MNN could not load the model.
         """
-        mnn = _mnn()
+        try:
+            mnn = _mnn()
+        except ImportError as exc:
+            # No MNN in this process: no backend exists here. Never a verdict on the model.
+            raise BackendUnavailableError(f"MNN cannot be imported here: {exc}") from exc
         config = {
             "backend": MNN_BACKEND_NAMES[backend],
             "numThread": runtime.threads,
@@ -361,6 +368,73 @@ class SelfTestResult:
     trials: tuple[BackendTrial, ...] = field(default=())
 
 
+TrialKind = Literal["passed", "loaded", "failed", "load-failed", "unavailable", "remembered"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a self-test's trials decide (docs/protocol.md §11, rules 15 to 19).
+
+    Attributes:
+        verdict: ``install`` (a backend passed), ``reject`` (CPU failed too:
+            ``probe-failed``, the version marked bad) or ``not-run`` (the
+            runner could not create the CPU backend: no verdict on the model,
+            nothing marked bad, nothing reported).
+        backend: The backend chosen, or None.
+        mark_bad: The version is marked bad on this device.
+        report: The self-test's part of the report (``probe``, ``backend``,
+            ``backends_skipped``, ``load_failed``), or None when none is sent.
+    """
+
+    verdict: Literal["install", "reject", "not-run"]
+    backend: str | None
+    mark_bad: bool
+    report: dict[str, Any] | None
+
+
+def judge_trials(trials: Sequence[tuple[str, TrialKind]], *, probe: bool) -> Verdict:
+    """The verdict of a self-test's trials, in the entry's backend order.
+
+    ``trials`` runs up to the first backend that passed (``passed``, or
+    ``loaded`` without a probe). ``remembered`` is a backend that failed this
+    artifact before and was not tried again; ``load-failed`` one whose load
+    failed. A probe that did not run is never a probe failure: when the CPU
+    (always the last resort) was unavailable, nothing is decided about the
+    model.
+    """
+    skipped = [
+        backend for backend, kind in trials if kind in ("failed", "load-failed", "remembered")
+    ]
+    report: dict[str, Any]
+    for backend, kind in trials:
+        if kind in ("passed", "loaded"):
+            report = {
+                "probe": "passed" if probe else "none",
+                "backend": backend,
+                "backends_skipped": skipped,
+                "load_failed": False,
+            }
+            return Verdict("install", backend, False, report)
+    cpu = [kind for backend, kind in trials if backend == "cpu"]
+    if not cpu or cpu[-1] == "unavailable":
+        return Verdict("not-run", None, False, None)
+    tried = [kind for _, kind in trials if kind in ("failed", "load-failed")]
+    report = {
+        "probe": "failed",
+        "backend": None,
+        "backends_skipped": skipped,
+        "load_failed": bool(tried) and all(kind == "load-failed" for kind in tried),
+    }
+    return Verdict("reject", None, True, report)
+
+
+def trial_kind(trial: BackendTrial) -> TrialKind:
+    """A trial's outcome as :func:`judge_trials` reads it."""
+    if trial.outcome == "failed" and (trial.detail or "").startswith("does not load"):
+        return "load-failed"
+    return trial.outcome
+
+
 # --- memory: per model version, the backends that failed and whether it was rejected --
 
 
@@ -426,6 +500,13 @@ class SelfTest:
         runner: BackendRunner | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        if runner is None and importlib.util.find_spec("MNN") is None:
+            # A client that cannot run the probe must not start: every probe would
+            # "fail", marking good releases bad on this device (docs/protocol.md §11).
+            raise ValueError(
+                "the self-test needs a model runner: MNN is not installed in this Python "
+                "(pip install MNN), and no runner= was given; or turn the self-test off"
+            )
         self.runner: BackendRunner = runner if runner is not None else MnnRunner()
         self.clock = clock
         self._memory = _Memory(Path(cache_dir))
@@ -518,6 +599,21 @@ class SelfTest:
                 chosen = trial
                 break
         self.last_trials = tuple(trials)
+        verdict = judge_trials(
+            [(t.backend, trial_kind(t)) for t in trials], probe=probe is not None
+        )
+        if verdict.verdict == "not-run":
+            # The runner cannot create the CPU here (no MNN library, a broken runner): no
+            # verdict on the model. Nothing is marked bad or reported; the next fetch retries.
+            if failed != (record.get("failed") or {}):
+                self._memory.write(model, entry.version, {**record, "failed": failed})
+            why = "; ".join(f"{t.backend}: {t.detail}" for t in trials)
+            raise ProbeNotRun(
+                f"{model} {entry.version}: the self-test could not run the probe on this "
+                f"device ({why})",
+                hint="The app's model runner cannot create its CPU backend (is the MNN "
+                "library there?); nothing was marked bad, the next fetch tries again.",
+            )
         if chosen is None:
             why = "; ".join(f"{t.backend}: {t.detail}" for t in trials)
             self._memory.write(model, entry.version, {**record, "failed": failed, "rejected": why})

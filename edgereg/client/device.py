@@ -32,24 +32,46 @@ from edgereg.client import (
     BackendUnavailableError,
     BlobCheck,
     BundledRelease,
+    CancelToken,
     Client,
     Conditions,
     DownloadPolicy,
     FetchResult,
+    ModelChange,
     Rejected,
     Reporter,
     SelfTest,
     Status,
     TrustedKeys,
+    UpdateCheck,
     decide,
+    installed_units,
 )
+from edgereg.client._selftest import TrialKind, judge_trials
 from edgereg.protocol import strict_json_loads
-from edgereg.protocol.contract import BlobRef
+from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
 from edgereg.protocol.decision import AppFacts
 from edgereg.protocol.errors import EdgeregError
-from edgereg.protocol.fields import RuntimeHints, TierRules
-from edgereg.protocol.rules import DeviceProfile, explain_tier
-from edgereg.protocol.wire import BundleEntry, ManifestEntry
+from edgereg.protocol.fields import (
+    RuntimeHints,
+    TierRules,
+    is_version,
+    parse_range,
+    satisfies,
+)
+from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
+from edgereg.protocol.reasons import Malformed
+from edgereg.protocol.reports import ReportError, parse_report
+from edgereg.protocol.rules import (
+    DeviceProfile,
+    NoTierError,
+    cohort_bucket,
+    explain_tier,
+    in_cohort,
+    parse_tier_file,
+    resolve_tier,
+)
+from edgereg.protocol.wire import BundleEntry, ManifestEntry, WireError, from_bytes
 
 __all__ = ["HostModelRunner", "main"]
 
@@ -202,20 +224,6 @@ class HostModelRunner:
         self._open.clear()
 
 
-class _NoRunner:
-    """An app that gave the client no model runner: no backend loads (the self-test fails)."""
-
-    def load(
-        self,
-        artifact: Path,
-        backend: str,
-        runtime: RuntimeHints,
-        inputs: Sequence[str],
-        outputs: Sequence[str],
-    ) -> _HostSession:
-        raise RuntimeError("this device program was configured without a model runner")
-
-
 # --- requests -------------------------------------------------------------------------
 
 
@@ -261,12 +269,20 @@ def _b64(text: str) -> bytes:
 
 
 def _entry_json(entry: ManifestEntry) -> dict[str, Any]:
-    return {
+    found: dict[str, Any] = {
         "version": entry.version,
         "variant": entry.variant,
         "sha256": entry.sha256,
         "size": entry.size,
     }
+    if entry.metrics is not None:
+        found["metrics"] = _metrics_json(entry.metrics)
+    return found
+
+
+def _metrics_json(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The declared app metrics as the wire says them (docs/protocol.md §3)."""
+    return {name: m.model_dump(mode="json", by_alias=True) for name, m in sorted(metrics.items())}
 
 
 def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
@@ -304,6 +320,8 @@ def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
     elif isinstance(entry, BundleEntry):
         members = {name: _entry_json(m) for name, m in sorted(entry.members.items())}
         chosen = {"version": entry.version, "members": members}
+        if entry.metrics is not None:
+            chosen["metrics"] = _metrics_json(entry.metrics)
     else:
         chosen = _entry_json(entry)
     return {
@@ -333,6 +351,142 @@ def check_blob_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
     except Rejected as exc:
         return {"accept": False, "reason": exc.reason}
     return {"accept": True}
+
+
+def check_probe_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A probe vector's ``input`` (docs/protocol.md §9): parse the probe, check the outputs."""
+    try:
+        probe = from_bytes(GoldenProbe, _b64(vector["probe"]))
+    except WireError:
+        return {"pass": False, "reason": "malformed"}
+    if probe.artifact_sha256 != vector["artifact_sha256"]:
+        return {"pass": False, "reason": "malformed"}
+    computed = [
+        [{t["name"]: ProbeTensor.model_validate(t, strict=True) for t in step} for step in case]
+        for case in vector["computed"]
+    ]
+    result = check_probe(probe, computed)
+    return {"pass": result.passed, "reason": result.code}
+
+
+def check_version_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A version vector's ``input``: a bad range is reported before a bad version (§7)."""
+    try:
+        parse_range(vector["range"])
+    except ValueError:
+        return {"result": "invalid-range"}
+    if not is_version(vector["version"]):
+        return {"result": "invalid-version"}
+    return {"result": "match" if satisfies(vector["version"], vector["range"]) else "no-match"}
+
+
+def check_report_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A report vector's ``input``: the receiver's verdict on the body (§12)."""
+    try:
+        parse_report(_b64(vector["body"]))
+    except ReportError as exc:
+        return {"accept": False, "reason": exc.code, "field": exc.field}
+    return {"accept": True}
+
+
+def check_labels_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A labels vector's ``input``: the declared size, rules 13-14, then the labels (§8)."""
+    ref = vector["entry"]
+    body = _b64(vector["body"])
+    try:
+        if ref["size"] > MAX_LABELS_BYTES:
+            raise Malformed(f"labels blob of {ref['size']} bytes, more than {MAX_LABELS_BYTES}")
+        check = BlobCheck(BlobRef.of(ref["sha256"], ref["size"]))
+        check.update(body)
+        check.finish()
+        labels = parse_labels(body)
+    except Rejected as exc:
+        return {"accept": False, "reason": exc.reason}
+    return {"accept": True, "labels": labels}
+
+
+def check_conditions_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A conditions vector's ``input``: why the policy defers a download, if it does (§8).
+
+    A condition left out of ``conditions`` (or null) is one the app did not say.
+    """
+    said = vector["conditions"]
+    conditions = Conditions(
+        metered=said.get("metered"),
+        charging=said.get("charging"),
+        idle=said.get("idle"),
+        storage_low=said.get("storage_low"),
+    )
+    policy = DownloadPolicy(**vector["policy"])
+    return {"deferred": policy.unmet(conditions)}
+
+
+_TRIAL_KINDS = ("passed", "failed", "load-failed", "unavailable")
+
+
+def check_selftest_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A self-test vector's ``input``: each backend's outcome if tried, and the verdict (§11).
+
+    Backends are tried in ``backends`` order up to the first that passes;
+    one in ``remembered`` is skipped untried.
+    """
+    remembered = vector["remembered"]
+    outcomes = vector["trials"]
+    has_probe = vector["probe"]
+    trials: list[tuple[str, TrialKind]] = []
+    for backend in vector["backends"]:
+        if backend in remembered:
+            trials.append((backend, "remembered"))
+            continue
+        kind = outcomes[backend]
+        if kind not in _TRIAL_KINDS:
+            raise ValueError(f"not a trial outcome: {kind!r}")
+        if kind == "passed" and not has_probe:
+            kind = "loaded"
+        trials.append((backend, kind))
+        if kind in ("passed", "loaded"):
+            break
+    verdict = judge_trials(trials, probe=has_probe)
+    return {
+        "verdict": verdict.verdict,
+        "backend": verdict.backend,
+        "tried": [backend for backend, kind in trials if kind != "remembered"],
+        "mark_bad": verdict.mark_bad,
+        "report": verdict.report,
+    }
+
+
+def check_tier_file_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A tier-file vector's ``input``: read the file, then resolve the device's tier (§5)."""
+    try:
+        tiers = parse_tier_file(_b64(vector["file"]))
+    except Malformed:
+        return {"accept": False}
+    device = DeviceProfile.model_validate({"device_id": "d", **vector["device"]})
+    return {
+        "accept": True,
+        "order": [name for name, _ in tiers],
+        "tier": resolve_tier(tiers, device),
+    }
+
+
+def resolve_tier_case(request: Mapping[str, Any]) -> dict[str, Any]:
+    """One case of tests/vectors/rules/tiers.json: its tiers (an array) and its device."""
+    tiers = [(t["name"], TierRules.model_validate(t["rules"])) for t in request["tiers"]]
+    device = DeviceProfile.model_validate({"device_id": "d", **request["device"]})
+    try:
+        return {"tier": resolve_tier(tiers, device)}
+    except NoTierError:
+        return {"tier": None}
+
+
+def cohort_case(request: Mapping[str, Any]) -> dict[str, Any]:
+    """One case of tests/vectors/rules/cohorts.json: the bucket and the cohort at each percent."""
+    salt, device_id = request["salt"], request["device_id"]
+    return {
+        "bucket": cohort_bucket(device_id, salt),
+        "in_cohort": {p: in_cohort(device_id, salt, float(p)) for p in request["percents"]},
+    }
 
 
 def check_json(data: bytes) -> bool:
@@ -482,6 +636,48 @@ def _bind_sockets(address: str | None) -> None:
 _PLAIN_HTTP = http.client.HTTPConnection
 
 
+def _conditions(raw: Mapping[str, Any] | None) -> Conditions:
+    """Absent, or a condition left out: the app did not say it (unknown is unmet, §8)."""
+    said = raw or {}
+    return Conditions(
+        metered=said.get("metered"),
+        charging=said.get("charging"),
+        idle=said.get("idle"),
+        storage_low=said.get("storage_low"),
+    )
+
+
+def _check_json(check: UpdateCheck) -> dict[str, Any]:
+    return {
+        "available": check.available,
+        "version": check.version,
+        "installed": check.installed,
+        "is_candidate": check.is_candidate,
+        "download_bytes": check.download_bytes,
+        "deferred": check.deferred,
+        "fallback": check.fallback,
+        "error_code": check.error_code,
+    }
+
+
+class _Background:
+    """One update running on its own thread (``start_update``), cancellable, with its progress."""
+
+    def __init__(self, client: Client, conditions: Conditions) -> None:
+        self.cancel = CancelToken()
+        self.progress: list[list[int]] = []
+        self.result: FetchResult | None = None
+        self.thread = threading.Thread(target=self._run, args=(client, conditions), daemon=True)
+        self.thread.start()
+
+    def _run(self, client: Client, conditions: Conditions) -> None:
+        self.result = client.fetch(
+            conditions,
+            cancel=self.cancel,
+            progress=lambda done, total: self.progress.append([done, total]),
+        )
+
+
 class Device:
     """One device: the client configured last, its clock, its runner."""
 
@@ -490,6 +686,8 @@ class Device:
         self.now: datetime | None = None
         self.runner: HostModelRunner | None = None
         self.reports: _CountingReporter | None = None
+        self.background: _Background | None = None
+        self.events: list[ModelChange] = []
 
     def clock(self) -> datetime:
         return self.now if self.now is not None else datetime.now().astimezone()
@@ -518,6 +716,33 @@ class Device:
     def op_check_blob(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _vector(check_blob_vector, _arg(request, "vector", dict))
 
+    def op_check_probe(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_probe_vector, _arg(request, "vector", dict))
+
+    def op_check_version(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_version_vector, _arg(request, "vector", dict))
+
+    def op_check_report(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_report_vector, _arg(request, "vector", dict))
+
+    def op_check_labels(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_labels_vector, _arg(request, "vector", dict))
+
+    def op_check_conditions(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_conditions_vector, _arg(request, "vector", dict))
+
+    def op_check_selftest(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_selftest_vector, _arg(request, "vector", dict))
+
+    def op_check_tiers(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_tier_file_vector, _arg(request, "vector", dict))
+
+    def op_resolve_tier(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(resolve_tier_case, request)
+
+    def op_cohort(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(cohort_case, request)
+
     def op_check_json(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return {"valid": check_json(_b64(_arg(request, "data", str)))}
 
@@ -530,7 +755,7 @@ class Device:
         bundle = bool(_opt(request, "bundle", bool))
         raw_device = _arg(request, "device", dict)
         tier = _opt(request, "tier", str)
-        raw_tiers = _opt(request, "tiers", dict)
+        raw_tiers = _opt(request, "tiers", list)
         policy_args = _opt(request, "policy", dict) or {}
         runner_args = _opt(request, "runner", dict)
         bundled_args = _opt(request, "bundled", dict)
@@ -545,10 +770,11 @@ class Device:
             known = {k: v for k, v in raw_device.items() if v is not None}
             device = DeviceProfile.model_validate({"ram_mb": 0, "cpu_cores": 1, **known})
             trusted = TrustedKeys.from_pems([str(p).encode() for p in pems])
+            # An array of {"name", "rules"}, best first: a tier file's "tiers" (§5).
             tiers = (
                 None
                 if raw_tiers is None
-                else {name: TierRules.model_validate(rules) for name, rules in raw_tiers.items()}
+                else [(t["name"], TierRules.model_validate(t["rules"])) for t in raw_tiers]
             )
             policy = DownloadPolicy(**policy_args)
             bundled = None
@@ -562,9 +788,15 @@ class Device:
         self.now = None if now is None else _time(now)
         self_test: bool | SelfTest = False
         if request.get("self_test"):
-            if runner_args is not None:
-                self.runner = HostModelRunner([str(a) for a in _arg(runner_args, "command", list)])
-            self_test = SelfTest(cache_dir, runner=self.runner or _NoRunner())
+            if runner_args is None:
+                # As an app without a runner: the client refuses to be built (§11), since
+                # every probe would "fail" and mark good releases bad.
+                raise UsageError(
+                    "the client refused the configuration: the self-test is on and there "
+                    "is no model runner"
+                )
+            self.runner = HostModelRunner([str(a) for a in _arg(runner_args, "command", list)])
+            self_test = SelfTest(cache_dir, runner=self.runner)
         _bind_sockets(_opt(request, "source_address", str))
         try:
             client = Client(
@@ -594,6 +826,7 @@ class Device:
             raise UsageError(f"the client refused the configuration: {exc}") from exc
         self.client = client
         self.reports = _CountingReporter(client.reporter)
+        client.add_listener(self.events.append)
         if tier is not None:
             why = "given by the app"
         else:
@@ -607,13 +840,56 @@ class Device:
 
     def op_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
         client = self.need()
-        raw = _opt(request, "conditions", dict)
-        conditions = (
-            Conditions(metered=False, charging=True)
-            if raw is None
-            else Conditions(metered=raw.get("metered"), charging=raw.get("charging"))
-        )
-        return _result(client.fetch(conditions))
+        return _result(client.fetch(_conditions(_opt(request, "conditions", dict))))
+
+    def op_start_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        client = self.need()
+        if self.background is not None and self.background.thread.is_alive():
+            raise UsageError("an update is already running: wait_update first")
+        self.background = _Background(client, _conditions(_opt(request, "conditions", dict)))
+        return {}
+
+    def op_cancel(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        if self.background is not None:
+            self.background.cancel.cancel()
+        return {}
+
+    def op_wait_update(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        background = self.background
+        if background is None:
+            raise UsageError("no update was started")
+        background.thread.join()
+        self.background = None
+        return {**_result(background.result), "progress": background.progress}
+
+    def op_events(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        events, self.events[:] = list(self.events), []
+        return {
+            "events": [
+                {"unit": e.unit, "kind": e.kind, "version": e.version, "previous": e.previous}
+                for e in events
+            ]
+        }
+
+    def op_check(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _check_json(self.need().check(_conditions(_opt(request, "conditions", dict))))
+
+    def op_delete(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"deleted": self.need().delete()}
+
+    def op_installed(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        units = installed_units(self.need().cache.root)
+        return {
+            "units": [
+                {
+                    "unit": u.unit,
+                    "kind": u.kind,
+                    "version": u.version,
+                    "is_candidate": u.is_candidate,
+                }
+                for u in units
+            ]
+        }
 
     def op_current(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _result(self.need().current())
@@ -636,6 +912,22 @@ class Device:
             float(_arg(request, "ms", (int, float))), _opt(request, "model", str)
         )
         return {}
+
+    def op_record(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        success = _arg(request, "success", bool)
+        try:
+            self.need().record(_arg(request, "metric", str), success)
+        except ValueError as exc:
+            return {"counted": False, "error": str(exc)}
+        return {"counted": True}
+
+    def op_observe(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        value = _arg(request, "value", (int, float))
+        try:
+            self.need().observe(_arg(request, "metric", str), float(value))
+        except ValueError as exc:
+            return {"counted": False, "error": str(exc)}
+        return {"counted": True}
 
     def op_record_memory(self, request: Mapping[str, Any]) -> dict[str, Any]:
         peak = _opt(request, "peak_mb", (int, float))
@@ -665,6 +957,10 @@ class Device:
         return {}
 
     def close(self) -> None:
+        if self.background is not None:
+            self.background.cancel.cancel()
+            self.background.thread.join(timeout=10)
+            self.background = None
         if self.client is not None:
             self.client.close()
         if self.runner is not None:

@@ -27,6 +27,7 @@ from edgereg.config._inputs import (
     StatePair,
 )
 from edgereg.config._load import MAX_CONFIG_BYTES, json_schema, load, parse, read_config_text
+from edgereg.config._metrics import AppMetric, MetricGuardrail
 from edgereg.config._models import (
     ConverterOptions,
     Int8Quantization,
@@ -84,6 +85,7 @@ __all__ = [
     "NO_BATCH_AXIS",
     "NO_MODELS_NOTE",
     "TASK_KINDS",
+    "AppMetric",
     "ArmClass",
     "Backend",
     "Budgets",
@@ -105,6 +107,7 @@ __all__ = [
     "Int8Quantization",
     "LatencyGuardrail",
     "MetricBudget",
+    "MetricGuardrail",
     "Model",
     "Name",
     "NoQuantization",

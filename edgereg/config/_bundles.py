@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from edgereg.config._base import _Strict
+from edgereg.config._metrics import MAX_METRICS, AppMetric
 from edgereg.config._rollout import RolloutPolicy
 from edgereg.protocol.fields import Name, Requirements, SemVer
 
@@ -19,6 +20,11 @@ class Bundle(_Strict):
     description: str = ""
     requires: Requirements | None = Field(
         default=None, description="App and OS versions the bundle needs, beyond its members'."
+    )
+    metrics: dict[Name, AppMetric] = Field(
+        default_factory=dict,
+        max_length=MAX_METRICS,
+        description="App metrics the app records for the bundle as a whole (at most 16).",
     )
     rollout: RolloutPolicy | None = Field(
         default=None, description="This bundle's rollout policy; the global one when unset."

@@ -11,6 +11,7 @@ from edgereg.config import _recipe
 from edgereg.config._base import DEFAULT_CONFIG_FILE, NO_MODELS_NOTE, _rule_error, _Strict
 from edgereg.config._bundles import Bundle
 from edgereg.config._inputs import PinnedFile
+from edgereg.config._metrics import AppMetric
 from edgereg.config._models import Model
 from edgereg.config._recipe import ResolvedVariant
 from edgereg.config._registry import Registry, Reports
@@ -107,7 +108,56 @@ class Config(_Strict):
                     f'tier = "{last}" (lower tiers have no tier below to fall back to)',
                 )
         self._check_bundles()
+        self._check_metric_guardrails()
         return self
+
+    def _check_metric_guardrails(self) -> None:
+        """Every guardrail on an app metric names a metric that a unit it governs declares.
+
+        A unit's own ``[*.rollout.guardrails]`` judges that unit, which must declare the
+        metric; the global ones judge every unit without its own policy that declares
+        the metric (the others have nothing to judge), and at least one must.
+        """
+        units: dict[str, tuple[str, Any]] = {
+            **{
+                name: (f"models.{name}", m)
+                for name, m in self.models.items()
+                if self.bundle_of(name) is None
+            },
+            **{name: (f"bundles.{name}", b) for name, b in self.bundles.items()},
+        }
+        governed = {
+            name: where_unit for name, where_unit in units.items() if where_unit[1].rollout is None
+        }
+        for name, (where, unit) in units.items():
+            if unit.rollout is not None:
+                self._check_metric_policy(
+                    f"{where}.rollout.guardrails", unit.rollout.guardrails, {name: (where, unit)}
+                )
+        if governed:
+            self._check_metric_policy("rollout.guardrails", self.rollout.guardrails, governed)
+
+    @staticmethod
+    def _check_metric_policy(
+        table: str, guardrails: Any, units: dict[str, tuple[str, Any]]
+    ) -> None:
+        for guardrail_name, guardrail in guardrails.metric_guardrails().items():
+            key = f"{table}.{guardrail_name}"
+            declaring = [
+                (where, unit.metrics[guardrail.metric])
+                for where, unit in units.values()
+                if guardrail.metric in unit.metrics
+            ]
+            if not declaring:
+                names = ", ".join(where for where, _ in units.values())
+                raise _rule_error(
+                    f"{key}.metric",
+                    f"names app metric '{guardrail.metric}', which no unit it judges declares "
+                    f"({names}); declare it, e.g. [{next(iter(units.values()))[0]}.metrics."
+                    f'{guardrail.metric}] kind = "rate", or fix the name',
+                )
+            for _, declared in declaring:
+                guardrail.check_against(declared, key)
 
     def _check_bundles(self) -> None:
         member_of: dict[str, str] = {}
@@ -132,6 +182,13 @@ class Config(_Strict):
                         "ships in at most one bundle (one rollout decides what devices run)",
                     )
                 member_of[member] = bundle_name
+                if self.models[member].metrics:
+                    raise _rule_error(
+                        f"models.{member}.metrics",
+                        f"model '{member}' ships in bundle '{bundle_name}', whose release is "
+                        f"what devices install and report on: declare its app metrics under "
+                        f"[bundles.{bundle_name}.metrics] instead",
+                    )
 
     def bundle_of(self, model_name: str) -> str | None:
         """The bundle a model ships in, or None when it ships on its own."""
@@ -149,6 +206,11 @@ class Config(_Strict):
     def root(self) -> Path:
         """The directory relative paths in the file are resolved against."""
         return self._path.parent
+
+    def unit_metrics(self, unit: str) -> dict[str, AppMetric]:
+        """The app metrics a model or bundle declares (none for an unknown name)."""
+        found = self.models.get(unit) or self.bundles.get(unit)
+        return dict(found.metrics) if found is not None else {}
 
     def rollout_policy(self, model_name: str) -> RolloutPolicy:
         """The rollout policy of a model: its own, else the global one.

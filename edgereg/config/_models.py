@@ -10,6 +10,7 @@ from edgereg.config._arm import ARM_DESCRIPTION, ArmClasses, CpuFeature, check_i
 from edgereg.config._base import _rule_error, _Strict
 from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
+from edgereg.config._metrics import MAX_METRICS, AppMetric
 from edgereg.config._rollout import RolloutPolicy
 from edgereg.config._tasks import ClassificationTask, Task, TaskMetric
 from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
@@ -160,6 +161,12 @@ class Model(_Strict):
     )
     variants: dict[Name, Variant] = Field(min_length=1)
     arm: ArmClasses | None = Field(default=None, description=ARM_DESCRIPTION)
+    metrics: dict[Name, AppMetric] = Field(
+        default_factory=dict,
+        max_length=MAX_METRICS,
+        description="App metrics the app records for this model (at most 16): how well it "
+        "does its job on users' real inputs, counts only. A guardrail can judge any of them.",
+    )
 
     @model_validator(mode="after")
     def _instead(self) -> Model:

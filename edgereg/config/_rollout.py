@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgereg.config._base import MAX_HOURS, _Strict
+from edgereg.config._base import MAX_HOURS, _rule_error, _Strict
+from edgereg.config._metrics import MetricGuardrail
 
 
 class RateGuardrail(_Strict):
@@ -65,7 +66,40 @@ class LatencyGuardrail(_Strict):
 
 
 class Guardrails(_Strict):
-    """What the canary analysis checks and automatic rollouts act on, per tier."""
+    """What the canary analysis checks and automatic rollouts act on, per tier.
+
+    Besides the built-in guardrails below, a table of any other name is a guardrail
+    on an app metric the unit declares: `[rollout.guardrails.accepted]` with
+    `metric = "accepted"` and `max_worse = 0.01`.
+    """
+
+    model_config = ConfigDict(
+        extra="allow", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
+    )
+    __pydantic_extra__: dict[str, MetricGuardrail] = Field(init=False)
+
+    def metric_guardrails(self) -> dict[str, MetricGuardrail]:
+        """The guardrails on app metrics, by name."""
+        return dict(self.__pydantic_extra__ or {})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _others_name_a_metric(cls, data: Any) -> Any:
+        # A table that is neither a built-in guardrail nor names a metric is a typo.
+        if isinstance(data, dict):
+            for name, value in data.items():
+                if name in cls.model_fields:
+                    continue
+                if not isinstance(value, dict) or "metric" not in value:
+                    builtin = ", ".join(
+                        n for n, f in cls.model_fields.items() if f.annotation in _TABLES
+                    )
+                    raise _rule_error(
+                        name,
+                        f"unknown guardrail '{name}': the built-in ones are {builtin}; a "
+                        'guardrail on an app metric names it: metric = "<metric>"',
+                    )
+        return data
 
     # Above 0.5 a one-sided test could call identical arms different.
     alpha: float = Field(
@@ -164,6 +198,9 @@ class Guardrails(_Strict):
         description="When a critical guardrail fails, an automatic rollout rolls back (else "
         "it only pauses).",
     )
+
+
+_TABLES = (RateGuardrail, UnconfirmedGuardrail, LatencyGuardrail)
 
 
 class RolloutPolicy(_Strict):

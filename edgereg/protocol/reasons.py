@@ -30,6 +30,7 @@ __all__ = [
     "Malformed",
     "OsIncompatible",
     "ProbeFailed",
+    "ProbeNotRun",
     "Rejected",
     "Rollback",
     "RuntimeTooOld",
@@ -153,6 +154,19 @@ class ProbeFailed(Rejected):
     permanent: ClassVar[bool] = True
 
 
+class ProbeNotRun(Rejected):
+    """The self-test could not run the probe: the app's runner has no CPU backend here.
+
+    Not a verdict on the model (docs/protocol.md §11, rule 19): the release is
+    neither installed nor marked bad, and nothing is reported; the next fetch
+    tries again. A client built without a runner never gets here: it refuses
+    to be built with the self-test on.
+    """
+
+    reason = "probe-not-run"
+    permanent: ClassVar[bool] = False
+
+
 REASONS: tuple[type[Rejected], ...] = (
     Malformed,
     UnknownKey,
@@ -230,6 +244,22 @@ CLIENT_REASONS: tuple[ClientReason, ...] = (
         "Keep the installed model; report it. If the disk was at fault, delete the file the "
         "message names.",
         retry=False,
+    ),
+    ClientReason(
+        "probe-not-run",
+        "The self-test could not run the golden probe: the app's model runner cannot "
+        "create even its CPU backend here. Not a verdict on the model: nothing is marked "
+        "bad and nothing is reported.",
+        "Keep the installed model; fix the runner (a missing MNN library); the next fetch "
+        "tries again.",
+        retry=True,
+    ),
+    ClientReason(
+        "cancelled",
+        "The app cancelled the fetch (a cancel call, a cancelled task or future, an "
+        "interrupted thread) before the switch; nothing was installed.",
+        "Keep the installed model; a later fetch resumes the download from the part kept.",
+        retry=True,
     ),
     ClientReason(
         "reverted",

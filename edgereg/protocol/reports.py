@@ -13,20 +13,33 @@ at most :data:`MAX_REPORT_BYTES`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BeforeValidator, Field, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.fields import MAX_MEMORY_MB, Backend, Name, RuntimeVersion, SemVer
 from edgereg.protocol.reasons import Malformed
-from edgereg.protocol.wire import WireModel, _added, _describe
+from edgereg.protocol.wire import MAX_METRIC_EDGES, MAX_METRICS, WireModel, _added, _describe
 
 __all__ = [
     "CPU_CLASSES",
+    "MAX_COUNT",
     "MAX_REPORT_BYTES",
     "REPORT_V2_KEYS",
+    "REPORT_V3_KEYS",
+    "DistributionCounts",
     "LatencySummary",
+    "MetricCounts",
+    "RateCounts",
     "Report",
     "ReportError",
     "parse_report",
@@ -40,15 +53,16 @@ Token = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ShortText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._ -]{1,32}$")]
 
 
-def _exactly_1_or_2(value: Any) -> Any:
-    # Literal[1, 2] alone admits 1.0 and true (both == 1 in Python): the wire says 1 or 2.
+def _exactly_1_to_3(value: Any) -> Any:
+    # Literal[1, 2, 3] alone admits 1.0 and true (both == 1 in Python): the wire says an int.
     if type(value) is not int:
-        raise ValueError(f"schema_version must be the integer 1 or 2, got {value!r}")
+        raise ValueError(f"schema_version must be the integer 1, 2 or 3, got {value!r}")
     return value
 
 
-ReportSchemaVersion = Annotated[Literal[1, 2], BeforeValidator(_exactly_1_or_2)]
-"""1, or 2 for a report that sets a key of :data:`REPORT_V2_KEYS` (absent on the wire: 1)."""
+ReportSchemaVersion = Annotated[Literal[1, 2, 3], BeforeValidator(_exactly_1_to_3)]
+"""1; 2 for a report that sets a key of :data:`REPORT_V2_KEYS`; 3 for one with ``metrics``
+(absent on the wire: 1)."""
 
 Starts = Annotated[int, Field(ge=0, le=1000, strict=True)]
 MemoryFigure = Annotated[float, Field(ge=0, le=MAX_MEMORY_MB, allow_inf_nan=False)]
@@ -57,6 +71,48 @@ CpuClass = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,31}
 CPU_CLASSES = ("armv8", "armv8.2", "armv9", "x86_64", "other")
 """The classes clients send as ``cpu_class`` (docs/protocol.md §11); the server stores any
 name of the pattern, so a class added later is kept."""
+
+MAX_COUNT = 10**9
+"""The largest count a report's app metric carries."""
+
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT, strict=True)]
+
+
+class RateCounts(WireModel):
+    """A ``rate`` metric's totals since the install: events, and those that succeeded."""
+
+    events: Count
+    successes: Count
+
+    @model_validator(mode="after")
+    def _successes_are_events(self) -> RateCounts:
+        if self.successes > self.events:
+            raise ValueError(f"successes {self.successes} above events {self.events}")
+        return self
+
+
+class DistributionCounts(WireModel):
+    """A ``distribution`` metric's totals since the install: values per bucket."""
+
+    counts: list[Count] = Field(
+        min_length=2,
+        max_length=MAX_METRIC_EDGES + 1,
+        description="Values per bucket, in the declared order: K edges make K + 1 counts.",
+    )
+
+
+def _counts_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "distribution" if "counts" in value else "rate"
+    return "distribution" if isinstance(value, DistributionCounts) else "rate"
+
+
+MetricCounts = Annotated[
+    Union[Annotated[RateCounts, Tag("rate")], Annotated[DistributionCounts, Tag("distribution")]],  # noqa: UP007
+    Discriminator(_counts_kind),
+]
+"""One app metric's totals in a report: a rate's events and successes, or a distribution's
+counts per bucket."""
 
 REPORT_V2_KEYS = (
     "unconfirmed_starts",
@@ -67,6 +123,8 @@ REPORT_V2_KEYS = (
 )
 """The keys schema version 2 adds; a version 1 report that carries one (even ``null``) is
 refused: version 1 did not know it."""
+REPORT_V3_KEYS = ("metrics",)
+"""The key schema version 3 adds (app metrics); refused in a report of version 1 or 2."""
 
 
 class ReportError(Malformed):
@@ -148,20 +206,33 @@ class Report(WireModel):
     first_inference_ms: Milliseconds | None = _added(
         "Version 2. The first real inference after load, in milliseconds."
     )
+    metrics: (
+        Annotated[dict[Name, MetricCounts], Field(min_length=1, max_length=MAX_METRICS)] | None
+    ) = _added(
+        "Version 3. The install's app metrics so far: name -> a rate's events and "
+        "successes, or a distribution's counts per bucket (docs/protocol.md §3, §11)."
+    )
 
     @model_validator(mode="after")
     def _version_says_the_keys(self) -> Report:
-        if self.schema_version == 1:
-            used = [key for key in REPORT_V2_KEYS if getattr(self, key) is not None]
-            if used:
-                raise ValueError(f"{', '.join(used)}: schema_version 1 does not have it")
+        newer = {1: (*REPORT_V2_KEYS, *REPORT_V3_KEYS), 2: REPORT_V3_KEYS, 3: ()}
+        used = [key for key in newer[self.schema_version] if getattr(self, key) is not None]
+        if used:
+            raise ValueError(
+                f"{', '.join(used)}: schema_version {self.schema_version} does not have it"
+            )
         return self
 
     @classmethod
     def versioned(cls, **fields: Any) -> Report:
         """A report whose ``schema_version`` is the lowest that holds ``fields``."""
-        v2 = any(fields.get(key) is not None for key in REPORT_V2_KEYS)
-        return cls(**{**fields, "schema_version": 2 if v2 else 1})
+        if any(fields.get(key) is not None for key in REPORT_V3_KEYS):
+            version = 3
+        elif any(fields.get(key) is not None for key in REPORT_V2_KEYS):
+            version = 2
+        else:
+            version = 1
+        return cls(**{**fields, "schema_version": version})
 
 
 def parse_report(data: bytes) -> Report:
@@ -179,18 +250,23 @@ def parse_report(data: bytes) -> Report:
         value = strict_json_loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ReportError(f"report is not JSON: {exc}", code="not-json") from exc
-    if isinstance(value, dict) and value.get("schema_version", 1) == 1:
-        # A key version 1 did not have is an unknown key there, null or not.
-        for key in REPORT_V2_KEYS:
-            if key in value and type(value.get("schema_version", 1)) is int:  # not 1.0
+    if isinstance(value, dict) and type(value.get("schema_version", 1)) is int:  # not 1.0
+        # A key a version did not have is an unknown key there, null or not.
+        version = value.get("schema_version", 1)
+        later = {1: (*REPORT_V2_KEYS, *REPORT_V3_KEYS), 2: REPORT_V3_KEYS}.get(version, ())
+        for key in later:
+            if key in value:
+                needed = 3 if key in REPORT_V3_KEYS else 2
                 raise ReportError(
-                    f"report is not valid: {key}: unknown key in a schema_version 1 report "
-                    "(send schema_version 2)",
+                    f"report is not valid: {key}: unknown key in a schema_version {version} "
+                    f"report (send schema_version {needed})",
                     field=key,
                 )
     try:
         return Report.model_validate(value, strict=True)
     except ValidationError as exc:
-        first = exc.errors()[0]["loc"]
+        first = list(exc.errors()[0]["loc"])
+        if first[:1] == ["metrics"] and len(first) > 2 and first[2] in ("rate", "distribution"):
+            del first[2]  # the union's tag, not a key of the report
         field = ".".join(str(part) for part in first) or None
         raise ReportError(f"report is not valid: {_describe(exc)}", field=field) from exc

@@ -22,25 +22,32 @@ stays the same.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.errors import EdgeregError, ExitCode
-from edgereg.protocol.fields import BUCKETS, TierRules, basis_points
+from edgereg.protocol.fields import BUCKETS, MAX_SAFE_INTEGER, TierRules, basis_points
+from edgereg.protocol.patterns import NAME_RE
+from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry
 
 __all__ = [
     "DeviceProfile",
     "NoTierError",
+    "Tiers",
     "choose_entry",
     "cohort_bucket",
     "explain_tier",
     "in_cohort",
+    "parse_tier_file",
     "resolve_tier",
     "soc_matches",
+    "tier_file",
     "tier_matches",
     "unmet_rules",
 ]
@@ -154,13 +161,21 @@ def unmet_rules(rules: TierRules, device: DeviceProfile) -> list[str]:
     return unmet
 
 
-def explain_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> list[str]:
+Tiers = Mapping[str, TierRules] | Iterable[tuple[str, TierRules]]
+"""Tier rules best first: models.toml's ``[tiers]`` table, or a tier file's pairs."""
+
+
+def _ordered(tiers: Tiers) -> list[tuple[str, TierRules]]:
+    return list(tiers.items()) if isinstance(tiers, Mapping) else list(tiers)
+
+
+def explain_tier(tiers: Tiers, device: DeviceProfile) -> list[str]:
     """Why a device lands in its tier: each better tier it misses, then the one it meets.
 
     The same walk as :func:`resolve_tier`, in words, for people (the demo, `pull`).
     """
     lines = []
-    for name, rules in tiers.items():
+    for name, rules in _ordered(tiers):
         unmet = unmet_rules(rules, device)
         if unmet:
             lines.append(f"not {name}: {'; '.join(unmet)}")
@@ -179,7 +194,7 @@ def explain_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> list[
     return lines
 
 
-def resolve_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> str:
+def resolve_tier(tiers: Tiers, device: DeviceProfile) -> str:
     """Return the first tier, best first, whose every rule the device meets.
 
     With a valid models.toml the last tier is a catch-all, so every device
@@ -188,11 +203,128 @@ def resolve_tier(tiers: Mapping[str, TierRules], device: DeviceProfile) -> str:
     Raises:
         NoTierError: no tier matches (the tiers have no catch-all).
     """
-    for name, rules in tiers.items():
+    ordered = _ordered(tiers)
+    for name, rules in ordered:
         if tier_matches(rules, device):
             return name
     raise NoTierError(
         f"device {device.device_id!r} matches none of the tiers "
-        f"{', '.join(tiers) or '(none given)'}",
+        f"{', '.join(name for name, _ in ordered) or '(none given)'}",
         hint="The last tier must be a catch-all with no rules; check [tiers] in models.toml.",
     )
+
+
+# --- the tier file (docs/protocol.md §5): the tier rules an app ships, in order -------------
+
+TIER_FILE_SCHEMA_VERSION = 1
+TIER_RULE_KEYS = ("min_ram_mb", "min_cpu_cores", "soc_allow", "os")
+"""The rules a tier file may set; any other key is refused (a rule a client ignored would
+put devices in a better tier than the publisher meant)."""
+MAX_TIER_FILE_BYTES = 64 * 1024
+MAX_TIERS = 64
+
+
+def tier_file(tiers: Mapping[str, TierRules] | Iterable[tuple[str, TierRules]]) -> bytes:
+    """The tier file of docs/protocol.md §5: canonical JSON, the tiers as an array, best first.
+
+    ``edgereg tiers`` writes it from models.toml's ``[tiers]``; apps ship it
+    and resolve their tier from it. Order lives in the array, never in an
+    object's keys (which JSON does not order), so a file rewritten with sorted
+    keys still means the same.
+    """
+    pairs = list(tiers.items()) if isinstance(tiers, Mapping) else list(tiers)
+    listed: list[dict[str, Any]] = []
+    for name, rules in pairs:
+        set_rules = {
+            key: getattr(rules, key) for key in TIER_RULE_KEYS if getattr(rules, key) is not None
+        }
+        listed.append({"name": name, "rules": set_rules})
+    # Pretty-printed canonical JSON: sorted keys, the array's order kept.
+    text = json.dumps(
+        {"schema_version": TIER_FILE_SCHEMA_VERSION, "tiers": listed},
+        sort_keys=True,
+        indent=2,
+        ensure_ascii=False,
+    )
+    return (text + "\n").encode("utf-8")
+
+
+def _tier_rules(where: str, raw: Any) -> TierRules:
+    if not isinstance(raw, dict):
+        raise Malformed(f"{where}: the rules must be an object")
+    unknown = sorted(set(raw) - set(TIER_RULE_KEYS))
+    if unknown:
+        raise Malformed(
+            f"{where}: unknown rule {unknown[0]!r} (this client knows {', '.join(TIER_RULE_KEYS)})",
+            hint="A newer tier file raises schema_version; update the SDK or re-export.",
+        )
+    for key, low in (("min_ram_mb", 0), ("min_cpu_cores", 1)):
+        if key in raw:
+            value = raw[key]
+            if type(value) is not int or not low <= value <= MAX_SAFE_INTEGER:
+                raise Malformed(f"{where}: {key} must be an integer from {low}, got {value!r}")
+    for key in ("soc_allow", "os"):
+        if key in raw:
+            value = raw[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise Malformed(f"{where}: {key} must be a list of strings, got {value!r}")
+    if "os" in raw and not set(raw["os"]) <= {"android", "ios"}:
+        raise Malformed(f"{where}: os may hold android and ios only, got {raw['os']!r}")
+    return TierRules.model_validate(raw)
+
+
+def parse_tier_file(data: bytes) -> list[tuple[str, TierRules]]:
+    """The tiers of a tier file, best first (docs/protocol.md §5).
+
+    Raises:
+        Malformed: not strict JSON, not ``{"schema_version": 1, "tiers": [...]}``
+            (an object of tiers is refused: its key order means nothing), a
+            name twice or not a name, an unknown rule, a rule of the wrong
+            type, or a last tier that is not a catch-all.
+    """
+    if len(data) > MAX_TIER_FILE_BYTES:
+        raise Malformed(f"the tier file is {len(data)} bytes, more than {MAX_TIER_FILE_BYTES}")
+    try:
+        document = strict_json_loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise Malformed(f"the tier file is not strict JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("tiers"), list):
+        raise Malformed(
+            'the tier file must be {"schema_version": 1, "tiers": [{"name", "rules"}, ...]}, '
+            "the tiers an array best first",
+            hint="Export it with `edgereg tiers --out tiers.json`; an object of tiers is "
+            "refused because JSON does not order an object's keys.",
+        )
+    if type(document.get("schema_version")) is not int or (
+        document["schema_version"] != TIER_FILE_SCHEMA_VERSION
+    ):
+        raise Malformed(
+            f"the tier file's schema_version is {document.get('schema_version')!r}; this client "
+            f"reads {TIER_FILE_SCHEMA_VERSION}"
+        )
+    unknown = sorted(set(document) - {"schema_version", "tiers"})
+    if unknown:
+        raise Malformed(f"the tier file has an unknown key {unknown[0]!r}")
+    listed = document["tiers"]
+    if not 1 <= len(listed) <= MAX_TIERS:
+        raise Malformed(f"the tier file must list 1 to {MAX_TIERS} tiers, it lists {len(listed)}")
+    tiers: list[tuple[str, TierRules]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(listed):
+        where = f"tiers[{index}]"
+        if not isinstance(item, dict) or set(item) != {"name", "rules"}:
+            raise Malformed(f'{where} must be {{"name": ..., "rules": {{...}}}}')
+        name = item["name"]
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+            raise Malformed(f"{where}: {name!r} is not a tier name")
+        if name in seen:
+            raise Malformed(f"{where}: tier {name!r} is listed twice")
+        seen.add(name)
+        tiers.append((name, _tier_rules(f"{where} ({name})", item["rules"])))
+    last_name, last = tiers[-1]
+    if not last.is_catch_all:
+        raise Malformed(
+            f"the last tier, {last_name!r}, sets rules: the last tier must be a catch-all "
+            "so that every device gets one"
+        )
+    return tiers

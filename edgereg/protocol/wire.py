@@ -215,6 +215,45 @@ def _version_above(candidate: str | None, stable: str | None) -> None:
         raise ValueError(f"candidate {candidate} must be a higher version than stable {stable}")
 
 
+MAX_METRICS = 16
+"""App metrics a release may declare (and a report carry)."""
+MAX_METRIC_EDGES = 31
+"""Bucket edges of a distribution metric at most (so at most 32 buckets)."""
+
+
+class RateMetric(WireModel):
+    """An app metric counted as events and successes (``record(name, success)``)."""
+
+    # On the wire "kind" (a WireModel's ``kind`` names the document type).
+    metric: Literal["rate"] = Field(alias="kind")
+
+
+class DistributionMetric(WireModel):
+    """An app metric counted in fixed buckets (``observe(name, value)``)."""
+
+    metric: Literal["distribution"] = Field(alias="kind")
+    buckets: list[Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        min_length=1,
+        max_length=MAX_METRIC_EDGES,
+        description="Upper edges of the buckets, strictly increasing: K edges make K + 1 "
+        "buckets, (-inf, e1], (e1, e2], ..., (eK, +inf).",
+    )
+
+    @model_validator(mode="after")
+    def _increasing(self) -> DistributionMetric:
+        if any(b <= a for a, b in zip(self.buckets, self.buckets[1:], strict=False)):
+            raise ValueError(f"buckets must increase strictly, got {self.buckets}")
+        return self
+
+
+MetricDeclaration = Annotated[
+    Union[RateMetric, DistributionMetric],  # noqa: UP007
+    Field(discriminator="metric"),
+]
+"""What a client knows of one declared app metric: its kind (and a distribution's buckets)."""
+Metrics = Annotated[dict[Name, MetricDeclaration], Field(min_length=1, max_length=MAX_METRICS)]
+
+
 # --- manifest -----------------------------------------------------------------
 
 
@@ -255,6 +294,10 @@ class ManifestEntry(WireModel):
         "What a device with an avoided CPU feature installs in its place: the same "
         "version, another variant; itself without `instead`."
     )
+    metrics: Metrics | None = _added(
+        "The app metrics the release declares: name -> kind (and a distribution's "
+        "buckets). Only on the unit's own entry: never on a bundle member or an instead."
+    )
 
     @model_validator(mode="after")
     def _path_is_digest(self) -> ManifestEntry:
@@ -263,6 +306,8 @@ class ManifestEntry(WireModel):
         if self.instead is not None:
             if self.instead.instead is not None:
                 raise ValueError("instead may not have an instead of its own (one level only)")
+            if self.instead.metrics is not None:
+                raise ValueError("instead may not declare metrics (the outer entry's apply)")
             if self.instead.version != self.version:
                 raise ValueError(
                     f"instead is version {self.instead.version}, the entry {self.version}: "
@@ -282,10 +327,22 @@ class BundleEntry(WireModel):
         description="Each member model's entry for this tier; its version is the model's own.",
     )
     requires: Requirements | None = _added("App and OS versions the bundle needs; absent: any.")
+    metrics: Metrics | None = _added(
+        "The app metrics the bundle declares (its members' entries declare none)."
+    )
 
     def blobs(self) -> list[ManifestEntry]:
         """The members' entries, by member name."""
         return [self.members[name] for name in sorted(self.members)]
+
+    @model_validator(mode="after")
+    def _members_declare_no_metrics(self) -> BundleEntry:
+        declaring = sorted(name for name, m in self.members.items() if m.metrics is not None)
+        if declaring:
+            raise ValueError(
+                f"member {', '.join(declaring)} declares metrics: a bundle's are its own entry's"
+            )
+        return self
 
 
 def _entry_kind(value: Any) -> str:
@@ -546,6 +603,9 @@ class ReleaseRecord(WireModel):
         "the keys of `tiers`); absent in records written before it existed.",
     )
     requires: Requirements | None = _added("App and OS versions the release needs.")
+    metrics: Metrics | None = _added(
+        "The app metrics the release declares (models.toml), as its manifest entries carry them."
+    )
 
     @property
     def name(self) -> str:
@@ -602,6 +662,9 @@ class BundleRecord(WireModel):
     members: dict[Name, BundleMember] = Field(min_length=1)
     tier_order: list[Name] = Field(min_length=1, description="Every tier, best first.")
     requires: Requirements | None = None
+    metrics: Metrics | None = _added(
+        "The app metrics the bundle declares (models.toml), as its manifest entries carry them."
+    )
 
     @property
     def name(self) -> str:
@@ -649,7 +712,7 @@ def to_bytes(obj: WireModel) -> bytes:
         WireError: the object holds a value JSON cannot carry (NaN in metrics).
     """
     try:
-        return canonical_json(obj.model_dump(mode="json"))
+        return canonical_json(obj.model_dump(mode="json", by_alias=True))
     except ValueError as exc:
         raise WireError(f"cannot serialize the {obj.kind}: {exc}") from exc
 
@@ -756,7 +819,8 @@ def _known_keys_only(value: Any, annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         if not isinstance(value, dict):
             return value
-        fields = annotation.model_fields
+        # Keyed as on the wire: a field's alias where it has one.
+        fields = {(f.alias or name): f for name, f in annotation.model_fields.items()}
         return {
             key: _known_keys_only(item, fields[key].annotation)
             for key, item in value.items()
@@ -771,7 +835,22 @@ def _known_keys_only(value: Any, annotation: Any) -> Any:
         models = [a for a in args if a is not type(None)]
         if len(models) == 1:
             return _known_keys_only(value, models[0])
+        # A union told apart by a literal key (an app metric's "kind"): the member it names.
+        named = [m for m in models if _names(m, value)]
+        if len(named) == 1:
+            return _known_keys_only(value, named[0])
     return value
+
+
+def _names(model: Any, value: dict[str, Any]) -> bool:
+    """Whether ``value`` carries the literal a member model of a tagged union is told by."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return False
+    for name, info in model.model_fields.items():
+        if typing.get_origin(info.annotation) is Literal:
+            key = info.alias or name
+            return key in value and value[key] in typing.get_args(info.annotation)
+    return False
 
 
 def _pattern(annotated: Any) -> str:

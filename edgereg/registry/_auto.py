@@ -399,20 +399,31 @@ def _not_harmless(analysis: Analysis) -> str:
 def _estimated_over(analysis: Analysis) -> str:
     """The unproven guardrails whose estimate is beyond the limit, or "".
 
-    The step to 100 % and the promote ask it, of the pool of every tier (the
-    largest arms the rollout has; a sole tier's own): a good candidate's
-    estimate is rarely beyond the limit there by chance, and one that is worse
-    than the limit, which no test could show at this fleet size, waits for a
-    person instead of reaching everyone.
+    The step to 100 % and the promote ask it: of the pool of every tier (a sole
+    tier's own), whose arms are the rollout's largest, so that a good
+    candidate's estimate is rarely beyond the limit there by chance, and one
+    that is worse than the limit, which no test could show at this fleet size,
+    waits for a person instead of reaching everyone; and of every tier judged
+    alone, whether its estimate is clearly beyond the limit (its one-look 95 %
+    interval beyond it): a harm confined to one tier, which the pool dilutes.
     """
     estimated = analysis.estimated
     if estimated is None:
         return "no tier has reported"
-    return ", ".join(
+    over = [
         f"{_where(estimated)} {result.name} is {result.beyond_limit}"
         for result in estimated.guardrails
         if result.verdict != "pass" and result.beyond_limit is not None
-    )
+    ]
+    if estimated is not (analysis.tiers[0] if len(analysis.tiers) == 1 else None):
+        over += [
+            f"{tier.tier} {result.name} is {result.clearly_beyond_limit}"
+            for tier in analysis.tiers
+            if not tier.pooled
+            for result in tier.guardrails
+            if result.verdict != "pass" and result.clearly_beyond_limit is not None
+        ]
+    return ", ".join(over)
 
 
 def _unproven(analysis: Analysis) -> str:

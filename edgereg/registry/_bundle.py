@@ -103,6 +103,7 @@ def prepare_bundle_release(
         members=members,
         tier_order=list(config.tiers),
         requires=bundle.requires,
+        metrics={name: m.declaration() for name, m in bundle.metrics.items()} or None,
     )
     return PreparedBundle(record=record, blobs=blobs)
 

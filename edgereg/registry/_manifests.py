@@ -90,13 +90,15 @@ def entry_for(record: ReleaseRecord, tier: str) -> ManifestEntry | None:
     variant_name = record.tiers.get(tier)
     if variant_name is None:
         return None
-    return _entry(
+    entry = _entry(
         record.version,
         variant_name,
         record.variants[variant_name],
         record.requires,
         record.variants,
     )
+    # The unit's app metrics travel on its own entry (docs/protocol.md §3).
+    return entry if record.metrics is None else entry.model_copy(update={"metrics": record.metrics})
 
 
 def member_entry_for(member: BundleMember, tier: str) -> ManifestEntry | None:
@@ -125,7 +127,9 @@ def bundle_entry_for(record: BundleRecord, tier: str) -> BundleEntry | None:
         if entry is None:
             return None  # a bundle is all of its members or nothing
         members[name] = entry
-    return BundleEntry(version=record.version, members=members, requires=record.requires)
+    return BundleEntry(
+        version=record.version, members=members, requires=record.requires, metrics=record.metrics
+    )
 
 
 def unit_entry_for(record: AnyRelease, tier: str) -> ManifestEntry | BundleEntry | None:

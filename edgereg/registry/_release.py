@@ -161,6 +161,7 @@ def prepare_release(
         tiers=tiers,
         tier_order=list(tiers),
         requires=model.requires,
+        metrics={name: m.declaration() for name, m in model.metrics.items()} or None,
     )
     return PreparedRelease(record=record, blobs=blobs)
 

@@ -6,9 +6,10 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from edgereg.reports._metrics import metric_upsert_sql
 from edgereg.reports.store import (
     ReportStore,
     ReportStoreError,
@@ -127,7 +128,12 @@ class PostgresStore(ReportStore):
             return
         self._idle.put((conn, time.monotonic()))
 
-    def _write_rows(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+    def _write_rows(
+        self,
+        cursor: Any,
+        rows: Sequence[tuple[Any, ...]],
+        metrics: Sequence[tuple[Any, ...]] = (),
+    ) -> None:
         # psycopg rewrites the placeholders of a long statement on every call
         # (measured: most of the time of a 32-row upsert); its executemany sends
         # the short one-row statement for every row in one pipeline instead
@@ -135,6 +141,8 @@ class PostgresStore(ReportStore):
         cursor.executemany(
             upsert_sql(self.placeholder, greatest=self.greatest, least=self.least), rows
         )
+        if metrics:
+            cursor.executemany(metric_upsert_sql(self.placeholder, greatest=self.greatest), metrics)
 
     def _lock_schema(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

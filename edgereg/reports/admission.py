@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from edgereg.protocol.reports import Report
-from edgereg.protocol.wire import AnyRelease, BundleRecord, RolloutState
+from edgereg.protocol.reports import DistributionCounts, Report
+from edgereg.protocol.wire import AnyRelease, BundleRecord, DistributionMetric, RolloutState
 
 __all__ = ["REFUSALS", "ReleaseFacts", "ServedUnit", "admit"]
 
@@ -33,6 +33,9 @@ REFUSALS: dict[str, str] = {
     "bundle member's from the member version the bundle release names",
     "unknown-model": "the unit's release has no such model (a bundle member it does not hold)",
     "unknown-variant": "the release of the model has no such variant",
+    "undeclared-metric": "the report carries an app metric the unit's release does not declare",
+    "metric-mismatch": "an app metric sent as another kind than declared, or with another "
+    "number of buckets",
 }
 
 
@@ -40,22 +43,29 @@ REFUSALS: dict[str, str] = {
 class ReleaseFacts:
     """What one released unit version holds: per model, its version and variants.
 
-    A model's release holds itself; a bundle's, each member.
+    A model's release holds itself; a bundle's, each member. ``metrics``: the app
+    metrics the release declares, name -> buckets (0 for a rate).
     """
 
     models: dict[str, tuple[str, frozenset[str]]]
+    metrics: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, record: AnyRelease) -> ReleaseFacts:
         """The facts of a verified release record."""
+        metrics = {
+            name: len(declared.buckets) + 1 if isinstance(declared, DistributionMetric) else 0
+            for name, declared in (record.metrics or {}).items()
+        }
         if isinstance(record, BundleRecord):
             return cls(
                 {
                     name: (member.version, frozenset(member.variants))
                     for name, member in record.members.items()
-                }
+                },
+                metrics,
             )
-        return cls({record.model: (record.version, frozenset(record.variants))})
+        return cls({record.model: (record.version, frozenset(record.variants))}, metrics)
 
 
 @dataclass(frozen=True)
@@ -150,4 +160,13 @@ def _in_release(report: Report, release: ReleaseFacts | None) -> str | None:
     version, variants = found
     if report.version != version:
         return "version-mismatch"
-    return None if report.variant in variants else "unknown-variant"
+    if report.variant not in variants:
+        return "unknown-variant"
+    for name, counts in (report.metrics or {}).items():
+        buckets = release.metrics.get(name)
+        if buckets is None:
+            return "undeclared-metric"
+        sent = len(counts.counts) if isinstance(counts, DistributionCounts) else 0
+        if sent != buckets:
+            return "metric-mismatch"
+    return None

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Mapping
 from datetime import datetime
 
 from edgereg.protocol.reports import Report
 from edgereg.reports.store import ReportStore, ReportStoreError
-from edgereg.reports.summary import ArmSummary
+from edgereg.reports.summary import ArmSummary, Statistic
 
 __all__ = ["GroupCommit"]
 
@@ -130,6 +131,7 @@ class GroupCommit:
         aged_before: datetime | None = None,
         stalled_starts: int = 2,
         pooled: bool = False,
+        statistics: Mapping[str, Statistic] | None = None,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
         return self.store.summaries(
@@ -140,11 +142,16 @@ class GroupCommit:
             aged_before=aged_before,
             stalled_starts=stalled_starts,
             pooled=pooled,
+            statistics=statistics,
         )
 
     def clock(self, unit: str) -> datetime | None:
-        """The store's clock (its newest report of ``unit``)."""
+        """The store's clock (see :meth:`~edgereg.reports.ReportStore.clock`)."""
         return self.store.clock(unit)
+
+    def mark_clock(self, now: datetime) -> None:
+        """Record the server's clock in the store (reads and marks need no batching)."""
+        self.store.mark_clock(now)
 
     def members(self, unit: str) -> list[str]:
         """The store's bundle members."""

@@ -6,46 +6,29 @@ page compute, so the three never disagree about a rollout's health.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from edgereg.analysis import Analysis, analysis_periods, analysis_sequences, analyze
-from edgereg.config import Guardrails
+from edgereg.analysis import (
+    Analysis,
+    analysis_periods,
+    analysis_sequences,
+    analyze,
+    metric_specs,
+)
+from edgereg.config import AppMetric, Guardrails
 from edgereg.protocol.wire import RolloutState
-from edgereg.reports.summary import ArmSummary
+from edgereg.reports.summary import ArmSummary, SummarySource
 
 __all__ = ["SummarySource", "rollout_analysis"]
-
-
-class SummarySource(Protocol):
-    """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
-
-    def summaries(
-        self,
-        unit: str,
-        since: datetime | None = None,
-        *,
-        since_sequence: int | None = None,
-        model: str | None = None,
-        aged_before: datetime | None = None,
-        stalled_starts: int = 2,
-        pooled: bool = False,
-    ) -> list[ArmSummary]:
-        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
-
-        ``since_sequence``: only the installs whose latest report carries that
-        manifest sequence or a later one (a rollout period).
-        ``aged_before``: also count apart the installs that first reported by then.
-        ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
-        ``pooled``: every tier together (tier ``*``), each network once.
-        """
-        ...
 
 
 #: A report server's clock this far from the analysing host's is said in the analysis
 #: (it changes no verdict: ages are counted on the report servers' own clock).
 SKEW_NOTED = timedelta(minutes=5)
+#: ... and a store's clock this far behind it (a server marks it every minute).
+STALE_NOTED = timedelta(minutes=15)
 
 
 def rollout_analysis(
@@ -57,6 +40,7 @@ def rollout_analysis(
     now: datetime,
     since: datetime | None = None,
     cpu_class: str | None = None,
+    metrics: Mapping[str, AppMetric] | None = None,
 ) -> Analysis:
     """Compare a rollout's candidate arm with its concurrent stable arm, per tier.
 
@@ -78,6 +62,8 @@ def rollout_analysis(
         since: Count both arms from this time instead of the state's periods.
         cpu_class: Only the reports of this CPU class (the store must take
             ``cpu_class=``, as :class:`~edgereg.reports.ReportStore` does).
+        metrics: The app metrics the unit declares (models.toml): the guardrails
+            on them are judged too.
 
     Raises:
         ValueError: the state has no candidate.
@@ -106,13 +92,18 @@ def rollout_analysis(
     # only installs that old can show one (and pass the unconfirmed guardrail). Their
     # age is read on the report servers' clock: the newest report's arrival.
     notes: list[str] = []
-    clock = getattr(store, "clock", None)
-    store_now = clock(state.model) if callable(clock) else None
+    store_now = store.clock(state.model)
     if store_now is not None and store_now - now > SKEW_NOTED:
         notes.append(
-            f"the report store's newest report arrived {_minutes(store_now - now)} after this "
-            "host's clock says it is now: a report server's clock runs ahead (ages are "
-            "counted on the report servers' clock, so no verdict moves; fix the clocks)"
+            f"the report store's clock is {_minutes(store_now - now)} ahead of this host's: "
+            "a report server's clock runs ahead (install ages are counted on the report "
+            "servers' clock, so no verdict moves; fix the clocks)"
+        )
+    elif store_now is not None and now - store_now > STALE_NOTED:
+        notes.append(
+            f"the report store's clock is {_minutes(now - store_now)} behind this host's: "
+            "no report server marked it since (edgereg serve marks it every minute), or its "
+            "clock runs behind; install ages are counted on the store's clock"
         )
     reference = store_now if store_now is not None else now
     window = guardrails.revert_window_hours
@@ -121,8 +112,16 @@ def rollout_analysis(
 
     # Only when asked: a front of a store (a simulation's) need not know CPU classes.
     only: dict[str, Any] = {} if cpu_class is None else {"cpu_class": cpu_class}
+    # What the guardrails on app metrics read (none asked of a store when none is set).
+    statistics = {
+        spec.name: spec.metric.statistic()
+        for spec in metric_specs(guardrails, metrics or {})
+        if spec.metric is not None
+    }
 
     def period(member: str | None = None, **pooled: Any) -> list[ArmSummary]:
+        if member is None and statistics:
+            pooled = {**pooled, "statistics": statistics}
         found = store.summaries(
             state.model,
             model=member,
@@ -168,6 +167,7 @@ def rollout_analysis(
         members=members,
         notes=notes,
         pool=pool,
+        metrics=metrics,
     )
 
 

@@ -22,7 +22,7 @@ import abc
 import functools
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +31,22 @@ from typing import Any, Literal, cast
 
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
-from edgereg.reports.summary import EVENTS, ArmSummary, Histogram, Tally, latency_bucket
+from edgereg.reports._metrics import (
+    METRIC_INDEXES,
+    METRIC_SCHEMA,
+    metric_rows,
+    metric_upsert_sql,
+    statistic_sql,
+)
+from edgereg.reports.summary import (
+    EVENTS,
+    ArmSummary,
+    Histogram,
+    MetricTally,
+    Statistic,
+    Tally,
+    latency_bucket,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -46,7 +61,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -186,6 +201,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS reports_received",
         *INDEXES,
     ),
+    # Schema 5 keeps the app metrics of report schema 3, one row per install and metric.
+    4: (*METRIC_SCHEMA, *METRIC_INDEXES),
 }
 
 #: Columns a merge takes from the newer report (the rest merge as :func:`upsert_sql` says).
@@ -288,6 +305,9 @@ def upsert_sql(
         f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES {values} "
         f"ON CONFLICT (token, model) DO UPDATE SET {', '.join(sets)}"
     )
+
+
+_Row = tuple[Any, ...]
 
 
 def _filters(
@@ -609,7 +629,7 @@ class ReportStore(abc.ABC):
             )
             found = cur.fetchone()
             if found is None:
-                for statement in (*SCHEMA, *INDEXES):
+                for statement in (*SCHEMA, *INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
                     cur.execute(statement)
                 cur.execute(
                     f"INSERT INTO reports_meta (key, value) VALUES ({self.placeholder}, "
@@ -644,14 +664,30 @@ class ReportStore(abc.ABC):
             conn.commit()
         self._schema_checked = True
 
-    def _write_rows(self, cursor: Any, rows: list[tuple[Any, ...]]) -> None:
-        """Upsert rows (distinct keys) in the open transaction: a few multi-row statements."""
+    def _write_rows(
+        self,
+        cursor: Any,
+        rows: Sequence[tuple[Any, ...]],
+        metrics: Sequence[tuple[Any, ...]] = (),
+    ) -> None:
+        """Upsert rows and metric rows (distinct keys each) in the open transaction.
+
+        A few multi-row statements each.
+        """
         start = 0
         for size in statement_sizes(len(rows)):
             chunk = rows[start : start + size]
             start += size
             cursor.execute(
                 upsert_sql(self.placeholder, size, greatest=self.greatest, least=self.least),
+                [value for row in chunk for value in row],
+            )
+        start = 0
+        for size in statement_sizes(len(metrics)):
+            chunk = metrics[start : start + size]
+            start += size
+            cursor.execute(
+                metric_upsert_sql(self.placeholder, size, greatest=self.greatest),
                 [value for row in chunk for value in row],
             )
 
@@ -682,26 +718,31 @@ class ReportStore(abc.ABC):
             How many were given.
         """
         # One statement may not touch a row twice (PostgreSQL refuses): reports of the
-        # same install in one batch go in successive statements, each merged by the upsert.
-        rounds: list[dict[tuple[str, str], tuple[Any, ...]]] = []
+        # same install in one batch go in successive statements, each merged by the
+        # upsert; so do its metrics (a bundle's members each carry the unit's).
+        rounds: list[tuple[dict[tuple[str, str], _Row], dict[tuple[str, str], _Row]]] = []
         given = 0
         for item in reports:
             report, when = item[0], item[1]
             source = item[2] if len(item) > 2 else None
             given += 1
             key = (report.token, report.model)
-            for batch in rounds:
-                if key not in batch:
-                    batch[key] = report_row(report, when, source)
+            row = report_row(report, when, source)
+            metrics = {(m[0], m[1]): m for m in metric_rows(report, row[-1], source)}
+            for batch, batch_metrics in rounds:
+                if key not in batch and not batch_metrics.keys() & metrics.keys():
                     break
             else:
-                rounds.append({key: report_row(report, when, source)})
+                batch, batch_metrics = {}, {}
+                rounds.append((batch, batch_metrics))
+            batch[key] = row
+            batch_metrics.update(metrics)
 
         def write() -> int:
             with self._connection() as conn:
                 cursor = conn.cursor()
-                for batch in rounds:
-                    self._write_rows(cursor, list(batch.values()))
+                for batch, batch_metrics in rounds:
+                    self._write_rows(cursor, list(batch.values()), list(batch_metrics.values()))
                 conn.commit()
             return given
 
@@ -718,6 +759,7 @@ class ReportStore(abc.ABC):
         cpu_class: str | None = None,
         stalled_starts: int = 2,
         pooled: bool = False,
+        statistics: Mapping[str, Statistic] | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
@@ -736,6 +778,11 @@ class ReportStore(abc.ABC):
                 this many app starts (the unconfirmed guardrail's ``stalled_starts``).
             pooled: Every tier together, per (arm, version), tier ``*``: each
                 network counted once, in however many tiers its devices are.
+            statistics: What to tally of the app metrics, by a name the
+                summaries' ``metrics`` then use (a guardrail's): only installs
+                that counted the metric with the statistic's number of buckets
+                (a release that declared it otherwise counted another metric).
+                None with ``model`` (app metrics are the unit's).
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -762,6 +809,8 @@ class ReportStore(abc.ABC):
             "model": model is not None,
             "cpu_class": cpu_class is not None,
         }
+        if model is not None and statistics:
+            raise ValueError("app metrics are the unit's: ask for their statistics without model")
         # Without a cut every install counts as aged (the same statement either way).
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
         leading = {"aged": cut, "stalled_starts": stalled_starts}
@@ -780,18 +829,40 @@ class ReportStore(abc.ABC):
                 sql, repeats = histogram_sql(self.placeholder, **flags, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
+                sums: list[tuple[str, Sequence[Any]]] = []
+                for name, statistic in sorted((statistics or {}).items()):
+                    cur.execute(
+                        statistic_sql(
+                            self.placeholder,
+                            statistic.buckets,
+                            since=flags["since"],
+                            since_sequence=flags["since_sequence"],
+                            cpu_class=flags["cpu_class"],
+                            pooled=pooled,
+                        ),
+                        [
+                            *statistic.weights,
+                            unit,
+                            statistic.metric,
+                            statistic.buckets,
+                            *params[1:],
+                        ],
+                    )
+                    sums += [(name, row) for row in cur.fetchall()]
                 conn.rollback()  # read only: end the snapshot
-            return _assemble(unit, counts, bins, aged=aged_before is not None)
+            return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
 
     def clock(self, unit: str) -> datetime | None:
-        """When the newest report of ``unit`` arrived, on the receiving server's clock.
+        """The report servers' clock, as the store last heard it.
 
+        The latest of the server's clock marks (:meth:`mark_clock`, written every
+        minute by `edgereg serve`) and the arrival of ``unit``'s newest report.
         Install ages are counted against it, not against the clock of the host
         that runs the analysis: every time they compare was stamped by the
-        report servers (docs/operations/canary-analysis.md, "One clock").
-        None when the unit has no report.
+        report servers (docs/operations/canary-analysis.md, "One clock"). None
+        when the store has neither.
         """
 
         def read() -> datetime | None:
@@ -802,12 +873,40 @@ class ReportStore(abc.ABC):
                     (unit,),
                 )
                 (newest,) = cur.fetchone()
+                cur.execute(
+                    f"SELECT value FROM reports_meta WHERE key = {self.placeholder}", ("clock",)
+                )
+                marked = cur.fetchone()
                 conn.rollback()
-            if newest is None:
+            times = [int(t) for t in (newest, marked[0] if marked else None) if t is not None]
+            if not times:
                 return None
-            return datetime.fromtimestamp(int(newest) / 1000, tz=timezone.utc)
+            return datetime.fromtimestamp(max(times) / 1000, tz=timezone.utc)
 
         return cast("datetime | None", self._run("reading the store's clock", read))
+
+    def mark_clock(self, now: datetime) -> None:
+        """Record the report server's clock (kept when later than the one recorded).
+
+        With several servers the latest mark stands: a server whose clock runs
+        ahead moves ages forward by its skew, which the analysis says.
+        """
+        stamp = str(epoch_ms(now))
+        p = self.placeholder
+
+        def write() -> None:
+            with self._connection() as conn:
+                cur = conn.cursor()
+                cur.execute(
+                    f"INSERT INTO reports_meta (key, value) VALUES ({p}, {p}) "
+                    "ON CONFLICT (key) DO UPDATE SET value = CASE WHEN "
+                    "CAST(excluded.value AS BIGINT) > CAST(reports_meta.value AS BIGINT) "
+                    "THEN excluded.value ELSE reports_meta.value END",
+                    ("clock", stamp),
+                )
+                conn.commit()
+
+        self._run("marking the store's clock", write)
 
     def cpu_classes(self, unit: str) -> list[str]:
         """The CPU classes the unit's reports name (report schema 2), sorted."""
@@ -858,6 +957,10 @@ class ReportStore(abc.ABC):
                     f"DELETE FROM reports WHERE received_at < {self.placeholder}", (cutoff,)
                 )
                 deleted = int(cur.rowcount)
+                cur.execute(
+                    f"DELETE FROM report_metrics WHERE received_at < {self.placeholder}",
+                    (cutoff,),
+                )
                 conn.commit()
             return deleted
 
@@ -896,12 +999,22 @@ class ReportStore(abc.ABC):
 
 
 def _assemble(
-    unit: str, counts: Sequence[Sequence[Any]], bins: Sequence[Sequence[Any]], *, aged: bool
+    unit: str,
+    counts: Sequence[Sequence[Any]],
+    bins: Sequence[Sequence[Any]],
+    sums: Sequence[tuple[str, Sequence[Any]]] = (),
+    *,
+    aged: bool,
 ) -> list[ArmSummary]:
     views: dict[tuple[str, str, str], dict[str, dict[str, dict[int, int]]]] = {}
     for kind, view, tier, arm, version, bucket, number in bins:
         kinds = views.setdefault((tier, arm, version), {})
         kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}})[view][int(bucket)] = int(number)
+    metrics: dict[tuple[str, str, str], dict[str, MetricTally]] = {}
+    for name, (tier, arm, version, devices, networks, *sums_of) in sums:
+        metrics.setdefault((tier, arm, version), {})[name] = MetricTally(
+            int(devices or 0), int(networks or 0), *(float(v or 0.0) for v in sums_of)
+        )
     summaries = []
     for row in counts:
         tier, arm, version = row[:3]
@@ -923,6 +1036,7 @@ def _assemble(
                 all=_tally(values, 0),
                 aged=_tally(values, 2 + 2 * len(EVENTS)) if aged else None,
                 histograms=histograms,
+                metrics=dict(sorted(metrics.get((tier, arm, version), {}).items())),
             )
         )
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from datetime import datetime
+from typing import Literal, Protocol
 
 __all__ = [
     "EVENTS",
@@ -33,6 +34,9 @@ __all__ = [
     "LATENCY_EDGES_MS",
     "ArmSummary",
     "Histogram",
+    "MetricTally",
+    "Statistic",
+    "SummarySource",
     "Tally",
     "bucket_value_ms",
     "latency_bucket",
@@ -166,6 +170,83 @@ def _add(a: Mapping[int, int], b: Mapping[int, int]) -> dict[int, int]:
 
 
 @dataclass(frozen=True)
+class Statistic:
+    """What a guardrail reads of an app metric, per device: a weighted sum of its bucket shares.
+
+    A device's share of its events in each bucket (a rate's two buckets: 0 the
+    events that failed, 1 those that succeeded; a distribution's K + 1),
+    weighted: its success rate (weights 0, 1), its mean (each bucket's value),
+    its share below an edge (1 for the buckets at or below it, else 0).
+
+    Attributes:
+        metric: The app metric's name.
+        buckets: Its number of buckets (a release that declared it with another
+            number counted another metric).
+        weights: One per bucket.
+    """
+
+    metric: str
+    buckets: int
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != self.buckets or not 2 <= self.buckets <= 32:
+            raise ValueError(
+                f"{self.metric}: {len(self.weights)} weights for {self.buckets} buckets (2 to 32)"
+            )
+        if not all(math.isfinite(w) for w in self.weights):
+            raise ValueError(f"{self.metric}: weights must be finite numbers")
+
+    def of(self, counts: Sequence[int]) -> float | None:
+        """One device's statistic from its bucket counts (None when it counted nothing)."""
+        total = sum(counts)
+        if not total:
+            return None
+        return sum(w * c for w, c in zip(self.weights, counts, strict=True)) / total
+
+
+@dataclass(frozen=True)
+class MetricTally:
+    """One arm's statistic of an app metric (:class:`Statistic`), per device and per network.
+
+    Attributes:
+        devices: Installs that counted at least one event of the metric.
+        networks: Their distinct source networks.
+        total: The devices' statistics, summed.
+        network_total: Each network's mean statistic (over its devices), summed:
+            each network weighs one, whatever its devices.
+        network_squares: The squares of those means, summed (their spread).
+    """
+
+    devices: int = 0
+    networks: int = 0
+    total: float = 0.0
+    network_total: float = 0.0
+    network_squares: float = 0.0
+
+    @classmethod
+    def of_devices(cls, values: Sequence[float]) -> MetricTally:
+        """A tally of devices each a network of its own, from each device's statistic."""
+        return cls(
+            len(values),
+            len(values),
+            float(sum(values)),
+            float(sum(values)),
+            float(sum(v * v for v in values)),
+        )
+
+    def __add__(self, other: MetricTally) -> MetricTally:
+        return MetricTally(
+            self.devices + other.devices,
+            # Parts of one arm may share networks: an upper bound, as for a Tally.
+            self.networks + other.networks,
+            self.total + other.total,
+            self.network_total + other.network_total,
+            self.network_squares + other.network_squares,
+        )
+
+
+@dataclass(frozen=True)
 class ArmSummary:
     """One arm (candidate or stable) of one tier, over the installs that reported.
 
@@ -179,6 +260,7 @@ class ArmSummary:
             least ``revert_window_hours`` before the store's newest report), or
             None when not asked (then every install counts as aged).
         histograms: Kind (:data:`HISTOGRAMS`) -> values.
+        metrics: Statistic name (a guardrail's) -> its tally, for the statistics asked for.
     """
 
     unit: str
@@ -188,6 +270,7 @@ class ArmSummary:
     all: Tally = field(default_factory=Tally)
     aged: Tally | None = None
     histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    metrics: Mapping[str, MetricTally] = field(default_factory=dict)
 
     @property
     def devices(self) -> int:
@@ -208,6 +291,10 @@ class ArmSummary:
         """The values of ``kind`` (empty when none reported)."""
         return self.histograms.get(kind, Histogram())
 
+    def metric(self, name: str) -> MetricTally:
+        """The statistic ``name`` (empty when no device counted its metric)."""
+        return self.metrics.get(name, MetricTally())
+
     @classmethod
     def of_devices(
         cls,
@@ -219,6 +306,7 @@ class ArmSummary:
         *,
         aged: Mapping[str, int] | None = None,
         histograms: Mapping[str, Mapping[int, int]] | None = None,
+        metrics: Mapping[str, MetricTally] | None = None,
         **events: int,
     ) -> ArmSummary:
         """An arm whose every device is a network of its own (as with unknown sources).
@@ -226,6 +314,7 @@ class ArmSummary:
         Args:
             aged: ``{"devices": n, <event>: k, ...}`` of the aged installs, or None.
             histograms: Kind -> bucket -> devices.
+            metrics: Statistic name -> its tally (:meth:`MetricTally.of_devices`).
             events: Event name -> devices with it.
         """
         aged_tally = None
@@ -240,6 +329,7 @@ class ArmSummary:
             Tally.of_devices(devices, **events),
             aged_tally,
             {k: Histogram.of_devices(v) for k, v in (histograms or {}).items()},
+            dict(metrics or {}),
         )
 
 
@@ -252,10 +342,43 @@ def merge(summaries: Iterable[ArmSummary]) -> ArmSummary | None:
             continue
         aged = None if merged.aged is None or summary.aged is None else merged.aged + summary.aged
         kinds = set(merged.histograms) | set(summary.histograms)
+        names = set(merged.metrics) | set(summary.metrics)
         merged = replace(
             merged,
             all=merged.all + summary.all,
             aged=aged,
             histograms={k: merged.histogram(k) + summary.histogram(k) for k in kinds},
+            metrics={n: merged.metric(n) + summary.metric(n) for n in sorted(names)},
         )
     return merged
+
+
+class SummarySource(Protocol):
+    """What the analysis reads: a :class:`~edgereg.reports.ReportStore` (or a front of one)."""
+
+    def summaries(
+        self,
+        unit: str,
+        since: datetime | None = None,
+        *,
+        since_sequence: int | None = None,
+        model: str | None = None,
+        aged_before: datetime | None = None,
+        stalled_starts: int = 2,
+        pooled: bool = False,
+        statistics: Mapping[str, Statistic] | None = None,
+    ) -> list[ArmSummary]:
+        """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
+
+        ``since_sequence``: only the installs whose latest report carries that
+        manifest sequence or a later one (a rollout period).
+        ``aged_before``: also count apart the installs that first reported by then.
+        ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
+        ``pooled``: every tier together (tier ``*``), each network once.
+        ``statistics``: what to tally of the app metrics, by a guardrail's name.
+        """
+        ...
+
+    def clock(self, unit: str) -> datetime | None:
+        """The report servers' clock as the store last heard it (None: never)."""
+        ...

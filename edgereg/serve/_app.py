@@ -45,7 +45,7 @@ from edgereg.protocol import layout
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.reports import MAX_REPORT_BYTES, Report, ReportError, parse_report
 from edgereg.reports.admission import REFUSALS
-from edgereg.reports.summary import ArmSummary
+from edgereg.reports.summary import SummarySource
 from edgereg.serve import _routes as routes
 from edgereg.serve._http import (
     BadTarget,
@@ -68,7 +68,7 @@ from edgereg.serve._ratelimit import (
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 if TYPE_CHECKING:
-    from edgereg.config import RolloutPolicy
+    from edgereg.config import AppMetric, RolloutPolicy
     from edgereg.serve._admission import ServedIndex
     from edgereg.serve._authenticate import ReportAuthenticator
 
@@ -278,7 +278,7 @@ _REASONS = {
 }
 
 
-class ReportSink(Protocol):
+class ReportSink(SummarySource, Protocol):
     """Where ``POST /v1/reports`` puts a report (a :class:`~edgereg.reports.ReportStore`).
 
     Its failures are :class:`~edgereg.errors.StorageError` (the store's error
@@ -287,20 +287,6 @@ class ReportSink(Protocol):
 
     def ingest(self, report: Report, received_at: datetime, source: str | None = None) -> None:
         """Store one report; ``source`` is its network (an IPv4 /24, an IPv6 /48) when known."""
-        ...
-
-    def summaries(
-        self,
-        unit: str,
-        since: datetime | None = None,
-        *,
-        since_sequence: int | None = None,
-        model: str | None = None,
-        aged_before: datetime | None = None,
-        stalled_starts: int = 2,
-        pooled: bool = False,
-    ) -> list[ArmSummary]:
-        """What the status page's canary health reads (as :class:`~edgereg.reports.ReportStore`)."""
         ...
 
 
@@ -327,6 +313,8 @@ class App:
             without them the page says that it shows unverified state.
         policy: A model's rollout policy (from models.toml), for the status
             page's next step and soak time; unknown without.
+        declared_metrics: A unit's app metrics (from models.toml), for the
+            status page's guardrails on them; none without.
         reports: Where ``POST /v1/reports`` stores reports; without one the
             path answers 404.
         report_limiter: The per-address rate limit of reports (a default one
@@ -353,6 +341,7 @@ class App:
         metrics: Metrics | None = None,
         trusted: Callable[[], TrustedKeys] | None = None,
         policy: Callable[[str], RolloutPolicy] | None = None,
+        declared_metrics: Callable[[str], Mapping[str, AppMetric]] | None = None,
         reports: ReportSink | None = None,
         report_limiter: RateLimiter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
@@ -367,6 +356,7 @@ class App:
         self.storage = storage
         self.trusted = trusted
         self.policy = policy
+        self.declared_metrics = declared_metrics
         self.manifest_max_age = manifest_max_age
         self.metrics = metrics if metrics is not None else Metrics()
         self.reports = reports
@@ -688,7 +678,11 @@ class App:
         from edgereg.serve._status_page import render_status_page
 
         body = render_status_page(
-            self.storage, trusted=self.trusted, policy=self.policy, reports=self.reports
+            self.storage,
+            trusted=self.trusted,
+            policy=self.policy,
+            declared_metrics=self.declared_metrics,
+            reports=self.reports,
         ).encode()
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),

@@ -29,7 +29,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,7 +44,7 @@ from edgereg.serve._ratelimit import Network, RateLimiter, SourceCaps
 from edgereg.storage import Storage, open_storage
 
 if TYPE_CHECKING:
-    from edgereg.config import RolloutPolicy
+    from edgereg.config import AppMetric, RolloutPolicy
 
 log = logging.getLogger(__name__)
 # A child of its own, so an operator can silence the access log and keep errors.
@@ -692,6 +692,7 @@ def make_server(
     endpoint_url: str | None = None,
     trusted: Callable[[], TrustedKeys] | None = None,
     policy: Callable[[str], RolloutPolicy] | None = None,
+    declared_metrics: Callable[[str], Mapping[str, AppMetric]] | None = None,
     reports: ReportSink | None = None,
     report_limiter: RateLimiter | None = None,
     check_reports: bool = True,
@@ -723,6 +724,8 @@ def make_server(
             (serving manifests and blobs needs none: apps verify them).
         policy: A model's rollout policy (models.toml), for the status page's
             next step and soak time.
+        declared_metrics: A unit's app metrics (models.toml), for the status
+            page's guardrails on them.
         reports: The report store behind ``POST /v1/reports`` (404 without).
         report_limiter: The per-address rate limit of reports (the default when None).
         check_reports: Refuse reports of what the registry never served (see :class:`App`).
@@ -745,6 +748,7 @@ def make_server(
         manifest_max_age=manifest_max_age,
         trusted=trusted,
         policy=policy,
+        declared_metrics=declared_metrics,
         reports=reports,
         report_limiter=report_limiter,
         check_reports=check_reports,

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 from edgereg import __version__
 from edgereg.analysis import RATE_GUARDRAILS, Analysis
 from edgereg.build.outputs import headline
-from edgereg.config import RolloutPolicy
+from edgereg.config import AppMetric, RolloutPolicy
 from edgereg.errors import EdgeregError, StorageError
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.wire import (
@@ -43,7 +43,8 @@ from edgereg.protocol.wire import (
     format_time,
 )
 from edgereg.registry import ModelStatus, Registry, TierStatus, model_status, utcnow
-from edgereg.reports.canary import SummarySource, rollout_analysis
+from edgereg.reports.canary import rollout_analysis
+from edgereg.reports.summary import SummarySource
 from edgereg.rollout import check_soak, next_step
 from edgereg.storage import NotFound, Storage
 
@@ -94,6 +95,7 @@ def render_status_page(
     policy: Callable[[str], RolloutPolicy] | None = None,
     now: datetime | None = None,
     reports: SummarySource | None = None,
+    declared_metrics: Callable[[str], Mapping[str, AppMetric]] | None = None,
 ) -> str:
     """The whole page for the registry in ``storage``.
 
@@ -107,6 +109,8 @@ def render_status_page(
             page says the next step and its soak time are unknown.
         now: The current time (UTC), for soak times and expiry warnings.
         reports: The report store; with one, each rollout shows its canary health.
+        declared_metrics: A unit's app metrics (models.toml): the guardrails on
+            them are judged with the others.
     """
     registry = Registry(storage, trusted=trusted)
     when = now or utcnow()
@@ -132,7 +136,7 @@ def render_status_page(
             "<code>edgereg publish MODEL --canary 5%</code>.</p>"
         )
     for model in models:
-        sections.append(_model_section(registry, model, policy, when, reports))
+        sections.append(_model_section(registry, model, policy, when, reports, declared_metrics))
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -177,6 +181,7 @@ class _Model:
     candidate: AnyRelease | None
     policy: RolloutPolicy | None
     now: datetime
+    metrics: Mapping[str, AppMetric] = field(default_factory=dict)
 
 
 def _model_section(
@@ -185,6 +190,7 @@ def _model_section(
     policy: Callable[[str], RolloutPolicy] | None,
     now: datetime,
     reports: SummarySource | None = None,
+    declared_metrics: Callable[[str], Mapping[str, AppMetric]] | None = None,
 ) -> str:
     head = f'<section id="model-{escape(model, quote=True)}"><h2>{escape(model)}</h2>'
     try:
@@ -199,6 +205,7 @@ def _model_section(
             candidate=registry.read_release(model, state.candidate) if state.candidate else None,
             policy=policy(model) if policy is not None else None,
             now=now,
+            metrics=declared_metrics(model) if declared_metrics is not None else {},
         )
     except (EdgeregError, KeyError) as exc:
         reason = (
@@ -500,7 +507,12 @@ def _health(data: _Model, reports: SummarySource | None) -> str:
     tiers = [tier.tier for tier in data.status.tiers]
     try:
         analysis = rollout_analysis(
-            reports, state, guardrails=guardrails, tiers=list(dict.fromkeys(tiers)), now=data.now
+            reports,
+            state,
+            guardrails=guardrails,
+            tiers=list(dict.fromkeys(tiers)),
+            now=data.now,
+            metrics=data.metrics,
         )
     except EdgeregError as exc:
         # Its message may name a database URL (with a password) or a path.

@@ -30,7 +30,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgereg.client.device import check_blob_vector, decide_vector
+from edgereg.client.device import (
+    check_blob_vector,
+    check_conditions_vector,
+    check_selftest_vector,
+    check_tier_file_vector,
+    decide_vector,
+)
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
 from edgereg.protocol.decision import BlobCheck
@@ -47,12 +53,20 @@ from edgereg.protocol.fields import (
 from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import Malformed, Rejected
 from edgereg.protocol.reports import Report, ReportError, parse_report
-from edgereg.protocol.rules import DeviceProfile, cohort_bucket, in_cohort, resolve_tier
+from edgereg.protocol.rules import (
+    DeviceProfile,
+    cohort_bucket,
+    in_cohort,
+    resolve_tier,
+    tier_file,
+)
 from edgereg.protocol.wire import (
     PAYLOAD_TYPE_STATE,
     BundleEntry,
+    DistributionMetric,
     Manifest,
     ManifestEntry,
+    RateMetric,
     WireError,
     blob_path,
     format_time,
@@ -269,6 +283,16 @@ def _rec_avoiding_i8mm() -> ManifestEntry:
     )
     instead = instead.model_copy(update={"path": blob_path(instead.sha256)})
     return _avoiding(rec, ["i8mm"], instead)
+
+
+_METRICS = {
+    "accepted": RateMetric(kind="rate"),
+    "confidence": DistributionMetric(kind="distribution", buckets=[0.5, 0.7, 0.9]),
+}
+
+
+def _with_metrics(entry: ManifestEntry) -> ManifestEntry:
+    return entry.model_copy(update={"metrics": _METRICS})
 
 
 def _nested_instead(data: dict[str, Any]) -> None:
@@ -1080,6 +1104,83 @@ CASES: dict[str, Case] = {
             "device": {"cpu_features": I8MM_PHONE, "memory_budget_mb": 512},
         },
     ),
+    "metrics-declared": (
+        "Stable declares two app metrics, a rate and a distribution: accepted, and the "
+        "entry says them.",
+        lambda: _signed(_manifest(stable=_with_metrics(_entry("1.0.0")))),
+        {},
+    ),
+    "metrics-unknown-key-ignored": (
+        "A metric declaration carries a key this client does not know (a direction): "
+        "ignored, as everywhere in a manifest.",
+        lambda: _raw_payload(
+            _set(stable__metrics__accepted__better="higher"),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-unknown-kind": (
+        "A metric of kind 'histogram': no kind a client counts, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__accepted__kind="histogram"),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-buckets-unsorted": (
+        "A distribution's buckets [0.5, 0.3]: edges increase strictly, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__confidence__buckets=[0.5, 0.3]),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-buckets-empty": (
+        "A distribution with no bucket edge: malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__confidence__buckets=[]),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-buckets-32-edges": (
+        "A distribution with 32 edges (33 buckets): at most 31, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics__confidence__buckets=[i / 32 for i in range(32)]),
+            _manifest(stable=_with_metrics(_entry("1.0.0"))),
+        ),
+        {},
+    ),
+    "metrics-17": (
+        "Seventeen declared metrics: at most 16, malformed.",
+        lambda: _raw_payload(
+            _set(stable__metrics={f"m{i:02d}": {"kind": "rate"} for i in range(17)})
+        ),
+        {},
+    ),
+    "metrics-on-instead": (
+        "Stable's instead declares metrics: only the unit's own entry does, malformed.",
+        lambda: _raw_payload(
+            _set(stable__instead__metrics={"accepted": {"kind": "rate"}}),
+            _manifest(stable=_i8mm_stable()),
+        ),
+        {"device": {"cpu_features": I8MM_PHONE}},
+    ),
+    "metrics-on-bundle": (
+        "A bundle entry declares the bundle's metrics: accepted, and the bundle entry says them.",
+        lambda: _signed(
+            _bundle_manifest(stable=_bundle("1.0.0").model_copy(update={"metrics": _METRICS}))
+        ),
+        {"model": "ocr", "bundle": True},
+    ),
+    "metrics-on-bundle-member": (
+        "A bundle member's entry declares metrics: a bundle's are its own entry's, malformed.",
+        lambda: _raw_payload(
+            _set(stable__members__rec__metrics={"accepted": {"kind": "rate"}}),
+            _bundle_manifest(),
+        ),
+        {"model": "ocr", "bundle": True},
+    ),
     "instead-nested": (
         "Stable's instead has an instead of its own: one level only, malformed.",
         lambda: _raw_payload(_nested_instead, _manifest(stable=_i8mm_stable())),
@@ -1462,6 +1563,385 @@ def build_rules() -> dict[str, str]:
         "rules/tiers.json": json.dumps(tier_vector, indent=2, ensure_ascii=False) + "\n",
         "rules/cohorts.json": json.dumps(cohort_vector, indent=2, ensure_ascii=False) + "\n",
     }
+
+
+# --- download conditions (docs/protocol.md section 8) -----------------------------------
+
+_FREE = {
+    "allow_metered": True,
+    "require_charging": False,
+    "require_idle": False,
+    "require_storage_not_low": False,
+}
+_WIFI = {**_FREE, "allow_metered": False}
+_EVERYTHING = {
+    "allow_metered": False,
+    "require_charging": True,
+    "require_idle": True,
+    "require_storage_not_low": True,
+}
+_MET = {"metered": False, "charging": True, "idle": True, "storage_low": False}
+CONDITIONS_CASES: dict[str, tuple[str, dict[str, bool], dict[str, bool | None]]] = {
+    "nothing-required-nothing-said": (
+        "A policy that restricts nothing: no facts needed.",
+        _FREE,
+        {},
+    ),
+    "nothing-required-worst-conditions": (
+        "A policy that restricts nothing downloads on a metered, discharging, busy, full device.",
+        _FREE,
+        {"metered": True, "charging": False, "idle": False, "storage_low": True},
+    ),
+    "wifi-only-nothing-said": (
+        "Wi-Fi only and the app said nothing about the network: unknown is unmet (the bug of "
+        "a one-line update that downloaded on cellular).",
+        _WIFI,
+        {},
+    ),
+    "wifi-only-null-is-unknown": ("null says nothing, as a missing key.", _WIFI, {"metered": None}),
+    "wifi-only-metered": ("Wi-Fi only on a metered network.", _WIFI, {"metered": True}),
+    "wifi-only-unmetered": ("Wi-Fi only on an unmetered network.", _WIFI, {"metered": False}),
+    "charging-not-said": (
+        "Charging required and not said.",
+        {**_FREE, "require_charging": True},
+        {"metered": False},
+    ),
+    "charging-false": (
+        "Charging required, not charging.",
+        {**_FREE, "require_charging": True},
+        {"charging": False},
+    ),
+    "charging-true": (
+        "Charging required and charging.",
+        {**_FREE, "require_charging": True},
+        {"charging": True},
+    ),
+    "idle-not-said": ("Device idle required and not said.", {**_FREE, "require_idle": True}, {}),
+    "idle-false": (
+        "Device idle required, the device is in use.",
+        {**_FREE, "require_idle": True},
+        {"idle": False},
+    ),
+    "idle-true": (
+        "Device idle required and idle.",
+        {**_FREE, "require_idle": True},
+        {"idle": True},
+    ),
+    "storage-not-said": (
+        "Storage-not-low required and not said.",
+        {**_FREE, "require_storage_not_low": True},
+        {},
+    ),
+    "storage-low": (
+        "Storage-not-low required and storage is low.",
+        {**_FREE, "require_storage_not_low": True},
+        {"storage_low": True},
+    ),
+    "storage-fine": (
+        "Storage-not-low required and storage is fine.",
+        {**_FREE, "require_storage_not_low": True},
+        {"storage_low": False},
+    ),
+    "everything-required-nothing-said": (
+        "Every condition required, none said: the first in the protocol's order.",
+        _EVERYTHING,
+        {},
+    ),
+    "everything-required-first-met": (
+        "Every condition required, unmetered said: the next unmet one.",
+        _EVERYTHING,
+        {"metered": False},
+    ),
+    "everything-required-only-storage-unsaid": (
+        "Every condition required, all said but storage: storage-low.",
+        _EVERYTHING,
+        {"metered": False, "charging": True, "idle": True},
+    ),
+    "everything-required-everything-met": ("Every condition required and met.", _EVERYTHING, _MET),
+}
+
+
+def build_conditions() -> dict[str, str]:
+    files = {}
+    for name, (description, policy, said) in CONDITIONS_CASES.items():
+        vector_input = {"policy": policy, "conditions": said}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_conditions_vector(vector_input),
+        }
+        files[f"conditions/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- the self-test's verdict (docs/protocol.md section 11, rules 15 to 19) ----------------
+
+_GPU_CPU = ["opencl", "cpu"]
+SELFTEST_CASES: dict[str, tuple[str, list[str], bool, dict[str, str], dict[str, str]]] = {
+    # name: (description, backends, probe, remembered, trials)
+    "gpu-passes": (
+        "The first hinted backend passes: chosen.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "passed", "cpu": "passed"},
+    ),
+    "gpu-fails-cpu-passes": (
+        "A miscomputing GPU is skipped (and remembered); the CPU passes.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "failed", "cpu": "passed"},
+    ),
+    "gpu-unavailable-cpu-passes": (
+        "A GPU this device lacks is not a failure: not skipped, not remembered.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "unavailable", "cpu": "passed"},
+    ),
+    "gpu-remembered-not-tried": (
+        "A backend that failed this artifact before is not tried again.",
+        _GPU_CPU,
+        True,
+        {"opencl": "cosine 0.91 below 0.999"},
+        {"opencl": "passed", "cpu": "passed"},
+    ),
+    "every-backend-fails": (
+        "The CPU fails too: probe-failed, the version marked bad, a report with probe failed.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "failed", "cpu": "failed"},
+    ),
+    "every-backend-fails-to-load": (
+        "No backend loads the model: probe-failed, and the report says it did not load.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "load-failed", "cpu": "load-failed"},
+    ),
+    "cpu-fails-gpu-unavailable": (
+        "The CPU ran the probe and missed it: a verdict on the model.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "unavailable", "cpu": "failed"},
+    ),
+    "cpu-remembered-failed": (
+        "Every backend failed this artifact before: rejected without running anything.",
+        _GPU_CPU,
+        True,
+        {"opencl": "abs-error", "cpu": "cosine"},
+        {"opencl": "passed", "cpu": "passed"},
+    ),
+    "no-runner": (
+        "No backend can be created (an app without a model runner, or without the MNN "
+        "library): the probe did not run. Never a probe failure: nothing marked bad, "
+        "nothing reported, the next fetch tries again.",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "unavailable", "cpu": "unavailable"},
+    ),
+    "gpu-fails-cpu-unavailable": (
+        "The GPU missed the probe but the CPU cannot be created: no verdict on the model "
+        "(the GPU is still remembered as failing).",
+        _GPU_CPU,
+        True,
+        {},
+        {"opencl": "failed", "cpu": "unavailable"},
+    ),
+    "no-probe-first-that-loads": (
+        "Without a probe the first backend that loads is chosen; the report says probe none.",
+        ["vulkan", "opencl", "cpu"],
+        False,
+        {},
+        {"vulkan": "load-failed", "opencl": "passed", "cpu": "passed"},
+    ),
+    "no-probe-nothing-available": (
+        "Without a probe and without any backend: not run.",
+        ["cpu"],
+        False,
+        {},
+        {"cpu": "unavailable"},
+    ),
+    "cpu-only-passes": ("A CPU-only entry.", ["cpu"], True, {}, {"cpu": "passed"}),
+}
+
+
+def build_selftest() -> dict[str, str]:
+    files = {}
+    for name, (description, backends, probe, remembered, trials) in SELFTEST_CASES.items():
+        vector_input = {
+            "backends": backends,
+            "probe": probe,
+            "remembered": remembered,
+            "trials": trials,
+        }
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_selftest_vector(vector_input),
+        }
+        files[f"selftest/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- tier files (docs/protocol.md section 5) -----------------------------------------------
+
+FILE_TIERS = {
+    "high": TierRules(min_ram_mb=6144, min_cpu_cores=6),
+    "mid": TierRules(min_ram_mb=3072),
+    "low": TierRules(),
+}
+_EXPORTED = tier_file(FILE_TIERS)
+_PHONE = {"ram_mb": 4096, "cpu_cores": 6}  # 4 GB, 6 cores: mid
+
+
+def _tier_doc(tiers: Any, **extra: Any) -> bytes:
+    return json.dumps({"schema_version": 1, "tiers": tiers, **extra}).encode()
+
+
+_LISTED = [
+    {"name": "high", "rules": {"min_ram_mb": 6144, "min_cpu_cores": 6}},
+    {"name": "mid", "rules": {"min_ram_mb": 3072}},
+    {"name": "low", "rules": {}},
+]
+TIER_FILE_CASES: dict[str, tuple[str, bytes, dict[str, Any]]] = {
+    "exported": ("What `edgereg tiers` writes: a 4 GB, 6-core phone is mid.", _EXPORTED, _PHONE),
+    "exported-flagship": (
+        "The same file, a flagship.",
+        _EXPORTED,
+        {"ram_mb": 12288, "cpu_cores": 8},
+    ),
+    "exported-budget": (
+        "The same file, a budget phone: the catch-all.",
+        _EXPORTED,
+        {"ram_mb": 2048, "cpu_cores": 4},
+    ),
+    "keys-in-another-order": (
+        "Keys written in any order, with any spacing: the array alone orders the tiers.",
+        b'{ "tiers" : [ {"rules": {"min_cpu_cores": 6, "min_ram_mb": 6144}, "name": "high"},'
+        b' {"rules": {"min_ram_mb": 3072}, "name": "mid"}, {"rules": {}, "name": "low"} ],'
+        b' "schema_version": 1 }',
+        _PHONE,
+    ),
+    "object-of-tiers-refused": (
+        "The tiers as an object whose key order was meant as the tier order: refused (JSON "
+        "objects are unordered; with sorted keys this put the phone in low).",
+        canonical_json(
+            {
+                "high": {"min_ram_mb": 6144, "min_cpu_cores": 6},
+                "mid": {"min_ram_mb": 3072},
+                "low": {},
+            }
+        ),
+        _PHONE,
+    ),
+    "tiers-object-inside-refused": (
+        'An object of tiers under "tiers": refused the same way.',
+        _tier_doc({"high": {"min_ram_mb": 6144}, "low": {}}),
+        _PHONE,
+    ),
+    "name-twice": (
+        "A tier listed twice.",
+        _tier_doc([*_LISTED[:2], {"name": "mid", "rules": {}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "unknown-rule": (
+        "A rule this client does not know: refused, never ignored (ignoring it would put "
+        "devices in a better tier).",
+        _tier_doc(
+            [{"name": "high", "rules": {"min_ram_mb": 6144, "min_gpu": "adreno"}}, _LISTED[2]]
+        ),
+        _PHONE,
+    ),
+    "rule-as-string": (
+        "min_ram_mb as a string.",
+        _tier_doc([{"name": "high", "rules": {"min_ram_mb": "6144"}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "rule-as-float": (
+        "min_ram_mb as 6144.0: integers have no fraction.",
+        b'{"schema_version": 1, "tiers": [{"name": "high", "rules": {"min_ram_mb": 6144.0}},'
+        b' {"name": "low", "rules": {}}]}',
+        _PHONE,
+    ),
+    "rule-null": (
+        "A rule set to null: refused (leave it out instead).",
+        _tier_doc([{"name": "high", "rules": {"min_ram_mb": None}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "cores-zero": (
+        "min_cpu_cores 0: a device has at least one core.",
+        _tier_doc([{"name": "high", "rules": {"min_cpu_cores": 0}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "os-unknown": (
+        "An os other than android and ios.",
+        _tier_doc([{"name": "high", "rules": {"os": ["windows"]}}, _LISTED[2]]),
+        _PHONE,
+    ),
+    "soc-pattern": (
+        "A SoC rule, matched case-insensitively with * wildcards.",
+        _tier_doc([{"name": "high", "rules": {"soc_allow": ["Snapdragon 8*"]}}, _LISTED[2]]),
+        {"ram_mb": 4096, "cpu_cores": 6, "soc": "snapdragon 8 gen 2"},
+    ),
+    "no-catch-all-last": (
+        "The last tier sets a rule: some devices would get no tier.",
+        _tier_doc(_LISTED[:2]),
+        _PHONE,
+    ),
+    "empty": ("No tiers at all.", _tier_doc([]), _PHONE),
+    "bad-name": (
+        "A tier name that is not a name.",
+        _tier_doc([{"name": "High Tier", "rules": {}}]),
+        _PHONE,
+    ),
+    "extra-key-in-tier": (
+        "A tier with a key beside name and rules.",
+        _tier_doc([{"name": "low", "rules": {}, "variant": "int8"}]),
+        _PHONE,
+    ),
+    "unknown-top-level-key": (
+        "A key beside schema_version and tiers.",
+        _tier_doc([{"name": "low", "rules": {}}], published="2025-06-01"),
+        _PHONE,
+    ),
+    "schema-version-2": (
+        "A newer format.",
+        json.dumps({"schema_version": 2, "tiers": [{"name": "low", "rules": {}}]}).encode(),
+        _PHONE,
+    ),
+    "schema-version-missing": (
+        "No schema_version.",
+        json.dumps({"tiers": [{"name": "low", "rules": {}}]}).encode(),
+        _PHONE,
+    ),
+    "duplicate-key": (
+        "Strict JSON: a key twice.",
+        b'{"schema_version": 1, "tiers": [{"name": "low", "rules": {}}], "tiers": []}',
+        _PHONE,
+    ),
+    "not-json": ("Not JSON.", b"high: 6144\nlow:\n", _PHONE),
+}
+
+
+def build_tier_files() -> dict[str, str]:
+    files = {}
+    for name, (description, data, device) in TIER_FILE_CASES.items():
+        vector_input = {"file": base64.b64encode(data).decode("ascii"), "device": device}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_tier_file_vector(vector_input),
+        }
+        files[f"tiers/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
 
 
 # --- golden probes (docs/protocol.md section 11) --------------------------------------
@@ -1993,9 +2473,9 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
         "schema_version 2 with none of its keys: accepted (every key it adds is optional).",
         _report(schema_version=2),
     ),
-    "schema-version-3": (
-        "schema_version 3: a format the receiver does not know.",
-        _report(schema_version=3),
+    "schema-version-4": (
+        "schema_version 4: a format the receiver does not know.",
+        _report(schema_version=4),
     ),
     "full-v2": ("Every key of schema version 2.", canonical_json(FULL_REPORT_V2)),
     **{
@@ -2108,6 +2588,59 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
     "confirmed-as-integer": ("confirmed 1: a boolean is true or false.", _report(confirmed=1)),
     "load-failed-null": ("load_failed null: a boolean is never null.", _report(load_failed=None)),
     "os-unknown": ("os 'windows'.", _report(os="windows")),
+    "metrics-rate-and-distribution": (
+        "Version 3: a rate's events and successes, a distribution's counts per bucket.",
+        _report(
+            schema_version=3,
+            metrics={
+                "accepted": {"events": 40, "successes": 37},
+                "confidence": {"counts": [1, 2, 30, 7]},
+            },
+        ),
+    ),
+    "metrics-in-version-2": (
+        "metrics in a schema_version 2 report: version 2 did not have it.",
+        _report(schema_version=2, metrics={"accepted": {"events": 1, "successes": 1}}),
+    ),
+    "metrics-successes-above-events": (
+        "A rate with more successes than events.",
+        _report(schema_version=3, metrics={"accepted": {"events": 3, "successes": 4}}),
+    ),
+    "metrics-one-count": (
+        "A distribution of one count: at least two buckets.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [5]}}),
+    ),
+    "metrics-33-counts": (
+        "A distribution of 33 counts: at most 32 buckets.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [1] * 33}}),
+    ),
+    "metrics-negative-count": (
+        "A count below zero.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [1, -1]}}),
+    ),
+    "metrics-count-with-fraction": (
+        "A count of 3.0: an integer is written without a fraction.",
+        _report(schema_version=3, metrics={"accepted": {"events": 3.0, "successes": 1}}),
+    ),
+    "metrics-count-too-large": (
+        "A count above 10^9.",
+        _report(schema_version=3, metrics={"accepted": {"events": 10**9 + 1, "successes": 1}}),
+    ),
+    "metrics-17": (
+        "Seventeen metrics: at most 16.",
+        _report(
+            schema_version=3,
+            metrics={f"m{i:02d}": {"events": 1, "successes": 1} for i in range(17)},
+        ),
+    ),
+    "metrics-empty": (
+        "An empty metrics object: leave the key out instead.",
+        _report(schema_version=3, metrics={}),
+    ),
+    "metrics-a-value": (
+        "A metric carrying a raw value: counts only, never a value.",
+        _report(schema_version=3, metrics={"confidence": {"counts": [1, 2], "value": 0.83}}),
+    ),
     "mnn-runtime-not-a-version": (
         "mnn_runtime 'latest': not a version of §7's grammar.",
         _report(mnn_runtime="latest"),
@@ -2245,6 +2778,9 @@ def everything() -> dict[str, str]:
         **build_versions(),
         **build_reports(),
         **build_labels(),
+        **build_conditions(),
+        **build_selftest(),
+        **build_tier_files(),
     }
 
 
@@ -2255,6 +2791,9 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "versions": run_version,
     "reports": run_report,
     "labels": run_labels,
+    "conditions": check_conditions_vector,
+    "selftest": check_selftest_vector,
+    "tiers": check_tier_file_vector,
 }
 """The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its
 own format)."""

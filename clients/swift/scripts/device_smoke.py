@@ -126,7 +126,10 @@ def main() -> int:
                 },
                 "app_version": "2.4.0",
                 "tier": None,
-                "tiers": {"high": {"min_ram_mb": 6000}, "low": {}},
+                "tiers": [
+                    {"name": "high", "rules": {"min_ram_mb": 6000}},
+                    {"name": "low", "rules": {}},
+                ],
                 "reporting": False,
             }
             conf = dev("configure", **base)

@@ -15,14 +15,20 @@ public enum ReleaseUnit: Sendable, Hashable, CustomStringConvertible {
     public var description: String { isBundle ? "bundle \(name)" : "model \(name)" }
 }
 
-/// The network and power state now; nil means unknown, which counts as unmet.
+/// The device's state now, as the platform says it (NWPathMonitor, UIDevice, the volume's
+/// capacity). nil means unknown, which counts as unmet: `Conditions()` says nothing, so a
+/// policy that requires Wi-Fi defers until the app says the network is not expensive.
 public struct Conditions: Sendable, Equatable {
     public var metered: Bool?
     public var charging: Bool?
+    public var idle: Bool?
+    public var storageLow: Bool?
 
-    public init(metered: Bool? = false, charging: Bool? = true) {
+    public init(metered: Bool? = nil, charging: Bool? = nil, idle: Bool? = nil, storageLow: Bool? = nil) {
         self.metered = metered
         self.charging = charging
+        self.idle = idle
+        self.storageLow = storageLow
     }
 }
 
@@ -30,18 +36,26 @@ public struct Conditions: Sendable, Equatable {
 public struct DownloadPolicy: Sendable, Equatable {
     public var allowMetered: Bool
     public var requireCharging: Bool
+    public var requireIdle: Bool
+    public var requireStorageNotLow: Bool
     public var reserveBytes: Int64
 
-    public init(allowMetered: Bool = true, requireCharging: Bool = false, reserveBytes: Int64 = 8 * 1024 * 1024) {
+    public init(allowMetered: Bool = true, requireCharging: Bool = false, requireIdle: Bool = false,
+                requireStorageNotLow: Bool = false, reserveBytes: Int64 = 8 * 1024 * 1024) {
         self.allowMetered = allowMetered
         self.requireCharging = requireCharging
+        self.requireIdle = requireIdle
+        self.requireStorageNotLow = requireStorageNotLow
         self.reserveBytes = reserveBytes
     }
 
-    /// Why a download must wait (`metered`, `not-charging`), or nil.
+    /// Why a download must wait, or nil: the first unmet condition in the protocol's order,
+    /// `metered`, `not-charging`, `not-idle`, `storage-low`. Unknown counts as unmet.
     public func unmet(_ c: Conditions) -> String? {
         if !allowMetered, c.metered != false { return "metered" }
         if requireCharging, c.charging != true { return "not-charging" }
+        if requireIdle, c.idle != true { return "not-idle" }
+        if requireStorageNotLow, c.storageLow != false { return "storage-low" }
         return nil
     }
 }
@@ -196,4 +210,71 @@ public struct StartOutcome: Sendable, Equatable {
     /// The unconfirmed version that was taken back.
     public let version: String?
     public let reason: String?
+}
+
+// MARK: - changes, checks, errors
+
+/// A change of what is installed for a unit (`EdgeRegClient.changes()`, `addListener`).
+public struct ModelChange: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// A newer (or the first) release was installed.
+        case installed
+        /// An update installed a lower version: the server took a release back.
+        case rolledBack = "rolled-back"
+        /// The app, or a crash loop, reverted the release.
+        case reverted
+        /// The app deleted the unit.
+        case deleted
+    }
+
+    public let unit: ReleaseUnit
+    public let kind: Kind
+    /// What is installed now, or nil.
+    public let version: String?
+    /// What was installed before, or nil.
+    public let previous: String?
+}
+
+/// What `check` found: whether an update would install a release, without downloading it.
+public struct UpdateCheck: Sendable, Equatable {
+    /// A release other than the installed one would install now.
+    public let available: Bool
+    /// The release this device would install (the installed one when up to date), or nil.
+    public let version: String?
+    /// The version installed now.
+    public let installed: String?
+    public let isCandidate: Bool
+    /// Bytes an update would still download.
+    public let downloadBytes: Int64
+    /// Why an update would wait (an unmet condition), or nil.
+    public let deferred: String?
+    public let fallback: String?
+    /// Why nothing can be installed (a reason code), or nil.
+    public let errorCode: String?
+    public let error: String?
+}
+
+/// One model or bundle installed in the client's cache.
+public struct InstalledUnit: Sendable, Equatable {
+    public let unit: ReleaseUnit
+    public let version: String
+    public let isCandidate: Bool
+}
+
+/// A failed update as an error an app can `catch` (`UpdateResult.get()`): the reason code
+/// (docs/protocol.md §7, §10) and its message. A cancelled update throws `CancellationError`.
+public struct EdgeRegError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let code: String
+    public let message: String
+    public var description: String { "\(code): \(message)" }
+}
+
+extension UpdateResult {
+    /// This result, or its failure thrown: `CancellationError` for `cancelled`, else an
+    /// `EdgeRegError` with the reason code. The last good model is installed either way.
+    public func get() throws -> UpdateResult {
+        guard let code = errorCode else { return self }
+        if code == Reason.cancelled { throw CancellationError() }
+        throw EdgeRegError(code: code, message: error ?? code)
+    }
 }

@@ -21,16 +21,26 @@ public struct ClientConfiguration: Sendable {
     public var maxUnconfirmedStarts: Int
     /// Releases shipped in the app, by unit name.
     public var bundled: [String: BundledRelease]
-    /// Tests and fleet simulations only: plain `http://` from this local address (one per
-    /// simulated device), over the package's own socket client instead of URLSession.
-    public var sourceAddress: String?
+    /// How the client speaks HTTP (`ClientTransport`): nil, URLSession; an app's own stack, or
+    /// a test's (the fleet simulator's socket transport, bound to one address per device).
+    public var transport: (any ClientTransport)?
+
+    /// Why a client cannot be built from this configuration (the self-test on and no runner), or
+    /// nil. `EdgeRegClient(_:)` stops with a precondition failure naming it.
+    public var problem: String? {
+        if selfTest, runner == nil {
+            return "the self-test is on and there is no model runner: give runner: MNNRunner(...) (docs/guides/ios.md), "
+                + "or selfTest: false to install without checking the golden probe (docs/protocol.md §11)"
+        }
+        return nil
+    }
 
     public init(registry: URL, trustedKeys: TrustedKeys, cacheDirectory: URL, device: DeviceFacts, tier: String? = nil,
                 tiers: [(String, TierRules)] = [], runner: (any ModelRunner)? = nil, selfTest: Bool = false,
                 policy: DownloadPolicy = DownloadPolicy(), limits: Limits = Limits(), reporting: Bool = true,
                 deviceClass: String? = nil, maxUnconfirmedStarts: Int = 3, bundled: [String: BundledRelease] = [:],
-                sourceAddress: String? = nil) {
-        self.sourceAddress = sourceAddress
+                transport: (any ClientTransport)? = nil) {
+        self.transport = transport
         self.registry = registry
         self.trustedKeys = trustedKeys
         self.cacheDirectory = cacheDirectory
@@ -77,6 +87,11 @@ public actor EdgeRegClient {
     let reporter: Reporter
 
     public init(_ configuration: ClientConfiguration) {
+        if let problem = configuration.problem {
+            // A programming error at the call site, as a bad URL literal: an app that cannot run the
+            // probe would mark every good release bad and report failures that halt every canary.
+            preconditionFailure("EdgeRegClient: \(problem)")
+        }
         var config = configuration
         if !config.registry.absoluteString.hasSuffix("/") {
             config.registry = URL(string: config.registry.absoluteString + "/") ?? config.registry
@@ -96,7 +111,7 @@ public actor EdgeRegClient {
         tierReason = resolved.1
         let layout = CacheLayout(root: config.cacheDirectory)
         self.layout = layout
-        let transport: any Transport = config.sourceAddress.map { SocketTransport(source: $0, limits: config.limits) }
+        let transport: any Transport = config.transport.map { AppTransport($0, limits: config.limits) }
             ?? HTTPTransport(limits: config.limits)
         self.transport = transport
         reporter = Reporter(enabled: config.reporting, transport: transport, registry: config.registry, device: config.device,
@@ -131,8 +146,68 @@ public actor EdgeRegClient {
     }
 
     /// Check for an update and install it; on any failure keep the last known good.
-    public func update(_ unit: ReleaseUnit, conditions: Conditions = Conditions()) async -> UpdateResult {
-        await exclusive { await self.updateNow(unit, conditions: conditions) }
+    ///
+    /// `conditions`: what the platform says now; a condition the policy requires and nobody
+    /// said is unmet, so the update waits (`deferred`). Cancelling the calling task stops the
+    /// update within a second: `cancelled`, nothing installed, the download kept for a resume.
+    /// `progress` is told (bytes done, bytes total) of the release, the total before the first
+    /// byte, on the transport's queue.
+    public func update(_ unit: ReleaseUnit, conditions: Conditions = Conditions(),
+                       progress: (@Sendable (Int64, Int64) -> Void)? = nil) async -> UpdateResult {
+        await exclusive {
+            self.progress = progress
+            defer { self.progress = nil }
+            return await self.updateNow(unit, conditions: conditions)
+        }
+    }
+
+    /// Whether an update would install a release, which, and how many bytes it would download,
+    /// without downloading a blob (the manifest is fetched and verified).
+    public func check(_ unit: ReleaseUnit, conditions: Conditions = Conditions()) async -> UpdateCheck {
+        await exclusive { await self.checkNow(unit, conditions: conditions) }
+    }
+
+    /// Delete the unit from the device: its install, its last good set and their files. The
+    /// rollback protection and the releases refused here stay. False when nothing was installed.
+    @discardableResult
+    public func delete(_ unit: ReleaseUnit) async -> Bool {
+        await exclusive { self.deleteNow(unit) }
+    }
+
+    /// Every model and bundle installed in this client's cache.
+    public func installedUnits() -> [InstalledUnit] {
+        installedUnitNames().compactMap { unit -> InstalledUnit? in
+            guard let set = try? readInstalled(unit) else { return nil }
+            return InstalledUnit(unit: unit, version: set.version, isCandidate: set.isCandidate)
+        }.sorted { ($0.unit.name, $0.unit.isBundle ? 1 : 0) < ($1.unit.name, $1.unit.isBundle ? 1 : 0) }
+    }
+
+    /// Call `listener` after each change of what is installed, before the call that made it returns.
+    public func addListener(_ listener: @escaping @Sendable (ModelChange) -> Void) {
+        listeners.append(listener)
+    }
+
+    /// The changes of what is installed, as they happen (installed, rolled back by the server,
+    /// reverted, deleted): a new sequence for each caller, ended when its task is cancelled.
+    public func changes() -> AsyncStream<ModelChange> {
+        let (stream, continuation) = AsyncStream<ModelChange>.makeStream(bufferingPolicy: .bufferingNewest(64))
+        listeners.append { continuation.yield($0) }
+        return stream
+    }
+
+    var listeners: [@Sendable (ModelChange) -> Void] = []
+    var progress: (@Sendable (Int64, Int64) -> Void)?
+    var tally: ProgressTally?
+
+    func announce(_ change: ModelChange) {
+        for listener in listeners { listener(change) }
+    }
+
+    /// Stop here when the app cancelled the update (before anything is switched).
+    func checkpoint() throws {
+        if Task.isCancelled {
+            throw Failure(code: Reason.cancelled, message: "the update was cancelled by the app; nothing was installed, the download resumes next time")
+        }
     }
 
     /// What is installed, without network (installs a shipped release on the first launch).
@@ -275,7 +350,7 @@ public actor EdgeRegClient {
 
     func allStarted() async -> [StartOutcome] {
         var out: [StartOutcome] = []
-        for unit in installedUnits() { out.append(await appStartedNow(unit)) }
+        for unit in installedUnitNames() { out.append(await appStartedNow(unit)) }
         return out
     }
 
@@ -323,6 +398,7 @@ public actor EdgeRegClient {
         ledger[unit.name, default: UnitHealth()].onReverted(to: previous?.version)
         writeHealth(ledger)
         for name in record.members.keys.sorted() { await reporter.reverted(unit: unit.name, model: name, to: previous?.version) }
+        announce(ModelChange(unit: unit, kind: .reverted, version: previous?.version, previous: record.version))
         return result(unit, previous, updated: true)
     }
 
@@ -332,6 +408,64 @@ public actor EdgeRegClient {
     // MARK: the update
 
     func fetch(_ unit: ReleaseUnit, installed: InstalledSet?, conditions: Conditions) async throws -> UpdateResult {
+        let (chosen, notModified) = try await acceptManifest(unit)
+        try checkpoint()
+        return try await apply(unit, chosen, installed: installed, conditions: conditions, notModified: notModified, shipped: nil)
+    }
+
+    func checkNow(_ unit: ReleaseUnit, conditions: Conditions) async -> UpdateCheck {
+        deadline = Date().addingTimeInterval(configuration.limits.deadline)
+        let installed = try? readInstalled(unit)
+        do {
+            let (decision, _) = try await acceptManifest(unit, reportingPeriod: false)
+            guard let entry = decision.entry else {
+                return UpdateCheck(available: false, version: nil, installed: installed?.version, isCandidate: false, downloadBytes: 0,
+                                   deferred: nil, fallback: decision.fallback, errorCode: nil, error: nil)
+            }
+            let entries = entry.members(unit: unit.name)
+            let new = InstalledSet(version: entry.version, tier: tier ?? "", isCandidate: decision.isCandidate,
+                                   sequence: decision.manifest.sequence, bundled: false, token: nil, reportURL: nil,
+                                   members: entries.mapValues { InstalledSet.Member(entry: $0, backend: nil) })
+            let same = installed.map { new.sameRelease($0) } ?? false
+            var seen = Set<String>()
+            let missing = entries.keys.sorted().flatMap { entries[$0]!.blobs }.filter { seen.insert($0.sha256).inserted && !layout.hasBlob($0) }
+            var remaining: Int64 = 0
+            for ref in missing { remaining += max(0, ref.size - min(ref.size, Files.size(layout.part(ref.sha256)) ?? 0)) }
+            return UpdateCheck(available: !same, version: entry.version, installed: installed?.version, isCandidate: decision.isCandidate,
+                               downloadBytes: same ? 0 : remaining,
+                               deferred: same || missing.isEmpty ? nil : configuration.policy.unmet(conditions),
+                               fallback: decision.fallback, errorCode: nil, error: nil)
+        } catch let f as Failure {
+            return UpdateCheck(available: false, version: installed?.version, installed: installed?.version, isCandidate: false,
+                               downloadBytes: 0, deferred: nil, fallback: nil, errorCode: f.code, error: f.message)
+        } catch {
+            return UpdateCheck(available: false, version: installed?.version, installed: installed?.version, isCandidate: false,
+                               downloadBytes: 0, deferred: nil, fallback: nil, errorCode: Reason.transport, error: "\(error)")
+        }
+    }
+
+    func deleteNow(_ unit: ReleaseUnit) -> Bool {
+        let record = try? readInstalled(unit)
+        try? setPending(unit, nil)
+        guard let record else { return false }
+        do {
+            try writeInstalled(unit, nil)
+        } catch {
+            recordError(unit, error.failure)
+            return false
+        }
+        evict()
+        var ledger = readHealth()
+        ledger[unit.name, default: UnitHealth()].onReverted(to: nil)
+        writeHealth(ledger)
+        announce(ModelChange(unit: unit, kind: .deleted, version: nil, previous: record.version))
+        return true
+    }
+
+    /// Fetch and verify the manifest, store its sequence and bytes; the decision (bad releases
+    /// counted as not fitting) and whether the server said 304.
+    /// `reportingPeriod`: an update's check, which reports the rollout period (§11); `check` does not.
+    func acceptManifest(_ unit: ReleaseUnit, reportingPeriod: Bool = true) async throws -> (Decision, Bool) {
         guard let tier else { throw Failure(code: Reason.notFound, message: tierReason) }
         let tierFile = layout.tierFile(unit.name, tier)
         let state = try catching { () throws(CacheError) in try Files.readJSON(tierFile) }
@@ -358,9 +492,8 @@ public actor EdgeRegClient {
             o["sequence"] = .int(decision.sequence)
             try catching { () throws(CacheError) in try Files.writeJSON(o, to: tierFile) }
         }
-        if !notModified { await reportPeriod(unit, decision) }
-        let chosen = try avoidBad(unit, decision, bad: bad)
-        return try await apply(unit, chosen, installed: installed, conditions: conditions, notModified: notModified, shipped: nil)
+        if reportingPeriod, !notModified { await reportPeriod(unit, decision) }
+        return (try avoidBad(unit, decision, bad: bad), notModified)
     }
 
     /// A new rollout period for the release this manifest gives the device, before its own
@@ -430,7 +563,14 @@ public actor EdgeRegClient {
                 }
             }
             try preflight(missing)
+            if shipped == nil {
+                var kept: Int64 = 0
+                for ref in missing { kept += min(ref.size, Files.size(layout.part(ref.sha256)) ?? 0) }
+                tally = ProgressTally(total: missing.reduce(0) { $0 + $1.size }, done: kept, report: progress)
+            }
+            defer { tally = nil }
             for ref in missing {
+                try checkpoint()
                 if let shipped {
                     try copyShipped(ref, shipped)
                 } else {
@@ -439,8 +579,11 @@ public actor EdgeRegClient {
             }
         }
         for (name, e) in entries { _ = try labels(name, e) }  // a bad labels blob refuses the release
+        try checkpoint()
         do {
             new = try await check(unit, new, entries)
+        } catch let f as Failure where f.code == Reason.probeNotRun {
+            throw f  // no verdict: the release stays pending, nothing is reported (§11, rule 20)
         } catch let f as Failure {
             try? setPending(unit, nil)
             if f.permanent { markBad(unit, new.version, "\(f.code): \(f.message)") }
@@ -459,6 +602,7 @@ public actor EdgeRegClient {
             new.previous = [prev]
         }
         new.token = configuration.reporting ? Reporter.newToken() : nil
+        try checkpoint()  // the last moment a cancel counts: the switch is next
         try catching { () throws(CacheError) in try writeInstalled(unit, new) }
         try setPending(unit, nil)
         evict()
@@ -471,6 +615,8 @@ public actor EdgeRegClient {
                                          reportURL: decision.manifest.reportURL)
             }
         }
+        let lower = installed.map { (DottedVersion.compare(new.version, $0.version) ?? 0) < 0 } ?? false
+        announce(ModelChange(unit: unit, kind: lower ? .rolledBack : .installed, version: new.version, previous: installed?.version))
         return result(unit, new, updated: true, notModified: notModified, downloaded: downloaded, decision: decision)
     }
 
@@ -570,17 +716,26 @@ public actor EdgeRegClient {
         guard let url = URL(string: ref.path, relativeTo: configuration.registry)?.absoluteURL else {
             throw Failure(code: Reason.transport, message: "bad registry URL")
         }
-        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString, limits: configuration.limits, deadline: deadline)
+        let tally = self.tally
+        var onBytes: (@Sendable (Int64) -> Void)?
+        if let tally { onBytes = { @Sendable (count: Int64) in tally.add(count) } }
+        var writer = BlobWriter(part: part, check: check, have: have, url: url.absoluteString, limits: configuration.limits, deadline: deadline,
+                                onBytes: onBytes)
         do {
             try await transport.fetch(url, headers: have > 0 ? ["Range": "bytes=\(have)-"] : [:], into: writer)
+            try checkpoint()
             if writer.restart {
                 // The server refused the range (416) or answered another one: start over.
                 Files.remove(part)
                 check.reset()
-                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString, limits: configuration.limits, deadline: deadline)
+                tally?.add(-have)
+                writer = BlobWriter(part: part, check: check, have: 0, url: url.absoluteString, limits: configuration.limits, deadline: deadline,
+                                    onBytes: onBytes)
                 try await transport.fetch(url, headers: [:], into: writer)
+                try checkpoint()
             }
         } catch let e as TransportError {
+            try checkpoint()  // cut by the app's cancel: cancelled, the part kept
             throw Failure(code: Reason.transport, message: "\(e.message); \(writer.transferred) bytes kept for a resume")
         }
         let (result, failure, transferred) = writer.outcome
@@ -711,7 +866,7 @@ public actor EdgeRegClient {
         try Files.writeJSON(all, to: layout.installedFile)
     }
 
-    func installedUnits() -> [ReleaseUnit] {
+    func installedUnitNames() -> [ReleaseUnit] {
         guard let all = try? Files.readJSON(layout.installedFile) else { return [] }
         return (all["models"]?.objectValue?.keys.map { ReleaseUnit.model($0) } ?? [])
             + (all["bundles"]?.objectValue?.keys.map { ReleaseUnit.bundle($0) } ?? [])
@@ -844,6 +999,9 @@ public actor EdgeRegClient {
             let outcome = await SelfTest(layout: layout, runner: configuration.runner)
                 .run(model: name, artifact: layout.blob(entry.sha256), entry: entry, probe: probe)
             lastTrials[name] = outcome
+            if outcome.notRun {
+                throw Failure(code: Reason.probeNotRun, message: "\(name) \(entry.version): the self-test could not run the probe on this device (\(outcome.why)); nothing is marked bad, the next update tries again")
+            }
             guard let backend = outcome.backend else {
                 throw Failure(code: Reason.probeFailed, message: "\(name) \(entry.version) (variant \(entry.variant)) failed its self-test on every backend: \(outcome.why)", permanent: true)
             }
@@ -878,5 +1036,28 @@ func catching<T, E: Error>(_ body: () throws(E) -> T) throws -> T {
         throw e.failure
     } catch {
         throw error
+    }
+}
+
+/// A release's download progress, told to the app as bytes arrive (on the transport's queue).
+final class ProgressTally: @unchecked Sendable {
+    private let lock = NSLock()
+    private let total: Int64
+    private var done: Int64
+    private let report: (@Sendable (Int64, Int64) -> Void)?
+
+    init(total: Int64, done: Int64, report: (@Sendable (Int64, Int64) -> Void)?) {
+        self.total = total
+        self.done = done
+        self.report = report
+        report?(done, total)  // the total, before the first byte
+    }
+
+    func add(_ count: Int64) {
+        let now = lock.withLock { () -> Int64 in
+            done += count
+            return done
+        }
+        report?(now, total)
     }
 }

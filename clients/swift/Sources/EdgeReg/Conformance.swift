@@ -96,24 +96,90 @@ public enum Conformance {
         }
     }
 
-    /// Tiers in order from `[{"name", "rules"}]` (tests/vectors/rules/tiers.json) or an
-    /// object whose key order is the tier order (the device program's `tiers`).
+    /// Tiers in order from `[{"name", "rules"}]`: tests/vectors/rules/tiers.json and the device
+    /// program's `tiers` (the array of a tier file, docs/protocol.md §5).
     public static func tiers(_ value: JSONValue) -> [(String, TierRules)]? {
+        guard let list = value.arrayValue else { return nil }
         var out: [(String, TierRules)] = []
-        if let list = value.arrayValue {
-            for item in list {
-                guard let name = item["name"]?.stringValue, let rules = item["rules"].flatMap(TierRules.init(json:)) else { return nil }
-                out.append((name, rules))
-            }
-        } else if let o = value.objectValue {
-            for key in o.keys {
-                guard let rules = TierRules(json: o[key]!) else { return nil }
-                out.append((key, rules))
-            }
-        } else {
-            return nil
+        for item in list {
+            guard let name = item["name"]?.stringValue, let rules = item["rules"].flatMap(TierRules.init(json:)) else { return nil }
+            out.append((name, rules))
         }
         return out
+    }
+
+    /// A `tests/vectors/tiers/*.json` input: read the tier file, then resolve the device's tier.
+    public static func checkTierFile(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let text = input["file"]?.stringValue, let data = Data(base64Encoded: text), let d = input["device"]?.objectValue else {
+            throw HarnessError("tier-file vector input needs base64 'file' and 'device'")
+        }
+        guard let tiers = Tiers.parse(data) else { return .object(JSONObject([("accept", .bool(false))])) }
+        let device = DeviceFacts(deviceID: "d", ramMB: d["ram_mb"]?.intValue, cpuCores: d["cpu_cores"]?.intValue,
+                                 soc: d["soc"]?.stringValue, os: d["os"]?.stringValue)
+        let tier = Tiers.resolve(tiers, device)?.tier
+        return .object(JSONObject([
+            ("accept", .bool(true)), ("order", .array(tiers.map { .string($0.0) })), ("tier", tier.map { .string($0) } ?? .null),
+        ]))
+    }
+
+    /// A `tests/vectors/conditions/*.json` input: why the policy defers a download, if it does (§8).
+    public static func checkConditions(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let p = input["policy"]?.objectValue, let c = input["conditions"]?.objectValue else {
+            throw HarnessError("conditions vector input needs 'policy' and 'conditions'")
+        }
+        func flag(_ key: String) throws(HarnessError) -> Bool {
+            guard let b = p[key]?.boolValue else { throw HarnessError("policy.\(key) is a boolean") }
+            return b
+        }
+        let policy = DownloadPolicy(allowMetered: try flag("allow_metered"), requireCharging: try flag("require_charging"),
+                                    requireIdle: try flag("require_idle"), requireStorageNotLow: try flag("require_storage_not_low"))
+        let said = Conditions(metered: c["metered"]?.boolValue, charging: c["charging"]?.boolValue, idle: c["idle"]?.boolValue,
+                              storageLow: c["storage_low"]?.boolValue)
+        return .object(JSONObject([("deferred", policy.unmet(said).map { .string($0) } ?? .null)]))
+    }
+
+    /// A `tests/vectors/selftest/*.json` input: each backend's outcome if tried, and the verdict
+    /// of rules 15–20 (docs/protocol.md §11).
+    public static func checkSelfTest(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let backends = input["backends"]?.arrayValue?.compactMap(\.stringValue), let remembered = input["remembered"]?.objectValue,
+            let outcomes = input["trials"]?.objectValue, let probe = input["probe"]?.boolValue
+        else { throw HarnessError("self-test vector input needs backends, probe, remembered and trials") }
+        var trials: [(backend: String, kind: String)] = []
+        for backend in backends {
+            if remembered[backend] != nil {
+                trials.append((backend, "remembered"))
+                continue
+            }
+            guard var kind = outcomes[backend]?.stringValue else { throw HarnessError("no trial outcome for \(backend)") }
+            if kind == "passed", !probe { kind = "loaded" }
+            trials.append((backend, kind))
+            if kind == "passed" || kind == "loaded" { break }
+        }
+        let (verdict, backend) = SelfTestVerdict.judge(trials)
+        let skipped = trials.filter { ["failed", "load-failed", "remembered"].contains($0.kind) }.map { JSONValue.string($0.backend) }
+        let tried = trials.filter { $0.kind != "remembered" }.map { JSONValue.string($0.backend) }
+        let ran = trials.filter { $0.kind == "failed" || $0.kind == "load-failed" }
+        var report: JSONValue = .null
+        if verdict != "not-run" {
+            let install = verdict == "install"
+            report = .object(JSONObject([
+                ("probe", .string(install ? (probe ? "passed" : "none") : "failed")),
+                ("backend", backend.map { .string($0) } ?? .null),
+                ("backends_skipped", .array(skipped)),
+                ("load_failed", .bool(!install && !ran.isEmpty && ran.allSatisfy { $0.kind == "load-failed" })),
+            ]))
+        }
+        return .object(JSONObject([
+            ("verdict", .string(verdict)), ("backend", backend.map { .string($0) } ?? .null), ("tried", .array(tried)),
+            ("mark_bad", .bool(verdict == "reject")), ("report", report),
+        ]))
+    }
+
+    /// One case of tests/vectors/rules/cohorts.json: the bucket and the cohort at each percent.
+    public static func cohort(salt: String, deviceID: String, percents: [String]) -> JSONValue {
+        var inside = JSONObject()
+        for p in percents { inside[p] = .bool(Double(p).map { Cohort.contains(deviceID: deviceID, salt: salt, percent: $0) } ?? false) }
+        return .object(JSONObject([("bucket", .int(Int64(Cohort.bucket(deviceID: deviceID, salt: salt)))), ("in_cohort", .object(inside))]))
     }
 }
 

@@ -34,6 +34,9 @@ public enum Reason {
     public static let badBlob = "bad-blob"
     public static let probeFailed = "probe-failed"
     // client codes
+    /// The self-test could not run the probe (no CPU from the runner): no verdict (§11, rule 20).
+    public static let probeNotRun = "probe-not-run"
+    public static let cancelled = "cancelled"
     public static let transport = "transport"
     public static let notFound = "not-found"
     public static let cache = "cache"
@@ -460,6 +463,36 @@ public struct TierRules: Sendable, Equatable {
 }
 
 public enum Tiers {
+    public static let maxFileBytes = 64 * 1024
+    public static let maxTiers = 64
+
+    /// The tier file `edgereg tiers` exports (docs/protocol.md §5): `{"schema_version": 1,
+    /// "tiers": [{"name", "rules"}, ...]}`, best first; nil when it is not one (an object of
+    /// tiers, whose key order means nothing; an unknown or null rule; a name twice; a last tier
+    /// that is not a catch-all). A build-time asset: nil is a bug the app's tests catch.
+    public static func parse(_ data: Data) -> [(String, TierRules)]? {
+        guard data.count <= maxFileBytes, let doc = try? StrictJSON.parse(data), let o = doc.objectValue,
+            o["schema_version"]?.intValue == 1,
+            o.keys.allSatisfy({ $0 == "schema_version" || $0 == "tiers" }),
+            let listed = o["tiers"]?.arrayValue, (1...maxTiers).contains(listed.count)
+        else { return nil }
+        var out: [(String, TierRules)] = []
+        for item in listed {
+            guard let tier = item.objectValue, tier.count == 2, let name = tier["name"]?.stringValue, Fields.isName(name),
+                !out.contains(where: { $0.0 == name }), let rules = tier["rules"]?.objectValue,
+                rules.keys.allSatisfy({ ["min_ram_mb", "min_cpu_cores", "soc_allow", "os"].contains($0) }),
+                rules.keys.allSatisfy({ !(rules[$0]!.isNull) }),
+                let parsed = TierRules(json: .object(rules))
+            else { return nil }
+            if let n = parsed.minRamMB, n > 9_007_199_254_740_991 { return nil }
+            if let n = parsed.minCPUCores, n > 9_007_199_254_740_991 { return nil }
+            out.append((name, parsed))
+        }
+        let last = out[out.count - 1].1
+        guard last.minRamMB == nil, last.minCPUCores == nil, last.socAllow == nil, last.os == nil else { return nil }
+        return out
+    }
+
     /// `*` any run (also none), `?` exactly one, everything else itself; case-insensitive.
     public static func socMatches(_ pattern: String, _ soc: String) -> Bool {
         let p = Array(pattern.lowercased().unicodeScalars), s = Array(soc.lowercased().unicodeScalars)

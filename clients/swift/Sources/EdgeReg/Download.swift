@@ -33,8 +33,12 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     private var windowBytes = 0
 
     private let deadline: Date
+    /// Told the count of each run of new bytes written (the update's progress).
+    private let onBytes: (@Sendable (Int64) -> Void)?
 
-    init(part: URL, check: BlobCheck, have: Int64, url: String, limits: Limits, deadline: Date) {
+    init(part: URL, check: BlobCheck, have: Int64, url: String, limits: Limits, deadline: Date,
+         onBytes: (@Sendable (Int64) -> Void)? = nil) {
+        self.onBytes = onBytes
         self.limits = limits
         self.deadline = deadline
         self.part = part
@@ -97,6 +101,13 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     }
 
     func begin(status: Int, headers: [String: String]) -> Bool {
+        let ok = beginLocked(status: status, headers: headers)
+        // The server ignored the Range: the bytes kept are to be fetched again.
+        if ok, have > 0, status == 200 { onBytes?(-have) }
+        return ok
+    }
+
+    private func beginLocked(status: Int, headers: [String: String]) -> Bool {
         lock.withLock {
             let rangeStart = headers["content-range"].flatMap { value -> Int64? in
                 guard value.hasPrefix("bytes ") else { return nil }
@@ -133,6 +144,12 @@ final class BlobWriter: BodySink, @unchecked Sendable {
     }
 
     func receive(_ data: Data) -> Bool {
+        let accepted = receiveLocked(data)
+        if accepted { onBytes?(Int64(data.count)) }
+        return accepted
+    }
+
+    private func receiveLocked(_ data: Data) -> Bool {
         lock.withLock {
             guard fd >= 0 else { return false }
             do {

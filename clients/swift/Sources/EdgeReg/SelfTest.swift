@@ -12,7 +12,21 @@ struct SelfTestOutcome: Sendable {
     var failures: [String] = []
     var loadMs: Double?
     var probed = false
-    var why: String { failures.joined(separator: "; ") }
+    /// The runner could not create the CPU: the probe did not run, no verdict (rule 20).
+    var notRun = false
+    var unavailableWhy: [String] = []
+    var why: String { (failures + unavailableWhy).joined(separator: "; ") }
+}
+
+/// The verdict of a self-test's trials in the entry's backend order (docs/protocol.md §11, rules
+/// 15–20): each (backend, kind) with kind `passed`, `loaded` (no probe), `failed`,
+/// `load-failed`, `unavailable` or `remembered`.
+public enum SelfTestVerdict {
+    public static func judge(_ trials: [(backend: String, kind: String)]) -> (verdict: String, backend: String?) {
+        if let chosen = trials.first(where: { $0.kind == "passed" || $0.kind == "loaded" }) { return ("install", chosen.backend) }
+        guard let cpu = trials.last(where: { $0.backend == "cpu" }), cpu.kind != "unavailable" else { return ("not-run", nil) }
+        return ("reject", nil)
+    }
 }
 
 /// Runs a model's golden probe on each hinted backend through the app's runner, CPU last.
@@ -33,25 +47,42 @@ struct SelfTest {
         }
         var failed = record["failed"]?.objectValue ?? JSONObject()
         let before = failed
+        var trials: [(backend: String, kind: String)] = []
         for backend in entry.runtime.backends {
             if let why = failed[backend]?.stringValue {
                 // Rule 15: known to fail for this version on this device.
                 outcome.skipped.append(backend)
                 outcome.failures.append("\(backend): \(why) (remembered)")
+                trials.append((backend, "remembered"))
                 continue
             }
             switch await trial(artifact: artifact, backend: backend, entry: entry, probe: probe) {
-            case .unavailable:
+            case .unavailable(let why):
                 outcome.unavailable.append(backend)
+                outcome.unavailableWhy.append("\(backend): unavailable (\(why))")
+                trials.append((backend, "unavailable"))
             case .failed(let why):
                 failed[backend] = .string(why)
                 outcome.skipped.append(backend)
                 outcome.failures.append("\(backend): \(why)")
+                trials.append((backend, why.hasPrefix("does not load") ? "load-failed" : "failed"))
             case .passed(let loadMs):
                 outcome.backend = backend
                 outcome.loadMs = loadMs
+                trials.append((backend, "passed"))
             }
             if outcome.backend != nil { break }
+        }
+        if outcome.backend == nil, SelfTestVerdict.judge(trials).verdict == "not-run" {
+            // The runner cannot create the CPU: no verdict on the model, nothing marked bad.
+            outcome.notRun = true
+            if failed != before {
+                record["failed"] = .object(failed)
+                perModel[entry.version] = .object(record)
+                memory[model] = .object(perModel)
+                try? Files.writeJSON(memory, to: layout.selfTestFile)
+            }
+            return outcome
         }
         if outcome.backend == nil {
             record["failed"] = .object(failed)
@@ -68,13 +99,13 @@ struct SelfTest {
     }
 
     enum Trial {
-        case unavailable
+        case unavailable(String)
         case failed(String)
         case passed(loadMs: Double)
     }
 
     func trial(artifact: URL, backend: String, entry: ModelEntry, probe: GoldenProbe?) async -> Trial {
-        guard let runner else { return .failed("does not load: the app gave no model runner") }
+        guard let runner else { return .unavailable("the app gave no model runner") }
         var outputs: [String] = []
         if let first = probe?.cases.first?.first {
             outputs = first.expected.map(\.name)
@@ -86,8 +117,7 @@ struct SelfTest {
             session = try await runner.load(model: artifact, backend: backend, threads: entry.runtime.threads,
                                             precision: entry.runtime.precision, outputs: outputs)
         } catch let e as BackendUnavailable {
-            _ = e
-            return .unavailable
+            return .unavailable(e.message)
         } catch {
             return .failed("does not load: \(error)")
         }

@@ -104,6 +104,102 @@ protocol Transport: Sendable {
     func post(_ url: URL, body: Data, contentType: String, timeout: Double) async throws -> Int
 }
 
+// MARK: - the public seam
+
+/// How the client speaks HTTP, for an app with its own stack or a test (as
+/// swift-openapi-runtime's `ClientTransport`): `ClientConfiguration(transport:)`. The default
+/// is URLSession. The client adds the protocol's headers (User-Agent, If-None-Match, Range,
+/// Accept-Encoding: identity) and keeps every rule: size and digest checks, the deadline and
+/// minimum rate, cancellation through `TransportResponse.cancel`. A transport must not
+/// transform the body (no content decoding).
+public protocol ClientTransport: Sendable {
+    /// One GET; any status is returned, not thrown. Throw for a request that did not complete.
+    func get(_ url: URL, headers: [String: String], timeout: Double) async throws -> TransportResponse
+    /// POST a small body (a report); the status code.
+    func post(_ url: URL, body: Data, headers: [String: String], timeout: Double) async throws -> Int
+}
+
+/// One response of a `ClientTransport`: status, headers (lower-case names), the body as it
+/// arrives, and how to cut the connection (a cancel, or the client stopping a refused body).
+public struct TransportResponse: Sendable {
+    public let status: Int
+    public let headers: [String: String]
+    public let body: AsyncThrowingStream<Data, Error>
+    public let cancel: @Sendable () -> Void
+
+    public init(status: Int, headers: [String: String], body: AsyncThrowingStream<Data, Error>, cancel: @escaping @Sendable () -> Void) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.cancel = cancel
+    }
+}
+
+/// An app's `ClientTransport` behind the client's internal `Transport`.
+final class AppTransport: Transport, @unchecked Sendable {
+    let wrapped: any ClientTransport
+    let limits: Limits
+
+    init(_ wrapped: any ClientTransport, limits: Limits) {
+        self.wrapped = wrapped
+        self.limits = limits
+    }
+
+    private func withProtocolHeaders(_ headers: [String: String]) -> [String: String] {
+        var all = ["User-Agent": SDK.userAgent, "Accept-Encoding": "identity"]
+        for (k, v) in headers { all[k] = v }
+        return all
+    }
+
+    private func open(_ url: URL, _ headers: [String: String]) async throws -> TransportResponse {
+        do {
+            return try await wrapped.get(url, headers: withProtocolHeaders(headers), timeout: limits.timeout)
+        } catch let e as TransportError {
+            throw e
+        } catch {
+            throw TransportError(message: "\(url.absoluteString): \(error)")
+        }
+    }
+
+    func get(_ url: URL, headers: [String: String]) async throws -> StreamedResponse {
+        let r = try await open(url, headers)
+        return StreamedResponse(status: r.status, headers: r.headers, url: url.absoluteString, iterator: r.body.makeAsyncIterator(),
+                                limits: limits, cancel: r.cancel)
+    }
+
+    func fetch(_ url: URL, headers: [String: String], into sink: any BodySink) async throws {
+        let r = try await open(url, headers)
+        defer { sink.end() }
+        guard sink.begin(status: r.status, headers: r.headers) else {
+            r.cancel()
+            return
+        }
+        do {
+            try await withTaskCancellationHandler {
+                for try await chunk in r.body {
+                    if Task.isCancelled || !sink.receive(chunk) {
+                        r.cancel()
+                        return
+                    }
+                }
+            } onCancel: {
+                r.cancel()
+            }
+        } catch {
+            if sink.stopped { return }
+            throw TransportError(message: "\(url.absoluteString): \(error)")
+        }
+    }
+
+    func post(_ url: URL, body: Data, contentType: String, timeout: Double) async throws -> Int {
+        do {
+            return try await wrapped.post(url, body: body, headers: withProtocolHeaders(["Content-Type": contentType]), timeout: timeout)
+        } catch {
+            throw TransportError(message: "\(url.absoluteString): \(error)")
+        }
+    }
+}
+
 /// The SDK's version, as the device program and the User-Agent give it.
 enum SDK {
     static let version = "0.3.0"
@@ -164,9 +260,13 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, Transport, @uncheck
         let (stream, body) = AsyncThrowingStream<Data, Error>.makeStream()
         let response: URLResponse
         do {
-            response = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<URLResponse, Error>) in
-                lock.withLock { streams[task.taskIdentifier] = (continuation, body) }
-                task.resume()
+            response = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<URLResponse, Error>) in
+                    lock.withLock { streams[task.taskIdentifier] = (continuation, body) }
+                    task.resume()
+                }
+            } onCancel: {
+                task.cancel()
             }
         } catch {
             throw TransportError(message: "\(url.absoluteString): \(error.localizedDescription)")
@@ -202,9 +302,14 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, Transport, @uncheck
         for (k, v) in headers { request.setValue(v, forHTTPHeaderField: k) }
         let task = session.dataTask(with: request)
         do {
-            try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, Error>) in
-                lock.withLock { sinks[task.taskIdentifier] = (sink, done) }
-                task.resume()
+            // A cancelled Swift task cancels the transfer at once, also a stalled one.
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, Error>) in
+                    lock.withLock { sinks[task.taskIdentifier] = (sink, done) }
+                    task.resume()
+                }
+            } onCancel: {
+                task.cancel()
             }
         } catch {
             throw TransportError(message: "\(url.absoluteString): \(error.localizedDescription)")

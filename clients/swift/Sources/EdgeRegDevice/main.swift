@@ -1,6 +1,7 @@
 // edgereg-device: the device program of docs/reference/device-program.md.
 // One JSON object per line in, one per line out; logs to stderr only.
 import EdgeReg
+import EdgeRegTestSupport
 import Foundation
 
 let sdkVersion = "0.3.0"
@@ -137,10 +138,31 @@ struct ProcessSession: ModelSession {
 
 // MARK: - the program
 
+/// What a background update and the client's listener leave for the harness to read.
+final class Recorder: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _progress: [JSONValue] = []
+    private var _events: [JSONValue] = []
+
+    func progress(_ done: Int64, _ total: Int64) { lock.withLock { _progress.append(.array([.int(done), .int(total)])) } }
+    func takeProgress() -> [JSONValue] { lock.withLock { defer { _progress = [] }; return _progress } }
+
+    func event(_ change: ModelChange) {
+        let e = JSONValue.object(JSONObject([
+            ("unit", .string(change.unit.name)), ("kind", .string(change.kind.rawValue)),
+            ("version", change.version.map { .string($0) } ?? .null), ("previous", change.previous.map { .string($0) } ?? .null),
+        ]))
+        lock.withLock { _events.append(e) }
+    }
+    func takeEvents() -> [JSONValue] { lock.withLock { defer { _events = [] }; return _events } }
+}
+
 final class Device {
     var client: EdgeRegClient?
     var unit: ReleaseUnit = .model("")
     var runner: ProcessRunner?
+    var background: Task<UpdateResult, Never>?
+    let recorder = Recorder()
 
     func handle(_ request: JSONObject) async throws -> JSONValue? {
         guard let op = request["op"]?.stringValue else { throw Misuse("no 'op'") }
@@ -165,6 +187,29 @@ final class Device {
             } catch {
                 throw Misuse(error.description)
             }
+        case "check_conditions", "check_selftest", "check_tiers":
+            guard let vector = request["vector"] else { throw Misuse("\(op) needs 'vector'") }
+            do {
+                switch op {
+                case "check_conditions": return try Conformance.checkConditions(vector)
+                case "check_selftest": return try Conformance.checkSelfTest(vector)
+                default: return try Conformance.checkTierFile(vector)
+                }
+            } catch {
+                throw Misuse(error.description)
+            }
+        case "resolve_tier":
+            guard let tiers = request["tiers"].flatMap(Conformance.tiers), let d = request["device"]?.objectValue else {
+                throw Misuse("resolve_tier needs 'tiers' (an array) and 'device'")
+            }
+            let device = DeviceFacts(deviceID: "d", ramMB: d["ram_mb"]?.intValue, cpuCores: d["cpu_cores"]?.intValue,
+                                     soc: d["soc"]?.stringValue, os: d["os"]?.stringValue)
+            return .object(JSONObject([("tier", Tiers.resolve(tiers, device).map { .string($0.tier) } ?? .null)]))
+        case "cohort":
+            guard let salt = request["salt"]?.stringValue, let id = request["device_id"]?.stringValue,
+                let percents = request["percents"]?.arrayValue?.compactMap(\.stringValue)
+            else { throw Misuse("cohort needs 'salt', 'device_id' and 'percents'") }
+            return Conformance.cohort(salt: salt, deviceID: id, percents: percents)
         case "check_json":
             guard let text = request["data"]?.stringValue, let data = Data(base64Encoded: text) else {
                 throw Misuse("check_json needs base64 'data'")
@@ -178,7 +223,7 @@ final class Device {
             break
         }
         guard let client else {
-            if ["set_clock", "update", "current", "status", "app_started", "confirm", "record_inference", "record_memory", "revert", "flush"].contains(op) {
+            if ["set_clock", "update", "start_update", "cancel", "wait_update", "events", "check", "delete", "installed", "current", "status", "app_started", "confirm", "record_inference", "record_memory", "revert", "flush"].contains(op) {
                 throw Misuse("'\(op)' before 'configure'")
             }
             throw Misuse("unknown op '\(op)'")
@@ -191,12 +236,42 @@ final class Device {
             await client.setClock(now)
             return .object(JSONObject())
         case "update":
-            var conditions = Conditions()
-            if let c = request["conditions"]?.objectValue {
-                // A key left out is unknown, which counts as unmet (as the reference reads it).
-                conditions = Conditions(metered: c["metered"]?.boolValue, charging: c["charging"]?.boolValue)
+            return resultJSON(await client.update(unit, conditions: conditions(request)))
+        case "start_update":
+            if background != nil { throw Misuse("an update was started: wait_update first") }
+            let said = conditions(request), unit = self.unit, recorder = self.recorder
+            _ = recorder.takeProgress()
+            background = Task { await client.update(unit, conditions: said, progress: { recorder.progress($0, $1) }) }
+            return .object(JSONObject())
+        case "cancel":
+            background?.cancel()
+            return .object(JSONObject())
+        case "wait_update":
+            guard let background else { throw Misuse("no update was started") }
+            let result = await background.value
+            self.background = nil
+            guard case .object(var o) = resultJSON(result) else { throw Misuse("no result") }
+            o["progress"] = .array(recorder.takeProgress())
+            return .object(o)
+        case "events":
+            return .object(JSONObject([("events", .array(recorder.takeEvents()))]))
+        case "check":
+            let c = await client.check(unit, conditions: conditions(request))
+            return .object(JSONObject([
+                ("available", .bool(c.available)), ("version", opt(c.version)), ("installed", opt(c.installed)),
+                ("is_candidate", .bool(c.isCandidate)), ("download_bytes", .int(c.downloadBytes)), ("deferred", opt(c.deferred)),
+                ("fallback", opt(c.fallback)), ("error_code", opt(c.errorCode)),
+            ]))
+        case "delete":
+            return .object(JSONObject([("deleted", .bool(await client.delete(unit)))]))
+        case "installed":
+            let units = await client.installedUnits().map { u -> JSONValue in
+                .object(JSONObject([
+                    ("unit", .string(u.unit.name)), ("kind", .string(u.unit.isBundle ? "bundle" : "model")),
+                    ("version", .string(u.version)), ("is_candidate", .bool(u.isCandidate)),
+                ]))
             }
-            return resultJSON(await client.update(unit, conditions: conditions))
+            return .object(JSONObject([("units", .array(units))]))
         case "current":
             return resultJSON(await client.current(unit))
         case "status":
@@ -228,6 +303,13 @@ final class Device {
         default:
             throw Misuse("unknown op '\(op)'")
         }
+    }
+
+    /// Absent, or a key left out: the app did not say it, which counts as unmet (§8).
+    func conditions(_ request: JSONObject) -> Conditions {
+        let c = request["conditions"]?.objectValue ?? JSONObject()
+        return Conditions(metered: c["metered"]?.boolValue, charging: c["charging"]?.boolValue, idle: c["idle"]?.boolValue,
+                          storageLow: c["storage_low"]?.boolValue)
     }
 
     func configure(_ r: JSONObject) async throws -> JSONValue {
@@ -272,6 +354,8 @@ final class Device {
         if let p = r["policy"]?.objectValue {
             policy.allowMetered = p["allow_metered"]?.boolValue ?? true
             policy.requireCharging = p["require_charging"]?.boolValue ?? false
+            policy.requireIdle = p["require_idle"]?.boolValue ?? false
+            policy.requireStorageNotLow = p["require_storage_not_low"]?.boolValue ?? false
             policy.reserveBytes = p["reserve_bytes"]?.intValue ?? policy.reserveBytes
         }
         var limits = Limits()
@@ -290,8 +374,13 @@ final class Device {
             tiers: tiers, runner: runner, selfTest: r["self_test"]?.boolValue ?? false, policy: policy, limits: limits,
             reporting: r["reporting"]?.boolValue ?? true, deviceClass: r["device_class"]?.stringValue,
             maxUnconfirmedStarts: Int(r["max_unconfirmed_starts"]?.intValue ?? 3), bundled: bundled,
-            sourceAddress: r["source_address"]?.stringValue)
+            transport: r["source_address"]?.stringValue.map { SocketTransport(source: $0, deadline: limits.deadline) })
+        // As an app's would, the client refuses a configuration it cannot run (the device program
+        // answers ok: false where an app would stop at a precondition).
+        if let problem = config.problem { throw Misuse("the client refused the configuration: \(problem)") }
         let client = EdgeRegClient(config)
+        let recorder = self.recorder
+        await client.addListener { recorder.event($0) }
         guard client.tier != nil else { throw Misuse("the client refused the configuration: \(client.tierReason)") }
         if let nowText = r["now"]?.stringValue {
             guard let now = WireTime.parseLenient(nowText) else { throw Misuse("'now' is not an RFC 3339 time") }

@@ -1,3 +1,4 @@
+import EdgeRegTestSupport
 import Foundation
 import Testing
 
@@ -135,7 +136,7 @@ final class Fixture: @unchecked Sendable {
             device: DeviceFacts(deviceID: device, ramMB: 8192, cpuCores: 6, os: "ios", osVersion: "17.2", mnnRuntime: "3.6.1",
                                 appVersion: "2.4.0", cpuFeatures: cpuFeatures, memoryBudgetMB: memoryBudgetMB),
             tier: "high", runner: runner, selfTest: selfTest, policy: policy, limits: limits,
-            reporting: reporting, bundled: bundled, sourceAddress: sourceAddress))
+            reporting: reporting, bundled: bundled, transport: sourceAddress.map { SocketTransport(source: $0) }))
     }
 
     deinit {
@@ -426,6 +427,12 @@ let ocr = ReleaseUnit.bundle("ocr")
         let unknown = await f.client(policy: DownloadPolicy(requireCharging: true)).update(digits, conditions: Conditions(charging: nil))
         #expect(unknown.deferred == "not-charging", "an unknown condition counts as unmet")
         #expect(await f.client().status(digits).pending?.deferred == "not-charging")
+        // The shortest form says nothing: with Wi-Fi only it waits instead of using cellular.
+        #expect(await f.client(policy: DownloadPolicy(allowMetered: false)).update(digits).deferred == "metered")
+        let overnight = DownloadPolicy(requireIdle: true, requireStorageNotLow: true)
+        #expect(await f.client(policy: overnight).update(digits, conditions: Conditions(idle: true)).deferred == "storage-low")
+        #expect(await f.client(policy: overnight).update(digits, conditions: Conditions(storageLow: false)).deferred == "not-idle")
+        #expect(f.server.bodyBytes("blobs/") == 0, "nothing downloaded while a condition is unknown")
         f.server.resetLog()
         let full = await f.client(policy: DownloadPolicy(reserveBytes: 1 << 60)).update(digits)
         #expect(full.errorCode == "no-space")
@@ -469,9 +476,45 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(again.errorCode == "bad-release" && again.version == "1.0.0")
         #expect(runner.loads == ["opencl", "cpu"], "never tried again")
         #expect(await f.client().status(digits).badReleases["1.1.0"] != nil)
-        // No runner at all: the self-test fails on CPU.
-        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.2.0"))
-        #expect(await f.client(selfTest: true).update(digits).errorCode == "probe-failed")
+    }
+
+    @Test func aProbeThatDidNotRunIsNoFailureAndTheNextUpdateInstalls() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", backends: ["opencl", "cpu"], probe: FakeRunner.probe()),
+                               reportURL: "v1/reports")
+        // The MNN library is missing from the app: no backend at all, the CPU included.
+        let broken = FakeRunner(unavailable: ["opencl", "cpu"])
+        let client = f.client(selfTest: true, runner: broken, reporting: true)
+        let r = await client.update(digits)
+        #expect(r.errorCode == "probe-not-run" && r.version == nil, "\(r.error ?? "")")
+        let status = await client.status(digits)
+        #expect(status.badReleases.isEmpty, "never marked bad")
+        #expect(status.pending?.version == "1.0.0", "still pending")
+        _ = await client.flushReports()
+        #expect(f.server.reports.isEmpty, "never reported as a probe failure")
+        let fixed = await f.client(selfTest: true, runner: FakeRunner(), reporting: true).update(digits)
+        #expect(fixed.ok && fixed.model?.backend == "opencl", "\(fixed.error ?? "")")
+    }
+
+    @Test func aConfigurationWithTheSelfTestAndNoRunnerSaysItsProblem() throws {
+        let f = try Fixture()
+        let config = ClientConfiguration(registry: f.server.url, trustedKeys: f.registry.trusted, cacheDirectory: f.cache,
+                                         device: DeviceFacts(deviceID: "d"), tier: "high", selfTest: true)
+        #expect(config.problem?.contains("no model runner") == true)
+        var fine = config
+        fine.selfTest = false
+        #expect(fine.problem == nil)
+    }
+
+    @Test func aClientWithTheSelfTestAndNoRunnerStopsAtItsConstruction() async {
+        // A programming error at the call site: the process stops, naming the fix.
+        await #expect(processExitsWith: .failure) {
+            let config = ClientConfiguration(
+                registry: URL(string: "http://127.0.0.1:9/")!, trustedKeys: TrustedKeys([PublicKey(raw: Data(count: 32))!]),
+                cacheDirectory: URL(fileURLWithPath: "/tmp/never-used"), device: DeviceFacts(deviceID: "d"), tier: "high",
+                selfTest: true)
+            _ = EdgeRegClient(config)
+        }
     }
 
     @Test func aCrashLoopRevertsToTheLastGood() async throws {
@@ -630,5 +673,87 @@ let ocr = ReleaseUnit.bundle("ocr")
         try Data("garbage".utf8).write(to: f.cache.appendingPathComponent("state/digits/sequence.json"))
         let r = await client.update(digits)
         #expect(r.errorCode == "cache" && r.version == "1.0.0")
+    }
+}
+
+/// What a progress callback was told, from any thread.
+final class ProgressLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _seen: [(Int64, Int64)] = []
+    func add(_ done: Int64, _ total: Int64) { lock.withLock { _seen.append((done, total)) } }
+    var seen: [(Int64, Int64)] { lock.withLock { _seen } }
+}
+
+@Suite struct ControlTests {
+    @Test func cancellingTheTaskStopsTheDownloadWithinASecondInstallsNothingAndKeepsThePart() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0", size: 40_000)
+        try f.registry.publish("digits", stable: v1)
+        f.server.trickle(v1["path"]!.stringValue!)  // 2 KB/s: 20 s for the blob
+        let client = f.client()
+        let log = ProgressLog()
+        let task = Task { await client.update(digits, progress: { log.add($0, $1) }) }
+        let until = Date().addingTimeInterval(20)
+        while log.seen.count < 5, Date() < until { try await Task.sleep(nanoseconds: 20_000_000) }
+        #expect(log.seen.first.map { [$0.0, $0.1] } == [0, 40_000], "the total, before the first byte")
+        let asked = Date()
+        task.cancel()
+        task.cancel()  // twice: nothing more happens
+        let r = await task.value
+        let took = Date().timeIntervalSince(asked)
+        #expect(took < 1, "returned \(took) s after the cancel")
+        #expect(r.errorCode == "cancelled" && r.version == nil, "\(r.error ?? "")")
+        #expect(throws: CancellationError.self) { try r.get() }
+        let status = await client.status(digits)
+        #expect(status.installed == nil && status.pending?.version == "1.0.0")
+        #expect((status.pending?.remainingBytes ?? 0) < 40_000, "the part is kept for a resume")
+    }
+
+    @Test func progressEndsAtTheTotalAndNothingIsToldWhenNothingDownloads() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", size: 300_000))
+        let log = ProgressLog()
+        let client = f.client()
+        #expect(await client.update(digits, progress: { log.add($0, $1) }).updated)
+        let seen = log.seen
+        #expect(seen.first.map { [$0.0, $0.1] } == [0, 300_000])
+        #expect(seen.last.map { [$0.0, $0.1] } == [300_000, 300_000])
+        #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.0 <= $1.0 }, "never goes back")
+        let again = ProgressLog()
+        _ = await client.update(digits, progress: { again.add($0, $1) })
+        #expect(again.seen.isEmpty)
+    }
+
+    @Test func changesCheckDeleteAndTheInstalledList() async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        let client = f.client(policy: DownloadPolicy(allowMetered: false))
+        let changes = await client.changes()
+        let first = await client.check(digits)
+        #expect(first.available && first.version == "1.0.0" && first.downloadBytes == 40_000)
+        #expect(first.deferred == "metered", "the network was not said")
+        let wifi = Conditions(metered: false)
+        #expect(await client.update(digits, conditions: wifi).updated)
+        #expect(await client.check(digits, conditions: wifi).available == false, "up to date")
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.1.0"))
+        #expect(await client.update(digits, conditions: wifi).version == "1.1.0")
+        try f.registry.publish("digits", stable: v1)  // the server takes 1.1.0 back
+        #expect(await client.update(digits, conditions: wifi).version == "1.0.0")
+        #expect(await client.installedUnits() == [InstalledUnit(unit: digits, version: "1.0.0", isCandidate: false)])
+        #expect(await client.delete(digits))
+        #expect(await client.delete(digits) == false, "twice: nothing more")
+        #expect(await client.installedUnits().isEmpty)
+        #expect(await client.current(digits).version == nil)
+        var heard: [String] = []
+        for await change in changes {
+            heard.append("\(change.kind.rawValue) \(change.previous ?? "-") -> \(change.version ?? "-")")
+            if heard.count == 4 { break }
+        }
+        #expect(heard == ["installed - -> 1.0.0", "installed 1.0.0 -> 1.1.0", "rolled-back 1.1.0 -> 1.0.0", "deleted 1.0.0 -> -"])
+        // A failure as an error an app can catch.
+        try f.registry.publish("digits", stable: v1, sequence: 1)
+        let rolledBack = await client.update(digits, conditions: wifi)
+        #expect(throws: EdgeRegError(code: "rollback", message: rolledBack.error ?? "")) { try rolledBack.get() }
     }
 }

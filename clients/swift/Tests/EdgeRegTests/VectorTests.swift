@@ -68,6 +68,9 @@ func runVector(_ relative: String) throws -> (expected: JSONValue, got: JSONValu
     case "probes": return (expected, try Conformance.checkProbe(input))
     case "labels": return (expected, try Conformance.checkLabels(input))
     case "versions": return (expected, try Conformance.checkVersion(input))
+    case "conditions": return (expected, try Conformance.checkConditions(input))
+    case "selftest": return (expected, try Conformance.checkSelfTest(input))
+    case "tiers": return (expected, try Conformance.checkTierFile(input))
     case "reports":
         // Matching `field` is recommended, not required (docs/protocol.md §9): compared when both say one.
         var got = try Conformance.checkReport(input)

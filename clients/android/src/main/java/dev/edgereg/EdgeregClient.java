@@ -1,5 +1,6 @@
 package dev.edgereg;
 
+import dev.edgereg.internal.Cancel;
 import dev.edgereg.internal.Codec;
 import dev.edgereg.internal.CpuFeatures;
 import dev.edgereg.internal.Ed25519;
@@ -57,7 +58,7 @@ public final class EdgeregClient {
     final int timeoutMs;
     final long deadlineMs;
     final long minRate;
-    final java.net.InetAddress sourceAddress;
+    final Transport transport;
     private final Clock clock;
     private final Map<String, Engine> engines = new LinkedHashMap<String, Engine>();
 
@@ -86,11 +87,11 @@ public final class EdgeregClient {
         this.ed25519 = b.ed25519 != null ? b.ed25519 : Ed25519.best();
         this.health = new Health(store, b.maxUnconfirmedStarts);
         this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass,
-                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.sourceAddress, store);
+                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.transport, store);
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;
-        this.sourceAddress = b.sourceAddress;
+        this.transport = b.transport;
         this.clock = b.clock != null ? b.clock : new Clock() {
             @Override public long nowSeconds() {
                 return System.currentTimeMillis() / 1000L;
@@ -108,7 +109,7 @@ public final class EdgeregClient {
 
     long now() { return clock.nowSeconds(); }
 
-    Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate, sourceAddress); }
+    Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate, transport); }
 
     long freeSpace() { return store.usableSpace(); }
 
@@ -134,15 +135,50 @@ public final class EdgeregClient {
         return engines.keySet().iterator().next();
     }
 
-    /** Check for an update of {@code unit} and install it. Blocks (network, disk, self-test): a worker thread. */
+    /**
+     * Check for an update of {@code unit} and install it. Blocks (network, disk, self-test): a
+     * worker thread. {@code conditions}: what the platform says now (null says nothing; a
+     * condition the policy requires and nobody said is unmet, so the update waits).
+     * Interrupting the calling thread, or {@link #cancel}, stops it within a second with
+     * {@code cancelled}, nothing installed and the download kept for a resume.
+     */
     @Nonnull
-    public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
-        return engine(unit).update(conditions == null ? DownloadPolicy.Conditions.ideal() : conditions);
+    public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions, @Nullable ProgressListener progress) {
+        return engine(unit).update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions, progress, new Cancel());
     }
 
-    @Nonnull public UpdateResult update(@Nonnull String unit) { return update(unit, null); }
+    @Nonnull
+    public UpdateResult update(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
+        return update(unit, conditions, null);
+    }
 
-    @Nonnull public UpdateResult update() { return update(only(), null); }
+    @Nonnull public UpdateResult update(@Nonnull String unit) { return update(unit, null, null); }
+
+    @Nonnull public UpdateResult update() { return update(only(), null, null); }
+
+    /**
+     * {@link #update} on {@code executor}, as a future: {@code future.cancel(true)} cancels the
+     * update itself (from any thread; within a second; nothing installed). From Kotlin
+     * coroutines, {@code future.await()} (kotlinx-coroutines-jdk8) cancels it with the coroutine.
+     */
+    @Nonnull
+    public UpdateFuture updateAsync(@Nonnull String unit, @Nullable final DownloadPolicy.Conditions conditions, @Nonnull Executor executor,
+            @Nullable final ProgressListener progress) {
+        final Engine e = engine(unit);
+        final Cancel token = new Cancel();
+        final UpdateFuture future = new UpdateFuture(token);
+        try {
+            executor.execute(new Runnable() {
+                @Override public void run() {
+                    if (future.isDone()) return; // cancelled before it started
+                    future.complete(e.update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions, progress, token));
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException x) {
+            future.complete(e.empty(Reasons.INTERNAL, "the executor refused the update: " + x.getMessage()));
+        }
+        return future;
+    }
 
     /** {@link #update} on {@code executor}; {@code callback} gets the result there. */
     public void updateAsync(@Nonnull final String unit, @Nullable final DownloadPolicy.Conditions conditions, @Nonnull Executor executor,
@@ -150,9 +186,71 @@ public final class EdgeregClient {
         final Engine e = engine(unit);
         executor.execute(new Runnable() {
             @Override public void run() {
-                callback.done(e.update(conditions == null ? DownloadPolicy.Conditions.ideal() : conditions));
+                callback.done(e.update(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions));
             }
         });
+    }
+
+    /** Cancel the update of {@code unit} in progress, if any (idempotent; from any thread; never blocks). */
+    public void cancel(@Nonnull String unit) { engine(unit).cancel(); }
+
+    /**
+     * Whether an update of {@code unit} would install a release, which, and how many bytes it
+     * would download, without downloading a blob (the manifest is fetched and verified). Blocks
+     * (network): a worker thread. Never throws for network, trust or disk problems.
+     */
+    @Nonnull
+    public UpdateCheck check(@Nonnull String unit, @Nullable DownloadPolicy.Conditions conditions) {
+        return engine(unit).check(conditions == null ? DownloadPolicy.Conditions.unknown() : conditions);
+    }
+
+    /**
+     * Delete {@code unit} from the device: its install, its last good set and their files. The
+     * rollback protection and the releases refused here stay. Idempotent: false when nothing was
+     * installed. Blocks on disk.
+     */
+    public boolean delete(@Nonnull String unit) { return engine(unit).delete(); }
+
+    /** Every model and bundle installed in this client's cache. Reads disk. */
+    @Nonnull
+    @SuppressWarnings("unchecked")
+    public List<InstalledUnit> installedUnits() {
+        List<InstalledUnit> out = new ArrayList<InstalledUnit>();
+        for (String kind : new String[] {"models", "bundles"}) {
+            Map<String, Object> all;
+            try {
+                all = store.read(new File(store.root, "installed.json"));
+            } catch (Rejected r) {
+                return out;
+            }
+            Object byKind = all == null ? null : all.get(kind);
+            if (!(byKind instanceof Map)) continue;
+            for (String name : new java.util.TreeSet<String>(((Map<String, Object>) byKind).keySet())) {
+                Object rec = ((Map<String, Object>) byKind).get(name);
+                if (!(rec instanceof Map)) continue;
+                Map<String, Object> r = (Map<String, Object>) rec;
+                out.add(new InstalledUnit(name, kind.equals("models") ? "model" : "bundle", String.valueOf(r.get("version")),
+                        Boolean.TRUE.equals(r.get("is_candidate"))));
+            }
+        }
+        return out;
+    }
+
+    private final java.util.concurrent.CopyOnWriteArrayList<ModelListener> listeners = new java.util.concurrent.CopyOnWriteArrayList<ModelListener>();
+
+    /** Hear each change of what is installed (installed, rolled-back, reverted, deleted), on the thread that made it. */
+    public void addListener(@Nonnull ModelListener listener) { listeners.add(listener); }
+
+    public void removeListener(@Nonnull ModelListener listener) { listeners.remove(listener); }
+
+    void notifyChange(ModelChange change) {
+        for (ModelListener l : listeners) {
+            try {
+                l.onChange(change);
+            } catch (RuntimeException e) {
+                // the app's listener never breaks the client
+            }
+        }
     }
 
     /** Receives the result of an async call. */
@@ -271,7 +369,7 @@ public final class EdgeregClient {
         private long minRate = 1024;
         private Clock clock;
         private Ed25519 ed25519;
-        private java.net.InetAddress sourceAddress;
+        private Transport transport;
 
         Builder(String registry, File cacheDir) {
             if (!registry.startsWith("http://") && !registry.startsWith("https://")) {
@@ -311,7 +409,7 @@ public final class EdgeregClient {
         /** The app's MNN, for the golden-probe self-test before every switch. */
         @Nonnull public Builder runner(@Nullable ModelRunner runner) { this.runner = runner; return this; }
 
-        /** Run the self-test (default true; without a runner every backend fails and nothing new installs). */
+        /** Run the golden-probe self-test before every switch (default true; then {@link #build} needs a {@link #runner}). */
         @Nonnull public Builder selfTest(boolean on) { this.selfTest = on; return this; }
 
         @Nonnull public Builder policy(@Nonnull DownloadPolicy policy) { this.policy = policy; return this; }
@@ -336,10 +434,10 @@ public final class EdgeregClient {
         @Nonnull public Builder clock(@Nonnull Clock clock) { this.clock = clock; return this; }
 
         /**
-         * Bind every socket to this local address (plain http:// registries only; a fleet
-         * simulation gives each device its own loopback source). Null: the system chooses.
+         * The HTTP transport: an app's own stack, or a test's. Null (the default): the platform's
+         * HttpURLConnection (OkHttp inside on Android). See {@link Transport}.
          */
-        @Nonnull public Builder sourceAddress(@Nullable java.net.InetAddress address) { this.sourceAddress = address; return this; }
+        @Nonnull public Builder transport(@Nullable Transport transport) { this.transport = transport; return this; }
 
         /** Force an Ed25519 implementation: {@code "platform"} or {@code "bouncycastle"} (tests). */
         @Nonnull public Builder ed25519(@Nonnull String provider) {
@@ -348,13 +446,22 @@ public final class EdgeregClient {
             return this;
         }
 
-        /** @throws IllegalArgumentException a missing key, device, unit, or tier */
+        /**
+         * @throws IllegalArgumentException a missing key, device, unit, or tier
+         * @throws IllegalStateException the self-test is on and there is no runner
+         */
         @Nonnull
         public EdgeregClient build() {
             if (trusted.isEmpty()) throw new IllegalArgumentException("pin at least one publisher key (trustedKey)");
             if (device == null) throw new IllegalArgumentException("device facts are needed (device)");
             if (units.isEmpty()) throw new IllegalArgumentException("name at least one model or bundle");
             if ((tier == null) == (tiers == null)) throw new IllegalArgumentException("give exactly one of tier() and tiers()");
+            if (selfTest && runner == null) {
+                // Every probe would "fail" and mark good releases bad on this device, and its
+                // reports would halt every canary (docs/protocol.md section 11, no runner, no poison).
+                throw new IllegalStateException("the self-test is on (the default) and there is no model runner: give runner(new MnnRunner(...)) "
+                        + "(docs/guides/android.md), or selfTest(false) to install without checking the golden probe");
+            }
             for (String u : bundled.keySet()) {
                 if (!units.containsKey(u)) throw new IllegalArgumentException("bundled release for '" + u + "', which is not a unit");
             }

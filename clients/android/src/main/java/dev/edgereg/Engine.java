@@ -1,5 +1,6 @@
 package dev.edgereg;
 
+import dev.edgereg.internal.Cancel;
 import dev.edgereg.internal.Codec;
 import dev.edgereg.internal.Decision;
 import dev.edgereg.internal.Ed25519;
@@ -40,6 +41,12 @@ final class Engine {
     private final Map<String, Boolean> selfTestLoadFailed = new LinkedHashMap<String, Boolean>();
     /** The transport of the update in progress (its deadline covers every request). */
     private Http http;
+    /** Cancels the update in progress (read by cancel() on any thread). */
+    private volatile Cancel running;
+    /** Told how the download of the update in progress goes, or null. */
+    private ProgressListener progress;
+    private long tallyDone;
+    private long tallyTotal;
 
     Engine(EdgeregClient client, String unit, boolean bundle, BundledRelease shipped) {
         this.client = client;
@@ -81,12 +88,46 @@ final class Engine {
     }
 
     UpdateResult update(DownloadPolicy.Conditions conditions) {
+        return update(conditions, null, new Cancel());
+    }
+
+    /** One update; {@code token} cancels it from any thread (an interrupt of this thread too). */
+    UpdateResult update(DownloadPolicy.Conditions conditions, ProgressListener listener, Cancel token) {
+        token.runOn(Thread.currentThread());
         lock.lock();
         try {
+            running = token;
+            progress = listener;
             return updateLocked(conditions);
         } finally {
             http = null;
+            running = null;
+            progress = null;
+            token.done();
             lock.unlock();
+        }
+    }
+
+    /** Cancel the update in progress, if one runs (idempotent; any thread). */
+    void cancel() {
+        Cancel c = running;
+        if (c != null) c.cancel();
+    }
+
+    /** Stop here when the app cancelled (before anything is switched). */
+    private void checkpoint() throws Rejected {
+        Cancel c = running;
+        if (c != null) c.check();
+    }
+
+    private void tally(long add) {
+        tallyDone += add;
+        ProgressListener p = progress;
+        if (p == null) return;
+        try {
+            p.onProgress(tallyDone, tallyTotal);
+        } catch (RuntimeException e) {
+            // the app's listener never breaks the download
         }
     }
 
@@ -98,6 +139,7 @@ final class Engine {
             client.reporter.retryPending();
             Http http = client.http();
             http.startDeadline();
+            http.cancel = running;
             this.http = http; // one deadline for the manifest and every blob of this update
             UpdateResult r = fetch(http, installed, conditions);
             recordError(null, null);
@@ -127,6 +169,16 @@ final class Engine {
     // --- fetch ----------------------------------------------------------------------------
 
     private UpdateResult fetch(Http http, Map<String, Object> installed, DownloadPolicy.Conditions conditions) throws Rejected {
+        Object[] accepted = acceptManifest(http, true);
+        checkpoint();
+        return apply(avoidBad((Decision) accepted[0]), installed, conditions, (Boolean) accepted[1], null);
+    }
+
+    /**
+     * Fetch and verify the manifest, store its sequence and bytes: {decision, was 304}. An update's
+     * check ({@code reportingPeriod}) reports the rollout period (section 11); check() does not.
+     */
+    private Object[] acceptManifest(Http http, boolean reportingPeriod) throws Rejected {
         String tier = client.tier;
         Object[] state = store().readTierState(unit, tier);
         Long highest = store().readSequence(unit);
@@ -161,8 +213,8 @@ final class Engine {
         // Rollback protection first, before anything is downloaded.
         if (highest == null || decision.sequence != highest) store().writeSequence(unit, decision.sequence);
         if (!notModified || (etag != null && !etag.equals(cachedEtag))) store().writeTierState(unit, tier, data, etag);
-        if (!notModified) reportPeriod(decision);
-        return apply(avoidBad(decision), installed, conditions, notModified, null);
+        if (reportingPeriod && !notModified) reportPeriod(decision);
+        return new Object[] {decision, notModified};
     }
 
     /**
@@ -310,16 +362,28 @@ final class Engine {
                 }
             }
             preflight(missing);
+            tallyTotal = 0;
+            tallyDone = 0;
+            long kept = 0;
             for (Wire.BlobRef ref : missing) {
+                tallyTotal += ref.size;
+                File part = store().part(ref.sha256);
+                kept += part.isFile() ? Math.min(ref.size, part.length()) : 0;
+            }
+            if (fromApp == null) tally(kept); // the total before the first byte
+            for (Wire.BlobRef ref : missing) {
+                checkpoint();
                 if (fromApp == null) downloaded += download(ref);
                 else copyShipped(ref, fromApp);
             }
         }
         for (Map.Entry<String, Wire.Entry> e : chosen.members.entrySet()) labelsOf(e.getKey(), e.getValue()); // a bad labels blob refuses the release
         String token = client.reporter.enabled() ? Reporter.newToken() : null;
+        checkpoint();
         try {
             selfTest(chosen, members);
         } catch (Rejected r) {
+            if (Reasons.PROBE_NOT_RUN.equals(r.code)) throw r; // no verdict: still pending, nothing reported
             setPending(null, null, null);
             if (r.permanent) store().markBad(unit, chosen.version, r.code + ": " + r.getMessage());
             reportRejected(token, fresh, chosen, decision);
@@ -333,11 +397,15 @@ final class Engine {
             fresh.put("previous", Json.NULL);
         }
         if (token != null) fresh.put("token", token);
+        checkpoint(); // the last moment a cancel counts: the switch is next
         store().writeInstalled(kind, unit, fresh);
         setPending(null, null, null);
         store().evict();
         client.health.installed(unit, chosen.version);
         reportInstalled(token, fresh, chosen, decision);
+        String before = installed == null ? null : (String) installed.get("version");
+        boolean lower = before != null && dev.edgereg.internal.Versions.compareSemver(chosen.version, before) < 0;
+        client.notifyChange(new ModelChange(unit, lower ? ModelChange.ROLLED_BACK : ModelChange.INSTALLED, chosen.version, before));
         return result(fresh, true, notModified, downloaded, decision);
     }
 
@@ -403,17 +471,32 @@ final class Engine {
     }
 
     private long transfer(Wire.BlobRef ref, File part, Decision.BlobCheck check, long have) throws Rejected {
-        Http.Response response = http.get(ref.path, null, have);
+        Http.Response response;
+        try {
+            response = http.get(ref.path, null, have);
+        } catch (Rejected r) {
+            if (running != null && running.isCancelled()) throw Cancel.cancelled();
+            throw r;
+        }
+        final Http.Response[] open = {response};
+        Runnable abort = new Runnable() {
+            @Override public void run() {
+                open[0].abort();
+            }
+        };
+        if (running != null) running.watch(abort);
         try {
             boolean append = have > 0;
             if (have > 0 && !(response.status == 206 && response.rangeStart != null && response.rangeStart == have)) {
                 // The server ignored the Range (200, the whole body) or refused it: start again.
                 part.delete();
                 check.reset();
+                tally(-have);
                 append = false;
                 if (response.status != 200) {
                     response.close();
                     response = http.get(ref.path, null, 0);
+                    open[0] = response;
                 }
             }
             if (!(response.status == 200 || (response.status == 206 && response.rangeStart != null && response.rangeStart == check.received()))) {
@@ -422,10 +505,13 @@ final class Engine {
             check.expect(response.length);
             return stream(response, part, check, append);
         } catch (Rejected r) {
+            // Cut by the app's cancel: cancelled, and the part stays for a resume.
+            if (running != null && running.isCancelled()) throw Cancel.cancelled();
             if (!Reasons.TRANSPORT.equals(r.code)) part.delete();
             throw r;
         } finally {
-            response.close();
+            if (running != null) running.unwatch(abort);
+            open[0].close();
         }
     }
 
@@ -452,6 +538,8 @@ final class Engine {
                     part.delete(); // free the space: the app needs it more than a resume
                     throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
                 }
+                tally(n);
+                checkpoint();
             }
             int extra = response.read(buf, 0, 1);
             if (extra > 0) check.update(buf, 0, extra); // anything more is blob-too-large
@@ -542,6 +630,10 @@ final class Engine {
                 }
             }
             SelfTest.Outcome outcome = new SelfTest(client, e.getKey(), entry, store().blob(entry.blob.sha256), probe).run();
+            if (outcome.notRun) {
+                throw new Rejected(Reasons.PROBE_NOT_RUN, e.getKey() + " " + entry.version + ": the self-test could not run the probe on this device ("
+                        + outcome.why + "); nothing is marked bad, the next update tries again");
+            }
             if (outcome.backend == null) {
                 selfTestFailed.put(e.getKey(), outcome.skipped);
                 selfTestLoadFailed.put(e.getKey(), outcome.loadFailed);
@@ -605,7 +697,7 @@ final class Engine {
         // The highest sequence is not written: a shipped manifest signed with 2^53 - 1 by mistake
         // would make every later online manifest a rollback, on every device, for good.
         if (decision.unit == null) return;
-        apply(decision, installed, DownloadPolicy.Conditions.ideal(), false, shipped);
+        apply(decision, installed, DownloadPolicy.Conditions.unknown(), false, shipped);
     }
 
     // --- status bookkeeping ---------------------------------------------------------------------
@@ -807,11 +899,74 @@ final class Engine {
             client.health.reverted(unit, previous == null ? null : (String) previous.get("version"));
             String to = previous == null ? null : (String) previous.get("version");
             for (String name : ((Map<String, Object>) record.get("members")).keySet()) client.reporter.reverted(unit, name, to);
+            client.notifyChange(new ModelChange(unit, ModelChange.REVERTED, to, version));
             return previous == null ? empty(null, null) : result(previous, true, false, 0, null);
         } catch (Rejected r) {
             return empty(r.code, r.getMessage());
         } catch (RuntimeException e) {
             return empty(Reasons.INTERNAL, String.valueOf(e));
+        }
+    }
+
+    /** What an update would do now, without downloading a blob. */
+    @SuppressWarnings("unchecked")
+    UpdateCheck check(DownloadPolicy.Conditions conditions) {
+        lock.lock();
+        String now = null;
+        try {
+            Map<String, Object> installed = store().readInstalled(kind, unit);
+            now = installed == null ? null : (String) installed.get("version");
+            Http http = client.http();
+            http.startDeadline();
+            Decision decision = avoidBad((Decision) acceptManifest(http, false)[0]);
+            Wire.Unit chosen = decision.unit;
+            if (chosen == null) return new UpdateCheck(false, null, now, false, 0, null, decision.fallback, null, null);
+            boolean same = installed != null && (String.valueOf(installed.get("version")).equals(chosen.version));
+            if (same) {
+                Map<String, Object> members = (Map<String, Object>) installed.get("members");
+                for (Map.Entry<String, Wire.Entry> e : chosen.members.entrySet()) {
+                    Object m = members == null ? null : members.get(e.getKey());
+                    same &= m instanceof Map && e.getValue().blob.sha256.equals(((Map<String, Object>) m).get("sha256"));
+                }
+            }
+            long remaining = 0;
+            List<Wire.BlobRef> missing = new ArrayList<Wire.BlobRef>();
+            for (Wire.Entry e : chosen.members.values()) {
+                for (Wire.BlobRef ref : e.blobs()) {
+                    if (store().hasBlob(ref.sha256, ref.size) || contains(missing, ref)) continue;
+                    missing.add(ref);
+                    File part = store().part(ref.sha256);
+                    remaining += Math.max(0, ref.size - (part.isFile() ? part.length() : 0));
+                }
+            }
+            String deferred = same || missing.isEmpty() ? null : client.policy.unmet(conditions);
+            return new UpdateCheck(!same, chosen.version, now, decision.isCandidate, same ? 0 : remaining, deferred, decision.fallback, null, null);
+        } catch (Rejected r) {
+            return new UpdateCheck(false, now, now, false, 0, null, null, r.code, r.getMessage());
+        } catch (RuntimeException e) {
+            return new UpdateCheck(false, now, now, false, 0, null, null, Reasons.INTERNAL, String.valueOf(e));
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Delete the unit's install, its last good set and their blobs; false when nothing was installed. */
+    boolean delete() {
+        lock.lock();
+        try {
+            Map<String, Object> record = store().readInstalled(kind, unit);
+            setPending(null, null, null);
+            if (record == null) return false;
+            store().writeInstalled(kind, unit, null);
+            store().evict();
+            client.health.reverted(unit, null);
+            client.notifyChange(new ModelChange(unit, ModelChange.DELETED, null, (String) record.get("version")));
+            return true;
+        } catch (Rejected | RuntimeException e) {
+            recordError(e instanceof Rejected ? ((Rejected) e).code : Reasons.INTERNAL, String.valueOf(e.getMessage()));
+            return false;
+        } finally {
+            lock.unlock();
         }
     }
 

@@ -59,7 +59,7 @@ final class Reporter {
     private final AtomicInteger sent = new AtomicInteger();
     private final AtomicInteger produced = new AtomicInteger();
 
-    private final java.net.InetAddress source;
+    private final Transport transport;
 
     /** Reports kept per unit/model/unit version (those of installed releases are never dropped). */
     static final int KEPT = 64;
@@ -97,10 +97,10 @@ final class Reporter {
         }
     }
 
-    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, java.net.InetAddress source,
+    Reporter(boolean enabled, String registry, DeviceFacts device, String deviceClass, String cpuClass, Transport transport,
             dev.edgereg.internal.Store store) {
         this.cpuClass = cpuClass;
-        this.source = source;
+        this.transport = transport;
         this.store = store;
         this.enabled = enabled;
         this.registry = registry.endsWith("/") ? registry : registry + "/";
@@ -453,7 +453,7 @@ final class Reporter {
 
     /** The status of one POST, or -1 when nothing answered (no connection, a timeout). */
     int post(String url, byte[] body) {
-        return Http.post(url, body, TIMEOUT_MS, source);
+        return Http.post(url, body, TIMEOUT_MS, transport);
     }
 
     /** One try of one report, on the sender thread; never throws. */

@@ -23,6 +23,24 @@ final class SelfTest {
         String why;
         /** Every backend tried in this run failed to load (no output was ever judged). */
         boolean loadFailed;
+        /** The CPU could not be created: the probe did not run, no verdict (rule 20). */
+        boolean notRun;
+    }
+
+    /**
+     * The verdict of a self-test's trials in the entry's backend order (docs/protocol.md section
+     * 11, rules 15 to 20): each {@code {backend, kind}} with kind {@code passed}, {@code loaded}
+     * (no probe), {@code failed}, {@code load-failed}, {@code unavailable} or {@code remembered}.
+     * Returns {verdict ("install", "reject", "not-run"), chosen backend or null}.
+     */
+    static String[] judge(List<String[]> trials) {
+        for (String[] t : trials) {
+            if (t[1].equals("passed") || t[1].equals("loaded")) return new String[] {"install", t[0]};
+        }
+        String cpu = null;
+        for (String[] t : trials) if (t[0].equals("cpu")) cpu = t[1];
+        if (cpu == null || cpu.equals("unavailable")) return new String[] {"not-run", null};
+        return new String[] {"reject", null};
     }
 
     private final EdgeregClient client;
@@ -76,28 +94,41 @@ final class SelfTest {
         Map<String, Object> failed = (Map<String, Object>) rec.get("failed");
         boolean changed = false;
         List<String> tried = new ArrayList<String>();
+        List<String[]> trials = new ArrayList<String[]>();
         StringBuilder why = new StringBuilder();
         for (String backend : entry.backends) {
             if (failed.containsKey(backend)) {
                 out.skipped.add(backend);
+                trials.add(new String[] {backend, "remembered"});
                 why.append(why.length() > 0 ? "; " : "").append(backend).append(": ").append(failed.get(backend));
                 continue;
             }
             String[] trial = attempt(backend, out);
             if (trial[0].equals("passed")) {
                 out.backend = backend;
+                trials.add(new String[] {backend, "passed"});
                 break;
             }
             if (trial[0].equals("unavailable")) {
                 out.unavailable.add(backend);
+                trials.add(new String[] {backend, "unavailable"});
                 why.append(why.length() > 0 ? "; " : "").append(backend).append(": unavailable (").append(trial[1]).append(")");
                 continue;
             }
             failed.put(backend, trial[1]);
             tried.add(trial[1]);
+            trials.add(new String[] {backend, trial[1].startsWith("does not load") ? "load-failed" : "failed"});
             out.skipped.add(backend);
             changed = true;
             why.append(why.length() > 0 ? "; " : "").append(backend).append(": ").append(trial[1]);
+        }
+        if (out.backend == null && judge(trials)[0].equals("not-run")) {
+            // The runner cannot create the CPU: no verdict on the model (rule 20). Nothing is
+            // marked bad; the backends that did fail stay remembered.
+            out.notRun = true;
+            out.why = why.toString();
+            if (changed) client.store.write(file(), all);
+            return out;
         }
         if (out.backend == null) {
             boolean allLoad = !tried.isEmpty();
@@ -114,7 +145,7 @@ final class SelfTest {
     /** {outcome, detail}: passed, unavailable or failed. */
     private String[] attempt(String backend, Outcome out) {
         ModelRunner runner = client.runner;
-        if (runner == null) return new String[] {"failed", "does not load: the app gave no model runner"};
+        if (runner == null) return new String[] {"unavailable", "the app gave no model runner"};
         long started = System.nanoTime();
         ModelRunner.Session session;
         try {

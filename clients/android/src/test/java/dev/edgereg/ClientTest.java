@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.edgereg.internal.Codec;
@@ -280,7 +281,7 @@ class ClientTest {
                         .tier("mid").model("digits").selfTest(false).reporting(false, null)
                         .clock(() -> FakeRegistry.NOW)
                         .limits(1000, 60000, 1);
-                if (raw) b.sourceAddress(java.net.InetAddress.getByName("127.0.0.1"));
+                if (raw) b.transport(new dev.edgereg.internal.RawHttp(java.net.InetAddress.getByName("127.0.0.1")));
                 EdgeregClient client = b.build();
                 long started = System.currentTimeMillis();
                 UpdateResult r = client.update("digits");
@@ -293,6 +294,106 @@ class ClientTest {
             server.close();
             for (java.net.Socket s : held) s.close();
         }
+    }
+
+    @Test
+    void aCancelledFutureStopsTheDownloadWithinASecondAndTheNextUpdateResumes() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> big = registry.blob(bytes(60000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, big, null, null, null);
+        registry.trickleMs = 100; // 6 s for the new blob
+        final List<long[]> seen = java.util.Collections.synchronizedList(new ArrayList<long[]>());
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor();
+        UpdateFuture future = client.updateAsync("digits", null, pool, (done, total) -> seen.add(new long[] {done, total}));
+        long until = System.currentTimeMillis() + 10000;
+        while (seen.size() < 5 && System.currentTimeMillis() < until) Thread.sleep(20);
+        assertEquals(0, seen.get(0)[0], "the first report comes before the first byte");
+        assertEquals(60000, seen.get(0)[1], "with the total");
+        long asked = System.nanoTime();
+        assertTrue(future.cancel(true));
+        future.cancel(true); // twice: nothing more happens
+        assertTrue(future.isCancelled());
+        // The update itself stops (not only the future): it records its error when it returns.
+        while (!"cancelled".equals(client.status("digits", false).lastErrorCode) && System.nanoTime() - asked < 10_000_000_000L) Thread.sleep(10);
+        long tookMs = (System.nanoTime() - asked) / 1000000;
+        pool.shutdown();
+        assertTrue(pool.awaitTermination(5, java.util.concurrent.TimeUnit.SECONDS));
+        assertTrue(tookMs < 1000, "the cancelled update held on for " + tookMs + " ms");
+        Status between = client.status("digits");
+        assertEquals("1.0.0", between.installed.version, "nothing installed");
+        assertTrue(between.pending.remainingBytes < 60000, "the part is kept: " + between.pending.remainingBytes + " bytes to go");
+        registry.trickleMs = 0;
+        UpdateResult after = client.update("digits");
+        assertEquals("1.1.0", after.version, "the next update resumed and finished");
+        assertTrue(after.downloadedBytes < 60000, "resumed from the part kept: " + after.downloadedBytes);
+    }
+
+    @Test
+    void anInterruptedUpdateReturnsCancelledWithinASecondAndInstallsNothing() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        final EdgeregClient client = builder(tmp).build();
+        assertTrue(client.update("digits").ok());
+        Map<String, Object> big = registry.blob(bytes(60000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, big, null, null, null);
+        registry.trickleMs = 100;
+        final UpdateResult[] done = new UpdateResult[1];
+        final long[] returned = new long[1];
+        Thread worker = new Thread(() -> {
+            done[0] = client.update("digits");
+            returned[0] = System.nanoTime();
+        });
+        worker.start();
+        long until = System.currentTimeMillis() + 10000;
+        File part = client.store.part((String) big.get("sha256"));
+        while ((!part.isFile() || part.length() < 5000) && System.currentTimeMillis() < until) Thread.sleep(20);
+        long asked = System.nanoTime();
+        worker.interrupt();
+        worker.join(10000);
+        long tookMs = (returned[0] - asked) / 1000000;
+        assertTrue(tookMs < 1000, "returned " + tookMs + " ms after the interrupt");
+        assertEquals("cancelled", done[0].errorCode, done[0].toString());
+        assertEquals("1.0.0", done[0].version, "nothing installed");
+        assertEquals("1.0.0", client.current("digits").version);
+        assertTrue(part.length() > 0, "the part stays for a resume");
+        assertEquals("1.1.0", client.status("digits").pending.version);
+        // cancel() with nothing running does nothing.
+        client.cancel("digits");
+        client.cancel("digits");
+    }
+
+    @Test
+    void checkListenersDeleteAndTheInstalledList() throws Exception {
+        Map<String, Object> v1 = registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, v1, null, null, null);
+        EdgeregClient client = builder(tmp).policy(DownloadPolicy.defaults().wifiOnly()).build();
+        final List<String> heard = new ArrayList<String>();
+        client.addListener(change -> heard.add(change.toString()));
+        UpdateCheck first = client.check("digits", null);
+        assertTrue(first.available);
+        assertEquals("1.0.0", first.version);
+        assertEquals(1000, first.downloadBytes);
+        assertEquals("metered", first.deferred, "the network was not said");
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(false, null)).updated);
+        assertFalse(client.check("digits", null).available, "up to date");
+        Map<String, Object> v2 = registry.blob(bytes(2000, 2), "1.1.0", "int8", CPU);
+        registry.manifest("digits", "mid", 6, v2, null, null, null);
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(false, null)).updated);
+        registry.manifest("digits", "mid", 7, v1, null, null, null); // the server rolls 1.1.0 back
+        assertEquals("1.0.0", client.update("digits", new DownloadPolicy.Conditions(false, null)).version);
+        assertEquals(1, client.installedUnits().size());
+        assertEquals("1.0.0", client.installedUnits().get(0).version);
+        assertTrue(client.delete("digits"));
+        assertFalse(client.delete("digits"), "twice: nothing more");
+        assertTrue(client.installedUnits().isEmpty());
+        assertNull(client.current("digits").version);
+        assertEquals(Arrays.asList("digits installed null -> 1.0.0", "digits installed 1.0.0 -> 1.1.0", "digits rolled-back 1.1.0 -> 1.0.0",
+                "digits deleted 1.0.0 -> null"), heard);
+        client.addListener(change -> {
+            throw new IllegalStateException("an app bug");
+        });
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(false, null)).updated, "a throwing listener breaks nothing");
     }
 
     @Test
@@ -355,8 +456,25 @@ class ClientTest {
         Status s = wifiOnly.status("digits");
         assertNotNull(s.pending);
         assertEquals(1000, s.pending.remainingBytes);
-        assertTrue(wifiOnly.update("digits", DownloadPolicy.Conditions.ideal()).updated);
+        // The shortest form says nothing: unknown is unmet, so Wi-Fi only still waits.
+        assertEquals("metered", wifiOnly.update("digits").deferred);
+        assertEquals("metered", wifiOnly.update().deferred);
+        assertEquals(0, registry.count("GET blobs/"), "no blob byte while the network is unknown");
+        assertTrue(wifiOnly.update("digits", new DownloadPolicy.Conditions(false, true)).updated);
         assertNull(wifiOnly.status("digits").pending);
+    }
+
+    @Test
+    void idleAndStorageConditionsDeferUntilSaidMet() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        DownloadPolicy overnight = DownloadPolicy.defaults().whileIdle().whileStorageNotLow();
+        EdgeregClient client = builder(new File(tmp, "c")).policy(overnight).build();
+        assertEquals("not-idle", client.update("digits").deferred);
+        assertEquals("not-idle", client.update("digits", new DownloadPolicy.Conditions(null, null, false, false)).deferred);
+        assertEquals("storage-low", client.update("digits", new DownloadPolicy.Conditions(null, null, true, null)).deferred);
+        assertEquals("storage-low", client.update("digits", new DownloadPolicy.Conditions(null, null, true, true)).deferred);
+        assertEquals(0, registry.count("GET blobs/"));
+        assertTrue(client.update("digits", new DownloadPolicy.Conditions(null, null, true, false)).updated);
     }
 
     @Test
@@ -430,9 +548,12 @@ class ClientTest {
     static final class FakeRunner implements ModelRunner {
         final List<String> loads = new ArrayList<String>();
         volatile boolean cpuFaulty;
+        /** No MNN library in the app: no backend at all, CPU included. */
+        volatile boolean nothing;
 
         @Override public Session load(File model, final String backend, int threads, String precision) throws Exception {
             loads.add(backend);
+            if (nothing) throw new BackendUnavailableException("libMNN.so is not in this app");
             if (backend.equals("vulkan")) throw new BackendUnavailableException("no Vulkan driver");
             final boolean faulty = backend.equals("opencl") || cpuFaulty;
             return new Session() {
@@ -484,6 +605,37 @@ class ClientTest {
         UpdateResult again = client.update("digits");
         assertEquals("bad-release", again.errorCode);
         assertEquals(blobs, registry.count("GET blobs/"), "never downloaded again");
+    }
+
+    @Test
+    void aClientWithTheSelfTestAndNoRunnerRefusesToBeBuilt() {
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> builder(tmp).selfTest(true).build());
+        assertTrue(e.getMessage().contains("no model runner"), e.getMessage());
+        assertNotNull(builder(tmp).selfTest(false).build(), "without the self-test no runner is needed");
+    }
+
+    @Test
+    void aProbeThatDidNotRunIsNoFailureNothingIsMarkedOrReportedAndTheNextUpdateInstalls() throws Exception {
+        Map<String, Object> e = withProbe(registry.blob(bytes(1000, 1), "1.0.0", "int8", Arrays.asList("opencl", "cpu")));
+        registry.manifest("digits", "mid", 5, e, null, null, "v1/reports");
+        FakeRunner runner = new FakeRunner();
+        runner.nothing = true;
+        EdgeregClient client = builder(tmp).selfTest(true).runner(runner).reporting(true, null).build();
+        UpdateResult r = client.update("digits");
+        assertEquals("probe-not-run", r.errorCode, r.toString());
+        assertNull(r.version);
+        Status s = client.status("digits");
+        assertTrue(s.refused.isEmpty(), "never marked bad");
+        assertNotNull(s.pending, "still pending");
+        client.flushReports(5000);
+        assertEquals(0, registry.reports.size(), "never reported as a probe failure");
+        runner.nothing = false;
+        UpdateResult fixed = client.update("digits");
+        assertTrue(fixed.ok(), fixed.toString());
+        assertEquals("cpu", fixed.model().backend);
+        client.flushReports(5000);
+        assertEquals(1, registry.reports.size());
+        assertTrue(Codec.utf8(registry.reports.get(0)).contains("\"probe\":\"passed\""));
     }
 
     @Test
@@ -541,11 +693,11 @@ class ClientTest {
     }
 
     @Test
-    void aSourceAddressBindsEverySocketAndResumesToo() throws Exception {
+    void aTransportOfTheAppsCarriesEveryRequestAndResumesToo() throws Exception {
         byte[] model = bytes(150000, 4);
         Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
         registry.manifest("digits", "mid", 5, e, null, null, "v1/reports");
-        EdgeregClient client = builder(tmp).sourceAddress(java.net.InetAddress.getByName("127.0.0.9")).reporting(true, null).build();
+        EdgeregClient client = builder(tmp).transport(new dev.edgereg.internal.RawHttp(java.net.InetAddress.getByName("127.0.0.9"))).reporting(true, null).build();
         registry.cutNextBlobAt.set(40000);
         assertEquals("transport", client.update("digits").errorCode);
         UpdateResult r = client.update("digits");

@@ -112,14 +112,15 @@ class ReportsTest {
         String inside = device(true, 50);
         registry.manifest("digits", "mid", 5, entry("1.0.0"), null, null, "v1/reports");
         EdgeregClient client = builder(inside).policy(new DownloadPolicy(false, false, 0)).build();
-        assertTrue(client.update("digits").ok());
+        DownloadPolicy.Conditions wifi = new DownloadPolicy.Conditions(false, true);
+        assertTrue(client.update("digits", wifi).ok());
         registry.manifest("digits", "mid", 6, entry("1.0.0"), entry("1.1.0"), 50.0, "v1/reports");
         // Metered: the candidate's download is deferred; what the manifest gives is not installed.
         UpdateResult deferred = client.update("digits", new DownloadPolicy.Conditions(true, true));
         assertEquals("metered", deferred.deferred);
-        assertEquals("1.1.0", client.update("digits", DownloadPolicy.Conditions.ideal()).version);
+        assertEquals("1.1.0", client.update("digits", wifi).version);
         registry.manifest("digits", "mid", 7, entry("1.0.0"), entry("1.1.0"), 60.0, "v1/reports");
-        assertTrue(client.update("digits").ok());
+        assertTrue(client.update("digits", wifi).ok());
         client.flushReports(5000);
         List<Map<String, Object>> r = delivered();
         assertEquals(3, r.size(), r.toString()); // 1.0.0's install; 1.1.0's install at 6, again at 7

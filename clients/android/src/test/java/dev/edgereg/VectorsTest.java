@@ -86,6 +86,12 @@ class VectorsTest {
                 }
                 assertEquals(Json.canonicalString(want), Json.canonicalString(got), ed.name() + " on " + f.getName());
             }
+        } else if (f.getParentFile().getName().equals("conditions")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.conditions(input)), f.getName());
+        } else if (f.getParentFile().getName().equals("selftest")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.selfTest(input)), f.getName());
+        } else if (f.getParentFile().getName().equals("tiers")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.tierFile(input)), f.getName());
         } else if (f.getParentFile().getName().equals("versions")) {
             assertEquals(Json.canonicalString(expected), Json.canonicalString(Conformance.versions(input)));
         } else if (f.getParentFile().getName().equals("probes")) {

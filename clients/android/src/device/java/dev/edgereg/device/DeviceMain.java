@@ -6,8 +6,14 @@ import dev.edgereg.DeviceFacts;
 import dev.edgereg.DownloadPolicy;
 import dev.edgereg.EdgeregClient;
 import dev.edgereg.InstalledModel;
+import dev.edgereg.InstalledUnit;
+import dev.edgereg.ModelChange;
+import dev.edgereg.ModelListener;
+import dev.edgereg.ProgressListener;
+import dev.edgereg.UpdateCheck;
 import dev.edgereg.Status;
 import dev.edgereg.Tiers;
+import dev.edgereg.Vectors;
 import dev.edgereg.UpdateResult;
 import dev.edgereg.internal.Codec;
 import dev.edgereg.internal.Conformance;
@@ -77,7 +83,12 @@ public final class DeviceMain {
         private String unit;
         private HostRunner runner;
         private Long fixedNow;
+        private Thread background;
+        private List<Object> backgroundProgress;
+        private Object[] backgroundResult;
+        private final List<ModelChange> events = new java.util.ArrayList<ModelChange>();
 
+        @SuppressWarnings("unchecked")
         Map<String, Object> handle(String op, Map<String, Object> request) throws Misuse {
             Map<String, Object> result = new LinkedHashMap<String, Object>();
             if (op.equals("hello")) {
@@ -95,6 +106,28 @@ public final class DeviceMain {
                 result = Conformance.report(object(request, "vector"));
             } else if (op.equals("check_labels")) {
                 result = Conformance.labels(object(request, "vector"));
+            } else if (op.equals("check_conditions")) {
+                result = vector(op, request, "conditions");
+            } else if (op.equals("check_selftest")) {
+                result = vector(op, request, "selftest");
+            } else if (op.equals("check_tiers")) {
+                result = vector(op, request, "tiers");
+            } else if (op.equals("resolve_tier")) {
+                Object tiers = request.get("tiers");
+                if (!(tiers instanceof List)) throw new Misuse("resolve_tier needs 'tiers' (an array)");
+                try {
+                    result = Vectors.resolveTier((List<Object>) tiers, object(request, "device"));
+                } catch (RuntimeException e) {
+                    throw new Misuse("not a tier case: " + e);
+                }
+            } else if (op.equals("cohort")) {
+                Object percents = request.get("percents");
+                if (!(percents instanceof List)) throw new Misuse("cohort needs 'percents'");
+                try {
+                    result = Vectors.cohort(str(request, "salt"), str(request, "device_id"), (List<Object>) percents);
+                } catch (RuntimeException e) {
+                    throw new Misuse("not a cohort case: " + e);
+                }
             } else if (op.equals("check_json")) {
                 Object data = request.get("data");
                 if (!(data instanceof String)) throw new Misuse("check_json needs 'data' (base64)");
@@ -106,15 +139,78 @@ public final class DeviceMain {
             } else if (op.equals("set_clock")) {
                 fixedNow = time(request.get("now"));
             } else if (op.equals("update")) {
-                Boolean metered = false;
-                Boolean charging = true;
-                Object c = request.get("conditions");
-                if (c instanceof Map) {
-                    Map<?, ?> cond = (Map<?, ?>) c;
-                    metered = cond.containsKey("metered") ? bool(cond.get("metered")) : Boolean.FALSE;
-                    charging = cond.containsKey("charging") ? bool(cond.get("charging")) : Boolean.TRUE;
+                result = resultJson(client().update(unit, conditions(request)));
+            } else if (op.equals("start_update")) {
+                final EdgeregClient c = client();
+                if (background != null && background.isAlive()) throw new Misuse("an update is already running: wait_update first");
+                final DownloadPolicy.Conditions said = conditions(request);
+                final List<Object> progress = new java.util.ArrayList<Object>();
+                final Object[] done = new Object[1];
+                backgroundProgress = progress;
+                backgroundResult = done;
+                background = new Thread(new Runnable() {
+                    @Override public void run() {
+                        done[0] = c.update(unit, said, new ProgressListener() {
+                            @Override public void onProgress(long bytes, long total) {
+                                synchronized (progress) {
+                                    progress.add(new java.util.ArrayList<Object>(java.util.Arrays.asList((Object) bytes, (Object) total)));
+                                }
+                            }
+                        });
+                    }
+                }, "edgereg-device-update");
+                background.start();
+            } else if (op.equals("cancel")) {
+                client().cancel(unit);
+            } else if (op.equals("wait_update")) {
+                if (background == null) throw new Misuse("no update was started");
+                try {
+                    background.join();
+                } catch (InterruptedException e) {
+                    throw new Misuse("interrupted");
                 }
-                result = resultJson(client().update(unit, new DownloadPolicy.Conditions(metered, charging)));
+                background = null;
+                result = resultJson((UpdateResult) backgroundResult[0]);
+                synchronized (backgroundProgress) {
+                    result.put("progress", new java.util.ArrayList<Object>(backgroundProgress));
+                }
+            } else if (op.equals("events")) {
+                List<Object> out = new java.util.ArrayList<Object>();
+                synchronized (events) {
+                    for (ModelChange ch : events) {
+                        Map<String, Object> e = new LinkedHashMap<String, Object>();
+                        e.put("unit", ch.unit);
+                        e.put("kind", ch.kind);
+                        e.put("version", nul(ch.version));
+                        e.put("previous", nul(ch.previous));
+                        out.add(e);
+                    }
+                    events.clear();
+                }
+                result.put("events", out);
+            } else if (op.equals("check")) {
+                UpdateCheck c = client().check(unit, conditions(request));
+                result.put("available", c.available);
+                result.put("version", nul(c.version));
+                result.put("installed", nul(c.installed));
+                result.put("is_candidate", c.isCandidate);
+                result.put("download_bytes", c.downloadBytes);
+                result.put("deferred", nul(c.deferred));
+                result.put("fallback", nul(c.fallback));
+                result.put("error_code", nul(c.errorCode));
+            } else if (op.equals("delete")) {
+                result.put("deleted", client().delete(unit));
+            } else if (op.equals("installed")) {
+                List<Object> out = new java.util.ArrayList<Object>();
+                for (InstalledUnit u : client().installedUnits()) {
+                    Map<String, Object> e = new LinkedHashMap<String, Object>();
+                    e.put("unit", u.unit);
+                    e.put("kind", u.kind);
+                    e.put("version", u.version);
+                    e.put("is_candidate", u.isCandidate);
+                    out.add(e);
+                }
+                result.put("units", out);
             } else if (op.equals("current")) {
                 result = resultJson(client().current(unit));
             } else if (op.equals("status")) {
@@ -146,6 +242,26 @@ public final class DeviceMain {
                 throw new Misuse("unknown op '" + op + "'");
             }
             return result;
+        }
+
+        @SuppressWarnings("unchecked")
+        private static Map<String, Object> vector(String op, Map<String, Object> request, String kind) throws Misuse {
+            Map<String, Object> input = object(request, "vector");
+            try {
+                if (kind.equals("conditions")) return Vectors.conditions(input);
+                if (kind.equals("selftest")) return Vectors.selfTest(input);
+                return Vectors.tierFile(input);
+            } catch (RuntimeException e) {
+                throw new Misuse(op + ": not a vector input: " + e);
+            }
+        }
+
+        /** Absent, or a condition left out: the app did not say it (unknown is unmet). */
+        private static DownloadPolicy.Conditions conditions(Map<String, Object> request) {
+            Object c = request.get("conditions");
+            Map<?, ?> cond = c instanceof Map ? (Map<?, ?>) c : new LinkedHashMap<String, Object>();
+            return new DownloadPolicy.Conditions(bool(cond.get("metered")), bool(cond.get("charging")), bool(cond.get("idle")),
+                    bool(cond.get("storage_low")));
         }
 
         private static Double optNumber(Map<String, Object> request, String key) throws Misuse {
@@ -210,7 +326,17 @@ public final class DeviceMain {
             if (Boolean.TRUE.equals(r.get("bundle"))) b.bundle(unit);
             else b.model(unit);
             if (r.get("tier") instanceof String) b.tier((String) r.get("tier"));
-            else if (r.get("tiers") instanceof Map) b.tiers(Tiers.fromJson(Json.orderedString(r.get("tiers"))));
+            else if (r.get("tiers") instanceof List) {
+                // The tiers array of a tier file (docs/protocol.md section 5).
+                Map<String, Object> file = new LinkedHashMap<String, Object>();
+                file.put("schema_version", 1L);
+                file.put("tiers", r.get("tiers"));
+                try {
+                    b.tiers(Tiers.fromJson(Json.orderedString(file)));
+                } catch (IllegalArgumentException e) {
+                    throw new Misuse("bad tiers: " + e.getMessage());
+                }
+            }
             else throw new Misuse("configure needs 'tier' or 'tiers'");
             b.selfTest(Boolean.TRUE.equals(r.get("self_test")));
             if (r.get("runner") instanceof Map) {
@@ -226,6 +352,7 @@ public final class DeviceMain {
             if (r.get("policy") instanceof Map) {
                 Map<String, Object> p = (Map<String, Object>) r.get("policy");
                 b.policy(new DownloadPolicy(!Boolean.FALSE.equals(p.get("allow_metered")), Boolean.TRUE.equals(p.get("require_charging")),
+                        Boolean.TRUE.equals(p.get("require_idle")), Boolean.TRUE.equals(p.get("require_storage_not_low")),
                         num(p.get("reserve_bytes"), 8L * 1024 * 1024)));
             }
             b.limits((int) (dbl(r.get("timeout_s"), 30) * 1000), (long) (dbl(r.get("deadline_s"), 600) * 1000), num(r.get("min_rate"), 1024));
@@ -234,8 +361,9 @@ public final class DeviceMain {
                 b.bundled(unit, BundledRelease.fromFiles(new File(str(s, "manifest")), new File(str(s, "blobs_dir"))));
             }
             if (r.get("source_address") instanceof String) {
+                // Each simulated device leaves from its own address, through the test transport.
                 try {
-                    b.sourceAddress(java.net.InetAddress.getByName((String) r.get("source_address")));
+                    b.transport(new dev.edgereg.internal.RawHttp(java.net.InetAddress.getByName((String) r.get("source_address"))));
                 } catch (java.net.UnknownHostException e) {
                     throw new Misuse("source_address is not an address: " + r.get("source_address"));
                 }
@@ -249,9 +377,16 @@ public final class DeviceMain {
             });
             try {
                 client = b.build();
-            } catch (IllegalArgumentException e) {
-                throw new Misuse(e.getMessage());
+            } catch (IllegalArgumentException | IllegalStateException e) {
+                throw new Misuse("the client refused the configuration: " + e.getMessage());
             }
+            client.addListener(new ModelListener() {
+                @Override public void onChange(ModelChange change) {
+                    synchronized (events) {
+                        events.add(change);
+                    }
+                }
+            });
             Map<String, Object> out = new LinkedHashMap<String, Object>();
             out.put("tier", client.tier());
             out.put("tier_reason", client.tierReason());
@@ -329,6 +464,14 @@ public final class DeviceMain {
         static Object nul(Object v) { return v == null ? Json.NULL : v; }
 
         void close() {
+            if (background != null && client != null) {
+                client.cancel(unit);
+                try {
+                    background.join(10000);
+                } catch (InterruptedException e) {
+                    // exiting anyway
+                }
+            }
             if (client != null) client.close(5000);
             if (runner != null) runner.close();
         }

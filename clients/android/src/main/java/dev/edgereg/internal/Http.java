@@ -33,20 +33,23 @@ public final class Http {
     public final long minRate;
     private long deadlineAt = Long.MAX_VALUE;
 
-    /** The local address sockets bind to (plain http:// only), or null for the system's choice. */
-    public final java.net.InetAddress source;
+    /** The app's transport ({@code Builder.transport}), or null for HttpURLConnection. */
+    public final dev.edgereg.Transport transport;
 
     public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate) {
         this(baseUrl, timeoutMs, deadlineMs, minRate, null);
     }
 
-    public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate, java.net.InetAddress source) {
-        this.source = source;
+    public Http(String baseUrl, int timeoutMs, long deadlineMs, long minRate, dev.edgereg.Transport transport) {
+        this.transport = transport;
         this.base = baseUrl.endsWith("/") ? baseUrl : baseUrl + "/";
         this.timeoutMs = timeoutMs;
         this.deadlineMs = deadlineMs;
         this.minRate = minRate;
     }
+
+    /** Cancels the update this transport serves: every connection it opens is cut on cancel. */
+    public Cancel cancel;
 
     /**
      * The time a response's headers may take in all: the timeout, or what is left of the
@@ -61,9 +64,10 @@ public final class Http {
     /**
      * Closes a connection whose response headers have not all arrived in time (from a
      * timer thread: closing the socket ends the blocked read). {@link #cancel} once they
-     * have; {@link #fired} tells an IOException caused by it from any other.
+     * have; {@link #fired} tells an IOException caused by it from any other. A {@link
+     * dev.edgereg.Transport} keeps the same bound itself (its contract says so).
      */
-    static final class HeadersDeadline {
+    public static final class HeadersDeadline {
         private static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(new ThreadFactory() {
             @Override public Thread newThread(Runnable r) {
                 Thread t = new Thread(r, "edgereg-headers-deadline");
@@ -73,9 +77,9 @@ public final class Http {
         });
         private final AtomicBoolean fired = new AtomicBoolean();
         private final ScheduledFuture<?> task;
-        final long ms;
+        public final long ms;
 
-        HeadersDeadline(final Runnable close, long ms) {
+        public HeadersDeadline(final Runnable close, long ms) {
             this.ms = ms;
             this.task = TIMER.schedule(new Runnable() {
                 @Override public void run() {
@@ -85,16 +89,21 @@ public final class Http {
             }, ms, TimeUnit.MILLISECONDS);
         }
 
-        void cancel() {
+        public void cancel() {
             task.cancel(false);
         }
 
-        boolean fired() {
+        public boolean fired() {
             return fired.get();
         }
 
+        /** What to say of it. */
+        public String message() {
+            return "the response's headers did not arrive within " + ms + " ms";
+        }
+
         Rejected rejected(String url) {
-            return new Rejected(Reasons.TRANSPORT, url + ": the response's headers did not arrive within " + ms + " ms");
+            return new Rejected(Reasons.TRANSPORT, url + ": " + message());
         }
     }
 
@@ -114,14 +123,14 @@ public final class Http {
         public final Long rangeStart;
         public final String url;
         private final HttpURLConnection conn;
-        private final java.net.Socket socket;
+        private final dev.edgereg.Transport.Exchange exchange;
         private InputStream body;
         private long windowStart = System.currentTimeMillis();
         private long windowBytes;
 
         Response(HttpURLConnection conn, String url) throws IOException {
             this.conn = conn;
-            this.socket = null;
+            this.exchange = null;
             this.url = url;
             this.status = conn.getResponseCode();
             this.etag = conn.getHeaderField("ETag");
@@ -129,21 +138,21 @@ public final class Http {
             this.rangeStart = parseRange(conn.getHeaderField("Content-Range"));
         }
 
-        Response(java.net.Socket socket, String url, int status, Map<String, String> headers, InputStream body) {
+        Response(dev.edgereg.Transport.Exchange exchange, String url) throws IOException {
             this.conn = null;
-            this.socket = socket;
+            this.exchange = exchange;
             this.url = url;
-            this.status = status;
-            this.etag = headers.get("etag");
-            this.length = parseLength(headers.get("content-length"));
-            this.rangeStart = parseRange(headers.get("content-range"));
-            this.body = body;
+            this.status = exchange.status();
+            this.etag = exchange.header("etag");
+            this.length = parseLength(exchange.header("content-length"));
+            this.rangeStart = parseRange(exchange.header("content-range"));
         }
 
         /** Up to len bytes, -1 at the end; bounded by the deadline and the minimum rate. */
         public int read(byte[] buf, int off, int len) throws Rejected {
             try {
                 if (body == null && conn != null) body = status >= 400 ? conn.getErrorStream() : conn.getInputStream();
+                if (body == null && exchange != null) body = exchange.body();
                 if (body == null) return -1;
                 long now = System.currentTimeMillis();
                 if (now > deadlineAt) throw new Rejected(Reasons.TRANSPORT, url + ": the fetch took longer than its deadline of " + deadlineMs / 1000 + " s; it resumes next time");
@@ -163,6 +172,20 @@ public final class Http {
             }
         }
 
+        /**
+         * Cut the connection now, from any thread: a read in progress fails at once. Not for a
+         * body the JDK's own HttpURLConnection is reading (a plain JVM, not Android): its
+         * disconnect() hands a kept-alive body to a cleaner thread that drains it (up to 512 KB,
+         * however slowly it trickles) holding the stream's lock, which the reader needs too, and
+         * leaves the socket open. There the reader stops at its next chunk (cancel is
+         * checked after every read) or at the read timeout of a stalled server. On Android the
+         * connection is OkHttp's, whose disconnect() cancels the call at once.
+         */
+        public void abort() {
+            if (conn != null && !(body != null && conn.getClass().getName().startsWith("sun.net.www."))) conn.disconnect();
+            if (exchange != null) exchange.abort();
+        }
+
         public void close() {
             try {
                 if (body != null) body.close();
@@ -170,9 +193,9 @@ public final class Http {
                 // closing a failed stream: nothing to keep
             }
             if (conn != null) conn.disconnect();
-            if (socket != null) {
+            if (exchange != null) {
                 try {
-                    socket.close();
+                    exchange.close();
                 } catch (IOException e) {
                     // already gone
                 }
@@ -208,13 +231,20 @@ public final class Http {
     private Response get(String path, String etag, long start, boolean manifest) throws Rejected {
         String u = url(path);
         if (System.currentTimeMillis() > deadlineAt) throw new Rejected(Reasons.TRANSPORT, u + ": the fetch took longer than its deadline");
-        if (source != null && u.startsWith("http://")) {
+        if (transport != null) {
+            // The same request headers as below, through the app's transport.
+            Map<String, String> headers = new java.util.LinkedHashMap<String, String>();
+            headers.put("User-Agent", USER_AGENT);
+            headers.put("Accept", "*/*");
+            if (!manifest) headers.put("Accept-Encoding", "identity");
+            if (etag != null) headers.put("If-None-Match", etag);
+            if (start > 0) headers.put("Range", "bytes=" + start + "-");
             try {
-                return RawHttp.get(this, u, etag, start, manifest);
-            } catch (RawHttp.HeadersLate e) {
-                throw e.guard.rejected(u);
+                return new Response(transport.get(u, headers, timeoutMs), u);
             } catch (IOException e) {
                 throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
+            } catch (RuntimeException e) {
+                throw new Rejected(Reasons.TRANSPORT, u + ": the transport failed: " + e, e);
             }
         }
         try {
@@ -241,11 +271,14 @@ public final class Http {
             if (etag != null) c.setRequestProperty("If-None-Match", etag);
             if (start > 0) c.setRequestProperty("Range", "bytes=" + start + "-");
             final HttpURLConnection open = c;
-            HeadersDeadline guard = new HeadersDeadline(new Runnable() {
+            Runnable abort = new Runnable() {
                 @Override public void run() {
                     open.disconnect();
                 }
-            }, headersBudgetMs());
+            };
+            // Watched before the headers: a cancel cuts a server that never answers too.
+            if (cancel != null) cancel.watch(abort);
+            HeadersDeadline guard = new HeadersDeadline(abort, headersBudgetMs());
             Response response;
             try {
                 response = new Response(c, u);
@@ -254,6 +287,7 @@ public final class Http {
                 throw e;
             } finally {
                 guard.cancel();
+                if (cancel != null) cancel.unwatch(abort);
             }
             if (guard.fired()) {
                 // HttpURLConnection may keep a status line it read before the close and
@@ -283,11 +317,14 @@ public final class Http {
         return post(url, body, timeoutMs, null);
     }
 
-    /** POST a JSON body from {@code source} (plain http:// only; null: any); the status, or -1. */
-    public static int post(String url, byte[] body, int timeoutMs, java.net.InetAddress source) {
-        if (source != null && url.startsWith("http://")) {
+    /** POST a JSON body through {@code transport} (null: HttpURLConnection); the status, or -1. */
+    public static int post(String url, byte[] body, int timeoutMs, dev.edgereg.Transport transport) {
+        if (transport != null) {
+            Map<String, String> headers = new java.util.LinkedHashMap<String, String>();
+            headers.put("Content-Type", "application/json");
+            headers.put("User-Agent", USER_AGENT);
             try {
-                return RawHttp.post(url, body, timeoutMs, source);
+                return transport.post(url, body, headers, timeoutMs);
             } catch (IOException e) {
                 return -1;
             } catch (RuntimeException e) {

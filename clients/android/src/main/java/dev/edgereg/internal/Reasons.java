@@ -19,6 +19,8 @@ public final class Reasons {
     public static final String BLOB_TOO_LARGE = "blob-too-large";
     public static final String BAD_BLOB = "bad-blob";
     public static final String PROBE_FAILED = "probe-failed";
+    public static final String PROBE_NOT_RUN = "probe-not-run";
+    public static final String CANCELLED = "cancelled";
     public static final String BAD_RELEASE = "bad-release";
     public static final String TRANSPORT = "transport";
     public static final String NOT_FOUND = "not-found";

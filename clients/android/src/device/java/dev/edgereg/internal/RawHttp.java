@@ -14,22 +14,97 @@ import java.util.Locale;
 import java.util.Map;
 
 /**
- * HTTP/1.1 over a socket bound to a chosen local address: HttpURLConnection cannot bind one, and
- * a fleet simulation gives each device its own loopback source. Plain http:// only; one request
- * per connection, closed by the client once the body is read (a POST asks {@code Connection: close});
- * Content-Length, chunked or read-to-close bodies.
+ * A {@link dev.edgereg.Transport} of HTTP/1.1 over a socket bound to a chosen local address:
+ * HttpURLConnection cannot bind one, and a fleet simulation gives each device its own loopback
+ * source. Plain http:// only; one request per connection, closed by the client once the body is
+ * read (a POST asks {@code Connection: close}); Content-Length, chunked or read-to-close bodies.
+ * Test and device code, never in the library jar.
  */
-final class RawHttp {
-    private RawHttp() {}
+public final class RawHttp implements dev.edgereg.Transport {
+    private final InetAddress source;
 
-    /** The response's headers did not all arrive within their budget (the socket was closed). */
-    static final class HeadersLate extends IOException {
-        private static final long serialVersionUID = 1L;
-        final transient Http.HeadersDeadline guard;
+    public RawHttp(InetAddress source) {
+        this.source = source;
+    }
 
-        HeadersLate(Http.HeadersDeadline guard) {
-            super("the response's headers did not arrive within " + guard.ms + " ms");
-            this.guard = guard;
+    @Override
+    public Exchange get(String u, Map<String, String> headers, int timeoutMs) throws IOException {
+        URL url = new URL(u);
+        if (!"http".equals(url.getProtocol())) throw new IOException(u + ": this transport speaks plain http:// only");
+        final Socket s = connect(url, timeoutMs, source);
+        try {
+            // One request per connection, closed here once the body is read, so no
+            // "Connection: close" (nor the server's echo of it: 38 bytes of an unchanged check).
+            StringBuilder req = new StringBuilder();
+            req.append("GET ").append(target(url)).append(" HTTP/1.1\r\nHost: ").append(host(url)).append("\r\n");
+            for (Map.Entry<String, String> h : headers.entrySet()) req.append(h.getKey()).append(": ").append(h.getValue()).append("\r\n");
+            req.append("\r\n");
+            OutputStream out = s.getOutputStream();
+            out.write(Codec.utf8(req.toString()));
+            out.flush();
+            InputStream in = new java.io.BufferedInputStream(s.getInputStream());
+            final Map<String, String> got = new LinkedHashMap<String, String>();
+            // The whole head within the timeout, as Transport's contract asks: a server that
+            // trickles header lines under the read timeout is cut off.
+            Http.HeadersDeadline guard = new Http.HeadersDeadline(new Runnable() {
+                @Override public void run() {
+                    try {
+                        s.close();
+                    } catch (IOException e) {
+                        // already closed
+                    }
+                }
+            }, timeoutMs);
+            final int status;
+            try {
+                status = readHead(in, got);
+            } catch (IOException e) {
+                if (guard.fired()) throw new IOException(guard.message(), e);
+                throw e;
+            } finally {
+                guard.cancel();
+            }
+            final InputStream body = body(in, got, status);
+            return new Exchange() {
+                @Override public int status() { return status; }
+
+                @Override public String header(String name) { return got.get(name); }
+
+                @Override public InputStream body() { return body; }
+
+                @Override public void abort() {
+                    try {
+                        s.close();
+                    } catch (IOException e) {
+                        // already gone
+                    }
+                }
+
+                @Override public void close() throws IOException { s.close(); }
+            };
+        } catch (IOException e) {
+            s.close();
+            throw e;
+        }
+    }
+
+    @Override
+    public int post(String u, byte[] body, Map<String, String> headers, int timeoutMs) throws IOException {
+        URL url = new URL(u);
+        Socket s = connect(url, timeoutMs, source);
+        try {
+            StringBuilder head = new StringBuilder();
+            head.append("POST ").append(target(url)).append(" HTTP/1.1\r\nHost: ").append(host(url)).append("\r\n");
+            for (Map.Entry<String, String> h : headers.entrySet()) head.append(h.getKey()).append(": ").append(h.getValue()).append("\r\n");
+            head.append("Content-Length: ").append(body.length).append("\r\nConnection: close\r\n\r\n");
+            OutputStream out = s.getOutputStream();
+            out.write(Codec.utf8(head.toString()));
+            out.write(body);
+            out.flush();
+            InputStream in = new java.io.BufferedInputStream(s.getInputStream());
+            return readHead(in, new LinkedHashMap<String, String>());
+        } finally {
+            s.close();
         }
     }
 
@@ -55,69 +130,6 @@ final class RawHttp {
 
     static String host(URL url) {
         return url.getHost() + (url.getPort() < 0 ? "" : ":" + url.getPort());
-    }
-
-    static Http.Response get(Http http, String u, String etag, long start, boolean manifest) throws IOException {
-        URL url = new URL(u);
-        Socket s = connect(url, http.timeoutMs, http.source);
-        try {
-            // One request per connection, closed here once the body is read, so no
-            // "Connection: close" (nor the server's echo of it: 38 bytes of an unchanged
-            // check). The headers are Http.get's, less Accept: absent, it means any type.
-            StringBuilder req = new StringBuilder();
-            req.append("GET ").append(target(url)).append(" HTTP/1.1\r\nHost: ").append(host(url))
-                    .append("\r\nUser-Agent: ").append(Http.USER_AGENT).append("\r\n");
-            if (!manifest) req.append("Accept-Encoding: identity\r\n");
-            if (etag != null) req.append("If-None-Match: ").append(etag).append("\r\n");
-            if (start > 0) req.append("Range: bytes=").append(start).append("-\r\n");
-            req.append("\r\n");
-            OutputStream out = s.getOutputStream();
-            out.write(Codec.utf8(req.toString()));
-            out.flush();
-            InputStream in = new java.io.BufferedInputStream(s.getInputStream());
-            Map<String, String> headers = new LinkedHashMap<String, String>();
-            final Socket open = s;
-            Http.HeadersDeadline guard = new Http.HeadersDeadline(new Runnable() {
-                @Override public void run() {
-                    try {
-                        open.close();
-                    } catch (IOException e) {
-                        // already closed
-                    }
-                }
-            }, http.headersBudgetMs());
-            int status;
-            try {
-                status = readHead(in, headers);
-            } catch (IOException e) {
-                if (guard.fired()) throw new HeadersLate(guard);
-                throw e;
-            } finally {
-                guard.cancel();
-            }
-            InputStream body = body(in, headers, status);
-            return http.new Response(s, u, status, headers, body);
-        } catch (IOException e) {
-            s.close();
-            throw e;
-        }
-    }
-
-    static int post(String u, byte[] body, int timeoutMs, InetAddress source) throws IOException {
-        URL url = new URL(u);
-        Socket s = connect(url, timeoutMs, source);
-        try {
-            String head = "POST " + target(url) + " HTTP/1.1\r\nHost: " + host(url) + "\r\nContent-Type: application/json\r\nContent-Length: "
-                    + body.length + "\r\nConnection: close\r\nUser-Agent: " + Http.USER_AGENT + "\r\n\r\n";
-            OutputStream out = s.getOutputStream();
-            out.write(Codec.utf8(head));
-            out.write(body);
-            out.flush();
-            InputStream in = new java.io.BufferedInputStream(s.getInputStream());
-            return readHead(in, new LinkedHashMap<String, String>());
-        } finally {
-            s.close();
-        }
     }
 
     /** Status line and headers (names lower-cased); the status code. */

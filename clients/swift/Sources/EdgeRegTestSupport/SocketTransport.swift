@@ -1,3 +1,4 @@
+import EdgeReg
 import Foundation
 
 #if canImport(Glibc)
@@ -14,17 +15,23 @@ private let streamSocket = SOCK_STREAM
 private let noSignal: Int32 = 0
 #endif
 
-/// Plain HTTP/1.1 over a socket bound to a given local address: for tests and fleet
-/// simulations, where each simulated device leaves from its own loopback address
-/// (URLSession cannot bind one). Never used by an app: `ClientConfiguration.sourceAddress`
-/// is nil there.
-final class SocketTransport: Transport, @unchecked Sendable {
-    let source: String
-    let limits: Limits
+/// A failure of the socket transport.
+struct SocketError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
 
-    init(source: String, limits: Limits) {
+/// Plain HTTP/1.1 over a socket bound to a given local address, as a `ClientTransport`: for
+/// tests and fleet simulations, where each simulated device leaves from its own loopback
+/// address (URLSession cannot bind one). Not in the library product.
+public final class SocketTransport: ClientTransport, @unchecked Sendable {
+    let source: String
+    let deadline: Double
+
+    /// `deadline`: seconds an exchange may take in all.
+    public init(source: String, deadline: Double = 600) {
         self.source = source
-        self.limits = limits
+        self.deadline = deadline
     }
 
     /// One exchange on its own connection, closed when the exchange ends.
@@ -47,10 +54,10 @@ final class SocketTransport: Transport, @unchecked Sendable {
         deinit { close(fd) }
 
         func fill() throws -> Bool {
-            guard Date() < deadline else { throw TransportError(message: "the fetch went past its deadline") }
+            guard Date() < deadline else { throw SocketError(message: "the fetch went past its deadline") }
             var chunk = [UInt8](repeating: 0, count: 64 * 1024)
             let n = recv(fd, &chunk, chunk.count, 0)
-            if n < 0 { throw TransportError(message: "read failed: \(String(cString: strerror(errno)))") }
+            if n < 0 { throw SocketError(message: "read failed: \(String(cString: strerror(errno)))") }
             if n == 0 { return false }
             buffer.append(contentsOf: chunk[0..<n])
             return true
@@ -63,7 +70,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
                     buffer.removeFirst(i + 1)
                     return text
                 }
-                guard try fill() else { throw TransportError(message: "connection closed in the headers") }
+                guard try fill() else { throw SocketError(message: "connection closed in the headers") }
             }
         }
 
@@ -71,7 +78,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
             let statusLine = try line()
             let parts = statusLine.split(separator: " ")
             guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), let code = Int(parts[1]) else {
-                throw TransportError(message: "not an HTTP answer")
+                throw SocketError(message: "not an HTTP answer")
             }
             status = code
             while true {
@@ -93,7 +100,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
                     var size = try line()
                     if size.isEmpty { size = try line() }  // the CRLF after the previous chunk
                     guard let n = Int64(size.split(separator: ";").first.map(String.init) ?? "", radix: 16) else {
-                        throw TransportError(message: "bad chunk size")
+                        throw SocketError(message: "bad chunk size")
                     }
                     if n == 0 {
                         finished = true
@@ -101,7 +108,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
                     }
                     chunkLeft = n
                 }
-                if buffer.isEmpty { guard try fill() else { throw TransportError(message: "connection closed in a chunk") } }
+                if buffer.isEmpty { guard try fill() else { throw SocketError(message: "connection closed in a chunk") } }
                 let take = Int(min(Int64(buffer.count), chunkLeft))
                 let out = Data(buffer[..<take])
                 buffer.removeFirst(take)
@@ -115,7 +122,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
             if buffer.isEmpty {
                 guard try fill() else {
                     finished = true
-                    if let left = remaining, left > 0 { throw TransportError(message: "connection closed early") }
+                    if let left = remaining, left > 0 { throw SocketError(message: "connection closed early") }
                     return nil
                 }
             }
@@ -130,7 +137,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
 
     func open(_ url: URL, method: String, headers: [String: String], body: Data?, timeout: Double) throws -> Exchange {
         guard url.scheme == "http", let host = url.host else {
-            throw TransportError(message: "\(url.absoluteString): only plain http with a source address")
+            throw SocketError(message: "\(url.absoluteString): only plain http with a source address")
         }
         let port = url.port ?? 80
         var hints = addrinfo()
@@ -138,12 +145,12 @@ final class SocketTransport: Transport, @unchecked Sendable {
         hints.ai_socktype = streamSocket
         var info: UnsafeMutablePointer<addrinfo>?
         guard getaddrinfo(host, String(port), &hints, &info) == 0, let first = info else {
-            throw TransportError(message: "\(host): cannot resolve")
+            throw SocketError(message: "\(host): cannot resolve")
         }
         defer { freeaddrinfo(info) }
         let fd = socket(AF_INET, streamSocket, 0)
-        guard fd >= 0 else { throw TransportError(message: "no socket") }
-        let exchange = Exchange(fd: fd, deadline: Date().addingTimeInterval(limits.deadline))
+        guard fd >= 0 else { throw SocketError(message: "no socket") }
+        let exchange = Exchange(fd: fd, deadline: Date().addingTimeInterval(deadline))
         var local = sockaddr_in()
         #if !os(Linux)
         local.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
@@ -155,20 +162,21 @@ final class SocketTransport: Transport, @unchecked Sendable {
         let bound = withUnsafePointer(to: &local) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard bound == 0 else { throw TransportError(message: "cannot bind \(source): \(String(cString: strerror(errno)))") }
+        guard bound == 0 else { throw SocketError(message: "cannot bind \(source): \(String(cString: strerror(errno)))") }
         var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         guard connect(fd, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
-            throw TransportError(message: "\(url.absoluteString): cannot connect: \(String(cString: strerror(errno)))")
+            throw SocketError(message: "\(url.absoluteString): cannot connect: \(String(cString: strerror(errno)))")
         }
         var path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? url.path
         if path.isEmpty { path = "/" }
         if let query = url.query { path += "?" + query }
         // One exchange per connection, closed here once the body is read: a GET needs no
         // "Connection: close" (nor the server's echo of it, 38 bytes of an unchanged check).
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nUser-Agent: \(SDK.userAgent)\r\n"
-        head += method == "GET" ? "Accept-Encoding: identity\r\n" : "Connection: close\r\n"
+        // The client's headers (User-Agent, Accept-Encoding: identity, ...) come in `headers`.
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\n"
+        if method != "GET" { head += "Connection: close\r\n" }
         for (k, v) in headers { head += "\(k): \(v)\r\n" }
         if let body { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"
@@ -178,7 +186,7 @@ final class SocketTransport: Transport, @unchecked Sendable {
             var offset = 0
             while offset < raw.count {
                 let n = send(fd, raw.baseAddress! + offset, raw.count - offset, noSignal)
-                if n <= 0 { throw TransportError(message: "\(url.absoluteString): write failed") }
+                if n <= 0 { throw SocketError(message: "\(url.absoluteString): write failed") }
                 offset += n
             }
         }
@@ -186,23 +194,29 @@ final class SocketTransport: Transport, @unchecked Sendable {
         return exchange
     }
 
-    func get(_ url: URL, headers: [String: String]) async throws -> StreamedResponse {
-        let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: limits.timeout)
-        return StreamedResponse(status: exchange.status, headers: exchange.headers, url: url.absoluteString, limits: limits,
-                                read: { try exchange.next() }, cancel: { shutdown(exchange.fd, Int32(SHUT_RDWR)) })
-    }
-
-    func fetch(_ url: URL, headers: [String: String], into sink: any BodySink) async throws {
-        let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: limits.timeout)
-        defer { sink.end() }
-        guard sink.begin(status: exchange.status, headers: exchange.headers) else { return }
-        while let chunk = try exchange.next() {
-            if !sink.receive(chunk) { return }
+    public func get(_ url: URL, headers: [String: String], timeout: Double) async throws -> TransportResponse {
+        let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: timeout)
+        let fd = exchange.fd
+        // The blocking reads run on a thread of their own; shutting the socket down (a cancel)
+        // ends a blocked read at once.
+        let body = AsyncThrowingStream<Data, Error> { continuation in
+            let reader = Thread {
+                do {
+                    while let chunk = try exchange.next() { continuation.yield(chunk) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            reader.start()
+            continuation.onTermination = { _ in shutdown(fd, Int32(SHUT_RDWR)) }
         }
+        return TransportResponse(status: exchange.status, headers: exchange.headers, body: body,
+                                 cancel: { shutdown(fd, Int32(SHUT_RDWR)) })
     }
 
-    func post(_ url: URL, body: Data, contentType: String, timeout: Double) async throws -> Int {
-        let exchange = try open(url, method: "POST", headers: ["Content-Type": contentType], body: body, timeout: timeout)
+    public func post(_ url: URL, body: Data, headers: [String: String], timeout: Double) async throws -> Int {
+        let exchange = try open(url, method: "POST", headers: headers, body: body, timeout: timeout)
         while try exchange.next() != nil {}
         return exchange.status
     }

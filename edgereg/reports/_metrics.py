@@ -1,0 +1,188 @@
+"""App metrics in the report store: one row per install and metric, summed per arm in SQL.
+
+A report of schema 3 carries its install's totals since the install
+(docs/protocol.md §11): a rate's events and successes, a distribution's
+count per bucket. The store keeps one row per (token, metric), merged like
+the install's row (counts only grow: the highest of each is kept; where the
+install is now, its tier, arm and period, comes from the newer report), with
+the columns the analysis filters and groups on beside the counts, so a
+summary reads one table.
+
+Every metric is stored as bucket counts: a rate as two buckets, ``c0`` the
+events that failed and ``c1`` those that succeeded; a distribution as its
+K + 1 buckets. A summary reads one statistic of a metric per device, what a
+guardrail judges (its success rate, its mean, its share below an edge: a
+weighted sum of the device's share of its events in each bucket,
+:class:`~edgereg.reports.summary.Statistic`), and sums it per arm, over
+devices and over source networks (each network's devices averaged), with the
+squares of the networks' means for their spread. A heavy user weighs what any
+device does.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from edgereg.protocol.reports import DistributionCounts, RateCounts, Report
+
+__all__ = [
+    "BUCKET_COLUMNS",
+    "METRIC_COLUMNS",
+    "METRIC_INDEXES",
+    "METRIC_SCHEMA",
+    "metric_rows",
+    "metric_upsert_sql",
+    "statistic_sql",
+]
+
+#: At most 32 buckets (a distribution's 31 edges): ``c0`` .. ``c31``.
+BUCKET_COLUMNS = tuple(f"c{i}" for i in range(32))
+
+METRIC_COLUMNS = (
+    "token",
+    "name",
+    "unit",
+    "tier",
+    "arm",
+    "unit_version",
+    "sequence",
+    "cpu_class",
+    "source",
+    "received_at",
+    "buckets",
+    *BUCKET_COLUMNS,
+)
+
+# Unused buckets hold 0 (0 costs SQLite no bytes, and keeps the merge's maximum simple).
+METRIC_SCHEMA = (
+    """CREATE TABLE report_metrics (
+    token TEXT NOT NULL,
+    name TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    arm TEXT NOT NULL,
+    unit_version TEXT NOT NULL,
+    sequence BIGINT NOT NULL,
+    cpu_class TEXT,
+    source TEXT,
+    received_at BIGINT NOT NULL,
+    buckets SMALLINT NOT NULL,
+    """
+    + ",\n    ".join(f"{c} BIGINT NOT NULL DEFAULT 0" for c in BUCKET_COLUMNS)
+    + """,
+    PRIMARY KEY (token, name)
+)""",
+)
+
+#: A summary reads one unit's metric by name and bucket count, grouped by arm and network.
+METRIC_INDEXES = (
+    "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, tier, arm, "
+    "unit_version, source, token, sequence, received_at)",
+    "CREATE INDEX report_metrics_received ON report_metrics (received_at)",
+)
+
+_FROM_NEWER = ("unit", "tier", "arm", "unit_version", "cpu_class", "source", "buckets")
+
+
+def metric_rows(report: Report, received: int, source: str | None) -> list[tuple[Any, ...]]:
+    """The ``report_metrics`` rows of one report (none before schema 3), in column order.
+
+    Args:
+        received: When it arrived, epoch milliseconds.
+    """
+    rows = []
+    for name, counts in (report.metrics or {}).items():
+        if isinstance(counts, RateCounts):
+            buckets = [counts.events - counts.successes, counts.successes]
+        else:
+            assert isinstance(counts, DistributionCounts)
+            buckets = list(counts.counts)
+        padded = buckets + [0] * (len(BUCKET_COLUMNS) - len(buckets))
+        rows.append(
+            (
+                report.token,
+                name,
+                report.unit,
+                report.tier,
+                report.arm,
+                report.unit_version,
+                report.sequence,
+                report.cpu_class,
+                source,
+                received,
+                len(buckets),
+                *padded,
+            )
+        )
+    return rows
+
+
+@functools.lru_cache(maxsize=32)
+def metric_upsert_sql(placeholder: str, rows: int = 1, *, greatest: str = "MAX") -> str:
+    """The upsert of ``rows`` metric rows, merged whatever the order reports arrive in.
+
+    Totals since the install only grow, so each count keeps its highest; where the
+    install is (tier, arm, version, period) comes from the newer report, as for
+    the install's own row (:func:`edgereg.reports.store.upsert_sql`).
+    """
+    row = "(" + ", ".join([placeholder] * len(METRIC_COLUMNS)) + ")"
+    newer = (
+        "(excluded.sequence > report_metrics.sequence OR (excluded.sequence = "
+        "report_metrics.sequence AND excluded.received_at >= report_metrics.received_at))"
+    )
+    sets = [
+        f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE report_metrics.{c} END"
+        for c in _FROM_NEWER
+    ]
+    sets += [
+        f"{c} = {greatest}(excluded.{c}, report_metrics.{c})"
+        for c in ("sequence", "received_at", *BUCKET_COLUMNS)
+    ]
+    return (
+        f"INSERT INTO report_metrics ({', '.join(METRIC_COLUMNS)}) VALUES "
+        f"{', '.join([row] * rows)} ON CONFLICT (token, name) DO UPDATE SET {', '.join(sets)}"
+    )
+
+
+def statistic_sql(
+    placeholder: str,
+    buckets: int,
+    *,
+    since: bool,
+    since_sequence: bool,
+    cpu_class: bool,
+    pooled: bool,
+) -> str:
+    """Per (tier, arm, version): one statistic of one metric, per device and per network.
+
+    Each device's statistic is its bucket counts weighted and divided by its
+    total (a device that counted nothing is left out); the sums are over
+    devices, over networks (each network's devices averaged) and of the
+    squares of the networks' means. Parameters bind in this order: the
+    weights, the unit, the name, the bucket count, then the filters
+    (sequence, time, CPU class).
+    """
+    p = placeholder
+    used = BUCKET_COLUMNS[:buckets]
+    where = f"unit = {p} AND name = {p} AND buckets = {p}"
+    if since_sequence:
+        where += f" AND sequence >= {p}"
+    if since:
+        where += f" AND received_at >= {p}"
+    if cpu_class:
+        where += f" AND cpu_class = {p}"
+    tier = "'*'" if pooled else "tier"
+    weighted = " + ".join(f"{p} * {c}" for c in used)
+    devices = (
+        f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+        f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
+    )
+    networks = (
+        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
+        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY tier, arm, unit_version, net"
+    )
+    return (
+        "SELECT tier, arm, unit_version, SUM(n), COUNT(*), SUM(v), SUM(v / n), "
+        f"SUM((v / n) * (v / n)) FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
+    )
