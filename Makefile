@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: venv runtimes arm demo test test-fast install-check lint typecheck unit bench clean system-deps \
-	sdk sdk-test
+	arm-deps sdk-deps sdk sdk-test
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(VENV)/.installed: pyproject.toml
@@ -31,31 +31,40 @@ runtimes: $(VENV)/.installed
 # arm-verification.md): Debian's arm64 python and the pinned MNN wheel in
 # ~/.cache/edgereg/arm/ (or $EDGEREG_ARM_DIR), set up once per user (about 45 s,
 # 300 MB) and kept like the runtimes.
-arm: $(VENV)/.installed system-deps
+arm: $(VENV)/.installed arm-deps
 	edgereg toolchain arm install
 
 venv: $(VENV)/.installed runtimes arm
 
-# Debian packages the tests need: chromium renders the HTML report and status page;
-# nginx runs the documented static-host configuration (tests/test_static_hosting.py);
+# Debian packages, by what needs them (each target installs only its own, when missing):
+# ARM verification (`make arm`, so `make demo` too): qemu-user-static and debootstrap set
+# up and run the aarch64 sysroot (`edgereg toolchain arm install`).
+ARM_PACKAGES := qemu-user-static debootstrap
+# The SDKs (`make sdk`): junit5 (the console launcher), libbcprov-java (BouncyCastle,
+# the Ed25519 fallback for Android < 13) and libjsr305-java (compile-only nullability for
+# Kotlin) for clients/android; libsodium-dev (Ed25519), libssl-dev (libcrypto's SHA-256,
+# which uses the CPU's SHA instructions) and pkg-config for clients/swift on Linux.
+SDK_PACKAGES := junit5 libbcprov-java libjsr305-java libsodium-dev libssl-dev pkg-config
+# The Python tests (`make test`): chromium renders the HTML report and status page; nginx
+# runs the documented static-host configuration (tests/test_static_hosting.py);
 # postgresql is the report store's server (tests/pgkit.py runs initdb/pg_ctl from it).
-# The SDKs: junit5 (the console launcher), libbcprov-java (BouncyCastle, the Ed25519
-# fallback for Android < 13) and libjsr305-java (compile-only nullability for Kotlin)
-# for clients/android; libsodium-dev (Ed25519), libssl-dev (libcrypto's SHA-256, which
-# uses the CPU's SHA instructions) and pkg-config for clients/swift on Linux. qemu-user-static and debootstrap set up and run the aarch64
-# sysroot of ARM verification (`edgereg toolchain arm install`).
-SYSTEM_PACKAGES := chromium nginx-light postgresql junit5 libbcprov-java libjsr305-java \
-	libsodium-dev libssl-dev pkg-config qemu-user-static debootstrap
+TEST_PACKAGES := chromium nginx-light postgresql
+SYSTEM_PACKAGES := $(ARM_PACKAGES) $(SDK_PACKAGES) $(TEST_PACKAGES)
+# $(call apt_ensure,PACKAGES): apt-get install them unless every one is installed.
+apt_ensure = test "$$(dpkg-query -W -f='$${Status}\n' $(1) 2>/dev/null | grep -c 'install ok installed')" \
+	= "$(words $(1))" || ($(SUDO) apt-get update && $(SUDO) apt-get install -y $(1))
 system-deps:
-	test "$$(dpkg-query -W -f='$${Status}\n' $(SYSTEM_PACKAGES) 2>/dev/null | grep -c 'install ok installed')" \
-		= "$(words $(SYSTEM_PACKAGES))" || \
-		($(SUDO) apt-get update && $(SUDO) apt-get install -y $(SYSTEM_PACKAGES))
+	$(call apt_ensure,$(SYSTEM_PACKAGES))
+arm-deps:
+	$(call apt_ensure,$(ARM_PACKAGES))
+sdk-deps:
+	$(call apt_ensure,$(SDK_PACKAGES))
 
 # The native SDKs (docs/guides/android.md, docs/guides/ios.md): `make sdk` builds
 # clients/android/build/edgereg-android-<version>.jar (with its sources jar and POM),
 # the Swift package in clients/swift (release), and the device programs the client
 # harness drives (docs/reference/device-program.md).
-sdk: system-deps
+sdk: sdk-deps
 	$(MAKE) -C clients/android jar device
 	$(MAKE) -C clients/swift build
 
@@ -66,11 +75,14 @@ sdk-test: sdk
 	$(MAKE) -C clients/swift test
 
 DEMO_PULL = edgereg pull --registry file://$(CURDIR)/registry \
-	--trusted-key .edgereg/signing-key.pub.pem --config models.toml
-FLAGSHIP = --device-id demo-flagship-0001 --ram-mb 12288 --cpu-cores 8 --os android \
-	--out .edgereg/demo-devices/flagship
-BUDGET_PHONE = --device-id demo-budget-0002 --ram-mb 2048 --cpu-cores 4 --os android \
-	--out .edgereg/demo-devices/budget
+	--trusted-key .edgereg/signing-key.pub.pem --config models.toml --explain
+# A rollout's salt is random, so the phones' device ids are chosen for this run's cohorts
+# (pipelines/demo_devices.py): the flagship inside the sensor and ocr canaries, the budget
+# phone inside ocr's and outside sensor's. Every run shows the same.
+FLAGSHIP = --device-id $$(python pipelines/demo_devices.py demo-flagship --inside sensor \
+	--inside ocr) --ram-mb 12288 --cpu-cores 8 --os android --out .edgereg/demo-devices/flagship
+BUDGET_PHONE = --device-id $$(python pipelines/demo_devices.py demo-budget --inside ocr \
+	--outside sensor) --ram-mb 2048 --cpu-cores 4 --os android --out .edgereg/demo-devices/budget
 
 demo: venv
 	edgereg validate
@@ -79,8 +91,9 @@ demo: venv
 	test -f .edgereg/signing-key.pem || edgereg keys generate
 	edgereg publish digits --canary 5%
 	edgereg publish sensor --canary 5%
+	edgereg publish ocr --canary 5%
 	edgereg status
-	@echo "--- sensor stays a 5% canary: devices outside the cohort get no model yet ---"
+	@echo "--- sensor stays a 5% canary: the flagship is in its cohort, the budget phone gets no model yet ---"
 	$(DEMO_PULL) sensor $(FLAGSHIP)
 	$(DEMO_PULL) sensor $(BUDGET_PHONE)
 	@echo "--- demo only: digits goes to everyone now, skipping the soak time (--force) ---"
@@ -89,8 +102,7 @@ demo: venv
 	$(DEMO_PULL) digits $(FLAGSHIP)
 	$(DEMO_PULL) digits $(BUDGET_PHONE)
 	edgereg history digits
-	@echo "--- ocr ships textdet and textrec as one bundle: a device gets both members of one version ---"
-	edgereg publish ocr --canary 50%
+	@echo "--- ocr ships textdet and textrec as one bundle: both phones are in its 5% canary and get both members of one version ---"
 	$(DEMO_PULL) --bundle ocr $(FLAGSHIP)
 	$(DEMO_PULL) --bundle ocr $(BUDGET_PHONE)
 	$(DEMO_PULL) --bundle ocr --status $(FLAGSHIP)

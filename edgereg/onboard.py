@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from edgereg import config as config_module
 from edgereg._files import atomic_write, sha256_file
+from edgereg.build.datasets import read_npz
 from edgereg.errors import BuildError, ConfigError, EdgeregError, UsageError
 from edgereg.protocol.patterns import NAME_RE
 
@@ -736,6 +735,22 @@ def _suggest_task(
     labels = evaluation.labels
     if task != "generic":
         return
+    if (
+        labels is not None
+        and len(labels.shape) == 2
+        and (labels.dtype.startswith("int") or labels.dtype.startswith("uint"))
+    ):
+        # One class id per step (a per-character or per-token tagger): a CTC
+        # recogniser's labels are text, its steps unaligned. No built-in task
+        # scores a tagger's steps against labels.
+        notes.append(
+            f"models.{model}.task: the labels hold one class per step {labels.shape[1:]}, as "
+            "a per-character or per-token tagger's do (not a CTC recogniser's text): no "
+            "built-in task scores them; generic gates the outputs against ONNX Runtime, and "
+            'a custom evaluator scores the steps (task = { kind = "custom", evaluator = '
+            '"module:function" }: docs/models-toml.md#custom-evaluators)'
+        )
+        return
     classes = ctc_shaped(outputs[0]) if outputs else None
     if classes is not None:
         notes.append(
@@ -1024,12 +1039,11 @@ def read_dataset_info(path: Path, root: Path, option: str) -> DatasetInfo:
     """
     relative = project_path(path, root, option)
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {
-                key: ArrayInfo(dtype=archive[key].dtype.name, shape=tuple(archive[key].shape))
-                for key in archive.files
-            }
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        arrays = {
+            key: ArrayInfo(dtype=array.dtype.name, shape=tuple(array.shape))
+            for key, array in read_npz(path).items()
+        }
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise UsageError(
             f"{option} {path} is not a readable .npz file: {exc}",
             hint="Write datasets with numpy.savez: one array per model input (samples "
@@ -1090,7 +1104,7 @@ def add_model(
             file=str(config_path),
             hint="Run `edgereg init` to create one, or pass --config PATH.",
         )
-    text = config_path.read_text(encoding="utf-8")
+    text = config_module.read_config_text(config_path)
     config = config_module.parse(text, file=str(config_path))
     root = config.root
     name = name or model_name_from_path(source)
@@ -1217,8 +1231,7 @@ def _check_labels(proposal: Proposal, config: config_module.Config, name: str) -
     if proposal.task != "classification" or proposal.classes is None:
         return
     model = config.models[name]
-    with np.load(config.resolve_path(model.evaluation), allow_pickle=False) as archive:
-        labels = archive["labels"]
+    labels = read_npz(config.resolve_path(model.evaluation))["labels"]
     classes = proposal.classes
     if classes is not None and labels.size and int(labels.max()) >= classes:
         raise UsageError(

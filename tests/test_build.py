@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -839,15 +840,30 @@ def _nan(shape: tuple[int, ...]) -> np.ndarray:
             id="all-nan-tensor",
         ),
         pytest.param(IMAGE_MODEL, None, ("is empty (0 bytes)", "savez_compressed"), id="empty"),
+        # Issue #30: numpy hands back a 0-byte member as b"" instead of an array (exit 70).
+        pytest.param(
+            IMAGE_MODEL,
+            "zero-byte-member",
+            ("member 'image' is not a .npy array (0 bytes", "savez_compressed"),
+            id="zero-byte-member",
+        ),
     ],
 )
 def test_calibration_data_broken(
-    project: Project, model: str, arrays: dict[str, np.ndarray] | None, fragments: tuple[str, ...]
+    project: Project,
+    model: str,
+    arrays: dict[str, np.ndarray] | str | None,
+    fragments: tuple[str, ...],
 ) -> None:
     relative = f"data/{model}-calibration.npz"
     if arrays is None:
         project.path(relative).write_bytes(b"")
+    elif arrays == "zero-byte-member":
+        with zipfile.ZipFile(project.path(relative), "w") as archive:
+            archive.writestr("image.npy", b"")
+            archive.writestr("labels.npy", b"")
     else:
+        assert isinstance(arrays, dict)
         buildkit.write_npz(project.path(relative), arrays, np.arange(4) % 2)
     project.pin(relative)
     assert_fails(project, model, "int8", BuildError, "quantize", relative, *fragments)

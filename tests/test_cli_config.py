@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -351,3 +352,128 @@ def test_quiet_keeps_results_and_errors_only(repo_root: Path, tmp_path: Path) ->
     )
     assert missing.returncode == 2
     assert "file not found" in missing.stderr
+
+
+# --- issue #30: every duration and size has an upper bound ---------------------------
+
+#: (the table appended to small_models.toml, the key path named, the bound named). A value
+#: past the bound passed `validate` and later crashed `rollout --next`, `--auto` and
+#: `status --html` with exit 70 (1e308 hours is no timedelta), or became an infinite budget.
+LIMITS = {
+    "min-soak-1e308": ("[rollout]\nmin_soak_hours = 1e308", "rollout.min_soak_hours", "8760"),
+    "min-soak-1e11": ("[rollout]\nmin_soak_hours = 1e11", "rollout.min_soak_hours", "8760"),
+    "max-soak": ("[rollout]\nmax_soak_hours = 1e11", "rollout.max_soak_hours", "8760"),
+    "revert-window": (
+        "[rollout.guardrails]\nrevert_window_hours = 1e308",
+        "rollout.guardrails.revert_window_hours",
+        "8760",
+    ),
+    "a-models-own-soak": (
+        "[models.digits.rollout]\nmin_soak_hours = 9000",
+        "models.digits.rollout.min_soak_hours",
+        "8760",
+    ),
+    "size-budget": (
+        "[models.digits.variants.fp32.budgets]\nmax_size_mb = 1.7e308",
+        "models.digits.variants.fp32.budgets.max_size_mb",
+        "1048576",
+    ),
+    "memory-budget": (
+        "[models.digits.variants.fp32.budgets]\nmax_memory_mb = 1e9",
+        "models.digits.variants.fp32.budgets.max_memory_mb",
+        "1048576",
+    ),
+    "latency-budget": (
+        "[models.digits.variants.fp32.budgets]\nmax_latency_p50_ms = 1e300",
+        "models.digits.variants.fp32.budgets.max_latency_p50_ms",
+        "3600000",
+    ),
+    "first-inference-budget": (
+        "[models.digits.variants.fp32.budgets]\nmax_first_inference_ms = 1e10",
+        "models.digits.variants.fp32.budgets.max_first_inference_ms",
+        "3600000",
+    ),
+    "tier-memory": (
+        "[tiers.extra]\nmin_cpu_cores = 2\nmax_model_memory_mb = 1e12",
+        "tiers.extra.max_model_memory_mb",
+        "1048576",
+    ),
+    "tier-ram": ("[tiers.extra]\nmin_ram_mb = 10000000000", "tiers.extra.min_ram_mb", "1048576"),
+}
+
+
+def _with(small_toml: str, table: str) -> str:
+    # A new tier goes before the catch-all one, which must stay last.
+    if table.startswith("[tiers."):
+        return small_toml.replace("[tiers.low]", f"{table}\n\n[tiers.low]")
+    return f"{small_toml}\n{table}\n"
+
+
+@pytest.mark.parametrize(("table", "key", "bound"), LIMITS.values(), ids=LIMITS.keys())
+def test_every_duration_and_size_has_a_bound(
+    tmp_path: Path, small_toml: str, table: str, key: str, bound: str
+) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(_with(small_toml, table), encoding="utf-8")
+    for command in (("validate",), ("rollout", "digits", "--next"), ("status", "--html", "s.html")):
+        result = invoke(*command, "--config", str(path))
+        assert result.exit_code == 2, (command, result.output)
+        assert f"error: {path}: {key}: " in result.stderr, result.stderr
+        assert bound in result.stderr
+        assert "Traceback" not in result.output
+
+
+def test_the_bounds_themselves_are_valid(tmp_path: Path, small_toml: str) -> None:
+    path = tmp_path / "models.toml"
+    at_the_bounds = (
+        "[rollout]\nmin_soak_hours = 8760\nmax_soak_hours = 8760\n"
+        "guardrails.revert_window_hours = 8760\n"
+        "[models.digits.variants.fp32.budgets]\nmax_size_mb = 1048576\n"
+        "max_latency_p50_ms = 3600000\n"
+    )
+    path.write_text(_with(small_toml, at_the_bounds), encoding="utf-8")
+    result = invoke("validate", "--config", str(path))
+    assert result.exit_code == 0, result.output
+
+
+# --- issue #30: --config is a regular file of bounded size --------------------------
+
+
+def _fifo(tmp_path: Path) -> str:
+    path = tmp_path / "fifo.toml"
+    os.mkfifo(path)
+    return str(path)
+
+
+def _huge(tmp_path: Path) -> str:
+    path = tmp_path / "huge.toml"
+    with path.open("wb") as handle:
+        handle.write(b"# " + b"x" * (config.MAX_CONFIG_BYTES + 10) + b"\n")
+    return str(path)
+
+
+NOT_A_CONFIG = {
+    "dev-zero": (lambda tmp: "/dev/zero", "not a regular file"),
+    "dev-urandom": (lambda tmp: "/dev/urandom", "not a regular file"),
+    "a-fifo-without-a-writer": (_fifo, "not a regular file"),
+    "past-the-size-limit": (_huge, "larger than 4 MiB"),
+}
+
+
+@pytest.mark.parametrize(("make", "message"), NOT_A_CONFIG.values(), ids=NOT_A_CONFIG.keys())
+def test_config_that_is_no_file_is_refused_without_reading_it(
+    tmp_path: Path, make: Any, message: str
+) -> None:
+    # A child process with a deadline: /dev/urandom was read without end, /dev/zero
+    # until MemoryError.
+    path = make(tmp_path)
+    done = subprocess.run(
+        [str(EDGEREG), "validate", "--config", path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr

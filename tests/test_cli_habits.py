@@ -131,6 +131,56 @@ CASES = [
     Case("serve --port 70000", ("serve", "--port", "70000"), 2, (), ("--port",)),
     Case("add without --evaluation", ("add", "model.onnx"), 2, (), ("--evaluation",)),
     Case("toolchain bad --version", ("toolchain", "runtimes", "install", "--version", "3"), 2),
+    # A name that is no name is a usage error (2), before any registry key is built from
+    # it; `../digits` was "storage, retryable" (6), issue #30.
+    *(
+        Case(
+            f"{' '.join(args[:1])} of a name with a path in it",
+            (*args, *CONFIG),
+            2,
+            (),
+            ("'../digits' is not a", "lowercase letter"),
+        )
+        for args in (
+            ("status", "../digits"),
+            ("pause", "../digits"),
+            ("resume", "../digits"),
+            ("resign", "../digits"),
+            ("promote", "../digits"),
+            ("rollback", "../digits"),
+            ("rebuild-state", "../digits"),
+            ("history", "../digits"),
+            ("rollout", "../digits", "--to", "10%"),
+            ("publish", "../digits", "--canary", "5%"),
+            ("analyze", "../digits"),
+            ("build", "../digits", "fp32"),
+            ("pull", "../digits", "--registry", "file:///nowhere", "--device-id", "d", *PULL_KEYS),
+        )
+    ),
+    # A 100 KB --actor was exit 70 (the signed history keeps 200 characters).
+    *(
+        Case(
+            f"{args[0]} --actor of 100 KB",
+            (*args, "--actor", "a" * 100_000, "--registry", MISSING_REGISTRY),
+            2,
+            (),
+            ("--actor", "100000 characters", "at most 200"),
+        )
+        for args in (
+            ("pause", "digits"),
+            ("rebuild-state", "digits", "--reset", "--sequence", "5"),
+            ("rollout", "digits", "--next"),
+            ("publish", "digits", "--canary", "5%"),
+        )
+    ),
+    Case("status of an upper-case name", ("status", "Digits", *CONFIG), 2, (), ("lowercase",)),
+    Case(
+        "pull --bundle with a path in it",
+        ("pull", "--bundle", "../ocr", "--registry", "file:///x", "--device-id", "d", *PULL_KEYS),
+        2,
+        (),
+        ("'../ocr' is not a bundle name",),
+    ),
     # Without models.toml here (or above, up to the repository root), commands say so.
     Case("validate without models.toml", ("validate",), 2, (), ("models.toml: file not found",)),
 ]
@@ -359,3 +409,63 @@ def test_history_escapes_a_signed_actor(tmp_path: Path) -> None:
     assert "\x1b" not in result.output
     assert "\x07" not in result.output
     assert "\\x1b]0;owned" in result.output
+
+
+# --- an unexpected exception, in every command family -----------------------------------
+
+#: One command of each family (edgereg/cli/<family>.py), run with models.toml's reading
+#: broken by a bug: each must end in exit 70 and the one line, never a raw traceback
+#: with exit 1 (`pull` did, issue #30).
+INTERNAL = {
+    "build": ("validate", *CONFIG),
+    "build-dvc": ("dvc", "sync", *CONFIG),
+    "keys": ("keys", "generate", "--no-publish", "--out", "k.pem", *CONFIG),
+    "release": ("status", *CONFIG),
+    "release-write": ("pause", "digits", *CONFIG),
+    "analyze": ("analyze", "digits", *CONFIG),
+    "onboard": ("pin", *CONFIG),
+    "pull": (*PULL, *PULL_KEYS, *CONFIG),
+    "serve": ("serve", "--port", "0", *CONFIG),
+    "toolchain": ("toolchain", "runtimes", "list", *CONFIG),
+    "buildreport": ("report", *CONFIG),
+}
+
+
+class _Bug(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("args", INTERNAL.values(), ids=INTERNAL.keys())
+def test_an_unexpected_exception_is_exit_70_with_the_one_line(
+    args: tuple[str, ...], empty_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgereg import config as config_module
+    from edgereg.cli._common import INTERNAL_ERROR_LINE
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise _Bug("injected")
+
+    monkeypatch.setattr(config_module, "load", broken)
+    monkeypatch.chdir(empty_repo)
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 70, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.stderr.strip().endswith(INTERNAL_ERROR_LINE), result.stderr
+    assert "_Bug: injected" in result.stderr  # the traceback above the line, to report
+
+
+def test_an_exception_while_parsing_options_is_exit_70_too(
+    empty_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --config's default is found by a callback, before the command's own code runs.
+    from edgereg.cli import _common
+    from edgereg.cli._common import INTERNAL_ERROR_LINE
+
+    def broken(start: Path | None = None) -> Path:
+        raise _Bug("injected while parsing")
+
+    monkeypatch.setattr(_common, "find_config", broken)
+    monkeypatch.chdir(empty_repo)
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 70, result.output
+    assert result.stderr.strip().endswith(INTERNAL_ERROR_LINE), result.stderr

@@ -727,6 +727,10 @@ SCHEMA_CANNOT_SAY = {
     "lone-surrogate-in-unknown-key-name": "a JSON parser rule: a lone surrogate is no text",
     "instead-nested": "instead is an entry, whose own schema allows instead",
     "instead-other-version": "JSON Schema cannot compare two fields",
+    "expires-year-0000": "the pattern holds; no date has year 0000 (format is not asserted)",
+    "contract-labels-and-labels-blob": "both keys may be null: exclusive only when both set",
+    "contract-state-names-a-missing-tensor": "JSON Schema cannot compare two fields",
+    "contract-task-output-not-an-output": "JSON Schema cannot compare two fields",
     "metrics-buckets-unsorted": "JSON Schema cannot say that a list increases",
     "metrics-on-instead": "instead is an entry, whose own schema allows metrics",
     "metrics-on-bundle-member": "a member is an entry, whose own schema allows metrics",
@@ -859,6 +863,61 @@ def test_versions_are_totally_ordered(a: str, b: str, c: str) -> None:
     # The comparators agree with the comparison.
     assert satisfies(a, f">={b}") == (compare_versions(a, b) >= 0)
     assert satisfies(a, f"<{b}") == (compare_versions(a, b) < 0)
+
+
+# Issue #30: a signed manifest whose min_mnn_runtime no client can compare (65 characters,
+# valid by the schema of the day) made Client.fetch raise ValueError and `edgereg pull`
+# exit 1 with a traceback. The schema bounds it; the manifest is malformed.
+LONG_RUNTIMES = {
+    "stable-65-characters": ("stable", "3." * 32 + "1"),
+    "candidate-65-characters": ("candidate", "3." * 32 + "1"),
+    "stable-1000-characters": ("stable", "3." * 499 + "10"),
+}
+
+
+@pytest.mark.parametrize(("arm", "runtime"), LONG_RUNTIMES.values(), ids=LONG_RUNTIMES.keys())
+def test_a_min_mnn_runtime_too_long_to_compare_is_malformed_never_raised(
+    tmp_path: Path, arm: str, runtime: str
+) -> None:
+    from click.testing import CliRunner
+    from clientkit import Kit
+
+    from edgereg.cli import main
+    from edgereg.client import Client, DeviceProfile
+    from edgereg.protocol.envelope import public_key_pem, sign_envelope
+
+    kit = Kit(tmp_path / "registry")
+    envelope = kit.publish("digits", kit.entry("digits", "1.0.0"), kit.entry("digits", "1.1.0"))
+    payload = json.loads(base64.b64decode(json.loads(envelope)["payload"]))
+    payload[arm]["min_mnn_runtime"] = runtime
+    signed = sign_envelope(canonical_json(payload), Manifest.payload_type, [kit.signer])
+    (kit.root / "manifests" / "digits" / "high.json").write_bytes(signed)
+    phone = DeviceProfile(device_id="device-1", ram_mb=4096, cpu_cores=8, mnn_runtime="3.6.1")
+    client = Client(
+        kit.root.as_uri(),
+        TrustedKeys([kit.signer.public_key]),
+        tmp_path / "cache",
+        model="digits",
+        device=phone,
+        tier="high",
+    )
+    try:
+        result = client.fetch()
+    finally:
+        client.close()
+    assert result.error_code == "malformed", result.error
+    assert "min_mnn_runtime" in (result.error or "")
+    assert not result.installed
+
+    pem = tmp_path / "key.pub.pem"
+    pem.write_bytes(public_key_pem(kit.signer.public_key))
+    args = ["pull", "digits", "--registry", kit.root.as_uri(), "--device-id", "device-1"]
+    args += ["--tier", "high", "--mnn-runtime", "3.6.1", "--trusted-key", str(pem)]
+    done = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "cli-cache")])
+    assert "Traceback" not in done.output
+    assert isinstance(done.exception, SystemExit), done.exception
+    assert done.exit_code == result.exception.exit_code != 0  # type: ignore[union-attr]
+    assert "(malformed)" in done.stderr
 
 
 def test_edgereg_tiers_exports_the_tier_file_apps_resolve_with(tmp_path: Path) -> None:

@@ -296,6 +296,31 @@ def test_first_release_canary_outside_cohort_gets_nothing(
     assert result.downloaded_bytes == 0
 
 
+def test_pull_explain_outside_a_first_release_canary_names_the_canary(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    """Issue #30: --explain said "no rollout in progress" under "the first release is a canary"."""
+    reg.publish("1.0.0", percent=5)
+    manifest = reg.manifest()
+    assert manifest.salt is not None
+    outside = device_in_cohort(manifest, False)
+    key = write_public_key(reg, tmp_path)
+    args = ["digits", "--registry", server.url, "--device-id", outside, "--tier", "high"]
+    args += ["--trusted-key", str(key), "--out", str(tmp_path / "out")]
+    text = CliRunner().invoke(pull_command, [*args, "--explain"])
+    assert text.exit_code == 0, text.output
+    assert "the first release is a canary and this device is outside its cohort" in text.stdout
+    bucket = cohort_bucket(outside, manifest.salt)
+    assert (
+        f"cohort: bucket {bucket} of 10000; the candidate is at 5% (buckets below 500): "
+        "outside the cohort"
+    ) in text.stderr
+    assert "no rollout in progress" not in text.output
+    result = make_client(reg, server.url, tmp_path / "c", device_id=outside).fetch()
+    assert result.cohort is not None
+    assert not result.cohort.inside
+
+
 def test_unchanged_check_is_a_304_and_still_verified(
     reg: Reg, server: StaticServer, tmp_path: Path
 ) -> None:

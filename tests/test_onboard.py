@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import buildkit
@@ -485,11 +486,25 @@ def test_add_warns_about_operators_mnn_cannot_convert(project: Path) -> None:
             "'Sensor' is not a valid model name",
             id="bad-name",
         ),
+        # Issue #30: numpy reads a 0-byte member as b"", not an array (was exit 70).
+        pytest.param(
+            [
+                "data/sensor.onnx",
+                "--evaluation",
+                "data/sensor-evaluation.npz",
+                "--calibration",
+                "data/zero-byte-member.npz",
+            ],
+            "member 'a' is not a .npy array (0 bytes",
+            id="calibration-with-a-0-byte-member",
+        ),
     ],
 )
 def test_add_rejects_bad_input_and_leaves_files_alone(
     project: Path, args: list[str], message: str
 ) -> None:
+    with zipfile.ZipFile(project / "data" / "zero-byte-member.npz", "w") as archive:
+        archive.writestr("a.npy", b"")
     before = {name: (project / name).read_text() for name in ("models.toml", "dvc.yaml")}
     result = edgereg("add", *args, expect=2)
     assert message in result.output
@@ -743,3 +758,55 @@ def test_a_ctc_shaped_output_proposes_the_ctc_task(shape: tuple[int | str, ...])
 def test_outputs_that_are_not_ctc_shaped_propose_no_ctc(shape: tuple[int | str, ...]) -> None:
     proposal = propose(["high"], calibration=False, outputs=[GraphTensor("y", shape, "float32")])
     assert not any("CTC recogniser" in line for line in proposal.notes), proposal.notes
+
+
+def test_add_proposes_no_ctc_for_a_per_character_tagger(project: Path) -> None:
+    """Issue #30: an output [batch, steps, classes] with one label per step is a tagger."""
+    import onnx.helper as oh
+    from onnx import TensorProto, numpy_helper
+
+    steps, features, classes = 16, 8, 30
+    rng = np.random.default_rng(7)
+    weight = numpy_helper.from_array(rng.normal(size=(features, classes)).astype(np.float32), "w")
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["chars", "w"], ["tags"])],
+        "tagger",
+        [oh.make_tensor_value_info("chars", TensorProto.FLOAT, [1, steps, features])],
+        [oh.make_tensor_value_info("tags", TensorProto.FLOAT, [1, steps, classes])],
+        [weight],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, project / "data" / "tagger.onnx")
+    np.savez(
+        project / "data" / "tagger-evaluation.npz",
+        chars=rng.normal(size=(12, steps, features)).astype(np.float32),
+        labels=rng.integers(0, classes, size=(12, steps)).astype(np.int64),
+    )
+    result = edgereg("add", "data/tagger.onnx", "--evaluation", "data/tagger-evaluation.npz")
+    assert "looks like a CTC recogniser" not in result.output
+    assert 'kind = "ctc"' not in result.output
+    assert "one class per step" in result.output
+    assert "custom evaluator" in result.output
+    assert "docs/models-toml.md#custom-evaluators" in result.output
+    model_toml = config_module.load(project / "models.toml").models["tagger"]
+    assert model_toml.task.kind == "generic"
+
+
+def test_own_repository_md_says_what_add_proposes_and_the_custom_evaluator_path() -> None:
+    """Issue #30: the page said labels make a classifier, and never named the custom path."""
+    text = " ".join(
+        (Path(__file__).resolve().parents[1] / "docs" / "own-repository.md").read_text().split()
+    )
+    assert (
+        "a classifier when the evaluation set's `labels` are class ids (one integer per sample)"
+        in text
+    )
+    assert "`generic` otherwise" in text
+    assert 'task = { kind = "custom", evaluator = "evals.tagger:score" }' in text
+    assert "(models-toml.md#custom-evaluators)" in text
+    # What the page promises, `add` does: integer labels per sample make a classifier.
+    evaluation = dataset(x=("float32", (10, 5)), labels=("int64", (10,)))
+    assert propose(["high"], calibration=False, evaluation=evaluation).task == "classification"
+    per_step = dataset(x=("float32", (10, 5)), labels=("int64", (10, 5)))
+    assert propose(["high"], calibration=False, evaluation=per_step).task == "generic"

@@ -841,6 +841,73 @@ def test_rebuild_state_without_manifests_needs_an_explicit_recorded_reset(
     assert {m.sequence for m in _manifests(site).values()} == {highest + 11}
 
 
+# Issue #30: a state.json restored from before a rollback must not bring the candidate back.
+STALE_STATE_COMMANDS = [
+    ("rollout", MODEL, "--to", "50%", "--force"),
+    ("rollout", MODEL, "--to", "100%", "--force"),
+    ("rollout", MODEL, "--next", "--force"),
+    ("promote", MODEL, "--force"),
+    ("rollback", MODEL),
+    ("pause", MODEL),
+    ("resign", MODEL),
+    ("publish", MODEL, "--canary", "5%", "--version", "2.0.0"),
+]
+
+
+@pytest.fixture
+def stale(site: Site) -> tuple[Site, bytes]:
+    """Stable 0.9.0 with candidate 1.0.0 rolled back, then state.json restored from before.
+
+    Returns the site and the stale state's bytes (sequence 3, candidate 1.0.0 at 25%),
+    while the manifests say sequence 4 (no candidate).
+    """
+    ok(site.run("publish", MODEL, "--full", "--version", "0.9.0"))
+    ok(site.run("publish", MODEL, "--canary", "5%"))
+    ok(site.run("rollout", MODEL, "--to", "25%", "--force"))
+    backup = (site.root / "registry" / STATE).read_bytes()
+    ok(site.run("rollback", MODEL))
+    (site.root / "registry" / STATE).write_bytes(backup)
+    return site, backup
+
+
+@pytest.mark.parametrize(
+    "command", STALE_STATE_COMMANDS, ids=lambda c: "-".join(c[:1] + c[2:4]).replace("%", "")
+)
+def test_a_write_from_a_stale_state_is_refused_naming_both_sequences(
+    stale: tuple[Site, bytes], command: tuple[str, ...]
+) -> None:
+    site, _ = stale
+    before = site.snapshot()
+    assert_refused(
+        site.run(*command),
+        7,
+        f"{STATE} is at sequence 3",
+        "behind sequence 4",
+        "edgereg rebuild-state",
+    )
+    assert site.snapshot() == before
+    assert all(m.candidate is None for m in _manifests(site).values())
+
+
+def test_rebuild_state_replaces_a_stale_state_and_the_rollback_holds(
+    stale: tuple[Site, bytes],
+) -> None:
+    site, _ = stale
+    result = ok(site.run("rebuild-state", MODEL, "--json"))
+    assert json.loads(result.stdout)["sequence"] == 5
+    state, _ = site.registry().read_state(MODEL)
+    assert state is not None
+    assert (state.stable, state.candidate) == ("0.9.0", None)
+    assert [event.action for event in state.history] == ["publish", "publish", "rollout", "rebuild"]
+    assert "state at sequence 3 was stale" in (state.history[-1].note or "")
+    ok(site.run("verify"))
+    # The rolled-back candidate stays gone: there is none to move.
+    refused = site.run("rollout", MODEL, "--to", "50%", "--force")
+    assert_refused(refused, 7, "no rollout in progress")
+    # A state that is current has nothing to rebuild.
+    assert_refused(site.run("rebuild-state", MODEL), 7, "exists", "nothing to rebuild")
+
+
 def test_an_interrupted_first_publish_can_still_be_run_again(site: Site) -> None:
     """Its own release record without a state is no lost history."""
     ok(site.run("publish", MODEL, "--canary", "5%"))

@@ -702,6 +702,108 @@ def test_an_authenticator_refuses_reports_it_cannot_verify(
     assert store.count() == 1
 
 
+def test_refused_authentication_uses_up_nothing_of_the_networks_cap(
+    reg: FakeRegistry, tmp_path: Path
+) -> None:
+    """Issue #30: 200 reports the authenticator refused locked a genuine device of the /24 out."""
+    import ipaddress
+
+    from edgereg.serve import HmacAuthenticator
+    from edgereg.serve._authenticate import AUTH_HEADER
+    from edgereg.serve._ratelimit import SourceCaps
+
+    auth = HmacAuthenticator(b"k" * 32)
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            reg.storage,
+            reports=store,
+            report_limiter=GENEROUS,
+            report_authenticator=auth,
+            source_caps=SourceCaps(tokens=5),
+            trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),),
+        ) as url,
+    ):
+
+        def send(n: int, signature: str | None) -> int:
+            body = report_body(n)
+            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+            headers = {"Content-Type": "application/json", "X-Forwarded-For": f"198.51.100.{n}"}
+            if signature is not None:
+                headers[AUTH_HEADER] = signature
+            conn.request("POST", "/v1/reports", body=body, headers=headers)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        # Unsigned and wrongly signed reports, each with a new token, from one /24.
+        assert [send(n, None if n % 2 else "00" * 32) for n in range(20)] == [401] * 20
+        # The network's five new tokens are all still there for genuine devices.
+        assert [send(100 + n, auth.sign(report_body(100 + n))) for n in range(5)] == [202] * 5
+        assert send(110, auth.sign(report_body(110))) == 429
+    assert store.count() == 5
+
+
+def test_reports_naming_future_sequences_cost_no_state_read_each(tmp_path: Path) -> None:
+    """Issue #30: each such report cost a state read, a listing and a second of a thread."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edgereg.serve._admission import NEAR_FUTURE
+    from edgereg.storage._local import LocalStorage
+
+    reg = make_registry(tmp_path / "registry", models=("digits",))
+
+    class Counting(LocalStorage):
+        state_reads = 0
+
+        def get_versioned(self, key: str) -> tuple[bytes, str]:
+            if key.endswith("/state.json"):
+                Counting.state_reads += 1
+            return super().get_versioned(key)
+
+    clock = [0.0]
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(
+            Counting(tmp_path / "registry"),
+            reports=store,
+            report_limiter=GENEROUS,
+            monotonic=lambda: clock[0],
+        ) as url,
+    ):
+        assert post(url, report_body(0))[0].status == 202  # the first read (sequence 2)
+        # Made-up sequences far above a state read less than a second ago: refused from
+        # the cache, no read, no wait.
+        started = time.monotonic()
+        far = [post(url, report_body(n, sequence=3 + NEAR_FUTURE + n))[0].status for n in range(30)]
+        elapsed = time.monotonic() - started
+        assert far == [422] * 30
+        assert Counting.state_reads == 1, "a far-future sequence re-read the state"
+        assert elapsed < 10, f"{elapsed:.1f} s for 30 refusals: a thread waited for each"
+        # The next sequence, just above it, could be a manifest written since: the
+        # reports wait for one shared read at the end of the second, not one each.
+        with ThreadPoolExecutor(10) as pool:
+            near = list(
+                pool.map(lambda n: post(url, report_body(40 + n, sequence=3))[0].status, range(10))
+            )
+        assert near == [422] * 10
+        assert Counting.state_reads == 2, "each near-future report read the state"
+        # Published since: seen at the next refresh, and admitted.
+        reg.registry.change(
+            "digits",
+            lambda state, now, expires: state.model_copy(
+                update={"sequence": state.sequence + 1, "expires": expires}
+            ),
+            signer=reg.signer,
+            expires_days=30,
+        )
+        clock[0] += 1.5
+        assert post(url, report_body(60, sequence=3))[0].status == 202
+        assert Counting.state_reads == 3
+    assert store.count() == 2
+
+
 def test_a_bundle_report_names_a_member_and_version_its_release_holds() -> None:
     """A made-up member (``zzzfake``) or another member version is refused, never stored."""
     from edgereg.protocol.reports import parse_report

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import select
 import socket
@@ -28,6 +29,7 @@ import pytest
 from servekit import FakeRegistry, current_rss, make_registry, peak_rss, serve, serve_process
 
 from edgereg.signing import generate_key
+from edgereg.storage._local import LocalStorage
 
 SECRET = b"TOPSECRET-outside-the-registry"
 PASSWD = Path("/etc/passwd")
@@ -380,42 +382,85 @@ def _closed_by_server(sock: socket.socket, wait: float = 5.0) -> bool:
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"
 
 
+class _Gated(LocalStorage):
+    """A registry whose mid manifest is answered only once ``gate`` is set: busy answers."""
+
+    gate = threading.Event()
+
+    def get(self, key: str) -> bytes:
+        if key == "manifests/digits/mid.json":
+            _Gated.gate.wait(30)
+        return super().get(key)
+
+
 def test_connections_past_the_cap_get_503_at_once_when_every_one_is_busy(
     tmp_path: Path,
 ) -> None:
-    from edgereg.reports import open_store
-    from edgereg.serve._ratelimit import RateLimiter
-
-    fake = make_registry(tmp_path / "registry", models=("digits",))
-    with (
-        open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store,
-        serve(
-            fake.storage,
-            max_connections=20,
-            timeout=30,
-            reports=store,
-            report_limiter=RateLimiter(10_000, 10_000),
-        ) as url,
-    ):
-        # Busy: each is in the middle of a report whose body never comes (10 s head timeout).
+    make_registry(tmp_path / "registry", models=("digits",))
+    _Gated.gate.clear()
+    with serve(_Gated(tmp_path / "registry"), max_connections=20, timeout=30) as url:
+        # Busy: each is being answered, and the answer waits for the registry.
         held = [_connect(url) for _ in range(20)]
         for sock in held:
-            sock.sendall(
-                b"POST /v1/reports HTTP/1.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 1000\r\n\r\n"
-            )
+            sock.sendall(b"GET /manifests/digits/mid.json HTTP/1.1\r\n\r\n")
         try:
             time.sleep(0.3)  # every held connection has its thread
             answer = raw(url, b"GET /healthz HTTP/1.1\r\n\r\n")
             assert status_of(answer) == 503
             assert b"Retry-After: 1" in answer
         finally:
+            _Gated.gate.set()
             for sock in held:
                 sock.close()
         deadline = time.monotonic() + 10
         while status_of(raw(url, HEALTHZ)) != 200:
             assert time.monotonic() < deadline, "the server never recovered"
             time.sleep(0.1)
+
+
+def test_slow_report_bodies_from_a_few_hosts_do_not_starve_another_client(
+    tmp_path: Path,
+) -> None:
+    """Issue #30: 1,100 trickled POST bodies from five addresses made others get 503.
+
+    A connection receiving its body counts as idle, like one receiving its head:
+    past the cap a new client closes the oldest, so the flood churns only itself.
+    """
+    from edgereg.reports import open_store
+    from edgereg.serve._ratelimit import RateLimiter
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    head = (
+        b"POST /v1/reports HTTP/1.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n{"
+    )
+    with (
+        open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store,
+        serve(
+            fake.storage,
+            max_connections=20,
+            max_per_address=8,
+            timeout=30,
+            head_timeout=10,
+            reports=store,
+            report_limiter=RateLimiter(10_000, 10_000),
+        ) as url,
+    ):
+        flood: list[socket.socket] = []
+        try:
+            for host in range(2, 7):  # five addresses, eight each: 40 against a cap of 20
+                for _ in range(8):
+                    sock = _connect_from(url, f"127.0.0.{host}")
+                    sock.sendall(head)  # the body has begun, and then trickles
+                    flood.append(sock)
+            time.sleep(0.3)
+            statuses = [status_of(raw(url, HEALTHZ)) for _ in range(10)]
+            assert statuses == [200] * 10
+            # The flood's oldest were closed to make room; the newest still wait.
+            assert _closed_by_server(flood[0], wait=1.0)
+        finally:
+            for sock in flood:
+                sock.close()
 
 
 def test_at_the_cap_a_new_client_closes_the_oldest_idle_connection(tmp_path: Path) -> None:
@@ -557,3 +602,73 @@ def test_workers_die_with_a_killed_parent(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in workers):
         assert time.monotonic() < deadline, "a worker outlived its killed parent"
         time.sleep(0.1)
+
+
+def test_workers_keep_the_documented_cap_of_new_tokens_per_network(tmp_path: Path) -> None:
+    """Issue #30: under --workers 2 a /24 got 398 new tokens an hour against 200."""
+    import json
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    log = tmp_path / "serve.log"
+    args = ("--registry", str(fake.root), "--workers", "2", "--trusted-proxy", "127.0.0.1")
+    args += ("--reports", f"sqlite:///{tmp_path}/reports.sqlite")
+    statuses: dict[int, int] = {}
+    with serve_process(log, *args) as (_, url):
+        for n in range(260):
+            body = json.dumps(
+                {
+                    "token": f"{n:032x}",
+                    "unit": "digits",
+                    "model": "digits",
+                    "version": "1.1.0",
+                    "unit_version": "1.1.0",
+                    "variant": "high-int8",
+                    "tier": "high",
+                    "arm": "candidate",
+                    "sequence": 2,
+                    "probe": "passed",
+                }
+            ).encode()
+            request = (
+                b"POST /v1/reports HTTP/1.1\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nX-Forwarded-For: 198.51.100.%d\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (n % 250, len(body), body)
+            )
+            status = status_of(raw(url, request))
+            statuses[status] = statuses.get(status, 0) + 1
+    assert set(statuses) <= {202, 429}, statuses
+    assert 150 <= statuses[202] <= 200, statuses
+
+
+def test_a_hung_worker_is_killed_and_started_again(tmp_path: Path) -> None:
+    """Issue #30: a SIGSTOPped worker left 40-65 % of new connections unanswered for good."""
+    import signal as signals
+
+    fake = make_registry(tmp_path / "registry", models=("digits",))
+    assert fake.root is not None
+    log = tmp_path / "serve.log"
+    args = ("--registry", str(fake.root), "--workers", "2", "--worker-timeout", "2")
+    with serve_process(log, *args) as (proc, url):
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signals.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while workers[0] in _children(proc.pid):
+                assert time.monotonic() < deadline, f"never replaced:\n{log.read_text()}"
+                time.sleep(0.2)
+            deadline = time.monotonic() + 30
+            while len(_children(proc.pid)) < 2:
+                assert time.monotonic() < deadline, f"never started again:\n{log.read_text()}"
+                time.sleep(0.2)
+            time.sleep(0.5)  # the new worker listens
+            # Every new connection is answered again, each within a short deadline.
+            for _ in range(30):
+                assert status_of(raw(url, HEALTHZ, timeout=3)) == 200
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(workers[0], signals.SIGKILL)
+        assert f"(pid {workers[0]}) has not served for" in log.read_text()
+        proc.send_signal(signals.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()

@@ -64,6 +64,28 @@ class Dataset:
         return hasher.hexdigest()
 
 
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, by name.
+
+    numpy hands back the raw bytes of a member that is not a ``.npy`` array (an
+    empty or damaged member) instead of raising: that is refused here, before
+    any code takes it for an array.
+
+    Raises:
+        OSError, ValueError, EOFError, zipfile.BadZipFile: not a readable .npz
+            (what :func:`numpy.load` raises, and ValueError for such a member).
+    """
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray):
+            size = len(value) if isinstance(value, bytes) else "?"
+            raise ValueError(
+                f"its member '{key}' is not a .npy array ({size} bytes of something else)"
+            )
+    return arrays
+
+
 def load_dataset(
     path: Path,
     specs: list[InputSpec],
@@ -96,8 +118,7 @@ def load_dataset(
                 hint="Write it again with numpy.savez_compressed, one array per input, "
                 "and pin its new sha256.",
             )
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
+        arrays = read_npz(path)
     except FileNotFoundError as exc:
         raise BuildError(f"dataset {path} not found", stage=stage) from exc
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:

@@ -221,26 +221,38 @@ def exit_with(exc: EdgeregError, *, verbose: bool) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
+#: The one line every unexpected exception ends with (exit 70), whichever command raised it.
+INTERNAL_ERROR_LINE = "edgereg hit an internal error (above); please report it with the traceback."
+
+
 def handle_errors(command: F) -> F:
-    """Turn every edgereg error into one message on stderr and its exit code."""
+    """Turn every edgereg error into one message on stderr and its exit code.
+
+    The root group runs every command through it (``edgereg.cli.main``), its
+    option parsing included, so no command can escape it; a command module
+    may also decorate its function with it, to be run on its own.
+    click's own exceptions (usage errors, ``--help``) pass through to click.
+    """
+    if getattr(command, "_edgereg_handles_errors", False):
+        return command
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        verbose = root_flag("verbose")
         try:
             return command(*args, **kwargs)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
         except EdgeregError as exc:
-            exit_with(exc, verbose=verbose)
+            exit_with(exc, verbose=root_flag("verbose"))
         except KeyboardInterrupt:
             errors.print("interrupted")
             sys.exit(ExitCode.INTERRUPTED)
         except Exception:  # the last line of defence
             traceback.print_exc()
-            errors.print(
-                "edgereg hit an internal error (above); please report it with the traceback."
-            )
+            errors.print(INTERNAL_ERROR_LINE)
             sys.exit(ExitCode.INTERNAL_ERROR)
 
+    wrapper._edgereg_handles_errors = True  # type: ignore[attr-defined]
     return cast(F, wrapper)
 
 
@@ -335,6 +347,37 @@ class Seconds(_FloatParam):
         return seconds
 
 
+if TYPE_CHECKING:
+    _StrParam: TypeAlias = click.ParamType[str, Any]
+else:
+    _StrParam = click.ParamType
+
+
+class UnitName(_StrParam):
+    """A model, bundle, variant or tier name (the protocol's name rule), else a usage error.
+
+    Checked before any file or registry key is built from it: `../digits` is the
+    user's typo to fix (exit 2), not a storage failure to retry.
+    """
+
+    name = "name"
+
+    def __init__(self, what: str = "model or bundle") -> None:
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from edgereg.protocol.patterns import NAME_RE, NAME_RULE
+
+        text = str(value)
+        if not NAME_RE.fullmatch(text):
+            self.fail(f"{text[:80]!r} is not a {self.what} name: {NAME_RULE}", param, ctx)
+        return text
+
+
+#: The MODEL (or bundle) argument of every registry command.
+UNIT_NAME = UnitName()
+
+
 endpoint_option = click.option(
     "--endpoint-url", default=None, help="S3 endpoint for S3-compatible stores."
 )
@@ -361,8 +404,22 @@ def build_dir(out_root: Path | None, config: config_module.Config) -> Path:
     return out_root if out_root is not None else config.root / "build"
 
 
+def _check_actor(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from edgereg.protocol.wire import MAX_ACTOR_LENGTH
+
+    if value is not None and len(value) > MAX_ACTOR_LENGTH:
+        raise click.BadParameter(
+            f"{len(value)} characters; the history keeps at most {MAX_ACTOR_LENGTH}", ctx, param
+        )
+    return value
+
+
 actor_option = click.option(
-    "--actor", default=None, help="Who is acting, for the history (default: user@host)."
+    "--actor",
+    default=None,
+    callback=_check_actor,
+    help="Who is acting, for the history (default: $EDGEREG_ACTOR, else user@host; at most "
+    "200 characters).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 trusted_key_option = click.option(
@@ -552,13 +609,28 @@ def signer_from_options(
 
 
 def actor_name(actor: str | None) -> str:
+    """--actor, else $EDGEREG_ACTOR, else user@host: who acts, for the signed history.
+
+    Raises:
+        UsageError: the name given is longer than a history event holds.
+    """
     import getpass
     import socket
 
-    if actor:
-        return actor
-    if os.environ.get("EDGEREG_ACTOR"):
-        return os.environ["EDGEREG_ACTOR"]
+    from edgereg.protocol.wire import MAX_ACTOR_LENGTH
+
+    for given, where in ((actor, "--actor"), (os.environ.get("EDGEREG_ACTOR"), "$EDGEREG_ACTOR")):
+        if not given:
+            continue
+        if len(given) > MAX_ACTOR_LENGTH:
+            from edgereg.errors import UsageError
+
+            raise UsageError(
+                f"{where} is {len(given)} characters long; the history keeps at most "
+                f"{MAX_ACTOR_LENGTH}",
+                hint="Name who acts briefly, like release-bot@ci or alice@laptop.",
+            )
+        return given
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

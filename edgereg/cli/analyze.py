@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from edgereg.cli._common import (
+    UNIT_NAME,
     actor_name,
     expiry_days,
     handle_errors,
@@ -175,7 +176,7 @@ def _arm(devices: int, networks: int) -> str:
 
 
 @click.command("analyze")
-@click.argument("unit")
+@click.argument("unit", type=UNIT_NAME)
 @since_option
 @reports_option
 @click.option(

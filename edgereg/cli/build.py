@@ -13,6 +13,7 @@ from rich.table import Table
 from edgereg import config as config_module
 from edgereg._files import atomic_write
 from edgereg.cli._common import (
+    UnitName,
     build_dir,
     build_dir_option,
     config_option,
@@ -164,8 +165,8 @@ def tiers(config_path: Path, out: Path | None) -> None:
 
 
 @click.command()
-@click.argument("model")
-@click.argument("variant")
+@click.argument("model", type=UnitName("model"))
+@click.argument("variant", type=UnitName("variant"))
 @config_option
 @click.option(
     "--out",

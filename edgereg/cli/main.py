@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from typing import Any, ClassVar
 
 import click
@@ -23,11 +22,10 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 from edgereg import __version__
 from edgereg.cli._common import (
     add_global_options,
-    errors,
     exit_codes_help,
+    handle_errors,
     stderr,
 )
-from edgereg.protocol.errors import ExitCode
 
 
 class _LazyGroup(click.Group):
@@ -67,14 +65,12 @@ class _LazyGroup(click.Group):
     }
 
     def invoke(self, ctx: click.Context) -> Any:
-        # Ctrl-C while a command's module is still importing (before its own
-        # handler) is "interrupted" and 130 like any later one, not click's
-        # "Aborted!" with exit 1 or a traceback out of importlib.
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            errors.print("interrupted")
-            sys.exit(ExitCode.INTERRUPTED)
+        # Every command, its module's import and its option parsing run inside the
+        # one error handler: an edgereg error is its message and exit code, an
+        # unexpected exception exit 70 with the one line, Ctrl-C while a module
+        # still imports "interrupted" and 130 (not click's "Aborted!" with exit 1
+        # or a traceback out of importlib).
+        return handle_errors(super().invoke)(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.LAZY})

@@ -1,8 +1,9 @@
 """``edgereg pull``: run the client SDK from the command line.
 
-A click command object; :mod:`edgereg.cli` registers it. It handles its own
-errors (one message on stderr, the error's exit code) so it needs nothing
-from the CLI module and can be tried on its own.
+A click command object; :mod:`edgereg.cli` registers it. Its errors go through
+the one handler of every command (:func:`~edgereg.cli._common.handle_errors`):
+one message on stderr and the error's exit code, exit 70 with the one line
+for an unexpected exception.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
 
-from edgereg.cli._common import Seconds, config_option_for, echo, exit_with, root_flag
+from edgereg.cli._common import (
+    Seconds,
+    UnitName,
+    config_option_for,
+    echo,
+    exit_with,
+    handle_errors,
+    root_flag,
+)
 from edgereg.client import (
     BundledRelease,
     Client,
@@ -54,8 +63,13 @@ TOFU_WARNING = (
 
 
 @click.command("pull")
-@click.argument("model", required=False)
-@click.option("--bundle", default=None, help="Pull a bundle (models that ship together) instead.")
+@click.argument("model", required=False, type=UnitName("model"))
+@click.option(
+    "--bundle",
+    type=UnitName("bundle"),
+    default=None,
+    help="Pull a bundle (models that ship together) instead.",
+)
 @click.option(
     "--registry",
     "registry_url",
@@ -169,6 +183,7 @@ TOFU_WARNING = (
     "rollout percentage.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
 def pull_command(
     model: str | None,
     bundle: str | None,
@@ -313,14 +328,18 @@ def pull_command(
         if client.self_test is not None:
             _print_self_test(client.self_test)
         if explain:
-            click.echo(
-                result.cohort.describe()
-                if result.cohort is not None
-                else "cohort: no rollout in progress (no candidate): every device gets stable",
-                err=True,
-            )
+            click.echo(_explain_cohort(result), err=True)
     if result.exception is not None:
         sys.exit(result.exception.exit_code)
+
+
+def _explain_cohort(result: FetchResult) -> str:
+    """``--explain``'s cohort line: where the device stands in the rollout it was told of."""
+    if result.cohort is not None:
+        return result.cohort.describe()
+    if result.error is not None:
+        return "cohort: not known (no manifest was accepted this time)"
+    return "cohort: no rollout in progress (no candidate): every device gets stable"
 
 
 def _features(text: str | None) -> list[str] | Literal["detect"]:

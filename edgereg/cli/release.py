@@ -16,6 +16,7 @@ import click
 from edgereg import config as config_module
 from edgereg._files import atomic_write
 from edgereg.cli._common import (
+    UNIT_NAME,
     actor_name,
     build_dir,
     build_dir_option,
@@ -44,7 +45,7 @@ from edgereg.errors import EdgeregError, ExitCode, UsageError
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", type=UNIT_NAME)
 @click.option("--canary", default=None, help="Start with this share of devices, like 5%.")
 @click.option("--full", is_flag=True, help="Release to every device at once.")
 @click.option("--version", "version", default=None, help="Override models.toml's version.")
@@ -246,7 +247,7 @@ def _describe_state(state: Any) -> str:
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", type=UNIT_NAME)
 @click.option("--to", "to_percent", default=None, help="Move the candidate to this share.")
 @click.option("--next", "next_step", is_flag=True, help="Move to the policy's next step.")
 @click.option("--force", is_flag=True, help="Ignore the soak time (recorded in the history).")
@@ -301,7 +302,7 @@ def rollout(
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", type=UNIT_NAME)
 @click.option("--force", is_flag=True, help="Promote a canary never rolled out (recorded).")
 @registry_write_options
 @handle_errors
@@ -313,7 +314,7 @@ def promote(model: str, force: bool, **options: Any) -> None:
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", type=UNIT_NAME)
 @click.option("--to-version", default=None, help="Restore this earlier release as stable.")
 @registry_write_options
 @handle_errors
@@ -334,7 +335,7 @@ def rollback(model: str, to_version: str | None, **options: Any) -> None:
 
 def _simple_transition(name: str, doc: str) -> click.Command:
     @click.command(name=name, help=doc)
-    @click.argument("model")
+    @click.argument("model", type=UNIT_NAME)
     @registry_write_options
     @handle_errors
     def command(model: str, **options: Any) -> None:
@@ -353,7 +354,7 @@ resign = _simple_transition(
 
 
 @click.command("rebuild-state")
-@click.argument("model")
+@click.argument("model", type=UNIT_NAME)
 @click.option(
     "--reset",
     is_flag=True,
@@ -370,7 +371,11 @@ resign = _simple_transition(
 @registry_write_options
 @handle_errors
 def rebuild_state(model: str, reset: bool, sequence: int | None, **options: Any) -> None:
-    """Write MODEL's lost state.json again from its signed manifests (docs/release.md)."""
+    """Write MODEL's lost or stale state.json again from its signed manifests (docs/release.md).
+
+    A stale state is one behind the newest signed manifest (restored from an old
+    backup): every other write command refuses it.
+    """
     config = optional_config(options["config_path"])
     registry = open_registry(
         config, options["registry_url"], options["endpoint_url"], options["trusted_key_paths"]
@@ -387,7 +392,7 @@ def rebuild_state(model: str, reset: bool, sequence: int | None, **options: Any)
 
 
 @click.command()
-@click.argument("model", required=False)
+@click.argument("model", required=False, type=UNIT_NAME)
 @click.option(
     "--html",
     "html_path",
@@ -519,7 +524,7 @@ def _write_status_page(
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", type=UNIT_NAME)
 @registry_read_options
 @handle_errors
 def history(

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -107,8 +108,9 @@ CLOCK_INTERVAL = 60.0
     type=Seconds(minimum=0.1),
     default=DEFAULT_HEAD_TIMEOUT,
     show_default=True,
-    help="Seconds a client has to send a whole request head once it began (slow clients "
-    "are cut off).",
+    help="Seconds a client has to send a whole request head once it began, and again its "
+    "body (slow clients are cut off; a connection still sending either may be closed for a "
+    "new one when the server is full).",
 )
 @click.option(
     "--max-connections",
@@ -172,7 +174,19 @@ CLOCK_INTERVAL = 60.0
     default=1,
     show_default=True,
     help="Worker processes sharing the port (SO_REUSEPORT); one Python process answers on "
-    "one core. Limits and /metrics are per worker.",
+    "one core. Each limit above is the whole server's: every worker keeps its share "
+    "(--max-connections, --max-per-address, --reports-rate and --reports-burst divided by N, "
+    "and 200 // N new report tokens per source network an hour), so N workers never allow "
+    "more than one process would. /metrics is per worker.",
+)
+@click.option(
+    "--worker-timeout",
+    type=Seconds(minimum=1),
+    default=10.0,
+    show_default=True,
+    help="With --workers: a worker whose accept loop has not run for this long (stopped, "
+    "hung) is killed and started again; until then the kernel keeps handing it its share "
+    "of new connections.",
 )
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 def serve_command(**options: Any) -> None:
@@ -206,6 +220,7 @@ def _serve(
     reports_burst: int,
     trusted_proxies: tuple[Network, ...],
     workers: int,
+    worker_timeout: float,
     access_log: bool,
 ) -> None:
     from edgereg.errors import EdgeregError
@@ -230,7 +245,6 @@ def _serve(
     from edgereg.config import Reports
     from edgereg.reports import ReportStoreError, StoreURLError, open_store
     from edgereg.reports.batch import GroupCommit
-    from edgereg.serve._ratelimit import RateLimiter
 
     report_settings = config.reports if config is not None else Reports()
     store_url = reports_url or (report_settings.store if config is not None else None)
@@ -269,13 +283,17 @@ def _serve(
         "manifest_max_age": manifest_max_age,
         "timeout": timeout,
         "head_timeout": head_timeout,
-        "max_connections": max_connections,
-        "max_per_address": max_per_address,
         "trusted": registry.trusted_keys if pinned else None,
         "policy": config.rollout_policy if config is not None else None,
         "declared_metrics": config.unit_metrics if config is not None else None,
-        "report_limiter": RateLimiter(reports_rate, reports_burst),
         "trusted_proxies": tuple(trusted_proxies),
+        **worker_share(
+            workers,
+            max_connections=max_connections,
+            max_per_address=max_per_address,
+            reports_rate=reports_rate,
+            reports_burst=reports_burst,
+        ),
     }
     if workers > 1:
         _serve_workers(
@@ -288,6 +306,7 @@ def _serve(
             config.root if config is not None else None,
             report_settings.retention_days,
             shutdown_timeout,
+            worker_timeout,
         )
         return
     sink = GroupCommit(store) if store is not None else None
@@ -318,6 +337,32 @@ def _serve(
         sink.close()  # stores what is queued, then closes the store
 
 
+def worker_share(
+    workers: int,
+    *,
+    max_connections: int,
+    max_per_address: int,
+    reports_rate: float,
+    reports_burst: int,
+) -> dict[str, Any]:
+    """Each worker's share of the server's limits, so N workers allow no more than one.
+
+    Workers share no memory: a limit kept per worker would be N times the
+    documented one (two workers gave a /24 398 new report tokens in an hour
+    against 200). Each gets an Nth, rounded down (at least 1): the kernel
+    spreads connections evenly, so a client near a limit meets it a little
+    early on one worker, never late in all.
+    """
+    from edgereg.serve._ratelimit import DEFAULT_TOKENS_PER_SOURCE, RateLimiter, SourceCaps
+
+    return {
+        "max_connections": max(1, max_connections // workers),
+        "max_per_address": max(1, max_per_address // workers),
+        "report_limiter": RateLimiter(reports_rate / workers, max(1, reports_burst // workers)),
+        "source_caps": SourceCaps(tokens=max(1, DEFAULT_TOKENS_PER_SOURCE // workers)),
+    }
+
+
 def _stop_on_signals(stop: threading.Event) -> list[str]:
     """SIGTERM and SIGINT set ``stop``; a second one stops at once. Returns their names."""
     received: list[str] = []
@@ -344,6 +389,7 @@ def _serve_workers(
     base_dir: Path | None,
     retention_days: int,
     shutdown_timeout: float,
+    worker_timeout: float,
 ) -> None:
     """``--workers N``: the parent reserves the port and supervises N forked servers."""
     from edgereg.errors import EdgeregError
@@ -364,13 +410,14 @@ def _serve_workers(
         ) from exc
     port = int(reserved.getsockname()[1])
 
-    def worker(index: int, stop: threading.Event) -> None:
+    def worker(index: int, stop: threading.Event, beat: Callable[[], None]) -> None:
         reserved.close()
         worker_store = open_store(store_url, base_dir=base_dir) if store_url else None
         sink = GroupCommit(worker_store) if worker_store is not None else None
         server = make_server(
             registry.storage, host, port, reports=sink, reuse_port=True, **server_options
         )
+        server.heartbeat = beat
         server.start()
         if worker_store is not None and index == 0:
             _start_pruning(worker_store, retention_days, stop)
@@ -391,6 +438,7 @@ def _serve_workers(
             shutdown_timeout=shutdown_timeout,
             stop=stop,
             started=lambda: _announce(registry, base_url, host, port, workers, store_url),
+            hang_timeout=worker_timeout,
         )
     finally:
         reserved.close()

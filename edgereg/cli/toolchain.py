@@ -184,7 +184,7 @@ def _arm_root(config_path: Path) -> tuple[str, Path]:
 def arm_install_command(config_path: Path, as_json: bool) -> None:
     """Set up the aarch64 sysroot for the pinned MNN, once (Debian arm64 python + MNN wheels).
 
-    Needs qemu-user-static and debootstrap (`make system-deps`). Running it
+    Needs qemu-user-static and debootstrap (`make arm-deps`). Running it
     again downloads nothing; builds never download it.
     """
     from edgereg.toolchain.arm import ArmError, find_sysroot, install_sysroot
@@ -260,6 +260,6 @@ def arm_list_command(config_path: Path, as_json: bool) -> None:
         f"MNN {version} aarch64 sysroot: " + (sysroot or f"not installed: run `{INSTALL_COMMAND}`")
     )
     for row in rows:
-        shown = row["cpu"] or "not available (make system-deps)"
+        shown = row["cpu"] or "not available (make arm-deps)"
         features = ", ".join(row["features"]) or "none"
         click.echo(f"{row['class']}: -cpu {shown}; MNN sees {features}")

@@ -843,7 +843,14 @@ class Client:
         if entry is None:
             self._set_pending(None)
             return FetchResult(
-                self.model, self.tier, None, not_modified=not_modified, bundle=self.is_bundle
+                self.model,
+                self.tier,
+                None,
+                not_modified=not_modified,
+                bundle=self.is_bundle,
+                # Nothing for this device, yet a rollout may be going on (a first
+                # release as a canary): where the device stands in it.
+                cohort=cohort_position(decision.manifest, self.device.device_id),
             )
         entries = self._entries(entry)
         new = _Installed(

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         TaskMetric,
     )
     from edgereg.config._tiers import Tier
+    from edgereg.config._toml import MAX_CONFIG_BYTES, read_config_text
     from edgereg.config._toolchain import Toolchain
     from edgereg.errors import ConfigError
 
@@ -115,6 +116,7 @@ _WHERE = {
     "LatencyGuardrail": "edgereg.config._rollout",
     "load": "edgereg.config._load",
     "load_registry": "edgereg.config._registry",
+    "MAX_CONFIG_BYTES": "edgereg.config._toml",
     "MetricBudget": "edgereg.config._budgets",
     "MetricGuardrail": "edgereg.config._metrics",
     "Model": "edgereg.config._models",
@@ -129,6 +131,7 @@ _WHERE = {
     "PinnedFile": "edgereg.config._inputs",
     "Quantization": "edgereg.config._models",
     "RateGuardrail": "edgereg.config._rollout",
+    "read_config_text": "edgereg.config._toml",
     "Registry": "edgereg.config._registry",
     "RegistrySettings": "edgereg.config._registry",
     "Reports": "edgereg.config._registry",
@@ -170,6 +173,7 @@ __all__ = [
     "ARM_CLASSES",
     "DEFAULT_CONFIG_FILE",
     "DEFAULT_TRUSTED_KEYS",
+    "MAX_CONFIG_BYTES",
     "MOVED_KEYS",
     "NAME_RULE",
     "NO_BATCH_AXIS",
@@ -230,4 +234,5 @@ __all__ = [
     "load",
     "load_registry",
     "parse",
+    "read_config_text",
 ]

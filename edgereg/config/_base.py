@@ -6,8 +6,20 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from edgereg.config._names import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, NO_MODELS_NOTE
+from edgereg.protocol.fields import MAX_MEMORY_MB
 
 __all__ = ["DEFAULT_CONFIG_FILE", "DEFAULT_TRUSTED_KEYS", "NO_MODELS_NOTE"]
+
+
+# The upper bound of every duration and size in models.toml (docs/models-toml.md#limits).
+# Past them a value is a typo, not a plan, and arithmetic on it breaks: 1e308 hours is
+# no timedelta, 1.7e308 MB is no byte count.
+#: Hours (soak times, the revert window): a year.
+MAX_HOURS = 8760.0
+#: Milliseconds (latency budgets): an hour.
+MAX_MS = 3_600_000.0
+#: Sizes and memory in MB or MiB (budgets, tier limits, RAM): 1 TiB, what any document carries.
+MAX_MB = float(MAX_MEMORY_MB)
 
 
 class _Strict(BaseModel):

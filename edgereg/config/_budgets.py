@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from edgereg.config._base import _Strict
+from edgereg.config._base import MAX_MB, MAX_MS, _Strict
 
 
 class MetricBudget(_Strict):
@@ -45,7 +45,7 @@ class Budgets(_Strict):
     documented defaults per precision; a key set here replaces the default.
     """
 
-    max_size_mb: float | None = Field(default=None, gt=0)
+    max_size_mb: float | None = Field(default=None, gt=0, le=MAX_MB)
     min_cosine: float | None = Field(
         default=None,
         ge=-1,
@@ -70,18 +70,21 @@ class Budgets(_Strict):
     max_latency_p50_ms: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_MS,
         description="Host p50 latency at the variant's thread count: the median over five "
         "fresh loads of each one's steady p50, each call at min(wall, CPU) time.",
     )
     max_memory_mb: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_MB,
         description="Peak memory (MiB) that loading the variant and running it at its "
         "declared input shape adds to a process, measured on the build host.",
     )
     max_first_inference_ms: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_MS,
         description="Host latency of the first inference after load, at the variant's "
         "thread count: the median over five fresh loads, each at min(wall, CPU) time.",
     )

@@ -11,18 +11,18 @@ from edgereg.config._base import DEFAULT_CONFIG_FILE
 from edgereg.config._config import Config
 from edgereg.config._errors import _config_error
 from edgereg.config._tasks import TASK_KINDS
-from edgereg.config._toml import parse_toml, read_toml
+from edgereg.config._toml import parse_toml, read_config_text
 
 
 def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
     """Read and validate a models.toml.
 
     Raises:
-        ConfigError: the file is missing, is not TOML, or breaks the schema;
-            the message names the file, the key path and what is allowed.
+        ConfigError: the file is missing, is not a regular file, is larger than
+            :data:`MAX_CONFIG_BYTES`, is not TOML, or breaks the schema; the
+            message names the file, the key path and what is allowed.
     """
-    path = Path(path)
-    return _validated(read_toml(path), file=str(path))
+    return parse(read_config_text(path), file=str(path))
 
 
 def parse(text: str, *, file: str = DEFAULT_CONFIG_FILE) -> Config:

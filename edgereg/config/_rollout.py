@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgereg.config._base import _rule_error, _Strict
+from edgereg.config._base import MAX_HOURS, _rule_error, _Strict
 from edgereg.config._metrics import MetricGuardrail
 
 
@@ -146,7 +146,7 @@ class Guardrails(_Strict):
     revert_window_hours: float = Field(
         default=72.0,
         ge=0,
-        le=8760,
+        le=MAX_HOURS,
         description="How long after its install a device can take to revert a crash-looping "
         "model (the app's max_unconfirmed_starts starts; 3 for an app started once a day): "
         "the revert guardrail counts only installs that first reported at least this long "
@@ -212,11 +212,12 @@ class RolloutPolicy(_Strict):
         description="Percentages `edgereg rollout --next` moves through, ending at 100.",
     )
     min_soak_hours: float = Field(
-        default=24.0, ge=0, description="Minimum time at one step before the next."
+        default=24.0, ge=0, le=MAX_HOURS, description="Minimum time at one step before the next."
     )
     max_soak_hours: float = Field(
         default=72.0,
         ge=0,
+        le=MAX_HOURS,
         description="After this long at one step, `rollout --auto` goes on when no guardrail "
         "fails and every one not proven within its limit saw min_networks per arm with "
         "no harm shown (what Argo Rollouts and Flagger do at every step); the history names "

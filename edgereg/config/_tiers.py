@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from edgereg.config._base import MAX_MB
 from edgereg.protocol.fields import TierRules
 
 
@@ -17,6 +18,7 @@ class Tier(TierRules):
     max_model_memory_mb: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_MB,
         description="Most memory (MiB) one model may take on this tier's devices: a variant "
         "whose measured peak is higher is refused at validate and publish (a bundle's "
         "members are summed: they load together).",

@@ -47,6 +47,7 @@ __all__ = [
     "Backend",
     "BlobPath",
     "CpuFeature",
+    "MinRuntime",
     "Name",
     "Percent",
     "PercentError",
@@ -118,6 +119,10 @@ MAX_MEMORY_MB = 1_048_576
 VersionPin = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$")]
 """A tool or runtime version like 3.6.1."""
 
+MinRuntime = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9A-Za-z]+)*$", max_length=64)]
+"""An entry's ``min_mnn_runtime``: a :data:`VersionPin` of at most 64 characters (the
+longest version a client compares, ``VERSION_MAX_LENGTH``); longer is a malformed manifest."""
+
 Sha256 = Annotated[str, StringConstraints(pattern=SHA256_PATTERN)]
 """A sha256 digest: 64 lowercase hex characters."""
 
@@ -133,11 +138,14 @@ Backend = Literal["cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi
 # --- semantic versions --------------------------------------------------------
 
 SEMVER_PATTERN = (
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
+    r"(?:\.(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
-"""Semantic Versioning 2.0.0 (https://semver.org), the regex it publishes."""
+r"""Semantic Versioning 2.0.0 (https://semver.org), the regex it publishes with ``[0-9]``
+for ``\d``: in Python (and Rust, ICU) ``\d`` is any Unicode digit, in ECMA-262 ASCII only
+(docs/protocol.md §3, "Patterns")."""
 _SEMVER = re.compile(SEMVER_PATTERN)
 
 
@@ -180,7 +188,7 @@ def compare_semver(a: str, b: str) -> int:
 
 # --- times ----------------------------------------------------------------------
 
-TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 """The only spelling of a time on the wire: RFC 3339, UTC, ``Z``, whole seconds."""
 _TIME = re.compile(TIME_PATTERN)
 
@@ -351,7 +359,7 @@ class TierRules(_Frozen):
     """Which devices belong to a tier. A tier with no rules is the catch-all."""
 
     description: str = ""
-    min_ram_mb: Annotated[int, Strict()] | None = Field(default=None, ge=0)
+    min_ram_mb: Annotated[int, Strict()] | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     min_cpu_cores: Annotated[int, Strict()] | None = Field(default=None, ge=1)
     soc_allow: list[str] | None = Field(
         default=None,

@@ -68,6 +68,7 @@ from edgereg.protocol.fields import (
     SCHEMA_VERSION_MISSING,
     BlobPath,
     CpuFeature,
+    MinRuntime,
     Name,
     Percent,
     Requirements,
@@ -87,6 +88,7 @@ from edgereg.protocol.layout import blob_path
 from edgereg.protocol.reasons import Malformed
 
 __all__ = [
+    "MAX_ACTOR_LENGTH",
     "MAX_DOCUMENT_BYTES",
     "PAYLOAD_TYPE_BUNDLE_RELEASE",
     "PAYLOAD_TYPE_MANIFEST",
@@ -129,10 +131,15 @@ PAYLOAD_TYPE_BUNDLE_RELEASE = "application/vnd.edgereg.bundle-release+json"
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 """The largest payload any signed document may have (a state with its history: ~100 KB)."""
 
-Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=200)]
+#: The longest ``actor`` of a history event, in characters.
+MAX_ACTOR_LENGTH = 200
+Actor = typing.Annotated[str, StringConstraints(min_length=1, max_length=MAX_ACTOR_LENGTH)]
 ReportUrl = typing.Annotated[
     str,
-    StringConstraints(pattern=r"^(https?://[^\s]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
+    # [!-~]: printable ASCII but the space. Not [^\s], whose meaning differs between regex
+    # engines (ECMA-262 counts U+FEFF as a space and not U+0085, Python and Rust the
+    # reverse): a URL on the wire is ASCII (RFC 3986; an IRI is percent-encoded first).
+    StringConstraints(pattern=r"^(https?://[!-~]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
 ]
 
 
@@ -261,7 +268,7 @@ class ManifestEntry(WireModel):
     )
     sha256: Sha256
     size: Size = Field(description="Blob size in bytes, 1 to 2^53 - 1; a client reads no further.")
-    min_mnn_runtime: VersionPin = Field(
+    min_mnn_runtime: MinRuntime = Field(
         description="Oldest MNN runtime that loads the artifact (the converter's version)."
     )
     runtime: RuntimeHints
@@ -520,7 +527,7 @@ class ReleaseVariant(WireModel):
         default_factory=dict, description="The build's metrics, opaque to the protocol."
     )
     provenance: dict[str, JsonValue] = Field(default_factory=dict)
-    min_mnn_runtime: VersionPin
+    min_mnn_runtime: MinRuntime
     runtime: RuntimeHints
     contract: IOContract | None = _added("How to call the model (see ManifestEntry).")
     probe: BlobRef | None = _added("The golden probe (see ManifestEntry).")
@@ -877,6 +884,8 @@ _PATTERN_RULES = {
     _pattern(Salt): "is not a salt: expected 8 to 64 lowercase hex characters",
     _pattern(BlobPath): "is not a blob path: expected blobs/sha256/<64 lowercase hex>",
     _pattern(VersionPin): "is not a version like 3.6.1",
+    _pattern(ReportUrl): "is not a report URL: an http(s):// URL of printable ASCII without "
+    "spaces, or a path relative to the registry root like v1/reports",
     _pattern(CpuFeature): "is not a CPU feature name: a lowercase letter or digit, then up "
     "to 31 lowercase letters, digits, '_' or '-'",
 }

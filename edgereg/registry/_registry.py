@@ -343,6 +343,7 @@ class Registry:
         self.check_signer(signers)
         state, token = self.read_state(model)
         self._refuse_lost_state(model, state, publishing=version)
+        self._refuse_stale_state(model, state)
         self._check_same_kind(state, record)
         existing = self._existing_release(model, version)
         if existing is not None and not _same_content(prepared, existing):
@@ -446,6 +447,50 @@ class Registry:
             "above their highest sequence when no manifest is left).",
         )
 
+    def newest_manifest(self, model: str) -> Manifest | None:
+        """The verified manifest of ``model`` with the highest sequence, or None.
+
+        A manifest that does not verify against the pinned keys is skipped (it
+        tells nothing a device would believe); the next write replaces it.
+        """
+        trusted = self._trust_for_signed()
+        newest: Manifest | None = None
+        for tier in self.manifest_tiers(model):
+            try:
+                manifest = verify_document(
+                    Manifest, self.storage.get(manifest_key(model, tier)), trusted
+                )
+            except (NotFound, TrustError):
+                continue
+            if newest is None or manifest.sequence > newest.sequence:
+                newest = manifest
+        return newest
+
+    def _refuse_stale_state(self, model: str, state: RolloutState | None) -> None:
+        """A state behind the newest signed manifest: refuse to write from it.
+
+        The sequence is the registry's clock: a manifest signed at a higher
+        sequence than the state was written from a newer state (a state.json
+        restored from an older backup, or a stale copy synced over the new
+        one). A transition from the old state would bring back what the newer
+        one had moved past (a rolled-back candidate) once its sequence
+        overtakes the manifests'.
+        """
+        if state is None:
+            return
+        newest = self.newest_manifest(model)
+        if newest is None or newest.sequence <= state.sequence:
+            return
+        raise transitions.RolloutError(
+            f"{state_key(model)} is at sequence {state.sequence}, behind sequence "
+            f"{newest.sequence} of the signed {manifest_key(model, newest.tier)}: the state is "
+            "older than what devices were last told (restored from an old backup?), and a "
+            "change from it could hand out again what a newer state moved past",
+            hint=f"Rebuild the state from the newest manifests: `edgereg rebuild-state {model}` "
+            f"(it keeps what sequence {newest.sequence} says, above it), or restore the newest "
+            "state.json from a backup.",
+        )
+
     def rebuild_state(
         self,
         model: str,
@@ -456,36 +501,41 @@ class Registry:
         reset: bool = False,
         sequence: int | None = None,
     ) -> RolloutState:
-        """Write a lost rollout state again from what devices were last told.
+        """Write a lost (or stale) rollout state again from what devices were last told.
 
         The highest-sequence signed manifest of ``model`` gives stable,
         candidate, percent, salt and pause; the new state takes the sequence
-        after it, so every device accepts the manifests written from it. With
+        after it, so every device accepts the manifests written from it. A
+        state that exists but is behind that manifest (restored from an old
+        backup) is replaced the same way, its history kept. With
         ``reset``, the state is empty instead (no stable, no candidate): the
         next publish starts over, still above every sequence a manifest shows,
         and at ``sequence`` when given (required when no manifest is left: only
         the operator knows what the devices saw).
 
         Raises:
-            RolloutError: the state exists, or nothing is left to rebuild it
-                from (no manifest) and ``reset`` is not given.
+            RolloutError: the state exists and is not behind any manifest, or
+                nothing is left to rebuild it from (no manifest) and ``reset``
+                is not given.
             TrustError: a manifest does not verify.
         """
         signers = signers_of(signer)
         self.check_signer(signers)
         state, token = self.read_state(model)
-        if state is not None:
-            raise transitions.RolloutError(
-                f"{state_key(model)} exists (sequence {state.sequence}); nothing to rebuild",
-                hint=f"`edgereg status {model}` shows it; `edgereg resign {model}` rewrites "
-                "its manifests.",
-            )
         trusted = self._trust_for_signed()
         manifests = [
             verify_document(Manifest, self.storage.get(manifest_key(model, tier)), trusted)
             for tier in self.manifest_tiers(model)
         ]
         latest = max(manifests, key=lambda m: m.sequence, default=None)
+        stale = state
+        if state is not None and (latest is None or latest.sequence <= state.sequence):
+            raise transitions.RolloutError(
+                f"{state_key(model)} exists (sequence {state.sequence}, not behind any "
+                "manifest); nothing to rebuild",
+                hint=f"`edgereg status {model}` shows it; `edgereg resign {model}` rewrites "
+                "its manifests.",
+            )
         if latest is None and (not reset or sequence is None):
             raise transitions.RolloutError(
                 f"no manifest of {model} is left in {self.storage.url}, so what devices were "
@@ -538,16 +588,25 @@ class Registry:
                 "expires": now + timedelta(days=expires_days),
             }
         )
+        history: list[HistoryEvent] = []
+        before = empty.snapshot()
+        if stale is not None:
+            # What happened between the stale state and the newest manifest is lost;
+            # what came before it is still history.
+            note = note.replace("state lost", f"state at sequence {stale.sequence} was stale", 1)
+            history = list(stale.history)
+            before = stale.snapshot()
         event = HistoryEvent(
             sequence=sequence,
             at=now,
             actor=actor,
             action=action,
-            before=empty.model_copy(update={"sequence": sequence}).snapshot(),
+            before=before,
             after=new_state.snapshot(),
             note=note,
         )
-        new_state = new_state.model_copy(update={"history": [event]})
+        history = [*history, event][-transitions.HISTORY_LIMIT :]
+        new_state = new_state.model_copy(update={"history": history})
         return self._write_state(new_state, token, signers)
 
     def _check_same_kind(self, state: RolloutState | None, record: AnyRelease) -> None:
@@ -589,6 +648,7 @@ class Registry:
         self.repair_manifests(model, signers)
         state, token = self.read_state(model)
         self._refuse_lost_state(model, state)
+        self._refuse_stale_state(model, state)
         now = self.clock()
         new_state = transition(state, now, now + timedelta(days=expires_days))
         return self._write_state(new_state, token, signers, report_url)

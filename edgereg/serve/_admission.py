@@ -4,8 +4,15 @@ Reading and verifying a rollout state per report would cost more than storing
 the report, so the index keeps each unit's :class:`ServedUnit` for ``ttl``
 seconds, and the list of units too (so a flood of made-up unit names costs a
 set lookup, not a storage read). A report naming a sequence newer than the
-cached state refreshes that unit early, at most once a second: a device that
-just fetched a new manifest is not refused for the server's stale cache.
+cached state refreshes that unit early, so a device that just fetched a new
+manifest is not refused for the server's stale cache: at most once a second
+per unit, one read for every report waiting on it (a report arriving less
+than a second after the last read waits for the next, shared). A sequence
+more than :data:`NEAR_FUTURE` above a state read less than a second ago
+cannot have been issued since (that many signed state writes in a second):
+it is refused from the cache, so a flood of made-up sequences costs neither
+a read nor a wait each (issue #30: each cost a read, a listing and a second
+of a thread).
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TTL = 10.0
 #: Seconds between early refreshes of one unit (a report with a newer sequence).
 EARLY_REFRESH = 1.0
+#: How far above a state read less than EARLY_REFRESH ago a report's sequence may be
+#: and still be worth a refresh: each sequence is one signed state write.
+NEAR_FUTURE = 8
 
 
 class ServedIndex:
@@ -39,7 +49,6 @@ class ServedIndex:
         trusted: The pinned publisher keys (None: the registry's own keys/).
         ttl: Seconds a read is reused.
         monotonic: The clock, in seconds; injected for tests.
-        sleep: Waits that many seconds; injected for tests.
     """
 
     def __init__(
@@ -61,7 +70,12 @@ class ServedIndex:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._units: tuple[float, frozenset[str]] | None = None
-        self._served: dict[str, tuple[float, ServedUnit | None]] = {}
+        # unit -> (when read, what it served, the how-many-th read of the unit)
+        self._served: dict[str, tuple[float, ServedUnit | None, int]] = {}
+        # One refresh of a unit at a time; reports arriving meanwhile wait for it and
+        # take its result. Units are those the registry lists: a bounded set.
+        self._reading: dict[str, threading.Lock] = {}
+        self.reads = 0  # state reads since the start (tests, benchmarks)
         self._release_facts: dict[tuple[str, str], ReleaseFacts] = {}
 
     def check(self, report: Report) -> str | None:
@@ -84,22 +98,48 @@ class ServedIndex:
                 self._units = listed
         if unit not in listed[1]:
             return None
-        if cached is not None:
-            at, served = cached
-            fresh = now - at <= self._ttl
-            newer = served is not None and sequence > served.sequence
-            if fresh and not newer:
-                return served
-            if fresh and newer and now - at < EARLY_REFRESH:
-                # A device that just fetched a manifest published a moment after our
-                # read must not be refused for our stale copy, and a flood of made-up
-                # sequences must not cost a read each: wait out the rest of the second.
-                self._sleep(EARLY_REFRESH - (now - at))
-                now = self._clock()
-        served = self._read(unit)
+        if cached is not None and self._usable(cached, sequence, now):
+            return cached[1]
+        seen = cached[2] if cached is not None else 0
         with self._lock:
-            self._served[unit] = (now, served)
+            reading = self._reading.setdefault(unit, threading.Lock())
+        with reading:
+            with self._lock:
+                cached = self._served.get(unit)
+            if cached is not None and cached[2] > seen:
+                return cached[1]  # read while this report waited: its answer is this one's
+            now = self._clock()
+            if cached is not None and self._usable(cached, sequence, now):
+                return cached[1]
+            if cached is not None and now - cached[0] < EARLY_REFRESH:
+                # A sequence just above a read less than a second old: a device that
+                # fetched a manifest written since. Wait for the read the second allows;
+                # every report arriving meanwhile queues on the lock and takes it.
+                self._sleep(EARLY_REFRESH - (now - cached[0]))
+                now = self._clock()
+            served = self._read(unit)
+            with self._lock:
+                self.reads += 1
+                self._served[unit] = (now, served, self.reads)
         return served
+
+    def _usable(
+        self, cached: tuple[float, ServedUnit | None, int], sequence: int, now: float
+    ) -> bool:
+        """Whether the cached read answers a report naming ``sequence`` at ``now``.
+
+        Within the TTL it does, unless the report names a newer sequence: then
+        only when the read is less than :data:`EARLY_REFRESH` old and the
+        sequence more than :data:`NEAR_FUTURE` above it (never issued since:
+        refused from the cache, at no cost).
+        """
+        at, served, _ = cached
+        age = now - at
+        if age > self._ttl:
+            return False
+        if served is None or sequence <= served.sequence:
+            return True
+        return age < EARLY_REFRESH and sequence > served.sequence + NEAR_FUTURE
 
     def _reader(self) -> Registry:
         if self._pinned is not None:

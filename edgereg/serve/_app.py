@@ -679,7 +679,9 @@ class App:
             report = parse_report(request.body)
         except ReportError as exc:
             return error_response(400, str(exc), name)
-        refusal = self._admission(report, client)
+        refusal = self._admission(report)
+        # Authenticated before the source cap counts it: a report the authenticator
+        # refuses must not use up its network's new tokens (issue #30).
         if refusal is None and self.report_authenticator is not None:
             reason = self.report_authenticator.authenticate(
                 report, request.body, request.headers, client
@@ -689,6 +691,8 @@ class App:
                 refusal = error_response(
                     401, f"{reason[:40]}: the report is not authenticated", name
                 )
+        if refusal is None:
+            refusal = self._source_cap(report, client)
         if refusal is not None:
             return refusal
         source = self.source_caps.source(client)
@@ -706,8 +710,8 @@ class App:
         headers = [("Content-Type", "application/json"), ("Cache-Control", NO_STORE)]
         return Response(202, headers, body, name)
 
-    def _admission(self, report: Report, client: str) -> Response | None:
-        """The answer refusing a report, or None to store it."""
+    def _admission(self, report: Report) -> Response | None:
+        """The answer refusing a report the registry never served, or None."""
         name = routes.REPORTS.name
         if self.served is not None:
             try:
@@ -722,6 +726,11 @@ class App:
                 return error_response(
                     422, f"{reason}: {REFUSALS[reason]} (docs/operations/report-threats.md)", name
                 )
+        return None
+
+    def _source_cap(self, report: Report, client: str) -> Response | None:
+        """The answer refusing a new token past its network's cap, or None (counted)."""
+        name = routes.REPORTS.name
         wait = self.source_caps.take(client, report.token, self._monotonic())
         if wait:
             self.metrics.refused("source-cap")

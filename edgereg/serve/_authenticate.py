@@ -3,8 +3,9 @@
 Reports are anonymous (docs/operations/report-threats.md); an app with
 attestation (Play Integrity, App Attest) can prove a report came from a
 genuine install of it. The server calls its :class:`ReportAuthenticator`
-after the admission checks and before the store; a refusal is answered 401
-and counted under the reason it returns.
+after the served-state check and before the per-network cap of new tokens
+and the store (a refused report uses up nothing of its network's); a
+refusal is answered 401 and counted under the reason it returns.
 """
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ keep-alive connections closed, requests in flight finished (up to a deadline).
 
 Hostile clients are bounded: a request head must arrive whole within
 ``head_timeout`` once begun (408) and stay within the size limits below
-(414, 431). A connection costs at most one thread and ~100 KiB. Idle
-sockets cannot starve the clients being served: when ``max_connections``
-are open, or one source address holds ``max_per_address``, a new
-connection closes the oldest idle one (of that address first; an idle one
-has no request in progress), so one host holding thousands of idle sockets
-only churns its own; only when every connection is busy answering is a new
-one answered 503 on the accepting thread.
+(414, 431), and so must a request body (a report). A connection costs at
+most one thread and ~100 KiB. Idle sockets cannot starve the clients being
+served: when ``max_connections`` are open, or one source address holds
+``max_per_address``, a new connection closes the oldest idle one (of that
+address first); a connection still receiving its request, head or body,
+counts as idle, so one host holding thousands of sockets, silent or
+trickling bodies, only churns its own; only when every connection is busy
+answering is a new one answered 503 on the accepting thread.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ class _Conn:
     address: str
     busy: bool = False  # answering a request
     since: float = dataclasses.field(default_factory=time.monotonic)  # idle since
+    # Receiving a request body: evictable like an idle one (a trickled body must
+    # not hold a slot it cannot lose), but a drain lets it finish.
+    receiving: bool = False
 
 
 class RegistryServer(ThreadingHTTPServer):
@@ -136,6 +140,9 @@ class RegistryServer(ThreadingHTTPServer):
         self.evictions = 0  # idle connections closed to make room, since the start
         self._draining = False
         self._serving_thread: threading.Thread | None = None
+        #: Called from the accept loop at least every 50 ms while it runs: a worker's
+        #: heartbeat (``edgereg serve --workers``), silent when the loop is stuck.
+        self.heartbeat: Callable[[], None] | None = None
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -157,6 +164,12 @@ class RegistryServer(ThreadingHTTPServer):
     def draining(self) -> bool:
         """True once :meth:`drain` has begun."""
         return self._draining
+
+    def service_actions(self) -> None:
+        """Once per pass of the accept loop (``serve_forever``): beat the heartbeat."""
+        super().service_actions()
+        if self.heartbeat is not None:
+            self.heartbeat()
 
     # -- connection bookkeeping (called by handlers) --------------------------------
 
@@ -240,6 +253,13 @@ class RegistryServer(ThreadingHTTPServer):
             self._evicted.discard(handler)
             self._changed.notify_all()
 
+    def _set_receiving(self, handler: _Handler, receiving: bool) -> None:
+        """Mark a connection as receiving a request body (still evictable) or not."""
+        with self._lock:
+            conn = self._connections.get(handler)
+            if conn is not None:
+                conn.receiving = receiving
+
     def _set_busy(self, handler: _Handler, busy: bool) -> bool:
         """Mark a connection busy or idle; returns whether the server is draining.
 
@@ -251,6 +271,7 @@ class RegistryServer(ThreadingHTTPServer):
         """
         conn = handler._conn
         conn.busy = busy
+        conn.receiving = False
         if not busy:
             conn.since = time.monotonic()
             if self._draining:
@@ -296,7 +317,7 @@ class RegistryServer(ThreadingHTTPServer):
         with self._lock:
             while self._connections or self._starting:
                 for handler, conn in self._connections.items():
-                    if not conn.busy:
+                    if not conn.busy and not conn.receiving:
                         handler.stop_reading()
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -401,7 +422,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         started = time.perf_counter()
-        draining = self.server._set_busy(self, True)
         self.server.app.metrics.started()
         self._sent = 0
         self._route = "other"
@@ -415,16 +435,19 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._simple = self._parse_simple(head)
                 problem = None if self._simple else self._parse(head)
-            if problem is not None:
-                self.send_error(*problem)
-                return
-            if draining:
-                self.close_connection = True
             body = b""
-            if not self._simple and (
-                self._headers.get("content-length", "0").strip() not in ("", "0")
-                or "transfer-encoding" in self._headers
+            if (
+                problem is None
+                and not self._simple
+                and (
+                    self._headers.get("content-length", "0").strip() not in ("", "0")
+                    or "transfer-encoding" in self._headers
+                )
             ):
+                # Received while the connection still counts as idle: a body trickled
+                # in (by up to --head-timeout) can be closed for a new client, as a
+                # trickled head can, and never holds a slot busy (issue #30).
+                self.server._set_receiving(self, True)
                 read = self._read_body()
                 if read is None:
                     # A body this server does not read would be taken for the next
@@ -432,10 +455,14 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     self._unread_body = True
                 elif isinstance(read, tuple):
-                    self.send_error(*read)
-                    return
+                    problem = read
                 else:
                     body = read
+            if self.server._set_busy(self, True):  # draining
+                self.close_connection = True
+            if problem is not None:
+                self.send_error(*problem)
+                return
             self._answer(started, body)
         except OSError as exc:  # timeouts, resets, broken pipes
             log.debug("connection from %s ended: %s", self.client_address[0], exc)

@@ -64,7 +64,7 @@ MARKER = "edgereg-arm.json"
 #: The command that installs the sysroot, named in errors.
 INSTALL_COMMAND = "edgereg toolchain arm install"
 #: The command that installs the emulator and debootstrap (Debian packages).
-SYSTEM_COMMAND = "make system-deps (apt-get install qemu-user-static debootstrap)"
+SYSTEM_COMMAND = "make arm-deps (apt-get install qemu-user-static debootstrap)"
 #: The emulator (Debian's qemu-user-static); ``$EDGEREG_QEMU_AARCH64`` overrides it.
 QEMU = "qemu-aarch64-static"
 QEMU_ENV = "EDGEREG_QEMU_AARCH64"

@@ -222,9 +222,9 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
-def _raw_text(edit: Callable[[str], str]) -> bytes:
+def _raw_text(edit: Callable[[str], str], manifest: Manifest | None = None) -> bytes:
     """A manifest payload edited as text (what JSON libraries would not write), then signed."""
-    text = to_bytes(_manifest()).decode("utf-8")
+    text = to_bytes(manifest or _manifest()).decode("utf-8")
     edited = edit(text)
     assert edited != text
     return sign_envelope(edited.encode("utf-8"), Manifest.payload_type, [_signer("registry")])
@@ -338,6 +338,17 @@ def _duplicate_key() -> bytes:
 def _state_envelope() -> bytes:
     """A signed document of another kind (a rollout state type) passed off as a manifest."""
     return sign_envelope(to_bytes(_manifest()), PAYLOAD_TYPE_STATE, [_signer("registry")])
+
+
+def _contract(**changes: Any) -> dict[str, Any]:
+    """A small contract as it goes on the wire, with ``changes`` applied (JSON, unchecked)."""
+    contract: dict[str, Any] = {
+        "inputs": [{"name": "image", "dtype": "float32", "shape": [1, 1, 28, 28], "batch_axis": 0}],
+        "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", 10]}],
+        "task": {"kind": "classification", "output": "logits"},
+    }
+    contract.update(changes)
+    return contract
 
 
 # name -> (description, manifest bytes factory, input overrides)
@@ -662,6 +673,144 @@ CASES: dict[str, Case] = {
         "MNN 9.0.0, newer than any release known today: it fits.",
         lambda: _signed(_manifest()),
         {"device": {"mnn_runtime": "9.0.0"}},
+    ),
+    # Issue #30: patterns mean the same in every regex engine (docs/protocol.md §3,
+    # "Patterns"): explicit ASCII classes, never \s or \d, whose meaning differs.
+    "report-url-with-bom": (
+        "report_url ending in U+FEFF (a byte order mark): not printable ASCII, so not a report "
+        "URL (ECMA-262's \\s counts it as a space, Python's does not: no pattern relies on it).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/v1\ufeff")),
+        {},
+    ),
+    "report-url-with-next-line": (
+        "report_url ending in U+0085 (NEXT LINE): not printable ASCII, so not a report URL "
+        "(Python's \\s counts it as a space, ECMA-262's does not).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/v1\u0085")),
+        {},
+    ),
+    "report-url-not-ascii": (
+        "report_url with an é: a URL on the wire is ASCII (an IRI is percent-encoded first).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/caf\u00e9")),
+        {},
+    ),
+    "report-url-ascii": (
+        "report_url of printable ASCII with a query: accepted (the report URL is not part of "
+        "the decision's answer).",
+        lambda: _raw_payload(_set(report_url="https://reports.example.com/v1/reports?app=x&v=2")),
+        {},
+    ),
+    "version-with-arabic-indic-digit": (
+        "stable version 1.0.1٣ (U+0663): a digit to Python's and Rust's \\d, not to "
+        "ECMA-262's; versions are ASCII digits.",
+        lambda: _raw_payload(_set(stable__version="1.0.1\u0663")),
+        {},
+    ),
+    "expires-with-arabic-indic-digit": (
+        "expires 2025-07-0١T12:00:00Z (U+0661): times are ASCII digits.",
+        lambda: _raw_payload(_set(expires="2025-07-0\u0661T12:00:00Z")),
+        {},
+    ),
+    # Issue #30: spec gaps a client written from the docs alone had to decide, settled.
+    "runtime-empty": (
+        "An entry whose runtime is {}: every key has a default (threads 4, backends "
+        '["cpu"], precision normal), so it is accepted.',
+        lambda: _raw_payload(_set(stable__runtime={})),
+        {},
+    ),
+    "runtime-without-backends": (
+        "An entry whose runtime names threads and precision but no backends: backends "
+        'default to ["cpu"]; accepted.',
+        lambda: _raw_payload(_set(stable__runtime={"threads": 2, "precision": "high"})),
+        {},
+    ),
+    "expires-year-0000": (
+        "expires 0000-01-01T00:00:00Z: RFC 3339 allows year 0000, the protocol's years are "
+        "0001 to 9999 (what every platform's date type holds): malformed.",
+        lambda: _raw_payload(_set(expires="0000-01-01T00:00:00Z")),
+        {},
+    ),
+    "expires-year-9999": (
+        "expires 9999-12-31T23:59:59Z, the last second the protocol can say: accepted.",
+        lambda: _raw_payload(_set(expires="9999-12-31T23:59:59Z")),
+        {},
+    ),
+    "percent-as-integer": (
+        "percent written 25 (the publisher writes 25.0): a number field takes any JSON "
+        "spelling of its value; the device's bucket is below 2500, it gets the candidate.",
+        lambda: _raw_payload(_set(percent=25), _rollout()),
+        {"device_id": _device(True)},
+    ),
+    "percent-as-exponent": (
+        "percent written 2.5e1: the same number, the same decision (the bytes are verified "
+        "as received, never re-serialized).",
+        lambda: _raw_text(
+            lambda text: text.replace('"percent":25.0', '"percent":2.5e1'), _rollout()
+        ),
+        {"device_id": _device(True)},
+    ),
+    "bundle-memory-sum-in-name-order": (
+        "Members cls 0.1, det 0.2, rec 0.3 MiB against a budget of 0.6: summed in ascending "
+        "name order in double precision, 0.1 + 0.2 + 0.3 is 0.6000000000000001, over the "
+        "budget (insufficient-memory); summed det, rec, cls it would be 0.6 and fit.",
+        lambda: _signed(
+            _bundle_manifest(
+                stable=_bundle_with(
+                    cls=_mem(_bundle("1.0.0").members["cls"], 0.1),
+                    det=_mem(_bundle("1.0.0").members["det"], 0.2),
+                    rec=_mem(_bundle("1.0.0").members["rec"], 0.3),
+                )
+            )
+        ),
+        {"model": "ocr", "bundle": True, "device": {"memory_budget_mb": 0.6}},
+    ),
+    "contract-minimal": (
+        "An entry with a small contract (one input, one output, a task reading it): accepted.",
+        lambda: _raw_payload(_set(stable__contract=_contract())),
+        {},
+    ),
+    "contract-labels-and-labels-blob": (
+        "A contract with both labels and labels_blob: they are exclusive (inline up to 2048 "
+        "bytes of JSON, a blob beyond); malformed.",
+        lambda: _raw_payload(
+            _set(
+                stable__contract=_contract(
+                    labels=["a", "b"],
+                    labels_blob={
+                        "path": blob_path("ab" * 32),
+                        "sha256": "ab" * 32,
+                        "size": 10,
+                    },
+                )
+            )
+        ),
+        {},
+    ),
+    "contract-state-names-a-missing-tensor": (
+        "A state pair whose input is no input of the contract: malformed.",
+        lambda: _raw_payload(
+            _set(stable__contract=_contract(state=[{"input": "h", "output": "logits"}]))
+        ),
+        {},
+    ),
+    "contract-task-output-not-an-output": (
+        "task.output names a tensor that is no output: malformed.",
+        lambda: _raw_payload(
+            _set(stable__contract=_contract(task={"kind": "classification", "output": "probs"}))
+        ),
+        {},
+    ),
+    # Issue #30: the longest min_mnn_runtime any client compares is 64 characters.
+    "min-mnn-runtime-64-characters": (
+        "min_mnn_runtime of 64 characters (3.3.….3.10, below the app's 3.6.1): the longest "
+        "the schema allows; it fits.",
+        lambda: _raw_payload(_set(stable__min_mnn_runtime="3." * 31 + "10")),
+        {},
+    ),
+    "min-mnn-runtime-65-characters": (
+        "min_mnn_runtime of 65 characters: past the schema's 64, the manifest is malformed "
+        "(not a version any client compares; never an exception out of the client).",
+        lambda: _raw_payload(_set(stable__min_mnn_runtime="3." * 32 + "1")),
+        {},
     ),
     "mnn-runtime-pre-release": (
         "MNN 3.7.0-rc.1 against min_mnn_runtime 3.7.0: a pre-release is below its release.",
@@ -1295,7 +1444,9 @@ def schema_text() -> str:
         "most two decimals; keys not listed here are ignored (a newer publisher "
         "may add them); percent and salt are set iff candidate is; paused is true "
         "only with a candidate; the candidate's version is higher than stable's; an "
-        "entry's instead has the entry's version and no instead of its own."
+        "entry's instead has the entry's version and no instead of its own; expires is a "
+        "real date and time in the years 0001 to 9999; a contract's labels and labels_blob "
+        "are exclusive, and its state pairs and task.output name its own inputs and outputs."
     )
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
@@ -2126,6 +2277,30 @@ PROBE_CASES: dict[str, tuple[str, dict[str, Any] | bytes, list[Any]]] = {
     "infinity-in-unknown-key": (
         "1e400 in an unknown key overflows a double: malformed (not JSON a client reads).",
         canonical_json(_probe()).replace(b'"cases":', b'"future":1e400,"cases":', 1),
+        _probs(PROBS),
+    ),
+    # Issue #30: what a client written from the docs alone had to decide, settled.
+    "model-missing": (
+        "No model key: model and variant are informational (nothing is compared with "
+        "them) but required; malformed.",
+        {key: value for key, value in _probe().items() if key != "model"},
+        _probs(PROBS),
+    ),
+    "variant-not-a-name": (
+        "variant 'Int8': informational, but a name like every name; malformed.",
+        _probe(variant="Int8"),
+        _probs(PROBS),
+    ),
+    "state-pair-as-object": (
+        'A state pair spelled {"input": ..., "output": ...} as the contract spells it: the '
+        'probe spells a pair ["input", "output"], the other spelling is malformed here.',
+        _probe(state=[{"input": "h", "output": "h_next"}]),
+        _probs(PROBS),
+    ),
+    "expected-names-an-output-twice": (
+        "A step whose expected names probs twice: names are unique per step; malformed "
+        "(never the first or the last one compared).",
+        _probe([[[_tensor("probs", PROBS), _tensor("probs", PROBS)]]]),
         _probs(PROBS),
     ),
     "duplicate-key": (

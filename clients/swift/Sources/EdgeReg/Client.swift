@@ -662,7 +662,7 @@ public actor EdgeRegClient {
             throw Failure(code: Reason.notFound, message: "the registry has no manifest for \(unit.name), tier \(tier) (\(url.absoluteString) answered 404)")
         }
         guard response.status == 200 else {
-            throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered HTTP \(response.status), expected 200")
+            throw Failure(code: Reason.transport, message: "\(url.absoluteString) answered HTTP \(response.status), expected 200" + Self.redirectNote(response))
         }
         let limit = Envelope.maxManifestBytes
         if let length = response.contentLength, length > Int64(limit) {
@@ -678,6 +678,13 @@ public actor EdgeRegClient {
         }
         // One byte past the limit is enough to refuse it (rule 1 decides).
         return (data.prefix(limit + 1), response.header("etag"), false)
+    }
+
+    /// What a 3xx answer left standing says: a redirect that was not followed (only http(s)
+    /// redirects are, and the socket transport follows none).
+    static func redirectNote(_ response: StreamedResponse) -> String {
+        guard (300..<400).contains(response.status), let location = response.header("location") else { return "" }
+        return " (a redirect to \(location.prefix(200)), not followed: only http(s) redirects are)"
     }
 
     /// Download, verify and move a blob into the cache; the bytes transferred.

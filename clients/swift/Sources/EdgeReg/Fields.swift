@@ -66,12 +66,14 @@ enum Fields {
     /// Code points, as the reference counts a string's length.
     static func length(_ s: String) -> Int { s.unicodeScalars.count }
 
-    /// `^(https?://[^\s]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$`, at most 2048 characters.
+    /// `^(https?://[!-~]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$`, at most 2048 characters: printable
+    /// ASCII but the space after the scheme, the same in every engine (docs/protocol.md §3,
+    /// "Patterns"; Swift's `isWhitespace` took U+0085 and not U+FEFF, like Python's `\s`).
     static func isReportURL(_ s: String) -> Bool {
         guard length(s) <= 2048, !s.isEmpty else { return false }
         for scheme in ["http://", "https://"] where s.hasPrefix(scheme) {
             let rest = s.dropFirst(scheme.count)
-            if !rest.isEmpty, !rest.unicodeScalars.contains(where: { $0.properties.isWhitespace }) { return true }
+            if !rest.isEmpty, rest.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) }) { return true }
         }
         let b = Array(s.utf8)
         guard isAlnum(b[0]) else { return false }

@@ -404,7 +404,32 @@ final class HTTPTransport: NSObject, URLSessionDataDelegate, Transport, @uncheck
         }
     }
 
-    // Redirects are followed (a CDN may redirect); the bytes are checked anyway.
+    /// Redirects are followed to http and https only (a CDN may redirect; the bytes are
+    /// checked anyway). Any other scheme (`file:`, `ftp:`, `data:`) is not followed: the
+    /// redirect itself becomes the answer, which the client reports as a transport failure
+    /// naming it, never as what a local file or another protocol happened to say.
+    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+                    newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
+        completionHandler(Self.followable(response, request) ? request : nil)
+    }
+
+    /// Whether a redirect goes to http(s). The `Location` itself is read: FoundationNetworking
+    /// on Linux resolves `file:///etc/passwd` against the registry's URL and would ask the
+    /// registry for `/etc/passwd` (its 404 then read as "no manifest").
+    static func followable(_ response: HTTPURLResponse, _ request: URLRequest) -> Bool {
+        let isWeb = { (scheme: String?) in scheme?.lowercased() == "http" || scheme?.lowercased() == "https" }
+        guard isWeb(request.url?.scheme) else { return false }
+        let location = response.allHeaderFields.first { ($0.key as? String)?.lowercased() == "location" }?.value as? String
+        guard let location else { return true }
+        let trimmed = location.trimmingCharacters(in: .whitespaces)
+        // A scheme is letters, digits, "+", "-" and "." before the first ":" (RFC 3986 §3.1),
+        // and comes before any "/", "?" or "#": otherwise the Location is relative.
+        guard let colon = trimmed.firstIndex(of: ":"),
+              trimmed[..<colon].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }),
+              !trimmed[..<colon].isEmpty
+        else { return true }
+        return isWeb(String(trimmed[..<colon]))
+    }
 }
 
 /// Receives a response body on the transport's queue, chunk by chunk.

@@ -478,6 +478,8 @@ public struct ModelEntry: Sendable, Equatable {
         let ref = try BlobRef(reader: r)
         (self.path, sha256, size) = (ref.path, ref.sha256, ref.size)
         minMnnRuntime = try r.string("min_mnn_runtime")
+        // At most 64 characters, the longest version any client compares (docs/protocol.md §3).
+        guard Fields.length(minMnnRuntime) <= 64 else { throw WireError("\(r.at("min_mnn_runtime")) is longer than 64 characters") }
         guard Fields.isDottedVersion(minMnnRuntime) else { throw WireError("\(r.at("min_mnn_runtime")) is not a version like 3.6.1") }
         runtime = try RuntimeHints(try r.required("runtime"), r.at("runtime"))
         contract = try r.optional("contract").map { (v) throws(WireError) in try IOContract(v, r.at("contract")) }

@@ -307,6 +307,30 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(part > 0, "the bytes so far stay for a resume")
     }
 
+    /// Issue #30: a redirect to file:///etc/passwd was reported as `not-found` ("answered 404").
+    /// Only http(s) redirects are followed; any other is a transport failure naming it.
+    @Test(arguments: [nil, "127.0.0.2"] as [String?])
+    func aRedirectToAnotherSchemeIsATransportFailureNotNotFound(source: String?) async throws {
+        let f = try Fixture()
+        let v1 = try f.registry.entry("digits", "1.0.0")
+        try f.registry.publish("digits", stable: v1)
+        for location in ["file:///etc/passwd", "ftp://127.0.0.1/manifests/digits/high.json"] {
+            f.server.redirect("manifests/digits/high.json", to: location)
+            let result = await f.client(sourceAddress: source, limits: Limits(timeout: 5, deadline: 30)).update(digits)
+            #expect(result.errorCode == "transport", "\(location): \(result.error ?? "")")
+            #expect(result.error?.contains("redirect") == true, "\(location): \(result.error ?? "")")
+            #expect(result.error?.contains("404") == false, "\(location): \(result.error ?? "")")
+            #expect(result.model == nil)
+        }
+        // URLSession still follows an http(s) redirect (a CDN may send one).
+        guard source == nil else { return }
+        f.server.redirect("manifests/digits/high.json", to: f.server.url.absoluteString + "manifests/digits/copy.json")
+        try FileManager.default.copyItem(at: f.registry.root.appendingPathComponent("manifests/digits/high.json"),
+                                         to: f.registry.root.appendingPathComponent("manifests/digits/copy.json"))
+        let followed = await f.client(sourceAddress: source).update(digits)
+        #expect(followed.ok, "\(followed.error ?? "")")
+    }
+
     /// README.md's start, as written there (the names it leaves to the app are locals here).
     @Test func theReadmeStartWorks() async throws {
         let f = try Fixture()

@@ -36,6 +36,7 @@ final class TestServer: @unchecked Sendable {
     private var _postDelay: useconds_t = 0
     private var _trickle: Set<String> = []
     private var _omitLength: Set<String> = []
+    private var _redirects: [String: String] = [:]
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/")! }
 
@@ -76,6 +77,8 @@ final class TestServer: @unchecked Sendable {
     func trickle(_ path: String) { lock.withLock { _ = _trickle.insert(path) } }
     /// Answer `path` without a Content-Length: the body ends where the connection closes.
     func omitLength(_ path: String) { lock.withLock { _ = _omitLength.insert(path) } }
+    /// Answer `path` with a 302 to `location` (any URL, other schemes included).
+    func redirect(_ path: String, to location: String) { lock.withLock { _redirects[path] = location } }
     /// The next `n` reports are answered 503 (the store is down).
     func failPosts(_ n: Int) { lock.withLock { _failPosts = n } }
     /// How the next reports are answered, one status each (then 202); 0: no answer at all.
@@ -186,6 +189,10 @@ final class TestServer: @unchecked Sendable {
             }
             lock.withLock { _reports.append(request.body) }
             respond(fd, 202, ["Content-Type": "application/json"], Data("{\"status\":\"accepted\"}".utf8), path: request.path)
+            return
+        }
+        if let location = lock.withLock({ _redirects[request.path] }) {
+            respond(fd, 302, ["Location": location], Data(), path: request.path)
             return
         }
         let (override, ranges) = lock.withLock { (_overrides[request.path], _ranges) }

@@ -20,7 +20,9 @@ public interface Transport {
      * Send a GET. Redirects may be followed; a status of any kind is returned, not thrown.
      *
      * @param headers the request headers, names as given
-     * @param timeoutMs connect and per-read timeout
+     * @param timeoutMs connect and per-read timeout, and the most the whole response head (status
+     *     line and headers) may take: a server trickling header lines under the read timeout must
+     *     not hold the client (docs/protocol.md section 7)
      * @throws IOException the request did not complete (the client reports {@code transport})
      */
     @Nonnull

@@ -234,6 +234,68 @@ class ClientTest {
         assertTrue(client.store.part((String) e.get("sha256")).length() > 0, "the .part stays for a resume");
     }
 
+    /** A server that sends a status line, then one header line every 300 ms (each within the read timeout). */
+    static java.net.ServerSocket trickleHeaders(final List<java.net.Socket> held) throws Exception {
+        final java.net.ServerSocket server = new java.net.ServerSocket(0, 50, java.net.InetAddress.getByName("127.0.0.1"));
+        Thread t = new Thread(new Runnable() {
+            @Override public void run() {
+                while (!server.isClosed()) {
+                    try {
+                        final java.net.Socket s = server.accept();
+                        held.add(s);
+                        new Thread(new Runnable() {
+                            @Override public void run() {
+                                try {
+                                    s.getOutputStream().write(Codec.utf8("HTTP/1.1 200 OK\r\n"));
+                                    for (int i = 0; i < 40; i++) { // 12 s: past any deadline of the test
+                                        Thread.sleep(300);
+                                        s.getOutputStream().write(Codec.utf8("X-Slow-" + i + ": a\r\n"));
+                                    }
+                                } catch (Exception e) {
+                                    // the client gave up: that is the point
+                                }
+                            }
+                        }).start();
+                    } catch (java.io.IOException e) {
+                        return;
+                    }
+                }
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        return server;
+    }
+
+    /** Issue #30: headers trickled in under the read timeout held the fetch for 41 s or more. */
+    @Test
+    void responseHeadersHaveAnOverallDeadlineOnBothTransports() throws Exception {
+        List<java.net.Socket> held = java.util.Collections.synchronizedList(new ArrayList<java.net.Socket>());
+        java.net.ServerSocket server = trickleHeaders(held);
+        try {
+            String url = "http://127.0.0.1:" + server.getLocalPort() + "/";
+            for (boolean raw : new boolean[] {false, true}) {
+                EdgeregClient.Builder b = EdgeregClient.builder(url, new File(tmp, raw ? "raw" : "platform"))
+                        .trustedKey(registry.publicPem)
+                        .device(DeviceFacts.builder("device-42").ramMb(8192).cpuCores(8).os("android", "34").mnnRuntime("3.6.1").build())
+                        .tier("mid").model("digits").selfTest(false).reporting(false, null)
+                        .clock(() -> FakeRegistry.NOW)
+                        .limits(1000, 60000, 1);
+                if (raw) b.transport(new dev.edgereg.internal.RawHttp(java.net.InetAddress.getByName("127.0.0.1")));
+                EdgeregClient client = b.build();
+                long started = System.currentTimeMillis();
+                UpdateResult r = client.update("digits");
+                long took = System.currentTimeMillis() - started;
+                assertEquals("transport", r.errorCode, r.toString());
+                assertTrue(r.errorMessage.contains("headers did not arrive within 1000 ms"), r.errorMessage);
+                assertTrue(took < 4000, (raw ? "raw" : "platform") + " gave up after " + took + " ms");
+            }
+        } finally {
+            server.close();
+            for (java.net.Socket s : held) s.close();
+        }
+    }
+
     @Test
     void aCancelledFutureStopsTheDownloadWithinASecondAndTheNextUpdateResumes() throws Exception {
         registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);

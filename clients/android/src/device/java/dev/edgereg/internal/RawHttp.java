@@ -44,7 +44,26 @@ public final class RawHttp implements dev.edgereg.Transport {
             out.flush();
             InputStream in = new java.io.BufferedInputStream(s.getInputStream());
             final Map<String, String> got = new LinkedHashMap<String, String>();
-            final int status = readHead(in, got);
+            // The whole head within the timeout, as Transport's contract asks: a server that
+            // trickles header lines under the read timeout is cut off.
+            Http.HeadersDeadline guard = new Http.HeadersDeadline(new Runnable() {
+                @Override public void run() {
+                    try {
+                        s.close();
+                    } catch (IOException e) {
+                        // already closed
+                    }
+                }
+            }, timeoutMs);
+            final int status;
+            try {
+                status = readHead(in, got);
+            } catch (IOException e) {
+                if (guard.fired()) throw new IOException(guard.message(), e);
+                throw e;
+            } finally {
+                guard.cancel();
+            }
             final InputStream body = body(in, got, status);
             return new Exchange() {
                 @Override public int status() { return status; }

@@ -7,6 +7,12 @@ import java.net.HttpURLConnection;
 import java.net.ResponseCache;
 import java.net.URL;
 import java.util.Map;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -44,6 +50,62 @@ public final class Http {
 
     /** Cancels the update this transport serves: every connection it opens is cut on cancel. */
     public Cancel cancel;
+
+    /**
+     * The time a response's headers may take in all: the timeout, or what is left of the
+     * deadline when less. A read timeout bounds each read only, so a server that sends a
+     * header byte every few seconds would otherwise hold the fetch for ever.
+     */
+    long headersBudgetMs() {
+        long left = deadlineAt == Long.MAX_VALUE ? Long.MAX_VALUE : deadlineAt - System.currentTimeMillis();
+        return Math.max(1, Math.min(timeoutMs, left));
+    }
+
+    /**
+     * Closes a connection whose response headers have not all arrived in time (from a
+     * timer thread: closing the socket ends the blocked read). {@link #cancel} once they
+     * have; {@link #fired} tells an IOException caused by it from any other. A {@link
+     * dev.edgereg.Transport} keeps the same bound itself (its contract says so).
+     */
+    public static final class HeadersDeadline {
+        private static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(new ThreadFactory() {
+            @Override public Thread newThread(Runnable r) {
+                Thread t = new Thread(r, "edgereg-headers-deadline");
+                t.setDaemon(true);
+                return t;
+            }
+        });
+        private final AtomicBoolean fired = new AtomicBoolean();
+        private final ScheduledFuture<?> task;
+        public final long ms;
+
+        public HeadersDeadline(final Runnable close, long ms) {
+            this.ms = ms;
+            this.task = TIMER.schedule(new Runnable() {
+                @Override public void run() {
+                    fired.set(true);
+                    close.run();
+                }
+            }, ms, TimeUnit.MILLISECONDS);
+        }
+
+        public void cancel() {
+            task.cancel(false);
+        }
+
+        public boolean fired() {
+            return fired.get();
+        }
+
+        /** What to say of it. */
+        public String message() {
+            return "the response's headers did not arrive within " + ms + " ms";
+        }
+
+        Rejected rejected(String url) {
+            return new Rejected(Reasons.TRANSPORT, url + ": " + message());
+        }
+    }
 
     /** Start the whole-fetch clock (one update: a manifest and its blobs). */
     public void startDeadline() {
@@ -216,11 +278,24 @@ public final class Http {
             };
             // Watched before the headers: a cancel cuts a server that never answers too.
             if (cancel != null) cancel.watch(abort);
+            HeadersDeadline guard = new HeadersDeadline(abort, headersBudgetMs());
+            Response response;
             try {
-                return new Response(c, u);
+                response = new Response(c, u);
+            } catch (IOException e) {
+                if (guard.fired()) throw guard.rejected(u);
+                throw e;
             } finally {
+                guard.cancel();
                 if (cancel != null) cancel.unwatch(abort);
             }
+            if (guard.fired()) {
+                // HttpURLConnection may keep a status line it read before the close and
+                // answer with it: the headers still did not arrive in time.
+                response.close();
+                throw guard.rejected(u);
+            }
+            return response;
         } catch (IOException e) {
             throw new Rejected(Reasons.TRANSPORT, u + ": " + describe(e), e);
         } catch (ClassCastException e) {

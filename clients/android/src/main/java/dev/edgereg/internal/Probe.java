@@ -62,6 +62,10 @@ public final class Probe {
             Map<String, Object> m = Wire.object(Json.parse(data), "probe");
             Object sv = m.get("schema_version");
             if (!(sv instanceof Json.Num && "1".equals(sv.toString()))) throw Wire.bad("probe.schema_version", "must be the integer 1");
+            // Informational (compared with nothing) but required names (docs/protocol.md section 11).
+            for (String key : new String[] {"model", "variant"}) {
+                Wire.matching(Wire.required(m, key, "probe." + key), Wire.NAME, "probe." + key, "is not a name");
+            }
             String artifact = Wire.string(Wire.required(m, "artifact_sha256", "probe.artifact_sha256"), "probe.artifact_sha256");
             if (!artifact.equals(artifactSha256)) {
                 throw new Rejected(Reasons.MALFORMED, "the probe is for artifact " + artifact.substring(0, Math.min(12, artifact.length()))

@@ -27,7 +27,8 @@ public final class Wire {
     static final Pattern SHA256 = Pattern.compile("[0-9a-f]{64}");
     static final Pattern SALT = Pattern.compile("[0-9a-f]{8,64}");
     static final Pattern BLOB_PATH = Pattern.compile("blobs/sha256/[0-9a-f]{64}");
-    static final Pattern REPORT_URL = Pattern.compile("(https?://[^\\s\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\u001c-\\u001f]+|[A-Za-z0-9][A-Za-z0-9._/-]*)");
+    /** Printable ASCII but the space after the scheme: the same in every regex engine (docs/protocol.md section 3, "Patterns"). */
+    static final Pattern REPORT_URL = Pattern.compile("(https?://[!-~]+|[A-Za-z0-9][A-Za-z0-9._/-]*)");
     static final Pattern TASK_KIND = Pattern.compile("[a-z][a-z0-9_]{0,62}");
     static final Pattern DIM_NAME = Pattern.compile("[A-Za-z_][A-Za-z0-9_]{0,63}");
     /** A CPU feature name (docs/protocol.md section 3): a pattern, not a list, so a feature named later never breaks a client. */
@@ -347,6 +348,10 @@ public final class Wire {
         String sha = matching(required(m, "sha256", where + ".sha256"), SHA256, where + ".sha256", "is not a sha256: expected 64 lowercase hex characters");
         long size = integer(required(m, "size", where + ".size"), where + ".size", 1, MAX_SAFE_INTEGER);
         String minMnn = string(required(m, "min_mnn_runtime", where + ".min_mnn_runtime"), where + ".min_mnn_runtime");
+        if (minMnn.length() > Versions.VERSION_MAX_LENGTH) {
+            // The longest version any client compares (docs/protocol.md section 3): longer is malformed.
+            throw bad(where + ".min_mnn_runtime", "is longer than " + Versions.VERSION_MAX_LENGTH + " characters");
+        }
         if (!Versions.isDotted(minMnn)) throw bad(where + ".min_mnn_runtime", "'" + minMnn + "' is not a version like 3.6.1");
         Map<String, Object> runtime = object(required(m, "runtime", where + ".runtime"), where + ".runtime");
         int threads = 4;
