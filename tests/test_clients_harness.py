@@ -1132,7 +1132,7 @@ def test_a_stable_device_reports_again_in_each_new_rollout_period(
 
 
 NEXT_RC = f"{int(MNN_VERSION.split('.')[0]) + 1}.0.0-rc.2"
-#: A device's facts the report's patterns take as they are, or send as null (§11 "Always sent").
+#: A device's versions: any of §7's grammar is sent as it is (§11 "Always sent").
 ODD_FACTS = [
     pytest.param(
         {"mnn_runtime": f"v{MNN_VERSION}"}, {"mnn_runtime": f"v{MNN_VERSION}"}, id="leading-v"
@@ -1144,7 +1144,13 @@ ODD_FACTS = [
         {"mnn_runtime": f"{MNN_VERSION} (123)"},
         id="store-build",
     ),
-    pytest.param({"os_version": "14" + ".1" * 20}, {"os_version": None}, id="os-version-long"),
+    # The OS's version likewise (one grammar): past the short text, a version all the same.
+    pytest.param(
+        {"os_version": "17.4 (21E219)"}, {"os_version": "17.4 (21E219)"}, id="os-version-build"
+    ),
+    pytest.param(
+        {"os_version": "14" + ".1" * 20}, {"os_version": "14" + ".1" * 20}, id="os-version-long"
+    ),
 ]
 
 
@@ -1158,7 +1164,7 @@ def test_a_device_always_reports_whatever_its_facts_look_like(
     facts: dict[str, str],
     stored: dict[str, str | None],
 ) -> None:
-    """Any runtime of §7's grammar is sent as it is; a fact the report refuses goes as null."""
+    """Any version of §7's grammar is sent as it is; a fact the report refuses goes as null."""
     device = devices()
     configure(device, lib_url, lib.pem, tmp_path / "cache", facts=facts)
     assert update(device) == want("digits", lib.manifest().stable)

@@ -51,6 +51,13 @@ MAX_REPORT_BYTES = 4096
 Milliseconds = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 Token = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ShortText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._ -]{1,32}$")]
+_VERSION_BODY = RuntimeVersion.__metadata__[0].pattern.removeprefix("^").removesuffix("$")
+#: The OS's version: the short text earlier clients sent, or any version of §7's grammar
+#: (at most 64 characters): one grammar for the device's versions (issue 30 item 21).
+OsVersion = Annotated[
+    str,
+    StringConstraints(max_length=64, pattern=rf"^(?:[A-Za-z0-9._ -]{{1,32}}|{_VERSION_BODY})$"),
+]
 
 
 def _exactly_1_to_3(value: Any) -> Any:
@@ -184,7 +191,7 @@ class Report(WireModel):
     reverted: bool = False
     mnn_runtime: RuntimeVersion | None = None
     os: Literal["android", "ios"] | None = None
-    os_version: ShortText | None = None
+    os_version: OsVersion | None = None
     device_class: ShortText | None = Field(
         default=None, description="Coarse: the app's own bucket, such as 'ram4-8c'."
     )
