@@ -145,7 +145,8 @@ def _builtin_guardrails() -> list[str]:
     ]
     return [
         "The built-in guardrails, each one entry of `BUILTIN_GUARDRAILS` in "
-        "`edgereg/config/_guardrails.py`; their keys and default limits are below.",
+        "`edgereg/config/_guardrails.py`; their keys and default limits are below. A key "
+        "a guardrail's table leaves out takes that guardrail's default.",
         "",
         *_table(["guardrail", "report keys", "test", "worse", "critical by default"], rows),
     ]
