@@ -51,6 +51,8 @@ FAILING: dict[str, dict[str, Any]] = {
     # Two starts and never confirmed: stalled (stalled_starts 2) and a first start.
     "unconfirmed": {"confirmed": False, "unconfirmed_starts": 2, "schema_version": 2},
     "first_start": {"unconfirmed_starts": 1, "schema_version": 2},
+    # The GPU backend missed the probe: the model runs on the CPU.
+    "backend_fallback": {"backend": "cpu", "backends_skipped": ["opencl"]},
 }
 #: Rate guardrails a failing row of another also fails, by design.
 ALSO: dict[str, set[str]] = {"unconfirmed": {"first_start"}}
@@ -209,3 +211,36 @@ def test_each_event_binds_its_parameters_by_name() -> None:
     # The events' parameters bind first, in the order of the table, then the aged cut.
     assert list(names) == [*parameters, "aged"]
     assert set(parameters) == set(Guardrails().event_parameters())
+
+
+def test_a_fallback_the_stable_arm_shares_is_not_the_candidates_fault(store: ReportStore) -> None:
+    # A quarter of the devices have no working OpenCL: they skip it in both arms alike.
+    fell_back = FAILING["backend_fallback"]
+    found = judged(
+        store, candidate=[fell_back] * 100 + [{}] * 300, stable=[fell_back] * 100 + [{}] * 300
+    )
+    fallback = found["backend_fallback"]
+    assert fallback.verdict != "fail", fallback.reason
+    assert (fallback.numbers["candidate_rate"], fallback.numbers["stable_rate"]) == (0.25, 0.25)
+    # Not critical by default: a fallback still runs the model.
+    assert fallback.critical is False
+
+
+def test_a_rejected_model_is_no_fallback(store: ReportStore) -> None:
+    # A rejected model skipped every backend: a probe failure, not a fallback.
+    rejected = judged(
+        store,
+        candidate=[{**FAILING["probe_failure"], "backends_skipped": ["opencl", "cpu"]}] * 40,
+        stable=[{}] * 40,
+    )
+    assert rejected["backend_fallback"].numbers["candidate_events"] == 0
+
+
+def test_a_backend_fallback_table_keeps_no_absolute_limit() -> None:
+    # Setting the margin alone leaves it relative and not critical (its table's defaults).
+    guardrails = Guardrails.model_validate({"backend_fallback": {"max_increase": 0.05}})
+    rule = guardrails.rate_rule("backend_fallback")
+    assert (rule.max_increase, rule.max_rate, rule.critical) == (0.05, 1.0, False)
+    assert (
+        Guardrails().rate_rule("backend_fallback") == builtin_guardrail("backend_fallback").default
+    )  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ __all__ = [
     "BuiltinGuardrail",
     "LatencyGuardrail",
     "RateGuardrail",
+    "RelativeRateGuardrail",
     "UnconfirmedGuardrail",
     "builtin_guardrail",
 ]
@@ -73,6 +74,24 @@ class UnconfirmedGuardrail(RateGuardrail):
         "start as it happens). 2: one start the user ended before the model ran is not a "
         "failure yet. Keep it at most the app's max_unconfirmed_starts (3 by default): a "
         "revert's report keeps the count it reverted at, so a higher one never counts it.",
+    )
+
+
+class RelativeRateGuardrail(RateGuardrail):
+    """A failure rate judged against the stable arm's alone: devices fail in both arms alike.
+
+    No absolute limit and not critical, by default (the keys a table leaves out).
+    """
+
+    max_rate: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description=RateGuardrail.model_fields["max_rate"].description,
+    )
+    critical: bool = Field(
+        default=False,
+        description="A failure pauses the rollout (and rolls back by policy); else it holds it.",
     )
 
 
@@ -250,6 +269,25 @@ BUILTIN_GUARDRAILS: tuple[BuiltinGuardrail, ...] = (
         event="first_start",
         when="(CASE WHEN unconfirmed_starts >= 1 THEN 1 ELSE 0 END)",
         pass_aged=True,
+    ),
+    BuiltinGuardrail(
+        "backend_fallback",
+        "rate",
+        reads="backend, backends_skipped",
+        worse="a higher share of devices",
+        label="the model runs, but on a fallback: a backend tried before it missed the "
+        "probe or failed to load",
+        doc="Devices where the model runs, but not on the first backend the app asked for: "
+        "one before it missed the self-test's outputs or failed to load (backends_skipped), "
+        "so it fell back (to the CPU, say). A new model's op or precision a GPU backend "
+        "does not handle shows here, on the devices of that GPU alone, before any crash. "
+        "Devices without the backend skip it in both arms alike, so there is no absolute "
+        "limit; not critical by default: the model still runs, and the latency guardrails "
+        "judge what the fallback costs.",
+        default=RelativeRateGuardrail(),
+        event="fell_back",
+        # A rejected model (backend null) skipped every backend: a probe or load failure.
+        when="(CASE WHEN backend IS NOT NULL AND backends_skipped <> '' THEN 1 ELSE 0 END)",
     ),
     BuiltinGuardrail(
         "load_ms",
