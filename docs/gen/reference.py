@@ -126,6 +126,36 @@ UNION_NOTES = {
     "budgets, are in the [models.toml guide](../models-toml.md#tasks-and-their-metrics).",
 }
 
+
+def _builtin_guardrails() -> list[str]:
+    """The built-in guardrails, from their one table (edgereg/config/_guardrails.py)."""
+    from edgereg.config import BUILTIN_GUARDRAILS
+
+    rows = [
+        [
+            _code(spec.name),
+            _escape(spec.reads),
+            "rate: a share of devices, in points"
+            if spec.test == "rate"
+            else f"shift: one value per device ({spec.unit}), in % of the stable",
+            _escape(spec.worse),
+            "yes" if spec.critical else "no",
+        ]
+        for spec in BUILTIN_GUARDRAILS
+    ]
+    return [
+        "The built-in guardrails, each one entry of `BUILTIN_GUARDRAILS` in "
+        "`edgereg/config/_guardrails.py`; their keys and default limits are below. A guardrail's "
+        "table that sets some keys takes the defaults of its keys' table for the others "
+        "(first_start's max_rate is then 0.2, not 1.0).",
+        "",
+        *_table(["guardrail", "report keys", "test", "worse", "critical by default"], rows),
+    ]
+
+
+# Tables written after a section's description, by schema definition.
+SECTION_TABLES: dict[str, Callable[[], list[str]]] = {"Guardrails": _builtin_guardrails}
+
 # A table still to document: (schema definition, its schema, TOML path, array of tables).
 _Child = tuple[str, dict[str, Any], list[str], bool]
 
@@ -235,6 +265,8 @@ class _SchemaPage:
         self.lines += ["", f"{'#' * level} {shown} {{#{anchor}}}", ""]
         if node.get("description"):
             self.lines += [_escape(node["description"]), ""]
+        if def_name in SECTION_TABLES:
+            self.lines += [*SECTION_TABLES[def_name](), ""]
         children: list[_Child] = []
         rows = []
         required = set(node.get("required", []))
@@ -390,7 +422,7 @@ class _SchemaPage:
             return "required"
         # pydantic leaves default_factory values out of the schema.
         value = prop["default"] if "default" in prop else self.defaults(def_name, key)
-        if value is None or isinstance(value, dict):
+        if value is None or value == {}:
             return "—"
         return _code(_toml(value))
 

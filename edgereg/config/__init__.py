@@ -6,7 +6,7 @@ ignored setting. Errors name the file, the dotted key path and what is allowed
 
 One module per concern, all private; this package is the public surface:
 tables (``_toolchain``, ``_inputs``, ``_budgets``, ``_tasks``, ``_models``,
-``_rollout``, ``_registry``, ``_bundles``), the whole file and its
+``_guardrails``, ``_rollout``, ``_registry``, ``_bundles``), the whole file and its
 cross-table rules (``_config``), a variant resolved against its model
 (``_recipe``), loading (``_load``) and error rendering (``_errors``).
 """
@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from edgereg.config._bundles import Bundle
     from edgereg.config._config import Config
     from edgereg.config._errors import MOVED_KEYS
+    from edgereg.config._guardrails import (
+        BUILTIN_GUARDRAILS,
+        BuiltinGuardrail,
+        LatencyGuardrail,
+        RateGuardrail,
+        UnconfirmedGuardrail,
+        builtin_guardrail,
+    )
     from edgereg.config._inputs import (
         NO_BATCH_AXIS,
         CalibrationSet,
@@ -45,13 +53,7 @@ if TYPE_CHECKING:
     from edgereg.config._names import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, NO_MODELS_NOTE
     from edgereg.config._recipe import ResolvedVariant
     from edgereg.config._registry import Registry, RegistrySettings, Reports, load_registry
-    from edgereg.config._rollout import (
-        Guardrails,
-        LatencyGuardrail,
-        RateGuardrail,
-        RolloutPolicy,
-        UnconfirmedGuardrail,
-    )
+    from edgereg.config._rollout import Guardrails, RolloutPolicy
     from edgereg.config._tasks import (
         TASK_KINDS,
         ClassificationTask,
@@ -89,9 +91,12 @@ if TYPE_CHECKING:
 # (benchmarks/startup.py). `load` and `Config` still bring every table.
 _WHERE = {
     "ARM_CLASSES": "edgereg.config._arm",
+    "BUILTIN_GUARDRAILS": "edgereg.config._guardrails",
     "AppMetric": "edgereg.config._metrics",
     "arm_classes": "edgereg.config._arm",
     "ArmClass": "edgereg.config._arm",
+    "BuiltinGuardrail": "edgereg.config._guardrails",
+    "builtin_guardrail": "edgereg.config._guardrails",
     "Backend": "edgereg.protocol.fields",
     "Budgets": "edgereg.config._budgets",
     "Bundle": "edgereg.config._bundles",
@@ -113,7 +118,7 @@ _WHERE = {
     "InputSpec": "edgereg.config._inputs",
     "Int8Quantization": "edgereg.config._models",
     "json_schema": "edgereg.config._load",
-    "LatencyGuardrail": "edgereg.config._rollout",
+    "LatencyGuardrail": "edgereg.config._guardrails",
     "load": "edgereg.config._load",
     "load_registry": "edgereg.config._registry",
     "MAX_CONFIG_BYTES": "edgereg.config._toml",
@@ -130,7 +135,7 @@ _WHERE = {
     "parse": "edgereg.config._load",
     "PinnedFile": "edgereg.config._inputs",
     "Quantization": "edgereg.config._models",
-    "RateGuardrail": "edgereg.config._rollout",
+    "RateGuardrail": "edgereg.config._guardrails",
     "read_config_text": "edgereg.config._toml",
     "Registry": "edgereg.config._registry",
     "RegistrySettings": "edgereg.config._registry",
@@ -149,7 +154,7 @@ _WHERE = {
     "Tier": "edgereg.config._tiers",
     "TierRules": "edgereg.protocol.fields",
     "Toolchain": "edgereg.config._toolchain",
-    "UnconfirmedGuardrail": "edgereg.config._rollout",
+    "UnconfirmedGuardrail": "edgereg.config._guardrails",
     "Variant": "edgereg.config._models",
     "VersionPin": "edgereg.protocol.fields",
     "WeightOnlyQuantization": "edgereg.config._models",
@@ -171,6 +176,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ARM_CLASSES",
+    "BUILTIN_GUARDRAILS",
     "DEFAULT_CONFIG_FILE",
     "DEFAULT_TRUSTED_KEYS",
     "MAX_CONFIG_BYTES",
@@ -183,6 +189,7 @@ __all__ = [
     "ArmClass",
     "Backend",
     "Budgets",
+    "BuiltinGuardrail",
     "Bundle",
     "CalibrationSet",
     "ClassificationTask",
@@ -230,6 +237,7 @@ __all__ = [
     "VersionPin",
     "WeightOnlyQuantization",
     "arm_classes",
+    "builtin_guardrail",
     "json_schema",
     "load",
     "load_registry",
