@@ -23,22 +23,6 @@ import numpy as np
 from edgereg import toolchain
 from edgereg._files import atomic_write
 from edgereg.build.datasets import Dataset
-from edgereg.build.quality import (
-    TaskDataError,
-    TaskScores,
-    TaskShapeError,
-    beyond_trivial,
-    chance_level,
-    classification_scores,
-    ctc_scores,
-    custom_scores,
-    dense_map_scores,
-    embedding_scores,
-    frame_decision_scores,
-    generic_scores,
-    segmentation_scores,
-    task_rows,
-)
 from edgereg.config import (
     ClassificationTask,
     Config,
@@ -54,6 +38,21 @@ from edgereg.config import (
 )
 from edgereg.errors import BuildError, ConfigError
 from edgereg.protocol._json import canonical_json
+from edgereg.tasks.classification_eval import chance_level, classification_scores
+from edgereg.tasks.ctc_eval import ctc_scores
+from edgereg.tasks.custom_eval import custom_scores
+from edgereg.tasks.dense_map_eval import dense_map_scores
+from edgereg.tasks.embedding_eval import embedding_scores
+from edgereg.tasks.frame_decision_eval import frame_decision_scores
+from edgereg.tasks.generic_eval import generic_scores
+from edgereg.tasks.scoring import (
+    TaskDataError,
+    TaskScores,
+    TaskShapeError,
+    beyond_trivial,
+    task_rows,
+)
+from edgereg.tasks.segmentation_eval import segmentation_scores
 from edgereg.toolchain.runtimes import RuntimeProof, default_tolerance, prove_min_runtime
 
 logger = logging.getLogger(__name__)

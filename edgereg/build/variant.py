@@ -67,12 +67,9 @@ from edgereg.build.quality import (
     OutputAgreement,
     PrecisionClass,
     Scored,
-    TaskDataError,
-    TaskScores,
     agreement,
     check_gates,
     effective_budgets,
-    read_charset,
 )
 from edgereg.build.quantsearch import QuantSearch
 from edgereg.build.sizes import explain_size
@@ -89,6 +86,8 @@ from edgereg.config import (
     arm_classes,
 )
 from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError
+from edgereg.tasks.ctc_eval import read_charset
+from edgereg.tasks.scoring import TaskDataError, TaskScores
 from edgereg.toolchain import arm as arm_toolchain
 from edgereg.toolchain.arm import arm_dir
 from edgereg.toolchain.runtimes import find_runtime, runtimes_dir

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from edgereg.config._base import DEFAULT_CONFIG_FILE
 from edgereg.config._config import Config
 from edgereg.config._errors import _config_error
-from edgereg.config._tasks import TASK_KINDS
 from edgereg.config._toml import parse_toml, read_config_text
+from edgereg.tasks import TASK_KINDS
 
 
 def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:

@@ -12,8 +12,8 @@ from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
 from edgereg.config._metrics import MAX_METRICS, AppMetric
 from edgereg.config._rollout import RolloutPolicy
-from edgereg.config._tasks import ClassificationTask, Task, TaskMetric
 from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
+from edgereg.tasks import ClassificationTask, Task, TaskMetric
 
 
 class NoQuantization(_Strict):

@@ -1,0 +1,29 @@
+"""Custom: the team's own evaluator, module:function in their repository."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from edgereg.tasks._spec import TaskMetric, _Task
+
+
+class CustomTask(_Task):
+    """Metrics from the team's own evaluator, ``module:function`` in their repository."""
+
+    kind: Literal["custom"]
+    evaluator: Annotated[
+        str,
+        StringConstraints(
+            pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:"
+            r"[A-Za-z_][A-Za-z0-9_]*$"
+        ),
+    ] = Field(description="module:function, imported with the models.toml directory on sys.path.")
+
+    def metric(self, name: str) -> TaskMetric | None:
+        """Any name: the evaluator says what it measures when it runs.
+
+        Its metrics have no fp32 baseline, so only ``min`` and ``max`` apply.
+        """
+        return TaskMetric(name, "reference", True, "", None)
