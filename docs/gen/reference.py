@@ -69,18 +69,6 @@ NOTES: dict[tuple[str, str], str] = {
     ("WeightOnlyQuantization", "asymmetric"): "Asymmetric weight quantization "
     "(converter `--weightQuantAsymmetric`).",
     ("Int8Quantization", "mode"): "Selects this table.",
-    **{
-        (f"{kind}Task", "kind"): "Selects this table."
-        for kind in (
-            "Classification",
-            "DenseMap",
-            "Ctc",
-            "Embedding",
-            "FrameDecision",
-            "Generic",
-            "Custom",
-        )
-    },
     ("Int8Quantization", "weight_method"): "How MNN's quantizer quantizes weights.",
     ("ConverterOptions", "transformer_fuse"): "Fuse transformer blocks (converter "
     "`--transformerFuse`).",
@@ -405,7 +393,16 @@ class _SchemaPage:
                     f"delete NOTES[{(def_name, key)!r}]"
                 )
             text = note
+        if not text and key == "kind" and def_name in _task_tables():
+            text = "Selects this table."  # the tag of every task kind's table
         return _escape(text or "")
+
+
+def _task_tables() -> set[str]:
+    """The schema definitions of the task kinds' tables (edgereg.tasks)."""
+    from edgereg.tasks import TASK_CLASSES
+
+    return {task.__name__ for task in TASK_CLASSES.values()}
 
 
 def _factory_default(def_name: str, key: str) -> Any:

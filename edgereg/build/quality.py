@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 
 from edgereg.config import Budgets, MetricBudget
+from edgereg.tasks import TASK_CLASSES, PrecisionClass, task_class
 from edgereg.tasks.scoring import TaskDataError, TaskScores, row_cosines
-
-PrecisionClass = Literal["fp32", "fp16", "weight", "int8"]
 
 #: Output agreement every variant must reach unless its budgets say otherwise,
 #: by precision: (min_cosine, min_snr_db). Chosen on the example models (see
@@ -32,49 +31,12 @@ DEFAULT_AGREEMENT: dict[PrecisionClass, tuple[float, float]] = {
     "int8": (0.98, 13.0),
 }
 
-#: Default limits on the task metrics compared with the reference, by precision.
+#: Default limits on each task's metrics, by precision: a view of the task
+#: specs (``DEFAULT_LIMITS`` in edgereg/tasks/<kind>.py), for the docs and tests.
 DEFAULT_METRICS: dict[str, dict[PrecisionClass, dict[str, MetricBudget]]] = {
-    "classification": {
-        cast(PrecisionClass, p): {"top1_agreement": MetricBudget(min=v)}
-        for p, v in (("fp32", 0.99), ("fp16", 0.98), ("weight", 0.95), ("int8", 0.95))
-    },
-    "dense_map": {
-        cast(PrecisionClass, p): {"iou": MetricBudget(min=v)}
-        for p, v in (("fp32", 0.98), ("fp16", 0.95), ("weight", 0.9), ("int8", 0.85))
-    },
-    # The mean like dense_map's IoU; every class, the tail too, like a classifier's
-    # per-class recall; and on labels no class may lose more than a tenth of its IoU.
-    "segmentation": {
-        cast(PrecisionClass, p): {
-            "mean_iou": MetricBudget(min=mean),
-            "min_class_iou": MetricBudget(min=worst),
-            "class_iou_drop": MetricBudget(max=0.1),
-        }
-        for p, mean, worst in (
-            ("fp32", 0.98, 0.95),
-            ("fp16", 0.95, 0.9),
-            ("weight", 0.9, 0.8),
-            ("int8", 0.85, 0.7),
-        )
-    },
-    "ctc": {
-        cast(PrecisionClass, p): {"line_match": MetricBudget(min=v)}
-        for p, v in (("fp32", 0.98), ("fp16", 0.95), ("weight", 0.9), ("int8", 0.85))
-    },
-    "embedding": {
-        cast(PrecisionClass, p): {"neighbour_agreement": MetricBudget(min=v)}
-        for p, v in (("fp32", 0.98), ("fp16", 0.97), ("weight", 0.95), ("int8", 0.95))
-    },
-    "frame_decision": {
-        cast(PrecisionClass, p): {"frame_agreement": MetricBudget(min=v)}
-        for p, v in (("fp32", 0.99), ("fp16", 0.98), ("weight", 0.95), ("int8", 0.95))
-    },
-    # Measured only on a per-step distribution (below); the same bar as a CTC
-    # task's line_match, since that is what such an output usually feeds.
-    "generic": {
-        cast(PrecisionClass, p): {"sequence_agreement": MetricBudget(min=v)}
-        for p, v in (("fp32", 0.98), ("fp16", 0.95), ("weight", 0.9), ("int8", 0.85))
-    },
+    kind: {p: dict(limits) for p, limits in cls.DEFAULT_LIMITS.items()}
+    for kind, cls in TASK_CLASSES.items()
+    if cls.DEFAULT_LIMITS
 }
 
 #: Label metrics lost against the fp32 baseline, by default, for every precision.
@@ -82,21 +44,19 @@ DEFAULT_LABEL_DROP = 0.05
 
 
 def default_budgets(task: str, precision: PrecisionClass) -> Budgets:
-    """The budgets a variant gets before models.toml overrides them."""
+    """The budgets a variant gets before models.toml overrides them.
+
+    Output agreement by precision, then the task kind's own defaults (its
+    spec's ``DEFAULT_LIMITS`` and ``LABEL_DROPS``).
+    """
     cosine, snr = DEFAULT_AGREEMENT[precision]
-    metrics = dict(DEFAULT_METRICS.get(task, {}).get(precision, {}))
-    for name in _LABEL_DROP_DEFAULTS.get(task, ()):
-        metrics[name] = MetricBudget(max_drop=DEFAULT_LABEL_DROP)
+    spec = task_class(task)
+    metrics: dict[str, MetricBudget] = {}
+    if spec is not None:
+        metrics.update(spec.DEFAULT_LIMITS.get(precision, {}))
+        for name in spec.LABEL_DROPS:
+            metrics[name] = MetricBudget(max_drop=DEFAULT_LABEL_DROP)
     return Budgets(min_cosine=cosine, min_snr_db=snr, metrics=metrics)
-
-
-_LABEL_DROP_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "classification": ("accuracy",),
-    "dense_map": ("label_iou",),
-    "segmentation": ("label_mean_iou",),
-    "ctc": ("label_line_accuracy",),
-    "frame_decision": ("f1",),
-}
 
 
 def effective_budgets(

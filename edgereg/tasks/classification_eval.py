@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from edgereg.config._budgets import MetricBudget
 from edgereg.tasks.classification import ClassificationTask
-from edgereg.tasks.scoring import TaskDataError, TaskScores, beyond_trivial, task_rows
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores, beyond_trivial, task_rows
 
 
 def classification_scores(
@@ -74,3 +76,15 @@ def classification_scores(
 def chance_level(classes: int) -> float:
     """Accuracy at or below which a classifier's baseline is treated as guessing."""
     return beyond_trivial(1.0 / classes)
+
+
+def evaluate(task: ClassificationTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`classification_scores`), gated on beating chance."""
+    scores = classification_scores(task, data.reference, data.variant, data.labels, data.classes)
+    if "accuracy" not in scores.baseline:
+        return scores
+    # A baseline at chance means the inputs are not what the model was
+    # trained on (mean/std, color order, layout), whatever the variant does.
+    classes = int(task_rows(data.reference).reshape(len(data.reference), -1).shape[1])
+    chance = MetricBudget(min_baseline=round(chance_level(classes), 4))
+    return replace(scores, own_gates={"accuracy": chance})

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgereg.tasks.ctc import CtcTask
-from edgereg.tasks.scoring import TaskDataError, TaskScores, task_rows
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores, task_rows
 
 
 def read_charset(text: str) -> list[str]:
@@ -104,3 +104,10 @@ def ctc_scores(
     return TaskScores(
         metrics, baseline=baseline, metric_info=info, trivial={"label_line_accuracy": commonest}
     )
+
+
+def evaluate(task: CtcTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`ctc_scores`), on the charset the build read."""
+    if data.charset is None:
+        raise TaskDataError("a CTC task is scored with its charset, and none was read")
+    return ctc_scores(task, data.charset, data.reference, data.variant, data.labels)

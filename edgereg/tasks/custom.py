@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
-from edgereg.tasks._spec import TaskMetric, _Task
+from edgereg.tasks._spec import TaskConfig, TaskMetric
 
 
-class CustomTask(_Task):
+class CustomTask(TaskConfig):
     """Metrics from the team's own evaluator, ``module:function`` in their repository."""
 
     kind: Literal["custom"]
@@ -20,6 +20,9 @@ class CustomTask(_Task):
             r"[A-Za-z_][A-Za-z0-9_]*$"
         ),
     ] = Field(description="module:function, imported with the models.toml directory on sys.path.")
+    OWN_METRICS: ClassVar[bool] = True
+    EVALUATOR: ClassVar[str] = "edgereg.tasks.custom_eval"
+    PURPOSE: ClassVar[str] = "your own metrics"
 
     def metric(self, name: str) -> TaskMetric | None:
         """Any name: the evaluator says what it measures when it runs.

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
 from edgereg.config._budgets import MetricBudget
+from edgereg.errors import BuildError
 from edgereg.tasks._spec import TaskMetric
-from edgereg.tasks.scoring import TaskDataError, TaskScores
+from edgereg.tasks.custom import CustomTask
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores
 
 
 def custom_scores(result: Any, evaluator: str) -> tuple[TaskScores, dict[str, MetricBudget]]:
@@ -52,3 +58,47 @@ def custom_scores(result: Any, evaluator: str) -> tuple[TaskScores, dict[str, Me
             ) from exc
     info = {name: TaskMetric(name, "reference", True, "") for name in metrics}
     return TaskScores(metrics, metric_info=info), gates
+
+
+def evaluate(task: CustomTask, data: TaskData) -> TaskScores:
+    """Call the team's evaluator on the whole evaluation set and read what it returns."""
+    function = load_evaluator(data.root, task.evaluator)
+    try:
+        result = function(
+            inputs=data.inputs,
+            reference=data.reference_outputs,
+            outputs=data.variant_outputs,
+            labels=data.labels,
+        )
+    except Exception as exc:
+        raise BuildError(
+            f"evaluator {task.evaluator} raised {type(exc).__name__}: {exc}",
+            stage="evaluate",
+            hint="Fix the evaluator; it is called as f(inputs=, reference=, outputs=, "
+            "labels=) with dicts of numpy arrays (N samples first).",
+        ) from exc
+    scores, gates = custom_scores(result, task.evaluator)
+    return replace(scores, own_gates=gates)
+
+
+def load_evaluator(root: Path, spec: str) -> Callable[..., Any]:
+    """Import ``module:function`` with the project directory first on sys.path."""
+    module_name, _, function_name = spec.partition(":")
+    root_text = str(root.resolve())
+    if root_text not in sys.path:
+        sys.path.insert(0, root_text)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise BuildError(
+            f"cannot import evaluator module '{module_name}': {type(exc).__name__}: {exc}",
+            stage="evaluate",
+            hint=f"The module is looked up from {root_text} (the directory of models.toml).",
+        ) from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise BuildError(
+            f"evaluator module '{module_name}' has no function '{function_name}'",
+            stage="evaluate",
+        )
+    return cast(Callable[..., Any], function)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from edgereg.tasks._spec import TaskMetric, _Task
+from edgereg.config._budgets import MetricBudget
+from edgereg.tasks._spec import PrecisionClass, TaskConfig, TaskMetric, minimums
 
 
-class DenseMapTask(_Task):
+class DenseMapTask(TaskConfig):
     """Probability maps (text or object detection, segmentation), binarized at a threshold."""
 
     kind: Literal["dense_map"]
@@ -18,7 +20,26 @@ class DenseMapTask(_Task):
     )
     METRICS: ClassVar[tuple[TaskMetric, ...]] = (
         TaskMetric(
-            "iou", "reference", True, "mean IoU of the variant's mask with the reference's mask"
+            "iou",
+            "reference",
+            True,
+            "mean IoU of the variant's mask with the reference's mask",
+            label="IoU",
+            percent=True,
         ),
-        TaskMetric("label_iou", "labels", True, "mean IoU of the mask with the label masks"),
+        TaskMetric(
+            "label_iou",
+            "labels",
+            True,
+            "mean IoU of the mask with the label masks",
+            label="IoU (labels)",
+            percent=True,
+        ),
     )
+    DEFAULT_LIMITS: ClassVar[Mapping[PrecisionClass, Mapping[str, MetricBudget]]] = minimums(
+        "iou", 0.98, 0.95, 0.9, 0.85
+    )
+    LABEL_DROPS: ClassVar[tuple[str, ...]] = ("label_iou",)
+    HEADLINE: ClassVar[tuple[str, ...]] = ("label_iou", "iou")
+    EVALUATOR: ClassVar[str] = "edgereg.tasks.dense_map_eval"
+    PURPOSE: ClassVar[str] = "text or object detection probability maps, binary masks"

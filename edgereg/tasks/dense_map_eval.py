@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgereg.tasks.dense_map import DenseMapTask
-from edgereg.tasks.scoring import TaskDataError, TaskScores, task_rows
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores, task_rows
 
 
 def _masks(rows: np.ndarray, threshold: float) -> np.ndarray:
@@ -56,3 +56,8 @@ def dense_map_scores(
         trivial={"label_iou": trivial},
         vacuous=vacuous,
     )
+
+
+def evaluate(task: DenseMapTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`dense_map_scores`)."""
+    return dense_map_scores(task, data.reference, data.variant, data.labels)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from edgereg.tasks._spec import TaskMetric, _Task
+from edgereg.config._budgets import MetricBudget
+from edgereg.tasks._spec import PrecisionClass, TaskConfig, TaskMetric, minimums
 
 
-class EmbeddingTask(_Task):
+class EmbeddingTask(TaskConfig):
     """Embeddings compared by cosine: agreement and nearest neighbours over the set."""
 
     kind: Literal["embedding"]
@@ -21,6 +23,7 @@ class EmbeddingTask(_Task):
             True,
             "worst cosine similarity of an embedding with the reference's",
             (-1.0, 1.0),
+            label="embedding cosine",
         ),
         TaskMetric(
             "neighbour_agreement",
@@ -28,17 +31,29 @@ class EmbeddingTask(_Task):
             True,
             "share of samples whose nearest "
             "neighbour in the set is the reference's nearest neighbour",
+            label="neighbour agreement",
+            percent=True,
         ),
         TaskMetric(
             "neighbour_recall",
             "reference",
             True,
             "share of samples whose reference nearest neighbour is among the variant's k nearest",
+            label="neighbour recall",
+            percent=True,
         ),
         TaskMetric(
             "label_neighbour_accuracy",
             "labels",
             True,
             "share of samples whose nearest neighbour has the same label",
+            label="neighbour accuracy (labels)",
+            percent=True,
         ),
     )
+    DEFAULT_LIMITS: ClassVar[Mapping[PrecisionClass, Mapping[str, MetricBudget]]] = minimums(
+        "neighbour_agreement", 0.98, 0.97, 0.95, 0.95
+    )
+    HEADLINE: ClassVar[tuple[str, ...]] = ("neighbour_agreement",)
+    EVALUATOR: ClassVar[str] = "edgereg.tasks.embedding_eval"
+    PURPOSE: ClassVar[str] = "sentence or image embeddings compared by cosine"

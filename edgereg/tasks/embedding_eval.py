@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgereg.tasks.embedding import EmbeddingTask
-from edgereg.tasks.scoring import TaskDataError, TaskScores, row_cosines, task_rows
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores, row_cosines, task_rows
 
 
 def _neighbours(rows: np.ndarray) -> np.ndarray:
@@ -53,3 +53,8 @@ def embedding_scores(
         metric_info=info,
         trivial={"label_neighbour_accuracy": random},
     )
+
+
+def evaluate(task: EmbeddingTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`embedding_scores`)."""
+    return embedding_scores(task, data.reference, data.variant, data.labels)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from edgereg.tasks._spec import TaskMetric, _Task
+from edgereg.config._budgets import MetricBudget
+from edgereg.tasks._spec import PrecisionClass, TaskConfig, TaskMetric, minimums
 
 
-class FrameDecisionTask(_Task):
+class FrameDecisionTask(TaskConfig):
     """Binary decisions per frame or chunk (voice activity, wake word) at a threshold."""
 
     kind: Literal["frame_decision"]
@@ -20,6 +22,22 @@ class FrameDecisionTask(_Task):
             "reference",
             True,
             "share of frames decided as the reference decides them",
+            label="frame agreement",
+            percent=True,
         ),
-        TaskMetric("f1", "labels", True, "F1 of the positive frames against the labels"),
+        TaskMetric(
+            "f1",
+            "labels",
+            True,
+            "F1 of the positive frames against the labels",
+            label="F1",
+            percent=True,
+        ),
     )
+    DEFAULT_LIMITS: ClassVar[Mapping[PrecisionClass, Mapping[str, MetricBudget]]] = minimums(
+        "frame_agreement", 0.99, 0.98, 0.95, 0.95
+    )
+    LABEL_DROPS: ClassVar[tuple[str, ...]] = ("f1",)
+    HEADLINE: ClassVar[tuple[str, ...]] = ("f1", "frame_agreement")
+    EVALUATOR: ClassVar[str] = "edgereg.tasks.frame_decision_eval"
+    PURPOSE: ClassVar[str] = "a yes/no per frame or chunk: voice activity, wake word"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgereg.tasks.frame_decision import FrameDecisionTask
-from edgereg.tasks.scoring import TaskDataError, TaskScores, task_rows
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores, task_rows
 
 
 def _f1(predicted: np.ndarray, truth: np.ndarray) -> float:
@@ -52,3 +52,8 @@ def frame_decision_scores(
         trivial={"f1": always},
         vacuous=vacuous,
     )
+
+
+def evaluate(task: FrameDecisionTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`frame_decision_scores`)."""
+    return frame_decision_scores(task, data.reference, data.variant, data.labels)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgereg.tasks.generic import GenericTask
-from edgereg.tasks.scoring import TaskScores, task_rows
+from edgereg.tasks.scoring import TaskData, TaskScores, task_rows
 
 #: A per-step output is a distribution over classes when every step's values lie
 #: in [0, 1] and sum to 1 within this: a softmax, as a CTC recogniser or a
@@ -60,3 +60,8 @@ def generic_scores(task: GenericTask, reference: np.ndarray, variant: np.ndarray
             f"class per step of {ref_rows.shape[1]}, repeats merged)"
         },
     )
+
+
+def evaluate(task: GenericTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`generic_scores`)."""
+    return generic_scores(task, data.reference, data.variant)

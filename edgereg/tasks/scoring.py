@@ -5,10 +5,13 @@ Pure: arrays in, numbers out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from edgereg.config._budgets import MetricBudget
 from edgereg.tasks._spec import TaskMetric
 
 
@@ -44,10 +47,45 @@ class TaskScores:
     #: Per-class values behind a metric (segmentation: IoU per class name), for
     #: metrics.json's ``per_class``.
     per_class: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Gates the evaluation itself sets (a classifier's chance level, a custom
+    #: evaluator's own); models.toml overrides them.
+    own_gates: dict[str, MetricBudget] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """What an evaluator scores: one evaluation set, run by the reference and the variant.
+
+    Attributes:
+        reference: The task's output from the fp32 ONNX Runtime model, ``(N, *shape)``.
+        variant: The same output from the variant.
+        labels: The evaluation set's ``labels``, or None.
+        classes: The model's ``classes`` (class names in index order), or None.
+        charset: A CTC task's characters (blank excluded), or None.
+        inputs: Every input, model-ready (state inputs excluded), for a custom evaluator.
+        reference_outputs: Every output of the reference.
+        variant_outputs: Every output of the variant.
+        root: The directory of models.toml (a custom evaluator is imported from it).
+    """
+
+    reference: np.ndarray
+    variant: np.ndarray
+    labels: np.ndarray | None
+    classes: Sequence[str] | None
+    charset: Sequence[str] | None
+    inputs: Mapping[str, np.ndarray]
+    reference_outputs: Mapping[str, np.ndarray]
+    variant_outputs: Mapping[str, np.ndarray]
+    root: Path
 
 
 class TaskShapeError(TaskDataError):
     """Labels whose shape cannot be the output's: a configuration error naming both shapes."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        #: How to fix the evaluation set, for the configuration error.
+        self.hint = hint
 
 
 def task_rows(outputs: np.ndarray) -> np.ndarray:

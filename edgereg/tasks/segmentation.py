@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from edgereg.tasks._spec import TaskMetric, _Task
+from edgereg.config._budgets import MetricBudget
+from edgereg.tasks._spec import PrecisionClass, TaskConfig, TaskMetric
 
 
-class SegmentationTask(_Task):
+def _limits(mean: float, worst: float) -> dict[str, MetricBudget]:
+    # The mean like dense_map's IoU; every class, the tail too, like a classifier's
+    # per-class recall; and on labels no class may lose more than a tenth of its IoU.
+    return {
+        "mean_iou": MetricBudget(min=mean),
+        "min_class_iou": MetricBudget(min=worst),
+        "class_iou_drop": MetricBudget(max=0.1),
+    }
+
+
+class SegmentationTask(TaskConfig):
     """A class per pixel (semantic segmentation): IoU per class, its mean and its worst."""
 
     kind: Literal["segmentation"]
@@ -32,6 +44,7 @@ class SegmentationTask(_Task):
             "reference",
             True,
             "mean over classes of the IoU of the variant's class map with the reference's",
+            percent=True,
         ),
         TaskMetric(
             "min_class_iou",
@@ -39,7 +52,13 @@ class SegmentationTask(_Task):
             True,
             "the worst class's IoU with the reference's class map: a tail class the mean hides",
         ),
-        TaskMetric("label_mean_iou", "labels", True, "mean IoU per class with the label masks"),
+        TaskMetric(
+            "label_mean_iou",
+            "labels",
+            True,
+            "mean IoU per class with the label masks",
+            percent=True,
+        ),
         TaskMetric(
             "class_iou_drop",
             "labels",
@@ -48,3 +67,13 @@ class SegmentationTask(_Task):
             (-1.0, 1.0),
         ),
     )
+    DEFAULT_LIMITS: ClassVar[Mapping[PrecisionClass, Mapping[str, MetricBudget]]] = {
+        "fp32": _limits(0.98, 0.95),
+        "fp16": _limits(0.95, 0.9),
+        "weight": _limits(0.9, 0.8),
+        "int8": _limits(0.85, 0.7),
+    }
+    LABEL_DROPS: ClassVar[tuple[str, ...]] = ("label_mean_iou",)
+    HEADLINE: ClassVar[tuple[str, ...]] = ("label_mean_iou", "mean_iou")
+    EVALUATOR: ClassVar[str] = "edgereg.tasks.segmentation_eval"
+    PURPOSE: ClassVar[str] = "a class per pixel (semantic segmentation)"

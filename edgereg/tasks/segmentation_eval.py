@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgereg.tasks.scoring import TaskDataError, TaskScores, TaskShapeError, task_rows
+from edgereg.tasks.scoring import TaskData, TaskDataError, TaskScores, TaskShapeError, task_rows
 from edgereg.tasks.segmentation import SegmentationTask
 
 
@@ -99,7 +99,9 @@ def segmentation_scores(
         raise TaskShapeError(
             f"label masks have shape {list(labels.shape[1:])} per sample, but the output's "
             f"class map is {list(ref_map.shape[1:])} (output {list(ref.shape[1:])}, class "
-            f"axis {task.class_axis}); store one class index per pixel, shaped like the map"
+            f"axis {task.class_axis}); store one class index per pixel, shaped like the map",
+            hint="Make the masks one class index per pixel of the output (or fix the task's "
+            "class_axis), and pin the new file.",
         )
     if not np.issubdtype(truth.dtype, np.integer):
         raise TaskDataError(
@@ -141,3 +143,8 @@ def segmentation_scores(
         vacuous=vacuous,
         per_class=per_class,
     )
+
+
+def evaluate(task: SegmentationTask, data: TaskData) -> TaskScores:
+    """The task's scores (see :func:`segmentation_scores`)."""
+    return segmentation_scores(task, data.reference, data.variant, data.labels, data.classes)
