@@ -19,7 +19,7 @@ class ClassificationTask(TaskConfig):
             "top1_agreement",
             "reference",
             True,
-            "share of samples whose top-1 class matches the reference's",
+            "share of samples whose top-1 class is the reference's",
             label="top-1 agreement",
             percent=True,
         ),

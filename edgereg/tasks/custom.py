@@ -22,7 +22,7 @@ class CustomTask(TaskConfig):
     ] = Field(description="module:function, imported with the models.toml directory on sys.path.")
     OWN_METRICS: ClassVar[bool] = True
     EVALUATOR: ClassVar[str] = "edgereg.tasks.custom_eval"
-    PURPOSE: ClassVar[str] = "your own metrics"
+    PURPOSE: ClassVar[str] = "your own metrics ([below](#custom-evaluators))"
 
     def metric(self, name: str) -> TaskMetric | None:
         """Any name: the evaluator says what it measures when it runs.

@@ -21,7 +21,7 @@ class FrameDecisionTask(TaskConfig):
             "frame_agreement",
             "reference",
             True,
-            "share of frames decided as the reference decides them",
+            "share of frames (score > `threshold`) decided as the reference decides them",
             label="frame agreement",
             percent=True,
         ),

@@ -19,7 +19,7 @@ class GenericTask(TaskConfig):
             "reference",
             True,
             "share of samples whose best class per step, repeats merged, is the reference's "
-            "(measured when the output holds a class distribution per step)",
+            "(only on an output that holds a class distribution per step)",
         ),
     )
     # Measured only on a per-step distribution; the same bar as a CTC task's

@@ -43,7 +43,8 @@ class SegmentationTask(TaskConfig):
             "mean_iou",
             "reference",
             True,
-            "mean over classes of the IoU of the variant's class map with the reference's",
+            "mean over classes of the IoU of the variant's class map (highest score per pixel) "
+            "with the reference's",
             percent=True,
         ),
         TaskMetric(
@@ -56,7 +57,7 @@ class SegmentationTask(TaskConfig):
             "label_mean_iou",
             "labels",
             True,
-            "mean IoU per class with the label masks",
+            "mean over the labelled classes of the IoU with the label masks",
             percent=True,
         ),
         TaskMetric(
