@@ -29,6 +29,7 @@ from edgereg.tasks.dense_map import DenseMapTask
 from edgereg.tasks.embedding import EmbeddingTask
 from edgereg.tasks.frame_decision import FrameDecisionTask
 from edgereg.tasks.generic import GenericTask
+from edgereg.tasks.regression import RegressionTask
 from edgereg.tasks.segmentation import SegmentationTask
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ Task = Annotated[
         EmbeddingTask,
         FrameDecisionTask,
         GenericTask,
+        RegressionTask,
         CustomTask,
     ],
     BeforeValidator(_task_shorthand),
