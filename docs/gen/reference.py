@@ -7,7 +7,8 @@
 - docs/reference/exit-codes.md from ``edgereg.errors.ExitCode``, with each
   code's long meaning from ``EXIT_CODE_ROWS`` below.
 - the task kinds' tables in docs/models-toml.md (kinds and settings, metrics,
-  default budgets) from the specs in ``edgereg/tasks/``, between marker lines.
+  default budgets) and docs/build.md (labels) from the specs in
+  ``edgereg/tasks/``, between marker lines.
 
 Run from anywhere, after changing edgereg/config/ or a command::
 
@@ -20,6 +21,7 @@ tests/test_docs.py runs the same comparison.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import re
@@ -826,31 +828,43 @@ def task_tables() -> dict[str, list[str]]:
         if limits:
             label_rows.append([kind, ", ".join(limits)])
     labels = _table(["task", "label metric default"], label_rows)
+    datasets = _table(
+        ["task", "`labels`", "example"],
+        [[kind, *task.LABELS] for kind, task in TASK_CLASSES.items()],
+    )
     return {
         "task-kinds": kinds,
         "task-metrics": metrics,
         "default-budgets": defaults,
         "label-defaults": labels,
+        "task-labels": datasets,
     }
 
 
-def models_toml_guide() -> str:
-    """docs/models-toml.md with its task tables as edgereg/tasks gives them."""
-    text = (DOCS / "models-toml.md").read_text(encoding="utf-8")
-    tables = task_tables()
+#: The hand-written pages that hold generated task tables, and which.
+GUIDE_TABLES = {
+    "models-toml.md": ("task-kinds", "task-metrics", "default-budgets", "label-defaults"),
+    "build.md": ("task-labels",),
+}
+
+
+def _guide(page: str) -> str:
+    """A guide page with its task tables as edgereg/tasks gives them."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    tables = {name: lines for name, lines in task_tables().items() if name in GUIDE_TABLES[page]}
     found = set()
 
     def fill(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in tables:
-            raise SystemExit(f"docs/models-toml.md: no generated table called {name!r}")
+            raise SystemExit(f"docs/{page}: no generated table called {name!r}")
         found.add(name)
         return match[1] + "\n".join(tables[name]) + "\n" + match[3]
 
     text = _TABLE.sub(fill, text)
     missing = sorted(set(tables) - found)
     if missing:
-        raise SystemExit(f"docs/models-toml.md: the generated tables {missing} have no place")
+        raise SystemExit(f"docs/{page}: the generated tables {missing} have no place")
     return text
 
 
@@ -860,7 +874,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/models-toml.md": models_toml_reference,
     "reference/cli.md": cli_reference,
     "reference/exit-codes.md": exit_codes_reference,
-    "models-toml.md": models_toml_guide,
+    **{page: functools.partial(_guide, page) for page in GUIDE_TABLES},
 }
 
 

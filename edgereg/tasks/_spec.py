@@ -97,6 +97,8 @@ class TaskConfig(_Strict):
     CLASS_RECALL: ClassVar[bool] = False
     #: What the kind is for, one line for the docs.
     PURPOSE: ClassVar[str] = ""
+    #: The docs' datasets table: what a row of ``labels`` is, and an example.
+    LABELS: ClassVar[tuple[str, str]] = ("not read", "")
 
     def metric(self, name: str) -> TaskMetric | None:
         """The metric called ``name``, or None when the task does not measure it."""

@@ -43,3 +43,7 @@ class ClassificationTask(TaskConfig):
     NEEDS_LABELS: ClassVar[bool] = True
     CLASS_RECALL: ClassVar[bool] = True
     PURPOSE: ClassVar[str] = "scores over classes; labels required"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "class id per sample, integers",
+        "`(N,)` int64",
+    )

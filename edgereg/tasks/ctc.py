@@ -62,6 +62,10 @@ class CtcTask(TaskConfig):
     HEADLINE: ClassVar[tuple[str, ...]] = ("label_line_accuracy", "line_match")
     EVALUATOR: ClassVar[str] = "edgereg.tasks.ctc_eval"
     PURPOSE: ClassVar[str] = "sequence recognition with CTC (text lines, speech)"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "the text of each line, a unicode string array",
+        "`(N,)` `<U16`",
+    )
 
     def pinned_files(self) -> dict[str, PinnedFile]:
         """The charset."""

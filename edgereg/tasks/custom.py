@@ -23,6 +23,10 @@ class CustomTask(TaskConfig):
     OWN_METRICS: ClassVar[bool] = True
     EVALUATOR: ClassVar[str] = "edgereg.tasks.custom_eval"
     PURPOSE: ClassVar[str] = "your own metrics ([below](#custom-evaluators))"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "anything your evaluator reads",
+        "",
+    )
 
     def metric(self, name: str) -> TaskMetric | None:
         """Any name: the evaluator says what it measures when it runs.

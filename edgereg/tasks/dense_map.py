@@ -43,3 +43,7 @@ class DenseMapTask(TaskConfig):
     HEADLINE: ClassVar[tuple[str, ...]] = ("label_iou", "iou")
     EVALUATOR: ClassVar[str] = "edgereg.tasks.dense_map_eval"
     PURPOSE: ClassVar[str] = "text or object detection probability maps, binary masks"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "a mask shaped like one output row, 0/1 (anything > 0 is foreground)",
+        "`(N, 1, 64, 64)` uint8 for an output `[1, 1, 64, 64]`",
+    )

@@ -56,3 +56,7 @@ class EmbeddingTask(TaskConfig):
     HEADLINE: ClassVar[tuple[str, ...]] = ("neighbour_agreement",)
     EVALUATOR: ClassVar[str] = "edgereg.tasks.embedding_eval"
     PURPOSE: ClassVar[str] = "sentence or image embeddings compared by cosine"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "a group id per sample (paraphrases, one identity)",
+        "`(N,)` int64",
+    )

@@ -41,3 +41,7 @@ class FrameDecisionTask(TaskConfig):
     HEADLINE: ClassVar[tuple[str, ...]] = ("f1", "frame_agreement")
     EVALUATOR: ClassVar[str] = "edgereg.tasks.frame_decision_eval"
     PURPOSE: ClassVar[str] = "a yes/no per frame or chunk: voice activity, wake word"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "0/1 per decision, shaped like one output row",
+        "`(N,)` or `(N, 1)` for one score per chunk",
+    )

@@ -55,3 +55,7 @@ class RegressionTask(TaskConfig):
     PURPOSE: ClassVar[str] = (
         "values read as they are (a depth map, an age, coordinates); set limits in their units"
     )
+    LABELS: ClassVar[tuple[str, str]] = (
+        "one number per output value, shaped like one output row",
+        "`(N, 1, 64, 64)` float32 for an output `[1, 1, 64, 64]`",
+    )

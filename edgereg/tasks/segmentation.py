@@ -78,3 +78,7 @@ class SegmentationTask(TaskConfig):
     HEADLINE: ClassVar[tuple[str, ...]] = ("label_mean_iou", "mean_iou")
     EVALUATOR: ClassVar[str] = "edgereg.tasks.segmentation_eval"
     PURPOSE: ClassVar[str] = "a class per pixel (semantic segmentation)"
+    LABELS: ClassVar[tuple[str, str]] = (
+        "a class index per pixel, shaped like the output's class map",
+        "`(N, 512, 512)` uint8 for an output `[1, 4, 512, 512]`",
+    )
