@@ -5,10 +5,11 @@ ignored setting. Errors name the file, the dotted key path and what is allowed
 (see :func:`load`).
 
 One module per concern, all private; this package is the public surface:
-tables (``_toolchain``, ``_inputs``, ``_budgets``, ``_tasks``, ``_models``,
-``_guardrails``, ``_rollout``, ``_registry``, ``_bundles``), the whole file and its
+tables (``_toolchain``, ``_inputs``, ``_budgets``, ``_models``, ``_guardrails``,
+``_rollout``, ``_registry``, ``_bundles``), the whole file and its
 cross-table rules (``_config``), a variant resolved against its model
-(``_recipe``), loading (``_load``) and error rendering (``_errors``).
+(``_recipe``), loading (``_load``) and error rendering (``_errors``). The task
+kinds live in :mod:`edgereg.tasks`, one module each; their tables are re-exported here.
 """
 
 from __future__ import annotations
@@ -54,19 +55,6 @@ if TYPE_CHECKING:
     from edgereg.config._recipe import ResolvedVariant
     from edgereg.config._registry import Registry, RegistrySettings, Reports, load_registry
     from edgereg.config._rollout import Guardrails, RolloutPolicy
-    from edgereg.config._tasks import (
-        TASK_KINDS,
-        ClassificationTask,
-        CtcTask,
-        CustomTask,
-        DenseMapTask,
-        EmbeddingTask,
-        FrameDecisionTask,
-        GenericTask,
-        SegmentationTask,
-        Task,
-        TaskMetric,
-    )
     from edgereg.config._tiers import Tier
     from edgereg.config._toml import MAX_CONFIG_BYTES, read_config_text
     from edgereg.config._toolchain import Toolchain
@@ -83,6 +71,19 @@ if TYPE_CHECKING:
         Sha256,
         TierRules,
         VersionPin,
+    )
+    from edgereg.tasks import (
+        TASK_KINDS,
+        ClassificationTask,
+        CtcTask,
+        CustomTask,
+        DenseMapTask,
+        EmbeddingTask,
+        FrameDecisionTask,
+        GenericTask,
+        SegmentationTask,
+        Task,
+        TaskMetric,
     )
 
 # The names below load with their module on first use (PEP 562): a command that
@@ -101,18 +102,18 @@ _WHERE = {
     "Budgets": "edgereg.config._budgets",
     "Bundle": "edgereg.config._bundles",
     "CalibrationSet": "edgereg.config._inputs",
-    "ClassificationTask": "edgereg.config._tasks",
+    "ClassificationTask": "edgereg.tasks",
     "Config": "edgereg.config._config",
     "ConfigError": "edgereg.errors",
     "ConverterOptions": "edgereg.config._models",
-    "CtcTask": "edgereg.config._tasks",
-    "CustomTask": "edgereg.config._tasks",
+    "CtcTask": "edgereg.tasks",
+    "CustomTask": "edgereg.tasks",
     "DEFAULT_CONFIG_FILE": "edgereg.config._names",
     "DEFAULT_TRUSTED_KEYS": "edgereg.config._names",
-    "DenseMapTask": "edgereg.config._tasks",
-    "EmbeddingTask": "edgereg.config._tasks",
-    "FrameDecisionTask": "edgereg.config._tasks",
-    "GenericTask": "edgereg.config._tasks",
+    "DenseMapTask": "edgereg.tasks",
+    "EmbeddingTask": "edgereg.tasks",
+    "FrameDecisionTask": "edgereg.tasks",
+    "GenericTask": "edgereg.tasks",
     "Guardrails": "edgereg.config._rollout",
     "InputDtype": "edgereg.config._inputs",
     "InputSpec": "edgereg.config._inputs",
@@ -143,14 +144,14 @@ _WHERE = {
     "Requirements": "edgereg.protocol.fields",
     "ResolvedVariant": "edgereg.config._recipe",
     "RolloutPolicy": "edgereg.config._rollout",
-    "SegmentationTask": "edgereg.config._tasks",
+    "SegmentationTask": "edgereg.tasks",
     "RuntimeHints": "edgereg.protocol.fields",
     "SemVer": "edgereg.protocol.fields",
     "Sha256": "edgereg.protocol.fields",
     "StatePair": "edgereg.config._inputs",
-    "Task": "edgereg.config._tasks",
-    "TASK_KINDS": "edgereg.config._tasks",
-    "TaskMetric": "edgereg.config._tasks",
+    "Task": "edgereg.tasks",
+    "TASK_KINDS": "edgereg.tasks",
+    "TaskMetric": "edgereg.tasks",
     "Tier": "edgereg.config._tiers",
     "TierRules": "edgereg.protocol.fields",
     "Toolchain": "edgereg.config._toolchain",
