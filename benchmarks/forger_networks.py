@@ -17,7 +17,7 @@ every rollout period, and prints how each rollout ended. The attacks
 is read against (a rollout a forger leaves at 5 % for 21 days was stopped
 at its start).
 
-Usage: .venv/bin/python benchmarks/forger_networks.py [--devices 2000] [--seeds 1]
+Usage: .venv/bin/python benchmarks/forger_networks.py [--devices 2000] [--seeds 1] [--first-seed 0]
        [--networks 0,3,10,30] [--attacks fail,stable-fail,pass] [--workers 2]
 """
 
@@ -55,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--networks", default="0,3,10,30")
     parser.add_argument("--attacks", default=",".join(ATTACKS))
     parser.add_argument("--workers", type=int, default=2)
@@ -63,7 +64,7 @@ def main() -> None:
         (attack, int(k), args.devices, seed)
         for attack in args.attacks.split(",")
         for k in args.networks.split(",")
-        for seed in range(args.seeds)
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
     ]
     print(f"{args.devices:,} devices, default policy, 21 days at most")
     print("| attack | the forger wants | /24s | seed | outcome | days |")

@@ -13,7 +13,7 @@ at most :data:`MAX_REPORT_BYTES`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -51,7 +51,7 @@ MAX_REPORT_BYTES = 4096
 Milliseconds = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 Token = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ShortText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._ -]{1,32}$")]
-_VERSION_BODY = RuntimeVersion.__metadata__[0].pattern.removeprefix("^").removesuffix("$")
+_VERSION_BODY = get_args(RuntimeVersion)[1].pattern.removeprefix("^").removesuffix("$")
 #: The OS's version: the short text earlier clients sent, or any version of §7's grammar
 #: (at most 64 characters): one grammar for the device's versions (issue 30 item 21).
 OsVersion = Annotated[
