@@ -683,9 +683,18 @@ def test_a_release_never_reported_here_is_not_reported_by_the_period(
         (DeviceFacts(os_version="14/beta"), {"os_version": None}),
     ],
     ids=[
-        "leading-v", "pre-release", "build", "too-long", "not-a-version", "bad-cpu-class",
-        "os-build", "os-plus-build", "os-42-characters", "os-too-long", "os-not-a-version",
-    ],  # fmt: skip
+        "leading-v",
+        "pre-release",
+        "build",
+        "too-long",
+        "not-a-version",
+        "bad-cpu-class",
+        "os-build",
+        "os-plus-build",
+        "os-42-characters",
+        "os-too-long",
+        "os-not-a-version",
+    ],
 )
 def test_a_device_fact_the_report_cannot_carry_is_sent_as_null(
     collector: Collector, tmp_path: Path, facts: DeviceFacts, sent: dict[str, object]

@@ -896,8 +896,9 @@ REC = {"unit": "ocr", "model": "rec", "version": "3.1.0", "unit_version": "1.1.0
         pytest.param({"version": "3.0.0"}, "version-mismatch", id="the-stables-member-version"),
         pytest.param({"version": "9.9.9"}, "version-mismatch", id="made-up-member-version"),
         pytest.param({"variant": "mid-int8"}, "unknown-variant", id="variant-never-built"),
-        pytest.param({"model": "det", "version": "2.0.0"}, "unknown-variant",
-                     id="another-members-variant"),  # fmt: skip
+        pytest.param(
+            {"model": "det", "version": "2.0.0"}, "unknown-variant", id="another-members-variant"
+        ),
         pytest.param(
             {"arm": "stable", "unit_version": "1.0.0", "version": "3.1.0"},
             "version-mismatch",
@@ -932,8 +933,14 @@ def test_a_bundle_member_report_of_what_the_release_does_not_hold_is_refused(
                 {"variant": "low-int8", "tier": "low"},
                 {"model": "det", "version": "2.0.0", "variant": "high-fp16"},
                 {"arm": "stable", "unit_version": "1.0.0", "version": "3.0.0"},
-                {"arm": "stable", "unit_version": "1.0.0", "model": "det", "version": "2.0.0",
-                 "variant": "low-fp16", "tier": "low"},  # fmt: skip
+                {
+                    "arm": "stable",
+                    "unit_version": "1.0.0",
+                    "model": "det",
+                    "version": "2.0.0",
+                    "variant": "low-fp16",
+                    "tier": "low",
+                },
             ),
             start=2,
         ):
