@@ -311,6 +311,7 @@ PLATFORM_TYPES: dict[str, frozenset[str]] = {
             """
         URL String FileManager ProcessInfo Int64 Int32 Int Data Date NSNumber Dictionary
         MNNModel MNNModelError MNNRunner MNNSession BGTaskScheduler BGProcessingTaskRequest
+        MNNNet Open NSLock
         Bundle Sendable CancellationError NSHomeDirectory NWPath UIDevice
         MNNModule MNNModuleRunner MNNModuleSession Set
         """
@@ -455,8 +456,10 @@ def test_swift_calls_use_the_labels_the_package_declares() -> None:
 
 
 # Android's classes are not on this machine: the least of them the Java start names, so
-# javac checks the start against the library's real sources (the library is not stood in for).
+# javac checks the start against the library's real sources (the library is not stood in for)
+# and the guide's MNN runner, clients/android/examples/mnn (MNN's wrapper is a compile-only stub).
 ANDROID_STAND_INS = """
+import com.example.models.MnnRunner;
 import dev.edgereg.*;
 import java.io.File;
 import java.util.List;
@@ -467,12 +470,6 @@ final class Build {
 }
 final class BuildConfig { static final String VERSION_NAME = "1.0.0"; }
 final class Context { File getFilesDir() { return new File("."); } }
-final class MnnRunner implements ModelRunner {
-    public ModelRunner.Session load(File model, String backend, int threads, String precision)
-            throws Exception {
-        throw new ModelRunner.BackendUnavailableException("a stand-in");
-    }
-}
 public final class GuideStart {
     static byte[] readAsset(String name) { return new byte[0]; }
     static void start(Context ctx, String installId, long ramMb) {
@@ -490,7 +487,12 @@ def test_the_java_start_compiles_against_the_library(tmp_path: Path) -> None:
     blocks = [code for tag, code in _fences(ANDROID.section("Ten-line start")) if tag == "java"]
     assert len(blocks) == 1, "android: the start has one Java block"
     (tmp_path / "GuideStart.java").write_text(ANDROID_STAND_INS % blocks[0], encoding="utf-8")
-    sources = [str(path) for path in sorted(JAVA_SRC.rglob("*.java"))]
+    examples = REPO_ROOT / "clients" / "android" / "examples" / "mnn"
+    sources = [
+        str(path)
+        for root in (JAVA_SRC, examples / "java", examples / "stub")
+        for path in sorted(root.rglob("*.java"))
+    ]
     run = subprocess.run(
         [
             javac,
@@ -514,7 +516,7 @@ import EdgeReg
 import Foundation
 
 enum MNNModelError: Error { case unavailable, loadFailed, badInput }
-final class MNNModel {
+final class MNNModel {  // as Swift imports MNNModel.h (an ObjC class: not Sendable)
     init(path: String, backend: String, threads: Int32, precision: String) throws {
         if backend != "cpu" { throw MNNModelError.unavailable }
     }
@@ -555,7 +557,8 @@ def test_the_swift_code_compiles_against_the_package(tmp_path: Path) -> None:
             parts.append(body)
         else:  # statements: inside a function that has what they use
             parts.append(
-                f"func block{number}(client: EdgeRegClient, elapsedMs: Double, ms: Double)"
+                f"func block{number}(client: EdgeRegClient, elapsedMs: Double, ms: Double,"
+                " installID: String, registryPEM: String, appVersion: String)"
                 f" async throws {{\n{body}\n}}"
             )
     sources = tmp_path / "Sources" / "GuideCheck"
