@@ -1,14 +1,11 @@
 // iOS only (excluded from the package's build: MNNModel is the app's Objective-C++ class,
-// MNNModel.h in its bridging header). The runner the client is given:
-//
-//     let config = ClientConfiguration(..., runner: MNNRunner.mnn, selfTest: true)
+// MNNModel.h in its bridging header). The client is given `runner: MNNRunner.mnn`.
 import EdgeReg
 import Foundation
 
 extension MNNModel: MNNNet {}
 
 extension MNNRunner {
-    /// MNN's iOS framework through MNNModel; MNNModelErrorUnavailable is "no such backend here".
     static let mnn = MNNRunner(
         open: { path, backend, threads, precision in
             try MNNModel(path: path, backend: backend, threads: threads, precision: precision)

@@ -1,4 +1,5 @@
-// The Objective-C++ wrapper of docs/guides/ios.md (the same text): MNN's iOS framework is C++.
+// The Objective-C++ wrapper docs/guides/ios.md links to (its header is shown there): MNN's
+// iOS framework is C++. Copy MNNModel.h and this file into the app, MNNModel.h in its bridging header.
 // Not compiled here (no Apple SDK, no MNN iOS framework); excluded from the package's build.
 #import "MNNModel.h"
 #include <MNN/Interpreter.hpp>
