@@ -730,7 +730,8 @@ def test_android_install_names_the_jar_make_sdk_builds() -> None:
     assert "Java 8" in ANDROID.text
     assert "minSdk = 24" in install
     table = (REPO_ROOT / "clients/android/api/android-24.txt").read_text(encoding="utf-8")
-    assert "API level 24" in table and "24/public/api/android.txt" in table
+    assert "API level 24" in table
+    assert "24/public/api/android.txt" in table
     pom = (REPO_ROOT / "clients" / "android" / "pom.xml").read_text(encoding="utf-8")
     bc = re.search(
         r"<artifactId>(bcprov[\w-]*)</artifactId>\s*<version>([\d.]+)</version>\s*<optional>true",
