@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,7 +28,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
@@ -239,23 +240,22 @@ _KEPT_UNLESS_NEWER_HAS = (
 )
 
 
-#: Rows per INSERT statement at most (SQLite allows 32766 parameters, PostgreSQL
-#: 65535); statements hold a power of two of rows, so that a handful of
-#: distinct statements serve every batch size and stay prepared in the driver's cache.
-ROWS_PER_STATEMENT = 256
+#: Rows per INSERT statement at most. A batch of up to this many rows is one
+#: statement of exactly its size (a server's group commit is then one step of the
+#: database, and one release of the GIL, per batch: each step's return waits for
+#: the GIL behind the request threads); a larger one is statements of this size and
+#: one of the rest. Each size is prepared once per connection and stays in the
+#: driver's statement cache (SQLite: about 80 KB per prepared 32-row upsert).
+ROWS_PER_STATEMENT = 32
 
 
 def statement_sizes(rows: int) -> list[int]:
-    """How many rows each statement of a batch takes: powers of two, largest first."""
-    sizes = []
-    while rows:
-        size = min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
-        sizes.append(size)
-        rows -= size
-    return sizes
+    """How many rows each statement of a batch takes: full statements, then the rest."""
+    full, rest = divmod(rows, ROWS_PER_STATEMENT)
+    return [ROWS_PER_STATEMENT] * full + ([rest] if rest else [])
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=4 * ROWS_PER_STATEMENT)
 def upsert_sql(
     placeholder: str, rows: int = 1, *, greatest: str = "MAX", least: str = "MIN"
 ) -> str:
@@ -552,6 +552,28 @@ def report_row(report: Report, received_at: datetime, source: str | None = None)
     )
 
 
+class Prepared(NamedTuple):
+    """A report as the store writes it (:func:`prepare`): its key, row and metric rows."""
+
+    key: tuple[str, str]
+    row: tuple[Any, ...]
+    metrics: dict[tuple[str, str], tuple[Any, ...]]
+
+
+def prepare(report: Report, received_at: datetime, source: str | None = None) -> Prepared:
+    """The rows of one report, made before the write.
+
+    A server makes them in the request's thread, so the one thread that writes a
+    batch (:class:`~edgereg.reports.batch.GroupCommit`) only hands them to the database.
+
+    Raises:
+        ValueError: ``received_at`` has no time zone.
+    """
+    row = report_row(report, received_at, source)
+    metrics = {(m[0], m[1]): m for m in metric_rows(report, row[-1], source)}
+    return Prepared((report.token, report.model), row, metrics)
+
+
 class ReportStoreError(StorageError):
     """The report store cannot be reached, read or written (usually retryable)."""
 
@@ -664,32 +686,52 @@ class ReportStore(abc.ABC):
             conn.commit()
         self._schema_checked = True
 
+    def _statements(
+        self, rows: Sequence[tuple[Any, ...]], metrics: Sequence[tuple[Any, ...]] = ()
+    ) -> list[tuple[str, list[Any]]]:
+        """The upserts of rows and metric rows (distinct keys each): a few multi-row statements."""
+        statements = []
+        start = 0
+        for size in statement_sizes(len(rows)):
+            chunk = rows[start : start + size]
+            start += size
+            statements.append(
+                (
+                    upsert_sql(self.placeholder, size, greatest=self.greatest, least=self.least),
+                    list(itertools.chain.from_iterable(chunk)),
+                )
+            )
+        start = 0
+        for size in statement_sizes(len(metrics)):
+            chunk = metrics[start : start + size]
+            start += size
+            statements.append(
+                (
+                    metric_upsert_sql(self.placeholder, size, greatest=self.greatest),
+                    list(itertools.chain.from_iterable(chunk)),
+                )
+            )
+        return statements
+
     def _write_rows(
         self,
         cursor: Any,
         rows: Sequence[tuple[Any, ...]],
         metrics: Sequence[tuple[Any, ...]] = (),
     ) -> None:
-        """Upsert rows and metric rows (distinct keys each) in the open transaction.
+        """Upsert rows and metric rows (distinct keys each) in the open transaction."""
+        for sql, params in self._statements(rows, metrics):
+            cursor.execute(sql, params)
 
-        A few multi-row statements each.
-        """
-        start = 0
-        for size in statement_sizes(len(rows)):
-            chunk = rows[start : start + size]
-            start += size
-            cursor.execute(
-                upsert_sql(self.placeholder, size, greatest=self.greatest, least=self.least),
-                [value for row in chunk for value in row],
-            )
-        start = 0
-        for size in statement_sizes(len(metrics)):
-            chunk = metrics[start : start + size]
-            start += size
-            cursor.execute(
-                metric_upsert_sql(self.placeholder, size, greatest=self.greatest),
-                [value for row in chunk for value in row],
-            )
+    def _write_batch(
+        self, rounds: Sequence[tuple[Sequence[tuple[Any, ...]], Sequence[tuple[Any, ...]]]]
+    ) -> None:
+        """Store rounds of (rows, metric rows) in one transaction (the keys distinct per round)."""
+        with self._connection() as conn:
+            cursor = conn.cursor()
+            for rows, metrics in rounds:
+                self._write_rows(cursor, rows, metrics)
+            conn.commit()
 
     @abc.abstractmethod
     def _lock_schema(self, cursor: Any) -> None:
@@ -717,33 +759,37 @@ class ReportStore(abc.ABC):
         Returns:
             How many were given.
         """
+        return self.ingest_prepared(
+            prepare(item[0], item[1], item[2] if len(item) > 2 else None) for item in reports
+        )
+
+    def ingest_prepared(self, prepared: Iterable[Prepared]) -> int:
+        """Store reports made into rows by :func:`prepare`, in one transaction.
+
+        Returns:
+            How many were given.
+        """
         # One statement may not touch a row twice (PostgreSQL refuses): reports of the
         # same install in one batch go in successive statements, each merged by the
         # upsert; so do its metrics (a bundle's members each carry the unit's).
         rounds: list[tuple[dict[tuple[str, str], _Row], dict[tuple[str, str], _Row]]] = []
         given = 0
-        for item in reports:
-            report, when = item[0], item[1]
-            source = item[2] if len(item) > 2 else None
+        for key, row, metrics in prepared:
             given += 1
-            key = (report.token, report.model)
-            row = report_row(report, when, source)
-            metrics = {(m[0], m[1]): m for m in metric_rows(report, row[-1], source)}
             for batch, batch_metrics in rounds:
-                if key not in batch and not batch_metrics.keys() & metrics.keys():
+                if key not in batch and (not metrics or not batch_metrics.keys() & metrics.keys()):
                     break
             else:
                 batch, batch_metrics = {}, {}
                 rounds.append((batch, batch_metrics))
             batch[key] = row
-            batch_metrics.update(metrics)
+            if metrics:
+                batch_metrics.update(metrics)
 
         def write() -> int:
-            with self._connection() as conn:
-                cursor = conn.cursor()
-                for batch, batch_metrics in rounds:
-                    self._write_rows(cursor, list(batch.values()), list(batch_metrics.values()))
-                conn.commit()
+            self._write_batch(
+                [(list(rows.values()), list(metrics.values())) for rows, metrics in rounds]
+            )
             return given
 
         return cast(int, self._run("storing reports", write))
