@@ -149,6 +149,7 @@ class GroupCommit:
         stalled_starts: int = 2,
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
+        bundle: bool | None = None,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
         return self.store.summaries(
@@ -160,6 +161,7 @@ class GroupCommit:
             stalled_starts=stalled_starts,
             pooled=pooled,
             statistics=statistics,
+            bundle=bundle,
         )
 
     def clock(self, unit: str) -> datetime | None:

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -146,11 +146,10 @@ SCHEMA = (
 )""",
 )
 
-#: The indexes of schema 4. The counts group an arm's installs by source network, so
-#: each covering index leads with the arm and the network (a device without one is
-#: grouped by its token); the period's filter (sequence, or received_at for a manual
-#: --since) and every column a count reads come after, so nothing reads the table.
-INDEXES = (
+#: The indexes of schemas 4 and 5 (a migration from them drops them). The counts group
+#: an arm's installs by source network, so each covering index led with the arm and the
+#: network; the period's filter and every column a count reads came after.
+_SCHEMA_4_INDEXES = (
     "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, source, "
     "token, sequence, received_at, probe, load_failed, reverted, confirmed, "
     "unconfirmed_starts, first_received_at, model)",
@@ -161,7 +160,23 @@ INDEXES = (
     "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, source, "
     "memory_peak_bucket, token, sequence, received_at, model)",
     "CREATE INDEX reports_received ON reports (received_at)",
-    # The store's own clock (the newest report of a unit): ages are counted on it.
+    "CREATE INDEX reports_clock ON reports (unit, received_at)",
+)
+
+#: The indexes of schema 6. One covering index serves every summary (the counts, the
+#: three histograms, the CPU classes): it holds every column they filter on or read,
+#: so no summary reads the table, and a report writes two B-trees at random places
+#: (this one and the primary key) instead of five (a server's group commit writes each
+#: dirty page of them to the WAL). It leads with the unit and the model: a bundle
+#: member's summaries and the check whether a unit has members are seeks.
+#: ``reports_received`` serves the retention's prune, ``reports_clock`` the store's
+#: clock and a ``--since`` period (both written in time order: at the end).
+INDEXES = (
+    "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
+    "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
+    "unconfirmed_starts, first_received_at, load_bucket, inference_p50_bucket, "
+    "memory_peak_bucket, cpu_class)",
+    "CREATE INDEX reports_received ON reports (received_at)",
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -200,10 +215,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS reports_inference",
         "DROP INDEX IF EXISTS reports_memory",
         "DROP INDEX IF EXISTS reports_received",
-        *INDEXES,
+        *_SCHEMA_4_INDEXES,
     ),
     # Schema 5 keeps the app metrics of report schema 3, one row per install and metric.
     4: (*METRIC_SCHEMA, *METRIC_INDEXES),
+    # Schema 6: one covering index for every summary instead of four (see INDEXES).
+    5: (
+        "DROP INDEX IF EXISTS reports_devices",
+        "DROP INDEX IF EXISTS reports_load",
+        "DROP INDEX IF EXISTS reports_inference",
+        "DROP INDEX IF EXISTS reports_memory",
+        INDEXES[0],
+    ),
 }
 
 #: Columns a merge takes from the newer report (the rest merge as :func:`upsert_sql` says).
@@ -438,10 +461,32 @@ def counts_sql(
 
 
 def has_members_sql(placeholder: str) -> str:
-    """Whether a unit has rows of models other than itself (it is a bundle)."""
+    """Whether a unit has rows of models other than itself (it is a bundle).
+
+    Two seeks of the summary index (a model named before the unit's, or after it), not
+    ``model <> unit``, which reads every row of a model that is no bundle. Parameters:
+    the unit four times.
+    """
+    p = placeholder
     return (
-        f"SELECT EXISTS (SELECT 1 FROM reports WHERE unit = {placeholder} "
-        f"AND model <> {placeholder})"
+        f"SELECT EXISTS (SELECT 1 FROM reports WHERE unit = {p} AND model < {p}) "
+        f"OR EXISTS (SELECT 1 FROM reports WHERE unit = {p} AND model > {p})"
+    )
+
+
+def members_sql(placeholder: str) -> str:
+    """The models a unit's rows name, but the unit itself: one seek per model.
+
+    A loose index scan (each step the least model above the last one found), not a
+    DISTINCT over every row of the unit. Parameters: the unit three times.
+    """
+    p = placeholder
+    return (
+        "WITH RECURSIVE found(model) AS ("
+        f"SELECT MIN(model) FROM reports WHERE unit = {p} "
+        f"UNION ALL SELECT (SELECT MIN(model) FROM reports WHERE unit = {p} "
+        "AND model > found.model) FROM found WHERE found.model IS NOT NULL) "
+        f"SELECT model FROM found WHERE model IS NOT NULL AND model <> {p}"
     )
 
 
@@ -806,6 +851,7 @@ class ReportStore(abc.ABC):
         stalled_starts: int = 2,
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
+        bundle: bool | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
@@ -829,6 +875,8 @@ class ReportStore(abc.ABC):
                 that counted the metric with the statistic's number of buckets
                 (a release that declared it otherwise counted another metric).
                 None with ``model`` (app metrics are the unit's).
+            bundle: Whether ``unit`` is a bundle, as the registry says (its release
+                record); None: the store looks whether its rows name other models.
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -864,11 +912,13 @@ class ReportStore(abc.ABC):
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
                 cur = conn.cursor()
-                bundle = False
-                if model is None:
-                    cur.execute(has_members_sql(self.placeholder), (unit, unit))
-                    bundle = bool(cur.fetchone()[0])
-                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle, pooled=pooled)
+                grouped = False  # a bundle's members, one install per token
+                if model is None and bundle is None:
+                    cur.execute(has_members_sql(self.placeholder), (unit,) * 4)
+                    grouped = bool(cur.fetchone()[0])
+                elif model is None:
+                    grouped = bool(bundle)
+                sql, names = counts_sql(self.placeholder, **flags, bundle=grouped, pooled=pooled)
                 # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
                 counts = cur.fetchall()
@@ -977,11 +1027,7 @@ class ReportStore(abc.ABC):
         def read() -> list[str]:
             with self._connection() as conn:
                 cur = conn.cursor()
-                cur.execute(
-                    f"SELECT DISTINCT model FROM reports WHERE unit = {self.placeholder} "
-                    f"AND model <> {self.placeholder}",
-                    (unit, unit),
-                )
+                cur.execute(members_sql(self.placeholder), (unit,) * 3)
                 found = sorted(str(row[0]) for row in cur.fetchall())
                 conn.rollback()
             return found
