@@ -32,6 +32,7 @@ from edgereg._files import atomic_write, sha256_file
 from edgereg.build.datasets import read_npz
 from edgereg.errors import BuildError, ConfigError, EdgeregError, UsageError
 from edgereg.protocol.patterns import NAME_RE
+from edgereg.tasks import task_class
 
 #: Entries ``edgereg init`` adds to .gitignore, in order (a ``!`` line re-includes
 #: what the line before it ignores). Out of git: virtual environments, the local
@@ -77,9 +78,9 @@ MIN_SIZE_BUDGET_MB = 1.0
 #: Calibration samples proposed at most (MNN calibrates one sample at a time).
 MAX_CALIBRATION_SAMPLES = 200
 
-Task = Literal[
-    "classification", "dense_map", "segmentation", "embedding", "frame_decision", "generic"
-]
+#: A task kind `edgereg add` proposes: one that needs no settings
+#: (:data:`edgereg.tasks.SHORTHAND_KINDS`; a CTC charset or an evaluator is the team's).
+Task = str
 INPUT_DTYPES = ("float32", "int32", "int64", "uint8")
 #: Metadata keys that exporters use for class names (torchvision, ultralytics, ...).
 CLASS_METADATA_KEYS = ("classes", "class_names", "labels", "names")
@@ -1168,7 +1169,7 @@ def add_model(
                 new_config.resolve_path(ref),
                 model.inputs,
                 stage="add",
-                need_labels=option == "--evaluation" and proposal.task == "classification",
+                need_labels=option == "--evaluation" and _needs_labels(proposal.task),
                 state_inputs=[pair.input for pair in model.state],
             )
         except BuildError as exc:
@@ -1224,6 +1225,11 @@ def untracked_files(root: Path, paths: Sequence[str]) -> list[str]:
         return pending
     tracked = set(done.stdout.split("\0")) if done.returncode == 0 else set()
     return [path for path in pending if path not in tracked]
+
+
+def _needs_labels(task: Task) -> bool:
+    spec = task_class(task)
+    return spec is not None and spec.NEEDS_LABELS
 
 
 def _check_labels(proposal: Proposal, config: config_module.Config, name: str) -> None:

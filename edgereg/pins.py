@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgereg._files import atomic_write, sha256_file
-from edgereg.config import Config, CtcTask, PinnedFile
+from edgereg.config import Config, PinnedFile
 from edgereg.errors import ConfigError
 
 __all__ = ["Pin", "check_pins", "update_pins"]
@@ -68,8 +68,8 @@ def _refs(config: Config, models: Sequence[str] | None) -> Iterator[tuple[str, P
         yield f"{base}.evaluation", model.evaluation
         if model.calibration is not None:
             yield f"{base}.calibration", model.calibration
-        if isinstance(model.task, CtcTask):
-            yield f"{base}.task.charset", model.task.charset
+        for key, ref in model.task.pinned_files().items():
+            yield f"{base}.task.{key}", ref
         for variant_name, variant in model.variants.items():
             where = f"{base}.variants.{variant_name}"
             for field in ("source", "evaluation", "calibration"):

@@ -47,12 +47,7 @@ from edgereg.build.probe import (
     probe_tolerance,
     select_probe_rows,
 )
-from edgereg.build.quality import (
-    OutputAgreement,
-    check_gates,
-    classification_scores,
-    default_budgets,
-)
+from edgereg.build.quality import OutputAgreement, check_gates, default_budgets
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.config import Budgets, ClassificationTask, MetricBudget
@@ -60,6 +55,7 @@ from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError, Too
 from edgereg.protocol.contract import INLINE_LABELS_MAX_BYTES, BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe, check_probe
 from edgereg.protocol.wire import from_bytes
+from edgereg.tasks.classification_eval import classification_scores
 from edgereg.toolchain import _mnnfile, _process
 from edgereg.toolchain.runtimes import RuntimeProofError
 

@@ -35,7 +35,6 @@ from edgereg.build.outputs import (
     read_outputs,
 )
 from edgereg.build.probe import check_on_host, probe_outputs_on_host
-from edgereg.build.quality import ctc_greedy
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.client._selftest import SelfTest
@@ -44,6 +43,7 @@ from edgereg.protocol.contract import IOContract
 from edgereg.protocol.probe import GoldenProbe, check_probe
 from edgereg.protocol.wire import from_bytes
 from edgereg.registry._release import ReleaseError, prepare_release
+from edgereg.tasks.ctc_eval import ctc_greedy
 from edgereg.toolchain import InputFeed
 from edgereg.toolchain._streaming import run_rows
 
@@ -970,8 +970,9 @@ def test_a_segmentation_model_is_gated_on_every_class_iou(tmp_path: Path) -> Non
 
 
 def test_a_tail_class_the_mean_hides_fails_its_own_gate() -> None:
-    from edgereg.build.quality import check_gates, default_budgets, segmentation_scores
+    from edgereg.build.quality import check_gates, default_budgets
     from edgereg.config import SegmentationTask
+    from edgereg.tasks.segmentation_eval import segmentation_scores
 
     rng = np.random.default_rng(3)
     reference = rng.normal(0, 1, (8, 1, 10, 32, 32)).astype(np.float32)

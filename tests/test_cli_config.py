@@ -91,7 +91,15 @@ def test_validate_json(repo_root: Path) -> None:
         "mid": {"variant": "int8", "fallback": False},
         "low": {"variant": "w8", "fallback": False},
     }
-    assert set(report["tiers"]) == {"digits", "sensor", "textdet", "textrec", "vad", "embed"}
+    assert set(report["tiers"]) == {
+        "digits",
+        "sensor",
+        "textdet",
+        "textrec",
+        "vad",
+        "embed",
+        "segment",
+    }
     assert report["bundles"] == {"ocr": {"version": "1.0.0", "models": ["textdet", "textrec"]}}
 
 

@@ -420,7 +420,7 @@ INTERNAL = {
     "build": ("validate", *CONFIG),
     "build-dvc": ("dvc", "sync", *CONFIG),
     "keys": ("keys", "generate", "--no-publish", "--out", "k.pem", *CONFIG),
-    "release": ("status", *CONFIG),
+    "release": ("status", "--html", "s.html", *CONFIG),
     "release-write": ("pause", "digits", *CONFIG),
     "analyze": ("analyze", "digits", *CONFIG),
     "onboard": ("pin", *CONFIG),

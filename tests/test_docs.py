@@ -74,7 +74,14 @@ def test_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "page", ["reference/models-toml.md", "reference/cli.md", "reference/exit-codes.md"]
+    "page",
+    [
+        "reference/models-toml.md",
+        "reference/cli.md",
+        "reference/exit-codes.md",
+        "models-toml.md",
+        "build.md",
+    ],
 )
 def test_generated_reference_is_current(page: str) -> None:
     generator = _load_generator()

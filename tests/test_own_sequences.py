@@ -24,11 +24,11 @@ from click.testing import CliRunner
 
 from edgereg import config as config_module
 from edgereg import toolchain
-from edgereg.build.quality import generic_scores, step_distributions
 from edgereg.build.variant import build_variant
 from edgereg.cli import main
 from edgereg.config import GenericTask
 from edgereg.errors import BuildError, GateError
+from edgereg.tasks.generic_eval import generic_scores, step_distributions
 
 CHARSET = [chr(ord("a") + i) for i in range(26)] + [str(i) for i in range(10)] + list(".,-'")
 assert len(CHARSET) == tiny_models.REC_CLASSES - 1

@@ -166,7 +166,7 @@ NOT_FOR_READING = [
     "sqlite3",
 ]
 # models.toml's schema past [registry]: its tables and the whole file.
-SCHEMA = ["edgereg.config._config", "edgereg.config._models", "edgereg.config._tasks"]
+SCHEMA = ["edgereg.config._config", "edgereg.config._models", "edgereg.tasks"]
 
 
 @pytest.fixture(scope="module")

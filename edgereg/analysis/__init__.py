@@ -2,14 +2,16 @@
 
 Pure statistics over what the report store aggregates (:class:`ArmSummary`
 per tier and arm): no I/O, no clock. Per tier, each guardrail of
-``[rollout.guardrails]`` gets a verdict with its numbers:
+``[rollout.guardrails]`` gets a verdict with its numbers. The built-in ones are the
+entries of :data:`edgereg.config.BUILTIN_GUARDRAILS` (their tests below); those on
+app metrics are judged as rates of "worse" (:class:`MetricView`):
 
-- failure rates (probe failure, load failure, revert): always-valid evidence
+- failure rates (the ``rate`` guardrails): always-valid evidence
   (a mixture sequential probability ratio test, exact at any number of
   devices) of "the candidate's rate is higher by more than max_increase" and
   of the opposite, with the confidence sequence of the difference; and each
   arm's rate against the absolute ``max_rate`` (the stable's raises an alarm);
-- latencies (load time, median inference time): time-uniform confidence
+- latencies and other values per device (the ``shift`` guardrails): time-uniform confidence
   bands of each arm's distribution (valid at any look), with the
   Hodges-Lehmann shift as the estimate, in percent of the stable median.
 

@@ -24,11 +24,11 @@ from edgereg.analysis._evidence import (
 )
 from edgereg.analysis._rates import RateComparison
 from edgereg.config import (
+    BUILTIN_GUARDRAILS,
     AppMetric,
     Guardrails,
     LatencyGuardrail,
     RateGuardrail,
-    UnconfirmedGuardrail,
 )
 from edgereg.protocol.wire import HistoryEvent, RolloutState
 from edgereg.reports.summary import ArmSummary, MetricTally, Statistic, Tally, merge
@@ -39,7 +39,10 @@ Number = float | int | None
 
 @dataclass(frozen=True)
 class GuardrailSpec:
-    """One guardrail: what it judges (its limits are ``[rollout.guardrails.<name>]``).
+    """One guardrail as the analysis runs it (its limits are ``[rollout.guardrails.<name>]``).
+
+    A built-in one is its entry of :data:`~edgereg.config.BUILTIN_GUARDRAILS`;
+    one on an app metric comes from :func:`metric_specs`.
 
     Attributes:
         name: As in ``[rollout.guardrails]``.
@@ -56,6 +59,10 @@ class GuardrailSpec:
         optional: Left out of a tier where no device of either arm reports it
             (clients of an older report schema).
         what: One line for people: what a failing device is.
+        parameters: Keys of its table the store's count binds (``stalled_starts``):
+            said with its numbers, since the verdict is read against them.
+        metric: For a guardrail on an app metric, how it reads the metric's tallies.
+        rule: For a guardrail on an app metric, its limits as a rate's.
     """
 
     name: str
@@ -67,6 +74,7 @@ class GuardrailSpec:
     unit: str = "ms"
     optional: bool = False
     what: str = ""
+    parameters: tuple[str, ...] = ()
     metric: MetricView | None = None
     rule: RateGuardrail | None = None
 
@@ -192,54 +200,22 @@ def metric_specs(
     return tuple(specs)
 
 
-SPECS: tuple[GuardrailSpec, ...] = (
+SPECS: tuple[GuardrailSpec, ...] = tuple(
     GuardrailSpec(
-        "probe_failure",
-        "rate",
-        event="probe_failed",
-        what="the self-test failed on every backend (the model was rejected)",
-    ),
-    GuardrailSpec(
-        "load_failure",
-        "rate",
-        event="load_failed",
-        what="the model loaded on no backend",
-    ),
-    GuardrailSpec(
-        "revert",
-        "rate",
-        event="reverted",
-        fail_aged=True,
-        pass_aged=True,
-        what="reverted: not confirmed after the app's max_unconfirmed_starts starts",
-    ),
-    GuardrailSpec(
-        "unconfirmed",
-        "rate",
-        event="stalled",
-        pass_aged=True,
-        what="stalled: not confirmed after stalled_starts app starts (a crash loop, early)",
-    ),
-    GuardrailSpec(
-        "first_start",
-        "rate",
-        event="first_start",
-        pass_aged=True,
-        what="the app started again before the model was ever confirmed (a crash at the "
-        "first launch)",
-    ),
-    GuardrailSpec("load_ms", "shift", histogram="load_ms", what="model load time"),
-    GuardrailSpec("inference_ms", "shift", histogram="inference_ms", what="median inference time"),
-    GuardrailSpec(
-        "memory_peak_mb",
-        "shift",
-        histogram="memory_peak_mb",
-        unit="MB",
-        optional=True,
-        what="peak memory",
-    ),
+        spec.name,
+        spec.test,
+        event=spec.event,
+        histogram=spec.histogram,
+        fail_aged=spec.fail_aged,
+        pass_aged=spec.pass_aged,
+        unit=spec.unit,
+        optional=spec.optional,
+        what=spec.label,
+        parameters=spec.parameters,
+    )
+    for spec in BUILTIN_GUARDRAILS
 )
-"""Every guardrail, in the order the analysis lists them."""
+"""Every built-in guardrail (:data:`~edgereg.config.BUILTIN_GUARDRAILS`), in that order."""
 
 SPEC: dict[str, GuardrailSpec] = {spec.name: spec for spec in SPECS}
 RATE_GUARDRAILS: tuple[str, ...] = tuple(s.name for s in SPECS if s.kind == "rate")
@@ -530,8 +506,8 @@ _EVIDENCE_KEYS = frozenset(
         "ci_low_pct",
         "ci_high_pct",
         "limit_pct",
-        # What made an install stalled: the verdict is read against it.
-        "stalled_starts",
+        # What made a device fail (an install stalled): the verdict is read against it.
+        *(key for spec in BUILTIN_GUARDRAILS for key in spec.parameters),
     }
 )
 
@@ -806,12 +782,12 @@ def analyze_tier(
     results: list[GuardrailResult] = []
     for spec in (*SPECS, *metrics):
         if spec.kind in ("rate", "metric"):
-            rule: RateGuardrail = spec.rule or getattr(guardrails, spec.name)
+            rule = spec.rule or guardrails.rate_rule(spec.name)
             results.append(
                 _rate_result(spec, rule, candidate, stable, guardrails, k, first_release, intervals)
             )
             continue
-        latency_rule: LatencyGuardrail = getattr(guardrails, spec.name)
+        latency_rule = guardrails.shift_rule(spec.name)
         if not latency_rule.enabled:
             continue
         if spec.optional and not _reported(spec, candidate, stable, members):
@@ -958,8 +934,8 @@ def _rate_result(
         "tolerated_networks": k,
         "min_failing_devices": guardrails.min_failing_devices,
     }
-    if isinstance(rule, UnconfirmedGuardrail):
-        limit["stalled_starts"] = rule.stalled_starts
+    for key in spec.parameters:
+        limit[key] = getattr(rule, key)
     if spec.metric is not None:
         # Rates here are shares of "worse" on [0, 1]: what one of them is in the metric's terms.
         limit["scale"] = spec.metric.scale
@@ -1211,7 +1187,7 @@ def stable_alarms(
     for spec in SPECS:
         if spec.kind != "rate":
             continue
-        rule: RateGuardrail = getattr(guardrails, spec.name)
+        rule = guardrails.rate_rule(spec.name)
         arm = _rate_arm(_tally(stable, spec.fail_aged), spec.event)
         if arm.networks < 1:
             continue

@@ -57,13 +57,13 @@ from edgereg.build.datasets import Dataset
 from edgereg.build.quality import (
     GateReport,
     OutputAgreement,
-    TaskScores,
     agreement,
     check_gates,
 )
 from edgereg.config import Budgets, Config, arm_classes
 from edgereg.errors import BuildError, GateError
 from edgereg.protocol._json import canonical_json
+from edgereg.tasks.scoring import TaskScores
 from edgereg.toolchain.arm import (
     CPU_CLASSES,
     ArmError,

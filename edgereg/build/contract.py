@@ -25,7 +25,7 @@ from typing import get_args
 from pydantic import ValidationError
 
 from edgereg import toolchain
-from edgereg.config import CtcTask, Model, ResolvedVariant
+from edgereg.config import Model, ResolvedVariant
 from edgereg.errors import BuildError
 from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import (
@@ -98,12 +98,8 @@ def labels_blob(labels: Sequence[str]) -> bytes:
 
 
 def contract_labels(model: Model, charset: Sequence[str] | None) -> list[str] | None:
-    """The class names (classification, segmentation) or characters (ctc, blank excluded)."""
-    if isinstance(model.task, CtcTask):
-        return list(charset or [])
-    if type(model.task).NAMED_CLASSES and model.classes is not None:
-        return list(model.classes)
-    return None
+    """What the task lists for the app: class names, or a CTC task's characters (blank excluded)."""
+    return model.task.contract_labels(model.classes, charset)
 
 
 def io_contract(
@@ -210,7 +206,7 @@ def _io_contract(
         kind=model.task.kind,
         output=task_output,
         threshold=getattr(model.task, "threshold", None),
-        blank=model.task.blank if isinstance(model.task, CtcTask) else None,
+        blank=getattr(model.task, "blank", None),
     )
     labels = contract_labels(model, charset)
     inline: list[str] | None = labels

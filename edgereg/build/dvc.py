@@ -104,7 +104,7 @@ def render_dvc_yaml(config: Config, *, out_root: str = "build") -> str:
                 "    metrics:",
                 f"      - {_q(f'{out}/{METRICS}')}",
             ]
-            if model.task.kind == "classification":
+            if type(model.task).CLASS_RECALL:
                 recall_title = f"{model_name}/{variant_name}: recall change per class"
                 lines += [
                     "    plots:",

@@ -1,7 +1,7 @@
 """Scoring a variant the way its app runs it.
 
-The fp32 reference, the task's evaluator, calibration inputs, the
-minimum-runtime proof and the benchmark's inputs.
+The fp32 reference, the task's evaluator (its kind's, from :mod:`edgereg.tasks`),
+calibration inputs, the minimum-runtime proof and the benchmark's inputs.
 
 Stages of :func:`edgereg.build.variant.build_variant` that read datasets and
 run models; the numbers they produce are judged in :mod:`edgereg.build.quality`.
@@ -10,57 +10,33 @@ run models; the numbers they produce are judged in :mod:`edgereg.build.quality`.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import io
 import logging
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 
 from edgereg import toolchain
 from edgereg._files import atomic_write
 from edgereg.build.datasets import Dataset
-from edgereg.build.quality import (
+from edgereg.config import Config, MetricBudget, Model
+from edgereg.errors import BuildError, ConfigError
+from edgereg.protocol._json import canonical_json
+from edgereg.tasks import evaluator
+from edgereg.tasks.scoring import (
+    TaskData,
     TaskDataError,
     TaskScores,
     TaskShapeError,
     beyond_trivial,
-    chance_level,
-    classification_scores,
-    ctc_scores,
-    custom_scores,
-    dense_map_scores,
-    embedding_scores,
-    frame_decision_scores,
-    generic_scores,
-    segmentation_scores,
-    task_rows,
 )
-from edgereg.config import (
-    ClassificationTask,
-    Config,
-    CtcTask,
-    CustomTask,
-    DenseMapTask,
-    EmbeddingTask,
-    FrameDecisionTask,
-    GenericTask,
-    MetricBudget,
-    Model,
-    SegmentationTask,
-)
-from edgereg.errors import BuildError, ConfigError
-from edgereg.protocol._json import canonical_json
 from edgereg.toolchain.runtimes import RuntimeProof, default_tolerance, prove_min_runtime
 
 logger = logging.getLogger(__name__)
 
 
 class TaskEvaluator:
-    """The model's task, scored on one evaluation set (built-in or the team's own)."""
+    """The model's task, scored on one evaluation set by the task kind's evaluator."""
 
     def __init__(
         self, config: Config, model: Model, charset: list[str] | None, evaluation: Dataset
@@ -70,6 +46,7 @@ class TaskEvaluator:
         self._charset = charset
         self._evaluation = evaluation
         self._output = model.task_output
+        self._evaluate = evaluator(model.task)
         self._derived_gates: dict[str, MetricBudget] = {}
 
     def check_reference(self, reference: dict[str, np.ndarray]) -> None:
@@ -78,47 +55,28 @@ class TaskEvaluator:
 
     def scores(
         self, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
-    ) -> TaskScores | None:
+    ) -> TaskScores:
         """Score the variant's outputs against the reference and the labels."""
-        task = self._model.task
-        labels = self._evaluation.labels
-        ref = reference[self._output]
-        var = produced[self._output]
+        data = TaskData(
+            reference=reference[self._output],
+            variant=produced[self._output],
+            labels=self._evaluation.labels,
+            classes=self._model.classes,
+            charset=self._charset,
+            inputs=self._evaluation.inputs,
+            reference_outputs=reference,
+            variant_outputs=produced,
+            root=self._config.root,
+        )
         try:
-            if isinstance(task, ClassificationTask):
-                scores = classification_scores(task, ref, var, labels, self._model.classes)
-                if "accuracy" in scores.baseline:
-                    # A baseline at chance means the inputs are not what the model was
-                    # trained on (mean/std, color order, layout), whatever the variant does.
-                    classes = int(task_rows(ref).reshape(len(ref), -1).shape[1])
-                    self._derived_gates = {
-                        "accuracy": MetricBudget(min_baseline=round(chance_level(classes), 4))
-                    }
-                return scores
-            if isinstance(task, DenseMapTask):
-                return self._beyond_trivial(dense_map_scores(task, ref, var, labels))
-            if isinstance(task, SegmentationTask):
-                scored = segmentation_scores(task, ref, var, labels, self._model.classes)
-                return self._beyond_trivial(scored)
-            if isinstance(task, CtcTask):
-                assert self._charset is not None
-                return self._beyond_trivial(ctc_scores(task, self._charset, ref, var, labels))
-            if isinstance(task, EmbeddingTask):
-                return self._beyond_trivial(embedding_scores(task, ref, var, labels))
-            if isinstance(task, FrameDecisionTask):
-                return self._beyond_trivial(frame_decision_scores(task, ref, var, labels))
-            if isinstance(task, GenericTask):
-                return generic_scores(task, ref, var)
-            if isinstance(task, CustomTask):
-                return self._custom(task, reference, produced)
+            scores = self._evaluate(self._model.task, data)
         except TaskShapeError as exc:
             name = next(n for n, m in self._config.models.items() if m is self._model)
             raise ConfigError(
                 f"evaluation set {self._model.evaluation.path}: {exc}",
                 file=str(self._config.path),
                 key_path=f"models.{name}.evaluation",
-                hint="Make the masks one class index per pixel of the output (or fix the task's "
-                "class_axis), and pin the new file.",
+                hint=exc.hint,
             ) from exc
         except TaskDataError as exc:
             raise BuildError(
@@ -127,21 +85,16 @@ class TaskEvaluator:
                 hint="Fix the labels or the task settings in models.toml so they fit the "
                 "model's outputs.",
             ) from exc
-        return None
-
-    def _beyond_trivial(self, scores: TaskScores) -> TaskScores:
-        """Gate the reference's label metrics on beating a trivial predictor.
-
-        The same rule as a classifier's chance level, for every task with
-        labels: a VAD whose reference never fires scores below "always
-        speech", and its variants' agreement with it would prove nothing.
-        Labels a trivial predictor already gets right set no gate.
-        """
+        # The same rule as a classifier's chance level, for every task with
+        # labels: a VAD whose reference never fires scores below "always
+        # speech", and its variants' agreement with it would prove nothing.
+        # Labels a trivial predictor already gets right set no gate.
         self._derived_gates = {
             name: MetricBudget(min_baseline=round(beyond_trivial(level), 4))
             for name, level in scores.trivial.items()
             if level < 0.999
         }
+        self._derived_gates.update(scores.own_gates)
         return scores
 
     @property
@@ -153,51 +106,6 @@ class TaskEvaluator:
         level a trivial predictor reaches (``f1.min_baseline`` and the like).
         """
         return self._derived_gates
-
-    def _custom(
-        self, task: CustomTask, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]
-    ) -> TaskScores:
-        function = load_evaluator(self._config.root, task.evaluator)
-        try:
-            result = function(
-                inputs=self._evaluation.inputs,
-                reference=reference,
-                outputs=produced,
-                labels=self._evaluation.labels,
-            )
-        except Exception as exc:
-            raise BuildError(
-                f"evaluator {task.evaluator} raised {type(exc).__name__}: {exc}",
-                stage="evaluate",
-                hint="Fix the evaluator; it is called as f(inputs=, reference=, outputs=, "
-                "labels=) with dicts of numpy arrays (N samples first).",
-            ) from exc
-        scores, gates = custom_scores(result, task.evaluator)
-        self._derived_gates = gates
-        return scores
-
-
-def load_evaluator(root: Path, spec: str) -> Callable[..., Any]:
-    """Import ``module:function`` with the project directory first on sys.path."""
-    module_name, _, function_name = spec.partition(":")
-    root_text = str(root.resolve())
-    if root_text not in sys.path:
-        sys.path.insert(0, root_text)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise BuildError(
-            f"cannot import evaluator module '{module_name}': {type(exc).__name__}: {exc}",
-            stage="evaluate",
-            hint=f"The module is looked up from {root_text} (the directory of models.toml).",
-        ) from exc
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise BuildError(
-            f"evaluator module '{module_name}' has no function '{function_name}'",
-            stage="evaluate",
-        )
-    return cast(Callable[..., Any], function)
 
 
 def reference_outputs(

@@ -1,7 +1,7 @@
 """The repository files a custom evaluator's verdict depends on: its module and what it imports.
 
 A custom task names ``module:function``, imported with the directory of
-models.toml first on ``sys.path`` (:func:`edgereg.build.evaluate.load_evaluator`).
+models.toml first on ``sys.path`` (:func:`edgereg.tasks.custom_eval.load_evaluator`).
 Its gates live in that code, so the module, and every module of the repository
 it imports (at any depth, packages' ``__init__.py`` included), is a DVC
 dependency of the stages that use it: tightening a gate reruns the evaluation.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgereg.config import Config, InputSpec, Model
+from edgereg.tasks import task_class
 
 ARTIFACT = "model.mnn"
 METRICS = "metrics.json"
@@ -63,17 +64,6 @@ UNREADABLE = "unreadable"
 #: Built, measured and rejected by a gate: metrics.json holds the numbers, no artifact.
 FAILED = "failed"
 
-#: Per task, the metric a table shows first: the label metric when the set
-#: has labels, else the agreement with the reference.
-HEADLINE_METRICS: dict[str, tuple[str, ...]] = {
-    "classification": ("accuracy", "top1_agreement"),
-    "dense_map": ("label_iou", "iou"),
-    "segmentation": ("label_mean_iou", "mean_iou"),
-    "ctc": ("label_line_accuracy", "line_match"),
-    "embedding": ("neighbour_agreement",),
-    "frame_decision": ("f1", "frame_agreement"),
-}
-
 
 @dataclass(frozen=True)
 class Headline:
@@ -93,7 +83,10 @@ def headline(metrics: dict[str, Any]) -> Headline | None:
     """The task's headline metric from a metrics.json, or the worst output cosine."""
     measured = metrics.get("metrics") or {}
     baseline = metrics.get("baseline") or {}
-    names = HEADLINE_METRICS.get(str(metrics.get("task")), tuple(measured)[:1])
+    # The task kind's headline (the label metric when the set has labels, else the
+    # agreement with the reference); a kind without one shows what it measured first.
+    spec = task_class(str(metrics.get("task")))
+    names = spec.HEADLINE if spec is not None and spec.HEADLINE else tuple(measured)[:1]
     for name in names:
         value = measured.get(name)
         if isinstance(value, (int, float)):
@@ -111,9 +104,7 @@ def headline(metrics: dict[str, Any]) -> Headline | None:
 
 def writes_labels(model: Model) -> bool:
     """Whether a build of this model writes :data:`LABELS` (class names, or a CTC charset)."""
-    return model.task.kind == "ctc" or (
-        type(model.task).NAMED_CLASSES and model.classes is not None
-    )
+    return model.task.contract_labels(model.classes, []) is not None
 
 
 #: A probe whose one sample of inputs (state inputs excluded) holds more bytes than

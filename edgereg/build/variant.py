@@ -65,14 +65,10 @@ from edgereg.build.quality import (
     DEFAULT_AGREEMENT,
     GateReport,
     OutputAgreement,
-    PrecisionClass,
     Scored,
-    TaskDataError,
-    TaskScores,
     agreement,
     check_gates,
     effective_budgets,
-    read_charset,
 )
 from edgereg.build.quantsearch import QuantSearch
 from edgereg.build.sizes import explain_size
@@ -89,6 +85,9 @@ from edgereg.config import (
     arm_classes,
 )
 from edgereg.errors import BuildError, ConfigError, EdgeregError, GateError
+from edgereg.tasks import PrecisionClass
+from edgereg.tasks.ctc_eval import read_charset
+from edgereg.tasks.scoring import TaskDataError, TaskScores
 from edgereg.toolchain import arm as arm_toolchain
 from edgereg.toolchain.arm import arm_dir
 from edgereg.toolchain.runtimes import find_runtime, runtimes_dir
@@ -451,7 +450,7 @@ def _build_variant(
         evaluation_path,
         inputs,
         stage="evaluate",
-        need_labels=model.task.kind == "classification",
+        need_labels=type(model.task).NEEDS_LABELS,
         state_inputs=[pair[0] for pair in state],
     )
     evaluator = TaskEvaluator(config, model, charset, evaluation)

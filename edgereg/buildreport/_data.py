@@ -27,28 +27,8 @@ from edgereg.build.outputs import (
     read_json,
     read_outputs,
 )
-from edgereg.config import (
-    ClassificationTask,
-    Config,
-    CtcTask,
-    DenseMapTask,
-    EmbeddingTask,
-    FrameDecisionTask,
-    GenericTask,
-    SegmentationTask,
-    TaskMetric,
-)
-
-#: The metrics each built-in task measures, for the direction of a drop.
-TASK_METRICS: dict[str, tuple[TaskMetric, ...]] = {
-    "classification": ClassificationTask.METRICS,
-    "dense_map": DenseMapTask.METRICS,
-    "segmentation": SegmentationTask.METRICS,
-    "ctc": CtcTask.METRICS,
-    "embedding": EmbeddingTask.METRICS,
-    "frame_decision": FrameDecisionTask.METRICS,
-    "generic": GenericTask.METRICS,
-}
+from edgereg.config import Config
+from edgereg.tasks import task_metrics
 
 #: What a gate's number is, so the page can format it: a size in MB, a
 #: latency in ms, a ratio in dB, a task metric (a fraction) or a plain number.
@@ -306,7 +286,7 @@ class VariantData:
         return Gate(name, passed, value, budget, bound, "metric", metric or name)
 
     def _higher_is_better(self, metric: str) -> bool:
-        for info in TASK_METRICS.get(self.task, ()):
+        for info in task_metrics(self.task):
             if info.name == metric:
                 return info.higher_is_better
         return True
@@ -340,7 +320,7 @@ def reference_metric(task: str, name: str) -> bool:
     """Whether ``name`` compares the variant with the reference (the reference scores 1)."""
     if name == "cosine":
         return True
-    return any(m.name == name and m.against == "reference" for m in TASK_METRICS.get(task, ()))
+    return any(m.name == name and m.against == "reference" for m in task_metrics(task))
 
 
 @dataclass(frozen=True)

@@ -12,38 +12,29 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from edgereg.build.outputs import BUILT, FAILED, HEADLINE_METRICS, NOT_BUILT, STALE
+from edgereg.build.outputs import BUILT, FAILED, NOT_BUILT, STALE
 from edgereg.buildreport._data import Gate, ModelData, ReportData, VariantData
+from edgereg.tasks import TASK_CLASSES, task_class
 
 #: Tier colours, in tier order (best first).
 PALETTE = ("#2563eb", "#059669", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#65a30d")
 #: A recall chart with more classes shows the worst ones only.
 MAX_RECALL_BARS = 20
 
-#: How a table names each task metric.
+#: How a table names each task metric (the task specs' labels; any other by its name).
 METRIC_LABELS = {
-    "accuracy": "accuracy",
-    "top1_agreement": "top-1 agreement",
-    "class_recall_drop": "worst class recall drop",
-    "iou": "IoU",
-    "label_iou": "IoU (labels)",
-    "line_match": "line match",
-    "cer": "CER",
-    "label_line_accuracy": "line accuracy",
-    "label_cer": "CER (labels)",
-    "embedding_cosine": "embedding cosine",
-    "neighbour_agreement": "neighbour agreement",
-    "neighbour_recall": "neighbour recall",
-    "label_neighbour_accuracy": "neighbour accuracy (labels)",
-    "frame_agreement": "frame agreement",
-    "f1": "F1",
+    **{
+        metric.name: metric.label
+        for task in TASK_CLASSES.values()
+        for metric in task.METRICS
+        if metric.label is not None
+    },
     "cosine": "cosine",
 }
-#: Built-in metrics that are shares of samples, lines or frames: shown in
+#: Task metrics that are shares of samples, lines or frames: shown in
 #: percent, their changes in percentage points.
 FRACTION_METRICS = frozenset(
-    {name for names in HEADLINE_METRICS.values() for name in names}
-    | {"class_recall_drop", "cer", "label_cer", "neighbour_recall", "label_neighbour_accuracy"}
+    metric.name for task in TASK_CLASSES.values() for metric in task.METRICS if metric.percent
 )
 
 CSS = """
@@ -241,7 +232,7 @@ def _model_section(model: ModelData, tiers: Sequence[str]) -> str:
             _tradeoff_chart(model, tiers),
             "</div>",
         ]
-        if model.task == "classification":
+        if _class_recall(model):
             parts += [
                 "<h3>Per-class recall change against the ONNX baseline</h3>",
                 '<div class="recall-grid">',
@@ -257,6 +248,12 @@ def _model_section(model: ModelData, tiers: Sequence[str]) -> str:
         ]
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _class_recall(model: ModelData) -> bool:
+    """Whether the model's task measures recall per class (a column and a chart per variant)."""
+    spec = task_class(model.task)
+    return spec is not None and spec.CLASS_RECALL
 
 
 def _metric_label(name: str) -> str:
@@ -284,7 +281,7 @@ def _metric_change(name: str, value: float | None) -> str:
 
 def _variant_table(model: ModelData, tiers: Sequence[str]) -> str:
     threads = sorted({n for v in model.variants for n in v.thread_counts}) or [1, 2, 4]
-    classification = model.task == "classification"
+    classification = _class_recall(model)
     names = model.headline_names
     # One metric for the whole table names its column; otherwise each cell says.
     metric_head = _metric_label(names[0]) if len(names) == 1 else "metric"

@@ -13,8 +13,9 @@ from typing import Any, cast
 import click
 
 from edgereg.cli._common import config_option, handle_errors, print_note, print_result
-from edgereg.config import DEFAULT_CONFIG_FILE, TASK_KINDS
+from edgereg.config import DEFAULT_CONFIG_FILE
 from edgereg.errors import ExitCode
+from edgereg.tasks import SHORTHAND_KINDS
 
 __all__ = ["add_command", "init_command", "pin_command"]
 
@@ -92,8 +93,8 @@ def init_command(config_path: Path, force: bool, as_json: bool) -> None:
 )
 @click.option(
     "--task",
-    # CTC and custom tasks need settings of their own (a charset, an evaluator).
-    type=click.Choice([kind for kind in TASK_KINDS if kind not in ("ctc", "custom")]),
+    # Not the kinds that need settings of their own (a CTC charset, an evaluator).
+    type=click.Choice(SHORTHAND_KINDS),
     default=None,
     help="Default: classification when the evaluation set has 'labels'.",
 )

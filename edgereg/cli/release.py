@@ -17,6 +17,7 @@ from edgereg import config as config_module
 from edgereg._files import atomic_write
 from edgereg.cli._common import (
     UNIT_NAME,
+    RegistryConfig,
     actor_name,
     build_dir,
     build_dir_option,
@@ -420,7 +421,12 @@ def status(
             f"--html {html_path}: the directory {html_path.parent} does not exist",
             hint="Create it first, or pick a file in an existing directory.",
         )
-    config = optional_registry_config(config_path)
+    # The page shows the rollout policy, so --html reads (and checks) the whole
+    # models.toml first; the table and --json read only [registry].
+    page_config = optional_config(config_path) if html_path is not None else None
+    config: RegistryConfig | None = (
+        page_config if html_path is not None else optional_registry_config(config_path)
+    )
     registry = open_registry(config, registry_url, endpoint_url, trusted_key_paths)
     names = [model] if model else registry.models()
     statuses = []
@@ -433,11 +439,10 @@ def status(
                 hint=f"Publish one: edgereg publish {name} --canary 5%",
             ) from None
     if html_path is not None:  # after the checks above, so a failing status writes no page
-        # The page shows the rollout policy: the whole models.toml for it.
         _write_status_page(
             html_path,
             registry,
-            optional_config(config_path),
+            page_config,
             pinned=bool(config or trusted_key_paths),
         )
     for st in statuses:

@@ -82,9 +82,8 @@ from edgereg.protocol.decision import (
 )
 from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
-from edgereg.protocol.fields import MAX_MEMORY_MB, Name, format_time
+from edgereg.protocol.fields import MAX_MEMORY_MB, MAX_PROBE_DATA_BYTES, Name, format_time
 from edgereg.protocol.patterns import SHA256_RE
-from edgereg.protocol.probe import MAX_PROBE_DATA_BYTES
 from edgereg.protocol.reasons import Malformed, ProbeNotRun, Rejected
 from edgereg.protocol.rules import DeviceProfile, Tiers, resolve_tier
 from edgereg.protocol.wire import (

@@ -5,10 +5,11 @@ ignored setting. Errors name the file, the dotted key path and what is allowed
 (see :func:`load`).
 
 One module per concern, all private; this package is the public surface:
-tables (``_toolchain``, ``_inputs``, ``_budgets``, ``_tasks``, ``_models``,
+tables (``_toolchain``, ``_inputs``, ``_budgets``, ``_models``, ``_guardrails``,
 ``_rollout``, ``_registry``, ``_bundles``), the whole file and its
 cross-table rules (``_config``), a variant resolved against its model
-(``_recipe``), loading (``_load``) and error rendering (``_errors``).
+(``_recipe``), loading (``_load``) and error rendering (``_errors``). The task
+kinds live in :mod:`edgereg.tasks`, one module each; their tables are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
     from edgereg.config._bundles import Bundle
     from edgereg.config._config import Config
     from edgereg.config._errors import MOVED_KEYS
+    from edgereg.config._guardrails import (
+        BUILTIN_GUARDRAILS,
+        BuiltinGuardrail,
+        LatencyGuardrail,
+        RateGuardrail,
+        UnconfirmedGuardrail,
+        builtin_guardrail,
+    )
     from edgereg.config._inputs import (
         NO_BATCH_AXIS,
         CalibrationSet,
@@ -45,26 +54,7 @@ if TYPE_CHECKING:
     from edgereg.config._names import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, NO_MODELS_NOTE
     from edgereg.config._recipe import ResolvedVariant
     from edgereg.config._registry import Registry, RegistrySettings, Reports, load_registry
-    from edgereg.config._rollout import (
-        Guardrails,
-        LatencyGuardrail,
-        RateGuardrail,
-        RolloutPolicy,
-        UnconfirmedGuardrail,
-    )
-    from edgereg.config._tasks import (
-        TASK_KINDS,
-        ClassificationTask,
-        CtcTask,
-        CustomTask,
-        DenseMapTask,
-        EmbeddingTask,
-        FrameDecisionTask,
-        GenericTask,
-        SegmentationTask,
-        Task,
-        TaskMetric,
-    )
+    from edgereg.config._rollout import Guardrails, RolloutPolicy
     from edgereg.config._tiers import Tier
     from edgereg.config._toml import MAX_CONFIG_BYTES, read_config_text
     from edgereg.config._toolchain import Toolchain
@@ -82,6 +72,19 @@ if TYPE_CHECKING:
         TierRules,
         VersionPin,
     )
+    from edgereg.tasks import (
+        TASK_KINDS,
+        ClassificationTask,
+        CtcTask,
+        CustomTask,
+        DenseMapTask,
+        EmbeddingTask,
+        FrameDecisionTask,
+        GenericTask,
+        SegmentationTask,
+        Task,
+        TaskMetric,
+    )
 
 # The names below load with their module on first use (PEP 562): a command that
 # reads one table (the rollout policy, [registry]) or only needs the file's name
@@ -89,31 +92,34 @@ if TYPE_CHECKING:
 # (benchmarks/startup.py). `load` and `Config` still bring every table.
 _WHERE = {
     "ARM_CLASSES": "edgereg.config._arm",
+    "BUILTIN_GUARDRAILS": "edgereg.config._guardrails",
     "AppMetric": "edgereg.config._metrics",
     "arm_classes": "edgereg.config._arm",
     "ArmClass": "edgereg.config._arm",
+    "BuiltinGuardrail": "edgereg.config._guardrails",
+    "builtin_guardrail": "edgereg.config._guardrails",
     "Backend": "edgereg.protocol.fields",
     "Budgets": "edgereg.config._budgets",
     "Bundle": "edgereg.config._bundles",
     "CalibrationSet": "edgereg.config._inputs",
-    "ClassificationTask": "edgereg.config._tasks",
+    "ClassificationTask": "edgereg.tasks",
     "Config": "edgereg.config._config",
     "ConfigError": "edgereg.errors",
     "ConverterOptions": "edgereg.config._models",
-    "CtcTask": "edgereg.config._tasks",
-    "CustomTask": "edgereg.config._tasks",
+    "CtcTask": "edgereg.tasks",
+    "CustomTask": "edgereg.tasks",
     "DEFAULT_CONFIG_FILE": "edgereg.config._names",
     "DEFAULT_TRUSTED_KEYS": "edgereg.config._names",
-    "DenseMapTask": "edgereg.config._tasks",
-    "EmbeddingTask": "edgereg.config._tasks",
-    "FrameDecisionTask": "edgereg.config._tasks",
-    "GenericTask": "edgereg.config._tasks",
+    "DenseMapTask": "edgereg.tasks",
+    "EmbeddingTask": "edgereg.tasks",
+    "FrameDecisionTask": "edgereg.tasks",
+    "GenericTask": "edgereg.tasks",
     "Guardrails": "edgereg.config._rollout",
     "InputDtype": "edgereg.config._inputs",
     "InputSpec": "edgereg.config._inputs",
     "Int8Quantization": "edgereg.config._models",
     "json_schema": "edgereg.config._load",
-    "LatencyGuardrail": "edgereg.config._rollout",
+    "LatencyGuardrail": "edgereg.config._guardrails",
     "load": "edgereg.config._load",
     "load_registry": "edgereg.config._registry",
     "MAX_CONFIG_BYTES": "edgereg.config._toml",
@@ -130,7 +136,7 @@ _WHERE = {
     "parse": "edgereg.config._load",
     "PinnedFile": "edgereg.config._inputs",
     "Quantization": "edgereg.config._models",
-    "RateGuardrail": "edgereg.config._rollout",
+    "RateGuardrail": "edgereg.config._guardrails",
     "read_config_text": "edgereg.config._toml",
     "Registry": "edgereg.config._registry",
     "RegistrySettings": "edgereg.config._registry",
@@ -138,18 +144,18 @@ _WHERE = {
     "Requirements": "edgereg.protocol.fields",
     "ResolvedVariant": "edgereg.config._recipe",
     "RolloutPolicy": "edgereg.config._rollout",
-    "SegmentationTask": "edgereg.config._tasks",
+    "SegmentationTask": "edgereg.tasks",
     "RuntimeHints": "edgereg.protocol.fields",
     "SemVer": "edgereg.protocol.fields",
     "Sha256": "edgereg.protocol.fields",
     "StatePair": "edgereg.config._inputs",
-    "Task": "edgereg.config._tasks",
-    "TASK_KINDS": "edgereg.config._tasks",
-    "TaskMetric": "edgereg.config._tasks",
+    "Task": "edgereg.tasks",
+    "TASK_KINDS": "edgereg.tasks",
+    "TaskMetric": "edgereg.tasks",
     "Tier": "edgereg.config._tiers",
     "TierRules": "edgereg.protocol.fields",
     "Toolchain": "edgereg.config._toolchain",
-    "UnconfirmedGuardrail": "edgereg.config._rollout",
+    "UnconfirmedGuardrail": "edgereg.config._guardrails",
     "Variant": "edgereg.config._models",
     "VersionPin": "edgereg.protocol.fields",
     "WeightOnlyQuantization": "edgereg.config._models",
@@ -171,6 +177,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ARM_CLASSES",
+    "BUILTIN_GUARDRAILS",
     "DEFAULT_CONFIG_FILE",
     "DEFAULT_TRUSTED_KEYS",
     "MAX_CONFIG_BYTES",
@@ -183,6 +190,7 @@ __all__ = [
     "ArmClass",
     "Backend",
     "Budgets",
+    "BuiltinGuardrail",
     "Bundle",
     "CalibrationSet",
     "ClassificationTask",
@@ -230,6 +238,7 @@ __all__ = [
     "VersionPin",
     "WeightOnlyQuantization",
     "arm_classes",
+    "builtin_guardrail",
     "json_schema",
     "load",
     "load_registry",

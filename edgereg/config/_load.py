@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from edgereg.config._base import DEFAULT_CONFIG_FILE
 from edgereg.config._config import Config
 from edgereg.config._errors import _config_error
-from edgereg.config._tasks import TASK_KINDS
 from edgereg.config._toml import parse_toml, read_config_text
+from edgereg.tasks import SHORTHAND_KINDS
 
 
 def load(path: str | Path = DEFAULT_CONFIG_FILE) -> Config:
@@ -50,10 +50,9 @@ def json_schema() -> dict[str, Any]:
     # no settings.
     task = schema["$defs"]["Model"]["properties"]["task"]
     described = {key: task.pop(key) for key in ("description", "title") if key in task}
-    shorthand = [kind for kind in TASK_KINDS if kind not in ("ctc", "custom")]
     schema["$defs"]["Model"]["properties"]["task"] = {
         **described,
-        "anyOf": [{"type": "string", "enum": shorthand}, task],
+        "anyOf": [{"type": "string", "enum": list(SHORTHAND_KINDS)}, task],
     }
     return schema
 

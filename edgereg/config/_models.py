@@ -12,8 +12,8 @@ from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
 from edgereg.config._metrics import MAX_METRICS, AppMetric
 from edgereg.config._rollout import RolloutPolicy
-from edgereg.config._tasks import ClassificationTask, Task, TaskMetric
 from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
+from edgereg.tasks import NAMED_CLASS_KINDS, SHORTHAND_KINDS, ClassificationTask, Task, TaskMetric
 
 
 class NoQuantization(_Strict):
@@ -134,9 +134,9 @@ class Model(_Strict):
     version: SemVer
     task: Task = Field(
         default_factory=lambda: ClassificationTask(kind="classification"),
-        description='What the model computes and how it is scored: "classification", '
-        '"dense_map", "segmentation", "ctc", "embedding", "frame_decision", "generic", or '
-        "a table { kind = ..., ... } with the task's settings.",
+        description="What the model computes and how it is scored: "
+        + ", ".join(f'"{kind}"' for kind in SHORTHAND_KINDS)
+        + ", or a table { kind = ..., ... } with the task's settings.",
     )
     description: str = ""
     source: PinnedFile
@@ -149,7 +149,7 @@ class Model(_Strict):
     )
     classes: list[str] | None = Field(
         default=None,
-        description="Class names, index order (classification, segmentation).",
+        description=f"Class names, index order ({', '.join(NAMED_CLASS_KINDS)}).",
     )
     calibration: CalibrationSet | None = None
     evaluation: PinnedFile
@@ -208,9 +208,8 @@ class Model(_Strict):
         if task_output is not None and task_output in {p.output for p in self.state}:
             raise _rule_error("task.output", f"'{task_output}' is a state output")
         if self.classes is not None and not type(self.task).NAMED_CLASSES:
-            raise _rule_error(
-                "classes", 'classes apply to task = "classification" and "segmentation" only'
-            )
+            kinds = " and ".join(f'"{kind}"' for kind in NAMED_CLASS_KINDS)
+            raise _rule_error("classes", f"classes apply to task = {kinds} only")
         self._check_budgets(self.budgets, "budgets")
         for name, variant in self.variants.items():
             if variant.budgets is not None:
@@ -237,7 +236,7 @@ class Model(_Strict):
                 )
             _check_bounds(metric, limits, f"{where}.metrics.{metric_name}")
             wrong_way = "min_baseline" if not metric.higher_is_better else "max_baseline"
-            if getattr(limits, wrong_way) is not None and self.task.kind != "custom":
+            if getattr(limits, wrong_way) is not None and not type(self.task).OWN_METRICS:
                 right = "max_baseline" if wrong_way == "min_baseline" else "min_baseline"
                 raise _rule_error(
                     f"{where}.metrics.{metric_name}.{wrong_way}",

@@ -3,84 +3,37 @@
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
 
 from edgereg.config._base import MAX_HOURS, _rule_error, _Strict
+from edgereg.config._guardrails import (
+    BUILTIN_GUARDRAILS,
+    BuiltinGuardrail,
+    LatencyGuardrail,
+    RateGuardrail,
+    UnconfirmedGuardrail,
+    builtin_guardrail,
+)
 from edgereg.config._metrics import MetricGuardrail
 
-
-class RateGuardrail(_Strict):
-    """A failure rate the candidate arm may not raise above the stable arm's."""
-
-    max_increase: float = Field(
-        default=0.01,
-        ge=0,
-        le=1,
-        description="Largest allowed candidate rate minus stable rate (0.01 = one point).",
-    )
-    max_rate: float = Field(
-        default=0.2,
-        gt=0,
-        le=1,
-        description="Absolute limit of the candidate's rate, whatever the stable arm's: a "
-        "candidate shown above it fails even when the stable fails alike (a stable shown "
-        "above it raises an alarm); a first release is judged by it alone.",
-    )
-    critical: bool = Field(
-        default=True, description="A failure pauses the rollout (and rolls back by policy)."
-    )
+__all__ = [
+    "Guardrails",
+    "LatencyGuardrail",
+    "RateGuardrail",
+    "RolloutPolicy",
+    "UnconfirmedGuardrail",
+]
 
 
-class UnconfirmedGuardrail(RateGuardrail):
-    """Installs not confirmed after a declared number of app starts: a crash loop, early."""
-
-    stalled_starts: int = Field(
-        default=2,
-        ge=1,
-        description="App starts without a confirmation that make an install stalled (the "
-        "failing device of this guardrail; report schema 2's unconfirmed_starts, sent at each "
-        "start as it happens). 2: one start the user ended before the model ran is not a "
-        "failure yet. Keep it at most the app's max_unconfirmed_starts (3 by default): a "
-        "revert's report keeps the count it reverted at, so a higher one never counts it.",
-    )
-
-
-class LatencyGuardrail(_Strict):
-    """A latency the candidate arm may not shift above the stable arm's."""
-
-    max_increase_pct: float = Field(
-        default=10.0,
-        ge=0,
-        description="Largest allowed slowdown, in percent of the stable (a scale shift, "
-        "judged with confidence bands valid at every look).",
-    )
-    critical: bool = Field(default=False, description="A failure pauses the rollout.")
-    enabled: bool = Field(
-        default=True,
-        description="false: not analysed at all (say, where the values measure the harness, "
-        "not the model). Evidence valid at any look cannot pass a latency on a few dozen "
-        "devices per arm, so a small fleet that wants --auto to promote turns it off.",
-    )
-
-
-class Guardrails(_Strict):
-    """What the canary analysis checks and automatic rollouts act on, per tier.
-
-    Besides the built-in guardrails below, a table of any other name is a guardrail
-    on an app metric the unit declares: `[rollout.guardrails.accepted]` with
-    `metric = "accepted"` and `max_worse = 0.01`.
-    """
+class _GuardrailSettings(_Strict):
+    """The keys of ``[rollout.guardrails]`` every guardrail shares (see :class:`Guardrails`)."""
 
     model_config = ConfigDict(
         extra="allow", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
     )
     __pydantic_extra__: dict[str, MetricGuardrail] = Field(init=False)
-
-    def metric_guardrails(self) -> dict[str, MetricGuardrail]:
-        """The guardrails on app metrics, by name."""
-        return dict(self.__pydantic_extra__ or {})
 
     @model_validator(mode="before")
     @classmethod
@@ -91,9 +44,7 @@ class Guardrails(_Strict):
                 if name in cls.model_fields:
                     continue
                 if not isinstance(value, dict) or "metric" not in value:
-                    builtin = ", ".join(
-                        n for n, f in cls.model_fields.items() if f.annotation in _TABLES
-                    )
+                    builtin = ", ".join(spec.name for spec in BUILTIN_GUARDRAILS)
                     raise _rule_error(
                         name,
                         f"unknown guardrail '{name}': the built-in ones are {builtin}; a "
@@ -155,52 +106,89 @@ class Guardrails(_Strict):
         "install), so a young cohort that has not crash-looped yet cannot pass either. 0 "
         "counts every install.",
     )
-    probe_failure: RateGuardrail = Field(
-        default_factory=RateGuardrail,
-        description="Devices whose self-test failed on every backend (the model was rejected).",
+
+
+def _builtin_field(spec: BuiltinGuardrail) -> tuple[type[_Strict], Any]:
+    """The key of a built-in guardrail: its table, its default limits, its words."""
+    return (
+        spec.table,
+        Field(
+            default_factory=lambda: spec.default,
+            description=spec.doc,
+            # pydantic leaves a default_factory's value out of the schema: editors and the
+            # reference show the guardrail's own defaults.
+            json_schema_extra={"default": spec.default.model_dump()},
+        ),
     )
-    load_failure: RateGuardrail = Field(
-        default_factory=RateGuardrail, description="Devices where loading the model failed."
+
+
+# One key per built-in guardrail, from the table (edgereg/config/_guardrails.py): the
+# analysis reaches them by name (Guardrails.rule), never as attributes.
+if TYPE_CHECKING:
+    _WithBuiltins = _GuardrailSettings
+else:
+    _WithBuiltins = create_model(
+        "_WithBuiltins",
+        __base__=_GuardrailSettings,
+        __module__=__name__,
+        **{spec.name: _builtin_field(spec) for spec in BUILTIN_GUARDRAILS},
     )
-    revert: RateGuardrail = Field(
-        default_factory=RateGuardrail,
-        description="Devices that reverted the model (not confirmed after the app's "
-        "max_unconfirmed_starts starts, or reverted by the app).",
-    )
-    unconfirmed: UnconfirmedGuardrail = Field(
-        default_factory=UnconfirmedGuardrail,
-        description="Devices installed and not confirmed after stalled_starts app starts, "
-        "reverted since or not: a crash loop seen as it happens, before the revert.",
-    )
-    first_start: RateGuardrail = Field(
-        default_factory=lambda: RateGuardrail(max_increase=0.05, max_rate=1.0),
-        description="Installs whose app started again before the model was ever confirmed "
-        "(report schema 2's unconfirmed_starts of 1 or more, confirmed since or not): a "
-        "crash at the first launch, which neither reverts nor stalls. A first launch that "
-        "did not use the model counts too, in both arms alike, so the limit is wider "
-        "(5 points) and there is no absolute one.",
-    )
-    load_ms: LatencyGuardrail = Field(
-        default_factory=LatencyGuardrail, description="Model load time, one value per device."
-    )
-    inference_ms: LatencyGuardrail = Field(
-        default_factory=LatencyGuardrail,
-        description="Each device's median inference time over the app's real calls.",
-    )
-    memory_peak_mb: LatencyGuardrail = Field(
-        default_factory=LatencyGuardrail,
-        description="Each device's peak memory for the model (report schema 2's "
-        "memory_peak_mb), judged like a latency: max_increase_pct of the stable. Left out "
-        "of a tier where no device reports it.",
-    )
+
+
+class Guardrails(_WithBuiltins):
+    """What the canary analysis checks and automatic rollouts act on, per tier.
+
+    Besides the built-in guardrails below, a table of any other name is a guardrail
+    on an app metric the unit declares: `[rollout.guardrails.accepted]` with
+    `metric = "accepted"` and `max_worse = 0.01`.
+    """
+
     rollback_on_critical: bool = Field(
         default=True,
         description="When a critical guardrail fails, an automatic rollout rolls back (else "
         "it only pauses).",
     )
 
+    def metric_guardrails(self) -> dict[str, MetricGuardrail]:
+        """The guardrails on app metrics, by name."""
+        return dict(self.__pydantic_extra__ or {})
 
-_TABLES = (RateGuardrail, UnconfirmedGuardrail, LatencyGuardrail)
+    def rule(self, name: str) -> RateGuardrail | LatencyGuardrail:
+        """The limits of the built-in guardrail ``name`` (:data:`BUILTIN_GUARDRAILS`).
+
+        Raises:
+            KeyError: no built-in guardrail has that name.
+        """
+        if builtin_guardrail(name) is None or "/" in name:
+            raise KeyError(f"no built-in guardrail is named {name!r}")
+        value: RateGuardrail | LatencyGuardrail = getattr(self, name)
+        return value
+
+    def rate_rule(self, name: str) -> RateGuardrail:
+        """The limits of the built-in rate guardrail ``name``."""
+        value = self.rule(name)
+        if not isinstance(value, RateGuardrail):
+            raise KeyError(f"{name!r} is not a rate guardrail")
+        return value
+
+    def shift_rule(self, name: str) -> LatencyGuardrail:
+        """The limits of the built-in shift (latency-like) guardrail ``name``."""
+        value = self.rule(name)
+        if not isinstance(value, LatencyGuardrail):
+            raise KeyError(f"{name!r} is not a shift guardrail")
+        return value
+
+    def event_parameters(self) -> dict[str, int | float]:
+        """What the report store binds into the rate guardrails' events, by key.
+
+        The keys of a guardrail's table beyond its test's limits
+        (:attr:`BuiltinGuardrail.parameters`): ``{"stalled_starts": 2}``.
+        """
+        return {
+            key: getattr(self.rule(spec.name), key)
+            for spec in BUILTIN_GUARDRAILS
+            for key in spec.parameters
+        }
 
 
 class RolloutPolicy(_Strict):

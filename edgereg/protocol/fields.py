@@ -35,6 +35,7 @@ __all__ = [
     "BUCKETS",
     "CPU_FEATURE_PATTERN",
     "MAX_MEMORY_MB",
+    "MAX_PROBE_DATA_BYTES",
     "MAX_SAFE_INTEGER",
     "NAME_RULE",
     "PERCENT_RULE",
@@ -112,6 +113,12 @@ CPU_FEATURE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 CpuFeature = Annotated[str, StringConstraints(pattern=CPU_FEATURE_PATTERN)]
 """A CPU feature name such as ``i8mm``: a pattern, not a list, so a feature named
 later never makes an older client refuse the manifest (docs/protocol.md §3)."""
+
+MAX_PROBE_DATA_BYTES = 128 * 1024 * 1024
+"""The largest probe data blob a client holds: a ``probe_data`` declared larger is refused
+before download (the tensors of one sample of a 1x3x2048x2048 float model and its outputs).
+Here rather than in :mod:`~edgereg.protocol.probe`, so that a pull without --self-test
+never loads the probe parser."""
 
 MAX_MEMORY_MB = 1_048_576
 """The largest memory figure any document carries, in MiB (1 TiB)."""

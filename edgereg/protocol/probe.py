@@ -42,7 +42,7 @@ from typing import Annotated, ClassVar
 from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from edgereg.protocol.contract import TensorDtype
-from edgereg.protocol.fields import MAX_SAFE_INTEGER, SchemaVersion
+from edgereg.protocol.fields import MAX_PROBE_DATA_BYTES, MAX_SAFE_INTEGER, SchemaVersion
 from edgereg.protocol.patterns import NAME_PATTERN, SHA256_PATTERN
 from edgereg.protocol.wire import WireModel
 
@@ -67,10 +67,6 @@ PAYLOAD_TYPE_PROBE = "application/vnd.edgereg.probe+json"
 
 MAX_PROBE_BYTES = 16 * 1024 * 1024
 """The largest probe document a client parses (every signed document's limit)."""
-
-MAX_PROBE_DATA_BYTES = 128 * 1024 * 1024
-"""The largest probe data blob a client holds: a ``probe_data`` declared larger is refused
-before download (the tensors of one sample of a 1x3x2048x2048 float model and its outputs)."""
 
 
 def _is_none(value: object) -> bool:

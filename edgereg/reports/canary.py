@@ -113,7 +113,8 @@ def rollout_analysis(
     reference = store_now if store_now is not None else now
     window = guardrails.revert_window_hours
     aged = reference - timedelta(hours=window) if window else None
-    stalled = guardrails.unconfirmed.stalled_starts
+    # What the store binds into the rate guardrails' events (the unconfirmed guardrail's).
+    stalled = int(guardrails.event_parameters()["stalled_starts"])
 
     # Only when asked: a front of a store (a simulation's) need not know CPU classes.
     only: dict[str, Any] = {} if cpu_class is None else {"cpu_class": cpu_class}

@@ -23,6 +23,7 @@ import functools
 import itertools
 import logging
 import re
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, cast
 
+from edgereg.config import BUILTIN_GUARDRAILS
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
 from edgereg.reports._metrics import (
@@ -40,6 +42,7 @@ from edgereg.reports._metrics import (
     statistic_sql,
 )
 from edgereg.reports.summary import (
+    CONFIRMED,
     EVENTS,
     ArmSummary,
     Histogram,
@@ -368,22 +371,46 @@ class _Parameters:
 def _event_expressions(bind: _Parameters) -> dict[str, str]:
     """Each event of :data:`~edgereg.reports.summary.EVENTS` of one row, 0 or 1, in SQL.
 
-    A load failure is a load failure only (the self-test that cannot load the
-    model also fails, but one failing device is one failure). A stall needs
-    report schema 2's ``unconfirmed_starts``, sent at each start and kept in
-    the install's later reports, a revert's too; reports without it never count.
+    A rate guardrail's is its spec's :attr:`~edgereg.config.BuiltinGuardrail.when`,
+    each ``{key}`` in it a parameter named ``key`` (bound in order of appearance).
     """
-    return {
-        "probe_failed": "(CASE WHEN probe = 'failed' AND load_failed = 0 THEN 1 ELSE 0 END)",
-        "load_failed": "load_failed",
-        "reverted": "reverted",
-        "stalled": (
-            "(CASE WHEN confirmed = 0 AND unconfirmed_starts >= "
-            f"{bind('stalled_starts')} THEN 1 ELSE 0 END)"
-        ),
-        "first_start": "(CASE WHEN unconfirmed_starts >= 1 THEN 1 ELSE 0 END)",
-        "confirmed": "confirmed",
+    events = {
+        spec.event: _bound(spec.when, bind) for spec in BUILTIN_GUARDRAILS if spec.test == "rate"
     }
+    events[CONFIRMED] = "confirmed"
+    return events
+
+
+def _bound(template: str, bind: _Parameters) -> str:
+    """``template`` with each ``{key}`` replaced by a placeholder that binds ``key``."""
+    parts = []
+    for text, key, _format, _conversion in string.Formatter().parse(template):
+        parts.append(text)
+        if key is not None:
+            parts.append(bind(key))
+    return "".join(parts)
+
+
+def _count_columns(events: Sequence[str]) -> dict[str, str]:
+    """The columns of :func:`counts_sql` after (tier, arm, version), by name, in order.
+
+    For every install (``all``) and for the aged ones (``aged``): installs,
+    networks, each event's devices (``all.devices.<event>``) and each event's
+    network shares summed (``all.networks.<event>``).
+    """
+    columns = {"all.devices": "SUM(n)", "all.networks": "COUNT(*)"}
+    columns.update({f"all.devices.{name}": f"SUM(e_{name})" for name in events})
+    columns.update({f"all.networks.{name}": f"SUM(1.0 * e_{name} / n)" for name in events})
+    columns["aged.devices"] = "SUM(a)"
+    columns["aged.networks"] = "SUM(CASE WHEN a > 0 THEN 1 ELSE 0 END)"
+    columns.update({f"aged.devices.{name}": f"SUM(g_{name})" for name in events})
+    columns.update(
+        {
+            f"aged.networks.{name}": f"SUM(CASE WHEN a > 0 THEN 1.0 * g_{name} / a ELSE 0 END)"
+            for name in events
+        }
+    )
+    return columns
 
 
 #: The tier a pooled summary names: every tier's installs together.
@@ -435,7 +462,7 @@ def counts_sql(
         )
     else:
         folded = {name: f"MAX({expr})" for name, expr in events.items()}
-        folded["confirmed"] = "MIN(confirmed)"
+        folded[CONFIRMED] = "MIN(confirmed)"
         devices = (
             f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
             + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
@@ -447,12 +474,7 @@ def counts_sql(
         + ", ".join(f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names)
         + f" FROM ({devices}) AS devices GROUP BY tier, arm, unit_version, net"
     )
-    columns = ["SUM(n)", "COUNT(*)"]
-    columns += [f"SUM(e_{name})" for name in names]
-    columns += [f"SUM(1.0 * e_{name} / n)" for name in names]
-    columns += ["SUM(a)", "SUM(CASE WHEN a > 0 THEN 1 ELSE 0 END)"]
-    columns += [f"SUM(g_{name})" for name in names]
-    columns += [f"SUM(CASE WHEN a > 0 THEN 1.0 * g_{name} / a ELSE 0 END)" for name in names]
+    columns = list(_count_columns(names).values())
     sql = (
         f"SELECT tier, arm, unit_version, {', '.join(columns)} "
         f"FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
@@ -492,9 +514,7 @@ def members_sql(placeholder: str) -> str:
 
 #: The bucket column of each histogram of :data:`~edgereg.reports.summary.HISTOGRAMS`.
 HISTOGRAM_COLUMNS = {
-    "load_ms": "load_bucket",
-    "inference_ms": "inference_p50_bucket",
-    "memory_peak_mb": "memory_peak_bucket",
+    spec.histogram: spec.column for spec in BUILTIN_GUARDRAILS if spec.test == "shift"
 }
 
 
@@ -509,7 +529,7 @@ def histogram_sql(
 ) -> tuple[str, int]:
     """Per (tier, arm, version, kind, view, bucket): devices or networks in the bucket.
 
-    For each kind (load, inference p50, peak memory) three views: ``d`` every
+    For each kind (:data:`HISTOGRAM_COLUMNS`) three views: ``d`` every
     device's value; ``l`` each source network at its lowest value; ``h`` at
     its highest (a device without a known network is one of its own).
 
@@ -1107,10 +1127,11 @@ def _assemble(
         metrics.setdefault((tier, arm, version), {})[name] = MetricTally(
             int(devices or 0), int(networks or 0), *(float(v or 0.0) for v in sums_of)
         )
+    names = ("tier", "arm", "version", *_count_columns(EVENTS))
     summaries = []
     for row in counts:
-        tier, arm, version = row[:3]
-        values = list(row[3:])
+        values = dict(zip(names, row, strict=True))
+        tier, arm, version = values["tier"], values["arm"], values["version"]
         histograms = {
             kind: Histogram(
                 dict(sorted(found["d"].items())),
@@ -1125,8 +1146,8 @@ def _assemble(
                 tier=tier,
                 arm=cast(Literal["candidate", "stable"], arm),
                 version=version,
-                all=_tally(values, 0),
-                aged=_tally(values, 2 + 2 * len(EVENTS)) if aged else None,
+                all=_tally(values, "all"),
+                aged=_tally(values, "aged") if aged else None,
                 histograms=histograms,
                 metrics=dict(sorted(metrics.get((tier, arm, version), {}).items())),
             )
@@ -1134,16 +1155,13 @@ def _assemble(
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))
 
 
-def _tally(values: Sequence[Any], at: int) -> Tally:
-    """The tally whose columns start at ``at``: devices, networks, events, network shares."""
-    events = len(EVENTS)
-    device_counts = values[at + 2 : at + 2 + events]
-    network_counts = values[at + 2 + events : at + 2 + 2 * events]
+def _tally(values: Mapping[str, Any], installs: str) -> Tally:
+    """The tally of ``installs`` (``all`` or ``aged``) in a row named by :func:`_count_columns`."""
     return Tally(
-        int(values[at] or 0),
-        int(values[at + 1] or 0),
-        {name: int(n or 0) for name, n in zip(EVENTS, device_counts, strict=True)},
-        {name: float(n or 0.0) for name, n in zip(EVENTS, network_counts, strict=True)},
+        int(values[f"{installs}.devices"] or 0),
+        int(values[f"{installs}.networks"] or 0),
+        {name: int(values[f"{installs}.devices.{name}"] or 0) for name in EVENTS},
+        {name: float(values[f"{installs}.networks.{name}"] or 0.0) for name in EVENTS},
     )
 
 

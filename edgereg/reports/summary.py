@@ -28,7 +28,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, Protocol
 
+from edgereg.config import BUILTIN_GUARDRAILS
+
 __all__ = [
+    "CONFIRMED",
     "EVENTS",
     "HISTOGRAMS",
     "LATENCY_EDGES_MS",
@@ -48,32 +51,24 @@ LATENCY_EDGES_MS: tuple[float, ...] = tuple(
 )
 """Upper edges of the latency buckets, 0.05 ms to 10 minutes: bucket i is (edge[i-1], edge[i]]."""
 
+#: The store's count of installs the app confirmed (after a real inference): no
+#: guardrail's, counted beside theirs (a bundle's install is confirmed when every member is).
+CONFIRMED = "confirmed"
+
 EVENTS: tuple[str, ...] = (
-    "probe_failed",
-    "load_failed",
-    "reverted",
-    "stalled",
-    "first_start",
-    "confirmed",
+    *(spec.event for spec in BUILTIN_GUARDRAILS if spec.test == "rate"),
+    CONFIRMED,
 )
-"""What the store counts per install:
+"""What the store counts per install: each rate guardrail's event
+(:attr:`~edgereg.config.BuiltinGuardrail.event`, counted as its
+:attr:`~edgereg.config.BuiltinGuardrail.when` says), and :data:`CONFIRMED`."""
 
-- ``probe_failed``: the self-test failed on every backend for another reason
-  than a load failure (the model was rejected);
-- ``load_failed``: the model loaded on no backend (counted here only, not
-  also as a probe failure);
-- ``reverted``: reverted after the app's unconfirmed starts (or by the app);
-- ``stalled``: not confirmed after the unconfirmed guardrail's ``stalled_starts``
-  app starts (report schema 2's ``unconfirmed_starts``), reverted since or not;
-- ``first_start``: the app started again before the model was ever confirmed
-  (``unconfirmed_starts`` >= 1, confirmed since or not): a crash at the first
-  launch, or a first launch that did not use the model;
-- ``confirmed``: the app confirmed the model after a real inference.
-"""
-
-HISTOGRAMS: tuple[str, ...] = ("load_ms", "inference_ms", "memory_peak_mb")
-"""The histograms the store keeps per arm: each device's load time, median inference
-time (its report's ``p50_ms``) and peak memory (report schema 2, read as MB)."""
+HISTOGRAMS: tuple[str, ...] = tuple(
+    spec.histogram for spec in BUILTIN_GUARDRAILS if spec.test == "shift"
+)
+"""The histograms the store keeps per arm, one per shift guardrail
+(:attr:`~edgereg.config.BuiltinGuardrail.histogram`), of each device's value
+(:attr:`~edgereg.config.BuiltinGuardrail.column`: its bucket)."""
 
 
 def latency_bucket(ms: float) -> int:

@@ -28,9 +28,9 @@ from html import escape
 from typing import Any
 
 from edgereg import __version__
-from edgereg.analysis import RATE_GUARDRAILS, Analysis
+from edgereg.analysis import Analysis
 from edgereg.build.outputs import headline
-from edgereg.config import AppMetric, RolloutPolicy
+from edgereg.config import AppMetric, RolloutPolicy, builtin_guardrail
 from edgereg.errors import EdgeregError, StorageError
 from edgereg.protocol.envelope import TrustedKeys
 from edgereg.protocol.wire import (
@@ -529,14 +529,15 @@ _VERDICT_CLASS = {"pass": "pass", "fail": "fail", "inconclusive": "muted"}
 
 
 def _arm_figure(name: str, numbers: dict[str, Any], arm: str) -> str:
-    if name in RATE_GUARDRAILS:
+    # A bundle member's result (load_ms/det) is its guardrail's; its spec says its unit.
+    spec = builtin_guardrail(name)
+    if spec is not None and spec.test == "rate":
         rate, networks = numbers.get(f"{arm}_rate"), numbers.get(f"{arm}_networks")
         if rate is None:
             return "—"
         return f"{100 * float(rate):.1f}% of {networks} networks"
     median = numbers.get(f"{arm}_median_ms")
-    # Peak memory is judged like a latency, on the same figures, in MB.
-    unit = "MB" if name.split("/", 1)[0] == "memory_peak_mb" else "ms"
+    unit = spec.unit if spec is not None else "ms"
     return "—" if median is None else f"median {float(median):.1f} {unit}"
 
 
