@@ -167,7 +167,8 @@ _SCHEMA_4_INDEXES = (
 )
 
 #: The indexes of schema 6. One covering index serves every summary (the counts, the
-#: three histograms, the CPU classes): it holds every column they filter on or read,
+#: three histograms, the CPU classes): it holds every column they filter on or read
+#: (a built-in guardrail's ``when`` or ``column`` that reads another must add it here),
 #: so no summary reads the table, and a report writes two B-trees at random places
 #: (this one and the primary key) instead of five (a server's group commit writes each
 #: dirty page of them to the WAL). It leads with the unit and the model: a bundle
@@ -177,8 +178,8 @@ _SCHEMA_4_INDEXES = (
 INDEXES = (
     "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
     "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
-    "unconfirmed_starts, first_received_at, load_bucket, inference_p50_bucket, "
-    "memory_peak_bucket, cpu_class)",
+    "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
+    "inference_p50_bucket, memory_peak_bucket, cpu_class)",
     "CREATE INDEX reports_received ON reports (received_at)",
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
