@@ -16,6 +16,13 @@ BUSY_TIMEOUT_MS = 5000
 #: Prepared statements a connection keeps: every size of the multi-row upserts
 #: (store.ROWS_PER_STATEMENT of each table) and the queries.
 CACHED_STATEMENTS = 256
+#: WAL pages written before a commit copies them back into the database file (a
+#: checkpoint, which fsyncs): SQLite's default is 1000. Reports land at random
+#: places of two B-trees (the primary key and the summary index), so a page is
+#: often dirtied again before the next checkpoint, and each checkpoint writes it
+#: once: measured, a 32-report upsert cost 1.3-1.5x less. The WAL grows to about
+#: 40 MB between checkpoints (4 KB pages).
+WAL_AUTOCHECKPOINT_PAGES = 10_000
 
 
 class SQLiteStore(ReportStore):
@@ -62,6 +69,7 @@ class SQLiteStore(ReportStore):
                     retryable=False,
                 )
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         except BaseException:
             conn.close()
             raise
