@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
@@ -805,7 +806,7 @@ def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> Non
 
 
 def _raw_connection(url: str) -> Any:
-    """A plain DB-API connection to the store at ``url`` (SQLite or PostgreSQL), and its placeholder."""
+    """A plain DB-API connection to the store at ``url`` (SQLite or PostgreSQL), its placeholder."""
     if url.startswith("sqlite:///"):
         return sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None), "?"
     import psycopg
@@ -818,7 +819,7 @@ def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> No
     from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
 
     conn, p = _raw_connection(store_url)
-    with conn:
+    with contextlib.closing(conn):
         for statement in (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
             conn.execute(statement)
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -833,7 +834,7 @@ def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> No
         assert (summary.devices, summary.networks) == (2, 2)
         assert hist(summary, "load_ms") == {latency_bucket(10.0): 2}
     conn, p = _raw_connection(store_url)
-    with conn:
+    with contextlib.closing(conn):
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
         if p == "?":
             listed = "SELECT name FROM sqlite_master WHERE type = 'index'"
