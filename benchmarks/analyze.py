@@ -20,14 +20,26 @@ make every run compile edgereg's sources: printed once for comparison).
 ``--baseline REV`` measures the edgereg package of an older revision the
 same way, alternating runs with this tree (the machine is shared).
 
-1,000,000 reports: target under 5 s (median of 3 fresh processes: imports,
+1,000,000 reports with 5 app metrics (issue 26): the project's models.toml
+declares three rates and two distributions of 8 buckets on the model, with
+six guardrails on them (a rate's drop, a mean, a share below an edge), and
+every report that ran the model is of schema 3 carrying all five (5,000,000
+metric rows beside the million reports). Target under 5 s (median of 3 fresh processes: imports,
 the verified registry read, the store's GROUP BY and the statistics). Also
 printed: the peak memory of that process (its own VmHWM, imports included)
 against the same command on 20,000 reports (memory must not grow with the
 reports: the store aggregates, the analysis reads buckets), and how the
-time splits between the store's summaries and the analysis.
+time splits between the store's summaries and the analysis. With
+``--without-metrics`` the same reports again without app metrics (no metric
+declared, schema 2 reports with every other key alike), in the same run, the
+analyze runs alternating: the price of the metrics, in the bulk load (the
+store's ``ingest_many``) and in `edgereg analyze`.
 
-Usage: .venv/bin/python benchmarks/analyze.py [--reports 1000000] [--baseline REV]
+Usage: .venv/bin/python benchmarks/analyze.py [--reports 1000000] [--runs 3]
+       [--baseline REV] [--without-metrics]
+
+A small setting for a busy 2-core machine (about 4 minutes):
+    .venv/bin/python benchmarks/analyze.py --reports 50000 --runs 1 --without-metrics
 """
 
 from __future__ import annotations
@@ -52,11 +64,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from edgereg import config as config_module  # noqa: E402
-from edgereg.analysis import analysis_periods, analyze  # noqa: E402
+from edgereg.analysis import analysis_periods  # noqa: E402
 from edgereg.protocol.envelope import Signer, generate_key  # noqa: E402
-from edgereg.protocol.reports import LatencySummary, Report  # noqa: E402
+from edgereg.protocol.reports import (  # noqa: E402
+    DistributionCounts,
+    LatencySummary,
+    RateCounts,
+    Report,
+)
 from edgereg.registry import Registry, prepare_release, utcnow  # noqa: E402
 from edgereg.reports import open_store  # noqa: E402
+from edgereg.reports.canary import rollout_analysis  # noqa: E402
 from edgereg.storage import open_storage  # noqa: E402
 
 MODEL = "vision"
@@ -66,6 +84,66 @@ TARGET_S = 5.0
 SMALL = 20_000
 SMALL_TARGET_S = 1.0
 results: list[tuple[str, bool, str]] = []
+
+# Five app metrics (docs/operations/canary-analysis.md "App metrics") and guardrails on
+# each, the way a text recognizer's team would write them.
+APP_METRICS_TOML = """
+[models.vision.metrics.accepted]
+kind = "rate"
+description = "the user kept the answer"
+
+[models.vision.metrics.cloud_fallback]
+kind = "rate"
+better = "lower"
+
+[models.vision.metrics.retried]
+kind = "rate"
+better = "lower"
+
+[models.vision.metrics.confidence]
+kind = "distribution"
+buckets = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
+unit = "score"
+
+[models.vision.metrics.edit_distance]
+kind = "distribution"
+buckets = [0, 1, 2, 3, 5, 8, 13]
+better = "lower"
+unit = "characters"
+
+[rollout.guardrails.accepted]
+metric = "accepted"
+max_worse = 0.01
+
+[rollout.guardrails.cloud_fallback]
+metric = "cloud_fallback"
+max_worse = 0.01
+
+[rollout.guardrails.retried]
+metric = "retried"
+max_worse = 0.01
+critical = false
+
+[rollout.guardrails.confident]
+metric = "confidence"
+max_worse = 0.05
+critical = false
+
+[rollout.guardrails.unsure]
+metric = "confidence"
+stat = "share_below"
+threshold = 0.5
+max_worse = 0.02
+
+[rollout.guardrails.edits]
+metric = "edit_distance"
+max_worse = 0.25
+"""
+PLAIN_CONFIG = "models-without-metrics.toml"
+METRIC_GUARDRAILS = ("accepted", "cloud_fallback", "retried", "confident", "unsure", "edits")
+RATES = {"accepted": 0.92, "cloud_fallback": 0.07, "retried": 0.03}
+CONFIDENCE_EDGES = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+EDIT_EDGES = (0, 1, 2, 3, 5, 8, 13)
 
 
 def report(target: str, passed: bool, measured: str) -> None:
@@ -78,6 +156,10 @@ def publish_rollout(project: Path, registry_root: Path, key_pem: bytes) -> Regis
     import buildkit
 
     buildkit.write_project(project)
+    plain = (project / "models.toml").read_text()
+    (project / PLAIN_CONFIG).write_text(plain)  # --without-metrics: the project before
+    with (project / "models.toml").open("a") as toml:
+        toml.write(APP_METRICS_TOML)
     built = buildkit.Project(project)
     for variant in buildkit.VARIANTS[MODEL]:
         built.build(MODEL, variant)
@@ -97,8 +179,36 @@ def publish_rollout(project: Path, registry_root: Path, key_pem: bytes) -> Regis
     return registry
 
 
-def reports(count: int, received: datetime, rng: random.Random):  # type: ignore[no-untyped-def]
+def bucket(value: float, edges: tuple[float, ...]) -> int:
+    """The bucket a value falls in: an edge closes its bucket (docs/protocol.md §11)."""
+    return next((i for i, edge in enumerate(edges) if value <= edge), len(edges))
+
+
+def app_metrics(rng: random.Random) -> dict[str, Any]:
+    """One install's totals: a few days to weeks of use, the same in both arms (A/A)."""
+    events = 5 + int(rng.expovariate(1 / 30))
+    metrics: dict[str, Any] = {}
+    for name, rate in RATES.items():
+        successes = sum(rng.random() < rate for _ in range(events))
+        metrics[name] = RateCounts.model_construct(events=events, successes=successes)
+    confidence = [0] * (len(CONFIDENCE_EDGES) + 1)
+    edits = [0] * (len(EDIT_EDGES) + 1)
+    for _ in range(events):
+        confidence[bucket(rng.betavariate(8, 2), CONFIDENCE_EDGES)] += 1
+        edits[bucket(int(rng.expovariate(0.8)), EDIT_EDGES)] += 1
+    metrics["confidence"] = DistributionCounts.model_construct(counts=confidence)
+    metrics["edit_distance"] = DistributionCounts.model_construct(counts=edits)
+    return metrics
+
+
+# A pool of installs' totals the reports draw from: drawing a million totals one event
+# at a time would take longer than the bulk load itself.
+_POOL = 4096
+
+
+def reports(count: int, received: datetime, rng: random.Random, with_metrics: bool = True):  # type: ignore[no-untyped-def]
     """``count`` (report, received_at) pairs, built without validation (they are ours)."""
+    pool = [app_metrics(rng) for _ in range(_POOL)] if with_metrics else []
     for index in range(count):
         candidate = index % 10 == 0
         tier = TIERS[index % 3]
@@ -109,9 +219,13 @@ def reports(count: int, received: datetime, rng: random.Random):  # type: ignore
             count=50, p50_ms=p50, p90_ms=p50 * 1.6, p99_ms=p50 * 2.5
         )
         version = "1.1.0" if candidate else "1.0.0"
+        # A refused release never ran: its report counts nothing (docs/protocol.md §11).
+        metrics = pool[rng.randrange(_POOL)] if with_metrics and not failed else None
+        peak = None if failed else rng.lognormvariate(3.0, 0.3)
         yield (
             Report.model_construct(
-                schema_version=1,
+                # The keys of schema 2 in every report: the two stores differ in the metrics.
+                schema_version=2 if metrics is None else 3,
                 token=secrets.token_hex(16),
                 unit=MODEL,
                 model=MODEL,
@@ -133,17 +247,48 @@ def reports(count: int, received: datetime, rng: random.Random):  # type: ignore
                 os="android",
                 os_version="14",
                 device_class="ram4-8c",
+                unconfirmed_starts=0,
+                cpu_class="armv8.2",
+                memory_peak_mb=peak,
+                memory_steady_mb=None if peak is None else peak * 0.8,
+                first_inference_ms=None if failed else p50 * 3,
+                metrics=metrics,
             ),
             received,
         )
 
 
-def fill(store_path: Path, count: int, received: datetime) -> float:
+class TimedStore:
+    """A report store whose every call is timed (the split store / analysis)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.seconds, self.calls, self.arms = store, 0.0, 0, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+        if not callable(method):
+            return method
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                found = method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t
+                self.calls += 1
+            if name == "summaries":
+                self.arms += len(found)
+            return found
+
+        return timed
+
+
+def fill(store_path: Path, count: int, received: datetime, with_metrics: bool = True) -> float:
     rng = random.Random(7)
     start = time.perf_counter()
     with open_store(f"sqlite:///{store_path}") as store:
         batch = []
-        for pair in reports(count, received, rng):
+        for pair in reports(count, received, rng, with_metrics):
             batch.append(pair)
             if len(batch) == CHUNK:
                 store.ingest_many(batch)
@@ -203,11 +348,14 @@ def child_env(tree: Path, pycache: Path | None) -> dict[str, str]:
     return env
 
 
-def analyze_args(tmp: Path, store_path: Path) -> list[str]:
+def analyze_args(tmp: Path, store_path: Path, config: str = "models.toml") -> list[str]:
     return [
         "analyze",
         MODEL,
         "--json",
+        # The project's guardrails and app metrics, as `edgereg analyze` run in it reads them.
+        "--config",
+        str(tmp / "project" / config),
         "--registry",
         f"file://{tmp / 'registry'}",
         "--trusted-key",
@@ -218,11 +366,11 @@ def analyze_args(tmp: Path, store_path: Path) -> list[str]:
 
 
 def run_analyze(
-    tmp: Path, store_path: Path, runs: int, env: dict[str, str]
+    tmp: Path, store_path: Path, runs: int, env: dict[str, str], config: str = "models.toml"
 ) -> tuple[list[float], float, Any]:
     """Seconds of each run, the largest peak RSS in MB, and the last JSON result."""
     # The command line in a fresh interpreter that reports its own peak RSS last.
-    command = [sys.executable, "-c", _MEASURED_MAIN, *analyze_args(tmp, store_path)]
+    command = [sys.executable, "-c", _MEASURED_MAIN, *analyze_args(tmp, store_path, config)]
     seconds, peaks = [], []
     for _ in range(runs):
         t = time.perf_counter()
@@ -332,6 +480,11 @@ def main() -> None:
     parser.add_argument(
         "--baseline", metavar="REV", help="also measure start-up with edgereg as of REV"
     )
+    parser.add_argument(
+        "--without-metrics",
+        action="store_true",
+        help="also the same reports without app metrics (schema 2), runs alternating",
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory(prefix="edgereg-bench-analyze-") as tmp_name:
@@ -347,31 +500,31 @@ def main() -> None:
         loaded = fill(store_path, args.reports, since + timedelta(seconds=1))
         size_mb = store_path.stat().st_size / 1e6
         print(
-            f"bulk insert of {args.reports:,} reports: {loaded:.1f} s "
+            f"bulk insert of {args.reports:,} reports with 5 app metrics: {loaded:.1f} s "
             f"({args.reports / loaded:,.0f} reports/s); store {size_mb:.0f} MB",
             flush=True,
         )
 
-        # In this process: where the time goes.
+        # In this process: where the time goes (what `edgereg analyze` runs, the store timed).
+        config = config_module.load(tmp / "project" / "models.toml")
+        declared = config.unit_metrics(MODEL)
         with open_store(f"sqlite:///{store_path}") as store:
+            timed = TimedStore(store)
             t = time.perf_counter()
-            summaries = store.summaries(MODEL, since)
-            read = time.perf_counter() - t
-        t = time.perf_counter()
-        verdict = analyze(
-            summaries,
-            unit=MODEL,
-            candidate="1.1.0",
-            stable="1.0.0",
-            since=since,
-            guardrails=config_module.Guardrails(),
-            tiers=TIERS,
-        ).verdict
-        computed = time.perf_counter() - t
-        buckets = sum(len(s.load_ms) + len(s.inference_p50_ms) for s in summaries)
+            verdict = rollout_analysis(
+                timed,
+                state,
+                guardrails=config.rollout_policy(MODEL).guardrails,
+                tiers=TIERS,
+                now=registry.clock(),
+                metrics=declared,
+            ).verdict
+            total = time.perf_counter() - t
         print(
-            f"store summaries {read:.2f} s ({len(summaries)} arm summaries, {buckets} buckets); "
-            f"analysis {computed * 1000:.0f} ms; verdict {verdict}",
+            f"in one process: {total:.2f} s, of it the store {timed.seconds:.2f} s "
+            f"({timed.calls} queries, {timed.arms} arm summaries) and the analysis "
+            f"{(total - timed.seconds) * 1000:.0f} ms; {len(declared)} app metrics, "
+            f"verdict {verdict}",
             flush=True,
         )
 
@@ -420,17 +573,53 @@ def main() -> None:
         )
 
         env = envs["this tree"]
-        runs, peak_mb, result = run_analyze(tmp, store_path, args.runs, env)
+        plain_path = tmp / "plain.sqlite"
+        if args.without_metrics:
+            plain_loaded = fill(plain_path, args.reports, since + timedelta(seconds=1), False)
+            print(
+                f"bulk insert of {args.reports:,} reports without app metrics (schema 2): "
+                f"{plain_loaded:.1f} s ({args.reports / plain_loaded:,.0f} reports/s); store "
+                f"{plain_path.stat().st_size / 1e6:.0f} MB; with / without metrics "
+                f"{plain_loaded / loaded:.2f}x the reports/s",
+                flush=True,
+            )
+        print(
+            f"load average {os.getloadavg()[0]:.1f} before the runs on {args.reports:,} reports",
+            flush=True,
+        )
+        runs: list[float] = []
+        plain_runs: list[float] = []
+        peak_mb = 0.0
+        for _ in range(args.runs):  # alternating, so a burst of load elsewhere skews both
+            seconds, peak, result = run_analyze(tmp, store_path, 1, env)
+            runs += seconds
+            peak_mb = max(peak_mb, peak)
+            if args.without_metrics:
+                seconds, _, plain = run_analyze(tmp, plain_path, 1, env, PLAIN_CONFIG)
+                plain_runs += seconds
         _, small_mb, _ = run_analyze(tmp, small_path, 1, env)
         devices = sum(t["candidate_devices"] + t["stable_devices"] for t in result["tiers"])
         assert devices == args.reports, devices
+        judged = sorted({g["name"] for t in result["tiers"] for g in t["guardrails"]})
+        on_metrics = [name for name in judged if name in METRIC_GUARDRAILS]
+        assert len(on_metrics) == len(METRIC_GUARDRAILS), judged
         median = statistics.median(runs)
         print(
-            f"`edgereg analyze --json` on {devices:,} reports: median {median:.2f} s "
-            f"(runs {', '.join(f'{r:.2f}' for r in runs)}); verdict {result['verdict']}; "
-            f"peak RSS {peak_mb:.0f} MB ({small_mb:.0f} MB on {SMALL:,} reports)",
+            f"`edgereg analyze --json` on {devices:,} reports with {len(RATES) + 2} app metrics: "
+            f"median {median:.2f} s (runs {', '.join(f'{r:.2f}' for r in runs)}; load average "
+            f"{os.getloadavg()[0]:.1f}); verdict {result['verdict']}; guardrails judged "
+            f"{', '.join(judged)}; peak RSS {peak_mb:.0f} MB ({small_mb:.0f} MB on {SMALL:,} "
+            "reports)",
             flush=True,
         )
+        if args.without_metrics:
+            plain_median = statistics.median(plain_runs)
+            print(
+                f"the same {args.reports:,} without app metrics (none declared, schema 2): median "
+                f"{plain_median:.2f} s (runs {', '.join(f'{r:.2f}' for r in plain_runs)}); "
+                f"verdict {plain['verdict']}; with / without {median / plain_median:.2f}x",
+                flush=True,
+            )
         report(
             f"`edgereg analyze` on {args.reports:,} stored reports in under {TARGET_S:g} s",
             median < TARGET_S,

@@ -39,7 +39,8 @@ compresses), stable for every device.
    is measured: median of ``--rounds``. Target: < 1 s on every client
    (docs/protocol.md §8).
 7. The guides' shortest integration (the code of "Ten-line start" in
-   docs/guides/android.md and ios.md, non-blank lines), beside Firebase's
+   docs/guides/android.md and ios.md, non-blank lines of every block of a
+   language together, imports and comments included), beside Firebase's
    Model Downloader counted by the same rule in issue 28 (12 Android, 15
    iOS, without the model runner). Target: <= 12 on each platform.
 8. The Swift library's clean release build time: ``swift build -c release
@@ -330,16 +331,23 @@ FIREBASE_LINES = {"android": 12, "ios": 15}
 
 
 def guide_lines() -> None:
-    """The non-blank code lines of each guide's "Ten-line start", per language."""
+    """The non-blank code lines of each guide's "Ten-line start", per language.
+
+    Every block of that language in the section counts (imports and comments included), so a
+    start split over two blocks is counted whole; the model runner is in its own section.
+    """
     for platform in ("android", "ios"):
         text = (ROOT / "docs" / "guides" / f"{platform}.md").read_text(encoding="utf-8")
         start = text.split("## Ten-line start", 1)[1].split("\n## ", 1)[0]
+        counts: dict[str, int] = {}
         for language, code in re.findall(r"```(\w+)\n(.*?)```", start, re.S):
             lines = [line for line in code.splitlines() if line.strip()]
+            counts[language] = counts.get(language, 0) + len(lines)
+        for language, count in counts.items():
             report(
                 f"{platform} guide's start in {language}: <= {GUIDE_TARGET_LINES} lines",
-                len(lines) <= GUIDE_TARGET_LINES,
-                f"{len(lines)} lines (Firebase Model Downloader: {FIREBASE_LINES[platform]}, "
+                count <= GUIDE_TARGET_LINES,
+                f"{count} lines (Firebase Model Downloader: {FIREBASE_LINES[platform]}, "
                 "as issue 28 counted it; both without the model runner)",
             )
 

@@ -24,6 +24,7 @@ from edgereg.config import (
     Guardrails,
     LatencyGuardrail,
     RateGuardrail,
+    RolloutPolicy,
     builtin_guardrail,
     json_schema,
 )
@@ -194,6 +195,21 @@ def test_the_rules_are_typed_by_test() -> None:
         guardrails.rule("accepted")
     assert builtin_guardrail(f"{SHIFTS[0].name}/det") is SHIFTS[0]
     assert builtin_guardrail("accepted") is None
+
+
+def test_a_partial_table_keeps_the_guardrails_own_defaults() -> None:
+    # first_start has no absolute limit by default: setting its margin alone keeps it so.
+    first_start = builtin_guardrail("first_start")
+    assert first_start is not None
+    assert isinstance(first_start.default, RateGuardrail)
+    assert first_start.default.max_rate == 1.0
+    policy = RolloutPolicy.model_validate(
+        {"guardrails": {"first_start": {"max_increase": 0.3}, "revert": {"max_increase": 0.3}}}
+    )
+    assert policy.guardrails.rate_rule("first_start") == RateGuardrail(
+        max_increase=0.3, max_rate=1.0
+    )
+    assert policy.guardrails.rate_rule("revert") == RateGuardrail(max_increase=0.3)
 
 
 def test_an_unknown_guardrail_names_every_builtin_one() -> None:

@@ -14,6 +14,7 @@ code blocks and the libraries' sources as text:
 - the install step names the artefact the build really makes;
 - no force unwraps or ``!!`` in the code an app copies;
 - the copy-me protocol sketches the guides once were are gone;
+- the iOS MNN runner the guide shows is the text of the example the package builds;
 - where a compiler is here: the Java start compiles against the library's
   sources (javac), and the Swift blocks against the package (swift build,
   Swift 6, stand-ins only for the MNN wrapper; marked slow, about 90 s).
@@ -288,7 +289,7 @@ PLATFORM: dict[str, frozenset[str]] = {
         default main net outputShape package product target batteryState full
         isBatteryMonitoringEnabled isConstrained isExpensive resourceValues value
         volumeAvailableCapacityForOpportunisticUsage volumeAvailableCapacityForOpportunisticUsageKey
-        module
+        module lock unlock open isUnavailable mnn reduce key
         """
         )
     ),
@@ -311,6 +312,7 @@ PLATFORM_TYPES: dict[str, frozenset[str]] = {
             """
         URL String FileManager ProcessInfo Int64 Int32 Int Data Date NSNumber Dictionary
         MNNModel MNNModelError MNNRunner MNNSession BGTaskScheduler BGProcessingTaskRequest
+        MNNNet NSLock AnyObject Bool Error
         Bundle Sendable CancellationError NSHomeDirectory NWPath UIDevice
         MNNModule MNNModuleRunner MNNModuleSession Set
         """
@@ -455,8 +457,10 @@ def test_swift_calls_use_the_labels_the_package_declares() -> None:
 
 
 # Android's classes are not on this machine: the least of them the Java start names, so
-# javac checks the start against the library's real sources (the library is not stood in for).
+# javac checks the start against the library's real sources (the library is not stood in for)
+# and the guide's MNN runner, clients/android/examples/mnn (MNN's wrapper is a compile-only stub).
 ANDROID_STAND_INS = """
+import com.example.models.MnnRunner;
 import dev.edgereg.*;
 import java.io.File;
 import java.util.List;
@@ -467,12 +471,6 @@ final class Build {
 }
 final class BuildConfig { static final String VERSION_NAME = "1.0.0"; }
 final class Context { File getFilesDir() { return new File("."); } }
-final class MnnRunner implements ModelRunner {
-    public ModelRunner.Session load(File model, String backend, int threads, String precision)
-            throws Exception {
-        throw new ModelRunner.BackendUnavailableException("a stand-in");
-    }
-}
 public final class GuideStart {
     static byte[] readAsset(String name) { return new byte[0]; }
     static void start(Context ctx, String installId, long ramMb) {
@@ -490,7 +488,12 @@ def test_the_java_start_compiles_against_the_library(tmp_path: Path) -> None:
     blocks = [code for tag, code in _fences(ANDROID.section("Ten-line start")) if tag == "java"]
     assert len(blocks) == 1, "android: the start has one Java block"
     (tmp_path / "GuideStart.java").write_text(ANDROID_STAND_INS % blocks[0], encoding="utf-8")
-    sources = [str(path) for path in sorted(JAVA_SRC.rglob("*.java"))]
+    examples = REPO_ROOT / "clients" / "android" / "examples" / "mnn"
+    sources = [
+        str(path)
+        for root in (JAVA_SRC, examples / "java", examples / "stub")
+        for path in sorted(root.rglob("*.java"))
+    ]
     run = subprocess.run(
         [
             javac,
@@ -514,7 +517,7 @@ import EdgeReg
 import Foundation
 
 enum MNNModelError: Error { case unavailable, loadFailed, badInput }
-final class MNNModel {
+final class MNNModel {  // as Swift imports MNNModel.h (an ObjC class: not Sendable)
     init(path: String, backend: String, threads: Int32, precision: String) throws {
         if backend != "cpu" { throw MNNModelError.unavailable }
     }
@@ -551,11 +554,16 @@ def test_the_swift_code_compiles_against_the_package(tmp_path: Path) -> None:
         if code.lstrip().startswith("dependencies:") or any(m in code for m in apple_only):
             continue
         body = "\n".join(line for line in code.splitlines() if not line.startswith("import "))
-        if re.match(r"\s*(?:func|struct|final class|class|enum)\b", body):
+        if re.match(
+            r"(?:\s*//[^\n]*\n)*\s*(?:func|struct|final class|class|enum|protocol|extension)\b",
+            body,
+        ):
             parts.append(body)
         else:  # statements: inside a function that has what they use
             parts.append(
-                f"func block{number}(client: EdgeRegClient, elapsedMs: Double, ms: Double)"
+                f"func block{number}(client: EdgeRegClient, elapsedMs: Double, ms: Double,"
+                " installID: String, registryPEM: String, appVersion: String,"
+                " userKeptTheText: Bool)"
                 f" async throws {{\n{body}\n}}"
             )
     sources = tmp_path / "Sources" / "GuideCheck"
@@ -581,6 +589,27 @@ def test_the_swift_code_compiles_against_the_package(tmp_path: Path) -> None:
     assert run.returncode == 0, "the guide's Swift does not compile:\n" + "\n".join(
         errors or run.stdout.splitlines()[-30:] + run.stderr.splitlines()[-30:]
     )
+
+
+def _code_of(text: str) -> str:
+    """Code without its leading comment lines (what a file says about itself) and imports."""
+    lines = text.strip().splitlines()
+    while lines and lines[0].startswith("//"):
+        lines.pop(0)
+    return "\n".join(line for line in lines if not line.startswith("import ")).strip()
+
+
+@pytest.mark.parametrize("name", ["MNNModel.h", "MNNRunner.swift", "MNNModel+MNNNet.swift"])
+def test_the_ios_runner_shown_is_the_example_swift_build_compiles(name: str) -> None:
+    # The guide shows the header and the Swift, and links to the Objective-C++ implementation:
+    # each is the text of clients/swift/Examples/MNNRunner, so what `swift build` type-checks
+    # (the MNNRunnerExample target) is what an app copies.
+    example = _code_of((SWIFT_PKG / "Examples" / "MNNRunner" / name).read_text(encoding="utf-8"))
+    shown = {_code_of(code) for code in IOS.blocks(["objc", "swift"])}
+    assert example in shown, f"ios: the guide's copy of Examples/MNNRunner/{name} differs"
+    for link in re.findall(r"\]\((\.\./\.\./[^)#]+)\)", IOS.text):
+        assert (GUIDES / link).resolve().is_file(), f"ios: the link {link} is broken"
+    assert "](../../clients/swift/Examples/MNNRunner/MNNModel.mm)" in IOS.text
 
 
 def _one_line(text: str) -> str:
@@ -700,7 +729,9 @@ def test_android_install_names_the_jar_make_sdk_builds() -> None:
     assert "--release 8" in lib_make
     assert "Java 8" in ANDROID.text
     assert "minSdk = 24" in install
-    assert "API 24" in (REPO_ROOT / "clients/android/api-check.sh").read_text(encoding="utf-8")
+    table = (REPO_ROOT / "clients/android/api/android-24.txt").read_text(encoding="utf-8")
+    assert "API level 24" in table
+    assert "24/public/api/android.txt" in table
     pom = (REPO_ROOT / "clients" / "android" / "pom.xml").read_text(encoding="utf-8")
     bc = re.search(
         r"<artifactId>(bcprov[\w-]*)</artifactId>\s*<version>([\d.]+)</version>\s*<optional>true",

@@ -34,6 +34,15 @@ let package = Package(
         // simulation binds to one address per device.
         .target(name: "EdgeRegTestSupport", dependencies: ["EdgeReg"]),
         .executableTarget(name: "EdgeRegDevice", dependencies: ["EdgeReg", "EdgeRegTestSupport"]),
+        // docs/guides/ios.md's MNN runner with MNN behind a protocol, in no product: built (so
+        // type-checked against ModelRunner/ModelSession) by `swift build` and `swift test`. The
+        // Objective-C++ wrapper and its conformance need the Apple SDK and MNN: excluded.
+        .target(
+            name: "MNNRunnerExample",
+            dependencies: ["EdgeReg"],
+            path: "Examples/MNNRunner",
+            exclude: ["MNNModel.h", "MNNModel.mm", "MNNModel+MNNNet.swift"]
+        ),
         .testTarget(
             name: "EdgeRegTests",
             dependencies: ["EdgeReg", "EdgeRegTestSupport"]

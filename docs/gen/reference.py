@@ -138,9 +138,8 @@ def _builtin_guardrails() -> list[str]:
     ]
     return [
         "The built-in guardrails, each one entry of `BUILTIN_GUARDRAILS` in "
-        "`edgereg/config/_guardrails.py`; their keys and default limits are below. A guardrail's "
-        "table that sets some keys takes the defaults of its keys' table for the others "
-        "(first_start's max_rate is then 0.2, not 1.0).",
+        "`edgereg/config/_guardrails.py`; their keys and default limits are below. A key "
+        "a guardrail's table leaves out takes that guardrail's default.",
         "",
         *_table(["guardrail", "report keys", "test", "worse", "critical by default"], rows),
     ]

@@ -40,6 +40,7 @@ class _GuardrailSettings(_Strict):
     def _others_name_a_metric(cls, data: Any) -> Any:
         # A table that is neither a built-in guardrail nor names a metric is a typo.
         if isinstance(data, dict):
+            data = {name: _with_defaults(name, value) for name, value in data.items()}
             for name, value in data.items():
                 if name in cls.model_fields:
                     continue
@@ -106,6 +107,18 @@ class _GuardrailSettings(_Strict):
         "install), so a young cohort that has not crash-looped yet cannot pass either. 0 "
         "counts every install.",
     )
+
+
+def _with_defaults(name: str, value: Any) -> Any:
+    """A built-in guardrail's table as written, its missing keys from the guardrail's defaults.
+
+    Its table's own defaults are the usual ones; a guardrail whose defaults differ
+    (first_start has no absolute limit) keeps them for the keys a table leaves out.
+    """
+    spec = builtin_guardrail(name)
+    if spec is None or "/" in name or not isinstance(value, dict):
+        return value
+    return {**spec.default.model_dump(), **value}
 
 
 def _builtin_field(spec: BuiltinGuardrail) -> tuple[type[_Strict], Any]:

@@ -45,8 +45,15 @@ __all__ = [
     "parse_report",
 ]
 
-MAX_REPORT_BYTES = 4096
-"""The largest report a receiver accepts (a real one is about 600 bytes)."""
+MAX_REPORT_BYTES = 16384
+"""The largest report a receiver accepts (a real one is about 550 bytes; 750 to 950 with five
+app metrics).
+
+About twice the largest report a client can build (docs/protocol.md §12, "Size"): 16 app
+metrics of 32 counts of 10^9 under 63-character names are 6,908 bytes with their key,
+every other key at its bound 1,310 (versions of 64 characters), 8,218 in all; 8192 would
+refuse it. The rest is room for long versions (they have no bound of their own).
+"""
 
 Milliseconds = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 Token = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]

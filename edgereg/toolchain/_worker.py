@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -211,6 +212,9 @@ def _quantize(req: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+_BARE_NONFINITE = re.compile(r"([\[,:]\s*)(-?nan|-?inf)(?=\s*[,\]}])")
+
+
 def _ops(req: dict[str, Any]) -> dict[str, Any]:
     import _tools
 
@@ -222,7 +226,13 @@ def _ops(req: dict[str, Any]) -> dict[str, Any]:
     )
     if not out.is_file():
         raise RuntimeError(f"MNN wrote no JSON for {req['path']}")
-    model = json.loads(out.read_text(encoding="utf-8"))
+    # MNN prints a non-finite float as a bare nan or inf (a quantized layer whose
+    # scale came out NaN, which the gates then catch): JSON spells them otherwise.
+    text = _BARE_NONFINITE.sub(
+        lambda m: m.group(1) + ("NaN" if "nan" in m.group(2) else m.group(2)[:-3] + "Infinity"),
+        out.read_text(encoding="utf-8"),
+    )
+    model = json.loads(text)
     return {
         "ops": [
             {"name": str(op.get("name", "")), "type": str(op.get("type", ""))}

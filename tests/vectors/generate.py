@@ -1134,6 +1134,16 @@ CASES: dict[str, Case] = {
         lambda: _signed(_manifest(stable=_with_metrics(_entry("1.0.0")))),
         {},
     ),
+    "metrics-null": (
+        "Stable's metrics is null: the same as absent (a key added after 0.1.0), accepted.",
+        lambda: _raw_payload(_set(stable__metrics=None)),
+        {},
+    ),
+    "metrics-null-on-bundle-member": (
+        "A bundle member's metrics is null: absent, so the member declares none, accepted.",
+        lambda: _raw_payload(_set(stable__members__rec__metrics=None), _bundle_manifest()),
+        {"model": "ocr", "bundle": True},
+    ),
     "metrics-unknown-key-ignored": (
         "A metric declaration carries a key this client does not know (a direction): "
         "ignored, as everywhere in a manifest.",
@@ -1488,13 +1498,14 @@ def schemas() -> dict[Path, str]:
             "edgereg device report",
             "A device report body (docs/protocol.md section 12), from "
             "edgereg.protocol.reports.Report.",
-            "Rules JSON Schema cannot state (docs/protocol.md section 12): at most 4096 bytes; "
+            "Rules JSON Schema cannot state (docs/protocol.md section 12): at most 16384 bytes; "
             "integers without a fraction (schema_version is 1, never 1.0; sequence 9, never "
             "9.0); no number beyond a double (1e400), no lone surrogate escape; unknown keys "
             "are refused; a "
             "schema_version 1 report (or one without schema_version) carries none of the "
             "keys version 2 added (unconfirmed_starts, cpu_class, memory_peak_mb, "
-            "memory_steady_mb, first_inference_ms), not even as null.",
+            "memory_steady_mb, first_inference_ms), not even as null, and one of version 1 "
+            "or 2 carries no metrics; a rate's successes are at most its events.",
         ),
     }
 
@@ -2633,6 +2644,44 @@ V2_KEYS: dict[str, Any] = {
 FULL_REPORT_V2: dict[str, Any] = {**FULL_REPORT, **V2_KEYS, "schema_version": 2}
 
 
+# The largest report a client can build (docs/protocol.md section 12, "Size"): every key at
+# its bound, 16 metrics of 32 counts of 10^9 under 63-character names. Versions have no
+# bound of their own; these are 64 characters, the longest a runtime version may be.
+_TINY = 2.2250738585072014e-308  # a double whose shortest spelling is the longest: 23 bytes
+_LONG_VERSION = "1.0.0-" + "a" * 58
+WORST_REPORT: dict[str, Any] = {
+    "schema_version": 3,
+    "token": "f" * 32,
+    "unit": "u" + "n" * 62,
+    "model": "m" + "n" * 62,
+    "version": _LONG_VERSION,
+    "unit_version": _LONG_VERSION,
+    "variant": "v" + "n" * 62,
+    "tier": "t" + "n" * 62,
+    "arm": "candidate",
+    "sequence": 2**53 - 1,
+    "probe": "passed",
+    "backend": "opencl",
+    "backends_skipped": ["opencl"] * 8,
+    "load_ms": _TINY,
+    "load_failed": False,
+    "inference": {"count": 10**9, "p50_ms": _TINY, "p90_ms": _TINY, "p99_ms": _TINY},
+    "confirmed": False,
+    "reverted": False,
+    "mnn_runtime": "3." + "1" * 62,
+    "os": "android",
+    "os_version": "o" * 32,
+    "device_class": "d" * 32,
+    "unconfirmed_starts": 1000,
+    "cpu_class": "c" * 32,
+    "memory_peak_mb": _TINY,
+    "memory_steady_mb": _TINY,
+    "first_inference_ms": _TINY,
+    "metrics": {f"m{i:02d}" + "n" * 60: {"counts": [10**9] * 32} for i in range(16)},
+}
+_WORST = canonical_json(WORST_REPORT)
+
+
 def _report(**changes: Any) -> bytes:
     body = {**REPORT, **changes}
     return canonical_json({k: v for k, v in body.items() if v is not _DROP})
@@ -2663,13 +2712,19 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
             device_class=None,
         ),
     ),
-    "exactly-4096-bytes": (
-        "4096 bytes (padded with JSON whitespace): at the limit, accepted.",
-        _report() + b" " * (4096 - len(_report())),
+    "exactly-16384-bytes": (
+        "16384 bytes (padded with JSON whitespace): at the limit, accepted.",
+        _report() + b" " * (16384 - len(_report())),
     ),
     "too-large": (
-        "4097 bytes: refused before parsing (413 at the endpoint).",
-        _report() + b" " * (4097 - len(_report())),
+        "16385 bytes: refused before parsing (413 at the endpoint).",
+        _report() + b" " * (16385 - len(_report())),
+    ),
+    "worst-case": (
+        f"The largest report a client builds, {len(_WORST)} bytes: every key at its bound "
+        "(names of 63 characters, versions of 64, numbers of 23 bytes), 16 metrics of 32 "
+        "counts of 10^9: accepted (more than 8192 bytes).",
+        _WORST,
     ),
     "not-json": ("Not JSON.", b"token=0123"),
     "not-utf8": ("Not UTF-8.", _report(device_class="ram4").replace(b"ram4", b"r\xe4m4")),

@@ -285,7 +285,8 @@ enum Labels {
 
 /// The report schema of docs/protocol.md §12, for a receiver and for the vectors.
 public enum ReportSchema {
-    public static let maxBytes = 4096
+    /// The largest report a receiver reads (docs/protocol.md §12, "Size").
+    public static let maxBytes = 16384
 
     /// The keys of schema_version 2 (docs/protocol.md §12): a report setting any says 2.
     public static let version2Keys: Set<String> = [

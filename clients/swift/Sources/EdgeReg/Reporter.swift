@@ -350,7 +350,7 @@ actor Reporter {
         entry.made = serial
         made[key] = entry
         let data = body(entry.facts, inference: inference)
-        guard data.count <= 4096 else { return }
+        guard data.count <= ReportSchema.maxBytes else { return }
         let identity = "\(entry.facts.token)/\(entry.facts.model)"
         newest[identity] = serial
         undelivered.removeAll { $0.identity == identity }

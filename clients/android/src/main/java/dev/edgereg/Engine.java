@@ -4,6 +4,7 @@ import dev.edgereg.internal.Cancel;
 import dev.edgereg.internal.Codec;
 import dev.edgereg.internal.Decision;
 import dev.edgereg.internal.Ed25519;
+import dev.edgereg.internal.HashPipe;
 import dev.edgereg.internal.Http;
 import dev.edgereg.internal.Json;
 import dev.edgereg.internal.Probe;
@@ -533,13 +534,16 @@ final class Engine {
         } catch (IOException e) {
             throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
         }
+        // SHA-256 on a second thread: this one reads and writes while the digest catches up.
+        HashPipe pipe = new HashPipe(check.digest(), CHUNK);
+        boolean hashed = false;
         try {
-            byte[] buf = new byte[CHUNK];
             while (check.remaining() > 0) {
+                byte[] buf = pipe.buffer();
                 // At most one byte past the declared size is ever read.
                 int n = response.read(buf, 0, (int) Math.min(buf.length, check.remaining()));
                 if (n < 0) throw check.endedEarly(response.length, response.url);
-                check.update(buf, 0, n);
+                check.count(n);
                 transferred += n;
                 try {
                     out.write(buf, 0, n);
@@ -548,18 +552,25 @@ final class Engine {
                     part.delete(); // free the space: the app needs it more than a resume
                     throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
                 }
+                pipe.hash(n);
                 tally(n);
                 checkpoint();
             }
-            int extra = response.read(buf, 0, 1);
-            if (extra > 0) check.update(buf, 0, extra); // anything more is blob-too-large
+            byte[] one = new byte[1];
+            if (response.read(one, 0, 1) > 0) check.count(1); // anything more is blob-too-large
+            pipe.finish();
+            hashed = true;
             try {
                 out.flush();
                 out.getFD().sync();
             } catch (IOException e) {
                 throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
             }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt(); // an interrupt of the updating thread cancels
+            throw Cancel.cancelled();
         } finally {
+            if (!hashed) pipe.abandon();
             closeQuietly(out);
         }
         return transferred;

@@ -94,4 +94,23 @@ class CoreTest {
         assertEquals("2025-07-01T12:00:00Z", Codec.formatTime(1751371200L));
         assertEquals(Long.valueOf(1751371200L), Codec.parseLooseTime("2025-07-01T14:00:00.25+02:00"));
     }
+
+    @Test
+    void formatTimeAgreesWithJavaTimeAndIgnoresTheLocale() {
+        java.util.Locale before = java.util.Locale.getDefault();
+        java.util.Locale.setDefault(java.util.Locale.forLanguageTag("ar-EG")); // Arabic-Indic digits
+        try {
+            java.util.Random random = new java.util.Random(28);
+            long[] fixed = {0L, -1L, 951782400L, 951868799L, 4102444800L - 1, 253402300799L, -62135596800L};
+            for (int i = 0; i < fixed.length + 20000; i++) {
+                long t = i < fixed.length ? fixed[i] : Math.floorMod(random.nextLong(), 253402300800L + 62135596800L) - 62135596800L;
+                String want = java.time.format.DateTimeFormatter.ofPattern("uuuu-MM-dd'T'HH:mm:ss'Z'", java.util.Locale.ROOT)
+                    .format(java.time.Instant.ofEpochSecond(t).atOffset(java.time.ZoneOffset.UTC));
+                assertEquals(want, Codec.formatTime(t), "epoch second " + t);
+                assertEquals(Long.valueOf(t), Codec.parseTime(want), want);
+            }
+        } finally {
+            java.util.Locale.setDefault(before);
+        }
+    }
 }

@@ -3,9 +3,6 @@ package dev.edgereg.internal;
 import java.io.UnsupportedEncodingException;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
-import java.util.Calendar;
-import java.util.GregorianCalendar;
-import java.util.TimeZone;
 
 /**
  * Base64, hex, SHA-256 and the one time spelling the wire allows: java.util.Base64 and java.time
@@ -145,11 +142,38 @@ public final class Codec {
         return daysFromCivil(year, month, day) * 86400L + hour * 3600L + minute * 60L + second;
     }
 
+    /**
+     * {@code YYYY-MM-DDTHH:MM:SSZ} of epoch seconds (proleptic Gregorian, UTC), by arithmetic:
+     * ASCII digits whatever the default locale (String.format would localize them), and no
+     * Calendar, TimeZone or Formatter to load (they cost a cold JVM tens of milliseconds per
+     * update).
+     */
     public static String formatTime(long epochSeconds) {
-        Calendar c = new GregorianCalendar(TimeZone.getTimeZone("UTC"));
-        c.setTimeInMillis(epochSeconds * 1000L);
-        return String.format("%04d-%02d-%02dT%02d:%02d:%02dZ", c.get(Calendar.YEAR), c.get(Calendar.MONTH) + 1,
-                c.get(Calendar.DAY_OF_MONTH), c.get(Calendar.HOUR_OF_DAY), c.get(Calendar.MINUTE), c.get(Calendar.SECOND));
+        long days = Math.floorDiv(epochSeconds, 86400L);
+        long secs = Math.floorMod(epochSeconds, 86400L);
+        // Howard Hinnant's civil_from_days, the inverse of daysFromCivil.
+        long z = days + 719468;
+        long era = Math.floorDiv(z, 146097L);
+        long doe = z - era * 146097;
+        long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        long mp = (5 * doy + 2) / 153;
+        long day = doy - (153 * mp + 2) / 5 + 1;
+        long month = mp < 10 ? mp + 3 : mp - 9;
+        long year = yoe + era * 400 + (month <= 2 ? 1 : 0);
+        StringBuilder b = new StringBuilder(20);
+        pad(b, year, 4).append('-');
+        pad(b, month, 2).append('-');
+        pad(b, day, 2).append('T');
+        pad(b, secs / 3600, 2).append(':');
+        pad(b, secs / 60 % 60, 2).append(':');
+        return pad(b, secs % 60, 2).append('Z').toString();
+    }
+
+    private static StringBuilder pad(StringBuilder b, long value, int width) {
+        String digits = Long.toString(value);
+        for (int i = digits.length(); i < width; i++) b.append('0');
+        return b.append(digits);
     }
 
     /**

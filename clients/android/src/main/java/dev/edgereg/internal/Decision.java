@@ -324,13 +324,21 @@ public final class Decision {
         }
 
         public void update(byte[] chunk, int off, int len) throws Rejected {
+            count(len);
+            hash.update(chunk, off, len);
+        }
+
+        /** The size rules of {@link #update} alone, for bytes a {@link HashPipe} hashes into {@link #digest}. */
+        public void count(int len) throws Rejected {
             if (len > remaining()) {
                 throw new Rejected(Reasons.BLOB_TOO_LARGE, "blob " + blob.sha256.substring(0, 12) + " is larger than the " + blob.size
                         + " bytes the manifest declares; stopped reading");
             }
             received += len;
-            hash.update(chunk, off, len);
         }
+
+        /** The running digest (a resumed part's bytes already in it), for a {@link HashPipe}. */
+        public java.security.MessageDigest digest() { return hash; }
 
         public void finish() throws Rejected {
             if (received != blob.size) {

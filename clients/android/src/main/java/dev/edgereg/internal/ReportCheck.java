@@ -18,13 +18,15 @@ public final class ReportCheck {
             "first_inference_ms");
     /** The key schema version 3 adds (app metrics): unknown in a version 1 or 2 report, even null. */
     public static final List<String> V3_KEYS = Arrays.asList("metrics");
+    /** The largest report a receiver reads (docs/protocol.md section 12, "Size"). */
+    public static final int MAX_BYTES = 16384;
     /** The largest count an app metric carries in a report. */
     public static final long MAX_COUNT = 1000000000L;
     static final Pattern CPU_CLASS = Pattern.compile("[a-z0-9][a-z0-9._-]{0,31}");
     static final Pattern SHORT = Pattern.compile("[A-Za-z0-9._ -]{1,32}");
 
     public static String[] check(byte[] body) {
-        if (body.length > 4096) return new String[] {"too-large", null};
+        if (body.length > MAX_BYTES) return new String[] {"too-large", null};
         Object v;
         try {
             v = Json.parse(body);
