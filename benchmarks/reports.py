@@ -3,18 +3,26 @@
 In one run, for SQLite and for PostgreSQL (a real server from Debian's
 package, tests/pgkit.py, fsync on):
 
-1. one `edgereg serve` process (one worker) on loopback: manifest requests
-   per second and p99, then ``POST /v1/reports`` (a new token per request,
-   so every one is an insert) per second and p99 against the same server,
-   with the same load generator (wrk with a Lua script when installed,
-   else a threaded Python client) and connections; the ratio reports/s over
-   manifests/s is printed (target >= 0.5);
+1. one `edgereg serve` (``--workers N``: N worker processes) on loopback,
+   every report check on (the admission against the signed state and
+   manifests, the source caps, size and schema; the per-address rate limit
+   lifted, the load being one address): manifest requests per second and p99,
+   then ``POST /v1/reports`` (a new token per request, so every one is an
+   insert; a report the registry served, so every one is admitted and
+   stored) per second and p99 against the same server, with the same load
+   generator (wrk with a Lua script when installed, else a threaded Python
+   client) and connections, alternating round by round; the ratio of the
+   medians, reports/s over manifests/s, is printed (target >= 0.5, issue 32)
+   with the load average before and after. With ``--baseline REV`` the same
+   rounds run against `edgereg serve` as of git revision REV, alternating
+   with the current code, for its ratio beside;
 2. ``summaries()`` over 1,000,000 stored reports (bulk-inserted through
    ``ingest_many``, not HTTP; 3 tiers, a 10% candidate arm): seconds
    (target < 5 s) and the peak memory it adds to this process.
 
-Usage: .venv/bin/python benchmarks/reports.py [--seconds 5] [--connections 50]
-       [--rows 1000000] [--only sqlite|postgresql] [--json]
+Usage: .venv/bin/python benchmarks/reports.py [--seconds 5] [--rounds 3] [--connections 50]
+       [--workers N] [--baseline REV] [--rows 1000000] [--only sqlite|postgresql]
+       [--skip-summaries] [--json]
 """
 
 from __future__ import annotations
@@ -46,11 +54,13 @@ sys.path.insert(0, str(ROOT))
 
 from _memory import peak_growth  # noqa: E402
 from pgkit import PostgresServer  # noqa: E402
-from serve import free_port, wait_for  # noqa: E402  (benchmarks/serve.py)
+from serve import extract_revision, free_port, wait_for  # noqa: E402  (benchmarks/serve.py)
 from servekit import SERVE_CMD, make_registry  # noqa: E402
 
 from edgereg.protocol.reports import LatencySummary, Report  # noqa: E402
+from edgereg.registry import Registry  # noqa: E402
 from edgereg.reports import open_store  # noqa: E402
+from edgereg.storage import open_storage  # noqa: E402
 
 RATIO_TARGET = 0.5
 SUMMARY_TARGET_S = 5.0
@@ -63,19 +73,44 @@ REPORT_TEMPLATE = {
     "load_ms": 14.2,
     "model": "digits",
     "probe": "passed",
-    "sequence": 3,
+    "sequence": 0,  # the registry's (served_report)
     "tier": "high",
     "token": "TOKEN",
     "unit": "digits",
-    "unit_version": "1.1.0",
-    "variant": "int8",
-    "version": "1.1.0",
+    "unit_version": "",
+    "variant": "",
+    "version": "",
     "mnn_runtime": "3.6.1",
     "os": "android",
     "os_version": "14",
     "device_class": "ram8-8c",
 }
-TEMPLATE_JSON = json.dumps(REPORT_TEMPLATE, separators=(",", ":"))
+
+
+def served_report(registry: Path, unit: str = "digits", tier: str = "high") -> str:
+    """The template as JSON, naming what the registry serves: the admission check admits it.
+
+    The candidate arm at the state's sequence, its version and the tier's variant (a report
+    of something never served is refused 422, and would measure the refusal).
+    """
+    reader = Registry(open_storage(str(registry)))
+    state, _ = reader.read_state(unit)
+    assert state is not None
+    assert state.candidate is not None
+    release = reader.read_release(unit, state.candidate)
+    variant = release.tiers[tier]  # type: ignore[union-attr]
+    report = dict(REPORT_TEMPLATE)
+    report.update(
+        sequence=state.sequence,
+        unit=unit,
+        model=unit,
+        tier=tier,
+        unit_version=state.candidate,
+        version=state.candidate,
+        variant=variant,
+    )
+    return json.dumps(report, separators=(",", ":"))
+
 
 WRK_SCRIPT = """
 wrk.method = "POST"
@@ -102,9 +137,20 @@ end
 
 
 @contextlib.contextmanager
-def edgereg_server(registry: Path, store_url: str, workdir: Path) -> Iterator[str]:
+def edgereg_server(
+    registry: Path,
+    store_url: str,
+    workdir: Path,
+    *,
+    workers: int = 1,
+    source: Path | None = None,
+) -> Iterator[str]:
+    """Run `edgereg serve` with a report store; ``source``: another checkout's code instead."""
     port = free_port()
     log = (workdir / f"serve-{port}.log").open("wb")
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)  # ahead of the editable install
     proc = subprocess.Popen(
         [
             *SERVE_CMD,
@@ -114,16 +160,19 @@ def edgereg_server(registry: Path, store_url: str, workdir: Path) -> Iterator[st
             str(port),
             "--reports",
             store_url,
-            # The benchmark is one client address: lift the per-address limit.
+            # The benchmark is one client address: lift the per-address limit
+            # (the per-worker share is this divided by the workers: still lifted).
             "--reports-rate",
             "1e9",
             "--reports-burst",
             "1000000000",
+            *(("--workers", str(workers)) if workers > 1 else ()),
         ],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=workdir,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -179,7 +228,9 @@ def run_wrk(
     }
 
 
-def run_python(url: str, seconds: float, connections: int, post: bool) -> dict[str, float]:
+def run_python(
+    url: str, seconds: float, connections: int, template: str | None
+) -> dict[str, float]:
     host, port_path = url.removeprefix("http://").split(":", 1)
     port, _, path = port_path.partition("/")
     latencies: list[list[float]] = [[] for _ in range(connections)]
@@ -193,8 +244,8 @@ def run_python(url: str, seconds: float, connections: int, post: bool) -> dict[s
             n += 1
             started = time.perf_counter()
             try:
-                if post:
-                    body = TEMPLATE_JSON.replace("TOKEN", f"{index:016x}{n:016x}").encode()
+                if template is not None:
+                    body = template.replace("TOKEN", f"{index:016x}{n:016x}").encode()
                     conn.request(
                         "POST", "/" + path, body=body, headers={"Content-Type": "application/json"}
                     )
@@ -231,33 +282,103 @@ def run_python(url: str, seconds: float, connections: int, post: bool) -> dict[s
 
 
 def ingestion(
-    registry: Path, store_url: str, workdir: Path, seconds: float, connections: int
+    registry: Path,
+    store_urls: dict[str, str],
+    workdir: Path,
+    *,
+    seconds: float,
+    connections: int,
+    rounds: int,
+    workers: int,
+    sources: dict[str, Path | None],
 ) -> dict[str, Any]:
+    """Manifests then reports against each server, alternating round by round.
+
+    ``store_urls`` and ``sources``: per server name (``edgereg``, ``baseline``), its
+    store and the code it runs (None: this checkout).
+    """
     wrk = shutil.which("wrk")
+    template = served_report(registry)
     script = workdir / "report.lua"
-    script.write_text(WRK_SCRIPT % TEMPLATE_JSON)
-    with edgereg_server(registry, store_url, workdir) as url:
-        # Warm up both paths (imports, the store's schema, pooled connections).
-        for _ in range(20):
-            conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
-            conn.request("GET", "/manifests/digits/high.json")
-            conn.getresponse().read()
-            conn.close()
+    script.write_text(WRK_SCRIPT % template)
+    manifest_path = "/manifests/digits/high.json"
+
+    def load(url: str, post: bool) -> dict[str, float]:
         if wrk:
-            manifest = run_wrk(wrk, f"{url}/manifests/digits/high.json", seconds, connections, None)
-            reports = run_wrk(wrk, f"{url}/v1/reports", seconds, connections, script)
-        else:
-            manifest = run_python(f"{url}/manifests/digits/high.json", seconds, connections, False)
-            reports = run_python(f"{url}/v1/reports", seconds, connections, True)
-    with open_store(store_url) as store:
-        stored = store.count()
-    return {
-        "load_generator": "wrk" if wrk else "python",
-        "manifest": manifest,
-        "reports": reports,
-        "stored": stored,
-        "ratio": reports["requests_per_s"] / manifest["requests_per_s"],
+            if post:
+                return run_wrk(wrk, f"{url}/v1/reports", seconds, connections, script)
+            return run_wrk(wrk, url + manifest_path, seconds, connections, None)
+        if post:
+            return run_python(f"{url}/v1/reports", seconds, connections, template)
+        return run_python(url + manifest_path, seconds, connections, None)
+
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        name: {"manifest": [], "reports": []} for name in store_urls
     }
+    with contextlib.ExitStack() as stack:
+        urls = {
+            name: stack.enter_context(
+                edgereg_server(
+                    registry, store_url, workdir, workers=workers, source=sources.get(name)
+                )
+            )
+            for name, store_url in store_urls.items()
+        }
+        # Warm up both paths (imports, the store's schema, pooled connections, the
+        # served index), in every worker (the kernel spreads connections).
+        for url in urls.values():
+            for _ in range(20 * workers):
+                conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
+                conn.request("GET", manifest_path)
+                conn.getresponse().read()
+                conn.request(
+                    "POST",
+                    "/v1/reports",
+                    body=template.replace("TOKEN", os.urandom(16).hex()).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
+                answer = conn.getresponse()
+                answer.read()
+                conn.close()
+                if answer.status != 202:
+                    raise RuntimeError(f"a warm-up report was answered {answer.status}")
+        load_before = os.getloadavg()
+        for _ in range(rounds):
+            for name, url in urls.items():
+                runs[name]["manifest"].append(load(url, post=False))
+                runs[name]["reports"].append(load(url, post=True))
+        load_after = os.getloadavg()
+    results: dict[str, Any] = {
+        "load_generator": "wrk" if wrk else "python",
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+    }
+    for name, store_url in store_urls.items():
+        with open_store(store_url) as store:
+            stored = store.count()
+        manifest = median_run(runs[name]["manifest"])
+        reports = median_run(runs[name]["reports"])
+        results[name] = {
+            "manifest": manifest,
+            "reports": reports,
+            "rounds": runs[name],
+            "stored": stored,
+            "posted": sum(int(run["requests"]) for run in runs[name]["reports"]) + 20 * workers,
+            "ratio": reports["requests_per_s"] / manifest["requests_per_s"],
+            "round_ratios": [
+                r["requests_per_s"] / m["requests_per_s"]
+                for m, r in zip(runs[name]["manifest"], runs[name]["reports"], strict=True)
+            ],
+        }
+    return results
+
+
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run with the median requests/s (errors summed over every run)."""
+    ordered = sorted(runs, key=lambda run: run["requests_per_s"])
+    chosen = dict(ordered[len(ordered) // 2])
+    chosen["errors"] = sum(run["errors"] for run in runs)
+    return chosen
 
 
 def synthetic_reports(rows: int, when: datetime) -> Iterator[tuple[Report, datetime]]:
@@ -339,9 +460,15 @@ def summaries(store_url: str, rows: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=1, help="edgereg serve --workers N")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also measure `edgereg serve` as of this git revision"
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--skip-summaries", action="store_true", help="measure ingestion only")
     parser.add_argument("--only", choices=("sqlite", "postgresql"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -351,6 +478,9 @@ def main() -> int:
         work = Path(tmp)
         registry = make_registry(work / "registry", models=("digits",)).root
         assert registry is not None
+        sources: dict[str, Path | None] = {"edgereg": None}
+        if args.baseline:
+            sources["baseline"] = extract_revision(args.baseline, work)
         backends = [args.only] if args.only else ["sqlite", "postgresql"]
         for backend in backends:
             if backend == "sqlite":
@@ -366,34 +496,66 @@ def main() -> int:
 
                 results[backend] = {
                     "ingestion": ingestion(
-                        registry, url("http"), work, args.seconds, args.connections
-                    ),
-                    "summaries": summaries(url("bulk"), args.rows),
+                        registry,
+                        {name: url(f"http-{name}") for name in sources},
+                        work,
+                        seconds=args.seconds,
+                        connections=args.connections,
+                        rounds=args.rounds,
+                        workers=args.workers,
+                        sources=sources,
+                    )
                 }
+                if not args.skip_summaries:
+                    results[backend]["summaries"] = summaries(url("bulk"), args.rows)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    workers = f"{args.workers} `edgereg serve` workers" if args.workers > 1 else "one worker"
     print(
-        f"report store benchmark on {os.cpu_count()} CPUs (one `edgereg serve` worker); "
-        f"load average {load} (above the CPU count, other work skews the ratios)"
+        f"report store benchmark on {os.cpu_count()} CPUs ({workers}, {args.connections} "
+        f"connections, median of {args.rounds} alternating rounds of {args.seconds:g}s)"
     )
     for backend, result in results.items():
-        ing, summ = result["ingestion"], result["summaries"]
-        m, r = ing["manifest"], ing["reports"]
-        verdict = "PASS" if ing["ratio"] >= RATIO_TARGET else "FAIL"
-        print(f"\n[{backend}] load generator: {ing['load_generator']}")
+        ing = result["ingestion"]
+        before = ", ".join(f"{x:.1f}" for x in ing["load_average_before"])
+        after = ", ".join(f"{x:.1f}" for x in ing["load_average_after"])
         print(
-            f"  manifests      {m['requests_per_s']:9.0f} req/s  p99 {m['p99_ms']:7.2f} ms  "
-            f"errors {m['errors']}"
+            f"\n[{backend}] load generator: {ing['load_generator']}; load average {before} "
+            f"before, {after} after (above the CPU count, other work skews the ratios)"
         )
-        print(
-            f"  reports        {r['requests_per_s']:9.0f} req/s  p99 {r['p99_ms']:7.2f} ms  "
-            f"errors {r['errors']}  stored {ing['stored']}"
-        )
-        print(
-            f"  ratio reports/manifests {ing['ratio']:.2f}x (target >= {RATIO_TARGET}x) {verdict}"
-        )
+        for name in ("edgereg", "baseline"):
+            if name not in ing:
+                continue
+            one = ing[name]
+            m, r = one["manifest"], one["reports"]
+            label = "this tree" if name == "edgereg" else f"at {args.baseline}"
+            verdict = "PASS" if one["ratio"] >= RATIO_TARGET else "FAIL"
+            print(f"  {label}:")
+            print(
+                f"    manifests    {m['requests_per_s']:9.0f} req/s  p99 {m['p99_ms']:7.2f} ms  "
+                f"errors {m['errors']}"
+            )
+            print(
+                f"    reports      {r['requests_per_s']:9.0f} req/s  p99 {r['p99_ms']:7.2f} ms  "
+                f"errors {r['errors']}  stored {one['stored']:,} of {one['posted']:,} posted"
+            )
+            rounds = ", ".join(f"{x:.2f}" for x in one["round_ratios"])
+            print(
+                f"    ratio reports/manifests {one['ratio']:.2f}x (rounds {rounds}; "
+                f"target >= {RATIO_TARGET}x) {verdict}"
+            )
+        if "baseline" in ing:
+            now, then = ing["edgereg"], ing["baseline"]
+            print(
+                f"  now / {args.baseline}: reports/s "
+                f"{now['reports']['requests_per_s'] / then['reports']['requests_per_s']:.2f}x, "
+                f"manifests/s "
+                f"{now['manifest']['requests_per_s'] / then['manifest']['requests_per_s']:.2f}x"
+            )
+        summ = result.get("summaries")
+        if summ is None:
+            continue
         verdict = "PASS" if summ["summaries_s"] < SUMMARY_TARGET_S else "FAIL"
         print(
             f"  summaries() over {summ['rows']:,} reports: {summ['summaries_s']:.2f} s "

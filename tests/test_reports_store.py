@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
@@ -392,7 +393,7 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert (summary.devices, summary.networks) == (2, 2)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "5"
+    assert version == str(SCHEMA_VERSION) == "6"
 
 
 SCHEMA_3_COLUMNS = (
@@ -432,7 +433,7 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
         kept = conn.execute(
             "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
         ).fetchall()
-    assert version == "5"
+    assert version == "6"
     assert kept == [(None, None), (1, "armv9")]
 
 
@@ -678,8 +679,9 @@ def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
         indexes = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
-    assert version == "5"
-    assert {"reports_devices", "reports_clock", "reports_load"} <= indexes
+    assert version == "6"
+    assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
+    assert not {"reports_devices", "reports_load", "reports_inference"} & indexes
 
 
 # --- app metrics (report schema 3) ---------------------------------------------------
@@ -781,12 +783,12 @@ def test_prune_deletes_the_metrics_of_installs_not_heard_from(store: ReportStore
 
 
 def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> None:
-    from edgereg.reports.store import INDEXES, SCHEMA
+    from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
 
     path = tmp_path / "v4.sqlite"
     with sqlite3.connect(path) as conn:
         conn.execute(SCHEMA[0])
-        for statement in INDEXES:
+        for statement in _SCHEMA_4_INDEXES:
             conn.execute(statement)
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.execute("INSERT INTO reports_meta VALUES ('schema', '4')")
@@ -800,4 +802,176 @@ def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> Non
         assert (summary.devices, summary.metric("accepted").devices) == (2, 1)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == "5"
+    assert version == "6"
+
+
+def _raw_connection(url: str) -> Any:
+    """A plain DB-API connection to the store at ``url`` (SQLite or PostgreSQL), its placeholder."""
+    if url.startswith("sqlite:///"):
+        return sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None), "?"
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True), "%s"
+
+
+def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> None:
+    from edgereg.reports._metrics import METRIC_INDEXES, METRIC_SCHEMA
+    from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
+
+    conn, p = _raw_connection(store_url)
+    with contextlib.closing(conn):
+        for statement in (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
+            conn.execute(statement)
+        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO reports_meta VALUES ('schema', '5')")
+        conn.execute(
+            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
+            report_row(report(1, load_ms=10.0), T0, "192.0.2.0/24"),
+        )
+    with open_store(store_url) as store:
+        store.ingest(report(2, load_ms=10.0), T0, "198.51.100.0/24")
+        (summary,) = store.summaries("digits")
+        assert (summary.devices, summary.networks) == (2, 2)
+        assert hist(summary, "load_ms") == {latency_bucket(10.0): 2}
+    conn, p = _raw_connection(store_url)
+    with contextlib.closing(conn):
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+        if p == "?":
+            listed = "SELECT name FROM sqlite_master WHERE type = 'index'"
+        else:
+            listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'reports'"
+        indexes = {row[0] for row in conn.execute(listed)}
+    assert version == "6"
+    assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
+    assert not {"reports_devices", "reports_load", "reports_inference", "reports_memory"} & indexes
+
+
+# --- what the analysis's queries read (issue 32) --------------------------------------
+
+
+class _Recording:
+    """A connection (or cursor) that records every statement run through it."""
+
+    def __init__(self, inner: Any, seen: list[tuple[str, Any]]) -> None:
+        self._inner = inner
+        self._seen = seen
+
+    def cursor(self) -> _Recording:
+        return _Recording(self._inner.cursor(), self._seen)
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        self._seen.append((sql, params))
+        return self._inner.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _recorded(store: ReportStore, work: Any) -> list[tuple[str, Any]]:
+    """The statements ``work`` ran on ``store``'s connections."""
+    import contextlib
+
+    seen: list[tuple[str, Any]] = []
+    opened = store._connection
+
+    @contextlib.contextmanager
+    def recording() -> Iterator[Any]:
+        with opened() as conn:
+            yield _Recording(conn, seen)
+
+    store._connection = recording  # type: ignore[method-assign]
+    try:
+        work()
+    finally:
+        del store._connection
+    return seen
+
+
+def _analysis_queries(store: ReportStore) -> list[tuple[str, Any]]:
+    """Every query a store answers for `edgereg analyze` and the status page, in each shape."""
+    store.ingest_many(
+        [
+            (
+                report(n, cpu_class="armv9", schema_version=2, load_ms=10.0 + n),
+                T0,
+                f"192.0.{n}.0/24",
+            )
+            for n in range(1, 6)
+        ]
+        + [(report(n, arm="stable", version="1.0.0", unit_version="1.0.0"), T0) for n in (6, 7)]
+        + [(counted(n, {"accepted": (4, 3)}), T0) for n in (8, 9)]
+        + [(report(n, unit="ocr", model=m), T0) for n in (10, 11) for m in ("det", "rec")]
+    )
+
+    def work() -> None:
+        later = T0 - timedelta(hours=1)
+        for unit in ("digits", "ocr"):
+            store.summaries(unit)
+            store.summaries(unit, bundle=unit == "ocr", aged_before=T0, statistics=ASKED)
+            store.summaries(unit, since_sequence=7, pooled=True, bundle=unit == "ocr")
+            store.summaries(unit, since=later, bundle=unit == "ocr")
+            store.summaries(unit, cpu_class="armv9", statistics=ASKED)
+            store.members(unit)
+            store.clock(unit)
+            store.cpu_classes(unit)
+        store.summaries("ocr", model="det", since_sequence=7)
+        store.prune(T0 - timedelta(days=30))
+
+    return _recorded(store, work)
+
+
+def test_no_analysis_query_scans_a_table_sqlite(tmp_path: Path) -> None:
+    """Every predicate is served by an index; a summary reads only its covering index."""
+    with open_store(f"sqlite:///{tmp_path}/reports.sqlite") as store:
+        queries = _analysis_queries(store)
+        assert len(queries) > 20
+        conn = sqlite3.connect(tmp_path / "reports.sqlite")
+        conn.execute("ANALYZE")  # as a store that has run a while: the planner knows its sizes
+        for sql, params in queries:
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+            where = f"{sql[:120]}...: {plan}"
+            assert not [
+                step for step in plan if re.match(r"SCAN (reports|report_metrics)\b", step)
+            ], where
+            for step in plan if not sql.startswith("DELETE") else ():
+                if step.startswith("SEARCH reports "):
+                    # A --since period may read the rows of its time range (reports_clock);
+                    # every other summary reads the index alone.
+                    assert "COVERING INDEX" in step or "reports_clock" in step, where
+        conn.close()
+
+
+def test_no_analysis_query_scans_a_table_postgresql(request: pytest.FixtureRequest) -> None:
+    """With sequential scans off, PostgreSQL still finds an index for every query."""
+    import psycopg
+
+    url = str(request.getfixturevalue("postgres_url"))
+    with open_store(url) as store:
+        queries = _analysis_queries(store)
+    with psycopg.connect(url) as conn:
+        conn.execute("ANALYZE")
+        conn.execute("SET enable_seqscan = off")
+        for sql, params in queries:
+            plan = [row[0] for row in conn.execute(f"EXPLAIN {sql}", params).fetchall()]
+            scans = [
+                line for line in plan if re.search(r"Seq Scan on (reports|report_metrics)\b", line)
+            ]
+            assert not scans, f"{sql[:120]}...: {plan}"
+
+
+def test_the_registry_says_a_model_is_no_bundle_and_its_rows_are_not_searched(
+    store: ReportStore,
+) -> None:
+    store.ingest_many(
+        [(report(n), T0) for n in (1, 2)]
+        + [(report(n, unit="ocr", model=m), T0) for n in (3, 4) for m in ("det", "rec")]
+    )
+    members = re.compile(r"model [<>] |WITH RECURSIVE")
+    asked = _recorded(store, lambda: store.summaries("digits"))
+    assert [sql for sql, _ in asked if members.search(sql)]
+    told = _recorded(store, lambda: store.summaries("digits", bundle=False))
+    assert not [sql for sql, _ in told if members.search(sql)]
+    assert store.summaries("digits", bundle=False) == store.summaries("digits")
+    assert store.summaries("ocr", bundle=True) == store.summaries("ocr")
+    (bundle,) = store.summaries("ocr", bundle=True)
+    assert bundle.devices == 2  # an install once, whatever its members

@@ -109,6 +109,7 @@ def _analysis(
         # models.toml's order (best first) reads better than the alphabet.
         order = list(config.tiers)
         tiers.sort(key=lambda tier: order.index(tier) if tier in order else len(order))
+    bundle = _is_bundle(registry, state)
     with open_report_store(config, options.get("reports_url")) as store:
         metrics = config.unit_metrics(unit) if config is not None else {}
         analysis = rollout_analysis(
@@ -119,6 +120,7 @@ def _analysis(
             now=now,
             since=since,
             metrics=metrics,
+            bundle=bundle,
         )
         if not options.get("by_cpu_class"):
             return analysis, {}
@@ -132,10 +134,29 @@ def _analysis(
                 since=since,
                 cpu_class=cpu_class,
                 metrics=metrics,
+                bundle=bundle,
             )
             for cpu_class in store.cpu_classes(unit)
         }
         return analysis, split
+
+
+def _is_bundle(registry: Any, state: RolloutState) -> bool | None:
+    """Whether the unit is a bundle, as its candidate's verified release record says.
+
+    The analysis then asks the store for the members of a bundle only; a plain
+    model's summaries never look through its rows for other models. None (the
+    store finds out) for a registry without the record (written by hand).
+    """
+    from edgereg.protocol.wire import BundleRecord
+    from edgereg.storage import NotFound
+
+    if state.candidate is None:
+        return None
+    try:
+        return isinstance(registry.read_release(state.model, state.candidate), BundleRecord)
+    except NotFound:
+        return None
 
 
 def print_analysis(analysis: Analysis) -> None:

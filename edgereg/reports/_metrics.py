@@ -118,7 +118,7 @@ def metric_rows(report: Report, received: int, source: str | None) -> list[tuple
     return rows
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=128)
 def metric_upsert_sql(placeholder: str, rows: int = 1, *, greatest: str = "MAX") -> str:
     """The upsert of ``rows`` metric rows, merged whatever the order reports arrive in.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,16 @@ from edgereg.reports.store import ReportStore, ReportStoreError
 
 #: Milliseconds a writer waits for another process's lock (a prune, an analysis).
 BUSY_TIMEOUT_MS = 5000
+#: Prepared statements a connection keeps: every size of the multi-row upserts
+#: (store.ROWS_PER_STATEMENT of each table) and the queries.
+CACHED_STATEMENTS = 256
+#: WAL pages written before a commit copies them back into the database file (a
+#: checkpoint, which fsyncs): SQLite's default is 1000. Reports land at random
+#: places of two B-trees (the primary key and the summary index), so a page is
+#: often dirtied again before the next checkpoint, and each checkpoint writes it
+#: once: measured, a 32-report upsert cost 1.3-1.5x less. The WAL grows to about
+#: 40 MB between checkpoints (4 KB pages).
+WAL_AUTOCHECKPOINT_PAGES = 10_000
 
 
 class SQLiteStore(ReportStore):
@@ -42,7 +52,11 @@ class SQLiteStore(ReportStore):
                 retryable=False,
             )
         conn = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+            self.path,
+            check_same_thread=False,
+            isolation_level=None,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            cached_statements=CACHED_STATEMENTS,
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -55,6 +69,7 @@ class SQLiteStore(ReportStore):
                     retryable=False,
                 )
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         except BaseException:
             conn.close()
             raise
@@ -72,6 +87,26 @@ class SQLiteStore(ReportStore):
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+
+    def _write_batch(
+        self, rounds: Sequence[tuple[Sequence[tuple[Any, ...]], Sequence[tuple[Any, ...]]]]
+    ) -> None:
+        statements = [
+            statement for rows, metrics in rounds for statement in self._statements(rows, metrics)
+        ]
+        if len(statements) == 1:
+            # One statement is a transaction of its own (autocommit): a batch that fits
+            # one upsert (a server's usual group commit) costs one step of SQLite, not three.
+            with self._lock:
+                if self._conn is None:
+                    self._conn = self._open()
+                self._conn.execute(*statements[0])
+            return
+        with self._connection() as conn:
+            cursor = conn.cursor()
+            for statement in statements:
+                cursor.execute(*statement)
+            conn.commit()
 
     def _lock_schema(self, cursor: Any) -> None:
         # Take the write lock before reading the version, so that two processes

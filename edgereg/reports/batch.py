@@ -2,10 +2,15 @@
 
 A commit per report costs far more than the row (in SQLite's WAL about 15×
 on the benchmark host), and a server answers many devices at once. Each
-caller of :meth:`GroupCommit.ingest` queues its report and waits; one
-writer thread takes everything queued, stores it with one ``ingest_many``
-and wakes the callers, so the answer (202, or 503 when the store failed)
-still means what it says: stored, or not.
+caller of :meth:`GroupCommit.ingest` makes its report's rows
+(:func:`~edgereg.reports.store.prepare`), queues them and waits; one writer
+thread takes everything queued, stores it with one
+:meth:`~edgereg.reports.ReportStore.ingest_prepared` and wakes the callers, so
+the answer (202, or 503 when the store failed) still means what it says:
+stored, or not. The writer is the one thread every report passes through, so
+it does nothing but hand rows to the database (in SQLite a batch of up to
+:data:`~edgereg.reports.store.ROWS_PER_STATEMENT` is one statement); and the
+callers' wait is a bare lock each.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from edgereg.protocol.reports import Report
-from edgereg.reports.store import ReportStore, ReportStoreError
+from edgereg.reports.store import Prepared, ReportStore, ReportStoreError, prepare
 from edgereg.reports.summary import ArmSummary, Statistic
 
 __all__ = ["GroupCommit"]
@@ -33,11 +38,18 @@ WAIT_SECONDS = 30.0
 
 
 class _Pending:
+    """One caller's report; ``done`` is held until its batch is stored (then released).
+
+    A bare lock, not an Event: a waiter blocks in one acquire and the writer wakes it
+    with one release (an Event is a Condition, a lock and a waiter list per report).
+    """
+
     __slots__ = ("done", "error", "item")
 
-    def __init__(self, item: tuple[Report, datetime, str | None]) -> None:
+    def __init__(self, item: Prepared) -> None:
         self.item = item
-        self.done = threading.Event()
+        self.done = threading.Lock()
+        self.done.acquire()
         self.error: ReportStoreError | None = None
 
 
@@ -61,6 +73,7 @@ class GroupCommit:
         self._ready = threading.Condition()
         self._writer: threading.Thread | None = None
         self._closed = False
+        self._idle = False  # the writer waits for reports (only then is it notified)
         self.batches = 0
         self.batched = 0
 
@@ -73,7 +86,8 @@ class GroupCommit:
             ReportStoreError: the batch could not be stored, the queue is full,
                 or it was not stored within :data:`WAIT_SECONDS`.
         """
-        pending = _Pending((report, received_at, source))
+        # The rows are made here, in the caller's thread: the writer only writes them.
+        pending = _Pending(prepare(report, received_at, source))
         with self._ready:
             if self._closed:
                 raise ReportStoreError("the report store is closed", url=self.url)
@@ -87,8 +101,9 @@ class GroupCommit:
                     target=self._write, name="edgereg-report-writer", daemon=True
                 )
                 self._writer.start()
-            self._ready.notify()
-        if not pending.done.wait(WAIT_SECONDS):
+            elif self._idle:
+                self._ready.notify()
+        if not pending.done.acquire(timeout=WAIT_SECONDS):
             raise ReportStoreError(
                 f"the report was not stored within {WAIT_SECONDS:g}s", url=self.url
             )
@@ -99,7 +114,9 @@ class GroupCommit:
         while True:
             with self._ready:
                 while not self._queue and not self._closed:
+                    self._idle = True
                     self._ready.wait()
+                self._idle = False
                 if not self._queue:
                     return
                 # No waiting for more: while one batch commits, the next one
@@ -111,7 +128,7 @@ class GroupCommit:
             self.batched += len(batch)
             error: ReportStoreError | None = None
             try:
-                self.store.ingest_many(p.item for p in batch)
+                self.store.ingest_prepared([p.item for p in batch])
             except ReportStoreError as exc:
                 error = exc
             except Exception as exc:  # the writer must outlive one bad batch
@@ -119,7 +136,7 @@ class GroupCommit:
                 error = ReportStoreError(f"storing reports failed: {exc}", url=self.url)
             for pending in batch:
                 pending.error = error
-                pending.done.set()
+                pending.done.release()
 
     def summaries(
         self,
@@ -132,6 +149,7 @@ class GroupCommit:
         stalled_starts: int = 2,
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
+        bundle: bool | None = None,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
         return self.store.summaries(
@@ -143,6 +161,7 @@ class GroupCommit:
             stalled_starts=stalled_starts,
             pooled=pooled,
             statistics=statistics,
+            bundle=bundle,
         )
 
     def clock(self, unit: str) -> datetime | None:

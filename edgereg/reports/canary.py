@@ -41,6 +41,7 @@ def rollout_analysis(
     since: datetime | None = None,
     cpu_class: str | None = None,
     metrics: Mapping[str, AppMetric] | None = None,
+    bundle: bool | None = None,
 ) -> Analysis:
     """Compare a rollout's candidate arm with its concurrent stable arm, per tier.
 
@@ -64,6 +65,10 @@ def rollout_analysis(
             ``cpu_class=``, as :class:`~edgereg.reports.ReportStore` does).
         metrics: The app metrics the unit declares (models.toml): the guardrails
             on them are judged too.
+        bundle: Whether the unit is a bundle, as the registry says (its release
+            record): the store need not look through its rows for members (a
+            store that takes ``bundle=``, as :class:`~edgereg.reports.ReportStore`
+            does). None: the store finds out.
 
     Raises:
         ValueError: the state has no candidate.
@@ -113,6 +118,8 @@ def rollout_analysis(
 
     # Only when asked: a front of a store (a simulation's) need not know CPU classes.
     only: dict[str, Any] = {} if cpu_class is None else {"cpu_class": cpu_class}
+    if bundle is not None:
+        only["bundle"] = bundle
     # What the guardrails on app metrics read (none asked of a store when none is set).
     statistics = {
         spec.name: spec.metric.statistic()
@@ -153,7 +160,7 @@ def rollout_analysis(
     # Every tier together, each network once: the pool.
     pool = period(pooled=True) if len(tiers) > 1 else None
     # A store that lists a bundle's members gives each its own latencies (one per device).
-    listed = getattr(store, "members", None)
+    listed = getattr(store, "members", None) if bundle is not False else None
     names: list[str] = listed(state.model) if callable(listed) else []
     members = {name: period(name) for name in names} or None
     return analyze(

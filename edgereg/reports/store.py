@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import logging
 import re
 import string
@@ -28,7 +29,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from edgereg.config import BUILTIN_GUARDRAILS
 from edgereg.errors import ExitCode, StorageError
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -148,11 +149,10 @@ SCHEMA = (
 )""",
 )
 
-#: The indexes of schema 4. The counts group an arm's installs by source network, so
-#: each covering index leads with the arm and the network (a device without one is
-#: grouped by its token); the period's filter (sequence, or received_at for a manual
-#: --since) and every column a count reads come after, so nothing reads the table.
-INDEXES = (
+#: The indexes of schemas 4 and 5 (a migration from them drops them). The counts group
+#: an arm's installs by source network, so each covering index led with the arm and the
+#: network; the period's filter and every column a count reads came after.
+_SCHEMA_4_INDEXES = (
     "CREATE INDEX reports_devices ON reports (unit, tier, arm, unit_version, source, "
     "token, sequence, received_at, probe, load_failed, reverted, confirmed, "
     "unconfirmed_starts, first_received_at, model)",
@@ -163,7 +163,24 @@ INDEXES = (
     "CREATE INDEX reports_memory ON reports (unit, tier, arm, unit_version, source, "
     "memory_peak_bucket, token, sequence, received_at, model)",
     "CREATE INDEX reports_received ON reports (received_at)",
-    # The store's own clock (the newest report of a unit): ages are counted on it.
+    "CREATE INDEX reports_clock ON reports (unit, received_at)",
+)
+
+#: The indexes of schema 6. One covering index serves every summary (the counts, the
+#: three histograms, the CPU classes): it holds every column they filter on or read
+#: (a built-in guardrail's ``when`` or ``column`` that reads another must add it here),
+#: so no summary reads the table, and a report writes two B-trees at random places
+#: (this one and the primary key) instead of five (a server's group commit writes each
+#: dirty page of them to the WAL). It leads with the unit and the model: a bundle
+#: member's summaries and the check whether a unit has members are seeks.
+#: ``reports_received`` serves the retention's prune, ``reports_clock`` the store's
+#: clock and a ``--since`` period (both written in time order: at the end).
+INDEXES = (
+    "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
+    "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
+    "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
+    "inference_p50_bucket, memory_peak_bucket, cpu_class)",
+    "CREATE INDEX reports_received ON reports (received_at)",
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -202,10 +219,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS reports_inference",
         "DROP INDEX IF EXISTS reports_memory",
         "DROP INDEX IF EXISTS reports_received",
-        *INDEXES,
+        *_SCHEMA_4_INDEXES,
     ),
     # Schema 5 keeps the app metrics of report schema 3, one row per install and metric.
     4: (*METRIC_SCHEMA, *METRIC_INDEXES),
+    # Schema 6: one covering index for every summary instead of four (see INDEXES).
+    5: (
+        "DROP INDEX IF EXISTS reports_devices",
+        "DROP INDEX IF EXISTS reports_load",
+        "DROP INDEX IF EXISTS reports_inference",
+        "DROP INDEX IF EXISTS reports_memory",
+        INDEXES[0],
+    ),
 }
 
 #: Columns a merge takes from the newer report (the rest merge as :func:`upsert_sql` says).
@@ -242,23 +267,22 @@ _KEPT_UNLESS_NEWER_HAS = (
 )
 
 
-#: Rows per INSERT statement at most (SQLite allows 32766 parameters, PostgreSQL
-#: 65535); statements hold a power of two of rows, so that a handful of
-#: distinct statements serve every batch size and stay prepared in the driver's cache.
-ROWS_PER_STATEMENT = 256
+#: Rows per INSERT statement at most. A batch of up to this many rows is one
+#: statement of exactly its size (a server's group commit is then one step of the
+#: database, and one release of the GIL, per batch: each step's return waits for
+#: the GIL behind the request threads); a larger one is statements of this size and
+#: one of the rest. Each size is prepared once per connection and stays in the
+#: driver's statement cache (SQLite: about 80 KB per prepared 32-row upsert).
+ROWS_PER_STATEMENT = 32
 
 
 def statement_sizes(rows: int) -> list[int]:
-    """How many rows each statement of a batch takes: powers of two, largest first."""
-    sizes = []
-    while rows:
-        size = min(ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
-        sizes.append(size)
-        rows -= size
-    return sizes
+    """How many rows each statement of a batch takes: full statements, then the rest."""
+    full, rest = divmod(rows, ROWS_PER_STATEMENT)
+    return [ROWS_PER_STATEMENT] * full + ([rest] if rest else [])
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=4 * ROWS_PER_STATEMENT)
 def upsert_sql(
     placeholder: str, rows: int = 1, *, greatest: str = "MAX", least: str = "MIN"
 ) -> str:
@@ -460,10 +484,32 @@ def counts_sql(
 
 
 def has_members_sql(placeholder: str) -> str:
-    """Whether a unit has rows of models other than itself (it is a bundle)."""
+    """Whether a unit has rows of models other than itself (it is a bundle).
+
+    Two seeks of the summary index (a model named before the unit's, or after it), not
+    ``model <> unit``, which reads every row of a model that is no bundle. Parameters:
+    the unit four times.
+    """
+    p = placeholder
     return (
-        f"SELECT EXISTS (SELECT 1 FROM reports WHERE unit = {placeholder} "
-        f"AND model <> {placeholder})"
+        f"SELECT EXISTS (SELECT 1 FROM reports WHERE unit = {p} AND model < {p}) "
+        f"OR EXISTS (SELECT 1 FROM reports WHERE unit = {p} AND model > {p})"
+    )
+
+
+def members_sql(placeholder: str) -> str:
+    """The models a unit's rows name, but the unit itself: one seek per model.
+
+    A loose index scan (each step the least model above the last one found), not a
+    DISTINCT over every row of the unit. Parameters: the unit three times.
+    """
+    p = placeholder
+    return (
+        "WITH RECURSIVE found(model) AS ("
+        f"SELECT MIN(model) FROM reports WHERE unit = {p} "
+        f"UNION ALL SELECT (SELECT MIN(model) FROM reports WHERE unit = {p} "
+        "AND model > found.model) FROM found WHERE found.model IS NOT NULL) "
+        f"SELECT model FROM found WHERE model IS NOT NULL AND model <> {p}"
     )
 
 
@@ -570,6 +616,28 @@ def report_row(report: Report, received_at: datetime, source: str | None = None)
         received,
         received,
     )
+
+
+class Prepared(NamedTuple):
+    """A report as the store writes it (:func:`prepare`): its key, row and metric rows."""
+
+    key: tuple[str, str]
+    row: tuple[Any, ...]
+    metrics: dict[tuple[str, str], tuple[Any, ...]]
+
+
+def prepare(report: Report, received_at: datetime, source: str | None = None) -> Prepared:
+    """The rows of one report, made before the write.
+
+    A server makes them in the request's thread, so the one thread that writes a
+    batch (:class:`~edgereg.reports.batch.GroupCommit`) only hands them to the database.
+
+    Raises:
+        ValueError: ``received_at`` has no time zone.
+    """
+    row = report_row(report, received_at, source)
+    metrics = {(m[0], m[1]): m for m in metric_rows(report, row[-1], source)}
+    return Prepared((report.token, report.model), row, metrics)
 
 
 class ReportStoreError(StorageError):
@@ -684,32 +752,52 @@ class ReportStore(abc.ABC):
             conn.commit()
         self._schema_checked = True
 
+    def _statements(
+        self, rows: Sequence[tuple[Any, ...]], metrics: Sequence[tuple[Any, ...]] = ()
+    ) -> list[tuple[str, list[Any]]]:
+        """The upserts of rows and metric rows (distinct keys each): a few multi-row statements."""
+        statements = []
+        start = 0
+        for size in statement_sizes(len(rows)):
+            chunk = rows[start : start + size]
+            start += size
+            statements.append(
+                (
+                    upsert_sql(self.placeholder, size, greatest=self.greatest, least=self.least),
+                    list(itertools.chain.from_iterable(chunk)),
+                )
+            )
+        start = 0
+        for size in statement_sizes(len(metrics)):
+            chunk = metrics[start : start + size]
+            start += size
+            statements.append(
+                (
+                    metric_upsert_sql(self.placeholder, size, greatest=self.greatest),
+                    list(itertools.chain.from_iterable(chunk)),
+                )
+            )
+        return statements
+
     def _write_rows(
         self,
         cursor: Any,
         rows: Sequence[tuple[Any, ...]],
         metrics: Sequence[tuple[Any, ...]] = (),
     ) -> None:
-        """Upsert rows and metric rows (distinct keys each) in the open transaction.
+        """Upsert rows and metric rows (distinct keys each) in the open transaction."""
+        for sql, params in self._statements(rows, metrics):
+            cursor.execute(sql, params)
 
-        A few multi-row statements each.
-        """
-        start = 0
-        for size in statement_sizes(len(rows)):
-            chunk = rows[start : start + size]
-            start += size
-            cursor.execute(
-                upsert_sql(self.placeholder, size, greatest=self.greatest, least=self.least),
-                [value for row in chunk for value in row],
-            )
-        start = 0
-        for size in statement_sizes(len(metrics)):
-            chunk = metrics[start : start + size]
-            start += size
-            cursor.execute(
-                metric_upsert_sql(self.placeholder, size, greatest=self.greatest),
-                [value for row in chunk for value in row],
-            )
+    def _write_batch(
+        self, rounds: Sequence[tuple[Sequence[tuple[Any, ...]], Sequence[tuple[Any, ...]]]]
+    ) -> None:
+        """Store rounds of (rows, metric rows) in one transaction (the keys distinct per round)."""
+        with self._connection() as conn:
+            cursor = conn.cursor()
+            for rows, metrics in rounds:
+                self._write_rows(cursor, rows, metrics)
+            conn.commit()
 
     @abc.abstractmethod
     def _lock_schema(self, cursor: Any) -> None:
@@ -737,33 +825,37 @@ class ReportStore(abc.ABC):
         Returns:
             How many were given.
         """
+        return self.ingest_prepared(
+            prepare(item[0], item[1], item[2] if len(item) > 2 else None) for item in reports
+        )
+
+    def ingest_prepared(self, prepared: Iterable[Prepared]) -> int:
+        """Store reports made into rows by :func:`prepare`, in one transaction.
+
+        Returns:
+            How many were given.
+        """
         # One statement may not touch a row twice (PostgreSQL refuses): reports of the
         # same install in one batch go in successive statements, each merged by the
         # upsert; so do its metrics (a bundle's members each carry the unit's).
         rounds: list[tuple[dict[tuple[str, str], _Row], dict[tuple[str, str], _Row]]] = []
         given = 0
-        for item in reports:
-            report, when = item[0], item[1]
-            source = item[2] if len(item) > 2 else None
+        for key, row, metrics in prepared:
             given += 1
-            key = (report.token, report.model)
-            row = report_row(report, when, source)
-            metrics = {(m[0], m[1]): m for m in metric_rows(report, row[-1], source)}
             for batch, batch_metrics in rounds:
-                if key not in batch and not batch_metrics.keys() & metrics.keys():
+                if key not in batch and (not metrics or not batch_metrics.keys() & metrics.keys()):
                     break
             else:
                 batch, batch_metrics = {}, {}
                 rounds.append((batch, batch_metrics))
             batch[key] = row
-            batch_metrics.update(metrics)
+            if metrics:
+                batch_metrics.update(metrics)
 
         def write() -> int:
-            with self._connection() as conn:
-                cursor = conn.cursor()
-                for batch, batch_metrics in rounds:
-                    self._write_rows(cursor, list(batch.values()), list(batch_metrics.values()))
-                conn.commit()
+            self._write_batch(
+                [(list(rows.values()), list(metrics.values())) for rows, metrics in rounds]
+            )
             return given
 
         return cast(int, self._run("storing reports", write))
@@ -780,6 +872,7 @@ class ReportStore(abc.ABC):
         stalled_starts: int = 2,
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
+        bundle: bool | None = None,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
@@ -803,6 +896,8 @@ class ReportStore(abc.ABC):
                 that counted the metric with the statistic's number of buckets
                 (a release that declared it otherwise counted another metric).
                 None with ``model`` (app metrics are the unit's).
+            bundle: Whether ``unit`` is a bundle, as the registry says (its release
+                record); None: the store looks whether its rows name other models.
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -838,11 +933,13 @@ class ReportStore(abc.ABC):
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
                 cur = conn.cursor()
-                bundle = False
-                if model is None:
-                    cur.execute(has_members_sql(self.placeholder), (unit, unit))
-                    bundle = bool(cur.fetchone()[0])
-                sql, names = counts_sql(self.placeholder, **flags, bundle=bundle, pooled=pooled)
+                grouped = False  # a bundle's members, one install per token
+                if model is None and bundle is None:
+                    cur.execute(has_members_sql(self.placeholder), (unit,) * 4)
+                    grouped = bool(cur.fetchone()[0])
+                elif model is None:
+                    grouped = bool(bundle)
+                sql, names = counts_sql(self.placeholder, **flags, bundle=grouped, pooled=pooled)
                 # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
                 counts = cur.fetchall()
@@ -951,11 +1048,7 @@ class ReportStore(abc.ABC):
         def read() -> list[str]:
             with self._connection() as conn:
                 cur = conn.cursor()
-                cur.execute(
-                    f"SELECT DISTINCT model FROM reports WHERE unit = {self.placeholder} "
-                    f"AND model <> {self.placeholder}",
-                    (unit, unit),
-                )
+                cur.execute(members_sql(self.placeholder), (unit,) * 3)
                 found = sorted(str(row[0]) for row in cur.fetchall())
                 conn.rollback()
             return found

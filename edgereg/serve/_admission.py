@@ -89,9 +89,10 @@ class ServedIndex:
 
     def _unit(self, unit: str, sequence: int) -> ServedUnit | None:
         now = self._clock()
-        with self._lock:
-            listed = self._units
-            cached = self._served.get(unit)
+        # Read without the lock: each is replaced whole, never changed in place (the
+        # lock, taken by every report, was one more wait among the request threads).
+        listed = self._units
+        cached = self._served.get(unit)
         if listed is None or now - listed[0] > self._ttl:
             listed = (now, frozenset(self._own.models()))
             with self._lock:

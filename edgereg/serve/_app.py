@@ -68,7 +68,7 @@ from edgereg.serve._ratelimit import (
     forwarded_client,
     retry_after,
 )
-from edgereg.serve._validators import Document, Remembered, Seen
+from edgereg.serve._validators import Document, Remembered, Seen, encode_headers
 from edgereg.storage import NotFound, ReadStream, Storage, UnsafeObject
 
 if TYPE_CHECKING:
@@ -307,6 +307,11 @@ class ReportSink(SummarySource, Protocol):
         """Store one report; ``source`` is its network (an IPv4 /24, an IPv6 /48) when known."""
         ...
 
+
+#: The answer to a stored report (its header lines encoded once).
+_ACCEPTED_BODY = b'{"status": "accepted"}'
+_ACCEPTED = (("Content-Type", "application/json"), ("Cache-Control", NO_STORE))
+_ACCEPTED_WIRE = encode_headers(_ACCEPTED)
 
 #: Reports per second and burst per client address, by default (``--reports-rate``).
 DEFAULT_REPORT_RATE = 5.0
@@ -657,9 +662,10 @@ class App:
             response = error_response(429, "too many reports from this address; slow down", name)
             response.headers.append(("Retry-After", retry_after(wait)))
             return response
-        if request.header("transfer-encoding") is not None:
+        headers = request.headers
+        if headers.get("transfer-encoding") is not None:
             return error_response(411, "send a report with Content-Length, not chunked", name)
-        declared = request.header("content-length")
+        declared = headers.get("content-length")
         if declared is None or not declared.strip().isdigit():
             return error_response(411, "a report needs a Content-Length", name)
         if int(declared) > MAX_REPORT_BYTES:
@@ -668,7 +674,7 @@ class App:
                 f"a report is at most {MAX_REPORT_BYTES} bytes; this one says {declared[:20]}",
                 name,
             )
-        media = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
+        media = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
         if media != "application/json":
             return error_response(
                 415, f"a report is application/json, not {media[:60] or 'untyped'}", name
@@ -706,9 +712,7 @@ class App:
             response = error_response(503, "the report store is unavailable; retry later", name)
             response.headers.append(("Retry-After", "30"))
             return response
-        body = b'{"status": "accepted"}'
-        headers = [("Content-Type", "application/json"), ("Cache-Control", NO_STORE)]
-        return Response(202, headers, body, name)
+        return Response(202, list(_ACCEPTED), _ACCEPTED_BODY, name, _ACCEPTED_WIRE)
 
     def _admission(self, report: Report) -> Response | None:
         """The answer refusing a report the registry never served, or None."""

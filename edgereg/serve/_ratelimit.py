@@ -73,6 +73,8 @@ def retry_after(wait: float) -> str:
     return str(max(1, math.ceil(wait)))
 
 
+_UNSEEN = object()
+
 #: Prefix lengths a source is counted by: an IPv4 /24 (one site, one small NAT pool)
 #: and an IPv6 /48 (one customer's allocation; a /64 is only one of its subnets).
 IPV4_SOURCE_PREFIX = 24
@@ -144,12 +146,22 @@ class SourceCaps:
         self._max = max_sources
         self._seen: OrderedDict[str, tuple[int, set[str]]] = OrderedDict()
         self._lock = threading.Lock()
+        # Address -> its source, remembered (parsing an address twice per report was a
+        # tenth of a report's time); forgotten all at once when full, like a flood's.
+        self._sources: dict[str, str | None] = {}
 
     def source(self, address: str) -> str | None:
         """The source network of an address; None for the local peer (a local proxy: unknown)."""
-        if _is_local_peer(address):
-            return None
-        return source_key(address, ipv4_prefix=self.ipv4_prefix, ipv6_prefix=self.ipv6_prefix)
+        found = self._sources.get(address, _UNSEEN)
+        if found is not _UNSEEN:
+            return found  # type: ignore[return-value]
+        source = None
+        if not _is_local_peer(address):
+            source = source_key(address, ipv4_prefix=self.ipv4_prefix, ipv6_prefix=self.ipv6_prefix)
+        if len(self._sources) >= self._max:
+            self._sources.clear()
+        self._sources[address] = source
+        return source
 
     def take(self, address: str, token: str, now: float) -> float:
         """Count ``token`` against its source.

@@ -254,11 +254,12 @@ class RegistryServer(ThreadingHTTPServer):
             self._changed.notify_all()
 
     def _set_receiving(self, handler: _Handler, receiving: bool) -> None:
-        """Mark a connection as receiving a request body (still evictable) or not."""
-        with self._lock:
-            conn = self._connections.get(handler)
-            if conn is not None:
-                conn.receiving = receiving
+        """Mark a connection as receiving a request body (still evictable) or not.
+
+        Without the lock, as :meth:`_set_busy` (once per report: a wait among the
+        request threads): the flag is written by its own connection's thread only.
+        """
+        handler._conn.receiving = receiving
 
     def _set_busy(self, handler: _Handler, busy: bool) -> bool:
         """Mark a connection busy or idle; returns whether the server is draining.

@@ -513,6 +513,7 @@ def _health(data: _Model, reports: SummarySource | None) -> str:
             tiers=list(dict.fromkeys(tiers)),
             now=data.now,
             metrics=data.metrics,
+            bundle=data.status.bundle,
         )
     except EdgeregError as exc:
         # Its message may name a database URL (with a password) or a path.
