@@ -1132,7 +1132,7 @@ def _rate_result(
     described = _line(spec, plain_cmp, fail_c, fail_s, level, 0, rule.max_increase)
     harm = (
         "; a harm is shown whichever networks are set aside"
-        if pass_side is not None and pass_side.harm_shown
+        if pass_side is not None and pass_side.harm_shown and not pass_side.harmless
         else ""
     )
     return result(
