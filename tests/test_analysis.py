@@ -1232,3 +1232,13 @@ def test_a_forger_from_tolerated_networks_moves_no_app_metric_verdict(
     else:
         stable = _forged_metric(stable, k, forged_value)
     assert result_of(metric_run(candidate, stable), "accepted").verdict == verdict
+
+
+def test_a_rate_guardrail_turned_off_neither_fails_nor_holds() -> None:
+    """`enabled = false` (a fleet too small for a rate both arms share): not analysed at all."""
+    candidate = healthy("candidate", 20, probe_failed=20)
+    stable = healthy("stable", 20)
+    assert verdicts(run(candidate, stable))["probe_failure"] == "fail"
+    off = Guardrails.model_validate({"probe_failure": {"enabled": False}})
+    assert "probe_failure" not in verdicts(run(candidate, stable, guardrails=off))
+    assert off.probe_failure.max_increase == Guardrails().probe_failure.max_increase
