@@ -36,6 +36,7 @@ from servekit import serve
 
 from edgereg.client import InstallCheck
 from edgereg.config import RolloutPolicy
+from edgereg.protocol.reports import MAX_REPORT_BYTES
 
 DEVICES = 200
 
@@ -306,7 +307,7 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_
             _post(base_url, b"{" * 3000),
             _post(base_url, replayed.replace(b'"kit"', b'"../../manifests/kit"')),
             _post(base_url, replayed),  # a replay: the same token, one row
-            _post(base_url, b"x" * 5000),
+            _post(base_url, b"x" * (MAX_REPORT_BYTES + 1)),
             _post(base_url, forged),
         ]
         assert statuses == [400, 400, 400, 400, 202, 413, 422]

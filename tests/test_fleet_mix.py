@@ -475,7 +475,11 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
         rows = list(store_rows(database, BUNDLE))
 
     if crashes:
-        assert decisions == [("rollback", None)], reasons
+        # Rolled back at the first look, or at the second when the first day's cohort
+        # had too few failing networks beyond the tolerated ones to fail on.
+        assert decisions[-1] == ("rollback", None), reasons
+        assert len(decisions) <= 2, reasons
+        assert all(d[0] == "wait" for d in decisions[:-1]), reasons
         assert "revert" in reasons[-1]
         landing = "1.0.0"
     else:
