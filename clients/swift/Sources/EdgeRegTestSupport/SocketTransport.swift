@@ -196,9 +196,10 @@ public final class SocketTransport: ClientTransport, @unchecked Sendable {
 
     public func get(_ url: URL, headers: [String: String], timeout: Double) async throws -> TransportResponse {
         let exchange = try open(url, method: "GET", headers: headers, body: nil, timeout: timeout)
-        let fd = exchange.fd
         // The blocking reads run on a thread of their own; shutting the socket down (a cancel)
-        // ends a blocked read at once.
+        // ends a blocked read at once. The closures hold the exchange, never its bare fd:
+        // once the exchange closed it, the number may be another socket's (a test server's
+        // listener, which a late shutdown stopped accepting: "Couldn't connect").
         let body = AsyncThrowingStream<Data, Error> { continuation in
             let reader = Thread {
                 do {
@@ -209,10 +210,10 @@ public final class SocketTransport: ClientTransport, @unchecked Sendable {
                 }
             }
             reader.start()
-            continuation.onTermination = { _ in shutdown(fd, Int32(SHUT_RDWR)) }
+            continuation.onTermination = { _ in shutdown(exchange.fd, Int32(SHUT_RDWR)) }
         }
         return TransportResponse(status: exchange.status, headers: exchange.headers, body: body,
-                                 cancel: { shutdown(fd, Int32(SHUT_RDWR)) })
+                                 cancel: { shutdown(exchange.fd, Int32(SHUT_RDWR)) })
     }
 
     public func post(_ url: URL, body: Data, headers: [String: String], timeout: Double) async throws -> Int {
