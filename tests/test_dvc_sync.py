@@ -362,7 +362,17 @@ def test_summary_names_a_stale_dvc_yaml(renamed: Path) -> None:
 
 def test_publish_names_a_stale_dvc_yaml(renamed: Path) -> None:
     key = renamed / "key.pem"
-    made = invoke("keys", "generate", "--add", "--out", str(key), "--no-publish")
+    # --add writes into the project's trusted keys: its models.toml, never the cwd's.
+    made = invoke(
+        "keys",
+        "generate",
+        "--add",
+        "--out",
+        str(key),
+        "--no-publish",
+        "--config",
+        str(renamed / "models.toml"),
+    )
     assert made.exit_code == 0, made.output
     result = invoke(
         "publish",

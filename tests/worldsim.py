@@ -515,6 +515,8 @@ def _events(arm: _Arm, idx: np.ndarray) -> dict[str, np.ndarray]:
         "stalled": ~arm.s_conf[idx] & (unconf >= 2),
         "first_start": unconf >= 1,
         "confirmed": arm.s_conf[idx],
+        # These devices report no backend, so none fell back (backend_fallback: 0 of all).
+        "fell_back": np.zeros(len(idx), bool),
     }
 
 
