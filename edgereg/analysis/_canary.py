@@ -783,7 +783,7 @@ def analyze_tier(
     for spec in (*SPECS, *metrics):
         if spec.kind in ("rate", "metric"):
             rule = spec.rule or guardrails.rate_rule(spec.name)
-            if not getattr(rule, "enabled", True):
+            if not rule.enabled:  # a metric's is already left out by metric_specs
                 continue
             results.append(
                 _rate_result(spec, rule, candidate, stable, guardrails, k, first_release, intervals)
