@@ -67,7 +67,11 @@ def serve_process(log: Path, *args: str, cwd: Path | None = None) -> Iterator[tu
 
     Yields (process, base URL); the process is killed after the block if it
     still runs. ``args`` are command-line options (``--registry DIR`` ...).
+    ``cwd``: where it runs, the log's directory by default, never the
+    repository (whose models.toml would pin its trusted keys and default
+    report store on the server, and leave files in the checkout).
     """
+    cwd = cwd if cwd is not None else log.parent
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*SERVE_CMD, "--port", "0", *args],

@@ -622,8 +622,7 @@ def test_workers_keep_the_documented_cap_of_new_tokens_per_network(tmp_path: Pat
     args += ("--reports", f"sqlite:///{tmp_path}/reports.sqlite")
     statuses: dict[int, int] = {}
     refused: dict[int, bytes] = {}
-    # Run outside the repository: its models.toml's trusted keys are not this registry's.
-    with serve_process(log, *args, cwd=tmp_path) as (_, url):
+    with serve_process(log, *args) as (_, url):
         for n in range(260):
             body = json.dumps(
                 {
