@@ -393,7 +393,7 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert (summary.devices, summary.networks) == (2, 2)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "6"
+    assert version == str(SCHEMA_VERSION) == "7"
 
 
 SCHEMA_3_COLUMNS = (
@@ -433,7 +433,7 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
         kept = conn.execute(
             "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
         ).fetchall()
-    assert version == "6"
+    assert version == "7"
     assert kept == [(None, None), (1, "armv9")]
 
 
@@ -679,7 +679,7 @@ def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
         indexes = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
-    assert version == "6"
+    assert version == "7"
     assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
     assert not {"reports_devices", "reports_load", "reports_inference"} & indexes
 
@@ -802,7 +802,7 @@ def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> Non
         assert (summary.devices, summary.metric("accepted").devices) == (2, 1)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == "6"
+    assert version == "7"
 
 
 def _raw_connection(url: str) -> Any:
@@ -841,7 +841,7 @@ def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> No
         else:
             listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'reports'"
         indexes = {row[0] for row in conn.execute(listed)}
-    assert version == "6"
+    assert version == "7"
     assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
     assert not {"reports_devices", "reports_load", "reports_inference", "reports_memory"} & indexes
 

@@ -75,11 +75,20 @@ METRIC_SCHEMA = (
 )""",
 )
 
-#: A summary reads one unit's metric by name and bucket count, grouped by arm and network.
-METRIC_INDEXES = (
+#: The metric indexes of schema 5 and 6 (a migration replaces the first).
+_SCHEMA_5_METRIC_INDEXES = (
     "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, tier, arm, "
     "unit_version, source, token, sequence, received_at)",
     "CREATE INDEX report_metrics_received ON report_metrics (received_at)",
+)
+
+#: A summary reads one unit's metric by name and bucket count, an arm's network by network
+#: (the source network, ``COALESCE(source, token)``, as the reports' summary index holds it),
+#: per tier or every tier together: grouped as read, not sorted.
+METRIC_INDEXES = (
+    "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, arm, "
+    "unit_version, COALESCE(source, token), tier, token, source, sequence, received_at)",
+    _SCHEMA_5_METRIC_INDEXES[1],
 )
 
 _FROM_NEWER = ("unit", "tier", "arm", "unit_version", "cpu_class", "source", "buckets")
@@ -175,12 +184,14 @@ def statistic_sql(
     tier = "'*'" if pooled else "tier"
     weighted = " + ".join(f"{p} * {c}" for c in used)
     devices = (
-        f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+        "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
         f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
     )
+    # In the order of report_metrics_arms (METRIC_INDEXES): grouped as read, not sorted.
+    by = "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
     networks = (
-        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
-        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY tier, arm, unit_version, net"
+        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
+        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {by}"
     )
     return (
         "SELECT tier, arm, unit_version, SUM(n), COUNT(*), SUM(v), SUM(v / n), "

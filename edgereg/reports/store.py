@@ -35,6 +35,7 @@ from edgereg.config import BUILTIN_GUARDRAILS
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
 from edgereg.reports._metrics import (
+    _SCHEMA_5_METRIC_INDEXES,
     METRIC_INDEXES,
     METRIC_SCHEMA,
     metric_rows,
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -166,20 +167,39 @@ _SCHEMA_4_INDEXES = (
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
 
-#: The indexes of schema 6. One covering index serves every summary (the counts, the
+#: The summary index of schema 6 (a migration from it replaces it): led by the unit and
+#: the model, then the tier, the arm and the version; a summary grouped by source network
+#: sorted every row of the unit once per pass (a network is COALESCE(source, token)).
+_SCHEMA_6_SUMMARY_INDEX = (
+    "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
+    "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
+    "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
+    "inference_p50_bucket, memory_peak_bucket, cpu_class)"
+)
+
+#: A report's source network, as every summary groups it: its source, or for a report
+#: whose source is unknown its token (a network of its own). The summary indexes hold
+#: this expression (spelled the same, so that the database matches it).
+NETWORK = "COALESCE(source, token)"
+
+#: The indexes of schema 7. One covering index serves every summary (the counts, the
 #: three histograms, the CPU classes): it holds every column they filter on or read
 #: (a built-in guardrail's ``when`` or ``column`` that reads another must add it here),
 #: so no summary reads the table, and a report writes two B-trees at random places
 #: (this one and the primary key) instead of five (a server's group commit writes each
 #: dirty page of them to the WAL). It leads with the unit and the model: a bundle
-#: member's summaries and the check whether a unit has members are seeks.
+#: member's summaries and the check whether a unit has members are seeks. Then the arm,
+#: the version and the source network (:data:`NETWORK`, an index on an expression:
+#: nothing more is written per report), then the tier: a summary reads an arm's rows
+#: network by network, per tier or every tier together (pooled), so the database groups
+#: them by network as it reads them instead of sorting every row for each pass.
 #: ``reports_received`` serves the retention's prune, ``reports_clock`` the store's
 #: clock and a ``--since`` period (both written in time order: at the end).
 INDEXES = (
-    "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
-    "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
-    "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
-    "inference_p50_bucket, memory_peak_bucket, cpu_class)",
+    "CREATE INDEX reports_summary ON reports (unit, model, arm, unit_version, "
+    f"{NETWORK}, tier, token, source, sequence, received_at, probe, load_failed, reverted, "
+    "confirmed, unconfirmed_starts, backend, backends_skipped, first_received_at, "
+    "load_bucket, inference_p50_bucket, memory_peak_bucket, cpu_class)",
     "CREATE INDEX reports_received ON reports (received_at)",
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
@@ -222,14 +242,21 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *_SCHEMA_4_INDEXES,
     ),
     # Schema 5 keeps the app metrics of report schema 3, one row per install and metric.
-    4: (*METRIC_SCHEMA, *METRIC_INDEXES),
+    4: (*METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
     # Schema 6: one covering index for every summary instead of four (see INDEXES).
     5: (
         "DROP INDEX IF EXISTS reports_devices",
         "DROP INDEX IF EXISTS reports_load",
         "DROP INDEX IF EXISTS reports_inference",
         "DROP INDEX IF EXISTS reports_memory",
+        _SCHEMA_6_SUMMARY_INDEX,
+    ),
+    # Schema 7: the summary indexes read an arm network by network (see INDEXES).
+    6: (
+        "DROP INDEX IF EXISTS reports_summary",
         INDEXES[0],
+        "DROP INDEX IF EXISTS report_metrics_arms",
+        METRIC_INDEXES[0],
     ),
 }
 
@@ -341,12 +368,13 @@ def _filters(
     placeholder: str, *, since: bool, since_sequence: bool, model: bool, cpu_class: bool
 ) -> str:
     where = f"unit = {placeholder}"
+    if model:
+        # Before the rest: the summary index's second column.
+        where += f" AND model = {placeholder}"
     if since_sequence:
         where += f" AND sequence >= {placeholder}"
     if since:
         where += f" AND received_at >= {placeholder}"
-    if model:
-        where += f" AND model = {placeholder}"
     if cpu_class:
         where += f" AND cpu_class = {placeholder}"
     return where
@@ -455,12 +483,14 @@ def counts_sql(
     events = _event_expressions(bind)
     names = list(events)
     if not bundle:
+        # Read network by network off the summary index (see INDEXES): no sort.
         aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
         devices = (
-            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+            f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
             + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
             + f", {aged} AS ag FROM reports WHERE {where}"
         )
+        per_network = _network_groups(pooled)
     else:
         folded = {name: f"MAX({expr})" for name, expr in events.items()}
         folded[CONFIRMED] = "MIN(confirmed)"
@@ -470,10 +500,11 @@ def counts_sql(
             + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
             f"FROM reports WHERE {where} GROUP BY {by}, token"
         )
+        per_network = "tier, arm, unit_version, net"
     networks = (
-        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(ag) AS a, "
+        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, SUM(ag) AS a, "
         + ", ".join(f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names)
-        + f" FROM ({devices}) AS devices GROUP BY tier, arm, unit_version, net"
+        + f" FROM ({devices}) AS devices GROUP BY {per_network}"
     )
     columns = list(_count_columns(names).values())
     sql = (
@@ -481,6 +512,15 @@ def counts_sql(
         f"FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
     )
     return sql, tuple(bind.names)
+
+
+def _network_groups(pooled: bool) -> str:
+    """The GROUP BY of one row per source network, in the summary index's order.
+
+    ``net`` (:data:`NETWORK`) of the arm and version, per tier or (``pooled``) in
+    every tier at once: a prefix of the index after the unit and the model.
+    """
+    return "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
 
 
 def has_members_sql(placeholder: str) -> str:
@@ -542,21 +582,30 @@ def histogram_sql(
     )
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
     by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    # One pass over the networks for every kind's lowest and highest value (read off the
+    # summary index network by network), kept for the views that count them.
+    extremes = ", ".join(
+        f"MIN({column}) AS l{i}, MAX({column}) AS h{i}"
+        for i, column in enumerate(HISTOGRAM_COLUMNS.values())
+    )
+    networks = (
+        f"WITH nets AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, {extremes} "
+        f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, "
+        f"{', '.join(HISTOGRAM_COLUMNS.values())} FROM reports WHERE {where}) AS devices "
+        f"GROUP BY {_network_groups(pooled)}) "
+    )
     parts = []
-    for kind, column in HISTOGRAM_COLUMNS.items():
-        rows = f"FROM reports WHERE {where} AND {column} IS NOT NULL"
+    for i, (kind, column) in enumerate(HISTOGRAM_COLUMNS.items()):
         parts.append(
-            f"SELECT '{kind}', 'd', {tier}, arm, unit_version, {column}, COUNT(*) {rows} "
-            f"GROUP BY {by}, {column}"
+            f"SELECT '{kind}', 'd', {tier}, arm, unit_version, {column}, COUNT(*) "
+            f"FROM reports WHERE {where} AND {column} IS NOT NULL GROUP BY {by}, {column}"
         )
-        for view, pick in (("l", "MIN"), ("h", "MAX")):
+        for view in ("l", "h"):
             parts.append(
-                f"SELECT '{kind}', '{view}', tier, arm, unit_version, b, COUNT(*) FROM ("
-                f"SELECT {tier} AS tier, arm, unit_version, {pick}({column}) AS b {rows} "
-                f"GROUP BY {by}, COALESCE(source, token)) AS nets "
-                "GROUP BY tier, arm, unit_version, b"
+                f"SELECT '{kind}', '{view}', tier, arm, unit_version, {view}{i}, COUNT(*) "
+                f"FROM nets WHERE {view}{i} IS NOT NULL GROUP BY tier, arm, unit_version, {view}{i}"
             )
-    return " UNION ALL ".join(parts), len(parts)
+    return networks + " UNION ALL ".join(parts), 1 + len(HISTOGRAM_COLUMNS)
 
 
 def epoch_ms(when: datetime) -> int:
@@ -909,19 +958,17 @@ class ReportStore(abc.ABC):
             raise ValueError(f"stalled_starts must be a whole number, got {stalled_starts!r}")
         if stalled_starts < 1:
             raise ValueError(f"stalled_starts must be at least 1, got {stalled_starts}")
-        params: list[Any] = [unit]
+        # The filters' parameters after the unit and the model (in _filters' order).
+        filters: list[Any] = []
         if since_sequence is not None:
-            params.append(since_sequence)
+            filters.append(since_sequence)
         if since is not None:
-            params.append(epoch_ms(since))
-        if model is not None:
-            params.append(model)
+            filters.append(epoch_ms(since))
         if cpu_class is not None:
-            params.append(cpu_class)
+            filters.append(cpu_class)
         flags = {
             "since": since is not None,
             "since_sequence": since_sequence is not None,
-            "model": model is not None,
             "cpu_class": cpu_class is not None,
         }
         if model is not None and statistics:
@@ -939,11 +986,17 @@ class ReportStore(abc.ABC):
                     grouped = bool(cur.fetchone()[0])
                 elif model is None:
                     grouped = bool(bundle)
-                sql, names = counts_sql(self.placeholder, **flags, bundle=grouped, pooled=pooled)
+                # A model's rows all name it (admission refuses a model its release does
+                # not hold): the summary index is then read from (unit, model) on, its
+                # networks in order. A bundle's summaries read every member's rows.
+                only = model if model is not None else None if grouped else unit
+                params = [unit, *([only] if only is not None else []), *filters]
+                shape = {**flags, "model": only is not None}
+                sql, names = counts_sql(self.placeholder, **shape, bundle=grouped, pooled=pooled)
                 # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
                 counts = cur.fetchall()
-                sql, repeats = histogram_sql(self.placeholder, **flags, pooled=pooled)
+                sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
                 sums: list[tuple[str, Sequence[Any]]] = []
@@ -962,7 +1015,7 @@ class ReportStore(abc.ABC):
                             unit,
                             statistic.metric,
                             statistic.buckets,
-                            *params[1:],
+                            *filters,
                         ],
                     )
                     sums += [(name, row) for row in cur.fetchall()]
