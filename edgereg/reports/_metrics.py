@@ -162,6 +162,7 @@ def statistic_sql(
     since_sequence: bool,
     cpu_class: bool,
     pooled: bool,
+    arms: int = 0,
 ) -> str:
     """Per (tier, arm, version): one statistic of one metric, per device and per network.
 
@@ -171,6 +172,13 @@ def statistic_sql(
     squares of the networks' means. Parameters bind in this order: the
     weights, the unit, the name, the bucket count, then the filters
     (sequence, time, CPU class).
+
+    With ``arms``: one branch per arm (as :func:`edgereg.reports.store.counts_sql`
+    takes them), each summing its own networks as the index yields them, without
+    a sort; a row starts with its branch's number instead of the tier, arm and
+    version (an arm without a device that counted the metric has no networks), and
+    each branch binds the parameters above and then its arm's (arm, version, tier;
+    pooled: arm, version).
     """
     p = placeholder
     used = BUCKET_COLUMNS[:buckets]
@@ -183,6 +191,18 @@ def statistic_sql(
         where += f" AND cpu_class = {p}"
     tier = "'*'" if pooled else "tier"
     weighted = " + ".join(f"{p} * {c}" for c in used)
+    sums = "SUM(n), COUNT(*), SUM(v), SUM(v / n), SUM((v / n) * (v / n))"
+    if arms:
+        where += f" AND arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
+        devices = (
+            f"SELECT COALESCE(source, token) AS net, {weighted} AS w, {' + '.join(used)} AS t "
+            f"FROM report_metrics WHERE {where}"
+        )
+        branch = (
+            f"{sums} FROM (SELECT COUNT(*) AS n, SUM(1.0 * w / t) AS v FROM ({devices}) "
+            "AS devices WHERE t > 0 GROUP BY net) AS networks"
+        )
+        return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
     devices = (
         "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
         f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
@@ -194,6 +214,6 @@ def statistic_sql(
         f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {by}"
     )
     return (
-        "SELECT tier, arm, unit_version, SUM(n), COUNT(*), SUM(v), SUM(v / n), "
-        f"SUM((v / n) * (v / n)) FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
+        f"SELECT tier, arm, unit_version, {sums} FROM ({networks}) AS networks "
+        "GROUP BY tier, arm, unit_version"
     )

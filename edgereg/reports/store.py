@@ -455,6 +455,7 @@ def counts_sql(
     bundle: bool,
     cpu_class: bool = False,
     pooled: bool = False,
+    arms: int = 0,
 ) -> tuple[str, tuple[str, ...]]:
     """Per (tier, arm, version): installs, networks, and each event per device and network.
 
@@ -469,10 +470,17 @@ def counts_sql(
     With ``pooled`` every tier's installs count together (tier ``*``), each
     network once however many tiers its devices are in.
 
+    With ``arms`` (not for a bundle): one branch per arm :func:`arms_sql` found,
+    each reading its arm's rows off the summary index network by network and
+    summing its networks at once (a GROUP BY of every network by arm sorted them
+    all); each row starts with its branch's number (``g``) instead of the tier,
+    arm and version, and each branch binds the leading parameters, the filters'
+    and then its arm's (:func:`arm_filter`).
+
     Returns:
         The statement, and the names of the parameters that come before the
         filters' (``aged`` for the aged cut, ``stalled_starts``), in the order
-        they bind.
+        they bind (in each branch).
     """
     bind = _Parameters(placeholder)
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
@@ -482,8 +490,23 @@ def counts_sql(
     )
     events = _event_expressions(bind)
     names = list(events)
+    sums = "COUNT(*) AS n, SUM(ag) AS a, " + ", ".join(
+        f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names
+    )
+    columns = ", ".join(_count_columns(names).values())
+    if not bundle and arms:
+        aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
+        devices = (
+            f"SELECT {NETWORK} AS net, "
+            + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
+            + f", {aged} AS ag FROM reports WHERE {where} AND {arm_filter(placeholder, pooled)}"
+        )
+        branch = (
+            f"{columns} FROM (SELECT {sums} FROM ({devices}) AS devices GROUP BY net) AS networks"
+        )
+        sql = " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
+        return sql, tuple(bind.names)
     if not bundle:
-        # Read network by network off the summary index (see INDEXES): no sort.
         aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
         devices = (
             f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
@@ -502,16 +525,41 @@ def counts_sql(
         )
         per_network = "tier, arm, unit_version, net"
     networks = (
-        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, SUM(ag) AS a, "
-        + ", ".join(f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names)
-        + f" FROM ({devices}) AS devices GROUP BY {per_network}"
+        f"SELECT {tier} AS tier, arm, unit_version, {sums} "
+        f"FROM ({devices}) AS devices GROUP BY {per_network}"
     )
-    columns = list(_count_columns(names).values())
     sql = (
-        f"SELECT tier, arm, unit_version, {', '.join(columns)} "
+        f"SELECT tier, arm, unit_version, {columns} "
         f"FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
     )
     return sql, tuple(bind.names)
+
+
+def arms_sql(
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    model: bool,
+    cpu_class: bool = False,
+    pooled: bool = False,
+) -> str:
+    """The arms a summary reports on: (tier, arm, version), or (arm, version) pooled.
+
+    One read of the summary index; each arm's counts and statistics are then
+    summed over its own networks (:func:`counts_sql` with ``arms``).
+    """
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
+    )
+    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    return f"SELECT DISTINCT {by} FROM reports WHERE {where}"
+
+
+def arm_filter(placeholder: str, pooled: bool) -> str:
+    """One arm's rows: its arm and version (and tier, unless pooled), bound in that order."""
+    p = placeholder
+    return f"arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
 
 
 def _network_groups(pooled: bool) -> str:
@@ -606,6 +654,77 @@ def histogram_sql(
                 f"FROM nets WHERE {view}{i} IS NOT NULL GROUP BY tier, arm, unit_version, {view}{i}"
             )
     return networks + " UNION ALL ".join(parts), 1 + len(HISTOGRAM_COLUMNS)
+
+
+def arm_histogram_sql(
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    cpu_class: bool = False,
+    pooled: bool = False,
+    arms: int,
+) -> tuple[str, list[int | None]]:
+    """The histograms of a model's arms (:func:`histogram_sql`'s rows), with few sorts.
+
+    A network of one device with a value is at that value at its lowest and at
+    its highest: only the networks of two or more (``multi``: one pass over the
+    summary index, in its order) are counted apart. Rows: ``d`` each device's
+    value, per arm (one branch per arm of :func:`arms_sql`: a sort of one arm's
+    values, by the value alone); for the networks of two or more devices with a
+    value, ``L`` and ``H`` their lowest and highest and ``x`` their devices'
+    values. A view of the networks is then ``d - x + L`` (``H``): :func:`_assemble`.
+
+    Returns:
+        The statement and what each of its parts binds, in order: None the
+        filters (unit, model, ...), a number g the filters and then arm g's
+        (:func:`arm_filter`).
+    """
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=True, cpu_class=cpu_class
+    )
+    tier = f"'{POOLED_TIER}'" if pooled else "tier"
+    columns = list(HISTOGRAM_COLUMNS.values())
+    extremes = ", ".join(
+        f"COUNT({column}) AS n{i}, MIN({column}) AS l{i}, MAX({column}) AS h{i}"
+        for i, column in enumerate(columns)
+    )
+    several = " OR ".join(f"COUNT({column}) > 1" for column in columns)
+    sql = (
+        f"WITH multi AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, net, {extremes} "
+        f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, {', '.join(columns)} "
+        f"FROM reports WHERE {where}) AS devices GROUP BY {_network_groups(pooled)} "
+        f"HAVING {several}) "
+    )
+    binds: list[int | None] = [None]
+    same = (
+        "r.arm = m.arm AND r.unit_version = m.unit_version AND "
+        + NETWORK.replace("source", "r.source").replace("token", "r.token")
+        + " = m.net"
+        + ("" if pooled else " AND r.tier = m.tier")
+    )
+    parts = []
+    arm_tier = f"'{POOLED_TIER}'" if pooled else "MIN(tier)"
+    for i, (kind, column) in enumerate(HISTOGRAM_COLUMNS.items()):
+        for g in range(arms):
+            parts.append(
+                f"SELECT '{kind}', 'd', {arm_tier}, MIN(arm), MIN(unit_version), {column}, "
+                f"COUNT(*) FROM reports WHERE {where} AND {arm_filter(placeholder, pooled)} "
+                f"AND {column} IS NOT NULL GROUP BY {column}"
+            )
+            binds.append(g)
+        parts.append(
+            f"SELECT '{kind}', 'x', m.tier, m.arm, m.unit_version, r.{column}, COUNT(*) "
+            f"FROM multi AS m JOIN reports AS r ON {same} WHERE {where} AND m.n{i} > 1 "
+            f"AND r.{column} IS NOT NULL GROUP BY m.tier, m.arm, m.unit_version, r.{column}"
+        )
+        binds.append(None)
+        for view, pick in (("L", "l"), ("H", "h")):
+            parts.append(
+                f"SELECT '{kind}', '{view}', tier, arm, unit_version, {pick}{i}, COUNT(*) "
+                f"FROM multi WHERE n{i} > 1 GROUP BY tier, arm, unit_version, {pick}{i}"
+            )
+    return sql + " UNION ALL ".join(parts), binds
 
 
 def epoch_ms(when: datetime) -> int:
@@ -992,33 +1111,69 @@ class ReportStore(abc.ABC):
                 only = model if model is not None else None if grouped else unit
                 params = [unit, *([only] if only is not None else []), *filters]
                 shape = {**flags, "model": only is not None}
-                sql, names = counts_sql(self.placeholder, **shape, bundle=grouped, pooled=pooled)
+                # A model's arms first: each is then summed over its own networks, read in
+                # the index's order (a bundle's installs are its members' rows folded).
+                arms: list[tuple[Any, ...]] = []
+                if not grouped:
+                    cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
+                    arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
+                    # Each arm's own filter binds (arm, version[, tier]).
+                    keys = [
+                        (arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms
+                    ]
+                sql, names = counts_sql(
+                    self.placeholder, **shape, bundle=grouped, pooled=pooled, arms=len(arms)
+                )
                 # The leading parameters sit in the per-row expressions, before the filters.
-                cur.execute(sql, [leading[name] for name in names] + params)
-                counts = cur.fetchall()
-                sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
-                cur.execute(sql, params * repeats)
-                bins = cur.fetchall()
+                leads = [leading[name] for name in names]
+                if grouped:
+                    cur.execute(sql, leads + params)
+                    counts = cur.fetchall()
+                elif arms:
+                    cur.execute(sql, [v for key in keys for v in (*leads, *params, *key)])
+                    counts = [(*arms[row[0]], *row[1:]) for row in cur.fetchall()]
+                else:
+                    counts = []
+                if grouped:
+                    sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
+                    cur.execute(sql, params * repeats)
+                    bins = cur.fetchall()
+                elif arms:
+                    sql, binds = arm_histogram_sql(
+                        self.placeholder, **flags, pooled=pooled, arms=len(arms)
+                    )
+                    bound = [(*params, *(() if g is None else keys[g])) for g in binds]
+                    cur.execute(sql, [v for values in bound for v in values])
+                    bins = cur.fetchall()
+                else:
+                    bins = []
                 sums: list[tuple[str, Sequence[Any]]] = []
                 for name, statistic in sorted((statistics or {}).items()):
-                    cur.execute(
-                        statistic_sql(
-                            self.placeholder,
-                            statistic.buckets,
-                            since=flags["since"],
-                            since_sequence=flags["since_sequence"],
-                            cpu_class=flags["cpu_class"],
-                            pooled=pooled,
-                        ),
-                        [
-                            *statistic.weights,
-                            unit,
-                            statistic.metric,
-                            statistic.buckets,
-                            *filters,
-                        ],
+                    if not grouped and not arms:
+                        continue
+                    sql = statistic_sql(
+                        self.placeholder,
+                        statistic.buckets,
+                        since=flags["since"],
+                        since_sequence=flags["since_sequence"],
+                        cpu_class=flags["cpu_class"],
+                        pooled=pooled,
+                        arms=len(arms),
                     )
-                    sums += [(name, row) for row in cur.fetchall()]
+                    asked = [
+                        *statistic.weights,
+                        unit,
+                        statistic.metric,
+                        statistic.buckets,
+                        *filters,
+                    ]
+                    if grouped:
+                        cur.execute(sql, asked)
+                        sums += [(name, row) for row in cur.fetchall()]
+                        continue
+                    cur.execute(sql, [v for key in keys for v in (*asked, *key)])
+                    # An arm where no device counted the metric has none (no row, as grouped).
+                    sums += [(name, (*arms[row[0]], *row[1:])) for row in cur.fetchall() if row[2]]
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
@@ -1175,7 +1330,14 @@ def _assemble(
     views: dict[tuple[str, str, str], dict[str, dict[str, dict[int, int]]]] = {}
     for kind, view, tier, arm, version, bucket, number in bins:
         kinds = views.setdefault((tier, arm, version), {})
-        kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}})[view][int(bucket)] = int(number)
+        found = kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}, "x": {}, "L": {}, "H": {}})
+        found[view][int(bucket)] = int(number)
+    for kinds in views.values():
+        for found in kinds.values():
+            if not found["l"] and not found["h"]:
+                # arm_histogram_sql's rows: each network of one device at its device's value.
+                found["l"] = _networks(found["d"], found["x"], found["L"])
+                found["h"] = _networks(found["d"], found["x"], found["H"])
     metrics: dict[tuple[str, str, str], dict[str, MetricTally]] = {}
     for name, (tier, arm, version, devices, networks, *sums_of) in sums:
         metrics.setdefault((tier, arm, version), {})[name] = MetricTally(
@@ -1207,6 +1369,20 @@ def _assemble(
             )
         )
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))
+
+
+def _networks(
+    devices: Mapping[int, int], several: Mapping[int, int], picked: Mapping[int, int]
+) -> dict[int, int]:
+    """Networks per bucket, from the devices per bucket.
+
+    Every device (``devices``) but those of networks of two or more (``several``),
+    and each such network at its picked value (``picked``, its lowest or highest).
+    """
+    out = {b: n - several.get(b, 0) for b, n in devices.items()}
+    for bucket, n in picked.items():
+        out[bucket] = out.get(bucket, 0) + n
+    return {b: n for b, n in out.items() if n}
 
 
 def _tally(values: Mapping[str, Any], installs: str) -> Tally:
