@@ -23,12 +23,6 @@ CACHED_STATEMENTS = 256
 #: once: measured, a 32-report upsert cost 1.3-1.5x less. The WAL grows to about
 #: 40 MB between checkpoints (4 KB pages).
 WAL_AUTOCHECKPOINT_PAGES = 10_000
-#: Bytes of the database file a connection reads through a memory map instead of a
-#: read() per page: a summary of an app metric looks up each install's row of
-#: report_metrics at random places of the table (its bucket counts are not in the
-#: index), and a page read through the map costs no system call: measured, a scan of
-#: 200,000 metric rows 3x faster. A larger file is read as before past this size.
-MMAP_BYTES = 1 << 30
 
 
 class SQLiteStore(ReportStore):
@@ -76,7 +70,6 @@ class SQLiteStore(ReportStore):
                 )
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
-            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         except BaseException:
             conn.close()
             raise
