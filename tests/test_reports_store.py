@@ -25,7 +25,7 @@ from edgereg.reports import (
     StoreURLError,
     open_store,
 )
-from edgereg.reports.store import COLUMNS, report_row
+from edgereg.reports.store import ARMS_PER_STATEMENT, COLUMNS, report_row
 from edgereg.reports.summary import Statistic, latency_bucket
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -1239,3 +1239,28 @@ def test_every_summary_is_the_reports_counted_network_by_network(store: ReportSt
             got = store.summaries("digits", bundle=bundle, **shape)
             _same_summaries(got, _oracle(sent, **shape))
     assert sum(s.networks for s in store.summaries("digits")) > 100
+
+
+def test_many_arms_are_summed_a_few_per_statement(store: ReportStore) -> None:
+    """More arms than one statement sums (every version a store kept, no period asked)."""
+    rng = random.Random(33)
+    sent: list[tuple[Report, datetime, str | None]] = []
+    for n in range(240):
+        arm = rng.choice(("candidate", "stable"))
+        version = f"1.{rng.randrange(20)}.0"
+        fields: dict[str, Any] = {
+            "tier": rng.choice(("high", "low")),
+            "arm": arm,
+            "version": version,
+            "unit_version": version,
+            "load_ms": rng.lognormvariate(3.0, 0.6),
+            "reverted": rng.random() < 0.2,
+            "schema_version": 3,
+            "metrics": {"accepted": {"events": 4, "successes": rng.randrange(0, 5)}},
+        }
+        sent.append((report(n, **fields), T0, rng.choice((None, "10.0.0.0/24", "10.0.1.0/24"))))
+    store.ingest_many(sent)
+    for pooled in (False, True):
+        got = store.summaries("digits", pooled=pooled, statistics=ASKED)
+        assert len(got) > ARMS_PER_STATEMENT
+        _same_summaries(got, _oracle(sent, pooled=pooled, statistics=ASKED))

@@ -535,6 +535,11 @@ def counts_sql(
     return sql, tuple(bind.names)
 
 
+#: Arms summed per statement at most: each is a part of a compound SELECT (of the
+#: histograms: three), whose parts SQLite bounds (500 by default).
+ARMS_PER_STATEMENT = 32
+
+
 def arms_sql(
     placeholder: str,
     *,
@@ -664,6 +669,7 @@ def arm_histogram_sql(
     cpu_class: bool = False,
     pooled: bool = False,
     arms: int,
+    networks: bool = True,
 ) -> tuple[str, list[int | None]]:
     """The histograms of a model's arms (:func:`histogram_sql`'s rows), with few sorts.
 
@@ -674,6 +680,9 @@ def arm_histogram_sql(
     values, by the value alone); for the networks of two or more devices with a
     value, ``L`` and ``H`` their lowest and highest and ``x`` their devices'
     values. A view of the networks is then ``d - x + L`` (``H``): :func:`_assemble`.
+
+    ``networks``: False leaves out the networks of two or more (the arms of a
+    statement after the first: they are counted once, for every arm).
 
     Returns:
         The statement and what each of its parts binds, in order: None the
@@ -696,7 +705,7 @@ def arm_histogram_sql(
         f"FROM reports WHERE {where}) AS devices GROUP BY {_network_groups(pooled)} "
         f"HAVING {several}) "
     )
-    binds: list[int | None] = [None]
+    binds: list[int | None] = [None] if networks else []
     same = (
         "r.arm = m.arm AND r.unit_version = m.unit_version AND "
         + NETWORK.replace("source", "r.source").replace("token", "r.token")
@@ -713,6 +722,8 @@ def arm_histogram_sql(
                 f"AND {column} IS NOT NULL GROUP BY {column}"
             )
             binds.append(g)
+        if not networks:
+            continue
         parts.append(
             f"SELECT '{kind}', 'x', m.tier, m.arm, m.unit_version, r.{column}, COUNT(*) "
             f"FROM multi AS m JOIN reports AS r ON {same} WHERE {where} AND m.n{i} > 1 "
@@ -724,7 +735,7 @@ def arm_histogram_sql(
                 f"SELECT '{kind}', '{view}', tier, arm, unit_version, {pick}{i}, COUNT(*) "
                 f"FROM multi WHERE n{i} > 1 GROUP BY tier, arm, unit_version, {pick}{i}"
             )
-    return sql + " UNION ALL ".join(parts), binds
+    return (sql if networks else "") + " UNION ALL ".join(parts), binds
 
 
 def epoch_ms(when: datetime) -> int:
@@ -1114,6 +1125,7 @@ class ReportStore(abc.ABC):
                 # A model's arms first: each is then summed over its own networks, read in
                 # the index's order (a bundle's installs are its members' rows folded).
                 arms: list[tuple[Any, ...]] = []
+                keys: list[tuple[Any, ...]] = []
                 if not grouped:
                     cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
                     arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
@@ -1121,59 +1133,64 @@ class ReportStore(abc.ABC):
                     keys = [
                         (arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms
                     ]
-                sql, names = counts_sql(
-                    self.placeholder, **shape, bundle=grouped, pooled=pooled, arms=len(arms)
-                )
-                # The leading parameters sit in the per-row expressions, before the filters.
-                leads = [leading[name] for name in names]
-                if grouped:
-                    cur.execute(sql, leads + params)
-                    counts = cur.fetchall()
-                elif arms:
-                    cur.execute(sql, [v for key in keys for v in (*leads, *params, *key)])
-                    counts = [(*arms[row[0]], *row[1:]) for row in cur.fetchall()]
-                else:
-                    counts = []
-                if grouped:
-                    sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
-                    cur.execute(sql, params * repeats)
-                    bins = cur.fetchall()
-                elif arms:
-                    sql, binds = arm_histogram_sql(
-                        self.placeholder, **flags, pooled=pooled, arms=len(arms)
-                    )
-                    bound = [(*params, *(() if g is None else keys[g])) for g in binds]
-                    cur.execute(sql, [v for values in bound for v in values])
-                    bins = cur.fetchall()
-                else:
-                    bins = []
+                counts: list[Sequence[Any]] = []
+                bins: list[Sequence[Any]] = []
                 sums: list[tuple[str, Sequence[Any]]] = []
-                for name, statistic in sorted((statistics or {}).items()):
-                    if not grouped and not arms:
-                        continue
-                    sql = statistic_sql(
+                asked = {
+                    name: [*asked_of.weights, unit, asked_of.metric, asked_of.buckets, *filters]
+                    for name, asked_of in sorted((statistics or {}).items())
+                }
+
+                def statistic(name: str, arms: int = 0) -> str:
+                    return statistic_sql(
                         self.placeholder,
-                        statistic.buckets,
+                        (statistics or {})[name].buckets,
                         since=flags["since"],
                         since_sequence=flags["since_sequence"],
                         cpu_class=flags["cpu_class"],
                         pooled=pooled,
-                        arms=len(arms),
+                        arms=arms,
                     )
-                    asked = [
-                        *statistic.weights,
-                        unit,
-                        statistic.metric,
-                        statistic.buckets,
-                        *filters,
-                    ]
-                    if grouped:
-                        cur.execute(sql, asked)
+
+                if grouped:
+                    sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
+                    # The leading parameters sit in the per-row expressions, before the filters.
+                    cur.execute(sql, [leading[name] for name in names] + params)
+                    counts = cur.fetchall()
+                    sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
+                    cur.execute(sql, params * repeats)
+                    bins = cur.fetchall()
+                    for name, values in asked.items():
+                        cur.execute(statistic(name), values)
                         sums += [(name, row) for row in cur.fetchall()]
-                        continue
-                    cur.execute(sql, [v for key in keys for v in (*asked, *key)])
-                    # An arm where no device counted the metric has none (no row, as grouped).
-                    sums += [(name, (*arms[row[0]], *row[1:])) for row in cur.fetchall() if row[2]]
+                # A model's arms, a few per statement (a compound SELECT has a bounded
+                # number of parts), each row's branch number made its arm again.
+                for first in range(0, len(arms), ARMS_PER_STATEMENT):
+                    chunk = arms[first : first + ARMS_PER_STATEMENT]
+                    chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
+                    sql, names = counts_sql(
+                        self.placeholder, **shape, bundle=False, pooled=pooled, arms=len(chunk)
+                    )
+                    leads = [leading[name] for name in names]
+                    cur.execute(sql, [v for key in chunk_keys for v in (*leads, *params, *key)])
+                    counts += [(*chunk[row[0]], *row[1:]) for row in cur.fetchall()]
+                    sql, binds = arm_histogram_sql(
+                        self.placeholder,
+                        **flags,
+                        pooled=pooled,
+                        arms=len(chunk),
+                        networks=first == 0,
+                    )
+                    bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
+                    cur.execute(sql, [v for values in bound for v in values])
+                    bins += cur.fetchall()
+                    for name, values in asked.items():
+                        sql = statistic(name, len(chunk))
+                        cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
+                        # An arm where no device counted the metric has none (as grouped).
+                        sums += [
+                            (name, (*chunk[row[0]], *row[1:])) for row in cur.fetchall() if row[2]
+                        ]
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
