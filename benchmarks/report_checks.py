@@ -17,6 +17,7 @@ reveals, from /24s of the forger's own) get the forger the verdict it wants,
 through either arm, in each direction.
 
 Usage: .venv/bin/python benchmarks/report_checks.py [--reports 3000] [--rounds 5]
+       (--rounds 0: the forged campaigns only)
 """
 
 from __future__ import annotations
@@ -99,12 +100,26 @@ CAMPAIGNS = (
     ("hold a good candidate: forged candidate failures", 0.02, "held", "candidate", True),
     ("pass a bad one (5 % vs 2 %): forged healthy candidates", 0.05, "pass", "candidate", False),
     ("pass a bad one: forged stable failures", 0.05, "pass", "stable", True),
+    # issue 30 item 1: a fail turned into anything else (no rollback) through either arm.
+    (
+        "stop a bad one's fail (5 % vs 2 %): forged healthy candidates",
+        0.05,
+        "no-fail",
+        "candidate",
+        False,
+    ),
+    ("stop a bad one's fail: forged stable failures", 0.05, "no-fail", "stable", True),
     ("promote a bad one unproven: forged stable failures", 0.05, "within", "stable", True),
 )
 
 
-def smallest_flip(devices: int, percent: float, campaign: tuple[object, ...]) -> int | None:
+def smallest_flip(
+    devices: int, percent: float, campaign: tuple[object, ...], *, networks: int | None = None
+) -> int | None:
     """Forged networks (each wholly the forger's) that get the forger what it wants.
+
+    With ``networks``, forged *devices* from that many networks instead (how many
+    the forger's few networks need: None when no number does).
 
     One tier of ``devices`` devices at a step of ``percent``, every device in a
     network of its own and reported (the world of benchmarks/canary.py once the
@@ -119,11 +134,12 @@ def smallest_flip(devices: int, percent: float, campaign: tuple[object, ...]) ->
     assert isinstance(rate, float)
 
     def outcome(forged: int) -> str:
+        nets = forged if networks is None else min(forged, networks)
         extra = Tally(
             forged,
-            forged,
+            nets,
             {"reverted": forged if failing else 0},
-            {"reverted": float(forged) if failing else 0.0},
+            {"reverted": float(nets) if failing else 0.0},
         )
         cand = Tally.of_devices(candidate_n, reverted=round(rate * candidate_n))
         stab = Tally.of_devices(stable_n, reverted=round(0.02 * stable_n))
@@ -149,6 +165,8 @@ def smallest_flip(devices: int, percent: float, campaign: tuple[object, ...]) ->
             return "held" if not revert.harmless and revert.verdict != "fail" else revert.verdict
         if wanted == "within":
             return "within" if revert.beyond_limit is None else "beyond"
+        if wanted == "no-fail":
+            return "no-fail" if revert.verdict != "fail" else "fail"
         return revert.verdict
 
     if outcome(0) == wanted:
@@ -165,6 +183,55 @@ def smallest_flip(devices: int, percent: float, campaign: tuple[object, ...]) ->
         else:
             low = middle
     return high
+
+
+def cell(found: int | None, campaign: tuple[object, ...]) -> str:
+    """A table cell: the fewest forged networks or devices, "never", or what holds without."""
+    if found is None:
+        return "never"
+    if found == 0:
+        return "(no fail)" if campaign[2] == "no-fail" else "(without a forger)"
+    return f"{found:,}"
+
+
+def issue_30_fleet() -> None:
+    """Issue 30's case: a candidate failing its probe on 10 of 60 devices, forged stable failures.
+
+    The stable arm: 1,140 devices (the rest of 1,200 at a 5 % step) at 0.5 %.
+    Before both arms counted networks, 12 forged stable-arm probe failures from
+    one /24 stopped its fail and 150 passed it.
+    """
+    guardrails = Guardrails()
+
+    def verdict(forged: int, networks: int) -> str:
+        cand = Tally.of_devices(60, probe_failed=10)
+        stab = Tally.of_devices(1140, probe_failed=6)
+        if forged:
+            stab = stab + Tally(
+                forged, networks, {"probe_failed": forged}, {"probe_failed": float(networks)}
+            )
+        analysis = analyze(
+            [
+                ArmSummary("u", "t", "candidate", "2", cand, cand),
+                ArmSummary("u", "t", "stable", "1", stab, stab),
+            ],
+            unit="u",
+            candidate="2",
+            stable="1",
+            since=START,
+            guardrails=guardrails,
+            intervals=False,
+        )
+        (probe,) = (r for r in analysis.tiers[0].guardrails if r.name == "probe_failure")
+        return probe.verdict
+
+    print("\nissue 30's fleet: 10 of 60 candidates fail their probe, 6 of 1,140 stable")
+    print(f"  no forger: {verdict(0, 0)}")
+    for forged, networks in ((12, 1), (150, 1), (10_000, 1), (10_000, 3), (1, 1)):
+        said = verdict(forged, networks)
+        print(f"  {forged:,} forged stable failures from {networks} /24: {said}")
+    passing = next((k for k in range(1, 5000) if verdict(k, k) == "pass"), None)
+    print(f"  /24s (one forged failure each) to pass it: {passing}")
 
 
 def main() -> None:
@@ -187,7 +254,8 @@ def main() -> None:
                 f"{rates[False][-1]:,.0f}/s",
                 flush=True,
             )
-    ratio = statistics.median(rates[True]) / statistics.median(rates[False])
+    # --rounds 0: the campaigns only.
+    ratio = statistics.median(rates[True]) / statistics.median(rates[False]) if args.rounds else 0
     print(
         "\nforged campaigns against the revert guardrail (default guardrails, one tier, "
         "every device in a network of its own): the fewest forged networks that succeed"
@@ -199,12 +267,25 @@ def main() -> None:
         cells = []
         for devices, percent in sizes:
             found = smallest_flip(devices, percent, campaign)
-            cells.append("never" if found is None else f"{found:,}")
+            cells.append(cell(found, campaign))
         print(f"| {campaign[0]} | " + " | ".join(cells) + " |", flush=True)
     print(
         f"(a network's cap is {DEFAULT_TOKENS_PER_SOURCE} new tokens an hour; one forged "
         "network needs one token)"
     )
+    issue_30_fleet()
+    print("\nthe same campaigns from one /24 and from three: the fewest forged devices")
+    print("| campaign | networks | " + " | ".join(f"{d:,} at {p} %" for d, p in sizes) + " |")
+    print("|---" * (len(sizes) + 2) + "|")
+    for campaign in CAMPAIGNS:
+        for networks in (1, 3):
+            cells = []
+            for devices, percent in sizes:
+                found = smallest_flip(devices, percent, campaign, networks=networks)
+                cells.append(cell(found, campaign))
+            print(f"| {campaign[0]} | {networks} | " + " | ".join(cells) + " |", flush=True)
+    if not args.rounds:
+        return
     print(
         f"\nsummary\n  reports/s with the checks / without: {ratio:.2f} "
         f"(target >= 0.9)  {'PASS' if ratio >= 0.9 else 'FAIL'}"

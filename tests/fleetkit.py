@@ -714,8 +714,11 @@ class ClosedLoop:
             path = device.cache_dir / "reports.json"
             if path.is_file():
                 state = json.loads(path.read_text(encoding="utf-8"))
-                for kept in state.get("models", {}).values():
-                    found.append(Report.model_validate(kept["report"]))
+                # reports.json keeps each model's reports by unit version, newest last.
+                for versions in state.get("reports", {}).values():
+                    if versions:
+                        kept = list(versions.values())[-1]
+                        found.append(Report.model_validate(kept["report"]))
         return found
 
     def run_auto(self, policy: config_module.RolloutPolicy, days: int) -> list[Any]:

@@ -934,6 +934,8 @@ GOOD_C = healthy("candidate", 1000, reverted=20)
 GOOD_S = healthy("stable", 19_000, reverted=380)
 BAD_C = healthy("candidate", 5000, reverted=250)  # 5 % against 2 %: three points worse
 BAD_S = healthy("stable", 15_000, reverted=300)
+SMALL_C = healthy("candidate", 49, probe_failed=1)
+SMALL_S = healthy("stable", 900)
 SLOW = {latency_bucket(52.0) + o: 400 for o in range(5)}  # about 30 % slower
 FAST = {latency_bucket(40.0) + o: 400 for o in range(5)}
 
@@ -945,6 +947,16 @@ CAMPAIGNS = {
         "revert",
         "inconclusive",
         with_forger=lambda: _forged(GOOD_C, 3, 12, reverted=12),
+    ),
+    # Forged probe failures in a young canary's few dozen networks: they show a harm only
+    # while they are counted, so they hold no step without proof (issue 33: three /24s
+    # held a good candidate at 5 % for 21 days, at 1,000 devices).
+    "probe-failures-in-a-small-canary-from-three-networks": Campaign(
+        SMALL_C,
+        SMALL_S,
+        "probe_failure",
+        "inconclusive",
+        with_forger=lambda: _forged(SMALL_C, 3, 3, probe_failed=3),
     ),
     # Forged stable failures to mask a bad candidate: the stable arm is counted alike.
     "stable-failures-from-three-networks": Campaign(
@@ -967,11 +979,18 @@ CAMPAIGNS = {
 
 @pytest.mark.parametrize("row", CAMPAIGNS.values(), ids=CAMPAIGNS.keys())
 def test_a_forger_with_tolerated_networks_changes_no_verdict(row: Campaign) -> None:
-    honest = verdicts(run(row.candidate, row.stable))[row.guardrail]
-    assert honest == row.verdict
+    """Nor whether a step without proof may go (harmless): forged failures hold nothing."""
+
+    def judged(analysis: Analysis) -> GuardrailResult:
+        return next(r for r in analysis.tiers[0].guardrails if r.name == row.guardrail)
+
+    honest = judged(run(row.candidate, row.stable))
+    assert honest.verdict == row.verdict
     forged = row.with_forger()
     arms = (forged, row.stable) if forged.arm == "candidate" else (row.candidate, forged)
-    assert verdicts(run(*arms))[row.guardrail] == row.verdict
+    with_forger = judged(run(*arms))
+    assert with_forger.verdict == row.verdict
+    assert with_forger.harmless == honest.harmless, (honest.reason, with_forger.reason)
 
 
 def test_a_forgers_latency_reports_weigh_one_network_each() -> None:
@@ -1213,3 +1232,13 @@ def test_a_forger_from_tolerated_networks_moves_no_app_metric_verdict(
     else:
         stable = _forged_metric(stable, k, forged_value)
     assert result_of(metric_run(candidate, stable), "accepted").verdict == verdict
+
+
+def test_a_rate_guardrail_turned_off_neither_fails_nor_holds() -> None:
+    """`enabled = false` (a fleet too small for a rate both arms share): not analysed at all."""
+    candidate = healthy("candidate", 20, probe_failed=20)
+    stable = healthy("stable", 20)
+    assert verdicts(run(candidate, stable))["probe_failure"] == "fail"
+    off = Guardrails.model_validate({"probe_failure": {"enabled": False}})
+    assert "probe_failure" not in verdicts(run(candidate, stable, guardrails=off))
+    assert off.probe_failure.max_increase == Guardrails().probe_failure.max_increase

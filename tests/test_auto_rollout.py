@@ -101,8 +101,11 @@ FORGED = (
     summary("candidate", sources=1, sourced_devices=2000),
     summary("stable", sources=900, sourced_devices=2000),
 )  # below min_soak_devices (10)
-# Two failing devices of 20: a harm shown, short of min_failing_devices (3).
-SUSPECT = (summary("candidate", 20, probe_failed=2), summary("stable"))
+# Five failing devices of 20: a harm shown beyond the three tolerated networks, short of
+# the min_failing_devices (3) beyond them that a fail needs.
+SUSPECT = (summary("candidate", 20, probe_failed=5), summary("stable"))
+# Two of 20: a harm three forged networks could make alone, which holds no step.
+FORGEABLE = (summary("candidate", 20, probe_failed=2), summary("stable"))
 SLOW = (summary("candidate", load_ms={latency_bucket(60.0): 2000}), summary("stable"))
 # Two tiers, the second a 3 % tier: 12 candidate devices, too few to be judged alone.
 TIERED_TINY = (
@@ -195,6 +198,9 @@ TABLE = {
     ),
     "harm-on-too-few-to-fail-never-steps": Row(
         released(5), SUSPECT, 500, "wait", reason="high probe_failure"
+    ),
+    "harm-the-tolerated-networks-could-make-steps-unproven": Row(
+        released(5), FORGEABLE, 500, "step", 25.0, "no harm in 500 h 0 min at 5%, unproven"
     ),
     "slow-not-critical-never-steps": Row(
         released(5), SLOW, 500, "wait", reason="high load_ms failed"

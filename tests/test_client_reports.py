@@ -676,8 +676,25 @@ def test_a_release_never_reported_here_is_not_reported_by_the_period(
         (DeviceFacts(mnn_runtime="3." + "1" * 70), {"mnn_runtime": None}),
         (DeviceFacts(mnn_runtime="latest"), {"mnn_runtime": None}),
         (DeviceFacts(cpu_class="Not A Class"), {"cpu_class": None}),
+        (DeviceFacts(os_version="17.4 (21E219)"), {"os_version": "17.4 (21E219)"}),
+        (DeviceFacts(os_version="14+beta.2"), {"os_version": "14+beta.2"}),
+        (DeviceFacts(os_version="14" + ".1" * 20), {"os_version": "14" + ".1" * 20}),
+        (DeviceFacts(os_version="14" + ".1" * 40), {"os_version": None}),
+        (DeviceFacts(os_version="14/beta"), {"os_version": None}),
     ],
-    ids=["leading-v", "pre-release", "build", "too-long", "not-a-version", "bad-cpu-class"],
+    ids=[
+        "leading-v",
+        "pre-release",
+        "build",
+        "too-long",
+        "not-a-version",
+        "bad-cpu-class",
+        "os-build",
+        "os-plus-build",
+        "os-42-characters",
+        "os-too-long",
+        "os-not-a-version",
+    ],
 )
 def test_a_device_fact_the_report_cannot_carry_is_sent_as_null(
     collector: Collector, tmp_path: Path, facts: DeviceFacts, sent: dict[str, object]

@@ -217,15 +217,18 @@ def rows(
     deadline = time.monotonic() + 10
     while True:
         uri = f"file:{tmp_path / 'reports.sqlite'}?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-            db.row_factory = sqlite3.Row
-            found = [
-                dict(row)
-                for row in db.execute(
-                    "SELECT * FROM reports WHERE unit = ? ORDER BY first_received_at, version",
-                    (unit,),
-                )
-            ]
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+                db.row_factory = sqlite3.Row
+                found = [
+                    dict(row)
+                    for row in db.execute(
+                        "SELECT * FROM reports WHERE unit = ? ORDER BY first_received_at, version",
+                        (unit,),
+                    )
+                ]
+        except sqlite3.OperationalError:
+            found = []  # the store writes its file and tables with the first report
         if until(found) or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
@@ -428,9 +431,13 @@ def configure(
     device_id: str = "device-1",
     ram_mb: int = 8192,
     cpu_cores: int = 8,
+    facts: dict[str, Any] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """``configure`` with a full request (every key of the doc), ``options`` overriding."""
+    """``configure`` with a full request (every key of the doc), ``options`` overriding.
+
+    ``facts``: device facts overriding the request's ``device`` (its ``os_version``, say).
+    """
     request: dict[str, Any] = {
         "registry": url,
         "trusted_keys": [pem],
@@ -462,6 +469,7 @@ def configure(
         "source_address": None,
         "now": None,
     }
+    request["device"].update(facts or {})
     request.update(options)
     return device.request("configure", **request)
 
@@ -1121,6 +1129,48 @@ def test_a_stable_device_reports_again_in_each_new_rollout_period(
     assert [(r["arm"], r["version"], r["sequence"], r["inference_count"]) for r in found] == [
         ("stable", "1.0.0", stepped.sequence, 1)
     ]
+
+
+NEXT_RC = f"{int(MNN_VERSION.split('.')[0]) + 1}.0.0-rc.2"
+#: A device's versions: any of §7's grammar is sent as it is (§11 "Always sent").
+ODD_FACTS = [
+    pytest.param(
+        {"mnn_runtime": f"v{MNN_VERSION}"}, {"mnn_runtime": f"v{MNN_VERSION}"}, id="leading-v"
+    ),
+    # A pre-release of the next major: 3.6.1-rc.2 would be older than the entry's minimum.
+    pytest.param({"mnn_runtime": NEXT_RC}, {"mnn_runtime": NEXT_RC}, id="pre-release"),
+    pytest.param(
+        {"mnn_runtime": f"{MNN_VERSION} (123)"},
+        {"mnn_runtime": f"{MNN_VERSION} (123)"},
+        id="store-build",
+    ),
+    # The OS's version likewise (one grammar): past the short text, a version all the same.
+    pytest.param(
+        {"os_version": "17.4 (21E219)"}, {"os_version": "17.4 (21E219)"}, id="os-version-build"
+    ),
+    pytest.param(
+        {"os_version": "14" + ".1" * 20}, {"os_version": "14" + ".1" * 20}, id="os-version-long"
+    ),
+]
+
+
+@pytest.mark.parametrize(("facts", "stored"), ODD_FACTS)
+def test_a_device_always_reports_whatever_its_facts_look_like(
+    devices: Devices,
+    lib: LibRegistry,
+    lib_url: str,
+    reports: ReportStore,
+    tmp_path: Path,
+    facts: dict[str, str],
+    stored: dict[str, str | None],
+) -> None:
+    """Any version of §7's grammar is sent as it is; a fact the report refuses goes as null."""
+    device = devices()
+    configure(device, lib_url, lib.pem, tmp_path / "cache", facts=facts)
+    assert update(device) == want("digits", lib.manifest().stable)
+    [row] = rows(tmp_path, "digits", bool)
+    assert {key: row[key] for key in stored} == stored
+    assert (row["arm"], row["version"]) == ("stable", "1.0.0")
 
 
 def test_a_candidate_rejected_by_its_self_test_reports_the_rejection_in_each_period(

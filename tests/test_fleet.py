@@ -36,6 +36,7 @@ from servekit import serve
 
 from edgereg.client import InstallCheck
 from edgereg.config import RolloutPolicy
+from edgereg.protocol.reports import MAX_REPORT_BYTES
 
 DEVICES = 200
 
@@ -145,8 +146,14 @@ LOOP_POLICY = RolloutPolicy.model_validate(
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
             "unconfirmed": {"max_increase": 0.3},
-            "first_start": {"max_increase": 0.3},
-            "backend_fallback": {"max_increase": 0.3},
+            # These devices install before they call app_started, which then counts a
+            # start against the new install (unconfirmed_starts 1): every install of
+            # either arm is a "first start", a shared 100 % small arms cannot judge. (An
+            # app that checks for updates after app_started reports 0 for a good install.)
+            "first_start": {"enabled": False},
+            # Devices with a faulty GPU fall back alike in both arms: a shared rate that
+            # 20-device arms cannot show within any limit (it never passes).
+            "backend_fallback": {"enabled": False},
             # A latency judged with evidence valid at every look needs a few dozen devices
             # per arm before it can pass at all (the bands are ±60 points at 20): these
             # 20-device arms leave latencies out, and the latency regression has its own.
@@ -300,7 +307,7 @@ def test_bad_reports_and_a_store_outage_never_touch_delivery(project: Path, tmp_
             _post(base_url, b"{" * 3000),
             _post(base_url, replayed.replace(b'"kit"', b'"../../manifests/kit"')),
             _post(base_url, replayed),  # a replay: the same token, one row
-            _post(base_url, b"x" * 5000),
+            _post(base_url, b"x" * (MAX_REPORT_BYTES + 1)),
             _post(base_url, forged),
         ]
         assert statuses == [400, 400, 400, 400, 202, 413, 422]

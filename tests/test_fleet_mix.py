@@ -83,8 +83,14 @@ MIX_POLICY = RolloutPolicy.model_validate(
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
             "unconfirmed": {"max_increase": 0.3},
-            "first_start": {"max_increase": 0.3},
-            "backend_fallback": {"max_increase": 0.3},
+            # These devices install before they call app_started, which then counts a
+            # start against the new install (unconfirmed_starts 1): every install of
+            # either arm is a "first start", a shared 100 % small arms cannot judge. (An
+            # app that checks for updates after app_started reports 0 for a good install.)
+            "first_start": {"enabled": False},
+            # Devices with a faulty GPU fall back alike in both arms: a shared rate that
+            # 20-device arms cannot show within any limit (it never passes).
+            "backend_fallback": {"enabled": False},
             # Load times here are the harness's, not the model's: one host process plays many
             # devices, and the kinds reach MNN differently (in process, or through the host
             # runner), so the arms differ by 10x or more with the same files. Not judged here.
@@ -469,7 +475,11 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
         rows = list(store_rows(database, BUNDLE))
 
     if crashes:
-        assert decisions == [("rollback", None)], reasons
+        # Rolled back at the first look, or at the second when the first day's cohort
+        # had too few failing networks beyond the tolerated ones to fail on.
+        assert decisions[-1] == ("rollback", None), reasons
+        assert len(decisions) <= 2, reasons
+        assert all(d[0] == "wait" for d in decisions[:-1]), reasons
         assert "revert" in reasons[-1]
         landing = "1.0.0"
     else:
@@ -510,9 +520,9 @@ def test_the_closed_loop_promotes_a_good_candidate_and_rolls_back_a_crash_loop(
                 assert row["starts"] == [False], (kind, row)
         # The report store has each kind's reports: confirmations, reverts, the backends.
         mine = [r for r in rows if r["device_class"].startswith(f"{kind}-")]
-        candidate = {
-            r["token"] for r in mine if r["arm"] == "candidate" and r["unit_version"] == "2.0.0"
-        }
+        # Every install of 2.0.0: once promoted, its rows say stable (a device reports the
+        # release it keeps every period, and the newer report's arm is the row's).
+        candidate = {r["token"] for r in mine if r["unit_version"] == "2.0.0"}
         reverted = {r["token"] for r in mine if r["reverted"]}
         confirmed = {r["token"] for r in mine if r["confirmed"] and r["unit_version"] == "2.0.0"}
         assert candidate, kind

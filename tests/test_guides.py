@@ -607,9 +607,11 @@ def test_the_ios_runner_shown_is_the_example_swift_build_compiles(name: str) -> 
     example = _code_of((SWIFT_PKG / "Examples" / "MNNRunner" / name).read_text(encoding="utf-8"))
     shown = {_code_of(code) for code in IOS.blocks(["objc", "swift"])}
     assert example in shown, f"ios: the guide's copy of Examples/MNNRunner/{name} differs"
-    for link in re.findall(r"\]\((\.\./\.\./[^)#]+)\)", IOS.text):
-        assert (GUIDES / link).resolve().is_file(), f"ios: the link {link} is broken"
-    assert "](../../clients/swift/Examples/MNNRunner/MNNModel.mm)" in IOS.text
+    # Repository files are outside the docs site (mkdocs --strict refuses links there):
+    # the guide names them as paths, and each must exist.
+    for path in re.findall(r"`(clients/[^`\s]+)`", IOS.text):
+        assert (REPO_ROOT / path).exists(), f"ios: {path} does not exist"
+    assert "`clients/swift/Examples/MNNRunner/MNNModel.mm`" in IOS.text
 
 
 def _one_line(text: str) -> str:

@@ -839,6 +839,115 @@ def test_a_bundle_report_names_a_member_and_version_its_release_holds() -> None:
     assert reason(arm="stable", unit_version="1.0.0", model="zzzfake") is None
 
 
+def _bundle_registry(root: Path) -> FakeRegistry:
+    """ocr 1.0.0 (det 2.0.0 + rec 3.0.0, stable) and 1.1.0 (det 2.0.0 + rec 3.1.0, a canary).
+
+    Tiers high and low: det's variants are high-fp16 and low-fp16, rec's high-int8 and low-int8.
+    """
+    from datetime import timedelta
+
+    from servekit import NOW, _release
+
+    from edgereg.protocol.wire import BundleMember, BundleRecord
+    from edgereg.registry import PreparedBundle, Registry
+    from edgereg.signing import Signer, generate_key
+    from edgereg.storage import open_storage
+
+    staging = root.parent / "staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(str(root))
+    signer = Signer.from_pem(generate_key()[0])
+    clock = iter(NOW + timedelta(hours=hour) for hour in range(100))
+    registry = Registry(storage, clock=lambda: next(clock))
+    for version, rec in (("1.0.0", "3.0.0"), ("1.1.0", "3.1.0")):
+        members, blobs = {}, {}
+        for name, member_version, kind in (("det", "2.0.0", "fp16"), ("rec", rec, "int8")):
+            tiers = {"high": 2000, "low": 1000}
+            prepared, _ = _release(name, member_version, tiers, staging, seed=version)
+            members[name] = BundleMember(
+                version=member_version,
+                variants={f"{t}-{kind}": prepared.record.variants[f"{t}-int8"] for t in tiers},
+                tiers={t: f"{t}-{kind}" for t in tiers},
+            )
+            blobs.update(prepared.blobs)
+        record = BundleRecord(
+            bundle="ocr", version=version, created=NOW, members=members, tier_order=list(tiers)
+        )
+        registry.publish(
+            PreparedBundle(record=record, blobs=blobs),
+            signer=signer,
+            percent=None if version == "1.0.0" else 5.0,
+            full=version == "1.0.0",
+            actor="release-bot@ci",
+            expires_days=3650,
+        )
+    return FakeRegistry(root, storage, signer)
+
+
+#: A bundle member report's fields (ocr 1.1.0's rec, a candidate at sequence 2).
+REC = {"unit": "ocr", "model": "rec", "version": "3.1.0", "unit_version": "1.1.0"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        pytest.param({"model": "zzzfake"}, "unknown-model", id="made-up-member"),
+        pytest.param({"model": "ocr", "version": "1.1.0"}, "unknown-model", id="bundle-as-member"),
+        pytest.param({"version": "3.0.0"}, "version-mismatch", id="the-stables-member-version"),
+        pytest.param({"version": "9.9.9"}, "version-mismatch", id="made-up-member-version"),
+        pytest.param({"variant": "mid-int8"}, "unknown-variant", id="variant-never-built"),
+        pytest.param(
+            {"model": "det", "version": "2.0.0"}, "unknown-variant", id="another-members-variant"
+        ),
+        pytest.param(
+            {"arm": "stable", "unit_version": "1.0.0", "version": "3.1.0"},
+            "version-mismatch",
+            id="stable-arm-candidates-member-version",
+        ),
+        pytest.param(
+            {"arm": "stable", "unit_version": "1.0.0", "model": "zzzfake"},
+            "unknown-model",
+            id="stable-arm-made-up-member",
+        ),
+    ],
+)
+def test_a_bundle_member_report_of_what_the_release_does_not_hold_is_refused(
+    tmp_path: Path, fields: dict[str, Any], reason: str
+) -> None:
+    """issue 30 item 3: a made-up member, member version or variant: 422, counted, not stored."""
+    reg = _bundle_registry(tmp_path / "registry")
+    with (
+        open_store(f"sqlite:///{tmp_path}/r.sqlite") as store,
+        serve(reg.storage, reports=store, report_limiter=GENEROUS) as url,
+    ):
+        response, answer = post(url, report_body(1, **{**REC, **fields}))
+        assert response.status == 422, answer
+        assert json.loads(answer)["detail"].startswith(reason)
+        _, metrics = get(url, "/metrics")
+        assert f'edgereg_reports_refused_total{{reason="{reason}"}} 1' in metrics.decode()
+        assert store.count() == 0
+        # What the releases hold is admitted: each member of either arm, every variant.
+        for n, good in enumerate(
+            (
+                {},
+                {"variant": "low-int8", "tier": "low"},
+                {"model": "det", "version": "2.0.0", "variant": "high-fp16"},
+                {"arm": "stable", "unit_version": "1.0.0", "version": "3.0.0"},
+                {
+                    "arm": "stable",
+                    "unit_version": "1.0.0",
+                    "model": "det",
+                    "version": "2.0.0",
+                    "variant": "low-fp16",
+                    "tier": "low",
+                },
+            ),
+            start=2,
+        ):
+            assert post(url, report_body(n, **{**REC, **good}))[0].status == 202, good
+        assert store.count() == 5
+
+
 # --- app metrics: only what the release declares ------------------------------------
 
 

@@ -783,6 +783,8 @@ def analyze_tier(
     for spec in (*SPECS, *metrics):
         if spec.kind in ("rate", "metric"):
             rule = spec.rule or guardrails.rate_rule(spec.name)
+            if not getattr(rule, "enabled", True):
+                continue
             results.append(
                 _rate_result(spec, rule, candidate, stable, guardrails, k, first_release, intervals)
             )
@@ -1132,7 +1134,7 @@ def _rate_result(
     described = _line(spec, plain_cmp, fail_c, fail_s, level, 0, rule.max_increase)
     harm = (
         "; a harm is shown whichever networks are set aside"
-        if pass_side is not None and pass_side.harm_shown
+        if pass_side is not None and pass_side.harm_shown and not pass_side.harmless
         else ""
     )
     return result(
@@ -1188,6 +1190,8 @@ def stable_alarms(
         if spec.kind != "rate":
             continue
         rule = guardrails.rate_rule(spec.name)
+        if not rule.enabled:
+            continue
         arm = _rate_arm(_tally(stable, spec.fail_aged), spec.event)
         if arm.networks < 1:
             continue

@@ -119,7 +119,10 @@ class RateEvidence:
         harm_shown: Every pass-side case shows the candidate worse than the
             stable at all (its interval above 0): the harm no forger's networks
             can be hiding.
-        harmless: No pass-side case shows a harm (what a step without proof needs).
+        harmless: Some fail-side case shows no harm: with the ``k`` networks most
+            against the candidate set aside (its failing ones, the stable's
+            healthy ones) the harm is gone, so it may be a forger's alone (what a
+            step without proof needs; a harm shown whichever networks go holds it).
         estimate: The difference over every network (the plain comparison's).
         estimate_low: Its lower end at one look (the estimate minus 1.96 standard
             errors, a fixed-sample bound): what "clearly beyond the limit" reads.
@@ -220,6 +223,7 @@ def rate_evidence(
     worst_pass = max(pass_known, key=p_within) if len(pass_known) == len(pass_cases) else None
     complete = worst_pass is not None
     harms = [shows_harm(c) for c in pass_known]
+    robust_harm = len(fail_known) == len(fail_cases) and all(shows_harm(c) for c in fail_known)
     pass_case = (
         compare_rates(*worst_pass, margin=margin, alpha=alpha, interval=intervals)
         if worst_pass is not None
@@ -236,7 +240,7 @@ def rate_evidence(
         p_worse=p_worse(worst_fail) if worst_fail is not None else 1.0,
         p_within=p_within(worst_pass) if worst_pass is not None else 1.0,
         harm_shown=complete and all(harms),
-        harmless=complete and not any(harms),
+        harmless=complete and not robust_harm,
         estimate=plain.difference,
         estimate_low=plain.difference - 1.96 * _standard_error(candidate, stable),
         # The interval of the case hardest to pass: the harm the evidence leaves open.
@@ -307,6 +311,9 @@ def _mean_evidence(
     pass_case = compared(worst_pass, intervals) if worst_pass is not None else None
     harms = [shows_harm(pair) for pair in known_pass]
     complete = worst_pass is not None
+    robust_harm = len(known_fail) == len(fail_cases) and all(
+        shows_harm(pair) for pair in known_fail
+    )
     return RateEvidence(
         plain=plain,
         fail_case=fail_case,
@@ -314,7 +321,7 @@ def _mean_evidence(
         p_worse=fail_case.p_worse if fail_case is not None else 1.0,
         p_within=pass_case.p_within if pass_case is not None else 1.0,
         harm_shown=complete and all(harms),
-        harmless=complete and not any(harms),
+        harmless=complete and not robust_harm,
         estimate=plain.difference,
         estimate_low=plain.difference - 1.96 * standard_error(c, s),
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
@@ -386,7 +393,8 @@ class ShiftEvidenceRobust:
         slower: Every fail-side case shows the candidate slower than the limit.
         within: Every pass-side case shows it within the limit.
         harm_shown: Every pass-side case shows it slower at all.
-        harmless: No pass-side case shows it slower at all.
+        harmless: Some fail-side case shows it no slower: the slowdown seen may
+            be the ``k`` networks' alone (a forger's slow reports).
         estimate_pct: The Hodges-Lehmann shift of the candidate's networks at
             their slowest against the stable's at their fastest, every network
             counted (percent of the stable median; the devices' own where each
@@ -474,7 +482,7 @@ def shift_evidence_robust(
         slower=complete_fail and all(e.slower for e in slower),
         within=complete_pass and all(e.within for e in within),
         harm_shown=complete_pass and all(e.slower_at_all for e in within),
-        harmless=complete_pass and not any(e.slower_at_all for e in within),
+        harmless=complete_pass and not (complete_fail and all(e.slower_at_all for e in slower)),
         estimate_pct=estimate,
         estimate_low_pct=estimate_low,
         ci_low_pct=slower[-1].ci_low_pct if complete_fail else -100.0,

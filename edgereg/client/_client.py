@@ -65,7 +65,7 @@ from edgereg.client._installed import (
     _Member,
 )
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
-from edgereg.client._reporter import SHORT_TEXT, DeviceFacts, InstallFacts, Reporter
+from edgereg.client._reporter import DeviceFacts, InstallFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
 from edgereg.protocol import layout
 from edgereg.protocol._json import strict_json_loads
@@ -364,15 +364,12 @@ class Client:
                 raise ValueError(f"mnn_apis names {sorted(apis)}; the MNN APIs are {MNN_APIS}")
             self.app = dataclasses.replace(self.app, mnn_apis=apis)
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
-        os_version = device.os_version
-        if os_version is not None and not SHORT_TEXT.fullmatch(os_version):
-            os_version = None  # reports carry a short, coarse version or none
         self.reporter = Reporter(
             base_url,
             self.cache.root,
             device=DeviceFacts(
                 os=device.os,
-                os_version=os_version,
+                os_version=device.os_version,
                 device_class=device_class,
                 mnn_runtime=device.mnn_runtime,
                 cpu_class=cpu_class(features),

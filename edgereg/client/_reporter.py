@@ -80,7 +80,8 @@ class DeviceFacts:
 
     Attributes:
         os: ``android`` or ``ios``.
-        os_version: Such as ``14`` or ``17.4``.
+        os_version: Such as ``14`` or ``17.4 (21E219)``: any version of §7's grammar
+            (a report sends one longer than 64 characters as null).
         device_class: The app's own coarse bucket, such as ``ram4-8c``.
         mnn_runtime: The MNN runtime version the app embeds.
         cpu_class: The coarse CPU class (``armv9``, ``armv8.2``, ``armv8``,
@@ -94,12 +95,12 @@ class DeviceFacts:
     cpu_class: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("os_version", "device_class"):
-            value = getattr(self, name)
-            if value is not None and not SHORT_TEXT.fullmatch(value):
-                raise ValueError(
-                    f"{name} {value!r}: 1 to 32 letters, digits, '.', '_', '-' or spaces"
-                )
+        # The app's own bucket is a programming error; the OS's version is what it is.
+        if self.device_class is not None and not SHORT_TEXT.fullmatch(self.device_class):
+            raise ValueError(
+                f"device_class {self.device_class!r}: 1 to 32 letters, digits, '.', '_', '-' "
+                "or spaces"
+            )
 
 
 @dataclass(frozen=True)

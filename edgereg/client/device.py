@@ -59,7 +59,7 @@ from edgereg.protocol.fields import (
     parse_range,
     satisfies,
 )
-from edgereg.protocol.probe import GoldenProbe, ProbeTensor, check_probe
+from edgereg.protocol.probe import MAX_PROBE_DATA_BYTES, GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.reports import ReportError, parse_report
 from edgereg.protocol.rules import (
@@ -364,12 +364,20 @@ def check_blob_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_probe_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
-    """A probe vector's ``input`` (docs/protocol.md §9): parse the probe, check the outputs."""
+    """A probe vector's ``input`` (docs/protocol.md §9): parse the probe, check the outputs.
+
+    ``probe_data`` is the entry's data blob (its declared size and its bytes as
+    downloaded and verified): the probe's offsets read from it (§11).
+    """
+    blob = vector.get("probe_data")
     try:
         probe = from_bytes(GoldenProbe, _b64(vector["probe"]))
-    except WireError:
-        return {"pass": False, "reason": "malformed"}
-    if probe.artifact_sha256 != vector["artifact_sha256"]:
+        if probe.artifact_sha256 != vector["artifact_sha256"]:
+            raise ValueError("the probe is another artifact's")
+        if blob is not None and blob["size"] > MAX_PROBE_DATA_BYTES:
+            raise ValueError(f"a probe data blob of {blob['size']} bytes is declared")
+        probe = probe.resolved(_b64(blob["data"]) if blob is not None else None)
+    except (WireError, ValueError):
         return {"pass": False, "reason": "malformed"}
     computed = [
         [{t["name"]: ProbeTensor.model_validate(t, strict=True) for t in step} for step in case]

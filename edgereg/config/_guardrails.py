@@ -61,6 +61,12 @@ class RateGuardrail(_Strict):
     critical: bool = Field(
         default=True, description="A failure pauses the rollout (and rolls back by policy)."
     )
+    enabled: bool = Field(
+        default=True,
+        description="false: not analysed at all, so it neither fails nor holds a step. For "
+        "a fleet too small to judge it: a rate both arms share (devices without a GPU "
+        "falling back alike) passes only on many networks per arm.",
+    )
 
 
 class UnconfirmedGuardrail(RateGuardrail):

@@ -13,7 +13,7 @@ at most :data:`MAX_REPORT_BYTES`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -58,6 +58,13 @@ refuse it. The rest is room for long versions (they have no bound of their own).
 Milliseconds = Annotated[float, Field(ge=0, le=3_600_000, allow_inf_nan=False)]
 Token = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 ShortText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._ -]{1,32}$")]
+_VERSION_BODY = get_args(RuntimeVersion)[1].pattern.removeprefix("^").removesuffix("$")
+#: The OS's version: the short text earlier clients sent, or any version of §7's grammar
+#: (at most 64 characters): one grammar for the device's versions (issue 30 item 21).
+OsVersion = Annotated[
+    str,
+    StringConstraints(max_length=64, pattern=rf"^(?:[A-Za-z0-9._ -]{{1,32}}|{_VERSION_BODY})$"),
+]
 
 
 def _exactly_1_to_3(value: Any) -> Any:
@@ -191,7 +198,7 @@ class Report(WireModel):
     reverted: bool = False
     mnn_runtime: RuntimeVersion | None = None
     os: Literal["android", "ios"] | None = None
-    os_version: ShortText | None = None
+    os_version: OsVersion | None = None
     device_class: ShortText | None = Field(
         default=None, description="Coarse: the app's own bucket, such as 'ram4-8c'."
     )

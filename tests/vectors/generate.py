@@ -2942,6 +2942,28 @@ REPORT_CASES: dict[str, tuple[str, bytes]] = {
         "mnn_runtime of 65 characters: longer than any version.",
         _report(mnn_runtime="3." + "1" * 63),
     ),
+    # os_version: the short text earlier clients sent, or any version of §7's grammar
+    # (issue 30 item 21: one grammar for the device's versions).
+    "os-version-build": (
+        "os_version '17.4 (21E219)': a version of §7's grammar with its build (one grammar).",
+        _report(os_version="17.4 (21E219)"),
+    ),
+    "os-version-plus-build": (
+        "os_version '14+beta.2': a version with a '+' build.",
+        _report(os_version="14+beta.2"),
+    ),
+    "os-version-64": (
+        "os_version of 64 characters: the longest version.",
+        _report(os_version="3." + "1" * 62),
+    ),
+    "os-version-65": (
+        "os_version of 65 characters: longer than any version and than the short text.",
+        _report(os_version="3." + "1" * 63),
+    ),
+    "os-version-slash": (
+        "os_version '14/beta': neither the short text nor a version.",
+        _report(os_version="14/beta"),
+    ),
     "device-class-too-long": ("device_class of 33 characters.", _report(device_class="r" * 33)),
     "device-class-slash": (
         "device_class 'ram4/8c': letters, digits, '.', '_', '-', ' '.",

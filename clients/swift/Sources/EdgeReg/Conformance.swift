@@ -375,7 +375,7 @@ public enum ReportSchema {
             bool("reverted"),
             optional("mnn_runtime", string { Version($0) != nil }),
             optional("os", string { $0 == "android" || $0 == "ios" }),
-            optional("os_version", string(Reporter.isShortText)),
+            optional("os_version", string { Reporter.isShortText($0) || Version($0) != nil }),
             optional("device_class", string(Reporter.isShortText)),
             optional("unconfirmed_starts") { ($0.intValue ?? -1) >= 0 && ($0.intValue ?? -1) <= 1000 },
             optional("cpu_class", string(isCPUClass)),

@@ -321,7 +321,8 @@ actor Reporter {
         // A device fact the report's pattern refuses is sent as null, never a reason to skip it.
         if let r = device.mnnRuntime, Version(r) != nil { o["mnn_runtime"] = .string(r) }
         if let os = device.os, os == "android" || os == "ios" { o["os"] = .string(os) }
-        if let v = device.osVersion, Reporter.isShortText(v) { o["os_version"] = .string(v) }
+        // The OS version: the short text, or any version of §7's grammar (one grammar); else null.
+        if let v = device.osVersion, Reporter.isShortText(v) || Version(v) != nil { o["os_version"] = .string(v) }
         if let c = deviceClass, Reporter.isShortText(c) { o["device_class"] = .string(c) }
         return CanonicalJSON.encode(.object(o))
     }

@@ -634,7 +634,8 @@ final class Reporter {
         // A fact the report's pattern refuses is sent as null, never a reason to skip the report.
         r.put("mnn_runtime", device.mnnRuntime != null && dev.edgereg.internal.Versions.isVersion(device.mnnRuntime) ? device.mnnRuntime : Json.NULL);
         r.put("os", "android".equals(device.os) || "ios".equals(device.os) ? device.os : Json.NULL);
-        r.put("os_version", device.osVersion != null && device.osVersion.matches("[A-Za-z0-9._ -]{1,32}") ? device.osVersion : Json.NULL);
+        // The OS version: the short text, or any version of §7's grammar (one grammar); else null.
+        r.put("os_version", device.osVersion != null && (device.osVersion.matches("[A-Za-z0-9._ -]{1,32}") || dev.edgereg.internal.Versions.isVersion(device.osVersion)) ? device.osVersion : Json.NULL);
         r.put("device_class", deviceClass != null && deviceClass.matches("[A-Za-z0-9._ -]{1,32}") ? deviceClass : Json.NULL);
         if (cpuClass != null) r.put("cpu_class", cpuClass);
         return versioned(r);

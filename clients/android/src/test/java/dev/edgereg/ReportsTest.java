@@ -296,6 +296,7 @@ class ReportsTest {
             {"14 (Upside Down Cake, a long build name)", "ram/8", "3.6.1 (1234)"},
             {"14\n", longClass, "v3.7.0-beta.1"},
             {"17.2", "ram8-8c", "3.6.1+local.5"},
+            {"17.4 (21E219)", "ram8-8c", "3.6.1"},
         };
         for (int i = 0; i < cases.length; i++) {
             File cache = new File(tmp, "facts-" + i);
@@ -307,10 +308,12 @@ class ReportsTest {
             client.flushReports(5000);
         }
         List<Map<String, Object>> r = delivered();
-        assertEquals(3, r.size(), "every report sent");
+        assertEquals(4, r.size(), "every report sent");
         assertEquals(Arrays.asList(Json.NULL, Json.NULL, "3.6.1 (1234)"), Arrays.asList(r.get(0).get("os_version"), r.get(0).get("device_class"), r.get(0).get("mnn_runtime")));
         assertEquals(Arrays.asList(Json.NULL, Json.NULL, "v3.7.0-beta.1"), Arrays.asList(r.get(1).get("os_version"), r.get(1).get("device_class"), r.get(1).get("mnn_runtime")));
         assertEquals(Arrays.asList("17.2", "ram8-8c", "3.6.1+local.5"), Arrays.asList(r.get(2).get("os_version"), r.get(2).get("device_class"), r.get(2).get("mnn_runtime")));
+        // A version of §7's grammar with its build: one grammar, sent as it is.
+        assertEquals("17.4 (21E219)", r.get(3).get("os_version"));
     }
 
     @Test

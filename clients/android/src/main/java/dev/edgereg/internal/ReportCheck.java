@@ -72,7 +72,9 @@ public final class ReportCheck {
         }
         if (present(m, "mnn_runtime") && !(m.get("mnn_runtime") instanceof String && Versions.isVersion((String) m.get("mnn_runtime")))) return bad("mnn_runtime");
         if (present(m, "os") && !oneOf(m.get("os"), "android", "ios")) return bad("os");
-        for (String k : new String[] {"os_version", "device_class"}) if (present(m, k) && !matches(m.get(k), SHORT.pattern())) return bad(k);
+        Object os = m.get("os_version");
+        if (present(m, "os_version") && !matches(os, SHORT.pattern()) && !(os instanceof String && Versions.isVersion((String) os))) return bad("os_version");
+        if (present(m, "device_class") && !matches(m.get("device_class"), SHORT.pattern())) return bad("device_class");
         if (present(m, "unconfirmed_starts") && !intIn(m.get("unconfirmed_starts"), 0, 1000)) return bad("unconfirmed_starts");
         if (present(m, "cpu_class") && !matches(m.get("cpu_class"), CPU_CLASS.pattern())) return bad("cpu_class");
         for (String k : new String[] {"memory_peak_mb", "memory_steady_mb"}) if (present(m, k) && !within(m.get(k), Wire.MAX_MEMORY_MB)) return bad(k);
