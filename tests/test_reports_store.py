@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import random
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from edgereg.reports import (
     StoreURLError,
     open_store,
 )
-from edgereg.reports.store import COLUMNS, report_row
+from edgereg.reports.store import ARMS_PER_STATEMENT, COLUMNS, report_row
 from edgereg.reports.summary import Statistic, latency_bucket
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -393,7 +395,7 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert (summary.devices, summary.networks) == (2, 2)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "6"
+    assert version == str(SCHEMA_VERSION) == "7"
 
 
 SCHEMA_3_COLUMNS = (
@@ -433,7 +435,7 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
         kept = conn.execute(
             "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
         ).fetchall()
-    assert version == "6"
+    assert version == "7"
     assert kept == [(None, None), (1, "armv9")]
 
 
@@ -679,7 +681,7 @@ def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
         indexes = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
-    assert version == "6"
+    assert version == "7"
     assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
     assert not {"reports_devices", "reports_load", "reports_inference"} & indexes
 
@@ -802,7 +804,7 @@ def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> Non
         assert (summary.devices, summary.metric("accepted").devices) == (2, 1)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == "6"
+    assert version == "7"
 
 
 def _raw_connection(url: str) -> Any:
@@ -841,9 +843,65 @@ def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> No
         else:
             listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'reports'"
         indexes = {row[0] for row in conn.execute(listed)}
-    assert version == "6"
+    assert version == "7"
     assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
     assert not {"reports_devices", "reports_load", "reports_inference", "reports_memory"} & indexes
+
+
+def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url: str) -> None:
+    from edgereg.reports._metrics import (
+        _SCHEMA_5_METRIC_INDEXES,
+        METRIC_COLUMNS,
+        METRIC_SCHEMA,
+        metric_rows,
+    )
+    from edgereg.reports.store import _SCHEMA_6_SUMMARY_INDEX, INDEXES, SCHEMA
+
+    conn, p = _raw_connection(store_url)
+    with contextlib.closing(conn):
+        schema_6 = (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *METRIC_SCHEMA)
+        for statement in (*schema_6, *_SCHEMA_5_METRIC_INDEXES):
+            conn.execute(statement)
+        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO reports_meta VALUES ('schema', '6')")
+        old = counted(1, {"accepted": (4, 3)}, load_ms=10.0)
+        conn.execute(
+            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
+            report_row(old, T0, "192.0.2.0/24"),
+        )
+        (metric,) = metric_rows(old, int(T0.timestamp() * 1000), "192.0.2.0/24")
+        conn.execute(
+            f"INSERT INTO report_metrics ({', '.join(METRIC_COLUMNS)}) "
+            f"VALUES ({', '.join([p] * len(METRIC_COLUMNS))})",
+            metric,
+        )
+    with open_store(store_url) as store:
+        store.ingest_many(
+            [
+                (counted(2, {"accepted": (2, 1)}, load_ms=10.0), T0, "192.0.2.0/24"),
+                (counted(3, {"accepted": (1, 1)}, load_ms=10.0), T0, None),
+            ]
+        )
+        for pooled in (False, True):
+            (summary,) = store.summaries("digits", statistics=ASKED, pooled=pooled)
+            assert (summary.devices, summary.networks) == (3, 2)
+            assert summary.histogram("load_ms").low == {latency_bucket(10.0): 2}
+            accepted = summary.metric("accepted")
+            assert (accepted.devices, accepted.networks) == (3, 2)
+            assert accepted.network_total == pytest.approx((0.75 + 0.5) / 2 + 1.0)
+    conn, p = _raw_connection(store_url)
+    with contextlib.closing(conn):
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+        if p == "?":
+            listed = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        else:
+            listed = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'report%'"
+        indexes = {row[0]: " ".join(row[1].split()) for row in conn.execute(listed)}
+    assert version == "7"
+    # The network after the arm and the version, then the tier.
+    for name in ("reports_summary", "report_metrics_arms"):
+        assert re.search(r"arm, unit_version, \(?COALESCE\(source, token\)\)?, tier", indexes[name])
+    assert {"reports_clock", "reports_received", "report_metrics_received"} <= set(indexes)
 
 
 # --- what the analysis's queries read (issue 32) --------------------------------------
@@ -975,3 +1033,234 @@ def test_the_registry_says_a_model_is_no_bundle_and_its_rows_are_not_searched(
     assert store.summaries("ocr", bundle=True) == store.summaries("ocr")
     (bundle,) = store.summaries("ocr", bundle=True)
     assert bundle.devices == 2  # an install once, whatever its members
+
+
+# --- every summary, against one computed from the reports in Python (issue 32) ----------
+
+#: Each store event of one report, as the built-in guardrails' ``when`` counts it.
+ORACLE_EVENTS = {
+    "probe_failed": lambda r, k: r.probe == "failed" and not r.load_failed,
+    "load_failed": lambda r, k: r.load_failed,
+    "reverted": lambda r, k: r.reverted,
+    "stalled": lambda r, k: (
+        not r.confirmed and r.unconfirmed_starts is not None and r.unconfirmed_starts >= k
+    ),
+    "first_start": lambda r, k: r.unconfirmed_starts is not None and r.unconfirmed_starts >= 1,
+    "fell_back": lambda r, k: r.backend is not None and bool(r.backends_skipped),
+    "confirmed": lambda r, k: r.confirmed,
+}
+
+
+def _oracle_values(r: Report) -> dict[str, int | None]:
+    """Each histogram kind's bucket of one report (None: it has no value)."""
+    p50 = None if r.inference is None else r.inference.p50_ms
+    values = {"load_ms": r.load_ms, "inference_ms": p50, "memory_peak_mb": r.memory_peak_mb}
+    return {k: None if v is None else latency_bucket(v) for k, v in values.items()}
+
+
+def _oracle(
+    sent: list[tuple[Report, datetime, str | None]],
+    *,
+    pooled: bool = False,
+    since_sequence: int | None = None,
+    cpu_class: str | None = None,
+    aged_before: datetime | None = None,
+    stalled_starts: int = 2,
+    statistics: dict[str, Statistic] | None = None,
+) -> list[ArmSummary]:
+    """What summaries() must say of reports of distinct plain-model installs, counted in Python."""
+    from collections import Counter, defaultdict
+
+    from edgereg.reports.summary import EVENTS, HISTOGRAMS, Histogram, MetricTally, Tally
+
+    assert set(ORACLE_EVENTS) == set(EVENTS), "a new store event needs its line in ORACLE_EVENTS"
+    arms: dict[tuple[str, str, str], list[tuple[Report, datetime, str]]] = defaultdict(list)
+    for r, at, source in sent:
+        if since_sequence is not None and r.sequence < since_sequence:
+            continue
+        if cpu_class is not None and r.cpu_class != cpu_class:
+            continue
+        arms[("*" if pooled else r.tier, r.arm, r.unit_version)].append((r, at, source or r.token))
+
+    def tally(rows: list[tuple[Report, datetime, str]]) -> Tally:
+        by_net: dict[str, list[Report]] = defaultdict(list)
+        for r, _, net in rows:
+            by_net[net].append(r)
+        events = {
+            e: sum(bool(f(r, stalled_starts)) for r, _, _ in rows) for e, f in ORACLE_EVENTS.items()
+        }
+        shares = {
+            e: sum(
+                sum(bool(f(r, stalled_starts)) for r in members) / len(members)
+                for members in by_net.values()
+            )
+            for e, f in ORACLE_EVENTS.items()
+        }
+        return Tally(len(rows), len(by_net), events, shares)
+
+    found = []
+    for (tier, arm, version), rows in sorted(arms.items()):
+        aged = None
+        if aged_before is not None:
+            aged = tally([row for row in rows if row[1] <= aged_before])
+        histograms = {}
+        for kind in HISTOGRAMS:
+            valued = [(net, _oracle_values(r)[kind]) for r, _, net in rows]
+            valued = [(net, b) for net, b in valued if b is not None]
+            if not valued:
+                continue
+            lows: dict[str, int] = {}
+            highs: dict[str, int] = {}
+            for net, b in valued:
+                lows[net] = min(b, lows.get(net, b))
+                highs[net] = max(b, highs.get(net, b))
+            histograms[kind] = Histogram(
+                dict(sorted(Counter(b for _, b in valued).items())),
+                dict(sorted(Counter(lows.values()).items())),
+                dict(sorted(Counter(highs.values()).items())),
+            )
+        metrics = {}
+        for name, statistic in sorted((statistics or {}).items()):
+            per_net: dict[str, list[float]] = defaultdict(list)
+            for r, _, net in rows:
+                counts = (r.metrics or {}).get(statistic.metric)
+                if counts is None:
+                    continue
+                buckets = (
+                    [counts.events - counts.successes, counts.successes]
+                    if hasattr(counts, "events")
+                    else list(counts.counts)
+                )
+                value = statistic.of(buckets) if len(buckets) == statistic.buckets else None
+                if value is not None:
+                    per_net[net].append(value)
+            if per_net:
+                means = [sum(v) / len(v) for v in per_net.values()]
+                metrics[name] = MetricTally(
+                    sum(len(v) for v in per_net.values()),
+                    len(per_net),
+                    sum(sum(v) for v in per_net.values()),
+                    sum(means),
+                    sum(m * m for m in means),
+                )
+        found.append(
+            ArmSummary(
+                unit="digits",
+                tier=tier,
+                arm=arm,  # type: ignore[arg-type]
+                version=version,
+                all=tally(rows),
+                aged=aged,
+                histograms=histograms,
+                metrics=metrics,
+            )
+        )
+    return found
+
+
+def _same_summaries(got: list[ArmSummary], expected: list[ArmSummary]) -> None:
+    """Equal, counts exactly and the sums of shares and statistics to 1e-9."""
+
+    def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, float):
+            return pytest.approx(value, rel=1e-9, abs=1e-9)
+        return value
+
+    assert [plain(s) for s in got] == [plain(s) for s in expected]
+
+
+def test_every_summary_is_the_reports_counted_network_by_network(store: ReportStore) -> None:
+    """Many networks (NATs across tiers and arms, lone devices, unknown sources), every shape."""
+    rng = random.Random(32)
+    networks = [f"10.{n}.0.0/24" for n in range(40)] + [f"2001:db8:{n:x}::/48" for n in range(8)]
+    sent: list[tuple[Report, datetime, str | None]] = []
+    for n in range(400):
+        arm = rng.choice(("candidate", "stable", "stable"))
+        version = "1.1.0" if arm == "candidate" else "1.0.0"
+        failed = rng.random() < 0.08
+        starts = rng.choice((None, 0, 0, 1, 2, 3))
+        confirmed = not failed and rng.random() < 0.85
+        fields: dict[str, Any] = {
+            "tier": rng.choice(("high", "mid", "low")),
+            "arm": arm,
+            "version": version,
+            "unit_version": version,
+            "sequence": rng.choice((6, 7, 8)),
+            "probe": "failed" if failed else "passed",
+            "backend": None if failed else rng.choice(("cpu", "opencl")),
+            "backends_skipped": [] if failed or rng.random() < 0.8 else ["vulkan"],
+            "load_ms": None if failed else rng.lognormvariate(3.0, 0.6),
+            "load_failed": failed and rng.random() < 0.5,
+            "inference": None
+            if failed or rng.random() < 0.1
+            else {
+                "count": 9,
+                "p50_ms": (p := rng.lognormvariate(1.5, 0.5)),
+                "p90_ms": p * 2,
+                "p99_ms": p * 3,
+            },
+            "confirmed": confirmed,
+            "reverted": not confirmed and rng.random() < 0.4,
+            "schema_version": 3,
+            "unconfirmed_starts": starts,
+            "cpu_class": rng.choice(("armv8.2", "armv9")),
+            "memory_peak_mb": None if failed or rng.random() < 0.3 else rng.uniform(20, 90),
+        }
+        if not failed and rng.random() < 0.8:
+            fields["metrics"] = {
+                "accepted": {
+                    "events": (e := rng.randrange(0, 12)),
+                    "successes": rng.randrange(0, e + 1),
+                },
+                "confidence": {
+                    "counts": [rng.randrange(0, 4) for _ in range(rng.choice((4, 4, 3)))]
+                },
+            }
+        source = rng.choice(networks) if rng.random() < 0.85 else None
+        at = T0 - timedelta(hours=rng.randrange(0, 48))
+        sent.append((report(n, **fields), at, source))
+    store.ingest_many(sent)
+    aged = T0 - timedelta(hours=12)
+    shapes: list[dict[str, Any]] = [
+        {},
+        {"pooled": True},
+        {"aged_before": aged, "statistics": ASKED},
+        {"aged_before": aged, "statistics": ASKED, "pooled": True, "stalled_starts": 3},
+        {"since_sequence": 7, "statistics": ASKED},
+        {"since_sequence": 8, "pooled": True, "aged_before": aged},
+        {"cpu_class": "armv9", "statistics": ASKED, "aged_before": aged},
+    ]
+    for shape in shapes:
+        for bundle in (None, False):
+            got = store.summaries("digits", bundle=bundle, **shape)
+            _same_summaries(got, _oracle(sent, **shape))
+    assert sum(s.networks for s in store.summaries("digits")) > 100
+
+
+def test_many_arms_are_summed_a_few_per_statement(store: ReportStore) -> None:
+    """More arms than one statement sums (every version a store kept, no period asked)."""
+    rng = random.Random(33)
+    sent: list[tuple[Report, datetime, str | None]] = []
+    for n in range(240):
+        arm = rng.choice(("candidate", "stable"))
+        version = f"1.{rng.randrange(20)}.0"
+        fields: dict[str, Any] = {
+            "tier": rng.choice(("high", "low")),
+            "arm": arm,
+            "version": version,
+            "unit_version": version,
+            "load_ms": rng.lognormvariate(3.0, 0.6),
+            "reverted": rng.random() < 0.2,
+            "schema_version": 3,
+            "metrics": {"accepted": {"events": 4, "successes": rng.randrange(0, 5)}},
+        }
+        sent.append((report(n, **fields), T0, rng.choice((None, "10.0.0.0/24", "10.0.1.0/24"))))
+    store.ingest_many(sent)
+    for pooled in (False, True):
+        got = store.summaries("digits", pooled=pooled, statistics=ASKED)
+        assert len(got) > ARMS_PER_STATEMENT
+        _same_summaries(got, _oracle(sent, pooled=pooled, statistics=ASKED))

@@ -75,11 +75,20 @@ METRIC_SCHEMA = (
 )""",
 )
 
-#: A summary reads one unit's metric by name and bucket count, grouped by arm and network.
-METRIC_INDEXES = (
+#: The metric indexes of schema 5 and 6 (a migration replaces the first).
+_SCHEMA_5_METRIC_INDEXES = (
     "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, tier, arm, "
     "unit_version, source, token, sequence, received_at)",
     "CREATE INDEX report_metrics_received ON report_metrics (received_at)",
+)
+
+#: A summary reads one unit's metric by name and bucket count, an arm's network by network
+#: (the source network, ``COALESCE(source, token)``, as the reports' summary index holds it),
+#: per tier or every tier together: grouped as read, not sorted.
+METRIC_INDEXES = (
+    "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, arm, "
+    "unit_version, COALESCE(source, token), tier, token, source, sequence, received_at)",
+    _SCHEMA_5_METRIC_INDEXES[1],
 )
 
 _FROM_NEWER = ("unit", "tier", "arm", "unit_version", "cpu_class", "source", "buckets")
@@ -153,6 +162,7 @@ def statistic_sql(
     since_sequence: bool,
     cpu_class: bool,
     pooled: bool,
+    arms: int = 0,
 ) -> str:
     """Per (tier, arm, version): one statistic of one metric, per device and per network.
 
@@ -162,6 +172,13 @@ def statistic_sql(
     squares of the networks' means. Parameters bind in this order: the
     weights, the unit, the name, the bucket count, then the filters
     (sequence, time, CPU class).
+
+    With ``arms``: one branch per arm (as :func:`edgereg.reports.store.counts_sql`
+    takes them), each summing its own networks as the index yields them, without
+    a sort; a row starts with its branch's number instead of the tier, arm and
+    version (an arm without a device that counted the metric has no networks), and
+    each branch binds the parameters above and then its arm's (arm, version, tier;
+    pooled: arm, version).
     """
     p = placeholder
     used = BUCKET_COLUMNS[:buckets]
@@ -174,15 +191,29 @@ def statistic_sql(
         where += f" AND cpu_class = {p}"
     tier = "'*'" if pooled else "tier"
     weighted = " + ".join(f"{p} * {c}" for c in used)
+    sums = "SUM(n), COUNT(*), SUM(v), SUM(v / n), SUM((v / n) * (v / n))"
+    if arms:
+        where += f" AND arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
+        devices = (
+            f"SELECT COALESCE(source, token) AS net, {weighted} AS w, {' + '.join(used)} AS t "
+            f"FROM report_metrics WHERE {where}"
+        )
+        branch = (
+            f"{sums} FROM (SELECT COUNT(*) AS n, SUM(1.0 * w / t) AS v FROM ({devices}) "
+            "AS devices WHERE t > 0 GROUP BY net) AS networks"
+        )
+        return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
     devices = (
-        f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+        "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
         f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
     )
+    # In the order of report_metrics_arms (METRIC_INDEXES): grouped as read, not sorted.
+    by = "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
     networks = (
-        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
-        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY tier, arm, unit_version, net"
+        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
+        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {by}"
     )
     return (
-        "SELECT tier, arm, unit_version, SUM(n), COUNT(*), SUM(v), SUM(v / n), "
-        f"SUM((v / n) * (v / n)) FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
+        f"SELECT tier, arm, unit_version, {sums} FROM ({networks}) AS networks "
+        "GROUP BY tier, arm, unit_version"
     )

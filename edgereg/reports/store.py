@@ -35,6 +35,7 @@ from edgereg.config import BUILTIN_GUARDRAILS
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
 from edgereg.reports._metrics import (
+    _SCHEMA_5_METRIC_INDEXES,
     METRIC_INDEXES,
     METRIC_SCHEMA,
     metric_rows,
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -166,20 +167,39 @@ _SCHEMA_4_INDEXES = (
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
 
-#: The indexes of schema 6. One covering index serves every summary (the counts, the
+#: The summary index of schema 6 (a migration from it replaces it): led by the unit and
+#: the model, then the tier, the arm and the version; a summary grouped by source network
+#: sorted every row of the unit once per pass (a network is COALESCE(source, token)).
+_SCHEMA_6_SUMMARY_INDEX = (
+    "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
+    "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
+    "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
+    "inference_p50_bucket, memory_peak_bucket, cpu_class)"
+)
+
+#: A report's source network, as every summary groups it: its source, or for a report
+#: whose source is unknown its token (a network of its own). The summary indexes hold
+#: this expression (spelled the same, so that the database matches it).
+NETWORK = "COALESCE(source, token)"
+
+#: The indexes of schema 7. One covering index serves every summary (the counts, the
 #: three histograms, the CPU classes): it holds every column they filter on or read
 #: (a built-in guardrail's ``when`` or ``column`` that reads another must add it here),
 #: so no summary reads the table, and a report writes two B-trees at random places
 #: (this one and the primary key) instead of five (a server's group commit writes each
 #: dirty page of them to the WAL). It leads with the unit and the model: a bundle
-#: member's summaries and the check whether a unit has members are seeks.
+#: member's summaries and the check whether a unit has members are seeks. Then the arm,
+#: the version and the source network (:data:`NETWORK`, an index on an expression:
+#: nothing more is written per report), then the tier: a summary reads an arm's rows
+#: network by network, per tier or every tier together (pooled), so the database groups
+#: them by network as it reads them instead of sorting every row for each pass.
 #: ``reports_received`` serves the retention's prune, ``reports_clock`` the store's
 #: clock and a ``--since`` period (both written in time order: at the end).
 INDEXES = (
-    "CREATE INDEX reports_summary ON reports (unit, model, tier, arm, unit_version, "
-    "source, token, sequence, received_at, probe, load_failed, reverted, confirmed, "
-    "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
-    "inference_p50_bucket, memory_peak_bucket, cpu_class)",
+    "CREATE INDEX reports_summary ON reports (unit, model, arm, unit_version, "
+    f"{NETWORK}, tier, token, source, sequence, received_at, probe, load_failed, reverted, "
+    "confirmed, unconfirmed_starts, backend, backends_skipped, first_received_at, "
+    "load_bucket, inference_p50_bucket, memory_peak_bucket, cpu_class)",
     "CREATE INDEX reports_received ON reports (received_at)",
     "CREATE INDEX reports_clock ON reports (unit, received_at)",
 )
@@ -222,14 +242,21 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *_SCHEMA_4_INDEXES,
     ),
     # Schema 5 keeps the app metrics of report schema 3, one row per install and metric.
-    4: (*METRIC_SCHEMA, *METRIC_INDEXES),
+    4: (*METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
     # Schema 6: one covering index for every summary instead of four (see INDEXES).
     5: (
         "DROP INDEX IF EXISTS reports_devices",
         "DROP INDEX IF EXISTS reports_load",
         "DROP INDEX IF EXISTS reports_inference",
         "DROP INDEX IF EXISTS reports_memory",
+        _SCHEMA_6_SUMMARY_INDEX,
+    ),
+    # Schema 7: the summary indexes read an arm network by network (see INDEXES).
+    6: (
+        "DROP INDEX IF EXISTS reports_summary",
         INDEXES[0],
+        "DROP INDEX IF EXISTS report_metrics_arms",
+        METRIC_INDEXES[0],
     ),
 }
 
@@ -341,12 +368,13 @@ def _filters(
     placeholder: str, *, since: bool, since_sequence: bool, model: bool, cpu_class: bool
 ) -> str:
     where = f"unit = {placeholder}"
+    if model:
+        # Before the rest: the summary index's second column.
+        where += f" AND model = {placeholder}"
     if since_sequence:
         where += f" AND sequence >= {placeholder}"
     if since:
         where += f" AND received_at >= {placeholder}"
-    if model:
-        where += f" AND model = {placeholder}"
     if cpu_class:
         where += f" AND cpu_class = {placeholder}"
     return where
@@ -427,6 +455,7 @@ def counts_sql(
     bundle: bool,
     cpu_class: bool = False,
     pooled: bool = False,
+    arms: int = 0,
 ) -> tuple[str, tuple[str, ...]]:
     """Per (tier, arm, version): installs, networks, and each event per device and network.
 
@@ -441,10 +470,17 @@ def counts_sql(
     With ``pooled`` every tier's installs count together (tier ``*``), each
     network once however many tiers its devices are in.
 
+    With ``arms`` (not for a bundle): one branch per arm :func:`arms_sql` found,
+    each reading its arm's rows off the summary index network by network and
+    summing its networks at once (a GROUP BY of every network by arm sorted them
+    all); each row starts with its branch's number (``g``) instead of the tier,
+    arm and version, and each branch binds the leading parameters, the filters'
+    and then its arm's (:func:`arm_filter`).
+
     Returns:
         The statement, and the names of the parameters that come before the
         filters' (``aged`` for the aged cut, ``stalled_starts``), in the order
-        they bind.
+        they bind (in each branch).
     """
     bind = _Parameters(placeholder)
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
@@ -454,13 +490,30 @@ def counts_sql(
     )
     events = _event_expressions(bind)
     names = list(events)
+    sums = "COUNT(*) AS n, SUM(ag) AS a, " + ", ".join(
+        f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names
+    )
+    columns = ", ".join(_count_columns(names).values())
+    if not bundle and arms:
+        aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
+        devices = (
+            f"SELECT {NETWORK} AS net, "
+            + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
+            + f", {aged} AS ag FROM reports WHERE {where} AND {arm_filter(placeholder, pooled)}"
+        )
+        branch = (
+            f"{columns} FROM (SELECT {sums} FROM ({devices}) AS devices GROUP BY net) AS networks"
+        )
+        sql = " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
+        return sql, tuple(bind.names)
     if not bundle:
         aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
         devices = (
-            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(source, token) AS net, "
+            f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
             + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
             + f", {aged} AS ag FROM reports WHERE {where}"
         )
+        per_network = _network_groups(pooled)
     else:
         folded = {name: f"MAX({expr})" for name, expr in events.items()}
         folded[CONFIRMED] = "MIN(confirmed)"
@@ -470,17 +523,57 @@ def counts_sql(
             + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
             f"FROM reports WHERE {where} GROUP BY {by}, token"
         )
+        per_network = "tier, arm, unit_version, net"
     networks = (
-        "SELECT tier, arm, unit_version, COUNT(*) AS n, SUM(ag) AS a, "
-        + ", ".join(f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names)
-        + f" FROM ({devices}) AS devices GROUP BY tier, arm, unit_version, net"
+        f"SELECT {tier} AS tier, arm, unit_version, {sums} "
+        f"FROM ({devices}) AS devices GROUP BY {per_network}"
     )
-    columns = list(_count_columns(names).values())
     sql = (
-        f"SELECT tier, arm, unit_version, {', '.join(columns)} "
+        f"SELECT tier, arm, unit_version, {columns} "
         f"FROM ({networks}) AS networks GROUP BY tier, arm, unit_version"
     )
     return sql, tuple(bind.names)
+
+
+#: Arms summed per statement at most: each is a part of a compound SELECT (of the
+#: histograms: three), whose parts SQLite bounds (500 by default).
+ARMS_PER_STATEMENT = 32
+
+
+def arms_sql(
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    model: bool,
+    cpu_class: bool = False,
+    pooled: bool = False,
+) -> str:
+    """The arms a summary reports on: (tier, arm, version), or (arm, version) pooled.
+
+    One read of the summary index; each arm's counts and statistics are then
+    summed over its own networks (:func:`counts_sql` with ``arms``).
+    """
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
+    )
+    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    return f"SELECT DISTINCT {by} FROM reports WHERE {where}"
+
+
+def arm_filter(placeholder: str, pooled: bool) -> str:
+    """One arm's rows: its arm and version (and tier, unless pooled), bound in that order."""
+    p = placeholder
+    return f"arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
+
+
+def _network_groups(pooled: bool) -> str:
+    """The GROUP BY of one row per source network, in the summary index's order.
+
+    ``net`` (:data:`NETWORK`) of the arm and version, per tier or (``pooled``) in
+    every tier at once: a prefix of the index after the unit and the model.
+    """
+    return "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
 
 
 def has_members_sql(placeholder: str) -> str:
@@ -542,21 +635,107 @@ def histogram_sql(
     )
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
     by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    # One pass over the networks for every kind's lowest and highest value (read off the
+    # summary index network by network), kept for the views that count them.
+    extremes = ", ".join(
+        f"MIN({column}) AS l{i}, MAX({column}) AS h{i}"
+        for i, column in enumerate(HISTOGRAM_COLUMNS.values())
+    )
+    networks = (
+        f"WITH nets AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, {extremes} "
+        f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, "
+        f"{', '.join(HISTOGRAM_COLUMNS.values())} FROM reports WHERE {where}) AS devices "
+        f"GROUP BY {_network_groups(pooled)}) "
+    )
     parts = []
-    for kind, column in HISTOGRAM_COLUMNS.items():
-        rows = f"FROM reports WHERE {where} AND {column} IS NOT NULL"
+    for i, (kind, column) in enumerate(HISTOGRAM_COLUMNS.items()):
         parts.append(
-            f"SELECT '{kind}', 'd', {tier}, arm, unit_version, {column}, COUNT(*) {rows} "
-            f"GROUP BY {by}, {column}"
+            f"SELECT '{kind}', 'd', {tier}, arm, unit_version, {column}, COUNT(*) "
+            f"FROM reports WHERE {where} AND {column} IS NOT NULL GROUP BY {by}, {column}"
         )
-        for view, pick in (("l", "MIN"), ("h", "MAX")):
+        for view in ("l", "h"):
             parts.append(
-                f"SELECT '{kind}', '{view}', tier, arm, unit_version, b, COUNT(*) FROM ("
-                f"SELECT {tier} AS tier, arm, unit_version, {pick}({column}) AS b {rows} "
-                f"GROUP BY {by}, COALESCE(source, token)) AS nets "
-                "GROUP BY tier, arm, unit_version, b"
+                f"SELECT '{kind}', '{view}', tier, arm, unit_version, {view}{i}, COUNT(*) "
+                f"FROM nets WHERE {view}{i} IS NOT NULL GROUP BY tier, arm, unit_version, {view}{i}"
             )
-    return " UNION ALL ".join(parts), len(parts)
+    return networks + " UNION ALL ".join(parts), 1 + len(HISTOGRAM_COLUMNS)
+
+
+def arm_histogram_sql(
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    cpu_class: bool = False,
+    pooled: bool = False,
+    arms: int,
+    networks: bool = True,
+) -> tuple[str, list[int | None]]:
+    """The histograms of a model's arms (:func:`histogram_sql`'s rows), with few sorts.
+
+    A network of one device with a value is at that value at its lowest and at
+    its highest: only the networks of two or more (``multi``: one pass over the
+    summary index, in its order) are counted apart. Rows: ``d`` each device's
+    value, per arm (one branch per arm of :func:`arms_sql`: a sort of one arm's
+    values, by the value alone); for the networks of two or more devices with a
+    value, ``L`` and ``H`` their lowest and highest and ``x`` their devices'
+    values. A view of the networks is then ``d - x + L`` (``H``): :func:`_assemble`.
+
+    ``networks``: False leaves out the networks of two or more (the arms of a
+    statement after the first: they are counted once, for every arm).
+
+    Returns:
+        The statement and what each of its parts binds, in order: None the
+        filters (unit, model, ...), a number g the filters and then arm g's
+        (:func:`arm_filter`).
+    """
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=True, cpu_class=cpu_class
+    )
+    tier = f"'{POOLED_TIER}'" if pooled else "tier"
+    columns = list(HISTOGRAM_COLUMNS.values())
+    extremes = ", ".join(
+        f"COUNT({column}) AS n{i}, MIN({column}) AS l{i}, MAX({column}) AS h{i}"
+        for i, column in enumerate(columns)
+    )
+    several = " OR ".join(f"COUNT({column}) > 1" for column in columns)
+    sql = (
+        f"WITH multi AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, net, {extremes} "
+        f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, {', '.join(columns)} "
+        f"FROM reports WHERE {where}) AS devices GROUP BY {_network_groups(pooled)} "
+        f"HAVING {several}) "
+    )
+    binds: list[int | None] = [None] if networks else []
+    same = (
+        "r.arm = m.arm AND r.unit_version = m.unit_version AND "
+        + NETWORK.replace("source", "r.source").replace("token", "r.token")
+        + " = m.net"
+        + ("" if pooled else " AND r.tier = m.tier")
+    )
+    parts = []
+    arm_tier = f"'{POOLED_TIER}'" if pooled else "MIN(tier)"
+    for i, (kind, column) in enumerate(HISTOGRAM_COLUMNS.items()):
+        for g in range(arms):
+            parts.append(
+                f"SELECT '{kind}', 'd', {arm_tier}, MIN(arm), MIN(unit_version), {column}, "
+                f"COUNT(*) FROM reports WHERE {where} AND {arm_filter(placeholder, pooled)} "
+                f"AND {column} IS NOT NULL GROUP BY {column}"
+            )
+            binds.append(g)
+        if not networks:
+            continue
+        parts.append(
+            f"SELECT '{kind}', 'x', m.tier, m.arm, m.unit_version, r.{column}, COUNT(*) "
+            f"FROM multi AS m JOIN reports AS r ON {same} WHERE {where} AND m.n{i} > 1 "
+            f"AND r.{column} IS NOT NULL GROUP BY m.tier, m.arm, m.unit_version, r.{column}"
+        )
+        binds.append(None)
+        for view, pick in (("L", "l"), ("H", "h")):
+            parts.append(
+                f"SELECT '{kind}', '{view}', tier, arm, unit_version, {pick}{i}, COUNT(*) "
+                f"FROM multi WHERE n{i} > 1 GROUP BY tier, arm, unit_version, {pick}{i}"
+            )
+    return (sql if networks else "") + " UNION ALL ".join(parts), binds
 
 
 def epoch_ms(when: datetime) -> int:
@@ -909,19 +1088,17 @@ class ReportStore(abc.ABC):
             raise ValueError(f"stalled_starts must be a whole number, got {stalled_starts!r}")
         if stalled_starts < 1:
             raise ValueError(f"stalled_starts must be at least 1, got {stalled_starts}")
-        params: list[Any] = [unit]
+        # The filters' parameters after the unit and the model (in _filters' order).
+        filters: list[Any] = []
         if since_sequence is not None:
-            params.append(since_sequence)
+            filters.append(since_sequence)
         if since is not None:
-            params.append(epoch_ms(since))
-        if model is not None:
-            params.append(model)
+            filters.append(epoch_ms(since))
         if cpu_class is not None:
-            params.append(cpu_class)
+            filters.append(cpu_class)
         flags = {
             "since": since is not None,
             "since_sequence": since_sequence is not None,
-            "model": model is not None,
             "cpu_class": cpu_class is not None,
         }
         if model is not None and statistics:
@@ -939,33 +1116,81 @@ class ReportStore(abc.ABC):
                     grouped = bool(cur.fetchone()[0])
                 elif model is None:
                     grouped = bool(bundle)
-                sql, names = counts_sql(self.placeholder, **flags, bundle=grouped, pooled=pooled)
-                # The leading parameters sit in the per-row expressions, before the filters.
-                cur.execute(sql, [leading[name] for name in names] + params)
-                counts = cur.fetchall()
-                sql, repeats = histogram_sql(self.placeholder, **flags, pooled=pooled)
-                cur.execute(sql, params * repeats)
-                bins = cur.fetchall()
+                # A model's rows all name it (admission refuses a model its release does
+                # not hold): the summary index is then read from (unit, model) on, its
+                # networks in order. A bundle's summaries read every member's rows.
+                only = model if model is not None else None if grouped else unit
+                params = [unit, *([only] if only is not None else []), *filters]
+                shape = {**flags, "model": only is not None}
+                # A model's arms first: each is then summed over its own networks, read in
+                # the index's order (a bundle's installs are its members' rows folded).
+                arms: list[tuple[Any, ...]] = []
+                keys: list[tuple[Any, ...]] = []
+                if not grouped:
+                    cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
+                    arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
+                    # Each arm's own filter binds (arm, version[, tier]).
+                    keys = [
+                        (arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms
+                    ]
+                counts: list[Sequence[Any]] = []
+                bins: list[Sequence[Any]] = []
                 sums: list[tuple[str, Sequence[Any]]] = []
-                for name, statistic in sorted((statistics or {}).items()):
-                    cur.execute(
-                        statistic_sql(
-                            self.placeholder,
-                            statistic.buckets,
-                            since=flags["since"],
-                            since_sequence=flags["since_sequence"],
-                            cpu_class=flags["cpu_class"],
-                            pooled=pooled,
-                        ),
-                        [
-                            *statistic.weights,
-                            unit,
-                            statistic.metric,
-                            statistic.buckets,
-                            *params[1:],
-                        ],
+                asked = {
+                    name: [*asked_of.weights, unit, asked_of.metric, asked_of.buckets, *filters]
+                    for name, asked_of in sorted((statistics or {}).items())
+                }
+
+                def statistic(name: str, arms: int = 0) -> str:
+                    return statistic_sql(
+                        self.placeholder,
+                        (statistics or {})[name].buckets,
+                        since=flags["since"],
+                        since_sequence=flags["since_sequence"],
+                        cpu_class=flags["cpu_class"],
+                        pooled=pooled,
+                        arms=arms,
                     )
-                    sums += [(name, row) for row in cur.fetchall()]
+
+                if grouped:
+                    sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
+                    # The leading parameters sit in the per-row expressions, before the filters.
+                    cur.execute(sql, [leading[name] for name in names] + params)
+                    counts = cur.fetchall()
+                    sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
+                    cur.execute(sql, params * repeats)
+                    bins = cur.fetchall()
+                    for name, values in asked.items():
+                        cur.execute(statistic(name), values)
+                        sums += [(name, row) for row in cur.fetchall()]
+                # A model's arms, a few per statement (a compound SELECT has a bounded
+                # number of parts), each row's branch number made its arm again.
+                for first in range(0, len(arms), ARMS_PER_STATEMENT):
+                    chunk = arms[first : first + ARMS_PER_STATEMENT]
+                    chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
+                    sql, names = counts_sql(
+                        self.placeholder, **shape, bundle=False, pooled=pooled, arms=len(chunk)
+                    )
+                    leads = [leading[name] for name in names]
+                    cur.execute(sql, [v for key in chunk_keys for v in (*leads, *params, *key)])
+                    counts += [(*chunk[row[0]], *row[1:]) for row in cur.fetchall()]
+                    sql, binds = arm_histogram_sql(
+                        self.placeholder,
+                        **flags,
+                        pooled=pooled,
+                        arms=len(chunk),
+                        networks=first == 0,
+                    )
+                    bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
+                    cur.execute(sql, [v for values in bound for v in values])
+                    bins += cur.fetchall()
+                    for name, values in asked.items():
+                        sql = statistic(name, len(chunk))
+                        cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
+                        # An arm where no device counted the metric has none (as grouped).
+                        sums += [
+                            (name, (*chunk[row[0]], *row[1:])) for row in cur.fetchall() if row[2]
+                        ]
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
@@ -1122,7 +1347,14 @@ def _assemble(
     views: dict[tuple[str, str, str], dict[str, dict[str, dict[int, int]]]] = {}
     for kind, view, tier, arm, version, bucket, number in bins:
         kinds = views.setdefault((tier, arm, version), {})
-        kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}})[view][int(bucket)] = int(number)
+        found = kinds.setdefault(kind, {"d": {}, "l": {}, "h": {}, "x": {}, "L": {}, "H": {}})
+        found[view][int(bucket)] = int(number)
+    for kinds in views.values():
+        for found in kinds.values():
+            if not found["l"] and not found["h"]:
+                # arm_histogram_sql's rows: each network of one device at its device's value.
+                found["l"] = _networks(found["d"], found["x"], found["L"])
+                found["h"] = _networks(found["d"], found["x"], found["H"])
     metrics: dict[tuple[str, str, str], dict[str, MetricTally]] = {}
     for name, (tier, arm, version, devices, networks, *sums_of) in sums:
         metrics.setdefault((tier, arm, version), {})[name] = MetricTally(
@@ -1154,6 +1386,20 @@ def _assemble(
             )
         )
     return sorted(summaries, key=lambda s: (s.tier, s.arm, s.version))
+
+
+def _networks(
+    devices: Mapping[int, int], several: Mapping[int, int], picked: Mapping[int, int]
+) -> dict[int, int]:
+    """Networks per bucket, from the devices per bucket.
+
+    Every device (``devices``) but those of networks of two or more (``several``),
+    and each such network at its picked value (``picked``, its lowest or highest).
+    """
+    out = {b: n - several.get(b, 0) for b, n in devices.items()}
+    for bucket, n in picked.items():
+        out[bucket] = out.get(bucket, 0) + n
+    return {b: n for b, n in out.items() if n}
 
 
 def _tally(values: Mapping[str, Any], installs: str) -> Tally:
