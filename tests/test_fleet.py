@@ -140,6 +140,10 @@ LOOP_POLICY = RolloutPolicy.model_validate(
         "min_soak_hours": 24,
         "guardrails": {
             "min_devices": 3,
+            # The 10 % arm is Binomial(200, 0.1) devices, each on a network of its own (a
+            # random salt each run): 13 per arm (min_networks 10 beyond the 3 tolerated)
+            # missed it in 3 % of runs and a bad candidate then waited; 8 miss in 0.05 %.
+            "min_networks": 5,
             # The simulated apps start four times a day: a crash loop reverts within it.
             "revert_window_hours": 24,
             "probe_failure": {"max_increase": 0.3},
