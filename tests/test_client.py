@@ -555,6 +555,7 @@ def test_every_vector_folder_is_documented() -> None:
     assert folders == {
         "blobs",
         "conditions",
+        "health",
         "keys",
         "labels",
         "probes",

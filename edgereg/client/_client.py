@@ -364,6 +364,8 @@ class Client:
                 raise ValueError(f"mnn_apis names {sorted(apis)}; the MNN APIs are {MNN_APIS}")
             self.app = dataclasses.replace(self.app, mnn_apis=apis)
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
+        # app_started was called in this process: an install now is under a start (§11).
+        self._started = False
         self.reporter = Reporter(
             base_url,
             self.cache.root,
@@ -588,18 +590,24 @@ class Client:
     def app_started(self) -> Revert | None:
         """Call once at every start of the app, before it loads the model.
 
-        Counts the start against an unconfirmed install; when the installed
-        release was not confirmed within ``max_unconfirmed_starts`` starts (a
-        crash loop), reverts it to the last good set and marks it bad
-        (docs/protocol.md §11). Reads and writes the cache only.
+        Counts the start before against an unconfirmed install when that start
+        ran it (it ended without a confirmation: a crash, or the app closed
+        before its first inference); when the installed release was not
+        confirmed over ``max_unconfirmed_starts`` such starts (a crash loop),
+        reverts it to the last good set and marks it bad (docs/protocol.md
+        §11). Whether the app calls it before or after :meth:`fetch` installs
+        an update, a start whose install happened in it counts the same. Reads
+        and writes the cache only.
 
         Returns:
             The revert carried out (load :meth:`current` then), or None.
         """
+        self._started = True
         before = self.health.health(self.model).starts
         revert = self.health.app_started(self.model)
+        # The count went up: its report goes first, the revert's own report after it.
+        self._report_unconfirmed(before)
         if revert is None:
-            self._report_unconfirmed(before)
             return None
         record = self.cache.read_record(self.kind, self.model)
         if record is None or record.version != revert.version:
@@ -1004,7 +1012,7 @@ class Client:
 
     def _report_installed(self, new: _Installed, decision: Decision) -> None:
         """A new release is installed: its count of starts begins, each member is reported."""
-        self.health.installed(self.model, new.version)
+        self.health.installed(self.model, new.version, during_start=self._started)
         results = self.self_test.results if self.self_test is not None else {}
         for name in sorted(new.members):
             facts = self._facts(new, name, decision)

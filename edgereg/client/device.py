@@ -47,6 +47,7 @@ from edgereg.client import (
     decide,
     installed_units,
 )
+from edgereg.client._health import Revert, UnitHealth, on_confirm, on_install, on_reverted, on_start
 from edgereg.client._selftest import TrialKind, judge_trials
 from edgereg.protocol import strict_json_loads
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
@@ -472,6 +473,55 @@ def check_selftest_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
         "mark_bad": verdict.mark_bad,
         "report": verdict.report,
     }
+
+
+_HEALTH_STEPS = ("launch", "app_started", "install", "confirm")
+
+
+def check_health_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A health vector's ``input``: the confirmation ledger over a sequence of steps (§11).
+
+    ``launch`` is a new process (a new client over the same cache), ``install``
+    a new version installed by it, ``app_started`` the app's call (a revert it
+    decides is carried out at once), ``confirm`` the app's confirmation. After
+    each step: the ledger's installed version, whether it is confirmed, its
+    count of unconfirmed starts, the revert that step decided, and the
+    ``unconfirmed_starts`` that step reported (null: none).
+    """
+    max_starts = vector["max_unconfirmed_starts"]
+    health, started, out = UnitHealth(), False, []
+    for step in vector["steps"]:
+        do = step["do"]
+        if do not in _HEALTH_STEPS:
+            raise ValueError(f"not a health step: {do!r}")
+        revert: Revert | None = None
+        reported: int | None = None
+        if do == "launch":
+            started = False
+        elif do == "install":
+            health = on_install(health, step["version"], during_start=started)
+        elif do == "confirm":
+            health, _ = on_confirm(health, step.get("version"))
+        else:
+            started = True
+            before = health.starts
+            health, revert = on_start(health, "unit", max_starts)
+            if health.installed is not None and not health.confirmed and health.starts > before:
+                reported = health.starts
+            if revert is not None:
+                health = on_reverted(health, revert.to_version)
+        out.append(
+            {
+                "installed": health.installed,
+                "confirmed": health.confirmed,
+                "unconfirmed_starts": health.starts,
+                "revert": None
+                if revert is None
+                else {"version": revert.version, "to_version": revert.to_version},
+                "reported": reported,
+            }
+        )
+    return {"steps": out}
 
 
 def check_tier_file_vector(vector: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from edgereg.client.device import (
+    check_health_vector,
     check_blob_vector,
     check_conditions_vector,
     check_selftest_vector,
@@ -1893,6 +1894,130 @@ def build_selftest() -> dict[str, str]:
     return files
 
 
+# --- the confirmation ledger (docs/protocol.md section 11) ---------------------------------
+
+_L, _S = {"do": "launch"}, {"do": "app_started"}
+
+
+def _inst(version: str) -> dict[str, Any]:
+    return {"do": "install", "version": version}
+
+
+def _conf(version: str | None) -> dict[str, Any]:
+    return {"do": "confirm", "version": version}
+
+
+_GOOD_1 = [_L, _S, _inst("1.0.0"), _conf("1.0.0")]
+"""1.0.0 installed during a start and confirmed: the last good version."""
+
+HEALTH_CASES: dict[str, tuple[str, int, list[dict[str, Any]]]] = {
+    # name: (description, max_unconfirmed_starts, steps)
+    "install-before-app-started-confirmed": (
+        "The app installs the update, then calls app_started, then confirms in the same "
+        "process: that start began before the install and ran it, and was confirmed: "
+        "nothing counts, nothing is reported.",
+        3,
+        [_L, _inst("1.0.0"), _S, _conf("1.0.0")],
+    ),
+    "install-before-app-started-first-launch-crash": (
+        "Installed before app_started, the app dies before its first inference: the "
+        "next start counts that start (1, reported), and a confirmation then keeps it.",
+        3,
+        [_L, _inst("1.0.0"), _S, _L, _S, _conf("1.0.0")],
+    ),
+    "app-started-before-install-confirmed": (
+        "app_started, then the install, then the confirmation in the same process: "
+        "nothing counts.",
+        3,
+        [_L, _S, _inst("1.0.0"), _conf("1.0.0")],
+    ),
+    "app-started-before-install-first-launch-crash": (
+        "app_started, then the install, then the app dies running it: that start is under "
+        "way with the install, so the next start counts it (1).",
+        3,
+        [_L, _S, _inst("1.0.0"), _L, _S, _conf("1.0.0")],
+    ),
+    "installed-in-the-background-confirmed": (
+        "A process that never calls app_started (a background worker) installs: the next "
+        "app start is the first that runs it, and it is confirmed: nothing counts.",
+        3,
+        [_L, _inst("1.0.0"), _L, _S, _conf("1.0.0")],
+    ),
+    "installed-in-the-background-first-launch-crash": (
+        "Installed in the background; the first app start that runs it dies: the next "
+        "start counts it (1).",
+        3,
+        [_L, _inst("1.0.0"), _L, _S, _L, _S, _conf("1.0.0")],
+    ),
+    "installed-during-a-start-run-at-the-next": (
+        "app_started, the install, and the app keeps the model it loaded until the next "
+        "start, which confirms: the start of the install counts (1), as a crash in it "
+        "would (the client cannot tell the two apart; docs/protocol.md section 11).",
+        3,
+        [_L, _S, _inst("1.0.0"), _L, _S, _conf("1.0.0")],
+    ),
+    "crash-loop-reverts-after-max-starts": (
+        "A crash at every start: 1, 2, 3 reported, the start that counts the third "
+        "reverts to the last good version and reports the count first.",
+        3,
+        [*_GOOD_1, _L, _inst("2.0.0"), _S, _L, _S, _L, _S, _L, _S],
+    ),
+    "crash-loop-in-either-order-runs-as-often": (
+        "The same crash loop when app_started comes first: the install's own start "
+        "counts, so the revert comes after the same three runs.",
+        3,
+        [*_GOOD_1, _L, _S, _inst("2.0.0"), _L, _S, _L, _S, _L, _S],
+    ),
+    "max-one-start": (
+        "max_unconfirmed_starts 1: the first start after a run that ended unconfirmed "
+        "reverts; with nothing confirmed before, to no version.",
+        1,
+        [_L, _inst("1.0.0"), _S, _L, _S],
+    ),
+    "starts-before-the-install-do-not-count": (
+        "Starts of the confirmed 1.0.0 before 2.0.0 arrives count nothing against 2.0.0.",
+        3,
+        [*_GOOD_1, _L, _S, _L, _S, _L, _inst("2.0.0"), _S, _conf("2.0.0")],
+    ),
+    "confirm-of-another-version": (
+        "A confirmation of the version loaded before the update does not vouch for it: "
+        "the next start counts.",
+        3,
+        [*_GOOD_1, _L, _S, _inst("2.0.0"), _conf("1.0.0"), _L, _S],
+    ),
+    "confirm-without-a-version": (
+        "A confirmation that names no version confirms the installed one.",
+        3,
+        [_L, _inst("1.0.0"), _S, _conf(None), _L, _S],
+    ),
+    "app-started-twice-in-one-process": (
+        "app_started called twice in one process: the second call counts the first "
+        "(call it once per start).",
+        3,
+        [_L, _inst("1.0.0"), _S, _S],
+    ),
+    "nothing-installed": (
+        "Starts with nothing installed count nothing.",
+        3,
+        [_L, _S, _L, _S, _conf(None)],
+    ),
+}
+
+
+def build_health() -> dict[str, str]:
+    files = {}
+    for name, (description, max_starts, steps) in HEALTH_CASES.items():
+        vector_input = {"max_unconfirmed_starts": max_starts, "steps": steps}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_health_vector(vector_input),
+        }
+        files[f"health/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
 # --- tier files (docs/protocol.md section 5) -----------------------------------------------
 
 FILE_TIERS = {
@@ -3079,6 +3204,7 @@ def everything() -> dict[str, str]:
         **build_labels(),
         **build_conditions(),
         **build_selftest(),
+        **build_health(),
         **build_tier_files(),
     }
 
@@ -3092,6 +3218,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "labels": run_labels,
     "conditions": check_conditions_vector,
     "selftest": check_selftest_vector,
+    "health": check_health_vector,
     "tiers": check_tier_file_vector,
 }
 """The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its

@@ -185,6 +185,40 @@ public enum Conformance {
         ]))
     }
 
+    /// A `tests/vectors/health/*.json` input: the confirmation ledger over its steps (launch, a
+    /// new process; install; app_started, a revert it decides carried out at once; confirm), and
+    /// after each the ledger, the revert decided and the count reported (docs/protocol.md §11).
+    public static func checkHealth(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let maxStarts = input["max_unconfirmed_starts"]?.intValue, let steps = input["steps"]?.arrayValue
+        else { throw HarnessError("health vector input needs max_unconfirmed_starts and steps") }
+        var h = UnitHealth(), started = false, out: [JSONValue] = []
+        for step in steps {
+            var revert: JSONValue = .null, reported: JSONValue = .null
+            switch step["do"]?.stringValue {
+            case "launch": started = false
+            case "install":
+                guard let version = step["version"]?.stringValue else { throw HarnessError("install needs a version") }
+                h.onInstall(version, duringStart: started)
+            case "confirm": _ = h.onConfirm(step["version"]?.stringValue)
+            case "app_started":
+                started = true
+                let before = h.starts
+                let decided = h.onStart(unit: "unit", maxStarts: Int(maxStarts))
+                if h.installed != nil, !h.confirmed, h.starts > before { reported = .int(Int64(h.starts)) }
+                if let decided {
+                    revert = .object(JSONObject([("version", .string(decided.version)), ("to_version", decided.toVersion.map { .string($0) } ?? .null)]))
+                    h.onReverted(to: decided.toVersion)
+                }
+            default: throw HarnessError("not a health step: \(step["do"] ?? .null)")
+            }
+            out.append(.object(JSONObject([
+                ("installed", h.installed.map { .string($0) } ?? .null), ("confirmed", .bool(h.confirmed)),
+                ("unconfirmed_starts", .int(Int64(h.starts))), ("revert", revert), ("reported", reported),
+            ])))
+        }
+        return .object(JSONObject([("steps", .array(out))]))
+    }
+
     /// One case of tests/vectors/rules/cohorts.json: the bucket and the cohort at each percent.
     public static func cohort(salt: String, deviceID: String, percents: [String]) -> JSONValue {
         var inside = JSONObject()

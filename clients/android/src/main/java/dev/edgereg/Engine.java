@@ -412,7 +412,7 @@ final class Engine {
         store().writeInstalled(kind, unit, fresh);
         setPending(null, null, null);
         store().evict();
-        client.health.installed(unit, chosen.version);
+        client.health.installed(unit, chosen.version, started);
         reportInstalled(token, fresh, chosen, decision);
         String before = installed == null ? null : (String) installed.get("version");
         boolean lower = before != null && dev.edgereg.internal.Versions.compareSemver(chosen.version, before) < 0;
@@ -1067,6 +1067,9 @@ final class Engine {
         }
     }
 
+    /** appStarted was called in this process: an install now runs under that start (section 11). */
+    private volatile boolean started;
+
     AppStart appStarted() throws Rejected {
         lock.lock();
         try {
@@ -1077,12 +1080,12 @@ final class Engine {
     }
 
     private AppStart appStartedLocked() throws Rejected {
+        started = true;
         Object[] before = client.health.unconfirmed(unit);
         String[] due = client.health.appStarted(unit);
-        if (due == null) {
-            reportUnconfirmed(before);
-            return null;
-        }
+        // The count went up: its report goes first, the revert's own report after it.
+        reportUnconfirmed(before);
+        if (due == null) return null;
         Map<String, Object> record = store().readInstalled(kind, unit);
         if (record == null || !due[0].equals(record.get("version"))) {
             // Something else is installed by now: nothing to take back.
