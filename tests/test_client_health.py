@@ -240,7 +240,7 @@ def test_a_crash_at_the_first_launch_reports_one_start_in_either_order(
 ) -> None:
     """first_start's signal (docs/protocol.md section 11): 0 for a good install, 1 for a
     first launch that died, whether the app installs before or after app_started."""
-    registry, stable, candidate = _two_releases(tmp_path)
+    registry, stable, _ = _two_releases(tmp_path)
     registry.publish(stable)
     with serve(registry.root) as served:
         for cache, crash in ((tmp_path / "good", False), (tmp_path / "bad", True)):

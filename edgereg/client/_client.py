@@ -7,11 +7,9 @@ the client moves bytes through :mod:`._fetcher`, keeps them with
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -64,6 +62,7 @@ from edgereg.client._installed import (
     _Installed,
     _Member,
 )
+from edgereg.client._metrics import bucket_of, refusal
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, InstallFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
@@ -682,18 +681,14 @@ class Client:
             ValueError: ``name`` is not a distribution the installed release declares,
                 or ``value`` is not a finite number (a programming error of the caller).
         """
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
+        if refusal({}, name, "distribution", value) == "not-finite":
             raise ValueError(f"observe({name!r}, {value!r}): the value must be a finite number")
         installed = self._declared(name, DistributionMetric)
         if installed is None or not self.reporter.enabled:
             return False
         declared = self._record_metrics(installed)[name]
         assert isinstance(declared, DistributionMetric)
-        bucket = bisect.bisect_left(declared.buckets, float(value))
+        bucket = bucket_of(declared.buckets, value)
         self.reporter.observe(
             self.model, installed, name, bucket=bucket, buckets=len(declared.buckets) + 1
         )
@@ -714,15 +709,16 @@ class Client:
         record = self.cache.read_record(self.kind, self.model)
         if record is None:
             return None
+        wanted: Literal["rate", "distribution"] = "rate" if kind is RateMetric else "distribution"
+        why = refusal(record.metrics, name, wanted, 0.0)
         declared = (record.metrics or {}).get(name)
-        wanted = "rate" if kind is RateMetric else "distribution"
-        if declared is None:
+        if why == "undeclared" or declared is None:
             known = ", ".join(sorted(record.metrics or {})) or "none"
             raise ValueError(
                 f"{self.model} {record.version} declares no app metric {name!r} "
                 f"(declared: {known}); declare it in models.toml [models.{self.model}.metrics]"
             )
-        if not isinstance(declared, kind):
+        if why == "other-kind":
             raise ValueError(
                 f"app metric {name!r} of {self.model} {record.version} is a "
                 f"{declared.metric}, not a {wanted}: use "

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from edgereg.client.device import (
-    check_health_vector,
     check_blob_vector,
     check_conditions_vector,
+    check_health_vector,
+    check_metrics_vector,
     check_selftest_vector,
     check_tier_file_vector,
     decide_vector,
@@ -1926,8 +1927,7 @@ HEALTH_CASES: dict[str, tuple[str, int, list[dict[str, Any]]]] = {
         [_L, _inst("1.0.0"), _S, _L, _S, _conf("1.0.0")],
     ),
     "app-started-before-install-confirmed": (
-        "app_started, then the install, then the confirmation in the same process: "
-        "nothing counts.",
+        "app_started, then the install, then the confirmation in the same process: nothing counts.",
         3,
         [_L, _S, _inst("1.0.0"), _conf("1.0.0")],
     ),
@@ -2015,6 +2015,159 @@ def build_health() -> dict[str, str]:
             "expected": check_health_vector(vector_input),
         }
         files[f"health/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- app metrics counted on the device (docs/protocol.md sections 3 and 11) ----------------
+
+_RATE = {"kind": "rate"}
+_CONF = {"kind": "distribution", "buckets": [0.25, 0.5, 0.75]}
+_DECLARED = {"accepted": _RATE, "confidence": _CONF}
+_MAX = 10**9
+
+
+def _rec(name: str, success: bool) -> dict[str, Any]:
+    return {"record": name, "success": success}
+
+
+def _obs(name: str, value: float | str) -> dict[str, Any]:
+    return {"observe": name, "value": value}
+
+
+_LONG = ["m" + "x" * 60 + f"{i:02d}" for i in range(16)]
+"""Sixteen names of 63 characters: the most a release declares, at the longest name."""
+
+METRICS_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = {
+    # name: (description, declared, counts before, calls)
+    "rate-counts-events-and-successes": (
+        "Each record() is one event; a success counts in successes too.",
+        _DECLARED,
+        {},
+        [_rec("accepted", True), _rec("accepted", False), _rec("accepted", True)],
+    ),
+    "distribution-buckets-and-edges": (
+        "A value equal to an edge falls in the bucket that edge closes: 0.25 in (-inf, 0.25], "
+        "0.5 in (0.25, 0.5], 0.75000001 in (0.75, +inf); K edges, K + 1 counts.",
+        _DECLARED,
+        {},
+        [
+            _obs("confidence", 0.25),
+            _obs("confidence", 0.2500001),
+            _obs("confidence", 0.5),
+            _obs("confidence", 0.75),
+            _obs("confidence", 0.75000001),
+        ],
+    ),
+    "distribution-beyond-the-edges": (
+        "Values below the first edge and above the last, however far, are counted in the "
+        "first and last buckets: nothing is clamped away or refused for its size.",
+        _DECLARED,
+        {},
+        [
+            _obs("confidence", -1e308),
+            _obs("confidence", -5),
+            _obs("confidence", 1e308),
+            _obs("confidence", 7),
+        ],
+    ),
+    "distribution-negative-zero-and-integers": (
+        "-0.0 equals an edge 0.0 (its bucket closes there); an integer value is a number "
+        "like any other.",
+        {"delta": {"kind": "distribution", "buckets": [-1, 0, 1]}},
+        {},
+        [_obs("delta", -0.0), _obs("delta", 0), _obs("delta", -1), _obs("delta", 2)],
+    ),
+    "not-finite-values-refused": (
+        "NaN and the infinities are refused (a programming error at the call site): nothing "
+        "counted, the counts before stay as they were.",
+        _DECLARED,
+        {"confidence": {"counts": [1, 0, 0, 0]}},
+        [
+            _obs("confidence", "NaN"),
+            _obs("confidence", "Infinity"),
+            _obs("confidence", "-Infinity"),
+            _obs("confidence", 0.9),
+        ],
+    ),
+    "not-finite-before-the-name": (
+        "A value that is not finite is refused as such, even under a name nobody declares.",
+        _DECLARED,
+        {},
+        [_obs("nobody", "NaN"), _obs("nobody", 0.5)],
+    ),
+    "undeclared-names-refused": (
+        "Names compare exactly: another case, a space, a name of another release are not "
+        "declared; refused, nothing counted, no metrics key.",
+        _DECLARED,
+        {},
+        [_rec("Accepted", True), _rec("accepted ", True), _obs("latency", 3.0)],
+    ),
+    "the-other-kind-refused": (
+        "A distribution recorded as a rate, or a rate observed as a distribution: refused.",
+        _DECLARED,
+        {},
+        [_rec("confidence", True), _obs("accepted", 1.0), _rec("accepted", False)],
+    ),
+    "only-metrics-counted-are-sent": (
+        "A declared metric never counted is left out of the report, not sent as zeros.",
+        {**_DECLARED, "retried": _RATE},
+        {},
+        [_rec("retried", False)],
+    ),
+    "nothing-counted-no-metrics": (
+        "No call counted: the report carries no metrics.",
+        _DECLARED,
+        {},
+        [],
+    ),
+    "totals-go-on-from-earlier-counts": (
+        "The install's counts are never reset: new calls add to the totals so far (counted "
+        "in earlier app sessions).",
+        _DECLARED,
+        {"accepted": {"events": 40, "successes": 37}, "confidence": {"counts": [1, 2, 3, 4]}},
+        [_rec("accepted", True), _obs("confidence", 0.1)],
+    ),
+    "rate-stops-at-a-billion": (
+        "At 10^9 events (the most a report carries) an event counts no more, its success "
+        "neither: the share stays; below it, both count.",
+        {"accepted": _RATE, "kept": _RATE},
+        {
+            "accepted": {"events": _MAX - 1, "successes": 5},
+            "kept": {"events": _MAX, "successes": _MAX - 1},
+        },
+        [_rec("accepted", True), _rec("accepted", True), _rec("kept", True)],
+    ),
+    "distribution-bucket-stops-at-a-billion": (
+        "A bucket at 10^9 counts no more; the other buckets go on.",
+        _DECLARED,
+        {"confidence": {"counts": [_MAX - 1, 0, 0, 0]}},
+        [_obs("confidence", 0.1), _obs("confidence", 0.1), _obs("confidence", 0.3)],
+    ),
+    "sixteen-metrics-at-the-bound": (
+        "The most a report carries: 16 distributions of 32 buckets under names of 63 "
+        "characters, every count at 10^9 (6,897 bytes of metrics; the report vector "
+        "worst-case shows the whole report within 16384 bytes).",
+        {
+            name: {"kind": "distribution", "buckets": [float(e) for e in range(31)]}
+            for name in _LONG
+        },
+        {name: {"counts": [_MAX] * 31 + [_MAX - 1]} for name in _LONG},
+        [_obs(name, 99.5) for name in _LONG] + [_obs(_LONG[0], 100)],
+    ),
+}
+
+
+def build_metrics() -> dict[str, str]:
+    files = {}
+    for name, (description, declared, counts, calls) in METRICS_CASES.items():
+        vector_input = {"declared": declared, "counts": counts, "calls": calls}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_metrics_vector(vector_input),
+        }
+        files[f"metrics/{name}.json"] = json.dumps(vector, indent=2) + "\n"
     return files
 
 
@@ -3205,6 +3358,7 @@ def everything() -> dict[str, str]:
         **build_conditions(),
         **build_selftest(),
         **build_health(),
+        **build_metrics(),
         **build_tier_files(),
     }
 
@@ -3219,6 +3373,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "conditions": check_conditions_vector,
     "selftest": check_selftest_vector,
     "health": check_health_vector,
+    "metrics": check_metrics_vector,
     "tiers": check_tier_file_vector,
 }
 """The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its

@@ -219,6 +219,60 @@ public enum Conformance {
         return .object(JSONObject([("steps", .array(out))]))
     }
 
+    /// A `tests/vectors/metrics/*.json` input: app metric calls counted into an install's totals
+    /// (docs/protocol.md §11), from the totals before (saved as an earlier session of the app left
+    /// them); per call `counted` or why it is refused, then the `metrics` the next report carries.
+    public static func checkMetrics(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let before = input["counts"]?.objectValue, let calls = input["calls"]?.arrayValue,
+            let parsed = try? AppMetric.declarations(input["declared"], "declared")
+        else { throw HarnessError("metrics vector input needs declared, counts and calls") }
+        let declared = parsed ?? [:]
+        var tally = MetricCounts.Tally()
+        for name in before.keys {
+            let c = before[name]!
+            if let counts = c["counts"]?.arrayValue {
+                tally.totals[name] = .distribution(counts: counts.map { $0.intValue ?? 0 })
+            } else {
+                tally.totals[name] = .rate(events: c["events"]?.intValue ?? 0, successes: c["successes"]?.intValue ?? 0)
+            }
+        }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("edgereg-metrics-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("metrics.json")
+        do {
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            try JSONEncoder().encode(MetricCounts.Saved(installs: ["t": tally], order: ["t"])).write(to: file)
+        } catch { throw HarnessError("cannot write \(file.path): \(error)") }
+        let counts = MetricCounts(file: file)
+        var outcomes: [JSONValue] = []
+        for call in calls {
+            let rate = call["record"] != nil
+            guard let name = (rate ? call["record"] : call["observe"])?.stringValue else { throw HarnessError("a call names its metric") }
+            var value = 0.0
+            if !rate {
+                switch call["value"] {
+                case .string("NaN")?: value = .nan
+                case .string("Infinity")?: value = .infinity
+                case .string("-Infinity")?: value = -.infinity
+                default:
+                    guard let v = call["value"]?.doubleValue else { throw HarnessError("observe needs a value") }
+                    value = v
+                }
+            }
+            if let why = AppMetric.refusal(declared, name, kind: rate ? .rate : .distribution, value: value) {
+                outcomes.append(.string(why.rawValue))
+                continue
+            }
+            let metric = declared[name]!
+            counts.count(token: "t", metric: metric, value: rate ? (call["success"]?.boolValue == true ? 1 : 0) : metric.bucket(for: value))
+            outcomes.append(.string("counted"))
+        }
+        counts.awaitSaved()
+        let totals = counts.totals("t")
+        let metrics: JSONValue = totals.map { t in .object(JSONObject(t.keys.sorted().map { ($0, t[$0]!.json) })) } ?? .null
+        return .object(JSONObject([("calls", .array(outcomes)), ("metrics", metrics)]))
+    }
+
     /// One case of tests/vectors/rules/cohorts.json: the bucket and the cohort at each percent.
     public static func cohort(salt: String, deviceID: String, percents: [String]) -> JSONValue {
         var inside = JSONObject()

@@ -95,7 +95,59 @@ public final class Vectors {
             result.put("steps", out);
             return result;
         } finally {
-            for (java.io.File f : dir.listFiles()) f.delete();
+            java.io.File[] files = dir.listFiles();
+            if (files != null) for (java.io.File f : files) f.delete();
+            dir.delete();
+        }
+    }
+
+    /**
+     * tests/vectors/metrics: app metric calls counted into an install's totals (section 11), from
+     * the totals before (saved as an earlier session of the app left them), and what the next
+     * report carries.
+     */
+    @SuppressWarnings("unchecked")
+    public static Map<String, Object> metrics(Map<String, Object> input) throws Exception {
+        Map<String, AppMetric> declared = AppMetric.fromJson(input.get("declared"));
+        java.io.File dir = java.nio.file.Files.createTempDirectory("edgereg-metrics").toFile();
+        try {
+            dev.edgereg.internal.Store store = new dev.edgereg.internal.Store(dir);
+            Map<String, Object> install = new LinkedHashMap<String, Object>();
+            install.put("metrics", input.get("counts"));
+            install.put("changed", false);
+            Map<String, Object> installs = new LinkedHashMap<String, Object>();
+            installs.put("t", install);
+            Map<String, Object> saved = new LinkedHashMap<String, Object>();
+            saved.put("installs", installs);
+            dev.edgereg.internal.Store.atomicWrite(new java.io.File(dir, "metrics.json"), Json.canonical(saved));
+            MetricCounts counts = new MetricCounts(store);
+            List<Object> outcomes = new ArrayList<Object>();
+            for (Object o : (List<Object>) input.get("calls")) {
+                Map<String, Object> call = (Map<String, Object>) o;
+                boolean rate = call.containsKey("record");
+                String name = (String) (rate ? call.get("record") : call.get("observe"));
+                double value = 0;
+                if (!rate) {
+                    Object v = call.get("value");
+                    value = "NaN".equals(v) ? Double.NaN : "Infinity".equals(v) ? Double.POSITIVE_INFINITY
+                            : "-Infinity".equals(v) ? Double.NEGATIVE_INFINITY : ((Json.Num) v).doubleValue();
+                }
+                String why = AppMetric.refusal(declared, name, rate, value);
+                if (why == null) {
+                    AppMetric m = declared.get(name);
+                    counts.count("t", m, rate ? (Boolean.TRUE.equals(call.get("success")) ? 1 : 0) : m.bucket(value));
+                }
+                outcomes.add(why == null ? "counted" : why);
+            }
+            counts.awaitSaved(5000);
+            Map<String, Object> totals = counts.totals("t");
+            Map<String, Object> result = new LinkedHashMap<String, Object>();
+            result.put("calls", outcomes);
+            result.put("metrics", totals == null ? Json.NULL : totals);
+            return result;
+        } finally {
+            java.io.File[] files = dir.listFiles();
+            if (files != null) for (java.io.File f : files) f.delete();
             dir.delete();
         }
     }

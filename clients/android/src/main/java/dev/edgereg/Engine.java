@@ -748,12 +748,13 @@ final class Engine {
         if (d.version == null) return false; // nothing installed: nothing counted
         AppMetric m = d.metrics.get(metric);
         String call = rate ? "record" : "observe";
-        if (m == null) {
+        String why = AppMetric.refusal(d.metrics, metric, rate, rate ? 0 : observed);
+        if ("undeclared".equals(why) || m == null) {
             throw new IllegalArgumentException(call + "(\"" + metric + "\"): " + unit + " " + d.version + " declares no app metric '" + metric
                     + "' (declared: " + (d.metrics.isEmpty() ? "none" : String.valueOf(d.metrics.keySet())) + "); declare it in models.toml ["
                     + kind + "." + unit + ".metrics." + metric + "]");
         }
-        if (m.isRate() != rate) {
+        if ("other-kind".equals(why)) {
             throw new IllegalArgumentException(call + "(\"" + metric + "\"): app metric '" + metric + "' of " + unit + " " + d.version + " is a "
                     + m.kind + ": use " + (m.isRate() ? "record" : "observe") + "()");
         }
