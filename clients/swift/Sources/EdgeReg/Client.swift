@@ -221,7 +221,9 @@ public actor EdgeRegClient {
         await exclusive { await self.currentNow(unit) }
     }
 
-    /// Call once at every start of the app, before loading: reverts a crash loop (§11).
+    /// Call once at every start of the app, before loading (before or after `update`): counts the
+    /// start before it when that start ran the unconfirmed install and ended without a
+    /// confirmation, and reverts a crash loop (§11).
     public func appStarted(_ unit: ReleaseUnit) async -> StartOutcome {
         await exclusive { await self.appStartedNow(unit) }
     }

@@ -226,7 +226,7 @@ public enum Conformance {
         guard let before = input["counts"]?.objectValue, let calls = input["calls"]?.arrayValue,
             let parsed = try? AppMetric.declarations(input["declared"], "declared")
         else { throw HarnessError("metrics vector input needs declared, counts and calls") }
-        let declared = parsed ?? [:]
+        let declared = parsed
         var tally = MetricCounts.Tally()
         for name in before.keys {
             let c = before[name]!
