@@ -20,8 +20,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import semver
-
 from edgereg.errors import ConflictError, TrustError
 from edgereg.protocol import layout
 from edgereg.protocol.envelope import Signer, TrustedKeys, key_id, load_public_key, public_key_pem
@@ -41,7 +39,6 @@ from edgereg.protocol.wire import (
     verify_document,
     verify_release,
 )
-from edgereg.registry import _transitions as transitions
 from edgereg.registry._errors import ReleaseError
 from edgereg.registry._manifests import build_manifests
 from edgereg.signing import looks_like_private_key
@@ -254,6 +251,8 @@ class Registry:
 
     def versions(self, model: str) -> list[str]:
         """Every version with a release record, oldest first."""
+        import semver  # here: `status` and `pull` list no versions (semver imports argparse)
+
         prefix = layout.releases_prefix(model)
         found = [
             key[len(prefix) : -len(".json")]
@@ -337,6 +336,8 @@ class Registry:
             ConflictError: another publisher changed the state meanwhile; retry.
             StorageError: the backend failed; nothing half-written is visible.
         """
+        from edgereg.registry import _transitions as transitions
+
         record = prepared.record
         model, version = record.name, record.version
         signers = signers_of(signer)
@@ -427,6 +428,8 @@ class Registry:
         every device that ever installed the model. The record of the version
         being published is no history: an interrupted first publish leaves it.
         """
+        from edgereg.registry import _transitions as transitions
+
         if state is not None:
             return
         records = [v for v in self.versions(model) if v != publishing]
@@ -476,6 +479,8 @@ class Registry:
         one had moved past (a rolled-back candidate) once its sequence
         overtakes the manifests'.
         """
+        from edgereg.registry import _transitions as transitions
+
         if state is None:
             return
         newest = self.newest_manifest(model)
@@ -519,6 +524,8 @@ class Registry:
                 is not given.
             TrustError: a manifest does not verify.
         """
+        from edgereg.registry import _transitions as transitions
+
         signers = signers_of(signer)
         self.check_signer(signers)
         state, token = self.read_state(model)
