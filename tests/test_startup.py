@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -216,6 +217,26 @@ def test_status_loads_no_publishing_code_and_no_schema(
     assert _present(loaded, [*NOT_FOR_READING, *SCHEMA, "edgereg.client", "logging"]) == []
     as_json = _loaded_after(["status", "digits", "--json"], cwd=tmp_path)
     assert _present(as_json, [*NOT_FOR_READING, *SCHEMA, "edgereg.client", "rich"]) == []
+
+
+def test_status_loads_no_emoji_table(registry: tuple[Path, Path], tmp_path: Path) -> None:
+    # No cell of the table can hold an emoji code; rich's table of them stays unloaded,
+    # and the registry's path is shown as it is named.
+    root, key = registry
+    named = tmp_path / "a:smile:b"
+    shutil.copytree(root, named)
+    probe = (
+        "import sys\nfrom edgereg.cli import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('rich._emoji_codes' in sys.modules)"
+    )
+    args = ["status", "digits", "--registry", f"file://{named}", "--trusted-key", str(key)]
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True
+    )
+    assert ":smile:" in done.stdout.replace("\n", "").replace(" ", "")
+    assert "high-int8" in done.stdout
+    assert done.stdout.splitlines()[-1] == "False"
 
 
 def test_analyze_loads_no_client_server_or_build(
