@@ -11,7 +11,6 @@ measures those against curl and the targets).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -166,8 +165,7 @@ NOT_FOR_READING = [
     "edgereg.analysis",
     "edgereg.reports",
     "sqlite3",
-    # pydantic's plugin loader's (the command line loads no plugin); the rollout rules'.
-    "importlib.metadata",
+    # the rollout rules'.
     "semver",
     "edgereg.registry._transitions",
 ]
@@ -324,31 +322,3 @@ def test_a_command_with_threads_left_or_a_message_exits_the_interpreters_way() -
     assert (waited.returncode, waited.stdout) == (0, "thread done\n"), waited.stderr
     said = subprocess.run([sys.executable, "-c", code, "say"], capture_output=True, text=True)
     assert (said.returncode, said.stderr) == (1, "a message\n")
-
-
-def test_the_command_line_loads_no_pydantic_plugin_unless_asked(
-    registry: tuple[Path, Path], tmp_path: Path
-) -> None:
-    # Without plugins (the default) pydantic's loader, which imports importlib.metadata,
-    # is not loaded; PYDANTIC_DISABLE_PLUGINS="" (load them all) gets pydantic's own.
-    root, key = registry
-    args = ["status", "digits", "--registry", f"file://{root}", "--trusted-key", str(key)]
-    probe = (
-        "import sys\nfrom edgereg.cli import main\ntry:\n    main(sys.argv[1:])\n"
-        "except SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(hasattr(sys.modules['pydantic.plugin._loader'], 'PYDANTIC_ENTRY_POINT_GROUP'),"
-        " 'importlib.metadata' in sys.modules)"
-    )
-    for value, expected in ((None, "False False"), ("", "True True"), ("1", "False False")):
-        env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-        if value is not None:
-            env["PYDANTIC_DISABLE_PLUGINS"] = value
-        done = subprocess.run(
-            [sys.executable, "-c", probe, *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-            check=True,
-        )
-        assert done.stdout.splitlines()[-1] == expected, (value, done.stdout)

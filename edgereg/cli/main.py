@@ -11,7 +11,6 @@ import importlib
 import os
 import sys
 import threading
-import types
 from typing import Any, ClassVar, NoReturn
 
 import click
@@ -30,25 +29,6 @@ from edgereg.cli._common import (
     handle_errors,
     stderr,
 )
-
-_NO_PLUGINS = ("__all__", "1", "true")  # pydantic's values for "load no plugin"
-
-
-def _load_no_pydantic_plugin() -> None:
-    """Told to load none, pydantic's plugin loader still imports importlib.metadata.
-
-    With it come email, zipfile, csv and socket: ~50 ms of CPU, a tenth of
-    `edgereg status`, before the loader reads the variable. In its place goes
-    its one function (all pydantic imports of it), which answers none.
-    """
-    name = "pydantic.plugin._loader"
-    if os.environ["PYDANTIC_DISABLE_PLUGINS"] in _NO_PLUGINS and name not in sys.modules:
-        loader = types.ModuleType(name, "pydantic plugins: none (edgereg's command line)")
-        loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
-        sys.modules[name] = loader
-
-
-_load_no_pydantic_plugin()
 
 
 class _LazyGroup(click.Group):
