@@ -192,9 +192,10 @@ def test_the_record_says_it_is_the_build_hosts_and_reads_back() -> None:
     assert (found["figures"], found["label"]) == ("host", LABEL)
     assert (found["host_best"], found["settled"], found["stopped"]) == (2, True, "settled")
     # Every count the sweep names is named as the host's.
-    assert {key for key in found if "best" in key or "fastest" in key} == {
+    assert {key for key in found if key.endswith(("best", "fastest"))} == {
         "host_best",
         "host_fastest",
+        "ratio_to_host_best",
     }
     line = describe(found)
     assert "not a phone" in line
