@@ -33,7 +33,7 @@ PROBE_DATA = "probe-data.bin"
 #: The labels (canonical JSON array) of a model that has them: the contract
 #: references it as a blob when the labels are too large to inline.
 LABELS = "labels.json"
-#: Host load time, memory and latency per thread count. Not a DVC stage output:
+#: Host load time, memory, latency and the thread sweep. Not a DVC stage output:
 #: timings differ on every run, and dvc.lock records only what a rebuild of the
 #: same inputs reproduces byte for byte. dvc.yaml lists it as a top-level metric
 #: and plot, so `dvc metrics show` and `dvc plots show` still read it.
