@@ -153,6 +153,19 @@ def test_one_count_is_no_sweep() -> None:
     host = Host({4: 0.01})
     run = run_sweep((4,), host.forward, clock=host.clock, budget_seconds=1.0, policy=SweepPolicy())
     assert (run.stopped, run.rounds, host.order) == ("single", 0, [])
+    line = describe(record(run, declared=4, tier_cores=None, host=2, confidence=0.95))
+    assert "one count only" in line
+
+
+def test_a_sweep_out_of_budget_before_its_first_round_says_so() -> None:
+    host = Host({1: 0.5, 2: 0.5})
+    run = run_sweep(
+        (1, 2), host.forward, clock=host.clock, budget_seconds=0.6, policy=SweepPolicy()
+    )
+    assert (run.stopped, run.rounds) == ("budget", 0)
+    line = describe(record(run, declared=1, tier_cores=None, host=2, confidence=0.95))
+    assert "no rounds within its 0.60 s budget" in line
+    assert "not a phone" in line
 
 
 @pytest.mark.parametrize(

@@ -412,7 +412,9 @@ def describe(found: Mapping[str, Any]) -> str:
             continue
         interval = "" if low is None or high is None else f" [{low:.2f}-{high:.2f}]"
         parts.append(f"{n} thr {ratio:.2f}x{interval}")
-    if best is None or not parts:
+    if found.get("stopped") == "single":
+        outcome = "one count only, nothing to compare"
+    elif best is None or not parts:
         outcome = f"no rounds within its {_seconds(found.get('budget_seconds'))} budget"
     else:
         verdict = "settled" if found.get("settled") else "not settled"
