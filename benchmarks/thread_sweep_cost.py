@@ -19,6 +19,12 @@ would flatter the share). The target is judged on the stricter one. Also
 printed: the count each way chose on this host, and whether the new sweep
 settled. Host figures: the build machine's, not a phone's.
 
+``--repeat N`` then runs each sweep N more times on the same artifact, the
+earlier one and the new one (in the benchmark's child, with the build's
+budget), and prints the count each run chose: the earlier sweep's choice
+flipped between runs (issue 27: 2, 1, 2), the new one's settled answers
+should agree, and an unsettled one says so.
+
 ``--large`` adds the weight-only variant of the 1x3x1024x1024 segmenter
 (tests/tiny_models.py), the model of the issue (54-83 % of its build before).
 
@@ -43,7 +49,7 @@ import numpy as np
 from edgereg import config as config_mod
 from edgereg import toolchain
 from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK
-from edgereg.build.threads import host_cores, recommend, sweep_counts
+from edgereg.build.threads import SweepPolicy, SweepRun, host_cores, recommend, sweep_counts
 from edgereg.build.variant import BenchSettings, build_variant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +85,35 @@ def earlier_sweep(
     return max(everything - alone, 0.0), recommend(p50, tuple(counts))
 
 
-def measure(config: config_mod.Config, model: str, variant: str, out: Path) -> dict[str, Any]:
+def new_sweep(
+    artifact: Path,
+    sample: dict[str, np.ndarray],
+    counts: Sequence[int],
+    declared: int,
+    prior_seconds: float,
+) -> tuple[int | None, bool]:
+    """One more run of the new sweep as the build runs it: the count it chose, and if settled."""
+    policy = SETTINGS.sweep or SweepPolicy()
+    result = toolchain.benchmark(
+        artifact,
+        sample,
+        threads=(declared,),
+        warmup=SETTINGS.warmup,
+        iterations=SETTINGS.iterations,
+        sweep={
+            "counts": sorted({*counts, declared}),
+            "prior_seconds": prior_seconds,
+            "policy": policy.to_json(),
+        },
+    )
+    assert result.sweep is not None
+    run = SweepRun.from_json(result.sweep, confidence=policy.confidence)
+    return run.answer.recommended, run.answer.settled
+
+
+def measure(
+    config: config_mod.Config, model: str, variant: str, out: Path, repeat: int
+) -> dict[str, Any]:
     spec = config.models[model].variants[variant]
     start = time.perf_counter()
     result = build_variant(config, model, variant, out, bench=SETTINGS)
@@ -95,6 +129,14 @@ def measure(config: config_mod.Config, model: str, variant: str, out: Path) -> d
     )
     after_s = float(swept["seconds"])
     total_before = total - after_s + before_s
+    stages = list(result.stage_seconds)
+    prior = sum(result.stage_seconds[name] for name in stages[: stages.index("benchmark")])
+    again_before, again_after = [], []
+    for _ in range(repeat):
+        sample = sample_for(config, model, variant)
+        artifact = result.out_dir / ARTIFACT
+        again_before.append(earlier_sweep(artifact, sample, counts, spec.runtime.threads)[1])
+        again_after.append(new_sweep(artifact, sample, counts, spec.runtime.threads, prior))
     return {
         "variant": f"{model}/{variant}",
         "build_s": total,
@@ -112,6 +154,8 @@ def measure(config: config_mod.Config, model: str, variant: str, out: Path) -> d
         "stopped": swept["stopped"],
         "rounds": swept["rounds"],
         "counts": swept["counts"],
+        "again_before": [before_choice, *again_before],
+        "again_after": [(swept["host_best"], swept["settled"]), *again_after],
     }
 
 
@@ -120,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default="", help="comma-separated example models")
     parser.add_argument("--large", action="store_true", help="add the 1024x1024 segmenter")
     parser.add_argument("--no-examples", action="store_true", help="only --large")
+    parser.add_argument("--repeat", type=int, default=0, help="run each sweep N more times")
     args = parser.parse_args(argv)
     print(
         f"host: {platform.machine()}, {host_cores()} cores, load {os.getloadavg()[0]:.1f} "
@@ -142,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             jobs.append((large_project(Path(tmp) / "large"), "seg", "w8"))
         for config, model, variant in jobs:
-            row = measure(config, model, variant, Path(tmp) / "out")
+            row = measure(config, model, variant, Path(tmp) / "out", args.repeat)
             rows.append(row)
             print(
                 f"{row['variant']:16} build {row['build_s']:6.2f} s (arm {row['arm_s']:5.2f} s)  "
@@ -151,6 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{row['stopped']})  host choice before {row['before_choice']}, "
                 f"after {row['after_choice']} ({'settled' if row['settled'] else 'not settled'})"
             )
+            if args.repeat:
+                after = ", ".join(
+                    f"{best}{'' if settled else ' (not settled)'}"
+                    for best, settled in row["again_after"]
+                )
+                print(
+                    f"{'':16} host choice of {args.repeat + 1} runs: before "
+                    f"{row['again_before']}, after [{after}]"
+                )
     print("\nsummary: the thread sweep's share of a build (host figures)")
     ok = True
     for r in rows:
