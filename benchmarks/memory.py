@@ -138,7 +138,7 @@ def main() -> int:
                         "runtime_mb": metrics["memory"].get("runtime_mb"),
                         "plain_mb": plain,
                         "threads": swept.get("counts", []),
-                        "recommended": swept.get("host_best"),
+                        "recommended": swept.get("leading"),
                         "largest": (metrics["size"]["largest"] or [{}])[0].get("op"),
                         "largest_share": (metrics["size"]["largest"] or [{}])[0].get("share"),
                     }

@@ -149,13 +149,13 @@ def measure(
         "before_share_no_arm": before_s / max(total_before - arm_s, 1e-9),
         "after_share_no_arm": after_s / max(total - arm_s, 1e-9),
         "before_choice": before_choice,
-        "after_choice": swept["host_best"],
+        "after_choice": swept["leading"],
         "settled": swept["settled"],
         "stopped": swept["stopped"],
         "rounds": swept["rounds"],
         "counts": swept["counts"],
         "again_before": [before_choice, *again_before],
-        "again_after": [(swept["host_best"], swept["settled"]), *again_after],
+        "again_after": [(swept["leading"], swept["settled"]), *again_after],
     }
 
 

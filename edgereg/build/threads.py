@@ -388,10 +388,12 @@ def record(
         "stopped": run.stopped,
         "settled": run.answer.settled,
         "confidence": confidence,
-        "host_fastest": run.answer.fastest,
-        "host_best": run.answer.recommended,
-        # Median per-round ratio of each count's latency to host_best's, with its interval.
-        "ratio_to_host_best": ratios,
+        # The smallest count within 5 % of the fastest on this host: only once
+        # settled. Before that, the count ahead so far (noise may yet move it).
+        "host_best": run.answer.recommended if run.answer.settled else None,
+        "leading": run.answer.recommended,
+        # Median per-round ratio of each count's latency to the leading count's, with its interval.
+        "ratio_to_leading": ratios,
         "p50_ms": {str(n): _finite(_median(v)) if v else None for n, v in run.times_ms.items()},
     }
 
@@ -402,8 +404,8 @@ def _finite(value: float | None) -> float | None:
 
 def describe(found: Mapping[str, Any]) -> str:
     """One line for people: the sweep's ratios, its answer, its cost, and that it is the host's."""
-    best = found.get("host_best")
-    ratios = found.get("ratio_to_host_best") or {}
+    best = found.get("leading")
+    ratios = found.get("ratio_to_leading") or {}
     parts = []
     for n in found.get("counts") or []:
         entry = ratios.get(str(n)) or {}
@@ -416,12 +418,16 @@ def describe(found: Mapping[str, Any]) -> str:
         outcome = "one count only, nothing to compare"
     elif best is None or not parts:
         outcome = f"no rounds within its {_seconds(found.get('budget_seconds'))} budget"
-    else:
-        verdict = "settled" if found.get("settled") else "not settled"
+    elif found.get("settled"):
         outcome = (
-            f"{', '.join(parts)} of {best} thr's latency; smallest within "
-            f"{WITHIN:.0%} of the fastest here: {best} ({verdict} after "
+            f"{', '.join(parts)} of {best} thr's latency; the smallest count within "
+            f"{WITHIN:.0%} of the fastest here: {best} (settled after "
             f"{found.get('rounds')} interleaved rounds)"
+        )
+    else:
+        outcome = (
+            f"{', '.join(parts)} of {best} thr's latency; not settled after "
+            f"{found.get('rounds')} interleaved rounds ({best} thr leads so far)"
         )
     cores = f"counts up to the host's {found.get('host_cores')} cores"
     if found.get("tier_cores"):
