@@ -555,8 +555,10 @@ def test_every_vector_folder_is_documented() -> None:
     assert folders == {
         "blobs",
         "conditions",
+        "health",
         "keys",
         "labels",
+        "metrics",
         "probes",
         "reports",
         "rules",
@@ -594,6 +596,15 @@ def test_new_vector_kinds_cover_their_rules() -> None:
         "not-json",
         "invalid",
     }
+    assert {call for e in expected("metrics") for call in e["calls"]} == {
+        "counted",
+        "not-finite",
+        "undeclared",
+        "other-kind",
+    }
+    steps = [step for e in expected("health") for step in e["steps"]]
+    assert {step["reported"] for step in steps} >= {None, 1, 2, 3}
+    assert any(step["revert"] is not None for step in steps)
     assert {e.get("reason") for e in expected("labels")} == {
         None,
         "malformed",

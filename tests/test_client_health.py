@@ -6,6 +6,7 @@ import json
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from loopkit import LoopRegistry, serve
@@ -155,41 +156,59 @@ def test_a_revert_the_app_makes_itself_marks_the_version_bad(tmp_path: Path) -> 
 # --- the client runs it: real registry over real HTTP, reports collected ---------------
 
 
-def test_a_crash_looping_candidate_is_reverted_marked_bad_and_reported(tmp_path: Path) -> None:
+def _two_releases(tmp_path: Path) -> tuple[LoopRegistry, Any, Any]:
     registry = LoopRegistry(tmp_path / "registry")
     blobs = []
     for version in ("1.0.0", "1.1.0"):
         blob = tmp_path / f"model-{version}.mnn"
         blob.write_bytes(random.Random(version).randbytes(2000))
         blobs.append(registry.entry(blob, None, version=version, backends=("cpu",)))
-    stable, candidate = blobs
+    return registry, blobs[0], blobs[1]
+
+
+def _launch(url: str, registry: LoopRegistry, cache: Path, starts: int = 2) -> Client:
+    """One run of the app's process: a new client over the same cache."""
+    return Client(
+        url,
+        registry.trusted,
+        cache,
+        model="digits",
+        device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
+        tier="high",
+        max_unconfirmed_starts=starts,
+    )
+
+
+def test_a_crash_looping_candidate_is_reverted_marked_bad_and_reported(tmp_path: Path) -> None:
+    registry, stable, candidate = _two_releases(tmp_path)
     registry.publish(stable)
+    cache = tmp_path / "cache"
     with serve(registry.root) as served:
-        client = Client(
-            served.url,
-            registry.trusted,
-            tmp_path / "cache",
-            model="digits",
-            device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
-            tier="high",
-            max_unconfirmed_starts=2,
-        )
+        # The app installs before it calls app_started, and confirms: no start counts.
+        client = _launch(served.url, registry, cache)
         assert client.fetch().version == "1.0.0"
         assert client.app_started() is None
         client.record_inference(4.0)
         assert client.confirm()
+        client.close()
         registry.publish(stable, candidate)  # 100%: this device gets it
-        assert client.fetch().version == "1.1.0"
-        # The app crashes before its first inference with 1.1.0, twice.
-        assert client.app_started() is None
-        assert client.app_started() is None
+        # app_started first this time; the install runs in this start, which dies
+        # before its first inference with 1.1.0, and so does the next one.
+        for _ in range(2):
+            client = _launch(served.url, registry, cache)
+            assert client.app_started() is None
+            assert client.fetch().version == "1.1.0"
+            client.close()
+        client = _launch(served.url, registry, cache)
         revert = client.app_started()
         assert revert is not None
-        assert (revert.version, revert.to_version) == ("1.1.0", "1.0.0")
+        assert (revert.version, revert.to_version, revert.starts) == ("1.1.0", "1.0.0", 2)
         current = client.current()
         assert current is not None
         assert current.version == "1.0.0"
         assert "1.1.0" in client.status().bad_releases
+        client.close()
+        client = _launch(served.url, registry, cache)
         assert client.app_started() is None  # 1.0.0 was confirmed: nothing to count
         after = client.fetch()
         assert (after.version, after.fallback) == ("1.0.0", "bad-release")
@@ -199,21 +218,52 @@ def test_a_crash_looping_candidate_is_reverted_marked_bad_and_reported(tmp_path:
     # (unconfirmed_starts), so the crash loop shows before the revert.
     assert [(r.version, r.unconfirmed_starts, r.confirmed, r.reverted) for r in reports] == [
         ("1.0.0", None, False, False),
-        ("1.0.0", 1, False, False),
-        ("1.0.0", 1, True, False),
+        ("1.0.0", None, True, False),
         ("1.1.0", None, False, False),
         ("1.1.0", 1, False, False),
         ("1.1.0", 2, False, False),
         ("1.1.0", 2, False, True),
     ]
     assert all(r.schema_version == 2 for r in reports if r.unconfirmed_starts is not None)
-    assert reports[2].inference is not None
-    assert reports[2].inference.count == 1
-    assert reports[2].first_inference_ms == 4.0
-    assert reports[3].arm == "candidate"
-    assert len({r.token for r in reports[:3]}) == 1
-    assert len({r.token for r in reports[3:]}) == 1
-    assert reports[0].token != reports[3].token
+    assert reports[1].inference is not None
+    assert reports[1].inference.count == 1
+    assert reports[1].first_inference_ms == 4.0
+    assert reports[2].arm == "candidate"
+    assert len({r.token for r in reports[:2]}) == 1
+    assert len({r.token for r in reports[2:]}) == 1
+    assert reports[0].token != reports[2].token
+
+
+@pytest.mark.parametrize("order", ["install first", "app_started first"])
+def test_a_crash_at_the_first_launch_reports_one_start_in_either_order(
+    order: str, tmp_path: Path
+) -> None:
+    """first_start's signal (docs/protocol.md section 11): 0 for a good install, 1 for a
+    first launch that died, whether the app installs before or after app_started."""
+    registry, stable, _ = _two_releases(tmp_path)
+    registry.publish(stable)
+    with serve(registry.root) as served:
+        for cache, crash in ((tmp_path / "good", False), (tmp_path / "bad", True)):
+            client = _launch(served.url, registry, cache, starts=3)
+            if order == "install first":
+                assert client.fetch().version == "1.0.0"
+                assert client.app_started() is None
+            else:
+                assert client.app_started() is None
+                assert client.fetch().version == "1.0.0"
+            if crash:
+                client.close()  # the process dies before the first inference
+                client = _launch(served.url, registry, cache, starts=3)
+                assert client.app_started() is None
+            client.record_inference(3.0)
+            assert client.confirm("1.0.0")
+            client.close()
+        reports = served.reports()
+    good = [r for r in reports if r.unconfirmed_starts is None]
+    bad = [r.unconfirmed_starts for r in reports if r.unconfirmed_starts is not None]
+    assert len(good) == 3  # the good install's and confirmation, the bad install's
+    assert bad == [1, 1]  # the crashed start counted at the next, kept at the confirmation
+    assert reports[-1].confirmed
 
 
 def test_without_a_report_url_or_with_reporting_off_nothing_is_sent(tmp_path: Path) -> None:

@@ -531,10 +531,12 @@ def test_a_crash_loop_is_stored_by_edgereg_serve_before_the_revert(
             device=DeviceProfile(device_id="d1", ram_mb=6144, cpu_cores=8),
             tier="high",
             cpu_features={"dotprod", "fp16", "i8mm"},
-            max_unconfirmed_starts=2,
+            max_unconfirmed_starts=3,
         )
+        # Installed before app_started: this start runs it, and counts nothing yet.
         assert client.fetch().version == "1.1.0"
         assert client.app_started() is None
+        assert client.app_started() is None  # the one before ended unconfirmed: 1
         client.close()
         (candidate,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
         # Stored, not yet reverted; one start is not a stall (stalled_starts 2).
@@ -544,16 +546,17 @@ def test_a_crash_loop_is_stored_by_edgereg_serve_before_the_revert(
         # The second unconfirmed start is on the server as it happens: a stall, no revert.
         (stalled,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
         assert _events(stalled, "stalled", "reverted") == (1, 0)
-        assert client.app_started() is not None  # the third start reverts
+        assert client.app_started() is not None  # the third counted start reverts
         client.close()
         (after,) = [s for s in store.summaries("digits") if s.arm == "candidate"]
     sent = [parse_report(body) for _, body in answers]
-    assert [status for status, _ in answers] == [202] * 4
+    assert [status for status, _ in answers] == [202] * 5
     assert [(r.unconfirmed_starts, r.reverted) for r in sent] == [
         (None, False),
         (1, False),
         (2, False),
-        (2, True),
+        (3, False),
+        (3, True),
     ]
     assert {(r.schema_version, r.cpu_class, r.version) for r in sent} == {(2, "armv9", "1.1.0")}
     assert (after.devices, *_events(after, "reverted")) == (1, 1)

@@ -7,11 +7,9 @@ the client moves bytes through :mod:`._fetcher`, keeps them with
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -64,6 +62,7 @@ from edgereg.client._installed import (
     _Installed,
     _Member,
 )
+from edgereg.client._metrics import bucket_of, refusal
 from edgereg.client._policy import BundledRelease, Conditions, DownloadPolicy
 from edgereg.client._reporter import DeviceFacts, InstallFacts, Reporter
 from edgereg.client._results import BadRelease, FetchResult, cohort_position, error_code
@@ -364,6 +363,8 @@ class Client:
                 raise ValueError(f"mnn_apis names {sorted(apis)}; the MNN APIs are {MNN_APIS}")
             self.app = dataclasses.replace(self.app, mnn_apis=apis)
         self.health = HealthLedger(self.cache.root, max_unconfirmed_starts=max_unconfirmed_starts)
+        # app_started was called in this process: an install now is under a start (§11).
+        self._started = False
         self.reporter = Reporter(
             base_url,
             self.cache.root,
@@ -588,18 +589,24 @@ class Client:
     def app_started(self) -> Revert | None:
         """Call once at every start of the app, before it loads the model.
 
-        Counts the start against an unconfirmed install; when the installed
-        release was not confirmed within ``max_unconfirmed_starts`` starts (a
-        crash loop), reverts it to the last good set and marks it bad
-        (docs/protocol.md §11). Reads and writes the cache only.
+        Counts the start before against an unconfirmed install when that start
+        ran it (it ended without a confirmation: a crash, or the app closed
+        before its first inference); when the installed release was not
+        confirmed over ``max_unconfirmed_starts`` such starts (a crash loop),
+        reverts it to the last good set and marks it bad (docs/protocol.md
+        §11). Whether the app calls it before or after :meth:`fetch` installs
+        an update, a start whose install happened in it counts the same. Reads
+        and writes the cache only.
 
         Returns:
             The revert carried out (load :meth:`current` then), or None.
         """
+        self._started = True
         before = self.health.health(self.model).starts
         revert = self.health.app_started(self.model)
+        # The count went up: its report goes first, the revert's own report after it.
+        self._report_unconfirmed(before)
         if revert is None:
-            self._report_unconfirmed(before)
             return None
         record = self.cache.read_record(self.kind, self.model)
         if record is None or record.version != revert.version:
@@ -674,18 +681,14 @@ class Client:
             ValueError: ``name`` is not a distribution the installed release declares,
                 or ``value`` is not a finite number (a programming error of the caller).
         """
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
+        if refusal({}, name, "distribution", value) == "not-finite":
             raise ValueError(f"observe({name!r}, {value!r}): the value must be a finite number")
         installed = self._declared(name, DistributionMetric)
         if installed is None or not self.reporter.enabled:
             return False
         declared = self._record_metrics(installed)[name]
         assert isinstance(declared, DistributionMetric)
-        bucket = bisect.bisect_left(declared.buckets, float(value))
+        bucket = bucket_of(declared.buckets, value)
         self.reporter.observe(
             self.model, installed, name, bucket=bucket, buckets=len(declared.buckets) + 1
         )
@@ -706,15 +709,16 @@ class Client:
         record = self.cache.read_record(self.kind, self.model)
         if record is None:
             return None
+        wanted: Literal["rate", "distribution"] = "rate" if kind is RateMetric else "distribution"
+        why = refusal(record.metrics, name, wanted, 0.0)
         declared = (record.metrics or {}).get(name)
-        wanted = "rate" if kind is RateMetric else "distribution"
-        if declared is None:
+        if why == "undeclared" or declared is None:
             known = ", ".join(sorted(record.metrics or {})) or "none"
             raise ValueError(
                 f"{self.model} {record.version} declares no app metric {name!r} "
                 f"(declared: {known}); declare it in models.toml [models.{self.model}.metrics]"
             )
-        if not isinstance(declared, kind):
+        if why == "other-kind":
             raise ValueError(
                 f"app metric {name!r} of {self.model} {record.version} is a "
                 f"{declared.metric}, not a {wanted}: use "
@@ -1004,7 +1008,7 @@ class Client:
 
     def _report_installed(self, new: _Installed, decision: Decision) -> None:
         """A new release is installed: its count of starts begins, each member is reported."""
-        self.health.installed(self.model, new.version)
+        self.health.installed(self.model, new.version, during_start=self._started)
         results = self.self_test.results if self.self_test is not None else {}
         for name in sorted(new.members):
             facts = self._facts(new, name, decision)

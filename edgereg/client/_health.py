@@ -2,11 +2,14 @@
 
 The app confirms a model after its first real inference succeeds
 (:meth:`HealthLedger.confirm`, like CodePush's ``notifyAppReady``) and calls
-:meth:`HealthLedger.app_started` once at every start. A model installed and
-not confirmed within ``max_unconfirmed_starts`` starts (declared by the app,
-default 3) is a crash loop: at the next start the ledger answers with a
-:class:`Revert` to the last confirmed version, and marks the unconfirmed one
-bad on this device so it is never installed again (docs/protocol.md §11).
+:meth:`HealthLedger.app_started` once at every start. A start counts against an
+install when it ran with the install unconfirmed and ended without a
+confirmation (counted at the next start), whichever order the app calls
+``app_started`` and installs in. A model installed and not confirmed over
+``max_unconfirmed_starts`` such starts (declared by the app, default 3) is a
+crash loop: at the next start the ledger answers with a :class:`Revert` to the
+last confirmed version, and marks the unconfirmed one bad on this device so it
+is never installed again (docs/protocol.md §11).
 
 The rule is pure (:func:`on_install`, :func:`on_start`, :func:`on_confirm` over
 :class:`UnitHealth`); the ledger is its thin shell over ``health.json`` in
@@ -52,7 +55,7 @@ class Revert:
         version: The unconfirmed version, now marked bad.
         to_version: The last confirmed version, or None when there is none
             (the app falls back to what it ships, or to no model).
-        starts: Starts since the install without a confirmation.
+        starts: Starts that ran the install and ended without a confirmation.
     """
 
     unit: str
@@ -73,7 +76,12 @@ class UnitHealth:
     Attributes:
         installed: The version installed now (None before the first).
         confirmed: Whether ``installed`` was confirmed.
-        starts: App starts since ``installed`` was installed.
+        starts: App starts that ran ``installed`` unconfirmed and ended (the
+            report's ``unconfirmed_starts``).
+        running: A start that may run ``installed`` is under way and has not
+            confirmed it: the app called ``app_started`` with it installed, or
+            installed it after calling ``app_started`` in this process. The
+            next start counts it (it ended without a confirmation).
         last_good: The latest confirmed version.
         reverting: A revert decided but not yet carried out (said again at
             every start until :func:`on_reverted`).
@@ -83,16 +91,26 @@ class UnitHealth:
     installed: str | None = None
     confirmed: bool = False
     starts: int = 0
+    running: bool = False
     last_good: str | None = None
     reverting: Revert | None = None
     bad: dict[str, str] = field(default_factory=dict)
 
 
-def on_install(health: UnitHealth, version: str) -> UnitHealth:
-    """A new version was installed: it waits for a confirmation, its starts count from zero."""
+def on_install(health: UnitHealth, version: str, *, during_start: bool = False) -> UnitHealth:
+    """A new version was installed: it waits for a confirmation, its starts count from zero.
+
+    ``during_start``: the app already called ``app_started`` in this process (an
+    app start under way, which may run the new version): when it ends without a
+    confirmation, the next start counts it. An install before ``app_started`` (or
+    in a process that never calls it, a background worker) starts no count: the
+    next ``app_started`` is the first start that runs it.
+    """
     if version == health.installed:
         return health
-    return dataclasses.replace(health, installed=version, confirmed=False, starts=0)
+    return dataclasses.replace(
+        health, installed=version, confirmed=False, starts=0, running=during_start
+    )
 
 
 def on_start(
@@ -100,20 +118,26 @@ def on_start(
 ) -> tuple[UnitHealth, Revert | None]:
     """The app started. Returns the new health and a revert to carry out, if one is due.
 
-    A revert is due when the installed version was not confirmed over
-    ``max_unconfirmed_starts`` earlier starts: this start must not load it.
+    The start under way before this one (``running``) ended without a
+    confirmation: it counts one. A revert is due when the installed version was
+    not confirmed over ``max_unconfirmed_starts`` such starts: this start must
+    not load it. Otherwise this start runs it, and the next start counts it
+    unless it is confirmed first.
     """
     if health.reverting is not None:
         return health, health.reverting
     if health.installed is None or health.confirmed:
         return health, None
-    if health.starts >= max_unconfirmed_starts:
-        revert = Revert(unit, health.installed, health.last_good, health.starts)
+    starts = health.starts + 1 if health.running else health.starts
+    if starts >= max_unconfirmed_starts:
+        revert = Revert(unit, health.installed, health.last_good, starts)
         bad = {**health.bad, health.installed: revert.reason}
         for old in list(bad)[:-_BAD_KEPT]:
             del bad[old]
-        return dataclasses.replace(health, reverting=revert, bad=bad), revert
-    return dataclasses.replace(health, starts=health.starts + 1), None
+        return dataclasses.replace(
+            health, starts=starts, running=False, reverting=revert, bad=bad
+        ), revert
+    return dataclasses.replace(health, starts=starts, running=True), None
 
 
 def on_confirm(health: UnitHealth, version: str | None = None) -> tuple[UnitHealth, bool]:
@@ -126,7 +150,9 @@ def on_confirm(health: UnitHealth, version: str | None = None) -> tuple[UnitHeal
         return health, False
     if version is not None and version != health.installed:
         return health, False
-    return dataclasses.replace(health, confirmed=True, last_good=health.installed), True
+    return dataclasses.replace(
+        health, confirmed=True, running=False, last_good=health.installed
+    ), True
 
 
 def on_reverted(health: UnitHealth, to_version: str | None = None) -> UnitHealth:
@@ -145,6 +171,7 @@ def on_reverted(health: UnitHealth, to_version: str | None = None) -> UnitHealth
         installed=to_version,
         confirmed=to_version is not None and to_version == health.last_good,
         starts=0,
+        running=False,
         reverting=None,
         bad=bad,
     )
@@ -178,12 +205,16 @@ class HealthLedger:
         """What is known of ``unit`` (all defaults when nothing is)."""
         return self._read().get(unit, UnitHealth())
 
-    def installed(self, unit: str, version: str) -> None:
-        """Record that ``version`` of ``unit`` was just installed (after its self-test)."""
-        self._update(unit, lambda h: on_install(h, version))
+    def installed(self, unit: str, version: str, *, during_start: bool = False) -> None:
+        """Record that ``version`` of ``unit`` was just installed (after its self-test).
+
+        ``during_start``: the app called ``app_started`` in this process before
+        (:func:`on_install`).
+        """
+        self._update(unit, lambda h: on_install(h, version, during_start=during_start))
 
     def app_started(self, unit: str) -> Revert | None:
-        """Count one app start; returns the revert to carry out before loading, if due.
+        """Count the start before, if it ran the unconfirmed install; returns the revert due.
 
         Call once per start, before loading the model. Until :meth:`reverted`
         is called, every start returns the same revert.
@@ -267,6 +298,9 @@ def _from_json(value: dict[str, Any]) -> UnitHealth:
         installed=_optional_str(value.get("installed")),
         confirmed=bool(value.get("confirmed", False)),
         starts=int(value.get("starts", 0)),
+        # A ledger written before this key counted each start as it began: its count
+        # already holds the start under way, so the next start adds nothing.
+        running=bool(value.get("running", False)),
         last_good=_optional_str(value.get("last_good")),
         reverting=None
         if reverting is None

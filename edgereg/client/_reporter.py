@@ -44,8 +44,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from edgereg import __version__
 from edgereg.client._cache import CacheError, read_state_file, write_state_file
+from edgereg.client._metrics import count_event, count_value
 from edgereg.protocol.fields import MAX_MEMORY_MB, Backend
-from edgereg.protocol.reports import MAX_COUNT, LatencySummary, Report
+from edgereg.protocol.reports import LatencySummary, Report
 from edgereg.protocol.wire import to_bytes
 
 __all__ = [
@@ -403,27 +404,13 @@ class Reporter:
 
     def record(self, unit: str, unit_version: str, name: str, *, success: bool) -> None:
         """Count one event of a rate metric of the install of ``unit_version``."""
-
-        def add(m: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "events": min(int(m.get("events", 0)) + 1, MAX_COUNT),
-                "successes": min(int(m.get("successes", 0)) + int(success), MAX_COUNT),
-            }
-
-        self._count(unit, unit_version, name, add)
+        self._count(unit, unit_version, name, lambda m: count_event(m, success))
 
     def observe(
         self, unit: str, unit_version: str, name: str, *, bucket: int, buckets: int
     ) -> None:
         """Count one value of a distribution metric in ``bucket`` (of ``buckets``)."""
-
-        def add(m: dict[str, Any]) -> dict[str, Any]:
-            counts = [int(c) for c in m.get("counts", [])]
-            counts = (counts + [0] * buckets)[:buckets]
-            counts[bucket] = min(counts[bucket] + 1, MAX_COUNT)
-            return {"counts": counts}
-
-        self._count(unit, unit_version, name, add)
+        self._count(unit, unit_version, name, lambda m: count_value(m, bucket, buckets))
 
     def metrics_due(self, unit: str, unit_version: str, now: datetime) -> bool:
         """Whether the install's metrics changed since its last report, 12 hours or more ago."""

@@ -27,6 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from pydantic import TypeAdapter
+
 from edgereg import __version__
 from edgereg.client import (
     BackendUnavailableError,
@@ -47,6 +49,8 @@ from edgereg.client import (
     decide,
     installed_units,
 )
+from edgereg.client._health import Revert, UnitHealth, on_confirm, on_install, on_reverted, on_start
+from edgereg.client._metrics import bucket_of, count_event, count_value, refusal
 from edgereg.client._selftest import TrialKind, judge_trials
 from edgereg.protocol import strict_json_loads
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
@@ -71,7 +75,14 @@ from edgereg.protocol.rules import (
     parse_tier_file,
     resolve_tier,
 )
-from edgereg.protocol.wire import BundleEntry, ManifestEntry, WireError, from_bytes
+from edgereg.protocol.wire import (
+    BundleEntry,
+    DistributionMetric,
+    ManifestEntry,
+    MetricDeclaration,
+    WireError,
+    from_bytes,
+)
 
 __all__ = ["HostModelRunner", "main"]
 
@@ -472,6 +483,91 @@ def check_selftest_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
         "mark_bad": verdict.mark_bad,
         "report": verdict.report,
     }
+
+
+_HEALTH_STEPS = ("launch", "app_started", "install", "confirm")
+
+
+def check_health_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A health vector's ``input``: the confirmation ledger over a sequence of steps (§11).
+
+    ``launch`` is a new process (a new client over the same cache), ``install``
+    a new version installed by it, ``app_started`` the app's call (a revert it
+    decides is carried out at once), ``confirm`` the app's confirmation. After
+    each step: the ledger's installed version, whether it is confirmed, its
+    count of unconfirmed starts, the revert that step decided, and the
+    ``unconfirmed_starts`` that step reported (null: none).
+    """
+    max_starts = vector["max_unconfirmed_starts"]
+    health, started, out = UnitHealth(), False, []
+    for step in vector["steps"]:
+        do = step["do"]
+        if do not in _HEALTH_STEPS:
+            raise ValueError(f"not a health step: {do!r}")
+        revert: Revert | None = None
+        reported: int | None = None
+        if do == "launch":
+            started = False
+        elif do == "install":
+            health = on_install(health, step["version"], during_start=started)
+        elif do == "confirm":
+            health, _ = on_confirm(health, step.get("version"))
+        else:
+            started = True
+            before = health.starts
+            health, revert = on_start(health, "unit", max_starts)
+            if health.installed is not None and not health.confirmed and health.starts > before:
+                reported = health.starts
+            if revert is not None:
+                health = on_reverted(health, revert.to_version)
+        out.append(
+            {
+                "installed": health.installed,
+                "confirmed": health.confirmed,
+                "unconfirmed_starts": health.starts,
+                "revert": None
+                if revert is None
+                else {"version": revert.version, "to_version": revert.to_version},
+                "reported": reported,
+            }
+        )
+    return {"steps": out}
+
+
+_METRIC_DECLARATION: TypeAdapter[Any] = TypeAdapter(MetricDeclaration)
+
+
+def check_metrics_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics vector's ``input``: app metric calls counted into an install's totals (§11).
+
+    ``declared`` is what the installed release's entry declares (§3), ``counts``
+    the install's totals before the calls (as a report carries them), ``calls``
+    the app's calls in order: ``{"record": name, "success": bool}`` or
+    ``{"observe": name, "value": number | "NaN" | "Infinity" | "-Infinity"}``.
+    Per call: ``counted`` or why it is refused; then the ``metrics`` the next
+    report carries (null: none counted).
+    """
+    declared = {
+        name: _METRIC_DECLARATION.validate_python(decl) for name, decl in vector["declared"].items()
+    }
+    totals: dict[str, Any] = {name: dict(m) for name, m in vector["counts"].items()}
+    outcomes: list[str] = []
+    for call in vector["calls"]:
+        if "record" in call:
+            name, why = call["record"], refusal(declared, call["record"], "rate")
+            if why is None:
+                totals[name] = count_event(totals.get(name), call["success"])
+        else:
+            name, value = call["observe"], call["value"]
+            value = float(value) if value in _NOT_FINITE else value
+            why = refusal(declared, name, "distribution", value)
+            if why is None:
+                metric = declared[name]
+                assert isinstance(metric, DistributionMetric)
+                bucket = bucket_of(metric.buckets, value)
+                totals[name] = count_value(totals.get(name), bucket, len(metric.buckets) + 1)
+        outcomes.append(why or "counted")
+    return {"calls": outcomes, "metrics": dict(sorted(totals.items())) or None}
 
 
 def check_tier_file_vector(vector: Mapping[str, Any]) -> dict[str, Any]:

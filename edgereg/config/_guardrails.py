@@ -264,13 +264,15 @@ BUILTIN_GUARDRAILS: tuple[BuiltinGuardrail, ...] = (
         "rate",
         reads="unconfirmed_starts (report schema 2)",
         worse="a higher share of devices",
-        label="the app started again before the model was ever confirmed (a crash at the "
-        "first launch)",
-        doc="Installs whose app started again before the model was ever confirmed "
-        "(report schema 2's unconfirmed_starts of 1 or more, confirmed since or not): a "
-        "crash at the first launch, which neither reverts nor stalls. A first launch that "
-        "did not use the model counts too, in both arms alike, so the limit is wider "
-        "(5 points) and there is no absolute one.",
+        label="a start that ran the model ended before it was ever confirmed (a crash at "
+        "the first launch)",
+        doc="Installs where a start of the app that ran the model ended before the model "
+        "was ever confirmed (report schema 2's unconfirmed_starts of 1 or more, confirmed "
+        "since or not): a crash at the first launch, which neither reverts nor stalls. "
+        "Clients count it alike whether the app installs before or after app_started "
+        "(docs/protocol.md section 11). A first launch that did not use the model counts "
+        "too, in both arms alike, so the limit is wider (5 points) and there is no "
+        "absolute one.",
         default=RateGuardrail(max_increase=0.05, max_rate=1.0),
         event="first_start",
         when="(CASE WHEN unconfirmed_starts >= 1 THEN 1 ELSE 0 END)",

@@ -204,8 +204,8 @@ class Report(WireModel):
     )
     # Version 2: left off the wire while unset, so a version 1 report stays byte for byte.
     unconfirmed_starts: Starts | None = _added(
-        "Version 2. Starts of the app with this version installed and not yet confirmed "
-        "(0 to 1000)."
+        "Version 2. Starts of the app that ran this version and ended without confirming "
+        "it (0 to 1000; docs/protocol.md section 11)."
     )
     cpu_class: CpuClass | None = _added(
         "Version 2. The coarse CPU class: armv8, armv8.2, armv9, x86_64 or other "

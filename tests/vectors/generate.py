@@ -33,6 +33,8 @@ from typing import Any
 from edgereg.client.device import (
     check_blob_vector,
     check_conditions_vector,
+    check_health_vector,
+    check_metrics_vector,
     check_selftest_vector,
     check_tier_file_vector,
     decide_vector,
@@ -1893,6 +1895,282 @@ def build_selftest() -> dict[str, str]:
     return files
 
 
+# --- the confirmation ledger (docs/protocol.md section 11) ---------------------------------
+
+_L, _S = {"do": "launch"}, {"do": "app_started"}
+
+
+def _inst(version: str) -> dict[str, Any]:
+    return {"do": "install", "version": version}
+
+
+def _conf(version: str | None) -> dict[str, Any]:
+    return {"do": "confirm", "version": version}
+
+
+_GOOD_1 = [_L, _S, _inst("1.0.0"), _conf("1.0.0")]
+"""1.0.0 installed during a start and confirmed: the last good version."""
+
+HEALTH_CASES: dict[str, tuple[str, int, list[dict[str, Any]]]] = {
+    # name: (description, max_unconfirmed_starts, steps)
+    "install-before-app-started-confirmed": (
+        "The app installs the update, then calls app_started, then confirms in the same "
+        "process: that start began before the install and ran it, and was confirmed: "
+        "nothing counts, nothing is reported.",
+        3,
+        [_L, _inst("1.0.0"), _S, _conf("1.0.0")],
+    ),
+    "install-before-app-started-first-launch-crash": (
+        "Installed before app_started, the app dies before its first inference: the "
+        "next start counts that start (1, reported), and a confirmation then keeps it.",
+        3,
+        [_L, _inst("1.0.0"), _S, _L, _S, _conf("1.0.0")],
+    ),
+    "app-started-before-install-confirmed": (
+        "app_started, then the install, then the confirmation in the same process: nothing counts.",
+        3,
+        [_L, _S, _inst("1.0.0"), _conf("1.0.0")],
+    ),
+    "app-started-before-install-first-launch-crash": (
+        "app_started, then the install, then the app dies running it: that start is under "
+        "way with the install, so the next start counts it (1).",
+        3,
+        [_L, _S, _inst("1.0.0"), _L, _S, _conf("1.0.0")],
+    ),
+    "installed-in-the-background-confirmed": (
+        "A process that never calls app_started (a background worker) installs: the next "
+        "app start is the first that runs it, and it is confirmed: nothing counts.",
+        3,
+        [_L, _inst("1.0.0"), _L, _S, _conf("1.0.0")],
+    ),
+    "installed-in-the-background-first-launch-crash": (
+        "Installed in the background; the first app start that runs it dies: the next "
+        "start counts it (1).",
+        3,
+        [_L, _inst("1.0.0"), _L, _S, _L, _S, _conf("1.0.0")],
+    ),
+    "installed-during-a-start-run-at-the-next": (
+        "app_started, the install, and the app keeps the model it loaded until the next "
+        "start, which confirms: the start of the install counts (1), as a crash in it "
+        "would (the client cannot tell the two apart; docs/protocol.md section 11).",
+        3,
+        [_L, _S, _inst("1.0.0"), _L, _S, _conf("1.0.0")],
+    ),
+    "crash-loop-reverts-after-max-starts": (
+        "A crash at every start: 1, 2, 3 reported, the start that counts the third "
+        "reverts to the last good version and reports the count first.",
+        3,
+        [*_GOOD_1, _L, _inst("2.0.0"), _S, _L, _S, _L, _S, _L, _S],
+    ),
+    "crash-loop-in-either-order-runs-as-often": (
+        "The same crash loop when app_started comes first: the install's own start "
+        "counts, so the revert comes after the same three runs.",
+        3,
+        [*_GOOD_1, _L, _S, _inst("2.0.0"), _L, _S, _L, _S, _L, _S],
+    ),
+    "max-one-start": (
+        "max_unconfirmed_starts 1: the first start after a run that ended unconfirmed "
+        "reverts; with nothing confirmed before, to no version.",
+        1,
+        [_L, _inst("1.0.0"), _S, _L, _S],
+    ),
+    "starts-before-the-install-do-not-count": (
+        "Starts of the confirmed 1.0.0 before 2.0.0 arrives count nothing against 2.0.0.",
+        3,
+        [*_GOOD_1, _L, _S, _L, _S, _L, _inst("2.0.0"), _S, _conf("2.0.0")],
+    ),
+    "confirm-of-another-version": (
+        "A confirmation of the version loaded before the update does not vouch for it: "
+        "the next start counts.",
+        3,
+        [*_GOOD_1, _L, _S, _inst("2.0.0"), _conf("1.0.0"), _L, _S],
+    ),
+    "confirm-without-a-version": (
+        "A confirmation that names no version confirms the installed one.",
+        3,
+        [_L, _inst("1.0.0"), _S, _conf(None), _L, _S],
+    ),
+    "app-started-twice-in-one-process": (
+        "app_started called twice in one process: the second call counts the first "
+        "(call it once per start).",
+        3,
+        [_L, _inst("1.0.0"), _S, _S],
+    ),
+    "nothing-installed": (
+        "Starts with nothing installed count nothing.",
+        3,
+        [_L, _S, _L, _S, _conf(None)],
+    ),
+}
+
+
+def build_health() -> dict[str, str]:
+    files = {}
+    for name, (description, max_starts, steps) in HEALTH_CASES.items():
+        vector_input = {"max_unconfirmed_starts": max_starts, "steps": steps}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_health_vector(vector_input),
+        }
+        files[f"health/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
+# --- app metrics counted on the device (docs/protocol.md sections 3 and 11) ----------------
+
+_RATE = {"kind": "rate"}
+_CONF = {"kind": "distribution", "buckets": [0.25, 0.5, 0.75]}
+_DECLARED = {"accepted": _RATE, "confidence": _CONF}
+_MAX = 10**9
+
+
+def _rec(name: str, success: bool) -> dict[str, Any]:
+    return {"record": name, "success": success}
+
+
+def _obs(name: str, value: float | str) -> dict[str, Any]:
+    return {"observe": name, "value": value}
+
+
+_LONG = ["m" + "x" * 60 + f"{i:02d}" for i in range(16)]
+"""Sixteen names of 63 characters: the most a release declares, at the longest name."""
+
+METRICS_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = {
+    # name: (description, declared, counts before, calls)
+    "rate-counts-events-and-successes": (
+        "Each record() is one event; a success counts in successes too.",
+        _DECLARED,
+        {},
+        [_rec("accepted", True), _rec("accepted", False), _rec("accepted", True)],
+    ),
+    "distribution-buckets-and-edges": (
+        "A value equal to an edge falls in the bucket that edge closes: 0.25 in (-inf, 0.25], "
+        "0.5 in (0.25, 0.5], 0.75000001 in (0.75, +inf); K edges, K + 1 counts.",
+        _DECLARED,
+        {},
+        [
+            _obs("confidence", 0.25),
+            _obs("confidence", 0.2500001),
+            _obs("confidence", 0.5),
+            _obs("confidence", 0.75),
+            _obs("confidence", 0.75000001),
+        ],
+    ),
+    "distribution-beyond-the-edges": (
+        "Values below the first edge and above the last, however far, are counted in the "
+        "first and last buckets: nothing is clamped away or refused for its size.",
+        _DECLARED,
+        {},
+        [
+            _obs("confidence", -1e308),
+            _obs("confidence", -5),
+            _obs("confidence", 1e308),
+            _obs("confidence", 7),
+        ],
+    ),
+    "distribution-negative-zero-and-integers": (
+        "-0.0 equals an edge 0.0 (its bucket closes there); an integer value is a number "
+        "like any other.",
+        {"delta": {"kind": "distribution", "buckets": [-1, 0, 1]}},
+        {},
+        [_obs("delta", -0.0), _obs("delta", 0), _obs("delta", -1), _obs("delta", 2)],
+    ),
+    "not-finite-values-refused": (
+        "NaN and the infinities are refused (a programming error at the call site): nothing "
+        "counted, the counts before stay as they were.",
+        _DECLARED,
+        {"confidence": {"counts": [1, 0, 0, 0]}},
+        [
+            _obs("confidence", "NaN"),
+            _obs("confidence", "Infinity"),
+            _obs("confidence", "-Infinity"),
+            _obs("confidence", 0.9),
+        ],
+    ),
+    "not-finite-before-the-name": (
+        "A value that is not finite is refused as such, even under a name nobody declares.",
+        _DECLARED,
+        {},
+        [_obs("nobody", "NaN"), _obs("nobody", 0.5)],
+    ),
+    "undeclared-names-refused": (
+        "Names compare exactly: another case, a space, a name of another release are not "
+        "declared; refused, nothing counted, no metrics key.",
+        _DECLARED,
+        {},
+        [_rec("Accepted", True), _rec("accepted ", True), _obs("latency", 3.0)],
+    ),
+    "the-other-kind-refused": (
+        "A distribution recorded as a rate, or a rate observed as a distribution: refused.",
+        _DECLARED,
+        {},
+        [_rec("confidence", True), _obs("accepted", 1.0), _rec("accepted", False)],
+    ),
+    "only-metrics-counted-are-sent": (
+        "A declared metric never counted is left out of the report, not sent as zeros.",
+        {**_DECLARED, "retried": _RATE},
+        {},
+        [_rec("retried", False)],
+    ),
+    "nothing-counted-no-metrics": (
+        "No call counted: the report carries no metrics.",
+        _DECLARED,
+        {},
+        [],
+    ),
+    "totals-go-on-from-earlier-counts": (
+        "The install's counts are never reset: new calls add to the totals so far (counted "
+        "in earlier app sessions).",
+        _DECLARED,
+        {"accepted": {"events": 40, "successes": 37}, "confidence": {"counts": [1, 2, 3, 4]}},
+        [_rec("accepted", True), _obs("confidence", 0.1)],
+    ),
+    "rate-stops-at-a-billion": (
+        "At 10^9 events (the most a report carries) an event counts no more, its success "
+        "neither: the share stays; below it, both count.",
+        {"accepted": _RATE, "kept": _RATE},
+        {
+            "accepted": {"events": _MAX - 1, "successes": 5},
+            "kept": {"events": _MAX, "successes": _MAX - 1},
+        },
+        [_rec("accepted", True), _rec("accepted", True), _rec("kept", True)],
+    ),
+    "distribution-bucket-stops-at-a-billion": (
+        "A bucket at 10^9 counts no more; the other buckets go on.",
+        _DECLARED,
+        {"confidence": {"counts": [_MAX - 1, 0, 0, 0]}},
+        [_obs("confidence", 0.1), _obs("confidence", 0.1), _obs("confidence", 0.3)],
+    ),
+    "sixteen-metrics-at-the-bound": (
+        "The most a report carries: 16 distributions of 32 buckets under names of 63 "
+        "characters, every count at 10^9 (6,897 bytes of metrics; the report vector "
+        "worst-case shows the whole report within 16384 bytes).",
+        {
+            name: {"kind": "distribution", "buckets": [float(e) for e in range(31)]}
+            for name in _LONG
+        },
+        {name: {"counts": [_MAX] * 31 + [_MAX - 1]} for name in _LONG},
+        [_obs(name, 99.5) for name in _LONG] + [_obs(_LONG[0], 100)],
+    ),
+}
+
+
+def build_metrics() -> dict[str, str]:
+    files = {}
+    for name, (description, declared, counts, calls) in METRICS_CASES.items():
+        vector_input = {"declared": declared, "counts": counts, "calls": calls}
+        vector = {
+            "name": name,
+            "description": description,
+            "input": vector_input,
+            "expected": check_metrics_vector(vector_input),
+        }
+        files[f"metrics/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+    return files
+
+
 # --- tier files (docs/protocol.md section 5) -----------------------------------------------
 
 FILE_TIERS = {
@@ -3079,6 +3357,8 @@ def everything() -> dict[str, str]:
         **build_labels(),
         **build_conditions(),
         **build_selftest(),
+        **build_health(),
+        **build_metrics(),
         **build_tier_files(),
     }
 
@@ -3092,6 +3372,8 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "labels": run_labels,
     "conditions": check_conditions_vector,
     "selftest": check_selftest_vector,
+    "health": check_health_vector,
+    "metrics": check_metrics_vector,
     "tiers": check_tier_file_vector,
 }
 """The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its

@@ -221,7 +221,9 @@ public actor EdgeRegClient {
         await exclusive { await self.currentNow(unit) }
     }
 
-    /// Call once at every start of the app, before loading: reverts a crash loop (§11).
+    /// Call once at every start of the app, before loading (before or after `update`): counts the
+    /// start before it when that start ran the unconfirmed install and ended without a
+    /// confirmation, and reverts a crash loop (§11).
     public func appStarted(_ unit: ReleaseUnit) async -> StartOutcome {
         await exclusive { await self.appStartedNow(unit) }
     }
@@ -320,22 +322,23 @@ public actor EdgeRegClient {
 
     /// Call once at every start of the app, before loading: reverts a crash loop (§11).
     func appStartedNow(_ unit: ReleaseUnit) async -> StartOutcome {
+        startedUnits.insert(unit.name)
         var ledger = readHealth()
         var h = ledger[unit.name] ?? UnitHealth()
         let before = h.starts
         let decided = h.onStart(unit: unit.name, maxStarts: configuration.maxUnconfirmedStarts)
         ledger[unit.name] = h
         writeHealth(ledger)
-        guard let revert = decided else {
-            // A start counted against the unconfirmed install: its report goes again with the
-            // count, so a crash loop shows before the revert (docs/protocol.md §11).
-            if let installed = h.installed, !h.confirmed, h.starts > before, let record = try? readInstalled(unit),
-                record.version == installed
-            {
-                for name in record.members.keys.sorted() {
-                    await reporter.changed(unit: unit.name, model: name, unconfirmedStarts: h.starts)
-                }
+        // A start counted against the unconfirmed install: its report goes again with the
+        // count, so a crash loop shows before the revert, whose report follows (§11).
+        if let installed = h.installed, !h.confirmed, h.starts > before, let record = try? readInstalled(unit),
+            record.version == installed
+        {
+            for name in record.members.keys.sorted() {
+                await reporter.changed(unit: unit.name, model: name, unconfirmedStarts: h.starts)
             }
+        }
+        guard let revert = decided else {
             return StartOutcome(unit: unit, reverted: false, version: nil, reason: nil)
         }
         let record = try? readInstalled(unit)
@@ -625,7 +628,7 @@ public actor EdgeRegClient {
         try setPending(unit, nil)
         evict()
         var ledger = readHealth()
-        ledger[unit.name, default: UnitHealth()].onInstall(new.version)
+        ledger[unit.name, default: UnitHealth()].onInstall(new.version, duringStart: startedUnits.contains(unit.name))
         writeHealth(ledger)
         if let token = new.token {
             for name in new.members.keys.sorted() {
@@ -997,6 +1000,9 @@ public actor EdgeRegClient {
     // MARK: self-test
 
     var lastTrials: [String: SelfTestOutcome] = [:]
+    /// The units `appStarted` was called for in this process: an install of one now runs
+    /// under that start (docs/protocol.md §11).
+    var startedUnits: Set<String> = []
 
     /// The app's facts for the fit rule, with the MNN APIs of its runner when the self-test has one (rule (f)).
     var appFacts: AppFacts {

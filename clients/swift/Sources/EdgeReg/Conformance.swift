@@ -185,6 +185,94 @@ public enum Conformance {
         ]))
     }
 
+    /// A `tests/vectors/health/*.json` input: the confirmation ledger over its steps (launch, a
+    /// new process; install; app_started, a revert it decides carried out at once; confirm), and
+    /// after each the ledger, the revert decided and the count reported (docs/protocol.md §11).
+    public static func checkHealth(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let maxStarts = input["max_unconfirmed_starts"]?.intValue, let steps = input["steps"]?.arrayValue
+        else { throw HarnessError("health vector input needs max_unconfirmed_starts and steps") }
+        var h = UnitHealth(), started = false, out: [JSONValue] = []
+        for step in steps {
+            var revert: JSONValue = .null, reported: JSONValue = .null
+            switch step["do"]?.stringValue {
+            case "launch": started = false
+            case "install":
+                guard let version = step["version"]?.stringValue else { throw HarnessError("install needs a version") }
+                h.onInstall(version, duringStart: started)
+            case "confirm": _ = h.onConfirm(step["version"]?.stringValue)
+            case "app_started":
+                started = true
+                let before = h.starts
+                let decided = h.onStart(unit: "unit", maxStarts: Int(maxStarts))
+                if h.installed != nil, !h.confirmed, h.starts > before { reported = .int(Int64(h.starts)) }
+                if let decided {
+                    revert = .object(JSONObject([("version", .string(decided.version)), ("to_version", decided.toVersion.map { .string($0) } ?? .null)]))
+                    h.onReverted(to: decided.toVersion)
+                }
+            default: throw HarnessError("not a health step: \(step["do"] ?? .null)")
+            }
+            out.append(.object(JSONObject([
+                ("installed", h.installed.map { .string($0) } ?? .null), ("confirmed", .bool(h.confirmed)),
+                ("unconfirmed_starts", .int(Int64(h.starts))), ("revert", revert), ("reported", reported),
+            ])))
+        }
+        return .object(JSONObject([("steps", .array(out))]))
+    }
+
+    /// A `tests/vectors/metrics/*.json` input: app metric calls counted into an install's totals
+    /// (docs/protocol.md §11), from the totals before (saved as an earlier session of the app left
+    /// them); per call `counted` or why it is refused, then the `metrics` the next report carries.
+    public static func checkMetrics(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        guard let before = input["counts"]?.objectValue, let calls = input["calls"]?.arrayValue,
+            let parsed = try? AppMetric.declarations(input["declared"], "declared")
+        else { throw HarnessError("metrics vector input needs declared, counts and calls") }
+        let declared = parsed
+        var tally = MetricCounts.Tally()
+        for name in before.keys {
+            let c = before[name]!
+            if let counts = c["counts"]?.arrayValue {
+                tally.totals[name] = .distribution(counts: counts.map { $0.intValue ?? 0 })
+            } else {
+                tally.totals[name] = .rate(events: c["events"]?.intValue ?? 0, successes: c["successes"]?.intValue ?? 0)
+            }
+        }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("edgereg-metrics-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("metrics.json")
+        do {
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            try JSONEncoder().encode(MetricCounts.Saved(installs: ["t": tally], order: ["t"])).write(to: file)
+        } catch { throw HarnessError("cannot write \(file.path): \(error)") }
+        let counts = MetricCounts(file: file)
+        var outcomes: [JSONValue] = []
+        for call in calls {
+            let rate = call["record"] != nil
+            guard let name = (rate ? call["record"] : call["observe"])?.stringValue else { throw HarnessError("a call names its metric") }
+            var value = 0.0
+            if !rate {
+                switch call["value"] {
+                case .string("NaN")?: value = .nan
+                case .string("Infinity")?: value = .infinity
+                case .string("-Infinity")?: value = -.infinity
+                default:
+                    guard let v = call["value"]?.doubleValue else { throw HarnessError("observe needs a value") }
+                    value = v
+                }
+            }
+            if let why = AppMetric.refusal(declared, name, kind: rate ? .rate : .distribution, value: value) {
+                outcomes.append(.string(why.rawValue))
+                continue
+            }
+            let metric = declared[name]!
+            counts.count(token: "t", metric: metric, value: rate ? (call["success"]?.boolValue == true ? 1 : 0) : metric.bucket(for: value))
+            outcomes.append(.string("counted"))
+        }
+        counts.awaitSaved()
+        let totals = counts.totals("t")
+        let metrics: JSONValue = totals.map { t in .object(JSONObject(t.keys.sorted().map { ($0, t[$0]!.json) })) } ?? .null
+        return .object(JSONObject([("calls", .array(outcomes)), ("metrics", metrics)]))
+    }
+
     /// One case of tests/vectors/rules/cohorts.json: the bucket and the cohort at each percent.
     public static func cohort(salt: String, deviceID: String, percents: [String]) -> JSONValue {
         var inside = JSONObject()

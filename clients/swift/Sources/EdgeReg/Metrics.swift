@@ -43,7 +43,7 @@ extension EdgeRegClient {
     ///   distribution of that name.
     @discardableResult
     public nonisolated func observe(_ unit: ReleaseUnit, _ metric: String, _ value: Double) throws(MetricError) -> Bool {
-        guard value.isFinite else {
+        guard AppMetric.refusal([:], metric, kind: .distribution, value: value) != .notFinite else {
             throw MetricError(problem: .notFinite, message: "observe(\"\(metric)\", \(value)): the value must be a finite number")
         }
         return try count(unit, metric, kind: .distribution, value: value, call: "observe")
@@ -58,11 +58,12 @@ extension EdgeRegClient {
     private nonisolated func count(_ unit: ReleaseUnit, _ metric: String, kind: AppMetric.Kind, value: Double, call: String) throws(MetricError) -> Bool {
         // Nothing installed (or a cache beyond reading): nothing counted, never an error.
         guard let installed = declaredMetrics.lookup(unit, layout) else { return false }
-        guard let declared = installed.metrics[metric] else {
+        let why = AppMetric.refusal(installed.metrics, metric, kind: kind, value: value)
+        guard why != .undeclared, let declared = installed.metrics[metric] else {
             let names = installed.metrics.keys.sorted().joined(separator: ", ")
             throw MetricError(problem: .undeclared, message: "\(call)(\"\(metric)\"): \(unit.name) \(installed.version) declares no app metric '\(metric)' (declared: \(names.isEmpty ? "none" : names)); declare it in models.toml [\(unit.isBundle ? "bundles" : "models").\(unit.name).metrics.\(metric)]")
         }
-        guard declared.kind == kind else {
+        guard why != .otherKind else {
             throw MetricError(problem: .otherKind, message: "\(call)(\"\(metric)\"): app metric '\(metric)' of \(unit.name) \(installed.version) is a \(declared.kind.rawValue): use \(declared.kind == .rate ? "record" : "observe")()")
         }
         guard let counts = metricCounts, let token = installed.token else { return false }
@@ -178,8 +179,9 @@ final class MetricCounts: @unchecked Sendable {
             let cap = ReportSchema.maxCount
             switch (metric.kind, tally.totals[metric.name]) {
             case (.rate, .rate(let events, let successes)?):
-                let n = min(cap, events + 1)
-                tally.totals[metric.name] = .rate(events: n, successes: min(n, successes + Int64(value)))
+                // At 10^9 events an event counts no more, its success neither: the share stays.
+                guard events < cap else { return }
+                tally.totals[metric.name] = .rate(events: events + 1, successes: min(events + 1, successes + Int64(value)))
             case (.rate, _):
                 tally.totals[metric.name] = .rate(events: 1, successes: Int64(value))
             case (.distribution, let old):
@@ -239,4 +241,15 @@ final class ClientClock: @unchecked Sendable {
 
     func set(_ now: Int64?) { lock.withLock { fixed = now } }
     var now: Int64 { lock.withLock { fixed } ?? WireTime.now() }
+}
+
+extension AppMetric {
+    /// Why a call is a programming error of the app (docs/protocol.md §11), or nil, in this
+    /// order: a distribution's value that is not finite, a name the installed release does not
+    /// declare (names compare exactly), a metric of the other kind.
+    static func refusal(_ declared: [String: AppMetric], _ name: String, kind: Kind, value: Double) -> MetricError.Problem? {
+        if kind == .distribution, !value.isFinite { return .notFinite }
+        guard let metric = declared[name] else { return .undeclared }
+        return metric.kind == kind ? nil : .otherKind
+    }
 }

@@ -172,7 +172,9 @@ struct SelfTest {
     }
 }
 
-/// The confirmation ledger of one unit (docs/protocol.md §11).
+/// The confirmation ledger of one unit (docs/protocol.md §11): `starts` counts the app starts
+/// that ran the install and ended without a confirmation, at the next start (`running`: a start
+/// that runs it is under way), so an app that installs before or after `appStarted` counts alike.
 struct UnitHealth: Sendable, Equatable {
     struct Revert: Sendable, Equatable {
         var unit: String
@@ -185,28 +187,35 @@ struct UnitHealth: Sendable, Equatable {
     var installed: String?
     var confirmed = false
     var starts = 0
+    var running = false
     var lastGood: String?
     var reverting: Revert?
 
     init() {}
 
-    mutating func onInstall(_ version: String) {
+    /// `duringStart`: `appStarted` was called in this process before, so this start may run
+    /// the new version and the next start counts it unless it is confirmed.
+    mutating func onInstall(_ version: String, duringStart: Bool = false) {
         guard version != installed else { return }
         installed = version
         confirmed = false
         starts = 0
+        running = duringStart
     }
 
-    /// A start; the revert due (this start must not load the unconfirmed version), if any.
+    /// A start: the one under way before it (`running`) ended unconfirmed and counts one; the
+    /// revert due when the count reached `maxStarts` (this start must not load it), if any.
     mutating func onStart(unit: String, maxStarts: Int) -> Revert? {
         if let reverting { return reverting }
         guard let installed, !confirmed else { return nil }
+        if running { starts += 1 }
         if starts >= maxStarts {
             let revert = Revert(unit: unit, version: installed, toVersion: lastGood, starts: starts)
             reverting = revert
+            running = false
             return revert
         }
-        starts += 1
+        running = true
         return nil
     }
 
@@ -214,6 +223,7 @@ struct UnitHealth: Sendable, Equatable {
         guard let installed, !confirmed, reverting == nil else { return false }
         if let version, version != installed { return false }
         confirmed = true
+        running = false
         lastGood = installed
         return true
     }
@@ -222,6 +232,7 @@ struct UnitHealth: Sendable, Equatable {
         installed = version
         confirmed = version != nil && version == lastGood
         starts = 0
+        running = false
         reverting = nil
     }
 
@@ -230,6 +241,7 @@ struct UnitHealth: Sendable, Equatable {
         o["installed"] = installed.map { .string($0) } ?? .null
         o["confirmed"] = .bool(confirmed)
         o["starts"] = .int(starts)
+        o["running"] = .bool(running)
         o["last_good"] = lastGood.map { .string($0) } ?? .null
         if let r = reverting {
             o["reverting"] = .object(JSONObject([
@@ -245,6 +257,8 @@ struct UnitHealth: Sendable, Equatable {
         installed = json["installed"]?.stringValue
         confirmed = json["confirmed"]?.boolValue ?? false
         starts = Int(json["starts"]?.intValue ?? 0)
+        // A ledger written before this key counted each start as it began: nothing to add.
+        running = json["running"]?.boolValue ?? false
         lastGood = json["last_good"]?.stringValue
         if let r = json["reverting"]?.objectValue, let v = r["version"]?.stringValue {
             reverting = Revert(unit: r["unit"]?.stringValue ?? "", version: v, toVersion: r["to_version"]?.stringValue,

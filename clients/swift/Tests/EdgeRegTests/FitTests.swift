@@ -209,7 +209,10 @@ extension TestRegistry {
         let client = f.client(reporting: true, cpuFeatures: ["dotprod", "fp16", "i8mm"])
         #expect(await client.update(digits).ok)
         _ = await client.flushReports()  // reports go out concurrently: flushed per step for their order
-        // Two starts without a confirmation: each one sends the count (a crash loop shows early).
+        // Installed before appStarted: this start runs it. Then two starts each count the one
+        // before, which ended without a confirmation, and send the count (a crash loop shows early).
+        #expect(await client.appStarted(digits).reverted == false)
+        _ = await client.flushReports()
         #expect(await client.appStarted(digits).reverted == false)
         _ = await client.flushReports()
         #expect(await client.appStarted(digits).reverted == false)

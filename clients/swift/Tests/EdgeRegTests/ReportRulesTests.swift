@@ -107,9 +107,10 @@ import Testing
         #expect(await c.confirm(digits, version: "1.0.0"))
         try f.registry.publish("digits", stable: v1, candidate: v2, percent: 50, sequence: 6, reportURL: "v1/reports")
         #expect(await c.update(digits).version == "1.1.0")
-        await c.recordInference(digits, ms: 30)  // 1.1.0 ran it, then the app crashed
+        await c.recordInference(digits, ms: 30)  // 1.1.0 ran before appStarted: that start runs it
         #expect(await c.appStarted(digits).reverted == false)
-        await c.recordInference(digits, ms: 31)  // 1.1.0 again: the revert's report carries it
+        await c.recordInference(digits, ms: 31)  // 1.1.0 again, then the app crashed
+        // The next start counts the one that crashed (1, reported with both calls), then reverts.
         #expect(await c.appStarted(digits).reverted == true)
         await c.recordInference(digits, ms: 9)  // the fallback, 1.0.0
         try f.registry.publish("digits", stable: v1, candidate: v2, percent: 60, sequence: 7, reportURL: "v1/reports")
@@ -117,7 +118,7 @@ import Testing
         await c.recordMemory(digits, peakMB: 100)  // 1.0.0's report goes again, with its calls
         _ = await c.flushReports()
         let r = try delivered(f)
-        #expect(r.map(line) == ["1.0.0@5 nil", "1.0.0@5 nil", "1.1.0@6 nil", "1.1.0@6 1", "1.1.0@6 reverted 1",
+        #expect(r.map(line) == ["1.0.0@5 nil", "1.0.0@5 nil", "1.1.0@6 nil", "1.1.0@6 2", "1.1.0@6 reverted nil",
                                 "1.1.0@7 reverted nil", "1.0.0@5 1"])
         #expect(r[5]["arm"]?.stringValue == "candidate" && r[5]["token"] == r[2]["token"])
         #expect(r[6]["token"] == r[0]["token"] && r[6]["inference"]?["p50_ms"]?.doubleValue == 9)

@@ -70,6 +70,8 @@ func runVector(_ relative: String) throws -> (expected: JSONValue, got: JSONValu
     case "versions": return (expected, try Conformance.checkVersion(input))
     case "conditions": return (expected, try Conformance.checkConditions(input))
     case "selftest": return (expected, try Conformance.checkSelfTest(input))
+    case "health": return (expected, try Conformance.checkHealth(input))
+    case "metrics": return (expected, try Conformance.checkMetrics(input))
     case "tiers": return (expected, try Conformance.checkTierFile(input))
     case "reports":
         // Matching `field` is recommended, not required (docs/protocol.md §9): compared when both say one.

@@ -42,6 +42,116 @@ public final class Vectors {
         return v instanceof Boolean ? (Boolean) v : null; // absent or null: not said
     }
 
+    /**
+     * tests/vectors/health: the confirmation ledger (section 11) over the vector's steps, in a
+     * fresh cache directory: launch (a new process), install, app_started (a revert it decides is
+     * carried out at once), confirm. Per step: the ledger, the revert decided, the count reported.
+     */
+    @SuppressWarnings("unchecked")
+    public static Map<String, Object> health(Map<String, Object> input) throws Exception {
+        long max = ((Json.Num) input.get("max_unconfirmed_starts")).longValue();
+        java.io.File dir = java.nio.file.Files.createTempDirectory("edgereg-health").toFile();
+        try {
+            Health health = new Health(new dev.edgereg.internal.Store(dir), (int) max);
+            boolean started = false;
+            List<Object> out = new ArrayList<Object>();
+            for (Object o : (List<Object>) input.get("steps")) {
+                Map<String, Object> step = (Map<String, Object>) o;
+                String what = (String) step.get("do");
+                Object version = step.get("version");
+                Map<String, Object> revert = null;
+                Object reported = Json.NULL;
+                if ("launch".equals(what)) {
+                    started = false;
+                } else if ("install".equals(what)) {
+                    health.installed("unit", (String) version, started);
+                } else if ("confirm".equals(what)) {
+                    health.confirm("unit", version instanceof String ? (String) version : null);
+                } else if ("app_started".equals(what)) {
+                    started = true;
+                    Object[] before = health.unconfirmed("unit");
+                    String[] due = health.appStarted("unit");
+                    Object[] now = health.unconfirmed("unit");
+                    if (now != null && (Long) now[1] > (before == null ? 0L : (Long) before[1])) reported = now[1];
+                    if (due != null) {
+                        revert = new LinkedHashMap<String, Object>();
+                        revert.put("version", due[0]);
+                        revert.put("to_version", due[1] == null ? Json.NULL : due[1]);
+                        health.reverted("unit", due[1]);
+                    }
+                } else {
+                    throw new IllegalArgumentException("not a health step: " + what);
+                }
+                Map<String, Object> row = new LinkedHashMap<String, Object>();
+                Object[] h = health.view("unit");
+                row.put("installed", h[0] == null ? Json.NULL : h[0]);
+                row.put("confirmed", h[1]);
+                row.put("unconfirmed_starts", h[2]);
+                row.put("revert", revert == null ? Json.NULL : revert);
+                row.put("reported", reported);
+                out.add(row);
+            }
+            Map<String, Object> result = new LinkedHashMap<String, Object>();
+            result.put("steps", out);
+            return result;
+        } finally {
+            java.io.File[] files = dir.listFiles();
+            if (files != null) for (java.io.File f : files) f.delete();
+            dir.delete();
+        }
+    }
+
+    /**
+     * tests/vectors/metrics: app metric calls counted into an install's totals (section 11), from
+     * the totals before (saved as an earlier session of the app left them), and what the next
+     * report carries.
+     */
+    @SuppressWarnings("unchecked")
+    public static Map<String, Object> metrics(Map<String, Object> input) throws Exception {
+        Map<String, AppMetric> declared = AppMetric.fromJson(input.get("declared"));
+        java.io.File dir = java.nio.file.Files.createTempDirectory("edgereg-metrics").toFile();
+        try {
+            dev.edgereg.internal.Store store = new dev.edgereg.internal.Store(dir);
+            Map<String, Object> install = new LinkedHashMap<String, Object>();
+            install.put("metrics", input.get("counts"));
+            install.put("changed", false);
+            Map<String, Object> installs = new LinkedHashMap<String, Object>();
+            installs.put("t", install);
+            Map<String, Object> saved = new LinkedHashMap<String, Object>();
+            saved.put("installs", installs);
+            dev.edgereg.internal.Store.atomicWrite(new java.io.File(dir, "metrics.json"), Json.canonical(saved));
+            MetricCounts counts = new MetricCounts(store);
+            List<Object> outcomes = new ArrayList<Object>();
+            for (Object o : (List<Object>) input.get("calls")) {
+                Map<String, Object> call = (Map<String, Object>) o;
+                boolean rate = call.containsKey("record");
+                String name = (String) (rate ? call.get("record") : call.get("observe"));
+                double value = 0;
+                if (!rate) {
+                    Object v = call.get("value");
+                    value = "NaN".equals(v) ? Double.NaN : "Infinity".equals(v) ? Double.POSITIVE_INFINITY
+                            : "-Infinity".equals(v) ? Double.NEGATIVE_INFINITY : ((Json.Num) v).doubleValue();
+                }
+                String why = AppMetric.refusal(declared, name, rate, value);
+                if (why == null) {
+                    AppMetric m = declared.get(name);
+                    counts.count("t", m, rate ? (Boolean.TRUE.equals(call.get("success")) ? 1 : 0) : m.bucket(value));
+                }
+                outcomes.add(why == null ? "counted" : why);
+            }
+            counts.awaitSaved(5000);
+            Map<String, Object> totals = counts.totals("t");
+            Map<String, Object> result = new LinkedHashMap<String, Object>();
+            result.put("calls", outcomes);
+            result.put("metrics", totals == null ? Json.NULL : totals);
+            return result;
+        } finally {
+            java.io.File[] files = dir.listFiles();
+            if (files != null) for (java.io.File f : files) f.delete();
+            dir.delete();
+        }
+    }
+
     /** tests/vectors/selftest: the verdict of rules 15 to 20 on each backend's outcome if tried. */
     @SuppressWarnings("unchecked")
     public static Map<String, Object> selfTest(Map<String, Object> input) {

@@ -54,6 +54,20 @@ public final class AppMetric {
         return lo;
     }
 
+    /**
+     * Why a call is a programming error of the app (docs/protocol.md section 11), or null, in
+     * this order: a distribution's value that is not finite ({@code not-finite}), a name the
+     * installed release does not declare ({@code undeclared}; names compare exactly), a metric of
+     * the other kind ({@code other-kind}).
+     */
+    static String refusal(Map<String, AppMetric> declared, String name, boolean rate, double value) {
+        if (!rate && (Double.isNaN(value) || Double.isInfinite(value))) return "not-finite";
+        AppMetric m = declared.get(name);
+        if (m == null) return "undeclared";
+        if (m.isRate() != rate) return "other-kind";
+        return null;
+    }
+
     @Override public String toString() {
         return name + " (" + kind + (isRate() ? "" : " " + buckets) + ")";
     }

@@ -279,9 +279,11 @@ public final class EdgeregClient {
     @Nonnull public Status status() { return status(only(), true); }
 
     /**
-     * Call at every start of the app, before loading a model: counts the start against
-     * unconfirmed installs and reverts those not confirmed within {@code maxUnconfirmedStarts}
-     * starts (docs/protocol.md section 11). Returns the reverts carried out (load current() then).
+     * Call at every start of the app, before loading a model (before or after {@link #update}):
+     * counts the start before it against an unconfirmed install when that start ran it and ended
+     * without a confirmation, and reverts those not confirmed over {@code maxUnconfirmedStarts}
+     * such starts (docs/protocol.md section 11). Returns the reverts carried out (load current()
+     * then).
      */
     @Nonnull
     public List<AppStart> appStarted() {

@@ -427,7 +427,7 @@ final class Engine {
         store().writeInstalled(kind, unit, fresh);
         setPending(null, null, null);
         store().evict();
-        client.health.installed(unit, chosen.version);
+        client.health.installed(unit, chosen.version, started);
         reportInstalled(token, fresh, chosen, decision);
         String before = installed == null ? null : (String) installed.get("version");
         boolean lower = before != null && dev.edgereg.internal.Versions.compareSemver(chosen.version, before) < 0;
@@ -804,12 +804,13 @@ final class Engine {
         if (d.version == null) return false; // nothing installed: nothing counted
         AppMetric m = d.metrics.get(metric);
         String call = rate ? "record" : "observe";
-        if (m == null) {
+        String why = AppMetric.refusal(d.metrics, metric, rate, rate ? 0 : observed);
+        if ("undeclared".equals(why) || m == null) {
             throw new IllegalArgumentException(call + "(\"" + metric + "\"): " + unit + " " + d.version + " declares no app metric '" + metric
                     + "' (declared: " + (d.metrics.isEmpty() ? "none" : String.valueOf(d.metrics.keySet())) + "); declare it in models.toml ["
                     + kind + "." + unit + ".metrics." + metric + "]");
         }
-        if (m.isRate() != rate) {
+        if ("other-kind".equals(why)) {
             throw new IllegalArgumentException(call + "(\"" + metric + "\"): app metric '" + metric + "' of " + unit + " " + d.version + " is a "
                     + m.kind + ": use " + (m.isRate() ? "record" : "observe") + "()");
         }
@@ -1123,6 +1124,9 @@ final class Engine {
         }
     }
 
+    /** appStarted was called in this process: an install now runs under that start (section 11). */
+    private volatile boolean started;
+
     AppStart appStarted() throws Rejected {
         lock.lock();
         try {
@@ -1133,12 +1137,12 @@ final class Engine {
     }
 
     private AppStart appStartedLocked() throws Rejected {
+        started = true;
         Object[] before = client.health.unconfirmed(unit);
         String[] due = client.health.appStarted(unit);
-        if (due == null) {
-            reportUnconfirmed(before);
-            return null;
-        }
+        // The count went up: its report goes first, the revert's own report after it.
+        reportUnconfirmed(before);
+        if (due == null) return null;
         Map<String, Object> record = store().readInstalled(kind, unit);
         if (record == null || !due[0].equals(record.get("version"))) {
             // Something else is installed by now: nothing to take back.

@@ -122,7 +122,8 @@ final class MetricCounts {
     /**
      * Count one outcome for the install of {@code token}: a rate's event ({@code value} 1: it
      * succeeded), or a distribution's value in bucket {@code value}. Counts stop at 10^9 (the
-     * largest a report carries), so a report is never refused for them.
+     * largest a report carries), so a report is never refused for them: a rate at 10^9 events
+     * counts no more events (nor successes), a bucket at 10^9 no more values.
      */
     synchronized void count(String token, AppMetric metric, int value) {
         Tally t = tally(token);
@@ -134,7 +135,9 @@ final class MetricCounts {
             t.rates.put(metric.name, metric.isRate());
         }
         if (metric.isRate()) {
-            n[0] = Math.min(ReportCheck.MAX_COUNT, n[0] + 1);
+            // At 10^9 events an event counts no more, its success neither: the share stays.
+            if (n[0] >= ReportCheck.MAX_COUNT) return;
+            n[0]++;
             if (value == 1) n[1] = Math.min(n[0], n[1] + 1);
         } else {
             n[value] = Math.min(ReportCheck.MAX_COUNT, n[value] + 1);

@@ -213,9 +213,10 @@ class FitAndReportsV2Test {
         UpdateResult r = client.update("digits");
         assertEquals("int8w", r.model().variant);
         client.recordInference("digits", 12.5); // the install's first real call
-        assertTrue(client.appStarted().isEmpty());
+        assertTrue(client.appStarted().isEmpty()); // installed before it: this start runs it
+        assertTrue(client.appStarted().isEmpty()); // it ended unconfirmed: 1
         client.recordInference("digits", 4.0);
-        assertTrue(client.appStarted().isEmpty());
+        assertTrue(client.appStarted().isEmpty()); // 2
         client.recordMemory("digits", 212.5, 140.0);
         client.recordMemory("digits", -1.0, null); // dropped: nothing to send
         assertTrue(client.confirm("digits", "1.0.0"));

@@ -174,9 +174,10 @@ class ReportsTest {
         Map<String, Object> candidate = entry("1.1.0");
         registry.manifest("digits", "mid", 6, entry("1.0.0"), candidate, 50.0, "v1/reports");
         assertEquals("1.1.0", client.update("digits").version);
-        client.recordInference("digits", 30.0); // 1.1.0 ran it, then the app crashed
+        client.recordInference("digits", 30.0); // 1.1.0 ran before appStarted: that start runs it
         assertTrue(client.appStarted().isEmpty());
-        client.recordInference("digits", 31.0); // 1.1.0 again: the revert's report carries it
+        client.recordInference("digits", 31.0); // 1.1.0 again, then the app crashed
+        // The next start counts the one that crashed (1, reported with both calls), then reverts.
         assertEquals(1, client.appStarted().size(), "reverted");
         client.recordInference("digits", 9.0); // the fallback, 1.0.0
         registry.manifest("digits", "mid", 7, entry("1.0.0"), candidate, 60.0, "v1/reports");
@@ -188,7 +189,7 @@ class ReportsTest {
         for (Map<String, Object> x : r) seen.add(x.get("version") + "@" + x.get("sequence") + (Boolean.TRUE.equals(x.get("reverted")) ? " reverted" : "") + " " + count(x));
         // 1.0.0: install, confirm; 1.1.0: install, a start, the revert, then at 7 with none of the
         // fallback's calls; 1.0.0's latency.
-        assertEquals(Arrays.asList("1.0.0@5 null", "1.0.0@5 null", "1.1.0@6 null", "1.1.0@6 1", "1.1.0@6 reverted 1",
+        assertEquals(Arrays.asList("1.0.0@5 null", "1.0.0@5 null", "1.1.0@6 null", "1.1.0@6 2", "1.1.0@6 reverted null",
                 "1.1.0@7 reverted null", "1.0.0@5 1"), seen);
         assertEquals("candidate", r.get(5).get("arm"));
         assertEquals(r.get(2).get("token"), r.get(5).get("token"));

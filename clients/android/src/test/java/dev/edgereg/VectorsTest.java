@@ -90,6 +90,10 @@ class VectorsTest {
             assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.conditions(input)), f.getName());
         } else if (f.getParentFile().getName().equals("selftest")) {
             assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.selfTest(input)), f.getName());
+        } else if (f.getParentFile().getName().equals("metrics")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.metrics(input)), f.getName());
+        } else if (f.getParentFile().getName().equals("health")) {
+            assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.health(input)), f.getName());
         } else if (f.getParentFile().getName().equals("tiers")) {
             assertEquals(Json.canonicalString(expected), Json.canonicalString(Vectors.tierFile(input)), f.getName());
         } else if (f.getParentFile().getName().equals("versions")) {
