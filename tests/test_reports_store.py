@@ -395,7 +395,7 @@ def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path
         assert (summary.devices, summary.networks) == (2, 2)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == str(SCHEMA_VERSION) == "8"
+    assert version == str(SCHEMA_VERSION) == "7"
 
 
 SCHEMA_3_COLUMNS = (
@@ -435,7 +435,7 @@ def test_a_schema_2_store_is_migrated_to_keep_report_schema_2s_keys(tmp_path: Pa
         kept = conn.execute(
             "SELECT unconfirmed_starts, cpu_class FROM reports ORDER BY token"
         ).fetchall()
-    assert version == "8"
+    assert version == "7"
     assert kept == [(None, None), (1, "armv9")]
 
 
@@ -681,7 +681,7 @@ def test_a_schema_3_store_is_migrated_to_count_networks(tmp_path: Path) -> None:
         indexes = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
-    assert version == "8"
+    assert version == "7"
     assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
     assert not {"reports_devices", "reports_load", "reports_inference"} & indexes
 
@@ -804,7 +804,7 @@ def test_a_schema_4_store_is_migrated_to_keep_app_metrics(tmp_path: Path) -> Non
         assert (summary.devices, summary.metric("accepted").devices) == (2, 1)
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-    assert version == "8"
+    assert version == "7"
 
 
 def _raw_connection(url: str) -> Any:
@@ -817,13 +817,12 @@ def _raw_connection(url: str) -> Any:
 
 
 def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> None:
-    from edgereg.reports._metrics import _SCHEMA_5_METRIC_INDEXES, _SCHEMA_5_METRIC_SCHEMA
+    from edgereg.reports._metrics import METRIC_INDEXES, METRIC_SCHEMA
     from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
 
     conn, p = _raw_connection(store_url)
     with contextlib.closing(conn):
-        schema_5 = (*SCHEMA, *_SCHEMA_4_INDEXES, *_SCHEMA_5_METRIC_SCHEMA)
-        for statement in (*schema_5, *_SCHEMA_5_METRIC_INDEXES):
+        for statement in (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
             conn.execute(statement)
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.execute("INSERT INTO reports_meta VALUES ('schema', '5')")
@@ -844,18 +843,23 @@ def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> No
         else:
             listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'reports'"
         indexes = {row[0] for row in conn.execute(listed)}
-    assert version == "8"
+    assert version == "7"
     assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
     assert not {"reports_devices", "reports_load", "reports_inference", "reports_memory"} & indexes
 
 
 def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url: str) -> None:
-    from edgereg.reports._metrics import _SCHEMA_5_METRIC_INDEXES, _SCHEMA_5_METRIC_SCHEMA
+    from edgereg.reports._metrics import (
+        _SCHEMA_5_METRIC_INDEXES,
+        METRIC_COLUMNS,
+        METRIC_SCHEMA,
+        metric_rows,
+    )
     from edgereg.reports.store import _SCHEMA_6_SUMMARY_INDEX, INDEXES, SCHEMA
 
     conn, p = _raw_connection(store_url)
     with contextlib.closing(conn):
-        schema_6 = (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *_SCHEMA_5_METRIC_SCHEMA)
+        schema_6 = (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *METRIC_SCHEMA)
         for statement in (*schema_6, *_SCHEMA_5_METRIC_INDEXES):
             conn.execute(statement)
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -865,7 +869,12 @@ def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url:
             f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
             report_row(old, T0, "192.0.2.0/24"),
         )
-        _insert_schema_5_metrics(conn, p, old, T0, "192.0.2.0/24")
+        (metric,) = metric_rows(old, int(T0.timestamp() * 1000), "192.0.2.0/24")
+        conn.execute(
+            f"INSERT INTO report_metrics ({', '.join(METRIC_COLUMNS)}) "
+            f"VALUES ({', '.join([p] * len(METRIC_COLUMNS))})",
+            metric,
+        )
     with open_store(store_url) as store:
         store.ingest_many(
             [
@@ -888,109 +897,11 @@ def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url:
         else:
             listed = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'report%'"
         indexes = {row[0]: " ".join(row[1].split()) for row in conn.execute(listed)}
-    assert version == "8"
+    assert version == "7"
     # The network after the arm and the version, then the tier.
-    assert re.search(
-        r"arm, unit_version, \(?COALESCE\(source, token\)\)?, tier", indexes["reports_summary"]
-    )
+    for name in ("reports_summary", "report_metrics_arms"):
+        assert re.search(r"arm, unit_version, \(?COALESCE\(source, token\)\)?, tier", indexes[name])
     assert {"reports_clock", "reports_received", "report_metrics_received"} <= set(indexes)
-
-
-def _insert_schema_5_metrics(
-    conn: Any, p: str, sent: Report, received: datetime, source: str | None
-) -> None:
-    """``sent``'s metric rows as a store of schemas 5 to 7 held them (no network column)."""
-    from edgereg.reports._metrics import _SCHEMA_5_METRIC_COLUMNS, METRIC_COLUMNS, metric_rows
-
-    net = METRIC_COLUMNS.index("net")
-    for row in metric_rows(sent, int(received.timestamp() * 1000), source):
-        conn.execute(
-            f"INSERT INTO report_metrics ({', '.join(_SCHEMA_5_METRIC_COLUMNS)}) "
-            f"VALUES ({', '.join([p] * len(_SCHEMA_5_METRIC_COLUMNS))})",
-            row[:net] + row[net + 1 :],
-        )
-
-
-def test_a_schema_7_store_is_migrated_to_keep_metrics_in_the_summaries_order(
-    store_url: str,
-) -> None:
-    """Schema 8: the metric rows are copied, each with its network, and merge as before."""
-    from edgereg.reports._metrics import _SCHEMA_5_METRIC_SCHEMA, _SCHEMA_7_METRIC_INDEXES
-    from edgereg.reports.store import INDEXES, SCHEMA
-
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        for statement in (*SCHEMA, *INDEXES, *_SCHEMA_5_METRIC_SCHEMA, *_SCHEMA_7_METRIC_INDEXES):
-            conn.execute(statement)
-        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("INSERT INTO reports_meta VALUES ('schema', '7')")
-        kept = [
-            (counted(1, {"accepted": (4, 3), "confidence": (1, 0, 2, 1)}), "192.0.2.0/24"),
-            (counted(2, {"accepted": (2, 1)}), "192.0.2.0/24"),
-            (counted(3, {"accepted": (5, 5)}), None),  # a network of its own
-            (counted(4, {"accepted": (8, 2)}, arm="stable"), None),
-        ]
-        for old, source in kept:
-            conn.execute(
-                f"INSERT INTO reports ({', '.join(COLUMNS)}) "
-                f"VALUES ({', '.join([p] * len(COLUMNS))})",
-                report_row(old, T0, source),
-            )
-            _insert_schema_5_metrics(conn, p, old, T0, source)
-    later = T0 + timedelta(hours=1)
-    with open_store(store_url) as store:
-        store.ingest_many(
-            [
-                # Install 2 counted more since, and moved to the low tier: its row merges.
-                (counted(2, {"accepted": (6, 1)}, tier="low"), later, "192.0.2.0/24"),
-                (counted(5, {"accepted": (1, 1)}), later, "192.0.2.0/24"),
-            ]
-        )
-        found = by_arm(store.summaries("digits", statistics=ASKED))
-        high = found[("high", "candidate", "1.1.0")].metric("accepted")
-        # Devices 1 and 5 on 192.0.2.0/24 (0.75, 1.0), device 3 alone (1.0).
-        assert (high.devices, high.networks) == (3, 2)
-        assert high.total == pytest.approx(2.75)
-        assert high.network_total == pytest.approx(0.875 + 1.0)
-        low = found[("low", "candidate", "1.1.0")].metric("accepted")
-        assert (low.devices, low.total) == (1, pytest.approx(1 / 6))
-        assert found[("high", "candidate", "1.1.0")].metric("mean").devices == 1
-        assert found[("high", "stable", "1.0.0")].metric("accepted").total == pytest.approx(0.25)
-        (everyone,) = [
-            s.metric("accepted")
-            for s in store.summaries("digits", statistics=ASKED, pooled=True)
-            if s.arm == "candidate"
-        ]
-        # Pooled: 192.0.2.0/24 holds devices 1, 2 and 5 (0.75, 1/6, 1.0).
-        assert (everyone.devices, everyone.networks) == (4, 2)
-        assert everyone.network_total == pytest.approx((0.75 + 1 / 6 + 1.0) / 3 + 1.0)
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-        nets = dict(conn.execute("SELECT token, net FROM report_metrics WHERE name = 'accepted'"))
-        if p == "?":
-            listed = "SELECT name FROM sqlite_master WHERE tbl_name = 'report_metrics'"
-            tables = "SELECT name FROM sqlite_master WHERE type = 'table'"
-            (table,) = conn.execute(
-                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'report_metrics'"
-            ).fetchone()
-            assert table.rstrip().endswith("WITHOUT ROWID")
-        else:
-            listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'report_metrics'"
-            tables = "SELECT table_name FROM information_schema.tables"
-        indexes = {row[0] for row in conn.execute(listed)}
-        # The copy took the table's name: nothing of the migration is left beside it.
-        assert not [row[0] for row in conn.execute(tables) if row[0].startswith("report_metrics_")]
-    assert version == "8"
-    assert nets == {
-        f"{1:032x}": "192.0.2.0/24",
-        f"{2:032x}": "192.0.2.0/24",
-        f"{3:032x}": f"{3:032x}",
-        f"{4:032x}": f"{4:032x}",
-        f"{5:032x}": "192.0.2.0/24",
-    }
-    assert {"report_metrics_key", "report_metrics_received"} <= indexes
-    assert "report_metrics_arms" not in indexes
 
 
 # --- what the analysis's queries read (issue 32) --------------------------------------

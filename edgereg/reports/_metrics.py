@@ -39,8 +39,7 @@ __all__ = [
 #: At most 32 buckets (a distribution's 31 edges): ``c0`` .. ``c31``.
 BUCKET_COLUMNS = tuple(f"c{i}" for i in range(32))
 
-#: The columns of the metric table of schemas 5 to 7 (a migration copies them).
-_SCHEMA_5_METRIC_COLUMNS = (
+METRIC_COLUMNS = (
     "token",
     "name",
     "unit",
@@ -55,18 +54,8 @@ _SCHEMA_5_METRIC_COLUMNS = (
     *BUCKET_COLUMNS,
 )
 
-#: Since schema 8 a row holds its source network (``net``: the source, or the token when
-#: it is unknown, as the summaries group it), a key column of the table's order.
-METRIC_COLUMNS = (*_SCHEMA_5_METRIC_COLUMNS[:9], "net", *_SCHEMA_5_METRIC_COLUMNS[9:])
-
-#: Where a backend writes its clustered-table option (SQLite's ``WITHOUT ROWID``): a comment
-#: to any other database.
-CLUSTERED = "/* clustered */"
-
 # Unused buckets hold 0 (0 costs SQLite no bytes, and keeps the merge's maximum simple).
-#: The metric table of schemas 5 to 7: keyed by (token, name), its rows read off
-#: ``report_metrics_arms`` and looked up in the table one by one for their buckets.
-_SCHEMA_5_METRIC_SCHEMA = (
+METRIC_SCHEMA = (
     """CREATE TABLE report_metrics (
     token TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -86,35 +75,6 @@ _SCHEMA_5_METRIC_SCHEMA = (
 )""",
 )
 
-#: The metric table of schema 8: its rows kept in the order a summary reads them (the
-#: unit, the metric, its bucket count, the arm, the version, the source network, the
-#: tier), each with its buckets, so a summary reads an arm's rows in one run of pages
-#: (SQLite stores the table in its key's order, ``WITHOUT ROWID``: :data:`CLUSTERED`)
-#: instead of looking each row's buckets up at a random place of the table. An
-#: install's metric is unique (``report_metrics_key``): what a report's upsert merges
-#: into. A row moves when its install changes arm, version, tier or network (rare).
-METRIC_SCHEMA = (
-    """CREATE TABLE report_metrics (
-    token TEXT NOT NULL,
-    name TEXT NOT NULL,
-    unit TEXT NOT NULL,
-    tier TEXT NOT NULL,
-    arm TEXT NOT NULL,
-    unit_version TEXT NOT NULL,
-    sequence BIGINT NOT NULL,
-    cpu_class TEXT,
-    source TEXT,
-    net TEXT NOT NULL,
-    received_at BIGINT NOT NULL,
-    buckets SMALLINT NOT NULL,
-    """
-    + ",\n    ".join(f"{c} BIGINT NOT NULL DEFAULT 0" for c in BUCKET_COLUMNS)
-    + """,
-    PRIMARY KEY (unit, name, buckets, arm, unit_version, net, tier, token)
-) """
-    + CLUSTERED,
-)
-
 #: The metric indexes of schema 5 and 6 (a migration replaces the first).
 _SCHEMA_5_METRIC_INDEXES = (
     "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, tier, arm, "
@@ -122,35 +82,16 @@ _SCHEMA_5_METRIC_INDEXES = (
     "CREATE INDEX report_metrics_received ON report_metrics (received_at)",
 )
 
-#: Schema 7: a summary read one unit's metric by name and bucket count, an arm's network by
-#: network (the source network, ``COALESCE(source, token)``, as the reports' summary index
-#: holds it), per tier or every tier together: grouped as read, not sorted.
-_SCHEMA_7_METRIC_INDEXES = (
+#: A summary reads one unit's metric by name and bucket count, an arm's network by network
+#: (the source network, ``COALESCE(source, token)``, as the reports' summary index holds it),
+#: per tier or every tier together: grouped as read, not sorted.
+METRIC_INDEXES = (
     "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, arm, "
     "unit_version, COALESCE(source, token), tier, token, source, sequence, received_at)",
     _SCHEMA_5_METRIC_INDEXES[1],
 )
 
-#: Schema 8: the table is in the summaries' order (:data:`METRIC_SCHEMA`); an install's
-#: metric is found by its key, and the retention's prune by time.
-METRIC_INDEXES = (
-    "CREATE UNIQUE INDEX report_metrics_key ON report_metrics (token, name)",
-    _SCHEMA_5_METRIC_INDEXES[1],
-)
-
-#: From schema 7 to 8: the rows copied into the table of :data:`METRIC_SCHEMA`, each
-#: with its network.
-METRIC_MIGRATION_8 = (
-    METRIC_SCHEMA[0].replace("CREATE TABLE report_metrics (", "CREATE TABLE report_metrics_8 ("),
-    f"INSERT INTO report_metrics_8 ({', '.join(METRIC_COLUMNS)}) SELECT "
-    f"{', '.join(_SCHEMA_5_METRIC_COLUMNS[:9])}, COALESCE(source, token), "
-    f"{', '.join(_SCHEMA_5_METRIC_COLUMNS[9:])} FROM report_metrics",
-    "DROP TABLE report_metrics",  # and its indexes
-    "ALTER TABLE report_metrics_8 RENAME TO report_metrics",
-    *METRIC_INDEXES,
-)
-
-_FROM_NEWER = ("unit", "tier", "arm", "unit_version", "cpu_class", "source", "net", "buckets")
+_FROM_NEWER = ("unit", "tier", "arm", "unit_version", "cpu_class", "source", "buckets")
 
 
 def metric_rows(report: Report, received: int, source: str | None) -> list[tuple[Any, ...]]:
@@ -178,7 +119,6 @@ def metric_rows(report: Report, received: int, source: str | None) -> list[tuple
                 report.sequence,
                 report.cpu_class,
                 source,
-                report.token if source is None else source,
                 received,
                 len(buckets),
                 *padded,
@@ -223,22 +163,18 @@ def statistic_sql(
     cpu_class: bool,
     pooled: bool,
     arms: int = 0,
-    statistics: int = 1,
 ) -> str:
-    """Per (tier, arm, version): statistics of one metric, per device and per network.
+    """Per (tier, arm, version): one statistic of one metric, per device and per network.
 
     Each device's statistic is its bucket counts weighted and divided by its
     total (a device that counted nothing is left out); the sums are over
     devices, over networks (each network's devices averaged) and of the
-    squares of the networks' means. ``statistics`` statistics of the same
-    metric (their own weights each: a mean and a share below an edge) are
-    summed in one read of its rows: a row holds the devices, the networks,
-    then each statistic's three sums. Parameters bind in this order: each
-    statistic's weights, the unit, the name, the bucket count, then the filters
+    squares of the networks' means. Parameters bind in this order: the
+    weights, the unit, the name, the bucket count, then the filters
     (sequence, time, CPU class).
 
     With ``arms``: one branch per arm (as :func:`edgereg.reports.store.counts_sql`
-    takes them), each summing its own networks as the table yields them, without
+    takes them), each summing its own networks as the index yields them, without
     a sort; a row starts with its branch's number instead of the tier, arm and
     version (an arm without a device that counted the metric has no networks), and
     each branch binds the parameters above and then its arm's (arm, version, tier;
@@ -254,30 +190,27 @@ def statistic_sql(
     if cpu_class:
         where += f" AND cpu_class = {p}"
     tier = "'*'" if pooled else "tier"
-    weighted = ", ".join(
-        " + ".join(f"{p} * {c}" for c in used) + f" AS w{k}" for k in range(statistics)
-    )
-    shares = ", ".join(f"SUM(1.0 * w{k} / t) AS v{k}" for k in range(statistics))
-    sums = "SUM(n), COUNT(*), " + ", ".join(
-        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in range(statistics)
-    )
-    total = " + ".join(used)
+    weighted = " + ".join(f"{p} * {c}" for c in used)
+    sums = "SUM(n), COUNT(*), SUM(v), SUM(v / n), SUM((v / n) * (v / n))"
     if arms:
         where += f" AND arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
-        devices = f"SELECT net, {weighted}, {total} AS t FROM report_metrics WHERE {where}"
+        devices = (
+            f"SELECT COALESCE(source, token) AS net, {weighted} AS w, {' + '.join(used)} AS t "
+            f"FROM report_metrics WHERE {where}"
+        )
         branch = (
-            f"{sums} FROM (SELECT COUNT(*) AS n, {shares} FROM ({devices}) "
+            f"{sums} FROM (SELECT COUNT(*) AS n, SUM(1.0 * w / t) AS v FROM ({devices}) "
             "AS devices WHERE t > 0 GROUP BY net) AS networks"
         )
         return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
     devices = (
-        f"SELECT tier, arm, unit_version, net, {weighted}, {total} AS t "
-        f"FROM report_metrics WHERE {where}"
+        "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
+        f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
     )
-    # In the table's order (METRIC_SCHEMA): grouped as read, not sorted.
+    # In the order of report_metrics_arms (METRIC_INDEXES): grouped as read, not sorted.
     by = "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
     networks = (
-        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, {shares} "
+        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
         f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {by}"
     )
     return (

@@ -36,7 +36,6 @@ class SQLiteStore(ReportStore):
     """
 
     placeholder = "?"
-    clustered = "WITHOUT ROWID"
 
     def __init__(self, path: Path, *, url: str) -> None:
         self.path = path

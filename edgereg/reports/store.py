@@ -36,11 +36,7 @@ from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
 from edgereg.reports._metrics import (
     _SCHEMA_5_METRIC_INDEXES,
-    _SCHEMA_5_METRIC_SCHEMA,
-    _SCHEMA_7_METRIC_INDEXES,
-    CLUSTERED,
     METRIC_INDEXES,
-    METRIC_MIGRATION_8,
     METRIC_SCHEMA,
     metric_rows,
     metric_upsert_sql,
@@ -70,7 +66,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 7
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -246,7 +242,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *_SCHEMA_4_INDEXES,
     ),
     # Schema 5 keeps the app metrics of report schema 3, one row per install and metric.
-    4: (*_SCHEMA_5_METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
+    4: (*METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
     # Schema 6: one covering index for every summary instead of four (see INDEXES).
     5: (
         "DROP INDEX IF EXISTS reports_devices",
@@ -260,11 +256,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS reports_summary",
         INDEXES[0],
         "DROP INDEX IF EXISTS report_metrics_arms",
-        _SCHEMA_7_METRIC_INDEXES[0],
+        METRIC_INDEXES[0],
     ),
-    # Schema 8: the metric table in the summaries' order, each row with its network
-    # (see METRIC_SCHEMA): its rows are copied.
-    7: METRIC_MIGRATION_8,
 }
 
 #: Columns a merge takes from the newer report (the rest merge as :func:`upsert_sql` says).
@@ -875,9 +868,6 @@ class ReportStore(abc.ABC):
     #: The database's two-argument maximum and minimum (SQLite's MAX/MIN; GREATEST/LEAST).
     greatest: str = "MAX"
     least: str = "MIN"
-    #: How the database keeps a table in its primary key's order (SQLite: ``WITHOUT
-    #: ROWID``); empty where a table is a heap beside its key (PostgreSQL).
-    clustered: str = ""
     _schema_checked = False
 
     # -- the guard ----------------------------------------------------------------
@@ -907,7 +897,7 @@ class ReportStore(abc.ABC):
             found = cur.fetchone()
             if found is None:
                 for statement in (*SCHEMA, *INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
-                    cur.execute(statement.replace(CLUSTERED, self.clustered))
+                    cur.execute(statement)
                 cur.execute(
                     f"INSERT INTO reports_meta (key, value) VALUES ({self.placeholder}, "
                     f"{self.placeholder})",
@@ -917,7 +907,7 @@ class ReportStore(abc.ABC):
             elif int(found[0]) < SCHEMA_VERSION:
                 for version in range(int(found[0]), SCHEMA_VERSION):
                     for statement in MIGRATIONS[version]:
-                        cur.execute(statement.replace(CLUSTERED, self.clustered))
+                        cur.execute(statement)
                 cur.execute(
                     f"UPDATE reports_meta SET value = {self.placeholder} "
                     f"WHERE key = {self.placeholder}",
@@ -1146,37 +1136,21 @@ class ReportStore(abc.ABC):
                 counts: list[Sequence[Any]] = []
                 bins: list[Sequence[Any]] = []
                 sums: list[tuple[str, Sequence[Any]]] = []
-                # The statistics of one metric (with one bucket count) in one read of its rows.
-                read_together: dict[tuple[str, int], list[str]] = {}
-                for name, asked_of in sorted((statistics or {}).items()):
-                    read_together.setdefault((asked_of.metric, asked_of.buckets), []).append(name)
                 asked = {
-                    (metric, buckets): [
-                        *(w for name in names for w in (statistics or {})[name].weights),
-                        unit,
-                        metric,
-                        buckets,
-                        *filters,
-                    ]
-                    for (metric, buckets), names in read_together.items()
+                    name: [*asked_of.weights, unit, asked_of.metric, asked_of.buckets, *filters]
+                    for name, asked_of in sorted((statistics or {}).items())
                 }
 
-                def statistic(read: tuple[str, int], arms: int = 0) -> str:
+                def statistic(name: str, arms: int = 0) -> str:
                     return statistic_sql(
                         self.placeholder,
-                        read[1],
+                        (statistics or {})[name].buckets,
                         since=flags["since"],
                         since_sequence=flags["since_sequence"],
                         cpu_class=flags["cpu_class"],
                         pooled=pooled,
                         arms=arms,
-                        statistics=len(read_together[read]),
                     )
-
-                def each(read: tuple[str, int], arm: Sequence[Any], row: Sequence[Any]) -> None:
-                    """Each statistic's own row: the arm, the devices, networks, its sums."""
-                    for k, name in enumerate(read_together[read]):
-                        sums.append((name, (*arm, *row[:2], *row[2 + 3 * k : 5 + 3 * k])))
 
                 if grouped:
                     sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
@@ -1186,10 +1160,9 @@ class ReportStore(abc.ABC):
                     sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
                     cur.execute(sql, params * repeats)
                     bins = cur.fetchall()
-                    for read, values in asked.items():
-                        cur.execute(statistic(read), values)
-                        for row in cur.fetchall():
-                            each(read, row[:3], row[3:])
+                    for name, values in asked.items():
+                        cur.execute(statistic(name), values)
+                        sums += [(name, row) for row in cur.fetchall()]
                 # A model's arms, a few per statement (a compound SELECT has a bounded
                 # number of parts), each row's branch number made its arm again.
                 for first in range(0, len(arms), ARMS_PER_STATEMENT):
@@ -1211,13 +1184,13 @@ class ReportStore(abc.ABC):
                     bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
                     cur.execute(sql, [v for values in bound for v in values])
                     bins += cur.fetchall()
-                    for read, values in asked.items():
-                        sql = statistic(read, len(chunk))
+                    for name, values in asked.items():
+                        sql = statistic(name, len(chunk))
                         cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
-                        for row in cur.fetchall():
-                            # An arm where no device counted the metric has none (as grouped).
-                            if row[2]:
-                                each(read, chunk[row[0]], row[1:])
+                        # An arm where no device counted the metric has none (as grouped).
+                        sums += [
+                            (name, (*chunk[row[0]], *row[1:])) for row in cur.fetchall() if row[2]
+                        ]
                 conn.rollback()  # read only: end the snapshot
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
