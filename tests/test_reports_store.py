@@ -1238,6 +1238,12 @@ def test_every_summary_is_the_reports_counted_network_by_network(store: ReportSt
         for bundle in (None, False):
             got = store.summaries("digits", bundle=bundle, **shape)
             _same_summaries(got, _oracle(sent, **shape))
+            if not shape.get("pooled"):
+                # Per tier and pooled in one snapshot, each metric read once for both.
+                both = store.summaries("digits", bundle=bundle, with_pool=True, **shape)
+                pool = _oracle(sent, **shape, pooled=True)
+                _same_summaries(both, _oracle(sent, **shape) + pool)
+                assert {s.tier for s in pool} == {"*"}
     assert sum(s.networks for s in store.summaries("digits")) > 100
 
 
@@ -1264,3 +1270,6 @@ def test_many_arms_are_summed_a_few_per_statement(store: ReportStore) -> None:
         got = store.summaries("digits", pooled=pooled, statistics=ASKED)
         assert len(got) > ARMS_PER_STATEMENT
         _same_summaries(got, _oracle(sent, pooled=pooled, statistics=ASKED))
+    both = store.summaries("digits", statistics=ASKED, with_pool=True)
+    expected = _oracle(sent, statistics=ASKED) + _oracle(sent, pooled=True, statistics=ASKED)
+    _same_summaries(both, expected)
