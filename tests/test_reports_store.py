@@ -969,6 +969,10 @@ def _analysis_queries(store: ReportStore) -> list[tuple[str, Any]]:
             store.summaries(unit, since_sequence=7, pooled=True, bundle=unit == "ocr")
             store.summaries(unit, since=later, bundle=unit == "ocr")
             store.summaries(unit, cpu_class="armv9", statistics=ASKED)
+            # Per tier and pooled at once (the analysis's call).
+            store.summaries(
+                unit, since_sequence=7, aged_before=T0, statistics=ASKED, with_pool=True
+            )
             store.members(unit)
             store.clock(unit)
             store.cpu_classes(unit)
