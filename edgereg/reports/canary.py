@@ -158,7 +158,7 @@ def rollout_analysis(
         ]
 
     # Every tier together, each network once: the pool. A store that can reads it in the
-    # same snapshot as the tiers, the counts and each app metric read once for both.
+    # same snapshot as the tiers, each app metric read once for both.
     pool: list[ArmSummary] | None = None
     if len(tiers) > 1 and getattr(store, "pools_with_tiers", False):
         found = period(with_pool=True)

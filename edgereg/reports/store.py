@@ -536,72 +536,6 @@ def counts_sql(
     return sql, tuple(bind.names)
 
 
-def tiers_counts_sql(
-    placeholder: str,
-    *,
-    since: bool,
-    since_sequence: bool = False,
-    cpu_class: bool = False,
-    arms: int,
-    tiers: int,
-) -> tuple[str, tuple[str, ...]]:
-    """:func:`counts_sql` of each (arm, version) of a model pooled and per tier, in one read.
-
-    One branch per (arm, version) reads its rows off the summary index network by
-    network once: each network's devices and events summed over every tier (the
-    pooled arm) and, apart, over each of ``tiers`` tiers (a device's tier a number
-    by the parameters it binds); the arm's columns (:func:`_count_columns`) then
-    add up the networks for every tier together and for each tier (a network
-    without a device of the tier is none of it): the same additions as the two
-    reads they replace, each in the same order. A row: the branch, the pooled
-    columns, then each tier's alike. Each branch binds the leading parameters
-    (the names returned), its tiers (``tiers``: None for one it has not), the
-    filters' (unit, model, ...), then its arm and version.
-    """
-    bind = _Parameters(placeholder)
-    where = _filters(
-        placeholder, since=since, since_sequence=since_sequence, model=True, cpu_class=cpu_class
-    )
-    events = _event_expressions(bind)
-    aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
-    which = "CASE tier " + " ".join(f"WHEN {placeholder} THEN {i}" for i in range(tiers))
-    devices = (
-        f"SELECT {NETWORK} AS net, "
-        + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
-        + f", {aged} AS ag, {which} ELSE -1 END AS ti FROM reports WHERE {where} "
-        f"AND {arm_filter(placeholder, True)}"
-    )
-    names = list(events)
-    sums = ["COUNT(*) AS n", "SUM(ag) AS a"]
-    sums += [f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names]
-    columns = list(_count_columns(names).values())
-    for i in range(tiers):
-        mine = f"CASE WHEN ti = {i} THEN"
-        sums += [f"SUM({mine} 1 ELSE 0 END) AS n{i}", f"SUM({mine} ag ELSE 0 END) AS a{i}"]
-        sums += [
-            f"SUM({mine} {name} ELSE 0 END) AS e{i}_{name}, "
-            f"SUM({mine} {name} * ag ELSE 0 END) AS g{i}_{name}"
-            for name in names
-        ]
-        # _count_columns' sums of the tier's networks, in its order.
-        columns += [f"SUM(n{i})", f"SUM(CASE WHEN n{i} > 0 THEN 1 ELSE 0 END)"]
-        columns += [f"SUM(e{i}_{name})" for name in names]
-        columns += [
-            f"SUM(CASE WHEN n{i} > 0 THEN 1.0 * e{i}_{name} / n{i} ELSE 0 END)" for name in names
-        ]
-        columns += [f"SUM(a{i})", f"SUM(CASE WHEN a{i} > 0 THEN 1 ELSE 0 END)"]
-        columns += [f"SUM(g{i}_{name})" for name in names]
-        columns += [
-            f"SUM(CASE WHEN a{i} > 0 THEN 1.0 * g{i}_{name} / a{i} ELSE 0 END)" for name in names
-        ]
-    branch = (
-        f"{', '.join(columns)} FROM (SELECT {', '.join(sums)} FROM ({devices}) AS devices "
-        "GROUP BY net) AS networks"
-    )
-    sql = " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
-    return sql, tuple(bind.names)
-
-
 #: Arms summed per statement at most: each is a part of a compound SELECT (of the
 #: histograms: three), whose parts SQLite bounds (500 by default).
 ARMS_PER_STATEMENT = 32
@@ -1204,19 +1138,14 @@ class ReportStore(abc.ABC):
                 sums.append((name, (*arm, *row[:2], *row[2 + 3 * k : 5 + 3 * k])))
 
         def tally(
-            cur: Any,
-            grouped: bool,
-            pooled: bool,
-            pool_sums: _Sums | None = None,
-            pool_counts: list[Sequence[Any]] | None = None,
+            cur: Any, grouped: bool, pooled: bool, pool_sums: _Sums | None = None
         ) -> list[ArmSummary]:
             """The summaries, per tier or ``pooled``.
 
-            ``pool_sums`` and ``pool_counts``: the pooled statistics and counts are
-            not read but taken from these (None: read); lists to fill (per tier, not
-            grouped): each (arm, version)'s rows are read for its tiers and pooled at
-            once (:func:`tiers_counts_sql`, :func:`tiers_statistic_sql`), and the
-            pooled rows left there.
+            ``pool_sums``: the pooled statistics are not read but taken from these
+            (None: read); a list to fill (per tier, not grouped): each metric's
+            statistics are read per tier and pooled at once, and the pooled ones
+            left there.
             """
             # A model's rows all name it (admission refuses a model its release does
             # not hold): the summary index is then read from (unit, model) on, its
@@ -1238,7 +1167,6 @@ class ReportStore(abc.ABC):
             sums: _Sums = []
             read_stats = pool_sums is None or not pooled
             both = pool_sums is not None and not pooled and not grouped
-            read_counts = not both and (pool_counts is None or not pooled)
 
             def statistic(read: tuple[str, int], arms: int = 0) -> str:
                 return statistic_sql(
@@ -1269,13 +1197,12 @@ class ReportStore(abc.ABC):
             for first in range(0, len(arms), ARMS_PER_STATEMENT):
                 chunk = arms[first : first + ARMS_PER_STATEMENT]
                 chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
-                if read_counts:
-                    sql, names = counts_sql(
-                        self.placeholder, **shape, bundle=False, pooled=pooled, arms=len(chunk)
-                    )
-                    leads = [leading[name] for name in names]
-                    cur.execute(sql, [v for key in chunk_keys for v in (*leads, *params, *key)])
-                    counts += [(*chunk[row[0]], *row[1:]) for row in cur.fetchall()]
+                sql, names = counts_sql(
+                    self.placeholder, **shape, bundle=False, pooled=pooled, arms=len(chunk)
+                )
+                leads = [leading[name] for name in names]
+                cur.execute(sql, [v for key in chunk_keys for v in (*leads, *params, *key)])
+                counts += [(*chunk[row[0]], *row[1:]) for row in cur.fetchall()]
                 sql, binds = arm_histogram_sql(
                     self.placeholder,
                     **flags,
@@ -1293,10 +1220,9 @@ class ReportStore(abc.ABC):
                         # An arm where no device counted the metric has none (as grouped).
                         if row[2]:
                             each(sums, read, chunk[row[0]], row[1:])
-            if both:
+            if both and asked:
                 assert pool_sums is not None
-                assert pool_counts is not None
-                # Each (arm, version) with its tiers: its rows read once for all.
+                # Each (arm, version) with its tiers: its metric rows read once for all.
                 tiers_of: dict[tuple[Any, Any], list[Any]] = {}
                 for tier, arm, version in arms:
                     tiers_of.setdefault((arm, version), []).append(tier)
@@ -1304,32 +1230,6 @@ class ReportStore(abc.ABC):
                 for first in range(0, len(pairs), ARMS_PER_STATEMENT):
                     chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
                     width = max(len(tiers) for _, tiers in chunk_pairs)
-                    sql, names = tiers_counts_sql(
-                        self.placeholder, **flags, arms=len(chunk_pairs), tiers=width
-                    )
-                    leads = [leading[name] for name in names]
-                    cur.execute(
-                        sql,
-                        [
-                            v
-                            for pair, tiers in chunk_pairs
-                            for v in (
-                                *leads,
-                                *tiers,
-                                *[None] * (width - len(tiers)),
-                                *params,
-                                *pair,
-                            )
-                        ],
-                    )
-                    part = len(_count_columns(EVENTS))
-                    for row in cur.fetchall():
-                        pair, tiers = chunk_pairs[row[0]]
-                        pool_counts.append((POOLED_TIER, *pair, *row[1 : 1 + part]))
-                        counts += [
-                            (tier, *pair, *row[1 + part * (i + 1) : 1 + part * (i + 2)])
-                            for i, tier in enumerate(tiers)
-                        ]
                     for read, values in asked.items():
                         stats = len(read_together[read])
                         sql = tiers_statistic_sql(
@@ -1368,8 +1268,6 @@ class ReportStore(abc.ABC):
                                     each(sums, read, (tier, *pair), mine)
             if pooled and pool_sums is not None:
                 sums = pool_sums
-            if pooled and pool_counts is not None:
-                counts = pool_counts
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
 
         def read() -> list[ArmSummary]:
@@ -1387,9 +1285,8 @@ class ReportStore(abc.ABC):
                     found = tally(cur, grouped, False) + tally(cur, grouped, True)
                 else:
                     pool_sums: _Sums = []
-                    pool_counts: list[Sequence[Any]] = []
-                    found = tally(cur, grouped, False, pool_sums, pool_counts)
-                    found += tally(cur, grouped, True, pool_sums, pool_counts)
+                    found = tally(cur, grouped, False, pool_sums)
+                    found += tally(cur, grouped, True, pool_sums)
                 conn.rollback()  # read only: end the snapshot
             return found
 
