@@ -18,7 +18,9 @@ importtime's top-level modules is printed too). The children run with a
 bytecode cache, as an installed package has (PYTHONDONTWRITEBYTECODE would
 make every run compile edgereg's sources: printed once for comparison).
 ``--baseline REV`` measures the edgereg package of an older revision the
-same way, alternating runs with this tree (the machine is shared).
+same way, alternating runs with this tree (the machine is shared), and runs
+it on the large store too, alternating with this tree's runs (a revision
+that reads the same store schema).
 
 1,000,000 reports with 5 app metrics (issue 26): the project's models.toml
 declares three rates and two distributions of 8 buckets on the model, with
@@ -84,6 +86,8 @@ TARGET_S = 5.0
 SMALL = 20_000
 SMALL_TARGET_S = 1.0
 results: list[tuple[str, bool, str]] = []
+#: CPU seconds of each `edgereg analyze` run, by (id of its environment, store): run_analyze.
+CPU_SECONDS: dict[tuple[int, str], list[float]] = {}
 
 # Five app metrics (docs/operations/canary-analysis.md "App metrics") and guardrails on
 # each, the way a text recognizer's team would write them.
@@ -368,14 +372,23 @@ def analyze_args(tmp: Path, store_path: Path, config: str = "models.toml") -> li
 def run_analyze(
     tmp: Path, store_path: Path, runs: int, env: dict[str, str], config: str = "models.toml"
 ) -> tuple[list[float], float, Any]:
-    """Seconds of each run, the largest peak RSS in MB, and the last JSON result."""
+    """Seconds of each run, the largest peak RSS in MB, and the last JSON result.
+
+    The CPU seconds (user + system) of each run are added to ``CPU_SECONDS[id(env), store]``:
+    on a loaded machine the wall time also holds the waits for a core.
+    """
     # The command line in a fresh interpreter that reports its own peak RSS last.
     command = [sys.executable, "-c", _MEASURED_MAIN, *analyze_args(tmp, store_path, config)]
     seconds, peaks = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, env=env)
         seconds.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        CPU_SECONDS.setdefault((id(env), str(store_path)), []).append(
+            after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        )
         if done.returncode not in (0, 12, 13):
             sys.exit(f"edgereg analyze failed ({done.returncode}):\n{done.stderr}")
         peaks.append(int(done.stderr.strip().splitlines()[-1].split()[-1]) / 1024)
@@ -589,11 +602,16 @@ def main() -> None:
         )
         runs: list[float] = []
         plain_runs: list[float] = []
+        baseline_runs: list[float] = []
+        baseline_env = envs.get(f"baseline {args.baseline}")
         peak_mb = 0.0
         for _ in range(args.runs):  # alternating, so a burst of load elsewhere skews both
             seconds, peak, result = run_analyze(tmp, store_path, 1, env)
             runs += seconds
             peak_mb = max(peak_mb, peak)
+            if baseline_env is not None:
+                seconds, _, before = run_analyze(tmp, store_path, 1, baseline_env)
+                baseline_runs += seconds
             if args.without_metrics:
                 seconds, _, plain = run_analyze(tmp, plain_path, 1, env, PLAIN_CONFIG)
                 plain_runs += seconds
@@ -612,6 +630,18 @@ def main() -> None:
             "reports)",
             flush=True,
         )
+        if baseline_env is not None:
+            baseline_median = statistics.median(baseline_runs)
+            cpu = statistics.median(CPU_SECONDS[id(env), str(store_path)])
+            baseline_cpu = statistics.median(CPU_SECONDS[id(baseline_env), str(store_path)])
+            print(
+                f"the baseline {args.baseline} on the same {args.reports:,} reports: median "
+                f"{baseline_median:.2f} s (runs {', '.join(f'{r:.2f}' for r in baseline_runs)}); "
+                f"verdict {before['verdict']}; this tree / baseline "
+                f"{median / baseline_median:.2f}x (CPU {cpu:.2f} s / {baseline_cpu:.2f} s = "
+                f"{cpu / baseline_cpu:.2f}x)",
+                flush=True,
+            )
         if args.without_metrics:
             plain_median = statistics.median(plain_runs)
             print(

@@ -969,6 +969,10 @@ def _analysis_queries(store: ReportStore) -> list[tuple[str, Any]]:
             store.summaries(unit, since_sequence=7, pooled=True, bundle=unit == "ocr")
             store.summaries(unit, since=later, bundle=unit == "ocr")
             store.summaries(unit, cpu_class="armv9", statistics=ASKED)
+            # Per tier and pooled at once (the analysis's call).
+            store.summaries(
+                unit, since_sequence=7, aged_before=T0, statistics=ASKED, with_pool=True
+            )
             store.members(unit)
             store.clock(unit)
             store.cpu_classes(unit)
@@ -1238,6 +1242,12 @@ def test_every_summary_is_the_reports_counted_network_by_network(store: ReportSt
         for bundle in (None, False):
             got = store.summaries("digits", bundle=bundle, **shape)
             _same_summaries(got, _oracle(sent, **shape))
+            if not shape.get("pooled"):
+                # Per tier and pooled in one snapshot, each metric read once for both.
+                both = store.summaries("digits", bundle=bundle, with_pool=True, **shape)
+                pool = _oracle(sent, **shape, pooled=True)
+                _same_summaries(both, _oracle(sent, **shape) + pool)
+                assert {s.tier for s in pool} == {"*"}
     assert sum(s.networks for s in store.summaries("digits")) > 100
 
 
@@ -1264,3 +1274,6 @@ def test_many_arms_are_summed_a_few_per_statement(store: ReportStore) -> None:
         got = store.summaries("digits", pooled=pooled, statistics=ASKED)
         assert len(got) > ARMS_PER_STATEMENT
         _same_summaries(got, _oracle(sent, pooled=pooled, statistics=ASKED))
+    both = store.summaries("digits", statistics=ASKED, with_pool=True)
+    expected = _oracle(sent, statistics=ASKED) + _oracle(sent, pooled=True, statistics=ASKED)
+    _same_summaries(both, expected)

@@ -34,6 +34,7 @@ __all__ = [
     "metric_rows",
     "metric_upsert_sql",
     "statistic_sql",
+    "tiers_statistic_sql",
 ]
 
 #: At most 32 buckets (a distribution's 31 edges): ``c0`` .. ``c31``.
@@ -163,14 +164,18 @@ def statistic_sql(
     cpu_class: bool,
     pooled: bool,
     arms: int = 0,
+    statistics: int = 1,
 ) -> str:
-    """Per (tier, arm, version): one statistic of one metric, per device and per network.
+    """Per (tier, arm, version): statistics of one metric, per device and per network.
 
     Each device's statistic is its bucket counts weighted and divided by its
     total (a device that counted nothing is left out); the sums are over
     devices, over networks (each network's devices averaged) and of the
-    squares of the networks' means. Parameters bind in this order: the
-    weights, the unit, the name, the bucket count, then the filters
+    squares of the networks' means. ``statistics`` statistics of the same
+    metric (their own weights each: a mean and a share below an edge) are
+    summed in one read of its rows: a row holds the devices, the networks,
+    then each statistic's three sums. Parameters bind in this order: each
+    statistic's weights, the unit, the name, the bucket count, then the filters
     (sequence, time, CPU class).
 
     With ``arms``: one branch per arm (as :func:`edgereg.reports.store.counts_sql`
@@ -190,30 +195,101 @@ def statistic_sql(
     if cpu_class:
         where += f" AND cpu_class = {p}"
     tier = "'*'" if pooled else "tier"
-    weighted = " + ".join(f"{p} * {c}" for c in used)
-    sums = "SUM(n), COUNT(*), SUM(v), SUM(v / n), SUM((v / n) * (v / n))"
+    weighted = ", ".join(
+        " + ".join(f"{p} * {c}" for c in used) + f" AS w{k}" for k in range(statistics)
+    )
+    shares = ", ".join(f"SUM(1.0 * w{k} / t) AS v{k}" for k in range(statistics))
+    sums = "SUM(n), COUNT(*), " + ", ".join(
+        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in range(statistics)
+    )
+    total = " + ".join(used)
     if arms:
         where += f" AND arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
         devices = (
-            f"SELECT COALESCE(source, token) AS net, {weighted} AS w, {' + '.join(used)} AS t "
+            f"SELECT COALESCE(source, token) AS net, {weighted}, {total} AS t "
             f"FROM report_metrics WHERE {where}"
         )
         branch = (
-            f"{sums} FROM (SELECT COUNT(*) AS n, SUM(1.0 * w / t) AS v FROM ({devices}) "
+            f"{sums} FROM (SELECT COUNT(*) AS n, {shares} FROM ({devices}) "
             "AS devices WHERE t > 0 GROUP BY net) AS networks"
         )
         return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
     devices = (
         "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
-        f"{weighted} AS w, {' + '.join(used)} AS t FROM report_metrics WHERE {where}"
+        f"{weighted}, {total} AS t FROM report_metrics WHERE {where}"
     )
     # In the order of report_metrics_arms (METRIC_INDEXES): grouped as read, not sorted.
     by = "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
     networks = (
-        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, SUM(1.0 * w / t) AS v "
+        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, {shares} "
         f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {by}"
     )
     return (
         f"SELECT tier, arm, unit_version, {sums} FROM ({networks}) AS networks "
         "GROUP BY tier, arm, unit_version"
     )
+
+
+def tiers_statistic_sql(
+    placeholder: str,
+    buckets: int,
+    *,
+    since: bool,
+    since_sequence: bool,
+    cpu_class: bool,
+    arms: int,
+    tiers: int,
+    statistics: int = 1,
+) -> str:
+    """:func:`statistic_sql` of each (arm, version) pooled and per tier, in one read of its rows.
+
+    One branch per (arm, version) reads its rows network by network (the
+    index's order) once: each network's devices summed over every tier (the
+    pooled arm) and, apart, over each of ``tiers`` tiers (a device's tier a
+    number by the parameters it binds); the arm's sums then add up the networks
+    as :func:`statistic_sql` does, for every tier together and for each tier (a
+    network without a device of the tier is none of it). The same additions as
+    the two reads they replace, each in the same order. A row: the branch, then
+    the pooled part (devices, networks, each statistic's three sums), then each
+    tier's part alike. Each branch binds each statistic's weights, its tiers
+    (``tiers`` of them: None for a tier it has not), then the unit, the name,
+    the bucket count, the filters, and its arm and version.
+    """
+    p = placeholder
+    used = BUCKET_COLUMNS[:buckets]
+    where = f"unit = {p} AND name = {p} AND buckets = {p}"
+    if since_sequence:
+        where += f" AND sequence >= {p}"
+    if since:
+        where += f" AND received_at >= {p}"
+    if cpu_class:
+        where += f" AND cpu_class = {p}"
+    where += f" AND arm = {p} AND unit_version = {p}"
+    stats = range(statistics)
+    weighted = ", ".join(" + ".join(f"{p} * {c}" for c in used) + f" AS w{k}" for k in stats)
+    which = "CASE tier " + " ".join(f"WHEN {p} THEN {i}" for i in range(tiers)) + " ELSE -1 END"
+    devices = (
+        f"SELECT COALESCE(source, token) AS net, {weighted}, {which} AS ti, "
+        f"{' + '.join(used)} AS t FROM report_metrics WHERE {where}"
+    )
+    per_network = ["COUNT(*) AS n"] + [f"SUM(1.0 * w{k} / t) AS v{k}" for k in stats]
+    sums = ["SUM(n)", "COUNT(*)"] + [
+        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in stats
+    ]
+    for i in range(tiers):
+        per_network.append(f"SUM(CASE WHEN ti = {i} THEN 1 ELSE 0 END) AS n_{i}")
+        per_network += [
+            f"SUM(CASE WHEN ti = {i} THEN 1.0 * w{k} / t ELSE 0 END) AS v{k}_{i}" for k in stats
+        ]
+        some = f"n_{i} > 0"
+        sums += [f"SUM(n_{i})", f"SUM(CASE WHEN {some} THEN 1 ELSE 0 END)"]
+        sums += [
+            f"SUM(v{k}_{i}), SUM(CASE WHEN {some} THEN v{k}_{i} / n_{i} ELSE 0 END), "
+            f"SUM(CASE WHEN {some} THEN (v{k}_{i} / n_{i}) * (v{k}_{i} / n_{i}) ELSE 0 END)"
+            for k in stats
+        ]
+    branch = (
+        f"{', '.join(sums)} FROM (SELECT {', '.join(per_network)} FROM ({devices}) AS devices "
+        "WHERE t > 0 GROUP BY net) AS networks"
+    )
+    return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))

@@ -65,6 +65,9 @@ class GroupCommit:
         batched: Reports they held.
     """
 
+    #: Its :meth:`summaries` takes ``with_pool`` (as the store's).
+    pools_with_tiers = True
+
     def __init__(self, store: ReportStore, *, max_batch: int = MAX_BATCH) -> None:
         self.store = store
         self.url = store.url
@@ -150,6 +153,7 @@ class GroupCommit:
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
         bundle: bool | None = None,
+        with_pool: bool = False,
     ) -> list[ArmSummary]:
         """The store's summaries (reads need no batching)."""
         return self.store.summaries(
@@ -162,6 +166,7 @@ class GroupCommit:
             pooled=pooled,
             statistics=statistics,
             bundle=bundle,
+            with_pool=with_pool,
         )
 
     def clock(self, unit: str) -> datetime | None:

@@ -19,6 +19,7 @@ from edgereg.analysis import (
 )
 from edgereg.config import AppMetric, Guardrails
 from edgereg.protocol.wire import RolloutState
+from edgereg.reports.store import POOLED_TIER
 from edgereg.reports.summary import ArmSummary, SummarySource
 
 __all__ = ["SummarySource", "rollout_analysis"]
@@ -156,9 +157,16 @@ def rollout_analysis(
             if s.arm == "stable"
         ]
 
-    summaries = period()
-    # Every tier together, each network once: the pool.
-    pool = period(pooled=True) if len(tiers) > 1 else None
+    # Every tier together, each network once: the pool. A store that can reads it in the
+    # same snapshot as the tiers, each app metric read once for both.
+    pool: list[ArmSummary] | None = None
+    if len(tiers) > 1 and getattr(store, "pools_with_tiers", False):
+        found = period(with_pool=True)
+        summaries = [s for s in found if s.tier != POOLED_TIER]
+        pool = [s for s in found if s.tier == POOLED_TIER]
+    else:
+        summaries = period()
+        pool = period(pooled=True) if len(tiers) > 1 else None
     # A store that lists a bundle's members gives each its own latencies (one per device).
     listed = getattr(store, "members", None) if bundle is not False else None
     names: list[str] = listed(state.model) if callable(listed) else []

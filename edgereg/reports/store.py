@@ -41,6 +41,7 @@ from edgereg.reports._metrics import (
     metric_rows,
     metric_upsert_sql,
     statistic_sql,
+    tiers_statistic_sql,
 )
 from edgereg.reports.summary import (
     CONFIRMED,
@@ -865,6 +866,8 @@ class ReportStore(abc.ABC):
         """The store error for a driver exception, or None when it is not the driver's."""
 
     placeholder: str = "?"
+    #: :meth:`summaries` takes ``with_pool`` (the analysis asks for both in one call).
+    pools_with_tiers = True
     #: The database's two-argument maximum and minimum (SQLite's MAX/MIN; GREATEST/LEAST).
     greatest: str = "MAX"
     least: str = "MIN"
@@ -1052,6 +1055,7 @@ class ReportStore(abc.ABC):
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
         bundle: bool | None = None,
+        with_pool: bool = False,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit``: installs, events and histograms, per network.
 
@@ -1077,6 +1081,9 @@ class ReportStore(abc.ABC):
                 None with ``model`` (app metrics are the unit's).
             bundle: Whether ``unit`` is a bundle, as the registry says (its release
                 record); None: the store looks whether its rows name other models.
+            with_pool: Also the pooled summaries (tier ``*``, as ``pooled`` gives
+                them) after the ones per tier, read in the same snapshot; a model's
+                app metrics are read once for both (per tier and pooled at once).
 
         Returns:
             One summary per (tier, arm, version), sorted by tier, arm and version.
@@ -1107,6 +1114,162 @@ class ReportStore(abc.ABC):
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
         leading = {"aged": cut, "stalled_starts": stalled_starts}
 
+        # The statistics of one metric (with one bucket count) in one read of its rows.
+        read_together: dict[tuple[str, int], list[str]] = {}
+        for name, asked_of in sorted((statistics or {}).items()):
+            read_together.setdefault((asked_of.metric, asked_of.buckets), []).append(name)
+        asked = {
+            (metric, buckets): [
+                *(w for name in names for w in (statistics or {})[name].weights),
+                unit,
+                metric,
+                buckets,
+                *filters,
+            ]
+            for (metric, buckets), names in read_together.items()
+        }
+        _Sums = list[tuple[str, Sequence[Any]]]
+
+        def each(
+            sums: _Sums, read: tuple[str, int], arm: Sequence[Any], row: Sequence[Any]
+        ) -> None:
+            """Each statistic's own row: the arm, the devices, networks, its sums."""
+            for k, name in enumerate(read_together[read]):
+                sums.append((name, (*arm, *row[:2], *row[2 + 3 * k : 5 + 3 * k])))
+
+        def tally(
+            cur: Any, grouped: bool, pooled: bool, pool_sums: _Sums | None = None
+        ) -> list[ArmSummary]:
+            """The summaries, per tier or ``pooled``.
+
+            ``pool_sums``: the pooled statistics are not read but taken from these
+            (None: read); a list to fill (per tier, not grouped): each metric's
+            statistics are read per tier and pooled at once, and the pooled ones
+            left there.
+            """
+            # A model's rows all name it (admission refuses a model its release does
+            # not hold): the summary index is then read from (unit, model) on, its
+            # networks in order. A bundle's summaries read every member's rows.
+            only = model if model is not None else None if grouped else unit
+            params = [unit, *([only] if only is not None else []), *filters]
+            shape = {**flags, "model": only is not None}
+            # A model's arms first: each is then summed over its own networks, read in
+            # the index's order (a bundle's installs are its members' rows folded).
+            arms: list[tuple[Any, ...]] = []
+            keys: list[tuple[Any, ...]] = []
+            if not grouped:
+                cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
+                arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
+                # Each arm's own filter binds (arm, version[, tier]).
+                keys = [(arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms]
+            counts: list[Sequence[Any]] = []
+            bins: list[Sequence[Any]] = []
+            sums: _Sums = []
+            read_stats = pool_sums is None or not pooled
+            both = pool_sums is not None and not pooled and not grouped
+
+            def statistic(read: tuple[str, int], arms: int = 0) -> str:
+                return statistic_sql(
+                    self.placeholder,
+                    read[1],
+                    since=flags["since"],
+                    since_sequence=flags["since_sequence"],
+                    cpu_class=flags["cpu_class"],
+                    pooled=pooled,
+                    arms=arms,
+                    statistics=len(read_together[read]),
+                )
+
+            if grouped:
+                sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
+                # The leading parameters sit in the per-row expressions, before the filters.
+                cur.execute(sql, [leading[name] for name in names] + params)
+                counts = cur.fetchall()
+                sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
+                cur.execute(sql, params * repeats)
+                bins = cur.fetchall()
+                for read, values in asked.items() if read_stats else ():
+                    cur.execute(statistic(read), values)
+                    for row in cur.fetchall():
+                        each(sums, read, row[:3], row[3:])
+            # A model's arms, a few per statement (a compound SELECT has a bounded
+            # number of parts), each row's branch number made its arm again.
+            for first in range(0, len(arms), ARMS_PER_STATEMENT):
+                chunk = arms[first : first + ARMS_PER_STATEMENT]
+                chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
+                sql, names = counts_sql(
+                    self.placeholder, **shape, bundle=False, pooled=pooled, arms=len(chunk)
+                )
+                leads = [leading[name] for name in names]
+                cur.execute(sql, [v for key in chunk_keys for v in (*leads, *params, *key)])
+                counts += [(*chunk[row[0]], *row[1:]) for row in cur.fetchall()]
+                sql, binds = arm_histogram_sql(
+                    self.placeholder,
+                    **flags,
+                    pooled=pooled,
+                    arms=len(chunk),
+                    networks=first == 0,
+                )
+                bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
+                cur.execute(sql, [v for values in bound for v in values])
+                bins += cur.fetchall()
+                for read, values in asked.items() if read_stats and not both else ():
+                    sql = statistic(read, len(chunk))
+                    cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
+                    for row in cur.fetchall():
+                        # An arm where no device counted the metric has none (as grouped).
+                        if row[2]:
+                            each(sums, read, chunk[row[0]], row[1:])
+            if both and asked:
+                assert pool_sums is not None
+                # Each (arm, version) with its tiers: its metric rows read once for all.
+                tiers_of: dict[tuple[Any, Any], list[Any]] = {}
+                for tier, arm, version in arms:
+                    tiers_of.setdefault((arm, version), []).append(tier)
+                pairs = list(tiers_of.items())
+                for first in range(0, len(pairs), ARMS_PER_STATEMENT):
+                    chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
+                    width = max(len(tiers) for _, tiers in chunk_pairs)
+                    for read, values in asked.items():
+                        stats = len(read_together[read])
+                        sql = tiers_statistic_sql(
+                            self.placeholder,
+                            read[1],
+                            since=flags["since"],
+                            since_sequence=flags["since_sequence"],
+                            cpu_class=flags["cpu_class"],
+                            arms=len(chunk_pairs),
+                            tiers=width,
+                            statistics=stats,
+                        )
+                        weights, where = values[: read[1] * stats], values[read[1] * stats :]
+                        cur.execute(
+                            sql,
+                            [
+                                v
+                                for pair, tiers in chunk_pairs
+                                for v in (
+                                    *weights,
+                                    *tiers,
+                                    *[None] * (width - len(tiers)),
+                                    *where,
+                                    *pair,
+                                )
+                            ],
+                        )
+                        part = 2 + 3 * stats
+                        for row in cur.fetchall():
+                            pair, tiers = chunk_pairs[row[0]]
+                            if row[2]:
+                                each(pool_sums, read, (POOLED_TIER, *pair), row[1 : 1 + part])
+                            for i, tier in enumerate(tiers):
+                                mine = row[1 + part * (i + 1) : 1 + part * (i + 2)]
+                                if mine[1]:
+                                    each(sums, read, (tier, *pair), mine)
+            if pooled and pool_sums is not None:
+                sums = pool_sums
+            return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
+
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
                 cur = conn.cursor()
@@ -1116,83 +1279,16 @@ class ReportStore(abc.ABC):
                     grouped = bool(cur.fetchone()[0])
                 elif model is None:
                     grouped = bool(bundle)
-                # A model's rows all name it (admission refuses a model its release does
-                # not hold): the summary index is then read from (unit, model) on, its
-                # networks in order. A bundle's summaries read every member's rows.
-                only = model if model is not None else None if grouped else unit
-                params = [unit, *([only] if only is not None else []), *filters]
-                shape = {**flags, "model": only is not None}
-                # A model's arms first: each is then summed over its own networks, read in
-                # the index's order (a bundle's installs are its members' rows folded).
-                arms: list[tuple[Any, ...]] = []
-                keys: list[tuple[Any, ...]] = []
-                if not grouped:
-                    cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
-                    arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
-                    # Each arm's own filter binds (arm, version[, tier]).
-                    keys = [
-                        (arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms
-                    ]
-                counts: list[Sequence[Any]] = []
-                bins: list[Sequence[Any]] = []
-                sums: list[tuple[str, Sequence[Any]]] = []
-                asked = {
-                    name: [*asked_of.weights, unit, asked_of.metric, asked_of.buckets, *filters]
-                    for name, asked_of in sorted((statistics or {}).items())
-                }
-
-                def statistic(name: str, arms: int = 0) -> str:
-                    return statistic_sql(
-                        self.placeholder,
-                        (statistics or {})[name].buckets,
-                        since=flags["since"],
-                        since_sequence=flags["since_sequence"],
-                        cpu_class=flags["cpu_class"],
-                        pooled=pooled,
-                        arms=arms,
-                    )
-
-                if grouped:
-                    sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
-                    # The leading parameters sit in the per-row expressions, before the filters.
-                    cur.execute(sql, [leading[name] for name in names] + params)
-                    counts = cur.fetchall()
-                    sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
-                    cur.execute(sql, params * repeats)
-                    bins = cur.fetchall()
-                    for name, values in asked.items():
-                        cur.execute(statistic(name), values)
-                        sums += [(name, row) for row in cur.fetchall()]
-                # A model's arms, a few per statement (a compound SELECT has a bounded
-                # number of parts), each row's branch number made its arm again.
-                for first in range(0, len(arms), ARMS_PER_STATEMENT):
-                    chunk = arms[first : first + ARMS_PER_STATEMENT]
-                    chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
-                    sql, names = counts_sql(
-                        self.placeholder, **shape, bundle=False, pooled=pooled, arms=len(chunk)
-                    )
-                    leads = [leading[name] for name in names]
-                    cur.execute(sql, [v for key in chunk_keys for v in (*leads, *params, *key)])
-                    counts += [(*chunk[row[0]], *row[1:]) for row in cur.fetchall()]
-                    sql, binds = arm_histogram_sql(
-                        self.placeholder,
-                        **flags,
-                        pooled=pooled,
-                        arms=len(chunk),
-                        networks=first == 0,
-                    )
-                    bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
-                    cur.execute(sql, [v for values in bound for v in values])
-                    bins += cur.fetchall()
-                    for name, values in asked.items():
-                        sql = statistic(name, len(chunk))
-                        cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
-                        # An arm where no device counted the metric has none (as grouped).
-                        sums += [
-                            (name, (*chunk[row[0]], *row[1:])) for row in cur.fetchall() if row[2]
-                        ]
+                if not with_pool or pooled:
+                    found = tally(cur, grouped, pooled)
+                elif grouped:
+                    found = tally(cur, grouped, False) + tally(cur, grouped, True)
+                else:
+                    pool_sums: _Sums = []
+                    found = tally(cur, grouped, False, pool_sums)
+                    found += tally(cur, grouped, True, pool_sums)
                 conn.rollback()  # read only: end the snapshot
-            return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
+            return found
 
         return cast(list[ArmSummary], self._run("summarizing reports", read))
 
