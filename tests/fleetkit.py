@@ -677,6 +677,9 @@ class ClosedLoop:
             self._device_day(device, starts)
         for device in self.fleet.devices:
             self.fleet.client(device).close()  # the reports of the day are in
+            # Tomorrow is another process: an install in it comes before its app_started
+            # (protocol §11: a start counts against the installs it ran).
+            device.client = None
 
     def _device_day(self, device: Device, starts: int) -> None:
         client = self.fleet.client(device)

@@ -150,11 +150,9 @@ LOOP_POLICY = RolloutPolicy.model_validate(
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
             "unconfirmed": {"max_increase": 0.3},
-            # These devices install before they call app_started, which then counts a
-            # start against the new install (unconfirmed_starts 1): every install of
-            # either arm is a "first start", a shared 100 % small arms cannot judge. (An
-            # app that checks for updates after app_started reports 0 for a good install.)
-            "first_start": {"enabled": False},
+            # A crash at the first launch, counted whichever comes first of the install
+            # and app_started (protocol §11): 0 for a good install in both arms.
+            "first_start": {"max_increase": 0.3},
             # Devices with a faulty GPU fall back alike in both arms: a shared rate that
             # 20-device arms cannot show within any limit (it never passes).
             "backend_fallback": {"enabled": False},
