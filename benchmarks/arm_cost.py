@@ -135,14 +135,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default=None, help="comma-separated example models")
     parser.add_argument("--out", type=Path, default=None, help="where to build (default: temp)")
     parser.add_argument("--large", action="store_true", help="the 1024x1024 segmenter instead")
+    parser.add_argument(
+        "--every-row", action="store_true", help="also build with every class emulating every row"
+    )
     args = parser.parse_args(argv)
     base = args.out or Path(tempfile.mkdtemp(prefix="arm-cost-"))
     config = (
         large_project(base / "project") if args.large else config_mod.load(ROOT / "models.toml")
     )
     wanted = set(args.models.split(",")) if args.models else None
-    sysroot = arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_toolchain.arm_dir(ROOT))
-    every_row = EveryRowRunner(sysroot)
+    sysroot = arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_toolchain.arm_dir())
+    builds: list[tuple[str, EmulatedRunner | None]] = [("now", None)]
+    if args.every_row:
+        builds.insert(0, ("every_row", EveryRowRunner(sysroot)))
+    labels = [label for label, _ in builds]
     rows: list[dict[str, object]] = []
     print(f"load average at start: {os.getloadavg()[0]:.1f}; building into {base}", flush=True)
     for model_name, model in config.models.items():
@@ -155,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds: dict[str, float] = {}
             arm: dict[str, float] = {}
             reused: dict[str, object] = {}
-            for label, runner in (("every_row", every_row), ("now", None)):
+            for label, runner in builds:
                 out = base / label
                 start = time.perf_counter()
                 result = build_variant(
@@ -181,19 +187,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     total = {
         key: sum(float(r[key]) for r in rows)  # type: ignore[arg-type]
-        for key in ("every_row_s", "now_s", "every_row_arm_s", "now_arm_s")
+        for label in labels
+        for key in (f"{label}_s", f"{label}_arm_s")
     }
     ratios = {
         label: round(total[f"{label}_s"] / (total[f"{label}_s"] - total[f"{label}_arm_s"]), 2)
-        for label in ("every_row", "now")
+        for label in labels
     }
     print(
         json.dumps(
             {
                 "variants": len(rows),
                 **{k: round(v, 1) for k, v in total.items()},
-                "every_row_ratio": ratios["every_row"],
-                "now_ratio": ratios["now"],
+                **{f"{label}_ratio": ratio for label, ratio in ratios.items()},
                 "target": TARGET,
                 "load_at_end": round(os.getloadavg()[0], 1),
             }
