@@ -2,27 +2,37 @@
 
 Every example variant that is verified on ARM classes by default (quantized,
 or hinted to run at ``precision = "low"``) is built twice in one run, as
-``dvc repro`` builds it (``BenchSettings()``), each into a fresh output
-directory (nothing cached):
+``dvc repro`` builds it (``BenchSettings()``, one variant's stage at a time),
+each into a fresh output directory (nothing cached):
 
-1. **every row**: every class emulating every row (the runner's
-   ``reuse_rows = False``: how the build ran before);
-2. **now**: armv8.2 emulates every row, each other class its first two
-   (``CHECK_ROWS``) and the rest only when those differ bit for bit from
-   armv8.2's (edgereg/build/arm.py, ``_emulate``).
+1. **per call**: an emulator process started for every emulated run (QEMU,
+   Python, numpy and MNN imported under emulation each time: how the build
+   ran before);
+2. **worker**: one emulator per class for the variant's ARM stage
+   (``edgereg.toolchain.arm.ClassWorker``), started before the host's run of
+   the same artifact and sent every run of its class, stopped when the stage
+   ends. Nothing outlives a variant's stage, as under ``dvc repro``, where
+   every stage is its own process.
+
+Both emulate the same rows: armv8.2 every row, each other class its first two
+(``CHECK_ROWS``) and the rest only when those differ bit for bit from
+armv8.2's (edgereg/build/arm.py, ``_emulate``). ``--every-row`` adds a third
+build with every class emulating every row (per call).
 
 Each build times its own stages, so the host-only build is that build
 without its ``arm`` stage (the emulated classes and the host's run of the
 same artifact), measured under the same load: the ratio ``build / (build -
 arm)`` is what the ARM classes cost against a host-only build, with no
 second build to drift against. Printed per variant and summed over the
-examples. Target: at most twice the host-only build.
+examples. Target: at most twice the host-only build (the worker build; the
+exit status says whether it is met).
 
 ``--large`` builds instead the weight-only variant of a 1x3x1024x1024
 segmenter (tests/tiny_models.py, 8 evaluation rows): a model whose emulated
 rows, not the emulator's start, are the cost.
 
-Usage: .venv/bin/python benchmarks/arm_cost.py [--models digits,sensor] [--large] [--out DIR]
+Usage: .venv/bin/python benchmarks/arm_cost.py [--models digits,sensor] [--large]
+[--every-row] [--out DIR]
 """
 
 from __future__ import annotations
@@ -145,9 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     wanted = set(args.models.split(",")) if args.models else None
     sysroot = arm_toolchain.find_sysroot(config.toolchain.mnn, root=arm_toolchain.arm_dir())
-    builds: list[tuple[str, EmulatedRunner | None]] = [("now", None)]
+    builds: list[tuple[str, EmulatedRunner | None]] = [
+        ("per_call", EmulatedRunner(sysroot, persistent=False)),
+        ("worker", None),
+    ]
     if args.every_row:
-        builds.insert(0, ("every_row", EveryRowRunner(sysroot)))
+        builds.insert(0, ("every_row", EveryRowRunner(sysroot, persistent=False)))
     labels = [label for label, _ in builds]
     rows: list[dict[str, object]] = []
     print(f"load average at start: {os.getloadavg()[0]:.1f}; building into {base}", flush=True)
@@ -161,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds: dict[str, float] = {}
             arm: dict[str, float] = {}
             reused: dict[str, object] = {}
-            for label, runner in builds:
+            # Each variant swaps the order, so neither build always runs on the warmer machine.
+            for label, runner in builds if len(rows) % 2 == 0 else builds[::-1]:
                 out = base / label
                 start = time.perf_counter()
                 result = build_variant(
@@ -205,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         )
     )
-    return 0 if ratios["now"] <= TARGET else 1
+    return 0 if ratios["worker"] <= TARGET else 1
 
 
 if __name__ == "__main__":
