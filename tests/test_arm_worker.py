@@ -11,6 +11,7 @@ scripts run through the same launchers, or from killing the real emulator.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import stat
@@ -19,11 +20,16 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import buildkit
 import numpy as np
 import pytest
 import tiny_models
+from buildkit import FAST_BENCH
 
-from edgereg.build.arm import EmulatedRunner, _emulate
+from edgereg.build.arm import ARM_CACHE, EmulatedRunner, _emulate
+from edgereg.build.outputs import METRICS
+from edgereg.build.variant import build_variant
+from edgereg.errors import GateError
 from edgereg.toolchain import mnn
 from edgereg.toolchain.arm import (
     CPU_CLASSES,
@@ -329,3 +335,31 @@ def test_ctrl_c_leaves_no_emulator_running(
     assert not [pid for pid in pids if alive(pid)]
     assert set(threading.enumerate()) <= before
     assert not list(tmp_path.glob("*.npz"))
+
+
+@pytest.mark.slow
+def test_a_build_with_kept_emulators_records_the_one_shot_builds_bytes(
+    sysroot: Sysroot, tmp_path: Path
+) -> None:
+    project = buildkit.write_project(tmp_path / "repo")
+    project.edit("arm = []\n", 'arm = ["armv8", "armv8.2", "armv9"]\n')
+    config = project.load()
+    records = {}
+    for label, runner in (("one_shot", EmulatedRunner(sysroot, persistent=False)), ("kept", None)):
+        out = tmp_path / label
+        # MNN's i8mm int8 kernel gets the 4 logits wrong on armv9: it emulates its
+        # other rows too, a second run sent to its emulator.
+        with pytest.raises(GateError, match="arm armv9"):
+            build_variant(config, "vision", "int8", out, bench=FAST_BENCH, arm_runner=runner)
+        arm = json.loads((out / "vision" / "int8" / METRICS).read_text(encoding="utf-8"))["arm"]
+        assert [c["status"] for c in arm["classes"].values()] == ["passed", "passed", "failed"]
+        assert "rest_from" not in arm["classes"]["armv9"]
+        cached = {}
+        for path in sorted((out / ARM_CACHE).glob("*.npz")):
+            with np.load(path) as data:
+                cached[path.name] = {name: data[name].tobytes() for name in data.files}
+        records[label] = (json.dumps(arm, sort_keys=True), cached)
+    assert records["kept"][0] == records["one_shot"][0]
+    # Every class's outputs and the host's, under the same cache keys, bit for bit.
+    assert records["kept"][1] == records["one_shot"][1]
+    assert len(records["kept"][1]) == 4
