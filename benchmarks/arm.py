@@ -46,6 +46,12 @@ class TimedRunner(ArmRunner):
         self.real = EmulatedRunner(sysroot)
         self.seconds: dict[str, float] = {}
 
+    def start(self, classes: Sequence[str]) -> None:
+        self.real.start(classes)
+
+    def close(self) -> None:
+        self.real.close()
+
     def __call__(
         self,
         artifact: Path,

@@ -106,6 +106,12 @@ class CountingRunner(ArmRunner):
     def available_cpus(self) -> tuple[str, ...]:
         return self.real.available_cpus()
 
+    def start(self, classes: Sequence[str]) -> None:
+        self.real.start(classes)
+
+    def close(self) -> None:
+        self.real.close()
+
     def __call__(
         self,
         artifact: Path,

@@ -36,13 +36,15 @@ build instead.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,11 +70,13 @@ from edgereg.toolchain.arm import (
     CPU_CLASSES,
     ArmError,
     ArmRun,
+    ClassWorker,
     Sysroot,
     arm_dir,
     emulated_cpu,
     find_sysroot,
     qemu_cpus,
+    qemu_path,
     run_on_class,
 )
 
@@ -86,9 +90,22 @@ CLASS_FAILURES = frozenset({"crash", "load", "failed"})
 
 
 class ArmRunner:
-    """Runs an artifact on one class: the real emulator, or a test's wrapper around it."""
+    """Runs an artifact on one class: the real emulator, or a test's wrapper around it.
+
+    The ARM stage calls :meth:`start` with the classes it will run before its
+    other work, and :meth:`close` when it ends, however it ends: a runner
+    that keeps processes (:class:`EmulatedRunner`) starts them there and
+    stops them there, so none outlives the stage. A wrapper around another
+    runner passes both on.
+    """
 
     _cpus: tuple[str, ...] | None = None
+
+    def start(self, classes: Sequence[str]) -> None:
+        """Get ready to run ``classes`` without waiting (the base runner has nothing to start)."""
+
+    def close(self) -> None:
+        """Stop whatever :meth:`start` or a run left running (nothing here)."""
 
     def available_cpus(self) -> tuple[str, ...]:
         """The emulator's ``-cpu`` models (the installed QEMU's, asked once)."""
@@ -117,14 +134,54 @@ class ArmRunner:
 class EmulatedRunner(ArmRunner):
     """QEMU user mode with the project's aarch64 sysroot.
 
+    Starting an emulator (QEMU, Python, numpy and MNN under emulation) costs
+    more than a small model's rows, so by default each class has one
+    :class:`edgereg.toolchain.arm.ClassWorker`, started by :meth:`start` and
+    sent every run of that class until :meth:`close`. Its outputs and errors
+    are a one-shot run's.
+
     Args:
         sysroot: The installed sysroot.
         cpus: The emulator's ``-cpu`` models; default: asked of the installed QEMU.
+        persistent: Keep one emulator per class (default); False starts a
+            process for every run (what the build did before, for comparison).
     """
 
-    def __init__(self, sysroot: Sysroot, cpus: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, sysroot: Sysroot, cpus: Sequence[str] | None = None, *, persistent: bool = True
+    ) -> None:
         self.sysroot = sysroot
         self._cpus = tuple(cpus) if cpus is not None else None
+        self.persistent = persistent
+        self._workers: dict[str, ClassWorker] = {}
+        self._guard = threading.Lock()
+
+    def start(self, classes: Sequence[str]) -> None:
+        """Start each class's emulator, so MNN imports under it while the caller works on.
+
+        Only a started class has a worker: a run of another class, or a run
+        through a wrapper that does not pass :meth:`start` on, is a one-shot
+        process, so nothing is left running that :meth:`close` would not stop.
+        """
+        if not self.persistent:
+            return
+        for cpu_class in classes:
+            with self._guard:
+                worker = self._workers.get(cpu_class)
+                if worker is None:
+                    worker = ClassWorker(
+                        qemu_path(), self.sysroot.path, cpu_class, self.qemu_cpu(cpu_class)
+                    )
+                    self._workers[cpu_class] = worker
+            worker.start()
+
+    def close(self) -> None:
+        """Kill every class's emulator and remove its files."""
+        with self._guard:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for worker in workers:
+            worker.close()
 
     def __call__(
         self,
@@ -146,6 +203,7 @@ class EmulatedRunner(ArmRunner):
             sysroot=self.sysroot,
             precision=precision,
             available_cpus=self.available_cpus(),
+            worker=self._workers.get(cpu_class),
         )
 
 
@@ -407,6 +465,20 @@ CHECK_ROWS = 2
 LEAD_CLASS = "armv8.2"
 
 
+@contextlib.contextmanager
+def _closed_on_error(runner: ArmRunner) -> Iterator[None]:
+    """Close the runner when the block fails, before its thread pool waits for its threads.
+
+    A run blocked on an emulator returns once the emulator is killed: on Ctrl-C
+    the pool's shutdown would otherwise wait for every emulated row.
+    """
+    try:
+        yield
+    except BaseException:
+        runner.close()
+        raise
+
+
 def _emulate(
     active: ArmRunner,
     missing: Sequence[tuple[str, Path]],
@@ -468,7 +540,7 @@ def _emulate(
     jobs = [(lead_class, inputs), *((c, check if reuse else inputs) for c in others)]
     # Each emulator is one single-threaded process: the classes run side by side.
     workers = max(1, min(len(order), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool, _closed_on_error(active):
         results = list(pool.map(lambda job: emulate(*job), jobs))
         done = {cpu_class: run for (cpu_class, _), run in zip(jobs, results, strict=True)}
         lead = done[lead_class]
@@ -541,6 +613,10 @@ def verify_on_arm(
 ) -> ArmReport:
     """Run and gate ``artifact`` on each CPU class (one emulator process per class).
 
+    The runner is started for the classes not cached before the host's run
+    and closed when this returns or raises: its emulators live for this
+    stage only (``dvc repro`` runs each variant's build as its own process).
+
     Args:
         artifact: The finished ``.mnn``.
         artifact_sha: Its digest (the cache key's first part).
@@ -581,34 +657,41 @@ def verify_on_arm(
             missing.append((cpu_class, path))
         else:
             runs[cpu_class] = found
-    # The same artifact on the host, on the same rows: what each class is held to.
-    host = run_on_host(
-        artifact,
-        inputs,
-        input_names=[f.name for f in feeds],
-        output_names=list(output_names),
-        precision=precision,
-        artifact_sha=artifact_sha,
-        inputs_digest=_inputs_digest(inputs),
-        mnn_version=mnn_version,
-        cache_dir=cache_dir,
-    )
+    active: ArmRunner | None = None
     if missing:
         active = runner or EmulatedRunner(
             find_sysroot(mnn_version, root=sysroot_root), cpus=chooser.available_cpus()
         )
-        runs.update(
-            _emulate(
-                active,
-                missing,
-                artifact=artifact,
-                inputs=inputs,
-                input_names=[f.name for f in feeds],
-                output_names=list(output_names),
-                precision=precision,
-                mnn_version=mnn_version,
-            )
+    # One emulator per class for this stage: started now, so MNN imports under
+    # them while the host runs; stopped when the stage ends, however it ends.
+    with contextlib.closing(active) if active is not None else contextlib.nullcontext():
+        if active is not None:
+            active.start([cpu_class for cpu_class, _ in missing])
+        # The same artifact on the host, on the same rows: what each class is held to.
+        host = run_on_host(
+            artifact,
+            inputs,
+            input_names=[f.name for f in feeds],
+            output_names=list(output_names),
+            precision=precision,
+            artifact_sha=artifact_sha,
+            inputs_digest=_inputs_digest(inputs),
+            mnn_version=mnn_version,
+            cache_dir=cache_dir,
         )
+        if active is not None:
+            runs.update(
+                _emulate(
+                    active,
+                    missing,
+                    artifact=artifact,
+                    inputs=inputs,
+                    input_names=[f.name for f in feeds],
+                    output_names=list(output_names),
+                    precision=precision,
+                    mnn_version=mnn_version,
+                )
+            )
     # In the classes' order (oldest first): a tie between classes goes to the oldest.
     ran = {c: r for c in classes if isinstance(r := runs[c], ArmRun)}
     comparison = compare(

@@ -3,6 +3,13 @@
 Run as a script, never imported by the library::
 
     RUNTIME/bin/python -P -X faulthandler _runtime_probe.py REQUEST.json
+    RUNTIME/bin/python -P -X faulthandler _runtime_probe.py --serve FD
+
+The second form is a persistent worker (the ARM classes' emulators, see
+:class:`edgereg.toolchain.arm.ClassWorker`): it imports MNN once, says so on
+file descriptor ``FD``, then answers each request read from stdin (one JSON
+line, without ``result``) with one JSON line on ``FD``, the same result a
+one-shot run writes, until stdin closes.
 
 The runtime is a virtual environment holding only ``mnn==X`` and numpy (see
 :mod:`edgereg.toolchain.runtimes`), so this file imports nothing but the
@@ -120,6 +127,63 @@ def _run(req: dict[str, Any], result: dict[str, Any]) -> None:
     del result["sample"]
 
 
+def _failure(exc: BaseException) -> dict[str, Any]:
+    # MNN's loader raises "SystemError: ... returned a result with an
+    # exception set"; the exception it chains says what failed.
+    cause = exc.__cause__ or exc
+    return {
+        "ok": False,
+        "error": f"{type(cause).__name__}: {cause}",
+        "traceback": traceback.format_exc(),
+    }
+
+
+def _flush_c_stdio() -> None:
+    """Flush what MNN's C++ printed (C stdio buffers it in a file), so it precedes the reply."""
+    sys.stdout.flush()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (ImportError, OSError, AttributeError):  # a runtime without ctypes
+        pass
+
+
+def serve(reply_fd: int) -> int:
+    """Answer requests from stdin on ``reply_fd`` until stdin closes (see the module docstring).
+
+    Returns:
+        0 when stdin closed, :data:`EXIT_REPORTED_ERROR` when MNN does not import.
+    """
+    reply = os.fdopen(reply_fd, "w", encoding="utf-8")
+
+    def send(result: dict[str, Any]) -> None:
+        _flush_c_stdio()
+        reply.write(json.dumps(result) + "\n")
+        reply.flush()
+
+    ready: dict[str, Any] = {"phase": "import"}
+    try:
+        ready.update(_versions(), ok=True)
+    except Exception as exc:  # the parent words it as a broken runtime
+        ready.update(_failure(exc))
+        send(ready)
+        return EXIT_REPORTED_ERROR
+    send(ready)
+    versions = {k: ready[k] for k in ("mnn_version", "numpy_version")}
+    for line in sys.stdin:
+        request = json.loads(line)
+        result: dict[str, Any] = {"phase": "import", **versions}
+        try:
+            if request["op"] == "run":
+                _run(request, result)
+            result["ok"] = True
+        except Exception as exc:  # every failure goes back to the parent as data
+            result.update(_failure(exc))
+        send(result)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Run the request in ``argv[1]`` and write its result file.
 
@@ -127,6 +191,8 @@ def main(argv: list[str]) -> int:
         0 on success, :data:`EXIT_REPORTED_ERROR` when an exception was caught
         and written to the result file.
     """
+    if argv[1] == "--serve":
+        return serve(int(argv[2]))
     request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     result_path = Path(request["result"])
     result: dict[str, Any] = {"phase": "import"}
@@ -137,12 +203,7 @@ def main(argv: list[str]) -> int:
             _run(request, result)
         result["ok"] = True
     except Exception as exc:  # every failure goes back to the parent as data
-        # MNN's loader raises "SystemError: ... returned a result with an
-        # exception set"; the exception it chains says what failed.
-        cause = exc.__cause__ or exc
-        result.update(
-            ok=False, error=f"{type(cause).__name__}: {cause}", traceback=traceback.format_exc()
-        )
+        result.update(_failure(exc))
         status = EXIT_REPORTED_ERROR
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result), encoding="utf-8")

@@ -18,22 +18,29 @@ host's pip (``--platform manylinux2014_aarch64 --only-binary=:all:
 --target``). A build never downloads it; one that needs it and lacks it
 fails naming the command.
 
-A run starts one emulator per CPU class and artifact, with the sysroot's
-python in isolated mode, running the same standalone probe script as the
-minimum-runtime proof (:mod:`edgereg.toolchain._runtime_probe`), all samples
-in one process.
+A run is one emulator per CPU class, with the sysroot's python in isolated
+mode, running the same standalone probe script as the minimum-runtime proof
+(:mod:`edgereg.toolchain._runtime_probe`), all samples in one process: either
+a process for that run alone, or a :class:`ClassWorker` that a build stage
+keeps running for the class and sends each of its runs (starting the
+emulator costs more than a small model's rows).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -510,6 +517,60 @@ def _check(qemu: str, sysroot: Path, *, timeout: float) -> dict[str, Any]:
     return run.result
 
 
+def _probe_error(
+    failure: ProbeFailure,
+    *,
+    qemu: str,
+    sysroot: Path,
+    cpu: str,
+    cpu_class: str,
+    timeout: float,
+    stage: str = STAGE,
+) -> ArmError:
+    """The error of an emulated run that gave no usable result, one-shot or worker alike."""
+    if failure.kind == "start":
+        return ArmError(
+            f"cannot start {qemu}: {failure.error}",
+            reason="missing",
+            cpu_class=cpu_class,
+            stage=stage,
+            hint=f"install it once: {SYSTEM_COMMAND}",
+        )
+    if failure.kind == "timeout":
+        return ArmError(
+            f"the emulated {cpu_class} run ({cpu}) did not finish within {timeout:g} s",
+            reason="timeout",
+            cpu_class=cpu_class,
+            stage=stage,
+            output_tail=failure.output_tail,
+            hint="emulation costs 30-500x native time: lower arm_samples, or raise the timeout",
+        )
+    reinstall = f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`"
+    if failure.kind == "import":
+        return ArmError(
+            f"MNN does not start in the aarch64 sysroot: {failure.error}",
+            reason="broken",
+            cpu_class=cpu_class,
+            stage=stage,
+            exit_status=failure.exit_status,
+            output_tail=failure.output_tail,
+            hint=reinstall,
+        )
+    crashed = failure.kind == "crash"
+    status = failure.exit_status if failure.exit_status is not None else 0
+    return ArmError(
+        f"the emulated {cpu_class} run ({cpu}) "
+        + ("crashed" if crashed else "stopped")
+        + f" ({describe_status(status)}) without a result",
+        reason="crash" if crashed else "broken",
+        cpu_class=cpu_class,
+        stage=stage,
+        exit_status=failure.exit_status,
+        output_tail=failure.output_tail,
+        hint=None if crashed else reinstall,
+    )
+
+
 def _probe(
     qemu: str,
     sysroot: Path,
@@ -528,50 +589,270 @@ def _probe(
     shutil.copyfile(PROBE, probe)
 
     def error(failure: ProbeFailure) -> ArmError:
-        if failure.kind == "start":
-            return ArmError(
-                f"cannot start {qemu}: {failure.error}",
-                reason="missing",
-                cpu_class=cpu_class,
-                stage=stage,
-                hint=f"install it once: {SYSTEM_COMMAND}",
-            )
-        if failure.kind == "timeout":
-            return ArmError(
-                f"the emulated {cpu_class} run ({cpu}) did not finish within {timeout:g} s",
-                reason="timeout",
-                cpu_class=cpu_class,
-                stage=stage,
-                output_tail=failure.output_tail,
-                hint="emulation costs 30-500x native time: lower arm_samples, or raise the timeout",
-            )
-        reinstall = f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`"
-        if failure.kind == "import":
-            return ArmError(
-                f"MNN does not start in the aarch64 sysroot: {failure.error}",
-                reason="broken",
-                cpu_class=cpu_class,
-                stage=stage,
-                exit_status=failure.exit_status,
-                output_tail=failure.output_tail,
-                hint=reinstall,
-            )
-        crashed = failure.kind == "crash"
-        status = failure.exit_status if failure.exit_status is not None else 0
-        return ArmError(
-            f"the emulated {cpu_class} run ({cpu}) "
-            + ("crashed" if crashed else "stopped")
-            + f" ({describe_status(status)}) without a result",
-            reason="crash" if crashed else "broken",
+        return _probe_error(
+            failure,
+            qemu=qemu,
+            sysroot=sysroot,
+            cpu=cpu,
             cpu_class=cpu_class,
+            timeout=timeout,
             stage=stage,
-            exit_status=failure.exit_status,
-            output_tail=failure.output_tail,
-            hint=None if crashed else reinstall,
         )
 
     launcher = [qemu, "-cpu", cpu, "-L", str(sysroot), str(sysroot / PYTHON)]
     return run_probe(launcher, request, scratch=scratch, timeout=timeout, error=error, script=probe)
+
+
+#: Exit status of a one-shot probe that reported an error (``_runtime_probe``):
+#: what a worker's reported error is given too, so both paths fail alike.
+_REPORTED_ERROR = 3
+#: Worker processes not yet stopped: killed at interpreter exit if a caller forgot.
+_LIVE: weakref.WeakSet[ClassWorker] = weakref.WeakSet()
+
+
+class ClassWorker:
+    """One CPU class's emulator kept running: QEMU, the sysroot's python and MNN started once.
+
+    Emulation makes starting costly (QEMU, Python, numpy and MNN imported
+    under it: seconds per class, more than a small model's rows), so a build
+    stage starts one worker per class and sends it every run of that class:
+    the probe script's ``--serve`` mode reads a request per line on stdin
+    and answers on a pipe of its own (stdout belongs to MNN's chatter, kept
+    in a log for error tails), with the one-shot run's own code, so its
+    outputs are the same bits. :meth:`start` returns at once: MNN imports
+    while the caller does other work.
+
+    A worker that crashes, stops or times out is gone, and its failure is the
+    one-shot run's (:func:`run_on_class`); the next run starts a new one. A
+    run MNN reported failed also ends the worker, as a one-shot run ends.
+    :meth:`close` kills it (nothing it holds is worth waiting for) and
+    removes its files; a worker whose parent dies exits when its stdin
+    closes, and the live ones are killed at interpreter exit.
+
+    Args:
+        qemu: The emulator.
+        sysroot: The sysroot directory.
+        cpu_class: The class (named in errors).
+        cpu: The ``-cpu`` model that stands for it.
+    """
+
+    def __init__(self, qemu: str, sysroot: Path, cpu_class: str, cpu: str) -> None:
+        self.qemu = qemu
+        self.sysroot = sysroot
+        self.cpu_class = cpu_class
+        self.cpu = cpu
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reply: int | None = None
+        self._scratch: Path | None = None
+        self._buffer = b""
+        # What the emulator printed while MNN imported (its CPU features), once ready.
+        self._import_output: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The emulator's process id while it runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def _error(self, failure: ProbeFailure, timeout: float) -> ArmError:
+        return _probe_error(
+            failure,
+            qemu=self.qemu,
+            sysroot=self.sysroot,
+            cpu=self.cpu,
+            cpu_class=self.cpu_class,
+            timeout=timeout,
+        )
+
+    def start(self, timeout: float = 900.0) -> None:
+        """Start the emulator unless it runs; return without waiting for MNN to import.
+
+        Raises:
+            ArmError: (reason ``missing``) the emulator cannot be started.
+        """
+        with self._lock:
+            self._start(timeout)
+
+    def _start(self, timeout: float) -> None:
+        if self._proc is not None:
+            return
+        scratch = Path(tempfile.mkdtemp(prefix=".edgereg-arm-"))
+        # Copied in, as a one-shot run's: QEMU's -L falls back to the host's path.
+        probe = scratch / "probe.py"
+        shutil.copyfile(PROBE, probe)
+        read_end, write_end = os.pipe()
+        argv = [
+            self.qemu,
+            "-cpu",
+            self.cpu,
+            "-L",
+            str(self.sysroot),
+            str(self.sysroot / PYTHON),
+            *("-I", "-u", "-X", "faulthandler"),
+            str(probe),
+            "--serve",
+            str(write_end),
+        ]
+        try:
+            with (scratch / "output.log").open("wb") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=scratch,
+                    stdin=subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(write_end,),
+                )
+        except OSError as exc:
+            os.close(read_end)
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise self._error(ProbeFailure("start", error=str(exc)), timeout) from exc
+        finally:
+            os.close(write_end)
+        self._proc, self._reply, self._scratch = proc, read_end, scratch
+        self._buffer, self._import_output = b"", None
+        _LIVE.add(self)
+
+    def _output(self, offset: int = 0) -> str:
+        if self._scratch is None:
+            return ""
+        try:
+            with (self._scratch / "output.log").open("rb") as log:
+                log.seek(offset)
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _log_size(self) -> int:
+        try:
+            return (self._scratch / "output.log").stat().st_size if self._scratch else 0
+        except OSError:
+            return 0
+
+    def _receive(self, deadline: float, timeout: float, offset: int) -> dict[str, Any]:
+        """The worker's next reply; a worker that exits or overruns is discarded and raised."""
+        assert self._proc is not None
+        assert self._reply is not None
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                output = self._prefix() + self._output(offset)
+                self._discard()
+                raise self._error(ProbeFailure("timeout", output_tail=tail(output)), timeout)
+            ready, _, _ = select.select([self._reply], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(self._reply, 1 << 16)
+            if not chunk:
+                # The reply pipe closed: the emulator exited (or was killed by close()).
+                try:
+                    status = self._proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    status = self._proc.wait()
+                output = self._prefix() + self._output(offset)
+                self._discard()
+                failure = ProbeFailure(
+                    "crash" if status < 0 else "stopped",
+                    output_tail=tail(output),
+                    exit_status=status,
+                )
+                raise self._error(failure, timeout)
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _prefix(self) -> str:
+        return self._import_output or ""
+
+    def run(self, request: dict[str, Any], *, timeout: float = 900.0) -> ProbeRun:
+        """Send one probe request (no ``result`` path) and return its result.
+
+        Returns:
+            The run, as :func:`edgereg.toolchain._process.run_probe` returns a
+            one-shot one: its output is what the emulator printed importing
+            MNN and running this request.
+
+        Raises:
+            ArmError: What a one-shot run of the request raises when the
+                emulator cannot start, times out (the timeout counts from this
+                call), crashes or stops without a result, or MNN does not import.
+        """
+        with self._lock:
+            started = time.perf_counter()
+            deadline = time.monotonic() + timeout
+            try:
+                self._start(timeout)
+                if self._import_output is None:
+                    ready = self._receive(deadline, timeout, 0)
+                    if not ready.get("ok"):
+                        output = self._output()
+                        self._discard()
+                        failure = ProbeFailure(
+                            "import",
+                            output_tail=tail(output + "\n" + str(ready.get("traceback", ""))),
+                            exit_status=_REPORTED_ERROR,
+                            error=str(ready.get("error")),
+                        )
+                        raise self._error(failure, timeout)
+                    self._import_output = self._output()
+                offset = self._log_size()
+                assert self._proc is not None
+                assert self._proc.stdin is not None
+                try:
+                    self._proc.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
+                    self._proc.stdin.flush()
+                except OSError:
+                    pass  # it exited: _receive reads the end of its reply pipe and says how
+                result = self._receive(deadline, timeout, offset)
+                output = self._prefix() + self._output(offset)
+                if not result.get("ok"):
+                    # A one-shot run would have ended here: so does the worker.
+                    self._discard()
+            except BaseException:
+                # Interrupted (Ctrl-C) or failed: nothing of this worker is left running.
+                self._discard()
+                raise
+        status = 0 if result.get("ok") else _REPORTED_ERROR
+        return ProbeRun(result, output, status, time.perf_counter() - started)
+
+    def _discard(self) -> None:
+        """Kill the emulator and remove its files (the caller holds the lock)."""
+        proc, self._proc = self._proc, None
+        reply, self._reply = self._reply, None
+        scratch, self._scratch = self._scratch, None
+        self._buffer, self._import_output = b"", None
+        _LIVE.discard(self)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        if reply is not None:
+            os.close(reply)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the emulator, even mid-run (that run fails as a crash), and remove its files."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            # Unblocks a run in another thread, which then discards the worker itself.
+            proc.kill()
+        with self._lock:
+            self._discard()
+
+
+@atexit.register
+def _kill_live_workers() -> None:
+    for worker in list(_LIVE):
+        proc = worker._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
 
 
 def run_on_class(
@@ -587,6 +868,7 @@ def run_on_class(
     timeout: float = 900.0,
     available_cpus: Sequence[str] | None = None,
     qemu: str | None = None,
+    worker: ClassWorker | None = None,
 ) -> ArmRun:
     """Run an artifact on one emulated CPU class: every sample in one emulator process.
 
@@ -603,14 +885,20 @@ def run_on_class(
         timeout: Seconds before the emulator is killed.
         available_cpus: The emulator's ``-cpu`` models (looked up when None).
         qemu: The emulator to run (default: :func:`qemu_path`).
+        worker: The class's running emulator (:class:`ClassWorker`, its
+            ``-cpu`` model stands for the class); default: a new emulator
+            process for this run alone. Both give the same outputs and errors.
 
     Raises:
         ArmError: the emulator or sysroot is missing or broken, or MNN
             refuses, crashes on or fails the model on that CPU.
     """
-    spec = CPU_CLASSES[cpu_class]
-    qemu = qemu or qemu_path()
-    cpu = emulated_cpu(spec, available_cpus if available_cpus is not None else qemu_cpus(qemu))
+    if worker is not None:
+        cpu = worker.cpu
+    else:
+        spec = CPU_CLASSES[cpu_class]
+        qemu = qemu or qemu_path()
+        cpu = emulated_cpu(spec, available_cpus if available_cpus is not None else qemu_cpus(qemu))
     path = Path(artifact).resolve()
     arrays: dict[str, np.ndarray] = {}
     for name in input_names:
@@ -619,24 +907,29 @@ def run_on_class(
         arrays[name] = np.ascontiguousarray(array, dtype=dtype)
     with scratch_dir() as scratch:
         np.savez(scratch / "inputs.npz", **arrays)  # type: ignore[arg-type]
-        run = _probe(
-            qemu,
-            sysroot.path,
-            cpu,
-            {
-                "op": "run",
-                "model": str(path),
-                "inputs": str(scratch / "inputs.npz"),
-                "output": str(scratch / "outputs.npz"),
-                "input_names": list(input_names),
-                "output_names": list(output_names),
-                "whole": whole_tensors,
-                "precision": precision,
-            },
-            scratch=scratch,
-            timeout=timeout,
-            cpu_class=cpu_class,
-        )
+        request = {
+            "op": "run",
+            "model": str(path),
+            "inputs": str(scratch / "inputs.npz"),
+            "output": str(scratch / "outputs.npz"),
+            "input_names": list(input_names),
+            "output_names": list(output_names),
+            "whole": whole_tensors,
+            "precision": precision,
+        }
+        if worker is not None:
+            run = worker.run(request, timeout=timeout)
+        else:
+            assert qemu is not None
+            run = _probe(
+                qemu,
+                sysroot.path,
+                cpu,
+                request,
+                scratch=scratch,
+                timeout=timeout,
+                cpu_class=cpu_class,
+            )
         result, output = run.result, run.output
         if not result.get("ok"):
             phase = result.get("phase")
