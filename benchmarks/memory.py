@@ -9,9 +9,9 @@ reads ``BuildResult.stage_seconds``:
   the declared shape (peak and steady RSS, MNN's accounting, first and steady
   latency): its own seconds (``memory_seconds`` in host-benchmark.json);
 - ``size``: the .mnn's bytes per op and the ONNX mapping;
-- the thread sweep: the benchmark stage's seconds, less the memory
-  measurement, less a benchmark of the same artifact at the variant's own
-  thread count only (timed right after the build).
+- the host thread sweep: its own seconds (``host_threads.seconds`` in
+  host-benchmark.json; benchmarks/thread_sweep_cost.py compares it with the
+  earlier sweep).
 
 Target: memory + size + sweep <= 15 % of the variant's build. Also prints each
 variant's measured peak and MNN's accounting next to an independent plain MNN
@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 from edgereg import config as config_mod
-from edgereg import toolchain
 from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK, METRICS
 from edgereg.build.variant import BenchSettings, build_variant
 
@@ -120,19 +119,11 @@ def main() -> int:
                 artifact = result.out_dir / ARTIFACT
                 sample = sample_for(config, model, variant)
                 threads = spec.runtime.threads
-                t0 = time.perf_counter()
-                toolchain.benchmark(
-                    artifact,
-                    sample,
-                    threads=(threads,),
-                    warmup=settings.warmup,
-                    iterations=settings.iterations,
-                )
-                single = time.perf_counter() - t0
                 host = json.loads((result.out_dir / HOST_BENCHMARK).read_text())
+                swept = host.get("host_threads") or {}
                 memory_s = float(host.get("memory_seconds", 0.0))
                 size_s = seconds.get("size", 0.0)
-                sweep = max(seconds.get("benchmark", 0.0) - memory_s - single, 0.0)
+                sweep = float(swept.get("seconds", 0.0))
                 metrics = json.loads((result.out_dir / METRICS).read_text())
                 plain = independent_peak(artifact, sample, threads)
                 rows.append(
@@ -146,8 +137,8 @@ def main() -> int:
                         "peak_mb": host.get("memory_peak_mb"),
                         "runtime_mb": metrics["memory"].get("runtime_mb"),
                         "plain_mb": plain,
-                        "threads": [row["threads"] for row in host["latency"]],
-                        "recommended": host.get("recommended_threads"),
+                        "threads": swept.get("counts", []),
+                        "recommended": swept.get("leading"),
                         "largest": (metrics["size"]["largest"] or [{}])[0].get("op"),
                         "largest_share": (metrics["size"]["largest"] or [{}])[0].get("share"),
                     }
@@ -158,7 +149,7 @@ def main() -> int:
                     f"size {size_s:5.3f} s  sweep {sweep:5.2f} s ({r['threads']})  "
                     f"share {r['share'] * 100:5.1f} %  peak {r['peak_mb']} MB "
                     f"(MNN {r['runtime_mb']} MB, plain process {plain:.2f} MB)  "
-                    f"threads hint {r['recommended']}  largest {r['largest']} "
+                    f"host's best count {r['recommended']}  largest {r['largest']} "
                     f"{(r['largest_share'] or 0) * 100:.0f} %"
                 )
     print("\nsummary (host figures)")
@@ -176,8 +167,8 @@ def main() -> int:
             f"{'within 15 %' if close else 'differs by more than 15 %'}"
         )
     print(
-        "Stages that pay it: 'benchmark' (its child measures memory first, then sweeps the "
-        "thread counts), 'size' (reads the .mnn and the ONNX)."
+        "Stages that pay it: 'benchmark' (its child measures memory first, then runs the "
+        "host thread sweep), 'size' (reads the .mnn and the ONNX)."
     )
     return 0 if ok else 1
 

@@ -48,10 +48,15 @@ compresses), stable for every device.
    toolchain's shared module cache stays warm). Reported.
 
 The SDK builds are copied into the work directory first, so a rebuild in
-their checkout cannot change the programs mid-run.
+their checkout cannot change the programs mid-run. ``--jvm-before DIR`` adds
+a second JVM build (another checkout's, say main's before a change) to the
+cold updates, interleaved with the others, so a change is measured before
+and after under the same load; it is reported beside the rest, without a
+target.
 
 Usage: .venv/bin/python benchmarks/sdk.py [--rounds 3] [--member-mb 20]
            [--cancel-rate 2000000] [--jvm-root DIR] [--swift-root DIR] [--skip-swift-build]
+           [--jvm-before DIR]
 (DIR: a checkout whose clients/ holds the built SDK; default EDGEREG_SDK_ROOT
 or this checkout; `make sdk` builds them.) About 3-5 minutes.
 Prints PASS or FAIL per target; exits 1 on any FAIL.
@@ -85,6 +90,7 @@ from statichttp import TcpProxy  # noqa: E402
 from edgereg.serve import start_in_thread  # noqa: E402
 
 CLIENTS = ("python", "jvm", "swift")
+BEFORE = "jvm-before"  # --jvm-before: another build of the JVM client, in the cold updates only
 TIME_RATIO_TARGET = 1.0
 WIRE_TARGET_BYTES = 400
 JAR_TARGET_BYTES = 250 * 1024
@@ -229,10 +235,11 @@ def jvm_heap(pid: int) -> str:
 
 
 def cold_update(
-    client: str, sdk_root: Path, url: str, pem: str, work: Path, index: int
+    client: str, sdk_root: Path, url: str, pem: str, work: Path, index: int, label: str = ""
 ) -> dict[str, Any]:
-    cache = work / f"cache-{client}-{index}"
-    with started(client, sdk_root, work / f"{client}-{index}.log") as (program, startup):
+    label = label or client
+    cache = work / f"cache-{label}-{index}"
+    with started(client, sdk_root, work / f"{label}-{index}.log") as (program, startup):
         pid = program.process.pid
         configure(program, url, pem, cache)
         baseline = proc_status_kb(pid)
@@ -460,6 +467,12 @@ def main() -> int:
     parser.add_argument("--swift-root", type=Path, default=Path(default_root))
     parser.add_argument("--skip-swift-build", action="store_true")
     parser.add_argument(
+        "--jvm-before",
+        type=Path,
+        help="a checkout whose built JVM client runs the cold updates too, interleaved "
+        "(a before/after comparison under the same load)",
+    )
+    parser.add_argument(
         "--cancel-rate", type=int, default=2_000_000, help="the slow server's bytes/s"
     )
     args = parser.parse_args()
@@ -470,21 +483,29 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgereg-sdk-bench-") as tmp:
         work = Path(tmp)
         sdk_root = snapshot_sdks(args.jvm_root, args.swift_root, work / "sdk")
-        for name, root in (("JVM", args.jvm_root), ("Swift", args.swift_root)):
+        roots = {client: sdk_root for client in CLIENTS}
+        sources = [("JVM", args.jvm_root), ("Swift", args.swift_root)]
+        if args.jvm_before is not None:
+            roots[BEFORE] = snapshot_sdks(args.jvm_before, args.swift_root, work / "sdk-before")
+            sources.append(("JVM before", args.jvm_before))
+        for name, root in sources:
             print(f"{name} SDK from {root} ({checkout_commit(root)})")
         signer = write_trio(work / "registry", args.member_mb)
         pem = signer.public_pem().decode()
         server, url = start_in_thread(work / "registry")
-        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
+        cold_clients = tuple(roots)
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in cold_clients}
         try:
             for index in range(args.rounds):
                 # Rotate the order so no client always runs first (or right after the JVM).
-                order = CLIENTS[index % 3 :] + CLIENTS[: index % 3]
+                shift = index % len(cold_clients)
+                order = cold_clients[shift:] + cold_clients[:shift]
                 for client in order:
-                    run = cold_update(client, sdk_root, url, pem, work, index)
+                    program = "jvm" if client == BEFORE else client
+                    run = cold_update(program, roots[client], url, pem, work, index, client)
                     runs[client].append(run)
                     print(
-                        f"  round {index + 1} {client:6s} cold {run['seconds'] * 1000:5.0f} ms "
+                        f"  round {index + 1} {client:10s} cold {run['seconds'] * 1000:5.0f} ms "
                         f"(CPU {run['cpu'] * 1000:4.0f})  "
                         f"warm {run['warm_seconds'] * 1000:5.0f} ms "
                         f"(CPU {run['warm_cpu'] * 1000:4.0f})  start-up "
@@ -538,6 +559,18 @@ def main() -> int:
                     ratio <= TIME_RATIO_TARGET,
                     line,
                 )
+        if BEFORE in runs:
+            seconds = median(runs[BEFORE], "seconds")
+            after = median(runs["jvm"], "seconds")
+            report(
+                f"{BEFORE} ({args.jvm_before}): cold update time, the same run",
+                None,
+                f"{seconds * 1000:.0f} ms: {seconds / reference:.2f}x python (runs "
+                + ", ".join(f"{r['seconds'] * 1000:.0f}" for r in runs[BEFORE])
+                + f" ms); after / before {after / seconds:.2f}; CPU "
+                f"{median(runs[BEFORE], 'cpu') * 1000:.0f} ms before, "
+                f"{median(runs['jvm'], 'cpu') * 1000:.0f} ms after",
+            )
         cpu_reference = median(runs["python"], "cpu")
         for client in CLIENTS:
             cpu = median(runs[client], "cpu")

@@ -626,10 +626,10 @@ def test_the_sweep_goes_to_the_tier_cores_capped_by_the_host() -> None:
     assert sweep_counts(None, 16) == tuple(range(1, DEFAULT_TIER_CORES + 1))
 
 
-def test_a_variant_without_threads_ships_the_measured_count(tmp_path: Path) -> None:
+def test_the_host_sweep_is_labelled_bounded_and_never_shipped(tmp_path: Path) -> None:
     from datetime import datetime, timezone
 
-    from edgereg.build.threads import host_cores
+    from edgereg.build.threads import LABEL, host_cores
     from edgereg.build.variant import BenchSettings
     from edgereg.registry._release import prepare_release
 
@@ -641,27 +641,61 @@ def test_a_variant_without_threads_ships_the_measured_count(tmp_path: Path) -> N
     path.write_text(head + tail, encoding="utf-8")
     config = project.load()
     sweep = BenchSettings(threads=None, warmup=1, iterations=3, memory_iterations=2)
-    for name in ("big", "small"):
-        build_variant(config, "seg", name, project.out, bench=sweep)
+    seconds = {
+        name: build_variant(config, "seg", name, project.out, bench=sweep).stage_seconds
+        for name in ("big", "small")
+    }
     host = project.read("small", HOST_BENCHMARK)
-    swept = list(range(1, min(host_cores(), 4) + 1))  # the catch-all tier: up to 4 cores
-    assert [row["threads"] for row in host["latency"]] == sorted({*swept, 4})
-    assert host["sweep_max_threads"] == max(swept)
-    curve = {row["threads"]: row["p50_ms"] for row in host["latency"] if row["threads"] in swept}
-    best = min(curve.values())
-    recommended = host["recommended_threads"]
-    assert curve[recommended] <= best * 1.05
-    assert all(curve[n] > best * 1.05 for n in swept if n < recommended)
+    # The benchmark times the declared count (4 when unsaid): what gates judge and ships.
+    assert [row["threads"] for row in host["latency"]] == [4]
+    swept = host["host_threads"]
+    assert swept["figures"] == "host"
+    assert swept["label"] == LABEL
+    assert swept["counts"] == sorted({*range(1, min(host_cores(), 4) + 1), 4})
+    assert (swept["host_cores"], swept["tier_cores"], swept["declared_threads"]) == (
+        host_cores(),
+        None,
+        4,
+    )
+    assert swept["stopped"] in ("settled", "budget", "rounds")
+    # Bounded: its share of the build before it, and so of the benchmark stage.
+    assert swept["seconds"] <= swept["budget_seconds"] + 0.05
+    assert swept["seconds"] < seconds["small"]["benchmark"]
+    if swept["rounds"]:
+        assert swept["leading"] in swept["counts"]
+        assert swept["ratio_to_leading"][str(swept["leading"])]["ratio"] == 1.0
+        assert swept["host_best"] == (swept["leading"] if swept["settled"] else None)
+    # metrics.json says what ships and where the host figures are, with no timings.
+    metrics = project.read("small", METRICS)
+    assert metrics["threads"]["shipped"] == 4
+    assert metrics["threads"]["from"] == "default"
+    assert "host_threads" in metrics["threads"]["host_sweep"]
+    assert project.read("big", METRICS)["threads"] == {
+        **metrics["threads"],
+        "shipped": 1,
+        "from": "models.toml",
+    }
     record = prepare_release(
         config, "seg", project.out, version="1.0.0", now=datetime.now(timezone.utc)
     ).record
-    assert record.variants["small"].runtime.threads == recommended
+    # What ships is what models.toml declares, never the host's count.
+    assert record.variants["small"].runtime.threads == 4
     assert record.variants["big"].runtime.threads == 1
-    # The report marks the recommended count on the curve.
+    shipped_host = record.variants["small"].metrics["host_benchmark"]
+    assert shipped_host["figures"] == "host"
+    assert shipped_host["host_threads"]["label"] == LABEL
+    # The report and the summary say it is the build host's.
     page = render_html(collect(config, project.out, generated="now"))
-    row = page[page.index('id="row-seg-small"') :]
+    row = page[page.index('id="gates-seg-small"') :]
     row = row[: row.index("</tr>")]
-    assert row.count('class="recommended"') == 1
+    assert "host thread sweep" in row
+    assert "not a phone" in row
+    result = CliRunner().invoke(
+        main, ["summary", "--config", str(path), "--build-dir", str(project.out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "seg/small host thread sweep" in result.output
+    assert "not a phone" in result.output
 
 
 # --- size explained ------------------------------------------------------------------

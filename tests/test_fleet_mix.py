@@ -77,6 +77,10 @@ MIX_POLICY = RolloutPolicy.model_validate(
         "min_soak_hours": 24,
         "guardrails": {
             "min_devices": 3,
+            # An arm of a step holds 9 to 30 devices under a random salt, each on a network
+            # of its own: the default 10 networks beyond the 3 tolerated, before a fail on
+            # the comparison, would leave a crash loop's first looks to chance.
+            "min_networks": 5,
             # The simulated apps start every simulated day: a crash loop reverts within it.
             "revert_window_hours": 24,
             "probe_failure": {"max_increase": 0.3},

@@ -11,6 +11,7 @@ measures those against curl and the targets).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,9 @@ NOT_FOR_READING = [
     "edgereg.analysis",
     "edgereg.reports",
     "sqlite3",
+    # the rollout rules'.
+    "semver",
+    "edgereg.registry._transitions",
 ]
 # models.toml's schema past [registry]: its tables and the whole file.
 SCHEMA = ["edgereg.config._config", "edgereg.config._models", "edgereg.tasks"]
@@ -207,9 +211,30 @@ def test_status_loads_no_publishing_code_and_no_schema(
     )
     loaded = _loaded_after(["status", "digits"], cwd=tmp_path)
     assert {"edgereg.registry._status", "rich.table"} <= loaded
-    assert _present(loaded, [*NOT_FOR_READING, *SCHEMA, "edgereg.client"]) == []
+    # Nor logging: only a write of the registry has something to log.
+    assert _present(loaded, [*NOT_FOR_READING, *SCHEMA, "edgereg.client", "logging"]) == []
     as_json = _loaded_after(["status", "digits", "--json"], cwd=tmp_path)
     assert _present(as_json, [*NOT_FOR_READING, *SCHEMA, "edgereg.client", "rich"]) == []
+
+
+def test_status_loads_no_emoji_table(registry: tuple[Path, Path], tmp_path: Path) -> None:
+    # No cell of the table can hold an emoji code; rich's table of them stays unloaded,
+    # and the registry's path is shown as it is named.
+    root, key = registry
+    named = tmp_path / "a:smile:b"
+    shutil.copytree(root, named)
+    probe = (
+        "import sys\nfrom edgereg.cli import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('rich._emoji_codes' in sys.modules)"
+    )
+    args = ["status", "digits", "--registry", f"file://{named}", "--trusted-key", str(key)]
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True
+    )
+    assert ":smile:" in done.stdout.replace("\n", "").replace(" ", "")
+    assert "high-int8" in done.stdout
+    assert done.stdout.splitlines()[-1] == "False"
 
 
 def test_analyze_loads_no_client_server_or_build(
@@ -234,3 +259,66 @@ def test_publish_loads_no_client_server_or_statistics(site: Any) -> None:
     unused = [*NEVER, "edgereg.client", "edgereg.serve", "edgereg.analysis", "edgereg.reports"]
     unused += ["edgereg.registry._auto", "edgereg.toolchain", "sqlite3", "http.client"]
     assert _present(loaded, unused) == []
+
+
+# --- the end of a command: the process exits as the interpreter would, minus the teardown ---
+
+_ENTRY_WITH_EXIT_HOOKS = """
+import atexit, sys
+class Finalized:
+    def __del__(self):
+        sys.stderr.write("module teardown\\n")
+kept = Finalized()  # freed only when the interpreter tears its modules down
+atexit.register(lambda: sys.stderr.write("exit handler ran\\n"))
+from edgereg.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "stdout", "stderr"),
+    [
+        (["--version"], 0, "edgereg, version", ""),
+        (["status", "nosuch", "--registry", "file://{root}"], 1, "", "has no release"),
+        (["no-such-command"], 2, "", "No such command"),
+    ],
+)
+def test_a_command_line_run_ends_without_the_teardown(
+    registry: tuple[Path, Path], args: list[str], code: int, stdout: str, stderr: str
+) -> None:
+    # As the console script runs it (main() with no arguments): the exit code, the
+    # output and the exit handlers are the interpreter's; the module teardown
+    # (60-90 ms of freeing every object, benchmarks/startup.py) is skipped.
+    root, _ = registry
+    done = subprocess.run(
+        [sys.executable, "-c", _ENTRY_WITH_EXIT_HOOKS, *(a.format(root=root) for a in args)],
+        capture_output=True,
+        text=True,
+        cwd=root.parent,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    assert stdout in done.stdout
+    assert stderr in done.stderr
+    assert done.stderr.endswith("exit handler ran\n")
+    assert "module teardown" not in done.stderr
+
+
+def test_a_command_with_threads_left_or_a_message_exits_the_interpreters_way() -> None:
+    # A thread still running is waited for, and a message as the exit code is printed
+    # (exit 1), as the interpreter does: the teardown runs then.
+    code = (
+        "import sys, threading, time, click\n"
+        "from edgereg.cli import main\n"
+        "@main.command('wait')\n"
+        "def wait():\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+        "@main.command('say')\n"
+        "def say():\n"
+        "    sys.exit('a message')\n"
+        "main()\n"
+    )
+    waited = subprocess.run([sys.executable, "-c", code, "wait"], capture_output=True, text=True)
+    assert (waited.returncode, waited.stdout) == (0, "thread done\n"), waited.stderr
+    said = subprocess.run([sys.executable, "-c", code, "say"], capture_output=True, text=True)
+    assert (said.returncode, said.stderr) == (1, "a message\n")

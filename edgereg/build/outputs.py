@@ -33,7 +33,7 @@ PROBE_DATA = "probe-data.bin"
 #: The labels (canonical JSON array) of a model that has them: the contract
 #: references it as a blob when the labels are too large to inline.
 LABELS = "labels.json"
-#: Host load time, memory and latency per thread count. Not a DVC stage output:
+#: Host load time, memory, latency and the thread sweep. Not a DVC stage output:
 #: timings differ on every run, and dvc.lock records only what a rebuild of the
 #: same inputs reproduces byte for byte. dvc.yaml lists it as a top-level metric
 #: and plot, so `dvc metrics show` and `dvc plots show` still read it.
@@ -56,6 +56,8 @@ OUTPUT_FILES = (*STAGE_OUTPUTS, HOST_BENCHMARK)
 #: The label a host figure carries wherever it is copied (releases, reports):
 #: latency on the build machine says little about a phone.
 HOST_FIGURES = "host"
+#: host-benchmark.json's key for the thread sweep (edgereg.build.threads.record).
+HOST_THREADS = "host_threads"
 
 BUILT = "built"
 STALE = "stale"
@@ -145,7 +147,7 @@ class ThreadLatency:
 
 #: Figures of the fresh-process session measurement (edgereg.build.memory) that
 #: host-benchmark.json may carry: memory at the declared shape (MiB), the first
-#: and the steady latency, and the thread count the latency curve recommends.
+#: and the steady latency (the thread sweep has its own record, ``host_threads``).
 SESSION_FIGURES = (
     "memory_peak_mb",
     "memory_steady_mb",
@@ -157,8 +159,6 @@ SESSION_FIGURES = (
     "steady_p90_ms",
     "steady_warmup",
     "memory_seconds",
-    "recommended_threads",
-    "sweep_max_threads",
     # Several fresh loads, when a latency budget is set (edgereg.build.memory.LatencyLoads).
     "latency_loads",
     "first_inference_judged_ms",
@@ -192,6 +192,9 @@ class HostBenchmark:
     recipe_sha256: str
     #: The fresh-process session measurement (:data:`SESSION_FIGURES`), when made.
     session: dict[str, float] = field(default_factory=dict)
+    #: The host thread sweep (``edgereg.build.threads.record``), written as
+    #: ``host_threads``: which count was fastest on the build host, never shipped.
+    threads: dict[str, Any] | None = None
 
     def figure(self, name: str) -> float | None:
         """One of :data:`SESSION_FIGURES`, if measured."""
@@ -220,6 +223,7 @@ class HostBenchmark:
             "artifact_sha256": self.artifact_sha256,
             "recipe_sha256": self.recipe_sha256,
             **self.session,
+            **({} if self.threads is None else {HOST_THREADS: self.threads}),
         }
 
     def release_metrics(self) -> dict[str, Any]:
@@ -253,9 +257,17 @@ class HostBenchmark:
                     for name in SESSION_FIGURES
                     if isinstance(data.get(name), (int, float))
                 },
+                threads=_host_threads(data.get(HOST_THREADS)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"host benchmark is missing or mistypes {exc}") from exc
+
+
+def _host_threads(found: Any) -> dict[str, Any] | None:
+    """A sweep record, only when labelled as host figures (an older build has none)."""
+    if isinstance(found, dict) and found.get("figures") == HOST_FIGURES:
+        return found
+    return None
 
 
 def read_host_benchmark(

@@ -51,9 +51,9 @@ def summary_rows(config: Config, out_root: Path) -> list[dict[str, Any]]:
                     mnn_api=(metrics.get("mnn_api") or {}).get("api"),
                     subgraphs=list((metrics.get("mnn_api") or {}).get("subgraphs") or []),
                     first_inference_ms=None if host is None else host.figure("first_inference_ms"),
-                    recommended_threads=None
-                    if host is None
-                    else host.figure("recommended_threads"),
+                    # The thread sweep on this host (edgereg.build.threads.record):
+                    # a host figure, never the phone's best, never shipped.
+                    host_threads=None if host is None else host.threads,
                     threads=threads,
                     failed=list(metrics.get("failed") or []),
                     # A failed build's stages and the one that failed (stage, message).

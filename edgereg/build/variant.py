@@ -26,6 +26,7 @@ import numpy as np
 from edgereg import __version__, toolchain
 from edgereg._files import sha256_file
 from edgereg.build import memory
+from edgereg.build import threads as host_threads
 from edgereg.build.arm import ARM_CACHE, ArmRunner, arm_stage
 from edgereg.build.contract import control_flow_subgraphs, io_contract, labels_blob
 from edgereg.build.datasets import load_dataset, select_calibration
@@ -72,7 +73,7 @@ from edgereg.build.quality import (
 )
 from edgereg.build.quantsearch import QuantSearch
 from edgereg.build.sizes import explain_size
-from edgereg.build.threads import recommend, sweep_counts
+from edgereg.build.threads import SweepPolicy, sweep_counts
 from edgereg.config import (
     Budgets,
     Config,
@@ -99,8 +100,11 @@ logger = logging.getLogger(__name__)
 class BenchSettings:
     """How hard the host benchmark works; fewer iterations for tests."""
 
-    #: Thread counts to time; None sweeps 1 up to the tier's cores, capped by the host's.
+    #: Thread counts the host sweep compares with the declared one; None: 1 up to
+    #: the tier's cores, capped by the host's.
     threads: tuple[int, ...] | None = None
+    #: The host thread sweep's budget and stopping rule; None runs no sweep.
+    sweep: SweepPolicy | None = field(default_factory=SweepPolicy)
     warmup: int = 5
     iterations: int = 50
     batch_size: int = 64
@@ -634,14 +638,15 @@ def _build_variant(
             progress.numbers["size"] = size_record
         with stage("benchmark"):
             sample = benchmark_sample(feeds, evaluation, state)
-            swept = bench.threads or sweep_counts(config.tiers[variant.tier].min_cpu_cores)
-            threads = tuple(sorted({*swept, variant.runtime.threads}))
+            tier_cores = config.tiers[variant.tier].min_cpu_cores
+            swept = bench.threads or sweep_counts(tier_cores)
             timing = toolchain.benchmark(
                 artifact,
                 sample,
                 input_names=[f.name for f in feeds],
                 output_names=output_names,
-                threads=threads,
+                # The variant's own count: what the gates judge and what ships.
+                threads=(variant.runtime.threads,),
                 warmup=bench.warmup,
                 iterations=bench.iterations,
                 # Measured first in the same fresh child: no second process start.
@@ -653,6 +658,15 @@ def _build_variant(
                     warmup=bench.warmup,
                     iterations=bench.memory_iterations,
                 ),
+                # Then, in the same child, the host sweep: its budget is a share
+                # of this build's seconds so far (edgereg/build/threads.py).
+                sweep=None
+                if bench.sweep is None
+                else {
+                    "counts": sorted({*swept, variant.runtime.threads}),
+                    "prior_seconds": sum(seconds.values()),
+                    "policy": bench.sweep.to_json(),
+                },
             )
             if subgraphs:
                 memory_outcome = memory.MemoryOutcome(
@@ -706,6 +720,13 @@ def _build_variant(
         # The MNN API the entry tells the app to use; the probe stage runs it so.
         metrics["mnn_api"] = {"api": api, "subgraphs": subgraphs}
         metrics["size"] = size_record
+        # What ships as the thread hint. The host sweep's figures are not here
+        # (their timings differ on every run): host-benchmark.json holds them.
+        metrics["threads"] = {
+            "shipped": variant.runtime.threads,
+            "from": "models.toml" if "threads" in variant.runtime.model_fields_set else "default",
+            "host_sweep": f"{HOST_BENCHMARK} host_threads: {host_threads.LABEL}",
+        }
         artifact_sha = sha256_file(artifact)
         host = _host_benchmark(
             timing,
@@ -713,9 +734,9 @@ def _build_variant(
             recipe_sha=recipe_digest,
             session={
                 **memory.host_record(memory_outcome.measurement, bench.warmup),
-                **_thread_record(timing, swept),
                 **({} if loads is None else loads.host_record()),
             },
+            threads=_sweep_record(timing, bench.sweep, variant.runtime.threads, tier_cores),
         )
         # The same dict: the ARM stage adds its classes to it.
         progress.numbers, progress.host = metrics, host
@@ -1051,11 +1072,20 @@ def _metrics(
     return metrics
 
 
-def _thread_record(timing: Any, swept: tuple[int, ...]) -> dict[str, Any]:
-    """The sweep's end and the count it recommends (host figures)."""
-    p50 = {n: stats.p50 for n, stats in timing.latency_ms.items()}
-    best = recommend(p50, swept)
-    return {} if best is None else {"recommended_threads": best, "sweep_max_threads": max(swept)}
+def _sweep_record(
+    timing: Any, policy: SweepPolicy | None, declared: int, tier_cores: int | None
+) -> dict[str, Any] | None:
+    """host-benchmark.json's ``host_threads``: the sweep's rounds and answer (host figures)."""
+    if policy is None or timing.sweep is None:
+        return None
+    run = host_threads.SweepRun.from_json(timing.sweep, confidence=policy.confidence)
+    return host_threads.record(
+        run,
+        declared=declared,
+        tier_cores=tier_cores,
+        host=host_threads.host_cores(),
+        confidence=policy.confidence,
+    )
 
 
 def _memory_budgets(config: Config, variant: Variant, budgets: Budgets) -> list[str]:
@@ -1071,7 +1101,12 @@ def _memory_budgets(config: Config, variant: Variant, budgets: Budgets) -> list[
 
 
 def _host_benchmark(
-    timing: Any, *, artifact_sha: str, recipe_sha: str, session: dict[str, Any] | None = None
+    timing: Any,
+    *,
+    artifact_sha: str,
+    recipe_sha: str,
+    session: dict[str, Any] | None = None,
+    threads: dict[str, Any] | None = None,
 ) -> HostBenchmark:
     return HostBenchmark(
         load_ms=timing.load_ms,
@@ -1082,6 +1117,7 @@ def _host_benchmark(
         artifact_sha256=artifact_sha,
         recipe_sha256=recipe_sha,
         session=dict(session or {}),
+        threads=threads,
     )
 
 

@@ -2,8 +2,9 @@
 
 Per model: a table of variants (tier, size, the task's headline metric and
 its change against the fp32 ONNX baseline, the worst output's cosine and SNR
-against ONNX Runtime, host latency at each benchmarked thread count, and every
-gate with its measured number and budget), a chart of size against the
+against ONNX Runtime, host latency at the variant's own thread count, every
+gate with its measured number and budget, and the host thread sweep, said to
+be the build host's and never shipped), a chart of size against the
 headline metric with latency as marker size, for classifiers per-class recall
 change bars so a damaged class stands out, and every artifact's provenance.
 A variant that failed a gate shows "failed: <the gate>" and all its numbers.

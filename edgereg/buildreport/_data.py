@@ -112,6 +112,8 @@ class VariantData:
     latency: list[dict[str, Any]] = field(default_factory=list)
     #: Host figures of the fresh-process measurement (memory, first and steady latency).
     session: dict[str, float] = field(default_factory=dict)
+    #: The host thread sweep (``edgereg.build.threads.record``): the build host's, not a phone's.
+    host_threads: dict[str, Any] | None = None
 
     def host_figure(self, name: str) -> float | None:
         """A host figure of host-benchmark.json (``memory_peak_mb``, ``first_inference_ms``)."""
@@ -462,6 +464,7 @@ def _variant(config: Config, out_root: Path, model_name: str, variant_name: str)
         class_recall=_rows(recall),
         latency=_rows(latency),
         session={} if host is None else dict(host.session),
+        host_threads=None if host is None else host.threads,
     )
 
 

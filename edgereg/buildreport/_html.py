@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from edgereg.build.outputs import BUILT, FAILED, NOT_BUILT, STALE
+from edgereg.build.threads import describe as describe_sweep
 from edgereg.buildreport._data import Gate, ModelData, ReportData, VariantData
 from edgereg.tasks import TASK_CLASSES, task_class
 
@@ -176,9 +177,9 @@ def render_html(report: ReportData) -> str:
         "ONNX baseline on the labels (percentage points). Cosine and SNR: the worst output. "
         "Gates: the measured number against the budget it was checked on (the task's "
         "defaults for the variant's precision, models.toml on top). Latency: host p50 in ms, "
-        "not a device measurement; * marks the variant's own thread count, ◆ the count the "
-        "sweep recommends (the smallest within 5 % of the fastest, shipped as the hint where "
-        "models.toml declares none). Peak MB: host peak "
+        "not a device measurement, at the variant's own thread count (*: what the app is "
+        "told). The host thread sweep under each variant's gates compares thread counts on "
+        "the build host in interleaved rounds: a host figure, never shipped. Peak MB: host peak "
         "resident memory that loading the variant and running it at its declared input shape "
         "adds to a process (hover for MNN's own accounting); first ms: the first inference "
         "after load, on the host."
@@ -413,17 +414,10 @@ def _variant_row(
     ]
     if classification:
         cells.append(_worst_class_cell(variant))
-    recommended = variant.host_figure("recommended_threads")
     for n in threads:
         value = variant.latency_ms(n)
         mark = " *" if n == variant.threads else ""
-        best = (
-            ' <span class="recommended" title="recommended (host): the smallest thread count '
-            'within 5 % of the fastest">◆</span>'
-            if recommended is not None and n == int(recommended)
-            else ""
-        )
-        cells.append(f'<td class="num">{_ms(value)}{best}{mark}</td>')
+        cells.append(f'<td class="num">{_ms(value)}{mark}</td>')
     peak = variant.host_figure("memory_peak_mb")
     runtime = _float((metrics.get("memory") or {}).get("runtime_mb"))
     cells += [
@@ -436,7 +430,8 @@ def _variant_row(
     gates_row = (
         f'<tr class="gates-row {status_class}" id="gates-{_e(variant.model)}-'
         f'{_e(variant.variant)}"><td class="muted">gates</td>'
-        f'<td colspan="{columns - 1}">{_gates(variant)}{_size_explained(metrics)}</td></tr>'
+        f'<td colspan="{columns - 1}">{_gates(variant)}{_size_explained(metrics)}'
+        f"{_host_sweep(variant)}</td></tr>"
     )
     return (
         f'<tr class="{status_class} has-gates" {row_id}>' + "".join(cells) + "</tr>\n" + gates_row
@@ -478,6 +473,13 @@ def _recipe_text(variant: VariantData) -> str:
     else:
         text = variant.precision
     return f"{text}, {variant.threads} thr"
+
+
+def _host_sweep(variant: VariantData) -> str:
+    """The host thread sweep under the gates, said to be the build host's (never shipped)."""
+    if not variant.host_threads:
+        return ""
+    return f'<div class="muted host-sweep">{_e(describe_sweep(variant.host_threads))}</div>'
 
 
 def _size_explained(metrics: dict[str, Any]) -> str:

@@ -226,6 +226,7 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
     from edgereg.build.arm import summary_cell
     from edgereg.build.fit import ceiling_lines
     from edgereg.build.summary_rows import summary_rows
+    from edgereg.build.threads import describe as describe_sweep
 
     config = config_module.load(config_path)
     stale = warn_if_dvc_yaml_stale(config)
@@ -298,6 +299,11 @@ def summary(config_path: Path, out_root: Path | None, as_json: bool) -> None:
             )
         if row.get("memory_problem") and not row.get("failed"):
             click.echo(f"{name} memory {row['memory_problem']}")
+        if row.get("host_threads"):
+            click.echo(
+                f"{name} {describe_sweep(row['host_threads'])}; the app is told "
+                f"{row['threads']} threads (runtime.threads)"
+            )
     if any(row["status"] == "failed" for row in rows):
         stderr.print(
             "Failed variants keep their numbers: fix what the gate names (see `edgereg build "

@@ -6,9 +6,12 @@ Results go to stdout, diagnostics to stderr; the exit codes are
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
-from typing import Any, ClassVar
+import sys
+import threading
+from typing import Any, ClassVar, NoReturn
 
 import click
 
@@ -64,6 +67,17 @@ class _LazyGroup(click.Group):
         "verify": "edgereg.cli.release:verify",
     }
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # `edgereg` itself (the console script, `python -m edgereg.cli`) calls the group
+        # with no arguments; a caller that passes its own (tests, tools) keeps click's
+        # plain SystemExit.
+        if args or kwargs:
+            return self.main(*args, **kwargs)
+        try:
+            self.main()
+        except SystemExit as done:
+            exit_process(done)
+
     def invoke(self, ctx: click.Context) -> Any:
         # Every command, its module's import and its option parsing run inside the
         # one error handler: an edgereg error is its message and exit code, an
@@ -82,6 +96,30 @@ class _LazyGroup(click.Group):
             self.add_command(lazy, cmd_name)
         command = super().get_command(ctx, cmd_name)
         return None if command is None else add_global_options(command)
+
+
+def exit_process(done: SystemExit) -> NoReturn:
+    """End the process as the interpreter would, without tearing down every module first.
+
+    After a command, the interpreter's own exit frees each object of each module
+    one by one (pydantic's validators, rich, cryptography): 60-90 ms of CPU, 15 % of
+    `edgereg status`, for memory the process gives back anyway. Here the exit
+    handlers run (logging flushes, temporary files go) and stdout and stderr are
+    flushed, then the process ends with the same code. When there is anything
+    else the interpreter's exit would do (threads still running to wait for, a
+    message as the exit code, a stream that fails to flush) it does it.
+    """
+    code = done.code
+    if threading.active_count() > 1 or not (code is None or isinstance(code, int)):
+        raise done
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        raise done from None  # the interpreter reports it (a closed pipe: exit 120)
+    os._exit(code or 0)
 
 
 MAIN_HELP = f"""Build MNN model variants per device tier and ship them to apps.

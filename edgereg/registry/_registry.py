@@ -10,7 +10,6 @@ compare-and-swap: of two concurrent publishers one wins and the other gets a
 from __future__ import annotations
 
 import hashlib
-import logging
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -19,8 +18,6 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import semver
 
 from edgereg.errors import ConflictError, TrustError
 from edgereg.protocol import layout
@@ -41,19 +38,29 @@ from edgereg.protocol.wire import (
     verify_document,
     verify_release,
 )
-from edgereg.registry import _transitions as transitions
 from edgereg.registry._errors import ReleaseError
 from edgereg.registry._manifests import build_manifests
 from edgereg.signing import looks_like_private_key
 from edgereg.storage import NotFound, Storage
 
 if TYPE_CHECKING:
+    import logging
+
     # Publishing only: the build outputs and models.toml's schema stay out of the
     # read path (status, history, verify, serve; benchmarks/startup.py).
     from edgereg.registry._bundle import PreparedBundle
     from edgereg.registry._release import PreparedRelease
 
-log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    """This module's logger; logging is imported when a write has something to say.
+
+    `edgereg status` reads and logs nothing: importing logging is ~5 % of its imports.
+    """
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 # The registry layout is spelled once, in the protocol.
 state_key = layout.state_path
@@ -254,6 +261,8 @@ class Registry:
 
     def versions(self, model: str) -> list[str]:
         """Every version with a release record, oldest first."""
+        import semver  # here: `status` and `pull` list no versions (semver imports argparse)
+
         prefix = layout.releases_prefix(model)
         found = [
             key[len(prefix) : -len(".json")]
@@ -337,6 +346,8 @@ class Registry:
             ConflictError: another publisher changed the state meanwhile; retry.
             StorageError: the backend failed; nothing half-written is visible.
         """
+        from edgereg.registry import _transitions as transitions
+
         record = prepared.record
         model, version = record.name, record.version
         signers = signers_of(signer)
@@ -427,6 +438,8 @@ class Registry:
         every device that ever installed the model. The record of the version
         being published is no history: an interrupted first publish leaves it.
         """
+        from edgereg.registry import _transitions as transitions
+
         if state is not None:
             return
         records = [v for v in self.versions(model) if v != publishing]
@@ -476,6 +489,8 @@ class Registry:
         one had moved past (a rolled-back candidate) once its sequence
         overtakes the manifests'.
         """
+        from edgereg.registry import _transitions as transitions
+
         if state is None:
             return
         newest = self.newest_manifest(model)
@@ -519,6 +534,8 @@ class Registry:
                 is not given.
             TrustError: a manifest does not verify.
         """
+        from edgereg.registry import _transitions as transitions
+
         signers = signers_of(signer)
         self.check_signer(signers)
         state, token = self.read_state(model)
@@ -730,7 +747,7 @@ class Registry:
                     current = verify_document(Manifest, data, self._trust_for_signed())
                 except TrustError as exc:
                     current = None  # unreadable or foreign: replace it
-                    log.warning(
+                    _log().warning(
                         "%s does not verify (%s); replacing it with sequence %d of %s",
                         key,
                         exc.message,
@@ -743,7 +760,7 @@ class Registry:
                 self.storage.put_if_unchanged(key, envelope, token)
                 return
             except ConflictError:
-                log.info(
+                _log().info(
                     "%s changed while writing sequence %d (attempt %d of 5); reading it again",
                     key,
                     manifest.sequence,

@@ -31,7 +31,6 @@ from edgereg.config import Config
 from edgereg.errors import ConfigError, UsageError
 from edgereg.protocol.build_outputs import BuildMetrics, BuildOutputError, Provenance
 from edgereg.protocol.contract import BlobRef, IOContract
-from edgereg.protocol.fields import RuntimeHints
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import ReleaseRecord, ReleaseVariant, WireError, from_bytes
 from edgereg.registry._errors import ReleaseError as ReleaseError  # its home before
@@ -136,7 +135,9 @@ def prepare_release(
             ),
             provenance=outputs.provenance,
             min_mnn_runtime=provenance.min_mnn_runtime,
-            runtime=_measured_threads(variant.runtime, outputs.host_benchmark),
+            # What models.toml declares (4 threads when unsaid), never the host
+            # sweep's count: the build host is not a phone (edgereg/build/threads.py).
+            runtime=variant.runtime,
             contract=shipped.contract,
             probe=shipped.probe,
             probe_data=shipped.probe_data,
@@ -253,16 +254,6 @@ def _with_host_figures(metrics: dict[str, Any], host: HostBenchmark | None) -> d
     if host is None:
         return metrics
     return {**metrics, "host_benchmark": host.release_metrics()}
-
-
-def _measured_threads(runtime: RuntimeHints, host: HostBenchmark | None) -> RuntimeHints:
-    """The declared hints, with the measured thread count where models.toml declares none."""
-    if "threads" in runtime.model_fields_set or host is None:
-        return runtime
-    best = host.figure("recommended_threads")
-    if best is None or not 1 <= int(best) <= 16:
-        return runtime
-    return runtime.model_copy(update={"threads": int(best)})
 
 
 #: Where a release record's variant metrics carry the peak its manifest entries announce.

@@ -281,6 +281,7 @@ def _bench(req: dict[str, Any]) -> dict[str, Any]:
     # numpy is imported where needed: a bare conversion should not pay for it.
     import numpy as np
 
+    began = time.perf_counter()
     names = list(req["input_names"])
     memory: dict[str, Any] | None = None
     if req.get("memory") is not None:
@@ -294,6 +295,8 @@ def _bench(req: dict[str, Any]) -> dict[str, Any]:
         arrays = [data[n] for n in names]
     per_threads: dict[str, dict[str, float]] = {}
     load_ms = 0.0
+    sweep = req.get("sweep")
+    kept: dict[int, Any] = {}  # runtimes the sweep reuses, loaded and warm
     for threads in req["threads"]:
         start = time.perf_counter()
         module = _module(req["path"], names, list(req["output_names"]), int(threads))
@@ -311,10 +314,60 @@ def _bench(req: dict[str, Any]) -> dict[str, Any]:
             "p90": float(np.percentile(times, 90)),
             "mean": float(np.mean(times)),
         }
+        if sweep is not None and int(threads) in sweep["counts"]:
+            kept[int(threads)] = module
         del module
-    result = {"load_ms": load_ms, "latency": per_threads, "peak_rss_mb": _rss_mb()}
+    # The benchmark's peak, before the sweep holds a runtime per count.
+    result: dict[str, Any] = {"load_ms": load_ms, "latency": per_threads, "peak_rss_mb": _rss_mb()}
+    if sweep is not None:
+        result["sweep"] = _sweep(req, sweep, arrays, kept, began)
     if memory is not None:
         result["memory"] = memory
+    return result
+
+
+def _sweep(
+    req: dict[str, Any],
+    sweep: dict[str, Any],
+    arrays: list[np.ndarray],
+    kept: dict[int, Any],
+    began: float,
+) -> dict[str, Any]:
+    """The host thread sweep (``edgereg/build/threads.py``, loaded by path): interleaved rounds.
+
+    Its budget is its share of the build so far: the parent's stages before
+    this one (``prior_seconds``) and this child's own time until now.
+    """
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "build" / "threads.py"
+    spec = importlib.util.spec_from_file_location("_edgereg_threads", path)
+    assert spec is not None
+    assert spec.loader is not None
+    threads = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = threads  # dataclasses look their module up by name
+    spec.loader.exec_module(threads)
+    policy = threads.SweepPolicy(**sweep["policy"])
+    so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
+    modules = dict(kept)
+
+    def prepare(count: int) -> bool:
+        if count in modules:  # the benchmark's own: loaded and warm
+            return False
+        modules[count] = _module(
+            req["path"], list(req["input_names"]), list(req["output_names"]), count
+        )
+        return True
+
+    run = threads.run_sweep(
+        [int(n) for n in sweep["counts"]],
+        lambda count: _forward(modules[count], arrays),
+        clock=time.perf_counter,
+        budget_seconds=policy.budget_seconds(so_far),
+        policy=policy,
+        prepare=prepare,
+    )
+    result: dict[str, Any] = run.to_json()
     return result
 
 

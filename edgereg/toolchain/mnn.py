@@ -184,6 +184,8 @@ class BenchmarkResult:
     memory: MemoryMeasurement | None = None
     #: Why MNN could not run it (the shape it refused), when it failed.
     memory_error: str | None = None
+    #: The thread sweep's rounds, when asked for (``edgereg.build.threads.SweepRun.to_json``).
+    sweep: dict[str, Any] | None = None
 
 
 def _savez(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
@@ -869,6 +871,7 @@ def benchmark(
     iterations: int = 30,
     timeout: float = 600.0,
     memory: MemorySettings | None = None,
+    sweep: Mapping[str, Any] | None = None,
 ) -> BenchmarkResult:
     """Time model load and forward passes on this host, in a child process.
 
@@ -883,9 +886,13 @@ def benchmark(
         timeout: Seconds before the child is killed.
         memory: Measure memory first, in the same fresh child
             (:func:`edgereg.toolchain.memory.measure_memory` without a process of its own).
+        sweep: Then run the host thread sweep in the same child: ``counts``,
+            ``prior_seconds`` (the build's seconds before this call, its
+            budget's base) and ``policy`` (``edgereg.build.threads.SweepPolicy``).
 
     Returns:
-        Load time, per-thread-count latency and the child's peak RSS.
+        Load time, per-thread-count latency, the child's peak RSS (before the
+        sweep) and the sweep's rounds.
 
     Raises:
         ValueError: Bad counts or missing inputs.
@@ -915,6 +922,7 @@ def benchmark(
                 "warmup": int(warmup),
                 "iterations": int(iterations),
                 "memory": None if memory is None else memory.request(),
+                "sweep": None if sweep is None else dict(sweep),
             },
             scratch=scratch,
             stage="benchmark",
@@ -940,4 +948,5 @@ def benchmark(
         iterations=iterations,
         memory=measured,
         memory_error=error,
+        sweep=run.result.get("sweep"),
     )

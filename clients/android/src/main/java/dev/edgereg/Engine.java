@@ -382,10 +382,25 @@ final class Engine {
                 kept += part.isFile() ? Math.min(ref.size, part.length()) : 0;
             }
             if (fromApp == null) tally(kept); // the total before the first byte
-            for (Wire.BlobRef ref : missing) {
-                checkpoint();
-                if (fromApp == null) downloaded += download(ref);
-                else copyShipped(ref, fromApp);
+            // The digests follow the files on a second thread: a blob's is awaited after the
+            // last blob is down (or as soon as it is done), never between reads.
+            HashPipe hashes = new HashPipe();
+            try {
+                List<Download> pending = new ArrayList<Download>();
+                for (Wire.BlobRef ref : missing) {
+                    checkpoint();
+                    if (fromApp == null) {
+                        Download d = download(ref, hashes);
+                        downloaded += d.transferred;
+                        pending.add(d);
+                        installHashed(hashes, pending, false); // a bad blob hashed by now stops the rest
+                    } else {
+                        copyShipped(ref, fromApp);
+                    }
+                }
+                installHashed(hashes, pending, true);
+            } finally {
+                hashes.close();
             }
         }
         for (Map.Entry<String, Wire.Entry> e : chosen.members.entrySet()) labelsOf(e.getKey(), e.getValue()); // a bad labels blob refuses the release
@@ -440,23 +455,69 @@ final class Engine {
         }
     }
 
-    /** Download, verify and move a blob into the cache; returns the bytes transferred. */
-    private long download(Wire.BlobRef ref) throws Rejected {
+    /** A blob downloaded into its .part: installed once its digest (hashed behind) matches. */
+    private static final class Download {
+        final Wire.BlobRef ref;
+        final File part;
+        final Decision.BlobCheck check;
+        final HashPipe.Job hashing; // null: the digest holds every byte already
+        final long transferred;
+
+        Download(Wire.BlobRef ref, File part, Decision.BlobCheck check, HashPipe.Job hashing, long transferred) {
+            this.ref = ref;
+            this.part = part;
+            this.check = check;
+            this.hashing = hashing;
+            this.transferred = transferred;
+        }
+    }
+
+    /** Download a blob into its .part, its digest following on {@code hashes}' thread. */
+    private Download download(Wire.BlobRef ref, HashPipe hashes) throws Rejected {
         File part = store().part(ref.sha256);
         File dir = part.getParentFile();
         if (!dir.isDirectory() && !dir.mkdirs()) throw new Rejected(Reasons.CACHE, "cannot create " + dir);
         Decision.BlobCheck check = new Decision.BlobCheck(ref);
         long have = resumeFrom(part, check);
-        long transferred = 0;
-        if (check.remaining() > 0) transferred = transfer(ref, part, check, have);
-        try {
-            check.finish();
-        } catch (Rejected r) {
-            part.delete();
-            throw r;
+        if (check.remaining() == 0) return new Download(ref, part, check, null, 0);
+        long[] transferred = {0};
+        HashPipe.Job job = transfer(ref, part, check, have, hashes, transferred);
+        return new Download(ref, part, check, job, transferred[0]);
+    }
+
+    /**
+     * Verify and move into the cache each pending blob whose digest is complete ({@code all}:
+     * waiting for every one, a cancel still stopping the wait within a tenth of a second).
+     */
+    private void installHashed(HashPipe hashes, List<Download> pending, boolean all) throws Rejected {
+        for (java.util.Iterator<Download> it = pending.iterator(); it.hasNext();) {
+            Download d = it.next();
+            if (d.hashing != null) {
+                if (!all && !d.hashing.finished()) continue;
+                try {
+                    while (!await(hashes, d.hashing)) checkpoint();
+                } catch (IOException e) {
+                    throw new Rejected(Reasons.CACHE, "cannot read " + d.part + ": " + e.getMessage(), e);
+                }
+            }
+            it.remove();
+            try {
+                d.check.finish();
+            } catch (Rejected r) {
+                d.part.delete();
+                throw r;
+            }
+            if (!d.part.renameTo(store().blob(d.ref.sha256))) throw new Rejected(Reasons.CACHE, "cannot install " + d.part);
         }
-        if (!part.renameTo(store().blob(ref.sha256))) throw new Rejected(Reasons.CACHE, "cannot install " + part);
-        return transferred;
+    }
+
+    private static boolean await(HashPipe hashes, HashPipe.Job job) throws IOException, Rejected {
+        try {
+            return hashes.await(job, 100);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt(); // an interrupt of the updating thread cancels
+            throw Cancel.cancelled();
+        }
     }
 
     private long resumeFrom(File part, Decision.BlobCheck check) throws Rejected {
@@ -481,7 +542,8 @@ final class Engine {
         return size;
     }
 
-    private long transfer(Wire.BlobRef ref, File part, Decision.BlobCheck check, long have) throws Rejected {
+    private HashPipe.Job transfer(Wire.BlobRef ref, File part, Decision.BlobCheck check, long have, HashPipe hashes, long[] transferred)
+            throws Rejected {
         Http.Response response;
         try {
             response = http.get(ref.path, null, have);
@@ -514,7 +576,7 @@ final class Engine {
                 throw new Rejected(Reasons.TRANSPORT, response.url + " answered HTTP " + response.status + ", expected 200");
             }
             check.expect(response.length);
-            return stream(response, part, check, append);
+            return stream(response, part, check, append ? have : 0, hashes, transferred);
         } catch (Rejected r) {
             // Cut by the app's cancel: cancelled, and the part stays for a resume.
             if (running != null && running.isCancelled()) throw Cancel.cancelled();
@@ -526,25 +588,24 @@ final class Engine {
         }
     }
 
-    private long stream(Http.Response response, File part, Decision.BlobCheck check, boolean append) throws Rejected {
-        long transferred = 0;
+    private HashPipe.Job stream(Http.Response response, File part, Decision.BlobCheck check, long from, HashPipe hashes, long[] transferred)
+            throws Rejected {
         FileOutputStream out;
         try {
-            out = new FileOutputStream(part, append);
+            out = new FileOutputStream(part, from > 0);
         } catch (IOException e) {
             throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
         }
-        // SHA-256 on a second thread: this one reads and writes while the digest catches up.
-        HashPipe pipe = new HashPipe(check.digest(), CHUNK);
-        boolean hashed = false;
+        // The digest reads the file behind this thread (HashPipe): this one reads and writes.
+        HashPipe.Job job = hashes.add(check.digest(), part, from);
         try {
+            byte[] buf = new byte[CHUNK];
             while (check.remaining() > 0) {
-                byte[] buf = pipe.buffer();
                 // At most one byte past the declared size is ever read.
                 int n = response.read(buf, 0, (int) Math.min(buf.length, check.remaining()));
                 if (n < 0) throw check.endedEarly(response.length, response.url);
                 check.count(n);
-                transferred += n;
+                transferred[0] += n;
                 try {
                     out.write(buf, 0, n);
                 } catch (IOException e) {
@@ -552,28 +613,23 @@ final class Engine {
                     part.delete(); // free the space: the app needs it more than a resume
                     throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
                 }
-                pipe.hash(n);
+                job.wrote(n);
                 tally(n);
                 checkpoint();
             }
             byte[] one = new byte[1];
             if (response.read(one, 0, 1) > 0) check.count(1); // anything more is blob-too-large
-            pipe.finish();
-            hashed = true;
             try {
                 out.flush();
                 out.getFD().sync();
             } catch (IOException e) {
                 throw new Rejected(Reasons.CACHE, "cannot write " + part + ": " + e.getMessage(), e);
             }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt(); // an interrupt of the updating thread cancels
-            throw Cancel.cancelled();
         } finally {
-            if (!hashed) pipe.abandon();
+            job.closed();
             closeQuietly(out);
         }
-        return transferred;
+        return job;
     }
 
     private static void closeQuietly(java.io.Closeable c) {
