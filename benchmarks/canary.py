@@ -34,7 +34,7 @@ the latency bands' calibration (``--latency``), `edgereg analyze` timing
 (``--fleet 1000``, tests/fleetsim.py).
 
 Usage: .venv/bin/python benchmarks/canary.py [--rollouts 20] [--sizes 2000,20000]
-       [--worlds good,crash3,...] [--workers 2]
+       [--worlds good,crash3,...] [--workers 2] [--each]
        .venv/bin/python benchmarks/canary.py --only-table
        .venv/bin/python benchmarks/canary.py --fleet 1000 [--http-devices 50]
        .venv/bin/python benchmarks/canary.py --latency --rollouts 100
@@ -170,15 +170,35 @@ def _job(args: tuple[str, int, int]) -> tuple[str, int, Outcome, float]:
     return name, size, outcome, time.process_time() - started
 
 
-def run_worlds(names: list[str], sizes: list[int], rollouts: int, workers: int) -> bool:
-    """Every world at every size, ``rollouts`` times; prints the table, returns the targets met."""
+def run_worlds(
+    names: list[str], sizes: list[int], rollouts: int, workers: int, *, each: bool = False
+) -> bool:
+    """Every world at every size, ``rollouts`` times; prints the table, returns the targets met.
+
+    ``each``: also print every rollout as it ends (its seed, outcome and last move), so a
+    run cut short still says what it found.
+    """
     jobs = [(name, size, seed) for size in sizes for name in names for seed in range(rollouts)]
     found: dict[tuple[str, int], list[Outcome]] = {}
     cpu = 0.0
     with ProcessPoolExecutor(workers) as pool:
-        for name, size, outcome, seconds in pool.map(_job, jobs):
+        for (_, _, seed), (name, size, outcome, seconds) in zip(
+            jobs, pool.map(_job, jobs), strict=True
+        ):
             found.setdefault((name, size), []).append(outcome)
             cpu += seconds
+            if each:
+                reached = (
+                    ""
+                    if outcome.reached_full is None
+                    else f", 100 % on day {outcome.reached_full:.1f}"
+                )
+                last = outcome.moves[-1][2][:200] if outcome.moves else "no move"
+                print(
+                    f"{name} {size:,} seed {seed}: {outcome.result}, day {outcome.days:.1f}"
+                    f"{reached} (last move: {last})",
+                    flush=True,
+                )
     print(
         f"\n{rollouts} rollouts per cell, default policy, --auto every 30 min, 21 days at most "
         f"({cpu / 60:.0f} CPU minutes, load average {os.getloadavg()[0]:.1f}):\n"
@@ -461,6 +481,7 @@ def main() -> None:
     parser.add_argument("--http-devices", type=int, default=50)
     parser.add_argument("--latency", action="store_true", help="the latency bands' calibration")
     parser.add_argument("--analyze", type=int, default=0, help="time analyze on N reports")
+    parser.add_argument("--each", action="store_true", help="print every rollout as it ends")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
     if args.analyze:
@@ -492,6 +513,7 @@ def main() -> None:
         [int(n) for n in args.sizes.split(",")],
         args.rollouts,
         args.workers,
+        each=args.each,
     )
     print(f"\ntargets: {'PASS' if met else 'FAIL'}")
 

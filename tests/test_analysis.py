@@ -294,9 +294,10 @@ def test_a_tier_without_reports_is_named_and_judged_within_the_pool() -> None:
     assert analysis.pool.candidate_devices == 2000
     assert analysis.verdict == "pass"
     # A tier too small to pass alone (fewer than min_devices networks beyond the tolerated
-    # ones) is judged within the pool, but its own fail counts once it has the networks
-    # to fail on (min_networks beyond the tolerated ones): 14 of 14 rejecting the model.
-    for devices, verdict in ((14, "fail"), (12, "inconclusive")):
+    # ones) is judged within the pool, but its own fail counts once it has the failing
+    # networks to fail on (min_failing_devices beyond the tolerated ones): 6 of 6 rejecting
+    # the model fail, 5 of 5 do not.
+    for devices, verdict in ((6, "fail"), (5, "inconclusive")):
         found = run(
             healthy("candidate"),
             healthy("stable"),
@@ -305,7 +306,9 @@ def test_a_tier_without_reports_is_named_and_judged_within_the_pool() -> None:
             tiers=["high", "low"],
         )
         assert found.tiers[1].pooled
-        assert found.verdict == verdict, found.tiers[1].guardrails[0].reason
+        probe = found.tiers[1].guardrails[0]
+        assert probe.verdict == verdict, probe.reason
+        assert (found.verdict == "fail") == (verdict == "fail")
 
 
 def test_reports_of_other_versions_units_and_arms_are_ignored() -> None:
@@ -520,9 +523,55 @@ def test_a_fail_needs_failing_networks_beyond_the_tolerated_ones() -> None:
         if r.name == "revert"
     )
     assert "only 3 failing candidate network(s) beyond the 3 tolerated, 4 needed" in revert.reason
-    # And each arm min_networks beyond the tolerated ones: ten of ten failing is no fail.
+    # A rate's fail needs no min_networks besides: ten of ten failing is one.
     tiny = run(healthy("candidate", 10, reverted=10), healthy("stable", 1000))
-    assert verdicts(tiny)["revert"] == "inconclusive"
+    assert verdicts(tiny)["revert"] == "fail"
+
+
+@dataclass(frozen=True)
+class SmallArm:
+    """A canary arm smaller than min_networks + tolerated_networks, and what it must get."""
+
+    name: str
+    candidate: int  # devices, each its own network
+    failing: int  # of them failing their probe
+    stable: int
+    stable_failing: int
+    forged: int  # forged failing candidate networks (one report each) on top
+    verdict: str
+
+
+SMALL_ARMS = [
+    # The lead's case: a bad candidate whose arm is smaller than min_networks + tolerated.
+    SmallArm("10-of-12-fail", 12, 10, 180, 0, 0, "fail"),
+    SmallArm("6-of-6-fail", 6, 6, 180, 0, 0, "fail"),
+    SmallArm("4-of-12-fail-beyond-3-and-the-floor", 12, 6, 180, 0, 0, "fail"),
+    # Beyond the tolerated ones, fewer than min_failing_devices: no fail, however small.
+    SmallArm("5-of-12-is-two-beyond", 12, 5, 180, 0, 0, "inconclusive"),
+    # A forger's three networks stop no canary at its start: alone, or with two genuine
+    # failures (five failing networks, two beyond the tolerated ones).
+    SmallArm("three-forged-on-a-healthy-canary", 10, 0, 180, 0, 3, "inconclusive"),
+    SmallArm("three-forged-and-two-genuine", 10, 2, 180, 0, 3, "inconclusive"),
+    # A stable arm that fails alike: no comparison fail, but the absolute limit's.
+    SmallArm("failing-alike-above-the-absolute-limit", 12, 10, 180, 150, 0, "fail"),
+]
+
+
+@pytest.mark.parametrize("row", SMALL_ARMS, ids=lambda row: row.name)
+def test_a_small_arm_fails_on_failing_networks_beyond_the_tolerated_not_on_min_networks(
+    row: SmallArm,
+) -> None:
+    # min_networks guards the observations a step without proof rests on; a rate's fail
+    # already needs min_failing_devices failing networks beyond the tolerated ones with
+    # them set aside, which no forger of tolerated_networks can supply. Before, the arm
+    # also needed min_networks (10) beyond the tolerated: a bad candidate whose canary
+    # arm had 12 devices was never rolled back.
+    candidate = healthy("candidate", row.candidate, probe_failed=row.failing)
+    if row.forged:
+        candidate = _forged(candidate, row.forged, row.forged, probe_failed=row.forged)
+    found = run(candidate, healthy("stable", row.stable, probe_failed=row.stable_failing))
+    (probe,) = (r for r in found.tiers[0].guardrails if r.name == "probe_failure")
+    assert probe.verdict == row.verdict, probe.reason
 
 
 def test_the_single_arm_evidence_is_exact_under_every_look() -> None:
@@ -1242,3 +1291,47 @@ def test_a_rate_guardrail_turned_off_neither_fails_nor_holds() -> None:
     off = Guardrails.model_validate({"probe_failure": {"enabled": False}})
     assert "probe_failure" not in verdicts(run(candidate, stable, guardrails=off))
     assert off.probe_failure.max_increase == Guardrails().probe_failure.max_increase
+
+
+@dataclass(frozen=True)
+class FullExposure:
+    """Arms at the step to 100 %, and whether the estimate a promotion reads holds it there."""
+
+    candidate: ArmSummary
+    stable: ArmSummary
+    held: bool
+
+
+def _probe(devices: int, failing: int, name: str = "candidate") -> ArmSummary:
+    return healthy(name, devices, probe_failed=failing)
+
+
+FULL_EXPOSURE = {
+    # A good candidate, 2 % in both arms of 200 networks: on to 100 %.
+    "good": FullExposure(_probe(200, 4), _probe(200, 4, "stable"), False),
+    # The same with three forged failing networks (the candidate's estimate +1.5 pt over
+    # every network): set aside, they hold nothing. Failed on the rule before
+    # (the plain estimate over every network: 7/203 - 4/200, beyond the 1 pt limit).
+    "good-and-three-forged-failing-networks": FullExposure(
+        _forged(_probe(200, 4), 3, 10, probe_failed=10), _probe(200, 4, "stable"), False
+    ),
+    # A bad candidate, 5 % against 2 %: held below 100 %, with or without a forger's
+    # healthy candidate networks diluting it.
+    "bad": FullExposure(_probe(200, 10), _probe(200, 4, "stable"), True),
+    "bad-and-three-forged-healthy-networks": FullExposure(
+        _forged(_probe(200, 10), 3, 600), _probe(200, 4, "stable"), True
+    ),
+}
+
+
+@pytest.mark.parametrize("row", FULL_EXPOSURE.values(), ids=FULL_EXPOSURE.keys())
+def test_the_estimate_full_exposure_reads_sets_aside_what_a_forger_could_hold(
+    row: FullExposure,
+) -> None:
+    # Holding a candidate below 100 % on its estimate is a claim of harm: it must survive
+    # setting aside the tolerated networks most against the candidate, as a fail must.
+    (probe,) = (
+        r for r in run(row.candidate, row.stable).tiers[0].guardrails if r.name == "probe_failure"
+    )
+    assert probe.verdict == "inconclusive", probe.reason
+    assert (probe.beyond_limit is not None) == row.held, probe.numbers

@@ -94,8 +94,12 @@ FEW = (summary("candidate", 20), summary("stable"))
 TINY = (summary("candidate", 9), summary("stable"))
 # 12 of 30 candidate installs past the revert window: too few of the arm to stand for it.
 YOUNG = (summary("candidate", 30, aged_devices=12), summary("stable", aged_devices=2000))
-# One failing device of 20 against none: no harm shown, but an estimate beyond the limit.
-LEANING = (summary("candidate", 20, probe_failed=1), summary("stable"))
+# Five failing devices of 150 against none: no harm shown, but an estimate beyond the limit
+# even with the three tolerated networks most against the candidate set aside (2 of 147).
+LEANING = (summary("candidate", 150, probe_failed=5), summary("stable"))
+# One failing device of 20: an estimate beyond the limit only while a network a forger may
+# hold is counted, so it holds nothing (before, it held the step to 100 % for good).
+ONE_OF_TWENTY = (summary("candidate", 20, probe_failed=1), summary("stable"))
 # 2,000 healthy candidate tokens from one network: one device, for a soak step as for a pass.
 FORGED = (
     summary("candidate", sources=1, sourced_devices=2000),
@@ -188,7 +192,10 @@ TABLE = {
         released(5, 25, 100), FEW, 73, "promote", reason="unproven: high probe_failure (up to"
     ),
     "leaning-over-the-limit-never-promotes-unproven": Row(
-        released(5, 25, 100), LEANING, 500, "wait", reason="high probe_failure is +5.0 pt"
+        released(5, 25, 100), LEANING, 500, "wait", reason="high probe_failure is +1.4 pt"
+    ),
+    "one-failing-network-of-twenty-promotes-unproven": Row(
+        released(5, 25, 100), ONE_OF_TWENTY, 500, "promote", reason="unproven: high probe_failure"
     ),
     "mostly-young-arm-waits-for-its-installs-to-age": Row(
         released(5), YOUNG, 500, "wait", reason="high revert"

@@ -26,6 +26,7 @@ from edgereg.analysis._rates import RateComparison
 from edgereg.config import (
     BUILTIN_GUARDRAILS,
     AppMetric,
+    BuiltinGuardrail,
     Guardrails,
     LatencyGuardrail,
     RateGuardrail,
@@ -41,42 +42,72 @@ Number = float | int | None
 class GuardrailSpec:
     """One guardrail as the analysis runs it (its limits are ``[rollout.guardrails.<name>]``).
 
-    A built-in one is its entry of :data:`~edgereg.config.BUILTIN_GUARDRAILS`;
-    one on an app metric comes from :func:`metric_specs`.
+    A built-in one holds its entry of :data:`~edgereg.config.BUILTIN_GUARDRAILS`
+    (``builtin``), which says what it counts and which installs a fail and a pass
+    count; one on an app metric comes from :func:`metric_specs`.
 
     Attributes:
         name: As in ``[rollout.guardrails]``.
-        kind: ``rate`` (a failure rate, in points) or ``shift`` (a latency-like
-            value, in percent of the stable).
-        event: For a rate, the store's event (:data:`~edgereg.reports.summary.EVENTS`).
-        histogram: For a shift, the store's histogram
-            (:data:`~edgereg.reports.summary.HISTOGRAMS`).
-        fail_aged: A fail counts only installs old enough to have shown the event
-            (``revert_window_hours``): a revert comes after the app's starts.
-        pass_aged: A pass (and a step without proof) counts only those: a young
-            install has not had the starts to show it yet.
-        unit: How its values read (``ms``, ``MB``).
-        optional: Left out of a tier where no device of either arm reports it
-            (clients of an older report schema).
-        what: One line for people: what a failing device is.
-        parameters: Keys of its table the store's count binds (``stalled_starts``):
-            said with its numbers, since the verdict is read against them.
+        kind: ``rate`` (a failure rate, in points), ``shift`` (a latency-like
+            value, in percent of the stable) or ``metric`` (an app metric, judged
+            as a rate of "worse").
+        builtin: The built-in guardrail's entry; None for one on an app metric.
+        label: For a guardrail on an app metric, what it judges, for people.
         metric: For a guardrail on an app metric, how it reads the metric's tallies.
         rule: For a guardrail on an app metric, its limits as a rate's.
     """
 
     name: str
     kind: Literal["rate", "shift", "metric"]
-    event: str = ""
-    histogram: str = ""
-    fail_aged: bool = False
-    pass_aged: bool = False
-    unit: str = "ms"
-    optional: bool = False
-    what: str = ""
-    parameters: tuple[str, ...] = ()
+    builtin: BuiltinGuardrail | None = None
+    label: str = ""
     metric: MetricView | None = None
     rule: RateGuardrail | None = None
+
+    @classmethod
+    def of(cls, builtin: BuiltinGuardrail) -> GuardrailSpec:
+        """The spec of a built-in guardrail."""
+        return cls(builtin.name, builtin.test, builtin)
+
+    @property
+    def event(self) -> str:
+        """For a rate, the store's event (:data:`~edgereg.reports.summary.EVENTS`)."""
+        return self.builtin.event if self.builtin is not None else ""
+
+    @property
+    def histogram(self) -> str:
+        """For a shift, the store's histogram (:data:`~edgereg.reports.summary.HISTOGRAMS`)."""
+        return self.builtin.histogram if self.builtin is not None else ""
+
+    @property
+    def fail_aged(self) -> bool:
+        """A fail counts only installs old enough to have shown the event."""
+        return self.builtin is not None and self.builtin.fail_aged
+
+    @property
+    def pass_aged(self) -> bool:
+        """A pass (and a step without proof) counts only those."""
+        return self.builtin is not None and self.builtin.pass_aged
+
+    @property
+    def unit(self) -> str:
+        """How a shift's values read (``ms``, ``MB``)."""
+        return self.builtin.unit if self.builtin is not None else ""
+
+    @property
+    def optional(self) -> bool:
+        """Left out of a tier where no device of either arm reports it."""
+        return self.builtin is not None and self.builtin.optional
+
+    @property
+    def what(self) -> str:
+        """One line for people: what a failing device is."""
+        return self.builtin.label if self.builtin is not None else self.label
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """Keys of its table the store's count binds (``stalled_starts``)."""
+        return self.builtin.parameters if self.builtin is not None else ()
 
 
 @dataclass(frozen=True)
@@ -188,7 +219,7 @@ def metric_specs(
             GuardrailSpec(
                 name,
                 "metric",
-                what=what,
+                label=what,
                 metric=view,
                 rule=RateGuardrail(
                     max_increase=min(1.0, guardrail.max_worse / view.scale),
@@ -200,21 +231,7 @@ def metric_specs(
     return tuple(specs)
 
 
-SPECS: tuple[GuardrailSpec, ...] = tuple(
-    GuardrailSpec(
-        spec.name,
-        spec.test,
-        event=spec.event,
-        histogram=spec.histogram,
-        fail_aged=spec.fail_aged,
-        pass_aged=spec.pass_aged,
-        unit=spec.unit,
-        optional=spec.optional,
-        what=spec.label,
-        parameters=spec.parameters,
-    )
-    for spec in BUILTIN_GUARDRAILS
-)
+SPECS: tuple[GuardrailSpec, ...] = tuple(GuardrailSpec.of(spec) for spec in BUILTIN_GUARDRAILS)
 """Every built-in guardrail (:data:`~edgereg.config.BUILTIN_GUARDRAILS`), in that order."""
 
 SPEC: dict[str, GuardrailSpec] = {spec.name: spec for spec in SPECS}
@@ -261,9 +278,10 @@ class GuardrailResult:
     def beyond_limit(self) -> str | None:
         """The estimate a promotion reads, said with its unit, when beyond the limit; else None.
 
-        It is the estimate with the tolerated networks set aside the way that
-        makes the candidate look worst (forged healthy candidates and forged
-        stable failures gone).
+        Holding full exposure on it is a claim of harm, so, as a fail and a harm
+        shown, it must survive setting aside the tolerated networks most against
+        the candidate (its failing ones, the stable's healthy ones): the estimate
+        is read with them set aside, and forged failures hold nothing.
         """
         estimate, limit = self.numbers.get("estimate"), self.numbers.get("limit")
         if isinstance(estimate, int | float) and isinstance(limit, int | float):
@@ -1001,6 +1019,13 @@ def _rate_result(
                 f"only {_share(max(failing_beyond, 0.0))} failing candidate network(s) beyond "
                 f"the {k} tolerated, {guardrails.min_failing_devices} needed to fail"
             )
+        if spec.metric is None:
+            # A rate's evidence is exact at any count, and a fail already survives setting
+            # aside the tolerated networks with min_failing_devices failing beyond them: a
+            # forger's networks cannot make one. So a small arm fails when it shows it
+            # (12 canary devices, 10 failing): min_networks would leave it unhalted forever.
+            return None
+        # An app metric's evidence is asymptotic (the means nearly normal): it needs networks.
         few = [a for a in arms if a.networks - k < guardrails.min_networks]
         if few:
             return (

@@ -21,10 +21,18 @@ each split of ``k`` between the arms is a closed form:
   failing stable ones (forged healthy candidates and forged stable failures
   fake those).
 
-The **estimate** a promotion without proof reads is the plain one, over every
-network: setting networks aside would bias it by ``k / n`` against every
-candidate, and a forger's ``k`` networks move it by at most that much
-(docs/operations/report-threats.md says so).
+The **estimate** a promotion without proof reads (and the step to 100 %) holds
+a rollout when it is beyond the limit: that is a claim of harm, like a fail
+and a harm shown, so it is read in the fail-side cases, the ``k`` networks
+most against the candidate set aside (its failing ones, the stable's healthy
+ones), and the smallest difference of them is the estimate. A forger's
+failing candidate networks then hold nothing (they are the ones set aside);
+its healthy candidate networks dilute the candidate's rate by ``k / n`` of
+itself (a few hundredths of a point for the rates failures have), and its
+failing stable networks lower the estimate by at most ``k / m`` as they did
+the plain one. The price: a candidate's estimate reads ``k / n`` better than
+its plain difference, which the fleets benchmarks/canary.py runs measure
+(docs/operations/canary-analysis.md).
 
 Latency histograms hold each network at its fastest device (``low``) and its
 slowest (``high``): a fail reads the candidate's fastest against the stable's
@@ -123,9 +131,12 @@ class RateEvidence:
             against the candidate set aside (its failing ones, the stable's
             healthy ones) the harm is gone, so it may be a forger's alone (what a
             step without proof needs; a harm shown whichever networks go holds it).
-        estimate: The difference over every network (the plain comparison's).
+        estimate: The smallest difference over the fail-side cases (the ``k``
+            networks most against the candidate set aside): what a promotion
+            without proof reads, so that forged failures hold nothing.
         estimate_low: Its lower end at one look (the estimate minus 1.96 standard
-            errors, a fixed-sample bound): what "clearly beyond the limit" reads.
+            errors of that case, a fixed-sample bound): what "clearly beyond the
+            limit" reads.
         ci_high: The largest upper end of the interval over the pass-side cases.
     """
 
@@ -219,6 +230,12 @@ def rate_evidence(
 
     fail_known = [c for c in fail_cases if c is not None]
     pass_known = [c for c in pass_cases if c is not None]
+    # The estimate a promotion reads: the fail-side case that makes the candidate look best.
+    plain_counts = (candidate.events, candidate.networks, stable.events, stable.networks)
+    best = min(
+        ((c[0] / c[1] - c[2] / c[3], c) for c in fail_known or [plain_counts]),
+        key=lambda pair: pair[0],
+    )
     worst_fail = max(fail_known, key=p_worse) if len(fail_known) == len(fail_cases) else None
     worst_pass = max(pass_known, key=p_within) if len(pass_known) == len(pass_cases) else None
     complete = worst_pass is not None
@@ -241,8 +258,8 @@ def rate_evidence(
         p_within=p_within(worst_pass) if worst_pass is not None else 1.0,
         harm_shown=complete and all(harms),
         harmless=complete and not robust_harm,
-        estimate=plain.difference,
-        estimate_low=plain.difference - 1.96 * _standard_error(candidate, stable),
+        estimate=best[0],
+        estimate_low=best[0] - 1.96 * _standard_error(*best[1]),
         # The interval of the case hardest to pass: the harm the evidence leaves open.
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
@@ -307,6 +324,8 @@ def _mean_evidence(
         if len(known_pass) == len(pass_cases)
         else None
     )
+    # The estimate a promotion reads: the fail-side case that makes the candidate look best.
+    best = min(known_fail or [(c, s)], key=lambda pair: pair[0].mean - pair[1].mean)
     fail_case = compared(worst_fail, intervals) if worst_fail is not None else None
     pass_case = compared(worst_pass, intervals) if worst_pass is not None else None
     harms = [shows_harm(pair) for pair in known_pass]
@@ -322,16 +341,16 @@ def _mean_evidence(
         p_within=pass_case.p_within if pass_case is not None else 1.0,
         harm_shown=complete and all(harms),
         harmless=complete and not robust_harm,
-        estimate=plain.difference,
-        estimate_low=plain.difference - 1.96 * standard_error(c, s),
+        estimate=best[0].mean - best[1].mean,
+        estimate_low=best[0].mean - best[1].mean - 1.96 * standard_error(*best),
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
 
 
-def _standard_error(candidate: RateArm, stable: RateArm) -> float:
+def _standard_error(c_events: float, c_networks: int, s_events: float, s_networks: int) -> float:
     """The difference's standard error at one look (Wald, over networks)."""
-    p1, p0 = candidate.events / candidate.networks, stable.events / stable.networks
-    return math.sqrt(p1 * (1 - p1) / candidate.networks + p0 * (1 - p0) / stable.networks)
+    p1, p0 = c_events / c_networks, s_events / s_networks
+    return math.sqrt(p1 * (1 - p1) / c_networks + p0 * (1 - p0) / s_networks)
 
 
 def rate_limit_evidence(
@@ -396,9 +415,9 @@ class ShiftEvidenceRobust:
         harmless: Some fail-side case shows it no slower: the slowdown seen may
             be the ``k`` networks' alone (a forger's slow reports).
         estimate_pct: The Hodges-Lehmann shift of the candidate's networks at
-            their slowest against the stable's at their fastest, every network
-            counted (percent of the stable median; the devices' own where each
-            network holds one).
+            their slowest against the stable's at their fastest (percent of the
+            stable median; the devices' own where each network holds one), with
+            the ``k`` values set aside that make the candidate look best.
         estimate_low_pct: The lower end of its one-look 95 % interval (Lehmann's,
             two-sided): what "clearly beyond the limit" reads.
         ci_low_pct: The smallest lower end of the shift's interval over the
@@ -452,10 +471,22 @@ def shift_evidence_robust(
     }
     slower: list[ShiftEvidence] = []
     within: list[ShiftEvidence] = []
-    if counts["c_high"].sum() >= 0.5 and counts["s_low"].sum() >= 0.5:
-        network_view = compare_latency(dict(c_high), dict(s_low), alpha=0.025)
-    else:
-        network_view = compare_latency(dict(c_devices), dict(s_devices), alpha=0.025)
+    # The estimate a promotion reads: the candidate's networks at their slowest against the
+    # stable's at their fastest, minus the j slowest candidate values and the k - j fastest
+    # stable ones that make it look best (a hold on it is a claim of harm, as a fail is).
+    views = [
+        compare_latency(_as_histogram(view_c), _as_histogram(view_s), alpha=0.025)
+        for j in range(k + 1)
+        for view_c, view_s in [
+            (without_highest(counts["c_high"], j), without_lowest(counts["s_low"], k - j))
+        ]
+        if view_c.sum() >= 0.5 and view_s.sum() >= 0.5
+    ]
+    if not views and counts["c_high"].sum() >= 0.5 and counts["s_low"].sum() >= 0.5:
+        views = [compare_latency(dict(c_high), dict(s_low), alpha=0.025)]
+    if not views:
+        views = [compare_latency(dict(c_devices), dict(s_devices), alpha=0.025)]
+    network_view = min(views, key=lambda view: view.percent(view.shift_ms))
     estimate = network_view.percent(network_view.shift_ms)
     estimate_low = network_view.percent(network_view.ci_low_ms)
     for j in range(k + 1):

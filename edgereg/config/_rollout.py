@@ -83,9 +83,11 @@ class _GuardrailSettings(_Strict):
         default=10,
         ge=1,
         description="Networks each arm needs, beyond the tolerated ones, before a guardrail "
-        "can fail on the comparison, show a harm, or be stepped past by max_soak_hours; a "
-        "tier with fewer in an arm is judged within the pool of every tier for its passes "
-        "(its fails still count). Below min_devices on purpose: an early step only has to "
+        "can show a harm or be stepped past by max_soak_hours, and before a latency or an "
+        "app metric can fail; a tier with fewer in an arm is judged within the pool of every "
+        "tier for its passes (its fails still count). A failure rate fails without it, on "
+        "min_failing_devices failing networks beyond the tolerated ones: a small canary arm "
+        "that fails is rolled back. Below min_devices on purpose: an early step only has to "
         "rule out gross harm, which a few networks show.",
     )
     min_failing_devices: int = Field(

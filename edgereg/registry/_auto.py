@@ -408,6 +408,9 @@ def _estimated_over(analysis: Analysis) -> str:
     waits for a person instead of reaching everyone; and of every tier judged
     alone, whether its estimate is clearly beyond the limit (its one-look 95 %
     interval beyond it): a harm confined to one tier, which the pool dilutes.
+    Each estimate is read with the tolerated networks most against the candidate
+    set aside (:attr:`~edgereg.analysis.GuardrailResult.beyond_limit`): a hold is a
+    claim of harm, which forged failures must not make.
     """
     estimated = analysis.estimated
     if estimated is None:
