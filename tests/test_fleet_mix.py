@@ -87,10 +87,9 @@ MIX_POLICY = RolloutPolicy.model_validate(
             "load_failure": {"max_increase": 0.3},
             "revert": {"max_increase": 0.3},
             "unconfirmed": {"max_increase": 0.3},
-            # These devices install before they call app_started, which then counts a
-            # start against the new install (unconfirmed_starts 1): every install of
-            # either arm is a "first start", a shared 100 % small arms cannot judge. (An
-            # app that checks for updates after app_started reports 0 for a good install.)
+            # Not judged here: whether a start ran an install (protocol §11) depends on
+            # how each kind's device program maps simulated days to app processes, which
+            # these programs do not model; tests/test_fleet.py judges first_start.
             "first_start": {"enabled": False},
             # Devices with a faulty GPU fall back alike in both arms: a shared rate that
             # 20-device arms cannot show within any limit (it never passes).
