@@ -138,9 +138,12 @@ def test_every_variant_builds_with_metrics_and_provenance(
     assert "benchmark" not in metrics
     host = read_json(out / HOST_BENCHMARK)
     assert host["figures"] == "host"
-    for count in {1, threads}:
-        latency = host[f"threads_{count}"]
-        assert 0 < latency["p50_ms"] <= latency["p90_ms"]
+    # The variant's own count is timed (what the gates judge and what ships); the host
+    # sweep beside it is labelled as the build host's figure.
+    latency = host[f"threads_{threads}"]
+    assert 0 < latency["p50_ms"] <= latency["p90_ms"]
+    assert host["host_threads"]["figures"] == "host"
+    assert host["host_threads"]["declared_threads"] == threads
     assert host["load_ms"] > 0
     assert host["peak_rss_mb"] > 0
     gates = metrics["gates"]
@@ -158,7 +161,7 @@ def test_every_variant_builds_with_metrics_and_provenance(
     recall = read_json(out / CLASS_RECALL_PLOT)
     assert [row["class"] for row in recall] == list(CLASSES[model])
     assert all(row["change"] == row["variant"] - row["onnx"] for row in recall)
-    assert [row["threads"] for row in host["latency"]] == sorted({1, threads})
+    assert [row["threads"] for row in host["latency"]] == [threads]
 
     provenance = read_json(out / PROVENANCE)
     ref = declared.source or config.models[model].source
