@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -1335,3 +1336,22 @@ def test_the_estimate_full_exposure_reads_sets_aside_what_a_forger_could_hold(
     )
     assert probe.verdict == "inconclusive", probe.reason
     assert (probe.beyond_limit is not None) == row.held, probe.numbers
+
+
+@pytest.mark.parametrize(
+    ("numbers", "said"),
+    [
+        ({"ci_high": 0.031}, "+3.1 pt"),
+        ({"ci_high": math.nan}, None),
+        ({"ci_high_pct": 12.4}, "+12%"),
+        ({"ci_high_pct": math.nan}, None),
+        ({}, None),
+    ],
+)
+def test_the_harm_left_open_is_said_only_when_there_is_an_interval(
+    numbers: dict[str, float], said: str | None
+) -> None:
+    from edgereg.analysis._canary import GuardrailResult
+
+    result = GuardrailResult("revert", True, "inconclusive", "", numbers=numbers)
+    assert result.harm_left_open == said

@@ -313,9 +313,10 @@ class GuardrailResult:
     def harm_left_open(self) -> str | None:
         """The upper end of the interval, said with its unit (what the evidence cannot exclude)."""
         high, high_pct = self.numbers.get("ci_high"), self.numbers.get("ci_high_pct")
-        if isinstance(high, int | float):
+        # No interval (an arm without networks in some case) is NaN: nothing to say.
+        if isinstance(high, int | float) and math.isfinite(high):
             return self._said(high)
-        if isinstance(high_pct, int | float):
+        if isinstance(high_pct, int | float) and math.isfinite(high_pct):
             return f"{high_pct:+.0f}%"
         return None
 
