@@ -1499,6 +1499,8 @@ VECTOR_OPS = {
     "conditions": "check_conditions",
     "selftest": "check_selftest",
     "tiers": "check_tiers",
+    "health": "check_health",
+    "metrics": "check_metrics",
 }
 
 

@@ -848,6 +848,12 @@ class Device:
     def op_check_selftest(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _vector(check_selftest_vector, _arg(request, "vector", dict))
 
+    def op_check_health(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_health_vector, _arg(request, "vector", dict))
+
+    def op_check_metrics(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_metrics_vector, _arg(request, "vector", dict))
+
     def op_check_tiers(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _vector(check_tier_file_vector, _arg(request, "vector", dict))
 

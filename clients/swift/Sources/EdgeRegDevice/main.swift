@@ -193,12 +193,14 @@ final class Device {
             } catch {
                 throw Misuse(error.description)
             }
-        case "check_conditions", "check_selftest", "check_tiers":
+        case "check_conditions", "check_selftest", "check_tiers", "check_health", "check_metrics":
             guard let vector = request["vector"] else { throw Misuse("\(op) needs 'vector'") }
             do {
                 switch op {
                 case "check_conditions": return try Conformance.checkConditions(vector)
                 case "check_selftest": return try Conformance.checkSelfTest(vector)
+                case "check_health": return try Conformance.checkHealth(vector)
+                case "check_metrics": return try Conformance.checkMetrics(vector)
                 default: return try Conformance.checkTierFile(vector)
                 }
             } catch {

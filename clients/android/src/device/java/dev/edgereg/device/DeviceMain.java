@@ -112,6 +112,10 @@ public final class DeviceMain {
                 result = vector(op, request, "selftest");
             } else if (op.equals("check_tiers")) {
                 result = vector(op, request, "tiers");
+            } else if (op.equals("check_health")) {
+                result = vector(op, request, "health");
+            } else if (op.equals("check_metrics")) {
+                result = vector(op, request, "metrics");
             } else if (op.equals("resolve_tier")) {
                 Object tiers = request.get("tiers");
                 if (!(tiers instanceof List)) throw new Misuse("resolve_tier needs 'tiers' (an array)");
@@ -281,8 +285,10 @@ public final class DeviceMain {
             try {
                 if (kind.equals("conditions")) return Vectors.conditions(input);
                 if (kind.equals("selftest")) return Vectors.selfTest(input);
+                if (kind.equals("health")) return Vectors.health(input);
+                if (kind.equals("metrics")) return Vectors.metrics(input);
                 return Vectors.tierFile(input);
-            } catch (RuntimeException e) {
+            } catch (Exception e) {
                 throw new Misuse(op + ": not a vector input: " + e);
             }
         }
