@@ -303,13 +303,21 @@ def test_a_timeout_kills_the_worker_as_a_one_shot_run_is_killed(
 
 
 def test_ctrl_c_leaves_no_emulator_running(
-    artifact: Path, sysroot: Sysroot, cpus: tuple[str, ...], tmp_path: Path
+    artifact: Path,
+    sysroot: Sysroot,
+    cpus: tuple[str, ...],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     runner = EmulatedRunner(sysroot, cpus)
     classes = ["armv8", "armv8.2", "armv9"]
     missing = [(c, tmp_path / f"{c}.npz") for c in classes]
     before = set(threading.enumerate())
-    # Ctrl-C to this process alone (a terminal's would reach the emulators too).
+    # Ctrl-C to this process alone (a terminal's would reach the emulators too). Python's own
+    # handler, whatever this process inherited: a job started in the background by a
+    # non-interactive shell (CI) ignores SIGINT, and Python then never raises KeyboardInterrupt.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
     ctrl_c = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
     started = time.monotonic()
     # As the ARM stage runs them: started first, closed however the stage ends.
