@@ -213,29 +213,23 @@ def rate_evidence(
     target = math.log(1 / alpha)
 
     def p_worse(counts: tuple[float, int, float, int]) -> float:
-        difference = counts[0] / counts[1] - counts[2] / counts[3]
-        if difference <= margin:
+        if _difference(counts) <= margin:
             return 1.0
         return min(1.0, math.exp(-max(0.0, log_ratio(*counts, margin))))
 
     def p_within(counts: tuple[float, int, float, int]) -> float:
-        difference = counts[0] / counts[1] - counts[2] / counts[3]
-        if difference >= margin:
+        if _difference(counts) >= margin:
             return 1.0
         return min(1.0, math.exp(-max(0.0, log_ratio(*counts, margin))))
 
     def shows_harm(counts: tuple[float, int, float, int]) -> bool:
-        difference = counts[0] / counts[1] - counts[2] / counts[3]
-        return difference > 0 and log_ratio(*counts, 0.0) >= target
+        return _difference(counts) > 0 and log_ratio(*counts, 0.0) >= target
 
     fail_known = [c for c in fail_cases if c is not None]
     pass_known = [c for c in pass_cases if c is not None]
     # The estimate a promotion reads: the fail-side case that makes the candidate look best.
     plain_counts = (candidate.events, candidate.networks, stable.events, stable.networks)
-    best = min(
-        ((c[0] / c[1] - c[2] / c[3], c) for c in fail_known or [plain_counts]),
-        key=lambda pair: pair[0],
-    )
+    best = min(fail_known or [plain_counts], key=_difference)
     worst_fail = max(fail_known, key=p_worse) if len(fail_known) == len(fail_cases) else None
     worst_pass = max(pass_known, key=p_within) if len(pass_known) == len(pass_cases) else None
     complete = worst_pass is not None
@@ -258,8 +252,8 @@ def rate_evidence(
         p_within=p_within(worst_pass) if worst_pass is not None else 1.0,
         harm_shown=complete and all(harms),
         harmless=complete and not robust_harm,
-        estimate=best[0],
-        estimate_low=best[0] - 1.96 * _standard_error(*best[1]),
+        estimate=_difference(best),
+        estimate_low=_difference(best) - 1.96 * _standard_error(*best),
         # The interval of the case hardest to pass: the harm the evidence leaves open.
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
@@ -345,6 +339,11 @@ def _mean_evidence(
         estimate_low=best[0].mean - best[1].mean - 1.96 * standard_error(*best),
         ci_high=pass_case.ci_high if pass_case is not None else plain.ci_high,
     )
+
+
+def _difference(counts: tuple[float, int, float, int]) -> float:
+    """The candidate's rate minus the stable's, of (events, networks) per arm."""
+    return counts[0] / counts[1] - counts[2] / counts[3]
 
 
 def _standard_error(c_events: float, c_networks: int, s_events: float, s_networks: int) -> float:
