@@ -111,6 +111,20 @@ SUSPECT = (summary("candidate", 20, probe_failed=5), summary("stable"))
 # Two of 20: a harm three forged networks could make alone, which holds no step.
 FORGEABLE = (summary("candidate", 20, probe_failed=2), summary("stable"))
 SLOW = (summary("candidate", load_ms={latency_bucket(60.0): 2000}), summary("stable"))
+# Ten times slower on 13 devices: the time-uniform bands of 10 values (13 less the three
+# tolerated) are too wide to show any harm, so it is "observed without harm"; its estimate
+# is +846 % (the histogram buckets: 13 at 300 ms against 187 at 30 ms).
+TEN_FOLD_ON_FEW = (
+    summary("candidate", 13, inference_p50_ms={latency_bucket(300.0): 13}),
+    summary("stable", 187),
+)
+LATENCY_CRITICAL = RolloutPolicy(
+    steps=[5, 25, 100],
+    min_soak_hours=24,
+    guardrails=Guardrails.model_validate(
+        {"min_networks": 5, "inference_ms": {"max_increase_pct": 100, "critical": True}}
+    ),
+)
 # Two tiers, the second a 3 % tier: 12 candidate devices, too few to be judged alone.
 TIERED_TINY = (
     *FEW,
@@ -218,8 +232,19 @@ TABLE = {
     "require-proof-waits-for-it": Row(
         released(5), FEW, 500, "wait", reason="not every guardrail passes", policy=PROOF
     ),
-    # Full exposure is a promotion in all but name: the step to 100 % needs what a promote
-    # needs, every unproven estimate within its limit.
+    # A step without proof needs every unproven estimate within its limit, at every step: a
+    # harm too small for the evidence to show is not a harm too large to see.
+    "leaning-never-steps-unproven": Row(
+        released(5), LEANING, 500, "wait", reason="goes to 25% only when each estimate"
+    ),
+    "ten-fold-slower-on-few-never-steps-unproven": Row(
+        released(5),
+        TEN_FOLD_ON_FEW,
+        500,
+        "wait",
+        reason="high inference_ms is +846%",
+        policy=LATENCY_CRITICAL,
+    ),
     "leaning-never-goes-to-100-unproven": Row(
         released(5, 25), LEANING, 500, "wait", reason="goes to 100% only when each estimate"
     ),
@@ -241,7 +266,11 @@ TABLE = {
 def test_auto_rule(row: Row) -> None:
     last = row.state.last_change_at() if row.state else None
     now = (last or T0) + timedelta(hours=row.hours_after_last_change)
-    analysis = analysis_of(*row.reports) if row.reports is not None else None
+    analysis = (
+        analysis_of(*row.reports, guardrails=row.policy.guardrails)
+        if row.reports is not None
+        else None
+    )
     decision = decide(row.state, MODEL, analysis, policy=row.policy, now=now)
     assert decision.action == row.action, decision.reason
     assert decision.percent == row.percent

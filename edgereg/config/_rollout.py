@@ -223,11 +223,10 @@ class RolloutPolicy(_Strict):
         le=MAX_HOURS,
         description="After this long at one step, `rollout --auto` goes on when no guardrail "
         "fails and every one not proven within its limit saw min_networks per arm with "
-        "no harm shown (what Argo Rollouts and Flagger do at every step); the history names "
-        "what was unproven and how large a harm its evidence rules out, so a fleet too small "
-        "to prove its limits still moves. The step to 100 % and the promote need, besides, "
-        "every unproven estimate within its limit (full exposure is a promotion in all but "
-        "name). Never before min_soak_hours.",
+        "no harm shown and its estimate within its limit (what Argo Rollouts and Flagger do "
+        "at every step); the history names what was unproven and how large a harm its "
+        "evidence rules out, so a fleet too small to prove its limits still moves. Never "
+        "before min_soak_hours.",
     )
     require_proof: bool = Field(
         default=False,

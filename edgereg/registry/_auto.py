@@ -21,9 +21,11 @@ The rules, first match wins:
    ``require_proof``), no guardrail fails, and every one not proven was
    observed (``min_networks`` per arm beyond the tolerated ones, most of the
    arm past the revert window) with no harm shown whichever tolerated
-   networks are set aside: the next step; the step to 100 % and the promote
-   only when each unproven estimate is also within its limit (full exposure
-   is a promotion in all but name). The history names what was unproven
+   networks are set aside, and each unproven estimate is within its limit
+   (a harm too small for the evidence to show at this size is not a harm too
+   large to see: a ten-fold slowdown on 13 devices shows nothing an anytime-valid
+   test can fail on, and its estimate says so): the next step, or promote after
+   the last. The history names what was unproven
    and the largest harm its evidence leaves open. A tier too small to be
    judged alone counts through the pool of every tier (its fails still halt).
    A fleet too small to prove its limits moves as Argo Rollouts and Flagger
@@ -182,16 +184,15 @@ def decide(
         return AutoDecision("wait", f"not every guardrail passes yet: {unclear}; {why}")
     soaked = f" in {_duration(now - since)}" if since is not None else ""
     unproven = f"no harm{soaked} at {state.percent:g}%, unproven: {_unproven(analysis)}"
-    if target is None or target >= 100:
-        over = _estimated_over(analysis)
-        if over:
-            move = "promotes" if target is None else "goes to 100%"
-            return AutoDecision(
-                "wait",
-                f"not every guardrail passes yet: {unclear}; unproven, a rollout {move} only "
-                f"when each estimate is within its limit, and {over} (promote or roll back "
-                "by hand)",
-            )
+    over = _estimated_over(analysis)
+    if over:
+        move = "promotes" if target is None else f"goes to {target:g}%"
+        return AutoDecision(
+            "wait",
+            f"not every guardrail passes yet: {unclear}; unproven, a rollout {move} only "
+            f"when each estimate is within its limit, and {over} (promote or roll back "
+            "by hand)",
+        )
     if target is None:
         return AutoDecision("promote", unproven)
     return AutoDecision("step", f"{unproven}: on to {target:g}%", target)
@@ -401,11 +402,11 @@ def _not_harmless(analysis: Analysis) -> str:
 def _estimated_over(analysis: Analysis) -> str:
     """The unproven guardrails whose estimate is beyond the limit, or "".
 
-    The step to 100 % and the promote ask it: of the pool of every tier (a sole
+    Every step without proof asks it: of the pool of every tier (a sole
     tier's own), whose arms are the rollout's largest, so that a good
     candidate's estimate is rarely beyond the limit there by chance, and one
     that is worse than the limit, which no test could show at this fleet size,
-    waits for a person instead of reaching everyone; and of every tier judged
+    waits for a person instead of reaching more devices; and of every tier judged
     alone, whether its estimate is clearly beyond the limit (its one-look 95 %
     interval beyond it): a harm confined to one tier, which the pool dilutes.
     Each estimate is read with the tolerated networks most against the candidate
