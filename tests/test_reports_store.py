@@ -298,6 +298,24 @@ def test_group_commit_hands_a_failure_to_its_caller(tmp_path: Path) -> None:
     front.close()
 
 
+def test_group_commit_asks_its_store_every_summary_question(store: ReportStore) -> None:
+    """What the analysis asks `edgereg serve`'s front: a CPU class, a pool, a bundle."""
+    from edgereg.reports.batch import GroupCommit
+
+    front = GroupCommit(store)
+    installs = (("high", "armv9"), ("low", "armv9"), ("high", "armv8.2"))
+    for n, (tier, cpu_class) in enumerate(installs):
+        front.ingest(counted(n, {"accepted": (4, n)}, tier=tier, cpu_class=cpu_class), T0)
+    assert [s.devices for s in front.summaries("digits", cpu_class="armv9")] == [1, 1]
+    for asked in (
+        {"cpu_class": "armv9", "statistics": ASKED},
+        {"pooled": True, "stalled_starts": 3},
+        {"with_pool": True, "statistics": ASKED, "aged_before": T0},
+        {"bundle": False, "since_sequence": 7},
+    ):
+        assert front.summaries("digits", **asked) == store.summaries("digits", **asked)
+
+
 def test_distinct_source_networks_are_counted_per_arm_and_outcome(store: ReportStore) -> None:
     store.ingest_many(
         [
