@@ -65,9 +65,6 @@ class GroupCommit:
             (reads need no batching), whatever it is asked: a CPU class, a pool.
     """
 
-    #: Its :meth:`summaries` takes ``with_pool`` (as the store's).
-    pools_with_tiers = True
-
     def __init__(self, store: ReportStore, *, max_batch: int = MAX_BATCH) -> None:
         self.store = store
         self.url = store.url

@@ -866,8 +866,6 @@ class ReportStore(abc.ABC):
         """The store error for a driver exception, or None when it is not the driver's."""
 
     placeholder: str = "?"
-    #: :meth:`summaries` takes ``with_pool`` (the analysis asks for both in one call).
-    pools_with_tiers = True
     #: The database's two-argument maximum and minimum (SQLite's MAX/MIN; GREATEST/LEAST).
     greatest: str = "MAX"
     least: str = "MIN"
