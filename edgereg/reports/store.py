@@ -43,6 +43,7 @@ from edgereg.reports._metrics import (
     statistic_sql,
     tiers_statistic_sql,
 )
+from edgereg.reports._sql import NETWORK, arm_filter, network_groups, period_filters
 from edgereg.reports.summary import (
     CONFIRMED,
     EVENTS,
@@ -177,11 +178,6 @@ _SCHEMA_6_SUMMARY_INDEX = (
     "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
     "inference_p50_bucket, memory_peak_bucket, cpu_class)"
 )
-
-#: A report's source network, as every summary groups it: its source, or for a report
-#: whose source is unknown its token (a network of its own). The summary indexes hold
-#: this expression (spelled the same, so that the database matches it).
-NETWORK = "COALESCE(source, token)"
 
 #: The indexes of schema 7. One covering index serves every summary (the counts, the
 #: three histograms, the CPU classes): it holds every column they filter on or read
@@ -372,13 +368,9 @@ def _filters(
     if model:
         # Before the rest: the summary index's second column.
         where += f" AND model = {placeholder}"
-    if since_sequence:
-        where += f" AND sequence >= {placeholder}"
-    if since:
-        where += f" AND received_at >= {placeholder}"
-    if cpu_class:
-        where += f" AND cpu_class = {placeholder}"
-    return where
+    return where + period_filters(
+        placeholder, since_sequence=since_sequence, since=since, cpu_class=cpu_class
+    )
 
 
 class _Parameters:
@@ -514,7 +506,7 @@ def counts_sql(
             + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
             + f", {aged} AS ag FROM reports WHERE {where}"
         )
-        per_network = _network_groups(pooled)
+        per_network = network_groups(pooled)
     else:
         folded = {name: f"MAX({expr})" for name, expr in events.items()}
         folded[CONFIRMED] = "MIN(confirmed)"
@@ -560,21 +552,6 @@ def arms_sql(
     )
     by = "arm, unit_version" if pooled else "tier, arm, unit_version"
     return f"SELECT DISTINCT {by} FROM reports WHERE {where}"
-
-
-def arm_filter(placeholder: str, pooled: bool) -> str:
-    """One arm's rows: its arm and version (and tier, unless pooled), bound in that order."""
-    p = placeholder
-    return f"arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
-
-
-def _network_groups(pooled: bool) -> str:
-    """The GROUP BY of one row per source network, in the summary index's order.
-
-    ``net`` (:data:`NETWORK`) of the arm and version, per tier or (``pooled``) in
-    every tier at once: a prefix of the index after the unit and the model.
-    """
-    return "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
 
 
 def has_members_sql(placeholder: str) -> str:
@@ -646,7 +623,7 @@ def histogram_sql(
         f"WITH nets AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, {extremes} "
         f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, "
         f"{', '.join(HISTOGRAM_COLUMNS.values())} FROM reports WHERE {where}) AS devices "
-        f"GROUP BY {_network_groups(pooled)}) "
+        f"GROUP BY {network_groups(pooled)}) "
     )
     parts = []
     for i, (kind, column) in enumerate(HISTOGRAM_COLUMNS.items()):
@@ -703,7 +680,7 @@ def arm_histogram_sql(
     sql = (
         f"WITH multi AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, net, {extremes} "
         f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, {', '.join(columns)} "
-        f"FROM reports WHERE {where}) AS devices GROUP BY {_network_groups(pooled)} "
+        f"FROM reports WHERE {where}) AS devices GROUP BY {network_groups(pooled)} "
         f"HAVING {several}) "
     )
     binds: list[int | None] = [None] if networks else []
