@@ -448,9 +448,9 @@ def counts_sql(
     bundle: bool,
     cpu_class: bool = False,
     pooled: bool = False,
-    arms: int = 0,
+    arms: int = 1,
 ) -> tuple[str, tuple[str, ...]]:
-    """Per (tier, arm, version): installs, networks, and each event per device and network.
+    """Per arm: installs, networks, and each event per device and network.
 
     Three steps, the first only for a bundle, whose members report under the
     install's one token: (1) one row per install (it failed a probe when any
@@ -463,12 +463,13 @@ def counts_sql(
     With ``pooled`` every tier's installs count together (tier ``*``), each
     network once however many tiers its devices are in.
 
-    With ``arms`` (not for a bundle): one branch per arm :func:`arms_sql` found,
-    each reading its arm's rows off the summary index network by network and
-    summing its networks at once (a GROUP BY of every network by arm sorted them
-    all); each row starts with its branch's number (``g``) instead of the tier,
-    arm and version, and each branch binds the leading parameters, the filters'
-    and then its arm's (:func:`arm_filter`).
+    A bundle's rows are one statement, a row per (tier, arm, version). Any other
+    unit's are one branch per arm of ``arms`` that :func:`arms_sql` found, each
+    reading its arm's rows off the summary index network by network and summing
+    its networks at once (a GROUP BY of every network by arm sorted them all);
+    each row starts with its branch's number (``g``) instead of the tier, arm
+    and version, and each branch binds the leading parameters, the filters' and
+    then its arm's (:func:`arm_filter`).
 
     Returns:
         The statement, and the names of the parameters that come before the
@@ -487,7 +488,7 @@ def counts_sql(
         f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names
     )
     columns = ", ".join(_count_columns(names).values())
-    if not bundle and arms:
+    if not bundle:
         aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
         devices = (
             f"SELECT {NETWORK} AS net, "
@@ -499,27 +500,17 @@ def counts_sql(
         )
         sql = " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
         return sql, tuple(bind.names)
-    if not bundle:
-        aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
-        devices = (
-            f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
-            + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
-            + f", {aged} AS ag FROM reports WHERE {where}"
-        )
-        per_network = network_groups(pooled)
-    else:
-        folded = {name: f"MAX({expr})" for name, expr in events.items()}
-        folded[CONFIRMED] = "MIN(confirmed)"
-        devices = (
-            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
-            + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
-            + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
-            f"FROM reports WHERE {where} GROUP BY {by}, token"
-        )
-        per_network = "tier, arm, unit_version, net"
+    folded = {name: f"MAX({expr})" for name, expr in events.items()}
+    folded[CONFIRMED] = "MIN(confirmed)"
+    devices = (
+        f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
+        + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
+        + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
+        f"FROM reports WHERE {where} GROUP BY {by}, token"
+    )
     networks = (
         f"SELECT {tier} AS tier, arm, unit_version, {sums} "
-        f"FROM ({devices}) AS devices GROUP BY {per_network}"
+        f"FROM ({devices}) AS devices GROUP BY tier, arm, unit_version, net"
     )
     sql = (
         f"SELECT tier, arm, unit_version, {columns} "
