@@ -8,7 +8,7 @@ tables' statements and indexes cannot drift apart.
 
 from __future__ import annotations
 
-__all__ = ["NETWORK", "arm_filter", "network_groups", "period_filters"]
+__all__ = ["NETWORK", "arm_filter", "arm_groups", "network_groups", "period_filters"]
 
 #: A report's source network, as every summary groups it: its source, or for a report
 #: whose source is unknown its token (a network of its own). The summary indexes hold
@@ -35,6 +35,11 @@ def arm_filter(placeholder: str, pooled: bool) -> str:
     """One arm's rows: its arm and version (and tier, unless pooled), bound in that order."""
     p = placeholder
     return f"arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
+
+
+def arm_groups(pooled: bool) -> str:
+    """The GROUP BY of one row per arm: (tier, arm, version), or pooled (arm, version)."""
+    return "arm, unit_version" if pooled else "tier, arm, unit_version"
 
 
 def network_groups(pooled: bool) -> str:

@@ -43,7 +43,13 @@ from edgereg.reports._metrics import (
     statistic_sql,
     tiers_statistic_sql,
 )
-from edgereg.reports._sql import NETWORK, arm_filter, network_groups, period_filters
+from edgereg.reports._sql import (
+    NETWORK,
+    arm_filter,
+    arm_groups,
+    network_groups,
+    period_filters,
+)
 from edgereg.reports.summary import (
     CONFIRMED,
     EVENTS,
@@ -478,7 +484,7 @@ def counts_sql(
     """
     bind = _Parameters(placeholder)
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
-    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    by = arm_groups(pooled)
     where = _filters(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
@@ -541,7 +547,7 @@ def arms_sql(
     where = _filters(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
-    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    by = arm_groups(pooled)
     return f"SELECT DISTINCT {by} FROM reports WHERE {where}"
 
 
@@ -603,7 +609,7 @@ def histogram_sql(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
-    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    by = arm_groups(pooled)
     # One pass over the networks for every kind's lowest and highest value (read off the
     # summary index network by network), kept for the views that count them.
     extremes = ", ".join(
