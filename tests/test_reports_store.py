@@ -834,65 +834,79 @@ def _raw_connection(url: str) -> Any:
     return psycopg.connect(url, autocommit=True), "%s"
 
 
-def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> None:
-    from edgereg.reports._metrics import METRIC_INDEXES, METRIC_SCHEMA
-    from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
+def _write_old_store(
+    url: str,
+    version: int,
+    statements: tuple[str, ...],
+    rows: tuple[tuple[Any, ...], ...] = (),
+    metrics: tuple[tuple[Any, ...], ...] = (),
+) -> None:
+    """A store as an older edgereg left it: its tables and indexes, its schema, its rows."""
+    from edgereg.reports._metrics import METRIC_COLUMNS
 
-    conn, p = _raw_connection(store_url)
+    conn, p = _raw_connection(url)
     with contextlib.closing(conn):
-        for statement in (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
+        for statement in statements:
             conn.execute(statement)
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("INSERT INTO reports_meta VALUES ('schema', '5')")
-        conn.execute(
-            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
-            report_row(report(1, load_ms=10.0), T0, "192.0.2.0/24"),
-        )
+        conn.execute(f"INSERT INTO reports_meta VALUES ('schema', '{version}')")
+        for table, columns, values in (
+            *(("reports", COLUMNS, row) for row in rows),
+            *(("report_metrics", METRIC_COLUMNS, row) for row in metrics),
+        ):
+            conn.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) "
+                f"VALUES ({', '.join([p] * len(columns))})",
+                values,
+            )
+
+
+def _schema_and_indexes(url: str) -> tuple[str, dict[str, str]]:
+    """The schema a store records, and the definition of each index of its tables, by name."""
+    conn, p = _raw_connection(url)
+    with contextlib.closing(conn):
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+        if p == "?":
+            listed = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        else:
+            listed = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'report%'"
+        return version, {row[0]: " ".join(row[1].split()) for row in conn.execute(listed)}
+
+
+def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> None:
+    from edgereg.reports._metrics import _SCHEMA_5_METRIC_INDEXES, METRIC_SCHEMA
+    from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
+
+    _write_old_store(
+        store_url,
+        5,
+        (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
+        rows=(report_row(report(1, load_ms=10.0), T0, "192.0.2.0/24"),),
+    )
     with open_store(store_url) as store:
         store.ingest(report(2, load_ms=10.0), T0, "198.51.100.0/24")
         (summary,) = store.summaries("digits")
         assert (summary.devices, summary.networks) == (2, 2)
         assert hist(summary, "load_ms") == {latency_bucket(10.0): 2}
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-        if p == "?":
-            listed = "SELECT name FROM sqlite_master WHERE type = 'index'"
-        else:
-            listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'reports'"
-        indexes = {row[0] for row in conn.execute(listed)}
+    version, indexes = _schema_and_indexes(store_url)
     assert version == "7"
-    assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
-    assert not {"reports_devices", "reports_load", "reports_inference", "reports_memory"} & indexes
+    assert {"reports_summary", "reports_clock", "reports_received"} <= set(indexes)
+    dropped = {"reports_devices", "reports_load", "reports_inference", "reports_memory"}
+    assert not dropped & set(indexes)
 
 
 def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url: str) -> None:
-    from edgereg.reports._metrics import (
-        _SCHEMA_5_METRIC_INDEXES,
-        METRIC_COLUMNS,
-        METRIC_SCHEMA,
-        metric_rows,
-    )
+    from edgereg.reports._metrics import _SCHEMA_5_METRIC_INDEXES, METRIC_SCHEMA, metric_rows
     from edgereg.reports.store import _SCHEMA_6_SUMMARY_INDEX, INDEXES, SCHEMA
 
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        schema_6 = (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *METRIC_SCHEMA)
-        for statement in (*schema_6, *_SCHEMA_5_METRIC_INDEXES):
-            conn.execute(statement)
-        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("INSERT INTO reports_meta VALUES ('schema', '6')")
-        old = counted(1, {"accepted": (4, 3)}, load_ms=10.0)
-        conn.execute(
-            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
-            report_row(old, T0, "192.0.2.0/24"),
-        )
-        (metric,) = metric_rows(old, int(T0.timestamp() * 1000), "192.0.2.0/24")
-        conn.execute(
-            f"INSERT INTO report_metrics ({', '.join(METRIC_COLUMNS)}) "
-            f"VALUES ({', '.join([p] * len(METRIC_COLUMNS))})",
-            metric,
-        )
+    old = counted(1, {"accepted": (4, 3)}, load_ms=10.0)
+    _write_old_store(
+        store_url,
+        6,
+        (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
+        rows=(report_row(old, T0, "192.0.2.0/24"),),
+        metrics=tuple(metric_rows(old, int(T0.timestamp() * 1000), "192.0.2.0/24")),
+    )
     with open_store(store_url) as store:
         store.ingest_many(
             [
@@ -907,14 +921,7 @@ def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url:
             accepted = summary.metric("accepted")
             assert (accepted.devices, accepted.networks) == (3, 2)
             assert accepted.network_total == pytest.approx((0.75 + 0.5) / 2 + 1.0)
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-        if p == "?":
-            listed = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
-        else:
-            listed = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'report%'"
-        indexes = {row[0]: " ".join(row[1].split()) for row in conn.execute(listed)}
+    version, indexes = _schema_and_indexes(store_url)
     assert version == "7"
     # The network after the arm and the version, then the tier.
     for name in ("reports_summary", "report_metrics_arms"):
