@@ -377,6 +377,10 @@ def test_bundle_installs_count_their_source_once(store: ReportStore) -> None:
     store.ingest_many(rows)
     (summary,) = store.summaries("ocr")
     assert (summary.devices, summary.networks, nets(summary, "reverted")) == (3, 2, (1.0,))
+    # Per tier and pooled at once: the same two summaries as asked apart.
+    (pooled,) = store.summaries("ocr", pooled=True)
+    assert pooled.tier == "*"
+    assert store.summaries("ocr", with_pool=True) == [summary, pooled]
 
 
 def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path) -> None:

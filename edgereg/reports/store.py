@@ -1109,36 +1109,39 @@ class ReportStore(abc.ABC):
             for k, name in enumerate(read_together[read]):
                 sums.append((name, (*arm, *row[:2], *row[2 + 3 * k : 5 + 3 * k])))
 
-        def tally(
-            cur: Any, grouped: bool, pooled: bool, pool_sums: _Sums | None = None
-        ) -> list[ArmSummary]:
-            """The summaries, per tier or ``pooled``.
-
-            ``pool_sums``: the pooled statistics are not read but taken from these
-            (None: read); a list to fill (per tier, not grouped): each metric's
-            statistics are read per tier and pooled at once, and the pooled ones
-            left there.
-            """
+        def scope(grouped: bool) -> tuple[list[Any], dict[str, bool]]:
+            """The filters' parameters (the unit, the model, ...) and their shape."""
             # A model's rows all name it (admission refuses a model its release does
             # not hold): the summary index is then read from (unit, model) on, its
             # networks in order. A bundle's summaries read every member's rows.
             only = model if model is not None else None if grouped else unit
             params = [unit, *([only] if only is not None else []), *filters]
-            shape = {**flags, "model": only is not None}
-            # A model's arms first: each is then summed over its own networks, read in
-            # the index's order (a bundle's installs are its members' rows folded).
-            arms: list[tuple[Any, ...]] = []
-            keys: list[tuple[Any, ...]] = []
-            if not grouped:
-                cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
-                arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
-                # Each arm's own filter binds (arm, version[, tier]).
-                keys = [(arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms]
+            return params, {**flags, "model": only is not None}
+
+        def arms_of(cur: Any, pooled: bool) -> list[tuple[Any, ...]]:
+            """A model's arms: (tier, arm, version), pooled with tier ``*``."""
+            params, shape = scope(False)
+            cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
+            return [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
+
+        def tally(
+            cur: Any,
+            grouped: bool,
+            pooled: bool,
+            arms: list[tuple[Any, ...]],
+            sums: _Sums | None = None,
+        ) -> list[ArmSummary]:
+            """The summaries, per tier or ``pooled``: a bundle's, or a model's ``arms``.
+
+            ``sums``: the app metrics' statistics, read already (None: read here).
+            """
+            params, shape = scope(grouped)
+            # Each arm's own filter binds (arm, version[, tier]).
+            keys = [(arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms]
             counts: list[Sequence[Any]] = []
             bins: list[Sequence[Any]] = []
-            sums: _Sums = []
-            read_stats = pool_sums is None or not pooled
-            both = pool_sums is not None and not pooled and not grouped
+            reads = asked if sums is None else {}
+            sums = [] if sums is None else sums
 
             def statistic(read: tuple[str, int], arms: int = 0) -> str:
                 return statistic_sql(
@@ -1153,6 +1156,7 @@ class ReportStore(abc.ABC):
                 )
 
             if grouped:
+                # A bundle's installs are its members' rows folded, every arm at once.
                 sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
                 # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
@@ -1160,12 +1164,13 @@ class ReportStore(abc.ABC):
                 sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
-                for read, values in asked.items() if read_stats else ():
+                for read, values in reads.items():
                     cur.execute(statistic(read), values)
                     for row in cur.fetchall():
                         each(sums, read, row[:3], row[3:])
             # A model's arms, a few per statement (a compound SELECT has a bounded
-            # number of parts), each row's branch number made its arm again.
+            # number of parts), each row's branch number made its arm again: each arm
+            # is summed over its own networks, read in the index's order.
             for first in range(0, len(arms), ARMS_PER_STATEMENT):
                 chunk = arms[first : first + ARMS_PER_STATEMENT]
                 chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
@@ -1185,62 +1190,64 @@ class ReportStore(abc.ABC):
                 bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
                 cur.execute(sql, [v for values in bound for v in values])
                 bins += cur.fetchall()
-                for read, values in asked.items() if read_stats and not both else ():
+                for read, values in reads.items():
                     sql = statistic(read, len(chunk))
                     cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
                     for row in cur.fetchall():
                         # An arm where no device counted the metric has none (as grouped).
                         if row[2]:
                             each(sums, read, chunk[row[0]], row[1:])
-            if both and asked:
-                assert pool_sums is not None
-                # Each (arm, version) with its tiers: its metric rows read once for all.
-                tiers_of: dict[tuple[Any, Any], list[Any]] = {}
-                for tier, arm, version in arms:
-                    tiers_of.setdefault((arm, version), []).append(tier)
-                pairs = list(tiers_of.items())
-                for first in range(0, len(pairs), ARMS_PER_STATEMENT):
-                    chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
-                    width = max(len(tiers) for _, tiers in chunk_pairs)
-                    for read, values in asked.items():
-                        stats = len(read_together[read])
-                        sql = tiers_statistic_sql(
-                            self.placeholder,
-                            read[1],
-                            since=flags["since"],
-                            since_sequence=flags["since_sequence"],
-                            cpu_class=flags["cpu_class"],
-                            arms=len(chunk_pairs),
-                            tiers=width,
-                            statistics=stats,
-                        )
-                        weights, where = values[: read[1] * stats], values[read[1] * stats :]
-                        cur.execute(
-                            sql,
-                            [
-                                v
-                                for pair, tiers in chunk_pairs
-                                for v in (
-                                    *weights,
-                                    *tiers,
-                                    *[None] * (width - len(tiers)),
-                                    *where,
-                                    *pair,
-                                )
-                            ],
-                        )
-                        part = 2 + 3 * stats
-                        for row in cur.fetchall():
-                            pair, tiers = chunk_pairs[row[0]]
-                            if row[2]:
-                                each(pool_sums, read, (POOLED_TIER, *pair), row[1 : 1 + part])
-                            for i, tier in enumerate(tiers):
-                                mine = row[1 + part * (i + 1) : 1 + part * (i + 2)]
-                                if mine[1]:
-                                    each(sums, read, (tier, *pair), mine)
-            if pooled and pool_sums is not None:
-                sums = pool_sums
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
+
+        def per_tier_and_pooled(cur: Any, arms: list[tuple[Any, ...]]) -> tuple[_Sums, _Sums]:
+            """A model's statistics per tier and pooled: its metric rows read once for both."""
+            per_tier: _Sums = []
+            pooled: _Sums = []
+            # Each (arm, version) with its tiers.
+            tiers_of: dict[tuple[Any, Any], list[Any]] = {}
+            for tier, arm, version in arms:
+                tiers_of.setdefault((arm, version), []).append(tier)
+            pairs = list(tiers_of.items())
+            for first in range(0, len(pairs), ARMS_PER_STATEMENT):
+                chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
+                width = max(len(tiers) for _, tiers in chunk_pairs)
+                for read, values in asked.items():
+                    stats = len(read_together[read])
+                    sql = tiers_statistic_sql(
+                        self.placeholder,
+                        read[1],
+                        since=flags["since"],
+                        since_sequence=flags["since_sequence"],
+                        cpu_class=flags["cpu_class"],
+                        arms=len(chunk_pairs),
+                        tiers=width,
+                        statistics=stats,
+                    )
+                    weights, where = values[: read[1] * stats], values[read[1] * stats :]
+                    cur.execute(
+                        sql,
+                        [
+                            v
+                            for pair, tiers in chunk_pairs
+                            for v in (
+                                *weights,
+                                *tiers,
+                                *[None] * (width - len(tiers)),
+                                *where,
+                                *pair,
+                            )
+                        ],
+                    )
+                    part = 2 + 3 * stats
+                    for row in cur.fetchall():
+                        pair, tiers = chunk_pairs[row[0]]
+                        if row[2]:
+                            each(pooled, read, (POOLED_TIER, *pair), row[1 : 1 + part])
+                        for i, tier in enumerate(tiers):
+                            mine = row[1 + part * (i + 1) : 1 + part * (i + 2)]
+                            if mine[1]:
+                                each(per_tier, read, (tier, *pair), mine)
+            return per_tier, pooled
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -1251,14 +1258,17 @@ class ReportStore(abc.ABC):
                     grouped = bool(cur.fetchone()[0])
                 elif model is None:
                     grouped = bool(bundle)
-                if not with_pool or pooled:
-                    found = tally(cur, grouped, pooled)
-                elif grouped:
-                    found = tally(cur, grouped, False) + tally(cur, grouped, True)
+                both = with_pool and not pooled
+                if grouped:
+                    found = tally(cur, True, pooled, [])
+                    found += tally(cur, True, True, []) if both else []
+                elif both:
+                    arms = arms_of(cur, False)
+                    per_tier, pool = per_tier_and_pooled(cur, arms)
+                    found = tally(cur, False, False, arms, per_tier)
+                    found += tally(cur, False, True, arms_of(cur, True), pool)
                 else:
-                    pool_sums: _Sums = []
-                    found = tally(cur, grouped, False, pool_sums)
-                    found += tally(cur, grouped, True, pool_sums)
+                    found = tally(cur, False, pooled, arms_of(cur, pooled))
                 conn.rollback()  # read only: end the snapshot
             return found
 
