@@ -304,15 +304,19 @@ def fill(store_path: Path, count: int, received: datetime, with_metrics: bool = 
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child
 # of this (large) process would report this process's peak as its own.
 _MEASURED_MAIN = """
-import sys
+import atexit, sys
 sys.argv = ["edgereg", *sys.argv[1:]]
-try:
-    from edgereg.cli import main
-    main()
-finally:
+
+# An exit handler: the console script ends the process with os._exit after its exit
+# handlers (edgereg.cli.main.exit_process), so code after main() never runs.
+@atexit.register
+def peak_rss():
     with open("/proc/self/status") as status:
         peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
     print("peak-rss-kb", peak, file=sys.stderr)
+
+from edgereg.cli import main
+main()
 """
 
 # The command `runs` times in one process: the first pays the imports and the
