@@ -86,8 +86,6 @@ TARGET_S = 5.0
 SMALL = 20_000
 SMALL_TARGET_S = 1.0
 results: list[tuple[str, bool, str]] = []
-#: CPU seconds of each `edgereg analyze` run, by (id of its environment, store): run_analyze.
-CPU_SECONDS: dict[tuple[int, str], list[float]] = {}
 
 # Five app metrics (docs/operations/canary-analysis.md "App metrics") and guardrails on
 # each, the way a text recognizer's team would write them.
@@ -306,15 +304,19 @@ def fill(store_path: Path, count: int, received: datetime, with_metrics: bool = 
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child
 # of this (large) process would report this process's peak as its own.
 _MEASURED_MAIN = """
-import sys
+import atexit, sys
 sys.argv = ["edgereg", *sys.argv[1:]]
-try:
-    from edgereg.cli import main
-    main()
-finally:
+
+# An exit handler: the console script ends the process with os._exit after its exit
+# handlers (edgereg.cli.main.exit_process), so code after main() never runs.
+@atexit.register
+def peak_rss():
     with open("/proc/self/status") as status:
         peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
     print("peak-rss-kb", peak, file=sys.stderr)
+
+from edgereg.cli import main
+main()
 """
 
 # The command `runs` times in one process: the first pays the imports and the
@@ -371,28 +373,31 @@ def analyze_args(tmp: Path, store_path: Path, config: str = "models.toml") -> li
 
 def run_analyze(
     tmp: Path, store_path: Path, runs: int, env: dict[str, str], config: str = "models.toml"
-) -> tuple[list[float], float, Any]:
-    """Seconds of each run, the largest peak RSS in MB, and the last JSON result.
+) -> tuple[list[float], list[float], float, Any]:
+    """Seconds and CPU seconds of each run, the largest peak RSS in MB, the last JSON result.
 
-    The CPU seconds (user + system) of each run are added to ``CPU_SECONDS[id(env), store]``:
-    on a loaded machine the wall time also holds the waits for a core.
+    CPU time (user + system): on a loaded machine the wall time also holds the waits
+    for a core.
     """
     # The command line in a fresh interpreter that reports its own peak RSS last.
     command = [sys.executable, "-c", _MEASURED_MAIN, *analyze_args(tmp, store_path, config)]
-    seconds, peaks = [], []
+    seconds, cpu, peaks = [], [], []
     for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = _children_cpu()
         t = time.perf_counter()
         done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, env=env)
         seconds.append(time.perf_counter() - t)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        CPU_SECONDS.setdefault((id(env), str(store_path)), []).append(
-            after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-        )
+        cpu.append(_children_cpu() - before)
         if done.returncode not in (0, 12, 13):
             sys.exit(f"edgereg analyze failed ({done.returncode}):\n{done.stderr}")
         peaks.append(int(done.stderr.strip().splitlines()[-1].split()[-1]) / 1024)
-    return seconds, max(peaks), json.loads(done.stdout)
+    return seconds, cpu, max(peaks), json.loads(done.stdout)
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that ended so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def fresh_seconds(tmp: Path, args: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -402,14 +407,13 @@ def fresh_seconds(tmp: Path, args: list[str], env: dict[str, str]) -> tuple[floa
     wall time also holds the waits for a core.
     """
     command = [sys.executable, "-c", "from edgereg.cli import main; main()", *args]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = _children_cpu()
     t = time.perf_counter()
     done = subprocess.run(command, cwd=tmp, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = _children_cpu() - before
     if done.returncode not in (0, 12, 13):
         sys.exit(f"edgereg {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return seconds, cpu
 
 
@@ -491,7 +495,10 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--baseline", metavar="REV", help="also measure start-up with edgereg as of REV"
+        "--baseline",
+        metavar="REV",
+        help="also measure start-up and the analysis with edgereg as of REV (one that reads "
+        "this store schema), runs alternating",
     )
     parser.add_argument(
         "--without-metrics",
@@ -601,21 +608,25 @@ def main() -> None:
             flush=True,
         )
         runs: list[float] = []
+        cpu: list[float] = []
         plain_runs: list[float] = []
         baseline_runs: list[float] = []
+        baseline_cpu: list[float] = []
         baseline_env = envs.get(f"baseline {args.baseline}")
         peak_mb = 0.0
         for _ in range(args.runs):  # alternating, so a burst of load elsewhere skews both
-            seconds, peak, result = run_analyze(tmp, store_path, 1, env)
+            seconds, used, peak, result = run_analyze(tmp, store_path, 1, env)
             runs += seconds
+            cpu += used
             peak_mb = max(peak_mb, peak)
             if baseline_env is not None:
-                seconds, _, before = run_analyze(tmp, store_path, 1, baseline_env)
+                seconds, used, _, before = run_analyze(tmp, store_path, 1, baseline_env)
                 baseline_runs += seconds
+                baseline_cpu += used
             if args.without_metrics:
-                seconds, _, plain = run_analyze(tmp, plain_path, 1, env, PLAIN_CONFIG)
+                seconds, _, _, plain = run_analyze(tmp, plain_path, 1, env, PLAIN_CONFIG)
                 plain_runs += seconds
-        _, small_mb, _ = run_analyze(tmp, small_path, 1, env)
+        _, _, small_mb, _ = run_analyze(tmp, small_path, 1, env)
         devices = sum(t["candidate_devices"] + t["stable_devices"] for t in result["tiers"])
         assert devices == args.reports, devices
         judged = sorted({g["name"] for t in result["tiers"] for g in t["guardrails"]})
@@ -632,14 +643,14 @@ def main() -> None:
         )
         if baseline_env is not None:
             baseline_median = statistics.median(baseline_runs)
-            cpu = statistics.median(CPU_SECONDS[id(env), str(store_path)])
-            baseline_cpu = statistics.median(CPU_SECONDS[id(baseline_env), str(store_path)])
+            cpu_median = statistics.median(cpu)
+            baseline_cpu_median = statistics.median(baseline_cpu)
             print(
                 f"the baseline {args.baseline} on the same {args.reports:,} reports: median "
                 f"{baseline_median:.2f} s (runs {', '.join(f'{r:.2f}' for r in baseline_runs)}); "
                 f"verdict {before['verdict']}; this tree / baseline "
-                f"{median / baseline_median:.2f}x (CPU {cpu:.2f} s / {baseline_cpu:.2f} s = "
-                f"{cpu / baseline_cpu:.2f}x)",
+                f"{median / baseline_median:.2f}x (CPU {cpu_median:.2f} s / "
+                f"{baseline_cpu_median:.2f} s = {cpu_median / baseline_cpu_median:.2f}x)",
                 flush=True,
             )
         if args.without_metrics:

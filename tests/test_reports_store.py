@@ -298,6 +298,24 @@ def test_group_commit_hands_a_failure_to_its_caller(tmp_path: Path) -> None:
     front.close()
 
 
+def test_group_commit_asks_its_store_every_summary_question(store: ReportStore) -> None:
+    """What the analysis asks `edgereg serve`'s front: a CPU class, a pool, a bundle."""
+    from edgereg.reports.batch import GroupCommit
+
+    front = GroupCommit(store)
+    installs = (("high", "armv9"), ("low", "armv9"), ("high", "armv8.2"))
+    for n, (tier, cpu_class) in enumerate(installs):
+        front.ingest(counted(n, {"accepted": (4, n)}, tier=tier, cpu_class=cpu_class), T0)
+    assert [s.devices for s in front.summaries("digits", cpu_class="armv9")] == [1, 1]
+    for asked in (
+        {"cpu_class": "armv9", "statistics": ASKED},
+        {"pooled": True, "stalled_starts": 3},
+        {"with_pool": True, "statistics": ASKED, "aged_before": T0},
+        {"bundle": False, "since_sequence": 7},
+    ):
+        assert front.summaries("digits", **asked) == store.summaries("digits", **asked)
+
+
 def test_distinct_source_networks_are_counted_per_arm_and_outcome(store: ReportStore) -> None:
     store.ingest_many(
         [
@@ -359,6 +377,10 @@ def test_bundle_installs_count_their_source_once(store: ReportStore) -> None:
     store.ingest_many(rows)
     (summary,) = store.summaries("ocr")
     assert (summary.devices, summary.networks, nets(summary, "reverted")) == (3, 2, (1.0,))
+    # Per tier and pooled at once: the same two summaries as asked apart.
+    (pooled,) = store.summaries("ocr", pooled=True)
+    assert pooled.tier == "*"
+    assert store.summaries("ocr", with_pool=True) == [summary, pooled]
 
 
 def test_a_schema_1_store_is_migrated_and_its_rows_have_no_source(tmp_path: Path) -> None:
@@ -816,65 +838,79 @@ def _raw_connection(url: str) -> Any:
     return psycopg.connect(url, autocommit=True), "%s"
 
 
-def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> None:
-    from edgereg.reports._metrics import METRIC_INDEXES, METRIC_SCHEMA
-    from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
+def _write_old_store(
+    url: str,
+    version: int,
+    statements: tuple[str, ...],
+    rows: tuple[tuple[Any, ...], ...] = (),
+    metrics: tuple[tuple[Any, ...], ...] = (),
+) -> None:
+    """A store as an older edgereg left it: its tables and indexes, its schema, its rows."""
+    from edgereg.reports._metrics import METRIC_COLUMNS
 
-    conn, p = _raw_connection(store_url)
+    conn, p = _raw_connection(url)
     with contextlib.closing(conn):
-        for statement in (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
+        for statement in statements:
             conn.execute(statement)
         conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("INSERT INTO reports_meta VALUES ('schema', '5')")
-        conn.execute(
-            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
-            report_row(report(1, load_ms=10.0), T0, "192.0.2.0/24"),
-        )
+        conn.execute(f"INSERT INTO reports_meta VALUES ('schema', '{version}')")
+        for table, columns, values in (
+            *(("reports", COLUMNS, row) for row in rows),
+            *(("report_metrics", METRIC_COLUMNS, row) for row in metrics),
+        ):
+            conn.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) "
+                f"VALUES ({', '.join([p] * len(columns))})",
+                values,
+            )
+
+
+def _schema_and_indexes(url: str) -> tuple[str, dict[str, str]]:
+    """The schema a store records, and the definition of each index of its tables, by name."""
+    conn, p = _raw_connection(url)
+    with contextlib.closing(conn):
+        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
+        if p == "?":
+            listed = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        else:
+            listed = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'report%'"
+        return version, {row[0]: " ".join(row[1].split()) for row in conn.execute(listed)}
+
+
+def test_a_schema_5_store_is_migrated_to_one_summary_index(store_url: str) -> None:
+    from edgereg.reports._metrics import _SCHEMA_5_METRIC_INDEXES, METRIC_SCHEMA
+    from edgereg.reports.store import _SCHEMA_4_INDEXES, SCHEMA
+
+    _write_old_store(
+        store_url,
+        5,
+        (*SCHEMA, *_SCHEMA_4_INDEXES, *METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
+        rows=(report_row(report(1, load_ms=10.0), T0, "192.0.2.0/24"),),
+    )
     with open_store(store_url) as store:
         store.ingest(report(2, load_ms=10.0), T0, "198.51.100.0/24")
         (summary,) = store.summaries("digits")
         assert (summary.devices, summary.networks) == (2, 2)
         assert hist(summary, "load_ms") == {latency_bucket(10.0): 2}
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-        if p == "?":
-            listed = "SELECT name FROM sqlite_master WHERE type = 'index'"
-        else:
-            listed = "SELECT indexname FROM pg_indexes WHERE tablename = 'reports'"
-        indexes = {row[0] for row in conn.execute(listed)}
+    version, indexes = _schema_and_indexes(store_url)
     assert version == "7"
-    assert {"reports_summary", "reports_clock", "reports_received"} <= indexes
-    assert not {"reports_devices", "reports_load", "reports_inference", "reports_memory"} & indexes
+    assert {"reports_summary", "reports_clock", "reports_received"} <= set(indexes)
+    dropped = {"reports_devices", "reports_load", "reports_inference", "reports_memory"}
+    assert not dropped & set(indexes)
 
 
 def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url: str) -> None:
-    from edgereg.reports._metrics import (
-        _SCHEMA_5_METRIC_INDEXES,
-        METRIC_COLUMNS,
-        METRIC_SCHEMA,
-        metric_rows,
-    )
+    from edgereg.reports._metrics import _SCHEMA_5_METRIC_INDEXES, METRIC_SCHEMA, metric_rows
     from edgereg.reports.store import _SCHEMA_6_SUMMARY_INDEX, INDEXES, SCHEMA
 
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        schema_6 = (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *METRIC_SCHEMA)
-        for statement in (*schema_6, *_SCHEMA_5_METRIC_INDEXES):
-            conn.execute(statement)
-        conn.execute("CREATE TABLE reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.execute("INSERT INTO reports_meta VALUES ('schema', '6')")
-        old = counted(1, {"accepted": (4, 3)}, load_ms=10.0)
-        conn.execute(
-            f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES ({', '.join([p] * len(COLUMNS))})",
-            report_row(old, T0, "192.0.2.0/24"),
-        )
-        (metric,) = metric_rows(old, int(T0.timestamp() * 1000), "192.0.2.0/24")
-        conn.execute(
-            f"INSERT INTO report_metrics ({', '.join(METRIC_COLUMNS)}) "
-            f"VALUES ({', '.join([p] * len(METRIC_COLUMNS))})",
-            metric,
-        )
+    old = counted(1, {"accepted": (4, 3)}, load_ms=10.0)
+    _write_old_store(
+        store_url,
+        6,
+        (*SCHEMA, _SCHEMA_6_SUMMARY_INDEX, *INDEXES[1:], *METRIC_SCHEMA, *_SCHEMA_5_METRIC_INDEXES),
+        rows=(report_row(old, T0, "192.0.2.0/24"),),
+        metrics=tuple(metric_rows(old, int(T0.timestamp() * 1000), "192.0.2.0/24")),
+    )
     with open_store(store_url) as store:
         store.ingest_many(
             [
@@ -889,14 +925,7 @@ def test_a_schema_6_store_is_migrated_to_read_arms_network_by_network(store_url:
             accepted = summary.metric("accepted")
             assert (accepted.devices, accepted.networks) == (3, 2)
             assert accepted.network_total == pytest.approx((0.75 + 0.5) / 2 + 1.0)
-    conn, p = _raw_connection(store_url)
-    with contextlib.closing(conn):
-        (version,) = conn.execute("SELECT value FROM reports_meta WHERE key = 'schema'").fetchone()
-        if p == "?":
-            listed = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
-        else:
-            listed = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'report%'"
-        indexes = {row[0]: " ".join(row[1].split()) for row in conn.execute(listed)}
+    version, indexes = _schema_and_indexes(store_url)
     assert version == "7"
     # The network after the arm and the version, then the tier.
     for name in ("reports_summary", "report_metrics_arms"):

@@ -25,6 +25,7 @@ import functools
 from typing import Any
 
 from edgereg.protocol.reports import DistributionCounts, RateCounts, Report
+from edgereg.reports._sql import NETWORK, arm_filter, network_groups, period_filters
 
 __all__ = [
     "BUCKET_COLUMNS",
@@ -88,7 +89,7 @@ _SCHEMA_5_METRIC_INDEXES = (
 #: per tier or every tier together: grouped as read, not sorted.
 METRIC_INDEXES = (
     "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, arm, "
-    "unit_version, COALESCE(source, token), tier, token, source, sequence, received_at)",
+    f"unit_version, {NETWORK}, tier, token, source, sequence, received_at)",
     _SCHEMA_5_METRIC_INDEXES[1],
 )
 
@@ -185,29 +186,16 @@ def statistic_sql(
     each branch binds the parameters above and then its arm's (arm, version, tier;
     pooled: arm, version).
     """
-    p = placeholder
-    used = BUCKET_COLUMNS[:buckets]
-    where = f"unit = {p} AND name = {p} AND buckets = {p}"
-    if since_sequence:
-        where += f" AND sequence >= {p}"
-    if since:
-        where += f" AND received_at >= {p}"
-    if cpu_class:
-        where += f" AND cpu_class = {p}"
-    tier = "'*'" if pooled else "tier"
-    weighted = ", ".join(
-        " + ".join(f"{p} * {c}" for c in used) + f" AS w{k}" for k in range(statistics)
+    where = _metric_filters(
+        placeholder, since=since, since_sequence=since_sequence, cpu_class=cpu_class
     )
-    shares = ", ".join(f"SUM(1.0 * w{k} / t) AS v{k}" for k in range(statistics))
-    sums = "SUM(n), COUNT(*), " + ", ".join(
-        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in range(statistics)
-    )
-    total = " + ".join(used)
+    weighted, total = _device_values(placeholder, buckets, statistics)
+    shares = ", ".join(_network_values(statistics))
+    sums = ", ".join(_arm_sums(statistics))
     if arms:
-        where += f" AND arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
         devices = (
-            f"SELECT COALESCE(source, token) AS net, {weighted}, {total} AS t "
-            f"FROM report_metrics WHERE {where}"
+            f"SELECT {NETWORK} AS net, {weighted}, {total} AS t FROM report_metrics "
+            f"WHERE {where} AND {arm_filter(placeholder, pooled)}"
         )
         branch = (
             f"{sums} FROM (SELECT COUNT(*) AS n, {shares} FROM ({devices}) "
@@ -215,14 +203,14 @@ def statistic_sql(
         )
         return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
     devices = (
-        "SELECT tier, arm, unit_version, COALESCE(source, token) AS net, "
+        f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
         f"{weighted}, {total} AS t FROM report_metrics WHERE {where}"
     )
     # In the order of report_metrics_arms (METRIC_INDEXES): grouped as read, not sorted.
-    by = "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
+    tier = "'*'" if pooled else "tier"
     networks = (
         f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, {shares} "
-        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {by}"
+        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {network_groups(pooled)}"
     )
     return (
         f"SELECT tier, arm, unit_version, {sums} FROM ({networks}) AS networks "
@@ -256,26 +244,17 @@ def tiers_statistic_sql(
     the bucket count, the filters, and its arm and version.
     """
     p = placeholder
-    used = BUCKET_COLUMNS[:buckets]
-    where = f"unit = {p} AND name = {p} AND buckets = {p}"
-    if since_sequence:
-        where += f" AND sequence >= {p}"
-    if since:
-        where += f" AND received_at >= {p}"
-    if cpu_class:
-        where += f" AND cpu_class = {p}"
-    where += f" AND arm = {p} AND unit_version = {p}"
+    where = _metric_filters(p, since=since, since_sequence=since_sequence, cpu_class=cpu_class)
+    where += f" AND {arm_filter(p, pooled=True)}"
     stats = range(statistics)
-    weighted = ", ".join(" + ".join(f"{p} * {c}" for c in used) + f" AS w{k}" for k in stats)
+    weighted, total = _device_values(p, buckets, statistics)
     which = "CASE tier " + " ".join(f"WHEN {p} THEN {i}" for i in range(tiers)) + " ELSE -1 END"
     devices = (
-        f"SELECT COALESCE(source, token) AS net, {weighted}, {which} AS ti, "
-        f"{' + '.join(used)} AS t FROM report_metrics WHERE {where}"
+        f"SELECT {NETWORK} AS net, {weighted}, {which} AS ti, {total} AS t "
+        f"FROM report_metrics WHERE {where}"
     )
-    per_network = ["COUNT(*) AS n"] + [f"SUM(1.0 * w{k} / t) AS v{k}" for k in stats]
-    sums = ["SUM(n)", "COUNT(*)"] + [
-        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in stats
-    ]
+    per_network = ["COUNT(*) AS n", *_network_values(statistics)]
+    sums = _arm_sums(statistics)
     for i in range(tiers):
         per_network.append(f"SUM(CASE WHEN ti = {i} THEN 1 ELSE 0 END) AS n_{i}")
         per_network += [
@@ -293,3 +272,35 @@ def tiers_statistic_sql(
         "WHERE t > 0 GROUP BY net) AS networks"
     )
     return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
+
+
+def _metric_filters(placeholder: str, *, since: bool, since_sequence: bool, cpu_class: bool) -> str:
+    """One metric's rows of a unit: binds the unit, the name, the bucket count, the filters."""
+    p = placeholder
+    return f"unit = {p} AND name = {p} AND buckets = {p}" + period_filters(
+        p, since_sequence=since_sequence, since=since, cpu_class=cpu_class
+    )
+
+
+def _device_values(placeholder: str, buckets: int, statistics: int) -> tuple[str, str]:
+    """Each device's weighted counts (``w0``.. one per statistic, bound weights) and its total."""
+    used = BUCKET_COLUMNS[:buckets]
+    weighted = ", ".join(
+        " + ".join(f"{placeholder} * {c}" for c in used) + f" AS w{k}" for k in range(statistics)
+    )
+    return weighted, " + ".join(used)
+
+
+def _network_values(statistics: int) -> list[str]:
+    """A network's devices' statistics summed (``v0``..), each device's weighted over its total."""
+    return [f"SUM(1.0 * w{k} / t) AS v{k}" for k in range(statistics)]
+
+
+def _arm_sums(statistics: int) -> list[str]:
+    """An arm's row: devices, networks, then each statistic's three sums.
+
+    Over devices, over networks (each network's mean), and of the networks' means squared.
+    """
+    return ["SUM(n)", "COUNT(*)"] + [
+        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in range(statistics)
+    ]

@@ -18,12 +18,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Mapping
 from datetime import datetime
 
 from edgereg.protocol.reports import Report
 from edgereg.reports.store import Prepared, ReportStore, ReportStoreError, prepare
-from edgereg.reports.summary import ArmSummary, Statistic
 
 __all__ = ["GroupCommit"]
 
@@ -63,14 +61,14 @@ class GroupCommit:
     Attributes:
         batches: Transactions committed so far.
         batched: Reports they held.
+        summaries: The store's own :meth:`~edgereg.reports.ReportStore.summaries`
+            (reads need no batching), whatever it is asked: a CPU class, a pool.
     """
-
-    #: Its :meth:`summaries` takes ``with_pool`` (as the store's).
-    pools_with_tiers = True
 
     def __init__(self, store: ReportStore, *, max_batch: int = MAX_BATCH) -> None:
         self.store = store
         self.url = store.url
+        self.summaries = store.summaries
         self._max_batch = max_batch
         self._queue: deque[_Pending] = deque()
         self._ready = threading.Condition()
@@ -140,34 +138,6 @@ class GroupCommit:
             for pending in batch:
                 pending.error = error
                 pending.done.release()
-
-    def summaries(
-        self,
-        unit: str,
-        since: datetime | None = None,
-        *,
-        since_sequence: int | None = None,
-        model: str | None = None,
-        aged_before: datetime | None = None,
-        stalled_starts: int = 2,
-        pooled: bool = False,
-        statistics: Mapping[str, Statistic] | None = None,
-        bundle: bool | None = None,
-        with_pool: bool = False,
-    ) -> list[ArmSummary]:
-        """The store's summaries (reads need no batching)."""
-        return self.store.summaries(
-            unit,
-            since,
-            since_sequence=since_sequence,
-            model=model,
-            aged_before=aged_before,
-            stalled_starts=stalled_starts,
-            pooled=pooled,
-            statistics=statistics,
-            bundle=bundle,
-            with_pool=with_pool,
-        )
 
     def clock(self, unit: str) -> datetime | None:
         """The store's clock (see :meth:`~edgereg.reports.ReportStore.clock`)."""

@@ -157,16 +157,15 @@ def rollout_analysis(
             if s.arm == "stable"
         ]
 
-    # Every tier together, each network once: the pool. A store that can reads it in the
-    # same snapshot as the tiers, each app metric read once for both.
+    # Every tier together, each network once: the pool, read in the same snapshot as the
+    # tiers (each app metric read once for both).
     pool: list[ArmSummary] | None = None
-    if len(tiers) > 1 and getattr(store, "pools_with_tiers", False):
+    if len(tiers) > 1:
         found = period(with_pool=True)
         summaries = [s for s in found if s.tier != POOLED_TIER]
         pool = [s for s in found if s.tier == POOLED_TIER]
     else:
         summaries = period()
-        pool = period(pooled=True) if len(tiers) > 1 else None
     # A store that lists a bundle's members gives each its own latencies (one per device).
     listed = getattr(store, "members", None) if bundle is not False else None
     names: list[str] = listed(state.model) if callable(listed) else []

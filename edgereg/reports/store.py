@@ -43,6 +43,13 @@ from edgereg.reports._metrics import (
     statistic_sql,
     tiers_statistic_sql,
 )
+from edgereg.reports._sql import (
+    NETWORK,
+    arm_filter,
+    arm_groups,
+    network_groups,
+    period_filters,
+)
 from edgereg.reports.summary import (
     CONFIRMED,
     EVENTS,
@@ -177,11 +184,6 @@ _SCHEMA_6_SUMMARY_INDEX = (
     "unconfirmed_starts, backend, backends_skipped, first_received_at, load_bucket, "
     "inference_p50_bucket, memory_peak_bucket, cpu_class)"
 )
-
-#: A report's source network, as every summary groups it: its source, or for a report
-#: whose source is unknown its token (a network of its own). The summary indexes hold
-#: this expression (spelled the same, so that the database matches it).
-NETWORK = "COALESCE(source, token)"
 
 #: The indexes of schema 7. One covering index serves every summary (the counts, the
 #: three histograms, the CPU classes): it holds every column they filter on or read
@@ -372,13 +374,9 @@ def _filters(
     if model:
         # Before the rest: the summary index's second column.
         where += f" AND model = {placeholder}"
-    if since_sequence:
-        where += f" AND sequence >= {placeholder}"
-    if since:
-        where += f" AND received_at >= {placeholder}"
-    if cpu_class:
-        where += f" AND cpu_class = {placeholder}"
-    return where
+    return where + period_filters(
+        placeholder, since_sequence=since_sequence, since=since, cpu_class=cpu_class
+    )
 
 
 class _Parameters:
@@ -456,9 +454,9 @@ def counts_sql(
     bundle: bool,
     cpu_class: bool = False,
     pooled: bool = False,
-    arms: int = 0,
+    arms: int = 1,
 ) -> tuple[str, tuple[str, ...]]:
-    """Per (tier, arm, version): installs, networks, and each event per device and network.
+    """Per arm: installs, networks, and each event per device and network.
 
     Three steps, the first only for a bundle, whose members report under the
     install's one token: (1) one row per install (it failed a probe when any
@@ -471,12 +469,13 @@ def counts_sql(
     With ``pooled`` every tier's installs count together (tier ``*``), each
     network once however many tiers its devices are in.
 
-    With ``arms`` (not for a bundle): one branch per arm :func:`arms_sql` found,
-    each reading its arm's rows off the summary index network by network and
-    summing its networks at once (a GROUP BY of every network by arm sorted them
-    all); each row starts with its branch's number (``g``) instead of the tier,
-    arm and version, and each branch binds the leading parameters, the filters'
-    and then its arm's (:func:`arm_filter`).
+    A bundle's rows are one statement, a row per (tier, arm, version). Any other
+    unit's are one branch per arm of ``arms`` that :func:`arms_sql` found, each
+    reading its arm's rows off the summary index network by network and summing
+    its networks at once (a GROUP BY of every network by arm sorted them all);
+    each row starts with its branch's number (``g``) instead of the tier, arm
+    and version, and each branch binds the leading parameters, the filters' and
+    then its arm's (:func:`arm_filter`).
 
     Returns:
         The statement, and the names of the parameters that come before the
@@ -485,7 +484,7 @@ def counts_sql(
     """
     bind = _Parameters(placeholder)
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
-    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    by = arm_groups(pooled)
     where = _filters(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
@@ -495,7 +494,7 @@ def counts_sql(
         f"SUM({name}) AS e_{name}, SUM({name} * ag) AS g_{name}" for name in names
     )
     columns = ", ".join(_count_columns(names).values())
-    if not bundle and arms:
+    if not bundle:
         aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
         devices = (
             f"SELECT {NETWORK} AS net, "
@@ -507,27 +506,17 @@ def counts_sql(
         )
         sql = " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
         return sql, tuple(bind.names)
-    if not bundle:
-        aged = f"(CASE WHEN first_received_at <= {bind('aged')} THEN 1 ELSE 0 END)"
-        devices = (
-            f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
-            + ", ".join(f"{expr} AS {name}" for name, expr in events.items())
-            + f", {aged} AS ag FROM reports WHERE {where}"
-        )
-        per_network = _network_groups(pooled)
-    else:
-        folded = {name: f"MAX({expr})" for name, expr in events.items()}
-        folded[CONFIRMED] = "MIN(confirmed)"
-        devices = (
-            f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
-            + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
-            + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
-            f"FROM reports WHERE {where} GROUP BY {by}, token"
-        )
-        per_network = "tier, arm, unit_version, net"
+    folded = {name: f"MAX({expr})" for name, expr in events.items()}
+    folded[CONFIRMED] = "MIN(confirmed)"
+    devices = (
+        f"SELECT {tier} AS tier, arm, unit_version, COALESCE(MAX(source), token) AS net, "
+        + ", ".join(f"{expr} AS {name}" for name, expr in folded.items())
+        + f", (CASE WHEN MIN(first_received_at) <= {bind('aged')} THEN 1 ELSE 0 END) AS ag "
+        f"FROM reports WHERE {where} GROUP BY {by}, token"
+    )
     networks = (
         f"SELECT {tier} AS tier, arm, unit_version, {sums} "
-        f"FROM ({devices}) AS devices GROUP BY {per_network}"
+        f"FROM ({devices}) AS devices GROUP BY tier, arm, unit_version, net"
     )
     sql = (
         f"SELECT tier, arm, unit_version, {columns} "
@@ -558,23 +547,8 @@ def arms_sql(
     where = _filters(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
-    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    by = arm_groups(pooled)
     return f"SELECT DISTINCT {by} FROM reports WHERE {where}"
-
-
-def arm_filter(placeholder: str, pooled: bool) -> str:
-    """One arm's rows: its arm and version (and tier, unless pooled), bound in that order."""
-    p = placeholder
-    return f"arm = {p} AND unit_version = {p}" + ("" if pooled else f" AND tier = {p}")
-
-
-def _network_groups(pooled: bool) -> str:
-    """The GROUP BY of one row per source network, in the summary index's order.
-
-    ``net`` (:data:`NETWORK`) of the arm and version, per tier or (``pooled``) in
-    every tier at once: a prefix of the index after the unit and the model.
-    """
-    return "arm, unit_version, net" if pooled else "arm, unit_version, net, tier"
 
 
 def has_members_sql(placeholder: str) -> str:
@@ -635,7 +609,7 @@ def histogram_sql(
         placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
     )
     tier = f"'{POOLED_TIER}'" if pooled else "tier"
-    by = "arm, unit_version" if pooled else "tier, arm, unit_version"
+    by = arm_groups(pooled)
     # One pass over the networks for every kind's lowest and highest value (read off the
     # summary index network by network), kept for the views that count them.
     extremes = ", ".join(
@@ -646,7 +620,7 @@ def histogram_sql(
         f"WITH nets AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, {extremes} "
         f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, "
         f"{', '.join(HISTOGRAM_COLUMNS.values())} FROM reports WHERE {where}) AS devices "
-        f"GROUP BY {_network_groups(pooled)}) "
+        f"GROUP BY {network_groups(pooled)}) "
     )
     parts = []
     for i, (kind, column) in enumerate(HISTOGRAM_COLUMNS.items()):
@@ -703,7 +677,7 @@ def arm_histogram_sql(
     sql = (
         f"WITH multi AS MATERIALIZED (SELECT {tier} AS tier, arm, unit_version, net, {extremes} "
         f"FROM (SELECT tier, arm, unit_version, {NETWORK} AS net, {', '.join(columns)} "
-        f"FROM reports WHERE {where}) AS devices GROUP BY {_network_groups(pooled)} "
+        f"FROM reports WHERE {where}) AS devices GROUP BY {network_groups(pooled)} "
         f"HAVING {several}) "
     )
     binds: list[int | None] = [None] if networks else []
@@ -866,8 +840,6 @@ class ReportStore(abc.ABC):
         """The store error for a driver exception, or None when it is not the driver's."""
 
     placeholder: str = "?"
-    #: :meth:`summaries` takes ``with_pool`` (the analysis asks for both in one call).
-    pools_with_tiers = True
     #: The database's two-argument maximum and minimum (SQLite's MAX/MIN; GREATEST/LEAST).
     greatest: str = "MAX"
     least: str = "MIN"
@@ -1137,36 +1109,39 @@ class ReportStore(abc.ABC):
             for k, name in enumerate(read_together[read]):
                 sums.append((name, (*arm, *row[:2], *row[2 + 3 * k : 5 + 3 * k])))
 
-        def tally(
-            cur: Any, grouped: bool, pooled: bool, pool_sums: _Sums | None = None
-        ) -> list[ArmSummary]:
-            """The summaries, per tier or ``pooled``.
-
-            ``pool_sums``: the pooled statistics are not read but taken from these
-            (None: read); a list to fill (per tier, not grouped): each metric's
-            statistics are read per tier and pooled at once, and the pooled ones
-            left there.
-            """
+        def scope(grouped: bool) -> tuple[list[Any], dict[str, bool]]:
+            """The filters' parameters (the unit, the model, ...) and their shape."""
             # A model's rows all name it (admission refuses a model its release does
             # not hold): the summary index is then read from (unit, model) on, its
             # networks in order. A bundle's summaries read every member's rows.
             only = model if model is not None else None if grouped else unit
             params = [unit, *([only] if only is not None else []), *filters]
-            shape = {**flags, "model": only is not None}
-            # A model's arms first: each is then summed over its own networks, read in
-            # the index's order (a bundle's installs are its members' rows folded).
-            arms: list[tuple[Any, ...]] = []
-            keys: list[tuple[Any, ...]] = []
-            if not grouped:
-                cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
-                arms = [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
-                # Each arm's own filter binds (arm, version[, tier]).
-                keys = [(arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms]
+            return params, {**flags, "model": only is not None}
+
+        def arms_of(cur: Any, pooled: bool) -> list[tuple[Any, ...]]:
+            """A model's arms: (tier, arm, version), pooled with tier ``*``."""
+            params, shape = scope(False)
+            cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
+            return [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
+
+        def tally(
+            cur: Any,
+            grouped: bool,
+            pooled: bool,
+            arms: list[tuple[Any, ...]],
+            sums: _Sums | None = None,
+        ) -> list[ArmSummary]:
+            """The summaries, per tier or ``pooled``: a bundle's, or a model's ``arms``.
+
+            ``sums``: the app metrics' statistics, read already (None: read here).
+            """
+            params, shape = scope(grouped)
+            # Each arm's own filter binds (arm, version[, tier]).
+            keys = [(arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms]
             counts: list[Sequence[Any]] = []
             bins: list[Sequence[Any]] = []
-            sums: _Sums = []
-            read_stats = pool_sums is None or not pooled
-            both = pool_sums is not None and not pooled and not grouped
+            reads = asked if sums is None else {}
+            sums = [] if sums is None else sums
 
             def statistic(read: tuple[str, int], arms: int = 0) -> str:
                 return statistic_sql(
@@ -1181,6 +1156,7 @@ class ReportStore(abc.ABC):
                 )
 
             if grouped:
+                # A bundle's installs are its members' rows folded, every arm at once.
                 sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
                 # The leading parameters sit in the per-row expressions, before the filters.
                 cur.execute(sql, [leading[name] for name in names] + params)
@@ -1188,12 +1164,13 @@ class ReportStore(abc.ABC):
                 sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
-                for read, values in asked.items() if read_stats else ():
+                for read, values in reads.items():
                     cur.execute(statistic(read), values)
                     for row in cur.fetchall():
                         each(sums, read, row[:3], row[3:])
             # A model's arms, a few per statement (a compound SELECT has a bounded
-            # number of parts), each row's branch number made its arm again.
+            # number of parts), each row's branch number made its arm again: each arm
+            # is summed over its own networks, read in the index's order.
             for first in range(0, len(arms), ARMS_PER_STATEMENT):
                 chunk = arms[first : first + ARMS_PER_STATEMENT]
                 chunk_keys = keys[first : first + ARMS_PER_STATEMENT]
@@ -1213,62 +1190,64 @@ class ReportStore(abc.ABC):
                 bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
                 cur.execute(sql, [v for values in bound for v in values])
                 bins += cur.fetchall()
-                for read, values in asked.items() if read_stats and not both else ():
+                for read, values in reads.items():
                     sql = statistic(read, len(chunk))
                     cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
                     for row in cur.fetchall():
                         # An arm where no device counted the metric has none (as grouped).
                         if row[2]:
                             each(sums, read, chunk[row[0]], row[1:])
-            if both and asked:
-                assert pool_sums is not None
-                # Each (arm, version) with its tiers: its metric rows read once for all.
-                tiers_of: dict[tuple[Any, Any], list[Any]] = {}
-                for tier, arm, version in arms:
-                    tiers_of.setdefault((arm, version), []).append(tier)
-                pairs = list(tiers_of.items())
-                for first in range(0, len(pairs), ARMS_PER_STATEMENT):
-                    chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
-                    width = max(len(tiers) for _, tiers in chunk_pairs)
-                    for read, values in asked.items():
-                        stats = len(read_together[read])
-                        sql = tiers_statistic_sql(
-                            self.placeholder,
-                            read[1],
-                            since=flags["since"],
-                            since_sequence=flags["since_sequence"],
-                            cpu_class=flags["cpu_class"],
-                            arms=len(chunk_pairs),
-                            tiers=width,
-                            statistics=stats,
-                        )
-                        weights, where = values[: read[1] * stats], values[read[1] * stats :]
-                        cur.execute(
-                            sql,
-                            [
-                                v
-                                for pair, tiers in chunk_pairs
-                                for v in (
-                                    *weights,
-                                    *tiers,
-                                    *[None] * (width - len(tiers)),
-                                    *where,
-                                    *pair,
-                                )
-                            ],
-                        )
-                        part = 2 + 3 * stats
-                        for row in cur.fetchall():
-                            pair, tiers = chunk_pairs[row[0]]
-                            if row[2]:
-                                each(pool_sums, read, (POOLED_TIER, *pair), row[1 : 1 + part])
-                            for i, tier in enumerate(tiers):
-                                mine = row[1 + part * (i + 1) : 1 + part * (i + 2)]
-                                if mine[1]:
-                                    each(sums, read, (tier, *pair), mine)
-            if pooled and pool_sums is not None:
-                sums = pool_sums
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
+
+        def per_tier_and_pooled(cur: Any, arms: list[tuple[Any, ...]]) -> tuple[_Sums, _Sums]:
+            """A model's statistics per tier and pooled: its metric rows read once for both."""
+            per_tier: _Sums = []
+            pooled: _Sums = []
+            # Each (arm, version) with its tiers.
+            tiers_of: dict[tuple[Any, Any], list[Any]] = {}
+            for tier, arm, version in arms:
+                tiers_of.setdefault((arm, version), []).append(tier)
+            pairs = list(tiers_of.items())
+            for first in range(0, len(pairs), ARMS_PER_STATEMENT):
+                chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
+                width = max(len(tiers) for _, tiers in chunk_pairs)
+                for read, values in asked.items():
+                    stats = len(read_together[read])
+                    sql = tiers_statistic_sql(
+                        self.placeholder,
+                        read[1],
+                        since=flags["since"],
+                        since_sequence=flags["since_sequence"],
+                        cpu_class=flags["cpu_class"],
+                        arms=len(chunk_pairs),
+                        tiers=width,
+                        statistics=stats,
+                    )
+                    weights, where = values[: read[1] * stats], values[read[1] * stats :]
+                    cur.execute(
+                        sql,
+                        [
+                            v
+                            for pair, tiers in chunk_pairs
+                            for v in (
+                                *weights,
+                                *tiers,
+                                *[None] * (width - len(tiers)),
+                                *where,
+                                *pair,
+                            )
+                        ],
+                    )
+                    part = 2 + 3 * stats
+                    for row in cur.fetchall():
+                        pair, tiers = chunk_pairs[row[0]]
+                        if row[2]:
+                            each(pooled, read, (POOLED_TIER, *pair), row[1 : 1 + part])
+                        for i, tier in enumerate(tiers):
+                            mine = row[1 + part * (i + 1) : 1 + part * (i + 2)]
+                            if mine[1]:
+                                each(per_tier, read, (tier, *pair), mine)
+            return per_tier, pooled
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -1279,14 +1258,17 @@ class ReportStore(abc.ABC):
                     grouped = bool(cur.fetchone()[0])
                 elif model is None:
                     grouped = bool(bundle)
-                if not with_pool or pooled:
-                    found = tally(cur, grouped, pooled)
-                elif grouped:
-                    found = tally(cur, grouped, False) + tally(cur, grouped, True)
+                both = with_pool and not pooled
+                if grouped:
+                    found = tally(cur, True, pooled, [])
+                    found += tally(cur, True, True, []) if both else []
+                elif both:
+                    arms = arms_of(cur, False)
+                    per_tier, pool = per_tier_and_pooled(cur, arms)
+                    found = tally(cur, False, False, arms, per_tier)
+                    found += tally(cur, False, True, arms_of(cur, True), pool)
                 else:
-                    pool_sums: _Sums = []
-                    found = tally(cur, grouped, False, pool_sums)
-                    found += tally(cur, grouped, True, pool_sums)
+                    found = tally(cur, False, pooled, arms_of(cur, pooled))
                 conn.rollback()  # read only: end the snapshot
             return found
 

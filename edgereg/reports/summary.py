@@ -362,6 +362,7 @@ class SummarySource(Protocol):
         stalled_starts: int = 2,
         pooled: bool = False,
         statistics: Mapping[str, Statistic] | None = None,
+        with_pool: bool = False,
     ) -> list[ArmSummary]:
         """Per (tier, arm, version) of ``unit`` since ``since`` (of one member: ``model``).
 
@@ -371,6 +372,7 @@ class SummarySource(Protocol):
         ``stalled_starts``: count as stalled the installs not confirmed after that many starts.
         ``pooled``: every tier together (tier ``*``), each network once.
         ``statistics``: what to tally of the app metrics, by a guardrail's name.
+        ``with_pool``: the pooled summaries too (tier ``*``), after the ones per tier.
         """
         ...
 
