@@ -193,6 +193,9 @@ def test_the_sign_interval_needs_six_values_at_95_percent() -> None:
     assert sign_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 0.95) == (1.0, 6.0)
     # 20 values: the 6th smallest and the 6th largest (P(B(20, .5) <= 5) = 2.07 %).
     assert sign_interval([float(v) for v in range(20)], 0.95) == (5.0, 14.0)
+    # Past 1023 rounds (a policy of more rounds, a fast model): no float overflow.
+    # 1100 values: P(B(1100, .5) <= 516) = 2.0 %, <= 517: 2.3 %.
+    assert sign_interval([float(v) for v in range(1100)], 0.95) == (517.0, 582.0)
 
 
 def test_the_record_says_it_is_the_build_hosts_and_reads_back() -> None:

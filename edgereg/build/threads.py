@@ -130,14 +130,16 @@ def sign_interval(values: Sequence[float], confidence: float) -> tuple[float, fl
     """
     n = len(values)
     alpha = 1.0 - confidence
-    total = 2.0**n
-    tail = 0.0
+    # Counted in integers: 2.0**n overflows a float past 1023 values.
+    whole = 2**n
+    tail, term = 0, 1  # the sum of C(n, i) for i <= k, and C(n, k)
     j = 0
     for k in range(n):
-        tail += math.comb(n, k) / total
-        if 2.0 * tail > alpha:
+        tail += term
+        if 2 * tail / whole > alpha:  # int / int: exact, however large
             break
         j = k + 1
+        term = term * (n - k) // (k + 1)
     if j < 1:
         return None
     ordered = sorted(values)
