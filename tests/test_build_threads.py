@@ -179,6 +179,14 @@ def test_a_sweep_out_of_budget_before_its_first_round_says_so() -> None:
         ({1: [10.0] * 6, 2: [8.0, 8.0, 8.0, 8.0, 12.0, 12.0]}, 2, False),
         # too few rounds for a 95 % interval.
         ({1: [10.0] * 5, 2: [6.0] * 5}, 2, False),
+        # 3 fastest, 2 within 5 % of it: 1 is passed over because it is 6.7 % slower than
+        # the fastest (only 3.2 % slower than 2, which it is not compared with).
+        ({1: [6.4] * 6, 2: [6.2] * 6, 3: [6.0] * 6}, 2, True),
+        # 2 is 4 % faster in every round: within the band, 1 stays, settled.
+        ({1: [10.0] * 6, 2: [9.6] * 6}, 1, True),
+        # ... but 10 % faster in one round of six: 2 may be more than 5 % faster than
+        # the recommended 1, not excluded at 95 %: not settled.
+        ({1: [10.0] * 6, 2: [9.6] * 5 + [9.0]}, 1, False),
     ],
 )
 def test_the_answer_is_settled_only_when_each_comparison_is_outside_the_band(
