@@ -134,34 +134,34 @@ def _forward(module: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
     return result
 
 
-def _streaming() -> Any:
-    """The shared runner (``_streaming.py`` beside this file), loaded by path.
+def _by_path(path: Path) -> Any:
+    """A standard-library-only module of edgereg's, loaded by path (once per child).
 
     Importing it through the ``edgereg`` package would run the package's
     imports (onnx, pydantic) in every child.
     """
     import importlib.util
 
-    path = Path(__file__).with_name("_streaming.py")
-    spec = importlib.util.spec_from_file_location("_edgereg_streaming", path)
+    name = f"_edgereg_{path.stem.lstrip('_')}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
 
+def _streaming() -> Any:
+    """The shared runner (``_streaming.py`` beside this file)."""
+    return _by_path(Path(__file__).with_name("_streaming.py"))
+
+
 def _memory(req: dict[str, Any]) -> dict[str, Any]:
     """Peak and steady memory, MNN's own accounting, first and steady latency."""
-    import importlib.util
-
-    path = Path(__file__).with_name("_memory_worker.py")
-    spec = importlib.util.spec_from_file_location("_edgereg_memory_worker", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _by_path(Path(__file__).with_name("_memory_worker.py"))
     result: dict[str, Any] = module.measure(req)
     return result
 
@@ -333,20 +333,12 @@ def _sweep(
     kept: dict[int, Any],
     began: float,
 ) -> dict[str, Any]:
-    """The host thread sweep (``edgereg/build/threads.py``, loaded by path): interleaved rounds.
+    """The host thread sweep (``edgereg/build/threads.py``): interleaved rounds.
 
     Its budget is its share of the build so far: the parent's stages before
     this one (``prior_seconds``) and this child's own time until now.
     """
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "build" / "threads.py"
-    spec = importlib.util.spec_from_file_location("_edgereg_threads", path)
-    assert spec is not None
-    assert spec.loader is not None
-    threads = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = threads  # dataclasses look their module up by name
-    spec.loader.exec_module(threads)
+    threads = _by_path(Path(__file__).parents[1] / "build" / "threads.py")
     policy = threads.SweepPolicy(**sweep["policy"])
     so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
     modules = dict(kept)
