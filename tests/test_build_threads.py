@@ -2,16 +2,20 @@
 
 The timings here are simulated on an injected clock: load that drifts while
 a sweep runs, and noise of a known size, are what a real host cannot be made
-to produce on demand. The sweep on real MNN builds is tested in
-tests/test_build_memory.py (the host sweep is labelled, bounded and never shipped).
+to produce on demand. The end of this file runs the sweep in the benchmark's
+child on real MNN (a sweep that fails, its deadline); builds with it are tested
+in tests/test_build_memory.py (the host sweep is labelled, bounded and never shipped).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
+import numpy as np
 import pytest
+import tiny_models
 
 from edgereg.build.threads import (
     LABEL,
@@ -24,6 +28,7 @@ from edgereg.build.threads import (
     run_sweep,
     sign_interval,
 )
+from edgereg.toolchain import benchmark, convert
 
 
 class Host:
@@ -238,3 +243,66 @@ def test_a_policy_out_of_range_is_refused(options: dict[str, float]) -> None:
 def test_the_budget_is_a_share_of_the_build_so_far() -> None:
     assert SweepPolicy().budget_seconds(20.0) == pytest.approx(3.0)
     assert SweepPolicy(share=0.0).budget_seconds(20.0) == 0.0
+
+
+# --- the sweep in the benchmark's child, on real MNN ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def conv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    """The tiny conv classifier as fp32 MNN, and one zero image for it."""
+    root = tmp_path_factory.mktemp("sweep")
+    tiny_models.conv_classifier(root / "conv.onnx")
+    convert(root / "conv.onnx", root / "conv.mnn")
+    return root / "conv.mnn", {"image": np.zeros((1, *tiny_models.CONV_SHAPE), np.float32)}
+
+
+def test_a_sweep_that_fails_is_recorded_and_the_benchmark_stands(
+    conv: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    # A policy the child refuses stands in for any failure of the sweep (MNN refusing a
+    # runtime at another count, an allocation failing): the variant's own timing stands.
+    path, sample = conv
+    policy = {**SweepPolicy().to_json(), "share": 2.0}
+    result = benchmark(
+        path,
+        sample,
+        threads=(2,),
+        warmup=1,
+        iterations=3,
+        sweep={"counts": [1, 2], "prior_seconds": 1.0, "policy": policy},
+    )
+    assert result.latency_ms[2].p50 > 0
+    assert result.sweep is not None
+    assert result.sweep["stopped"] == "error"
+    assert "share is 2.0" in result.sweep["error"]
+    run = SweepRun.from_json(result.sweep, confidence=0.95)
+    found = record(run, declared=2, tier_cores=None, host=2, confidence=0.95)
+    assert (found["stopped"], found["settled"], found["leading"]) == ("error", False, None)
+    line = describe(found)
+    assert "could not run (ValueError: share is 2.0" in line
+    assert "not a phone" in line
+
+
+def test_the_sweep_ends_by_half_the_childs_timeout_whatever_its_budget(
+    conv: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    # A build of a million seconds gives a budget of 150,000 s, and this policy never
+    # calls the answer settled: without the deadline the child runs into its timeout
+    # and the benchmark (the variant's own timing with it) fails.
+    path, sample = conv
+    endless = SweepPolicy(min_rounds=10**6, max_rounds=10**6, warmup=1)
+    result = benchmark(
+        path,
+        sample,
+        threads=(1,),
+        warmup=1,
+        iterations=3,
+        timeout=12.0,
+        sweep={"counts": [1, 2], "prior_seconds": 1e6, "policy": endless.to_json()},
+    )
+    assert result.sweep is not None
+    assert result.sweep["stopped"] == "budget"
+    assert result.sweep["budget_seconds"] <= 6.0
+    assert result.sweep["seconds"] <= 6.0
+    assert len(result.sweep["times_ms"]["1"]) > 6

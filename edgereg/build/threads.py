@@ -243,6 +243,8 @@ class SweepRun:
     seconds: float = 0.0
     stopped: str = "rounds"
     answer: SweepAnswer = field(default_factory=lambda: SweepAnswer(None, None, False, ()))
+    #: Why the sweep could not run (``stopped`` is ``error``): the build goes on without it.
+    error: str | None = None
 
     @property
     def rounds(self) -> int:
@@ -257,6 +259,7 @@ class SweepRun:
             "times_ms": {str(n): list(v) for n, v in self.times_ms.items()},
             "seconds": self.seconds,
             "stopped": self.stopped,
+            "error": self.error,
         }
 
     @classmethod
@@ -269,6 +272,7 @@ class SweepRun:
             {int(n): [float(t) for t in v] for n, v in dict(data["times_ms"]).items()},
             float(data["seconds"]),
             str(data["stopped"]),
+            error=None if data.get("error") is None else str(data["error"]),
         )
         if run.rounds:
             rounds = run.rounds  # only complete rounds are paired
@@ -355,6 +359,15 @@ def run_sweep(
     return run
 
 
+def failed_run(
+    counts: Sequence[int], error: str, *, budget_seconds: float = 0.0, seconds: float = 0.0
+) -> dict[str, Any]:
+    """What the benchmark's child sends back when the sweep itself failed (as ``to_json``)."""
+    run = SweepRun(tuple(sorted(set(counts))), budget_seconds, seconds=seconds, error=error)
+    run.stopped = "error"
+    return run.to_json()
+
+
 def _ran_out(run: SweepRun, seconds: float) -> SweepRun:
     run.stopped, run.seconds = "budget", seconds
     return run
@@ -388,6 +401,7 @@ def record(
         "seconds": round(run.seconds, 6),
         "budget_seconds": round(run.budget_seconds, 6),
         "stopped": run.stopped,
+        "error": run.error,
         "settled": run.answer.settled,
         "confidence": confidence,
         # The smallest count within 5 % of the fastest on this host: only once
@@ -418,6 +432,8 @@ def describe(found: Mapping[str, Any]) -> str:
         parts.append(f"{n} thr {ratio:.2f}x{interval}")
     if found.get("stopped") == "single":
         outcome = "one count only, nothing to compare"
+    elif found.get("stopped") == "error":
+        outcome = f"could not run ({found.get('error')})"
     elif best is None or not parts:
         outcome = f"no rounds within its {_seconds(found.get('budget_seconds'))} budget"
     elif found.get("settled"):

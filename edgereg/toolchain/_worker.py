@@ -336,11 +336,22 @@ def _sweep(
     """The host thread sweep (``edgereg/build/threads.py``): interleaved rounds.
 
     Its budget is its share of the build so far: the parent's stages before
-    this one (``prior_seconds``) and this child's own time until now.
+    this one (``prior_seconds``) and this child's own time until now; and it
+    ends by ``deadline_seconds`` after ``began`` (half the child's timeout),
+    however long the build before it took. A sweep that fails (MNN refusing
+    a runtime at another count, an allocation failing) is reported, never
+    the benchmark's failure: the sweep is a host figure beside it.
     """
     threads = _by_path(Path(__file__).parents[1] / "build" / "threads.py")
-    policy = threads.SweepPolicy(**sweep["policy"])
-    so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
+    counts = [int(n) for n in sweep["counts"]]
+    try:
+        policy = threads.SweepPolicy(**sweep["policy"])
+        so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
+        left = float(sweep["deadline_seconds"]) - (time.perf_counter() - began)
+        budget = max(min(policy.budget_seconds(so_far), left), 0.0)
+    except Exception as exc:
+        failed: dict[str, Any] = threads.failed_run(counts, f"{type(exc).__name__}: {exc}")
+        return failed
     modules = dict(kept)
 
     def prepare(count: int) -> bool:
@@ -351,14 +362,24 @@ def _sweep(
         )
         return True
 
-    run = threads.run_sweep(
-        [int(n) for n in sweep["counts"]],
-        lambda count: _forward(modules[count], arrays),
-        clock=time.perf_counter,
-        budget_seconds=policy.budget_seconds(so_far),
-        policy=policy,
-        prepare=prepare,
-    )
+    started = time.perf_counter()
+    try:
+        run = threads.run_sweep(
+            counts,
+            lambda count: _forward(modules[count], arrays),
+            clock=time.perf_counter,
+            budget_seconds=budget,
+            policy=policy,
+            prepare=prepare,
+        )
+    except Exception as exc:
+        failed = threads.failed_run(
+            counts,
+            f"{type(exc).__name__}: {exc}",
+            budget_seconds=budget,
+            seconds=time.perf_counter() - started,
+        )
+        return failed
     result: dict[str, Any] = run.to_json()
     return result
 
