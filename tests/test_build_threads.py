@@ -12,11 +12,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import tiny_models
 
+from edgereg.build.outputs import HostBenchmark
 from edgereg.build.threads import (
     LABEL,
     SweepPolicy,
@@ -306,3 +308,47 @@ def test_the_sweep_ends_by_half_the_childs_timeout_whatever_its_budget(
     assert result.sweep["budget_seconds"] <= 6.0
     assert result.sweep["seconds"] <= 6.0
     assert len(result.sweep["times_ms"]["1"]) > 6
+
+
+def _stored(found: Any) -> dict[str, Any]:
+    """A host-benchmark.json document holding ``found`` as its sweep."""
+    return {
+        "figures": "host",
+        "load_ms": 1.0,
+        "peak_rss_mb": 40.0,
+        "latency": [{"threads": 4, "p50_ms": 1.0, "p90_ms": 1.2}],
+        "artifact_sha256": "a" * 64,
+        "recipe_sha256": "b" * 64,
+        "host_threads": found,
+    }
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"ratio_to_leading": {"1": {"ratio": "1.30", "low": None, "high": None}}},
+        {"ratio_to_leading": {"1": {"ratio": True, "low": None, "high": None}}},
+        {"ratio_to_leading": [1.3, 1.0]},
+        {"ratio_to_leading": {"1": 1.3}},
+        {"counts": "1,2"},
+        {"counts": [1.5, 2]},
+        {"leading": "2"},
+        {"seconds": "0.2"},
+        {"stopped": None},
+        {"figures": "phone"},
+    ],
+)
+def test_a_stored_sweep_of_another_shape_is_dropped_not_shown_with_a_traceback(
+    damage: dict[str, Any],
+) -> None:
+    host = Host({1: 0.010, 2: 0.006}, noise=0.02)
+    run = run_sweep(
+        (1, 2), host.forward, clock=host.clock, budget_seconds=2.0, policy=SweepPolicy()
+    )
+    found = record(run, declared=2, tier_cores=None, host=2, confidence=0.95)
+    # As written, it reads back and is shown; edited, it is dropped (the report and
+    # `edgereg summary` format its numbers).
+    assert HostBenchmark.from_json(_stored(found)).threads == found
+    assert "2 thr 1.00x" in describe(found)
+    assert HostBenchmark.from_json(_stored({**found, **damage})).threads is None
+    assert HostBenchmark.from_json(_stored("a sweep")).threads is None

@@ -414,6 +414,38 @@ def record(
     }
 
 
+def checked_record(found: Any) -> dict[str, Any] | None:
+    """A ``host_threads`` record read back from storage, if it has :func:`record`'s shape.
+
+    host-benchmark.json comes back from disk (DVC restores it, a person edits
+    it, an older build wrote it): a record of another shape, or one not labelled
+    as host figures, is None, never a traceback where it is shown.
+    """
+    if not isinstance(found, dict) or found.get("figures") != "host":
+        return None
+    counts, ratios = found.get("counts"), found.get("ratio_to_leading")
+    if not isinstance(counts, list) or not all(type(n) is int for n in counts):
+        return None
+    if not isinstance(ratios, dict) or not all(
+        isinstance(entry, dict) and all(_number(entry.get(k)) for k in ("ratio", "low", "high"))
+        for entry in ratios.values()
+    ):
+        return None
+    whole = ("leading", "host_best", "rounds", "host_cores", "tier_cores", "declared_threads")
+    if not all(found.get(k) is None or type(found.get(k)) is int for k in whole):
+        return None
+    if not all(_number(found.get(k)) for k in ("seconds", "budget_seconds")):
+        return None
+    if not isinstance(found.get("stopped"), str):
+        return None
+    return found
+
+
+def _number(value: Any) -> bool:
+    """None or a number (a JSON true is not one)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
 def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 6)
 
