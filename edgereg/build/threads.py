@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: A count is as good as the best when its p50 is within this fraction of it.
@@ -76,14 +76,8 @@ class SweepPolicy:
         return self.share * max(build_seconds, 0.0)
 
     def to_json(self) -> dict[str, Any]:
-        """As the benchmark's child takes it."""
-        return {
-            "share": self.share,
-            "confidence": self.confidence,
-            "min_rounds": self.min_rounds,
-            "max_rounds": self.max_rounds,
-            "warmup": self.warmup,
-        }
+        """As the benchmark's child takes it (``SweepPolicy(**policy)``)."""
+        return asdict(self)
 
 
 def host_cores() -> int:
