@@ -94,15 +94,6 @@ def sweep_counts(tier_cores: int | None, host: int | None = None) -> tuple[int, 
     return tuple(range(1, max(top, 1) + 1))
 
 
-def recommend(p50_ms: Mapping[int, float], counts: tuple[int, ...]) -> int | None:
-    """The smallest of ``counts`` whose p50 is within :data:`WITHIN` of the best of them."""
-    measured = {n: p50_ms[n] for n in counts if n in p50_ms}
-    if not measured:
-        return None
-    best = min(measured.values())
-    return min(n for n, value in measured.items() if value <= best * (1.0 + WITHIN))
-
-
 def round_order(counts: Sequence[int], round_index: int) -> tuple[int, ...]:
     """The order of one round: ascending in even rounds, descending in odd ones."""
     ordered = tuple(sorted(counts))
