@@ -40,16 +40,17 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from memory import sample_for  # benchmarks/memory.py, beside this script
 
 from edgereg import config as config_mod
 from edgereg import toolchain
 from edgereg.build.outputs import ARTIFACT, HOST_BENCHMARK
-from edgereg.build.threads import SweepPolicy, SweepRun, host_cores, recommend, sweep_counts
+from edgereg.build.threads import WITHIN, SweepPolicy, SweepRun, host_cores, sweep_counts
 from edgereg.build.variant import BenchSettings, build_variant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +58,13 @@ TARGET_SHARE = 0.15
 SETTINGS = BenchSettings()
 
 
-def sample_for(config: config_mod.Config, model: str, variant: str) -> dict[str, np.ndarray]:
-    """Zeros at the variant's declared shapes (what the timing needs, not the values)."""
-    resolved = config.resolve(model, variant)
-    return {spec.name: np.zeros(spec.shape, dtype=spec.dtype) for spec in resolved.inputs}
+def earlier_choice(p50_ms: Mapping[int, float], counts: Sequence[int]) -> int | None:
+    """The earlier sweep's rule: the smallest count whose p50 is within 5 % of the best."""
+    measured = {n: p50_ms[n] for n in counts if n in p50_ms}
+    if not measured:
+        return None
+    best = min(measured.values())
+    return min(n for n, value in measured.items() if value <= best * (1.0 + WITHIN))
 
 
 def earlier_sweep(
@@ -82,7 +86,7 @@ def earlier_sweep(
     everything, result = timed(tuple(sorted({*counts, declared})))
     alone, _ = timed((declared,))
     p50 = {n: stats.p50 for n, stats in result.latency_ms.items()}
-    return max(everything - alone, 0.0), recommend(p50, tuple(counts))
+    return max(everything - alone, 0.0), earlier_choice(p50, counts)
 
 
 def new_sweep(

@@ -600,24 +600,6 @@ def test_a_variant_over_its_tier_ceiling_names_both_numbers_and_the_smallest_pea
 # --- threads by measurement ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("p50", "expected"),
-    [
-        ({1: 10.0, 2: 6.2, 3: 5.8, 4: 5.9}, 3),  # 2 is 6.9 % slower than the best
-        ({1: 10.0, 2: 5.2, 3: 5.0, 4: 5.1}, 2),  # 2 is 4 % slower: as good, and fewer
-        ({1: 4.0, 2: 4.1, 4: 3.0}, 4),
-        ({1: 4.0, 2: 4.1}, 1),
-        ({}, None),
-    ],
-)
-def test_the_recommended_count_is_the_smallest_within_five_percent_of_the_best(
-    p50: dict[int, float], expected: int | None
-) -> None:
-    from edgereg.build.threads import recommend
-
-    assert recommend(p50, tuple(sorted(p50))) == expected
-
-
 def test_the_sweep_goes_to_the_tier_cores_capped_by_the_host() -> None:
     from edgereg.build.threads import DEFAULT_TIER_CORES, sweep_counts
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgereg.build.threads import checked_record
 from edgereg.config import Config, InputSpec, Model
 from edgereg.tasks import task_class
 
@@ -257,17 +258,11 @@ class HostBenchmark:
                     for name in SESSION_FIGURES
                     if isinstance(data.get(name), (int, float))
                 },
-                threads=_host_threads(data.get(HOST_THREADS)),
+                # Of another shape (an edit, an older build): no sweep, never a traceback.
+                threads=checked_record(data.get(HOST_THREADS)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"host benchmark is missing or mistypes {exc}") from exc
-
-
-def _host_threads(found: Any) -> dict[str, Any] | None:
-    """A sweep record, only when labelled as host figures (an older build has none)."""
-    if isinstance(found, dict) and found.get("figures") == HOST_FIGURES:
-        return found
-    return None
 
 
 def read_host_benchmark(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: A count is as good as the best when its p50 is within this fraction of it.
@@ -76,14 +76,8 @@ class SweepPolicy:
         return self.share * max(build_seconds, 0.0)
 
     def to_json(self) -> dict[str, Any]:
-        """As the benchmark's child takes it."""
-        return {
-            "share": self.share,
-            "confidence": self.confidence,
-            "min_rounds": self.min_rounds,
-            "max_rounds": self.max_rounds,
-            "warmup": self.warmup,
-        }
+        """As the benchmark's child takes it (``SweepPolicy(**policy)``)."""
+        return asdict(self)
 
 
 def host_cores() -> int:
@@ -98,15 +92,6 @@ def sweep_counts(tier_cores: int | None, host: int | None = None) -> tuple[int, 
     """1 up to the tier's cores (:data:`DEFAULT_TIER_CORES` when unsaid), capped by the host."""
     top = min(tier_cores or DEFAULT_TIER_CORES, host if host is not None else host_cores())
     return tuple(range(1, max(top, 1) + 1))
-
-
-def recommend(p50_ms: Mapping[int, float], counts: tuple[int, ...]) -> int | None:
-    """The smallest of ``counts`` whose p50 is within :data:`WITHIN` of the best of them."""
-    measured = {n: p50_ms[n] for n in counts if n in p50_ms}
-    if not measured:
-        return None
-    best = min(measured.values())
-    return min(n for n, value in measured.items() if value <= best * (1.0 + WITHIN))
 
 
 def round_order(counts: Sequence[int], round_index: int) -> tuple[int, ...]:
@@ -130,14 +115,16 @@ def sign_interval(values: Sequence[float], confidence: float) -> tuple[float, fl
     """
     n = len(values)
     alpha = 1.0 - confidence
-    total = 2.0**n
-    tail = 0.0
+    # Counted in integers: 2.0**n overflows a float past 1023 values.
+    whole = 2**n
+    tail, term = 0, 1  # the sum of C(n, i) for i <= k, and C(n, k)
     j = 0
     for k in range(n):
-        tail += math.comb(n, k) / total
-        if 2.0 * tail > alpha:
+        tail += term
+        if 2 * tail / whole > alpha:  # int / int: exact, however large
             break
         j = k + 1
+        term = term * (n - k) // (k + 1)
     if j < 1:
         return None
     ordered = sorted(values)
@@ -241,6 +228,8 @@ class SweepRun:
     seconds: float = 0.0
     stopped: str = "rounds"
     answer: SweepAnswer = field(default_factory=lambda: SweepAnswer(None, None, False, ()))
+    #: Why the sweep could not run (``stopped`` is ``error``): the build goes on without it.
+    error: str | None = None
 
     @property
     def rounds(self) -> int:
@@ -255,6 +244,7 @@ class SweepRun:
             "times_ms": {str(n): list(v) for n, v in self.times_ms.items()},
             "seconds": self.seconds,
             "stopped": self.stopped,
+            "error": self.error,
         }
 
     @classmethod
@@ -267,6 +257,7 @@ class SweepRun:
             {int(n): [float(t) for t in v] for n, v in dict(data["times_ms"]).items()},
             float(data["seconds"]),
             str(data["stopped"]),
+            error=None if data.get("error") is None else str(data["error"]),
         )
         if run.rounds:
             rounds = run.rounds  # only complete rounds are paired
@@ -353,6 +344,15 @@ def run_sweep(
     return run
 
 
+def failed_run(
+    counts: Sequence[int], error: str, *, budget_seconds: float = 0.0, seconds: float = 0.0
+) -> dict[str, Any]:
+    """What the benchmark's child sends back when the sweep itself failed (as ``to_json``)."""
+    run = SweepRun(tuple(sorted(set(counts))), budget_seconds, seconds=seconds, error=error)
+    run.stopped = "error"
+    return run.to_json()
+
+
 def _ran_out(run: SweepRun, seconds: float) -> SweepRun:
     run.stopped, run.seconds = "budget", seconds
     return run
@@ -386,6 +386,7 @@ def record(
         "seconds": round(run.seconds, 6),
         "budget_seconds": round(run.budget_seconds, 6),
         "stopped": run.stopped,
+        "error": run.error,
         "settled": run.answer.settled,
         "confidence": confidence,
         # The smallest count within 5 % of the fastest on this host: only once
@@ -396,6 +397,38 @@ def record(
         "ratio_to_leading": ratios,
         "p50_ms": {str(n): _finite(_median(v)) if v else None for n, v in run.times_ms.items()},
     }
+
+
+def checked_record(found: Any) -> dict[str, Any] | None:
+    """A ``host_threads`` record read back from storage, if it has :func:`record`'s shape.
+
+    host-benchmark.json comes back from disk (DVC restores it, a person edits
+    it, an older build wrote it): a record of another shape, or one not labelled
+    as host figures, is None, never a traceback where it is shown.
+    """
+    if not isinstance(found, dict) or found.get("figures") != "host":
+        return None
+    counts, ratios = found.get("counts"), found.get("ratio_to_leading")
+    if not isinstance(counts, list) or not all(type(n) is int for n in counts):
+        return None
+    if not isinstance(ratios, dict) or not all(
+        isinstance(entry, dict) and all(_number(entry.get(k)) for k in ("ratio", "low", "high"))
+        for entry in ratios.values()
+    ):
+        return None
+    whole = ("leading", "host_best", "rounds", "host_cores", "tier_cores", "declared_threads")
+    if not all(found.get(k) is None or type(found.get(k)) is int for k in whole):
+        return None
+    if not all(_number(found.get(k)) for k in ("seconds", "budget_seconds")):
+        return None
+    if not isinstance(found.get("stopped"), str):
+        return None
+    return found
+
+
+def _number(value: Any) -> bool:
+    """None or a number (a JSON true is not one)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def _finite(value: float | None) -> float | None:
@@ -416,6 +449,8 @@ def describe(found: Mapping[str, Any]) -> str:
         parts.append(f"{n} thr {ratio:.2f}x{interval}")
     if found.get("stopped") == "single":
         outcome = "one count only, nothing to compare"
+    elif found.get("stopped") == "error":
+        outcome = f"could not run ({found.get('error')})"
     elif best is None or not parts:
         outcome = f"no rounds within its {_seconds(found.get('budget_seconds'))} budget"
     elif found.get("settled"):

@@ -134,34 +134,34 @@ def _forward(module: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
     return result
 
 
-def _streaming() -> Any:
-    """The shared runner (``_streaming.py`` beside this file), loaded by path.
+def _by_path(path: Path) -> Any:
+    """A standard-library-only module of edgereg's, loaded by path (once per child).
 
     Importing it through the ``edgereg`` package would run the package's
     imports (onnx, pydantic) in every child.
     """
     import importlib.util
 
-    path = Path(__file__).with_name("_streaming.py")
-    spec = importlib.util.spec_from_file_location("_edgereg_streaming", path)
+    name = f"_edgereg_{path.stem.lstrip('_')}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
 
+def _streaming() -> Any:
+    """The shared runner (``_streaming.py`` beside this file)."""
+    return _by_path(Path(__file__).with_name("_streaming.py"))
+
+
 def _memory(req: dict[str, Any]) -> dict[str, Any]:
     """Peak and steady memory, MNN's own accounting, first and steady latency."""
-    import importlib.util
-
-    path = Path(__file__).with_name("_memory_worker.py")
-    spec = importlib.util.spec_from_file_location("_edgereg_memory_worker", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _by_path(Path(__file__).with_name("_memory_worker.py"))
     result: dict[str, Any] = module.measure(req)
     return result
 
@@ -333,22 +333,25 @@ def _sweep(
     kept: dict[int, Any],
     began: float,
 ) -> dict[str, Any]:
-    """The host thread sweep (``edgereg/build/threads.py``, loaded by path): interleaved rounds.
+    """The host thread sweep (``edgereg/build/threads.py``): interleaved rounds.
 
     Its budget is its share of the build so far: the parent's stages before
-    this one (``prior_seconds``) and this child's own time until now.
+    this one (``prior_seconds``) and this child's own time until now; and it
+    ends by ``deadline_seconds`` after ``began`` (half the child's timeout),
+    however long the build before it took. A sweep that fails (MNN refusing
+    a runtime at another count, an allocation failing) is reported, never
+    the benchmark's failure: the sweep is a host figure beside it.
     """
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "build" / "threads.py"
-    spec = importlib.util.spec_from_file_location("_edgereg_threads", path)
-    assert spec is not None
-    assert spec.loader is not None
-    threads = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = threads  # dataclasses look their module up by name
-    spec.loader.exec_module(threads)
-    policy = threads.SweepPolicy(**sweep["policy"])
-    so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
+    threads = _by_path(Path(__file__).parents[1] / "build" / "threads.py")
+    counts = [int(n) for n in sweep["counts"]]
+    try:
+        policy = threads.SweepPolicy(**sweep["policy"])
+        so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
+        left = float(sweep["deadline_seconds"]) - (time.perf_counter() - began)
+        budget = max(min(policy.budget_seconds(so_far), left), 0.0)
+    except Exception as exc:
+        failed: dict[str, Any] = threads.failed_run(counts, f"{type(exc).__name__}: {exc}")
+        return failed
     modules = dict(kept)
 
     def prepare(count: int) -> bool:
@@ -359,14 +362,24 @@ def _sweep(
         )
         return True
 
-    run = threads.run_sweep(
-        [int(n) for n in sweep["counts"]],
-        lambda count: _forward(modules[count], arrays),
-        clock=time.perf_counter,
-        budget_seconds=policy.budget_seconds(so_far),
-        policy=policy,
-        prepare=prepare,
-    )
+    started = time.perf_counter()
+    try:
+        run = threads.run_sweep(
+            counts,
+            lambda count: _forward(modules[count], arrays),
+            clock=time.perf_counter,
+            budget_seconds=budget,
+            policy=policy,
+            prepare=prepare,
+        )
+    except Exception as exc:
+        failed = threads.failed_run(
+            counts,
+            f"{type(exc).__name__}: {exc}",
+            budget_seconds=budget,
+            seconds=time.perf_counter() - started,
+        )
+        return failed
     result: dict[str, Any] = run.to_json()
     return result
 

@@ -889,6 +889,8 @@ def benchmark(
         sweep: Then run the host thread sweep in the same child: ``counts``,
             ``prior_seconds`` (the build's seconds before this call, its
             budget's base) and ``policy`` (``edgereg.build.threads.SweepPolicy``).
+            It ends by half of ``timeout``, and a sweep that fails is reported
+            in its record (``stopped``: ``error``), not raised.
 
     Returns:
         Load time, per-thread-count latency, the child's peak RSS (before the
@@ -922,7 +924,8 @@ def benchmark(
                 "warmup": int(warmup),
                 "iterations": int(iterations),
                 "memory": None if memory is None else memory.request(),
-                "sweep": None if sweep is None else dict(sweep),
+                # The sweep ends by half the child's timeout, whatever its budget.
+                "sweep": None if sweep is None else {**sweep, "deadline_seconds": timeout / 2},
             },
             scratch=scratch,
             stage="benchmark",
