@@ -147,6 +147,8 @@ final class Engine {
             recordError(null, null);
             return r;
         } catch (Rejected r) {
+            // A connection the app's cancel cut (the manifest's, a blob's) fails as transport: it is the cancel.
+            if (running != null && running.isCancelled() && Reasons.TRANSPORT.equals(r.code)) r = Cancel.cancelled();
             recordError(r.code, r.getMessage());
             return failure(installed, r.code, r.getMessage());
         } catch (RuntimeException e) {

@@ -408,6 +408,30 @@ class ClientTest {
     }
 
     @Test
+    void aCancelWhileTheManifestIsFetchedIsCancelledNotATransportError() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        registry.manifestDelayMs = 1500;
+        final EdgeregClient client = builder(tmp).build();
+        for (boolean interrupt : new boolean[] {false, true}) {
+            registry.requests.clear();
+            final UpdateResult[] done = new UpdateResult[1];
+            Thread worker = new Thread(() -> done[0] = client.update("digits"));
+            worker.start();
+            long until = System.currentTimeMillis() + 10000;
+            while (registry.requests.isEmpty() && System.currentTimeMillis() < until) Thread.sleep(10);
+            Thread.sleep(100); // the request is out, its answer held
+            if (interrupt) worker.interrupt(); // a cancelled Worker
+            else client.cancel("digits");
+            worker.join(10000);
+            // The connection the cancel cut is the cancel, not the network's failure (retried as one).
+            assertEquals("cancelled", done[0].errorCode, done[0].toString());
+            assertEquals("cancelled", client.status("digits").lastErrorCode);
+        }
+        registry.manifestDelayMs = 0;
+        assertTrue(client.update("digits").ok());
+    }
+
+    @Test
     void checkListenersDeleteAndTheInstalledList() throws Exception {
         Map<String, Object> v1 = registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU);
         registry.manifest("digits", "mid", 5, v1, null, null, null);
