@@ -146,6 +146,20 @@ def test_an_unreadable_ledger_is_logged_and_started_afresh(
     )
 
 
+@pytest.mark.parametrize("flag", ["false", "no", 1, [], {}])
+def test_a_ledger_flag_other_than_true_reads_as_false(flag: object, tmp_path: Path) -> None:
+    # "running" and "confirmed" as another writer (or a damaged file) left them: only a JSON
+    # true counts, as in the JVM and Swift clients; bool("false") would confirm the install.
+    unit = {"installed": "1.0.0", "confirmed": flag, "starts": 1, "running": flag}
+    (tmp_path / "health.json").write_text(json.dumps({"units": {"digits": unit}}))
+    ledger = HealthLedger(tmp_path, max_unconfirmed_starts=2)
+    health = ledger.health("digits")
+    assert (health.confirmed, health.running) == (False, False)
+    assert ledger.app_started("digits") is None  # no start was under way: nothing counted
+    assert ledger.health("digits").starts == 1
+    assert ledger.app_started("digits") is not None  # this start ran it and ended: 2, reverted
+
+
 def test_a_revert_the_app_makes_itself_marks_the_version_bad(tmp_path: Path) -> None:
     ledger = HealthLedger(tmp_path)
     _play(ledger, ["install 1.0.0", "confirm", "install 1.1.0", "start", "reverted 1.0.0"])

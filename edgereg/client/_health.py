@@ -296,11 +296,13 @@ def _from_json(value: dict[str, Any]) -> UnitHealth:
     reverting = value.get("reverting")
     return UnitHealth(
         installed=_optional_str(value.get("installed")),
-        confirmed=bool(value.get("confirmed", False)),
+        # Only a JSON true is true: bool("false") is True, and a flag read wrong would
+        # confirm an install or count a start nobody ran.
+        confirmed=value.get("confirmed") is True,
         starts=int(value.get("starts", 0)),
         # A ledger written before this key counted each start as it began: its count
         # already holds the start under way, so the next start adds nothing.
-        running=bool(value.get("running", False)),
+        running=value.get("running") is True,
         last_good=_optional_str(value.get("last_good")),
         reverting=None
         if reverting is None

@@ -1590,6 +1590,19 @@ def run_blob(vector_input: dict[str, Any]) -> dict[str, Any]:
     return check_blob_vector(vector_input)
 
 
+def _vector_file(
+    folder: str, name: str, description: str, vector_input: dict[str, Any]
+) -> dict[str, str]:
+    """One golden file of ``folder``, its ``expected`` from the folder's runner (RUNNERS)."""
+    vector = {
+        "name": name,
+        "description": description,
+        "input": vector_input,
+        "expected": RUNNERS[folder](vector_input),
+    }
+    return {f"{folder}/{name}.json": json.dumps(vector, indent=2) + "\n"}
+
+
 def build_blobs() -> dict[str, str]:
     files = {}
     digest = hashlib.sha256(BLOB).hexdigest()
@@ -1599,13 +1612,7 @@ def build_blobs() -> dict[str, str]:
             "content_length": length,
             "body": base64.b64encode(body).decode("ascii"),
         }
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": run_blob(vector_input),
-        }
-        files[f"blobs/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("blobs", name, description, vector_input))
     return files
 
 
@@ -1770,13 +1777,7 @@ def build_conditions() -> dict[str, str]:
     files = {}
     for name, (description, policy, said) in CONDITIONS_CASES.items():
         vector_input = {"policy": policy, "conditions": said}
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": check_conditions_vector(vector_input),
-        }
-        files[f"conditions/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("conditions", name, description, vector_input))
     return files
 
 
@@ -1885,13 +1886,7 @@ def build_selftest() -> dict[str, str]:
             "remembered": remembered,
             "trials": trials,
         }
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": check_selftest_vector(vector_input),
-        }
-        files[f"selftest/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("selftest", name, description, vector_input))
     return files
 
 
@@ -2008,13 +2003,7 @@ def build_health() -> dict[str, str]:
     files = {}
     for name, (description, max_starts, steps) in HEALTH_CASES.items():
         vector_input = {"max_unconfirmed_starts": max_starts, "steps": steps}
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": check_health_vector(vector_input),
-        }
-        files[f"health/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("health", name, description, vector_input))
     return files
 
 
@@ -2161,13 +2150,7 @@ def build_metrics() -> dict[str, str]:
     files = {}
     for name, (description, declared, counts, calls) in METRICS_CASES.items():
         vector_input = {"declared": declared, "counts": counts, "calls": calls}
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": check_metrics_vector(vector_input),
-        }
-        files[f"metrics/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("metrics", name, description, vector_input))
     return files
 
 
@@ -2315,13 +2298,7 @@ def build_tier_files() -> dict[str, str]:
     files = {}
     for name, (description, data, device) in TIER_FILE_CASES.items():
         vector_input = {"file": base64.b64encode(data).decode("ascii"), "device": device}
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": check_tier_file_vector(vector_input),
-        }
-        files[f"tiers/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("tiers", name, description, vector_input))
     return files
 
 
@@ -2757,13 +2734,7 @@ def build_probes() -> dict[str, str]:
         }
         if name in DATA_PROBE_CASES:
             vector_input["probe_data"] = DATA_PROBE_CASES[name][3]
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": run_probe(vector_input),
-        }
-        files[f"probes/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("probes", name, description, vector_input))
     return files
 
 
@@ -2871,13 +2842,7 @@ def build_versions() -> dict[str, str]:
     files = {}
     for name, (version, version_range, description) in VERSION_CASES.items():
         vector_input = {"version": version, "range": version_range}
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": run_version(vector_input),
-        }
-        files[f"versions/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("versions", name, description, vector_input))
     return files
 
 
@@ -3263,13 +3228,7 @@ def build_reports() -> dict[str, str]:
     files = {}
     for name, (description, body) in REPORT_CASES.items():
         vector_input = {"body": base64.b64encode(body).decode("ascii")}
-        vector = {
-            "name": name,
-            "description": description,
-            "input": vector_input,
-            "expected": run_report(vector_input),
-        }
-        files[f"reports/{name}.json"] = json.dumps(vector, indent=2) + "\n"
+        files.update(_vector_file("reports", name, description, vector_input))
     return files
 
 

@@ -42,6 +42,13 @@ public final class Vectors {
         return v instanceof Boolean ? (Boolean) v : null; // absent or null: not said
     }
 
+    /** A vector's scratch cache directory (flat: the ledgers write there only) and its files. */
+    private static void removeScratch(java.io.File dir) {
+        java.io.File[] files = dir.listFiles();
+        if (files != null) for (java.io.File f : files) f.delete();
+        dir.delete();
+    }
+
     /**
      * tests/vectors/health: the confirmation ledger (section 11) over the vector's steps, in a
      * fresh cache directory: launch (a new process), install, app_started (a revert it decides is
@@ -95,9 +102,7 @@ public final class Vectors {
             result.put("steps", out);
             return result;
         } finally {
-            java.io.File[] files = dir.listFiles();
-            if (files != null) for (java.io.File f : files) f.delete();
-            dir.delete();
+            removeScratch(dir);
         }
     }
 
@@ -146,9 +151,7 @@ public final class Vectors {
             result.put("metrics", totals == null ? Json.NULL : totals);
             return result;
         } finally {
-            java.io.File[] files = dir.listFiles();
-            if (files != null) for (java.io.File f : files) f.delete();
-            dir.delete();
+            removeScratch(dir);
         }
     }
 

@@ -147,6 +147,8 @@ final class Engine {
             recordError(null, null);
             return r;
         } catch (Rejected r) {
+            // A connection the app's cancel cut (the manifest's, a blob's) fails as transport: it is the cancel.
+            if (running != null && running.isCancelled() && Reasons.TRANSPORT.equals(r.code)) r = Cancel.cancelled();
             recordError(r.code, r.getMessage());
             return failure(installed, r.code, r.getMessage());
         } catch (RuntimeException e) {
@@ -506,6 +508,13 @@ final class Engine {
             } catch (Rejected r) {
                 d.part.delete();
                 throw r;
+            }
+            // The digest read the bytes written, not what the path holds now: a part cut or grown
+            // since (by anything but this download) is not the blob hashed.
+            if (!d.part.isFile() || d.part.length() != d.ref.size) {
+                long held = d.part.length();
+                d.part.delete();
+                throw new Rejected(Reasons.CACHE, d.part + " holds " + held + " bytes, not the " + d.ref.size + " downloaded and hashed: it changed under the download");
             }
             if (!d.part.renameTo(store().blob(d.ref.sha256))) throw new Rejected(Reasons.CACHE, "cannot install " + d.part);
         }

@@ -150,6 +150,48 @@ class ClientTest {
         assertEquals("bad-blob", client.status("digits").lastErrorCode);
     }
 
+    /** The hashing thread (HashPipe) ends with the update that started it: none is left behind. */
+    static void assertNoHashingThreadLeft() throws InterruptedException {
+        long until = System.currentTimeMillis() + 5000;
+        while (true) {
+            boolean alive = false;
+            for (Thread t : Thread.getAllStackTraces().keySet()) alive |= t.isAlive() && t.getName().equals("edgereg-sha256");
+            if (!alive) return;
+            assertTrue(System.currentTimeMillis() < until, "an edgereg-sha256 thread outlived its update");
+            Thread.sleep(20);
+        }
+    }
+
+    @Test
+    void aPartChangedUnderTheDownloadIsNeverInstalled() throws Exception {
+        byte[] model = bytes(300000, 4);
+        Map<String, Object> e = registry.blob(model, "1.0.0", "int8", CPU);
+        registry.manifest("digits", "mid", 5, e, null, null, null);
+        final EdgeregClient client = builder(tmp).build();
+        final File part = client.store.part((String) e.get("sha256"));
+        // After the last byte is written (the digest follows those bytes only), the part grows.
+        UpdateResult r = client.updateAsync("digits", null, Runnable::run, (done, total) -> {
+            if (done < total) return;
+            try (java.io.RandomAccessFile f = new java.io.RandomAccessFile(part, "rw")) {
+                f.seek(f.length());
+                f.write(new byte[10]);
+            } catch (java.io.IOException x) {
+                throw new AssertionError(x);
+            }
+        }).get();
+        assertEquals("cache", r.errorCode, r.toString());
+        assertTrue(r.errorMessage.contains("changed under the download"), r.errorMessage);
+        assertNull(r.version, "nothing installed");
+        assertFalse(client.store.blob((String) e.get("sha256")).exists(), "the grown part is not a blob");
+        assertFalse(part.exists(), "and is not resumed from");
+        assertNoHashingThreadLeft();
+        UpdateResult again = client.update("digits");
+        assertTrue(again.ok(), again.toString());
+        assertArrayEquals(model, Files.readAllBytes(again.model().file.toPath()));
+        assertTrue(client.status("digits").ready);
+        assertNoHashingThreadLeft();
+    }
+
     @Test
     void anInterruptedDownloadResumesWithRange() throws Exception {
         byte[] model = bytes(200000, 7);
@@ -324,6 +366,7 @@ class ClientTest {
         Status between = client.status("digits");
         assertEquals("1.0.0", between.installed.version, "nothing installed");
         assertTrue(between.pending.remainingBytes < 60000, "the part is kept: " + between.pending.remainingBytes + " bytes to go");
+        assertNoHashingThreadLeft();
         registry.trickleMs = 0;
         UpdateResult after = client.update("digits");
         assertEquals("1.1.0", after.version, "the next update resumed and finished");
@@ -358,9 +401,34 @@ class ClientTest {
         assertEquals("1.0.0", client.current("digits").version);
         assertTrue(part.length() > 0, "the part stays for a resume");
         assertEquals("1.1.0", client.status("digits").pending.version);
+        assertNoHashingThreadLeft();
         // cancel() with nothing running does nothing.
         client.cancel("digits");
         client.cancel("digits");
+    }
+
+    @Test
+    void aCancelWhileTheManifestIsFetchedIsCancelledNotATransportError() throws Exception {
+        registry.manifest("digits", "mid", 5, registry.blob(bytes(1000, 1), "1.0.0", "int8", CPU), null, null, null);
+        registry.manifestDelayMs = 1500;
+        final EdgeregClient client = builder(tmp).build();
+        for (boolean interrupt : new boolean[] {false, true}) {
+            registry.requests.clear();
+            final UpdateResult[] done = new UpdateResult[1];
+            Thread worker = new Thread(() -> done[0] = client.update("digits"));
+            worker.start();
+            long until = System.currentTimeMillis() + 10000;
+            while (registry.requests.isEmpty() && System.currentTimeMillis() < until) Thread.sleep(10);
+            Thread.sleep(100); // the request is out, its answer held
+            if (interrupt) worker.interrupt(); // a cancelled Worker
+            else client.cancel("digits");
+            worker.join(10000);
+            // The connection the cancel cut is the cancel, not the network's failure (retried as one).
+            assertEquals("cancelled", done[0].errorCode, done[0].toString());
+            assertEquals("cancelled", client.status("digits").lastErrorCode);
+        }
+        registry.manifestDelayMs = 0;
+        assertTrue(client.update("digits").ok());
     }
 
     @Test

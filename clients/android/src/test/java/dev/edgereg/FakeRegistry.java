@@ -54,6 +54,8 @@ final class FakeRegistry implements AutoCloseable {
     /** Hold each report this long before answering (a slow collector). */
     volatile int postDelayMs;
     volatile boolean ignoreRange;
+    /** Hold each manifest answer this long before its headers (a slow registry). */
+    volatile int manifestDelayMs;
     /** Send blob bodies 1000 bytes at a time with this pause between (0: at once). */
     volatile int trickleMs;
     volatile int forceStatus;
@@ -184,6 +186,13 @@ final class FakeRegistry implements AutoCloseable {
             reports.add(body);
             send(x, 202, Codec.utf8("{\"status\":\"accepted\"}"), null);
             return;
+        }
+        if (manifestDelayMs > 0 && path.startsWith("manifests/")) {
+            try {
+                Thread.sleep(manifestDelayMs);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
         }
         if (forceStatus != 0) {
             send(x, forceStatus, new byte[0], null);
