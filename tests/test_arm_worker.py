@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -258,6 +259,89 @@ def test_a_model_mnn_refuses_fails_as_in_a_one_shot_run_and_ends_the_worker(
         assert worker.pid is None
     finally:
         worker.close()
+
+
+READY = b'{"ok": true, "phase": "import", "mnn_version": "3.6.1", "numpy_version": "1"}\n'
+
+
+def answering(tmp_path: Path, ready: bytes, answer: bytes) -> str:
+    """An emulator whose probe says ``ready``, then ``answer`` to each request.
+
+    Run one-shot (a request file, no ``--serve``), it writes ``answer`` as its result file.
+    """
+    path = tmp_path / "answering"
+    path.write_text(
+        f"""#!{sys.executable}
+import json, os, sys
+ready, answer = {ready!r}, {answer!r}
+if "--serve" in sys.argv:
+    reply = int(sys.argv[sys.argv.index("--serve") + 1])
+    os.write(reply, ready)
+    for _ in sys.stdin:
+        os.write(reply, answer)
+else:
+    with open(sys.argv[-1], encoding="utf-8") as request:
+        result = json.load(request)["result"]
+    with open(result, "wb") as out:
+        out.write(answer)
+""",
+        encoding="utf-8",
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("ready", "answer", "words"),
+    [
+        pytest.param(b"MNN says hello\n", b"", "b'MNN says hello'", id="not-json-when-ready"),
+        pytest.param(READY, b'{"ok": true, "pha\n', 'b\'{"ok": true, "pha\'', id="cut-off"),
+        pytest.param(READY, b"[1, 2]\n", "b'[1, 2]'", id="not-an-object"),
+        pytest.param(READY, b"\xff\xfe\n", "b'\\xff\\xfe'", id="not-utf8"),
+    ],
+)
+def test_an_answer_that_is_not_a_result_is_a_clear_error_and_ends_the_worker(
+    artifact: Path,
+    sysroot: Sysroot,
+    cpus: tuple[str, ...],
+    tmp_path: Path,
+    ready: bytes,
+    answer: bytes,
+    words: str,
+) -> None:
+    qemu = answering(tmp_path, ready, answer)
+    worker = worker_for("armv8", sysroot.path, cpus, qemu=qemu)
+    try:
+        with pytest.raises(ArmError) as caught:
+            run(artifact, "armv8", rows(1, seed=9), sysroot, cpus, worker=worker)
+        assert caught.value.reason == "broken"
+        assert caught.value.message == (
+            f"the emulated armv8 run (cortex-a53) answered with no result: {words}"
+        )
+        assert "reinstall the sysroot" in (caught.value.hint or "")
+        assert worker.pid is None
+    finally:
+        worker.close()
+
+
+def test_a_success_without_its_outputs_is_a_clear_error_as_in_a_one_shot_run(
+    artifact: Path, sysroot: Sysroot, cpus: tuple[str, ...], tmp_path: Path
+) -> None:
+    short = b'{"ok": true, "phase": "forward", "mnn_version": "3.6.1"}\n'
+    qemu = answering(tmp_path, READY, short)
+    with pytest.raises(ArmError) as alone:
+        run(artifact, "armv8", rows(1, seed=10), sysroot, cpus, qemu=qemu)
+    worker = worker_for("armv8", sysroot.path, cpus, qemu=qemu)
+    try:
+        with pytest.raises(ArmError) as served:
+            run(artifact, "armv8", rows(1, seed=10), sysroot, cpus, worker=worker)
+    finally:
+        worker.close()
+    same_failure(served.value, alone.value)
+    assert served.value.reason == "broken"
+    assert served.value.message.startswith(
+        "the emulated armv8 run (cortex-a53) reported outputs it did not give: "
+    )
 
 
 def test_the_emulator_killed_between_runs_is_a_crash_and_the_next_run_starts_another(

@@ -628,6 +628,8 @@ def _probe(
 #: Exit status of a one-shot probe that reported an error (``_runtime_probe``):
 #: what a worker's reported error is given too, so both paths fail alike.
 _REPORTED_ERROR = 3
+#: How much of an answer that is not a result an error quotes.
+_QUOTED = 200
 #: Worker processes not yet stopped: killed at interpreter exit if a caller forgot.
 _LIVE: weakref.WeakSet[ClassWorker] = weakref.WeakSet()
 
@@ -646,10 +648,11 @@ class ClassWorker:
 
     A worker that crashes, stops or times out is gone, and its failure is the
     one-shot run's (:func:`run_on_class`); the next run starts a new one. A
-    run MNN reported failed and an interrupted run also end the worker.
-    :meth:`close` kills it (nothing it holds is worth waiting for) and
-    removes its files; a worker whose parent dies exits when its stdin
-    closes, and the live ones are killed at interpreter exit.
+    run MNN reported failed, an answer that is not a result and an
+    interrupted run also end the worker. :meth:`close` kills it (nothing it
+    holds is worth waiting for) and removes its files; a worker whose parent
+    dies exits when its stdin closes, and the live ones are killed at
+    interpreter exit.
 
     Args:
         qemu: The emulator.
@@ -764,7 +767,19 @@ class ClassWorker:
                 raise self._error(ProbeFailure.ended(status, self._output(offset)), timeout)
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        answer: dict[str, Any] = json.loads(line)
+        try:
+            answer = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            answer = None
+        if not isinstance(answer, dict):
+            raise ArmError(
+                f"the emulated {self.cpu_class} run ({self.cpu}) answered with no result: "
+                f"{line[:_QUOTED]!r}",
+                reason="broken",
+                cpu_class=self.cpu_class,
+                output_tail=tail(self._output(offset)),
+                hint=_reinstall(self.sysroot),
+            )
         return answer
 
     def run(self, request: dict[str, Any], *, timeout: float = 900.0) -> ProbeRun:
@@ -778,7 +793,9 @@ class ClassWorker:
         Raises:
             ArmError: What a one-shot run of the request raises when the
                 emulator cannot start, times out (the timeout counts from this
-                call), crashes or stops without a result, or MNN does not import.
+                call), crashes or stops without a result, or MNN does not
+                import; or (reason ``broken``) the worker answered with
+                something other than a result.
         """
         with self._lock:
             started = time.perf_counter()
@@ -938,8 +955,22 @@ def run_on_class(
                 exit_status=run.exit_status,
                 output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
             )
-        with np.load(scratch / "outputs.npz") as data:
-            outputs = {name: np.array(data[name]) for name in result["output_names"]}
+        names = result.get("output_names")
+        try:
+            if not isinstance(names, list):
+                raise TypeError(f"output_names is {names!r}")
+            with np.load(scratch / "outputs.npz") as data:
+                outputs = {str(name): np.array(data[name]) for name in names}
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ArmError(
+                f"the emulated {cpu_class} run ({cpu}) reported outputs it did not give: {why}",
+                reason="broken",
+                cpu_class=cpu_class,
+                exit_status=run.exit_status,
+                output_tail=tail(output),
+                hint=_reinstall(sysroot.path),
+            ) from exc
     return ArmRun(
         cpu_class=cpu_class,
         qemu_cpu=cpu,
