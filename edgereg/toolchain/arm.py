@@ -862,10 +862,13 @@ class ClassWorker:
 
 @atexit.register
 def _kill_live_workers() -> None:
+    # Not close(): a run in another thread may hold its lock. Killed, then its files.
     for worker in list(_LIVE):
-        proc = worker._proc
+        proc, scratch = worker._proc, worker._scratch
         if proc is not None and proc.poll() is None:
             proc.kill()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run_on_class(
