@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -427,6 +428,85 @@ def test_ctrl_c_leaves_no_emulator_running(
     assert not [pid for pid in pids if alive(pid)]
     assert set(threading.enumerate()) <= before
     assert not list(tmp_path.glob("*.npz"))
+
+
+PARENT = """
+import sys
+
+import numpy as np
+
+from edgereg.toolchain.arm import ClassWorker, find_sysroot, run_on_class
+
+artifact, version, qemu, cpu, then = sys.argv[1:]
+sysroot = find_sysroot(version)
+worker = ClassWorker(qemu, sysroot.path, "armv8", cpu)
+worker.run({"op": "version"})  # MNN imported: the next request is sent at once
+print(worker.pid, flush=True)
+if then == "exit":
+    sys.exit(0)  # without close()
+rows = np.random.default_rng(11).normal(0, 1, (50000, 1, 3, 8, 8)).astype(np.float32)
+run_on_class(
+    artifact,
+    "armv8",
+    {"image": rows},
+    input_names=["image"],
+    output_names=["logits"],
+    sysroot=sysroot,
+    worker=worker,
+)
+"""
+
+
+def parent_of_a_worker(
+    artifact: Path, cpus: Sequence[str], tmp_path: Path, then: str
+) -> tuple[subprocess.Popen[str], int]:
+    """A build process with a worker for armv8 (its files in ``tmp_path``), and the worker's pid."""
+    cpu = emulated_cpu(CPU_CLASSES["armv8"], cpus)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(artifact), MNN_VERSION, qemu_path(), cpu, then],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    if not line:
+        parent.wait()
+        pytest.fail(f"the parent exited ({parent.returncode}) without starting its worker")
+    return parent, int(line)
+
+
+def wait_gone(pid: int, seconds: float) -> bool:
+    gone = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < gone:
+        time.sleep(0.2)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
+def test_a_worker_whose_parent_dies_mid_run_exits(
+    artifact: Path, cpus: tuple[str, ...], tmp_path: Path
+) -> None:
+    parent, pid = parent_of_a_worker(artifact, cpus, tmp_path, then="run")
+    try:
+        # Its request sent (50000 rows: minutes under emulation), the parent dies outright.
+        time.sleep(3.0)
+        assert alive(pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_gone(pid, 15.0), "the worker outlived its parent by 15 s"
+
+
+def test_a_worker_left_open_at_exit_is_killed_and_its_files_removed(
+    artifact: Path, cpus: tuple[str, ...], tmp_path: Path
+) -> None:
+    parent, pid = parent_of_a_worker(artifact, cpus, tmp_path, then="exit")
+    assert parent.wait(timeout=60) == 0
+    assert wait_gone(pid, 5.0), "the worker outlived its parent's exit"
+    assert not list(tmp_path.glob(".edgereg-arm-*"))
 
 
 @pytest.mark.slow

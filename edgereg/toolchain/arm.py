@@ -651,8 +651,8 @@ class ClassWorker:
     run MNN reported failed, an answer that is not a result and an
     interrupted run also end the worker. :meth:`close` kills it (nothing it
     holds is worth waiting for) and removes its files; a worker whose parent
-    dies exits when its stdin closes, and the live ones are killed at
-    interpreter exit.
+    dies exits within a second, even mid-run (the probe watches its parent),
+    and the live ones are killed at interpreter exit.
 
     Args:
         qemu: The emulator.
@@ -709,7 +709,7 @@ class ClassWorker:
         try:
             with (scratch / "output.log").open("wb") as log:
                 proc = subprocess.Popen(
-                    probe_command(launcher, probe, "--serve", str(write_end)),
+                    probe_command(launcher, probe, "--serve", str(write_end), str(os.getpid())),
                     cwd=scratch,
                     stdin=subprocess.PIPE,
                     stdout=log,
