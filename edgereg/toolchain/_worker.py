@@ -134,16 +134,15 @@ def _forward(module: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
     return result
 
 
-def _streaming() -> Any:
-    """The shared runner (``_streaming.py`` beside this file), loaded by path.
+def _module_at(name: str, path: Path) -> Any:
+    """The module in ``path``, loaded by path as ``name``.
 
     Importing it through the ``edgereg`` package would run the package's
     imports (onnx, pydantic) in every child.
     """
     import importlib.util
 
-    path = Path(__file__).with_name("_streaming.py")
-    spec = importlib.util.spec_from_file_location("_edgereg_streaming", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -152,16 +151,14 @@ def _streaming() -> Any:
     return module
 
 
+def _streaming() -> Any:
+    """The shared runner (``_streaming.py`` beside this file)."""
+    return _module_at("_edgereg_streaming", Path(__file__).with_name("_streaming.py"))
+
+
 def _memory(req: dict[str, Any]) -> dict[str, Any]:
     """Peak and steady memory, MNN's own accounting, first and steady latency."""
-    import importlib.util
-
-    path = Path(__file__).with_name("_memory_worker.py")
-    spec = importlib.util.spec_from_file_location("_edgereg_memory_worker", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module_at("_edgereg_memory_worker", Path(__file__).with_name("_memory_worker.py"))
     result: dict[str, Any] = module.measure(req)
     return result
 
@@ -338,15 +335,7 @@ def _sweep(
     Its budget is its share of the build so far: the parent's stages before
     this one (``prior_seconds``) and this child's own time until now.
     """
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "build" / "threads.py"
-    spec = importlib.util.spec_from_file_location("_edgereg_threads", path)
-    assert spec is not None
-    assert spec.loader is not None
-    threads = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = threads  # dataclasses look their module up by name
-    spec.loader.exec_module(threads)
+    threads = _module_at("_edgereg_threads", Path(__file__).parents[1] / "build" / "threads.py")
     policy = threads.SweepPolicy(**sweep["policy"])
     so_far = float(sweep["prior_seconds"]) + time.perf_counter() - began
     modules = dict(kept)
