@@ -15,6 +15,8 @@ import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +35,7 @@ from edgereg.errors import GateError
 from edgereg.toolchain import mnn
 from edgereg.toolchain.arm import (
     CPU_CLASSES,
+    QEMU_ENV,
     ArmError,
     ArmRun,
     ClassWorker,
@@ -260,6 +263,89 @@ def test_a_model_mnn_refuses_fails_as_in_a_one_shot_run_and_ends_the_worker(
         worker.close()
 
 
+READY = b'{"ok": true, "phase": "import", "mnn_version": "3.6.1", "numpy_version": "1"}\n'
+
+
+def answering(tmp_path: Path, ready: bytes, answer: bytes) -> str:
+    """An emulator whose probe says ``ready``, then ``answer`` to each request.
+
+    Run one-shot (a request file, no ``--serve``), it writes ``answer`` as its result file.
+    """
+    path = tmp_path / "answering"
+    path.write_text(
+        f"""#!{sys.executable}
+import json, os, sys
+ready, answer = {ready!r}, {answer!r}
+if "--serve" in sys.argv:
+    reply = int(sys.argv[sys.argv.index("--serve") + 1])
+    os.write(reply, ready)
+    for _ in sys.stdin:
+        os.write(reply, answer)
+else:
+    with open(sys.argv[-1], encoding="utf-8") as request:
+        result = json.load(request)["result"]
+    with open(result, "wb") as out:
+        out.write(answer)
+""",
+        encoding="utf-8",
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("ready", "answer", "words"),
+    [
+        pytest.param(b"MNN says hello\n", b"", "b'MNN says hello'", id="not-json-when-ready"),
+        pytest.param(READY, b'{"ok": true, "pha\n', 'b\'{"ok": true, "pha\'', id="cut-off"),
+        pytest.param(READY, b"[1, 2]\n", "b'[1, 2]'", id="not-an-object"),
+        pytest.param(READY, b"\xff\xfe\n", "b'\\xff\\xfe'", id="not-utf8"),
+    ],
+)
+def test_an_answer_that_is_not_a_result_is_a_clear_error_and_ends_the_worker(
+    artifact: Path,
+    sysroot: Sysroot,
+    cpus: tuple[str, ...],
+    tmp_path: Path,
+    ready: bytes,
+    answer: bytes,
+    words: str,
+) -> None:
+    qemu = answering(tmp_path, ready, answer)
+    worker = worker_for("armv8", sysroot.path, cpus, qemu=qemu)
+    try:
+        with pytest.raises(ArmError) as caught:
+            run(artifact, "armv8", rows(1, seed=9), sysroot, cpus, worker=worker)
+        assert caught.value.reason == "broken"
+        assert caught.value.message == (
+            f"the emulated armv8 run (cortex-a53) answered with no result: {words}"
+        )
+        assert "reinstall the sysroot" in (caught.value.hint or "")
+        assert worker.pid is None
+    finally:
+        worker.close()
+
+
+def test_a_success_without_its_outputs_is_a_clear_error_as_in_a_one_shot_run(
+    artifact: Path, sysroot: Sysroot, cpus: tuple[str, ...], tmp_path: Path
+) -> None:
+    short = b'{"ok": true, "phase": "forward", "mnn_version": "3.6.1"}\n'
+    qemu = answering(tmp_path, READY, short)
+    with pytest.raises(ArmError) as alone:
+        run(artifact, "armv8", rows(1, seed=10), sysroot, cpus, qemu=qemu)
+    worker = worker_for("armv8", sysroot.path, cpus, qemu=qemu)
+    try:
+        with pytest.raises(ArmError) as served:
+            run(artifact, "armv8", rows(1, seed=10), sysroot, cpus, worker=worker)
+    finally:
+        worker.close()
+    same_failure(served.value, alone.value)
+    assert served.value.reason == "broken"
+    assert served.value.message.startswith(
+        "the emulated armv8 run (cortex-a53) reported outputs it did not give: "
+    )
+
+
 def test_the_emulator_killed_between_runs_is_a_crash_and_the_next_run_starts_another(
     artifact: Path, sysroot: Sysroot, cpus: tuple[str, ...]
 ) -> None:
@@ -295,8 +381,8 @@ def test_a_timeout_kills_the_worker_as_a_one_shot_run_is_killed(
     with pytest.raises(ArmError) as caught:
         worker.run({"op": "version"}, timeout=0.01)
     assert caught.value.reason == "timeout"
-    assert caught.value.message == "the emulated armv9 run (max) did not finish within 0.01 s" or (
-        caught.value.message == "the emulated armv9 run (cortex-a710) did not finish within 0.01 s"
+    assert caught.value.message == (
+        f"the emulated armv9 run ({worker.cpu}) did not finish within 0.01 s"
     )
     assert not alive(pid)
     assert worker.pid is None
@@ -345,15 +431,104 @@ def test_ctrl_c_leaves_no_emulator_running(
     assert not list(tmp_path.glob("*.npz"))
 
 
+PARENT = """
+import sys
+
+import numpy as np
+
+from edgereg.toolchain.arm import ClassWorker, find_sysroot, run_on_class
+
+artifact, version, qemu, cpu, then = sys.argv[1:]
+sysroot = find_sysroot(version)
+worker = ClassWorker(qemu, sysroot.path, "armv8", cpu)
+worker.run({"op": "version"})  # MNN imported: the next request is sent at once
+print(worker.pid, flush=True)
+if then == "exit":
+    sys.exit(0)  # without close()
+rows = np.random.default_rng(11).normal(0, 1, (50000, 1, 3, 8, 8)).astype(np.float32)
+run_on_class(
+    artifact,
+    "armv8",
+    {"image": rows},
+    input_names=["image"],
+    output_names=["logits"],
+    sysroot=sysroot,
+    worker=worker,
+)
+"""
+
+
+def parent_of_a_worker(
+    artifact: Path, cpus: Sequence[str], tmp_path: Path, then: str
+) -> tuple[subprocess.Popen[str], int]:
+    """A build process with a worker for armv8 (its files in ``tmp_path``), and the worker's pid."""
+    cpu = emulated_cpu(CPU_CLASSES["armv8"], cpus)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(artifact), MNN_VERSION, qemu_path(), cpu, then],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    if not line:
+        parent.wait()
+        pytest.fail(f"the parent exited ({parent.returncode}) without starting its worker")
+    return parent, int(line)
+
+
+def wait_gone(pid: int, seconds: float) -> bool:
+    gone = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < gone:
+        time.sleep(0.2)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
+def test_a_worker_whose_parent_dies_mid_run_exits(
+    artifact: Path, cpus: tuple[str, ...], tmp_path: Path
+) -> None:
+    parent, pid = parent_of_a_worker(artifact, cpus, tmp_path, then="run")
+    try:
+        # Its request sent (50000 rows: minutes under emulation), the parent dies outright.
+        time.sleep(3.0)
+        assert alive(pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_gone(pid, 15.0), "the worker outlived its parent by 15 s"
+
+
+def test_a_worker_left_open_at_exit_is_killed_and_its_files_removed(
+    artifact: Path, cpus: tuple[str, ...], tmp_path: Path
+) -> None:
+    parent, pid = parent_of_a_worker(artifact, cpus, tmp_path, then="exit")
+    assert parent.wait(timeout=60) == 0
+    assert wait_gone(pid, 5.0), "the worker outlived its parent's exit"
+    assert not list(tmp_path.glob(".edgereg-arm-*"))
+
+
 @pytest.mark.slow
 def test_a_build_with_kept_emulators_records_the_one_shot_builds_bytes(
-    sysroot: Sysroot, tmp_path: Path
+    sysroot: Sysroot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = buildkit.write_project(tmp_path / "repo")
     project.edit("arm = []\n", 'arm = ["armv8", "armv8.2", "armv9"]\n')
     config = project.load()
+    # Each emulator started, logged on its way to the real one.
+    starts = tmp_path / "starts.log"
+    qemu = emulator(
+        tmp_path,
+        "logging-qemu",
+        f'[ "$2" = help ] || echo "$*" >> {starts}\nexec {qemu_path()} "$@"',
+    )
+    monkeypatch.setenv(QEMU_ENV, qemu)
     records = {}
+    started = {}
     for label, runner in (("one_shot", EmulatedRunner(sysroot, persistent=False)), ("kept", None)):
+        starts.write_text("", encoding="utf-8")
         out = tmp_path / label
         # MNN's i8mm int8 kernel gets the 4 logits wrong on armv9: it emulates its
         # other rows too, a second run sent to its emulator.
@@ -367,6 +542,11 @@ def test_a_build_with_kept_emulators_records_the_one_shot_builds_bytes(
             with np.load(path) as data:
                 cached[path.name] = {name: data[name].tobytes() for name in data.files}
         records[label] = (json.dumps(arm, sort_keys=True), cached)
+        lines = starts.read_text(encoding="utf-8").splitlines()
+        started[label] = (sum("--serve" in line for line in lines), len(lines))
+    # One emulator per run (armv8.2's rows, armv8's and armv9's first two, armv9's rest), and
+    # one per class kept for the stage, armv9's second run sent to the emulator it had.
+    assert started == {"one_shot": (0, 4), "kept": (3, 3)}
     assert records["kept"][0] == records["one_shot"][0]
     # Every class's outputs and the host's, under the same cache keys, bit for bit.
     assert records["kept"][1] == records["one_shot"][1]

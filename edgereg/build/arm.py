@@ -657,16 +657,15 @@ def verify_on_arm(
             missing.append((cpu_class, path))
         else:
             runs[cpu_class] = found
-    active: ArmRunner | None = None
+    active = ArmRunner()  # nothing to emulate: its start and close do nothing
     if missing:
         active = runner or EmulatedRunner(
             find_sysroot(mnn_version, root=sysroot_root), cpus=chooser.available_cpus()
         )
     # One emulator per class for this stage: started now, so MNN imports under
     # them while the host runs; stopped when the stage ends, however it ends.
-    with contextlib.closing(active) if active is not None else contextlib.nullcontext():
-        if active is not None:
-            active.start([cpu_class for cpu_class, _ in missing])
+    with contextlib.closing(active):
+        active.start([cpu_class for cpu_class, _ in missing])
         # The same artifact on the host, on the same rows: what each class is held to.
         host = run_on_host(
             artifact,
@@ -679,7 +678,7 @@ def verify_on_arm(
             mnn_version=mnn_version,
             cache_dir=cache_dir,
         )
-        if active is not None:
+        if missing:
             runs.update(
                 _emulate(
                     active,

@@ -199,6 +199,25 @@ class ProbeFailure:
     exit_status: int | None = None
     error: str = ""
 
+    @classmethod
+    def ended(cls, status: int, output: str) -> ProbeFailure:
+        """A child that exited with ``status`` before giving its result: crashed or stopped."""
+        return cls(
+            "crash" if status < 0 else "stopped", output_tail=tail(output), exit_status=status
+        )
+
+    @classmethod
+    def not_imported(cls, result: dict[str, Any], output: str, status: int) -> ProbeFailure | None:
+        """The failure a probe's ``result`` reports when MNN did not import, else None."""
+        if result.get("ok") or result.get("phase") != "import":
+            return None
+        return cls(
+            "import",
+            output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
+            exit_status=status,
+            error=str(result.get("error")),
+        )
+
 
 @dataclass(frozen=True)
 class ProbeRun:
@@ -217,6 +236,17 @@ class ProbeRun:
     seconds: float
 
 
+def probe_command(launcher: Sequence[str], script: Path, *args: str) -> list[str]:
+    """``LAUNCHER... -I -u -X faulthandler SCRIPT ARGS...``: the probe under an isolated MNN.
+
+    ``-I`` keeps PYTHONPATH, the user site and the script directory out, so
+    the build's own MNN cannot be imported in its place; ``-u`` loses nothing
+    the child printed in a buffer when it dies; ``-X faulthandler``
+    prints the Python stack of a segfault into the output.
+    """
+    return [*launcher, "-I", "-u", "-X", "faulthandler", str(script), *args]
+
+
 def run_probe(
     launcher: Sequence[str],
     request: dict[str, Any],
@@ -229,10 +259,8 @@ def run_probe(
     """Run the probe script in a child process with ``scratch`` as cwd.
 
     The one way an isolated MNN is started, whether an old runtime's python
-    or the aarch64 sysroot's under QEMU: ``LAUNCHER... -I -u -X faulthandler
-    SCRIPT REQUEST``. ``-I`` keeps PYTHONPATH, the user site and the script
-    directory out, so the build's own MNN cannot be imported in its place;
-    ``-X faulthandler`` prints the Python stack of a segfault into the output.
+    or the aarch64 sysroot's under QEMU (:func:`probe_command`; a kept ARM
+    emulator, :class:`edgereg.toolchain.arm.ClassWorker`, starts the same).
 
     Args:
         launcher: The interpreter, with whatever runs it (``qemu -cpu X -L
@@ -253,7 +281,7 @@ def run_probe(
     result_path = scratch / "result.json"
     request_path = scratch / "request.json"
     request_path.write_text(json.dumps({**request, "result": str(result_path)}), encoding="utf-8")
-    argv = [*launcher, "-I", "-u", "-X", "faulthandler", str(script), str(request_path)]
+    argv = probe_command(launcher, script, str(request_path))
     started = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -273,21 +301,9 @@ def run_probe(
     seconds = time.perf_counter() - started
     output = proc.stdout.decode("utf-8", "replace")
     if not result_path.is_file():
-        raise error(
-            ProbeFailure(
-                "crash" if proc.returncode < 0 else "stopped",
-                output_tail=tail(output),
-                exit_status=proc.returncode,
-            )
-        )
+        raise error(ProbeFailure.ended(proc.returncode, output))
     result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
-    if not result.get("ok") and result.get("phase") == "import":
-        raise error(
-            ProbeFailure(
-                "import",
-                output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
-                exit_status=proc.returncode,
-                error=str(result.get("error")),
-            )
-        )
+    failure = ProbeFailure.not_imported(result, output, proc.returncode)
+    if failure is not None:
+        raise error(failure)
     return ProbeRun(result, output, proc.returncode, seconds)

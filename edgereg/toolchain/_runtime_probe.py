@@ -3,13 +3,13 @@
 Run as a script, never imported by the library::
 
     RUNTIME/bin/python -P -X faulthandler _runtime_probe.py REQUEST.json
-    RUNTIME/bin/python -P -X faulthandler _runtime_probe.py --serve FD
+    RUNTIME/bin/python -P -X faulthandler _runtime_probe.py --serve FD PARENT
 
 The second form is a persistent worker (the ARM classes' emulators, see
 :class:`edgereg.toolchain.arm.ClassWorker`): it imports MNN once, says so on
 file descriptor ``FD``, then answers each request read from stdin (one JSON
 line, without ``result``) with one JSON line on ``FD``, the same result a
-one-shot run writes, until stdin closes.
+one-shot run writes, until stdin closes or its parent (process ``PARENT``) dies.
 
 The runtime is a virtual environment holding only ``mnn==X`` and numpy (see
 :mod:`edgereg.toolchain.runtimes`), so this file imports nothing but the
@@ -32,12 +32,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 # Exit status of a probe that caught an error and wrote it to the result file.
 EXIT_REPORTED_ERROR = 3
+# Exit status of a serving probe whose parent died.
+EXIT_PARENT_GONE = 4
 
 
 def _versions() -> dict[str, str]:
@@ -149,12 +153,29 @@ def _flush_c_stdio() -> None:
         pass
 
 
-def serve(reply_fd: int) -> int:
+def _exit_with_parent(parent: int) -> None:
+    """Exit within a second of the death of ``parent``, even in the middle of a request.
+
+    Stdin closes when the parent dies, but it is read only between requests,
+    and an emulated request can take minutes. The parent's id comes from the
+    parent itself: one that died before this started has been replaced already.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(EXIT_PARENT_GONE)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def serve(reply_fd: int, parent: int) -> int:
     """Answer requests from stdin on ``reply_fd`` until stdin closes (see the module docstring).
 
     Returns:
         0 when stdin closed, :data:`EXIT_REPORTED_ERROR` when MNN does not import.
     """
+    _exit_with_parent(parent)
     reply = os.fdopen(reply_fd, "w", encoding="utf-8")
 
     def send(result: dict[str, Any]) -> None:
@@ -192,7 +213,7 @@ def main(argv: list[str]) -> int:
         and written to the result file.
     """
     if argv[1] == "--serve":
-        return serve(int(argv[2]))
+        return serve(int(argv[2]), int(argv[3]))
     request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     result_path = Path(request["result"])
     result: dict[str, Any] = {"phase": "import"}

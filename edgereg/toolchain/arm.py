@@ -55,6 +55,7 @@ from edgereg.toolchain._process import (
     ProbeFailure,
     ProbeRun,
     describe_status,
+    probe_command,
     run_probe,
     scratch_dir,
     tail,
@@ -517,6 +518,10 @@ def _check(qemu: str, sysroot: Path, *, timeout: float) -> dict[str, Any]:
     return run.result
 
 
+def _reinstall(sysroot: Path) -> str:
+    return f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`"
+
+
 def _probe_error(
     failure: ProbeFailure,
     *,
@@ -545,7 +550,6 @@ def _probe_error(
             output_tail=failure.output_tail,
             hint="emulation costs 30-500x native time: lower arm_samples, or raise the timeout",
         )
-    reinstall = f"reinstall the sysroot: delete {sysroot} and run `{INSTALL_COMMAND}`"
     if failure.kind == "import":
         return ArmError(
             f"MNN does not start in the aarch64 sysroot: {failure.error}",
@@ -554,7 +558,7 @@ def _probe_error(
             stage=stage,
             exit_status=failure.exit_status,
             output_tail=failure.output_tail,
-            hint=reinstall,
+            hint=_reinstall(sysroot),
         )
     crashed = failure.kind == "crash"
     status = failure.exit_status if failure.exit_status is not None else 0
@@ -567,8 +571,24 @@ def _probe_error(
         stage=stage,
         exit_status=failure.exit_status,
         output_tail=failure.output_tail,
-        hint=None if crashed else reinstall,
+        hint=None if crashed else _reinstall(sysroot),
     )
+
+
+def _launcher(qemu: str, sysroot: Path, cpu: str) -> list[str]:
+    """The sysroot's python under the emulator as ``cpu``."""
+    return [qemu, "-cpu", cpu, "-L", str(sysroot), str(sysroot / PYTHON)]
+
+
+def _copy_probe(scratch: Path) -> Path:
+    """The probe script, copied into ``scratch``.
+
+    Its path must exist on the host, which QEMU's ``-L`` falls back to for
+    every path the sysroot lacks.
+    """
+    probe = scratch / "probe.py"
+    shutil.copyfile(PROBE, probe)
+    return probe
 
 
 def _probe(
@@ -583,10 +603,6 @@ def _probe(
     stage: str = STAGE,
 ) -> ProbeRun:
     """Run the probe script under QEMU; raise :class:`ArmError` unless it reported."""
-    # The probe is copied in: its path must exist on the host, which QEMU's -L
-    # falls back to for every path the sysroot lacks.
-    probe = scratch / "probe.py"
-    shutil.copyfile(PROBE, probe)
 
     def error(failure: ProbeFailure) -> ArmError:
         return _probe_error(
@@ -599,13 +615,21 @@ def _probe(
             stage=stage,
         )
 
-    launcher = [qemu, "-cpu", cpu, "-L", str(sysroot), str(sysroot / PYTHON)]
-    return run_probe(launcher, request, scratch=scratch, timeout=timeout, error=error, script=probe)
+    return run_probe(
+        _launcher(qemu, sysroot, cpu),
+        request,
+        scratch=scratch,
+        timeout=timeout,
+        error=error,
+        script=_copy_probe(scratch),
+    )
 
 
 #: Exit status of a one-shot probe that reported an error (``_runtime_probe``):
 #: what a worker's reported error is given too, so both paths fail alike.
 _REPORTED_ERROR = 3
+#: How much of an answer that is not a result an error quotes.
+_QUOTED = 200
 #: Worker processes not yet stopped: killed at interpreter exit if a caller forgot.
 _LIVE: weakref.WeakSet[ClassWorker] = weakref.WeakSet()
 
@@ -624,10 +648,11 @@ class ClassWorker:
 
     A worker that crashes, stops or times out is gone, and its failure is the
     one-shot run's (:func:`run_on_class`); the next run starts a new one. A
-    run MNN reported failed also ends the worker, as a one-shot run ends.
-    :meth:`close` kills it (nothing it holds is worth waiting for) and
-    removes its files; a worker whose parent dies exits when its stdin
-    closes, and the live ones are killed at interpreter exit.
+    run MNN reported failed, an answer that is not a result and an
+    interrupted run also end the worker. :meth:`close` kills it (nothing it
+    holds is worth waiting for) and removes its files; a worker whose parent
+    dies exits within a second, even mid-run (the probe watches its parent),
+    and the live ones are killed at interpreter exit.
 
     Args:
         qemu: The emulator.
@@ -655,7 +680,7 @@ class ClassWorker:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
-    def _error(self, failure: ProbeFailure, timeout: float) -> ArmError:
+    def _error(self, failure: ProbeFailure, timeout: float = 0.0) -> ArmError:
         return _probe_error(
             failure,
             qemu=self.qemu,
@@ -665,39 +690,26 @@ class ClassWorker:
             timeout=timeout,
         )
 
-    def start(self, timeout: float = 900.0) -> None:
+    def start(self) -> None:
         """Start the emulator unless it runs; return without waiting for MNN to import.
 
         Raises:
             ArmError: (reason ``missing``) the emulator cannot be started.
         """
         with self._lock:
-            self._start(timeout)
+            self._start()
 
-    def _start(self, timeout: float) -> None:
+    def _start(self) -> None:
         if self._proc is not None:
             return
         scratch = Path(tempfile.mkdtemp(prefix=".edgereg-arm-"))
-        # Copied in, as a one-shot run's: QEMU's -L falls back to the host's path.
-        probe = scratch / "probe.py"
-        shutil.copyfile(PROBE, probe)
+        probe = _copy_probe(scratch)
         read_end, write_end = os.pipe()
-        argv = [
-            self.qemu,
-            "-cpu",
-            self.cpu,
-            "-L",
-            str(self.sysroot),
-            str(self.sysroot / PYTHON),
-            *("-I", "-u", "-X", "faulthandler"),
-            str(probe),
-            "--serve",
-            str(write_end),
-        ]
+        launcher = _launcher(self.qemu, self.sysroot, self.cpu)
         try:
             with (scratch / "output.log").open("wb") as log:
                 proc = subprocess.Popen(
-                    argv,
+                    probe_command(launcher, probe, "--serve", str(write_end), str(os.getpid())),
                     cwd=scratch,
                     stdin=subprocess.PIPE,
                     stdout=log,
@@ -707,7 +719,7 @@ class ClassWorker:
         except OSError as exc:
             os.close(read_end)
             shutil.rmtree(scratch, ignore_errors=True)
-            raise self._error(ProbeFailure("start", error=str(exc)), timeout) from exc
+            raise self._error(ProbeFailure("start", error=str(exc))) from exc
         finally:
             os.close(write_end)
         self._proc, self._reply, self._scratch = proc, read_end, scratch
@@ -715,14 +727,16 @@ class ClassWorker:
         _LIVE.add(self)
 
     def _output(self, offset: int = 0) -> str:
+        """What the emulator printed since ``offset``, after what it printed importing MNN."""
         if self._scratch is None:
             return ""
         try:
             with (self._scratch / "output.log").open("rb") as log:
                 log.seek(offset)
-                return log.read().decode("utf-8", "replace")
+                printed = log.read().decode("utf-8", "replace")
         except OSError:
-            return ""
+            printed = ""
+        return (self._import_output or "") + printed
 
     def _log_size(self) -> int:
         try:
@@ -731,15 +745,14 @@ class ClassWorker:
             return 0
 
     def _receive(self, deadline: float, timeout: float, offset: int) -> dict[str, Any]:
-        """The worker's next reply; a worker that exits or overruns is discarded and raised."""
+        """The worker's next answer; raise what a one-shot run raises when there is none."""
         assert self._proc is not None
         assert self._reply is not None
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                output = self._prefix() + self._output(offset)
-                self._discard()
-                raise self._error(ProbeFailure("timeout", output_tail=tail(output)), timeout)
+                failure = ProbeFailure("timeout", output_tail=tail(self._output(offset)))
+                raise self._error(failure, timeout)
             ready, _, _ = select.select([self._reply], [], [], remaining)
             if not ready:
                 continue
@@ -751,21 +764,23 @@ class ClassWorker:
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
                     status = self._proc.wait()
-                output = self._prefix() + self._output(offset)
-                self._discard()
-                failure = ProbeFailure(
-                    "crash" if status < 0 else "stopped",
-                    output_tail=tail(output),
-                    exit_status=status,
-                )
-                raise self._error(failure, timeout)
+                raise self._error(ProbeFailure.ended(status, self._output(offset)), timeout)
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def _prefix(self) -> str:
-        return self._import_output or ""
+        try:
+            answer = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            answer = None
+        if not isinstance(answer, dict):
+            raise ArmError(
+                f"the emulated {self.cpu_class} run ({self.cpu}) answered with no result: "
+                f"{line[:_QUOTED]!r}",
+                reason="broken",
+                cpu_class=self.cpu_class,
+                output_tail=tail(self._output(offset)),
+                hint=_reinstall(self.sysroot),
+            )
+        return answer
 
     def run(self, request: dict[str, Any], *, timeout: float = 900.0) -> ProbeRun:
         """Send one probe request (no ``result`` path) and return its result.
@@ -778,24 +793,22 @@ class ClassWorker:
         Raises:
             ArmError: What a one-shot run of the request raises when the
                 emulator cannot start, times out (the timeout counts from this
-                call), crashes or stops without a result, or MNN does not import.
+                call), crashes or stops without a result, or MNN does not
+                import; or (reason ``broken``) the worker answered with
+                something other than a result.
         """
         with self._lock:
             started = time.perf_counter()
             deadline = time.monotonic() + timeout
             try:
-                self._start(timeout)
+                self._start()
                 if self._import_output is None:
                     ready = self._receive(deadline, timeout, 0)
-                    if not ready.get("ok"):
-                        output = self._output()
-                        self._discard()
-                        failure = ProbeFailure(
-                            "import",
-                            output_tail=tail(output + "\n" + str(ready.get("traceback", ""))),
-                            exit_status=_REPORTED_ERROR,
-                            error=str(ready.get("error")),
-                        )
+                    # Its first answer is the import's, whatever phase it names.
+                    failure = ProbeFailure.not_imported(
+                        {**ready, "phase": "import"}, self._output(), _REPORTED_ERROR
+                    )
+                    if failure is not None:
                         raise self._error(failure, timeout)
                     self._import_output = self._output()
                 offset = self._log_size()
@@ -807,12 +820,12 @@ class ClassWorker:
                 except OSError:
                     pass  # it exited: _receive reads the end of its reply pipe and says how
                 result = self._receive(deadline, timeout, offset)
-                output = self._prefix() + self._output(offset)
+                output = self._output(offset)
                 if not result.get("ok"):
                     # A one-shot run would have ended here: so does the worker.
                     self._discard()
             except BaseException:
-                # Interrupted (Ctrl-C) or failed: nothing of this worker is left running.
+                # Failed or interrupted (Ctrl-C): nothing of this worker is left running.
                 self._discard()
                 raise
         status = 0 if result.get("ok") else _REPORTED_ERROR
@@ -849,10 +862,13 @@ class ClassWorker:
 
 @atexit.register
 def _kill_live_workers() -> None:
+    # Not close(): a run in another thread may hold its lock. Killed, then its files.
     for worker in list(_LIVE):
-        proc = worker._proc
+        proc, scratch = worker._proc, worker._scratch
         if proc is not None and proc.poll() is None:
             proc.kill()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run_on_class(
@@ -942,8 +958,22 @@ def run_on_class(
                 exit_status=run.exit_status,
                 output_tail=tail(output + "\n" + str(result.get("traceback", ""))),
             )
-        with np.load(scratch / "outputs.npz") as data:
-            outputs = {name: np.array(data[name]) for name in result["output_names"]}
+        names = result.get("output_names")
+        try:
+            if not isinstance(names, list):
+                raise TypeError(f"output_names is {names!r}")
+            with np.load(scratch / "outputs.npz") as data:
+                outputs = {str(name): np.array(data[name]) for name in names}
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ArmError(
+                f"the emulated {cpu_class} run ({cpu}) reported outputs it did not give: {why}",
+                reason="broken",
+                cpu_class=cpu_class,
+                exit_status=run.exit_status,
+                output_tail=tail(output),
+                hint=_reinstall(sysroot.path),
+            ) from exc
     return ArmRun(
         cpu_class=cpu_class,
         qemu_cpu=cpu,
