@@ -345,16 +345,21 @@ class Fleet:
             mine = who[(self.running[who] == v) & (arm.inst[who] == 1) & ~arm.confirmed[who]]
             if not len(mine):
                 continue
+            # The start before this one ran it and was not confirmed: it counts one, and
+            # the start that brings the count to MAX_UNCONFIRMED_STARTS does not load it
+            # but reverts (docs/protocol.md §11, edgereg.client._health.on_start): a crash
+            # loop installed during a start runs 3 times and reverts at the third start after.
+            arm.unconf[mine] += 1
             due = arm.unconf[mine] >= MAX_UNCONFIRMED_STARTS
             revert = mine[due]
             arm.inst[revert] = 3
+            arm.m_unconf[revert] = arm.unconf[revert]
             arm.m_rev[revert] = True
             arm.m_inf[revert] = -1
             arm.made(revert, at)
             back = (v == 1) & (self.arms[0].inst[revert] == 1)
             self.running[revert] = np.where(back, 0, -1)
             count = mine[~due]
-            arm.unconf[count] += 1
             arm.m_unconf[count] = arm.unconf[count]
             arm.made(count, at)
             arm.first_launch[mine] = False
