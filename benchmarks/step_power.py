@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from edgereg.analysis._evidence import RateArm, rate_evidence  # noqa: E402
+from edgereg.analysis._evidence import RateArm, rate_evidence
 
 #: Shares of the candidate's networks old enough at the first look that may step.
 SHARES = (0.5, 0.75, 0.9, 1.0)
