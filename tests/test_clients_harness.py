@@ -50,6 +50,7 @@ from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry, Metrics,
 from edgereg.registry import Registry, manifest_key, set_percent
 from edgereg.registry import _transitions as transitions
 from edgereg.reports import ReportStore, open_store
+from edgereg.reports._metrics import decode as decode_metrics
 from edgereg.signing import Signer, generate_key, key_id
 from edgereg.storage import open_storage
 
@@ -1295,22 +1296,18 @@ def _metric_device(
 def stored_metrics(tmp_path: Path, unit: str, want: dict[str, list[int]]) -> dict[str, list[int]]:
     """The report store's app metric counts of ``unit`` (the server's one install), once ``want``.
 
-    Read from the SQLite file of the ``reports`` fixture, one row per install and metric: a
+    Read from the SQLite file of the ``reports`` fixture, the install's ``metrics`` column: a
     rate as its failed and succeeded events, a distribution as its counts per bucket.
     """
     deadline = time.monotonic() + 10
     while True:
         uri = f"file:{tmp_path / 'reports.sqlite'}?mode=ro"
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-            found = {
-                name: [int(c) for c in counts[:buckets]]
-                for name, buckets, *counts in db.execute(
-                    "SELECT name, buckets, "
-                    + ", ".join(f"c{i}" for i in range(32))
-                    + " FROM report_metrics WHERE unit = ?",
-                    (unit,),
-                )
-            }
+            found = {}
+            for (text,) in db.execute(
+                "SELECT metrics FROM reports WHERE unit = ? AND metrics IS NOT NULL", (unit,)
+            ):
+                found.update(decode_metrics(text))
         if found == want or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
