@@ -25,7 +25,9 @@ memory does not grow with the reports.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from operator import mul
 from typing import Any
 
 from edgereg.protocol.reports import DistributionCounts, RateCounts, Report
@@ -41,6 +43,8 @@ __all__ = [
     "encode",
     "tally",
 ]
+
+_loads = json.loads
 
 #: The two columns of ``reports`` that hold an install's app metrics (schema 8).
 COLUMNS = ("metrics", "metric_events")
@@ -76,11 +80,13 @@ def encode(report: Report) -> tuple[str | None, int | None]:
 
 
 def decode(text: str) -> dict[str, list[int]]:
-    """The bucket counts of each metric in a ``metrics`` column (:func:`encode`)."""
-    found = {}
-    for part in text.split(";"):
-        name, _, counts = part.partition(":")
-        found[name] = [int(c) for c in counts.split(",")]
+    """The bucket counts of each metric in a ``metrics`` column (:func:`encode`).
+
+    Read as the JSON object it spells once its separators are JSON's (a name holds
+    neither ``:`` nor ``;``, nor a quote): the C parser, several times faster than
+    splitting the text in Python, which the analysis does for every install.
+    """
+    found: dict[str, list[int]] = _loads('{"' + text.replace(";", '],"').replace(":", '":[') + "]}")
     return found
 
 
@@ -109,59 +115,74 @@ def tally(
         device that counted the statistic's metric.
     """
     asked = sorted(statistics.items())
-    stats = [(s.metric, s.buckets, s.weights) for _, s in asked]
-    width = len(stats)
+    width = len(asked)
+    # The statistics of each (metric, buckets), read off one total.
+    read: dict[tuple[str, int], list[tuple[int, tuple[float, ...]]]] = {}
+    for k, (_, statistic) in enumerate(asked):
+        read.setdefault((statistic.metric, statistic.buckets), []).append((k, statistic.weights))
+    reads = [(metric, buckets, stats) for (metric, buckets), stats in read.items()]
     arms: dict[tuple[Any, Any, Any], list[list[Any]]] = {}
+    # The network being read: per tier, each statistic's devices and their values summed.
     network: dict[Any, list[list[Any]]] = {}
     current: tuple[Any, Any, Any] | None = None
+
+    def add(group: Any, arm: Any, version: Any, sums: list[list[Any]]) -> None:
+        of_arm = arms.get((group, arm, version))
+        if of_arm is None:
+            of_arm = arms[group, arm, version] = [[0, 0, 0.0, 0.0, 0.0] for _ in range(width)]
+        for into, (n, v) in zip(of_arm, sums, strict=True):
+            if n:
+                mean = v / n
+                into[0] += n
+                into[1] += 1
+                into[2] += v
+                into[3] += mean
+                into[4] += mean * mean
 
     def flush() -> None:
         assert current is not None
         arm, version, _ = current
-        for group, sums in network.items():
-            of_arm = arms.get((group, arm, version))
-            if of_arm is None:
-                of_arm = arms[group, arm, version] = [[0, 0, 0.0, 0.0, 0.0] for _ in stats]
-            for k, (n, v) in enumerate(sums):
-                if n:
-                    into = of_arm[k]
-                    mean = v / n
+        if per_tier:
+            for tier, sums in network.items():
+                add(tier, arm, version, sums)
+        if pooled and len(network) == 1:
+            add(pooled_tier, arm, version, next(iter(network.values())))
+        elif pooled:
+            together = [[0, 0.0] for _ in range(width)]
+            for sums in network.values():
+                for into, (n, v) in zip(together, sums, strict=True):
                     into[0] += n
-                    into[1] += 1
-                    into[2] += v
-                    into[3] += mean
-                    into[4] += mean * mean
+                    into[1] += v
+            add(pooled_tier, arm, version, together)
         network.clear()
 
     for tier, arm, version, net, text in rows:
-        key = (arm, version, net)
-        if key != current:
+        if current is None or net != current[2] or arm != current[0] or version != current[1]:
             if current is not None:
                 flush()
-            current = key
+            current = (arm, version, net)
         counts = decode(text)
-        groups = ([tier] if per_tier else []) + ([pooled_tier] if pooled else [])
-        for k, (metric, buckets, weights) in enumerate(stats):
+        sums = network.get(tier)
+        for metric, buckets, stats in reads:
             found = counts.get(metric)
             if found is None or len(found) != buckets:
                 continue
             total = sum(found)
             if not total:
                 continue
-            value = sum(w * c for w, c in zip(weights, found, strict=True)) / total
-            for group in groups:
-                sums = network.get(group)
-                if sums is None:
-                    sums = network[group] = [[0, 0.0] for _ in range(width)]
-                sums[k][0] += 1
-                sums[k][1] += value
+            if sums is None:
+                sums = network[tier] = [[0, 0.0] for _ in range(width)]
+            for k, weights in stats:
+                into = sums[k]
+                into[0] += 1
+                into[1] += sum(map(mul, weights, found)) / total
     if current is not None:
         flush()
     found_sums = []
-    for (group, arm, version), sums in arms.items():
-        for k, (name, _) in enumerate(asked):
-            if sums[k][1]:
-                found_sums.append((name, (group, arm, version, *sums[k])))
+    for (group, arm, version), of_arm in arms.items():
+        for (name, _), sums in zip(asked, of_arm, strict=True):
+            if sums[1]:
+                found_sums.append((name, (group, arm, version, *sums)))
     return found_sums
 
 
