@@ -916,6 +916,33 @@ def test_a_cancel_mid_download_stops_at_once_installs_nothing_and_the_next_updat
     assert progress[-1] == [newer.candidate.size, newer.candidate.size]
 
 
+def test_a_cancel_while_the_registry_holds_its_answer_is_cancelled_within_a_second(
+    devices: Devices, lib: LibRegistry, lib_url: str, proxy: Proxy, tmp_path: Path
+) -> None:
+    first = lib.manifest()
+    device = devices()
+    # The client's own timeout (30 s) far from the second a cancel must take.
+    configure(device, proxy.url, lib.pem, tmp_path / "cache", timeout_s=30, reporting=False)
+    assert update(device) == want("digits", first.stable)
+    lib.publish("1.1.0", percent=100.0)
+    proxy.mode = "silent"  # the manifest's request is read and never answered
+    asked_before = len(proxy.peers)
+    device.request("start_update")
+    deadline = time.monotonic() + 30
+    while len(proxy.peers) == asked_before:
+        assert time.monotonic() < deadline, "the update never asked for the manifest"
+        time.sleep(0.05)
+    time.sleep(0.3)  # the request is out, its answer held
+    asked = time.monotonic()
+    device.request("cancel")
+    result = device.request("wait_update", timeout=60)
+    took = time.monotonic() - asked
+    # The connection the cancel cut is the cancel, not the network failing (an app retries
+    # a transport error as one), and a held answer does not hold the cancel.
+    assert outcome(device, result) == want("digits", first.stable, code="cancelled")
+    assert took < 5, f"{device.client} took {took:.1f} s to stop after the cancel"
+
+
 def test_progress_says_the_total_before_the_first_byte_and_ends_at_it(
     devices: Devices, lib: LibRegistry, lib_url: str, tmp_path: Path
 ) -> None:

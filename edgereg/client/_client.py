@@ -440,10 +440,16 @@ class Client:
         self.fetcher.start_deadline()
         self._cancel = cancel
         self._progress = progress if progress is not None else self.on_progress
+        if cancel is not None:
+            cancel.watch(self.fetcher)  # a request whose answer is held is cut too
         try:
             result = self._fetch(installed, conditions or Conditions())
         except (EdgeregError, OSError) as exc:
             error = exc if isinstance(exc, EdgeregError) else cache_error("cache directory", exc)
+            if isinstance(error, TransportError) and cancel is not None and cancel.cancelled:
+                # The connection the app's cancel cut (a manifest's, a key's, a blob's) is the
+                # cancel, not the network failing: an app retries a transport error as one.
+                error = cancel.error()
             if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace, Cancelled)):
                 raise
             code = error_code(error)
@@ -460,6 +466,8 @@ class Client:
                 )
             return self._result(installed, error=error, code=code)
         finally:
+            if cancel is not None:
+                cancel.unwatch(self.fetcher)
             self._cancel = None
             self._progress = None
         self._record_error(None, None)
@@ -1367,10 +1375,6 @@ class Client:
         except Rejected:
             unlink(part)
             raise
-        except TransportError as exc:
-            if self._cancel is not None and self._cancel.cancelled:
-                self._cancel.check()  # the app cut the connection: cancelled, not transport
-            raise exc
         finally:
             if self._cancel is not None:
                 self._cancel.unwatch(response)
