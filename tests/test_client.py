@@ -556,6 +556,7 @@ def test_every_vector_folder_is_documented() -> None:
         "blobs",
         "conditions",
         "health",
+        "hints",
         "keys",
         "labels",
         "metrics",

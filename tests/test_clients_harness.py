@@ -1528,25 +1528,35 @@ VECTOR_OPS = {
     "tiers": "check_tiers",
     "health": "check_health",
     "metrics": "check_metrics",
+    "hints": "check_hints",
 }
+
+#: Vector folders a client's device program does not run yet, with the issue that adds them.
+#: Issue 27 (runtime trials and hints, docs/protocol.md §3, §11): the JVM and Swift clients
+#: implement tests/vectors/hints/ next; until then only the Python reference runs it here.
+NOT_YET: dict[str, set[str]] = {"jvm": {"hints"}, "swift": {"hints"}}
 
 
 def test_every_vector_file_through_the_device_program(devices: Devices) -> None:
     """Every file of every folder (docs/reference/device-program.md); a new folder fails here."""
     device = devices()
-    checked, wrong = 0, []
+    checked, skipped, wrong = 0, 0, []
     for path in sorted(VECTORS.rglob("*.json")):
         folder = "/".join(path.relative_to(VECTORS).parts[:-1])
         if folder in ("keys", "rules"):
             continue  # keys are keys; rules/ is the next test
         assert folder in VECTOR_OPS, f"no device op for tests/vectors/{folder}/"
+        if folder in NOT_YET.get(device.client, set()):
+            skipped += 1
+            continue
         vector = json.loads(path.read_text("utf-8"))
         answer = device.call(VECTOR_OPS[folder], vector=vector["input"])
         checked += 1
         got = answer.get("result") if answer.get("ok") else answer
         if got != vector["expected"]:
             wrong.append(f"{path.relative_to(VECTORS)}: {got} != {vector['expected']}")
-    assert checked == len(list(VECTORS.rglob("*.json"))) - 2, checked  # all but rules/
+    # All but rules/ and the folders this client does not run yet.
+    assert checked == len(list(VECTORS.rglob("*.json"))) - 2 - skipped, checked
     assert not wrong, f"{len(wrong)} of {checked} differ:\n" + "\n".join(wrong)
 
 
