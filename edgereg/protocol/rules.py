@@ -2,7 +2,8 @@
 
 The registry, ``edgereg serve`` and the client SDK all decide with these
 functions; a Kotlin or Swift port must reproduce :func:`cohort_bucket`,
-:func:`in_cohort` and :func:`resolve_tier` exactly (the conformance vectors in
+:func:`in_cohort`, :func:`resolve_tier` and :func:`choose_runtime` (the runtime
+hint rules, docs/protocol.md §11) exactly (the conformance vectors in
 tests/vectors/ are the check).
 
 Cohort rule (docs/protocol.md §6)::
