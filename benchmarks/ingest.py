@@ -12,7 +12,7 @@ streams of valid reports into real SQLite stores, alternating per round:
   counts of a few days' to weeks' use.
 
 In-process, without the HTTP server around it, so what differs (parsing the
-metrics, checking them against the declaration, writing their rows) is the
+metrics, checking them against the declaration, writing their column) is the
 largest share it can be: through a socket the ratio is closer to 1. Each
 report comes from its own address of a few hundred /24 networks, the way a
 fleet's do. Rounds alternate the order; the ratio is of the medians.

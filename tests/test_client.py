@@ -556,6 +556,7 @@ def test_every_vector_folder_is_documented() -> None:
         "blobs",
         "conditions",
         "health",
+        "hints",
         "keys",
         "labels",
         "metrics",
@@ -605,6 +606,12 @@ def test_new_vector_kinds_cover_their_rules() -> None:
     steps = [step for e in expected("health") for step in e["steps"]]
     assert {step["reported"] for step in steps} >= {None, 1, 2, 3}
     assert any(step["revert"] is not None for step in steps)
+    hints = expected("hints")
+    assert {e.get("reason") for e in hints} == {None, "malformed"}
+    assert {e.get("rule") for e in hints} >= {None, 0, 1}
+    # A device that matched a rule outside its percent: the rule's comparison arm.
+    assert any(e.get("matched") == 0 and e.get("rule") is None for e in hints)
+    assert any(e.get("runtime_trials") is not None for e in hints)
     assert {e.get("reason") for e in expected("labels")} == {
         None,
         "malformed",

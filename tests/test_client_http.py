@@ -9,6 +9,7 @@ path to S3 and a CDN.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -44,6 +45,7 @@ from edgereg.wire import (
     ReleaseVariant,
     blob_path,
     from_bytes,
+    sign_document,
 )
 
 HIGH_SIZE = 300_000
@@ -224,6 +226,58 @@ def test_plain_static_server_stable_then_nothing_new(reg: Reg, tmp_path: Path) -
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_hint_rule_changes_the_runtime_without_a_download(
+    reg: Reg, server: StaticServer, tmp_path: Path
+) -> None:
+    """Decision 0008: the first matching rule's runtime, applied at each verified manifest."""
+    reg.publish("1.0.0", promote=True)
+    declared = RuntimeHints(threads=2, backends=["opencl", "cpu"])
+
+    def client() -> Client:
+        # An armv9 phone (i8mm) with 8 cores: the hint facts the rules match.
+        return Client(
+            server.url,
+            TrustedKeys([reg.signer.public_key]),
+            tmp_path / "cache",
+            model="digits",
+            device=device("device-1"),
+            tier="high",
+            cpu_features={"dotprod", "fp16", "i8mm"},
+            timeout=5,
+        )
+
+    def hint(*rules: dict[str, Any]) -> None:
+        manifest = reg.manifest()
+        assert isinstance(manifest.stable, ManifestEntry)
+        stable = ManifestEntry.model_validate(
+            {**manifest.stable.model_dump(), "runtime_hints": list(rules) or None}
+        )
+        changed = manifest.model_copy(update={"stable": stable, "sequence": manifest.sequence + 1})
+        path = reg.root / "manifests" / "digits" / "high.json"
+        path.write_bytes(sign_document(changed, [reg.signer]))
+
+    phone = client()
+    first = phone.fetch()
+    assert first.ok, first.error
+    assert (first.runtime, first.runtime_rule) == (declared, None)
+    rule = {"runtime": {"threads": 4, "backends": ["cpu"]}, "percent": 100.0, "salt": "0d15ea5e"}
+    hint(
+        {**rule, "match": {"cpu_class": "armv8"}},
+        {**rule, "match": {"cpu_class": "armv9", "cores": 8}},
+    )
+    hinted = phone.fetch()
+    assert hinted.ok, hinted.error
+    assert (hinted.updated, hinted.downloaded_bytes, hinted.version) == (False, 0, "1.0.0")
+    assert hinted.runtime == RuntimeHints(threads=4, backends=["cpu"])
+    assert hinted.runtime_rule == 1
+    assert hinted.members["digits"].runtime_rule == 1
+    # Kept with the install: an app start reads it without the network.
+    assert client().current() == dataclasses.replace(hinted, not_modified=False, cohort=None)
+    hint()  # the rule removed (a rollback of the hint): the declared runtime again
+    back = phone.fetch()
+    assert (back.runtime, back.runtime_rule, back.downloaded_bytes) == (declared, None, 0)
 
 
 def test_candidate_in_cohort_stable_outside(reg: Reg, server: StaticServer, tmp_path: Path) -> None:

@@ -70,7 +70,86 @@ CALIBRATION_LINE = next(
 )
 W8_TABLE = f'[models.digits.variants.w8]\ntier = "low"\n{W8}\nruntime = {{ threads = 2 }}\n'
 
+RUNTIME_FP32 = "models.digits.variants.fp32.runtime"
+
+
+def _try(table: str, backends: str = '["opencl", "cpu"]') -> tuple[str, str]:
+    """An edit giving the fp32 variant (backends opencl, cpu) a runtime.try table."""
+    return ('backends = ["opencl", "cpu"] }', f"backends = {backends}, try = {table} }}")
+
+
 BAD_CASES = [
+    Bad(
+        "try-threads-empty",
+        (_try('{ threads = [], backends = ["cpu"] }'),),
+        f"{RUNTIME_FP32}.try.threads",
+        ("an empty list tries nothing", "list at least one thread count, or remove try"),
+    ),
+    Bad(
+        "try-backends-empty",
+        (_try("{ threads = [1], backends = [] }"),),
+        f"{RUNTIME_FP32}.try.backends",
+        ("an empty list tries nothing", "list at least one backend"),
+    ),
+    Bad(
+        "try-threads-twice",
+        (_try('{ threads = [2, 1, 2], backends = ["cpu"] }'),),
+        f"{RUNTIME_FP32}.try.threads",
+        ("2 appears twice: list each once",),
+    ),
+    Bad(
+        "try-backend-twice",
+        (_try('{ threads = [1], backends = ["cpu", "cpu"] }'),),
+        f"{RUNTIME_FP32}.try.backends",
+        ("cpu appears twice: list each once",),
+    ),
+    Bad(
+        "try-more-than-8-settings",
+        (
+            _try(
+                '{ threads = [1, 2, 3], backends = ["opencl", "cpu", "vulkan"] }',
+                '["opencl", "vulkan", "cpu"]',
+            ),
+        ),
+        f"{RUNTIME_FP32}.try.threads",
+        ("3 thread counts x 3 backends make 9 settings, more than the 8", "drop thread counts"),
+    ),
+    Bad(
+        "try-backend-the-variant-does-not-allow",
+        (_try('{ threads = [1], backends = ["vulkan", "cpu"] }'),),
+        f"{RUNTIME_FP32}.try.backends",
+        ("vulkan is not in backends (opencl, cpu)", "add it to runtime.backends or remove it"),
+    ),
+    Bad(
+        "try-threads-zero",
+        (_try('{ threads = [1, 0], backends = ["cpu"] }'),),
+        f"{RUNTIME_FP32}.try.threads.1",
+        ("0 threads: a thread count is 1 to 16",),
+    ),
+    Bad(
+        "try-threads-17",
+        (_try('{ threads = [17], backends = ["cpu"] }'),),
+        f"{RUNTIME_FP32}.try.threads.0",
+        ("17 threads: a thread count is 1 to 16",),
+    ),
+    Bad(
+        "try-unknown-key",
+        (_try('{ threads = [1], backends = ["cpu"], runs = 3 }'),),
+        f"{RUNTIME_FP32}.try.runs",
+        ("allowed keys here: threads, backends, max_runs_per_setting, max_total_ms",),
+    ),
+    Bad(
+        "try-total-ms-beyond-10-s",
+        (_try('{ threads = [1], backends = ["cpu"], max_total_ms = 10001 }'),),
+        f"{RUNTIME_FP32}.try.max_total_ms",
+        ("less than or equal to 10000",),
+    ),
+    Bad(
+        "unknown-runtime-key-names-try",
+        (("runtime = { threads = 4,", "runtime = { tries = 4,"),),
+        f"{RUNTIME_FP32}.tries",
+        ("allowed keys here: threads, backends, precision, try",),
+    ),
     Bad(
         "stalled-starts-below-one",
         (("[toolchain]", "[rollout.guardrails.unconfirmed]\nstalled_starts = 0\n\n[toolchain]"),),
@@ -956,3 +1035,40 @@ def test_metrics_and_their_guardrails_load(small_toml: str) -> None:
     assert unsure.worse_when_higher(declared["confidence"])
     assert not guardrails["accepted"].worse_when_higher(declared["accepted"])
     assert guardrails["accepted"].weights(declared["accepted"]) is None
+
+
+def test_a_try_set_is_the_entrys_runtime_trials_and_no_part_of_the_recipe(small_toml: str) -> None:
+    plain = config.parse(small_toml, file=FILE)
+    tried = config.parse(
+        edit(small_toml, _try('{ threads = [4, 1], backends = ["cpu", "opencl"] }')), file=FILE
+    )
+    runtime = tried.models["digits"].variants["fp32"].runtime
+    assert runtime.hints == plain.models["digits"].variants["fp32"].runtime.hints
+    # The recipe (the build's identity) holds the declared hints only: no rebuild.
+    assert tried.recipe("digits", "fp32") == plain.recipe("digits", "fp32")
+    trials = runtime.trial_set()
+    assert trials is not None
+    assert [(s.backend, s.threads) for s in trials.settings] == [
+        ("cpu", 1),
+        ("cpu", 4),
+        ("opencl", 1),
+        ("opencl", 4),
+    ]
+    assert plain.models["digits"].variants["fp32"].runtime.trial_set() is None
+    # The same set in another order has the same id; another bound, another id.
+    again = config.parse(
+        edit(small_toml, _try('{ threads = [1, 4], backends = ["opencl", "cpu"] }')), file=FILE
+    )
+    bounded = config.parse(
+        edit(
+            small_toml,
+            _try('{ threads = [1, 4], backends = ["opencl", "cpu"], max_runs_per_setting = 3 }'),
+        ),
+        file=FILE,
+    )
+    same = again.models["digits"].variants["fp32"].runtime.trial_set()
+    other = bounded.models["digits"].variants["fp32"].runtime.trial_set()
+    assert same is not None
+    assert other is not None
+    assert same == trials
+    assert other.id != trials.id

@@ -298,6 +298,11 @@ def _protocol_fields() -> dict[str, dict[str, object]]:
             fields[name] = prop
     for name, prop in schema["$defs"]["RuntimeHints"]["properties"].items():
         fields[f"runtime.{name}"] = prop
+    # The try-set's keys and a hint rule's (decision 0008), in their own tables.
+    for name, prop in schema["$defs"]["RuntimeTrials"]["properties"].items():
+        fields[f"runtime_trials.{name}"] = prop
+    for name, prop in schema["$defs"]["HintRule"]["properties"].items():
+        fields[f"runtime_hints.{name}"] = prop
     return fields
 
 

@@ -44,6 +44,7 @@ from s3server import MotoServer, make_client
 
 from edgereg.build.outputs import CONTRACT, HOST_BENCHMARK, METRICS, PROBE, PROVENANCE
 from edgereg.errors import ExitCode, TrustError
+from edgereg.protocol._json import canonical_json
 from edgereg.protocol.contract import BlobRef, IOContract
 from edgereg.protocol.probe import GoldenProbe
 from edgereg.protocol.wire import from_bytes, to_bytes
@@ -278,7 +279,7 @@ def check_published(
         assert entry.metrics["host_benchmark"]["figures"] == "host"
         assert entry.provenance == json.loads((out / PROVENANCE).read_text())
         assert entry.min_mnn_runtime == entry.provenance["min_mnn_runtime"]
-        assert entry.runtime == config.models[model].variants[variant].runtime
+        assert entry.runtime == config.models[model].variants[variant].runtime.hints
         # Self-describing: the contract and the probe the build wrote, the probe by digest.
         assert entry.contract == IOContract.model_validate(json.loads((out / CONTRACT).read_text()))
         assert entry.contract.labels == list(CLASSES[model])
@@ -318,7 +319,7 @@ def check_published(
         assert entry.sha256 == digests[variant]
         assert entry.size == len(artifacts[variant])
         assert entry.path == f"blobs/sha256/{digests[variant]}"
-        assert entry.runtime == config.models[model].variants[variant].runtime
+        assert entry.runtime == config.models[model].variants[variant].runtime.hints
         # The peak the build measured, so a device can refuse what it cannot hold.
         assert entry.peak_memory_mb == record.variants[variant].metrics["peak_memory_mb"]
         assert entry.peak_memory_mb is not None
@@ -1005,3 +1006,52 @@ def test_a_build_whose_arm_record_is_malformed_is_refused(site: Site) -> None:
         "vision/int8: build outputs unreadable (metrics.json: arm.avoid_cpu.0",
     )
     assert site.snapshot() == before
+
+
+def test_publish_writes_a_variants_try_set_as_its_entrys_runtime_trials(site: Site) -> None:
+    """runtime.try (decision 0008) travels to the entry without a rebuild: not in the recipe."""
+    toml = site.root / "models.toml"
+    text = toml.read_text(encoding="utf-8")
+    declared = 'runtime = { threads = 4, backends = ["opencl", "cpu"] }\n'
+    tried = (
+        'runtime = { threads = 4, backends = ["opencl", "cpu"], '
+        'try = { threads = [4, 2, 1], backends = ["cpu", "opencl"], max_total_ms = 1500 } }\n'
+    )
+    assert text.count(declared) == 2  # vision's fp32 and sensor's fp16
+    toml.write_text(text.replace(declared, tried, 1), encoding="utf-8")
+    ok(site.run("publish", MODEL, "--full"))
+    record = site.registry().read_release(MODEL, VERSION)
+    assert isinstance(record, ReleaseRecord)
+    fp32 = record.variants["fp32"]
+    assert fp32.runtime_trials is not None
+    assert fp32.runtime.model_dump() == {
+        "threads": 4,
+        "backends": ["opencl", "cpu"],
+        "precision": "normal",
+    }
+    manifests = site.manifests()
+    high = manifests["high"].stable
+    assert high is not None
+    assert high.runtime == fp32.runtime  # the declared runtime: what devices use
+    trials = high.runtime_trials
+    assert trials == fp32.runtime_trials
+    assert trials is not None
+    assert [(s.backend, s.threads) for s in trials.settings] == [
+        ("cpu", 1),
+        ("cpu", 2),
+        ("cpu", 4),
+        ("opencl", 1),
+        ("opencl", 2),
+        ("opencl", 4),
+    ]
+    assert (trials.max_runs_per_setting, trials.max_total_ms) == (5, 1500)
+    body = trials.model_dump(mode="json", exclude={"id"})
+    assert trials.id == hashlib.sha256(canonical_json(body)).hexdigest()[:8]
+    # The other tiers' variants declare no try-set: their entries carry none, and the
+    # manifest bytes say nothing of it (left off the wire while unset).
+    for tier in ("mid", "low"):
+        entry = manifests[tier].stable
+        assert entry is not None
+        assert entry.runtime_trials is None
+        assert b"runtime_trials" not in to_bytes(manifests[tier])
+    assert b'"runtime_trials":{"id":"' + trials.id.encode() in to_bytes(manifests["high"])

@@ -78,14 +78,15 @@ NOTES: dict[tuple[str, str], str] = {
     ("ConverterOptions", "transformer_fuse"): "Fuse transformer blocks (converter "
     "`--transformerFuse`).",
     ("ConverterOptions", "optimize_prefer"): "Converter `--optimizePrefer`.",
-    ("RuntimeHints", "precision"): "MNN precision mode the app should ask for.",
+    ("VariantRuntime", "precision"): "MNN precision mode the app should ask for.",
     ("Variant", "tier"): "The tier this variant is for; a tier takes at most one variant of "
     "a model.",
     ("Variant", "precision"): '`"fp16"` stores weights as float16 (converter `--fp16`) and '
     "cannot be combined with quantization.",
     ("Variant", "quantization"): "How to quantize; one of three tables, chosen by `mode`.",
     ("Variant", "converter"): "Extra MNN converter options.",
-    ("Variant", "runtime"): "Hints that travel with the variant to the app.",
+    ("Variant", "runtime"): "Hints that travel with the variant to the app, and the settings "
+    "devices try (`try`, decision 0008).",
     ("Variant", "budgets"): "Overrides the model's budgets key by key.",
     ("Variant", "calibration"): "This variant's own calibration set (for a variant with its "
     "own source).",

@@ -889,7 +889,7 @@ def _build_variant(
             # loaded and run with, its outputs compared with the build's.
             "min_mnn_runtime": proof.version,
             "runtime_proof": proof.as_dict(),
-            "runtime": variant.runtime.model_dump(),
+            "runtime": variant.runtime.hints.model_dump(),
             "artifact": {"path": ARTIFACT, "sha256": artifact_sha, "size": scored.size_bytes},
             # What the release will tell apps, by digest: the record proves what was built.
             "contract": _file_record(work_dir / CONTRACT, CONTRACT),

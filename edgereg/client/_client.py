@@ -82,9 +82,10 @@ from edgereg.protocol.decision import (
 from edgereg.protocol.envelope import TrustedKeys, key_id, load_public_key
 from edgereg.protocol.errors import EdgeregError, TransportError, TrustError
 from edgereg.protocol.fields import MAX_MEMORY_MB, MAX_PROBE_DATA_BYTES, Name, format_time
+from edgereg.protocol.hints import HintFacts
 from edgereg.protocol.patterns import SHA256_RE
 from edgereg.protocol.reasons import Malformed, ProbeNotRun, Rejected
-from edgereg.protocol.rules import DeviceProfile, Tiers, resolve_tier
+from edgereg.protocol.rules import DeviceProfile, Tiers, choose_runtime, resolve_tier
 from edgereg.protocol.wire import (
     BundleEntry,
     DistributionMetric,
@@ -332,6 +333,10 @@ class Client:
         )
         self.app.check()  # ValueError for a version that is not one
         self.device = device
+        # What the runtime hint rules match (docs/protocol.md §11): the class, not the features.
+        self.hint_facts = HintFacts(
+            cpu_class=cpu_class(features), cores=device.cpu_cores, soc=device.soc
+        )
         self.trusted = trusted_keys
         limits = Limits(timeout=timeout, deadline=deadline, min_rate=min_rate)
         self.fetcher = (
@@ -440,10 +445,16 @@ class Client:
         self.fetcher.start_deadline()
         self._cancel = cancel
         self._progress = progress if progress is not None else self.on_progress
+        if cancel is not None:
+            cancel.watch(self.fetcher)  # a request whose answer is held is cut too
         try:
             result = self._fetch(installed, conditions or Conditions())
         except (EdgeregError, OSError) as exc:
             error = exc if isinstance(exc, EdgeregError) else cache_error("cache directory", exc)
+            if isinstance(error, TransportError) and cancel is not None and cancel.cancelled:
+                # The connection the app's cancel cut (a manifest's, a key's, a blob's) is the
+                # cancel, not the network failing: an app retries a transport error as one.
+                error = cancel.error()
             if not isinstance(error, (TrustError, TransportError, CacheError, NoSpace, Cancelled)):
                 raise
             code = error_code(error)
@@ -460,6 +471,8 @@ class Client:
                 )
             return self._result(installed, error=error, code=code)
         finally:
+            if cancel is not None:
+                cancel.unwatch(self.fetcher)
             self._cancel = None
             self._progress = None
         self._record_error(None, None)
@@ -944,7 +957,11 @@ class Client:
         return self.install_check is not None
 
     def _member(self, entry: ManifestEntry) -> _Member:
-        member = _Member.of(entry)
+        # The hint rules are applied at every verified manifest, so a hint change (no new
+        # blob, the sequence advanced) reaches the installed pointer without a download.
+        member = _Member.of(
+            entry, hint=choose_runtime(entry, self.hint_facts, self.device.device_id)
+        )
         if member.probe_sha256 is not None and not self._checks_installs:
             return dataclasses.replace(member, probe_sha256=None)  # not fetched, not kept
         return member
@@ -1367,10 +1384,6 @@ class Client:
         except Rejected:
             unlink(part)
             raise
-        except TransportError as exc:
-            if self._cancel is not None and self._cancel.cancelled:
-                self._cancel.check()  # the app cut the connection: cancelled, not transport
-            raise exc
         finally:
             if self._cancel is not None:
                 self._cancel.unwatch(response)
@@ -1437,6 +1450,7 @@ class Client:
             variant=single.variant if single else None,
             sha256=single.sha256 if single else None,
             runtime=single.runtime if single else None,
+            runtime_rule=single.runtime_rule if single else None,
             min_mnn_runtime=single.min_mnn_runtime if single else None,
             is_candidate=installed.is_candidate,
             updated=updated,
@@ -1473,7 +1487,8 @@ def _installed_models(cache: _Cache, installed: _Installed) -> dict[str, Install
             version=member.version,
             variant=member.variant,
             sha256=member.sha256,
-            runtime=member.runtime,
+            runtime=member.use_runtime,
+            runtime_rule=None if member.hint is None else member.hint.rule,
             min_mnn_runtime=member.min_mnn_runtime,
             contract=member.contract,
             labels=None if labels is None else list(labels),

@@ -11,12 +11,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from edgereg.protocol.errors import EdgeregError
-
-if TYPE_CHECKING:
-    from edgereg.client._fetcher import Response
 
 __all__ = ["CancelToken", "Cancelled", "ModelChange", "UpdateCheck"]
 
@@ -25,6 +22,12 @@ _log = logging.getLogger(__name__)
 
 class Cancelled(EdgeregError):
     """The app cancelled the fetch before the switch; nothing was installed (``cancelled``)."""
+
+
+class Abortable(Protocol):
+    """What a cancel cuts: a response being read, a fetcher's requests waiting for answers."""
+
+    def abort(self, why: str) -> None: ...
 
 
 class CancelToken:
@@ -41,7 +44,7 @@ class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()
-        self._open: list[Response] = []
+        self._open: list[Abortable] = []
 
     @property
     def cancelled(self) -> bool:
@@ -59,24 +62,29 @@ class CancelToken:
     def check(self) -> None:
         """Raise :class:`Cancelled` when cancelled (the fetch's checkpoints call it)."""
         if self._event.is_set():
-            raise Cancelled(
-                "the fetch was cancelled by the app; nothing was installed",
-                hint="A later fetch resumes the download from the part kept.",
-            )
+            raise self.error()
 
-    def watch(self, response: Response) -> None:
-        """Cut ``response`` when the token is cancelled (now, if it already is)."""
+    @staticmethod
+    def error() -> Cancelled:
+        """The error a cancelled fetch ends with."""
+        return Cancelled(
+            "the fetch was cancelled by the app; nothing was installed",
+            hint="A later fetch resumes the download from the part kept.",
+        )
+
+    def watch(self, target: Abortable) -> None:
+        """Cut ``target`` when the token is cancelled (now, if it already is)."""
         with self._lock:
-            self._open.append(response)
+            self._open.append(target)
             already = self._event.is_set()
         if already:
-            response.abort("cancelled by the app")
+            target.abort("cancelled by the app")
 
-    def unwatch(self, response: Response) -> None:
-        """Stop watching ``response`` (it is closed)."""
+    def unwatch(self, target: Abortable) -> None:
+        """Stop watching ``target`` (it is closed, or its fetch ended)."""
         with self._lock:
-            if response in self._open:
-                self._open.remove(response)
+            if target in self._open:
+                self._open.remove(target)
 
 
 ChangeKind = Literal["installed", "rolled-back", "reverted", "deleted"]

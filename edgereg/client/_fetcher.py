@@ -105,6 +105,11 @@ class _Watchdog:
             self._timer.cancel()
             self._timer = None
 
+    def abort(self, why: str) -> None:
+        """Cut the connection now, from any thread: a wait or read in progress fails at once."""
+        self.cancel()
+        self._fire(why)
+
     def _fire(self, what: str) -> None:
         self.fired = what
         sock = self._connection.sock
@@ -176,8 +181,7 @@ class Response:
     def abort(self, why: str) -> None:
         """Cut the connection now, from any thread: a read in progress fails at once."""
         if self.watchdog is not None:
-            self.watchdog.cancel()
-            self.watchdog._fire(why)
+            self.watchdog.abort(why)
 
     def close(self) -> None:
         """Release the connection or file."""
@@ -204,10 +208,38 @@ class Fetcher(abc.ABC):
         self.limits = limits or Limits(timeout=timeout)
         self.timeout = self.limits.timeout
         self._deadline_at: float | None = None
+        # The connections waiting for their response headers, and why the fetch was cut.
+        self._opening: set[_Watchdog] = set()
+        self._opening_lock = threading.Lock()
+        self._aborted: str | None = None
 
     def start_deadline(self) -> None:
         """Start the clock of one whole fetch (:attr:`Limits.deadline` from now)."""
         self._deadline_at = time.monotonic() + self.limits.deadline
+        with self._opening_lock:
+            self._aborted = None
+
+    def abort(self, why: str) -> None:
+        """Cut every request of this fetch still waiting for its answer, now and until the next.
+
+        From any thread (an app's cancel): a server that holds its answer does not
+        hold the cancel. A body being read is cut through its :class:`Response`.
+        """
+        with self._opening_lock:
+            self._aborted = why
+            opening = list(self._opening)
+        for watchdog in opening:
+            watchdog.abort(why)
+
+    def _watch_opening(self, watchdog: _Watchdog, url: str) -> None:
+        with self._opening_lock:
+            if self._aborted is not None:
+                raise TransportError(f"cannot fetch {url}: {self._aborted}", url=url)
+            self._opening.add(watchdog)
+
+    def _opened(self, watchdog: _Watchdog) -> None:
+        with self._opening_lock:
+            self._opening.discard(watchdog)
 
     def _deadline(self) -> float:
         return self._deadline_at if self._deadline_at is not None else float("inf")
@@ -274,6 +306,7 @@ class HttpFetcher(Fetcher):
             headers_by = min(self._deadline(), time.monotonic() + self.timeout)
             watchdog.arm(headers_by, f"the response headers took longer than {self.timeout:g} s")
             try:
+                self._watch_opening(watchdog, url)
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 connection.putrequest("GET", target, skip_accept_encoding=True)
                 connection.putheader("User-Agent", USER_AGENT)
@@ -289,6 +322,8 @@ class HttpFetcher(Fetcher):
                 if watchdog.fired:
                     raise TransportError(f"cannot fetch {url}: {watchdog.fired}", url=url) from exc
                 raise
+            finally:
+                self._opened(watchdog)
             location = raw.getheader("Location")
             if raw.status in (301, 302, 303, 307, 308) and location:
                 watchdog.cancel()

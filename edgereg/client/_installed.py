@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 
 from edgereg.protocol.contract import IOContract
 from edgereg.protocol.fields import RuntimeHints
+from edgereg.protocol.rules import HintChoice
 from edgereg.protocol.wire import DistributionMetric, ManifestEntry, Metrics, RateMetric
 
 _METRICS: TypeAdapter[dict[str, RateMetric | DistributionMetric]] = TypeAdapter(Metrics)
@@ -64,7 +65,9 @@ class InstalledModel:
         version: The model's own version.
         variant: The variant built for this tier.
         sha256: The artifact's digest.
-        runtime: Recommended runtime settings.
+        runtime: The runtime settings to use (threads, backend order,
+            precision): the entry's declared ``runtime``, or a hint rule's
+            threads and backends where one chose this device (docs/protocol.md §11).
         min_mnn_runtime: The oldest MNN runtime that loads it.
         contract: How to call it (inputs, outputs, state, task), when the
             release carries one.
@@ -73,6 +76,8 @@ class InstalledModel:
         probe_path: Its verified golden probe, when the release has one and an
             install check (the self-test) fetched it; None otherwise.
         backend: The backend the install check chose, None when there was no check.
+        runtime_rule: The index in the entry's ``runtime_hints`` of the rule whose
+            runtime ``runtime`` is; None when it is the declared one.
     """
 
     name: str
@@ -86,6 +91,7 @@ class InstalledModel:
     labels: list[str] | None = None
     probe_path: Path | None = None
     backend: str | None = None
+    runtime_rule: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,14 @@ class _Member:
     contract: IOContract | None = None
     probe_sha256: str | None = None
     backend: str | None = None
+    # The runtime hint rules chose for this device (§11), from the last manifest verified:
+    # None while the declared runtime applies.
+    hint: HintChoice | None = None
+
+    @property
+    def use_runtime(self) -> RuntimeHints:
+        """The runtime the app should use: a hint rule's, else the declared one."""
+        return self.runtime if self.hint is None else self.hint.runtime
 
     @property
     def labels_sha256(self) -> str | None:
@@ -180,7 +194,9 @@ class _Member:
         return found
 
     @classmethod
-    def of(cls, entry: ManifestEntry, backend: str | None = None) -> _Member:
+    def of(
+        cls, entry: ManifestEntry, backend: str | None = None, hint: HintChoice | None = None
+    ) -> _Member:
         return cls(
             sha256=entry.sha256,
             version=entry.version,
@@ -191,6 +207,7 @@ class _Member:
             contract=entry.contract,
             probe_sha256=entry.probe.sha256 if entry.probe is not None else None,
             backend=backend,
+            hint=hint if hint is not None and hint.matched is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -211,6 +228,12 @@ class _Member:
             data["probe_sha256"] = self.probe_sha256
         if self.backend is not None:
             data["backend"] = self.backend
+        if self.hint is not None:
+            data["hint"] = {
+                "runtime": self.hint.runtime.model_dump(mode="json"),
+                "rule": self.hint.rule,
+                "matched": self.hint.matched,
+            }
         return data
 
     @classmethod
@@ -229,7 +252,24 @@ class _Member:
             contract=None if contract is None else IOContract.model_validate(contract),
             probe_sha256=probe if isinstance(probe, str) else None,
             backend=backend if isinstance(backend, str) else None,
+            hint=_hint_of(data.get("hint")),
         )
+
+
+def _hint_of(data: object) -> HintChoice | None:
+    """A member's stored hint choice; anything unreadable is no hint (the declared runtime)."""
+    if not isinstance(data, dict):
+        return None
+    rule, matched = data.get("rule"), data.get("matched")
+    try:
+        runtime = RuntimeHints.model_validate(data.get("runtime"))
+    except ValueError:
+        return None
+    return HintChoice(
+        runtime,
+        rule=rule if type(rule) is int else None,
+        matched=matched if type(matched) is int else None,
+    )
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,9 @@ class FetchResult:
         version: Its release version (a bundle's own version for a bundle).
         variant: Its variant name (None for a bundle).
         sha256: Its digest (None for a bundle).
-        runtime: Recommended runtime settings (threads, backend order, precision).
+        runtime: The runtime settings to use (threads, backend order, precision):
+            the entry's declared ``runtime``, or the threads and backends of the
+            hint rule that chose this device (docs/protocol.md §11; ``runtime_rule``).
         min_mnn_runtime: The oldest MNN runtime that loads it.
         is_candidate: It is the candidate of a rollout (this device is in the cohort).
         updated: This fetch installed a different release than before.
@@ -116,6 +118,8 @@ class FetchResult:
         bundled: What is installed is the release shipped inside the app.
         cohort: Where this device stands in the manifest's rollout (None
             without a candidate, or when no manifest was read).
+        runtime_rule: The index in the entry's ``runtime_hints`` of the rule
+            whose runtime ``runtime`` is; None when it is the declared one.
     """
 
     model: str
@@ -141,6 +145,7 @@ class FetchResult:
     deferred: str | None = None
     bundled: bool = False
     cohort: CohortPosition | None = None
+    runtime_rule: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -54,7 +54,7 @@ from edgereg.client._metrics import bucket_of, count_event, count_value, refusal
 from edgereg.client._selftest import TrialKind, judge_trials
 from edgereg.protocol import strict_json_loads
 from edgereg.protocol.contract import MAX_LABELS_BYTES, BlobRef, parse_labels
-from edgereg.protocol.decision import AppFacts
+from edgereg.protocol.decision import AppFacts, Decision
 from edgereg.protocol.errors import EdgeregError
 from edgereg.protocol.fields import (
     RuntimeHints,
@@ -63,12 +63,14 @@ from edgereg.protocol.fields import (
     parse_range,
     satisfies,
 )
+from edgereg.protocol.hints import HintFacts
 from edgereg.protocol.probe import MAX_PROBE_DATA_BYTES, GoldenProbe, ProbeTensor, check_probe
 from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.reports import ReportError, parse_report
 from edgereg.protocol.rules import (
     DeviceProfile,
     NoTierError,
+    choose_runtime,
     cohort_bucket,
     explain_tier,
     in_cohort,
@@ -303,35 +305,36 @@ def _metrics_json(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {name: m.model_dump(mode="json", by_alias=True) for name, m in sorted(metrics.items())}
 
 
+def _decide_vector(vector: Mapping[str, Any]) -> Decision:
+    """A decision vector's ``input`` decided (raises :class:`Rejected` as the client would)."""
+    device = vector["device"]
+    return decide(
+        _b64(vector["manifest"]),
+        trusted=TrustedKeys.from_pems(vector["trusted_keys"]),
+        model=vector["model"],
+        tier=vector["tier"],
+        device_id=device["device_id"],
+        app_mnn_runtime=device.get("mnn_runtime"),
+        highest_seen_sequence=vector.get("highest_seen_sequence"),
+        now=_time(vector["now"]),
+        app=AppFacts(
+            app_version=device.get("app_version"),
+            os=device.get("os"),
+            os_version=device.get("os_version"),
+            cpu_features=(
+                None if device.get("cpu_features") is None else frozenset(device["cpu_features"])
+            ),
+            memory_budget_mb=device.get("memory_budget_mb"),
+            mnn_apis=(None if device.get("mnn_apis") is None else frozenset(device["mnn_apis"])),
+        ),
+        bundle=bool(vector.get("bundle", False)),
+    )
+
+
 def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
     """A conformance vector's ``input`` decided, in the shape of its ``expected``."""
-    device = vector["device"]
     try:
-        decision = decide(
-            _b64(vector["manifest"]),
-            trusted=TrustedKeys.from_pems(vector["trusted_keys"]),
-            model=vector["model"],
-            tier=vector["tier"],
-            device_id=device["device_id"],
-            app_mnn_runtime=device.get("mnn_runtime"),
-            highest_seen_sequence=vector.get("highest_seen_sequence"),
-            now=_time(vector["now"]),
-            app=AppFacts(
-                app_version=device.get("app_version"),
-                os=device.get("os"),
-                os_version=device.get("os_version"),
-                cpu_features=(
-                    None
-                    if device.get("cpu_features") is None
-                    else frozenset(device["cpu_features"])
-                ),
-                memory_budget_mb=device.get("memory_budget_mb"),
-                mnn_apis=(
-                    None if device.get("mnn_apis") is None else frozenset(device["mnn_apis"])
-                ),
-            ),
-            bundle=bool(vector.get("bundle", False)),
-        )
+        decision = _decide_vector(vector)
     except Rejected as exc:
         return {"accept": False, "reason": exc.reason}
     entry = decision.entry
@@ -353,6 +356,37 @@ def decide_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
         "fallback": decision.fallback,
         "substitute": decision.substitute,
         "sequence": decision.sequence,
+    }
+
+
+def check_hints_vector(vector: Mapping[str, Any]) -> dict[str, Any]:
+    """A hints vector's ``input``: the decision, then the runtime the device uses (§11).
+
+    ``device`` also holds the hint facts (``cpu_class``, ``cores``, ``soc``; left
+    out: the device does not know it).
+    """
+    try:
+        decision = _decide_vector(vector)
+    except Rejected as exc:
+        return {"accept": False, "reason": exc.reason}
+    entry = decision.entry
+    if not isinstance(entry, ManifestEntry):
+        # Nothing for this device (hints vectors ask for a model, never a bundle).
+        nothing = ("entry", "runtime_trials", "runtime", "rule", "matched")
+        return {"accept": True, **dict.fromkeys(nothing)}
+    device = vector["device"]
+    facts = HintFacts(
+        cpu_class=device.get("cpu_class"), cores=device.get("cores"), soc=device.get("soc")
+    )
+    choice = choose_runtime(entry, facts, device["device_id"])
+    trials = entry.runtime_trials
+    return {
+        "accept": True,
+        "entry": _entry_json(entry),
+        "runtime_trials": None if trials is None else trials.model_dump(mode="json"),
+        "runtime": choice.runtime.model_dump(mode="json"),
+        "rule": choice.rule,
+        "matched": choice.matched,
     }
 
 
@@ -841,6 +875,9 @@ class Device:
 
     def op_check_labels(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _vector(check_labels_vector, _arg(request, "vector", dict))
+
+    def op_check_hints(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return _vector(check_hints_vector, _arg(request, "vector", dict))
 
     def op_check_conditions(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return _vector(check_conditions_vector, _arg(request, "vector", dict))

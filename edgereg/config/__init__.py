@@ -48,7 +48,9 @@ if TYPE_CHECKING:
         Model,
         NoQuantization,
         Quantization,
+        TrySet,
         Variant,
+        VariantRuntime,
         WeightOnlyQuantization,
     )
     from edgereg.config._names import DEFAULT_CONFIG_FILE, DEFAULT_TRUSTED_KEYS, NO_MODELS_NOTE
@@ -156,7 +158,9 @@ _WHERE = {
     "TierRules": "edgereg.protocol.fields",
     "Toolchain": "edgereg.config._toolchain",
     "UnconfirmedGuardrail": "edgereg.config._guardrails",
+    "TrySet": "edgereg.config._models",
     "Variant": "edgereg.config._models",
+    "VariantRuntime": "edgereg.config._models",
     "VersionPin": "edgereg.protocol.fields",
     "WeightOnlyQuantization": "edgereg.config._models",
 }
@@ -233,8 +237,10 @@ __all__ = [
     "Tier",
     "TierRules",
     "Toolchain",
+    "TrySet",
     "UnconfirmedGuardrail",
     "Variant",
+    "VariantRuntime",
     "VersionPin",
     "WeightOnlyQuantization",
     "arm_classes",

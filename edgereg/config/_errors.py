@@ -114,8 +114,13 @@ def _allowed_keys(parts: list[str], data: Mapping[str, Any]) -> list[str]:
         members = typing.get_args(node)
         return list(dict.fromkeys(key for member in members for key in member.model_fields))
     if isinstance(node, type) and issubclass(node, BaseModel):
-        return list(node.model_fields)
+        return _keys(node)
     return []
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    """A table's keys as models.toml spells them (a field's alias where it has one: ``try``)."""
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 def _union_tags(parts: list[str], data: Mapping[str, Any]) -> list[str]:
@@ -189,6 +194,7 @@ def _step(node: Any, part: str) -> Any:
                 return field.annotation
         return None
     if isinstance(node, type) and issubclass(node, BaseModel):
-        field = node.model_fields.get(part)
+        fields = {field.alias or name: field for name, field in node.model_fields.items()}
+        field = fields.get(part)
         return field.annotation if field else None
     return None

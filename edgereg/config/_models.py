@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, Strict, StringConstraints, model_validator
 
 from edgereg.config._arm import ARM_DESCRIPTION, ArmClasses, CpuFeature, check_instead
 from edgereg.config._base import _rule_error, _Strict
@@ -12,7 +12,15 @@ from edgereg.config._budgets import Budgets, MetricBudget
 from edgereg.config._inputs import CalibrationSet, InputSpec, OutputSpec, PinnedFile, StatePair
 from edgereg.config._metrics import MAX_METRICS, AppMetric
 from edgereg.config._rollout import RolloutPolicy
-from edgereg.protocol.fields import Name, Requirements, RuntimeHints, SemVer
+from edgereg.protocol.fields import Backend, Name, Requirements, RuntimeHints, SemVer
+from edgereg.protocol.hints import (
+    DEFAULT_MAX_RUNS_PER_SETTING,
+    DEFAULT_MAX_TOTAL_MS,
+    MAX_RUNS_PER_SETTING,
+    MAX_TOTAL_MS,
+    MAX_TRIAL_SETTINGS,
+    RuntimeTrials,
+)
 from edgereg.tasks import NAMED_CLASS_KINDS, SHORTHAND_KINDS, ClassificationTask, Task, TaskMetric
 
 
@@ -69,6 +77,105 @@ class ConverterOptions(_Strict):
     optimize_prefer: Literal[0, 1, 2] | None = None
 
 
+class TrySet(_Strict):
+    """The settings devices time the golden probe under after an install (decision 0008)."""
+
+    threads: list[Annotated[int, Strict()]] = Field(
+        description="Thread counts to try, each 1 to 16, each once."
+    )
+    backends: list[Backend] = Field(
+        description="Backends to try, each once, each one the variant's runtime.backends lists.",
+    )
+    max_runs_per_setting: int = Field(
+        default=DEFAULT_MAX_RUNS_PER_SETTING,
+        ge=1,
+        le=MAX_RUNS_PER_SETTING,
+        description="Warm runs of the golden probe per setting and install.",
+    )
+    max_total_ms: int = Field(
+        default=DEFAULT_MAX_TOTAL_MS,
+        ge=1,
+        le=MAX_TOTAL_MS,
+        description="Milliseconds one install's trial may take at most.",
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TrySet:
+        for key, what in (("threads", "thread count"), ("backends", "backend")):
+            values: list[object] = list(getattr(self, key))
+            if not values:
+                raise _rule_error(
+                    key, f"an empty list tries nothing: list at least one {what}, or remove try"
+                )
+            twice = sorted({str(v) for v in values if values.count(v) > 1})
+            if twice:
+                raise _rule_error(key, f"{', '.join(twice)} appears twice: list each once")
+        for index, threads in enumerate(self.threads):
+            if not 1 <= threads <= 16:
+                raise _rule_error(
+                    f"threads.{index}",
+                    f"{threads} threads: a thread count is 1 to 16 (as runtime.threads)",
+                )
+        count = len(self.threads) * len(self.backends)
+        if count > MAX_TRIAL_SETTINGS:
+            raise _rule_error(
+                "threads",
+                f"{len(self.threads)} thread counts x {len(self.backends)} backends make "
+                f"{count} settings, more than the {MAX_TRIAL_SETTINGS} a device tries: "
+                "drop thread counts or backends",
+            )
+        return self
+
+
+def _no_trials(value: object) -> bool:
+    return value is None
+
+
+class VariantRuntime(RuntimeHints):
+    """Settings that travel with the variant to the app, and the settings devices try."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
+
+    trials: TrySet | None = Field(
+        default=None,
+        alias="try",
+        exclude_if=_no_trials,
+        description="Settings devices time the golden probe under after an install "
+        '({ threads = [1, 2, 4], backends = ["opencl", "cpu"] }): the manifest '
+        "entry's runtime_trials. The declared threads and backends stay what devices use.",
+    )
+
+    @model_validator(mode="after")
+    def _tries_allowed_backends(self) -> VariantRuntime:
+        if self.trials is not None:
+            extra = [b for b in self.trials.backends if b not in self.backends]
+            if extra:
+                raise _rule_error(
+                    "try.backends",
+                    f"{', '.join(extra)} is not in backends ({', '.join(self.backends)}): "
+                    "a device tries only a backend the variant allows; add it to "
+                    "runtime.backends or remove it from runtime.try.backends",
+                )
+        return self
+
+    @property
+    def hints(self) -> RuntimeHints:
+        """The declared hints alone (what the recipe and the entry's ``runtime`` hold)."""
+        given = self.model_fields_set & set(RuntimeHints.model_fields)
+        return RuntimeHints(**{key: getattr(self, key) for key in given})
+
+    def trial_set(self) -> RuntimeTrials | None:
+        """The manifest entry's ``runtime_trials`` for ``runtime.try`` (None without one)."""
+        if self.trials is None:
+            return None
+        return RuntimeTrials.of(
+            self.trials.threads,
+            self.trials.backends,
+            max_runs_per_setting=self.trials.max_runs_per_setting,
+            max_total_ms=self.trials.max_total_ms,
+        )
+
+
 class Variant(_Strict):
     """One build of a model for one device tier."""
 
@@ -76,7 +183,7 @@ class Variant(_Strict):
     precision: Literal["fp32", "fp16"] = "fp32"
     quantization: Quantization = Field(default_factory=NoQuantization)
     converter: ConverterOptions = Field(default_factory=ConverterOptions)
-    runtime: RuntimeHints = Field(default_factory=RuntimeHints)
+    runtime: VariantRuntime = Field(default_factory=VariantRuntime)
     budgets: Budgets | None = None
     source: PinnedFile | None = Field(
         default=None, description="A different ONNX for this tier (pruned, distilled)."

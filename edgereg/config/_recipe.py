@@ -85,7 +85,8 @@ def resolve(config: Config, model_name: str, variant_name: str) -> ResolvedVaria
         precision=variant.precision,
         quantization=variant.quantization,
         converter=variant.converter,
-        runtime=variant.runtime,
+        # The declared hints only: a try-set changes what devices time, never the bytes.
+        runtime=variant.runtime.hints,
         budgets=model.budgets.merged(variant.budgets),
         min_mnn_runtime=variant.min_mnn_runtime or config.toolchain.minimum_runtime,
     )

@@ -32,6 +32,7 @@ from edgereg.protocol.layout import BLOBS_PREFIX
 from edgereg.protocol.patterns import NAME_PATTERN, NAME_RULE, SHA256, SHA256_PATTERN
 
 __all__ = [
+    "BACKENDS_SCHEMA",
     "BUCKETS",
     "CPU_FEATURE_PATTERN",
     "MAX_MEMORY_MB",
@@ -67,6 +68,7 @@ __all__ = [
     "VersionPin",
     "VersionRange",
     "basis_points",
+    "check_backends",
     "check_percent",
     "compare_semver",
     "compare_versions",
@@ -352,14 +354,26 @@ class RuntimeHints(_Frozen):
     @field_validator("backends")
     @classmethod
     def _cpu_last(cls, value: list[str]) -> list[str]:
-        if value[-1] != "cpu":
-            raise ValueError(
-                'the backend list must end with "cpu" so the app falls back to it '
-                "when a GPU driver fails"
-            )
-        if len(set(value)) != len(value):
-            raise ValueError("each backend may appear once")
-        return value
+        return check_backends(value)
+
+
+def check_backends(value: list[str]) -> list[str]:
+    """A backend order: each backend once, ending with ``cpu`` (an entry's and a hint's)."""
+    if value[-1] != "cpu":
+        raise ValueError(
+            'the backend list must end with "cpu" so the app falls back to it '
+            "when a GPU driver fails"
+        )
+    if len(set(value)) != len(value):
+        raise ValueError("each backend may appear once")
+    return value
+
+
+BACKENDS_SCHEMA: dict[str, JsonValue] = {
+    "uniqueItems": True,
+    "allOf": [{"anyOf": _cpu_last_schema()}],
+}
+"""The JSON Schema of a backend order (what :func:`check_backends` checks)."""
 
 
 class TierRules(_Frozen):

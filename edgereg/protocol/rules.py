@@ -2,7 +2,8 @@
 
 The registry, ``edgereg serve`` and the client SDK all decide with these
 functions; a Kotlin or Swift port must reproduce :func:`cohort_bucket`,
-:func:`in_cohort` and :func:`resolve_tier` exactly (the conformance vectors in
+:func:`in_cohort`, :func:`resolve_tier` and :func:`choose_runtime` (the runtime
+hint rules, docs/protocol.md §11) exactly (the conformance vectors in
 tests/vectors/ are the check).
 
 Cohort rule (docs/protocol.md §6)::
@@ -25,24 +26,35 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgereg.protocol._json import strict_json_loads
 from edgereg.protocol.errors import EdgeregError, ExitCode
-from edgereg.protocol.fields import BUCKETS, MAX_SAFE_INTEGER, TierRules, basis_points
+from edgereg.protocol.fields import (
+    BUCKETS,
+    MAX_SAFE_INTEGER,
+    RuntimeHints,
+    TierRules,
+    basis_points,
+)
+from edgereg.protocol.hints import HintFacts, HintMatch
 from edgereg.protocol.patterns import NAME_RE
 from edgereg.protocol.reasons import Malformed
 from edgereg.protocol.wire import BundleEntry, Manifest, ManifestEntry
 
 __all__ = [
     "DeviceProfile",
+    "HintChoice",
     "NoTierError",
     "Tiers",
     "choose_entry",
+    "choose_runtime",
     "cohort_bucket",
     "explain_tier",
+    "hint_matches",
     "in_cohort",
     "parse_tier_file",
     "resolve_tier",
@@ -98,6 +110,63 @@ def choose_entry(
     if manifest.stable is not None:
         return manifest.stable, False
     return None
+
+
+@dataclass(frozen=True)
+class HintChoice:
+    """The runtime a device uses for an entry, and the hint rule behind it.
+
+    Attributes:
+        runtime: The declared ``runtime``, or its ``threads`` and ``backends``
+            replaced by the rule's.
+        rule: The index in ``runtime_hints`` of the rule whose runtime is used;
+            None when the declared runtime is.
+        matched: The index of the first rule the device matched, whether or not
+            its cohort took it in (a device outside a rule's percent is that
+            rule's comparison arm); None when no rule matched.
+    """
+
+    runtime: RuntimeHints
+    rule: int | None = None
+    matched: int | None = None
+
+
+def hint_matches(match: HintMatch, facts: HintFacts) -> bool:
+    """Whether every key a rule names equals the device's own (docs/protocol.md §11).
+
+    A key the device does not know (None), or one this client does not know
+    at all (a key added later), never matches; a rule naming no key matches
+    every device of the tier.
+    """
+    if match.unknown_keys():
+        return False
+    wanted = {"cpu_class": match.cpu_class, "cores": match.cores, "soc": match.soc}
+    own = {"cpu_class": facts.cpu_class, "cores": facts.cores, "soc": facts.soc}
+    return all(
+        own[key] is not None and own[key] == value
+        for key, value in wanted.items()
+        if value is not None
+    )
+
+
+def choose_runtime(entry: ManifestEntry, facts: HintFacts, device_id: str) -> HintChoice:
+    """The runtime a device uses for ``entry``: the first matching hint rule's, or the declared.
+
+    The first rule whose ``match`` holds decides alone: the device uses its
+    runtime when it is in the rule's cohort (§6's cohort with the rule's own
+    salt and percent), else the declared runtime (later rules are not read).
+    No rule matches: the declared runtime.
+    """
+    for index, rule in enumerate(entry.runtime_hints or ()):
+        if not hint_matches(rule.match, facts):
+            continue
+        if not in_cohort(device_id, rule.salt, rule.percent):
+            return HintChoice(entry.runtime, rule=None, matched=index)
+        hinted = entry.runtime.model_copy(
+            update={"threads": rule.runtime.threads, "backends": list(rule.runtime.backends)}
+        )
+        return HintChoice(hinted, rule=index, matched=index)
+    return HintChoice(entry.runtime)
 
 
 class DeviceProfile(BaseModel):

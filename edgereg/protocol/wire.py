@@ -84,6 +84,7 @@ from edgereg.protocol.fields import (
     compare_semver,
     format_time,
 )
+from edgereg.protocol.hints import MAX_HINT_RULES, HintRule, RuntimeTrials
 from edgereg.protocol.layout import blob_path
 from edgereg.protocol.reasons import Malformed
 
@@ -142,6 +143,8 @@ ReportUrl = typing.Annotated[
     StringConstraints(pattern=r"^(https?://[!-~]+|[A-Za-z0-9][A-Za-z0-9._/-]*)$", max_length=2048),
 ]
 
+
+RuntimeHintRules = Annotated[list[HintRule], Field(min_length=1, max_length=MAX_HINT_RULES)]
 
 MemoryMb = Annotated[
     float, Field(gt=0, le=MAX_MEMORY_MB, allow_inf_nan=False, description="MiB (2^20 bytes).")
@@ -301,6 +304,16 @@ class ManifestEntry(WireModel):
     metrics: Metrics | None = _added(
         "The app metrics the release declares: name -> kind (and a distribution's "
         "buckets). Only on the unit's own entry: never on a bundle member or an instead."
+    )
+    runtime_trials: RuntimeTrials | None = _added(
+        "The settings a device may time the golden probe under after an install "
+        "(docs/protocol.md section 11): 1 to 8 {threads, backend}, the bounds of one "
+        "install's trial, and the set's id."
+    )
+    runtime_hints: RuntimeHintRules | None = _added(
+        "Ordered rules giving a class of devices another runtime than `runtime`: the first "
+        "rule whose every match key equals the device's decides, for its percent of them "
+        "(cohort by its own salt); the others keep `runtime`."
     )
 
     @model_validator(mode="after")
@@ -539,6 +552,9 @@ class ReleaseVariant(WireModel):
     instead: Name | None = _added(
         "The variant of the same release a device with an avoided feature installs; "
         "only with avoid_cpu."
+    )
+    runtime_trials: RuntimeTrials | None = _added(
+        "The try-set of models.toml's runtime.try (see ManifestEntry); absent: none."
     )
 
     @model_validator(mode="after")
@@ -837,22 +853,25 @@ def _known_keys_only(value: Any, annotation: Any) -> Any:
             return value
         # Keyed as on the wire: a field's alias where it has one.
         fields = {(f.alias or name): f for name, f in annotation.model_fields.items()}
+        # A model that keeps what it does not know (a hint rule's match) keeps every key.
+        keeps = annotation.model_config.get("extra") == "allow"
         return {
-            key: _known_keys_only(item, fields[key].annotation)
+            key: _known_keys_only(item, fields[key].annotation) if key in fields else item
             for key, item in value.items()
-            if key in fields
+            if key in fields or keeps
         }
     args = typing.get_args(annotation)
     if origin in (list, Sequence) and isinstance(value, list) and args:
         return [_known_keys_only(item, args[0]) for item in value]
     if origin in (dict, Mapping) and isinstance(value, dict) and len(args) == 2:
         return {key: _known_keys_only(item, args[1]) for key, item in value.items()}
-    if origin in (Union, types.UnionType) and isinstance(value, dict):
+    if origin in (Union, types.UnionType):
         models = [a for a in args if a is not type(None)]
         if len(models) == 1:
+            # An optional value (a list of hint rules too, not only an object).
             return _known_keys_only(value, models[0])
         # A union told apart by a literal key (an app metric's "kind"): the member it names.
-        named = [m for m in models if _names(m, value)]
+        named = [m for m in models if isinstance(value, dict) and _names(m, value)]
         if len(named) == 1:
             return _known_keys_only(value, named[0])
     return value

@@ -39,6 +39,7 @@ def _entry(
         size=variant.size,
         min_mnn_runtime=variant.min_mnn_runtime,
         runtime=variant.runtime,
+        runtime_trials=variant.runtime_trials,
         contract=variant.contract,
         requires=requires,
         probe=variant.probe,

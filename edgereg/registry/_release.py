@@ -137,7 +137,8 @@ def prepare_release(
             min_mnn_runtime=provenance.min_mnn_runtime,
             # What models.toml declares (4 threads when unsaid), never the host
             # sweep's count: the build host is not a phone (edgereg/build/threads.py).
-            runtime=variant.runtime,
+            runtime=variant.runtime.hints,
+            runtime_trials=variant.runtime.trial_set(),
             contract=shipped.contract,
             probe=shipped.probe,
             probe_data=shipped.probe_data,

@@ -1,42 +1,192 @@
-"""App metrics in the report store: one row per install and metric, summed per arm in SQL.
+"""App metrics in the report store: one encoded column of the install's row, tallied as read.
 
 A report of schema 3 carries its install's totals since the install
 (docs/protocol.md §11): a rate's events and successes, a distribution's
-count per bucket. The store keeps one row per (token, metric), merged like
-the install's row (counts only grow: the highest of each is kept; where the
-install is now, its tier, arm and period, comes from the newer report), with
-the columns the analysis filters and groups on beside the counts, so a
-summary reads one table.
+count per bucket. The store keeps them in the install's own ``reports`` row
+(schema 8), in two columns: ``metrics``, every metric's bucket counts in one
+text (:func:`encode`: ``name:c0,c1,...`` per metric, by name, joined with
+``;``; a rate is two buckets, ``c0`` the events that failed and ``c1`` those
+that succeeded, a distribution its K + 1), and ``metric_events``, the sum of
+every count. Totals only grow, so of two reports of an install the one whose
+totals count more events is the later one: a merge keeps the metrics with the
+most events (:data:`MERGE`), whatever the order reports arrive in. A report
+without metrics keeps the ones stored. One row per report written, no table
+or index of their own (schema 5 to 7 wrote a row per install and metric,
+five B-trees more per report of five metrics: docs/operations/reports.md).
 
-Every metric is stored as bucket counts: a rate as two buckets, ``c0`` the
-events that failed and ``c1`` those that succeeded; a distribution as its
-K + 1 buckets. A summary reads one statistic of a metric per device, what a
-guardrail judges (its success rate, its mean, its share below an edge: a
-weighted sum of the device's share of its events in each bucket,
-:class:`~edgereg.reports.summary.Statistic`), and sums it per arm, over
-devices and over source networks (each network's devices averaged), with the
-squares of the networks' means for their spread. A heavy user weighs what any
-device does.
+A summary reads the column once per unit, an arm's rows network by network as
+the summary index holds them, and tallies in Python what a guardrail judges of
+a metric per device (its success rate, its mean, its share below an edge:
+:class:`~edgereg.reports.summary.Statistic`), summed per arm over devices and
+over source networks (each network's devices averaged), with the squares of
+the networks' means for their spread. Only each network's sums are held: the
+memory does not grow with the reports.
 """
 
 from __future__ import annotations
 
-import functools
+import json
+from collections.abc import Iterable, Mapping
+from operator import mul
 from typing import Any
 
 from edgereg.protocol.reports import DistributionCounts, RateCounts, Report
-from edgereg.reports._sql import NETWORK, arm_filter, network_groups, period_filters
+from edgereg.reports.summary import Statistic
 
 __all__ = [
     "BUCKET_COLUMNS",
+    "MERGE",
     "METRIC_COLUMNS",
     "METRIC_INDEXES",
     "METRIC_SCHEMA",
-    "metric_rows",
-    "metric_upsert_sql",
-    "statistic_sql",
-    "tiers_statistic_sql",
+    "decode",
+    "encode",
+    "tally",
 ]
+
+_loads = json.loads
+
+#: The two columns of ``reports`` that hold an install's app metrics (schema 8).
+COLUMNS = ("metrics", "metric_events")
+
+#: How a report's metrics merge into its install's row: the ones that count the most
+#: events (totals since the install only grow), of two alike the greater text (any order
+#: gives the same row); a report without metrics keeps the row's. ``{new}`` is the report
+#: (``excluded``), ``{old}`` the row.
+MERGE = (
+    "CASE WHEN {new}.metrics IS NOT NULL AND ({old}.metrics IS NULL "
+    "OR {new}.metric_events > {old}.metric_events OR ({new}.metric_events = "
+    "{old}.metric_events AND {new}.metrics > {old}.metrics)) THEN {new}.{column} "
+    "ELSE {old}.{column} END"
+)
+
+
+def encode(report: Report) -> tuple[str | None, int | None]:
+    """The ``metrics`` and ``metric_events`` of one report (None, None before schema 3)."""
+    if not report.metrics:
+        return None, None
+    parts = []
+    events = 0
+    for name in sorted(report.metrics):
+        counts = report.metrics[name]
+        if isinstance(counts, RateCounts):
+            buckets = [counts.events - counts.successes, counts.successes]
+        else:
+            assert isinstance(counts, DistributionCounts)
+            buckets = list(counts.counts)
+        events += sum(buckets)
+        parts.append(f"{name}:{','.join(map(str, buckets))}")
+    return ";".join(parts), events
+
+
+def decode(text: str) -> dict[str, list[int]]:
+    """The bucket counts of each metric in a ``metrics`` column (:func:`encode`).
+
+    Read as the JSON object it spells once its separators are JSON's (a name holds
+    neither ``:`` nor ``;``, nor a quote): the C parser, several times faster than
+    splitting the text in Python, which the analysis does for every install.
+    """
+    found: dict[str, list[int]] = _loads('{"' + text.replace(";", '],"').replace(":", '":[') + "]}")
+    return found
+
+
+def tally(
+    rows: Iterable[tuple[Any, Any, Any, Any, str]],
+    statistics: Mapping[str, Statistic],
+    *,
+    per_tier: bool,
+    pooled: bool,
+    pooled_tier: str,
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """Each arm's sums of each statistic, from rows (tier, arm, version, network, metrics).
+
+    The rows of one (arm, version, network) come one after another (the order
+    of the summary index), so only one network's sums are held at a time. Each
+    device's statistic is its bucket counts weighted and divided by its total
+    (a device that counted nothing of the metric, or counted it with another
+    number of buckets, is left out); an arm's sums are over its devices, over
+    its networks (each network's devices averaged) and of the squares of the
+    networks' means, per tier (``per_tier``) and every tier together
+    (``pooled``, tier ``pooled_tier``: a network once, whatever its tiers).
+
+    Returns:
+        (statistic name, (tier, arm, version, devices, networks, sum over devices,
+        sum of the networks' means, sum of their squares)) for each arm with a
+        device that counted the statistic's metric.
+    """
+    asked = sorted(statistics.items())
+    width = len(asked)
+    # The statistics of each (metric, buckets), read off one total.
+    read: dict[tuple[str, int], list[tuple[int, tuple[float, ...]]]] = {}
+    for k, (_, statistic) in enumerate(asked):
+        read.setdefault((statistic.metric, statistic.buckets), []).append((k, statistic.weights))
+    reads = [(metric, buckets, stats) for (metric, buckets), stats in read.items()]
+    arms: dict[tuple[Any, Any, Any], list[list[Any]]] = {}
+    # The network being read: per tier, each statistic's devices and their values summed.
+    network: dict[Any, list[list[Any]]] = {}
+    current: tuple[Any, Any, Any] | None = None
+
+    def add(group: Any, arm: Any, version: Any, sums: list[list[Any]]) -> None:
+        of_arm = arms.get((group, arm, version))
+        if of_arm is None:
+            of_arm = arms[group, arm, version] = [[0, 0, 0.0, 0.0, 0.0] for _ in range(width)]
+        for into, (n, v) in zip(of_arm, sums, strict=True):
+            if n:
+                mean = v / n
+                into[0] += n
+                into[1] += 1
+                into[2] += v
+                into[3] += mean
+                into[4] += mean * mean
+
+    def flush() -> None:
+        assert current is not None
+        arm, version, _ = current
+        if per_tier:
+            for tier, sums in network.items():
+                add(tier, arm, version, sums)
+        if pooled and len(network) == 1:
+            add(pooled_tier, arm, version, next(iter(network.values())))
+        elif pooled:
+            together = [[0, 0.0] for _ in range(width)]
+            for sums in network.values():
+                for into, (n, v) in zip(together, sums, strict=True):
+                    into[0] += n
+                    into[1] += v
+            add(pooled_tier, arm, version, together)
+        network.clear()
+
+    for tier, arm, version, net, text in rows:
+        if current is None or net != current[2] or arm != current[0] or version != current[1]:
+            if current is not None:
+                flush()
+            current = (arm, version, net)
+        counts = decode(text)
+        sums = network.get(tier)
+        for metric, buckets, stats in reads:
+            found = counts.get(metric)
+            if found is None or len(found) != buckets:
+                continue
+            total = sum(found)
+            if not total:
+                continue
+            if sums is None:
+                sums = network[tier] = [[0, 0.0] for _ in range(width)]
+            for k, weights in stats:
+                into = sums[k]
+                into[0] += 1
+                into[1] += sum(map(mul, weights, found)) / total
+    if current is not None:
+        flush()
+    found_sums = []
+    for (group, arm, version), of_arm in arms.items():
+        for (name, _), sums in zip(asked, of_arm, strict=True):
+            if sums[1]:
+                found_sums.append((name, (group, arm, version, *sums)))
+    return found_sums
+
+
+# -- schema 5 to 7: one row per install and metric (a migration to 8 reads them) ----------
 
 #: At most 32 buckets (a distribution's 31 edges): ``c0`` .. ``c31``.
 BUCKET_COLUMNS = tuple(f"c{i}" for i in range(32))
@@ -56,7 +206,6 @@ METRIC_COLUMNS = (
     *BUCKET_COLUMNS,
 )
 
-# Unused buckets hold 0 (0 costs SQLite no bytes, and keeps the merge's maximum simple).
 METRIC_SCHEMA = (
     """CREATE TABLE report_metrics (
     token TEXT NOT NULL,
@@ -84,223 +233,44 @@ _SCHEMA_5_METRIC_INDEXES = (
     "CREATE INDEX report_metrics_received ON report_metrics (received_at)",
 )
 
-#: A summary reads one unit's metric by name and bucket count, an arm's network by network
-#: (the source network, ``COALESCE(source, token)``, as the reports' summary index holds it),
-#: per tier or every tier together: grouped as read, not sorted.
+#: The metric indexes of schema 7.
 METRIC_INDEXES = (
     "CREATE INDEX report_metrics_arms ON report_metrics (unit, name, buckets, arm, "
-    f"unit_version, {NETWORK}, tier, token, source, sequence, received_at)",
+    "unit_version, COALESCE(source, token), tier, token, source, sequence, received_at)",
     _SCHEMA_5_METRIC_INDEXES[1],
 )
 
-_FROM_NEWER = ("unit", "tier", "arm", "unit_version", "cpu_class", "source", "buckets")
+#: Installs whose metric rows a migration to schema 8 reads at a time.
+MIGRATION_CHUNK = 2000
 
 
-def metric_rows(report: Report, received: int, source: str | None) -> list[tuple[Any, ...]]:
-    """The ``report_metrics`` rows of one report (none before schema 3), in column order.
+def migrate_to_columns(cursor: Any, placeholder: str) -> None:
+    """Schema 7 to 8: each install's metric rows into its rows' ``metrics`` column.
 
-    Args:
-        received: When it arrived, epoch milliseconds.
+    Reads ``report_metrics`` a chunk of installs at a time (by token: bounded
+    memory on either database), writes each install's metrics (every member of a
+    bundle alike), then drops the table.
     """
-    rows = []
-    for name, counts in (report.metrics or {}).items():
-        if isinstance(counts, RateCounts):
-            buckets = [counts.events - counts.successes, counts.successes]
-        else:
-            assert isinstance(counts, DistributionCounts)
-            buckets = list(counts.counts)
-        padded = buckets + [0] * (len(BUCKET_COLUMNS) - len(buckets))
-        rows.append(
-            (
-                report.token,
-                name,
-                report.unit,
-                report.tier,
-                report.arm,
-                report.unit_version,
-                report.sequence,
-                report.cpu_class,
-                source,
-                received,
-                len(buckets),
-                *padded,
+    p = placeholder
+    after = ""
+    while True:
+        cursor.execute(
+            "SELECT token, name, buckets, " + ", ".join(BUCKET_COLUMNS) + " FROM report_metrics "
+            f"WHERE token IN (SELECT DISTINCT token FROM report_metrics WHERE token > {p} "
+            f"ORDER BY token LIMIT {MIGRATION_CHUNK}) ORDER BY token",
+            (after,),
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            break
+        installs: dict[str, dict[str, list[int]]] = {}
+        for token, name, buckets, *counts in rows:
+            installs.setdefault(token, {})[name] = [int(c) for c in counts[: int(buckets)]]
+        for token, metrics in installs.items():
+            text = ";".join(f"{n}:{','.join(map(str, metrics[n]))}" for n in sorted(metrics))
+            cursor.execute(
+                f"UPDATE reports SET metrics = {p}, metric_events = {p} WHERE token = {p}",
+                (text, sum(sum(c) for c in metrics.values()), token),
             )
-        )
-    return rows
-
-
-@functools.lru_cache(maxsize=128)
-def metric_upsert_sql(placeholder: str, rows: int = 1, *, greatest: str = "MAX") -> str:
-    """The upsert of ``rows`` metric rows, merged whatever the order reports arrive in.
-
-    Totals since the install only grow, so each count keeps its highest; where the
-    install is (tier, arm, version, period) comes from the newer report, as for
-    the install's own row (:func:`edgereg.reports.store.upsert_sql`).
-    """
-    row = "(" + ", ".join([placeholder] * len(METRIC_COLUMNS)) + ")"
-    newer = (
-        "(excluded.sequence > report_metrics.sequence OR (excluded.sequence = "
-        "report_metrics.sequence AND excluded.received_at >= report_metrics.received_at))"
-    )
-    sets = [
-        f"{c} = CASE WHEN {newer} THEN excluded.{c} ELSE report_metrics.{c} END"
-        for c in _FROM_NEWER
-    ]
-    sets += [
-        f"{c} = {greatest}(excluded.{c}, report_metrics.{c})"
-        for c in ("sequence", "received_at", *BUCKET_COLUMNS)
-    ]
-    return (
-        f"INSERT INTO report_metrics ({', '.join(METRIC_COLUMNS)}) VALUES "
-        f"{', '.join([row] * rows)} ON CONFLICT (token, name) DO UPDATE SET {', '.join(sets)}"
-    )
-
-
-def statistic_sql(
-    placeholder: str,
-    buckets: int,
-    *,
-    since: bool,
-    since_sequence: bool,
-    cpu_class: bool,
-    pooled: bool,
-    arms: int = 0,
-    statistics: int = 1,
-) -> str:
-    """Per (tier, arm, version): statistics of one metric, per device and per network.
-
-    Each device's statistic is its bucket counts weighted and divided by its
-    total (a device that counted nothing is left out); the sums are over
-    devices, over networks (each network's devices averaged) and of the
-    squares of the networks' means. ``statistics`` statistics of the same
-    metric (their own weights each: a mean and a share below an edge) are
-    summed in one read of its rows: a row holds the devices, the networks,
-    then each statistic's three sums. Parameters bind in this order: each
-    statistic's weights, the unit, the name, the bucket count, then the filters
-    (sequence, time, CPU class).
-
-    With ``arms``: one branch per arm (as :func:`edgereg.reports.store.counts_sql`
-    takes them), each summing its own networks as the index yields them, without
-    a sort; a row starts with its branch's number instead of the tier, arm and
-    version (an arm without a device that counted the metric has no networks), and
-    each branch binds the parameters above and then its arm's (arm, version, tier;
-    pooled: arm, version).
-    """
-    where = _metric_filters(
-        placeholder, since=since, since_sequence=since_sequence, cpu_class=cpu_class
-    )
-    weighted, total = _device_values(placeholder, buckets, statistics)
-    shares = ", ".join(_network_values(statistics))
-    sums = ", ".join(_arm_sums(statistics))
-    if arms:
-        devices = (
-            f"SELECT {NETWORK} AS net, {weighted}, {total} AS t FROM report_metrics "
-            f"WHERE {where} AND {arm_filter(placeholder, pooled)}"
-        )
-        branch = (
-            f"{sums} FROM (SELECT COUNT(*) AS n, {shares} FROM ({devices}) "
-            "AS devices WHERE t > 0 GROUP BY net) AS networks"
-        )
-        return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
-    devices = (
-        f"SELECT tier, arm, unit_version, {NETWORK} AS net, "
-        f"{weighted}, {total} AS t FROM report_metrics WHERE {where}"
-    )
-    # In the order of report_metrics_arms (METRIC_INDEXES): grouped as read, not sorted.
-    tier = "'*'" if pooled else "tier"
-    networks = (
-        f"SELECT {tier} AS tier, arm, unit_version, COUNT(*) AS n, {shares} "
-        f"FROM ({devices}) AS devices WHERE t > 0 GROUP BY {network_groups(pooled)}"
-    )
-    return (
-        f"SELECT tier, arm, unit_version, {sums} FROM ({networks}) AS networks "
-        "GROUP BY tier, arm, unit_version"
-    )
-
-
-def tiers_statistic_sql(
-    placeholder: str,
-    buckets: int,
-    *,
-    since: bool,
-    since_sequence: bool,
-    cpu_class: bool,
-    arms: int,
-    tiers: int,
-    statistics: int = 1,
-) -> str:
-    """:func:`statistic_sql` of each (arm, version) pooled and per tier, in one read of its rows.
-
-    One branch per (arm, version) reads its rows network by network (the
-    index's order) once: each network's devices summed over every tier (the
-    pooled arm) and, apart, over each of ``tiers`` tiers (a device's tier a
-    number by the parameters it binds); the arm's sums then add up the networks
-    as :func:`statistic_sql` does, for every tier together and for each tier (a
-    network without a device of the tier is none of it). The same additions as
-    the two reads they replace, each in the same order. A row: the branch, then
-    the pooled part (devices, networks, each statistic's three sums), then each
-    tier's part alike. Each branch binds each statistic's weights, its tiers
-    (``tiers`` of them: None for a tier it has not), then the unit, the name,
-    the bucket count, the filters, and its arm and version.
-    """
-    p = placeholder
-    where = _metric_filters(p, since=since, since_sequence=since_sequence, cpu_class=cpu_class)
-    where += f" AND {arm_filter(p, pooled=True)}"
-    stats = range(statistics)
-    weighted, total = _device_values(p, buckets, statistics)
-    which = "CASE tier " + " ".join(f"WHEN {p} THEN {i}" for i in range(tiers)) + " ELSE -1 END"
-    devices = (
-        f"SELECT {NETWORK} AS net, {weighted}, {which} AS ti, {total} AS t "
-        f"FROM report_metrics WHERE {where}"
-    )
-    per_network = ["COUNT(*) AS n", *_network_values(statistics)]
-    sums = _arm_sums(statistics)
-    for i in range(tiers):
-        per_network.append(f"SUM(CASE WHEN ti = {i} THEN 1 ELSE 0 END) AS n_{i}")
-        per_network += [
-            f"SUM(CASE WHEN ti = {i} THEN 1.0 * w{k} / t ELSE 0 END) AS v{k}_{i}" for k in stats
-        ]
-        some = f"n_{i} > 0"
-        sums += [f"SUM(n_{i})", f"SUM(CASE WHEN {some} THEN 1 ELSE 0 END)"]
-        sums += [
-            f"SUM(v{k}_{i}), SUM(CASE WHEN {some} THEN v{k}_{i} / n_{i} ELSE 0 END), "
-            f"SUM(CASE WHEN {some} THEN (v{k}_{i} / n_{i}) * (v{k}_{i} / n_{i}) ELSE 0 END)"
-            for k in stats
-        ]
-    branch = (
-        f"{', '.join(sums)} FROM (SELECT {', '.join(per_network)} FROM ({devices}) AS devices "
-        "WHERE t > 0 GROUP BY net) AS networks"
-    )
-    return " UNION ALL ".join(f"SELECT {g} AS g, {branch}" for g in range(arms))
-
-
-def _metric_filters(placeholder: str, *, since: bool, since_sequence: bool, cpu_class: bool) -> str:
-    """One metric's rows of a unit: binds the unit, the name, the bucket count, the filters."""
-    p = placeholder
-    return f"unit = {p} AND name = {p} AND buckets = {p}" + period_filters(
-        p, since_sequence=since_sequence, since=since, cpu_class=cpu_class
-    )
-
-
-def _device_values(placeholder: str, buckets: int, statistics: int) -> tuple[str, str]:
-    """Each device's weighted counts (``w0``.. one per statistic, bound weights) and its total."""
-    used = BUCKET_COLUMNS[:buckets]
-    weighted = ", ".join(
-        " + ".join(f"{placeholder} * {c}" for c in used) + f" AS w{k}" for k in range(statistics)
-    )
-    return weighted, " + ".join(used)
-
-
-def _network_values(statistics: int) -> list[str]:
-    """A network's devices' statistics summed (``v0``..), each device's weighted over its total."""
-    return [f"SUM(1.0 * w{k} / t) AS v{k}" for k in range(statistics)]
-
-
-def _arm_sums(statistics: int) -> list[str]:
-    """An arm's row: devices, networks, then each statistic's three sums.
-
-    Over devices, over networks (each network's mean), and of the networks' means squared.
-    """
-    return ["SUM(n)", "COUNT(*)"] + [
-        f"SUM(v{k}), SUM(v{k} / n), SUM((v{k} / n) * (v{k} / n))" for k in range(statistics)
-    ]
+        after = rows[-1][0]
+    cursor.execute("DROP TABLE report_metrics")

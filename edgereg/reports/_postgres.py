@@ -6,11 +6,11 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from edgereg.reports._metrics import metric_upsert_sql
 from edgereg.reports.store import (
+    STREAM_ROWS,
     ReportStore,
     ReportStoreError,
     StoreURLError,
@@ -128,12 +128,7 @@ class PostgresStore(ReportStore):
             return
         self._idle.put((conn, time.monotonic()))
 
-    def _write_rows(
-        self,
-        cursor: Any,
-        rows: Sequence[tuple[Any, ...]],
-        metrics: Sequence[tuple[Any, ...]] = (),
-    ) -> None:
+    def _write_rows(self, cursor: Any, rows: Sequence[tuple[Any, ...]]) -> None:
         # psycopg rewrites the placeholders of a long statement on every call
         # (measured: most of the time of a 32-row upsert); its executemany sends
         # the short one-row statement for every row in one pipeline instead
@@ -141,8 +136,13 @@ class PostgresStore(ReportStore):
         cursor.executemany(
             upsert_sql(self.placeholder, greatest=self.greatest, least=self.least), rows
         )
-        if metrics:
-            cursor.executemany(metric_upsert_sql(self.placeholder, greatest=self.greatest), metrics)
+
+    def _stream(self, conn: Any, sql: str, params: Sequence[Any]) -> Iterable[tuple[Any, ...]]:
+        # A server-side cursor: psycopg's plain one holds every row of the result.
+        with conn.cursor(name="edgereg_stream") as cursor:
+            cursor.itersize = STREAM_ROWS
+            cursor.execute(sql, params)
+            yield from cursor
 
     def _lock_schema(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

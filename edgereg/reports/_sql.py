@@ -1,9 +1,10 @@
-"""The SQL a summary spells alike over both tables (``reports``, ``report_metrics``).
+"""The SQL a summary spells alike in its reads of ``reports``.
 
-Both are read with the same filters in the same order (the parameters a
-summary binds follow it) and grouped by the same source network, which their
-summary indexes hold as an expression: each is spelled here once, so the two
-tables' statements and indexes cannot drift apart.
+The counts, the histograms and the app metrics read a unit's rows with the
+same filters in the same order (the parameters a summary binds follow it) and
+group them by the same source network, which the summary index holds as an
+expression: each is spelled here once, so the statements and the index cannot
+drift apart (schemas 5 to 7 also read a table ``report_metrics`` this way).
 """
 
 from __future__ import annotations

@@ -88,12 +88,8 @@ class SQLiteStore(ReportStore):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
 
-    def _write_batch(
-        self, rounds: Sequence[tuple[Sequence[tuple[Any, ...]], Sequence[tuple[Any, ...]]]]
-    ) -> None:
-        statements = [
-            statement for rows, metrics in rounds for statement in self._statements(rows, metrics)
-        ]
+    def _write_batch(self, rounds: Sequence[Sequence[tuple[Any, ...]]]) -> None:
+        statements = [statement for rows in rounds for statement in self._statements(rows)]
         if len(statements) == 1:
             # One statement is a transaction of its own (autocommit): a batch that fits
             # one upsert (a server's usual group commit) costs one step of SQLite, not three.

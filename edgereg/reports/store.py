@@ -24,7 +24,7 @@ import itertools
 import logging
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,14 +34,11 @@ from typing import Any, Literal, NamedTuple, cast
 from edgereg.config import BUILTIN_GUARDRAILS
 from edgereg.errors import ExitCode, StorageError
 from edgereg.protocol.reports import Report
+from edgereg.reports import _metrics
 from edgereg.reports._metrics import (
     _SCHEMA_5_METRIC_INDEXES,
     METRIC_INDEXES,
     METRIC_SCHEMA,
-    metric_rows,
-    metric_upsert_sql,
-    statistic_sql,
-    tiers_statistic_sql,
 )
 from edgereg.reports._sql import (
     NETWORK,
@@ -74,7 +71,7 @@ log = logging.getLogger(__name__)
 
 #: The version of the tables below, kept in ``reports_meta``; a store written by a
 #: newer edgereg is refused rather than misread.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Columns of ``reports`` filled from a report, in insert order.
 COLUMNS = (
@@ -113,6 +110,7 @@ COLUMNS = (
     "source",
     "first_received_at",
     "received_at",
+    *_metrics.COLUMNS,
 )
 
 # One DDL for both databases: the types are ones SQLite maps to its affinities.
@@ -154,6 +152,8 @@ SCHEMA = (
     source TEXT,
     first_received_at BIGINT NOT NULL,
     received_at BIGINT NOT NULL,
+    metrics TEXT,
+    metric_events BIGINT,
     PRIMARY KEY (token, model)
 )""",
 )
@@ -208,9 +208,12 @@ INDEXES = (
 )
 META_TABLE = "CREATE TABLE IF NOT EXISTS reports_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
+#: A step of a migration that is not one statement: called with a cursor and the placeholder.
+_Step = Callable[[Any, str], None]
+
 #: From each schema to the next: schema 2 adds the source network of a report
 #: (rows of schema 1 have none: their sources are unknown, never counted).
-MIGRATIONS: dict[int, tuple[str, ...]] = {
+MIGRATIONS: dict[int, tuple[str | _Step, ...]] = {
     1: (
         "ALTER TABLE reports ADD COLUMN source TEXT",
         # The counts read the source and the install time too: keep them covered.
@@ -261,6 +264,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS report_metrics_arms",
         METRIC_INDEXES[0],
     ),
+    # Schema 8: an install's app metrics in its own row, one column (edgereg/reports/_metrics.py).
+    7: (
+        "ALTER TABLE reports ADD COLUMN metrics TEXT",
+        "ALTER TABLE reports ADD COLUMN metric_events BIGINT",
+        _metrics.migrate_to_columns,
+    ),
 }
 
 #: Columns a merge takes from the newer report (the rest merge as :func:`upsert_sql` says).
@@ -296,6 +305,9 @@ _KEPT_UNLESS_NEWER_HAS = (
     ("memory_steady_mb",),
 )
 
+
+#: Rows a streamed read (:meth:`ReportStore._stream`) fetches at a time.
+STREAM_ROWS = 2000
 
 #: Rows per INSERT statement at most. A batch of up to this many rows is one
 #: statement of exactly its size (a server's group commit is then one step of the
@@ -358,6 +370,11 @@ def upsert_sql(
         lead = group[0]
         take = f"(({newer} AND excluded.{lead} IS NOT NULL) OR reports.{lead} IS NULL)"
         sets.extend(f"{c} = CASE WHEN {take} THEN excluded.{c} ELSE reports.{c} END" for c in group)
+    # The app metrics that count the most events (_metrics.MERGE).
+    sets.extend(
+        f"{c} = " + _metrics.MERGE.format(new="excluded", old="reports", column=c)
+        for c in _metrics.COLUMNS
+    )
     return (
         f"INSERT INTO reports ({', '.join(COLUMNS)}) VALUES {values} "
         f"ON CONFLICT (token, model) DO UPDATE SET {', '.join(sets)}"
@@ -549,6 +566,58 @@ def arms_sql(
     )
     by = arm_groups(pooled)
     return f"SELECT DISTINCT {by} FROM reports WHERE {where}"
+
+
+def metrics_sql(
+    placeholder: str,
+    *,
+    since: bool,
+    since_sequence: bool = False,
+    model: bool,
+    cpu_class: bool = False,
+    bundle: bool = False,
+) -> str:
+    """The app metrics of a unit's installs: (tier, arm, version, network, metrics) rows.
+
+    In the order :func:`edgereg.reports._metrics.tally` reads them, an arm's
+    networks one after another: a model's rows off the summary index as it lies
+    (no sort). A bundle's members each carry the install's metrics: its rows are
+    sorted so that an install's come together (with their events and token), for
+    :func:`best_of_members`. Parameters: the filters' (:func:`_filters`).
+    """
+    where = _filters(
+        placeholder, since=since, since_sequence=since_sequence, model=model, cpu_class=cpu_class
+    )
+    order = f"ORDER BY arm, unit_version, {NETWORK}"
+    if not bundle:
+        return (
+            f"SELECT tier, arm, unit_version, {NETWORK}, metrics FROM reports "
+            f"WHERE {where} AND metrics IS NOT NULL {order}"
+        )
+    return (
+        f"SELECT tier, arm, unit_version, {NETWORK}, metrics, metric_events, token FROM reports "
+        f"WHERE {where} AND metrics IS NOT NULL {order}, tier, token"
+    )
+
+
+def best_of_members(rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
+    """A bundle's :func:`metrics_sql` rows, one per install: its member that counts the most.
+
+    Each member of a bundle carries the install's metrics; a merge would keep the
+    ones that count the most events (of two alike the greater text). An install's
+    rows come one after another (the same arm, version, network and tier).
+    """
+    best: Sequence[Any] | None = None
+    for row in rows:
+        if best is not None and row[:4] == best[:4] and row[6] == best[6]:
+            if (row[5], row[4]) > (best[5], best[4]):
+                best = row
+            continue
+        if best is not None:
+            yield tuple(best[:5])
+        best = row
+    if best is not None:
+        yield tuple(best[:5])
 
 
 def has_members_sql(placeholder: str) -> str:
@@ -769,15 +838,15 @@ def report_row(report: Report, received_at: datetime, source: str | None = None)
         source,
         received,
         received,
+        *_metrics.encode(report),
     )
 
 
 class Prepared(NamedTuple):
-    """A report as the store writes it (:func:`prepare`): its key, row and metric rows."""
+    """A report as the store writes it (:func:`prepare`): its key and its row."""
 
     key: tuple[str, str]
     row: tuple[Any, ...]
-    metrics: dict[tuple[str, str], tuple[Any, ...]]
 
 
 def prepare(report: Report, received_at: datetime, source: str | None = None) -> Prepared:
@@ -789,9 +858,7 @@ def prepare(report: Report, received_at: datetime, source: str | None = None) ->
     Raises:
         ValueError: ``received_at`` has no time zone.
     """
-    row = report_row(report, received_at, source)
-    metrics = {(m[0], m[1]): m for m in metric_rows(report, row[-1], source)}
-    return Prepared((report.token, report.model), row, metrics)
+    return Prepared((report.token, report.model), report_row(report, received_at, source))
 
 
 class ReportStoreError(StorageError):
@@ -871,7 +938,7 @@ class ReportStore(abc.ABC):
             )
             found = cur.fetchone()
             if found is None:
-                for statement in (*SCHEMA, *INDEXES, *METRIC_SCHEMA, *METRIC_INDEXES):
+                for statement in (*SCHEMA, *INDEXES):
                     cur.execute(statement)
                 cur.execute(
                     f"INSERT INTO reports_meta (key, value) VALUES ({self.placeholder}, "
@@ -881,8 +948,11 @@ class ReportStore(abc.ABC):
                 log.info("created the report store schema %d in %s", SCHEMA_VERSION, self.url)
             elif int(found[0]) < SCHEMA_VERSION:
                 for version in range(int(found[0]), SCHEMA_VERSION):
-                    for statement in MIGRATIONS[version]:
-                        cur.execute(statement)
+                    for step in MIGRATIONS[version]:
+                        if isinstance(step, str):
+                            cur.execute(step)
+                        else:
+                            step(cur, self.placeholder)
                 cur.execute(
                     f"UPDATE reports_meta SET value = {self.placeholder} "
                     f"WHERE key = {self.placeholder}",
@@ -906,10 +976,8 @@ class ReportStore(abc.ABC):
             conn.commit()
         self._schema_checked = True
 
-    def _statements(
-        self, rows: Sequence[tuple[Any, ...]], metrics: Sequence[tuple[Any, ...]] = ()
-    ) -> list[tuple[str, list[Any]]]:
-        """The upserts of rows and metric rows (distinct keys each): a few multi-row statements."""
+    def _statements(self, rows: Sequence[tuple[Any, ...]]) -> list[tuple[str, list[Any]]]:
+        """The upserts of rows (distinct keys): a few multi-row statements."""
         statements = []
         start = 0
         for size in statement_sizes(len(rows)):
@@ -921,37 +989,27 @@ class ReportStore(abc.ABC):
                     list(itertools.chain.from_iterable(chunk)),
                 )
             )
-        start = 0
-        for size in statement_sizes(len(metrics)):
-            chunk = metrics[start : start + size]
-            start += size
-            statements.append(
-                (
-                    metric_upsert_sql(self.placeholder, size, greatest=self.greatest),
-                    list(itertools.chain.from_iterable(chunk)),
-                )
-            )
         return statements
 
-    def _write_rows(
-        self,
-        cursor: Any,
-        rows: Sequence[tuple[Any, ...]],
-        metrics: Sequence[tuple[Any, ...]] = (),
-    ) -> None:
-        """Upsert rows and metric rows (distinct keys each) in the open transaction."""
-        for sql, params in self._statements(rows, metrics):
+    def _write_rows(self, cursor: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Upsert rows (distinct keys) in the open transaction."""
+        for sql, params in self._statements(rows):
             cursor.execute(sql, params)
 
-    def _write_batch(
-        self, rounds: Sequence[tuple[Sequence[tuple[Any, ...]], Sequence[tuple[Any, ...]]]]
-    ) -> None:
-        """Store rounds of (rows, metric rows) in one transaction (the keys distinct per round)."""
+    def _write_batch(self, rounds: Sequence[Sequence[tuple[Any, ...]]]) -> None:
+        """Store rounds of rows in one transaction (the keys distinct per round)."""
         with self._connection() as conn:
             cursor = conn.cursor()
-            for rows, metrics in rounds:
-                self._write_rows(cursor, rows, metrics)
+            for rows in rounds:
+                self._write_rows(cursor, rows)
             conn.commit()
+
+    def _stream(self, conn: Any, sql: str, params: Sequence[Any]) -> Iterable[tuple[Any, ...]]:
+        """The rows of a query, fetched a part at a time (not all held at once)."""
+        cursor = conn.cursor()
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(STREAM_ROWS):
+            yield from rows
 
     @abc.abstractmethod
     def _lock_schema(self, cursor: Any) -> None:
@@ -990,26 +1048,21 @@ class ReportStore(abc.ABC):
             How many were given.
         """
         # One statement may not touch a row twice (PostgreSQL refuses): reports of the
-        # same install in one batch go in successive statements, each merged by the
-        # upsert; so do its metrics (a bundle's members each carry the unit's).
-        rounds: list[tuple[dict[tuple[str, str], _Row], dict[tuple[str, str], _Row]]] = []
+        # same install in one batch go in successive statements, each merged by the upsert.
+        rounds: list[dict[tuple[str, str], _Row]] = []
         given = 0
-        for key, row, metrics in prepared:
+        for key, row in prepared:
             given += 1
-            for batch, batch_metrics in rounds:
-                if key not in batch and (not metrics or not batch_metrics.keys() & metrics.keys()):
+            for batch in rounds:
+                if key not in batch:
                     break
             else:
-                batch, batch_metrics = {}, {}
-                rounds.append((batch, batch_metrics))
+                batch = {}
+                rounds.append(batch)
             batch[key] = row
-            if metrics:
-                batch_metrics.update(metrics)
 
         def write() -> int:
-            self._write_batch(
-                [(list(rows.values()), list(metrics.values())) for rows, metrics in rounds]
-            )
+            self._write_batch([list(rows.values()) for rows in rounds])
             return given
 
         return cast(int, self._run("storing reports", write))
@@ -1086,28 +1139,7 @@ class ReportStore(abc.ABC):
         cut = epoch_ms(aged_before) if aged_before is not None else 2**62
         leading = {"aged": cut, "stalled_starts": stalled_starts}
 
-        # The statistics of one metric (with one bucket count) in one read of its rows.
-        read_together: dict[tuple[str, int], list[str]] = {}
-        for name, asked_of in sorted((statistics or {}).items()):
-            read_together.setdefault((asked_of.metric, asked_of.buckets), []).append(name)
-        asked = {
-            (metric, buckets): [
-                *(w for name in names for w in (statistics or {})[name].weights),
-                unit,
-                metric,
-                buckets,
-                *filters,
-            ]
-            for (metric, buckets), names in read_together.items()
-        }
         _Sums = list[tuple[str, Sequence[Any]]]
-
-        def each(
-            sums: _Sums, read: tuple[str, int], arm: Sequence[Any], row: Sequence[Any]
-        ) -> None:
-            """Each statistic's own row: the arm, the devices, networks, its sums."""
-            for k, name in enumerate(read_together[read]):
-                sums.append((name, (*arm, *row[:2], *row[2 + 3 * k : 5 + 3 * k])))
 
         def scope(grouped: bool) -> tuple[list[Any], dict[str, bool]]:
             """The filters' parameters (the unit, the model, ...) and their shape."""
@@ -1124,37 +1156,39 @@ class ReportStore(abc.ABC):
             cur.execute(arms_sql(self.placeholder, **shape, pooled=pooled), params)
             return [(POOLED_TIER, *row) if pooled else tuple(row) for row in cur.fetchall()]
 
+        def metric_sums(
+            conn: Any, grouped: bool, per_tier: bool, pool: bool
+        ) -> tuple[_Sums, _Sums]:
+            """The app metrics' statistics per tier and pooled, in one read of the unit's rows."""
+            if not statistics:
+                return [], []
+            params, shape = scope(grouped)
+            sql = metrics_sql(self.placeholder, **shape, bundle=grouped)
+            rows = self._stream(conn, sql, params)
+            found = _metrics.tally(
+                best_of_members(rows) if grouped else rows,
+                statistics,
+                per_tier=per_tier,
+                pooled=pool,
+                pooled_tier=POOLED_TIER,
+            )
+            return (
+                [s for s in found if s[1][0] != POOLED_TIER],
+                [s for s in found if s[1][0] == POOLED_TIER],
+            )
+
         def tally(
-            cur: Any,
-            grouped: bool,
-            pooled: bool,
-            arms: list[tuple[Any, ...]],
-            sums: _Sums | None = None,
+            cur: Any, grouped: bool, pooled: bool, arms: list[tuple[Any, ...]], sums: _Sums
         ) -> list[ArmSummary]:
             """The summaries, per tier or ``pooled``: a bundle's, or a model's ``arms``.
 
-            ``sums``: the app metrics' statistics, read already (None: read here).
+            ``sums``: the app metrics' statistics (:func:`metric_sums`).
             """
             params, shape = scope(grouped)
             # Each arm's own filter binds (arm, version[, tier]).
             keys = [(arm, version) + (() if pooled else (tier,)) for tier, arm, version in arms]
             counts: list[Sequence[Any]] = []
             bins: list[Sequence[Any]] = []
-            reads = asked if sums is None else {}
-            sums = [] if sums is None else sums
-
-            def statistic(read: tuple[str, int], arms: int = 0) -> str:
-                return statistic_sql(
-                    self.placeholder,
-                    read[1],
-                    since=flags["since"],
-                    since_sequence=flags["since_sequence"],
-                    cpu_class=flags["cpu_class"],
-                    pooled=pooled,
-                    arms=arms,
-                    statistics=len(read_together[read]),
-                )
-
             if grouped:
                 # A bundle's installs are its members' rows folded, every arm at once.
                 sql, names = counts_sql(self.placeholder, **shape, bundle=True, pooled=pooled)
@@ -1164,10 +1198,6 @@ class ReportStore(abc.ABC):
                 sql, repeats = histogram_sql(self.placeholder, **shape, pooled=pooled)
                 cur.execute(sql, params * repeats)
                 bins = cur.fetchall()
-                for read, values in reads.items():
-                    cur.execute(statistic(read), values)
-                    for row in cur.fetchall():
-                        each(sums, read, row[:3], row[3:])
             # A model's arms, a few per statement (a compound SELECT has a bounded
             # number of parts), each row's branch number made its arm again: each arm
             # is summed over its own networks, read in the index's order.
@@ -1190,64 +1220,7 @@ class ReportStore(abc.ABC):
                 bound = [(*params, *(() if g is None else chunk_keys[g])) for g in binds]
                 cur.execute(sql, [v for values in bound for v in values])
                 bins += cur.fetchall()
-                for read, values in reads.items():
-                    sql = statistic(read, len(chunk))
-                    cur.execute(sql, [v for key in chunk_keys for v in (*values, *key)])
-                    for row in cur.fetchall():
-                        # An arm where no device counted the metric has none (as grouped).
-                        if row[2]:
-                            each(sums, read, chunk[row[0]], row[1:])
             return _assemble(unit, counts, bins, sums, aged=aged_before is not None)
-
-        def per_tier_and_pooled(cur: Any, arms: list[tuple[Any, ...]]) -> tuple[_Sums, _Sums]:
-            """A model's statistics per tier and pooled: its metric rows read once for both."""
-            per_tier: _Sums = []
-            pooled: _Sums = []
-            # Each (arm, version) with its tiers.
-            tiers_of: dict[tuple[Any, Any], list[Any]] = {}
-            for tier, arm, version in arms:
-                tiers_of.setdefault((arm, version), []).append(tier)
-            pairs = list(tiers_of.items())
-            for first in range(0, len(pairs), ARMS_PER_STATEMENT):
-                chunk_pairs = pairs[first : first + ARMS_PER_STATEMENT]
-                width = max(len(tiers) for _, tiers in chunk_pairs)
-                for read, values in asked.items():
-                    stats = len(read_together[read])
-                    sql = tiers_statistic_sql(
-                        self.placeholder,
-                        read[1],
-                        since=flags["since"],
-                        since_sequence=flags["since_sequence"],
-                        cpu_class=flags["cpu_class"],
-                        arms=len(chunk_pairs),
-                        tiers=width,
-                        statistics=stats,
-                    )
-                    weights, where = values[: read[1] * stats], values[read[1] * stats :]
-                    cur.execute(
-                        sql,
-                        [
-                            v
-                            for pair, tiers in chunk_pairs
-                            for v in (
-                                *weights,
-                                *tiers,
-                                *[None] * (width - len(tiers)),
-                                *where,
-                                *pair,
-                            )
-                        ],
-                    )
-                    part = 2 + 3 * stats
-                    for row in cur.fetchall():
-                        pair, tiers = chunk_pairs[row[0]]
-                        if row[2]:
-                            each(pooled, read, (POOLED_TIER, *pair), row[1 : 1 + part])
-                        for i, tier in enumerate(tiers):
-                            mine = row[1 + part * (i + 1) : 1 + part * (i + 2)]
-                            if mine[1]:
-                                each(per_tier, read, (tier, *pair), mine)
-            return per_tier, pooled
 
         def read() -> list[ArmSummary]:
             with self._connection() as conn:
@@ -1259,16 +1232,17 @@ class ReportStore(abc.ABC):
                 elif model is None:
                     grouped = bool(bundle)
                 both = with_pool and not pooled
+                # The app metrics read once for the summaries per tier and the pooled ones.
+                per_tier, pool = metric_sums(conn, grouped, not pooled, pooled or both)
                 if grouped:
-                    found = tally(cur, True, pooled, [])
-                    found += tally(cur, True, True, []) if both else []
+                    found = tally(cur, True, pooled, [], pool if pooled else per_tier)
+                    found += tally(cur, True, True, [], pool) if both else []
                 elif both:
-                    arms = arms_of(cur, False)
-                    per_tier, pool = per_tier_and_pooled(cur, arms)
-                    found = tally(cur, False, False, arms, per_tier)
+                    found = tally(cur, False, False, arms_of(cur, False), per_tier)
                     found += tally(cur, False, True, arms_of(cur, True), pool)
                 else:
-                    found = tally(cur, False, pooled, arms_of(cur, pooled))
+                    sums = pool if pooled else per_tier
+                    found = tally(cur, False, pooled, arms_of(cur, pooled), sums)
                 conn.rollback()  # read only: end the snapshot
             return found
 
@@ -1373,10 +1347,6 @@ class ReportStore(abc.ABC):
                     f"DELETE FROM reports WHERE received_at < {self.placeholder}", (cutoff,)
                 )
                 deleted = int(cur.rowcount)
-                cur.execute(
-                    f"DELETE FROM report_metrics WHERE received_at < {self.placeholder}",
-                    (cutoff,),
-                )
                 conn.commit()
             return deleted
 

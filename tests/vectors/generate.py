@@ -34,6 +34,7 @@ from edgereg.client.device import (
     check_blob_vector,
     check_conditions_vector,
     check_health_vector,
+    check_hints_vector,
     check_metrics_vector,
     check_selftest_vector,
     check_tier_file_vector,
@@ -60,6 +61,7 @@ from edgereg.protocol.fields import (
     parse_range,
     satisfies,
 )
+from edgereg.protocol.hints import RuntimeTrials
 from edgereg.protocol.probe import (
     MAX_PROBE_DATA_BYTES,
     GoldenProbe,
@@ -3304,6 +3306,370 @@ def build_labels() -> dict[str, str]:
     return files
 
 
+# --- runtime trials and hints (docs/protocol.md sections 3 and 11) ----------------------
+
+TRIALS = RuntimeTrials.of([1, 2, 4], ["opencl", "cpu"])
+HINT_SALT = "0d15ea5e"
+_ARMV9 = {"cpu_class": "armv9", "cores": 8, "soc": "QTI SM8550"}
+
+
+def _rule(
+    match: dict[str, Any],
+    threads: int = 2,
+    backends: list[str] | None = None,
+    percent: float = 100.0,
+    salt: str = HINT_SALT,
+) -> dict[str, Any]:
+    return {
+        "match": match,
+        "runtime": {"threads": threads, "backends": backends or ["cpu"]},
+        "percent": percent,
+        "salt": salt,
+    }
+
+
+def _hint_device(inside: bool, salt: str = HINT_SALT, percent: float = 10.0) -> str:
+    """The first device id ``phone-<n>`` inside (or outside) a rule's cohort."""
+    n = 0
+    while in_cohort(f"phone-{n}", salt, percent) != inside:
+        n += 1
+    return f"phone-{n}"
+
+
+def _in_rule_not_rollout() -> str:
+    """A device inside the rule's 10 % (its salt) and outside the rollout's 25 % (SALT)."""
+    n = 0
+    while not (
+        in_cohort(f"phone-{n}", HINT_SALT, 10.0) and not in_cohort(f"phone-{n}", SALT, PERCENT)
+    ):
+        n += 1
+    return f"phone-{n}"
+
+
+def _with_trials(trials: Any) -> bytes:
+    return _raw_payload(_set(stable__runtime_trials=trials))
+
+
+def _trials(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = TRIALS.model_dump(mode="json")
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not _DROP}
+
+
+def _with_hints(*rules: dict[str, Any], entry: str = "stable", **changes: Any) -> bytes:
+    manifest = _rollout() if entry == "candidate" else _manifest()
+    edit = _set(**{f"{entry}__runtime_hints": list(rules), **changes})
+    return _raw_payload(edit, manifest)
+
+
+def _setting(threads: int, backend: str) -> dict[str, Any]:
+    return {"threads": threads, "backend": backend}
+
+
+_NINE = [_setting(t, b) for t in (1, 2, 4) for b in ("opencl", "vulkan", "cpu")]
+
+# name -> (description, manifest bytes factory, device facts and id)
+HINT_CASES: dict[str, Case] = {
+    "trials-offered": (
+        "threads [1, 2, 4] x backends [opencl, cpu]: six settings, sorted by backend then "
+        "threads, with the default bounds and the set's id; the declared runtime is used.",
+        lambda: _signed(
+            _manifest(stable=_entry("1.0.0").model_copy(update={"runtime_trials": TRIALS}))
+        ),
+        {"device": _ARMV9},
+    ),
+    "trials-bounds-absent": (
+        "max_runs_per_setting and max_total_ms left out: 5 and 2000.",
+        lambda: _with_trials(_trials(max_runs_per_setting=_DROP, max_total_ms=_DROP)),
+        {},
+    ),
+    "trials-eight-settings": (
+        "Eight settings, the most a try-set holds.",
+        lambda: _with_trials(_trials(settings=_NINE[:8])),
+        {},
+    ),
+    "trials-nine-settings": (
+        "Nine settings, one more than a try-set holds: malformed.",
+        lambda: _with_trials(_trials(settings=_NINE)),
+        {},
+    ),
+    "trials-no-settings": (
+        "An empty settings list: malformed.",
+        lambda: _with_trials(_trials(settings=[])),
+        {},
+    ),
+    "trials-setting-twice": (
+        "The same {threads, backend} twice: malformed.",
+        lambda: _with_trials(_trials(settings=[_setting(2, "cpu"), _setting(2, "cpu")])),
+        {},
+    ),
+    "trials-threads-zero": (
+        "A setting of 0 threads: malformed (1 to 16).",
+        lambda: _with_trials(_trials(settings=[_setting(0, "cpu")])),
+        {},
+    ),
+    "trials-threads-17": (
+        "A setting of 17 threads: malformed (1 to 16).",
+        lambda: _with_trials(_trials(settings=[_setting(17, "cpu")])),
+        {},
+    ),
+    "trials-threads-as-float": (
+        "threads written 2.0: an integer field, malformed.",
+        lambda: _raw_text(
+            lambda t: t.replace('{"backend":"cpu","threads":2}', '{"backend":"cpu","threads":2.0}'),
+            _manifest(stable=_entry("1.0.0").model_copy(update={"runtime_trials": TRIALS})),
+        ),
+        {},
+    ),
+    "trials-unknown-backend": (
+        "A backend no client knows (cuda): malformed, as in runtime.backends.",
+        lambda: _with_trials(_trials(settings=[_setting(2, "cuda")])),
+        {},
+    ),
+    "trials-id-missing": (
+        "No id: malformed.",
+        lambda: _with_trials(_trials(id=_DROP)),
+        {},
+    ),
+    "trials-id-uppercase": (
+        "An id in uppercase hex: malformed (8 lowercase hex).",
+        lambda: _with_trials(
+            _trials(id=TRIALS.id.upper() if TRIALS.id.upper() != TRIALS.id else "ABCDEF12")
+        ),
+        {},
+    ),
+    "trials-id-not-recomputed": (
+        "An id that is not the digest of the set: accepted as it is (clients compare ids, "
+        "they never recompute them).",
+        lambda: _with_trials(_trials(id="00000000")),
+        {},
+    ),
+    "trials-runs-zero": (
+        "max_runs_per_setting 0: malformed (1 to 20).",
+        lambda: _with_trials(_trials(max_runs_per_setting=0)),
+        {},
+    ),
+    "trials-runs-21": (
+        "max_runs_per_setting 21: malformed (1 to 20).",
+        lambda: _with_trials(_trials(max_runs_per_setting=21)),
+        {},
+    ),
+    "trials-total-ms-10000": (
+        "max_total_ms 10000, the most a trial may take.",
+        lambda: _with_trials(_trials(max_total_ms=10000)),
+        {},
+    ),
+    "trials-total-ms-10001": (
+        "max_total_ms 10001: malformed (1 to 10000).",
+        lambda: _with_trials(_trials(max_total_ms=10001)),
+        {},
+    ),
+    "trials-null": (
+        "runtime_trials null: the same as absent (a key added after 0.1.0).",
+        lambda: _with_trials(None),
+        {},
+    ),
+    "trials-unknown-keys": (
+        "Unknown keys in the try-set and in a setting are ignored.",
+        lambda: _with_trials(
+            _trials(settings=[{**_setting(1, "cpu"), "affinity": "big"}], warmup_runs=2)
+        ),
+        {},
+    ),
+    "hints-first-match-wins": (
+        "Two rules match an armv9 8-core phone: the first decides (4 threads on OpenCL).",
+        lambda: _with_hints(
+            _rule({"cpu_class": "armv9"}, 4, ["opencl", "cpu"]),
+            _rule({"cpu_class": "armv9", "cores": 8}, 1),
+        ),
+        {"device": _ARMV9},
+    ),
+    "hints-order-decides": (
+        "The narrower rule first: an armv9 6-core phone skips it and takes the second.",
+        lambda: _with_hints(
+            _rule({"cpu_class": "armv9", "cores": 8}, 1),
+            _rule({"cpu_class": "armv9"}, 4, ["opencl", "cpu"]),
+        ),
+        {"device": {**_ARMV9, "cores": 6}},
+    ),
+    "hints-no-rule-matches": (
+        "No rule names an armv8 phone: the declared runtime.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9"}), _rule({"cores": 4})),
+        {"device": {**_ARMV9, "cpu_class": "armv8"}},
+    ),
+    "hints-unknown-class": (
+        "A rule for a class no client derives (armv10) matches nothing; the next rule decides.",
+        lambda: _with_hints(_rule({"cpu_class": "armv10"}, 1), _rule({"cores": 8}, 4)),
+        {"device": _ARMV9},
+    ),
+    "hints-class-not-known": (
+        "A device that does not know its CPU class (its features not said) never matches a "
+        "rule naming cpu_class: the declared runtime.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9"}, 1)),
+        {"device": {"cores": 8}},
+    ),
+    "hints-soc-not-known": (
+        "A rule naming soc never matches a device without one; the next rule decides.",
+        lambda: _with_hints(_rule({"soc": "QTI SM8550"}, 1), _rule({"cores": 8}, 4)),
+        {"device": {"cpu_class": "armv9", "cores": 8}},
+    ),
+    "hints-soc-exact": (
+        "soc is compared exactly: QTI SM8550 is not qti sm8550.",
+        lambda: _with_hints(_rule({"soc": "qti sm8550"}, 1)),
+        {"device": _ARMV9},
+    ),
+    "hints-all-keys-match": (
+        "cpu_class, cores and soc all equal the device's: the rule decides.",
+        lambda: _with_hints(_rule(dict(_ARMV9), 3, ["vulkan", "cpu"])),
+        {"device": _ARMV9},
+    ),
+    "hints-one-key-differs": (
+        "Two keys equal the device's, the third (cores) does not: no match.",
+        lambda: _with_hints(_rule({**_ARMV9, "cores": 4}, 3)),
+        {"device": _ARMV9},
+    ),
+    "hints-unknown-match-key": (
+        "A rule naming a key this client does not know (gpu) never matches, though its "
+        "other keys do; the next rule decides.",
+        lambda: _with_hints(
+            _rule({"cpu_class": "armv9", "gpu": "adreno-740"}, 1), _rule({"cores": 8}, 4)
+        ),
+        {"device": _ARMV9},
+    ),
+    "hints-empty-match": (
+        "A rule naming no key matches every device of the tier.",
+        lambda: _with_hints(_rule({}, 1)),
+        {"device": {}},
+    ),
+    "hints-match-key-null": (
+        "A match key that is null is not given (a key added after 0.1.0): the rule matches "
+        "on its other keys.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9", "soc": None}, 1)),
+        {"device": {"cpu_class": "armv9", "cores": 8}},
+    ),
+    "hints-inside-percent": (
+        "The matching rule at 10 %: this device's bucket (the rule's salt) is inside, so it "
+        "uses the rule's runtime.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9"}, 1, percent=10.0)),
+        {"device": _ARMV9, "device_id": _hint_device(True)},
+    ),
+    "hints-outside-percent": (
+        "The same rule, a device outside its 10 %: the declared runtime (the rule's "
+        "comparison arm); the later rule that also matches is not read.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9"}, 1, percent=10.0), _rule({"cores": 8}, 4)),
+        {"device": _ARMV9, "device_id": _hint_device(False)},
+    ),
+    "hints-own-salt": (
+        "The rule's cohort is by its own salt, not the rollout's: a device inside the "
+        "rule's 10 % and outside the rollout's 25 % candidate cohort.",
+        lambda: _with_hints(
+            _rule({"cpu_class": "armv9"}, 1, percent=10.0),
+            entry="stable",
+            candidate=json.loads(to_bytes(_rollout()))["candidate"],
+            percent=PERCENT,
+            salt=SALT,
+        ),
+        {"device": _ARMV9, "device_id": _in_rule_not_rollout()},
+    ),
+    "hints-on-candidate": (
+        "A device in the candidate's cohort uses the candidate's rules.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9"}, 1), entry="candidate"),
+        {"device": _ARMV9, "device_id": _device(True)},
+    ),
+    "hints-keep-precision": (
+        "A rule replaces threads and backends; the declared precision stays.",
+        lambda: _with_hints(_rule({"cores": 8}, 1), stable__runtime__precision="low"),
+        {"device": _ARMV9},
+    ),
+    "hints-unknown-rule-keys": (
+        "Unknown keys in a rule and in its runtime are ignored; the rule decides.",
+        lambda: _with_hints(
+            {
+                **_rule({"cores": 8}, 1),
+                "since": "2025-06-01",
+                "runtime": {"threads": 1, "backends": ["cpu"], "affinity": "big"},
+            }
+        ),
+        {"device": _ARMV9},
+    ),
+    "hints-32-rules": (
+        "32 rules, the most an entry holds; the last one matches.",
+        lambda: _with_hints(
+            *[_rule({"cores": n}, 1) for n in range(100, 131)], _rule({"cores": 8}, 2)
+        ),
+        {"device": _ARMV9},
+    ),
+    "hints-33-rules": (
+        "33 rules, one more than an entry holds: malformed.",
+        lambda: _with_hints(*[_rule({"cores": n}, 1) for n in range(100, 133)]),
+        {"device": _ARMV9},
+    ),
+    "hints-empty-list": (
+        "runtime_hints [] : malformed (absent says no rule).",
+        lambda: _with_hints(),
+        {"device": _ARMV9},
+    ),
+    "hints-backends-not-ending-in-cpu": (
+        "A rule's backends must end with cpu, as the declared runtime's: malformed.",
+        lambda: _with_hints(_rule({"cores": 8}, 1, ["cpu", "opencl"])),
+        {"device": _ARMV9},
+    ),
+    "hints-threads-missing": (
+        "A rule's runtime without threads: malformed (both keys are required).",
+        lambda: _with_hints({**_rule({"cores": 8}), "runtime": {"backends": ["cpu"]}}),
+        {"device": _ARMV9},
+    ),
+    "hints-percent-zero": (
+        "percent 0: malformed (0 < percent <= 100, as a rollout's).",
+        lambda: _with_hints(_rule({"cores": 8}, percent=0)),
+        {"device": _ARMV9},
+    ),
+    "hints-salt-not-hex": (
+        "A salt that is not 8 to 64 lowercase hex: malformed.",
+        lambda: _with_hints(_rule({"cores": 8}, salt="not-a-salt")),
+        {"device": _ARMV9},
+    ),
+    "hints-cpu-class-not-a-name": (
+        "cpu_class ARMv9 breaks the class pattern: malformed.",
+        lambda: _with_hints(_rule({"cpu_class": "ARMv9"})),
+        {"device": _ARMV9},
+    ),
+    "hints-cores-zero": (
+        "cores 0: malformed (1 to 1024).",
+        lambda: _with_hints(_rule({"cores": 0})),
+        {"device": _ARMV9},
+    ),
+    "hints-soc-64-characters": (
+        "An soc of 64 characters, the longest.",
+        lambda: _with_hints(_rule({"soc": "S" * 64}, 1)),
+        {"device": {**_ARMV9, "soc": "S" * 64}},
+    ),
+    "hints-soc-65-characters": (
+        "An soc of 65 characters: malformed.",
+        lambda: _with_hints(_rule({"soc": "S" * 65})),
+        {"device": _ARMV9},
+    ),
+    "hints-soc-trailing-space": (
+        "An soc ending with a space: malformed (printable ASCII, spaces only inside).",
+        lambda: _with_hints(_rule({"soc": "QTI SM8550 "})),
+        {"device": _ARMV9},
+    ),
+}
+
+
+def build_hints() -> dict[str, str]:
+    files = {}
+    for name, (description, manifest, overrides) in HINT_CASES.items():
+        vector_input = _input(manifest(), {"device_id": "phone-0", **overrides})
+        vector_input["device"] = {
+            "device_id": vector_input["device"]["device_id"],
+            "mnn_runtime": APP_RUNTIME,
+            **overrides.get("device", {}),
+        }
+        files.update(_vector_file("hints", name, description, vector_input))
+    return files
+
+
 def everything() -> dict[str, str]:
     """Every golden file under tests/vectors/, by relative path."""
     return {
@@ -3319,6 +3685,7 @@ def everything() -> dict[str, str]:
         **build_health(),
         **build_metrics(),
         **build_tier_files(),
+        **build_hints(),
     }
 
 
@@ -3334,6 +3701,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "health": check_health_vector,
     "metrics": check_metrics_vector,
     "tiers": check_tier_file_vector,
+    "hints": check_hints_vector,
 }
 """The reference runner of each vector folder ("" is tests/vectors/ itself; rules/ has its
 own format)."""

@@ -69,7 +69,12 @@ struct Failure: Error {
 extension Rejection { var failure: Failure { Failure(code: reason, message: message) } }
 extension CacheError { var failure: Failure { Failure(code: code, message: message) } }
 extension TransportError {
-    var failure: Failure { Failure(code: status == 404 ? Reason.notFound : Reason.transport, message: message) }
+    /// A connection the app's cancel cut (a manifest's, a blob's) is the cancel, not the network's
+    /// failure: `cancelled`, never `transport` (which the app would retry as one).
+    var failure: Failure {
+        if Task.isCancelled { return EdgeRegClient.cancelledFailure }
+        return Failure(code: status == 404 ? Reason.notFound : Reason.transport, message: message)
+    }
 }
 
 /// The edgereg client: fetch, verify, choose, download, self-test and install signed models
@@ -211,10 +216,11 @@ public actor EdgeRegClient {
 
     /// Stop here when the app cancelled the update (before anything is switched).
     func checkpoint() throws {
-        if Task.isCancelled {
-            throw Failure(code: Reason.cancelled, message: "the update was cancelled by the app; nothing was installed, the download resumes next time")
-        }
+        if Task.isCancelled { throw Self.cancelledFailure }
     }
+
+    static let cancelledFailure = Failure(
+        code: Reason.cancelled, message: "the update was cancelled by the app; nothing was installed, the download resumes next time")
 
     /// What is installed, without network (installs a shipped release on the first launch).
     public func current(_ unit: ReleaseUnit) async -> UpdateResult {

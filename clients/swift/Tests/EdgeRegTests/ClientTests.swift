@@ -711,6 +711,25 @@ final class ProgressLog: @unchecked Sendable {
         #expect((status.pending?.remainingBytes ?? 0) < 40_000, "the part is kept for a resume")
     }
 
+    @Test func aCancelWhileTheManifestIsFetchedIsCancelledNotATransportError() async throws {
+        let f = try Fixture()
+        try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", size: 1_000))
+        let client = f.client()
+        let asked = f.server.requests.count
+        f.server.delayGets("manifests/digits/high.json", 1_500_000)
+        let task = Task { await client.update(digits) }
+        let until = Date().addingTimeInterval(10)
+        while f.server.requests.count == asked, Date() < until { try await Task.sleep(nanoseconds: 10_000_000) }
+        try await Task.sleep(nanoseconds: 100_000_000)  // the request is out, its answer held
+        task.cancel()
+        let r = await task.value
+        // The connection the cancel cut is the cancel, not the network's failure.
+        #expect(r.errorCode == "cancelled", "\(r.errorCode ?? "nil"): \(r.error ?? "")")
+        #expect(await client.status(digits).lastError?.code == "cancelled")
+        f.server.delayGets("manifests/digits/high.json", 0)
+        #expect(await client.update(digits).updated)
+    }
+
     @Test func progressEndsAtTheTotalAndNothingIsToldWhenNothingDownloads() async throws {
         let f = try Fixture()
         try f.registry.publish("digits", stable: try f.registry.entry("digits", "1.0.0", size: 300_000))

@@ -34,6 +34,7 @@ final class TestServer: @unchecked Sendable {
     private var _postAnswers: [Int] = []
     private var _offline = false
     private var _postDelay: useconds_t = 0
+    private var _getDelay: [String: useconds_t] = [:]
     private var _trickle: Set<String> = []
     private var _omitLength: Set<String> = []
     private var _redirects: [String: String] = [:]
@@ -87,6 +88,8 @@ final class TestServer: @unchecked Sendable {
     func setOffline(_ on: Bool) { lock.withLock { _offline = on } }
     /// Hold each report this long before answering (a slow collector).
     func delayPosts(_ microseconds: useconds_t) { lock.withLock { _postDelay = microseconds } }
+    /// Hold each answer to a GET of `path` this long before its headers (a slow registry).
+    func delayGets(_ path: String, _ microseconds: useconds_t) { lock.withLock { _getDelay[path] = microseconds } }
     /// Tries to post a report, answered or not.
     var postCount: Int { lock.withLock { _requests.filter { $0.path.hasSuffix("reports") }.count } }
     var log: [(path: String, status: Int, bytes: Int)] { lock.withLock { _log } }
@@ -191,6 +194,7 @@ final class TestServer: @unchecked Sendable {
             respond(fd, 202, ["Content-Type": "application/json"], Data("{\"status\":\"accepted\"}".utf8), path: request.path)
             return
         }
+        if let delay = lock.withLock({ _getDelay[request.path] }), delay > 0 { usleep(delay) }
         if let location = lock.withLock({ _redirects[request.path] }) {
             respond(fd, 302, ["Location": location], Data(), path: request.path)
             return

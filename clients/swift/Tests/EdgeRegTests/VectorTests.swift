@@ -29,6 +29,9 @@ func loadJSON(_ relative: String) throws -> JSONValue {
 func runVector(_ relative: String) throws -> (expected: JSONValue, got: JSONValue)? {
     // Not vectors: the generator, the test keys and their README.
     if relative == "generate.py" || relative.hasPrefix("keys/") { return nil }
+    // Issue 27: hints/ (runtime trials and hints, docs/protocol.md §3 and §11) is implemented by
+    // the Python reference only so far; this client is next.
+    if relative.hasPrefix("hints/") { return nil }
     guard relative.hasSuffix(".json") else { throw Conformance.HarnessError(unknown: relative) }
     let vector = try loadJSON(relative)
     if relative == "rules/tiers.json" {
