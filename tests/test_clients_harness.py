@@ -1531,7 +1531,7 @@ VECTOR_OPS = {
 #: Vector folders a client's device program does not run yet, with the issue that adds them.
 #: Issue 27 (runtime trials and hints, docs/protocol.md §3, §11): the JVM and Swift clients
 #: implement tests/vectors/hints/ next; until then only the Python reference runs it here.
-NOT_YET: dict[str, set[str]] = {"jvm": {"hints"}, "swift": {"hints"}}
+NOT_YET: dict[str, set[str]] = {"swift": {"hints"}}
 
 
 def test_every_vector_file_through_the_device_program(devices: Devices) -> None:

@@ -96,6 +96,8 @@ public final class DeviceMain {
                 result.put("sdk_version", EdgeregClient.SDK_VERSION);
             } else if (op.equals("decide")) {
                 result = Conformance.decide(object(request, "vector"), Ed25519.best());
+            } else if (op.equals("check_hints")) {
+                result = Conformance.hints(object(request, "vector"), Ed25519.best());
             } else if (op.equals("check_blob")) {
                 result = Conformance.checkBlob(object(request, "vector"));
             } else if (op.equals("check_probe")) {

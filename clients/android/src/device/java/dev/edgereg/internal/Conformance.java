@@ -13,6 +13,63 @@ public final class Conformance {
     private Conformance() {}
 
     public static Map<String, Object> decide(Map<String, Object> input, Ed25519 ed) throws IllegalArgumentException {
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        try {
+            Decision d = decision(input, ed);
+            out.put("accept", true);
+            out.put("entry", d.unit == null ? Json.NULL : entryJson(d.unit));
+            out.put("is_candidate", d.isCandidate);
+            out.put("runtime_fallback", d.fallback != null);
+            out.put("fallback", d.fallback == null ? Json.NULL : d.fallback);
+            out.put("substitute", d.substitute == null ? Json.NULL : d.substitute);
+            out.put("sequence", d.sequence);
+        } catch (Rejected r) {
+            out.put("accept", false);
+            out.put("reason", r.code);
+        }
+        return out;
+    }
+
+    /**
+     * tests/vectors/hints: the decision, then the try-set of the chosen entry and the runtime the
+     * device uses (section 11, "Runtime hints"); the vector's device holds the hint facts
+     * ({@code cpu_class}, {@code cores}, {@code soc}; left out: not known).
+     */
+    public static Map<String, Object> hints(Map<String, Object> input, Ed25519 ed) throws IllegalArgumentException {
+        Map<String, Object> out = new LinkedHashMap<String, Object>();
+        Decision d;
+        try {
+            d = decision(input, ed);
+        } catch (Rejected r) {
+            out.put("accept", false);
+            out.put("reason", r.code);
+            return out;
+        }
+        out.put("accept", true);
+        if (d.unit == null || d.unit.bundle) {
+            for (String k : new String[] {"entry", "runtime_trials", "runtime", "rule", "matched"}) out.put(k, Json.NULL);
+            return out;
+        }
+        Wire.Entry entry = d.unit.single();
+        @SuppressWarnings("unchecked")
+        Map<String, Object> device = (Map<String, Object>) input.get("device");
+        Object cores = device.get("cores");
+        Rules.HintFacts facts = new Rules.HintFacts(opt(device, "cpu_class"),
+                cores instanceof Json.Num ? Integer.valueOf(((Json.Num) cores).longValue().intValue()) : null, opt(device, "soc"));
+        Rules.RuntimeChoice c = Rules.chooseRuntime(entry, facts, str(device, "device_id"));
+        out.put("entry", memberJson(entry));
+        out.put("runtime_trials", entry.trials == null ? Json.NULL : entry.trials.toJson());
+        Map<String, Object> runtime = new LinkedHashMap<String, Object>();
+        runtime.put("threads", (long) c.threads);
+        runtime.put("backends", new java.util.ArrayList<Object>(c.backends));
+        runtime.put("precision", c.precision);
+        out.put("runtime", runtime);
+        out.put("rule", c.rule == null ? Json.NULL : (Object) (long) c.rule);
+        out.put("matched", c.matched == null ? Json.NULL : (Object) (long) c.matched);
+        return out;
+    }
+
+    private static Decision decision(Map<String, Object> input, Ed25519 ed) throws Rejected {
         byte[] manifest = Codec.base64Decode(str(input, "manifest"));
         if (manifest == null) throw new IllegalArgumentException("manifest is not base64");
         Map<String, byte[]> trusted = trustedKeys((List<?>) input.get("trusted_keys"));
@@ -27,22 +84,8 @@ public final class Conformance {
         Long now = Codec.parseLooseTime(str(input, "now"));
         if (now == null) throw new IllegalArgumentException("now is not an RFC 3339 time");
         boolean bundle = Boolean.TRUE.equals(input.get("bundle"));
-        Map<String, Object> out = new LinkedHashMap<String, Object>();
-        try {
-            Decision d = Decision.decide(manifest, trusted, ed, str(input, "model"), str(input, "tier"), bundle,
-                    str(device, "device_id"), facts, highest, now, true);
-            out.put("accept", true);
-            out.put("entry", d.unit == null ? Json.NULL : entryJson(d.unit));
-            out.put("is_candidate", d.isCandidate);
-            out.put("runtime_fallback", d.fallback != null);
-            out.put("fallback", d.fallback == null ? Json.NULL : d.fallback);
-            out.put("substitute", d.substitute == null ? Json.NULL : d.substitute);
-            out.put("sequence", d.sequence);
-        } catch (Rejected r) {
-            out.put("accept", false);
-            out.put("reason", r.code);
-        }
-        return out;
+        return Decision.decide(manifest, trusted, ed, str(input, "model"), str(input, "tier"), bundle, str(device, "device_id"), facts,
+                highest, now, true);
     }
 
     /** A vector's cpu_features: absent or null is not said; a list (even empty) says them. */

@@ -4,7 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 
-/** Cohorts (section 6) and tiers (section 5), bit for bit as the reference decides them. */
+/** Cohorts (section 6), tiers (section 5) and runtime hints (section 11), bit for bit as the reference decides them. */
 public final class Rules {
     private Rules() {}
 
@@ -13,6 +13,56 @@ public final class Rules {
         byte[] d = Codec.sha256().digest(Codec.utf8(salt + ":" + deviceId));
         long prefix = ((d[0] & 0xffL) << 24) | ((d[1] & 0xffL) << 16) | ((d[2] & 0xffL) << 8) | (d[3] & 0xffL);
         return prefix % 10000L;
+    }
+
+    /** A device's hint facts (section 11, "Runtime hints"); null: the device does not know it. */
+    public static final class HintFacts {
+        public final String cpuClass;
+        public final Integer cores;
+        public final String soc;
+
+        public HintFacts(String cpuClass, Integer cores, String soc) {
+            this.cpuClass = cpuClass;
+            this.cores = cores;
+            this.soc = soc;
+        }
+    }
+
+    /** The runtime a device uses for an entry, and the rules behind it. */
+    public static final class RuntimeChoice {
+        public final int threads;
+        public final List<String> backends;
+        public final String precision;
+        /** The index of the rule whose runtime this is, or null: the declared runtime. */
+        public final Integer rule;
+        /** The index of the first rule that matched, or null (a device outside its percent: rule null, matched set). */
+        public final Integer matched;
+
+        RuntimeChoice(int threads, List<String> backends, String precision, Integer rule, Integer matched) {
+            this.threads = threads;
+            this.backends = backends;
+            this.precision = precision;
+            this.rule = rule;
+            this.matched = matched;
+        }
+    }
+
+    /**
+     * Section 11, "Runtime hints": the first rule whose every named key equals the device's fact
+     * decides alone; inside its cohort (the rule's salt and percent) the device uses the rule's
+     * threads and backends with the declared precision, outside it the declared runtime, and no
+     * later rule is read. No rule matches: the declared runtime.
+     */
+    public static RuntimeChoice chooseRuntime(Wire.Entry entry, HintFacts facts, String deviceId) {
+        if (entry.hints != null) {
+            for (int i = 0; i < entry.hints.size(); i++) {
+                Wire.HintRule r = entry.hints.get(i);
+                if (!r.matches(facts.cpuClass, facts.cores, facts.soc)) continue;
+                if (cohortBucket(deviceId, r.salt) >= r.basisPoints) return new RuntimeChoice(entry.threads, entry.backends, entry.precision, null, i);
+                return new RuntimeChoice(r.threads, r.backends, entry.precision, i, i);
+            }
+        }
+        return new RuntimeChoice(entry.threads, entry.backends, entry.precision, null, null);
     }
 
     /** One tier's rules; null fields are unset. */

@@ -35,6 +35,11 @@ public final class Wire {
     public static final Pattern CPU_FEATURE = Pattern.compile("[a-z0-9][a-z0-9_-]{0,31}");
     /** The largest memory figure a document carries, MiB (1 TiB). */
     public static final double MAX_MEMORY_MB = 1048576;
+    static final Pattern TRIAL_ID = Pattern.compile("[0-9a-f]{8}");
+    static final Pattern CPU_CLASS = Pattern.compile("[a-z0-9][a-z0-9._-]{0,31}");
+    static final Pattern SOC = Pattern.compile("[!-~]([ -~]{0,62}[!-~])?");
+    static final int MAX_TRIAL_SETTINGS = 8;
+    static final int MAX_HINT_RULES = 32;
     static final List<String> BACKENDS = Arrays.asList("cpu", "opencl", "vulkan", "metal", "opengl", "coreml", "nnapi");
     static final List<String> DTYPES = Arrays.asList("float32", "float16", "int8", "uint8", "int32", "int64", "bool");
     /** App metrics a unit's entry may declare at most (docs/protocol.md section 3, "App metrics"). */
@@ -141,13 +146,17 @@ public final class Wire {
         public final Entry instead;
         /** The app metrics this entry declares itself (a model's entry only), or null. */
         public final Map<String, Metric> metrics;
+        /** The try-set (section 3, "Runtime trials and hints"), or null: nothing to try. */
+        public final Trials trials;
+        /** The hint rules in order (section 11, "Runtime hints"), or null: every device uses the declared runtime. */
+        public final List<HintRule> hints;
         /** The entry as read (known keys only): what the client stores. */
         public final Map<String, Object> json;
 
         Entry(String version, String variant, BlobRef blob, String minMnnRuntime, int threads, List<String> backends,
                 String precision, Map<String, Object> contract, List<String> labels, BlobRef labelsBlob,
                 Requirements requires, BlobRef probe, BlobRef probeData, Double peakMemoryMb, List<String> avoidCpu,
-                Entry instead, Map<String, Metric> metrics, Map<String, Object> json) {
+                Entry instead, Map<String, Metric> metrics, Trials trials, List<HintRule> hints, Map<String, Object> json) {
             this.version = version;
             this.variant = variant;
             this.blob = blob;
@@ -165,6 +174,8 @@ public final class Wire {
             this.avoidCpu = avoidCpu;
             this.instead = instead;
             this.metrics = metrics;
+            this.trials = trials;
+            this.hints = hints;
             this.json = json;
         }
 
@@ -176,6 +187,86 @@ public final class Wire {
             if (probeData != null) out.add(probeData);
             if (labelsBlob != null) out.add(labelsBlob);
             return out;
+        }
+    }
+
+    /** One setting of a try-set: a thread count on one backend. */
+    public static final class Setting {
+        public final int threads;
+        public final String backend;
+
+        Setting(int threads, String backend) {
+            this.threads = threads;
+            this.backend = backend;
+        }
+    }
+
+    /** An entry's {@code runtime_trials} as read: the settings a device may time the probe under. */
+    public static final class Trials {
+        public final String id;
+        public final List<Setting> settings;
+        public final int maxRunsPerSetting;
+        public final int maxTotalMs;
+
+        Trials(String id, List<Setting> settings, int maxRunsPerSetting, int maxTotalMs) {
+            this.id = id;
+            this.settings = settings;
+            this.maxRunsPerSetting = maxRunsPerSetting;
+            this.maxTotalMs = maxTotalMs;
+        }
+
+        /** As the wire says it, defaults filled in and unknown keys dropped. */
+        public Map<String, Object> toJson() {
+            Map<String, Object> m = new LinkedHashMap<String, Object>();
+            m.put("id", id);
+            List<Object> list = new ArrayList<Object>();
+            for (Setting st : settings) {
+                Map<String, Object> o = new LinkedHashMap<String, Object>();
+                o.put("threads", (long) st.threads);
+                o.put("backend", st.backend);
+                list.add(o);
+            }
+            m.put("settings", list);
+            m.put("max_runs_per_setting", (long) maxRunsPerSetting);
+            m.put("max_total_ms", (long) maxTotalMs);
+            return m;
+        }
+    }
+
+    /** One rule of an entry's {@code runtime_hints} (section 3; how it applies: section 11). */
+    public static final class HintRule {
+        /** The match's known keys, each null when the rule does not name it. */
+        public final String cpuClass;
+        public final Long cores;
+        public final String soc;
+        /** Keys of the match this client does not know: the rule never matches when there is one. */
+        public final List<String> unknownKeys;
+        public final int threads;
+        public final List<String> backends;
+        /** The percent as written, and as basis points (1 to 10000) for the cohort. */
+        public final Object percent;
+        public final int basisPoints;
+        public final String salt;
+
+        HintRule(String cpuClass, Long cores, String soc, List<String> unknownKeys, int threads, List<String> backends, Object percent,
+                int basisPoints, String salt) {
+            this.cpuClass = cpuClass;
+            this.cores = cores;
+            this.soc = soc;
+            this.unknownKeys = unknownKeys;
+            this.threads = threads;
+            this.backends = backends;
+            this.percent = percent;
+            this.basisPoints = basisPoints;
+            this.salt = salt;
+        }
+
+        /** Whether every key the rule names equals the device's own (null: the device does not know it). */
+        public boolean matches(String deviceCpuClass, Integer deviceCores, String deviceSoc) {
+            if (!unknownKeys.isEmpty()) return false;
+            if (cpuClass != null && !cpuClass.equals(deviceCpuClass)) return false;
+            if (cores != null && (deviceCores == null || cores.longValue() != deviceCores.longValue())) return false;
+            return soc == null || soc.equals(deviceSoc);
         }
     }
 
@@ -272,15 +363,8 @@ public final class Wire {
         int points = 0;
         Object p = m.get("percent");
         if (p != null && p != Json.NULL) {
-            if (!(p instanceof Json.Num)) throw bad("percent", "must be a number");
-            double d = ((Json.Num) p).doubleValue();
-            if (Double.isNaN(d) || Double.isInfinite(d) || d < 0 || d > 100) throw bad("percent", "must be between 0 and 100, got " + p);
-            double scaled = d * 100;
-            double rounded = Math.rint(scaled);
-            if (Math.abs(scaled - rounded) > 1e-6) throw bad("percent", p + " has more than two decimals");
-            points = (int) rounded;
-            if (points == 0) throw bad("percent", "must be greater than 0, got " + p);
-            percent = d;
+            points = basisPoints(p, "percent");
+            percent = ((Json.Num) p).doubleValue();
         }
         String salt = null;
         Object s = m.get("salt");
@@ -357,19 +441,7 @@ public final class Wire {
         int threads = 4;
         if (runtime.containsKey("threads")) threads = (int) integer(runtime.get("threads"), where + ".runtime.threads", 1, 16);
         List<String> backends = Collections.singletonList("cpu");
-        if (runtime.containsKey("backends")) {
-            List<Object> list = array(runtime.get("backends"), where + ".runtime.backends");
-            if (list.isEmpty()) throw bad(where + ".runtime.backends", "needs at least one backend");
-            List<String> names = new ArrayList<String>();
-            for (Object b : list) {
-                String name = string(b, where + ".runtime.backends");
-                if (!BACKENDS.contains(name)) throw bad(where + ".runtime.backends", "'" + name + "' is not a backend");
-                names.add(name);
-            }
-            if (!names.get(names.size() - 1).equals("cpu")) throw bad(where + ".runtime.backends", "the backend list must end with \"cpu\"");
-            if (new HashSet<String>(names).size() != names.size()) throw bad(where + ".runtime.backends", "each backend may appear once");
-            backends = Collections.unmodifiableList(names);
-        }
+        if (runtime.containsKey("backends")) backends = backends(runtime.get("backends"), where + ".runtime.backends");
         String precision = "normal";
         if (runtime.containsKey("precision")) {
             precision = string(runtime.get("precision"), where + ".runtime.precision");
@@ -444,8 +516,99 @@ public final class Wire {
         rt.put("precision", precision);
         json.put("runtime", rt);
         if (contract != null) json.put("contract", contract);
+        Trials trials = trials(m.get("runtime_trials"), where + ".runtime_trials");
+        List<HintRule> hints = hints(m.get("runtime_hints"), where + ".runtime_hints");
         return new Entry(version, variant, new BlobRef(sha, size), minMnn, threads, backends, precision, contract, labels, labelsBlob, req, probe,
-                probeData, peak, avoid, instead, metrics, json);
+                probeData, peak, avoid, instead, metrics, trials, hints, json);
+    }
+
+    /** A backend order: known names, each once, ending with {@code cpu} (section 3). */
+    static List<String> backends(Object v, String where) throws Rejected {
+        List<Object> list = array(v, where);
+        if (list.isEmpty()) throw bad(where, "needs at least one backend");
+        List<String> names = new ArrayList<String>();
+        for (Object b : list) {
+            String name = string(b, where);
+            if (!BACKENDS.contains(name)) throw bad(where, "'" + name + "' is not a backend");
+            names.add(name);
+        }
+        if (!names.get(names.size() - 1).equals("cpu")) throw bad(where, "the backend list must end with \"cpu\"");
+        if (new HashSet<String>(names).size() != names.size()) throw bad(where, "each backend may appear once");
+        return Collections.unmodifiableList(names);
+    }
+
+    /**
+     * An entry's {@code runtime_trials} (section 3, "Runtime trials and hints"), or null when
+     * absent or null: the id as written (never recomputed), 1 to 8 distinct settings, the bounds
+     * with their defaults filled in; unknown keys dropped.
+     */
+    static Trials trials(Object v, String where) throws Rejected {
+        if (v == null || v == Json.NULL) return null;
+        Map<String, Object> m = object(v, where);
+        String id = matching(required(m, "id", where + ".id"), TRIAL_ID, where + ".id", "is not a try-set id: expected 8 lowercase hex characters");
+        List<Object> list = array(required(m, "settings", where + ".settings"), where + ".settings");
+        if (list.isEmpty() || list.size() > MAX_TRIAL_SETTINGS) {
+            throw bad(where + ".settings", "holds 1 to " + MAX_TRIAL_SETTINGS + " settings, got " + list.size());
+        }
+        List<Setting> settings = new ArrayList<Setting>();
+        Set<String> seen = new HashSet<String>();
+        for (int i = 0; i < list.size(); i++) {
+            String w = where + ".settings[" + i + "]";
+            Map<String, Object> o = object(list.get(i), w);
+            int threads = (int) integer(required(o, "threads", w + ".threads"), w + ".threads", 1, 16);
+            String backend = string(required(o, "backend", w + ".backend"), w + ".backend");
+            if (!BACKENDS.contains(backend)) throw bad(w + ".backend", "'" + backend + "' is not a backend");
+            if (!seen.add(threads + " " + backend)) throw bad(w, threads + " threads on " + backend + " is offered twice");
+            settings.add(new Setting(threads, backend));
+        }
+        int runs = 5;
+        Object r = m.get("max_runs_per_setting");
+        if (r != null && r != Json.NULL) runs = (int) integer(r, where + ".max_runs_per_setting", 1, 20);
+        int total = 2000;
+        Object t = m.get("max_total_ms");
+        if (t != null && t != Json.NULL) total = (int) integer(t, where + ".max_total_ms", 1, 10000);
+        return new Trials(id, Collections.unmodifiableList(settings), runs, total);
+    }
+
+    /**
+     * An entry's {@code runtime_hints} (section 3), or null when absent or null: 1 to 32 rules.
+     * A match keeps the keys it does not know (such a rule never matches, section 11).
+     */
+    static List<HintRule> hints(Object v, String where) throws Rejected {
+        if (v == null || v == Json.NULL) return null;
+        List<Object> list = array(v, where);
+        if (list.isEmpty() || list.size() > MAX_HINT_RULES) throw bad(where, "holds 1 to " + MAX_HINT_RULES + " rules, got " + list.size());
+        List<HintRule> rules = new ArrayList<HintRule>();
+        for (int i = 0; i < list.size(); i++) {
+            String w = where + "[" + i + "]";
+            Map<String, Object> o = object(list.get(i), w);
+            Map<String, Object> match = object(required(o, "match", w + ".match"), w + ".match");
+            String cpuClass = null;
+            Long cores = null;
+            String soc = null;
+            List<String> unknown = new ArrayList<String>();
+            for (Map.Entry<String, Object> k : match.entrySet()) {
+                Object x = k.getValue();
+                String key = k.getKey();
+                if (key.equals("cpu_class")) {
+                    if (x != Json.NULL) cpuClass = matching(x, CPU_CLASS, w + ".match.cpu_class", "is not a CPU class: a lowercase letter or digit, then up to 31 lowercase letters, digits, '.', '_' or '-'");
+                } else if (key.equals("cores")) {
+                    if (x != Json.NULL) cores = integer(x, w + ".match.cores", 1, 1024);
+                } else if (key.equals("soc")) {
+                    if (x != Json.NULL) soc = matching(x, SOC, w + ".match.soc", "is not an SoC family: 1 to 64 printable ASCII characters, spaces only inside");
+                } else {
+                    unknown.add(key); // as the reference: named, even null, a key this client does not know
+                }
+            }
+            Map<String, Object> rt = object(required(o, "runtime", w + ".runtime"), w + ".runtime");
+            int threads = (int) integer(required(rt, "threads", w + ".runtime.threads"), w + ".runtime.threads", 1, 16);
+            List<String> backends = backends(required(rt, "backends", w + ".runtime.backends"), w + ".runtime.backends");
+            Object percent = required(o, "percent", w + ".percent");
+            int points = basisPoints(percent, w + ".percent");
+            String salt = matching(required(o, "salt", w + ".salt"), SALT, w + ".salt", "is not a salt: expected 8 to 64 lowercase hex characters");
+            rules.add(new HintRule(cpuClass, cores, soc, Collections.unmodifiableList(unknown), threads, backends, percent, points, salt));
+        }
+        return Collections.unmodifiableList(rules);
     }
 
     /**
@@ -647,6 +810,18 @@ public final class Wire {
         int n = s.codePointCount(0, s.length());
         if (n < 1 || n > 256) throw bad(where, "a tensor name has 1 to 256 characters");
         return s;
+    }
+
+    /** A percent, 0 < percent <= 100 with at most two decimals, as basis points (1 to 10000). */
+    static int basisPoints(Object p, String where) throws Rejected {
+        if (!(p instanceof Json.Num)) throw bad(where, "must be a number");
+        double d = ((Json.Num) p).doubleValue();
+        if (Double.isNaN(d) || Double.isInfinite(d) || d < 0 || d > 100) throw bad(where, "must be between 0 and 100, got " + p);
+        double scaled = d * 100;
+        double rounded = Math.rint(scaled);
+        if (Math.abs(scaled - rounded) > 1e-6) throw bad(where, p + " has more than two decimals");
+        if (rounded == 0) throw bad(where, "must be greater than 0, got " + p);
+        return (int) rounded;
     }
 
     // --- typed getters ------------------------------------------------------------------
