@@ -1529,8 +1529,8 @@ VECTOR_OPS = {
 }
 
 #: Vector folders a client's device program does not run yet, with the issue that adds them.
-#: Issue 27 (runtime trials and hints, docs/protocol.md §3, §11): the JVM and Swift clients
-#: implement tests/vectors/hints/ next; until then only the Python reference runs it here.
+#: Issue 27 (runtime trials and hints, docs/protocol.md §3, §11): the Swift client implements
+#: tests/vectors/hints/ next; until then only the Python reference and the JVM run it here.
 NOT_YET: dict[str, set[str]] = {"swift": {"hints"}}
 
 
