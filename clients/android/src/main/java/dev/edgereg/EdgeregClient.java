@@ -55,6 +55,8 @@ public final class EdgeregClient {
     final Ed25519 ed25519;
     final Health health;
     final Reporter reporter;
+    /** What this device knows of itself for an entry's runtime_hints (section 11). */
+    final dev.edgereg.internal.Rules.HintFacts hintFacts;
     final int timeoutMs;
     final long deadlineMs;
     final long minRate;
@@ -91,8 +93,9 @@ public final class EdgeregClient {
                 return System.currentTimeMillis() / 1000L;
             }
         };
-        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass,
-                CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch")), b.transport, store, clock);
+        String cpuClass = CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch"));
+        this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass, cpuClass, b.transport, store, clock);
+        this.hintFacts = new dev.edgereg.internal.Rules.HintFacts(cpuClass, b.device.cpuCores, hintSoc());
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;
@@ -108,6 +111,37 @@ public final class EdgeregClient {
     }
 
     long now() { return clock.nowSeconds(); }
+
+    /**
+     * The SoC family a hint rule's {@code soc} is compared with (section 11, "Runtime hints"):
+     * {@code Build.SOC_MANUFACTURER + " " + Build.SOC_MODEL} from API 31, else
+     * {@code Build.HARDWARE}; null off Android or when the platform names none. Read by
+     * reflection: the library compiles without android.jar.
+     */
+    static String hintSoc() {
+        try {
+            Class<?> build = Class.forName("android.os.Build");
+            String soc = null;
+            try {
+                String maker = (String) build.getField("SOC_MANUFACTURER").get(null);
+                String model = (String) build.getField("SOC_MODEL").get(null);
+                if (usable(maker) && usable(model)) soc = maker + " " + model;
+            } catch (NoSuchFieldException e) {
+                soc = null; // before API 31
+            }
+            if (soc == null) {
+                String hardware = (String) build.getField("HARDWARE").get(null);
+                if (usable(hardware)) soc = hardware;
+            }
+            return soc;
+        } catch (ClassNotFoundException | NoSuchFieldException | IllegalAccessException | ClassCastException e) {
+            return null; // not Android
+        }
+    }
+
+    private static boolean usable(String s) {
+        return s != null && !s.isEmpty() && !s.equals("unknown");
+    }
 
     Http http() { return new Http(registry, timeoutMs, deadlineMs, minRate, transport); }
 

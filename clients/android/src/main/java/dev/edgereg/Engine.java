@@ -10,6 +10,7 @@ import dev.edgereg.internal.Json;
 import dev.edgereg.internal.Probe;
 import dev.edgereg.internal.Reasons;
 import dev.edgereg.internal.Rejected;
+import dev.edgereg.internal.Rules;
 import dev.edgereg.internal.Store;
 import dev.edgereg.internal.Wire;
 import java.io.File;
@@ -284,7 +285,15 @@ final class Engine {
         m.put("sha256", e.blob.sha256);
         m.put("size", e.blob.size);
         m.put("min_mnn_runtime", e.minMnnRuntime);
-        m.put("runtime", e.json.get("runtime"));
+        // The runtime this device uses (section 11, "Runtime hints"): applied at every verified
+        // manifest, so a rule changed without a new blob reaches the installed release.
+        Rules.RuntimeChoice choice = Rules.chooseRuntime(e, client.hintFacts, client.device.deviceId);
+        Map<String, Object> runtime = new LinkedHashMap<String, Object>();
+        runtime.put("threads", (long) choice.threads);
+        runtime.put("backends", new ArrayList<Object>(choice.backends));
+        runtime.put("precision", choice.precision);
+        m.put("runtime", runtime);
+        m.put("runtime_rule", choice.rule == null ? Json.NULL : (Object) (long) choice.rule);
         m.put("contract", e.contract == null ? Json.NULL : e.contract);
         m.put("probe_sha256", e.probe == null ? Json.NULL : e.probe.sha256);
         m.put("labels_sha256", e.labelsBlob == null ? Json.NULL : e.labelsBlob.sha256);
@@ -947,7 +956,8 @@ final class Engine {
         return new InstalledModel(name, store().blob((String) m.get("sha256")), (String) m.get("version"), (String) m.get("variant"),
                 (String) m.get("sha256"), (int) Health.num(runtime.get("threads")), backends, (String) runtime.get("precision"),
                 (String) m.get("min_mnn_runtime"), contract == null ? null : new ModelContract(contract), labels,
-                probe == null ? null : store().blob(probe), m.get("backend") instanceof String ? (String) m.get("backend") : null);
+                probe == null ? null : store().blob(probe), m.get("backend") instanceof String ? (String) m.get("backend") : null,
+                m.get("runtime_rule") instanceof Json.Num || m.get("runtime_rule") instanceof Number ? Integer.valueOf((int) Health.num(m.get("runtime_rule"))) : null);
     }
 
     // --- status, revert, health ------------------------------------------------------------------

@@ -16,7 +16,11 @@ public final class InstalledModel {
     @Nonnull public final String version;
     @Nonnull public final String variant;
     @Nonnull public final String sha256;
-    /** Recommended threads, backends in order (cpu last) and precision. */
+    /**
+     * The threads, backends in order (cpu last) and precision to run it with: the entry's
+     * declared {@code runtime}, or the threads and backends of the {@code runtime_hints} rule
+     * this device uses ({@link #runtimeRule}, docs/protocol.md section 11, "Runtime hints").
+     */
     public final int threads;
     @Nonnull public final List<String> backends;
     @Nonnull public final String precision;
@@ -29,9 +33,15 @@ public final class InstalledModel {
     @Nullable public final File probeFile;
     /** The backend the self-test chose, or null when there was no self-test. */
     @Nullable public final String backend;
+    /**
+     * The index of the entry's {@code runtime_hints} rule whose threads and backends these are,
+     * or null: the declared runtime (no rule matched this device, or it is outside the rule's percent).
+     */
+    @Nullable public final Integer runtimeRule;
 
     InstalledModel(String name, File file, String version, String variant, String sha256, int threads, List<String> backends,
-            String precision, String minMnnRuntime, ModelContract contract, List<String> labels, File probeFile, String backend) {
+            String precision, String minMnnRuntime, ModelContract contract, List<String> labels, File probeFile, String backend,
+            Integer runtimeRule) {
         this.name = name;
         this.file = file;
         this.version = version;
@@ -45,6 +55,7 @@ public final class InstalledModel {
         this.labels = labels == null ? null : Collections.unmodifiableList(labels);
         this.probeFile = probeFile;
         this.backend = backend;
+        this.runtimeRule = runtimeRule;
     }
 
     @Override public String toString() {

@@ -72,6 +72,54 @@ class ClientTest {
         assertFalse(new String(Files.readAllBytes(new File(tmp, "installed.json").toPath()), "UTF-8").contains("token"), "and no token");
     }
 
+    /** One runtime_hints rule {match, runtime, percent, salt} (docs/protocol.md section 3). */
+    static Map<String, Object> hintRule(Map<String, Object> match, long threads, List<Object> backends, double percent) {
+        Map<String, Object> rt = new java.util.LinkedHashMap<String, Object>();
+        rt.put("threads", threads);
+        rt.put("backends", backends);
+        Map<String, Object> rule = new java.util.LinkedHashMap<String, Object>();
+        rule.put("match", match);
+        rule.put("runtime", rt);
+        rule.put("percent", percent);
+        rule.put("salt", "0d15ea5e");
+        return rule;
+    }
+
+    /**
+     * Section 11, "Runtime hints": the first rule matching this device's cores (8) gives its
+     * threads and backends, the declared precision stays, and the model says which rule; a rule
+     * changed in a manifest with no new blob reaches the installed release without a download.
+     */
+    @Test
+    void theFirstMatchingHintRuleGivesTheRuntimeAndAChangeNeedsNoDownload() throws Exception {
+        byte[] model = bytes(4000, 2);
+        Map<String, Object> entry = registry.blob(model, "1.0.0", "int8", CPU);
+        Map<String, Object> eight = new java.util.LinkedHashMap<String, Object>();
+        eight.put("cores", 8L);
+        Map<String, Object> gpu = new java.util.LinkedHashMap<String, Object>();
+        gpu.put("gpu", "adreno"); // a key this client does not know: never matches
+        entry.put("runtime_hints", new java.util.ArrayList<Object>(java.util.Arrays.asList(
+                hintRule(gpu, 1L, new java.util.ArrayList<Object>(CPU), 100.0),
+                hintRule(eight, 2L, new java.util.ArrayList<Object>(CPU), 100.0))));
+        registry.manifest("digits", "mid", 5, entry, null, null, null);
+        EdgeregClient client = builder(tmp).build();
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertEquals(2, r.model().threads);
+        assertEquals(Integer.valueOf(1), r.model().runtimeRule);
+        assertEquals("normal", r.model().precision);
+        assertEquals(2, client.current("digits").model().threads, "kept with the install");
+
+        entry.remove("runtime_hints"); // the rule removed (a rollback), the sequence advanced
+        registry.manifest("digits", "mid", 6, entry, null, null, null);
+        UpdateResult after = client.update("digits");
+        assertTrue(after.ok(), after.toString());
+        assertEquals(4, after.model().threads);
+        assertNull(after.model().runtimeRule);
+        assertEquals(4, client.current("digits").model().threads);
+        assertEquals(1, registry.count("GET blobs/"), "a hint never changes the blob");
+    }
+
     /**
      * The unchanged check stays under 400 bytes (issue 17): a short User-Agent and Accept, no
      * Pragma/Cache-Control, Accept-Encoding on blobs only. An app-wide ResponseCache is never
