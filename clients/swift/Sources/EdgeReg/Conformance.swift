@@ -11,32 +11,7 @@ public enum Conformance {
 
     /// The decision for a `tests/vectors/*.json` input, shaped like its `expected`.
     public static func decide(_ input: JSONValue) throws(HarnessError) -> JSONValue {
-        guard let o = input.objectValue else { throw HarnessError("vector input is not an object") }
-        guard let manifestText = o["manifest"]?.stringValue, let manifest = Data(base64Encoded: manifestText) else {
-            throw HarnessError("vector input has no base64 'manifest'")
-        }
-        guard let pems = o["trusted_keys"]?.arrayValue?.compactMap(\.stringValue), let trusted = TrustedKeys(pems: pems) else {
-            throw HarnessError("vector input 'trusted_keys' are not Ed25519 PEM public keys")
-        }
-        guard let model = o["model"]?.stringValue, let tier = o["tier"]?.stringValue else {
-            throw HarnessError("vector input needs 'model' and 'tier'")
-        }
-        guard let device = o["device"]?.objectValue, let deviceID = device["device_id"]?.stringValue else {
-            throw HarnessError("vector input needs 'device.device_id'")
-        }
-        guard let nowText = o["now"]?.stringValue, let now = WireTime.parseLenient(nowText) else {
-            throw HarnessError("vector input needs an RFC 3339 'now'")
-        }
-        let seen = o["highest_seen_sequence"]?.intValue
-        let app = AppFacts(
-            mnnRuntime: device["mnn_runtime"]?.stringValue, appVersion: device["app_version"]?.stringValue,
-            os: device["os"]?.stringValue, osVersion: device["os_version"]?.stringValue,
-            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue,
-            mnnAPIs: try cpuFeatures(device["mnn_apis"]))
-        let bundle = o["bundle"]?.boolValue ?? false
-        let decisionInput = Decide.Input(
-            manifest: manifest, trusted: trusted, unit: model, tier: tier, deviceID: deviceID, app: app,
-            highestSeenSequence: seen, now: now, bundle: bundle)
+        let decisionInput = try decideInput(input)
         do {
             let decision = try Decide.decide(decisionInput)
             let entry: JSONValue
@@ -67,6 +42,68 @@ public enum Conformance {
         } catch {
             return .object(JSONObject([("accept", .bool(false)), ("reason", .string(error.reason))]))
         }
+    }
+
+    /// A decision vector's input as the decision takes it.
+    static func decideInput(_ input: JSONValue) throws(HarnessError) -> Decide.Input {
+        guard let o = input.objectValue else { throw HarnessError("vector input is not an object") }
+        guard let manifestText = o["manifest"]?.stringValue, let manifest = Data(base64Encoded: manifestText) else {
+            throw HarnessError("vector input has no base64 'manifest'")
+        }
+        guard let pems = o["trusted_keys"]?.arrayValue?.compactMap(\.stringValue), let trusted = TrustedKeys(pems: pems) else {
+            throw HarnessError("vector input 'trusted_keys' are not Ed25519 PEM public keys")
+        }
+        guard let model = o["model"]?.stringValue, let tier = o["tier"]?.stringValue else {
+            throw HarnessError("vector input needs 'model' and 'tier'")
+        }
+        guard let device = o["device"]?.objectValue, let deviceID = device["device_id"]?.stringValue else {
+            throw HarnessError("vector input needs 'device.device_id'")
+        }
+        guard let nowText = o["now"]?.stringValue, let now = WireTime.parseLenient(nowText) else {
+            throw HarnessError("vector input needs an RFC 3339 'now'")
+        }
+        let seen = o["highest_seen_sequence"]?.intValue
+        let app = AppFacts(
+            mnnRuntime: device["mnn_runtime"]?.stringValue, appVersion: device["app_version"]?.stringValue,
+            os: device["os"]?.stringValue, osVersion: device["os_version"]?.stringValue,
+            cpuFeatures: try cpuFeatures(device["cpu_features"]), memoryBudgetMB: device["memory_budget_mb"]?.doubleValue,
+            mnnAPIs: try cpuFeatures(device["mnn_apis"]))
+        let bundle = o["bundle"]?.boolValue ?? false
+        return Decide.Input(
+            manifest: manifest, trusted: trusted, unit: model, tier: tier, deviceID: deviceID, app: app,
+            highestSeenSequence: seen, now: now, bundle: bundle)
+    }
+
+    /// tests/vectors/hints: the decision, then the chosen entry's try-set and the runtime the
+    /// device uses (§11, "Runtime hints"); the device holds the hint facts (`cpu_class`,
+    /// `cores`, `soc`; left out: not known).
+    public static func checkHints(_ input: JSONValue) throws(HarnessError) -> JSONValue {
+        let decisionInput = try decideInput(input)
+        let decision: Decision
+        do {
+            decision = try Decide.decide(decisionInput)
+        } catch {
+            return .object(JSONObject([("accept", .bool(false)), ("reason", .string(error.reason))]))
+        }
+        guard case .model(let entry)? = decision.entry else {
+            var pairs: [(String, JSONValue)] = [("accept", .bool(true))]
+            for key in ["entry", "runtime_trials", "runtime", "rule", "matched"] { pairs.append((key, .null)) }
+            return .object(JSONObject(pairs))
+        }
+        let device = input["device"]?.objectValue
+        var facts = HintFacts()
+        facts.cpuClass = device?["cpu_class"]?.stringValue
+        if let cores = device?["cores"]?.intValue { facts.cores = Int(cores) }
+        facts.soc = device?["soc"]?.stringValue
+        let choice = RuntimeChoice(entry: entry, facts: facts, deviceID: decisionInput.deviceID)
+        let trials: JSONValue = entry.runtimeTrials?.json ?? .null
+        let rule: JSONValue = choice.rule.map { JSONValue.int($0) } ?? .null
+        let matched: JSONValue = choice.matched.map { JSONValue.int($0) } ?? .null
+        let pairs: [(String, JSONValue)] = [
+            ("accept", .bool(true)), ("entry", entryJSON(entry)), ("runtime_trials", trials), ("runtime", choice.runtime.json),
+            ("rule", rule), ("matched", matched),
+        ]
+        return .object(JSONObject(pairs))
     }
 
     /// A vector's (or the device program's) `cpu_features`: a list of names; absent or null is not said.

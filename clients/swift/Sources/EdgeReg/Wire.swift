@@ -107,19 +107,7 @@ public struct RuntimeHints: Sendable, Equatable {
         let r = try Reader(value, path)
         threads = r.object["threads"] == nil ? 4 : Int(try r.int("threads", min: 1, max: 16))
         if let raw = r.object["backends"] {
-            guard let list = raw.arrayValue else { throw WireError("\(r.at("backends")) is not a list") }
-            var names: [String] = []
-            for item in list {
-                guard let s = item.stringValue, knownBackends.contains(s) else {
-                    throw WireError("\(r.at("backends")): unknown backend")
-                }
-                names.append(s)
-            }
-            guard let last = names.last, last == "cpu" else {
-                throw WireError("\(r.at("backends")) must end with \"cpu\"")
-            }
-            guard Set(names).count == names.count else { throw WireError("\(r.at("backends")): each backend may appear once") }
-            backends = names
+            backends = try RuntimeHints.backendList(raw, r.at("backends"))
         } else {
             backends = ["cpu"]
         }
@@ -131,6 +119,27 @@ public struct RuntimeHints: Sendable, Equatable {
             }
             precision = p
         }
+    }
+
+    init(threads: Int, backends: [String], precision: String) {
+        (self.threads, self.backends, self.precision) = (threads, backends, precision)
+    }
+
+    /// A backend order (docs/protocol.md §3): known names, each once, ending with `cpu`.
+    static func backendList(_ raw: JSONValue, _ where_: String) throws(WireError) -> [String] {
+        guard let list = raw.arrayValue else { throw WireError("\(where_) is not a list") }
+        var names: [String] = []
+        for item in list {
+            guard let s = item.stringValue, knownBackends.contains(s) else {
+                throw WireError("\(where_): unknown backend")
+            }
+            names.append(s)
+        }
+        guard let last = names.last, last == "cpu" else {
+            throw WireError("\(where_) must end with \"cpu\"")
+        }
+        guard Set(names).count == names.count else { throw WireError("\(where_): each backend may appear once") }
+        return names
     }
 
     public var json: JSONValue {
@@ -464,6 +473,10 @@ public struct ModelEntry: Sendable, Equatable {
     public let metrics: [String: AppMetric]?
     /// This entry itself declares `metrics` on the wire (an instead never does).
     let declaresMetrics: Bool
+    /// The try-set (§3, "Runtime trials and hints"), or nil: nothing to try.
+    public let runtimeTrials: RuntimeTrials?
+    /// The hint rules in order (§11, "Runtime hints"), or nil: every device uses `runtime`.
+    public let runtimeHints: [HintRule]?
     /// The entry as published (stored in the install pointer).
     public let json: JSONValue
 
@@ -482,6 +495,8 @@ public struct ModelEntry: Sendable, Equatable {
         guard Fields.length(minMnnRuntime) <= 64 else { throw WireError("\(r.at("min_mnn_runtime")) is longer than 64 characters") }
         guard Fields.isDottedVersion(minMnnRuntime) else { throw WireError("\(r.at("min_mnn_runtime")) is not a version like 3.6.1") }
         runtime = try RuntimeHints(try r.required("runtime"), r.at("runtime"))
+        runtimeTrials = try r.optional("runtime_trials").map { (v) throws(WireError) in try RuntimeTrials(v, r.at("runtime_trials")) }
+        runtimeHints = try r.optional("runtime_hints").map { (v) throws(WireError) in try HintRule.list(v, r.at("runtime_hints")) }
         contract = try r.optional("contract").map { (v) throws(WireError) in try IOContract(v, r.at("contract")) }
         requires = try r.optional("requires").map { (v) throws(WireError) in try Requirements(v, r.at("requires")) }
         probe = try r.optional("probe").map { (v) throws(WireError) in try BlobRef(v, r.at("probe")) }

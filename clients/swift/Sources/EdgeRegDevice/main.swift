@@ -193,7 +193,7 @@ final class Device {
             } catch {
                 throw Misuse(error.description)
             }
-        case "check_conditions", "check_selftest", "check_tiers", "check_health", "check_metrics":
+        case "check_conditions", "check_selftest", "check_tiers", "check_health", "check_metrics", "check_hints":
             guard let vector = request["vector"] else { throw Misuse("\(op) needs 'vector'") }
             do {
                 switch op {
@@ -201,6 +201,7 @@ final class Device {
                 case "check_selftest": return try Conformance.checkSelfTest(vector)
                 case "check_health": return try Conformance.checkHealth(vector)
                 case "check_metrics": return try Conformance.checkMetrics(vector)
+                case "check_hints": return try Conformance.checkHints(vector)
                 default: return try Conformance.checkTierFile(vector)
                 }
             } catch {

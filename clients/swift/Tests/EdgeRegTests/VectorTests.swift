@@ -29,9 +29,6 @@ func loadJSON(_ relative: String) throws -> JSONValue {
 func runVector(_ relative: String) throws -> (expected: JSONValue, got: JSONValue)? {
     // Not vectors: the generator, the test keys and their README.
     if relative == "generate.py" || relative.hasPrefix("keys/") { return nil }
-    // Issue 27: hints/ (runtime trials and hints, docs/protocol.md §3 and §11) is implemented by
-    // the Python reference only so far; this client is next.
-    if relative.hasPrefix("hints/") { return nil }
     guard relative.hasSuffix(".json") else { throw Conformance.HarnessError(unknown: relative) }
     let vector = try loadJSON(relative)
     if relative == "rules/tiers.json" {
@@ -76,6 +73,7 @@ func runVector(_ relative: String) throws -> (expected: JSONValue, got: JSONValu
     case "health": return (expected, try Conformance.checkHealth(input))
     case "metrics": return (expected, try Conformance.checkMetrics(input))
     case "tiers": return (expected, try Conformance.checkTierFile(input))
+    case "hints": return (expected, try Conformance.checkHints(input))
     case "reports":
         // Matching `field` is recommended, not required (docs/protocol.md §9): compared when both say one.
         var got = try Conformance.checkReport(input)
