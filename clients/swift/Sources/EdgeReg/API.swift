@@ -131,7 +131,13 @@ public struct InstalledModel: Sendable {
     public let version: String
     public let variant: String
     public let sha256: String
+    /// The threads, backends and precision to run it with: the entry's declared `runtime`, or
+    /// the threads and backends of the `runtime_hints` rule this device uses (`runtimeRule`;
+    /// docs/protocol.md §11, "Runtime hints").
     public let runtime: RuntimeHints
+    /// The index of the entry's `runtime_hints` rule behind `runtime`, or nil: the declared
+    /// runtime (no rule matched this device, or it is outside the rule's percent).
+    public let runtimeRule: Int?
     public let minMnnRuntime: String
     public let contract: IOContract?
     public let labels: [String]?

@@ -857,14 +857,23 @@ public actor EdgeRegClient {
 
     // MARK: results
 
+    /// What this device knows of itself for an entry's `runtime_hints` (§11): the report's CPU
+    /// class, the core count, and on iOS `hw.machine` cut to its family (`iPhone15`).
+    var hintFacts: HintFacts {
+        HintFacts(cpuClass: CPUFeatures.cpuClass(configuration.device.cpuFeatures),
+                  cores: configuration.device.cpuCores.map { Int($0) }, soc: HintFacts.platformSoC)
+    }
+
     func result(_ unit: ReleaseUnit, _ set: InstalledSet?, error: Failure? = nil, updated: Bool = false, notModified: Bool = false,
                 downloaded: Int64 = 0, decision: Decision? = nil) -> UpdateResult {
         var members: [String: InstalledModel] = [:]
         for (name, m) in set?.members ?? [:] {
             let e = m.entry
+            // The stored entry is the last verified manifest's: a rule changed with no new blob applies.
+            let choice = RuntimeChoice(entry: e, facts: hintFacts, deviceID: configuration.device.deviceID)
             members[name] = InstalledModel(
                 name: name, path: layout.blob(e.sha256), version: e.version, variant: e.variant, sha256: e.sha256,
-                runtime: e.runtime, minMnnRuntime: e.minMnnRuntime, contract: e.contract, labels: (try? labels(name, e)) ?? nil,
+                runtime: choice.runtime, runtimeRule: choice.rule, minMnnRuntime: e.minMnnRuntime, contract: e.contract, labels: (try? labels(name, e)) ?? nil,
                 probePath: e.probe.map { layout.blob($0.sha256) }, backend: m.backend)
         }
         return UpdateResult(unit: unit, tier: tier, errorCode: error?.code, error: error?.message, version: set?.version,

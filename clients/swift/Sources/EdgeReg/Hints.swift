@@ -58,6 +58,22 @@ public struct HintFacts: Sendable, Equatable {
     public init(cpuClass: String? = nil, cores: Int? = nil, soc: String? = nil) {
         (self.cpuClass, self.cores, self.soc) = (cpuClass, cores, soc)
     }
+
+    /// The SoC family as the platform names it (§11): iOS `hw.machine` cut to its family
+    /// (`iPhone15,2` → `iPhone15`); nil elsewhere (Linux, macOS: not named).
+    static let platformSoC: String? = {
+        #if os(iOS) || os(tvOS) || os(watchOS) || os(visionOS)
+        var size = 0
+        guard sysctlbyname("hw.machine", nil, &size, nil, 0) == 0, size > 1 else { return nil }
+        var bytes = [CChar](repeating: 0, count: size)
+        guard sysctlbyname("hw.machine", &bytes, &size, nil, 0) == 0 else { return nil }
+        let machine = String(cString: bytes)
+        let family = String(machine.split(separator: ",", maxSplits: 1).first ?? "")
+        return family.isEmpty ? nil : family
+        #else
+        return nil
+        #endif
+    }()
 }
 
 /// One rule of an entry's `runtime_hints`: a device class, its threads and backends, the share
