@@ -1528,10 +1528,9 @@ VECTOR_OPS = {
     "hints": "check_hints",
 }
 
-#: Vector folders a client's device program does not run yet, with the issue that adds them.
-#: Issue 27 (runtime trials and hints, docs/protocol.md §3, §11): the Swift client implements
-#: tests/vectors/hints/ next; until then only the Python reference and the JVM run it here.
-NOT_YET: dict[str, set[str]] = {"swift": {"hints"}}
+#: Vector folders a client's device program does not run yet, with the issue that adds them
+#: (none today: every client runs every folder).
+NOT_YET: dict[str, set[str]] = {}
 
 
 def test_every_vector_file_through_the_device_program(devices: Devices) -> None:

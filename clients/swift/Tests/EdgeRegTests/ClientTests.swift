@@ -197,6 +197,38 @@ let ocr = ReleaseUnit.bundle("ocr")
         #expect(status.ready && status.installed?.version == "1.0.0" && status.lastError == nil)
     }
 
+    /// §11, "Runtime hints": the first rule matching this device's cores (6) gives its threads and
+    /// backends, the declared precision stays, `runtimeRule` says which; the rule removed with the
+    /// sequence advanced reaches the install with no download.
+    @Test func theFirstMatchingHintRuleGivesTheRuntimeAndAChangeNeedsNoDownload() async throws {
+        let f = try Fixture()
+        let plain = try f.registry.entry("digits", "1.0.0")
+        func rule(_ match: JSONObject, threads: Int) -> JSONValue {
+            .object(JSONObject([
+                ("match", .object(match)),
+                ("runtime", .object(JSONObject([("threads", .int(threads)), ("backends", .array([.string("cpu")]))]))),
+                ("percent", .double(100)), ("salt", .string("0d15ea5e")),
+            ]))
+        }
+        var hinted = plain.objectValue!
+        hinted["runtime_hints"] = .array([
+            rule(JSONObject([("gpu", .string("adreno"))]), threads: 1),  // a key this client does not know: never matches
+            rule(JSONObject([("cores", .int(6))]), threads: 4),
+        ])
+        try f.registry.publish("digits", stable: .object(hinted))
+        let client = f.client()
+        let first = await client.update(digits)
+        #expect(first.ok, "\(first.error ?? "")")
+        #expect(first.model?.runtime.threads == 4 && first.model?.runtime.backends == ["cpu"])
+        #expect(first.model?.runtime.precision == "normal" && first.model?.runtimeRule == 1)
+        #expect(await client.current(digits).model?.runtime.threads == 4, "kept with the install")
+        try f.registry.publish("digits", stable: plain)
+        let after = await client.update(digits)
+        #expect(after.ok && !after.updated, "\(after.error ?? "")")
+        #expect(after.model?.runtime.threads == 2 && after.model?.runtime.backends == ["opencl", "cpu"] && after.model?.runtimeRule == nil)
+        #expect(f.server.requests.filter { $0.path.contains("blobs/") }.count == 1, "a hint never changes the blob")
+    }
+
     @Test func resumesAnInterruptedDownloadWithRange() async throws {
         let f = try Fixture()
         let v1 = try f.registry.entry("digits", "1.0.0")
