@@ -19,6 +19,8 @@ public final class DeviceFacts {
     @Nonnull public final String deviceId;
     public final long ramMb;
     public final int cpuCores;
+    /** Whether the app said the core count: an unsaid one (1 for the tier rules) matches no hint rule. */
+    final boolean cpuCoresSaid;
     @Nullable public final String soc;
     @Nullable public final String os;
     @Nullable public final String osVersion;
@@ -37,6 +39,7 @@ public final class DeviceFacts {
         this.deviceId = b.deviceId;
         this.ramMb = b.ramMb;
         this.cpuCores = b.cpuCores;
+        this.cpuCoresSaid = b.cpuCoresSaid;
         this.soc = b.soc;
         this.os = b.os;
         this.osVersion = b.osVersion;
@@ -57,6 +60,7 @@ public final class DeviceFacts {
         private final String deviceId;
         private long ramMb;
         private int cpuCores = 1;
+        private boolean cpuCoresSaid;
         private String soc;
         private String os = "android";
         private String osVersion;
@@ -73,7 +77,7 @@ public final class DeviceFacts {
 
         @Nonnull public Builder ramMb(long ramMb) { this.ramMb = ramMb; return this; }
 
-        @Nonnull public Builder cpuCores(int cores) { this.cpuCores = cores; return this; }
+        @Nonnull public Builder cpuCores(int cores) { this.cpuCores = cores; this.cpuCoresSaid = true; return this; }
 
         /** The SoC name ({@code Build.SOC_MODEL}); null: unknown (a tier with soc_allow does not match). */
         @Nonnull public Builder soc(@Nullable String soc) { this.soc = soc; return this; }

@@ -95,7 +95,8 @@ public final class EdgeregClient {
         };
         String cpuClass = CpuFeatures.cpuClass(b.device.cpuFeatures, System.getProperty("os.arch"));
         this.reporter = new Reporter(b.reporting, registry, b.device, b.deviceClass, cpuClass, b.transport, store, clock);
-        this.hintFacts = new dev.edgereg.internal.Rules.HintFacts(cpuClass, b.device.cpuCores, hintSoc());
+        this.hintFacts = new dev.edgereg.internal.Rules.HintFacts(
+                cpuClass, b.device.cpuCoresSaid ? Integer.valueOf(b.device.cpuCores) : null, hintSoc());
         this.timeoutMs = b.timeoutMs;
         this.deadlineMs = b.deadlineMs;
         this.minRate = b.minRate;

@@ -120,6 +120,26 @@ class ClientTest {
         assertEquals(1, registry.count("GET blobs/"), "a hint never changes the blob");
     }
 
+    /** A core count the app never said is unknown to the hint match: a rule for one core does not match it. */
+    @Test
+    void anUnsaidCoreCountMatchesNoHintRule() throws Exception {
+        Map<String, Object> entry = registry.blob(bytes(4000, 3), "1.0.0", "int8", CPU);
+        Map<String, Object> one = new java.util.LinkedHashMap<String, Object>();
+        one.put("cores", 1L);
+        entry.put("runtime_hints", new java.util.ArrayList<Object>(java.util.Arrays.asList(
+                hintRule(one, 1L, new java.util.ArrayList<Object>(CPU), 100.0))));
+        registry.manifest("digits", "mid", 5, entry, null, null, null);
+        EdgeregClient client = EdgeregClient.builder(registry.url(), tmp)
+                .trustedKey(registry.publicPem)
+                .device(DeviceFacts.builder("device-42").ramMb(8192).mnnRuntime("3.6.1").build())
+                .tier("mid").model("digits").selfTest(false).reporting(false, null)
+                .clock(() -> FakeRegistry.NOW).build();
+        UpdateResult r = client.update("digits");
+        assertTrue(r.ok(), r.toString());
+        assertNull(r.model().runtimeRule);
+        assertEquals(4, r.model().threads, "the declared runtime");
+    }
+
     /**
      * The unchanged check stays under 400 bytes (issue 17): a short User-Agent and Accept, no
      * Pragma/Cache-Control, Accept-Encoding on blobs only. An app-wide ResponseCache is never
