@@ -3536,6 +3536,12 @@ HINT_CASES: dict[str, Case] = {
         ),
         {"device": _ARMV9},
     ),
+    "hints-unknown-match-key-null": (
+        "A rule naming a key this client does not know never matches, even with a null "
+        "value (only a known key given as null is not given); the next rule decides.",
+        lambda: _with_hints(_rule({"cpu_class": "armv9", "gpu": None}, 1), _rule({"cores": 8}, 4)),
+        {"device": _ARMV9},
+    ),
     "hints-empty-match": (
         "A rule naming no key matches every device of the tier.",
         lambda: _with_hints(_rule({}, 1)),
